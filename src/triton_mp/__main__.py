@@ -1,0 +1,5 @@
+"""`python -m triton_mp` runs the CLI."""
+
+from triton_mp.cli import main
+
+raise SystemExit(main())
