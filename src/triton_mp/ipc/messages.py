@@ -1,0 +1,201 @@
+"""Every message that crosses a process boundary, as frozen tagged msgspec structs.
+
+Imported by every role through ``triton_mp.ipc``. Each channel direction has one union and
+its decoder is typed to that union (``ipc.codec``); nothing is pickled. Payload bytes never
+travel in these messages: tensors are referenced by ``TensorRef`` into shared-memory arenas
+(``ipc.tensor_pool``).
+
+Channels (producer -> consumer):
+
+- ``ToScheduler``: frontends (``InferRequest``, ``StatsQuery``), workers (``WorkerReady``,
+  ``BatchDone``) and the supervisor (``WorkerDied``, ``Shutdown``).
+- ``ToWorker``: the scheduler only (``BatchAssign``, ``Shutdown``).
+- ``ToFrontend``: workers (``InferResponse``) and the scheduler (``RequestFailed``,
+  ``StatsReply``).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from triton_mp.errors import ErrorCode
+
+
+class ErrorInfo(msgspec.Struct, frozen=True, array_like=True):
+    """An error crossing a process boundary (never a pickled exception)."""
+
+    code: ErrorCode
+    message: str
+    origin: str = ""
+    """Role and instance that raised it, e.g. ``worker ocr_cls_0``."""
+
+
+class BlockRef(msgspec.Struct, frozen=True, array_like=True):
+    """One allocation in a tensor arena; freed by writing FREE at ``offset``."""
+
+    segment: str
+    """POSIX name of the arena segment."""
+    offset: int
+    """Byte offset of the block header within the segment."""
+
+
+class TensorRef(msgspec.Struct, frozen=True, array_like=True):
+    """A tensor's bytes in shared memory, plus what is needed to view them.
+
+    BYTES tensors hold Triton's serialised form: per element ``u32 LE length`` + bytes.
+    """
+
+    name: str
+    datatype: str
+    """Protocol datatype string: ``FP32``, ``INT64``, ``BYTES``, ..."""
+    shape: tuple[int, ...]
+    """Full shape, batch dimension included when the model batches."""
+    segment: str
+    offset: int
+    """Byte offset of the first element within the segment."""
+    nbytes: int
+
+
+class InferRequest(msgspec.Struct, frozen=True, kw_only=True, tag="infer", array_like=True):
+    """A validated inference request whose inputs are already in the frontend's arena."""
+
+    request_id: int
+    """Unique per frontend; (frontend_id, request_id) is unique per server."""
+    frontend_id: int
+    model: str
+    version: int
+    batch_size: int
+    """Request batch size (first dim) when the model batches, else 1."""
+    inputs: tuple[TensorRef, ...]
+    outputs: tuple[str, ...]
+    """Requested output names, in response order."""
+    block: BlockRef
+    """The input block; freed by the frontend when the request ends."""
+    arrival_ns: int
+    """``time.monotonic_ns()`` when the frontend accepted the request (system-wide clock)."""
+    priority: int = 0
+    timeout_us: int = 0
+    client_id: str = ""
+    """The request's ``id`` field, echoed in the response and in error messages."""
+
+
+class StatsQuery(msgspec.Struct, frozen=True, kw_only=True, tag="stats_query", array_like=True):
+    """Frontend asks the scheduler for ModelStatistics (empty model = all models)."""
+
+    query_id: int
+    frontend_id: int
+    model: str = ""
+    version: int = -1
+
+
+class WorkerReady(msgspec.Struct, frozen=True, kw_only=True, tag="worker_ready", array_like=True):
+    """A worker loaded its backend and will take batches."""
+
+    instance_id: int
+    pid: int
+
+
+class BatchDone(msgspec.Struct, frozen=True, kw_only=True, tag="batch_done", array_like=True):
+    """A worker finished a batch (responses are already on their way to the frontends)."""
+
+    instance_id: int
+    batch_id: int
+    start_ns: int
+    """When the worker began gathering inputs (monotonic ns)."""
+    compute_input_ns: int
+    compute_infer_ns: int
+    compute_output_ns: int
+    end_ns: int
+    failed: tuple[int, ...] = ()
+    """Indices (within the batch) of requests that got an error."""
+
+
+class WorkerDied(msgspec.Struct, frozen=True, kw_only=True, tag="worker_died", array_like=True):
+    """The supervisor saw a worker process exit."""
+
+    instance_id: int
+    exitcode: int
+
+
+class Shutdown(msgspec.Struct, frozen=True, tag="shutdown", array_like=True):
+    """Stop after finishing what is in hand."""
+
+
+ToScheduler = InferRequest | StatsQuery | WorkerReady | BatchDone | WorkerDied | Shutdown
+
+
+class BatchAssign(msgspec.Struct, frozen=True, kw_only=True, tag="batch", array_like=True):
+    """The scheduler hands a batch to one instance."""
+
+    batch_id: int
+    requests: tuple[InferRequest, ...]
+    dispatch_ns: int
+
+
+ToWorker = BatchAssign | Shutdown
+
+
+class InferResponse(msgspec.Struct, frozen=True, kw_only=True, tag="response", array_like=True):
+    """A worker's answer for one request: outputs in the worker's arena, or an error."""
+
+    request_id: int
+    version: int
+    outputs: tuple[TensorRef, ...] = ()
+    block: BlockRef | None = None
+    """The output block; the frontend frees it after copying the bytes out."""
+    error: ErrorInfo | None = None
+
+
+class RequestFailed(msgspec.Struct, frozen=True, kw_only=True, tag="failed", array_like=True):
+    """The scheduler ends a request without running it (rejected, timed out, worker died)."""
+
+    request_id: int
+    error: ErrorInfo
+
+
+class StatDuration(msgspec.Struct, array_like=True):
+    """Triton's StatisticDuration: a count and a total in nanoseconds."""
+
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        """Add ``count`` events that took ``ns`` nanoseconds in total."""
+        self.count += count
+        self.ns += ns
+
+
+class BatchStats(msgspec.Struct, array_like=True):
+    """Triton's InferBatchStatistics for one batch size."""
+
+    batch_size: int
+    compute_input: StatDuration = msgspec.field(default_factory=StatDuration)
+    compute_infer: StatDuration = msgspec.field(default_factory=StatDuration)
+    compute_output: StatDuration = msgspec.field(default_factory=StatDuration)
+
+
+class ModelStats(msgspec.Struct, array_like=True):
+    """Triton's ModelStatistics for one model version (inference.ModelStatistics)."""
+
+    name: str
+    version: int
+    last_inference_ms: int = 0
+    inference_count: int = 0
+    execution_count: int = 0
+    success: StatDuration = msgspec.field(default_factory=StatDuration)
+    fail: StatDuration = msgspec.field(default_factory=StatDuration)
+    queue: StatDuration = msgspec.field(default_factory=StatDuration)
+    compute_input: StatDuration = msgspec.field(default_factory=StatDuration)
+    compute_infer: StatDuration = msgspec.field(default_factory=StatDuration)
+    compute_output: StatDuration = msgspec.field(default_factory=StatDuration)
+    batch_stats: dict[int, BatchStats] = msgspec.field(default_factory=dict)
+
+
+class StatsReply(msgspec.Struct, frozen=True, kw_only=True, tag="stats_reply", array_like=True):
+    """The scheduler's answer to a ``StatsQuery``."""
+
+    query_id: int
+    stats: tuple[ModelStats, ...]
+
+
+ToFrontend = InferResponse | RequestFailed | StatsReply

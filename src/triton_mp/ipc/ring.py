@@ -1,0 +1,137 @@
+"""Single-producer/single-consumer byte ring over a shared-memory segment.
+
+Imported by ``ipc.channel``; knows nothing of messages. One process pushes, one pops.
+
+Layout (all integers little-endian, offsets in bytes)::
+
+    0   u32  magic     RING_MAGIC
+    4   u32  version   1
+    8   u64  capacity  bytes in the data area (a multiple of 8)
+    64  u64  tail      bytes ever written; written only by the producer
+    128 u64  head      bytes ever consumed; written only by the consumer
+    192 ...  data area, ``capacity`` bytes
+
+A record is ``u32 length`` + payload, padded to 8 bytes. A record never wraps: when it does
+not fit before the end of the data area, the producer writes ``WRAP`` as the length (when at
+least 4 bytes remain) and continues at the start. ``tail`` and ``head`` are 8-byte aligned
+stores on separate cache lines; the producer writes the record before it publishes ``tail``,
+and the consumer reads the record before it publishes ``head`` (x86-64 and arm64 keep
+aligned 8-byte stores atomic; x86 keeps store order, which is what we run on).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from triton_mp.ipc.shm import Segment
+
+RING_MAGIC = 0x54524E47  # "TRNG"
+_HEADER = struct.Struct("<IIQ")
+_U64 = struct.Struct("<Q")
+_U32 = struct.Struct("<I")
+TAIL_OFFSET = 64
+HEAD_OFFSET = 128
+DATA_OFFSET = 192
+WRAP = 0xFFFFFFFF
+
+
+class RingFull(Exception):
+    """A push found no room; the consumer is behind."""
+
+
+class Ring:
+    """SPSC ring of byte records. See the module docstring for the layout.
+
+    Use ``Ring.create`` in the owning process (it unlinks) and ``Ring.attach`` elsewhere.
+    """
+
+    __slots__ = ("segment", "capacity", "_buf", "_mv")
+
+    def __init__(self, segment: Segment) -> None:
+        magic, _version, capacity = _HEADER.unpack_from(segment.buf, 0)
+        if magic != RING_MAGIC:
+            raise ValueError(f"{segment.name} is not a triton-mp ring")
+        self.segment = segment
+        self.capacity = capacity
+        self._buf = segment.buf
+        self._mv = memoryview(segment.buf)
+
+    @classmethod
+    def create(cls, name: str, capacity_bytes: int) -> Ring:
+        """Create a ring whose data area holds ``capacity_bytes`` (rounded up to 8)."""
+        capacity = (capacity_bytes + 7) & ~7
+        seg = Segment.create(name, DATA_OFFSET + capacity)
+        _HEADER.pack_into(seg.buf, 0, RING_MAGIC, 1, capacity)
+        return cls(seg)
+
+    @classmethod
+    def attach(cls, name: str) -> Ring:
+        """Map an existing ring."""
+        return cls(Segment.attach(name))
+
+    def push(self, payload: bytes | memoryview) -> None:
+        """Append one record (producer only).
+
+        Raises:
+            RingFull: not enough free space now.
+            ValueError: the record can never fit.
+        """
+        n = len(payload)
+        need = (4 + n + 7) & ~7
+        cap = self.capacity
+        if need > cap // 2:
+            raise ValueError(f"record of {n} bytes does not fit a ring of {cap} bytes")
+        buf = self._buf
+        tail = _U64.unpack_from(buf, TAIL_OFFSET)[0]
+        head = _U64.unpack_from(buf, HEAD_OFFSET)[0]
+        pos = tail % cap
+        room_to_end = cap - pos
+        skip = room_to_end if need > room_to_end else 0
+        if (tail - head) + skip + need > cap:
+            raise RingFull
+        if skip:
+            if room_to_end >= 4:
+                _U32.pack_into(buf, DATA_OFFSET + pos, WRAP)
+            tail += skip
+            pos = 0
+        at = DATA_OFFSET + pos
+        _U32.pack_into(buf, at, n)
+        self._mv[at + 4 : at + 4 + n] = payload
+        _U64.pack_into(buf, TAIL_OFFSET, tail + need)
+
+    def pop_all(self) -> list[bytes]:
+        """Take every record published so far (consumer only), oldest first."""
+        buf = self._buf
+        tail = _U64.unpack_from(buf, TAIL_OFFSET)[0]
+        head = _U64.unpack_from(buf, HEAD_OFFSET)[0]
+        if head == tail:
+            return []
+        cap = self.capacity
+        out = []
+        mv = self._mv
+        while head < tail:
+            pos = head % cap
+            room_to_end = cap - pos
+            if room_to_end < 4:
+                head += room_to_end
+                continue
+            n = _U32.unpack_from(buf, DATA_OFFSET + pos)[0]
+            if n == WRAP:
+                head += room_to_end
+                continue
+            at = DATA_OFFSET + pos + 4
+            out.append(bytes(mv[at : at + n]))
+            head += (4 + n + 7) & ~7
+        _U64.pack_into(buf, HEAD_OFFSET, head)
+        return out
+
+    def pending_bytes(self) -> int:
+        """Bytes published and not yet consumed (for stats and tests)."""
+        tail = _U64.unpack_from(self._buf, TAIL_OFFSET)[0]
+        head = _U64.unpack_from(self._buf, HEAD_OFFSET)[0]
+        return int(tail - head)
+
+    def close(self) -> None:
+        """Unmap this process's view."""
+        self._mv.release()
+        self.segment.close()

@@ -1,0 +1,168 @@
+"""POSIX shared-memory segments and semaphores: naming, create/attach/unlink, leak sweep.
+
+Imported by every role (through ``triton_mp.ipc``). Every object a server creates is named
+``/triton_mp_<server_id>_<purpose>`` where ``server_id`` is the supervisor's pid, so that:
+
+- two servers on one machine never collide (pids are unique while both live);
+- a leak check can glob ``/dev/shm/triton_mp_*`` and ``/dev/shm/sem.triton_mp_*``;
+- the next start can remove what a ``kill -9``-ed server left (its pid is dead).
+
+Only the creator of a segment (the supervisor for rings, the allocating process for arenas)
+unlinks it; attachers only unmap.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import re
+from pathlib import Path
+
+import posix_ipc
+
+log = logging.getLogger(__name__)
+
+PREFIX = "triton_mp_"
+"""Prefix of every shared-memory object and semaphore name triton-mp creates."""
+
+DEV_SHM = Path("/dev/shm")
+_NAME_RE = re.compile(r"^(?:sem\.)?triton_mp_(\d+)_")
+
+
+def object_name(server_id: str, purpose: str) -> str:
+    """The POSIX name (with leading slash) of one of ``server_id``'s objects."""
+    return f"/{PREFIX}{server_id}_{purpose}"
+
+
+class Segment:
+    """One mapped POSIX shared-memory segment.
+
+    Attributes:
+        name: POSIX name, with the leading slash.
+        size_bytes: mapped length in bytes.
+        buf: the ``mmap`` over the whole segment (read-write).
+    """
+
+    __slots__ = ("name", "size_bytes", "buf", "_owner")
+
+    def __init__(self, name: str, buf: mmap.mmap, size_bytes: int, owner: bool) -> None:
+        self.name = name
+        self.buf = buf
+        self.size_bytes = size_bytes
+        self._owner = owner
+
+    @classmethod
+    def create(cls, name: str, size_bytes: int) -> Segment:
+        """Create (exclusively) and map a zero-filled segment of ``size_bytes`` bytes.
+
+        Raises:
+            posix_ipc.ExistentialError: an object of that name exists already.
+        """
+        shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size_bytes)
+        try:
+            buf = mmap.mmap(shm.fd, size_bytes)
+        finally:
+            shm.close_fd()
+        return cls(name, buf, size_bytes, owner=True)
+
+    @classmethod
+    def attach(cls, name: str) -> Segment:
+        """Map an existing segment read-write.
+
+        Raises:
+            posix_ipc.ExistentialError: no such segment.
+        """
+        shm = posix_ipc.SharedMemory(name)
+        try:
+            size = shm.size
+            buf = mmap.mmap(shm.fd, size)
+        finally:
+            shm.close_fd()
+        return cls(name, buf, size, owner=False)
+
+    def close(self) -> None:
+        """Unmap. Views still exported (numpy arrays over ``buf``) keep the mapping alive."""
+        try:
+            self.buf.close()
+        except BufferError:
+            # NOTE: numpy views over the mapping are still alive; the OS unmaps at exit.
+            pass
+
+    def unlink(self) -> None:
+        """Remove the name (owner only). Mappings stay valid until closed."""
+        if not self._owner:
+            raise PermissionError(f"{self.name}: only the creating process unlinks a segment")
+        unlink_quietly(self.name)
+
+
+def create_semaphore(name: str) -> posix_ipc.Semaphore:
+    """Create (exclusively) a semaphore with initial value 0."""
+    return posix_ipc.Semaphore(name, posix_ipc.O_CREX, mode=0o600, initial_value=0)
+
+
+def unlink_quietly(name: str) -> None:
+    """Unlink a shared-memory segment or semaphore by name, ignoring ones already gone."""
+    for unlink in (posix_ipc.unlink_shared_memory, posix_ipc.unlink_semaphore):
+        try:
+            unlink(name)
+        except posix_ipc.ExistentialError:
+            continue
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale(own_server_id: str | None = None, dev_shm: Path = DEV_SHM) -> list[str]:
+    """Remove objects left by triton-mp servers that no longer run.
+
+    An object belongs to a dead server when the pid in its name is not alive, or equals
+    ``own_server_id`` (a previous process that had our pid and died without cleaning up).
+
+    Returns:
+        The POSIX names removed.
+    """
+    removed: list[str] = []
+    try:
+        entries = list(dev_shm.iterdir())
+    except FileNotFoundError:
+        return removed
+    for entry in entries:
+        m = _NAME_RE.match(entry.name)
+        if m is None:
+            continue
+        pid = m.group(1)
+        if pid != own_server_id and _pid_alive(int(pid)):
+            continue
+        posix = "/" + entry.name.removeprefix("sem.")
+        if entry.name.startswith("sem."):
+            try:
+                posix_ipc.unlink_semaphore(posix)
+            except posix_ipc.ExistentialError:
+                continue
+        else:
+            try:
+                posix_ipc.unlink_shared_memory(posix)
+            except posix_ipc.ExistentialError:
+                continue
+        removed.append(posix)
+    if removed:
+        log.info("removed %d shared-memory objects left by dead servers", len(removed))
+    return removed
+
+
+def list_objects(server_id: str | None = None, dev_shm: Path = DEV_SHM) -> list[str]:
+    """Names of triton-mp entries in ``/dev/shm`` (of one server, or of all)."""
+    out = []
+    for entry in sorted(dev_shm.iterdir()):
+        m = _NAME_RE.match(entry.name)
+        if m and (server_id is None or m.group(1) == server_id):
+            out.append(entry.name)
+    return out

@@ -1,0 +1,192 @@
+"""Tensor arenas: where tensor bytes live, who writes them, who frees them, and when.
+
+Imported by the frontend (input arenas) and the workers (output arenas); the scheduler
+only passes ``BlockRef``/``TensorRef`` descriptors along and never maps an arena.
+
+Ownership rules (the only place they are written down):
+
+- Each arena has exactly one *owner*, the process that created it and allocates from it:
+  a frontend owns the arenas that hold request inputs, a worker owns the arenas that hold
+  response outputs. Only the owner allocates, and only the owner unlinks.
+- An allocation is one *block* holding all tensors of one request (inputs) or of one
+  response (outputs). A block has exactly one reader besides the owner.
+- A block is freed by writing ``FREE`` into its header, by whichever single process is
+  done with it last: the frontend frees its own input blocks when the response (or an
+  error) for that request arrives, since by then the worker has finished reading; the
+  frontend frees a worker's output block once it has copied the bytes into the gRPC
+  response. The owner reclaims freed blocks lazily, oldest first, when it next allocates.
+- Arenas grow: when no arena has room, the owner maps a new one (at least twice the block),
+  up to ``max_total_bytes``; beyond that an allocation fails with ``ArenaExhausted``.
+
+Arena layout: a 64-byte header (``u32 magic, u32 version, u64 capacity``), then blocks.
+Block layout: ``u32 state`` (``LIVE``/``FREE``), ``u32 reserved``, ``u64 block_bytes``
+(header included), then the payload at +64 (64-byte aligned, so numpy views are aligned).
+"""
+
+from __future__ import annotations
+
+import collections
+import struct
+from collections.abc import Iterator
+
+from triton_mp.errors import ErrorCode, TritonMPError
+from triton_mp.ipc.shm import Segment
+
+ARENA_MAGIC = 0x54415245  # "TARE"
+_ARENA_HEADER = struct.Struct("<IIQ")
+_BLOCK_HEADER = struct.Struct("<IIQ")
+_STATE = struct.Struct("<I")
+ARENA_HEADER_BYTES = 64
+BLOCK_HEADER_BYTES = 64
+ALIGN = 64
+LIVE = 1
+FREE = 0
+
+
+class ArenaExhausted(TritonMPError):
+    """No room for a block within the arena budget (UNAVAILABLE: retry later)."""
+
+    code = ErrorCode.UNAVAILABLE
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) & ~(ALIGN - 1)
+
+
+class _Arena:
+    """One segment used as a circular block allocator (owner side)."""
+
+    def __init__(self, segment: Segment) -> None:
+        self.segment = segment
+        self.capacity = segment.size_bytes - ARENA_HEADER_BYTES
+        self.live: collections.deque[tuple[int, int]] = collections.deque()  # (offset, bytes)
+
+    def _reclaim(self) -> None:
+        buf = self.segment.buf
+        live = self.live
+        while live and _STATE.unpack_from(buf, live[0][0])[0] == FREE:
+            live.popleft()
+
+    def try_alloc(self, block_bytes: int) -> int | None:
+        """Offset (from segment start) of a new LIVE block, or None when it does not fit."""
+        self._reclaim()
+        live = self.live
+        base = ARENA_HEADER_BYTES
+        end = base + self.capacity
+        if not live:
+            start = base if block_bytes <= self.capacity else None
+        else:
+            first = live[0][0]
+            last_off, last_len = live[-1]
+            head = last_off + last_len
+            if last_off >= first:  # not wrapped: free space is [head, end) and [base, first)
+                if head + block_bytes <= end:
+                    start = head
+                elif base + block_bytes <= first:
+                    start = base
+                else:
+                    start = None
+            else:  # wrapped: free space is [head, first)
+                start = head if head + block_bytes <= first else None
+        if start is None:
+            return None
+        _BLOCK_HEADER.pack_into(self.segment.buf, start, LIVE, 0, block_bytes)
+        live.append((start, block_bytes))
+        return start
+
+    def live_blocks(self) -> int:
+        self._reclaim()
+        return len(self.live)
+
+
+class ArenaAllocator:
+    """The owner's allocator over a growing list of arenas.
+
+    Args:
+        name_prefix: POSIX name prefix for this owner's arenas (``/triton_mp_<sid>_<who>``);
+            arena ``i`` is ``<prefix>_a<i>``.
+        arena_bytes: size of the first arena and the minimum size of later ones.
+        max_total_bytes: budget over all arenas of this owner.
+    """
+
+    def __init__(self, name_prefix: str, arena_bytes: int, max_total_bytes: int) -> None:
+        self._prefix = name_prefix
+        self._arena_bytes = arena_bytes
+        self._max_total_bytes = max_total_bytes
+        self._arenas: list[_Arena] = []
+        self._total_bytes = 0
+
+    def alloc(self, payload_bytes: int) -> tuple[Segment, int]:
+        """Allocate a LIVE block with room for ``payload_bytes``.
+
+        Returns:
+            ``(segment, block_offset)``; the payload starts at ``block_offset + 64``.
+
+        Raises:
+            ArenaExhausted: no arena has room and the budget forbids a new one.
+        """
+        block_bytes = BLOCK_HEADER_BYTES + _align(max(payload_bytes, 1))
+        # NOTE: newest arena first: older ones drain as their blocks are freed.
+        for arena in reversed(self._arenas):
+            off = arena.try_alloc(block_bytes)
+            if off is not None:
+                return arena.segment, off
+        size = max(self._arena_bytes, 2 * block_bytes) + ARENA_HEADER_BYTES
+        if self._total_bytes + size > self._max_total_bytes:
+            raise ArenaExhausted(
+                f"tensor arena budget of {self._max_total_bytes} bytes is exhausted "
+                f"(need {payload_bytes} more bytes); retry when in-flight requests finish"
+            )
+        seg = Segment.create(f"{self._prefix}_a{len(self._arenas)}", size)
+        _ARENA_HEADER.pack_into(seg.buf, 0, ARENA_MAGIC, 1, size - ARENA_HEADER_BYTES)
+        arena = _Arena(seg)
+        self._arenas.append(arena)
+        self._total_bytes += size
+        off = arena.try_alloc(block_bytes)
+        assert off is not None
+        return seg, off
+
+    def live_blocks(self) -> int:
+        """Blocks not yet freed (for tests and stats)."""
+        return sum(a.live_blocks() for a in self._arenas)
+
+    def segments(self) -> Iterator[Segment]:
+        """Every arena segment this owner created."""
+        return (a.segment for a in self._arenas)
+
+    def close_and_unlink(self) -> None:
+        """Unlink and unmap every arena (owner shutdown)."""
+        for arena in self._arenas:
+            arena.segment.unlink()
+            arena.segment.close()
+        self._arenas.clear()
+
+
+def free_block(buf: object, block_offset: int) -> None:
+    """Mark a block FREE (by its single last user). ``buf`` is the arena's mmap."""
+    _STATE.pack_into(buf, block_offset, FREE)  # type: ignore[arg-type]
+
+
+class SegmentCache:
+    """Read side: attaches arenas of other processes by name on first use."""
+
+    def __init__(self) -> None:
+        self._segments: dict[str, Segment] = {}
+
+    def get(self, name: str) -> Segment:
+        """The mapped segment ``name`` (attached now if new)."""
+        seg = self._segments.get(name)
+        if seg is None:
+            seg = Segment.attach(name)
+            self._segments[name] = seg
+        return seg
+
+    def add(self, segment: Segment) -> None:
+        """Register a segment this process already has mapped (its own arenas)."""
+        self._segments[segment.name] = segment
+
+    def close(self) -> None:
+        """Unmap everything attached."""
+        for seg in self._segments.values():
+            seg.close()
+        self._segments.clear()
