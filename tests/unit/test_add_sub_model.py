@@ -18,7 +18,8 @@ SCRIPT_PATH = ROOT / "scripts/make_add_sub_onnx.py"
 
 def _load_script() -> ModuleType:
     spec = importlib.util.spec_from_file_location("make_add_sub_onnx", SCRIPT_PATH)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -43,8 +44,8 @@ def test_sum_and_difference(session: ort.InferenceSession, batch: int) -> None:
     a = rng.standard_normal((batch, 16)).astype(np.float32)
     b = rng.standard_normal((batch, 16)).astype(np.float32)
     out0, out1 = session.run(["OUTPUT0", "OUTPUT1"], {"INPUT0": a, "INPUT1": b})
-    assert out0.dtype == np.float32 and out0.shape == (batch, 16)
-    assert out1.dtype == np.float32 and out1.shape == (batch, 16)
+    assert (out0.dtype, out0.shape) == (np.float32, (batch, 16))
+    assert (out1.dtype, out1.shape) == (np.float32, (batch, 16))
     np.testing.assert_array_equal(out0, a + b)
     np.testing.assert_array_equal(out1, a - b)
 
