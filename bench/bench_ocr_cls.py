@@ -1,0 +1,635 @@
+#!/usr/bin/env python3
+"""triton-mp's throughput on the OCR classifier, as a ratio of raw onnxruntime's.
+
+One invocation does, per round (``--rounds``, default 1):
+
+1. raw onnxruntime, in this process, on ``ocr_cls/1/model.onnx``: one InferenceSession with
+   default CPU settings and one with ``intra_op_num_threads=1``, batch sizes 1..32, images/s;
+   the best of all of them is "raw ORT best batched throughput" (nothing else runs meanwhile);
+2. ``triton-mp start`` as a subprocess on free ports, ready when the gRPC server and the model
+   report ready;
+3. perf_analyzer (gRPC, through the shared ``pa_run.py``) at concurrency 1, 8 and 32, 3 s windows;
+4. stops the server (SIGINT, then SIGKILL after ``--stop-timeout``) and checks that no process
+   and no ``/dev/shm`` entry named ``triton_mp*`` is left behind.
+
+It prints both tables and the ratio triton-mp / raw-ORT-best per concurrency (the median over
+rounds), and writes everything to ``--json``. Exit status: 0 when every measurement ran and the
+server left nothing behind, 1 otherwise (the tables still print what was measured).
+See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import hashlib
+import importlib.util
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_PA_RUN = ROOT.parent / "shared" / "bench" / "pa_run.py"
+MODEL = "ocr_cls"
+INPUT_NAME = "x"
+INPUT_SHAPE = (3, 48, 192)  # CHW of one text-line crop; the ONNX graph leaves H and W dynamic
+TICK = os.sysconf("SC_CLK_TCK")
+WHEEL_MODEL = "ch_ppocr_mobile_v2.0_cls_infer.onnx"  # the same file, inside rapidocr-onnxruntime
+
+
+class BenchError(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------- raw onnxruntime
+
+
+def locate_model(repo: Path, explicit: Path | None) -> tuple[Path, str]:
+    """The ONNX file for the raw measurement: --onnx, else the repository's, else the wheel's."""
+    if explicit is not None:
+        return explicit, "--onnx"
+    in_repo = repo / MODEL / "1" / "model.onnx"
+    if in_repo.is_file():
+        return in_repo, "model repository"
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")  # no import: it needs shapely etc.
+    if spec and spec.origin:
+        wheel = Path(spec.origin).parent / "models" / WHEEL_MODEL
+        if wheel.is_file():
+            return wheel, "rapidocr-onnxruntime wheel (not yet materialised in the repository)"
+    raise BenchError(f"no {in_repo} and no rapidocr-onnxruntime wheel to take {WHEEL_MODEL} from")
+
+
+def machine_busy_seconds() -> float:
+    """Non-idle CPU seconds of the whole machine since boot (as pa_run.py counts them)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (sum(v[:8]) - v[3] - v[4]) / TICK
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def measure_ort(
+    path: Path, threads: int | None, batches: list[int], seconds: float, warmup: float
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Images/s of one InferenceSession for each batch size; threads=None: ORT's default."""
+    import numpy as np
+    import onnxruntime as ort  # type: ignore[import-untyped]
+
+    so = ort.SessionOptions()
+    if threads is not None:
+        so.intra_op_num_threads = threads
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    inp = sess.get_inputs()[0]
+    if inp.name != INPUT_NAME or len(sess.get_inputs()) != 1:
+        raise BenchError(f"{path}: expected one input named {INPUT_NAME!r}, got "
+                         f"{[(i.name, i.shape) for i in sess.get_inputs()]}")
+    signature = {"input": {"name": inp.name, "shape": inp.shape, "type": inp.type},
+                 "outputs": [{"name": o.name, "shape": o.shape, "type": o.type}
+                             for o in sess.get_outputs()]}
+    config = "default" if threads is None else f"intra_op_num_threads={threads}"
+    rng = np.random.default_rng(0)
+    rows = []
+    for b in batches:
+        feed = {inp.name: rng.random((b, *INPUT_SHAPE), dtype=np.float32)}
+        out = sess.run(None, feed)[0]
+        if out.shape != (b, 2):
+            raise BenchError(f"unexpected output shape {out.shape} for batch {b}")
+        end = time.perf_counter() + warmup
+        while time.perf_counter() < end:
+            sess.run(None, feed)
+        lat: list[float] = []
+        busy0, cpu0, t0 = machine_busy_seconds(), time.process_time(), time.perf_counter()
+        t = t0
+        while t - t0 < seconds or len(lat) < 3:
+            s = time.perf_counter()
+            sess.run(None, feed)
+            t = time.perf_counter()
+            lat.append(t - s)
+        wall, cpu = t - t0, time.process_time() - cpu0
+        others = max(0.0, (machine_busy_seconds() - busy0 - cpu) / wall)
+        rows.append({"session": config, "batch": b, "infer_per_s": round(len(lat) * b / wall, 1),
+                     "batch_ms_p50": round(statistics.median(lat) * 1e3, 3),
+                     "runs": len(lat), "cores": round(cpu / wall, 2),
+                     "other_cores": round(others, 2)})
+        print(f"  ORT {config:24} batch {b:3}: {rows[-1]['infer_per_s']:9.1f} img/s  "
+              f"({rows[-1]['batch_ms_p50']:.2f} ms/batch, {rows[-1]['cores']:.2f} cores; "
+              f"others on the machine: {others:.2f} cores)", flush=True)
+    del sess
+    return rows, signature
+
+
+# --------------------------------------------------------------------------- processes, shm
+
+
+def proc_table() -> dict[int, tuple[int, int]]:
+    """pid -> (ppid, start time in ticks) for every live process."""
+    table = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                table[int(d)] = (int(fields[1]), int(fields[19]))
+            except (OSError, IndexError, ValueError):
+                pass
+    return table
+
+
+def descendants(root: int) -> list[tuple[int, int]]:
+    """(pid, start time) of every live descendant of root; the start time guards PID reuse."""
+    table = proc_table()
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        kids = [p for p, (pp, _) in table.items() if pp == pid]
+        found += [(p, table[p][1]) for p in kids]
+        todo += kids
+    return found
+
+
+def alive(pid: int, start: int) -> bool:
+    info = proc_table().get(pid)  # cheap enough for the handful of processes checked
+    return info is not None and info[1] == start
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+def shm_names() -> set[str]:
+    """/dev/shm entries of ours: segments triton_mp_*, and posix semaphores sem.triton_mp_*."""
+    try:
+        return {n for n in os.listdir("/dev/shm") if "triton_mp" in n}
+    except FileNotFoundError:
+        return set()
+
+
+def shm_in_use(pids: list[int]) -> set[str]:
+    """triton_mp* names under /dev/shm that these processes map or hold open."""
+    used = set()
+    for pid in pids:
+        paths = []
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                paths += [ln.split(None, 5)[-1].strip() for ln in f if "/dev/shm/" in ln]
+        except OSError:
+            pass
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    paths.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            pass
+        for p in paths:
+            if p.startswith("/dev/shm/"):
+                name = p[len("/dev/shm/"):].split(" ")[0]
+                if "triton_mp" in name:
+                    used.add(name)
+    return used
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def kill_tree_leftovers(tree: list[tuple[int, int]], grace: float) -> list[dict[str, Any]]:
+    """Wait up to `grace` s for these processes to end; SIGKILL (by PID) and report the rest."""
+    end = time.monotonic() + grace
+    left = [(p, s) for p, s in tree if alive(p, s)]
+    while left and time.monotonic() < end:
+        time.sleep(0.1)
+        left = [(p, s) for p, s in left if alive(p, s)]
+    report = []
+    for pid, start in left:
+        report.append({"pid": pid, "cmdline": cmdline(pid)})
+        try:
+            if alive(pid, start):
+                os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return report
+
+
+class Server:
+    """`triton-mp start` in its own session, so a Ctrl-C on the bench reaches it only through
+    stop(); its log goes to a file."""
+
+    def __init__(self, args: argparse.Namespace, log_dir: Path, index: int) -> None:
+        self.args = args
+        self.http, self.grpc, self.metrics = free_ports(3)
+        self.url = f"127.0.0.1:{self.grpc}"
+        self.log_path = log_dir / f"triton-mp-round{index}.log"
+        env = dict(os.environ)
+        if args.server_cmd:
+            base = shlex.split(args.server_cmd)
+        elif shutil.which("triton-mp"):
+            base = ["triton-mp", "start"]
+        else:  # not installed: run the checkout's package
+            base = [sys.executable, "-m", "triton_mp", "start"]
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(ROOT / "src")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        self.cmd = base + ["--model-repository", str(args.repository),
+                           "--grpc-port", str(self.grpc), "--http-port", str(self.http),
+                           "--metrics-port", str(self.metrics)]
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.info: dict[str, Any] = {"cmd": shlex.join(self.cmd), "log": str(self.log_path)}
+
+    def start(self) -> None:
+        import tritonclient.grpc as grpcclient  # type: ignore[import-untyped]
+
+        self.shm_before = shm_names()
+        self.shm_seen: set[str] = set()
+        self.tree: list[tuple[int, int]] = []
+        t0 = time.monotonic()
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=self.env,
+                                         start_new_session=True)
+        self.info["pid"] = self.proc.pid
+        client = grpcclient.InferenceServerClient(self.url)
+        try:
+            deadline = t0 + self.args.start_timeout
+            while True:
+                if self.proc.poll() is not None:
+                    raise BenchError(f"triton-mp exited with status {self.proc.returncode} "
+                                     f"during start-up\n{self.log_tail()}")
+                try:
+                    if (client.is_server_ready(client_timeout=1)
+                            and client.is_model_ready(MODEL, client_timeout=1)):
+                        break
+                except Exception:  # not listening yet, or UNAVAILABLE
+                    pass
+                if time.monotonic() > deadline:
+                    raise BenchError(f"triton-mp not ready after {self.args.start_timeout} s"
+                                     f"\n{self.log_tail()}")
+                time.sleep(0.2)
+        finally:
+            client.close()
+        self.info["ready_s"] = round(time.monotonic() - t0, 2)
+        self.snapshot()
+        self.info["processes_when_ready"] = 1 + len(self.tree)
+
+    def snapshot(self) -> None:
+        """Remember the process tree and the shm it uses, to check the stop against."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        tree = descendants(self.proc.pid)
+        known = set(self.tree)
+        self.tree += [t for t in tree if t not in known]
+        self.shm_seen |= shm_in_use([self.proc.pid] + [p for p, _ in tree])
+
+    def stop(self) -> dict[str, Any]:
+        if self.proc is None:
+            return self.info
+        self.snapshot()
+        t0 = time.monotonic()
+        how = "SIGINT"
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(self.args.stop_timeout)
+            except subprocess.TimeoutExpired:
+                how = f"SIGKILL after {self.args.stop_timeout} s"
+                self.proc.kill()
+                self.proc.wait()
+        else:
+            how = "had already exited"
+        self.info.update(stop=how, exit_code=self.proc.returncode,
+                         stop_s=round(time.monotonic() - t0, 2))
+        self.info["leftover_processes"] = kill_tree_leftovers(self.tree, grace=2.0)
+        after = shm_names()
+        self.info["shm_left"] = sorted(after & self.shm_seen)  # held by the server: its own
+        self.info["shm_new_unattributed"] = sorted((after - self.shm_before) - self.shm_seen)
+        self.info["clean"] = (how == "SIGINT" and self.proc.returncode == 0
+                              and not self.info["leftover_processes"]
+                              and not self.info["shm_left"])
+        self.proc = None
+        return self.info
+
+    def log_tail(self, n: int = 20) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(["--- end of " + str(self.log_path)] + lines[-n:])
+
+
+# --------------------------------------------------------------------------- perf_analyzer
+
+
+def load_peers_env(path: Path) -> dict[str, str]:
+    """The environment after sourcing peers.env (PERF_ANALYZER, LD_LIBRARY_PATH for libcudart)."""
+    if not path.is_file():
+        raise BenchError(f"{path} not found: run bash ../shared/bench/install-peers.sh .peers")
+    out = subprocess.run(["bash", "-c", 'set -a; . "$1"; env -0', "_", str(path)],
+                         check=True, capture_output=True).stdout
+    env = dict(kv.split("=", 1) for kv in out.decode().split("\0") if "=" in kv)
+    if not env.get("PERF_ANALYZER") or not os.access(env["PERF_ANALYZER"], os.X_OK):
+        raise BenchError(f"{path} names no executable PERF_ANALYZER")
+    return env
+
+
+def run_pa(args: argparse.Namespace, peers_env: dict[str, str], server: Server, conc: int,
+           jsonl: Path) -> dict[str, Any]:
+    assert server.proc is not None
+    pa = [peers_env["PERF_ANALYZER"], "-i", "grpc", "-u", server.url, "-m", MODEL,
+          "--concurrency-range", str(conc), "-p", str(args.window_ms),
+          "--shape", f"{INPUT_NAME}:{','.join(map(str, INPUT_SHAPE))}"]
+    cmd = [sys.executable, str(args.pa_run), "--label", f"triton-mp ocr_cls c={conc}",
+           "--server-pid", str(server.proc.pid), "--out", str(jsonl),
+           "--attempts", str(args.attempts), "--", *pa]
+    # perf_analyzer needs 3 stable windows; allow it ten, per attempt, plus start-up.
+    timeout = args.attempts * (10 * args.window_ms / 1000 + 60)
+    p = subprocess.Popen(cmd, env=peers_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        tree = descendants(p.pid)  # pa_run and its perf_analyzer: ours, ended by PID
+        p.kill()
+        kill_tree_leftovers(tree, grace=0)
+        p.communicate()
+        return {"concurrency": conc, "rc": None, "error": f"no result after {timeout:.0f} s"}
+    server.snapshot()
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    if not lines:
+        return {"concurrency": conc, "rc": p.returncode,
+                "error": (out + err).strip()[-600:] or "pa_run printed nothing"}
+    rec: dict[str, Any] = json.loads(lines[-1])
+    rec["concurrency"] = conc
+    return rec
+
+
+# --------------------------------------------------------------------------- report
+
+
+def fmt(v: Any, spec: str) -> str:
+    """format(v, spec), or a dash as wide as the spec's width when v is None."""
+    width = re.match(r"\d*", spec).group()  # type: ignore[union-attr]  # \d* always matches
+    return ("-".rjust(int(width)) if width else "-") if v is None else format(v, spec)
+
+
+def ort_table(rows: list[dict[str, Any]]) -> str:
+    sessions = list(dict.fromkeys(r["session"] for r in rows))
+    batches = list(dict.fromkeys(r["batch"] for r in rows))
+    by = {(r["session"], r["batch"]): r for r in rows}
+    head = f"{'batch':>5} | " + " | ".join(f"{s:>32}" for s in sessions)
+    lines = [head, "-" * len(head)]
+    for b in batches:
+        cells = []
+        for s in sessions:
+            r = by.get((s, b))
+            cells.append("-".rjust(32) if r is None else
+                         f"{r['infer_per_s']:>9.1f} img/s {r['batch_ms_p50']:>7.2f} ms "
+                         f"{r['cores']:>4.2f}c")
+        lines.append(f"{b:>5} | " + " | ".join(cells))
+    noisy = [f"{r['session']} b={r['batch']}: {r['other_cores']:.1f}" for r in rows
+             if r.get("other_cores", 0) > 0.3]
+    if noisy:
+        lines.append("WARNING: other processes used CPU meanwhile (cores): " + "; ".join(noisy)
+                     + " - these figures are low; rerun on a quiet machine")
+    return "\n".join(lines)
+
+
+def server_table(summary: list[dict[str, Any]], rounds: int) -> str:
+    head = (f"{'conc':>4} {'infer/s':>9} {'ratio':>6} {'p50 ms':>7} {'p99 ms':>7} "
+            f"{'client c':>8} {'server c':>8} {'busy c':>6} {'queue us':>8} {'compute us':>10} "
+            f"{'batch':>5}")
+    lines = [head, "-" * len(head)]
+    for s in summary:
+        ratio = fmt(s["ratio"], "6.3f")
+        if rounds > 1 and s["ratios"]:
+            ratio += f"  (rounds: {', '.join(format(r, '.3f') for r in s['ratios'])})"
+        lines.append(
+            f"{s['concurrency']:>4} {fmt(s['throughput'], '9.1f')} {ratio:>6} "
+            f"{fmt(s['p50_ms'], '7.2f')} {fmt(s['p99_ms'], '7.2f')} "
+            f"{fmt(s['client_cores'], '8.2f')} {fmt(s['server_cores'], '8.2f')} "
+            f"{fmt(s['machine_cores_busy'], '6.2f')} {fmt(s['server_queue_us'], '8d')} "
+            f"{fmt(s['server_compute_us'], '10d')} {fmt(s['avg_batch'], '5.2f')}"
+            + (f"  ERROR: {s['error']}" if s.get("error") else ""))
+    noisy = [f"c={s['concurrency']}: {others:.1f}" for s in summary
+             if s["machine_cores_busy"] is not None
+             and (others := s["machine_cores_busy"] - s["client_cores"] - s["server_cores"]) > 0.3]
+    if noisy:
+        lines.append("WARNING: other processes used CPU meanwhile (cores): " + "; ".join(noisy))
+    return "\n".join(lines)
+
+
+def med(values: list[Any]) -> Any:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return None
+    m = statistics.median(vals)
+    return type(vals[0])(m) if isinstance(vals[0], int) else m
+
+
+def summarise(rounds: list[dict[str, Any]], concs: list[int]) -> dict[str, Any]:
+    best = [r["ort_best"]["infer_per_s"] for r in rounds if r.get("ort_best")]
+    per_c = []
+    for c in concs:
+        recs = [rec for r in rounds for rec in r.get("triton_mp", []) if rec["concurrency"] == c]
+        ok = [rec for rec in recs if rec.get("throughput") is not None]
+        errors = [rec.get("error", "failed") for rec in recs if rec.get("throughput") is None]
+        row: dict[str, Any] = {"concurrency": c, "rounds_ok": len(ok),
+                               "ratios": [rec["ratio"] for rec in ok]}
+        row["ratio"] = round(statistics.median(row["ratios"]), 3) if ok else None
+        row["throughput"] = med([rec["throughput"] for rec in ok])
+        for k in ("client_cores", "server_cores", "machine_cores_busy", "server_queue_us",
+                  "server_compute_us", "avg_batch"):
+            row[k] = med([rec.get(k) for rec in ok])
+        row["p50_ms"] = None if not ok else med([rec["p50_us"] for rec in ok]) / 1000
+        row["p99_ms"] = None if not ok else med([rec["p99_us"] for rec in ok]) / 1000
+        if errors:
+            row["error"] = errors[-1].splitlines()[-1][-200:] if errors[-1] else "failed"
+        per_c.append(row)
+    return {"ort_best_infer_per_s": med(best), "per_concurrency": per_c}
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repository", type=Path, default=ROOT / "model_repository",
+                    help="model repository served by triton-mp (default: %(default)s)")
+    ap.add_argument("--peers-env", type=Path, default=ROOT / ".peers" / "peers.env",
+                    help="env file written by install-peers.sh (default: %(default)s)")
+    ap.add_argument("--json", type=Path, help="write all results here as JSON")
+    ap.add_argument("--quick", action="store_true",
+                    help="short windows (ORT 0.5 s per point, perf_analyzer -p 1000, 1 attempt):"
+                         " a smoke test, not a measurement")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="alternate raw ORT and triton-mp this many times; the ratio reported is "
+                         "the median over rounds (default: %(default)s; use 3+ for a figure that "
+                         "holds on a noisy machine)")
+    ap.add_argument("--concurrency", default="1,8,32", help="default: %(default)s")
+    ap.add_argument("--batch-sizes", default="1,2,4,8,16,32", help="raw ORT; default: %(default)s")
+    ap.add_argument("--ort-only", action="store_true", help="measure raw onnxruntime only")
+    ap.add_argument("--onnx", type=Path,
+                    help="ONNX file for raw ORT (default: the repository's ocr_cls/1/model.onnx, "
+                         "else the rapidocr-onnxruntime wheel's copy)")
+    ap.add_argument("--server-cmd",
+                    help="command that starts the server, before --model-repository etc. "
+                         "(default: 'triton-mp start', else 'python -m triton_mp start' with "
+                         "src/ on PYTHONPATH)")
+    ap.add_argument("--pa-run", type=Path, default=DEFAULT_PA_RUN, help="default: %(default)s")
+    ap.add_argument("--start-timeout", type=float, default=120.0)
+    ap.add_argument("--stop-timeout", type=float, default=30.0)
+    a = ap.parse_args(argv)
+    a.concurrency = [int(x) for x in a.concurrency.split(",")]
+    a.batch_sizes = [int(x) for x in a.batch_sizes.split(",")]
+    a.repository = a.repository.resolve()
+    a.window_ms = 1000 if a.quick else 3000
+    a.attempts = 1 if a.quick else 3
+    a.ort_seconds, a.ort_warmup = (0.5, 0.2) if a.quick else (3.0, 0.5)
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import numpy
+    import onnxruntime
+
+    cpus = len(os.sched_getaffinity(0))
+    result: dict[str, Any] = {
+        "benchmark": "ocr_cls: triton-mp vs raw onnxruntime",
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": {"node": platform.node(), "cpus_usable": cpus, "cpu_count": os.cpu_count(),
+                 "python": platform.python_version(), "onnxruntime": onnxruntime.__version__,
+                 "numpy": numpy.__version__},
+        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "rounds": [],
+    }
+    ok = True
+    try:
+        onnx, source = locate_model(args.repository, args.onnx)
+        result["model"] = {"path": str(onnx), "source": source, "sha256": sha256(onnx)}
+        print(f"raw onnxruntime {onnxruntime.__version__} on {onnx} ({source}), {cpus} CPUs",
+              flush=True)
+        peers_env = None if args.ort_only else load_peers_env(args.peers_env)
+        if not args.ort_only and not args.pa_run.is_file():
+            raise BenchError(f"{args.pa_run} not found (--pa-run)")
+        log_dir = Path(tempfile.mkdtemp(prefix="bench_ocr_cls."))
+        jsonl = log_dir / "pa_runs.jsonl"
+        for i in range(1, args.rounds + 1):
+            rnd: dict[str, Any] = {"round": i}
+            result["rounds"].append(rnd)
+            print(f"round {i}/{args.rounds}: raw onnxruntime", flush=True)
+            rows = []
+            for threads in (None, 1):
+                r, sig = measure_ort(onnx, threads, args.batch_sizes, args.ort_seconds,
+                                     args.ort_warmup)
+                rows += r
+            result["model"]["signature"] = sig
+            rnd["ort"] = rows
+            rnd["ort_best"] = max(rows, key=lambda r: r["infer_per_s"])
+            if args.ort_only:
+                continue
+            assert peers_env is not None
+            server = Server(args, log_dir, i)
+            rnd["server"] = server.info
+            rnd["triton_mp"] = []
+            print(f"round {i}/{args.rounds}: {server.info['cmd']}", flush=True)
+            try:
+                server.start()
+                print(f"  ready after {server.info['ready_s']} s, "
+                      f"{server.info['processes_when_ready']} processes", flush=True)
+                for c in args.concurrency:
+                    rec = run_pa(args, peers_env, server, c, jsonl)
+                    if rec.get("throughput") is not None:
+                        rec["ratio"] = round(rec["throughput"] / rnd["ort_best"]["infer_per_s"], 3)
+                        print(f"  c={c}: {rec['throughput']:.1f} infer/s, ratio {rec['ratio']:.3f}"
+                              f", p50 {rec['p50_us'] / 1000:.2f} ms", flush=True)
+                    else:
+                        ok = False
+                        print(f"  c={c}: FAILED: {rec.get('error', '')[-300:]}", flush=True)
+                    rnd["triton_mp"].append(rec)
+            except BenchError as e:
+                ok = False
+                rnd["error"] = str(e)
+                print(f"  ERROR: {e}", flush=True)
+            finally:
+                info = server.stop()
+                print(f"  stopped: {info.get('stop')}, exit {info.get('exit_code')}, "
+                      f"leftover processes {len(info.get('leftover_processes', []))}, "
+                      f"shm left {info.get('shm_left')}", flush=True)
+                if info.get("shm_new_unattributed"):
+                    print(f"  note: new /dev/shm entries not seen in the server's processes "
+                          f"(another test?): {info['shm_new_unattributed']}", flush=True)
+                ok = ok and bool(info.get("clean"))
+                if not info.get("clean"):
+                    print(server.log_tail(), flush=True)
+            if "error" in rnd:
+                break  # a server that does not start will not start next round either
+    except BenchError as e:
+        ok = False
+        result["error"] = str(e)
+        print(f"ERROR: {e}", file=sys.stderr, flush=True)
+
+    result["summary"] = summarise(result["rounds"], args.concurrency)
+    result["ok"] = ok
+    last = result["rounds"][-1] if result["rounds"] else None
+    if last and last.get("ort"):
+        print(f"\nraw onnxruntime, ocr_cls [N,3,48,192] float32, {cpus} CPUs "
+              f"(round {last['round']}; img/s, median ms per batch, cores used)")
+        print(ort_table(last["ort"]))
+        b = last["ort_best"]
+        print(f"raw ORT best batched: {b['infer_per_s']:.1f} img/s ({b['session']}, batch "
+              f"{b['batch']})" + (f"; median over {len(result['rounds'])} rounds: "
+                                  f"{result['summary']['ort_best_infer_per_s']:.1f}"
+                                  if len(result["rounds"]) > 1 else ""))
+    if not args.ort_only and result["rounds"]:
+        print(f"\ntriton-mp, perf_analyzer -i grpc -p {args.window_ms} (medians over "
+              f"{len(result['rounds'])} round(s)); ratio = infer/s / raw ORT best batched; "
+              f"cores: client = perf_analyzer, server = triton-mp's process tree, "
+              f"busy = whole machine")
+        print(server_table(result["summary"]["per_concurrency"], len(result["rounds"])))
+        for r in result["rounds"]:
+            if r.get("error"):
+                print(f"round {r['round']}: {r['error'].splitlines()[0]} "
+                      f"(log: {r['server']['log']})")
+            srv = r.get("server", {})
+            if "clean" in srv and not srv["clean"] and "pid" in srv and "ready_s" in srv:
+                print(f"round {r['round']}: server stop NOT clean: {srv['stop']}, exit "
+                      f"{srv['exit_code']}, leftover processes "
+                      f"{[p['cmdline'][:60] for p in srv['leftover_processes']]}, "
+                      f"/dev/shm left {srv['shm_left']}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"\nwrote {args.json}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
