@@ -107,9 +107,18 @@ class ArenaAllocator:
             arena ``i`` is ``<prefix>_a<i>``.
         arena_bytes: size of the first arena and the minimum size of later ones.
         max_total_bytes: budget over all arenas of this owner.
+        cache: when given, every new arena is registered in it, so the owner's own reads
+            and frees go through the same cache as the segments it attaches.
     """
 
-    def __init__(self, name_prefix: str, arena_bytes: int, max_total_bytes: int) -> None:
+    def __init__(
+        self,
+        name_prefix: str,
+        arena_bytes: int,
+        max_total_bytes: int,
+        cache: SegmentCache | None = None,
+    ) -> None:
+        self._cache = cache
         self._prefix = name_prefix
         self._arena_bytes = arena_bytes
         self._max_total_bytes = max_total_bytes
@@ -141,6 +150,8 @@ class ArenaAllocator:
         _ARENA_HEADER.pack_into(seg.buf, 0, ARENA_MAGIC, 1, size - ARENA_HEADER_BYTES)
         arena = _Arena(seg)
         self._arenas.append(arena)
+        if self._cache is not None:
+            self._cache.add(seg)
         self._total_bytes += size
         off = arena.try_alloc(block_bytes)
         assert off is not None

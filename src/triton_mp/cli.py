@@ -1,0 +1,132 @@
+"""``triton-mp`` command line: ``start`` (serve a model repository).
+
+Imported by the console script. Parses flags with ``tritonserver``'s names and defaults into
+a frozen ``ServerConfig`` and hands it to the supervisor; no serving logic lives here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import msgspec
+
+from triton_mp.config import ServerConfig
+from triton_mp.errors import TritonMPError
+from triton_mp.log import configure_logging
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
+"""The project's own repository (a source checkout or an editable install)."""
+
+_TRUE = {"true", "on", "1", "yes"}
+_FALSE = {"false", "off", "0", "no"}
+
+
+def _bool(text: str) -> bool:
+    low = text.lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (true/false/on/off/1/0), got '{text}'")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every sub-command."""
+    parser = argparse.ArgumentParser(prog="triton-mp", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    start = sub.add_parser("start", help="serve a Triton model repository")
+    start.add_argument("--model-repository", "--model-store", dest="model_repository",
+                       default=None, help="model repository directory (default: the project's "
+                       "model_repository/)")
+    start.add_argument("--grpc-address", default="0.0.0.0")
+    start.add_argument("--grpc-port", type=int, default=8001)
+    start.add_argument("--http-address", default="0.0.0.0")
+    start.add_argument("--http-port", type=int, default=8000,
+                       help="accepted for compatibility; HTTP/REST is not served yet")
+    start.add_argument("--metrics-port", type=int, default=8002,
+                       help="accepted for compatibility; metrics are not served yet")
+    start.add_argument("--frontend-processes", type=int, default=1,
+                       help="gRPC frontend processes sharing the port (SO_REUSEPORT)")
+    start.add_argument("--model-control-mode", type=str.lower, default="none",
+                       choices=["none", "poll", "explicit"])
+    start.add_argument("--load-model", action="append", default=[], dest="load_models")
+    start.add_argument("--exit-timeout-secs", type=float, default=30.0)
+    start.add_argument("--log-verbose", type=int, default=0)
+    start.add_argument("--log-format", choices=["console", "json"], default="console")
+    start.add_argument("--id", default="triton", dest="server_id_name")
+    start.add_argument("--disable-auto-complete-config", action="store_true")
+    start.add_argument("--strict-model-config", type=_bool, default=False)
+    start.add_argument("--backend-config", action="append", default=[],
+                       help="<backend>,<key>=<value>; onnxruntime,default-max-batch-size=N")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    """Validate parsed ``start`` flags into a ``ServerConfig``.
+
+    Raises:
+        TritonMPError: a flag combination Triton rejects too.
+    """
+    if args.load_models and args.model_control_mode != "explicit":
+        raise TritonMPError(
+            "Error: Use of '--load-model' requires setting '--model-control-mode=explicit' as well."
+        )
+    default_mbs = 4
+    for item in args.backend_config:
+        backend, _, kv = item.partition(",")
+        key, _, value = kv.partition("=")
+        if backend == "onnxruntime" and key == "default-max-batch-size":
+            default_mbs = int(value)
+    repo = Path(args.model_repository) if args.model_repository else DEFAULT_REPOSITORY
+    try:
+        return msgspec.convert(
+            {
+                "model_repository": str(repo),
+                "grpc_address": args.grpc_address,
+                "grpc_port": args.grpc_port,
+                "http_address": args.http_address,
+                "http_port": args.http_port,
+                "metrics_port": args.metrics_port,
+                "frontend_processes": args.frontend_processes,
+                "model_control_mode": args.model_control_mode,
+                "load_models": tuple(args.load_models),
+                "exit_timeout_s": args.exit_timeout_secs,
+                "log_verbose": args.log_verbose,
+                "log_format": args.log_format,
+                "server_id_name": args.server_id_name,
+                "auto_complete": not (args.disable_auto_complete_config or args.strict_model_config),
+                "default_max_batch_size": default_mbs,
+            },
+            ServerConfig,
+        )
+    except msgspec.ValidationError as e:
+        raise TritonMPError(f"invalid flag: {e}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``triton-mp`` console script."""
+    args = build_parser().parse_args(argv)
+    if args.command == "start":
+        configure_logging("supervisor", "", args.log_verbose, args.log_format)
+        try:
+            config = config_from_args(args)
+            if args.model_repository is None:
+                from triton_mp.assets import materialise_ocr_models
+
+                materialise_ocr_models(config.repository_path)
+            from triton_mp.supervisor import Supervisor
+
+            return Supervisor(config).run()
+        except TritonMPError as e:
+            log.error("%s", e.message)
+            return 1
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""Frozen configuration and process specs: validated once at the edge, then passed down.
+
+Imported by the CLI and supervisor (which build them) and by every role's ``main`` (which
+decode their own spec). Children receive their spec as msgpack bytes (``ipc.codec``) and
+never re-read flags, environment variables or config.pbtxt. Fields carry their units.
+Every field is restart-required: nothing here is hot-reloaded yet.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+Port = Annotated[int, Meta(ge=0, le=65535)]
+
+
+class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """``triton-mp start`` flags (names and defaults follow ``tritonserver``'s)."""
+
+    model_repository: str
+    """``--model-repository``: the Triton model repository directory."""
+    grpc_address: str = "0.0.0.0"
+    grpc_port: Port = 8001
+    http_address: str = "0.0.0.0"
+    http_port: Port = 8000
+    """Accepted for compatibility; HTTP/REST is not served yet."""
+    metrics_port: Port = 8002
+    """Accepted for compatibility; metrics are not served yet."""
+    frontend_processes: Annotated[int, Meta(ge=1, le=64)] = 1
+    model_control_mode: Literal["none", "poll", "explicit"] = "none"
+    load_models: tuple[str, ...] = ()
+    exit_timeout_s: Annotated[float, Meta(ge=0)] = 30.0
+    log_verbose: Annotated[int, Meta(ge=0)] = 0
+    log_format: Literal["console", "json"] = "console"
+    server_id_name: str = "triton"
+    """``--id``: the name ServerMetadata reports."""
+    auto_complete: bool = True
+    """False with ``--disable-auto-complete-config`` or ``--strict-model-config=true``."""
+    default_max_batch_size: Annotated[int, Meta(ge=0)] = 4
+    """``--backend-config=onnxruntime,default-max-batch-size=N``."""
+    startup_timeout_s: Annotated[float, Meta(gt=0)] = 120.0
+    """How long each child may take to report ready."""
+    input_arena_bytes: Annotated[int, Meta(ge=1 << 16)] = 64 << 20
+    """First input arena of each frontend; later arenas grow as needed."""
+    output_arena_bytes: Annotated[int, Meta(ge=1 << 16)] = 64 << 20
+    """First output arena of each worker."""
+    arena_budget_bytes: Annotated[int, Meta(ge=1 << 20)] = 4 << 30
+    """Upper bound on the arenas of one process."""
+    ring_bytes: Annotated[int, Meta(ge=1 << 12)] = 4 << 20
+    """Data area of each descriptor ring."""
+
+    @property
+    def repository_path(self) -> Path:
+        """``model_repository`` as a Path."""
+        return Path(self.model_repository)
+
+
+class TensorSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """One input or output of a model, from its effective config."""
+
+    name: str
+    datatype: str
+    """Protocol datatype string (``FP32``, ``BYTES``, ...)."""
+    dims: tuple[int, ...]
+    """Config ``dims`` without the batch dimension; -1 = any size."""
+    reshape: tuple[int, ...] | None = None
+    """Config ``reshape.shape`` (what the backend sees, without batch); None = no reshape."""
+    optional: bool = False
+    allow_ragged_batch: bool = False
+
+
+class BatchingSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """The scheduling choice of a model (``dynamic_batching`` or the default scheduler)."""
+
+    kind: Literal["default", "dynamic"] = "default"
+    max_batch_size: int = 0
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_delay_us: int = 0
+    preserve_ordering: bool = False
+
+
+class InstanceSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """One model instance: one worker process."""
+
+    instance_id: int
+    """Dense id over the whole server; indexes the scheduler's worker channels."""
+    name: str
+    """Triton's instance name, ``<group name>_<index>``."""
+    model: str
+    version: int
+    kind: Literal["KIND_CPU", "KIND_GPU", "KIND_MODEL"] = "KIND_CPU"
+    gpu_id: int = -1
+
+
+class ModelVersionSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """What the scheduler and workers need to know about one loaded model version."""
+
+    model: str
+    version: int
+    backend: str
+    model_file: str
+    """Absolute path of the backend's file (model.onnx, model.py, model.plan)."""
+    max_batch_size: int
+    batching: BatchingSpec
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    instance_ids: tuple[int, ...]
+    config_json: str = "{}"
+    """Effective ModelConfig in Triton's JSON form (python backend's ``args``)."""
+
+    @property
+    def enforced_inputs(self) -> tuple[str, ...]:
+        """Inputs whose shapes must match for requests to share a batch."""
+        return tuple(t.name for t in self.inputs if -1 in t.dims and not t.allow_ragged_batch)
+
+
+class ChannelSpec(msgspec.Struct, frozen=True, array_like=True):
+    """A producer's end of a channel: the ring and the consumer's semaphore."""
+
+    ring: str
+    semaphore: str
+
+
+class InboxSpec(msgspec.Struct, frozen=True, array_like=True):
+    """A consumer's end: its semaphore and every ring that leads to it."""
+
+    semaphore: str
+    rings: tuple[str, ...]
+
+
+class LogSpec(msgspec.Struct, frozen=True, array_like=True):
+    """Logging settings every child applies."""
+
+    verbose: int = 0
+    format: Literal["console", "json"] = "console"
+
+
+class SchedulerSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything the scheduler process needs."""
+
+    models: tuple[ModelVersionSpec, ...]
+    inbox: InboxSpec
+    to_workers: dict[int, ChannelSpec]
+    """Per instance id."""
+    to_frontends: dict[int, ChannelSpec]
+    """Per frontend id."""
+    log: LogSpec
+
+
+class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything one worker process needs."""
+
+    instance: InstanceSpec
+    model: ModelVersionSpec
+    inbox: InboxSpec
+    to_scheduler: ChannelSpec
+    to_frontends: dict[int, ChannelSpec]
+    arena_prefix: str
+    arena_bytes: int
+    arena_budget_bytes: int
+    log: LogSpec
+
+
+class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """The frontend's view of one model in the repository."""
+
+    name: str
+    config: bytes
+    """Serialized effective ``inference.ModelConfig`` (empty when it failed to load)."""
+    ready_versions: tuple[int, ...]
+    failed_versions: tuple[int, ...] = ()
+    reason: str = ""
+    """Why the model (or a version) is UNAVAILABLE."""
+
+
+class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything one frontend process needs."""
+
+    frontend_id: int
+    grpc_address: str
+    grpc_port: int
+    server_name: str
+    models: tuple[ModelEntry, ...]
+    inbox: InboxSpec
+    to_scheduler: ChannelSpec
+    arena_prefix: str
+    arena_bytes: int
+    arena_budget_bytes: int
+    exit_timeout_s: float
+    model_control_mode: str
+    log: LogSpec

@@ -1,0 +1,111 @@
+"""Triton datatypes and numpy: dtype mapping, byte sizes, BYTES tensor (de)serialisation.
+
+Imported by the frontend (request validation, typed contents) and the workers (views over
+arenas). No gRPC, no shared memory here.
+
+BYTES tensors travel serialised as Triton does on the wire: for each element, a
+little-endian ``u32`` length followed by that many bytes, elements in row-major order.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+NUMPY_DTYPES: dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+    "BYTES": np.dtype(np.object_),
+}
+"""Protocol datatype string -> numpy dtype (BF16 has none)."""
+
+ELEMENT_BYTES: dict[str, int] = {
+    k: v.itemsize for k, v in NUMPY_DTYPES.items() if k != "BYTES"
+} | {"BF16": 2}
+"""Bytes per element of fixed-size datatypes (BYTES is variable)."""
+
+_BY_KIND = {
+    (v.kind, v.itemsize): k for k, v in NUMPY_DTYPES.items() if k not in ("BYTES",)
+}
+_U32 = struct.Struct("<I")
+
+
+def protocol_of(dtype: np.dtype) -> str:
+    """The protocol datatype string of a numpy dtype.
+
+    Raises:
+        ValueError: numpy dtype with no Triton datatype (complex, datetime, ...).
+    """
+    if dtype.kind in ("O", "S", "U"):
+        return "BYTES"
+    try:
+        return _BY_KIND[(dtype.kind, dtype.itemsize)]
+    except KeyError:
+        raise ValueError(f"numpy dtype {dtype} has no Triton datatype") from None
+
+
+def element_count(shape: tuple[int, ...] | list[int]) -> int:
+    """Number of elements of a shape (1 for a scalar shape ``()``)."""
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def serialize_bytes_tensor(arr: np.ndarray) -> bytes:
+    """Serialise a BYTES tensor (object/bytes/str array) to Triton's length-prefixed form."""
+    parts = []
+    for item in arr.reshape(-1):
+        b = item if isinstance(item, bytes) else str(item).encode("utf-8")
+        parts.append(_U32.pack(len(b)))
+        parts.append(b)
+    return b"".join(parts)
+
+
+def bytes_tensor_elements(buf: memoryview | bytes) -> int | None:
+    """How many elements a serialised BYTES buffer holds; None when it is malformed."""
+    n = 0
+    pos = 0
+    end = len(buf)
+    while pos < end:
+        if pos + 4 > end:
+            return None
+        (length,) = _U32.unpack_from(buf, pos)
+        pos += 4 + length
+        if pos > end:
+            return None
+        n += 1
+    return n
+
+
+def deserialize_bytes_tensor(buf: memoryview | bytes, shape: tuple[int, ...]) -> np.ndarray:
+    """A numpy object array of ``bytes`` from Triton's serialised BYTES form.
+
+    Raises:
+        ValueError: the buffer does not hold exactly ``prod(shape)`` elements.
+    """
+    count = element_count(shape)
+    out = np.empty(count, dtype=np.object_)
+    pos = 0
+    mv = memoryview(buf)
+    for i in range(count):
+        if pos + 4 > len(mv):
+            raise ValueError(f"BYTES tensor holds fewer than {count} elements")
+        (length,) = _U32.unpack_from(mv, pos)
+        pos += 4
+        out[i] = bytes(mv[pos : pos + length])
+        pos += length
+    if pos != len(mv):
+        raise ValueError(f"BYTES tensor holds more than {count} elements")
+    return out.reshape(shape)

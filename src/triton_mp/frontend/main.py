@@ -1,0 +1,120 @@
+"""The frontend process: gRPC in, descriptors to the scheduler, answers back to clients.
+
+``run_frontend`` is the process entry. Several frontends may share one port
+(``SO_REUSEPORT``, grpc's default on Linux); each has its own input arena, its own inbox
+and its own ring to the scheduler.
+
+Threads: the asyncio loop runs the gRPC server and every handler; one reader thread blocks
+on the inbox semaphore, drains the rings and hands each drained list to the loop.
+SIGTERM (from the supervisor) starts a drain: new requests are refused, accepted ones are
+answered for up to ``exit_timeout_s``, then the process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+from multiprocessing.connection import Connection
+
+import grpc
+
+from triton_mp._proto import grpc_service_pb2_grpc as pb_grpc
+from triton_mp._proto import health_pb2_grpc
+from triton_mp.config import FrontendSpec
+from triton_mp.frontend.models import ModelTable
+from triton_mp.frontend.pending import PendingTable
+from triton_mp.frontend.servicer import HealthServicer, InferenceServicer
+from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender
+from triton_mp.ipc.codec import Decoder
+from triton_mp.ipc.messages import ToFrontend
+from triton_mp.log import configure_logging
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 2**31 - 1
+"""gRPC send/receive limit, as Triton's (INT32_MAX)."""
+
+
+def _reader(inbox: Inbox[ToFrontend], loop: asyncio.AbstractEventLoop, pending: PendingTable,
+            stop: threading.Event) -> None:
+    while not stop.is_set():
+        inbox.wait(None)
+        msgs = inbox.drain()
+        if msgs:
+            loop.call_soon_threadsafe(pending.deliver, msgs)
+
+
+async def serve(spec: FrontendSpec, ready: Connection) -> int:
+    """Run the gRPC server until SIGTERM, then drain. Returns the exit status."""
+    loop = asyncio.get_running_loop()
+    inbox: Inbox[ToFrontend] = Inbox(spec.inbox.semaphore, spec.inbox.rings, ToFrontend)
+    to_scheduler = Sender(spec.to_scheduler.ring, spec.to_scheduler.semaphore)
+    cache = SegmentCache()
+    arena = ArenaAllocator(spec.arena_prefix, spec.arena_bytes, spec.arena_budget_bytes, cache)
+    pending = PendingTable(cache)
+    models = ModelTable(spec.models)
+
+    servicer = InferenceServicer(
+        frontend_id=spec.frontend_id,
+        server_name=spec.server_name,
+        models=models,
+        arena=arena,
+        cache=cache,
+        pending=pending,
+        send_scheduler=to_scheduler.send_bytes,
+        model_control_mode=spec.model_control_mode,
+    )
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 1),
+        ]
+    )
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
+    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(servicer, models), server)
+    address = f"{spec.grpc_address}:{spec.grpc_port}"
+    port = server.add_insecure_port(address)
+    if port == 0:
+        ready.send_bytes(f"error:failed to bind gRPC address {address}".encode())
+        return 1
+    await server.start()
+
+    stop = threading.Event()
+    reader = threading.Thread(
+        target=_reader, args=(inbox, loop, pending, stop), name="inbox-reader", daemon=True
+    )
+    reader.start()
+    stopping = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stopping.set)
+    ready.send_bytes(b"ready")
+    log.info("gRPC frontend listening on %s", address)
+    await stopping.wait()
+
+    log.info("draining: %d requests in flight, up to %.1f s", len(pending), spec.exit_timeout_s)
+    servicer.draining = True
+    await server.stop(grace=spec.exit_timeout_s)
+    stop.set()
+    inbox.wake()
+    reader.join(timeout=5)
+    arena.close_and_unlink()
+    log.info("frontend stopped")
+    return 0
+
+
+def run_frontend(spec_bytes: bytes, ready: Connection) -> int:
+    """Process entry of a frontend.
+
+    Args:
+        spec_bytes: a msgpack-encoded ``FrontendSpec``.
+        ready: receives ``b"ready"`` once the port is bound, or ``b"error:<text>"``.
+
+    Returns:
+        The exit status (0 after a clean drain).
+    """
+    spec = Decoder(FrontendSpec).decode(spec_bytes)
+    configure_logging("frontend", str(spec.frontend_id), spec.log.verbose, spec.log.format)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return asyncio.run(serve(spec, ready))

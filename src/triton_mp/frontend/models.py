@@ -1,0 +1,136 @@
+"""The frontend's table of models: effective configs, versions and states.
+
+Imported by the frontend only. Built from ``FrontendSpec.models``; answers name/version
+resolution with Triton's messages (core ``model_repository_manager.cc``, triton.md §4.9).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from triton_mp._proto import model_config_pb2 as mc
+from triton_mp.config import ModelEntry
+from triton_mp.errors import InvalidRequest, ModelNotFound, ModelUnavailable
+
+DATATYPE_NAMES = {
+    mc.TYPE_BOOL: "BOOL",
+    mc.TYPE_UINT8: "UINT8",
+    mc.TYPE_UINT16: "UINT16",
+    mc.TYPE_UINT32: "UINT32",
+    mc.TYPE_UINT64: "UINT64",
+    mc.TYPE_INT8: "INT8",
+    mc.TYPE_INT16: "INT16",
+    mc.TYPE_INT32: "INT32",
+    mc.TYPE_INT64: "INT64",
+    mc.TYPE_FP16: "FP16",
+    mc.TYPE_FP32: "FP32",
+    mc.TYPE_FP64: "FP64",
+    mc.TYPE_STRING: "BYTES",
+    mc.TYPE_BF16: "BF16",
+}
+"""ModelConfig DataType -> protocol datatype string."""
+
+
+@dataclass(frozen=True, slots=True)
+class IOSpec:
+    """One input or output of a model as the frontend validates it."""
+
+    name: str
+    datatype: str
+    dims: tuple[int, ...]
+    optional: bool
+
+
+@dataclass(frozen=True)
+class Model:
+    """One model in the repository, as the frontend knows it."""
+
+    name: str
+    config: mc.ModelConfig
+    ready_versions: tuple[int, ...]
+    failed_versions: tuple[int, ...]
+    reason: str
+    inputs: dict[str, IOSpec]
+    outputs: dict[str, IOSpec]
+
+    @property
+    def max_batch_size(self) -> int:
+        """``max_batch_size`` of the effective config."""
+        return int(self.config.max_batch_size)
+
+    @property
+    def platform(self) -> str:
+        """What ModelMetadata reports: config.platform, else config.backend."""
+        return self.config.platform or self.config.backend
+
+
+def _io(t: mc.ModelInput | mc.ModelOutput, optional: bool) -> IOSpec:
+    return IOSpec(t.name, DATATYPE_NAMES.get(t.data_type, "INVALID"), tuple(t.dims), optional)
+
+
+class ModelTable:
+    """Name and version resolution over the models a frontend serves."""
+
+    def __init__(self, entries: tuple[ModelEntry, ...]) -> None:
+        self._models: dict[str, Model] = {}
+        for e in entries:
+            cfg = mc.ModelConfig.FromString(e.config) if e.config else mc.ModelConfig(name=e.name)
+            self._models[e.name] = Model(
+                name=e.name,
+                config=cfg,
+                ready_versions=tuple(sorted(e.ready_versions)),
+                failed_versions=tuple(sorted(e.failed_versions)),
+                reason=e.reason,
+                inputs={t.name: _io(t, t.optional) for t in cfg.input},
+                outputs={t.name: _io(t, False) for t in cfg.output},
+            )
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._models.values())
+
+    def all_ready(self) -> bool:
+        """Strict readiness: every model has at least one ready version and none failed."""
+        return all(m.ready_versions and not m.failed_versions for m in self._models.values())
+
+    def get(self, name: str) -> Model:
+        """The model called ``name``.
+
+        Raises:
+            ModelNotFound: "Request for unknown model: '<m>' is not found".
+        """
+        model = self._models.get(name)
+        if model is None:
+            raise ModelNotFound(f"Request for unknown model: '{name}' is not found")
+        return model
+
+    def resolve(self, name: str, version: str) -> tuple[Model, int]:
+        """The model and the concrete version a request addresses ("" = latest ready).
+
+        Raises:
+            ModelNotFound: unknown model or version, or no version available.
+            ModelUnavailable: the version exists but failed to load.
+            InvalidRequest: the version string is not a non-negative integer.
+        """
+        model = self.get(name)
+        if not version:
+            if not model.ready_versions:
+                raise ModelNotFound(
+                    f"Request for unknown model: '{name}' has no available versions"
+                )
+            return model, model.ready_versions[-1]
+        try:
+            v = int(version)
+        except ValueError:
+            raise InvalidRequest(
+                f"failed to get model version from specified version string '{version}' "
+                "(details: expecting a non-negative integer)"
+            ) from None
+        if v < 0:
+            raise InvalidRequest(f"invalid model version specified '{version}'")
+        if v in model.ready_versions:
+            return model, v
+        if v in model.failed_versions:
+            raise ModelUnavailable(
+                f"Request for unknown model: '{name}' version {v} is not at ready state"
+            )
+        raise ModelNotFound(f"Request for unknown model: '{name}' version {v} is not found")

@@ -1,0 +1,304 @@
+"""ModelInferRequest validation and tensor bytes in and out of shared memory.
+
+Imported by the frontend only. ``validate_request`` applies Triton's request rules (core
+``infer_request.cc`` Normalize, server ``infer_handler.cc``; triton.md §1.2, §4.3, §4.9)
+and returns where each input's bytes are; ``write_inputs`` copies them into one block of
+the frontend's input arena (the single host copy of the request path); ``read_outputs``
+copies a worker's output block into the gRPC response (the single copy of the reply path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from triton_mp._proto import grpc_service_pb2 as pb
+from triton_mp.dtypes import ELEMENT_BYTES, NUMPY_DTYPES, bytes_tensor_elements, element_count
+from triton_mp.errors import InvalidRequest, TritonMPError
+from triton_mp.frontend.models import Model
+from triton_mp.ipc import ArenaAllocator, BlockRef, TensorRef
+from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES
+
+_ALIGN = 64
+
+_TYPED_FIELD = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+"""Datatype -> the InferTensorContents field that carries it (FP16/BF16: raw only)."""
+
+_RESERVED_PARAMS = {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout"}
+
+
+@dataclass(frozen=True, slots=True)
+class ValidInput:
+    """One validated input: its name, datatype, full shape and bytes."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    data: bytes | memoryview
+
+
+@dataclass(frozen=True, slots=True)
+class ValidRequest:
+    """A request that passed validation (nothing written to shared memory yet)."""
+
+    model: Model
+    version: int
+    batch_size: int
+    inputs: tuple[ValidInput, ...]
+    outputs: tuple[str, ...]
+    priority: int
+    timeout_us: int
+
+
+def _fmt_shape(shape: Sequence[int]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _dims_match(dims: Sequence[int], shape: Sequence[int]) -> bool:
+    return len(dims) == len(shape) and all(d == -1 or d == s for d, s in zip(dims, shape, strict=True))
+
+
+def _int_param(p: pb.InferParameter, key: str, rid: str) -> int:
+    which = p.WhichOneof("parameter_choice")
+    if which == "int64_param" and p.int64_param >= 0:
+        return int(p.int64_param)
+    if which == "uint64_param":
+        return int(p.uint64_param)
+    raise InvalidRequest(f"{rid}invalid value for '{key}' parameter: expected a non-negative integer")
+
+
+def _typed_contents(
+    t: pb.ModelInferRequest.InferInputTensor, datatype: str, model: str, count: int
+) -> bytes:
+    field = _TYPED_FIELD.get(datatype)
+    if field is None:
+        raise InvalidRequest(
+            f"unable to find data for input tensor '{t.name}' for model '{model}' in request: "
+            f"{datatype} data can only be sent in raw_input_contents"
+        )
+    for other in set(_TYPED_FIELD.values()) - {field}:
+        if len(getattr(t.contents, other)):
+            raise InvalidRequest(
+                f"unexpected explicit tensor data for input tensor '{t.name}' for model "
+                f"'{model}' of type '{other.removesuffix('_contents')}', expected datatype "
+                f"'{datatype}'"
+            )
+    values = getattr(t.contents, field)
+    if len(values) != count:
+        raise InvalidRequest(
+            f"unexpected number of elements in explicit tensor data for input '{t.name}' "
+            f"for model '{model}'. Expected {count}, got {len(values)}"
+        )
+    if datatype == "BYTES":
+        return b"".join(len(v).to_bytes(4, "little") + v for v in values)
+    return np.asarray(values, dtype=NUMPY_DTYPES[datatype]).tobytes()
+
+
+def validate_request(
+    req: pb.ModelInferRequest, model: Model, version: int
+) -> ValidRequest:
+    """Check a request against the model's effective config.
+
+    Returns:
+        The validated request: inputs with full shapes and their bytes (raw bytes as sent,
+        typed contents converted to raw little-endian form).
+
+    Raises:
+        InvalidRequest (INVALID_ARGUMENT) with Triton's message for: unknown input or
+        output, missing required input, wrong datatype, wrong shape, batch over
+        max_batch_size, batch mismatch between inputs, wrong byte size, missing data, typed
+        contents together with raw_input_contents, shared-memory parameters for an
+        unregistered region, reserved or malformed parameters.
+    """
+    name = model.name
+    rid = f"[request id: {req.id or '<id_unknown>'}] "
+    mbs = model.max_batch_size
+
+    priority = timeout_us = 0
+    for key, p in req.parameters.items():
+        if key == "priority":
+            priority = _int_param(p, key, rid)
+        elif key == "timeout":
+            timeout_us = _int_param(p, key, rid)
+        elif key.startswith("triton_") and key != "triton_enable_empty_final_response":
+            raise InvalidRequest(f"{rid}parameter keys starting with 'triton_' are reserved: '{key}'")
+        elif key not in _RESERVED_PARAMS and p.WhichOneof("parameter_choice") == "uint64_param":
+            raise InvalidRequest(f"{rid}unsupported type uint64 for parameter '{key}'")
+
+    seen: set[str] = set()
+    for t in req.inputs:
+        if t.name not in model.inputs:
+            raise InvalidRequest(f"unexpected inference input '{t.name}' for model '{name}'")
+        if t.name in seen:
+            raise InvalidRequest(f"{rid}input '{t.name}' is specified more than once for model '{name}'")
+        seen.add(t.name)
+    required = [n for n, s in model.inputs.items() if not s.optional]
+    missing = [n for n in required if n not in seen]
+    if missing:
+        got = ",".join(f"'{t.name}'" for t in req.inputs)
+        miss = ",".join(f"'{n}'" for n in missing)
+        if len(required) == len(model.inputs):
+            head = f"expected {len(model.inputs)} inputs but got {len(req.inputs)} inputs"
+        else:
+            head = (
+                f"expected number of inputs between {len(required)} and {len(model.inputs)} "
+                f"but got {len(req.inputs)} inputs"
+            )
+        raise InvalidRequest(
+            f"{rid}{head} for model '{name}'. Got input(s) [{got}], but missing required "
+            f"input(s) [{miss}]. Please provide all required input(s)."
+        )
+
+    raw = req.raw_input_contents
+    if raw and len(raw) != len(req.inputs):
+        raise InvalidRequest(
+            f"{rid}expected {len(req.inputs)} entries in raw_input_contents for model '{name}', "
+            f"got {len(raw)}"
+        )
+
+    batch_size = 0
+    inputs = []
+    for i, t in enumerate(req.inputs):
+        spec = model.inputs[t.name]
+        if t.datatype != spec.datatype:
+            raise InvalidRequest(
+                f"{rid}inference input '{t.name}' data-type is '{t.datatype}', but model "
+                f"'{name}' expects '{spec.datatype}'"
+            )
+        shape = tuple(int(d) for d in t.shape)
+        if any(d < 0 for d in shape):
+            raise InvalidRequest(
+                f"{rid}All input dimensions should be specified for input '{t.name}' for "
+                f"model '{name}', got {_fmt_shape(shape)}"
+            )
+        if mbs > 0:
+            if not shape:
+                raise InvalidRequest(
+                    f"{rid}input '{t.name}' has no shape but model requires batch dimension "
+                    f"for '{name}'"
+                )
+            if batch_size == 0:
+                batch_size = shape[0]
+            elif shape[0] != batch_size:
+                raise InvalidRequest(
+                    f"{rid}input '{t.name}' batch size does not match other inputs for '{name}'"
+                )
+            item_shape = shape[1:]
+        else:
+            item_shape = shape
+        if not _dims_match(spec.dims, item_shape):
+            expected = ([-1] if mbs > 0 else []) + list(spec.dims)
+            note = (
+                " NOTE: Setting a non-zero max_batch_size in the model config requires a batch "
+                "dimension to be prepended to each input shape. If you want to specify the full "
+                "shape including the batch dim in your input dims config, try setting "
+                "max_batch_size to zero. See the model configuration docs for more info on "
+                "max_batch_size."
+                if mbs > 0
+                else ""
+            )
+            raise InvalidRequest(
+                f"{rid}unexpected shape for input '{t.name}' for model '{name}'. Expected "
+                f"{_fmt_shape(expected)}, got {_fmt_shape(shape)}.{note}"
+            )
+        if "shared_memory_region" in t.parameters:
+            region = t.parameters["shared_memory_region"].string_param
+            raise InvalidRequest(f"Unable to find shared memory region: '{region}'")
+
+        count = element_count(shape)
+        has_typed = t.HasField("contents") and t.contents.ByteSize() > 0
+        if raw:
+            if has_typed:
+                raise InvalidRequest(
+                    f"{rid}contents field must not be specified when using raw_input_contents "
+                    f"for '{t.name}' for model '{name}'"
+                )
+            data: bytes | memoryview = raw[i]
+        elif has_typed:
+            data = _typed_contents(t, spec.datatype, name, count)
+        elif count == 0:
+            data = b""
+        else:
+            raise InvalidRequest(
+                f"unable to find data for input tensor '{t.name}' for model '{name}' in request."
+            )
+        if spec.datatype == "BYTES":
+            got_elems = bytes_tensor_elements(data)
+            if got_elems != count:
+                raise InvalidRequest(
+                    f"{rid}input byte size mismatch for input '{t.name}' for model '{name}'. "
+                    f"Expected {count} string elements, got "
+                    f"{'malformed data' if got_elems is None else got_elems}"
+                )
+        else:
+            expected_bytes = count * ELEMENT_BYTES[spec.datatype]
+            if len(data) != expected_bytes:
+                raise InvalidRequest(
+                    f"{rid}input byte size mismatch for input '{t.name}' for model '{name}'. "
+                    f"Expected {expected_bytes}, got {len(data)}"
+                )
+        inputs.append(ValidInput(t.name, spec.datatype, shape, data))
+
+    if mbs > 0 and batch_size > mbs:
+        raise InvalidRequest(
+            f"{rid}inference request batch-size must be <= {mbs} for '{name}'"
+        )
+
+    outputs: list[str] = []
+    for o in req.outputs:
+        if o.name not in model.outputs:
+            raise InvalidRequest(f"unexpected inference output '{o.name}' for model '{name}'")
+        if "shared_memory_region" in o.parameters:
+            region = o.parameters["shared_memory_region"].string_param
+            raise InvalidRequest(f"Unable to find shared memory region: '{region}'")
+        if "classification" in o.parameters:
+            raise TritonMPError(
+                f"{rid}the classification extension is not supported yet (output '{o.name}')",
+            )
+        outputs.append(o.name)
+    if not outputs:
+        outputs = list(model.outputs)
+    return ValidRequest(
+        model=model,
+        version=version,
+        batch_size=batch_size if mbs > 0 else 1,
+        inputs=tuple(inputs),
+        outputs=tuple(outputs),
+        priority=priority,
+        timeout_us=timeout_us,
+    )
+
+
+def write_inputs(arena: ArenaAllocator, req: ValidRequest) -> tuple[BlockRef, tuple[TensorRef, ...]]:
+    """Copy every input of ``req`` into one new block of the frontend's arena.
+
+    Raises:
+        ArenaExhausted (UNAVAILABLE): no room within the arena budget.
+    """
+    total = sum((len(i.data) + _ALIGN - 1) & ~(_ALIGN - 1) for i in req.inputs)
+    seg, block = arena.alloc(total)
+    mv = memoryview(seg.buf)
+    pos = block + BLOCK_HEADER_BYTES
+    refs = []
+    for i in req.inputs:
+        n = len(i.data)
+        mv[pos : pos + n] = i.data
+        refs.append(TensorRef(i.name, i.datatype, i.shape, seg.name, pos, n))
+        pos += (n + _ALIGN - 1) & ~(_ALIGN - 1)
+    mv.release()
+    return BlockRef(seg.name, block), tuple(refs)

@@ -1,0 +1,61 @@
+"""Per-process logging set-up: stdlib ``logging`` rendered by structlog.
+
+Imported by every role's ``main`` and by the CLI. Modules log with
+``logging.getLogger(__name__)`` and %-style arguments; ``configure_logging`` adds the
+process's role, instance and pid to every line, so messages never repeat them, and renders
+lines as console text or JSON (``--log-format``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+import structlog
+
+
+def _verbosity_level(verbose: int) -> int:
+    return logging.DEBUG if verbose > 0 else logging.INFO
+
+
+def configure_logging(role: str, instance: str, verbose: int = 0, fmt: str = "console") -> None:
+    """Route this process's log records to stderr with role/instance/pid fields.
+
+    Args:
+        role: ``supervisor``, ``frontend``, ``scheduler`` or ``worker``.
+        instance: model instance name for workers, frontend index for frontends, else "".
+        verbose: ``--log-verbose``; > 0 enables DEBUG (per-request detail).
+        fmt: ``console`` or ``json`` (``--log-format``).
+    """
+    pid = os.getpid()
+
+    def add_process(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+        event.setdefault("role", role)
+        if instance:
+            event.setdefault("instance", instance)
+        event.setdefault("pid", pid)
+        return event
+
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if fmt == "json"
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            structlog.processors.TimeStamper(fmt="iso"),
+            add_process,
+        ],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(_verbosity_level(verbose))
+    # NOTE: grpc's and onnxruntime's own loggers are chatty at DEBUG.
+    logging.getLogger("grpc").setLevel(logging.WARNING)

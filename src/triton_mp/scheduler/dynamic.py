@@ -1,0 +1,244 @@
+"""Batch formation for one model version: Triton's default scheduler and dynamic batcher.
+
+Pure state machines, imported only by ``scheduler.main`` and tests: no ipc, no clock, no
+I/O. The caller passes ``now_ns`` to every call and asks ``next_deadline_ns`` when to call
+again. Both classes share one contract (``ModelScheduler``) so the scheduler process treats
+them alike, and the sequence batcher of a later issue slots in beside them.
+
+Semantics (Triton core ``dynamic_batch_scheduler.cc``, docs ``batcher.md``):
+
+- A batch is formed only when an instance is idle; while all are busy the queue grows and
+  the next batch is bigger.
+- Default scheduler (no ``dynamic_batching``): one request per execution.
+- Dynamic batcher: walk the queue from the oldest request, summing request batch sizes
+  while the sum stays <= ``max_batch_size`` and every shape-enforced input has the same
+  shape as the oldest's (``shape_key``). Then:
+  * the walk filled the batch (the next request does not fit, or a shape differs), or the
+    sum reached the largest preferred size: send now, cut at the largest preferred size
+    seen if any;
+  * the oldest request has waited ``max_queue_delay`` (or the delay is 0): send all walked;
+  * a preferred size was seen: send up to it;
+  * otherwise wait until the oldest request's delay runs out.
+- A request with batch size n counts n toward max_batch_size and is never split.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(slots=True)
+class Queued:
+    """A request waiting in a model's queue (the scheduler's view of it).
+
+    Attributes:
+        key: unique id of the request within the scheduler.
+        batch_size: how much of max_batch_size it uses (``max(1, request batch)``).
+        shape_key: requests batch together only when equal (shapes of enforced inputs).
+        enqueue_ns: when it entered the queue.
+        payload: whatever the caller needs back with the batch (the descriptor).
+    """
+
+    key: Hashable
+    batch_size: int
+    shape_key: Hashable
+    enqueue_ns: int
+    payload: object = None
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """A batch handed to one instance."""
+
+    instance_id: int
+    requests: tuple[Queued, ...]
+    total_batch_size: int
+    reason: str
+    """Why it closed: ``single``, ``max``, ``preferred``, ``shape``, ``delay``."""
+
+
+class ModelScheduler(Protocol):
+    """What the scheduler process needs from a per-model scheduler."""
+
+    def offer(self, item: Queued, now_ns: int) -> None:
+        """Enqueue a request."""
+        ...
+
+    def instance_idle(self, instance_id: int) -> None:
+        """An instance finished its batch (or became ready) and can take another."""
+        ...
+
+    def instance_gone(self, instance_id: int) -> None:
+        """An instance died or stopped: never hand it work until ``instance_idle``."""
+        ...
+
+    def pop_ready(self, now_ns: int) -> list[Batch]:
+        """Batches to dispatch now, each to one idle instance."""
+        ...
+
+    def next_deadline_ns(self) -> int | None:
+        """When ``pop_ready`` may produce a batch without any other event; None = never."""
+        ...
+
+    def drain_queue(self) -> list[Queued]:
+        """Remove and return every queued request (shutdown, model unload)."""
+        ...
+
+    def queue_depth(self) -> int:
+        """Requests waiting."""
+        ...
+
+
+@dataclass
+class _Instances:
+    """Idle instances in FIFO order, so load spreads over all of them."""
+
+    idle: collections.deque[int] = field(default_factory=collections.deque)
+
+    def add_idle(self, instance_id: int) -> None:
+        if instance_id not in self.idle:
+            self.idle.append(instance_id)
+
+    def remove(self, instance_id: int) -> None:
+        try:
+            self.idle.remove(instance_id)
+        except ValueError:
+            pass
+
+
+class DefaultScheduler:
+    """Triton's default scheduler: each request runs alone on the next idle instance."""
+
+    def __init__(self, instance_ids: Sequence[int] = ()) -> None:
+        self._queue: collections.deque[Queued] = collections.deque()
+        self._instances = _Instances(collections.deque(instance_ids))
+
+    def offer(self, item: Queued, now_ns: int) -> None:
+        self._queue.append(item)
+
+    def instance_idle(self, instance_id: int) -> None:
+        self._instances.add_idle(instance_id)
+
+    def instance_gone(self, instance_id: int) -> None:
+        self._instances.remove(instance_id)
+
+    def pop_ready(self, now_ns: int) -> list[Batch]:
+        out = []
+        idle, queue = self._instances.idle, self._queue
+        while idle and queue:
+            item = queue.popleft()
+            out.append(Batch(idle.popleft(), (item,), item.batch_size, "single"))
+        return out
+
+    def next_deadline_ns(self) -> int | None:
+        return None
+
+    def drain_queue(self) -> list[Queued]:
+        items = list(self._queue)
+        self._queue.clear()
+        return items
+
+    def queue_depth(self) -> int:
+        return len(self._queue)
+
+
+class DynamicBatcher:
+    """Triton's dynamic batcher for one model version (see the module docstring).
+
+    Args:
+        max_batch_size: ``max_batch_size`` of the model (>= 1).
+        preferred_batch_sizes: ``dynamic_batching.preferred_batch_size`` (normalised: empty
+            means ``[max_batch_size]``).
+        max_queue_delay_us: ``dynamic_batching.max_queue_delay_microseconds``.
+        instance_ids: instances that start idle.
+    """
+
+    def __init__(
+        self,
+        max_batch_size: int,
+        preferred_batch_sizes: Sequence[int] = (),
+        max_queue_delay_us: int = 0,
+        instance_ids: Sequence[int] = (),
+    ) -> None:
+        if max_batch_size < 1:
+            raise ValueError("the dynamic batcher needs max_batch_size >= 1")
+        self.max_batch_size = max_batch_size
+        self.preferred = frozenset(p for p in preferred_batch_sizes if 0 < p <= max_batch_size)
+        self.max_preferred = max(self.preferred, default=max_batch_size)
+        self.max_queue_delay_ns = max_queue_delay_us * 1000
+        self._queue: collections.deque[Queued] = collections.deque()
+        self._instances = _Instances(collections.deque(instance_ids))
+
+    def offer(self, item: Queued, now_ns: int) -> None:
+        self._queue.append(item)
+
+    def instance_idle(self, instance_id: int) -> None:
+        self._instances.add_idle(instance_id)
+
+    def instance_gone(self, instance_id: int) -> None:
+        self._instances.remove(instance_id)
+
+    def pop_ready(self, now_ns: int) -> list[Batch]:
+        out = []
+        idle = self._instances.idle
+        while idle and self._queue:
+            batch = self._form(now_ns)
+            if batch is None:
+                break
+            n, total, reason = batch
+            items = tuple(self._queue.popleft() for _ in range(n))
+            out.append(Batch(idle.popleft(), items, total, reason))
+        return out
+
+    def _form(self, now_ns: int) -> tuple[int, int, str] | None:
+        """(request count, total batch size, reason) of the batch to send now, or None."""
+        queue = self._queue
+        oldest = queue[0]
+        key = oldest.shape_key
+        total = 0
+        count = 0
+        best_pref: tuple[int, int] | None = None  # (count, total) at the largest preferred
+        stop = ""
+        for item in queue:
+            if item.shape_key != key:
+                stop = "shape"
+                break
+            if total + item.batch_size > self.max_batch_size:
+                stop = "max"
+                break
+            total += item.batch_size
+            count += 1
+            if total in self.preferred:
+                best_pref = (count, total)
+            if total >= self.max_batch_size:
+                stop = "max"
+                break
+        if count == 0:
+            # NOTE: the oldest request alone exceeds max_batch_size; the frontend rejects
+            # such requests, so this only guards against a bad descriptor.
+            return 1, oldest.batch_size, "max"
+        if stop or total >= self.max_preferred:
+            if best_pref is not None:
+                return best_pref[0], best_pref[1], "preferred"
+            return count, total, stop or "max"
+        if self.max_queue_delay_ns == 0 or now_ns - oldest.enqueue_ns >= self.max_queue_delay_ns:
+            return count, total, "delay"
+        if best_pref is not None:
+            return best_pref[0], best_pref[1], "preferred"
+        return None
+
+    def next_deadline_ns(self) -> int | None:
+        if not self._queue or not self._instances.idle or self.max_queue_delay_ns == 0:
+            return None
+        return self._queue[0].enqueue_ns + self.max_queue_delay_ns
+
+    def drain_queue(self) -> list[Queued]:
+        items = list(self._queue)
+        self._queue.clear()
+        return items
+
+    def queue_depth(self) -> int:
+        return len(self._queue)

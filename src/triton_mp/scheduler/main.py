@@ -1,0 +1,279 @@
+"""The scheduler process: turns request descriptors into batches for idle instances.
+
+``run_scheduler`` is the process entry; ``SchedulerCore`` is the logic, constructible
+in-process for tests. This is the only scheduler module that imports ``triton_mp.ipc``; the
+batching rules live in ``scheduler.dynamic`` and see no messages, no clock and no I/O.
+
+The loop: block on the inbox semaphore until a message arrives or the nearest batching
+deadline passes, drain every ring, apply every message, form batches, send them.
+NOTE: the loop is synchronous on purpose: its only blocking point is one semaphore wait
+with a timeout, which asyncio cannot await without a thread hop per wake-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+from triton_mp.config import ModelVersionSpec, SchedulerSpec
+from triton_mp.errors import ErrorCode
+from triton_mp.ipc import Inbox, Sender, encode
+from triton_mp.ipc.codec import Decoder
+from triton_mp.ipc.messages import (
+    BatchAssign,
+    BatchDone,
+    ErrorInfo,
+    InferRequest,
+    RequestFailed,
+    Shutdown,
+    StatsQuery,
+    StatsReply,
+    ToScheduler,
+    WorkerDied,
+    WorkerReady,
+)
+from triton_mp.log import configure_logging
+from triton_mp.scheduler.clock import Clock, MonotonicClock
+from triton_mp.scheduler.dynamic import DefaultScheduler, DynamicBatcher, ModelScheduler, Queued
+from triton_mp.scheduler.stats import StatsBook
+
+log = logging.getLogger(__name__)
+
+STOPPING_MESSAGE = (
+    "Server is stopping, scheduler for model has stopped accepting new inference requests"
+)
+
+
+@dataclass(slots=True)
+class _InFlight:
+    instance_id: int
+    requests: tuple[InferRequest, ...]
+    dispatch_ns: int
+    total_batch_size: int
+
+
+def make_model_scheduler(spec: ModelVersionSpec) -> ModelScheduler:
+    """The per-model scheduler for a model's scheduling choice (no instance idle yet)."""
+    b = spec.batching
+    if b.kind == "dynamic" and spec.max_batch_size > 0:
+        return DynamicBatcher(spec.max_batch_size, b.preferred_batch_sizes, b.max_queue_delay_us)
+    return DefaultScheduler()
+
+
+class SchedulerCore:
+    """All scheduling state of the server; messages in, (destination, message) out.
+
+    Args:
+        models: every loaded model version.
+        send_worker: ``send_worker(instance_id, msg)`` pushes to that worker.
+        send_frontend: ``send_frontend(frontend_id, msg)`` pushes to that frontend.
+    """
+
+    def __init__(
+        self,
+        models: tuple[ModelVersionSpec, ...],
+        send_worker: Callable[[int, object], None],
+        send_frontend: Callable[[int, object], None],
+    ) -> None:
+        self._specs = {(m.model, m.version): m for m in models}
+        self._models: dict[tuple[str, int], ModelScheduler] = {
+            k: make_model_scheduler(s) for k, s in self._specs.items()
+        }
+        self._enforced = {k: s.enforced_inputs for k, s in self._specs.items()}
+        self._instance_model: dict[int, tuple[str, int]] = {
+            i: (m.model, m.version) for m in models for i in m.instance_ids
+        }
+        self._inflight: dict[int, _InFlight] = {}
+        self._busy: dict[int, int] = {}  # instance_id -> batch_id
+        self._next_batch_id = 1
+        self.stats = StatsBook(self._specs)
+        self._send_worker = send_worker
+        self._send_frontend = send_frontend
+        self.stopping = False
+
+    # ----------------------------------------------------------------- messages
+    def handle(self, msg: ToScheduler, now_ns: int) -> None:
+        """Apply one message."""
+        if isinstance(msg, InferRequest):
+            self._on_request(msg, now_ns)
+        elif isinstance(msg, BatchDone):
+            self._on_batch_done(msg)
+        elif isinstance(msg, WorkerReady):
+            key = self._instance_model.get(msg.instance_id)
+            if key is not None:
+                log.info("instance %d ready (pid %d)", msg.instance_id, msg.pid)
+                self._models[key].instance_idle(msg.instance_id)
+        elif isinstance(msg, WorkerDied):
+            self._on_worker_died(msg, now_ns)
+        elif isinstance(msg, StatsQuery):
+            self._send_frontend(
+                msg.frontend_id,
+                StatsReply(query_id=msg.query_id, stats=self.stats.snapshot(msg.model, msg.version)),
+            )
+        elif isinstance(msg, Shutdown):
+            self._on_shutdown(now_ns)
+
+    def _fail(self, req: InferRequest, code: ErrorCode, message: str, now_ns: int) -> None:
+        self.stats.record_failure(req.model, req.version, req.arrival_ns, now_ns)
+        self._send_frontend(
+            req.frontend_id,
+            RequestFailed(
+                request_id=req.request_id,
+                error=ErrorInfo(code=code, message=message, origin="scheduler"),
+            ),
+        )
+
+    def _on_request(self, req: InferRequest, now_ns: int) -> None:
+        key = (req.model, req.version)
+        sched = self._models.get(key)
+        if self.stopping or sched is None:
+            text = (
+                STOPPING_MESSAGE
+                if self.stopping
+                else f"Request for unknown model: '{req.model}' version {req.version} is not found"
+            )
+            code = ErrorCode.UNAVAILABLE if self.stopping else ErrorCode.NOT_FOUND
+            self._fail(req, code, text, now_ns)
+            return
+        enforced = self._enforced[key]
+        shape_key = tuple(t.shape[1:] for t in req.inputs if t.name in enforced) if enforced else ()
+        sched.offer(Queued(req.request_id, max(1, req.batch_size), shape_key, now_ns, req), now_ns)
+
+    def _on_batch_done(self, msg: BatchDone) -> None:
+        flight = self._inflight.pop(msg.batch_id, None)
+        self._busy.pop(msg.instance_id, None)
+        key = self._instance_model.get(msg.instance_id)
+        if flight is None or key is None:
+            return
+        failed = set(msg.failed)
+        ok = [
+            (r.arrival_ns, flight.dispatch_ns, r.batch_size)
+            for i, r in enumerate(flight.requests)
+            if i not in failed
+        ]
+        self.stats.record_execution(
+            key[0],
+            key[1],
+            requests=ok,
+            total_batch_size=flight.total_batch_size,
+            compute_input_ns=msg.compute_input_ns,
+            compute_infer_ns=msg.compute_infer_ns,
+            compute_output_ns=msg.compute_output_ns,
+            end_ns=msg.end_ns,
+        )
+        for i in failed:
+            r = flight.requests[i]
+            self.stats.record_failure(r.model, r.version, r.arrival_ns, msg.end_ns)
+        if not self.stopping:
+            self._models[key].instance_idle(msg.instance_id)
+
+    def _on_worker_died(self, msg: WorkerDied, now_ns: int) -> None:
+        key = self._instance_model.get(msg.instance_id)
+        if key is None:
+            return
+        self._models[key].instance_gone(msg.instance_id)
+        batch_id = self._busy.pop(msg.instance_id, None)
+        flight = self._inflight.pop(batch_id, None) if batch_id is not None else None
+        log.warning(
+            "instance %d of model '%s' died with exit code %d; failing %d in-flight requests",
+            msg.instance_id,
+            key[0],
+            msg.exitcode,
+            len(flight.requests) if flight else 0,
+        )
+        if flight is not None:
+            text = (
+                f"model instance of '{key[0]}' (instance id {msg.instance_id}) died "
+                f"with exit code {msg.exitcode} while running the request"
+            )
+            for r in flight.requests:
+                self._fail(r, ErrorCode.UNAVAILABLE, text, now_ns)
+
+    def _on_shutdown(self, now_ns: int) -> None:
+        self.stopping = True
+        for sched in self._models.values():
+            for item in sched.drain_queue():
+                req = item.payload
+                assert isinstance(req, InferRequest)
+                self._fail(req, ErrorCode.UNAVAILABLE, STOPPING_MESSAGE, now_ns)
+
+    # ----------------------------------------------------------------- batching
+    def dispatch(self, now_ns: int) -> int:
+        """Form and send every batch that is ready now; returns how many."""
+        sent = 0
+        for sched in self._models.values():
+            for batch in sched.pop_ready(now_ns):
+                reqs = tuple(q.payload for q in batch.requests)  # type: ignore[misc]
+                batch_id = self._next_batch_id
+                self._next_batch_id += 1
+                self._inflight[batch_id] = _InFlight(
+                    batch.instance_id, reqs, now_ns, batch.total_batch_size
+                )
+                self._busy[batch.instance_id] = batch_id
+                self._send_worker(
+                    batch.instance_id,
+                    BatchAssign(batch_id=batch_id, requests=reqs, dispatch_ns=now_ns),
+                )
+                sent += 1
+        return sent
+
+    def next_deadline_ns(self) -> int | None:
+        """The nearest time a batch may become ready without a message."""
+        deadlines = [d for s in self._models.values() if (d := s.next_deadline_ns()) is not None]
+        return min(deadlines, default=None)
+
+    def idle(self) -> bool:
+        """Nothing queued and nothing running."""
+        return not self._inflight and all(s.queue_depth() == 0 for s in self._models.values())
+
+
+def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
+    """Process entry of the scheduler.
+
+    Args:
+        spec_bytes: a msgpack-encoded ``SchedulerSpec``.
+        ready: the supervisor's end receives ``b"ready"`` once the channels are attached.
+
+    Returns:
+        The process exit status (0 after a Shutdown message).
+    """
+    spec = Decoder(SchedulerSpec).decode(spec_bytes)
+    configure_logging("scheduler", "", spec.log.verbose, spec.log.format)
+    # NOTE: Ctrl-C reaches the whole process group; the supervisor orders the shutdown.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    inbox: Inbox[ToScheduler] = Inbox(spec.inbox.semaphore, spec.inbox.rings, ToScheduler)
+    workers = {i: Sender(c.ring, c.semaphore) for i, c in spec.to_workers.items()}
+    frontends = {i: Sender(c.ring, c.semaphore) for i, c in spec.to_frontends.items()}
+
+    def send_worker(instance_id: int, msg: object) -> None:
+        workers[instance_id].send_bytes(encode(msg))
+
+    def send_frontend(frontend_id: int, msg: object) -> None:
+        sender = frontends.get(frontend_id)
+        if sender is not None:
+            sender.send_bytes(encode(msg))
+
+    core = SchedulerCore(spec.models, send_worker, send_frontend)
+    clock: Clock = MonotonicClock()
+    ready.send_bytes(b"ready")
+    log.info("scheduler ready: %d model versions", len(spec.models))
+    while True:
+        deadline = core.next_deadline_ns()
+        timeout_s = None if deadline is None else max(0.0, (deadline - clock.now_ns()) / 1e9)
+        inbox.wait(timeout_s)
+        msgs = inbox.drain()
+        now = clock.now_ns()
+        for msg in msgs:
+            core.handle(msg, now)
+        if core.stopping:
+            break
+        core.dispatch(clock.now_ns())
+    for i in workers:
+        send_worker(i, Shutdown())
+    log.info("scheduler stopped")
+    inbox.close()
+    return 0

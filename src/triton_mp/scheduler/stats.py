@@ -1,0 +1,82 @@
+"""Per model-version statistics kept by the scheduler (Triton's ModelStatistics).
+
+Imported by ``scheduler.main``; pure bookkeeping, no I/O. Counting rules follow Triton
+(core ``infer_stats.cc``, triton.md §1.4):
+
+- per successful request: ``success`` (request end-to-end), ``queue``, ``compute_input``,
+  ``compute_infer``, ``compute_output`` each get count 1 and that request's duration (a
+  request in a batch is charged the whole batch's compute durations);
+- ``inference_count`` += the request's batch size; ``execution_count`` += 1 per batch;
+- ``batch_stats[batch size]``: count 1 per execution and the execution's durations;
+- failed requests: ``fail`` count 1 and their end-to-end duration.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from triton_mp.ipc.messages import BatchStats, ModelStats
+
+
+class StatsBook:
+    """ModelStats for every model version the scheduler serves."""
+
+    def __init__(self, keys: Iterable[tuple[str, int]]) -> None:
+        self._stats: dict[tuple[str, int], ModelStats] = {
+            (m, v): ModelStats(name=m, version=v) for m, v in keys
+        }
+
+    def record_execution(
+        self,
+        model: str,
+        version: int,
+        *,
+        requests: Iterable[tuple[int, int, int]],
+        total_batch_size: int,
+        compute_input_ns: int,
+        compute_infer_ns: int,
+        compute_output_ns: int,
+        end_ns: int,
+    ) -> None:
+        """One batch ran.
+
+        Args:
+            requests: ``(arrival_ns, dispatch_ns, batch_size)`` of each successful request.
+            total_batch_size: sum of batch sizes in the execution (its batch_stats key).
+            compute_*_ns: the execution's phase durations in nanoseconds.
+            end_ns: when the worker finished (monotonic ns).
+        """
+        st = self._stats[(model, version)]
+        n_ok = 0
+        for arrival_ns, dispatch_ns, batch_size in requests:
+            n_ok += 1
+            st.success.add(end_ns - arrival_ns)
+            st.queue.add(dispatch_ns - arrival_ns)
+            st.inference_count += batch_size
+        if n_ok:
+            st.compute_input.add(compute_input_ns * n_ok, n_ok)
+            st.compute_infer.add(compute_infer_ns * n_ok, n_ok)
+            st.compute_output.add(compute_output_ns * n_ok, n_ok)
+        st.execution_count += 1
+        st.last_inference_ms = time.time_ns() // 1_000_000
+        bs = st.batch_stats.get(total_batch_size)
+        if bs is None:
+            bs = st.batch_stats[total_batch_size] = BatchStats(batch_size=total_batch_size)
+        bs.compute_input.add(compute_input_ns)
+        bs.compute_infer.add(compute_infer_ns)
+        bs.compute_output.add(compute_output_ns)
+
+    def record_failure(self, model: str, version: int, arrival_ns: int, end_ns: int) -> None:
+        """A request ended in an error after it reached the scheduler."""
+        st = self._stats.get((model, version))
+        if st is not None:
+            st.fail.add(end_ns - arrival_ns)
+
+    def snapshot(self, model: str = "", version: int = -1) -> tuple[ModelStats, ...]:
+        """Copies of the stats of one model (all versions when ``version`` < 0) or of all."""
+        return tuple(
+            st
+            for (m, v), st in sorted(self._stats.items())
+            if (not model or m == model) and (version < 0 or v == version)
+        )

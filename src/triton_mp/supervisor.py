@@ -1,0 +1,515 @@
+"""The supervisor: ``triton-mp start`` itself.
+
+Loads the model repository, creates every IPC object under ``/triton_mp_<pid>_*``, spawns the
+scheduler, one worker per model instance and the frontends, waits for each to report ready
+(a message with a deadline, never a sleep), then watches every child in one place. A dead
+worker is reported to the scheduler (which fails its in-flight requests with UNAVAILABLE) and
+restarted with backoff; a dead frontend or scheduler stops the server. SIGINT/SIGTERM drain:
+frontends finish accepted requests within ``--exit-timeout-secs``, then the scheduler and
+the workers stop, then every shared-memory object of this server is unlinked.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing as mp
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+
+from triton_mp._proto import model_config_pb2 as mc
+from triton_mp.config import (
+    BatchingSpec,
+    ChannelSpec,
+    FrontendSpec,
+    InboxSpec,
+    InstanceSpec,
+    LogSpec,
+    ModelEntry,
+    ModelVersionSpec,
+    SchedulerSpec,
+    ServerConfig,
+    TensorSpec,
+    WorkerSpec,
+)
+from triton_mp.errors import StartupError
+from triton_mp.frontend.main import run_frontend
+from triton_mp.ipc import Ring, Sender, encode, object_name, sweep_stale
+from triton_mp.ipc.messages import Shutdown, WorkerDied
+from triton_mp.ipc.shm import create_semaphore, list_objects, unlink_quietly
+from triton_mp.repository import (
+    RepositoryModel,
+    config_to_json,
+    datatype_to_protocol,
+    instance_names,
+    load_repository,
+)
+from triton_mp.scheduler.main import run_scheduler
+from triton_mp.workers.main import run_worker
+from triton_mp.workers.registry import SUPPORTED_BACKENDS
+
+log = logging.getLogger(__name__)
+
+_KIND_NAMES = {
+    mc.ModelInstanceGroup.KIND_CPU: "KIND_CPU",
+    mc.ModelInstanceGroup.KIND_GPU: "KIND_GPU",
+    mc.ModelInstanceGroup.KIND_MODEL: "KIND_MODEL",
+}
+MAX_RESTARTS = 5
+"""Consecutive failed restarts of one instance before its model is given up."""
+
+
+def _tensor_specs(tensors: object, optional: bool) -> tuple[TensorSpec, ...]:
+    return tuple(
+        TensorSpec(
+            name=t.name,
+            datatype=datatype_to_protocol(t.data_type),
+            dims=tuple(int(d) for d in t.dims),
+            reshape=tuple(int(d) for d in t.reshape.shape) if t.HasField("reshape") else None,
+            optional=bool(getattr(t, "optional", False)) and optional,
+            allow_ragged_batch=bool(getattr(t, "allow_ragged_batch", False)),
+        )
+        for t in tensors  # type: ignore[attr-defined]
+    )
+
+
+@dataclass
+class ModelPlan:
+    """What the supervisor will start for one repository model."""
+
+    repo: RepositoryModel
+    versions: list[ModelVersionSpec] = field(default_factory=list)
+    instances: list[InstanceSpec] = field(default_factory=list)
+    failed_versions: dict[int, str] = field(default_factory=dict)
+    error: str = ""
+
+
+def plan_models(models: list[RepositoryModel]) -> tuple[list[ModelPlan], list[InstanceSpec]]:
+    """Turn loaded repository models into version specs and instances with dense ids."""
+    plans = []
+    instances: list[InstanceSpec] = []
+    for m in models:
+        plan = ModelPlan(m)
+        plans.append(plan)
+        if m.error is not None or m.config is None:
+            plan.error = m.error or "failed to load"
+            continue
+        cfg = m.config
+        if cfg.platform == "ensemble":
+            plan.error = "ensemble models are not supported by triton-mp yet"
+            continue
+        if cfg.backend not in SUPPORTED_BACKENDS:
+            plan.error = f"backend '{cfg.backend}' is not supported by triton-mp yet"
+            continue
+        dyn = cfg.dynamic_batching if cfg.HasField("dynamic_batching") else None
+        batching = BatchingSpec(
+            kind="dynamic" if dyn is not None else "default",
+            max_batch_size=cfg.max_batch_size,
+            preferred_batch_sizes=tuple(dyn.preferred_batch_size) if dyn else (),
+            max_queue_delay_us=int(dyn.max_queue_delay_microseconds) if dyn else 0,
+            preserve_ordering=bool(dyn.preserve_ordering) if dyn else False,
+        )
+        config_json = json.dumps(config_to_json(cfg))
+        for v in m.versions:
+            ids = []
+            for name, kind, gpu in instance_names(cfg):
+                inst = InstanceSpec(
+                    instance_id=len(instances),
+                    name=name,
+                    model=m.name,
+                    version=v.version,
+                    kind=_KIND_NAMES.get(kind, "KIND_CPU"),  # type: ignore[arg-type]
+                    gpu_id=gpu,
+                )
+                instances.append(inst)
+                plan.instances.append(inst)
+                ids.append(inst.instance_id)
+            plan.versions.append(
+                ModelVersionSpec(
+                    model=m.name,
+                    version=v.version,
+                    backend=cfg.backend,
+                    model_file=str(v.model_file.resolve()),
+                    max_batch_size=cfg.max_batch_size,
+                    batching=batching,
+                    inputs=_tensor_specs(cfg.input, True),
+                    outputs=_tensor_specs(cfg.output, False),
+                    instance_ids=tuple(ids),
+                    config_json=config_json,
+                )
+            )
+    return plans, instances
+
+
+@dataclass
+class _Child:
+    role: str
+    name: str
+    target: Callable[[bytes, Connection], int]
+    spec_bytes: bytes
+    env: dict[str, str] = field(default_factory=dict)
+    process: BaseProcess | None = None
+    ready_conn: Connection | None = None
+    ready: bool = False
+    restarts: int = 0
+    restart_at: float = 0.0
+
+
+def _child_main(target: Callable[[bytes, Connection], int], spec_bytes: bytes,
+                conn: Connection, env: dict[str, str]) -> None:
+    os.environ.update(env)
+    raise SystemExit(target(spec_bytes, conn))
+
+
+class Supervisor:
+    """Runs one triton-mp server (see the module docstring).
+
+    Args:
+        config: validated ``triton-mp start`` flags.
+    """
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.server_id = str(os.getpid())
+        self._ctx = mp.get_context("spawn")
+        self._log = LogSpec(config.log_verbose, config.log_format)
+        self._stop_requested = False
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._children: list[_Child] = []
+
+    def _name(self, purpose: str) -> str:
+        return object_name(self.server_id, purpose)
+
+    # ------------------------------------------------------------------ IPC
+    def _ring(self, purpose: str) -> str:
+        name = self._name(purpose)
+        Ring.create(name, self.config.ring_bytes).close()
+        return name
+
+    def _sem(self, purpose: str) -> str:
+        name = self._name(purpose)
+        create_semaphore(name).close()
+        return name
+
+    # ------------------------------------------------------------- children
+    def _spawn(self, child: _Child) -> None:
+        recv_end, send_end = self._ctx.Pipe(duplex=False)
+        proc = self._ctx.Process(
+            target=_child_main,
+            args=(child.target, child.spec_bytes, send_end, child.env),
+            name=f"triton-mp {child.role} {child.name}",
+        )
+        proc.start()
+        send_end.close()
+        child.process = proc
+        child.ready_conn = recv_end
+        child.ready = False
+
+    def _await_ready(self, children: list[_Child], timeout_s: float) -> dict[str, str]:
+        """Wait for each child's ready message; returns {name: error} for those that failed."""
+        deadline = time.monotonic() + timeout_s
+        waiting = {c.ready_conn: c for c in children if c.ready_conn is not None}
+        errors: dict[str, str] = {}
+        while waiting:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                for c in waiting.values():
+                    errors[c.name] = f"{c.role} {c.name} did not report ready within {timeout_s}s"
+                    self._kill(c)
+                break
+            sentinels = {c.process.sentinel: c for c in waiting.values() if c.process}
+            ready_list = wait(list(waiting) + list(sentinels), timeout=remaining)
+            for obj in ready_list:
+                c = waiting.get(obj) if isinstance(obj, Connection) else sentinels.get(obj)  # type: ignore[arg-type]
+                if c is None or c.ready_conn not in waiting:
+                    continue
+                msg = b""
+                try:
+                    if c.ready_conn.poll():
+                        msg = c.ready_conn.recv_bytes()
+                except (EOFError, OSError):
+                    msg = b""
+                if msg == b"ready":
+                    c.ready = True
+                else:
+                    assert c.process is not None
+                    c.process.join(timeout=5)
+                    text = msg.decode(errors="replace").removeprefix("error:") or (
+                        f"{c.role} {c.name} exited with code {c.process.exitcode} before ready"
+                    )
+                    errors[c.name] = text
+                del waiting[c.ready_conn]
+        return errors
+
+    def _kill(self, c: _Child) -> None:
+        if c.process is not None and c.process.is_alive():
+            c.process.kill()
+            c.process.join(timeout=5)
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> int:
+        """Start everything, serve until a signal, shut down. Returns the exit status."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+        sweep_stale(self.server_id)
+        try:
+            return self._run()
+        finally:
+            self._stop_all()
+            for name in list_objects(self.server_id):
+                unlink_quietly("/" + name.removeprefix("sem."))
+            log.info("server stopped; shared memory removed")
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self._stop_requested:
+            return
+        self._stop_requested = True
+        log.info("received %s: draining", signal.Signals(signum).name)
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+
+    def _run(self) -> int:
+        cfg = self.config
+        repo_models = load_repository(
+            cfg.repository_path,
+            auto_complete=cfg.auto_complete,
+            default_max_batch_size=cfg.default_max_batch_size,
+        )
+        plans, instances = plan_models(repo_models)
+        for p in plans:
+            if p.error:
+                log.error("failed to load model '%s': %s", p.repo.name, p.error)
+        n_fe = cfg.frontend_processes
+
+        sched_inbox_rings = [self._ring(f"r_f{i}_s") for i in range(n_fe)]
+        sched_inbox_rings += [self._ring(f"r_w{w.instance_id}_s") for w in instances]
+        sup_ring = self._ring("r_sup_s")
+        sched_inbox_rings.append(sup_ring)
+        sched_sem = self._sem("s_sem")
+        fe_sems = {i: self._sem(f"f{i}_sem") for i in range(n_fe)}
+        w_sems = {w.instance_id: self._sem(f"w{w.instance_id}_sem") for w in instances}
+        to_workers = {
+            w.instance_id: ChannelSpec(self._ring(f"r_s_w{w.instance_id}"), w_sems[w.instance_id])
+            for w in instances
+        }
+        to_frontends_from_sched = {
+            i: ChannelSpec(self._ring(f"r_s_f{i}"), fe_sems[i]) for i in range(n_fe)
+        }
+        w_to_f = {
+            (w.instance_id, i): ChannelSpec(self._ring(f"r_w{w.instance_id}_f{i}"), fe_sems[i])
+            for w in instances
+            for i in range(n_fe)
+        }
+        version_specs = [v for p in plans for v in p.versions]
+
+        scheduler = _Child(
+            "scheduler",
+            "scheduler",
+            run_scheduler,
+            encode(
+                SchedulerSpec(
+                    models=tuple(version_specs),
+                    inbox=InboxSpec(sched_sem, tuple(sched_inbox_rings)),
+                    to_workers=to_workers,
+                    to_frontends=to_frontends_from_sched,
+                    log=self._log,
+                )
+            ),
+        )
+        self._children.append(scheduler)
+        self._spawn(scheduler)
+        errors = self._await_ready([scheduler], cfg.startup_timeout_s)
+        if errors:
+            raise StartupError(errors["scheduler"])
+        self._to_scheduler = Sender(sup_ring, sched_sem)
+
+        by_version = {(v.model, v.version): v for v in version_specs}
+        workers: dict[int, _Child] = {}
+        for w in instances:
+            env = {"CUDA_VISIBLE_DEVICES": str(w.gpu_id)} if w.kind == "KIND_GPU" else {}
+            spec = WorkerSpec(
+                instance=w,
+                model=by_version[(w.model, w.version)],
+                inbox=InboxSpec(w_sems[w.instance_id], (to_workers[w.instance_id].ring,)),
+                to_scheduler=ChannelSpec(self._name(f"r_w{w.instance_id}_s"), sched_sem),
+                to_frontends={i: w_to_f[(w.instance_id, i)] for i in range(n_fe)},
+                arena_prefix=self._name(f"w{w.instance_id}"),
+                arena_bytes=cfg.output_arena_bytes,
+                arena_budget_bytes=cfg.arena_budget_bytes,
+                log=self._log,
+            )
+            child = _Child("worker", w.name, run_worker, encode(spec), env)
+            workers[w.instance_id] = child
+            self._children.append(child)
+            self._spawn(child)
+        self._workers = workers
+        errors = self._await_ready(list(workers.values()), cfg.startup_timeout_s)
+
+        entries = []
+        for p in plans:
+            failed = dict(p.failed_versions)
+            for inst in p.instances:
+                err = errors.get(workers[inst.instance_id].name)
+                if err is not None:
+                    failed.setdefault(inst.version, f"instance {inst.name}: {err}")
+            for v, reason in failed.items():
+                log.error("failed to load model '%s' version %d: %s", p.repo.name, v, reason)
+            ready = tuple(v.version for v in p.versions if v.version not in failed)
+            if ready:
+                log.info("model '%s' ready: versions %s", p.repo.name, list(ready))
+            entries.append(
+                ModelEntry(
+                    name=p.repo.name,
+                    config=p.repo.config.SerializeToString() if p.repo.config and not p.error else b"",
+                    ready_versions=ready,
+                    failed_versions=tuple(failed),
+                    reason=p.error or "; ".join(failed.values()),
+                )
+            )
+        # NOTE: workers that failed to load are not restarted; their model is UNAVAILABLE.
+        for iid, child in workers.items():
+            if not child.ready:
+                child.restarts = MAX_RESTARTS
+
+        self._frontends = []
+        for i in range(n_fe):
+            spec_fe = FrontendSpec(
+                frontend_id=i,
+                grpc_address=cfg.grpc_address,
+                grpc_port=cfg.grpc_port,
+                server_name=cfg.server_id_name,
+                models=tuple(entries),
+                inbox=InboxSpec(
+                    fe_sems[i],
+                    (to_frontends_from_sched[i].ring,)
+                    + tuple(w_to_f[(w.instance_id, i)].ring for w in instances),
+                ),
+                to_scheduler=ChannelSpec(sched_inbox_rings[i], sched_sem),
+                arena_prefix=self._name(f"f{i}"),
+                arena_bytes=cfg.input_arena_bytes,
+                arena_budget_bytes=cfg.arena_budget_bytes,
+                exit_timeout_s=cfg.exit_timeout_s,
+                model_control_mode=cfg.model_control_mode,
+                log=self._log,
+            )
+            child = _Child("frontend", str(i), run_frontend, encode(spec_fe))
+            self._frontends.append(child)
+            self._children.append(child)
+            self._spawn(child)
+        errors = self._await_ready(self._frontends, cfg.startup_timeout_s)
+        if errors:
+            raise StartupError("; ".join(errors.values()))
+        log.info(
+            "triton-mp serving %d models (%d instances) on gRPC %s:%d with %d frontend(s)",
+            sum(1 for e in entries if e.ready_versions),
+            len(instances),
+            cfg.grpc_address,
+            cfg.grpc_port,
+            n_fe,
+        )
+        return self._watch(scheduler)
+
+    def _watch(self, scheduler: _Child) -> int:
+        """Watch every child until a stop signal or a fatal death. Returns the exit status."""
+        status = 0
+        while not self._stop_requested:
+            objs: list[object] = [self._wake_r]
+            by_sentinel = {}
+            for c in self._children:
+                if c.process is not None and c.process.exitcode is None:
+                    objs.append(c.process.sentinel)
+                    by_sentinel[c.process.sentinel] = c
+                if c.ready_conn is not None and not c.ready and c.process is not None:
+                    objs.append(c.ready_conn)
+            timeout = self._next_restart_in()
+            fired = wait(objs, timeout=timeout)  # type: ignore[arg-type]
+            for obj in fired:
+                if obj is self._wake_r:
+                    self._wake_r.recv(64)
+                elif obj in by_sentinel:
+                    c = by_sentinel[obj]
+                    if c.role != "worker":
+                        log.error("%s %s died with exit code %s; stopping the server",
+                                  c.role, c.name, c.process.exitcode if c.process else None)
+                        return 1
+                    self._worker_died(c)
+                else:
+                    self._worker_ready_msg(obj)  # type: ignore[arg-type]
+            self._restart_due()
+        return status
+
+    def _instance_id(self, c: _Child) -> int:
+        return next(i for i, w in self._workers.items() if w is c)
+
+    def _worker_died(self, c: _Child) -> None:
+        assert c.process is not None
+        code = c.process.exitcode if c.process.exitcode is not None else -1
+        iid = self._instance_id(c)
+        log.warning("worker %s died with exit code %d", c.name, code)
+        self._to_scheduler.send(WorkerDied(instance_id=iid, exitcode=code))
+        c.process.join(timeout=1)
+        c.process = None
+        if c.restarts >= MAX_RESTARTS:
+            log.error("instance %s failed %d times; not restarting it", c.name, c.restarts)
+            return
+        c.restart_at = time.monotonic() + min(0.1 * 2**c.restarts, 10.0)
+        c.restarts += 1
+
+    def _next_restart_in(self) -> float | None:
+        due = [c.restart_at for c in self._children if c.process is None and c.restart_at]
+        return max(0.0, min(due) - time.monotonic()) if due else None
+
+    def _restart_due(self) -> None:
+        now = time.monotonic()
+        for c in self._children:
+            if c.process is None and c.restart_at and c.restart_at <= now:
+                c.restart_at = 0.0
+                log.info("restarting worker %s (attempt %d)", c.name, c.restarts)
+                self._spawn(c)
+
+    def _worker_ready_msg(self, conn: Connection) -> None:
+        c = next((c for c in self._children if c.ready_conn is conn), None)
+        if c is None:
+            return
+        try:
+            msg = conn.recv_bytes()
+        except (EOFError, OSError):
+            msg = b""
+        if msg == b"ready":
+            c.ready = True
+            c.restarts = 0
+            log.info("worker %s restarted", c.name)
+        else:
+            c.ready = True  # NOTE: no more messages; the sentinel reports the exit.
+
+    # ------------------------------------------------------------- shutdown
+    def _stop_all(self) -> None:
+        """Drain frontends, then stop the scheduler and workers; kill what lingers."""
+        cfg = self.config
+        for c in getattr(self, "_frontends", []):
+            if c.process is not None and c.process.is_alive():
+                c.process.terminate()  # SIGTERM: the frontend drains
+        for c in getattr(self, "_frontends", []):
+            if c.process is not None:
+                c.process.join(timeout=cfg.exit_timeout_s + 5)
+        sender = getattr(self, "_to_scheduler", None)
+        if sender is not None:
+            try:
+                sender.send(Shutdown())
+            except Exception:  # noqa: BLE001 - the scheduler may be dead already
+                log.warning("could not tell the scheduler to stop")
+        deadline = time.monotonic() + 10
+        for c in self._children:
+            if c.process is not None:
+                c.process.join(timeout=max(0.1, deadline - time.monotonic()))
+                if c.process.is_alive():
+                    log.warning("%s %s did not stop; killing it", c.role, c.name)
+                    self._kill(c)

@@ -1,0 +1,66 @@
+"""The onnxruntime backend: one ``InferenceSession`` per model instance.
+
+Imported only by worker processes (through ``workers.registry``). Config ``parameters``
+understood, as Triton's onnxruntime backend names them: ``intra_op_thread_count``,
+``inter_op_thread_count`` (string integers; 0 = onnxruntime's default).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+import onnxruntime as ort
+
+from triton_mp.config import InstanceSpec, ModelVersionSpec
+from triton_mp.workers.backend import BackendRequest, PhaseTimes, Result, Stopwatch, gather, scatter
+
+log = logging.getLogger(__name__)
+
+
+def _int_parameter(params: dict[str, object], key: str) -> int:
+    entry = params.get(key)
+    if isinstance(entry, dict):
+        try:
+            return int(str(entry.get("string_value", "0")))
+        except ValueError:
+            log.warning("parameter %s=%r is not an integer; ignored", key, entry)
+    return 0
+
+
+class OnnxRuntimeBackend:
+    """Runs an ONNX model on CPU (or CUDA for KIND_GPU when onnxruntime-gpu is installed).
+
+    Raises (from the constructor):
+        onnxruntime exceptions when the model file cannot be loaded.
+    """
+
+    def __init__(self, model: ModelVersionSpec, instance: InstanceSpec) -> None:
+        self._spec = model
+        params = json.loads(model.config_json).get("parameters", {})
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = _int_parameter(params, "intra_op_thread_count")
+        opts.inter_op_num_threads = _int_parameter(params, "inter_op_thread_count")
+        providers = ["CPUExecutionProvider"]
+        if instance.kind == "KIND_GPU" and "CUDAExecutionProvider" in ort.get_available_providers():
+            providers.insert(0, "CUDAExecutionProvider")
+        self._session = ort.InferenceSession(model.model_file, opts, providers=providers)
+        self._output_names = [o.name for o in self._session.get_outputs()]
+        log.info("onnxruntime session for %s ready on %s", model.model_file, providers[0])
+
+    def execute(self, requests: Sequence[BackendRequest]) -> tuple[list[Result], PhaseTimes]:
+        """Gather, run once for the whole batch, scatter back per request."""
+        watch = Stopwatch()
+        feeds = gather(self._spec, requests)
+        t_input = watch.lap()
+        wanted = sorted({n for r in requests for n in r.outputs})
+        arrays = self._session.run(wanted, feeds)
+        t_infer = watch.lap()
+        outputs = {n: np.asarray(a) for n, a in zip(wanted, arrays, strict=True)}
+        return scatter(self._spec, requests, outputs), PhaseTimes(t_input, t_infer)
+
+    def close(self) -> None:
+        """Drop the session."""
+        del self._session
