@@ -1,0 +1,115 @@
+"""A ``triton-mp start`` subprocess for end-to-end tests (not a test module).
+
+The server runs in its own session (process group), so teardown can stop the whole tree
+by its group id: SIGINT first (a clean drain), SIGKILL to the group after a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import tritonclient.grpc as grpcclient
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_REPOSITORY = REPO_ROOT / "model_repository"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of process group ``pgid`` still exists."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+class ServerProcess:
+    """``triton-mp start`` on a repository, with free ports, stopped by PID and group.
+
+    Attributes:
+        url: ``127.0.0.1:<grpc port>`` for tritonclient.
+        pid: the supervisor's pid (also the process group id).
+        log_path: where the server's stdout and stderr go.
+    """
+
+    def __init__(self, repository: Path, log_path: Path, *extra: str) -> None:
+        self.grpc_port = free_port()
+        self.url = f"127.0.0.1:{self.grpc_port}"
+        self.log_path = log_path
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        cmd = [
+            sys.executable, "-m", "triton_mp", "start",
+            "--model-repository", str(repository),
+            "--grpc-address", "127.0.0.1",
+            "--grpc-port", str(self.grpc_port),
+            "--http-port", str(free_port()),
+            "--metrics-port", str(free_port()),
+            *extra,
+        ]
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=REPO_ROOT,
+        )
+        self.pid = self.proc.pid
+
+    def log(self) -> str:
+        """Everything the server printed so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def wait_live(self, timeout_s: float = 120.0) -> None:
+        """Wait until the gRPC frontend answers ServerLive (the last process to start).
+
+        Raises:
+            RuntimeError: the server exited or did not come up in time (with its log).
+        """
+        deadline = time.monotonic() + timeout_s
+        client = grpcclient.InferenceServerClient(self.url)
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+                try:
+                    if client.is_server_live():
+                        return
+                except Exception:  # noqa: BLE001 - not listening yet
+                    pass
+                time.sleep(0.1)
+        finally:
+            client.close()
+        raise RuntimeError(f"server not live after {timeout_s}s:\n{self.log()}")
+
+    def client(self) -> grpcclient.InferenceServerClient:
+        """A new tritonclient gRPC client for this server."""
+        return grpcclient.InferenceServerClient(self.url)
+
+    def stop(self, sig: int = signal.SIGINT, timeout_s: float = 60.0) -> int | None:
+        """Signal the supervisor, wait, then SIGKILL the whole group. Returns its exit code."""
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(sig)
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        if group_alive(self.pid):
+            os.killpg(self.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while group_alive(self.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+        self._log.close()
+        return self.proc.returncode
