@@ -7,6 +7,8 @@ process group in the fixture's teardown.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,40 +16,78 @@ from pathlib import Path
 import pytest
 
 from tests.server import PROJECT_REPOSITORY, ServerProcess, group_alive
-from triton_mp.ipc.shm import list_objects
+from triton_mp.ipc.shm import list_objects, unlink_quietly
+
+
+def _owner_alive(name: str) -> bool:
+    """Whether the server (or test process) named in a shm object's name still runs."""
+    pid = int(name.removeprefix("sem.").removeprefix("triton_mp_").split("_", 1)[0])
+    if pid == os.getpid():
+        return False  # NOTE: objects a test made itself must be gone when it ends
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _unlink_all(names: list[str]) -> None:
+    for name in names:
+        unlink_quietly("/" + name.removeprefix("sem."))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nothing_left_after_the_session() -> Iterator[None]:
+    before = set(list_objects())
+    yield
+    left = sorted(set(list_objects()) - before)
+    _unlink_all(left)
+    assert not left, f"the test session left shared-memory objects behind: {left}"
 
 
 @pytest.fixture(autouse=True)
 def _no_leaked_shared_memory() -> Iterator[None]:
+    """Fail a test that leaves shm objects of its own or of a server that is gone.
+
+    Objects of a server that still runs (a module-scoped fixture's) are not leaks yet; the
+    session-wide check above catches them if that server never cleans up.
+    """
     before = set(list_objects())
     yield
-    leaked = sorted(set(list_objects()) - before)
-    for name in leaked:
-        from triton_mp.ipc.shm import unlink_quietly
-
-        unlink_quietly("/" + name.removeprefix("sem."))
+    leaked = sorted(n for n in set(list_objects()) - before if not _owner_alive(n))
+    _unlink_all(leaked)
     assert not leaked, f"test leaked shared-memory objects: {leaked}"
+
+
+@contextlib.contextmanager
+def server_factory(log_dir: Path) -> Iterator[Callable[..., ServerProcess]]:
+    """Context manager yielding ``start(repository, *flags)``; stops every server on exit."""
+    servers: list[ServerProcess] = []
+
+    def start(repository: Path, *flags: str, wait: bool = True) -> ServerProcess:
+        server = ServerProcess(repository, log_dir / f"server{len(servers)}.log", *flags)
+        servers.append(server)
+        if wait:
+            server.wait_live()
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.stop()
+            assert not group_alive(server.pid), f"server {server.pid} left processes behind"
 
 
 @pytest.fixture
 def start_server(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
     """Factory: ``start_server(repository, *flags)`` -> a live ``ServerProcess``.
 
-    Every server started is stopped at teardown, and its process group must be gone.
+    Every server started is stopped at teardown (by pid and process group), and its
+    process group must be gone.
     """
-    servers: list[ServerProcess] = []
-
-    def start(repository: Path, *flags: str, wait: bool = True) -> ServerProcess:
-        server = ServerProcess(repository, tmp_path / f"server{len(servers)}.log", *flags)
-        servers.append(server)
-        if wait:
-            server.wait_live()
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
-        assert not group_alive(server.pid), f"server {server.pid} left processes behind"
+    with server_factory(tmp_path) as start:
+        yield start
 
 
 def copy_models(dest: Path, *names: str) -> Path:
