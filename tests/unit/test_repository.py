@@ -1221,3 +1221,25 @@ def test_invalid_datatype_to_protocol() -> None:
 def test_module_does_not_import_onnxruntime() -> None:
     source = Path(repo_mod.__file__).read_text()
     assert "import onnxruntime" not in source
+
+
+def test_onnx_autocomplete_rejects_unsupported_element_type(tmp_path: Path) -> None:
+    model = _onnx_model(
+        [("INPUT0", TensorProto.COMPLEX64, ["b", 2])], [("OUTPUT0", TensorProto.FLOAT, ["b", 2])]
+    )
+    d = make_model(tmp_path, "m", None, files={"model.onnx": model})
+    assert load_err(d) == (
+        "autofill failed for model 'm': unsupported ONNX data type COMPLEX64 for input 'INPUT0' "
+        "of model 'm'"
+    )
+
+
+def test_unexpected_exception_becomes_the_model_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def boom(*_args: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(repo_mod, "_auto_complete_backend_fields", boom)
+    d = python_model(tmp_path, "m", 'backend: "python"')
+    assert load_err(d) == "failed to load 'm': RuntimeError: boom"
