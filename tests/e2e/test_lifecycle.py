@@ -1,0 +1,131 @@
+"""Server lifecycle end to end: drain on SIGTERM, cleanup after kill -9, a dead worker.
+
+Processes are found by the pids the server logs (every line carries role, instance and
+pid), and every server is stopped by the fixture by pid and process group.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from tests.conftest import copy_models
+from tests.server import ServerProcess, group_alive
+from triton_mp.ipc.shm import list_objects
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+
+def _add_sub_inputs(batch: int = 1) -> list[grpcclient.InferInput]:
+    a = np.ones((batch, 16), np.float32)
+    out = []
+    for name in ("INPUT0", "INPUT1"):
+        i = grpcclient.InferInput(name, [batch, 16], "FP32")
+        i.set_data_from_numpy(a)
+        out.append(i)
+    return out
+
+
+def _det_input(side: int) -> list[grpcclient.InferInput]:
+    x = np.random.default_rng(side).uniform(-1, 1, (1, 3, side, side)).astype(np.float32)
+    i = grpcclient.InferInput("x", list(x.shape), "FP32")
+    i.set_data_from_numpy(x)
+    return [i]
+
+
+def _wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _pid_of(server: ServerProcess, pattern: str) -> int:
+    m = re.search(pattern, server.log())
+    assert m, f"no log line matches {pattern!r}:\n{server.log()}"
+    return int(m.group(1))
+
+
+def test_sigterm_drains_in_flight_requests_then_cleans_up(
+    tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    repo = copy_models(tmp_path / "repo", "ocr_det")
+    server = start_server(repo, "--exit-timeout-secs", "60")
+    sid = str(server.pid)
+    assert list_objects(sid), "a running server has shared memory"
+    client = server.client()
+    client.infer("ocr_det", _det_input(64))  # warm up the session
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(client.infer, "ocr_det", _det_input(960)) for _ in range(4)]
+        # NOTE: the requests need to be accepted before the signal; a detector pass on a
+        # 960x960 image takes far longer than this pause on this machine.
+        time.sleep(0.3)
+        server.proc.send_signal(signal.SIGTERM)
+        results = [f.result(timeout=120) for f in futures]
+    for r in results:
+        assert r.as_numpy("sigmoid_0.tmp_0").shape == (1, 1, 960, 960)
+    assert server.proc.wait(timeout=60) == 0
+    # NOTE: multiprocessing's resource tracker exits once the supervisor's pipe closes.
+    _wait_for(lambda: not group_alive(server.pid), 10, "every process of the server to exit")
+    assert list_objects(sid) == []
+    assert "draining" in server.log()
+    client.close()
+
+
+def test_restart_after_kill_9_of_the_whole_tree_removes_stale_shared_memory(
+    tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    repo = copy_models(tmp_path / "repo", "add_sub")
+    first = start_server(repo)
+    client = first.client()
+    client.infer("add_sub", _add_sub_inputs())
+    client.close()
+    stale = list_objects(str(first.pid))
+    assert stale
+    os.killpg(first.pid, signal.SIGKILL)
+    first.proc.wait(timeout=30)
+    _wait_for(lambda: not group_alive(first.pid), 30, "the killed tree to exit")
+    assert list_objects(str(first.pid)) == stale, "kill -9 leaves the objects behind"
+
+    second = start_server(repo)
+    assert list_objects(str(first.pid)) == []
+    client = second.client()
+    res = client.infer("add_sub", _add_sub_inputs())
+    np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), np.full((1, 16), 2, np.float32))
+    client.close()
+
+
+def test_dead_worker_fails_its_requests_and_is_restarted(
+    tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    repo = copy_models(tmp_path / "repo", "ocr_det", "add_sub")
+    server = start_server(repo)
+    client = server.client()
+    client.infer("ocr_det", _det_input(64))
+    det_pid = _pid_of(server, r"instance ready\s+\S*\s*instance=ocr_det_0_0 pid=(\d+)")
+    with ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(client.infer, "ocr_det", _det_input(1600))
+        time.sleep(0.5)  # NOTE: let the batch reach the worker (a 1600x1600 pass takes seconds)
+        os.kill(det_pid, signal.SIGKILL)
+        with pytest.raises(InferenceServerException) as e:
+            fut.result(timeout=60)
+    assert e.value.status() == "StatusCode.UNAVAILABLE"
+    assert "ocr_det" in e.value.message() and "exit code -9" in e.value.message()
+    # The other model never noticed.
+    client.infer("add_sub", _add_sub_inputs())
+    _wait_for(lambda: "worker ocr_det_0_0 restarted" in server.log(), 60, "the restart")
+    res = client.infer("ocr_det", _det_input(64))
+    assert res.as_numpy("sigmoid_0.tmp_0").shape == (1, 1, 64, 64)
+    client.close()
