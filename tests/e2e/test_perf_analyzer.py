@@ -1,0 +1,65 @@
+"""perf_analyzer (NVIDIA's load generator) drives triton-mp over gRPC with no errors.
+
+perf_analyzer comes from the peers that ``../shared/bench/install-peers.sh`` installs into
+``.peers/`` (``.ci/run`` does this when the shared folder is present); the test is skipped
+when it is not installed. It checks the run succeeds and that perf_analyzer prints the
+server-side breakdown, which it only does when ModelStatistics is faithful.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import copy_models
+from tests.server import REPO_ROOT, ServerProcess
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
+
+PEERS_ENV = Path(os.environ.get("PEERS_ENV", REPO_ROOT / ".peers" / "peers.env"))
+
+
+def _peers_env() -> dict[str, str]:
+    """The environment peers.env sets up (perf_analyzer path and its libraries)."""
+    if not PEERS_ENV.exists():
+        pytest.skip(f"perf_analyzer is not installed ({PEERS_ENV} missing; see bench/README.md)")
+    out = subprocess.run(
+        ["bash", "-c", f"source {shlex.quote(str(PEERS_ENV))} && env -0"],
+        check=True, capture_output=True,
+    ).stdout
+    env = dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
+    if not Path(env.get("PERF_ANALYZER", "")).exists():
+        pytest.skip("perf_analyzer binary missing from the peers folder")
+    return env
+
+
+@pytest.mark.parametrize(
+    ("model", "extra"),
+    [("add_sub", []), ("ocr_cls", ["--shape", "x:3,48,192"])],
+)
+def test_perf_analyzer_runs_and_reports_server_side_stats(
+    tmp_path: Path, start_server: Callable[..., ServerProcess], model: str, extra: list[str]
+) -> None:
+    env = _peers_env()
+    server = start_server(copy_models(tmp_path / "repo", model))
+    cmd = [
+        env["PERF_ANALYZER"], "-i", "grpc", "-u", server.url, "-m", model,
+        "--concurrency-range", "4", "-p", "1500",
+        # NOTE: other tests and processes share two cores; stability is not what this checks.
+        "--stability-percentage", "90", "--max-trials", "6",
+        *extra,
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "error" not in out.lower(), out
+    m = re.search(r"Throughput: ([\d.]+) infer/sec", out)
+    assert m and float(m.group(1)) > 0, out
+    assert "Server:" in out and "Inference count:" in out, out
+    assert re.search(r"queue \d+ usec \+ compute input \d+ usec \+ compute infer \d+ usec", out), out
