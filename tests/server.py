@@ -51,16 +51,27 @@ class ServerProcess:
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         cmd = [
-            sys.executable, "-m", "triton_mp", "start",
-            "--model-repository", str(repository),
-            "--grpc-address", "127.0.0.1",
-            "--grpc-port", str(self.grpc_port),
-            "--http-port", str(free_port()),
-            "--metrics-port", str(free_port()),
+            sys.executable,
+            "-m",
+            "triton_mp",
+            "start",
+            "--model-repository",
+            str(repository),
+            "--grpc-address",
+            "127.0.0.1",
+            "--grpc-port",
+            str(self.grpc_port),
+            "--http-port",
+            str(free_port()),
+            "--metrics-port",
+            str(free_port()),
             *extra,
         ]
         self.proc = subprocess.Popen(
-            cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+            cmd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             cwd=REPO_ROOT,
         )
         self.pid = self.proc.pid

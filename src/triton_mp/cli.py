@@ -40,20 +40,37 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="triton-mp", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start", help="serve a Triton model repository")
-    start.add_argument("--model-repository", "--model-store", dest="model_repository",
-                       default=None, help="model repository directory (default: the project's "
-                       "model_repository/)")
+    start.add_argument(
+        "--model-repository",
+        "--model-store",
+        dest="model_repository",
+        default=None,
+        help="model repository directory (default: the project's model_repository/)",
+    )
     start.add_argument("--grpc-address", default="0.0.0.0")
     start.add_argument("--grpc-port", type=int, default=8001)
     start.add_argument("--http-address", default="0.0.0.0")
-    start.add_argument("--http-port", type=int, default=8000,
-                       help="accepted for compatibility; HTTP/REST is not served yet")
-    start.add_argument("--metrics-port", type=int, default=8002,
-                       help="accepted for compatibility; metrics are not served yet")
-    start.add_argument("--frontend-processes", type=int, default=1,
-                       help="gRPC frontend processes sharing the port (SO_REUSEPORT)")
-    start.add_argument("--model-control-mode", type=str.lower, default="none",
-                       choices=["none", "poll", "explicit"])
+    start.add_argument(
+        "--http-port",
+        type=int,
+        default=8000,
+        help="accepted for compatibility; HTTP/REST is not served yet",
+    )
+    start.add_argument(
+        "--metrics-port",
+        type=int,
+        default=8002,
+        help="accepted for compatibility; metrics are not served yet",
+    )
+    start.add_argument(
+        "--frontend-processes",
+        type=int,
+        default=1,
+        help="gRPC frontend processes sharing the port (SO_REUSEPORT)",
+    )
+    start.add_argument(
+        "--model-control-mode", type=str.lower, default="none", choices=["none", "poll", "explicit"]
+    )
     start.add_argument("--load-model", action="append", default=[], dest="load_models")
     start.add_argument("--exit-timeout-secs", type=float, default=30.0)
     start.add_argument("--log-verbose", type=int, default=0)
@@ -61,8 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--id", default="triton", dest="server_id_name")
     start.add_argument("--disable-auto-complete-config", action="store_true")
     start.add_argument("--strict-model-config", type=_bool, default=False)
-    start.add_argument("--backend-config", action="append", default=[],
-                       help="<backend>,<key>=<value>; onnxruntime,default-max-batch-size=N")
+    start.add_argument(
+        "--backend-config",
+        action="append",
+        default=[],
+        help="<backend>,<key>=<value>; onnxruntime,default-max-batch-size=N",
+    )
     return parser
 
 
@@ -99,7 +120,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                 "log_verbose": args.log_verbose,
                 "log_format": args.log_format,
                 "server_id_name": args.server_id_name,
-                "auto_complete": not (args.disable_auto_complete_config or args.strict_model_config),
+                "auto_complete": not (
+                    args.disable_auto_complete_config or args.strict_model_config
+                ),
                 "default_max_batch_size": default_mbs,
             },
             ServerConfig,

@@ -30,14 +30,12 @@ NUMPY_DTYPES: dict[str, np.dtype] = {
 }
 """Protocol datatype string -> numpy dtype (BF16 has none)."""
 
-ELEMENT_BYTES: dict[str, int] = {
-    k: v.itemsize for k, v in NUMPY_DTYPES.items() if k != "BYTES"
-} | {"BF16": 2}
+ELEMENT_BYTES: dict[str, int] = {k: v.itemsize for k, v in NUMPY_DTYPES.items() if k != "BYTES"} | {
+    "BF16": 2
+}
 """Bytes per element of fixed-size datatypes (BYTES is variable)."""
 
-_BY_KIND = {
-    (v.kind, v.itemsize): k for k, v in NUMPY_DTYPES.items() if k not in ("BYTES",)
-}
+_BY_KIND = {(v.kind, v.itemsize): k for k, v in NUMPY_DTYPES.items() if k not in ("BYTES",)}
 _U32 = struct.Struct("<I")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
@@ -31,7 +32,7 @@ def configure_logging(role: str, instance: str, verbose: int = 0, fmt: str = "co
     """
     pid = os.getpid()
 
-    def add_process(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    def add_process(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
         event.setdefault("role", role)
         if instance:
             event.setdefault("instance", instance)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format, text_format
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from triton_mp._proto import model_config_pb2
@@ -268,7 +268,7 @@ def config_to_json(config: Message) -> dict[str, Any]:
     return raw
 
 
-def _ints_from_strings(descriptor: Descriptor, obj: dict[str, Any]) -> None:
+def _ints_from_strings(descriptor: Any, obj: dict[str, Any]) -> None:
     """Rewrite, in place, the 64-bit integer strings of a MessageToDict result as ints."""
     for key, value in obj.items():
         field = descriptor.fields_by_name.get(key)
@@ -294,8 +294,9 @@ def _fix_value(field: FieldDescriptor, value: Any) -> Any:
 
 
 def _is_map(field: FieldDescriptor) -> bool:
+    message_type: Any = field.message_type
     return field.type == FieldDescriptor.TYPE_MESSAGE and bool(
-        field.message_type.GetOptions().map_entry
+        message_type.GetOptions().map_entry
     )
 
 

@@ -11,6 +11,7 @@ the workers stop, then every shared-memory object of this server is unlinked.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import multiprocessing as mp
@@ -56,7 +57,7 @@ from triton_mp.workers.registry import SUPPORTED_BACKENDS
 
 log = logging.getLogger(__name__)
 
-_KIND_NAMES = {
+_KIND_NAMES: dict[int, str] = {
     mc.ModelInstanceGroup.KIND_CPU: "KIND_CPU",
     mc.ModelInstanceGroup.KIND_GPU: "KIND_GPU",
     mc.ModelInstanceGroup.KIND_MODEL: "KIND_MODEL",
@@ -124,7 +125,7 @@ def plan_models(models: list[RepositoryModel]) -> tuple[list[ModelPlan], list[In
                     name=name,
                     model=m.name,
                     version=v.version,
-                    kind=_KIND_NAMES.get(kind, "KIND_CPU"),  # type: ignore[arg-type]
+                    kind=_KIND_NAMES.get(kind, "KIND_CPU"),  # type: ignore[arg-type] # Literal from a dict
                     gpu_id=gpu,
                 )
                 instances.append(inst)
@@ -161,8 +162,12 @@ class _Child:
     restart_at: float = 0.0
 
 
-def _child_main(target: Callable[[bytes, Connection], int], spec_bytes: bytes,
-                conn: Connection, env: dict[str, str]) -> None:
+def _child_main(
+    target: Callable[[bytes, Connection], int],
+    spec_bytes: bytes,
+    conn: Connection,
+    env: dict[str, str],
+) -> None:
     os.environ.update(env)
     raise SystemExit(target(spec_bytes, conn))
 
@@ -226,8 +231,11 @@ class Supervisor:
             sentinels = {c.process.sentinel: c for c in waiting.values() if c.process}
             ready_list = wait(list(waiting) + list(sentinels), timeout=remaining)
             for obj in ready_list:
-                c = waiting.get(obj) if isinstance(obj, Connection) else sentinels.get(obj)  # type: ignore[arg-type]
-                if c is None or c.ready_conn not in waiting:
+                found = waiting.get(obj) if isinstance(obj, Connection) else sentinels.get(obj)  # type: ignore[arg-type]
+                if found is None:
+                    continue
+                c = found
+                if c.ready_conn not in waiting:
                     continue
                 msg = b""
                 try:
@@ -271,10 +279,8 @@ class Supervisor:
             return
         self._stop_requested = True
         log.info("received %s: draining", signal.Signals(signum).name)
-        try:
+        with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
-        except OSError:
-            pass
 
     def _run(self) -> int:
         cfg = self.config
@@ -283,6 +289,17 @@ class Supervisor:
             auto_complete=cfg.auto_complete,
             default_max_batch_size=cfg.default_max_batch_size,
         )
+        if cfg.model_control_mode == "explicit" and "*" not in cfg.load_models:
+            # NOTE: Triton's explicit mode loads only --load-model models at start.
+            wanted = set(cfg.load_models)
+            unknown = wanted - {m.name for m in repo_models}
+            for name in sorted(unknown):
+                log.error("failed to load '%s': model not found in the repository", name)
+            repo_models = [m for m in repo_models if m.name in wanted]
+        elif cfg.model_control_mode == "poll":
+            log.warning(
+                "--model-control-mode=poll: models are loaded once; polling is not implemented yet"
+            )
         plans, instances = plan_models(repo_models)
         for p in plans:
             if p.error:
@@ -368,14 +385,16 @@ class Supervisor:
             entries.append(
                 ModelEntry(
                     name=p.repo.name,
-                    config=p.repo.config.SerializeToString() if p.repo.config and not p.error else b"",
+                    config=p.repo.config.SerializeToString()
+                    if p.repo.config and not p.error
+                    else b"",
                     ready_versions=ready,
                     failed_versions=tuple(failed),
                     reason=p.error or "; ".join(failed.values()),
                 )
             )
         # NOTE: workers that failed to load are not restarted; their model is UNAVAILABLE.
-        for iid, child in workers.items():
+        for _iid, child in workers.items():
             if not child.ready:
                 child.restarts = MAX_RESTARTS
 
@@ -437,8 +456,12 @@ class Supervisor:
                 elif obj in by_sentinel:
                     c = by_sentinel[obj]
                     if c.role != "worker":
-                        log.error("%s %s died with exit code %s; stopping the server",
-                                  c.role, c.name, c.process.exitcode if c.process else None)
+                        log.error(
+                            "%s %s died with exit code %s; stopping the server",
+                            c.role,
+                            c.name,
+                            c.process.exitcode if c.process else None,
+                        )
                         return 1
                     self._worker_died(c)
                 else:
@@ -451,11 +474,12 @@ class Supervisor:
 
     def _worker_died(self, c: _Child) -> None:
         assert c.process is not None
+        # NOTE: the sentinel can fire a moment before the exit status is collectable.
+        c.process.join(timeout=5)
         code = c.process.exitcode if c.process.exitcode is not None else -1
         iid = self._instance_id(c)
         log.warning("worker %s died with exit code %d", c.name, code)
         self._to_scheduler.send(WorkerDied(instance_id=iid, exitcode=code))
-        c.process.join(timeout=1)
         c.process = None
         if c.restarts >= MAX_RESTARTS:
             log.error("instance %s failed %d times; not restarting it", c.name, c.restarts)

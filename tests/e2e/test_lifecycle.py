@@ -62,16 +62,16 @@ def test_sigterm_drains_in_flight_requests_then_cleans_up(
     tmp_path: Path, start_server: Callable[..., ServerProcess]
 ) -> None:
     repo = copy_models(tmp_path / "repo", "ocr_det")
-    server = start_server(repo, "--exit-timeout-secs", "60")
+    server = start_server(repo, "--exit-timeout-secs", "60", "--log-verbose", "1")
     sid = str(server.pid)
     assert list_objects(sid), "a running server has shared memory"
     client = server.client()
     client.infer("ocr_det", _det_input(64))  # warm up the session
     with ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(client.infer, "ocr_det", _det_input(960)) for _ in range(4)]
-        # NOTE: the requests need to be accepted before the signal; a detector pass on a
-        # 960x960 image takes far longer than this pause on this machine.
-        time.sleep(0.3)
+        _wait_for(
+            lambda: server.log().count("accepted for 'ocr_det'") == 5, 60, "4 requests in flight"
+        )
         server.proc.send_signal(signal.SIGTERM)
         results = [f.result(timeout=120) for f in futures]
     for r in results:
@@ -111,18 +111,20 @@ def test_dead_worker_fails_its_requests_and_is_restarted(
     tmp_path: Path, start_server: Callable[..., ServerProcess]
 ) -> None:
     repo = copy_models(tmp_path / "repo", "ocr_det", "add_sub")
-    server = start_server(repo)
+    server = start_server(repo, "--log-verbose", "1")
     client = server.client()
     client.infer("ocr_det", _det_input(64))
     det_pid = _pid_of(server, r"instance ready\s+\S*\s*instance=ocr_det_0_0 pid=(\d+)")
     with ThreadPoolExecutor(1) as pool:
         fut = pool.submit(client.infer, "ocr_det", _det_input(1600))
-        time.sleep(0.5)  # NOTE: let the batch reach the worker (a 1600x1600 pass takes seconds)
+        # NOTE: kill the worker while it runs the batch (a 1600x1600 pass takes seconds).
+        _wait_for(lambda: "batch 2 started" in server.log(), 60, "the batch to start")
         os.kill(det_pid, signal.SIGKILL)
         with pytest.raises(InferenceServerException) as e:
             fut.result(timeout=60)
     assert e.value.status() == "StatusCode.UNAVAILABLE"
-    assert "ocr_det" in e.value.message() and "exit code -9" in e.value.message()
+    assert "ocr_det" in e.value.message()
+    assert "exit code -9" in e.value.message()
     # The other model never noticed.
     client.infer("add_sub", _add_sub_inputs())
     _wait_for(lambda: "worker ocr_det_0_0 restarted" in server.log(), 60, "the restart")

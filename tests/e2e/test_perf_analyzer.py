@@ -31,7 +31,8 @@ def _peers_env() -> dict[str, str]:
         pytest.skip(f"perf_analyzer is not installed ({PEERS_ENV} missing; see bench/README.md)")
     out = subprocess.run(
         ["bash", "-c", f"source {shlex.quote(str(PEERS_ENV))} && env -0"],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     ).stdout
     env = dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
     if not Path(env.get("PERF_ANALYZER", "")).exists():
@@ -49,10 +50,22 @@ def test_perf_analyzer_runs_and_reports_server_side_stats(
     env = _peers_env()
     server = start_server(copy_models(tmp_path / "repo", model))
     cmd = [
-        env["PERF_ANALYZER"], "-i", "grpc", "-u", server.url, "-m", model,
-        "--concurrency-range", "4", "-p", "1500",
+        env["PERF_ANALYZER"],
+        "-i",
+        "grpc",
+        "-u",
+        server.url,
+        "-m",
+        model,
+        "--concurrency-range",
+        "4",
+        "-p",
+        "1500",
         # NOTE: other tests and processes share two cores; stability is not what this checks.
-        "--stability-percentage", "90", "--max-trials", "6",
+        "--stability-percentage",
+        "90",
+        "--max-trials",
+        "6",
         *extra,
     ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
@@ -60,6 +73,10 @@ def test_perf_analyzer_runs_and_reports_server_side_stats(
     assert proc.returncode == 0, out
     assert "error" not in out.lower(), out
     m = re.search(r"Throughput: ([\d.]+) infer/sec", out)
-    assert m and float(m.group(1)) > 0, out
-    assert "Server:" in out and "Inference count:" in out, out
-    assert re.search(r"queue \d+ usec \+ compute input \d+ usec \+ compute infer \d+ usec", out), out
+    assert m, out
+    assert float(m.group(1)) > 0, out
+    assert "Server:" in out, out
+    assert "Inference count:" in out, out
+    assert re.search(r"queue \d+ usec \+ compute input \d+ usec \+ compute infer \d+ usec", out), (
+        out
+    )

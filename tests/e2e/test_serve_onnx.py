@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import numpy as np
@@ -36,7 +35,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     shutil.copy(ADD_SUB_ONNX, repo / "add_sub_auto" / "1" / "model.onnx")
     (repo / "broken_syntax" / "1").mkdir(parents=True)
     shutil.copy(ADD_SUB_ONNX, repo / "broken_syntax" / "1" / "model.onnx")
-    (repo / "broken_syntax" / "config.pbtxt").write_text('backend: "onnxruntime"\nmax_batch_size: [\n')
+    (repo / "broken_syntax" / "config.pbtxt").write_text(
+        'backend: "onnxruntime"\nmax_batch_size: [\n'
+    )
     (repo / "wrong_name" / "1").mkdir(parents=True)
     shutil.copy(ADD_SUB_ONNX, repo / "wrong_name" / "1" / "model.onnx")
     (repo / "wrong_name" / "config.pbtxt").write_text('name: "other"\nbackend: "onnxruntime"\n')
@@ -81,7 +82,9 @@ def test_health_and_server_metadata(client: grpcclient.InferenceServerClient) ->
 
 
 @pytest.mark.parametrize("batch", [1, 3, 8])
-def test_outputs_equal_direct_onnxruntime(client: grpcclient.InferenceServerClient, batch: int) -> None:
+def test_outputs_equal_direct_onnxruntime(
+    client: grpcclient.InferenceServerClient, batch: int
+) -> None:
     rng = np.random.default_rng(batch)
     a = rng.standard_normal((batch, 16), dtype=np.float32)
     b = rng.standard_normal((batch, 16), dtype=np.float32)
@@ -97,7 +100,9 @@ def test_outputs_equal_direct_onnxruntime(client: grpcclient.InferenceServerClie
 def test_requested_output_subset(client: grpcclient.InferenceServerClient) -> None:
     a = np.full((2, 16), 5, np.float32)
     b = np.full((2, 16), 2, np.float32)
-    res = client.infer("add_sub", _inputs(a, b), outputs=[grpcclient.InferRequestedOutput("OUTPUT1")])
+    res = client.infer(
+        "add_sub", _inputs(a, b), outputs=[grpcclient.InferRequestedOutput("OUTPUT1")]
+    )
     assert [o.name for o in res.get_response().outputs] == ["OUTPUT1"]
     np.testing.assert_array_equal(res.as_numpy("OUTPUT1"), a - b)
     assert res.as_numpy("OUTPUT0") is None
@@ -135,7 +140,9 @@ def test_model_metadata(client: grpcclient.InferenceServerClient) -> None:
     ]
 
 
-def test_failed_models_are_reported_and_others_serve(client: grpcclient.InferenceServerClient) -> None:
+def test_failed_models_are_reported_and_others_serve(
+    client: grpcclient.InferenceServerClient,
+) -> None:
     assert client.is_model_ready("add_sub")
     assert not client.is_model_ready("broken_syntax")
     assert not client.is_model_ready("wrong_name")
@@ -152,7 +159,9 @@ def test_failed_models_are_reported_and_others_serve(client: grpcclient.Inferenc
     assert "has no available versions" in e.value.message()
 
 
-def _bad(client: grpcclient.InferenceServerClient, model: str, inputs, **kw) -> InferenceServerException:  # type: ignore[no-untyped-def]
+def _bad(
+    client: grpcclient.InferenceServerClient, model: str, inputs, **kw
+) -> InferenceServerException:  # type: ignore[no-untyped-def]
     with pytest.raises(InferenceServerException) as e:
         client.infer(model, inputs, **kw)
     return e.value
@@ -170,12 +179,18 @@ def test_errors_have_tritons_status_and_message(client: grpcclient.InferenceServ
 
     err = _bad(client, "add_sub", _inputs(a.astype(np.float64), a.astype(np.float64), "FP64"))
     assert err.status() == "StatusCode.INVALID_ARGUMENT"
-    assert "inference input 'INPUT0' data-type is 'FP64', but model 'add_sub' expects 'FP32'" in err.message()
+    assert (
+        "inference input 'INPUT0' data-type is 'FP64', but model 'add_sub' expects 'FP32'"
+        in err.message()
+    )
 
     short = np.ones((1, 15), np.float32)
     err = _bad(client, "add_sub", _inputs(short, short))
     assert err.status() == "StatusCode.INVALID_ARGUMENT"
-    assert "unexpected shape for input 'INPUT0' for model 'add_sub'. Expected [-1,16], got [1,15]" in err.message()
+    assert (
+        "unexpected shape for input 'INPUT0' for model 'add_sub'. Expected [-1,16], got [1,15]"
+        in err.message()
+    )
 
     big = np.ones((9, 16), np.float32)
     err = _bad(client, "add_sub", _inputs(big, big))
@@ -184,7 +199,9 @@ def test_errors_have_tritons_status_and_message(client: grpcclient.InferenceServ
 
     err = _bad(client, "add_sub", _inputs(a, a)[:1], request_id="abc")
     assert err.status() == "StatusCode.INVALID_ARGUMENT"
-    assert err.message().startswith("[request id: abc] expected 2 inputs but got 1 inputs for model 'add_sub'")
+    assert err.message().startswith(
+        "[request id: abc] expected 2 inputs but got 1 inputs for model 'add_sub'"
+    )
     assert "missing required input(s) ['INPUT1']" in err.message()
 
     extra = grpcclient.InferInput("INPUT9", [1, 16], "FP32")
@@ -212,13 +229,19 @@ def test_byte_size_and_data_errors(stub: service_pb2_grpc.GRPCInferenceServiceSt
     with pytest.raises(grpc.RpcError) as e:
         stub.ModelInfer(req)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "input byte size mismatch for input 'INPUT1' for model 'add_sub'. Expected 64, got 60" in e.value.details()
+    assert (
+        "input byte size mismatch for input 'INPUT1' for model 'add_sub'. Expected 64, got 60"
+        in e.value.details()
+    )
 
     req = request()
     with pytest.raises(grpc.RpcError) as e:
         stub.ModelInfer(req)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert e.value.details() == "unable to find data for input tensor 'INPUT0' for model 'add_sub' in request."
+    assert (
+        e.value.details()
+        == "unable to find data for input tensor 'INPUT0' for model 'add_sub' in request."
+    )
 
     req = request()
     req.inputs[0].contents.fp32_contents.extend([1.0] * 16)
@@ -253,7 +276,8 @@ def test_statistics_count_inferences(client: grpcclient.InferenceServerClient) -
     assert int(after["inference_count"]) - int(before.get("inference_count", 0)) == 12
     assert int(after["execution_count"]) - int(before.get("execution_count", 0)) == 4
     ok = after["inference_stats"]["success"]
-    assert int(ok["count"]) >= 4 and int(ok["ns"]) > 0
+    assert int(ok["count"]) >= 4
+    assert int(ok["ns"]) > 0
     for phase in ("queue", "compute_input", "compute_infer", "compute_output"):
         assert int(after["inference_stats"][phase]["count"]) == int(ok["count"])
     sizes = {int(b["batch_size"]) for b in after["batch_stats"]}

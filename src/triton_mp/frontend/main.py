@@ -37,8 +37,12 @@ MAX_MESSAGE_BYTES = 2**31 - 1
 """gRPC send/receive limit, as Triton's (INT32_MAX)."""
 
 
-def _reader(inbox: Inbox[ToFrontend], loop: asyncio.AbstractEventLoop, pending: PendingTable,
-            stop: threading.Event) -> None:
+def _reader(
+    inbox: Inbox[ToFrontend],
+    loop: asyncio.AbstractEventLoop,
+    pending: PendingTable,
+    stop: threading.Event,
+) -> None:
     while not stop.is_set():
         inbox.wait(None)
         msgs = inbox.drain()
@@ -114,7 +118,7 @@ def run_frontend(spec_bytes: bytes, ready: Connection) -> int:
     Returns:
         The exit status (0 after a clean drain).
     """
-    spec = Decoder(FrontendSpec).decode(spec_bytes)
+    spec: FrontendSpec = Decoder(FrontendSpec).decode(spec_bytes)
     configure_logging("frontend", str(spec.frontend_id), spec.log.verbose, spec.log.format)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     return asyncio.run(serve(spec, ready))

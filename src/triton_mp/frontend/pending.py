@@ -22,7 +22,9 @@ class PendingTable:
 
     def __init__(self, cache: SegmentCache) -> None:
         self._cache = cache
-        self._requests: dict[int, tuple[asyncio.Future[InferResponse | RequestFailed], BlockRef]] = {}
+        self._requests: dict[
+            int, tuple[asyncio.Future[InferResponse | RequestFailed], BlockRef]
+        ] = {}
         self._queries: dict[int, asyncio.Future[StatsReply]] = {}
         self._ids = itertools.count(1)
 

@@ -18,7 +18,7 @@ from triton_mp import __version__
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp._proto import grpc_service_pb2_grpc as pb_grpc
 from triton_mp._proto import health_pb2, health_pb2_grpc
-from triton_mp.errors import ErrorCode, InvalidRequest, ModelUnavailable, TritonMPError
+from triton_mp.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend.models import Model, ModelTable
 from triton_mp.frontend.pending import PendingTable
 from triton_mp.frontend.tensors import validate_request, write_inputs
@@ -183,7 +183,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         out = []
         for m in self._models:
             for v in m.ready_versions:
-                out.append(pb.RepositoryIndexResponse.ModelIndex(name=m.name, version=str(v), state="READY"))
+                out.append(
+                    pb.RepositoryIndexResponse.ModelIndex(
+                        name=m.name, version=str(v), state="READY"
+                    )
+                )
             if request.ready:
                 continue
             for v in m.failed_versions:
@@ -253,6 +257,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         except TritonMPError as e:
             self._pending.forget_request(rid)
             await _abort(context, e.code, e.message)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "request %d accepted for '%s' version %d (batch size %d)",
+                rid,
+                model.name,
+                version,
+                valid.batch_size,
+            )
         answer = await fut
         if not isinstance(answer, InferResponse) or answer.error is not None:
             err = answer.error
@@ -283,7 +295,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             await _abort(context, ErrorCode.INVALID_ARG, "model version given without a model name")
         qid, fut = self._pending.new_query()
         self._send(
-            encode(StatsQuery(query_id=qid, frontend_id=self._fid, model=request.name, version=version))
+            encode(
+                StatsQuery(query_id=qid, frontend_id=self._fid, model=request.name, version=version)
+            )
         )
         reply = await fut
         return pb.ModelStatisticsResponse(model_stats=[stats_to_proto(s) for s in reply.stats])

@@ -70,7 +70,9 @@ def _fmt_shape(shape: Sequence[int]) -> str:
 
 
 def _dims_match(dims: Sequence[int], shape: Sequence[int]) -> bool:
-    return len(dims) == len(shape) and all(d == -1 or d == s for d, s in zip(dims, shape, strict=True))
+    return len(dims) == len(shape) and all(
+        d == -1 or d == s for d, s in zip(dims, shape, strict=True)
+    )
 
 
 def _int_param(p: pb.InferParameter, key: str, rid: str) -> int:
@@ -79,7 +81,9 @@ def _int_param(p: pb.InferParameter, key: str, rid: str) -> int:
         return int(p.int64_param)
     if which == "uint64_param":
         return int(p.uint64_param)
-    raise InvalidRequest(f"{rid}invalid value for '{key}' parameter: expected a non-negative integer")
+    raise InvalidRequest(
+        f"{rid}invalid value for '{key}' parameter: expected a non-negative integer"
+    )
 
 
 def _typed_contents(
@@ -109,9 +113,7 @@ def _typed_contents(
     return np.asarray(values, dtype=NUMPY_DTYPES[datatype]).tobytes()
 
 
-def validate_request(
-    req: pb.ModelInferRequest, model: Model, version: int
-) -> ValidRequest:
+def validate_request(req: pb.ModelInferRequest, model: Model, version: int) -> ValidRequest:
     """Check a request against the model's effective config.
 
     Returns:
@@ -136,7 +138,9 @@ def validate_request(
         elif key == "timeout":
             timeout_us = _int_param(p, key, rid)
         elif key.startswith("triton_") and key != "triton_enable_empty_final_response":
-            raise InvalidRequest(f"{rid}parameter keys starting with 'triton_' are reserved: '{key}'")
+            raise InvalidRequest(
+                f"{rid}parameter keys starting with 'triton_' are reserved: '{key}'"
+            )
         elif key not in _RESERVED_PARAMS and p.WhichOneof("parameter_choice") == "uint64_param":
             raise InvalidRequest(f"{rid}unsupported type uint64 for parameter '{key}'")
 
@@ -145,7 +149,9 @@ def validate_request(
         if t.name not in model.inputs:
             raise InvalidRequest(f"unexpected inference input '{t.name}' for model '{name}'")
         if t.name in seen:
-            raise InvalidRequest(f"{rid}input '{t.name}' is specified more than once for model '{name}'")
+            raise InvalidRequest(
+                f"{rid}input '{t.name}' is specified more than once for model '{name}'"
+            )
         seen.add(t.name)
     required = [n for n, s in model.inputs.items() if not s.optional]
     missing = [n for n in required if n not in seen]
@@ -255,9 +261,7 @@ def validate_request(
         inputs.append(ValidInput(t.name, spec.datatype, shape, data))
 
     if mbs > 0 and batch_size > mbs:
-        raise InvalidRequest(
-            f"{rid}inference request batch-size must be <= {mbs} for '{name}'"
-        )
+        raise InvalidRequest(f"{rid}inference request batch-size must be <= {mbs} for '{name}'")
 
     outputs: list[str] = []
     for o in req.outputs:
@@ -284,7 +288,9 @@ def validate_request(
     )
 
 
-def write_inputs(arena: ArenaAllocator, req: ValidRequest) -> tuple[BlockRef, tuple[TensorRef, ...]]:
+def write_inputs(
+    arena: ArenaAllocator, req: ValidRequest
+) -> tuple[BlockRef, tuple[TensorRef, ...]]:
     """Copy every input of ``req`` into one new block of the frontend's arena.
 
     Raises:

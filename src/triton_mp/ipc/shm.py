@@ -13,6 +13,7 @@ unlinks it; attachers only unmap.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
@@ -83,11 +84,9 @@ class Segment:
 
     def close(self) -> None:
         """Unmap. Views still exported (numpy arrays over ``buf``) keep the mapping alive."""
-        try:
+        # NOTE: numpy views over the mapping may still be alive; the OS unmaps at exit.
+        with contextlib.suppress(BufferError):
             self.buf.close()
-        except BufferError:
-            # NOTE: numpy views over the mapping are still alive; the OS unmaps at exit.
-            pass
 
     def unlink(self) -> None:
         """Remove the name (owner only). Mappings stay valid until closed."""

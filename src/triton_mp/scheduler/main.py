@@ -17,6 +17,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import cast
 
 from triton_mp.config import ModelVersionSpec, SchedulerSpec
 from triton_mp.errors import ErrorCode
@@ -111,7 +112,9 @@ class SchedulerCore:
         elif isinstance(msg, StatsQuery):
             self._send_frontend(
                 msg.frontend_id,
-                StatsReply(query_id=msg.query_id, stats=self.stats.snapshot(msg.model, msg.version)),
+                StatsReply(
+                    query_id=msg.query_id, stats=self.stats.snapshot(msg.model, msg.version)
+                ),
             )
         elif isinstance(msg, Shutdown):
             self._on_shutdown(now_ns)
@@ -206,7 +209,7 @@ class SchedulerCore:
         sent = 0
         for sched in self._models.values():
             for batch in sched.pop_ready(now_ns):
-                reqs = tuple(q.payload for q in batch.requests)  # type: ignore[misc]
+                reqs = tuple(cast(InferRequest, q.payload) for q in batch.requests)
                 batch_id = self._next_batch_id
                 self._next_batch_id += 1
                 self._inflight[batch_id] = _InFlight(
@@ -240,7 +243,7 @@ def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
     Returns:
         The process exit status (0 after a Shutdown message).
     """
-    spec = Decoder(SchedulerSpec).decode(spec_bytes)
+    spec: SchedulerSpec = Decoder(SchedulerSpec).decode(spec_bytes)
     configure_logging("scheduler", "", spec.log.verbose, spec.log.format)
     # NOTE: Ctrl-C reaches the whole process group; the supervisor orders the shutdown.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

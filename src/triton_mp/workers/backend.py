@@ -66,9 +66,7 @@ def to_backend_shape(arr: np.ndarray, reshape: tuple[int, ...] | None, batched: 
     return arr.reshape(shape)
 
 
-def gather(
-    spec: ModelVersionSpec, requests: Sequence[BackendRequest]
-) -> dict[str, np.ndarray]:
+def gather(spec: ModelVersionSpec, requests: Sequence[BackendRequest]) -> dict[str, np.ndarray]:
     """Concatenate the requests' inputs along the batch dimension (no copy for one request).
 
     Inputs absent from some request (optional inputs) are left out of the batch.

@@ -19,8 +19,13 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from triton_mp.config import WorkerSpec
-from triton_mp.dtypes import NUMPY_DTYPES, element_count, protocol_of, serialize_bytes_tensor
-from triton_mp.dtypes import deserialize_bytes_tensor
+from triton_mp.dtypes import (
+    NUMPY_DTYPES,
+    deserialize_bytes_tensor,
+    element_count,
+    protocol_of,
+    serialize_bytes_tensor,
+)
 from triton_mp.errors import ErrorCode, TritonMPError, flatten_exception
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender, encode
 from triton_mp.ipc.codec import Decoder
@@ -91,6 +96,8 @@ class Worker:
         """Execute one batch and answer every request in it."""
         start_ns = time.monotonic_ns()
         reqs = batch.requests
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("batch %d started: %d requests", batch.batch_id, len(reqs))
         results: Sequence[Result]
         t_input = t_infer = 0
         try:
@@ -149,7 +156,7 @@ class Worker:
                 data = memoryview(serialize_bytes_tensor(arr))
             else:
                 arr = np.ascontiguousarray(arr)
-                data = memoryview(arr).cast("B") if arr.nbytes else memoryview(b"")
+                data = arr.reshape(-1).view(np.uint8).data if arr.nbytes else memoryview(b"")
             parts.append((name, datatype, tuple(int(d) for d in arr.shape), data))
             total += (len(data) + _ALIGN - 1) & ~(_ALIGN - 1)
         seg, block = self._arena.alloc(total)
@@ -180,7 +187,7 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     Returns:
         The process exit status: 0 after Shutdown, 1 when the backend failed to load.
     """
-    spec = Decoder(WorkerSpec).decode(spec_bytes)
+    spec: WorkerSpec = Decoder(WorkerSpec).decode(spec_bytes)
     configure_logging("worker", spec.instance.name, spec.log.verbose, spec.log.format)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
