@@ -19,10 +19,10 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
+from typing import Literal
 
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.config import (
@@ -40,7 +40,6 @@ from triton_mp.config import (
     WorkerSpec,
 )
 from triton_mp.errors import StartupError
-from triton_mp.frontend.main import run_frontend
 from triton_mp.ipc import Ring, Sender, encode, object_name, sweep_stale
 from triton_mp.ipc.messages import Shutdown, WorkerDied
 from triton_mp.ipc.shm import create_semaphore, list_objects, unlink_quietly
@@ -51,11 +50,11 @@ from triton_mp.repository import (
     instance_names,
     load_repository,
 )
-from triton_mp.scheduler.main import run_scheduler
-from triton_mp.workers.main import run_worker
 from triton_mp.workers.registry import SUPPORTED_BACKENDS
 
 log = logging.getLogger(__name__)
+
+Role = Literal["frontend", "scheduler", "worker"]
 
 _KIND_NAMES: dict[int, str] = {
     mc.ModelInstanceGroup.KIND_CPU: "KIND_CPU",
@@ -150,9 +149,8 @@ def plan_models(models: list[RepositoryModel]) -> tuple[list[ModelPlan], list[In
 
 @dataclass
 class _Child:
-    role: str
+    role: Role
     name: str
-    target: Callable[[bytes, Connection], int]
     spec_bytes: bytes
     env: dict[str, str] = field(default_factory=dict)
     process: BaseProcess | None = None
@@ -162,14 +160,20 @@ class _Child:
     restart_at: float = 0.0
 
 
-def _child_main(
-    target: Callable[[bytes, Connection], int],
-    spec_bytes: bytes,
-    conn: Connection,
-    env: dict[str, str],
-) -> None:
+def _child_main(role: Role, spec_bytes: bytes, conn: Connection, env: dict[str, str]) -> None:
+    """Entry of every child process: import only the role's own module, then run it.
+
+    NOTE: importing lazily here keeps grpc out of workers, onnxruntime out of frontends,
+    and both out of the supervisor.
+    """
     os.environ.update(env)
-    raise SystemExit(target(spec_bytes, conn))
+    if role == "frontend":
+        from triton_mp.frontend.main import run_frontend as run
+    elif role == "scheduler":
+        from triton_mp.scheduler.main import run_scheduler as run
+    else:
+        from triton_mp.workers.main import run_worker as run
+    raise SystemExit(run(spec_bytes, conn))
 
 
 class Supervisor:
@@ -207,7 +211,7 @@ class Supervisor:
         recv_end, send_end = self._ctx.Pipe(duplex=False)
         proc = self._ctx.Process(
             target=_child_main,
-            args=(child.target, child.spec_bytes, send_end, child.env),
+            args=(child.role, child.spec_bytes, send_end, child.env),
             name=f"triton-mp {child.role} {child.name}",
         )
         proc.start()
@@ -330,7 +334,6 @@ class Supervisor:
         scheduler = _Child(
             "scheduler",
             "scheduler",
-            run_scheduler,
             encode(
                 SchedulerSpec(
                     models=tuple(version_specs),
@@ -363,7 +366,7 @@ class Supervisor:
                 arena_budget_bytes=cfg.arena_budget_bytes,
                 log=self._log,
             )
-            child = _Child("worker", w.name, run_worker, encode(spec), env)
+            child = _Child("worker", w.name, encode(spec), env)
             workers[w.instance_id] = child
             self._children.append(child)
             self._spawn(child)
@@ -419,7 +422,7 @@ class Supervisor:
                 model_control_mode=cfg.model_control_mode,
                 log=self._log,
             )
-            child = _Child("frontend", str(i), run_frontend, encode(spec_fe))
+            child = _Child("frontend", str(i), encode(spec_fe))
             self._frontends.append(child)
             self._children.append(child)
             self._spawn(child)
