@@ -1,0 +1,237 @@
+"""Every cross-process message round-trips through ``ipc.codec`` typed to its channel union,
+and a decoder typed to another channel refuses it."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+
+import hypothesis.strategies as st
+import msgspec
+import pytest
+from hypothesis import given
+
+from triton_mp.errors import ErrorCode
+from triton_mp.ipc import messages as m
+from triton_mp.ipc.codec import Decoder, encode
+
+TENSOR = m.TensorRef("INPUT0", "FP32", (2, 16), "/triton_mp_1_f0_a0", 128, 128)
+BLOCK = m.BlockRef("/triton_mp_1_f0_a0", 64)
+REQUEST = m.InferRequest(
+    request_id=7,
+    frontend_id=1,
+    model="add_sub",
+    version=1,
+    batch_size=2,
+    inputs=(TENSOR, m.TensorRef("INPUT1", "BYTES", (2,), "/triton_mp_1_f0_a0", 256, 14)),
+    outputs=("OUTPUT0", "OUTPUT1"),
+    block=BLOCK,
+    arrival_ns=123_456_789,
+    priority=2,
+    timeout_us=5000,
+    client_id="req-1",
+)
+
+
+def _stats() -> m.ModelStats:
+    st_ = m.ModelStats(name="add_sub", version=1, inference_count=5, execution_count=2)
+    st_.success.add(1000, 5)
+    st_.batch_stats[4] = m.BatchStats(batch_size=4)
+    st_.batch_stats[4].compute_infer.add(300)
+    return st_
+
+
+# one example of every message, with every optional field set somewhere
+EXAMPLES: dict[str, list[object]] = {
+    "ToScheduler": [
+        REQUEST,
+        m.InferRequest(
+            request_id=0,
+            frontend_id=0,
+            model="m",
+            version=1,
+            batch_size=1,
+            inputs=(),
+            outputs=(),
+            block=BLOCK,
+            arrival_ns=0,
+        ),
+        m.StatsQuery(query_id=3, frontend_id=1),
+        m.StatsQuery(query_id=4, frontend_id=0, model="add_sub", version=1),
+        m.WorkerReady(instance_id=2, pid=4242),
+        m.BatchDone(
+            instance_id=2,
+            batch_id=9,
+            start_ns=1,
+            compute_input_ns=2,
+            compute_infer_ns=3,
+            compute_output_ns=4,
+            end_ns=5,
+            failed=(0, 2),
+        ),
+        m.BatchDone(
+            instance_id=0,
+            batch_id=1,
+            start_ns=0,
+            compute_input_ns=0,
+            compute_infer_ns=0,
+            compute_output_ns=0,
+            end_ns=0,
+        ),
+        m.WorkerDied(instance_id=2, exitcode=-9),
+        m.Shutdown(),
+    ],
+    "ToWorker": [
+        m.BatchAssign(batch_id=9, requests=(REQUEST, REQUEST), dispatch_ns=99),
+        m.BatchAssign(batch_id=10, requests=(), dispatch_ns=0),
+        m.Shutdown(),
+    ],
+    "ToFrontend": [
+        m.InferResponse(
+            request_id=7,
+            version=1,
+            outputs=(m.TensorRef("OUTPUT0", "BYTES", (1,), "/triton_mp_1_w0_a0", 64, 9),),
+            block=m.BlockRef("/triton_mp_1_w0_a0", 0),
+        ),
+        m.InferResponse(
+            request_id=8,
+            version=1,
+            error=m.ErrorInfo(ErrorCode.INTERNAL, "onnxruntime.Fail: boom", "worker add_sub_0"),
+        ),
+        m.RequestFailed(
+            request_id=8, error=m.ErrorInfo(ErrorCode.UNAVAILABLE, "Server is stopping")
+        ),
+        m.StatsReply(query_id=3, stats=(_stats(), m.ModelStats(name="other", version=2))),
+        m.StatsReply(query_id=4, stats=()),
+    ],
+}
+UNIONS = {"ToScheduler": m.ToScheduler, "ToWorker": m.ToWorker, "ToFrontend": m.ToFrontend}
+
+
+def _members(union: object) -> set[type]:
+    return set(typing.get_args(union))
+
+
+def _cases() -> list[tuple[str, object]]:
+    return [(channel, msg) for channel, msgs in EXAMPLES.items() for msg in msgs]
+
+
+def _id(case: object) -> str:
+    return type(case).__name__ if not isinstance(case, str) else case
+
+
+def test_every_tagged_message_is_in_a_union_and_has_an_example() -> None:
+    tagged = {
+        cls
+        for _, cls in inspect.getmembers(m, inspect.isclass)
+        if issubclass(cls, msgspec.Struct) and cls.__struct_config__.tag is not None
+    }
+    in_unions = set().union(*(_members(u) for u in UNIONS.values()))
+    assert tagged == in_unions
+    assert in_unions == {type(msg) for _, msg in _cases()}
+
+
+def test_tags_are_unique_across_unions() -> None:
+    tags: dict[object, type] = {}
+    for union in UNIONS.values():
+        for cls in _members(union):
+            tag = cls.__struct_config__.tag
+            assert tags.setdefault(tag, cls) is cls, f"tag {tag!r} used twice"
+
+
+@pytest.mark.parametrize(("channel", "msg"), _cases(), ids=_id)
+def test_round_trip_through_its_channel_union(channel: str, msg: object) -> None:
+    decoded = Decoder(UNIONS[channel]).decode(encode(msg))
+    assert type(decoded) is type(msg)
+    assert decoded == msg
+
+
+@pytest.mark.parametrize(("channel", "msg"), _cases(), ids=_id)
+def test_other_channel_unions_refuse_it(channel: str, msg: object) -> None:
+    data = encode(msg)
+    for union in UNIONS.values():
+        if type(msg) in _members(union):
+            continue
+        with pytest.raises(msgspec.ValidationError):
+            Decoder(union).decode(data)
+
+
+def test_error_code_survives_as_an_int_enum() -> None:
+    info = m.ErrorInfo(ErrorCode.DEADLINE_EXCEEDED, "timeout", "scheduler")
+    msg = m.RequestFailed(request_id=1, error=info)
+    decoded = Decoder(m.ToFrontend).decode(encode(msg))
+    assert isinstance(decoded, m.RequestFailed)
+    assert decoded.error.code is ErrorCode.DEADLINE_EXCEEDED
+
+
+def test_stats_reply_keeps_integer_batch_size_keys() -> None:
+    decoded = Decoder(m.ToFrontend).decode(encode(m.StatsReply(query_id=1, stats=(_stats(),))))
+    assert isinstance(decoded, m.StatsReply)
+    (stats,) = decoded.stats
+    assert list(stats.batch_stats) == [4]
+    assert stats.batch_stats[4].compute_infer == m.StatDuration(count=1, ns=300)
+
+
+def test_garbage_is_a_validation_or_decode_error() -> None:
+    with pytest.raises(msgspec.DecodeError):
+        Decoder(m.ToScheduler).decode(b"\xc1")
+    with pytest.raises(msgspec.ValidationError):
+        Decoder(m.ToScheduler).decode(encode(["no_such_tag", 1, 2]))
+
+
+def test_a_field_of_the_wrong_type_is_refused() -> None:
+    data = encode(["worker_ready", "not an int", 5])
+    with pytest.raises(msgspec.ValidationError, match="Expected `int`"):
+        Decoder(m.ToScheduler).decode(data)
+
+
+# --------------------------------------------------------------------------- property
+
+_names = st.text(min_size=0, max_size=20)
+_u63 = st.integers(min_value=0, max_value=2**63 - 1)
+_tensor_refs = st.builds(
+    m.TensorRef,
+    name=_names,
+    datatype=st.sampled_from(["FP32", "INT64", "BYTES", "BOOL", "FP16"]),
+    shape=st.lists(st.integers(0, 1 << 20), max_size=5).map(tuple),
+    segment=_names,
+    offset=_u63,
+    nbytes=_u63,
+)
+_requests = st.builds(
+    m.InferRequest,
+    request_id=_u63,
+    frontend_id=st.integers(0, 63),
+    model=_names,
+    version=st.integers(-1, 1 << 30),
+    batch_size=st.integers(0, 1 << 16),
+    inputs=st.lists(_tensor_refs, max_size=4).map(tuple),
+    outputs=st.lists(_names, max_size=4).map(tuple),
+    block=st.builds(m.BlockRef, segment=_names, offset=_u63),
+    arrival_ns=_u63,
+    priority=st.integers(0, 1 << 20),
+    timeout_us=_u63,
+    client_id=_names,
+)
+_errors = st.builds(
+    m.ErrorInfo, code=st.sampled_from(list(ErrorCode)), message=st.text(), origin=_names
+)
+
+
+@given(req=_requests)
+def test_any_infer_request_round_trips(req: m.InferRequest) -> None:
+    assert Decoder(m.ToScheduler).decode(encode(req)) == req
+    batch = m.BatchAssign(batch_id=1, requests=(req,), dispatch_ns=req.arrival_ns)
+    assert Decoder(m.ToWorker).decode(encode(batch)) == batch
+
+
+@given(
+    request_id=_u63,
+    outputs=st.lists(_tensor_refs, max_size=4).map(tuple),
+    error=st.none() | _errors,
+)
+def test_any_infer_response_round_trips(
+    request_id: int, outputs: tuple[m.TensorRef, ...], error: m.ErrorInfo | None
+) -> None:
+    resp = m.InferResponse(request_id=request_id, version=1, outputs=outputs, error=error)
+    assert Decoder(m.ToFrontend).decode(encode(resp)) == resp
