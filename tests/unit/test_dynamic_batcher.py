@@ -192,12 +192,7 @@ def test_a_request_larger_than_max_batch_size_goes_alone() -> None:
 # the sum would pass the largest preferred size; once the oldest request's delay has run
 # out, everything walked (up to max_batch_size) goes, preferred sizes notwithstanding.
 
-_TRITON_EDGE = pytest.mark.xfail(
-    strict=True, reason="dynamic.py deviates from Triton's GetDynamicBatch (fixed next)"
-)
 
-
-@_TRITON_EDGE
 def test_no_batch_passes_the_largest_preferred_size_before_the_delay() -> None:
     f = dynamic(preferred=(4,))
     f.offer(3, 3)  # 6 would pass 4, and no preferred size was reached
@@ -205,17 +200,16 @@ def test_no_batch_passes_the_largest_preferred_size_before_the_delay() -> None:
     assert (_keys(batch), batch.total_batch_size) == ([0], 3)
 
 
-@_TRITON_EDGE
 def test_cut_before_passing_the_largest_preferred_size() -> None:
     f = dynamic(preferred=(4,), instances=(0, 1))
     f.offer(2, 3, 1)
-    (batch,) = f.pop()  # [2] goes (2 + 3 passes 4); [3, 1] then makes 4 on its own
-    assert (_keys(batch), batch.total_batch_size) == ([0], 2)
-    (batch,) = f.pop()
-    assert (_keys(batch), batch.total_batch_size, batch.reason) == ([1, 2], 4, "preferred")
+    # [2] goes at once (2 + 3 passes 4); then [3, 1] makes 4 on its own
+    first, second = f.pop()
+    assert (first.instance_id, _keys(first), first.total_batch_size) == (0, [0], 2)
+    assert (second.instance_id, _keys(second), second.total_batch_size) == (1, [1, 2], 4)
+    assert second.reason == "preferred"
 
 
-@_TRITON_EDGE
 def test_after_the_delay_everything_up_to_max_batch_size_goes() -> None:
     f = dynamic(preferred=(4,), instances=())
     f.offer(1, 1, 1, 1, 1, 1)
@@ -225,7 +219,6 @@ def test_after_the_delay_everything_up_to_max_batch_size_goes() -> None:
     assert (batch.total_batch_size, batch.reason) == (6, "delay")
 
 
-@_TRITON_EDGE
 def test_zero_delay_still_cuts_at_a_preferred_size() -> None:
     f = dynamic(preferred=(2, 4), delay_us=0)
     f.offer(1, 1, 1)

@@ -10,14 +10,17 @@ Semantics (Triton core ``dynamic_batch_scheduler.cc``, docs ``batcher.md``):
 - A batch is formed only when an instance is idle; while all are busy the queue grows and
   the next batch is bigger.
 - Default scheduler (no ``dynamic_batching``): one request per execution.
-- Dynamic batcher: walk the queue from the oldest request, summing request batch sizes
-  while the sum stays <= ``max_batch_size`` and every shape-enforced input has the same
-  shape as the oldest's (``shape_key``). Then:
+- Dynamic batcher (``GetDynamicBatch``): walk the queue from the oldest request, summing
+  request batch sizes while the sum stays <= ``max_batch_size`` and every shape-enforced
+  input has the same shape as the oldest's (``shape_key``). On the way, mark a *cut*: the
+  last sum equal to a preferred size or, when none was reached, the sum just before it
+  would pass the largest preferred size. Then:
+  * the oldest request's ``max_queue_delay`` has not run out (a delay of 0 never does)
+    and there is a cut: send up to the cut now;
   * the walk filled the batch (the next request does not fit, or a shape differs), or the
-    sum reached the largest preferred size: send now, cut at the largest preferred size
-    seen if any;
-  * the oldest request has waited ``max_queue_delay`` (or the delay is 0): send all walked;
-  * a preferred size was seen: send up to it;
+    sum reached the largest preferred size: send all walked now;
+  * the delay has run out, or is 0: send all walked, up to ``max_batch_size``, preferred
+    sizes notwithstanding;
   * otherwise wait until the oldest request's delay runs out.
 - A request with batch size n counts n toward max_batch_size and is never split.
 """
@@ -200,19 +203,23 @@ class DynamicBatcher:
         key = oldest.shape_key
         total = 0
         count = 0
-        best_pref: tuple[int, int] | None = None  # (count, total) at the largest preferred
+        # (count, total) at the last preferred size, or just before passing the largest one
+        cut: tuple[int, int] | None = None
         stop = ""
         for item in queue:
             if item.shape_key != key:
                 stop = "shape"
                 break
-            if total + item.batch_size > self.max_batch_size:
+            grown = total + item.batch_size
+            if count and cut is None and grown > self.max_preferred:
+                cut = (count, total)
+            if grown > self.max_batch_size:
                 stop = "max"
                 break
-            total += item.batch_size
+            total = grown
             count += 1
             if total in self.preferred:
-                best_pref = (count, total)
+                cut = (count, total)
             if total >= self.max_batch_size:
                 stop = "max"
                 break
@@ -220,14 +227,16 @@ class DynamicBatcher:
             # NOTE: the oldest request alone exceeds max_batch_size; the frontend rejects
             # such requests, so this only guards against a bad descriptor.
             return 1, oldest.batch_size, "max"
-        if stop or total >= self.max_preferred:
-            if best_pref is not None:
-                return best_pref[0], best_pref[1], "preferred"
-            return count, total, stop or "max"
-        if self.max_queue_delay_ns == 0 or now_ns - oldest.enqueue_ns >= self.max_queue_delay_ns:
+        delay_ns = self.max_queue_delay_ns
+        delay_ran_out = delay_ns > 0 and now_ns - oldest.enqueue_ns >= delay_ns
+        if cut is not None and not delay_ran_out:
+            return cut[0], cut[1], "preferred" if cut[1] in self.preferred else stop or "max"
+        if stop:
+            return count, total, stop
+        if delay_ran_out or delay_ns == 0:
             return count, total, "delay"
-        if best_pref is not None:
-            return best_pref[0], best_pref[1], "preferred"
+        if total >= self.max_preferred:
+            return count, total, "max"
         return None
 
     def next_deadline_ns(self) -> int | None:
