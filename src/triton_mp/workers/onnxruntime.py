@@ -2,7 +2,13 @@
 
 Imported only by worker processes (through ``workers.registry``). Config ``parameters``
 understood, as Triton's onnxruntime backend names them: ``intra_op_thread_count``,
-``inter_op_thread_count`` (string integers; 0 = onnxruntime's default).
+``inter_op_thread_count`` (string integers; 0 = onnxruntime's default). Keys that start with
+``session.`` are passed to ``SessionOptions.add_session_config_entry`` as they are.
+
+NOTE: intra-op threads do not spin while idle by default here
+(``session.intra_op.allow_spinning=0``): each model instance is its own process, and on a
+machine with few cores spinning pool threads of one instance steal the cores that the
+frontends, the scheduler and the other instances need. A model can set it back to "1".
 """
 
 from __future__ import annotations
@@ -43,6 +49,15 @@ class OnnxRuntimeBackend:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = _int_parameter(params, "intra_op_thread_count")
         opts.inter_op_num_threads = _int_parameter(params, "inter_op_thread_count")
+        session_entries = {
+            "session.intra_op.allow_spinning": "0",
+            "session.inter_op.allow_spinning": "0",
+        }
+        for key, entry in params.items():
+            if key.startswith("session.") and isinstance(entry, dict):
+                session_entries[key] = str(entry.get("string_value", ""))
+        for key, value in session_entries.items():
+            opts.add_session_config_entry(key, value)
         providers = ["CPUExecutionProvider"]
         if instance.kind == "KIND_GPU" and "CUDAExecutionProvider" in ort.get_available_providers():
             providers.insert(0, "CUDAExecutionProvider")
