@@ -1,0 +1,366 @@
+"""``Worker`` in-process on the real onnxruntime backend and real shared-memory arenas.
+
+The frontend side is played by this test: it writes each request's inputs into a block of
+its own arena and reads the outputs back through the TensorRefs the worker sends. Sends
+are recorded, not pushed through rings. Arenas are named ``/triton_mp_<pid>_test_*`` and
+unlinked in fixture teardown.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from triton_mp.config import (
+    BatchingSpec,
+    ChannelSpec,
+    InboxSpec,
+    InstanceSpec,
+    LogSpec,
+    ModelVersionSpec,
+    TensorSpec,
+    WorkerSpec,
+)
+from triton_mp.errors import ErrorCode
+from triton_mp.ipc.messages import (
+    BatchAssign,
+    BatchDone,
+    BlockRef,
+    ErrorInfo,
+    InferRequest,
+    InferResponse,
+    TensorRef,
+)
+from triton_mp.ipc.tensor_pool import (
+    BLOCK_HEADER_BYTES,
+    ArenaAllocator,
+    SegmentCache,
+    free_block,
+)
+from triton_mp.workers.backend import BackendRequest, PhaseTimes, Result
+from triton_mp.workers.main import Worker
+from triton_mp.workers.onnxruntime import OnnxRuntimeBackend
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL_FILE = ROOT / "model_repository/add_sub/1/model.onnx"
+PID = os.getpid()
+
+
+def _t(name: str) -> TensorSpec:
+    return TensorSpec(name=name, datatype="FP32", dims=(16,))
+
+
+MODEL = ModelVersionSpec(
+    model="add_sub",
+    version=1,
+    backend="onnxruntime",
+    model_file=str(MODEL_FILE),
+    max_batch_size=8,
+    batching=BatchingSpec(kind="dynamic", max_batch_size=8, max_queue_delay_us=100),
+    inputs=(_t("INPUT0"), _t("INPUT1")),
+    outputs=(_t("OUTPUT0"), _t("OUTPUT1")),
+    instance_ids=(0,),
+)
+INSTANCE = InstanceSpec(instance_id=0, name="add_sub_0", model="add_sub", version=1)
+SPEC = WorkerSpec(
+    instance=INSTANCE,
+    model=MODEL,
+    # NOTE: Worker never touches its channels; run_worker does. These names are never opened.
+    inbox=InboxSpec(f"/triton_mp_{PID}_test_unused_sem", ()),
+    to_scheduler=ChannelSpec(f"/triton_mp_{PID}_test_unused_ring", "unused"),
+    to_frontends={},
+    arena_prefix=f"/triton_mp_{PID}_test_worker",
+    arena_bytes=1 << 16,
+    arena_budget_bytes=1 << 20,
+    log=LogSpec(),
+)
+
+
+@pytest.fixture(scope="module")
+def ort_backend() -> Iterator[OnnxRuntimeBackend]:
+    backend = OnnxRuntimeBackend(MODEL, INSTANCE)
+    yield backend
+    backend.close()
+
+
+@dataclass
+class Frontend:
+    """This test as a frontend: owns the input arena, reads the worker's output arena."""
+
+    arena: ArenaAllocator
+    cache: SegmentCache
+    ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def request(
+        self, batch_size: int, frontend_id: int = 0, outputs: Sequence[str] = ()
+    ) -> tuple[InferRequest, np.ndarray, np.ndarray]:
+        rid = next(self.ids)
+        rng = np.random.default_rng(rid)
+        a = rng.standard_normal((batch_size, 16)).astype(np.float32)
+        b = rng.standard_normal((batch_size, 16)).astype(np.float32)
+        seg, block = self.arena.alloc(a.nbytes + b.nbytes)
+        pos = block + BLOCK_HEADER_BYTES
+        refs = []
+        for name, arr in (("INPUT0", a), ("INPUT1", b)):
+            seg.buf[pos : pos + arr.nbytes] = arr.tobytes()
+            refs.append(TensorRef(name, "FP32", arr.shape, seg.name, pos, arr.nbytes))
+            pos += arr.nbytes
+        req = InferRequest(
+            request_id=rid,
+            frontend_id=frontend_id,
+            model="add_sub",
+            version=1,
+            batch_size=batch_size,
+            inputs=tuple(refs),
+            outputs=tuple(outputs) or ("OUTPUT0", "OUTPUT1"),
+            block=BlockRef(seg.name, block),
+            arrival_ns=0,
+        )
+        return req, a, b
+
+    def read(self, ref: TensorRef) -> np.ndarray:
+        seg = self.cache.get(ref.segment)
+        assert ref.datatype == "FP32"
+        view = np.frombuffer(seg.buf, np.float32, count=ref.nbytes // 4, offset=ref.offset)
+        return view.reshape(ref.shape).copy()
+
+    def release(self, resp: InferResponse, req: InferRequest) -> None:
+        """What the frontend does when a response arrives: free both blocks."""
+        if resp.block is not None:
+            free_block(self.cache.get(resp.block.segment).buf, resp.block.offset)
+        free_block(self.cache.get(req.block.segment).buf, req.block.offset)
+
+
+@pytest.fixture
+def frontend() -> Iterator[Frontend]:
+    cache = SegmentCache()
+    arena = ArenaAllocator(f"/triton_mp_{PID}_test_frontend", 1 << 16, 1 << 20, cache=cache)
+    yield Frontend(arena, cache)
+    cache.close()
+    arena.close_and_unlink()
+
+
+@dataclass
+class Sent:
+    responses: list[tuple[int, InferResponse]] = field(default_factory=list)
+    done: list[BatchDone] = field(default_factory=list)
+
+    def to_frontend(self, frontend_id: int, msg: object) -> None:
+        assert isinstance(msg, InferResponse)
+        self.responses.append((frontend_id, msg))
+
+    def to_scheduler(self, msg: object) -> None:
+        assert isinstance(msg, BatchDone)
+        self.done.append(msg)
+
+
+@pytest.fixture
+def worker_arena() -> Iterator[ArenaAllocator]:
+    arena = ArenaAllocator(SPEC.arena_prefix, SPEC.arena_bytes, SPEC.arena_budget_bytes)
+    yield arena
+    arena.close_and_unlink()
+
+
+@pytest.fixture
+def worker_cache() -> Iterator[SegmentCache]:
+    cache = SegmentCache()
+    yield cache
+    cache.close()
+
+
+def _worker(backend: object, arena: ArenaAllocator, cache: SegmentCache, sent: Sent) -> Worker:
+    return Worker(SPEC, backend, arena, cache, sent.to_frontend, sent.to_scheduler)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- fakes
+
+
+class RaisingBackend:
+    """Raises on the first ``fail_times`` calls, then runs the real backend."""
+
+    def __init__(self, real: OnnxRuntimeBackend, fail_times: int = 1) -> None:
+        self.real = real
+        self.fail_times = fail_times
+
+    def execute(self, requests: Sequence[BackendRequest]) -> tuple[list[Result], PhaseTimes]:
+        if self.fail_times:
+            self.fail_times -= 1
+            raise RuntimeError("boom in execute")
+        return self.real.execute(requests)
+
+    def close(self) -> None:
+        pass
+
+
+class ShortBackend:
+    """Returns one result too few."""
+
+    def __init__(self, real: OnnxRuntimeBackend) -> None:
+        self.real = real
+
+    def execute(self, requests: Sequence[BackendRequest]) -> tuple[list[Result], PhaseTimes]:
+        results, times = self.real.execute(requests)
+        return results[:-1], times
+
+    def close(self) -> None:
+        pass
+
+
+class PerItemErrorBackend:
+    """Fails the request at ``index`` with its own error; drops OUTPUT1 of the one after."""
+
+    def __init__(self, real: OnnxRuntimeBackend, index: int) -> None:
+        self.real = real
+        self.index = index
+
+    def execute(self, requests: Sequence[BackendRequest]) -> tuple[list[Result], PhaseTimes]:
+        results, times = self.real.execute(requests)
+        results[self.index] = ErrorInfo(ErrorCode.INVALID_ARG, "bad item", "test")
+        nxt = results[self.index + 1]
+        assert isinstance(nxt, dict)
+        del nxt["OUTPUT1"]
+        return results, times
+
+    def close(self) -> None:
+        pass
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_a_batch_of_three_gives_each_request_its_own_outputs(
+    ort_backend: OnnxRuntimeBackend,
+    frontend: Frontend,
+    worker_arena: ArenaAllocator,
+    worker_cache: SegmentCache,
+) -> None:
+    sent = Sent()
+    worker = _worker(ort_backend, worker_arena, worker_cache, sent)
+    reqs = [frontend.request(bs, frontend_id=f) for bs, f in ((1, 0), (2, 1), (1, 0))]
+    worker.run_batch(BatchAssign(batch_id=7, requests=tuple(r for r, _, _ in reqs), dispatch_ns=0))
+
+    assert [(f, r.request_id) for f, r in sent.responses] == [
+        (req.frontend_id, req.request_id) for req, _, _ in reqs
+    ]
+    for (_, resp), (req, a, b) in zip(sent.responses, reqs, strict=True):
+        assert resp.error is None
+        assert resp.version == 1
+        assert [o.name for o in resp.outputs] == ["OUTPUT0", "OUTPUT1"]
+        assert resp.block is not None
+        for ref in resp.outputs:
+            assert ref.segment == resp.block.segment
+            assert ref.shape == (req.batch_size, 16)
+            assert ref.offset % 64 == 0
+        out0, out1 = (frontend.read(ref) for ref in resp.outputs)
+        np.testing.assert_array_equal(out0, a + b)
+        np.testing.assert_array_equal(out1, a - b)
+
+    (done,) = sent.done
+    assert (done.instance_id, done.batch_id, done.failed) == (0, 7, ())
+    assert done.end_ns >= done.start_ns
+
+    assert worker_arena.live_blocks() == 3  # one output block per request
+    for (_, resp), (req, _, _) in zip(sent.responses, reqs, strict=True):
+        frontend.release(resp, req)
+    assert worker_arena.live_blocks() == 0
+    assert frontend.arena.live_blocks() == 0
+
+
+def test_a_request_may_ask_for_some_outputs_only(
+    ort_backend: OnnxRuntimeBackend,
+    frontend: Frontend,
+    worker_arena: ArenaAllocator,
+    worker_cache: SegmentCache,
+) -> None:
+    sent = Sent()
+    worker = _worker(ort_backend, worker_arena, worker_cache, sent)
+    req, a, b = frontend.request(3, outputs=("OUTPUT1",))
+    worker.run_batch(BatchAssign(batch_id=1, requests=(req,), dispatch_ns=0))
+    ((_, resp),) = sent.responses
+    (ref,) = resp.outputs
+    assert ref.name == "OUTPUT1"
+    np.testing.assert_array_equal(frontend.read(ref), a - b)
+    frontend.release(resp, req)
+
+
+def test_a_raising_backend_fails_the_batch_and_the_worker_goes_on(
+    ort_backend: OnnxRuntimeBackend,
+    frontend: Frontend,
+    worker_arena: ArenaAllocator,
+    worker_cache: SegmentCache,
+) -> None:
+    sent = Sent()
+    worker = _worker(RaisingBackend(ort_backend), worker_arena, worker_cache, sent)
+    reqs = [frontend.request(bs)[0] for bs in (1, 2, 1)]
+    worker.run_batch(BatchAssign(batch_id=1, requests=tuple(reqs), dispatch_ns=0))
+
+    assert [r.request_id for _, r in sent.responses] == [r.request_id for r in reqs]
+    for _, resp in sent.responses:
+        assert resp.outputs == ()
+        assert resp.block is None
+        assert resp.error == ErrorInfo(
+            ErrorCode.INTERNAL, "RuntimeError: boom in execute", "worker add_sub_0"
+        )
+    (done,) = sent.done
+    assert done.failed == (0, 1, 2)
+    assert worker_arena.live_blocks() == 0  # nothing was allocated for failed requests
+
+    # the next batch on the same worker runs normally
+    req, a, b = frontend.request(2)
+    worker.run_batch(BatchAssign(batch_id=2, requests=(req,), dispatch_ns=0))
+    resp = sent.responses[-1][1]
+    assert resp.error is None
+    np.testing.assert_array_equal(frontend.read(resp.outputs[0]), a + b)
+    assert sent.done[-1].failed == ()
+    frontend.release(resp, req)
+
+
+def test_a_backend_returning_the_wrong_number_of_results_fails_every_request(
+    ort_backend: OnnxRuntimeBackend,
+    frontend: Frontend,
+    worker_arena: ArenaAllocator,
+    worker_cache: SegmentCache,
+) -> None:
+    sent = Sent()
+    worker = _worker(ShortBackend(ort_backend), worker_arena, worker_cache, sent)
+    reqs = [frontend.request(1)[0] for _ in range(3)]
+    worker.run_batch(BatchAssign(batch_id=3, requests=tuple(reqs), dispatch_ns=0))
+    assert len(sent.responses) == 3
+    for _, resp in sent.responses:
+        assert resp.error is not None
+        assert resp.error.code == ErrorCode.INTERNAL
+        assert "returned 2 results for a batch of 3 requests" in resp.error.message
+    assert sent.done[0].failed == (0, 1, 2)
+    assert worker_arena.live_blocks() == 0
+
+
+def test_per_item_errors_fail_only_their_requests(
+    ort_backend: OnnxRuntimeBackend,
+    frontend: Frontend,
+    worker_arena: ArenaAllocator,
+    worker_cache: SegmentCache,
+) -> None:
+    sent = Sent()
+    worker = _worker(PerItemErrorBackend(ort_backend, 0), worker_arena, worker_cache, sent)
+    reqs = [frontend.request(bs) for bs in (1, 2, 1)]
+    worker.run_batch(BatchAssign(batch_id=4, requests=tuple(r for r, _, _ in reqs), dispatch_ns=0))
+    errors = [resp.error for _, resp in sent.responses]
+    assert errors[0] == ErrorInfo(ErrorCode.INVALID_ARG, "bad item", "test")
+    # the second request's backend result lacks OUTPUT1 it asked for
+    assert errors[1] is not None
+    assert errors[1].code == ErrorCode.INTERNAL
+    assert "output 'OUTPUT1' was not produced by model 'add_sub'" in errors[1].message
+    assert errors[2] is None
+    req, a, b = reqs[2]
+    resp = sent.responses[2][1]
+    np.testing.assert_array_equal(frontend.read(resp.outputs[0]), a + b)
+    assert sent.done[0].failed == (0, 1)
+    assert worker_arena.live_blocks() == 1
+    frontend.release(resp, req)
+    assert worker_arena.live_blocks() == 0
