@@ -405,10 +405,6 @@ def test_stats_query_gets_a_reply_on_its_frontend(h: Harness) -> None:
     assert [s.name for s in reply_all.stats] == ["add_sub", "plain", "ragged"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="StatsBook.snapshot says it returns copies but returns the live ModelStats",
-)
 def test_a_stats_reply_does_not_change_after_it_was_sent(h: Harness) -> None:
     h.handle(StatsQuery(query_id=1, frontend_id=0, model="add_sub"))
     reply = h.to_frontends[-1][1]

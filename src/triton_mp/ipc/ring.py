@@ -13,10 +13,14 @@ Layout (all integers little-endian, offsets in bytes)::
 
 A record is ``u32 length`` + payload, padded to 8 bytes. A record never wraps: when it does
 not fit before the end of the data area, the producer writes ``WRAP`` as the length (when at
-least 4 bytes remain) and continues at the start. ``tail`` and ``head`` are 8-byte aligned
-stores on separate cache lines; the producer writes the record before it publishes ``tail``,
-and the consumer reads the record before it publishes ``head`` (x86-64 and arm64 keep
-aligned 8-byte stores atomic; x86 keeps store order, which is what we run on).
+least 4 bytes remain) and continues at the start.
+
+``tail`` and ``head`` sit on separate cache lines and are read and written through
+one-element native ``u64`` memoryviews, so each store is one aligned 8-byte write (native
+byte order: little-endian on the machines we run on). The producer writes the record before
+it publishes ``tail``, and the consumer reads the record before it publishes ``head``
+(x86-64 and arm64 keep aligned 8-byte stores atomic; x86 keeps store order, which is what
+we run on).
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ from triton_mp.ipc.shm import Segment
 
 RING_MAGIC = 0x54524E47  # "TRNG"
 _HEADER = struct.Struct("<IIQ")
-_U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 TAIL_OFFSET = 64
 HEAD_OFFSET = 128
@@ -45,7 +48,7 @@ class Ring:
     Use ``Ring.create`` in the owning process (it unlinks) and ``Ring.attach`` elsewhere.
     """
 
-    __slots__ = ("segment", "capacity", "_buf", "_mv")
+    __slots__ = ("segment", "capacity", "_buf", "_mv", "_tail", "_head")
 
     def __init__(self, segment: Segment) -> None:
         magic, _version, capacity = _HEADER.unpack_from(segment.buf, 0)
@@ -55,6 +58,10 @@ class Ring:
         self.capacity = capacity
         self._buf = segment.buf
         self._mv = memoryview(segment.buf)
+        # NOTE: one-element native u64 views: an item store is one aligned 8-byte write
+        # (struct.pack_into copies byte by byte), so the other side never sees a torn index.
+        self._tail = self._mv[TAIL_OFFSET : TAIL_OFFSET + 8].cast("Q")
+        self._head = self._mv[HEAD_OFFSET : HEAD_OFFSET + 8].cast("Q")
 
     @classmethod
     def create(cls, name: str, capacity_bytes: int) -> Ring:
@@ -82,8 +89,8 @@ class Ring:
         if need > cap // 2:
             raise ValueError(f"record of {n} bytes does not fit a ring of {cap} bytes")
         buf = self._buf
-        tail = _U64.unpack_from(buf, TAIL_OFFSET)[0]
-        head = _U64.unpack_from(buf, HEAD_OFFSET)[0]
+        tail = self._tail[0]
+        head = self._head[0]
         pos = tail % cap
         room_to_end = cap - pos
         skip = room_to_end if need > room_to_end else 0
@@ -97,13 +104,13 @@ class Ring:
         at = DATA_OFFSET + pos
         _U32.pack_into(buf, at, n)
         self._mv[at + 4 : at + 4 + n] = payload
-        _U64.pack_into(buf, TAIL_OFFSET, tail + need)
+        self._tail[0] = tail + need
 
     def pop_all(self) -> list[bytes]:
         """Take every record published so far (consumer only), oldest first."""
         buf = self._buf
-        tail = _U64.unpack_from(buf, TAIL_OFFSET)[0]
-        head = _U64.unpack_from(buf, HEAD_OFFSET)[0]
+        tail = self._tail[0]
+        head = self._head[0]
         if head == tail:
             return []
         cap = self.capacity
@@ -122,16 +129,16 @@ class Ring:
             at = DATA_OFFSET + pos + 4
             out.append(bytes(mv[at : at + n]))
             head += (4 + n + 7) & ~7
-        _U64.pack_into(buf, HEAD_OFFSET, head)
+        self._head[0] = head
         return out
 
     def pending_bytes(self) -> int:
         """Bytes published and not yet consumed (for stats and tests)."""
-        tail = _U64.unpack_from(self._buf, TAIL_OFFSET)[0]
-        head = _U64.unpack_from(self._buf, HEAD_OFFSET)[0]
-        return int(tail - head)
+        return int(self._tail[0] - self._head[0])
 
     def close(self) -> None:
         """Unmap this process's view."""
+        self._tail.release()
+        self._head.release()
         self._mv.release()
         self.segment.close()

@@ -28,6 +28,7 @@ Semantics (Triton core ``dynamic_batch_scheduler.cc``, docs ``batcher.md``):
 from __future__ import annotations
 
 import collections
+import contextlib
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -106,10 +107,8 @@ class _Instances:
             self.idle.append(instance_id)
 
     def remove(self, instance_id: int) -> None:
-        try:
+        with contextlib.suppress(ValueError):
             self.idle.remove(instance_id)
-        except ValueError:
-            pass
 
 
 class DefaultScheduler:

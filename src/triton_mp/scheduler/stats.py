@@ -16,6 +16,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+import msgspec
+
 from triton_mp.ipc.messages import BatchStats, ModelStats
 
 
@@ -76,7 +78,12 @@ class StatsBook:
     def snapshot(self, model: str = "", version: int = -1) -> tuple[ModelStats, ...]:
         """Copies of the stats of one model (all versions when ``version`` < 0) or of all."""
         return tuple(
-            st
+            _copy(st)
             for (m, v), st in sorted(self._stats.items())
             if (not model or m == model) and (version < 0 or v == version)
         )
+
+
+def _copy(st: ModelStats) -> ModelStats:
+    """A deep copy, so a reply never changes after it was taken."""
+    return msgspec.msgpack.decode(msgspec.msgpack.encode(st), type=ModelStats)

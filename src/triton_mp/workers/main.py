@@ -27,7 +27,7 @@ from triton_mp.dtypes import (
     serialize_bytes_tensor,
 )
 from triton_mp.errors import ErrorCode, TritonMPError, flatten_exception
-from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender, encode
+from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender, encode, free_block
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.messages import (
     BatchAssign,
@@ -41,6 +41,7 @@ from triton_mp.ipc.messages import (
     ToWorker,
     WorkerReady,
 )
+from triton_mp.ipc.shm import Segment
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES
 from triton_mp.log import configure_logging
 from triton_mp.workers.backend import Backend, BackendRequest, Result
@@ -124,7 +125,16 @@ class Worker:
             if not isinstance(res, dict):
                 failed.append(i)
                 msg = InferResponse(request_id=req.request_id, version=req.version, error=res)
-            self._send_frontend(req.frontend_id, msg)
+            try:
+                self._send_frontend(req.frontend_id, msg)
+            except Exception:  # noqa: BLE001 - one unreachable frontend must not stall the batch
+                log.exception(
+                    "could not answer request %d of frontend %d", req.request_id, req.frontend_id
+                )
+                if msg.block is not None:
+                    free_block(self._arena_segment(msg.block.segment).buf, msg.block.offset)
+                if i not in failed:
+                    failed.append(i)
         t_output = time.perf_counter_ns() - t0
         self._send_scheduler(
             BatchDone(
@@ -138,6 +148,9 @@ class Worker:
                 failed=tuple(failed),
             )
         )
+
+    def _arena_segment(self, name: str) -> Segment:
+        return next(s for s in self._arena.segments() if s.name == name)
 
     def _backend_request(self, req: InferRequest) -> BackendRequest:
         inputs = {ref.name: view_tensor(self._cache, ref) for ref in req.inputs}
