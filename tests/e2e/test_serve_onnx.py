@@ -33,6 +33,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     shutil.copytree(PROJECT_REPOSITORY / "add_sub", repo / "add_sub")
     (repo / "add_sub_auto" / "1").mkdir(parents=True)
     shutil.copy(ADD_SUB_ONNX, repo / "add_sub_auto" / "1" / "model.onnx")
+    for v in (1, 2, 3):
+        (repo / "add_sub_versions" / str(v)).mkdir(parents=True)
+        shutil.copy(ADD_SUB_ONNX, repo / "add_sub_versions" / str(v) / "model.onnx")
+    (repo / "add_sub_versions" / "config.pbtxt").write_text(
+        'backend: "onnxruntime"\nmax_batch_size: 8\n'
+        "version_policy: { specific: { versions: [1, 3] } }\n"
+        "instance_group [{ count: 1, kind: KIND_CPU }]\n"
+    )
     (repo / "broken_syntax" / "1").mkdir(parents=True)
     shutil.copy(ADD_SUB_ONNX, repo / "broken_syntax" / "1" / "model.onnx")
     (repo / "broken_syntax" / "config.pbtxt").write_text(
@@ -284,3 +292,26 @@ def test_statistics_count_inferences(client: grpcclient.InferenceServerClient) -
     assert 3 in sizes
     all_stats = client.get_inference_statistics(as_json=True)["model_stats"]
     assert {s["name"] for s in all_stats} >= {"add_sub", "add_sub_auto"}
+
+
+def test_version_policy_specific_serves_exactly_the_listed_versions(
+    client: grpcclient.InferenceServerClient,
+) -> None:
+    assert client.is_model_ready("add_sub_versions", "1")
+    assert not client.is_model_ready("add_sub_versions", "2")
+    assert client.is_model_ready("add_sub_versions", "3")
+    assert list(client.get_model_metadata("add_sub_versions").versions) == ["1", "3"]
+    a = np.ones((1, 16), np.float32)
+    res = client.infer("add_sub_versions", _inputs(a, a), model_version="1")
+    assert res.get_response().model_version == "1"
+    res = client.infer("add_sub_versions", _inputs(a, a))
+    assert res.get_response().model_version == "3", "no version given means the latest"
+    err = _bad(client, "add_sub_versions", _inputs(a, a), model_version="2")
+    assert err.status() == "StatusCode.NOT_FOUND"
+    assert "'add_sub_versions' version 2 is not found" in err.message()
+    index = [
+        (m.name, m.version, m.state)
+        for m in client.get_model_repository_index().models
+        if m.name == "add_sub_versions"
+    ]
+    assert index == [("add_sub_versions", "1", "READY"), ("add_sub_versions", "3", "READY")]
