@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
+from triton_mp.ipc.notify import Wakeup
+
 Port = Annotated[int, Meta(ge=0, le=65535)]
 
 
@@ -118,16 +120,16 @@ class ModelVersionSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=Tru
 
 
 class ChannelSpec(msgspec.Struct, frozen=True, array_like=True):
-    """A producer's end of a channel: the ring and the consumer's semaphore."""
+    """A producer's end of a channel: the ring and the consumer's wake-up."""
 
     ring: str
-    semaphore: str
+    wakeup: Wakeup
 
 
 class InboxSpec(msgspec.Struct, frozen=True, array_like=True):
-    """A consumer's end: its semaphore and every ring that leads to it."""
+    """A consumer's end: its wake-up and every ring that leads to it."""
 
-    semaphore: str
+    wakeup: Wakeup
     rings: tuple[str, ...]
 
 

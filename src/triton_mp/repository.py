@@ -295,9 +295,7 @@ def _fix_value(field: FieldDescriptor, value: Any) -> Any:
 
 def _is_map(field: FieldDescriptor) -> bool:
     message_type: Any = field.message_type
-    return field.type == FieldDescriptor.TYPE_MESSAGE and bool(
-        message_type.GetOptions().map_entry
-    )
+    return field.type == FieldDescriptor.TYPE_MESSAGE and bool(message_type.GetOptions().map_entry)
 
 
 # ---------------------------------------------------------------------------

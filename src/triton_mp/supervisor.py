@@ -42,7 +42,8 @@ from triton_mp.config import (
 from triton_mp.errors import StartupError
 from triton_mp.ipc import Ring, Sender, encode, object_name, sweep_stale
 from triton_mp.ipc.messages import Shutdown, WorkerDied
-from triton_mp.ipc.shm import create_semaphore, list_objects, unlink_quietly
+from triton_mp.ipc.notify import Wakeup, WakeupKind, create_wakeup
+from triton_mp.ipc.shm import list_objects, unlink_quietly
 from triton_mp.repository import (
     RepositoryModel,
     config_to_json,
@@ -201,10 +202,8 @@ class Supervisor:
         Ring.create(name, self.config.ring_bytes).close()
         return name
 
-    def _sem(self, purpose: str) -> str:
-        name = self._name(purpose)
-        create_semaphore(name).close()
-        return name
+    def _wakeup(self, kind: WakeupKind, purpose: str) -> Wakeup:
+        return create_wakeup(kind, self._name(purpose))
 
     # ------------------------------------------------------------- children
     def _spawn(self, child: _Child) -> None:
@@ -314,9 +313,12 @@ class Supervisor:
         sched_inbox_rings += [self._ring(f"r_w{w.instance_id}_s") for w in instances]
         sup_ring = self._ring("r_sup_s")
         sched_inbox_rings.append(sup_ring)
-        sched_sem = self._sem("s_sem")
-        fe_sems = {i: self._sem(f"f{i}_sem") for i in range(n_fe)}
-        w_sems = {w.instance_id: self._sem(f"w{w.instance_id}_sem") for w in instances}
+        sched_sem = self._wakeup("semaphore", "s_sem")
+        # NOTE: frontends run asyncio loops that watch a FIFO; see ipc/notify.py.
+        fe_sems = {i: self._wakeup("fifo", f"f{i}_fifo") for i in range(n_fe)}
+        w_sems = {
+            w.instance_id: self._wakeup("semaphore", f"w{w.instance_id}_sem") for w in instances
+        }
         to_workers = {
             w.instance_id: ChannelSpec(self._ring(f"r_s_w{w.instance_id}"), w_sems[w.instance_id])
             for w in instances

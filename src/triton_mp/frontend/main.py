@@ -4,8 +4,9 @@
 (``SO_REUSEPORT``, grpc's default on Linux); each has its own input arena, its own inbox
 and its own ring to the scheduler.
 
-Threads: the asyncio loop runs the gRPC server and every handler; one reader thread blocks
-on the inbox semaphore, drains the rings and hands each drained list to the loop.
+One asyncio loop runs the gRPC server, every handler, and the inbox: answers from workers and
+the scheduler wake it through a FIFO it watches (``ipc.notify``), and it drains the rings in
+the same thread that resolves the handlers' futures.
 SIGTERM (from the supervisor) starts a drain: new requests are refused, accepted ones are
 answered for up to ``exit_timeout_s``, then the process exits.
 """
@@ -15,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import threading
 from multiprocessing.connection import Connection
 
 import grpc
@@ -37,24 +37,19 @@ MAX_MESSAGE_BYTES = 2**31 - 1
 """gRPC send/receive limit, as Triton's (INT32_MAX)."""
 
 
-def _reader(
-    inbox: Inbox[ToFrontend],
-    loop: asyncio.AbstractEventLoop,
-    pending: PendingTable,
-    stop: threading.Event,
-) -> None:
-    while not stop.is_set():
-        inbox.wait(None)
-        msgs = inbox.drain()
-        if msgs:
-            loop.call_soon_threadsafe(pending.deliver, msgs)
+def _on_wakeup(inbox: Inbox[ToFrontend], pending: PendingTable) -> None:
+    """The inbox FIFO is readable: clear it, then drain every ring (loop thread)."""
+    inbox.waiter.clear()
+    msgs = inbox.drain()
+    if msgs:
+        pending.deliver(msgs)
 
 
 async def serve(spec: FrontendSpec, ready: Connection) -> int:
     """Run the gRPC server until SIGTERM, then drain. Returns the exit status."""
     loop = asyncio.get_running_loop()
-    inbox: Inbox[ToFrontend] = Inbox(spec.inbox.semaphore, spec.inbox.rings, ToFrontend)
-    to_scheduler = Sender(spec.to_scheduler.ring, spec.to_scheduler.semaphore)
+    inbox: Inbox[ToFrontend] = Inbox(spec.inbox.wakeup, spec.inbox.rings, ToFrontend)
+    to_scheduler = Sender(spec.to_scheduler.ring, spec.to_scheduler.wakeup)
     cache = SegmentCache()
     arena = ArenaAllocator(spec.arena_prefix, spec.arena_bytes, spec.arena_budget_bytes, cache)
     pending = PendingTable(cache)
@@ -86,11 +81,7 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
         return 1
     await server.start()
 
-    stop = threading.Event()
-    reader = threading.Thread(
-        target=_reader, args=(inbox, loop, pending, stop), name="inbox-reader", daemon=True
-    )
-    reader.start()
+    loop.add_reader(inbox.waiter.fileno(), _on_wakeup, inbox, pending)
     stopping = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
     ready.send_bytes(b"ready")
@@ -100,9 +91,7 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     log.info("draining: %d requests in flight, up to %.1f s", len(pending), spec.exit_timeout_s)
     servicer.draining = True
     await server.stop(grace=spec.exit_timeout_s)
-    stop.set()
-    inbox.wake()
-    reader.join(timeout=5)
+    loop.remove_reader(inbox.waiter.fileno())
     arena.close_and_unlink()
     log.info("frontend stopped")
     return 0

@@ -1,10 +1,9 @@
 """Requests and queries a frontend is waiting on, and delivery of their answers.
 
-Imported by the frontend only. Answers arrive on a reader thread that drains the inbox and
-hands each drained list to the event loop (one ``call_soon_threadsafe`` per wake-up);
-``deliver`` then runs on the loop thread. The frontend frees its own input block when a
-request's answer arrives (by then the worker has stopped reading it), and frees a worker's
-output block at once when nobody waits for it any more (the client went away).
+Imported by the frontend only. The event loop drains the inbox when its FIFO wakes it and
+calls ``deliver`` with everything drained, on the loop thread. The frontend frees its own
+input block when a request's answer arrives (by then the worker has stopped reading it), and
+frees a worker's output block at once when nobody waits for it any more (the client went away).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Channels: a ring plus the consumer's wake-up semaphore plus a typed codec.
+"""Channels: a ring plus the consumer's wake-up (``ipc.notify``) plus a typed codec.
 
-Imported by the role ``main`` modules. Each consumer process has ONE semaphore that all of
-its producers post (``Inbox``), and one SPSC ring per producer; a consumer woken once drains
-every ring, so under load one wake-up (one syscall) serves many messages.
+Imported by the role ``main`` modules. Each consumer process has ONE wake-up object that all
+of its producers post (``Inbox``), and one SPSC ring per producer; a consumer woken once
+drains every ring, so under load one wake-up (one syscall) serves many messages.
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ import time
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
-import posix_ipc
-
 from triton_mp.errors import ErrorCode, TritonMPError
 from triton_mp.ipc.codec import Decoder, encode
+from triton_mp.ipc.notify import Waiter, Waker, Wakeup
 from triton_mp.ipc.ring import Ring, RingFull
 
 T = TypeVar("T")
@@ -31,17 +30,17 @@ class Sender:
 
     Args:
         ring_name: the POSIX name of a ring created by the supervisor.
-        semaphore_name: the consumer's wake-up semaphore.
+        wakeup: the consumer's wake-up object.
         full_timeout_s: how long ``send`` waits for room in a full ring.
     """
 
-    def __init__(self, ring_name: str, semaphore_name: str, full_timeout_s: float = 10.0) -> None:
+    def __init__(self, ring_name: str, wakeup: Wakeup, full_timeout_s: float = 10.0) -> None:
         self._ring = Ring.attach(ring_name)
-        self._sem = posix_ipc.Semaphore(semaphore_name)
+        self._waker = Waker(wakeup)
         self._full_timeout_s = full_timeout_s
 
     def send(self, msg: Any) -> None:
-        """Encode and push ``msg``, then post the consumer's semaphore.
+        """Encode and push ``msg``, then wake the consumer.
 
         Raises:
             ChannelTimeout: the ring stayed full for ``full_timeout_s``.
@@ -57,7 +56,7 @@ class Sender:
             pause_s = 20e-6
             while True:
                 # NOTE: the consumer drains every ring when woken; a post makes sure it is.
-                self._sem.release()
+                self._waker.wake()
                 time.sleep(pause_s)
                 pause_s = min(pause_s * 2, 5e-3)
                 try:
@@ -68,33 +67,33 @@ class Sender:
                         raise ChannelTimeout(
                             f"ring {self._ring.segment.name} full for {self._full_timeout_s}s"
                         ) from None
-        self._sem.release()
+        self._waker.wake()
 
     def close(self) -> None:
-        """Unmap the ring and close the semaphore handle."""
+        """Unmap the ring and close the wake-up handle."""
         self._ring.close()
-        self._sem.close()
+        self._waker.close()
 
 
 class Inbox(Generic[T]):
-    """Consumer end: one semaphore, several rings, one decoder for the direction's union."""
+    """Consumer end: one wake-up, several rings, one decoder for the direction's union.
 
-    def __init__(self, semaphore_name: str, ring_names: Sequence[str], msg_type: Any) -> None:
-        self._sem = posix_ipc.Semaphore(semaphore_name)
+    A semaphore inbox is waited on with ``wait``; a fifo inbox is watched through
+    ``waiter.fileno()`` by an event loop, which calls ``waiter.clear()`` then ``drain()``.
+    """
+
+    def __init__(self, wakeup: Wakeup, ring_names: Sequence[str], msg_type: Any) -> None:
+        self.waiter = Waiter(wakeup)
         self._rings = [Ring.attach(n) for n in ring_names]
         self._decoder: Decoder[T] = Decoder(msg_type)
 
     def wait(self, timeout_s: float | None) -> bool:
         """Block until woken or ``timeout_s`` passes (None = forever). True when woken."""
-        try:
-            self._sem.acquire(timeout_s)
-        except posix_ipc.BusyError:
-            return False
-        return True
+        return self.waiter.wait(timeout_s)
 
     def wake(self) -> None:
-        """Wake the consumer from any thread (used to stop a blocked reader)."""
-        self._sem.release()
+        """Wake this consumer from within its own process."""
+        self.waiter.wake()
 
     def drain(self) -> list[T]:
         """Every message pending in every ring, decoded (per-ring order kept)."""
@@ -109,4 +108,4 @@ class Inbox(Generic[T]):
         """Unmap the rings and close the semaphore handle."""
         for ring in self._rings:
             ring.close()
-        self._sem.close()
+        self.waiter.close()

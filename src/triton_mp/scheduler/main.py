@@ -248,9 +248,9 @@ def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
     # NOTE: Ctrl-C reaches the whole process group; the supervisor orders the shutdown.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    inbox: Inbox[ToScheduler] = Inbox(spec.inbox.semaphore, spec.inbox.rings, ToScheduler)
-    workers = {i: Sender(c.ring, c.semaphore) for i, c in spec.to_workers.items()}
-    frontends = {i: Sender(c.ring, c.semaphore) for i, c in spec.to_frontends.items()}
+    inbox: Inbox[ToScheduler] = Inbox(spec.inbox.wakeup, spec.inbox.rings, ToScheduler)
+    workers = {i: Sender(c.ring, c.wakeup) for i, c in spec.to_workers.items()}
+    frontends = {i: Sender(c.ring, c.wakeup) for i, c in spec.to_frontends.items()}
 
     def send_worker(instance_id: int, msg: object) -> None:
         workers[instance_id].send_bytes(encode(msg))

@@ -204,12 +204,12 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     configure_logging("worker", spec.instance.name, spec.log.verbose, spec.log.format)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    inbox: Inbox[ToWorker] = Inbox(spec.inbox.semaphore, spec.inbox.rings, ToWorker)
+    inbox: Inbox[ToWorker] = Inbox(spec.inbox.wakeup, spec.inbox.rings, ToWorker)
     # NOTE: a restarted instance must not run batches its dead predecessor left behind:
     # the scheduler has already failed them.
     inbox.drain()
-    to_scheduler = Sender(spec.to_scheduler.ring, spec.to_scheduler.semaphore)
-    to_frontends = {i: Sender(c.ring, c.semaphore) for i, c in spec.to_frontends.items()}
+    to_scheduler = Sender(spec.to_scheduler.ring, spec.to_scheduler.wakeup)
+    to_frontends = {i: Sender(c.ring, c.wakeup) for i, c in spec.to_frontends.items()}
     arena = ArenaAllocator(
         f"{spec.arena_prefix}p{os.getpid()}", spec.arena_bytes, spec.arena_budget_bytes
     )

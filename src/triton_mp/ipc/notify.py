@@ -1,0 +1,125 @@
+"""Cross-process wake-ups: how a producer tells a blocked consumer that a ring has records.
+
+Imported by ``ipc.channel`` (and the supervisor, which creates them). Two kinds, one per
+consumer style:
+
+- ``semaphore`` (POSIX named semaphore): for the synchronous loops of the scheduler and the
+  workers, which block in ``sem_timedwait`` with their next deadline as the timeout.
+- ``fifo`` (a named pipe in ``/dev/shm``): for the asyncio frontends, whose event loop
+  watches the pipe's descriptor directly. A semaphore there would need a thread that blocks
+  on it and hops every wake-up over to the loop, paying a thread switch and a GIL handoff per
+  wake-up on the hottest path of the server.
+
+Producers write one byte per wake-up without blocking; a full pipe means wake-ups are already
+pending, so the byte is dropped. Producers open the FIFO read-write, which on Linux never
+blocks and never fails for want of a reader, so start-up order does not matter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Literal
+
+import msgspec
+import posix_ipc
+
+from triton_mp.ipc.shm import DEV_SHM, create_semaphore
+
+WakeupKind = Literal["semaphore", "fifo"]
+
+
+class Wakeup(msgspec.Struct, frozen=True, array_like=True):
+    """Names a consumer's wake-up object (POSIX name with leading slash)."""
+
+    kind: WakeupKind
+    name: str
+
+
+def create_wakeup(kind: WakeupKind, name: str) -> Wakeup:
+    """Create the object (supervisor). Removed with the other ``/dev/shm`` objects on exit."""
+    if kind == "semaphore":
+        create_semaphore(name).close()
+    else:
+        os.mkfifo(DEV_SHM / name.lstrip("/"), 0o600)
+    return Wakeup(kind, name)
+
+
+class Waker:
+    """Producer side: wake the consumer."""
+
+    def __init__(self, wakeup: Wakeup) -> None:
+        self._sem: posix_ipc.Semaphore | None = None
+        self._fd = -1
+        if wakeup.kind == "semaphore":
+            self._sem = posix_ipc.Semaphore(wakeup.name)
+        else:
+            self._fd = os.open(DEV_SHM / wakeup.name.lstrip("/"), os.O_RDWR | os.O_NONBLOCK)
+
+    def wake(self) -> None:
+        """Post one wake-up (never blocks)."""
+        if self._sem is not None:
+            self._sem.release()
+        else:
+            # NOTE: a full pipe already holds pending wake-ups; dropping this one is safe.
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._fd, b"\0")
+
+    def close(self) -> None:
+        """Close the handle."""
+        if self._sem is not None:
+            self._sem.close()
+        else:
+            os.close(self._fd)
+
+
+class Waiter:
+    """Consumer side: block until woken (semaphore) or watch a descriptor (fifo)."""
+
+    def __init__(self, wakeup: Wakeup) -> None:
+        self.kind = wakeup.kind
+        self._sem: posix_ipc.Semaphore | None = None
+        self._fd = -1
+        if wakeup.kind == "semaphore":
+            self._sem = posix_ipc.Semaphore(wakeup.name)
+        else:
+            self._fd = os.open(DEV_SHM / wakeup.name.lstrip("/"), os.O_RDWR | os.O_NONBLOCK)
+
+    def wait(self, timeout_s: float | None) -> bool:
+        """Block until woken or ``timeout_s`` passes (None = forever). True when woken.
+
+        Raises:
+            TypeError: on a fifo waiter (watch ``fileno()`` from an event loop instead).
+        """
+        if self._sem is None:
+            raise TypeError("a fifo wake-up is watched with fileno(), not waited on")
+        try:
+            self._sem.acquire(timeout_s)
+        except posix_ipc.BusyError:
+            return False
+        return True
+
+    def fileno(self) -> int:
+        """The FIFO's descriptor, readable when woken (fifo waiters only)."""
+        return self._fd
+
+    def clear(self) -> None:
+        """Consume pending wake-up bytes (fifo), before draining the rings."""
+        if self._fd >= 0:
+            with contextlib.suppress(BlockingIOError):
+                while len(os.read(self._fd, 65536)) == 65536:
+                    pass
+
+    def wake(self) -> None:
+        """Wake this consumer from within its own process (e.g. to stop a loop)."""
+        if self._sem is not None:
+            self._sem.release()
+        else:
+            os.write(self._fd, b"\0")
+
+    def close(self) -> None:
+        """Close the handle."""
+        if self._sem is not None:
+            self._sem.close()
+        else:
+            os.close(self._fd)
