@@ -25,6 +25,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
+from tests import ocr_images
 from triton_mp import assets
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +39,7 @@ if importlib.util.find_spec(assets.RAPIDOCR_PACKAGE) is None:
 
 
 def _load_module(name: str, path: Path) -> ModuleType:
-    """Import a file that is not in a package (an example script, a test helper)."""
+    """Import a file that is not in a package (the example script)."""
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
@@ -52,7 +53,6 @@ def _load_module(name: str, path: Path) -> ModuleType:
 
 
 ocr_client = _load_module("ocr_client", ROOT / "examples" / "ocr_client.py")
-ocr_images = _load_module("ocr_images", ROOT / "tests" / "ocr_images.py")
 
 TEXTS: tuple[tuple[str, ...], ...] = (
     ("Hello World", "Inference Server 2026"),
