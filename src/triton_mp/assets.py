@@ -36,8 +36,14 @@ RAPIDOCR_PACKAGE = "rapidocr_onnxruntime"
 RAPIDOCR_VERSION = "1.4.4"
 """Pinned version: its wheel holds PP-OCRv4 det/rec and the mobile v2.0 angle classifier."""
 
-RAPIDOCR_PIP_COMMAND = f"pip install --no-deps {RAPIDOCR_DISTRIBUTION}=={RAPIDOCR_VERSION}"
-"""The one install line that README, ``.ci/run`` and error messages all name."""
+RAPIDOCR_PIP_COMMAND = (
+    f"pip install --no-deps --ignore-requires-python {RAPIDOCR_DISTRIBUTION}=={RAPIDOCR_VERSION}"
+)
+"""The one install line that README, ``.ci/run`` and error messages all name.
+
+``--ignore-requires-python``: the wheel declares ``<3.13`` for its own code, which is never
+imported here; without the flag pip refuses it on Python 3.13+, where the ONNX files are as
+good."""
 
 
 @dataclass(frozen=True)
