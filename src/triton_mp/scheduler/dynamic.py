@@ -30,7 +30,7 @@ from __future__ import annotations
 import collections
 import contextlib
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 
@@ -96,44 +96,24 @@ class ModelScheduler(Protocol):
         ...
 
 
-@dataclass
-class _Instances:
-    """Idle instances in FIFO order, so load spreads over all of them."""
-
-    idle: collections.deque[int] = field(default_factory=collections.deque)
-
-    def add_idle(self, instance_id: int) -> None:
-        if instance_id not in self.idle:
-            self.idle.append(instance_id)
-
-    def remove(self, instance_id: int) -> None:
-        with contextlib.suppress(ValueError):
-            self.idle.remove(instance_id)
-
-
-class DefaultScheduler:
-    """Triton's default scheduler: each request runs alone on the next idle instance."""
+class _QueueAndInstances:
+    """What every per-model scheduler keeps: a FIFO queue and idle instances in FIFO order
+    (so load spreads over all instances)."""
 
     def __init__(self, instance_ids: Sequence[int] = ()) -> None:
         self._queue: collections.deque[Queued] = collections.deque()
-        self._instances = _Instances(collections.deque(instance_ids))
+        self._idle: collections.deque[int] = collections.deque(instance_ids)
 
     def offer(self, item: Queued, now_ns: int) -> None:
         self._queue.append(item)
 
     def instance_idle(self, instance_id: int) -> None:
-        self._instances.add_idle(instance_id)
+        if instance_id not in self._idle:
+            self._idle.append(instance_id)
 
     def instance_gone(self, instance_id: int) -> None:
-        self._instances.remove(instance_id)
-
-    def pop_ready(self, now_ns: int) -> list[Batch]:
-        out = []
-        idle, queue = self._instances.idle, self._queue
-        while idle and queue:
-            item = queue.popleft()
-            out.append(Batch(idle.popleft(), (item,), item.batch_size, "single"))
-        return out
+        with contextlib.suppress(ValueError):
+            self._idle.remove(instance_id)
 
     def next_deadline_ns(self) -> int | None:
         return None
@@ -147,7 +127,19 @@ class DefaultScheduler:
         return len(self._queue)
 
 
-class DynamicBatcher:
+class DefaultScheduler(_QueueAndInstances):
+    """Triton's default scheduler: each request runs alone on the next idle instance."""
+
+    def pop_ready(self, now_ns: int) -> list[Batch]:
+        out = []
+        idle, queue = self._idle, self._queue
+        while idle and queue:
+            item = queue.popleft()
+            out.append(Batch(idle.popleft(), (item,), item.batch_size, "single"))
+        return out
+
+
+class DynamicBatcher(_QueueAndInstances):
     """Triton's dynamic batcher for one model version (see the module docstring).
 
     Args:
@@ -171,21 +163,11 @@ class DynamicBatcher:
         self.preferred = frozenset(p for p in preferred_batch_sizes if 0 < p <= max_batch_size)
         self.max_preferred = max(self.preferred, default=max_batch_size)
         self.max_queue_delay_ns = max_queue_delay_us * 1000
-        self._queue: collections.deque[Queued] = collections.deque()
-        self._instances = _Instances(collections.deque(instance_ids))
-
-    def offer(self, item: Queued, now_ns: int) -> None:
-        self._queue.append(item)
-
-    def instance_idle(self, instance_id: int) -> None:
-        self._instances.add_idle(instance_id)
-
-    def instance_gone(self, instance_id: int) -> None:
-        self._instances.remove(instance_id)
+        super().__init__(instance_ids)
 
     def pop_ready(self, now_ns: int) -> list[Batch]:
         out = []
-        idle = self._instances.idle
+        idle = self._idle
         while idle and self._queue:
             batch = self._form(now_ns)
             if batch is None:
@@ -239,14 +221,6 @@ class DynamicBatcher:
         return None
 
     def next_deadline_ns(self) -> int | None:
-        if not self._queue or not self._instances.idle or self.max_queue_delay_ns == 0:
+        if not self._queue or not self._idle or self.max_queue_delay_ns == 0:
             return None
         return self._queue[0].enqueue_ns + self.max_queue_delay_ns
-
-    def drain_queue(self) -> list[Queued]:
-        items = list(self._queue)
-        self._queue.clear()
-        return items
-
-    def queue_depth(self) -> int:
-        return len(self._queue)
