@@ -73,17 +73,11 @@ class Waker:
             os.close(self._fd)
 
 
-class Waiter:
-    """Consumer side: block until woken (semaphore) or watch a descriptor (fifo)."""
+class Waiter(Waker):
+    """Consumer side: block until woken (semaphore) or watch a descriptor (fifo).
 
-    def __init__(self, wakeup: Wakeup) -> None:
-        self.kind = wakeup.kind
-        self._sem: posix_ipc.Semaphore | None = None
-        self._fd = -1
-        if wakeup.kind == "semaphore":
-            self._sem = posix_ipc.Semaphore(wakeup.name)
-        else:
-            self._fd = os.open(DEV_SHM / wakeup.name.lstrip("/"), os.O_RDWR | os.O_NONBLOCK)
+    It opens the same object a producer does, and can wake itself (e.g. to stop a loop).
+    """
 
     def wait(self, timeout_s: float | None) -> bool:
         """Block until woken or ``timeout_s`` passes (None = forever). True when woken.
@@ -109,17 +103,3 @@ class Waiter:
             with contextlib.suppress(BlockingIOError):
                 while len(os.read(self._fd, 65536)) == 65536:
                     pass
-
-    def wake(self) -> None:
-        """Wake this consumer from within its own process (e.g. to stop a loop)."""
-        if self._sem is not None:
-            self._sem.release()
-        else:
-            os.write(self._fd, b"\0")
-
-    def close(self) -> None:
-        """Close the handle."""
-        if self._sem is not None:
-            self._sem.close()
-        else:
-            os.close(self._fd)
