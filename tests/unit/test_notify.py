@@ -1,0 +1,62 @@
+"""Wake-ups between processes: semaphores for blocking loops, FIFOs for event loops."""
+
+from __future__ import annotations
+
+import os
+import select
+from collections.abc import Iterator
+
+import pytest
+
+from triton_mp.ipc.notify import Waiter, Waker, Wakeup, WakeupKind, create_wakeup
+from triton_mp.ipc.shm import unlink_quietly
+
+
+@pytest.fixture(params=["semaphore", "fifo"])
+def wakeup(request: pytest.FixtureRequest) -> Iterator[Wakeup]:
+    kind: WakeupKind = request.param
+    w = create_wakeup(kind, f"/triton_mp_{os.getpid()}_test_{kind}")
+    yield w
+    unlink_quietly(w.name)
+
+
+def _readable(fd: int) -> bool:
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def test_a_wake_reaches_the_waiter(wakeup: Wakeup) -> None:
+    waiter, waker = Waiter(wakeup), Waker(wakeup)
+    try:
+        if wakeup.kind == "semaphore":
+            assert not waiter.wait(0.01)
+            waker.wake()
+            assert waiter.wait(1.0)
+            assert not waiter.wait(0.01)
+        else:
+            assert not _readable(waiter.fileno())
+            waker.wake()
+            waker.wake()
+            assert _readable(waiter.fileno())
+            waiter.clear()
+            assert not _readable(waiter.fileno())
+            with pytest.raises(TypeError):
+                waiter.wait(0)
+    finally:
+        waker.close()
+        waiter.close()
+
+
+def test_fifo_wakes_never_block_when_nobody_reads() -> None:
+    w = create_wakeup("fifo", f"/triton_mp_{os.getpid()}_test_full")
+    try:
+        waker = Waker(w)  # no consumer has it open: must not block or fail
+        for _ in range(100_000):  # far more than a pipe buffer holds
+            waker.wake()
+        waiter = Waiter(w)
+        assert _readable(waiter.fileno())
+        waiter.clear()
+        assert not _readable(waiter.fileno())
+        waiter.close()
+        waker.close()
+    finally:
+        unlink_quietly(w.name)
