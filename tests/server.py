@@ -67,12 +67,18 @@ class ServerProcess:
             str(free_port()),
             *extra,
         ]
+        # NOTE: the server runs this checkout's code, whichever copy pip installed.
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(REPO_ROOT / "src"), env.get("PYTHONPATH", "")) if p
+        )
         self.proc = subprocess.Popen(
             cmd,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             cwd=REPO_ROOT,
+            env=env,
         )
         self.pid = self.proc.pid
 

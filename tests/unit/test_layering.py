@@ -12,6 +12,7 @@ Checked on the source with ``ast`` (no imports executed):
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 import pytest
@@ -86,5 +87,8 @@ def test_supervisor_process_loads_neither_grpc_nor_onnxruntime() -> None:
         "import sys, triton_mp.cli, triton_mp.supervisor;"
         "print(','.join(m for m in ('grpc', 'onnxruntime') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    env = {**os.environ, "PYTHONPATH": str(PKG.parent)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
     assert out.stdout.strip() == ""

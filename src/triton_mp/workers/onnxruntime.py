@@ -21,6 +21,7 @@ import numpy as np
 import onnxruntime as ort
 
 from triton_mp.config import InstanceSpec, ModelVersionSpec
+from triton_mp.errors import ErrorCode, TritonMPError
 from triton_mp.workers.backend import BackendRequest, PhaseTimes, Result, Stopwatch, gather, scatter
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,26 @@ def _int_parameter(params: dict[str, object], key: str) -> int:
         except ValueError:
             log.warning("parameter %s=%r is not an integer; ignored", key, entry)
     return 0
+
+
+def _to_str_array(name: str, arr: np.ndarray) -> np.ndarray:
+    """BYTES elements as ``str``: onnxruntime's Python binding stores ``str(obj)`` for any
+    other object, so bytes must be decoded (string tensors are UTF-8 in onnxruntime).
+
+    Raises:
+        TritonMPError (INVALID_ARG): an element is not valid UTF-8.
+    """
+    out = np.empty(arr.size, dtype=np.object_)
+    for i, item in enumerate(arr.reshape(-1)):
+        try:
+            out[i] = item.decode("utf-8") if isinstance(item, bytes) else str(item)
+        except UnicodeDecodeError:
+            raise TritonMPError(
+                f"input '{name}': onnxruntime string tensors hold UTF-8 text; element {i} "
+                "is not valid UTF-8",
+                ErrorCode.INVALID_ARG,
+            ) from None
+    return out.reshape(arr.shape)
 
 
 class OnnxRuntimeBackend:
@@ -69,6 +90,9 @@ class OnnxRuntimeBackend:
         """Gather, run once for the whole batch, scatter back per request."""
         watch = Stopwatch()
         feeds = gather(self._spec, requests)
+        for name, arr in feeds.items():
+            if arr.dtype == np.object_:
+                feeds[name] = _to_str_array(name, arr)
         t_input = watch.lap()
         wanted = sorted({n for r in requests for n in r.outputs})
         arrays = self._session.run(wanted, feeds)
