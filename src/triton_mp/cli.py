@@ -71,6 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument(
         "--model-control-mode", type=str.lower, default="none", choices=["none", "poll", "explicit"]
     )
+    start.add_argument(
+        "--allow-client-shm",
+        type=_bool,
+        default=True,
+        help="serve the system shared memory extension (default true; Triton >= 26.04 "
+        "defaults to false)",
+    )
     start.add_argument("--load-model", action="append", default=[], dest="load_models")
     start.add_argument("--exit-timeout-secs", type=float, default=30.0)
     start.add_argument("--log-verbose", type=int, default=0)
@@ -115,6 +122,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                 "metrics_port": args.metrics_port,
                 "frontend_processes": args.frontend_processes,
                 "model_control_mode": args.model_control_mode,
+                "allow_client_shm": args.allow_client_shm,
                 "load_models": tuple(args.load_models),
                 "exit_timeout_s": args.exit_timeout_secs,
                 "log_verbose": args.log_verbose,

@@ -33,6 +33,8 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Accepted for compatibility; metrics are not served yet."""
     frontend_processes: Annotated[int, Meta(ge=1, le=64)] = 1
     model_control_mode: Literal["none", "poll", "explicit"] = "none"
+    allow_client_shm: bool = True
+    """``--allow-client-shm``: serve the system shared memory extension."""
     load_models: tuple[str, ...] = ()
     exit_timeout_s: Annotated[float, Meta(ge=0)] = 30.0
     log_verbose: Annotated[int, Meta(ge=0)] = 0
@@ -193,4 +195,5 @@ class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
     arena_budget_bytes: int
     exit_timeout_s: float
     model_control_mode: str
+    allow_client_shm: bool
     log: LogSpec

@@ -422,6 +422,7 @@ class Supervisor:
                 arena_budget_bytes=cfg.arena_budget_bytes,
                 exit_timeout_s=cfg.exit_timeout_s,
                 model_control_mode=cfg.model_control_mode,
+                allow_client_shm=cfg.allow_client_shm,
                 log=self._log,
             )
             child = _Child("frontend", str(i), encode(spec_fe))

@@ -33,6 +33,24 @@ REQUEST = m.InferRequest(
 )
 
 
+SHM_REGISTERED = m.ShmRegistered(
+    frontend_id=1, regions=(m.ShmRegion("in0", "/client_in", 64, 1024, 257),)
+)
+SHM_UNREGISTERED = m.ShmUnregistered(frontend_id=1, names=("in0", "out0"))
+REQUEST_WITH_SHM = m.InferRequest(
+    request_id=9,
+    frontend_id=0,
+    model="add_sub",
+    version=1,
+    batch_size=1,
+    inputs=(m.TensorRef("INPUT0", "FP32", (1, 16), "/client_in", 64, 64, region_id=257),),
+    outputs=("OUTPUT0", "OUTPUT1"),
+    block=BLOCK,
+    arrival_ns=1,
+    output_regions=(m.OutputRegion("/client_out", 513, 0, 64, "out0"), None),
+)
+
+
 def _stats() -> m.ModelStats:
     st_ = m.ModelStats(name="add_sub", version=1, inference_count=5, execution_count=2)
     st_.success.add(1000, 5)
@@ -45,6 +63,7 @@ def _stats() -> m.ModelStats:
 EXAMPLES: dict[str, list[object]] = {
     "ToScheduler": [
         REQUEST,
+        REQUEST_WITH_SHM,
         m.InferRequest(
             request_id=0,
             frontend_id=0,
@@ -80,6 +99,8 @@ EXAMPLES: dict[str, list[object]] = {
         ),
         m.WorkerDied(instance_id=2, exitcode=-9),
         m.Shutdown(),
+        SHM_REGISTERED,
+        SHM_UNREGISTERED,
     ],
     "ToWorker": [
         m.BatchAssign(batch_id=9, requests=(REQUEST, REQUEST), dispatch_ns=99),
@@ -103,6 +124,8 @@ EXAMPLES: dict[str, list[object]] = {
         ),
         m.StatsReply(query_id=3, stats=(_stats(), m.ModelStats(name="other", version=2))),
         m.StatsReply(query_id=4, stats=()),
+        SHM_REGISTERED,
+        SHM_UNREGISTERED,
     ],
 }
 UNIONS = {"ToScheduler": m.ToScheduler, "ToWorker": m.ToWorker, "ToFrontend": m.ToFrontend}

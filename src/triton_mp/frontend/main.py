@@ -26,9 +26,17 @@ from triton_mp.config import FrontendSpec
 from triton_mp.frontend.models import ModelTable
 from triton_mp.frontend.pending import PendingTable
 from triton_mp.frontend.servicer import HealthServicer, InferenceServicer
+from triton_mp.frontend.shm import Region, SystemShmRegistry
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender
 from triton_mp.ipc.codec import Decoder
-from triton_mp.ipc.messages import ToFrontend
+from triton_mp.ipc.messages import (
+    InferResponse,
+    RequestFailed,
+    ShmRegistered,
+    ShmUnregistered,
+    StatsReply,
+    ToFrontend,
+)
 from triton_mp.log import configure_logging
 
 log = logging.getLogger(__name__)
@@ -37,12 +45,20 @@ MAX_MESSAGE_BYTES = 2**31 - 1
 """gRPC send/receive limit, as Triton's (INT32_MAX)."""
 
 
-def _on_wakeup(inbox: Inbox[ToFrontend], pending: PendingTable) -> None:
+def _on_wakeup(inbox: Inbox[ToFrontend], pending: PendingTable, shm: SystemShmRegistry) -> None:
     """The inbox FIFO is readable: clear it, then drain every ring (loop thread)."""
     inbox.waiter.clear()
-    msgs = inbox.drain()
-    if msgs:
-        pending.deliver(msgs)
+    answers: list[InferResponse | RequestFailed | StatsReply] = []
+    for msg in inbox.drain():
+        if isinstance(msg, ShmRegistered):
+            for r in msg.regions:
+                shm.add(Region(r.name, r.key, r.offset, r.byte_size, r.region_id))
+        elif isinstance(msg, ShmUnregistered):
+            shm.drop(list(msg.names))
+        else:
+            answers.append(msg)
+    if answers:
+        pending.deliver(answers)
 
 
 async def serve(spec: FrontendSpec, ready: Connection) -> int:
@@ -54,6 +70,7 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     arena = ArenaAllocator(spec.arena_prefix, spec.arena_bytes, spec.arena_budget_bytes, cache)
     pending = PendingTable(cache)
     models = ModelTable(spec.models)
+    shm = SystemShmRegistry(spec.frontend_id, enabled=spec.allow_client_shm)
 
     servicer = InferenceServicer(
         frontend_id=spec.frontend_id,
@@ -63,6 +80,7 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
         cache=cache,
         pending=pending,
         send_scheduler=to_scheduler.send_bytes,
+        shm=shm,
         model_control_mode=spec.model_control_mode,
     )
     server = grpc.aio.server(
@@ -81,7 +99,7 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
         return 1
     await server.start()
 
-    loop.add_reader(inbox.waiter.fileno(), _on_wakeup, inbox, pending)
+    loop.add_reader(inbox.waiter.fileno(), _on_wakeup, inbox, pending, shm)
     stopping = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
     ready.send_bytes(b"ready")

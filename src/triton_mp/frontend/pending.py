@@ -13,7 +13,7 @@ import itertools
 from collections.abc import Iterable
 
 from triton_mp.ipc import BlockRef, SegmentCache, free_block
-from triton_mp.ipc.messages import InferResponse, RequestFailed, StatsReply, ToFrontend
+from triton_mp.ipc.messages import InferResponse, RequestFailed, StatsReply
 
 
 class PendingTable:
@@ -59,7 +59,7 @@ class PendingTable:
         if block is not None:
             free_block(self._cache.get(block.segment).buf, block.offset)
 
-    def deliver(self, msgs: Iterable[ToFrontend]) -> None:
+    def deliver(self, msgs: Iterable[InferResponse | RequestFailed | StatsReply]) -> None:
         """Resolve the futures of every answer in ``msgs`` (loop thread only)."""
         for msg in msgs:
             if isinstance(msg, StatsReply):

@@ -21,9 +21,19 @@ from triton_mp._proto import health_pb2, health_pb2_grpc
 from triton_mp.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend.models import Model, ModelTable
 from triton_mp.frontend.pending import PendingTable
+from triton_mp.frontend.shm import SystemShmRegistry
 from triton_mp.frontend.tensors import validate_request, write_inputs
 from triton_mp.ipc import ArenaAllocator, SegmentCache, encode
-from triton_mp.ipc.messages import InferRequest, InferResponse, ModelStats, StatDuration, StatsQuery
+from triton_mp.ipc.messages import (
+    InferRequest,
+    InferResponse,
+    ModelStats,
+    ShmRegion,
+    ShmRegistered,
+    ShmUnregistered,
+    StatDuration,
+    StatsQuery,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +51,7 @@ GRPC_STATUS = {
 }
 """Triton error code -> gRPC status (server/src/grpc/grpc_utils.cc)."""
 
-EXTENSIONS = ("model_repository", "model_configuration", "statistics")
+EXTENSIONS = ("model_repository", "model_configuration", "system_shared_memory", "statistics")
 """Extensions ServerMetadata reports: only those triton-mp implements (Triton's names)."""
 
 
@@ -95,6 +105,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         cache: attached arenas (ours and the workers').
         pending: the table of requests waiting for answers.
         send_scheduler: pushes encoded bytes to the scheduler.
+        shm: the registered client shared-memory regions.
         model_control_mode: ``none``, ``poll`` or ``explicit``.
     """
 
@@ -108,8 +119,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         cache: SegmentCache,
         pending: PendingTable,
         send_scheduler: Callable[[bytes], None],
+        shm: SystemShmRegistry | None = None,
         model_control_mode: str = "none",
     ) -> None:
+        self._shm = shm if shm is not None else SystemShmRegistry(frontend_id)
         self._fid = frontend_id
         self._server_name = server_name
         self._models = models
@@ -228,7 +241,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             )
         try:
             model, version = self._models.resolve(request.model_name, request.model_version)
-            valid = validate_request(request, model, version)
+            valid = validate_request(request, model, version, self._shm)
             if model.config.model_transaction_policy.decoupled:
                 raise InvalidRequest(
                     "ModelInfer RPC doesn't support models with decoupled transaction policy",
@@ -251,6 +264,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             priority=valid.priority,
             timeout_us=valid.timeout_us,
             client_id=request.id,
+            output_regions=valid.output_regions,
         )
         try:
             self._send(encode(desc))
@@ -279,10 +293,65 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             out.name = ref.name
             out.datatype = ref.datatype
             out.shape.extend(ref.shape)
+            if ref.region_id:
+                # NOTE: already in the client's shared memory; Triton sends an empty entry.
+                raw.append(b"")
+                continue
             buf = self._cache.get(ref.segment).buf
             raw.append(buf[ref.offset : ref.offset + ref.nbytes])
         self._pending.free(answer.block)
         return resp
+
+    # ------------------------------------------------------- shared memory
+    async def SystemSharedMemoryRegister(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        """Triton SystemSharedMemoryRegister: name a window of a client's POSIX shm object."""
+        try:
+            r = self._shm.register(request.name, request.key, request.offset, request.byte_size)
+        except TritonMPError as e:
+            await _abort(context, e.code, e.message)
+        self._send(
+            encode(
+                ShmRegistered(
+                    frontend_id=self._fid,
+                    regions=(ShmRegion(r.name, r.key, r.offset, r.byte_size, r.region_id),),
+                )
+            )
+        )
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    async def SystemSharedMemoryStatus(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        """Triton SystemSharedMemoryStatus: every region, or the one named."""
+        try:
+            regions = self._shm.status(request.name)
+        except TritonMPError as e:
+            await _abort(context, e.code, e.message)
+        resp = pb.SystemSharedMemoryStatusResponse()
+        for r in regions:
+            resp.regions[r.name].CopyFrom(
+                pb.SystemSharedMemoryStatusResponse.RegionStatus(
+                    name=r.name, key=r.key, offset=r.offset, byte_size=r.byte_size
+                )
+            )
+        return resp
+
+    async def SystemSharedMemoryUnregister(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        """Triton SystemSharedMemoryUnregister: one region, or all when the name is empty."""
+        try:
+            names = self._shm.unregister(request.name)
+        except TritonMPError as e:
+            await _abort(context, e.code, e.message)
+        if names:
+            self._send(encode(ShmUnregistered(frontend_id=self._fid, names=tuple(names))))
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    async def CudaSharedMemoryRegister(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        """CUDA shared memory needs a GPU build; this server has none (UNIMPLEMENTED)."""
+        await _abort(
+            context, ErrorCode.UNSUPPORTED, "CUDA shared memory is not supported by this server"
+        )
+
+    CudaSharedMemoryStatus = CudaSharedMemoryRegister
+    CudaSharedMemoryUnregister = CudaSharedMemoryRegister
 
     # -------------------------------------------------------------- statistics
     async def ModelStatistics(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802

@@ -9,16 +9,18 @@ copies a worker's output block into the gRPC response (the single copy of the re
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp.dtypes import ELEMENT_BYTES, NUMPY_DTYPES, bytes_tensor_elements, element_count
-from triton_mp.errors import InvalidRequest, TritonMPError
+from triton_mp.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend.models import Model
+from triton_mp.frontend.shm import SystemShmRegistry
 from triton_mp.ipc import ArenaAllocator, BlockRef, TensorRef
+from triton_mp.ipc.messages import OutputRegion
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES
 
 _ALIGN = 64
@@ -50,6 +52,19 @@ class ValidInput:
     datatype: str
     shape: tuple[int, ...]
     data: bytes | memoryview
+    window: ShmWindow | None = None
+    """Set when the bytes are in a client's registered shared memory (``data`` is empty)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShmWindow:
+    """The part of a client's shared-memory object a tensor names (absolute offsets)."""
+
+    name: str
+    key: str
+    region_id: int
+    offset: int
+    byte_size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +78,7 @@ class ValidRequest:
     outputs: tuple[str, ...]
     priority: int
     timeout_us: int
+    output_regions: tuple[OutputRegion | None, ...] = ()
 
 
 def _fmt_shape(shape: Sequence[int]) -> str:
@@ -84,6 +100,33 @@ def _int_param(p: pb.InferParameter, key: str, rid: str) -> int:
     raise InvalidRequest(
         f"{rid}invalid value for '{key}' parameter: expected a non-negative integer"
     )
+
+
+def _uses_shm(params: Mapping[str, pb.InferParameter]) -> bool:
+    return "shared_memory_region" in params
+
+
+def _shm_window(
+    shm: SystemShmRegistry | None,
+    params: Mapping[str, pb.InferParameter],
+    what: str,
+    rid: str,
+) -> ShmWindow:
+    """Resolve a tensor's shared_memory_* parameters against the registered regions."""
+    name = params["shared_memory_region"].string_param
+    if "shared_memory_byte_size" not in params:
+        raise InvalidRequest(
+            f"{rid}'shared_memory_byte_size' parameter is required for {what} using shared "
+            f"memory region '{name}'"
+        )
+    byte_size = _int_param(params["shared_memory_byte_size"], "shared_memory_byte_size", rid)
+    offset = 0
+    if "shared_memory_offset" in params:
+        offset = _int_param(params["shared_memory_offset"], "shared_memory_offset", rid)
+    if shm is None:
+        raise InvalidRequest(f"Unable to find shared memory region: '{name}'")
+    region = shm.window(name, offset, byte_size)
+    return ShmWindow(name, region.key, region.region_id, region.offset + offset, byte_size)
 
 
 def _typed_contents(
@@ -113,7 +156,12 @@ def _typed_contents(
     return np.asarray(values, dtype=NUMPY_DTYPES[datatype]).tobytes()
 
 
-def validate_request(req: pb.ModelInferRequest, model: Model, version: int) -> ValidRequest:
+def validate_request(
+    req: pb.ModelInferRequest,
+    model: Model,
+    version: int,
+    shm: SystemShmRegistry | None = None,
+) -> ValidRequest:
     """Check a request against the model's effective config.
 
     Returns:
@@ -125,7 +173,8 @@ def validate_request(req: pb.ModelInferRequest, model: Model, version: int) -> V
         output, missing required input, wrong datatype, wrong shape, batch over
         max_batch_size, batch mismatch between inputs, wrong byte size, missing data, typed
         contents together with raw_input_contents, shared-memory parameters for an
-        unregistered region, reserved or malformed parameters.
+        unregistered region or a window outside it, reserved or malformed parameters.
+        TritonMPError (UNSUPPORTED) when client shared memory is disabled.
     """
     name = model.name
     rid = f"[request id: {req.id or '<id_unknown>'}] "
@@ -171,11 +220,16 @@ def validate_request(req: pb.ModelInferRequest, model: Model, version: int) -> V
         )
 
     raw = req.raw_input_contents
-    if raw and len(raw) != len(req.inputs):
+    uses_shm = [_uses_shm(t.parameters) for t in req.inputs]
+    # NOTE: raw_input_contents holds one entry per input that sends its bytes in the request
+    # (neither typed contents nor shared memory), in input order.
+    raw_takers = sum(1 for t, shm in zip(req.inputs, uses_shm, strict=True) if not shm)
+    if raw and len(raw) != raw_takers:
         raise InvalidRequest(
-            f"{rid}expected {len(req.inputs)} entries in raw_input_contents for model '{name}', "
+            f"{rid}expected {raw_takers} entries in raw_input_contents for model '{name}', "
             f"got {len(raw)}"
         )
+    raw_index = 0
 
     batch_size = 0
     inputs = []
@@ -222,19 +276,32 @@ def validate_request(req: pb.ModelInferRequest, model: Model, version: int) -> V
                 f"{rid}unexpected shape for input '{t.name}' for model '{name}'. Expected "
                 f"{_fmt_shape(expected)}, got {_fmt_shape(shape)}.{note}"
             )
-        if "shared_memory_region" in t.parameters:
-            region = t.parameters["shared_memory_region"].string_param
-            raise InvalidRequest(f"Unable to find shared memory region: '{region}'")
-
         count = element_count(shape)
         has_typed = t.HasField("contents") and t.contents.ByteSize() > 0
+        if uses_shm[i]:
+            if has_typed:
+                raise InvalidRequest(
+                    f"{rid}input '{t.name}' for model '{name}' has both shared memory and "
+                    "explicit tensor contents"
+                )
+            window = _shm_window(shm, t.parameters, f"input '{t.name}'", rid)
+            if spec.datatype != "BYTES":
+                expected_bytes = count * ELEMENT_BYTES[spec.datatype]
+                if window.byte_size != expected_bytes:
+                    raise InvalidRequest(
+                        f"{rid}input byte size mismatch for input '{t.name}' for model "
+                        f"'{name}'. Expected {expected_bytes}, got {window.byte_size}"
+                    )
+            inputs.append(ValidInput(t.name, spec.datatype, shape, b"", window))
+            continue
         if raw:
             if has_typed:
                 raise InvalidRequest(
                     f"{rid}contents field must not be specified when using raw_input_contents "
                     f"for '{t.name}' for model '{name}'"
                 )
-            data: bytes | memoryview = raw[i]
+            data: bytes | memoryview = raw[raw_index]
+            raw_index += 1
         elif has_typed:
             data = _typed_contents(t, spec.datatype, name, count)
         elif count == 0:
@@ -264,19 +331,29 @@ def validate_request(req: pb.ModelInferRequest, model: Model, version: int) -> V
         raise InvalidRequest(f"{rid}inference request batch-size must be <= {mbs} for '{name}'")
 
     outputs: list[str] = []
+    regions: list[OutputRegion | None] = []
     for o in req.outputs:
         if o.name not in model.outputs:
             raise InvalidRequest(f"unexpected inference output '{o.name}' for model '{name}'")
-        if "shared_memory_region" in o.parameters:
-            region = o.parameters["shared_memory_region"].string_param
-            raise InvalidRequest(f"Unable to find shared memory region: '{region}'")
         if "classification" in o.parameters:
+            if _uses_shm(o.parameters):
+                raise InvalidRequest(
+                    f"{rid}output '{o.name}' for model '{name}' cannot use both shared memory "
+                    "and the classification extension"
+                )
             raise TritonMPError(
                 f"{rid}the classification extension is not supported yet (output '{o.name}')",
+                ErrorCode.UNSUPPORTED,
             )
+        if _uses_shm(o.parameters):
+            w = _shm_window(shm, o.parameters, f"output '{o.name}'", rid)
+            regions.append(OutputRegion(w.key, w.region_id, w.offset, w.byte_size, w.name))
+        else:
+            regions.append(None)
         outputs.append(o.name)
     if not outputs:
         outputs = list(model.outputs)
+        regions = [None] * len(outputs)
     return ValidRequest(
         model=model,
         version=version,
@@ -285,6 +362,7 @@ def validate_request(req: pb.ModelInferRequest, model: Model, version: int) -> V
         outputs=tuple(outputs),
         priority=priority,
         timeout_us=timeout_us,
+        output_regions=tuple(regions) if any(r is not None for r in regions) else (),
     )
 
 
@@ -302,6 +380,12 @@ def write_inputs(
     pos = block + BLOCK_HEADER_BYTES
     refs = []
     for i in req.inputs:
+        if i.window is not None:
+            w = i.window
+            refs.append(
+                TensorRef(i.name, i.datatype, i.shape, w.key, w.offset, w.byte_size, w.region_id)
+            )
+            continue
         n = len(i.data)
         mv[pos : pos + n] = i.data
         refs.append(TensorRef(i.name, i.datatype, i.shape, seg.name, pos, n))

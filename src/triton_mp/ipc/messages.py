@@ -54,6 +54,33 @@ class TensorRef(msgspec.Struct, frozen=True, array_like=True):
     offset: int
     """Byte offset of the first element within the segment."""
     nbytes: int
+    region_id: int = 0
+    """0: ``segment`` is a triton-mp arena. Otherwise ``segment`` is the key of a client's
+    registered system shared-memory object and this is the registration's unique id."""
+
+
+class OutputRegion(msgspec.Struct, frozen=True, array_like=True):
+    """Where a client asked for an output to be written (system shared memory)."""
+
+    key: str
+    """The client's POSIX shared-memory object."""
+    region_id: int
+    offset: int
+    """Absolute byte offset within the object."""
+    byte_size: int
+    """Room the client gave for the output, in bytes."""
+    region_name: str
+    """The name the client registered (for error messages)."""
+
+
+class ShmRegion(msgspec.Struct, frozen=True, array_like=True):
+    """A client's system shared-memory registration, as frontends share it."""
+
+    name: str
+    key: str
+    offset: int
+    byte_size: int
+    region_id: int
 
 
 class InferRequest(msgspec.Struct, frozen=True, kw_only=True, tag="infer", array_like=True):
@@ -77,6 +104,23 @@ class InferRequest(msgspec.Struct, frozen=True, kw_only=True, tag="infer", array
     timeout_us: int = 0
     client_id: str = ""
     """The request's ``id`` field, echoed in the response and in error messages."""
+    output_regions: tuple[OutputRegion | None, ...] = ()
+    """Per requested output (same order as ``outputs``): a client region, or None for the
+    worker's arena. Empty when no output uses shared memory."""
+
+
+class ShmRegistered(msgspec.Struct, frozen=True, kw_only=True, tag="shm_reg", array_like=True):
+    """A frontend registered client regions; the scheduler relays it to the other frontends."""
+
+    frontend_id: int
+    regions: tuple[ShmRegion, ...]
+
+
+class ShmUnregistered(msgspec.Struct, frozen=True, kw_only=True, tag="shm_unreg", array_like=True):
+    """A frontend unregistered client regions; relayed like ``ShmRegistered``."""
+
+    frontend_id: int
+    names: tuple[str, ...]
 
 
 class StatsQuery(msgspec.Struct, frozen=True, kw_only=True, tag="stats_query", array_like=True):
@@ -121,7 +165,16 @@ class Shutdown(msgspec.Struct, frozen=True, tag="shutdown", array_like=True):
     """Stop after finishing what is in hand."""
 
 
-ToScheduler = InferRequest | StatsQuery | WorkerReady | BatchDone | WorkerDied | Shutdown
+ToScheduler = (
+    InferRequest
+    | StatsQuery
+    | WorkerReady
+    | BatchDone
+    | WorkerDied
+    | Shutdown
+    | ShmRegistered
+    | ShmUnregistered
+)
 
 
 class BatchAssign(msgspec.Struct, frozen=True, kw_only=True, tag="batch", array_like=True):
@@ -198,4 +251,4 @@ class StatsReply(msgspec.Struct, frozen=True, kw_only=True, tag="stats_reply", a
     stats: tuple[ModelStats, ...]
 
 
-ToFrontend = InferResponse | RequestFailed | StatsReply
+ToFrontend = InferResponse | RequestFailed | StatsReply | ShmRegistered | ShmUnregistered

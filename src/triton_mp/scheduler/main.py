@@ -29,6 +29,8 @@ from triton_mp.ipc.messages import (
     ErrorInfo,
     InferRequest,
     RequestFailed,
+    ShmRegistered,
+    ShmUnregistered,
     Shutdown,
     StatsQuery,
     StatsReply,
@@ -71,6 +73,7 @@ class SchedulerCore:
         models: every loaded model version.
         send_worker: ``send_worker(instance_id, msg)`` pushes to that worker.
         send_frontend: ``send_frontend(frontend_id, msg)`` pushes to that frontend.
+        frontend_ids: every frontend (relays of client shared-memory registrations).
     """
 
     def __init__(
@@ -78,7 +81,9 @@ class SchedulerCore:
         models: tuple[ModelVersionSpec, ...],
         send_worker: Callable[[int, object], None],
         send_frontend: Callable[[int, object], None],
+        frontend_ids: tuple[int, ...] = (),
     ) -> None:
+        self._frontend_ids = frontend_ids
         self._specs = {(m.model, m.version): m for m in models}
         self._models: dict[tuple[str, int], ModelScheduler] = {
             k: make_model_scheduler(s) for k, s in self._specs.items()
@@ -118,6 +123,11 @@ class SchedulerCore:
             )
         elif isinstance(msg, Shutdown):
             self._on_shutdown(now_ns)
+        elif isinstance(msg, ShmRegistered | ShmUnregistered):
+            # NOTE: relayed so that every frontend knows every client region.
+            for fid in self._frontend_ids:
+                if fid != msg.frontend_id:
+                    self._send_frontend(fid, msg)
 
     def _fail(self, req: InferRequest, code: ErrorCode, message: str, now_ns: int) -> None:
         self.stats.record_failure(req.model, req.version, req.arrival_ns, now_ns)
@@ -260,7 +270,7 @@ def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
         if sender is not None:
             sender.send_bytes(encode(msg))
 
-    core = SchedulerCore(spec.models, send_worker, send_frontend)
+    core = SchedulerCore(spec.models, send_worker, send_frontend, tuple(frontends))
     clock: Clock = MonotonicClock()
     ready.send_bytes(b"ready")
     log.info("scheduler ready: %d model versions", len(spec.models))

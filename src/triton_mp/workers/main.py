@@ -9,14 +9,16 @@ a ``BatchDone`` to the scheduler.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 import numpy as np
+import posix_ipc
 
 from triton_mp.config import WorkerSpec
 from triton_mp.dtypes import (
@@ -36,6 +38,7 @@ from triton_mp.ipc.messages import (
     ErrorInfo,
     InferRequest,
     InferResponse,
+    OutputRegion,
     Shutdown,
     TensorRef,
     ToWorker,
@@ -52,9 +55,67 @@ log = logging.getLogger(__name__)
 _ALIGN = 64
 
 
-def view_tensor(cache: SegmentCache, ref: TensorRef) -> np.ndarray:
-    """A numpy array over a tensor in shared memory (no copy for fixed-size types)."""
-    seg = cache.get(ref.segment)
+class ClientRegions:
+    """The worker's mappings of clients' registered system shared memory.
+
+    Keyed by (key, registration id), so a client that re-creates an object under the same key
+    and registers it again gets a fresh mapping. Inputs are mapped read-only, outputs
+    read-write. At most ``capacity`` objects stay mapped (least recently used go first).
+    """
+
+    def __init__(self, capacity: int = 64) -> None:
+        self._maps: collections.OrderedDict[tuple[str, int, bool], Segment] = (
+            collections.OrderedDict()
+        )
+        self._capacity = capacity
+
+    def get(self, key: str, region_id: int, writable: bool) -> Segment:
+        """The mapped object.
+
+        Raises:
+            TritonMPError (INVALID_ARG): the client's object is gone or not accessible.
+        """
+        k = (key, region_id, writable)
+        seg = self._maps.get(k)
+        if seg is not None:
+            self._maps.move_to_end(k)
+            return seg
+        try:
+            seg = Segment.attach(key, read_only=not writable)
+        except (posix_ipc.ExistentialError, posix_ipc.PermissionsError, OSError) as e:
+            raise TritonMPError(
+                f"Unable to map shared memory object '{key}' of a registered region: {e}",
+                ErrorCode.INVALID_ARG,
+            ) from None
+        self._maps[k] = seg
+        while len(self._maps) > self._capacity:
+            _, old = self._maps.popitem(last=False)
+            old.close()
+        return seg
+
+    def close(self) -> None:
+        """Unmap everything."""
+        for seg in self._maps.values():
+            seg.close()
+        self._maps.clear()
+
+
+def view_tensor(cache: SegmentCache, ref: TensorRef, regions: ClientRegions) -> np.ndarray:
+    """A numpy array over a tensor in shared memory (no copy for fixed-size types).
+
+    Raises:
+        TritonMPError (INVALID_ARG): a client region is gone, or smaller than the tensor.
+    """
+    if ref.region_id:
+        seg = regions.get(ref.segment, ref.region_id, writable=False)
+        if ref.offset + ref.nbytes > seg.size_bytes:
+            raise TritonMPError(
+                f"input '{ref.name}': shared memory object '{ref.segment}' shrank below the "
+                "registered region",
+                ErrorCode.INVALID_ARG,
+            )
+    else:
+        seg = cache.get(ref.segment)
     if ref.datatype == "BYTES":
         return deserialize_bytes_tensor(
             memoryview(seg.buf)[ref.offset : ref.offset + ref.nbytes], ref.shape
@@ -92,6 +153,7 @@ class Worker:
         self._send_frontend = send_frontend
         self._send_scheduler = send_scheduler
         self._origin = f"worker {spec.instance.name}"
+        self._regions = ClientRegions()
 
     def run_batch(self, batch: BatchAssign) -> None:
         """Execute one batch and answer every request in it."""
@@ -99,23 +161,39 @@ class Worker:
         reqs = batch.requests
         if log.isEnabledFor(logging.DEBUG):
             log.debug("batch %d started: %d requests", batch.batch_id, len(reqs))
-        results: Sequence[Result]
+        results: list[Result | None] = [None] * len(reqs)
         t_input = t_infer = 0
+        runnable: list[int] = []
+        backend_reqs: list[BackendRequest] = []
+        for i, r in enumerate(reqs):
+            try:
+                backend_reqs.append(self._backend_request(r))
+                runnable.append(i)
+            except TritonMPError as e:
+                # NOTE: one request's unreadable input (e.g. a vanished client region)
+                # fails that request only.
+                results[i] = ErrorInfo(e.code, e.message, self._origin)
         try:
-            backend_reqs = [self._backend_request(r) for r in reqs]
-            results, times = self._backend.execute(backend_reqs)
-            t_input, t_infer = times.compute_input_ns, times.compute_infer_ns
-            if len(results) != len(reqs):
-                raise TritonMPError(
-                    f"backend returned {len(results)} results for a batch of {len(reqs)} requests"
-                )
+            if backend_reqs:
+                ran, times = self._backend.execute(backend_reqs)
+                t_input, t_infer = times.compute_input_ns, times.compute_infer_ns
+                if len(ran) != len(backend_reqs):
+                    raise TritonMPError(
+                        f"backend returned {len(ran)} results for a batch of "
+                        f"{len(backend_reqs)} requests"
+                    )
+                for i, res in zip(runnable, ran, strict=True):
+                    results[i] = res
         except Exception as exc:  # noqa: BLE001 - one failed batch must not stop the worker
             log.exception("batch %d failed", batch.batch_id)
             info = ErrorInfo(ErrorCode.INTERNAL, flatten_exception(exc), self._origin)
-            results = [info] * len(reqs)
+            for i in runnable:
+                results[i] = info
         t0 = time.perf_counter_ns()
         failed = []
-        for i, (req, res) in enumerate(zip(reqs, results, strict=True)):
+        missing = ErrorInfo(ErrorCode.INTERNAL, "no result for the request", self._origin)
+        final = [missing if r is None else r for r in results]
+        for i, (req, res) in enumerate(zip(reqs, final, strict=True)):
             if isinstance(res, dict):
                 try:
                     msg = self._write_outputs(req, res)
@@ -149,18 +227,28 @@ class Worker:
             )
         )
 
+    def close(self) -> None:
+        """Unmap the clients' regions."""
+        self._regions.close()
+
     def _arena_segment(self, name: str) -> Segment:
         return next(s for s in self._arena.segments() if s.name == name)
 
     def _backend_request(self, req: InferRequest) -> BackendRequest:
-        inputs = {ref.name: view_tensor(self._cache, ref) for ref in req.inputs}
+        inputs = {ref.name: view_tensor(self._cache, ref, self._regions) for ref in req.inputs}
         return BackendRequest(inputs=inputs, outputs=req.outputs, batch_size=req.batch_size)
 
     def _write_outputs(self, req: InferRequest, outputs: dict[str, np.ndarray]) -> InferResponse:
-        """Copy one request's outputs into one block of this worker's arena."""
-        parts: list[tuple[str, str, tuple[int, ...], memoryview]] = []
+        """Write one request's outputs: into the client's registered shared memory where the
+        request asked for it, the rest into one block of this worker's arena (one copy each).
+
+        Raises:
+            TritonMPError: a missing output, or a client region too small for its output.
+        """
+        parts: list[tuple[str, str, tuple[int, ...], memoryview, OutputRegion | None]] = []
         total = 0
-        for name in req.outputs:
+        regions = req.output_regions or (None,) * len(req.outputs)
+        for name, region in zip(req.outputs, regions, strict=True):
             arr = outputs.get(name)
             if arr is None:
                 raise TritonMPError(f"output '{name}' was not produced by model '{req.model}'")
@@ -170,23 +258,52 @@ class Worker:
             else:
                 arr = np.ascontiguousarray(arr)
                 data = arr.reshape(-1).view(np.uint8).data if arr.nbytes else memoryview(b"")
-            parts.append((name, datatype, tuple(int(d) for d in arr.shape), data))
-            total += (len(data) + _ALIGN - 1) & ~(_ALIGN - 1)
-        seg, block = self._arena.alloc(total)
-        mv = memoryview(seg.buf)
-        pos = block + BLOCK_HEADER_BYTES
+            if region is not None and len(data) > region.byte_size:
+                raise TritonMPError(
+                    f"shared memory size specified with the request for output '{name}' "
+                    f"({region.byte_size} bytes) should be at least {len(data)} bytes to hold "
+                    "the results",
+                    ErrorCode.INVALID_ARG,
+                )
+            parts.append((name, datatype, tuple(int(d) for d in arr.shape), data, region))
+            if region is None:
+                total += (len(data) + _ALIGN - 1) & ~(_ALIGN - 1)
+        block_ref = None
         refs = []
-        for name, datatype, shape, data in parts:
+        mv = None
+        pos = 0
+        if any(p[4] is None for p in parts):
+            seg, block = self._arena.alloc(total)
+            block_ref = BlockRef(seg.name, block)
+            mv = memoryview(seg.buf)
+            pos = block + BLOCK_HEADER_BYTES
+        for name, datatype, shape, data, region in parts:
             n = len(data)
+            if region is not None:
+                dest = self._regions.get(region.key, region.region_id, writable=True)
+                if region.offset + n > dest.size_bytes:
+                    raise TritonMPError(
+                        f"output '{name}': shared memory region '{region.region_name}' no "
+                        "longer fits its object",
+                        ErrorCode.INVALID_ARG,
+                    )
+                dest.buf[region.offset : region.offset + n] = data
+                refs.append(
+                    TensorRef(name, datatype, shape, region.key, region.offset, n, region.region_id)
+                )
+                continue
+            assert mv is not None
+            assert block_ref is not None
             mv[pos : pos + n] = data
-            refs.append(TensorRef(name, datatype, shape, seg.name, pos, n))
+            refs.append(TensorRef(name, datatype, shape, block_ref.segment, pos, n))
             pos += (n + _ALIGN - 1) & ~(_ALIGN - 1)
-        mv.release()
+        if mv is not None:
+            mv.release()
         return InferResponse(
             request_id=req.request_id,
             version=req.version,
             outputs=tuple(refs),
-            block=BlockRef(seg.name, block),
+            block=block_ref,
         )
 
 
@@ -245,6 +362,7 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
                 break
     finally:
         backend.close()
+        worker.close()
         cache.close()
         arena.close_and_unlink()
     log.info("instance stopped")

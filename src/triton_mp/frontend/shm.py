@@ -1,0 +1,160 @@
+"""Triton's system shared memory extension: the regions clients register.
+
+Imported by the frontend only. A client creates a POSIX shared-memory object (``key``),
+registers a window of it (``offset``, ``byte_size``) under a ``name``, and then names that
+region in tensor parameters (``shared_memory_region``, ``shared_memory_offset``,
+``shared_memory_byte_size``) instead of sending bytes. The frontend only checks names and
+bounds; the worker that runs the request maps the client's object itself (read-only for
+inputs, read-write for outputs), so registered inputs reach the backend with no host copy
+and registered outputs are written once, into the client's memory (see DESIGN.md "Copies").
+
+Every registration gets a server-wide unique ``region_id``; descriptors carry it, so a worker
+never confuses a region with a later one registered under the same key.
+Messages follow Triton's (server ``shared_memory_manager.cc``, triton.md §1.6).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass
+
+import posix_ipc
+
+from triton_mp.errors import ErrorCode, InvalidRequest, TritonMPError
+
+DISABLED_MESSAGE = (
+    "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """One registered system shared-memory region.
+
+    Attributes:
+        name: the name clients use in tensor parameters.
+        key: the POSIX shared-memory object name (``/something``).
+        offset: start of the region within the object, in bytes.
+        byte_size: length of the region in bytes.
+        region_id: server-wide unique id of this registration.
+    """
+
+    name: str
+    key: str
+    offset: int
+    byte_size: int
+    region_id: int
+
+
+class SystemShmRegistry:
+    """The regions registered with one frontend.
+
+    Args:
+        frontend_id: mixed into ``region_id`` so ids are unique across frontends.
+        enabled: ``--allow-client-shm``; when False every call fails UNSUPPORTED.
+    """
+
+    def __init__(self, frontend_id: int, enabled: bool = True) -> None:
+        self._regions: dict[str, Region] = {}
+        self._ids = itertools.count(1)
+        self._frontend_id = frontend_id
+        self.enabled = enabled
+
+    def _check_enabled(self) -> None:
+        if not self.enabled:
+            raise TritonMPError(DISABLED_MESSAGE, ErrorCode.UNSUPPORTED)
+
+    def register(self, name: str, key: str, offset: int, byte_size: int) -> Region:
+        """Register ``[offset, offset + byte_size)`` of the object ``key`` as ``name``.
+
+        Raises:
+            TritonMPError: ALREADY_EXISTS for a name in use; INVALID_ARG for an empty name,
+                a key that does not exist, or a window beyond the object's size;
+                UNSUPPORTED when client shared memory is disabled.
+        """
+        self._check_enabled()
+        if not name:
+            raise InvalidRequest("shared memory region name must not be empty")
+        if name in self._regions:
+            raise TritonMPError(
+                f"shared memory region '{name}' already in manager", ErrorCode.ALREADY_EXISTS
+            )
+        try:
+            obj = posix_ipc.SharedMemory(key if key.startswith("/") else "/" + key, read_only=True)
+        except (posix_ipc.ExistentialError, posix_ipc.PermissionsError, ValueError) as e:
+            raise InvalidRequest(
+                f"Unable to open shared memory region: '{name}' with key '{key}': {e}"
+            ) from None
+        try:
+            size = os.fstat(obj.fd).st_size
+        finally:
+            obj.close_fd()
+        if byte_size <= 0 or offset < 0 or offset + byte_size > size:
+            raise InvalidRequest(
+                f"failed to register shared memory region '{name}': offset {offset} + byte_size "
+                f"{byte_size} is outside the {size} bytes of shared memory object '{key}'"
+            )
+        region = Region(
+            name,
+            key if key.startswith("/") else "/" + key,
+            offset,
+            byte_size,
+            next(self._ids) * 256 + self._frontend_id,
+        )
+        self._regions[name] = region
+        return region
+
+    def add(self, region: Region) -> None:
+        """Adopt a registration another frontend made (broadcast through the scheduler)."""
+        self._regions[region.name] = region
+
+    def unregister(self, name: str) -> list[str]:
+        """Forget ``name`` (or every region when ``name`` is empty); returns the names removed.
+
+        In-flight requests that use a region finish: they carry its key and id, and the
+        worker keeps its mapping until the next unregistration reaches it.
+        """
+        self._check_enabled()
+        if not name:
+            names = list(self._regions)
+            self._regions.clear()
+            return names
+        # NOTE: Triton answers success for a name it does not know.
+        return [name] if self._regions.pop(name, None) is not None else []
+
+    def drop(self, names: list[str]) -> None:
+        """Forget regions another frontend unregistered."""
+        for n in names:
+            self._regions.pop(n, None)
+
+    def status(self, name: str = "") -> list[Region]:
+        """Every region, or the one called ``name``.
+
+        Raises:
+            TritonMPError: NOT_FOUND ("Unable to find system shared memory region: '<n>'").
+        """
+        self._check_enabled()
+        if not name:
+            return list(self._regions.values())
+        region = self._regions.get(name)
+        if region is None:
+            raise TritonMPError(
+                f"Unable to find system shared memory region: '{name}'", ErrorCode.NOT_FOUND
+            )
+        return [region]
+
+    def window(self, name: str, offset: int, byte_size: int) -> Region:
+        """The region a tensor names, checked against ``offset`` + ``byte_size``.
+
+        Raises:
+            InvalidRequest: unknown region, or the window does not fit the region.
+        """
+        if not self.enabled:
+            raise TritonMPError(DISABLED_MESSAGE, ErrorCode.UNSUPPORTED)
+        region = self._regions.get(name)
+        if region is None:
+            raise InvalidRequest(f"Unable to find shared memory region: '{name}'")
+        if offset < 0 or byte_size < 0 or offset + byte_size > region.byte_size:
+            raise InvalidRequest(f"Invalid offset + byte size for shared memory region: '{name}'")
+        return region
