@@ -42,7 +42,12 @@ def _peers_env() -> dict[str, str]:
 
 @pytest.mark.parametrize(
     ("model", "extra"),
-    [("add_sub", []), ("ocr_cls", ["--shape", "x:3,48,192"])],
+    [
+        ("add_sub", []),
+        ("add_sub", ["--shared-memory", "system", "--output-shared-memory-size", "64"]),
+        ("ocr_cls", ["--shape", "x:3,48,192"]),
+    ],
+    ids=["add_sub", "add_sub-system-shm", "ocr_cls"],
 )
 def test_perf_analyzer_runs_and_reports_server_side_stats(
     tmp_path: Path, start_server: Callable[..., ServerProcess], model: str, extra: list[str]
