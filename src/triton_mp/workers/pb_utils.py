@@ -1,0 +1,759 @@
+"""``triton_python_backend_utils``: the API Triton python models import as ``pb_utils``.
+
+Our own implementation of the public API of Triton's python backend (shared/reference/
+triton.md §7), for ordinary models: tensors, requests as a model receives them, responses,
+per-response errors, config helpers, ``auto_complete_config``'s ``ModelConfig``, logging and
+Triton's constants. ``workers.python`` installs this module as
+``sys.modules["triton_python_backend_utils"]`` before it imports a user's ``model.py``; so does
+``workers.python_autocomplete``. Imported only by worker processes and the auto-complete
+child; it imports nothing of the IPC layer.
+
+Not here yet (later work): decoupled models (``InferenceResponseSender``), BLS
+(``InferenceRequest.exec``/``async_exec``), model control from Python, custom metrics. Those
+entry points exist where models touch them at import or construction time, and raise
+``TritonModelException`` saying so when called.
+
+Tensor data: ``Tensor.as_numpy()`` of an input returns the array the worker gave the backend,
+which for fixed-size types is a view over the frontend's shared-memory arena. As in Triton,
+such a view is valid only during the ``execute`` call that received it: a model that keeps
+input data across calls must copy it (``arr.copy()``). BYTES tensors are numpy ``object``
+arrays whose elements are ``bytes``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from triton_mp.dtypes import deserialize_bytes_tensor as _deserialize
+from triton_mp.dtypes import serialize_bytes_tensor as _serialize
+
+_log = logging.getLogger("triton_mp.model")
+
+# ---------------------------------------------------------------------------
+# Constants (values of tritonserver.h and the python backend)
+# ---------------------------------------------------------------------------
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+"""Request flag: the first request of a sequence."""
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+"""Request flag: the last request of a sequence."""
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+"""Response flag: no more responses for this request (decoupled models)."""
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+"""Release flag: the model is done with the request."""
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+"""Release flag: schedule the request again (not supported by triton-mp yet)."""
+TRITONSERVER_MEMORY_GPU = 2
+"""Memory type of ``PreferredMemory``: device memory."""
+TRITONSERVER_MEMORY_CPU = 0
+"""Memory type of ``PreferredMemory``: host memory."""
+
+# TRITONSERVER_DataType values; they equal the config ``DataType`` numbers (TYPE_FP32 = 11).
+TRITONSERVER_TYPE_INVALID = 0
+TRITONSERVER_TYPE_BOOL = 1
+TRITONSERVER_TYPE_UINT8 = 2
+TRITONSERVER_TYPE_UINT16 = 3
+TRITONSERVER_TYPE_UINT32 = 4
+TRITONSERVER_TYPE_UINT64 = 5
+TRITONSERVER_TYPE_INT8 = 6
+TRITONSERVER_TYPE_INT16 = 7
+TRITONSERVER_TYPE_INT32 = 8
+TRITONSERVER_TYPE_INT64 = 9
+TRITONSERVER_TYPE_FP16 = 10
+TRITONSERVER_TYPE_FP32 = 11
+TRITONSERVER_TYPE_FP64 = 12
+TRITONSERVER_TYPE_BYTES = 13
+TRITONSERVER_TYPE_BF16 = 14
+
+_NUMPY_OF_TRITON: dict[int, type] = {
+    TRITONSERVER_TYPE_BOOL: np.bool_,
+    TRITONSERVER_TYPE_UINT8: np.uint8,
+    TRITONSERVER_TYPE_UINT16: np.uint16,
+    TRITONSERVER_TYPE_UINT32: np.uint32,
+    TRITONSERVER_TYPE_UINT64: np.uint64,
+    TRITONSERVER_TYPE_INT8: np.int8,
+    TRITONSERVER_TYPE_INT16: np.int16,
+    TRITONSERVER_TYPE_INT32: np.int32,
+    TRITONSERVER_TYPE_INT64: np.int64,
+    TRITONSERVER_TYPE_FP16: np.float16,
+    TRITONSERVER_TYPE_FP32: np.float32,
+    TRITONSERVER_TYPE_FP64: np.float64,
+    TRITONSERVER_TYPE_BYTES: np.object_,
+}
+_TRITON_OF_NUMPY: dict[np.dtype, int] = {np.dtype(t): k for k, t in _NUMPY_OF_TRITON.items()}
+_NUMPY_OF_CONFIG_STRING: dict[str, type] = {
+    "TYPE_BOOL": np.bool_,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32,
+    "TYPE_UINT64": np.uint64,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP32": np.float32,
+    "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+}
+
+
+def triton_to_numpy_type(data_type: int) -> type | None:
+    """The numpy type of a ``TRITONSERVER_DataType`` value (None for BF16 and unknown)."""
+    return _NUMPY_OF_TRITON.get(int(data_type))
+
+
+def numpy_to_triton_type(data_type: Any) -> int | None:
+    """The ``TRITONSERVER_DataType`` value of a numpy type; bytes/str arrays are BYTES.
+
+    Returns None for numpy types Triton has no datatype for.
+    """
+    dtype = np.dtype(data_type)
+    if dtype.kind in ("O", "S", "U"):
+        return TRITONSERVER_TYPE_BYTES
+    return _TRITON_OF_NUMPY.get(dtype)
+
+
+def triton_string_to_numpy(triton_type_string: str) -> type | None:
+    """The numpy type of a config data type string (``"TYPE_FP32"`` -> ``np.float32``).
+
+    ``TYPE_STRING`` gives ``np.object_``; BF16 and unknown strings give None.
+    """
+    return _NUMPY_OF_CONFIG_STRING.get(triton_type_string)
+
+
+def serialize_byte_tensor(input_tensor: np.ndarray) -> np.ndarray | None:
+    """Triton's length-prefixed form of a BYTES array, as a 1-D ``uint8`` array.
+
+    Elements are ``bytes`` (``str`` is UTF-8 encoded), in row-major order. None for an empty
+    array.
+
+    Raises:
+        TritonModelException: the array is not of bytes, str or object type.
+    """
+    arr = np.asarray(input_tensor)
+    if arr.size == 0:
+        return None
+    if arr.dtype.kind not in ("O", "S", "U"):
+        raise TritonModelException(f"cannot serialize a {arr.dtype} array as a BYTES tensor")
+    return np.frombuffer(_serialize(arr), dtype=np.uint8)
+
+
+def deserialize_bytes_tensor(encoded_tensor: bytes | np.ndarray) -> np.ndarray:
+    """A 1-D ``object`` array of ``bytes`` from Triton's length-prefixed form."""
+    buf = encoded_tensor.tobytes() if isinstance(encoded_tensor, np.ndarray) else encoded_tensor
+    count = 0
+    pos = 0
+    while pos + 4 <= len(buf):
+        pos += 4 + int.from_bytes(buf[pos : pos + 4], "little")
+        count += 1
+    return _deserialize(buf, (count,))
+
+
+# ---------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------
+
+
+class TritonError:
+    """An error a model attaches to one response: only that request fails.
+
+    Codes are ``TRITONSERVER_Error_Code`` values (``triton_mp.errors.ErrorCode`` has the same
+    numbers); the default is INTERNAL.
+    """
+
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+    __slots__ = ("_code", "_message")
+
+    def __init__(self, message: str, code: int = INTERNAL) -> None:
+        self._message = str(message)
+        self._code = int(code)
+
+    def message(self) -> str:
+        """The error's text."""
+        return self._message
+
+    def code(self) -> int:
+        """The error's code (one of the class constants)."""
+        return self._code
+
+    def __repr__(self) -> str:
+        return f"TritonError({self._message!r}, {self._code})"
+
+
+class TritonModelException(Exception):  # noqa: N818 - Triton's name
+    """Raised by ``pb_utils`` calls that fail, and by models in ``execute`` to fail a batch."""
+
+    def __init__(self, message: str = "", code: int = TritonError.INTERNAL) -> None:
+        super().__init__(message)
+        self._message = str(message)
+        self._code = int(code)
+
+    def message(self) -> str:
+        """The exception's text."""
+        return self._message
+
+    def code(self) -> int:
+        """A ``TritonError`` code."""
+        return self._code
+
+
+# ---------------------------------------------------------------------------
+# Tensors
+# ---------------------------------------------------------------------------
+
+
+class _Capsule:
+    """Lends a bare DLPack capsule the ``__dlpack__`` protocol ``np.from_dlpack`` expects."""
+
+    def __init__(self, capsule: object) -> None:
+        self._capsule = capsule
+
+    def __dlpack__(self, **_: object) -> object:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)  # kDLCPU: a bare capsule is taken to be host memory
+
+
+class Tensor:
+    """A named tensor held as a numpy array (host memory only in triton-mp).
+
+    Args:
+        name: the tensor's name (an input or output of the model).
+        data: a numpy array; BYTES tensors are ``object`` arrays of ``bytes`` (``np.bytes_``
+            arrays are accepted too).
+
+    Raises:
+        TritonModelException: ``data`` is not a numpy array.
+    """
+
+    __slots__ = ("_array", "_name")
+
+    def __init__(self, name: str, data: np.ndarray) -> None:
+        if not isinstance(data, np.ndarray):
+            raise TritonModelException(
+                f"tensor '{name}': data must be a numpy array, got {type(data).__name__}"
+            )
+        self._name = str(name)
+        self._array = data
+
+    def name(self) -> str:
+        """The tensor's name."""
+        return self._name
+
+    def as_numpy(self) -> np.ndarray:
+        """The data. For inputs this may be a view over shared memory, valid during the
+        ``execute`` call only (copy to keep)."""
+        return self._array
+
+    def shape(self) -> list[int]:
+        """The shape as a list of ints."""
+        return [int(d) for d in self._array.shape]
+
+    def triton_dtype(self) -> int | None:
+        """The ``TRITONSERVER_DataType`` value of the data."""
+        return numpy_to_triton_type(self._array.dtype)
+
+    def is_cpu(self) -> bool:
+        """Always True: triton-mp python models get host tensors."""
+        return True
+
+    def to_dlpack(self) -> object:
+        """A DLPack capsule sharing the data (not for BYTES tensors).
+
+        Raises:
+            TritonModelException: the dtype has no DLPack form (object/bytes arrays).
+        """
+        try:
+            return self._array.__dlpack__()
+        except (TypeError, BufferError) as e:
+            raise TritonModelException(f"tensor '{self._name}' cannot be exported: {e}") from None
+
+    def __dlpack__(self, **kwargs: Any) -> object:
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        device: tuple[int, int] = self._array.__dlpack_device__()
+        return device
+
+    @staticmethod
+    def from_dlpack(name: str, capsule: object) -> Tensor:
+        """A tensor sharing the data of a DLPack capsule or of an object with ``__dlpack__``
+        (host memory only).
+
+        Raises:
+            TritonModelException: the producer's data is not usable from numpy.
+        """
+        source = capsule if hasattr(capsule, "__dlpack__") else _Capsule(capsule)
+        try:
+            return Tensor(name, np.from_dlpack(source))
+        except (TypeError, BufferError, ValueError, RuntimeError) as e:
+            raise TritonModelException(f"tensor '{name}': from_dlpack failed: {e}") from None
+
+    def __repr__(self) -> str:
+        return f"Tensor({self._name!r}, dtype={self._array.dtype}, shape={self._array.shape})"
+
+
+# ---------------------------------------------------------------------------
+# Requests and responses
+# ---------------------------------------------------------------------------
+
+
+class InferenceRequest:
+    """One inference request, as ``execute`` receives it.
+
+    The constructor has the signature of Triton's (whose BLS use is not supported yet).
+    ``parameters`` may be a dict (keys -> bool/int/str) or a JSON string;
+    ``parameters()`` returns the JSON string, as in Triton.
+    """
+
+    __slots__ = (
+        "_correlation_id",
+        "_flags",
+        "_inputs",
+        "_model_name",
+        "_model_version",
+        "_parameters",
+        "_request_id",
+        "_requested_output_names",
+        "_timeout_us",
+    )
+
+    def __init__(
+        self,
+        model_name: str = "",
+        requested_output_names: Sequence[str] = (),
+        inputs: Sequence[Tensor] = (),
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        model_version: int = -1,
+        flags: int = 0,
+        timeout: int = 0,
+        preferred_memory: object = None,
+        trace: object = None,
+        parameters: dict[str, bool | int | str] | str | None = None,
+    ) -> None:
+        del preferred_memory, trace  # NOTE: only meaningful for BLS, which is not here yet
+        self._model_name = model_name
+        self._requested_output_names = list(requested_output_names)
+        self._inputs = list(inputs)
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._model_version = model_version
+        self._flags = flags
+        self._timeout_us = timeout
+        if parameters is None:
+            self._parameters = "{}"
+        elif isinstance(parameters, str):
+            self._parameters = parameters
+        else:
+            self._parameters = json.dumps(parameters)
+
+    def inputs(self) -> list[Tensor]:
+        """The input tensors."""
+        return self._inputs
+
+    def get_input_tensor_by_name(self, name: str) -> Tensor | None:
+        """The input named ``name``, or None."""
+        for t in self._inputs:
+            if t.name() == name:
+                return t
+        return None
+
+    def requested_output_names(self) -> list[str]:
+        """The outputs the client asked for (all outputs when it named none)."""
+        return self._requested_output_names
+
+    def request_id(self) -> str:
+        """The client's request id ("" when it gave none)."""
+        return self._request_id
+
+    def correlation_id(self) -> int | str:
+        """The sequence correlation id (0 outside sequences)."""
+        return self._correlation_id
+
+    def flags(self) -> int:
+        """``TRITONSERVER_REQUEST_FLAG_*`` bits."""
+        return self._flags
+
+    def set_flags(self, flags: int) -> None:
+        """Set the request flags."""
+        self._flags = flags
+
+    def timeout(self) -> int:
+        """The request's timeout in microseconds (0 = none)."""
+        return self._timeout_us
+
+    def model_name(self) -> str:
+        """The model the request is for."""
+        return self._model_name
+
+    def model_version(self) -> int:
+        """The model version the request is for (-1 = latest)."""
+        return self._model_version
+
+    def parameters(self) -> str:
+        """The request's parameters as a JSON object string."""
+        return self._parameters
+
+    def is_cancelled(self) -> bool:
+        """Whether the client cancelled the request (never observed by triton-mp yet)."""
+        return False
+
+    def trace(self) -> None:
+        """Request tracing is not supported; always None."""
+        return None
+
+    def set_release_flags(self, flags: int) -> None:
+        """Rescheduling requests is not supported yet.
+
+        Raises:
+            TritonModelException: unless ``flags`` is ``TRITONSERVER_REQUEST_RELEASE_ALL``.
+        """
+        if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
+            raise TritonModelException(
+                "request rescheduling is not supported by triton-mp yet", TritonError.UNSUPPORTED
+            )
+
+    def get_response_sender(self) -> object:
+        """Decoupled models are not supported yet.
+
+        Raises:
+            TritonModelException: always.
+        """
+        raise TritonModelException(
+            "decoupled python models are not supported yet: get_response_sender() is unavailable",
+            TritonError.UNSUPPORTED,
+        )
+
+    def exec(self, decoupled: bool = False) -> InferenceResponse:
+        """BLS is not supported yet.
+
+        Raises:
+            TritonModelException: always.
+        """
+        raise TritonModelException(
+            "BLS (InferenceRequest.exec) is not supported by triton-mp yet",
+            TritonError.UNSUPPORTED,
+        )
+
+    async def async_exec(self, decoupled: bool = False) -> InferenceResponse:
+        """BLS is not supported yet.
+
+        Raises:
+            TritonModelException: always.
+        """
+        return self.exec(decoupled)
+
+
+class InferenceResponse:
+    """The answer to one request: output tensors, or an error that fails that request.
+
+    ``parameters`` (dict or JSON string) are kept for ``parameters()`` but not sent to the
+    client yet.
+    """
+
+    __slots__ = ("_error", "_output_tensors", "_parameters")
+
+    def __init__(
+        self,
+        output_tensors: Iterable[Tensor] | None = None,
+        error: TritonError | None = None,
+        parameters: dict[str, bool | int | str] | str | None = None,
+    ) -> None:
+        self._output_tensors = list(output_tensors) if output_tensors is not None else []
+        self._error = error
+        if parameters is None:
+            self._parameters = "{}"
+        elif isinstance(parameters, str):
+            self._parameters = parameters
+        else:
+            self._parameters = json.dumps(parameters)
+
+    def output_tensors(self) -> list[Tensor]:
+        """The output tensors."""
+        return self._output_tensors
+
+    def has_error(self) -> bool:
+        """Whether the response carries an error."""
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        """The error, or None."""
+        return self._error
+
+    def parameters(self) -> str:
+        """The response's parameters as a JSON object string."""
+        return self._parameters
+
+
+def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
+    """The input of ``inference_request`` named ``name``, or None."""
+    return inference_request.get_input_tensor_by_name(name)
+
+
+def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) -> Tensor | None:
+    """The output of ``inference_response`` named ``name``, or None."""
+    for t in inference_response.output_tensors():
+        if t.name() == name:
+            return t
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Model configuration helpers
+# ---------------------------------------------------------------------------
+
+
+def _io_config_by_name(model_config: dict[str, Any], key: str, name: str) -> dict[str, Any] | None:
+    for item in model_config.get(key) or ():
+        if item.get("name") == name:
+            return dict(item)
+    return None
+
+
+def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The config entry (a dict) of input ``name``, or None."""
+    return _io_config_by_name(model_config, "input", name)
+
+
+def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The config entry (a dict) of output ``name``, or None."""
+    return _io_config_by_name(model_config, "output", name)
+
+
+def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
+    """Whether the config sets ``model_transaction_policy { decoupled: true }``."""
+    policy = model_config.get("model_transaction_policy") or {}
+    return bool(policy.get("decoupled", False))
+
+
+_INPUT_KEYS = frozenset({"name", "data_type", "dims", "optional"})
+_OUTPUT_KEYS = frozenset({"name", "data_type", "dims"})
+
+
+class ModelConfig:
+    """The configuration ``auto_complete_config`` receives and returns.
+
+    Holds Triton's JSON form of the model config (every field printed). ``as_dict()`` gives
+    that dict; the setters complete it and raise ``ValueError`` on a conflict with what the
+    config file already says.
+
+    Args:
+        model_config: the config as a dict or a JSON string.
+    """
+
+    def __init__(self, model_config: dict[str, Any] | str) -> None:
+        self._config: dict[str, Any] = (
+            json.loads(model_config) if isinstance(model_config, str) else model_config
+        )
+
+    def _model_name(self) -> str:
+        return str(self._config.get("name", ""))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The configuration (treat it as read-only; use the setters to change it)."""
+        return self._config
+
+    def max_batch_size(self) -> int:
+        """The configuration's max_batch_size (0 when unset)."""
+        return int(self._config.get("max_batch_size", 0) or 0)
+
+    def set_max_batch_size(self, max_batch_size: int) -> None:
+        """Set max_batch_size.
+
+        A non-zero value in the config file is kept when it does not exceed
+        ``max_batch_size`` (a config may ask for less than the model allows).
+
+        Raises:
+            ValueError: not a non-negative int, or the config already has a larger non-zero
+                value.
+        """
+        if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, (int, np.integer)):
+            raise ValueError(f"max_batch_size must be an int, got {type(max_batch_size).__name__}")
+        wanted = int(max_batch_size)
+        if wanted < 0:
+            raise ValueError(f"max_batch_size must be non-negative, got {wanted}")
+        current = self.max_batch_size()
+        if current > wanted:
+            raise ValueError(
+                f"configuration specified max_batch_size {current}, but in auto-complete-config "
+                f"function for model '{self._model_name()}' specified max_batch_size {wanted}"
+            )
+        if current == 0:
+            self._config["max_batch_size"] = wanted
+
+    def set_dynamic_batching(self) -> None:
+        """Use the dynamic batcher (default settings) unless the config chose it already.
+
+        Raises:
+            ValueError: the config sets sequence batching or ensemble scheduling.
+        """
+        for other in ("sequence_batching", "ensemble_scheduling"):
+            if other in self._config:
+                raise ValueError(
+                    f"configuration specified scheduling_choice as '{other}', but "
+                    f"auto-complete-config function for model '{self._model_name()}' tries to "
+                    "set scheduling_choice as 'dynamic_batching'"
+                )
+        self._config.setdefault("dynamic_batching", {})
+
+    def add_input(self, input: dict[str, Any]) -> None:  # noqa: A002 - Triton's name
+        """Add an input (keys name, data_type, dims, optional), or complete the one of the
+        same name.
+
+        Raises:
+            ValueError: other keys, a missing required key, or a conflict with the input of
+                that name in the config.
+        """
+        self._add_io("input", input, _INPUT_KEYS)
+
+    def add_output(self, output: dict[str, Any]) -> None:
+        """Add an output (keys name, data_type, dims), or complete the one of the same name.
+
+        Raises:
+            ValueError: other keys, a missing required key, or a conflict with the output of
+                that name in the config.
+        """
+        self._add_io("output", output, _OUTPUT_KEYS)
+
+    def _add_io(self, key: str, item: dict[str, Any], allowed: frozenset[str]) -> None:
+        if not isinstance(item, dict):
+            raise ValueError(f"{key} must be a dict, got {type(item).__name__}")
+        extra = sorted(set(item) - allowed)
+        if extra:
+            raise ValueError(
+                f"{key} of model '{self._model_name()}' has unexpected properties {extra}; "
+                f"allowed: {sorted(allowed)}"
+            )
+        for required in ("name", "data_type", "dims"):
+            if required not in item:
+                raise ValueError(
+                    f"{key} of model '{self._model_name()}' is missing property '{required}'"
+                )
+        name = str(item["name"])
+        data_type = str(item["data_type"])
+        dims = [int(d) for d in item["dims"]]
+        entries: list[dict[str, Any]] = self._config.setdefault(key, [])
+        for entry in entries:
+            if entry.get("name") != name:
+                continue
+            have_type = entry.get("data_type", "TYPE_INVALID")
+            if have_type not in ("", "TYPE_INVALID") and have_type != data_type:
+                raise ValueError(
+                    f"unable to add {key} '{name}' of model '{self._model_name()}': the "
+                    f"configuration has data_type {have_type}, auto-complete gives {data_type}"
+                )
+            have_dims = [int(d) for d in entry.get("dims") or ()]
+            if have_dims and have_dims != dims:
+                raise ValueError(
+                    f"unable to add {key} '{name}' of model '{self._model_name()}': the "
+                    f"configuration has dims {have_dims}, auto-complete gives {dims}"
+                )
+            entry["data_type"] = data_type
+            entry["dims"] = dims
+            if "optional" in item:
+                entry["optional"] = bool(item["optional"])
+            return
+        new: dict[str, Any] = {"name": name, "data_type": data_type, "dims": dims}
+        if "optional" in item:
+            new["optional"] = bool(item["optional"])
+        entries.append(new)
+
+    def set_model_transaction_policy(self, transaction_policy_dict: dict[str, Any]) -> None:
+        """Set ``model_transaction_policy`` (only the ``decoupled`` key).
+
+        Raises:
+            ValueError: other keys, or the config already says otherwise.
+        """
+        extra = sorted(set(transaction_policy_dict) - {"decoupled"})
+        if extra:
+            raise ValueError(
+                f"model_transaction_policy of model '{self._model_name()}' has unexpected "
+                f"properties {extra}; allowed: ['decoupled']"
+            )
+        wanted = bool(transaction_policy_dict.get("decoupled", False))
+        policy = self._config.get("model_transaction_policy")
+        if policy is not None and bool(policy.get("decoupled", False)) != wanted:
+            raise ValueError(
+                f"configuration of model '{self._model_name()}' specified decoupled "
+                f"{bool(policy.get('decoupled', False))}, auto-complete gives {wanted}"
+            )
+        self._config["model_transaction_policy"] = {"decoupled": wanted}
+
+
+# ---------------------------------------------------------------------------
+# Logging
+# ---------------------------------------------------------------------------
+
+
+class LogLevel:
+    """Levels of ``Logger.log``."""
+
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+    VERBOSE = 3
+
+
+_LEVELS = {
+    LogLevel.INFO: logging.INFO,
+    LogLevel.WARNING: logging.WARNING,
+    LogLevel.ERROR: logging.ERROR,
+    LogLevel.VERBOSE: logging.DEBUG,
+}
+
+
+class Logger:
+    """The model's logger: lines go to the server's log (logger ``triton_mp.model``).
+
+    Usable as the class (``pb_utils.Logger.log_info(...)``) or an instance. Verbose lines
+    appear with ``--log-verbose`` > 0.
+    """
+
+    @staticmethod
+    def log(message: str, level: int = LogLevel.INFO) -> None:
+        """Log ``message`` at ``level`` (a ``LogLevel`` value)."""
+        _log.log(_LEVELS.get(level, logging.INFO), "%s", message)
+
+    @staticmethod
+    def log_info(message: str) -> None:
+        """Log at INFO."""
+        _log.info("%s", message)
+
+    @staticmethod
+    def log_warn(message: str) -> None:
+        """Log at WARNING."""
+        _log.warning("%s", message)
+
+    @staticmethod
+    def log_error(message: str) -> None:
+        """Log at ERROR."""
+        _log.error("%s", message)
+
+    @staticmethod
+    def log_verbose(message: str) -> None:
+        """Log at DEBUG (Triton's verbose)."""
+        _log.debug("%s", message)
+
+
+class PreferredMemory:
+    """Where BLS outputs should be placed (accepted for compatibility; host memory is used)."""
+
+    def __init__(self, preferred_memory_type: int = TRITONSERVER_MEMORY_CPU, device_id: int = 0):
+        self.preferred_memory_type = preferred_memory_type
+        self.device_id = device_id

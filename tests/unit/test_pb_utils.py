@@ -1,0 +1,265 @@
+"""``triton_python_backend_utils`` as user models use it (no processes, no server)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from triton_mp.errors import ErrorCode
+from triton_mp.workers import pb_utils
+
+
+def test_constants_have_tritons_values() -> None:
+    assert pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START == 1
+    assert pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END == 2
+    assert pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL == 1
+    assert pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL == 1
+    assert pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE == 2
+
+
+def test_error_codes_are_tritonserver_error_codes() -> None:
+    E = pb_utils.TritonError
+    names = ["UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE", "UNSUPPORTED"]
+    names += ["ALREADY_EXISTS", "CANCELLED"]
+    for name in names:
+        assert getattr(E, name) == ErrorCode[name], name
+    err = E("boom")
+    assert (err.message(), err.code()) == ("boom", E.INTERNAL)
+    assert E("gone", E.NOT_FOUND).code() == 2
+
+
+def test_triton_model_exception_is_an_exception() -> None:
+    with pytest.raises(pb_utils.TritonModelException) as e:
+        raise pb_utils.TritonModelException("bad input")
+    assert str(e.value) == "bad input"
+    assert e.value.message() == "bad input"
+
+
+def test_tensor_basics() -> None:
+    arr = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = pb_utils.Tensor("OUT", arr)
+    assert t.name() == "OUT"
+    assert t.as_numpy() is arr, "no copy"
+    assert t.shape() == [2, 3]
+    assert t.triton_dtype() == pb_utils.TRITONSERVER_TYPE_FP32
+    assert t.is_cpu()
+    with pytest.raises(pb_utils.TritonModelException, match="numpy array"):
+        pb_utils.Tensor("X", [1, 2, 3])  # type: ignore[arg-type]
+
+
+def test_tensor_dlpack_round_trip_shares_memory() -> None:
+    arr = np.arange(8, dtype=np.int64)
+    t = pb_utils.Tensor("A", arr)
+    back = pb_utils.Tensor.from_dlpack("B", t.to_dlpack())
+    assert back.name() == "B"
+    np.testing.assert_array_equal(back.as_numpy(), arr)
+    assert np.shares_memory(back.as_numpy(), arr)
+    # an object with __dlpack__ (our Tensor itself, or a numpy array) works too
+    np.testing.assert_array_equal(np.from_dlpack(t), arr)
+    np.testing.assert_array_equal(pb_utils.Tensor.from_dlpack("C", arr).as_numpy(), arr)
+
+
+def test_bytes_tensor_has_no_dlpack_form() -> None:
+    t = pb_utils.Tensor("S", np.array([b"a"], dtype=np.object_))
+    assert t.triton_dtype() == pb_utils.TRITONSERVER_TYPE_BYTES
+    with pytest.raises(pb_utils.TritonModelException):
+        t.to_dlpack()
+
+
+def test_request_as_a_model_receives_it() -> None:
+    a = pb_utils.Tensor("INPUT0", np.ones(3, np.float32))
+    b = pb_utils.Tensor("INPUT1", np.zeros(3, np.float32))
+    req = pb_utils.InferenceRequest(
+        model_name="m",
+        requested_output_names=["OUTPUT0"],
+        inputs=[a, b],
+        request_id="r1",
+        correlation_id=42,
+        flags=pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START,
+        parameters={"temperature": 1, "mode": "fast", "ok": True},
+    )
+    assert req.inputs() == [a, b]
+    assert req.requested_output_names() == ["OUTPUT0"]
+    assert req.request_id() == "r1"
+    assert req.correlation_id() == 42
+    assert req.flags() == 1
+    assert json.loads(req.parameters()) == {"temperature": 1, "mode": "fast", "ok": True}
+    assert pb_utils.get_input_tensor_by_name(req, "INPUT1") is b
+    assert req.get_input_tensor_by_name("INPUT0") is a
+    assert pb_utils.get_input_tensor_by_name(req, "NOPE") is None
+    assert not req.is_cancelled()
+    assert pb_utils.InferenceRequest().parameters() == "{}"
+
+
+def test_unsupported_request_features_raise_clearly() -> None:
+    req = pb_utils.InferenceRequest(model_name="other")
+    with pytest.raises(pb_utils.TritonModelException, match="BLS"):
+        req.exec()
+    with pytest.raises(pb_utils.TritonModelException, match="decoupled"):
+        req.get_response_sender()
+
+
+def test_response_outputs_and_errors() -> None:
+    out = pb_utils.Tensor("OUTPUT0", np.ones(2))
+    ok = pb_utils.InferenceResponse(output_tensors=[out])
+    assert ok.output_tensors() == [out]
+    assert not ok.has_error()
+    assert ok.error() is None
+    assert pb_utils.get_output_tensor_by_name(ok, "OUTPUT0") is out
+    assert pb_utils.get_output_tensor_by_name(ok, "OUTPUT1") is None
+    bad = pb_utils.InferenceResponse(
+        error=pb_utils.TritonError("nope", pb_utils.TritonError.NOT_FOUND)
+    )
+    assert bad.has_error()
+    error = bad.error()
+    assert error is not None
+    assert error.code() == pb_utils.TritonError.NOT_FOUND
+    assert bad.output_tensors() == []
+
+
+CONFIG = {
+    "name": "m",
+    "max_batch_size": 0,
+    "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
+    "output": [{"name": "OUTPUT0", "data_type": "TYPE_STRING", "dims": [-1]}],
+}
+
+
+def test_config_helpers() -> None:
+    assert pb_utils.get_input_config_by_name(CONFIG, "INPUT0") == CONFIG["input"][0]  # type: ignore[index]
+    assert pb_utils.get_input_config_by_name(CONFIG, "X") is None
+    out = pb_utils.get_output_config_by_name(CONFIG, "OUTPUT0")
+    assert out is not None
+    assert pb_utils.triton_string_to_numpy(out["data_type"]) is np.object_
+    assert pb_utils.triton_string_to_numpy("TYPE_FP32") is np.float32
+    assert pb_utils.triton_string_to_numpy("TYPE_BOOL") is np.bool_
+    assert not pb_utils.using_decoupled_model_transaction_policy(CONFIG)
+    decoupled = {**CONFIG, "model_transaction_policy": {"decoupled": True}}
+    assert pb_utils.using_decoupled_model_transaction_policy(decoupled)
+
+
+def test_numpy_and_triton_types() -> None:
+    assert pb_utils.numpy_to_triton_type(np.float32) == pb_utils.TRITONSERVER_TYPE_FP32
+    assert pb_utils.numpy_to_triton_type(np.object_) == pb_utils.TRITONSERVER_TYPE_BYTES
+    assert pb_utils.numpy_to_triton_type(np.bytes_) == pb_utils.TRITONSERVER_TYPE_BYTES
+    assert pb_utils.triton_to_numpy_type(pb_utils.TRITONSERVER_TYPE_INT64) is np.int64
+    assert pb_utils.triton_to_numpy_type(pb_utils.TRITONSERVER_TYPE_BF16) is None
+    for code in range(1, 14):
+        np_type = pb_utils.triton_to_numpy_type(code)
+        assert pb_utils.numpy_to_triton_type(np_type) == code
+
+
+def test_bytes_serialisation_round_trip() -> None:
+    arr = np.array([b"ab", b"", b"\x00\xff"], dtype=np.object_)
+    flat = pb_utils.serialize_byte_tensor(arr)
+    assert flat is not None
+    assert flat.dtype == np.uint8
+    assert flat.tobytes() == b"\x02\x00\x00\x00ab\x00\x00\x00\x00\x02\x00\x00\x00\x00\xff"
+    back = pb_utils.deserialize_bytes_tensor(flat.tobytes())
+    assert list(back) == list(arr)
+    assert pb_utils.serialize_byte_tensor(np.array([], dtype=np.object_)) is None
+
+
+def test_logger_goes_to_logging(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="triton_mp.model"):
+        pb_utils.Logger.log_info("i")
+        pb_utils.Logger.log_warn("w")
+        pb_utils.Logger.log_error("e")
+        pb_utils.Logger.log_verbose("v")
+        pb_utils.Logger().log("x", pb_utils.LogLevel.ERROR)
+    got = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert got == [
+        (logging.INFO, "i"),
+        (logging.WARNING, "w"),
+        (logging.ERROR, "e"),
+        (logging.DEBUG, "v"),
+        (logging.ERROR, "x"),
+    ]
+
+
+# --- ModelConfig (auto_complete_config) ---------------------------------------------
+
+
+def _empty() -> pb_utils.ModelConfig:
+    return pb_utils.ModelConfig({"name": "m", "max_batch_size": 0, "input": [], "output": []})
+
+
+def test_model_config_completes_an_empty_config() -> None:
+    mc = _empty()
+    mc.set_max_batch_size(4)
+    mc.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [3], "optional": True})
+    mc.add_output({"name": "OUT", "data_type": "TYPE_INT32", "dims": (np.int64(2),)})
+    mc.set_dynamic_batching()
+    mc.set_model_transaction_policy({"decoupled": False})
+    d = mc.as_dict()
+    assert mc.max_batch_size() == 4
+    assert d["input"] == [{"name": "IN", "data_type": "TYPE_FP32", "dims": [3], "optional": True}]
+    assert d["output"] == [{"name": "OUT", "data_type": "TYPE_INT32", "dims": [2]}]
+    assert d["dynamic_batching"] == {}
+    assert d["model_transaction_policy"] == {"decoupled": False}
+    json.dumps(d)  # plain JSON types only
+
+
+def test_model_config_accepts_a_json_string() -> None:
+    mc = pb_utils.ModelConfig(json.dumps({"name": "m", "max_batch_size": 2}))
+    assert mc.max_batch_size() == 2
+
+
+def test_set_max_batch_size_rules() -> None:
+    mc = pb_utils.ModelConfig({"name": "m", "max_batch_size": 8})
+    with pytest.raises(ValueError, match="max_batch_size 8"):
+        mc.set_max_batch_size(4)
+    mc.set_max_batch_size(16)
+    assert mc.max_batch_size() == 8, "a config may ask for less than the model allows"
+    with pytest.raises(ValueError, match="non-negative"):
+        _empty().set_max_batch_size(-1)
+    with pytest.raises(ValueError, match="must be an int"):
+        _empty().set_max_batch_size("4")  # type: ignore[arg-type]
+
+
+def test_set_dynamic_batching_conflicts_with_sequence_batching() -> None:
+    mc = pb_utils.ModelConfig({"name": "m", "sequence_batching": {}})
+    with pytest.raises(ValueError, match="sequence_batching"):
+        mc.set_dynamic_batching()
+    kept = pb_utils.ModelConfig(
+        {"name": "m", "dynamic_batching": {"max_queue_delay_microseconds": 5}}
+    )
+    kept.set_dynamic_batching()
+    assert kept.as_dict()["dynamic_batching"] == {"max_queue_delay_microseconds": 5}
+
+
+def test_add_input_checks_keys_and_conflicts() -> None:
+    mc = pb_utils.ModelConfig(
+        {
+            "name": "m",
+            "input": [{"name": "IN", "data_type": "TYPE_FP32", "dims": [3]}],
+            "output": [{"name": "OUT", "data_type": "TYPE_INVALID", "dims": []}],
+        }
+    )
+    with pytest.raises(ValueError, match="unexpected properties"):
+        mc.add_input({"name": "X", "data_type": "TYPE_FP32", "dims": [1], "format": "x"})
+    with pytest.raises(ValueError, match="missing property 'dims'"):
+        mc.add_input({"name": "X", "data_type": "TYPE_FP32"})
+    with pytest.raises(ValueError, match="data_type"):
+        mc.add_input({"name": "IN", "data_type": "TYPE_INT8", "dims": [3]})
+    with pytest.raises(ValueError, match="dims"):
+        mc.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [4]})
+    with pytest.raises(ValueError, match="unexpected properties"):
+        mc.add_output({"name": "OUT", "data_type": "TYPE_FP32", "dims": [1], "optional": True})
+    mc.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [3]})  # same: no change
+    mc.add_output({"name": "OUT", "data_type": "TYPE_FP32", "dims": [5]})  # fills the blanks
+    d = mc.as_dict()
+    assert len(d["input"]) == 1
+    assert d["output"] == [{"name": "OUT", "data_type": "TYPE_FP32", "dims": [5]}]
+
+
+def test_set_model_transaction_policy_conflict() -> None:
+    mc = pb_utils.ModelConfig({"name": "m", "model_transaction_policy": {"decoupled": True}})
+    with pytest.raises(ValueError, match="decoupled"):
+        mc.set_model_transaction_policy({"decoupled": False})
+    with pytest.raises(ValueError, match="unexpected properties"):
+        mc.set_model_transaction_policy({"decoupled": True, "other": 1})
+    mc.set_model_transaction_policy({"decoupled": True})
