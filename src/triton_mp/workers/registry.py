@@ -9,7 +9,7 @@ from triton_mp.config import InstanceSpec, ModelVersionSpec
 from triton_mp.errors import ConfigError, ErrorCode
 from triton_mp.workers.backend import Backend
 
-SUPPORTED_BACKENDS = frozenset({"onnxruntime"})
+SUPPORTED_BACKENDS = frozenset({"onnxruntime", "python"})
 """Backends a worker can load (config ``backend`` values)."""
 
 
@@ -23,6 +23,10 @@ def load_backend(model: ModelVersionSpec, instance: InstanceSpec) -> Backend:
         from triton_mp.workers.onnxruntime import OnnxRuntimeBackend
 
         return OnnxRuntimeBackend(model, instance)
+    if model.backend == "python":
+        from triton_mp.workers.python import PythonBackend
+
+        return PythonBackend(model, instance)
     raise ConfigError(
         f"backend '{model.backend}' of model '{model.model}' is not supported by triton-mp",
         ErrorCode.UNSUPPORTED,

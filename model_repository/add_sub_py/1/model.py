@@ -1,0 +1,33 @@
+"""add_sub_py: OUTPUT0 = INPUT0 + INPUT1 and OUTPUT1 = INPUT0 - INPUT1.
+
+A Triton python-backend model written the usual way: the output data types come from the
+model configuration in ``initialize``, and ``execute`` answers the requests of a batch one by
+one (the python backend never merges them into one tensor).
+"""
+
+import json
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.model_config = json.loads(args["model_config"])
+        self.output_dtypes = {}
+        for name in ("OUTPUT0", "OUTPUT1"):
+            config = pb_utils.get_output_config_by_name(self.model_config, name)
+            self.output_dtypes[name] = pb_utils.triton_string_to_numpy(config["data_type"])
+        pb_utils.Logger.log_info(f"add_sub_py initialized as {args['model_instance_name']}")
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            in0 = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            in1 = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            out0 = pb_utils.Tensor("OUTPUT0", (in0 + in1).astype(self.output_dtypes["OUTPUT0"]))
+            out1 = pb_utils.Tensor("OUTPUT1", (in0 - in1).astype(self.output_dtypes["OUTPUT1"]))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out0, out1]))
+        return responses
+
+    def finalize(self):
+        pb_utils.Logger.log_info("add_sub_py finalized")

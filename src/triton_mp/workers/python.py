@@ -1,0 +1,319 @@
+"""The python backend: runs a Triton ``model.py`` (class ``TritonPythonModel``) unchanged.
+
+Imported only by worker processes (through ``workers.registry``) and, for
+``import_model_module``, by the auto-complete child (``workers.python_autocomplete``).
+
+Lifecycle, as in Triton's python backend (shared/reference/triton.md §7): our ``pb_utils``
+becomes ``triton_python_backend_utils``; ``model.py`` is imported under a unique module name
+with its version directory and model directory on ``sys.path``; ``TritonPythonModel()`` is
+constructed and ``initialize(args)`` called with Triton's ``args`` keys; each batch the
+scheduler forms is passed to ``execute`` as a list of ``pb_utils.InferenceRequest``, one per
+client request (never a merged tensor); ``finalize()`` runs at close.
+
+Results: ``execute`` must return one ``InferenceResponse`` per request. A response with an
+error fails that request only, with the ``TritonError`` code (same numbers as ``ErrorCode``).
+A wrong number of responses, or ``execute`` raising, fails every request of the batch with
+INTERNAL and Triton's message; the worker goes on. Only requested outputs are returned.
+
+Inputs are not copied: fixed-size inputs are numpy views over the frontend's shared-memory
+arena, valid during the ``execute`` call only (a model that keeps data must copy it, as
+Triton's documentation also requires).
+
+Decoupled models (``model_transaction_policy { decoupled: true }``) fail to load here; they
+need the response sender and streaming, which are later work, as are BLS and request
+rescheduling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.machinery
+import importlib.util
+import inspect
+import itertools
+import json
+import logging
+import re
+import sys
+import types
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from triton_mp.config import InstanceSpec, ModelVersionSpec
+from triton_mp.errors import ConfigError, ErrorCode, TritonMPError
+from triton_mp.ipc.messages import ErrorInfo
+from triton_mp.workers import pb_utils
+from triton_mp.workers.backend import (
+    BackendRequest,
+    PhaseTimes,
+    Result,
+    Stopwatch,
+    to_backend_shape,
+)
+
+log = logging.getLogger(__name__)
+
+PB_UTILS_MODULE = "triton_python_backend_utils"
+"""The name user models import our ``pb_utils`` under."""
+
+MODEL_CLASS = "TritonPythonModel"
+"""The class a python model must define."""
+
+_INSTANCE_KINDS = {"KIND_CPU": "CPU", "KIND_GPU": "GPU", "KIND_MODEL": "MODEL"}
+_module_ids = itertools.count()
+_UNSAFE = re.compile(r"[^0-9A-Za-z_]")
+
+
+def install_pb_utils() -> None:
+    """Make ``import triton_python_backend_utils`` give our ``pb_utils``."""
+    sys.modules[PB_UTILS_MODULE] = pb_utils
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"Class: message"`` for an exception raised by user code (no module path)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def import_model_module(model_file: str | Path, model_name: str) -> types.ModuleType:
+    """Import a model's ``model.py`` under a fresh, unique module name.
+
+    Like Triton, the version directory and the model directory are appended to ``sys.path``
+    (so ``import helper`` finds a module next to model.py), and the file is imported as a
+    module of a package whose path is the version directory (so ``from . import helper``
+    works too).
+
+    Raises:
+        whatever importing the user's file raises.
+    """
+    path = Path(model_file).resolve()
+    version_dir = path.parent
+    for directory in (str(version_dir), str(version_dir.parent)):
+        if directory not in sys.path:
+            sys.path.append(directory)
+    package = f"_triton_mp_model_{_UNSAFE.sub('_', model_name)}_{next(_module_ids)}"
+    pkg = types.ModuleType(package)
+    pkg.__path__ = [str(version_dir)]
+    sys.modules[package] = pkg
+    name = f"{package}.{_UNSAFE.sub('_', path.stem) or 'model'}"
+    # NOTE: an explicit SourceFileLoader, so a default_model_filename without ".py" works.
+    loader = importlib.machinery.SourceFileLoader(name, str(path))
+    spec = importlib.util.spec_from_loader(name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def model_class(module: types.ModuleType, model_file: str | Path) -> type:
+    """The module's ``TritonPythonModel`` class.
+
+    Raises:
+        TritonMPError (INVALID_ARG): the file defines no such class.
+    """
+    cls = getattr(module, MODEL_CLASS, None)
+    if not isinstance(cls, type):
+        raise TritonMPError(
+            f"{model_file} does not define class '{MODEL_CLASS}'", ErrorCode.INVALID_ARG
+        )
+    return cls
+
+
+def _error_code(code: int) -> ErrorCode:
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return ErrorCode.INTERNAL
+
+
+def _client_dims(dims: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Config ``dims`` usable as a numpy reshape target (at most one -1), else None."""
+    return dims if dims.count(-1) <= 1 else None
+
+
+class PythonBackend:
+    """One instance of a Triton python model.
+
+    Raises (from the constructor):
+        ConfigError (UNSUPPORTED): the model is decoupled.
+        TritonMPError: model.py cannot be imported, defines no ``TritonPythonModel`` or no
+            ``execute``, or its constructor or ``initialize`` raised (the traceback is
+            logged; the message says which exception).
+    """
+
+    def __init__(self, model: ModelVersionSpec, instance: InstanceSpec) -> None:
+        self._spec = model
+        self._instance_name = instance.name
+        self._origin = f"worker {instance.name}"
+        config = json.loads(model.config_json)
+        if pb_utils.using_decoupled_model_transaction_policy(config):
+            raise ConfigError(
+                f"decoupled python models are not supported yet (model '{model.model}' sets "
+                "model_transaction_policy { decoupled: true })",
+                ErrorCode.UNSUPPORTED,
+            )
+        self._batched = model.max_batch_size > 0
+        self._input_reshape = {t.name: t.reshape for t in model.inputs if t.reshape is not None}
+        self._output_dims = {
+            t.name: dims
+            for t in model.outputs
+            if t.reshape is not None and (dims := _client_dims(t.dims)) is not None
+        }
+        install_pb_utils()
+        model_file = Path(model.model_file)
+        try:
+            module = import_model_module(model_file, model.model)
+        except Exception as exc:
+            log.exception("importing %s failed", model_file)
+            raise TritonMPError(
+                f"failed to import {model_file}: {describe_exception(exc)}"
+            ) from None
+        cls = model_class(module, model_file)
+        args = {
+            "model_config": model.config_json,
+            "model_instance_kind": _INSTANCE_KINDS.get(instance.kind, "CPU"),
+            "model_instance_name": instance.name,
+            "model_instance_device_id": str(max(instance.gpu_id, 0)),
+            "model_repository": str(model_file.resolve().parent.parent),
+            "model_version": str(model.version),
+            "model_name": model.model,
+        }
+        try:
+            self._model = cls()
+            initialize = getattr(self._model, "initialize", None)
+            if initialize is not None:
+                initialize(args)
+        except Exception as exc:
+            log.exception("initialize of model '%s' failed", model.model)
+            raise TritonMPError(
+                f"failed to initialize model '{model.model}': {describe_exception(exc)}"
+            ) from None
+        execute = getattr(self._model, "execute", None)
+        if execute is None:
+            raise TritonMPError(
+                f"{model_file}: class '{MODEL_CLASS}' does not define execute()",
+                ErrorCode.INVALID_ARG,
+            )
+        self._execute: Callable[[list[pb_utils.InferenceRequest]], Any] = execute
+        # NOTE: ``async def execute`` runs on one event loop per instance, made on first use.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._is_async = inspect.iscoroutinefunction(execute)
+        log.info("python model %s initialized", model_file)
+
+    def execute(self, requests: Sequence[BackendRequest]) -> tuple[list[Result], PhaseTimes]:
+        """Hand the batch to ``TritonPythonModel.execute`` as a list of requests."""
+        watch = Stopwatch()
+        pb_requests = [self._pb_request(r) for r in requests]
+        t_input = watch.lap()
+        try:
+            responses = self._execute(pb_requests)
+            if self._is_async or inspect.iscoroutine(responses):
+                responses = self._run_coroutine(responses)
+        except Exception as exc:  # noqa: BLE001 - the model's fault fails this batch only
+            log.exception("execute of model '%s' raised", self._spec.model)
+            info = ErrorInfo(
+                ErrorCode.INTERNAL,
+                f"Failed to process the request(s) for model '{self._instance_name}', "
+                f"message: {describe_exception(exc)}",
+                self._origin,
+            )
+            return [info] * len(requests), PhaseTimes(t_input, watch.lap())
+        if not isinstance(responses, (list, tuple)) or len(responses) != len(requests):
+            got = len(responses) if isinstance(responses, (list, tuple)) else type(responses)
+            info = ErrorInfo(
+                ErrorCode.INTERNAL,
+                "Number of InferenceResponse objects do not match the number of "
+                f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, and "
+                f"InferenceResponse(s) size is:{got}",
+                self._origin,
+            )
+            return [info] * len(requests), PhaseTimes(t_input, watch.lap())
+        results = [self._result(r, resp) for r, resp in zip(requests, responses, strict=True)]
+        return results, PhaseTimes(t_input, watch.lap())
+
+    def close(self) -> None:
+        """Call ``finalize()`` when the model defines it (errors are logged, not raised)."""
+        finalize = getattr(self._model, "finalize", None)
+        try:
+            if finalize is not None:
+                finalize()
+        except Exception:  # noqa: BLE001 - the instance is going away anyway
+            log.exception("finalize of model '%s' raised", self._spec.model)
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+    def _run_coroutine(self, coro: Any) -> Any:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(coro)
+
+    def _pb_request(self, r: BackendRequest) -> pb_utils.InferenceRequest:
+        inputs = []
+        for name, arr in r.inputs.items():
+            reshape = self._input_reshape.get(name)
+            if reshape is not None:
+                arr = to_backend_shape(arr, reshape, self._batched)
+            inputs.append(pb_utils.Tensor(name, arr))
+        # NOTE: request metadata is read with defaults until BackendRequest carries it
+        # (request_id, correlation_id, flags, timeout_us, parameters_json).
+        return pb_utils.InferenceRequest(
+            model_name=self._spec.model,
+            requested_output_names=list(r.outputs),
+            inputs=inputs,
+            request_id=str(getattr(r, "request_id", "")),
+            correlation_id=getattr(r, "correlation_id", 0),
+            model_version=self._spec.version,
+            flags=int(getattr(r, "flags", 0)),
+            timeout=int(getattr(r, "timeout_us", 0)),
+            parameters=str(getattr(r, "parameters_json", "{}")),
+        )
+
+    def _result(self, request: BackendRequest, response: object) -> Result:
+        """One request's outputs, or the ErrorInfo its response carries."""
+        if not isinstance(response, pb_utils.InferenceResponse):
+            return ErrorInfo(
+                ErrorCode.INTERNAL,
+                f"model '{self._spec.model}' returned {type(response).__name__} instead of an "
+                "InferenceResponse for a request",
+                self._origin,
+            )
+        error = response.error()
+        if error is not None:
+            return ErrorInfo(_error_code(error.code()), error.message(), self._origin)
+        outputs: dict[str, np.ndarray] = {}
+        wanted = request.outputs
+        for tensor in response.output_tensors():
+            if not isinstance(tensor, pb_utils.Tensor):
+                return ErrorInfo(
+                    ErrorCode.INTERNAL,
+                    f"model '{self._spec.model}' put a {type(tensor).__name__} among the "
+                    "output tensors of a response; expected pb_utils.Tensor",
+                    self._origin,
+                )
+            name = tensor.name()
+            if name not in wanted:
+                continue
+            arr = tensor.as_numpy()
+            dims = self._output_dims.get(name)
+            if dims is not None:
+                try:
+                    arr = arr.reshape(((request.batch_size,) if self._batched else ()) + dims)
+                except ValueError:
+                    return ErrorInfo(
+                        ErrorCode.INTERNAL,
+                        f"output '{name}' of model '{self._spec.model}' has shape "
+                        f"{list(arr.shape)}, which does not reshape to its config dims "
+                        f"{list(dims)}",
+                        self._origin,
+                    )
+            outputs[name] = arr
+        return outputs

@@ -1,0 +1,302 @@
+"""``PythonBackend`` in-process on small model.py files (no processes, no shared memory)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from triton_mp.config import BatchingSpec, InstanceSpec, ModelVersionSpec, TensorSpec
+from triton_mp.errors import ConfigError, ErrorCode, TritonMPError
+from triton_mp.ipc.messages import ErrorInfo
+from triton_mp.workers import pb_utils
+from triton_mp.workers.backend import BackendRequest
+from triton_mp.workers.python import PB_UTILS_MODULE, PythonBackend
+from triton_mp.workers.python_autocomplete import may_auto_complete
+from triton_mp.workers.registry import SUPPORTED_BACKENDS, load_backend
+
+IO = (TensorSpec(name="INPUT0", datatype="FP32", dims=(4,)),)
+OUT = (
+    TensorSpec(name="OUTPUT0", datatype="FP32", dims=(4,)),
+    TensorSpec(name="OUTPUT1", datatype="FP32", dims=(4,)),
+)
+
+# Doubles INPUT0 into OUTPUT0 and negates it into OUTPUT1; value 9 -> per-request
+# INVALID_ARG error, 99 -> execute raises, 5 -> returns None for the request, 7 -> one
+# response too few.
+MODEL = """
+import json
+import triton_python_backend_utils as pb_utils
+
+from helper import SCALE
+from .sibling import OFFSET
+
+FINALIZED = []
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.args = args
+        self.config = json.loads(args["model_config"])
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            if (x == 99).any():
+                raise ValueError("ninety-nine")
+            if (x == 9).any():
+                out.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError("no nines", pb_utils.TritonError.INVALID_ARG)))
+            elif (x == 5).any():
+                out.append(None)
+            else:
+                out.append(pb_utils.InferenceResponse([
+                    pb_utils.Tensor("OUTPUT0", x * SCALE + OFFSET),
+                    pb_utils.Tensor("OUTPUT1", -x),
+                ]))
+        if any((pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() == 7).any()
+               for r in requests):
+            return out[:-1]
+        return out
+
+    def finalize(self):
+        FINALIZED.append(self.args["model_instance_name"])
+"""
+
+
+def _write(root: Path, source: str, name: str = "m") -> Path:
+    version = root / name / "1"
+    version.mkdir(parents=True)
+    (version / "model.py").write_text(textwrap.dedent(source))
+    (version / "helper.py").write_text("SCALE = 2\n")
+    (version / "sibling.py").write_text("OFFSET = 0\n")
+    return version / "model.py"
+
+
+def _spec(
+    model_file: Path, config: dict[str, object] | None = None, **kw: object
+) -> ModelVersionSpec:
+    fields: dict[str, object] = {
+        "model": model_file.parent.parent.name,
+        "version": 1,
+        "backend": "python",
+        "model_file": str(model_file),
+        "max_batch_size": 8,
+        "batching": BatchingSpec(kind="dynamic", max_batch_size=8),
+        "inputs": IO,
+        "outputs": OUT,
+        "instance_ids": (0,),
+        "config_json": json.dumps(config or {"name": "m", "max_batch_size": 8}),
+    }
+    fields.update(kw)
+    return ModelVersionSpec(**fields)  # type: ignore[arg-type]
+
+
+INSTANCE = InstanceSpec(instance_id=0, name="m_0", model="m", version=1)
+
+
+def _req(value: float, outputs: tuple[str, ...] = ("OUTPUT0", "OUTPUT1")) -> BackendRequest:
+    return BackendRequest({"INPUT0": np.full((1, 4), value, np.float32)}, outputs, 1)
+
+
+@pytest.fixture(autouse=True)
+def _import_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test's model directories leave sys.path and sys.modules as they were."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield
+    for name in [n for n in sys.modules if n in ("helper", "sibling") or n.startswith("_triton")]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> Iterator[PythonBackend]:
+    b = PythonBackend(_spec(_write(tmp_path, MODEL)), INSTANCE)
+    yield b
+    b.close()
+
+
+def test_registry_knows_python() -> None:
+    assert "python" in SUPPORTED_BACKENDS
+
+
+def test_pb_utils_is_installed_for_user_models(backend: PythonBackend) -> None:
+    assert sys.modules[PB_UTILS_MODULE] is pb_utils
+
+
+def test_initialize_gets_tritons_args(tmp_path: Path) -> None:
+    model_file = _write(tmp_path, MODEL)
+    config = {"name": "m", "max_batch_size": 8}
+    b = load_backend(_spec(model_file, config), INSTANCE)
+    args = b._model.args  # type: ignore[attr-defined]
+    b.close()
+    assert args == {
+        "model_config": json.dumps(config),
+        "model_instance_kind": "CPU",
+        "model_instance_name": "m_0",
+        "model_instance_device_id": "0",
+        "model_repository": str(model_file.parent.parent),
+        "model_version": "1",
+        "model_name": "m",
+    }
+
+
+def test_each_request_gets_its_own_response(backend: PythonBackend) -> None:
+    results, times = backend.execute([_req(1), _req(9), _req(2, ("OUTPUT1",)), _req(5)])
+    assert isinstance(results[0], dict)
+    np.testing.assert_array_equal(results[0]["OUTPUT0"], np.full((1, 4), 2, np.float32))
+    assert results[1] == ErrorInfo(ErrorCode.INVALID_ARG, "no nines", "worker m_0")
+    assert isinstance(results[2], dict)
+    assert list(results[2]) == ["OUTPUT1"], "only requested outputs"
+    assert isinstance(results[3], ErrorInfo)
+    assert results[3].code == ErrorCode.INTERNAL
+    assert "NoneType" in results[3].message
+    assert times.compute_infer_ns > 0
+
+
+def test_execute_raising_fails_the_whole_batch(backend: PythonBackend) -> None:
+    results, _ = backend.execute([_req(1), _req(99)])
+    assert len(results) == 2
+    for r in results:
+        assert isinstance(r, ErrorInfo)
+        assert r.code == ErrorCode.INTERNAL
+        assert r.message == (
+            "Failed to process the request(s) for model 'm_0', message: ValueError: ninety-nine"
+        )
+    ok, _ = backend.execute([_req(1)])
+    assert isinstance(ok[0], dict), "the instance goes on"
+
+
+def test_wrong_number_of_responses_fails_the_batch(backend: PythonBackend) -> None:
+    results, _ = backend.execute([_req(1), _req(7)])
+    for r in results:
+        assert isinstance(r, ErrorInfo)
+        assert "Number of InferenceResponse objects do not match" in r.message
+        assert "size is:2, and InferenceResponse(s) size is:1" in r.message
+
+
+def test_close_calls_finalize(tmp_path: Path) -> None:
+    b = PythonBackend(_spec(_write(tmp_path, MODEL)), INSTANCE)
+    module = sys.modules[type(b._model).__module__]
+    b.close()
+    assert module.FINALIZED == ["m_0"]
+
+
+def test_inputs_are_not_copied(tmp_path: Path) -> None:
+    source = """
+    import triton_python_backend_utils as pb_utils
+    SEEN = []
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            SEEN.extend(r.inputs()[0].as_numpy() for r in requests)
+            return [pb_utils.InferenceResponse([]) for r in requests]
+    """
+    b = PythonBackend(_spec(_write(tmp_path, source)), INSTANCE)
+    arr = np.ones((1, 4), np.float32)
+    b.execute([BackendRequest({"INPUT0": arr}, (), 1)])
+    seen = sys.modules[type(b._model).__module__].SEEN
+    assert seen[0] is arr
+    b.close()
+
+
+def test_reshape_is_applied_both_ways(tmp_path: Path) -> None:
+    source = """
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            out = []
+            for r in requests:
+                x = r.inputs()[0].as_numpy()
+                assert x.shape[1:] == (2, 2), x.shape
+                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
+            return out
+    """
+    spec = _spec(
+        _write(tmp_path, source),
+        inputs=(TensorSpec(name="INPUT0", datatype="FP32", dims=(4,), reshape=(2, 2)),),
+        outputs=(TensorSpec(name="OUTPUT0", datatype="FP32", dims=(4,), reshape=(2, 2)),),
+    )
+    b = PythonBackend(spec, INSTANCE)
+    results, _ = b.execute(
+        [BackendRequest({"INPUT0": np.ones((3, 4), np.float32)}, ("OUTPUT0",), 3)]
+    )
+    assert isinstance(results[0], dict)
+    assert results[0]["OUTPUT0"].shape == (3, 4)
+    b.close()
+
+
+def test_async_execute(tmp_path: Path) -> None:
+    source = """
+    import asyncio
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        async def execute(self, requests):
+            await asyncio.sleep(0)
+            return [
+                pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", r.inputs()[0].as_numpy())])
+                for r in requests
+            ]
+    """
+    b = PythonBackend(_spec(_write(tmp_path, source)), INSTANCE)
+    results, _ = b.execute([_req(3, ("OUTPUT0",))])
+    assert isinstance(results[0], dict)
+    np.testing.assert_array_equal(results[0]["OUTPUT0"], np.full((1, 4), 3, np.float32))
+    b.close()
+
+
+def test_decoupled_models_are_refused(tmp_path: Path) -> None:
+    config = {"name": "m", "model_transaction_policy": {"decoupled": True}}
+    with pytest.raises(ConfigError) as e:
+        PythonBackend(_spec(_write(tmp_path, MODEL), config), INSTANCE)
+    assert e.value.code == ErrorCode.UNSUPPORTED
+    assert "decoupled python models are not supported yet" in e.value.message
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("x = 1\n", "does not define class 'TritonPythonModel'"),
+        ("import no_such_module_here\n", "ModuleNotFoundError"),
+        (
+            "class TritonPythonModel:\n    def initialize(self, args):\n"
+            "        raise KeyError('weights')\n    def execute(self, r):\n        return []\n",
+            "failed to initialize model 'm': KeyError: 'weights'",
+        ),
+        ("class TritonPythonModel:\n    pass\n", "does not define execute()"),
+    ],
+)
+def test_load_failures_say_why(tmp_path: Path, source: str, message: str) -> None:
+    with pytest.raises(TritonMPError) as e:
+        PythonBackend(_spec(_write(tmp_path, source)), INSTANCE)
+    assert message in e.value.message
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("class TritonPythonModel:\n    def execute(self, r):\n        return []\n", False),
+        ("class TritonPythonModel(object):\n    pass\n", False),
+        ("x = 1\n", False),  # no model class at all: the worker reports that
+        ("class TritonPythonModel:\n    @staticmethod\n    def auto_complete_config(c):\n", True),
+        ("class TritonPythonModel:\n    auto_complete_config = staticmethod(f)\n", True),
+        ("from base import Base\nclass TritonPythonModel(Base):\n    pass\n", True),
+        ("@decorate\nclass TritonPythonModel:\n    pass\n", True),
+        ("class TritonPythonModel(metaclass=M):\n    pass\n", True),
+        ("from elsewhere import TritonPythonModel\n", True),
+        ("def broken(:\n", True),  # the child reports the syntax error as Triton would
+    ],
+)
+def test_which_sources_need_the_auto_complete_child(
+    tmp_path: Path, source: str, expected: bool
+) -> None:
+    path = tmp_path / "model.py"
+    path.write_text(source)
+    assert may_auto_complete(path) is expected
