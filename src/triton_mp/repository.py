@@ -397,8 +397,9 @@ def load_model(
     5. check the config name against the directory name;
     6. check the backend is one triton-mp runs (``SUPPORTED_BACKENDS``, or an ensemble);
     7. choose version directories per policy and check each has the model file;
-    8. backend auto-complete (ONNX graph -> inputs, outputs, max_batch_size, dynamic
-       batching) when ``auto_complete`` is on and the backend is onnxruntime;
+    8. backend auto-complete when ``auto_complete`` is on: for onnxruntime from the ONNX
+       graph (inputs, outputs, max_batch_size, dynamic batching); for python by the model's
+       ``auto_complete_config``, run in a child process (``workers.python_autocomplete``);
     9. normalise again, validate inputs/outputs and the whole config, and normalise and
        validate the instance groups against ``gpu_ids``.
 
@@ -406,8 +407,8 @@ def load_model(
     ``stoll`` also accepts "1abc"); ONNX auto-complete also completes inputs/outputs the
     config lists partially and adds those it leaves out (Triton only fills an empty list),
     and it keeps max_batch_size 0 when the config's own dims have the graph's full rank;
-    duplicate input/output names are rejected; python ``auto_complete_config`` is not run
-    here (it needs the model's code), nor is TensorRT's (it needs the engine).
+    duplicate input/output names are rejected; TensorRT's auto-complete is not run here (it
+    needs the engine).
 
     Args:
         directory: ``<repository>/<model>``; its name is the model name.
@@ -486,6 +487,9 @@ class _ModelLoader:
             # NOTE: Triton auto-completes per version; one config per model here, so the
             # newest loadable version's graph decides.
             _auto_complete_onnx(config, versions[-1].model_file, self.default_max_batch_size)
+        elif self.auto_complete and config.backend == PYTHON_BACKEND:
+            # NOTE: as for ONNX, the newest loadable version's model.py decides.
+            _auto_complete_python(config, versions[-1].model_file)
         _normalize_model_config(config)
         _validate_model_io_config(config)
         _validate_model_config(config)
@@ -1343,6 +1347,47 @@ def _check_profile(profile: str, where: str, platform: str) -> None:
             f"{where} and platform {platform} specifies invalid profile {profile}. The field "
             "should contain the string representation of a non-negative integer."
         )
+
+
+# ---------------------------------------------------------------------------
+# Python auto-complete (the model's own TritonPythonModel.auto_complete_config)
+# ---------------------------------------------------------------------------
+
+
+def _auto_complete_python(config: model_config_pb2.ModelConfig, model_file: Path) -> None:
+    """Let the model's ``auto_complete_config`` complete ``config``, in a child process.
+
+    The supervisor never runs user code: ``workers.python_autocomplete`` imports model.py in
+    a throwaway interpreter, as Triton does. A model without ``auto_complete_config`` leaves
+    the config as it is.
+
+    Raises:
+        ConfigError: the model's code raised or timed out, or the config it returned does not
+            parse or renames the model or changes its backend.
+    """
+    # NOTE: imported lazily; the module is small, but only python models need it.
+    from triton_mp.workers.python_autocomplete import may_auto_complete, run_auto_complete
+
+    if not may_auto_complete(model_file):
+        return
+    name = config.name
+    completed = run_auto_complete(config_to_json(config), model_file, name)
+    if completed is None:
+        return
+    new = _ModelConfig()
+    try:
+        json_format.ParseDict(completed, new)
+    except json_format.ParseError as exc:
+        raise ConfigError(
+            f"failed to load '{name}': auto_complete_config returned an invalid model "
+            f"configuration: {exc}"
+        ) from None
+    if new.name != config.name or new.backend != config.backend:
+        raise ConfigError(
+            f"failed to load '{name}': auto_complete_config must not change the model's name "
+            f"or backend (got name '{new.name}', backend '{new.backend}')"
+        )
+    config.CopyFrom(new)
 
 
 # ---------------------------------------------------------------------------
