@@ -7,7 +7,7 @@ Three models of the project's ``model_repository/`` run in turn, through ``trito
 1. ``ocr_det`` (DB text detector) finds text boxes: the BGR image is resized so that its longer
    side is at most 960 and both sides are multiples of 32, normalised with ImageNet's mean and
    std, and the probability map is turned into boxes by PP-OCR's DB post-processing
-   (threshold 0.3, box score 0.6, unclip ratio 1.5 with pyclipper, minimum size 3).
+   (threshold 0.3, box score 0.6, unclip ratio 2.0 with pyclipper, minimum size 3).
 2. Each box is cut out with a perspective warp (a crop 1.5 times taller than wide is turned
    90 degrees) and ``ocr_cls`` decides whether the line is upside down (turned 180 degrees when
    it says so with a score above 0.9).

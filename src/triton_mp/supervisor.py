@@ -12,6 +12,7 @@ the workers stop, then every shared-memory object of this server is unlinked.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import logging
 import multiprocessing as mp
@@ -23,6 +24,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Literal
+
+import setproctitle
 
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.config import (
@@ -161,12 +164,39 @@ class _Child:
     restart_at: float = 0.0
 
 
-def _child_main(role: Role, spec_bytes: bytes, conn: Connection, env: dict[str, str]) -> None:
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Have the kernel SIGKILL this process when the supervisor dies (Linux prctl).
+
+    NOTE: without it, a ``kill -9`` of the supervisor leaves the tree serving as orphans,
+    and the next server's stale-object sweep would pull shared memory from under them.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: no such guarantee
+        return
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _child_main(
+    role: Role,
+    name: str,
+    parent_pid: int,
+    spec_bytes: bytes,
+    conn: Connection,
+    env: dict[str, str],
+) -> None:
     """Entry of every child process: import only the role's own module, then run it.
 
     NOTE: importing lazily here keeps grpc out of workers, onnxruntime out of frontends,
     and both out of the supervisor.
     """
+    _die_with_parent(parent_pid)
+    setproctitle.setproctitle(f"triton-mp: {role} {name}" if role != name else f"triton-mp: {role}")
     os.environ.update(env)
     if role == "frontend":
         from triton_mp.frontend.main import run_frontend as run
@@ -192,6 +222,7 @@ class Supervisor:
         self._stop_requested = False
         self._wake_r, self._wake_w = socket.socketpair()
         self._children: list[_Child] = []
+        self._drain_frontends = True
 
     def _name(self, purpose: str) -> str:
         return object_name(self.server_id, purpose)
@@ -210,7 +241,7 @@ class Supervisor:
         recv_end, send_end = self._ctx.Pipe(duplex=False)
         proc = self._ctx.Process(
             target=_child_main,
-            args=(child.role, child.spec_bytes, send_end, child.env),
+            args=(child.role, child.name, os.getpid(), child.spec_bytes, send_end, child.env),
             name=f"triton-mp {child.role} {child.name}",
         )
         proc.start()
@@ -285,8 +316,29 @@ class Supervisor:
         with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
 
+    def _check_port_free(self) -> None:
+        """Fail fast when the gRPC port is taken (frontends bind with SO_REUSEPORT, which
+        would otherwise share it silently with another server).
+
+        Raises:
+            StartupError: the address is in use.
+        """
+        cfg = self.config
+        if cfg.grpc_port == 0:
+            return
+        family = socket.AF_INET6 if ":" in cfg.grpc_address else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((cfg.grpc_address, cfg.grpc_port))
+            except OSError as e:
+                raise StartupError(
+                    f"failed to start GRPC service: Socket '{cfg.grpc_address}:{cfg.grpc_port}' "
+                    f"already in use ({e.strerror})"
+                ) from None
+
     def _run(self) -> int:
         cfg = self.config
+        self._check_port_free()
         repo_models = load_repository(
             cfg.repository_path,
             auto_complete=cfg.auto_complete,
@@ -462,12 +514,18 @@ class Supervisor:
                 elif obj in by_sentinel:
                     c = by_sentinel[obj]
                     if c.role != "worker":
+                        assert c.process is not None
+                        c.process.join(timeout=5)
                         log.error(
                             "%s %s died with exit code %s; stopping the server",
                             c.role,
                             c.name,
-                            c.process.exitcode if c.process else None,
+                            c.process.exitcode,
                         )
+                        if c.role == "scheduler":
+                            # NOTE: nothing in flight can finish without the scheduler;
+                            # draining would only hold clients until the exit timeout.
+                            self._drain_frontends = False
                         return 1
                     self._worker_died(c)
                 else:
@@ -485,6 +543,11 @@ class Supervisor:
         code = c.process.exitcode if c.process.exitcode is not None else -1
         iid = self._instance_id(c)
         log.warning("worker %s died with exit code %d", c.name, code)
+        # NOTE: its output arenas are named after its pid; frontends that still read a block
+        # keep their mapping, so removing the names is safe and frees the memory later.
+        for name in list_objects(self.server_id):
+            if name.startswith(f"triton_mp_{self.server_id}_w{iid}p{c.process.pid}_"):
+                unlink_quietly("/" + name)
         self._to_scheduler.send(WorkerDied(instance_id=iid, exitcode=code))
         c.process = None
         if c.restarts >= MAX_RESTARTS:
@@ -526,7 +589,10 @@ class Supervisor:
         cfg = self.config
         for c in getattr(self, "_frontends", []):
             if c.process is not None and c.process.is_alive():
-                c.process.terminate()  # SIGTERM: the frontend drains
+                if self._drain_frontends:
+                    c.process.terminate()  # SIGTERM: the frontend drains
+                else:
+                    c.process.kill()
         for c in getattr(self, "_frontends", []):
             if c.process is not None:
                 c.process.join(timeout=cfg.exit_timeout_s + 5)

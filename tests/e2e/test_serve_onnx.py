@@ -41,6 +41,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         "version_policy: { specific: { versions: [1, 3] } }\n"
         "instance_group [{ count: 1, kind: KIND_CPU }]\n"
     )
+    for name, change in (
+        ("wrong_dtype", ("TYPE_FP32", "TYPE_INT32")),
+        ("wrong_dims", ("[ 16 ]", "[ 8 ]")),
+    ):
+        shutil.copytree(PROJECT_REPOSITORY / "add_sub", repo / name)
+        cfg = (repo / name / "config.pbtxt").read_text().replace('name: "add_sub"', "")
+        (repo / name / "config.pbtxt").write_text(cfg.replace(*change))
     (repo / "broken_syntax" / "1").mkdir(parents=True)
     shutil.copy(ADD_SUB_ONNX, repo / "broken_syntax" / "1" / "model.onnx")
     (repo / "broken_syntax" / "config.pbtxt").write_text(
@@ -315,3 +322,62 @@ def test_version_policy_specific_serves_exactly_the_listed_versions(
         if m.name == "add_sub_versions"
     ]
     assert index == [("add_sub_versions", "1", "READY"), ("add_sub_versions", "3", "READY")]
+
+
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [
+        ("wrong_dtype", "configuration expects datatype TYPE_INT32 for input 'INPUT0'"),
+        ("wrong_dims", "input 'INPUT0' dims [-1, 8] (batch dimension included)"),
+    ],
+)
+def test_a_config_that_contradicts_the_onnx_model_fails_to_load(
+    client: grpcclient.InferenceServerClient, model: str, reason: str
+) -> None:
+    assert not client.is_model_ready(model)
+    index = {(m.name, m.version): m for m in client.get_model_repository_index().models}
+    entry = index[(model, "1")]
+    assert entry.state == "UNAVAILABLE"
+    assert reason in entry.reason
+
+
+def test_protocol_corner_cases_match_triton(
+    client: grpcclient.InferenceServerClient, stub: service_pb2_grpc.GRPCInferenceServiceStub
+) -> None:
+    a = np.ones((1, 16), np.float32)
+    # An output requested twice comes back once.
+    outs = [grpcclient.InferRequestedOutput("OUTPUT0"), grpcclient.InferRequestedOutput("OUTPUT0")]
+    res = client.infer("add_sub", _inputs(a, a), outputs=outs)
+    assert [o.name for o in res.get_response().outputs] == ["OUTPUT0"]
+    # Batch size 0 is refused.
+    empty = np.ones((0, 16), np.float32)
+    err = _bad(client, "add_sub", _inputs(empty, empty))
+    assert err.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "batch-size must be >= 1" in err.message()
+    # Version strings that are not versions are INVALID_ARGUMENT, also for ModelReady.
+    for version in ("abc", "99999999999999999999"):
+        with pytest.raises(InferenceServerException) as e:
+            client.is_model_ready("add_sub", version)
+        assert e.value.status() == "StatusCode.INVALID_ARGUMENT"
+    # Statistics of an unknown model.
+    with pytest.raises(InferenceServerException) as e:
+        client.get_inference_statistics("nope")
+    assert e.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "requested model 'nope' is not available" in e.value.message()
+    # Surplus raw_input_contents are ignored, as Triton does.
+    req = service_pb2.ModelInferRequest(model_name="add_sub")
+    req.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16])
+    req.inputs.add(name="INPUT1", datatype="FP32", shape=[1, 16])
+    req.raw_input_contents.extend([a.tobytes(), a.tobytes(), b"surplus"])
+    resp = stub.ModelInfer(req)
+    np.testing.assert_array_equal(np.frombuffer(resp.raw_output_contents[0], np.float32), 2.0)
+    # RPCs not served yet answer UNIMPLEMENTED with a message, not a stack trace.
+    for call in (
+        lambda: stub.TraceSetting(service_pb2.TraceSettingRequest()),
+        lambda: stub.LogSettings(service_pb2.LogSettingsRequest()),
+        lambda: list(stub.ModelStreamInfer(iter([service_pb2.ModelInferRequest()]))),
+    ):
+        with pytest.raises(grpc.RpcError) as rpc:
+            call()
+        assert rpc.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert "not supported" in rpc.value.details()

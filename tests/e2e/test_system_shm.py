@@ -213,17 +213,20 @@ def test_request_errors_and_the_server_keeps_serving(
     regions("small", BYTES_16)
     client.register_system_shared_memory("small", _key("small"), BYTES_16)
 
-    def infer_with(region: str, byte_size: int, offset: int = 0) -> InferenceServerException:
+    def infer_with(
+        region: str, byte_size: int, offset: int = 0, status: str = "INVALID_ARGUMENT"
+    ) -> InferenceServerException:
         i0 = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
         i0.set_shared_memory(region, byte_size, offset=offset)
         i1 = grpcclient.InferInput("INPUT1", [1, 16], "FP32")
         i1.set_data_from_numpy(np.ones((1, 16), np.float32))
         with pytest.raises(InferenceServerException) as e:
             client.infer("add_sub", [i0, i1])
-        assert e.value.status() == "StatusCode.INVALID_ARGUMENT"
+        assert e.value.status() == f"StatusCode.{status}"
         return e.value
 
-    assert "Unable to find shared memory region: 'nope'" in infer_with("nope", BYTES_16).message()
+    unknown = infer_with("nope", BYTES_16, status="NOT_FOUND")
+    assert "Unable to find shared memory region: 'nope'" in unknown.message()
     assert "Invalid offset + byte size for shared memory region: 'small'" in (
         infer_with("small", BYTES_16, offset=4).message()
     )

@@ -107,8 +107,13 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     await stopping.wait()
 
     log.info("draining: %d requests in flight, up to %.1f s", len(pending), spec.exit_timeout_s)
+    # NOTE: as Triton does, keep listening while draining: health answers not-ready and new
+    # inferences get UNAVAILABLE "Server is stopping..." until in-flight ones are answered.
     servicer.draining = True
-    await server.stop(grace=spec.exit_timeout_s)
+    deadline = loop.time() + spec.exit_timeout_s
+    while len(pending) and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    await server.stop(grace=max(0.5, deadline - loop.time()))
     loop.remove_reader(inbox.waiter.fileno())
     arena.close_and_unlink()
     log.info("frontend stopped")

@@ -120,6 +120,8 @@ class ModelTable:
             return model, model.ready_versions[-1]
         try:
             v = int(version)
+            if v > 2**63 - 1:
+                raise ValueError(version)
         except ValueError:
             raise InvalidRequest(
                 f"failed to get model version from specified version string '{version}' "

@@ -146,6 +146,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         """KServe ModelReady: the version (or, with none given, any version) is ready."""
         try:
             self._models.resolve(request.name, request.version)
+        except InvalidRequest as e:
+            await _abort(context, e.code, e.message)
         except TritonMPError:
             return pb.ModelReadyResponse(ready=False)
         return pb.ModelReadyResponse(ready=not self.draining)
@@ -353,12 +355,38 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
     CudaSharedMemoryStatus = CudaSharedMemoryRegister
     CudaSharedMemoryUnregister = CudaSharedMemoryRegister
 
+    # ------------------------------------------------------- not served yet
+    async def ModelStreamInfer(self, request_iterator, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        """Streaming inference (sequences, decoupled models) is not served yet."""
+        await _abort(
+            context, ErrorCode.UNSUPPORTED, "ModelStreamInfer is not supported by triton-mp yet"
+        )
+
+    async def TraceSetting(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        """Tracing is not served (the 'trace' extension is not reported)."""
+        await _abort(
+            context, ErrorCode.UNSUPPORTED, "trace settings are not supported by triton-mp"
+        )
+
+    async def LogSettings(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        """Log settings over the protocol are not served (the 'logging' extension)."""
+        await _abort(context, ErrorCode.UNSUPPORTED, "log settings are not supported by triton-mp")
+
     # -------------------------------------------------------------- statistics
     async def ModelStatistics(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton ModelStatistics, from the scheduler's books (empty name = all models)."""
         version = -1
         if request.name:
-            model, v = await self._model_or_abort(context, request.name, request.version)
+            try:
+                model, v = self._models.resolve(request.name, request.version)
+            except InvalidRequest as e:
+                await _abort(context, e.code, e.message)
+            except TritonMPError:
+                await _abort(
+                    context,
+                    ErrorCode.INVALID_ARG,
+                    f"requested model '{request.name}' is not available",
+                )
             version = v if request.version else -1
         elif request.version:
             await _abort(context, ErrorCode.INVALID_ARG, "model version given without a model name")

@@ -148,13 +148,16 @@ class SystemShmRegistry:
         """The region a tensor names, checked against ``offset`` + ``byte_size``.
 
         Raises:
-            InvalidRequest: unknown region, or the window does not fit the region.
+            TritonMPError: NOT_FOUND for an unknown region (as Triton); InvalidRequest when
+                the window does not fit the region.
         """
         if not self.enabled:
             raise TritonMPError(DISABLED_MESSAGE, ErrorCode.UNSUPPORTED)
         region = self._regions.get(name)
         if region is None:
-            raise InvalidRequest(f"Unable to find shared memory region: '{name}'")
+            raise TritonMPError(
+                f"Unable to find shared memory region: '{name}'", ErrorCode.NOT_FOUND
+            )
         if offset < 0 or byte_size < 0 or offset + byte_size > region.byte_size:
             raise InvalidRequest(f"Invalid offset + byte size for shared memory region: '{name}'")
         return region

@@ -124,7 +124,7 @@ def _shm_window(
     if "shared_memory_offset" in params:
         offset = _int_param(params["shared_memory_offset"], "shared_memory_offset", rid)
     if shm is None:
-        raise InvalidRequest(f"Unable to find shared memory region: '{name}'")
+        raise TritonMPError(f"Unable to find shared memory region: '{name}'", ErrorCode.NOT_FOUND)
     region = shm.window(name, offset, byte_size)
     return ShmWindow(name, region.key, region.region_id, region.offset + offset, byte_size)
 
@@ -224,14 +224,15 @@ def validate_request(
     # NOTE: raw_input_contents holds one entry per input that sends its bytes in the request
     # (neither typed contents nor shared memory), in input order.
     raw_takers = sum(1 for t, shm in zip(req.inputs, uses_shm, strict=True) if not shm)
-    if raw and len(raw) != raw_takers:
+    # NOTE: Triton ignores surplus entries; too few is an error.
+    if raw and len(raw) < raw_takers:
         raise InvalidRequest(
             f"{rid}expected {raw_takers} entries in raw_input_contents for model '{name}', "
             f"got {len(raw)}"
         )
     raw_index = 0
 
-    batch_size = 0
+    batch_size = -1  # NOTE: unset; 0 is a real (invalid) batch size
     inputs = []
     for i, t in enumerate(req.inputs):
         spec = model.inputs[t.name]
@@ -252,7 +253,7 @@ def validate_request(
                     f"{rid}input '{t.name}' has no shape but model requires batch dimension "
                     f"for '{name}'"
                 )
-            if batch_size == 0:
+            if batch_size < 0:
                 batch_size = shape[0]
             elif shape[0] != batch_size:
                 raise InvalidRequest(
@@ -329,10 +330,14 @@ def validate_request(
 
     if mbs > 0 and batch_size > mbs:
         raise InvalidRequest(f"{rid}inference request batch-size must be <= {mbs} for '{name}'")
+    if mbs > 0 and batch_size == 0:
+        raise InvalidRequest(f"{rid}inference request batch-size must be >= 1 for '{name}'")
 
     outputs: list[str] = []
     regions: list[OutputRegion | None] = []
     for o in req.outputs:
+        if o.name in outputs:
+            continue  # NOTE: Triton returns an output requested twice once
         if o.name not in model.outputs:
             raise InvalidRequest(f"unexpected inference output '{o.name}' for model '{name}'")
         if "classification" in o.parameters:
@@ -357,7 +362,7 @@ def validate_request(
     return ValidRequest(
         model=model,
         version=version,
-        batch_size=batch_size if mbs > 0 else 1,
+        batch_size=max(batch_size, 1) if mbs > 0 else 1,
         inputs=tuple(inputs),
         outputs=tuple(outputs),
         priority=priority,

@@ -21,7 +21,7 @@ import numpy as np
 import onnxruntime as ort
 
 from triton_mp.config import InstanceSpec, ModelVersionSpec
-from triton_mp.errors import ErrorCode, TritonMPError
+from triton_mp.errors import ConfigError, ErrorCode, TritonMPError
 from triton_mp.workers.backend import BackendRequest, PhaseTimes, Result, Stopwatch, gather, scatter
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,62 @@ def _int_parameter(params: dict[str, object], key: str) -> int:
         except ValueError:
             log.warning("parameter %s=%r is not an integer; ignored", key, entry)
     return 0
+
+
+_ORT_TYPES = {
+    "tensor(bool)": "BOOL",
+    "tensor(uint8)": "UINT8",
+    "tensor(uint16)": "UINT16",
+    "tensor(uint32)": "UINT32",
+    "tensor(uint64)": "UINT64",
+    "tensor(int8)": "INT8",
+    "tensor(int16)": "INT16",
+    "tensor(int32)": "INT32",
+    "tensor(int64)": "INT64",
+    "tensor(float16)": "FP16",
+    "tensor(float)": "FP32",
+    "tensor(double)": "FP64",
+    "tensor(string)": "BYTES",
+    "tensor(bfloat16)": "BF16",
+}
+"""onnxruntime's type strings -> protocol datatypes."""
+
+
+def check_config_against_model(model: ModelVersionSpec, session: ort.InferenceSession) -> None:
+    """Refuse to load when the config contradicts the graph, as Triton's onnxruntime backend
+    does: a config tensor the graph lacks, another data type, or a fixed dimension that
+    differs (batch dimension included when max_batch_size > 0).
+
+    Raises:
+        ConfigError: naming the model, the tensor and both sides.
+    """
+    graph = {t.name: t for t in (*session.get_inputs(), *session.get_outputs())}
+    for kind, tensors in (("input", model.inputs), ("output", model.outputs)):
+        for t in tensors:
+            g = graph.get(t.name)
+            if g is None:
+                raise ConfigError(
+                    f"unable to load model '{model.model}', configuration expects {kind} "
+                    f"'{t.name}' but the model does not provide it"
+                )
+            g_type = _ORT_TYPES.get(g.type, g.type)
+            if g_type != t.datatype:
+                raise ConfigError(
+                    f"unable to load model '{model.model}', configuration expects datatype "
+                    f"TYPE_{'STRING' if t.datatype == 'BYTES' else t.datatype} for {kind} "
+                    f"'{t.name}', model provides {g.type}"
+                )
+            dims = t.reshape if t.reshape is not None else t.dims
+            want = ((-1,) if model.max_batch_size > 0 else ()) + tuple(dims)
+            got = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in g.shape)
+            if len(got) != len(want) or any(
+                w != -1 and g_ != -1 and w != g_ for w, g_ in zip(want, got, strict=True)
+            ):
+                raise ConfigError(
+                    f"unable to load model '{model.model}', {kind} '{t.name}' dims "
+                    f"{list(want)} (batch dimension included) don't match the model's "
+                    f"{list(got)}"
+                )
 
 
 def _to_str_array(name: str, arr: np.ndarray) -> np.ndarray:
@@ -61,7 +117,8 @@ class OnnxRuntimeBackend:
     """Runs an ONNX model on CPU (or CUDA for KIND_GPU when onnxruntime-gpu is installed).
 
     Raises (from the constructor):
-        onnxruntime exceptions when the model file cannot be loaded.
+        onnxruntime exceptions when the model file cannot be loaded; ConfigError when the
+        config's inputs/outputs contradict the model's (see ``check_config_against_model``).
     """
 
     def __init__(self, model: ModelVersionSpec, instance: InstanceSpec) -> None:
@@ -84,6 +141,7 @@ class OnnxRuntimeBackend:
             providers.insert(0, "CUDAExecutionProvider")
         self._session = ort.InferenceSession(model.model_file, opts, providers=providers)
         self._output_names = [o.name for o in self._session.get_outputs()]
+        check_config_against_model(model, self._session)
         log.info("onnxruntime session for %s ready on %s", model.model_file, providers[0])
 
     def execute(self, requests: Sequence[BackendRequest]) -> tuple[list[Result], PhaseTimes]:
