@@ -21,37 +21,26 @@ See bench/README.md.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import hashlib
 import importlib.util
 import json
 import os
 import platform
-import re
-import shlex
-import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_PA_RUN = ROOT.parent / "shared" / "bench" / "pa_run.py"
+import common  # bench/common.py: bench/ is on sys.path when this runs as a script
+from common import DEFAULT_PA_RUN, ROOT, BenchError, TritonMP, fmt, machine_busy_seconds, med
+
 MODEL = "ocr_cls"
 INPUT_NAME = "x"
 INPUT_SHAPE = (3, 48, 192)  # CHW of one text-line crop; the ONNX graph leaves H and W dynamic
-TICK = os.sysconf("SC_CLK_TCK")
 WHEEL_MODEL = "ch_ppocr_mobile_v2.0_cls_infer.onnx"  # the same file, inside rapidocr-onnxruntime
-
-
-class BenchError(Exception):
-    pass
 
 
 # --------------------------------------------------------------------------- raw onnxruntime
@@ -70,13 +59,6 @@ def locate_model(repo: Path, explicit: Path | None) -> tuple[Path, str]:
         if wheel.is_file():
             return wheel, "rapidocr-onnxruntime wheel (not yet materialised in the repository)"
     raise BenchError(f"no {in_repo} and no rapidocr-onnxruntime wheel to take {WHEEL_MODEL} from")
-
-
-def machine_busy_seconds() -> float:
-    """Non-idle CPU seconds of the whole machine since boot (as pa_run.py counts them)."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    return (sum(v[:8]) - v[3] - v[4]) / TICK
 
 
 def sha256(path: Path) -> str:
@@ -133,269 +115,20 @@ def measure_ort(
     return rows, signature
 
 
-# --------------------------------------------------------------------------- processes, shm
-
-
-def proc_table() -> dict[int, tuple[int, int]]:
-    """pid -> (ppid, start time in ticks) for every live process."""
-    table = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                table[int(d)] = (int(fields[1]), int(fields[19]))
-            except (OSError, IndexError, ValueError):
-                pass
-    return table
-
-
-def descendants(root: int) -> list[tuple[int, int]]:
-    """(pid, start time) of every live descendant of root; the start time guards PID reuse."""
-    table = proc_table()
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        kids = [p for p, (pp, _) in table.items() if pp == pid]
-        found += [(p, table[p][1]) for p in kids]
-        todo += kids
-    return found
-
-
-def alive(pid: int, start: int) -> bool:
-    info = proc_table().get(pid)  # cheap enough for the handful of processes checked
-    return info is not None and info[1] == start
-
-
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return "?"
-
-
-def shm_names() -> set[str]:
-    """/dev/shm entries of ours: segments triton_mp_*, and posix semaphores sem.triton_mp_*."""
-    try:
-        return {n for n in os.listdir("/dev/shm") if "triton_mp" in n}
-    except FileNotFoundError:
-        return set()
-
-
-def shm_in_use(pids: list[int]) -> set[str]:
-    """triton_mp* names under /dev/shm that these processes map or hold open."""
-    used = set()
-    for pid in pids:
-        paths = []
-        try:
-            with open(f"/proc/{pid}/maps") as f:
-                paths += [ln.split(None, 5)[-1].strip() for ln in f if "/dev/shm/" in ln]
-        except OSError:
-            pass
-        try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                with contextlib.suppress(OSError):
-                    paths.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except OSError:
-            pass
-        for p in paths:
-            if p.startswith("/dev/shm/"):
-                name = p[len("/dev/shm/"):].split(" ")[0]
-                if "triton_mp" in name:
-                    used.add(name)
-    return used
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def kill_tree_leftovers(tree: list[tuple[int, int]], grace: float) -> list[dict[str, Any]]:
-    """Wait up to `grace` s for these processes to end; SIGKILL (by PID) and report the rest."""
-    end = time.monotonic() + grace
-    left = [(p, s) for p, s in tree if alive(p, s)]
-    while left and time.monotonic() < end:
-        time.sleep(0.1)
-        left = [(p, s) for p, s in left if alive(p, s)]
-    report = []
-    for pid, start in left:
-        report.append({"pid": pid, "cmdline": cmdline(pid)})
-        try:
-            if alive(pid, start):
-                os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return report
-
-
-class Server:
-    """`triton-mp start` in its own session, so a Ctrl-C on the bench reaches it only through
-    stop(); its log goes to a file."""
-
-    def __init__(self, args: argparse.Namespace, log_dir: Path, index: int) -> None:
-        self.args = args
-        self.http, self.grpc, self.metrics = free_ports(3)
-        self.url = f"127.0.0.1:{self.grpc}"
-        self.log_path = log_dir / f"triton-mp-round{index}.log"
-        env = dict(os.environ)
-        if args.server_cmd:
-            base = shlex.split(args.server_cmd)
-        elif shutil.which("triton-mp"):
-            base = ["triton-mp", "start"]
-        else:  # not installed: run the checkout's package
-            base = [sys.executable, "-m", "triton_mp", "start"]
-            env["PYTHONPATH"] = os.pathsep.join(
-                [str(ROOT / "src")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        self.cmd = base + ["--model-repository", str(args.repository),
-                           "--grpc-port", str(self.grpc), "--http-port", str(self.http),
-                           "--metrics-port", str(self.metrics)]
-        self.env = env
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.info: dict[str, Any] = {"cmd": shlex.join(self.cmd), "log": str(self.log_path)}
-
-    def start(self) -> None:
-        import tritonclient.grpc as grpcclient  # type: ignore[import-untyped]
-
-        self.shm_before = shm_names()
-        self.shm_seen: set[str] = set()
-        self.tree: list[tuple[int, int]] = []
-        t0 = time.monotonic()
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=self.env,
-                                         start_new_session=True)
-        self.info["pid"] = self.proc.pid
-        client = grpcclient.InferenceServerClient(self.url)
-        try:
-            deadline = t0 + self.args.start_timeout
-            while True:
-                if self.proc.poll() is not None:
-                    raise BenchError(f"triton-mp exited with status {self.proc.returncode} "
-                                     f"during start-up\n{self.log_tail()}")
-                try:
-                    if (client.is_server_ready(client_timeout=1)
-                            and client.is_model_ready(MODEL, client_timeout=1)):
-                        break
-                except Exception:  # not listening yet, or UNAVAILABLE
-                    pass
-                if time.monotonic() > deadline:
-                    raise BenchError(f"triton-mp not ready after {self.args.start_timeout} s"
-                                     f"\n{self.log_tail()}")
-                time.sleep(0.2)
-        finally:
-            client.close()
-        self.info["ready_s"] = round(time.monotonic() - t0, 2)
-        self.snapshot()
-        self.info["processes_when_ready"] = 1 + len(self.tree)
-
-    def snapshot(self) -> None:
-        """Remember the process tree and the shm it uses, to check the stop against."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        tree = descendants(self.proc.pid)
-        known = set(self.tree)
-        self.tree += [t for t in tree if t not in known]
-        self.shm_seen |= shm_in_use([self.proc.pid] + [p for p, _ in tree])
-
-    def stop(self) -> dict[str, Any]:
-        if self.proc is None:
-            return self.info
-        self.snapshot()
-        t0 = time.monotonic()
-        how = "SIGINT"
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(self.args.stop_timeout)
-            except subprocess.TimeoutExpired:
-                how = f"SIGKILL after {self.args.stop_timeout} s"
-                self.proc.kill()
-                self.proc.wait()
-        else:
-            how = "had already exited"
-        self.info.update(stop=how, exit_code=self.proc.returncode,
-                         stop_s=round(time.monotonic() - t0, 2))
-        self.info["leftover_processes"] = kill_tree_leftovers(self.tree, grace=2.0)
-        after = shm_names()
-        self.info["shm_left"] = sorted(after & self.shm_seen)  # held by the server: its own
-        self.info["shm_new_unattributed"] = sorted((after - self.shm_before) - self.shm_seen)
-        self.info["clean"] = (how == "SIGINT" and self.proc.returncode == 0
-                              and not self.info["leftover_processes"]
-                              and not self.info["shm_left"])
-        self.proc = None
-        return self.info
-
-    def log_tail(self, n: int = 20) -> str:
-        try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return ""
-        return "\n".join(["--- end of " + str(self.log_path)] + lines[-n:])
-
-
 # --------------------------------------------------------------------------- perf_analyzer
 
 
-def load_peers_env(path: Path) -> dict[str, str]:
-    """The environment after sourcing peers.env (PERF_ANALYZER, LD_LIBRARY_PATH for libcudart)."""
-    if not path.is_file():
-        raise BenchError(f"{path} not found: run bash ../shared/bench/install-peers.sh .peers")
-    out = subprocess.run(["bash", "-c", 'set -a; . "$1"; env -0', "_", str(path)],
-                         check=True, capture_output=True).stdout
-    env = dict(kv.split("=", 1) for kv in out.decode().split("\0") if "=" in kv)
-    if not env.get("PERF_ANALYZER") or not os.access(env["PERF_ANALYZER"], os.X_OK):
-        raise BenchError(f"{path} names no executable PERF_ANALYZER")
-    return env
-
-
-def run_pa(args: argparse.Namespace, peers_env: dict[str, str], server: Server, conc: int,
+def run_pa(args: argparse.Namespace, peers_env: dict[str, str], server: TritonMP, conc: int,
            jsonl: Path) -> dict[str, Any]:
-    assert server.proc is not None
-    pa = [peers_env["PERF_ANALYZER"], "-i", "grpc", "-u", server.url, "-m", MODEL,
-          "--concurrency-range", str(conc), "-p", str(args.window_ms),
-          "--shape", f"{INPUT_NAME}:{','.join(map(str, INPUT_SHAPE))}"]
-    cmd = [sys.executable, str(args.pa_run), "--label", f"triton-mp ocr_cls c={conc}",
-           "--server-pid", str(server.proc.pid), "--out", str(jsonl),
-           "--attempts", str(args.attempts), "--", *pa]
-    # perf_analyzer needs 3 stable windows; allow it ten, per attempt, plus start-up.
-    timeout = args.attempts * (10 * args.window_ms / 1000 + 60)
-    p = subprocess.Popen(cmd, env=peers_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        tree = descendants(p.pid)  # pa_run and its perf_analyzer: ours, ended by PID
-        p.kill()
-        kill_tree_leftovers(tree, grace=0)
-        p.communicate()
-        return {"concurrency": conc, "rc": None, "error": f"no result after {timeout:.0f} s"}
-    server.snapshot()
-    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-    if not lines:
-        return {"concurrency": conc, "rc": p.returncode,
-                "error": (out + err).strip()[-600:] or "pa_run printed nothing"}
-    rec: dict[str, Any] = json.loads(lines[-1])
+    rec = common.run_pa(args.pa_run, peers_env, server, f"triton-mp ocr_cls c={conc}",
+                        ["-m", MODEL, "--concurrency-range", str(conc),
+                         "--shape", f"{INPUT_NAME}:{','.join(map(str, INPUT_SHAPE))}"],
+                        args.window_ms, args.attempts, jsonl)
     rec["concurrency"] = conc
     return rec
 
 
 # --------------------------------------------------------------------------- report
-
-
-def fmt(v: Any, spec: str) -> str:
-    """format(v, spec), or a dash as wide as the spec's width when v is None."""
-    width = re.match(r"\d*", spec).group()  # type: ignore[union-attr]  # \d* always matches
-    return ("-".rjust(int(width)) if width else "-") if v is None else format(v, spec)
 
 
 def ort_table(rows: list[dict[str, Any]]) -> str:
@@ -442,14 +175,6 @@ def server_table(summary: list[dict[str, Any]], rounds: int) -> str:
     if noisy:
         lines.append("WARNING: other processes used CPU meanwhile (cores): " + "; ".join(noisy))
     return "\n".join(lines)
-
-
-def med(values: list[Any]) -> Any:
-    vals = [v for v in values if v is not None]
-    if not vals:
-        return None
-    m = statistics.median(vals)
-    return type(vals[0])(m) if isinstance(vals[0], int) else m
 
 
 def summarise(rounds: list[dict[str, Any]], concs: list[int]) -> dict[str, Any]:
@@ -500,8 +225,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "else the rapidocr-onnxruntime wheel's copy)")
     ap.add_argument("--server-cmd",
                     help="command that starts the server, before --model-repository etc. "
-                         "(default: 'triton-mp start', else 'python -m triton_mp start' with "
-                         "src/ on PYTHONPATH)")
+                         "(default: this checkout's, 'python -m triton_mp start' with src/ "
+                         "first on PYTHONPATH)")
     ap.add_argument("--pa-run", type=Path, default=DEFAULT_PA_RUN, help="default: %(default)s")
     ap.add_argument("--start-timeout", type=float, default=120.0)
     ap.add_argument("--stop-timeout", type=float, default=30.0)
@@ -536,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         result["model"] = {"path": str(onnx), "source": source, "sha256": sha256(onnx)}
         print(f"raw onnxruntime {onnxruntime.__version__} on {onnx} ({source}), {cpus} CPUs",
               flush=True)
-        peers_env = None if args.ort_only else load_peers_env(args.peers_env)
+        peers_env = None if args.ort_only else common.load_peers_env(args.peers_env)
         if not args.ort_only and not args.pa_run.is_file():
             raise BenchError(f"{args.pa_run} not found (--pa-run)")
         log_dir = Path(tempfile.mkdtemp(prefix="bench_ocr_cls."))
@@ -556,12 +281,15 @@ def main(argv: list[str] | None = None) -> int:
             if args.ort_only:
                 continue
             assert peers_env is not None
-            server = Server(args, log_dir, i)
+            server = TritonMP(args.repository, log_dir / f"triton-mp-round{i}.log",
+                              args.server_cmd, args.start_timeout, args.stop_timeout)
             rnd["server"] = server.info
             rnd["triton_mp"] = []
             print(f"round {i}/{args.rounds}: {server.info['cmd']}", flush=True)
             try:
-                server.start()
+                failed = server.start([MODEL])
+                if failed:
+                    raise BenchError(f"{MODEL} not ready: {failed[MODEL]}\n{server.log_tail()}")
                 print(f"  ready after {server.info['ready_s']} s, "
                       f"{server.info['processes_when_ready']} processes", flush=True)
                 for c in args.concurrency:
@@ -580,12 +308,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  ERROR: {e}", flush=True)
             finally:
                 info = server.stop()
-                print(f"  stopped: {info.get('stop')}, exit {info.get('exit_code')}, "
-                      f"leftover processes {len(info.get('leftover_processes', []))}, "
-                      f"shm left {info.get('shm_left')}", flush=True)
-                if info.get("shm_new_unattributed"):
-                    print(f"  note: new /dev/shm entries not seen in the server's processes "
-                          f"(another test?): {info['shm_new_unattributed']}", flush=True)
+                print(f"  {server.stop_line()}", flush=True)
                 ok = ok and bool(info.get("clean"))
                 if not info.get("clean"):
                     print(server.log_tail(), flush=True)

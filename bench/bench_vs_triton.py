@@ -1,0 +1,569 @@
+#!/usr/bin/env python3
+"""triton-mp side by side with the real NVIDIA Triton 2.51, driven by the same perf_analyzer runs.
+
+One invocation:
+
+1. installs the peers when they are missing (``../shared/bench/install-peers.sh .peers``);
+2. per round (``--rounds``, default 3), starts both servers fresh on free ports, on the same
+   model repository: the real Triton through ``../shared/bench/run-triton.sh`` and
+   ``triton-mp start``, each in its own session;
+3. for each workload, runs the same perf_analyzer command (gRPC, 3 s windows, through the shared
+   ``pa_run.py``) against Triton and then triton-mp, back to back; the order alternates from
+   round to round (odd rounds Triton first, even rounds triton-mp first), so each round's ratio
+   compares two runs taken seconds apart;
+4. stops both by PID (SIGINT, then SIGKILL) and checks that none of their processes and none of
+   their ``/dev/shm`` entries is left behind.
+
+It prints one table: per workload, each server's infer/s, p50 and p99 latency (medians over
+rounds), the cores used by the server, by perf_analyzer and by everything else on the machine,
+and the ratio triton-mp / Triton (median of the per-round ratios, which are listed too). It
+writes a PNG of throughput and p99 latency (``--png``) and, with ``--json``, every record.
+
+Exit status 0 when every measurement ran and every stop was clean; 1 otherwise (for instance
+while triton-mp cannot load python models): the table still shows what was measured, and the
+error in place of what was not. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import common  # bench/common.py: bench/ is on sys.path when this runs as a script
+from common import (
+    DEFAULT_PA_RUN,
+    DEFAULT_PEERS_ENV,
+    ROOT,
+    SHARED_BENCH,
+    BenchError,
+    ManagedServer,
+    Triton,
+    TritonMP,
+    fmt,
+    med,
+)
+
+DEFAULT_REPOSITORY = SHARED_BENCH / "model_repository"
+DEFAULT_PNG = ROOT / "bench" / "results" / "vs_triton.png"
+SIDES = ("Triton", "triton-mp")
+MIB = 1 << 20
+PRIVATE_SHM_ENV = "BENCH_VS_TRITON_PRIVATE_SHM"  # set inside the private /dev/shm namespace
+MAX_RESTARTS = 2  # per round: a server that died under us is started again this many times
+
+
+@dataclass(frozen=True)
+class Workload:
+    key: str
+    label: str
+    model: str
+    concurrency: int
+    pa_args: tuple[str, ...] = ()
+
+    def args(self) -> list[str]:
+        return ["-m", self.model, "--concurrency-range", str(self.concurrency), *self.pa_args]
+
+
+def identity(mib: int, shm: bool) -> Workload:
+    floats = mib * MIB // 4
+    extra: tuple[str, ...] = ("--shape", f"INPUT0:{floats}")
+    if shm:
+        extra += ("--shared-memory", "system", "--output-shared-memory-size", str(mib * MIB))
+    return Workload(f"id{mib}m" + ("_shm" if shm else ""),
+                    f"identity_py {mib} MiB c=4" + (" shm" if shm else ""), "identity_py", 4,
+                    extra)
+
+
+WORKLOADS = [
+    Workload("add_sub_c1", "add_sub_py c=1", "add_sub_py", 1),
+    Workload("add_sub_c16", "add_sub_py c=16", "add_sub_py", 16),
+    identity(1, shm=False),
+    identity(1, shm=True),
+    identity(16, shm=False),
+    identity(16, shm=True),
+]
+
+
+# --------------------------------------------------------------------------- one round
+
+
+def start_server(side: str, args: argparse.Namespace, log_dir: Path, i: int,
+                 models: list[str], restart: int = 0
+                 ) -> tuple[ManagedServer, dict[str, str], str | None]:
+    """Start one side; returns (server, {model: why not ready}, start error or None)."""
+    server: ManagedServer
+    suffix = f"-restart{restart}" if restart else ""
+    if side == "Triton":
+        server = Triton(args.repository, log_dir / f"triton-round{i}{suffix}.log",
+                        args.peers_env, args.start_timeout, args.stop_timeout)
+    else:
+        server = TritonMP(args.mp_repository, log_dir / f"triton-mp-round{i}{suffix}.log",
+                          args.server_cmd, args.start_timeout, args.stop_timeout, args.mp_src)
+    print(f"  {side}: {server.info['cmd']}", flush=True)
+    try:
+        failed = server.start(models)
+    except BenchError as e:
+        print(f"  {side}: ERROR: {e}", flush=True)
+        return server, {}, str(e)
+    print(f"  {side}: up after {server.info['ready_s']} s, "
+          f"{server.info['processes_when_ready']} processes"
+          + "".join(f"\n  {side}: model {m} NOT READY: {why}" for m, why in failed.items()),
+          flush=True)
+    return server, failed, None
+
+
+def run_round(i: int, args: argparse.Namespace, peers_env: dict[str, str], log_dir: Path,
+              skip: dict[str, str]) -> tuple[dict[str, Any], bool]:
+    """Start both servers, run every workload on both (paired, alternating order), stop both.
+    `skip`: sides whose start failed in an earlier round -> that error (not retried)."""
+    order = list(SIDES) if i % 2 == 1 else list(reversed(SIDES))
+    rnd: dict[str, Any] = {"round": i, "order": order, "servers": {}, "runs": [],
+                           "restarts": []}
+    models = sorted({w.model for w in args.workloads})
+    servers: dict[str, ManagedServer] = {}
+    model_errors: dict[str, dict[str, str]] = {}
+    start_errors: dict[str, str] = dict(skip)
+    ok = True
+    jsonl = log_dir / "pa_runs.jsonl"
+    print(f"round {i}/{args.rounds}: order {' then '.join(order)}", flush=True)
+    try:
+        for side in SIDES:
+            if side in start_errors:
+                continue
+            server, failed, err = start_server(side, args, log_dir, i, models)
+            servers[side] = server
+            rnd["servers"][side] = server.info
+            model_errors[side] = failed
+            if err is not None:
+                start_errors[side] = err
+        for side, server in servers.items():
+            if side not in start_errors:
+                server.info["idle_cores"] = server.idle_cores(1.0)
+        rnd["start_errors"] = start_errors
+        print("  idle cores: " + ", ".join(
+            f"{s} {servers[s].info.get('idle_cores')}" for s in SIDES if s in servers
+            and s not in start_errors), flush=True)
+        for w in args.workloads:
+            for side in order:
+                rec: dict[str, Any]
+                if (side not in start_errors and not servers[side].running()
+                        and len(rnd["restarts"]) < MAX_RESTARTS):
+                    # Died under us (on this shared machine, e.g. killed by someone else's
+                    # clean-up): record it, collect what it left, and start a fresh one.
+                    dead = servers[side]
+                    info = dead.stop()
+                    ok = False
+                    print(f"  {side} DIED during the round (before {w.label}); "
+                          f"{dead.stop_line()}; starting a new one", flush=True)
+                    rnd["restarts"].append({"side": side, "before": w.key, "server": info})
+                    server, failed, err = start_server(side, args, log_dir, i, models,
+                                                       len(rnd["restarts"]))
+                    servers[side] = server
+                    rnd["servers"][side] = server.info
+                    model_errors[side] = failed
+                    if err is not None:
+                        start_errors[side] = err
+                if side in start_errors:
+                    rec = {"error": f"{side} did not start: {common.last_line(start_errors[side])}"}
+                elif w.model in model_errors.get(side, {}):
+                    rec = {"error": f"{w.model} not ready: {model_errors[side][w.model]}"}
+                else:
+                    extra = ([] if args.stability_percentage is None
+                             else ["-s", str(args.stability_percentage)])
+                    rec = common.run_pa(args.pa_run, peers_env, servers[side],
+                                        f"{side} {w.label} round {i}", w.args() + extra,
+                                        args.window_ms, args.attempts, jsonl)
+                rec.update(round=i, side=side, workload=w.key)
+                rnd["runs"].append(rec)
+                if rec.get("throughput") is not None:
+                    print(f"  {w.label:28} {side:9}: {rec['throughput']:9.1f} infer/s, p50 "
+                          f"{rec['p50_us'] / 1000:7.2f} ms, p99 {rec['p99_us'] / 1000:7.2f} ms; "
+                          f"cores: server {rec['server_cores']:.2f}, perf_analyzer "
+                          f"{rec['client_cores']:.2f}, others {common.other_cores(rec):.2f}",
+                          flush=True)
+                else:
+                    ok = False
+                    print(f"  {w.label:28} {side:9}: FAILED: {common.last_line(rec['error'])}",
+                          flush=True)
+    finally:
+        for side, server in servers.items():
+            info = server.stop()
+            print(f"  {server.stop_line()}", flush=True)
+            if not info.get("clean"):
+                ok = False
+                if side not in start_errors:
+                    print(server.log_tail(), flush=True)
+    return rnd, ok
+
+
+# --------------------------------------------------------------------------- summary, table
+
+
+def summarise(rounds: list[dict[str, Any]], workloads: list[Workload]) -> list[dict[str, Any]]:
+    rows = []
+    for w in workloads:
+        row: dict[str, Any] = {"workload": w.key, "label": w.label,
+                               "perf_analyzer_args": w.args()}
+        by_round: dict[int, dict[str, dict[str, Any]]] = {}
+        for r in rounds:
+            for rec in r["runs"]:
+                if rec["workload"] == w.key:
+                    by_round.setdefault(r["round"], {})[rec["side"]] = rec
+        for side in SIDES:
+            recs = [by_round[i][side] for i in sorted(by_round) if side in by_round[i]]
+            good = [rec for rec in recs if rec.get("throughput") is not None]
+            errors = [rec["error"] for rec in recs if rec.get("throughput") is None]
+            s: dict[str, Any] = {
+                "rounds_ok": len(good),
+                "throughputs": [rec["throughput"] for rec in good],
+                "throughput": med([rec["throughput"] for rec in good]),
+                "p50_ms": None if not good else med([rec["p50_us"] for rec in good]) / 1000,
+                "p99_ms": None if not good else med([rec["p99_us"] for rec in good]) / 1000,
+                "p99s_ms": [rec["p99_us"] / 1000 for rec in good],
+                "server_cores": med([rec.get("server_cores") for rec in good]),
+                "client_cores": med([rec.get("client_cores") for rec in good]),
+                "machine_cores_busy": med([rec.get("machine_cores_busy") for rec in good]),
+                "other_cores": med([common.other_cores(rec) for rec in good]),
+                "server_queue_us": med([rec.get("server_queue_us") for rec in good]),
+                "server_compute_us": med([rec.get("server_compute_us") for rec in good]),
+            }
+            if errors:
+                s["error"] = common.last_line(errors[-1], 160)
+            row[side] = s
+        ratios = []
+        for i in sorted(by_round):
+            t, m = by_round[i].get("Triton", {}), by_round[i].get("triton-mp", {})
+            if t.get("throughput") and m.get("throughput") is not None:
+                ratios.append(round(m["throughput"] / t["throughput"], 3))
+        row["ratios"] = ratios
+        row["ratio"] = round(statistics.median(ratios), 3) if ratios else None
+        rows.append(row)
+    return rows
+
+
+def side_cells(s: dict[str, Any]) -> str:
+    return (f"{fmt(s['throughput'], '8.1f')} {fmt(s['p50_ms'], '7.2f')} "
+            f"{fmt(s['p99_ms'], '7.2f')} {fmt(s['server_cores'], '5.2f')} "
+            f"{fmt(s['client_cores'], '4.2f')} {fmt(s['other_cores'], '5.2f')}")
+
+
+def table(rows: list[dict[str, Any]], mp_name: str) -> str:
+    side_head = f"{'infer/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'srv c':>5} {'pa c':>4} {'bg c':>5}"
+    width = len(side_head)
+    head1 = f"{'':26} | {'Triton 2.51':^{width}} | {mp_name:^{width}} | triton-mp/Triton"
+    head2 = f"{'workload':26} | {side_head} | {side_head} | median (per round)"
+    lines = [head1, head2, "-" * len(head2)]
+    errors: list[str] = []
+    for r in rows:
+        cells = []
+        for side in SIDES:
+            s = r[side]
+            if s["rounds_ok"] == 0 and s.get("error"):
+                mark = f"[{len(errors) + 1}]"
+                errors.append(f"{mark} {side}, {r['label']}: {s['error']}")
+                cells.append(f"{'ERROR ' + mark:^{width}}")
+            else:
+                cells.append(side_cells(s))
+                if s.get("error"):
+                    errors.append(f"{side}, {r['label']} (some rounds): {s['error']}")
+        ratio = fmt(r["ratio"], ".2f") + "x" if r["ratio"] is not None else "-"
+        if len(r["ratios"]) > 1:
+            ratio += f" ({', '.join(format(x, '.2f') for x in r['ratios'])})"
+        lines.append(f"{r['label']:26} | {cells[0]} | {cells[1]} | {ratio}")
+    if errors:
+        lines.append("")
+        lines += errors
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- chart
+
+
+def chart(rows: list[dict[str, Any]], path: Path, title: str, note: str, mp_name: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    colors = {"Triton": "#76b900", "triton-mp": "#1f6fb4"}
+    labels = {"Triton": "Triton 2.51 (python backend)", "triton-mp": mp_name}
+    x = list(range(len(rows)))
+    width = 0.38
+    fig, (ax_t, ax_l) = plt.subplots(2, 1, figsize=(12, 8.5), sharex=True)
+    for k, side in enumerate(SIDES):
+        xs = [v + (k - 0.5) * width for v in x]
+        for ax, key, per_round in ((ax_t, "throughput", "throughputs"),
+                                   (ax_l, "p99_ms", "p99s_ms")):
+            vals = [r[side][key] for r in rows]
+            lows = [v - min(r[side][per_round]) if v is not None else 0
+                    for v, r in zip(vals, rows, strict=True)]
+            highs = [max(r[side][per_round]) - v if v is not None else 0
+                     for v, r in zip(vals, rows, strict=True)]
+            ax.bar(xs, [v or 0 for v in vals], width, color=colors[side], label=labels[side],
+                   yerr=[lows, highs], capsize=3, error_kw={"elinewidth": 1, "alpha": 0.7})
+            for xv, v, hi in zip(xs, vals, highs, strict=True):
+                if v is None:
+                    ax.text(xv, 0.02, "not\nmeasured", ha="center", va="bottom", fontsize=7,
+                            color=colors[side], transform=ax.get_xaxis_transform())
+                else:
+                    ax.text(xv, (v + hi) * 1.04, f"{v:.3g}" if v < 1000 else f"{v:.0f}",
+                            ha="center", va="bottom", fontsize=7)
+    for xv, r in zip(x, rows, strict=True):
+        if r["ratio"] is not None:
+            ax_t.text(xv, 1.0, f"{r['ratio']:.2f}x", ha="center", va="bottom", fontsize=9,
+                      fontweight="bold", transform=ax_t.get_xaxis_transform())
+    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+    for ax, per_round in ((ax_t, "throughputs"), (ax_l, "p99s_ms")):
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        seen = [v for r in rows for side in SIDES for v in r[side][per_round]]
+        if seen:  # room below the smallest bar and above the tallest for the labels
+            ax.set_ylim(min(seen) / 3, max(seen) * 2.5)
+    ax_t.set_ylabel("throughput, infer/s (log)")
+    ax_t.set_title(title, pad=22, fontsize=11)
+    ax_t.legend(loc="upper right", fontsize=8)
+    ax_t.grid(axis="y", which="both", alpha=0.25)
+    ax_l.set_ylabel("p99 latency, ms (log)")
+    ax_l.grid(axis="y", which="both", alpha=0.25)
+    ax_l.set_xticks(x, [r["label"].replace(" c=", "\nc=") for r in rows], fontsize=8)
+    fig.text(0.01, 0.005, "\n".join(textwrap.wrap(note, 190)), fontsize=7, va="bottom")
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY,
+                    help="model repository served by both servers (default: %(default)s)")
+    ap.add_argument("--mp-repository", type=Path,
+                    help="serve triton-mp from this repository instead (a stand-in with the same "
+                         "model names and I/O, e.g. ONNX models; the table says so)")
+    ap.add_argument("--rounds", type=int,
+                    help="alternating rounds; the ratio is the median over rounds (default 3, "
+                         "1 with --quick)")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: -p 1000, one attempt per run, one round (unless --rounds)")
+    ap.add_argument("-p", "--window-ms", type=int,
+                    help="perf_analyzer measurement window (default 3000, 1000 with --quick)")
+    ap.add_argument("-s", "--stability-percentage", type=int,
+                    help="perf_analyzer's -s, the same for both servers (default: "
+                         "perf_analyzer's 10; 50 with --quick)")
+    ap.add_argument("--workloads", default=",".join(w.key for w in WORKLOADS),
+                    help="comma-separated subset of: %(default)s")
+    ap.add_argument("--json", type=Path, help="write every record and the summary here")
+    ap.add_argument("--png", type=Path, default=DEFAULT_PNG,
+                    help="chart of throughput and p99 latency (default: %(default)s)")
+    ap.add_argument("--no-png", action="store_true", help="do not write the chart")
+    ap.add_argument("--peers-env", type=Path, default=DEFAULT_PEERS_ENV,
+                    help="env file written by install-peers.sh; installed there when missing "
+                         "(default: %(default)s)")
+    ap.add_argument("--server-cmd",
+                    help="command that starts triton-mp, before --model-repository etc. "
+                         "(default: this checkout's, 'python -m triton_mp start' with src/ "
+                         "first on PYTHONPATH)")
+    ap.add_argument("--mp-commit", metavar="REV",
+                    help="run triton-mp as committed at REV (its src/ exported with git archive "
+                         "to a temporary folder), not the working tree that others may be "
+                         "editing; e.g. HEAD")
+    ap.add_argument("--no-private-shm", dest="private_shm", action="store_false",
+                    help="run in the machine's /dev/shm, not in a private one (see README)")
+    ap.add_argument("--pa-run", type=Path, default=DEFAULT_PA_RUN, help="default: %(default)s")
+    ap.add_argument("--start-timeout", type=float, default=120.0)
+    ap.add_argument("--stop-timeout", type=float, default=30.0)
+    a = ap.parse_args(argv)
+    keys = [k.strip() for k in a.workloads.split(",") if k.strip()]
+    known = {w.key: w for w in WORKLOADS}
+    unknown = [k for k in keys if k not in known]
+    if unknown or not keys:
+        ap.error(f"--workloads: unknown {unknown}; choose from {', '.join(known)}")
+    a.workloads = [known[k] for k in keys]
+    a.rounds = a.rounds if a.rounds is not None else (1 if a.quick else 3)
+    a.window_ms = a.window_ms or (1000 if a.quick else 3000)
+    a.attempts = 1 if a.quick else 3
+    if a.stability_percentage is None and a.quick:
+        a.stability_percentage = 50
+    a.repository = a.repository.resolve()
+    a.mp_repository = (a.mp_repository or a.repository).resolve()
+    a.peers_env = a.peers_env.resolve()
+    a.mp_src = ROOT / "src"
+    if a.mp_commit and a.server_cmd:
+        ap.error("--mp-commit and --server-cmd exclude each other")
+    return a
+
+
+def triton_mp_version(args: argparse.Namespace) -> str:
+    """Which triton-mp runs: the commit (exported with --mp-commit, or the checkout's HEAD and
+    whether src/ has local changes), or the --server-cmd."""
+    if args.server_cmd:
+        return f"--server-cmd {args.server_cmd!r}"
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    try:
+        if args.mp_commit:
+            return f"commit {git('rev-parse', '--short', args.mp_commit + '^{commit}')}"
+        dirty = git("status", "--porcelain", "--", "src")
+        return (f"checkout at {git('rev-parse', '--short', 'HEAD')}"
+                + (" + uncommitted changes in src/" if dirty else ""))
+    except (OSError, subprocess.CalledProcessError):
+        return "checkout (no git)"
+
+
+def export_commit(rev: str) -> Path:
+    """src/ as committed at rev, in a new temporary folder; returns that src/."""
+    dest = Path(tempfile.mkdtemp(prefix="bench_vs_triton_src."))
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"],
+                             capture_output=True, check=False)
+    if archive.returncode != 0:
+        raise BenchError(f"git archive {rev} src: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    return dest / "src"
+
+
+def private_shm_command(argv: list[str]) -> list[str] | None:
+    """The command that reruns this benchmark in a mount namespace of its own with a fresh
+    tmpfs on /dev/shm, or None when that is not possible here (no unshare, no privilege).
+
+    perf_analyzer names its system shared memory regions after the tensors (/INPUT0_0_0,
+    /OUTPUT0_0_0, ...), the same in every perf_analyzer process: two shm runs on one machine
+    (ours and another engineer's test) truncate each other's regions under the servers, which
+    then die of SIGBUS. In a private /dev/shm, the servers and perf_analyzer see only ours."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return None
+    ns = [unshare, "--mount", "--propagation", "private", "sh", "-c",
+          'mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec "$@"', "sh"]
+    probe = subprocess.run([*ns, "true"], capture_output=True, check=False)
+    if probe.returncode != 0:
+        return None
+    return [*ns, sys.executable, str(Path(__file__).resolve()), *argv]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.private_shm and not os.environ.get(PRIVATE_SHM_ENV):
+        cmd = private_shm_command(argv)
+        if cmd is not None:
+            sys.stdout.flush()
+            os.execve(cmd[0], cmd, dict(os.environ, **{PRIVATE_SHM_ENV: "1"}))
+        print("WARNING: cannot give this run a private /dev/shm (needs unshare and mount "
+              "privileges): perf_analyzer shm runs may collide with others' on this machine",
+              flush=True)
+    private = bool(os.environ.get(PRIVATE_SHM_ENV))
+    cpus = len(os.sched_getaffinity(0))
+    stand_in = args.mp_repository != args.repository
+    mp_name = "triton-mp (stand-in repo)" if stand_in else "triton-mp"
+    started = datetime.datetime.now(datetime.timezone.utc)
+    result: dict[str, Any] = {
+        "benchmark": "triton-mp vs Triton 2.51, same perf_analyzer runs",
+        "started": started.isoformat(timespec="seconds"),
+        "host": {"node": platform.node(), "cpus_usable": cpus, "cpu_count": os.cpu_count(),
+                 "python": platform.python_version(), "loadavg_at_start": os.getloadavg()},
+        "method": "servers started fresh each round, both up during the round; per workload "
+                  "the two runs are back to back, Triton first in odd rounds, triton-mp first "
+                  "in even rounds; ratio = median over rounds of the round's mp/Triton",
+        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+                    if k != "workloads"},
+        "workloads": [{"key": w.key, "label": w.label, "args": w.args()} for w in args.workloads],
+        "private_dev_shm": private,
+        "rounds": [],
+    }
+    ok = True
+    skip: dict[str, str] = {}
+    try:
+        result["triton_mp"] = mp_version = triton_mp_version(args)
+        if args.mp_commit:
+            args.mp_src = export_commit(args.mp_commit)
+        common.ensure_peers(args.peers_env)
+        peers_env = common.load_peers_env(args.peers_env)
+        if not args.pa_run.is_file():
+            raise BenchError(f"{args.pa_run} not found (--pa-run)")
+        log_dir = Path(tempfile.mkdtemp(prefix="bench_vs_triton."))
+        result["log_dir"] = str(log_dir)
+        print(f"Triton on {args.repository}; triton-mp ({mp_version}) on {args.mp_repository}"
+              + (" (STAND-IN)" if stand_in else "") + f"; {cpus} CPUs; logs in {log_dir}"
+              + ("; private /dev/shm (own mount namespace)" if private else ""), flush=True)
+        for i in range(1, args.rounds + 1):
+            rnd, round_ok = run_round(i, args, peers_env, log_dir, skip)
+            result["rounds"].append(rnd)
+            ok = ok and round_ok
+            for side, err in rnd.get("start_errors", {}).items():
+                skip.setdefault(side, err)  # a server that did not start will not next round
+    except BenchError as e:
+        ok = False
+        result["error"] = str(e)
+        print(f"ERROR: {e}", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        ok = False
+        result["error"] = "interrupted"
+        print("interrupted: the table shows the rounds finished so far", flush=True)
+
+    if args.mp_commit and args.mp_src != ROOT / "src":
+        shutil.rmtree(args.mp_src.parent, ignore_errors=True)
+    rows = summarise(result["rounds"], args.workloads)
+    result["summary"] = rows
+    result["ok"] = ok
+    n = len(result["rounds"])
+    if n:
+        print(f"\nperf_analyzer -i grpc -p {args.window_ms}, {n} round(s), medians over rounds; "
+              f"{cpus} CPUs shared by server and perf_analyzer; Triton on {args.repository}"
+              + (f", triton-mp on the STAND-IN {args.mp_repository}" if stand_in else "")
+              + f"; triton-mp {result.get('triton_mp', '?')}")
+        print("cores: srv c = server's whole process tree, pa c = perf_analyzer, bg c = "
+              "everything else on the machine (background load, incl. the idle other server)")
+        print(table(rows, mp_name))
+        for r in result["rounds"]:
+            for side, info in r["servers"].items():
+                if "clean" in info and not info["clean"] and side not in r.get("start_errors",
+                                                                                {}):
+                    print(f"round {r['round']}: {side} stop NOT clean: {info.get('stop')}, exit "
+                          f"{info.get('exit_code')}, leftover processes "
+                          f"{[p['cmdline'][:60] for p in info.get('leftover_processes', [])]},"
+                          f" /dev/shm left {info.get('shm_left')}")
+        if not args.no_png:
+            bg = med([common.other_cores(rec) for r in result["rounds"] for rec in r["runs"]
+                      if rec.get("throughput") is not None])
+            note = (f"{started:%Y-%m-%d %H:%M} UTC, {platform.node()}, {cpus} CPUs shared by "
+                    f"server and perf_analyzer; triton-mp {result.get('triton_mp', '?')}; "
+                    f"perf_analyzer -i grpc -p {args.window_ms}; {n} alternating round(s): "
+                    f"bars = median, whiskers = min-max; label = median ratio "
+                    f"triton-mp/Triton; background load (other processes) during the runs: "
+                    f"median {fmt(bg, '.2f')} cores")
+            if stand_in:
+                note += f"; triton-mp served a STAND-IN repository ({args.mp_repository.name})"
+            title = (f"triton-mp vs Triton 2.51: the same perf_analyzer runs on the same {cpus} "
+                     f"CPUs")
+            chart(rows, args.png, title, note, mp_name)
+            result["png"] = str(args.png)
+            print(f"\nwrote {args.png}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        print(f"wrote {args.json}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
