@@ -10,6 +10,7 @@ and a model that reports how many requests each execute received.
 
 from __future__ import annotations
 
+import json
 import shutil
 import textwrap
 import threading
@@ -211,6 +212,29 @@ class TritonPythonModel:
 """
 
 
+META_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "META" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+META_MODEL = """
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            meta = {"id": r.request_id(), "parameters": json.loads(r.parameters())}
+            text = np.array([json.dumps(meta, sort_keys=True).encode()], dtype=np.object_)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("META", text)]))
+        return out
+"""
+
+
 def _model(repo: Path, name: str, config: str | None, source: str) -> None:
     (repo / name / "1").mkdir(parents=True)
     if config is not None:
@@ -234,6 +258,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     _model(repo, "decoupled_py", DECOUPLED_CONFIG, IDENTITY_MODEL)
     _model(repo, "auto_fails_py", 'backend: "python"\nmax_batch_size: 8\n', AUTO_FAILS_MODEL)
     _model(repo, "count_py", COUNT_CONFIG, COUNT_MODEL)
+    _model(repo, "meta_py", META_CONFIG, META_MODEL)
     with server_factory(tmp_path_factory.mktemp("logs")) as start:
         yield start(repo)
 
@@ -408,3 +433,19 @@ def test_16_clients_batches_hold_several_requests(server: ServerProcess) -> None
         list(pool.map(client_main, range(16)))
     assert len(counts) == 96
     assert max(counts) > 1, counts
+
+
+def test_request_id_and_custom_parameters_reach_the_model(
+    client: grpcclient.InferenceServerClient,
+) -> None:
+    res = client.infer(
+        "meta_py",
+        [_input("INPUT0", np.ones(4, np.float32))],
+        request_id="abc-1",
+        parameters={"temperature": 0.5, "mode": "fast", "steps": 3, "flag": True},
+    )
+    meta = json.loads(res.as_numpy("META")[0])
+    assert meta == {
+        "id": "abc-1",
+        "parameters": {"flag": True, "mode": "fast", "steps": 3, "temperature": 0.5},
+    }

@@ -267,6 +267,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             timeout_us=valid.timeout_us,
             client_id=request.id,
             output_regions=valid.output_regions,
+            parameters_json=valid.parameters_json,
         )
         try:
             self._send(encode(desc))

@@ -9,6 +9,7 @@ copies a worker's output block into the gRPC response (the single copy of the re
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -79,6 +80,8 @@ class ValidRequest:
     priority: int
     timeout_us: int
     output_regions: tuple[OutputRegion | None, ...] = ()
+    parameters_json: str = "{}"
+    """Custom (non-reserved) request parameters, as JSON, for backends."""
 
 
 def _fmt_shape(shape: Sequence[int]) -> str:
@@ -181,6 +184,7 @@ def validate_request(
     mbs = model.max_batch_size
 
     priority = timeout_us = 0
+    custom: dict[str, bool | int | float | str] = {}
     for key, p in req.parameters.items():
         if key == "priority":
             priority = _int_param(p, key, rid)
@@ -190,8 +194,12 @@ def validate_request(
             raise InvalidRequest(
                 f"{rid}parameter keys starting with 'triton_' are reserved: '{key}'"
             )
-        elif key not in _RESERVED_PARAMS and p.WhichOneof("parameter_choice") == "uint64_param":
-            raise InvalidRequest(f"{rid}unsupported type uint64 for parameter '{key}'")
+        elif key not in _RESERVED_PARAMS:
+            kind = p.WhichOneof("parameter_choice")
+            if kind == "uint64_param":
+                raise InvalidRequest(f"{rid}unsupported type uint64 for parameter '{key}'")
+            if kind is not None and not key.startswith("triton_"):
+                custom[key] = getattr(p, kind)
 
     seen: set[str] = set()
     for t in req.inputs:
@@ -368,6 +376,7 @@ def validate_request(
         priority=priority,
         timeout_us=timeout_us,
         output_regions=tuple(regions) if any(r is not None for r in regions) else (),
+        parameters_json=json.dumps(custom) if custom else "{}",
     )
 
 

@@ -104,6 +104,8 @@ class InferRequest(msgspec.Struct, frozen=True, kw_only=True, tag="infer", array
     timeout_us: int = 0
     client_id: str = ""
     """The request's ``id`` field, echoed in the response and in error messages."""
+    parameters_json: str = "{}"
+    """The request's non-reserved parameters (Triton passes them to backends) as JSON."""
     output_regions: tuple[OutputRegion | None, ...] = ()
     """Per requested output (same order as ``outputs``): a client region, or None for the
     worker's arena. Empty when no output uses shared memory."""

@@ -28,11 +28,17 @@ class BackendRequest:
             batches); views over shared memory, valid until the batch ends: copy to keep.
         outputs: requested output names.
         batch_size: the request's batch size (1 when the model does not batch).
+        request_id: the client's request ``id``.
+        timeout_us: the request's ``timeout`` parameter in microseconds (0 = none).
+        parameters_json: the request's non-reserved parameters as a JSON object.
     """
 
     inputs: dict[str, np.ndarray]
     outputs: tuple[str, ...]
     batch_size: int
+    request_id: str = ""
+    timeout_us: int = 0
+    parameters_json: str = "{}"
 
 
 @dataclass(frozen=True, slots=True)

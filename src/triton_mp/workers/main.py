@@ -236,7 +236,14 @@ class Worker:
 
     def _backend_request(self, req: InferRequest) -> BackendRequest:
         inputs = {ref.name: view_tensor(self._cache, ref, self._regions) for ref in req.inputs}
-        return BackendRequest(inputs=inputs, outputs=req.outputs, batch_size=req.batch_size)
+        return BackendRequest(
+            inputs=inputs,
+            outputs=req.outputs,
+            batch_size=req.batch_size,
+            request_id=req.client_id,
+            timeout_us=req.timeout_us,
+            parameters_json=req.parameters_json,
+        )
 
     def _write_outputs(self, req: InferRequest, outputs: dict[str, np.ndarray]) -> InferResponse:
         """Write one request's outputs: into the client's registered shared memory where the

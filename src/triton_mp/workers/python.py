@@ -263,18 +263,17 @@ class PythonBackend:
             if reshape is not None:
                 arr = to_backend_shape(arr, reshape, self._batched)
             inputs.append(pb_utils.Tensor(name, arr))
-        # NOTE: request metadata is read with defaults until BackendRequest carries it
-        # (request_id, correlation_id, flags, timeout_us, parameters_json).
+        # NOTE: correlation_id and flags stay 0 until the sequence batcher exists.
         return pb_utils.InferenceRequest(
             model_name=self._spec.model,
             requested_output_names=list(r.outputs),
             inputs=inputs,
-            request_id=str(getattr(r, "request_id", "")),
-            correlation_id=getattr(r, "correlation_id", 0),
+            request_id=r.request_id,
+            correlation_id=0,
             model_version=self._spec.version,
-            flags=int(getattr(r, "flags", 0)),
-            timeout=int(getattr(r, "timeout_us", 0)),
-            parameters=str(getattr(r, "parameters_json", "{}")),
+            flags=0,
+            timeout=r.timeout_us,
+            parameters=r.parameters_json,
         )
 
     def _result(self, request: BackendRequest, response: object) -> Result:
