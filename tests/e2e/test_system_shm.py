@@ -309,3 +309,37 @@ def test_regions_reach_every_frontend(
         c.close()
     registrar.unregister_system_shared_memory()
     registrar.close()
+
+
+def test_a_client_that_truncates_its_object_gets_an_error_and_the_worker_lives(
+    server: ServerProcess,
+    client: grpcclient.InferenceServerClient,
+    regions: Callable[..., shm.SharedMemoryRegion],
+) -> None:
+    import posix_ipc
+
+    region = regions("shrinks", 2 * BYTES_16)
+    a = np.ones((1, 16), np.float32)
+    shm.set_shared_memory_region(region, [a, a])
+    client.register_system_shared_memory("shrinks", _key("shrinks"), 2 * BYTES_16)
+
+    def infer() -> grpcclient.InferResult:
+        i0 = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
+        i0.set_shared_memory("shrinks", BYTES_16, offset=BYTES_16)
+        i1 = grpcclient.InferInput("INPUT1", [1, 16], "FP32")
+        i1.set_data_from_numpy(a)
+        return client.infer("add_sub", [i0, i1])
+
+    np.testing.assert_array_equal(infer().as_numpy("OUTPUT0"), a + a)  # mapped by the worker
+    obj = posix_ipc.SharedMemory(_key("shrinks"))
+    os.ftruncate(obj.fd, BYTES_16)  # the client shrinks it under the registration
+    obj.close_fd()
+    with pytest.raises(InferenceServerException) as e:
+        infer()
+    assert e.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "smaller than the registered window" in e.value.message()
+    # The same worker still serves (a SIGBUS would have killed it).
+    assert "died" not in server.log()
+    np.testing.assert_array_equal(
+        client.infer("add_sub", _add_sub_inputs(a, a)).as_numpy("OUTPUT0"), a + a
+    )

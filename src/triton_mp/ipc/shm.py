@@ -68,18 +68,16 @@ class Segment:
         return cls(name, buf, size_bytes, owner=True)
 
     @classmethod
-    def attach(cls, name: str, read_only: bool = False) -> Segment:
-        """Map an existing segment (read-write, or read-only).
+    def attach(cls, name: str) -> Segment:
+        """Map an existing segment read-write.
 
         Raises:
             posix_ipc.ExistentialError: no such segment.
-            posix_ipc.PermissionsError: not allowed to open it.
         """
-        shm = posix_ipc.SharedMemory(name, read_only=read_only)
+        shm = posix_ipc.SharedMemory(name)
         try:
             size = os.fstat(shm.fd).st_size
-            prot = mmap.PROT_READ if read_only else mmap.PROT_READ | mmap.PROT_WRITE
-            buf = mmap.mmap(shm.fd, size, prot=prot)
+            buf = mmap.mmap(shm.fd, size)
         finally:
             shm.close_fd()
         return cls(name, buf, size, owner=False)

@@ -10,7 +10,9 @@ a ``BatchDone`` to the scheduler.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
+import mmap
 import os
 import signal
 import time
@@ -61,43 +63,81 @@ class ClientRegions:
     Keyed by (key, registration id), so a client that re-creates an object under the same key
     and registers it again gets a fresh mapping. Inputs are mapped read-only, outputs
     read-write. At most ``capacity`` objects stay mapped (least recently used go first).
+
+    NOTE: touching a mapping beyond the end of an object the client has since truncated
+    raises SIGBUS, which no Python code can catch. Every use re-checks the object's current
+    size (``fstat`` on a descriptor kept open) and fails that request instead; a truncation
+    racing with a running batch can still kill the worker, which the supervisor restarts.
     """
 
     def __init__(self, capacity: int = 64) -> None:
-        self._maps: collections.OrderedDict[tuple[str, int, bool], Segment] = (
+        self._maps: collections.OrderedDict[tuple[str, int, bool], tuple[mmap.mmap, int]] = (
             collections.OrderedDict()
         )
         self._capacity = capacity
 
-    def get(self, key: str, region_id: int, writable: bool) -> Segment:
-        """The mapped object.
+    def window(
+        self, key: str, region_id: int, writable: bool, offset: int, nbytes: int, what: str
+    ) -> mmap.mmap:
+        """The mapped object, after checking ``[offset, offset + nbytes)`` lies inside it now.
 
         Raises:
-            TritonMPError (INVALID_ARG): the client's object is gone or not accessible.
+            TritonMPError (INVALID_ARG): the client's object is gone, inaccessible, or
+                smaller than the window (``what`` names the tensor in the message).
         """
         k = (key, region_id, writable)
-        seg = self._maps.get(k)
-        if seg is not None:
+        entry = self._maps.get(k)
+        if entry is None:
+            entry = self._map(key, writable)
+            self._maps[k] = entry
+            while len(self._maps) > self._capacity:
+                _, (old_buf, old_fd) = self._maps.popitem(last=False)
+                _close(old_buf, old_fd)
+        else:
             self._maps.move_to_end(k)
-            return seg
+        buf, fd = entry
+        size = os.fstat(fd).st_size
+        if offset + nbytes > min(size, len(buf)):
+            raise TritonMPError(
+                f"{what}: shared memory object '{key}' is {size} bytes now, smaller than the "
+                f"registered window ending at byte {offset + nbytes}",
+                ErrorCode.INVALID_ARG,
+            )
+        return buf
+
+    @staticmethod
+    def _map(key: str, writable: bool) -> tuple[mmap.mmap, int]:
         try:
-            seg = Segment.attach(key, read_only=not writable)
-        except (posix_ipc.ExistentialError, posix_ipc.PermissionsError, OSError) as e:
+            obj = posix_ipc.SharedMemory(key, read_only=not writable)
+        except (posix_ipc.ExistentialError, posix_ipc.PermissionsError, ValueError) as e:
             raise TritonMPError(
                 f"Unable to map shared memory object '{key}' of a registered region: {e}",
                 ErrorCode.INVALID_ARG,
             ) from None
-        self._maps[k] = seg
-        while len(self._maps) > self._capacity:
-            _, old = self._maps.popitem(last=False)
-            old.close()
-        return seg
+        fd = obj.fd
+        try:
+            size = os.fstat(fd).st_size
+            prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+            return mmap.mmap(fd, size, prot=prot), fd
+        except (OSError, ValueError) as e:
+            os.close(fd)
+            raise TritonMPError(
+                f"Unable to map shared memory object '{key}' of a registered region: {e}",
+                ErrorCode.INVALID_ARG,
+            ) from None
 
     def close(self) -> None:
         """Unmap everything."""
-        for seg in self._maps.values():
-            seg.close()
+        for buf, fd in self._maps.values():
+            _close(buf, fd)
         self._maps.clear()
+
+
+def _close(buf: mmap.mmap, fd: int) -> None:
+    # NOTE: numpy views may still export the mapping; the OS unmaps it at exit then.
+    with contextlib.suppress(BufferError):
+        buf.close()
+    os.close(fd)
 
 
 def view_tensor(cache: SegmentCache, ref: TensorRef, regions: ClientRegions) -> np.ndarray:
@@ -106,23 +146,20 @@ def view_tensor(cache: SegmentCache, ref: TensorRef, regions: ClientRegions) -> 
     Raises:
         TritonMPError (INVALID_ARG): a client region is gone, or smaller than the tensor.
     """
+    buf: mmap.mmap
     if ref.region_id:
-        seg = regions.get(ref.segment, ref.region_id, writable=False)
-        if ref.offset + ref.nbytes > seg.size_bytes:
-            raise TritonMPError(
-                f"input '{ref.name}': shared memory object '{ref.segment}' shrank below the "
-                "registered region",
-                ErrorCode.INVALID_ARG,
-            )
+        buf = regions.window(
+            ref.segment, ref.region_id, False, ref.offset, ref.nbytes, f"input '{ref.name}'"
+        )
     else:
-        seg = cache.get(ref.segment)
+        buf = cache.get(ref.segment).buf
     if ref.datatype == "BYTES":
         return deserialize_bytes_tensor(
-            memoryview(seg.buf)[ref.offset : ref.offset + ref.nbytes], ref.shape
+            memoryview(buf)[ref.offset : ref.offset + ref.nbytes], ref.shape
         )
     dtype = NUMPY_DTYPES[ref.datatype]
     count = element_count(ref.shape)
-    return np.frombuffer(seg.buf, dtype=dtype, count=count, offset=ref.offset).reshape(ref.shape)
+    return np.frombuffer(buf, dtype=dtype, count=count, offset=ref.offset).reshape(ref.shape)
 
 
 class Worker:
@@ -287,14 +324,15 @@ class Worker:
         for name, datatype, shape, data, region in parts:
             n = len(data)
             if region is not None:
-                dest = self._regions.get(region.key, region.region_id, writable=True)
-                if region.offset + n > dest.size_bytes:
-                    raise TritonMPError(
-                        f"output '{name}': shared memory region '{region.region_name}' no "
-                        "longer fits its object",
-                        ErrorCode.INVALID_ARG,
-                    )
-                dest.buf[region.offset : region.offset + n] = data
+                dest = self._regions.window(
+                    region.key,
+                    region.region_id,
+                    True,
+                    region.offset,
+                    n,
+                    f"output '{name}' (region '{region.region_name}')",
+                )
+                dest[region.offset : region.offset + n] = data
                 refs.append(
                     TensorRef(name, datatype, shape, region.key, region.offset, n, region.region_id)
                 )
