@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -313,6 +313,13 @@ class Tensor:
 # ---------------------------------------------------------------------------
 
 
+def _parameters_json(parameters: Mapping[str, object] | str | None) -> str:
+    """Parameters as Triton hands them to models: a JSON object string ("{}" when none)."""
+    if parameters is None:
+        return "{}"
+    return parameters if isinstance(parameters, str) else json.dumps(dict(parameters))
+
+
 class InferenceRequest:
     """One inference request, as ``execute`` receives it.
 
@@ -356,12 +363,7 @@ class InferenceRequest:
         self._model_version = model_version
         self._flags = flags
         self._timeout_us = timeout
-        if parameters is None:
-            self._parameters = "{}"
-        elif isinstance(parameters, str):
-            self._parameters = parameters
-        else:
-            self._parameters = json.dumps(parameters)
+        self._parameters = _parameters_json(parameters)
 
     def inputs(self) -> list[Tensor]:
         """The input tensors."""
@@ -477,12 +479,7 @@ class InferenceResponse:
     ) -> None:
         self._output_tensors = list(output_tensors) if output_tensors is not None else []
         self._error = error
-        if parameters is None:
-            self._parameters = "{}"
-        elif isinstance(parameters, str):
-            self._parameters = parameters
-        else:
-            self._parameters = json.dumps(parameters)
+        self._parameters = _parameters_json(parameters)
 
     def output_tensors(self) -> list[Tensor]:
         """The output tensors."""
