@@ -188,3 +188,34 @@ def test_draining_server_answers_not_ready_and_refuses_new_work(
         assert fut.result(timeout=120).as_numpy("sigmoid_0.tmp_0").shape == (1, 1, 1600, 1600)
     assert server.proc.wait(timeout=60) == 0
     client.close()
+
+
+def test_requests_whose_client_gave_up_are_not_run(
+    tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    repo = copy_models(tmp_path / "repo", "ocr_det")
+    server = start_server(repo, "--log-verbose", "1")
+    client = server.client()
+    client.infer("ocr_det", _det_input(64))
+
+    def count() -> int:
+        st = client.get_inference_statistics("ocr_det", as_json=True)["model_stats"][0]
+        return int(st.get("inference_count", 0))
+
+    before = count()
+    with ThreadPoolExecutor(5) as pool:
+        long = pool.submit(client.infer, "ocr_det", _det_input(1600))
+        _wait_for(lambda: "batch 2 started" in server.log(), 60, "the long request to run")
+        # These queue behind it and time out on the client side long before it ends.
+        quitters = [
+            pool.submit(client.infer, "ocr_det", _det_input(320), client_timeout=0.3)
+            for _ in range(4)
+        ]
+        for q in quitters:
+            with pytest.raises(InferenceServerException) as e:
+                q.result(timeout=60)
+            assert e.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        long.result(timeout=120)
+    client.infer("ocr_det", _det_input(64))
+    assert count() - before == 2, "the abandoned requests must not have run"
+    client.close()

@@ -75,6 +75,7 @@ EXAMPLES: dict[str, list[object]] = {
             block=BLOCK,
             arrival_ns=0,
         ),
+        m.CancelRequest(request_id=7, frontend_id=1, model="add_sub", version=1),
         m.StatsQuery(query_id=3, frontend_id=1),
         m.StatsQuery(query_id=4, frontend_id=0, model="add_sub", version=1),
         m.WorkerReady(instance_id=2, pid=4242),

@@ -415,3 +415,32 @@ def test_a_stats_reply_does_not_change_after_it_was_sent(h: Harness) -> None:
     ((_, batch),) = h.dispatch()
     h.done(0, batch)
     assert reply.stats[0].execution_count == 0
+
+
+def test_a_cancelled_queued_request_is_dropped_and_answered(h: Harness) -> None:
+    from triton_mp.ipc.messages import CancelRequest
+
+    # No instance is ready yet, so both requests wait in the queue.
+    keep = h.request(frontend_id=0)
+    gone = h.request(frontend_id=1)
+    h.handle(CancelRequest(request_id=gone.request_id, frontend_id=1, model="add_sub", version=1))
+    ((fid, failed),) = h.failures()
+    assert (fid, failed.request_id) == (1, gone.request_id)
+    assert failed.error.code == ErrorCode.CANCELLED
+    h.ready(0)
+    h.clock.advance_us(1000)
+    ((_, batch),) = h.dispatch()
+    assert [r.request_id for r in batch.requests] == [keep.request_id]
+
+
+def test_cancelling_a_dispatched_or_unknown_request_changes_nothing(h: Harness) -> None:
+    from triton_mp.ipc.messages import CancelRequest
+
+    h.ready(0)
+    req = h.request()
+    h.clock.advance_us(1000)
+    ((_, batch),) = h.dispatch()
+    h.handle(CancelRequest(request_id=req.request_id, frontend_id=0, model="add_sub", version=1))
+    h.handle(CancelRequest(request_id=999, frontend_id=0, model="nope", version=1))
+    assert h.failures() == []
+    assert not h.core.idle()  # the batch still runs; its answer frees the blocks

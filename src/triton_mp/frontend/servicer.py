@@ -7,6 +7,7 @@ batch or run models.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from triton_mp.frontend.shm import SystemShmRegistry
 from triton_mp.frontend.tensors import validate_request, write_inputs
 from triton_mp.ipc import ArenaAllocator, SegmentCache, encode
 from triton_mp.ipc.messages import (
+    CancelRequest,
     InferRequest,
     InferResponse,
     ModelStats,
@@ -282,7 +284,19 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
                 version,
                 valid.batch_size,
             )
-        answer = await fut
+        try:
+            answer = await fut
+        except asyncio.CancelledError:
+            # NOTE: the client cancelled or its deadline passed: a request still queued is
+            # dropped by the scheduler instead of running for nobody.
+            self._send(
+                encode(
+                    CancelRequest(
+                        request_id=rid, frontend_id=self._fid, model=model.name, version=version
+                    )
+                )
+            )
+            raise
         if not isinstance(answer, InferResponse) or answer.error is not None:
             err = answer.error
             assert err is not None

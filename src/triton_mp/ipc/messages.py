@@ -125,6 +125,15 @@ class ShmUnregistered(msgspec.Struct, frozen=True, kw_only=True, tag="shm_unreg"
     names: tuple[str, ...]
 
 
+class CancelRequest(msgspec.Struct, frozen=True, kw_only=True, tag="cancel", array_like=True):
+    """The client of a request went away (cancelled, deadline exceeded): drop it if queued."""
+
+    request_id: int
+    frontend_id: int
+    model: str
+    version: int
+
+
 class StatsQuery(msgspec.Struct, frozen=True, kw_only=True, tag="stats_query", array_like=True):
     """Frontend asks the scheduler for ModelStatistics (empty model = all models)."""
 
@@ -169,6 +178,7 @@ class Shutdown(msgspec.Struct, frozen=True, tag="shutdown", array_like=True):
 
 ToScheduler = (
     InferRequest
+    | CancelRequest
     | StatsQuery
     | WorkerReady
     | BatchDone

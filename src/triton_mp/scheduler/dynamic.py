@@ -91,6 +91,10 @@ class ModelScheduler(Protocol):
         """Remove and return every queued request (shutdown, model unload)."""
         ...
 
+    def cancel(self, key: Hashable) -> Queued | None:
+        """Remove the queued request ``key``; None when it is not queued (any more)."""
+        ...
+
     def queue_depth(self) -> int:
         """Requests waiting."""
         ...
@@ -122,6 +126,13 @@ class _QueueAndInstances:
         items = list(self._queue)
         self._queue.clear()
         return items
+
+    def cancel(self, key: Hashable) -> Queued | None:
+        for item in self._queue:
+            if item.key == key:
+                self._queue.remove(item)
+                return item
+        return None
 
     def queue_depth(self) -> int:
         return len(self._queue)

@@ -26,6 +26,7 @@ from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.messages import (
     BatchAssign,
     BatchDone,
+    CancelRequest,
     ErrorInfo,
     InferRequest,
     RequestFailed,
@@ -107,6 +108,8 @@ class SchedulerCore:
             self._on_request(msg, now_ns)
         elif isinstance(msg, BatchDone):
             self._on_batch_done(msg)
+        elif isinstance(msg, CancelRequest):
+            self._on_cancel(msg)
         elif isinstance(msg, WorkerReady):
             key = self._instance_model.get(msg.instance_id)
             if key is not None:
@@ -153,7 +156,26 @@ class SchedulerCore:
             return
         enforced = self._enforced[key]
         shape_key = tuple(t.shape[1:] for t in req.inputs if t.name in enforced) if enforced else ()
-        sched.offer(Queued(req.request_id, max(1, req.batch_size), shape_key, now_ns, req), now_ns)
+        queued_key = (req.frontend_id, req.request_id)
+        sched.offer(Queued(queued_key, max(1, req.batch_size), shape_key, now_ns, req), now_ns)
+
+    def _on_cancel(self, msg: CancelRequest) -> None:
+        """Drop a request whose client went away, if it has not been dispatched yet."""
+        sched = self._models.get((msg.model, msg.version))
+        item = sched.cancel((msg.frontend_id, msg.request_id)) if sched else None
+        if item is not None:
+            # NOTE: the answer lets the frontend free the request's input block.
+            self._send_frontend(
+                msg.frontend_id,
+                RequestFailed(
+                    request_id=msg.request_id,
+                    error=ErrorInfo(
+                        code=ErrorCode.CANCELLED,
+                        message="Request was cancelled before it was scheduled",
+                        origin="scheduler",
+                    ),
+                ),
+            )
 
     def _on_batch_done(self, msg: BatchDone) -> None:
         flight = self._inflight.pop(msg.batch_id, None)
