@@ -130,6 +130,9 @@ def test_dead_worker_fails_its_requests_and_is_restarted(
     # The other model never noticed.
     client.infer("add_sub", _add_sub_inputs())
     _wait_for(lambda: "worker ocr_det_0_0 restarted" in server.log(), 60, "the restart")
+    # ModelReady follows the live instances: ready again once the restart is done.
+    _wait_for(lambda: client.is_model_ready("ocr_det"), 30, "ocr_det to be ready again")
+    assert client.is_server_ready()
     res = client.infer("ocr_det", _det_input(64))
     assert res.as_numpy("sigmoid_0.tmp_0").shape == (1, 1, 64, 64)
     client.close()
@@ -218,4 +221,51 @@ def test_requests_whose_client_gave_up_are_not_run(
         long.result(timeout=120)
     client.infer("ocr_det", _det_input(64))
     assert count() - before == 2, "the abandoned requests must not have run"
+    client.close()
+
+
+CRASHY_MODEL = """
+import os
+from pathlib import Path
+
+MARK = Path(__file__).parent / "crashed"
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        if MARK.exists():
+            raise RuntimeError("refusing to start again after a crash")
+
+    def execute(self, requests):
+        MARK.touch()
+        os._exit(3)
+"""
+
+
+def test_a_model_whose_instances_are_given_up_is_not_ready(
+    tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    repo = copy_models(tmp_path / "repo", "add_sub")
+    (repo / "crashy_py" / "1").mkdir(parents=True)
+    (repo / "crashy_py" / "1" / "model.py").write_text(CRASHY_MODEL)
+    (repo / "crashy_py" / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 0\n'
+        'input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [1] }]\n'
+        'output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [1] }]\n'
+        "instance_group [{ count: 1, kind: KIND_CPU }]\n"
+    )
+    server = start_server(repo)
+    client = server.client()
+    assert client.is_model_ready("crashy_py")
+    x = grpcclient.InferInput("INPUT0", [1], "FP32")
+    x.set_data_from_numpy(np.ones(1, np.float32))
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("crashy_py", [x])
+    assert e.value.status() == "StatusCode.UNAVAILABLE"
+    assert "exit code 3" in e.value.message()
+    _wait_for(lambda: "not restarting it" in server.log(), 120, "the restarts to be given up")
+    assert not client.is_model_ready("crashy_py")
+    assert not client.is_server_ready()
+    assert client.is_model_ready("add_sub")
+    client.infer("add_sub", _add_sub_inputs())
     client.close()

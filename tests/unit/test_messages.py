@@ -127,6 +127,7 @@ EXAMPLES: dict[str, list[object]] = {
         m.StatsReply(query_id=4, stats=()),
         SHM_REGISTERED,
         SHM_UNREGISTERED,
+        m.ModelAvailability(model="add_sub", version=1, ready=False),
     ],
 }
 UNIONS = {"ToScheduler": m.ToScheduler, "ToWorker": m.ToWorker, "ToFrontend": m.ToFrontend}

@@ -444,3 +444,27 @@ def test_cancelling_a_dispatched_or_unknown_request_changes_nothing(h: Harness) 
     h.handle(CancelRequest(request_id=999, frontend_id=0, model="nope", version=1))
     assert h.failures() == []
     assert not h.core.idle()  # the batch still runs; its answer frees the blocks
+
+
+def test_frontends_learn_when_a_version_gains_or_loses_its_last_live_instance() -> None:
+    from triton_mp.ipc.messages import ModelAvailability
+
+    sent: list[tuple[int, object]] = []
+    core = SchedulerCore((DYNAMIC,), lambda i, m: None, lambda f, m: sent.append((f, m)), (0, 1))
+    now = 1
+
+    def availability() -> list[tuple[int, bool]]:
+        out = [(f, m.ready) for f, m in sent if isinstance(m, ModelAvailability)]
+        sent.clear()
+        return out
+
+    core.handle(WorkerReady(instance_id=0, pid=10), now)
+    assert availability() == [(0, True), (1, True)]
+    core.handle(WorkerReady(instance_id=1, pid=11), now)
+    assert availability() == []  # already had a live instance
+    core.handle(WorkerDied(instance_id=0, exitcode=-9), now)
+    assert availability() == []  # instance 1 still lives
+    core.handle(WorkerDied(instance_id=1, exitcode=-9), now)
+    assert availability() == [(0, False), (1, False)]
+    core.handle(WorkerReady(instance_id=1, pid=12), now)
+    assert availability() == [(0, True), (1, True)]

@@ -31,6 +31,7 @@ from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.messages import (
     InferResponse,
+    ModelAvailability,
     RequestFailed,
     ShmRegistered,
     ShmUnregistered,
@@ -45,7 +46,9 @@ MAX_MESSAGE_BYTES = 2**31 - 1
 """gRPC send/receive limit, as Triton's (INT32_MAX)."""
 
 
-def _on_wakeup(inbox: Inbox[ToFrontend], pending: PendingTable, shm: SystemShmRegistry) -> None:
+def _on_wakeup(
+    inbox: Inbox[ToFrontend], pending: PendingTable, shm: SystemShmRegistry, models: ModelTable
+) -> None:
     """The inbox FIFO is readable: clear it, then drain every ring (loop thread)."""
     inbox.waiter.clear()
     answers: list[InferResponse | RequestFailed | StatsReply] = []
@@ -55,6 +58,8 @@ def _on_wakeup(inbox: Inbox[ToFrontend], pending: PendingTable, shm: SystemShmRe
                 shm.add(Region(r.name, r.key, r.offset, r.byte_size, r.region_id))
         elif isinstance(msg, ShmUnregistered):
             shm.drop(list(msg.names))
+        elif isinstance(msg, ModelAvailability):
+            models.set_available(msg.model, msg.version, msg.ready)
         else:
             answers.append(msg)
     if answers:
@@ -99,7 +104,7 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
         return 1
     await server.start()
 
-    loop.add_reader(inbox.waiter.fileno(), _on_wakeup, inbox, pending, shm)
+    loop.add_reader(inbox.waiter.fileno(), _on_wakeup, inbox, pending, shm, models)
     stopping = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
     ready.send_bytes(b"ready")

@@ -73,6 +73,7 @@ class ModelTable:
 
     def __init__(self, entries: tuple[ModelEntry, ...]) -> None:
         self._models: dict[str, Model] = {}
+        self._no_instance: set[tuple[str, int]] = set()
         for e in entries:
             cfg = mc.ModelConfig.FromString(e.config) if e.config else mc.ModelConfig(name=e.name)
             self._models[e.name] = Model(
@@ -89,8 +90,22 @@ class ModelTable:
         return iter(self._models.values())
 
     def all_ready(self) -> bool:
-        """Strict readiness: every model has at least one ready version and none failed."""
-        return all(m.ready_versions and not m.failed_versions for m in self._models.values())
+        """Strict readiness: every model has at least one ready version, none failed, and
+        every ready version has a live instance."""
+        return not self._no_instance and all(
+            m.ready_versions and not m.failed_versions for m in self._models.values()
+        )
+
+    def set_available(self, name: str, version: int, ready: bool) -> None:
+        """Record whether a loaded version has a live instance (from the scheduler)."""
+        if ready:
+            self._no_instance.discard((name, version))
+        else:
+            self._no_instance.add((name, version))
+
+    def has_live_instance(self, name: str, version: int) -> bool:
+        """False while every instance of the version is dead (restarting or given up)."""
+        return (name, version) not in self._no_instance
 
     def get(self, name: str) -> Model:
         """The model called ``name``.

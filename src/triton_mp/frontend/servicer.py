@@ -147,12 +147,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
     async def ModelReady(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """KServe ModelReady: the version (or, with none given, any version) is ready."""
         try:
-            self._models.resolve(request.name, request.version)
+            model, version = self._models.resolve(request.name, request.version)
         except InvalidRequest as e:
             await _abort(context, e.code, e.message)
         except TritonMPError:
             return pb.ModelReadyResponse(ready=False)
-        return pb.ModelReadyResponse(ready=not self.draining)
+        live = self._models.has_live_instance(model.name, version)
+        return pb.ModelReadyResponse(ready=live and not self.draining)
 
     # ---------------------------------------------------------------- metadata
     async def ServerMetadata(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802

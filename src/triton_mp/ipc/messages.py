@@ -263,4 +263,16 @@ class StatsReply(msgspec.Struct, frozen=True, kw_only=True, tag="stats_reply", a
     stats: tuple[ModelStats, ...]
 
 
-ToFrontend = InferResponse | RequestFailed | StatsReply | ShmRegistered | ShmUnregistered
+class ModelAvailability(
+    msgspec.Struct, frozen=True, kw_only=True, tag="availability", array_like=True
+):
+    """A model version gained its first live instance, or lost its last one."""
+
+    model: str
+    version: int
+    ready: bool
+
+
+ToFrontend = (
+    InferResponse | RequestFailed | StatsReply | ShmRegistered | ShmUnregistered | ModelAvailability
+)

@@ -29,6 +29,7 @@ from triton_mp.ipc.messages import (
     CancelRequest,
     ErrorInfo,
     InferRequest,
+    ModelAvailability,
     RequestFailed,
     ShmRegistered,
     ShmUnregistered,
@@ -85,6 +86,7 @@ class SchedulerCore:
         frontend_ids: tuple[int, ...] = (),
     ) -> None:
         self._frontend_ids = frontend_ids
+        self._live: dict[tuple[str, int], set[int]] = {}
         self._specs = {(m.model, m.version): m for m in models}
         self._models: dict[tuple[str, int], ModelScheduler] = {
             k: make_model_scheduler(s) for k, s in self._specs.items()
@@ -115,6 +117,7 @@ class SchedulerCore:
             if key is not None:
                 log.info("instance %d ready (pid %d)", msg.instance_id, msg.pid)
                 self._models[key].instance_idle(msg.instance_id)
+                self._set_live(key, msg.instance_id, True)
         elif isinstance(msg, WorkerDied):
             self._on_worker_died(msg, now_ns)
         elif isinstance(msg, StatsQuery):
@@ -205,11 +208,26 @@ class SchedulerCore:
         if not self.stopping:
             self._models[key].instance_idle(msg.instance_id)
 
+    def _set_live(self, key: tuple[str, int], instance_id: int, alive: bool) -> None:
+        """Track live instances; tell every frontend when a version gains its first live
+        instance or loses its last one (ModelReady and ServerReady follow)."""
+        live = self._live.setdefault(key, set())
+        before = bool(live)
+        if alive:
+            live.add(instance_id)
+        else:
+            live.discard(instance_id)
+        if bool(live) != before:
+            msg = ModelAvailability(model=key[0], version=key[1], ready=bool(live))
+            for fid in self._frontend_ids:
+                self._send_frontend(fid, msg)
+
     def _on_worker_died(self, msg: WorkerDied, now_ns: int) -> None:
         key = self._instance_model.get(msg.instance_id)
         if key is None:
             return
         self._models[key].instance_gone(msg.instance_id)
+        self._set_live(key, msg.instance_id, False)
         batch_id = self._busy.pop(msg.instance_id, None)
         flight = self._inflight.pop(batch_id, None) if batch_id is not None else None
         log.warning(
