@@ -18,7 +18,7 @@ import pytest
 from tests.server import PROJECT_REPOSITORY, ServerProcess, group_alive
 from triton_mp.assets import materialise_ocr_models
 from triton_mp.errors import TritonMPError
-from triton_mp.ipc.shm import list_objects, unlink_quietly
+from triton_mp.ipc.shm import list_objects, remove_entry
 
 
 def _owner_alive(name: str) -> bool:
@@ -35,7 +35,7 @@ def _owner_alive(name: str) -> bool:
 
 def _unlink_all(names: list[str]) -> None:
     for name in names:
-        unlink_quietly("/" + name.removeprefix("sem."))
+        remove_entry(name)
 
 
 @pytest.fixture(scope="session", autouse=True)

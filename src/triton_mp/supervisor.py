@@ -46,7 +46,7 @@ from triton_mp.errors import StartupError
 from triton_mp.ipc import Ring, Sender, encode, object_name, sweep_stale
 from triton_mp.ipc.messages import Shutdown, WorkerDied
 from triton_mp.ipc.notify import Wakeup, WakeupKind, create_wakeup
-from triton_mp.ipc.shm import list_objects, unlink_quietly
+from triton_mp.ipc.shm import list_objects, remove_entry
 from triton_mp.repository import (
     RepositoryModel,
     config_to_json,
@@ -305,7 +305,7 @@ class Supervisor:
         finally:
             self._stop_all()
             for name in list_objects(self.server_id):
-                unlink_quietly("/" + name.removeprefix("sem."))
+                remove_entry(name)
             log.info("server stopped; shared memory removed")
 
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -547,7 +547,7 @@ class Supervisor:
         # keep their mapping, so removing the names is safe and frees the memory later.
         for name in list_objects(self.server_id):
             if name.startswith(f"triton_mp_{self.server_id}_w{iid}p{c.process.pid}_"):
-                unlink_quietly("/" + name)
+                remove_entry(name)
         self._to_scheduler.send(WorkerDied(instance_id=iid, exitcode=code))
         c.process = None
         if c.restarts >= MAX_RESTARTS:

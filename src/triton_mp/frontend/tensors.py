@@ -22,9 +22,7 @@ from triton_mp.frontend.models import Model
 from triton_mp.frontend.shm import SystemShmRegistry
 from triton_mp.ipc import ArenaAllocator, BlockRef, TensorRef
 from triton_mp.ipc.messages import OutputRegion
-from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES
-
-_ALIGN = 64
+from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
 
 _TYPED_FIELD = {
     "BOOL": "bool_contents",
@@ -388,7 +386,7 @@ def write_inputs(
     Raises:
         ArenaExhausted (UNAVAILABLE): no room within the arena budget.
     """
-    total = sum((len(i.data) + _ALIGN - 1) & ~(_ALIGN - 1) for i in req.inputs)
+    total = sum(align(len(i.data)) for i in req.inputs)
     seg, block = arena.alloc(total)
     mv = memoryview(seg.buf)
     pos = block + BLOCK_HEADER_BYTES
@@ -403,6 +401,6 @@ def write_inputs(
         n = len(i.data)
         mv[pos : pos + n] = i.data
         refs.append(TensorRef(i.name, i.datatype, i.shape, seg.name, pos, n))
-        pos += (n + _ALIGN - 1) & ~(_ALIGN - 1)
+        pos += align(n)
     mv.release()
     return BlockRef(seg.name, block), tuple(refs)

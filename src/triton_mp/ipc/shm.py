@@ -109,6 +109,19 @@ def unlink_quietly(name: str) -> None:
             continue
 
 
+def remove_entry(entry: str) -> bool:
+    """Unlink the object behind a ``/dev/shm`` entry name (``sem.x`` is semaphore ``/x``,
+    anything else shared memory ``/entry``). False when it was already gone."""
+    try:
+        if entry.startswith("sem."):
+            posix_ipc.unlink_semaphore("/" + entry.removeprefix("sem."))
+        else:
+            posix_ipc.unlink_shared_memory("/" + entry)
+    except posix_ipc.ExistentialError:
+        return False
+    return True
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -140,18 +153,8 @@ def sweep_stale(own_server_id: str | None = None, dev_shm: Path = DEV_SHM) -> li
         pid = m.group(1)
         if pid != own_server_id and _pid_alive(int(pid)):
             continue
-        posix = "/" + entry.name.removeprefix("sem.")
-        if entry.name.startswith("sem."):
-            try:
-                posix_ipc.unlink_semaphore(posix)
-            except posix_ipc.ExistentialError:
-                continue
-        else:
-            try:
-                posix_ipc.unlink_shared_memory(posix)
-            except posix_ipc.ExistentialError:
-                continue
-        removed.append(posix)
+        if remove_entry(entry.name):
+            removed.append("/" + entry.name.removeprefix("sem."))
     if removed:
         log.info("removed %d shared-memory objects left by dead servers", len(removed))
     return removed

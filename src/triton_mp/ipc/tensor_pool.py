@@ -49,7 +49,8 @@ class ArenaExhausted(TritonMPError):
     code = ErrorCode.UNAVAILABLE
 
 
-def _align(n: int) -> int:
+def align(n: int) -> int:
+    """``n`` bytes rounded up to the 64-byte payload alignment (where a next tensor starts)."""
     return (n + ALIGN - 1) & ~(ALIGN - 1)
 
 
@@ -134,7 +135,7 @@ class ArenaAllocator:
         Raises:
             ArenaExhausted: no arena has room and the budget forbids a new one.
         """
-        block_bytes = BLOCK_HEADER_BYTES + _align(max(payload_bytes, 1))
+        block_bytes = BLOCK_HEADER_BYTES + align(max(payload_bytes, 1))
         # NOTE: newest arena first: older ones drain as their blocks are freed.
         for arena in reversed(self._arenas):
             off = arena.try_alloc(block_bytes)

@@ -47,14 +47,12 @@ from triton_mp.ipc.messages import (
     WorkerReady,
 )
 from triton_mp.ipc.shm import Segment
-from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES
+from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
 from triton_mp.log import configure_logging
 from triton_mp.workers.backend import Backend, BackendRequest, Result
 from triton_mp.workers.registry import load_backend
 
 log = logging.getLogger(__name__)
-
-_ALIGN = 64
 
 
 class ClientRegions:
@@ -311,7 +309,7 @@ class Worker:
                 )
             parts.append((name, datatype, tuple(int(d) for d in arr.shape), data, region))
             if region is None:
-                total += (len(data) + _ALIGN - 1) & ~(_ALIGN - 1)
+                total += align(len(data))
         block_ref = None
         refs = []
         mv = None
@@ -341,7 +339,7 @@ class Worker:
             assert block_ref is not None
             mv[pos : pos + n] = data
             refs.append(TensorRef(name, datatype, shape, block_ref.segment, pos, n))
-            pos += (n + _ALIGN - 1) & ~(_ALIGN - 1)
+            pos += align(n)
         if mv is not None:
             mv.release()
         return InferResponse(
