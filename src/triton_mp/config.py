@@ -76,6 +76,19 @@ class TensorSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     allow_ragged_batch: bool = False
 
 
+class QueuePolicySpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """One priority level's queue policy (``inference.ModelQueuePolicy``)."""
+
+    timeout_action: Literal["REJECT", "DELAY"] = "REJECT"
+    """What happens to a request whose queue timeout expires (``timeout_action``)."""
+    default_timeout_us: int = 0
+    """``default_timeout_microseconds``; 0 = requests never time out in the queue."""
+    allow_timeout_override: bool = False
+    """A request's ``timeout`` parameter (microseconds) may shorten the default."""
+    max_queue_size: int = 0
+    """``max_queue_size``; 0 = unbounded."""
+
+
 class BatchingSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """The scheduling choice of a model (``dynamic_batching`` or the default scheduler)."""
 
@@ -84,6 +97,14 @@ class BatchingSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     preferred_batch_sizes: tuple[int, ...] = ()
     max_queue_delay_us: int = 0
     preserve_ordering: bool = False
+    priority_levels: int = 0
+    """``priority_levels``; 0 = one queue, the request ``priority`` parameter is ignored."""
+    default_priority_level: int = 0
+    """``default_priority_level`` (1 = highest) for requests with priority 0 or out of range."""
+    default_queue_policy: QueuePolicySpec = QueuePolicySpec()
+    """``default_queue_policy``: levels without their own entry use it."""
+    priority_queue_policy: dict[int, QueuePolicySpec] = {}
+    """``priority_queue_policy``: per level."""
 
 
 class InstanceSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
@@ -112,6 +133,8 @@ class ModelVersionSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=Tru
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     instance_ids: tuple[int, ...]
+    instance_names: tuple[str, ...] = ()
+    """Triton's instance name per entry of ``instance_ids`` (for ``triton-mp stat``)."""
     config_json: str = "{}"
     """Effective ModelConfig in Triton's JSON form (python backend's ``args``)."""
 

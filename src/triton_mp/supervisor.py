@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from typing import Literal
+from typing import Any, Literal
 
 import setproctitle
 
@@ -37,6 +37,7 @@ from triton_mp.config import (
     LogSpec,
     ModelEntry,
     ModelVersionSpec,
+    QueuePolicySpec,
     SchedulerSpec,
     ServerConfig,
     TensorSpec,
@@ -83,6 +84,19 @@ def _tensor_specs(tensors: object, optional: bool) -> tuple[TensorSpec, ...]:
     )
 
 
+def _queue_policy(policy: object) -> QueuePolicySpec:
+    """A ``ModelQueuePolicy`` message (None = absent) as the scheduler's spec."""
+    if policy is None:
+        return QueuePolicySpec()
+    p: Any = policy
+    return QueuePolicySpec(
+        timeout_action="DELAY" if p.timeout_action == mc.ModelQueuePolicy.DELAY else "REJECT",
+        default_timeout_us=int(p.default_timeout_microseconds),
+        allow_timeout_override=bool(p.allow_timeout_override),
+        max_queue_size=int(p.max_queue_size),
+    )
+
+
 @dataclass
 class ModelPlan:
     """What the supervisor will start for one repository model."""
@@ -118,10 +132,19 @@ def plan_models(models: list[RepositoryModel]) -> tuple[list[ModelPlan], list[In
             preferred_batch_sizes=tuple(dyn.preferred_batch_size) if dyn else (),
             max_queue_delay_us=int(dyn.max_queue_delay_microseconds) if dyn else 0,
             preserve_ordering=bool(dyn.preserve_ordering) if dyn else False,
+            priority_levels=int(dyn.priority_levels) if dyn else 0,
+            default_priority_level=int(dyn.default_priority_level) if dyn else 0,
+            default_queue_policy=_queue_policy(dyn.default_queue_policy if dyn else None),
+            priority_queue_policy=(
+                {int(k): _queue_policy(v) for k, v in dyn.priority_queue_policy.items()}
+                if dyn
+                else {}
+            ),
         )
         config_json = json.dumps(config_to_json(cfg))
         for v in m.versions:
             ids = []
+            names = []
             for name, kind, gpu in instance_names(cfg):
                 inst = InstanceSpec(
                     instance_id=len(instances),
@@ -134,6 +157,7 @@ def plan_models(models: list[RepositoryModel]) -> tuple[list[ModelPlan], list[In
                 instances.append(inst)
                 plan.instances.append(inst)
                 ids.append(inst.instance_id)
+                names.append(name)
             plan.versions.append(
                 ModelVersionSpec(
                     model=m.name,
@@ -145,6 +169,7 @@ def plan_models(models: list[RepositoryModel]) -> tuple[list[ModelPlan], list[In
                     inputs=_tensor_specs(cfg.input, True),
                     outputs=_tensor_specs(cfg.output, False),
                     instance_ids=tuple(ids),
+                    instance_names=tuple(names),
                     config_json=config_json,
                 )
             )

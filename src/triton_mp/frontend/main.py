@@ -32,6 +32,7 @@ from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.messages import (
     InferResponse,
     ModelAvailability,
+    QueueReply,
     RequestFailed,
     ShmRegistered,
     ShmUnregistered,
@@ -51,7 +52,7 @@ def _on_wakeup(
 ) -> None:
     """The inbox FIFO is readable: clear it, then drain every ring (loop thread)."""
     inbox.waiter.clear()
-    answers: list[InferResponse | RequestFailed | StatsReply] = []
+    answers: list[InferResponse | RequestFailed | StatsReply | QueueReply] = []
     for msg in inbox.drain():
         if isinstance(msg, ShmRegistered):
             for r in msg.regions:

@@ -13,7 +13,7 @@ import itertools
 from collections.abc import Iterable
 
 from triton_mp.ipc import BlockRef, SegmentCache, free_block
-from triton_mp.ipc.messages import InferResponse, RequestFailed, StatsReply
+from triton_mp.ipc.messages import InferResponse, QueueReply, RequestFailed, StatsReply
 
 
 class PendingTable:
@@ -24,7 +24,7 @@ class PendingTable:
         self._requests: dict[
             int, tuple[asyncio.Future[InferResponse | RequestFailed], BlockRef]
         ] = {}
-        self._queries: dict[int, asyncio.Future[StatsReply]] = {}
+        self._queries: dict[int, asyncio.Future[StatsReply | QueueReply]] = {}
         self._ids = itertools.count(1)
 
     def __len__(self) -> int:
@@ -47,10 +47,10 @@ class PendingTable:
         if entry is not None:
             self.free(entry[1])
 
-    def new_query(self) -> tuple[int, asyncio.Future[StatsReply]]:
-        """Register a statistics query; returns (query id, future)."""
+    def new_query(self) -> tuple[int, asyncio.Future[StatsReply | QueueReply]]:
+        """Register a query to the scheduler (statistics, queues); returns (query id, future)."""
         qid = next(self._ids)
-        fut: asyncio.Future[StatsReply] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[StatsReply | QueueReply] = asyncio.get_running_loop().create_future()
         self._queries[qid] = fut
         return qid, fut
 
@@ -59,10 +59,12 @@ class PendingTable:
         if block is not None:
             free_block(self._cache.get(block.segment).buf, block.offset)
 
-    def deliver(self, msgs: Iterable[InferResponse | RequestFailed | StatsReply]) -> None:
+    def deliver(
+        self, msgs: Iterable[InferResponse | RequestFailed | StatsReply | QueueReply]
+    ) -> None:
         """Resolve the futures of every answer in ``msgs`` (loop thread only)."""
         for msg in msgs:
-            if isinstance(msg, StatsReply):
+            if isinstance(msg, StatsReply | QueueReply):
                 qfut = self._queries.pop(msg.query_id, None)
                 if qfut is not None and not qfut.done():
                     qfut.set_result(msg)

@@ -35,6 +35,7 @@ from triton_mp.ipc.messages import (
     ShmUnregistered,
     StatDuration,
     StatsQuery,
+    StatsReply,
 )
 
 log = logging.getLogger(__name__)
@@ -413,6 +414,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             )
         )
         reply = await fut
+        assert isinstance(reply, StatsReply)
         return pb.ModelStatisticsResponse(model_stats=[stats_to_proto(s) for s in reply.stats])
 
 

@@ -143,6 +143,14 @@ class StatsQuery(msgspec.Struct, frozen=True, kw_only=True, tag="stats_query", a
     version: int = -1
 
 
+class QueueQuery(msgspec.Struct, frozen=True, kw_only=True, tag="queue_query", array_like=True):
+    """Frontend asks the scheduler for its queues (``triton-mp stat``; empty model = all)."""
+
+    query_id: int
+    frontend_id: int
+    model: str = ""
+
+
 class WorkerReady(msgspec.Struct, frozen=True, kw_only=True, tag="worker_ready", array_like=True):
     """A worker loaded its backend and will take batches."""
 
@@ -180,6 +188,7 @@ ToScheduler = (
     InferRequest
     | CancelRequest
     | StatsQuery
+    | QueueQuery
     | WorkerReady
     | BatchDone
     | WorkerDied
@@ -263,6 +272,80 @@ class StatsReply(msgspec.Struct, frozen=True, kw_only=True, tag="stats_reply", a
     stats: tuple[ModelStats, ...]
 
 
+class LevelStatus(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """One priority level of a model's queue, as ``triton-mp stat`` shows it."""
+
+    level: int
+    """Priority level (1 = highest); 0 when the model has no priority levels."""
+    depth: int
+    """Requests waiting, delayed ones included."""
+    delayed: int
+    """Of those, requests whose queue timeout expired under ``timeout_action: DELAY``."""
+    oldest_age_us: int
+    """How long the oldest waiting request has waited, in microseconds (0 when empty)."""
+    rejected: int
+    """Requests refused because the level held ``max_queue_size`` requests (cumulative)."""
+    timed_out: int
+    """Requests failed by ``timeout_action: REJECT`` (cumulative)."""
+    delayed_total: int
+    """Requests moved behind the others by ``timeout_action: DELAY`` (cumulative)."""
+
+
+class InstanceStatus(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """One model instance (worker process) as the scheduler sees it."""
+
+    instance_id: int
+    name: str
+    live: bool
+    """The worker reported ready and has not died since."""
+    batches_in_flight: int
+    """Batches handed to the instance and not yet done (0 or 1)."""
+    requests_in_flight: int
+    batch_size_in_flight: int
+    """Sum of the request batch sizes of the batch in flight."""
+    executions: int
+    """Batches this instance finished (cumulative)."""
+
+
+class BatchRecord(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """One recently formed batch."""
+
+    age_us: int
+    """Microseconds since it was formed."""
+    batch_size: int
+    requests: int
+    reason: str
+    """Why it closed: ``max``, ``preferred``, ``delay``, ``idle``, ``shape``, ``single``."""
+    instance: str
+
+
+class ModelQueueStatus(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """The scheduler's state of one model version, for ``triton-mp stat``."""
+
+    model: str
+    version: int
+    scheduler: str
+    """``dynamic`` (dynamic batcher) or ``default`` (one request per execution)."""
+    max_batch_size: int
+    preferred_batch_sizes: tuple[int, ...]
+    max_queue_delay_us: int
+    levels: tuple[LevelStatus, ...]
+    instances: tuple[InstanceStatus, ...]
+    batch_sizes: dict[int, int]
+    """Histogram of formed batches: total batch size -> batches (cumulative)."""
+    close_reasons: dict[str, int]
+    """Why formed batches closed: reason -> batches (cumulative)."""
+    recent_batches: tuple[BatchRecord, ...]
+    """The most recent batches, newest first."""
+
+
+class QueueReply(msgspec.Struct, frozen=True, kw_only=True, tag="queue_reply", array_like=True):
+    """The scheduler's answer to a ``QueueQuery``."""
+
+    query_id: int
+    models: tuple[ModelQueueStatus, ...]
+
+
 class ModelAvailability(
     msgspec.Struct, frozen=True, kw_only=True, tag="availability", array_like=True
 ):
@@ -274,5 +357,11 @@ class ModelAvailability(
 
 
 ToFrontend = (
-    InferResponse | RequestFailed | StatsReply | ShmRegistered | ShmUnregistered | ModelAvailability
+    InferResponse
+    | RequestFailed
+    | StatsReply
+    | QueueReply
+    | ShmRegistered
+    | ShmUnregistered
+    | ModelAvailability
 )
