@@ -6,6 +6,10 @@ Usage::
     python scripts/gen_protos.py           # regenerate src/triton_mp/_proto/ in place
     python scripts/gen_protos.py --check   # exit 1 if the committed files are stale
 
+The sources: ``grpc_service.proto`` and ``model_config.proto`` (Triton's ``inference`` package,
+wire-compatible), ``health.proto`` (``grpc.health.v1``) and ``admin.proto`` (``triton_mp.admin``,
+our own service behind ``triton-mp stat``). A new file in ``protos/`` needs no change here.
+
 What it produces, per ``protos/<name>.proto``: ``<name>_pb2.py``, ``<name>_pb2.pyi`` and, when the
 file declares a service, ``<name>_pb2_grpc.py``; plus ``_pool.py`` and ``__init__.py``. It runs
 ``grpc_tools.protoc`` in-process, then rewrites the output in two ways described below. Output
