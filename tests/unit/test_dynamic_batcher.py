@@ -87,7 +87,7 @@ def test_zero_delay_sends_whatever_is_queued_at_once() -> None:
     f.offer(1)
     assert f.sched.next_deadline_ns() is None
     (batch,) = f.pop()
-    assert (_keys(batch), batch.reason) == ([0], "delay")
+    assert (_keys(batch), batch.reason) == ([0], "idle")
 
 
 # --------------------------------------------------------------------------- preferred / max
@@ -324,9 +324,20 @@ def test_drain_queue_returns_everything_in_order() -> None:
     assert f.pop() == []
 
 
-def test_max_batch_size_must_be_positive() -> None:
-    with pytest.raises(ValueError, match="max_batch_size >= 1"):
-        DynamicBatcher(0)
+def test_max_batch_size_must_not_be_negative() -> None:
+    with pytest.raises(ValueError, match="max_batch_size >= 0"):
+        DynamicBatcher(-1)
+
+
+def test_max_batch_size_zero_runs_requests_alone() -> None:
+    f = Feed(DynamicBatcher(0, (), 100, (0, 1)))
+    f.offer(1, 1, 1)
+    batches = f.pop()
+    assert [(_keys(b), b.total_batch_size, b.reason) for b in batches] == [
+        ([0], 1, "single"),
+        ([1], 1, "single"),
+    ]
+    assert f.sched.queue_depth() == 1
 
 
 # --------------------------------------------------------------------------- default scheduler

@@ -78,6 +78,8 @@ EXAMPLES: dict[str, list[object]] = {
         m.CancelRequest(request_id=7, frontend_id=1, model="add_sub", version=1),
         m.StatsQuery(query_id=3, frontend_id=1),
         m.StatsQuery(query_id=4, frontend_id=0, model="add_sub", version=1),
+        m.QueueQuery(query_id=5, frontend_id=1),
+        m.QueueQuery(query_id=6, frontend_id=0, model="ocr_cls"),
         m.WorkerReady(instance_id=2, pid=4242),
         m.BatchDone(
             instance_id=2,
@@ -125,6 +127,53 @@ EXAMPLES: dict[str, list[object]] = {
         ),
         m.StatsReply(query_id=3, stats=(_stats(), m.ModelStats(name="other", version=2))),
         m.StatsReply(query_id=4, stats=()),
+        m.QueueReply(query_id=5, models=()),
+        m.QueueReply(
+            query_id=6,
+            models=(
+                m.ModelQueueStatus(
+                    model="ocr_cls",
+                    version=1,
+                    scheduler="dynamic",
+                    max_batch_size=32,
+                    preferred_batch_sizes=(8, 16, 32),
+                    max_queue_delay_us=500,
+                    levels=(
+                        m.LevelStatus(
+                            level=1,
+                            depth=3,
+                            delayed=1,
+                            oldest_age_us=1200,
+                            rejected=2,
+                            timed_out=4,
+                            delayed_total=1,
+                        ),
+                    ),
+                    instances=(
+                        m.InstanceStatus(
+                            instance_id=0,
+                            name="ocr_cls_0_0",
+                            live=True,
+                            batches_in_flight=1,
+                            requests_in_flight=8,
+                            batch_size_in_flight=8,
+                            executions=10,
+                        ),
+                    ),
+                    batch_sizes={8: 3, 1: 2},
+                    close_reasons={"preferred": 3, "delay": 2},
+                    recent_batches=(
+                        m.BatchRecord(
+                            age_us=10,
+                            batch_size=8,
+                            requests=8,
+                            reason="preferred",
+                            instance="ocr_cls_0_0",
+                        ),
+                    ),
+                ),
+            ),
+        ),
         SHM_REGISTERED,
         SHM_UNREGISTERED,
         m.ModelAvailability(model="add_sub", version=1, ready=False),

@@ -12,24 +12,31 @@ with a timeout, which asyncio cannot await without a thread hop per wake-up.
 
 from __future__ import annotations
 
+import collections
 import logging
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import cast
 
-from triton_mp.config import ModelVersionSpec, SchedulerSpec
+from triton_mp.config import ModelVersionSpec, QueuePolicySpec, SchedulerSpec
 from triton_mp.errors import ErrorCode
 from triton_mp.ipc import Inbox, Sender, encode
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.messages import (
     BatchAssign,
     BatchDone,
+    BatchRecord,
     CancelRequest,
     ErrorInfo,
     InferRequest,
+    InstanceStatus,
+    LevelStatus,
     ModelAvailability,
+    ModelQueueStatus,
+    QueueQuery,
+    QueueReply,
     RequestFailed,
     ShmRegistered,
     ShmUnregistered,
@@ -42,7 +49,14 @@ from triton_mp.ipc.messages import (
 )
 from triton_mp.log import configure_logging
 from triton_mp.scheduler.clock import Clock, MonotonicClock
-from triton_mp.scheduler.dynamic import DefaultScheduler, DynamicBatcher, ModelScheduler, Queued
+from triton_mp.scheduler.dynamic import (
+    DefaultScheduler,
+    DynamicBatcher,
+    ModelScheduler,
+    PriorityQueue,
+    Queued,
+    QueuePolicy,
+)
 from triton_mp.scheduler.stats import StatsBook
 
 log = logging.getLogger(__name__)
@@ -50,6 +64,12 @@ log = logging.getLogger(__name__)
 STOPPING_MESSAGE = (
     "Server is stopping, scheduler for model has stopped accepting new inference requests"
 )
+QUEUE_FULL_MESSAGE = "Exceeds maximum queue size"
+"""Triton's rejection when a priority level holds ``max_queue_size`` requests."""
+TIMEOUT_MESSAGE = "Request timeout expired"
+"""Triton's error for a request whose queue timeout expired under ``timeout_action: REJECT``."""
+RECENT_BATCHES = 32
+"""Formed batches kept per model for ``triton-mp stat``."""
 
 
 @dataclass(slots=True)
@@ -60,12 +80,48 @@ class _InFlight:
     total_batch_size: int
 
 
+def _policy(p: QueuePolicySpec) -> QueuePolicy:
+    return QueuePolicy(
+        p.timeout_action, p.default_timeout_us, p.allow_timeout_override, p.max_queue_size
+    )
+
+
 def make_model_scheduler(spec: ModelVersionSpec) -> ModelScheduler:
-    """The per-model scheduler for a model's scheduling choice (no instance idle yet)."""
+    """The per-model scheduler for a model's scheduling choice (no instance idle yet).
+
+    ``dynamic_batching`` gives the dynamic batcher with the model's priority levels and
+    queue policies (also with max_batch_size 0: requests then run alone); otherwise
+    Triton's default scheduler (FIFO, priorities ignored).
+    """
     b = spec.batching
-    if b.kind == "dynamic" and spec.max_batch_size > 0:
-        return DynamicBatcher(spec.max_batch_size, b.preferred_batch_sizes, b.max_queue_delay_us)
-    return DefaultScheduler()
+    if b.kind != "dynamic":
+        return DefaultScheduler()
+    queue = PriorityQueue(
+        b.priority_levels,
+        b.default_priority_level,
+        _policy(b.default_queue_policy),
+        {level: _policy(p) for level, p in b.priority_queue_policy.items()},
+    )
+    return DynamicBatcher(
+        max(0, spec.max_batch_size), b.preferred_batch_sizes, b.max_queue_delay_us, queue=queue
+    )
+
+
+def request_label(req: InferRequest) -> str:
+    """Triton's ``[request id: <id>] `` prefix of request errors."""
+    return f"[request id: {req.client_id or '<id_unknown>'}] "
+
+
+@dataclass(slots=True)
+class _BatchLog:
+    """What ``triton-mp stat`` shows of the batches one model version formed."""
+
+    sizes: collections.Counter[int] = field(default_factory=collections.Counter)
+    reasons: collections.Counter[str] = field(default_factory=collections.Counter)
+    recent: collections.deque[tuple[int, int, int, str, int]] = field(
+        default_factory=lambda: collections.deque(maxlen=RECENT_BATCHES)
+    )
+    """(formed at ns, total batch size, requests, reason, instance id), oldest first."""
 
 
 class SchedulerCore:
@@ -96,6 +152,13 @@ class SchedulerCore:
             i: (m.model, m.version) for m in models for i in m.instance_ids
         }
         self._inflight: dict[int, _InFlight] = {}
+        self._batch_log = {k: _BatchLog() for k in self._specs}
+        self._executions: collections.Counter[int] = collections.Counter()
+        self._instance_names = {
+            i: name
+            for m in models
+            for i, name in zip(m.instance_ids, m.instance_names, strict=False)
+        }
         self._busy: dict[int, int] = {}  # instance_id -> batch_id
         self._next_batch_id = 1
         self.stats = StatsBook(self._specs)
@@ -126,6 +189,11 @@ class SchedulerCore:
                 StatsReply(
                     query_id=msg.query_id, stats=self.stats.snapshot(msg.model, msg.version)
                 ),
+            )
+        elif isinstance(msg, QueueQuery):
+            self._send_frontend(
+                msg.frontend_id,
+                QueueReply(query_id=msg.query_id, models=self.queue_status(msg.model, now_ns)),
             )
         elif isinstance(msg, Shutdown):
             self._on_shutdown(now_ns)
@@ -159,8 +227,17 @@ class SchedulerCore:
             return
         enforced = self._enforced[key]
         shape_key = tuple(t.shape[1:] for t in req.inputs if t.name in enforced) if enforced else ()
-        queued_key = (req.frontend_id, req.request_id)
-        sched.offer(Queued(queued_key, max(1, req.batch_size), shape_key, now_ns, req), now_ns)
+        item = Queued(
+            (req.frontend_id, req.request_id),
+            max(1, req.batch_size),
+            shape_key,
+            now_ns,
+            req,
+            priority=req.priority,
+            timeout_us=req.timeout_us,
+        )
+        if not sched.offer(item, now_ns):
+            self._fail(req, ErrorCode.UNAVAILABLE, request_label(req) + QUEUE_FULL_MESSAGE, now_ns)
 
     def _on_cancel(self, msg: CancelRequest) -> None:
         """Drop a request whose client went away, if it has not been dispatched yet."""
@@ -192,6 +269,7 @@ class SchedulerCore:
             for i, r in enumerate(flight.requests)
             if i not in failed
         ]
+        self._executions[msg.instance_id] += 1
         self.stats.record_execution(
             key[0],
             key[1],
@@ -257,8 +335,24 @@ class SchedulerCore:
     def dispatch(self, now_ns: int) -> int:
         """Form and send every batch that is ready now; returns how many."""
         sent = 0
-        for sched in self._models.values():
+        for key, sched in self._models.items():
+            for item in sched.expire(now_ns):
+                self._fail(
+                    cast(InferRequest, item.payload), ErrorCode.UNAVAILABLE, TIMEOUT_MESSAGE, now_ns
+                )
+            batch_log = self._batch_log[key]
             for batch in sched.pop_ready(now_ns):
+                batch_log.sizes[batch.total_batch_size] += 1
+                batch_log.reasons[batch.reason] += 1
+                batch_log.recent.append(
+                    (
+                        now_ns,
+                        batch.total_batch_size,
+                        len(batch.requests),
+                        batch.reason,
+                        batch.instance_id,
+                    )
+                )
                 reqs = tuple(cast(InferRequest, q.payload) for q in batch.requests)
                 batch_id = self._next_batch_id
                 self._next_batch_id += 1
@@ -273,8 +367,75 @@ class SchedulerCore:
                 sent += 1
         return sent
 
+    def queue_status(self, model: str, now_ns: int) -> tuple[ModelQueueStatus, ...]:
+        """``triton-mp stat``'s view of one model's versions (all models when empty)."""
+        out = []
+        for key, sched in sorted(self._models.items()):
+            if model and key[0] != model:
+                continue
+            spec = self._specs[key]
+            levels = tuple(
+                LevelStatus(
+                    level=lv.level,
+                    depth=lv.depth,
+                    delayed=lv.delayed,
+                    oldest_age_us=(
+                        0
+                        if lv.oldest_enqueue_ns is None
+                        else (now_ns - lv.oldest_enqueue_ns) // 1000
+                    ),
+                    rejected=lv.rejected,
+                    timed_out=lv.timed_out,
+                    delayed_total=lv.delayed_total,
+                )
+                for lv in sched.levels()
+            )
+            instances = []
+            live = self._live.get(key, set())
+            for i in spec.instance_ids:
+                batch_id = self._busy.get(i)
+                flight = self._inflight.get(batch_id) if batch_id is not None else None
+                instances.append(
+                    InstanceStatus(
+                        instance_id=i,
+                        name=self._instance_names.get(i, str(i)),
+                        live=i in live,
+                        batches_in_flight=int(flight is not None),
+                        requests_in_flight=len(flight.requests) if flight else 0,
+                        batch_size_in_flight=flight.total_batch_size if flight else 0,
+                        executions=self._executions[i],
+                    )
+                )
+            blog = self._batch_log[key]
+            out.append(
+                ModelQueueStatus(
+                    model=key[0],
+                    version=key[1],
+                    scheduler=spec.batching.kind,
+                    max_batch_size=spec.max_batch_size,
+                    preferred_batch_sizes=spec.batching.preferred_batch_sizes,
+                    max_queue_delay_us=spec.batching.max_queue_delay_us,
+                    levels=levels,
+                    instances=tuple(instances),
+                    batch_sizes=dict(sorted(blog.sizes.items())),
+                    close_reasons=dict(sorted(blog.reasons.items())),
+                    recent_batches=tuple(
+                        BatchRecord(
+                            age_us=max(0, now_ns - at) // 1000,
+                            batch_size=size,
+                            requests=n,
+                            reason=reason,
+                            instance=self._instance_names.get(inst, str(inst)),
+                        )
+                        for at, size, n, reason, inst in reversed(blog.recent)
+                    ),
+                )
+            )
+        return tuple(out)
+
     def next_deadline_ns(self) -> int | None:
-        """The nearest time a batch may become ready without a message."""
+        """The nearest time a batch may become ready, or a queue timeout expire, without a
+        message."""
         deadlines = [d for s in self._models.values() if (d := s.next_deadline_ns()) is not None]
         return min(deadlines, default=None)
 
