@@ -9,7 +9,7 @@ from itertools import count
 
 import pytest
 
-from triton_mp.config import BatchingSpec, ModelVersionSpec, TensorSpec
+from triton_mp.config import BatchingSpec, ModelVersionSpec, QueuePolicySpec, TensorSpec
 from triton_mp.errors import ErrorCode
 from triton_mp.ipc.messages import (
     BatchAssign,
@@ -17,6 +17,8 @@ from triton_mp.ipc.messages import (
     BlockRef,
     InferRequest,
     ModelStats,
+    QueueQuery,
+    QueueReply,
     RequestFailed,
     Shutdown,
     StatsQuery,
@@ -26,7 +28,12 @@ from triton_mp.ipc.messages import (
     WorkerReady,
 )
 from triton_mp.scheduler.clock import FakeClock
-from triton_mp.scheduler.main import STOPPING_MESSAGE, SchedulerCore
+from triton_mp.scheduler.main import (
+    QUEUE_FULL_MESSAGE,
+    STOPPING_MESSAGE,
+    TIMEOUT_MESSAGE,
+    SchedulerCore,
+)
 
 US = 1000
 
@@ -97,6 +104,9 @@ class Harness:
         frontend_id: int = 0,
         width: int = 16,
         version: int = 1,
+        priority: int = 0,
+        timeout_us: int = 0,
+        client_id: str = "",
     ) -> InferRequest:
         rid = next(self.ids)
         shape = (batch_size, width)
@@ -115,6 +125,9 @@ class Harness:
             outputs=("OUTPUT0",),
             block=BlockRef(seg, 64 * rid - 64),
             arrival_ns=self.now - 10 * US,
+            priority=priority,
+            timeout_us=timeout_us,
+            client_id=client_id,
         )
         self.core.handle(req, self.now)
         return req
@@ -468,3 +481,103 @@ def test_frontends_learn_when_a_version_gains_or_loses_its_last_live_instance() 
     assert availability() == [(0, False), (1, False)]
     core.handle(WorkerReady(instance_id=1, pid=12), now)
     assert availability() == [(0, True), (1, True)]
+
+
+# --------------------------------------------------------------------------- queue policies
+
+POLICED = _model(
+    "policed",
+    (4,),
+    max_batch_size=1,
+    batching=BatchingSpec(
+        kind="dynamic",
+        max_batch_size=1,
+        priority_levels=2,
+        default_priority_level=2,
+        default_queue_policy=QueuePolicySpec(
+            default_timeout_us=100, allow_timeout_override=True, max_queue_size=3
+        ),
+        priority_queue_policy={1: QueuePolicySpec(timeout_action="DELAY", default_timeout_us=50)},
+    ),
+)
+
+
+def _policed() -> Harness:
+    return Harness(models=(POLICED,))
+
+
+def test_a_full_level_is_refused_with_tritons_message() -> None:
+    h = _policed()
+    accepted = [h.request("policed", client_id=f"r{i}") for i in range(5)]
+    fails = h.failures()
+    assert [m.request_id for _, m in fails] == [accepted[3].request_id, accepted[4].request_id]
+    assert {m.error.code for _, m in fails} == {ErrorCode.UNAVAILABLE}
+    assert fails[0][1].error.message == "[request id: r3] " + QUEUE_FULL_MESSAGE
+    assert h.stats("policed").fail.count == 2
+    unnamed = h.request("policed")
+    assert h.failures()[-1][1].request_id == unnamed.request_id
+    assert h.failures()[-1][1].error.message == "[request id: <id_unknown>] " + QUEUE_FULL_MESSAGE
+
+
+def test_a_reject_timeout_fails_the_request_when_it_expires_even_with_all_instances_busy() -> None:
+    h = _policed()
+    short = h.request("policed", timeout_us=20)
+    plain = h.request("policed")
+    assert h.core.next_deadline_ns() == h.now + 20 * US  # no instance ready: timeouts still wake
+    h.clock.advance_us(20)
+    h.dispatch()
+    assert [(m.request_id, m.error.message) for _, m in h.failures()] == [
+        (short.request_id, TIMEOUT_MESSAGE)
+    ]
+    h.clock.advance_us(80)
+    h.dispatch()
+    assert [m.request_id for _, m in h.failures()][-1] == plain.request_id
+    assert h.stats("policed").fail.count == 2
+    (status,) = h.core.queue_status("policed", h.now)
+    assert [(lv.level, lv.timed_out) for lv in status.levels] == [(1, 0), (2, 2)]
+
+
+def test_priority_and_delay_reach_the_batches() -> None:
+    h = _policed()
+    low = h.request("policed", priority=2)
+    high = h.request("policed", priority=1)
+    h.clock.advance_us(50)  # level 1's DELAY timeout: still ahead of level 2
+    h.ready(4)
+    ((_, batch),) = h.dispatch()
+    assert batch.requests == (high,)
+    assert h.failures() == []
+    (status,) = h.core.queue_status("policed", h.now)
+    assert [(lv.level, lv.delayed_total) for lv in status.levels] == [(1, 1), (2, 0)]
+    h.done(4, batch)
+    ((_, batch),) = h.dispatch()
+    assert batch.requests == (low,)
+
+
+def test_queue_query_reports_levels_instances_and_formed_batches(h: Harness) -> None:
+    h.ready(0, 1)
+    for _ in range(4):
+        h.request()  # preferred size 4: a batch at once
+    ((inst, batch),) = h.dispatch()
+    h.request()
+    h.clock.advance_us(30)
+    h.handle(QueueQuery(query_id=9, frontend_id=3, model="add_sub"))
+    ((fid, reply),) = [(f, m) for f, m in h.to_frontends if isinstance(m, QueueReply)]
+    assert (fid, reply.query_id) == (3, 9)
+    (st,) = reply.models
+    assert (st.model, st.version, st.scheduler, st.max_batch_size) == ("add_sub", 1, "dynamic", 8)
+    (level,) = st.levels
+    assert (level.level, level.depth, level.oldest_age_us) == (0, 1, 30)
+    busy = {i.instance_id: i for i in st.instances}
+    assert busy[inst].batches_in_flight == 1
+    assert busy[inst].batch_size_in_flight == 4
+    assert busy[1 - inst].batches_in_flight == 0
+    assert all(i.live for i in st.instances)
+    assert st.batch_sizes == {4: 1}
+    assert st.close_reasons == {"preferred": 1}
+    ((rec),) = st.recent_batches
+    assert (rec.batch_size, rec.requests, rec.reason, rec.age_us) == (4, 4, "preferred", 30)
+    h.done(inst, batch)
+    h.handle(QueueQuery(query_id=10, frontend_id=3))
+    reply = [m for _, m in h.to_frontends if isinstance(m, QueueReply)][-1]
+    assert [m.model for m in reply.models] == ["add_sub", "plain", "ragged"]
+    assert {i.instance_id: i.executions for i in reply.models[0].instances}[inst] == 1
