@@ -20,9 +20,10 @@ from multiprocessing.connection import Connection
 
 import grpc
 
+from triton_mp._proto import admin_pb2_grpc, health_pb2_grpc
 from triton_mp._proto import grpc_service_pb2_grpc as pb_grpc
-from triton_mp._proto import health_pb2_grpc
 from triton_mp.config import FrontendSpec
+from triton_mp.frontend.admin import AdminServicer
 from triton_mp.frontend.models import ModelTable
 from triton_mp.frontend.pending import PendingTable
 from triton_mp.frontend.servicer import HealthServicer, InferenceServicer
@@ -98,6 +99,15 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     )
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(servicer, models), server)
+    admin_pb2_grpc.add_AdminServicer_to_server(
+        AdminServicer(
+            frontend_id=spec.frontend_id,
+            models=models,
+            pending=pending,
+            send_scheduler=to_scheduler.send_bytes,
+        ),
+        server,
+    )
     address = f"{spec.grpc_address}:{spec.grpc_port}"
     port = server.add_insecure_port(address)
     if port == 0:
