@@ -256,7 +256,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             block, refs = write_inputs(self._arena, valid)
         except TritonMPError as e:
             await _abort(context, e.code, e.message)
-        rid, fut = self._pending.new_request(block)
+        preserve = model.config.dynamic_batching.preserve_ordering
+        rid, fut = self._pending.new_request(block, (model.name, version) if preserve else None)
         desc = InferRequest(
             request_id=rid,
             frontend_id=self._fid,

@@ -1,0 +1,85 @@
+"""``frontend.pending.PendingTable``: preserve_ordering holds responses until every earlier
+request of the same model has been answered; errors go at once. No shared memory: the
+requests own no blocks."""
+
+from __future__ import annotations
+
+import asyncio
+
+from triton_mp.errors import ErrorCode
+from triton_mp.frontend.pending import PendingTable
+from triton_mp.ipc import SegmentCache
+from triton_mp.ipc.messages import ErrorInfo, InferResponse, RequestFailed
+
+
+def _ok(rid: int) -> InferResponse:
+    return InferResponse(request_id=rid, version=1)
+
+
+def _failed(rid: int) -> RequestFailed:
+    return RequestFailed(request_id=rid, error=ErrorInfo(ErrorCode.UNAVAILABLE, "timeout"))
+
+
+def _run(order: object, answers: list[list[InferResponse | RequestFailed]]) -> list[int]:
+    """Register 4 requests, deliver ``answers`` in rounds; the request ids resolved after
+    each round, in resolution order (a request id is 1..4)."""
+
+    async def main() -> list[int]:
+        table = PendingTable(SegmentCache())
+        resolved: list[int] = []
+        for _ in range(4):
+            rid, fut = table.new_request(None, order)  # type: ignore[arg-type]
+            fut.add_done_callback(lambda f, rid=rid: resolved.append(rid))
+        for batch in answers:
+            table.deliver(batch)
+            await asyncio.sleep(0)  # run the done callbacks
+            resolved.append(0)
+        assert len(table) == 0
+        return resolved
+
+    return asyncio.run(main())
+
+
+def test_without_order_responses_go_as_they_come() -> None:
+    assert _run(None, [[_ok(3)], [_ok(1), _ok(4)], [_ok(2)]]) == [3, 0, 1, 4, 0, 2, 0]
+
+
+def test_with_order_a_later_response_waits_for_the_earlier_ones() -> None:
+    got = _run(("m", 1), [[_ok(3)], [_ok(1), _ok(4)], [_ok(2)]])
+    assert got == [0, 1, 0, 2, 3, 4, 0]
+
+
+def test_with_order_errors_go_at_once_and_unblock_the_stream() -> None:
+    got = _run(("m", 1), [[_ok(2), _ok(4)], [_failed(3)], [_failed(1)]])
+    assert got == [0, 3, 0, 1, 2, 4, 0]
+
+
+def test_streams_are_per_model() -> None:
+    async def main() -> list[int]:
+        table = PendingTable(SegmentCache())
+        resolved: list[int] = []
+        for order in (("a", 1), ("b", 1), ("a", 1)):
+            rid, fut = table.new_request(None, order)  # type: ignore[arg-type]
+            fut.add_done_callback(lambda f, rid=rid: resolved.append(rid))
+        table.deliver([_ok(2), _ok(3)])
+        await asyncio.sleep(0)
+        table.deliver([_ok(1)])
+        await asyncio.sleep(0)
+        return resolved
+
+    assert asyncio.run(main()) == [2, 1, 3]
+
+
+def test_a_request_forgotten_before_sending_leaves_its_stream() -> None:
+    async def main() -> list[int]:
+        table = PendingTable(SegmentCache())
+        resolved: list[int] = []
+        first, _ = table.new_request(None, "s")  # type: ignore[arg-type]
+        second, fut = table.new_request(None, "s")  # type: ignore[arg-type]
+        fut.add_done_callback(lambda f: resolved.append(second))
+        table.forget_request(first)
+        table.deliver([_ok(second)])
+        await asyncio.sleep(0)
+        return resolved
+
+    assert asyncio.run(main()) == [2]
