@@ -1,7 +1,9 @@
-"""``triton-mp`` command line: ``start`` (serve a model repository).
+"""``triton-mp`` command line: ``start`` (serve a model repository), ``stat`` (watch its queues).
 
-Imported by the console script. Parses flags with ``tritonserver``'s names and defaults into
-a frozen ``ServerConfig`` and hands it to the supervisor; no serving logic lives here.
+Imported by the console script. ``start`` parses flags with ``tritonserver``'s names and
+defaults into a frozen ``ServerConfig`` and hands it to the supervisor; ``stat`` hands its
+flags to ``triton_mp.stat``. No serving or rendering logic lives here, and neither gRPC nor
+rich is imported unless ``stat`` runs.
 """
 
 from __future__ import annotations
@@ -33,6 +35,39 @@ def _bool(text: str) -> bool:
     if low in _FALSE:
         return False
     raise argparse.ArgumentTypeError(f"expected a boolean (true/false/on/off/1/0), got '{text}'")
+
+
+def _positive_s(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got '{text}'")
+    return value
+
+
+def _add_stat(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    stat = sub.add_parser(
+        "stat",
+        help="show a running server's queues, instances and batches",
+        description="Show a running triton-mp server's queues per model and priority level, "
+        "its instances, the batch sizes formed and why batches closed.",
+    )
+    stat.add_argument("--url", default="localhost:8001", help="the server's gRPC host:port")
+    stat.add_argument("--model", default="", help="one model only (default: every model)")
+    mode = stat.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--json", action="store_true", help="print one snapshot as JSON (for scripts)"
+    )
+    mode.add_argument("--watch", action="store_true", help="refresh like top until Ctrl-C")
+    stat.add_argument(
+        "--interval",
+        type=_positive_s,
+        default=1.0,
+        metavar="S",
+        help="seconds between --watch refreshes (default 1)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="<backend>,<key>=<value>; onnxruntime,default-max-batch-size=N",
     )
+    _add_stat(sub)
     return parser
 
 
@@ -156,6 +192,12 @@ def main(argv: list[str] | None = None) -> int:
         except TritonMPError as e:
             log.error("%s", e.message)
             return 1
+    if args.command == "stat":
+        from triton_mp.stat import run_stat
+
+        return run_stat(
+            args.url, args.model, as_json=args.json, watch=args.watch, interval_s=args.interval
+        )
     return 2
 
 
