@@ -205,7 +205,7 @@ def _queues(m: ModelQueueStatus) -> Table:
             str(lv.level) if lv.level else "-",
             str(lv.depth),
             str(lv.delayed),
-            format_age_us(lv.oldest_age_us),
+            format_age_us(lv.oldest_age_us, zero="0 µs" if lv.depth else "-"),
             str(lv.rejected),
             str(lv.timed_out),
             style="bold" if lv.depth else None,

@@ -198,6 +198,14 @@ def test_table_fits_80_columns_by_stacking_tables() -> None:
     assert "1.25 s" in text
 
 
+def test_oldest_age_of_a_request_that_just_arrived_is_not_a_dash() -> None:
+    fresh = msgspec.structs.replace(
+        idle_add_sub(), levels=(msgspec.structs.replace(idle_add_sub().levels[0], depth=1),)
+    )
+    row = next(line.split() for line in _text((fresh,), 100).splitlines() if line[:1] == "-")
+    assert row[:5] == ["-", "1", "0", "0", "µs"]
+
+
 def test_table_shows_error_and_empty_server() -> None:
     text = _text((), 100, error="cannot reach a server at x")
     assert "cannot reach a server at x" in text
