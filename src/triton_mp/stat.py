@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 
 CLOSE_REASONS = ("max", "preferred", "delay", "idle", "shape", "single")
 """Why a batch closed, in the order shown: reached max_batch_size, reached a preferred size,
-the oldest request's max_queue_delay expired, an instance became idle, the next request's
-shape differs, one request per execution (default scheduler)."""
+the oldest request's max_queue_delay expired, sent as soon as an instance was free (no
+max_queue_delay), the next request's shape differs, one request per execution (the default
+scheduler, max_batch_size 0)."""
 
 HISTOGRAM_ROWS = 10
 """At most this many histogram rows; more distinct sizes are grouped in power-of-two ranges."""
