@@ -15,6 +15,7 @@ from triton_mp.ipc.messages import (
     BatchAssign,
     BatchDone,
     BlockRef,
+    CancelRequest,
     InferRequest,
     ModelStats,
     QueueQuery,
@@ -581,3 +582,25 @@ def test_queue_query_reports_levels_instances_and_formed_batches(h: Harness) -> 
     reply = [m for _, m in h.to_frontends if isinstance(m, QueueReply)][-1]
     assert [m.model for m in reply.models] == ["add_sub", "plain", "ragged"]
     assert {i.instance_id: i.executions for i in reply.models[0].instances}[inst] == 1
+
+
+def test_failures_are_counted_per_metric_reason() -> None:
+    h = _policed()
+    for i in range(4):
+        h.request("policed", client_id=f"r{i}")  # the 4th: queue full -> REJECTED
+    h.clock.advance_us(100)  # the 3 queued time out -> REJECTED
+    h.dispatch()
+    h.ready(4)
+    cancelled = h.request("policed")
+    h.handle(
+        CancelRequest(request_id=cancelled.request_id, frontend_id=0, model="policed", version=1)
+    )
+    h.request("policed")
+    ((_, batch),) = h.dispatch()
+    h.done(4, batch, failed=(0,))  # the model's error -> BACKEND
+    h.request("policed")
+    ((_, batch),) = h.dispatch()
+    h.handle(WorkerDied(instance_id=4, exitcode=-9))  # -> OTHER
+    st = h.stats("policed")
+    assert st.fail_reasons == {"REJECTED": 4, "CANCELED": 1, "BACKEND": 1, "OTHER": 1}
+    assert st.fail.count == 7

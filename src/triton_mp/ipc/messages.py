@@ -263,6 +263,9 @@ class ModelStats(msgspec.Struct, array_like=True):
     compute_infer: StatDuration = msgspec.field(default_factory=StatDuration)
     compute_output: StatDuration = msgspec.field(default_factory=StatDuration)
     batch_stats: dict[int, BatchStats] = msgspec.field(default_factory=dict)
+    fail_reasons: dict[str, int] = msgspec.field(default_factory=dict)
+    """Failed requests per Triton metric reason: REJECTED (queue full, queue timeout),
+    CANCELED (client went away), BACKEND (the model's error), OTHER (instance died, stopping)."""
 
 
 class StatsReply(msgspec.Struct, frozen=True, kw_only=True, tag="stats_reply", array_like=True):

@@ -174,7 +174,7 @@ class SchedulerCore:
         elif isinstance(msg, BatchDone):
             self._on_batch_done(msg)
         elif isinstance(msg, CancelRequest):
-            self._on_cancel(msg)
+            self._on_cancel(msg, now_ns)
         elif isinstance(msg, WorkerReady):
             key = self._instance_model.get(msg.instance_id)
             if key is not None:
@@ -203,8 +203,15 @@ class SchedulerCore:
                 if fid != msg.frontend_id:
                     self._send_frontend(fid, msg)
 
-    def _fail(self, req: InferRequest, code: ErrorCode, message: str, now_ns: int) -> None:
-        self.stats.record_failure(req.model, req.version, req.arrival_ns, now_ns)
+    def _fail(
+        self,
+        req: InferRequest,
+        code: ErrorCode,
+        message: str,
+        now_ns: int,
+        reason: str = "OTHER",
+    ) -> None:
+        self.stats.record_failure(req.model, req.version, req.arrival_ns, now_ns, reason)
         self._send_frontend(
             req.frontend_id,
             RequestFailed(
@@ -237,24 +244,26 @@ class SchedulerCore:
             timeout_us=req.timeout_us,
         )
         if not sched.offer(item, now_ns):
-            self._fail(req, ErrorCode.UNAVAILABLE, request_label(req) + QUEUE_FULL_MESSAGE, now_ns)
+            self._fail(
+                req,
+                ErrorCode.UNAVAILABLE,
+                request_label(req) + QUEUE_FULL_MESSAGE,
+                now_ns,
+                "REJECTED",
+            )
 
-    def _on_cancel(self, msg: CancelRequest) -> None:
+    def _on_cancel(self, msg: CancelRequest, now_ns: int) -> None:
         """Drop a request whose client went away, if it has not been dispatched yet."""
         sched = self._models.get((msg.model, msg.version))
         item = sched.cancel((msg.frontend_id, msg.request_id)) if sched else None
         if item is not None:
             # NOTE: the answer lets the frontend free the request's input block.
-            self._send_frontend(
-                msg.frontend_id,
-                RequestFailed(
-                    request_id=msg.request_id,
-                    error=ErrorInfo(
-                        code=ErrorCode.CANCELLED,
-                        message="Request was cancelled before it was scheduled",
-                        origin="scheduler",
-                    ),
-                ),
+            self._fail(
+                cast(InferRequest, item.payload),
+                ErrorCode.CANCELLED,
+                "Request was cancelled before it was scheduled",
+                now_ns,
+                "CANCELED",
             )
 
     def _on_batch_done(self, msg: BatchDone) -> None:
@@ -282,7 +291,7 @@ class SchedulerCore:
         )
         for i in failed:
             r = flight.requests[i]
-            self.stats.record_failure(r.model, r.version, r.arrival_ns, msg.end_ns)
+            self.stats.record_failure(r.model, r.version, r.arrival_ns, msg.end_ns, "BACKEND")
         if not self.stopping:
             self._models[key].instance_idle(msg.instance_id)
 
@@ -338,7 +347,11 @@ class SchedulerCore:
         for key, sched in self._models.items():
             for item in sched.expire(now_ns):
                 self._fail(
-                    cast(InferRequest, item.payload), ErrorCode.UNAVAILABLE, TIMEOUT_MESSAGE, now_ns
+                    cast(InferRequest, item.payload),
+                    ErrorCode.UNAVAILABLE,
+                    TIMEOUT_MESSAGE,
+                    now_ns,
+                    "REJECTED",
                 )
             batch_log = self._batch_log[key]
             for batch in sched.pop_ready(now_ns):

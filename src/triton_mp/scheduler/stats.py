@@ -69,11 +69,19 @@ class StatsBook:
         bs.compute_infer.add(compute_infer_ns)
         bs.compute_output.add(compute_output_ns)
 
-    def record_failure(self, model: str, version: int, arrival_ns: int, end_ns: int) -> None:
-        """A request ended in an error after it reached the scheduler."""
+    def record_failure(
+        self, model: str, version: int, arrival_ns: int, end_ns: int, reason: str = "OTHER"
+    ) -> None:
+        """A request ended in an error after it reached the scheduler.
+
+        Args:
+            reason: Triton's failure reason (``nv_inference_request_failure{reason}``):
+                ``REJECTED``, ``CANCELED``, ``BACKEND`` or ``OTHER``.
+        """
         st = self._stats.get((model, version))
         if st is not None:
             st.fail.add(end_ns - arrival_ns)
+            st.fail_reasons[reason] = st.fail_reasons.get(reason, 0) + 1
 
     def snapshot(self, model: str = "", version: int = -1) -> tuple[ModelStats, ...]:
         """Copies of the stats of one model (all versions when ``version`` < 0) or of all."""
