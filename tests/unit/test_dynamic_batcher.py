@@ -512,3 +512,18 @@ def test_default_scheduler_dispatches_each_request_alone_in_order(
             out.extend(b.requests)
             f.sched.instance_idle(b.instance_id)
     assert out == offered
+
+
+def test_a_batch_that_waited_for_an_instance_past_its_delay_closes_as_idle() -> None:
+    f = dynamic(preferred=(), instances=())
+    f.offer(1, 1)
+    f.clock.advance_us(500)  # the delay ran out long ago while no instance was free
+    f.sched.instance_idle(0, f.clock.now_ns())
+    (batch,) = f.pop()
+    assert (batch.total_batch_size, batch.reason) == (2, "idle")
+    # an instance already idle when the delay runs out: the delay closed the batch
+    f.offer(1)
+    f.sched.instance_idle(0, f.clock.now_ns())
+    f.clock.advance_us(100)
+    (batch,) = f.pop()
+    assert batch.reason == "delay"

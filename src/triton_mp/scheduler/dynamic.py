@@ -30,8 +30,9 @@ Semantics (Triton core ``dynamic_batch_scheduler.cc``, ``scheduler_utils.cc``, d
     and there is a cut: send up to the cut now (reason ``preferred``, or ``max``);
   * the walk filled the batch (the next request does not fit: ``max``; a shape differs:
     ``shape``), or the sum reached the largest preferred size: send all walked now;
-  * the delay has run out (``delay``), or is 0 (``idle``: whatever waited when an instance
-    became free): send all walked, preferred sizes notwithstanding;
+  * the delay has run out (``delay``; ``idle`` when it ran out while every instance was
+    busy, so the batch closed when one became free), or is 0 (``idle`` too): send all
+    walked, preferred sizes notwithstanding;
   * otherwise wait until the oldest request's delay runs out.
 - A request with batch size n counts n toward max_batch_size and is never split. With
   ``max_batch_size`` 0 the dynamic batcher keeps its queue rules but runs requests alone.
@@ -299,8 +300,9 @@ class ModelScheduler(Protocol):
         """Enqueue a request; False when its priority level's queue is full."""
         ...
 
-    def instance_idle(self, instance_id: int) -> None:
-        """An instance finished its batch (or became ready) and can take another."""
+    def instance_idle(self, instance_id: int, now_ns: int = 0) -> None:
+        """An instance finished its batch (or became ready) at ``now_ns`` and can take
+        another."""
         ...
 
     def instance_gone(self, instance_id: int) -> None:
@@ -343,13 +345,15 @@ class _QueueAndInstances:
     def __init__(self, instance_ids: Sequence[int] = (), queue: PriorityQueue | None = None):
         self._queue = queue if queue is not None else PriorityQueue()
         self._idle: collections.deque[int] = collections.deque(instance_ids)
+        self._idle_since: dict[int, int] = {}
 
     def offer(self, item: Queued, now_ns: int) -> bool:
         return self._queue.push(item)
 
-    def instance_idle(self, instance_id: int) -> None:
+    def instance_idle(self, instance_id: int, now_ns: int = 0) -> None:
         if instance_id not in self._idle:
             self._idle.append(instance_id)
+            self._idle_since[instance_id] = now_ns
 
     def instance_gone(self, instance_id: int) -> None:
         with contextlib.suppress(ValueError):
@@ -487,7 +491,11 @@ class DynamicBatcher(_QueueAndInstances):
         if w.stop:
             return w.count, w.total, w.stop
         if delay_ran_out:
-            return w.count, w.total, "delay"
+            # NOTE: when the delay ran out while every instance was busy, the batch closed
+            # because an instance became free, not because of the delay.
+            idle_since = self._idle_since.get(self._idle[0], 0)
+            waited_for_instance = idle_since > w.oldest_ns + delay_ns
+            return w.count, w.total, "idle" if waited_for_instance else "delay"
         if delay_ns == 0:
             return w.count, w.total, "idle"
         if w.total >= self.max_preferred:

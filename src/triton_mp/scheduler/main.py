@@ -172,14 +172,14 @@ class SchedulerCore:
         if isinstance(msg, InferRequest):
             self._on_request(msg, now_ns)
         elif isinstance(msg, BatchDone):
-            self._on_batch_done(msg)
+            self._on_batch_done(msg, now_ns)
         elif isinstance(msg, CancelRequest):
             self._on_cancel(msg, now_ns)
         elif isinstance(msg, WorkerReady):
             key = self._instance_model.get(msg.instance_id)
             if key is not None:
                 log.info("instance %d ready (pid %d)", msg.instance_id, msg.pid)
-                self._models[key].instance_idle(msg.instance_id)
+                self._models[key].instance_idle(msg.instance_id, now_ns)
                 self._set_live(key, msg.instance_id, True)
         elif isinstance(msg, WorkerDied):
             self._on_worker_died(msg, now_ns)
@@ -266,7 +266,7 @@ class SchedulerCore:
                 "CANCELED",
             )
 
-    def _on_batch_done(self, msg: BatchDone) -> None:
+    def _on_batch_done(self, msg: BatchDone, now_ns: int) -> None:
         flight = self._inflight.pop(msg.batch_id, None)
         self._busy.pop(msg.instance_id, None)
         key = self._instance_model.get(msg.instance_id)
@@ -293,7 +293,7 @@ class SchedulerCore:
             r = flight.requests[i]
             self.stats.record_failure(r.model, r.version, r.arrival_ns, msg.end_ns, "BACKEND")
         if not self.stopping:
-            self._models[key].instance_idle(msg.instance_id)
+            self._models[key].instance_idle(msg.instance_id, now_ns)
 
     def _set_live(self, key: tuple[str, int], instance_id: int, alive: bool) -> None:
         """Track live instances; tell every frontend when a version gains its first live
