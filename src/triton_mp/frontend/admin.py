@@ -159,8 +159,11 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):  # type: ignore[misc]
         self._send(encode(QueueQuery(query_id=qid, frontend_id=self._fid, model=request.model)))
         try:
             reply = await asyncio.wait_for(fut, self._timeout_s)
+        except asyncio.CancelledError:
+            self._pending.forget_query(qid)
+            raise
         except TimeoutError:
-            # NOTE: wait_for cancelled the future; a late reply finds it done and is dropped.
+            self._pending.forget_query(qid)
             await _abort(
                 context,
                 grpc.StatusCode.DEADLINE_EXCEEDED,

@@ -75,6 +75,10 @@ class PendingTable:
         self._queries[qid] = fut
         return qid, fut
 
+    def forget_query(self, query_id: int) -> None:
+        """Drop a query nobody waits for any more (timed out, client gone)."""
+        self._queries.pop(query_id, None)
+
     def free(self, block: BlockRef | None) -> None:
         """Mark a block FREE in its arena (inputs: ours; outputs: a worker's)."""
         if block is not None:

@@ -414,7 +414,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
                 StatsQuery(query_id=qid, frontend_id=self._fid, model=request.name, version=version)
             )
         )
-        reply = await fut
+        try:
+            reply = await fut
+        except asyncio.CancelledError:
+            self._pending.forget_query(qid)
+            raise
         assert isinstance(reply, StatsReply)
         return pb.ModelStatisticsResponse(model_stats=[stats_to_proto(s) for s in reply.stats])
 
