@@ -604,3 +604,19 @@ def test_failures_are_counted_per_metric_reason() -> None:
     st = h.stats("policed")
     assert st.fail_reasons == {"REJECTED": 4, "CANCELED": 1, "BACKEND": 1, "OTHER": 1}
     assert st.fail.count == 7
+
+
+def test_an_instance_that_comes_back_after_dying_counts_a_restart(h: Harness) -> None:
+    h.ready(0, 1)
+    h.handle(WorkerDied(instance_id=0, exitcode=-9))
+    (st,) = h.core.queue_status("add_sub", h.now)
+    assert [(i.instance_id, i.live, i.restarts) for i in st.instances] == [
+        (0, False, 0),
+        (1, True, 0),
+    ]
+    h.ready(0)
+    (st,) = h.core.queue_status("add_sub", h.now)
+    assert [(i.instance_id, i.live, i.restarts) for i in st.instances] == [
+        (0, True, 1),
+        (1, True, 0),
+    ]

@@ -85,6 +85,7 @@ def test_json_snapshot_has_stable_keys() -> None:
         "requests_in_flight",
         "batch_size_in_flight",
         "executions",
+        "restarts",
     ]
     assert list(cls["recent_batches"][0]) == [
         "age_us",

@@ -308,6 +308,8 @@ class InstanceStatus(msgspec.Struct, frozen=True, kw_only=True, array_like=True)
     """Sum of the request batch sizes of the batch in flight."""
     executions: int
     """Batches this instance finished (cumulative)."""
+    restarts: int = 0
+    """Times the worker process came back after it died (cumulative)."""
 
 
 class BatchRecord(msgspec.Struct, frozen=True, kw_only=True, array_like=True):

@@ -154,6 +154,8 @@ class SchedulerCore:
         self._inflight: dict[int, _InFlight] = {}
         self._batch_log = {k: _BatchLog() for k in self._specs}
         self._executions: collections.Counter[int] = collections.Counter()
+        self._restarts: collections.Counter[int] = collections.Counter()
+        self._died: set[int] = set()
         self._instance_names = {
             i: name
             for m in models
@@ -179,6 +181,9 @@ class SchedulerCore:
             key = self._instance_model.get(msg.instance_id)
             if key is not None:
                 log.info("instance %d ready (pid %d)", msg.instance_id, msg.pid)
+                if msg.instance_id in self._died:
+                    self._restarts[msg.instance_id] += 1
+                    self._died.discard(msg.instance_id)
                 self._models[key].instance_idle(msg.instance_id, now_ns)
                 self._set_live(key, msg.instance_id, True)
         elif isinstance(msg, WorkerDied):
@@ -315,6 +320,7 @@ class SchedulerCore:
             return
         self._models[key].instance_gone(msg.instance_id)
         self._set_live(key, msg.instance_id, False)
+        self._died.add(msg.instance_id)
         batch_id = self._busy.pop(msg.instance_id, None)
         flight = self._inflight.pop(batch_id, None) if batch_id is not None else None
         log.warning(
@@ -417,6 +423,7 @@ class SchedulerCore:
                         requests_in_flight=len(flight.requests) if flight else 0,
                         batch_size_in_flight=flight.total_batch_size if flight else 0,
                         executions=self._executions[i],
+                        restarts=self._restarts[i],
                     )
                 )
             blog = self._batch_log[key]
