@@ -2,8 +2,14 @@
 
 Imported by every role's ``main`` and by the CLI. Modules log with
 ``logging.getLogger(__name__)`` and %-style arguments; ``configure_logging`` adds the
-process's role, instance and pid to every line, so messages never repeat them, and renders
-lines as console text or JSON (``--log-format``).
+process's role, model, instance and pid to every line, so messages never repeat them, and
+renders lines as console text or JSON (``--log-format``). A process that speaks for many
+models (supervisor, scheduler) names the one a line is about with
+``extra={"model": ..., "instance": ...}``; those keys become fields of the line.
+
+State changes log at INFO, one line each (model loading / ready / failed, instance
+started / ready / died / restarted / given up, draining, stopped); ``--log-verbose 1`` adds
+per-request and per-batch detail at DEBUG.
 """
 
 from __future__ import annotations
@@ -21,19 +27,24 @@ def _verbosity_level(verbose: int) -> int:
     return logging.DEBUG if verbose > 0 else logging.INFO
 
 
-def configure_logging(role: str, instance: str, verbose: int = 0, fmt: str = "console") -> None:
-    """Route this process's log records to stderr with role/instance/pid fields.
+def configure_logging(
+    role: str, instance: str, verbose: int = 0, fmt: str = "console", model: str = ""
+) -> None:
+    """Route this process's log records to stderr with role/model/instance/pid fields.
 
     Args:
         role: ``supervisor``, ``frontend``, ``scheduler`` or ``worker``.
         instance: model instance name for workers, frontend index for frontends, else "".
         verbose: ``--log-verbose``; > 0 enables DEBUG (per-request detail).
         fmt: ``console`` or ``json`` (``--log-format``).
+        model: the model a worker serves, else "".
     """
     pid = os.getpid()
 
     def add_process(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
         event.setdefault("role", role)
+        if model:
+            event.setdefault("model", model)
         if instance:
             event.setdefault("instance", instance)
         event.setdefault("pid", pid)
@@ -49,6 +60,7 @@ def configure_logging(role: str, instance: str, verbose: int = 0, fmt: str = "co
             structlog.stdlib.add_log_level,
             structlog.stdlib.add_logger_name,
             structlog.processors.TimeStamper(fmt="iso"),
+            structlog.stdlib.ExtraAdder(),
             add_process,
         ],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],

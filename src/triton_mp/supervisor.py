@@ -35,6 +35,7 @@ from triton_mp.config import (
     InboxSpec,
     InstanceSpec,
     LogSpec,
+    MetricsSpec,
     ModelEntry,
     ModelVersionSpec,
     QueuePolicySpec,
@@ -176,6 +177,26 @@ def plan_models(models: list[RepositoryModel]) -> tuple[list[ModelPlan], list[In
     return plans, instances
 
 
+def _probe_port(service: str, address: str, port: int) -> None:
+    """Bind ``address:port`` for a moment (port 0: nothing to check).
+
+    Raises:
+        StartupError: the address is in use, worded as Triton's
+            ``failed to start <service> service: Socket '<address>:<port>' already in use``.
+    """
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address, port))
+        except OSError as e:
+            raise StartupError(
+                f"failed to start {service} service: Socket '{address}:{port}' "
+                f"already in use ({e.strerror})"
+            ) from None
+
+
 @dataclass
 class _Child:
     role: Role
@@ -187,6 +208,13 @@ class _Child:
     ready: bool = False
     restarts: int = 0
     restart_at: float = 0.0
+    model: str = ""
+    """The model a worker serves (log fields)."""
+
+    @property
+    def fields(self) -> dict[str, str]:
+        """``extra`` for log lines about this child: its model and instance."""
+        return {"model": self.model, "instance": self.name} if self.role == "worker" else {}
 
 
 _PR_SET_PDEATHSIG = 1
@@ -271,6 +299,7 @@ class Supervisor:
         )
         proc.start()
         send_end.close()
+        log.info("started %s %s (pid %d)", child.role, child.name, proc.pid, extra=child.fields)
         child.process = proc
         child.ready_conn = recv_end
         child.ready = False
@@ -342,24 +371,21 @@ class Supervisor:
             self._wake_w.send(b"x")
 
     def _check_port_free(self) -> None:
-        """Fail fast when the gRPC port is taken (frontends bind with SO_REUSEPORT, which
-        would otherwise share it silently with another server).
+        """Fail fast, before loading any model, when a port the server needs is taken (gRPC
+        frontends bind with SO_REUSEPORT, which would otherwise share it silently with
+        another server; the metrics port would only fail once every model has loaded).
 
         Raises:
-            StartupError: the address is in use.
+            StartupError: an address is in use.
         """
         cfg = self.config
-        if cfg.grpc_port == 0:
-            return
-        family = socket.AF_INET6 if ":" in cfg.grpc_address else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind((cfg.grpc_address, cfg.grpc_port))
-            except OSError as e:
-                raise StartupError(
-                    f"failed to start GRPC service: Socket '{cfg.grpc_address}:{cfg.grpc_port}' "
-                    f"already in use ({e.strerror})"
-                ) from None
+        _probe_port("GRPC", cfg.grpc_address, cfg.grpc_port)
+        if cfg.allow_metrics:
+            _probe_port("Metrics", self._metrics_address, cfg.metrics_port)
+
+    @property
+    def _metrics_address(self) -> str:
+        return self.config.metrics_address or self.config.http_address
 
     def _run(self) -> int:
         cfg = self.config
@@ -383,7 +409,12 @@ class Supervisor:
         plans, instances = plan_models(repo_models)
         for p in plans:
             if p.error:
-                log.error("failed to load model '%s': %s", p.repo.name, p.error)
+                log.error(
+                    "failed to load model '%s': %s",
+                    p.repo.name,
+                    p.error,
+                    extra={"model": p.repo.name},
+                )
         n_fe = cfg.frontend_processes
 
         sched_inbox_rings = [self._ring(f"r_f{i}_s") for i in range(n_fe)]
@@ -445,7 +476,7 @@ class Supervisor:
                 arena_budget_bytes=cfg.arena_budget_bytes,
                 log=self._log,
             )
-            child = _Child("worker", w.name, encode(spec), env)
+            child = _Child("worker", w.name, encode(spec), env, model=w.model)
             workers[w.instance_id] = child
             self._children.append(child)
             self._spawn(child)
@@ -460,10 +491,21 @@ class Supervisor:
                 if err is not None:
                     failed.setdefault(inst.version, f"instance {inst.name}: {err}")
             for v, reason in failed.items():
-                log.error("failed to load model '%s' version %d: %s", p.repo.name, v, reason)
+                log.error(
+                    "failed to load model '%s' version %d: %s",
+                    p.repo.name,
+                    v,
+                    reason,
+                    extra={"model": p.repo.name},
+                )
             ready = tuple(v.version for v in p.versions if v.version not in failed)
             if ready:
-                log.info("model '%s' ready: versions %s", p.repo.name, list(ready))
+                log.info(
+                    "model '%s' ready: versions %s",
+                    p.repo.name,
+                    list(ready),
+                    extra={"model": p.repo.name},
+                )
             entries.append(
                 ModelEntry(
                     name=p.repo.name,
@@ -501,6 +543,15 @@ class Supervisor:
                 model_control_mode=cfg.model_control_mode,
                 allow_client_shm=cfg.allow_client_shm,
                 log=self._log,
+                # NOTE: Triton has one metrics endpoint; frontend 0 serves it for the server.
+                metrics=MetricsSpec(
+                    address=self._metrics_address,
+                    port=cfg.metrics_port,
+                    cpu_metrics=cfg.allow_cpu_metrics,
+                    interval_ms=cfg.metrics_interval_ms,
+                )
+                if cfg.allow_metrics and i == 0
+                else None,
             )
             child = _Child("frontend", str(i), encode(spec_fe))
             self._frontends.append(child)
@@ -567,7 +618,7 @@ class Supervisor:
         c.process.join(timeout=5)
         code = c.process.exitcode if c.process.exitcode is not None else -1
         iid = self._instance_id(c)
-        log.warning("worker %s died with exit code %d", c.name, code)
+        log.warning("worker %s died with exit code %d", c.name, code, extra=c.fields)
         # NOTE: its output arenas are named after its pid; frontends that still read a block
         # keep their mapping, so removing the names is safe and frees the memory later.
         for name in list_objects(self.server_id):
@@ -576,7 +627,9 @@ class Supervisor:
         self._to_scheduler.send(WorkerDied(instance_id=iid, exitcode=code))
         c.process = None
         if c.restarts >= MAX_RESTARTS:
-            log.error("instance %s failed %d times; not restarting it", c.name, c.restarts)
+            log.error(
+                "instance %s failed %d times; not restarting it", c.name, c.restarts, extra=c.fields
+            )
             return
         c.restart_at = time.monotonic() + min(0.1 * 2**c.restarts, 10.0)
         c.restarts += 1
@@ -590,7 +643,7 @@ class Supervisor:
         for c in self._children:
             if c.process is None and c.restart_at and c.restart_at <= now:
                 c.restart_at = 0.0
-                log.info("restarting worker %s (attempt %d)", c.name, c.restarts)
+                log.info("restarting worker %s (attempt %d)", c.name, c.restarts, extra=c.fields)
                 self._spawn(c)
 
     def _worker_ready_msg(self, conn: Connection) -> None:
@@ -604,7 +657,7 @@ class Supervisor:
         if msg == b"ready":
             c.ready = True
             c.restarts = 0
-            log.info("worker %s restarted", c.name)
+            log.info("worker %s restarted", c.name, extra=c.fields)
         else:
             c.ready = True  # NOTE: no more messages; the sentinel reports the exit.
 

@@ -116,7 +116,7 @@ def test_dead_worker_fails_its_requests_and_is_restarted(
     server = start_server(repo, "--log-verbose", "1")
     client = server.client()
     client.infer("ocr_det", _det_input(64))
-    det_pid = _pid_of(server, r"instance ready\s+\S*\s*instance=ocr_det_0_0 pid=(\d+)")
+    det_pid = _pid_of(server, r"instance ready\s.*?instance=ocr_det_0_0 .*?pid=(\d+)")
     with ThreadPoolExecutor(1) as pool:
         fut = pool.submit(client.infer, "ocr_det", _det_input(1600))
         # NOTE: kill the worker while it runs the batch (a 1600x1600 pass takes seconds).

@@ -180,7 +180,15 @@ class SchedulerCore:
         elif isinstance(msg, WorkerReady):
             key = self._instance_model.get(msg.instance_id)
             if key is not None:
-                log.info("instance %d ready (pid %d)", msg.instance_id, msg.pid)
+                log.info(
+                    "instance %s ready (pid %d)",
+                    self._instance_names.get(msg.instance_id, msg.instance_id),
+                    msg.pid,
+                    extra={
+                        "model": key[0],
+                        "instance": self._instance_names.get(msg.instance_id, ""),
+                    },
+                )
                 if msg.instance_id in self._died:
                     self._restarts[msg.instance_id] += 1
                     self._died.discard(msg.instance_id)
@@ -323,16 +331,18 @@ class SchedulerCore:
         self._died.add(msg.instance_id)
         batch_id = self._busy.pop(msg.instance_id, None)
         flight = self._inflight.pop(batch_id, None) if batch_id is not None else None
+        name = self._instance_names.get(msg.instance_id, str(msg.instance_id))
         log.warning(
-            "instance %d of model '%s' died with exit code %d; failing %d in-flight requests",
-            msg.instance_id,
+            "instance %s of model '%s' died with exit code %d; failing %d in-flight requests",
+            name,
             key[0],
             msg.exitcode,
             len(flight.requests) if flight else 0,
+            extra={"model": key[0], "instance": name},
         )
         if flight is not None:
             text = (
-                f"model instance of '{key[0]}' (instance id {msg.instance_id}) died "
+                f"model instance '{name}' of '{key[0]}' died "
                 f"with exit code {msg.exitcode} while running the request"
             )
             for r in flight.requests:
@@ -373,6 +383,16 @@ class SchedulerCore:
                     )
                 )
                 reqs = tuple(cast(InferRequest, q.payload) for q in batch.requests)
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug(
+                        "batch %d to %s: %d requests, batch size %d, closed by %s",
+                        self._next_batch_id,
+                        self._instance_names.get(batch.instance_id, batch.instance_id),
+                        len(reqs),
+                        batch.total_batch_size,
+                        batch.reason,
+                        extra={"model": key[0]},
+                    )
                 batch_id = self._next_batch_id
                 self._next_batch_id += 1
                 self._inflight[batch_id] = _InFlight(

@@ -361,7 +361,9 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
         The process exit status: 0 after Shutdown, 1 when the backend failed to load.
     """
     spec: WorkerSpec = Decoder(WorkerSpec).decode(spec_bytes)
-    configure_logging("worker", spec.instance.name, spec.log.verbose, spec.log.format)
+    configure_logging(
+        "worker", spec.instance.name, spec.log.verbose, spec.log.format, model=spec.model.model
+    )
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     inbox: Inbox[ToWorker] = Inbox(spec.inbox.wakeup, spec.inbox.rings, ToWorker)
@@ -372,6 +374,12 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     to_frontends = {i: Sender(c.ring, c.wakeup) for i, c in spec.to_frontends.items()}
     arena = ArenaAllocator(
         f"{spec.arena_prefix}p{os.getpid()}", spec.arena_bytes, spec.arena_budget_bytes
+    )
+    log.info(
+        "loading model '%s' version %d (%s backend)",
+        spec.model.model,
+        spec.model.version,
+        spec.model.backend,
     )
     try:
         backend = load_backend(spec.model, spec.instance)
