@@ -92,11 +92,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="accepted for compatibility; HTTP/REST is not served yet",
     )
     start.add_argument(
-        "--metrics-port",
-        type=int,
-        default=8002,
-        help="accepted for compatibility; metrics are not served yet",
+        "--metrics-address",
+        default="",
+        help="address of the metrics endpoint (default: --http-address)",
     )
+    start.add_argument(
+        "--metrics-port", type=int, default=8002, help="Prometheus metrics port (GET /metrics)"
+    )
+    start.add_argument("--allow-metrics", type=_bool, default=True)
+    start.add_argument("--allow-cpu-metrics", type=_bool, default=True)
+    start.add_argument(
+        "--allow-gpu-metrics",
+        type=_bool,
+        default=True,
+        help="accepted for compatibility; no GPU metrics are reported yet",
+    )
+    start.add_argument("--metrics-interval-ms", type=int, default=2000)
     start.add_argument(
         "--frontend-processes",
         type=int,
@@ -155,7 +166,11 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                 "grpc_port": args.grpc_port,
                 "http_address": args.http_address,
                 "http_port": args.http_port,
+                "metrics_address": args.metrics_address,
                 "metrics_port": args.metrics_port,
+                "allow_metrics": args.allow_metrics,
+                "allow_cpu_metrics": args.allow_cpu_metrics,
+                "metrics_interval_ms": args.metrics_interval_ms,
                 "frontend_processes": args.frontend_processes,
                 "model_control_mode": args.model_control_mode,
                 "allow_client_shm": args.allow_client_shm,

@@ -29,8 +29,16 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     http_address: str = "0.0.0.0"
     http_port: Port = 8000
     """Accepted for compatibility; HTTP/REST is not served yet."""
+    metrics_address: str = ""
+    """``--metrics-address``; empty: ``http_address``, as Triton reuses the HTTP address."""
     metrics_port: Port = 8002
-    """Accepted for compatibility; metrics are not served yet."""
+    """``--metrics-port``: Prometheus metrics (``GET /metrics``), served by frontend 0."""
+    allow_metrics: bool = True
+    """``--allow-metrics``: false serves nothing on the metrics port."""
+    allow_cpu_metrics: bool = True
+    """``--allow-cpu-metrics``: the ``nv_cpu_*`` gauges."""
+    metrics_interval_ms: Annotated[int, Meta(gt=0)] = 2000
+    """``--metrics-interval-ms``: how often the CPU gauges are sampled."""
     frontend_processes: Annotated[int, Meta(ge=1, le=64)] = 1
     model_control_mode: Literal["none", "poll", "explicit"] = "none"
     allow_client_shm: bool = True
@@ -203,6 +211,17 @@ class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):
     """Why the model (or a version) is UNAVAILABLE."""
 
 
+class MetricsSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """The Prometheus endpoint, for the one frontend that serves it."""
+
+    address: str
+    port: int
+    cpu_metrics: bool = True
+    """Report the ``nv_cpu_*`` gauges (``--allow-cpu-metrics``)."""
+    interval_ms: int = 2000
+    """How often the CPU gauges are sampled (``--metrics-interval-ms``)."""
+
+
 class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Everything one frontend process needs."""
 
@@ -220,3 +239,5 @@ class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
     model_control_mode: str
     allow_client_shm: bool
     log: LogSpec
+    metrics: MetricsSpec | None = None
+    """The metrics endpoint this frontend serves (frontend 0 only), or None."""
