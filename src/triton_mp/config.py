@@ -100,7 +100,7 @@ class QueuePolicySpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True
 class BatchingSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """The scheduling choice of a model (``dynamic_batching`` or the default scheduler)."""
 
-    kind: Literal["default", "dynamic"] = "default"
+    kind: Literal["default", "dynamic", "sequence"] = "default"
     max_batch_size: int = 0
     preferred_batch_sizes: tuple[int, ...] = ()
     max_queue_delay_us: int = 0
@@ -113,6 +113,58 @@ class BatchingSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """``default_queue_policy``: levels without their own entry use it."""
     priority_queue_policy: dict[int, QueuePolicySpec] = {}
     """``priority_queue_policy``: per level."""
+
+
+class ControlSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """One sequence control input (``sequence_batching.control_input[].control[]``).
+
+    The worker feeds it as an extra input tensor named ``name``: shape ``[rows, 1]`` when the
+    model batches (one element per batch row), ``[1]`` otherwise.
+    """
+
+    name: str
+    kind: Literal["START", "END", "READY", "CORRID"]
+    datatype: str
+    """Protocol datatype: INT32, FP32 or BOOL for START/END/READY (from which of
+    ``int32_false_true``/``fp32_false_true``/``bool_false_true`` is set); the CORRID
+    control's ``data_type`` (UINT64, INT64, UINT32, INT32 or BYTES)."""
+    false_value: float = 0.0
+    true_value: float = 1.0
+
+
+class StateSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """One implicit state (``sequence_batching.state[]``): the output ``output_name`` of a
+    sequence's request becomes the input ``input_name`` of its next request."""
+
+    input_name: str
+    output_name: str
+    datatype: str
+    dims: tuple[int, ...]
+    """Without the batch dimension; -1 becomes 1 for the initial state."""
+    initial: Literal["none", "zero", "file"] = "none"
+    """``initial_state``: absent (garbage: zeros here), ``zero_data`` or ``data_file``."""
+    data_file: str = ""
+    """Absolute path of ``<model dir>/initial_state/<data_file>`` when ``initial`` is file."""
+
+
+class SequenceSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """``sequence_batching`` of a model (the scheduler's and the worker's view)."""
+
+    strategy: Literal["direct", "oldest"] = "direct"
+    max_sequence_idle_us: int = 1_000_000
+    """``max_sequence_idle_microseconds`` (normalised: 0 became 1 s)."""
+    controls: tuple[ControlSpec, ...] = ()
+    states: tuple[StateSpec, ...] = ()
+    max_queue_delay_us: int = 0
+    """``direct``/``oldest.max_queue_delay_microseconds``."""
+    minimum_slot_utilization: float = 0.0
+    """``direct.minimum_slot_utilization`` (0 = send whatever is ready)."""
+    max_candidate_sequences: int = 0
+    """``oldest.max_candidate_sequences`` per instance (0 = ``max(1, max_batch_size)``)."""
+    preferred_batch_sizes: tuple[int, ...] = ()
+    """``oldest.preferred_batch_size``."""
+    preserve_ordering: bool = False
+    """``oldest.preserve_ordering``."""
 
 
 class InstanceSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
@@ -143,6 +195,8 @@ class ModelVersionSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=Tru
     instance_ids: tuple[int, ...]
     instance_names: tuple[str, ...] = ()
     """Triton's instance name per entry of ``instance_ids`` (for ``triton-mp stat``)."""
+    sequence: SequenceSpec | None = None
+    """``sequence_batching`` (with ``batching.kind == "sequence"``), else None."""
     config_json: str = "{}"
     """Effective ModelConfig in Triton's JSON form (python backend's ``args``)."""
 

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any, Literal
 
 import setproctitle
@@ -31,6 +32,7 @@ from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.config import (
     BatchingSpec,
     ChannelSpec,
+    ControlSpec,
     FrontendSpec,
     InboxSpec,
     InstanceSpec,
@@ -40,7 +42,9 @@ from triton_mp.config import (
     ModelVersionSpec,
     QueuePolicySpec,
     SchedulerSpec,
+    SequenceSpec,
     ServerConfig,
+    StateSpec,
     TensorSpec,
     WorkerSpec,
 )
@@ -82,6 +86,87 @@ def _tensor_specs(tensors: object, optional: bool) -> tuple[TensorSpec, ...]:
             allow_ragged_batch=bool(getattr(t, "allow_ragged_batch", False)),
         )
         for t in tensors  # type: ignore[attr-defined]
+    )
+
+
+_CONTROL_KINDS: dict[int, Literal["START", "END", "READY", "CORRID"]] = {
+    mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_START: "START",
+    mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_END: "END",
+    mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_READY: "READY",
+    mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID: "CORRID",
+}
+
+
+def _sequence_spec(cfg: mc.ModelConfig, version_dir: Path) -> SequenceSpec:
+    """``sequence_batching`` (already validated and normalised) as the scheduler's and the
+    worker's spec; ``initial_state`` data files live in ``<version dir>/initial_state/``."""
+    seq = cfg.sequence_batching
+    controls = []
+    for ci in seq.control_input:
+        for c in ci.control:
+            kind = _CONTROL_KINDS[c.kind]
+            pair: tuple[float, float] = (0.0, 1.0)
+            if kind == "CORRID":
+                datatype = datatype_to_protocol(c.data_type)
+            elif len(c.int32_false_true) == 2:
+                datatype = "INT32"
+                pair = (float(c.int32_false_true[0]), float(c.int32_false_true[1]))
+            elif len(c.fp32_false_true) == 2:
+                datatype, pair = "FP32", (c.fp32_false_true[0], c.fp32_false_true[1])
+            else:
+                datatype = "BOOL"
+                pair = (float(c.bool_false_true[0]), float(c.bool_false_true[1]))
+            controls.append(
+                ControlSpec(
+                    name=ci.name,
+                    kind=kind,
+                    datatype=datatype,
+                    false_value=pair[0],
+                    true_value=pair[1],
+                )
+            )
+    states = []
+    for st in seq.state:
+        initial: Literal["none", "zero", "file"] = "none"
+        data_file = ""
+        if st.initial_state:
+            first = st.initial_state[0]
+            if first.WhichOneof("state_data") == "data_file":
+                initial = "file"
+                data_file = str(version_dir / "initial_state" / first.data_file)
+            elif first.WhichOneof("state_data") == "zero_data":
+                initial = "zero"
+        states.append(
+            StateSpec(
+                input_name=st.input_name,
+                output_name=st.output_name,
+                datatype=datatype_to_protocol(st.data_type),
+                dims=tuple(int(d) for d in st.dims),
+                initial=initial,
+                data_file=data_file,
+            )
+        )
+    strategy = seq.WhichOneof("strategy_choice") or "direct"
+    if strategy == "oldest":
+        o = seq.oldest
+        return SequenceSpec(
+            strategy="oldest",
+            max_sequence_idle_us=int(seq.max_sequence_idle_microseconds),
+            controls=tuple(controls),
+            states=tuple(states),
+            max_queue_delay_us=int(o.max_queue_delay_microseconds),
+            max_candidate_sequences=int(o.max_candidate_sequences),
+            preferred_batch_sizes=tuple(int(b) for b in o.preferred_batch_size),
+            preserve_ordering=bool(o.preserve_ordering),
+        )
+    d = seq.direct
+    return SequenceSpec(
+        strategy="direct",
+        max_sequence_idle_us=int(seq.max_sequence_idle_microseconds),
+        controls=tuple(controls),
+        states=tuple(states),
+        max_queue_delay_us=int(d.max_queue_delay_microseconds),
+        minimum_slot_utilization=float(d.minimum_slot_utilization),
     )
 
 
@@ -127,8 +212,9 @@ def plan_models(models: list[RepositoryModel]) -> tuple[list[ModelPlan], list[In
             plan.error = f"backend '{cfg.backend}' is not supported by triton-mp yet"
             continue
         dyn = cfg.dynamic_batching if cfg.HasField("dynamic_batching") else None
+        is_sequence = cfg.HasField("sequence_batching")
         batching = BatchingSpec(
-            kind="dynamic" if dyn is not None else "default",
+            kind="sequence" if is_sequence else "dynamic" if dyn is not None else "default",
             max_batch_size=cfg.max_batch_size,
             preferred_batch_sizes=tuple(dyn.preferred_batch_size) if dyn else (),
             max_queue_delay_us=int(dyn.max_queue_delay_microseconds) if dyn else 0,
@@ -171,6 +257,7 @@ def plan_models(models: list[RepositoryModel]) -> tuple[list[ModelPlan], list[In
                     outputs=_tensor_specs(cfg.output, False),
                     instance_ids=tuple(ids),
                     instance_names=tuple(names),
+                    sequence=_sequence_spec(cfg, v.path) if is_sequence else None,
                     config_json=config_json,
                 )
             )

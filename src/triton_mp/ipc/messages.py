@@ -83,6 +83,12 @@ class ShmRegion(msgspec.Struct, frozen=True, array_like=True):
     region_id: int
 
 
+SEQUENCE_START = 1
+"""``InferRequest.sequence_flags`` bit: the first request of a sequence."""
+SEQUENCE_END = 2
+"""``InferRequest.sequence_flags`` bit: the last request of a sequence."""
+
+
 class InferRequest(msgspec.Struct, frozen=True, kw_only=True, tag="infer", array_like=True):
     """A validated inference request whose inputs are already in the frontend's arena."""
 
@@ -109,6 +115,10 @@ class InferRequest(msgspec.Struct, frozen=True, kw_only=True, tag="infer", array
     output_regions: tuple[OutputRegion | None, ...] = ()
     """Per requested output (same order as ``outputs``): a client region, or None for the
     worker's arena. Empty when no output uses shared memory."""
+    sequence_id: int | str = 0
+    """The correlation ID (``sequence_id`` parameter): uint64 or string; 0 / "" = none."""
+    sequence_flags: int = 0
+    """``SEQUENCE_START`` (1) | ``SEQUENCE_END`` (2), from ``sequence_start``/``sequence_end``."""
 
 
 class ShmRegistered(msgspec.Struct, frozen=True, kw_only=True, tag="shm_reg", array_like=True):
@@ -204,6 +214,13 @@ class BatchAssign(msgspec.Struct, frozen=True, kw_only=True, tag="batch", array_
     batch_id: int
     requests: tuple[InferRequest, ...]
     dispatch_ns: int
+    rows: int = 0
+    """Batch rows the backend sees (sequence batcher, Direct strategy: every slot up to the
+    highest one used; rows without a request are READY false); 0 = one row per request."""
+    slots: tuple[int, ...] = ()
+    """The row of each request when ``rows`` is set; empty = request i is row i."""
+    released: tuple[int | str, ...] = ()
+    """Correlation IDs whose sequences ended without an END request (idle): drop their state."""
 
 
 ToWorker = BatchAssign | Shutdown
