@@ -89,8 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--http-port",
         type=int,
         default=8000,
-        help="accepted for compatibility; HTTP/REST is not served yet",
+        help="KServe v2 HTTP/REST port, shared by every frontend process",
     )
+    start.add_argument("--allow-http", type=_bool, default=True)
     start.add_argument(
         "--metrics-address",
         default="",
@@ -166,6 +167,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                 "grpc_port": args.grpc_port,
                 "http_address": args.http_address,
                 "http_port": args.http_port,
+                "allow_http": args.allow_http,
                 "metrics_address": args.metrics_address,
                 "metrics_port": args.metrics_port,
                 "allow_metrics": args.allow_metrics,

@@ -28,7 +28,9 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     grpc_port: Port = 8001
     http_address: str = "0.0.0.0"
     http_port: Port = 8000
-    """Accepted for compatibility; HTTP/REST is not served yet."""
+    """``--http-port``: KServe v2 HTTP/REST, served by every frontend (SO_REUSEPORT)."""
+    allow_http: bool = True
+    """``--allow-http``: false serves no HTTP/REST."""
     metrics_address: str = ""
     """``--metrics-address``; empty: ``http_address``, as Triton reuses the HTTP address."""
     metrics_port: Port = 8002
@@ -282,6 +284,10 @@ class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
     frontend_id: int
     grpc_address: str
     grpc_port: int
+    http_address: str = "0.0.0.0"
+    http_port: int = 8000
+    allow_http: bool = True
+    """Serve HTTP/REST on ``http_address:http_port`` beside gRPC."""
     server_name: str
     models: tuple[ModelEntry, ...]
     inbox: InboxSpec

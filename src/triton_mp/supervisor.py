@@ -467,6 +467,8 @@ class Supervisor:
         """
         cfg = self.config
         _probe_port("GRPC", cfg.grpc_address, cfg.grpc_port)
+        if cfg.allow_http:
+            _probe_port("HTTP", cfg.http_address, cfg.http_port)
         if cfg.allow_metrics:
             _probe_port("Metrics", self._metrics_address, cfg.metrics_port)
 
@@ -615,6 +617,9 @@ class Supervisor:
                 frontend_id=i,
                 grpc_address=cfg.grpc_address,
                 grpc_port=cfg.grpc_port,
+                http_address=cfg.http_address,
+                http_port=cfg.http_port,
+                allow_http=cfg.allow_http,
                 server_name=cfg.server_id_name,
                 models=tuple(entries),
                 inbox=InboxSpec(
