@@ -40,7 +40,7 @@ class Feed:
         for bs in batch_sizes:
             now = self.clock.now_ns()
             item = Queued(next(self.keys), bs, shape, now, priority=priority, timeout_us=timeout_us)
-            if self.sched.offer(item, now):
+            if self.sched.offer(item, now) is None:
                 items.append(item)
             else:
                 self.refused.append(item.key)
@@ -50,7 +50,7 @@ class Feed:
         return self.sched.pop_ready(self.clock.now_ns())
 
     def expire(self) -> list[Hashable]:
-        return [q.key for q in self.sched.expire(self.clock.now_ns())]
+        return [q.key for q, _ in self.sched.expire(self.clock.now_ns())]
 
 
 def _keys(batch: Batch) -> list[Hashable]:
@@ -296,7 +296,7 @@ class PrioSim:
 
     def step(self) -> None:
         now = self.clock.now_ns()
-        for item in self.sched.expire(now):
+        for item, _ in self.sched.expire(now):
             assert item.key in self.queued, "a request expired twice or was never queued"
             assert item.deadline_ns == 0 or item.deadline_ns <= now
             del self.queued[item.key]
@@ -381,7 +381,7 @@ def test_random_runs_lose_nothing_and_respect_priorities(
             now = sim.clock.now_ns()
             item = Queued(next(keys), min(a, mbs), ("shape", c % 2), now, priority=b, timeout_us=c)
             offered.append(item.key)
-            if sched.offer(item, now):
+            if sched.offer(item, now) is None:
                 sim.queued[item.key] = item
             else:
                 sim.outcome[item.key] = "refused"

@@ -1,12 +1,12 @@
-"""The frontend process: gRPC in, descriptors to the scheduler, answers back to clients.
+"""The frontend process: gRPC and HTTP/REST in, descriptors to the scheduler, answers back.
 
-``run_frontend`` is the process entry. Several frontends may share one port
-(``SO_REUSEPORT``, grpc's default on Linux); each has its own input arena, its own inbox
-and its own ring to the scheduler.
+``run_frontend`` is the process entry. Several frontends may share the gRPC and the HTTP
+port (``SO_REUSEPORT``); each has its own input arena, its own inbox and its own ring to the
+scheduler. Both transports call one ``FrontendCore`` (``frontend.core``).
 
-One asyncio loop runs the gRPC server, every handler, and the inbox: answers from workers and
-the scheduler wake it through a FIFO it watches (``ipc.notify``), and it drains the rings in
-the same thread that resolves the handlers' futures.
+One asyncio loop runs the grpc.aio and aiohttp servers, every handler, and the inbox:
+answers from workers and the scheduler wake it through a FIFO it watches (``ipc.notify``),
+and it drains the rings in the same thread that resolves the handlers' futures.
 SIGTERM (from the supervisor) starts a drain: new requests are refused, accepted ones are
 answered for up to ``exit_timeout_s``, then the process exits.
 """
@@ -24,6 +24,8 @@ from triton_mp._proto import admin_pb2_grpc, health_pb2_grpc
 from triton_mp._proto import grpc_service_pb2_grpc as pb_grpc
 from triton_mp.config import FrontendSpec
 from triton_mp.frontend.admin import AdminServicer
+from triton_mp.frontend.core import FrontendCore
+from triton_mp.frontend.http import HttpFrontend
 from triton_mp.frontend.models import ModelTable
 from triton_mp.frontend.pending import PendingTable
 from triton_mp.frontend.servicer import HealthServicer, InferenceServicer
@@ -79,7 +81,7 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     models = ModelTable(spec.models)
     shm = SystemShmRegistry(spec.frontend_id, enabled=spec.allow_client_shm)
 
-    servicer = InferenceServicer(
+    core = FrontendCore(
         frontend_id=spec.frontend_id,
         server_name=spec.server_name,
         models=models,
@@ -90,6 +92,7 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
         shm=shm,
         model_control_mode=spec.model_control_mode,
     )
+    servicer = InferenceServicer(core)
     server = grpc.aio.server(
         options=[
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -98,7 +101,7 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
         ]
     )
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
-    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(servicer, models), server)
+    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(core), server)
     admin_pb2_grpc.add_AdminServicer_to_server(
         AdminServicer(
             frontend_id=spec.frontend_id,
@@ -114,21 +117,37 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
         ready.send_bytes(f"error:failed to bind gRPC address {address}".encode())
         return 1
     await server.start()
+    http = None
+    if spec.allow_http:
+        http = HttpFrontend(core)
+        try:
+            await http.start(spec.http_address, spec.http_port)
+        except OSError as e:
+            ready.send_bytes(
+                f"error:failed to bind HTTP address {spec.http_address}:{spec.http_port} "
+                f"({e.strerror})".encode()
+            )
+            await server.stop(None)
+            return 1
 
     loop.add_reader(inbox.waiter.fileno(), _on_wakeup, inbox, pending, shm, models)
     stopping = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
     ready.send_bytes(b"ready")
     log.info("gRPC frontend listening on %s", address)
+    if http is not None:
+        log.info("HTTP frontend listening on %s:%d", spec.http_address, spec.http_port)
     await stopping.wait()
 
     log.info("draining: %d requests in flight, up to %.1f s", len(pending), spec.exit_timeout_s)
     # NOTE: as Triton does, keep listening while draining: health answers not-ready and new
     # inferences get UNAVAILABLE "Server is stopping..." until in-flight ones are answered.
-    servicer.draining = True
+    core.draining = True
     deadline = loop.time() + spec.exit_timeout_s
     while len(pending) and loop.time() < deadline:
         await asyncio.sleep(0.05)
+    if http is not None:
+        await http.stop()
     await server.stop(grace=max(0.5, deadline - loop.time()))
     loop.remove_reader(inbox.waiter.fileno())
     arena.close_and_unlink()

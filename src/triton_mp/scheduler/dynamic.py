@@ -42,9 +42,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
+
+from triton_mp.errors import ErrorCode
 
 
 @dataclass(slots=True)
@@ -85,6 +87,31 @@ class Batch:
     total_batch_size: int
     reason: str
     """Why it closed: ``single``, ``max``, ``preferred``, ``shape``, ``delay``, ``idle``."""
+    rows: int = 0
+    """Batch rows the backend sees (sequence batcher, Direct); 0 = one per request."""
+    slots: tuple[int, ...] = ()
+    """Row of each request when ``rows`` is set."""
+    released: tuple[Hashable, ...] = ()
+    """Correlation IDs whose sequences on this instance ended idle since its last batch."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why a request is refused or failed by its model's scheduler.
+
+    The caller prefixes the message with Triton's ``[request id: <id>] ``.
+    """
+
+    code: ErrorCode
+    message: str
+    reason: str = "REJECTED"
+    """Failure reason for ``nv_inference_request_failure``: REJECTED, CANCELED, OTHER."""
+
+
+QUEUE_FULL = Rejection(ErrorCode.UNAVAILABLE, "Exceeds maximum queue size")
+"""Triton's refusal when a priority level holds ``max_queue_size`` requests."""
+TIMED_OUT = Rejection(ErrorCode.UNAVAILABLE, "Request timeout expired")
+"""Triton's error for a request whose queue timeout expired under ``REJECT``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,8 +323,8 @@ class PriorityQueue:
 class ModelScheduler(Protocol):
     """What the scheduler process needs from a per-model scheduler."""
 
-    def offer(self, item: Queued, now_ns: int) -> bool:
-        """Enqueue a request; False when its priority level's queue is full."""
+    def offer(self, item: Queued, now_ns: int) -> Rejection | None:
+        """Enqueue a request; a Rejection when it cannot be queued (nothing is kept)."""
         ...
 
     def instance_idle(self, instance_id: int, now_ns: int = 0) -> None:
@@ -309,8 +336,8 @@ class ModelScheduler(Protocol):
         """An instance died or stopped: never hand it work until ``instance_idle``."""
         ...
 
-    def expire(self, now_ns: int) -> list[Queued]:
-        """Apply queue timeouts; returns the requests to fail with "Request timeout expired"."""
+    def expire(self, now_ns: int) -> list[tuple[Queued, Rejection]]:
+        """Apply timeouts due by ``now_ns``; returns the requests to fail now, and why."""
         ...
 
     def pop_ready(self, now_ns: int) -> list[Batch]:
@@ -347,8 +374,8 @@ class _QueueAndInstances:
         self._idle: collections.deque[int] = collections.deque(instance_ids)
         self._idle_since: dict[int, int] = {}
 
-    def offer(self, item: Queued, now_ns: int) -> bool:
-        return self._queue.push(item)
+    def offer(self, item: Queued, now_ns: int) -> Rejection | None:
+        return None if self._queue.push(item) else QUEUE_FULL
 
     def instance_idle(self, instance_id: int, now_ns: int = 0) -> None:
         if instance_id not in self._idle:
@@ -359,8 +386,8 @@ class _QueueAndInstances:
         with contextlib.suppress(ValueError):
             self._idle.remove(instance_id)
 
-    def expire(self, now_ns: int) -> list[Queued]:
-        return self._queue.expire(now_ns)
+    def expire(self, now_ns: int) -> list[tuple[Queued, Rejection]]:
+        return [(item, TIMED_OUT) for item in self._queue.expire(now_ns)]
 
     def next_deadline_ns(self) -> int | None:
         return self._queue.next_timeout_ns()
@@ -443,64 +470,22 @@ class DynamicBatcher(_QueueAndInstances):
         return out
 
     def _walk(self) -> _Walk:
-        """Walk the queue from its head as far as one batch can reach."""
-        total = 0
-        count = 0
-        cut: tuple[int, int] | None = None
-        stop = ""
-        key: Hashable = None
-        oldest = 0
-        for item in self._queue:
-            if count == 0:
-                key = item.shape_key
-                oldest = item.enqueue_ns
-            elif item.shape_key != key:
-                stop = "shape"
-                break
-            grown = total + item.batch_size
-            if count and cut is None and grown > self.max_preferred:
-                cut = (count, total)
-            if grown > self.max_batch_size:
-                stop = "max"
-                if count == 0:
-                    # NOTE: a request alone over max_batch_size; the frontend rejects such
-                    # requests, so this only guards against a bad descriptor.
-                    total, count = grown, 1
-                break
-            total = grown
-            count += 1
-            oldest = min(oldest, item.enqueue_ns)
-            if total in self.preferred:
-                cut = (count, total)
-            if total >= self.max_batch_size:
-                stop = "max"
-                break
-        return _Walk(count, total, cut, stop, oldest)
+        return walk(self._queue, self.max_batch_size, self.preferred, self.max_preferred)
 
     def _form(self, now_ns: int) -> tuple[int, int, str] | None:
         """(request count, total batch size, reason) of the batch to send now, or None."""
         if self.max_batch_size == 0:
             head = next(iter(self._queue))
             return 1, head.batch_size, "single"
-        w = self._walk()
-        delay_ns = self.max_queue_delay_ns
-        delay_ran_out = delay_ns > 0 and now_ns - w.oldest_ns >= delay_ns
-        if w.cut is not None and not delay_ran_out:
-            reason = "preferred" if w.cut[1] in self.preferred else w.stop or "max"
-            return w.cut[0], w.cut[1], reason
-        if w.stop:
-            return w.count, w.total, w.stop
-        if delay_ran_out:
-            # NOTE: when the delay ran out while every instance was busy, the batch closed
-            # because an instance became free, not because of the delay.
-            idle_since = self._idle_since.get(self._idle[0], 0)
-            waited_for_instance = idle_since > w.oldest_ns + delay_ns
-            return w.count, w.total, "idle" if waited_for_instance else "delay"
-        if delay_ns == 0:
-            return w.count, w.total, "idle"
-        if w.total >= self.max_preferred:
-            return w.count, w.total, "max"
-        return None
+        idle_since = self._idle_since.get(self._idle[0], 0)
+        return decide(
+            self._walk(),
+            now_ns,
+            self.max_queue_delay_ns,
+            self.preferred,
+            self.max_preferred,
+            idle_since,
+        )
 
     def next_deadline_ns(self) -> int | None:
         deadline = self._queue.next_timeout_ns()
@@ -511,3 +496,73 @@ class DynamicBatcher(_QueueAndInstances):
             due = w.oldest_ns if (w.cut or w.stop) else w.oldest_ns + self.max_queue_delay_ns
             deadline = due if deadline is None else min(deadline, due)
         return deadline
+
+
+def walk(
+    items: Iterable[Queued],
+    max_batch_size: int,
+    preferred: frozenset[int],
+    max_preferred: int,
+) -> _Walk:
+    """Walk ``items`` (in service order) as far as one batch can reach (module docstring)."""
+    total = 0
+    count = 0
+    cut: tuple[int, int] | None = None
+    stop = ""
+    key: Hashable = None
+    oldest = 0
+    for item in items:
+        if count == 0:
+            key = item.shape_key
+            oldest = item.enqueue_ns
+        elif item.shape_key != key:
+            stop = "shape"
+            break
+        grown = total + item.batch_size
+        if count and cut is None and grown > max_preferred:
+            cut = (count, total)
+        if grown > max_batch_size:
+            stop = "max"
+            if count == 0:
+                # NOTE: a request alone over max_batch_size; the frontend rejects such
+                # requests, so this only guards against a bad descriptor.
+                total, count = grown, 1
+            break
+        total = grown
+        count += 1
+        oldest = min(oldest, item.enqueue_ns)
+        if total in preferred:
+            cut = (count, total)
+        if total >= max_batch_size:
+            stop = "max"
+            break
+    return _Walk(count, total, cut, stop, oldest)
+
+
+def decide(
+    w: _Walk,
+    now_ns: int,
+    delay_ns: int,
+    preferred: frozenset[int],
+    max_preferred: int,
+    idle_since_ns: int,
+) -> tuple[int, int, str] | None:
+    """(request count, total batch size, reason) to send now after walk ``w``, or None to
+    wait for the delay (module docstring). ``idle_since_ns``: when the instance that would
+    take the batch became idle."""
+    delay_ran_out = delay_ns > 0 and now_ns - w.oldest_ns >= delay_ns
+    if w.cut is not None and not delay_ran_out:
+        reason = "preferred" if w.cut[1] in preferred else w.stop or "max"
+        return w.cut[0], w.cut[1], reason
+    if w.stop:
+        return w.count, w.total, w.stop
+    if delay_ran_out:
+        # NOTE: when the delay ran out while every instance was busy, the batch closed
+        # because an instance became free, not because of the delay.
+        waited_for_instance = idle_since_ns > w.oldest_ns + delay_ns
+        return w.count, w.total, "idle" if waited_for_instance else "delay"
+    if delay_ns == 0:
+        return w.count, w.total, "idle"
+    if w.total >= max_preferred:
+        return w.count, w.total, "max"
+    return None

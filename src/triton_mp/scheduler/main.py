@@ -50,6 +50,8 @@ from triton_mp.ipc.messages import (
 from triton_mp.log import configure_logging
 from triton_mp.scheduler.clock import Clock, MonotonicClock
 from triton_mp.scheduler.dynamic import (
+    QUEUE_FULL,
+    TIMED_OUT,
     DefaultScheduler,
     DynamicBatcher,
     ModelScheduler,
@@ -64,10 +66,8 @@ log = logging.getLogger(__name__)
 STOPPING_MESSAGE = (
     "Server is stopping, scheduler for model has stopped accepting new inference requests"
 )
-QUEUE_FULL_MESSAGE = "Exceeds maximum queue size"
-"""Triton's rejection when a priority level holds ``max_queue_size`` requests."""
-TIMEOUT_MESSAGE = "Request timeout expired"
-"""Triton's error for a request whose queue timeout expired under ``timeout_action: REJECT``."""
+QUEUE_FULL_MESSAGE = QUEUE_FULL.message
+TIMEOUT_MESSAGE = TIMED_OUT.message
 RECENT_BATCHES = 32
 """Formed batches kept per model for ``triton-mp stat``."""
 
@@ -256,13 +256,14 @@ class SchedulerCore:
             priority=req.priority,
             timeout_us=req.timeout_us,
         )
-        if not sched.offer(item, now_ns):
+        rejection = sched.offer(item, now_ns)
+        if rejection is not None:
             self._fail(
                 req,
-                ErrorCode.UNAVAILABLE,
-                request_label(req) + QUEUE_FULL_MESSAGE,
+                rejection.code,
+                request_label(req) + rejection.message,
                 now_ns,
-                "REJECTED",
+                rejection.reason,
             )
 
     def _on_cancel(self, msg: CancelRequest, now_ns: int) -> None:
@@ -361,14 +362,10 @@ class SchedulerCore:
         """Form and send every batch that is ready now; returns how many."""
         sent = 0
         for key, sched in self._models.items():
-            for item in sched.expire(now_ns):
-                self._fail(
-                    cast(InferRequest, item.payload),
-                    ErrorCode.UNAVAILABLE,
-                    TIMEOUT_MESSAGE,
-                    now_ns,
-                    "REJECTED",
-                )
+            for item, why in sched.expire(now_ns):
+                req = cast(InferRequest, item.payload)
+                message = why.message if why is TIMED_OUT else request_label(req) + why.message
+                self._fail(req, why.code, message, now_ns, why.reason)
             batch_log = self._batch_log[key]
             for batch in sched.pop_ready(now_ns):
                 batch_log.sizes[batch.total_batch_size] += 1
