@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from multiprocessing.connection import Connection
 
@@ -23,9 +24,11 @@ import grpc
 from triton_mp._proto import admin_pb2_grpc, health_pb2_grpc
 from triton_mp._proto import grpc_service_pb2_grpc as pb_grpc
 from triton_mp.config import FrontendSpec
+from triton_mp.errors import TritonMPError
 from triton_mp.frontend.admin import AdminServicer
 from triton_mp.frontend.core import FrontendCore
 from triton_mp.frontend.http import HttpFrontend
+from triton_mp.frontend.metrics import MetricsEndpoint
 from triton_mp.frontend.models import ModelTable
 from triton_mp.frontend.pending import PendingTable
 from triton_mp.frontend.servicer import HealthServicer, InferenceServicer
@@ -131,6 +134,21 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
             return 1
 
     loop.add_reader(inbox.waiter.fileno(), _on_wakeup, inbox, pending, shm, models)
+    metrics = None
+    if spec.metrics is not None:
+        metrics = MetricsEndpoint(
+            spec.metrics,
+            frontend_id=spec.frontend_id,
+            pending=pending,
+            send_scheduler=to_scheduler.send_bytes,
+            supervisor_pid=os.getppid(),
+        )
+        try:
+            await metrics.start()
+        except TritonMPError as e:
+            ready.send_bytes(f"error:{e.message}".encode())
+            await server.stop(None)
+            return 1
     stopping = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
     ready.send_bytes(b"ready")
@@ -149,6 +167,8 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     if http is not None:
         await http.stop()
     await server.stop(grace=max(0.5, deadline - loop.time()))
+    if metrics is not None:
+        await metrics.stop()
     loop.remove_reader(inbox.waiter.fileno())
     arena.close_and_unlink()
     log.info("frontend stopped")
