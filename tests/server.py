@@ -42,11 +42,13 @@ class ServerProcess:
     Attributes:
         url: ``127.0.0.1:<grpc port>`` for tritonclient.
         pid: the supervisor's pid (also the process group id).
+        metrics_port: the free port given as ``--metrics-port`` (``GET /metrics``).
         log_path: where the server's stdout and stderr go.
     """
 
     def __init__(self, repository: Path, log_path: Path, *extra: str) -> None:
         self.grpc_port = free_port()
+        self.metrics_port = free_port()
         self.url = f"127.0.0.1:{self.grpc_port}"
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
@@ -64,7 +66,7 @@ class ServerProcess:
             "--http-port",
             str(free_port()),
             "--metrics-port",
-            str(free_port()),
+            str(self.metrics_port),
             *extra,
         ]
         # NOTE: the server runs this checkout's code, whichever copy pip installed.
