@@ -9,9 +9,16 @@ from itertools import count
 
 import pytest
 
-from triton_mp.config import BatchingSpec, ModelVersionSpec, QueuePolicySpec, TensorSpec
+from triton_mp.config import (
+    BatchingSpec,
+    ModelVersionSpec,
+    QueuePolicySpec,
+    SequenceSpec,
+    TensorSpec,
+)
 from triton_mp.errors import ErrorCode
 from triton_mp.ipc.messages import (
+    SEQUENCE_START,
     BatchAssign,
     BatchDone,
     BlockRef,
@@ -108,6 +115,8 @@ class Harness:
         priority: int = 0,
         timeout_us: int = 0,
         client_id: str = "",
+        sequence_id: int | str = 0,
+        sequence_flags: int = 0,
     ) -> InferRequest:
         rid = next(self.ids)
         shape = (batch_size, width)
@@ -129,6 +138,8 @@ class Harness:
             priority=priority,
             timeout_us=timeout_us,
             client_id=client_id,
+            sequence_id=sequence_id,
+            sequence_flags=sequence_flags,
         )
         self.core.handle(req, self.now)
         return req
@@ -620,3 +631,42 @@ def test_an_instance_that_comes_back_after_dying_counts_a_restart(h: Harness) ->
         (0, True, 1),
         (1, True, 0),
     ]
+
+
+SEQ = ModelVersionSpec(
+    model="acc",
+    version=1,
+    backend="onnxruntime",
+    model_file="/models/acc/1/model.onnx",
+    max_batch_size=4,
+    batching=BatchingSpec(kind="sequence", max_batch_size=4),
+    inputs=(_tensor("INPUT0", (16,)), _tensor("INPUT1", (16,))),
+    outputs=(_tensor("OUTPUT0", (16,)),),
+    instance_ids=(5,),
+    instance_names=("acc_0",),
+    sequence=SequenceSpec(strategy="direct", max_sequence_idle_us=1000),
+)
+
+
+def test_a_sequence_model_routes_by_correlation_id_and_reports_rows() -> None:
+    h = Harness(models=(SEQ,))
+    h.ready(5)
+    a = h.request("acc", sequence_id=11, sequence_flags=SEQUENCE_START)
+    b = h.request("acc", sequence_id="b", sequence_flags=SEQUENCE_START)
+    ((inst, batch),) = h.dispatch()
+    assert (inst, batch.requests, batch.rows, batch.slots) == (5, (a, b), 2, (0, 1))
+    lost = h.request("acc", sequence_id=99, client_id="q")
+    ((_, failed),) = h.failures()
+    assert failed.request_id == lost.request_id
+    assert failed.error.code == ErrorCode.INVALID_ARG
+    assert failed.error.message == (
+        "[request id: q] inference request for sequence 99 to model 'acc' must specify the "
+        "START flag on the first request of the sequence"
+    )
+    h.done(5, batch)
+    h.clock.advance_us(1000)  # both sequences idle: released, and the next batch says so
+    h.dispatch()
+    c = h.request("acc", sequence_id=12, sequence_flags=SEQUENCE_START)
+    ((_, batch),) = h.dispatch()
+    assert batch.requests == (c,)
+    assert set(batch.released) == {11, "b"}

@@ -64,6 +64,8 @@ class Queued:
         level: the priority level it was queued at (set by the queue).
         deadline_ns: when its queue timeout expires (set by the queue; 0 = never).
         delayed: its timeout expired under ``DELAY`` (set by the queue).
+        corrid: the correlation ID of its sequence (sequence batcher), else None.
+        flags: START (1) | END (2) of its sequence (sequence batcher).
     """
 
     key: Hashable
@@ -76,6 +78,8 @@ class Queued:
     level: int = 0
     deadline_ns: int = 0
     delayed: bool = False
+    corrid: Hashable = None
+    flags: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,6 +59,7 @@ from triton_mp.scheduler.dynamic import (
     Queued,
     QueuePolicy,
 )
+from triton_mp.scheduler.sequence import SequenceBatcher
 from triton_mp.scheduler.stats import StatsBook
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,24 @@ def make_model_scheduler(spec: ModelVersionSpec) -> ModelScheduler:
     Triton's default scheduler (FIFO, priorities ignored).
     """
     b = spec.batching
+    if b.kind == "sequence" and spec.sequence is not None:
+        seq = spec.sequence
+        corrid = next((c for c in seq.controls if c.kind == "CORRID"), None)
+        kind: type | None = None
+        if corrid is not None:
+            kind = str if corrid.datatype == "BYTES" else int
+        return SequenceBatcher(
+            spec.model,
+            seq.strategy,
+            max(0, spec.max_batch_size),
+            spec.instance_ids,
+            max_sequence_idle_us=seq.max_sequence_idle_us,
+            max_queue_delay_us=seq.max_queue_delay_us,
+            minimum_slot_utilization=seq.minimum_slot_utilization,
+            max_candidate_sequences=seq.max_candidate_sequences,
+            preferred_batch_sizes=seq.preferred_batch_sizes,
+            corrid_kind=kind,
+        )
     if b.kind != "dynamic":
         return DefaultScheduler()
     queue = PriorityQueue(
@@ -255,6 +274,8 @@ class SchedulerCore:
             req,
             priority=req.priority,
             timeout_us=req.timeout_us,
+            corrid=req.sequence_id,
+            flags=req.sequence_flags,
         )
         rejection = sched.offer(item, now_ns)
         if rejection is not None:
@@ -398,7 +419,14 @@ class SchedulerCore:
                 self._busy[batch.instance_id] = batch_id
                 self._send_worker(
                     batch.instance_id,
-                    BatchAssign(batch_id=batch_id, requests=reqs, dispatch_ns=now_ns),
+                    BatchAssign(
+                        batch_id=batch_id,
+                        requests=reqs,
+                        dispatch_ns=now_ns,
+                        rows=batch.rows,
+                        slots=batch.slots,
+                        released=cast(tuple[int | str, ...], batch.released),
+                    ),
                 )
                 sent += 1
         return sent

@@ -1,0 +1,393 @@
+"""Triton's sequence batcher for one model version: Direct and Oldest strategies.
+
+A pure state machine beside ``scheduler.dynamic`` (same ``ModelScheduler`` contract, same
+injected time, same ``Batch`` handed to one idle instance); imported only by
+``scheduler.main`` and tests. Semantics (Triton core ``sequence_batch_scheduler.cc``, docs
+``architecture.md`` "Stateful Models", triton.md §4.5):
+
+- Every request names a sequence by its correlation ID (uint64 or string) and may carry the
+  START and END flags. A sequence is bound to one *slot* of one instance for its lifetime, so
+  every request of it runs on the instance that holds its state.
+- Direct: each instance has ``max(1, max_batch_size)`` slots. A batch has one row per slot up
+  to the highest slot with a request ready; rows of slots without one are null (READY false).
+  While an instance is idle, a batch goes at once when ``max_queue_delay_microseconds`` is 0
+  or the fraction of its slots with a request ready reaches ``minimum_slot_utilization``
+  (default 0: at once), else when the oldest ready request has waited the delay.
+- Oldest: each instance has ``max_candidate_sequences`` slots (0: ``max(1, max_batch_size)``).
+  A batch takes the oldest head request of each of the instance's sequences (at most one per
+  sequence), formed by the dynamic batcher's walk: ``max_batch_size``, preferred sizes,
+  ``max_queue_delay_microseconds``, equal shapes.
+- A START for an unknown sequence takes a free slot (slot 0 of every instance first, then
+  slot 1, ...), or waits in a FIFO backlog of sequences. A START for a live sequence
+  restarts it in its slot. A request without START for a sequence that is not live is refused:
+  "must specify the START flag on the first request of the sequence".
+- The slot is released when the END request is handed to its instance (the instance runs its
+  batches in order, so the next sequence's first request runs after it), or when the sequence
+  has had no request for ``max_sequence_idle_microseconds``; the oldest backlogged sequence
+  then takes it. Released-for-idle IDs travel with the instance's next batch so the worker
+  drops their state.
+- A backlogged sequence whose first request's ``timeout`` runs out fails every request it has
+  queued: "timeout of the corresponding sequence has been expired".
+- When an instance dies, its sequences are lost (their state lived in it): queued requests
+  fail and later requests need a new START.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from triton_mp.errors import ErrorCode
+from triton_mp.scheduler.dynamic import Batch, LevelSnapshot, Queued, Rejection, decide, walk
+
+START = 1
+"""``Queued.flags`` bit: the first request of a sequence."""
+END = 2
+"""``Queued.flags`` bit: the last request of a sequence."""
+MAX_STRING_CORRID = 128
+"""Longest string correlation ID, in characters."""
+
+
+@dataclass(slots=True)
+class _Slot:
+    instance_id: int
+    index: int
+    corrid: Hashable = None
+    """The sequence bound to the slot; None = free."""
+    queue: collections.deque[Queued] = field(default_factory=collections.deque)
+    last_ns: int = 0
+    """Last activity of its sequence: a request arrived or was handed to the instance."""
+
+
+class SequenceBatcher:
+    """Triton's sequence batcher for one model version (see the module docstring).
+
+    Args:
+        model: the model name (error messages).
+        strategy: ``direct`` or ``oldest``.
+        max_batch_size: the model's ``max_batch_size``.
+        instance_ids: every instance of the model version (none idle yet).
+        max_sequence_idle_us: ``max_sequence_idle_microseconds``.
+        max_queue_delay_us: the strategy's ``max_queue_delay_microseconds``.
+        minimum_slot_utilization: Direct's ``minimum_slot_utilization`` (0 = any).
+        max_candidate_sequences: Oldest's candidate sequences per instance (0 = default).
+        preferred_batch_sizes: Oldest's ``preferred_batch_size``.
+        corrid_kind: ``int`` or ``str`` when a CORRID control fixes the type of correlation
+            IDs (a control of datatype BYTES wants strings), None when any is accepted.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        strategy: Literal["direct", "oldest"],
+        max_batch_size: int,
+        instance_ids: Sequence[int],
+        *,
+        max_sequence_idle_us: int = 1_000_000,
+        max_queue_delay_us: int = 0,
+        minimum_slot_utilization: float = 0.0,
+        max_candidate_sequences: int = 0,
+        preferred_batch_sizes: Sequence[int] = (),
+        corrid_kind: type | None = None,
+    ) -> None:
+        self.model = model
+        self.corrid_kind = corrid_kind
+        self.strategy = strategy
+        self.max_batch_size = max_batch_size
+        per_instance = max(1, max_batch_size)
+        if strategy == "oldest" and max_candidate_sequences > 0:
+            per_instance = max_candidate_sequences
+        self.slots_per_instance = per_instance
+        self.idle_ns = max_sequence_idle_us * 1000
+        self.delay_ns = max_queue_delay_us * 1000
+        self.min_utilization = minimum_slot_utilization
+        limit = max(1, max_batch_size)
+        self.preferred = frozenset(p for p in preferred_batch_sizes if 0 < p <= limit)
+        self.max_preferred = max(self.preferred, default=limit)
+        self._slots: dict[int, list[_Slot]] = {
+            i: [_Slot(i, s) for s in range(per_instance)] for i in instance_ids
+        }
+        self._active: dict[Hashable, _Slot] = {}
+        self._backlog: collections.OrderedDict[Hashable, collections.deque[Queued]] = (
+            collections.OrderedDict()
+        )
+        self._idle: collections.deque[int] = collections.deque()
+        self._idle_since: dict[int, int] = {}
+        self._live: set[int] = set()
+        self._released: dict[int, list[Hashable]] = collections.defaultdict(list)
+        self._failed: list[tuple[Queued, Rejection]] = []
+
+    # ----------------------------------------------------------------- requests
+    def offer(self, item: Queued, now_ns: int) -> Rejection | None:
+        """Queue a request of a sequence (``item.corrid``, ``item.flags``).
+
+        Returns:
+            A Rejection (INVALID_ARG) for a request of batch size above 1, without a
+            correlation ID, with an ID of the wrong type or too long, or without START for a
+            sequence that is not live; else None.
+        """
+        corrid = item.corrid
+        invalid = self._check(item)
+        if invalid is not None:
+            return Rejection(ErrorCode.INVALID_ARG, invalid)
+        slot = self._active.get(corrid)
+        if slot is not None:
+            slot.queue.append(item)
+            slot.last_ns = now_ns
+            return None
+        backlog = self._backlog.get(corrid)
+        if backlog is not None:
+            backlog.append(item)
+            return None
+        if not item.flags & START:
+            return Rejection(
+                ErrorCode.INVALID_ARG,
+                f"inference request for sequence {corrid} to model '{self.model}' must "
+                "specify the START flag on the first request of the sequence",
+            )
+        slot = self._free_slot()
+        if slot is None:
+            self._backlog[corrid] = collections.deque([item])
+            return None
+        self._bind(slot, corrid, now_ns)
+        slot.queue.append(item)
+        return None
+
+    def _check(self, item: Queued) -> str | None:
+        corrid = item.corrid
+        if item.batch_size > 1:
+            return (
+                f"inference request to model '{self.model}' must specify batch-size 1 due to "
+                "requirements of sequence batcher"
+            )
+        if corrid is None or corrid == 0 or corrid == "":
+            return (
+                f"inference request to model '{self.model}' must specify a non-zero or "
+                "non-empty correlation ID"
+            )
+        if isinstance(corrid, str) and len(corrid) > MAX_STRING_CORRID:
+            return (
+                f"correlation ID of a request to model '{self.model}' is {len(corrid)} "
+                f"characters long; at most {MAX_STRING_CORRID} are allowed"
+            )
+        if self.corrid_kind is not None and not isinstance(corrid, self.corrid_kind):
+            want = "a string" if self.corrid_kind is str else "an unsigned integer"
+            return (
+                f"sequence batching control CORRID of model '{self.model}' expects {want} "
+                f"correlation ID; the request for sequence {corrid} gives "
+                f"{'a string' if isinstance(corrid, str) else 'an integer'}"
+            )
+        return None
+
+    def cancel(self, key: Hashable) -> Queued | None:
+        """Remove the queued request ``key``; None when it is not queued."""
+        queues = [s.queue for s in self._active.values()] + list(self._backlog.values())
+        for q in queues:
+            for item in q:
+                if item.key == key:
+                    q.remove(item)
+                    return item
+        return None
+
+    def drain_queue(self) -> list[Queued]:
+        """Remove and return every queued request (shutdown)."""
+        out: list[Queued] = []
+        for slot in self._active.values():
+            out.extend(slot.queue)
+            slot.queue.clear()
+        for q in self._backlog.values():
+            out.extend(q)
+        self._backlog.clear()
+        return out
+
+    def queue_depth(self) -> int:
+        """Requests waiting, in slots and in the backlog."""
+        return sum(len(s.queue) for s in self._active.values()) + sum(
+            len(q) for q in self._backlog.values()
+        )
+
+    def levels(self) -> list[LevelSnapshot]:
+        """One level (0): every queued request; ``delayed`` counts backlogged ones."""
+        queued = [q for s in self._active.values() for q in s.queue]
+        backlogged = [q for b in self._backlog.values() for q in b]
+        oldest = min((q.enqueue_ns for q in queued + backlogged), default=None)
+        return [LevelSnapshot(0, len(queued) + len(backlogged), len(backlogged), oldest, 0, 0, 0)]
+
+    # ----------------------------------------------------------------- instances
+    def instance_idle(self, instance_id: int, now_ns: int = 0) -> None:
+        """The instance finished its batch (or became ready)."""
+        if instance_id not in self._live:
+            self._live.add(instance_id)
+            for slot in self._slots.get(instance_id, []):
+                if slot.corrid is None:
+                    self._fill_from_backlog(slot, now_ns)
+        if instance_id not in self._idle:
+            self._idle.append(instance_id)
+            self._idle_since[instance_id] = now_ns
+
+    def instance_gone(self, instance_id: int) -> None:
+        """The instance died: its sequences are lost; their queued requests fail."""
+        with contextlib.suppress(ValueError):
+            self._idle.remove(instance_id)
+        self._live.discard(instance_id)
+        for slot in self._slots.get(instance_id, []):
+            if slot.corrid is None:
+                continue
+            lost = Rejection(
+                ErrorCode.UNAVAILABLE,
+                f"sequence {slot.corrid} of model '{self.model}' was lost: its model instance "
+                "stopped",
+                "OTHER",
+            )
+            self._failed.extend((item, lost) for item in slot.queue)
+            self._unbind(slot)
+        self._released.pop(instance_id, None)
+        # NOTE: the freed slots stay unused until the instance is live again.
+
+    # ----------------------------------------------------------------- time
+    def expire(self, now_ns: int) -> list[tuple[Queued, Rejection]]:
+        """Release idle sequences; fail backlogged sequences whose timeout ran out."""
+        failed, self._failed = self._failed, []
+        for slot in list(self._active.values()):
+            if not slot.queue and now_ns - slot.last_ns >= self.idle_ns:
+                self._released[slot.instance_id].append(slot.corrid)
+                self._unbind(slot)
+                self._fill_from_backlog(slot, now_ns)
+        for corrid, queue in list(self._backlog.items()):
+            first = queue[0]
+            if first.timeout_us and now_ns - first.enqueue_ns >= first.timeout_us * 1000:
+                del self._backlog[corrid]
+                why = Rejection(
+                    ErrorCode.UNAVAILABLE,
+                    "timeout of the corresponding sequence has been expired",
+                )
+                failed.extend((item, why) for item in queue)
+        return failed
+
+    def next_deadline_ns(self) -> int | None:
+        """The nearest idle release, backlog timeout or batching delay."""
+        times = [slot.last_ns + self.idle_ns for slot in self._active.values() if not slot.queue]
+        times += [
+            q[0].enqueue_ns + q[0].timeout_us * 1000
+            for q in self._backlog.values()
+            if q[0].timeout_us
+        ]
+        if self._failed:
+            times.append(0)
+        for instance_id in self._idle:
+            ready = self._ready_slots(instance_id)
+            if ready and self.delay_ns:
+                times.append(min(s.queue[0].enqueue_ns for s in ready) + self.delay_ns)
+        return min(times, default=None)
+
+    # ----------------------------------------------------------------- batches
+    def pop_ready(self, now_ns: int) -> list[Batch]:
+        """At most one batch per idle instance."""
+        out = []
+        for instance_id in list(self._idle):
+            ready = self._ready_slots(instance_id)
+            if not ready:
+                continue
+            batch = (
+                self._direct(instance_id, ready, now_ns)
+                if self.strategy == "direct"
+                else self._oldest(instance_id, ready, now_ns)
+            )
+            if batch is not None:
+                self._idle.remove(instance_id)
+                out.append(batch)
+        return out
+
+    def _direct(self, instance_id: int, ready: list[_Slot], now_ns: int) -> Batch | None:
+        total = self.slots_per_instance
+        oldest = min(s.queue[0].enqueue_ns for s in ready)
+        if len(ready) == total:
+            reason = "max"
+        elif self.delay_ns == 0 or len(ready) >= self.min_utilization * total:
+            reason = "idle"
+        elif now_ns - oldest >= self.delay_ns:
+            reason = "delay"
+        else:
+            return None
+        requests = [self._take(slot, now_ns) for slot in ready]
+        rows = max(s.index for s in ready) + 1
+        return Batch(
+            instance_id,
+            tuple(requests),
+            sum(r.batch_size for r in requests),
+            reason,
+            rows=rows,
+            slots=tuple(s.index for s in ready),
+            released=tuple(self._released.pop(instance_id, ())),
+        )
+
+    def _oldest(self, instance_id: int, ready: list[_Slot], now_ns: int) -> Batch | None:
+        heads = sorted(ready, key=lambda s: s.queue[0].enqueue_ns)
+        if self.max_batch_size == 0:
+            chosen = heads[:1]
+            reason = "single"
+        else:
+            w = walk(
+                (s.queue[0] for s in heads), self.max_batch_size, self.preferred, self.max_preferred
+            )
+            decision = decide(
+                w,
+                now_ns,
+                self.delay_ns,
+                self.preferred,
+                self.max_preferred,
+                self._idle_since.get(instance_id, 0),
+            )
+            if decision is None:
+                return None
+            count, _, reason = decision
+            chosen = heads[:count]
+        requests = [self._take(slot, now_ns) for slot in chosen]
+        return Batch(
+            instance_id,
+            tuple(requests),
+            sum(r.batch_size for r in requests),
+            reason,
+            released=tuple(self._released.pop(instance_id, ())),
+        )
+
+    # ----------------------------------------------------------------- slots
+    def _ready_slots(self, instance_id: int) -> list[_Slot]:
+        return [s for s in self._slots.get(instance_id, ()) if s.queue]
+
+    def _take(self, slot: _Slot, now_ns: int) -> Queued:
+        """Hand the slot's head request to its instance; release the slot after an END."""
+        item = slot.queue.popleft()
+        slot.last_ns = now_ns
+        if item.flags & END and not slot.queue:
+            self._unbind(slot)
+            self._fill_from_backlog(slot, now_ns)
+        return item
+
+    def _free_slot(self) -> _Slot | None:
+        """Slot 0 of every live instance first, then slot 1, ... (spreads sequences)."""
+        for index in range(self.slots_per_instance):
+            for instance_id, slots in self._slots.items():
+                if instance_id in self._live and slots[index].corrid is None:
+                    return slots[index]
+        return None
+
+    def _bind(self, slot: _Slot, corrid: Hashable, now_ns: int) -> None:
+        slot.corrid = corrid
+        slot.last_ns = now_ns
+        self._active[corrid] = slot
+
+    def _unbind(self, slot: _Slot) -> None:
+        self._active.pop(slot.corrid, None)
+        slot.corrid = None
+        slot.queue.clear()
+
+    def _fill_from_backlog(self, slot: _Slot, now_ns: int) -> None:
+        if slot.instance_id not in self._live or not self._backlog:
+            return
+        corrid, queue = self._backlog.popitem(last=False)
+        self._bind(slot, corrid, now_ns)
+        slot.queue.extend(queue)

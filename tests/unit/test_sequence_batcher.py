@@ -1,0 +1,447 @@
+"""The sequence batcher (``scheduler.sequence``) with a FakeClock: Direct and Oldest strategies,
+slots, backlog, idle release and the error cases, rule by rule, then properties over random
+interleavings of sequences."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+import hypothesis.strategies as st
+from hypothesis import given, settings
+
+from triton_mp.errors import ErrorCode
+from triton_mp.scheduler.clock import FakeClock
+from triton_mp.scheduler.dynamic import Batch, Queued, Rejection
+from triton_mp.scheduler.sequence import END, START, SequenceBatcher
+
+US = 1000
+
+
+@dataclass
+class Feed:
+    sched: SequenceBatcher
+    clock: FakeClock = field(default_factory=FakeClock)
+    keys: itertools.count[int] = field(default_factory=itertools.count)
+
+    def send(
+        self, corrid: Hashable, flags: int = 0, *, batch_size: int = 1, timeout_us: int = 0
+    ) -> Rejection | Queued:
+        now = self.clock.now_ns()
+        item = Queued(
+            next(self.keys),
+            batch_size,
+            (),
+            now,
+            corrid=corrid,
+            flags=flags,
+            timeout_us=timeout_us,
+        )
+        rejection = self.sched.offer(item, now)
+        return item if rejection is None else rejection
+
+    def pop(self) -> list[Batch]:
+        return self.sched.pop_ready(self.clock.now_ns())
+
+    def done(self, *instances: int) -> None:
+        for i in instances:
+            self.sched.instance_idle(i, self.clock.now_ns())
+
+
+def direct(
+    mbs: int = 4, instances: tuple[int, ...] = (0,), idle_us: int = 1000, **kw: object
+) -> Feed:
+    f = Feed(
+        SequenceBatcher(
+            "acc",
+            "direct",
+            mbs,
+            instances,
+            max_sequence_idle_us=idle_us,
+            **kw,  # type: ignore[arg-type]
+        )
+    )
+    f.done(*instances)
+    return f
+
+
+def oldest(
+    mbs: int = 4, instances: tuple[int, ...] = (0,), idle_us: int = 1000, **kw: object
+) -> Feed:
+    f = Feed(
+        SequenceBatcher(
+            "acc",
+            "oldest",
+            mbs,
+            instances,
+            max_sequence_idle_us=idle_us,
+            **kw,  # type: ignore[arg-type]
+        )
+    )
+    f.done(*instances)
+    return f
+
+
+def _corrids(batch: Batch) -> list[Hashable]:
+    return [q.corrid for q in batch.requests]
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_a_request_without_start_for_an_unknown_sequence_is_refused() -> None:
+    f = direct()
+    r = f.send(7)
+    assert isinstance(r, Rejection)
+    assert r.code == ErrorCode.INVALID_ARG
+    assert r.message == (
+        "inference request for sequence 7 to model 'acc' must specify the START flag on the "
+        "first request of the sequence"
+    )
+
+
+def test_batch_size_above_one_zero_ids_and_long_string_ids_are_refused() -> None:
+    f = direct()
+    big = f.send(1, START, batch_size=2)
+    assert isinstance(big, Rejection)
+    assert "must specify batch-size 1 due to requirements of sequence batcher" in big.message
+    for zero in (0, ""):
+        r = f.send(zero, START)
+        assert isinstance(r, Rejection)
+        assert "must specify a non-zero or non-empty correlation ID" in r.message
+    long = f.send("x" * 129, START)
+    assert isinstance(long, Rejection)
+    assert isinstance(f.send("x" * 128, START), Queued)
+
+
+def test_a_corrid_control_fixes_the_type_of_correlation_ids() -> None:
+    f = Feed(SequenceBatcher("acc", "direct", 4, (0,), corrid_kind=str))
+    r = f.send(5, START)
+    assert isinstance(r, Rejection)
+    assert "expects a string correlation ID" in r.message
+    assert isinstance(f.send("five", START), Queued)
+    g = Feed(SequenceBatcher("acc", "direct", 4, (0,), corrid_kind=int))
+    r = g.send("five", START)
+    assert isinstance(r, Rejection)
+    assert "expects an unsigned integer correlation ID" in r.message
+
+
+# --------------------------------------------------------------------------- Direct
+
+
+def test_direct_each_sequence_keeps_its_slot_and_empty_slots_are_null_rows() -> None:
+    f = direct(mbs=4)
+    for corrid in ("a", "b", "c"):
+        f.send(corrid, START)
+    (batch,) = f.pop()
+    assert (_corrids(batch), batch.rows, batch.slots) == (["a", "b", "c"], 3, (0, 1, 2))
+    f.send("b", END)
+    f.done(0)
+    (batch,) = f.pop()
+    assert (_corrids(batch), batch.slots) == (["b"], (1,))
+    # b ended: slot 1 is free; a and c keep slots 0 and 2, slot 1 is a null row
+    f.send("a")
+    f.send("c")
+    f.done(0)
+    (batch,) = f.pop()
+    assert (_corrids(batch), batch.rows, batch.slots) == (["a", "c"], 3, (0, 2))
+    # a new sequence takes the free slot 1
+    f.send("d", START)
+    f.send("c")
+    f.done(0)
+    (batch,) = f.pop()
+    assert (_corrids(batch), batch.slots) == (["d", "c"], (1, 2))
+
+
+def test_direct_one_request_per_slot_per_batch_in_order() -> None:
+    f = direct(mbs=2)
+    first = f.send("a", START)
+    second = f.send("a")
+    (batch,) = f.pop()
+    assert batch.requests == (first,)
+    f.done(0)
+    (batch,) = f.pop()
+    assert batch.requests == (second,)
+
+
+def test_direct_sequences_spread_over_instances_and_stay_there() -> None:
+    f = direct(mbs=2, instances=(0, 1))
+    f.send("a", START)
+    f.send("b", START)
+    f.send("c", START)
+    batches = {b.instance_id: b for b in f.pop()}
+    assert {i: _corrids(b) for i, b in batches.items()} == {0: ["a", "c"], 1: ["b"]}
+    assert batches[0].slots == (0, 1)
+    for _ in range(3):
+        f.send("a")
+        f.send("b")
+        f.done(0, 1)
+        got = {b.instance_id: _corrids(b) for b in f.pop()}
+        assert got == {0: ["a"], 1: ["b"]}
+
+
+def test_direct_without_a_free_slot_new_sequences_wait_in_fifo_order() -> None:
+    f = direct(mbs=1)
+    f.send("a", START)
+    f.send("b", START)  # backlog
+    f.send("c", START)  # backlog
+    f.send("b")  # joins b's backlog
+    assert f.sched.queue_depth() == 4
+    (batch,) = f.pop()
+    assert _corrids(batch) == ["a"]
+    f.send("a", END)
+    f.done(0)
+    (batch,) = f.pop()
+    assert _corrids(batch) == ["a"]  # the END: the slot goes to b
+    f.done(0)
+    (batch,) = f.pop()
+    assert [(q.corrid, q.flags) for q in batch.requests] == [("b", START)]
+    f.done(0)
+    (batch,) = f.pop()
+    assert [(q.corrid, q.flags) for q in batch.requests] == [("b", 0)]
+
+
+def test_direct_start_for_a_live_sequence_continues_in_its_slot() -> None:
+    f = direct(mbs=2)
+    f.send("a", START)
+    f.send("b", START)
+    f.pop()
+    f.send("a", START)
+    f.done(0)
+    (batch,) = f.pop()
+    assert (_corrids(batch), batch.slots) == (["a"], (0,))
+
+
+def test_direct_minimum_slot_utilization_waits_up_to_the_delay() -> None:
+    f = direct(mbs=4, max_queue_delay_us=100, minimum_slot_utilization=0.5)
+    t0 = f.clock.now_ns()
+    f.send("a", START)
+    assert f.pop() == []
+    assert f.sched.next_deadline_ns() == t0 + 100 * US
+    f.send("b", START)  # 2 of 4 slots ready: utilization reached
+    (batch,) = f.pop()
+    assert (_corrids(batch), batch.reason) == (["a", "b"], "idle")
+    f.send("a")
+    f.done(0)
+    assert f.pop() == []
+    f.clock.advance_us(100)
+    (batch,) = f.pop()
+    assert (_corrids(batch), batch.reason) == (["a"], "delay")
+
+
+def test_idle_sequences_are_released_and_their_ids_reach_the_instance() -> None:
+    f = direct(mbs=2, idle_us=500)
+    t0 = f.clock.now_ns()
+    f.send("a", START)
+    f.send("b", START)
+    f.pop()
+    f.done(0)
+    assert f.sched.next_deadline_ns() == t0 + 500 * US
+    f.clock.advance_us(300)
+    f.send("b")  # b stays active
+    (batch,) = f.pop()
+    f.done(0)
+    f.clock.advance_us(200)
+    assert f.sched.expire(f.clock.now_ns()) == []
+    # a is released: a request without START now fails, the next batch says so
+    r = f.send("a")
+    assert isinstance(r, Rejection)
+    assert "must specify the START flag" in r.message
+    f.send("c", START)
+    (batch,) = f.pop()
+    assert batch.released == ("a",)
+    assert (_corrids(batch), batch.slots) == (["c"], (0,))
+
+
+def test_a_backlogged_sequence_whose_timeout_runs_out_fails_whole() -> None:
+    f = direct(mbs=1)
+    f.send("a", START)
+    f.send("b", START, timeout_us=100)
+    f.send("b")
+    f.pop()
+    f.clock.advance_us(100)
+    failed = f.sched.expire(f.clock.now_ns())
+    assert [(q.corrid, why.code) for q, why in failed] == [
+        ("b", ErrorCode.UNAVAILABLE),
+        ("b", ErrorCode.UNAVAILABLE),
+    ]
+    assert failed[0][1].message == "timeout of the corresponding sequence has been expired"
+    assert isinstance(f.send("b"), Rejection)
+
+
+def test_a_dead_instance_loses_its_sequences() -> None:
+    f = direct(mbs=2, instances=(0, 1))
+    f.send("a", START)
+    f.send("b", START)
+    f.pop()
+    f.send("a")
+    f.sched.instance_gone(0)
+    failed = f.sched.expire(f.clock.now_ns())
+    assert [(q.corrid, why.code, why.reason) for q, why in failed] == [
+        ("a", ErrorCode.UNAVAILABLE, "OTHER")
+    ]
+    assert "was lost" in failed[0][1].message
+    assert isinstance(f.send("a"), Rejection)
+    # new sequences go to the live instance only
+    f.send("c", START)
+    f.done(1)
+    (batch,) = f.pop()
+    assert (batch.instance_id, _corrids(batch)) == (1, ["c"])
+
+
+def test_sequences_wait_for_an_instance_to_become_live() -> None:
+    f = Feed(SequenceBatcher("acc", "direct", 2, (0,)))
+    f.send("a", START)
+    assert f.pop() == []
+    f.done(0)
+    (batch,) = f.pop()
+    assert _corrids(batch) == ["a"]
+
+
+def test_cancel_and_drain_find_requests_in_slots_and_backlog() -> None:
+    f = direct(mbs=1)
+    a = f.send("a", START)
+    b = f.send("b", START)
+    assert isinstance(a, Queued)
+    assert isinstance(b, Queued)
+    assert f.sched.cancel(b.key) is b
+    assert f.sched.queue_depth() == 1
+    assert f.sched.drain_queue() == [a]
+
+
+# --------------------------------------------------------------------------- Oldest
+
+
+def test_oldest_batches_the_oldest_heads_one_per_sequence() -> None:
+    f = oldest(mbs=2, max_candidate_sequences=4)
+    f.send("a", START)
+    f.clock.advance_us(1)
+    f.send("a")
+    f.clock.advance_us(1)
+    f.send("b", START)
+    f.clock.advance_us(1)
+    f.send("c", START)
+    (batch,) = f.pop()
+    assert (_corrids(batch), batch.rows) == (["a", "b"], 0)
+    f.done(0)
+    (batch,) = f.pop()
+    assert _corrids(batch) == ["a", "c"]
+
+
+def test_oldest_waits_for_a_preferred_size_up_to_the_delay() -> None:
+    f = oldest(mbs=4, max_candidate_sequences=4, preferred_batch_sizes=(2,), max_queue_delay_us=100)
+    f.send("a", START)
+    assert f.pop() == []
+    f.send("b", START)
+    (batch,) = f.pop()
+    assert (_corrids(batch), batch.reason) == (["a", "b"], "preferred")
+    f.done(0)
+    f.send("a")
+    assert f.pop() == []
+    f.clock.advance_us(100)
+    (batch,) = f.pop()
+    assert (_corrids(batch), batch.reason) == (["a"], "delay")
+
+
+def test_oldest_without_batching_runs_the_oldest_request_alone() -> None:
+    f = oldest(mbs=0, max_candidate_sequences=3)
+    f.send("a", START)
+    f.clock.advance_us(1)
+    f.send("b", START)
+    (batch,) = f.pop()
+    assert (_corrids(batch), batch.reason) == (["a"], "single")
+    f.done(0)
+    (batch,) = f.pop()
+    assert _corrids(batch) == ["b"]
+
+
+def test_oldest_candidate_sequences_bound_the_live_sequences_per_instance() -> None:
+    f = oldest(mbs=4, max_candidate_sequences=2)
+    for c in "abc":
+        f.send(c, START)
+    (batch,) = f.pop()
+    assert _corrids(batch) == ["a", "b"]
+    (level,) = f.sched.levels()
+    assert (level.depth, level.delayed) == (1, 1)  # c waits in the backlog
+
+
+# --------------------------------------------------------------------------- properties
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    strategy=st.sampled_from(["direct", "oldest"]),
+    mbs=st.integers(0, 3),
+    n_instances=st.integers(1, 2),
+    ops=st.lists(
+        st.tuples(st.sampled_from(["send", "end", "tick", "done"]), st.integers(0, 5)),
+        max_size=80,
+    ),
+)
+def test_random_interleavings_keep_each_sequence_on_its_instance_in_order(
+    strategy: str, mbs: int, n_instances: int, ops: list[tuple[str, int]]
+) -> None:
+    instances = tuple(range(n_instances))
+    kw = {"max_candidate_sequences": 2} if strategy == "oldest" else {}
+    f = (direct if strategy == "direct" else oldest)(mbs, instances, idle_us=10_000, **kw)
+    live: dict[int, bool] = {}
+    sent: dict[int, list[int]] = {}
+    outcome: dict[int, str] = {}
+    where: dict[Hashable, int] = {}
+    ran: dict[Hashable, list[int]] = {}
+    busy: set[int] = set()
+    slots = max(1, mbs) if strategy == "direct" else 2
+
+    def pop() -> None:
+        for batch in f.pop():
+            assert batch.instance_id not in busy
+            busy.add(batch.instance_id)
+            corrids = _corrids(batch)
+            assert len(corrids) == len(set(corrids)), "two requests of a sequence in a batch"
+            if strategy == "direct":
+                assert batch.rows <= slots
+                assert len(batch.slots) == len(batch.requests)
+            else:
+                assert len(batch.requests) <= max(1, mbs)
+            for q in batch.requests:
+                outcome[q.key] = "ran"
+                if q.flags & START:
+                    where[q.corrid] = batch.instance_id
+                assert where[q.corrid] == batch.instance_id, "a sequence changed instance"
+                ran.setdefault(q.corrid, []).append(q.key)
+
+    for op, n in ops:
+        seq = n % 4 + 1
+        if op in ("send", "end"):
+            flags = (0 if live.get(seq) else START) | (END if op == "end" else 0)
+            r = f.send(seq, flags)
+            assert isinstance(r, Queued), r
+            sent.setdefault(seq, []).append(r.key)
+            live[seq] = op != "end"
+        elif op == "tick":
+            f.clock.advance_us(n * 10)
+            for item, _ in f.sched.expire(f.clock.now_ns()):
+                outcome[item.key] = "failed"
+        elif op == "done" and busy:
+            i = sorted(busy)[n % len(busy)]
+            busy.discard(i)
+            f.done(i)
+        pop()
+    for _ in range(200):
+        for i in sorted(busy):
+            busy.discard(i)
+            f.done(i)
+        pop()
+        # sequences that never end hold their slots until they are idle long enough
+        f.clock.advance_us(10_000)
+        for item, _ in f.sched.expire(f.clock.now_ns()):
+            outcome[item.key] = "failed"
+        pop()
+        if f.sched.queue_depth() == 0:
+            break
+    assert f.sched.queue_depth() == 0
+    every = sorted(k for keys in sent.values() for k in keys)
+    assert sorted(outcome) == every
+    for seq, keys in ran.items():
+        assert keys == sorted(keys), f"sequence {seq} ran out of order"
