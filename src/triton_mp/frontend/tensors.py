@@ -162,8 +162,13 @@ def validate_request(
     model: Model,
     version: int,
     shm: SystemShmRegistry | None = None,
+    raw_inputs: Sequence[bytes | memoryview] | None = None,
 ) -> ValidRequest:
     """Check a request against the model's effective config.
+
+    Args:
+        raw_inputs: used instead of ``req.raw_input_contents`` when given (HTTP passes
+            slices of the request body, so the bytes are not copied into the proto first).
 
     Returns:
         The validated request: inputs with full shapes and their bytes (raw bytes as sent,
@@ -225,7 +230,7 @@ def validate_request(
             f"input(s) [{miss}]. Please provide all required input(s)."
         )
 
-    raw = req.raw_input_contents
+    raw = req.raw_input_contents if raw_inputs is None else raw_inputs
     uses_shm = [_uses_shm(t.parameters) for t in req.inputs]
     # NOTE: raw_input_contents holds one entry per input that sends its bytes in the request
     # (neither typed contents nor shared memory), in input order.

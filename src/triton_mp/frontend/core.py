@@ -1,0 +1,494 @@
+"""What every frontend transport does, whatever the wire: the one place gRPC and HTTP call.
+
+Imported by the frontend only; imports neither ``grpc`` nor ``aiohttp``. ``FrontendCore``
+resolves models, validates requests (``tensors.validate_request``), writes inputs into the
+frontend's arena, sends the descriptor to the scheduler, awaits the worker's answer, cancels
+requests whose client went away, and answers health, metadata, configuration, repository,
+statistics and system shared memory queries. Answers are ``inference.*`` protos (the KServe v2
+data model both transports share) or plain values; failures raise ``TritonMPError`` with
+Triton's code and message. ``frontend.servicer`` (gRPC) and ``frontend.http`` (HTTP/REST)
+only translate their wire format to these calls and map ``ErrorCode`` to their status codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from triton_mp import __version__
+from triton_mp._proto import grpc_service_pb2 as pb
+from triton_mp._proto import model_config_pb2 as mc
+from triton_mp.errors import ErrorCode, InvalidRequest, ModelUnavailable, TritonMPError
+from triton_mp.frontend.models import Model, ModelTable
+from triton_mp.frontend.pending import PendingTable
+from triton_mp.frontend.shm import Region, SystemShmRegistry
+from triton_mp.frontend.tensors import validate_request, write_inputs
+from triton_mp.ipc import ArenaAllocator, BlockRef, SegmentCache, TensorRef, encode
+from triton_mp.ipc.messages import (
+    CancelRequest,
+    InferRequest,
+    InferResponse,
+    ModelStats,
+    ShmRegion,
+    ShmRegistered,
+    ShmUnregistered,
+    StatDuration,
+    StatsQuery,
+    StatsReply,
+)
+
+log = logging.getLogger(__name__)
+
+EXTENSIONS = (
+    "model_repository",
+    "model_configuration",
+    "system_shared_memory",
+    "binary_tensor_data",
+    "statistics",
+)
+"""Extensions ServerMetadata reports: only those triton-mp implements (Triton's names, in
+Triton's order). ``binary_tensor_data`` is the HTTP binary tensor extension."""
+
+STOPPING_MESSAGE = (
+    "Server is stopping, scheduler for model has stopped accepting new inference requests"
+)
+"""Triton's answer (UNAVAILABLE) to an inference that arrives while the server drains."""
+
+CUDA_SHM_MESSAGE = "CUDA shared memory is not supported by this server"
+"""UNSUPPORTED answer of every CUDA shared memory call: triton-mp has no GPU build yet."""
+
+
+def _duration(d: StatDuration) -> pb.StatisticDuration:
+    return pb.StatisticDuration(count=d.count, ns=d.ns)
+
+
+def stats_to_proto(st: ModelStats) -> pb.ModelStatistics:
+    """Convert the scheduler's ModelStats to ``inference.ModelStatistics``."""
+    return pb.ModelStatistics(
+        name=st.name,
+        version=str(st.version),
+        last_inference=st.last_inference_ms,
+        inference_count=st.inference_count,
+        execution_count=st.execution_count,
+        inference_stats=pb.InferStatistics(
+            success=_duration(st.success),
+            fail=_duration(st.fail),
+            queue=_duration(st.queue),
+            compute_input=_duration(st.compute_input),
+            compute_infer=_duration(st.compute_infer),
+            compute_output=_duration(st.compute_output),
+            cache_hit=pb.StatisticDuration(),
+            cache_miss=pb.StatisticDuration(),
+        ),
+        batch_stats=[
+            pb.InferBatchStatistics(
+                batch_size=b.batch_size,
+                compute_input=_duration(b.compute_input),
+                compute_infer=_duration(b.compute_infer),
+                compute_output=_duration(b.compute_output),
+            )
+            for _, b in sorted(st.batch_stats.items())
+        ],
+    )
+
+
+class InferResult:
+    """A worker's successful answer: output tensors still in the worker's arena.
+
+    The transport copies each output out (``view``) into its response, then calls
+    ``release`` exactly once, which frees the worker's output block.
+
+    Attributes:
+        model: the model's name.
+        version: the concrete version that ran.
+        request_id: the client's request ``id`` ("" when it sent none).
+        outputs: one ``TensorRef`` per returned output, in the order they are returned.
+    """
+
+    __slots__ = ("_block", "_cache", "_pending", "model", "outputs", "request_id", "version")
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        version: int,
+        request_id: str,
+        outputs: tuple[TensorRef, ...],
+        block: BlockRef | None,
+        cache: SegmentCache,
+        pending: PendingTable,
+    ) -> None:
+        self.model = model
+        self.version = version
+        self.request_id = request_id
+        self.outputs = outputs
+        self._block = block
+        self._cache = cache
+        self._pending = pending
+
+    def view(self, ref: TensorRef) -> memoryview | None:
+        """The bytes of one output without a copy, valid until ``release``; None when the
+        worker wrote the output into the client's registered shared memory instead."""
+        if ref.region_id:
+            return None
+        return memoryview(self._cache.get(ref.segment).buf)[ref.offset : ref.offset + ref.nbytes]
+
+    def data(self, ref: TensorRef) -> bytes:
+        """A copy of one output's bytes (``b""`` for an output in the client's shared
+        memory, as Triton sends)."""
+        if ref.region_id:
+            return b""
+        return self._cache.get(ref.segment).buf[ref.offset : ref.offset + ref.nbytes]
+
+    def release(self) -> None:
+        """Free the worker's output block (views taken before become invalid)."""
+        block, self._block = self._block, None
+        self._pending.free(block)
+
+
+class FrontendCore:
+    """The KServe v2 / Triton operations of one frontend process, transport-neutral.
+
+    Args:
+        frontend_id: this frontend's index (part of every request descriptor).
+        server_name: ``--id``, reported by ServerMetadata.
+        models: the model table.
+        arena: this frontend's input arena allocator.
+        cache: attached arenas (ours and the workers').
+        pending: the table of requests waiting for answers.
+        send_scheduler: pushes encoded bytes to the scheduler.
+        shm: the registered client shared-memory regions.
+        model_control_mode: ``none``, ``poll`` or ``explicit``.
+
+    Attributes:
+        draining: set when the server stops: not ready, new inferences refused (UNAVAILABLE).
+    """
+
+    def __init__(
+        self,
+        *,
+        frontend_id: int,
+        server_name: str,
+        models: ModelTable,
+        arena: ArenaAllocator,
+        cache: SegmentCache,
+        pending: PendingTable,
+        send_scheduler: Callable[[bytes], None],
+        shm: SystemShmRegistry | None = None,
+        model_control_mode: str = "none",
+    ) -> None:
+        self.shm = shm if shm is not None else SystemShmRegistry(frontend_id)
+        self.models = models
+        self._fid = frontend_id
+        self._server_name = server_name
+        self._arena = arena
+        self._cache = cache
+        self._pending = pending
+        self._send = send_scheduler
+        self._mode = model_control_mode
+        self.draining = False
+
+    # ------------------------------------------------------------------ health
+    def server_ready(self) -> bool:
+        """KServe ServerReady: every model ready (Triton's --strict-readiness), not draining."""
+        return self.models.all_ready() and not self.draining
+
+    def model_ready(self, name: str, version: str) -> bool:
+        """KServe ModelReady: the version (with none given, the latest) is ready and has a
+        live instance; an unknown model or version is simply not ready.
+
+        Raises:
+            InvalidRequest: ``version`` is not a non-negative integer.
+        """
+        try:
+            model, v = self.models.resolve(name, version)
+        except InvalidRequest:
+            raise
+        except TritonMPError:
+            return False
+        return self.models.has_live_instance(model.name, v) and not self.draining
+
+    # ---------------------------------------------------------------- metadata
+    def server_metadata(self) -> pb.ServerMetadataResponse:
+        """KServe ServerMetadata: name (``--id``), version, extensions."""
+        return pb.ServerMetadataResponse(
+            name=self._server_name, version=__version__, extensions=list(EXTENSIONS)
+        )
+
+    def resolve(self, name: str, version: str) -> tuple[Model, int]:
+        """The model and concrete version a request names ("" = latest ready).
+
+        Raises:
+            TritonMPError: NOT_FOUND, UNAVAILABLE or INVALID_ARG with Triton's message
+                (``ModelTable.resolve``).
+        """
+        return self.models.resolve(name, version)
+
+    def model_metadata(self, name: str, version: str) -> pb.ModelMetadataResponse:
+        """KServe ModelMetadata (shape = [-1] + dims when the model batches).
+
+        Raises:
+            TritonMPError: as ``resolve``.
+        """
+        model, v = self.models.resolve(name, version)
+        batch = [-1] if model.max_batch_size > 0 else []
+        versions = [str(v)] if version else [str(x) for x in model.ready_versions]
+        return pb.ModelMetadataResponse(
+            name=model.name,
+            versions=versions,
+            platform=model.platform,
+            inputs=[
+                pb.ModelMetadataResponse.TensorMetadata(
+                    name=t.name, datatype=t.datatype, shape=batch + list(t.dims)
+                )
+                for t in model.inputs.values()
+            ],
+            outputs=[
+                pb.ModelMetadataResponse.TensorMetadata(
+                    name=t.name, datatype=t.datatype, shape=batch + list(t.dims)
+                )
+                for t in model.outputs.values()
+            ],
+        )
+
+    def model_config(self, name: str, version: str) -> mc.ModelConfig:
+        """Triton ModelConfig: the effective (auto-completed, normalised) configuration.
+
+        Raises:
+            TritonMPError: as ``resolve``.
+        """
+        model, _ = self.models.resolve(name, version)
+        return model.config
+
+    # -------------------------------------------------------------- repository
+    def repository_index(self, ready_only: bool) -> pb.RepositoryIndexResponse:
+        """Triton RepositoryIndex: every model and version with its state and reason.
+
+        Args:
+            ready_only: list READY versions only (the request's ``ready`` flag).
+        """
+        out = []
+        for m in self.models:
+            for v in m.ready_versions:
+                out.append(
+                    pb.RepositoryIndexResponse.ModelIndex(
+                        name=m.name, version=str(v), state="READY"
+                    )
+                )
+            if ready_only:
+                continue
+            for v in m.failed_versions:
+                out.append(
+                    pb.RepositoryIndexResponse.ModelIndex(
+                        name=m.name, version=str(v), state="UNAVAILABLE", reason=m.reason
+                    )
+                )
+            if not m.ready_versions and not m.failed_versions:
+                out.append(
+                    pb.RepositoryIndexResponse.ModelIndex(
+                        name=m.name, state="UNAVAILABLE", reason=m.reason
+                    )
+                )
+        return pb.RepositoryIndexResponse(models=out)
+
+    def repository_control(self) -> NoReturn:
+        """RepositoryModelLoad / Unload: needs --model-control-mode=explicit, and even then
+        triton-mp does not load or unload at run time yet.
+
+        Raises:
+            TritonMPError: always UNAVAILABLE, with Triton's message outside explicit mode.
+        """
+        raise TritonMPError(
+            "explicit model load / unload is not allowed if polling is enabled"
+            if self._mode != "explicit"
+            else "explicit model load / unload is not implemented by triton-mp yet",
+            ErrorCode.UNAVAILABLE,
+        )
+
+    # --------------------------------------------------------------- inference
+    def check_accepting(self) -> None:
+        """Refuse new inferences while the server drains.
+
+        Raises:
+            ModelUnavailable: UNAVAILABLE "Server is stopping, ...".
+        """
+        if self.draining:
+            raise ModelUnavailable(STOPPING_MESSAGE)
+
+    @staticmethod
+    def check_transaction_policy(model: Model, message: str) -> None:
+        """Refuse a decoupled model on a transport that answers once per request.
+
+        Raises:
+            InvalidRequest: UNSUPPORTED ``message`` when the model is decoupled.
+        """
+        if model.config.model_transaction_policy.decoupled:
+            raise InvalidRequest(message, ErrorCode.UNSUPPORTED)
+
+    async def infer(
+        self,
+        request: pb.ModelInferRequest,
+        *,
+        decoupled_message: str,
+        raw_inputs: Sequence[bytes | memoryview] | None = None,
+    ) -> InferResult:
+        """KServe ModelInfer: validate, copy inputs to shared memory, await the worker.
+
+        Args:
+            request: the request; its ``raw_input_contents`` are used unless ``raw_inputs``
+                is given (bytes the transport already holds, so they are not copied twice).
+            decoupled_message: the UNSUPPORTED text for a decoupled model (it names the
+                transport's endpoint, as Triton's does).
+            raw_inputs: one entry per input that sends its bytes in the request.
+
+        Returns:
+            The answer; the caller must ``release`` it once the outputs are copied out.
+
+        Raises:
+            TritonMPError: every validation failure (triton.md §4.9), UNAVAILABLE while
+                draining or when the arena or ring is full, and the worker's or scheduler's
+                error for this request (its code and message).
+            asyncio.CancelledError: the caller was cancelled; the scheduler is told to drop
+                the request if it has not started.
+        """
+        self.check_accepting()
+        model, version = self.models.resolve(request.model_name, request.model_version)
+        valid = validate_request(request, model, version, self.shm, raw_inputs)
+        self.check_transaction_policy(model, decoupled_message)
+        block, refs = write_inputs(self._arena, valid)
+        preserve = model.config.dynamic_batching.preserve_ordering
+        rid, fut = self._pending.new_request(block, (model.name, version) if preserve else None)
+        desc = InferRequest(
+            request_id=rid,
+            frontend_id=self._fid,
+            model=model.name,
+            version=version,
+            batch_size=valid.batch_size,
+            inputs=refs,
+            outputs=valid.outputs,
+            block=block,
+            arrival_ns=time.monotonic_ns(),
+            priority=valid.priority,
+            timeout_us=valid.timeout_us,
+            client_id=request.id,
+            output_regions=valid.output_regions,
+            parameters_json=valid.parameters_json,
+        )
+        try:
+            self._send(encode(desc))
+        except TritonMPError:
+            self._pending.forget_request(rid)
+            raise
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "request %d accepted for '%s' version %d (batch size %d)",
+                rid,
+                model.name,
+                version,
+                valid.batch_size,
+            )
+        try:
+            answer = await fut
+        except asyncio.CancelledError:
+            # NOTE: the client cancelled or its deadline passed: a request still queued is
+            # dropped by the scheduler instead of running for nobody.
+            self._send(
+                encode(
+                    CancelRequest(
+                        request_id=rid, frontend_id=self._fid, model=model.name, version=version
+                    )
+                )
+            )
+            raise
+        if not isinstance(answer, InferResponse) or answer.error is not None:
+            err = answer.error
+            assert err is not None
+            raise TritonMPError(err.message, err.code)
+        return InferResult(
+            model=model.name,
+            version=answer.version,
+            request_id=request.id,
+            outputs=answer.outputs,
+            block=answer.block,
+            cache=self._cache,
+            pending=self._pending,
+        )
+
+    # ------------------------------------------------------- shared memory
+    def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        """Triton SystemSharedMemoryRegister: name a window of a client's POSIX shm object
+        and tell the other frontends (through the scheduler).
+
+        Raises:
+            TritonMPError: as ``SystemShmRegistry.register``.
+        """
+        r = self.shm.register(name, key, offset, byte_size)
+        self._send(
+            encode(
+                ShmRegistered(
+                    frontend_id=self._fid,
+                    regions=(ShmRegion(r.name, r.key, r.offset, r.byte_size, r.region_id),),
+                )
+            )
+        )
+
+    def shm_status(self, name: str) -> list[Region]:
+        """Triton SystemSharedMemoryStatus: every region, or the one named.
+
+        Raises:
+            TritonMPError: as ``SystemShmRegistry.status``.
+        """
+        return self.shm.status(name)
+
+    def shm_unregister(self, name: str) -> None:
+        """Triton SystemSharedMemoryUnregister: one region, or all when ``name`` is empty.
+
+        Raises:
+            TritonMPError: UNSUPPORTED when client shared memory is disabled.
+        """
+        names = self.shm.unregister(name)
+        if names:
+            self._send(encode(ShmUnregistered(frontend_id=self._fid, names=tuple(names))))
+
+    @staticmethod
+    def cuda_shm() -> NoReturn:
+        """Every CUDA shared memory call (status, register, unregister).
+
+        Raises:
+            TritonMPError: always UNSUPPORTED: no GPU build.
+        """
+        raise TritonMPError(CUDA_SHM_MESSAGE, ErrorCode.UNSUPPORTED)
+
+    # -------------------------------------------------------------- statistics
+    async def statistics(self, name: str, version: str) -> pb.ModelStatisticsResponse:
+        """Triton ModelStatistics, from the scheduler's books (empty name = all models).
+
+        Raises:
+            TritonMPError: INVALID_ARG for a bad version string, a model that is not
+                available ("requested model '<m>' is not available"), or a version without
+                a model name.
+            asyncio.CancelledError: the caller went away (the query is forgotten).
+        """
+        v = -1
+        if name:
+            try:
+                _, resolved = self.models.resolve(name, version)
+            except InvalidRequest:
+                raise
+            except TritonMPError:
+                raise InvalidRequest(f"requested model '{name}' is not available") from None
+            v = resolved if version else -1
+        elif version:
+            raise InvalidRequest("model version given without a model name")
+        qid, fut = self._pending.new_query()
+        self._send(encode(StatsQuery(query_id=qid, frontend_id=self._fid, model=name, version=v)))
+        try:
+            reply = await fut
+        except asyncio.CancelledError:
+            self._pending.forget_query(qid)
+            raise
+        assert isinstance(reply, StatsReply)
+        return pb.ModelStatisticsResponse(model_stats=[stats_to_proto(s) for s in reply.stats])

@@ -1,0 +1,302 @@
+"""KServe v2 HTTP/REST (+ Triton's extensions) over aiohttp: a thin adapter over FrontendCore.
+
+Imported by the frontend only; the only module that imports aiohttp or maps ``ErrorCode`` to
+HTTP status codes (Triton's ``HttpCodeFromError``: INTERNAL 500, NOT_FOUND 404,
+UNAVAILABLE 503, UNSUPPORTED 501, everything else 400). Every frontend process serves it on
+the same asyncio loop as its grpc.aio server, on ``--http-port`` shared through
+``SO_REUSEPORT``. Routes, bodies and messages follow Triton's ``http_server.cc`` and
+``docs/protocol`` (shared/reference/triton.md §2):
+
+- health, server and model metadata, model readiness, configuration (``config_to_json``:
+  Triton's JSON form of ModelConfig), statistics, repository index / load / unload, system
+  shared memory status / register / unregister; CUDA shared memory, trace and log settings
+  answer UNSUPPORTED as the gRPC RPCs do. Unmatched paths: 404 ``{"error":"Not Found"}``;
+  a known path with another verb: 405 ``{"error":"Method Not Allowed"}``.
+- ``POST .../infer``: ``frontend.http_infer`` turns the body into the proto the gRPC path
+  validates and the answer back into JSON or binary data; ``FrontendCore.infer`` does the
+  rest. ``Content-Encoding`` and ``Accept-Encoding`` gzip/deflate are honoured.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from aiohttp import web
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from triton_mp.errors import ErrorCode, InvalidRequest, TritonMPError
+from triton_mp.frontend.core import FrontendCore
+from triton_mp.frontend.http_infer import (
+    HEADER_LENGTH,
+    JSON_TYPE,
+    MAX_INPUT_BYTES,
+    decode_json,
+    json_string,
+    json_uint,
+    parse_infer_body,
+    render_infer_response,
+)
+from triton_mp.repository import config_to_json
+
+log = logging.getLogger(__name__)
+
+HTTP_STATUS = {
+    ErrorCode.INTERNAL: 500,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.UNSUPPORTED: 501,
+}
+"""Triton error code -> HTTP status; every other code is 400 (``HttpCodeFromError``)."""
+
+DECOUPLED_MESSAGE = "HTTP end point doesn't support models with decoupled transaction policy"
+"""Triton's UNSUPPORTED answer to an inference on a decoupled model."""
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error_response(status: int, message: str) -> web.Response:
+    return web.Response(
+        status=status, body=msgspec.json.encode({"error": message}), content_type=JSON_TYPE
+    )
+
+
+def _json_response(value: object) -> web.Response:
+    return web.Response(body=msgspec.json.encode(value), content_type=JSON_TYPE)
+
+
+def proto_to_json(message: Message, *, print_defaults: bool = True) -> dict[str, Any]:
+    """A proto as Triton's JSON: proto field names, 64-bit integers as numbers.
+
+    Args:
+        print_defaults: include fields left at their defaults (ModelConfig, statistics,
+            metadata do); False omits them (the repository index does).
+    """
+    if print_defaults:
+        # NOTE: config_to_json works on any message, not only ModelConfig.
+        return config_to_json(message)
+    out: dict[str, Any] = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    return out
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Turn TritonMPError and aiohttp's routing errors into Triton's JSON error bodies."""
+    try:
+        return await handler(request)
+    except TritonMPError as e:
+        return _error_response(HTTP_STATUS.get(e.code, 400), e.message)
+    except web.HTTPNotFound:
+        return _error_response(404, "Not Found")
+    except web.HTTPMethodNotAllowed:
+        return _error_response(405, "Method Not Allowed")
+    except web.HTTPException as e:
+        return _error_response(e.status, e.text or e.reason)
+
+
+# ------------------------------------------------------------------------------ server
+
+
+class HttpFrontend:
+    """The HTTP/REST endpoint of one frontend process.
+
+    Args:
+        core: the frontend's transport-neutral operations (shared with gRPC).
+    """
+
+    def __init__(self, core: FrontendCore) -> None:
+        self._core = core
+        self._runner: web.AppRunner | None = None
+        self.app = web.Application(middlewares=[_errors], client_max_size=MAX_INPUT_BYTES)
+        self._routes()
+
+    def _routes(self) -> None:
+        add = self.app.router.add_route
+        add("GET", "/v2", self._server_metadata)
+        add("GET", "/v2/health/live", self._live)
+        add("GET", "/v2/health/ready", self._ready)
+        add("GET", "/v2/models/stats", self._stats)
+        add("GET", "/v2/trace/setting", self._trace)
+        add("POST", "/v2/trace/setting", self._trace)
+        add("GET", "/v2/logging", self._logging)
+        add("POST", "/v2/logging", self._logging)
+        for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version:[0-9]+}"):
+            add("GET", base, self._model_metadata)
+            add("GET", base + "/ready", self._model_ready)
+            add("GET", base + "/config", self._model_config)
+            add("GET", base + "/stats", self._stats)
+            add("POST", base + "/infer", self._infer)
+            add("POST", base + "/generate", self._generate)
+            add("POST", base + "/generate_stream", self._generate)
+        add("GET", "/v2/models/{model}/trace/setting", self._trace)
+        add("POST", "/v2/models/{model}/trace/setting", self._trace)
+        for repo in ("/v2/repository", "/v2/repository/{repository}"):
+            add("POST", repo + "/index", self._repository_index)
+            add("POST", repo + "/models/{model}/load", self._repository_control)
+            add("POST", repo + "/models/{model}/unload", self._repository_control)
+        for kind, handler in (
+            ("systemsharedmemory", self._system_shm),
+            ("cudasharedmemory", self._cuda_shm),
+        ):
+            for base in (f"/v2/{kind}", f"/v2/{kind}/region/{{region}}"):
+                add("GET", base + "/status", handler)
+                add("POST", base + "/register", handler)
+                add("POST", base + "/unregister", handler)
+
+    async def start(self, address: str, port: int) -> None:
+        """Listen on ``address:port`` with SO_REUSEPORT (shared by every frontend).
+
+        Raises:
+            OSError: the address cannot be bound.
+        """
+        # NOTE: handler_cancellation: a client that disconnects cancels its handler, so a
+        # queued inference is dropped (CancelRequest) exactly as a cancelled gRPC call is.
+        runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, address, port, reuse_port=True).start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+
+    async def stop(self) -> None:
+        """Stop listening and close connections (inferences were drained before)."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # ------------------------------------------------------------------ health
+    async def _live(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def _ready(self, request: web.Request) -> web.Response:
+        return web.Response(status=200 if self._core.server_ready() else 400)
+
+    async def _model_ready(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        if not self._core.model_ready(m["model"], m.get("version", "")):
+            return _error_response(400, "Model version not ready")
+        return web.Response(status=200)
+
+    # ---------------------------------------------------------------- metadata
+    async def _server_metadata(self, request: web.Request) -> web.Response:
+        return _json_response(proto_to_json(self._core.server_metadata()))
+
+    async def _model_metadata(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        return _json_response(
+            proto_to_json(self._core.model_metadata(m["model"], m.get("version", "")))
+        )
+
+    async def _model_config(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        return _json_response(
+            config_to_json(self._core.model_config(m["model"], m.get("version", "")))
+        )
+
+    async def _stats(self, request: web.Request) -> web.Response:
+        m = request.match_info
+        stats = await self._core.statistics(m.get("model", ""), m.get("version", ""))
+        return _json_response(proto_to_json(stats))
+
+    # -------------------------------------------------------------- repository
+    async def _body_json(self, request: web.Request) -> dict[str, Any]:
+        """The request's JSON object ({} for an empty body)."""
+        body = await request.read()
+        if not body:
+            return {}
+        value = decode_json(body)
+        if not isinstance(value, dict):
+            raise InvalidRequest("failed to parse the request JSON buffer: expected a JSON object")
+        return value
+
+    async def _repository_index(self, request: web.Request) -> web.Response:
+        body = await self._body_json(request)
+        ready = body.get("ready", False)
+        if not isinstance(ready, bool):
+            raise InvalidRequest("Unable to parse 'ready': expected a boolean")
+        index = self._core.repository_index(ready)
+        return _json_response([proto_to_json(m, print_defaults=False) for m in index.models])
+
+    async def _repository_control(self, request: web.Request) -> web.Response:
+        if request.match_info.get("repository"):
+            raise TritonMPError(
+                "'repository_name' specification is not supported", ErrorCode.UNSUPPORTED
+            )
+        body = await self._body_json(request)
+        if "parameters" in body and not isinstance(body["parameters"], dict):
+            raise InvalidRequest("Unable to parse 'parameters': expected a JSON object")
+        self._core.repository_control()
+
+    # ----------------------------------------------------------- shared memory
+    async def _system_shm(self, request: web.Request) -> web.Response:
+        region = request.match_info.get("region", "")
+        action = request.path.rsplit("/", 1)[1]
+        if action == "status":
+            return _json_response(
+                [
+                    {"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}
+                    for r in self._core.shm_status(region)
+                ]
+            )
+        if action == "register":
+            if not region:
+                raise InvalidRequest(
+                    "'region name' is necessary to register system shared memory region"
+                )
+            body = await self._body_json(request)
+            if "key" not in body:
+                raise InvalidRequest("Shared memory register request has no 'key' field")
+            key = json_string(body, "key")
+            offset = json_uint(body, "offset") if "offset" in body else 0
+            if "byte_size" not in body:
+                raise InvalidRequest("Shared memory register request has no 'byte_size' field")
+            self._core.shm_register(region, key, offset, json_uint(body, "byte_size"))
+        else:
+            self._core.shm_unregister(region)
+        return web.Response(status=200, content_type=JSON_TYPE)
+
+    async def _cuda_shm(self, request: web.Request) -> web.Response:
+        self._core.cuda_shm()
+
+    # ------------------------------------------------------- not served yet
+    async def _trace(self, request: web.Request) -> web.Response:
+        raise TritonMPError("trace settings are not supported by triton-mp", ErrorCode.UNSUPPORTED)
+
+    async def _logging(self, request: web.Request) -> web.Response:
+        raise TritonMPError("log settings are not supported by triton-mp", ErrorCode.UNSUPPORTED)
+
+    async def _generate(self, request: web.Request) -> web.Response:
+        raise TritonMPError(
+            "the generate extension is not supported by triton-mp", ErrorCode.UNSUPPORTED
+        )
+
+    # --------------------------------------------------------------- inference
+    async def _infer(self, request: web.Request) -> web.Response:
+        """KServe v2 ``POST .../infer`` with Triton's binary tensor data extension."""
+        core = self._core
+        name = request.match_info["model"]
+        version = request.match_info.get("version", "")
+        core.check_accepting()
+        model, _ = core.resolve(name, version)
+        core.check_transaction_policy(model, DECOUPLED_MESSAGE)
+        encoding = request.headers.get("Content-Encoding", "")
+        if encoding not in ("", "identity", "gzip", "deflate"):
+            response = _error_response(501, "Unsupported compression type")
+            response.headers["Accept-Encoding"] = "gzip, deflate"
+            return response
+        # NOTE: aiohttp's parser inflates gzip/deflate bodies itself, within client_max_size.
+        body = await request.read()
+        req, raw, plan = parse_infer_body(model, version, body, request.headers.get(HEADER_LENGTH))
+        result = await core.infer(req, decoupled_message=DECOUPLED_MESSAGE, raw_inputs=raw)
+        try:
+            data, headers = render_infer_response(
+                result, plan, request.headers.get("Accept-Encoding")
+            )
+        finally:
+            result.release()
+        return web.Response(body=data, headers=headers)

@@ -1,0 +1,577 @@
+"""KServe v2 HTTP inference bodies <-> the ``inference.ModelInferRequest`` the gRPC path takes.
+
+Imported by the frontend's HTTP adapter (``frontend.http``); no aiohttp and no sockets here,
+so every rule is testable on bytes. ``parse_infer_body`` turns a request body (JSON header,
+then the binary tensor tail Triton's ``Inference-Header-Content-Length`` delimits; or a raw
+binary request) into the proto plus the raw bytes of each input, as slices of the body (JSON
+``data`` is packed with numpy); ``render_infer_response`` writes the answer as JSON ``data``
+or a binary tail per ``binary_data`` / ``binary_data_output``. Messages and rules follow
+Triton's ``http_server.cc`` and core ``infer_request.cc`` (shared/reference/triton.md §2).
+
+Known difference: a JSON ``data`` array whose element count does not match ``shape`` is
+INVALID_ARG (400) here; Triton reports it as INTERNAL (500).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from triton_mp._proto import grpc_service_pb2 as pb
+from triton_mp.dtypes import ELEMENT_BYTES, NUMPY_DTYPES, element_count
+from triton_mp.errors import ErrorCode, InvalidRequest, TritonMPError
+from triton_mp.frontend.core import InferResult
+from triton_mp.frontend.models import Model
+
+MAX_INPUT_BYTES = 64 << 20
+"""Largest request body, compressed or not, in bytes (``--http-max-input-size`` default)."""
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+"""Binary tensor extension: bytes of the JSON header at the start of the body."""
+
+JSON_TYPE = "application/json"
+BINARY_TYPE = "application/octet-stream"
+_U32 = struct.Struct("<I")
+_UINT64_MAX = 2**64 - 1
+_INT64_MAX = 2**63 - 1
+
+
+# --------------------------------------------------------------------------- JSON helpers
+
+
+def decode_json(body: bytes | memoryview) -> Any:
+    """Parse a request's JSON.
+
+    Raises:
+        InvalidRequest: the bytes are not JSON.
+    """
+    try:
+        return msgspec.json.decode(body)
+    except msgspec.DecodeError as e:
+        raise InvalidRequest(f"failed to parse the request JSON buffer: {e}") from None
+
+
+def _is_uint(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _UINT64_MAX
+
+
+def json_uint(obj: dict[str, Any], key: str) -> int:
+    """``obj[key]`` as an unsigned 64-bit integer.
+
+    Raises:
+        InvalidRequest: "Unable to parse '<key>'" for anything else.
+    """
+    v = obj[key]
+    if not _is_uint(v):
+        raise InvalidRequest(f"Unable to parse '{key}': expected an unsigned integer")
+    return int(v)
+
+
+def json_string(obj: dict[str, Any], key: str) -> str:
+    """``obj[key]`` as a string.
+
+    Raises:
+        InvalidRequest: "Unable to parse '<key>'" when missing or not a string.
+    """
+    v = obj.get(key)
+    if not isinstance(v, str):
+        raise InvalidRequest(f"Unable to parse '{key}': expected a string")
+    return v
+
+
+def _object(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    v = obj.get(key, {})
+    if not isinstance(v, dict):
+        raise InvalidRequest(f"Unable to parse '{key}': expected a JSON object")
+    return v
+
+
+def _flatten(data: list[Any], out: list[Any]) -> None:
+    for item in data:
+        if isinstance(item, list):
+            _flatten(item, out)
+        else:
+            out.append(item)
+
+
+_KINDS = {
+    "BOOL": "b",
+    "UINT8": "u",
+    "UINT16": "u",
+    "UINT32": "u",
+    "UINT64": "u",
+    "INT8": "i",
+    "INT16": "i",
+    "INT32": "i",
+    "INT64": "i",
+    "FP32": "f",
+    "FP64": "f",
+}
+"""Datatype -> what JSON numbers it takes: b booleans, u unsigned, i integers, f any number."""
+
+_SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'data' field"
+
+
+def json_tensor_bytes(name: str, datatype: str, data: object, count: int) -> bytes:
+    """Pack a JSON ``data`` array (flat or nested, row-major) into the raw tensor form.
+
+    Args:
+        name: the input's name (for messages).
+        datatype: the request's datatype string for the input.
+        data: the decoded JSON value of ``data``.
+        count: element count of the input's shape.
+
+    Raises:
+        InvalidRequest: FP16/BF16 (Triton takes them in binary form only), an unknown
+            datatype, ``data`` that is not an array, elements of the wrong JSON type
+            (booleans for BOOL, strings for BYTES, integers for integer types, numbers for
+            floating point; no negatives for unsigned types), or an element count that
+            differs from the shape's.
+    """
+    if datatype in ("FP16", "BF16"):
+        raise InvalidRequest(
+            f"receiving {datatype} data via JSON is not supported. Please use the binary "
+            f"data format for input {name}"
+        )
+    if datatype not in NUMPY_DTYPES:
+        raise InvalidRequest(f"invalid datatype for input {name}")
+    if not isinstance(data, list):
+        raise InvalidRequest("Unable to parse 'data': expected a JSON array")
+    flat = data
+    if any(isinstance(item, list) for item in data):
+        flat = []
+        _flatten(data, flat)
+    if len(flat) != count:
+        raise InvalidRequest(_SHAPE_MISMATCH)
+    if datatype == "BYTES":
+        parts = []
+        for item in flat:
+            if not isinstance(item, str):
+                raise InvalidRequest("Unable to parse 'data': expected strings for BYTES")
+            b = item.encode("utf-8")
+            parts.append(_U32.pack(len(b)))
+            parts.append(b)
+        return b"".join(parts)
+    try:
+        arr = np.array(flat)
+    except (ValueError, TypeError, OverflowError):
+        arr = np.array([], dtype=np.object_)
+    want = _KINDS[datatype]
+    kind = arr.dtype.kind
+    if want == "b":
+        ok = kind == "b"
+    elif want == "f":
+        ok = kind in ("i", "u", "f")
+    else:
+        ok = kind in ("i", "u")
+    if ok and want == "u" and arr.size and arr.min() < 0:
+        ok = False
+    if not ok or arr.size != count:
+        raise InvalidRequest(
+            f"Unable to parse 'data': expected {datatype} values for input '{name}'"
+        )
+    out: bytes = arr.astype(NUMPY_DTYPES[datatype], copy=False).tobytes()
+    return out
+
+
+def json_output_data(ref_name: str, datatype: str, shape: tuple[int, ...], buf: memoryview) -> Any:
+    """An output's bytes as the flat JSON ``data`` list Triton writes.
+
+    Raises:
+        InvalidRequest: FP16/BF16 (JSON cannot carry them; ask for binary data).
+        TritonMPError: INTERNAL when the bytes do not match the shape.
+    """
+    if datatype in ("FP16", "BF16"):
+        raise InvalidRequest(
+            f"sending {datatype} data via JSON is not supported. Please use the binary data "
+            "format for output"
+        )
+    count = element_count(shape)
+    mismatch = TritonMPError(
+        f"output tensor shape does not match size of output for '{ref_name}'",
+        ErrorCode.INTERNAL,
+    )
+    if datatype == "BYTES":
+        items = []
+        pos = 0
+        for _ in range(count):
+            if pos + 4 > len(buf):
+                raise mismatch
+            (n,) = _U32.unpack_from(buf, pos)
+            pos += 4
+            if pos + n > len(buf):
+                raise mismatch
+            items.append(bytes(buf[pos : pos + n]).decode("utf-8", errors="replace"))
+            pos += n
+        return items
+    if len(buf) != count * ELEMENT_BYTES[datatype]:
+        raise mismatch
+    return np.frombuffer(buf, dtype=NUMPY_DTYPES[datatype]).tolist()
+
+
+# ------------------------------------------------------------------ request translation
+
+
+class InferPlan(msgspec.Struct):
+    """How to answer one HTTP inference: binary or JSON per output."""
+
+    binary_default: bool = False
+    """``binary_data_output``: the form of outputs the request did not list."""
+    binary: dict[str, bool] = {}
+    """Listed outputs (not in shared memory): True for a binary tail, False for JSON."""
+
+
+def _set_param(params: Any, key: str, value: object) -> None:
+    p = params[key]
+    if isinstance(value, bool):
+        p.bool_param = value
+    elif isinstance(value, int):
+        p.int64_param = value
+    else:
+        assert isinstance(value, str)
+        p.string_param = value
+
+
+def _request_parameters(req: pb.ModelInferRequest, params: dict[str, Any], plan: InferPlan) -> None:
+    """Copy the request-level ``parameters`` into the proto (ParseJsonTritonParams)."""
+    for key, v in params.items():
+        if key == "sequence_id":
+            if _is_uint(v):
+                if v > _INT64_MAX:
+                    req.parameters[key].uint64_param = v
+                else:
+                    req.parameters[key].int64_param = v
+            elif isinstance(v, str):
+                req.parameters[key].string_param = v
+            else:
+                raise InvalidRequest("Unable to parse 'sequence_id'")
+        elif key in ("sequence_start", "sequence_end"):
+            if not isinstance(v, bool):
+                raise InvalidRequest(f"Unable to parse '{key}'")
+            req.parameters[key].bool_param = v
+        elif key in ("priority", "timeout"):
+            if not _is_uint(v):
+                raise InvalidRequest(f"Unable to parse '{key}'")
+            req.parameters[key].uint64_param = v
+        elif key == "binary_data_output":
+            if not isinstance(v, bool):
+                raise InvalidRequest("Unable to parse 'binary_data_output'")
+            plan.binary_default = v
+        elif key.startswith("triton_"):
+            raise InvalidRequest(
+                "parameter keys starting with 'triton_' are reserved for Triton usage and "
+                "should not be specified."
+            )
+        elif isinstance(v, str | bool) or (isinstance(v, int) and -(2**63) <= v <= _INT64_MAX):
+            _set_param(req.parameters, key, v)
+        else:
+            raise InvalidRequest(
+                f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or "
+                "'string'."
+            )
+
+
+def _shm_parameters(target: Any, params: dict[str, Any]) -> None:
+    """Copy shared_memory_* tensor parameters (CheckSharedMemoryData's types)."""
+    if "shared_memory_region" in params:
+        region = params["shared_memory_region"]
+        if not isinstance(region, str):
+            raise InvalidRequest("Unable to parse 'shared_memory_region'")
+        target["shared_memory_region"].string_param = region
+    for key in ("shared_memory_offset", "shared_memory_byte_size"):
+        if key in params:
+            if not _is_uint(params[key]) or params[key] > _INT64_MAX:
+                raise InvalidRequest(f"Unable to parse '{key}'")
+            target[key].int64_param = params[key]
+
+
+def _input_content_error(has_data: bool, has_binary: bool, has_shm: bool) -> str | None:
+    """Triton's ValidateInputContentType message, or None when exactly one source is set."""
+    if has_data + has_binary + has_shm == 1:
+        return None
+    head = (
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+        "'parameters', 'shared_memory_region' in 'parameters'. But"
+    )
+    if not (has_data or has_binary or has_shm):
+        return head + " no field is set"
+    names = [
+        n
+        for n, on in (
+            ("'data'", has_data),
+            ("'binary_data_size'", has_binary),
+            ("'shared_memory_region'", has_shm),
+        )
+        if on
+    ]
+    return head + " set " + " ".join(names)
+
+
+def build_infer_request(
+    header: object, tail: memoryview, model: str, version: str
+) -> tuple[pb.ModelInferRequest, list[bytes | memoryview], InferPlan]:
+    """Translate a KServe v2 JSON inference request (and its binary tail) into the proto
+    the gRPC path validates, plus the raw bytes of each input that carries them.
+
+    Args:
+        header: the decoded JSON inference header.
+        tail: the body after the header (binary tensors, in input order).
+        model: the model name from the URL.
+        version: the version from the URL ("" for none).
+
+    Returns:
+        The request (``raw_input_contents`` left empty), one bytes entry per input that is
+        neither in shared memory nor empty (slices of ``tail`` or packed JSON data), and how
+        to render each output.
+
+    Raises:
+        InvalidRequest: malformed JSON fields with Triton's messages (``Unable to parse
+            '<field>'``, ValidateInputContentType, ValidateOutputParameter, reserved
+            ``triton_`` parameters), a binary tail shorter or longer than the
+            ``binary_data_size`` values add up to.
+    """
+    if not isinstance(header, dict):
+        raise InvalidRequest("failed to parse the request JSON buffer: expected a JSON object")
+    req = pb.ModelInferRequest(model_name=model, model_version=version)
+    plan = InferPlan()
+    if "id" in header:
+        req.id = json_string(header, "id")
+    if "parameters" in header:
+        params = header["parameters"]
+        if not isinstance(params, dict):
+            raise InvalidRequest("failed to get request params.")
+        _request_parameters(req, params, plan)
+
+    inputs = header.get("inputs")
+    if not isinstance(inputs, list):
+        raise InvalidRequest("Unable to parse 'inputs': expected a JSON array")
+    raw: list[bytes | memoryview] = []
+    pos = 0
+    for item in inputs:
+        if not isinstance(item, dict):
+            raise InvalidRequest("Unable to parse 'inputs': expected JSON objects")
+        params = _object(item, "parameters")
+        has_binary = "binary_data_size" in params
+        has_shm = "shared_memory_region" in params
+        message = _input_content_error("data" in item, has_binary, has_shm)
+        if message is not None:
+            raise InvalidRequest(message)
+        name = json_string(item, "name")
+        datatype = json_string(item, "datatype")
+        shape = item.get("shape")
+        if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
+            raise InvalidRequest("Unable to parse 'shape'")
+        if any(d > _INT64_MAX for d in shape):
+            raise InvalidRequest("Unable to parse 'shape'")
+        t = req.inputs.add(name=name, datatype=datatype, shape=shape)
+        if has_binary:
+            size = json_uint(params, "binary_data_size")
+            if pos + size > len(tail):
+                raise InvalidRequest(
+                    f"unexpected size for input '{name}', expecting {pos + size - len(tail)} "
+                    f"additional bytes for model '{model}'"
+                )
+            raw.append(tail[pos : pos + size])
+            pos += size
+        elif has_shm:
+            _shm_parameters(t.parameters, params)
+        else:
+            count = element_count(shape)
+            raw.append(json_tensor_bytes(name, datatype, item["data"], count) if count else b"")
+    if pos != len(tail):
+        raise InvalidRequest(f"unexpected additional input data for model '{model}'")
+
+    if "outputs" in header:
+        outputs = header["outputs"]
+        if not isinstance(outputs, list):
+            raise InvalidRequest("Unable to parse 'outputs': expected a JSON array")
+        for item in outputs:
+            if not isinstance(item, dict):
+                raise InvalidRequest("Unable to parse 'outputs': expected JSON objects")
+            params = _object(item, "parameters")
+            binary = params.get("binary_data", False)
+            if not isinstance(binary, bool):
+                raise InvalidRequest("Unable to parse 'binary_data'")
+            if "shared_memory_region" in params:
+                if "classification" in params:
+                    raise InvalidRequest(
+                        "Output can't set both 'shared_memory_region' and 'classification'"
+                    )
+                if binary:
+                    raise InvalidRequest(
+                        "Output can't set both 'shared_memory_region' and 'binary_data'"
+                    )
+            name = json_string(item, "name")
+            o = req.outputs.add(name=name)
+            if "classification" in params:
+                if not _is_uint(params["classification"]) or params["classification"] > _INT64_MAX:
+                    raise InvalidRequest("Unable to set 'classification'")
+                o.parameters["classification"].int64_param = params["classification"]
+            if "shared_memory_region" in params:
+                _shm_parameters(o.parameters, params)
+            else:
+                plan.binary[name] = binary
+    return req, raw, plan
+
+
+def build_raw_request(model: Model, version: str, body: bytes) -> pb.ModelInferRequest:
+    """Triton's raw binary request (``Inference-Header-Content-Length: 0``): the whole body
+    is the model's only input, batch 1 when the model batches, every output binary.
+
+    Raises:
+        InvalidRequest: the model has more than one input, more than one variable-size
+            dimension, or a BYTES input whose shape is not [1] (core Normalize's messages).
+    """
+    rid = "[request id: <id_unknown>] "
+    if len(model.inputs) != 1:
+        raise InvalidRequest(
+            f"{rid}Raw request must only have 1 input (found 1) to be deduced but got "
+            f"{len(model.inputs)} inputs in '{model.name}' model configuration"
+        )
+    spec = next(iter(model.inputs.values()))
+    shape = [1] if model.max_batch_size > 0 else []
+    dynamic = -1
+    fixed = 1
+    for d in spec.dims:
+        if d == -1:
+            if dynamic != -1:
+                raise InvalidRequest(
+                    f"{rid}The shape of the raw input '{spec.name}' can not be deduced because "
+                    "there are more than one variable-sized dimension"
+                )
+            dynamic = len(shape)
+        else:
+            fixed *= d
+        shape.append(d)
+    if spec.datatype == "BYTES":
+        if dynamic != -1 or fixed != 1:
+            raise InvalidRequest(
+                f"{rid}For BYTE datatype raw input, the model must have input shape [1]"
+            )
+    elif dynamic != -1:
+        size = fixed * ELEMENT_BYTES.get(spec.datatype, 1)
+        shape[dynamic] = len(body) // size if size else 0
+    req = pb.ModelInferRequest(model_name=model.name, model_version=version)
+    req.inputs.add(name=spec.name, datatype=spec.datatype, shape=shape)
+    return req
+
+
+# ------------------------------------------------------------------------- compression
+
+
+def response_encoding(accept: str) -> str:
+    """The encoding an ``Accept-Encoding`` header asks for: the highest-weighted of
+    ``gzip``, ``deflate`` and ``identity`` (Triton's CompressionTypeUsed)."""
+    best, weight = "identity", 0.0
+    for part in accept.split(","):
+        kind, _, q = part.strip().partition(";q=")
+        if not kind:
+            continue
+        try:
+            w = float(q) if q else 1.0
+        except ValueError:
+            continue
+        if kind in ("identity", "deflate", "gzip") and w > weight:
+            best, weight = kind, w
+    return best
+
+
+def compress(encoding: str, body: bytes) -> bytes:
+    c = zlib.compressobj(6, zlib.DEFLATED, 31 if encoding == "gzip" else 15)
+    return c.compress(body) + c.flush()
+
+
+def parse_infer_body(
+    model: Model, version: str, body: bytes, header_length: str | None
+) -> tuple[pb.ModelInferRequest, list[bytes | memoryview], InferPlan]:
+    """A (decompressed) inference request body as the proto the gRPC path validates.
+
+    Args:
+        model: the model the URL names (resolved).
+        version: the version the URL names ("" for none).
+        body: the whole request body.
+        header_length: the ``Inference-Header-Content-Length`` header, None when absent
+            (then the whole body is the JSON header); "0" makes a raw binary request.
+
+    Returns:
+        The request, the raw bytes of each input that carries them, and the output plan.
+
+    Raises:
+        InvalidRequest: a malformed header length, JSON or tensor (see
+            ``build_infer_request``, ``build_raw_request``).
+    """
+    header_len = len(body)
+    if header_length is not None:
+        try:
+            header_len = int(header_length)
+        except ValueError:
+            raise InvalidRequest(f"Unable to parse {HEADER_LENGTH}, got: {header_length}") from None
+        if header_len < 0 or header_len > len(body):
+            raise InvalidRequest(
+                f"inference header size should be in range (0, {len(body)}), got: {header_length}"
+            )
+    if header_len == 0:
+        req = build_raw_request(model, version, body)
+        data = body
+        if model.inputs[req.inputs[0].name].datatype == "BYTES":
+            data = _U32.pack(len(body)) + body
+        return req, [data], InferPlan(binary_default=True)
+    view = memoryview(body)
+    header = decode_json(view[:header_len])
+    return build_infer_request(header, view[header_len:], model.name, version)
+
+
+def render_infer_response(
+    result: InferResult, plan: InferPlan, accept_encoding: str | None
+) -> tuple[bytes, dict[str, str]]:
+    """The inference response body and its headers: the JSON header, then the binary
+    outputs in output order (``Inference-Header-Content-Length`` says where the JSON ends),
+    compressed when ``Accept-Encoding`` asks for gzip or deflate.
+
+    Raises:
+        InvalidRequest: an FP16/BF16 output asked for as JSON.
+        TritonMPError: INTERNAL when an output's bytes do not match its shape.
+    """
+    outputs = []
+    tail: list[memoryview] = []
+    try:
+        for ref in result.outputs:
+            out: dict[str, Any] = {"name": ref.name, "datatype": ref.datatype, "shape": ref.shape}
+            view = result.view(ref)
+            if view is not None:
+                if plan.binary.get(ref.name, plan.binary_default):
+                    out["parameters"] = {"binary_data_size": ref.nbytes}
+                    if ref.nbytes:
+                        tail.append(view)
+                    else:
+                        view.release()
+                else:
+                    try:
+                        out["data"] = json_output_data(ref.name, ref.datatype, ref.shape, view)
+                    finally:
+                        view.release()
+            outputs.append(out)
+        doc: dict[str, Any] = {}
+        if result.request_id:
+            doc["id"] = result.request_id
+        doc["model_name"] = result.model
+        doc["model_version"] = str(result.version)
+        doc["outputs"] = outputs
+        header = msgspec.json.encode(doc)
+        body = b"".join([header, *tail]) if tail else header
+    finally:
+        for v in tail:
+            v.release()
+    headers = {"Content-Type": BINARY_TYPE if tail else JSON_TYPE}
+    if tail:
+        headers[HEADER_LENGTH] = str(len(header))
+    if accept_encoding:
+        encoding = response_encoding(accept_encoding)
+        if encoding != "identity":
+            body = compress(encoding, body)
+            headers["Content-Encoding"] = encoding
+    return body, headers
