@@ -41,6 +41,7 @@ class ServerProcess:
 
     Attributes:
         url: ``127.0.0.1:<grpc port>`` for tritonclient.
+        http_url: ``127.0.0.1:<http port>`` for tritonclient.http and raw HTTP requests.
         pid: the supervisor's pid (also the process group id).
         metrics_port: the free port given as ``--metrics-port`` (``GET /metrics``).
         log_path: where the server's stdout and stderr go.
@@ -49,7 +50,9 @@ class ServerProcess:
     def __init__(self, repository: Path, log_path: Path, *extra: str) -> None:
         self.grpc_port = free_port()
         self.metrics_port = free_port()
+        self.http_port = free_port()
         self.url = f"127.0.0.1:{self.grpc_port}"
+        self.http_url = f"127.0.0.1:{self.http_port}"
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         cmd = [
@@ -63,8 +66,10 @@ class ServerProcess:
             "127.0.0.1",
             "--grpc-port",
             str(self.grpc_port),
+            "--http-address",
+            "127.0.0.1",
             "--http-port",
-            str(free_port()),
+            str(self.http_port),
             "--metrics-port",
             str(self.metrics_port),
             *extra,
