@@ -1,21 +1,33 @@
 #!/usr/bin/env python3
-"""triton-mp's throughput on the OCR classifier, as a ratio of raw onnxruntime's.
+"""triton-mp's throughput on the OCR classifier, with and without dynamic batching, as a ratio
+of raw onnxruntime's.
 
 One invocation does, per round (``--rounds``, default 1):
 
 1. raw onnxruntime, in this process, on ``ocr_cls/1/model.onnx``: one InferenceSession with
    default CPU settings and one with ``intra_op_num_threads=1``, batch sizes 1..32, images/s;
    the best of all of them is "raw ORT best batched throughput" (nothing else runs meanwhile);
-2. ``triton-mp start`` as a subprocess on free ports, ready when the gRPC server and the model
-   report ready;
-3. perf_analyzer (gRPC, through the shared ``pa_run.py``) at concurrency 1, 8 and 32, 3 s windows;
-4. stops the server (SIGINT, then SIGKILL after ``--stop-timeout``) and checks that no process
-   and no ``/dev/shm`` entry named ``triton_mp*`` is left behind.
+2. for each scheduler variant (``--schedulers``, default both; their order alternates between
+   rounds):
 
-It prints both tables and the ratio triton-mp / raw-ORT-best per concurrency (the median over
-rounds), and writes everything to ``--json``. Exit status: 0 when every measurement ran and the
-server left nothing behind, 1 otherwise (the tables still print what was measured).
-See bench/README.md.
+   - ``dynamic``: ``triton-mp start`` on the repository as it is (ocr_cls has
+     ``dynamic_batching``);
+   - ``none``: ``triton-mp start --disable-auto-complete-config`` on a temporary repository
+     holding only ocr_cls, with the same config minus its ``dynamic_batching`` block
+     (``max_batch_size`` kept, so clients send the same requests): Triton's default scheduler,
+     one request per execution. Auto-complete is off because it would add
+     ``dynamic_batching`` back (Triton's onnxruntime backend does so for a model with
+     ``max_batch_size`` > 1 and no scheduler); the effective config is checked over gRPC;
+
+   on free ports, ready when the gRPC server and the model report ready, then perf_analyzer
+   (gRPC, through the shared ``pa_run.py``) at concurrency 1, 8 and 32, 3 s windows; then the
+   server is stopped (SIGINT, then SIGKILL after ``--stop-timeout``) and checked for leftover
+   processes and ``/dev/shm`` entries named ``triton_mp*``.
+
+It prints the tables, the ratio triton-mp / raw-ORT-best per variant and concurrency and the
+ratio dynamic / none (medians over rounds), and writes everything to ``--json``. Exit status:
+0 when every measurement ran and every server left nothing behind, 1 otherwise (the tables
+still print what was measured). See bench/README.md.
 """
 
 from __future__ import annotations
@@ -27,7 +39,9 @@ import importlib.util
 import json
 import os
 import platform
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +55,11 @@ MODEL = "ocr_cls"
 INPUT_NAME = "x"
 INPUT_SHAPE = (3, 48, 192)  # CHW of one text-line crop; the ONNX graph leaves H and W dynamic
 WHEEL_MODEL = "ch_ppocr_mobile_v2.0_cls_infer.onnx"  # the same file, inside rapidocr-onnxruntime
+SCHEDULERS = {
+    "dynamic": "dynamic batching (the repository's ocr_cls)",
+    "none": "no dynamic batching (default scheduler)",
+}
+"""Scheduler variant -> what the tables call it."""
 
 
 # --------------------------------------------------------------------------- raw onnxruntime
@@ -115,16 +134,93 @@ def measure_ort(
     return rows, signature
 
 
+# --------------------------------------------------------------------------- servers
+
+
+def unbatched_repository(repo: Path, onnx: Path) -> Path:
+    """A new temporary repository holding only ocr_cls: the repository's config without its
+    ``dynamic_batching`` block (everything else, max_batch_size included, unchanged) and a
+    copy of the ONNX file. The caller removes it."""
+    from google.protobuf import text_format
+
+    from triton_mp._proto import model_config_pb2
+
+    config = model_config_pb2.ModelConfig()
+    text_format.Parse((repo / MODEL / "config.pbtxt").read_text(), config)
+    if not config.HasField("dynamic_batching"):
+        raise BenchError(f"{repo / MODEL / 'config.pbtxt'} has no dynamic_batching to remove")
+    config.ClearField("dynamic_batching")
+    dest = Path(tempfile.mkdtemp(prefix="bench_ocr_cls_repo."))
+    (dest / MODEL / "1").mkdir(parents=True)
+    (dest / MODEL / "config.pbtxt").write_text(
+        "# bench_ocr_cls.py: the repository's ocr_cls without dynamic_batching\n"
+        + text_format.MessageToString(config))
+    shutil.copyfile(onnx, dest / MODEL / "1" / "model.onnx")
+    return dest
+
+
+def effective_scheduling(server: TritonMP) -> str:
+    """Which scheduler the running server reports in ocr_cls's effective config
+    (ModelConfig RPC): "dynamic", "sequence", "ensemble" or "none"."""
+    import tritonclient.grpc as grpcclient  # type: ignore[import-untyped]
+
+    client = grpcclient.InferenceServerClient(server.url)
+    try:
+        cfg = client.get_model_config(MODEL, as_json=True, client_timeout=5)["config"]
+    finally:
+        client.close()
+    for key, name in (("dynamic_batching", "dynamic"), ("sequence_batching", "sequence"),
+                      ("ensemble_scheduling", "ensemble")):
+        if key in cfg:
+            return name
+    return "none"
+
+
+def export_commit(rev: str) -> Path:
+    """src/ as committed at rev, in a new temporary folder; returns that src/."""
+    dest = Path(tempfile.mkdtemp(prefix="bench_ocr_cls_src."))
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"],
+                             capture_output=True, check=False)
+    if archive.returncode != 0:
+        raise BenchError(f"git archive {rev} src: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    return dest / "src"
+
+
+def triton_mp_version(args: argparse.Namespace) -> str:
+    """Which triton-mp runs: a commit, a src/ folder, the checkout (and whether its src/ has
+    uncommitted changes), or the --server-cmd."""
+    if args.server_cmd:
+        return f"--server-cmd {args.server_cmd!r}"
+    if args.mp_src is not None and args.mp_commit is None:
+        return f"src/ at {args.mp_src}"
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    try:
+        if args.mp_commit:
+            return f"commit {git('rev-parse', '--short', args.mp_commit + '^{commit}')}"
+        dirty = git("status", "--porcelain", "--", "src")
+        return (f"checkout at {git('rev-parse', '--short', 'HEAD')}"
+                + (" + uncommitted changes in src/" if dirty else ""))
+    except (OSError, subprocess.CalledProcessError):
+        return "checkout (no git)"
+
+
 # --------------------------------------------------------------------------- perf_analyzer
 
 
 def run_pa(args: argparse.Namespace, peers_env: dict[str, str], server: TritonMP, conc: int,
-           jsonl: Path) -> dict[str, Any]:
-    rec = common.run_pa(args.pa_run, peers_env, server, f"triton-mp ocr_cls c={conc}",
+           jsonl: Path, scheduler: str) -> dict[str, Any]:
+    rec = common.run_pa(args.pa_run, peers_env, server,
+                        f"triton-mp ocr_cls {scheduler} c={conc}",
                         ["-m", MODEL, "--concurrency-range", str(conc),
                          "--shape", f"{INPUT_NAME}:{','.join(map(str, INPUT_SHAPE))}"],
                         args.window_ms, args.attempts, jsonl)
     rec["concurrency"] = conc
+    rec["scheduler"] = scheduler
     return rec
 
 
@@ -177,26 +273,70 @@ def server_table(summary: list[dict[str, Any]], rounds: int) -> str:
     return "\n".join(lines)
 
 
-def summarise(rounds: list[dict[str, Any]], concs: list[int]) -> dict[str, Any]:
+def summarise(rounds: list[dict[str, Any]], concs: list[int],
+              schedulers: list[str]) -> dict[str, Any]:
+    """Medians over rounds per scheduler variant and concurrency, and the per-round ratios
+    dynamic / none where both ran in the same round."""
     best = [r["ort_best"]["infer_per_s"] for r in rounds if r.get("ort_best")]
-    per_c = []
+    out: dict[str, Any] = {"ort_best_infer_per_s": med(best), "per_scheduler": {},
+                           "dynamic_vs_none": []}
+    for sched in schedulers:
+        per_c = []
+        for c in concs:
+            recs = [rec for r in rounds for rec in r.get("triton_mp", [])
+                    if rec["concurrency"] == c and rec["scheduler"] == sched]
+            ok = [rec for rec in recs if rec.get("throughput") is not None]
+            errors = [rec.get("error", "failed") for rec in recs if rec.get("throughput") is None]
+            row: dict[str, Any] = {"concurrency": c, "rounds_ok": len(ok),
+                                   "ratios": [rec["ratio"] for rec in ok]}
+            row["ratio"] = round(statistics.median(row["ratios"]), 3) if ok else None
+            row["throughput"] = med([rec["throughput"] for rec in ok])
+            for k in ("client_cores", "server_cores", "machine_cores_busy", "server_queue_us",
+                      "server_compute_us", "avg_batch"):
+                row[k] = med([rec.get(k) for rec in ok])
+            row["p50_ms"] = None if not ok else med([rec["p50_us"] for rec in ok]) / 1000
+            row["p99_ms"] = None if not ok else med([rec["p99_us"] for rec in ok]) / 1000
+            if errors:
+                row["error"] = errors[-1].splitlines()[-1][-200:] if errors[-1] else "failed"
+            per_c.append(row)
+        out["per_scheduler"][sched] = per_c
     for c in concs:
-        recs = [rec for r in rounds for rec in r.get("triton_mp", []) if rec["concurrency"] == c]
-        ok = [rec for rec in recs if rec.get("throughput") is not None]
-        errors = [rec.get("error", "failed") for rec in recs if rec.get("throughput") is None]
-        row: dict[str, Any] = {"concurrency": c, "rounds_ok": len(ok),
-                               "ratios": [rec["ratio"] for rec in ok]}
-        row["ratio"] = round(statistics.median(row["ratios"]), 3) if ok else None
-        row["throughput"] = med([rec["throughput"] for rec in ok])
-        for k in ("client_cores", "server_cores", "machine_cores_busy", "server_queue_us",
-                  "server_compute_us", "avg_batch"):
-            row[k] = med([rec.get(k) for rec in ok])
-        row["p50_ms"] = None if not ok else med([rec["p50_us"] for rec in ok]) / 1000
-        row["p99_ms"] = None if not ok else med([rec["p99_us"] for rec in ok]) / 1000
-        if errors:
-            row["error"] = errors[-1].splitlines()[-1][-200:] if errors[-1] else "failed"
-        per_c.append(row)
-    return {"ort_best_infer_per_s": med(best), "per_concurrency": per_c}
+        per_round = []
+        for r in rounds:
+            got = {rec["scheduler"]: rec["throughput"] for rec in r.get("triton_mp", [])
+                   if rec["concurrency"] == c and rec.get("throughput")}
+            if "dynamic" in got and "none" in got:
+                per_round.append(round(got["dynamic"] / got["none"], 3))
+        out["dynamic_vs_none"].append(
+            {"concurrency": c, "ratios": per_round,
+             "ratio": round(statistics.median(per_round), 3) if per_round else None})
+    return out
+
+
+def comparison_table(summary: dict[str, Any], schedulers: list[str]) -> str:
+    """One line per concurrency: each variant's infer/s and ratio to raw ORT best, and the
+    ratio dynamic / none (medians over rounds, per-round figures in brackets)."""
+    cols = [s for s in ("dynamic", "none") if s in schedulers]
+    label = {"dynamic": "dynamic batching", "none": "no dynamic batching"}
+    head = f"{'conc':>4} | " + " | ".join(f"{label[s]:>24}" for s in cols)
+    if len(cols) == 2:
+        head += " | dynamic/none"
+    lines = [head, "-" * len(head)]
+    rows = {s: {r["concurrency"]: r for r in summary["per_scheduler"][s]} for s in cols}
+    for d in summary["dynamic_vs_none"]:
+        c = d["concurrency"]
+        cells = []
+        for s in cols:
+            r = rows[s][c]
+            cells.append(f"{fmt(r['throughput'], '9.1f')} infer/s {fmt(r['ratio'], '5.3f')}x"
+                         .rjust(24))
+        line = f"{c:>4} | " + " | ".join(cells)
+        if len(cols) == 2:
+            line += f" | {fmt(d['ratio'], '5.2f')}x"
+            if len(d["ratios"]) > 1:
+                line += f" ({', '.join(format(x, '.2f') for x in d['ratios'])})"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- main
@@ -218,6 +358,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "the median over rounds (default: %(default)s; use 3+ for a figure that "
                          "holds on a noisy machine)")
     ap.add_argument("--concurrency", default="1,8,32", help="default: %(default)s")
+    ap.add_argument("--schedulers", default="dynamic,none",
+                    help="which triton-mp variants to measure: dynamic (the repository's "
+                         "ocr_cls), none (the same without dynamic_batching); "
+                         "default: %(default)s")
     ap.add_argument("--batch-sizes", default="1,2,4,8,16,32", help="raw ORT; default: %(default)s")
     ap.add_argument("--ort-only", action="store_true", help="measure raw onnxruntime only")
     ap.add_argument("--onnx", type=Path,
@@ -227,17 +371,80 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="command that starts the server, before --model-repository etc. "
                          "(default: this checkout's, 'python -m triton_mp start' with src/ "
                          "first on PYTHONPATH)")
+    ap.add_argument("--mp-commit", metavar="REV",
+                    help="run triton-mp as committed at REV (its src/ exported with git archive "
+                         "to a temporary folder), not the working tree")
+    ap.add_argument("--mp-src", type=Path, metavar="DIR",
+                    help="run triton-mp from this src/ folder instead of the checkout's")
     ap.add_argument("--pa-run", type=Path, default=DEFAULT_PA_RUN, help="default: %(default)s")
     ap.add_argument("--start-timeout", type=float, default=120.0)
     ap.add_argument("--stop-timeout", type=float, default=30.0)
     a = ap.parse_args(argv)
     a.concurrency = [int(x) for x in a.concurrency.split(",")]
     a.batch_sizes = [int(x) for x in a.batch_sizes.split(",")]
+    a.schedulers = [x for x in a.schedulers.split(",") if x]
+    unknown = set(a.schedulers) - set(SCHEDULERS)
+    if unknown or not a.schedulers:
+        ap.error(f"--schedulers: expected some of {', '.join(SCHEDULERS)}, got {a.schedulers}")
+    if sum(x is not None for x in (a.server_cmd, a.mp_commit, a.mp_src)) > 1:
+        ap.error("--server-cmd, --mp-commit and --mp-src exclude each other")
     a.repository = a.repository.resolve()
+    if a.mp_src is not None:
+        a.mp_src = a.mp_src.resolve()
     a.window_ms = 1000 if a.quick else 3000
     a.attempts = 1 if a.quick else 3
     a.ort_seconds, a.ort_warmup = (0.5, 0.2) if a.quick else (3.0, 0.5)
     return a
+
+
+def measure_server(args: argparse.Namespace, peers_env: dict[str, str], rnd: dict[str, Any],
+                   scheduler: str, repository: Path, log_dir: Path, jsonl: Path) -> bool:
+    """Start one triton-mp variant, run perf_analyzer at every concurrency, stop it.
+    Appends the records to rnd["triton_mp"] and the server's info to rnd["servers"];
+    returns False when something failed (rnd["errors"][scheduler] says what, when the server
+    could not serve at all)."""
+    i = rnd["round"]
+    extra = ["--disable-auto-complete-config"] if scheduler == "none" else []
+    kw: dict[str, Any] = {} if args.mp_src is None else {"src": args.mp_src}
+    server = TritonMP(repository, log_dir / f"triton-mp-{scheduler}-round{i}.log",
+                      args.server_cmd, args.start_timeout, args.stop_timeout,
+                      extra_args=extra, **kw)
+    rnd["servers"][scheduler] = server.info
+    print(f"round {i}/{args.rounds}, {SCHEDULERS[scheduler]}: {server.info['cmd']}", flush=True)
+    ok = True
+    try:
+        failed = server.start([MODEL])
+        if failed:
+            raise BenchError(f"{MODEL} not ready: {failed[MODEL]}\n{server.log_tail()}")
+        sched = effective_scheduling(server)
+        server.info["effective_scheduling"] = sched
+        if sched != scheduler:
+            raise BenchError(f"{MODEL}'s effective config has scheduler {sched!r}, "
+                             f"expected {scheduler!r}")
+        print(f"  ready after {server.info['ready_s']} s, "
+              f"{server.info['processes_when_ready']} processes", flush=True)
+        for c in args.concurrency:
+            rec = run_pa(args, peers_env, server, c, jsonl, scheduler)
+            if rec.get("throughput") is not None:
+                rec["ratio"] = round(rec["throughput"] / rnd["ort_best"]["infer_per_s"], 3)
+                print(f"  c={c}: {rec['throughput']:.1f} infer/s, ratio {rec['ratio']:.3f}"
+                      f", p50 {rec['p50_us'] / 1000:.2f} ms, batch "
+                      f"{fmt(rec.get('avg_batch'), '.2f')}", flush=True)
+            else:
+                ok = False
+                print(f"  c={c}: FAILED: {rec.get('error', '')[-300:]}", flush=True)
+            rnd["triton_mp"].append(rec)
+    except BenchError as e:
+        ok = False
+        rnd.setdefault("errors", {})[scheduler] = str(e)
+        print(f"  ERROR: {e}", flush=True)
+    finally:
+        info = server.stop()
+        print(f"  {server.stop_line()}", flush=True)
+        ok = ok and bool(info.get("clean"))
+        if not info.get("clean"):
+            print(server.log_tail(), flush=True)
+    return ok
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cpus = len(os.sched_getaffinity(0))
     result: dict[str, Any] = {
-        "benchmark": "ocr_cls: triton-mp vs raw onnxruntime",
+        "benchmark": "ocr_cls: triton-mp with and without dynamic batching vs raw onnxruntime",
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": {"node": platform.node(), "cpus_usable": cpus, "cpu_count": os.cpu_count(),
                  "python": platform.python_version(), "onnxruntime": onnxruntime.__version__,
@@ -256,15 +463,29 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": [],
     }
     ok = True
+    temp_dirs: list[Path] = []
+    schedulers = list(args.schedulers)
     try:
         onnx, source = locate_model(args.repository, args.onnx)
         result["model"] = {"path": str(onnx), "source": source, "sha256": sha256(onnx)}
         print(f"raw onnxruntime {onnxruntime.__version__} on {onnx} ({source}), {cpus} CPUs",
               flush=True)
         peers_env = None if args.ort_only else common.load_peers_env(args.peers_env)
-        if not args.ort_only and not args.pa_run.is_file():
-            raise BenchError(f"{args.pa_run} not found (--pa-run)")
+        if not args.ort_only:
+            if not args.pa_run.is_file():
+                raise BenchError(f"{args.pa_run} not found (--pa-run)")
+            result["triton_mp"] = triton_mp_version(args)
+            if args.mp_commit:
+                args.mp_src = export_commit(args.mp_commit)
+                temp_dirs.append(args.mp_src.parent)
+            print(f"triton-mp: {result['triton_mp']}", flush=True)
+        repositories = {"dynamic": args.repository}
+        if "none" in schedulers and not args.ort_only:
+            repositories["none"] = unbatched_repository(args.repository, onnx)
+            temp_dirs.append(repositories["none"])
+        result["repositories"] = {k: str(v) for k, v in repositories.items()}
         log_dir = Path(tempfile.mkdtemp(prefix="bench_ocr_cls."))
+        result["log_dir"] = str(log_dir)
         jsonl = log_dir / "pa_runs.jsonl"
         for i in range(1, args.rounds + 1):
             rnd: dict[str, Any] = {"round": i}
@@ -281,45 +502,28 @@ def main(argv: list[str] | None = None) -> int:
             if args.ort_only:
                 continue
             assert peers_env is not None
-            server = TritonMP(args.repository, log_dir / f"triton-mp-round{i}.log",
-                              args.server_cmd, args.start_timeout, args.stop_timeout)
-            rnd["server"] = server.info
+            rnd["servers"] = {}
             rnd["triton_mp"] = []
-            print(f"round {i}/{args.rounds}: {server.info['cmd']}", flush=True)
-            try:
-                failed = server.start([MODEL])
-                if failed:
-                    raise BenchError(f"{MODEL} not ready: {failed[MODEL]}\n{server.log_tail()}")
-                print(f"  ready after {server.info['ready_s']} s, "
-                      f"{server.info['processes_when_ready']} processes", flush=True)
-                for c in args.concurrency:
-                    rec = run_pa(args, peers_env, server, c, jsonl)
-                    if rec.get("throughput") is not None:
-                        rec["ratio"] = round(rec["throughput"] / rnd["ort_best"]["infer_per_s"], 3)
-                        print(f"  c={c}: {rec['throughput']:.1f} infer/s, ratio {rec['ratio']:.3f}"
-                              f", p50 {rec['p50_us'] / 1000:.2f} ms", flush=True)
-                    else:
-                        ok = False
-                        print(f"  c={c}: FAILED: {rec.get('error', '')[-300:]}", flush=True)
-                    rnd["triton_mp"].append(rec)
-            except BenchError as e:
-                ok = False
-                rnd["error"] = str(e)
-                print(f"  ERROR: {e}", flush=True)
-            finally:
-                info = server.stop()
-                print(f"  {server.stop_line()}", flush=True)
-                ok = ok and bool(info.get("clean"))
-                if not info.get("clean"):
-                    print(server.log_tail(), flush=True)
-            if "error" in rnd:
-                break  # a server that does not start will not start next round either
+            # NOTE: the variants take turns going first, so neither always runs on the
+            # machine as the other left it.
+            order = schedulers if i % 2 else schedulers[::-1]
+            rnd["order"] = order
+            for sched in order:
+                ok = measure_server(args, peers_env, rnd, sched, repositories[sched], log_dir,
+                                    jsonl) and ok
+            for sched in list(rnd.get("errors", {})):
+                schedulers.remove(sched)  # a server that did not start will not next round
+            if not schedulers:
+                break
     except BenchError as e:
         ok = False
         result["error"] = str(e)
         print(f"ERROR: {e}", file=sys.stderr, flush=True)
+    finally:
+        for d in temp_dirs:
+            shutil.rmtree(d, ignore_errors=True)
 
-    result["summary"] = summarise(result["rounds"], args.concurrency)
+    result["summary"] = summarise(result["rounds"], args.concurrency, args.schedulers)
     result["ok"] = ok
     last = result["rounds"][-1] if result["rounds"] else None
     if last and last.get("ort"):
@@ -332,21 +536,26 @@ def main(argv: list[str] | None = None) -> int:
                                   f"{result['summary']['ort_best_infer_per_s']:.1f}"
                                   if len(result["rounds"]) > 1 else ""))
     if not args.ort_only and result["rounds"]:
-        print(f"\ntriton-mp, perf_analyzer -i grpc -p {args.window_ms} (medians over "
-              f"{len(result['rounds'])} round(s)); ratio = infer/s / raw ORT best batched; "
-              f"cores: client = perf_analyzer, server = triton-mp's process tree, "
-              f"busy = whole machine")
-        print(server_table(result["summary"]["per_concurrency"], len(result["rounds"])))
+        n = len(result["rounds"])
+        for sched in args.schedulers:
+            print(f"\ntriton-mp ({result.get('triton_mp')}), {SCHEDULERS[sched]}, perf_analyzer "
+                  f"-i grpc -p {args.window_ms} (medians over {n} round(s)); ratio = infer/s / "
+                  f"raw ORT best batched; cores: client = perf_analyzer, server = triton-mp's "
+                  f"process tree, busy = whole machine")
+            print(server_table(result["summary"]["per_scheduler"][sched], n))
+        print(f"\nsummary (medians over {n} round(s); ratio = infer/s / raw ORT best batched "
+              f"of the same round)")
+        print(comparison_table(result["summary"], args.schedulers))
         for r in result["rounds"]:
-            if r.get("error"):
-                print(f"round {r['round']}: {r['error'].splitlines()[0]} "
-                      f"(log: {r['server']['log']})")
-            srv = r.get("server", {})
-            if "clean" in srv and not srv["clean"] and "pid" in srv and "ready_s" in srv:
-                print(f"round {r['round']}: server stop NOT clean: {srv['stop']}, exit "
-                      f"{srv['exit_code']}, leftover processes "
-                      f"{[p['cmdline'][:60] for p in srv['leftover_processes']]}, "
-                      f"/dev/shm left {srv['shm_left']}")
+            for sched, err in r.get("errors", {}).items():
+                print(f"round {r['round']}, {sched}: {err.splitlines()[0]} "
+                      f"(log: {r['servers'][sched]['log']})")
+            for sched, srv in r.get("servers", {}).items():
+                if "clean" in srv and not srv["clean"] and "pid" in srv and "ready_s" in srv:
+                    print(f"round {r['round']}, {sched}: server stop NOT clean: {srv['stop']}, "
+                          f"exit {srv['exit_code']}, leftover processes "
+                          f"{[p['cmdline'][:60] for p in srv['leftover_processes']]}, "
+                          f"/dev/shm left {srv['shm_left']}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")

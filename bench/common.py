@@ -392,14 +392,15 @@ class ManagedServer:
 class TritonMP(ManagedServer):
     """`triton-mp start` in its own session, so a Ctrl-C on the bench reaches it only through
     stop(); its log goes to a file. server_cmd: what comes before --model-repository (default:
-    this checkout's, as 'python -m triton_mp start' with `src` first on PYTHONPATH)."""
+    this checkout's, as 'python -m triton_mp start' with `src` first on PYTHONPATH);
+    extra_args: more flags after the ports (e.g. ``--disable-auto-complete-config``)."""
 
     kind = "triton-mp"
     shm_marker = "triton_mp"  # segments triton_mp_*, posix semaphores sem.triton_mp_*
 
     def __init__(self, repository: Path, log_path: Path, server_cmd: str | None = None,
                  start_timeout: float = 120.0, stop_timeout: float = 30.0,
-                 src: Path = ROOT / "src") -> None:
+                 src: Path = ROOT / "src", extra_args: list[str] | None = None) -> None:
         super().__init__(log_path, start_timeout, stop_timeout)
         env = dict(os.environ)
         if server_cmd:
@@ -412,7 +413,7 @@ class TritonMP(ManagedServer):
                 [str(src)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         self.cmd = base + ["--model-repository", str(repository),
                            "--grpc-port", str(self.grpc), "--http-port", str(self.http),
-                           "--metrics-port", str(self.metrics)]
+                           "--metrics-port", str(self.metrics), *(extra_args or [])]
         self.env = env
         self.info["cmd"] = shlex.join(self.cmd)
 
