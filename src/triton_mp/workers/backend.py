@@ -4,6 +4,12 @@ Imported by worker processes only. A backend owns one model instance and impleme
 ``execute(requests) -> (results, times)``: exactly one result per request, each either a
 dict of output arrays or an ``ErrorInfo``. The worker checks the count; if ``execute``
 raises, every request of that batch fails with INTERNAL and the worker goes on.
+
+Sequence models (``ModelVersionSpec.sequence`` set) get ``execute(requests, sequence)``: a
+``SequenceBatch`` says which batch row each request sits in (rows holding no request are
+"null" rows) and carries the control tensors; the worker has already put each request's
+implicit state inputs into its ``inputs`` and the state outputs into its ``outputs``. Every
+other model gets ``execute(requests)`` alone, as before.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from triton_mp.config import ModelVersionSpec
+from triton_mp.errors import ErrorCode, TritonMPError
 from triton_mp.ipc.messages import ErrorInfo
 
 
@@ -31,6 +38,8 @@ class BackendRequest:
         request_id: the client's request ``id``.
         timeout_us: the request's ``timeout`` parameter in microseconds (0 = none).
         parameters_json: the request's non-reserved parameters as a JSON object.
+        sequence_id: the correlation ID (uint64 or string; 0 outside sequences).
+        sequence_flags: ``SEQUENCE_START`` (1) | ``SEQUENCE_END`` (2) bits.
     """
 
     inputs: dict[str, np.ndarray]
@@ -39,6 +48,27 @@ class BackendRequest:
     request_id: str = ""
     timeout_us: int = 0
     parameters_json: str = "{}"
+    sequence_id: int | str = 0
+    sequence_flags: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceBatch:
+    """How the requests of one sequence-batcher execution sit in the backend's batch.
+
+    Attributes:
+        rows: batch rows the backend runs (>= the sum of the requests' batch sizes; always 1
+            for a model with max_batch_size 0).
+        slots: the first row of each request, in request order: request ``i`` covers rows
+            ``slots[i]`` to ``slots[i] + batch_size - 1``. Rows no request covers are null
+            rows (READY false; their input data is garbage).
+        controls: control input name -> tensor for the whole batch: shape ``[rows, 1]`` when
+            the model batches, ``[1]`` when it does not (see ``sequence.control_tensors``).
+    """
+
+    rows: int
+    slots: tuple[int, ...]
+    controls: dict[str, np.ndarray]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +85,13 @@ Result = dict[str, np.ndarray] | ErrorInfo
 class Backend(Protocol):
     """One loaded model instance."""
 
-    def execute(self, requests: Sequence[BackendRequest]) -> tuple[list[Result], PhaseTimes]:
-        """Run a batch; returns one result per request plus phase durations."""
+    def execute(
+        self, requests: Sequence[BackendRequest], sequence: SequenceBatch | None = None
+    ) -> tuple[list[Result], PhaseTimes]:
+        """Run a batch; returns one result per request plus phase durations.
+
+        ``sequence`` is given for sequence models only (batch rows and control tensors).
+        """
         ...
 
     def close(self) -> None:
@@ -88,18 +123,68 @@ def gather(spec: ModelVersionSpec, requests: Sequence[BackendRequest]) -> dict[s
     return feeds
 
 
+def gather_rows(
+    spec: ModelVersionSpec,
+    requests: Sequence[BackendRequest],
+    sequence: SequenceBatch,
+    extra: Sequence[str] = (),
+) -> dict[str, np.ndarray]:
+    """Lay the requests' inputs out in ``sequence.rows`` rows (sequence batcher).
+
+    Request ``i`` fills rows from ``sequence.slots[i]``; each null row gets a copy of the
+    first row of ``requests[0]`` (garbage the model must ignore: its READY control is
+    false). ``extra`` names inputs beyond the config's (implicit state) to lay out the same
+    way, without reshape. Rows and slots must be consistent (``sequence.batch_rows``).
+
+    Raises:
+        TritonMPError (INVALID_ARG): an input some requests give and others do not.
+    """
+    names = [(t.name, t.reshape) for t in spec.inputs] + [(n, None) for n in extra]
+    at = {s: r for r, s in zip(requests, sequence.slots, strict=True)}
+    pieces: list[BackendRequest | None] = []
+    row = 0
+    while row < sequence.rows:
+        req = at.get(row)
+        pieces.append(req)
+        row += 1 if req is None else req.batch_size
+    batched = spec.max_batch_size > 0
+    feeds: dict[str, np.ndarray] = {}
+    for name, reshape in names:
+        have = sum(name in r.inputs for r in requests)
+        if have == 0:
+            continue
+        if have != len(requests):
+            raise TritonMPError(
+                f"input '{name}' is given by {have} of the {len(requests)} requests batched "
+                "together; it must be given by all or none",
+                ErrorCode.INVALID_ARG,
+            )
+        filler = requests[0].inputs[name][:1] if batched else requests[0].inputs[name]
+        arrays = [filler if p is None else p.inputs[name] for p in pieces]
+        arr = arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
+        feeds[name] = to_backend_shape(arr, reshape, batched)
+    return feeds
+
+
 def scatter(
     spec: ModelVersionSpec,
     requests: Sequence[BackendRequest],
     outputs: dict[str, np.ndarray],
+    starts: Sequence[int] | None = None,
 ) -> list[Result]:
-    """Split batched outputs back into per-request dicts (client-visible shapes)."""
+    """Split batched outputs back into per-request dicts (client-visible shapes).
+
+    ``starts`` gives each request's first batch row (``SequenceBatch.slots``); None = the
+    requests' rows follow each other from row 0. Rows no request covers are dropped.
+    """
     batched = spec.max_batch_size > 0
     dims = {t.name: t for t in spec.outputs}
     results: list[Result] = []
     start = 0
-    for r in requests:
+    for k, r in enumerate(requests):
         out: dict[str, np.ndarray] = {}
+        if starts is not None:
+            start = starts[k]
         stop = start + r.batch_size
         for name in r.outputs:
             arr = outputs[name]

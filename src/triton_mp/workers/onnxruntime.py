@@ -19,10 +19,20 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnxruntime as ort
+from onnxruntime import NodeArg
 
 from triton_mp.config import InstanceSpec, ModelVersionSpec
 from triton_mp.errors import ConfigError, ErrorCode, TritonMPError
-from triton_mp.workers.backend import BackendRequest, PhaseTimes, Result, Stopwatch, gather, scatter
+from triton_mp.workers.backend import (
+    BackendRequest,
+    PhaseTimes,
+    Result,
+    SequenceBatch,
+    Stopwatch,
+    gather,
+    gather_rows,
+    scatter,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +71,18 @@ def check_config_against_model(model: ModelVersionSpec, session: ort.InferenceSe
     does: a config tensor the graph lacks, another data type, or a fixed dimension that
     differs (batch dimension included when max_batch_size > 0).
 
+    Sequence models: every control input (``[batch, 1]`` when batching, else ``[1]``, of the
+    control's datatype) and every implicit state (``state.input_name`` a graph input and
+    ``state.output_name`` a graph output, of the state's datatype and dims) must be in the
+    graph too. Such graph inputs are fed by the worker, never listed as config inputs.
+
     Raises:
         ConfigError: naming the model, the tensor and both sides.
     """
-    graph = {t.name: t for t in (*session.get_inputs(), *session.get_outputs())}
+    graph_inputs = {t.name: t for t in session.get_inputs()}
+    graph_outputs = {t.name: t for t in session.get_outputs()}
+    graph = {**graph_inputs, **graph_outputs}
+    batch = (-1,) if model.max_batch_size > 0 else ()
     for kind, tensors in (("input", model.inputs), ("output", model.outputs)):
         for t in tensors:
             g = graph.get(t.name)
@@ -73,24 +91,57 @@ def check_config_against_model(model: ModelVersionSpec, session: ort.InferenceSe
                     f"unable to load model '{model.model}', configuration expects {kind} "
                     f"'{t.name}' but the model does not provide it"
                 )
-            g_type = _ORT_TYPES.get(g.type, g.type)
-            if g_type != t.datatype:
-                raise ConfigError(
-                    f"unable to load model '{model.model}', configuration expects datatype "
-                    f"TYPE_{'STRING' if t.datatype == 'BYTES' else t.datatype} for {kind} "
-                    f"'{t.name}', model provides {g.type}"
-                )
             dims = t.reshape if t.reshape is not None else t.dims
-            want = ((-1,) if model.max_batch_size > 0 else ()) + tuple(dims)
-            got = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in g.shape)
-            if len(got) != len(want) or any(
-                w != -1 and g_ != -1 and w != g_ for w, g_ in zip(want, got, strict=True)
-            ):
+            _check_graph_tensor(model.model, kind, t.name, t.datatype, batch + tuple(dims), g)
+    if model.sequence is None:
+        return
+    for c in model.sequence.controls:
+        g = graph_inputs.get(c.name)
+        if g is None:
+            raise ConfigError(
+                f"unable to load model '{model.model}', configuration specifies sequence "
+                f"control '{c.name}' ({c.kind}) but the model does not provide that input"
+            )
+        _check_graph_tensor(model.model, "sequence control", c.name, c.datatype, batch + (1,), g)
+    for st in model.sequence.states:
+        for kind, name, side in (
+            ("state input", st.input_name, graph_inputs),
+            ("state output", st.output_name, graph_outputs),
+        ):
+            g = side.get(name)
+            if g is None:
                 raise ConfigError(
-                    f"unable to load model '{model.model}', {kind} '{t.name}' dims "
-                    f"{list(want)} (batch dimension included) don't match the model's "
-                    f"{list(got)}"
+                    f"unable to load model '{model.model}', configuration specifies {kind} "
+                    f"'{name}' but the model does not provide it; the model's "
+                    f"{kind.split()[1]}s are: {', '.join(sorted(side))}"
                 )
+            _check_graph_tensor(model.model, kind, name, st.datatype, batch + st.dims, g)
+
+
+def _check_graph_tensor(
+    model: str, kind: str, name: str, datatype: str, want: tuple[int, ...], g: NodeArg
+) -> None:
+    """Compare one config tensor with its graph tensor: data type, rank, fixed dimensions.
+
+    Raises:
+        ConfigError: naming the model, the tensor and both sides.
+    """
+    g_type = _ORT_TYPES.get(g.type, g.type)
+    if g_type != datatype:
+        raise ConfigError(
+            f"unable to load model '{model}', configuration expects datatype "
+            f"TYPE_{'STRING' if datatype == 'BYTES' else datatype} for {kind} "
+            f"'{name}', model provides {g.type}"
+        )
+    got = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in g.shape)
+    if len(got) != len(want) or any(
+        w != -1 and g_ != -1 and w != g_ for w, g_ in zip(want, got, strict=True)
+    ):
+        raise ConfigError(
+            f"unable to load model '{model}', {kind} '{name}' dims "
+            f"{list(want)} (batch dimension included) don't match the model's "
+            f"{list(got)}"
+        )
 
 
 def _to_str_array(name: str, arr: np.ndarray) -> np.ndarray:
@@ -141,13 +192,32 @@ class OnnxRuntimeBackend:
             providers.insert(0, "CUDAExecutionProvider")
         self._session = ort.InferenceSession(model.model_file, opts, providers=providers)
         self._output_names = [o.name for o in self._session.get_outputs()]
+        self._state_inputs = tuple(
+            s.input_name for s in (model.sequence.states if model.sequence else ())
+        )
         check_config_against_model(model, self._session)
         log.info("onnxruntime session for %s ready on %s", model.model_file, providers[0])
 
-    def execute(self, requests: Sequence[BackendRequest]) -> tuple[list[Result], PhaseTimes]:
-        """Gather, run once for the whole batch, scatter back per request."""
+    def execute(
+        self, requests: Sequence[BackendRequest], sequence: SequenceBatch | None = None
+    ) -> tuple[list[Result], PhaseTimes]:
+        """Gather, run once for the whole batch, scatter back per request.
+
+        With ``sequence`` (sequence models) the batch has ``sequence.rows`` rows: null rows
+        get garbage inputs, the control tensors and the requests' state inputs are fed, and
+        only the requests' own rows come back.
+
+        Raises:
+            TritonMPError (INVALID_ARG): a string input that is not UTF-8, or an optional
+                input some requests of a sequence batch give and others do not;
+            onnxruntime exceptions when the run fails.
+        """
         watch = Stopwatch()
-        feeds = gather(self._spec, requests)
+        if sequence is None:
+            feeds = gather(self._spec, requests)
+        else:
+            feeds = gather_rows(self._spec, requests, sequence, self._state_inputs)
+            feeds.update(sequence.controls)
         for name, arr in feeds.items():
             if arr.dtype == np.object_:
                 feeds[name] = _to_str_array(name, arr)
@@ -156,7 +226,8 @@ class OnnxRuntimeBackend:
         arrays = self._session.run(wanted, feeds)
         t_infer = watch.lap()
         outputs = {n: np.asarray(a) for n, a in zip(wanted, arrays, strict=True)}
-        return scatter(self._spec, requests, outputs), PhaseTimes(t_input, t_infer)
+        starts = None if sequence is None else sequence.slots
+        return scatter(self._spec, requests, outputs, starts), PhaseTimes(t_input, t_infer)
 
     def close(self) -> None:
         """Drop the session."""

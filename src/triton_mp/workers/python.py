@@ -19,6 +19,13 @@ Inputs are not copied: fixed-size inputs are numpy views over the frontend's sha
 arena, valid during the ``execute`` call only (a model that keeps data must copy it, as
 Triton's documentation also requires).
 
+Sequence models: ``InferenceRequest.correlation_id()`` and ``flags()`` give the request's
+correlation ID and ``TRITONSERVER_REQUEST_FLAG_SEQUENCE_START`` / ``_END`` bits, and each
+control input is one more input tensor of the request (shape ``[1, 1]`` when the model
+batches, ``[1]`` otherwise). Only real requests reach ``execute``: the null rows of the
+Direct strategy do not. Implicit state (``sequence_batching.state``) is not supported by
+Triton's python backend, and a model that declares it fails to load here too.
+
 Decoupled models (``model_transaction_policy { decoupled: true }``) fail to load here; they
 need the response sender and streaming, which are later work, as are BLS and request
 rescheduling.
@@ -50,6 +57,7 @@ from triton_mp.workers.backend import (
     BackendRequest,
     PhaseTimes,
     Result,
+    SequenceBatch,
     Stopwatch,
     to_backend_shape,
 )
@@ -143,7 +151,7 @@ class PythonBackend:
     """One instance of a Triton python model.
 
     Raises (from the constructor):
-        ConfigError (UNSUPPORTED): the model is decoupled.
+        ConfigError (UNSUPPORTED): the model is decoupled, or declares implicit state.
         TritonMPError: model.py cannot be imported, defines no ``TritonPythonModel`` or no
             ``execute``, or its constructor or ``initialize`` raised (the traceback is
             logged; the message says which exception).
@@ -158,6 +166,14 @@ class PythonBackend:
             raise ConfigError(
                 f"decoupled python models are not supported yet (model '{model.model}' sets "
                 "model_transaction_policy { decoupled: true })",
+                ErrorCode.UNSUPPORTED,
+            )
+        if model.sequence is not None and model.sequence.states:
+            names = ", ".join(f"'{st.input_name}'" for st in model.sequence.states)
+            raise ConfigError(
+                f"implicit state is not supported by the python backend: model "
+                f"'{model.model}' declares sequence_batching state {names}; keep the state in "
+                "the model instance, keyed by request.correlation_id()",
                 ErrorCode.UNSUPPORTED,
             )
         self._batched = model.max_batch_size > 0
@@ -208,10 +224,22 @@ class PythonBackend:
         self._is_async = inspect.iscoroutinefunction(execute)
         log.info("python model %s initialized", model_file)
 
-    def execute(self, requests: Sequence[BackendRequest]) -> tuple[list[Result], PhaseTimes]:
-        """Hand the batch to ``TritonPythonModel.execute`` as a list of requests."""
+    def execute(
+        self, requests: Sequence[BackendRequest], sequence: SequenceBatch | None = None
+    ) -> tuple[list[Result], PhaseTimes]:
+        """Hand the batch to ``TritonPythonModel.execute`` as a list of requests.
+
+        With ``sequence`` each request also gets its rows of the control tensors as inputs;
+        null rows are not passed to the model.
+        """
         watch = Stopwatch()
-        pb_requests = [self._pb_request(r) for r in requests]
+        if sequence is None:
+            pb_requests = [self._pb_request(r) for r in requests]
+        else:
+            pb_requests = [
+                self._pb_request(r, self._controls_of(sequence, s, r.batch_size))
+                for r, s in zip(requests, sequence.slots, strict=True)
+            ]
         t_input = watch.lap()
         try:
             responses = self._execute(pb_requests)
@@ -256,22 +284,32 @@ class PythonBackend:
             self._loop = asyncio.new_event_loop()
         return self._loop.run_until_complete(coro)
 
-    def _pb_request(self, r: BackendRequest) -> pb_utils.InferenceRequest:
+    def _controls_of(self, sequence: SequenceBatch, row: int, count: int) -> list[pb_utils.Tensor]:
+        """One request's rows of the control tensors (``[count, 1]``; ``[1]`` unbatched)."""
+        if not self._batched:
+            return [pb_utils.Tensor(name, arr) for name, arr in sequence.controls.items()]
+        return [
+            pb_utils.Tensor(name, arr[row : row + count]) for name, arr in sequence.controls.items()
+        ]
+
+    def _pb_request(
+        self, r: BackendRequest, controls: Sequence[pb_utils.Tensor] = ()
+    ) -> pb_utils.InferenceRequest:
         inputs = []
         for name, arr in r.inputs.items():
             reshape = self._input_reshape.get(name)
             if reshape is not None:
                 arr = to_backend_shape(arr, reshape, self._batched)
             inputs.append(pb_utils.Tensor(name, arr))
-        # NOTE: correlation_id and flags stay 0 until the sequence batcher exists.
+        inputs.extend(controls)
         return pb_utils.InferenceRequest(
             model_name=self._spec.model,
             requested_output_names=list(r.outputs),
             inputs=inputs,
             request_id=r.request_id,
-            correlation_id=0,
+            correlation_id=r.sequence_id,
             model_version=self._spec.version,
-            flags=0,
+            flags=r.sequence_flags,
             timeout=r.timeout_us,
             parameters=r.parameters_json,
         )
