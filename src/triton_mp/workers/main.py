@@ -5,6 +5,13 @@ any ``Backend``). Per batch: view each request's inputs in the frontend's arena 
 let the backend gather/run/scatter, write each request's outputs into one block of this
 worker's arena (one copy), post an ``InferResponse`` straight to the request's frontend and
 a ``BatchDone`` to the scheduler.
+
+Sequence models (``model.sequence`` set; see ``workers.sequence``): the backend also gets a
+``SequenceBatch`` (the batch rows of the Direct strategy, with null rows, and the control
+tensors), and the worker keeps each sequence's implicit state between its requests: it adds
+the state inputs to a request and asks for the state outputs, stores them after the run,
+and forgets a sequence's state after its END request or when the scheduler releases it as
+idle (``BatchAssign.released``). Other models take exactly the path they took before.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from triton_mp.errors import ErrorCode, TritonMPError, flatten_exception
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender, encode, free_block
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.messages import (
+    SEQUENCE_END,
     BatchAssign,
     BatchDone,
     BlockRef,
@@ -49,8 +57,9 @@ from triton_mp.ipc.messages import (
 from triton_mp.ipc.shm import Segment
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
 from triton_mp.log import configure_logging
-from triton_mp.workers.backend import Backend, BackendRequest, Result
+from triton_mp.workers.backend import Backend, BackendRequest, Result, SequenceBatch
 from triton_mp.workers.registry import load_backend
+from triton_mp.workers.sequence import SequenceStates, sequence_batch
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +179,10 @@ class Worker:
         cache: attached input arenas of the frontends.
         send_frontend: ``send_frontend(frontend_id, message)``.
         send_scheduler: ``send_scheduler(message)``.
+
+    Raises (from the constructor):
+        ConfigError: the model's initial implicit state cannot be made (an unreadable or
+            wrongly sized ``initial_state`` data file).
     """
 
     def __init__(
@@ -189,6 +202,8 @@ class Worker:
         self._send_scheduler = send_scheduler
         self._origin = f"worker {spec.instance.name}"
         self._regions = ClientRegions()
+        self._sequence = spec.model.sequence
+        self._states = SequenceStates.for_model(spec.model)
 
     def run_batch(self, batch: BatchAssign) -> None:
         """Execute one batch and answer every request in it."""
@@ -200,6 +215,10 @@ class Worker:
         t_input = t_infer = 0
         runnable: list[int] = []
         backend_reqs: list[BackendRequest] = []
+        if self._states is not None and batch.released:
+            # NOTE: before this batch's requests take their state: one of them may START a
+            # new sequence under a released ID.
+            self._states.drop(batch.released)
         for i, r in enumerate(reqs):
             try:
                 backend_reqs.append(self._backend_request(r))
@@ -210,7 +229,12 @@ class Worker:
                 results[i] = ErrorInfo(e.code, e.message, self._origin)
         try:
             if backend_reqs:
-                ran, times = self._backend.execute(backend_reqs)
+                if self._sequence is None:
+                    ran, times = self._backend.execute(backend_reqs)
+                else:
+                    ran, times = self._backend.execute(
+                        backend_reqs, self._sequence_batch(batch, runnable, backend_reqs)
+                    )
                 t_input, t_infer = times.compute_input_ns, times.compute_infer_ns
                 if len(ran) != len(backend_reqs):
                     raise TritonMPError(
@@ -224,6 +248,8 @@ class Worker:
             info = ErrorInfo(ErrorCode.INTERNAL, flatten_exception(exc), self._origin)
             for i in runnable:
                 results[i] = info
+        if self._states is not None:
+            self._keep_states(reqs, results)
         t0 = time.perf_counter_ns()
         failed = []
         missing = ErrorInfo(ErrorCode.INTERNAL, "no result for the request", self._origin)
@@ -266,18 +292,58 @@ class Worker:
         """Unmap the clients' regions."""
         self._regions.close()
 
+    def _sequence_batch(
+        self, batch: BatchAssign, runnable: list[int], backend_reqs: list[BackendRequest]
+    ) -> SequenceBatch:
+        """The batch rows of the requests that reach the backend (a request that failed
+        before leaves a null row in the Direct strategy) and the control tensors.
+
+        Raises:
+            TritonMPError (INTERNAL): ``batch.slots`` does not fit ``batch.requests``.
+        """
+        slots: tuple[int, ...] = ()
+        if batch.rows:
+            if len(batch.slots) != len(batch.requests):
+                raise TritonMPError(
+                    f"batch {batch.batch_id} has {len(batch.requests)} requests but "
+                    f"{len(batch.slots)} slots"
+                )
+            slots = tuple(batch.slots[i] for i in runnable)
+        return sequence_batch(self._spec.model, backend_reqs, batch.rows, slots)
+
+    def _keep_states(self, reqs: tuple[InferRequest, ...], results: list[Result | None]) -> None:
+        """After a run: store each request's state outputs as its sequence's next state
+        inputs; forget the sequence after an END request (whether it succeeded or not).
+        A request whose state outputs are missing fails."""
+        assert self._states is not None
+        for i, req in enumerate(reqs):
+            res = results[i]
+            if req.sequence_flags & SEQUENCE_END:
+                self._states.drop((req.sequence_id,))
+            elif isinstance(res, dict):
+                try:
+                    self._states.update(req.sequence_id, res)
+                except TritonMPError as e:
+                    results[i] = ErrorInfo(e.code, e.message, self._origin)
+
     def _arena_segment(self, name: str) -> Segment:
         return next(s for s in self._arena.segments() if s.name == name)
 
     def _backend_request(self, req: InferRequest) -> BackendRequest:
         inputs = {ref.name: view_tensor(self._cache, ref, self._regions) for ref in req.inputs}
+        outputs = req.outputs
+        if self._states is not None:
+            inputs.update(self._states.inputs(req.sequence_id, req.sequence_flags))
+            outputs += tuple(n for n in self._states.output_names if n not in outputs)
         return BackendRequest(
             inputs=inputs,
-            outputs=req.outputs,
+            outputs=outputs,
             batch_size=req.batch_size,
             request_id=req.client_id,
             timeout_us=req.timeout_us,
             parameters_json=req.parameters_json,
+            sequence_id=req.sequence_id,
+            sequence_flags=req.sequence_flags,
         )
 
     def _write_outputs(self, req: InferRequest, outputs: dict[str, np.ndarray]) -> InferResponse:
@@ -381,22 +447,28 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
         spec.model.version,
         spec.model.backend,
     )
+    cache = SegmentCache()
     try:
         backend = load_backend(spec.model, spec.instance)
+        try:
+            # NOTE: constructing the Worker reads the initial implicit state: part of loading.
+            worker = Worker(
+                spec,
+                backend,
+                arena,
+                cache,
+                lambda fid, msg: to_frontends[fid].send_bytes(encode(msg)),
+                lambda msg: to_scheduler.send_bytes(encode(msg)),
+            )
+        except BaseException:
+            backend.close()
+            raise
     except Exception as exc:  # noqa: BLE001 - reported to the supervisor, which marks the model
         text = exc.message if isinstance(exc, TritonMPError) else flatten_exception(exc)
         log.error("failed to load model '%s': %s", spec.model.model, text)
         ready.send_bytes(b"error:" + text.encode())
+        cache.close()
         return 1
-    cache = SegmentCache()
-    worker = Worker(
-        spec,
-        backend,
-        arena,
-        cache,
-        lambda fid, msg: to_frontends[fid].send_bytes(encode(msg)),
-        lambda msg: to_scheduler.send_bytes(encode(msg)),
-    )
     ready.send_bytes(b"ready")
     to_scheduler.send(WorkerReady(instance_id=spec.instance.instance_id, pid=os.getpid()))
     log.info("instance ready")
