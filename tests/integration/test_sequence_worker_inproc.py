@@ -49,6 +49,8 @@ from triton_mp.ipc.messages import (
     TensorRef,
 )
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, ArenaAllocator, SegmentCache, free_block
+from triton_mp.repository import load_repository
+from triton_mp.supervisor import plan_models
 from triton_mp.workers.backend import BackendRequest, PhaseTimes, Result, SequenceBatch
 from triton_mp.workers.main import Worker
 from triton_mp.workers.onnxruntime import OnnxRuntimeBackend
@@ -605,3 +607,57 @@ def test_a_state_of_another_type_fails_to_load(tmp_path: Path) -> None:
 def msgspec_replace(obj: Any, **changes: Any) -> Any:
     """A frozen msgspec struct with some fields changed."""
     return msgspec.structs.replace(obj, **changes)
+
+
+# --------------------------------------------------------------------------- from a repository
+
+ACC_CONFIG = """
+backend: "onnxruntime"
+max_batch_size: 4
+sequence_batching {
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "END" control [ { kind: CONTROL_SEQUENCE_END fp32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY bool_false_true: [ false, true ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] }
+  ]
+  state [
+    {
+      input_name: "STATE_IN"
+      output_name: "STATE_OUT"
+      data_type: TYPE_FP32
+      dims: [ 1 ]
+      initial_state: { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true name: "zeros" }
+    }
+  ]
+}
+"""
+
+
+def test_a_repository_sequence_model_loads_and_runs_in_a_worker(
+    arenas: tuple[ArenaAllocator, ArenaAllocator, SegmentCache], tmp_path: Path
+) -> None:
+    """config.pbtxt -> repository (auto-complete leaves controls and state out of the client
+    inputs) -> supervisor's ModelVersionSpec -> onnxruntime backend and Worker."""
+    model_dir = tmp_path / "repo" / "acc"
+    (model_dir / "1").mkdir(parents=True)
+    accumulator_onnx(model_dir / "1" / "model.onnx")
+    (model_dir / "config.pbtxt").write_text(ACC_CONFIG)
+    (repo_model,) = load_repository(tmp_path / "repo")
+    assert repo_model.error is None, repo_model.error
+    (plan,), _ = plan_models([repo_model])
+    (model,) = plan.versions
+    assert [t.name for t in model.inputs] == ["INPUT"]
+    assert model.sequence is not None
+    assert [(c.name, c.kind, c.datatype) for c in model.sequence.controls] == [
+        ("START", "START", "INT32"),
+        ("END", "END", "FP32"),
+        ("READY", "READY", "BOOL"),
+        ("CORRID", "CORRID", "UINT64"),
+    ]
+    client, _, recorder = make_client(arenas, model)
+    r = client.run([client.request(3, 2, START), client.request(4, 5, START)], 2, (0, 1))
+    assert [_value(x) for x in r] == [2, 5]
+    r = client.run([client.request(4, 1, END)], 2, (1,))
+    assert [_value(x) for x in r] == [6]
+    assert recorder.feeds[-1]["READY"].tolist() == [[False], [True]]
