@@ -130,7 +130,9 @@ def json_tensor_bytes(name: str, datatype: str, data: object, count: int) -> byt
             datatype, ``data`` that is not an array, elements of the wrong JSON type
             (booleans for BOOL, strings for BYTES, integers for integer types, numbers for
             floating point; no negatives for unsigned types), or an element count that
-            differs from the shape's.
+            differs from the shape's. Integers out of a narrower type's range wrap, as
+            Triton's casts do, and a boolean among numbers counts as 0 or 1 (numpy's rule;
+            Triton refuses it).
     """
     if datatype in ("FP16", "BF16"):
         raise InvalidRequest(
@@ -156,24 +158,28 @@ def json_tensor_bytes(name: str, datatype: str, data: object, count: int) -> byt
             parts.append(_U32.pack(len(b)))
             parts.append(b)
         return b"".join(parts)
+    bad = InvalidRequest(f"Unable to parse 'data': expected {datatype} values for input '{name}'")
     try:
         arr = np.array(flat)
     except (ValueError, TypeError, OverflowError):
-        arr = np.array([], dtype=np.object_)
+        raise bad from None
     want = _KINDS[datatype]
     kind = arr.dtype.kind
+    if want in ("i", "u") and kind in ("f", "O") and all(type(x) is int for x in flat):
+        # NOTE: integers numpy could not hold in int64 (it made floats or objects of them).
+        try:
+            arr = np.array(flat, dtype=np.uint64 if want == "u" else np.int64)
+        except OverflowError:
+            raise bad from None
+        kind = arr.dtype.kind
     if want == "b":
         ok = kind == "b"
     elif want == "f":
         ok = kind in ("i", "u", "f")
     else:
         ok = kind in ("i", "u")
-    if ok and want == "u" and arr.size and arr.min() < 0:
-        ok = False
-    if not ok or arr.size != count:
-        raise InvalidRequest(
-            f"Unable to parse 'data': expected {datatype} values for input '{name}'"
-        )
+    if not ok or arr.size != count or (want == "u" and arr.size and arr.min() < 0):
+        raise bad
     out: bytes = arr.astype(NUMPY_DTYPES[datatype], copy=False).tobytes()
     return out
 

@@ -1,0 +1,634 @@
+"""HTTP inference bodies <-> ModelInferRequest, rule by rule, on bytes (no server).
+
+``frontend.http_infer`` turns a KServe v2 JSON header plus binary tail (or a raw binary
+body) into the proto the gRPC path validates, and writes answers as JSON ``data`` or a
+binary tail. Every validation it does itself has a test here with Triton's message; the
+model rules (names, dtypes, shapes) are the shared validator's and are tested end to end.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import struct
+import zlib
+from typing import Any
+
+import numpy as np
+import pytest
+
+from triton_mp._proto import model_config_pb2 as mc
+from triton_mp.config import ModelEntry
+from triton_mp.errors import ErrorCode, InvalidRequest, TritonMPError
+from triton_mp.frontend.http_infer import (
+    HEADER_LENGTH,
+    InferPlan,
+    build_infer_request,
+    build_raw_request,
+    json_output_data,
+    json_tensor_bytes,
+    parse_infer_body,
+    render_infer_response,
+    response_encoding,
+)
+from triton_mp.frontend.models import Model, ModelTable
+from triton_mp.ipc import TensorRef
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _model(name: str, inputs: list[tuple[str, int, list[int]]], max_batch_size: int = 0) -> Model:
+    cfg = mc.ModelConfig(name=name, max_batch_size=max_batch_size)
+    for n, dt, dims in inputs:
+        cfg.input.add(name=n, data_type=dt, dims=dims)
+    cfg.output.add(name="OUT", data_type=mc.TYPE_FP32, dims=[-1])
+    table = ModelTable(
+        (ModelEntry(name=name, config=cfg.SerializeToString(), ready_versions=(1,)),)
+    )
+    return table.get(name)
+
+
+def _build(header: dict[str, Any], tail: bytes = b"") -> Any:
+    return build_infer_request(header, memoryview(tail), "m", "")
+
+
+def _err(header: dict[str, Any], tail: bytes = b"") -> str:
+    with pytest.raises(InvalidRequest) as e:
+        _build(header, tail)
+    assert e.value.code == ErrorCode.INVALID_ARG
+    return e.value.message
+
+
+def _inp(**kw: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"name": "X", "datatype": "FP32", "shape": [2]}
+    base.update(kw)
+    return base
+
+
+class FakeResult:
+    """The part of core.InferResult that rendering reads."""
+
+    def __init__(self, outputs: list[tuple[TensorRef, bytes | None]], request_id: str = "") -> None:
+        self.model = "m"
+        self.version = 3
+        self.request_id = request_id
+        self.outputs = tuple(ref for ref, _ in outputs)
+        self._data = {ref.name: data for ref, data in outputs}
+
+    def view(self, ref: TensorRef) -> memoryview | None:
+        data = self._data[ref.name]
+        return None if data is None else memoryview(data)
+
+
+def _ref(name: str, datatype: str, shape: tuple[int, ...], nbytes: int, region: int = 0) -> Any:
+    return TensorRef(name, datatype, shape, "seg", 0, nbytes, region)
+
+
+# ------------------------------------------------------------------- JSON tensor data
+
+PACKED = [
+    ("BOOL", [[True, False], [False, True]], np.array([1, 0, 0, 1], np.bool_)),
+    ("UINT8", [1, 255, 0, 7], np.array([1, 255, 0, 7], np.uint8)),
+    ("UINT16", [1, 65535, 0, 7], np.array([1, 65535, 0, 7], np.uint16)),
+    ("UINT32", [1, 2, 3, 4], np.array([1, 2, 3, 4], np.uint32)),
+    ("UINT64", [1, 2**64 - 1, 3, 4], np.array([1, 2**64 - 1, 3, 4], np.uint64)),
+    ("INT8", [-1, 2, -128, 127], np.array([-1, 2, -128, 127], np.int8)),
+    ("INT16", [-1, 2, 3, 4], np.array([-1, 2, 3, 4], np.int16)),
+    ("INT32", [[-1, 2], [3, 4]], np.array([-1, 2, 3, 4], np.int32)),
+    ("INT64", [-(2**63), 2, 3, 2**63 - 1], np.array([-(2**63), 2, 3, 2**63 - 1], np.int64)),
+    ("FP32", [[0.5, 1], [2.25, -3]], np.array([0.5, 1, 2.25, -3], np.float32)),
+    ("FP64", [0.1, 1, 2, 3], np.array([0.1, 1, 2, 3], np.float64)),
+]
+
+
+@pytest.mark.parametrize(("datatype", "data", "expected"), PACKED, ids=[p[0] for p in PACKED])
+def test_json_data_packs_each_datatype_row_major(
+    datatype: str, data: list[Any], expected: np.ndarray
+) -> None:
+    assert json_tensor_bytes("X", datatype, data, 4) == expected.tobytes()
+
+
+def test_json_bytes_data_is_length_prefixed_utf8() -> None:
+    got = json_tensor_bytes("X", "BYTES", [["ab", ""], ["é", "z"]], 4)
+    assert got == b"".join(struct.pack("<I", len(s)) + s for s in (b"ab", b"", "é".encode(), b"z"))
+
+
+@pytest.mark.parametrize("datatype", ["FP16", "BF16"])
+def test_json_data_refuses_half_precision(datatype: str) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        json_tensor_bytes("X", datatype, [1.0], 1)
+    assert e.value.message == (
+        f"receiving {datatype} data via JSON is not supported. Please use the binary data "
+        "format for input X"
+    )
+
+
+def test_json_data_refuses_an_unknown_datatype() -> None:
+    with pytest.raises(InvalidRequest) as e:
+        json_tensor_bytes("X", "FLOAT", [1.0], 1)
+    assert e.value.message == "invalid datatype for input X"
+
+
+def test_json_data_must_be_an_array() -> None:
+    with pytest.raises(InvalidRequest) as e:
+        json_tensor_bytes("X", "FP32", 1.0, 1)
+    assert e.value.message.startswith("Unable to parse 'data'")
+
+
+@pytest.mark.parametrize(
+    "data", [[1.0, 2.0, 3.0], [1.0], [[1.0, 2.0], [3.0]]], ids=["more", "fewer", "ragged"]
+)
+def test_json_data_count_must_match_the_shape(data: list[Any]) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        json_tensor_bytes("X", "FP32", data, 2)
+    assert e.value.message == (
+        "Unable to parse 'data': Shape does not match true shape of 'data' field"
+    )
+
+
+@pytest.mark.parametrize(
+    ("datatype", "data"),
+    [
+        ("INT32", [1.5, 2]),
+        ("INT32", [True, False]),
+        ("UINT8", [-1, 2]),
+        ("FP32", ["1", 2]),
+        ("BOOL", [1, 0]),
+        ("BYTES", [1, "a"]),
+        ("INT64", [None, 1]),
+        ("UINT64", [2**64, 1]),
+    ],
+    ids=lambda v: str(v),
+)
+def test_json_data_elements_must_have_the_datatypes_json_type(
+    datatype: str, data: list[Any]
+) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        json_tensor_bytes("X", datatype, data, 2)
+    assert e.value.message.startswith("Unable to parse 'data'")
+
+
+# ------------------------------------------------------------------- request header
+
+
+def test_json_inputs_become_proto_inputs_with_packed_bytes() -> None:
+    req, raw, plan = _build(
+        {
+            "id": "r1",
+            "inputs": [
+                _inp(data=[1, 2]),
+                {"name": "Y", "datatype": "INT32", "shape": [1, 2], "data": [[3, 4]]},
+            ],
+        }
+    )
+    assert req.model_name == "m"
+    assert req.id == "r1"
+    assert [(t.name, t.datatype, list(t.shape)) for t in req.inputs] == [
+        ("X", "FP32", [2]),
+        ("Y", "INT32", [1, 2]),
+    ]
+    assert raw == [np.array([1, 2], np.float32).tobytes(), np.array([3, 4], np.int32).tobytes()]
+    assert plan == InferPlan(binary_default=False, binary={})
+
+
+def test_binary_inputs_are_slices_of_the_tail_in_input_order() -> None:
+    a, b = np.arange(2, dtype=np.float32).tobytes(), np.arange(3, dtype=np.int64).tobytes()
+    req, raw, _ = _build(
+        {
+            "inputs": [
+                _inp(parameters={"binary_data_size": 8}),
+                _inp(name="E", shape=[0], parameters={"binary_data_size": 0}),
+                _inp(name="Y", datatype="INT64", shape=[3], parameters={"binary_data_size": 24}),
+            ]
+        },
+        a + b,
+    )
+    assert [bytes(r) for r in raw] == [a, b"", b]
+    assert isinstance(raw[0], memoryview), "binary inputs are not copied"
+
+
+def test_a_tail_shorter_than_the_binary_sizes_is_refused() -> None:
+    msg = _err({"inputs": [_inp(parameters={"binary_data_size": 8})]}, b"1234")
+    assert msg == "unexpected size for input 'X', expecting 4 additional bytes for model 'm'"
+
+
+def test_a_tail_longer_than_the_binary_sizes_is_refused() -> None:
+    msg = _err({"inputs": [_inp(parameters={"binary_data_size": 4})]}, b"12345678")
+    assert msg == "unexpected additional input data for model 'm'"
+
+
+def test_an_empty_shape_needs_no_data_bytes() -> None:
+    _, raw, _ = _build({"inputs": [_inp(shape=[0], data=[])]})
+    assert raw == [b""]
+
+
+PREFIX = (
+    "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+    "'parameters', 'shared_memory_region' in 'parameters'. But"
+)
+
+
+@pytest.mark.parametrize(
+    ("item", "tail"),
+    [
+        (_inp(), " no field is set"),
+        (_inp(data=[1, 2], parameters={"binary_data_size": 8}), " set 'data' 'binary_data_size'"),
+        (
+            _inp(parameters={"binary_data_size": 8, "shared_memory_region": "r"}),
+            " set 'binary_data_size' 'shared_memory_region'",
+        ),
+        (
+            _inp(data=[1, 2], parameters={"shared_memory_region": "r"}),
+            " set 'data' 'shared_memory_region'",
+        ),
+    ],
+    ids=["none", "data+binary", "binary+shm", "data+shm"],
+)
+def test_each_input_names_exactly_one_data_source(item: dict[str, Any], tail: str) -> None:
+    assert _err({"inputs": [item]}) == PREFIX + tail
+
+
+@pytest.mark.parametrize(
+    ("header", "field"),
+    [
+        ({}, "inputs"),
+        ({"inputs": {"name": "X"}}, "inputs"),
+        ({"inputs": [5]}, "inputs"),
+        ({"inputs": [_inp(name=3, data=[1, 2])]}, "name"),
+        ({"inputs": [{"datatype": "FP32", "shape": [2], "data": [1, 2]}]}, "name"),
+        ({"inputs": [_inp(datatype=None, data=[1, 2])]}, "datatype"),
+        ({"inputs": [_inp(shape=[-2], data=[1, 2])]}, "shape"),
+        ({"inputs": [_inp(shape="2", data=[1, 2])]}, "shape"),
+        ({"inputs": [_inp(shape=[2.0], data=[1, 2])]}, "shape"),
+        ({"id": 7, "inputs": []}, "id"),
+        ({"inputs": [_inp(parameters=[1], data=[1, 2])]}, "parameters"),
+        ({"inputs": [_inp(parameters={"binary_data_size": -1})]}, "binary_data_size"),
+        ({"inputs": [], "outputs": {"name": "O"}}, "outputs"),
+        ({"inputs": [], "outputs": [{"parameters": {}}]}, "name"),
+        (
+            {"inputs": [], "outputs": [{"name": "O", "parameters": {"binary_data": 1}}]},
+            "binary_data",
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_malformed_fields_are_named(header: dict[str, Any], field: str) -> None:
+    assert _err(header).startswith(f"Unable to parse '{field}'")
+
+
+def test_a_header_that_is_not_an_object_is_refused() -> None:
+    assert _err([1, 2]).startswith("failed to parse the request JSON buffer")  # type: ignore[arg-type]
+
+
+def test_shared_memory_input_parameters_reach_the_proto() -> None:
+    req, raw, _ = _build(
+        {
+            "inputs": [
+                _inp(
+                    parameters={
+                        "shared_memory_region": "in",
+                        "shared_memory_offset": 16,
+                        "shared_memory_byte_size": 8,
+                    }
+                )
+            ]
+        }
+    )
+    p = req.inputs[0].parameters
+    assert p["shared_memory_region"].string_param == "in"
+    assert p["shared_memory_offset"].int64_param == 16
+    assert p["shared_memory_byte_size"].int64_param == 8
+    assert raw == []
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"shared_memory_region": 5}, "shared_memory_region"),
+        ({"shared_memory_region": "r", "shared_memory_offset": -1}, "shared_memory_offset"),
+        ({"shared_memory_region": "r", "shared_memory_byte_size": "8"}, "shared_memory_byte_size"),
+    ],
+)
+def test_shared_memory_parameters_have_types(params: dict[str, Any], field: str) -> None:
+    assert _err({"inputs": [_inp(parameters=params)]}) == f"Unable to parse '{field}'"
+
+
+# ------------------------------------------------------------------ request parameters
+
+
+def test_reserved_parameters_take_their_types() -> None:
+    req, _, plan = _build(
+        {
+            "inputs": [],
+            "parameters": {
+                "priority": 2,
+                "timeout": 100,
+                "sequence_id": 7,
+                "sequence_start": True,
+                "sequence_end": False,
+                "binary_data_output": True,
+                "note": "x",
+                "count": -3,
+                "flag": False,
+            },
+        }
+    )
+    p = req.parameters
+    assert p["priority"].uint64_param == 2
+    assert p["timeout"].uint64_param == 100
+    assert p["sequence_id"].int64_param == 7
+    assert p["sequence_start"].bool_param is True
+    assert p["note"].string_param == "x"
+    assert p["count"].int64_param == -3
+    assert p["flag"].WhichOneof("parameter_choice") == "bool_param"
+    assert "binary_data_output" not in p
+    assert plan.binary_default is True
+
+
+def test_a_string_sequence_id_is_kept_as_a_string() -> None:
+    req, _, _ = _build({"inputs": [], "parameters": {"sequence_id": "abc"}})
+    assert req.parameters["sequence_id"].string_param == "abc"
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("priority", -1),
+        ("priority", "1"),
+        ("timeout", 1.5),
+        ("sequence_id", 1.5),
+        ("sequence_start", 1),
+        ("sequence_end", "yes"),
+        ("binary_data_output", 1),
+    ],
+)
+def test_reserved_parameters_of_the_wrong_type_are_refused(key: str, value: object) -> None:
+    assert _err({"inputs": [], "parameters": {key: value}}) == f"Unable to parse '{key}'"
+
+
+def test_triton_prefixed_parameters_are_reserved() -> None:
+    assert _err({"inputs": [], "parameters": {"triton_x": 1}}) == (
+        "parameter keys starting with 'triton_' are reserved for Triton usage and should not "
+        "be specified."
+    )
+
+
+@pytest.mark.parametrize("value", [1.5, [1], {"a": 1}, None, 2**63])
+def test_custom_parameters_are_int_bool_or_string(value: object) -> None:
+    assert _err({"inputs": [], "parameters": {"k": value}}) == (
+        "parameter 'k' has invalid type. It should be either 'int', 'bool', or 'string'."
+    )
+
+
+def test_request_parameters_must_be_an_object() -> None:
+    assert _err({"inputs": [], "parameters": [1]}) == "failed to get request params."
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+def test_listed_outputs_are_json_unless_binary_data_is_set() -> None:
+    req, _, plan = _build(
+        {
+            "inputs": [],
+            "parameters": {"binary_data_output": True},
+            "outputs": [
+                {"name": "A"},
+                {"name": "B", "parameters": {"binary_data": True}},
+                {"name": "C", "parameters": {"binary_data": False}},
+                {
+                    "name": "D",
+                    "parameters": {"shared_memory_region": "o", "shared_memory_byte_size": 4},
+                },
+            ],
+        }
+    )
+    assert [o.name for o in req.outputs] == ["A", "B", "C", "D"]
+    assert plan.binary == {"A": False, "B": True, "C": False}
+    assert plan.binary_default is True
+    assert req.outputs[3].parameters["shared_memory_region"].string_param == "o"
+
+
+def test_classification_reaches_the_proto() -> None:
+    req, _, _ = _build(
+        {"inputs": [], "outputs": [{"name": "A", "parameters": {"classification": 3}}]}
+    )
+    assert req.outputs[0].parameters["classification"].int64_param == 3
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (
+            {"shared_memory_region": "o", "classification": 2},
+            "Output can't set both 'shared_memory_region' and 'classification'",
+        ),
+        (
+            {"shared_memory_region": "o", "binary_data": True},
+            "Output can't set both 'shared_memory_region' and 'binary_data'",
+        ),
+        ({"classification": -2}, "Unable to set 'classification'"),
+    ],
+)
+def test_output_parameter_conflicts(params: dict[str, Any], message: str) -> None:
+    assert _err({"inputs": [], "outputs": [{"name": "A", "parameters": params}]}) == message
+
+
+# ----------------------------------------------------------------- body and header length
+
+
+ONE_FP32 = _model("one", [("X", mc.TYPE_FP32, [-1])])
+
+
+def test_without_a_header_length_the_whole_body_is_json() -> None:
+    body = json.dumps({"inputs": [_inp(data=[1, 2])]}).encode()
+    req, raw, _ = parse_infer_body(ONE_FP32, "", body, None)
+    assert req.model_name == "one"
+    assert raw == [np.array([1, 2], np.float32).tobytes()]
+
+
+def test_the_header_length_splits_json_and_tail() -> None:
+    header = json.dumps({"inputs": [_inp(parameters={"binary_data_size": 8})]}).encode()
+    tail = np.array([5, 6], np.float32).tobytes()
+    _, raw, _ = parse_infer_body(ONE_FP32, "", header + tail, str(len(header)))
+    assert bytes(raw[0]) == tail
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("x", f"Unable to parse {HEADER_LENGTH}, got: x"),
+        ("-1", "inference header size should be in range (0, 12), got: -1"),
+        ("13", "inference header size should be in range (0, 12), got: 13"),
+    ],
+)
+def test_bad_header_lengths_are_refused(value: str, message: str) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        parse_infer_body(ONE_FP32, "", b'{"inputs":[]}'[:12], value)
+    assert e.value.message == message
+
+
+def test_malformed_json_is_refused() -> None:
+    with pytest.raises(InvalidRequest) as e:
+        parse_infer_body(ONE_FP32, "", b'{"inputs": [', None)
+    assert e.value.message.startswith("failed to parse the request JSON buffer: ")
+
+
+# --------------------------------------------------------------------- raw binary request
+
+
+def test_a_raw_body_is_the_only_input_with_its_variable_dim_deduced() -> None:
+    body = np.arange(6, dtype=np.float32).tobytes()
+    req, raw, plan = parse_infer_body(ONE_FP32, "1", body, "0")
+    t = req.inputs[0]
+    assert (t.name, t.datatype, list(t.shape), req.model_version) == ("X", "FP32", [6], "1")
+    assert raw == [body]
+    assert plan.binary_default is True
+
+
+def test_a_raw_body_gets_batch_one_when_the_model_batches() -> None:
+    model = _model("b", [("X", mc.TYPE_INT32, [2, -1])], max_batch_size=4)
+    req = build_raw_request(model, "", np.zeros(6, np.int32).tobytes())
+    assert list(req.inputs[0].shape) == [1, 2, 3]
+
+
+def test_a_raw_bytes_body_becomes_one_length_prefixed_element() -> None:
+    model = _model("s", [("T", mc.TYPE_STRING, [1])])
+    req, raw, _ = parse_infer_body(model, "", b"hello", "0")
+    assert list(req.inputs[0].shape) == [1]
+    assert raw == [struct.pack("<I", 5) + b"hello"]
+
+
+def test_a_raw_body_needs_a_single_input_model() -> None:
+    model = _model("two", [("A", mc.TYPE_FP32, [4]), ("B", mc.TYPE_FP32, [4])])
+    with pytest.raises(InvalidRequest) as e:
+        build_raw_request(model, "", b"x" * 16)
+    assert e.value.message == (
+        "[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be deduced "
+        "but got 2 inputs in 'two' model configuration"
+    )
+
+
+def test_a_raw_body_cannot_fill_two_variable_dims() -> None:
+    with pytest.raises(InvalidRequest) as e:
+        build_raw_request(_model("v", [("X", mc.TYPE_FP32, [-1, -1])]), "", b"x" * 16)
+    assert e.value.message == (
+        "[request id: <id_unknown>] The shape of the raw input 'X' can not be deduced because "
+        "there are more than one variable-sized dimension"
+    )
+
+
+def test_a_raw_bytes_body_needs_shape_one() -> None:
+    with pytest.raises(InvalidRequest) as e:
+        build_raw_request(_model("s", [("T", mc.TYPE_STRING, [-1])]), "", b"x")
+    assert e.value.message == (
+        "[request id: <id_unknown>] For BYTE datatype raw input, the model must have input "
+        "shape [1]"
+    )
+
+
+# -------------------------------------------------------------------------- responses
+
+
+def test_outputs_render_as_json_data_or_a_binary_tail_in_order() -> None:
+    f32 = np.array([[1.5, 2]], np.float32)
+    i64 = np.array([7, -8], np.int64)
+    strings = b"".join(struct.pack("<I", len(s)) + s for s in (b"a", b"bc"))
+    flags = np.array([True, False], np.bool_)
+    result = FakeResult(
+        [
+            (_ref("F", "FP32", (1, 2), 8), f32.tobytes()),
+            (_ref("I", "INT64", (2,), 16), i64.tobytes()),
+            (_ref("S", "BYTES", (2,), len(strings)), strings),
+            (_ref("B", "BOOL", (2,), 2), flags.tobytes()),
+            (_ref("Z", "FP32", (0,), 0), b""),
+        ],
+        request_id="q",
+    )
+    plan = InferPlan(binary_default=False, binary={"I": True, "S": True, "Z": True})
+    body, headers = render_infer_response(result, plan, None)  # type: ignore[arg-type]
+    n = int(headers[HEADER_LENGTH])
+    assert headers["Content-Type"] == "application/octet-stream"
+    doc = json.loads(body[:n])
+    assert doc["id"] == "q"
+    assert doc["model_name"] == "m"
+    assert doc["model_version"] == "3"
+    out = {o["name"]: o for o in doc["outputs"]}
+    assert [o["name"] for o in doc["outputs"]] == ["F", "I", "S", "B", "Z"]
+    assert out["F"] == {"name": "F", "datatype": "FP32", "shape": [1, 2], "data": [1.5, 2.0]}
+    assert out["B"]["data"] == [True, False]
+    assert out["I"]["parameters"] == {"binary_data_size": 16}
+    assert "data" not in out["I"]
+    assert out["Z"]["parameters"] == {"binary_data_size": 0}
+    assert body[n:] == i64.tobytes() + strings
+
+
+def test_an_all_json_answer_has_no_header_length_and_no_empty_id() -> None:
+    result = FakeResult([(_ref("F", "FP32", (1,), 4), np.float32(0.1).tobytes())])
+    body, headers = render_infer_response(result, InferPlan(), None)  # type: ignore[arg-type]
+    assert headers == {"Content-Type": "application/json"}
+    doc = json.loads(body)
+    assert "id" not in doc
+    # NOTE: the float32 value widened to double, as Triton's JSON writer prints it.
+    assert doc["outputs"][0]["data"] == [float(np.float32(0.1))]
+
+
+def test_outputs_in_client_shared_memory_carry_neither_data_nor_size() -> None:
+    result = FakeResult([(_ref("F", "FP32", (1,), 4, region=9), None)])
+    body, _ = render_infer_response(result, InferPlan(binary_default=True), None)  # type: ignore[arg-type]
+    assert json.loads(body)["outputs"] == [{"name": "F", "datatype": "FP32", "shape": [1]}]
+
+
+def test_bytes_outputs_render_as_json_strings() -> None:
+    data = b"".join(struct.pack("<I", len(s)) + s for s in (b"x", "é".encode()))
+    assert json_output_data("S", "BYTES", (2,), memoryview(data)) == ["x", "é"]
+
+
+@pytest.mark.parametrize("datatype", ["FP16", "BF16"])
+def test_half_precision_outputs_cannot_be_json(datatype: str) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        json_output_data("H", datatype, (1,), memoryview(b"\0\0"))
+    assert e.value.message == (
+        f"sending {datatype} data via JSON is not supported. Please use the binary data format "
+        "for output"
+    )
+
+
+@pytest.mark.parametrize(
+    ("datatype", "data"),
+    [("FP32", b"\0" * 6), ("BYTES", struct.pack("<I", 9) + b"ab"), ("BYTES", b"\0\0")],
+)
+def test_output_bytes_that_do_not_match_the_shape_are_internal(datatype: str, data: bytes) -> None:
+    with pytest.raises(TritonMPError) as e:
+        json_output_data("O", datatype, (2,), memoryview(data))
+    assert e.value.code == ErrorCode.INTERNAL
+    assert e.value.message == "output tensor shape does not match size of output for 'O'"
+
+
+@pytest.mark.parametrize(
+    ("accept", "expected"),
+    [
+        ("gzip", "gzip"),
+        ("deflate", "deflate"),
+        ("br", "identity"),
+        ("gzip;q=0.5, deflate;q=0.8", "deflate"),
+        ("identity;q=1, gzip;q=0.9", "identity"),
+        ("gzip;q=x, deflate", "deflate"),
+        ("", "identity"),
+    ],
+)
+def test_accept_encoding_picks_the_heaviest_supported_coding(accept: str, expected: str) -> None:
+    assert response_encoding(accept) == expected
+
+
+@pytest.mark.parametrize(
+    ("coding", "inflate"),
+    [("gzip", gzip.decompress), ("deflate", zlib.decompress)],
+)
+def test_answers_are_compressed_when_asked(coding: str, inflate: Any) -> None:
+    result = FakeResult([(_ref("F", "FP32", (2,), 8), np.ones(2, np.float32).tobytes())])
+    body, headers = render_infer_response(result, InferPlan(binary_default=True), coding)  # type: ignore[arg-type]
+    assert headers["Content-Encoding"] == coding
+    plain = inflate(body)
+    n = int(headers[HEADER_LENGTH])
+    assert plain[n:] == np.ones(2, np.float32).tobytes()
