@@ -3,7 +3,7 @@
 Checked on the source with ``ast`` (no imports executed):
 - the batching core (scheduler clock/dynamic) imports no ipc, grpc, numpy or backend;
 - ``ipc`` imports nothing from the role packages;
-- only ``frontend`` imports grpc;
+- only ``frontend`` imports grpc or aiohttp, and its transport-neutral core imports neither;
 - only ``workers`` import onnxruntime or tensorrt;
 - in the scheduler package only ``main`` (and ``stats``, for the message structs it
   fills) touch ``triton_mp.ipc``.
@@ -61,6 +61,21 @@ def test_only_frontend_imports_grpc() -> None:
         if "frontend" in path.parts:
             continue
         assert not _uses(_imports(path), "grpc"), f"{path.relative_to(PKG)} imports grpc"
+
+
+def test_only_frontend_imports_aiohttp() -> None:
+    for path in _modules():
+        if "frontend" in path.parts:
+            continue
+        assert not _uses(_imports(path), "aiohttp"), f"{path.relative_to(PKG)} imports aiohttp"
+
+
+def test_http_translation_has_no_transport() -> None:
+    """frontend/core.py and frontend/http_infer.py are transport-neutral (testable on bytes)."""
+    for name in ("core.py", "http_infer.py"):
+        imports = _imports(PKG / "frontend" / name)
+        for banned in ("grpc", "aiohttp"):
+            assert not _uses(imports, banned), f"frontend/{name} imports {banned}"
 
 
 def test_only_workers_import_backends() -> None:
