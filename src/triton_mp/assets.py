@@ -1,12 +1,23 @@
-"""The PP-OCRv4 ONNX files of the default model repository, taken from an installed wheel.
+"""The ONNX files of the default model repository, taken from installed wheels.
 
-Imported by the supervisor before it loads a repository (and by tests). The detector,
-recogniser and angle classifier that ``model_repository/ocr_{det,rec,cls}`` serve ship inside
-the PyPI package ``rapidocr-onnxruntime``. That package's own dependencies (opencv-python,
-Shapely, PyYAML, tqdm, ...) are of no use to a server, so it is installed with
-``pip install --no-deps`` and never imported: this module finds its directory through
-``importlib.util.find_spec`` (which does not execute a top-level package) and copies the three
-ONNX files into ``<repository>/<model>/1/model.onnx``. Nothing is ever downloaded here.
+Imported by the CLI before the supervisor loads the default repository (and by tests).
+
+**PP-OCR.** The detector, recogniser and angle classifier that
+``model_repository/ocr_{det,rec,cls}`` serve ship inside the PyPI package
+``rapidocr-onnxruntime``. That package's own dependencies (opencv-python, Shapely, PyYAML,
+tqdm, ...) are of no use to a server, so it is installed with ``pip install --no-deps`` and
+never imported: this module finds its directory through ``importlib.util.find_spec`` (which
+does not execute a top-level package) and copies the three ONNX files into
+``<repository>/<model>/1/model.onnx``.
+
+**Silero VAD.** The voice-activity detector that ``model_repository/silero_vad`` serves (a
+python-backend wrapper that keeps each sequence's recurrent state) ships inside the PyPI
+package ``silero-vad``, whose dependencies (torch, ...) are not needed either: it is installed
+with ``--no-deps`` and located, never imported, the same way, and its 16 kHz opset-15 ONNX file
+is copied to ``<repository>/silero_vad/1/silero_vad.onnx`` (not ``model.onnx``: the model is a
+python model, and the file is data that its ``model.py`` opens).
+
+Nothing is ever downloaded here.
 
 A materialised file is a real file (a hard link when the repository and site-packages share a
 filesystem, else a copy), never a symlink, so the repository stays self-contained when copied.
@@ -79,22 +90,32 @@ def rapidocr_models_dir() -> Path:
     Raises:
         OcrModelsMissing: the package is not installed; the message names the pip command.
     """
-    spec = importlib.util.find_spec(RAPIDOCR_PACKAGE)
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    if not locations:
+    package_dir = _package_dir(RAPIDOCR_PACKAGE)
+    if package_dir is None:
         raise OcrModelsMissing(
             f"the OCR models ocr_det, ocr_rec and ocr_cls need their ONNX files from the "
             f"'{RAPIDOCR_DISTRIBUTION}' package, which is not installed; install it with: "
             f"{RAPIDOCR_PIP_COMMAND}"
         )
-    return Path(locations[0]) / "models"
+    return package_dir / "models"
+
+
+def _package_dir(package: str) -> Path | None:
+    """The directory of an installed top-level package, found without importing it."""
+    spec = importlib.util.find_spec(package)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    return Path(locations[0]) if locations else None
+
+
+def _distribution_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _installed_version() -> str | None:
-    try:
-        return importlib.metadata.version(RAPIDOCR_DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return _distribution_version(RAPIDOCR_DISTRIBUTION)
 
 
 def _place(source: Path, destination: Path) -> None:
@@ -180,3 +201,127 @@ def materialise_ocr_models(repository: Path) -> list[Path]:
             log.info("model '%s': materialised %s from %s", asset.model_name, destination, source)
         placed.append(destination)
     return placed
+
+
+SILERO_DISTRIBUTION = "silero-vad"
+"""PyPI name of the distribution that carries the Silero VAD ONNX files."""
+
+SILERO_PACKAGE = "silero_vad"
+"""Import name of that distribution's package (located, never imported: it imports torch)."""
+
+SILERO_VERSION = "6.2.3"
+"""Pinned version: its wheel holds ``data/silero_vad_16k_op15.onnx`` (Silero VAD v6)."""
+
+SILERO_PIP_COMMAND = f"pip install --no-deps {SILERO_DISTRIBUTION}=={SILERO_VERSION}"
+"""The one install line that README, ``.ci/run`` and error messages all name."""
+
+VAD_MODEL_NAME = "silero_vad"
+"""Directory name of the voice-activity detector in the repository."""
+
+VAD_WHEEL_FILE = "data/silero_vad_16k_op15.onnx"
+"""The ONNX file under the package directory: 16 kHz only, opset 15.
+
+Its signature: ``input`` FP32 ``[batch, 576]`` (64 samples of context, then a 512-sample
+chunk), ``state`` FP32 ``[2, batch, 128]``, ``sr`` INT64 scalar (16000) -> ``output`` FP32
+``[batch, 1]`` (speech probability) and ``stateN`` FP32 ``[2, batch, 128]``."""
+
+VAD_MODEL_FILE = "silero_vad.onnx"
+"""File name inside ``<repository>/silero_vad/<version>/`` that the wrapper's ``model.py``
+opens (its config's ``onnx_file`` parameter)."""
+
+VAD_MODEL_VERSION = "1"
+"""Version directory the file is materialised into."""
+
+
+class VadModelMissing(ConfigError):
+    """The VAD model is needed but ``silero-vad`` (or its ONNX file) is absent."""
+
+
+def silero_vad_file() -> Path:
+    """Return the path of the 16 kHz ONNX file inside the installed ``silero_vad`` package.
+
+    The package is located with ``importlib.util.find_spec`` and is not imported, so neither
+    torch nor its other undeclared (``--no-deps``) dependencies are needed.
+
+    Raises:
+        VadModelMissing: the package is not installed, or its install lacks the file; the
+            message names the pip command.
+    """
+    package_dir = _package_dir(SILERO_PACKAGE)
+    if package_dir is None:
+        raise VadModelMissing(
+            f"the voice-activity detector {VAD_MODEL_NAME} needs its ONNX file from the "
+            f"'{SILERO_DISTRIBUTION}' package, which is not installed; install it with: "
+            f"{SILERO_PIP_COMMAND}"
+        )
+    source = package_dir / VAD_WHEEL_FILE
+    if not source.is_file():
+        version = _distribution_version(SILERO_DISTRIBUTION)
+        raise VadModelMissing(
+            f"model '{VAD_MODEL_NAME}': {source} is missing from the installed "
+            f"'{SILERO_DISTRIBUTION}' package ({version or 'unknown version'}); "
+            f"reinstall it with: {SILERO_PIP_COMMAND}"
+        )
+    return source
+
+
+def materialise_vad_model(repository: Path) -> Path | None:
+    """Make ``<repository>/silero_vad/1/silero_vad.onnx`` from the installed wheel.
+
+    Same rules as ``materialise_ocr_models``: only when ``<repository>/silero_vad`` exists;
+    idempotent (a destination of the source's size is left alone); a hard link or a copy
+    put in place atomically, never a symlink; an existing destination is kept when the
+    package is absent.
+
+    Args:
+        repository: root of a Triton model repository.
+
+    Returns:
+        The destination path, or None when the repository has no ``silero_vad`` model.
+
+    Raises:
+        VadModelMissing: the destination is missing and ``silero-vad`` is not installed (or
+            lacks the file); the message names ``SILERO_PIP_COMMAND``.
+    """
+    if not (repository / VAD_MODEL_NAME).is_dir():
+        return None
+    destination = repository / VAD_MODEL_NAME / VAD_MODEL_VERSION / VAD_MODEL_FILE
+    try:
+        source = silero_vad_file()
+    except VadModelMissing:
+        if destination.is_file():
+            return destination
+        raise
+    version = _distribution_version(SILERO_DISTRIBUTION)
+    if version is not None and version != SILERO_VERSION:
+        log.warning(
+            "%s %s is installed, triton-mp is tested with %s (%s)",
+            SILERO_DISTRIBUTION,
+            version,
+            SILERO_VERSION,
+            SILERO_PIP_COMMAND,
+        )
+    if destination.is_file() and destination.stat().st_size == source.stat().st_size:
+        log.debug("model '%s': %s is up to date", VAD_MODEL_NAME, destination)
+    else:
+        _place(source, destination)
+        log.info("model '%s': materialised %s from %s", VAD_MODEL_NAME, destination, source)
+    return destination
+
+
+def materialise_default_models(repository: Path) -> list[Path]:
+    """Materialise every wheel-shipped file the default repository needs (OCR, then VAD).
+
+    Args:
+        repository: root of a Triton model repository; models it lacks are skipped.
+
+    Returns:
+        The paths of the files present now, OCR models first.
+
+    Raises:
+        OcrModelsMissing, VadModelMissing: as ``materialise_ocr_models`` and
+            ``materialise_vad_model`` raise them.
+    """
+    placed = materialise_ocr_models(repository)
+    vad = materialise_vad_model(repository)
+    return placed if vad is None else [*placed, vad]

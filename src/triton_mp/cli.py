@@ -200,9 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             config = config_from_args(args)
             if args.model_repository is None:
-                from triton_mp.assets import materialise_ocr_models
+                from triton_mp.assets import materialise_default_models
 
-                materialise_ocr_models(config.repository_path)
+                materialise_default_models(config.repository_path)
             from triton_mp.supervisor import Supervisor
 
             return Supervisor(config).run()

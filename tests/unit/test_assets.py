@@ -171,3 +171,120 @@ def test_real_wheel_materialises(tmp_path: Path) -> None:
         assets.OCR_MODEL_ASSETS, assets.materialise_ocr_models(repo), strict=True
     ):
         assert path.stat().st_size == (models / asset.wheel_file).stat().st_size
+
+
+# --- Silero VAD --------------------------------------------------------------------------
+
+
+def _vad_repository(tmp_path: Path) -> Path:
+    """Copy the project's silero_vad model (config and model.py, no ONNX) into tmp_path."""
+    repo = tmp_path / "repo"
+    model = repo / assets.VAD_MODEL_NAME
+    (model / "1").mkdir(parents=True)
+    source = ROOT / "model_repository" / assets.VAD_MODEL_NAME
+    shutil.copyfile(source / "config.pbtxt", model / "config.pbtxt")
+    shutil.copyfile(source / "1" / "model.py", model / "1" / "model.py")
+    return repo
+
+
+@pytest.fixture
+def fake_silero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A stand-in ``silero_vad`` directory; returns its ONNX file."""
+    package_dir = tmp_path / "site-packages" / assets.SILERO_PACKAGE
+    onnx_file = package_dir / assets.VAD_WHEEL_FILE
+    onnx_file.parent.mkdir(parents=True)
+    onnx_file.write_bytes(b"\x07" * 321)
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name: str, package: str | None = None) -> importlib.machinery.ModuleSpec | None:
+        if name == assets.SILERO_PACKAGE:
+            spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+            spec.submodule_search_locations = [str(package_dir)]
+            return spec
+        return real_find_spec(name, package)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    return onnx_file
+
+
+@pytest.fixture
+def no_silero(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name: str, package: str | None = None) -> importlib.machinery.ModuleSpec | None:
+        return None if name == assets.SILERO_PACKAGE else real_find_spec(name, package)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+
+
+def test_vad_model_is_materialised_beside_model_py(tmp_path: Path, fake_silero: Path) -> None:
+    repo = _vad_repository(tmp_path)
+    placed = assets.materialise_vad_model(repo)
+    assert placed == repo / "silero_vad" / "1" / "silero_vad.onnx"
+    assert not placed.is_symlink()
+    assert placed.read_bytes() == fake_silero.read_bytes()
+    assert sorted(p.name for p in placed.parent.iterdir()) == ["model.py", "silero_vad.onnx"]
+    inode = placed.stat().st_ino
+    assert assets.materialise_vad_model(repo) == placed
+    assert placed.stat().st_ino == inode, "idempotent"
+
+
+def test_vad_file_of_another_size_is_replaced(tmp_path: Path, fake_silero: Path) -> None:
+    repo = _vad_repository(tmp_path)
+    stale = repo / "silero_vad" / "1" / "silero_vad.onnx"
+    stale.write_bytes(b"old")
+    assets.materialise_vad_model(repo)
+    assert stale.read_bytes() == fake_silero.read_bytes()
+
+
+def test_no_vad_model_needs_no_package(tmp_path: Path, no_silero: None) -> None:
+    repo = tmp_path / "repo"
+    (repo / "add_sub").mkdir(parents=True)
+    assert assets.materialise_vad_model(repo) is None
+
+
+def test_missing_silero_names_the_pip_command(tmp_path: Path, no_silero: None) -> None:
+    with pytest.raises(ConfigError) as info:
+        assets.materialise_vad_model(_vad_repository(tmp_path))
+    assert isinstance(info.value, assets.VadModelMissing)
+    assert assets.SILERO_PIP_COMMAND in info.value.message
+    assert "pip install --no-deps silero-vad==6.2.3" in info.value.message
+
+
+def test_missing_silero_keeps_a_file_already_there(
+    tmp_path: Path, fake_silero: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = _vad_repository(tmp_path)
+    placed = assets.materialise_vad_model(repo)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, package=None: None)
+    assert assets.materialise_vad_model(repo) == placed
+
+
+def test_silero_without_its_onnx_file(tmp_path: Path, fake_silero: Path) -> None:
+    fake_silero.unlink()
+    with pytest.raises(assets.VadModelMissing, match="silero_vad.*reinstall it with: pip install"):
+        assets.materialise_vad_model(_vad_repository(tmp_path))
+
+
+def test_default_models_are_ocr_then_vad(
+    tmp_path: Path, fake_package: Path, fake_silero: Path
+) -> None:
+    repo = _repository_copy(tmp_path)
+    shutil.copytree(_vad_repository(tmp_path / "vad") / "silero_vad", repo / "silero_vad")
+    placed = assets.materialise_default_models(repo)
+    assert placed == [
+        *(repo / name / "1" / "model.onnx" for name in OCR_MODELS),
+        repo / "silero_vad" / "1" / "silero_vad.onnx",
+    ]
+
+
+def test_real_silero_wheel_is_located_not_imported(tmp_path: Path) -> None:
+    if importlib.util.find_spec(assets.SILERO_PACKAGE) is None:
+        pytest.skip(f"silero-vad is not installed ({assets.SILERO_PIP_COMMAND})")
+    import sys
+
+    source = assets.silero_vad_file()
+    assert assets.SILERO_PACKAGE not in sys.modules, "importing it would import torch"
+    placed = assets.materialise_vad_model(_vad_repository(tmp_path))
+    assert placed is not None
+    assert placed.stat().st_size == source.stat().st_size
