@@ -1,4 +1,4 @@
-"""perf_analyzer (NVIDIA's load generator) drives triton-mp over gRPC with no errors.
+"""perf_analyzer (NVIDIA's load generator) drives triton-mp over gRPC and HTTP with no errors.
 
 perf_analyzer comes from the peers that ``../shared/bench/install-peers.sh`` installs into
 ``.peers/`` (``.ci/run`` does this when the shared folder is present); the test is skipped
@@ -40,26 +40,43 @@ def _peers_env() -> dict[str, str]:
     return env
 
 
+SHM = ["--shared-memory", "system", "--output-shared-memory-size", "64"]
+
+
 @pytest.mark.parametrize(
-    ("model", "extra"),
+    ("model", "extra", "protocol"),
     [
-        ("add_sub", []),
-        ("add_sub", ["--shared-memory", "system", "--output-shared-memory-size", "64"]),
-        ("ocr_cls", ["--shape", "x:3,48,192"]),
+        ("add_sub", [], "grpc"),
+        ("add_sub", SHM, "grpc"),
+        ("ocr_cls", ["--shape", "x:3,48,192"], "grpc"),
+        ("add_sub", [], "http"),
+        ("add_sub", SHM, "http"),
+        ("ocr_cls", ["--shape", "x:3,48,192"], "http"),
     ],
-    ids=["add_sub", "add_sub-system-shm", "ocr_cls"],
+    ids=[
+        "add_sub",
+        "add_sub-system-shm",
+        "ocr_cls",
+        "add_sub-http",
+        "add_sub-system-shm-http",
+        "ocr_cls-http",
+    ],
 )
 def test_perf_analyzer_runs_and_reports_server_side_stats(
-    tmp_path: Path, start_server: Callable[..., ServerProcess], model: str, extra: list[str]
+    tmp_path: Path,
+    start_server: Callable[..., ServerProcess],
+    model: str,
+    extra: list[str],
+    protocol: str,
 ) -> None:
     env = _peers_env()
     server = start_server(copy_models(tmp_path / "repo", model))
     cmd = [
         env["PERF_ANALYZER"],
         "-i",
-        "grpc",
+        protocol,
         "-u",
-        server.url,
+        server.url if protocol == "grpc" else server.http_url,
         "-m",
         model,
         "--concurrency-range",
