@@ -1130,3 +1130,16 @@ def test_a_taken_http_port_stops_the_start(
     assert f"failed to start HTTP service: Socket '127.0.0.1:{port}' already in use" in (
         server.log()
     )
+
+
+def test_a_body_over_the_input_size_limit_is_refused(server: ServerProcess) -> None:
+    # NOTE: 64 MiB is tritonserver's --http-max-input-size default.
+    r = _http(
+        server,
+        "POST",
+        "/v2/models/add_sub/infer",
+        b"\0" * (64 * 2**20 + 1),
+        {"Inference-Header-Content-Length": "2"},
+    )
+    assert r.status == 413
+    assert "67108864" in r.error
