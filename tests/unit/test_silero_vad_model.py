@@ -279,3 +279,48 @@ def test_ids_of_many_kinds_never_mix(model: Any, onnx_file: Path) -> None:
         expected = reference_probabilities(session, chunks[n].reshape(-1))
         np.testing.assert_allclose(got[corrid], expected, rtol=0, atol=1e-6)
     assert len(model.sequences) == 3
+
+
+def test_through_the_python_backend_as_the_worker_runs_it(
+    repository: Path, onnx_file: Path
+) -> None:
+    """``PythonBackend`` turns ``BackendRequest.sequence_id`` / ``sequence_flags`` into the
+    ``correlation_id()`` / ``flags()`` the wrapper reads; Oldest batches have no null rows."""
+    from triton_mp.supervisor import plan_models
+    from triton_mp.workers.backend import BackendRequest
+    from triton_mp.workers.registry import load_backend
+    from triton_mp.workers.sequence import sequence_batch
+
+    (plan,), _ = plan_models(load_repository(repository))
+    assert not plan.error, plan.error
+    spec, instance = plan.versions[0], plan.instances[0]
+    assert spec.sequence is not None
+    assert spec.sequence.strategy == "oldest"
+    backend = load_backend(spec, instance)
+    audios = stream_audios(4)[:4]
+    chunks = [vad_client.split_chunks(a)[:30] for a in audios]
+    got: list[list[float]] = [[] for _ in audios]
+    try:
+        for i in range(30):
+            flags = (START if i == 0 else 0) | (END if i == 29 else 0)
+            requests = [
+                BackendRequest(
+                    {"AUDIO": chunks[s][i][None]},
+                    ("PROBABILITY",),
+                    1,
+                    sequence_id=f"stream-{s}" if s % 2 else 10 + s,
+                    sequence_flags=flags,
+                )
+                for s in range(len(audios))
+            ]
+            batch = sequence_batch(spec, requests, len(requests), tuple(range(len(requests))))
+            results, _ = backend.execute(requests, batch)
+            for s, result in enumerate(results):
+                assert isinstance(result, dict), result
+                got[s].append(float(result["PROBABILITY"][0, 0]))
+    finally:
+        backend.close()
+    session = onnx_session(onnx_file)
+    for s, audio in enumerate(audios):
+        expected = reference_probabilities(session, audio[: 30 * CHUNK])
+        np.testing.assert_allclose(got[s], expected, rtol=0, atol=1e-6)
