@@ -335,15 +335,16 @@ class Worker:
         if self._states is not None:
             inputs.update(self._states.inputs(req.sequence_id, req.sequence_flags))
             outputs += tuple(n for n in self._states.output_names if n not in outputs)
+        # NOTE: positional arguments (BackendRequest's field order): the per-request hot path.
         return BackendRequest(
-            inputs=inputs,
-            outputs=outputs,
-            batch_size=req.batch_size,
-            request_id=req.client_id,
-            timeout_us=req.timeout_us,
-            parameters_json=req.parameters_json,
-            sequence_id=req.sequence_id,
-            sequence_flags=req.sequence_flags,
+            inputs,
+            outputs,
+            req.batch_size,
+            req.client_id,
+            req.timeout_us,
+            req.parameters_json,
+            req.sequence_id,
+            req.sequence_flags,
         )
 
     def _write_outputs(self, req: InferRequest, outputs: dict[str, np.ndarray]) -> InferResponse:
