@@ -97,9 +97,9 @@ _CONTROL_KINDS: dict[int, Literal["START", "END", "READY", "CORRID"]] = {
 }
 
 
-def _sequence_spec(cfg: mc.ModelConfig, version_dir: Path) -> SequenceSpec:
+def _sequence_spec(cfg: mc.ModelConfig, model_dir: Path) -> SequenceSpec:
     """``sequence_batching`` (already validated and normalised) as the scheduler's and the
-    worker's spec; ``initial_state`` data files live in ``<version dir>/initial_state/``."""
+    worker's spec; ``initial_state`` data files live in ``<model dir>/initial_state/``."""
     seq = cfg.sequence_batching
     controls = []
     for ci in seq.control_input:
@@ -133,7 +133,7 @@ def _sequence_spec(cfg: mc.ModelConfig, version_dir: Path) -> SequenceSpec:
             first = st.initial_state[0]
             if first.WhichOneof("state_data") == "data_file":
                 initial = "file"
-                data_file = str(version_dir / "initial_state" / first.data_file)
+                data_file = str(model_dir / "initial_state" / first.data_file)
             elif first.WhichOneof("state_data") == "zero_data":
                 initial = "zero"
         states.append(
@@ -257,7 +257,7 @@ def plan_models(models: list[RepositoryModel]) -> tuple[list[ModelPlan], list[In
                     outputs=_tensor_specs(cfg.output, False),
                     instance_ids=tuple(ids),
                     instance_names=tuple(names),
-                    sequence=_sequence_spec(cfg, v.path) if is_sequence else None,
+                    sequence=_sequence_spec(cfg, m.directory) if is_sequence else None,
                     config_json=config_json,
                 )
             )
