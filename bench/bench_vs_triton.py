@@ -7,17 +7,18 @@ One invocation:
 2. per round (``--rounds``, default 3), starts both servers fresh on free ports, on the same
    model repository: the real Triton through ``../shared/bench/run-triton.sh`` and
    ``triton-mp start``, each in its own session;
-3. for each workload, runs the same perf_analyzer command (gRPC, 3 s windows, through the shared
-   ``pa_run.py``) against Triton and then triton-mp, back to back; the order alternates from
-   round to round (odd rounds Triton first, even rounds triton-mp first), so each round's ratio
-   compares two runs taken seconds apart;
+3. for each workload, runs the same perf_analyzer command (gRPC or HTTP/REST as the workload
+   says, 3 s windows, through the shared ``pa_run.py``) against Triton and then triton-mp,
+   back to back; the order alternates from round to round (odd rounds Triton first, even
+   rounds triton-mp first), so each round's ratio compares two runs taken seconds apart;
 4. stops both by PID (SIGINT, then SIGKILL) and checks that none of their processes and none of
    their ``/dev/shm`` entries is left behind.
 
-It prints one table: per workload, each server's infer/s, p50 and p99 latency (medians over
-rounds), the cores used by the server, by perf_analyzer and by everything else on the machine,
-and the ratio triton-mp / Triton (median of the per-round ratios, which are listed too). It
-writes a PNG of throughput and p99 latency (``--png``) and, with ``--json``, every record.
+It prints one table: per workload and protocol (``-i grpc`` or ``-i http``), each server's
+infer/s, p50 and p99 latency (medians over rounds), the cores used by the server, by
+perf_analyzer and by everything else on the machine, and the ratio triton-mp / Triton
+(median of the per-round ratios, which are listed too). It writes a PNG of throughput and
+p99 latency (``--png``) and, with ``--json``, every record.
 
 Exit status 0 when every measurement ran and every stop was clean; 1 otherwise (for instance
 while triton-mp cannot load python models): the table still shows what was measured, and the
@@ -70,19 +71,22 @@ class Workload:
     model: str
     concurrency: int
     pa_args: tuple[str, ...] = ()
+    protocol: str = "grpc"
+    """perf_analyzer's -i: ``grpc`` or ``http`` (KServe v2 REST, binary tensor data)."""
 
     def args(self) -> list[str]:
         return ["-m", self.model, "--concurrency-range", str(self.concurrency), *self.pa_args]
 
 
-def identity(mib: int, shm: bool) -> Workload:
+def identity(mib: int, shm: bool, protocol: str = "grpc") -> Workload:
     floats = mib * MIB // 4
     extra: tuple[str, ...] = ("--shape", f"INPUT0:{floats}")
     if shm:
         extra += ("--shared-memory", "system", "--output-shared-memory-size", str(mib * MIB))
-    return Workload(f"id{mib}m" + ("_shm" if shm else ""),
+    http = protocol == "http"
+    return Workload(f"id{mib}m" + ("_shm" if shm else "") + ("_http" if http else ""),
                     f"identity_py {mib} MiB c=4" + (" shm" if shm else ""), "identity_py", 4,
-                    extra)
+                    extra, protocol)
 
 
 WORKLOADS = [
@@ -92,7 +96,50 @@ WORKLOADS = [
     identity(1, shm=True),
     identity(16, shm=False),
     identity(16, shm=True),
+    Workload("add_sub_c1_http", "add_sub_py c=1", "add_sub_py", 1, protocol="http"),
+    Workload("add_sub_c16_http", "add_sub_py c=16", "add_sub_py", 16, protocol="http"),
+    identity(1, shm=False, protocol="http"),
+    identity(1, shm=True, protocol="http"),
 ]
+
+
+def run_pa(w: Workload, pa_run: Path, peers_env: dict[str, str], server: ManagedServer,
+           label: str, pa_args: list[str], window_ms: int, attempts: int,
+           jsonl: Path) -> dict[str, Any]:
+    """One perf_analyzer measurement over the workload's protocol; common.run_pa's record.
+
+    gRPC goes through common.run_pa; HTTP builds the same pa_run.py command with
+    ``-i http -u 127.0.0.1:<http port>``, since common.run_pa speaks gRPC only."""
+    if w.protocol == "grpc":
+        return common.run_pa(pa_run, peers_env, server, label, pa_args, window_ms, attempts,
+                             jsonl)
+    assert server.pid is not None
+    pa = [peers_env["PERF_ANALYZER"], "-i", "http", "-u", f"127.0.0.1:{server.http}", "-p",
+          str(window_ms), *pa_args]
+    cmd = [sys.executable, str(pa_run), "--label", label, "--server-pid", str(server.pid),
+           "--out", str(jsonl), "--attempts", str(attempts), "--", *pa]
+    timeout = attempts * (10 * window_ms / 1000 + 60)
+    p = subprocess.Popen(cmd, env=peers_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except BaseException as e:  # timeout, or Ctrl-C: end pa_run and its perf_analyzer by PID
+        tree = common.descendants(p.pid)
+        p.kill()
+        common.kill_tree_leftovers(tree, grace=0)
+        p.communicate()
+        if not isinstance(e, subprocess.TimeoutExpired):
+            raise
+        return {"label": label, "rc": None, "error": f"no result after {timeout:.0f} s"}
+    server.snapshot()
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    if not lines:
+        return {"label": label, "rc": p.returncode,
+                "error": (out + err).strip()[-600:] or "pa_run printed nothing"}
+    rec: dict[str, Any] = json.loads(lines[-1])
+    if rec.get("throughput") is None and not rec.get("error"):
+        rec["error"] = "perf_analyzer failed"
+    return rec
 
 
 # --------------------------------------------------------------------------- one round
@@ -181,20 +228,22 @@ def run_round(i: int, args: argparse.Namespace, peers_env: dict[str, str], log_d
                 else:
                     extra = ([] if args.stability_percentage is None
                              else ["-s", str(args.stability_percentage)])
-                    rec = common.run_pa(args.pa_run, peers_env, servers[side],
-                                        f"{side} {w.label} round {i}", w.args() + extra,
-                                        args.window_ms, args.attempts, jsonl)
+                    rec = run_pa(w, args.pa_run, peers_env, servers[side],
+                                 f"{side} {w.label} {w.protocol} round {i}", w.args() + extra,
+                                 args.window_ms, args.attempts, jsonl)
                 rec.update(round=i, side=side, workload=w.key)
                 rnd["runs"].append(rec)
                 if rec.get("throughput") is not None:
-                    print(f"  {w.label:28} {side:9}: {rec['throughput']:9.1f} infer/s, p50 "
+                    print(f"  {w.label:28} {w.protocol:4} {side:9}: {rec['throughput']:9.1f} "
+                          f"infer/s, p50 "
                           f"{rec['p50_us'] / 1000:7.2f} ms, p99 {rec['p99_us'] / 1000:7.2f} ms; "
                           f"cores: server {rec['server_cores']:.2f}, perf_analyzer "
                           f"{rec['client_cores']:.2f}, others {common.other_cores(rec):.2f}",
                           flush=True)
                 else:
                     ok = False
-                    print(f"  {w.label:28} {side:9}: FAILED: {common.last_line(rec['error'])}",
+                    print(f"  {w.label:28} {w.protocol:4} {side:9}: FAILED: "
+                          f"{common.last_line(rec['error'])}",
                           flush=True)
     finally:
         for side, server in servers.items():
@@ -213,8 +262,8 @@ def run_round(i: int, args: argparse.Namespace, peers_env: dict[str, str], log_d
 def summarise(rounds: list[dict[str, Any]], workloads: list[Workload]) -> list[dict[str, Any]]:
     rows = []
     for w in workloads:
-        row: dict[str, Any] = {"workload": w.key, "label": w.label,
-                               "perf_analyzer_args": w.args()}
+        row: dict[str, Any] = {"workload": w.key, "label": w.label, "protocol": w.protocol,
+                               "perf_analyzer_args": ["-i", w.protocol, *w.args()]}
         by_round: dict[int, dict[str, dict[str, Any]]] = {}
         for r in rounds:
             for rec in r["runs"]:
@@ -261,8 +310,8 @@ def side_cells(s: dict[str, Any]) -> str:
 def table(rows: list[dict[str, Any]], mp_name: str) -> str:
     side_head = f"{'infer/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'srv c':>5} {'pa c':>4} {'bg c':>5}"
     width = len(side_head)
-    head1 = f"{'':26} | {'Triton 2.51':^{width}} | {mp_name:^{width}} | triton-mp/Triton"
-    head2 = f"{'workload':26} | {side_head} | {side_head} | median (per round)"
+    head1 = f"{'':26} {'':5} | {'Triton 2.51':^{width}} | {mp_name:^{width}} | triton-mp/Triton"
+    head2 = f"{'workload':26} {'proto':5} | {side_head} | {side_head} | median (per round)"
     lines = [head1, head2, "-" * len(head2)]
     errors: list[str] = []
     for r in rows:
@@ -271,16 +320,17 @@ def table(rows: list[dict[str, Any]], mp_name: str) -> str:
             s = r[side]
             if s["rounds_ok"] == 0 and s.get("error"):
                 mark = f"[{len(errors) + 1}]"
-                errors.append(f"{mark} {side}, {r['label']}: {s['error']}")
+                errors.append(f"{mark} {side}, {r['label']} {r['protocol']}: {s['error']}")
                 cells.append(f"{'ERROR ' + mark:^{width}}")
             else:
                 cells.append(side_cells(s))
                 if s.get("error"):
-                    errors.append(f"{side}, {r['label']} (some rounds): {s['error']}")
+                    errors.append(f"{side}, {r['label']} {r['protocol']} (some rounds): "
+                                  f"{s['error']}")
         ratio = fmt(r["ratio"], ".2f") + "x" if r["ratio"] is not None else "-"
         if len(r["ratios"]) > 1:
             ratio += f" ({', '.join(format(x, '.2f') for x in r['ratios'])})"
-        lines.append(f"{r['label']:26} | {cells[0]} | {cells[1]} | {ratio}")
+        lines.append(f"{r['label']:26} {r['protocol']:5} | {cells[0]} | {cells[1]} | {ratio}")
     if errors:
         lines.append("")
         lines += errors
@@ -338,7 +388,8 @@ def chart(rows: list[dict[str, Any]], path: Path, title: str, note: str, mp_name
     ax_t.grid(axis="y", which="both", alpha=0.25)
     ax_l.set_ylabel("p99 latency, ms (log)")
     ax_l.grid(axis="y", which="both", alpha=0.25)
-    ax_l.set_xticks(x, [r["label"].replace(" c=", "\nc=") for r in rows], fontsize=8)
+    ax_l.set_xticks(x, [(r["label"] + ("" if r["protocol"] == "grpc" else " HTTP"))
+                        .replace(" c=", "\nc=") for r in rows], fontsize=8)
     fig.text(0.01, 0.005, "\n".join(textwrap.wrap(note, 190)), fontsize=7, va="bottom")
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -527,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     result["ok"] = ok
     n = len(result["rounds"])
     if n:
-        print(f"\nperf_analyzer -i grpc -p {args.window_ms}, {n} round(s), medians over rounds; "
+        print(f"\nperf_analyzer -i <proto> -p {args.window_ms}, {n} round(s), medians over rounds; "
               f"{cpus} CPUs shared by server and perf_analyzer; Triton on {args.repository}"
               + (f", triton-mp on the STAND-IN {args.mp_repository}" if stand_in else "")
               + f"; triton-mp {result.get('triton_mp', '?')}")
@@ -547,7 +598,8 @@ def main(argv: list[str] | None = None) -> int:
                       if rec.get("throughput") is not None])
             note = (f"{started:%Y-%m-%d %H:%M} UTC, {platform.node()}, {cpus} CPUs shared by "
                     f"server and perf_analyzer; triton-mp {result.get('triton_mp', '?')}; "
-                    f"perf_analyzer -i grpc -p {args.window_ms}; {n} alternating round(s): "
+                    f"perf_analyzer -i grpc (HTTP: -i http) -p {args.window_ms}; "
+                    f"{n} alternating round(s): "
                     f"bars = median, whiskers = min-max; label = median ratio "
                     f"triton-mp/Triton; background load (other processes) during the runs: "
                     f"median {fmt(bg, '.2f')} cores")
