@@ -371,11 +371,22 @@ def test_protocol_corner_cases_match_triton(
     req.raw_input_contents.extend([a.tobytes(), a.tobytes(), b"surplus"])
     resp = stub.ModelInfer(req)
     np.testing.assert_array_equal(np.frombuffer(resp.raw_output_contents[0], np.float32), 2.0)
+    # ModelStreamInfer: one response per request; a bad one gets error_message and the
+    # stream goes on.
+    bad = service_pb2.ModelInferRequest(model_name="nope", id="bad")
+    req.id = "good"
+    first, second = stub.ModelStreamInfer(iter([bad, req]))
+    assert first.error_message == "Request for unknown model: 'nope' is not found"
+    assert first.infer_response.id == "bad"
+    assert second.error_message == ""
+    assert second.infer_response.id == "good"
+    np.testing.assert_array_equal(
+        np.frombuffer(second.infer_response.raw_output_contents[0], np.float32), 2.0
+    )
     # RPCs not served yet answer UNIMPLEMENTED with a message, not a stack trace.
     for call in (
         lambda: stub.TraceSetting(service_pb2.TraceSettingRequest()),
         lambda: stub.LogSettings(service_pb2.LogSettingsRequest()),
-        lambda: list(stub.ModelStreamInfer(iter([service_pb2.ModelInferRequest()]))),
     ):
         with pytest.raises(grpc.RpcError) as rpc:
             call()

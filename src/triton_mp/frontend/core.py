@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import NoReturn
 
 from triton_mp import __version__
@@ -32,6 +33,7 @@ from triton_mp.ipc.messages import (
     InferRequest,
     InferResponse,
     ModelStats,
+    RequestFailed,
     ShmRegion,
     ShmRegistered,
     ShmUnregistered,
@@ -147,6 +149,18 @@ class InferResult:
         """Free the worker's output block (views taken before become invalid)."""
         block, self._block = self._block, None
         self._pending.free(block)
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """A request sent to the scheduler whose answer is not awaited yet (``FrontendCore``)."""
+
+    request_id: int
+    future: asyncio.Future[InferResponse | RequestFailed]
+    model: str
+    version: int
+    client_id: str
+    """The request's ``id``, echoed in the response."""
 
 
 class FrontendCore:
@@ -354,12 +368,33 @@ class FrontendCore:
             asyncio.CancelledError: the caller was cancelled; the scheduler is told to drop
                 the request if it has not started.
         """
+        submitted = self.submit(request, decoupled_message=decoupled_message, raw_inputs=raw_inputs)
+        return await self.finish(submitted)
+
+    def submit(
+        self,
+        request: pb.ModelInferRequest,
+        *,
+        decoupled_message: str,
+        raw_inputs: Sequence[bytes | memoryview] | None = None,
+    ) -> Submitted:
+        """The synchronous half of ``infer``: validate, write the inputs, send the
+        descriptor. Requests submitted one after another reach the scheduler in that order
+        (what a stream of sequence requests relies on).
+
+        Raises:
+            TritonMPError: as ``infer``, except the answer's own error.
+        """
         self.check_accepting()
         model, version = self.models.resolve(request.model_name, request.model_version)
         valid = validate_request(request, model, version, self.shm, raw_inputs)
         self.check_transaction_policy(model, decoupled_message)
         block, refs = write_inputs(self._arena, valid)
-        preserve = model.config.dynamic_batching.preserve_ordering
+        config = model.config
+        preserve = config.dynamic_batching.preserve_ordering or (
+            config.HasField("sequence_batching")
+            and config.sequence_batching.oldest.preserve_ordering
+        )
         rid, fut = self._pending.new_request(block, (model.name, version) if preserve else None)
         desc = InferRequest(
             request_id=rid,
@@ -376,6 +411,8 @@ class FrontendCore:
             client_id=request.id,
             output_regions=valid.output_regions,
             parameters_json=valid.parameters_json,
+            sequence_id=valid.sequence_id,
+            sequence_flags=valid.sequence_flags,
         )
         try:
             self._send(encode(desc))
@@ -390,6 +427,21 @@ class FrontendCore:
                 version,
                 valid.batch_size,
             )
+        return Submitted(rid, fut, model.name, version, request.id)
+
+    async def finish(self, submitted: Submitted) -> InferResult:
+        """The asynchronous half of ``infer``: await the answer of a submitted request.
+
+        Raises:
+            TritonMPError: the worker's or scheduler's error for this request.
+            asyncio.CancelledError: as ``infer``.
+        """
+        rid, fut, model, version = (
+            submitted.request_id,
+            submitted.future,
+            submitted.model,
+            submitted.version,
+        )
         try:
             answer = await fut
         except asyncio.CancelledError:
@@ -398,7 +450,7 @@ class FrontendCore:
             self._send(
                 encode(
                     CancelRequest(
-                        request_id=rid, frontend_id=self._fid, model=model.name, version=version
+                        request_id=rid, frontend_id=self._fid, model=model, version=version
                     )
                 )
             )
@@ -408,9 +460,9 @@ class FrontendCore:
             assert err is not None
             raise TritonMPError(err.message, err.code)
         return InferResult(
-            model=model.name,
+            model=model,
             version=answer.version,
-            request_id=request.id,
+            request_id=submitted.client_id,
             outputs=answer.outputs,
             block=answer.block,
             cache=self._cache,

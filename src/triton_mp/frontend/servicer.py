@@ -8,6 +8,7 @@ handler batches, validates or runs anything itself.
 
 from __future__ import annotations
 
+import asyncio
 from typing import NoReturn
 
 import grpc
@@ -16,7 +17,13 @@ from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp._proto import grpc_service_pb2_grpc as pb_grpc
 from triton_mp._proto import health_pb2, health_pb2_grpc
 from triton_mp.errors import ErrorCode, TritonMPError
-from triton_mp.frontend.core import EXTENSIONS, FrontendCore, stats_to_proto
+from triton_mp.frontend.core import (
+    EXTENSIONS,
+    FrontendCore,
+    InferResult,
+    Submitted,
+    stats_to_proto,
+)
 
 __all__ = ["EXTENSIONS", "GRPC_STATUS", "HealthServicer", "InferenceServicer", "stats_to_proto"]
 
@@ -35,6 +42,40 @@ GRPC_STATUS = {
 """Triton error code -> gRPC status (server/src/grpc/grpc_utils.cc)."""
 
 DECOUPLED_MESSAGE = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+STREAM_DECOUPLED_MESSAGE = "decoupled models are not supported by triton-mp yet"
+
+
+def _infer_response(result: InferResult) -> pb.ModelInferResponse:
+    """The wire form of an answer; releases the answer's output block."""
+    try:
+        resp = pb.ModelInferResponse(
+            model_name=result.model, model_version=str(result.version), id=result.request_id
+        )
+        raw = resp.raw_output_contents
+        for ref in result.outputs:
+            out = resp.outputs.add()
+            out.name = ref.name
+            out.datatype = ref.datatype
+            out.shape.extend(ref.shape)
+            # NOTE: an output in the client's shared memory gets an empty entry (Triton).
+            raw.append(result.data(ref))
+    finally:
+        result.release()
+    return resp
+
+
+def _stream_error(message: str, submitted: Submitted) -> pb.ModelStreamInferResponse:
+    """A stream response carrying one request's error (the stream goes on)."""
+    return pb.ModelStreamInferResponse(
+        error_message=message,
+        infer_response=pb.ModelInferResponse(
+            model_name=submitted.model,
+            model_version=str(submitted.version),
+            id=submitted.client_id,
+        ),
+    )
+
+
 """Triton's UNIMPLEMENTED answer to ModelInfer on a decoupled model."""
 
 
@@ -112,21 +153,61 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             result = await self._core.infer(request, decoupled_message=DECOUPLED_MESSAGE)
         except TritonMPError as e:
             await _abort(context, e.code, e.message)
+        return _infer_response(result)
+
+    async def ModelStreamInfer(self, request_iterator, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        """Triton's bidirectional stream: one response (or ``error_message``) per request.
+
+        Requests are submitted in the order they arrive, so the requests of a sequence reach
+        the sequence batcher in order; responses leave as they complete. An invalid request
+        gets an ``error_message`` and the stream goes on, as in Triton. Decoupled models are
+        refused (their backend is not served).
+        """
+        out: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        waiting: set[asyncio.Task[None]] = set()
+
+        async def answer(submitted: Submitted) -> None:
+            try:
+                result = await self._core.finish(submitted)
+            except TritonMPError as e:
+                out.put_nowait(_stream_error(e.message, submitted))
+                return
+            out.put_nowait(pb.ModelStreamInferResponse(infer_response=_infer_response(result)))
+
+        async def read() -> None:
+            async for request in request_iterator:
+                try:
+                    submitted = self._core.submit(
+                        request, decoupled_message=STREAM_DECOUPLED_MESSAGE
+                    )
+                except TritonMPError as e:
+                    out.put_nowait(
+                        pb.ModelStreamInferResponse(
+                            error_message=e.message,
+                            infer_response=pb.ModelInferResponse(
+                                model_name=request.model_name,
+                                model_version=request.model_version,
+                                id=request.id,
+                            ),
+                        )
+                    )
+                    continue
+                task = asyncio.create_task(answer(submitted))
+                waiting.add(task)
+                task.add_done_callback(waiting.discard)
+            while waiting:
+                await asyncio.gather(*list(waiting))
+            out.put_nowait(None)
+
+        reader = asyncio.create_task(read())
         try:
-            resp = pb.ModelInferResponse(
-                model_name=result.model, model_version=str(result.version), id=request.id
-            )
-            raw = resp.raw_output_contents
-            for ref in result.outputs:
-                out = resp.outputs.add()
-                out.name = ref.name
-                out.datatype = ref.datatype
-                out.shape.extend(ref.shape)
-                # NOTE: an output in the client's shared memory gets an empty entry (Triton).
-                raw.append(result.data(ref))
+            while (item := await out.get()) is not None:
+                yield item
+            await reader
         finally:
-            result.release()
-        return resp
+            reader.cancel()
+            for task in list(waiting):
+                task.cancel()
 
     # ------------------------------------------------------- shared memory
     async def SystemSharedMemoryRegister(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
@@ -171,12 +252,6 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
     CudaSharedMemoryUnregister = CudaSharedMemoryRegister
 
     # ------------------------------------------------------- not served yet
-    async def ModelStreamInfer(self, request_iterator, context):  # type: ignore[no-untyped-def]  # noqa: N802
-        """Streaming inference (sequences, decoupled models) is not served yet."""
-        await _abort(
-            context, ErrorCode.UNSUPPORTED, "ModelStreamInfer is not supported by triton-mp yet"
-        )
-
     async def TraceSetting(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Tracing is not served (the 'trace' extension is not reported)."""
         await _abort(

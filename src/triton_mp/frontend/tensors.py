@@ -21,7 +21,7 @@ from triton_mp.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend.models import Model
 from triton_mp.frontend.shm import SystemShmRegistry
 from triton_mp.ipc import ArenaAllocator, BlockRef, TensorRef
-from triton_mp.ipc.messages import OutputRegion
+from triton_mp.ipc.messages import SEQUENCE_END, SEQUENCE_START, OutputRegion
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
 
 _TYPED_FIELD = {
@@ -80,6 +80,10 @@ class ValidRequest:
     output_regions: tuple[OutputRegion | None, ...] = ()
     parameters_json: str = "{}"
     """Custom (non-reserved) request parameters, as JSON, for backends."""
+    sequence_id: int | str = 0
+    """``sequence_id``: the correlation ID (0 / "" = none)."""
+    sequence_flags: int = 0
+    """``SEQUENCE_START`` | ``SEQUENCE_END`` from ``sequence_start`` / ``sequence_end``."""
 
 
 def _fmt_shape(shape: Sequence[int]) -> str:
@@ -101,6 +105,26 @@ def _int_param(p: pb.InferParameter, key: str, rid: str) -> int:
     raise InvalidRequest(
         f"{rid}invalid value for '{key}' parameter: expected a non-negative integer"
     )
+
+
+def _sequence_id(p: pb.InferParameter, rid: str) -> int | str:
+    """``sequence_id``: ``int64_param`` (read as unsigned) or ``string_param`` (Triton's gRPC
+    frontend; ``uint64_param`` is refused there)."""
+    which = p.WhichOneof("parameter_choice")
+    if which == "int64_param":
+        return int(p.int64_param) & 0xFFFFFFFFFFFFFFFF
+    if which == "string_param":
+        return str(p.string_param)
+    raise InvalidRequest(
+        f"{rid}invalid value type for 'sequence_id' parameter, expected int64_param or "
+        "string_param."
+    )
+
+
+def _bool_param(p: pb.InferParameter, key: str, rid: str) -> bool:
+    if p.WhichOneof("parameter_choice") != "bool_param":
+        raise InvalidRequest(f"{rid}invalid value type for '{key}' parameter, expected bool_param.")
+    return bool(p.bool_param)
 
 
 def _uses_shm(params: Mapping[str, pb.InferParameter]) -> bool:
@@ -187,9 +211,17 @@ def validate_request(
     mbs = model.max_batch_size
 
     priority = timeout_us = 0
+    sequence_id: int | str = 0
+    sequence_flags = 0
     custom: dict[str, bool | int | float | str] = {}
     for key, p in req.parameters.items():
-        if key == "priority":
+        if key == "sequence_id":
+            sequence_id = _sequence_id(p, rid)
+        elif key == "sequence_start":
+            sequence_flags |= SEQUENCE_START if _bool_param(p, key, rid) else 0
+        elif key == "sequence_end":
+            sequence_flags |= SEQUENCE_END if _bool_param(p, key, rid) else 0
+        elif key == "priority":
             priority = _int_param(p, key, rid)
         elif key == "timeout":
             timeout_us = _int_param(p, key, rid)
@@ -380,6 +412,8 @@ def validate_request(
         timeout_us=timeout_us,
         output_regions=tuple(regions) if any(r is not None for r in regions) else (),
         parameters_json=json.dumps(custom) if custom else "{}",
+        sequence_id=sequence_id,
+        sequence_flags=sequence_flags,
     )
 
 
