@@ -632,3 +632,11 @@ def test_answers_are_compressed_when_asked(coding: str, inflate: Any) -> None:
     plain = inflate(body)
     n = int(headers[HEADER_LENGTH])
     assert plain[n:] == np.ones(2, np.float32).tobytes()
+
+
+def test_a_sequence_id_above_int64_survives_as_unsigned() -> None:
+    from triton_mp.frontend.tensors import _sequence_id  # noqa: PLC0415 - the gRPC reader
+
+    big = (1 << 64) - 5
+    req, _, _ = _build({"inputs": [], "parameters": {"sequence_id": big}})
+    assert _sequence_id(req.parameters["sequence_id"], "") == big

@@ -247,10 +247,9 @@ def _request_parameters(req: pb.ModelInferRequest, params: dict[str, Any], plan:
     for key, v in params.items():
         if key == "sequence_id":
             if _is_uint(v):
-                if v > _INT64_MAX:
-                    req.parameters[key].uint64_param = v
-                else:
-                    req.parameters[key].int64_param = v
+                # NOTE: the gRPC form carries a uint64 correlation ID as int64_param (the
+                # frontend reads it back as unsigned); uint64_param is refused there.
+                req.parameters[key].int64_param = v - (1 << 64) if v > _INT64_MAX else v
             elif isinstance(v, str):
                 req.parameters[key].string_param = v
             else:
