@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -395,7 +395,9 @@ def stream_probabilities(
         tritonclient.utils.InferenceServerException: a request failed.
         TimeoutError: no answer came for ``timeout_s``.
     """
-    answers: queue.Queue[tuple[object, object]] = queue.Queue()
+    from tritonclient.utils import InferenceServerException
+
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
     chunks = {cid: split_chunks(audio) for cid, audio in audios.items()}
     names = {f"s{n}": cid for n, cid in enumerate(chunks)}
     sent = dict.fromkeys(chunks, 0)
@@ -405,14 +407,25 @@ def stream_probabilities(
         cid = names[name]
         i = sent[cid]
         sent[cid] += 1
-        client.async_stream_infer(
-            model,
-            [_chunk_input(chunks[cid][i])],
-            request_id=f"{name}:{i}",
-            sequence_id=cid,
-            sequence_start=i == 0,
-            sequence_end=i == len(chunks[cid]) - 1,
-        )
+        try:
+            client.async_stream_infer(
+                model,
+                [_chunk_input(chunks[cid][i])],
+                request_id=f"{name}:{i}",
+                sequence_id=cid,
+                sequence_start=i == 0,
+                sequence_end=i == len(chunks[cid]) - 1,
+            )
+        except InferenceServerException as broken:
+            # NOTE: once the server ends the stream with an error, tritonclient refuses
+            # further sends with a generic message; the server's reason went to the callback.
+            try:
+                while True:
+                    _, error = answers.get(timeout=1.0)
+                    if error is not None:
+                        raise error from None
+            except queue.Empty:
+                raise broken from None
 
     client.start_stream(callback=lambda result, error: answers.put((result, error)))
     try:
@@ -426,10 +439,10 @@ def stream_probabilities(
             except queue.Empty:
                 raise TimeoutError(f"no answer from {model} for {timeout_s} s") from None
             if error is not None:
-                raise error  # type: ignore[misc]
-            name, index = result.get_response().id.split(":")  # type: ignore[attr-defined]
+                raise error
+            name, index = result.get_response().id.split(":")
             cid = names[name]
-            output = result.as_numpy(OUTPUT_NAME)  # type: ignore[attr-defined]
+            output = result.as_numpy(OUTPUT_NAME)
             results[cid][int(index)] = output.reshape(-1)[0]
             if sent[cid] < len(chunks[cid]):
                 send(name)
