@@ -28,7 +28,7 @@ from aiohttp import web
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from triton_mp.errors import ErrorCode, InvalidRequest, TritonMPError
+from triton_mp.errors import ErrorCode, InvalidRequest, TritonMPError, flatten_exception
 from triton_mp.frontend.core import FrontendCore
 from triton_mp.frontend.http_infer import (
     HEADER_LENGTH,
@@ -54,6 +54,11 @@ HTTP_STATUS = {
 
 DECOUPLED_MESSAGE = "HTTP end point doesn't support models with decoupled transaction policy"
 """Triton's UNSUPPORTED answer to an inference on a decoupled model."""
+
+SHUTDOWN_TIMEOUT_S = 1.0
+"""How long ``stop`` lets handlers still running finish. The frontend stops HTTP only after
+its in-flight inferences were answered or ``--exit-timeout-secs`` ran out, so what is left
+is answers being written (fast) or requests the drain gave up on."""
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -84,7 +89,8 @@ def proto_to_json(message: Message, *, print_defaults: bool = True) -> dict[str,
 
 @web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Turn TritonMPError and aiohttp's routing errors into Triton's JSON error bodies."""
+    """Turn TritonMPError, aiohttp's routing errors and unexpected failures (INTERNAL, 500)
+    into Triton's JSON error bodies."""
     try:
         return await handler(request)
     except TritonMPError as e:
@@ -95,6 +101,11 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error_response(405, "Method Not Allowed")
     except web.HTTPException as e:
         return _error_response(e.status, e.text or e.reason)
+    except ConnectionError:
+        raise  # NOTE: the client went away; there is nobody to answer.
+    except Exception as e:  # noqa: BLE001 - one failed request must not cost the server
+        log.exception("HTTP %s %s failed", request.method, request.path)
+        return _error_response(500, flatten_exception(e))
 
 
 # ------------------------------------------------------------------------------ server
@@ -154,10 +165,16 @@ class HttpFrontend:
         """
         # NOTE: handler_cancellation: a client that disconnects cancels its handler, so a
         # queued inference is dropped (CancelRequest) exactly as a cancelled gRPC call is.
-        runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True)
+        runner = web.AppRunner(
+            self.app,
+            access_log=None,
+            handler_cancellation=True,
+            shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+        )
         await runner.setup()
         try:
-            await web.TCPSite(runner, address, port, reuse_port=True).start()
+            # NOTE: backlog as Triton's HTTP server (evhtp_bind_socket's 1024).
+            await web.TCPSite(runner, address, port, reuse_port=True, backlog=1024).start()
         except BaseException:
             await runner.cleanup()
             raise
