@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from tritonclient.utils import InferenceServerException
 
 from tests.conftest import copy_models, server_factory
 from tests.server import PROJECT_REPOSITORY, REPO_ROOT, ServerProcess
@@ -35,7 +34,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 MODEL = assets.VAD_MODEL_NAME
 ATOL = 1e-6
 """Tolerance against the direct run (batched and batch-1 runs agree to the bit here)."""
-STREAM_NOT_SERVED = "ModelStreamInfer is not supported"
 """What a server without streaming answers (until it is served)."""
 
 
@@ -114,12 +112,7 @@ def test_eight_sequences_interleaved_on_one_grpc_stream(
     # the IDs differ from the other test's, so a sequence of it still idling there cannot clash
     renamed = {f"stream-{cid}": audio for cid, audio in streams.items()}
     with grpcclient.InferenceServerClient(server.url) as client:
-        try:
-            got = vad_client.stream_probabilities(client, renamed, MODEL, window=4)
-        except InferenceServerException as e:
-            if STREAM_NOT_SERVED in str(e):
-                pytest.skip(f"this server does not serve ModelStreamInfer yet: {e}")
-            raise
+        got = vad_client.stream_probabilities(client, renamed, MODEL, window=4)
     _compare({cid: got[f"stream-{cid}"] for cid in streams}, expected, "one stream, interleaved")
 
 
@@ -149,8 +142,6 @@ def test_the_client_prints_where_the_speech_is(
         env=env,
         check=False,
     )
-    if mode == "stream" and out.returncode != 0 and STREAM_NOT_SERVED in out.stderr:
-        pytest.skip("this server does not serve ModelStreamInfer yet")
     assert out.returncode == 0, out.stderr
     found = [
         (float(m[1]), float(m[2]))
