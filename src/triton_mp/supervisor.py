@@ -146,27 +146,27 @@ def _sequence_spec(cfg: mc.ModelConfig, model_dir: Path) -> SequenceSpec:
                 data_file=data_file,
             )
         )
-    strategy = seq.WhichOneof("strategy_choice") or "direct"
-    if strategy == "oldest":
+    common = {
+        "max_sequence_idle_us": int(seq.max_sequence_idle_microseconds),
+        "controls": tuple(controls),
+        "states": tuple(states),
+    }
+    if seq.WhichOneof("strategy_choice") == "oldest":
         o = seq.oldest
         return SequenceSpec(
             strategy="oldest",
-            max_sequence_idle_us=int(seq.max_sequence_idle_microseconds),
-            controls=tuple(controls),
-            states=tuple(states),
             max_queue_delay_us=int(o.max_queue_delay_microseconds),
             max_candidate_sequences=int(o.max_candidate_sequences),
             preferred_batch_sizes=tuple(int(b) for b in o.preferred_batch_size),
             preserve_ordering=bool(o.preserve_ordering),
+            **common,  # type: ignore[arg-type]
         )
     d = seq.direct
     return SequenceSpec(
         strategy="direct",
-        max_sequence_idle_us=int(seq.max_sequence_idle_microseconds),
-        controls=tuple(controls),
-        states=tuple(states),
         max_queue_delay_us=int(d.max_queue_delay_microseconds),
         minimum_slot_utilization=float(d.minimum_slot_utilization),
+        **common,  # type: ignore[arg-type]
     )
 
 
