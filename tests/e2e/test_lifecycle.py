@@ -205,6 +205,9 @@ def test_requests_whose_client_gave_up_are_not_run(
         st = client.get_inference_statistics("ocr_det", as_json=True)["model_stats"][0]
         return int(st.get("inference_count", 0))
 
+    # NOTE: the scheduler books a request when the worker's BatchDone reaches it, which can
+    # be a moment after the client has its answer: wait for the warm-up to be counted.
+    _wait_for(lambda: count() == 1, 30, "the warm-up to be counted")
     before = count()
     with ThreadPoolExecutor(5) as pool:
         long = pool.submit(client.infer, "ocr_det", _det_input(1600))
@@ -220,6 +223,9 @@ def test_requests_whose_client_gave_up_are_not_run(
             assert e.value.status() == "StatusCode.DEADLINE_EXCEEDED"
         long.result(timeout=120)
     client.infer("ocr_det", _det_input(64))
+    # NOTE: one instance runs in order, so once the last request is counted, any abandoned
+    # one that ran would be counted too.
+    _wait_for(lambda: count() - before >= 2, 30, "the last request to be counted")
     assert count() - before == 2, "the abandoned requests must not have run"
     client.close()
 
