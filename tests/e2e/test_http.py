@@ -361,9 +361,17 @@ def test_statistics_equal_grpc(
     a = np.ones((2, 16), np.float32)
     hc.infer("add_sub", _add_sub_inputs(httpclient, a, a))
     gc.infer("add_sub", _add_sub_inputs(grpcclient, a, a))
+    # NOTE: a request is booked when the worker's BatchDone reaches the scheduler, a moment
+    # after its answer: compare once both transports read the same books.
+    _wait_for(
+        lambda: (
+            _parse(hc.get_inference_statistics("add_sub"), service_pb2.ModelStatisticsResponse())
+            == gc.get_inference_statistics("add_sub")
+        ),
+        10,
+        "HTTP and gRPC statistics to agree",
+    )
     doc = hc.get_inference_statistics("add_sub")
-    stats = _parse(doc, service_pb2.ModelStatisticsResponse())
-    assert stats == gc.get_inference_statistics("add_sub")
     one = doc["model_stats"][0]
     assert one["name"] == "add_sub"
     assert one["version"] == "1"
@@ -1102,6 +1110,9 @@ def test_requests_whose_http_client_went_away_are_not_run(
             q.result(timeout=30)
         assert long.result(timeout=60).status == 200
     assert _http(server, "POST", "/v2/models/sleep_py/infer", _sleep_body(0)).status == 200
+    # NOTE: one instance runs in order, so once the last request is booked, any abandoned
+    # one that ran would be booked too.
+    _wait_for(lambda: count() - before >= 2, 30, "the last request to be booked")
     assert count() - before == 2, "the abandoned requests must not have run"
 
 
