@@ -90,8 +90,13 @@ def test_perf_analyzer_runs_and_reports_server_side_stats(
         "6",
         *extra,
     ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    out = proc.stdout + proc.stderr
+    # NOTE: on a machine busy with other work perf_analyzer may find no 3 windows within
+    # 90% of each other; that says nothing about the server, so such a run is tried again.
+    for _attempt in range(3):
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        out = proc.stdout + proc.stderr
+        if "Failed to obtain stable measurement" not in out:
+            break
     assert proc.returncode == 0, out
     assert "error" not in out.lower(), out
     m = re.search(r"Throughput: ([\d.]+) infer/sec", out)
