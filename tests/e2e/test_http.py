@@ -625,6 +625,14 @@ def test_a_gzip_answer_by_hand(server: ServerProcess) -> None:
     assert json.loads(gzip.decompress(r.body))["outputs"][0]["data"] == [2.0] * 16
 
 
+def test_a_corrupt_gzip_body_is_a_bad_request(server: ServerProcess) -> None:
+    r = _http(server, "POST", "/v2/models/add_sub/infer", b"notgzip", {"Content-Encoding": "gzip"})
+    assert r.status == 400
+    assert r.error.startswith("failed to read the request body")
+    assert "aiohttp" not in r.error
+    assert "Unhandled exception" not in server.log()
+
+
 def test_an_unknown_content_encoding_is_unsupported(server: ServerProcess) -> None:
     r = _http(server, "POST", "/v2/models/add_sub/infer", b"xx", {"Content-Encoding": "compress"})
     assert r.status == 501

@@ -445,3 +445,10 @@ def test_random_interleavings_keep_each_sequence_on_its_instance_in_order(
     assert sorted(outcome) == every
     for seq, keys in ran.items():
         assert keys == sorted(keys), f"sequence {seq} ran out of order"
+
+
+def test_invalid_sequence_requests_count_as_other_failures_not_rejections() -> None:
+    f = direct()
+    for r in (f.send(7), f.send(0, START), f.send(1, START, batch_size=2)):
+        assert isinstance(r, Rejection)
+        assert r.reason == "OTHER"

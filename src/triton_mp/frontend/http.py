@@ -63,6 +63,19 @@ is answers being written (fast) or requests the drain gave up on."""
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+async def _read_body(request: web.Request) -> bytes:
+    """The whole request body, inflated when gzip/deflate.
+
+    Raises:
+        InvalidRequest: (400) the body could not be read or decoded (a corrupt gzip stream,
+            a connection cut mid-body).
+    """
+    try:
+        return await request.read()
+    except web.RequestPayloadError as e:
+        raise InvalidRequest(f"failed to read the request body: {e}") from None
+
+
 def _error_response(status: int, message: str) -> web.Response:
     return web.Response(
         status=status, body=msgspec.json.encode({"error": message}), content_type=JSON_TYPE
@@ -223,7 +236,7 @@ class HttpFrontend:
     # -------------------------------------------------------------- repository
     async def _body_json(self, request: web.Request) -> dict[str, Any]:
         """The request's JSON object ({} for an empty body)."""
-        body = await request.read()
+        body = await _read_body(request)
         if not body:
             return {}
         value = decode_json(body)
@@ -307,7 +320,7 @@ class HttpFrontend:
             response.headers["Accept-Encoding"] = "gzip, deflate"
             return response
         # NOTE: aiohttp's parser inflates gzip/deflate bodies itself, within client_max_size.
-        body = await request.read()
+        body = await _read_body(request)
         req, raw, plan = parse_infer_body(model, version, body, request.headers.get(HEADER_LENGTH))
         result = await core.infer(req, decoupled_message=DECOUPLED_MESSAGE, raw_inputs=raw)
         try:

@@ -132,7 +132,7 @@ class SequenceBatcher:
         corrid = item.corrid
         invalid = self._check(item)
         if invalid is not None:
-            return Rejection(ErrorCode.INVALID_ARG, invalid)
+            return Rejection(ErrorCode.INVALID_ARG, invalid, "OTHER")
         slot = self._active.get(corrid)
         if slot is not None:
             slot.queue.append(item)
@@ -147,6 +147,7 @@ class SequenceBatcher:
                 ErrorCode.INVALID_ARG,
                 f"inference request for sequence {corrid} to model '{self.model}' must "
                 "specify the START flag on the first request of the sequence",
+                "OTHER",
             )
         slot = self._free_slot()
         if slot is None:

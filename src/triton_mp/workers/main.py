@@ -258,9 +258,10 @@ class Worker:
             if isinstance(res, dict):
                 try:
                     msg = self._write_outputs(req, res)
+                except TritonMPError as exc:
+                    res = ErrorInfo(exc.code, exc.message, self._origin)
                 except Exception as exc:  # noqa: BLE001
-                    code = exc.code if isinstance(exc, TritonMPError) else ErrorCode.INTERNAL
-                    res = ErrorInfo(code, flatten_exception(exc), self._origin)
+                    res = ErrorInfo(ErrorCode.INTERNAL, flatten_exception(exc), self._origin)
             if not isinstance(res, dict):
                 failed.append(i)
                 msg = InferResponse(request_id=req.request_id, version=req.version, error=res)
