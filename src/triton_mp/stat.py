@@ -13,8 +13,12 @@ batches closed, and the most recent batches.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -35,6 +39,8 @@ the oldest request's max_queue_delay expired, sent as soon as an instance was fr
 max_queue_delay), the next request's shape differs, one request per execution (the default
 scheduler, max_batch_size 0)."""
 
+NON_TTY_WIDTH = 160
+"""Columns of a table printed to a file or pipe (rich would wrap at 80)."""
 HISTOGRAM_ROWS = 10
 """At most this many histogram rows; more distinct sizes are grouped in power-of-two ranges."""
 
@@ -372,16 +378,29 @@ def run_stat(
         return 1
     except KeyboardInterrupt:
         return 130
-    if as_json:
-        print(json.dumps(snapshot_json(models, url), indent=2), file=out)
-        return 0
-    from rich.console import Console
+    try:
+        if as_json:
+            print(json.dumps(snapshot_json(models, url), indent=2), file=out)
+            out.flush()
+            return 0
+        from rich.console import Console
 
-    console = Console(file=out)
-    if not watch:
-        console.print(render(models, url, taken_at=_now()))
+        # NOTE: not a terminal (a file, a pipe): wide enough that no line wraps.
+        console = Console(file=out, width=None if out.isatty() else NON_TTY_WIDTH)
+        if not watch:
+            console.print(render(models, url, taken_at=_now()))
+            out.flush()
+            return 0
+        return _watch(url, model, models, fetch, console, interval_s)
+    except BrokenPipeError:
+        # NOTE: the reader went away (`| head`); Python would report it again at exit.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
         return 0
-    return _watch(url, model, models, fetch, console, interval_s)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _watch(
@@ -401,6 +420,9 @@ def _watch(
     def screen() -> RenderableType:
         return render(models, url, taken_at=taken_at, footer=footer, error=error)
 
+    # NOTE: SIGTERM (timeout, a supervisor) ends the watch like Ctrl-C: the last frame stays.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
     # NOTE: auto_refresh off: the screen changes only when a snapshot arrives, so the
     # refresh thread would redraw the same frame for nothing.
     with Live(screen(), console=console, auto_refresh=False) as live:

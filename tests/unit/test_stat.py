@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Callable
 
 import msgspec
@@ -301,3 +302,25 @@ def test_cli_stat_rejects(argv: list[str], capsys: pytest.CaptureFixture[str]) -
     with pytest.raises(SystemExit) as info:
         build_parser().parse_args(argv)
     assert info.value.code == 2
+
+
+def test_a_reader_that_went_away_is_not_an_error() -> None:
+    """``triton-mp stat --json | head -1``: the closed pipe ends the output quietly. (The
+    table goes through rich, which handles a closed pipe itself.)"""
+    r, w = os.pipe()
+    os.close(r)
+    with os.fdopen(w, "w") as out:
+        err = io.StringIO()
+        rc = run_stat(URL, as_json=True, fetch=_fetch_returning(MODELS), out=out, err=err)
+        assert rc == 0
+        assert err.getvalue() == ""
+
+
+def test_a_table_into_a_file_does_not_wrap_at_80_columns() -> None:
+    r, w = os.pipe()
+    with os.fdopen(w, "w") as out:
+        assert run_stat(URL, fetch=_fetch_returning(MODELS), out=out) == 0
+    with os.fdopen(r) as got:
+        text = got.read()
+    header = next(line for line in text.splitlines() if "max delay" in line)
+    assert header.rstrip().endswith("µs")
