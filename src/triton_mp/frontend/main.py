@@ -157,10 +157,10 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
         log.info("HTTP frontend listening on %s:%d", spec.http_address, spec.http_port)
     await stopping.wait()
 
-    log.info("draining: %d requests in flight, up to %.1f s", len(pending), spec.exit_timeout_s)
     # NOTE: as Triton does, keep listening while draining: health answers not-ready and new
     # inferences get UNAVAILABLE "Server is stopping..." until in-flight ones are answered.
     core.draining = True
+    log.info("draining: %d requests in flight, up to %.1f s", len(pending), spec.exit_timeout_s)
     deadline = loop.time() + spec.exit_timeout_s
     while len(pending) and loop.time() < deadline:
         await asyncio.sleep(0.05)
