@@ -15,15 +15,26 @@ from pathlib import Path
 
 import pytest
 
-from tests.server import PROJECT_REPOSITORY, ServerProcess, group_alive
+from tests.server import PROJECT_REPOSITORY, STARTED_PIDS, ServerProcess, group_alive
 from triton_mp.assets import VAD_MODEL_NAME, materialise_ocr_models, materialise_vad_model
 from triton_mp.errors import TritonMPError
 from triton_mp.ipc.shm import list_objects, remove_entry
 
 
+def _owner(name: str) -> int:
+    return int(name.removeprefix("sem.").removeprefix("triton_mp_").split("_", 1)[0])
+
+
+def _ours(name: str) -> bool:
+    """Whether a shm object belongs to this test process or to a server this session started
+    (other sessions' servers on the machine are none of this session's business)."""
+    pid = _owner(name)
+    return pid == os.getpid() or pid in STARTED_PIDS
+
+
 def _owner_alive(name: str) -> bool:
     """Whether the server (or test process) named in a shm object's name still runs."""
-    pid = int(name.removeprefix("sem.").removeprefix("triton_mp_").split("_", 1)[0])
+    pid = _owner(name)
     if pid == os.getpid():
         return False  # NOTE: objects a test made itself must be gone when it ends
     try:
@@ -43,7 +54,7 @@ def _nothing_left_after_the_session() -> Iterator[None]:
     before = set(list_objects())
     yield
     # NOTE: objects of servers still running belong to other sessions on this machine.
-    left = sorted(n for n in set(list_objects()) - before if not _owner_alive(n))
+    left = sorted(n for n in set(list_objects()) - before if _ours(n) and not _owner_alive(n))
     _unlink_all(left)
     assert not left, f"the test session left shared-memory objects behind: {left}"
 
@@ -57,7 +68,7 @@ def _no_leaked_shared_memory() -> Iterator[None]:
     """
     before = set(list_objects())
     yield
-    leaked = sorted(n for n in set(list_objects()) - before if not _owner_alive(n))
+    leaked = sorted(n for n in set(list_objects()) - before if _ours(n) and not _owner_alive(n))
     _unlink_all(leaked)
     assert not leaked, f"test leaked shared-memory objects: {leaked}"
 

@@ -36,6 +36,11 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+STARTED_PIDS: set[int] = set()
+"""Every server this test session started (the leak checks judge only objects of these, and
+of the test process itself: other sessions' servers on the machine come and go)."""
+
+
 class ServerProcess:
     """``triton-mp start`` on a repository, with free ports, stopped by PID and group.
 
@@ -88,6 +93,7 @@ class ServerProcess:
             env=env,
         )
         self.pid = self.proc.pid
+        STARTED_PIDS.add(self.pid)
 
     def log(self) -> str:
         """Everything the server printed so far."""
