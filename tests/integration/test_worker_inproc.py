@@ -9,11 +9,13 @@ unlinked in fixture teardown.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -364,3 +366,23 @@ def test_per_item_errors_fail_only_their_requests(
     assert worker_arena.live_blocks() == 1
     frontend.release(resp, req)
     assert worker_arena.live_blocks() == 0
+
+
+@pytest.mark.parametrize(
+    ("parameters", "expected"),
+    [
+        ({}, max(1, len(os.sched_getaffinity(0)) - 1)),
+        ({"intra_op_thread_count": {"string_value": "3"}}, 3),
+        ({"intra_op_thread_count": {"string_value": "0"}}, 0),
+    ],
+)
+def test_intra_op_threads_leave_a_core_unless_the_config_says(
+    parameters: dict[str, object], expected: int
+) -> None:
+    spec = msgspec.structs.replace(MODEL, config_json=json.dumps({"parameters": parameters}))
+    backend = OnnxRuntimeBackend(spec, INSTANCE)
+    try:
+        got = backend._session.get_session_options().intra_op_num_threads
+    finally:
+        backend.close()
+    assert got == expected

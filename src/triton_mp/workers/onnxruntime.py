@@ -5,6 +5,15 @@ understood, as Triton's onnxruntime backend names them: ``intra_op_thread_count`
 ``inter_op_thread_count`` (string integers; 0 = onnxruntime's default). Keys that start with
 ``session.`` are passed to ``SessionOptions.add_session_config_entry`` as they are.
 
+NOTE: without ``intra_op_thread_count`` in the config, a session gets one intra-op thread per
+usable core less one (``default_intra_op_threads``), not onnxruntime's one per core: the
+frontend that feeds the instance needs a core while the model runs, and a pool that covers
+every core makes the two preempt each other; each extra non-spinning thread also costs CPU to
+wake per operator. On the 2-core bench machine ocr_cls's worker thus runs one thread and
+spends about a fifth less CPU per image, which the frontend and the client get instead
+(bench/README.md, ``bench_ocr_cls.py``). An explicit value, 0 included, is passed to
+onnxruntime as it is (0: one thread per core).
+
 NOTE: intra-op threads do not spin while idle by default here
 (``session.intra_op.allow_spinning=0``): each model instance is its own process, and on a
 machine with few cores spinning pool threads of one instance steal the cores that the
@@ -15,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -37,14 +47,20 @@ from triton_mp.workers.backend import (
 log = logging.getLogger(__name__)
 
 
-def _int_parameter(params: dict[str, object], key: str) -> int:
+def _int_parameter(params: dict[str, object], key: str, default: int = 0) -> int:
     entry = params.get(key)
     if isinstance(entry, dict):
         try:
             return int(str(entry.get("string_value", "0")))
         except ValueError:
             log.warning("parameter %s=%r is not an integer; ignored", key, entry)
-    return 0
+    return default
+
+
+def default_intra_op_threads() -> int:
+    """Intra-op threads of a CPU session whose config does not set ``intra_op_thread_count``:
+    the cores this process may run on, less one for the frontend (at least 1)."""
+    return max(1, len(os.sched_getaffinity(0)) - 1)
 
 
 _ORT_TYPES = {
@@ -176,7 +192,9 @@ class OnnxRuntimeBackend:
         self._spec = model
         params = json.loads(model.config_json).get("parameters", {})
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = _int_parameter(params, "intra_op_thread_count")
+        opts.intra_op_num_threads = _int_parameter(
+            params, "intra_op_thread_count", default_intra_op_threads()
+        )
         opts.inter_op_num_threads = _int_parameter(params, "inter_op_thread_count")
         session_entries = {
             "session.intra_op.allow_spinning": "0",
