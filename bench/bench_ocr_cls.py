@@ -212,6 +212,25 @@ def triton_mp_version(args: argparse.Namespace) -> str:
 # --------------------------------------------------------------------------- perf_analyzer
 
 
+def wait_quiet(args: argparse.Namespace) -> float | None:
+    """With --quiet-cores Q: wait (up to --quiet-wait seconds) until the whole machine uses
+    less than Q cores over 2 s, so a measurement does not start while someone else's tests or
+    benchmarks run. Returns the waited seconds, or None when the machine stayed busy (the
+    measurement then runs anyway and its 'other' cores tell)."""
+    if args.quiet_cores is None:
+        return 0.0
+    t0 = time.monotonic()
+    while True:
+        b0 = machine_busy_seconds()
+        time.sleep(2.0)
+        if (machine_busy_seconds() - b0) / 2.0 < args.quiet_cores:
+            return round(time.monotonic() - t0, 1)
+        if time.monotonic() - t0 > args.quiet_wait:
+            print(f"  machine still busy after {args.quiet_wait:.0f} s; measuring anyway",
+                  flush=True)
+            return None
+
+
 def run_pa(args: argparse.Namespace, peers_env: dict[str, str], server: TritonMP, conc: int,
            jsonl: Path, scheduler: str) -> dict[str, Any]:
     rec = common.run_pa(args.pa_run, peers_env, server,
@@ -376,6 +395,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "to a temporary folder), not the working tree")
     ap.add_argument("--mp-src", type=Path, metavar="DIR",
                     help="run triton-mp from this src/ folder instead of the checkout's")
+    ap.add_argument("--quiet-cores", type=float, metavar="Q",
+                    help="before each raw ORT series and each perf_analyzer run, wait until "
+                         "the whole machine uses less than Q cores (e.g. 0.15): on a shared "
+                         "machine, others' tests otherwise take a changing share of the cores")
+    ap.add_argument("--quiet-wait", type=float, default=600.0,
+                    help="with --quiet-cores: wait at most this many seconds, then measure "
+                         "anyway (default: %(default)s)")
     ap.add_argument("--pa-run", type=Path, default=DEFAULT_PA_RUN, help="default: %(default)s")
     ap.add_argument("--start-timeout", type=float, default=120.0)
     ap.add_argument("--stop-timeout", type=float, default=30.0)
@@ -424,7 +450,9 @@ def measure_server(args: argparse.Namespace, peers_env: dict[str, str], rnd: dic
         print(f"  ready after {server.info['ready_s']} s, "
               f"{server.info['processes_when_ready']} processes", flush=True)
         for c in args.concurrency:
+            waited = wait_quiet(args)
             rec = run_pa(args, peers_env, server, c, jsonl, scheduler)
+            rec["waited_for_quiet_s"] = waited
             if rec.get("throughput") is not None:
                 rec["ratio"] = round(rec["throughput"] / rnd["ort_best"]["infer_per_s"], 3)
                 print(f"  c={c}: {rec['throughput']:.1f} infer/s, ratio {rec['ratio']:.3f}"
@@ -492,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
             result["rounds"].append(rnd)
             print(f"round {i}/{args.rounds}: raw onnxruntime", flush=True)
             rows = []
+            rnd["ort_waited_for_quiet_s"] = wait_quiet(args)
             for threads in (None, 1):
                 r, sig = measure_ort(onnx, threads, args.batch_sizes, args.ort_seconds,
                                      args.ort_warmup)
