@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Two or more triton-mp commits on ocr_cls, measured side by side in one run.
+
+    python bench/ab_ocr_cls.py before=f5d440e after=HEAD --rounds 5
+    python bench/ab_ocr_cls.py before=f5d440e after=HEAD --scheduler none --concurrency 1
+
+Each variant NAME=REV is src/ as committed at REV (git archive). Every variant's server is
+started at once, each on free ports; idle, they use no CPU (checked and printed). Then, per
+round, perf_analyzer (through the shared pa_run.py) runs against each server in turn, the
+order reversed every other round, so load from other users of the machine falls on every
+variant alike. Per round the throughput of each variant is divided by the first variant's;
+the table gives the median of those ratios, the medians of the absolute figures, and the cores
+each role used (frontend, scheduler, worker, perf_analyzer) per run.
+
+``--scheduler none`` serves ocr_cls without its dynamic_batching block, as bench_ocr_cls.py's
+"none" variant does. Exit status 0 when every run measured and every server stopped clean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import common  # bench/common.py: bench/ is on sys.path when this runs as a script
+from bench_ocr_cls import (
+    INPUT_NAME,
+    INPUT_SHAPE,
+    MODEL,
+    export_commit,
+    locate_model,
+    unbatched_repository,
+)
+from common import ROOT, BenchError, TritonMP, descendants
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def role_cpu_seconds(pids: list[int]) -> dict[int, tuple[str, float]]:
+    """pid -> (role, user+system CPU seconds) for the server's processes."""
+    out = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/cmdline") as f:
+                cmd = f.read().replace("\0", " ")
+        except OSError:
+            continue
+        role = cmd.removeprefix("triton-mp: ").split()[0] if cmd.startswith("triton-mp: ") \
+            else "supervisor"
+        out[pid] = (role, (int(fields[11]) + int(fields[12])) / TICK)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("variants", nargs="+", metavar="NAME=REV")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--scheduler", choices=("dynamic", "none"), default="dynamic")
+    ap.add_argument("--window-ms", type=int, default=2000, help="perf_analyzer -p")
+    ap.add_argument("--repository", type=Path, default=ROOT / "model_repository",
+                    help="where ocr_cls is taken from; served alone (default: %(default)s)")
+    ap.add_argument("--peers-env", type=Path, default=ROOT / ".peers" / "peers.env")
+    ap.add_argument("--pa-run", type=Path, default=common.DEFAULT_PA_RUN)
+    ap.add_argument("--json", type=Path, help="write every record here")
+    args = ap.parse_args(argv)
+    variants = [v.split("=", 1) for v in args.variants]
+    if any(len(v) != 2 for v in variants) or len({n for n, _ in variants}) != len(variants):
+        ap.error("variants are NAME=REV with distinct names")
+
+    peers_env = common.load_peers_env(args.peers_env)
+    temp: list[Path] = []
+    servers: dict[str, TritonMP] = {}
+    records: list[dict[str, Any]] = []
+    ok = True
+    try:
+        onnx, _ = locate_model(args.repository.resolve(), None)
+        repo = Path(tempfile.mkdtemp(prefix="ab_ocr_cls_repo."))
+        temp.append(repo)
+        if args.scheduler == "none":
+            src_repo = unbatched_repository(args.repository, onnx)
+            temp.append(src_repo)
+            shutil.copytree(src_repo / MODEL, repo / MODEL)
+        else:
+            (repo / MODEL / "1").mkdir(parents=True)
+            shutil.copyfile(args.repository / MODEL / "config.pbtxt",
+                            repo / MODEL / "config.pbtxt")
+            shutil.copyfile(onnx, repo / MODEL / "1" / "model.onnx")
+        extra = ["--disable-auto-complete-config"] if args.scheduler == "none" else []
+        log_dir = Path(tempfile.mkdtemp(prefix="ab_ocr_cls."))
+        for name, rev in variants:
+            src = export_commit(rev)
+            temp.append(src.parent)
+            server = TritonMP(repo, log_dir / f"{name}.log", None, 120.0, 30.0, src=src,
+                              extra_args=extra)
+            servers[name] = server
+            failed = server.start([MODEL])
+            if failed:
+                raise BenchError(f"{name}: {MODEL} not ready: {failed[MODEL]}")
+        print("idle cores per server:", {n: s.idle_cores(1.0) for n, s in servers.items()},
+              flush=True)
+        names = [n for n, _ in variants]
+        for r in range(args.rounds):
+            for name in names if r % 2 == 0 else names[::-1]:
+                server = servers[name]
+                assert server.pid is not None
+                pids = [server.pid] + [p for p, _ in descendants(server.pid)]
+                c0, t0 = role_cpu_seconds(pids), time.monotonic()
+                rec = common.run_pa(
+                    args.pa_run, peers_env, server, name,
+                    ["-m", MODEL, "--concurrency-range", str(args.concurrency), "--shape",
+                     f"{INPUT_NAME}:{','.join(map(str, INPUT_SHAPE))}"],
+                    args.window_ms, 2, log_dir / "pa_runs.jsonl")
+                c1, dt = role_cpu_seconds(pids), time.monotonic() - t0
+                roles: dict[str, float] = {}
+                for pid, (role, cpu) in c1.items():
+                    if pid in c0:
+                        roles[role] = roles.get(role, 0.0) + (cpu - c0[pid][1]) / dt
+                rec.update(variant=name, round=r + 1,
+                           role_cores={k: round(v, 2) for k, v in roles.items() if v >= 0.005})
+                records.append(rec)
+                ok = ok and rec.get("throughput") is not None
+                print(f"round {r + 1} {name:>12}: {common.fmt(rec.get('throughput'), '7.1f')} "
+                      f"infer/s, p50 {common.fmt((rec.get('p50_us') or 0) / 1000, '6.2f')} ms, "
+                      f"batch {common.fmt(rec.get('avg_batch'), '5.2f')}, cores: "
+                      + " ".join(f"{k} {v:.2f}" for k, v in sorted(rec["role_cores"].items()))
+                      + f" perf_analyzer {rec.get('client_cores')} other "
+                      f"{common.other_cores(rec)}", flush=True)
+    except BenchError as e:
+        ok = False
+        print(f"ERROR: {e}", file=sys.stderr, flush=True)
+    finally:
+        for server in servers.values():
+            info = server.stop()
+            if not info.get("clean"):
+                ok = False
+                print(server.stop_line(), flush=True)
+        for d in temp:
+            shutil.rmtree(d, ignore_errors=True)
+
+    first = variants[0][0]
+    print(f"\nocr_cls ({args.scheduler} scheduler), perf_analyzer c={args.concurrency}, "
+          f"{args.rounds} rounds; rel = infer/s / {first}'s in the same round (median)")
+    summary = []
+    for name, rev in variants:
+        mine = {r["round"]: r for r in records if r["variant"] == name and r.get("throughput")}
+        base = {r["round"]: r for r in records if r["variant"] == first and r.get("throughput")}
+        rel = [mine[k]["throughput"] / base[k]["throughput"] for k in sorted(mine) if k in base]
+        row = {"variant": name, "rev": rev, "rounds_ok": len(mine),
+               "throughput": common.med([r["throughput"] for r in mine.values()]),
+               "p50_ms": common.med([r["p50_us"] / 1000 for r in mine.values()]),
+               "server_cores": common.med([r.get("server_cores") for r in mine.values()]),
+               "rel": round(statistics.median(rel), 3) if rel else None,
+               "rel_per_round": [round(x, 3) for x in rel]}
+        summary.append(row)
+        print(f"  {name:>12} ({rev}): {common.fmt(row['throughput'], '7.1f')} infer/s, p50 "
+              f"{common.fmt(row['p50_ms'], '6.2f')} ms, server {row['server_cores']} cores, "
+              f"rel {common.fmt(row['rel'], '5.3f')} {row['rel_per_round']}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"options": {k: str(v) for k, v in vars(args).items()},
+                                         "records": records, "summary": summary, "ok": ok},
+                                        indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
