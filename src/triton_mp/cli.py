@@ -127,6 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     start.add_argument("--load-model", action="append", default=[], dest="load_models")
     start.add_argument("--exit-timeout-secs", type=float, default=30.0)
+    start.add_argument(
+        "--heartbeat-timeout-secs",
+        type=float,
+        default=30.0,
+        help="kill (and restart) a process whose heartbeat thread has been silent this long: "
+        "a stopped process or one stuck in C code holding the GIL; a long execute() is not "
+        "hung (default 30, 0 = off)",
+    )
     start.add_argument("--log-verbose", type=int, default=0)
     start.add_argument("--log-format", choices=["console", "json"], default="console")
     start.add_argument("--id", default="triton", dest="server_id_name")
@@ -178,6 +186,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                 "allow_client_shm": args.allow_client_shm,
                 "load_models": tuple(args.load_models),
                 "exit_timeout_s": args.exit_timeout_secs,
+                "heartbeat_timeout_s": args.heartbeat_timeout_secs,
                 "log_verbose": args.log_verbose,
                 "log_format": args.log_format,
                 "server_id_name": args.server_id_name,

@@ -55,6 +55,10 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """False with ``--disable-auto-complete-config`` or ``--strict-model-config=true``."""
     default_max_batch_size: Annotated[int, Meta(ge=0)] = 4
     """``--backend-config=onnxruntime,default-max-batch-size=N``."""
+    heartbeat_timeout_s: Annotated[float, Meta(ge=0)] = 30.0
+    """``--heartbeat-timeout-secs``: a child that sends no heartbeat for this long is hung
+    and is killed (a worker is then restarted); 0 turns heartbeats off. See
+    ``ipc.heartbeat`` for what stops a heartbeat (not a long-running ``execute``)."""
     startup_timeout_s: Annotated[float, Meta(gt=0)] = 120.0
     """How long each child may take to report ready."""
     input_arena_bytes: Annotated[int, Meta(ge=1 << 16)] = 64 << 20

@@ -50,6 +50,7 @@ from triton_mp.config import (
 )
 from triton_mp.errors import StartupError
 from triton_mp.ipc import Ring, Sender, encode, object_name, sweep_stale
+from triton_mp.ipc.heartbeat import HeartbeatBoard, start_beating
 from triton_mp.ipc.messages import Shutdown, WorkerDied
 from triton_mp.ipc.notify import Wakeup, WakeupKind, create_wakeup
 from triton_mp.ipc.shm import list_objects, remove_entry
@@ -73,6 +74,8 @@ _KIND_NAMES: dict[int, str] = {
 }
 MAX_RESTARTS = 5
 """Consecutive failed restarts of one instance before its model is given up."""
+HEARTBEAT_SLOTS = 4096
+"""Room on the heartbeat board (8 bytes a child); children beyond it are not judged."""
 
 
 def _tensor_specs(tensors: object, optional: bool) -> tuple[TensorSpec, ...]:
@@ -297,6 +300,12 @@ class _Child:
     restart_at: float = 0.0
     model: str = ""
     """The model a worker serves (log fields)."""
+    slot: int = -1
+    """Its slot on the heartbeat board (-1: none)."""
+    judged_since_ns: int = 0
+    """When the supervisor started judging its heartbeats (0: not yet, or not ready)."""
+    hung_s: float = 0.0
+    """How long it had been silent when the supervisor killed it as hung (0: it was not)."""
 
     @property
     def fields(self) -> dict[str, str]:
@@ -329,13 +338,19 @@ def _child_main(
     spec_bytes: bytes,
     conn: Connection,
     env: dict[str, str],
+    heartbeat: tuple[str, int, float] | None = None,
 ) -> None:
     """Entry of every child process: import only the role's own module, then run it.
+
+    ``heartbeat`` is ``(board name, slot, interval_s)``: a thread beats the slot from the
+    start (``ipc.heartbeat``), so a child whose interpreter stops responding is found.
 
     NOTE: importing lazily here keeps grpc out of workers, onnxruntime out of frontends,
     and both out of the supervisor.
     """
     _die_with_parent(parent_pid)
+    if heartbeat is not None:
+        start_beating(*heartbeat)
     setproctitle.setproctitle(f"triton-mp: {role} {name}" if role != name else f"triton-mp: {role}")
     os.environ.update(env)
     if role == "frontend":
@@ -363,6 +378,7 @@ class Supervisor:
         self._wake_r, self._wake_w = socket.socketpair()
         self._children: list[_Child] = []
         self._drain_frontends = True
+        self._heartbeats: HeartbeatBoard | None = None
 
     def _name(self, purpose: str) -> str:
         return object_name(self.server_id, purpose)
@@ -381,7 +397,15 @@ class Supervisor:
         recv_end, send_end = self._ctx.Pipe(duplex=False)
         proc = self._ctx.Process(
             target=_child_main,
-            args=(child.role, child.name, os.getpid(), child.spec_bytes, send_end, child.env),
+            args=(
+                child.role,
+                child.name,
+                os.getpid(),
+                child.spec_bytes,
+                send_end,
+                child.env,
+                self._heartbeat_for(child),
+            ),
             name=f"triton-mp {child.role} {child.name}",
         )
         proc.start()
@@ -435,12 +459,76 @@ class Supervisor:
             c.process.kill()
             c.process.join(timeout=5)
 
+    # ----------------------------------------------------------- heartbeats
+    @property
+    def _heartbeat_interval_s(self) -> float:
+        """How often children beat and the supervisor looks: a quarter of the timeout,
+        at most 1 s."""
+        return min(1.0, self.config.heartbeat_timeout_s / 4)
+
+    def _heartbeat_for(self, child: _Child) -> tuple[str, int, float] | None:
+        """Give ``child`` a slot (once), clear it for a fresh start, and return what
+        ``_child_main`` needs to beat it; None when heartbeats are off or the board is full."""
+        board = self._heartbeats
+        if board is None:
+            return None
+        if child.slot < 0:
+            used = {c.slot for c in self._children}
+            child.slot = next((i for i in range(board.slots) if i not in used), -1)
+            if child.slot < 0:
+                log.warning("no heartbeat slot left for %s %s", child.role, child.name)
+                return None
+        board.reset(child.slot)
+        child.judged_since_ns = 0
+        child.hung_s = 0.0
+        return (board.segment.name, child.slot, self._heartbeat_interval_s)
+
+    def _check_heartbeats(self) -> None:
+        """Kill every ready child silent for longer than ``--heartbeat-timeout-secs``.
+
+        Its sentinel then fires and the usual death handling runs: a worker's in-flight
+        requests fail with UNAVAILABLE and it is restarted; a frontend or the scheduler
+        stops the server. A child is judged only once it reported ready (loading a model
+        has ``startup_timeout_s``), from the moment the supervisor first saw it ready.
+        """
+        board = self._heartbeats
+        timeout_s = self.config.heartbeat_timeout_s
+        if board is None:
+            return
+        now = time.monotonic_ns()
+        for c in self._children:
+            p = c.process
+            if p is None or c.slot < 0 or not c.ready or c.hung_s or p.exitcode is not None:
+                continue
+            if not c.judged_since_ns:
+                c.judged_since_ns = now
+                continue
+            silent_s = board.silent_for_s(c.slot, c.judged_since_ns, now)
+            if silent_s > timeout_s:
+                c.hung_s = silent_s
+                log.error(
+                    "%s %s (pid %d) sent no heartbeat for %.1f s (--heartbeat-timeout-secs "
+                    "%g): it is hung; killing it",
+                    c.role,
+                    c.name,
+                    p.pid,
+                    silent_s,
+                    timeout_s,
+                    extra=c.fields,
+                )
+                p.kill()
+
+    def _next_heartbeat_check_in(self) -> float | None:
+        return self._heartbeat_interval_s if self._heartbeats is not None else None
+
     # ------------------------------------------------------------------ run
     def run(self) -> int:
         """Start everything, serve until a signal, shut down. Returns the exit status."""
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
         sweep_stale(self.server_id)
+        if self.config.heartbeat_timeout_s > 0:
+            self._heartbeats = HeartbeatBoard.create(self._name("heartbeat"), HEARTBEAT_SLOTS)
         try:
             return self._run()
         finally:
@@ -674,8 +762,9 @@ class Supervisor:
                     by_sentinel[c.process.sentinel] = c
                 if c.ready_conn is not None and not c.ready and c.process is not None:
                     objs.append(c.ready_conn)
-            timeout = self._next_restart_in()
-            fired = wait(objs, timeout=timeout)  # type: ignore[arg-type]
+            waits = (self._next_restart_in(), self._next_heartbeat_check_in())
+            timeouts = [t for t in waits if t is not None]
+            fired = wait(objs, timeout=min(timeouts, default=None))  # type: ignore[arg-type]
             for obj in fired:
                 if obj is self._wake_r:
                     self._wake_r.recv(64)
@@ -685,10 +774,11 @@ class Supervisor:
                         assert c.process is not None
                         c.process.join(timeout=5)
                         log.error(
-                            "%s %s died with exit code %s; stopping the server",
+                            "%s %s died with exit code %s%s; stopping the server",
                             c.role,
                             c.name,
                             c.process.exitcode,
+                            " after it hung" if c.hung_s else "",
                         )
                         if c.role == "scheduler":
                             # NOTE: nothing in flight can finish without the scheduler;
@@ -699,6 +789,7 @@ class Supervisor:
                 else:
                     self._worker_ready_msg(obj)  # type: ignore[arg-type]
             self._restart_due()
+            self._check_heartbeats()
         return status
 
     def _instance_id(self, c: _Child) -> int:
@@ -710,13 +801,24 @@ class Supervisor:
         c.process.join(timeout=5)
         code = c.process.exitcode if c.process.exitcode is not None else -1
         iid = self._instance_id(c)
-        log.warning("worker %s died with exit code %d", c.name, code, extra=c.fields)
+        reason = (
+            f"was unresponsive (no heartbeat for {c.hung_s:.1f} s) and was killed"
+            if c.hung_s
+            else ""
+        )
+        log.warning(
+            "worker %s died with exit code %d%s",
+            c.name,
+            code,
+            f" ({reason})" if reason else "",
+            extra=c.fields,
+        )
         # NOTE: its output arenas are named after its pid; frontends that still read a block
         # keep their mapping, so removing the names is safe and frees the memory later.
         for name in list_objects(self.server_id):
             if name.startswith(f"triton_mp_{self.server_id}_w{iid}p{c.process.pid}_"):
                 remove_entry(name)
-        self._to_scheduler.send(WorkerDied(instance_id=iid, exitcode=code))
+        self._to_scheduler.send(WorkerDied(instance_id=iid, exitcode=code, reason=reason))
         c.process = None
         if c.restarts >= MAX_RESTARTS:
             log.error(
@@ -767,7 +869,18 @@ class Supervisor:
             if c.process is not None:
                 c.process.join(timeout=cfg.exit_timeout_s + 5)
         sender = getattr(self, "_to_scheduler", None)
-        if sender is not None:
+        scheduler = next((c for c in self._children if c.role == "scheduler"), None)
+        if (
+            scheduler is not None
+            and scheduler.process is not None
+            and not scheduler.process.is_alive()
+        ):
+            # NOTE: workers stop when the scheduler relays Shutdown and ignore SIGTERM;
+            # with the scheduler dead, nothing would reach them: do not wait for them.
+            for c in self._children:
+                if c.role == "worker":
+                    self._kill(c)
+        elif sender is not None:
             try:
                 sender.send(Shutdown())
             except Exception:  # noqa: BLE001 - the scheduler may be dead already

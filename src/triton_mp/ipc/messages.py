@@ -188,6 +188,9 @@ class WorkerDied(msgspec.Struct, frozen=True, kw_only=True, tag="worker_died", a
 
     instance_id: int
     exitcode: int
+    reason: str = ""
+    """Why, when the supervisor knows more than the exit code (e.g. it killed the worker
+    because it stopped sending heartbeats); empty otherwise."""
 
 
 class Shutdown(msgspec.Struct, frozen=True, tag="shutdown", array_like=True):

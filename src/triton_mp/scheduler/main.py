@@ -363,10 +363,12 @@ class SchedulerCore:
             extra={"model": key[0], "instance": name},
         )
         if flight is not None:
-            text = (
-                f"model instance '{name}' of '{key[0]}' died "
-                f"with exit code {msg.exitcode} while running the request"
+            how = (
+                f"{msg.reason} (exit code {msg.exitcode})"
+                if msg.reason
+                else (f"died with exit code {msg.exitcode}")
             )
+            text = f"model instance '{name}' of '{key[0]}' {how} while running the request"
             for r in flight.requests:
                 self._fail(r, ErrorCode.UNAVAILABLE, text, now_ns)
 
