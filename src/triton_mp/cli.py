@@ -126,6 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
         "defaults to false)",
     )
     start.add_argument("--load-model", action="append", default=[], dest="load_models")
+    start.add_argument(
+        "--arena-budget-bytes",
+        type=int,
+        default=4 << 30,
+        help="most shared memory (/dev/shm) one process may hold for tensors: a frontend for "
+        "request inputs, a worker for outputs (default 4 GiB); a request that can never fit "
+        "fails with RESOURCE_EXHAUSTED, one that fits later with UNAVAILABLE",
+    )
     start.add_argument("--exit-timeout-secs", type=float, default=30.0)
     start.add_argument(
         "--heartbeat-timeout-secs",
@@ -187,6 +195,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                 "load_models": tuple(args.load_models),
                 "exit_timeout_s": args.exit_timeout_secs,
                 "heartbeat_timeout_s": args.heartbeat_timeout_secs,
+                "arena_budget_bytes": args.arena_budget_bytes,
                 "log_verbose": args.log_verbose,
                 "log_format": args.log_format,
                 "server_id_name": args.server_id_name,

@@ -66,7 +66,8 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     output_arena_bytes: Annotated[int, Meta(ge=1 << 16)] = 64 << 20
     """First output arena of each worker."""
     arena_budget_bytes: Annotated[int, Meta(ge=1 << 20)] = 4 << 30
-    """Upper bound on the arenas of one process."""
+    """``--arena-budget-bytes``: upper bound on the tensor arenas of one process (a
+    frontend's input arenas, a worker's output arenas)."""
     ring_bytes: Annotated[int, Meta(ge=1 << 12)] = 4 << 20
     """Data area of each descriptor ring."""
 

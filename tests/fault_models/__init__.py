@@ -20,18 +20,18 @@ extension); ``sleep``: ``time.sleep`` for ``sleep_ms`` (busy, not hung); ``leak`
 
 
 def write_faulty_model(
-    repo: Path, name: str, fault: str, *, count: int = 1, sleep_ms: int = 0
+    repo: Path, name: str, fault: str, *, count: int = 1, sleep_ms: int = 0, dims: str = "1"
 ) -> Path:
-    """Write model ``name`` (python backend, ``INPUT0``/``OUTPUT0`` FP32 [1], no batching,
-    ``count`` CPU instances) into ``repo``. Returns the model directory."""
+    """Write model ``name`` (python backend, ``INPUT0``/``OUTPUT0`` FP32 of ``dims``, no
+    batching, ``count`` CPU instances) into ``repo``. Returns the model directory."""
     assert fault in FAULTS, fault
     model_dir = repo / name
     (model_dir / "1").mkdir(parents=True)
     shutil.copy(MODEL_FILE, model_dir / "1" / "model.py")
     (model_dir / "config.pbtxt").write_text(
         f'backend: "python"\nmax_batch_size: 0\n'
-        'input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [1] }]\n'
-        'output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [1] }]\n'
+        f'input [{{ name: "INPUT0", data_type: TYPE_FP32, dims: [{dims}] }}]\n'
+        f'output [{{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [{dims}] }}]\n'
         f"instance_group [{{ count: {count}, kind: KIND_CPU }}]\n"
         f'parameters {{ key: "fault" value: {{ string_value: "{fault}" }} }}\n'
         f'parameters {{ key: "sleep_ms" value: {{ string_value: "{sleep_ms}" }} }}\n'

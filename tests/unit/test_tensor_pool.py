@@ -7,6 +7,7 @@ and unlinked by the fixture (or the ``_allocator`` context manager) that made it
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
 import random
@@ -18,8 +19,9 @@ import posix_ipc
 import pytest
 from hypothesis import given, settings
 
-from triton_mp.errors import ErrorCode
-from triton_mp.ipc.shm import Segment
+from triton_mp.errors import ErrorCode, TritonMPError
+from triton_mp.ipc import shm as shm_module
+from triton_mp.ipc.shm import Segment, ShmExhausted, list_objects
 from triton_mp.ipc.tensor_pool import (
     ALIGN,
     ARENA_HEADER_BYTES,
@@ -239,17 +241,49 @@ def test_arena_exhausted_over_budget_then_recovers(make_allocator: Factory) -> N
     assert (seg2.name, off2) == (seg.name, off)
 
 
-def test_arena_exhausted_when_even_the_first_arena_is_over_budget(make_allocator: Factory) -> None:
-    pool = make_allocator(4096, 4096)  # the header does not fit the budget
-    with pytest.raises(ArenaExhausted):
-        pool.alloc(1)
-    assert list(pool.segments()) == []
+def test_an_arena_is_cut_to_what_is_left_of_the_budget(make_allocator: Factory) -> None:
+    pool = make_allocator(4096, 4096)  # the first arena would be 4096 + its header
+    seg, _ = pool.alloc(1)
+    assert seg.size_bytes == 4096
+    # 4096 - header - one 128-byte block is left: a block of exactly that fits.
+    left = 4096 - ARENA_HEADER_BYTES - _block_bytes(1) - BLOCK_HEADER_BYTES
+    seg2, _ = pool.alloc(left)
+    assert seg2.name == seg.name
 
 
 def test_a_block_that_can_never_fit_the_budget(make_allocator: Factory) -> None:
     pool = make_allocator(1024, 1 << 16)
-    with pytest.raises(ArenaExhausted, match="need 100000 more bytes"):
+    with pytest.raises(TritonMPError, match="tensors of 100000 bytes exceed the 65536-byte") as e:
         pool.alloc(100_000)
+    assert e.value.code == ErrorCode.RESOURCE_EXHAUSTED
+    assert "--arena-budget-bytes" in e.value.message
+    assert list(pool.segments()) == []
+    pool.alloc(1000)  # the allocator still works
+
+
+def test_a_full_dev_shm_is_an_error_not_a_sigbus(
+    make_allocator: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_room(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(shm_module.os, "posix_fallocate", no_room)
+    pool = make_allocator(1 << 16, 1 << 20)
+    with pytest.raises(ShmExhausted, match="no room in shared memory") as e:
+        pool.alloc(10)
+    assert e.value.code == ErrorCode.RESOURCE_EXHAUSTED
+    assert "--shm-size" in e.value.message
+    assert list(pool.segments()) == []
+    assert not [n for n in list_objects(str(os.getpid())) if "test_pool" in n]
+    monkeypatch.undo()
+    pool.alloc(10)
+
+
+def test_new_segments_have_their_pages_reserved(make_allocator: Factory) -> None:
+    pool = make_allocator(1 << 20, 1 << 22)
+    seg, _ = pool.alloc(10)
+    st = os.stat("/dev/shm/" + seg.name.lstrip("/"))
+    assert st.st_blocks * 512 >= seg.size_bytes
 
 
 # --------------------------------------------------------------------------- reader side

@@ -14,6 +14,7 @@ unlinks it; attachers only unmap.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import mmap
 import os
@@ -21,6 +22,8 @@ import re
 from pathlib import Path
 
 import posix_ipc
+
+from triton_mp.errors import ErrorCode, TritonMPError
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +62,15 @@ class Segment:
 
         Raises:
             posix_ipc.ExistentialError: an object of that name exists already.
+            ShmExhausted: ``/dev/shm`` has no room for it (nothing is left behind).
         """
         shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size_bytes)
         try:
+            reserve(shm.fd, name, size_bytes)
             buf = mmap.mmap(shm.fd, size_bytes)
+        except BaseException:
+            unlink_quietly(name)
+            raise
         finally:
             shm.close_fd()
         return cls(name, buf, size_bytes, owner=True)
@@ -93,6 +101,39 @@ class Segment:
         if not self._owner:
             raise PermissionError(f"{self.name}: only the creating process unlinks a segment")
         unlink_quietly(self.name)
+
+
+class ShmExhausted(TritonMPError):
+    """``/dev/shm`` cannot hold a new segment (RESOURCE_EXHAUSTED)."""
+
+    code = ErrorCode.RESOURCE_EXHAUSTED
+
+
+def reserve(fd: int, name: str, size_bytes: int) -> None:
+    """Allocate every page of a new segment now (``posix_fallocate``).
+
+    NOTE: tmpfs hands out pages on first touch; a segment bigger than what ``/dev/shm`` has
+    left maps fine and then kills the first process that writes past the room with SIGBUS,
+    which no Python code can catch. Reserving at creation turns that into an error here.
+
+    Raises:
+        ShmExhausted: no room (ENOSPC), with what ``/dev/shm`` has free.
+    """
+    try:
+        os.posix_fallocate(fd, 0, size_bytes)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.ENOMEM):
+            raise
+        try:
+            st = os.statvfs(DEV_SHM)
+            free = f"{st.f_bavail * st.f_frsize} bytes free"
+        except OSError:
+            free = "free space unknown"
+        raise ShmExhausted(
+            f"no room in shared memory for the {size_bytes}-byte segment '{name}' "
+            f"(/dev/shm: {free}); give the server a larger /dev/shm (docker: --shm-size) "
+            "or lower --arena-budget-bytes"
+        ) from None
 
 
 def create_semaphore(name: str) -> posix_ipc.Semaphore:

@@ -16,7 +16,11 @@ Ownership rules (the only place they are written down):
   frontend frees a worker's output block once it has copied the bytes into the gRPC
   response. The owner reclaims freed blocks lazily, oldest first, when it next allocates.
 - Arenas grow: when no arena has room, the owner maps a new one (at least twice the block),
-  up to ``max_total_bytes``; beyond that an allocation fails with ``ArenaExhausted``.
+  up to ``max_total_bytes``; beyond that an allocation fails with ``ArenaExhausted``
+  (UNAVAILABLE: it fits once in-flight requests finish). A block larger than the whole
+  budget fails with RESOURCE_EXHAUSTED; so does a new arena that ``/dev/shm`` has no room
+  for (``shm.ShmExhausted``: segments reserve their pages when created, so a full
+  ``/dev/shm`` is an error for one request, never a SIGBUS later).
 
 Arena layout: a 64-byte header (``u32 magic, u32 version, u64 capacity``), then blocks.
 Block layout: ``u32 state`` (``LIVE``/``FREE``), ``u32 reserved``, ``u64 block_bytes``
@@ -141,8 +145,17 @@ class ArenaAllocator:
             off = arena.try_alloc(block_bytes)
             if off is not None:
                 return arena.segment, off
-        size = max(self._arena_bytes, 2 * block_bytes) + ARENA_HEADER_BYTES
-        if self._total_bytes + size > self._max_total_bytes:
+        if block_bytes + ARENA_HEADER_BYTES > self._max_total_bytes:
+            raise TritonMPError(
+                f"tensors of {payload_bytes} bytes exceed the {self._max_total_bytes}-byte "
+                "shared-memory budget of one process (--arena-budget-bytes)",
+                ErrorCode.RESOURCE_EXHAUSTED,
+            )
+        room = self._max_total_bytes - self._total_bytes
+        # NOTE: a new arena is at least twice the block (room to overlap the next ones),
+        # but a block that fits the rest of the budget is never refused for that reason.
+        size = min(max(self._arena_bytes, 2 * block_bytes) + ARENA_HEADER_BYTES, room)
+        if size < block_bytes + ARENA_HEADER_BYTES:
             raise ArenaExhausted(
                 f"tensor arena budget of {self._max_total_bytes} bytes is exhausted "
                 f"(need {payload_bytes} more bytes); retry when in-flight requests finish"
