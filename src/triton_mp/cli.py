@@ -18,6 +18,7 @@ import msgspec
 from triton_mp.config import ServerConfig
 from triton_mp.errors import TritonMPError
 from triton_mp.log import configure_logging
+from triton_mp.restricted import parse_restrictions
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve the system shared memory extension (default true; Triton >= 26.04 "
         "defaults to false)",
     )
+    start.add_argument(
+        "--client-shm-prefix",
+        default="",
+        help="system shared memory regions may only be registered from objects whose key "
+        "starts with this (default: any key); they must be owned by the server's user",
+    )
+    start.add_argument(
+        "--grpc-restricted-protocol",
+        action="append",
+        default=[],
+        metavar="<protocols>:<key>=<value>",
+        help="answer these gRPC protocols (comma-separated: health, metadata, inference, "
+        "shared-memory, model-config, model-repository, statistics, trace, logging) only "
+        "to requests with the header triton-grpc-protocol-<key>: <value>; repeatable",
+    )
+    start.add_argument(
+        "--http-restricted-api",
+        action="append",
+        default=[],
+        metavar="<apis>:<key>=<value>",
+        help="answer these HTTP APIs (same names) only to requests with the header "
+        "<key>: <value>; repeatable",
+    )
     start.add_argument("--load-model", action="append", default=[], dest="load_models")
     start.add_argument(
         "--arena-budget-bytes",
@@ -175,6 +199,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         if backend == "onnxruntime" and key == "default-max-batch-size":
             default_mbs = int(value)
     repo = Path(args.model_repository) if args.model_repository else DEFAULT_REPOSITORY
+    grpc_restricted = parse_restrictions(
+        args.grpc_restricted_protocol, "--grpc-restricted-protocol"
+    )
+    http_restricted = parse_restrictions(args.http_restricted_api, "--http-restricted-api")
     try:
         return msgspec.convert(
             {
@@ -192,6 +220,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                 "frontend_processes": args.frontend_processes,
                 "model_control_mode": args.model_control_mode,
                 "allow_client_shm": args.allow_client_shm,
+                "client_shm_prefix": args.client_shm_prefix,
+                "grpc_restricted": grpc_restricted,
+                "http_restricted": http_restricted,
                 "load_models": tuple(args.load_models),
                 "exit_timeout_s": args.exit_timeout_secs,
                 "heartbeat_timeout_s": args.heartbeat_timeout_secs,

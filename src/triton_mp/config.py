@@ -45,6 +45,14 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     model_control_mode: Literal["none", "poll", "explicit"] = "none"
     allow_client_shm: bool = True
     """``--allow-client-shm``: serve the system shared memory extension."""
+    client_shm_prefix: str = ""
+    """``--client-shm-prefix``: clients may register only shared-memory objects whose key
+    starts with it (empty: any key); objects must also be owned by the server's user and
+    never be triton-mp's own."""
+    grpc_restricted: dict[str, tuple[str, str]] = {}
+    """``--grpc-restricted-protocol``: category -> (header key, value); see ``restricted``."""
+    http_restricted: dict[str, tuple[str, str]] = {}
+    """``--http-restricted-api``: category -> (header key, value)."""
     load_models: tuple[str, ...] = ()
     exit_timeout_s: Annotated[float, Meta(ge=0)] = 30.0
     log_verbose: Annotated[int, Meta(ge=0)] = 0
@@ -306,3 +314,9 @@ class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
     log: LogSpec
     metrics: MetricsSpec | None = None
     """The metrics endpoint this frontend serves (frontend 0 only), or None."""
+    grpc_restricted: dict[str, tuple[str, str]] = {}
+    """``--grpc-restricted-protocol``: category -> (header key, value); see ``restricted``."""
+    http_restricted: dict[str, tuple[str, str]] = {}
+    """``--http-restricted-api``: category -> (header key, value)."""
+    client_shm_prefix: str = ""
+    """``--client-shm-prefix``: registered system shared memory keys must start with it."""

@@ -722,6 +722,9 @@ class Supervisor:
                 exit_timeout_s=cfg.exit_timeout_s,
                 model_control_mode=cfg.model_control_mode,
                 allow_client_shm=cfg.allow_client_shm,
+                client_shm_prefix=cfg.client_shm_prefix,
+                grpc_restricted=cfg.grpc_restricted,
+                http_restricted=cfg.http_restricted,
                 log=self._log,
                 # NOTE: Triton has one metrics endpoint; frontend 0 serves it for the server.
                 metrics=MetricsSpec(

@@ -41,8 +41,10 @@ from triton_mp.frontend.http_infer import (
     render_infer_response,
 )
 from triton_mp.repository import config_to_json
+from triton_mp.restricted import Restrictions, http_refusal
 
 log = logging.getLogger(__name__)
+
 
 HTTP_STATUS = {
     ErrorCode.INTERNAL: 500,
@@ -131,14 +133,52 @@ class HttpFrontend:
         core: the frontend's transport-neutral operations (shared with gRPC).
     """
 
-    def __init__(self, core: FrontendCore) -> None:
+    def __init__(self, core: FrontendCore, restrictions: Restrictions | None = None) -> None:
         self._core = core
+        self._restrictions: Restrictions = restrictions or {}
         self._runner: web.AppRunner | None = None
         self.app = web.Application(middlewares=[_errors], client_max_size=MAX_INPUT_BYTES)
         self._routes()
 
+    def _guard(self, category: str, handler: Handler) -> Handler:
+        """``handler``, or, when ``--http-restricted-api`` restricts ``category``, a handler
+        that first answers 403 to requests without the expected header (Triton's
+        ``RespondIfRestricted``)."""
+        rule = self._restrictions.get(category)
+        if rule is None:
+            return handler
+        key, value = rule
+        message = http_refusal(key)
+
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            if request.headers.get(key) != value:
+                return _error_response(403, message)
+            return await handler(request)
+
+        return guarded
+
     def _routes(self) -> None:
-        add = self.app.router.add_route
+        categories: dict[Handler, str] = {
+            self._server_metadata: "metadata",
+            self._model_metadata: "metadata",
+            self._live: "health",
+            self._ready: "health",
+            self._model_ready: "health",
+            self._model_config: "model-config",
+            self._stats: "statistics",
+            self._trace: "trace",
+            self._logging: "logging",
+            self._infer: "inference",
+            self._generate: "inference",
+            self._repository_index: "model-repository",
+            self._repository_control: "model-repository",
+            self._system_shm: "shared-memory",
+            self._cuda_shm: "shared-memory",
+        }
+
+        def add(method: str, path: str, handler: Handler) -> None:
+            self.app.router.add_route(method, path, self._guard(categories[handler], handler))
+
         add("GET", "/v2", self._server_metadata)
         add("GET", "/v2/health/live", self._live)
         add("GET", "/v2/health/ready", self._ready)

@@ -31,6 +31,7 @@ from triton_mp.frontend.http import HttpFrontend
 from triton_mp.frontend.metrics import MetricsEndpoint
 from triton_mp.frontend.models import ModelTable
 from triton_mp.frontend.pending import PendingTable
+from triton_mp.frontend.restrict import RestrictedProtocolInterceptor
 from triton_mp.frontend.servicer import HealthServicer, InferenceServicer
 from triton_mp.frontend.shm import Region, SystemShmRegistry
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender
@@ -82,7 +83,9 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     arena = ArenaAllocator(spec.arena_prefix, spec.arena_bytes, spec.arena_budget_bytes, cache)
     pending = PendingTable(cache)
     models = ModelTable(spec.models)
-    shm = SystemShmRegistry(spec.frontend_id, enabled=spec.allow_client_shm)
+    shm = SystemShmRegistry(
+        spec.frontend_id, enabled=spec.allow_client_shm, allowed_prefix=spec.client_shm_prefix
+    )
 
     core = FrontendCore(
         frontend_id=spec.frontend_id,
@@ -97,11 +100,14 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     )
     servicer = InferenceServicer(core)
     server = grpc.aio.server(
+        interceptors=[RestrictedProtocolInterceptor(spec.grpc_restricted)]
+        if spec.grpc_restricted
+        else None,
         options=[
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 1),
-        ]
+        ],
     )
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(core), server)
@@ -122,7 +128,7 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     await server.start()
     http = None
     if spec.allow_http:
-        http = HttpFrontend(core)
+        http = HttpFrontend(core, spec.http_restricted)
         try:
             await http.start(spec.http_address, spec.http_port)
         except OSError as e:
@@ -153,8 +159,12 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
     ready.send_bytes(b"ready")
     log.info("gRPC frontend listening on %s", address)
+    for category, (key, _) in sorted(spec.grpc_restricted.items()):
+        log.info("gRPC '%s' protocol restricted to header triton-grpc-protocol-%s", category, key)
     if http is not None:
         log.info("HTTP frontend listening on %s:%d", spec.http_address, spec.http_port)
+        for category, (key, _) in sorted(spec.http_restricted.items()):
+            log.info("HTTP '%s' API restricted to header %s", category, key)
     await stopping.wait()
 
     # NOTE: as Triton does, keep listening while draining: health answers not-ready and new

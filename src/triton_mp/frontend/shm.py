@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import posix_ipc
 
 from triton_mp.errors import ErrorCode, InvalidRequest, TritonMPError
+from triton_mp.ipc.shm import client_object_refusal
 
 DISABLED_MESSAGE = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
@@ -53,9 +54,14 @@ class SystemShmRegistry:
     Args:
         frontend_id: mixed into ``region_id`` so ids are unique across frontends.
         enabled: ``--allow-client-shm``; when False every call fails UNSUPPORTED.
+        allowed_prefix: ``--client-shm-prefix``; empty allows any key (see
+            ``ipc.shm.client_object_refusal`` for every rule a registration must pass).
     """
 
-    def __init__(self, frontend_id: int, enabled: bool = True) -> None:
+    def __init__(self, frontend_id: int, enabled: bool = True, allowed_prefix: str = "") -> None:
+        self._allowed_prefix = allowed_prefix
+        # NOTE: the supervisor is the parent, and its pid names this server's objects.
+        self._server_id = str(os.getppid())
         self._regions: dict[str, Region] = {}
         self._ids = itertools.count(1)
         self._frontend_id = frontend_id
@@ -70,7 +76,9 @@ class SystemShmRegistry:
 
         Raises:
             TritonMPError: ALREADY_EXISTS for a name in use; INVALID_ARG for an empty name,
-                a key that does not exist, or a window beyond the object's size;
+                a key that does not exist, an object the operator does not allow (another
+                user's, triton-mp's own, outside ``--client-shm-prefix``), or a window
+                beyond the object's size;
                 UNSUPPORTED when client shared memory is disabled.
         """
         self._check_enabled()
@@ -87,9 +95,15 @@ class SystemShmRegistry:
                 f"Unable to open shared memory region: '{name}' with key '{key}': {e}"
             ) from None
         try:
-            size = os.fstat(obj.fd).st_size
+            st = os.fstat(obj.fd)
         finally:
             obj.close_fd()
+        size = st.st_size
+        refusal = client_object_refusal(key, st.st_uid, self._server_id, self._allowed_prefix)
+        if refusal is not None:
+            raise InvalidRequest(
+                f"Unable to register shared memory region: '{name}' with key '{key}': {refusal}"
+            )
         if byte_size <= 0 or offset < 0 or offset + byte_size > size:
             raise InvalidRequest(
                 f"failed to register shared memory region '{name}': offset {offset} + byte_size "

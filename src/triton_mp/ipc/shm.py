@@ -136,6 +136,28 @@ def reserve(fd: int, name: str, size_bytes: int) -> None:
         ) from None
 
 
+def client_object_refusal(
+    key: str, owner_uid: int, server_id: str, allowed_prefix: str = ""
+) -> str | None:
+    """Why a client's shared-memory object may not be mapped, or None when it may.
+
+    The rules (the operator's, see ``--client-shm-prefix``): never one of this server's own
+    objects (``/triton_mp_<server_id>_*``: a client could read other clients' tensors or
+    corrupt the rings); only objects owned by the server's user; and, when
+    ``allowed_prefix`` is set, only keys that start with it. ``key`` and ``allowed_prefix``
+    may have a leading slash or not.
+    """
+    bare = key.lstrip("/")
+    if bare.startswith(object_name(server_id, "").lstrip("/")):
+        return "it is one of this server's own objects"
+    prefix = allowed_prefix.lstrip("/")
+    if prefix and not bare.startswith(prefix):
+        return f"its key does not start with the allowed prefix '/{prefix}' (--client-shm-prefix)"
+    if owner_uid != os.geteuid():
+        return f"it is owned by uid {owner_uid}, not by the server's user (uid {os.geteuid()})"
+    return None
+
+
 def create_semaphore(name: str) -> posix_ipc.Semaphore:
     """Create (exclusively) a semaphore with initial value 0."""
     return posix_ipc.Semaphore(name, posix_ipc.O_CREX, mode=0o600, initial_value=0)

@@ -54,7 +54,7 @@ from triton_mp.ipc.messages import (
     ToWorker,
     WorkerReady,
 )
-from triton_mp.ipc.shm import Segment
+from triton_mp.ipc.shm import Segment, client_object_refusal
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
 from triton_mp.log import configure_logging
 from triton_mp.workers.backend import Backend, BackendRequest, Result, SequenceBatch
@@ -123,7 +123,18 @@ class ClientRegions:
             ) from None
         fd = obj.fd
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            # NOTE: re-checked here: the client may have replaced the object under the
+            # same key since the frontend checked the registration.
+            # NOTE: the supervisor is the parent, and its pid names this server's objects.
+            refusal = client_object_refusal(key, st.st_uid, str(os.getppid()))
+            if refusal is not None:
+                os.close(fd)
+                raise TritonMPError(
+                    f"Unable to map shared memory object '{key}' of a registered region: {refusal}",
+                    ErrorCode.INVALID_ARG,
+                )
+            size = st.st_size
             prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
             return mmap.mmap(fd, size, prot=prot), fd
         except (OSError, ValueError) as e:
