@@ -214,6 +214,8 @@ class ModelVersionSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=Tru
     """``sequence_batching`` (with ``batching.kind == "sequence"``), else None."""
     config_json: str = "{}"
     """Effective ModelConfig in Triton's JSON form (python backend's ``args``)."""
+    decoupled: bool = False
+    """``model_transaction_policy.decoupled``: zero or many responses per request."""
 
     @property
     def enforced_inputs(self) -> tuple[str, ...]:

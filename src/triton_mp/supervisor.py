@@ -262,6 +262,7 @@ def plan_models(models: list[RepositoryModel]) -> tuple[list[ModelPlan], list[In
                     instance_names=tuple(names),
                     sequence=_sequence_spec(cfg, m.directory) if is_sequence else None,
                     config_json=config_json,
+                    decoupled=bool(cfg.model_transaction_policy.decoupled),
                 )
             )
     return plans, instances

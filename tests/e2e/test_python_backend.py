@@ -4,7 +4,7 @@ One server for the module. The bench's add_sub_py and identity_py are copied unc
 shared/bench/model_repository (the directories Triton itself serves in the bench); the
 other models are written here the way Triton's python-backend examples are written:
 per-request errors, a raising execute, auto_complete_config with no config.pbtxt, BYTES in
-and out, an initialize that raises, a decoupled model, an auto_complete_config that raises,
+and out, an initialize that raises, an auto_complete_config that raises,
 and a model that reports how many requests each execute received.
 """
 
@@ -152,18 +152,6 @@ class TritonPythonModel:
     def execute(self, requests):
         return []
 """
-DECOUPLED_CONFIG = SIMPLE_CONFIG + "model_transaction_policy { decoupled: true }\n"
-IDENTITY_MODEL = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", r.inputs()[0].as_numpy())])
-            for r in requests
-        ]
-"""
 AUTO_FAILS_MODEL = """
 class TritonPythonModel:
     @staticmethod
@@ -255,7 +243,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     _model(repo, "auto_py", None, AUTO_MODEL)
     _model(repo, "bytes_py", BYTES_CONFIG, BYTES_MODEL)
     _model(repo, "init_fails_py", SIMPLE_CONFIG, INIT_FAILS_MODEL)
-    _model(repo, "decoupled_py", DECOUPLED_CONFIG, IDENTITY_MODEL)
     _model(repo, "auto_fails_py", 'backend: "python"\nmax_batch_size: 8\n', AUTO_FAILS_MODEL)
     _model(repo, "count_py", COUNT_CONFIG, COUNT_MODEL)
     _model(repo, "meta_py", META_CONFIG, META_MODEL)
@@ -396,8 +383,6 @@ def test_failed_python_models_are_unavailable_with_reasons(
         assert index[name].state == "READY", (name, index[name].reason)
     assert index["init_fails_py"].state == "UNAVAILABLE"
     assert "RuntimeError: weights file missing for init_fails_py" in index["init_fails_py"].reason
-    assert index["decoupled_py"].state == "UNAVAILABLE"
-    assert "decoupled python models are not supported yet" in index["decoupled_py"].reason
     assert index["auto_fails_py"].state == "UNAVAILABLE"
     assert "auto_complete_config" in index["auto_fails_py"].reason
     assert "ValueError" in index["auto_fails_py"].reason

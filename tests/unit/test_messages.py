@@ -100,6 +100,7 @@ EXAMPLES: dict[str, list[object]] = {
             compute_output_ns=0,
             end_ns=0,
         ),
+        m.DecoupledDone(instance_id=2, frontend_id=1, request_id=7),
         m.WorkerDied(instance_id=2, exitcode=-9),
         m.Shutdown(),
         SHM_REGISTERED,
@@ -108,6 +109,7 @@ EXAMPLES: dict[str, list[object]] = {
     "ToWorker": [
         m.BatchAssign(batch_id=9, requests=(REQUEST, REQUEST), dispatch_ns=99),
         m.BatchAssign(batch_id=10, requests=(), dispatch_ns=0),
+        m.CancelRequest(request_id=7, frontend_id=1, model="repeat_int32", version=1),
         m.Shutdown(),
     ],
     "ToFrontend": [
@@ -122,6 +124,8 @@ EXAMPLES: dict[str, list[object]] = {
             version=1,
             error=m.ErrorInfo(ErrorCode.INTERNAL, "onnxruntime.Fail: boom", "worker add_sub_0"),
         ),
+        m.InferResponse(request_id=9, version=1, final=False),
+        m.InferResponse(request_id=9, version=1, final=True, empty=True),
         m.RequestFailed(
             request_id=8, error=m.ErrorInfo(ErrorCode.UNAVAILABLE, "Server is stopping")
         ),

@@ -263,3 +263,34 @@ def test_set_model_transaction_policy_conflict() -> None:
     with pytest.raises(ValueError, match="unexpected properties"):
         mc.set_model_transaction_policy({"decoupled": True, "other": 1})
     mc.set_model_transaction_policy({"decoupled": True})
+
+
+def test_response_sender_rules() -> None:
+    posted: list[tuple[object, bool]] = []
+    cancelled = [False]
+    sender = pb_utils.InferenceResponseSender(
+        lambda resp, final: posted.append((resp, final)), lambda: cancelled[0]
+    )
+    with pytest.raises(pb_utils.TritonModelException, match="Inference Response object is"):
+        sender.send()
+    with pytest.raises(pb_utils.TritonModelException, match="InferenceResponse"):
+        sender.send("not a response", flags=0)  # type: ignore[arg-type]
+    resp = pb_utils.InferenceResponse([])
+    sender.send(resp)
+    assert not sender.is_cancelled()
+    cancelled[0] = True
+    assert sender.is_cancelled()
+    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    assert posted == [(resp, False), (None, True)]
+    with pytest.raises(pb_utils.TritonModelException) as e:
+        sender.send(resp, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    assert e.value.message() == "Unable to send response. Response sender has been closed."
+    assert len(posted) == 2
+
+
+def test_response_sender_is_only_for_decoupled_requests() -> None:
+    request = pb_utils.InferenceRequest(model_name="m", inputs=[], requested_output_names=[])
+    with pytest.raises(pb_utils.TritonModelException) as e:
+        request.get_response_sender()
+    assert e.value.code() == pb_utils.TritonError.UNSUPPORTED
+    assert request.is_cancelled() is False

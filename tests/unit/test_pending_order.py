@@ -83,3 +83,41 @@ def test_a_request_forgotten_before_sending_leaves_its_stream() -> None:
         return resolved
 
     assert asyncio.run(main()) == [2]
+
+
+def test_decoupled_request_gets_every_response_and_ends_at_the_final_one() -> None:
+    async def main() -> None:
+        table = PendingTable(SegmentCache())
+        got: list[object] = []
+        rid = table.new_stream_request(None, got.append)  # type: ignore[arg-type]
+        assert len(table) == 1
+        table.deliver([InferResponse(request_id=rid, version=1, final=False)])
+        table.deliver([InferResponse(request_id=rid, version=1, final=False)])
+        assert len(table) == 1
+        table.deliver([InferResponse(request_id=rid, version=1, final=True, empty=True)])
+        assert len(table) == 0
+        # a response after the end (a dropped stream's late answer) reaches nobody
+        table.deliver([InferResponse(request_id=rid, version=1)])
+        assert [m.final for m in got] == [False, False, True]  # type: ignore[attr-defined]
+        rid2 = table.new_stream_request(None, got.append)  # type: ignore[arg-type]
+        table.deliver([_failed(rid2)])
+        assert len(table) == 0
+        assert isinstance(got[-1], RequestFailed)
+
+    asyncio.run(main())
+
+
+def test_a_failing_stream_callback_does_not_stop_delivery() -> None:
+    async def main() -> None:
+        table = PendingTable(SegmentCache())
+
+        def boom(msg: object) -> None:
+            raise RuntimeError("bug")
+
+        rid = table.new_stream_request(None, boom)  # type: ignore[arg-type]
+        other, fut = table.new_request(None)  # type: ignore[arg-type]
+        table.deliver([InferResponse(request_id=rid, version=1), _ok(other)])
+        assert fut.done()
+        assert len(table) == 0
+
+    asyncio.run(main())

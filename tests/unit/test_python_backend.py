@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,10 +14,10 @@ import numpy as np
 import pytest
 
 from triton_mp.config import BatchingSpec, InstanceSpec, ModelVersionSpec, TensorSpec
-from triton_mp.errors import ConfigError, ErrorCode, TritonMPError
+from triton_mp.errors import ErrorCode, TritonMPError
 from triton_mp.ipc.messages import ErrorInfo
 from triton_mp.workers import pb_utils
-from triton_mp.workers.backend import BackendRequest
+from triton_mp.workers.backend import RESPONDED, BackendRequest
 from triton_mp.workers.python import PB_UTILS_MODULE, PythonBackend
 from triton_mp.workers.python_autocomplete import may_auto_complete
 from triton_mp.workers.registry import SUPPORTED_BACKENDS, load_backend
@@ -252,12 +254,87 @@ def test_async_execute(tmp_path: Path) -> None:
     b.close()
 
 
-def test_decoupled_models_are_refused(tmp_path: Path) -> None:
+DECOUPLED_MODEL = """
+import threading
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            n = int(x[0, 0])
+            sender = r.get_response_sender()
+            assert sender is r.get_response_sender()
+            if n < 0:
+                continue  # the thread below never runs: the sender is dropped unclosed
+            def later(sender=sender, x=x, n=n):
+                for i in range(n):
+                    sender.send(pb_utils.InferenceResponse([
+                        pb_utils.Tensor("OUTPUT0", x + i), pb_utils.Tensor("OUTPUT1", -x)]))
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            threading.Thread(target=later).start()
+        return None
+"""
+
+
+def test_decoupled_responses_go_through_the_responder(tmp_path: Path) -> None:
     config = {"name": "m", "model_transaction_policy": {"decoupled": True}}
-    with pytest.raises(ConfigError) as e:
-        PythonBackend(_spec(_write(tmp_path, MODEL), config), INSTANCE)
-    assert e.value.code == ErrorCode.UNSUPPORTED
-    assert "decoupled python models are not supported yet" in e.value.message
+    b = PythonBackend(_spec(_write(tmp_path, DECOUPLED_MODEL), config), INSTANCE)
+    sent: list[tuple[object, object, bool]] = []
+    done = threading.Event()
+
+    def responder(token: object, result: object, final: bool) -> None:
+        sent.append((token, result, final))
+        if final and token == "a":
+            done.set()
+
+    b.bind_responder(responder, lambda token: token == "a")
+    reqs = [
+        BackendRequest({"INPUT0": np.full((1, 4), 3, np.float32)}, ("OUTPUT0",), 1, token="a"),
+        BackendRequest({"INPUT0": np.full((1, 4), -1, np.float32)}, ("OUTPUT0",), 1, token="b"),
+    ]
+    results, _ = b.execute(reqs)
+    assert results == [RESPONDED, RESPONDED]
+    assert done.wait(10)
+    mine = [(r, f) for t, r, f in sent if t == "a"]
+    assert [f for _, f in mine] == [False, False, False, True]
+    for i, (r, _) in enumerate(mine[:3]):
+        assert isinstance(r, dict)
+        assert list(r) == ["OUTPUT0"]  # only the requested output
+        np.testing.assert_array_equal(r["OUTPUT0"], np.full((1, 4), 3 + i, np.float32))
+    assert mine[3][0] is None
+    gc.collect()
+    # the dropped sender of "b" ended its request with a flags-only final response
+    assert [(r, f) for t, r, f in sent if t == "b"] == [(None, True)]
+    b.close()
+
+
+def test_decoupled_execute_raising_ends_open_requests(tmp_path: Path) -> None:
+    source = """
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            requests[0].get_response_sender().send(
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            raise RuntimeError("late")
+    """
+    config = {"name": "m", "model_transaction_policy": {"decoupled": True}}
+    b = PythonBackend(_spec(_write(tmp_path, source), config), INSTANCE)
+    sent: list[tuple[object, object, bool]] = []
+    b.bind_responder(lambda t, r, f: sent.append((t, r, f)), lambda t: False)
+    reqs = [
+        BackendRequest({"INPUT0": np.zeros((1, 4), np.float32)}, ("OUTPUT0",), 1, token=k)
+        for k in ("a", "b")
+    ]
+    results, _ = b.execute(reqs)
+    assert results[0] is RESPONDED
+    assert isinstance(results[1], ErrorInfo)
+    assert "RuntimeError: late" in results[1].message
+    assert sent == [("a", None, True)]
+    b.close()
 
 
 @pytest.mark.parametrize(

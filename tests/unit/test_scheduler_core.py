@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
+import msgspec
 import pytest
 
 from triton_mp.config import (
@@ -23,6 +24,7 @@ from triton_mp.ipc.messages import (
     BatchDone,
     BlockRef,
     CancelRequest,
+    DecoupledDone,
     InferRequest,
     ModelStats,
     QueueQuery,
@@ -670,3 +672,62 @@ def test_a_sequence_model_routes_by_correlation_id_and_reports_rows() -> None:
     ((_, batch),) = h.dispatch()
     assert batch.requests == (c,)
     assert set(batch.released) == {11, "b"}
+
+
+# --------------------------------------------------------------------------- decoupled
+
+DECOUPLED = msgspec.structs.replace(
+    _model("repeat", (4,), max_batch_size=0, batching=BatchingSpec()), decoupled=True
+)
+
+
+@pytest.fixture
+def hd() -> Harness:
+    return Harness(models=(DYNAMIC, DECOUPLED))
+
+
+def test_decoupled_instance_is_idle_when_execute_returns(hd: Harness) -> None:
+    """The instance takes the next request at BatchDone, while the first is still open."""
+    hd.ready(4)
+    r1 = hd.request("repeat")
+    ((_, b1),) = hd.dispatch()
+    r2 = hd.request("repeat")
+    assert hd.dispatch() == []
+    hd.done(4, b1)
+    ((_, b2),) = hd.dispatch()
+    assert [r.request_id for r in b2.requests] == [r2.request_id]
+    assert hd.stats("repeat").inference_count == 1
+    del r1
+
+
+def test_cancel_of_an_open_decoupled_request_goes_to_its_worker(hd: Harness) -> None:
+    hd.ready(4)
+    r = hd.request("repeat")
+    ((_, b),) = hd.dispatch()
+    hd.done(4, b)
+    cancel = CancelRequest(request_id=r.request_id, frontend_id=0, model="repeat", version=1)
+    hd.handle(cancel)
+    assert hd.to_workers[-1] == (4, cancel)
+    assert hd.failures() == []
+    # after the final response, a late cancel goes nowhere
+    hd.handle(DecoupledDone(instance_id=4, frontend_id=0, request_id=r.request_id))
+    n = len(hd.to_workers)
+    hd.handle(cancel)
+    assert len(hd.to_workers) == n
+
+
+def test_worker_death_ends_open_decoupled_requests_once(hd: Harness) -> None:
+    hd.ready(4)
+    r1 = hd.request("repeat")
+    ((_, b1),) = hd.dispatch()
+    hd.done(4, b1)  # r1: execute returned, responses still coming
+    r2 = hd.request("repeat")
+    hd.dispatch()  # r2: in execute
+    r3 = hd.request("repeat")  # waits in the queue
+    hd.handle(WorkerDied(instance_id=4, exitcode=-9))
+    failed = {m.request_id: m.error for _, m in hd.failures()}
+    assert set(failed) == {r1.request_id, r2.request_id}
+    assert failed[r1.request_id].code == ErrorCode.UNAVAILABLE
+    assert "before the final response" in failed[r1.request_id].message
+    assert "while running the request" in failed[r2.request_id].message
+    assert r3.request_id not in failed

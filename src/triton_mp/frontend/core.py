@@ -13,6 +13,7 @@ only translate their wire format to these calls and map ``ErrorCode`` to their s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -26,7 +27,7 @@ from triton_mp.errors import ErrorCode, InvalidRequest, ModelUnavailable, Triton
 from triton_mp.frontend.models import Model, ModelTable
 from triton_mp.frontend.pending import PendingTable
 from triton_mp.frontend.shm import Region, SystemShmRegistry
-from triton_mp.frontend.tensors import validate_request, write_inputs
+from triton_mp.frontend.tensors import ValidRequest, validate_request, write_inputs
 from triton_mp.ipc import ArenaAllocator, BlockRef, SegmentCache, TensorRef, encode
 from triton_mp.ipc.messages import (
     CancelRequest,
@@ -149,6 +150,17 @@ class InferResult:
         """Free the worker's output block (views taken before become invalid)."""
         block, self._block = self._block, None
         self._pending.free(block)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSubmitted:
+    """A request of a decoupled model sent to the scheduler (``submit_decoupled``)."""
+
+    request_id: int
+    model: str
+    version: int
+    client_id: str
+    """The request's ``id``, echoed in every response."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,6 +408,80 @@ class FrontendCore:
             and config.sequence_batching.oldest.preserve_ordering
         )
         rid, fut = self._pending.new_request(block, (model.name, version) if preserve else None)
+        self._send_request(rid, request, model, version, valid, block, refs)
+        return Submitted(rid, fut, model.name, version, request.id)
+
+    def is_decoupled(self, name: str, version: str) -> bool:
+        """Whether a request for ``name``/``version`` goes to a decoupled model (False when
+        the model does not resolve: ``submit`` then raises the right error)."""
+        try:
+            model, _ = self.models.resolve(name, version)
+        except TritonMPError:
+            return False
+        return bool(model.config.model_transaction_policy.decoupled)
+
+    def submit_decoupled(
+        self,
+        request: pb.ModelInferRequest,
+        on_message: Callable[[InferResponse | RequestFailed], None],
+    ) -> StreamSubmitted:
+        """Validate, write the inputs and send a request of a decoupled model; every
+        response (zero or more, then a final one, or a ``RequestFailed``) goes to
+        ``on_message`` on the loop thread, which must free each response's block
+        (``release_block``).
+
+        Raises:
+            TritonMPError: as ``submit``.
+        """
+        self.check_accepting()
+        model, version = self.models.resolve(request.model_name, request.model_version)
+        valid = validate_request(request, model, version, self.shm, None)
+        block, refs = write_inputs(self._arena, valid)
+        rid = self._pending.new_stream_request(block, on_message)
+        self._send_request(rid, request, model, version, valid, block, refs)
+        return StreamSubmitted(rid, model.name, version, request.id)
+
+    def cancel(self, submitted: StreamSubmitted) -> None:
+        """The client of a decoupled request went away: drop it if queued, else let the
+        model see ``is_cancelled()``. Its responses are still delivered (and freed)."""
+        with contextlib.suppress(TritonMPError):
+            self._send(
+                encode(
+                    CancelRequest(
+                        request_id=submitted.request_id,
+                        frontend_id=self._fid,
+                        model=submitted.model,
+                        version=submitted.version,
+                    )
+                )
+            )
+
+    def result_of(self, submitted: StreamSubmitted, answer: InferResponse) -> InferResult:
+        """One response of a decoupled request as an ``InferResult`` (release it)."""
+        return InferResult(
+            model=submitted.model,
+            version=answer.version,
+            request_id=submitted.client_id,
+            outputs=answer.outputs,
+            block=answer.block,
+            cache=self._cache,
+            pending=self._pending,
+        )
+
+    def release_block(self, block: BlockRef | None) -> None:
+        """Free a response's output block without reading it."""
+        self._pending.free(block)
+
+    def _send_request(
+        self,
+        rid: int,
+        request: pb.ModelInferRequest,
+        model: Model,
+        version: int,
+        valid: ValidRequest,
+        block: BlockRef,
+        refs: tuple[TensorRef, ...],
+    ) -> None:
         desc = InferRequest(
             request_id=rid,
             frontend_id=self._fid,
@@ -427,7 +513,6 @@ class FrontendCore:
                 version,
                 valid.batch_size,
             )
-        return Submitted(rid, fut, model.name, version, request.id)
 
     async def finish(self, submitted: Submitted) -> InferResult:
         """The asynchronous half of ``infer``: await the answer of a submitted request.

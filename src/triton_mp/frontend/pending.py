@@ -11,16 +11,24 @@ the stream has been answered, so responses leave in the order the requests arriv
 several instances finish out of order. Errors are released at once (Triton answers rejections
 and timeouts outside the order too). Ordering is per frontend process: one client connection
 is served by one frontend.
+
+Requests of decoupled models (``new_stream_request``) get zero or more responses then a final
+one: each is handed to the request's callback as it arrives, and the request (with its input
+block) is forgotten after the final one (``InferResponse.final``, or a ``RequestFailed``).
+The callback owns each response's output block and must free it (``free``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Hashable, Iterable
+import logging
+from collections.abc import Callable, Hashable, Iterable
 
 from triton_mp.ipc import BlockRef, SegmentCache, free_block
 from triton_mp.ipc.messages import InferResponse, QueueReply, RequestFailed, StatsReply
+
+log = logging.getLogger(__name__)
 
 
 class PendingTable:
@@ -38,9 +46,21 @@ class PendingTable:
         self._stream_of: dict[int, Hashable] = {}
         self._held: dict[int, InferResponse] = {}
         """Responses waiting for an earlier request of their stream."""
+        self._decoupled: dict[
+            int, tuple[Callable[[InferResponse | RequestFailed], None], BlockRef]
+        ] = {}
 
     def __len__(self) -> int:
-        return len(self._requests)
+        return len(self._requests) + len(self._decoupled)
+
+    def new_stream_request(
+        self, block: BlockRef, on_message: Callable[[InferResponse | RequestFailed], None]
+    ) -> int:
+        """Register a request of a decoupled model whose inputs are in ``block``; returns
+        its id. ``on_message`` gets every response (loop thread), the final one last."""
+        rid = next(self._ids)
+        self._decoupled[rid] = (on_message, block)
+        return rid
 
     def new_request(
         self, block: BlockRef, order: Hashable = None
@@ -66,6 +86,9 @@ class PendingTable:
         entry = self._requests.pop(request_id, None)
         if entry is not None:
             self.free(entry[1])
+        stream = self._decoupled.pop(request_id, None)
+        if stream is not None:
+            self.free(stream[1])
         self._leave_stream(request_id)
 
     def new_query(self) -> tuple[int, asyncio.Future[StatsReply | QueueReply]]:
@@ -93,6 +116,18 @@ class PendingTable:
                 qfut = self._queries.pop(msg.query_id, None)
                 if qfut is not None and not qfut.done():
                     qfut.set_result(msg)
+                continue
+            stream_entry = self._decoupled.get(msg.request_id)
+            if stream_entry is not None:
+                if isinstance(msg, RequestFailed) or msg.final:
+                    del self._decoupled[msg.request_id]
+                    self.free(stream_entry[1])
+                try:
+                    stream_entry[0](msg)
+                except Exception:  # noqa: BLE001 - one stream's fault must not stop delivery
+                    log.exception("delivering a response of request %d failed", msg.request_id)
+                    if isinstance(msg, InferResponse):
+                        self.free(msg.block)
                 continue
             order = self._stream_of.get(msg.request_id)
             if order is None:

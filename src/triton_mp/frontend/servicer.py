@@ -9,6 +9,7 @@ handler batches, validates or runs anything itself.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import NoReturn
 
 import grpc
@@ -21,9 +22,11 @@ from triton_mp.frontend.core import (
     EXTENSIONS,
     FrontendCore,
     InferResult,
+    StreamSubmitted,
     Submitted,
     stats_to_proto,
 )
+from triton_mp.ipc.messages import InferResponse, RequestFailed
 
 __all__ = ["EXTENSIONS", "GRPC_STATUS", "HealthServicer", "InferenceServicer", "stats_to_proto"]
 
@@ -42,7 +45,20 @@ GRPC_STATUS = {
 """Triton error code -> gRPC status (server/src/grpc/grpc_utils.cc)."""
 
 DECOUPLED_MESSAGE = "ModelInfer RPC doesn't support models with decoupled transaction policy"
-STREAM_DECOUPLED_MESSAGE = "decoupled models are not supported by triton-mp yet"
+"""Triton's UNIMPLEMENTED answer to ModelInfer on a decoupled model."""
+FINAL_PARAMETER = "triton_final_response"
+"""Stream response parameter: true on the last response of a request (Triton sets it on
+every stream response)."""
+EMPTY_FINAL_PARAMETER = "triton_enable_empty_final_response"
+"""Request parameter: send a decoupled request's flags-only final response as an empty
+response (else it is not sent)."""
+
+
+def _stream_response(result: InferResult, final: bool) -> pb.ModelStreamInferResponse:
+    """A stream response with outputs; releases the answer's output block."""
+    resp = _infer_response(result)
+    resp.parameters[FINAL_PARAMETER].bool_param = final
+    return pb.ModelStreamInferResponse(infer_response=resp)
 
 
 def _infer_response(result: InferResult) -> pb.ModelInferResponse:
@@ -64,19 +80,22 @@ def _infer_response(result: InferResult) -> pb.ModelInferResponse:
     return resp
 
 
-def _stream_error(message: str, submitted: Submitted) -> pb.ModelStreamInferResponse:
+def _stream_error(
+    message: str, submitted: Submitted | StreamSubmitted, final: bool = True
+) -> pb.ModelStreamInferResponse:
     """A stream response carrying one request's error (the stream goes on)."""
-    return pb.ModelStreamInferResponse(
-        error_message=message,
-        infer_response=pb.ModelInferResponse(
-            model_name=submitted.model,
-            model_version=str(submitted.version),
-            id=submitted.client_id,
-        ),
+    resp = pb.ModelInferResponse(
+        model_name=submitted.model,
+        model_version=str(submitted.version),
+        id=submitted.client_id,
     )
+    resp.parameters[FINAL_PARAMETER].bool_param = final
+    return pb.ModelStreamInferResponse(error_message=message, infer_response=resp)
 
 
-"""Triton's UNIMPLEMENTED answer to ModelInfer on a decoupled model."""
+def _wants_empty_final(request: pb.ModelInferRequest) -> bool:
+    p = request.parameters.get(EMPTY_FINAL_PARAMETER)
+    return p is not None and p.WhichOneof("parameter_choice") == "bool_param" and p.bool_param
 
 
 async def _abort(context: grpc.aio.ServicerContext, code: ErrorCode, message: str) -> NoReturn:
@@ -156,15 +175,24 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         return _infer_response(result)
 
     async def ModelStreamInfer(self, request_iterator, context):  # type: ignore[no-untyped-def]  # noqa: N802
-        """Triton's bidirectional stream: one response (or ``error_message``) per request.
+        """Triton's bidirectional stream: per request, one response (or ``error_message``),
+        or for a decoupled model zero or more responses then the end of the request.
 
         Requests are submitted in the order they arrive, so the requests of a sequence reach
         the sequence batcher in order; responses leave as they complete. An invalid request
-        gets an ``error_message`` and the stream goes on, as in Triton. Decoupled models are
-        refused (their backend is not served).
+        gets an ``error_message`` and the stream goes on, as in Triton. Every response
+        carries ``triton_final_response``; a decoupled request's flags-only end is sent as an
+        empty response only when the request set ``triton_enable_empty_final_response``.
+        When the client closes its side, the stream ends after every request's last
+        response; when it cancels, running decoupled requests are cancelled
+        (``is_cancelled()``) and their remaining responses are dropped.
         """
         out: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         waiting: set[asyncio.Task[None]] = set()
+        open_decoupled: dict[int, StreamSubmitted] = {}
+        all_ended = asyncio.Event()
+        all_ended.set()
+        closed = False
 
         async def answer(submitted: Submitted) -> None:
             try:
@@ -172,24 +200,65 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             except TritonMPError as e:
                 out.put_nowait(_stream_error(e.message, submitted))
                 return
-            out.put_nowait(pb.ModelStreamInferResponse(infer_response=_infer_response(result)))
+            out.put_nowait(_stream_response(result, True))
+
+        def decoupled_handler(
+            empty_final: bool,
+        ) -> tuple[list[StreamSubmitted], Callable[[InferResponse | RequestFailed], None]]:
+            holder: list[StreamSubmitted] = []
+
+            def on_message(msg: InferResponse | RequestFailed) -> None:
+                submitted = holder[0]
+                final = isinstance(msg, RequestFailed) or msg.final
+                if final:
+                    open_decoupled.pop(submitted.request_id, None)
+                    if not open_decoupled:
+                        all_ended.set()
+                if closed:
+                    if isinstance(msg, InferResponse):
+                        self._core.release_block(msg.block)
+                    return
+                if isinstance(msg, RequestFailed):
+                    out.put_nowait(_stream_error(msg.error.message, submitted))
+                elif msg.error is not None:
+                    self._core.release_block(msg.block)
+                    out.put_nowait(_stream_error(msg.error.message, submitted, final))
+                elif msg.empty:
+                    self._core.release_block(msg.block)
+                    if empty_final:
+                        resp = pb.ModelInferResponse(
+                            model_name=submitted.model,
+                            model_version=str(msg.version),
+                            id=submitted.client_id,
+                        )
+                        resp.parameters[FINAL_PARAMETER].bool_param = True
+                        out.put_nowait(pb.ModelStreamInferResponse(infer_response=resp))
+                else:
+                    result = self._core.result_of(submitted, msg)
+                    out.put_nowait(_stream_response(result, final))
+
+            return holder, on_message
 
         async def read() -> None:
             async for request in request_iterator:
                 try:
-                    submitted = self._core.submit(
-                        request, decoupled_message=STREAM_DECOUPLED_MESSAGE
-                    )
+                    if self._core.is_decoupled(request.model_name, request.model_version):
+                        holder, on_message = decoupled_handler(_wants_empty_final(request))
+                        sub = self._core.submit_decoupled(request, on_message)
+                        holder.append(sub)
+                        open_decoupled[sub.request_id] = sub
+                        all_ended.clear()
+                        continue
+                    submitted = self._core.submit(request, decoupled_message=DECOUPLED_MESSAGE)
                 except TritonMPError as e:
+                    resp = pb.ModelInferResponse(
+                        model_name=request.model_name,
+                        model_version=request.model_version,
+                        id=request.id,
+                    )
+                    resp.parameters[FINAL_PARAMETER].bool_param = True
                     out.put_nowait(
-                        pb.ModelStreamInferResponse(
-                            error_message=e.message,
-                            infer_response=pb.ModelInferResponse(
-                                model_name=request.model_name,
-                                model_version=request.model_version,
-                                id=request.id,
-                            ),
-                        )
+                        pb.ModelStreamInferResponse(error_message=e.message, infer_response=resp)
                     )
                     continue
                 task = asyncio.create_task(answer(submitted))
@@ -197,6 +266,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
                 task.add_done_callback(waiting.discard)
             while waiting:
                 await asyncio.gather(*list(waiting))
+            await all_ended.wait()
             out.put_nowait(None)
 
         reader = asyncio.create_task(read())
@@ -205,9 +275,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
                 yield item
             await reader
         finally:
+            closed = True
             reader.cancel()
             for task in list(waiting):
                 task.cancel()
+            for sub in list(open_decoupled.values()):
+                self._core.cancel(sub)
 
     # ------------------------------------------------------- shared memory
     async def SystemSharedMemoryRegister(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802

@@ -8,8 +8,8 @@ travel in these messages: tensors are referenced by ``TensorRef`` into shared-me
 Channels (producer -> consumer):
 
 - ``ToScheduler``: frontends (``InferRequest``, ``StatsQuery``), workers (``WorkerReady``,
-  ``BatchDone``) and the supervisor (``WorkerDied``, ``Shutdown``).
-- ``ToWorker``: the scheduler only (``BatchAssign``, ``Shutdown``).
+  ``BatchDone``, ``DecoupledDone``) and the supervisor (``WorkerDied``, ``Shutdown``).
+- ``ToWorker``: the scheduler only (``BatchAssign``, ``CancelRequest``, ``Shutdown``).
 - ``ToFrontend``: workers (``InferResponse``) and the scheduler (``RequestFailed``,
   ``StatsReply``).
 """
@@ -183,6 +183,21 @@ class BatchDone(msgspec.Struct, frozen=True, kw_only=True, tag="batch_done", arr
     """Indices (within the batch) of requests that got an error."""
 
 
+class DecoupledDone(
+    msgspec.Struct, frozen=True, kw_only=True, tag="decoupled_done", array_like=True
+):
+    """A worker sent the final response of a request of a decoupled model.
+
+    Until then the scheduler keeps the request as open on that instance: a cancellation is
+    forwarded there (``InferenceResponseSender.is_cancelled``) and the instance's death fails
+    it (the frontend would otherwise wait forever for its final response).
+    """
+
+    instance_id: int
+    frontend_id: int
+    request_id: int
+
+
 class WorkerDied(msgspec.Struct, frozen=True, kw_only=True, tag="worker_died", array_like=True):
     """The supervisor saw a worker process exit."""
 
@@ -204,6 +219,7 @@ ToScheduler = (
     | QueueQuery
     | WorkerReady
     | BatchDone
+    | DecoupledDone
     | WorkerDied
     | Shutdown
     | ShmRegistered
@@ -226,11 +242,18 @@ class BatchAssign(msgspec.Struct, frozen=True, kw_only=True, tag="batch", array_
     """Correlation IDs whose sequences ended without an END request (idle): drop their state."""
 
 
-ToWorker = BatchAssign | Shutdown
+ToWorker = BatchAssign | CancelRequest | Shutdown
+"""``CancelRequest`` reaches a worker only for a request of a decoupled model whose
+``execute`` has returned but whose final response has not been sent yet."""
 
 
 class InferResponse(msgspec.Struct, frozen=True, kw_only=True, tag="response", array_like=True):
-    """A worker's answer for one request: outputs in the worker's arena, or an error."""
+    """A worker's answer for one request: outputs in the worker's arena, or an error.
+
+    A request of an ordinary model gets exactly one, final. A request of a decoupled model
+    (``model_transaction_policy { decoupled: true }``) gets zero or more non-final ones, then
+    one final one (``TRITONSERVER_RESPONSE_COMPLETE_FINAL``), which may be ``empty``.
+    """
 
     request_id: int
     version: int
@@ -238,6 +261,11 @@ class InferResponse(msgspec.Struct, frozen=True, kw_only=True, tag="response", a
     block: BlockRef | None = None
     """The output block; the frontend frees it after copying the bytes out."""
     error: ErrorInfo | None = None
+    final: bool = True
+    """No more responses follow for this request (the frontend then frees its inputs)."""
+    empty: bool = False
+    """A flags-only final response: no outputs and no error, only the end of the request
+    (``send(flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL)`` with no response)."""
 
 
 class RequestFailed(msgspec.Struct, frozen=True, kw_only=True, tag="failed", array_like=True):

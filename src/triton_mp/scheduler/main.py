@@ -29,6 +29,7 @@ from triton_mp.ipc.messages import (
     BatchDone,
     BatchRecord,
     CancelRequest,
+    DecoupledDone,
     ErrorInfo,
     InferRequest,
     InstanceStatus,
@@ -181,6 +182,10 @@ class SchedulerCore:
             for i, name in zip(m.instance_ids, m.instance_names, strict=False)
         }
         self._busy: dict[int, int] = {}  # instance_id -> batch_id
+        self._decoupled = {k for k, s in self._specs.items() if s.decoupled}
+        self._open: dict[int, dict[tuple[int, int], InferRequest]] = {}
+        """instance id -> requests of a decoupled model dispatched there whose final
+        response the worker has not reported yet (``DecoupledDone``)."""
         self._next_batch_id = 1
         self.stats = StatsBook(self._specs)
         self._send_worker = send_worker
@@ -194,6 +199,8 @@ class SchedulerCore:
             self._on_request(msg, now_ns)
         elif isinstance(msg, BatchDone):
             self._on_batch_done(msg, now_ns)
+        elif isinstance(msg, DecoupledDone):
+            self._open.get(msg.instance_id, {}).pop((msg.frontend_id, msg.request_id), None)
         elif isinstance(msg, CancelRequest):
             self._on_cancel(msg, now_ns)
         elif isinstance(msg, WorkerReady):
@@ -291,6 +298,15 @@ class SchedulerCore:
         """Drop a request whose client went away, if it has not been dispatched yet."""
         sched = self._models.get((msg.model, msg.version))
         item = sched.cancel((msg.frontend_id, msg.request_id)) if sched else None
+        if item is None and (msg.model, msg.version) in self._decoupled:
+            # NOTE: a decoupled request already running: its model may stop early when it
+            # sees ``is_cancelled()``; the worker answers it as the model decides.
+            key = (msg.frontend_id, msg.request_id)
+            for instance_id, requests in self._open.items():
+                if key in requests:
+                    self._send_worker(instance_id, msg)
+                    break
+            return
         if item is not None:
             # NOTE: the answer lets the frontend free the request's input block.
             self._fail(
@@ -354,6 +370,10 @@ class SchedulerCore:
         batch_id = self._busy.pop(msg.instance_id, None)
         flight = self._inflight.pop(batch_id, None) if batch_id is not None else None
         name = self._instance_names.get(msg.instance_id, str(msg.instance_id))
+        open_requests = self._open.pop(msg.instance_id, {})
+        if flight is not None:
+            for r in flight.requests:
+                open_requests.pop((r.frontend_id, r.request_id), None)
         log.warning(
             "instance %s of model '%s' died with exit code %d; failing %d in-flight requests",
             name,
@@ -371,6 +391,21 @@ class SchedulerCore:
             text = f"model instance '{name}' of '{key[0]}' {how} while running the request"
             for r in flight.requests:
                 self._fail(r, ErrorCode.UNAVAILABLE, text, now_ns)
+        if open_requests:
+            # NOTE: decoupled requests whose execute had returned: counted already, so only
+            # their streams are ended here.
+            text = (
+                f"model instance '{name}' of '{key[0]}' died with exit code {msg.exitcode} "
+                "before the final response of the request"
+            )
+            for r in open_requests.values():
+                self._send_frontend(
+                    r.frontend_id,
+                    RequestFailed(
+                        request_id=r.request_id,
+                        error=ErrorInfo(ErrorCode.UNAVAILABLE, text, "scheduler"),
+                    ),
+                )
 
     def _on_shutdown(self, now_ns: int) -> None:
         self.stopping = True
@@ -419,6 +454,10 @@ class SchedulerCore:
                     batch.instance_id, reqs, now_ns, batch.total_batch_size
                 )
                 self._busy[batch.instance_id] = batch_id
+                if key in self._decoupled:
+                    opened = self._open.setdefault(batch.instance_id, {})
+                    for r in reqs:
+                        opened[(r.frontend_id, r.request_id)] = r
                 self._send_worker(
                     batch.instance_id,
                     BatchAssign(

@@ -40,6 +40,8 @@ class BackendRequest:
         parameters_json: the request's non-reserved parameters as a JSON object.
         sequence_id: the correlation ID (uint64 or string; 0 outside sequences).
         sequence_flags: ``SEQUENCE_START`` (1) | ``SEQUENCE_END`` (2) bits.
+        token: the worker's handle of the request (its ``InferRequest``), which a backend
+            that answers on its own (decoupled models) passes back to ``Responder``.
     """
 
     inputs: dict[str, np.ndarray]
@@ -50,6 +52,7 @@ class BackendRequest:
     parameters_json: str = "{}"
     sequence_id: int | str = 0
     sequence_flags: int = 0
+    token: object = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +82,35 @@ class PhaseTimes:
     compute_infer_ns: int
 
 
-Result = dict[str, np.ndarray] | ErrorInfo
+class Responded:
+    """The result of a request the backend answers itself, through the worker's
+    ``Responder`` (decoupled models): the worker sends nothing for it after the batch."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "RESPONDED"
+
+
+RESPONDED = Responded()
+"""The one ``Responded`` value."""
+
+Result = dict[str, np.ndarray] | ErrorInfo | Responded
+
+
+class Responder(Protocol):
+    """What a backend calls to answer a request itself, from any thread, at any time
+    (``Worker.respond``): outputs, an error, or None (a flags-only final response)."""
+
+    def __call__(
+        self, token: object, result: dict[str, np.ndarray] | ErrorInfo | None, final: bool
+    ) -> None:
+        """Send one response for the request ``token`` names; ``final`` ends the request.
+
+        Raises:
+            TritonMPError: the outputs cannot be written (missing output, arena full).
+        """
+        ...
 
 
 class Backend(Protocol):

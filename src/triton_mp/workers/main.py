@@ -12,6 +12,14 @@ tensors), and the worker keeps each sequence's implicit state between its reques
 the state inputs to a request and asks for the state outputs, stores them after the run,
 and forgets a sequence's state after its END request or when the scheduler releases it as
 idle (``BatchAssign.released``). Other models take exactly the path they took before.
+
+Decoupled models (``model.decoupled``): the backend answers requests itself through
+``Worker.respond``, from any thread and after ``execute`` returned, zero or more responses
+then a final one per request. Each response is one output block, posted as it is sent; the
+instance is idle for the scheduler when ``execute`` returns (``BatchDone``), as in Triton,
+and each final response is also reported to the scheduler (``DecoupledDone``), which keeps
+the request open until then (cancellation, instance death). Writing and posting responses
+is serialised by one lock: the arena allocator and each ring have one producer.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import logging
 import mmap
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -45,6 +54,8 @@ from triton_mp.ipc.messages import (
     BatchAssign,
     BatchDone,
     BlockRef,
+    CancelRequest,
+    DecoupledDone,
     ErrorInfo,
     InferRequest,
     InferResponse,
@@ -57,7 +68,13 @@ from triton_mp.ipc.messages import (
 from triton_mp.ipc.shm import Segment, client_object_refusal
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
 from triton_mp.log import configure_logging
-from triton_mp.workers.backend import Backend, BackendRequest, Result, SequenceBatch
+from triton_mp.workers.backend import (
+    Backend,
+    BackendRequest,
+    Responded,
+    Result,
+    SequenceBatch,
+)
 from triton_mp.workers.registry import load_backend
 from triton_mp.workers.sequence import SequenceStates, sequence_batch
 
@@ -215,6 +232,80 @@ class Worker:
         self._regions = ClientRegions()
         self._sequence = spec.model.sequence
         self._states = SequenceStates.for_model(spec.model)
+        self._decoupled = spec.model.decoupled
+        self._post_lock = threading.RLock()
+        self._cancelled: set[tuple[int, int]] = set()
+        """(frontend id, request id) of open decoupled requests whose client went away."""
+        bind = getattr(backend, "bind_responder", None)
+        if bind is not None:
+            bind(self.respond, self.is_cancelled)
+
+    def respond(
+        self, token: object, result: dict[str, np.ndarray] | ErrorInfo | None, final: bool
+    ) -> None:
+        """Send one response of a request now (``workers.backend.Responder``); thread-safe.
+
+        Args:
+            token: the request's ``InferRequest`` (``BackendRequest.token``).
+            result: outputs, an error, or None for a flags-only final response.
+            final: no more responses follow for the request.
+
+        Raises:
+            TritonMPError: the outputs cannot be written (nothing was sent; the request is
+                still open).
+        """
+        req = token
+        assert isinstance(req, InferRequest)
+        with self._post_lock:
+            if isinstance(result, dict):
+                msg = self._write_outputs(req, result, final)
+            elif result is None:
+                msg = InferResponse(
+                    request_id=req.request_id, version=req.version, final=final, empty=True
+                )
+            else:
+                msg = InferResponse(
+                    request_id=req.request_id, version=req.version, error=result, final=final
+                )
+            self._post(req, msg)
+
+    def is_cancelled(self, token: object) -> bool:
+        """Whether the client of an open decoupled request went away (cheap; thread-safe)."""
+        req = token
+        assert isinstance(req, InferRequest)
+        return (req.frontend_id, req.request_id) in self._cancelled
+
+    def cancel(self, msg: CancelRequest) -> None:
+        """The scheduler forwarded the cancellation of an open decoupled request."""
+        self._cancelled.add((msg.frontend_id, msg.request_id))
+
+    def _post(self, req: InferRequest, msg: InferResponse) -> bool:
+        """Send a response to its frontend (lock held); False when it could not be sent
+        (its output block is freed then)."""
+        ok = True
+        try:
+            self._send_frontend(req.frontend_id, msg)
+        except Exception:  # noqa: BLE001 - one unreachable frontend must not stall the others
+            log.exception(
+                "could not answer request %d of frontend %d", req.request_id, req.frontend_id
+            )
+            if msg.block is not None:
+                free_block(self._arena_segment(msg.block.segment).buf, msg.block.offset)
+            ok = False
+        if self._decoupled and msg.final:
+            key = (req.frontend_id, req.request_id)
+            self._cancelled.discard(key)
+            try:
+                self._send_scheduler(
+                    DecoupledDone(
+                        instance_id=self._spec.instance.instance_id,
+                        frontend_id=key[0],
+                        request_id=key[1],
+                    )
+                )
+            except Exception:  # noqa: BLE001 - the scheduler's death stops the server anyway
+                log.exception("could not report the end of request %d", req.request_id)
+        return ok
 
     def run_batch(self, batch: BatchAssign) -> None:
         """Execute one batch and answer every request in it."""
@@ -266,39 +357,36 @@ class Worker:
         missing = ErrorInfo(ErrorCode.INTERNAL, "no result for the request", self._origin)
         final = [missing if r is None else r for r in results]
         for i, (req, res) in enumerate(zip(reqs, final, strict=True)):
-            if isinstance(res, dict):
-                try:
-                    msg = self._write_outputs(req, res)
-                except TritonMPError as exc:
-                    res = ErrorInfo(exc.code, exc.message, self._origin)
-                except Exception as exc:  # noqa: BLE001
-                    res = ErrorInfo(ErrorCode.INTERNAL, flatten_exception(exc), self._origin)
-            if not isinstance(res, dict):
-                failed.append(i)
-                msg = InferResponse(request_id=req.request_id, version=req.version, error=res)
-            try:
-                self._send_frontend(req.frontend_id, msg)
-            except Exception:  # noqa: BLE001 - one unreachable frontend must not stall the batch
-                log.exception(
-                    "could not answer request %d of frontend %d", req.request_id, req.frontend_id
-                )
-                if msg.block is not None:
-                    free_block(self._arena_segment(msg.block.segment).buf, msg.block.offset)
-                if i not in failed:
+            if isinstance(res, Responded):
+                continue
+            with self._post_lock:
+                if isinstance(res, dict):
+                    try:
+                        msg = self._write_outputs(req, res)
+                    except TritonMPError as exc:
+                        res = ErrorInfo(exc.code, exc.message, self._origin)
+                    except Exception as exc:  # noqa: BLE001
+                        res = ErrorInfo(ErrorCode.INTERNAL, flatten_exception(exc), self._origin)
+                if not isinstance(res, dict):
+                    failed.append(i)
+                    msg = InferResponse(request_id=req.request_id, version=req.version, error=res)
+                if not self._post(req, msg) and i not in failed:
                     failed.append(i)
         t_output = time.perf_counter_ns() - t0
-        self._send_scheduler(
-            BatchDone(
-                instance_id=self._spec.instance.instance_id,
-                batch_id=batch.batch_id,
-                start_ns=start_ns,
-                compute_input_ns=t_input,
-                compute_infer_ns=t_infer,
-                compute_output_ns=t_output,
-                end_ns=time.monotonic_ns(),
-                failed=tuple(failed),
+        # NOTE: under the lock: response threads of decoupled models share the ring.
+        with self._post_lock:
+            self._send_scheduler(
+                BatchDone(
+                    instance_id=self._spec.instance.instance_id,
+                    batch_id=batch.batch_id,
+                    start_ns=start_ns,
+                    compute_input_ns=t_input,
+                    compute_infer_ns=t_infer,
+                    compute_output_ns=t_output,
+                    end_ns=time.monotonic_ns(),
+                    failed=tuple(failed),
+                )
             )
-        )
 
     def close(self) -> None:
         """Unmap the clients' regions."""
@@ -357,9 +445,12 @@ class Worker:
             req.parameters_json,
             req.sequence_id,
             req.sequence_flags,
+            req,
         )
 
-    def _write_outputs(self, req: InferRequest, outputs: dict[str, np.ndarray]) -> InferResponse:
+    def _write_outputs(
+        self, req: InferRequest, outputs: dict[str, np.ndarray], final: bool = True
+    ) -> InferResponse:
         """Write one request's outputs: into the client's registered shared memory where the
         request asked for it, the rest into one block of this worker's arena (one copy each).
 
@@ -426,6 +517,7 @@ class Worker:
             version=req.version,
             outputs=tuple(refs),
             block=block_ref,
+            final=final,
         )
 
 
@@ -494,6 +586,8 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
                     stop = True
                 elif isinstance(msg, BatchAssign):
                     worker.run_batch(msg)
+                elif isinstance(msg, CancelRequest):
+                    worker.cancel(msg)
             if stop:
                 break
     finally:

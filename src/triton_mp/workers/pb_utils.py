@@ -8,10 +8,14 @@ Triton's constants. ``workers.python`` installs this module as
 ``workers.python_autocomplete``. Imported only by worker processes and the auto-complete
 child; it imports nothing of the IPC layer.
 
-Not here yet (later work): decoupled models (``InferenceResponseSender``), BLS
-(``InferenceRequest.exec``/``async_exec``), model control from Python, custom metrics. Those
-entry points exist where models touch them at import or construction time, and raise
-``TritonModelException`` saying so when called.
+Decoupled models: ``InferenceRequest.get_response_sender()`` gives the request's
+``InferenceResponseSender`` (``send(response=None, flags=0)``, ``is_cancelled()``), usable from
+any thread until it sends ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``; ``workers.python`` wires it
+to the worker.
+
+Not here yet (later work): BLS (``InferenceRequest.exec``/``async_exec``), model control from
+Python, custom metrics. Those entry points exist where models touch them at import or
+construction time, and raise ``TritonModelException`` saying so when called.
 
 Tensor data: ``Tensor.as_numpy()`` of an input returns the array the worker gave the backend,
 which for fixed-size types is a view over the frontend's shared-memory arena. As in Triton,
@@ -24,7 +28,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -323,12 +328,13 @@ def _parameters_json(parameters: Mapping[str, object] | str | None) -> str:
 class InferenceRequest:
     """One inference request, as ``execute`` receives it.
 
-    The constructor has the signature of Triton's (whose BLS use is not supported yet).
+    The constructor has the signature of Triton's.
     ``parameters`` may be a dict (keys -> bool/int/str) or a JSON string;
     ``parameters()`` returns the JSON string, as in Triton.
     """
 
     __slots__ = (
+        "_cancelled",
         "_correlation_id",
         "_flags",
         "_inputs",
@@ -337,6 +343,8 @@ class InferenceRequest:
         "_parameters",
         "_request_id",
         "_requested_output_names",
+        "_sender",
+        "_sender_factory",
         "_timeout_us",
     )
 
@@ -364,6 +372,9 @@ class InferenceRequest:
         self._flags = flags
         self._timeout_us = timeout
         self._parameters = _parameters_json(parameters)
+        self._sender: InferenceResponseSender | None = None
+        self._sender_factory: Callable[[], InferenceResponseSender] | None = None
+        self._cancelled: Callable[[], bool] | None = None
 
     def inputs(self) -> list[Tensor]:
         """The input tensors."""
@@ -413,8 +424,12 @@ class InferenceRequest:
         return self._parameters
 
     def is_cancelled(self) -> bool:
-        """Whether the client cancelled the request (never observed by triton-mp yet)."""
-        return False
+        """Whether the client went away (stream closed or request cancelled).
+
+        Observed for requests of decoupled models once ``execute`` has returned (the
+        cancellation reaches the instance between executions); False otherwise.
+        """
+        return self._cancelled() if self._cancelled is not None else False
 
     def trace(self) -> None:
         """Request tracing is not supported; always None."""
@@ -431,16 +446,23 @@ class InferenceRequest:
                 "request rescheduling is not supported by triton-mp yet", TritonError.UNSUPPORTED
             )
 
-    def get_response_sender(self) -> object:
-        """Decoupled models are not supported yet.
+    def get_response_sender(self) -> InferenceResponseSender:
+        """The request's response sender (decoupled models); the same object every call.
 
         Raises:
-            TritonModelException: always.
+            TritonModelException: the model is not decoupled (its ``execute`` returns the
+                responses), or the request was not given to ``execute``.
         """
-        raise TritonModelException(
-            "decoupled python models are not supported yet: get_response_sender() is unavailable",
-            TritonError.UNSUPPORTED,
-        )
+        if self._sender is None:
+            if self._sender_factory is None:
+                raise TritonModelException(
+                    "get_response_sender() is only available to models with "
+                    "model_transaction_policy { decoupled: true }, for the requests their "
+                    "execute() receives",
+                    TritonError.UNSUPPORTED,
+                )
+            self._sender = self._sender_factory()
+        return self._sender
 
     def exec(self, decoupled: bool = False) -> InferenceResponse:
         """BLS is not supported yet.
@@ -460,6 +482,86 @@ class InferenceRequest:
             TritonModelException: always.
         """
         return self.exec(decoupled)
+
+
+class InferenceResponseSender:
+    """Sends the responses of one request of a decoupled model, from any thread, at any
+    time until the final one (``request.get_response_sender()``).
+
+    Args:
+        post: ``post(response_or_None, final)``; provided by the python backend.
+        cancelled: ``cancelled()`` -> whether the client went away.
+    """
+
+    __slots__ = ("__weakref__", "_cancelled", "_closed", "_lock", "_post")
+
+    def __init__(
+        self,
+        post: Callable[[InferenceResponse | None, bool], None],
+        cancelled: Callable[[], bool],
+    ) -> None:
+        self._post = post
+        self._cancelled = cancelled
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        """Send one response, and/or end the request with
+        ``flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL`` (the response is optional then).
+
+        Raises:
+            TritonModelException: the sender is closed already (a final response was sent),
+                ``response`` is None without the final flag, ``response`` is not an
+                ``InferenceResponse``, or its outputs cannot be sent (a requested output
+                missing, no room in shared memory).
+        """
+        final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        if response is None and not final:
+            raise TritonModelException(
+                "Inference Response object is needed when the flags is not set to "
+                "TRITONSERVER_RESPONSE_COMPLETE_FINAL"
+            )
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TritonModelException(
+                f"send() takes a pb_utils.InferenceResponse, got {type(response).__name__}"
+            )
+        with self._lock:
+            if self._closed:
+                raise TritonModelException(
+                    "Unable to send response. Response sender has been closed."
+                )
+            self._post(response, final)
+            if final:
+                self._closed = True
+
+    def is_cancelled(self) -> bool:
+        """Whether the client went away (see ``InferenceRequest.is_cancelled``)."""
+        return self._cancelled()
+
+    def is_closed(self) -> bool:
+        """Whether the final response was sent (triton-mp addition)."""
+        return self._closed
+
+    def _claim(self) -> bool:
+        """Close the sender without sending; True when it was open (the backend then
+        sends the final response itself)."""
+        with self._lock:
+            was_open = not self._closed
+            self._closed = True
+            return was_open
+
+    def __del__(self) -> None:
+        # NOTE: a sender dropped without its final response would leave the client waiting
+        # (and the request's memory held): end the request with a flags-only response.
+        if not self._closed and self._claim():
+            _log.warning(
+                "a response sender was dropped without TRITONSERVER_RESPONSE_COMPLETE_FINAL; "
+                "ending its request"
+            )
+            try:
+                self._post(None, True)
+            except Exception:  # noqa: BLE001 - nothing to report to from a finaliser
+                _log.exception("could not end the request of a dropped response sender")
 
 
 class InferenceResponse:

@@ -26,9 +26,17 @@ batches, ``[1]`` otherwise). Only real requests reach ``execute``: the null rows
 Direct strategy do not. Implicit state (``sequence_batching.state``) is not supported by
 Triton's python backend, and a model that declares it fails to load here too.
 
-Decoupled models (``model_transaction_policy { decoupled: true }``) fail to load here; they
-need the response sender and streaming, which are later work, as are BLS and request
-rescheduling.
+Decoupled models (``model_transaction_policy { decoupled: true }``): each request has a
+``pb_utils.InferenceResponseSender`` (``request.get_response_sender()``) that sends zero or
+more responses then a final one (``TRITONSERVER_RESPONSE_COMPLETE_FINAL``), from any thread,
+during or after ``execute``, which returns None. Each response goes to the client as it is
+sent (``workers.main.Worker.respond``); the instance takes its next batch when ``execute``
+returns, as in Triton. The inputs of a decoupled model's requests are copies (the model may
+read them from its threads after ``execute`` returned). When ``execute`` raises (or returns
+something other than None), every request whose sender is still open ends with that error. A
+request whose sender the model never asked for by the time ``execute`` returns, or whose
+sender is dropped unclosed, ends with a flags-only final response, so no client waits forever.
+Request rescheduling is not supported.
 """
 
 from __future__ import annotations
@@ -54,8 +62,10 @@ from triton_mp.errors import ConfigError, ErrorCode, TritonMPError
 from triton_mp.ipc.messages import ErrorInfo
 from triton_mp.workers import pb_utils
 from triton_mp.workers.backend import (
+    RESPONDED,
     BackendRequest,
     PhaseTimes,
+    Responder,
     Result,
     SequenceBatch,
     Stopwatch,
@@ -151,7 +161,7 @@ class PythonBackend:
     """One instance of a Triton python model.
 
     Raises (from the constructor):
-        ConfigError (UNSUPPORTED): the model is decoupled, or declares implicit state.
+        ConfigError (UNSUPPORTED): the model declares implicit state.
         TritonMPError: model.py cannot be imported, defines no ``TritonPythonModel`` or no
             ``execute``, or its constructor or ``initialize`` raised (the traceback is
             logged; the message says which exception).
@@ -162,12 +172,9 @@ class PythonBackend:
         self._instance_name = instance.name
         self._origin = f"worker {instance.name}"
         config = json.loads(model.config_json)
-        if pb_utils.using_decoupled_model_transaction_policy(config):
-            raise ConfigError(
-                f"decoupled python models are not supported yet (model '{model.model}' sets "
-                "model_transaction_policy { decoupled: true })",
-                ErrorCode.UNSUPPORTED,
-            )
+        self._decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        self._responder: Responder | None = None
+        self._cancelled: Callable[[object], bool] = lambda token: False
         if model.sequence is not None and model.sequence.states:
             names = ", ".join(f"'{st.input_name}'" for st in model.sequence.states)
             raise ConfigError(
@@ -221,8 +228,14 @@ class PythonBackend:
         self._execute: Callable[[list[pb_utils.InferenceRequest]], Any] = execute
         # NOTE: ``async def execute`` runs on one event loop per instance, made on first use.
         self._loop: asyncio.AbstractEventLoop | None = None
+
         self._is_async = inspect.iscoroutinefunction(execute)
         log.info("python model %s initialized", model_file)
+
+    def bind_responder(self, responder: Responder, cancelled: Callable[[object], bool]) -> None:
+        """Take the worker's ``respond`` and ``is_cancelled`` (decoupled models' senders)."""
+        self._responder = responder
+        self._cancelled = cancelled
 
     def execute(
         self, requests: Sequence[BackendRequest], sequence: SequenceBatch | None = None
@@ -253,7 +266,26 @@ class PythonBackend:
                 f"message: {describe_exception(exc)}",
                 self._origin,
             )
+            if self._decoupled:
+                return self._end_decoupled(requests, pb_requests, info), PhaseTimes(
+                    t_input, watch.lap()
+                )
             return [info] * len(requests), PhaseTimes(t_input, watch.lap())
+        if self._decoupled:
+            if responses is None:
+                return self._end_decoupled(requests, pb_requests, None), PhaseTimes(
+                    t_input, watch.lap()
+                )
+            info = ErrorInfo(
+                ErrorCode.INTERNAL,
+                f"Failed to process the request(s) for model '{self._instance_name}', "
+                f"message: Python model '{self._instance_name}' is using the decoupled mode "
+                "and the execute function must return None.",
+                self._origin,
+            )
+            return self._end_decoupled(requests, pb_requests, info), PhaseTimes(
+                t_input, watch.lap()
+            )
         if not isinstance(responses, (list, tuple)) or len(responses) != len(requests):
             got = len(responses) if isinstance(responses, (list, tuple)) else type(responses)
             info = ErrorInfo(
@@ -264,8 +296,35 @@ class PythonBackend:
                 self._origin,
             )
             return [info] * len(requests), PhaseTimes(t_input, watch.lap())
-        results = [self._result(r, resp) for r, resp in zip(requests, responses, strict=True)]
+        results: list[Result] = [
+            self._result(r, resp) for r, resp in zip(requests, responses, strict=True)
+        ]
         return results, PhaseTimes(t_input, watch.lap())
+
+    def _end_decoupled(
+        self,
+        requests: Sequence[BackendRequest],
+        pb_requests: Sequence[pb_utils.InferenceRequest],
+        error: ErrorInfo | None,
+    ) -> list[Result]:
+        """After a decoupled ``execute``: with ``error``, every request whose sender is
+        still open ends with it; without, a request whose sender was never asked for ends
+        with a flags-only final response. Open senders stay with the model's threads."""
+        results: list[Result] = []
+        for r, req in zip(requests, pb_requests, strict=True):
+            sender = req._sender  # noqa: SLF001 - the backend owns the request's plumbing
+            req._sender_factory = None  # noqa: SLF001
+            if error is not None:
+                if sender is None or sender._claim():  # noqa: SLF001
+                    results.append(error)
+                else:
+                    results.append(RESPONDED)
+                continue
+            if sender is None:
+                assert self._responder is not None
+                self._responder(r.token, None, True)
+            results.append(RESPONDED)
+        return results
 
     def close(self) -> None:
         """Call ``finalize()`` when the model defines it (errors are logged, not raised)."""
@@ -297,12 +356,16 @@ class PythonBackend:
     ) -> pb_utils.InferenceRequest:
         inputs = []
         for name, arr in r.inputs.items():
+            if self._decoupled:
+                # NOTE: the model's threads may read inputs after execute returned, when
+                # the frontend may already have reused the shared memory.
+                arr = arr.copy()
             reshape = self._input_reshape.get(name)
             if reshape is not None:
                 arr = to_backend_shape(arr, reshape, self._batched)
             inputs.append(pb_utils.Tensor(name, arr))
         inputs.extend(controls)
-        return pb_utils.InferenceRequest(
+        pb_request = pb_utils.InferenceRequest(
             model_name=self._spec.model,
             requested_output_names=list(r.outputs),
             inputs=inputs,
@@ -313,8 +376,32 @@ class PythonBackend:
             timeout=r.timeout_us,
             parameters=r.parameters_json,
         )
+        if self._decoupled:
+            pb_request._sender_factory = lambda: self._new_sender(r)  # noqa: SLF001
+            pb_request._cancelled = lambda: self._cancelled(r.token)  # noqa: SLF001
+        return pb_request
 
-    def _result(self, request: BackendRequest, response: object) -> Result:
+    def _new_sender(self, r: BackendRequest) -> pb_utils.InferenceResponseSender:
+        """The response sender of one request of a decoupled model."""
+        responder = self._responder
+        if responder is None:
+            raise pb_utils.TritonModelException(
+                "this instance cannot send responses (no worker bound)",
+                pb_utils.TritonError.INTERNAL,
+            )
+
+        def post(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+            result = None if response is None else self._result(r, response)
+            try:
+                responder(r.token, result, final)
+            except TritonMPError as e:
+                raise pb_utils.TritonModelException(e.message, int(e.code)) from None
+
+        return pb_utils.InferenceResponseSender(post, lambda: self._cancelled(r.token))
+
+    def _result(
+        self, request: BackendRequest, response: object
+    ) -> dict[str, np.ndarray] | ErrorInfo:
         """One request's outputs, or the ErrorInfo its response carries."""
         if not isinstance(response, pb_utils.InferenceResponse):
             return ErrorInfo(
