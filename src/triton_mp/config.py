@@ -254,6 +254,33 @@ class SchedulerSpec(msgspec.Struct, frozen=True, kw_only=True):
     to_frontends: dict[int, ChannelSpec]
     """Per frontend id."""
     log: LogSpec
+    to_clients: dict[int, ChannelSpec] = {}
+    """Per BLS client id (python workers' BLS inboxes): answers only, no broadcasts."""
+
+
+class BlsModel(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """What a BLS caller needs to know of a model it may call."""
+
+    versions: tuple[int, ...]
+    max_batch_size: int
+    outputs: tuple[str, ...]
+    decoupled: bool = False
+    instance_count: int = 1
+
+
+class BlsSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A python worker's side of BLS (``pb_utils.InferenceRequest.exec``): it submits
+    requests to the scheduler like a frontend, under its own client id."""
+
+    client_id: int
+    """Its ``frontend_id`` in the requests it sends (never a frontend's index)."""
+    inbox: InboxSpec
+    """Answers: from the scheduler and from every worker."""
+    models: dict[str, BlsModel]
+
+
+BLS_CLIENT_BASE = 1 << 20
+"""Client id of the BLS side of worker instance ``i``: ``BLS_CLIENT_BASE + i``."""
 
 
 class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -268,6 +295,9 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
     arena_bytes: int
     arena_budget_bytes: int
     log: LogSpec
+    bls: BlsSpec | None = None
+    """Python workers only: their BLS client (``to_frontends`` then also holds a channel to
+    every other python worker's BLS inbox)."""
 
 
 class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 
 import numpy as np
 import pytest
@@ -94,10 +95,11 @@ def test_request_as_a_model_receives_it() -> None:
     assert pb_utils.InferenceRequest().parameters() == "{}"
 
 
-def test_unsupported_request_features_raise_clearly() -> None:
+def test_request_features_outside_a_server_fail_clearly() -> None:
     req = pb_utils.InferenceRequest(model_name="other")
-    with pytest.raises(pb_utils.TritonModelException, match="BLS"):
-        req.exec()
+    answer = req.exec()  # BLS needs the worker's client: an error response, as in Triton
+    assert answer.has_error()
+    assert "BLS is only available inside a model served by triton-mp" in answer.error().message()
     with pytest.raises(pb_utils.TritonModelException, match="decoupled"):
         req.get_response_sender()
 
@@ -294,3 +296,36 @@ def test_response_sender_is_only_for_decoupled_requests() -> None:
         request.get_response_sender()
     assert e.value.code() == pb_utils.TritonError.UNSUPPORTED
     assert request.is_cancelled() is False
+
+
+def test_bls_exec_and_async_exec_go_through_the_installed_client() -> None:
+    import asyncio
+
+    calls: list[tuple[str, bool]] = []
+
+    def submit(request: pb_utils.InferenceRequest, decoupled: bool, answer):  # type: ignore[no-untyped-def]
+        calls.append((request.model_name(), decoupled))
+        out = pb_utils.Tensor("OUT", np.array([len(calls)]))
+        if decoupled:
+            threading.Thread(
+                target=lambda: [
+                    answer(pb_utils.InferenceResponse([out]), False),
+                    answer(pb_utils.InferenceResponse([]), True),
+                ]
+            ).start()
+        else:
+            threading.Thread(target=answer, args=(pb_utils.InferenceResponse([out]), True)).start()
+        return lambda: None
+
+    pb_utils.set_bls(submit)
+    try:
+        req = pb_utils.InferenceRequest(model_name="m", inputs=[], requested_output_names=[])
+        first = req.exec()
+        assert pb_utils.get_output_tensor_by_name(first, "OUT").as_numpy()[0] == 1
+        second = asyncio.run(req.async_exec())
+        assert pb_utils.get_output_tensor_by_name(second, "OUT").as_numpy()[0] == 2
+        stream = list(req.exec(decoupled=True))
+        assert [len(r.output_tensors()) for r in stream] == [1, 0]
+        assert calls == [("m", False), ("m", False), ("m", True)]
+    finally:
+        pb_utils.set_bls(None)

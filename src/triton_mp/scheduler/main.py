@@ -568,6 +568,9 @@ def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
     inbox: Inbox[ToScheduler] = Inbox(spec.inbox.wakeup, spec.inbox.rings, ToScheduler)
     workers = {i: Sender(c.ring, c.wakeup) for i, c in spec.to_workers.items()}
     frontends = {i: Sender(c.ring, c.wakeup) for i, c in spec.to_frontends.items()}
+    broadcast = tuple(frontends)
+    # NOTE: python workers' BLS clients get answers like a frontend, but no broadcasts.
+    frontends.update({i: Sender(c.ring, c.wakeup) for i, c in spec.to_clients.items()})
 
     def send_worker(instance_id: int, msg: object) -> None:
         workers[instance_id].send_bytes(encode(msg))
@@ -577,7 +580,7 @@ def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
         if sender is not None:
             sender.send_bytes(encode(msg))
 
-    core = SchedulerCore(spec.models, send_worker, send_frontend, tuple(frontends))
+    core = SchedulerCore(spec.models, send_worker, send_frontend, broadcast)
     clock: Clock = MonotonicClock()
     ready.send_bytes(b"ready")
     log.info("scheduler ready: %d model versions", len(spec.models))

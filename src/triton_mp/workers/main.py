@@ -234,6 +234,8 @@ class Worker:
         self._states = SequenceStates.for_model(spec.model)
         self._decoupled = spec.model.decoupled
         self._post_lock = threading.RLock()
+        self.post_lock = self._post_lock
+        """Serialises this process's arena allocations and ring pushes (BLS shares it)."""
         self._cancelled: set[tuple[int, int]] = set()
         """(frontend id, request id) of open decoupled requests whose client went away."""
         bind = getattr(backend, "bind_responder", None)
@@ -574,6 +576,20 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
         ready.send_bytes(b"error:" + text.encode())
         cache.close()
         return 1
+    bls = None
+    if spec.bls is not None:
+        from triton_mp.workers import pb_utils
+        from triton_mp.workers.bls import BlsClient
+
+        bls = BlsClient(
+            spec.bls,
+            spec.model.model,
+            arena,
+            cache,
+            lambda msg: to_scheduler.send_bytes(encode(msg)),
+            worker.post_lock,
+        )
+        pb_utils.set_bls(bls.submit)
     ready.send_bytes(b"ready")
     to_scheduler.send(WorkerReady(instance_id=spec.instance.instance_id, pid=os.getpid()))
     log.info("instance ready")

@@ -13,9 +13,14 @@ Decoupled models: ``InferenceRequest.get_response_sender()`` gives the request's
 any thread until it sends ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``; ``workers.python`` wires it
 to the worker.
 
-Not here yet (later work): BLS (``InferenceRequest.exec``/``async_exec``), model control from
-Python, custom metrics. Those entry points exist where models touch them at import or
-construction time, and raise ``TritonModelException`` saying so when called.
+BLS: ``InferenceRequest(model_name=..., ...).exec()`` / ``await .async_exec()`` send the
+request through the server's scheduler to another model (``workers.bls``) and return its
+``InferenceResponse`` (an error response, never an exception, for an unknown model or the
+callee's failure); ``exec(decoupled=True)`` iterates over a decoupled callee's responses.
+
+Not here yet (later work): model control from Python, custom metrics, request
+rescheduling. Those entry points exist where models touch them at import or construction
+time, and raise ``TritonModelException`` saying so when called.
 
 Tensor data: ``Tensor.as_numpy()`` of an input returns the array the worker gave the backend,
 which for fixed-size types is a view over the frontend's shared-memory arena. As in Triton,
@@ -464,24 +469,147 @@ class InferenceRequest:
             self._sender = self._sender_factory()
         return self._sender
 
-    def exec(self, decoupled: bool = False) -> InferenceResponse:
-        """BLS is not supported yet.
+    def exec(self, decoupled: bool = False) -> Any:
+        """BLS: run this request on ``model_name`` through the server's scheduler and wait.
 
-        Raises:
-            TritonModelException: always.
+        Returns:
+            The ``InferenceResponse`` (decoupled=False); an error response for every
+            failure (unknown model, the callee's error, ``timeout`` µs passed). With
+            decoupled=True, an iterator over the callee's responses (the last one may be
+            empty), with ``cancel()``.
         """
-        raise TritonModelException(
-            "BLS (InferenceRequest.exec) is not supported by triton-mp yet",
-            TritonError.UNSUPPORTED,
+        if decoupled:
+            return _ResponseIterator(self)
+        box: list[InferenceResponse] = []
+        done = threading.Event()
+
+        def answer(response: InferenceResponse, final: bool) -> None:
+            if not box:
+                box.append(response)
+            if final:
+                done.set()
+
+        cancel = _submit(self, False, answer)
+        if not done.wait(self._timeout_us / 1e6 if self._timeout_us > 0 else None):
+            cancel()
+            return InferenceResponse(
+                error=TritonError(
+                    f"BLS request to model '{self._model_name}' got no response within its "
+                    f"timeout of {self._timeout_us} us",
+                    _DEADLINE_EXCEEDED,
+                )
+            )
+        return box[0]
+
+    async def async_exec(self, decoupled: bool = False) -> Any:
+        """BLS without blocking the model's event loop (``async def execute``): as
+        ``exec``; several calls may be awaited together (``asyncio.gather``)."""
+        import asyncio
+
+        if decoupled:
+            return _ResponseIterator(self)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[InferenceResponse] = loop.create_future()
+
+        def settle(response: InferenceResponse) -> None:
+            if not fut.done():
+                fut.set_result(response)
+
+        def answer(response: InferenceResponse, final: bool) -> None:
+            loop.call_soon_threadsafe(settle, response)
+
+        cancel = _submit(self, False, answer)
+        timeout = self._timeout_us / 1e6 if self._timeout_us > 0 else None
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            cancel()
+            return InferenceResponse(
+                error=TritonError(
+                    f"BLS request to model '{self._model_name}' got no response within its "
+                    f"timeout of {self._timeout_us} us",
+                    _DEADLINE_EXCEEDED,
+                )
+            )
+
+
+_DEADLINE_EXCEEDED = 10
+"""``TRITONSERVER_Error_Code``-style code triton-mp uses for DEADLINE_EXCEEDED."""
+
+_bls_submit: Callable[[InferenceRequest, bool, Callable[[Any, bool], None]], Any] | None = None
+
+
+def set_bls(
+    submit: Callable[[InferenceRequest, bool, Callable[[Any, bool], None]], Any] | None,
+) -> None:
+    """Install the worker's BLS client (``workers.bls.BlsClient.submit``); None removes it."""
+    global _bls_submit  # noqa: PLW0603 - one client per worker process
+    _bls_submit = submit
+
+
+def _submit(
+    request: InferenceRequest, decoupled: bool, answer: Callable[[Any, bool], None]
+) -> Callable[[], None]:
+    if _bls_submit is None:
+        answer(
+            InferenceResponse(
+                error=TritonError(
+                    "BLS is only available inside a model served by triton-mp",
+                    TritonError.UNSUPPORTED,
+                )
+            ),
+            True,
         )
+        return lambda: None
+    cancel: Callable[[], None] = _bls_submit(request, decoupled, answer)
+    return cancel
 
-    async def async_exec(self, decoupled: bool = False) -> InferenceResponse:
-        """BLS is not supported yet.
 
-        Raises:
-            TritonModelException: always.
-        """
-        return self.exec(decoupled)
+class _ResponseIterator:
+    """The responses of a BLS request to a decoupled model, as they arrive."""
+
+    def __init__(self, request: InferenceRequest) -> None:
+        import queue
+
+        self._queue: queue.Queue[InferenceResponse | None] = queue.Queue()
+        self._timeout = request.timeout() / 1e6 if request.timeout() > 0 else None
+        self._model = request.model_name()
+        self._ended = False
+
+        def answer(response: InferenceResponse, final: bool) -> None:
+            self._queue.put(response)
+            if final:
+                self._queue.put(None)
+
+        self._cancel = _submit(request, True, answer)
+
+    def __iter__(self) -> _ResponseIterator:
+        return self
+
+    def __next__(self) -> InferenceResponse:
+        import queue
+
+        if self._ended:
+            raise StopIteration
+        try:
+            item = self._queue.get(timeout=self._timeout)
+        except queue.Empty:
+            self._ended = True
+            self._cancel()
+            return InferenceResponse(
+                error=TritonError(
+                    f"BLS request to model '{self._model}' got no response within its timeout",
+                    _DEADLINE_EXCEEDED,
+                )
+            )
+        if item is None:
+            self._ended = True
+            raise StopIteration
+        return item
+
+    def cancel(self) -> None:
+        """Ask the callee to stop (it sees ``is_cancelled()``)."""
+        self._cancel()
 
 
 class InferenceResponseSender:

@@ -1,0 +1,276 @@
+"""BLS: a python worker submits requests to other models through the scheduler.
+
+Imported by worker processes only (``workers.main`` builds a ``BlsClient`` for python
+workers; ``pb_utils.InferenceRequest.exec``/``async_exec`` call it through the hook
+``pb_utils.set_bls``). The worker acts as one more client of the scheduler, like a frontend,
+under its own client id (``config.BLS_CLIENT_BASE + instance id``):
+
+- the request's input tensors are written into one block of the worker's own arena (the
+  callee's worker reads them there); the caller frees that block when the final answer
+  arrives, as a frontend frees its input blocks;
+- the descriptor goes to the scheduler through the worker's ring, so the callee's
+  dynamic batcher, queue policies and statistics apply as to any request;
+- answers (``InferResponse`` from the callee's worker, ``RequestFailed`` from the scheduler)
+  arrive in the worker's BLS inbox, which a daemon thread drains (the main thread may be
+  inside ``execute`` waiting for exactly those answers); output bytes are copied out of the
+  callee's arena and its block freed at once.
+
+Errors come back as error responses, never exceptions (unknown model, bad version, the
+callee's failure), as in Triton. A call to the caller's own model when it has one instance
+would wait forever (Triton deadlocks there); it is answered at once with UNAVAILABLE.
+``timeout`` (µs, the request's) also bounds how long ``exec`` waits; past it the request is
+cancelled if still queued and the response is a DEADLINE_EXCEEDED error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from triton_mp.config import BlsSpec
+from triton_mp.dtypes import protocol_of, serialize_bytes_tensor
+from triton_mp.errors import ErrorCode
+from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, free_block
+from triton_mp.ipc.messages import (
+    BlockRef,
+    CancelRequest,
+    InferRequest,
+    InferResponse,
+    RequestFailed,
+    TensorRef,
+    ToFrontend,
+)
+from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
+from triton_mp.workers import pb_utils
+
+log = logging.getLogger(__name__)
+
+Answer = Callable[[pb_utils.InferenceResponse, bool], None]
+"""``answer(response, final)``: called on the receiver thread for each response."""
+
+
+class BlsClient:
+    """Submits ``pb_utils.InferenceRequest`` objects and delivers their answers.
+
+    Args:
+        spec: the worker's BLS spec (client id, inbox, models it may call).
+        own_model: the caller's model (self-calls with one instance are refused).
+        arena: the worker's arena (input blocks are allocated there).
+        cache: attached segments (the callees' output arenas).
+        send_scheduler: pushes a message to the scheduler (thread-safe, the worker's lock).
+        lock: the worker's lock over its arena and rings.
+    """
+
+    def __init__(
+        self,
+        spec: BlsSpec,
+        own_model: str,
+        arena: ArenaAllocator,
+        cache: SegmentCache,
+        send_scheduler: Callable[[object], None],
+        lock: threading.RLock,
+    ) -> None:
+        self._spec = spec
+        self._own = own_model
+        self._arena = arena
+        self._cache = cache
+        self._send = send_scheduler
+        self._lock = lock
+        self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[Answer, BlockRef]] = {}
+        self._inbox: Inbox[ToFrontend] = Inbox(spec.inbox.wakeup, spec.inbox.rings, ToFrontend)
+        self._inbox.drain()  # NOTE: answers meant for a dead predecessor
+        self._thread = threading.Thread(target=self._receive, name="triton-mp bls", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ submit
+    def submit(
+        self, request: pb_utils.InferenceRequest, decoupled: bool, answer: Answer
+    ) -> Callable[[], None]:
+        """Send ``request``; ``answer(response, final)`` gets its response(s), an error
+        response for every failure. Returns a function that cancels it (best effort)."""
+        error = self._check(request, decoupled)
+        if error is not None:
+            answer(_error_response(error[1], error[0]), True)
+            return lambda: None
+        name = request.model_name()
+        model = self._spec.models[name]
+        version = request.model_version()
+        if version < 0:
+            version = max(model.versions)
+        outputs = tuple(request.requested_output_names()) or model.outputs
+        arrays = [(t.name(), t.as_numpy()) for t in request.inputs()]
+        batch = 1
+        if model.max_batch_size > 0 and arrays and arrays[0][1].ndim > 0:
+            batch = int(arrays[0][1].shape[0])
+        rid = next(self._ids)
+        with self._lock:
+            try:
+                block, refs = self._write_inputs(arrays)
+            except Exception as exc:  # noqa: BLE001 - an answer, not an exception
+                answer(_error_response(f"cannot send the BLS request: {exc}", 1), True)
+                return lambda: None
+            self._pending[rid] = (answer, block)
+            desc = InferRequest(
+                request_id=rid,
+                frontend_id=self._spec.client_id,
+                model=name,
+                version=version,
+                batch_size=batch,
+                inputs=refs,
+                outputs=outputs,
+                block=block,
+                arrival_ns=time.monotonic_ns(),
+                timeout_us=max(0, int(request.timeout())),
+                client_id=request.request_id(),
+                parameters_json=request.parameters(),
+                sequence_id=request.correlation_id(),
+                sequence_flags=request.flags() & 3,
+            )
+            self._send(desc)
+
+        def cancel() -> None:
+            with self._lock:
+                self._send(
+                    CancelRequest(
+                        request_id=rid,
+                        frontend_id=self._spec.client_id,
+                        model=name,
+                        version=version,
+                    )
+                )
+
+        return cancel
+
+    def _check(self, request: pb_utils.InferenceRequest, decoupled: bool) -> tuple[int, str] | None:
+        name = request.model_name()
+        model = self._spec.models.get(name)
+        if model is None:
+            return (
+                pb_utils.TritonError.NOT_FOUND,
+                f"Request for unknown model: '{name}' is not found",
+            )
+        version = request.model_version()
+        if version >= 0 and version not in model.versions:
+            return (
+                pb_utils.TritonError.NOT_FOUND,
+                f"Request for unknown model: '{name}' version {version} is not found",
+            )
+        if model.decoupled and not decoupled:
+            return (
+                pb_utils.TritonError.INVALID_ARG,
+                f"model '{name}' is decoupled: call exec(decoupled=True)",
+            )
+        if name == self._own and model.instance_count == 1:
+            return (
+                pb_utils.TritonError.UNAVAILABLE,
+                f"BLS request to model '{name}' from its only instance would wait for "
+                "itself forever: give the model more instances",
+            )
+        for t in request.inputs():
+            if not isinstance(t, pb_utils.Tensor):
+                return (
+                    pb_utils.TritonError.INVALID_ARG,
+                    f"BLS inputs must be pb_utils.Tensor, got {type(t).__name__}",
+                )
+        return None
+
+    def _write_inputs(
+        self, arrays: list[tuple[str, np.ndarray]]
+    ) -> tuple[BlockRef, tuple[TensorRef, ...]]:
+        parts = []
+        total = 0
+        for name, arr in arrays:
+            datatype = protocol_of(arr.dtype)
+            if datatype == "BYTES":
+                data = memoryview(serialize_bytes_tensor(arr))
+            else:
+                arr = np.ascontiguousarray(arr)
+                data = arr.reshape(-1).view(np.uint8).data if arr.nbytes else memoryview(b"")
+            parts.append((name, datatype, tuple(int(d) for d in arr.shape), data))
+            total += align(len(data))
+        seg, offset = self._arena.alloc(total)
+        mv = memoryview(seg.buf)
+        pos = offset + BLOCK_HEADER_BYTES
+        refs = []
+        for name, datatype, shape, data in parts:
+            n = len(data)
+            mv[pos : pos + n] = data
+            refs.append(TensorRef(name, datatype, shape, seg.name, pos, n))
+            pos += align(n)
+        mv.release()
+        return BlockRef(seg.name, offset), tuple(refs)
+
+    # ----------------------------------------------------------------- receive
+    def _receive(self) -> None:
+        while True:
+            self._inbox.wait(None)
+            for msg in self._inbox.drain():
+                if isinstance(msg, InferResponse | RequestFailed):
+                    try:
+                        self._deliver(msg)
+                    except Exception:  # noqa: BLE001 - the thread must keep receiving
+                        log.exception("delivering BLS answer %d failed", msg.request_id)
+
+    def _deliver(self, msg: InferResponse | RequestFailed) -> None:
+        final = isinstance(msg, RequestFailed) or msg.final
+        with self._lock:
+            entry = self._pending.get(msg.request_id)
+            if entry is not None and final:
+                del self._pending[msg.request_id]
+                free_block(self._own_segment(entry[1].segment), entry[1].offset)
+        if isinstance(msg, RequestFailed) or msg.error is not None:
+            assert msg.error is not None
+            response = _error_response(msg.error.message, int(msg.error.code))
+        else:
+            response = self._read_outputs(msg)
+        if entry is None:
+            return
+        if isinstance(msg, InferResponse) and msg.empty:
+            response = pb_utils.InferenceResponse([])
+        entry[0](response, final)
+
+    def _read_outputs(self, msg: InferResponse) -> pb_utils.InferenceResponse:
+        """Copy the outputs out of the callee's arena, then free its block."""
+        from triton_mp.dtypes import NUMPY_DTYPES, deserialize_bytes_tensor, element_count
+
+        tensors = []
+        try:
+            for ref in msg.outputs:
+                buf = self._cache.get(ref.segment).buf
+                if ref.datatype == "BYTES":
+                    arr = deserialize_bytes_tensor(
+                        memoryview(buf)[ref.offset : ref.offset + ref.nbytes], ref.shape
+                    )
+                else:
+                    arr = np.frombuffer(
+                        buf,
+                        dtype=NUMPY_DTYPES[ref.datatype],
+                        count=element_count(ref.shape),
+                        offset=ref.offset,
+                    ).reshape(ref.shape)
+                    arr = arr.copy()
+                tensors.append(pb_utils.Tensor(ref.name, arr))
+        finally:
+            if msg.block is not None:
+                free_block(self._cache.get(msg.block.segment).buf, msg.block.offset)
+        return pb_utils.InferenceResponse(tensors)
+
+    def _own_segment(self, name: str) -> memoryview:
+        seg = next(s for s in self._arena.segments() if s.name == name)
+        return seg.buf  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Nothing to join: the receiver is a daemon thread that ends with the process."""
+
+
+def _error_response(message: str, code: int) -> pb_utils.InferenceResponse:
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
+
+
+ERROR_DEADLINE = int(ErrorCode.DEADLINE_EXCEEDED)

@@ -1,0 +1,276 @@
+"""End to end: BLS (``pb_utils.InferenceRequest.exec`` / ``async_exec``) through the scheduler.
+
+One server with the project's ``add_sub`` (ONNX), ``add_sub_py`` (python) and
+``repeat_int32`` (decoupled python), plus BLS models written here the way Triton's BLS
+examples are written: ``bls_py`` forwards its inputs to the model named by its ``MODEL``
+input with ``exec()`` and returns the callee's outputs or error; ``bls_async_py`` makes
+several ``async_exec`` calls at once from an ``async def execute``; ``bls_decoupled_py``
+iterates over ``exec(decoupled=True)`` on ``repeat_int32`` and sums what it got.
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from tests.conftest import server_factory
+from tests.server import PROJECT_REPOSITORY, ServerProcess
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+BLS_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "MODEL" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1, 16 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 1, 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1, 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 1, 16 ] }
+]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+"""
+BLS_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            model = pb_utils.get_input_tensor_by_name(request, "MODEL").as_numpy()[0].decode()
+            callee = pb_utils.InferenceRequest(
+                model_name=model,
+                requested_output_names=["OUTPUT0", "OUTPUT1"],
+                inputs=[
+                    pb_utils.get_input_tensor_by_name(request, "INPUT0"),
+                    pb_utils.get_input_tensor_by_name(request, "INPUT1"),
+                ],
+            )
+            answer = callee.exec()
+            if answer.has_error():
+                responses.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError("BLS: " + answer.error().message())))
+                continue
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT0", pb_utils.get_output_tensor_by_name(
+                    answer, "OUTPUT0").as_numpy()),
+                pb_utils.Tensor("OUTPUT1", pb_utils.get_output_tensor_by_name(
+                    answer, "OUTPUT1").as_numpy()),
+            ]))
+        return responses
+"""
+ASYNC_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1, 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1, 16 ] } ]
+"""
+ASYNC_MODEL = """
+import asyncio
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            calls = [
+                pb_utils.InferenceRequest(
+                    model_name=name,
+                    requested_output_names=["OUTPUT0"],
+                    inputs=[pb_utils.Tensor("INPUT0", x), pb_utils.Tensor("INPUT1", x * k)],
+                ).async_exec()
+                for k, name in enumerate(["add_sub", "add_sub_py"] * 4)
+            ]
+            answers = await asyncio.gather(*calls)
+            total = np.zeros_like(x)
+            for a in answers:
+                if a.has_error():
+                    raise pb_utils.TritonModelException(a.error().message())
+                total += pb_utils.get_output_tensor_by_name(a, "OUTPUT0").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", total)]))
+        return responses
+"""
+DECOUPLED_CALLER_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [
+  { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] }
+]
+"""
+DECOUPLED_CALLER_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            call = pb_utils.InferenceRequest(
+                model_name="repeat_int32",
+                requested_output_names=["OUT"],
+                inputs=[
+                    pb_utils.Tensor("IN", values),
+                    pb_utils.Tensor("DELAY", np.zeros(values.shape, np.uint32)),
+                    pb_utils.Tensor("WAIT", np.zeros((1,), np.uint32)),
+                ],
+            )
+            total = count = 0
+            for answer in call.exec(decoupled=True):
+                if answer.has_error():
+                    raise pb_utils.TritonModelException(answer.error().message())
+                out = pb_utils.get_output_tensor_by_name(answer, "OUT")
+                if out is not None:
+                    total += int(out.as_numpy()[0])
+                    count += 1
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("SUM", np.array([total], np.int32)),
+                pb_utils.Tensor("COUNT", np.array([count], np.int32)),
+            ]))
+        return responses
+"""
+
+
+def _model(repo: Path, name: str, config: str, source: str) -> None:
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "config.pbtxt").write_text(textwrap.dedent(config))
+    (repo / name / "1" / "model.py").write_text(textwrap.dedent(source))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repo = tmp_path_factory.mktemp("repo")
+    for name in ("add_sub", "add_sub_py", "repeat_int32"):
+        shutil.copytree(
+            PROJECT_REPOSITORY / name, repo / name, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    _model(repo, "bls_py", BLS_CONFIG, BLS_MODEL)
+    _model(repo, "bls_async_py", ASYNC_CONFIG, ASYNC_MODEL)
+    _model(repo, "bls_decoupled_py", DECOUPLED_CALLER_CONFIG, DECOUPLED_CALLER_MODEL)
+    with server_factory(tmp_path_factory.mktemp("logs")) as start:
+        yield start(repo)
+
+
+def _inputs(**arrays: np.ndarray) -> list[grpcclient.InferInput]:
+    out = []
+    for name, arr in arrays.items():
+        dtype = "BYTES" if arr.dtype == np.object_ else "INT32" if arr.dtype == np.int32 else "FP32"
+        t = grpcclient.InferInput(name, list(arr.shape), dtype)
+        t.set_data_from_numpy(arr)
+        out.append(t)
+    return out
+
+
+@pytest.mark.parametrize("callee", ["add_sub", "add_sub_py"])
+def test_bls_exec_to_onnx_and_python(server: ServerProcess, callee: str) -> None:
+    rng = np.random.default_rng(len(callee))
+    a = rng.standard_normal((1, 16), dtype=np.float32)
+    b = rng.standard_normal((1, 16), dtype=np.float32)
+    client = server.client()
+    try:
+        res = client.infer(
+            "bls_py",
+            _inputs(MODEL=np.array([callee.encode()], dtype=np.object_), INPUT0=a, INPUT1=b),
+        )
+    finally:
+        client.close()
+    np.testing.assert_allclose(res.as_numpy("OUTPUT0"), a + b, rtol=1e-6)
+    np.testing.assert_allclose(res.as_numpy("OUTPUT1"), a - b, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("callee", "message"),
+    [
+        ("no_such_model", "BLS: Request for unknown model: 'no_such_model' is not found"),
+        ("bls_async_py", "BLS: "),  # wrong inputs for that model: the callee's error
+        ("repeat_int32", "BLS: model 'repeat_int32' is decoupled: call exec(decoupled=True)"),
+    ],
+)
+def test_bls_errors_are_error_responses(server: ServerProcess, callee: str, message: str) -> None:
+    a = np.ones((1, 16), np.float32)
+    client = server.client()
+    try:
+        with pytest.raises(InferenceServerException) as e:
+            client.infer(
+                "bls_py",
+                _inputs(MODEL=np.array([callee.encode()], dtype=np.object_), INPUT0=a, INPUT1=a),
+            )
+        assert e.value.message().startswith(message), e.value.message()
+        res = client.infer(
+            "bls_py",
+            _inputs(MODEL=np.array([b"add_sub"], dtype=np.object_), INPUT0=a, INPUT1=a),
+        )
+        np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), a + a)
+    finally:
+        client.close()
+
+
+def test_async_exec_many_calls_at_once(server: ServerProcess) -> None:
+    x = np.arange(16, dtype=np.float32).reshape(1, 16)
+
+    def one(_: int) -> np.ndarray:
+        client = server.client()
+        try:
+            return client.infer("bls_async_py", _inputs(INPUT0=x)).as_numpy("OUTPUT0")
+        finally:
+            client.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(one, range(8)))
+    expected = sum(x + x * k for k in range(8))
+    for r in results:
+        np.testing.assert_allclose(r, expected, rtol=1e-5)
+
+
+def test_exec_decoupled_iterates_over_every_response(server: ServerProcess) -> None:
+    client = server.client()
+    try:
+        values = np.array([3, 5, 7, 11], np.int32)
+        res = client.infer("bls_decoupled_py", _inputs(IN=values))
+        assert int(res.as_numpy("SUM")[0]) == 26
+        assert int(res.as_numpy("COUNT")[0]) == 4
+        res = client.infer("bls_decoupled_py", _inputs(IN=np.zeros((0,), np.int32)))
+        assert int(res.as_numpy("COUNT")[0]) == 0
+    finally:
+        client.close()
+
+
+def test_bls_requests_count_in_the_callee_statistics(server: ServerProcess) -> None:
+    client = server.client()
+    try:
+        before = client.get_inference_statistics("add_sub_py", as_json=True)["model_stats"][0]
+        a = np.ones((1, 16), np.float32)
+        for _ in range(3):
+            client.infer(
+                "bls_py",
+                _inputs(MODEL=np.array([b"add_sub_py"], dtype=np.object_), INPUT0=a, INPUT1=a),
+            )
+        deadline = time.monotonic() + 10
+        while True:  # the callee's books are written just after its answer leaves
+            after = client.get_inference_statistics("add_sub_py", as_json=True)["model_stats"][0]
+            done = int(after.get("inference_count", 0)) - int(before.get("inference_count", 0))
+            if done >= 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert done == 3
+    finally:
+        client.close()
