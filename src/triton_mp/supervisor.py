@@ -57,6 +57,7 @@ from triton_mp.ipc.heartbeat import HeartbeatBoard, start_beating
 from triton_mp.ipc.messages import Shutdown, WorkerDied
 from triton_mp.ipc.notify import Wakeup, WakeupKind, create_wakeup
 from triton_mp.ipc.shm import list_objects, remove_entry
+from triton_mp.malloc import tune_malloc
 from triton_mp.repository import (
     RepositoryModel,
     config_to_json,
@@ -369,6 +370,7 @@ def _child_main(
         start_beating(*heartbeat)
     setproctitle.setproctitle(f"triton-mp: {role} {name}" if role != name else f"triton-mp: {role}")
     os.environ.update(env)
+    tune_malloc()
     if role == "frontend":
         from triton_mp.frontend.main import run_frontend as run
     elif role == "scheduler":
