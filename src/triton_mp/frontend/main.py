@@ -22,7 +22,6 @@ from multiprocessing.connection import Connection
 import grpc
 
 from triton_mp._proto import admin_pb2_grpc, health_pb2_grpc
-from triton_mp._proto import grpc_service_pb2_grpc as pb_grpc
 from triton_mp.config import FrontendSpec
 from triton_mp.errors import TritonMPError
 from triton_mp.frontend.admin import AdminServicer
@@ -32,7 +31,7 @@ from triton_mp.frontend.metrics import MetricsEndpoint
 from triton_mp.frontend.models import ModelTable
 from triton_mp.frontend.pending import PendingTable
 from triton_mp.frontend.restrict import RestrictedProtocolInterceptor
-from triton_mp.frontend.servicer import HealthServicer, InferenceServicer
+from triton_mp.frontend.servicer import HealthServicer, InferenceServicer, add_to_server
 from triton_mp.frontend.shm import Region, SystemShmRegistry
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender
 from triton_mp.ipc.codec import Decoder
@@ -109,7 +108,7 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
             ("grpc.so_reuseport", 1),
         ],
     )
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
+    add_to_server(servicer, server)
     health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(core), server)
     admin_pb2_grpc.add_AdminServicer_to_server(
         AdminServicer(

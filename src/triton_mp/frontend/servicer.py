@@ -26,6 +26,7 @@ from triton_mp.frontend.core import (
     Submitted,
     stats_to_proto,
 )
+from triton_mp.frontend.wire import WireInferRequest, infer_response_bytes, split_infer_request
 from triton_mp.ipc.messages import InferResponse, RequestFailed
 
 __all__ = ["EXTENSIONS", "GRPC_STATUS", "HealthServicer", "InferenceServicer", "stats_to_proto"]
@@ -78,6 +79,52 @@ def _infer_response(result: InferResult) -> pb.ModelInferResponse:
     finally:
         result.release()
     return resp
+
+
+def _infer_response_bytes(result: InferResult) -> bytes:
+    """``_infer_response`` serialized, each output copied once, straight from the arena."""
+    try:
+        resp = pb.ModelInferResponse(
+            model_name=result.model, model_version=str(result.version), id=result.request_id
+        )
+        for ref in result.outputs:
+            out = resp.outputs.add()
+            out.name = ref.name
+            out.datatype = ref.datatype
+            out.shape.extend(ref.shape)
+        # NOTE: views stay valid until release(), after the join copied them.
+        return infer_response_bytes(resp, [result.view(ref) for ref in result.outputs])
+    finally:
+        result.release()
+
+
+def add_to_server(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
+    """Register ``servicer`` as ``inference.GRPCInferenceService`` on ``server``.
+
+    The generated handlers, except ModelInfer, whose request deserializer keeps tensor bytes
+    as views (``wire.split_infer_request``) and whose handler returns serialized bytes.
+    """
+
+    class _Capture:
+        handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+        def add_generic_rpc_handlers(self, _handlers: object) -> None:
+            pass
+
+        def add_registered_method_handlers(
+            self, _name: str, handlers: dict[str, grpc.RpcMethodHandler]
+        ) -> None:
+            self.handlers = dict(handlers)
+
+    capture = _Capture()
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, capture)
+    handlers = capture.handlers
+    handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
+        servicer.ModelInfer, request_deserializer=split_infer_request, response_serializer=None
+    )
+    service = "inference.GRPCInferenceService"
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    server.add_registered_method_handlers(service, handlers)
 
 
 def _stream_error(
@@ -167,12 +214,23 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
 
     # --------------------------------------------------------------- inference
     async def ModelInfer(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
-        """KServe ModelInfer: validate, copy inputs to shared memory, await the worker."""
+        """KServe ModelInfer: validate, copy inputs to shared memory, await the worker.
+
+        ``request`` is a ``WireInferRequest`` (the handler ``add_to_server`` registers), whose
+        tensor bytes are views into the received message, or a plain ModelInferRequest. The
+        answer is the serialized ModelInferResponse (``wire.infer_response_bytes``).
+        """
+        if isinstance(request, WireInferRequest):
+            message, raw = request.request, request.raw or None
+        else:
+            message, raw = request, None
         try:
-            result = await self._core.infer(request, decoupled_message=DECOUPLED_MESSAGE)
+            result = await self._core.infer(
+                message, decoupled_message=DECOUPLED_MESSAGE, raw_inputs=raw
+            )
         except TritonMPError as e:
             await _abort(context, e.code, e.message)
-        return _infer_response(result)
+        return _infer_response_bytes(result)
 
     async def ModelStreamInfer(self, request_iterator, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton's bidirectional stream: per request, one response (or ``error_message``),
