@@ -153,9 +153,9 @@ def test_a_worker_hung_in_c_code_is_killed_but_a_slow_one_is_not(
         assert _infer(client, "echo_py", 4) == 4
         assert slow.result(timeout=120) == 1
     assert "no heartbeat for" in message
-    assert "worker hang_py_0_0" in server.log()
-    assert "it is hung; killing it" in server.log()
-    assert "slow_py_0_0" not in server.log().split("it is hung")[0].splitlines()[-1]
+    hung = [line for line in server.log().splitlines() if "it is hung; killing it" in line]
+    assert len(hung) == 1, hung
+    assert "worker hang_py_0_0" in hung[0]
     _wait_for(lambda: client.is_model_ready("hang_py"), 60, "hang_py to be ready again")
     assert _infer(client, "hang_py", 3) == 3
     assert _instance(server, "slow_py", "slow_py_0_0")["restarts"] == 0
