@@ -149,7 +149,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="answer these HTTP APIs (same names) only to requests with the header "
         "<key>: <value>; repeatable",
     )
-    start.add_argument("--load-model", action="append", default=[], dest="load_models")
+    start.add_argument(
+        "--load-model",
+        action="append",
+        default=[],
+        dest="load_models",
+        help="explicit mode: a model to load at start (repeatable; '*' loads all)",
+    )
+    start.add_argument(
+        "--repository-poll-secs",
+        type=float,
+        default=15.0,
+        help="poll mode: seconds between rescans of the model repository",
+    )
     start.add_argument(
         "--arena-budget-bytes",
         type=int,
@@ -224,6 +236,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                 "grpc_restricted": grpc_restricted,
                 "http_restricted": http_restricted,
                 "load_models": tuple(args.load_models),
+                "repository_poll_s": args.repository_poll_secs,
                 "exit_timeout_s": args.exit_timeout_secs,
                 "heartbeat_timeout_s": args.heartbeat_timeout_secs,
                 "arena_budget_bytes": args.arena_budget_bytes,

@@ -3,7 +3,8 @@
 Imported by the CLI and supervisor (which build them) and by every role's ``main`` (which
 decode their own spec). Children receive their spec as msgpack bytes (``ipc.codec``) and
 never re-read flags, environment variables or config.pbtxt. Fields carry their units.
-Every field is restart-required: nothing here is hot-reloaded yet.
+Every field is restart-required; models change at run time through messages instead
+(``ipc.messages.ModelTableUpdate``, ``VersionsActivated``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
+# NOTE: ModelEntry crosses the control pipe too, so it lives with the messages.
+from triton_mp.ipc.messages import ModelEntry as ModelEntry
 from triton_mp.ipc.notify import Wakeup
 
 Port = Annotated[int, Meta(ge=0, le=65535)]
@@ -54,6 +57,9 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     http_restricted: dict[str, tuple[str, str]] = {}
     """``--http-restricted-api``: category -> (header key, value)."""
     load_models: tuple[str, ...] = ()
+    """``--load-model``: models loaded at start in explicit mode (``*`` = all)."""
+    repository_poll_s: Annotated[float, Meta(ge=0)] = 15.0
+    """``--repository-poll-secs``: how often poll mode rescans the repository."""
     exit_timeout_s: Annotated[float, Meta(ge=0)] = 30.0
     log_verbose: Annotated[int, Meta(ge=0)] = 0
     log_format: Literal["console", "json"] = "console"
@@ -300,18 +306,6 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
     every other python worker's BLS inbox)."""
 
 
-class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):
-    """The frontend's view of one model in the repository."""
-
-    name: str
-    config: bytes
-    """Serialized effective ``inference.ModelConfig`` (empty when it failed to load)."""
-    ready_versions: tuple[int, ...]
-    failed_versions: tuple[int, ...] = ()
-    reason: str = ""
-    """Why the model (or a version) is UNAVAILABLE."""
-
-
 class MetricsSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """The Prometheus endpoint, for the one frontend that serves it."""
 
@@ -345,6 +339,8 @@ class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
     allow_client_shm: bool
     log: LogSpec
     metrics: MetricsSpec | None = None
+    repository: str = ""
+    """The model repository directory: RepositoryIndex lists models never loaded too."""
     """The metrics endpoint this frontend serves (frontend 0 only), or None."""
     grpc_restricted: dict[str, tuple[str, str]] = {}
     """``--grpc-restricted-protocol``: category -> (header key, value); see ``restricted``."""

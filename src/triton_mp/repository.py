@@ -16,6 +16,7 @@ Reproduces Triton (core ``model_config_utils.cc``, ``model_repository_manager.cc
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -377,12 +378,68 @@ def load_repository(
     return [models[name] for name in sorted(models)]
 
 
+def parse_config_override(model: str, text: str) -> model_config_pb2.ModelConfig:
+    """The ``config`` parameter of RepositoryModelLoad: a JSON ModelConfig (Triton's JSON
+    form: int64 fields as numbers or strings) used instead of config.pbtxt.
+
+    Raises:
+        ConfigError: "Invalid config override: <detail>" (Triton's INVALID_ARG text).
+    """
+    config = model_config_pb2.ModelConfig()
+    try:
+        json_format.Parse(text, config)
+    except (json_format.ParseError, ValueError) as e:
+        raise ConfigError(f"Invalid config override: {e}") from None
+    if not config.name:
+        config.name = model
+    return config
+
+
+_IGNORED_FILES = frozenset({"__pycache__"})
+"""Directories the server itself writes into a model directory (python's bytecode cache):
+never a change of the model."""
+
+
+def directory_fingerprint(directory: Path, *, skip: Iterable[str] = ()) -> str:
+    """A digest of a directory tree's files (relative path, size, mtime in ns), so a rescan
+    can tell whether anything changed. Hidden entries, ``__pycache__`` and the top-level
+    names in ``skip`` are left out; a missing directory digests as empty."""
+    digest = hashlib.sha256()
+    skipped = set(skip)
+    if not directory.is_dir():
+        return digest.hexdigest()
+    stack = [directory]
+    while stack:
+        current = stack.pop()
+        try:
+            entries = sorted(current.iterdir(), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith(".") or entry.name in _IGNORED_FILES:
+                continue
+            if current == directory and entry.name in skipped:
+                continue
+            try:
+                st = entry.stat()
+            except OSError:
+                continue
+            rel = str(entry.relative_to(directory))
+            if entry.is_dir():
+                digest.update(f"d:{rel}\0".encode())
+                stack.append(entry)
+            else:
+                digest.update(f"f:{rel}:{st.st_size}:{st.st_mtime_ns}\0".encode())
+    return digest.hexdigest()
+
+
 def load_model(
     directory: Path,
     *,
     auto_complete: bool = True,
     default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     gpu_ids: Sequence[int] = (),
+    config_override: model_config_pb2.ModelConfig | None = None,
 ) -> RepositoryModel:
     """Load one model directory: config, auto-complete, normalise, validate, pick versions.
 
@@ -415,6 +472,9 @@ def load_model(
         auto_complete: see ``load_repository``.
         default_max_batch_size: see ``load_repository``.
         gpu_ids: see ``load_repository``.
+        config_override: used instead of ``config.pbtxt`` (RepositoryModelLoad's
+            ``config`` parameter, see ``parse_config_override``); completed and validated
+            the same way.
     """
     directory = Path(directory)
     name = directory.name
@@ -423,6 +483,7 @@ def load_model(
         auto_complete=auto_complete,
         default_max_batch_size=default_max_batch_size,
         gpu_ids=tuple(sorted(set(gpu_ids))),
+        config_override=config_override,
     )
     try:
         versions = loader.run()
@@ -452,7 +513,9 @@ class _ModelLoader:
         auto_complete: bool,
         default_max_batch_size: int,
         gpu_ids: tuple[int, ...],
+        config_override: model_config_pb2.ModelConfig | None = None,
     ) -> None:
+        self.config_override = config_override
         self.directory = directory
         self.name = directory.name
         self.auto_complete = auto_complete
@@ -498,6 +561,10 @@ class _ModelLoader:
         return versions
 
     def _read_config(self) -> model_config_pb2.ModelConfig:
+        if self.config_override is not None:
+            config = model_config_pb2.ModelConfig()
+            config.CopyFrom(self.config_override)
+            return config
         path = self.directory / CONFIG_FILENAME
         if path.is_file():
             return read_config_pbtxt(path)

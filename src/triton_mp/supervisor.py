@@ -19,7 +19,9 @@ import multiprocessing as mp
 import os
 import signal
 import socket
+import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -41,7 +43,6 @@ from triton_mp.config import (
     InstanceSpec,
     LogSpec,
     MetricsSpec,
-    ModelEntry,
     ModelVersionSpec,
     QueuePolicySpec,
     SchedulerSpec,
@@ -58,12 +59,12 @@ from triton_mp.ipc.messages import Shutdown, WorkerDied
 from triton_mp.ipc.notify import Wakeup, WakeupKind, create_wakeup
 from triton_mp.ipc.shm import list_objects, remove_entry
 from triton_mp.malloc import tune_malloc
+from triton_mp.model_manager import ModelManager
 from triton_mp.repository import (
     RepositoryModel,
     config_to_json,
     datatype_to_protocol,
     instance_names,
-    load_repository,
 )
 from triton_mp.workers.registry import SUPPORTED_BACKENDS
 
@@ -201,8 +202,19 @@ class ModelPlan:
     error: str = ""
 
 
-def plan_models(models: list[RepositoryModel]) -> tuple[list[ModelPlan], list[InstanceSpec]]:
-    """Turn loaded repository models into version specs and instances with dense ids."""
+def plan_models(
+    models: list[RepositoryModel],
+    first_instance_id: int = 0,
+    only_versions: dict[str, set[int]] | None = None,
+) -> tuple[list[ModelPlan], list[InstanceSpec]]:
+    """Turn loaded repository models into version specs and instances with dense ids.
+
+    Args:
+        models: loaded repository models.
+        first_instance_id: the first id to hand out (ids are never reused in a server).
+        only_versions: per model, the versions to plan (the others are left out); None
+            plans every version.
+    """
     plans = []
     instances: list[InstanceSpec] = []
     for m in models:
@@ -237,11 +249,13 @@ def plan_models(models: list[RepositoryModel]) -> tuple[list[ModelPlan], list[In
         )
         config_json = json.dumps(config_to_json(cfg))
         for v in m.versions:
+            if only_versions is not None and v.version not in only_versions.get(m.name, set()):
+                continue
             ids = []
             names = []
             for name, kind, gpu in instance_names(cfg):
                 inst = InstanceSpec(
-                    instance_id=len(instances),
+                    instance_id=first_instance_id + len(instances),
                     name=name,
                     model=m.name,
                     version=v.version,
@@ -323,6 +337,10 @@ class _Child:
     """When the supervisor started judging its heartbeats (0: not yet, or not ready)."""
     hung_s: float = 0.0
     """How long it had been silent when the supervisor killed it as hung (0: it was not)."""
+    instance_id: int = -1
+    """A worker's instance id."""
+    managed: bool = False
+    """The model manager starts or stops it now: the watch loop leaves it alone."""
 
     @property
     def fields(self) -> dict[str, str]:
@@ -395,6 +413,8 @@ class Supervisor:
         self._stop_requested = False
         self._wake_r, self._wake_w = socket.socketpair()
         self._children: list[_Child] = []
+        self._children_lock = threading.Lock()
+        self._scheduler_lock = threading.Lock()
         self._drain_frontends = True
         self._heartbeats: HeartbeatBoard | None = None
 
@@ -412,7 +432,8 @@ class Supervisor:
 
     # ------------------------------------------------------------- children
     def _spawn(self, child: _Child) -> None:
-        recv_end, send_end = self._ctx.Pipe(duplex=False)
+        # NOTE: a frontend's pipe stays open as its control pipe (model_manager).
+        recv_end, send_end = self._ctx.Pipe(duplex=child.role == "frontend")
         proc = self._ctx.Process(
             target=_child_main,
             args=(
@@ -491,8 +512,10 @@ class Supervisor:
         if board is None:
             return None
         if child.slot < 0:
-            used = {c.slot for c in self._children}
-            child.slot = next((i for i in range(board.slots) if i not in used), -1)
+            # NOTE: the model manager's thread spawns too (model_manager).
+            with self._children_lock:
+                used = {c.slot for c in self._children}
+                child.slot = next((i for i in range(board.slots) if i not in used), -1)
             if child.slot < 0:
                 log.warning("no heartbeat slot left for %s %s", child.role, child.name)
                 return None
@@ -514,7 +537,9 @@ class Supervisor:
         if board is None:
             return
         now = time.monotonic_ns()
-        for c in self._children:
+        with self._children_lock:
+            children = [c for c in self._children if not c.managed]
+        for c in children:
             p = c.process
             if p is None or c.slot < 0 or not c.ready or c.hung_s or p.exitcode is not None:
                 continue
@@ -618,69 +643,29 @@ class Supervisor:
     def _run(self) -> int:
         cfg = self.config
         self._check_port_free()
-        repo_models = load_repository(
-            cfg.repository_path,
-            auto_complete=cfg.auto_complete,
-            default_max_batch_size=cfg.default_max_batch_size,
-        )
-        if cfg.model_control_mode == "explicit" and "*" not in cfg.load_models:
-            # NOTE: Triton's explicit mode loads only --load-model models at start.
-            wanted = set(cfg.load_models)
-            unknown = wanted - {m.name for m in repo_models}
-            for name in sorted(unknown):
-                log.error("failed to load '%s': model not found in the repository", name)
-            repo_models = [m for m in repo_models if m.name in wanted]
-        elif cfg.model_control_mode == "poll":
-            log.warning(
-                "--model-control-mode=poll: models are loaded once; polling is not implemented yet"
-            )
-        plans, instances = plan_models(repo_models)
-        for p in plans:
-            if p.error:
-                log.error(
-                    "failed to load model '%s': %s",
-                    p.repo.name,
-                    p.error,
-                    extra={"model": p.repo.name},
-                )
         n_fe = cfg.frontend_processes
-
-        sched_inbox_rings = [self._ring(f"r_f{i}_s") for i in range(n_fe)]
-        sched_inbox_rings += [self._ring(f"r_w{w.instance_id}_s") for w in instances]
+        fe_inbox_rings = [self._ring(f"r_f{i}_s") for i in range(n_fe)]
         sup_ring = self._ring("r_sup_s")
-        sched_inbox_rings.append(sup_ring)
         sched_sem = self._wakeup("semaphore", "s_sem")
         # NOTE: frontends run asyncio loops that watch a FIFO; see ipc/notify.py.
         fe_sems = {i: self._wakeup("fifo", f"f{i}_fifo") for i in range(n_fe)}
-        w_sems = {
-            w.instance_id: self._wakeup("semaphore", f"w{w.instance_id}_sem") for w in instances
-        }
-        to_workers = {
-            w.instance_id: ChannelSpec(self._ring(f"r_s_w{w.instance_id}"), w_sems[w.instance_id])
-            for w in instances
-        }
         to_frontends_from_sched = {
             i: ChannelSpec(self._ring(f"r_s_f{i}"), fe_sems[i]) for i in range(n_fe)
         }
-        w_to_f = {
-            (w.instance_id, i): ChannelSpec(self._ring(f"r_w{w.instance_id}_f{i}"), fe_sems[i])
-            for w in instances
-            for i in range(n_fe)
-        }
-        version_specs = [v for p in plans for v in p.versions]
-        bls = self._bls_channels(instances, version_specs)
-
+        # NOTE: the scheduler starts with no model; every instance, at start or later, is
+        # wired to it by InstancesAdded / VersionsActivated (model_manager).
         scheduler = _Child(
             "scheduler",
             "scheduler",
             encode(
                 SchedulerSpec(
-                    models=tuple(version_specs),
-                    inbox=InboxSpec(sched_sem, tuple(sched_inbox_rings)),
-                    to_workers=to_workers,
+                    models=(),
+                    # NOTE: the supervisor's ring first: a pass sees a model change before
+                    # the requests that followed it (see SchedulerCore.defer_unknown).
+                    inbox=InboxSpec(sched_sem, (sup_ring, *fe_inbox_rings)),
+                    to_workers={},
                     to_frontends=to_frontends_from_sched,
                     log=self._log,
-                    to_clients=bls.from_scheduler,
                 )
             ),
         )
@@ -691,68 +676,8 @@ class Supervisor:
             raise StartupError(errors["scheduler"])
         self._to_scheduler = Sender(sup_ring, sched_sem)
 
-        by_version = {(v.model, v.version): v for v in version_specs}
-        workers: dict[int, _Child] = {}
-        for w in instances:
-            env = {"CUDA_VISIBLE_DEVICES": str(w.gpu_id)} if w.kind == "KIND_GPU" else {}
-            spec = WorkerSpec(
-                instance=w,
-                model=by_version[(w.model, w.version)],
-                inbox=InboxSpec(w_sems[w.instance_id], (to_workers[w.instance_id].ring,)),
-                to_scheduler=ChannelSpec(self._name(f"r_w{w.instance_id}_s"), sched_sem),
-                to_frontends={i: w_to_f[(w.instance_id, i)] for i in range(n_fe)}
-                | bls.from_worker.get(w.instance_id, {}),
-                arena_prefix=self._name(f"w{w.instance_id}"),
-                arena_bytes=cfg.output_arena_bytes,
-                arena_budget_bytes=cfg.arena_budget_bytes,
-                log=self._log,
-                bls=bls.specs.get(w.instance_id),
-            )
-            child = _Child("worker", w.name, encode(spec), env, model=w.model)
-            workers[w.instance_id] = child
-            self._children.append(child)
-            self._spawn(child)
-        self._workers = workers
-        errors = self._await_ready(list(workers.values()), cfg.startup_timeout_s)
-
-        entries = []
-        for p in plans:
-            failed = dict(p.failed_versions)
-            for inst in p.instances:
-                err = errors.get(workers[inst.instance_id].name)
-                if err is not None:
-                    failed.setdefault(inst.version, f"instance {inst.name}: {err}")
-            for v, reason in failed.items():
-                log.error(
-                    "failed to load model '%s' version %d: %s",
-                    p.repo.name,
-                    v,
-                    reason,
-                    extra={"model": p.repo.name},
-                )
-            ready = tuple(v.version for v in p.versions if v.version not in failed)
-            if ready:
-                log.info(
-                    "model '%s' ready: versions %s",
-                    p.repo.name,
-                    list(ready),
-                    extra={"model": p.repo.name},
-                )
-            entries.append(
-                ModelEntry(
-                    name=p.repo.name,
-                    config=p.repo.config.SerializeToString()
-                    if p.repo.config and not p.error
-                    else b"",
-                    ready_versions=ready,
-                    failed_versions=tuple(failed),
-                    reason=p.error or "; ".join(failed.values()),
-                )
-            )
-        # NOTE: workers that failed to load are not restarted; their model is UNAVAILABLE.
-        for _iid, child in workers.items():
-            if not child.ready:
-                child.restarts = MAX_RESTARTS
+        self.models = ModelManager(self, n_fe, sched_sem, fe_sems)
+        self.models.load_at_start(self._models_at_start())
 
         self._frontends = []
         for i in range(n_fe):
@@ -764,13 +689,12 @@ class Supervisor:
                 http_port=cfg.http_port,
                 allow_http=cfg.allow_http,
                 server_name=cfg.server_id_name,
-                models=tuple(entries),
+                models=self.models.entries(),
                 inbox=InboxSpec(
                     fe_sems[i],
-                    (to_frontends_from_sched[i].ring,)
-                    + tuple(w_to_f[(w.instance_id, i)].ring for w in instances),
+                    (to_frontends_from_sched[i].ring, *self.models.frontend_rings(i)),
                 ),
-                to_scheduler=ChannelSpec(sched_inbox_rings[i], sched_sem),
+                to_scheduler=ChannelSpec(fe_inbox_rings[i], sched_sem),
                 arena_prefix=self._name(f"f{i}"),
                 arena_bytes=cfg.input_arena_bytes,
                 arena_budget_bytes=cfg.arena_budget_bytes,
@@ -790,23 +714,137 @@ class Supervisor:
                 )
                 if cfg.allow_metrics and i == 0
                 else None,
+                repository=str(cfg.repository_path),
             )
             child = _Child("frontend", str(i), encode(spec_fe))
             self._frontends.append(child)
-            self._children.append(child)
+            self.add_children([child])
             self._spawn(child)
         errors = self._await_ready(self._frontends, cfg.startup_timeout_s)
         if errors:
             raise StartupError("; ".join(errors.values()))
+        self.models.attach_frontends(
+            {i: c.ready_conn for i, c in enumerate(self._frontends) if c.ready_conn is not None}
+        )
         log.info(
-            "triton-mp serving %d models (%d instances) on gRPC %s:%d with %d frontend(s)",
-            sum(1 for e in entries if e.ready_versions),
-            len(instances),
+            "triton-mp serving %d models (%d instances) on gRPC %s:%d with %d frontend(s), "
+            "model control mode %s",
+            self.models.ready_model_count(),
+            self.models.instance_count(),
             cfg.grpc_address,
             cfg.grpc_port,
             n_fe,
+            cfg.model_control_mode,
         )
         return self._watch(scheduler)
+
+    def _models_at_start(self) -> list[str]:
+        """The models to load at start: all (none, poll, explicit with ``*``) or the
+        ``--load-model`` ones (explicit)."""
+        cfg = self.config
+        repo = cfg.repository_path
+        if not repo.is_dir():
+            raise StartupError(f"failed to stat file {repo}: model repository not found")
+        present = sorted(
+            p.name for p in repo.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
+        if cfg.model_control_mode != "explicit" or "*" in cfg.load_models:
+            return present
+        # NOTE: Triton's explicit mode loads only --load-model models at start.
+        for name in sorted(set(cfg.load_models) - set(present)):
+            log.error("failed to load '%s': model not found in the repository", name)
+        return [n for n in present if n in set(cfg.load_models)]
+
+    # ------------------------------------------------- the model manager's host
+    @property
+    def log_spec(self) -> LogSpec:
+        """The children's log settings."""
+        return self._log
+
+    @property
+    def stopping(self) -> bool:
+        """A stop signal arrived."""
+        return self._stop_requested
+
+    def make_worker(self, spec: WorkerSpec) -> _Child:
+        """A worker child for ``spec``, managed by the model manager until released."""
+        w = spec.instance
+        env = {"CUDA_VISIBLE_DEVICES": str(w.gpu_id)} if w.kind == "KIND_GPU" else {}
+        return _Child(
+            "worker",
+            w.name,
+            encode(spec),
+            env,
+            model=w.model,
+            instance_id=w.instance_id,
+            managed=True,
+        )
+
+    def spawn(self, child: _Child) -> None:
+        """Start a child process (see ``_spawn``)."""
+        if self._stop_requested:
+            return
+        self._spawn(child)
+
+    def await_ready(self, children: list[_Child], timeout_s: float) -> dict[str, str]:
+        """Wait for each child's ready message (see ``_await_ready``)."""
+        return self._await_ready([c for c in children if c.process is not None], timeout_s)
+
+    def kill(self, child: _Child) -> None:
+        """SIGKILL a child and reap it."""
+        self._kill(child)
+
+    def add_children(self, children: Iterable[_Child]) -> None:
+        """Register children with the watch loop."""
+        with self._children_lock:
+            self._children.extend(children)
+        self._wake_watch()
+
+    def remove_children(self, children: Iterable[_Child]) -> None:
+        """Forget children that exited for good."""
+        gone = {id(c) for c in children}
+        with self._children_lock:
+            self._children = [c for c in self._children if id(c) not in gone]
+
+    def release_children(self, children: Iterable[_Child]) -> None:
+        """Hand children to the watch loop (restarted when they die)."""
+        with self._children_lock:
+            for c in children:
+                c.managed = False
+        self._wake_watch()
+
+    def claim_children(self, children: Iterable[_Child]) -> None:
+        """Take children back from the watch loop: they are about to stop for good."""
+        with self._children_lock:
+            for c in children:
+                c.managed = True
+
+    def send_scheduler(self, msg: object) -> None:
+        """Push a message to the scheduler from any thread."""
+        with self._scheduler_lock:
+            self._to_scheduler.send(msg)
+
+    def ring(self, purpose: str) -> str:
+        """Create a ring (see ``_ring``)."""
+        return self._ring(purpose)
+
+    def bls_channels(
+        self, instances: list[InstanceSpec], versions: list[ModelVersionSpec]
+    ) -> _BlsChannels:
+        """Create the BLS inboxes of the python workers among ``instances``."""
+        return self._bls_channels(instances, versions)
+
+    def wakeup(self, kind: WakeupKind, purpose: str) -> Wakeup:
+        """Create a wake-up object."""
+        return self._wakeup(kind, purpose)
+
+    def name(self, purpose: str) -> str:
+        """The POSIX name of one of this server's objects."""
+        return self._name(purpose)
+
+    def _wake_watch(self) -> None:
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
 
     def _watch(self, scheduler: _Child) -> int:
         """Watch every child until a stop signal or a fatal death. Returns the exit status."""
@@ -814,7 +852,9 @@ class Supervisor:
         while not self._stop_requested:
             objs: list[object] = [self._wake_r]
             by_sentinel = {}
-            for c in self._children:
+            with self._children_lock:
+                children = [c for c in self._children if not c.managed]
+            for c in children:
                 if c.process is not None and c.process.exitcode is None:
                     objs.append(c.process.sentinel)
                     by_sentinel[c.process.sentinel] = c
@@ -828,6 +868,8 @@ class Supervisor:
                     self._wake_r.recv(64)
                 elif obj in by_sentinel:
                     c = by_sentinel[obj]
+                    if c.managed:
+                        continue  # NOTE: the model manager stopped or is stopping it.
                     if c.role != "worker":
                         assert c.process is not None
                         c.process.join(timeout=5)
@@ -850,15 +892,12 @@ class Supervisor:
             self._check_heartbeats()
         return status
 
-    def _instance_id(self, c: _Child) -> int:
-        return next(i for i, w in self._workers.items() if w is c)
-
     def _worker_died(self, c: _Child) -> None:
         assert c.process is not None
         # NOTE: the sentinel can fire a moment before the exit status is collectable.
         c.process.join(timeout=5)
         code = c.process.exitcode if c.process.exitcode is not None else -1
-        iid = self._instance_id(c)
+        iid = c.instance_id
         reason = (
             f"was unresponsive (no heartbeat for {c.hung_s:.1f} s) and was killed"
             if c.hung_s
@@ -876,7 +915,7 @@ class Supervisor:
         for name in list_objects(self.server_id):
             if name.startswith(f"triton_mp_{self.server_id}_w{iid}p{c.process.pid}_"):
                 remove_entry(name)
-        self._to_scheduler.send(WorkerDied(instance_id=iid, exitcode=code, reason=reason))
+        self.send_scheduler(WorkerDied(instance_id=iid, exitcode=code, reason=reason))
         c.process = None
         if c.restarts >= MAX_RESTARTS:
             log.error(
@@ -887,19 +926,24 @@ class Supervisor:
         c.restarts += 1
 
     def _next_restart_in(self) -> float | None:
-        due = [c.restart_at for c in self._children if c.process is None and c.restart_at]
+        with self._children_lock:
+            children = [c for c in self._children if not c.managed]
+        due = [c.restart_at for c in children if c.process is None and c.restart_at]
         return max(0.0, min(due) - time.monotonic()) if due else None
 
     def _restart_due(self) -> None:
         now = time.monotonic()
-        for c in self._children:
+        with self._children_lock:
+            children = [c for c in self._children if not c.managed]
+        for c in children:
             if c.process is None and c.restart_at and c.restart_at <= now:
                 c.restart_at = 0.0
                 log.info("restarting worker %s (attempt %d)", c.name, c.restarts, extra=c.fields)
                 self._spawn(c)
 
     def _worker_ready_msg(self, conn: Connection) -> None:
-        c = next((c for c in self._children if c.ready_conn is conn), None)
+        with self._children_lock:
+            c = next((c for c in self._children if c.ready_conn is conn), None)
         if c is None:
             return
         try:
@@ -926,6 +970,9 @@ class Supervisor:
         for c in getattr(self, "_frontends", []):
             if c.process is not None:
                 c.process.join(timeout=cfg.exit_timeout_s + 5)
+        manager = getattr(self, "models", None)
+        if manager is not None:
+            manager.close()
         sender = getattr(self, "_to_scheduler", None)
         scheduler = next((c for c in self._children if c.role == "scheduler"), None)
         if (
@@ -940,11 +987,13 @@ class Supervisor:
                     self._kill(c)
         elif sender is not None:
             try:
-                sender.send(Shutdown())
+                self.send_scheduler(Shutdown())
             except Exception:  # noqa: BLE001 - the scheduler may be dead already
                 log.warning("could not tell the scheduler to stop")
         deadline = time.monotonic() + 10
-        for c in self._children:
+        with self._children_lock:
+            children = list(self._children)
+        for c in children:
             if c.process is not None:
                 c.process.join(timeout=max(0.1, deadline - time.monotonic()))
                 if c.process.is_alive():

@@ -14,6 +14,7 @@ from hypothesis import given
 from triton_mp.errors import ErrorCode
 from triton_mp.ipc import messages as m
 from triton_mp.ipc.codec import Decoder, encode
+from triton_mp.ipc.notify import Wakeup
 
 TENSOR = m.TensorRef("INPUT0", "FP32", (2, 16), "/triton_mp_1_f0_a0", 128, 128)
 BLOCK = m.BlockRef("/triton_mp_1_f0_a0", 64)
@@ -60,8 +61,49 @@ def _stats() -> m.ModelStats:
 
 
 # one example of every message, with every optional field set somewhere
+WIRING = m.InstanceWiring(
+    instance_id=3,
+    name="add_sub_0_0",
+    model="add_sub",
+    version=2,
+    to_worker_ring="/triton_mp_1_r_s_w3",
+    to_worker_wakeup=Wakeup("semaphore", "/triton_mp_1_w3_sem"),
+    from_worker_ring="/triton_mp_1_r_w3_s",
+)
+ENTRY = m.ModelEntry(
+    name="add_sub",
+    config=b"\x0a\x07add_sub",
+    ready_versions=(1,),
+    failed_versions=(2,),
+    reason="version 2: broken",
+    transition="LOADING",
+    version_reasons={2: "broken"},
+)
+
 EXAMPLES: dict[str, list[object]] = {
+    "ToSupervisor": [
+        m.ModelLoadCall(
+            call_id=1, model="add_sub", config_json='{"max_batch_size": 4}', files={"1/x": b"\0"}
+        ),
+        m.ModelUnloadCall(call_id=2, model="add_sub", unload_dependents=True),
+        m.TableAck(seq=3),
+    ],
+    "FromSupervisor": [
+        m.ControlReply(call_id=1),
+        m.ControlReply(call_id=2, error=m.ErrorInfo(ErrorCode.INTERNAL, "failed", "supervisor")),
+        m.ModelTableUpdate(
+            seq=4,
+            models=(ENTRY,),
+            add_rings=("/triton_mp_1_r_w3_f0",),
+            remove_rings=("/triton_mp_1_r_w1_f0",),
+            drop_segments=("/triton_mp_1_w1p",),
+        ),
+    ],
     "ToScheduler": [
+        m.InstancesAdded(instances=(WIRING,)),
+        m.VersionsActivated(specs=(b"\x91\x01",)),
+        m.InstancesRetired(instance_ids=(1, 2)),
+        m.InstancesRemoved(instance_ids=(1,)),
         REQUEST,
         REQUEST_WITH_SHM,
         m.InferRequest(
@@ -183,7 +225,13 @@ EXAMPLES: dict[str, list[object]] = {
         m.ModelAvailability(model="add_sub", version=1, ready=False),
     ],
 }
-UNIONS = {"ToScheduler": m.ToScheduler, "ToWorker": m.ToWorker, "ToFrontend": m.ToFrontend}
+UNIONS = {
+    "ToScheduler": m.ToScheduler,
+    "ToWorker": m.ToWorker,
+    "ToFrontend": m.ToFrontend,
+    "ToSupervisor": m.ToSupervisor,
+    "FromSupervisor": m.FromSupervisor,
+}
 
 
 def _members(union: object) -> set[type]:

@@ -16,14 +16,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NoReturn
 
 from triton_mp import __version__
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.errors import ErrorCode, InvalidRequest, ModelUnavailable, TritonMPError
+from triton_mp.frontend.control import SupervisorLink
 from triton_mp.frontend.models import Model, ModelTable
 from triton_mp.frontend.pending import PendingTable
 from triton_mp.frontend.shm import Region, SystemShmRegistry
@@ -33,7 +35,9 @@ from triton_mp.ipc.messages import (
     CancelRequest,
     InferRequest,
     InferResponse,
+    ModelLoadCall,
     ModelStats,
+    ModelUnloadCall,
     RequestFailed,
     ShmRegion,
     ShmRegistered,
@@ -60,8 +64,25 @@ STOPPING_MESSAGE = (
 )
 """Triton's answer (UNAVAILABLE) to an inference that arrives while the server drains."""
 
+CONTROL_DISABLED_MESSAGE = "explicit model load / unload is not allowed if polling is enabled"
+"""Triton's UNAVAILABLE answer to load/unload outside ``--model-control-mode=explicit``."""
+
+FILE_PREFIX = "file:"
+"""RepositoryModelLoad parameters carrying model files: ``file:<version>/<name>``."""
+
 CUDA_SHM_MESSAGE = "CUDA shared memory is not supported by this server"
 """UNSUPPORTED answer of every CUDA shared memory call: triton-mp has no GPU build yet."""
+
+
+def _parameter_type(value: object) -> str:
+    """TRITONSERVER_ParameterTypeString of a parameter value."""
+    if isinstance(value, bool):
+        return "BOOL"
+    if isinstance(value, int):
+        return "INT"
+    if isinstance(value, bytes | bytearray):
+        return "BYTES"
+    return "STRING"
 
 
 def _duration(d: StatDuration) -> pb.StatisticDuration:
@@ -188,6 +209,8 @@ class FrontendCore:
         send_scheduler: pushes encoded bytes to the scheduler.
         shm: the registered client shared-memory regions.
         model_control_mode: ``none``, ``poll`` or ``explicit``.
+        link: the control pipe to the supervisor (repository load/unload).
+        repository: the model repository directory (RepositoryIndex lists its models).
 
     Attributes:
         draining: set when the server stops: not ready, new inferences refused (UNAVAILABLE).
@@ -205,6 +228,8 @@ class FrontendCore:
         send_scheduler: Callable[[bytes], None],
         shm: SystemShmRegistry | None = None,
         model_control_mode: str = "none",
+        link: SupervisorLink | None = None,
+        repository: str = "",
     ) -> None:
         self.shm = shm if shm is not None else SystemShmRegistry(frontend_id)
         self.models = models
@@ -215,6 +240,8 @@ class FrontendCore:
         self._pending = pending
         self._send = send_scheduler
         self._mode = model_control_mode
+        self._link = link
+        self._repository = Path(repository) if repository else None
         self.draining = False
 
     # ------------------------------------------------------------------ health
@@ -293,45 +320,116 @@ class FrontendCore:
     def repository_index(self, ready_only: bool) -> pb.RepositoryIndexResponse:
         """Triton RepositoryIndex: every model and version with its state and reason.
 
+        Loaded versions are READY (UNLOADING while an unload or reload stops them), failed
+        ones UNAVAILABLE with their reason; a model being loaded is LOADING, an unloaded one
+        UNAVAILABLE ("unloaded"), and a model of the repository never loaded appears with
+        its name only.
+
         Args:
             ready_only: list READY versions only (the request's ``ready`` flag).
         """
-        out = []
+        Index = pb.RepositoryIndexResponse.ModelIndex  # noqa: N806 - a proto class
+        out: list[tuple[str, int, pb.RepositoryIndexResponse.ModelIndex]] = []
+        seen: set[str] = set()
         for m in self.models:
+            seen.add(m.name)
+            ready_state = "UNLOADING" if m.transition == "UNLOADING" else "READY"
             for v in m.ready_versions:
-                out.append(
-                    pb.RepositoryIndexResponse.ModelIndex(
-                        name=m.name, version=str(v), state="READY"
-                    )
-                )
+                if ready_only and ready_state != "READY":
+                    continue
+                out.append((m.name, v, Index(name=m.name, version=str(v), state=ready_state)))
             if ready_only:
                 continue
             for v in m.failed_versions:
                 out.append(
-                    pb.RepositoryIndexResponse.ModelIndex(
-                        name=m.name, version=str(v), state="UNAVAILABLE", reason=m.reason
+                    (
+                        m.name,
+                        v,
+                        Index(
+                            name=m.name,
+                            version=str(v),
+                            state="UNAVAILABLE",
+                            reason=m.version_reason(v),
+                        ),
                     )
                 )
             if not m.ready_versions and not m.failed_versions:
-                out.append(
-                    pb.RepositoryIndexResponse.ModelIndex(
-                        name=m.name, state="UNAVAILABLE", reason=m.reason
-                    )
-                )
-        return pb.RepositoryIndexResponse(models=out)
+                state = m.transition or "UNAVAILABLE"
+                out.append((m.name, -1, Index(name=m.name, state=state, reason=m.reason)))
+        if not ready_only:
+            for name, reason in self.models.unloaded().items():
+                seen.add(name)
+                out.append((name, -1, Index(name=name, state="UNAVAILABLE", reason=reason)))
+            for name in self._repository_names() - seen:
+                out.append((name, -1, Index(name=name)))
+        out.sort(key=lambda t: (t[0], t[1]))
+        return pb.RepositoryIndexResponse(models=[t[2] for t in out])
 
-    def repository_control(self) -> NoReturn:
-        """RepositoryModelLoad / Unload: needs --model-control-mode=explicit, and even then
-        triton-mp does not load or unload at run time yet.
+    def _repository_names(self) -> set[str]:
+        """The model directories of the repository now (hidden ones skipped)."""
+        if self._repository is None:
+            return set()
+        try:
+            return {
+                p.name
+                for p in self._repository.iterdir()
+                if p.is_dir() and not p.name.startswith(".")
+            }
+        except OSError:
+            return set()
+
+    def _check_control(self) -> SupervisorLink:
+        if self._mode != "explicit" or self._link is None:
+            raise TritonMPError(CONTROL_DISABLED_MESSAGE, ErrorCode.UNAVAILABLE)
+        return self._link
+
+    async def repository_load(self, name: str, parameters: Mapping[str, object]) -> None:
+        """Triton RepositoryModelLoad: (re)load a model, waiting until it is done.
+
+        Args:
+            name: the model (a directory of the repository, unless files are given).
+            parameters: ``config`` (str): a JSON ModelConfig used instead of config.pbtxt;
+                ``file:<version>/<name>`` (bytes): model files, which need ``config`` and
+                replace the model directory's content.
 
         Raises:
-            TritonMPError: always UNAVAILABLE, with Triton's message outside explicit mode.
+            TritonMPError: UNAVAILABLE outside explicit mode; INVALID_ARG for an unknown
+                parameter ("Unrecognized load parameter '<p>' with type '<T>'"); the load's
+                failure (INTERNAL "failed to load '<m>', ..." and the like).
         """
-        raise TritonMPError(
-            "explicit model load / unload is not allowed if polling is enabled"
-            if self._mode != "explicit"
-            else "explicit model load / unload is not implemented by triton-mp yet",
-            ErrorCode.UNAVAILABLE,
+        link = self._check_control()
+        config: str | None = None
+        files: dict[str, bytes] = {}
+        for key, value in parameters.items():
+            if key == "config" and isinstance(value, str):
+                config = value
+            elif key.startswith(FILE_PREFIX) and isinstance(value, bytes | bytearray):
+                files[key.removeprefix(FILE_PREFIX)] = bytes(value)
+            else:
+                raise InvalidRequest(
+                    f"Unrecognized load parameter '{key}' with type '{_parameter_type(value)}'"
+                )
+        if files and config is None:
+            raise InvalidRequest(
+                f"failed to load '{name}': the 'config' parameter is required when model "
+                "files are provided"
+            )
+        await link.call(
+            lambda cid: ModelLoadCall(call_id=cid, model=name, config_json=config, files=files)
+        )
+
+    async def repository_unload(self, name: str, unload_dependents: bool) -> None:
+        """Triton RepositoryModelUnload: stop serving a model once its in-flight requests
+        are answered, then stop its instances.
+
+        Raises:
+            TritonMPError: UNAVAILABLE outside explicit mode.
+        """
+        link = self._check_control()
+        await link.call(
+            lambda cid: ModelUnloadCall(
+                call_id=cid, model=name, unload_dependents=unload_dependents
+            )
         )
 
     # --------------------------------------------------------------- inference

@@ -19,6 +19,8 @@ the same asyncio loop as its grpc.aio server, on ``--http-port`` shared through
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -29,7 +31,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from triton_mp.errors import ErrorCode, InvalidRequest, TritonMPError, flatten_exception
-from triton_mp.frontend.core import FrontendCore
+from triton_mp.frontend.core import FILE_PREFIX, FrontendCore
 from triton_mp.frontend.http_infer import (
     HEADER_LENGTH,
     JSON_TYPE,
@@ -199,8 +201,8 @@ class HttpFrontend:
         add("POST", "/v2/models/{model}/trace/setting", self._trace)
         for repo in ("/v2/repository", "/v2/repository/{repository}"):
             add("POST", repo + "/index", self._repository_index)
-            add("POST", repo + "/models/{model}/load", self._repository_control)
-            add("POST", repo + "/models/{model}/unload", self._repository_control)
+            add("POST", repo + "/models/{model}/load", self._repository_load)
+            add("POST", repo + "/models/{model}/unload", self._repository_unload)
         for kind, handler in (
             ("systemsharedmemory", self._system_shm),
             ("cudasharedmemory", self._cuda_shm),
@@ -292,15 +294,41 @@ class HttpFrontend:
         index = self._core.repository_index(ready)
         return _json_response([proto_to_json(m, print_defaults=False) for m in index.models])
 
-    async def _repository_control(self, request: web.Request) -> web.Response:
+    async def _control_parameters(self, request: web.Request) -> dict[str, Any]:
         if request.match_info.get("repository"):
             raise TritonMPError(
                 "'repository_name' specification is not supported", ErrorCode.UNSUPPORTED
             )
         body = await self._body_json(request)
-        if "parameters" in body and not isinstance(body["parameters"], dict):
+        params = body.get("parameters", {})
+        if not isinstance(params, dict):
             raise InvalidRequest("Unable to parse 'parameters': expected a JSON object")
-        self._core.repository_control()
+        return params
+
+    async def _repository_load(self, request: web.Request) -> web.Response:
+        """RepositoryModelLoad: ``file:`` parameters arrive base64-encoded (Triton)."""
+        params = await self._control_parameters(request)
+        decoded: dict[str, object] = {}
+        for key, value in params.items():
+            if key.startswith(FILE_PREFIX) and isinstance(value, str):
+                try:
+                    decoded[key] = base64.b64decode(value, validate=True)
+                except (binascii.Error, ValueError):
+                    raise InvalidRequest(
+                        f"Unable to parse '{key}': expected base64-encoded file content"
+                    ) from None
+            else:
+                decoded[key] = value
+        await self._core.repository_load(request.match_info["model"], decoded)
+        return web.Response(status=200)
+
+    async def _repository_unload(self, request: web.Request) -> web.Response:
+        params = await self._control_parameters(request)
+        dependents = params.get("unload_dependents", False)
+        if not isinstance(dependents, bool):
+            raise InvalidRequest("Unable to parse 'unload_dependents': expected a boolean")
+        await self._core.repository_unload(request.match_info["model"], dependents)
+        return web.Response(status=200)
 
     # ----------------------------------------------------------- shared memory
     async def _system_shm(self, request: web.Request) -> web.Response:

@@ -25,6 +25,7 @@ from triton_mp._proto import admin_pb2_grpc, health_pb2_grpc
 from triton_mp.config import FrontendSpec
 from triton_mp.errors import TritonMPError
 from triton_mp.frontend.admin import AdminServicer
+from triton_mp.frontend.control import SupervisorLink
 from triton_mp.frontend.core import FrontendCore
 from triton_mp.frontend.http import HttpFrontend
 from triton_mp.frontend.metrics import MetricsEndpoint
@@ -38,6 +39,7 @@ from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.messages import (
     InferResponse,
     ModelAvailability,
+    ModelTableUpdate,
     QueueReply,
     RequestFailed,
     ShmRegistered,
@@ -86,6 +88,27 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
         spec.frontend_id, enabled=spec.allow_client_shm, allowed_prefix=spec.client_shm_prefix
     )
 
+    def on_update(update: ModelTableUpdate) -> None:
+        """Apply a supervisor's model change between two requests (loop thread)."""
+        for ring in update.add_rings:
+            inbox.add_ring(ring)
+        models.update(update.models)
+        for ring in update.remove_rings:
+            # NOTE: answers a stopped worker left are delivered, not dropped.
+            left = inbox.remove_ring(ring)
+            if left:
+                pending.deliver([m for m in left if isinstance(m, InferResponse | RequestFailed)])
+        for prefix in update.drop_segments:
+            cache.drop(prefix)
+        for e in update.models:
+            state = "unloaded" if e.unloaded else e.transition or f"versions {e.ready_versions}"
+            log.info("model table: '%s' %s", e.name, state, extra={"model": e.name})
+        if update.add_rings:
+            # NOTE: answers may already wait in a new ring; nothing else would wake us.
+            inbox.waiter.wake()
+
+    link = SupervisorLink(ready, on_update)
+
     core = FrontendCore(
         frontend_id=spec.frontend_id,
         server_name=spec.server_name,
@@ -96,6 +119,8 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
         send_scheduler=to_scheduler.send_bytes,
         shm=shm,
         model_control_mode=spec.model_control_mode,
+        link=link,
+        repository=spec.repository,
     )
     servicer = InferenceServicer(core)
     server = grpc.aio.server(
@@ -157,6 +182,7 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     stopping = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
     ready.send_bytes(b"ready")
+    link.start(loop)
     log.info("gRPC frontend listening on %s", address)
     for category, (key, _) in sorted(spec.grpc_restricted.items()):
         log.info("gRPC '%s' protocol restricted to header triton-grpc-protocol-%s", category, key)
@@ -179,6 +205,7 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     if metrics is not None:
         await metrics.stop()
     loop.remove_reader(inbox.waiter.fileno())
+    link.stop(loop)
     arena.close_and_unlink()
     log.info("frontend stopped")
     return 0

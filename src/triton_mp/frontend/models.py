@@ -1,7 +1,9 @@
 """The frontend's table of models: effective configs, versions and states.
 
-Imported by the frontend only. Built from ``FrontendSpec.models``; answers name/version
-resolution with Triton's messages (core ``model_repository_manager.cc``, triton.md §4.9).
+Imported by the frontend only. Built from ``FrontendSpec.models`` and changed by the
+supervisor's ``ModelTableUpdate`` messages (a model's entry is replaced in one step, between
+two requests of the event loop); answers name/version resolution with Triton's messages
+(core ``model_repository_manager.cc``, triton.md §4.9).
 """
 
 from __future__ import annotations
@@ -52,6 +54,14 @@ class Model:
     reason: str
     inputs: dict[str, IOSpec]
     outputs: dict[str, IOSpec]
+    transition: str = ""
+    """``LOADING`` / ``UNLOADING`` while the supervisor changes the model."""
+    version_reasons: dict[int, str] | None = None
+    """Why each failed version failed (``reason`` when absent)."""
+
+    def version_reason(self, version: int) -> str:
+        """Why ``version`` is UNAVAILABLE."""
+        return (self.version_reasons or {}).get(version, self.reason)
 
     @property
     def max_batch_size(self) -> int:
@@ -73,8 +83,23 @@ class ModelTable:
 
     def __init__(self, entries: tuple[ModelEntry, ...]) -> None:
         self._models: dict[str, Model] = {}
+        self._unloaded: dict[str, str] = {}
         self._no_instance: set[tuple[str, int]] = set()
+        self.update(entries)
+
+    def update(self, entries: tuple[ModelEntry, ...]) -> None:
+        """Replace the entries of these models (the others stay as they are).
+
+        An ``unloaded`` entry removes the model from serving; RepositoryIndex still lists it
+        (UNAVAILABLE, with the entry's reason).
+        """
         for e in entries:
+            self._no_instance = {k for k in self._no_instance if k[0] != e.name}
+            if e.unloaded:
+                self._models.pop(e.name, None)
+                self._unloaded[e.name] = e.reason
+                continue
+            self._unloaded.pop(e.name, None)
             cfg = mc.ModelConfig.FromString(e.config) if e.config else mc.ModelConfig(name=e.name)
             self._models[e.name] = Model(
                 name=e.name,
@@ -84,10 +109,16 @@ class ModelTable:
                 reason=e.reason,
                 inputs={t.name: _io(t, t.optional) for t in cfg.input},
                 outputs={t.name: _io(t, False) for t in cfg.output},
+                transition=e.transition,
+                version_reasons=dict(e.version_reasons),
             )
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self._models.values())
+
+    def unloaded(self) -> dict[str, str]:
+        """Unloaded models and why (``unloaded`` for an explicit unload)."""
+        return dict(self._unloaded)
 
     def all_ready(self) -> bool:
         """Strict readiness: every model has at least one ready version, none failed, and
@@ -97,7 +128,14 @@ class ModelTable:
         )
 
     def set_available(self, name: str, version: int, ready: bool) -> None:
-        """Record whether a loaded version has a live instance (from the scheduler)."""
+        """Record whether a loaded version has a live instance (from the scheduler).
+
+        NOTE: news of a version this table does not serve (one just unloaded, or not yet
+        announced by the supervisor) is dropped: the next table update decides.
+        """
+        model = self._models.get(name)
+        if model is None or version not in model.ready_versions:
+            return
         if ready:
             self._no_instance.discard((name, version))
         else:

@@ -87,6 +87,21 @@ class Inbox(Generic[T]):
         self._rings = [Ring.attach(n) for n in ring_names]
         self._decoder: Decoder[T] = Decoder(msg_type)
 
+    def add_ring(self, ring_name: str) -> None:
+        """Attach one more producer's ring (a model instance started at run time)."""
+        self._rings.append(Ring.attach(ring_name))
+
+    def remove_ring(self, ring_name: str) -> list[T]:
+        """Detach a ring whose producer is gone; returns what was still pending in it."""
+        for i, ring in enumerate(self._rings):
+            if ring.segment.name.lstrip("/") == ring_name.lstrip("/"):
+                dec = self._decoder.decode
+                left = [dec(rec) for rec in ring.pop_all()]
+                ring.close()
+                del self._rings[i]
+                return left
+        return []
+
     def wait(self, timeout_s: float | None) -> bool:
         """Block until woken or ``timeout_s`` passes (None = forever). True when woken."""
         return self.waiter.wait(timeout_s)

@@ -8,10 +8,14 @@ travel in these messages: tensors are referenced by ``TensorRef`` into shared-me
 Channels (producer -> consumer):
 
 - ``ToScheduler``: frontends (``InferRequest``, ``StatsQuery``), workers (``WorkerReady``,
-  ``BatchDone``, ``DecoupledDone``) and the supervisor (``WorkerDied``, ``Shutdown``).
+  ``BatchDone``, ``DecoupledDone``) and the supervisor (``WorkerDied``, ``Shutdown``, and the
+  model changes ``InstancesAdded``, ``VersionsActivated``, ``InstancesRetired``,
+  ``InstancesRemoved``).
 - ``ToWorker``: the scheduler only (``BatchAssign``, ``CancelRequest``, ``Shutdown``).
 - ``ToFrontend``: workers (``InferResponse``) and the scheduler (``RequestFailed``,
   ``StatsReply``).
+- ``ToSupervisor`` / ``FromSupervisor``: each frontend's control pipe to the supervisor
+  (repository load/unload calls and their replies; model table updates and their acks).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import msgspec
 
 from triton_mp.errors import ErrorCode
+from triton_mp.ipc.notify import Wakeup
 
 
 class ErrorInfo(msgspec.Struct, frozen=True, array_like=True):
@@ -212,6 +217,66 @@ class Shutdown(msgspec.Struct, frozen=True, tag="shutdown", array_like=True):
     """Stop after finishing what is in hand."""
 
 
+class BlsClientWiring(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """A python worker's BLS inbox, as the scheduler answers its requests."""
+
+    client_id: int
+    ring: str
+    wakeup: Wakeup
+
+
+class InstanceWiring(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """The channels of one new model instance, as the scheduler attaches them."""
+
+    instance_id: int
+    """Unique over the server's life: ids of stopped instances are never reused."""
+    name: str
+    model: str
+    version: int
+    to_worker_ring: str
+    """The scheduler's ring to the worker."""
+    to_worker_wakeup: Wakeup
+    from_worker_ring: str
+    """The worker's ring to the scheduler (joins the scheduler's inbox)."""
+    bls_client: BlsClientWiring | None = None
+    """A python worker's BLS inbox (``config.BlsSpec``), or None."""
+
+
+class InstancesAdded(msgspec.Struct, frozen=True, kw_only=True, tag="inst_added", array_like=True):
+    """The supervisor is starting these instances: attach their rings. They take no work
+    until ``VersionsActivated`` names their version (sent before the worker is spawned)."""
+
+    instances: tuple[InstanceWiring, ...]
+
+
+class VersionsActivated(
+    msgspec.Struct, frozen=True, kw_only=True, tag="versions_active", array_like=True
+):
+    """These model versions now serve on their (ready) instances. A version that was
+    already active keeps finishing its queue on its old instances, which then stop."""
+
+    specs: tuple[bytes, ...]
+    """Each a msgpack-encoded ``config.ModelVersionSpec`` (``config`` imports ``ipc``, so
+    the type cannot appear here)."""
+
+
+class InstancesRetired(
+    msgspec.Struct, frozen=True, kw_only=True, tag="inst_retired", array_like=True
+):
+    """Frontends no longer route to these instances' version: finish what is queued and
+    running, then send each a ``Shutdown`` (model unload, version removed)."""
+
+    instance_ids: tuple[int, ...]
+
+
+class InstancesRemoved(
+    msgspec.Struct, frozen=True, kw_only=True, tag="inst_removed", array_like=True
+):
+    """These instances' processes are gone for good: detach their rings, forget them."""
+
+    instance_ids: tuple[int, ...]
+
+
 ToScheduler = (
     InferRequest
     | CancelRequest
@@ -224,6 +289,10 @@ ToScheduler = (
     | Shutdown
     | ShmRegistered
     | ShmUnregistered
+    | InstancesAdded
+    | VersionsActivated
+    | InstancesRetired
+    | InstancesRemoved
 )
 
 
@@ -418,3 +487,74 @@ ToFrontend = (
     | ShmUnregistered
     | ModelAvailability
 )
+
+
+class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """The frontend's view of one model in the repository."""
+
+    name: str
+    config: bytes
+    """Serialized effective ``inference.ModelConfig`` (empty when it failed to load)."""
+    ready_versions: tuple[int, ...]
+    failed_versions: tuple[int, ...] = ()
+    reason: str = ""
+    """Why the model (or a version) is UNAVAILABLE."""
+    unloaded: bool = False
+    """Unloaded (explicit unload, or gone from the repository under polling): listed by
+    RepositoryIndex as UNAVAILABLE with ``reason``, otherwise unknown to requests."""
+    transition: str = ""
+    """``LOADING`` or ``UNLOADING`` while the supervisor changes the model (index only)."""
+    version_reasons: dict[int, str] = {}
+    """Per failed version, why (RepositoryIndex); ``reason`` when absent."""
+
+
+class ModelLoadCall(msgspec.Struct, frozen=True, kw_only=True, tag="load", array_like=True):
+    """RepositoryModelLoad, forwarded by a frontend to the supervisor."""
+
+    call_id: int
+    model: str
+    config_json: str | None = None
+    """The ``config`` parameter: a JSON ModelConfig used instead of config.pbtxt."""
+    files: dict[str, bytes] = {}
+    """The ``file:<path>`` parameters: path within the model directory -> content."""
+
+
+class ModelUnloadCall(msgspec.Struct, frozen=True, kw_only=True, tag="unload", array_like=True):
+    """RepositoryModelUnload, forwarded by a frontend to the supervisor."""
+
+    call_id: int
+    model: str
+    unload_dependents: bool = False
+
+
+class TableAck(msgspec.Struct, frozen=True, kw_only=True, tag="table_ack", array_like=True):
+    """A frontend applied ``ModelTableUpdate`` number ``seq``."""
+
+    seq: int
+
+
+ToSupervisor = ModelLoadCall | ModelUnloadCall | TableAck
+
+
+class ControlReply(msgspec.Struct, frozen=True, kw_only=True, tag="reply", array_like=True):
+    """The supervisor's answer to a ``ModelLoadCall`` / ``ModelUnloadCall``."""
+
+    call_id: int
+    error: ErrorInfo | None = None
+
+
+class ModelTableUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="table", array_like=True):
+    """Replace these models' entries in a frontend's table, in one step; attach and detach
+    worker rings. ``seq`` > 0 asks for a ``TableAck``."""
+
+    seq: int = 0
+    models: tuple[ModelEntry, ...] = ()
+    add_rings: tuple[str, ...] = ()
+    """Rings from new workers to this frontend (join its inbox)."""
+    remove_rings: tuple[str, ...] = ()
+    """Rings of workers that stopped for good."""
+    drop_segments: tuple[str, ...] = ()
+    """Name prefixes of stopped workers' arenas to unmap."""
+
+
+FromSupervisor = ControlReply | ModelTableUpdate

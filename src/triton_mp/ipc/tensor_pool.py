@@ -210,6 +210,12 @@ class SegmentCache:
         """Register a segment this process already has mapped (its own arenas)."""
         self._segments[segment.name] = segment
 
+    def drop(self, prefix: str) -> None:
+        """Unmap every attached segment whose name starts with ``prefix`` (the arenas of
+        a worker that stopped for good; nothing may still view them)."""
+        for name in [n for n in self._segments if n.startswith(prefix)]:
+            self._segments.pop(name).close()
+
     def close(self) -> None:
         """Unmap everything attached."""
         for seg in self._segments.values():

@@ -32,7 +32,11 @@ from triton_mp.ipc.messages import (
     DecoupledDone,
     ErrorInfo,
     InferRequest,
+    InstancesAdded,
+    InstancesRemoved,
+    InstancesRetired,
     InstanceStatus,
+    InstanceWiring,
     LevelStatus,
     ModelAvailability,
     ModelQueueStatus,
@@ -45,6 +49,7 @@ from triton_mp.ipc.messages import (
     StatsQuery,
     StatsReply,
     ToScheduler,
+    VersionsActivated,
     WorkerDied,
     WorkerReady,
 )
@@ -133,6 +138,19 @@ def request_label(req: InferRequest) -> str:
 
 
 @dataclass(slots=True)
+class _Retiring:
+    """A model version's scheduler that takes no new requests (its version was unloaded,
+    or replaced by a reload): it finishes its queue on its instances, then stops them."""
+
+    key: tuple[str, int]
+    sched: ModelScheduler
+    instance_ids: set[int]
+    armed: bool = False
+    """Set after the first dispatch pass that saw the retirement; a request a frontend sent
+    before it dropped the version is drained by the next pass, so only then may it end."""
+
+
+@dataclass(slots=True)
 class _BatchLog:
     """What ``triton-mp stat`` shows of the batches one model version formed."""
 
@@ -160,6 +178,8 @@ class SchedulerCore:
         send_worker: Callable[[int, object], None],
         send_frontend: Callable[[int, object], None],
         frontend_ids: tuple[int, ...] = (),
+        attach_instance: Callable[[InstanceWiring], None] | None = None,
+        detach_instance: Callable[[int], None] | None = None,
     ) -> None:
         self._frontend_ids = frontend_ids
         self._live: dict[tuple[str, int], set[int]] = {}
@@ -171,6 +191,13 @@ class SchedulerCore:
         self._instance_model: dict[int, tuple[str, int]] = {
             i: (m.model, m.version) for m in models for i in m.instance_ids
         }
+        self._instance_sched: dict[int, ModelScheduler] = {
+            i: self._models[(m.model, m.version)] for m in models for i in m.instance_ids
+        }
+        self._staged: set[int] = set()
+        """Instances added but whose version is not activated yet."""
+        self._staged_live: set[int] = set()
+        self._retiring: list[_Retiring] = []
         self._inflight: dict[int, _InFlight] = {}
         self._batch_log = {k: _BatchLog() for k in self._specs}
         self._executions: collections.Counter[int] = collections.Counter()
@@ -190,7 +217,13 @@ class SchedulerCore:
         self.stats = StatsBook(self._specs)
         self._send_worker = send_worker
         self._send_frontend = send_frontend
+        self._attach = attach_instance
+        self._detach = detach_instance
         self.stopping = False
+        self.defer_unknown = False
+        """Hold a request for an unknown version until ``retry_deferred`` instead of failing
+        it (the process loop sets it; see ``run_scheduler``)."""
+        self.deferred: list[InferRequest] = []
 
     # ----------------------------------------------------------------- messages
     def handle(self, msg: ToScheduler, now_ns: int) -> None:
@@ -205,7 +238,9 @@ class SchedulerCore:
             self._on_cancel(msg, now_ns)
         elif isinstance(msg, WorkerReady):
             key = self._instance_model.get(msg.instance_id)
-            if key is not None:
+            if msg.instance_id in self._staged:
+                self._staged_live.add(msg.instance_id)
+            elif key is not None:
                 log.info(
                     "instance %s ready (pid %d)",
                     self._instance_names.get(msg.instance_id, msg.instance_id),
@@ -218,7 +253,7 @@ class SchedulerCore:
                 if msg.instance_id in self._died:
                     self._restarts[msg.instance_id] += 1
                     self._died.discard(msg.instance_id)
-                self._models[key].instance_idle(msg.instance_id, now_ns)
+                self._instance_sched[msg.instance_id].instance_idle(msg.instance_id, now_ns)
                 self._set_live(key, msg.instance_id, True)
         elif isinstance(msg, WorkerDied):
             self._on_worker_died(msg, now_ns)
@@ -236,6 +271,14 @@ class SchedulerCore:
             )
         elif isinstance(msg, Shutdown):
             self._on_shutdown(now_ns)
+        elif isinstance(msg, InstancesAdded):
+            self._on_instances_added(msg)
+        elif isinstance(msg, VersionsActivated):
+            self._on_versions_activated(msg, now_ns)
+        elif isinstance(msg, InstancesRetired):
+            self._on_instances_retired(msg)
+        elif isinstance(msg, InstancesRemoved):
+            self._on_instances_removed(msg)
         elif isinstance(msg, ShmRegistered | ShmUnregistered):
             # NOTE: relayed so that every frontend knows every client region.
             for fid in self._frontend_ids:
@@ -262,6 +305,12 @@ class SchedulerCore:
     def _on_request(self, req: InferRequest, now_ns: int) -> None:
         key = (req.model, req.version)
         sched = self._models.get(key)
+        if sched is None:
+            # NOTE: a request a frontend sent just before it dropped the version.
+            sched = next((r.sched for r in reversed(self._retiring) if r.key == key), None)
+        if sched is None and self.defer_unknown and not self.stopping:
+            self.deferred.append(req)
+            return
         if self.stopping or sched is None:
             text = (
                 STOPPING_MESSAGE
@@ -271,7 +320,7 @@ class SchedulerCore:
             code = ErrorCode.UNAVAILABLE if self.stopping else ErrorCode.NOT_FOUND
             self._fail(req, code, text, now_ns)
             return
-        enforced = self._enforced[key]
+        enforced = self._enforced.get(key, ())
         shape_key = tuple(t.shape[1:] for t in req.inputs if t.name in enforced) if enforced else ()
         item = Queued(
             (req.frontend_id, req.request_id),
@@ -294,16 +343,32 @@ class SchedulerCore:
                 rejection.reason,
             )
 
+    def retry_deferred(self, now_ns: int) -> None:
+        """Offer the held requests again; those whose version is still unknown fail."""
+        held, self.deferred = self.deferred, []
+        defer, self.defer_unknown = self.defer_unknown, False
+        try:
+            for req in held:
+                self._on_request(req, now_ns)
+        finally:
+            self.defer_unknown = defer
+
     def _on_cancel(self, msg: CancelRequest, now_ns: int) -> None:
         """Drop a request whose client went away, if it has not been dispatched yet."""
-        sched = self._models.get((msg.model, msg.version))
-        item = sched.cancel((msg.frontend_id, msg.request_id)) if sched else None
-        if item is None and (msg.model, msg.version) in self._decoupled:
+        key = (msg.model, msg.version)
+        scheds = [self._models[key]] if key in self._models else []
+        scheds += [r.sched for r in self._retiring if r.key == key]
+        item = None
+        for sched in scheds:
+            item = sched.cancel((msg.frontend_id, msg.request_id))
+            if item is not None:
+                break
+        if item is None and key in self._decoupled:
             # NOTE: a decoupled request already running: its model may stop early when it
             # sees ``is_cancelled()``; the worker answers it as the model decides.
-            key = (msg.frontend_id, msg.request_id)
+            rkey = (msg.frontend_id, msg.request_id)
             for instance_id, requests in self._open.items():
-                if key in requests:
+                if rkey in requests:
                     self._send_worker(instance_id, msg)
                     break
             return
@@ -343,8 +408,9 @@ class SchedulerCore:
         for i in failed:
             r = flight.requests[i]
             self.stats.record_failure(r.model, r.version, r.arrival_ns, msg.end_ns, "BACKEND")
-        if not self.stopping:
-            self._models[key].instance_idle(msg.instance_id, now_ns)
+        sched = self._instance_sched.get(msg.instance_id)
+        if not self.stopping and sched is not None:
+            sched.instance_idle(msg.instance_id, now_ns)
 
     def _set_live(self, key: tuple[str, int], instance_id: int, alive: bool) -> None:
         """Track live instances; tell every frontend when a version gains its first live
@@ -364,7 +430,12 @@ class SchedulerCore:
         key = self._instance_model.get(msg.instance_id)
         if key is None:
             return
-        self._models[key].instance_gone(msg.instance_id)
+        if msg.instance_id in self._staged:
+            self._staged_live.discard(msg.instance_id)
+            return
+        sched = self._instance_sched.get(msg.instance_id)
+        if sched is not None:
+            sched.instance_gone(msg.instance_id)
         self._set_live(key, msg.instance_id, False)
         self._died.add(msg.instance_id)
         batch_id = self._busy.pop(msg.instance_id, None)
@@ -407,9 +478,128 @@ class SchedulerCore:
                     ),
                 )
 
+    # ------------------------------------------------------------ model changes
+    def _on_instances_added(self, msg: InstancesAdded) -> None:
+        for w in msg.instances:
+            if self._attach is not None:
+                self._attach(w)
+            self._instance_model[w.instance_id] = (w.model, w.version)
+            self._instance_names[w.instance_id] = w.name
+            self._staged.add(w.instance_id)
+
+    def _on_versions_activated(self, msg: VersionsActivated, now_ns: int) -> None:
+        """New versions (or new generations of loaded ones) take the version's requests
+        from now on; a generation they replace finishes its queue, then stops."""
+        decoder: Decoder[ModelVersionSpec] = Decoder(ModelVersionSpec)
+        for raw in msg.specs:
+            spec = decoder.decode(raw)
+            key = (spec.model, spec.version)
+            sched = make_model_scheduler(spec)
+            old = self._models.get(key)
+            if old is not None:
+                old_ids = {i for i, s in self._instance_sched.items() if s is old}
+                self._retiring.append(_Retiring(key, old, old_ids))
+            self._models[key] = sched
+            self._specs[key] = spec
+            self._enforced[key] = spec.enforced_inputs
+            if spec.decoupled:
+                self._decoupled.add(key)
+            else:
+                self._decoupled.discard(key)
+            self._batch_log.setdefault(key, _BatchLog())
+            self.stats.add(*key)
+            for i, name in zip(spec.instance_ids, spec.instance_names, strict=False):
+                self._instance_names[i] = name
+            for i in spec.instance_ids:
+                self._staged.discard(i)
+                self._instance_sched[i] = sched
+                self._instance_model[i] = key
+                if i in self._staged_live:
+                    self._staged_live.discard(i)
+                    sched.instance_idle(i, now_ns)
+                    self._set_live(key, i, True)
+            log.info(
+                "model '%s' version %d active on %d instances",
+                key[0],
+                key[1],
+                len(spec.instance_ids),
+                extra={"model": key[0]},
+            )
+
+    def _on_instances_retired(self, msg: InstancesRetired) -> None:
+        by_sched: dict[int, _Retiring] = {}
+        for i in msg.instance_ids:
+            sched = self._instance_sched.get(i)
+            key = self._instance_model.get(i)
+            if sched is None or key is None:
+                continue
+            entry = next((r for r in self._retiring if r.sched is sched), None)
+            if entry is None:
+                entry = by_sched.get(id(sched))
+            if entry is None:
+                entry = _Retiring(key, sched, set())
+                by_sched[id(sched)] = entry
+                self._retiring.append(entry)
+                if self._models.get(key) is sched:
+                    del self._models[key]
+            entry.instance_ids.add(i)
+
+    def _on_instances_removed(self, msg: InstancesRemoved) -> None:
+        for i in msg.instance_ids:
+            key = self._instance_model.pop(i, None)
+            sched = self._instance_sched.pop(i, None)
+            if sched is not None:
+                sched.instance_gone(i)
+            self._staged.discard(i)
+            self._staged_live.discard(i)
+            if key is not None:
+                self._live.get(key, set()).discard(i)
+            batch_id = self._busy.pop(i, None)
+            if batch_id is not None:
+                self._inflight.pop(batch_id, None)
+            self._open.pop(i, None)
+            self._died.discard(i)
+            if self._detach is not None:
+                self._detach(i)
+
+    def _finish_retirements(self, now_ns: int) -> None:
+        """Stop the instances of retired versions whose queues ran dry (see ``_Retiring``)."""
+        keep = []
+        for r in self._retiring:
+            busy = any(i in self._busy or self._open.get(i) for i in r.instance_ids)
+            live = [i for i in r.instance_ids if i not in self._died]
+            if not live and r.sched.queue_depth():
+                for item in r.sched.drain_queue():
+                    req = cast(InferRequest, item.payload)
+                    self._fail(req, ErrorCode.UNAVAILABLE, STOPPING_MESSAGE, now_ns)
+            if not r.armed or busy or r.sched.queue_depth():
+                r.armed = True
+                keep.append(r)
+                continue
+            for i in r.instance_ids:
+                r.sched.instance_gone(i)
+                self._live.get(r.key, set()).discard(i)
+                if i not in self._died:
+                    self._send_worker(i, Shutdown())
+            if r.key not in self._models:
+                self._decoupled.discard(r.key)
+                self._specs.pop(r.key, None)
+                self._enforced.pop(r.key, None)
+                self._batch_log.pop(r.key, None)
+                self.stats.remove(*r.key)
+                self._live.pop(r.key, None)
+            log.info(
+                "model '%s' version %d: %d retired instances stopping",
+                r.key[0],
+                r.key[1],
+                len(live),
+                extra={"model": r.key[0]},
+            )
+        self._retiring = keep
+
     def _on_shutdown(self, now_ns: int) -> None:
         self.stopping = True
-        for sched in self._models.values():
+        for sched in [*self._models.values(), *(r.sched for r in self._retiring)]:
             for item in sched.drain_queue():
                 req = item.payload
                 assert isinstance(req, InferRequest)
@@ -419,12 +609,13 @@ class SchedulerCore:
     def dispatch(self, now_ns: int) -> int:
         """Form and send every batch that is ready now; returns how many."""
         sent = 0
-        for key, sched in self._models.items():
+        every = [*self._models.items(), *((r.key, r.sched) for r in self._retiring)]
+        for key, sched in every:
             for item, why in sched.expire(now_ns):
                 req = cast(InferRequest, item.payload)
                 message = why.message if why is TIMED_OUT else request_label(req) + why.message
                 self._fail(req, why.code, message, now_ns, why.reason)
-            batch_log = self._batch_log[key]
+            batch_log = self._batch_log.setdefault(key, _BatchLog())
             for batch in sched.pop_ready(now_ns):
                 batch_log.sizes[batch.total_batch_size] += 1
                 batch_log.reasons[batch.reason] += 1
@@ -470,6 +661,8 @@ class SchedulerCore:
                     ),
                 )
                 sent += 1
+        if self._retiring:
+            self._finish_retirements(now_ns)
         return sent
 
     def queue_status(self, model: str, now_ns: int) -> tuple[ModelQueueStatus, ...]:
@@ -542,12 +735,24 @@ class SchedulerCore:
     def next_deadline_ns(self) -> int | None:
         """The nearest time a batch may become ready, or a queue timeout expire, without a
         message."""
-        deadlines = [d for s in self._models.values() if (d := s.next_deadline_ns()) is not None]
+        scheds = [*self._models.values(), *(r.sched for r in self._retiring)]
+        deadlines = [d for s in scheds if (d := s.next_deadline_ns()) is not None]
+        if any(
+            not r.sched.queue_depth()
+            and not any(i in self._busy or self._open.get(i) for i in r.instance_ids)
+            for r in self._retiring
+        ):
+            # NOTE: a retirement may end on the next pass without any message arriving.
+            deadlines.append(0)
         return min(deadlines, default=None)
 
     def idle(self) -> bool:
         """Nothing queued and nothing running."""
-        return not self._inflight and all(s.queue_depth() == 0 for s in self._models.values())
+        return (
+            not self._inflight
+            and not self._retiring
+            and all(s.queue_depth() == 0 for s in self._models.values())
+        )
 
 
 def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
@@ -573,14 +778,41 @@ def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
     frontends.update({i: Sender(c.ring, c.wakeup) for i, c in spec.to_clients.items()})
 
     def send_worker(instance_id: int, msg: object) -> None:
-        workers[instance_id].send_bytes(encode(msg))
+        sender = workers.get(instance_id)
+        if sender is not None:
+            sender.send_bytes(encode(msg))
 
     def send_frontend(frontend_id: int, msg: object) -> None:
         sender = frontends.get(frontend_id)
         if sender is not None:
             sender.send_bytes(encode(msg))
 
-    core = SchedulerCore(spec.models, send_worker, send_frontend, broadcast)
+    from_workers: dict[int, str] = {}
+    clients: dict[int, int] = {}
+    """Instance id -> its BLS client id."""
+
+    def attach(w: InstanceWiring) -> None:
+        workers[w.instance_id] = Sender(w.to_worker_ring, w.to_worker_wakeup)
+        inbox.add_ring(w.from_worker_ring)
+        from_workers[w.instance_id] = w.from_worker_ring
+        if w.bls_client is not None:
+            frontends[w.bls_client.client_id] = Sender(w.bls_client.ring, w.bls_client.wakeup)
+            clients[w.instance_id] = w.bls_client.client_id
+
+    def detach(instance_id: int) -> None:
+        sender = workers.pop(instance_id, None)
+        if sender is not None:
+            sender.close()
+        client = frontends.pop(clients.pop(instance_id, -1), None)
+        if client is not None:
+            client.close()
+        ring = from_workers.pop(instance_id, None)
+        if ring is not None:
+            # NOTE: what a stopped worker left behind (its last BatchDone) no longer matters.
+            inbox.remove_ring(ring)
+
+    core = SchedulerCore(spec.models, send_worker, send_frontend, broadcast, attach, detach)
+    core.defer_unknown = True
     clock: Clock = MonotonicClock()
     ready.send_bytes(b"ready")
     log.info("scheduler ready: %d model versions", len(spec.models))
@@ -592,6 +824,12 @@ def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
         now = clock.now_ns()
         for msg in msgs:
             core.handle(msg, now)
+        if core.deferred:
+            # NOTE: a request for a version the scheduler does not know yet may have been
+            # sent right after its activation, which this drain missed; drain once more.
+            for msg in inbox.drain():
+                core.handle(msg, now)
+            core.retry_deferred(now)
         if core.stopping:
             break
         core.dispatch(clock.now_ns())

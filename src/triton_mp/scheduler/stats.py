@@ -29,6 +29,14 @@ class StatsBook:
             (m, v): ModelStats(name=m, version=v) for m, v in keys
         }
 
+    def add(self, model: str, version: int) -> None:
+        """Start the books of a version loaded at run time (kept when it is reloaded)."""
+        self._stats.setdefault((model, version), ModelStats(name=model, version=version))
+
+    def remove(self, model: str, version: int) -> None:
+        """Drop the books of an unloaded version."""
+        self._stats.pop((model, version), None)
+
     def record_execution(
         self,
         model: str,
@@ -49,7 +57,9 @@ class StatsBook:
             compute_*_ns: the execution's phase durations in nanoseconds.
             end_ns: when the worker finished (monotonic ns).
         """
-        st = self._stats[(model, version)]
+        st = self._stats.get((model, version))
+        if st is None:
+            return
         n_ok = 0
         for arrival_ns, dispatch_ns, batch_size in requests:
             n_ok += 1
