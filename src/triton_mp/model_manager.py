@@ -56,6 +56,7 @@ from triton_mp.errors import ConfigError, ErrorCode
 from triton_mp.ipc import encode
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.messages import (
+    BlsClientWiring,
     ControlReply,
     ErrorInfo,
     InstancesAdded,
@@ -489,6 +490,13 @@ class ModelManager:
                     model.unloaded = False
                     model.reason = req.result.message
                     model.config = b""
+                else:
+                    # NOTE: the served versions stay; versions newer than them on disk are
+                    # what this reload would have added: they are the UNAVAILABLE ones.
+                    newest = max(model.versions)
+                    for v in _version_dirs(rm.directory):
+                        if v > newest:
+                            model.failed[v] = req.result.message
                 log.error("failed to load model '%s': %s", req.name, req.result.message)
                 self._update_frontends(ModelTableUpdate(models=(model.entry(),)), ack=False)
                 continue
@@ -805,6 +813,14 @@ def _bls_wiring(bls: _BlsChannels, instance_id: int) -> BlsClientWiring | None:
         return None
     channel = bls.from_scheduler[spec.client_id]
     return BlsClientWiring(client_id=spec.client_id, ring=channel.ring, wakeup=channel.wakeup)
+
+
+def _version_dirs(directory: Path) -> list[int]:
+    """The numeric version directories of a model directory."""
+    try:
+        return sorted(int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit())
+    except OSError:
+        return []
 
 
 def config_bytes(rm: RepositoryModel) -> bytes:
