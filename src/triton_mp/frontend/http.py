@@ -173,7 +173,8 @@ class HttpFrontend:
             self._infer: "inference",
             self._generate: "inference",
             self._repository_index: "model-repository",
-            self._repository_control: "model-repository",
+            self._repository_load: "model-repository",
+            self._repository_unload: "model-repository",
             self._system_shm: "shared-memory",
             self._cuda_shm: "shared-memory",
         }
