@@ -264,9 +264,13 @@ def test_response_sender_modes(server: ServerProcess) -> None:
     got, errors = _stream(server.url, _modes_requests())
     assert got == MODES_EXPECTED
     assert sorted(errors) == MODES_ERRORS
-    assert "SECOND SEND: Unable to send response. Response sender has been closed." in (
-        server.log()
-    )
+    # NOTE: the model logs after its final response left, so the client may see the stream
+    # end first: wait for the line.
+    line = "SECOND SEND: Unable to send response. Response sender has been closed."
+    deadline = time.monotonic() + 30
+    while line not in server.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert line in server.log()
 
 
 def test_same_answers_as_triton(server: ServerProcess, triton_url: str) -> None:
