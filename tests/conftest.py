@@ -16,7 +16,13 @@ from pathlib import Path
 import pytest
 
 from tests.server import PROJECT_REPOSITORY, STARTED_PIDS, ServerProcess, group_alive
-from triton_mp.assets import VAD_MODEL_NAME, materialise_ocr_models, materialise_vad_model
+from triton_mp.assets import (
+    REC_BLS_MODEL_NAME,
+    VAD_MODEL_NAME,
+    materialise_ocr_models,
+    materialise_rec_dictionary,
+    materialise_vad_model,
+)
 from triton_mp.errors import TritonMPError
 from triton_mp.ipc.shm import list_objects, remove_entry
 
@@ -107,13 +113,16 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
 def copy_models(dest: Path, *names: str) -> Path:
     """Copy models of the project's repository into ``dest`` (a new repository).
 
-    The wheel-shipped ONNX files of the OCR models and of ``silero_vad`` are materialised
-    first; the test is skipped when the package that ships them is absent.
+    The wheel-shipped ONNX files of the OCR models and of ``silero_vad`` (and the
+    recogniser's dictionary for ``ocr_rec_bls``) are materialised first; the test is skipped
+    when the package that ships them is absent.
     """
     dest.mkdir(parents=True, exist_ok=True)
     if any(n.startswith("ocr_") for n in names):
         try:
             materialise_ocr_models(PROJECT_REPOSITORY)
+            if REC_BLS_MODEL_NAME in names:
+                materialise_rec_dictionary(PROJECT_REPOSITORY)
         except TritonMPError as e:
             pytest.skip(f"the OCR models are not available: {e.message}")
     if VAD_MODEL_NAME in names:

@@ -17,6 +17,15 @@ with ``--no-deps`` and located, never imported, the same way, and its 16 kHz ops
 is copied to ``<repository>/silero_vad/1/silero_vad.onnx`` (not ``model.onnx``: the model is a
 python model, and the file is data that its ``model.py`` opens).
 
+**The recogniser's character dictionary.** ``model_repository/ocr_rec_bls`` (a python BLS
+model that calls ``ocr_rec`` and decodes its CTC output into text) needs the list of the 6623
+characters the recogniser's classes stand for. rapidocr-onnxruntime 1.4.4 ships no dictionary
+file: the list lives in the recogniser ONNX file's metadata (key ``character``, one character a
+line), where RapidOCR itself reads it. It is written out once, as PaddleOCR's plain dictionary
+format, to ``<repository>/ocr_rec_bls/1/ppocr_keys.txt``, so the model directory is
+self-contained (it serves unchanged when copied elsewhere, and its ``model.py`` needs neither
+onnx nor the wheel at run time).
+
 Nothing is ever downloaded here.
 
 A materialised file is a real file (a hard link when the repository and site-packages share a
@@ -309,8 +318,106 @@ def materialise_vad_model(repository: Path) -> Path | None:
     return destination
 
 
+REC_BLS_MODEL_NAME = "ocr_rec_bls"
+"""Directory name of the BLS recogniser-with-decoding model in the repository."""
+
+REC_DICT_FILE = "ppocr_keys.txt"
+"""File name inside ``<repository>/ocr_rec_bls/<version>/`` that its ``model.py`` reads (its
+config's ``character_dict`` parameter): one character a line, UTF-8, no blank, no space class."""
+
+REC_DICT_VERSION = "1"
+"""Version directory the dictionary is materialised into."""
+
+REC_WHEEL_FILE = "ch_PP-OCRv4_rec_infer.onnx"
+"""The recogniser ONNX file of the wheel whose metadata holds the dictionary."""
+
+REC_DICT_METADATA_KEY = "character"
+"""ONNX ``metadata_props`` key of the dictionary in RapidOCR's PP-OCR exports."""
+
+
+def rec_characters_from_onnx(path: Path) -> list[str]:
+    """The recogniser's dictionary, read from an ONNX file's ``character`` metadata.
+
+    The file is parsed with ``onnx`` (weights included; no inference session is built).
+
+    Args:
+        path: a PP-OCR recogniser exported by RapidOCR (``ch_PP-OCRv4_rec_infer.onnx``).
+
+    Returns:
+        The characters in class order (class ``i + 1`` is ``result[i]``; class 0 is the CTC
+        blank and the last class a space, neither of which is in the list).
+
+    Raises:
+        OcrModelsMissing: the file has no ``character`` metadata.
+    """
+    import onnx  # NOTE: imported here: only the dictionary needs it, not every CLI start
+
+    model = onnx.load(str(path), load_external_data=False)
+    meta = {p.key: p.value for p in model.metadata_props}
+    if REC_DICT_METADATA_KEY not in meta:
+        raise OcrModelsMissing(
+            f"{path}: the ONNX metadata has no '{REC_DICT_METADATA_KEY}' entry, so it holds "
+            f"no character dictionary; reinstall the package with: {RAPIDOCR_PIP_COMMAND}"
+        )
+    return meta[REC_DICT_METADATA_KEY].split("\n")
+
+
+def materialise_rec_dictionary(repository: Path) -> Path | None:
+    """Write ``<repository>/ocr_rec_bls/1/ppocr_keys.txt`` from the wheel's recogniser.
+
+    Only when ``<repository>/ocr_rec_bls`` exists. The characters come from the ``character``
+    metadata of ``ch_PP-OCRv4_rec_infer.onnx`` in the installed ``rapidocr-onnxruntime``
+    (located, not imported) and are written one a line, UTF-8, atomically (a temporary file
+    renamed into place). Idempotent: a destination with the same text is left alone; an
+    existing destination is kept when the package is absent.
+
+    Args:
+        repository: root of a Triton model repository.
+
+    Returns:
+        The destination path, or None when the repository has no ``ocr_rec_bls`` model.
+
+    Raises:
+        OcrModelsMissing: the destination is missing and the package is not installed, or
+            its recogniser file (or that file's metadata) is missing; the message names
+            ``RAPIDOCR_PIP_COMMAND``.
+    """
+    if not (repository / REC_BLS_MODEL_NAME).is_dir():
+        return None
+    destination = repository / REC_BLS_MODEL_NAME / REC_DICT_VERSION / REC_DICT_FILE
+    try:
+        source = rapidocr_models_dir() / REC_WHEEL_FILE
+    except OcrModelsMissing:
+        if destination.is_file():
+            return destination
+        raise
+    if not source.is_file():
+        if destination.is_file():
+            return destination
+        raise OcrModelsMissing(
+            f"model '{REC_BLS_MODEL_NAME}': {source} is missing from the installed "
+            f"'{RAPIDOCR_DISTRIBUTION}' package ({_installed_version() or 'unknown version'}); "
+            f"reinstall it with: {RAPIDOCR_PIP_COMMAND}"
+        )
+    text = "".join(f"{c}\n" for c in rec_characters_from_onnx(source))
+    if destination.is_file() and destination.read_text(encoding="utf-8") == text:
+        log.debug("model '%s': %s is up to date", REC_BLS_MODEL_NAME, destination)
+        return destination
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=".keys.", suffix=".tmp", dir=destination.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        os.replace(tmp_name, destination)
+    finally:
+        Path(tmp_name).unlink(missing_ok=True)
+    log.info("model '%s': materialised %s from %s", REC_BLS_MODEL_NAME, destination, source)
+    return destination
+
+
 def materialise_default_models(repository: Path) -> list[Path]:
-    """Materialise every wheel-shipped file the default repository needs (OCR, then VAD).
+    """Materialise every wheel-shipped file the default repository needs (OCR ONNX files,
+    the recogniser's dictionary for ``ocr_rec_bls``, then VAD).
 
     Args:
         repository: root of a Triton model repository; models it lacks are skipped.
@@ -323,5 +430,8 @@ def materialise_default_models(repository: Path) -> list[Path]:
             ``materialise_vad_model`` raise them.
     """
     placed = materialise_ocr_models(repository)
+    keys = materialise_rec_dictionary(repository)
+    if keys is not None:
+        placed.append(keys)
     vad = materialise_vad_model(repository)
     return placed if vad is None else [*placed, vad]

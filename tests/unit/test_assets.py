@@ -288,3 +288,85 @@ def test_real_silero_wheel_is_located_not_imported(tmp_path: Path) -> None:
     placed = assets.materialise_vad_model(_vad_repository(tmp_path))
     assert placed is not None
     assert placed.stat().st_size == source.stat().st_size
+
+
+# --- the recogniser's dictionary for ocr_rec_bls -------------------------------------------
+
+
+def _onnx_with_characters(path: Path, characters: list[str] | None) -> None:
+    """A one-node ONNX file whose metadata holds ``characters`` (one a line), or nothing."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    model = helper.make_model(graph)
+    if characters is not None:
+        helper.set_model_props(model, {"character": "\n".join(characters)})
+    onnx.save(model, str(path))
+
+
+def _bls_repository(tmp_path: Path) -> Path:
+    """Copy the project's ocr_rec_bls model (config and model.py, no dictionary)."""
+    repo = tmp_path / "repo"
+    shutil.copytree(
+        ROOT / "model_repository" / assets.REC_BLS_MODEL_NAME,
+        repo / assets.REC_BLS_MODEL_NAME,
+        ignore=shutil.ignore_patterns(assets.REC_DICT_FILE, "__pycache__"),
+    )
+    return repo
+
+
+def test_dictionary_is_written_from_the_recogniser_metadata(
+    tmp_path: Path, fake_package: Path
+) -> None:
+    characters = ["0", "a", "中", "'", "€"]
+    _onnx_with_characters(fake_package / assets.REC_WHEEL_FILE, characters)
+    repo = _bls_repository(tmp_path)
+    placed = assets.materialise_rec_dictionary(repo)
+    assert placed == repo / assets.REC_BLS_MODEL_NAME / "1" / assets.REC_DICT_FILE
+    assert placed.read_text(encoding="utf-8").split("\n") == [*characters, ""]
+    before = placed.stat().st_mtime_ns
+    assert assets.materialise_rec_dictionary(repo) == placed
+    assert placed.stat().st_mtime_ns == before, "an up-to-date dictionary is left alone"
+    placed.write_text("stale\n", encoding="utf-8")
+    assets.materialise_rec_dictionary(repo)
+    assert placed.read_text(encoding="utf-8") == "".join(f"{c}\n" for c in characters)
+    assert sorted(p.name for p in placed.parent.iterdir()) == ["model.py", assets.REC_DICT_FILE]
+
+
+def test_dictionary_needs_the_model_directory(tmp_path: Path, fake_package: Path) -> None:
+    assert assets.materialise_rec_dictionary(_repository_copy(tmp_path)) is None
+
+
+def test_dictionary_without_metadata_names_the_pip_command(
+    tmp_path: Path, fake_package: Path
+) -> None:
+    _onnx_with_characters(fake_package / assets.REC_WHEEL_FILE, None)
+    with pytest.raises(assets.OcrModelsMissing, match="no 'character' entry.*pip install"):
+        assets.materialise_rec_dictionary(_bls_repository(tmp_path))
+
+
+def test_dictionary_without_package(tmp_path: Path, no_package: None) -> None:
+    repo = _bls_repository(tmp_path)
+    with pytest.raises(assets.OcrModelsMissing, match="pip install --no-deps"):
+        assets.materialise_rec_dictionary(repo)
+    kept = repo / assets.REC_BLS_MODEL_NAME / "1" / assets.REC_DICT_FILE
+    kept.write_text("a\n", encoding="utf-8")
+    assert assets.materialise_rec_dictionary(repo) == kept
+    assert kept.read_text(encoding="utf-8") == "a\n"
+
+
+def test_real_wheel_dictionary_fits_the_recogniser(tmp_path: Path) -> None:
+    """6623 characters: with the blank and the space, the 6625 classes of ocr_rec's output."""
+    if importlib.util.find_spec(assets.RAPIDOCR_PACKAGE) is None:
+        pytest.skip(f"rapidocr-onnxruntime is not installed ({assets.RAPIDOCR_PIP_COMMAND})")
+    placed = assets.materialise_rec_dictionary(_bls_repository(tmp_path))
+    assert placed is not None
+    lines = placed.read_text(encoding="utf-8").split("\n")
+    assert lines[-1] == ""
+    assert len(lines) - 1 + 2 == 6625
