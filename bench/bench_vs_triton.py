@@ -1,23 +1,31 @@
 #!/usr/bin/env python3
 """triton-mp side by side with the real NVIDIA Triton 2.51, driven by the same perf_analyzer runs.
 
+The servers ("sides"): the real Triton, triton-mp (one frontend process), and, for the
+add_sub_py gRPC workloads (the python-backend issue's bench, concurrency 1, 4 and 16), also
+triton-mp with ``--frontend-processes 2`` and the Python floor (``../shared/bench/
+floor_server.py``: one grpc.aio process computing add_sub inline, what a single Python gRPC
+process reaches here).
+
 One invocation:
 
 1. installs the peers when they are missing (``../shared/bench/install-peers.sh .peers``);
-2. per round (``--rounds``, default 3), starts both servers fresh on free ports, on the same
-   model repository: the real Triton through ``../shared/bench/run-triton.sh`` and
-   ``triton-mp start``, each in its own session;
+2. per round (``--rounds``, default 3), starts every side the chosen workloads need fresh on
+   free ports, on the same model repository: the real Triton through
+   ``../shared/bench/run-triton.sh``, ``triton-mp start`` (twice: one and two frontend
+   processes) and the floor, each in its own session;
 3. for each workload, runs the same perf_analyzer command (gRPC or HTTP/REST as the workload
-   says, 3 s windows, through the shared ``pa_run.py``) against Triton and then triton-mp,
-   back to back; the order alternates from round to round (odd rounds Triton first, even
-   rounds triton-mp first), so each round's ratio compares two runs taken seconds apart;
-4. stops both by PID (SIGINT, then SIGKILL) and checks that none of their processes and none of
+   says, 3 s windows, through the shared ``pa_run.py``) against each of its sides, back to
+   back; the order alternates from round to round (odd rounds Triton, triton-mp, fp2, floor;
+   even rounds the reverse), so each round's ratios compare runs taken seconds apart;
+4. stops them all by PID (SIGINT, then SIGKILL) and checks that none of their processes and none of
    their ``/dev/shm`` entries is left behind.
 
-It prints one table: per workload and protocol (``-i grpc`` or ``-i http``), each server's
-infer/s, p50 and p99 latency (medians over rounds), the cores used by the server, by
-perf_analyzer and by everything else on the machine, and the ratio triton-mp / Triton
-(median of the per-round ratios, which are listed too). It writes a PNG of throughput and
+It prints one table: per workload and protocol (``-i grpc`` or ``-i http``), a line per server
+with its infer/s, p50 and p99 latency (medians over rounds), the cores used by the server, by
+perf_analyzer and by everything else on the machine, its throughput over Triton's and over the
+floor's, and (triton-mp) its p50 over Triton's (medians of the per-round ratios, which are
+listed too). It writes a PNG of throughput and
 p99 latency (``--png``) and, with ``--json``, every record.
 
 Exit status 0 when every measurement ran and every stop was clean; 1 otherwise (for instance
@@ -49,6 +57,7 @@ from common import (
     ROOT,
     SHARED_BENCH,
     BenchError,
+    Floor,
     ManagedServer,
     Triton,
     TritonMP,
@@ -58,7 +67,17 @@ from common import (
 
 DEFAULT_REPOSITORY = SHARED_BENCH / "model_repository"
 DEFAULT_PNG = ROOT / "bench" / "results" / "vs_triton.png"
-SIDES = ("Triton", "triton-mp")
+SIDES = ("Triton", "triton-mp", "triton-mp fp2", "floor")
+"""Every server the bench can run: the real Triton, triton-mp (one frontend process),
+triton-mp with ``--frontend-processes 2``, and the Python floor (``floor_server.py``)."""
+PAIR = ("Triton", "triton-mp")
+"""The two sides every workload runs on."""
+ADD_SUB_SIDES = SIDES
+"""add_sub_py over gRPC, the system-shared-memory issue's bench, runs on all four."""
+RATIOS = (("triton-mp", "Triton"), ("triton-mp fp2", "Triton"), ("triton-mp", "floor"),
+          ("triton-mp fp2", "floor"))
+"""Throughput ratios reported per workload (numerator, denominator), when both ran."""
+FP2_ARGS = ["--frontend-processes", "2"]
 MIB = 1 << 20
 PRIVATE_SHM_ENV = "BENCH_VS_TRITON_PRIVATE_SHM"  # set inside the private /dev/shm namespace
 MAX_RESTARTS = 2  # per round: a server that died under us is started again this many times
@@ -73,6 +92,8 @@ class Workload:
     pa_args: tuple[str, ...] = ()
     protocol: str = "grpc"
     """perf_analyzer's -i: ``grpc`` or ``http`` (KServe v2 REST, binary tensor data)."""
+    sides: tuple[str, ...] = PAIR
+    """The servers it runs on (the floor serves add_sub_py over gRPC only)."""
 
     def args(self) -> list[str]:
         return ["-m", self.model, "--concurrency-range", str(self.concurrency), *self.pa_args]
@@ -90,8 +111,9 @@ def identity(mib: int, shm: bool, protocol: str = "grpc") -> Workload:
 
 
 WORKLOADS = [
-    Workload("add_sub_c1", "add_sub_py c=1", "add_sub_py", 1),
-    Workload("add_sub_c16", "add_sub_py c=16", "add_sub_py", 16),
+    Workload("add_sub_c1", "add_sub_py c=1", "add_sub_py", 1, sides=ADD_SUB_SIDES),
+    Workload("add_sub_c4", "add_sub_py c=4", "add_sub_py", 4, sides=ADD_SUB_SIDES),
+    Workload("add_sub_c16", "add_sub_py c=16", "add_sub_py", 16, sides=ADD_SUB_SIDES),
     identity(1, shm=False),
     identity(1, shm=True),
     identity(16, shm=False),
@@ -151,12 +173,16 @@ def start_server(side: str, args: argparse.Namespace, log_dir: Path, i: int,
     """Start one side; returns (server, {model: why not ready}, start error or None)."""
     server: ManagedServer
     suffix = f"-restart{restart}" if restart else ""
+    log = log_dir / f"{side.replace(' ', '-')}-round{i}{suffix}.log"
     if side == "Triton":
-        server = Triton(args.repository, log_dir / f"triton-round{i}{suffix}.log",
-                        args.peers_env, args.start_timeout, args.stop_timeout)
+        server = Triton(args.repository, log, args.peers_env, args.start_timeout,
+                        args.stop_timeout)
+    elif side == "floor":
+        server = Floor(log, args.start_timeout, args.stop_timeout)
     else:
-        server = TritonMP(args.mp_repository, log_dir / f"triton-mp-round{i}{suffix}.log",
-                          args.server_cmd, args.start_timeout, args.stop_timeout, args.mp_src)
+        server = TritonMP(args.mp_repository, log, args.server_cmd, args.start_timeout,
+                          args.stop_timeout, args.mp_src,
+                          FP2_ARGS if side == "triton-mp fp2" else None)
     print(f"  {side}: {server.info['cmd']}", flush=True)
     try:
         failed = server.start(models)
@@ -174,10 +200,12 @@ def run_round(i: int, args: argparse.Namespace, peers_env: dict[str, str], log_d
               skip: dict[str, str]) -> tuple[dict[str, Any], bool]:
     """Start both servers, run every workload on both (paired, alternating order), stop both.
     `skip`: sides whose start failed in an earlier round -> that error (not retried)."""
-    order = list(SIDES) if i % 2 == 1 else list(reversed(SIDES))
+    used = [side for side in SIDES if any(side in w.sides for w in args.workloads)]
+    order = used if i % 2 == 1 else list(reversed(used))
     rnd: dict[str, Any] = {"round": i, "order": order, "servers": {}, "runs": [],
                            "restarts": []}
-    models = sorted({w.model for w in args.workloads})
+    models_of = {side: sorted({w.model for w in args.workloads if side in w.sides})
+                 for side in used}
     servers: dict[str, ManagedServer] = {}
     model_errors: dict[str, dict[str, str]] = {}
     start_errors: dict[str, str] = dict(skip)
@@ -185,10 +213,10 @@ def run_round(i: int, args: argparse.Namespace, peers_env: dict[str, str], log_d
     jsonl = log_dir / "pa_runs.jsonl"
     print(f"round {i}/{args.rounds}: order {' then '.join(order)}", flush=True)
     try:
-        for side in SIDES:
+        for side in used:
             if side in start_errors:
                 continue
-            server, failed, err = start_server(side, args, log_dir, i, models)
+            server, failed, err = start_server(side, args, log_dir, i, models_of[side])
             servers[side] = server
             rnd["servers"][side] = server.info
             model_errors[side] = failed
@@ -199,10 +227,10 @@ def run_round(i: int, args: argparse.Namespace, peers_env: dict[str, str], log_d
                 server.info["idle_cores"] = server.idle_cores(1.0)
         rnd["start_errors"] = start_errors
         print("  idle cores: " + ", ".join(
-            f"{s} {servers[s].info.get('idle_cores')}" for s in SIDES if s in servers
+            f"{s} {servers[s].info.get('idle_cores')}" for s in used if s in servers
             and s not in start_errors), flush=True)
         for w in args.workloads:
-            for side in order:
+            for side in (s for s in order if s in w.sides):
                 rec: dict[str, Any]
                 if (side not in start_errors and not servers[side].running()
                         and len(rnd["restarts"]) < MAX_RESTARTS):
@@ -214,8 +242,8 @@ def run_round(i: int, args: argparse.Namespace, peers_env: dict[str, str], log_d
                     print(f"  {side} DIED during the round (before {w.label}); "
                           f"{dead.stop_line()}; starting a new one", flush=True)
                     rnd["restarts"].append({"side": side, "before": w.key, "server": info})
-                    server, failed, err = start_server(side, args, log_dir, i, models,
-                                                       len(rnd["restarts"]))
+                    server, failed, err = start_server(side, args, log_dir, i,
+                                                       models_of[side], len(rnd["restarts"]))
                     servers[side] = server
                     rnd["servers"][side] = server.info
                     model_errors[side] = failed
@@ -234,7 +262,7 @@ def run_round(i: int, args: argparse.Namespace, peers_env: dict[str, str], log_d
                 rec.update(round=i, side=side, workload=w.key)
                 rnd["runs"].append(rec)
                 if rec.get("throughput") is not None:
-                    print(f"  {w.label:28} {w.protocol:4} {side:9}: {rec['throughput']:9.1f} "
+                    print(f"  {w.label:28} {w.protocol:4} {side:13}: {rec['throughput']:9.1f} "
                           f"infer/s, p50 "
                           f"{rec['p50_us'] / 1000:7.2f} ms, p99 {rec['p99_us'] / 1000:7.2f} ms; "
                           f"cores: server {rec['server_cores']:.2f}, perf_analyzer "
@@ -242,10 +270,17 @@ def run_round(i: int, args: argparse.Namespace, peers_env: dict[str, str], log_d
                           flush=True)
                 else:
                     ok = False
-                    print(f"  {w.label:28} {w.protocol:4} {side:9}: FAILED: "
+                    print(f"  {w.label:28} {w.protocol:4} {side:13}: FAILED: "
                           f"{common.last_line(rec['error'])}",
                           flush=True)
     finally:
+        # NOTE: the sides share one /dev/shm; what another side holds is not this one's leftover.
+        for server in servers.values():
+            server.snapshot()
+        for server in servers.values():
+            for other in servers.values():
+                if other is not server:
+                    server.shm_before |= other.shm_seen
         for side, server in servers.items():
             info = server.stop()
             print(f"  {server.stop_line()}", flush=True)
@@ -259,17 +294,26 @@ def run_round(i: int, args: argparse.Namespace, peers_env: dict[str, str], log_d
 # --------------------------------------------------------------------------- summary, table
 
 
+def ratio_key(num: str, den: str) -> str:
+    return f"{num}/{den}"
+
+
 def summarise(rounds: list[dict[str, Any]], workloads: list[Workload]) -> list[dict[str, Any]]:
+    """One row per workload: per side (those the workload ran on) medians over rounds, and the
+    throughput ratios of RATIOS per round and their median. ``ratio``/``ratios`` (triton-mp /
+    Triton) stay at the top level for the chart and older readers; ``vs`` holds every ratio;
+    ``p50_vs_triton`` is each triton-mp side's p50 / Triton's p50, per round and median."""
     rows = []
     for w in workloads:
         row: dict[str, Any] = {"workload": w.key, "label": w.label, "protocol": w.protocol,
+                               "sides": list(w.sides),
                                "perf_analyzer_args": ["-i", w.protocol, *w.args()]}
         by_round: dict[int, dict[str, dict[str, Any]]] = {}
         for r in rounds:
             for rec in r["runs"]:
                 if rec["workload"] == w.key:
                     by_round.setdefault(r["round"], {})[rec["side"]] = rec
-        for side in SIDES:
+        for side in w.sides:
             recs = [by_round[i][side] for i in sorted(by_round) if side in by_round[i]]
             good = [rec for rec in recs if rec.get("throughput") is not None]
             errors = [rec["error"] for rec in recs if rec.get("throughput") is None]
@@ -278,6 +322,7 @@ def summarise(rounds: list[dict[str, Any]], workloads: list[Workload]) -> list[d
                 "throughputs": [rec["throughput"] for rec in good],
                 "throughput": med([rec["throughput"] for rec in good]),
                 "p50_ms": None if not good else med([rec["p50_us"] for rec in good]) / 1000,
+                "p50s_ms": [rec["p50_us"] / 1000 for rec in good],
                 "p99_ms": None if not good else med([rec["p99_us"] for rec in good]) / 1000,
                 "p99s_ms": [rec["p99_us"] / 1000 for rec in good],
                 "server_cores": med([rec.get("server_cores") for rec in good]),
@@ -290,13 +335,31 @@ def summarise(rounds: list[dict[str, Any]], workloads: list[Workload]) -> list[d
             if errors:
                 s["error"] = common.last_line(errors[-1], 160)
             row[side] = s
-        ratios = []
-        for i in sorted(by_round):
-            t, m = by_round[i].get("Triton", {}), by_round[i].get("triton-mp", {})
-            if t.get("throughput") and m.get("throughput") is not None:
-                ratios.append(round(m["throughput"] / t["throughput"], 3))
-        row["ratios"] = ratios
-        row["ratio"] = round(statistics.median(ratios), 3) if ratios else None
+        vs: dict[str, dict[str, Any]] = {}
+        for num, den in RATIOS:
+            if num not in w.sides or den not in w.sides:
+                continue
+            per_round = []
+            for i in sorted(by_round):
+                a, b = by_round[i].get(num, {}), by_round[i].get(den, {})
+                if b.get("throughput") and a.get("throughput") is not None:
+                    per_round.append(round(a["throughput"] / b["throughput"], 3))
+            vs[ratio_key(num, den)] = {
+                "ratios": per_round,
+                "ratio": round(statistics.median(per_round), 3) if per_round else None}
+        row["vs"] = vs
+        pair = vs.get(ratio_key(*PAIR), {"ratios": [], "ratio": None})
+        row["ratios"], row["ratio"] = pair["ratios"], pair["ratio"]
+        p50: dict[str, dict[str, Any]] = {}
+        for side in (x for x in w.sides if x.startswith("triton-mp")):
+            per_round = []
+            for i in sorted(by_round):
+                a, b = by_round[i].get(side, {}), by_round[i].get("Triton", {})
+                if b.get("p50_us") and a.get("p50_us") is not None:
+                    per_round.append(round(a["p50_us"] / b["p50_us"], 3))
+            p50[side] = {"ratios": per_round,
+                         "ratio": round(statistics.median(per_round), 3) if per_round else None}
+        row["p50_vs_triton"] = p50
         rows.append(row)
     return rows
 
@@ -307,30 +370,45 @@ def side_cells(s: dict[str, Any]) -> str:
             f"{fmt(s['client_cores'], '4.2f')} {fmt(s['other_cores'], '5.2f')}")
 
 
+def ratio_cell(v: dict[str, Any] | None) -> str:
+    """``0.69x (0.84, 0.69, 0.68)``: the median, then each round's; "-" when not measured."""
+    if not v or v["ratio"] is None:
+        return "-"
+    cell = fmt(v["ratio"], ".2f") + "x"
+    if len(v["ratios"]) > 1:
+        cell += f" ({', '.join(format(x, '.2f') for x in v['ratios'])})"
+    return cell
+
+
 def table(rows: list[dict[str, Any]], mp_name: str) -> str:
+    """One line per workload and server: its medians, then its throughput over Triton's and
+    over the floor's (median and per round), and for triton-mp its p50 over Triton's."""
     side_head = f"{'infer/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'srv c':>5} {'pa c':>4} {'bg c':>5}"
-    width = len(side_head)
-    head1 = f"{'':26} {'':5} | {'Triton 2.51':^{width}} | {mp_name:^{width}} | triton-mp/Triton"
-    head2 = f"{'workload':26} {'proto':5} | {side_head} | {side_head} | median (per round)"
-    lines = [head1, head2, "-" * len(head2)]
+    names = {"Triton": "Triton 2.51", "triton-mp": mp_name,
+             "triton-mp fp2": mp_name + " fp2", "floor": "Python floor"}
+    name_w = max(13, *(len(names[s]) for r in rows for s in r["sides"]))
+    head = (f"{'workload':26} {'proto':5} {'server':{name_w}} | {side_head} | "
+            f"{'infer/s vs Triton':24} | {'infer/s vs floor':24} | p50 vs Triton")
+    lines = [head, "-" * len(head)]
     errors: list[str] = []
     for r in rows:
-        cells = []
-        for side in SIDES:
+        for k, side in enumerate(r["sides"]):
             s = r[side]
             if s["rounds_ok"] == 0 and s.get("error"):
                 mark = f"[{len(errors) + 1}]"
                 errors.append(f"{mark} {side}, {r['label']} {r['protocol']}: {s['error']}")
-                cells.append(f"{'ERROR ' + mark:^{width}}")
+                cells = f"{'ERROR ' + mark:^{len(side_head)}}"
             else:
-                cells.append(side_cells(s))
+                cells = side_cells(s)
                 if s.get("error"):
                     errors.append(f"{side}, {r['label']} {r['protocol']} (some rounds): "
                                   f"{s['error']}")
-        ratio = fmt(r["ratio"], ".2f") + "x" if r["ratio"] is not None else "-"
-        if len(r["ratios"]) > 1:
-            ratio += f" ({', '.join(format(x, '.2f') for x in r['ratios'])})"
-        lines.append(f"{r['label']:26} {r['protocol']:5} | {cells[0]} | {cells[1]} | {ratio}")
+            vs_t = ratio_cell(r["vs"].get(ratio_key(side, "Triton")))
+            vs_f = ratio_cell(r["vs"].get(ratio_key(side, "floor")))
+            p50 = ratio_cell(r["p50_vs_triton"].get(side))
+            label = (r["label"], r["protocol"]) if k == 0 else ("", "")
+            lines.append(f"{label[0]:26} {label[1]:5} {names[side]:{name_w}} | {cells} | "
+                         f"{vs_t:24} | {vs_f:24} | {p50}".rstrip())
     if errors:
         lines.append("")
         lines += errors
@@ -347,20 +425,26 @@ def chart(rows: list[dict[str, Any]], path: Path, title: str, note: str, mp_name
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    colors = {"Triton": "#76b900", "triton-mp": "#1f6fb4"}
-    labels = {"Triton": "Triton 2.51 (python backend)", "triton-mp": mp_name}
+    colors = {"Triton": "#76b900", "triton-mp": "#1f6fb4", "triton-mp fp2": "#7aa6d6",
+              "floor": "#999999"}
+    labels = {"Triton": "Triton 2.51 (python backend)", "triton-mp": mp_name,
+              "triton-mp fp2": mp_name + " --frontend-processes 2",
+              "floor": "Python floor (floor_server.py)"}
+    present = [side for side in SIDES if any(side in r["sides"] for r in rows)]
     x = list(range(len(rows)))
-    width = 0.38
+    width = 0.8 / len(present)
     fig, (ax_t, ax_l) = plt.subplots(2, 1, figsize=(12, 8.5), sharex=True)
-    for k, side in enumerate(SIDES):
-        xs = [v + (k - 0.5) * width for v in x]
+    for k, side in enumerate(present):
+        here = [(xv + (k - (len(present) - 1) / 2) * width, r[side])
+                for xv, r in zip(x, rows, strict=True) if side in r]
+        xs = [xv for xv, _ in here]
         for ax, key, per_round in ((ax_t, "throughput", "throughputs"),
                                    (ax_l, "p99_ms", "p99s_ms")):
-            vals = [r[side][key] for r in rows]
-            lows = [v - min(r[side][per_round]) if v is not None else 0
-                    for v, r in zip(vals, rows, strict=True)]
-            highs = [max(r[side][per_round]) - v if v is not None else 0
-                     for v, r in zip(vals, rows, strict=True)]
+            vals = [s[key] for _, s in here]
+            lows = [v - min(s[per_round]) if v is not None else 0
+                    for v, (_, s) in zip(vals, here, strict=True)]
+            highs = [max(s[per_round]) - v if v is not None else 0
+                     for v, (_, s) in zip(vals, here, strict=True)]
             ax.bar(xs, [v or 0 for v in vals], width, color=colors[side], label=labels[side],
                    yerr=[lows, highs], capsize=3, error_kw={"elinewidth": 1, "alpha": 0.7})
             for xv, v, hi in zip(xs, vals, highs, strict=True):
@@ -379,7 +463,7 @@ def chart(rows: list[dict[str, Any]], path: Path, title: str, note: str, mp_name
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(plain)
         ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        seen = [v for r in rows for side in SIDES for v in r[side][per_round]]
+        seen = [v for r in rows for side in r["sides"] for v in r[side][per_round]]
         if seen:  # room below the smallest bar and above the tallest for the labels
             ax.set_ylim(min(seen) / 3, max(seen) * 2.5)
     ax_t.set_ylabel("throughput, infer/s (log)")
@@ -532,12 +616,14 @@ def main(argv: list[str] | None = None) -> int:
         "started": started.isoformat(timespec="seconds"),
         "host": {"node": platform.node(), "cpus_usable": cpus, "cpu_count": os.cpu_count(),
                  "python": platform.python_version(), "loadavg_at_start": os.getloadavg()},
-        "method": "servers started fresh each round, both up during the round; per workload "
-                  "the two runs are back to back, Triton first in odd rounds, triton-mp first "
-                  "in even rounds; ratio = median over rounds of the round's mp/Triton",
+        "method": "servers started fresh each round, all up during the round; per workload "
+                  "its sides' runs are back to back, in the order Triton, triton-mp, "
+                  "triton-mp fp2 (--frontend-processes 2), floor in odd rounds and the "
+                  "reverse in even rounds; ratio = median over rounds of the round's ratio",
         "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                     if k != "workloads"},
-        "workloads": [{"key": w.key, "label": w.label, "args": w.args()} for w in args.workloads],
+        "workloads": [{"key": w.key, "label": w.label, "args": w.args(), "sides": list(w.sides)}
+                      for w in args.workloads],
         "private_dev_shm": private,
         "rounds": [],
     }
@@ -576,12 +662,16 @@ def main(argv: list[str] | None = None) -> int:
     rows = summarise(result["rounds"], args.workloads)
     result["summary"] = rows
     result["ok"] = ok
+    result["host"]["loadavg_at_end"] = os.getloadavg()
     n = len(result["rounds"])
     if n:
         print(f"\nperf_analyzer -i <proto> -p {args.window_ms}, {n} round(s), medians over rounds; "
               f"{cpus} CPUs shared by server and perf_analyzer; Triton on {args.repository}"
               + (f", triton-mp on the STAND-IN {args.mp_repository}" if stand_in else "")
               + f"; triton-mp {result.get('triton_mp', '?')}")
+        la0, la1 = result["host"]["loadavg_at_start"], result["host"]["loadavg_at_end"]
+        print(f"load average (1, 5, 15 min): at start {la0[0]:.2f} {la0[1]:.2f} {la0[2]:.2f}, "
+              f"at end {la1[0]:.2f} {la1[1]:.2f} {la1[2]:.2f}")
         print("cores: srv c = server's whole process tree, pa c = perf_analyzer, bg c = "
               "everything else on the machine (background load, incl. the idle other server)")
         print(table(rows, mp_name))

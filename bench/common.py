@@ -472,6 +472,60 @@ class Triton(ManagedServer):
         return self.model_errors
 
 
+class Floor(ManagedServer):
+    """The Python floor, ``../shared/bench/floor_server.py``: one grpc.aio process that
+    computes ``add_sub_py`` inline in the handler (no queue, no batching, no workers), as our
+    child in its own session. It serves gRPC only (``self.http`` is unused) and answers
+    ModelReady but not RepositoryIndex, so start() waits on ModelReady alone. It has no
+    signal handler: SIGINT ends it with KeyboardInterrupt, which counts as a clean stop."""
+
+    kind = "floor"
+
+    def __init__(self, log_path: Path, start_timeout: float = 60.0,
+                 stop_timeout: float = 10.0) -> None:
+        super().__init__(log_path, start_timeout, stop_timeout)
+        self.cmd = [sys.executable, str(SHARED_BENCH / "floor_server.py"), "--port",
+                    str(self.grpc), "--impl", "aio"]
+        self.info["cmd"] = shlex.join(self.cmd)
+
+    def start(self, models: list[str]) -> dict[str, str]:
+        import tritonclient.grpc as grpcclient
+
+        t0 = time.monotonic()
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        self.pid = self.proc.pid
+        self.pid_start = start_ticks(self.pid)
+        client = grpcclient.InferenceServerClient(self.url)
+        try:
+            while True:
+                if not self.running():
+                    raise BenchError(f"floor exited with status {self.proc.returncode} during "
+                                     f"start-up\n{self.log_tail()}")
+                try:
+                    if all(client.is_model_ready(m, client_timeout=1) for m in models):
+                        break
+                except Exception:  # noqa: BLE001 - not listening yet
+                    pass
+                if time.monotonic() > t0 + self.start_timeout:
+                    raise BenchError(f"floor: not ready after {self.start_timeout:.0f} s\n"
+                                     f"{self.log_tail()}")
+                time.sleep(0.2)
+        finally:
+            client.close()
+        self.started(t0)
+        self.info["model_errors"] = {}
+        return {}
+
+    def stop(self) -> dict[str, Any]:
+        info = super().stop()
+        if info.get("exit_code") in (-signal.SIGINT, 1) and info.get("stop") == "SIGINT":
+            # NOTE: KeyboardInterrupt out of asyncio.run: the floor's only way to end on SIGINT.
+            info["clean"] = not info["leftover_processes"] and not info["shm_left"]
+        return info
+
+
 # --------------------------------------------------------------------------- perf_analyzer
 
 
