@@ -37,6 +37,7 @@ from triton_mp.ipc.messages import (
     WorkerDied,
     WorkerReady,
 )
+from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.scheduler.clock import FakeClock
 from triton_mp.scheduler.main import (
     QUEUE_FULL_MESSAGE,
@@ -731,3 +732,27 @@ def test_worker_death_ends_open_decoupled_requests_once(hd: Harness) -> None:
     assert "before the final response" in failed[r1.request_id].message
     assert "while running the request" in failed[r2.request_id].message
     assert r3.request_id not in failed
+
+
+def test_a_batch_too_large_for_the_worker_ring_fails_alone(h: Harness) -> None:
+    # NOTE: the harness's worker channel refuses batches of 4 requests, as a ring would
+    # whose record limit their parameters exceed together.
+    def send_worker(instance_id: int, msg: object) -> None:
+        if isinstance(msg, BatchAssign) and len(msg.requests) >= 4:
+            raise RecordTooLarge("record of 700000 bytes does not fit a ring of 1048576 bytes")
+        h.to_workers.append((instance_id, msg))
+
+    h.core._send_worker = send_worker
+    h.ready(0, 1)
+    big = [h.request("add_sub") for _ in range(4)]  # preferred size 4: goes at once
+    assert h.dispatch() == []
+    failed = h.failures()
+    assert sorted(m.request_id for _, m in failed) == sorted(r.request_id for r in big)
+    assert all(m.error.code == ErrorCode.RESOURCE_EXHAUSTED for _, m in failed)
+    assert "too large to hand to its instance" in failed[0][1].error.message
+    assert h.stats("add_sub").fail.count == 4
+    # The instances are idle again: the next (smaller) batch is served.
+    small = [h.request("add_sub") for _ in range(2)]
+    h.clock.advance_us(200)
+    ((_, batch),) = h.dispatch()
+    assert batch.requests == tuple(small)

@@ -46,6 +46,7 @@ from triton_mp.ipc.messages import (
     StatsQuery,
     StatsReply,
 )
+from triton_mp.ipc.ring import RecordTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -598,11 +599,19 @@ class FrontendCore:
             sequence_id=valid.sequence_id,
             sequence_flags=valid.sequence_flags,
         )
+        data = encode(desc)
         try:
-            self._send(encode(desc))
+            self._send(data)
         except TritonMPError:
             self._pending.forget_request(rid)
             raise
+        except RecordTooLarge:
+            self._pending.forget_request(rid)
+            raise InvalidRequest(
+                f"[request id: {request.id or '<id_unknown>'}] request of {len(data)} bytes "
+                "without its tensors (mostly its parameters) exceeds the server's limit for "
+                f"model '{model.name}'; send large data as input tensors"
+            ) from None
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "request %d accepted for '%s' version %d (batch size %d)",

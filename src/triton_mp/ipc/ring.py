@@ -42,6 +42,10 @@ class RingFull(Exception):
     """A push found no room; the consumer is behind."""
 
 
+class RecordTooLarge(ValueError):
+    """A record larger than half the ring: it can never be pushed."""
+
+
 class Ring:
     """SPSC ring of byte records. See the module docstring for the layout.
 
@@ -81,13 +85,13 @@ class Ring:
 
         Raises:
             RingFull: not enough free space now.
-            ValueError: the record can never fit.
+            RecordTooLarge: the record can never fit (more than half the capacity).
         """
         n = len(payload)
         need = (4 + n + 7) & ~7
         cap = self.capacity
         if need > cap // 2:
-            raise ValueError(f"record of {n} bytes does not fit a ring of {cap} bytes")
+            raise RecordTooLarge(f"record of {n} bytes does not fit a ring of {cap} bytes")
         buf = self._buf
         tail = self._tail[0]
         head = self._head[0]

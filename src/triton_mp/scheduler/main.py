@@ -53,6 +53,7 @@ from triton_mp.ipc.messages import (
     WorkerDied,
     WorkerReady,
 )
+from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.log import configure_logging
 from triton_mp.scheduler.clock import Clock, MonotonicClock
 from triton_mp.scheduler.dynamic import (
@@ -382,6 +383,27 @@ class SchedulerCore:
                 "CANCELED",
             )
 
+    def _refuse_batch(self, batch_id: int, instance_id: int, why: str, now_ns: int) -> None:
+        """Fail every request of a batch whose descriptor cannot reach the worker (their
+        parameters, together, exceed what one ring record holds); the instance stays idle."""
+        flight = self._inflight.pop(batch_id)
+        self._busy.pop(instance_id, None)
+        opened = self._open.get(instance_id, {})
+        for r in flight.requests:
+            opened.pop((r.frontend_id, r.request_id), None)
+            self._fail(
+                r,
+                ErrorCode.RESOURCE_EXHAUSTED,
+                f"a batch of {len(flight.requests)} requests for model '{r.model}' is too "
+                f"large to hand to its instance ({why}): the requests' parameters are too "
+                "large to be batched together",
+                now_ns,
+            )
+        log.warning("batch %d refused: %s", batch_id, why)
+        sched = self._instance_sched.get(instance_id)
+        if not self.stopping and sched is not None:
+            sched.instance_idle(instance_id, now_ns)
+
     def _on_batch_done(self, msg: BatchDone, now_ns: int) -> None:
         flight = self._inflight.pop(msg.batch_id, None)
         self._busy.pop(msg.instance_id, None)
@@ -649,17 +671,21 @@ class SchedulerCore:
                     opened = self._open.setdefault(batch.instance_id, {})
                     for r in reqs:
                         opened[(r.frontend_id, r.request_id)] = r
-                self._send_worker(
-                    batch.instance_id,
-                    BatchAssign(
-                        batch_id=batch_id,
-                        requests=reqs,
-                        dispatch_ns=now_ns,
-                        rows=batch.rows,
-                        slots=batch.slots,
-                        released=cast(tuple[int | str, ...], batch.released),
-                    ),
-                )
+                try:
+                    self._send_worker(
+                        batch.instance_id,
+                        BatchAssign(
+                            batch_id=batch_id,
+                            requests=reqs,
+                            dispatch_ns=now_ns,
+                            rows=batch.rows,
+                            slots=batch.slots,
+                            released=cast(tuple[int | str, ...], batch.released),
+                        ),
+                    )
+                except RecordTooLarge as e:
+                    self._refuse_batch(batch_id, batch.instance_id, str(e), now_ns)
+                    continue
                 sent += 1
         if self._retiring:
             self._finish_retirements(now_ns)
