@@ -75,15 +75,27 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     ``ipc.heartbeat`` for what stops a heartbeat (not a long-running ``execute``)."""
     startup_timeout_s: Annotated[float, Meta(gt=0)] = 120.0
     """How long each child may take to report ready."""
-    input_arena_bytes: Annotated[int, Meta(ge=1 << 16)] = 64 << 20
-    """First input arena of each frontend; later arenas grow as needed."""
-    output_arena_bytes: Annotated[int, Meta(ge=1 << 16)] = 64 << 20
-    """First output arena of each worker."""
+    input_arena_bytes: Annotated[int, Meta(ge=1 << 16)] = 16 << 20
+    """First input arena of each frontend; later arenas grow as needed (each at least
+    twice the block that needed it). Every arena's pages are reserved in ``/dev/shm`` when
+    it is created, so this is what an idle frontend holds there once it has served."""
+    output_arena_bytes: Annotated[int, Meta(ge=1 << 16)] = 4 << 20
+    """First output arena of each worker (grows as the input arenas do)."""
     arena_budget_bytes: Annotated[int, Meta(ge=1 << 20)] = 4 << 30
     """``--arena-budget-bytes``: upper bound on the tensor arenas of one process (a
     frontend's input arenas, a worker's output arenas)."""
-    ring_bytes: Annotated[int, Meta(ge=1 << 12)] = 4 << 20
-    """Data area of each descriptor ring."""
+    ring_bytes: Annotated[int, Meta(ge=1 << 12)] = 1 << 20
+    """Data area of each ring that carries requests or batches (frontend -> scheduler,
+    scheduler -> worker, worker -> scheduler, scheduler -> frontend). A record may take at
+    most half of it, which bounds one request's descriptor (its parameters, mostly)."""
+    answer_ring_bytes: Annotated[int, Meta(ge=1 << 12)] = 64 << 10
+    """Data area of each ring that carries only answers to requests (worker -> frontend,
+    worker or scheduler -> a python worker's BLS inbox): their count grows with the number
+    of instances (BLS: python instances x instances), and every ring's pages are reserved
+    in ``/dev/shm``."""
+    worker_ring_bytes: Annotated[int, Meta(ge=1 << 12)] = 256 << 10
+    """Data area of each worker's ring to the scheduler (batch done notices, and the BLS
+    requests of a python model)."""
 
     @property
     def repository_path(self) -> Path:

@@ -139,7 +139,7 @@ class Host(Protocol):
         """Push a message to the scheduler (thread-safe)."""
         ...
 
-    def ring(self, purpose: str) -> str:
+    def ring(self, purpose: str, capacity_bytes: int = 0) -> str:
         """Create a ring; returns its name."""
         ...
 
@@ -671,8 +671,10 @@ class ModelManager:
                 iid = w.instance_id
                 sem = host.wakeup("semaphore", f"w{iid}_sem")
                 to_worker = host.ring(f"r_s_w{iid}")
-                from_worker = host.ring(f"r_w{iid}_s")
-                to_fe = {i: host.ring(f"r_w{iid}_f{i}") for i in range(n_fe)}
+                from_worker = host.ring(f"r_w{iid}_s", self._cfg.worker_ring_bytes)
+                to_fe = {
+                    i: host.ring(f"r_w{iid}_f{i}", self._cfg.answer_ring_bytes) for i in range(n_fe)
+                }
                 rings.extend(to_fe.values())
                 spec = WorkerSpec(
                     instance=w,

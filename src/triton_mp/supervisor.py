@@ -422,9 +422,9 @@ class Supervisor:
         return object_name(self.server_id, purpose)
 
     # ------------------------------------------------------------------ IPC
-    def _ring(self, purpose: str) -> str:
+    def _ring(self, purpose: str, capacity_bytes: int = 0) -> str:
         name = self._name(purpose)
-        Ring.create(name, self.config.ring_bytes).close()
+        Ring.create(name, capacity_bytes or self.config.ring_bytes).close()
         return name
 
     def _wakeup(self, kind: WakeupKind, purpose: str) -> Wakeup:
@@ -610,10 +610,12 @@ class Supervisor:
                 continue
             cid = BLS_CLIENT_BASE + c.instance_id
             sem = self._wakeup("semaphore", f"w{c.instance_id}_bls")
-            rings = [self._ring(f"r_s_c{c.instance_id}")]
+            rings = [self._ring(f"r_s_c{c.instance_id}", self.config.answer_ring_bytes)]
             out.from_scheduler[cid] = ChannelSpec(rings[0], sem)
             for w in instances:
-                ring = self._ring(f"r_w{w.instance_id}_c{c.instance_id}")
+                ring = self._ring(
+                    f"r_w{w.instance_id}_c{c.instance_id}", self.config.answer_ring_bytes
+                )
                 rings.append(ring)
                 out.from_worker.setdefault(w.instance_id, {})[cid] = ChannelSpec(ring, sem)
             out.specs[c.instance_id] = BlsSpec(
@@ -824,9 +826,9 @@ class Supervisor:
         with self._scheduler_lock:
             self._to_scheduler.send(msg)
 
-    def ring(self, purpose: str) -> str:
-        """Create a ring (see ``_ring``)."""
-        return self._ring(purpose)
+    def ring(self, purpose: str, capacity_bytes: int = 0) -> str:
+        """Create a ring (see ``_ring``; ``capacity_bytes`` 0: ``ring_bytes``)."""
+        return self._ring(purpose, capacity_bytes)
 
     def bls_channels(
         self, instances: list[InstanceSpec], versions: list[ModelVersionSpec]

@@ -63,3 +63,57 @@ def test_a_request_over_the_arena_budget_fails_alone_with_resource_exhausted(
     assert res.as_numpy("OUTPUT0").shape == (small,)
     assert client.is_server_ready()
     client.close()
+
+
+def test_request_parameters_too_large_for_a_ring_are_refused_alone(
+    tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    # NOTE: a request's descriptor (its parameters, mostly) travels in a ring of
+    # ServerConfig.ring_bytes (1 MiB); one record may take half of it.
+    repo = tmp_path / "repo"
+    write_faulty_model(repo, "echo_py", "none", dims="-1")
+    server = start_server(repo)
+    client = server.client()
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("echo_py", _input(4), parameters={"note": "x" * (600 << 10)})
+    assert e.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "exceeds the server's limit for model 'echo_py'" in e.value.message()
+
+    header = (
+        b'{"parameters":{"note":"%s"},"inputs":[{"name":"INPUT0","datatype":"FP32",'
+        % (b"x" * (600 << 10))
+        + b'"shape":[2],"data":[1,2]}]}'
+    )
+    r = requests.post(f"http://{server.http_url}/v2/models/echo_py/infer", data=header, timeout=60)
+    assert r.status_code == 400
+    assert "exceeds the server's limit" in r.json()["error"]
+
+    # A large but acceptable parameter still works, and so does everything after.
+    res = client.infer("echo_py", _input(4), parameters={"note": "y" * (100 << 10)})
+    np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), np.arange(4, dtype=np.float32))
+    assert client.is_server_ready()
+    client.close()
+
+
+DOCKER_DEFAULT_SHM_BYTES = 64 << 20
+
+
+def test_three_python_models_fit_docker_default_dev_shm(
+    tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    # NOTE: every triton-mp object reserves its pages (ipc/shm.py), so the sizes of the
+    # server's /dev/shm entries are what it holds there. Triton's python backend needs 64 MiB
+    # per instance by default; docker gives a container 64 MiB in all.
+    repo = tmp_path / "repo"
+    for name in ("a_py", "b_py", "c_py"):
+        write_faulty_model(repo, name, "none", count=2, dims="-1")
+    server = start_server(repo)
+    client = server.client()
+    for name in ("a_py", "b_py", "c_py"):
+        for _ in range(4):
+            res = client.infer(name, _input(1024))
+            assert res.as_numpy("OUTPUT0").shape == (1024,)
+    client.close()
+    prefix = f"triton_mp_{server.pid}_"
+    held = sum(p.stat().st_size for p in Path("/dev/shm").iterdir() if p.name.startswith(prefix))
+    assert 0 < held <= DOCKER_DEFAULT_SHM_BYTES, f"{held / 2**20:.1f} MiB in /dev/shm"
