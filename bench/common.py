@@ -225,6 +225,8 @@ class ManagedServer:
 
     kind = "server"
     shm_marker = "\0"  # matches nothing unless a subclass says otherwise
+    stop_signal = signal.SIGINT  # what stop() sends first (SIGKILL follows after stop_timeout)
+    clean_exit_codes: tuple[int | None, ...] = (0, None)  # None: not our child, status unknown
 
     def __init__(self, log_path: Path, start_timeout: float, stop_timeout: float) -> None:
         self.http, self.grpc, self.metrics = free_ports(3)
@@ -338,16 +340,16 @@ class ManagedServer:
         return True
 
     def stop(self) -> dict[str, Any]:
-        """SIGINT, then SIGKILL after stop_timeout; then kill (by PID) and list any process of
-        the tree that outlived it, and list (then remove) the /dev/shm entries it held that
-        are left."""
+        """stop_signal (SIGINT), then SIGKILL after stop_timeout; then kill (by PID) and list
+        any process of the tree that outlived it, and list (then remove) the /dev/shm entries
+        it held that are left."""
         if self.pid is None:
             return self.info
         self.snapshot()
         t0 = time.monotonic()
-        how = "SIGINT"
+        how = self.stop_signal.name
         if self.running():
-            os.kill(self.pid, signal.SIGINT)
+            os.kill(self.pid, self.stop_signal)
             if not self._wait_exit(self.stop_timeout):
                 how = f"SIGKILL after {self.stop_timeout:.0f} s"
                 os.kill(self.pid, signal.SIGKILL)
@@ -363,7 +365,8 @@ class ManagedServer:
             with contextlib.suppress(OSError):
                 os.unlink(f"/dev/shm/{name}")
         self.info["shm_new_unattributed"] = sorted((after - self.shm_before) - self.shm_seen)
-        self.info["clean"] = (how == "SIGINT" and exit_code in (0, None)
+        self.info["clean"] = (how == self.stop_signal.name
+                              and exit_code in self.clean_exit_codes
                               and not self.info["leftover_processes"]
                               and not self.info["shm_left"])
         self.pid = None
@@ -476,10 +479,13 @@ class Floor(ManagedServer):
     """The Python floor, ``../shared/bench/floor_server.py``: one grpc.aio process that
     computes ``add_sub_py`` inline in the handler (no queue, no batching, no workers), as our
     child in its own session. It serves gRPC only (``self.http`` is unused) and answers
-    ModelReady but not RepositoryIndex, so start() waits on ModelReady alone. It has no
-    signal handler: SIGINT ends it with KeyboardInterrupt, which counts as a clean stop."""
+    ModelReady but not RepositoryIndex, so start() waits on ModelReady alone. It is stopped
+    with SIGTERM (no handler: the process ends at once, exit -15, a clean stop): on SIGINT its
+    grpc.aio shutdown sometimes hangs until the SIGKILL."""
 
     kind = "floor"
+    stop_signal = signal.SIGTERM
+    clean_exit_codes = (-signal.SIGTERM,)
 
     def __init__(self, log_path: Path, start_timeout: float = 60.0,
                  stop_timeout: float = 10.0) -> None:
@@ -517,13 +523,6 @@ class Floor(ManagedServer):
         self.started(t0)
         self.info["model_errors"] = {}
         return {}
-
-    def stop(self) -> dict[str, Any]:
-        info = super().stop()
-        if info.get("exit_code") in (-signal.SIGINT, 1) and info.get("stop") == "SIGINT":
-            # NOTE: KeyboardInterrupt out of asyncio.run: the floor's only way to end on SIGINT.
-            info["clean"] = not info["leftover_processes"] and not info["shm_left"]
-        return info
 
 
 # --------------------------------------------------------------------------- perf_analyzer
