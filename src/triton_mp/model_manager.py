@@ -531,6 +531,15 @@ class ModelManager:
                 req = next(r for r, *_ in staged if r.name == p.repo.name)
                 req.result = ErrorInfo(ErrorCode.INVALID_ARG, p.error)
 
+        # NOTE: a model with no served version shows LOADING while its instances start
+        # (RepositoryIndex); a served model keeps answering as READY during a reload.
+        loading = [
+            ModelEntry(name=r.name, config=b"", ready_versions=(), transition="LOADING")
+            for r, *_ in staged
+            if start.get(r.name) and not self._models[r.name].versions
+        ]
+        if loading:
+            self._update_frontends(ModelTableUpdate(models=tuple(loading)), ack=False)
         children = self._start_instances(plans) if instances else {}
         errors = self._host.await_ready(list(children.values()), self._cfg.startup_timeout_s)
 

@@ -332,3 +332,56 @@ def test_poll_mode_picks_up_changes(
 
 
 PROJECT_ADD_SUB_PY = Path(__file__).resolve().parents[2] / "model_repository" / "add_sub_py"
+
+
+SLOW_MODEL = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        time.sleep(4)
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
+        return out
+"""
+
+
+def test_a_model_being_loaded_is_listed_as_loading(
+    repo: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    slow = repo / "slow_py"
+    (slow / "1").mkdir(parents=True)
+    (slow / "1" / "model.py").write_text(SLOW_MODEL)
+    (slow / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 0\n'
+        'input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [2] }]\n'
+        'output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [2] }]\n'
+    )
+    server = start_server(repo, "--model-control-mode=explicit")
+    client = server.client()
+    assert _index(client)[("slow_py", "")] == ("", "")
+    loader = threading.Thread(target=client.load_model, args=("slow_py",))
+    loader.start()
+    try:
+        _wait_for(
+            lambda: _index(client).get(("slow_py", ""), ("", ""))[0] == "LOADING",
+            10,
+            "slow_py to be LOADING",
+        )
+        assert not client.is_model_ready("slow_py")
+    finally:
+        loader.join(60)
+    assert _index(client)[("slow_py", "1")][0] == "READY"
+    x = grpcclient.InferInput("INPUT0", [2], "FP32")
+    x.set_data_from_numpy(np.array([1.5, 2.5], np.float32))
+    np.testing.assert_array_equal(
+        client.infer("slow_py", [x]).as_numpy("OUTPUT0"), np.array([1.5, 2.5], np.float32)
+    )
