@@ -637,8 +637,11 @@ class SchedulerCore:
                 req = cast(InferRequest, item.payload)
                 message = why.message if why is TIMED_OUT else request_label(req) + why.message
                 self._fail(req, why.code, message, now_ns, why.reason)
-            batch_log = self._batch_log.setdefault(key, _BatchLog())
+            batch_log = self._batch_log.get(key)
             for batch in sched.pop_ready(now_ns):
+                if batch_log is None:
+                    # NOTE: not setdefault(): that would build a _BatchLog per model per pass.
+                    batch_log = self._batch_log[key] = _BatchLog()
                 batch_log.sizes[batch.total_batch_size] += 1
                 batch_log.reasons[batch.reason] += 1
                 batch_log.recent.append(
