@@ -16,6 +16,7 @@ import msgspec
 from msgspec import Meta
 
 # NOTE: ModelEntry crosses the control pipe too, so it lives with the messages.
+from triton_mp.ipc.messages import BlsModel as BlsModel
 from triton_mp.ipc.messages import ModelEntry as ModelEntry
 from triton_mp.ipc.notify import Wakeup
 
@@ -276,16 +277,6 @@ class SchedulerSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Per BLS client id (python workers' BLS inboxes): answers only, no broadcasts."""
 
 
-class BlsModel(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
-    """What a BLS caller needs to know of a model it may call."""
-
-    versions: tuple[int, ...]
-    max_batch_size: int
-    outputs: tuple[str, ...]
-    decoupled: bool = False
-    instance_count: int = 1
-
-
 class BlsSpec(msgspec.Struct, frozen=True, kw_only=True):
     """A python worker's side of BLS (``pb_utils.InferenceRequest.exec``): it submits
     requests to the scheduler like a frontend, under its own client id."""
@@ -295,6 +286,9 @@ class BlsSpec(msgspec.Struct, frozen=True, kw_only=True):
     inbox: InboxSpec
     """Answers: from the scheduler and from every worker."""
     models: dict[str, BlsModel]
+    """The models that serve now (``BlsWorkerUpdate`` replaces the table later)."""
+    seq: int = 0
+    """The table's place in the order of ``BlsWorkerUpdate`` tables."""
 
 
 BLS_CLIENT_BASE = 1 << 20

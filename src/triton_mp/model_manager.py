@@ -19,6 +19,16 @@ too), in this order:
    and running requests are answered);
 4. wait for the stopped workers to exit, then unlink their rings, semaphores and arenas.
 
+BLS (python workers calling models through the scheduler, ``workers.bls``) follows every
+change: in step 2 each new instance gets a ring to every BLS client (python worker) and every
+running instance one to each new client (``BlsWorkerUpdate``, ``BlsInboxUpdate``, relayed by
+the scheduler before the new instances are spawned, so before any answer can use them); in
+step 3, after ``VersionsActivated`` and before retiring anything, every client gets the new
+table of models it may call (``BlsWorkerUpdate`` on its worker's ring: it holds the table
+before the scheduler hands it any later request); in step 4 the rings of stopped instances
+leave every inbox and sender set before they are unlinked. A worker's spec is rewritten with
+each update, so a restarted worker starts wired as the one it replaces.
+
 A reload that fails leaves the previous versions serving; the reason goes to the log, the
 call's answer and RepositoryIndex (the failed versions are UNAVAILABLE, so ModelReady of
 such a version is false). Inference never waits on any of this: requests go from frontends
@@ -42,11 +52,15 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Protocol
 
+import msgspec
+
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.config import (
+    BLS_CLIENT_BASE,
+    BlsModel,
+    BlsSpec,
     ChannelSpec,
     InboxSpec,
-    InstanceSpec,
     LogSpec,
     ModelVersionSpec,
     ServerConfig,
@@ -57,6 +71,8 @@ from triton_mp.ipc import encode
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.messages import (
     BlsClientWiring,
+    BlsInboxUpdate,
+    BlsWorkerUpdate,
     ControlReply,
     ErrorInfo,
     InstancesAdded,
@@ -82,7 +98,7 @@ from triton_mp.repository import (
 )
 
 if TYPE_CHECKING:
-    from triton_mp.supervisor import ModelPlan, _BlsChannels, _Child
+    from triton_mp.supervisor import ModelPlan, _Child
 
 log = logging.getLogger(__name__)
 
@@ -143,12 +159,6 @@ class Host(Protocol):
         """Create a ring; returns its name."""
         ...
 
-    def bls_channels(
-        self, instances: list[InstanceSpec], versions: list[ModelVersionSpec]
-    ) -> _BlsChannels:
-        """Create the BLS inboxes of the python workers among ``instances``."""
-        ...
-
     def wakeup(self, kind: WakeupKind, purpose: str) -> Wakeup:
         """Create a wake-up object."""
         ...
@@ -161,6 +171,24 @@ class Host(Protocol):
     def stopping(self) -> bool:
         """The server is shutting down."""
         ...
+
+
+@dataclass
+class _Wired:
+    """A started instance (until its objects are removed) and the spec it (re)starts with."""
+
+    child: _Child
+    spec: WorkerSpec
+
+    @property
+    def bls(self) -> BlsSpec | None:
+        """Its BLS client: python workers only."""
+        return self.spec.bls
+
+    def respec(self, spec: WorkerSpec) -> None:
+        """Rewire: a restart of the worker starts from ``spec`` from now on."""
+        self.spec = spec
+        self.child.spec_bytes = encode(spec)
 
 
 @dataclass
@@ -269,6 +297,11 @@ class ModelManager:
         self._work: queue.Queue[tuple[int, ModelLoadCall | ModelUnloadCall] | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
         self._closed = False
+        self._wired: dict[int, _Wired] = {}
+        """Every started instance whose objects still exist, by instance id (BLS wiring)."""
+        self._bls_table: dict[str, BlsModel] = {}
+        """The table of models the BLS clients hold (the served versions)."""
+        self._bls_seq = 0
 
     # ---------------------------------------------------------------- queries
     def entries(self) -> tuple[ModelEntry, ...]:
@@ -630,6 +663,9 @@ class ModelManager:
             self._host.release_children(
                 c for m in changed for v in m.versions.values() for c in v.children
             )
+        # NOTE: after activation (the scheduler knows the new versions when the clients learn
+        # of them) and before retirement (no client calls a retired version any more).
+        self._push_bls_table()
         if changed:
             self._update_frontends(
                 ModelTableUpdate(models=tuple(m.entry() for m in changed)), ack=True
@@ -663,17 +699,14 @@ class ModelManager:
         log.error("failed to load model '%s': %s", model.name, req.result.message)
 
     def _start_instances(self, plans: list[ModelPlan]) -> dict[int, _Child]:
-        """Step 2: IPC objects, scheduler and frontend wiring, then spawn every instance."""
+        """Step 2: IPC objects, scheduler, frontend and BLS wiring, then spawn every instance."""
         host = self._host
         n_fe = self._n_fe
         children: dict[int, _Child] = {}
         wiring = []
         rings: list[str] = []
-        # NOTE: BLS reaches the models of the same change (at start: every model); a python
-        # worker's BLS inbox has one ring from each worker, fixed when it starts.
-        bls = host.bls_channels(
-            [w for p in plans for w in p.instances], [v for p in plans for v in p.versions]
-        )
+        specs: list[WorkerSpec] = []
+        bls = self._wire_bls(plans)
         for p in plans:
             by_version = {v.version: v for v in p.versions}
             for w in p.instances:
@@ -685,6 +718,7 @@ class ModelManager:
                     i: host.ring(f"r_w{iid}_f{i}", self._cfg.answer_ring_bytes) for i in range(n_fe)
                 }
                 rings.extend(to_fe.values())
+                client = bls.clients.get(iid)
                 spec = WorkerSpec(
                     instance=w,
                     model=by_version[w.version],
@@ -693,13 +727,14 @@ class ModelManager:
                     to_frontends={
                         i: ChannelSpec(to_fe[i], self._fe_wakeups[i]) for i in range(n_fe)
                     }
-                    | bls.from_worker.get(iid, {}),
+                    | bls.to_clients[iid],
                     arena_prefix=host.name(f"w{iid}"),
                     arena_bytes=self._cfg.output_arena_bytes,
                     arena_budget_bytes=self._cfg.arena_budget_bytes,
                     log=host.log_spec,
-                    bls=bls.specs.get(iid),
+                    bls=client,
                 )
+                specs.append(spec)
                 children[iid] = host.make_worker(spec)
                 wiring.append(
                     InstanceWiring(
@@ -710,16 +745,161 @@ class ModelManager:
                         to_worker_ring=to_worker,
                         to_worker_wakeup=sem,
                         from_worker_ring=from_worker,
-                        bls_client=_bls_wiring(bls, iid),
+                        bls_client=None
+                        if client is None
+                        else BlsClientWiring(
+                            client_id=client.client_id,
+                            ring=client.inbox.rings[0],
+                            wakeup=client.inbox.wakeup,
+                        ),
                     )
                 )
         host.send_scheduler(InstancesAdded(instances=tuple(wiring)))
+        # NOTE: running workers open their rings to the new clients, running clients attach
+        # the new instances' rings: both before any new instance is spawned.
+        for msg in bls.updates:
+            host.send_scheduler(msg)
+        for spec in specs:
+            self._wired[spec.instance.instance_id] = _Wired(
+                children[spec.instance.instance_id], spec
+            )
         # NOTE: before any request can reach a new instance, every frontend reads its ring.
         self._update_frontends(ModelTableUpdate(add_rings=tuple(rings)), ack=True)
         host.add_children(children.values())
         for child in children.values():
             host.spawn(child)
         return children
+
+    # ------------------------------------------------------------------- BLS
+    def _wire_bls(self, plans: list[ModelPlan]) -> _BlsWiring:
+        """Create the BLS rings of a change's new instances (``plans``): each new python
+        worker gets an inbox (a ring from the scheduler, one from every instance, running
+        or new, woken by its own semaphore), and each new instance a ring to every client.
+        Running instances and clients are rewired (their specs now, their processes by the
+        returned ``updates``)."""
+        host = self._host
+        size = self._cfg.answer_ring_bytes
+        new = [w for p in plans for w in p.instances]
+        backend = {(v.model, v.version): v.backend for p in plans for v in p.versions}
+        new_clients = [w.instance_id for w in new if backend[(w.model, w.version)] == "python"]
+        old_clients = [i for i, x in self._wired.items() if x.bls is not None]
+        wakeups: dict[int, Wakeup] = {
+            i: x.bls.inbox.wakeup for i, x in self._wired.items() if x.bls is not None
+        }
+        from_scheduler: dict[int, str] = {}
+        for c in new_clients:
+            wakeups[c] = host.wakeup("semaphore", f"w{c}_bls")
+            from_scheduler[c] = host.ring(f"r_s_c{c}", size)
+        ring: dict[tuple[int, int], str] = {}
+        """(producer instance, client instance) -> ring."""
+        for w in new:
+            for c in old_clients + new_clients:
+                ring[(w.instance_id, c)] = host.ring(f"r_w{w.instance_id}_c{c}", size)
+        for i in self._wired:
+            for c in new_clients:
+                ring[(i, c)] = host.ring(f"r_w{i}_c{c}", size)
+        out = _BlsWiring()
+        for w in new:
+            out.to_clients[w.instance_id] = {
+                BLS_CLIENT_BASE + c: ChannelSpec(ring[(w.instance_id, c)], wakeups[c])
+                for c in old_clients + new_clients
+            }
+        producers = [*self._wired, *(w.instance_id for w in new)]
+        for c in new_clients:
+            out.clients[c] = BlsSpec(
+                client_id=BLS_CLIENT_BASE + c,
+                inbox=InboxSpec(
+                    wakeups[c], (from_scheduler[c], *(ring[(p, c)] for p in producers))
+                ),
+                models=self._bls_table,
+                seq=self._bls_seq,
+            )
+        for i, x in self._wired.items():
+            if new_clients:
+                add = tuple(
+                    BlsClientWiring(
+                        client_id=BLS_CLIENT_BASE + c, ring=ring[(i, c)], wakeup=wakeups[c]
+                    )
+                    for c in new_clients
+                )
+                x.respec(
+                    msgspec.structs.replace(
+                        x.spec,
+                        to_frontends=x.spec.to_frontends
+                        | {a.client_id: ChannelSpec(a.ring, a.wakeup) for a in add},
+                    )
+                )
+                out.updates.append(BlsWorkerUpdate(instance_id=i, add_clients=add))
+            if x.bls is not None and new:
+                added = tuple(ring[(n.instance_id, i)] for n in new)
+                x.respec(
+                    msgspec.structs.replace(
+                        x.spec,
+                        bls=msgspec.structs.replace(
+                            x.bls,
+                            inbox=InboxSpec(x.bls.inbox.wakeup, x.bls.inbox.rings + added),
+                        ),
+                    )
+                )
+                out.updates.append(BlsInboxUpdate(client_id=x.bls.client_id, add_rings=added))
+        return out
+
+    def _unwire_bls(self, ids: tuple[int, ...]) -> None:
+        """Step 4 for BLS: the instances ``ids`` stopped; every other worker closes its
+        rings to their clients and every other client drops their rings (what those still
+        hold is delivered)."""
+        gone = [self._wired.pop(i) for i in ids if i in self._wired]
+        gone_clients = {x.bls.client_id for x in gone if x.bls is not None}
+        gone_rings = {self._host.name(f"r_w{i}_c{c}") for i in ids for c in self._wired}
+        for w, x in self._wired.items():
+            if gone_clients:
+                x.respec(
+                    msgspec.structs.replace(
+                        x.spec,
+                        to_frontends={
+                            k: v for k, v in x.spec.to_frontends.items() if k not in gone_clients
+                        },
+                    )
+                )
+                self._host.send_scheduler(
+                    BlsWorkerUpdate(instance_id=w, remove_clients=tuple(sorted(gone_clients)))
+                )
+            if x.bls is not None:
+                removed = tuple(r for r in x.bls.inbox.rings if r in gone_rings)
+                if not removed:
+                    continue
+                kept = tuple(r for r in x.bls.inbox.rings if r not in gone_rings)
+                x.respec(
+                    msgspec.structs.replace(
+                        x.spec,
+                        bls=msgspec.structs.replace(
+                            x.bls, inbox=InboxSpec(x.bls.inbox.wakeup, kept)
+                        ),
+                    )
+                )
+                self._host.send_scheduler(
+                    BlsInboxUpdate(client_id=x.bls.client_id, remove_rings=removed)
+                )
+
+    def _push_bls_table(self) -> None:
+        """Give every BLS client the table of the versions served now, if it changed."""
+        table = bls_table(v.spec for m in self._models.values() for v in m.versions.values())
+        if table == self._bls_table:
+            return
+        self._bls_table = table
+        self._bls_seq += 1
+        for i, x in self._wired.items():
+            if x.bls is None:
+                continue
+            x.respec(
+                msgspec.structs.replace(
+                    x.spec,
+                    bls=msgspec.structs.replace(x.bls, models=table, seq=self._bls_seq),
+                )
+            )
+            self._host.send_scheduler(
+                BlsWorkerUpdate(instance_id=i, seq=self._bls_seq, models=table)
+            )
 
     def _discard(self, children: list[_Child]) -> None:
         """Kill instances that will not serve (a failed load) and free what they had."""
@@ -752,6 +932,7 @@ class ModelManager:
         if not children:
             return
         ids = tuple(c.instance_id for c in children)
+        self._unwire_bls(ids)
         self._host.send_scheduler(InstancesRemoved(instance_ids=ids))
         self._update_frontends(
             ModelTableUpdate(
@@ -793,6 +974,7 @@ class ModelManager:
             m.failed = {v: "unloading" for v in m.versions}
             m.versions = {}
             m.reason = "unloading"
+        self._push_bls_table()
         self._update_frontends(
             ModelTableUpdate(models=tuple(m.entry("UNLOADING") for m in models)), ack=True
         )
@@ -817,13 +999,36 @@ class ModelManager:
         self._update_frontends(ModelTableUpdate(models=tuple(m.entry() for m in models)), ack=True)
 
 
-def _bls_wiring(bls: _BlsChannels, instance_id: int) -> BlsClientWiring | None:
-    """The scheduler's end of a python worker's BLS inbox."""
-    spec = bls.specs.get(instance_id)
-    if spec is None:
-        return None
-    channel = bls.from_scheduler[spec.client_id]
-    return BlsClientWiring(client_id=spec.client_id, ring=channel.ring, wakeup=channel.wakeup)
+@dataclass
+class _BlsWiring:
+    """The BLS side of a change's new instances (``ModelManager._wire_bls``)."""
+
+    clients: dict[int, BlsSpec] = field(default_factory=dict)
+    """Per new python instance id: its BLS client."""
+    to_clients: dict[int, dict[int, ChannelSpec]] = field(default_factory=dict)
+    """Per new instance id: BLS client id -> its ring to that client."""
+    updates: list[BlsWorkerUpdate | BlsInboxUpdate] = field(default_factory=list)
+    """For running workers and clients (through the scheduler)."""
+
+
+def bls_table(versions: Iterable[ModelVersionSpec]) -> dict[str, BlsModel]:
+    """The models a BLS client may call, from the versions served now.
+
+    Each model lists its versions in ascending order; batching, outputs, decoupled and the
+    instance count are its newest version's (a request without a version goes there, as
+    Triton's default version policy picks the newest).
+    """
+    models: dict[str, BlsModel] = {}
+    for v in sorted(versions, key=lambda v: (v.model, v.version)):
+        prev = models.get(v.model)
+        models[v.model] = BlsModel(
+            versions=(prev.versions if prev else ()) + (v.version,),
+            max_batch_size=v.max_batch_size,
+            outputs=tuple(t.name for t in v.outputs),
+            decoupled=v.decoupled,
+            instance_count=len(v.instance_ids),
+        )
+    return models
 
 
 def _version_dirs(directory: Path) -> list[int]:

@@ -32,10 +32,7 @@ import setproctitle
 
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.config import (
-    BLS_CLIENT_BASE,
     BatchingSpec,
-    BlsModel,
-    BlsSpec,
     ChannelSpec,
     ControlSpec,
     FrontendSpec,
@@ -304,18 +301,6 @@ def _probe_port(service: str, address: str, port: int) -> None:
                 f"failed to start {service} service: Socket '{address}:{port}' "
                 f"already in use ({e.strerror})"
             ) from None
-
-
-@dataclass
-class _BlsChannels:
-    """BLS wiring (``Supervisor._bls_channels``)."""
-
-    specs: dict[int, BlsSpec] = field(default_factory=dict)
-    """Per python worker instance id."""
-    from_scheduler: dict[int, ChannelSpec] = field(default_factory=dict)
-    """Per BLS client id."""
-    from_worker: dict[int, dict[int, ChannelSpec]] = field(default_factory=dict)
-    """Per worker instance id: BLS client id -> channel."""
 
 
 @dataclass
@@ -588,41 +573,6 @@ class Supervisor:
         with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
 
-    def _bls_channels(
-        self, instances: list[InstanceSpec], versions: list[ModelVersionSpec]
-    ) -> _BlsChannels:
-        """The BLS inbox of every python worker: a ring from the scheduler and one from
-        every worker (answers to the requests it submits), woken by its own semaphore."""
-        out = _BlsChannels()
-        by_version = {(v.model, v.version): v for v in versions}
-        models: dict[str, BlsModel] = {}
-        for v in sorted(versions, key=lambda v: v.version):
-            prev = models.get(v.model)
-            models[v.model] = BlsModel(
-                versions=(prev.versions if prev else ()) + (v.version,),
-                max_batch_size=v.max_batch_size,
-                outputs=tuple(t.name for t in v.outputs),
-                decoupled=v.decoupled,
-                instance_count=len(v.instance_ids),
-            )
-        for c in instances:
-            if by_version[(c.model, c.version)].backend != "python":
-                continue
-            cid = BLS_CLIENT_BASE + c.instance_id
-            sem = self._wakeup("semaphore", f"w{c.instance_id}_bls")
-            rings = [self._ring(f"r_s_c{c.instance_id}", self.config.answer_ring_bytes)]
-            out.from_scheduler[cid] = ChannelSpec(rings[0], sem)
-            for w in instances:
-                ring = self._ring(
-                    f"r_w{w.instance_id}_c{c.instance_id}", self.config.answer_ring_bytes
-                )
-                rings.append(ring)
-                out.from_worker.setdefault(w.instance_id, {})[cid] = ChannelSpec(ring, sem)
-            out.specs[c.instance_id] = BlsSpec(
-                client_id=cid, inbox=InboxSpec(sem, tuple(rings)), models=models
-            )
-        return out
-
     def _check_port_free(self) -> None:
         """Fail fast, before loading any model, when a port the server needs is taken (gRPC
         frontends bind with SO_REUSEPORT, which would otherwise share it silently with
@@ -829,12 +779,6 @@ class Supervisor:
     def ring(self, purpose: str, capacity_bytes: int = 0) -> str:
         """Create a ring (see ``_ring``; ``capacity_bytes`` 0: ``ring_bytes``)."""
         return self._ring(purpose, capacity_bytes)
-
-    def bls_channels(
-        self, instances: list[InstanceSpec], versions: list[ModelVersionSpec]
-    ) -> _BlsChannels:
-        """Create the BLS inboxes of the python workers among ``instances``."""
-        return self._bls_channels(instances, versions)
 
     def wakeup(self, kind: WakeupKind, purpose: str) -> Wakeup:
         """Create a wake-up object."""

@@ -37,6 +37,7 @@ from triton_mp.frontend.shm import Region, SystemShmRegistry
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.messages import (
+    BlsInboxUpdate,
     InferResponse,
     ModelAvailability,
     ModelTableUpdate,
@@ -69,6 +70,8 @@ def _on_wakeup(
             shm.drop(list(msg.names))
         elif isinstance(msg, ModelAvailability):
             models.set_available(msg.model, msg.version, msg.ready)
+        elif isinstance(msg, BlsInboxUpdate):
+            continue  # NOTE: meant for python workers' BLS clients; never sent here
         else:
             answers.append(msg)
     if answers:

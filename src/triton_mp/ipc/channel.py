@@ -88,8 +88,19 @@ class Inbox(Generic[T]):
         self._decoder: Decoder[T] = Decoder(msg_type)
 
     def add_ring(self, ring_name: str) -> None:
-        """Attach one more producer's ring (a model instance started at run time)."""
-        self._rings.append(Ring.attach(ring_name))
+        """Attach one more producer's ring (a model instance started at run time); a ring
+        attached already stays as it is.
+
+        Raises:
+            posix_ipc.ExistentialError: no ring has that name (it was unlinked).
+        """
+        if not self.has_ring(ring_name):
+            self._rings.append(Ring.attach(ring_name))
+
+    def has_ring(self, ring_name: str) -> bool:
+        """Whether ``ring_name`` is one of this inbox's rings."""
+        name = ring_name.lstrip("/")
+        return any(r.segment.name.lstrip("/") == name for r in self._rings)
 
     def remove_ring(self, ring_name: str) -> list[T]:
         """Detach a ring whose producer is gone; returns what was still pending in it."""

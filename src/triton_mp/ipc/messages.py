@@ -11,9 +11,11 @@ Channels (producer -> consumer):
   ``BatchDone``, ``DecoupledDone``) and the supervisor (``WorkerDied``, ``Shutdown``, and the
   model changes ``InstancesAdded``, ``VersionsActivated``, ``InstancesRetired``,
   ``InstancesRemoved``).
-- ``ToWorker``: the scheduler only (``BatchAssign``, ``CancelRequest``, ``Shutdown``).
+- ``ToWorker``: the scheduler only (``BatchAssign``, ``CancelRequest``, ``Shutdown``, and
+  ``BlsWorkerUpdate`` relayed from the supervisor).
 - ``ToFrontend``: workers (``InferResponse``) and the scheduler (``RequestFailed``,
-  ``StatsReply``).
+  ``StatsReply``; to a python worker's BLS client also ``BlsInboxUpdate`` relayed from the
+  supervisor).
 - ``ToSupervisor`` / ``FromSupervisor``: each frontend's control pipe to the supervisor
   (repository load/unload calls and their replies; model table updates and their acks).
 """
@@ -217,6 +219,16 @@ class Shutdown(msgspec.Struct, frozen=True, tag="shutdown", array_like=True):
     """Stop after finishing what is in hand."""
 
 
+class BlsModel(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """What a BLS caller needs to know of a model it may call (its served versions)."""
+
+    versions: tuple[int, ...]
+    max_batch_size: int
+    outputs: tuple[str, ...]
+    decoupled: bool = False
+    instance_count: int = 1
+
+
 class BlsClientWiring(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """A python worker's BLS inbox, as the scheduler answers its requests."""
 
@@ -277,6 +289,33 @@ class InstancesRemoved(
     instance_ids: tuple[int, ...]
 
 
+class BlsWorkerUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="bls_worker", array_like=True):
+    """Supervisor -> scheduler -> the worker ``instance_id`` (its ring, so in order with the
+    batches the scheduler sends it): the BLS clients it answers and, for a python worker, the
+    models its own BLS client may call. Applying it twice changes nothing."""
+
+    instance_id: int
+    add_clients: tuple[BlsClientWiring, ...] = ()
+    """Its rings to new BLS clients (answers to their requests), woken by their wake-ups."""
+    remove_clients: tuple[int, ...] = ()
+    """Client ids of python workers that stopped."""
+    seq: int = 0
+    """Orders model tables: a table older than the one held is ignored."""
+    models: dict[str, BlsModel] | None = None
+    """The whole table of models that serve now (replaces the held one), or None."""
+
+
+class BlsInboxUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="bls_inbox", array_like=True):
+    """Supervisor -> scheduler -> the BLS client ``client_id`` (its ``r_s_c`` ring, drained by
+    the thread that reads the answers): rings from instances started or stopped since it
+    started. Sent before any request can be answered on an added ring; a removed ring's
+    producer has stopped. Applying it twice changes nothing."""
+
+    client_id: int
+    add_rings: tuple[str, ...] = ()
+    remove_rings: tuple[str, ...] = ()
+
+
 ToScheduler = (
     InferRequest
     | CancelRequest
@@ -293,6 +332,8 @@ ToScheduler = (
     | VersionsActivated
     | InstancesRetired
     | InstancesRemoved
+    | BlsWorkerUpdate
+    | BlsInboxUpdate
 )
 
 
@@ -311,7 +352,7 @@ class BatchAssign(msgspec.Struct, frozen=True, kw_only=True, tag="batch", array_
     """Correlation IDs whose sequences ended without an END request (idle): drop their state."""
 
 
-ToWorker = BatchAssign | CancelRequest | Shutdown
+ToWorker = BatchAssign | CancelRequest | Shutdown | BlsWorkerUpdate
 """``CancelRequest`` reaches a worker only for a request of a decoupled model whose
 ``execute`` has returned but whose final response has not been sent yet."""
 
@@ -486,6 +527,7 @@ ToFrontend = (
     | ShmRegistered
     | ShmUnregistered
     | ModelAvailability
+    | BlsInboxUpdate
 )
 
 

@@ -15,6 +15,12 @@ under its own client id (``config.BLS_CLIENT_BASE + instance id``):
   inside ``execute`` waiting for exactly those answers); output bytes are copied out of the
   callee's arena and its block freed at once.
 
+The table of models it may call and the rings of its inbox follow the server's model changes
+(``--model-control-mode=explicit|poll``): ``BlsWorkerUpdate`` (through the worker's main
+inbox, in order with its batches) replaces the table once a change activated or dropped
+versions; ``BlsInboxUpdate`` (on the scheduler's ring into this inbox, before any answer can
+use them) adds the rings of new instances and removes those of stopped ones.
+
 Errors come back as error responses, never exceptions (unknown model, bad version, the
 callee's failure), as in Triton. A call to the caller's own model when it has one instance
 would wait forever (Triton deadlocks there); it is answered at once with UNAVAILABLE.
@@ -31,13 +37,15 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+import posix_ipc
 
-from triton_mp.config import BlsSpec
+from triton_mp.config import BlsModel, BlsSpec
 from triton_mp.dtypes import protocol_of, serialize_bytes_tensor
 from triton_mp.errors import ErrorCode
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, free_block
 from triton_mp.ipc.messages import (
     BlockRef,
+    BlsInboxUpdate,
     CancelRequest,
     InferRequest,
     InferResponse,
@@ -76,6 +84,9 @@ class BlsClient:
         lock: threading.RLock,
     ) -> None:
         self._spec = spec
+        self._models = spec.models
+        """Replaced whole (``set_models``), never changed in place: readers take it once."""
+        self._seq = spec.seq
         self._own = own_model
         self._arena = arena
         self._cache = cache
@@ -84,9 +95,20 @@ class BlsClient:
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[Answer, BlockRef]] = {}
         self._inbox: Inbox[ToFrontend] = Inbox(spec.inbox.wakeup, spec.inbox.rings, ToFrontend)
-        self._inbox.drain()  # NOTE: answers meant for a dead predecessor
+        # NOTE: answers meant for a dead predecessor are dropped, ring changes are not.
+        for msg in self._inbox.drain():
+            if isinstance(msg, BlsInboxUpdate):
+                self._rewire(msg)
         self._thread = threading.Thread(target=self._receive, name="triton-mp bls", daemon=True)
         self._thread.start()
+
+    def set_models(self, seq: int, models: dict[str, BlsModel]) -> None:
+        """Replace the table of models this client may call (``BlsWorkerUpdate``); a table
+        older than the one held (``seq``) is ignored. Thread-safe."""
+        with self._lock:
+            if seq >= self._seq:
+                self._seq = seq
+                self._models = models
 
     # ------------------------------------------------------------------ submit
     def submit(
@@ -94,12 +116,13 @@ class BlsClient:
     ) -> Callable[[], None]:
         """Send ``request``; ``answer(response, final)`` gets its response(s), an error
         response for every failure. Returns a function that cancels it (best effort)."""
-        error = self._check(request, decoupled)
+        models = self._models
+        error = self._check(request, decoupled, models)
         if error is not None:
             answer(_error_response(error[1], error[0]), True)
             return lambda: None
         name = request.model_name()
-        model = self._spec.models[name]
+        model = models[name]
         version = request.model_version()
         if version < 0:
             version = max(model.versions)
@@ -147,9 +170,11 @@ class BlsClient:
 
         return cancel
 
-    def _check(self, request: pb_utils.InferenceRequest, decoupled: bool) -> tuple[int, str] | None:
+    def _check(
+        self, request: pb_utils.InferenceRequest, decoupled: bool, models: dict[str, BlsModel]
+    ) -> tuple[int, str] | None:
         name = request.model_name()
-        model = self._spec.models.get(name)
+        model = models.get(name)
         if model is None:
             return (
                 pb_utils.TritonError.NOT_FOUND,
@@ -210,12 +235,38 @@ class BlsClient:
     def _receive(self) -> None:
         while True:
             self._inbox.wait(None)
-            for msg in self._inbox.drain():
-                if isinstance(msg, InferResponse | RequestFailed):
-                    try:
-                        self._deliver(msg)
-                    except Exception:  # noqa: BLE001 - the thread must keep receiving
-                        log.exception("delivering BLS answer %d failed", msg.request_id)
+            rewired = True
+            while rewired:
+                # NOTE: an answer may sit in a ring that an update of this same drain adds
+                # (its wake-up was consumed already): drain again after any update.
+                rewired = False
+                for msg in self._inbox.drain():
+                    if isinstance(msg, BlsInboxUpdate):
+                        rewired = True
+                        for left in self._rewire(msg):
+                            self._deliver_safely(left)
+                    else:
+                        self._deliver_safely(msg)
+
+    def _deliver_safely(self, msg: object) -> None:
+        if isinstance(msg, InferResponse | RequestFailed):
+            try:
+                self._deliver(msg)
+            except Exception:  # noqa: BLE001 - the thread must keep receiving
+                log.exception("delivering BLS answer %d failed", msg.request_id)
+
+    def _rewire(self, msg: BlsInboxUpdate) -> list[object]:
+        """Attach new instances' rings, detach stopped ones'; returns what those still held."""
+        for ring in msg.add_rings:
+            try:
+                self._inbox.add_ring(ring)
+            except (posix_ipc.ExistentialError, OSError, ValueError):
+                # NOTE: a restarted client may replay an update whose instance is gone.
+                log.debug("BLS ring %s is gone; not attaching it", ring)
+        left: list[object] = []
+        for ring in msg.remove_rings:
+            left.extend(self._inbox.remove_ring(ring))
+        return left
 
     def _deliver(self, msg: InferResponse | RequestFailed) -> None:
         final = isinstance(msg, RequestFailed) or msg.final

@@ -54,6 +54,7 @@ from triton_mp.ipc.messages import (
     BatchAssign,
     BatchDone,
     BlockRef,
+    BlsWorkerUpdate,
     CancelRequest,
     DecoupledDone,
     ErrorInfo,
@@ -523,6 +524,22 @@ class Worker:
         )
 
 
+def _apply_bls_update(msg: BlsWorkerUpdate, senders: dict[int, Sender]) -> None:
+    """Open this worker's rings to new BLS clients and close those to stopped ones."""
+    for c in msg.add_clients:
+        if c.client_id in senders:
+            continue
+        try:
+            senders[c.client_id] = Sender(c.ring, c.wakeup)
+        except (posix_ipc.ExistentialError, OSError, ValueError):
+            # NOTE: a restarted worker may replay an update whose client is gone already.
+            log.debug("BLS client %d is gone; not wiring it", c.client_id)
+    for cid in msg.remove_clients:
+        sender = senders.pop(cid, None)
+        if sender is not None:
+            sender.close()
+
+
 def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     """Process entry of a worker.
 
@@ -541,8 +558,9 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     inbox: Inbox[ToWorker] = Inbox(spec.inbox.wakeup, spec.inbox.rings, ToWorker)
     # NOTE: a restarted instance must not run batches its dead predecessor left behind:
-    # the scheduler has already failed them.
-    inbox.drain()
+    # the scheduler has already failed them. BLS updates still count (the spec it started
+    # from may predate them).
+    rewiring = [m for m in inbox.drain() if isinstance(m, BlsWorkerUpdate)]
     to_scheduler = Sender(spec.to_scheduler.ring, spec.to_scheduler.wakeup)
     to_frontends = {i: Sender(c.ring, c.wakeup) for i, c in spec.to_frontends.items()}
     arena = ArenaAllocator(
@@ -590,6 +608,15 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
             worker.post_lock,
         )
         pb_utils.set_bls(bls.submit)
+
+    def rewire(msg: BlsWorkerUpdate) -> None:
+        with worker.post_lock:
+            _apply_bls_update(msg, to_frontends)
+        if bls is not None and msg.models is not None:
+            bls.set_models(msg.seq, msg.models)
+
+    for update in rewiring:
+        rewire(update)
     ready.send_bytes(b"ready")
     to_scheduler.send(WorkerReady(instance_id=spec.instance.instance_id, pid=os.getpid()))
     log.info("instance ready")
@@ -604,6 +631,8 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
                     worker.run_batch(msg)
                 elif isinstance(msg, CancelRequest):
                     worker.cancel(msg)
+                elif isinstance(msg, BlsWorkerUpdate):
+                    rewire(msg)
             if stop:
                 break
     finally:
