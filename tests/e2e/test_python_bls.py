@@ -10,10 +10,11 @@ iterates over ``exec(decoupled=True)`` on ``repeat_int32`` and sums what it got.
 
 from __future__ import annotations
 
+import re
 import shutil
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,8 +23,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory
+from tests.conftest import copy_models, server_factory
 from tests.server import PROJECT_REPOSITORY, ServerProcess
+from triton_mp.ipc.shm import list_objects
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -272,5 +274,90 @@ def test_bls_requests_count_in_the_callee_statistics(server: ServerProcess) -> N
                 break
             time.sleep(0.1)
         assert done == 3
+    finally:
+        client.close()
+
+
+_INSTANCE_REF = re.compile(r"(?:^|_)[wc](\d+)")
+
+
+def _instance_ids(server: ServerProcess) -> dict[str, set[int]]:
+    """Per /dev/shm object of the server, the model instances it belongs to (its rings
+    ``r_w<i>_c<j>``, ``r_s_c<j>``, ``r_w<i>_f<f>``, semaphores ``w<i>_bls``, arenas
+    ``w<i>p<pid>_<n>``)."""
+    prefix = f"triton_mp_{server.pid}_"
+    out = {}
+    for name in list_objects(str(server.pid)):
+        rest = name.removeprefix("sem.").removeprefix(prefix)
+        out[name] = {int(i) for i in _INSTANCE_REF.findall(rest)}
+    return out
+
+
+def _call(client: grpcclient.InferenceServerClient, caller: str, callee: str) -> np.ndarray:
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    res = client.infer(
+        caller, _inputs(MODEL=np.array([callee.encode()], dtype=np.object_), INPUT0=a, INPUT1=a)
+    )
+    np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), a + a)
+    return res.as_numpy("OUTPUT0")
+
+
+def _call_fails(client: grpcclient.InferenceServerClient, caller: str, callee: str) -> None:
+    a = np.ones((1, 16), np.float32)
+    with pytest.raises(InferenceServerException) as e:
+        client.infer(
+            caller,
+            _inputs(MODEL=np.array([callee.encode()], dtype=np.object_), INPUT0=a, INPUT1=a),
+        )
+    assert e.value.message() == f"BLS: Request for unknown model: '{callee}' is not found"
+
+
+def test_bls_reaches_models_loaded_and_unloaded_after_the_caller(
+    tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    """Explicit model control: a BLS call to a model that is not loaded is an error
+    response; once the model is loaded it works (ONNX and python callees), also from a BLS
+    model loaded later than the callee; after an unload it fails again and nothing of the
+    unloaded instances stays in /dev/shm; a reload works again."""
+    repo = copy_models(tmp_path / "repo", "add_sub", "add_sub_py")
+    _model(repo, "bls_py", BLS_CONFIG, BLS_MODEL)
+    _model(repo, "bls_late_py", BLS_CONFIG, BLS_MODEL)
+    server = start_server(repo, "--model-control-mode=explicit", "--load-model=bls_py")
+    client = server.client()
+    try:
+        _call_fails(client, "bls_py", "add_sub")
+        assert client.is_server_live()
+        before = set().union(*_instance_ids(server).values())
+
+        client.load_model("add_sub")
+        _call(client, "bls_py", "add_sub")
+        client.load_model("add_sub_py")
+        _call(client, "bls_py", "add_sub_py")
+        # A BLS model loaded after its callees reaches them (the running callees answer
+        # it on rings opened for it), and the older BLS model reaches the newer one's peers.
+        client.load_model("bls_late_py")
+        _call(client, "bls_late_py", "add_sub")
+        _call(client, "bls_late_py", "add_sub_py")
+        _call(client, "bls_py", "add_sub")
+        objects = _instance_ids(server)
+        bls_rings = [n for n in objects if re.search(r"_r_w\d+_c\d+$", n)]
+        assert any(objects[n] - before for n in bls_rings), bls_rings
+
+        client.unload_model("add_sub")
+        _call_fails(client, "bls_py", "add_sub")
+        _call_fails(client, "bls_late_py", "add_sub")
+        _call(client, "bls_py", "add_sub_py")
+        client.unload_model("bls_late_py")
+        _call(client, "bls_py", "add_sub_py")
+        client.unload_model("add_sub_py")
+        _call_fails(client, "bls_py", "add_sub_py")
+        # NOTE: everything of the instances started since (all unloaded now) is gone.
+        leftovers = {n: ids for n, ids in _instance_ids(server).items() if ids - before}
+        assert not leftovers, leftovers
+
+        client.load_model("add_sub")
+        _call(client, "bls_py", "add_sub")
+        for _ in range(20):
+            _call(client, "bls_py", "add_sub")
     finally:
         client.close()

@@ -80,6 +80,29 @@ ENTRY = m.ModelEntry(
     version_reasons={2: "broken"},
 )
 
+BLS_WORKER = m.BlsWorkerUpdate(
+    instance_id=4,
+    add_clients=(
+        m.BlsClientWiring(
+            client_id=(1 << 20) + 2,
+            ring="/triton_mp_1_r_w4_c2",
+            wakeup=Wakeup("semaphore", "/triton_mp_1_w2_bls"),
+        ),
+    ),
+    remove_clients=((1 << 20) + 1,),
+    seq=3,
+    models={
+        "add_sub": m.BlsModel(
+            versions=(1, 2), max_batch_size=8, outputs=("OUTPUT0",), decoupled=True
+        )
+    },
+)
+BLS_INBOX = m.BlsInboxUpdate(
+    client_id=(1 << 20) + 2,
+    add_rings=("/triton_mp_1_r_w5_c2",),
+    remove_rings=("/triton_mp_1_r_w1_c2",),
+)
+
 EXAMPLES: dict[str, list[object]] = {
     "ToSupervisor": [
         m.ModelLoadCall(
@@ -104,6 +127,8 @@ EXAMPLES: dict[str, list[object]] = {
         m.VersionsActivated(specs=(b"\x91\x01",)),
         m.InstancesRetired(instance_ids=(1, 2)),
         m.InstancesRemoved(instance_ids=(1,)),
+        BLS_WORKER,
+        BLS_INBOX,
         REQUEST,
         REQUEST_WITH_SHM,
         m.InferRequest(
@@ -149,6 +174,8 @@ EXAMPLES: dict[str, list[object]] = {
         SHM_UNREGISTERED,
     ],
     "ToWorker": [
+        BLS_WORKER,
+        m.BlsWorkerUpdate(instance_id=0),
         m.BatchAssign(batch_id=9, requests=(REQUEST, REQUEST), dispatch_ns=99),
         m.BatchAssign(batch_id=10, requests=(), dispatch_ns=0),
         m.CancelRequest(request_id=7, frontend_id=1, model="repeat_int32", version=1),
@@ -223,6 +250,7 @@ EXAMPLES: dict[str, list[object]] = {
         SHM_REGISTERED,
         SHM_UNREGISTERED,
         m.ModelAvailability(model="add_sub", version=1, ready=False),
+        BLS_INBOX,
     ],
 }
 UNIONS = {
