@@ -1,0 +1,119 @@
+"""BLS follows model changes: the table of models a BLS client may call (``bls_table``), the
+scheduler's relays of BLS updates, and an inbox that gains and loses rings at run time."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import posix_ipc
+import pytest
+
+from triton_mp.config import BatchingSpec, ModelVersionSpec, TensorSpec
+from triton_mp.errors import ErrorCode
+from triton_mp.ipc import Inbox, Sender
+from triton_mp.ipc.messages import (
+    BlsInboxUpdate,
+    BlsModel,
+    BlsWorkerUpdate,
+    ErrorInfo,
+    RequestFailed,
+    ToFrontend,
+)
+from triton_mp.ipc.notify import Wakeup, create_wakeup
+from triton_mp.ipc.ring import Ring
+from triton_mp.ipc.shm import unlink_quietly
+from triton_mp.model_manager import bls_table
+from triton_mp.scheduler.main import SchedulerCore
+
+
+def _version(
+    model: str, version: int, outputs: tuple[str, ...], instances: int, mbs: int = 0
+) -> ModelVersionSpec:
+    return ModelVersionSpec(
+        model=model,
+        version=version,
+        backend="python",
+        model_file="model.py",
+        max_batch_size=mbs,
+        batching=BatchingSpec(max_batch_size=mbs),
+        inputs=(),
+        outputs=tuple(TensorSpec(name=o, datatype="FP32", dims=(16,)) for o in outputs),
+        instance_ids=tuple(range(100 * version, 100 * version + instances)),
+    )
+
+
+def test_table_lists_versions_ascending_with_the_newest_versions_shape() -> None:
+    table = bls_table(
+        [
+            _version("m", 3, ("NEW",), instances=2, mbs=8),
+            _version("m", 1, ("OLD",), instances=1),
+            _version("other", 1, ("OUT",), instances=1),
+        ]
+    )
+    assert table == {
+        "m": BlsModel(versions=(1, 3), max_batch_size=8, outputs=("NEW",), instance_count=2),
+        "other": BlsModel(versions=(1,), max_batch_size=0, outputs=("OUT",), instance_count=1),
+    }
+
+
+def test_table_of_nothing_served_is_empty() -> None:
+    assert bls_table([]) == {}
+
+
+def test_scheduler_relays_bls_updates_to_their_worker_and_client() -> None:
+    to_workers: list[tuple[int, object]] = []
+    to_frontends: list[tuple[int, object]] = []
+    core = SchedulerCore(
+        (), lambda i, m: to_workers.append((i, m)), lambda i, m: to_frontends.append((i, m)), (0,)
+    )
+    worker_update = BlsWorkerUpdate(instance_id=4, remove_clients=(7,), seq=2, models={})
+    inbox_update = BlsInboxUpdate(client_id=(1 << 20) + 3, add_rings=("/r",))
+    core.handle(worker_update, 0)
+    core.handle(inbox_update, 0)
+    assert to_workers == [(4, worker_update)]
+    assert to_frontends == [((1 << 20) + 3, inbox_update)]
+
+
+@pytest.fixture
+def wakeup() -> Iterator[Wakeup]:
+    w = create_wakeup("semaphore", f"/triton_mp_{os.getpid()}_test_bls_sem")
+    yield w
+    unlink_quietly(w.name)
+
+
+@pytest.fixture
+def rings() -> Iterator[list[str]]:
+    names = [f"/triton_mp_{os.getpid()}_test_bls_ring{i}" for i in range(3)]
+    created = [Ring.create(n, 4096) for n in names]
+    yield names
+    for r in created:
+        r.close()
+    for n in names:
+        unlink_quietly(n)
+
+
+def test_inbox_gains_a_ring_once_and_gives_back_what_a_removed_ring_held(
+    wakeup: Wakeup, rings: list[str]
+) -> None:
+    inbox: Inbox[ToFrontend] = Inbox(wakeup, rings[:1], ToFrontend)
+    try:
+        assert not inbox.has_ring(rings[1])
+        inbox.add_ring(rings[1])
+        inbox.add_ring(rings[1])  # twice: still one ring (a replayed update)
+        assert inbox.has_ring(rings[1].lstrip("/"))
+        sender = Sender(rings[1], wakeup)
+        answer = RequestFailed(request_id=5, error=ErrorInfo(ErrorCode.UNAVAILABLE, "x"))
+        sender.send(answer)
+        sender.send(answer)
+        assert inbox.drain() == [answer, answer]
+        sender.send(answer)
+        assert inbox.remove_ring(rings[1]) == [answer]
+        assert not inbox.has_ring(rings[1])
+        assert inbox.remove_ring(rings[1]) == []
+        sender.close()
+        unlink_quietly(rings[2])
+        with pytest.raises(posix_ipc.ExistentialError):
+            inbox.add_ring(rings[2])
+    finally:
+        inbox.close()
