@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import tritonclient.grpc as grpcclient
@@ -143,3 +144,14 @@ class ServerProcess:
         self.proc.wait(timeout=10)
         self._log.close()
         return self.proc.returncode
+
+
+def wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll ``pred`` every 50 ms until it is true; AssertionError naming ``what`` after
+    ``timeout_s`` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -26,22 +26,13 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.fault_models import write_faulty_model
-from tests.server import ServerProcess, group_alive
+from tests.server import ServerProcess, group_alive, wait_for
 from triton_mp._proto import admin_pb2, admin_pb2_grpc
 from triton_mp.ipc.shm import list_objects
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 CLIENTS = 64
-
-
-def _wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _inputs(value: float) -> list[grpcclient.InferInput]:
@@ -123,7 +114,7 @@ def test_a_segfaulting_model_fails_only_its_request_and_is_restarted(
     first = _pid(server, "triton-mp: worker segv_py_0_0")
     _expect_unavailable(lambda: _infer(client, "segv_py", 1), "segv_py_0_0", "exit code -11")
     assert _infer(client, "echo_py", 7) == 7, "the other model never noticed"
-    _wait_for(lambda: client.is_model_ready("segv_py"), 60, "segv_py to be ready again")
+    wait_for(lambda: client.is_model_ready("segv_py"), 60, "segv_py to be ready again")
     assert _instance(server, "segv_py", "segv_py_0_0") == {"live": True, "restarts": 1}
     assert _pid(server, "triton-mp: worker segv_py_0_0") != first
     assert _infer(client, "segv_py", 3) == 3
@@ -156,7 +147,7 @@ def test_a_worker_hung_in_c_code_is_killed_but_a_slow_one_is_not(
     hung = [line for line in server.log().splitlines() if "it is hung; killing it" in line]
     assert len(hung) == 1, hung
     assert "worker hang_py_0_0" in hung[0]
-    _wait_for(lambda: client.is_model_ready("hang_py"), 60, "hang_py to be ready again")
+    wait_for(lambda: client.is_model_ready("hang_py"), 60, "hang_py to be ready again")
     assert _infer(client, "hang_py", 3) == 3
     assert _instance(server, "slow_py", "slow_py_0_0")["restarts"] == 0
     client.close()
@@ -172,7 +163,7 @@ def test_a_stopped_worker_is_detected_by_its_missing_heartbeat(
     assert _infer(client, "echo_py", 2) == 2
     os.kill(_pid(server, "triton-mp: worker echo_py_0_0"), signal.SIGSTOP)
     _expect_unavailable(lambda: _infer(client, "echo_py", 5), "echo_py_0_0", "unresponsive")
-    _wait_for(lambda: client.is_model_ready("echo_py"), 60, "echo_py to be ready again")
+    wait_for(lambda: client.is_model_ready("echo_py"), 60, "echo_py to be ready again")
     assert _infer(client, "echo_py", 6) == 6
     client.close()
 
@@ -220,7 +211,7 @@ def test_a_leaking_model_killed_by_the_oom_killer_is_restarted_with_its_memory_b
     assert error.status() == "StatusCode.UNAVAILABLE"
     assert "leak_py_0_0" in error.message()
     assert "exit code -9" in error.message()
-    _wait_for(lambda: client.is_model_ready("leak_py"), 60, "leak_py to be ready again")
+    wait_for(lambda: client.is_model_ready("leak_py"), 60, "leak_py to be ready again")
     fresh = psutil.Process(_pid(server, "triton-mp: worker leak_py_0_0"))
     assert fresh.pid != pid
     assert fresh.memory_info().rss < baseline + (100 << 20), "the new instance starts lean"
@@ -282,16 +273,16 @@ def test_kill_9_of_a_worker_under_64_clients_fails_only_its_requests(
     sid = str(server.pid)
     victim = _pid(server, "triton-mp: worker load_py_0_0")
     load = _Load(server, "load_py")
-    _wait_for(lambda: load.ok >= 100, 120, "the load to get going")
+    wait_for(lambda: load.ok >= 100, 120, "the load to get going")
     os.kill(victim, signal.SIGKILL)
     client = server.client()
-    _wait_for(
+    wait_for(
         lambda: _instance(server, "load_py", "load_py_0_0") == {"live": True, "restarts": 1},
         120,
         "the killed instance to be restarted",
     )
     ok_at_restart = load.ok
-    _wait_for(lambda: load.ok >= ok_at_restart + 100, 120, "more answers after the restart")
+    wait_for(lambda: load.ok >= ok_at_restart + 100, 120, "more answers after the restart")
     hung = load.stop_and_join()
     assert not hung, f"{len(hung)} clients never got an answer"
     # Only the requests the dead instance was running failed, each saying why.
@@ -316,7 +307,7 @@ def test_sigterm_under_64_clients_answers_every_accepted_request(
     server = start_server(repo, "--exit-timeout-secs", "60")
     sid = str(server.pid)
     load = _Load(server, "load_py", stop_on_error=True)
-    _wait_for(lambda: load.ok >= 100, 120, "the load to get going")
+    wait_for(lambda: load.ok >= 100, 120, "the load to get going")
     server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(timeout=120) == 0
     hung = load.stop_and_join()
@@ -331,7 +322,7 @@ def test_sigterm_under_64_clients_answers_every_accepted_request(
             or "connection refused" in message.lower()
         )
         assert refused, message
-    _wait_for(lambda: not group_alive(server.pid), 30, "every process of the server to exit")
+    wait_for(lambda: not group_alive(server.pid), 30, "every process of the server to exit")
     assert list_objects(sid) == []
 
 
@@ -348,7 +339,7 @@ def test_a_dead_frontend_or_scheduler_stops_the_server_cleanly(
     client.close()
     os.kill(_pid(server, title), signal.SIGKILL)
     assert server.proc.wait(timeout=60) == 1
-    _wait_for(lambda: not group_alive(server.pid), 30, "every process of the server to exit")
+    wait_for(lambda: not group_alive(server.pid), 30, "every process of the server to exit")
     assert list_objects(sid) == []
     role = title.removeprefix("triton-mp: ")
     assert f"{role} died with exit code -9; stopping the server" in server.log()

@@ -19,7 +19,6 @@ import shutil
 import signal
 import socket
 import textwrap
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -35,7 +34,7 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import copy_models, server_factory
-from tests.server import PROJECT_REPOSITORY, ServerProcess, free_port
+from tests.server import PROJECT_REPOSITORY, ServerProcess, free_port, wait_for
 from triton_mp._proto import model_config_pb2 as mc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -363,7 +362,7 @@ def test_statistics_equal_grpc(
     gc.infer("add_sub", _add_sub_inputs(grpcclient, a, a))
     # NOTE: a request is booked when the worker's BatchDone reaches the scheduler, a moment
     # after its answer: compare once both transports read the same books.
-    _wait_for(
+    wait_for(
         lambda: (
             _parse(hc.get_inference_statistics("add_sub"), service_pb2.ModelStatisticsResponse())
             == gc.get_inference_statistics("add_sub")
@@ -1043,15 +1042,6 @@ def test_shared_memory_status_and_duplicates(
 # ----------------------------------------------------------- servers of their own
 
 
-def _wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _sleep_body(seconds: float) -> str:
     return json.dumps(
         {"inputs": [{"name": "SECONDS", "shape": [1], "datatype": "FP32", "data": [seconds]}]}
@@ -1077,11 +1067,11 @@ def test_two_frontends_share_the_port_and_drain_like_grpc(
         assert r.status == 200
     with ThreadPoolExecutor(1) as pool:
         long = pool.submit(_http, server, "POST", "/v2/models/sleep_py/infer", _sleep_body(3))
-        _wait_for(
+        wait_for(
             lambda: server.log().count("accepted for 'sleep_py'") == 13, 30, "the long request"
         )
         server.proc.send_signal(signal.SIGTERM)
-        _wait_for(lambda: server.log().count("draining:") == 2, 30, "both frontends to drain")
+        wait_for(lambda: server.log().count("draining:") == 2, 30, "both frontends to drain")
         assert _http(server, "GET", "/v2/health/live").status == 200
         assert _http(server, "GET", "/v2/health/ready").status == 400
         refused = _http(server, "POST", "/v2/models/sleep_py/infer", _sleep_body(0))
@@ -1111,7 +1101,7 @@ def test_requests_whose_http_client_went_away_are_not_run(
     before = count()
     with ThreadPoolExecutor(5) as pool:
         long = pool.submit(_http, server, "POST", "/v2/models/sleep_py/infer", _sleep_body(2))
-        _wait_for(lambda: "accepted for 'sleep_py'" in server.log(), 30, "the long request")
+        wait_for(lambda: "accepted for 'sleep_py'" in server.log(), 30, "the long request")
         # These queue behind it (one instance) and are abandoned long before it ends.
         quitters = [pool.submit(gives_up) for _ in range(4)]
         for q in quitters:
@@ -1120,7 +1110,7 @@ def test_requests_whose_http_client_went_away_are_not_run(
     assert _http(server, "POST", "/v2/models/sleep_py/infer", _sleep_body(0)).status == 200
     # NOTE: one instance runs in order, so once the last request is booked, any abandoned
     # one that ran would be booked too.
-    _wait_for(lambda: count() - before >= 2, 30, "the last request to be booked")
+    wait_for(lambda: count() - before >= 2, 30, "the last request to be booked")
     assert count() - before == 2, "the abandoned requests must not have run"
 
 

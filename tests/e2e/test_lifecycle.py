@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,7 +19,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import copy_models
-from tests.server import ServerProcess, group_alive
+from tests.server import ServerProcess, group_alive, wait_for
 from triton_mp.ipc.shm import list_objects
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -43,15 +42,6 @@ def _det_input(side: int) -> list[grpcclient.InferInput]:
     return [i]
 
 
-def _wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _pid_of(server: ServerProcess, pattern: str) -> int:
     m = re.search(pattern, server.log())
     assert m, f"no log line matches {pattern!r}:\n{server.log()}"
@@ -69,7 +59,7 @@ def test_sigterm_drains_in_flight_requests_then_cleans_up(
     client.infer("ocr_det", _det_input(64))  # warm up the session
     with ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(client.infer, "ocr_det", _det_input(960)) for _ in range(4)]
-        _wait_for(
+        wait_for(
             lambda: server.log().count("accepted for 'ocr_det'") == 5, 60, "4 requests in flight"
         )
         server.proc.send_signal(signal.SIGTERM)
@@ -78,7 +68,7 @@ def test_sigterm_drains_in_flight_requests_then_cleans_up(
         assert r.as_numpy("sigmoid_0.tmp_0").shape == (1, 1, 960, 960)
     assert server.proc.wait(timeout=60) == 0
     # NOTE: multiprocessing's resource tracker exits once the supervisor's pipe closes.
-    _wait_for(lambda: not group_alive(server.pid), 10, "every process of the server to exit")
+    wait_for(lambda: not group_alive(server.pid), 10, "every process of the server to exit")
     assert list_objects(sid) == []
     assert "draining" in server.log()
     client.close()
@@ -96,7 +86,7 @@ def test_restart_after_kill_9_of_the_whole_tree_removes_stale_shared_memory(
     assert stale
     os.killpg(first.pid, signal.SIGKILL)
     first.proc.wait(timeout=30)
-    _wait_for(lambda: not group_alive(first.pid), 30, "the killed tree to exit")
+    wait_for(lambda: not group_alive(first.pid), 30, "the killed tree to exit")
     # NOTE: kill -9 leaves the objects behind; another server starting on this machine at
     # the same moment may already have swept some of them, hence a subset.
     assert set(list_objects(str(first.pid))) <= set(stale)
@@ -120,7 +110,7 @@ def test_dead_worker_fails_its_requests_and_is_restarted(
     with ThreadPoolExecutor(1) as pool:
         fut = pool.submit(client.infer, "ocr_det", _det_input(1600))
         # NOTE: kill the worker while it runs the batch (a 1600x1600 pass takes seconds).
-        _wait_for(lambda: "batch 2 started" in server.log(), 60, "the batch to start")
+        wait_for(lambda: "batch 2 started" in server.log(), 60, "the batch to start")
         os.kill(det_pid, signal.SIGKILL)
         with pytest.raises(InferenceServerException) as e:
             fut.result(timeout=60)
@@ -129,9 +119,9 @@ def test_dead_worker_fails_its_requests_and_is_restarted(
     assert "exit code -9" in e.value.message()
     # The other model never noticed.
     client.infer("add_sub", _add_sub_inputs())
-    _wait_for(lambda: "worker ocr_det_0_0 restarted" in server.log(), 60, "the restart")
+    wait_for(lambda: "worker ocr_det_0_0 restarted" in server.log(), 60, "the restart")
     # ModelReady follows the live instances: ready again once the restart is done.
-    _wait_for(lambda: client.is_model_ready("ocr_det"), 30, "ocr_det to be ready again")
+    wait_for(lambda: client.is_model_ready("ocr_det"), 30, "ocr_det to be ready again")
     assert client.is_server_ready()
     res = client.infer("ocr_det", _det_input(64))
     assert res.as_numpy("sigmoid_0.tmp_0").shape == (1, 1, 64, 64)
@@ -162,7 +152,7 @@ def test_kill_9_of_the_supervisor_takes_every_child_down(
     server = start_server(repo)
     os.kill(server.pid, signal.SIGKILL)
     server.proc.wait(timeout=30)
-    _wait_for(lambda: not group_alive(server.pid), 30, "the orphaned children to exit")
+    wait_for(lambda: not group_alive(server.pid), 30, "the orphaned children to exit")
     # The next start cleans what the dead tree left.
     start_server(repo)
     assert list_objects(str(server.pid)) == []
@@ -177,11 +167,11 @@ def test_draining_server_answers_not_ready_and_refuses_new_work(
     client.infer("ocr_det", _det_input(64))
     with ThreadPoolExecutor(1) as pool:
         fut = pool.submit(client.infer, "ocr_det", _det_input(1600))
-        _wait_for(lambda: "batch 2 started" in server.log(), 60, "the long request to run")
+        wait_for(lambda: "batch 2 started" in server.log(), 60, "the long request to run")
         server.proc.send_signal(signal.SIGTERM)
         # NOTE: the frontend's own line: the supervisor's "draining" comes before the
         # frontend has its SIGTERM.
-        _wait_for(lambda: "requests in flight" in server.log(), 30, "the drain to begin")
+        wait_for(lambda: "requests in flight" in server.log(), 30, "the drain to begin")
         other = server.client()
         assert other.is_server_live()
         assert not other.is_server_ready()
@@ -209,11 +199,11 @@ def test_requests_whose_client_gave_up_are_not_run(
 
     # NOTE: the scheduler books a request when the worker's BatchDone reaches it, which can
     # be a moment after the client has its answer: wait for the warm-up to be counted.
-    _wait_for(lambda: count() == 1, 30, "the warm-up to be counted")
+    wait_for(lambda: count() == 1, 30, "the warm-up to be counted")
     before = count()
     with ThreadPoolExecutor(5) as pool:
         long = pool.submit(client.infer, "ocr_det", _det_input(1600))
-        _wait_for(lambda: "batch 2 started" in server.log(), 60, "the long request to run")
+        wait_for(lambda: "batch 2 started" in server.log(), 60, "the long request to run")
         # These queue behind it and time out on the client side long before it ends.
         quitters = [
             pool.submit(client.infer, "ocr_det", _det_input(320), client_timeout=0.3)
@@ -227,7 +217,7 @@ def test_requests_whose_client_gave_up_are_not_run(
     client.infer("ocr_det", _det_input(64))
     # NOTE: one instance runs in order, so once the last request is counted, any abandoned
     # one that ran would be counted too.
-    _wait_for(lambda: count() - before >= 2, 30, "the last request to be counted")
+    wait_for(lambda: count() - before >= 2, 30, "the last request to be counted")
     assert count() - before == 2, "the abandoned requests must not have run"
     client.close()
 
@@ -271,7 +261,7 @@ def test_a_model_whose_instances_are_given_up_is_not_ready(
         client.infer("crashy_py", [x])
     assert e.value.status() == "StatusCode.UNAVAILABLE"
     assert "exit code 3" in e.value.message()
-    _wait_for(lambda: "not restarting it" in server.log(), 120, "the restarts to be given up")
+    wait_for(lambda: "not restarting it" in server.log(), 120, "the restarts to be given up")
     assert not client.is_model_ready("crashy_py")
     assert not client.is_server_ready()
     assert client.is_model_ready("add_sub")

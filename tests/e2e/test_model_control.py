@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import copy_models
-from tests.server import ServerProcess
+from tests.server import ServerProcess, wait_for
 from triton_mp.ipc.shm import list_objects
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -53,15 +52,6 @@ def _index(client: grpcclient.InferenceServerClient) -> dict[tuple[str, str], tu
     return {
         (m.name, m.version): (m.state, m.reason) for m in client.get_model_repository_index().models
     }
-
-
-def _wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _worker_processes(server: ServerProcess) -> list[str]:
@@ -144,7 +134,7 @@ def test_explicit_load_unload_reload_leaves_nothing_behind(
         _infer(client, "add_sub")
     assert not client.is_model_ready("add_sub_py")
     assert client.is_server_ready()
-    _wait_for(lambda: not _worker_processes(server), 30, "the workers to exit")
+    wait_for(lambda: not _worker_processes(server), 30, "the workers to exit")
     assert not _instance_objects(server), _instance_objects(server)
 
     # Loaded again after an unload: new instances serve.
@@ -186,7 +176,7 @@ def test_config_override_and_files(repo: Path, start_server: Callable[..., Serve
     with pytest.raises(InferenceServerException, match="batch-size must be <= 2"):
         client.infer("add_sub", _inputs(batch=3))
     assert _infer(client, "add_sub") == "1"
-    _wait_for(lambda: len(_worker_processes(server)) == 2, 30, "the old instance to stop")
+    wait_for(lambda: len(_worker_processes(server)) == 2, 30, "the old instance to stop")
 
     # files= brings a model that is not in the repository at all.
     onnx = (repo / "add_sub" / "1" / "model.onnx").read_bytes()
@@ -195,11 +185,11 @@ def test_config_override_and_files(repo: Path, start_server: Callable[..., Serve
     http.load_model("add_sub_upload", config=json.dumps(copy), files={"file:1/model.onnx": onnx})
     assert _infer(client, "add_sub_upload") == "1"
     client.load_model("add_sub_upload", config=json.dumps(copy), files={"file:3/model.onnx": onnx})
-    _wait_for(lambda: ("add_sub_upload", "3") in _index(client), 30, "version 3 of the upload")
+    wait_for(lambda: ("add_sub_upload", "3") in _index(client), 30, "version 3 of the upload")
     assert _infer(client, "add_sub_upload") == "3"
     client.unload_model("add_sub_upload")
     client.unload_model("add_sub")
-    _wait_for(lambda: not _worker_processes(server), 30, "the workers to exit")
+    wait_for(lambda: not _worker_processes(server), 30, "the workers to exit")
     assert not _instance_objects(server)
 
 
@@ -226,12 +216,12 @@ def test_new_version_under_load_fails_no_request(
     for t in threads:
         t.start()
     try:
-        _wait_for(lambda: len(versions) > 50, 60, "requests to version 1")
+        wait_for(lambda: len(versions) > 50, 60, "requests to version 1")
         shutil.copytree(repo / "add_sub" / "1", repo / "add_sub" / "2")
         control = server.client()
         control.load_model("add_sub")
         n_after_load = len(versions)
-        _wait_for(lambda: len(versions) > n_after_load + 50, 60, "requests after the reload")
+        wait_for(lambda: len(versions) > n_after_load + 50, 60, "requests after the reload")
     finally:
         stop.set()
         for t in threads:
@@ -243,7 +233,7 @@ def test_new_version_under_load_fails_no_request(
     index = _index(control)
     assert index[("add_sub", "2")] == ("READY", "")
     assert ("add_sub", "1") not in index
-    _wait_for(lambda: len(_worker_processes(server)) == 1, 30, "version 1's instance to stop")
+    wait_for(lambda: len(_worker_processes(server)) == 1, 30, "version 1's instance to stop")
 
 
 def test_broken_new_version_keeps_the_old_one_serving(
@@ -296,7 +286,7 @@ def test_version_that_fails_in_its_worker_keeps_the_old_one_serving(
     assert not client.is_model_ready("add_sub", "2")
     assert _index(client)[("add_sub", "2")][0] == "UNAVAILABLE"
     assert "failed to load model 'add_sub' version 2" in server.log()
-    _wait_for(lambda: len(_worker_processes(server)) == 1, 30, "the failed instance to go")
+    wait_for(lambda: len(_worker_processes(server)) == 1, 30, "the failed instance to go")
 
 
 def test_poll_mode_picks_up_changes(
@@ -311,7 +301,7 @@ def test_poll_mode_picks_up_changes(
 
     cfg = repo / "add_sub" / "config.pbtxt"
     cfg.write_text(cfg.read_text().replace("max_batch_size: 8", "max_batch_size: 4"))
-    _wait_for(
+    wait_for(
         lambda: client.get_model_config("add_sub").config.max_batch_size == 4,
         60,
         "the edited config to be served",
@@ -322,13 +312,13 @@ def test_poll_mode_picks_up_changes(
     started = server.log().count("started worker")
     cfg.write_text("# a comment\n" + cfg.read_text())
     shutil.copytree(PROJECT_ADD_SUB_PY, repo / "add_sub_py")
-    _wait_for(lambda: client.is_model_ready("add_sub_py"), 60, "the added model")
+    wait_for(lambda: client.is_model_ready("add_sub_py"), 60, "the added model")
     assert server.log().count("started worker") == started + 1
     assert _infer(client, "add_sub_py") == "1"
 
     shutil.rmtree(repo / "add_sub_py")
-    _wait_for(lambda: not client.is_model_ready("add_sub_py"), 60, "the removed model")
-    _wait_for(lambda: len(_worker_processes(server)) == 1, 30, "its worker to exit")
+    wait_for(lambda: not client.is_model_ready("add_sub_py"), 60, "the removed model")
+    wait_for(lambda: len(_worker_processes(server)) == 1, 30, "its worker to exit")
 
 
 PROJECT_ADD_SUB_PY = Path(__file__).resolve().parents[2] / "model_repository" / "add_sub_py"
@@ -371,7 +361,7 @@ def test_a_model_being_loaded_is_listed_as_loading(
     loader = threading.Thread(target=client.load_model, args=("slow_py",))
     loader.start()
     try:
-        _wait_for(
+        wait_for(
             lambda: _index(client).get(("slow_py", ""), ("", ""))[0] == "LOADING",
             10,
             "slow_py to be LOADING",
