@@ -53,7 +53,14 @@ def configure_logging(
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if fmt == "json"
-        else structlog.dev.ConsoleRenderer(colors=False)
+        else structlog.dev.ConsoleRenderer(
+            colors=False,
+            # NOTE: no local variables in tracebacks: they hold client tensors and
+            # turn one failure into hundreds of log lines.
+            exception_formatter=structlog.dev.RichTracebackFormatter(
+                color_system=None, show_locals=False
+            ),
+        )
     )
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[

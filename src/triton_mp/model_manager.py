@@ -104,6 +104,15 @@ log = logging.getLogger(__name__)
 
 POLL_FAILED_MESSAGE = "failed to load '{}', failed to poll from model repository"
 """Triton's INTERNAL answer to loading a model the repository does not have."""
+
+
+def is_model_name(name: str) -> bool:
+    """Whether ``name`` can name a model directory of the repository: one path component,
+    not hidden, not ``.``/``..``, no separators or NUL (a load must never reach outside the
+    repository)."""
+    return bool(name) and not name.startswith(".") and not any(c in name for c in ("/", "\\", "\0"))
+
+
 ACK_TIMEOUT_S = 30.0
 """How long a frontend may take to apply a model table update."""
 
@@ -429,6 +438,9 @@ class ModelManager:
                 log.exception("model change failed")
                 if item:
                     self._reply(item[0], item[1].call_id, ErrorInfo(ErrorCode.INTERNAL, str(e)))
+                # NOTE: what the frontends were told during the change (LOADING) must not stay.
+                with contextlib.suppress(Exception):
+                    self._update_frontends(ModelTableUpdate(models=self.entries()), ack=False)
             if next_poll is not None and time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + poll_s
 
@@ -465,6 +477,11 @@ class ModelManager:
     def _read(self, req: _Request) -> tuple[RepositoryModel | None, Path | None]:
         """Step 1 for one request: its directory (a temporary one for ``file:`` contents)
         and the loaded model; sets ``req.result`` on failure."""
+        if not is_model_name(req.name):
+            # NOTE: a name is one directory entry of the repository, never a path.
+            req.result = ErrorInfo(ErrorCode.INTERNAL, POLL_FAILED_MESSAGE.format(req.name))
+            log.error("%s", req.result.message)
+            return None, None
         repo_dir = self._cfg.repository_path / req.name
         override: mc.ModelConfig | None = None
         temp_dir: Path | None = None

@@ -294,6 +294,10 @@ def _probe_port(service: str, address: str, port: int) -> None:
         return
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # NOTE: as the servers themselves bind (grpc, aiohttp): connections of a server that
+        # just stopped, still in TIME_WAIT, must not count as the port being in use; a
+        # listening socket still does.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((address, port))
         except OSError as e:

@@ -156,6 +156,18 @@ def test_load_unknown_model_and_bad_parameters(
     assert e.value.status() == "StatusCode.INTERNAL"
     with pytest.raises(InferenceServerException, match="Invalid config override"):
         client.load_model("add_sub", config="{not json")
+    # A model name is a directory entry of the repository, never a path out of it.
+    outside = repo.parent / "outside"
+    copy_models(outside, "add_sub_py")
+    for name in ("../outside/add_sub_py", str(outside / "add_sub_py"), "..", ".hidden"):
+        with pytest.raises(InferenceServerException) as e:
+            client.load_model(name)
+        assert e.value.message() == (
+            f"failed to load '{name}', failed to poll from model repository"
+        )
+        assert e.value.status() == "StatusCode.INTERNAL"
+    listed = {m.name for m in client.get_model_repository_index().models}
+    assert listed == {"add_sub", "add_sub_py"}
     assert _infer(client, "add_sub") == "1"
 
 

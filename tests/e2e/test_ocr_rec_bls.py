@@ -175,3 +175,16 @@ def test_bad_image_shape_fails_its_request_and_the_server_keeps_serving(
     assert server.proc.poll() is None
     assert client.is_model_ready(MODEL)
     assert [t.strip() for t in _infer(client, line[np.newaxis])[0]] == ["Hello World"]
+
+
+def test_a_line_too_long_for_the_recogniser_is_refused_at_once(
+    client: grpcclient.InferenceServerClient,
+) -> None:
+    # NOTE: a 1 x 20000 strip would reach ocr_rec as a [1, 3, 48, 960000] tensor.
+    strip = np.full((1, 1, 20000, 1), 255, np.uint8)
+    with pytest.raises(InferenceServerException) as info:
+        _infer(client, strip)
+    assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "more than the 3200 the recogniser is given: split the line" in str(info.value.message())
+    line = _line("pillow-default", 40, "Hello World")
+    assert [t.strip() for t in _infer(client, line[np.newaxis])[0]] == ["Hello World"]

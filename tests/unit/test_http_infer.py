@@ -640,3 +640,10 @@ def test_a_sequence_id_above_int64_survives_as_unsigned() -> None:
     big = (1 << 64) - 5
     req, _, _ = _build({"inputs": [], "parameters": {"sequence_id": big}})
     assert _sequence_id(req.parameters["sequence_id"], "") == big
+
+
+def test_json_nested_deeper_than_the_recursion_limit_is_a_bad_request() -> None:
+    from triton_mp.frontend.http_infer import decode_json
+
+    with pytest.raises(InvalidRequest, match="nested too deeply"):
+        decode_json(b"[" * 100_000 + b"]" * 100_000)

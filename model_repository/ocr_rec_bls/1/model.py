@@ -31,6 +31,10 @@ REC_OUTPUT = "softmax_11.tmp_0"
 REC_HEIGHT = 48
 REC_MIN_WIDTH = 320
 """PP-OCRv4's rec_image_shape is 3,48,320: lines are padded to at least this width."""
+REC_MAX_WIDTH = 3200
+"""Longest line (at height 48) handed to the recogniser, about 150 characters: a longer one
+is refused instead of tying up ``ocr_rec`` with a huge tensor (a 1 x 20000 strip would be
+a 48 x 960000 input); split such lines before sending them."""
 
 
 def resize_norm(line, width):
@@ -67,6 +71,11 @@ def preprocess(images):
     if images.shape[3] == 1:
         images = np.repeat(images, 3, axis=3)
     width = int(REC_HEIGHT * max(REC_MIN_WIDTH / REC_HEIGHT, w / h))
+    if width > REC_MAX_WIDTH:
+        raise ValueError(
+            f"IMAGE lines of {w}x{h} pixels are {width} wide at height {REC_HEIGHT}, more "
+            f"than the {REC_MAX_WIDTH} the recogniser is given: split the line"
+        )
     return np.stack([resize_norm(line, width) for line in images])
 
 

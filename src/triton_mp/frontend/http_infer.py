@@ -53,6 +53,9 @@ def decode_json(body: bytes | memoryview) -> Any:
         return msgspec.json.decode(body)
     except msgspec.DecodeError as e:
         raise InvalidRequest(f"failed to parse the request JSON buffer: {e}") from None
+    except RecursionError:
+        # NOTE: nesting deeper than the interpreter's recursion limit (msgspec recurses).
+        raise InvalidRequest("failed to parse the request JSON buffer: nested too deeply") from None
 
 
 def _is_uint(v: object) -> bool:
