@@ -12,6 +12,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -19,6 +20,9 @@ from triton_mp.config import ServerConfig
 from triton_mp.errors import TritonMPError
 from triton_mp.log import configure_logging
 from triton_mp.restricted import parse_restrictions
+
+if TYPE_CHECKING:
+    from triton_mp.ipc.messages import ModelQueueStatus
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,14 @@ def _positive_s(text: str) -> float:
     return value
 
 
+def _header(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` -> (key lowercased, as gRPC metadata keys are, value)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip().lower(), value
+
+
 def _add_stat(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     stat = sub.add_parser(
         "stat",
@@ -57,6 +69,15 @@ def _add_stat(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     stat.add_argument("--url", default="localhost:8001", help="the server's gRPC host:port")
     stat.add_argument("--model", default="", help="one model only (default: every model)")
+    stat.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        type=_header,
+        metavar="KEY=VALUE",
+        help="gRPC metadata to send, e.g. triton-grpc-protocol-<key>=<value> for a server "
+        "that restricts the statistics protocol (repeatable)",
+    )
     mode = stat.add_mutually_exclusive_group()
     mode.add_argument(
         "--json", action="store_true", help="print one snapshot as JSON (for scripts)"
@@ -274,8 +295,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "stat":
         from triton_mp.stat import run_stat
 
+        fetch = None
+        if args.header:
+            from triton_mp.frontend.admin import fetch_queue_status
+
+            headers = tuple(args.header)
+
+            def fetch(url: str, model: str) -> tuple[ModelQueueStatus, ...]:
+                return fetch_queue_status(url, model, metadata=headers)
+
         return run_stat(
-            args.url, args.model, as_json=args.json, watch=args.watch, interval_s=args.interval
+            args.url,
+            args.model,
+            as_json=args.json,
+            watch=args.watch,
+            interval_s=args.interval,
+            fetch=fetch,
         )
     return 2
 

@@ -17,6 +17,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
+from tests.e2e.test_stat import _stat
 from tests.fault_models import write_faulty_model
 from tests.server import ServerProcess
 
@@ -73,6 +74,14 @@ def test_restricted_protocols_answer_only_requests_with_the_header(
     )
     assert stats.model_stats[0].name == "echo_py"
     client.close()
+    # triton-mp stat's queue status falls under `statistics` too; --header passes the key.
+    url = server.url
+    refused = _stat("--url", url, "--json")
+    assert refused.returncode == 1
+    assert "triton-grpc-protocol-stats-key" in refused.stderr
+    ok = _stat("--url", url, "--json", "--header", "triton-grpc-protocol-stats-key=s")
+    assert ok.returncode == 0, ok.stderr
+    assert "echo_py" in ok.stdout
 
     base = f"http://{server.http_url}"
     r = requests.get(f"{base}/v2/health/ready", timeout=30)

@@ -189,7 +189,10 @@ def _one_line(text: str) -> str:
 
 
 def fetch_queue_status(
-    url: str, model: str = "", timeout_s: float = CLIENT_TIMEOUT_S
+    url: str,
+    model: str = "",
+    timeout_s: float = CLIENT_TIMEOUT_S,
+    metadata: tuple[tuple[str, str], ...] = (),
 ) -> tuple[ModelQueueStatus, ...]:
     """Ask the server at ``url`` (``host:port``) for its queues (blocking, one RPC).
 
@@ -197,6 +200,8 @@ def fetch_queue_status(
         url: the gRPC address of a triton-mp server, e.g. ``localhost:8001``.
         model: one model's name, or empty for every model.
         timeout_s: the call's deadline in seconds.
+        metadata: gRPC metadata sent with the call, e.g. the header of a restricted
+            ``statistics`` protocol (``--grpc-restricted-protocol``).
 
     Raises:
         AdminError: no server at ``url`` (UNAVAILABLE), unknown model (NOT_FOUND), no answer
@@ -207,7 +212,9 @@ def fetch_queue_status(
         stub = admin_pb2_grpc.AdminStub(channel)
         try:
             response = stub.QueueStatus(
-                admin_pb2.QueueStatusRequest(model=model), timeout=timeout_s
+                admin_pb2.QueueStatusRequest(model=model),
+                timeout=timeout_s,
+                metadata=metadata or None,
             )
         except grpc.RpcError as e:
             status = e.code()
