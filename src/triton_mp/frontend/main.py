@@ -52,6 +52,9 @@ from triton_mp.log import configure_logging
 
 log = logging.getLogger(__name__)
 
+DRAIN_LINGER_S = 1.0
+"""After the last in-flight request of a drain is answered, how long the frontend keeps its
+connections before it closes them (within ``--exit-timeout-secs``)."""
 MAX_MESSAGE_BYTES = 2**31 - 1
 """gRPC send/receive limit, as Triton's (INT32_MAX)."""
 
@@ -200,8 +203,14 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     core.draining = True
     log.info("draining: %d requests in flight, up to %.1f s", len(pending), spec.exit_timeout_s)
     deadline = loop.time() + spec.exit_timeout_s
+    answered_some = bool(len(pending))
     while len(pending) and loop.time() < deadline:
         await asyncio.sleep(0.05)
+    if answered_some:
+        # NOTE: an answered request's response may still be on its way (grpc has written
+        # the last bytes to the socket, the client has not read them): closing the
+        # connection now can reset it and lose the response's tail. Give clients a moment.
+        await asyncio.sleep(max(0.0, min(DRAIN_LINGER_S, deadline - loop.time())))
     if http is not None:
         await http.stop()
     await server.stop(grace=max(0.5, deadline - loop.time()))
