@@ -9,10 +9,10 @@ rich is imported unless ``stat`` runs.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -20,9 +20,6 @@ from triton_mp.config import ServerConfig
 from triton_mp.errors import TritonMPError
 from triton_mp.log import configure_logging
 from triton_mp.restricted import parse_restrictions
-
-if TYPE_CHECKING:
-    from triton_mp.ipc.messages import ModelQueueStatus
 
 log = logging.getLogger(__name__)
 
@@ -299,11 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.header:
             from triton_mp.frontend.admin import fetch_queue_status
 
-            headers = tuple(args.header)
-
-            def fetch(url: str, model: str) -> tuple[ModelQueueStatus, ...]:
-                return fetch_queue_status(url, model, metadata=headers)
-
+            fetch = functools.partial(fetch_queue_status, metadata=tuple(args.header))
         return run_stat(
             args.url,
             args.model,

@@ -71,6 +71,21 @@ def serialize_bytes_tensor(arr: np.ndarray) -> bytes:
     return b"".join(parts)
 
 
+def tensor_wire_bytes(arr: np.ndarray) -> tuple[str, memoryview]:
+    """An array's protocol datatype and its bytes as sent: BYTES tensors length-prefixed
+    (a new buffer), others a view of the C-contiguous data (a copy only when ``arr`` is not
+    contiguous).
+
+    Raises:
+        ValueError: a dtype with no Triton datatype (``protocol_of``).
+    """
+    datatype = protocol_of(arr.dtype)
+    if datatype == "BYTES":
+        return datatype, memoryview(serialize_bytes_tensor(arr))
+    arr = np.ascontiguousarray(arr)
+    return datatype, arr.reshape(-1).view(np.uint8).data if arr.nbytes else memoryview(b"")
+
+
 def bytes_tensor_elements(buf: memoryview | bytes) -> int | None:
     """How many elements a serialised BYTES buffer holds; None when it is malformed."""
     n = 0

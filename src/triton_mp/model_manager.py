@@ -392,13 +392,7 @@ class ModelManager:
             return
         if ack:
             self._seq += 1
-            update = ModelTableUpdate(
-                seq=self._seq,
-                models=update.models,
-                add_rings=update.add_rings,
-                remove_rings=update.remove_rings,
-                drop_segments=update.drop_segments,
-            )
+            update = msgspec.structs.replace(update, seq=self._seq)
         data = encode(update)
         for fe in self._frontends.values():
             with fe.lock, contextlib.suppress(OSError):

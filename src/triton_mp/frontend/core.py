@@ -555,8 +555,11 @@ class FrontendCore:
                 )
             )
 
-    def result_of(self, submitted: StreamSubmitted, answer: InferResponse) -> InferResult:
-        """One response of a decoupled request as an ``InferResult`` (release it)."""
+    def result_of(
+        self, submitted: Submitted | StreamSubmitted, answer: InferResponse
+    ) -> InferResult:
+        """A worker's answer (or one response of a decoupled request) as an
+        ``InferResult``; the caller releases it."""
         return InferResult(
             model=submitted.model,
             version=answer.version,
@@ -651,15 +654,7 @@ class FrontendCore:
             err = answer.error
             assert err is not None
             raise TritonMPError(err.message, err.code)
-        return InferResult(
-            model=model,
-            version=answer.version,
-            request_id=submitted.client_id,
-            outputs=answer.outputs,
-            block=answer.block,
-            cache=self._cache,
-            pending=self._pending,
-        )
+        return self.result_of(submitted, answer)
 
     # ------------------------------------------------------- shared memory
     def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:

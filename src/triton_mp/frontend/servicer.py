@@ -62,20 +62,25 @@ def _stream_response(result: InferResult, final: bool) -> pb.ModelStreamInferRes
     return pb.ModelStreamInferResponse(infer_response=resp)
 
 
+def _response_head(result: InferResult) -> pb.ModelInferResponse:
+    """An answer's ModelInferResponse without ``raw_output_contents``."""
+    resp = pb.ModelInferResponse(
+        model_name=result.model, model_version=str(result.version), id=result.request_id
+    )
+    for ref in result.outputs:
+        out = resp.outputs.add()
+        out.name = ref.name
+        out.datatype = ref.datatype
+        out.shape.extend(ref.shape)
+    return resp
+
+
 def _infer_response(result: InferResult) -> pb.ModelInferResponse:
     """The wire form of an answer; releases the answer's output block."""
     try:
-        resp = pb.ModelInferResponse(
-            model_name=result.model, model_version=str(result.version), id=result.request_id
-        )
-        raw = resp.raw_output_contents
-        for ref in result.outputs:
-            out = resp.outputs.add()
-            out.name = ref.name
-            out.datatype = ref.datatype
-            out.shape.extend(ref.shape)
-            # NOTE: an output in the client's shared memory gets an empty entry (Triton).
-            raw.append(result.data(ref))
+        resp = _response_head(result)
+        # NOTE: an output in the client's shared memory gets an empty entry (Triton).
+        resp.raw_output_contents.extend(result.data(ref) for ref in result.outputs)
     finally:
         result.release()
     return resp
@@ -84,16 +89,10 @@ def _infer_response(result: InferResult) -> pb.ModelInferResponse:
 def _infer_response_bytes(result: InferResult) -> bytes:
     """``_infer_response`` serialized, each output copied once, straight from the arena."""
     try:
-        resp = pb.ModelInferResponse(
-            model_name=result.model, model_version=str(result.version), id=result.request_id
-        )
-        for ref in result.outputs:
-            out = resp.outputs.add()
-            out.name = ref.name
-            out.datatype = ref.datatype
-            out.shape.extend(ref.shape)
         # NOTE: views stay valid until release(), after the join copied them.
-        return infer_response_bytes(resp, [result.view(ref) for ref in result.outputs])
+        return infer_response_bytes(
+            _response_head(result), [result.view(ref) for ref in result.outputs]
+        )
     finally:
         result.release()
 

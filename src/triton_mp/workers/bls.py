@@ -40,7 +40,7 @@ import numpy as np
 import posix_ipc
 
 from triton_mp.config import BlsModel, BlsSpec
-from triton_mp.dtypes import protocol_of, serialize_bytes_tensor
+from triton_mp.dtypes import tensor_wire_bytes
 from triton_mp.errors import ErrorCode
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, free_block
 from triton_mp.ipc.messages import (
@@ -211,12 +211,7 @@ class BlsClient:
         parts = []
         total = 0
         for name, arr in arrays:
-            datatype = protocol_of(arr.dtype)
-            if datatype == "BYTES":
-                data = memoryview(serialize_bytes_tensor(arr))
-            else:
-                arr = np.ascontiguousarray(arr)
-                data = arr.reshape(-1).view(np.uint8).data if arr.nbytes else memoryview(b"")
+            datatype, data = tensor_wire_bytes(arr)
             parts.append((name, datatype, tuple(int(d) for d in arr.shape), data))
             total += align(len(data))
         seg, offset = self._arena.alloc(total)

@@ -43,8 +43,7 @@ from triton_mp.dtypes import (
     NUMPY_DTYPES,
     deserialize_bytes_tensor,
     element_count,
-    protocol_of,
-    serialize_bytes_tensor,
+    tensor_wire_bytes,
 )
 from triton_mp.errors import ErrorCode, TritonMPError, flatten_exception
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender, encode, free_block
@@ -467,12 +466,7 @@ class Worker:
             arr = outputs.get(name)
             if arr is None:
                 raise TritonMPError(f"output '{name}' was not produced by model '{req.model}'")
-            datatype = protocol_of(arr.dtype)
-            if datatype == "BYTES":
-                data = memoryview(serialize_bytes_tensor(arr))
-            else:
-                arr = np.ascontiguousarray(arr)
-                data = arr.reshape(-1).view(np.uint8).data if arr.nbytes else memoryview(b"")
+            datatype, data = tensor_wire_bytes(arr)
             if region is not None and len(data) > region.byte_size:
                 raise TritonMPError(
                     f"shared memory size specified with the request for output '{name}' "
