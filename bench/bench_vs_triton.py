@@ -67,15 +67,21 @@ from common import (
 
 DEFAULT_REPOSITORY = SHARED_BENCH / "model_repository"
 DEFAULT_PNG = ROOT / "bench" / "results" / "vs_triton.png"
-SIDES = ("Triton", "triton-mp", "triton-mp fp2", "floor")
+SIDES = ("Triton", "triton-mp", "triton-mp fp2", "floor", "identity floor")
 """Every server the bench can run: the real Triton, triton-mp (one frontend process),
-triton-mp with ``--frontend-processes 2``, and the Python floor (``floor_server.py``)."""
+triton-mp with ``--frontend-processes 2``, the Python floor (``floor_server.py``) and the
+large-tensor floor (``bench/floor_identity.py``: identity_py echoed by one grpc.aio process
+with triton-mp's wire handling)."""
+FLOORS = ("floor", "identity floor")
+"""The floor sides: the table's "vs floor" column shows a workload's ratio over either."""
+FLOOR_IDENTITY = ROOT / "bench" / "floor_identity.py"
 PAIR = ("Triton", "triton-mp")
 """The two sides every workload runs on."""
 ADD_SUB_SIDES = SIDES
 """add_sub_py over gRPC, the system-shared-memory issue's bench, runs on all four."""
 RATIOS = (("triton-mp", "Triton"), ("triton-mp fp2", "Triton"), ("triton-mp", "floor"),
-          ("triton-mp fp2", "floor"))
+          ("triton-mp fp2", "floor"), ("triton-mp", "identity floor"),
+          ("identity floor", "Triton"))
 """Throughput ratios reported per workload (numerator, denominator), when both ran."""
 FP2_ARGS = ["--frontend-processes", "2"]
 MIB = 1 << 20
@@ -93,7 +99,8 @@ class Workload:
     protocol: str = "grpc"
     """perf_analyzer's -i: ``grpc`` or ``http`` (KServe v2 REST, binary tensor data)."""
     sides: tuple[str, ...] = PAIR
-    """The servers it runs on (the floor serves add_sub_py over gRPC only)."""
+    """The servers it runs on (the floors serve gRPC only, without shared memory: the add_sub
+    floor add_sub_py, the identity floor identity_py)."""
 
     def args(self) -> list[str]:
         return ["-m", self.model, "--concurrency-range", str(self.concurrency), *self.pa_args]
@@ -105,9 +112,10 @@ def identity(mib: int, shm: bool, protocol: str = "grpc") -> Workload:
     if shm:
         extra += ("--shared-memory", "system", "--output-shared-memory-size", str(mib * MIB))
     http = protocol == "http"
+    sides = PAIR if shm or http else (*PAIR, "identity floor")
     return Workload(f"id{mib}m" + ("_shm" if shm else "") + ("_http" if http else ""),
                     f"identity_py {mib} MiB c=4" + (" shm" if shm else ""), "identity_py", 4,
-                    extra, protocol)
+                    extra, protocol, sides)
 
 
 WORKLOADS = [
@@ -179,6 +187,8 @@ def start_server(side: str, args: argparse.Namespace, log_dir: Path, i: int,
                         args.stop_timeout)
     elif side == "floor":
         server = Floor(log, args.start_timeout, args.stop_timeout)
+    elif side == "identity floor":
+        server = Floor(log, args.start_timeout, args.stop_timeout, FLOOR_IDENTITY)
     else:
         server = TritonMP(args.mp_repository, log, args.server_cmd, args.start_timeout,
                           args.stop_timeout, args.mp_src,
@@ -385,7 +395,8 @@ def table(rows: list[dict[str, Any]], mp_name: str) -> str:
     over the floor's (median and per round), and for triton-mp its p50 over Triton's."""
     side_head = f"{'infer/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'srv c':>5} {'pa c':>4} {'bg c':>5}"
     names = {"Triton": "Triton 2.51", "triton-mp": mp_name,
-             "triton-mp fp2": mp_name + " fp2", "floor": "Python floor"}
+             "triton-mp fp2": mp_name + " fp2", "floor": "Python floor",
+             "identity floor": "identity floor"}
     name_w = max(13, *(len(names[s]) for r in rows for s in r["sides"]))
     head = (f"{'workload':26} {'proto':5} {'server':{name_w}} | {side_head} | "
             f"{'infer/s vs Triton':24} | {'infer/s vs floor':24} | p50 vs Triton")
@@ -404,7 +415,8 @@ def table(rows: list[dict[str, Any]], mp_name: str) -> str:
                     errors.append(f"{side}, {r['label']} {r['protocol']} (some rounds): "
                                   f"{s['error']}")
             vs_t = ratio_cell(r["vs"].get(ratio_key(side, "Triton")))
-            vs_f = ratio_cell(r["vs"].get(ratio_key(side, "floor")))
+            vs_f = next((ratio_cell(r["vs"][ratio_key(side, f)]) for f in FLOORS
+                         if ratio_key(side, f) in r["vs"]), "-")
             p50 = ratio_cell(r["p50_vs_triton"].get(side))
             label = (r["label"], r["protocol"]) if k == 0 else ("", "")
             lines.append(f"{label[0]:26} {label[1]:5} {names[side]:{name_w}} | {cells} | "
@@ -426,10 +438,11 @@ def chart(rows: list[dict[str, Any]], path: Path, title: str, note: str, mp_name
     import matplotlib.ticker
 
     colors = {"Triton": "#76b900", "triton-mp": "#1f6fb4", "triton-mp fp2": "#7aa6d6",
-              "floor": "#999999"}
+              "floor": "#999999", "identity floor": "#c8c8c8"}
     labels = {"Triton": "Triton 2.51 (python backend)", "triton-mp": mp_name,
               "triton-mp fp2": mp_name + " --frontend-processes 2",
-              "floor": "Python floor (floor_server.py)"}
+              "floor": "Python floor (floor_server.py)",
+              "identity floor": "identity floor (floor_identity.py)"}
     present = [side for side in SIDES if any(side in r["sides"] for r in rows)]
     x = list(range(len(rows)))
     width = 0.8 / len(present)

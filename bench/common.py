@@ -478,20 +478,24 @@ class Triton(ManagedServer):
 class Floor(ManagedServer):
     """The Python floor, ``../shared/bench/floor_server.py``: one grpc.aio process that
     computes ``add_sub_py`` inline in the handler (no queue, no batching, no workers), as our
-    child in its own session. It serves gRPC only (``self.http`` is unused) and answers
-    ModelReady but not RepositoryIndex, so start() waits on ModelReady alone. It is stopped
-    with SIGTERM (no handler: the process ends at once, exit -15, a clean stop): on SIGINT its
-    grpc.aio shutdown sometimes hangs until the SIGKILL."""
+    child in its own session; with ``script``, another floor of the same kind
+    (``bench/floor_identity.py``, which echoes ``identity_py``). It serves gRPC only
+    (``self.http`` is unused) and answers ModelReady but not RepositoryIndex, so start()
+    waits on ModelReady alone. It is stopped with SIGTERM (no handler: the process ends at
+    once, exit -15, a clean stop): on SIGINT its grpc.aio shutdown sometimes hangs until the
+    SIGKILL."""
 
     kind = "floor"
     stop_signal = signal.SIGTERM
     clean_exit_codes = (-signal.SIGTERM,)
 
     def __init__(self, log_path: Path, start_timeout: float = 60.0,
-                 stop_timeout: float = 10.0) -> None:
+                 stop_timeout: float = 10.0, script: Path | None = None) -> None:
         super().__init__(log_path, start_timeout, stop_timeout)
-        self.cmd = [sys.executable, str(SHARED_BENCH / "floor_server.py"), "--port",
-                    str(self.grpc), "--impl", "aio"]
+        # NOTE: script: bench/floor_identity.py for the large-tensor floor (no --impl).
+        self.cmd = ([sys.executable, str(SHARED_BENCH / "floor_server.py"), "--port",
+                     str(self.grpc), "--impl", "aio"] if script is None
+                    else [sys.executable, str(script), "--port", str(self.grpc)])
         self.info["cmd"] = shlex.join(self.cmd)
 
     def start(self, models: list[str]) -> dict[str, str]:

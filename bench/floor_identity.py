@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""The Python floor for large tensors: the leanest KServe v2 gRPC server we know how to write
+in Python for ``identity_py`` (one FP32 input ``INPUT0`` of any length, echoed as ``OUTPUT0``),
+to bound what any Python server, ours included, can reach with perf_analyzer as the client.
+
+``../shared/bench/floor_server.py`` is the floor for tiny requests (add_sub_py); it parses and
+builds messages with protobuf, which copies a tensor's bytes four times. This one answers
+ModelInfer with the same wire handling triton-mp's frontend uses (``triton_mp.frontend.wire``):
+the request's tensor is a view into the received message and the response is joined once, so
+each MiB is copied once in Python (into the response) besides what grpc itself copies, and
+malloc is tuned as in every triton-mp process (``triton_mp.malloc``). One
+process, one grpc.aio event loop, no queue, no batching, no shared memory, no validation.
+
+Usage: floor_identity.py --port 18201   (listens on 127.0.0.1 only; SIGTERM stops it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+import grpc
+
+from triton_mp._proto import grpc_service_pb2 as pb
+from triton_mp._proto import model_config_pb2 as mc
+from triton_mp.frontend.wire import infer_response_bytes, split_infer_request
+from triton_mp.malloc import tune_malloc
+
+NAME = "identity_py"
+SERVICE = "inference.GRPCInferenceService"
+CONFIG = mc.ModelConfig(
+    name=NAME,
+    backend="python",
+    max_batch_size=0,
+    input=[mc.ModelInput(name="INPUT0", data_type=mc.TYPE_FP32, dims=[-1])],
+    output=[mc.ModelOutput(name="OUTPUT0", data_type=mc.TYPE_FP32, dims=[-1])],
+)
+METADATA = pb.ModelMetadataResponse(
+    name=NAME,
+    versions=["1"],
+    platform="python",
+    inputs=[pb.ModelMetadataResponse.TensorMetadata(name="INPUT0", datatype="FP32", shape=[-1])],
+    outputs=[pb.ModelMetadataResponse.TensorMetadata(name="OUTPUT0", datatype="FP32", shape=[-1])],
+)
+COUNT = [0]
+
+
+async def model_infer(data: bytes, _context: grpc.aio.ServicerContext) -> bytes:
+    """Echo INPUT0 as OUTPUT0: the request's raw bytes go straight into the response."""
+    wire = split_infer_request(data)
+    req = wire.request
+    head = pb.ModelInferResponse(model_name=NAME, model_version="1", id=req.id)
+    out = head.outputs.add(name="OUTPUT0", datatype="FP32")
+    out.shape.extend(req.inputs[0].shape)
+    COUNT[0] += 1
+    return infer_response_bytes(head, wire.raw[:1])
+
+
+def _unary(fn, request_type):  # type: ignore[no-untyped-def]
+    async def handler(request, _context):  # type: ignore[no-untyped-def]
+        return fn(request)
+
+    return grpc.unary_unary_rpc_method_handler(
+        handler,
+        request_deserializer=request_type.FromString,
+        response_serializer=lambda m: m.SerializeToString(),
+    )
+
+
+def _statistics(_request: pb.ModelStatisticsRequest) -> pb.ModelStatisticsResponse:
+    n = COUNT[0]
+    d = pb.StatisticDuration(count=n, ns=0)
+    stats = pb.InferStatistics(
+        success=d,
+        fail=pb.StatisticDuration(),
+        queue=d,
+        compute_input=d,
+        compute_infer=d,
+        compute_output=d,
+    )
+    return pb.ModelStatisticsResponse(
+        model_stats=[
+            pb.ModelStatistics(
+                name=NAME,
+                version="1",
+                inference_count=n,
+                execution_count=n,
+                inference_stats=stats,
+            )
+        ]
+    )
+
+
+HANDLERS = {
+    "ServerLive": _unary(lambda r: pb.ServerLiveResponse(live=True), pb.ServerLiveRequest),
+    "ServerReady": _unary(lambda r: pb.ServerReadyResponse(ready=True), pb.ServerReadyRequest),
+    "ModelReady": _unary(
+        lambda r: pb.ModelReadyResponse(ready=r.name == NAME), pb.ModelReadyRequest
+    ),
+    "ServerMetadata": _unary(
+        lambda r: pb.ServerMetadataResponse(name="floor-identity"), pb.ServerMetadataRequest
+    ),
+    "ModelMetadata": _unary(lambda r: METADATA, pb.ModelMetadataRequest),
+    "ModelConfig": _unary(lambda r: pb.ModelConfigResponse(config=CONFIG), pb.ModelConfigRequest),
+    "ModelStatistics": _unary(_statistics, pb.ModelStatisticsRequest),
+    # NOTE: no deserializer or serializer: the handler gets and returns the wire bytes.
+    "ModelInfer": grpc.unary_unary_rpc_method_handler(model_infer),
+}
+
+
+async def serve(port: int) -> None:
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_send_message_length", -1),
+            ("grpc.max_receive_message_length", -1),
+        ]
+    )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, HANDLERS),))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    await server.wait_for_termination()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int, default=18201)
+    tune_malloc()  # NOTE: as every triton-mp process does: no page faults per large message
+    asyncio.run(serve(ap.parse_args().port))
+
+
+if __name__ == "__main__":
+    main()
