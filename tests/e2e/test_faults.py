@@ -29,6 +29,7 @@ from tests.fault_models import write_faulty_model
 from tests.server import ServerProcess, group_alive, wait_for
 from triton_mp._proto import admin_pb2, admin_pb2_grpc
 from triton_mp.ipc.shm import list_objects
+from triton_mp.scheduler.clock import SCHEDULER_TIMER_SLACK_NS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -100,6 +101,13 @@ def test_titles_name_every_process(
         "triton-mp: worker echo_py_0_1",
     }
     assert expected <= titles, titles
+    # NOTE: the scheduler's timed waits (batch deadlines) run with a 1 µs timer slack, the
+    # others keep the kernel's default (50 µs).
+    slack = Path(f"/proc/{_pid(server, 'triton-mp: scheduler')}/timerslack_ns")
+    if slack.exists():
+        assert int(slack.read_text()) == SCHEDULER_TIMER_SLACK_NS
+        frontend = Path(f"/proc/{_pid(server, 'triton-mp: frontend 0')}/timerslack_ns")
+        assert int(frontend.read_text()) != SCHEDULER_TIMER_SLACK_NS
 
 
 def test_a_segfaulting_model_fails_only_its_request_and_is_restarted(

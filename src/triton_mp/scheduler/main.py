@@ -57,7 +57,12 @@ from triton_mp.ipc.messages import (
 )
 from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.log import configure_logging
-from triton_mp.scheduler.clock import Clock, MonotonicClock
+from triton_mp.scheduler.clock import (
+    SCHEDULER_TIMER_SLACK_NS,
+    Clock,
+    MonotonicClock,
+    set_timer_slack_ns,
+)
 from triton_mp.scheduler.dynamic import (
     QUEUE_FULL,
     TIMED_OUT,
@@ -849,6 +854,8 @@ def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
 
     core = SchedulerCore(spec.models, send_worker, send_frontend, broadcast, attach, detach)
     core.defer_unknown = True
+    # NOTE: the loop sleeps until batch deadlines; see set_timer_slack_ns for why.
+    set_timer_slack_ns(SCHEDULER_TIMER_SLACK_NS)
     clock: Clock = MonotonicClock()
     ready.send_bytes(b"ready")
     log.info("scheduler ready: %d model versions", len(spec.models))
