@@ -88,6 +88,15 @@ def test_request_parameters_too_large_for_a_ring_are_refused_alone(
     assert r.status_code == 400
     assert "exceeds the server's limit" in r.json()["error"]
 
+    # A huge request id is quoted in the error, which is cut to fit a gRPC status; the
+    # client gets the real code, not RESOURCE_EXHAUSTED for an oversized trailer.
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("echo_py", _input(4), request_id="i" * (600 << 10))
+    assert e.value.status() == "StatusCode.INVALID_ARGUMENT", e.value.message()
+    assert e.value.message().startswith("[request id: iiii"), e.value.message()[:100]
+    assert e.value.message().endswith("bytes cut]"), e.value.message()[-100:]
+    assert len(e.value.message()) < 5000
+
     # A large but acceptable parameter still works, and so does everything after.
     res = client.infer("echo_py", _input(4), parameters={"note": "y" * (100 << 10)})
     np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), np.arange(4, dtype=np.float32))

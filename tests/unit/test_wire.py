@@ -76,3 +76,15 @@ def test_response_equals_protobuf(raws: list[bytes | None]) -> None:
     expected.CopyFrom(resp)
     expected.raw_output_contents.extend([r or b"" for r in raws])
     assert pb.ModelInferResponse.FromString(data) == expected
+
+
+def test_status_messages_are_cut_to_fit_a_grpc_trailer() -> None:
+    from triton_mp.frontend.servicer import MAX_STATUS_MESSAGE_BYTES, status_message
+
+    assert status_message("short") == "short"
+    exact = "x" * MAX_STATUS_MESSAGE_BYTES
+    assert status_message(exact) == exact
+    cut = status_message("é" * 5000)  # 10,000 bytes; never split inside a character
+    head, _, tail = cut.partition("... [")
+    assert head == "é" * (MAX_STATUS_MESSAGE_BYTES // 2)
+    assert tail == f"{10000 - MAX_STATUS_MESSAGE_BYTES} more bytes cut]"

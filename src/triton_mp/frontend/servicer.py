@@ -144,8 +144,25 @@ def _wants_empty_final(request: pb.ModelInferRequest) -> bool:
     return p is not None and p.WhichOneof("parameter_choice") == "bool_param" and p.bool_param
 
 
+MAX_STATUS_MESSAGE_BYTES = 4096
+"""Longest error message sent in a gRPC status, in UTF-8 bytes. The message travels in the
+``grpc-message`` trailer, percent-encoded (up to 3x), and clients refuse trailers over their
+metadata limit (grpc's default: 16 KiB), so a longer one (e.g. quoting a huge request id)
+would reach the client as RESOURCE_EXHAUSTED "Stream removed" instead of its own code."""
+
+
+def status_message(message: str) -> str:
+    """``message`` cut to ``MAX_STATUS_MESSAGE_BYTES`` (at a character boundary), with the
+    number of bytes left out; shorter messages are returned as they are."""
+    data = message.encode()
+    if len(data) <= MAX_STATUS_MESSAGE_BYTES:
+        return message
+    head = data[:MAX_STATUS_MESSAGE_BYTES].decode(errors="ignore")
+    return f"{head}... [{len(data) - len(head.encode())} more bytes cut]"
+
+
 async def _abort(context: grpc.aio.ServicerContext, code: ErrorCode, message: str) -> NoReturn:
-    await context.abort(GRPC_STATUS.get(code, grpc.StatusCode.UNKNOWN), message)
+    await context.abort(GRPC_STATUS.get(code, grpc.StatusCode.UNKNOWN), status_message(message))
     raise AssertionError("unreachable")  # context.abort raises
 
 
