@@ -99,8 +99,8 @@ class Workload:
     protocol: str = "grpc"
     """perf_analyzer's -i: ``grpc`` or ``http`` (KServe v2 REST, binary tensor data)."""
     sides: tuple[str, ...] = PAIR
-    """The servers it runs on (the floors serve gRPC only, without shared memory: the add_sub
-    floor add_sub_py, the identity floor identity_py)."""
+    """The servers it runs on (the floors serve gRPC only: the add_sub floor add_sub_py, the
+    identity floor identity_py, also through system shared memory)."""
 
     def args(self) -> list[str]:
         return ["-m", self.model, "--concurrency-range", str(self.concurrency), *self.pa_args]
@@ -112,7 +112,7 @@ def identity(mib: int, shm: bool, protocol: str = "grpc") -> Workload:
     if shm:
         extra += ("--shared-memory", "system", "--output-shared-memory-size", str(mib * MIB))
     http = protocol == "http"
-    sides = PAIR if shm or http else (*PAIR, "identity floor")
+    sides = PAIR if http else (*PAIR, "identity floor")
     return Workload(f"id{mib}m" + ("_shm" if shm else "") + ("_http" if http else ""),
                     f"identity_py {mib} MiB c=4" + (" shm" if shm else ""), "identity_py", 4,
                     extra, protocol, sides)

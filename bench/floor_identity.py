@@ -9,7 +9,9 @@ ModelInfer with the same wire handling triton-mp's frontend uses (``triton_mp.fr
 the request's tensor is a view into the received message and the response is joined once, so
 each MiB is copied once in Python (into the response) besides what grpc itself copies, and
 malloc is tuned as in every triton-mp process (``triton_mp.malloc``). One
-process, one grpc.aio event loop, no queue, no batching, no shared memory, no validation.
+process, one grpc.aio event loop, no queue, no batching, no validation. With system shared
+memory (perf_analyzer ``--shared-memory system``) it maps the client's regions itself and
+copies the input region into the output region once, in the handler.
 
 Usage: floor_identity.py --port 18201   (listens on 127.0.0.1 only; SIGTERM stops it)
 """
@@ -18,6 +20,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import mmap
+import os
+from typing import Any
 
 import grpc
 
@@ -45,15 +50,54 @@ METADATA = pb.ModelMetadataResponse(
 COUNT = [0]
 
 
+REGIONS: dict[str, memoryview] = {}
+"""Registered system shared-memory regions: name -> a writable view of the region."""
+
+
+def _region(params: Any) -> memoryview | None:
+    """The window a tensor's ``shared_memory_*`` parameters name, or None."""
+    if "shared_memory_region" not in params:
+        return None
+    region = REGIONS[params["shared_memory_region"].string_param]
+    offset = params["shared_memory_offset"].int64_param if "shared_memory_offset" in params else 0
+    return region[offset : offset + params["shared_memory_byte_size"].int64_param]
+
+
 async def model_infer(data: bytes, _context: grpc.aio.ServicerContext) -> bytes:
-    """Echo INPUT0 as OUTPUT0: the request's raw bytes go straight into the response."""
+    """Echo INPUT0 as OUTPUT0: the request's raw bytes go straight into the response, or
+    from the client's input region into its output region (one copy) with system shared
+    memory, answered with an empty output entry as Triton does."""
     wire = split_infer_request(data)
     req = wire.request
     head = pb.ModelInferResponse(model_name=NAME, model_version="1", id=req.id)
     out = head.outputs.add(name="OUTPUT0", datatype="FP32")
     out.shape.extend(req.inputs[0].shape)
     COUNT[0] += 1
-    return infer_response_bytes(head, wire.raw[:1])
+    src = _region(req.inputs[0].parameters) if not wire.raw else wire.raw[0]
+    dest = _region(req.outputs[0].parameters) if req.outputs else None
+    if dest is None:
+        return infer_response_bytes(head, [src])
+    dest[: len(src)] = src
+    return infer_response_bytes(head, [None])
+
+
+def _register(r: pb.SystemSharedMemoryRegisterRequest) -> pb.SystemSharedMemoryRegisterResponse:
+    fd = os.open("/dev/shm/" + r.key.lstrip("/"), os.O_RDWR)
+    try:
+        mapped = mmap.mmap(fd, r.offset + r.byte_size)
+    finally:
+        os.close(fd)
+    REGIONS[r.name] = memoryview(mapped)[r.offset : r.offset + r.byte_size]
+    return pb.SystemSharedMemoryRegisterResponse()
+
+
+def _unregister(
+    r: pb.SystemSharedMemoryUnregisterRequest,
+) -> pb.SystemSharedMemoryUnregisterResponse:
+    # NOTE: the mappings are left to the garbage collector (a view may still be in use).
+    for name in [r.name] if r.name else list(REGIONS):
+        REGIONS.pop(name, None)
+    return pb.SystemSharedMemoryUnregisterResponse()
 
 
 def _unary(fn, request_type):  # type: ignore[no-untyped-def]
@@ -103,6 +147,11 @@ HANDLERS = {
     "ModelMetadata": _unary(lambda r: METADATA, pb.ModelMetadataRequest),
     "ModelConfig": _unary(lambda r: pb.ModelConfigResponse(config=CONFIG), pb.ModelConfigRequest),
     "ModelStatistics": _unary(_statistics, pb.ModelStatisticsRequest),
+    "SystemSharedMemoryRegister": _unary(_register, pb.SystemSharedMemoryRegisterRequest),
+    "SystemSharedMemoryUnregister": _unary(_unregister, pb.SystemSharedMemoryUnregisterRequest),
+    "SystemSharedMemoryStatus": _unary(
+        lambda r: pb.SystemSharedMemoryStatusResponse(), pb.SystemSharedMemoryStatusRequest
+    ),
     # NOTE: no deserializer or serializer: the handler gets and returns the wire bytes.
     "ModelInfer": grpc.unary_unary_rpc_method_handler(model_infer),
 }
