@@ -22,9 +22,14 @@ import argparse
 import asyncio
 import mmap
 import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import grpc
+
+# NOTE: this checkout's triton_mp (its wire handling), whatever is installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp._proto import model_config_pb2 as mc
