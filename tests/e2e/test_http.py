@@ -24,13 +24,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from google.protobuf import json_format
-from tritonclient.grpc import service_pb2
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import copy_models, server_factory
@@ -347,6 +348,18 @@ def test_load_and_unload_answer_as_grpc_does(
     named = _http(server, "POST", f"/v2/repository/other/models/add_sub/{action}")
     assert named.status == 501
     assert named.error == "'repository_name' specification is not supported"
+    with grpc.insecure_channel(server.url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        rpc = stub.RepositoryModelLoad if action == "load" else stub.RepositoryModelUnload
+        request_type = (
+            service_pb2.RepositoryModelLoadRequest
+            if action == "load"
+            else service_pb2.RepositoryModelUnloadRequest
+        )
+        with pytest.raises(grpc.RpcError) as rpc_error:
+            rpc(request_type(repository_name="other", model_name="add_sub"), timeout=30)
+    assert rpc_error.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert rpc_error.value.details() == named.error
 
 
 # ------------------------------------------------------------------------- statistics

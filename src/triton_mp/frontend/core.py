@@ -379,6 +379,19 @@ class FrontendCore:
         except OSError:
             return set()
 
+    @staticmethod
+    def check_repository_name(repository: str) -> None:
+        """Refuse a RepositoryModelLoad/Unload that names a repository (Triton serves one
+        here; the request's ``repository_name``, or HTTP's ``/v2/repository/{name}/...``).
+
+        Raises:
+            TritonMPError: UNSUPPORTED when ``repository`` is not empty.
+        """
+        if repository:
+            raise TritonMPError(
+                "'repository_name' specification is not supported", ErrorCode.UNSUPPORTED
+            )
+
     def _check_control(self) -> SupervisorLink:
         if self._mode != "explicit" or self._link is None:
             raise TritonMPError(CONTROL_DISABLED_MESSAGE, ErrorCode.UNAVAILABLE)

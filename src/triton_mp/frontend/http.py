@@ -296,10 +296,7 @@ class HttpFrontend:
         return _json_response([proto_to_json(m, print_defaults=False) for m in index.models])
 
     async def _control_parameters(self, request: web.Request) -> dict[str, Any]:
-        if request.match_info.get("repository"):
-            raise TritonMPError(
-                "'repository_name' specification is not supported", ErrorCode.UNSUPPORTED
-            )
+        self._core.check_repository_name(request.match_info.get("repository", ""))
         body = await self._body_json(request)
         params = body.get("parameters", {})
         if not isinstance(params, dict):

@@ -221,17 +221,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
 
     async def RepositoryModelLoad(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton RepositoryModelLoad (explicit mode): ``config`` and ``file:`` parameters."""
-        if request.repository_name:
-            await _abort(
-                context,
-                ErrorCode.UNSUPPORTED,
-                "'repository_name' specification is not supported",
-            )
         params = {
             key: getattr(p, p.WhichOneof("parameter_choice") or "string_param")
             for key, p in request.parameters.items()
         }
         try:
+            self._core.check_repository_name(request.repository_name)
             await self._core.repository_load(request.model_name, params)
         except TritonMPError as e:
             await _abort(context, e.code, e.message)
@@ -239,14 +234,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
 
     async def RepositoryModelUnload(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton RepositoryModelUnload (explicit mode), with ``unload_dependents``."""
-        if request.repository_name:
-            await _abort(
-                context,
-                ErrorCode.UNSUPPORTED,
-                "'repository_name' specification is not supported",
-            )
         dependents = request.parameters.get("unload_dependents")
         try:
+            self._core.check_repository_name(request.repository_name)
             await self._core.repository_unload(
                 request.model_name, bool(dependents is not None and dependents.bool_param)
             )
