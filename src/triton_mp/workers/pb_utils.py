@@ -490,15 +490,9 @@ class InferenceRequest:
                 done.set()
 
         cancel = _submit(self, False, answer)
-        if not done.wait(self._timeout_us / 1e6 if self._timeout_us > 0 else None):
+        if not done.wait(self._timeout_s()):
             cancel()
-            return InferenceResponse(
-                error=TritonError(
-                    f"BLS request to model '{self._model_name}' got no response within its "
-                    f"timeout of {self._timeout_us} us",
-                    _DEADLINE_EXCEEDED,
-                )
-            )
+            return self._timed_out()
         return box[0]
 
     async def async_exec(self, decoupled: bool = False) -> Any:
@@ -519,18 +513,25 @@ class InferenceRequest:
             loop.call_soon_threadsafe(settle, response)
 
         cancel = _submit(self, False, answer)
-        timeout = self._timeout_us / 1e6 if self._timeout_us > 0 else None
         try:
-            return await asyncio.wait_for(fut, timeout)
+            return await asyncio.wait_for(fut, self._timeout_s())
         except TimeoutError:
             cancel()
-            return InferenceResponse(
-                error=TritonError(
-                    f"BLS request to model '{self._model_name}' got no response within its "
-                    f"timeout of {self._timeout_us} us",
-                    _DEADLINE_EXCEEDED,
-                )
+            return self._timed_out()
+
+    def _timeout_s(self) -> float | None:
+        """The BLS wait: ``timeout`` in seconds, None for no timeout."""
+        return self._timeout_us / 1e6 if self._timeout_us > 0 else None
+
+    def _timed_out(self) -> InferenceResponse:
+        """The error response of a BLS request whose ``timeout`` passed."""
+        return InferenceResponse(
+            error=TritonError(
+                f"BLS request to model '{self._model_name}' got no response within its "
+                f"timeout of {self._timeout_us} us",
+                _DEADLINE_EXCEEDED,
             )
+        )
 
 
 _DEADLINE_EXCEEDED = 10
@@ -572,7 +573,7 @@ class _ResponseIterator:
         import queue
 
         self._queue: queue.Queue[InferenceResponse | None] = queue.Queue()
-        self._timeout = request.timeout() / 1e6 if request.timeout() > 0 else None
+        self._timeout = request._timeout_s()
         self._model = request.model_name()
         self._ended = False
 
