@@ -329,3 +329,29 @@ def test_bls_exec_and_async_exec_go_through_the_installed_client() -> None:
         assert calls == [("m", False), ("m", False), ("m", True)]
     finally:
         pb_utils.set_bls(None)
+
+
+def test_a_bls_request_past_its_timeout_is_cancelled_and_answered_with_an_error() -> None:
+    import asyncio
+
+    cancelled: list[bool] = []
+
+    def submit(request: pb_utils.InferenceRequest, decoupled: bool, answer):  # type: ignore[no-untyped-def]
+        return lambda: cancelled.append(decoupled)  # NOTE: the callee never answers
+
+    pb_utils.set_bls(submit)
+    try:
+        req = pb_utils.InferenceRequest(model_name="m", timeout=2000)
+        expected = "BLS request to model 'm' got no response within its timeout of 2000 us"
+        for response in (req.exec(), asyncio.run(req.async_exec())):
+            assert response.has_error()
+            assert response.error().message() == expected
+            assert response.error().code() == 10
+        (stream,) = list(req.exec(decoupled=True))
+        assert (
+            stream.error().message()
+            == "BLS request to model 'm' got no response within its timeout"
+        )
+        assert cancelled == [False, False, True]
+    finally:
+        pb_utils.set_bls(None)
