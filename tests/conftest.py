@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -108,6 +109,17 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
     """
     with server_factory(tmp_path) as start:
         yield start
+
+
+def write_python_model(repo: Path, name: str, config: str | None, source: str) -> Path:
+    """Write a python-backend model into ``repo``: ``<name>/1/model.py`` from ``source`` and,
+    unless ``config`` is None (auto-completed), ``<name>/config.pbtxt``; both are dedented.
+    Returns the model's directory."""
+    (repo / name / "1").mkdir(parents=True)
+    if config is not None:
+        (repo / name / "config.pbtxt").write_text(textwrap.dedent(config))
+    (repo / name / "1" / "model.py").write_text(textwrap.dedent(source))
+    return repo / name
 
 
 def copy_models(dest: Path, *names: str) -> Path:

@@ -11,7 +11,6 @@ preserve_ordering, ragged batching and the batch sizes that statistics report.
 
 from __future__ import annotations
 
-import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory
+from tests.conftest import server_factory, write_python_model
 from tests.server import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -117,10 +116,8 @@ MODELS = {
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("repo")
     for name, (mbs, instances, ragged, batching) in MODELS.items():
-        (repo / name / "1").mkdir(parents=True)
         config = IO.format(mbs=mbs, instances=instances, ragged=ragged) + batching + "\n"
-        (repo / name / "config.pbtxt").write_text(textwrap.dedent(config))
-        (repo / name / "1" / "model.py").write_text(textwrap.dedent(SLOW_MODEL))
+        write_python_model(repo, name, config, SLOW_MODEL)
     with server_factory(Path(tmp_path_factory.mktemp("logs"))) as start:
         yield start(repo)
 

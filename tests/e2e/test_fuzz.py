@@ -25,7 +25,7 @@ import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
 
-from tests.conftest import copy_models, server_factory
+from tests.conftest import copy_models, server_factory, write_python_model
 from tests.fault_models import write_faulty_model
 from tests.server import ServerProcess
 from triton_mp._proto import grpc_service_pb2 as pb
@@ -232,13 +232,14 @@ def infer_requests(draw: st.DrawFn) -> pb.ModelInferRequest:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = copy_models(tmp_path_factory.mktemp("fuzz") / "repo", "add_sub")
     write_faulty_model(repo, "echo_py", "none", dims="-1")
-    (repo / "bytes_py" / "1").mkdir(parents=True)
-    (repo / "bytes_py" / "1" / "model.py").write_text(BYTES_MODEL)
-    (repo / "bytes_py" / "config.pbtxt").write_text(
+    write_python_model(
+        repo,
+        "bytes_py",
         'backend: "python"\nmax_batch_size: 4\n'
         'input [{ name: "INPUT0", data_type: TYPE_STRING, dims: [-1] }]\n'
         'output [{ name: "OUTPUT0", data_type: TYPE_STRING, dims: [-1] }]\n'
-        "dynamic_batching {}\n"
+        "dynamic_batching {}\n",
+        BYTES_MODEL,
     )
     with server_factory(tmp_path_factory.mktemp("logs")) as start:
         yield start(repo)

@@ -18,7 +18,6 @@ import os
 import shutil
 import signal
 import socket
-import textwrap
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,7 +33,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import copy_models, server_factory
+from tests.conftest import copy_models, server_factory, write_python_model
 from tests.server import PROJECT_REPOSITORY, ServerProcess, free_port, wait_for
 from triton_mp._proto import model_config_pb2 as mc
 
@@ -88,22 +87,16 @@ class TritonPythonModel:
 """
 
 
-def _python_model(repo: Path, name: str, config: str, source: str) -> None:
-    (repo / name / "1").mkdir(parents=True)
-    (repo / name / "config.pbtxt").write_text(textwrap.dedent(config))
-    (repo / name / "1" / "model.py").write_text(textwrap.dedent(source))
-
-
 def _sleep_repo(repo: Path) -> Path:
     repo.mkdir(parents=True, exist_ok=True)
-    _python_model(repo, "sleep_py", SLEEP_CONFIG, SLEEP_MODEL)
+    write_python_model(repo, "sleep_py", SLEEP_CONFIG, SLEEP_MODEL)
     return repo
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = copy_models(tmp_path_factory.mktemp("repo"), "add_sub")
-    _python_model(repo, "bytes_py", BYTES_CONFIG, BYTES_MODEL)
+    write_python_model(repo, "bytes_py", BYTES_CONFIG, BYTES_MODEL)
     _sleep_repo(repo)
     shutil.copytree(PROJECT_REPOSITORY / "add_sub", repo / "decoupled_add_sub")
     cfg = (repo / "decoupled_add_sub" / "config.pbtxt").read_text()

@@ -18,7 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import copy_models
+from tests.conftest import copy_models, write_python_model
 from tests.server import ServerProcess, group_alive, wait_for
 from triton_mp.ipc.shm import list_objects
 
@@ -244,13 +244,14 @@ def test_a_model_whose_instances_are_given_up_is_not_ready(
     tmp_path: Path, start_server: Callable[..., ServerProcess]
 ) -> None:
     repo = copy_models(tmp_path / "repo", "add_sub")
-    (repo / "crashy_py" / "1").mkdir(parents=True)
-    (repo / "crashy_py" / "1" / "model.py").write_text(CRASHY_MODEL)
-    (repo / "crashy_py" / "config.pbtxt").write_text(
+    write_python_model(
+        repo,
+        "crashy_py",
         'backend: "python"\nmax_batch_size: 0\n'
         'input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [1] }]\n'
         'output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [1] }]\n'
-        "instance_group [{ count: 1, kind: KIND_CPU }]\n"
+        "instance_group [{ count: 1, kind: KIND_CPU }]\n",
+        CRASHY_MODEL,
     )
     server = start_server(repo)
     client = server.client()

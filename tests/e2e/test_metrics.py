@@ -29,7 +29,7 @@ import tritonclient.grpc as grpcclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import copy_models, server_factory
+from tests.conftest import copy_models, server_factory, write_python_model
 from tests.server import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -118,9 +118,7 @@ def wait_for(server: ServerProcess, pred: Callable[[Samples], bool], what: str) 
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = copy_models(tmp_path_factory.mktemp("repo"), "add_sub")
     for name, batching in PY_MODELS.items():
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "config.pbtxt").write_text(textwrap.dedent(CONFIG) + batching + "\n")
-        (repo / name / "1" / "model.py").write_text(textwrap.dedent(SLEEPY_OR_PICKY))
+        write_python_model(repo, name, textwrap.dedent(CONFIG) + batching + "\n", SLEEPY_OR_PICKY)
     with server_factory(Path(tmp_path_factory.mktemp("logs"))) as start:
         yield start(repo)
 

@@ -21,7 +21,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import copy_models
+from tests.conftest import copy_models, write_python_model
 from tests.server import ServerProcess, wait_for
 from triton_mp.ipc.shm import list_objects
 
@@ -359,13 +359,13 @@ class TritonPythonModel:
 def test_a_model_being_loaded_is_listed_as_loading(
     repo: Path, start_server: Callable[..., ServerProcess]
 ) -> None:
-    slow = repo / "slow_py"
-    (slow / "1").mkdir(parents=True)
-    (slow / "1" / "model.py").write_text(SLOW_MODEL)
-    (slow / "config.pbtxt").write_text(
+    write_python_model(
+        repo,
+        "slow_py",
         'backend: "python"\nmax_batch_size: 0\n'
         'input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [2] }]\n'
-        'output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [2] }]\n'
+        'output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [2] }]\n',
+        SLOW_MODEL,
     )
     server = start_server(repo, "--model-control-mode=explicit")
     client = server.client()

@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import textwrap
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory
+from tests.conftest import server_factory, write_python_model
 from tests.server import REPO_ROOT, ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -223,13 +221,6 @@ class TritonPythonModel:
 """
 
 
-def _model(repo: Path, name: str, config: str | None, source: str) -> None:
-    (repo / name / "1").mkdir(parents=True)
-    if config is not None:
-        (repo / name / "config.pbtxt").write_text(textwrap.dedent(config))
-    (repo / name / "1" / "model.py").write_text(textwrap.dedent(source))
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     if not BENCH_REPOSITORY.is_dir():
@@ -239,13 +230,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         shutil.copytree(
             BENCH_REPOSITORY / name, repo / name, ignore=shutil.ignore_patterns("__pycache__")
         )
-    _model(repo, "errors_py", ERRORS_CONFIG, ERRORS_MODEL)
-    _model(repo, "auto_py", None, AUTO_MODEL)
-    _model(repo, "bytes_py", BYTES_CONFIG, BYTES_MODEL)
-    _model(repo, "init_fails_py", SIMPLE_CONFIG, INIT_FAILS_MODEL)
-    _model(repo, "auto_fails_py", 'backend: "python"\nmax_batch_size: 8\n', AUTO_FAILS_MODEL)
-    _model(repo, "count_py", COUNT_CONFIG, COUNT_MODEL)
-    _model(repo, "meta_py", META_CONFIG, META_MODEL)
+    write_python_model(repo, "errors_py", ERRORS_CONFIG, ERRORS_MODEL)
+    write_python_model(repo, "auto_py", None, AUTO_MODEL)
+    write_python_model(repo, "bytes_py", BYTES_CONFIG, BYTES_MODEL)
+    write_python_model(repo, "init_fails_py", SIMPLE_CONFIG, INIT_FAILS_MODEL)
+    write_python_model(
+        repo, "auto_fails_py", 'backend: "python"\nmax_batch_size: 8\n', AUTO_FAILS_MODEL
+    )
+    write_python_model(repo, "count_py", COUNT_CONFIG, COUNT_MODEL)
+    write_python_model(repo, "meta_py", META_CONFIG, META_MODEL)
     with server_factory(tmp_path_factory.mktemp("logs")) as start:
         yield start(repo)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import textwrap
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +22,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import copy_models, server_factory
+from tests.conftest import copy_models, server_factory, write_python_model
 from tests.server import PROJECT_REPOSITORY, ServerProcess
 from triton_mp.ipc.shm import list_objects
 
@@ -152,12 +151,6 @@ class TritonPythonModel:
 """
 
 
-def _model(repo: Path, name: str, config: str, source: str) -> None:
-    (repo / name / "1").mkdir(parents=True)
-    (repo / name / "config.pbtxt").write_text(textwrap.dedent(config))
-    (repo / name / "1" / "model.py").write_text(textwrap.dedent(source))
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("repo")
@@ -165,9 +158,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         shutil.copytree(
             PROJECT_REPOSITORY / name, repo / name, ignore=shutil.ignore_patterns("__pycache__")
         )
-    _model(repo, "bls_py", BLS_CONFIG, BLS_MODEL)
-    _model(repo, "bls_async_py", ASYNC_CONFIG, ASYNC_MODEL)
-    _model(repo, "bls_decoupled_py", DECOUPLED_CALLER_CONFIG, DECOUPLED_CALLER_MODEL)
+    write_python_model(repo, "bls_py", BLS_CONFIG, BLS_MODEL)
+    write_python_model(repo, "bls_async_py", ASYNC_CONFIG, ASYNC_MODEL)
+    write_python_model(repo, "bls_decoupled_py", DECOUPLED_CALLER_CONFIG, DECOUPLED_CALLER_MODEL)
     with server_factory(tmp_path_factory.mktemp("logs")) as start:
         yield start(repo)
 
@@ -320,8 +313,8 @@ def test_bls_reaches_models_loaded_and_unloaded_after_the_caller(
     model loaded later than the callee; after an unload it fails again and nothing of the
     unloaded instances stays in /dev/shm; a reload works again."""
     repo = copy_models(tmp_path / "repo", "add_sub", "add_sub_py")
-    _model(repo, "bls_py", BLS_CONFIG, BLS_MODEL)
-    _model(repo, "bls_late_py", BLS_CONFIG, BLS_MODEL)
+    write_python_model(repo, "bls_py", BLS_CONFIG, BLS_MODEL)
+    write_python_model(repo, "bls_late_py", BLS_CONFIG, BLS_MODEL)
     server = start_server(repo, "--model-control-mode=explicit", "--load-model=bls_py")
     client = server.client()
     try:

@@ -18,7 +18,6 @@ import queue
 import re
 import shutil
 import subprocess
-import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory
+from tests.conftest import server_factory, write_python_model
 from tests.server import PROJECT_REPOSITORY, REPO_ROOT, ServerProcess, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -117,9 +116,7 @@ def _repository(root: Path) -> Path:
         shutil.copytree(
             PROJECT_REPOSITORY / name, repo / name, ignore=shutil.ignore_patterns("__pycache__")
         )
-    (repo / "modes_py" / "1").mkdir(parents=True)
-    (repo / "modes_py" / "config.pbtxt").write_text(textwrap.dedent(MODES_CONFIG))
-    (repo / "modes_py" / "1" / "model.py").write_text(textwrap.dedent(MODES_MODEL))
+    write_python_model(repo, "modes_py", MODES_CONFIG, MODES_MODEL)
     return repo
 
 

@@ -11,7 +11,6 @@ idle timeout releases a sequence, and Triton's errors for bad sequence requests.
 from __future__ import annotations
 
 import queue
-import textwrap
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +25,7 @@ from onnx import TensorProto, helper
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory
+from tests.conftest import server_factory, write_python_model
 from tests.server import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -135,9 +134,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     (repo / "acc_onnx" / "config.pbtxt").write_text(ONNX_CONFIG)
     _accumulator_onnx(repo / "acc_onnx" / "1" / "model.onnx")
     for name, idle_us in (("acc_py", 5_000_000), ("acc_idle_py", 300_000)):
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "config.pbtxt").write_text(PY_CONFIG % {"idle_us": idle_us})
-        (repo / name / "1" / "model.py").write_text(textwrap.dedent(PY_MODEL))
+        write_python_model(repo, name, PY_CONFIG % {"idle_us": idle_us}, PY_MODEL)
     with server_factory(Path(tmp_path_factory.mktemp("logs"))) as start:
         yield start(repo)
 

@@ -17,7 +17,6 @@ import select
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import copy_models, server_factory
+from tests.conftest import copy_models, server_factory, write_python_model
 from tests.server import REPO_ROOT, ServerProcess, free_port
 from triton_mp._proto import admin_pb2, admin_pb2_grpc
 
@@ -112,9 +111,7 @@ def _wait_for(
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = copy_models(tmp_path_factory.mktemp("repo"), "add_sub")
-    (repo / "held_py" / "1").mkdir(parents=True)
-    (repo / "held_py" / "config.pbtxt").write_text(textwrap.dedent(HELD_CONFIG))
-    (repo / "held_py" / "1" / "model.py").write_text(textwrap.dedent(HELD_MODEL))
+    write_python_model(repo, "held_py", HELD_CONFIG, HELD_MODEL)
     with server_factory(Path(tmp_path_factory.mktemp("logs"))) as start:
         yield start(repo)
 
