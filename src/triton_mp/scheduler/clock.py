@@ -7,9 +7,7 @@ never reads a clock itself: callers pass ``now_ns``.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
-import sys
 import time
 from typing import Protocol
 
@@ -54,9 +52,13 @@ class FakeClock:
         return self._now_ns
 
 
-def _prctl(option: int, arg: int) -> int:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    return int(libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0))
+def _prctl(option: int, arg: int) -> int | None:
+    """``prctl(option, arg)``'s result, or None where there is no prctl (not Linux)."""
+    try:
+        # NOTE: as supervisor._die_with_parent reaches prctl: the process's own libc.
+        return int(ctypes.CDLL(None, use_errno=True).prctl(option, ctypes.c_ulong(arg), 0, 0, 0))
+    except (OSError, AttributeError):
+        return None
 
 
 def set_timer_slack_ns(slack_ns: int) -> bool:
@@ -72,12 +74,7 @@ def set_timer_slack_ns(slack_ns: int) -> bool:
     Returns:
         True when set; False where prctl is missing or refuses (non-Linux): nothing changes.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        ok = _prctl(_PR_SET_TIMERSLACK, slack_ns) == 0
-    except (OSError, AttributeError):
-        ok = False
+    ok = _prctl(_PR_SET_TIMERSLACK, slack_ns) == 0
     if not ok:
         log.debug("timer slack not set; timed waits keep the default slack")
     return ok
@@ -86,10 +83,5 @@ def set_timer_slack_ns(slack_ns: int) -> bool:
 def timer_slack_ns() -> int | None:
     """This thread's timer slack in nanoseconds (``prctl(PR_GET_TIMERSLACK)``), or None
     where it cannot be read."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        value = _prctl(_PR_GET_TIMERSLACK, 0)
-    except (OSError, AttributeError):
-        return None
-    return value if value >= 0 else None
+    value = _prctl(_PR_GET_TIMERSLACK, 0)
+    return value if value is not None and value >= 0 else None
