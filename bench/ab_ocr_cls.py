@@ -54,8 +54,11 @@ def role_cpu_seconds(pids: list[int]) -> dict[int, tuple[str, float]]:
                 cmd = f.read().replace("\0", " ")
         except OSError:
             continue
-        role = cmd.removeprefix("triton-mp: ").split()[0] if cmd.startswith("triton-mp: ") \
+        role = (
+            cmd.removeprefix("triton-mp: ").split()[0]
+            if cmd.startswith("triton-mp: ")
             else "supervisor"
+        )
         out[pid] = (role, (int(fields[11]) + int(fields[12])) / TICK)
     return out
 
@@ -67,8 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--scheduler", choices=("dynamic", "none"), default="dynamic")
     ap.add_argument("--window-ms", type=int, default=2000, help="perf_analyzer -p")
-    ap.add_argument("--repository", type=Path, default=ROOT / "model_repository",
-                    help="where ocr_cls is taken from; served alone (default: %(default)s)")
+    ap.add_argument(
+        "--repository",
+        type=Path,
+        default=ROOT / "model_repository",
+        help="where ocr_cls is taken from; served alone (default: %(default)s)",
+    )
     ap.add_argument("--peers-env", type=Path, default=ROOT / ".peers" / "peers.env")
     ap.add_argument("--pa-run", type=Path, default=common.DEFAULT_PA_RUN)
     ap.add_argument("--json", type=Path, help="write every record here")
@@ -92,22 +99,23 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copytree(src_repo / MODEL, repo / MODEL)
         else:
             (repo / MODEL / "1").mkdir(parents=True)
-            shutil.copyfile(args.repository / MODEL / "config.pbtxt",
-                            repo / MODEL / "config.pbtxt")
+            shutil.copyfile(args.repository / MODEL / "config.pbtxt", repo / MODEL / "config.pbtxt")
             shutil.copyfile(onnx, repo / MODEL / "1" / "model.onnx")
         extra = ["--disable-auto-complete-config"] if args.scheduler == "none" else []
         log_dir = Path(tempfile.mkdtemp(prefix="ab_ocr_cls."))
         for name, rev in variants:
             src = export_commit(rev)
             temp.append(src.parent)
-            server = TritonMP(repo, log_dir / f"{name}.log", None, 120.0, 30.0, src=src,
-                              extra_args=extra)
+            server = TritonMP(
+                repo, log_dir / f"{name}.log", None, 120.0, 30.0, src=src, extra_args=extra
+            )
             servers[name] = server
             failed = server.start([MODEL])
             if failed:
                 raise BenchError(f"{name}: {MODEL} not ready: {failed[MODEL]}")
-        print("idle cores per server:", {n: s.idle_cores(1.0) for n, s in servers.items()},
-              flush=True)
+        print(
+            "idle cores per server:", {n: s.idle_cores(1.0) for n, s in servers.items()}, flush=True
+        )
         names = [n for n, _ in variants]
         for r in range(args.rounds):
             for name in names if r % 2 == 0 else names[::-1]:
@@ -116,25 +124,43 @@ def main(argv: list[str] | None = None) -> int:
                 pids = [server.pid] + [p for p, _ in descendants(server.pid)]
                 c0, t0 = role_cpu_seconds(pids), time.monotonic()
                 rec = common.run_pa(
-                    args.pa_run, peers_env, server, name,
-                    ["-m", MODEL, "--concurrency-range", str(args.concurrency), "--shape",
-                     f"{INPUT_NAME}:{','.join(map(str, INPUT_SHAPE))}"],
-                    args.window_ms, 2, log_dir / "pa_runs.jsonl")
+                    args.pa_run,
+                    peers_env,
+                    server,
+                    name,
+                    [
+                        "-m",
+                        MODEL,
+                        "--concurrency-range",
+                        str(args.concurrency),
+                        "--shape",
+                        f"{INPUT_NAME}:{','.join(map(str, INPUT_SHAPE))}",
+                    ],
+                    args.window_ms,
+                    2,
+                    log_dir / "pa_runs.jsonl",
+                )
                 c1, dt = role_cpu_seconds(pids), time.monotonic() - t0
                 roles: dict[str, float] = {}
                 for pid, (role, cpu) in c1.items():
                     if pid in c0:
                         roles[role] = roles.get(role, 0.0) + (cpu - c0[pid][1]) / dt
-                rec.update(variant=name, round=r + 1,
-                           role_cores={k: round(v, 2) for k, v in roles.items() if v >= 0.005})
+                rec.update(
+                    variant=name,
+                    round=r + 1,
+                    role_cores={k: round(v, 2) for k, v in roles.items() if v >= 0.005},
+                )
                 records.append(rec)
                 ok = ok and rec.get("throughput") is not None
-                print(f"round {r + 1} {name:>12}: {common.fmt(rec.get('throughput'), '7.1f')} "
-                      f"infer/s, p50 {common.fmt((rec.get('p50_us') or 0) / 1000, '6.2f')} ms, "
-                      f"batch {common.fmt(rec.get('avg_batch'), '5.2f')}, cores: "
-                      + " ".join(f"{k} {v:.2f}" for k, v in sorted(rec["role_cores"].items()))
-                      + f" perf_analyzer {rec.get('client_cores')} other "
-                      f"{common.other_cores(rec)}", flush=True)
+                print(
+                    f"round {r + 1} {name:>12}: {common.fmt(rec.get('throughput'), '7.1f')} "
+                    f"infer/s, p50 {common.fmt((rec.get('p50_us') or 0) / 1000, '6.2f')} ms, "
+                    f"batch {common.fmt(rec.get('avg_batch'), '5.2f')}, cores: "
+                    + " ".join(f"{k} {v:.2f}" for k, v in sorted(rec["role_cores"].items()))
+                    + f" perf_analyzer {rec.get('client_cores')} other "
+                    f"{common.other_cores(rec)}",
+                    flush=True,
+                )
     except BenchError as e:
         ok = False
         print(f"ERROR: {e}", file=sys.stderr, flush=True)
@@ -148,28 +174,45 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(d, ignore_errors=True)
 
     first = variants[0][0]
-    print(f"\nocr_cls ({args.scheduler} scheduler), perf_analyzer c={args.concurrency}, "
-          f"{args.rounds} rounds; rel = infer/s / {first}'s in the same round (median)")
+    print(
+        f"\nocr_cls ({args.scheduler} scheduler), perf_analyzer c={args.concurrency}, "
+        f"{args.rounds} rounds; rel = infer/s / {first}'s in the same round (median)"
+    )
     summary = []
     for name, rev in variants:
         mine = {r["round"]: r for r in records if r["variant"] == name and r.get("throughput")}
         base = {r["round"]: r for r in records if r["variant"] == first and r.get("throughput")}
         rel = [mine[k]["throughput"] / base[k]["throughput"] for k in sorted(mine) if k in base]
-        row = {"variant": name, "rev": rev, "rounds_ok": len(mine),
-               "throughput": common.med([r["throughput"] for r in mine.values()]),
-               "p50_ms": common.med([r["p50_us"] / 1000 for r in mine.values()]),
-               "server_cores": common.med([r.get("server_cores") for r in mine.values()]),
-               "rel": round(statistics.median(rel), 3) if rel else None,
-               "rel_per_round": [round(x, 3) for x in rel]}
+        row = {
+            "variant": name,
+            "rev": rev,
+            "rounds_ok": len(mine),
+            "throughput": common.med([r["throughput"] for r in mine.values()]),
+            "p50_ms": common.med([r["p50_us"] / 1000 for r in mine.values()]),
+            "server_cores": common.med([r.get("server_cores") for r in mine.values()]),
+            "rel": round(statistics.median(rel), 3) if rel else None,
+            "rel_per_round": [round(x, 3) for x in rel],
+        }
         summary.append(row)
-        print(f"  {name:>12} ({rev}): {common.fmt(row['throughput'], '7.1f')} infer/s, p50 "
-              f"{common.fmt(row['p50_ms'], '6.2f')} ms, server {row['server_cores']} cores, "
-              f"rel {common.fmt(row['rel'], '5.3f')} {row['rel_per_round']}")
+        print(
+            f"  {name:>12} ({rev}): {common.fmt(row['throughput'], '7.1f')} infer/s, p50 "
+            f"{common.fmt(row['p50_ms'], '6.2f')} ms, server {row['server_cores']} cores, "
+            f"rel {common.fmt(row['rel'], '5.3f')} {row['rel_per_round']}"
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"options": {k: str(v) for k, v in vars(args).items()},
-                                         "records": records, "summary": summary, "ok": ok},
-                                        indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "options": {k: str(v) for k, v in vars(args).items()},
+                    "records": records,
+                    "summary": summary,
+                    "ok": ok,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         print(f"wrote {args.json}")
     return 0 if ok else 1
 

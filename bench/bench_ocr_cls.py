@@ -97,11 +97,14 @@ def measure_ort(
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     inp = sess.get_inputs()[0]
     if inp.name != INPUT_NAME or len(sess.get_inputs()) != 1:
-        raise BenchError(f"{path}: expected one input named {INPUT_NAME!r}, got "
-                         f"{[(i.name, i.shape) for i in sess.get_inputs()]}")
-    signature = {"input": {"name": inp.name, "shape": inp.shape, "type": inp.type},
-                 "outputs": [{"name": o.name, "shape": o.shape, "type": o.type}
-                             for o in sess.get_outputs()]}
+        raise BenchError(
+            f"{path}: expected one input named {INPUT_NAME!r}, got "
+            f"{[(i.name, i.shape) for i in sess.get_inputs()]}"
+        )
+    signature = {
+        "input": {"name": inp.name, "shape": inp.shape, "type": inp.type},
+        "outputs": [{"name": o.name, "shape": o.shape, "type": o.type} for o in sess.get_outputs()],
+    }
     config = "default" if threads is None else f"intra_op_num_threads={threads}"
     rng = np.random.default_rng(0)
     rows = []
@@ -123,13 +126,23 @@ def measure_ort(
             lat.append(t - s)
         wall, cpu = t - t0, time.process_time() - cpu0
         others = max(0.0, (machine_busy_seconds() - busy0 - cpu) / wall)
-        rows.append({"session": config, "batch": b, "infer_per_s": round(len(lat) * b / wall, 1),
-                     "batch_ms_p50": round(statistics.median(lat) * 1e3, 3),
-                     "runs": len(lat), "cores": round(cpu / wall, 2),
-                     "other_cores": round(others, 2)})
-        print(f"  ORT {config:24} batch {b:3}: {rows[-1]['infer_per_s']:9.1f} img/s  "
-              f"({rows[-1]['batch_ms_p50']:.2f} ms/batch, {rows[-1]['cores']:.2f} cores; "
-              f"others on the machine: {others:.2f} cores)", flush=True)
+        rows.append(
+            {
+                "session": config,
+                "batch": b,
+                "infer_per_s": round(len(lat) * b / wall, 1),
+                "batch_ms_p50": round(statistics.median(lat) * 1e3, 3),
+                "runs": len(lat),
+                "cores": round(cpu / wall, 2),
+                "other_cores": round(others, 2),
+            }
+        )
+        print(
+            f"  ORT {config:24} batch {b:3}: {rows[-1]['infer_per_s']:9.1f} img/s  "
+            f"({rows[-1]['batch_ms_p50']:.2f} ms/batch, {rows[-1]['cores']:.2f} cores; "
+            f"others on the machine: {others:.2f} cores)",
+            flush=True,
+        )
     del sess
     return rows, signature
 
@@ -154,7 +167,8 @@ def unbatched_repository(repo: Path, onnx: Path) -> Path:
     (dest / MODEL / "1").mkdir(parents=True)
     (dest / MODEL / "config.pbtxt").write_text(
         "# bench_ocr_cls.py: the repository's ocr_cls without dynamic_batching\n"
-        + text_format.MessageToString(config))
+        + text_format.MessageToString(config)
+    )
     shutil.copyfile(onnx, dest / MODEL / "1" / "model.onnx")
     return dest
 
@@ -169,8 +183,11 @@ def effective_scheduling(server: TritonMP) -> str:
         cfg = client.get_model_config(MODEL, as_json=True, client_timeout=5)["config"]
     finally:
         client.close()
-    for key, name in (("dynamic_batching", "dynamic"), ("sequence_batching", "sequence"),
-                      ("ensemble_scheduling", "ensemble")):
+    for key, name in (
+        ("dynamic_batching", "dynamic"),
+        ("sequence_batching", "sequence"),
+        ("ensemble_scheduling", "ensemble"),
+    ):
         if key in cfg:
             return name
     return "none"
@@ -179,8 +196,9 @@ def effective_scheduling(server: TritonMP) -> str:
 def export_commit(rev: str) -> Path:
     """src/ as committed at rev, in a new temporary folder; returns that src/."""
     dest = Path(tempfile.mkdtemp(prefix="bench_ocr_cls_src."))
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"],
-                             capture_output=True, check=False)
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, "src"], capture_output=True, check=False
+    )
     if archive.returncode != 0:
         raise BenchError(f"git archive {rev} src: {archive.stderr.decode().strip()}")
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
@@ -196,15 +214,17 @@ def triton_mp_version(args: argparse.Namespace) -> str:
         return f"src/ at {args.mp_src}"
 
     def git(*a: str) -> str:
-        return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(ROOT), *a], capture_output=True, text=True, check=True
+        ).stdout.strip()
 
     try:
         if args.mp_commit:
             return f"commit {git('rev-parse', '--short', args.mp_commit + '^{commit}')}"
         dirty = git("status", "--porcelain", "--", "src")
-        return (f"checkout at {git('rev-parse', '--short', 'HEAD')}"
-                + (" + uncommitted changes in src/" if dirty else ""))
+        return f"checkout at {git('rev-parse', '--short', 'HEAD')}" + (
+            " + uncommitted changes in src/" if dirty else ""
+        )
     except (OSError, subprocess.CalledProcessError):
         return "checkout (no git)"
 
@@ -226,18 +246,37 @@ def wait_quiet(args: argparse.Namespace) -> float | None:
         if (machine_busy_seconds() - b0) / 2.0 < args.quiet_cores:
             return round(time.monotonic() - t0, 1)
         if time.monotonic() - t0 > args.quiet_wait:
-            print(f"  machine still busy after {args.quiet_wait:.0f} s; measuring anyway",
-                  flush=True)
+            print(
+                f"  machine still busy after {args.quiet_wait:.0f} s; measuring anyway", flush=True
+            )
             return None
 
 
-def run_pa(args: argparse.Namespace, peers_env: dict[str, str], server: TritonMP, conc: int,
-           jsonl: Path, scheduler: str) -> dict[str, Any]:
-    rec = common.run_pa(args.pa_run, peers_env, server,
-                        f"triton-mp ocr_cls {scheduler} c={conc}",
-                        ["-m", MODEL, "--concurrency-range", str(conc),
-                         "--shape", f"{INPUT_NAME}:{','.join(map(str, INPUT_SHAPE))}"],
-                        args.window_ms, args.attempts, jsonl)
+def run_pa(
+    args: argparse.Namespace,
+    peers_env: dict[str, str],
+    server: TritonMP,
+    conc: int,
+    jsonl: Path,
+    scheduler: str,
+) -> dict[str, Any]:
+    rec = common.run_pa(
+        args.pa_run,
+        peers_env,
+        server,
+        f"triton-mp ocr_cls {scheduler} c={conc}",
+        [
+            "-m",
+            MODEL,
+            "--concurrency-range",
+            str(conc),
+            "--shape",
+            f"{INPUT_NAME}:{','.join(map(str, INPUT_SHAPE))}",
+        ],
+        args.window_ms,
+        args.attempts,
+        jsonl,
+    )
     rec["concurrency"] = conc
     rec["scheduler"] = scheduler
     return rec
@@ -256,22 +295,33 @@ def ort_table(rows: list[dict[str, Any]]) -> str:
         cells = []
         for s in sessions:
             r = by.get((s, b))
-            cells.append("-".rjust(32) if r is None else
-                         f"{r['infer_per_s']:>9.1f} img/s {r['batch_ms_p50']:>7.2f} ms "
-                         f"{r['cores']:>4.2f}c")
+            cells.append(
+                "-".rjust(32)
+                if r is None
+                else f"{r['infer_per_s']:>9.1f} img/s {r['batch_ms_p50']:>7.2f} ms "
+                f"{r['cores']:>4.2f}c"
+            )
         lines.append(f"{b:>5} | " + " | ".join(cells))
-    noisy = [f"{r['session']} b={r['batch']}: {r['other_cores']:.1f}" for r in rows
-             if r.get("other_cores", 0) > 0.3]
+    noisy = [
+        f"{r['session']} b={r['batch']}: {r['other_cores']:.1f}"
+        for r in rows
+        if r.get("other_cores", 0) > 0.3
+    ]
     if noisy:
-        lines.append("WARNING: other processes used CPU meanwhile (cores): " + "; ".join(noisy)
-                     + " - these figures are low; rerun on a quiet machine")
+        lines.append(
+            "WARNING: other processes used CPU meanwhile (cores): "
+            + "; ".join(noisy)
+            + " - these figures are low; rerun on a quiet machine"
+        )
     return "\n".join(lines)
 
 
 def server_table(summary: list[dict[str, Any]], rounds: int) -> str:
-    head = (f"{'conc':>4} {'infer/s':>9} {'ratio':>6} {'p50 ms':>7} {'p99 ms':>7} "
-            f"{'client c':>8} {'server c':>8} {'busy c':>6} {'queue us':>8} {'compute us':>10} "
-            f"{'batch':>5}")
+    head = (
+        f"{'conc':>4} {'infer/s':>9} {'ratio':>6} {'p50 ms':>7} {'p99 ms':>7} "
+        f"{'client c':>8} {'server c':>8} {'busy c':>6} {'queue us':>8} {'compute us':>10} "
+        f"{'batch':>5}"
+    )
     lines = [head, "-" * len(head)]
     for s in summary:
         ratio = fmt(s["ratio"], "6.3f")
@@ -283,35 +333,56 @@ def server_table(summary: list[dict[str, Any]], rounds: int) -> str:
             f"{fmt(s['client_cores'], '8.2f')} {fmt(s['server_cores'], '8.2f')} "
             f"{fmt(s['machine_cores_busy'], '6.2f')} {fmt(s['server_queue_us'], '8d')} "
             f"{fmt(s['server_compute_us'], '10d')} {fmt(s['avg_batch'], '5.2f')}"
-            + (f"  ERROR: {s['error']}" if s.get("error") else ""))
-    noisy = [f"c={s['concurrency']}: {others:.1f}" for s in summary
-             if s["machine_cores_busy"] is not None
-             and (others := s["machine_cores_busy"] - s["client_cores"] - s["server_cores"]) > 0.3]
+            + (f"  ERROR: {s['error']}" if s.get("error") else "")
+        )
+    noisy = [
+        f"c={s['concurrency']}: {others:.1f}"
+        for s in summary
+        if s["machine_cores_busy"] is not None
+        and (others := s["machine_cores_busy"] - s["client_cores"] - s["server_cores"]) > 0.3
+    ]
     if noisy:
         lines.append("WARNING: other processes used CPU meanwhile (cores): " + "; ".join(noisy))
     return "\n".join(lines)
 
 
-def summarise(rounds: list[dict[str, Any]], concs: list[int],
-              schedulers: list[str]) -> dict[str, Any]:
+def summarise(
+    rounds: list[dict[str, Any]], concs: list[int], schedulers: list[str]
+) -> dict[str, Any]:
     """Medians over rounds per scheduler variant and concurrency, and the per-round ratios
     dynamic / none where both ran in the same round."""
     best = [r["ort_best"]["infer_per_s"] for r in rounds if r.get("ort_best")]
-    out: dict[str, Any] = {"ort_best_infer_per_s": med(best), "per_scheduler": {},
-                           "dynamic_vs_none": []}
+    out: dict[str, Any] = {
+        "ort_best_infer_per_s": med(best),
+        "per_scheduler": {},
+        "dynamic_vs_none": [],
+    }
     for sched in schedulers:
         per_c = []
         for c in concs:
-            recs = [rec for r in rounds for rec in r.get("triton_mp", [])
-                    if rec["concurrency"] == c and rec["scheduler"] == sched]
+            recs = [
+                rec
+                for r in rounds
+                for rec in r.get("triton_mp", [])
+                if rec["concurrency"] == c and rec["scheduler"] == sched
+            ]
             ok = [rec for rec in recs if rec.get("throughput") is not None]
             errors = [rec.get("error", "failed") for rec in recs if rec.get("throughput") is None]
-            row: dict[str, Any] = {"concurrency": c, "rounds_ok": len(ok),
-                                   "ratios": [rec["ratio"] for rec in ok]}
+            row: dict[str, Any] = {
+                "concurrency": c,
+                "rounds_ok": len(ok),
+                "ratios": [rec["ratio"] for rec in ok],
+            }
             row["ratio"] = round(statistics.median(row["ratios"]), 3) if ok else None
             row["throughput"] = med([rec["throughput"] for rec in ok])
-            for k in ("client_cores", "server_cores", "machine_cores_busy", "server_queue_us",
-                      "server_compute_us", "avg_batch"):
+            for k in (
+                "client_cores",
+                "server_cores",
+                "machine_cores_busy",
+                "server_queue_us",
+                "server_compute_us",
+                "avg_batch",
+            ):
                 row[k] = med([rec.get(k) for rec in ok])
             row["p50_ms"] = None if not ok else med([rec["p50_us"] for rec in ok]) / 1000
             row["p99_ms"] = None if not ok else med([rec["p99_us"] for rec in ok]) / 1000
@@ -322,13 +393,20 @@ def summarise(rounds: list[dict[str, Any]], concs: list[int],
     for c in concs:
         per_round = []
         for r in rounds:
-            got = {rec["scheduler"]: rec["throughput"] for rec in r.get("triton_mp", [])
-                   if rec["concurrency"] == c and rec.get("throughput")}
+            got = {
+                rec["scheduler"]: rec["throughput"]
+                for rec in r.get("triton_mp", [])
+                if rec["concurrency"] == c and rec.get("throughput")
+            }
             if "dynamic" in got and "none" in got:
                 per_round.append(round(got["dynamic"] / got["none"], 3))
         out["dynamic_vs_none"].append(
-            {"concurrency": c, "ratios": per_round,
-             "ratio": round(statistics.median(per_round), 3) if per_round else None})
+            {
+                "concurrency": c,
+                "ratios": per_round,
+                "ratio": round(statistics.median(per_round), 3) if per_round else None,
+            }
+        )
     return out
 
 
@@ -347,8 +425,9 @@ def comparison_table(summary: dict[str, Any], schedulers: list[str]) -> str:
         cells = []
         for s in cols:
             r = rows[s][c]
-            cells.append(f"{fmt(r['throughput'], '9.1f')} infer/s {fmt(r['ratio'], '5.3f')}x"
-                         .rjust(24))
+            cells.append(
+                f"{fmt(r['throughput'], '9.1f')} infer/s {fmt(r['ratio'], '5.3f')}x".rjust(24)
+            )
         line = f"{c:>4} | " + " | ".join(cells)
         if len(cols) == 2:
             line += f" | {fmt(d['ratio'], '5.2f')}x"
@@ -362,46 +441,85 @@ def comparison_table(summary: dict[str, Any], schedulers: list[str]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repository", type=Path, default=ROOT / "model_repository",
-                    help="model repository served by triton-mp (default: %(default)s)")
-    ap.add_argument("--peers-env", type=Path, default=ROOT / ".peers" / "peers.env",
-                    help="env file written by install-peers.sh (default: %(default)s)")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--repository",
+        type=Path,
+        default=ROOT / "model_repository",
+        help="model repository served by triton-mp (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--peers-env",
+        type=Path,
+        default=ROOT / ".peers" / "peers.env",
+        help="env file written by install-peers.sh (default: %(default)s)",
+    )
     ap.add_argument("--json", type=Path, help="write all results here as JSON")
-    ap.add_argument("--quick", action="store_true",
-                    help="short windows (ORT 0.5 s per point, perf_analyzer -p 1000, 1 attempt):"
-                         " a smoke test, not a measurement")
-    ap.add_argument("--rounds", type=int, default=1,
-                    help="alternate raw ORT and triton-mp this many times; the ratio reported is "
-                         "the median over rounds (default: %(default)s; use 3+ for a figure that "
-                         "holds on a noisy machine)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="short windows (ORT 0.5 s per point, perf_analyzer -p 1000, 1 attempt):"
+        " a smoke test, not a measurement",
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="alternate raw ORT and triton-mp this many times; the ratio reported is "
+        "the median over rounds (default: %(default)s; use 3+ for a figure that "
+        "holds on a noisy machine)",
+    )
     ap.add_argument("--concurrency", default="1,8,32", help="default: %(default)s")
-    ap.add_argument("--schedulers", default="dynamic,none",
-                    help="which triton-mp variants to measure: dynamic (the repository's "
-                         "ocr_cls), none (the same without dynamic_batching); "
-                         "default: %(default)s")
+    ap.add_argument(
+        "--schedulers",
+        default="dynamic,none",
+        help="which triton-mp variants to measure: dynamic (the repository's "
+        "ocr_cls), none (the same without dynamic_batching); "
+        "default: %(default)s",
+    )
     ap.add_argument("--batch-sizes", default="1,2,4,8,16,32", help="raw ORT; default: %(default)s")
     ap.add_argument("--ort-only", action="store_true", help="measure raw onnxruntime only")
-    ap.add_argument("--onnx", type=Path,
-                    help="ONNX file for raw ORT (default: the repository's ocr_cls/1/model.onnx, "
-                         "else the rapidocr-onnxruntime wheel's copy)")
-    ap.add_argument("--server-cmd",
-                    help="command that starts the server, before --model-repository etc. "
-                         "(default: this checkout's, 'python -m triton_mp start' with src/ "
-                         "first on PYTHONPATH)")
-    ap.add_argument("--mp-commit", metavar="REV",
-                    help="run triton-mp as committed at REV (its src/ exported with git archive "
-                         "to a temporary folder), not the working tree")
-    ap.add_argument("--mp-src", type=Path, metavar="DIR",
-                    help="run triton-mp from this src/ folder instead of the checkout's")
-    ap.add_argument("--quiet-cores", type=float, metavar="Q",
-                    help="before each raw ORT series and each perf_analyzer run, wait until "
-                         "the whole machine uses less than Q cores (e.g. 0.15): on a shared "
-                         "machine, others' tests otherwise take a changing share of the cores")
-    ap.add_argument("--quiet-wait", type=float, default=600.0,
-                    help="with --quiet-cores: wait at most this many seconds, then measure "
-                         "anyway (default: %(default)s)")
+    ap.add_argument(
+        "--onnx",
+        type=Path,
+        help="ONNX file for raw ORT (default: the repository's ocr_cls/1/model.onnx, "
+        "else the rapidocr-onnxruntime wheel's copy)",
+    )
+    ap.add_argument(
+        "--server-cmd",
+        help="command that starts the server, before --model-repository etc. "
+        "(default: this checkout's, 'python -m triton_mp start' with src/ "
+        "first on PYTHONPATH)",
+    )
+    ap.add_argument(
+        "--mp-commit",
+        metavar="REV",
+        help="run triton-mp as committed at REV (its src/ exported with git archive "
+        "to a temporary folder), not the working tree",
+    )
+    ap.add_argument(
+        "--mp-src",
+        type=Path,
+        metavar="DIR",
+        help="run triton-mp from this src/ folder instead of the checkout's",
+    )
+    ap.add_argument(
+        "--quiet-cores",
+        type=float,
+        metavar="Q",
+        help="before each raw ORT series and each perf_analyzer run, wait until "
+        "the whole machine uses less than Q cores (e.g. 0.15): on a shared "
+        "machine, others' tests otherwise take a changing share of the cores",
+    )
+    ap.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=600.0,
+        help="with --quiet-cores: wait at most this many seconds, then measure "
+        "anyway (default: %(default)s)",
+    )
     ap.add_argument("--pa-run", type=Path, default=DEFAULT_PA_RUN, help="default: %(default)s")
     ap.add_argument("--start-timeout", type=float, default=120.0)
     ap.add_argument("--stop-timeout", type=float, default=30.0)
@@ -423,8 +541,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return a
 
 
-def measure_server(args: argparse.Namespace, peers_env: dict[str, str], rnd: dict[str, Any],
-                   scheduler: str, repository: Path, log_dir: Path, jsonl: Path) -> bool:
+def measure_server(
+    args: argparse.Namespace,
+    peers_env: dict[str, str],
+    rnd: dict[str, Any],
+    scheduler: str,
+    repository: Path,
+    log_dir: Path,
+    jsonl: Path,
+) -> bool:
     """Start one triton-mp variant, run perf_analyzer at every concurrency, stop it.
     Appends the records to rnd["triton_mp"] and the server's info to rnd["servers"];
     returns False when something failed (rnd["errors"][scheduler] says what, when the server
@@ -432,9 +557,15 @@ def measure_server(args: argparse.Namespace, peers_env: dict[str, str], rnd: dic
     i = rnd["round"]
     extra = ["--disable-auto-complete-config"] if scheduler == "none" else []
     kw: dict[str, Any] = {} if args.mp_src is None else {"src": args.mp_src}
-    server = TritonMP(repository, log_dir / f"triton-mp-{scheduler}-round{i}.log",
-                      args.server_cmd, args.start_timeout, args.stop_timeout,
-                      extra_args=extra, **kw)
+    server = TritonMP(
+        repository,
+        log_dir / f"triton-mp-{scheduler}-round{i}.log",
+        args.server_cmd,
+        args.start_timeout,
+        args.stop_timeout,
+        extra_args=extra,
+        **kw,
+    )
     rnd["servers"][scheduler] = server.info
     print(f"round {i}/{args.rounds}, {SCHEDULERS[scheduler]}: {server.info['cmd']}", flush=True)
     ok = True
@@ -445,19 +576,26 @@ def measure_server(args: argparse.Namespace, peers_env: dict[str, str], rnd: dic
         sched = effective_scheduling(server)
         server.info["effective_scheduling"] = sched
         if sched != scheduler:
-            raise BenchError(f"{MODEL}'s effective config has scheduler {sched!r}, "
-                             f"expected {scheduler!r}")
-        print(f"  ready after {server.info['ready_s']} s, "
-              f"{server.info['processes_when_ready']} processes", flush=True)
+            raise BenchError(
+                f"{MODEL}'s effective config has scheduler {sched!r}, expected {scheduler!r}"
+            )
+        print(
+            f"  ready after {server.info['ready_s']} s, "
+            f"{server.info['processes_when_ready']} processes",
+            flush=True,
+        )
         for c in args.concurrency:
             waited = wait_quiet(args)
             rec = run_pa(args, peers_env, server, c, jsonl, scheduler)
             rec["waited_for_quiet_s"] = waited
             if rec.get("throughput") is not None:
                 rec["ratio"] = round(rec["throughput"] / rnd["ort_best"]["infer_per_s"], 3)
-                print(f"  c={c}: {rec['throughput']:.1f} infer/s, ratio {rec['ratio']:.3f}"
-                      f", p50 {rec['p50_us'] / 1000:.2f} ms, batch "
-                      f"{fmt(rec.get('avg_batch'), '.2f')}", flush=True)
+                print(
+                    f"  c={c}: {rec['throughput']:.1f} infer/s, ratio {rec['ratio']:.3f}"
+                    f", p50 {rec['p50_us'] / 1000:.2f} ms, batch "
+                    f"{fmt(rec.get('avg_batch'), '.2f')}",
+                    flush=True,
+                )
             else:
                 ok = False
                 print(f"  c={c}: FAILED: {rec.get('error', '')[-300:]}", flush=True)
@@ -484,9 +622,14 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "benchmark": "ocr_cls: triton-mp with and without dynamic batching vs raw onnxruntime",
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "host": {"node": platform.node(), "cpus_usable": cpus, "cpu_count": os.cpu_count(),
-                 "python": platform.python_version(), "onnxruntime": onnxruntime.__version__,
-                 "numpy": numpy.__version__},
+        "host": {
+            "node": platform.node(),
+            "cpus_usable": cpus,
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "onnxruntime": onnxruntime.__version__,
+            "numpy": numpy.__version__,
+        },
         "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "rounds": [],
     }
@@ -496,8 +639,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         onnx, source = locate_model(args.repository, args.onnx)
         result["model"] = {"path": str(onnx), "source": source, "sha256": sha256(onnx)}
-        print(f"raw onnxruntime {onnxruntime.__version__} on {onnx} ({source}), {cpus} CPUs",
-              flush=True)
+        print(
+            f"raw onnxruntime {onnxruntime.__version__} on {onnx} ({source}), {cpus} CPUs",
+            flush=True,
+        )
         peers_env = None if args.ort_only else common.load_peers_env(args.peers_env)
         if not args.ort_only:
             if not args.pa_run.is_file():
@@ -522,8 +667,9 @@ def main(argv: list[str] | None = None) -> int:
             rows = []
             rnd["ort_waited_for_quiet_s"] = wait_quiet(args)
             for threads in (None, 1):
-                r, sig = measure_ort(onnx, threads, args.batch_sizes, args.ort_seconds,
-                                     args.ort_warmup)
+                r, sig = measure_ort(
+                    onnx, threads, args.batch_sizes, args.ort_seconds, args.ort_warmup
+                )
                 rows += r
             result["model"]["signature"] = sig
             rnd["ort"] = rows
@@ -538,8 +684,10 @@ def main(argv: list[str] | None = None) -> int:
             order = schedulers if i % 2 else schedulers[::-1]
             rnd["order"] = order
             for sched in order:
-                ok = measure_server(args, peers_env, rnd, sched, repositories[sched], log_dir,
-                                    jsonl) and ok
+                ok = (
+                    measure_server(args, peers_env, rnd, sched, repositories[sched], log_dir, jsonl)
+                    and ok
+                )
             for sched in list(rnd.get("errors", {})):
                 schedulers.remove(sched)  # a server that did not start will not next round
             if not schedulers:
@@ -556,35 +704,51 @@ def main(argv: list[str] | None = None) -> int:
     result["ok"] = ok
     last = result["rounds"][-1] if result["rounds"] else None
     if last and last.get("ort"):
-        print(f"\nraw onnxruntime, ocr_cls [N,3,48,192] float32, {cpus} CPUs "
-              f"(round {last['round']}; img/s, median ms per batch, cores used)")
+        print(
+            f"\nraw onnxruntime, ocr_cls [N,3,48,192] float32, {cpus} CPUs "
+            f"(round {last['round']}; img/s, median ms per batch, cores used)"
+        )
         print(ort_table(last["ort"]))
         b = last["ort_best"]
-        print(f"raw ORT best batched: {b['infer_per_s']:.1f} img/s ({b['session']}, batch "
-              f"{b['batch']})" + (f"; median over {len(result['rounds'])} rounds: "
-                                  f"{result['summary']['ort_best_infer_per_s']:.1f}"
-                                  if len(result["rounds"]) > 1 else ""))
+        print(
+            f"raw ORT best batched: {b['infer_per_s']:.1f} img/s ({b['session']}, batch "
+            f"{b['batch']})"
+            + (
+                f"; median over {len(result['rounds'])} rounds: "
+                f"{result['summary']['ort_best_infer_per_s']:.1f}"
+                if len(result["rounds"]) > 1
+                else ""
+            )
+        )
     if not args.ort_only and result["rounds"]:
         n = len(result["rounds"])
         for sched in args.schedulers:
-            print(f"\ntriton-mp ({result.get('triton_mp')}), {SCHEDULERS[sched]}, perf_analyzer "
-                  f"-i grpc -p {args.window_ms} (medians over {n} round(s)); ratio = infer/s / "
-                  f"raw ORT best batched; cores: client = perf_analyzer, server = triton-mp's "
-                  f"process tree, busy = whole machine")
+            print(
+                f"\ntriton-mp ({result.get('triton_mp')}), {SCHEDULERS[sched]}, perf_analyzer "
+                f"-i grpc -p {args.window_ms} (medians over {n} round(s)); ratio = infer/s / "
+                f"raw ORT best batched; cores: client = perf_analyzer, server = triton-mp's "
+                f"process tree, busy = whole machine"
+            )
             print(server_table(result["summary"]["per_scheduler"][sched], n))
-        print(f"\nsummary (medians over {n} round(s); ratio = infer/s / raw ORT best batched "
-              f"of the same round)")
+        print(
+            f"\nsummary (medians over {n} round(s); ratio = infer/s / raw ORT best batched "
+            f"of the same round)"
+        )
         print(comparison_table(result["summary"], args.schedulers))
         for r in result["rounds"]:
             for sched, err in r.get("errors", {}).items():
-                print(f"round {r['round']}, {sched}: {err.splitlines()[0]} "
-                      f"(log: {r['servers'][sched]['log']})")
+                print(
+                    f"round {r['round']}, {sched}: {err.splitlines()[0]} "
+                    f"(log: {r['servers'][sched]['log']})"
+                )
             for sched, srv in r.get("servers", {}).items():
                 if "clean" in srv and not srv["clean"] and "pid" in srv and "ready_s" in srv:
-                    print(f"round {r['round']}, {sched}: server stop NOT clean: {srv['stop']}, "
-                          f"exit {srv['exit_code']}, leftover processes "
-                          f"{[p['cmdline'][:60] for p in srv['leftover_processes']]}, "
-                          f"/dev/shm left {srv['shm_left']}")
+                    print(
+                        f"round {r['round']}, {sched}: server stop NOT clean: {srv['stop']}, "
+                        f"exit {srv['exit_code']}, leftover processes "
+                        f"{[p['cmdline'][:60] for p in srv['leftover_processes']]}, "
+                        f"/dev/shm left {srv['shm_left']}"
+                    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")

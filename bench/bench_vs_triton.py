@@ -79,9 +79,14 @@ PAIR = ("Triton", "triton-mp")
 """The two sides every workload runs on."""
 ADD_SUB_SIDES = SIDES
 """add_sub_py over gRPC, the system-shared-memory issue's bench, runs on all four."""
-RATIOS = (("triton-mp", "Triton"), ("triton-mp fp2", "Triton"), ("triton-mp", "floor"),
-          ("triton-mp fp2", "floor"), ("triton-mp", "identity floor"),
-          ("identity floor", "Triton"))
+RATIOS = (
+    ("triton-mp", "Triton"),
+    ("triton-mp fp2", "Triton"),
+    ("triton-mp", "floor"),
+    ("triton-mp fp2", "floor"),
+    ("triton-mp", "identity floor"),
+    ("identity floor", "Triton"),
+)
 """Throughput ratios reported per workload (numerator, denominator), when both ran."""
 FP2_ARGS = ["--frontend-processes", "2"]
 MIB = 1 << 20
@@ -113,9 +118,15 @@ def identity(mib: int, shm: bool, protocol: str = "grpc") -> Workload:
         extra += ("--shared-memory", "system", "--output-shared-memory-size", str(mib * MIB))
     http = protocol == "http"
     sides = PAIR if http else (*PAIR, "identity floor")
-    return Workload(f"id{mib}m" + ("_shm" if shm else "") + ("_http" if http else ""),
-                    f"identity_py {mib} MiB c=4" + (" shm" if shm else ""), "identity_py", 4,
-                    extra, protocol, sides)
+    return Workload(
+        f"id{mib}m" + ("_shm" if shm else "") + ("_http" if http else ""),
+        f"identity_py {mib} MiB c=4" + (" shm" if shm else ""),
+        "identity_py",
+        4,
+        extra,
+        protocol,
+        sides,
+    )
 
 
 WORKLOADS = [
@@ -133,24 +144,52 @@ WORKLOADS = [
 ]
 
 
-def run_pa(w: Workload, pa_run: Path, peers_env: dict[str, str], server: ManagedServer,
-           label: str, pa_args: list[str], window_ms: int, attempts: int,
-           jsonl: Path) -> dict[str, Any]:
+def run_pa(
+    w: Workload,
+    pa_run: Path,
+    peers_env: dict[str, str],
+    server: ManagedServer,
+    label: str,
+    pa_args: list[str],
+    window_ms: int,
+    attempts: int,
+    jsonl: Path,
+) -> dict[str, Any]:
     """One perf_analyzer measurement over the workload's protocol; common.run_pa's record.
 
     gRPC goes through common.run_pa; HTTP builds the same pa_run.py command with
     ``-i http -u 127.0.0.1:<http port>``, since common.run_pa speaks gRPC only."""
     if w.protocol == "grpc":
-        return common.run_pa(pa_run, peers_env, server, label, pa_args, window_ms, attempts,
-                             jsonl)
+        return common.run_pa(pa_run, peers_env, server, label, pa_args, window_ms, attempts, jsonl)
     assert server.pid is not None
-    pa = [peers_env["PERF_ANALYZER"], "-i", "http", "-u", f"127.0.0.1:{server.http}", "-p",
-          str(window_ms), *pa_args]
-    cmd = [sys.executable, str(pa_run), "--label", label, "--server-pid", str(server.pid),
-           "--out", str(jsonl), "--attempts", str(attempts), "--", *pa]
+    pa = [
+        peers_env["PERF_ANALYZER"],
+        "-i",
+        "http",
+        "-u",
+        f"127.0.0.1:{server.http}",
+        "-p",
+        str(window_ms),
+        *pa_args,
+    ]
+    cmd = [
+        sys.executable,
+        str(pa_run),
+        "--label",
+        label,
+        "--server-pid",
+        str(server.pid),
+        "--out",
+        str(jsonl),
+        "--attempts",
+        str(attempts),
+        "--",
+        *pa,
+    ]
     timeout = attempts * (10 * window_ms / 1000 + 60)
-    p = subprocess.Popen(cmd, env=peers_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+    p = subprocess.Popen(
+        cmd, env=peers_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         out, err = p.communicate(timeout=timeout)
     except BaseException as e:  # timeout, or Ctrl-C: end pa_run and its perf_analyzer by PID
@@ -164,8 +203,11 @@ def run_pa(w: Workload, pa_run: Path, peers_env: dict[str, str], server: Managed
     server.snapshot()
     lines = [ln for ln in out.splitlines() if ln.startswith("{")]
     if not lines:
-        return {"label": label, "rc": p.returncode,
-                "error": (out + err).strip()[-600:] or "pa_run printed nothing"}
+        return {
+            "label": label,
+            "rc": p.returncode,
+            "error": (out + err).strip()[-600:] or "pa_run printed nothing",
+        }
     rec: dict[str, Any] = json.loads(lines[-1])
     if rec.get("throughput") is None and not rec.get("error"):
         rec["error"] = "perf_analyzer failed"
@@ -175,47 +217,55 @@ def run_pa(w: Workload, pa_run: Path, peers_env: dict[str, str], server: Managed
 # --------------------------------------------------------------------------- one round
 
 
-def start_server(side: str, args: argparse.Namespace, log_dir: Path, i: int,
-                 models: list[str], restart: int = 0
-                 ) -> tuple[ManagedServer, dict[str, str], str | None]:
+def start_server(
+    side: str, args: argparse.Namespace, log_dir: Path, i: int, models: list[str], restart: int = 0
+) -> tuple[ManagedServer, dict[str, str], str | None]:
     """Start one side; returns (server, {model: why not ready}, start error or None)."""
     server: ManagedServer
     suffix = f"-restart{restart}" if restart else ""
     log = log_dir / f"{side.replace(' ', '-')}-round{i}{suffix}.log"
     if side == "Triton":
-        server = Triton(args.repository, log, args.peers_env, args.start_timeout,
-                        args.stop_timeout)
+        server = Triton(args.repository, log, args.peers_env, args.start_timeout, args.stop_timeout)
     elif side == "floor":
         server = Floor(log, args.start_timeout, args.stop_timeout)
     elif side == "identity floor":
         server = Floor(log, args.start_timeout, args.stop_timeout, FLOOR_IDENTITY)
     else:
-        server = TritonMP(args.mp_repository, log, args.server_cmd, args.start_timeout,
-                          args.stop_timeout, args.mp_src,
-                          FP2_ARGS if side == "triton-mp fp2" else None)
+        server = TritonMP(
+            args.mp_repository,
+            log,
+            args.server_cmd,
+            args.start_timeout,
+            args.stop_timeout,
+            args.mp_src,
+            FP2_ARGS if side == "triton-mp fp2" else None,
+        )
     print(f"  {side}: {server.info['cmd']}", flush=True)
     try:
         failed = server.start(models)
     except BenchError as e:
         print(f"  {side}: ERROR: {e}", flush=True)
         return server, {}, str(e)
-    print(f"  {side}: up after {server.info['ready_s']} s, "
-          f"{server.info['processes_when_ready']} processes"
-          + "".join(f"\n  {side}: model {m} NOT READY: {why}" for m, why in failed.items()),
-          flush=True)
+    print(
+        f"  {side}: up after {server.info['ready_s']} s, "
+        f"{server.info['processes_when_ready']} processes"
+        + "".join(f"\n  {side}: model {m} NOT READY: {why}" for m, why in failed.items()),
+        flush=True,
+    )
     return server, failed, None
 
 
-def run_round(i: int, args: argparse.Namespace, peers_env: dict[str, str], log_dir: Path,
-              skip: dict[str, str]) -> tuple[dict[str, Any], bool]:
+def run_round(
+    i: int, args: argparse.Namespace, peers_env: dict[str, str], log_dir: Path, skip: dict[str, str]
+) -> tuple[dict[str, Any], bool]:
     """Start both servers, run every workload on both (paired, alternating order), stop both.
     `skip`: sides whose start failed in an earlier round -> that error (not retried)."""
     used = [side for side in SIDES if any(side in w.sides for w in args.workloads)]
     order = used if i % 2 == 1 else list(reversed(used))
-    rnd: dict[str, Any] = {"round": i, "order": order, "servers": {}, "runs": [],
-                           "restarts": []}
-    models_of = {side: sorted({w.model for w in args.workloads if side in w.sides})
-                 for side in used}
+    rnd: dict[str, Any] = {"round": i, "order": order, "servers": {}, "runs": [], "restarts": []}
+    models_of = {
+        side: sorted({w.model for w in args.workloads if side in w.sides}) for side in used
+    }
     servers: dict[str, ManagedServer] = {}
     model_errors: dict[str, dict[str, str]] = {}
     start_errors: dict[str, str] = dict(skip)
@@ -236,24 +286,37 @@ def run_round(i: int, args: argparse.Namespace, peers_env: dict[str, str], log_d
             if side not in start_errors:
                 server.info["idle_cores"] = server.idle_cores(1.0)
         rnd["start_errors"] = start_errors
-        print("  idle cores: " + ", ".join(
-            f"{s} {servers[s].info.get('idle_cores')}" for s in used if s in servers
-            and s not in start_errors), flush=True)
+        print(
+            "  idle cores: "
+            + ", ".join(
+                f"{s} {servers[s].info.get('idle_cores')}"
+                for s in used
+                if s in servers and s not in start_errors
+            ),
+            flush=True,
+        )
         for w in args.workloads:
             for side in (s for s in order if s in w.sides):
                 rec: dict[str, Any]
-                if (side not in start_errors and not servers[side].running()
-                        and len(rnd["restarts"]) < MAX_RESTARTS):
+                if (
+                    side not in start_errors
+                    and not servers[side].running()
+                    and len(rnd["restarts"]) < MAX_RESTARTS
+                ):
                     # Died under us (on this shared machine, e.g. killed by someone else's
                     # clean-up): record it, collect what it left, and start a fresh one.
                     dead = servers[side]
                     info = dead.stop()
                     ok = False
-                    print(f"  {side} DIED during the round (before {w.label}); "
-                          f"{dead.stop_line()}; starting a new one", flush=True)
+                    print(
+                        f"  {side} DIED during the round (before {w.label}); "
+                        f"{dead.stop_line()}; starting a new one",
+                        flush=True,
+                    )
                     rnd["restarts"].append({"side": side, "before": w.key, "server": info})
-                    server, failed, err = start_server(side, args, log_dir, i,
-                                                       models_of[side], len(rnd["restarts"]))
+                    server, failed, err = start_server(
+                        side, args, log_dir, i, models_of[side], len(rnd["restarts"])
+                    )
                     servers[side] = server
                     rnd["servers"][side] = server.info
                     model_errors[side] = failed
@@ -264,25 +327,40 @@ def run_round(i: int, args: argparse.Namespace, peers_env: dict[str, str], log_d
                 elif w.model in model_errors.get(side, {}):
                     rec = {"error": f"{w.model} not ready: {model_errors[side][w.model]}"}
                 else:
-                    extra = ([] if args.stability_percentage is None
-                             else ["-s", str(args.stability_percentage)])
-                    rec = run_pa(w, args.pa_run, peers_env, servers[side],
-                                 f"{side} {w.label} {w.protocol} round {i}", w.args() + extra,
-                                 args.window_ms, args.attempts, jsonl)
+                    extra = (
+                        []
+                        if args.stability_percentage is None
+                        else ["-s", str(args.stability_percentage)]
+                    )
+                    rec = run_pa(
+                        w,
+                        args.pa_run,
+                        peers_env,
+                        servers[side],
+                        f"{side} {w.label} {w.protocol} round {i}",
+                        w.args() + extra,
+                        args.window_ms,
+                        args.attempts,
+                        jsonl,
+                    )
                 rec.update(round=i, side=side, workload=w.key)
                 rnd["runs"].append(rec)
                 if rec.get("throughput") is not None:
-                    print(f"  {w.label:28} {w.protocol:4} {side:13}: {rec['throughput']:9.1f} "
-                          f"infer/s, p50 "
-                          f"{rec['p50_us'] / 1000:7.2f} ms, p99 {rec['p99_us'] / 1000:7.2f} ms; "
-                          f"cores: server {rec['server_cores']:.2f}, perf_analyzer "
-                          f"{rec['client_cores']:.2f}, others {common.other_cores(rec):.2f}",
-                          flush=True)
+                    print(
+                        f"  {w.label:28} {w.protocol:4} {side:13}: {rec['throughput']:9.1f} "
+                        f"infer/s, p50 "
+                        f"{rec['p50_us'] / 1000:7.2f} ms, p99 {rec['p99_us'] / 1000:7.2f} ms; "
+                        f"cores: server {rec['server_cores']:.2f}, perf_analyzer "
+                        f"{rec['client_cores']:.2f}, others {common.other_cores(rec):.2f}",
+                        flush=True,
+                    )
                 else:
                     ok = False
-                    print(f"  {w.label:28} {w.protocol:4} {side:13}: FAILED: "
-                          f"{common.last_line(rec['error'])}",
-                          flush=True)
+                    print(
+                        f"  {w.label:28} {w.protocol:4} {side:13}: FAILED: "
+                        f"{common.last_line(rec['error'])}",
+                        flush=True,
+                    )
     finally:
         # NOTE: the sides share one /dev/shm; what another side holds is not this one's leftover.
         for server in servers.values():
@@ -315,9 +393,13 @@ def summarise(rounds: list[dict[str, Any]], workloads: list[Workload]) -> list[d
     ``p50_vs_triton`` is each triton-mp side's p50 / Triton's p50, per round and median."""
     rows = []
     for w in workloads:
-        row: dict[str, Any] = {"workload": w.key, "label": w.label, "protocol": w.protocol,
-                               "sides": list(w.sides),
-                               "perf_analyzer_args": ["-i", w.protocol, *w.args()]}
+        row: dict[str, Any] = {
+            "workload": w.key,
+            "label": w.label,
+            "protocol": w.protocol,
+            "sides": list(w.sides),
+            "perf_analyzer_args": ["-i", w.protocol, *w.args()],
+        }
         by_round: dict[int, dict[str, dict[str, Any]]] = {}
         for r in rounds:
             for rec in r["runs"]:
@@ -356,7 +438,8 @@ def summarise(rounds: list[dict[str, Any]], workloads: list[Workload]) -> list[d
                     per_round.append(round(a["throughput"] / b["throughput"], 3))
             vs[ratio_key(num, den)] = {
                 "ratios": per_round,
-                "ratio": round(statistics.median(per_round), 3) if per_round else None}
+                "ratio": round(statistics.median(per_round), 3) if per_round else None,
+            }
         row["vs"] = vs
         pair = vs.get(ratio_key(*PAIR), {"ratios": [], "ratio": None})
         row["ratios"], row["ratio"] = pair["ratios"], pair["ratio"]
@@ -367,17 +450,21 @@ def summarise(rounds: list[dict[str, Any]], workloads: list[Workload]) -> list[d
                 a, b = by_round[i].get(side, {}), by_round[i].get("Triton", {})
                 if b.get("p50_us") and a.get("p50_us") is not None:
                     per_round.append(round(a["p50_us"] / b["p50_us"], 3))
-            p50[side] = {"ratios": per_round,
-                         "ratio": round(statistics.median(per_round), 3) if per_round else None}
+            p50[side] = {
+                "ratios": per_round,
+                "ratio": round(statistics.median(per_round), 3) if per_round else None,
+            }
         row["p50_vs_triton"] = p50
         rows.append(row)
     return rows
 
 
 def side_cells(s: dict[str, Any]) -> str:
-    return (f"{fmt(s['throughput'], '8.1f')} {fmt(s['p50_ms'], '7.2f')} "
-            f"{fmt(s['p99_ms'], '7.2f')} {fmt(s['server_cores'], '5.2f')} "
-            f"{fmt(s['client_cores'], '4.2f')} {fmt(s['other_cores'], '5.2f')}")
+    return (
+        f"{fmt(s['throughput'], '8.1f')} {fmt(s['p50_ms'], '7.2f')} "
+        f"{fmt(s['p99_ms'], '7.2f')} {fmt(s['server_cores'], '5.2f')} "
+        f"{fmt(s['client_cores'], '4.2f')} {fmt(s['other_cores'], '5.2f')}"
+    )
 
 
 def ratio_cell(v: dict[str, Any] | None) -> str:
@@ -394,12 +481,18 @@ def table(rows: list[dict[str, Any]], mp_name: str) -> str:
     """One line per workload and server: its medians, then its throughput over Triton's and
     over the floor's (median and per round), and for triton-mp its p50 over Triton's."""
     side_head = f"{'infer/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'srv c':>5} {'pa c':>4} {'bg c':>5}"
-    names = {"Triton": "Triton 2.51", "triton-mp": mp_name,
-             "triton-mp fp2": mp_name + " fp2", "floor": "Python floor",
-             "identity floor": "identity floor"}
+    names = {
+        "Triton": "Triton 2.51",
+        "triton-mp": mp_name,
+        "triton-mp fp2": mp_name + " fp2",
+        "floor": "Python floor",
+        "identity floor": "identity floor",
+    }
     name_w = max(13, *(len(names[s]) for r in rows for s in r["sides"]))
-    head = (f"{'workload':26} {'proto':5} {'server':{name_w}} | {side_head} | "
-            f"{'infer/s vs Triton':24} | {'infer/s vs floor':24} | p50 vs Triton")
+    head = (
+        f"{'workload':26} {'proto':5} {'server':{name_w}} | {side_head} | "
+        f"{'infer/s vs Triton':24} | {'infer/s vs floor':24} | p50 vs Triton"
+    )
     lines = [head, "-" * len(head)]
     errors: list[str] = []
     for r in rows:
@@ -412,15 +505,24 @@ def table(rows: list[dict[str, Any]], mp_name: str) -> str:
             else:
                 cells = side_cells(s)
                 if s.get("error"):
-                    errors.append(f"{side}, {r['label']} {r['protocol']} (some rounds): "
-                                  f"{s['error']}")
+                    errors.append(
+                        f"{side}, {r['label']} {r['protocol']} (some rounds): {s['error']}"
+                    )
             vs_t = ratio_cell(r["vs"].get(ratio_key(side, "Triton")))
-            vs_f = next((ratio_cell(r["vs"][ratio_key(side, f)]) for f in FLOORS
-                         if ratio_key(side, f) in r["vs"]), "-")
+            vs_f = next(
+                (
+                    ratio_cell(r["vs"][ratio_key(side, f)])
+                    for f in FLOORS
+                    if ratio_key(side, f) in r["vs"]
+                ),
+                "-",
+            )
             p50 = ratio_cell(r["p50_vs_triton"].get(side))
             label = (r["label"], r["protocol"]) if k == 0 else ("", "")
-            lines.append(f"{label[0]:26} {label[1]:5} {names[side]:{name_w}} | {cells} | "
-                         f"{vs_t:24} | {vs_f:24} | {p50}".rstrip())
+            lines.append(
+                f"{label[0]:26} {label[1]:5} {names[side]:{name_w}} | {cells} | "
+                f"{vs_t:24} | {vs_f:24} | {p50}".rstrip()
+            )
     if errors:
         lines.append("")
         lines += errors
@@ -437,40 +539,87 @@ def chart(rows: list[dict[str, Any]], path: Path, title: str, note: str, mp_name
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    colors = {"Triton": "#76b900", "triton-mp": "#1f6fb4", "triton-mp fp2": "#7aa6d6",
-              "floor": "#999999", "identity floor": "#c8c8c8"}
-    labels = {"Triton": "Triton 2.51 (python backend)", "triton-mp": mp_name,
-              "triton-mp fp2": mp_name + " --frontend-processes 2",
-              "floor": "Python floor (floor_server.py)",
-              "identity floor": "identity floor (floor_identity.py)"}
+    colors = {
+        "Triton": "#76b900",
+        "triton-mp": "#1f6fb4",
+        "triton-mp fp2": "#7aa6d6",
+        "floor": "#999999",
+        "identity floor": "#c8c8c8",
+    }
+    labels = {
+        "Triton": "Triton 2.51 (python backend)",
+        "triton-mp": mp_name,
+        "triton-mp fp2": mp_name + " --frontend-processes 2",
+        "floor": "Python floor (floor_server.py)",
+        "identity floor": "identity floor (floor_identity.py)",
+    }
     present = [side for side in SIDES if any(side in r["sides"] for r in rows)]
     x = list(range(len(rows)))
     width = 0.8 / len(present)
     fig, (ax_t, ax_l) = plt.subplots(2, 1, figsize=(12, 8.5), sharex=True)
     for k, side in enumerate(present):
-        here = [(xv + (k - (len(present) - 1) / 2) * width, r[side])
-                for xv, r in zip(x, rows, strict=True) if side in r]
+        here = [
+            (xv + (k - (len(present) - 1) / 2) * width, r[side])
+            for xv, r in zip(x, rows, strict=True)
+            if side in r
+        ]
         xs = [xv for xv, _ in here]
-        for ax, key, per_round in ((ax_t, "throughput", "throughputs"),
-                                   (ax_l, "p99_ms", "p99s_ms")):
+        for ax, key, per_round in (
+            (ax_t, "throughput", "throughputs"),
+            (ax_l, "p99_ms", "p99s_ms"),
+        ):
             vals = [s[key] for _, s in here]
-            lows = [v - min(s[per_round]) if v is not None else 0
-                    for v, (_, s) in zip(vals, here, strict=True)]
-            highs = [max(s[per_round]) - v if v is not None else 0
-                     for v, (_, s) in zip(vals, here, strict=True)]
-            ax.bar(xs, [v or 0 for v in vals], width, color=colors[side], label=labels[side],
-                   yerr=[lows, highs], capsize=3, error_kw={"elinewidth": 1, "alpha": 0.7})
+            lows = [
+                v - min(s[per_round]) if v is not None else 0
+                for v, (_, s) in zip(vals, here, strict=True)
+            ]
+            highs = [
+                max(s[per_round]) - v if v is not None else 0
+                for v, (_, s) in zip(vals, here, strict=True)
+            ]
+            ax.bar(
+                xs,
+                [v or 0 for v in vals],
+                width,
+                color=colors[side],
+                label=labels[side],
+                yerr=[lows, highs],
+                capsize=3,
+                error_kw={"elinewidth": 1, "alpha": 0.7},
+            )
             for xv, v, hi in zip(xs, vals, highs, strict=True):
                 if v is None:
-                    ax.text(xv, 0.02, "not\nmeasured", ha="center", va="bottom", fontsize=7,
-                            color=colors[side], transform=ax.get_xaxis_transform())
+                    ax.text(
+                        xv,
+                        0.02,
+                        "not\nmeasured",
+                        ha="center",
+                        va="bottom",
+                        fontsize=7,
+                        color=colors[side],
+                        transform=ax.get_xaxis_transform(),
+                    )
                 else:
-                    ax.text(xv, (v + hi) * 1.04, f"{v:.3g}" if v < 1000 else f"{v:.0f}",
-                            ha="center", va="bottom", fontsize=7)
+                    ax.text(
+                        xv,
+                        (v + hi) * 1.04,
+                        f"{v:.3g}" if v < 1000 else f"{v:.0f}",
+                        ha="center",
+                        va="bottom",
+                        fontsize=7,
+                    )
     for xv, r in zip(x, rows, strict=True):
         if r["ratio"] is not None:
-            ax_t.text(xv, 1.0, f"{r['ratio']:.2f}x", ha="center", va="bottom", fontsize=9,
-                      fontweight="bold", transform=ax_t.get_xaxis_transform())
+            ax_t.text(
+                xv,
+                1.0,
+                f"{r['ratio']:.2f}x",
+                ha="center",
+                va="bottom",
+                fontsize=9,
+                fontweight="bold",
+                transform=ax_t.get_xaxis_transform(),
+            )
     plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
     for ax, per_round in ((ax_t, "throughputs"), (ax_l, "p99s_ms")):
         ax.set_yscale("log")
@@ -485,8 +634,14 @@ def chart(rows: list[dict[str, Any]], path: Path, title: str, note: str, mp_name
     ax_t.grid(axis="y", which="both", alpha=0.25)
     ax_l.set_ylabel("p99 latency, ms (log)")
     ax_l.grid(axis="y", which="both", alpha=0.25)
-    ax_l.set_xticks(x, [(r["label"] + ("" if r["protocol"] == "grpc" else " HTTP"))
-                        .replace(" c=", "\nc=") for r in rows], fontsize=8)
+    ax_l.set_xticks(
+        x,
+        [
+            (r["label"] + ("" if r["protocol"] == "grpc" else " HTTP")).replace(" c=", "\nc=")
+            for r in rows
+        ],
+        fontsize=8,
+    )
     fig.text(0.01, 0.005, "\n".join(textwrap.wrap(note, 190)), fontsize=7, va="bottom")
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -498,42 +653,83 @@ def chart(rows: list[dict[str, Any]], path: Path, title: str, note: str, mp_name
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY,
-                    help="model repository served by both servers (default: %(default)s)")
-    ap.add_argument("--mp-repository", type=Path,
-                    help="serve triton-mp from this repository instead (a stand-in with the same "
-                         "model names and I/O, e.g. ONNX models; the table says so)")
-    ap.add_argument("--rounds", type=int,
-                    help="alternating rounds; the ratio is the median over rounds (default 3, "
-                         "1 with --quick)")
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke run: -p 1000, one attempt per run, one round (unless --rounds)")
-    ap.add_argument("-p", "--window-ms", type=int,
-                    help="perf_analyzer measurement window (default 3000, 1000 with --quick)")
-    ap.add_argument("-s", "--stability-percentage", type=int,
-                    help="perf_analyzer's -s, the same for both servers (default: "
-                         "perf_analyzer's 10; 50 with --quick)")
-    ap.add_argument("--workloads", default=",".join(w.key for w in WORKLOADS),
-                    help="comma-separated subset of: %(default)s")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--repository",
+        type=Path,
+        default=DEFAULT_REPOSITORY,
+        help="model repository served by both servers (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--mp-repository",
+        type=Path,
+        help="serve triton-mp from this repository instead (a stand-in with the same "
+        "model names and I/O, e.g. ONNX models; the table says so)",
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        help="alternating rounds; the ratio is the median over rounds (default 3, 1 with --quick)",
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: -p 1000, one attempt per run, one round (unless --rounds)",
+    )
+    ap.add_argument(
+        "-p",
+        "--window-ms",
+        type=int,
+        help="perf_analyzer measurement window (default 3000, 1000 with --quick)",
+    )
+    ap.add_argument(
+        "-s",
+        "--stability-percentage",
+        type=int,
+        help="perf_analyzer's -s, the same for both servers (default: "
+        "perf_analyzer's 10; 50 with --quick)",
+    )
+    ap.add_argument(
+        "--workloads",
+        default=",".join(w.key for w in WORKLOADS),
+        help="comma-separated subset of: %(default)s",
+    )
     ap.add_argument("--json", type=Path, help="write every record and the summary here")
-    ap.add_argument("--png", type=Path, default=DEFAULT_PNG,
-                    help="chart of throughput and p99 latency (default: %(default)s)")
+    ap.add_argument(
+        "--png",
+        type=Path,
+        default=DEFAULT_PNG,
+        help="chart of throughput and p99 latency (default: %(default)s)",
+    )
     ap.add_argument("--no-png", action="store_true", help="do not write the chart")
-    ap.add_argument("--peers-env", type=Path, default=DEFAULT_PEERS_ENV,
-                    help="env file written by install-peers.sh; installed there when missing "
-                         "(default: %(default)s)")
-    ap.add_argument("--server-cmd",
-                    help="command that starts triton-mp, before --model-repository etc. "
-                         "(default: this checkout's, 'python -m triton_mp start' with src/ "
-                         "first on PYTHONPATH)")
-    ap.add_argument("--mp-commit", metavar="REV",
-                    help="run triton-mp as committed at REV (its src/ exported with git archive "
-                         "to a temporary folder), not the working tree that others may be "
-                         "editing; e.g. HEAD")
-    ap.add_argument("--no-private-shm", dest="private_shm", action="store_false",
-                    help="run in the machine's /dev/shm, not in a private one (see README)")
+    ap.add_argument(
+        "--peers-env",
+        type=Path,
+        default=DEFAULT_PEERS_ENV,
+        help="env file written by install-peers.sh; installed there when missing "
+        "(default: %(default)s)",
+    )
+    ap.add_argument(
+        "--server-cmd",
+        help="command that starts triton-mp, before --model-repository etc. "
+        "(default: this checkout's, 'python -m triton_mp start' with src/ "
+        "first on PYTHONPATH)",
+    )
+    ap.add_argument(
+        "--mp-commit",
+        metavar="REV",
+        help="run triton-mp as committed at REV (its src/ exported with git archive "
+        "to a temporary folder), not the working tree that others may be "
+        "editing; e.g. HEAD",
+    )
+    ap.add_argument(
+        "--no-private-shm",
+        dest="private_shm",
+        action="store_false",
+        help="run in the machine's /dev/shm, not in a private one (see README)",
+    )
     ap.add_argument("--pa-run", type=Path, default=DEFAULT_PA_RUN, help="default: %(default)s")
     ap.add_argument("--start-timeout", type=float, default=120.0)
     ap.add_argument("--stop-timeout", type=float, default=30.0)
@@ -565,15 +761,17 @@ def triton_mp_version(args: argparse.Namespace) -> str:
         return f"--server-cmd {args.server_cmd!r}"
 
     def git(*a: str) -> str:
-        return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(ROOT), *a], capture_output=True, text=True, check=True
+        ).stdout.strip()
 
     try:
         if args.mp_commit:
             return f"commit {git('rev-parse', '--short', args.mp_commit + '^{commit}')}"
         dirty = git("status", "--porcelain", "--", "src")
-        return (f"checkout at {git('rev-parse', '--short', 'HEAD')}"
-                + (" + uncommitted changes in src/" if dirty else ""))
+        return f"checkout at {git('rev-parse', '--short', 'HEAD')}" + (
+            " + uncommitted changes in src/" if dirty else ""
+        )
     except (OSError, subprocess.CalledProcessError):
         return "checkout (no git)"
 
@@ -581,8 +779,9 @@ def triton_mp_version(args: argparse.Namespace) -> str:
 def export_commit(rev: str) -> Path:
     """src/ as committed at rev, in a new temporary folder; returns that src/."""
     dest = Path(tempfile.mkdtemp(prefix="bench_vs_triton_src."))
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"],
-                             capture_output=True, check=False)
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, "src"], capture_output=True, check=False
+    )
     if archive.returncode != 0:
         raise BenchError(f"git archive {rev} src: {archive.stderr.decode().strip()}")
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
@@ -600,8 +799,16 @@ def private_shm_command(argv: list[str]) -> list[str] | None:
     unshare = shutil.which("unshare")
     if unshare is None:
         return None
-    ns = [unshare, "--mount", "--propagation", "private", "sh", "-c",
-          'mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec "$@"', "sh"]
+    ns = [
+        unshare,
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        'mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec "$@"',
+        "sh",
+    ]
     probe = subprocess.run([*ns, "true"], capture_output=True, check=False)
     if probe.returncode != 0:
         return None
@@ -616,9 +823,11 @@ def main(argv: list[str] | None = None) -> int:
         if cmd is not None:
             sys.stdout.flush()
             os.execve(cmd[0], cmd, dict(os.environ, **{PRIVATE_SHM_ENV: "1"}))
-        print("WARNING: cannot give this run a private /dev/shm (needs unshare and mount "
-              "privileges): perf_analyzer shm runs may collide with others' on this machine",
-              flush=True)
+        print(
+            "WARNING: cannot give this run a private /dev/shm (needs unshare and mount "
+            "privileges): perf_analyzer shm runs may collide with others' on this machine",
+            flush=True,
+        )
     private = bool(os.environ.get(PRIVATE_SHM_ENV))
     cpus = len(os.sched_getaffinity(0))
     stand_in = args.mp_repository != args.repository
@@ -627,16 +836,26 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "benchmark": "triton-mp vs Triton 2.51, same perf_analyzer runs",
         "started": started.isoformat(timespec="seconds"),
-        "host": {"node": platform.node(), "cpus_usable": cpus, "cpu_count": os.cpu_count(),
-                 "python": platform.python_version(), "loadavg_at_start": os.getloadavg()},
+        "host": {
+            "node": platform.node(),
+            "cpus_usable": cpus,
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "loadavg_at_start": os.getloadavg(),
+        },
         "method": "servers started fresh each round, all up during the round; per workload "
-                  "its sides' runs are back to back, in the order Triton, triton-mp, "
-                  "triton-mp fp2 (--frontend-processes 2), floor in odd rounds and the "
-                  "reverse in even rounds; ratio = median over rounds of the round's ratio",
-        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-                    if k != "workloads"},
-        "workloads": [{"key": w.key, "label": w.label, "args": w.args(), "sides": list(w.sides)}
-                      for w in args.workloads],
+        "its sides' runs are back to back, in the order Triton, triton-mp, "
+        "triton-mp fp2 (--frontend-processes 2), floor in odd rounds and the "
+        "reverse in even rounds; ratio = median over rounds of the round's ratio",
+        "options": {
+            k: (str(v) if isinstance(v, Path) else v)
+            for k, v in vars(args).items()
+            if k != "workloads"
+        },
+        "workloads": [
+            {"key": w.key, "label": w.label, "args": w.args(), "sides": list(w.sides)}
+            for w in args.workloads
+        ],
         "private_dev_shm": private,
         "rounds": [],
     }
@@ -652,9 +871,13 @@ def main(argv: list[str] | None = None) -> int:
             raise BenchError(f"{args.pa_run} not found (--pa-run)")
         log_dir = Path(tempfile.mkdtemp(prefix="bench_vs_triton."))
         result["log_dir"] = str(log_dir)
-        print(f"Triton on {args.repository}; triton-mp ({mp_version}) on {args.mp_repository}"
-              + (" (STAND-IN)" if stand_in else "") + f"; {cpus} CPUs; logs in {log_dir}"
-              + ("; private /dev/shm (own mount namespace)" if private else ""), flush=True)
+        print(
+            f"Triton on {args.repository}; triton-mp ({mp_version}) on {args.mp_repository}"
+            + (" (STAND-IN)" if stand_in else "")
+            + f"; {cpus} CPUs; logs in {log_dir}"
+            + ("; private /dev/shm (own mount namespace)" if private else ""),
+            flush=True,
+        )
         for i in range(1, args.rounds + 1):
             rnd, round_ok = run_round(i, args, peers_env, log_dir, skip)
             result["rounds"].append(rnd)
@@ -678,38 +901,52 @@ def main(argv: list[str] | None = None) -> int:
     result["host"]["loadavg_at_end"] = os.getloadavg()
     n = len(result["rounds"])
     if n:
-        print(f"\nperf_analyzer -i <proto> -p {args.window_ms}, {n} round(s), medians over rounds; "
-              f"{cpus} CPUs shared by server and perf_analyzer; Triton on {args.repository}"
-              + (f", triton-mp on the STAND-IN {args.mp_repository}" if stand_in else "")
-              + f"; triton-mp {result.get('triton_mp', '?')}")
+        print(
+            f"\nperf_analyzer -i <proto> -p {args.window_ms}, {n} round(s), medians over rounds; "
+            f"{cpus} CPUs shared by server and perf_analyzer; Triton on {args.repository}"
+            + (f", triton-mp on the STAND-IN {args.mp_repository}" if stand_in else "")
+            + f"; triton-mp {result.get('triton_mp', '?')}"
+        )
         la0, la1 = result["host"]["loadavg_at_start"], result["host"]["loadavg_at_end"]
-        print(f"load average (1, 5, 15 min): at start {la0[0]:.2f} {la0[1]:.2f} {la0[2]:.2f}, "
-              f"at end {la1[0]:.2f} {la1[1]:.2f} {la1[2]:.2f}")
-        print("cores: srv c = server's whole process tree, pa c = perf_analyzer, bg c = "
-              "everything else on the machine (background load, incl. the idle other server)")
+        print(
+            f"load average (1, 5, 15 min): at start {la0[0]:.2f} {la0[1]:.2f} {la0[2]:.2f}, "
+            f"at end {la1[0]:.2f} {la1[1]:.2f} {la1[2]:.2f}"
+        )
+        print(
+            "cores: srv c = server's whole process tree, pa c = perf_analyzer, bg c = "
+            "everything else on the machine (background load, incl. the idle other server)"
+        )
         print(table(rows, mp_name))
         for r in result["rounds"]:
             for side, info in r["servers"].items():
-                if "clean" in info and not info["clean"] and side not in r.get("start_errors",
-                                                                                {}):
-                    print(f"round {r['round']}: {side} stop NOT clean: {info.get('stop')}, exit "
-                          f"{info.get('exit_code')}, leftover processes "
-                          f"{[p['cmdline'][:60] for p in info.get('leftover_processes', [])]},"
-                          f" /dev/shm left {info.get('shm_left')}")
+                if "clean" in info and not info["clean"] and side not in r.get("start_errors", {}):
+                    print(
+                        f"round {r['round']}: {side} stop NOT clean: {info.get('stop')}, exit "
+                        f"{info.get('exit_code')}, leftover processes "
+                        f"{[p['cmdline'][:60] for p in info.get('leftover_processes', [])]},"
+                        f" /dev/shm left {info.get('shm_left')}"
+                    )
         if not args.no_png:
-            bg = med([common.other_cores(rec) for r in result["rounds"] for rec in r["runs"]
-                      if rec.get("throughput") is not None])
-            note = (f"{started:%Y-%m-%d %H:%M} UTC, {platform.node()}, {cpus} CPUs shared by "
-                    f"server and perf_analyzer; triton-mp {result.get('triton_mp', '?')}; "
-                    f"perf_analyzer -i grpc (HTTP: -i http) -p {args.window_ms}; "
-                    f"{n} alternating round(s): "
-                    f"bars = median, whiskers = min-max; label = median ratio "
-                    f"triton-mp/Triton; background load (other processes) during the runs: "
-                    f"median {fmt(bg, '.2f')} cores")
+            bg = med(
+                [
+                    common.other_cores(rec)
+                    for r in result["rounds"]
+                    for rec in r["runs"]
+                    if rec.get("throughput") is not None
+                ]
+            )
+            note = (
+                f"{started:%Y-%m-%d %H:%M} UTC, {platform.node()}, {cpus} CPUs shared by "
+                f"server and perf_analyzer; triton-mp {result.get('triton_mp', '?')}; "
+                f"perf_analyzer -i grpc (HTTP: -i http) -p {args.window_ms}; "
+                f"{n} alternating round(s): "
+                f"bars = median, whiskers = min-max; label = median ratio "
+                f"triton-mp/Triton; background load (other processes) during the runs: "
+                f"median {fmt(bg, '.2f')} cores"
+            )
             if stand_in:
                 note += f"; triton-mp served a STAND-IN repository ({args.mp_repository.name})"
-            title = (f"triton-mp vs Triton 2.51: the same perf_analyzer runs on the same {cpus} "
-                     f"CPUs")
+            title = f"triton-mp vs Triton 2.51: the same perf_analyzer runs on the same {cpus} CPUs"
             chart(rows, args.png, title, note, mp_name)
             result["png"] = str(args.png)
             print(f"\nwrote {args.png}")

@@ -139,7 +139,7 @@ def shm_in_use(pids: list[int], marker: str) -> set[str]:
             pass
         for p in paths:
             if p.startswith("/dev/shm/"):
-                name = p[len("/dev/shm/"):].split(" ")[0]
+                name = p[len("/dev/shm/") :].split(" ")[0]
                 if marker in name:
                     used.add(name)
     return used
@@ -205,8 +205,9 @@ def load_peers_env(path: Path) -> dict[str, str]:
     TRITONSERVER, ...)."""
     if not path.is_file():
         raise BenchError(f"{path} not found: run bash ../shared/bench/install-peers.sh .peers")
-    out = subprocess.run(["bash", "-c", 'set -a; . "$1"; env -0', "_", str(path)],
-                         check=True, capture_output=True).stdout
+    out = subprocess.run(
+        ["bash", "-c", 'set -a; . "$1"; env -0', "_", str(path)], check=True, capture_output=True
+    ).stdout
     env = dict(kv.split("=", 1) for kv in out.decode().split("\0") if "=" in kv)
     if not env.get("PERF_ANALYZER") or not os.access(env["PERF_ANALYZER"], os.X_OK):
         raise BenchError(f"{path} names no executable PERF_ANALYZER")
@@ -252,8 +253,9 @@ class ManagedServer:
     def running(self) -> bool:
         if self.proc is not None:
             return self.proc.poll() is None
-        return self.pid is not None and self.pid_start is not None and alive(self.pid,
-                                                                              self.pid_start)
+        return (
+            self.pid is not None and self.pid_start is not None and alive(self.pid, self.pid_start)
+        )
 
     def wait_models(self, models: list[str], t0: float) -> dict[str, str]:
         """Wait until the server is live and every model is ready or has failed to load
@@ -267,14 +269,17 @@ class ManagedServer:
             while True:
                 if not self.running():
                     code = self.proc.returncode if self.proc is not None else "?"
-                    raise BenchError(f"{self.kind} exited with status {code} during start-up"
-                                     f"\n{self.log_tail()}")
+                    raise BenchError(
+                        f"{self.kind} exited with status {code} during start-up\n{self.log_tail()}"
+                    )
                 failed: dict[str, str] = {}
                 pending = []
                 try:
                     if client.is_server_live(client_timeout=1):
-                        index = {m.name: m for m in
-                                 client.get_model_repository_index(client_timeout=2).models}
+                        index = {
+                            m.name: m
+                            for m in client.get_model_repository_index(client_timeout=2).models
+                        }
                         for name in models:
                             if client.is_model_ready(name, client_timeout=1):
                                 continue
@@ -292,8 +297,10 @@ class ManagedServer:
                 if not pending:
                     return failed
                 if time.monotonic() > deadline:
-                    raise BenchError(f"{self.kind}: {', '.join(pending)} not ready after "
-                                     f"{self.start_timeout:.0f} s\n{self.log_tail()}")
+                    raise BenchError(
+                        f"{self.kind}: {', '.join(pending)} not ready after "
+                        f"{self.start_timeout:.0f} s\n{self.log_tail()}"
+                    )
                 time.sleep(0.2)
         finally:
             client.close()
@@ -365,23 +372,29 @@ class ManagedServer:
             with contextlib.suppress(OSError):
                 os.unlink(f"/dev/shm/{name}")
         self.info["shm_new_unattributed"] = sorted((after - self.shm_before) - self.shm_seen)
-        self.info["clean"] = (how == self.stop_signal.name
-                              and exit_code in self.clean_exit_codes
-                              and not self.info["leftover_processes"]
-                              and not self.info["shm_left"])
+        self.info["clean"] = (
+            how == self.stop_signal.name
+            and exit_code in self.clean_exit_codes
+            and not self.info["leftover_processes"]
+            and not self.info["shm_left"]
+        )
         self.pid = None
         self.proc = None
         return self.info
 
     def stop_line(self) -> str:
         i = self.info
-        line = (f"{self.kind} stopped: {i.get('stop')}"
-                + (f", exit {i['exit_code']}" if i.get("exit_code") is not None else "")
-                + f", leftover processes {len(i.get('leftover_processes', []))}, "
-                f"/dev/shm left {i.get('shm_left')}")
+        line = (
+            f"{self.kind} stopped: {i.get('stop')}"
+            + (f", exit {i['exit_code']}" if i.get("exit_code") is not None else "")
+            + f", leftover processes {len(i.get('leftover_processes', []))}, "
+            f"/dev/shm left {i.get('shm_left')}"
+        )
         if i.get("shm_new_unattributed"):
-            line += (f"\n  note: new /dev/shm entries not seen in its processes (another test?):"
-                     f" {i['shm_new_unattributed']}")
+            line += (
+                f"\n  note: new /dev/shm entries not seen in its processes (another test?):"
+                f" {i['shm_new_unattributed']}"
+            )
         return line
 
     def log_tail(self, n: int = 20) -> str:
@@ -401,9 +414,16 @@ class TritonMP(ManagedServer):
     kind = "triton-mp"
     shm_marker = "triton_mp"  # segments triton_mp_*, posix semaphores sem.triton_mp_*
 
-    def __init__(self, repository: Path, log_path: Path, server_cmd: str | None = None,
-                 start_timeout: float = 120.0, stop_timeout: float = 30.0,
-                 src: Path = ROOT / "src", extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        repository: Path,
+        log_path: Path,
+        server_cmd: str | None = None,
+        start_timeout: float = 120.0,
+        stop_timeout: float = 30.0,
+        src: Path = ROOT / "src",
+        extra_args: list[str] | None = None,
+    ) -> None:
         super().__init__(log_path, start_timeout, stop_timeout)
         env = dict(os.environ)
         if server_cmd:
@@ -413,10 +433,19 @@ class TritonMP(ManagedServer):
             # install of another one.
             base = [sys.executable, "-m", "triton_mp", "start"]
             env["PYTHONPATH"] = os.pathsep.join(
-                [str(src)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        self.cmd = base + ["--model-repository", str(repository),
-                           "--grpc-port", str(self.grpc), "--http-port", str(self.http),
-                           "--metrics-port", str(self.metrics), *(extra_args or [])]
+                [str(src)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+            )
+        self.cmd = base + [
+            "--model-repository",
+            str(repository),
+            "--grpc-port",
+            str(self.grpc),
+            "--http-port",
+            str(self.http),
+            "--metrics-port",
+            str(self.metrics),
+            *(extra_args or []),
+        ]
         self.env = env
         self.info["cmd"] = shlex.join(self.cmd)
 
@@ -424,9 +453,14 @@ class TritonMP(ManagedServer):
         """Start and wait; returns {model: why it is not ready} for models that failed."""
         t0 = time.monotonic()
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=self.env,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                start_new_session=True,
+            )
         self.pid = self.proc.pid
         self.pid_start = start_ticks(self.pid)
         self.model_errors = self.wait_models(models, t0)
@@ -443,20 +477,38 @@ class Triton(ManagedServer):
     kind = "Triton"
     shm_marker = "triton_python_backend_shm_region"
 
-    def __init__(self, repository: Path, log_path: Path, peers_env: Path,
-                 start_timeout: float = 120.0, stop_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        repository: Path,
+        log_path: Path,
+        peers_env: Path,
+        start_timeout: float = 120.0,
+        stop_timeout: float = 30.0,
+    ) -> None:
         super().__init__(log_path, start_timeout, stop_timeout)
         self.script = SHARED_BENCH / "run-triton.sh"
-        self.cmd = ["bash", str(self.script), str(repository), str(self.http), str(self.grpc),
-                    str(self.metrics)]
+        self.cmd = [
+            "bash",
+            str(self.script),
+            str(repository),
+            str(self.http),
+            str(self.grpc),
+            str(self.metrics),
+        ]
         self.env = dict(os.environ, PEERS_ENV=str(peers_env), TRITON_LOG=str(log_path))
         self.info["cmd"] = shlex.join(self.cmd)
 
     def start(self, models: list[str]) -> dict[str, str]:
         t0 = time.monotonic()
-        p = subprocess.Popen(self.cmd, env=self.env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                             start_new_session=True)
+        p = subprocess.Popen(
+            self.cmd,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
         try:
             # the script itself gives up after 2 minutes
             out, err = p.communicate(timeout=max(self.start_timeout, 130.0))
@@ -465,8 +517,10 @@ class Triton(ManagedServer):
             out, err = p.communicate()
         pid = out.strip().splitlines()[-1] if out.strip() else ""
         if p.returncode != 0 or not pid.isdigit():
-            raise BenchError(f"run-triton.sh failed (status {p.returncode}): "
-                             f"{err.strip()[-1500:]}\n{self.log_tail()}")
+            raise BenchError(
+                f"run-triton.sh failed (status {p.returncode}): "
+                f"{err.strip()[-1500:]}\n{self.log_tail()}"
+            )
         self.pid = int(pid)
         self.pid_start = start_ticks(self.pid)
         self.model_errors = self.wait_models(models, t0)
@@ -489,13 +543,27 @@ class Floor(ManagedServer):
     stop_signal = signal.SIGTERM
     clean_exit_codes = (-signal.SIGTERM,)
 
-    def __init__(self, log_path: Path, start_timeout: float = 60.0,
-                 stop_timeout: float = 10.0, script: Path | None = None) -> None:
+    def __init__(
+        self,
+        log_path: Path,
+        start_timeout: float = 60.0,
+        stop_timeout: float = 10.0,
+        script: Path | None = None,
+    ) -> None:
         super().__init__(log_path, start_timeout, stop_timeout)
         # NOTE: script: bench/floor_identity.py for the large-tensor floor (no --impl).
-        self.cmd = ([sys.executable, str(SHARED_BENCH / "floor_server.py"), "--port",
-                     str(self.grpc), "--impl", "aio"] if script is None
-                    else [sys.executable, str(script), "--port", str(self.grpc)])
+        self.cmd = (
+            [
+                sys.executable,
+                str(SHARED_BENCH / "floor_server.py"),
+                "--port",
+                str(self.grpc),
+                "--impl",
+                "aio",
+            ]
+            if script is None
+            else [sys.executable, str(script), "--port", str(self.grpc)]
+        )
         self.info["cmd"] = shlex.join(self.cmd)
 
     def start(self, models: list[str]) -> dict[str, str]:
@@ -503,24 +571,32 @@ class Floor(ManagedServer):
 
         t0 = time.monotonic()
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.pid = self.proc.pid
         self.pid_start = start_ticks(self.pid)
         client = grpcclient.InferenceServerClient(self.url)
         try:
             while True:
                 if not self.running():
-                    raise BenchError(f"floor exited with status {self.proc.returncode} during "
-                                     f"start-up\n{self.log_tail()}")
+                    raise BenchError(
+                        f"floor exited with status {self.proc.returncode} during "
+                        f"start-up\n{self.log_tail()}"
+                    )
                 try:
                     if all(client.is_model_ready(m, client_timeout=1) for m in models):
                         break
                 except Exception:  # noqa: BLE001 - not listening yet
                     pass
                 if time.monotonic() > t0 + self.start_timeout:
-                    raise BenchError(f"floor: not ready after {self.start_timeout:.0f} s\n"
-                                     f"{self.log_tail()}")
+                    raise BenchError(
+                        f"floor: not ready after {self.start_timeout:.0f} s\n{self.log_tail()}"
+                    )
                 time.sleep(0.2)
         finally:
             client.close()
@@ -532,22 +608,51 @@ class Floor(ManagedServer):
 # --------------------------------------------------------------------------- perf_analyzer
 
 
-def run_pa(pa_run: Path, peers_env: dict[str, str], server: ManagedServer, label: str,
-           pa_args: list[str], window_ms: int, attempts: int, jsonl: Path) -> dict[str, Any]:
+def run_pa(
+    pa_run: Path,
+    peers_env: dict[str, str],
+    server: ManagedServer,
+    label: str,
+    pa_args: list[str],
+    window_ms: int,
+    attempts: int,
+    jsonl: Path,
+) -> dict[str, Any]:
     """One perf_analyzer measurement (gRPC, against server.url) through pa_run.py.
 
     pa_args: what follows ``perf_analyzer -i grpc -u URL -p WINDOW``. Returns pa_run's record
     (throughput, p50_us, p99_us, client/server/machine cores, server queue/compute us, ...),
     or {"error": ...} without throughput when perf_analyzer gave no result."""
     assert server.pid is not None
-    pa = [peers_env["PERF_ANALYZER"], "-i", "grpc", "-u", server.url, "-p", str(window_ms),
-          *pa_args]
-    cmd = [sys.executable, str(pa_run), "--label", label, "--server-pid", str(server.pid),
-           "--out", str(jsonl), "--attempts", str(attempts), "--", *pa]
+    pa = [
+        peers_env["PERF_ANALYZER"],
+        "-i",
+        "grpc",
+        "-u",
+        server.url,
+        "-p",
+        str(window_ms),
+        *pa_args,
+    ]
+    cmd = [
+        sys.executable,
+        str(pa_run),
+        "--label",
+        label,
+        "--server-pid",
+        str(server.pid),
+        "--out",
+        str(jsonl),
+        "--attempts",
+        str(attempts),
+        "--",
+        *pa,
+    ]
     # perf_analyzer needs 3 stable windows; allow it ten, per attempt, plus start-up.
     timeout = attempts * (10 * window_ms / 1000 + 60)
-    p = subprocess.Popen(cmd, env=peers_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+    p = subprocess.Popen(
+        cmd, env=peers_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         out, err = p.communicate(timeout=timeout)
     except BaseException as e:  # timeout, or Ctrl-C: end pa_run and its perf_analyzer by PID
@@ -561,8 +666,11 @@ def run_pa(pa_run: Path, peers_env: dict[str, str], server: ManagedServer, label
     server.snapshot()
     lines = [ln for ln in out.splitlines() if ln.startswith("{")]
     if not lines:
-        return {"label": label, "rc": p.returncode,
-                "error": (out + err).strip()[-600:] or "pa_run printed nothing"}
+        return {
+            "label": label,
+            "rc": p.returncode,
+            "error": (out + err).strip()[-600:] or "pa_run printed nothing",
+        }
     rec: dict[str, Any] = json.loads(lines[-1])
     if rec.get("throughput") is None and not rec.get("error"):
         rec["error"] = "perf_analyzer failed"
@@ -572,8 +680,15 @@ def run_pa(pa_run: Path, peers_env: dict[str, str], server: ManagedServer, label
 def other_cores(rec: dict[str, Any]) -> float | None:
     """Cores the rest of the machine used during a pa_run record: busy - client - server."""
     try:
-        return round(max(0.0, float(rec["machine_cores_busy"]) - float(rec["client_cores"])
-                         - float(rec["server_cores"])), 2)
+        return round(
+            max(
+                0.0,
+                float(rec["machine_cores_busy"])
+                - float(rec["client_cores"])
+                - float(rec["server_cores"]),
+            ),
+            2,
+        )
     except (KeyError, TypeError):
         return None
 

@@ -52,8 +52,9 @@ def identity_onnx(path: Path) -> None:
 
     x = helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["n"])
     y = helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["n"])
-    graph = helper.make_graph([helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
-                              "identity_py", [x], [y])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])], "identity_py", [x], [y]
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8  # readable by every onnxruntime this project supports
     onnx.checker.check_model(model)
@@ -68,8 +69,10 @@ def main(argv: list[str]) -> int:
     for name, config in (("add_sub_py", ADD_SUB), ("identity_py", IDENTITY)):
         (dest / name / "1").mkdir(parents=True, exist_ok=True)
         (dest / name / "config.pbtxt").write_text(config)
-    shutil.copyfile(ROOT / "model_repository" / "add_sub" / "1" / "model.onnx",
-                    dest / "add_sub_py" / "1" / "model.onnx")
+    shutil.copyfile(
+        ROOT / "model_repository" / "add_sub" / "1" / "model.onnx",
+        dest / "add_sub_py" / "1" / "model.onnx",
+    )
     identity_onnx(dest / "identity_py" / "1" / "model.onnx")
     print(f"wrote {dest}/add_sub_py and {dest}/identity_py (onnxruntime stand-ins)")
     return 0

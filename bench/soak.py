@@ -32,9 +32,8 @@ from typing import Any
 import numpy as np
 import psutil
 import tritonclient.grpc as grpcclient  # type: ignore[import-untyped]
-from tritonclient.utils import InferenceServerException  # type: ignore[import-untyped]
-
 from common import ROOT, TritonMP
+from tritonclient.utils import InferenceServerException  # type: ignore[import-untyped]
 
 MODELS = ("add_sub", "add_sub_py")
 MIB = 1 << 20

@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 
 from tests.server import PROJECT_REPOSITORY, STARTED_PIDS, ServerProcess, group_alive
-from triton_mp.assets import (
+from triton_mp.cli.assets import (
     REC_BLS_MODEL_NAME,
     VAD_MODEL_NAME,
     materialise_ocr_models,
     materialise_rec_dictionary,
     materialise_vad_model,
 )
-from triton_mp.errors import TritonMPError
+from triton_mp.common.errors import TritonMPError
 from triton_mp.ipc.shm import list_objects, remove_entry
 
 

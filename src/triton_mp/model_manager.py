@@ -55,18 +55,8 @@ from typing import TYPE_CHECKING, Protocol
 import msgspec
 
 from triton_mp._proto import model_config_pb2 as mc
-from triton_mp.config import (
-    BLS_CLIENT_BASE,
-    BlsModel,
-    BlsSpec,
-    ChannelSpec,
-    InboxSpec,
-    LogSpec,
-    ModelVersionSpec,
-    ServerConfig,
-    WorkerSpec,
-)
-from triton_mp.errors import ConfigError, ErrorCode
+from triton_mp.common.config import ServerConfig
+from triton_mp.common.errors import ConfigError, ErrorCode
 from triton_mp.ipc import encode
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.messages import (
@@ -89,6 +79,16 @@ from triton_mp.ipc.messages import (
 )
 from triton_mp.ipc.notify import Wakeup, WakeupKind
 from triton_mp.ipc.shm import list_objects, remove_entry
+from triton_mp.ipc.specs import (
+    BLS_CLIENT_BASE,
+    BlsModel,
+    BlsSpec,
+    ChannelSpec,
+    InboxSpec,
+    LogSpec,
+    ModelVersionSpec,
+    WorkerSpec,
+)
 from triton_mp.repository import (
     CONFIG_FILENAME,
     RepositoryModel,

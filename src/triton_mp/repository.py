@@ -29,7 +29,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from triton_mp._proto import model_config_pb2
-from triton_mp.errors import ConfigError, flatten_exception
+from triton_mp.common.errors import ConfigError, flatten_exception
 
 log = logging.getLogger(__name__)
 

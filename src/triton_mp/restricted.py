@@ -17,7 +17,7 @@ does (checked against the real server).
 
 from __future__ import annotations
 
-from triton_mp.errors import TritonMPError
+from triton_mp.common.errors import TritonMPError
 
 CATEGORIES = (
     "health",

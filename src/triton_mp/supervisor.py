@@ -31,7 +31,15 @@ from typing import Any, Literal
 import setproctitle
 
 from triton_mp._proto import model_config_pb2 as mc
-from triton_mp.config import (
+from triton_mp.common.config import ServerConfig
+from triton_mp.common.errors import StartupError
+from triton_mp.common.platform import tune_malloc
+from triton_mp.ipc import Ring, Sender, encode, object_name, sweep_stale
+from triton_mp.ipc.heartbeat import HeartbeatBoard, start_beating
+from triton_mp.ipc.messages import Shutdown, WorkerDied
+from triton_mp.ipc.notify import Wakeup, WakeupKind, create_wakeup
+from triton_mp.ipc.shm import list_objects, remove_entry
+from triton_mp.ipc.specs import (
     BatchingSpec,
     ChannelSpec,
     ControlSpec,
@@ -44,18 +52,10 @@ from triton_mp.config import (
     QueuePolicySpec,
     SchedulerSpec,
     SequenceSpec,
-    ServerConfig,
     StateSpec,
     TensorSpec,
     WorkerSpec,
 )
-from triton_mp.errors import StartupError
-from triton_mp.ipc import Ring, Sender, encode, object_name, sweep_stale
-from triton_mp.ipc.heartbeat import HeartbeatBoard, start_beating
-from triton_mp.ipc.messages import Shutdown, WorkerDied
-from triton_mp.ipc.notify import Wakeup, WakeupKind, create_wakeup
-from triton_mp.ipc.shm import list_objects, remove_entry
-from triton_mp.malloc import tune_malloc
 from triton_mp.model_manager import ModelManager
 from triton_mp.repository import (
     RepositoryModel,

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from tests import ocr_images
-from triton_mp import assets
+from triton_mp.cli import assets
 
 ROOT = Path(__file__).resolve().parents[2]
 

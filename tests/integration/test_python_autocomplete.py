@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from triton_mp.errors import ConfigError
+from triton_mp.common.errors import ConfigError
 from triton_mp.repository import config_to_json, load_model
 from triton_mp.workers.python_autocomplete import run_auto_complete
 

@@ -23,7 +23,18 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from triton_mp.config import (
+from triton_mp.common.datatypes import NUMPY_DTYPES, deserialize_bytes_tensor
+from triton_mp.common.errors import ConfigError
+from triton_mp.ipc.messages import (
+    BatchAssign,
+    BatchDone,
+    BlockRef,
+    InferRequest,
+    InferResponse,
+    SequenceFlags,
+    TensorRef,
+)
+from triton_mp.ipc.specs import (
     BatchingSpec,
     ChannelSpec,
     ControlSpec,
@@ -36,18 +47,6 @@ from triton_mp.config import (
     TensorSpec,
     WorkerSpec,
 )
-from triton_mp.dtypes import NUMPY_DTYPES, deserialize_bytes_tensor
-from triton_mp.errors import ConfigError
-from triton_mp.ipc.messages import (
-    SEQUENCE_END,
-    SEQUENCE_START,
-    BatchAssign,
-    BatchDone,
-    BlockRef,
-    InferRequest,
-    InferResponse,
-    TensorRef,
-)
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, ArenaAllocator, SegmentCache, free_block
 from triton_mp.repository import load_repository
 from triton_mp.supervisor import plan_models
@@ -56,7 +55,7 @@ from triton_mp.workers.main import Worker
 from triton_mp.workers.onnxruntime import OnnxRuntimeBackend
 
 PID = os.getpid()
-START, END = SEQUENCE_START, SEQUENCE_END
+START, END = SequenceFlags.START, SequenceFlags.END
 INSTANCE = InstanceSpec(instance_id=0, name="acc_0", model="acc", version=1)
 
 _ONNX_TYPES = {

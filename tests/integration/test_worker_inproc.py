@@ -19,17 +19,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from triton_mp.config import (
-    BatchingSpec,
-    ChannelSpec,
-    InboxSpec,
-    InstanceSpec,
-    LogSpec,
-    ModelVersionSpec,
-    TensorSpec,
-    WorkerSpec,
-)
-from triton_mp.errors import ErrorCode
+from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.messages import (
     BatchAssign,
     BatchDone,
@@ -38,6 +28,16 @@ from triton_mp.ipc.messages import (
     InferRequest,
     InferResponse,
     TensorRef,
+)
+from triton_mp.ipc.specs import (
+    BatchingSpec,
+    ChannelSpec,
+    InboxSpec,
+    InstanceSpec,
+    LogSpec,
+    ModelVersionSpec,
+    TensorSpec,
+    WorkerSpec,
 )
 from triton_mp.ipc.tensor_pool import (
     BLOCK_HEADER_BYTES,

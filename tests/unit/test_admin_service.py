@@ -18,8 +18,7 @@ import pytest
 from tests.server import free_port
 from tests.unit.fake_queues import busy_cls, idle_add_sub
 from triton_mp._proto import admin_pb2, admin_pb2_grpc, health_pb2_grpc
-from triton_mp.config import ModelEntry
-from triton_mp.errors import ErrorCode
+from triton_mp.common.errors import ErrorCode
 from triton_mp.frontend.admin import (
     AdminError,
     AdminServicer,
@@ -39,6 +38,7 @@ from triton_mp.ipc.messages import (
     QueueReply,
     ToScheduler,
 )
+from triton_mp.ipc.specs import ModelEntry
 
 pytestmark = pytest.mark.timeout(60)
 

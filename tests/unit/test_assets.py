@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from triton_mp import assets
-from triton_mp.errors import ConfigError
+from triton_mp.cli import assets
+from triton_mp.common.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 OCR_MODELS = ("ocr_det", "ocr_rec", "ocr_cls")

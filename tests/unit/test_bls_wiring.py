@@ -9,8 +9,7 @@ from collections.abc import Iterator
 import posix_ipc
 import pytest
 
-from triton_mp.config import BatchingSpec, ModelVersionSpec, TensorSpec
-from triton_mp.errors import ErrorCode
+from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc import Inbox, Sender
 from triton_mp.ipc.messages import (
     BlsInboxUpdate,
@@ -23,6 +22,7 @@ from triton_mp.ipc.messages import (
 from triton_mp.ipc.notify import Wakeup, create_wakeup
 from triton_mp.ipc.ring import Ring
 from triton_mp.ipc.shm import unlink_quietly
+from triton_mp.ipc.specs import BatchingSpec, ModelVersionSpec, TensorSpec
 from triton_mp.model_manager import bls_table
 from triton_mp.scheduler.main import SchedulerCore
 

@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 
 from triton_mp._proto import model_config_pb2 as mc
-from triton_mp.config import ModelEntry
-from triton_mp.errors import ErrorCode, InvalidRequest, TritonMPError
+from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend.http_infer import (
     HEADER_LENGTH,
     InferPlan,
@@ -33,6 +32,7 @@ from triton_mp.frontend.http_infer import (
 )
 from triton_mp.frontend.models import Model, ModelTable
 from triton_mp.ipc import TensorRef
+from triton_mp.ipc.specs import ModelEntry
 
 # --------------------------------------------------------------------------- helpers
 

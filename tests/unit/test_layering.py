@@ -99,7 +99,7 @@ def test_supervisor_process_loads_neither_grpc_nor_onnxruntime() -> None:
     import sys
 
     code = (
-        "import sys, triton_mp.cli, triton_mp.supervisor;"
+        "import sys, triton_mp.cli.main, triton_mp.supervisor;"
         "print(','.join(m for m in ('grpc', 'onnxruntime') if m in sys.modules))"
     )
     env = {**os.environ, "PYTHONPATH": str(PKG.parent)}

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from hypothesis import given
 
-from triton_mp.errors import ErrorCode
+from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc import messages as m
 from triton_mp.ipc.codec import Decoder, encode
 from triton_mp.ipc.notify import Wakeup

@@ -19,8 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.unit.fake_queues import busy_cls, idle_add_sub, instance, level
-from triton_mp.config import MetricsSpec
-from triton_mp.errors import StartupError
+from triton_mp.common.errors import StartupError
 from triton_mp.frontend.metrics import (
     FAILURE_REASONS,
     TRITON_COUNTERS,
@@ -43,6 +42,7 @@ from triton_mp.ipc.messages import (
     StatsReply,
     ToScheduler,
 )
+from triton_mp.ipc.specs import MetricsSpec
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from triton_mp.errors import ErrorCode
+from triton_mp.common.errors import ErrorCode
 from triton_mp.workers import pb_utils
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from triton_mp.errors import ErrorCode
+from triton_mp.common.errors import ErrorCode
 from triton_mp.frontend.pending import PendingTable
 from triton_mp.ipc import SegmentCache
 from triton_mp.ipc.messages import ErrorInfo, InferResponse, RequestFailed

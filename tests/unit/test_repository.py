@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 
 from triton_mp import repository as repo_mod
 from triton_mp._proto import model_config_pb2 as pb
-from triton_mp.errors import ConfigError, ErrorCode
+from triton_mp.common.errors import ConfigError, ErrorCode
 from triton_mp.repository import (
     ModelVersion,
     RepositoryModel,

@@ -10,16 +10,8 @@ from itertools import count
 import msgspec
 import pytest
 
-from triton_mp.config import (
-    BatchingSpec,
-    ModelVersionSpec,
-    QueuePolicySpec,
-    SequenceSpec,
-    TensorSpec,
-)
-from triton_mp.errors import ErrorCode
+from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.messages import (
-    SEQUENCE_START,
     BatchAssign,
     BatchDone,
     BlockRef,
@@ -30,6 +22,7 @@ from triton_mp.ipc.messages import (
     QueueQuery,
     QueueReply,
     RequestFailed,
+    SequenceFlags,
     Shutdown,
     StatsQuery,
     StatsReply,
@@ -38,6 +31,13 @@ from triton_mp.ipc.messages import (
     WorkerReady,
 )
 from triton_mp.ipc.ring import RecordTooLarge
+from triton_mp.ipc.specs import (
+    BatchingSpec,
+    ModelVersionSpec,
+    QueuePolicySpec,
+    SequenceSpec,
+    TensorSpec,
+)
 from triton_mp.scheduler.clock import FakeClock
 from triton_mp.scheduler.main import (
     QUEUE_FULL_MESSAGE,
@@ -654,8 +654,8 @@ SEQ = ModelVersionSpec(
 def test_a_sequence_model_routes_by_correlation_id_and_reports_rows() -> None:
     h = Harness(models=(SEQ,))
     h.ready(5)
-    a = h.request("acc", sequence_id=11, sequence_flags=SEQUENCE_START)
-    b = h.request("acc", sequence_id="b", sequence_flags=SEQUENCE_START)
+    a = h.request("acc", sequence_id=11, sequence_flags=SequenceFlags.START)
+    b = h.request("acc", sequence_id="b", sequence_flags=SequenceFlags.START)
     ((inst, batch),) = h.dispatch()
     assert (inst, batch.requests, batch.rows, batch.slots) == (5, (a, b), 2, (0, 1))
     lost = h.request("acc", sequence_id=99, client_id="q")
@@ -669,7 +669,7 @@ def test_a_sequence_model_routes_by_correlation_id_and_reports_rows() -> None:
     h.done(5, batch)
     h.clock.advance_us(1000)  # both sequences idle: released, and the next batch says so
     h.dispatch()
-    c = h.request("acc", sequence_id=12, sequence_flags=SEQUENCE_START)
+    c = h.request("acc", sequence_id=12, sequence_flags=SequenceFlags.START)
     ((_, batch),) = h.dispatch()
     assert batch.requests == (c,)
     assert set(batch.released) == {11, "b"}

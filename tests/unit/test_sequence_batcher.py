@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import hypothesis.strategies as st
 from hypothesis import given, settings
 
-from triton_mp.errors import ErrorCode
+from triton_mp.common.errors import ErrorCode
 from triton_mp.scheduler.clock import FakeClock
 from triton_mp.scheduler.dynamic import Batch, Queued, Rejection
 from triton_mp.scheduler.sequence import END, START, SequenceBatcher

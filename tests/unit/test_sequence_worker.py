@@ -18,7 +18,10 @@ from typing import Literal
 import numpy as np
 import pytest
 
-from triton_mp.config import (
+from triton_mp.common.datatypes import serialize_bytes_tensor
+from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
+from triton_mp.ipc.messages import SequenceFlags
+from triton_mp.ipc.specs import (
     BatchingSpec,
     ControlSpec,
     InstanceSpec,
@@ -27,9 +30,6 @@ from triton_mp.config import (
     StateSpec,
     TensorSpec,
 )
-from triton_mp.dtypes import serialize_bytes_tensor
-from triton_mp.errors import ConfigError, ErrorCode, TritonMPError
-from triton_mp.ipc.messages import SEQUENCE_END, SEQUENCE_START
 from triton_mp.workers.backend import BackendRequest, SequenceBatch, gather_rows, scatter
 from triton_mp.workers.python import PythonBackend
 from triton_mp.workers.sequence import (
@@ -40,7 +40,7 @@ from triton_mp.workers.sequence import (
     sequence_batch,
 )
 
-START, END = SEQUENCE_START, SEQUENCE_END
+START, END = SequenceFlags.START, SequenceFlags.END
 
 
 def _req(

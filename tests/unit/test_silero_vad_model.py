@@ -22,7 +22,7 @@ from tests.vad import (
     stream_audios,
     vad_client,
 )
-from triton_mp import assets
+from triton_mp.cli import assets
 from triton_mp.repository import config_to_json, load_repository
 from triton_mp.workers import pb_utils
 from triton_mp.workers.python import import_model_module, install_pb_utils

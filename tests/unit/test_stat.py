@@ -16,12 +16,9 @@ import pytest
 from rich.console import Console
 
 from tests.unit.fake_queues import busy_cls, idle_add_sub
-from triton_mp import stat
-from triton_mp.cli import build_parser
-from triton_mp.errors import ErrorCode
-from triton_mp.frontend.admin import AdminError
-from triton_mp.ipc.messages import ModelQueueStatus
-from triton_mp.stat import (
+from triton_mp.cli import stat
+from triton_mp.cli.main import build_parser
+from triton_mp.cli.stat import (
     CLOSE_REASONS,
     RECENT_ROWS,
     format_age_us,
@@ -30,6 +27,9 @@ from triton_mp.stat import (
     run_stat,
     snapshot_json,
 )
+from triton_mp.common.errors import ErrorCode
+from triton_mp.frontend.admin import AdminError
+from triton_mp.ipc.messages import ModelQueueStatus
 
 URL = "localhost:8001"
 MODELS = (busy_cls(), idle_add_sub())

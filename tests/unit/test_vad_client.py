@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.vad import onnx_session, reference_probabilities, vad_client
-from triton_mp import assets
+from triton_mp.cli import assets
 
 SR = vad_client.SAMPLE_RATE_HZ
 CHUNK = vad_client.CHUNK_SAMPLES

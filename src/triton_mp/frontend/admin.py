@@ -8,7 +8,7 @@ Owns both ends of the admin service, so that ``grpc`` and ``_proto`` stay inside
   ``QueueStatusResponse``;
 - ``fetch_queue_status`` is the client call the ``triton-mp stat`` process makes; it turns
   the response back into the same ``ModelQueueStatus`` structs, so rendering code
-  (``triton_mp.stat``) never sees a proto.
+  (``triton_mp.cli.stat``) never sees a proto.
 
 The proto messages mirror the msgspec structs field for field (same names, same units), and
 the conversions below rely on that.
@@ -24,7 +24,7 @@ import grpc
 import msgspec
 
 from triton_mp._proto import admin_pb2, admin_pb2_grpc
-from triton_mp.errors import ErrorCode, TritonMPError
+from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.ipc.codec import encode
 from triton_mp.ipc.messages import (
     BatchRecord,

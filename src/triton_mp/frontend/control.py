@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 
-from triton_mp.errors import ErrorCode, TritonMPError
+from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.ipc import encode
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.messages import (

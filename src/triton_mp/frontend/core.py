@@ -24,7 +24,7 @@ from typing import NoReturn
 from triton_mp import __version__
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp._proto import model_config_pb2 as mc
-from triton_mp.errors import ErrorCode, InvalidRequest, ModelUnavailable, TritonMPError
+from triton_mp.common.errors import ErrorCode, InvalidRequest, ModelUnavailable, TritonMPError
 from triton_mp.frontend.control import SupervisorLink
 from triton_mp.frontend.models import Model, ModelTable
 from triton_mp.frontend.pending import PendingTable

@@ -30,7 +30,7 @@ from aiohttp import web
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from triton_mp.errors import ErrorCode, InvalidRequest, TritonMPError, flatten_exception
+from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError, flatten_exception
 from triton_mp.frontend.core import FILE_PREFIX, FrontendCore
 from triton_mp.frontend.http_infer import (
     HEADER_LENGTH,

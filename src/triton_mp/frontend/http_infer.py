@@ -22,8 +22,8 @@ import msgspec
 import numpy as np
 
 from triton_mp._proto import grpc_service_pb2 as pb
-from triton_mp.dtypes import ELEMENT_BYTES, NUMPY_DTYPES, element_count
-from triton_mp.errors import ErrorCode, InvalidRequest, TritonMPError
+from triton_mp.common.datatypes import ELEMENT_BYTES, NUMPY_DTYPES, element_count
+from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend.core import InferResult
 from triton_mp.frontend.models import Model
 

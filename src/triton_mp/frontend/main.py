@@ -22,8 +22,8 @@ from multiprocessing.connection import Connection
 import grpc
 
 from triton_mp._proto import admin_pb2_grpc, health_pb2_grpc
-from triton_mp.config import FrontendSpec
-from triton_mp.errors import TritonMPError
+from triton_mp.common.errors import TritonMPError
+from triton_mp.common.log import configure_logging
 from triton_mp.frontend.admin import AdminServicer
 from triton_mp.frontend.control import SupervisorLink
 from triton_mp.frontend.core import FrontendCore
@@ -48,7 +48,7 @@ from triton_mp.ipc.messages import (
     StatsReply,
     ToFrontend,
 )
-from triton_mp.log import configure_logging
+from triton_mp.ipc.specs import FrontendSpec
 
 log = logging.getLogger(__name__)
 

@@ -36,8 +36,8 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from triton_mp.config import MetricsSpec
-from triton_mp.errors import StartupError
+from triton_mp.cli.stat import CLOSE_REASONS
+from triton_mp.common.errors import StartupError
 from triton_mp.ipc.codec import encode
 from triton_mp.ipc.messages import (
     ModelQueueStatus,
@@ -47,7 +47,7 @@ from triton_mp.ipc.messages import (
     StatsQuery,
     StatsReply,
 )
-from triton_mp.stat import CLOSE_REASONS
+from triton_mp.ipc.specs import MetricsSpec
 
 if TYPE_CHECKING:
     from triton_mp.frontend.pending import PendingTable

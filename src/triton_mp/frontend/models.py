@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from triton_mp._proto import model_config_pb2 as mc
-from triton_mp.config import ModelEntry
-from triton_mp.errors import InvalidRequest, ModelNotFound, ModelUnavailable
+from triton_mp.common.errors import InvalidRequest, ModelNotFound, ModelUnavailable
+from triton_mp.ipc.specs import ModelEntry
 
 DATATYPE_NAMES = {
     mc.TYPE_BOOL: "BOOL",

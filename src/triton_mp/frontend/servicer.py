@@ -17,7 +17,7 @@ import grpc
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp._proto import grpc_service_pb2_grpc as pb_grpc
 from triton_mp._proto import health_pb2, health_pb2_grpc
-from triton_mp.errors import ErrorCode, TritonMPError
+from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.frontend.core import (
     EXTENSIONS,
     FrontendCore,

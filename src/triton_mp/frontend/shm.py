@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import posix_ipc
 
-from triton_mp.errors import ErrorCode, InvalidRequest, TritonMPError
+from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.ipc.shm import client_object_refusal
 
 DISABLED_MESSAGE = (

@@ -16,12 +16,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from triton_mp._proto import grpc_service_pb2 as pb
-from triton_mp.dtypes import ELEMENT_BYTES, NUMPY_DTYPES, bytes_tensor_elements, element_count
-from triton_mp.errors import ErrorCode, InvalidRequest, TritonMPError
+from triton_mp.common.datatypes import (
+    ELEMENT_BYTES,
+    NUMPY_DTYPES,
+    bytes_tensor_elements,
+    element_count,
+)
+from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend.models import Model
 from triton_mp.frontend.shm import SystemShmRegistry
 from triton_mp.ipc import ArenaAllocator, BlockRef, TensorRef
-from triton_mp.ipc.messages import SEQUENCE_END, SEQUENCE_START, OutputRegion
+from triton_mp.ipc.messages import OutputRegion, SequenceFlags
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
 
 _TYPED_FIELD = {
@@ -83,7 +88,7 @@ class ValidRequest:
     sequence_id: int | str = 0
     """``sequence_id``: the correlation ID (0 / "" = none)."""
     sequence_flags: int = 0
-    """``SEQUENCE_START`` | ``SEQUENCE_END`` from ``sequence_start`` / ``sequence_end``."""
+    """``SequenceFlags`` bits from ``sequence_start`` / ``sequence_end``."""
 
 
 def _fmt_shape(shape: Sequence[int]) -> str:
@@ -218,9 +223,9 @@ def validate_request(
         if key == "sequence_id":
             sequence_id = _sequence_id(p, rid)
         elif key == "sequence_start":
-            sequence_flags |= SEQUENCE_START if _bool_param(p, key, rid) else 0
+            sequence_flags |= SequenceFlags.START if _bool_param(p, key, rid) else 0
         elif key == "sequence_end":
-            sequence_flags |= SEQUENCE_END if _bool_param(p, key, rid) else 0
+            sequence_flags |= SequenceFlags.END if _bool_param(p, key, rid) else 0
         elif key == "priority":
             priority = _int_param(p, key, rid)
         elif key == "timeout":

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
-from triton_mp.errors import ErrorCode, TritonMPError
+from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.ipc.codec import Decoder, encode
 from triton_mp.ipc.notify import Waiter, Waker, Wakeup
 from triton_mp.ipc.ring import Ring, RingFull

@@ -22,9 +22,11 @@ Channels (producer -> consumer):
 
 from __future__ import annotations
 
+from enum import IntFlag
+
 import msgspec
 
-from triton_mp.errors import ErrorCode
+from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.notify import Wakeup
 
 
@@ -90,10 +92,15 @@ class ShmRegion(msgspec.Struct, frozen=True, array_like=True):
     region_id: int
 
 
-SEQUENCE_START = 1
-"""``InferRequest.sequence_flags`` bit: the first request of a sequence."""
-SEQUENCE_END = 2
-"""``InferRequest.sequence_flags`` bit: the last request of a sequence."""
+class SequenceFlags(IntFlag):
+    """``InferRequest.sequence_flags`` bits: ``TRITONSERVER_RequestFlag`` (tritonserver.h),
+    set from the request's ``sequence_start`` / ``sequence_end`` parameters."""
+
+    NONE = 0
+    START = 1
+    """The first request of a sequence (``TRITONSERVER_REQUEST_FLAG_SEQUENCE_START``)."""
+    END = 2
+    """The last request of a sequence (``TRITONSERVER_REQUEST_FLAG_SEQUENCE_END``)."""
 
 
 class InferRequest(msgspec.Struct, frozen=True, kw_only=True, tag="infer", array_like=True):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import posix_ipc
 
-from triton_mp.errors import ErrorCode, TritonMPError
+from triton_mp.common.errors import ErrorCode, TritonMPError
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ import collections
 import struct
 from collections.abc import Iterator
 
-from triton_mp.errors import ErrorCode, TritonMPError
+from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.ipc.shm import Segment
 
 ARENA_MAGIC = 0x54415245  # "TARE"

@@ -46,7 +46,7 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from triton_mp.errors import ErrorCode
+from triton_mp.common.errors import ErrorCode
 
 
 @dataclass(slots=True)

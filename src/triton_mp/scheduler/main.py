@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import cast
 
-from triton_mp.config import ModelVersionSpec, QueuePolicySpec, SchedulerSpec
-from triton_mp.errors import ErrorCode
+from triton_mp.common.errors import ErrorCode
+from triton_mp.common.log import configure_logging
 from triton_mp.ipc import Inbox, Sender, encode
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.messages import (
@@ -56,7 +56,7 @@ from triton_mp.ipc.messages import (
     WorkerReady,
 )
 from triton_mp.ipc.ring import RecordTooLarge
-from triton_mp.log import configure_logging
+from triton_mp.ipc.specs import ModelVersionSpec, QueuePolicySpec, SchedulerSpec
 from triton_mp.scheduler.clock import (
     SCHEDULER_TIMER_SLACK_NS,
     Clock,

@@ -40,7 +40,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from triton_mp.errors import ErrorCode
+from triton_mp.common.errors import ErrorCode
 from triton_mp.scheduler.dynamic import Batch, LevelSnapshot, Queued, Rejection, decide, walk
 
 START = 1

@@ -21,9 +21,9 @@ from typing import Protocol
 
 import numpy as np
 
-from triton_mp.config import ModelVersionSpec
-from triton_mp.errors import ErrorCode, TritonMPError
+from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.ipc.messages import ErrorInfo
+from triton_mp.ipc.specs import ModelVersionSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +39,7 @@ class BackendRequest:
         timeout_us: the request's ``timeout`` parameter in microseconds (0 = none).
         parameters_json: the request's non-reserved parameters as a JSON object.
         sequence_id: the correlation ID (uint64 or string; 0 outside sequences).
-        sequence_flags: ``SEQUENCE_START`` (1) | ``SEQUENCE_END`` (2) bits.
+        sequence_flags: ``ipc.messages.SequenceFlags`` bits.
         token: the worker's handle of the request (its ``InferRequest``), which a backend
             that answers on its own (decoupled models) passes back to ``Responder``.
     """

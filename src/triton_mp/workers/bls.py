@@ -39,9 +39,8 @@ from collections.abc import Callable
 import numpy as np
 import posix_ipc
 
-from triton_mp.config import BlsModel, BlsSpec
-from triton_mp.dtypes import tensor_wire_bytes
-from triton_mp.errors import ErrorCode
+from triton_mp.common.datatypes import tensor_wire_bytes
+from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, free_block
 from triton_mp.ipc.messages import (
     BlockRef,
@@ -53,6 +52,7 @@ from triton_mp.ipc.messages import (
     TensorRef,
     ToFrontend,
 )
+from triton_mp.ipc.specs import BlsModel, BlsSpec
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
 from triton_mp.workers import pb_utils
 
@@ -283,7 +283,7 @@ class BlsClient:
 
     def _read_outputs(self, msg: InferResponse) -> pb_utils.InferenceResponse:
         """Copy the outputs out of the callee's arena, then free its block."""
-        from triton_mp.dtypes import NUMPY_DTYPES, deserialize_bytes_tensor, element_count
+        from triton_mp.common.datatypes import NUMPY_DTYPES, deserialize_bytes_tensor, element_count
 
         tensors = []
         try:

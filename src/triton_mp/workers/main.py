@@ -38,18 +38,17 @@ from multiprocessing.connection import Connection
 import numpy as np
 import posix_ipc
 
-from triton_mp.config import WorkerSpec
-from triton_mp.dtypes import (
+from triton_mp.common.datatypes import (
     NUMPY_DTYPES,
     deserialize_bytes_tensor,
     element_count,
     tensor_wire_bytes,
 )
-from triton_mp.errors import ErrorCode, TritonMPError, flatten_exception
+from triton_mp.common.errors import ErrorCode, TritonMPError, flatten_exception
+from triton_mp.common.log import configure_logging
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender, encode, free_block
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.messages import (
-    SEQUENCE_END,
     BatchAssign,
     BatchDone,
     BlockRef,
@@ -60,14 +59,15 @@ from triton_mp.ipc.messages import (
     InferRequest,
     InferResponse,
     OutputRegion,
+    SequenceFlags,
     Shutdown,
     TensorRef,
     ToWorker,
     WorkerReady,
 )
 from triton_mp.ipc.shm import Segment, client_object_refusal
+from triton_mp.ipc.specs import WorkerSpec
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
-from triton_mp.log import configure_logging
 from triton_mp.workers.backend import (
     Backend,
     BackendRequest,
@@ -420,7 +420,7 @@ class Worker:
         assert self._states is not None
         for i, req in enumerate(reqs):
             res = results[i]
-            if req.sequence_flags & SEQUENCE_END:
+            if req.sequence_flags & SequenceFlags.END:
                 self._states.drop((req.sequence_id,))
             elif isinstance(res, dict):
                 try:

@@ -31,8 +31,8 @@ import numpy as np
 import onnxruntime as ort
 from onnxruntime import NodeArg
 
-from triton_mp.config import InstanceSpec, ModelVersionSpec
-from triton_mp.errors import ConfigError, ErrorCode, TritonMPError
+from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
+from triton_mp.ipc.specs import InstanceSpec, ModelVersionSpec
 from triton_mp.workers.backend import (
     BackendRequest,
     PhaseTimes,

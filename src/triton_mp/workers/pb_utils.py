@@ -39,8 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from triton_mp.dtypes import deserialize_bytes_tensor as _deserialize
-from triton_mp.dtypes import serialize_bytes_tensor as _serialize
+from triton_mp.common.datatypes import deserialize_bytes_tensor as _deserialize
+from triton_mp.common.datatypes import serialize_bytes_tensor as _serialize
 
 _log = logging.getLogger("triton_mp.model")
 

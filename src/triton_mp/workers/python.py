@@ -57,9 +57,9 @@ from typing import Any
 
 import numpy as np
 
-from triton_mp.config import InstanceSpec, ModelVersionSpec
-from triton_mp.errors import ConfigError, ErrorCode, TritonMPError
+from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
 from triton_mp.ipc.messages import ErrorInfo
+from triton_mp.ipc.specs import InstanceSpec, ModelVersionSpec
 from triton_mp.workers import pb_utils
 from triton_mp.workers.backend import (
     RESPONDED,

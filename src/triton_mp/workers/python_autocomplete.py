@@ -12,7 +12,7 @@ child's *original* stdout, ``{"config": {...}}`` (``null`` when the model define
 stderr (the child points its fd 1 at fd 2 before importing the model), which the parent
 forwards to its log. The child always exits 0 after answering.
 
-This module's top level imports only the standard library and ``triton_mp.errors``: the
+This module's top level imports only the standard library and ``triton_mp.common.errors``: the
 supervisor imports it; the child-only imports (numpy, pb_utils) happen in ``main``.
 """
 
@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from triton_mp.errors import ConfigError
+from triton_mp.common.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

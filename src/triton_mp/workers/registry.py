@@ -5,8 +5,8 @@ Imported by ``workers.main``.
 
 from __future__ import annotations
 
-from triton_mp.config import InstanceSpec, ModelVersionSpec
-from triton_mp.errors import ConfigError, ErrorCode
+from triton_mp.common.errors import ConfigError, ErrorCode
+from triton_mp.ipc.specs import InstanceSpec, ModelVersionSpec
 from triton_mp.workers.backend import Backend
 
 SUPPORTED_BACKENDS = frozenset({"onnxruntime", "python"})

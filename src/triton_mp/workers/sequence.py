@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from triton_mp.config import ControlSpec, ModelVersionSpec, StateSpec
-from triton_mp.dtypes import NUMPY_DTYPES, bytes_tensor_elements, deserialize_bytes_tensor
-from triton_mp.errors import ConfigError, ErrorCode, TritonMPError
-from triton_mp.ipc.messages import SEQUENCE_END, SEQUENCE_START
+from triton_mp.common.datatypes import NUMPY_DTYPES, bytes_tensor_elements, deserialize_bytes_tensor
+from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
+from triton_mp.ipc.messages import SequenceFlags
+from triton_mp.ipc.specs import ControlSpec, ModelVersionSpec, StateSpec
 from triton_mp.workers.backend import BackendRequest, SequenceBatch
 
 _U64_MASK = (1 << 64) - 1
@@ -105,8 +105,8 @@ def control_tensors(
 ) -> dict[str, np.ndarray]:
     """The control inputs of one execution, one element per batch row.
 
-    START (END) is ``true_value`` in the rows of a request with ``SEQUENCE_START``
-    (``SEQUENCE_END``) and ``false_value`` elsewhere; READY is true in every request's rows
+    START (END) is ``true_value`` in the rows of a request with ``SequenceFlags.START``
+    (``SequenceFlags.END``) and ``false_value`` elsewhere; READY is true in every request's rows
     and false in null rows; CORRID is the request's ``sequence_id`` (0, or ``b""`` for BYTES,
     in null rows).
 
@@ -142,9 +142,9 @@ def control_tensors(
                 if c.kind == "READY":
                     on = True
                 elif c.kind == "START":
-                    on = bool(r.sequence_flags & SEQUENCE_START)
+                    on = bool(r.sequence_flags & SequenceFlags.START)
                 else:
-                    on = bool(r.sequence_flags & SEQUENCE_END)
+                    on = bool(r.sequence_flags & SequenceFlags.END)
                 if on:
                     arr[s : s + r.batch_size] = c.true_value
         out[c.name] = arr
@@ -282,10 +282,10 @@ class SequenceStates:
     def inputs(self, sequence_id: int | str, flags: int) -> Mapping[str, np.ndarray]:
         """The state inputs of a sequence's next request (read-only: do not modify).
 
-        A request with ``SEQUENCE_START`` gets the initial state and the sequence's old state
+        A request with ``SequenceFlags.START`` gets the initial state and the sequence's old state
         is forgotten (so a START that then fails leaves no stale state behind).
         """
-        if flags & SEQUENCE_START:
+        if flags & SequenceFlags.START:
             self._store.pop(sequence_id, None)
             return self._initial
         stored = self._store.get(sequence_id)

@@ -10,29 +10,91 @@ little-endian ``u32`` length followed by that many bytes, elements in row-major 
 from __future__ import annotations
 
 import struct
+from enum import IntEnum
 
 import numpy as np
 
-NUMPY_DTYPES: dict[str, np.dtype] = {
-    "BOOL": np.dtype(np.bool_),
-    "UINT8": np.dtype(np.uint8),
-    "UINT16": np.dtype("<u2"),
-    "UINT32": np.dtype("<u4"),
-    "UINT64": np.dtype("<u8"),
-    "INT8": np.dtype(np.int8),
-    "INT16": np.dtype("<i2"),
-    "INT32": np.dtype("<i4"),
-    "INT64": np.dtype("<i8"),
-    "FP16": np.dtype("<f2"),
-    "FP32": np.dtype("<f4"),
-    "FP64": np.dtype("<f8"),
-    "BYTES": np.dtype(np.object_),
+
+class DataType(IntEnum):
+    """One Triton datatype: its config enum number, wire name, numpy dtype and item size.
+
+    The values are ModelConfig's ``DataType`` numbers (model_config.proto: ``TYPE_BOOL`` = 1
+    ... ``TYPE_BF16`` = 14), which are also ``TRITONSERVER_DataType``'s. ``wire`` is the
+    KServe v2 protocol string (``TYPE_STRING`` travels as ``"BYTES"``).
+    """
+
+    INVALID = 0
+    BOOL = 1
+    UINT8 = 2
+    UINT16 = 3
+    UINT32 = 4
+    UINT64 = 5
+    INT8 = 6
+    INT16 = 7
+    INT32 = 8
+    INT64 = 9
+    FP16 = 10
+    FP32 = 11
+    FP64 = 12
+    STRING = 13
+    BF16 = 14
+
+    @property
+    def wire(self) -> str:
+        """The protocol datatype string: ``"FP32"``, ``"BYTES"`` for STRING, ``"INVALID"``."""
+        return "BYTES" if self is DataType.STRING else self.name
+
+    @property
+    def config_name(self) -> str:
+        """The config.pbtxt enum name: ``"TYPE_FP32"``, ``"TYPE_STRING"``."""
+        return f"TYPE_{self.name}"
+
+    @property
+    def numpy(self) -> np.dtype | None:
+        """The little-endian numpy dtype; ``object`` for STRING; None for BF16 and INVALID."""
+        return _NUMPY_OF.get(self)
+
+    @property
+    def item_size(self) -> int | None:
+        """Bytes per element of a fixed-size type; None for STRING (variable) and INVALID."""
+        return _ITEM_SIZE.get(self)
+
+    @classmethod
+    def from_wire(cls, name: str) -> DataType:
+        """The type of a protocol string (exact, upper case); INVALID when unknown."""
+        return _BY_WIRE.get(name, cls.INVALID)
+
+    @classmethod
+    def from_config_name(cls, name: str) -> DataType:
+        """The type of a config enum name (``"TYPE_FP32"``); INVALID when unknown."""
+        return _BY_CONFIG_NAME.get(name, cls.INVALID)
+
+
+_NUMPY_OF: dict[DataType, np.dtype] = {
+    DataType.BOOL: np.dtype(np.bool_),
+    DataType.UINT8: np.dtype(np.uint8),
+    DataType.UINT16: np.dtype("<u2"),
+    DataType.UINT32: np.dtype("<u4"),
+    DataType.UINT64: np.dtype("<u8"),
+    DataType.INT8: np.dtype(np.int8),
+    DataType.INT16: np.dtype("<i2"),
+    DataType.INT32: np.dtype("<i4"),
+    DataType.INT64: np.dtype("<i8"),
+    DataType.FP16: np.dtype("<f2"),
+    DataType.FP32: np.dtype("<f4"),
+    DataType.FP64: np.dtype("<f8"),
+    DataType.STRING: np.dtype(np.object_),
 }
+_ITEM_SIZE: dict[DataType, int] = {
+    t: d.itemsize for t, d in _NUMPY_OF.items() if t is not DataType.STRING
+} | {DataType.BF16: 2}
+_BY_WIRE: dict[str, DataType] = {t.wire: t for t in DataType if t is not DataType.INVALID}
+_BY_CONFIG_NAME: dict[str, DataType] = {t.config_name: t for t in DataType}
+
+NUMPY_DTYPES: dict[str, np.dtype] = {t.wire: d for t, d in _NUMPY_OF.items()}
 """Protocol datatype string -> numpy dtype (BF16 has none)."""
 
-ELEMENT_BYTES: dict[str, int] = {k: v.itemsize for k, v in NUMPY_DTYPES.items() if k != "BYTES"} | {
-    "BF16": 2
-}
+ELEMENT_BYTES: dict[str, int] = {t.wire: n for t, n in _ITEM_SIZE.items()}
 """Bytes per element of fixed-size datatypes (BYTES is variable)."""
 
 _BY_KIND = {(v.kind, v.itemsize): k for k, v in NUMPY_DTYPES.items() if k not in ("BYTES",)}

@@ -1,6 +1,6 @@
 """``triton-mp stat``: the scheduler's queues as a table, a live ``top``-like view, or JSON.
 
-Imported by ``triton_mp.cli`` (lazily, only for ``stat``); runs in the user's shell, never in
+Imported by ``triton_mp.cli.main`` (lazily, only for ``stat``); runs in the user's shell, never in
 a server process. It renders ``ModelQueueStatus`` structs (``ipc.messages``) and knows
 nothing of gRPC: ``triton_mp.frontend.admin.fetch_queue_status`` fetches them, and every
 function here also takes hand-made structs, which is how the unit tests drive it.
@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING
 
 import msgspec
 
-from triton_mp.errors import TritonMPError
+from triton_mp.common.errors import TritonMPError
 from triton_mp.ipc.messages import ModelQueueStatus
 
 if TYPE_CHECKING:

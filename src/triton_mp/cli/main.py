@@ -2,7 +2,7 @@
 
 Imported by the console script. ``start`` parses flags with ``tritonserver``'s names and
 defaults into a frozen ``ServerConfig`` and hands it to the supervisor; ``stat`` hands its
-flags to ``triton_mp.stat``. No serving or rendering logic lives here, and neither gRPC nor
+flags to ``triton_mp.cli.stat``. No serving or rendering logic lives here, and neither gRPC nor
 rich is imported unless ``stat`` runs.
 """
 
@@ -16,14 +16,14 @@ from pathlib import Path
 
 import msgspec
 
-from triton_mp.config import ServerConfig
-from triton_mp.errors import TritonMPError
-from triton_mp.log import configure_logging
+from triton_mp.common.config import ServerConfig
+from triton_mp.common.errors import TritonMPError
+from triton_mp.common.log import configure_logging
 from triton_mp.restricted import parse_restrictions
 
 log = logging.getLogger(__name__)
 
-DEFAULT_REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
+DEFAULT_REPOSITORY = Path(__file__).resolve().parents[3] / "model_repository"
 """The project's own repository (a source checkout or an editable install)."""
 
 _TRUE = {"true", "on", "1", "yes"}
@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             config = config_from_args(args)
             if args.model_repository is None:
-                from triton_mp.assets import materialise_default_models
+                from triton_mp.cli.assets import materialise_default_models
 
                 materialise_default_models(config.repository_path)
             from triton_mp.supervisor import Supervisor
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
             log.error("%s", e.message)
             return 1
     if args.command == "stat":
-        from triton_mp.stat import run_stat
+        from triton_mp.cli.stat import run_stat
 
         fetch = None
         if args.header:

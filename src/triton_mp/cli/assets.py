@@ -43,7 +43,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from triton_mp.errors import ConfigError
+from triton_mp.common.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""The command line: ``triton-mp start`` (argv -> ServerConfig), ``stat``, model assets."""

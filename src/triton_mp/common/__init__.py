@@ -1,0 +1,1 @@
+"""Pieces every process role shares: errors, datatypes, flags, logging, platform calls."""

@@ -1,0 +1,98 @@
+"""The server's flags as one frozen struct: validated once at the edge, then passed down.
+
+Built by the CLI (``cli.main``) from ``triton-mp start``'s argv and read by the supervisor;
+every role receives only the parts it needs, as runtime specs (``ipc.specs``). Fields carry
+their units and follow ``tritonserver``'s flag names and defaults. Every field is
+restart-required.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+Port = Annotated[int, Meta(ge=0, le=65535)]
+
+
+class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """``triton-mp start`` flags (names and defaults follow ``tritonserver``'s)."""
+
+    model_repository: str
+    """``--model-repository``: the Triton model repository directory."""
+    grpc_address: str = "0.0.0.0"
+    grpc_port: Port = 8001
+    http_address: str = "0.0.0.0"
+    http_port: Port = 8000
+    """``--http-port``: KServe v2 HTTP/REST, served by every frontend (SO_REUSEPORT)."""
+    allow_http: bool = True
+    """``--allow-http``: false serves no HTTP/REST."""
+    metrics_address: str = ""
+    """``--metrics-address``; empty: ``http_address``, as Triton reuses the HTTP address."""
+    metrics_port: Port = 8002
+    """``--metrics-port``: Prometheus metrics (``GET /metrics``), served by frontend 0."""
+    allow_metrics: bool = True
+    """``--allow-metrics``: false serves nothing on the metrics port."""
+    allow_cpu_metrics: bool = True
+    """``--allow-cpu-metrics``: the ``nv_cpu_*`` gauges."""
+    metrics_interval_ms: Annotated[int, Meta(gt=0)] = 2000
+    """``--metrics-interval-ms``: how often the CPU gauges are sampled."""
+    frontend_processes: Annotated[int, Meta(ge=1, le=64)] = 1
+    model_control_mode: Literal["none", "poll", "explicit"] = "none"
+    allow_client_shm: bool = True
+    """``--allow-client-shm``: serve the system shared memory extension."""
+    client_shm_prefix: str = ""
+    """``--client-shm-prefix``: clients may register only shared-memory objects whose key
+    starts with it (empty: any key); objects must also be owned by the server's user and
+    never be triton-mp's own."""
+    grpc_restricted: dict[str, tuple[str, str]] = {}
+    """``--grpc-restricted-protocol``: category -> (header key, value); see ``restricted``."""
+    http_restricted: dict[str, tuple[str, str]] = {}
+    """``--http-restricted-api``: category -> (header key, value)."""
+    load_models: tuple[str, ...] = ()
+    """``--load-model``: models loaded at start in explicit mode (``*`` = all)."""
+    repository_poll_s: Annotated[float, Meta(ge=0)] = 15.0
+    """``--repository-poll-secs``: how often poll mode rescans the repository."""
+    exit_timeout_s: Annotated[float, Meta(ge=0)] = 30.0
+    log_verbose: Annotated[int, Meta(ge=0)] = 0
+    log_format: Literal["console", "json"] = "console"
+    server_id_name: str = "triton"
+    """``--id``: the name ServerMetadata reports."""
+    auto_complete: bool = True
+    """False with ``--disable-auto-complete-config`` or ``--strict-model-config=true``."""
+    default_max_batch_size: Annotated[int, Meta(ge=0)] = 4
+    """``--backend-config=onnxruntime,default-max-batch-size=N``."""
+    heartbeat_timeout_s: Annotated[float, Meta(ge=0)] = 30.0
+    """``--heartbeat-timeout-secs``: a child that sends no heartbeat for this long is hung
+    and is killed (a worker is then restarted); 0 turns heartbeats off. See
+    ``ipc.heartbeat`` for what stops a heartbeat (not a long-running ``execute``)."""
+    startup_timeout_s: Annotated[float, Meta(gt=0)] = 120.0
+    """How long each child may take to report ready."""
+    input_arena_bytes: Annotated[int, Meta(ge=1 << 16)] = 16 << 20
+    """First input arena of each frontend; later arenas grow as needed (each at least
+    twice the block that needed it). Every arena's pages are reserved in ``/dev/shm`` when
+    it is created, so this is what an idle frontend holds there once it has served."""
+    output_arena_bytes: Annotated[int, Meta(ge=1 << 16)] = 4 << 20
+    """First output arena of each worker (grows as the input arenas do)."""
+    arena_budget_bytes: Annotated[int, Meta(ge=1 << 20)] = 4 << 30
+    """``--arena-budget-bytes``: upper bound on the tensor arenas of one process (a
+    frontend's input arenas, a worker's output arenas)."""
+    ring_bytes: Annotated[int, Meta(ge=1 << 12)] = 1 << 20
+    """Data area of each ring that carries requests or batches (frontend -> scheduler,
+    scheduler -> worker, worker -> scheduler, scheduler -> frontend). A record may take at
+    most half of it, which bounds one request's descriptor (its parameters, mostly)."""
+    answer_ring_bytes: Annotated[int, Meta(ge=1 << 12)] = 64 << 10
+    """Data area of each ring that carries only answers to requests (worker -> frontend,
+    worker or scheduler -> a python worker's BLS inbox): their count grows with the number
+    of instances (BLS: python instances x instances), and every ring's pages are reserved
+    in ``/dev/shm``."""
+    worker_ring_bytes: Annotated[int, Meta(ge=1 << 12)] = 256 << 10
+    """Data area of each worker's ring to the scheduler (batch done notices, and the BLS
+    requests of a python model)."""
+
+    @property
+    def repository_path(self) -> Path:
+        """``model_repository`` as a Path."""
+        return Path(self.model_repository)
