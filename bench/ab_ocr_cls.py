@@ -6,7 +6,7 @@
 
 Each variant NAME=REV is src/ as committed at REV (git archive). Every variant's server is
 started at once, each on free ports; idle, they use no CPU (checked and printed). Then, per
-round, perf_analyzer (through the shared pa_run.py) runs against each server in turn, the
+round, perf_analyzer (through bench/pa_run.py) runs against each server in turn, the
 order reversed every other round, so load from other users of the machine falls on every
 variant alike. Per round the throughput of each variant is divided by the first variant's;
 the table gives the median of those ratios, the medians of the absolute figures, and the cores

@@ -20,7 +20,7 @@ One invocation does, per round (``--rounds``, default 1):
      ``max_batch_size`` > 1 and no scheduler); the effective config is checked over gRPC;
 
    on free ports, ready when the gRPC server and the model report ready, then perf_analyzer
-   (gRPC, through the shared ``pa_run.py``) at concurrency 1, 8 and 32, 3 s windows; then the
+   (gRPC, through ``bench/pa_run.py``) at concurrency 1, 8 and 32, 3 s windows; then the
    server is stopped (SIGINT, then SIGKILL after ``--stop-timeout``) and checked for leftover
    processes and ``/dev/shm`` entries named ``triton_mp*``.
 

@@ -3,19 +3,19 @@
 
 The servers ("sides"): the real Triton, triton-mp (one frontend process), and, for the
 add_sub_py gRPC workloads (the python-backend issue's bench, concurrency 1, 4 and 16), also
-triton-mp with ``--frontend-processes 2`` and the Python floor (``../shared/bench/
+triton-mp with ``--frontend-processes 2`` and the Python floor (``bench/
 floor_server.py``: one grpc.aio process computing add_sub inline, what a single Python gRPC
 process reaches here).
 
 One invocation:
 
-1. installs the peers when they are missing (``../shared/bench/install-peers.sh .peers``);
+1. installs the peers when they are missing (``bench/peers/install-peers.sh .peers``);
 2. per round (``--rounds``, default 3), starts every side the chosen workloads need fresh on
    free ports, on the same model repository: the real Triton through
-   ``../shared/bench/run-triton.sh``, ``triton-mp start`` (twice: one and two frontend
+   ``bench/peers/run-triton.sh``, ``triton-mp start`` (twice: one and two frontend
    processes) and the floor, each in its own session;
 3. for each workload, runs the same perf_analyzer command (gRPC or HTTP/REST as the workload
-   says, 3 s windows, through the shared ``pa_run.py``) against each of its sides, back to
+   says, 3 s windows, through ``bench/pa_run.py``) against each of its sides, back to
    back; the order alternates from round to round (odd rounds Triton, triton-mp, fp2, floor;
    even rounds the reverse), so each round's ratios compare runs taken seconds apart;
 4. stops them all by PID (SIGINT, then SIGKILL) and checks that none of their processes and none of
@@ -52,10 +52,10 @@ from typing import Any
 
 import common  # bench/common.py: bench/ is on sys.path when this runs as a script
 from common import (
+    BENCH,
     DEFAULT_PA_RUN,
     DEFAULT_PEERS_ENV,
     ROOT,
-    SHARED_BENCH,
     BenchError,
     Floor,
     ManagedServer,
@@ -65,7 +65,7 @@ from common import (
     med,
 )
 
-DEFAULT_REPOSITORY = SHARED_BENCH / "model_repository"
+DEFAULT_REPOSITORY = BENCH / "model_repository"
 DEFAULT_PNG = ROOT / "bench" / "results" / "vs_triton.png"
 SIDES = ("Triton", "triton-mp", "triton-mp fp2", "floor", "identity floor")
 """Every server the bench can run: the real Triton, triton-mp (one frontend process),

@@ -1,11 +1,11 @@
 """What the benchmarks in bench/ share: the peers, server processes, perf_analyzer runs, tables.
 
-- ``ensure_peers`` / ``load_peers_env``: ``../shared/bench/install-peers.sh`` and its env file.
+- ``ensure_peers`` / ``load_peers_env``: ``bench/peers/install-peers.sh`` and its env file.
 - ``TritonMP``: ``triton-mp start`` on free ports, in its own session; ``Triton``: the real
-  tritonserver through ``../shared/bench/run-triton.sh``. Both wait until their models are
+  tritonserver through ``bench/peers/run-triton.sh``. Both wait until their models are
   loaded (or known to have failed), and stop by PID (SIGINT, then SIGKILL after a timeout),
   checking that no process of theirs and no ``/dev/shm`` entry they held is left behind.
-- ``run_pa``: one perf_analyzer measurement through the shared ``pa_run.py`` wrapper.
+- ``run_pa``: one perf_analyzer measurement through the ``bench/pa_run.py`` wrapper.
 - ``fmt`` / ``med``: table cells and medians that tolerate missing values.
 
 The scripts import it as ``common`` (they run as ``python bench/NAME.py``, so bench/ is on
@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_BENCH = ROOT.parent / "shared" / "bench"
-DEFAULT_PA_RUN = SHARED_BENCH / "pa_run.py"
+BENCH = ROOT / "bench"
+PEERS_SCRIPTS = BENCH / "peers"
+DEFAULT_PA_RUN = BENCH / "pa_run.py"
 DEFAULT_PEERS_ENV = ROOT / ".peers" / "peers.env"
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -180,7 +181,7 @@ def kill_tree_leftovers(tree: list[tuple[int, int]], grace: float) -> list[dict[
 
 
 def ensure_peers(peers_env: Path, install: bool = True) -> None:
-    """Run ../shared/bench/install-peers.sh (idempotent) when the env file or its programs
+    """Run bench/peers/install-peers.sh (idempotent) when the env file or its programs
     are missing."""
     if peers_env.is_file():
         try:
@@ -189,7 +190,7 @@ def ensure_peers(peers_env: Path, install: bool = True) -> None:
                 return
         except BenchError:
             pass
-    script = SHARED_BENCH / "install-peers.sh"
+    script = PEERS_SCRIPTS / "install-peers.sh"
     if not install:
         raise BenchError(f"{peers_env} missing or incomplete: run bash {script} .peers")
     if not script.is_file():
@@ -204,7 +205,7 @@ def load_peers_env(path: Path) -> dict[str, str]:
     """The environment after sourcing peers.env (PERF_ANALYZER, LD_LIBRARY_PATH for libcudart,
     TRITONSERVER, ...)."""
     if not path.is_file():
-        raise BenchError(f"{path} not found: run bash ../shared/bench/install-peers.sh .peers")
+        raise BenchError(f"{path} not found: run bash bench/peers/install-peers.sh .peers")
     out = subprocess.run(
         ["bash", "-c", 'set -a; . "$1"; env -0', "_", str(path)], check=True, capture_output=True
     ).stdout
@@ -470,7 +471,7 @@ class TritonMP(ManagedServer):
 
 
 class Triton(ManagedServer):
-    """The real tritonserver, started by ../shared/bench/run-triton.sh (in its own session,
+    """The real tritonserver, started by bench/peers/run-triton.sh (in its own session,
     so a Ctrl-C on the bench does not reach it). The script prints the server's PID once
     /v2/health/ready answers; tritonserver is then no child of ours (stopped by that PID)."""
 
@@ -486,7 +487,7 @@ class Triton(ManagedServer):
         stop_timeout: float = 30.0,
     ) -> None:
         super().__init__(log_path, start_timeout, stop_timeout)
-        self.script = SHARED_BENCH / "run-triton.sh"
+        self.script = PEERS_SCRIPTS / "run-triton.sh"
         self.cmd = [
             "bash",
             str(self.script),
@@ -530,7 +531,7 @@ class Triton(ManagedServer):
 
 
 class Floor(ManagedServer):
-    """The Python floor, ``../shared/bench/floor_server.py``: one grpc.aio process that
+    """The Python floor, ``bench/floor_server.py``: one grpc.aio process that
     computes ``add_sub_py`` inline in the handler (no queue, no batching, no workers), as our
     child in its own session; with ``script``, another floor of the same kind
     (``bench/floor_identity.py``, which echoes ``identity_py``). It serves gRPC only
@@ -555,7 +556,7 @@ class Floor(ManagedServer):
         self.cmd = (
             [
                 sys.executable,
-                str(SHARED_BENCH / "floor_server.py"),
+                str(BENCH / "floor_server.py"),
                 "--port",
                 str(self.grpc),
                 "--impl",

@@ -3,7 +3,7 @@
 in Python for ``identity_py`` (one FP32 input ``INPUT0`` of any length, echoed as ``OUTPUT0``),
 to bound what any Python server, ours included, can reach with perf_analyzer as the client.
 
-``../shared/bench/floor_server.py`` is the floor for tiny requests (add_sub_py); it parses and
+``bench/floor_server.py`` is the floor for tiny requests (add_sub_py); it parses and
 builds messages with protobuf, which copies a tensor's bytes four times. This one answers
 ModelInfer with the same wire handling triton-mp's frontend uses (``triton_mp.frontend.wire``):
 the request's tensor is a view into the received message and the response is joined once, so

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write an ONNX stand-in for ../shared/bench/model_repository into DIR.
+"""Write an ONNX stand-in for bench/model_repository into DIR.
 
 Same model names, tensors and scheduling as the python models, but on the onnxruntime backend:
 - add_sub_py: model_repository/add_sub/1/model.onnx (OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 =

@@ -1,7 +1,7 @@
 """perf_analyzer (NVIDIA's load generator) drives triton-mp over gRPC and HTTP with no errors.
 
-perf_analyzer comes from the peers that ``../shared/bench/install-peers.sh`` installs into
-``.peers/`` (``.ci/run`` does this when the shared folder is present); the test is skipped
+perf_analyzer comes from the peers that ``bench/peers/install-peers.sh`` installs into
+``.peers/`` (``.ci/run`` does this); the test is skipped
 when it is not installed. It checks the run succeeds and that perf_analyzer prints the
 server-side breakdown, which it only does when ModelStatistics is faithful.
 """
@@ -28,7 +28,9 @@ PEERS_ENV = Path(os.environ.get("PEERS_ENV", REPO_ROOT / ".peers" / "peers.env")
 def _peers_env() -> dict[str, str]:
     """The environment peers.env sets up (perf_analyzer path and its libraries)."""
     if not PEERS_ENV.exists():
-        pytest.skip(f"perf_analyzer is not installed ({PEERS_ENV} missing; see bench/README.md)")
+        pytest.skip(
+            "perf_analyzer is not installed (run: bash bench/peers/install-peers.sh .peers)"
+        )
     out = subprocess.run(
         ["bash", "-c", f"source {shlex.quote(str(PEERS_ENV))} && env -0"],
         check=True,

@@ -1,7 +1,7 @@
 """End to end: Triton python models (``backend: "python"``) through ``triton-mp start``.
 
 One server for the module. The bench's add_sub_py and identity_py are copied unchanged from
-shared/bench/model_repository (the directories Triton itself serves in the bench); the
+bench/model_repository (the directories Triton itself serves in the bench); the
 other models are written here the way Triton's python-backend examples are written:
 per-request errors, a raising execute, auto_complete_config with no config.pbtxt, BYTES in
 and out, an initialize that raises, an auto_complete_config that raises,
@@ -26,7 +26,7 @@ from tests.server import REPO_ROOT, ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-BENCH_REPOSITORY = REPO_ROOT.parent / "shared" / "bench" / "model_repository"
+BENCH_REPOSITORY = REPO_ROOT / "bench" / "model_repository"
 BENCH_MODELS = ("add_sub_py", "identity_py")
 
 # A model whose execute answers each request on its own: a request whose INPUT0 holds a
@@ -223,8 +223,6 @@ class TritonPythonModel:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    if not BENCH_REPOSITORY.is_dir():
-        pytest.skip(f"{BENCH_REPOSITORY} is not present")
     repo = tmp_path_factory.mktemp("repo")
     for name in BENCH_MODELS:
         shutil.copytree(

@@ -6,7 +6,7 @@ decoupled "repeat" example interface), ``modes_py`` (a decoupled model written h
 final, an error mid-stream, execute raising, execute returning a list, no sender at all,
 responses from a thread after execute returned, a second send after the final one) and the
 ordinary ``add_sub_py``. Where the peers are installed (``.peers/``, see
-shared/bench/README.md) the same directory also runs under the real Triton and the answers
+bench/README.md) the same directory also runs under the real Triton and the answers
 are compared; those tests skip cleanly otherwise.
 """
 
@@ -34,7 +34,7 @@ from tests.server import PROJECT_REPOSITORY, REPO_ROOT, ServerProcess, free_port
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 PEERS_ENV = Path(os.environ.get("PEERS_ENV", REPO_ROOT / ".peers" / "peers.env"))
-RUN_TRITON = REPO_ROOT.parent / "shared" / "bench" / "run-triton.sh"
+RUN_TRITON = REPO_ROOT / "bench" / "peers" / "run-triton.sh"
 
 MODES_CONFIG = """
 backend: "python"
@@ -135,7 +135,9 @@ def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
 def triton_url(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The real Triton (python backend) on the same repository, or a skip."""
     if not PEERS_ENV.exists() or not RUN_TRITON.exists():
-        pytest.skip(f"the real Triton is not installed ({PEERS_ENV} missing)")
+        pytest.skip(
+            "the real Triton is not installed (run: bash bench/peers/install-peers.sh .peers)"
+        )
     http, grpc_port, metrics = free_port(), free_port(), free_port()
     log = tmp_path_factory.mktemp("triton") / "triton.log"
     env = dict(os.environ, PEERS_ENV=str(PEERS_ENV), TRITON_LOG=str(log))
