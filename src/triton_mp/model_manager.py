@@ -19,7 +19,7 @@ too), in this order:
    and running requests are answered);
 4. wait for the stopped workers to exit, then unlink their rings, semaphores and arenas.
 
-BLS (python workers calling models through the scheduler, ``workers.bls``) follows every
+BLS (python workers calling models through the scheduler, ``workers.bls_client``) follows every
 change: in step 2 each new instance gets a ring to every BLS client (python worker) and every
 running instance one to each new client (``BlsWorkerUpdate``, ``BlsInboxUpdate``, relayed by
 the scheduler before the new instances are spawned, so before any answer can use them); in

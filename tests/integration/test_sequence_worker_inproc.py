@@ -51,8 +51,8 @@ from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, ArenaAllocator, Segmen
 from triton_mp.repository import load_repository
 from triton_mp.supervisor import plan_models
 from triton_mp.workers.backend import BackendRequest, PhaseTimes, Result, SequenceBatch
-from triton_mp.workers.main import Worker
 from triton_mp.workers.onnxruntime import OnnxRuntimeBackend
+from triton_mp.workers.worker import Worker
 
 PID = os.getpid()
 START, END = SequenceFlags.START, SequenceFlags.END

@@ -46,8 +46,8 @@ from triton_mp.ipc.tensor_pool import (
     free_block,
 )
 from triton_mp.workers.backend import BackendRequest, PhaseTimes, Result
-from triton_mp.workers.main import Worker
 from triton_mp.workers.onnxruntime import OnnxRuntimeBackend
+from triton_mp.workers.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_FILE = ROOT / "model_repository/add_sub/1/model.onnx"

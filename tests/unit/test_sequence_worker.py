@@ -32,7 +32,7 @@ from triton_mp.ipc.specs import (
 )
 from triton_mp.workers.backend import BackendRequest, SequenceBatch, gather_rows, scatter
 from triton_mp.workers.python import PythonBackend
-from triton_mp.workers.sequence import (
+from triton_mp.workers.sequence_state import (
     SequenceStates,
     batch_rows,
     control_tensors,

@@ -289,7 +289,7 @@ def test_through_the_python_backend_as_the_worker_runs_it(
     from triton_mp.supervisor import plan_models
     from triton_mp.workers.backend import BackendRequest
     from triton_mp.workers.registry import load_backend
-    from triton_mp.workers.sequence import sequence_batch
+    from triton_mp.workers.sequence_state import sequence_batch
 
     (plan,), _ = plan_models(load_repository(repository))
     assert not plan.error, plan.error

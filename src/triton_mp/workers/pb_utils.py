@@ -14,7 +14,7 @@ any thread until it sends ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``; ``workers.py
 to the worker.
 
 BLS: ``InferenceRequest(model_name=..., ...).exec()`` / ``await .async_exec()`` send the
-request through the server's scheduler to another model (``workers.bls``) and return its
+request through the server's scheduler to another model (``workers.bls_client``) and return its
 ``InferenceResponse`` (an error response, never an exception, for an unknown model or the
 callee's failure); ``exec(decoupled=True)`` iterates over a decoupled callee's responses.
 
@@ -543,7 +543,8 @@ _bls_submit: Callable[[InferenceRequest, bool, Callable[[Any, bool], None]], Any
 def set_bls(
     submit: Callable[[InferenceRequest, bool, Callable[[Any, bool], None]], Any] | None,
 ) -> None:
-    """Install the worker's BLS client (``workers.bls.BlsClient.submit``); None removes it."""
+    """Install the worker's BLS client (``workers.bls_client.BlsClient.submit``); None
+    removes it."""
     global _bls_submit  # noqa: PLW0603 - one client per worker process
     _bls_submit = submit
 

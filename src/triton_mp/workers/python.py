@@ -30,7 +30,7 @@ Decoupled models (``model_transaction_policy { decoupled: true }``): each reques
 ``pb_utils.InferenceResponseSender`` (``request.get_response_sender()``) that sends zero or
 more responses then a final one (``TRITONSERVER_RESPONSE_COMPLETE_FINAL``), from any thread,
 during or after ``execute``, which returns None. Each response goes to the client as it is
-sent (``workers.main.Worker.respond``); the instance takes its next batch when ``execute``
+sent (``workers.worker.Worker.respond``); the instance takes its next batch when ``execute``
 returns, as in Triton. The inputs of a decoupled model's requests are copies (the model may
 read them from its threads after ``execute`` returned). When ``execute`` raises (or returns
 something other than None), every request whose sender is still open ends with that error. A

@@ -1,6 +1,6 @@
 """The worker's side of the sequence batcher: batch rows, control tensors, implicit state.
 
-Imported by worker processes only (``workers.main`` and the backends). The scheduler decides
+Imported by worker processes only (``workers.worker`` and the backends). The scheduler decides
 which sequence sits in which batch row (``BatchAssign.rows`` / ``slots``) and which sequences
 were released as idle (``BatchAssign.released``); this module turns that into what a backend
 sees, as Triton's sequence batcher does (shared/reference/triton.md §4.5):

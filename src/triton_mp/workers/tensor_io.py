@@ -1,0 +1,219 @@
+"""Tensor I/O of a worker: views over request inputs, writing outputs, client regions.
+
+Imported by ``workers.worker``. Inputs are read in place: a numpy view over the frontend's
+arena or the client's registered system shared memory (no copy for fixed-size types).
+Outputs are written once: into the client's registered region where the request asked for
+it (``InferRequest.output_regions``, Triton's ``shared_memory_region`` output parameter),
+the rest into one block of this worker's arena (``ipc.tensor_pool``), which the frontend
+frees after reading.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import mmap
+import os
+
+import numpy as np
+import posix_ipc
+
+from triton_mp.common.datatypes import (
+    NUMPY_DTYPES,
+    deserialize_bytes_tensor,
+    element_count,
+    tensor_wire_bytes,
+)
+from triton_mp.common.errors import ErrorCode, TritonMPError
+from triton_mp.ipc import ArenaAllocator, SegmentCache
+from triton_mp.ipc.messages import BlockRef, InferRequest, InferResponse, OutputRegion, TensorRef
+from triton_mp.ipc.shm import client_object_refusal
+from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
+
+
+class ClientRegions:
+    """The worker's mappings of clients' registered system shared memory.
+
+    Keyed by (key, registration id), so a client that re-creates an object under the same key
+    and registers it again gets a fresh mapping. Inputs are mapped read-only, outputs
+    read-write. At most ``capacity`` objects stay mapped (least recently used go first).
+
+    NOTE: touching a mapping beyond the end of an object the client has since truncated
+    raises SIGBUS, which no Python code can catch. Every use re-checks the object's current
+    size (``fstat`` on a descriptor kept open) and fails that request instead; a truncation
+    racing with a running batch can still kill the worker, which the supervisor restarts.
+    """
+
+    def __init__(self, capacity: int = 64) -> None:
+        self._maps: collections.OrderedDict[tuple[str, int, bool], tuple[mmap.mmap, int]] = (
+            collections.OrderedDict()
+        )
+        self._capacity = capacity
+
+    def window(
+        self, key: str, region_id: int, writable: bool, offset: int, nbytes: int, what: str
+    ) -> mmap.mmap:
+        """The mapped object, after checking ``[offset, offset + nbytes)`` lies inside it now.
+
+        Raises:
+            TritonMPError (INVALID_ARG): the client's object is gone, inaccessible, or
+                smaller than the window (``what`` names the tensor in the message).
+        """
+        k = (key, region_id, writable)
+        entry = self._maps.get(k)
+        if entry is None:
+            entry = self._map(key, writable)
+            self._maps[k] = entry
+            while len(self._maps) > self._capacity:
+                _, (old_buf, old_fd) = self._maps.popitem(last=False)
+                _close(old_buf, old_fd)
+        else:
+            self._maps.move_to_end(k)
+        buf, fd = entry
+        size = os.fstat(fd).st_size
+        if offset + nbytes > min(size, len(buf)):
+            raise TritonMPError(
+                f"{what}: shared memory object '{key}' is {size} bytes now, smaller than the "
+                f"registered window ending at byte {offset + nbytes}",
+                ErrorCode.INVALID_ARG,
+            )
+        return buf
+
+    @staticmethod
+    def _map(key: str, writable: bool) -> tuple[mmap.mmap, int]:
+        try:
+            obj = posix_ipc.SharedMemory(key, read_only=not writable)
+        except (posix_ipc.ExistentialError, posix_ipc.PermissionsError, ValueError) as e:
+            raise TritonMPError(
+                f"Unable to map shared memory object '{key}' of a registered region: {e}",
+                ErrorCode.INVALID_ARG,
+            ) from None
+        fd = obj.fd
+        try:
+            st = os.fstat(fd)
+            # NOTE: re-checked here: the client may have replaced the object under the
+            # same key since the frontend checked the registration.
+            # NOTE: the supervisor is the parent, and its pid names this server's objects.
+            refusal = client_object_refusal(key, st.st_uid, str(os.getppid()))
+            if refusal is not None:
+                os.close(fd)
+                raise TritonMPError(
+                    f"Unable to map shared memory object '{key}' of a registered region: {refusal}",
+                    ErrorCode.INVALID_ARG,
+                )
+            size = st.st_size
+            prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+            return mmap.mmap(fd, size, prot=prot), fd
+        except (OSError, ValueError) as e:
+            os.close(fd)
+            raise TritonMPError(
+                f"Unable to map shared memory object '{key}' of a registered region: {e}",
+                ErrorCode.INVALID_ARG,
+            ) from None
+
+    def close(self) -> None:
+        """Unmap everything."""
+        for buf, fd in self._maps.values():
+            _close(buf, fd)
+        self._maps.clear()
+
+
+def _close(buf: mmap.mmap, fd: int) -> None:
+    # NOTE: numpy views may still export the mapping; the OS unmaps it at exit then.
+    with contextlib.suppress(BufferError):
+        buf.close()
+    os.close(fd)
+
+
+def view_tensor(cache: SegmentCache, ref: TensorRef, regions: ClientRegions) -> np.ndarray:
+    """A numpy array over a tensor in shared memory (no copy for fixed-size types).
+
+    Raises:
+        TritonMPError (INVALID_ARG): a client region is gone, or smaller than the tensor.
+    """
+    buf: mmap.mmap
+    if ref.region_id:
+        buf = regions.window(
+            ref.segment, ref.region_id, False, ref.offset, ref.nbytes, f"input '{ref.name}'"
+        )
+    else:
+        buf = cache.get(ref.segment).buf
+    if ref.datatype == "BYTES":
+        return deserialize_bytes_tensor(
+            memoryview(buf)[ref.offset : ref.offset + ref.nbytes], ref.shape
+        )
+    dtype = NUMPY_DTYPES[ref.datatype]
+    count = element_count(ref.shape)
+    return np.frombuffer(buf, dtype=dtype, count=count, offset=ref.offset).reshape(ref.shape)
+
+
+def write_outputs(
+    arena: ArenaAllocator,
+    regions: ClientRegions,
+    req: InferRequest,
+    outputs: dict[str, np.ndarray],
+    final: bool = True,
+) -> InferResponse:
+    """Write one request's outputs: into the client's registered shared memory where the
+    request asked for it, the rest into one block of this worker's arena (one copy each).
+
+    Raises:
+        TritonMPError: a missing output, or a client region too small for its output.
+    """
+    parts: list[tuple[str, str, tuple[int, ...], memoryview, OutputRegion | None]] = []
+    total = 0
+    wanted = req.output_regions or (None,) * len(req.outputs)
+    for name, region in zip(req.outputs, wanted, strict=True):
+        arr = outputs.get(name)
+        if arr is None:
+            raise TritonMPError(f"output '{name}' was not produced by model '{req.model}'")
+        datatype, data = tensor_wire_bytes(arr)
+        if region is not None and len(data) > region.byte_size:
+            raise TritonMPError(
+                f"shared memory size specified with the request for output '{name}' "
+                f"({region.byte_size} bytes) should be at least {len(data)} bytes to hold "
+                "the results",
+                ErrorCode.INVALID_ARG,
+            )
+        parts.append((name, datatype, tuple(int(d) for d in arr.shape), data, region))
+        if region is None:
+            total += align(len(data))
+    block_ref = None
+    refs = []
+    mv = None
+    pos = 0
+    if any(p[4] is None for p in parts):
+        seg, block = arena.alloc(total)
+        block_ref = BlockRef(seg.name, block)
+        mv = memoryview(seg.buf)
+        pos = block + BLOCK_HEADER_BYTES
+    for name, datatype, shape, data, region in parts:
+        n = len(data)
+        if region is not None:
+            dest = regions.window(
+                region.key,
+                region.region_id,
+                True,
+                region.offset,
+                n,
+                f"output '{name}' (region '{region.region_name}')",
+            )
+            dest[region.offset : region.offset + n] = data
+            refs.append(
+                TensorRef(name, datatype, shape, region.key, region.offset, n, region.region_id)
+            )
+            continue
+        assert mv is not None
+        assert block_ref is not None
+        mv[pos : pos + n] = data
+        refs.append(TensorRef(name, datatype, shape, block_ref.segment, pos, n))
+        pos += align(n)
+    if mv is not None:
+        mv.release()
+    return InferResponse(
+        request_id=req.request_id,
+        version=req.version,
+        outputs=tuple(refs),
+        block=block_ref,
+        final=final,
+    )

@@ -1,0 +1,312 @@
+"""One model instance's batch execution: run a batch on its backend and answer each request.
+
+``Worker`` is the logic of a worker process (``workers.main`` is the process entry), and is
+constructible in-process with any ``Backend`` (tests). Per batch: view each request's inputs
+in the frontend's arena (no copy), let the backend gather/run/scatter, write each request's
+outputs into one block of this worker's arena (one copy; ``workers.tensor_io``), post an
+``InferResponse`` straight to the request's frontend and a ``BatchDone`` to the scheduler.
+
+Sequence models (``model.sequence`` set; see ``workers.sequence_state``): the backend also
+gets a ``SequenceBatch`` (the batch rows of the Direct strategy, with null rows, and the
+control tensors), and the worker keeps each sequence's implicit state between its requests:
+it adds the state inputs to a request and asks for the state outputs, stores them after the
+run, and forgets a sequence's state after its END request or when the scheduler releases it
+as idle (``BatchAssign.released``). Other models take exactly the path they took before.
+
+Decoupled models (``model.decoupled``): the backend answers requests itself through
+``Worker.respond``, from any thread and after ``execute`` returned, zero or more responses
+then a final one per request. Each response is one output block, posted as it is sent; the
+instance is idle for the scheduler when ``execute`` returns (``BatchDone``), as in Triton,
+and each final response is also reported to the scheduler (``DecoupledDone``), which keeps
+the request open until then (cancellation, instance death). Writing and posting responses
+is serialised by one lock: the arena allocator and each ring have one producer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from triton_mp.common.errors import ErrorCode, TritonMPError, flatten_exception
+from triton_mp.ipc import ArenaAllocator, SegmentCache, free_block
+from triton_mp.ipc.messages import (
+    BatchAssign,
+    BatchDone,
+    CancelRequest,
+    DecoupledDone,
+    ErrorInfo,
+    InferRequest,
+    InferResponse,
+    SequenceFlags,
+)
+from triton_mp.ipc.shm import Segment
+from triton_mp.ipc.specs import WorkerSpec
+from triton_mp.workers.backend import (
+    Backend,
+    BackendRequest,
+    Responded,
+    Result,
+    SequenceBatch,
+)
+from triton_mp.workers.sequence_state import SequenceStates, sequence_batch
+from triton_mp.workers.tensor_io import ClientRegions, view_tensor, write_outputs
+
+log = logging.getLogger(__name__)
+
+
+class Worker:
+    """Runs batches on one backend and writes responses (process-agnostic logic).
+
+    Args:
+        spec: this instance's spec.
+        backend: the loaded backend.
+        arena: this worker's output arena allocator.
+        cache: attached input arenas of the frontends.
+        send_frontend: ``send_frontend(frontend_id, message)``.
+        send_scheduler: ``send_scheduler(message)``.
+
+    Raises (from the constructor):
+        ConfigError: the model's initial implicit state cannot be made (an unreadable or
+            wrongly sized ``initial_state`` data file).
+    """
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        backend: Backend,
+        arena: ArenaAllocator,
+        cache: SegmentCache,
+        send_frontend: Callable[[int, object], None],
+        send_scheduler: Callable[[object], None],
+    ) -> None:
+        self._spec = spec
+        self._backend = backend
+        self._arena = arena
+        self._cache = cache
+        self._send_frontend = send_frontend
+        self._send_scheduler = send_scheduler
+        self._origin = f"worker {spec.instance.name}"
+        self._regions = ClientRegions()
+        self._sequence = spec.model.sequence
+        self._states = SequenceStates.for_model(spec.model)
+        self._decoupled = spec.model.decoupled
+        self._post_lock = threading.RLock()
+        self.post_lock = self._post_lock
+        """Serialises this process's arena allocations and ring pushes (BLS shares it)."""
+        self._cancelled: set[tuple[int, int]] = set()
+        """(frontend id, request id) of open decoupled requests whose client went away."""
+        bind = getattr(backend, "bind_responder", None)
+        if bind is not None:
+            bind(self.respond, self.is_cancelled)
+
+    def respond(
+        self, token: object, result: dict[str, np.ndarray] | ErrorInfo | None, final: bool
+    ) -> None:
+        """Send one response of a request now (``workers.backend.Responder``); thread-safe.
+
+        Args:
+            token: the request's ``InferRequest`` (``BackendRequest.token``).
+            result: outputs, an error, or None for a flags-only final response.
+            final: no more responses follow for the request.
+
+        Raises:
+            TritonMPError: the outputs cannot be written (nothing was sent; the request is
+                still open).
+        """
+        req = token
+        assert isinstance(req, InferRequest)
+        with self._post_lock:
+            if isinstance(result, dict):
+                msg = write_outputs(self._arena, self._regions, req, result, final)
+            elif result is None:
+                msg = InferResponse(
+                    request_id=req.request_id, version=req.version, final=final, empty=True
+                )
+            else:
+                msg = InferResponse(
+                    request_id=req.request_id, version=req.version, error=result, final=final
+                )
+            self._post(req, msg)
+
+    def is_cancelled(self, token: object) -> bool:
+        """Whether the client of an open decoupled request went away (cheap; thread-safe)."""
+        req = token
+        assert isinstance(req, InferRequest)
+        return (req.frontend_id, req.request_id) in self._cancelled
+
+    def cancel(self, msg: CancelRequest) -> None:
+        """The scheduler forwarded the cancellation of an open decoupled request."""
+        self._cancelled.add((msg.frontend_id, msg.request_id))
+
+    def _post(self, req: InferRequest, msg: InferResponse) -> bool:
+        """Send a response to its frontend (lock held); False when it could not be sent
+        (its output block is freed then)."""
+        ok = True
+        try:
+            self._send_frontend(req.frontend_id, msg)
+        except Exception:  # noqa: BLE001 - one unreachable frontend must not stall the others
+            log.exception(
+                "could not answer request %d of frontend %d", req.request_id, req.frontend_id
+            )
+            if msg.block is not None:
+                free_block(self._arena_segment(msg.block.segment).buf, msg.block.offset)
+            ok = False
+        if self._decoupled and msg.final:
+            key = (req.frontend_id, req.request_id)
+            self._cancelled.discard(key)
+            try:
+                self._send_scheduler(
+                    DecoupledDone(
+                        instance_id=self._spec.instance.instance_id,
+                        frontend_id=key[0],
+                        request_id=key[1],
+                    )
+                )
+            except Exception:  # noqa: BLE001 - the scheduler's death stops the server anyway
+                log.exception("could not report the end of request %d", req.request_id)
+        return ok
+
+    def run_batch(self, batch: BatchAssign) -> None:
+        """Execute one batch and answer every request in it."""
+        start_ns = time.monotonic_ns()
+        reqs = batch.requests
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("batch %d started: %d requests", batch.batch_id, len(reqs))
+        results: list[Result | None] = [None] * len(reqs)
+        t_input = t_infer = 0
+        runnable: list[int] = []
+        backend_reqs: list[BackendRequest] = []
+        if self._states is not None and batch.released:
+            # NOTE: before this batch's requests take their state: one of them may START a
+            # new sequence under a released ID.
+            self._states.drop(batch.released)
+        for i, r in enumerate(reqs):
+            try:
+                backend_reqs.append(self._backend_request(r))
+                runnable.append(i)
+            except TritonMPError as e:
+                # NOTE: one request's unreadable input (e.g. a vanished client region)
+                # fails that request only.
+                results[i] = ErrorInfo(e.code, e.message, self._origin)
+        try:
+            if backend_reqs:
+                if self._sequence is None:
+                    ran, times = self._backend.execute(backend_reqs)
+                else:
+                    ran, times = self._backend.execute(
+                        backend_reqs, self._sequence_batch(batch, runnable, backend_reqs)
+                    )
+                t_input, t_infer = times.compute_input_ns, times.compute_infer_ns
+                if len(ran) != len(backend_reqs):
+                    raise TritonMPError(
+                        f"backend returned {len(ran)} results for a batch of "
+                        f"{len(backend_reqs)} requests"
+                    )
+                for i, res in zip(runnable, ran, strict=True):
+                    results[i] = res
+        except Exception as exc:  # noqa: BLE001 - one failed batch must not stop the worker
+            log.exception("batch %d failed", batch.batch_id)
+            info = ErrorInfo(ErrorCode.INTERNAL, flatten_exception(exc), self._origin)
+            for i in runnable:
+                results[i] = info
+        if self._states is not None:
+            self._keep_states(reqs, results)
+        t0 = time.perf_counter_ns()
+        failed = []
+        missing = ErrorInfo(ErrorCode.INTERNAL, "no result for the request", self._origin)
+        final = [missing if r is None else r for r in results]
+        for i, (req, res) in enumerate(zip(reqs, final, strict=True)):
+            if isinstance(res, Responded):
+                continue
+            with self._post_lock:
+                if isinstance(res, dict):
+                    try:
+                        msg = write_outputs(self._arena, self._regions, req, res)
+                    except TritonMPError as exc:
+                        res = ErrorInfo(exc.code, exc.message, self._origin)
+                    except Exception as exc:  # noqa: BLE001
+                        res = ErrorInfo(ErrorCode.INTERNAL, flatten_exception(exc), self._origin)
+                if not isinstance(res, dict):
+                    failed.append(i)
+                    msg = InferResponse(request_id=req.request_id, version=req.version, error=res)
+                if not self._post(req, msg) and i not in failed:
+                    failed.append(i)
+        t_output = time.perf_counter_ns() - t0
+        # NOTE: under the lock: response threads of decoupled models share the ring.
+        with self._post_lock:
+            self._send_scheduler(
+                BatchDone(
+                    instance_id=self._spec.instance.instance_id,
+                    batch_id=batch.batch_id,
+                    start_ns=start_ns,
+                    compute_input_ns=t_input,
+                    compute_infer_ns=t_infer,
+                    compute_output_ns=t_output,
+                    end_ns=time.monotonic_ns(),
+                    failed=tuple(failed),
+                )
+            )
+
+    def close(self) -> None:
+        """Unmap the clients' regions."""
+        self._regions.close()
+
+    def _sequence_batch(
+        self, batch: BatchAssign, runnable: list[int], backend_reqs: list[BackendRequest]
+    ) -> SequenceBatch:
+        """The batch rows of the requests that reach the backend (a request that failed
+        before leaves a null row in the Direct strategy) and the control tensors.
+
+        Raises:
+            TritonMPError (INTERNAL): ``batch.slots`` does not fit ``batch.requests``.
+        """
+        slots: tuple[int, ...] = ()
+        if batch.rows:
+            if len(batch.slots) != len(batch.requests):
+                raise TritonMPError(
+                    f"batch {batch.batch_id} has {len(batch.requests)} requests but "
+                    f"{len(batch.slots)} slots"
+                )
+            slots = tuple(batch.slots[i] for i in runnable)
+        return sequence_batch(self._spec.model, backend_reqs, batch.rows, slots)
+
+    def _keep_states(self, reqs: tuple[InferRequest, ...], results: list[Result | None]) -> None:
+        """After a run: store each request's state outputs as its sequence's next state
+        inputs; forget the sequence after an END request (whether it succeeded or not).
+        A request whose state outputs are missing fails."""
+        assert self._states is not None
+        for i, req in enumerate(reqs):
+            res = results[i]
+            if req.sequence_flags & SequenceFlags.END:
+                self._states.drop((req.sequence_id,))
+            elif isinstance(res, dict):
+                try:
+                    self._states.update(req.sequence_id, res)
+                except TritonMPError as e:
+                    results[i] = ErrorInfo(e.code, e.message, self._origin)
+
+    def _arena_segment(self, name: str) -> Segment:
+        return next(s for s in self._arena.segments() if s.name == name)
+
+    def _backend_request(self, req: InferRequest) -> BackendRequest:
+        inputs = {ref.name: view_tensor(self._cache, ref, self._regions) for ref in req.inputs}
+        outputs = req.outputs
+        if self._states is not None:
+            inputs.update(self._states.inputs(req.sequence_id, req.sequence_flags))
+            outputs += tuple(n for n in self._states.output_names if n not in outputs)
+        # NOTE: positional arguments (BackendRequest's field order): the per-request hot path.
+        return BackendRequest(
+            inputs,
+            outputs,
+            req.batch_size,
+            req.client_id,
+            req.timeout_us,
+            req.parameters_json,
+            req.sequence_id,
+            req.sequence_flags,
+            req,
+        )
