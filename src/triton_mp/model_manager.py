@@ -41,7 +41,6 @@ import contextlib
 import hashlib
 import logging
 import queue
-import re
 import shutil
 import tempfile
 import threading
@@ -89,6 +88,7 @@ from triton_mp.ipc.specs import (
     ModelVersionSpec,
     WorkerSpec,
 )
+from triton_mp.ipc.topology import Topology
 from triton_mp.repository import (
     CONFIG_FILENAME,
     RepositoryModel,
@@ -122,6 +122,7 @@ class Host(Protocol):
 
     config: ServerConfig
     server_id: str
+    topology: Topology
 
     @property
     def log_spec(self) -> LogSpec:
@@ -164,16 +165,12 @@ class Host(Protocol):
         """Push a message to the scheduler (thread-safe)."""
         ...
 
-    def ring(self, purpose: str, capacity_bytes: int = 0) -> str:
+    def ring(self, name: str, capacity_bytes: int = 0) -> str:
         """Create a ring; returns its name."""
         ...
 
-    def wakeup(self, kind: WakeupKind, purpose: str) -> Wakeup:
+    def wakeup(self, kind: WakeupKind, name: str) -> Wakeup:
         """Create a wake-up object."""
-        ...
-
-    def name(self, purpose: str) -> str:
-        """The POSIX name of one of this server's objects."""
         ...
 
     @property
@@ -320,7 +317,7 @@ class ModelManager:
     def frontend_rings(self, frontend_id: int) -> tuple[str, ...]:
         """The rings from every running instance to one frontend (its spec at start)."""
         return tuple(
-            self._host.name(f"r_w{c.instance_id}_f{frontend_id}")
+            self._host.topology.worker_to_frontend(c.instance_id, frontend_id)
             for m in self._models.values()
             for v in m.versions.values()
             for c in v.children
@@ -712,6 +709,7 @@ class ModelManager:
     def _start_instances(self, plans: list[ModelPlan]) -> dict[int, _Child]:
         """Step 2: IPC objects, scheduler, frontend and BLS wiring, then spawn every instance."""
         host = self._host
+        top = host.topology
         n_fe = self._n_fe
         children: dict[int, _Child] = {}
         wiring = []
@@ -722,11 +720,12 @@ class ModelManager:
             by_version = {v.version: v for v in p.versions}
             for w in p.instances:
                 iid = w.instance_id
-                sem = host.wakeup("semaphore", f"w{iid}_sem")
-                to_worker = host.ring(f"r_s_w{iid}")
-                from_worker = host.ring(f"r_w{iid}_s", self._cfg.worker_ring_bytes)
+                sem = host.wakeup("semaphore", top.worker_wakeup(iid))
+                to_worker = host.ring(top.scheduler_to_worker(iid))
+                from_worker = host.ring(top.worker_to_scheduler(iid), self._cfg.worker_ring_bytes)
                 to_fe = {
-                    i: host.ring(f"r_w{iid}_f{i}", self._cfg.answer_ring_bytes) for i in range(n_fe)
+                    i: host.ring(top.worker_to_frontend(iid, i), self._cfg.answer_ring_bytes)
+                    for i in range(n_fe)
                 }
                 rings.extend(to_fe.values())
                 client = bls.clients.get(iid)
@@ -739,7 +738,7 @@ class ModelManager:
                         i: ChannelSpec(to_fe[i], self._fe_wakeups[i]) for i in range(n_fe)
                     }
                     | bls.to_clients[iid],
-                    arena_prefix=host.name(f"w{iid}"),
+                    arena_prefix=top.worker_arenas(iid),
                     arena_bytes=self._cfg.output_arena_bytes,
                     arena_budget_bytes=self._cfg.arena_budget_bytes,
                     log=host.log_spec,
@@ -789,6 +788,7 @@ class ModelManager:
         Running instances and clients are rewired (their specs now, their processes by the
         returned ``updates``)."""
         host = self._host
+        top = host.topology
         size = self._cfg.answer_ring_bytes
         new = [w for p in plans for w in p.instances]
         backend = {(v.model, v.version): v.backend for p in plans for v in p.versions}
@@ -799,16 +799,16 @@ class ModelManager:
         }
         from_scheduler: dict[int, str] = {}
         for c in new_clients:
-            wakeups[c] = host.wakeup("semaphore", f"w{c}_bls")
-            from_scheduler[c] = host.ring(f"r_s_c{c}", size)
+            wakeups[c] = host.wakeup("semaphore", top.bls_wakeup(c))
+            from_scheduler[c] = host.ring(top.scheduler_to_bls(c), size)
         ring: dict[tuple[int, int], str] = {}
         """(producer instance, client instance) -> ring."""
         for w in new:
             for c in old_clients + new_clients:
-                ring[(w.instance_id, c)] = host.ring(f"r_w{w.instance_id}_c{c}", size)
+                ring[(w.instance_id, c)] = host.ring(top.worker_to_bls(w.instance_id, c), size)
         for i in self._wired:
             for c in new_clients:
-                ring[(i, c)] = host.ring(f"r_w{i}_c{c}", size)
+                ring[(i, c)] = host.ring(top.worker_to_bls(i, c), size)
         out = _BlsWiring()
         for w in new:
             out.to_clients[w.instance_id] = {
@@ -861,7 +861,8 @@ class ModelManager:
         hold is delivered)."""
         gone = [self._wired.pop(i) for i in ids if i in self._wired]
         gone_clients = {x.bls.client_id for x in gone if x.bls is not None}
-        gone_rings = {self._host.name(f"r_w{i}_c{c}") for i in ids for c in self._wired}
+        top = self._host.topology
+        gone_rings = {top.worker_to_bls(i, c) for i in ids for c in self._wired}
         for w, x in self._wired.items():
             if gone_clients:
                 x.respec(
@@ -943,34 +944,21 @@ class ModelManager:
         if not children:
             return
         ids = tuple(c.instance_id for c in children)
+        top = self._host.topology
         self._unwire_bls(ids)
         self._host.send_scheduler(InstancesRemoved(instance_ids=ids))
         self._update_frontends(
             ModelTableUpdate(
                 remove_rings=tuple(
-                    self._host.name(f"r_w{i}_f{f}") for i in ids for f in range(self._n_fe)
+                    top.worker_to_frontend(i, f) for i in ids for f in range(self._n_fe)
                 ),
-                drop_segments=tuple(self._host.name(f"w{i}p") for i in ids),
+                drop_segments=tuple(top.worker_segments(i) for i in ids),
             ),
             ack=True,
         )
         self._host.remove_children(children)
-        prefix = f"triton_mp_{self._host.server_id}_"
-        exact = set()
-        for i in ids:
-            exact |= {f"{prefix}r_w{i}_s", f"{prefix}r_s_w{i}", f"sem.{prefix}w{i}_sem"}
-            exact |= {f"{prefix}r_w{i}_f{f}" for f in range(self._n_fe)}
-            exact |= {f"{prefix}r_s_c{i}", f"sem.{prefix}w{i}_bls"}
-        arenas = tuple(f"{prefix}w{i}p" for i in ids)
-        bls_ring = re.compile(rf"^{prefix}r_w(\d+)_c(\d+)$")
-        for entry in list_objects(self._host.server_id):
-            m = bls_ring.match(entry)
-            if (
-                entry in exact
-                or entry.startswith(arenas)
-                or (m is not None and (int(m.group(1)) in ids or int(m.group(2)) in ids))
-            ):
-                remove_entry(entry)
+        for entry in top.of_instances(list_objects(self._host.server_id), set(ids)):
+            remove_entry(entry)
 
     # ---------------------------------------------------------------- unload
     def _unload(self, names: list[str], reason: str) -> None:

@@ -34,7 +34,7 @@ from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import StartupError
 from triton_mp.common.platform import tune_malloc
-from triton_mp.ipc import Ring, Sender, encode, object_name, sweep_stale
+from triton_mp.ipc import Ring, Sender, encode, sweep_stale
 from triton_mp.ipc.heartbeat import HeartbeatBoard, start_beating
 from triton_mp.ipc.messages import Shutdown, WorkerDied
 from triton_mp.ipc.notify import Wakeup, WakeupKind, create_wakeup
@@ -56,6 +56,7 @@ from triton_mp.ipc.specs import (
     TensorSpec,
     WorkerSpec,
 )
+from triton_mp.ipc.topology import Topology
 from triton_mp.model_manager import ModelManager
 from triton_mp.repository import (
     RepositoryModel,
@@ -397,6 +398,7 @@ class Supervisor:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.server_id = str(os.getpid())
+        self.topology = Topology(self.server_id)
         self._ctx = mp.get_context("spawn")
         self._log = LogSpec(config.log_verbose, config.log_format)
         self._stop_requested = False
@@ -407,17 +409,13 @@ class Supervisor:
         self._drain_frontends = True
         self._heartbeats: HeartbeatBoard | None = None
 
-    def _name(self, purpose: str) -> str:
-        return object_name(self.server_id, purpose)
-
     # ------------------------------------------------------------------ IPC
-    def _ring(self, purpose: str, capacity_bytes: int = 0) -> str:
-        name = self._name(purpose)
+    def _ring(self, name: str, capacity_bytes: int = 0) -> str:
         Ring.create(name, capacity_bytes or self.config.ring_bytes).close()
         return name
 
-    def _wakeup(self, kind: WakeupKind, purpose: str) -> Wakeup:
-        return create_wakeup(kind, self._name(purpose))
+    def _wakeup(self, kind: WakeupKind, name: str) -> Wakeup:
+        return create_wakeup(kind, name)
 
     # ------------------------------------------------------------- children
     def _spawn(self, child: _Child) -> None:
@@ -560,7 +558,7 @@ class Supervisor:
             signal.signal(sig, self._on_signal)
         sweep_stale(self.server_id)
         if self.config.heartbeat_timeout_s > 0:
-            self._heartbeats = HeartbeatBoard.create(self._name("heartbeat"), HEARTBEAT_SLOTS)
+            self._heartbeats = HeartbeatBoard.create(self.topology.heartbeat(), HEARTBEAT_SLOTS)
         try:
             return self._run()
         finally:
@@ -600,13 +598,15 @@ class Supervisor:
         cfg = self.config
         self._check_port_free()
         n_fe = cfg.frontend_processes
-        fe_inbox_rings = [self._ring(f"r_f{i}_s") for i in range(n_fe)]
-        sup_ring = self._ring("r_sup_s")
-        sched_sem = self._wakeup("semaphore", "s_sem")
+        top = self.topology
+        fe_inbox_rings = [self._ring(top.frontend_inbox_ring(i)) for i in range(n_fe)]
+        sup_ring = self._ring(top.supervisor_ring())
+        sched_sem = self._wakeup("semaphore", top.scheduler_wakeup())
         # NOTE: frontends run asyncio loops that watch a FIFO; see ipc/notify.py.
-        fe_sems = {i: self._wakeup("fifo", f"f{i}_fifo") for i in range(n_fe)}
+        fe_sems = {i: self._wakeup("fifo", top.frontend_wakeup(i)) for i in range(n_fe)}
         to_frontends_from_sched = {
-            i: ChannelSpec(self._ring(f"r_s_f{i}"), fe_sems[i]) for i in range(n_fe)
+            i: ChannelSpec(self._ring(top.scheduler_to_frontend(i)), fe_sems[i])
+            for i in range(n_fe)
         }
         # NOTE: the scheduler starts with no model; every instance, at start or later, is
         # wired to it by InstancesAdded / VersionsActivated (model_manager).
@@ -651,7 +651,7 @@ class Supervisor:
                     (to_frontends_from_sched[i].ring, *self.models.frontend_rings(i)),
                 ),
                 to_scheduler=ChannelSpec(fe_inbox_rings[i], sched_sem),
-                arena_prefix=self._name(f"f{i}"),
+                arena_prefix=top.frontend_arenas(i),
                 arena_bytes=cfg.input_arena_bytes,
                 arena_budget_bytes=cfg.arena_budget_bytes,
                 exit_timeout_s=cfg.exit_timeout_s,
@@ -780,17 +780,13 @@ class Supervisor:
         with self._scheduler_lock:
             self._to_scheduler.send(msg)
 
-    def ring(self, purpose: str, capacity_bytes: int = 0) -> str:
+    def ring(self, name: str, capacity_bytes: int = 0) -> str:
         """Create a ring (see ``_ring``; ``capacity_bytes`` 0: ``ring_bytes``)."""
-        return self._ring(purpose, capacity_bytes)
+        return self._ring(name, capacity_bytes)
 
-    def wakeup(self, kind: WakeupKind, purpose: str) -> Wakeup:
+    def wakeup(self, kind: WakeupKind, name: str) -> Wakeup:
         """Create a wake-up object."""
-        return self._wakeup(kind, purpose)
-
-    def name(self, purpose: str) -> str:
-        """The POSIX name of one of this server's objects."""
-        return self._name(purpose)
+        return self._wakeup(kind, name)
 
     def _wake_watch(self) -> None:
         with contextlib.suppress(OSError):
@@ -862,9 +858,9 @@ class Supervisor:
         )
         # NOTE: its output arenas are named after its pid; frontends that still read a block
         # keep their mapping, so removing the names is safe and frees the memory later.
-        for name in list_objects(self.server_id):
-            if name.startswith(f"triton_mp_{self.server_id}_w{iid}p{c.process.pid}_"):
-                remove_entry(name)
+        pid = c.process.pid or 0
+        for name in self.topology.of_worker_process(list_objects(self.server_id), iid, pid):
+            remove_entry(name)
         self.send_scheduler(WorkerDied(instance_id=iid, exitcode=code, reason=reason))
         c.process = None
         if c.restarts >= MAX_RESTARTS:

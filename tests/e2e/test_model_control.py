@@ -8,7 +8,6 @@ Each test copies models of the project's repository into a tmp repository it may
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import threading
@@ -24,6 +23,7 @@ from tritonclient.utils import InferenceServerException
 from tests.conftest import copy_models, write_python_model
 from tests.server import ServerProcess, wait_for
 from triton_mp.ipc.shm import list_objects
+from triton_mp.ipc.topology import Topology
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -62,12 +62,14 @@ def _worker_processes(server: ServerProcess) -> list[str]:
     return [line for line in out.splitlines() if line.startswith("triton-mp: worker")]
 
 
-_INSTANCE_OBJECT = re.compile(r"^(sem\.)?triton_mp_\d+_(r_w\d+_|r_s_w\d+$|w\d+(_sem$|p))")
-
-
 def _instance_objects(server: ServerProcess) -> list[str]:
-    """/dev/shm entries of model instances (rings, semaphores, output arenas)."""
-    return [n for n in list_objects(str(server.pid)) if _INSTANCE_OBJECT.match(n)]
+    """/dev/shm entries of model instances (rings, semaphores, output arenas, BLS rings)."""
+    top = Topology(str(server.pid))
+    return [
+        n
+        for n in list_objects(str(server.pid))
+        if (obj := top.parse(n)) is not None and obj.instances
+    ]
 
 
 @pytest.fixture

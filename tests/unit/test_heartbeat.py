@@ -9,12 +9,12 @@ from collections.abc import Iterator
 import pytest
 
 from triton_mp.ipc.heartbeat import SLOT_BYTES, HeartbeatBoard, start_beating
-from triton_mp.ipc.shm import object_name
+from triton_mp.ipc.topology import Topology
 
 
 @pytest.fixture
 def board() -> Iterator[HeartbeatBoard]:
-    b = HeartbeatBoard.create(object_name(str(os.getpid()), "hb_test"), 4)
+    b = HeartbeatBoard.create(Topology(str(os.getpid())).scratch("hb_test"), 4)
     yield b
     b.close()
     b.unlink()

@@ -8,8 +8,9 @@ from triton_mp.ipc.channel import ChannelTimeout, Inbox, Sender
 from triton_mp.ipc.codec import Decoder, encode
 from triton_mp.ipc.messages import BlockRef, ErrorInfo, TensorRef
 from triton_mp.ipc.ring import Ring, RingFull
-from triton_mp.ipc.shm import Segment, object_name, sweep_stale
+from triton_mp.ipc.shm import Segment, sweep_stale
 from triton_mp.ipc.tensor_pool import ArenaAllocator, ArenaExhausted, SegmentCache, free_block
+from triton_mp.ipc.topology import Topology
 
 __all__ = [
     "ArenaAllocator",
@@ -25,9 +26,9 @@ __all__ = [
     "SegmentCache",
     "Sender",
     "TensorRef",
+    "Topology",
     "encode",
     "free_block",
     "messages",
-    "object_name",
     "sweep_stale",
 ]

@@ -1,7 +1,8 @@
-"""POSIX shared-memory segments and semaphores: naming, create/attach/unlink, leak sweep.
+"""POSIX shared-memory segments and semaphores: create/attach/unlink, leak sweep.
 
 Imported by every role (through ``triton_mp.ipc``). Every object a server creates is named
-``/triton_mp_<server_id>_<purpose>`` where ``server_id`` is the supervisor's pid, so that:
+``/triton_mp_<server_id>_<purpose>`` (``ipc.topology`` names each one) where ``server_id`` is
+the supervisor's pid, so that:
 
 - two servers on one machine never collide (pids are unique while both live);
 - a leak check can glob ``/dev/shm/triton_mp_*`` and ``/dev/shm/sem.triton_mp_*``;
@@ -18,25 +19,16 @@ import errno
 import logging
 import mmap
 import os
-import re
 from pathlib import Path
 
 import posix_ipc
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
+from triton_mp.ipc.topology import Topology, server_of
 
 log = logging.getLogger(__name__)
 
-PREFIX = "triton_mp_"
-"""Prefix of every shared-memory object and semaphore name triton-mp creates."""
-
 DEV_SHM = Path("/dev/shm")
-_NAME_RE = re.compile(r"^(?:sem\.)?triton_mp_(\d+)_")
-
-
-def object_name(server_id: str, purpose: str) -> str:
-    """The POSIX name (with leading slash) of one of ``server_id``'s objects."""
-    return f"/{PREFIX}{server_id}_{purpose}"
 
 
 class Segment:
@@ -148,7 +140,7 @@ def client_object_refusal(
     may have a leading slash or not.
     """
     bare = key.lstrip("/")
-    if bare.startswith(object_name(server_id, "").lstrip("/")):
+    if bare.startswith(Topology(server_id).entry_prefix):
         return "it is one of this server's own objects"
     prefix = allowed_prefix.lstrip("/")
     if prefix and not bare.startswith(prefix):
@@ -210,10 +202,9 @@ def sweep_stale(own_server_id: str | None = None, dev_shm: Path = DEV_SHM) -> li
     except FileNotFoundError:
         return removed
     for entry in entries:
-        m = _NAME_RE.match(entry.name)
-        if m is None:
+        pid = server_of(entry.name)
+        if pid is None:
             continue
-        pid = m.group(1)
         if pid != own_server_id and _pid_alive(int(pid)):
             continue
         if remove_entry(entry.name):
@@ -227,7 +218,7 @@ def list_objects(server_id: str | None = None, dev_shm: Path = DEV_SHM) -> list[
     """Names of triton-mp entries in ``/dev/shm`` (of one server, or of all)."""
     out = []
     for entry in sorted(dev_shm.iterdir()):
-        m = _NAME_RE.match(entry.name)
-        if m and (server_id is None or m.group(1) == server_id):
+        owner = server_of(entry.name)
+        if owner is not None and (server_id is None or owner == server_id):
             out.append(entry.name)
     return out

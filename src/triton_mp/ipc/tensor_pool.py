@@ -35,6 +35,7 @@ from collections.abc import Iterator
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.ipc.shm import Segment
+from triton_mp.ipc.topology import arena_name
 
 ARENA_MAGIC = 0x54415245  # "TARE"
 _ARENA_HEADER = struct.Struct("<IIQ")
@@ -108,8 +109,9 @@ class ArenaAllocator:
     """The owner's allocator over a growing list of arenas.
 
     Args:
-        name_prefix: POSIX name prefix for this owner's arenas (``/triton_mp_<sid>_<who>``);
-            arena ``i`` is ``<prefix>_a<i>``.
+        name_prefix: POSIX name prefix for this owner's arenas (``ipc.topology``:
+            ``Topology.frontend_arenas`` or a worker process's prefix); arena ``i`` is
+            ``topology.arena_name(prefix, i)``.
         arena_bytes: size of the first arena and the minimum size of later ones.
         max_total_bytes: budget over all arenas of this owner.
         cache: when given, every new arena is registered in it, so the owner's own reads
@@ -160,7 +162,7 @@ class ArenaAllocator:
                 f"tensor arena budget of {self._max_total_bytes} bytes is exhausted "
                 f"(need {payload_bytes} more bytes); retry when in-flight requests finish"
             )
-        seg = Segment.create(f"{self._prefix}_a{len(self._arenas)}", size)
+        seg = Segment.create(arena_name(self._prefix, len(self._arenas)), size)
         _ARENA_HEADER.pack_into(seg.buf, 0, ARENA_MAGIC, 1, size - ARENA_HEADER_BYTES)
         arena = _Arena(seg)
         self._arenas.append(arena)

@@ -28,6 +28,7 @@ from triton_mp.ipc.messages import (
     WorkerReady,
 )
 from triton_mp.ipc.specs import WorkerSpec
+from triton_mp.ipc.topology import process_arena_prefix
 from triton_mp.workers.registry import load_backend
 from triton_mp.workers.worker import Worker
 
@@ -74,7 +75,9 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     to_scheduler = Sender(spec.to_scheduler.ring, spec.to_scheduler.wakeup)
     to_frontends = {i: Sender(c.ring, c.wakeup) for i, c in spec.to_frontends.items()}
     arena = ArenaAllocator(
-        f"{spec.arena_prefix}p{os.getpid()}", spec.arena_bytes, spec.arena_budget_bytes
+        process_arena_prefix(spec.arena_prefix, os.getpid()),
+        spec.arena_bytes,
+        spec.arena_budget_bytes,
     )
     log.info(
         "loading model '%s' version %d (%s backend)",
