@@ -35,6 +35,7 @@ from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import StartupError
 from triton_mp.common.platform import tune_malloc
 from triton_mp.ipc import Ring, Sender, encode, sweep_stale
+from triton_mp.ipc.handshake import Ready, Role, StartFailed, read_handshake
 from triton_mp.ipc.heartbeat import HeartbeatBoard, start_beating
 from triton_mp.ipc.messages import Shutdown, WorkerDied
 from triton_mp.ipc.notify import Wakeup, WakeupKind, create_wakeup
@@ -67,8 +68,6 @@ from triton_mp.repository import (
 from triton_mp.workers.registry import SUPPORTED_BACKENDS
 
 log = logging.getLogger(__name__)
-
-Role = Literal["frontend", "scheduler", "worker"]
 
 _KIND_NAMES: dict[int, str] = {
     mc.ModelInstanceGroup.KIND_CPU: "KIND_CPU",
@@ -462,21 +461,17 @@ class Supervisor:
                 c = found
                 if c.ready_conn not in waiting:
                     continue
-                msg = b""
-                try:
-                    if c.ready_conn.poll():
-                        msg = c.ready_conn.recv_bytes()
-                except (EOFError, OSError):
-                    msg = b""
-                if msg == b"ready":
+                msg = read_handshake(c.ready_conn)
+                if isinstance(msg, Ready):
                     c.ready = True
                 else:
                     assert c.process is not None
                     c.process.join(timeout=5)
-                    text = msg.decode(errors="replace").removeprefix("error:") or (
-                        f"{c.role} {c.name} exited with code {c.process.exitcode} before ready"
+                    errors[c.name] = (
+                        msg.reason
+                        if isinstance(msg, StartFailed)
+                        else f"{c.role} {c.name} exited with code {c.process.exitcode} before ready"
                     )
-                    errors[c.name] = text
                 del waiting[c.ready_conn]
         return errors
 
@@ -892,11 +887,7 @@ class Supervisor:
             c = next((c for c in self._children if c.ready_conn is conn), None)
         if c is None:
             return
-        try:
-            msg = conn.recv_bytes()
-        except (EOFError, OSError):
-            msg = b""
-        if msg == b"ready":
+        if isinstance(read_handshake(conn), Ready):
             c.ready = True
             c.restarts = 0
             log.info("worker %s restarted", c.name, extra=c.fields)

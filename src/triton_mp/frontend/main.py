@@ -36,6 +36,7 @@ from triton_mp.frontend.servicer import HealthServicer, InferenceServicer, add_t
 from triton_mp.frontend.shm import Region, SystemShmRegistry
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender
 from triton_mp.ipc.codec import Decoder
+from triton_mp.ipc.handshake import report_ready, report_start_failed
 from triton_mp.ipc.messages import (
     BlsInboxUpdate,
     InferResponse,
@@ -84,6 +85,7 @@ def _on_wakeup(
 async def serve(spec: FrontendSpec, ready: Connection) -> int:
     """Run the gRPC server until SIGTERM, then drain. Returns the exit status."""
     loop = asyncio.get_running_loop()
+    name = str(spec.frontend_id)
     inbox: Inbox[ToFrontend] = Inbox(spec.inbox.wakeup, spec.inbox.rings, ToFrontend)
     to_scheduler = Sender(spec.to_scheduler.ring, spec.to_scheduler.wakeup)
     cache = SegmentCache()
@@ -153,7 +155,7 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     address = f"{spec.grpc_address}:{spec.grpc_port}"
     port = server.add_insecure_port(address)
     if port == 0:
-        ready.send_bytes(f"error:failed to bind gRPC address {address}".encode())
+        report_start_failed(ready, "frontend", name, f"failed to bind gRPC address {address}")
         return 1
     await server.start()
     http = None
@@ -162,9 +164,11 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
         try:
             await http.start(spec.http_address, spec.http_port)
         except OSError as e:
-            ready.send_bytes(
-                f"error:failed to bind HTTP address {spec.http_address}:{spec.http_port} "
-                f"({e.strerror})".encode()
+            report_start_failed(
+                ready,
+                "frontend",
+                name,
+                f"failed to bind HTTP address {spec.http_address}:{spec.http_port} ({e.strerror})",
             )
             await server.stop(None)
             return 1
@@ -182,12 +186,12 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
         try:
             await metrics.start()
         except TritonMPError as e:
-            ready.send_bytes(f"error:{e.message}".encode())
+            report_start_failed(ready, "frontend", name, e.message)
             await server.stop(None)
             return 1
     stopping = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
-    ready.send_bytes(b"ready")
+    report_ready(ready, "frontend", name)
     link.start(loop)
     log.info("gRPC frontend listening on %s", address)
     for category, (key, _) in sorted(spec.grpc_restricted.items()):
@@ -228,7 +232,8 @@ def run_frontend(spec_bytes: bytes, ready: Connection) -> int:
 
     Args:
         spec_bytes: a msgpack-encoded ``FrontendSpec``.
-        ready: receives ``b"ready"`` once the port is bound, or ``b"error:<text>"``.
+        ready: the pipe to the supervisor: ``ipc.handshake`` once the ports are bound, then
+            the control pipe.
 
     Returns:
         The exit status (0 after a clean drain).

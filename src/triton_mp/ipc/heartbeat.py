@@ -1,19 +1,20 @@
 """Heartbeats: how the supervisor tells a hung child from a busy one.
 
 Imported by the supervisor (creates the board, judges it) and by every child (a beating
-thread, started in ``supervisor._child_main`` before the role runs).
+thread, started in ``supervisor.child_entry`` before the role runs). It imports no numpy: a
+child that does not need numpy (the scheduler) never loads it.
 
 One shared-memory segment per server, ``/triton_mp_<server_id>_heartbeat``, holds one slot
 per child::
 
-    slot i: u64 little-endian, CLOCK_MONOTONIC nanoseconds of child i's last beat
-            (0 = never beat since the slot was reset)
+    slot i: u64 in the machine's byte order, CLOCK_MONOTONIC nanoseconds of child i's
+            last beat (0 = never beat since the slot was reset)
 
 Only the child writes its slot (from a daemon thread, every ``interval_s``); the supervisor
 resets a slot when it (re)spawns the child and otherwise only reads. CLOCK_MONOTONIC is one
 clock for every process of the machine on Linux, so the values compare across processes.
-Slots are naturally aligned and written with one 8-byte numpy store, so a read never sees
-half a write.
+Slots are naturally aligned and written with one 8-byte store (a ``memoryview`` of format
+``Q``), so a read never sees half a write.
 
 What a missing beat means: the beating thread needs the GIL for a moment every interval,
 so beats stop when the process is stopped (SIGSTOP, a debugger), swapped to a standstill,
@@ -28,8 +29,6 @@ from __future__ import annotations
 
 import threading
 import time
-
-import numpy as np
 
 from triton_mp.ipc.shm import Segment
 
@@ -48,7 +47,7 @@ class HeartbeatBoard:
     def __init__(self, segment: Segment) -> None:
         self.segment = segment
         self.slots = segment.size_bytes // SLOT_BYTES
-        self._beats: np.ndarray = np.frombuffer(segment.buf, dtype="<u8", count=self.slots)
+        self._beats = memoryview(segment.buf)[: self.slots * SLOT_BYTES].cast("Q")
 
     @classmethod
     def create(cls, name: str, slots: int) -> HeartbeatBoard:
@@ -79,8 +78,8 @@ class HeartbeatBoard:
         return (now - max(self.last_ns(slot), since_ns)) / 1e9
 
     def close(self) -> None:
-        """Unmap (the numpy view is dropped first)."""
-        self._beats = np.zeros(0, dtype="<u8")
+        """Unmap (the view is released first)."""
+        self._beats.release()
         self.segment.close()
 
     def unlink(self) -> None:

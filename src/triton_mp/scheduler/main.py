@@ -24,6 +24,7 @@ from triton_mp.common.errors import ErrorCode
 from triton_mp.common.log import configure_logging
 from triton_mp.ipc import Inbox, Sender, encode
 from triton_mp.ipc.codec import Decoder
+from triton_mp.ipc.handshake import report_ready
 from triton_mp.ipc.messages import (
     BatchAssign,
     BatchDone,
@@ -801,7 +802,8 @@ def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
 
     Args:
         spec_bytes: a msgpack-encoded ``SchedulerSpec``.
-        ready: the supervisor's end receives ``b"ready"`` once the channels are attached.
+        ready: the pipe to the supervisor (``ipc.handshake``: Ready once the channels are
+            attached).
 
     Returns:
         The process exit status (0 after a Shutdown message).
@@ -857,7 +859,7 @@ def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
     # NOTE: the loop sleeps until batch deadlines; see set_timer_slack_ns for why.
     set_timer_slack_ns(SCHEDULER_TIMER_SLACK_NS)
     clock: Clock = MonotonicClock()
-    ready.send_bytes(b"ready")
+    report_ready(ready, "scheduler", "scheduler")
     log.info("scheduler ready: %d model versions", len(spec.models))
     while True:
         deadline = core.next_deadline_ns()

@@ -19,6 +19,7 @@ from triton_mp.common.errors import TritonMPError, flatten_exception
 from triton_mp.common.log import configure_logging
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender, encode
 from triton_mp.ipc.codec import Decoder
+from triton_mp.ipc.handshake import report_ready, report_start_failed
 from triton_mp.ipc.messages import (
     BatchAssign,
     BlsWorkerUpdate,
@@ -56,7 +57,8 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
 
     Args:
         spec_bytes: a msgpack-encoded ``WorkerSpec``.
-        ready: receives ``b"ready"`` once the backend is loaded, or ``b"error:<text>"``.
+        ready: the pipe to the supervisor (``ipc.handshake``: Ready once the backend is
+            loaded, StartFailed with the reason when it is not).
 
     Returns:
         The process exit status: 0 after Shutdown, 1 when the backend failed to load.
@@ -104,7 +106,7 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     except Exception as exc:  # noqa: BLE001 - reported to the supervisor, which marks the model
         text = exc.message if isinstance(exc, TritonMPError) else flatten_exception(exc)
         log.error("failed to load model '%s': %s", spec.model.model, text)
-        ready.send_bytes(b"error:" + text.encode())
+        report_start_failed(ready, "worker", spec.instance.name, text)
         cache.close()
         return 1
     bls = None
@@ -130,7 +132,7 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
 
     for update in rewiring:
         rewire(update)
-    ready.send_bytes(b"ready")
+    report_ready(ready, "worker", spec.instance.name)
     to_scheduler.send(WorkerReady(instance_id=spec.instance.instance_id, pid=os.getpid()))
     log.info("instance ready")
     try:
