@@ -796,7 +796,10 @@ class Supervisor:
             with self._children_lock:
                 children = [c for c in self._children if not c.managed]
             for c in children:
-                if c.process is not None and c.process.exitcode is None:
+                # NOTE: a dead child's sentinel stays readable: watch it whatever its
+                # exitcode says. Reading exitcode reaps, so a child that died since the last
+                # wait (one the heartbeat judge just killed) would never be reported.
+                if c.process is not None:
                     objs.append(c.process.sentinel)
                     by_sentinel[c.process.sentinel] = c
                 if c.ready_conn is not None and not c.ready and c.process is not None:
