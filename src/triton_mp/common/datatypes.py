@@ -87,7 +87,8 @@ _NUMPY_OF: dict[DataType, np.dtype] = {
 }
 _ITEM_SIZE: dict[DataType, int] = {
     t: d.itemsize for t, d in _NUMPY_OF.items() if t is not DataType.STRING
-} | {DataType.BF16: 2}
+}
+_ITEM_SIZE[DataType.BF16] = 2
 _BY_WIRE: dict[str, DataType] = {t.wire: t for t in DataType if t is not DataType.INVALID}
 _BY_CONFIG_NAME: dict[str, DataType] = {t.config_name: t for t in DataType}
 

@@ -36,11 +36,8 @@ import threading
 import time
 from collections.abc import Callable
 
-import numpy as np
 import posix_ipc
 
-from triton_mp.common.datatypes import tensor_wire_bytes
-from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, free_block
 from triton_mp.ipc.messages import (
     BlockRef,
@@ -49,12 +46,11 @@ from triton_mp.ipc.messages import (
     InferRequest,
     InferResponse,
     RequestFailed,
-    TensorRef,
     ToFrontend,
 )
 from triton_mp.ipc.specs import BlsModel, BlsSpec
-from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
 from triton_mp.workers import pb_utils
+from triton_mp.workers.tensor_io import view_tensor, wire_tensor, write_block
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +130,7 @@ class BlsClient:
         rid = next(self._ids)
         with self._lock:
             try:
-                block, refs = self._write_inputs(arrays)
+                block, refs = write_block(self._arena, [wire_tensor(n, a) for n, a in arrays])
             except Exception as exc:  # noqa: BLE001 - an answer, not an exception
                 answer(_error_response(f"cannot send the BLS request: {exc}", 1), True)
                 return lambda: None
@@ -205,27 +201,6 @@ class BlsClient:
                 )
         return None
 
-    def _write_inputs(
-        self, arrays: list[tuple[str, np.ndarray]]
-    ) -> tuple[BlockRef, tuple[TensorRef, ...]]:
-        parts = []
-        total = 0
-        for name, arr in arrays:
-            datatype, data = tensor_wire_bytes(arr)
-            parts.append((name, datatype, tuple(int(d) for d in arr.shape), data))
-            total += align(len(data))
-        seg, offset = self._arena.alloc(total)
-        mv = memoryview(seg.buf)
-        pos = offset + BLOCK_HEADER_BYTES
-        refs = []
-        for name, datatype, shape, data in parts:
-            n = len(data)
-            mv[pos : pos + n] = data
-            refs.append(TensorRef(name, datatype, shape, seg.name, pos, n))
-            pos += align(n)
-        mv.release()
-        return BlockRef(seg.name, offset), tuple(refs)
-
     # ----------------------------------------------------------------- receive
     def _receive(self) -> None:
         while True:
@@ -283,23 +258,11 @@ class BlsClient:
 
     def _read_outputs(self, msg: InferResponse) -> pb_utils.InferenceResponse:
         """Copy the outputs out of the callee's arena, then free its block."""
-        from triton_mp.common.datatypes import NUMPY_DTYPES, deserialize_bytes_tensor, element_count
-
         tensors = []
         try:
             for ref in msg.outputs:
-                buf = self._cache.get(ref.segment).buf
-                if ref.datatype == "BYTES":
-                    arr = deserialize_bytes_tensor(
-                        memoryview(buf)[ref.offset : ref.offset + ref.nbytes], ref.shape
-                    )
-                else:
-                    arr = np.frombuffer(
-                        buf,
-                        dtype=NUMPY_DTYPES[ref.datatype],
-                        count=element_count(ref.shape),
-                        offset=ref.offset,
-                    ).reshape(ref.shape)
+                arr = view_tensor(self._cache, ref)
+                if ref.datatype != "BYTES":
                     arr = arr.copy()
                 tensors.append(pb_utils.Tensor(ref.name, arr))
         finally:
@@ -317,6 +280,3 @@ class BlsClient:
 
 def _error_response(message: str, code: int) -> pb_utils.InferenceResponse:
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
-
-
-ERROR_DEADLINE = int(ErrorCode.DEADLINE_EXCEEDED)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from triton_mp.common.datatypes import NUMPY_DTYPES, bytes_tensor_elements, deserialize_bytes_tensor
+from triton_mp.common.datatypes import DataType, bytes_tensor_elements, deserialize_bytes_tensor
 from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
 from triton_mp.ipc.messages import SequenceFlags
 from triton_mp.ipc.specs import ControlSpec, ModelVersionSpec, StateSpec
@@ -30,16 +30,19 @@ from triton_mp.workers.backend import BackendRequest, SequenceBatch
 
 _U64_MASK = (1 << 64) - 1
 
-CONTROL_DTYPES: dict[str, np.dtype] = {
-    "INT32": np.dtype(np.int32),
-    "FP32": np.dtype(np.float32),
-    "BOOL": np.dtype(np.bool_),
-    "UINT64": np.dtype(np.uint64),
-    "INT64": np.dtype(np.int64),
-    "UINT32": np.dtype(np.uint32),
-    "BYTES": np.dtype(np.object_),
-}
-"""Control datatype (``ControlSpec.datatype``) -> numpy dtype of its tensor."""
+
+def control_dtype(datatype: str) -> np.dtype:
+    """The numpy dtype of a control tensor of protocol datatype ``ControlSpec.datatype``.
+
+    Raises:
+        TritonMPError (INTERNAL): a datatype with no numpy type (the config validation
+            allows only INT32, FP32, BOOL for flags and UINT64, INT64, UINT32, INT32,
+            BYTES for CORRID).
+    """
+    dtype = DataType.from_wire(datatype).numpy
+    if dtype is None:
+        raise TritonMPError(f"control tensor of data type {datatype} has no numpy type")
+    return dtype
 
 
 def batch_rows(
@@ -131,7 +134,7 @@ def control_tensors(
     shape = (rows, 1) if batched else (1,)
     out: dict[str, np.ndarray] = {}
     for c in controls:
-        dtype = CONTROL_DTYPES[c.datatype]
+        dtype = control_dtype(c.datatype)
         if c.kind == "CORRID":
             arr = np.full(shape, b"" if dtype.kind == "O" else 0, dtype=dtype)
             for r, s in zip(requests, slots, strict=True):
@@ -188,7 +191,7 @@ def initial_state(model: str, state: StateSpec, batched: bool) -> np.ndarray:
         ConfigError: a datatype without a numpy type (BF16), or a data file that cannot be
             read or whose size does not fit the dims.
     """
-    dtype = NUMPY_DTYPES.get(state.datatype)
+    dtype = DataType.from_wire(state.datatype).numpy
     where = f"initial state of '{state.input_name}' of model '{model}'"
     if dtype is None:
         raise ConfigError(

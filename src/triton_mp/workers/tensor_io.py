@@ -14,12 +14,13 @@ import collections
 import contextlib
 import mmap
 import os
+from collections.abc import Sequence
 
 import numpy as np
 import posix_ipc
 
 from triton_mp.common.datatypes import (
-    NUMPY_DTYPES,
+    DataType,
     deserialize_bytes_tensor,
     element_count,
     tensor_wire_bytes,
@@ -125,26 +126,85 @@ def _close(buf: mmap.mmap, fd: int) -> None:
     os.close(fd)
 
 
-def view_tensor(cache: SegmentCache, ref: TensorRef, regions: ClientRegions) -> np.ndarray:
+def view_tensor(
+    cache: SegmentCache, ref: TensorRef, regions: ClientRegions | None = None
+) -> np.ndarray:
     """A numpy array over a tensor in shared memory (no copy for fixed-size types).
 
+    Args:
+        cache: attached arenas (``ref.segment`` when ``ref.region_id`` is 0).
+        ref: the tensor; its shape and protocol datatype give the array's.
+        regions: the client regions mapped (for ``ref.region_id`` > 0).
+
+    Returns:
+        A view for fixed-size types (valid while the block is); a new object array of
+        ``bytes`` for BYTES.
+
     Raises:
-        TritonMPError (INVALID_ARG): a client region is gone, or smaller than the tensor.
+        TritonMPError: a client region is gone, or smaller than the tensor (INVALID_ARG); a
+            datatype with no numpy type, BF16 (UNSUPPORTED).
     """
     buf: mmap.mmap
     if ref.region_id:
+        if regions is None:
+            raise TritonMPError(f"input '{ref.name}' is in a client region, which none maps here")
         buf = regions.window(
             ref.segment, ref.region_id, False, ref.offset, ref.nbytes, f"input '{ref.name}'"
         )
     else:
         buf = cache.get(ref.segment).buf
-    if ref.datatype == "BYTES":
+    datatype = DataType.from_wire(ref.datatype)
+    if datatype is DataType.STRING:
         return deserialize_bytes_tensor(
             memoryview(buf)[ref.offset : ref.offset + ref.nbytes], ref.shape
         )
-    dtype = NUMPY_DTYPES[ref.datatype]
+    dtype = datatype.numpy
+    if dtype is None:
+        raise TritonMPError(
+            f"tensor '{ref.name}' of data type {ref.datatype} has no numpy type",
+            ErrorCode.UNSUPPORTED,
+        )
     count = element_count(ref.shape)
     return np.frombuffer(buf, dtype=dtype, count=count, offset=ref.offset).reshape(ref.shape)
+
+
+WireTensor = tuple[str, str, tuple[int, ...], memoryview]
+"""``(name, protocol datatype, shape, bytes as sent)`` of one tensor about to be written."""
+
+
+def wire_tensor(name: str, arr: np.ndarray) -> WireTensor:
+    """An array as written to shared memory (``common.datatypes.tensor_wire_bytes``).
+
+    Raises:
+        ValueError: a dtype with no Triton datatype.
+    """
+    datatype, data = tensor_wire_bytes(arr)
+    return name, datatype, tuple(int(d) for d in arr.shape), data
+
+
+def write_block(
+    arena: ArenaAllocator, tensors: Sequence[WireTensor]
+) -> tuple[BlockRef, tuple[TensorRef, ...]]:
+    """Copy tensors into one new block of ``arena``, each at an aligned offset, in order.
+
+    Returns:
+        The block (freed by its reader with ``ipc.free_block``) and a ``TensorRef`` per
+        tensor (offsets in bytes from the segment's start).
+
+    Raises:
+        ArenaExhausted: no arena has room and the budget forbids a new one.
+    """
+    seg, block = arena.alloc(sum(align(len(t[3])) for t in tensors))
+    mv = memoryview(seg.buf)
+    pos = block + BLOCK_HEADER_BYTES
+    refs = []
+    for name, datatype, shape, data in tensors:
+        n = len(data)
+        mv[pos : pos + n] = data
+        refs.append(TensorRef(name, datatype, shape, seg.name, pos, n))
+        pos += align(n)
+    mv.release()
+    return BlockRef(seg.name, block), tuple(refs)
 
 
 def write_outputs(
@@ -157,63 +217,76 @@ def write_outputs(
     """Write one request's outputs: into the client's registered shared memory where the
     request asked for it, the rest into one block of this worker's arena (one copy each).
 
+    Returns:
+        The response, its ``outputs`` in ``req.outputs`` order.
+
     Raises:
-        TritonMPError: a missing output, or a client region too small for its output.
+        TritonMPError: a missing output, or a client region too small for its output
+            (nothing is left allocated in the arena then).
     """
-    parts: list[tuple[str, str, tuple[int, ...], memoryview, OutputRegion | None]] = []
-    total = 0
+    parts = _output_parts(req, outputs)
+    placed: dict[int, TensorRef] = {}
+    # NOTE: client regions first: a region that fails its check leaves no arena block taken.
+    for i, (tensor, region) in enumerate(parts):
+        if region is not None:
+            placed[i] = _write_region(regions, tensor, region)
+    in_arena = [i for i, (_, region) in enumerate(parts) if region is None]
+    block_ref = None
+    if in_arena:
+        block_ref, refs = write_block(arena, [parts[i][0] for i in in_arena])
+        placed.update(zip(in_arena, refs, strict=True))
+    return InferResponse(
+        request_id=req.request_id,
+        version=req.version,
+        outputs=tuple(placed[i] for i in range(len(parts))),
+        block=block_ref,
+        final=final,
+    )
+
+
+def _output_parts(
+    req: InferRequest, outputs: dict[str, np.ndarray]
+) -> list[tuple[WireTensor, OutputRegion | None]]:
+    """Each requested output as written, with the client region it goes to (None: arena).
+
+    Raises:
+        TritonMPError: a missing output (INTERNAL), or one larger than its region (INVALID_ARG).
+    """
+    parts = []
     wanted = req.output_regions or (None,) * len(req.outputs)
     for name, region in zip(req.outputs, wanted, strict=True):
         arr = outputs.get(name)
         if arr is None:
             raise TritonMPError(f"output '{name}' was not produced by model '{req.model}'")
-        datatype, data = tensor_wire_bytes(arr)
-        if region is not None and len(data) > region.byte_size:
+        tensor = wire_tensor(name, arr)
+        size = len(tensor[3])
+        if region is not None and size > region.byte_size:
             raise TritonMPError(
                 f"shared memory size specified with the request for output '{name}' "
-                f"({region.byte_size} bytes) should be at least {len(data)} bytes to hold "
+                f"({region.byte_size} bytes) should be at least {size} bytes to hold "
                 "the results",
                 ErrorCode.INVALID_ARG,
             )
-        parts.append((name, datatype, tuple(int(d) for d in arr.shape), data, region))
-        if region is None:
-            total += align(len(data))
-    block_ref = None
-    refs = []
-    mv = None
-    pos = 0
-    if any(p[4] is None for p in parts):
-        seg, block = arena.alloc(total)
-        block_ref = BlockRef(seg.name, block)
-        mv = memoryview(seg.buf)
-        pos = block + BLOCK_HEADER_BYTES
-    for name, datatype, shape, data, region in parts:
-        n = len(data)
-        if region is not None:
-            dest = regions.window(
-                region.key,
-                region.region_id,
-                True,
-                region.offset,
-                n,
-                f"output '{name}' (region '{region.region_name}')",
-            )
-            dest[region.offset : region.offset + n] = data
-            refs.append(
-                TensorRef(name, datatype, shape, region.key, region.offset, n, region.region_id)
-            )
-            continue
-        assert mv is not None
-        assert block_ref is not None
-        mv[pos : pos + n] = data
-        refs.append(TensorRef(name, datatype, shape, block_ref.segment, pos, n))
-        pos += align(n)
-    if mv is not None:
-        mv.release()
-    return InferResponse(
-        request_id=req.request_id,
-        version=req.version,
-        outputs=tuple(refs),
-        block=block_ref,
-        final=final,
+        parts.append((tensor, region))
+    return parts
+
+
+def _write_region(regions: ClientRegions, tensor: WireTensor, region: OutputRegion) -> TensorRef:
+    """Copy one output into the client's registered region (Triton's output
+    ``shared_memory_region`` / ``shared_memory_offset``).
+
+    Raises:
+        TritonMPError (INVALID_ARG): the region's object is gone or now too small.
+    """
+    name, datatype, shape, data = tensor
+    n = len(data)
+    dest = regions.window(
+        region.key,
+        region.region_id,
+        True,
+        region.offset,
+        n,
+        f"output '{name}' (region '{region.region_name}')",
     )
+    dest[region.offset : region.offset + n] = data
+    return TensorRef(name, datatype, shape, region.key, region.offset, n, region.region_id)

@@ -1,0 +1,199 @@
+"""A worker's tensor I/O (``workers.tensor_io``): views over inputs, output blocks, client regions.
+
+No process is started: an arena of this test process stands for the worker's, a POSIX
+shared-memory object of this process for a client's registered region. Objects are named
+``/triton_mp_<pid>_test_tio*`` and unlinked by the fixtures that made them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+
+import msgspec
+import numpy as np
+import posix_ipc
+import pytest
+
+from triton_mp.common.errors import ErrorCode, TritonMPError
+from triton_mp.ipc.messages import BlockRef, InferRequest, OutputRegion, TensorRef
+from triton_mp.ipc.tensor_pool import (
+    ALIGN,
+    BLOCK_HEADER_BYTES,
+    ArenaAllocator,
+    SegmentCache,
+    free_block,
+)
+from triton_mp.workers.tensor_io import (
+    ClientRegions,
+    view_tensor,
+    wire_tensor,
+    write_block,
+    write_outputs,
+)
+
+PID = os.getpid()
+_names = itertools.count()
+
+
+@pytest.fixture
+def arena() -> Iterator[ArenaAllocator]:
+    alloc = ArenaAllocator(f"/triton_mp_{PID}_test_tio{next(_names)}", 1 << 16, 1 << 20)
+    try:
+        yield alloc
+    finally:
+        alloc.close_and_unlink()
+
+
+@pytest.fixture
+def cache(arena: ArenaAllocator) -> Iterator[SegmentCache]:
+    cache = SegmentCache()
+    for seg in arena.segments():
+        cache.add(seg)
+    try:
+        yield cache
+    finally:
+        cache.close()
+
+
+@pytest.fixture
+def regions() -> Iterator[ClientRegions]:
+    regions = ClientRegions()
+    try:
+        yield regions
+    finally:
+        regions.close()
+
+
+@pytest.fixture
+def client_object() -> Iterator[str]:
+    """A 4 KiB object standing for a client's registered system shared memory."""
+    key = f"/triton_mp_{PID}_test_tio_client{next(_names)}"
+    obj = posix_ipc.SharedMemory(key, posix_ipc.O_CREX, mode=0o600, size=4096)
+    os.close(obj.fd)
+    try:
+        yield key
+    finally:
+        posix_ipc.unlink_shared_memory(key)
+
+
+def _request(
+    outputs: tuple[str, ...], regions: tuple[OutputRegion | None, ...] = ()
+) -> InferRequest:
+    return InferRequest(
+        request_id=7,
+        frontend_id=1,
+        model="m",
+        version=1,
+        batch_size=1,
+        inputs=(),
+        outputs=outputs,
+        block=BlockRef("unused", 0),
+        arrival_ns=0,
+        output_regions=regions,
+    )
+
+
+def test_write_block_lays_tensors_out_aligned_and_views_read_them_back(
+    arena: ArenaAllocator, cache: SegmentCache
+) -> None:
+    a = np.arange(6, dtype=np.int32).reshape(2, 3)
+    b = np.array([b"x", b"hello"], dtype=np.object_)
+    block, refs = write_block(arena, [wire_tensor("A", a), wire_tensor("B", b)])
+    assert refs[0].offset == block.offset + BLOCK_HEADER_BYTES
+    assert refs[1].offset == refs[0].offset + ALIGN  # 24 bytes, rounded up
+    assert (refs[0].datatype, refs[0].shape, refs[0].nbytes) == ("INT32", (2, 3), 24)
+    assert (refs[1].datatype, refs[1].shape, refs[1].nbytes) == ("BYTES", (2,), 4 + 1 + 4 + 5)
+    np.testing.assert_array_equal(view_tensor(cache, refs[0]), a)
+    assert view_tensor(cache, refs[1]).tolist() == [b"x", b"hello"]
+    free_block(cache.get(block.segment).buf, block.offset)
+    assert arena.live_blocks() == 0
+
+
+def test_a_type_without_numpy_fails_the_tensor_not_the_worker(
+    arena: ArenaAllocator, cache: SegmentCache
+) -> None:
+    block, (ref,) = write_block(arena, [wire_tensor("X", np.zeros(2, np.uint16))])
+    with pytest.raises(TritonMPError, match="BF16") as e:
+        view_tensor(cache, msgspec.structs.replace(ref, datatype="BF16"))
+    assert e.value.code == ErrorCode.UNSUPPORTED
+    free_block(cache.get(block.segment).buf, block.offset)
+
+
+def test_an_input_in_a_client_region_needs_the_mapped_regions(cache: SegmentCache) -> None:
+    ref = TensorRef("X", "INT32", (1,), "/some_client_key", 0, 4, region_id=3)
+    with pytest.raises(TritonMPError, match="client region"):
+        view_tensor(cache, ref)
+
+
+def test_outputs_go_to_their_region_or_the_arena_in_request_order(
+    arena: ArenaAllocator, cache: SegmentCache, regions: ClientRegions, client_object: str
+) -> None:
+    region = OutputRegion(client_object, 5, 128, 64, "out_region")
+    req = _request(("A", "B", "C"), (None, region, None))
+    outs = {
+        "A": np.array([1.5], dtype=np.float32),
+        "B": np.array([1, 2, 3], dtype=np.int64),
+        "C": np.array([True, False]),
+    }
+    msg = write_outputs(arena, regions, req, outs)
+    assert [r.name for r in msg.outputs] == ["A", "B", "C"]
+    a, b, c = msg.outputs
+    assert (b.segment, b.offset, b.nbytes, b.region_id) == (client_object, 128, 24, 5)
+    assert msg.block is not None
+    assert a.segment == c.segment == msg.block.segment
+    assert c.offset == a.offset + ALIGN
+    np.testing.assert_array_equal(view_tensor(cache, a), outs["A"])
+    np.testing.assert_array_equal(view_tensor(cache, c), outs["C"])
+    np.testing.assert_array_equal(view_tensor(cache, b, regions), outs["B"])
+    assert msg.final
+    assert msg.request_id == 7
+    free_block(cache.get(msg.block.segment).buf, msg.block.offset)
+
+
+def test_outputs_all_in_regions_take_no_arena_block(
+    arena: ArenaAllocator, regions: ClientRegions, client_object: str
+) -> None:
+    region = OutputRegion(client_object, 1, 0, 16, "r")
+    req = _request(("A",), (region,))
+    msg = write_outputs(arena, regions, req, {"A": np.zeros(4, np.int32)}, final=False)
+    assert msg.block is None
+    assert not msg.final
+    assert arena.live_blocks() == 0
+
+
+def test_a_region_too_small_for_its_output_fails_before_any_copy(
+    arena: ArenaAllocator, regions: ClientRegions, client_object: str
+) -> None:
+    region = OutputRegion(client_object, 1, 0, 8, "small")
+    req = _request(("A", "B"), (None, region))
+    outs = {"A": np.zeros(4, np.int32), "B": np.zeros(4, np.int32)}
+    with pytest.raises(TritonMPError, match="should be at least 16 bytes") as e:
+        write_outputs(arena, regions, req, outs)
+    assert e.value.code == ErrorCode.INVALID_ARG
+    assert arena.live_blocks() == 0
+
+
+def test_a_region_past_the_object_end_leaves_no_arena_block(
+    arena: ArenaAllocator, regions: ClientRegions, client_object: str
+) -> None:
+    region = OutputRegion(client_object, 1, 4064, 64, "moved")
+    req = _request(("A", "B"), (None, region))
+    outs = {
+        "A": np.zeros(4, np.int32),
+        "B": np.zeros(16, np.int32),
+    }  # ends 32 bytes past the object's end
+    with pytest.raises(TritonMPError, match="smaller than the registered window") as e:
+        write_outputs(arena, regions, req, outs)
+    assert e.value.code == ErrorCode.INVALID_ARG
+    assert arena.live_blocks() == 0
+
+
+def test_a_missing_output_is_an_internal_error(
+    arena: ArenaAllocator, regions: ClientRegions
+) -> None:
+    with pytest.raises(TritonMPError, match="'B' was not produced by model 'm'") as e:
+        write_outputs(arena, regions, _request(("A", "B")), {"A": np.zeros(1)})
+    assert e.value.code == ErrorCode.INTERNAL
+    assert arena.live_blocks() == 0
