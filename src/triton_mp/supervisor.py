@@ -12,7 +12,6 @@ the workers stop, then every shared-memory object of this server is unlinked.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import logging
 import multiprocessing as mp
@@ -28,12 +27,10 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Literal
 
-import setproctitle
-
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import StartupError
-from triton_mp.common.platform import tune_malloc
+from triton_mp.common.platform import die_with_parent, set_process_title, tune_malloc
 from triton_mp.ipc import Ring, Sender, encode, sweep_stale
 from triton_mp.ipc.handshake import Ready, Role, StartFailed, read_handshake
 from triton_mp.ipc.heartbeat import HeartbeatBoard, start_beating
@@ -337,24 +334,6 @@ class _Child:
         return {"model": self.model, "instance": self.name} if self.role == "worker" else {}
 
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Have the kernel SIGKILL this process when the supervisor dies (Linux prctl).
-
-    NOTE: without it, a ``kill -9`` of the supervisor leaves the tree serving as orphans,
-    and the next server's stale-object sweep would pull shared memory from under them.
-    """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: no such guarantee
-        return
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
-
-
 def _child_main(
     role: Role,
     name: str,
@@ -372,10 +351,10 @@ def _child_main(
     NOTE: importing lazily here keeps grpc out of workers, onnxruntime out of frontends,
     and both out of the supervisor.
     """
-    _die_with_parent(parent_pid)
+    die_with_parent(parent_pid)
     if heartbeat is not None:
         start_beating(*heartbeat)
-    setproctitle.setproctitle(f"triton-mp: {role} {name}" if role != name else f"triton-mp: {role}")
+    set_process_title(role, name)
     os.environ.update(env)
     tune_malloc()
     if role == "frontend":

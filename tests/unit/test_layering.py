@@ -6,7 +6,8 @@ Checked on the source with ``ast`` (no imports executed):
 - only ``frontend`` imports grpc or aiohttp, and its transport-neutral core imports neither;
 - only ``workers`` import onnxruntime or tensorrt;
 - in the scheduler package only ``main`` (and ``stats``, for the message structs it
-  fills) touch ``triton_mp.ipc``.
+  fills) touch ``triton_mp.ipc``;
+- only ``common.platform`` calls prctl or sets process titles.
 """
 
 from __future__ import annotations
@@ -107,3 +108,12 @@ def test_supervisor_process_loads_neither_grpc_nor_onnxruntime() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     )
     assert out.stdout.strip() == ""
+
+
+def test_only_the_platform_helper_reaches_prctl_and_process_titles() -> None:
+    """``common.platform`` is the one place that calls prctl and setproctitle."""
+    for path in _modules():
+        if path.relative_to(PKG).as_posix() == "common/platform.py":
+            continue
+        assert not _uses(_imports(path), "setproctitle"), f"{path.relative_to(PKG)} titles"
+        assert ".prctl(" not in path.read_text(), f"{path.relative_to(PKG)} calls prctl"

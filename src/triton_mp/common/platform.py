@@ -1,14 +1,26 @@
-"""glibc malloc settings for processes that move large tensors.
+"""The one place a triton-mp process talks to the OS about itself: prctl, malloc, its title.
 
-Every request with a 1 MiB tensor makes several 1 MiB Python ``bytes`` objects on its way
-through grpcio, protobuf and numpy. With glibc's defaults each of them is a fresh ``mmap``
-(above the dynamic mmap threshold, 128 KiB at start) or memory that ``free`` trims back to
-the kernel at once, so every request page-faults its buffers in again: measured here, an
-echo of 1 MiB over grpc.aio took ~1,300 page faults per request and ran at ~190 infer/s; with
-the settings below, ~10 and ~290-450 infer/s (perf_analyzer, concurrency 4, same minutes).
+Called by every role, never bypassed (no other module calls ``prctl`` through ctypes or
+``setproctitle``):
 
-The cost is memory: freed memory up to ``TRIM_THRESHOLD_BYTES`` stays with the process
-instead of going back to the kernel, so a process's RSS stays near its high-water mark.
+- ``die_with_parent``: a child asks the kernel to SIGKILL it when the supervisor dies
+  (``prctl(PR_SET_PDEATHSIG)``); the supervisor's spawn target calls it first thing.
+- ``set_timer_slack_ns`` / ``timer_slack_ns``: the calling thread's timer slack
+  (``prctl(PR_SET_TIMERSLACK)``); the scheduler sets 1 µs (see there).
+- ``set_process_title``: ``triton-mp: <role> <name>`` in ``ps`` and ``/proc/<pid>/cmdline``.
+- ``tune_malloc``: glibc malloc settings for processes that move large tensors.
+
+Each does nothing where the platform lacks it (not Linux, not glibc) and never raises.
+
+glibc malloc: every request with a 1 MiB tensor makes several 1 MiB Python ``bytes`` objects
+on its way through grpcio, protobuf and numpy. With glibc's defaults each of them is a fresh
+``mmap`` (above the dynamic mmap threshold, 128 KiB at start) or memory that ``free`` trims
+back to the kernel at once, so every request page-faults its buffers in again: measured here,
+an echo of 1 MiB over grpc.aio took ~1,300 page faults per request and ran at ~190 infer/s;
+with the settings below, ~10 and ~290-450 infer/s (perf_analyzer, concurrency 4, same
+minutes). The cost is memory: freed memory up to ``TRIM_THRESHOLD_BYTES`` stays with the
+process instead of going back to the kernel, so a process's RSS stays near its high-water
+mark.
 """
 
 from __future__ import annotations
@@ -17,8 +29,14 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import signal
 
 log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_TIMERSLACK = 29
+_PR_GET_TIMERSLACK = 30
+"""prctl options from <linux/prctl.h>."""
 
 # mallopt parameter numbers from glibc's <malloc.h>
 _M_TRIM_THRESHOLD = -1
@@ -69,3 +87,67 @@ def tune_malloc() -> bool:
     if not ok:
         log.debug("mallopt refused a setting; glibc defaults stay in part")
     return ok
+
+
+def _prctl(option: int, arg: int) -> int | None:
+    """``prctl(option, arg)``'s result, or None where there is no prctl (not Linux)."""
+    try:
+        # NOTE: the process's own libc (``CDLL(None)``): the symbol is in it on Linux.
+        return int(ctypes.CDLL(None, use_errno=True).prctl(option, ctypes.c_ulong(arg), 0, 0, 0))
+    except (OSError, AttributeError):
+        return None
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Have the kernel SIGKILL this process when its parent dies (``PR_SET_PDEATHSIG``).
+
+    Exits at once (status 1) when the parent ``parent_pid`` is already gone, since the
+    kernel then never sends the signal. Does nothing where prctl is missing (not Linux).
+
+    NOTE: without it, a ``kill -9`` of the supervisor leaves the tree serving as orphans,
+    and the next server's stale-object sweep would pull shared memory from under them.
+    """
+    if _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL) is None:
+        return  # not Linux: no such guarantee
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def set_timer_slack_ns(slack_ns: int) -> bool:
+    """Set this thread's timer slack (Linux ``prctl(PR_SET_TIMERSLACK)``), in nanoseconds.
+
+    The kernel may end a timed sleep up to the slack after its deadline, to coalesce
+    wake-ups; the default is 50 µs. The scheduler sleeps until the next batch deadline
+    (``max_queue_delay_microseconds``), so the default slack added ~50 µs to the queue time
+    of every request of a model with a delay at low load (measured with add_sub_py at
+    concurrency 1: queue 658-694 µs with the default, 607-640 µs with 1 µs, for a 500 µs
+    delay). Called once, by the scheduler's main thread, before its loop.
+
+    Returns:
+        True when set; False where prctl is missing or refuses (non-Linux): nothing changes.
+    """
+    ok = _prctl(_PR_SET_TIMERSLACK, slack_ns) == 0
+    if not ok:
+        log.debug("timer slack not set; timed waits keep the default slack")
+    return ok
+
+
+def timer_slack_ns() -> int | None:
+    """This thread's timer slack in nanoseconds (``prctl(PR_GET_TIMERSLACK)``), or None
+    where it cannot be read."""
+    value = _prctl(_PR_GET_TIMERSLACK, 0)
+    return value if value is not None and value >= 0 else None
+
+
+def process_title(role: str, name: str) -> str:
+    """``"triton-mp: <role> <name>"``, or ``"triton-mp: <role>"`` when the name is the role's
+    (the scheduler); tests and operators find a server's processes by it."""
+    return f"triton-mp: {role} {name}" if role != name else f"triton-mp: {role}"
+
+
+def set_process_title(role: str, name: str) -> None:
+    """Show this process as ``process_title(role, name)`` in ``ps`` and ``/proc``."""
+    # NOTE: imported here: only processes that name themselves load the extension.
+    import setproctitle
+
+    setproctitle.setproctitle(process_title(role, name))

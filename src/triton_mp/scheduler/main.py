@@ -22,6 +22,7 @@ from typing import cast
 
 from triton_mp.common.errors import ErrorCode
 from triton_mp.common.log import configure_logging
+from triton_mp.common.platform import set_timer_slack_ns
 from triton_mp.ipc import Inbox, Sender, encode
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.handshake import report_ready
@@ -58,12 +59,7 @@ from triton_mp.ipc.messages import (
 )
 from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.ipc.specs import ModelVersionSpec, QueuePolicySpec, SchedulerSpec
-from triton_mp.scheduler.clock import (
-    SCHEDULER_TIMER_SLACK_NS,
-    Clock,
-    MonotonicClock,
-    set_timer_slack_ns,
-)
+from triton_mp.scheduler.clock import SCHEDULER_TIMER_SLACK_NS, Clock, MonotonicClock
 from triton_mp.scheduler.dynamic import (
     QUEUE_FULL,
     TIMED_OUT,
