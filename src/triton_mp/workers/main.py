@@ -1,9 +1,11 @@
 """The worker process entry: decode the spec, load the backend, wire the rings, loop.
 
 ``run_worker`` is the spawn target of a worker (one model instance); the batch logic is
-``workers.worker.Worker``. The loop runs each ``BatchAssign`` of the scheduler, forwards
-``CancelRequest`` to the worker, applies ``BlsWorkerUpdate`` (rings to new BLS clients, the
-table of models a python model may call; ``workers.bls_client``) and stops at ``Shutdown``.
+``workers.worker.Worker``. On start the worker drops what a dead predecessor left in its
+inbox except BLS updates (``replayed_on_start``); then ``serve`` hands each message to
+``handle``: a ``BatchAssign`` runs, a ``CancelRequest`` goes to the worker, a
+``BlsWorkerUpdate`` rewires the rings to BLS clients and the table of models a python model
+may call (``workers.bls_client``), and ``Shutdown`` stops the loop after its drain.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection
 
 import posix_ipc
@@ -29,7 +32,7 @@ from triton_mp.ipc.messages import (
     WorkerReady,
 )
 from triton_mp.ipc.specs import WorkerSpec
-from triton_mp.ipc.topology import process_arena_prefix
+from triton_mp.workers.backend import Backend
 from triton_mp.workers.registry import load_backend
 from triton_mp.workers.worker import Worker
 
@@ -70,45 +73,121 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     inbox: Inbox[ToWorker] = Inbox(spec.inbox.wakeup, spec.inbox.rings, ToWorker)
-    # NOTE: a restarted instance must not run batches its dead predecessor left behind:
-    # the scheduler has already failed them. BLS updates still count (the spec it started
-    # from may predate them).
-    rewiring = [m for m in inbox.drain() if isinstance(m, BlsWorkerUpdate)]
+    rewiring = replayed_on_start(inbox.drain())
     to_scheduler = Sender(spec.to_scheduler.ring, spec.to_scheduler.wakeup)
     to_frontends = {i: Sender(c.ring, c.wakeup) for i, c in spec.to_frontends.items()}
     arena = ArenaAllocator(
-        process_arena_prefix(spec.arena_prefix, os.getpid()),
-        spec.arena_bytes,
-        spec.arena_budget_bytes,
-    )
-    log.info(
-        "loading model '%s' version %d (%s backend)",
-        spec.model.model,
-        spec.model.version,
-        spec.model.backend,
+        f"{spec.arena_prefix}p{os.getpid()}", spec.arena_bytes, spec.arena_budget_bytes
     )
     cache = SegmentCache()
     try:
-        backend = load_backend(spec.model, spec.instance)
-        try:
-            # NOTE: constructing the Worker reads the initial implicit state: part of loading.
-            worker = Worker(
-                spec,
-                backend,
-                arena,
-                cache,
-                lambda fid, msg: to_frontends[fid].send_bytes(encode(msg)),
-                lambda msg: to_scheduler.send_bytes(encode(msg)),
-            )
-        except BaseException:
-            backend.close()
-            raise
+        backend, worker = _load(spec, arena, cache, to_scheduler, to_frontends)
     except Exception as exc:  # noqa: BLE001 - reported to the supervisor, which marks the model
         text = exc.message if isinstance(exc, TritonMPError) else flatten_exception(exc)
         log.error("failed to load model '%s': %s", spec.model.model, text)
         report_start_failed(ready, "worker", spec.instance.name, text)
         cache.close()
         return 1
+    rewire = _bls_rewiring(spec, worker, arena, cache, to_scheduler, to_frontends)
+    for update in rewiring:
+        rewire(update)
+    report_ready(ready, "worker", spec.instance.name)
+    to_scheduler.send(WorkerReady(instance_id=spec.instance.instance_id, pid=os.getpid()))
+    log.info("instance ready")
+    try:
+        serve(inbox, worker, rewire)
+    finally:
+        backend.close()
+        worker.close()
+        cache.close()
+        arena.close_and_unlink()
+    log.info("instance stopped")
+    return 0
+
+
+def replayed_on_start(left: Iterable[ToWorker]) -> list[BlsWorkerUpdate]:
+    """What a starting worker takes from the messages already in its inbox: the BLS updates,
+    in order; batches and cancellations are dropped.
+
+    NOTE: a restarted instance must not run batches its dead predecessor left behind: the
+    scheduler has already failed them. BLS updates still count (the spec it started from may
+    predate them).
+    """
+    return [m for m in left if isinstance(m, BlsWorkerUpdate)]
+
+
+def handle(msg: ToWorker, worker: Worker, rewire: Callable[[BlsWorkerUpdate], None]) -> bool:
+    """Act on one message of the scheduler; True for ``Shutdown`` (stop after this drain)."""
+    if isinstance(msg, Shutdown):
+        return True
+    if isinstance(msg, BatchAssign):
+        worker.run_batch(msg)
+    elif isinstance(msg, CancelRequest):
+        worker.cancel(msg)
+    elif isinstance(msg, BlsWorkerUpdate):
+        rewire(msg)
+    return False
+
+
+def serve(
+    inbox: Inbox[ToWorker], worker: Worker, rewire: Callable[[BlsWorkerUpdate], None]
+) -> None:
+    """The worker's loop: handle every message in arrival order until a ``Shutdown``; the
+    messages drained with the ``Shutdown`` are still handled."""
+    while True:
+        inbox.wait(None)
+        stop = False
+        for msg in inbox.drain():
+            stop = handle(msg, worker, rewire) or stop
+        if stop:
+            return
+
+
+def _load(
+    spec: WorkerSpec,
+    arena: ArenaAllocator,
+    cache: SegmentCache,
+    to_scheduler: Sender,
+    to_frontends: dict[int, Sender],
+) -> tuple[Backend, Worker]:
+    """Load the backend and build the ``Worker`` over it (which reads the initial implicit
+    state: part of loading); the backend is closed again when the ``Worker`` fails.
+
+    Raises:
+        Exception: whatever the backend raised while loading (the caller reports it).
+    """
+    log.info(
+        "loading model '%s' version %d (%s backend)",
+        spec.model.model,
+        spec.model.version,
+        spec.model.backend,
+    )
+    backend = load_backend(spec.model, spec.instance)
+    try:
+        worker = Worker(
+            spec,
+            backend,
+            arena,
+            cache,
+            lambda fid, msg: to_frontends[fid].send_bytes(encode(msg)),
+            lambda msg: to_scheduler.send_bytes(encode(msg)),
+        )
+    except BaseException:
+        backend.close()
+        raise
+    return backend, worker
+
+
+def _bls_rewiring(
+    spec: WorkerSpec,
+    worker: Worker,
+    arena: ArenaAllocator,
+    cache: SegmentCache,
+    to_scheduler: Sender,
+    to_frontends: dict[int, Sender],
+) -> Callable[[BlsWorkerUpdate], None]:
+    """Start the BLS client of a python model that may call others (``spec.bls``) and
+    return what applies a ``BlsWorkerUpdate``: the rings to BLS clients, the model table."""
     bls = None
     if spec.bls is not None:
         from triton_mp.workers import pb_utils
@@ -130,30 +209,4 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
         if bls is not None and msg.models is not None:
             bls.set_models(msg.seq, msg.models)
 
-    for update in rewiring:
-        rewire(update)
-    report_ready(ready, "worker", spec.instance.name)
-    to_scheduler.send(WorkerReady(instance_id=spec.instance.instance_id, pid=os.getpid()))
-    log.info("instance ready")
-    try:
-        while True:
-            inbox.wait(None)
-            stop = False
-            for msg in inbox.drain():
-                if isinstance(msg, Shutdown):
-                    stop = True
-                elif isinstance(msg, BatchAssign):
-                    worker.run_batch(msg)
-                elif isinstance(msg, CancelRequest):
-                    worker.cancel(msg)
-                elif isinstance(msg, BlsWorkerUpdate):
-                    rewire(msg)
-            if stop:
-                break
-    finally:
-        backend.close()
-        worker.close()
-        cache.close()
-        arena.close_and_unlink()
-    log.info("instance stopped")
-    return 0
+    return rewire

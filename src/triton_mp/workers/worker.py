@@ -171,19 +171,49 @@ class Worker:
         return ok
 
     def run_batch(self, batch: BatchAssign) -> None:
-        """Execute one batch and answer every request in it."""
+        """Execute one batch, answer every request in it, then report ``BatchDone``
+        (phase times in ns: ``compute_output_ns`` covers writing and posting responses)."""
         start_ns = time.monotonic_ns()
         reqs = batch.requests
         if log.isEnabledFor(logging.DEBUG):
             log.debug("batch %d started: %d requests", batch.batch_id, len(reqs))
-        results: list[Result | None] = [None] * len(reqs)
-        t_input = t_infer = 0
-        runnable: list[int] = []
-        backend_reqs: list[BackendRequest] = []
         if self._states is not None and batch.released:
             # NOTE: before this batch's requests take their state: one of them may START a
             # new sequence under a released ID.
             self._states.drop(batch.released)
+        results, t_input, t_infer = self._execute(batch)
+        if self._states is not None:
+            self._keep_states(reqs, results)
+        t0 = time.perf_counter_ns()
+        failed = self._answer(reqs, results)
+        t_output = time.perf_counter_ns() - t0
+        # NOTE: under the lock: response threads of decoupled models share the ring.
+        with self._post_lock:
+            self._send_scheduler(
+                BatchDone(
+                    instance_id=self._spec.instance.instance_id,
+                    batch_id=batch.batch_id,
+                    start_ns=start_ns,
+                    compute_input_ns=t_input,
+                    compute_infer_ns=t_infer,
+                    compute_output_ns=t_output,
+                    end_ns=time.monotonic_ns(),
+                    failed=failed,
+                )
+            )
+
+    def _execute(self, batch: BatchAssign) -> tuple[list[Result | None], int, int]:
+        """Run the batch's readable requests on the backend.
+
+        Returns:
+            ``(results, compute_input_ns, compute_infer_ns)``: one result per request (an
+            ``ErrorInfo`` for a request whose inputs could not be read, and for every request
+            when the backend raised or miscounted its results).
+        """
+        reqs = batch.requests
+        results: list[Result | None] = [None] * len(reqs)
+        runnable: list[int] = []
+        backend_reqs: list[BackendRequest] = []
         for i, r in enumerate(reqs):
             try:
                 backend_reqs.append(self._backend_request(r))
@@ -192,30 +222,36 @@ class Worker:
                 # NOTE: one request's unreadable input (e.g. a vanished client region)
                 # fails that request only.
                 results[i] = ErrorInfo(e.code, e.message, self._origin)
+        t_input = t_infer = 0
+        if not backend_reqs:
+            return results, t_input, t_infer
         try:
-            if backend_reqs:
-                if self._sequence is None:
-                    ran, times = self._backend.execute(backend_reqs)
-                else:
-                    ran, times = self._backend.execute(
-                        backend_reqs, self._sequence_batch(batch, runnable, backend_reqs)
-                    )
-                t_input, t_infer = times.compute_input_ns, times.compute_infer_ns
-                if len(ran) != len(backend_reqs):
-                    raise TritonMPError(
-                        f"backend returned {len(ran)} results for a batch of "
-                        f"{len(backend_reqs)} requests"
-                    )
-                for i, res in zip(runnable, ran, strict=True):
-                    results[i] = res
+            if self._sequence is None:
+                ran, times = self._backend.execute(backend_reqs)
+            else:
+                ran, times = self._backend.execute(
+                    backend_reqs, self._sequence_batch(batch, runnable, backend_reqs)
+                )
+            t_input, t_infer = times.compute_input_ns, times.compute_infer_ns
+            if len(ran) != len(backend_reqs):
+                raise TritonMPError(
+                    f"backend returned {len(ran)} results for a batch of "
+                    f"{len(backend_reqs)} requests"
+                )
+            for i, res in zip(runnable, ran, strict=True):
+                results[i] = res
         except Exception as exc:  # noqa: BLE001 - one failed batch must not stop the worker
             log.exception("batch %d failed", batch.batch_id)
             info = ErrorInfo(ErrorCode.INTERNAL, flatten_exception(exc), self._origin)
             for i in runnable:
                 results[i] = info
-        if self._states is not None:
-            self._keep_states(reqs, results)
-        t0 = time.perf_counter_ns()
+        return results, t_input, t_infer
+
+    def _answer(
+        self, reqs: tuple[InferRequest, ...], results: list[Result | None]
+    ) -> tuple[int, ...]:
+        """Write and post each request's response (those the backend answered itself,
+        ``Responded``, are skipped); returns the indices of the requests that failed."""
         failed = []
         missing = ErrorInfo(ErrorCode.INTERNAL, "no result for the request", self._origin)
         final = [missing if r is None else r for r in results]
@@ -235,21 +271,7 @@ class Worker:
                     msg = InferResponse(request_id=req.request_id, version=req.version, error=res)
                 if not self._post(req, msg) and i not in failed:
                     failed.append(i)
-        t_output = time.perf_counter_ns() - t0
-        # NOTE: under the lock: response threads of decoupled models share the ring.
-        with self._post_lock:
-            self._send_scheduler(
-                BatchDone(
-                    instance_id=self._spec.instance.instance_id,
-                    batch_id=batch.batch_id,
-                    start_ns=start_ns,
-                    compute_input_ns=t_input,
-                    compute_infer_ns=t_infer,
-                    compute_output_ns=t_output,
-                    end_ns=time.monotonic_ns(),
-                    failed=tuple(failed),
-                )
-            )
+        return tuple(failed)
 
     def close(self) -> None:
         """Unmap the clients' regions."""
