@@ -24,7 +24,7 @@ def test_a_worker_killed_as_hung_is_reported_even_when_it_dies_before_the_next_w
     watch loop builds its next wait set. Its death must still be handled: WorkerDied with
     exit code -9 to the scheduler (which fails the in-flight requests) and a restart."""
     sup = Supervisor(ServerConfig(model_repository=str(tmp_path), heartbeat_timeout_s=0.2))
-    sup._heartbeats = HeartbeatBoard.create(sup._name("hb_watch_test"), 1)
+    sup._heartbeats = HeartbeatBoard.create(sup.topology.scratch("hb_watch_test"), 1)
     sent: list[object] = []
     sup.send_scheduler = sent.append  # type: ignore[method-assign]
     # A worker that never beats: it looks hung from the start.
