@@ -46,6 +46,7 @@ from triton_mp.ipc.messages import (
     InferRequest,
     InferResponse,
     RequestFailed,
+    SequenceFlags,
     ToFrontend,
 )
 from triton_mp.ipc.specs import BlsModel, BlsSpec
@@ -132,7 +133,8 @@ class BlsClient:
             try:
                 block, refs = write_block(self._arena, [wire_tensor(n, a) for n, a in arrays])
             except Exception as exc:  # noqa: BLE001 - an answer, not an exception
-                answer(_error_response(f"cannot send the BLS request: {exc}", 1), True)
+                text = f"cannot send the BLS request: {exc}"
+                answer(_error_response(text, pb_utils.TritonError.INTERNAL), True)
                 return lambda: None
             self._pending[rid] = (answer, block)
             desc = InferRequest(
@@ -149,7 +151,7 @@ class BlsClient:
                 client_id=request.request_id(),
                 parameters_json=request.parameters(),
                 sequence_id=request.correlation_id(),
-                sequence_flags=request.flags() & 3,
+                sequence_flags=int(request.flags() & (SequenceFlags.START | SequenceFlags.END)),
             )
             self._send(desc)
 
