@@ -27,6 +27,7 @@ from triton_mp.ipc.tensor_pool import (
 )
 from triton_mp.workers.tensor_io import (
     ClientRegions,
+    free_own_block,
     view_tensor,
     wire_tensor,
     write_block,
@@ -196,4 +197,11 @@ def test_a_missing_output_is_an_internal_error(
     with pytest.raises(TritonMPError, match="'B' was not produced by model 'm'") as e:
         write_outputs(arena, regions, _request(("A", "B")), {"A": np.zeros(1)})
     assert e.value.code == ErrorCode.INTERNAL
+    assert arena.live_blocks() == 0
+
+
+def test_a_block_nobody_will_read_is_freed_by_its_writer(arena: ArenaAllocator) -> None:
+    block, _ = write_block(arena, [wire_tensor("A", np.ones(3, np.float64))])
+    assert arena.live_blocks() == 1
+    free_own_block(arena, block)
     assert arena.live_blocks() == 0

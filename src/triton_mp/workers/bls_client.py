@@ -51,7 +51,7 @@ from triton_mp.ipc.messages import (
 )
 from triton_mp.ipc.specs import BlsModel, BlsSpec
 from triton_mp.workers import pb_utils
-from triton_mp.workers.tensor_io import view_tensor, wire_tensor, write_block
+from triton_mp.workers.tensor_io import free_own_block, view_tensor, wire_tensor, write_block
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +246,7 @@ class BlsClient:
             entry = self._pending.get(msg.request_id)
             if entry is not None and final:
                 del self._pending[msg.request_id]
-                free_block(self._own_segment(entry[1].segment), entry[1].offset)
+                free_own_block(self._arena, entry[1])
         if isinstance(msg, RequestFailed) or msg.error is not None:
             assert msg.error is not None
             response = _error_response(msg.error.message, int(msg.error.code))
@@ -271,10 +271,6 @@ class BlsClient:
             if msg.block is not None:
                 free_block(self._cache.get(msg.block.segment).buf, msg.block.offset)
         return pb_utils.InferenceResponse(tensors)
-
-    def _own_segment(self, name: str) -> memoryview:
-        seg = next(s for s in self._arena.segments() if s.name == name)
-        return seg.buf  # type: ignore[return-value]
 
     def close(self) -> None:
         """Nothing to join: the receiver is a daemon thread that ends with the process."""

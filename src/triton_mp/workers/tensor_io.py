@@ -26,7 +26,7 @@ from triton_mp.common.datatypes import (
     tensor_wire_bytes,
 )
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.ipc import ArenaAllocator, SegmentCache
+from triton_mp.ipc import ArenaAllocator, SegmentCache, free_block
 from triton_mp.ipc.messages import BlockRef, InferRequest, InferResponse, OutputRegion, TensorRef
 from triton_mp.ipc.shm import client_object_refusal
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
@@ -205,6 +205,13 @@ def write_block(
         pos += align(n)
     mv.release()
     return BlockRef(seg.name, block), tuple(refs)
+
+
+def free_own_block(arena: ArenaAllocator, block: BlockRef) -> None:
+    """Free a block of this process's own ``arena`` that no reader will free (its message
+    was never sent, or its reader answered): ``write_block``'s inverse."""
+    seg = next(s for s in arena.segments() if s.name == block.segment)
+    free_block(seg.buf, block.offset)
 
 
 def write_outputs(

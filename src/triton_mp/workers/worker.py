@@ -32,7 +32,7 @@ from collections.abc import Callable
 import numpy as np
 
 from triton_mp.common.errors import ErrorCode, TritonMPError, flatten_exception
-from triton_mp.ipc import ArenaAllocator, SegmentCache, free_block
+from triton_mp.ipc import ArenaAllocator, SegmentCache
 from triton_mp.ipc.messages import (
     BatchAssign,
     BatchDone,
@@ -43,7 +43,6 @@ from triton_mp.ipc.messages import (
     InferResponse,
     SequenceFlags,
 )
-from triton_mp.ipc.shm import Segment
 from triton_mp.ipc.specs import WorkerSpec
 from triton_mp.workers.backend import (
     Backend,
@@ -53,7 +52,7 @@ from triton_mp.workers.backend import (
     SequenceBatch,
 )
 from triton_mp.workers.sequence_state import SequenceStates, sequence_batch
-from triton_mp.workers.tensor_io import ClientRegions, view_tensor, write_outputs
+from triton_mp.workers.tensor_io import ClientRegions, free_own_block, view_tensor, write_outputs
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +152,7 @@ class Worker:
                 "could not answer request %d of frontend %d", req.request_id, req.frontend_id
             )
             if msg.block is not None:
-                free_block(self._arena_segment(msg.block.segment).buf, msg.block.offset)
+                free_own_block(self._arena, msg.block)
             ok = False
         if self._decoupled and msg.final:
             key = (req.frontend_id, req.request_id)
@@ -310,9 +309,6 @@ class Worker:
                     self._states.update(req.sequence_id, res)
                 except TritonMPError as e:
                     results[i] = ErrorInfo(e.code, e.message, self._origin)
-
-    def _arena_segment(self, name: str) -> Segment:
-        return next(s for s in self._arena.segments() if s.name == name)
 
     def _backend_request(self, req: InferRequest) -> BackendRequest:
         inputs = {ref.name: view_tensor(self._cache, ref, self._regions) for ref in req.inputs}
