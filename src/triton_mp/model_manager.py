@@ -6,9 +6,9 @@ from RepositoryModelLoad/Unload (a frontend forwards the call over its control p
 a poll of the repository, runs on one thread, one change at a time (Triton serialises them
 too), in this order:
 
-1. read and validate the model (``repository.load_model``, with the ``config`` override and
-   ``file:`` contents of the call) and compare each version with what is served: a version
-   whose effective config and files are unchanged keeps its instances;
+1. read and validate the model (``model_config.loader.load_model``, with the ``config``
+   override and ``file:`` contents of the call) and compare each version with what is
+   served: a version whose effective config and files are unchanged keeps its instances;
 2. create the IPC objects of the new instances, tell the scheduler their rings
    (``InstancesAdded``) and every frontend the rings to attach (acknowledged), spawn them all
    at once and wait until each reports ready;
@@ -89,16 +89,17 @@ from triton_mp.ipc.specs import (
     WorkerSpec,
 )
 from triton_mp.ipc.topology import Topology
-from triton_mp.repository import (
+from triton_mp.model_config.loader import (
     CONFIG_FILENAME,
     RepositoryModel,
     directory_fingerprint,
     load_model,
     parse_config_override,
 )
+from triton_mp.model_config.plan import ModelPlan, plan_models
 
 if TYPE_CHECKING:
-    from triton_mp.supervisor import ModelPlan, _Child
+    from triton_mp.supervisor import _Child
 
 log = logging.getLogger(__name__)
 
@@ -515,8 +516,6 @@ class ModelManager:
 
     def _load(self, requests: list[_Request]) -> None:
         """(Re)load models, all at once (see the module docstring)."""
-        from triton_mp.supervisor import plan_models
-
         staged: list[tuple[_Request, RepositoryModel, Path | None, dict[int, str]]] = []
         for req in requests:
             rm, temp_dir = self._read(req)

@@ -12,7 +12,6 @@ the workers stop, then every shared-memory object of this server is unlinked.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import multiprocessing as mp
 import os
@@ -24,10 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from pathlib import Path
-from typing import Any, Literal
 
-from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import StartupError
 from triton_mp.common.platform import die_with_parent, set_process_title, tune_malloc
@@ -38,246 +34,23 @@ from triton_mp.ipc.messages import Shutdown, WorkerDied
 from triton_mp.ipc.notify import Wakeup, WakeupKind, create_wakeup
 from triton_mp.ipc.shm import list_objects, remove_entry
 from triton_mp.ipc.specs import (
-    BatchingSpec,
     ChannelSpec,
-    ControlSpec,
     FrontendSpec,
     InboxSpec,
-    InstanceSpec,
     LogSpec,
     MetricsSpec,
-    ModelVersionSpec,
-    QueuePolicySpec,
     SchedulerSpec,
-    SequenceSpec,
-    StateSpec,
-    TensorSpec,
     WorkerSpec,
 )
 from triton_mp.ipc.topology import Topology
 from triton_mp.model_manager import ModelManager
-from triton_mp.repository import (
-    RepositoryModel,
-    config_to_json,
-    datatype_to_protocol,
-    instance_names,
-)
-from triton_mp.workers.registry import SUPPORTED_BACKENDS
 
 log = logging.getLogger(__name__)
 
-_KIND_NAMES: dict[int, str] = {
-    mc.ModelInstanceGroup.KIND_CPU: "KIND_CPU",
-    mc.ModelInstanceGroup.KIND_GPU: "KIND_GPU",
-    mc.ModelInstanceGroup.KIND_MODEL: "KIND_MODEL",
-}
 MAX_RESTARTS = 5
 """Consecutive failed restarts of one instance before its model is given up."""
 HEARTBEAT_SLOTS = 4096
 """Room on the heartbeat board (8 bytes a child); children beyond it are not judged."""
-
-
-def _tensor_specs(tensors: object, optional: bool) -> tuple[TensorSpec, ...]:
-    return tuple(
-        TensorSpec(
-            name=t.name,
-            datatype=datatype_to_protocol(t.data_type),
-            dims=tuple(int(d) for d in t.dims),
-            reshape=tuple(int(d) for d in t.reshape.shape) if t.HasField("reshape") else None,
-            optional=bool(getattr(t, "optional", False)) and optional,
-            allow_ragged_batch=bool(getattr(t, "allow_ragged_batch", False)),
-        )
-        for t in tensors  # type: ignore[attr-defined]
-    )
-
-
-_CONTROL_KINDS: dict[int, Literal["START", "END", "READY", "CORRID"]] = {
-    mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_START: "START",
-    mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_END: "END",
-    mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_READY: "READY",
-    mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID: "CORRID",
-}
-
-
-def _sequence_spec(cfg: mc.ModelConfig, model_dir: Path) -> SequenceSpec:
-    """``sequence_batching`` (already validated and normalised) as the scheduler's and the
-    worker's spec; ``initial_state`` data files live in ``<model dir>/initial_state/``."""
-    seq = cfg.sequence_batching
-    controls = []
-    for ci in seq.control_input:
-        for c in ci.control:
-            kind = _CONTROL_KINDS[c.kind]
-            pair: tuple[float, float] = (0.0, 1.0)
-            if kind == "CORRID":
-                datatype = datatype_to_protocol(c.data_type)
-            elif len(c.int32_false_true) == 2:
-                datatype = "INT32"
-                pair = (float(c.int32_false_true[0]), float(c.int32_false_true[1]))
-            elif len(c.fp32_false_true) == 2:
-                datatype, pair = "FP32", (c.fp32_false_true[0], c.fp32_false_true[1])
-            else:
-                datatype = "BOOL"
-                pair = (float(c.bool_false_true[0]), float(c.bool_false_true[1]))
-            controls.append(
-                ControlSpec(
-                    name=ci.name,
-                    kind=kind,
-                    datatype=datatype,
-                    false_value=pair[0],
-                    true_value=pair[1],
-                )
-            )
-    states = []
-    for st in seq.state:
-        initial: Literal["none", "zero", "file"] = "none"
-        data_file = ""
-        if st.initial_state:
-            first = st.initial_state[0]
-            if first.WhichOneof("state_data") == "data_file":
-                initial = "file"
-                data_file = str(model_dir / "initial_state" / first.data_file)
-            elif first.WhichOneof("state_data") == "zero_data":
-                initial = "zero"
-        states.append(
-            StateSpec(
-                input_name=st.input_name,
-                output_name=st.output_name,
-                datatype=datatype_to_protocol(st.data_type),
-                dims=tuple(int(d) for d in st.dims),
-                initial=initial,
-                data_file=data_file,
-            )
-        )
-    common = {
-        "max_sequence_idle_us": int(seq.max_sequence_idle_microseconds),
-        "controls": tuple(controls),
-        "states": tuple(states),
-    }
-    if seq.WhichOneof("strategy_choice") == "oldest":
-        o = seq.oldest
-        return SequenceSpec(
-            strategy="oldest",
-            max_queue_delay_us=int(o.max_queue_delay_microseconds),
-            max_candidate_sequences=int(o.max_candidate_sequences),
-            preferred_batch_sizes=tuple(int(b) for b in o.preferred_batch_size),
-            preserve_ordering=bool(o.preserve_ordering),
-            **common,  # type: ignore[arg-type]
-        )
-    d = seq.direct
-    return SequenceSpec(
-        strategy="direct",
-        max_queue_delay_us=int(d.max_queue_delay_microseconds),
-        minimum_slot_utilization=float(d.minimum_slot_utilization),
-        **common,  # type: ignore[arg-type]
-    )
-
-
-def _queue_policy(policy: object) -> QueuePolicySpec:
-    """A ``ModelQueuePolicy`` message (None = absent) as the scheduler's spec."""
-    if policy is None:
-        return QueuePolicySpec()
-    p: Any = policy
-    return QueuePolicySpec(
-        timeout_action="DELAY" if p.timeout_action == mc.ModelQueuePolicy.DELAY else "REJECT",
-        default_timeout_us=int(p.default_timeout_microseconds),
-        allow_timeout_override=bool(p.allow_timeout_override),
-        max_queue_size=int(p.max_queue_size),
-    )
-
-
-@dataclass
-class ModelPlan:
-    """What the supervisor will start for one repository model."""
-
-    repo: RepositoryModel
-    versions: list[ModelVersionSpec] = field(default_factory=list)
-    instances: list[InstanceSpec] = field(default_factory=list)
-    failed_versions: dict[int, str] = field(default_factory=dict)
-    error: str = ""
-
-
-def plan_models(
-    models: list[RepositoryModel],
-    first_instance_id: int = 0,
-    only_versions: dict[str, set[int]] | None = None,
-) -> tuple[list[ModelPlan], list[InstanceSpec]]:
-    """Turn loaded repository models into version specs and instances with dense ids.
-
-    Args:
-        models: loaded repository models.
-        first_instance_id: the first id to hand out (ids are never reused in a server).
-        only_versions: per model, the versions to plan (the others are left out); None
-            plans every version.
-    """
-    plans = []
-    instances: list[InstanceSpec] = []
-    for m in models:
-        plan = ModelPlan(m)
-        plans.append(plan)
-        if m.error is not None or m.config is None:
-            plan.error = m.error or "failed to load"
-            continue
-        cfg = m.config
-        if cfg.platform == "ensemble":
-            plan.error = "ensemble models are not supported by triton-mp yet"
-            continue
-        if cfg.backend not in SUPPORTED_BACKENDS:
-            plan.error = f"backend '{cfg.backend}' is not supported by triton-mp yet"
-            continue
-        dyn = cfg.dynamic_batching if cfg.HasField("dynamic_batching") else None
-        is_sequence = cfg.HasField("sequence_batching")
-        batching = BatchingSpec(
-            kind="sequence" if is_sequence else "dynamic" if dyn is not None else "default",
-            max_batch_size=cfg.max_batch_size,
-            preferred_batch_sizes=tuple(dyn.preferred_batch_size) if dyn else (),
-            max_queue_delay_us=int(dyn.max_queue_delay_microseconds) if dyn else 0,
-            preserve_ordering=bool(dyn.preserve_ordering) if dyn else False,
-            priority_levels=int(dyn.priority_levels) if dyn else 0,
-            default_priority_level=int(dyn.default_priority_level) if dyn else 0,
-            default_queue_policy=_queue_policy(dyn.default_queue_policy if dyn else None),
-            priority_queue_policy=(
-                {int(k): _queue_policy(v) for k, v in dyn.priority_queue_policy.items()}
-                if dyn
-                else {}
-            ),
-        )
-        config_json = json.dumps(config_to_json(cfg))
-        for v in m.versions:
-            if only_versions is not None and v.version not in only_versions.get(m.name, set()):
-                continue
-            ids = []
-            names = []
-            for name, kind, gpu in instance_names(cfg):
-                inst = InstanceSpec(
-                    instance_id=first_instance_id + len(instances),
-                    name=name,
-                    model=m.name,
-                    version=v.version,
-                    kind=_KIND_NAMES.get(kind, "KIND_CPU"),  # type: ignore[arg-type] # Literal from a dict
-                    gpu_id=gpu,
-                )
-                instances.append(inst)
-                plan.instances.append(inst)
-                ids.append(inst.instance_id)
-                names.append(name)
-            plan.versions.append(
-                ModelVersionSpec(
-                    model=m.name,
-                    version=v.version,
-                    backend=cfg.backend,
-                    model_file=str(v.model_file.resolve()),
-                    max_batch_size=cfg.max_batch_size,
-                    batching=batching,
-                    inputs=_tensor_specs(cfg.input, True),
-                    outputs=_tensor_specs(cfg.output, False),
-                    instance_ids=tuple(ids),
-                    instance_names=tuple(names),
-                    sequence=_sequence_spec(cfg, m.directory) if is_sequence else None,
-                    config_json=config_json,
-                    decoupled=bool(cfg.model_transaction_policy.decoupled),
-                )
-            )
-    return plans, instances
 
 
 def _probe_port(service: str, address: str, port: int) -> None:

@@ -1,5 +1,6 @@
-"""Python ``auto_complete_config`` through ``repository.load_model``: the model's code runs in
-a child process (``python -m triton_mp.workers.python_autocomplete``), never in this one."""
+"""Python ``auto_complete_config`` through ``model_config.loader.load_model``: the model's code
+runs in a child process (``python -m triton_mp.backends.python.autocomplete``), never in this
+one."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from triton_mp.backends.python.autocomplete import run_auto_complete
 from triton_mp.common.errors import ConfigError
-from triton_mp.repository import config_to_json, load_model
-from triton_mp.workers.python_autocomplete import run_auto_complete
+from triton_mp.common.json_form import config_to_json
+from triton_mp.model_config.loader import load_model
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -48,8 +48,8 @@ from triton_mp.ipc.specs import (
     WorkerSpec,
 )
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, ArenaAllocator, SegmentCache, free_block
-from triton_mp.repository import load_repository
-from triton_mp.supervisor import plan_models
+from triton_mp.model_config.loader import load_repository
+from triton_mp.model_config.plan import plan_models
 from triton_mp.workers.backend import BackendRequest, PhaseTimes, Result, SequenceBatch
 from triton_mp.workers.onnxruntime import OnnxRuntimeBackend
 from triton_mp.workers.worker import Worker

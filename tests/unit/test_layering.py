@@ -4,7 +4,7 @@ Checked on the source with ``ast`` (no imports executed):
 - the batching core (scheduler clock/dynamic) imports no ipc, grpc, numpy or backend;
 - ``ipc`` imports nothing from the role packages;
 - only ``frontend`` imports grpc or aiohttp, and its transport-neutral core imports neither;
-- only ``workers`` import onnxruntime or tensorrt;
+- only ``backends`` (and ``workers``) import onnxruntime or tensorrt;
 - in the scheduler package only ``main`` (and ``stats``, for the message structs it
   fills) touch ``triton_mp.ipc``;
 - only ``common.platform`` calls prctl or sets process titles.
@@ -79,9 +79,9 @@ def test_http_translation_has_no_transport() -> None:
             assert not _uses(imports, banned), f"frontend/{name} imports {banned}"
 
 
-def test_only_workers_import_backends() -> None:
+def test_only_backends_import_backend_libraries() -> None:
     for path in _modules():
-        if "workers" in path.parts:
+        if "backends" in path.parts or "workers" in path.parts:
             continue
         imports = _imports(path)
         for lib in ("onnxruntime", "tensorrt", "pycuda"):

@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from triton_mp.backends.python.autocomplete import may_auto_complete
+from triton_mp.backends.registry import BACKENDS, load_backend
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.ipc.messages import ErrorInfo
 from triton_mp.ipc.specs import BatchingSpec, InstanceSpec, ModelVersionSpec, TensorSpec
 from triton_mp.workers import pb_utils
 from triton_mp.workers.backend import RESPONDED, BackendRequest
 from triton_mp.workers.python import PB_UTILS_MODULE, PythonBackend
-from triton_mp.workers.python_autocomplete import may_auto_complete
-from triton_mp.workers.registry import SUPPORTED_BACKENDS, load_backend
 
 IO = (TensorSpec(name="INPUT0", datatype="FP32", dims=(4,)),)
 OUT = (
@@ -124,7 +124,7 @@ def backend(tmp_path: Path) -> Iterator[PythonBackend]:
 
 
 def test_registry_knows_python() -> None:
-    assert "python" in SUPPORTED_BACKENDS
+    assert BACKENDS["python"].runs
 
 
 def test_pb_utils_is_installed_for_user_models(backend: PythonBackend) -> None:

@@ -23,7 +23,8 @@ from tests.vad import (
     vad_client,
 )
 from triton_mp.cli import assets
-from triton_mp.repository import config_to_json, load_repository
+from triton_mp.common.json_form import config_to_json
+from triton_mp.model_config.loader import load_repository
 from triton_mp.workers import pb_utils
 from triton_mp.workers.python import import_model_module, install_pb_utils
 
@@ -286,9 +287,9 @@ def test_through_the_python_backend_as_the_worker_runs_it(
 ) -> None:
     """``PythonBackend`` turns ``BackendRequest.sequence_id`` / ``sequence_flags`` into the
     ``correlation_id()`` / ``flags()`` the wrapper reads; Oldest batches have no null rows."""
-    from triton_mp.supervisor import plan_models
+    from triton_mp.backends.registry import load_backend
+    from triton_mp.model_config.plan import plan_models
     from triton_mp.workers.backend import BackendRequest
-    from triton_mp.workers.registry import load_backend
     from triton_mp.workers.sequence_state import sequence_batch
 
     (plan,), _ = plan_models(load_repository(repository))

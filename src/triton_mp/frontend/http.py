@@ -31,6 +31,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError, flatten_exception
+from triton_mp.common.json_form import config_to_json
 from triton_mp.frontend.core import FILE_PREFIX, FrontendCore
 from triton_mp.frontend.http_infer import (
     HEADER_LENGTH,
@@ -42,7 +43,6 @@ from triton_mp.frontend.http_infer import (
     parse_infer_body,
     render_infer_response,
 )
-from triton_mp.repository import config_to_json
 from triton_mp.restricted import Restrictions, http_refusal
 
 log = logging.getLogger(__name__)

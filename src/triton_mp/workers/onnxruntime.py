@@ -1,6 +1,6 @@
 """The onnxruntime backend: one ``InferenceSession`` per model instance.
 
-Imported only by worker processes (through ``workers.registry``). Config ``parameters``
+Imported only by worker processes (through ``backends.registry``). Config ``parameters``
 understood, as Triton's onnxruntime backend names them: ``intra_op_thread_count``,
 ``inter_op_thread_count`` (string integers; 0 = onnxruntime's default). Keys that start with
 ``session.`` are passed to ``SessionOptions.add_session_config_entry`` as they are.

@@ -25,7 +25,7 @@ from google.protobuf.message import Message
 from onnx import TensorProto, helper
 
 from triton_mp._proto import model_config_pb2 as pb
-from triton_mp.repository import RepositoryModel, load_model
+from triton_mp.model_config.loader import RepositoryModel, load_model
 
 CONFIGS_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "configs"
 SOURCES_MD = CONFIGS_DIR / "SOURCES.md"

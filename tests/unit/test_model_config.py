@@ -1,4 +1,4 @@
-"""Unit tests for triton_mp.repository: Triton's repository layout, config rules and auto-complete.
+"""Unit tests for triton_mp.model_config: Triton's repository layout, config rules, auto-complete.
 
 Every model repository is built in tmp_path; ONNX models are made with onnx.helper. No process
 is started and onnxruntime is never imported.
@@ -15,20 +15,20 @@ import pytest
 from google.protobuf import json_format, text_format
 from onnx import TensorProto, helper
 
-from triton_mp import repository as repo_mod
+import triton_mp.model_config
 from triton_mp._proto import model_config_pb2 as pb
+from triton_mp.common.datatypes import DataType
 from triton_mp.common.errors import ConfigError, ErrorCode
-from triton_mp.repository import (
+from triton_mp.common.json_form import config_to_json
+from triton_mp.model_config import loader as loader_mod
+from triton_mp.model_config.loader import (
     ModelVersion,
     RepositoryModel,
-    config_to_json,
-    datatype_to_protocol,
-    instance_names,
     load_model,
     load_repository,
-    protocol_to_datatype,
     read_config_pbtxt,
 )
+from triton_mp.model_config.plan import instance_names
 
 KIND_CPU = pb.ModelInstanceGroup.KIND_CPU
 KIND_GPU = pb.ModelInstanceGroup.KIND_GPU
@@ -211,7 +211,7 @@ def test_specific_policy_logs_missing_versions(
 ) -> None:
     config = 'backend: "python" version_policy: { specific { versions: [ 1, 4 ] } }'
     d = python_model(tmp_path, "m", config, versions=(1, 2, 3))
-    with caplog.at_level(logging.ERROR, logger="triton_mp.repository"):
+    with caplog.at_level(logging.ERROR, logger="triton_mp.model_config.loader"):
         model = load_ok(d)
     assert [v.version for v in model.versions] == [1]
     assert "version 4 is specified for model 'm', but the version directory is not present" in (
@@ -239,7 +239,7 @@ def test_bad_version_names_are_ignored_with_warnings(
         'backend: "python" version_policy: { all { } }',
         versions=(1, "01", "v2", "1abc", "warmup", "configs", "initial_state", "0"),
     )
-    with caplog.at_level(logging.WARNING, logger="triton_mp.repository"):
+    with caplog.at_level(logging.WARNING, logger="triton_mp.model_config.loader"):
         model = load_ok(d)
     assert [v.version for v in model.versions] == [0, 1]
     assert "ignore version directory '01' which contains leading zeros" in caplog.text
@@ -256,7 +256,7 @@ def test_version_without_model_file_is_dropped(
 ) -> None:
     d = python_model(tmp_path, "m", 'backend: "python" version_policy: { all { } }', versions=(1,))
     (d / "2").mkdir()  # no model.py
-    with caplog.at_level(logging.ERROR, logger="triton_mp.repository"):
+    with caplog.at_level(logging.ERROR, logger="triton_mp.model_config.loader"):
         model = load_ok(d)
     assert [v.version for v in model.versions] == [1]
     assert f"unable to find '{d / '2' / 'model.py'}'" in caplog.text
@@ -1204,23 +1204,22 @@ def test_config_to_json_sequence_and_ensemble_int64(tmp_path: Path) -> None:
     ],
 )
 def test_datatype_protocol_round_trip(dt: int, protocol: str) -> None:
-    assert datatype_to_protocol(dt) == protocol
-    assert protocol_to_datatype(protocol) == dt
+    assert DataType(dt).wire == protocol
+    assert DataType.from_wire(protocol) == dt
 
 
 @pytest.mark.parametrize("bad", ["STRING", "INVALID", "fp32", "FLOAT", ""])
 def test_unknown_protocol_strings(bad: str) -> None:
-    assert protocol_to_datatype(bad) == pb.TYPE_INVALID
+    assert DataType.from_wire(bad) == pb.TYPE_INVALID
 
 
 def test_invalid_datatype_to_protocol() -> None:
-    assert datatype_to_protocol(pb.TYPE_INVALID) == "INVALID"
-    assert datatype_to_protocol(99) == "INVALID"
+    assert DataType(pb.TYPE_INVALID).wire == "INVALID"
 
 
-def test_module_does_not_import_onnxruntime() -> None:
-    source = Path(repo_mod.__file__).read_text()
-    assert "import onnxruntime" not in source
+def test_package_does_not_import_onnxruntime() -> None:
+    for path in Path(triton_mp.model_config.__file__).parent.glob("*.py"):
+        assert "import onnxruntime" not in path.read_text(), path.name
 
 
 def test_onnx_autocomplete_rejects_unsupported_element_type(tmp_path: Path) -> None:
@@ -1240,6 +1239,6 @@ def test_unexpected_exception_becomes_the_model_error(
     def boom(*_args: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(repo_mod, "_auto_complete_backend_fields", boom)
+    monkeypatch.setattr(loader_mod, "auto_complete_backend_fields", boom)
     d = python_model(tmp_path, "m", 'backend: "python"')
     assert load_err(d) == "failed to load 'm': RuntimeError: boom"

@@ -2,8 +2,8 @@
 
 Triton calls a python model's static ``TritonPythonModel.auto_complete_config`` at load, in an
 interpreter it discards afterwards. The supervisor must never run user code itself, so
-``run_auto_complete`` (called by ``repository``) starts
-``python -m triton_mp.workers.python_autocomplete <model file> <model name>``, writes the
+``auto_complete`` (the backend registry's hook, called by the model-config loader) starts
+``python -m triton_mp.backends.python.autocomplete <model file> <model name>``, writes the
 config (Triton's JSON form) to its stdin and reads the completed config back.
 
 Protocol of the child: stdin is the config JSON; the answer is one JSON object on the
@@ -12,8 +12,8 @@ child's *original* stdout, ``{"config": {...}}`` (``null`` when the model define
 stderr (the child points its fd 1 at fd 2 before importing the model), which the parent
 forwards to its log. The child always exits 0 after answering.
 
-This module's top level imports only the standard library and ``triton_mp.common.errors``: the
-supervisor imports it; the child-only imports (numpy, pb_utils) happen in ``main``.
+This module's top level imports only the standard library, protobuf and ``triton_mp.common``:
+the supervisor imports it; the child-only imports (numpy, pb_utils) happen in ``main``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from google.protobuf import json_format
+
+from triton_mp._proto import model_config_pb2
+from triton_mp.backends.registry import AutoCompleteOptions
 from triton_mp.common.errors import ConfigError
+from triton_mp.common.json_form import config_to_json
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +39,44 @@ AUTO_COMPLETE_TIMEOUT_S = 30.0
 """How long a model's import plus ``auto_complete_config`` may take (Triton's default
 ``stub-timeout-seconds``)."""
 
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
 """The directory holding the ``triton_mp`` package this process runs."""
+
+
+def auto_complete(
+    config: model_config_pb2.ModelConfig, model_file: Path, options: AutoCompleteOptions
+) -> None:
+    """Let the model's ``auto_complete_config`` complete ``config``, in a child process.
+
+    The supervisor never runs user code: the child imports model.py in a throwaway
+    interpreter, as Triton does. A model without ``auto_complete_config`` leaves the config
+    as it is. ``options`` is unused (the model's own code decides everything).
+
+    Raises:
+        ConfigError: the model's code raised or timed out, or the config it returned does not
+            parse or renames the model or changes its backend.
+    """
+    del options
+    if not may_auto_complete(model_file):
+        return
+    name = config.name
+    completed = run_auto_complete(config_to_json(config), model_file, name)
+    if completed is None:
+        return
+    new = model_config_pb2.ModelConfig()
+    try:
+        json_format.ParseDict(completed, new)
+    except json_format.ParseError as exc:
+        raise ConfigError(
+            f"failed to load '{name}': auto_complete_config returned an invalid model "
+            f"configuration: {exc}"
+        ) from None
+    if new.name != config.name or new.backend != config.backend:
+        raise ConfigError(
+            f"failed to load '{name}': auto_complete_config must not change the model's name "
+            f"or backend (got name '{new.name}', backend '{new.backend}')"
+        )
+    config.CopyFrom(new)
 
 
 def run_auto_complete(
@@ -47,7 +88,7 @@ def run_auto_complete(
     """Run the model's ``auto_complete_config`` on ``config`` in a child process.
 
     Args:
-        config: the model config in Triton's JSON form (``repository.config_to_json``).
+        config: the model config in Triton's JSON form (``common.json_form.config_to_json``).
         model_file: the model's ``model.py``.
         model_name: for messages.
         timeout_s: limit for the whole child (interpreter start, import, the call).
@@ -176,10 +217,10 @@ def _complete(model_file: str, model_name: str, config: dict[str, Any]) -> dict[
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Child entry: ``python -m triton_mp.workers.python_autocomplete FILE NAME``."""
+    """Child entry: ``python -m triton_mp.backends.python.autocomplete FILE NAME``."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m triton_mp.workers.python_autocomplete FILE NAME", file=sys.stderr)
+        print("usage: python -m triton_mp.backends.python.autocomplete FILE NAME", file=sys.stderr)
         return 2
     # NOTE: the answer goes to the original stdout; the model's prints go to stderr.
     answer_fd = os.dup(1)
