@@ -23,6 +23,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from triton_mp.backends.base import BackendRequest, PhaseTimes, Result, SequenceBatch
+from triton_mp.backends.onnxruntime.backend import OnnxRuntimeBackend
 from triton_mp.common.datatypes import NUMPY_DTYPES, deserialize_bytes_tensor
 from triton_mp.common.errors import ConfigError
 from triton_mp.ipc.messages import (
@@ -50,8 +52,6 @@ from triton_mp.ipc.specs import (
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, ArenaAllocator, SegmentCache, free_block
 from triton_mp.model_config.loader import load_repository
 from triton_mp.model_config.plan import plan_models
-from triton_mp.workers.backend import BackendRequest, PhaseTimes, Result, SequenceBatch
-from triton_mp.workers.onnxruntime import OnnxRuntimeBackend
 from triton_mp.workers.worker import Worker
 
 PID = os.getpid()

@@ -19,6 +19,8 @@ import msgspec
 import numpy as np
 import pytest
 
+from triton_mp.backends.base import BackendRequest, PhaseTimes, Result
+from triton_mp.backends.onnxruntime.backend import OnnxRuntimeBackend
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.messages import (
     BatchAssign,
@@ -45,8 +47,6 @@ from triton_mp.ipc.tensor_pool import (
     SegmentCache,
     free_block,
 )
-from triton_mp.workers.backend import BackendRequest, PhaseTimes, Result
-from triton_mp.workers.onnxruntime import OnnxRuntimeBackend
 from triton_mp.workers.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ Checked on the source with ``ast`` (no imports executed):
 - the batching core (scheduler clock/dynamic) imports no ipc, grpc, numpy or backend;
 - ``ipc`` imports nothing from the role packages;
 - only ``frontend`` imports grpc or aiohttp, and its transport-neutral core imports neither;
-- only ``backends`` (and ``workers``) import onnxruntime or tensorrt;
+- only ``backends`` import onnxruntime or tensorrt;
 - in the scheduler package only ``main`` (and ``stats``, for the message structs it
   fills) touch ``triton_mp.ipc``;
 - only ``common.platform`` calls prctl or sets process titles.
@@ -81,7 +81,7 @@ def test_http_translation_has_no_transport() -> None:
 
 def test_only_backends_import_backend_libraries() -> None:
     for path in _modules():
-        if "backends" in path.parts or "workers" in path.parts:
+        if "backends" in path.parts:
             continue
         imports = _imports(path)
         for lib in ("onnxruntime", "tensorrt", "pycuda"):

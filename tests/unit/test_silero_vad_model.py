@@ -287,9 +287,9 @@ def test_through_the_python_backend_as_the_worker_runs_it(
 ) -> None:
     """``PythonBackend`` turns ``BackendRequest.sequence_id`` / ``sequence_flags`` into the
     ``correlation_id()`` / ``flags()`` the wrapper reads; Oldest batches have no null rows."""
+    from triton_mp.backends.base import BackendRequest
     from triton_mp.backends.registry import load_backend
     from triton_mp.model_config.plan import plan_models
-    from triton_mp.workers.backend import BackendRequest
     from triton_mp.workers.sequence_state import sequence_batch
 
     (plan,), _ = plan_models(load_repository(repository))

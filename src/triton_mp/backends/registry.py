@@ -24,8 +24,8 @@ from triton_mp.common.errors import ConfigError, ErrorCode
 
 if TYPE_CHECKING:
     from triton_mp._proto.model_config_pb2 import ModelConfig
+    from triton_mp.backends.base import Backend
     from triton_mp.ipc.specs import InstanceSpec, ModelVersionSpec
-    from triton_mp.workers.backend import Backend
 
 __all__ = ["BACKENDS", "AutoComplete", "AutoCompleteOptions", "BackendInfo", "load_backend"]
 
@@ -109,7 +109,7 @@ BACKENDS: Mapping[str, BackendInfo] = {
             "onnxruntime",
             ("onnxruntime_onnx",),
             "model.onnx",
-            loader="triton_mp.workers.onnxruntime:OnnxRuntimeBackend",
+            loader="triton_mp.backends.onnxruntime.backend:OnnxRuntimeBackend",
             auto_complete="triton_mp.backends.onnxruntime.autocomplete:auto_complete",
         ),
         BackendInfo(

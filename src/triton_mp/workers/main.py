@@ -18,6 +18,7 @@ from multiprocessing.connection import Connection
 
 import posix_ipc
 
+from triton_mp.backends.base import Backend
 from triton_mp.backends.registry import load_backend
 from triton_mp.common.errors import TritonMPError, flatten_exception
 from triton_mp.common.log import configure_logging
@@ -33,7 +34,6 @@ from triton_mp.ipc.messages import (
     WorkerReady,
 )
 from triton_mp.ipc.specs import WorkerSpec
-from triton_mp.workers.backend import Backend
 from triton_mp.workers.worker import Worker
 
 log = logging.getLogger(__name__)

@@ -57,11 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
-from triton_mp.ipc.messages import ErrorInfo
-from triton_mp.ipc.specs import InstanceSpec, ModelVersionSpec
-from triton_mp.workers import pb_utils
-from triton_mp.workers.backend import (
+from triton_mp.backends.base import (
     RESPONDED,
     BackendRequest,
     PhaseTimes,
@@ -71,6 +67,10 @@ from triton_mp.workers.backend import (
     Stopwatch,
     to_backend_shape,
 )
+from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
+from triton_mp.ipc.messages import ErrorInfo
+from triton_mp.ipc.specs import InstanceSpec, ModelVersionSpec
+from triton_mp.workers import pb_utils
 
 log = logging.getLogger(__name__)
 

@@ -31,6 +31,13 @@ from collections.abc import Callable
 
 import numpy as np
 
+from triton_mp.backends.base import (
+    Backend,
+    BackendRequest,
+    Responded,
+    Result,
+    SequenceBatch,
+)
 from triton_mp.common.errors import ErrorCode, TritonMPError, flatten_exception
 from triton_mp.ipc import ArenaAllocator, SegmentCache
 from triton_mp.ipc.messages import (
@@ -44,13 +51,6 @@ from triton_mp.ipc.messages import (
     SequenceFlags,
 )
 from triton_mp.ipc.specs import WorkerSpec
-from triton_mp.workers.backend import (
-    Backend,
-    BackendRequest,
-    Responded,
-    Result,
-    SequenceBatch,
-)
 from triton_mp.workers.sequence_state import SequenceStates, sequence_batch
 from triton_mp.workers.tensor_io import ClientRegions, free_own_block, view_tensor, write_outputs
 
@@ -105,7 +105,7 @@ class Worker:
     def respond(
         self, token: object, result: dict[str, np.ndarray] | ErrorInfo | None, final: bool
     ) -> None:
-        """Send one response of a request now (``workers.backend.Responder``); thread-safe.
+        """Send one response of a request now (``backends.base.Responder``); thread-safe.
 
         Args:
             token: the request's ``InferRequest`` (``BackendRequest.token``).

@@ -1,2 +1,3 @@
 """The ONNX Runtime backend: ``autocomplete`` (the config from the graph, run by the model
-loader). Importing the package loads neither onnx nor onnxruntime."""
+loader in the supervisor) and ``backend`` (``OnnxRuntimeBackend``, one ``InferenceSession``
+per instance, run by a worker). Importing the package loads neither onnx nor onnxruntime."""

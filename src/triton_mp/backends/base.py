@@ -1,6 +1,8 @@
 """The backend contract and the batch helpers every backend shares.
 
-Imported by worker processes only. A backend owns one model instance and implements
+Imported by worker processes only (the worker and every backend package; see
+``backends.registry`` for how a worker finds its backend). A backend owns one model
+instance and implements
 ``execute(requests) -> (results, times)``: exactly one result per request, each either a
 dict of output arrays or an ``ErrorInfo``. The worker checks the count; if ``execute``
 raises, every request of that batch fails with INTERNAL and the worker goes on.

@@ -31,9 +31,7 @@ import numpy as np
 import onnxruntime as ort
 from onnxruntime import NodeArg
 
-from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
-from triton_mp.ipc.specs import InstanceSpec, ModelVersionSpec
-from triton_mp.workers.backend import (
+from triton_mp.backends.base import (
     BackendRequest,
     PhaseTimes,
     Result,
@@ -43,6 +41,8 @@ from triton_mp.workers.backend import (
     gather_rows,
     scatter,
 )
+from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
+from triton_mp.ipc.specs import InstanceSpec, ModelVersionSpec
 
 log = logging.getLogger(__name__)
 
