@@ -89,18 +89,8 @@ def _add_stat(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for every sub-command."""
-    parser = argparse.ArgumentParser(prog="triton-mp", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    start = sub.add_parser("start", help="serve a Triton model repository")
-    start.add_argument(
-        "--model-repository",
-        "--model-store",
-        dest="model_repository",
-        default=None,
-        help="model repository directory (default: the project's model_repository/)",
-    )
+def _add_endpoints(start: argparse.ArgumentParser) -> None:
+    """Where the frontends listen: gRPC, HTTP/REST and metrics (tritonserver's names)."""
     start.add_argument("--grpc-address", default="0.0.0.0")
     start.add_argument("--grpc-port", type=int, default=8001)
     start.add_argument("--http-address", default="0.0.0.0")
@@ -134,9 +124,45 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="gRPC frontend processes sharing the port (SO_REUSEPORT)",
     )
+
+
+def _add_repository(start: argparse.ArgumentParser) -> None:
+    """The model repository, its control mode and how models' configs are completed."""
+    start.add_argument(
+        "--model-repository",
+        "--model-store",
+        dest="model_repository",
+        default=None,
+        help="model repository directory (default: the project's model_repository/)",
+    )
     start.add_argument(
         "--model-control-mode", type=str.lower, default="none", choices=["none", "poll", "explicit"]
     )
+    start.add_argument(
+        "--load-model",
+        action="append",
+        default=[],
+        dest="load_models",
+        help="explicit mode: a model to load at start (repeatable; '*' loads all)",
+    )
+    start.add_argument(
+        "--repository-poll-secs",
+        type=float,
+        default=15.0,
+        help="poll mode: seconds between rescans of the model repository",
+    )
+    start.add_argument("--disable-auto-complete-config", action="store_true")
+    start.add_argument("--strict-model-config", type=_bool, default=False)
+    start.add_argument(
+        "--backend-config",
+        action="append",
+        default=[],
+        help="<backend>,<key>=<value>; onnxruntime,default-max-batch-size=N",
+    )
+
+
+def _add_security(start: argparse.ArgumentParser) -> None:
+    """Client shared memory and restricted protocols (Triton's security flags)."""
     start.add_argument(
         "--allow-client-shm",
         type=_bool,
@@ -167,19 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="answer these HTTP APIs (same names) only to requests with the header "
         "<key>: <value>; repeatable",
     )
-    start.add_argument(
-        "--load-model",
-        action="append",
-        default=[],
-        dest="load_models",
-        help="explicit mode: a model to load at start (repeatable; '*' loads all)",
-    )
-    start.add_argument(
-        "--repository-poll-secs",
-        type=float,
-        default=15.0,
-        help="poll mode: seconds between rescans of the model repository",
-    )
+
+
+def _add_limits_and_logs(start: argparse.ArgumentParser) -> None:
+    """Resource limits, shutdown, hung-process detection and logging."""
     start.add_argument(
         "--arena-budget-bytes",
         type=int,
@@ -200,14 +217,15 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--log-verbose", type=int, default=0)
     start.add_argument("--log-format", choices=["console", "json"], default="console")
     start.add_argument("--id", default="triton", dest="server_id_name")
-    start.add_argument("--disable-auto-complete-config", action="store_true")
-    start.add_argument("--strict-model-config", type=_bool, default=False)
-    start.add_argument(
-        "--backend-config",
-        action="append",
-        default=[],
-        help="<backend>,<key>=<value>; onnxruntime,default-max-batch-size=N",
-    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every sub-command."""
+    parser = argparse.ArgumentParser(prog="triton-mp", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    start = sub.add_parser("start", help="serve a Triton model repository")
+    for add in (_add_repository, _add_endpoints, _add_security, _add_limits_and_logs):
+        add(start)
     _add_stat(sub)
     return parser
 
