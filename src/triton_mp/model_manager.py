@@ -19,15 +19,17 @@ too), in this order:
    and running requests are answered);
 4. wait for the stopped workers to exit, then unlink their rings, semaphores and arenas.
 
-BLS (python workers calling models through the scheduler, ``workers.bls_client``) follows every
-change: in step 2 each new instance gets a ring to every BLS client (python worker) and every
-running instance one to each new client (``BlsWorkerUpdate``, ``BlsInboxUpdate``, relayed by
-the scheduler before the new instances are spawned, so before any answer can use them); in
+BLS (python workers calling models through the scheduler, ``workers.bls_client``) follows
+every change: in step 2 each new instance gets a ring to every BLS client (python worker) and
+every running instance one to each new client (``BlsWorkerUpdate``, ``BlsInboxUpdate``,
+written on the supervisor's own control rings into the worker's inbox and into its BLS
+client's inbox, before the new instances are spawned, so before any answer can use them); in
 step 3, after ``VersionsActivated`` and before retiring anything, every client gets the new
-table of models it may call (``BlsWorkerUpdate`` on its worker's ring: it holds the table
-before the scheduler hands it any later request); in step 4 the rings of stopped instances
-leave every inbox and sender set before they are unlinked. A worker's spec is rewritten with
-each update, so a restarted worker starts wired as the one it replaces.
+table of models it may call (``BlsWorkerUpdate``: the worker applies the updates of a drain
+before its batches, so it holds the table before any batch the scheduler sends it later); in
+step 4 the rings of stopped instances leave every inbox and sender set before they are
+unlinked. A worker's spec is rewritten with each update, so a restarted worker starts wired
+as the one it replaces.
 
 A reload that fails leaves the previous versions serving; the reason goes to the log, the
 call's answer and RepositoryIndex (the failed versions are UNAVAILABLE, so ModelReady of
@@ -56,7 +58,7 @@ import msgspec
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import ConfigError, ErrorCode
-from triton_mp.ipc import encode
+from triton_mp.ipc import ChannelTimeout, Sender, encode
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.messages import (
     BlsClientWiring,
@@ -77,6 +79,7 @@ from triton_mp.ipc.messages import (
     VersionsActivated,
 )
 from triton_mp.ipc.notify import Wakeup, WakeupKind
+from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.ipc.shm import list_objects, remove_entry
 from triton_mp.ipc.specs import (
     BLS_CLIENT_BASE,
@@ -182,10 +185,22 @@ class Host(Protocol):
 
 @dataclass
 class _Wired:
-    """A started instance (until its objects are removed) and the spec it (re)starts with."""
+    """A started instance (until its objects are removed), the spec it (re)starts with and
+    the supervisor's control rings to it (BLS updates go there, never through the
+    scheduler)."""
 
     child: _Child
     spec: WorkerSpec
+    control: Sender
+    """To the worker's inbox (``BlsWorkerUpdate``), beside the scheduler's ring."""
+    bls_control: Sender | None = None
+    """To its BLS client's inbox (``BlsInboxUpdate``): python workers only."""
+
+    def close(self) -> None:
+        """Unmap the control rings (their objects are unlinked with the instance's)."""
+        self.control.close()
+        if self.bls_control is not None:
+            self.bls_control.close()
 
     @property
     def bls(self) -> BlsSpec | None:
@@ -711,6 +726,7 @@ class ModelManager:
         top = host.topology
         n_fe = self._n_fe
         children: dict[int, _Child] = {}
+        controls: dict[int, ChannelSpec] = {}
         wiring = []
         rings: list[str] = []
         specs: list[WorkerSpec] = []
@@ -721,6 +737,7 @@ class ModelManager:
                 iid = w.instance_id
                 sem = host.wakeup("semaphore", top.worker_wakeup(iid))
                 to_worker = host.ring(top.scheduler_to_worker(iid))
+                control = host.ring(top.supervisor_to_worker(iid), self._cfg.answer_ring_bytes)
                 from_worker = host.ring(top.worker_to_scheduler(iid), self._cfg.worker_ring_bytes)
                 to_fe = {
                     i: host.ring(top.worker_to_frontend(iid, i), self._cfg.answer_ring_bytes)
@@ -731,7 +748,9 @@ class ModelManager:
                 spec = WorkerSpec(
                     instance=w,
                     model=by_version[w.version],
-                    inbox=InboxSpec(sem, (to_worker,)),
+                    # NOTE: the scheduler's ring first: a drain then sees every BLS update
+                    # written before the batches it sees (workers.main.control_first).
+                    inbox=InboxSpec(sem, (to_worker, control)),
                     to_scheduler=ChannelSpec(from_worker, self._sched_wakeup),
                     to_frontends={
                         i: ChannelSpec(to_fe[i], self._fe_wakeups[i]) for i in range(n_fe)
@@ -744,6 +763,7 @@ class ModelManager:
                     bls=client,
                 )
                 specs.append(spec)
+                controls[iid] = ChannelSpec(control, sem)
                 children[iid] = host.make_worker(spec)
                 wiring.append(
                     InstanceWiring(
@@ -758,7 +778,7 @@ class ModelManager:
                         if client is None
                         else BlsClientWiring(
                             client_id=client.client_id,
-                            ring=client.inbox.rings[0],
+                            ring=bls.from_scheduler[iid],
                             wakeup=client.inbox.wakeup,
                         ),
                     )
@@ -766,11 +786,15 @@ class ModelManager:
         host.send_scheduler(InstancesAdded(instances=tuple(wiring)))
         # NOTE: running workers open their rings to the new clients, running clients attach
         # the new instances' rings: both before any new instance is spawned.
-        for msg in bls.updates:
-            host.send_scheduler(msg)
+        self._send_bls(bls.updates)
         for spec in specs:
-            self._wired[spec.instance.instance_id] = _Wired(
-                children[spec.instance.instance_id], spec
+            iid = spec.instance.instance_id
+            bls_control = bls.controls.get(iid)
+            self._wired[iid] = _Wired(
+                children[iid],
+                spec,
+                Sender(controls[iid].ring, controls[iid].wakeup),
+                None if bls_control is None else Sender(bls_control.ring, bls_control.wakeup),
             )
         # NOTE: before any request can reach a new instance, every frontend reads its ring.
         self._update_frontends(ModelTableUpdate(add_rings=tuple(rings)), ack=True)
@@ -782,8 +806,9 @@ class ModelManager:
     # ------------------------------------------------------------------- BLS
     def _wire_bls(self, plans: list[ModelPlan]) -> _BlsWiring:
         """Create the BLS rings of a change's new instances (``plans``): each new python
-        worker gets an inbox (a ring from the scheduler, one from every instance, running
-        or new, woken by its own semaphore), and each new instance a ring to every client.
+        worker gets an inbox (a ring from the scheduler, one from the supervisor, one from
+        every instance, running or new, woken by its own semaphore), and each new instance a
+        ring to every client.
         Running instances and clients are rewired (their specs now, their processes by the
         returned ``updates``)."""
         host = self._host
@@ -796,10 +821,11 @@ class ModelManager:
         wakeups: dict[int, Wakeup] = {
             i: x.bls.inbox.wakeup for i, x in self._wired.items() if x.bls is not None
         }
-        from_scheduler: dict[int, str] = {}
+        out = _BlsWiring()
         for c in new_clients:
             wakeups[c] = host.wakeup("semaphore", top.bls_wakeup(c))
-            from_scheduler[c] = host.ring(top.scheduler_to_bls(c), size)
+            out.from_scheduler[c] = host.ring(top.scheduler_to_bls(c), size)
+            out.controls[c] = ChannelSpec(host.ring(top.supervisor_to_bls(c), size), wakeups[c])
         ring: dict[tuple[int, int], str] = {}
         """(producer instance, client instance) -> ring."""
         for w in new:
@@ -808,7 +834,6 @@ class ModelManager:
         for i in self._wired:
             for c in new_clients:
                 ring[(i, c)] = host.ring(top.worker_to_bls(i, c), size)
-        out = _BlsWiring()
         for w in new:
             out.to_clients[w.instance_id] = {
                 BLS_CLIENT_BASE + c: ChannelSpec(ring[(w.instance_id, c)], wakeups[c])
@@ -819,7 +844,12 @@ class ModelManager:
             out.clients[c] = BlsSpec(
                 client_id=BLS_CLIENT_BASE + c,
                 inbox=InboxSpec(
-                    wakeups[c], (from_scheduler[c], *(ring[(p, c)] for p in producers))
+                    wakeups[c],
+                    (
+                        out.from_scheduler[c],
+                        out.controls[c].ring,
+                        *(ring[(p, c)] for p in producers),
+                    ),
                 ),
                 models=self._bls_table,
                 seq=self._bls_seq,
@@ -839,7 +869,7 @@ class ModelManager:
                         | {a.client_id: ChannelSpec(a.ring, a.wakeup) for a in add},
                     )
                 )
-                out.updates.append(BlsWorkerUpdate(instance_id=i, add_clients=add))
+                out.updates.append((i, BlsWorkerUpdate(instance_id=i, add_clients=add)))
             if x.bls is not None and new:
                 added = tuple(ring[(n.instance_id, i)] for n in new)
                 x.respec(
@@ -851,7 +881,7 @@ class ModelManager:
                         ),
                     )
                 )
-                out.updates.append(BlsInboxUpdate(client_id=x.bls.client_id, add_rings=added))
+                out.updates.append((i, BlsInboxUpdate(client_id=x.bls.client_id, add_rings=added)))
         return out
 
     def _unwire_bls(self, ids: tuple[int, ...]) -> None:
@@ -859,7 +889,10 @@ class ModelManager:
         rings to their clients and every other client drops their rings (what those still
         hold is delivered)."""
         gone = [self._wired.pop(i) for i in ids if i in self._wired]
+        for x in gone:
+            x.close()
         gone_clients = {x.bls.client_id for x in gone if x.bls is not None}
+        updates: list[tuple[int, BlsWorkerUpdate | BlsInboxUpdate]] = []
         top = self._host.topology
         gone_rings = {top.worker_to_bls(i, c) for i in ids for c in self._wired}
         for w, x in self._wired.items():
@@ -872,8 +905,8 @@ class ModelManager:
                         },
                     )
                 )
-                self._host.send_scheduler(
-                    BlsWorkerUpdate(instance_id=w, remove_clients=tuple(sorted(gone_clients)))
+                updates.append(
+                    (w, BlsWorkerUpdate(instance_id=w, remove_clients=tuple(sorted(gone_clients))))
                 )
             if x.bls is not None:
                 removed = tuple(r for r in x.bls.inbox.rings if r in gone_rings)
@@ -888,9 +921,8 @@ class ModelManager:
                         ),
                     )
                 )
-                self._host.send_scheduler(
-                    BlsInboxUpdate(client_id=x.bls.client_id, remove_rings=removed)
-                )
+                updates.append((w, BlsInboxUpdate(client_id=x.bls.client_id, remove_rings=removed)))
+        self._send_bls(updates)
 
     def _push_bls_table(self) -> None:
         """Give every BLS client the table of the versions served now, if it changed."""
@@ -908,9 +940,26 @@ class ModelManager:
                     bls=msgspec.structs.replace(x.bls, models=table, seq=self._bls_seq),
                 )
             )
-            self._host.send_scheduler(
-                BlsWorkerUpdate(instance_id=i, seq=self._bls_seq, models=table)
-            )
+            self._send_bls([(i, BlsWorkerUpdate(instance_id=i, seq=self._bls_seq, models=table))])
+
+    def _send_bls(self, updates: list[tuple[int, BlsWorkerUpdate | BlsInboxUpdate]]) -> None:
+        """Write BLS updates on the supervisor's control rings: a ``BlsWorkerUpdate`` to its
+        worker's inbox, a ``BlsInboxUpdate`` to the BLS client of that instance. Each lands
+        before anything that depends on it can reach the worker (see ``_wire_bls``)."""
+        for instance_id, msg in updates:
+            x = self._wired[instance_id]
+            sender = x.control if isinstance(msg, BlsWorkerUpdate) else x.bls_control
+            assert sender is not None
+            try:
+                sender.send(msg)
+            except RecordTooLarge as e:
+                log.error("BLS update to instance %d not delivered: %s", instance_id, e)
+            except ChannelTimeout:
+                # NOTE: a worker stuck or dead with a full inbox: its spec holds the update
+                # already (respec), so its restart starts wired.
+                log.warning(
+                    "BLS update to instance %d not delivered: its inbox is full", instance_id
+                )
 
     def _discard(self, children: list[_Child]) -> None:
         """Kill instances that will not serve (a failed load) and free what they had."""
@@ -1005,8 +1054,12 @@ class _BlsWiring:
     """Per new python instance id: its BLS client."""
     to_clients: dict[int, dict[int, ChannelSpec]] = field(default_factory=dict)
     """Per new instance id: BLS client id -> its ring to that client."""
-    updates: list[BlsWorkerUpdate | BlsInboxUpdate] = field(default_factory=list)
-    """For running workers and clients (through the scheduler)."""
+    from_scheduler: dict[int, str] = field(default_factory=dict)
+    """Per new python instance id: the scheduler's ring into its BLS inbox."""
+    controls: dict[int, ChannelSpec] = field(default_factory=dict)
+    """Per new python instance id: the supervisor's ring into its BLS inbox."""
+    updates: list[tuple[int, BlsWorkerUpdate | BlsInboxUpdate]] = field(default_factory=list)
+    """(instance id, update) for running workers and clients (``ModelManager._send_bls``)."""
 
 
 def bls_table(versions: Iterable[ModelVersionSpec]) -> dict[str, BlsModel]:

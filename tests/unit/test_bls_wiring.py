@@ -1,5 +1,6 @@
 """BLS follows model changes: the table of models a BLS client may call (``bls_table``), the
-scheduler's relays of BLS updates, and an inbox that gains and loses rings at run time."""
+order in which a worker applies the supervisor's BLS updates, and an inbox that gains and
+loses rings at run time."""
 
 from __future__ import annotations
 
@@ -12,19 +13,22 @@ import pytest
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc import Inbox, Sender
 from triton_mp.ipc.messages import (
-    BlsInboxUpdate,
+    BatchAssign,
     BlsModel,
     BlsWorkerUpdate,
+    CancelRequest,
     ErrorInfo,
     RequestFailed,
+    Shutdown,
     ToFrontend,
+    ToWorker,
 )
 from triton_mp.ipc.notify import Wakeup, create_wakeup
 from triton_mp.ipc.ring import Ring
 from triton_mp.ipc.shm import unlink_quietly
 from triton_mp.ipc.specs import BatchingSpec, ModelVersionSpec, TensorSpec
 from triton_mp.model_manager import bls_table
-from triton_mp.scheduler.main import SchedulerCore
+from triton_mp.workers.main import control_first
 
 
 def _version(
@@ -61,18 +65,14 @@ def test_table_of_nothing_served_is_empty() -> None:
     assert bls_table([]) == {}
 
 
-def test_scheduler_relays_bls_updates_to_their_worker_and_client() -> None:
-    to_workers: list[tuple[int, object]] = []
-    to_frontends: list[tuple[int, object]] = []
-    core = SchedulerCore(
-        (), lambda i, m: to_workers.append((i, m)), lambda i, m: to_frontends.append((i, m)), (0,)
-    )
-    worker_update = BlsWorkerUpdate(instance_id=4, remove_clients=(7,), seq=2, models={})
-    inbox_update = BlsInboxUpdate(client_id=(1 << 20) + 3, add_rings=("/r",))
-    core.handle(worker_update, 0)
-    core.handle(inbox_update, 0)
-    assert to_workers == [(4, worker_update)]
-    assert to_frontends == [((1 << 20) + 3, inbox_update)]
+def test_a_worker_applies_the_supervisors_bls_updates_before_the_batches_of_a_drain() -> None:
+    batch = BatchAssign(batch_id=1, requests=(), dispatch_ns=0)
+    cancel = CancelRequest(request_id=1, frontend_id=0, model="m", version=1)
+    first = BlsWorkerUpdate(instance_id=4, seq=2, models={})
+    second = BlsWorkerUpdate(instance_id=4, remove_clients=(7,))
+    drained: list[ToWorker] = [batch, cancel, Shutdown(), first, second]
+    assert control_first(drained) == [first, second, batch, cancel, Shutdown()]
+    assert control_first([batch, cancel]) == [batch, cancel]
 
 
 @pytest.fixture

@@ -127,8 +127,6 @@ EXAMPLES: dict[str, list[object]] = {
         m.VersionsActivated(specs=(b"\x91\x01",)),
         m.InstancesRetired(instance_ids=(1, 2)),
         m.InstancesRemoved(instance_ids=(1,)),
-        BLS_WORKER,
-        BLS_INBOX,
         REQUEST,
         REQUEST_WITH_SHM,
         m.InferRequest(
@@ -250,13 +248,19 @@ EXAMPLES: dict[str, list[object]] = {
         SHM_REGISTERED,
         SHM_UNREGISTERED,
         m.ModelAvailability(model="add_sub", version=1, ready=False),
+    ],
+    "ToBlsClient": [
         BLS_INBOX,
+        m.BlsInboxUpdate(client_id=(1 << 20) + 3),
+        m.InferResponse(request_id=3, version=2, final=False),
+        m.RequestFailed(request_id=4, error=m.ErrorInfo(ErrorCode.NOT_FOUND, "unknown")),
     ],
 }
 UNIONS = {
     "ToScheduler": m.ToScheduler,
     "ToWorker": m.ToWorker,
     "ToFrontend": m.ToFrontend,
+    "ToBlsClient": m.ToBlsClient,
     "ToSupervisor": m.ToSupervisor,
     "FromSupervisor": m.FromSupervisor,
 }

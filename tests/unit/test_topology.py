@@ -17,7 +17,7 @@ from triton_mp.ipc.topology import (
 
 TOP = Topology("4242")
 
-FIELDS = {"frontend": 2, "instance": 7, "client": 9, "pid": 31337, "arena": 3}
+FIELDS = {"frontend": 2, "peer": 4, "instance": 7, "client": 9, "pid": 31337, "arena": 3}
 
 
 def _sample(kind: Kind) -> str:
@@ -52,6 +52,9 @@ def test_the_named_builders_match_the_table() -> None:
     assert TOP.bls_wakeup(6) == "/triton_mp_4242_w6_bls"
     assert TOP.scheduler_to_bls(6) == "/triton_mp_4242_r_s_c6"
     assert TOP.worker_to_bls(5, 6) == "/triton_mp_4242_r_w5_c6"
+    assert TOP.frontend_to_frontend(0, 1) == "/triton_mp_4242_r_f0_f1"
+    assert TOP.supervisor_to_worker(5) == "/triton_mp_4242_r_sup_w5"
+    assert TOP.supervisor_to_bls(6) == "/triton_mp_4242_r_sup_c6"
 
 
 def test_arena_names_compose_from_their_owner_prefix() -> None:
@@ -86,11 +89,14 @@ def test_an_instances_objects_include_its_bls_rings_both_ways_and_its_arenas() -
             TOP.worker_to_frontend(3, 0),
             TOP.bls_wakeup(3),
             TOP.scheduler_to_bls(3),
+            TOP.supervisor_to_worker(3),
+            TOP.supervisor_to_bls(3),
             TOP.worker_to_bls(3, 4),
             TOP.worker_to_bls(4, 3),
             arena_name(process_arena_prefix(TOP.worker_arenas(3), 77), 0),
             # not instance 3's:
             TOP.worker_to_bls(4, 5),
+            TOP.frontend_to_frontend(0, 3),
             TOP.worker_wakeup(33),
             arena_name(TOP.frontend_arenas(3), 0),
             TOP.heartbeat(),
@@ -98,7 +104,7 @@ def test_an_instances_objects_include_its_bls_rings_both_ways_and_its_arenas() -
         )
     )
     mine = TOP.of_instances(entries, {3})
-    assert len(mine) == 9
+    assert len(mine) == 11
     assert all("33" not in e and "r_w4_c5" not in e for e in mine)
     assert TOP.of_instances(entries, {4}) == sorted(
         e.lstrip("/")

@@ -38,7 +38,6 @@ from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.handshake import report_ready, report_start_failed
 from triton_mp.ipc.messages import (
-    BlsInboxUpdate,
     InferResponse,
     ModelAvailability,
     ModelTableUpdate,
@@ -74,8 +73,6 @@ def _on_wakeup(
             shm.drop(list(msg.names))
         elif isinstance(msg, ModelAvailability):
             models.set_available(msg.model, msg.version, msg.ready)
-        elif isinstance(msg, BlsInboxUpdate):
-            continue  # NOTE: meant for python workers' BLS clients; never sent here
         else:
             answers.append(msg)
     if answers:

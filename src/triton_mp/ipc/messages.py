@@ -11,11 +11,13 @@ Channels (producer -> consumer):
   ``BatchDone``, ``DecoupledDone``) and the supervisor (``WorkerDied``, ``Shutdown``, and the
   model changes ``InstancesAdded``, ``VersionsActivated``, ``InstancesRetired``,
   ``InstancesRemoved``).
-- ``ToWorker``: the scheduler only (``BatchAssign``, ``CancelRequest``, ``Shutdown``, and
-  ``BlsWorkerUpdate`` relayed from the supervisor).
-- ``ToFrontend``: workers (``InferResponse``) and the scheduler (``RequestFailed``,
-  ``StatsReply``; to a python worker's BLS client also ``BlsInboxUpdate`` relayed from the
-  supervisor).
+- ``ToWorker``: the scheduler (``BatchAssign``, ``CancelRequest``, ``Shutdown``) and, on its
+  own control ring, the supervisor (``BlsWorkerUpdate``).
+- ``ToFrontend``: workers (``InferResponse``), the scheduler (``RequestFailed``,
+  ``StatsReply``, ``QueueReply``, ``ModelAvailability``) and the other frontends
+  (``ShmRegistered``, ``ShmUnregistered``).
+- ``ToBlsClient``: a python worker's BLS client: answers from workers and the scheduler, and
+  on its own control ring the supervisor's ``BlsInboxUpdate``.
 - ``ToSupervisor`` / ``FromSupervisor``: each frontend's control pipe to the supervisor
   (repository load/unload calls and their replies; model table updates and their acks).
 """
@@ -297,9 +299,10 @@ class InstancesRemoved(
 
 
 class BlsWorkerUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="bls_worker", array_like=True):
-    """Supervisor -> scheduler -> the worker ``instance_id`` (its ring, so in order with the
-    batches the scheduler sends it): the BLS clients it answers and, for a python worker, the
-    models its own BLS client may call. Applying it twice changes nothing."""
+    """Supervisor -> the worker ``instance_id`` (the supervisor's control ring into its inbox;
+    the worker applies it before the batches of the same drain): the BLS clients it answers
+    and, for a python worker, the models its own BLS client may call. Applying it twice
+    changes nothing."""
 
     instance_id: int
     add_clients: tuple[BlsClientWiring, ...] = ()
@@ -313,10 +316,10 @@ class BlsWorkerUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="bls_worker
 
 
 class BlsInboxUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="bls_inbox", array_like=True):
-    """Supervisor -> scheduler -> the BLS client ``client_id`` (its ``r_s_c`` ring, drained by
-    the thread that reads the answers): rings from instances started or stopped since it
-    started. Sent before any request can be answered on an added ring; a removed ring's
-    producer has stopped. Applying it twice changes nothing."""
+    """Supervisor -> the BLS client ``client_id`` (the supervisor's control ring into the
+    client's inbox, drained by the thread that reads the answers): rings from instances
+    started or stopped since it started. Sent before any request can be answered on an added
+    ring; a removed ring's producer has stopped. Applying it twice changes nothing."""
 
     client_id: int
     add_rings: tuple[str, ...] = ()
@@ -339,8 +342,6 @@ ToScheduler = (
     | VersionsActivated
     | InstancesRetired
     | InstancesRemoved
-    | BlsWorkerUpdate
-    | BlsInboxUpdate
 )
 
 
@@ -534,8 +535,11 @@ ToFrontend = (
     | ShmRegistered
     | ShmUnregistered
     | ModelAvailability
-    | BlsInboxUpdate
 )
+
+ToBlsClient = InferResponse | RequestFailed | BlsInboxUpdate
+"""What a python worker's BLS client reads: the answers to its requests (from the callees'
+workers and the scheduler) and the supervisor's rewiring of its inbox."""
 
 
 class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):

@@ -13,23 +13,26 @@ supervisor_ring       ``r_sup_s``                    ring supervisor -> schedule
 scheduler_wakeup      ``s_sem``                      the scheduler's inbox semaphore
 frontend_wakeup       ``f{frontend}_fifo``           a frontend's inbox FIFO (asyncio loop)
 scheduler_to_frontend ``r_s_f{frontend}``            ring scheduler -> frontend
+frontend_to_frontend  ``r_f{frontend}_f{peer}``      ring frontend -> another frontend (shm)
 frontend_arena        ``f{frontend}_a{arena}``       a frontend's input tensor arena
 heartbeat             ``heartbeat``                  the heartbeat board (``ipc.heartbeat``)
 worker_wakeup         ``w{instance}_sem``            a worker's inbox semaphore
 scheduler_to_worker   ``r_s_w{instance}``            ring scheduler -> worker
 worker_to_scheduler   ``r_w{instance}_s``            ring worker -> scheduler
 worker_to_frontend    ``r_w{instance}_f{frontend}``  ring worker -> frontend (answers)
+supervisor_to_worker  ``r_sup_w{instance}``          ring supervisor -> worker (BLS updates)
 worker_arena          ``w{instance}p{pid}_a{arena}`` a worker process's output arena
 bls_wakeup            ``w{client}_bls``              a BLS client's inbox semaphore
 scheduler_to_bls      ``r_s_c{client}``              ring scheduler -> BLS client
+supervisor_to_bls     ``r_sup_c{client}``            ring supervisor -> BLS client (rewiring)
 worker_to_bls         ``r_w{instance}_c{client}``    ring worker -> BLS client (answers)
 ====================  =============================  ==========================================
 
-``{frontend}`` is a frontend id, ``{instance}`` and ``{client}`` instance ids (a BLS client is
-the python worker of that instance), ``{pid}`` the worker process that allocated the arena
-(a restarted worker gets new arenas) and ``{arena}`` the arena's index in its owner's
-``ArenaAllocator``. A semaphore's ``/dev/shm`` entry is ``sem.<name without slash>``.
-Names outside the table (``Topology.scratch``) are for tests and tools.
+``{frontend}`` and ``{peer}`` are frontend ids, ``{instance}`` and ``{client}`` instance ids
+(a BLS client is the python worker of that instance), ``{pid}`` the worker process that
+allocated the arena (a restarted worker gets new arenas) and ``{arena}`` the arena's index in
+its owner's ``ArenaAllocator``. A semaphore's ``/dev/shm`` entry is ``sem.<name without
+slash>``. Names outside the table (``Topology.scratch``) are for tests and tools.
 """
 
 from __future__ import annotations
@@ -60,15 +63,18 @@ class Kind(enum.Enum):
     SCHEDULER_WAKEUP = "s_sem"
     FRONTEND_WAKEUP = "f{frontend}_fifo"
     SCHEDULER_TO_FRONTEND = "r_s_f{frontend}"
+    FRONTEND_TO_FRONTEND = "r_f{frontend}_f{peer}"
     FRONTEND_ARENA = _FRONTEND_ARENAS + _ARENA
     HEARTBEAT = "heartbeat"
     WORKER_WAKEUP = "w{instance}_sem"
     SCHEDULER_TO_WORKER = "r_s_w{instance}"
     WORKER_TO_SCHEDULER = "r_w{instance}_s"
     WORKER_TO_FRONTEND = "r_w{instance}_f{frontend}"
+    SUPERVISOR_TO_WORKER = "r_sup_w{instance}"
     WORKER_ARENA = _WORKER_ARENAS + _PROCESS + _ARENA
     BLS_WAKEUP = "w{client}_bls"
     SCHEDULER_TO_BLS = "r_s_c{client}"
+    SUPERVISOR_TO_BLS = "r_sup_c{client}"
     WORKER_TO_BLS = "r_w{instance}_c{client}"
 
 
@@ -171,6 +177,10 @@ class Topology:
         """Ring scheduler -> frontend."""
         return self.name(Kind.SCHEDULER_TO_FRONTEND, frontend=frontend)
 
+    def frontend_to_frontend(self, frontend: int, peer: int) -> str:
+        """Ring frontend -> another frontend (client shared-memory registrations)."""
+        return self.name(Kind.FRONTEND_TO_FRONTEND, frontend=frontend, peer=peer)
+
     def frontend_arenas(self, frontend: int) -> str:
         """A frontend's arena prefix (``arena_name`` appends the index)."""
         return f"/{self.entry_prefix}{_FRONTEND_ARENAS.format(frontend=frontend)}"
@@ -196,6 +206,10 @@ class Topology:
         """Ring worker -> frontend."""
         return self.name(Kind.WORKER_TO_FRONTEND, instance=instance, frontend=frontend)
 
+    def supervisor_to_worker(self, instance: int) -> str:
+        """Ring supervisor -> worker (``BlsWorkerUpdate``)."""
+        return self.name(Kind.SUPERVISOR_TO_WORKER, instance=instance)
+
     def worker_arenas(self, instance: int) -> str:
         """An instance's arena prefix: every process of it extends it with
         ``process_arena_prefix``; it is also the prefix of all its arenas' names."""
@@ -212,6 +226,10 @@ class Topology:
     def scheduler_to_bls(self, client: int) -> str:
         """Ring scheduler -> BLS client."""
         return self.name(Kind.SCHEDULER_TO_BLS, client=client)
+
+    def supervisor_to_bls(self, client: int) -> str:
+        """Ring supervisor -> BLS client (``BlsInboxUpdate``)."""
+        return self.name(Kind.SUPERVISOR_TO_BLS, client=client)
 
     def worker_to_bls(self, instance: int, client: int) -> str:
         """Ring worker -> BLS client."""

@@ -30,8 +30,6 @@ from triton_mp.ipc.messages import (
     BatchAssign,
     BatchDone,
     BatchRecord,
-    BlsInboxUpdate,
-    BlsWorkerUpdate,
     CancelRequest,
     DecoupledDone,
     ErrorInfo,
@@ -284,11 +282,6 @@ class SchedulerCore:
             self._on_instances_retired(msg)
         elif isinstance(msg, InstancesRemoved):
             self._on_instances_removed(msg)
-        elif isinstance(msg, BlsWorkerUpdate):
-            # NOTE: on the worker's own ring, so it applies it before any later batch.
-            self._send_worker(msg.instance_id, msg)
-        elif isinstance(msg, BlsInboxUpdate):
-            self._send_frontend(msg.client_id, msg)
         elif isinstance(msg, ShmRegistered | ShmUnregistered):
             # NOTE: relayed so that every frontend knows every client region.
             for fid in self._frontend_ids:

@@ -16,10 +16,11 @@ under its own client id (``config.BLS_CLIENT_BASE + instance id``):
   callee's arena and its block freed at once.
 
 The table of models it may call and the rings of its inbox follow the server's model changes
-(``--model-control-mode=explicit|poll``): ``BlsWorkerUpdate`` (through the worker's main
-inbox, in order with its batches) replaces the table once a change activated or dropped
-versions; ``BlsInboxUpdate`` (on the scheduler's ring into this inbox, before any answer can
-use them) adds the rings of new instances and removes those of stopped ones.
+(``--model-control-mode=explicit|poll``), both sent by the supervisor on its own control
+rings: ``BlsWorkerUpdate`` (into the worker's main inbox, applied before the batches of the
+same drain) replaces the table once a change activated or dropped versions;
+``BlsInboxUpdate`` (into this inbox, before any answer can use them) adds the rings of new
+instances and removes those of stopped ones.
 
 Errors come back as error responses, never exceptions (unknown model, bad version, the
 callee's failure), as in Triton. A call to the caller's own model when it has one instance
@@ -47,7 +48,7 @@ from triton_mp.ipc.messages import (
     InferResponse,
     RequestFailed,
     SequenceFlags,
-    ToFrontend,
+    ToBlsClient,
 )
 from triton_mp.ipc.specs import BlsModel, BlsSpec
 from triton_mp.workers import pb_utils
@@ -91,7 +92,7 @@ class BlsClient:
         self._lock = lock
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[Answer, BlockRef]] = {}
-        self._inbox: Inbox[ToFrontend] = Inbox(spec.inbox.wakeup, spec.inbox.rings, ToFrontend)
+        self._inbox: Inbox[ToBlsClient] = Inbox(spec.inbox.wakeup, spec.inbox.rings, ToBlsClient)
         # NOTE: answers meant for a dead predecessor are dropped, ring changes are not.
         for msg in self._inbox.drain():
             if isinstance(msg, BlsInboxUpdate):

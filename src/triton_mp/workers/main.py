@@ -116,6 +116,20 @@ def replayed_on_start(left: Iterable[ToWorker]) -> list[BlsWorkerUpdate]:
     return [m for m in left if isinstance(m, BlsWorkerUpdate)]
 
 
+def control_first(msgs: list[ToWorker]) -> list[ToWorker]:
+    """One drain of the worker's inbox in the order to apply it: the supervisor's BLS updates
+    first, then the scheduler's messages in their order.
+
+    The inbox drains the scheduler's ring before the supervisor's control ring, so an update
+    written before a batch the drain saw is in the same drain (or an earlier one); applying
+    updates first means a batch never runs without the wiring or model table it may need.
+    """
+    updates = [m for m in msgs if isinstance(m, BlsWorkerUpdate)]
+    if not updates:
+        return msgs
+    return [*updates, *(m for m in msgs if not isinstance(m, BlsWorkerUpdate))]
+
+
 def handle(msg: ToWorker, worker: Worker, rewire: Callable[[BlsWorkerUpdate], None]) -> bool:
     """Act on one message of the scheduler; True for ``Shutdown`` (stop after this drain)."""
     if isinstance(msg, Shutdown):
@@ -132,12 +146,12 @@ def handle(msg: ToWorker, worker: Worker, rewire: Callable[[BlsWorkerUpdate], No
 def serve(
     inbox: Inbox[ToWorker], worker: Worker, rewire: Callable[[BlsWorkerUpdate], None]
 ) -> None:
-    """The worker's loop: handle every message in arrival order until a ``Shutdown``; the
-    messages drained with the ``Shutdown`` are still handled."""
+    """The worker's loop: handle every message until a ``Shutdown``, each drain in the order
+    of ``control_first``; the messages drained with the ``Shutdown`` are still handled."""
     while True:
         inbox.wait(None)
         stop = False
-        for msg in inbox.drain():
+        for msg in control_first(inbox.drain()):
             stop = handle(msg, worker, rewire) or stop
         if stop:
             return
