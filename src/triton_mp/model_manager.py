@@ -82,7 +82,6 @@ from triton_mp.ipc.notify import Wakeup, WakeupKind
 from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.ipc.shm import list_objects, remove_entry
 from triton_mp.ipc.specs import (
-    BLS_CLIENT_BASE,
     BlsModel,
     BlsSpec,
     ChannelSpec,
@@ -754,8 +753,8 @@ class ModelManager:
                     to_scheduler=ChannelSpec(from_worker, self._sched_wakeup),
                     to_frontends={
                         i: ChannelSpec(to_fe[i], self._fe_wakeups[i]) for i in range(n_fe)
-                    }
-                    | bls.to_clients[iid],
+                    },
+                    to_bls_clients=bls.to_clients[iid],
                     arena_prefix=top.worker_arenas(iid),
                     arena_bytes=self._cfg.output_arena_bytes,
                     arena_budget_bytes=self._cfg.arena_budget_bytes,
@@ -777,7 +776,7 @@ class ModelManager:
                         bls_client=None
                         if client is None
                         else BlsClientWiring(
-                            client_id=client.client_id,
+                            instance_id=iid,
                             ring=bls.from_scheduler[iid],
                             wakeup=client.inbox.wakeup,
                         ),
@@ -836,13 +835,12 @@ class ModelManager:
                 ring[(i, c)] = host.ring(top.worker_to_bls(i, c), size)
         for w in new:
             out.to_clients[w.instance_id] = {
-                BLS_CLIENT_BASE + c: ChannelSpec(ring[(w.instance_id, c)], wakeups[c])
+                c: ChannelSpec(ring[(w.instance_id, c)], wakeups[c])
                 for c in old_clients + new_clients
             }
         producers = [*self._wired, *(w.instance_id for w in new)]
         for c in new_clients:
             out.clients[c] = BlsSpec(
-                client_id=BLS_CLIENT_BASE + c,
                 inbox=InboxSpec(
                     wakeups[c],
                     (
@@ -857,16 +855,14 @@ class ModelManager:
         for i, x in self._wired.items():
             if new_clients:
                 add = tuple(
-                    BlsClientWiring(
-                        client_id=BLS_CLIENT_BASE + c, ring=ring[(i, c)], wakeup=wakeups[c]
-                    )
+                    BlsClientWiring(instance_id=c, ring=ring[(i, c)], wakeup=wakeups[c])
                     for c in new_clients
                 )
                 x.respec(
                     msgspec.structs.replace(
                         x.spec,
-                        to_frontends=x.spec.to_frontends
-                        | {a.client_id: ChannelSpec(a.ring, a.wakeup) for a in add},
+                        to_bls_clients=x.spec.to_bls_clients
+                        | {a.instance_id: ChannelSpec(a.ring, a.wakeup) for a in add},
                     )
                 )
                 out.updates.append((i, BlsWorkerUpdate(instance_id=i, add_clients=add)))
@@ -881,7 +877,7 @@ class ModelManager:
                         ),
                     )
                 )
-                out.updates.append((i, BlsInboxUpdate(client_id=x.bls.client_id, add_rings=added)))
+                out.updates.append((i, BlsInboxUpdate(add_rings=added)))
         return out
 
     def _unwire_bls(self, ids: tuple[int, ...]) -> None:
@@ -891,7 +887,7 @@ class ModelManager:
         gone = [self._wired.pop(i) for i in ids if i in self._wired]
         for x in gone:
             x.close()
-        gone_clients = {x.bls.client_id for x in gone if x.bls is not None}
+        gone_clients = {x.spec.instance.instance_id for x in gone if x.bls is not None}
         updates: list[tuple[int, BlsWorkerUpdate | BlsInboxUpdate]] = []
         top = self._host.topology
         gone_rings = {top.worker_to_bls(i, c) for i in ids for c in self._wired}
@@ -900,8 +896,8 @@ class ModelManager:
                 x.respec(
                     msgspec.structs.replace(
                         x.spec,
-                        to_frontends={
-                            k: v for k, v in x.spec.to_frontends.items() if k not in gone_clients
+                        to_bls_clients={
+                            k: v for k, v in x.spec.to_bls_clients.items() if k not in gone_clients
                         },
                     )
                 )
@@ -921,7 +917,7 @@ class ModelManager:
                         ),
                     )
                 )
-                updates.append((w, BlsInboxUpdate(client_id=x.bls.client_id, remove_rings=removed)))
+                updates.append((w, BlsInboxUpdate(remove_rings=removed)))
         self._send_bls(updates)
 
     def _push_bls_table(self) -> None:
@@ -1053,7 +1049,8 @@ class _BlsWiring:
     clients: dict[int, BlsSpec] = field(default_factory=dict)
     """Per new python instance id: its BLS client."""
     to_clients: dict[int, dict[int, ChannelSpec]] = field(default_factory=dict)
-    """Per new instance id: BLS client id -> its ring to that client."""
+    """Per new instance id: python worker instance id -> its ring to that worker's BLS
+    client."""
     from_scheduler: dict[int, str] = field(default_factory=dict)
     """Per new python instance id: the scheduler's ring into its BLS inbox."""
     controls: dict[int, ChannelSpec] = field(default_factory=dict)

@@ -33,6 +33,8 @@ from triton_mp.ipc.messages import (
     BlockRef,
     InferRequest,
     InferResponse,
+    ReplyTo,
+    Requester,
     SequenceFlags,
     TensorRef,
 )
@@ -188,7 +190,7 @@ class Client:
         rid = next(self.ids)
         return InferRequest(
             request_id=rid,
-            frontend_id=0,
+            reply_to=ReplyTo(Requester.FRONTEND, 0),
             model="acc",
             version=1,
             batch_size=1,
@@ -243,7 +245,7 @@ class Client:
         view = np.frombuffer(seg.buf, dtype, count=count, offset=ref.offset)
         return view.reshape(ref.shape).copy()
 
-    def to_frontend(self, frontend_id: int, msg: object) -> None:
+    def to_frontend(self, reply_to: ReplyTo, msg: object) -> None:
         assert isinstance(msg, InferResponse)
         self.responses.append(msg)
 
@@ -474,7 +476,7 @@ def test_a_request_that_fails_before_the_run_leaves_a_null_row(
     bad_input = TensorRef("INPUT", "FP32", (1, 1), f"/triton_mp_{PID}_test_gone", 0, 4, 99)
     broken = InferRequest(
         request_id=bad.request_id,
-        frontend_id=0,
+        reply_to=ReplyTo(Requester.FRONTEND, 0),
         model="acc",
         version=1,
         batch_size=1,

@@ -29,6 +29,8 @@ from triton_mp.ipc.messages import (
     ErrorInfo,
     InferRequest,
     InferResponse,
+    ReplyTo,
+    Requester,
     TensorRef,
 )
 from triton_mp.ipc.specs import (
@@ -115,7 +117,7 @@ class Frontend:
             pos += arr.nbytes
         req = InferRequest(
             request_id=rid,
-            frontend_id=frontend_id,
+            reply_to=ReplyTo(Requester.FRONTEND, frontend_id),
             model="add_sub",
             version=1,
             batch_size=batch_size,
@@ -150,12 +152,12 @@ def frontend() -> Iterator[Frontend]:
 
 @dataclass
 class Sent:
-    responses: list[tuple[int, InferResponse]] = field(default_factory=list)
+    responses: list[tuple[ReplyTo, InferResponse]] = field(default_factory=list)
     done: list[BatchDone] = field(default_factory=list)
 
-    def to_frontend(self, frontend_id: int, msg: object) -> None:
+    def to_frontend(self, reply_to: ReplyTo, msg: object) -> None:
         assert isinstance(msg, InferResponse)
-        self.responses.append((frontend_id, msg))
+        self.responses.append((reply_to, msg))
 
     def to_scheduler(self, msg: object) -> None:
         assert isinstance(msg, BatchDone)
@@ -248,7 +250,7 @@ def test_a_batch_of_three_gives_each_request_its_own_outputs(
     worker.run_batch(BatchAssign(batch_id=7, requests=tuple(r for r, _, _ in reqs), dispatch_ns=0))
 
     assert [(f, r.request_id) for f, r in sent.responses] == [
-        (req.frontend_id, req.request_id) for req, _, _ in reqs
+        (req.reply_to, req.request_id) for req, _, _ in reqs
     ]
     for (_, resp), (req, a, b) in zip(sent.responses, reqs, strict=True):
         assert resp.error is None

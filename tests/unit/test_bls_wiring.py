@@ -18,6 +18,8 @@ from triton_mp.ipc.messages import (
     BlsWorkerUpdate,
     CancelRequest,
     ErrorInfo,
+    ReplyTo,
+    Requester,
     RequestFailed,
     Shutdown,
     ToFrontend,
@@ -67,7 +69,7 @@ def test_table_of_nothing_served_is_empty() -> None:
 
 def test_a_worker_applies_the_supervisors_bls_updates_before_the_batches_of_a_drain() -> None:
     batch = BatchAssign(batch_id=1, requests=(), dispatch_ns=0)
-    cancel = CancelRequest(request_id=1, frontend_id=0, model="m", version=1)
+    cancel = CancelRequest(request_id=1, reply_to=ReplyTo(Requester.BLS, 3), model="m", version=1)
     first = BlsWorkerUpdate(instance_id=4, seq=2, models={})
     second = BlsWorkerUpdate(instance_id=4, remove_clients=(7,))
     drained: list[ToWorker] = [batch, cancel, Shutdown(), first, second]

@@ -18,9 +18,10 @@ from triton_mp.ipc.notify import Wakeup
 
 TENSOR = m.TensorRef("INPUT0", "FP32", (2, 16), "/triton_mp_1_f0_a0", 128, 128)
 BLOCK = m.BlockRef("/triton_mp_1_f0_a0", 64)
+FRONTEND_1 = m.ReplyTo(m.Requester.FRONTEND, 1)
 REQUEST = m.InferRequest(
     request_id=7,
-    frontend_id=1,
+    reply_to=FRONTEND_1,
     model="add_sub",
     version=1,
     batch_size=2,
@@ -40,7 +41,7 @@ SHM_REGISTERED = m.ShmRegistered(
 SHM_UNREGISTERED = m.ShmUnregistered(frontend_id=1, names=("in0", "out0"))
 REQUEST_WITH_SHM = m.InferRequest(
     request_id=9,
-    frontend_id=0,
+    reply_to=m.ReplyTo(m.Requester.FRONTEND, 0),
     model="add_sub",
     version=1,
     batch_size=1,
@@ -84,12 +85,12 @@ BLS_WORKER = m.BlsWorkerUpdate(
     instance_id=4,
     add_clients=(
         m.BlsClientWiring(
-            client_id=(1 << 20) + 2,
+            instance_id=2,
             ring="/triton_mp_1_r_w4_c2",
             wakeup=Wakeup("semaphore", "/triton_mp_1_w2_bls"),
         ),
     ),
-    remove_clients=((1 << 20) + 1,),
+    remove_clients=(1,),
     seq=3,
     models={
         "add_sub": m.BlsModel(
@@ -98,7 +99,6 @@ BLS_WORKER = m.BlsWorkerUpdate(
     },
 )
 BLS_INBOX = m.BlsInboxUpdate(
-    client_id=(1 << 20) + 2,
     add_rings=("/triton_mp_1_r_w5_c2",),
     remove_rings=("/triton_mp_1_r_w1_c2",),
 )
@@ -131,7 +131,7 @@ EXAMPLES: dict[str, list[object]] = {
         REQUEST_WITH_SHM,
         m.InferRequest(
             request_id=0,
-            frontend_id=0,
+            reply_to=m.ReplyTo(m.Requester.BLS, 0),
             model="m",
             version=1,
             batch_size=1,
@@ -140,7 +140,7 @@ EXAMPLES: dict[str, list[object]] = {
             block=BLOCK,
             arrival_ns=0,
         ),
-        m.CancelRequest(request_id=7, frontend_id=1, model="add_sub", version=1),
+        m.CancelRequest(request_id=7, reply_to=FRONTEND_1, model="add_sub", version=1),
         m.StatsQuery(query_id=3, frontend_id=1),
         m.StatsQuery(query_id=4, frontend_id=0, model="add_sub", version=1),
         m.QueueQuery(query_id=5, frontend_id=1),
@@ -165,7 +165,7 @@ EXAMPLES: dict[str, list[object]] = {
             compute_output_ns=0,
             end_ns=0,
         ),
-        m.DecoupledDone(instance_id=2, frontend_id=1, request_id=7),
+        m.DecoupledDone(instance_id=2, reply_to=m.ReplyTo(m.Requester.BLS, 5), request_id=7),
         m.WorkerDied(instance_id=2, exitcode=-9),
         m.Shutdown(),
         SHM_REGISTERED,
@@ -176,7 +176,9 @@ EXAMPLES: dict[str, list[object]] = {
         m.BlsWorkerUpdate(instance_id=0),
         m.BatchAssign(batch_id=9, requests=(REQUEST, REQUEST), dispatch_ns=99),
         m.BatchAssign(batch_id=10, requests=(), dispatch_ns=0),
-        m.CancelRequest(request_id=7, frontend_id=1, model="repeat_int32", version=1),
+        m.CancelRequest(
+            request_id=7, reply_to=m.ReplyTo(m.Requester.BLS, 3), model="repeat_int32", version=1
+        ),
         m.Shutdown(),
     ],
     "ToFrontend": [
@@ -251,7 +253,7 @@ EXAMPLES: dict[str, list[object]] = {
     ],
     "ToBlsClient": [
         BLS_INBOX,
-        m.BlsInboxUpdate(client_id=(1 << 20) + 3),
+        m.BlsInboxUpdate(),
         m.InferResponse(request_id=3, version=2, final=False),
         m.RequestFailed(request_id=4, error=m.ErrorInfo(ErrorCode.NOT_FOUND, "unknown")),
     ],
@@ -314,6 +316,16 @@ def test_other_channel_unions_refuse_it(channel: str, msg: object) -> None:
             Decoder(union).decode(data)
 
 
+def test_a_reply_address_survives_typed_and_keeps_the_id_spaces_apart() -> None:
+    bls = m.ReplyTo(m.Requester.BLS, 1)
+    req = msgspec.structs.replace(REQUEST, reply_to=bls)
+    decoded = Decoder(m.ToScheduler).decode(encode(req))
+    assert isinstance(decoded, m.InferRequest)
+    assert decoded.reply_to.kind is m.Requester.BLS
+    assert decoded.reply_to == bls != FRONTEND_1
+    assert len({(bls, 7), (FRONTEND_1, 7)}) == 2
+
+
 def test_error_code_survives_as_an_int_enum() -> None:
     info = m.ErrorInfo(ErrorCode.DEADLINE_EXCEEDED, "timeout", "scheduler")
     msg = m.RequestFailed(request_id=1, error=info)
@@ -359,7 +371,9 @@ _tensor_refs = st.builds(
 _requests = st.builds(
     m.InferRequest,
     request_id=_u63,
-    frontend_id=st.integers(0, 63),
+    reply_to=st.builds(
+        m.ReplyTo, kind=st.sampled_from(list(m.Requester)), id=st.integers(0, 1 << 40)
+    ),
     model=_names,
     version=st.integers(-1, 1 << 30),
     batch_size=st.integers(0, 1 << 16),

@@ -21,6 +21,8 @@ from triton_mp.ipc.messages import (
     ModelStats,
     QueueQuery,
     QueueReply,
+    ReplyTo,
+    Requester,
     RequestFailed,
     SequenceFlags,
     Shutdown,
@@ -47,6 +49,10 @@ from triton_mp.scheduler.main import (
 )
 
 US = 1000
+
+
+def _fe(frontend_id: int) -> ReplyTo:
+    return ReplyTo(Requester.FRONTEND, frontend_id)
 
 
 def _tensor(name: str, dims: tuple[int, ...]) -> TensorSpec:
@@ -94,6 +100,7 @@ class Harness:
     clock: FakeClock = field(default_factory=FakeClock)
     to_workers: list[tuple[int, object]] = field(default_factory=list)
     to_frontends: list[tuple[int, object]] = field(default_factory=list)
+    to_bls: list[tuple[int, object]] = field(default_factory=list)
     ids: count[int] = field(default_factory=lambda: count(1))
 
     def __post_init__(self) -> None:
@@ -101,6 +108,7 @@ class Harness:
             tuple(self.models),
             lambda i, msg: self.to_workers.append((i, msg)),
             lambda f, msg: self.to_frontends.append((f, msg)),
+            send_bls=lambda i, msg: self.to_bls.append((i, msg)),
         )
 
     @property
@@ -120,6 +128,7 @@ class Harness:
         client_id: str = "",
         sequence_id: int | str = 0,
         sequence_flags: int = 0,
+        reply_to: ReplyTo | None = None,
     ) -> InferRequest:
         rid = next(self.ids)
         shape = (batch_size, width)
@@ -127,7 +136,7 @@ class Harness:
         nbytes = 4 * batch_size * width
         req = InferRequest(
             request_id=rid,
-            frontend_id=frontend_id,
+            reply_to=reply_to or _fe(frontend_id),
             model=model,
             version=version,
             batch_size=batch_size,
@@ -249,6 +258,16 @@ def test_unknown_model_is_not_found(h: Harness) -> None:
 # --------------------------------------------------------------------------- batch done
 
 
+def test_a_bls_request_is_answered_at_its_bls_client_not_at_a_frontend(h: Harness) -> None:
+    lost = h.request("nope", reply_to=ReplyTo(Requester.BLS, 0))
+    assert h.to_frontends == []
+    ((instance_id, failed),) = h.to_bls
+    assert instance_id == 0
+    assert isinstance(failed, RequestFailed)
+    assert failed.request_id == lost.request_id
+    assert failed.error.code == ErrorCode.NOT_FOUND
+
+
 def test_batch_done_records_stats_and_frees_the_instance(h: Harness) -> None:
     h.ready(0)
     reqs = [h.request(batch_size=bs) for bs in (1, 2, 1)]  # 4: a preferred size
@@ -337,7 +356,7 @@ def test_worker_died_fails_its_in_flight_requests(h: Harness) -> None:
     ((_, batch),) = h.dispatch()
     h.handle(WorkerDied(instance_id=0, exitcode=-9))
     failures = h.failures()
-    assert [(f, m.request_id) for f, m in failures] == [(r.frontend_id, r.request_id) for r in reqs]
+    assert [(f, m.request_id) for f, m in failures] == [(r.reply_to.id, r.request_id) for r in reqs]
     for _, m in failures:
         assert m.error.code == ErrorCode.UNAVAILABLE
         assert "'add_sub'" in m.error.message
@@ -390,7 +409,7 @@ def test_shutdown_fails_queued_requests_with_tritons_message(h: Harness) -> None
     assert h.core.stopping
     failures = h.failures()
     assert sorted((f, m.request_id) for f, m in failures) == sorted(
-        (r.frontend_id, r.request_id) for r in queued
+        (r.reply_to.id, r.request_id) for r in queued
     )
     for _, m in failures:
         assert (m.error.code, m.error.message) == (ErrorCode.UNAVAILABLE, STOPPING_MESSAGE)
@@ -451,7 +470,7 @@ def test_a_cancelled_queued_request_is_dropped_and_answered(h: Harness) -> None:
     # No instance is ready yet, so both requests wait in the queue.
     keep = h.request(frontend_id=0)
     gone = h.request(frontend_id=1)
-    h.handle(CancelRequest(request_id=gone.request_id, frontend_id=1, model="add_sub", version=1))
+    h.handle(CancelRequest(request_id=gone.request_id, reply_to=_fe(1), model="add_sub", version=1))
     ((fid, failed),) = h.failures()
     assert (fid, failed.request_id) == (1, gone.request_id)
     assert failed.error.code == ErrorCode.CANCELLED
@@ -468,8 +487,8 @@ def test_cancelling_a_dispatched_or_unknown_request_changes_nothing(h: Harness) 
     req = h.request()
     h.clock.advance_us(1000)
     ((_, batch),) = h.dispatch()
-    h.handle(CancelRequest(request_id=req.request_id, frontend_id=0, model="add_sub", version=1))
-    h.handle(CancelRequest(request_id=999, frontend_id=0, model="nope", version=1))
+    h.handle(CancelRequest(request_id=req.request_id, reply_to=_fe(0), model="add_sub", version=1))
+    h.handle(CancelRequest(request_id=999, reply_to=_fe(0), model="nope", version=1))
     assert h.failures() == []
     assert not h.core.idle()  # the batch still runs; its answer frees the blocks
 
@@ -607,7 +626,7 @@ def test_failures_are_counted_per_metric_reason() -> None:
     h.ready(4)
     cancelled = h.request("policed")
     h.handle(
-        CancelRequest(request_id=cancelled.request_id, frontend_id=0, model="policed", version=1)
+        CancelRequest(request_id=cancelled.request_id, reply_to=_fe(0), model="policed", version=1)
     )
     h.request("policed")
     ((_, batch),) = h.dispatch()
@@ -706,12 +725,12 @@ def test_cancel_of_an_open_decoupled_request_goes_to_its_worker(hd: Harness) -> 
     r = hd.request("repeat")
     ((_, b),) = hd.dispatch()
     hd.done(4, b)
-    cancel = CancelRequest(request_id=r.request_id, frontend_id=0, model="repeat", version=1)
+    cancel = CancelRequest(request_id=r.request_id, reply_to=_fe(0), model="repeat", version=1)
     hd.handle(cancel)
     assert hd.to_workers[-1] == (4, cancel)
     assert hd.failures() == []
     # after the final response, a late cancel goes nowhere
-    hd.handle(DecoupledDone(instance_id=4, frontend_id=0, request_id=r.request_id))
+    hd.handle(DecoupledDone(instance_id=4, reply_to=_fe(0), request_id=r.request_id))
     n = len(hd.to_workers)
     hd.handle(cancel)
     assert len(hd.to_workers) == n

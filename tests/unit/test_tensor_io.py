@@ -17,7 +17,14 @@ import posix_ipc
 import pytest
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.ipc.messages import BlockRef, InferRequest, OutputRegion, TensorRef
+from triton_mp.ipc.messages import (
+    BlockRef,
+    InferRequest,
+    OutputRegion,
+    ReplyTo,
+    Requester,
+    TensorRef,
+)
 from triton_mp.ipc.tensor_pool import (
     ALIGN,
     BLOCK_HEADER_BYTES,
@@ -84,7 +91,7 @@ def _request(
 ) -> InferRequest:
     return InferRequest(
         request_id=7,
-        frontend_id=1,
+        reply_to=ReplyTo(Requester.FRONTEND, 1),
         model="m",
         version=1,
         batch_size=1,

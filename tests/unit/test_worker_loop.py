@@ -10,6 +10,8 @@ from triton_mp.ipc.messages import (
     BlsClientWiring,
     BlsWorkerUpdate,
     CancelRequest,
+    ReplyTo,
+    Requester,
     Shutdown,
     ToWorker,
 )
@@ -47,11 +49,13 @@ def _batch(batch_id: int) -> BatchAssign:
 
 
 def _cancel(request_id: int) -> CancelRequest:
-    return CancelRequest(request_id=request_id, frontend_id=1, model="m", version=1)
+    return CancelRequest(
+        request_id=request_id, reply_to=ReplyTo(Requester.FRONTEND, 1), model="m", version=1
+    )
 
 
 def _update(seq: int) -> BlsWorkerUpdate:
-    wiring = BlsClientWiring(client_id=seq, ring=f"/r{seq}", wakeup=None)  # type: ignore[arg-type]
+    wiring = BlsClientWiring(instance_id=seq, ring=f"/r{seq}", wakeup=None)  # type: ignore[arg-type]
     return BlsWorkerUpdate(instance_id=0, add_clients=(wiring,), seq=seq)
 
 
@@ -81,3 +85,19 @@ def test_the_loop_stops_after_the_drain_that_held_shutdown() -> None:
     # NOTE: batch 3 came in the same drain as the Shutdown: it still runs; batch 4 never.
     assert worker.did == [("batch", 1), ("batch", 2), ("batch", 3)]
     assert inbox.waits == 2
+
+
+def test_the_bls_updates_of_a_drain_apply_before_its_batches() -> None:
+    worker = FakeWorker()
+    order: list[object] = []
+    inbox = FakeInbox([_batch(1), _update(7), Shutdown()])
+    w: Any = worker
+    i: Any = inbox
+
+    def rewire(u: BlsWorkerUpdate) -> None:
+        order.append(("update", u.seq, list(worker.did)))
+
+    serve(i, w, rewire)
+    # NOTE: the update came from the supervisor's ring, drained after the scheduler's.
+    assert order == [("update", 7, [])]
+    assert worker.did == [("batch", 1)]

@@ -38,6 +38,8 @@ from triton_mp.ipc.messages import (
     ModelLoadCall,
     ModelStats,
     ModelUnloadCall,
+    ReplyTo,
+    Requester,
     RequestFailed,
     ShmRegion,
     ShmRegistered,
@@ -201,7 +203,7 @@ class FrontendCore:
     """The KServe v2 / Triton operations of one frontend process, transport-neutral.
 
     Args:
-        frontend_id: this frontend's index (part of every request descriptor).
+        frontend_id: this frontend's index (every request descriptor's ``reply_to``).
         server_name: ``--id``, reported by ServerMetadata.
         models: the model table.
         arena: this frontend's input arena allocator.
@@ -235,6 +237,7 @@ class FrontendCore:
         self.shm = shm if shm is not None else SystemShmRegistry(frontend_id)
         self.models = models
         self._fid = frontend_id
+        self._reply_to = ReplyTo(Requester.FRONTEND, frontend_id)
         self._server_name = server_name
         self._arena = arena
         self._cache = cache
@@ -561,7 +564,7 @@ class FrontendCore:
                 encode(
                     CancelRequest(
                         request_id=submitted.request_id,
-                        frontend_id=self._fid,
+                        reply_to=self._reply_to,
                         model=submitted.model,
                         version=submitted.version,
                     )
@@ -599,7 +602,7 @@ class FrontendCore:
     ) -> None:
         desc = InferRequest(
             request_id=rid,
-            frontend_id=self._fid,
+            reply_to=self._reply_to,
             model=model.name,
             version=version,
             batch_size=valid.batch_size,
@@ -658,7 +661,7 @@ class FrontendCore:
             self._send(
                 encode(
                     CancelRequest(
-                        request_id=rid, frontend_id=self._fid, model=model, version=version
+                        request_id=rid, reply_to=self._reply_to, model=model, version=version
                     )
                 )
             )

@@ -24,7 +24,7 @@ Channels (producer -> consumer):
 
 from __future__ import annotations
 
-from enum import IntFlag
+from enum import IntEnum, IntFlag
 
 import msgspec
 
@@ -105,12 +105,33 @@ class SequenceFlags(IntFlag):
     """The last request of a sequence (``TRITONSERVER_REQUEST_FLAG_SEQUENCE_END``)."""
 
 
+class Requester(IntEnum):
+    """Who sent a request, so where its answers go (``ReplyTo.kind``)."""
+
+    FRONTEND = 0
+    """A frontend process (a client's gRPC or HTTP request); ``ReplyTo.id`` is its id."""
+    BLS = 1
+    """The BLS client of a python worker (``pb_utils.InferenceRequest.exec``);
+    ``ReplyTo.id`` is that worker's instance id."""
+
+
+class ReplyTo(msgspec.Struct, frozen=True, array_like=True):
+    """The typed reply address of a request: which inbox its answers (``InferResponse`` from
+    the worker, ``RequestFailed`` from the scheduler) go to. Frontends and BLS clients have
+    separate id spaces: frontend 0 and the BLS client of instance 0 are different inboxes.
+    ``(reply_to, request_id)`` is unique per server."""
+
+    kind: Requester
+    id: int
+    """The frontend id (``FRONTEND``) or the python worker's instance id (``BLS``)."""
+
+
 class InferRequest(msgspec.Struct, frozen=True, kw_only=True, tag="infer", array_like=True):
-    """A validated inference request whose inputs are already in the frontend's arena."""
+    """A validated inference request whose inputs are already in the requester's arena."""
 
     request_id: int
-    """Unique per frontend; (frontend_id, request_id) is unique per server."""
-    frontend_id: int
+    """Unique per requester; (reply_to, request_id) is unique per server."""
+    reply_to: ReplyTo
     model: str
     version: int
     batch_size: int
@@ -155,7 +176,7 @@ class CancelRequest(msgspec.Struct, frozen=True, kw_only=True, tag="cancel", arr
     """The client of a request went away (cancelled, deadline exceeded): drop it if queued."""
 
     request_id: int
-    frontend_id: int
+    reply_to: ReplyTo
     model: str
     version: int
 
@@ -210,7 +231,7 @@ class DecoupledDone(
     """
 
     instance_id: int
-    frontend_id: int
+    reply_to: ReplyTo
     request_id: int
 
 
@@ -239,9 +260,11 @@ class BlsModel(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
 
 
 class BlsClientWiring(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
-    """A python worker's BLS inbox, as the scheduler answers its requests."""
+    """A producer's ring into a python worker's BLS inbox (the scheduler's or a worker's):
+    where answers to ``ReplyTo(Requester.BLS, instance_id)`` go."""
 
-    client_id: int
+    instance_id: int
+    """The python worker whose BLS client reads the ring."""
     ring: str
     wakeup: Wakeup
 
@@ -308,7 +331,7 @@ class BlsWorkerUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="bls_worker
     add_clients: tuple[BlsClientWiring, ...] = ()
     """Its rings to new BLS clients (answers to their requests), woken by their wake-ups."""
     remove_clients: tuple[int, ...] = ()
-    """Client ids of python workers that stopped."""
+    """Instance ids of python workers that stopped (their BLS clients are gone)."""
     seq: int = 0
     """Orders model tables: a table older than the one held is ignored."""
     models: dict[str, BlsModel] | None = None
@@ -316,12 +339,11 @@ class BlsWorkerUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="bls_worker
 
 
 class BlsInboxUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="bls_inbox", array_like=True):
-    """Supervisor -> the BLS client ``client_id`` (the supervisor's control ring into the
-    client's inbox, drained by the thread that reads the answers): rings from instances
-    started or stopped since it started. Sent before any request can be answered on an added
-    ring; a removed ring's producer has stopped. Applying it twice changes nothing."""
+    """Supervisor -> one BLS client (the supervisor's control ring into the client's inbox,
+    drained by the thread that reads the answers): rings from instances started or stopped
+    since it started. Sent before any request can be answered on an added ring; a removed
+    ring's producer has stopped. Applying it twice changes nothing."""
 
-    client_id: int
     add_rings: tuple[str, ...] = ()
     remove_rings: tuple[str, ...] = ()
 

@@ -187,26 +187,19 @@ class SchedulerSpec(msgspec.Struct, frozen=True, kw_only=True):
     to_frontends: dict[int, ChannelSpec]
     """Per frontend id."""
     log: LogSpec
-    to_clients: dict[int, ChannelSpec] = {}
-    """Per BLS client id (python workers' BLS inboxes): answers only, no broadcasts."""
 
 
 class BlsSpec(msgspec.Struct, frozen=True, kw_only=True):
     """A python worker's side of BLS (``pb_utils.InferenceRequest.exec``): it submits
-    requests to the scheduler like a frontend, under its own client id."""
+    requests to the scheduler like a frontend, answered at
+    ``ReplyTo(Requester.BLS, <its instance id>)``."""
 
-    client_id: int
-    """Its ``frontend_id`` in the requests it sends (never a frontend's index)."""
     inbox: InboxSpec
     """Answers: from the scheduler and from every worker."""
     models: dict[str, BlsModel]
     """The models that serve now (``BlsWorkerUpdate`` replaces the table later)."""
     seq: int = 0
     """The table's place in the order of ``BlsWorkerUpdate`` tables."""
-
-
-BLS_CLIENT_BASE = 1 << 20
-"""Client id of the BLS side of worker instance ``i``: ``BLS_CLIENT_BASE + i``."""
 
 
 class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -221,9 +214,11 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
     arena_bytes: int
     arena_budget_bytes: int
     log: LogSpec
+    to_bls_clients: dict[int, ChannelSpec] = {}
+    """Per python worker instance id: this worker's ring into that worker's BLS inbox
+    (answers to ``ReplyTo(Requester.BLS, id)``)."""
     bls: BlsSpec | None = None
-    """Python workers only: their BLS client (``to_frontends`` then also holds a channel to
-    every other python worker's BLS inbox)."""
+    """Python workers only: their BLS client."""
 
 
 class MetricsSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):

@@ -44,6 +44,8 @@ from triton_mp.ipc.messages import (
     ModelQueueStatus,
     QueueQuery,
     QueueReply,
+    ReplyTo,
+    Requester,
     RequestFailed,
     ShmRegistered,
     ShmUnregistered,
@@ -172,7 +174,8 @@ class SchedulerCore:
         models: every loaded model version.
         send_worker: ``send_worker(instance_id, msg)`` pushes to that worker.
         send_frontend: ``send_frontend(frontend_id, msg)`` pushes to that frontend.
-        frontend_ids: every frontend (relays of client shared-memory registrations).
+        frontend_ids: every frontend (``ModelAvailability`` goes to each).
+        send_bls: ``send_bls(instance_id, msg)`` pushes to that python worker's BLS client.
     """
 
     def __init__(
@@ -183,6 +186,7 @@ class SchedulerCore:
         frontend_ids: tuple[int, ...] = (),
         attach_instance: Callable[[InstanceWiring], None] | None = None,
         detach_instance: Callable[[int], None] | None = None,
+        send_bls: Callable[[int, object], None] | None = None,
     ) -> None:
         self._frontend_ids = frontend_ids
         self._live: dict[tuple[str, int], set[int]] = {}
@@ -213,13 +217,14 @@ class SchedulerCore:
         }
         self._busy: dict[int, int] = {}  # instance_id -> batch_id
         self._decoupled = {k for k, s in self._specs.items() if s.decoupled}
-        self._open: dict[int, dict[tuple[int, int], InferRequest]] = {}
+        self._open: dict[int, dict[tuple[ReplyTo, int], InferRequest]] = {}
         """instance id -> requests of a decoupled model dispatched there whose final
         response the worker has not reported yet (``DecoupledDone``)."""
         self._next_batch_id = 1
         self.stats = StatsBook(self._specs)
         self._send_worker = send_worker
         self._send_frontend = send_frontend
+        self._send_bls = send_bls or (lambda i, m: None)
         self._attach = attach_instance
         self._detach = detach_instance
         self.stopping = False
@@ -236,7 +241,7 @@ class SchedulerCore:
         elif isinstance(msg, BatchDone):
             self._on_batch_done(msg, now_ns)
         elif isinstance(msg, DecoupledDone):
-            self._open.get(msg.instance_id, {}).pop((msg.frontend_id, msg.request_id), None)
+            self._open.get(msg.instance_id, {}).pop((msg.reply_to, msg.request_id), None)
         elif isinstance(msg, CancelRequest):
             self._on_cancel(msg, now_ns)
         elif isinstance(msg, WorkerReady):
@@ -297,13 +302,20 @@ class SchedulerCore:
         reason: str = "OTHER",
     ) -> None:
         self.stats.record_failure(req.model, req.version, req.arrival_ns, now_ns, reason)
-        self._send_frontend(
-            req.frontend_id,
+        self._reply(
+            req.reply_to,
             RequestFailed(
                 request_id=req.request_id,
                 error=ErrorInfo(code=code, message=message, origin="scheduler"),
             ),
         )
+
+    def _reply(self, to: ReplyTo, msg: object) -> None:
+        """Answer a request at its reply address (a frontend or a BLS client)."""
+        if to.kind is Requester.FRONTEND:
+            self._send_frontend(to.id, msg)
+        else:
+            self._send_bls(to.id, msg)
 
     def _on_request(self, req: InferRequest, now_ns: int) -> None:
         key = (req.model, req.version)
@@ -326,7 +338,7 @@ class SchedulerCore:
         enforced = self._enforced.get(key, ())
         shape_key = tuple(t.shape[1:] for t in req.inputs if t.name in enforced) if enforced else ()
         item = Queued(
-            (req.frontend_id, req.request_id),
+            (req.reply_to, req.request_id),
             max(1, req.batch_size),
             shape_key,
             now_ns,
@@ -363,13 +375,13 @@ class SchedulerCore:
         scheds += [r.sched for r in self._retiring if r.key == key]
         item = None
         for sched in scheds:
-            item = sched.cancel((msg.frontend_id, msg.request_id))
+            item = sched.cancel((msg.reply_to, msg.request_id))
             if item is not None:
                 break
         if item is None and key in self._decoupled:
             # NOTE: a decoupled request already running: its model may stop early when it
             # sees ``is_cancelled()``; the worker answers it as the model decides.
-            rkey = (msg.frontend_id, msg.request_id)
+            rkey = (msg.reply_to, msg.request_id)
             for instance_id, requests in self._open.items():
                 if rkey in requests:
                     self._send_worker(instance_id, msg)
@@ -392,7 +404,7 @@ class SchedulerCore:
         self._busy.pop(instance_id, None)
         opened = self._open.get(instance_id, {})
         for r in flight.requests:
-            opened.pop((r.frontend_id, r.request_id), None)
+            opened.pop((r.reply_to, r.request_id), None)
             self._fail(
                 r,
                 ErrorCode.RESOURCE_EXHAUSTED,
@@ -468,7 +480,7 @@ class SchedulerCore:
         open_requests = self._open.pop(msg.instance_id, {})
         if flight is not None:
             for r in flight.requests:
-                open_requests.pop((r.frontend_id, r.request_id), None)
+                open_requests.pop((r.reply_to, r.request_id), None)
         log.warning(
             "instance %s of model '%s' died with exit code %d; failing %d in-flight requests",
             name,
@@ -494,8 +506,8 @@ class SchedulerCore:
                 "before the final response of the request"
             )
             for r in open_requests.values():
-                self._send_frontend(
-                    r.frontend_id,
+                self._reply(
+                    r.reply_to,
                     RequestFailed(
                         request_id=r.request_id,
                         error=ErrorInfo(ErrorCode.UNAVAILABLE, text, "scheduler"),
@@ -675,7 +687,7 @@ class SchedulerCore:
                 if key in self._decoupled:
                     opened = self._open.setdefault(batch.instance_id, {})
                     for r in reqs:
-                        opened[(r.frontend_id, r.request_id)] = r
+                        opened[(r.reply_to, r.request_id)] = r
                 try:
                     self._send_worker(
                         batch.instance_id,
@@ -806,8 +818,8 @@ def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
     workers = {i: Sender(c.ring, c.wakeup) for i, c in spec.to_workers.items()}
     frontends = {i: Sender(c.ring, c.wakeup) for i, c in spec.to_frontends.items()}
     broadcast = tuple(frontends)
-    # NOTE: python workers' BLS clients get answers like a frontend, but no broadcasts.
-    frontends.update({i: Sender(c.ring, c.wakeup) for i, c in spec.to_clients.items()})
+    bls_clients: dict[int, Sender] = {}
+    """Per python worker instance id: the ring into its BLS client's inbox."""
 
     def send_worker(instance_id: int, msg: object) -> None:
         sender = workers.get(instance_id)
@@ -819,23 +831,25 @@ def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
         if sender is not None:
             sender.send_bytes(encode(msg))
 
+    def send_bls(instance_id: int, msg: object) -> None:
+        sender = bls_clients.get(instance_id)
+        if sender is not None:
+            sender.send_bytes(encode(msg))
+
     from_workers: dict[int, str] = {}
-    clients: dict[int, int] = {}
-    """Instance id -> its BLS client id."""
 
     def attach(w: InstanceWiring) -> None:
         workers[w.instance_id] = Sender(w.to_worker_ring, w.to_worker_wakeup)
         inbox.add_ring(w.from_worker_ring)
         from_workers[w.instance_id] = w.from_worker_ring
         if w.bls_client is not None:
-            frontends[w.bls_client.client_id] = Sender(w.bls_client.ring, w.bls_client.wakeup)
-            clients[w.instance_id] = w.bls_client.client_id
+            bls_clients[w.instance_id] = Sender(w.bls_client.ring, w.bls_client.wakeup)
 
     def detach(instance_id: int) -> None:
         sender = workers.pop(instance_id, None)
         if sender is not None:
             sender.close()
-        client = frontends.pop(clients.pop(instance_id, -1), None)
+        client = bls_clients.pop(instance_id, None)
         if client is not None:
             client.close()
         ring = from_workers.pop(instance_id, None)
@@ -843,7 +857,9 @@ def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
             # NOTE: what a stopped worker left behind (its last BatchDone) no longer matters.
             inbox.remove_ring(ring)
 
-    core = SchedulerCore(spec.models, send_worker, send_frontend, broadcast, attach, detach)
+    core = SchedulerCore(
+        spec.models, send_worker, send_frontend, broadcast, attach, detach, send_bls
+    )
     core.defer_unknown = True
     # NOTE: the loop sleeps until batch deadlines; see set_timer_slack_ns for why.
     set_timer_slack_ns(SCHEDULER_TIMER_SLACK_NS)

@@ -3,7 +3,8 @@
 Imported by worker processes only (``workers.main`` builds a ``BlsClient`` for python
 workers; ``pb_utils.InferenceRequest.exec``/``async_exec`` call it through the hook
 ``pb_utils.set_bls``). The worker acts as one more client of the scheduler, like a frontend,
-under its own client id (``config.BLS_CLIENT_BASE + instance id``):
+answered at its own typed address (``ReplyTo(Requester.BLS, <instance id>)``, never a
+frontend's):
 
 - the request's input tensors are written into one block of the worker's own arena (the
   callee's worker reads them there); the caller frees that block when the final answer
@@ -46,6 +47,8 @@ from triton_mp.ipc.messages import (
     CancelRequest,
     InferRequest,
     InferResponse,
+    ReplyTo,
+    Requester,
     RequestFailed,
     SequenceFlags,
     ToBlsClient,
@@ -64,7 +67,8 @@ class BlsClient:
     """Submits ``pb_utils.InferenceRequest`` objects and delivers their answers.
 
     Args:
-        spec: the worker's BLS spec (client id, inbox, models it may call).
+        spec: the worker's BLS spec (inbox, models it may call).
+        instance_id: the worker's instance id (its requests' reply address).
         own_model: the caller's model (self-calls with one instance are refused).
         arena: the worker's arena (input blocks are allocated there).
         cache: attached segments (the callees' output arenas).
@@ -75,6 +79,7 @@ class BlsClient:
     def __init__(
         self,
         spec: BlsSpec,
+        instance_id: int,
         own_model: str,
         arena: ArenaAllocator,
         cache: SegmentCache,
@@ -82,6 +87,7 @@ class BlsClient:
         lock: threading.RLock,
     ) -> None:
         self._spec = spec
+        self._reply_to = ReplyTo(Requester.BLS, instance_id)
         self._models = spec.models
         """Replaced whole (``set_models``), never changed in place: readers take it once."""
         self._seq = spec.seq
@@ -140,7 +146,7 @@ class BlsClient:
             self._pending[rid] = (answer, block)
             desc = InferRequest(
                 request_id=rid,
-                frontend_id=self._spec.client_id,
+                reply_to=self._reply_to,
                 model=name,
                 version=version,
                 batch_size=batch,
@@ -161,7 +167,7 @@ class BlsClient:
                 self._send(
                     CancelRequest(
                         request_id=rid,
-                        frontend_id=self._spec.client_id,
+                        reply_to=self._reply_to,
                         model=name,
                         version=version,
                     )

@@ -29,6 +29,7 @@ from triton_mp.ipc.messages import (
     BatchAssign,
     BlsWorkerUpdate,
     CancelRequest,
+    Requester,
     Shutdown,
     ToWorker,
     WorkerReady,
@@ -42,13 +43,13 @@ log = logging.getLogger(__name__)
 def _apply_bls_update(msg: BlsWorkerUpdate, senders: dict[int, Sender]) -> None:
     """Open this worker's rings to new BLS clients and close those to stopped ones."""
     for c in msg.add_clients:
-        if c.client_id in senders:
+        if c.instance_id in senders:
             continue
         try:
-            senders[c.client_id] = Sender(c.ring, c.wakeup)
+            senders[c.instance_id] = Sender(c.ring, c.wakeup)
         except (posix_ipc.ExistentialError, OSError, ValueError):
             # NOTE: a restarted worker may replay an update whose client is gone already.
-            log.debug("BLS client %d is gone; not wiring it", c.client_id)
+            log.debug("BLS client of instance %d is gone; not wiring it", c.instance_id)
     for cid in msg.remove_clients:
         sender = senders.pop(cid, None)
         if sender is not None:
@@ -76,19 +77,21 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     rewiring = replayed_on_start(inbox.drain())
     to_scheduler = Sender(spec.to_scheduler.ring, spec.to_scheduler.wakeup)
     to_frontends = {i: Sender(c.ring, c.wakeup) for i, c in spec.to_frontends.items()}
+    to_bls = {i: Sender(c.ring, c.wakeup) for i, c in spec.to_bls_clients.items()}
+    replies = {Requester.FRONTEND: to_frontends, Requester.BLS: to_bls}
     arena = ArenaAllocator(
         f"{spec.arena_prefix}p{os.getpid()}", spec.arena_bytes, spec.arena_budget_bytes
     )
     cache = SegmentCache()
     try:
-        backend, worker = _load(spec, arena, cache, to_scheduler, to_frontends)
+        backend, worker = _load(spec, arena, cache, to_scheduler, replies)
     except Exception as exc:  # noqa: BLE001 - reported to the supervisor, which marks the model
         text = exc.message if isinstance(exc, TritonMPError) else flatten_exception(exc)
         log.error("failed to load model '%s': %s", spec.model.model, text)
         report_start_failed(ready, "worker", spec.instance.name, text)
         cache.close()
         return 1
-    rewire = _bls_rewiring(spec, worker, arena, cache, to_scheduler, to_frontends)
+    rewire = _bls_rewiring(spec, worker, arena, cache, to_scheduler, to_bls)
     for update in rewiring:
         rewire(update)
     report_ready(ready, "worker", spec.instance.name)
@@ -162,7 +165,7 @@ def _load(
     arena: ArenaAllocator,
     cache: SegmentCache,
     to_scheduler: Sender,
-    to_frontends: dict[int, Sender],
+    replies: dict[Requester, dict[int, Sender]],
 ) -> tuple[Backend, Worker]:
     """Load the backend and build the ``Worker`` over it (which reads the initial implicit
     state: part of loading); the backend is closed again when the ``Worker`` fails.
@@ -183,7 +186,7 @@ def _load(
             backend,
             arena,
             cache,
-            lambda fid, msg: to_frontends[fid].send_bytes(encode(msg)),
+            lambda to, msg: replies[to.kind][to.id].send_bytes(encode(msg)),
             lambda msg: to_scheduler.send_bytes(encode(msg)),
         )
     except BaseException:
@@ -198,7 +201,7 @@ def _bls_rewiring(
     arena: ArenaAllocator,
     cache: SegmentCache,
     to_scheduler: Sender,
-    to_frontends: dict[int, Sender],
+    to_bls: dict[int, Sender],
 ) -> Callable[[BlsWorkerUpdate], None]:
     """Start the BLS client of a python model that may call others (``spec.bls``) and
     return what applies a ``BlsWorkerUpdate``: the rings to BLS clients, the model table."""
@@ -209,6 +212,7 @@ def _bls_rewiring(
 
         bls = BlsClient(
             spec.bls,
+            spec.instance.instance_id,
             spec.model.model,
             arena,
             cache,
@@ -219,7 +223,7 @@ def _bls_rewiring(
 
     def rewire(msg: BlsWorkerUpdate) -> None:
         with worker.post_lock:
-            _apply_bls_update(msg, to_frontends)
+            _apply_bls_update(msg, to_bls)
         if bls is not None and msg.models is not None:
             bls.set_models(msg.seq, msg.models)
 

@@ -48,6 +48,7 @@ from triton_mp.ipc.messages import (
     ErrorInfo,
     InferRequest,
     InferResponse,
+    ReplyTo,
     SequenceFlags,
 )
 from triton_mp.ipc.specs import WorkerSpec
@@ -65,7 +66,7 @@ class Worker:
         backend: the loaded backend.
         arena: this worker's output arena allocator.
         cache: attached input arenas of the frontends.
-        send_frontend: ``send_frontend(frontend_id, message)``.
+        send_reply: ``send_reply(reply_to, message)``: to a request's frontend or BLS client.
         send_scheduler: ``send_scheduler(message)``.
 
     Raises (from the constructor):
@@ -79,14 +80,14 @@ class Worker:
         backend: Backend,
         arena: ArenaAllocator,
         cache: SegmentCache,
-        send_frontend: Callable[[int, object], None],
+        send_reply: Callable[[ReplyTo, object], None],
         send_scheduler: Callable[[object], None],
     ) -> None:
         self._spec = spec
         self._backend = backend
         self._arena = arena
         self._cache = cache
-        self._send_frontend = send_frontend
+        self._send_reply = send_reply
         self._send_scheduler = send_scheduler
         self._origin = f"worker {spec.instance.name}"
         self._regions = ClientRegions()
@@ -96,8 +97,8 @@ class Worker:
         self._post_lock = threading.RLock()
         self.post_lock = self._post_lock
         """Serialises this process's arena allocations and ring pushes (BLS shares it)."""
-        self._cancelled: set[tuple[int, int]] = set()
-        """(frontend id, request id) of open decoupled requests whose client went away."""
+        self._cancelled: set[tuple[ReplyTo, int]] = set()
+        """(reply address, request id) of open decoupled requests whose client went away."""
         bind = getattr(backend, "bind_responder", None)
         if bind is not None:
             bind(self.respond, self.is_cancelled)
@@ -135,33 +136,36 @@ class Worker:
         """Whether the client of an open decoupled request went away (cheap; thread-safe)."""
         req = token
         assert isinstance(req, InferRequest)
-        return (req.frontend_id, req.request_id) in self._cancelled
+        return (req.reply_to, req.request_id) in self._cancelled
 
     def cancel(self, msg: CancelRequest) -> None:
         """The scheduler forwarded the cancellation of an open decoupled request."""
-        self._cancelled.add((msg.frontend_id, msg.request_id))
+        self._cancelled.add((msg.reply_to, msg.request_id))
 
     def _post(self, req: InferRequest, msg: InferResponse) -> bool:
         """Send a response to its frontend (lock held); False when it could not be sent
         (its output block is freed then)."""
         ok = True
         try:
-            self._send_frontend(req.frontend_id, msg)
+            self._send_reply(req.reply_to, msg)
         except Exception:  # noqa: BLE001 - one unreachable frontend must not stall the others
             log.exception(
-                "could not answer request %d of frontend %d", req.request_id, req.frontend_id
+                "could not answer request %d of %s %d",
+                req.request_id,
+                req.reply_to.kind.name.lower(),
+                req.reply_to.id,
             )
             if msg.block is not None:
                 free_own_block(self._arena, msg.block)
             ok = False
         if self._decoupled and msg.final:
-            key = (req.frontend_id, req.request_id)
+            key = (req.reply_to, req.request_id)
             self._cancelled.discard(key)
             try:
                 self._send_scheduler(
                     DecoupledDone(
                         instance_id=self._spec.instance.instance_id,
-                        frontend_id=key[0],
+                        reply_to=key[0],
                         request_id=key[1],
                     )
                 )
