@@ -355,6 +355,13 @@ class Supervisor:
             i: ChannelSpec(self._ring(top.scheduler_to_frontend(i)), fe_sems[i])
             for i in range(n_fe)
         }
+        # NOTE: client shared-memory registrations go from frontend to frontend directly.
+        peer_rings = {
+            (i, j): self._ring(top.frontend_to_frontend(i, j), cfg.answer_ring_bytes)
+            for i in range(n_fe)
+            for j in range(n_fe)
+            if i != j
+        }
         # NOTE: the scheduler starts with no model; every instance, at start or later, is
         # wired to it by InstancesAdded / VersionsActivated (model_manager).
         scheduler = _Child(
@@ -395,9 +402,16 @@ class Supervisor:
                 models=self.models.entries(),
                 inbox=InboxSpec(
                     fe_sems[i],
-                    (to_frontends_from_sched[i].ring, *self.models.frontend_rings(i)),
+                    (
+                        to_frontends_from_sched[i].ring,
+                        *(peer_rings[(j, i)] for j in range(n_fe) if j != i),
+                        *self.models.frontend_rings(i),
+                    ),
                 ),
                 to_scheduler=ChannelSpec(fe_inbox_rings[i], sched_sem),
+                to_peers={
+                    j: ChannelSpec(peer_rings[(i, j)], fe_sems[j]) for j in range(n_fe) if j != i
+                },
                 arena_prefix=top.frontend_arenas(i),
                 arena_bytes=cfg.input_arena_bytes,
                 arena_budget_bytes=cfg.arena_budget_bytes,

@@ -297,7 +297,7 @@ def test_regions_reach_every_frontend(
     for _ in range(16):
         c = server.client()
         deadline = time.monotonic() + 10
-        # NOTE: the relay through the scheduler is asynchronous; wait until this frontend
+        # NOTE: the message between frontends is asynchronous; wait until this frontend
         # reports the region, as a client of a multi-frontend server would.
         while "shared" not in c.get_system_shared_memory_status().regions:
             assert time.monotonic() < deadline, "region never reached this frontend"

@@ -168,8 +168,6 @@ EXAMPLES: dict[str, list[object]] = {
         m.DecoupledDone(instance_id=2, reply_to=m.ReplyTo(m.Requester.BLS, 5), request_id=7),
         m.WorkerDied(instance_id=2, exitcode=-9),
         m.Shutdown(),
-        SHM_REGISTERED,
-        SHM_UNREGISTERED,
     ],
     "ToWorker": [
         BLS_WORKER,

@@ -85,9 +85,10 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     most half of it, which bounds one request's descriptor (its parameters, mostly)."""
     answer_ring_bytes: Annotated[int, Meta(ge=1 << 12)] = 64 << 10
     """Data area of each ring that carries only answers to requests (worker -> frontend,
-    worker or scheduler -> a python worker's BLS inbox): their count grows with the number
-    of instances (BLS: python instances x instances), and every ring's pages are reserved
-    in ``/dev/shm``."""
+    worker or scheduler -> a python worker's BLS inbox) or small control messages
+    (supervisor -> worker and -> BLS inbox, frontend -> frontend): their count grows with the
+    number of instances (BLS: python instances x instances) and frontends, and every ring's
+    pages are reserved in ``/dev/shm``."""
     worker_ring_bytes: Annotated[int, Meta(ge=1 << 12)] = 256 << 10
     """Data area of each worker's ring to the scheduler (batch done notices, and the BLS
     requests of a python model)."""

@@ -211,6 +211,8 @@ class FrontendCore:
         pending: the table of requests waiting for answers.
         send_scheduler: pushes encoded bytes to the scheduler.
         shm: the registered client shared-memory regions.
+        send_peers: pushes encoded bytes to every other frontend (registrations of client
+            shared memory, so that any frontend can serve a request naming a region).
         model_control_mode: ``none``, ``poll`` or ``explicit``.
         link: the control pipe to the supervisor (repository load/unload).
         repository: the model repository directory (RepositoryIndex lists its models).
@@ -233,6 +235,7 @@ class FrontendCore:
         model_control_mode: str = "none",
         link: SupervisorLink | None = None,
         repository: str = "",
+        send_peers: Callable[[bytes], None] = lambda data: None,
     ) -> None:
         self.shm = shm if shm is not None else SystemShmRegistry(frontend_id)
         self.models = models
@@ -243,6 +246,7 @@ class FrontendCore:
         self._cache = cache
         self._pending = pending
         self._send = send_scheduler
+        self._send_peers = send_peers
         self._mode = model_control_mode
         self._link = link
         self._repository = Path(repository) if repository else None
@@ -675,13 +679,13 @@ class FrontendCore:
     # ------------------------------------------------------- shared memory
     def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         """Triton SystemSharedMemoryRegister: name a window of a client's POSIX shm object
-        and tell the other frontends (through the scheduler).
+        and tell the other frontends (on this frontend's rings to them).
 
         Raises:
             TritonMPError: as ``SystemShmRegistry.register``.
         """
         r = self.shm.register(name, key, offset, byte_size)
-        self._send(
+        self._send_peers(
             encode(
                 ShmRegistered(
                     frontend_id=self._fid,
@@ -706,7 +710,7 @@ class FrontendCore:
         """
         names = self.shm.unregister(name)
         if names:
-            self._send(encode(ShmUnregistered(frontend_id=self._fid, names=tuple(names))))
+            self._send_peers(encode(ShmUnregistered(frontend_id=self._fid, names=tuple(names))))
 
     @staticmethod
     def cuda_shm() -> NoReturn:

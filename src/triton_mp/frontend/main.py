@@ -85,6 +85,12 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     name = str(spec.frontend_id)
     inbox: Inbox[ToFrontend] = Inbox(spec.inbox.wakeup, spec.inbox.rings, ToFrontend)
     to_scheduler = Sender(spec.to_scheduler.ring, spec.to_scheduler.wakeup)
+    to_peers = [Sender(c.ring, c.wakeup) for _, c in sorted(spec.to_peers.items())]
+
+    def send_peers(data: bytes) -> None:
+        for peer in to_peers:
+            peer.send_bytes(data)
+
     cache = SegmentCache()
     arena = ArenaAllocator(spec.arena_prefix, spec.arena_bytes, spec.arena_budget_bytes, cache)
     pending = PendingTable(cache)
@@ -122,6 +128,7 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
         cache=cache,
         pending=pending,
         send_scheduler=to_scheduler.send_bytes,
+        send_peers=send_peers,
         shm=shm,
         model_control_mode=spec.model_control_mode,
         link=link,

@@ -7,10 +7,11 @@ travel in these messages: tensors are referenced by ``TensorRef`` into shared-me
 
 Channels (producer -> consumer):
 
-- ``ToScheduler``: frontends (``InferRequest``, ``StatsQuery``), workers (``WorkerReady``,
-  ``BatchDone``, ``DecoupledDone``) and the supervisor (``WorkerDied``, ``Shutdown``, and the
-  model changes ``InstancesAdded``, ``VersionsActivated``, ``InstancesRetired``,
-  ``InstancesRemoved``).
+- ``ToScheduler``: frontends (``InferRequest``, ``CancelRequest``, ``StatsQuery``,
+  ``QueueQuery``), python workers' BLS clients (``InferRequest``, ``CancelRequest``),
+  workers (``WorkerReady``, ``BatchDone``, ``DecoupledDone``) and the supervisor
+  (``WorkerDied``, ``Shutdown``, and the model changes ``InstancesAdded``,
+  ``VersionsActivated``, ``InstancesRetired``, ``InstancesRemoved``).
 - ``ToWorker``: the scheduler (``BatchAssign``, ``CancelRequest``, ``Shutdown``) and, on its
   own control ring, the supervisor (``BlsWorkerUpdate``).
 - ``ToFrontend``: workers (``InferResponse``), the scheduler (``RequestFailed``,
@@ -159,14 +160,15 @@ class InferRequest(msgspec.Struct, frozen=True, kw_only=True, tag="infer", array
 
 
 class ShmRegistered(msgspec.Struct, frozen=True, kw_only=True, tag="shm_reg", array_like=True):
-    """A frontend registered client regions; the scheduler relays it to the other frontends."""
+    """A frontend registered client regions: sent to every other frontend, on its own ring to
+    each (the supervisor wires one between every pair of frontends)."""
 
     frontend_id: int
     regions: tuple[ShmRegion, ...]
 
 
 class ShmUnregistered(msgspec.Struct, frozen=True, kw_only=True, tag="shm_unreg", array_like=True):
-    """A frontend unregistered client regions; relayed like ``ShmRegistered``."""
+    """A frontend unregistered client regions; sent like ``ShmRegistered``."""
 
     frontend_id: int
     names: tuple[str, ...]
@@ -358,8 +360,6 @@ ToScheduler = (
     | DecoupledDone
     | WorkerDied
     | Shutdown
-    | ShmRegistered
-    | ShmUnregistered
     | InstancesAdded
     | VersionsActivated
     | InstancesRetired

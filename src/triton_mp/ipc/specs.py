@@ -246,6 +246,9 @@ class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
     models: tuple[ModelEntry, ...]
     inbox: InboxSpec
     to_scheduler: ChannelSpec
+    to_peers: dict[int, ChannelSpec] = {}
+    """Per other frontend id: this frontend's ring into its inbox (client shared-memory
+    registrations, ``ShmRegistered`` / ``ShmUnregistered``)."""
     arena_prefix: str
     arena_bytes: int
     arena_budget_bytes: int

@@ -47,8 +47,6 @@ from triton_mp.ipc.messages import (
     ReplyTo,
     Requester,
     RequestFailed,
-    ShmRegistered,
-    ShmUnregistered,
     Shutdown,
     StatsQuery,
     StatsReply,
@@ -287,11 +285,6 @@ class SchedulerCore:
             self._on_instances_retired(msg)
         elif isinstance(msg, InstancesRemoved):
             self._on_instances_removed(msg)
-        elif isinstance(msg, ShmRegistered | ShmUnregistered):
-            # NOTE: relayed so that every frontend knows every client region.
-            for fid in self._frontend_ids:
-                if fid != msg.frontend_id:
-                    self._send_frontend(fid, msg)
 
     def _fail(
         self,
