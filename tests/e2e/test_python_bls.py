@@ -5,7 +5,8 @@ One server with the project's ``add_sub`` (ONNX), ``add_sub_py`` (python) and
 examples are written: ``bls_py`` forwards its inputs to the model named by its ``MODEL``
 input with ``exec()`` and returns the callee's outputs or error; ``bls_async_py`` makes
 several ``async_exec`` calls at once from an ``async def execute``; ``bls_decoupled_py``
-iterates over ``exec(decoupled=True)`` on ``repeat_int32`` and sums what it got.
+iterates over ``exec(decoupled=True)`` on ``repeat_int32`` and sums what it got;
+``bls_bytes_py`` is Triton's sync ``bls`` example (the callee's name passed on as bytes).
 """
 
 from __future__ import annotations
@@ -70,6 +71,46 @@ class TritonPythonModel:
                 pb_utils.Tensor("OUTPUT1", pb_utils.get_output_tensor_by_name(
                     answer, "OUTPUT1").as_numpy()),
             ]))
+        return responses
+"""
+BYTES_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "MODEL_NAME" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1, 16 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 1, 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1, 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 1, 16 ] }
+]
+"""
+BYTES_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    # As Triton's bls example: the callee's name is the BYTES input's element, a bytes value,
+    # passed on as it is (and so are the output names, which Triton also takes as bytes).
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            model_name = pb_utils.get_input_tensor_by_name(request, "MODEL_NAME")
+            infer_request = pb_utils.InferenceRequest(
+                model_name=model_name.as_numpy()[0],
+                requested_output_names=[b"OUTPUT0", "OUTPUT1"],
+                inputs=[
+                    pb_utils.get_input_tensor_by_name(request, "INPUT0"),
+                    pb_utils.get_input_tensor_by_name(request, "INPUT1"),
+                ],
+            )
+            infer_response = infer_request.exec()
+            if infer_response.has_error():
+                raise pb_utils.TritonModelException(infer_response.error().message())
+            responses.append(
+                pb_utils.InferenceResponse(output_tensors=infer_response.output_tensors())
+            )
         return responses
 """
 ASYNC_CONFIG = """
@@ -160,6 +201,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         )
     write_python_model(repo, "bls_py", BLS_CONFIG, BLS_MODEL)
     write_python_model(repo, "bls_async_py", ASYNC_CONFIG, ASYNC_MODEL)
+    write_python_model(repo, "bls_bytes_py", BYTES_CONFIG, BYTES_MODEL)
     write_python_model(repo, "bls_decoupled_py", DECOUPLED_CALLER_CONFIG, DECOUPLED_CALLER_MODEL)
     with server_factory(tmp_path_factory.mktemp("logs")) as start:
         yield start(repo)
@@ -215,6 +257,31 @@ def test_bls_errors_are_error_responses(server: ServerProcess, callee: str, mess
             _inputs(MODEL=np.array([b"add_sub"], dtype=np.object_), INPUT0=a, INPUT1=a),
         )
         np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), a + a)
+    finally:
+        client.close()
+
+
+def test_bls_takes_the_model_name_as_bytes_as_tritons_example_does(server: ServerProcess) -> None:
+    """Triton's bls example hands ``MODEL_NAME.as_numpy()[0]`` (bytes) to InferenceRequest;
+    an unknown name comes back as the callee lookup's error, with the name decoded."""
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((1, 16), dtype=np.float32)
+    b = rng.standard_normal((1, 16), dtype=np.float32)
+    client = server.client()
+    try:
+        for callee in ("add_sub", "add_sub_py"):
+            res = client.infer(
+                "bls_bytes_py",
+                _inputs(MODEL_NAME=np.array([callee.encode()], np.object_), INPUT0=a, INPUT1=b),
+            )
+            np.testing.assert_allclose(res.as_numpy("OUTPUT0"), a + b, rtol=1e-6)
+            np.testing.assert_allclose(res.as_numpy("OUTPUT1"), a - b, rtol=1e-6)
+        with pytest.raises(InferenceServerException) as e:
+            client.infer(
+                "bls_bytes_py",
+                _inputs(MODEL_NAME=np.array([b"no_such_model"], np.object_), INPUT0=a, INPUT1=b),
+            )
+        assert "Request for unknown model: 'no_such_model' is not found" in e.value.message()
     finally:
         client.close()
 

@@ -355,3 +355,27 @@ def test_a_bls_request_past_its_timeout_is_cancelled_and_answered_with_an_error(
         assert cancelled == [False, False, True]
     finally:
         pb_utils.set_bls(None)
+
+
+def test_string_arguments_may_be_bytes_as_pybind_takes_them() -> None:
+    """Triton's BLS example passes ``MODEL_NAME.as_numpy()[0]`` (bytes) as the model name;
+    pybind turns bytes into ``std::string`` for every string argument, so they are decoded."""
+    name = np.array([b"add_sub"], dtype=np.object_)[0]
+    req = pb_utils.InferenceRequest(
+        model_name=name,
+        requested_output_names=[b"OUTPUT0", "OUTPUT1", np.bytes_(b"OUTPUT2")],
+        inputs=[],
+        request_id=b"r1",
+    )
+    assert req.model_name() == "add_sub"
+    assert req.requested_output_names() == ["OUTPUT0", "OUTPUT1", "OUTPUT2"]
+    assert req.request_id() == "r1"
+    assert pb_utils.Tensor(b"T", np.zeros(1)).name() == "T"
+    assert pb_utils.TritonError(b"bad").message() == "bad"
+    # Not UTF-8: the name matches no model (as the raw bytes would not in Triton).
+    assert pb_utils.InferenceRequest(model_name=b"\xff", inputs=[]).model_name() == "\ufffd"
+
+
+def test_requested_output_names_must_be_a_list_not_one_string() -> None:
+    with pytest.raises(TypeError, match="list of strings"):
+        pb_utils.InferenceRequest(model_name="m", requested_output_names="OUTPUT0", inputs=[])

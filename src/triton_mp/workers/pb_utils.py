@@ -188,8 +188,8 @@ class TritonError:
 
     __slots__ = ("_code", "_message")
 
-    def __init__(self, message: str, code: int = INTERNAL) -> None:
-        self._message = str(message)
+    def __init__(self, message: str | bytes, code: int = INTERNAL) -> None:
+        self._message = _text(message)
         self._code = int(code)
 
     def message(self) -> str:
@@ -253,12 +253,12 @@ class Tensor:
 
     __slots__ = ("_array", "_name")
 
-    def __init__(self, name: str, data: np.ndarray) -> None:
+    def __init__(self, name: str | bytes, data: np.ndarray) -> None:
         if not isinstance(data, np.ndarray):
             raise TritonModelException(
                 f"tensor '{name}': data must be a numpy array, got {type(data).__name__}"
             )
-        self._name = str(name)
+        self._name = _text(name)
         self._array = data
 
     def name(self) -> str:
@@ -323,6 +323,30 @@ class Tensor:
 # ---------------------------------------------------------------------------
 
 
+def _text(value: object) -> str:
+    """A string argument as Triton's python backend takes it: pybind hands ``str`` and
+    ``bytes`` alike to a C++ ``std::string``, so ``bytes`` (``request.get_input_tensor_by_name(
+    "MODEL").as_numpy()[0]`` in Triton's BLS example) are decoded as UTF-8 here; invalid
+    sequences become U+FFFD (the name then matches nothing, as the raw bytes would in Triton).
+    Anything else is ``str(value)``."""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _texts(values: Iterable[object], what: str) -> list[str]:
+    """A list-of-strings argument (``std::vector<std::string>`` in Triton): each element as
+    ``_text`` takes it.
+
+    Raises:
+        TypeError: ``values`` is itself a ``str`` or ``bytes`` (pybind refuses those too;
+            iterating would split it into characters).
+    """
+    if isinstance(values, str | bytes | bytearray):
+        raise TypeError(f"{what} must be a list of strings, got a single {type(values).__name__}")
+    return [_text(v) for v in values]
+
+
 def _parameters_json(parameters: Mapping[str, object] | str | None) -> str:
     """Parameters as Triton hands them to models: a JSON object string ("{}" when none)."""
     if parameters is None:
@@ -333,9 +357,13 @@ def _parameters_json(parameters: Mapping[str, object] | str | None) -> str:
 class InferenceRequest:
     """One inference request, as ``execute`` receives it.
 
-    The constructor has the signature of Triton's.
+    The constructor has the signature of Triton's. ``model_name``, ``request_id`` and the
+    ``requested_output_names`` may be ``str`` or UTF-8 ``bytes``, as Triton takes them.
     ``parameters`` may be a dict (keys -> bool/int/str) or a JSON string;
     ``parameters()`` returns the JSON string, as in Triton.
+
+    Raises (from the constructor):
+        TypeError: ``requested_output_names`` is a single string instead of a list.
     """
 
     __slots__ = (
@@ -355,10 +383,10 @@ class InferenceRequest:
 
     def __init__(
         self,
-        model_name: str = "",
-        requested_output_names: Sequence[str] = (),
+        model_name: str | bytes = "",
+        requested_output_names: Sequence[str | bytes] = (),
         inputs: Sequence[Tensor] = (),
-        request_id: str = "",
+        request_id: str | bytes = "",
         correlation_id: int | str = 0,
         model_version: int = -1,
         flags: int = 0,
@@ -367,11 +395,11 @@ class InferenceRequest:
         trace: object = None,
         parameters: dict[str, bool | int | str] | str | None = None,
     ) -> None:
-        del preferred_memory, trace  # NOTE: only meaningful for BLS, which is not here yet
-        self._model_name = model_name
-        self._requested_output_names = list(requested_output_names)
+        del preferred_memory, trace  # NOTE: accepted for Triton's signature; host memory only
+        self._model_name = _text(model_name)
+        self._requested_output_names = _texts(requested_output_names, "requested_output_names")
         self._inputs = list(inputs)
-        self._request_id = request_id
+        self._request_id = _text(request_id)
         self._correlation_id = correlation_id
         self._model_version = model_version
         self._flags = flags
