@@ -18,9 +18,14 @@ request through the server's scheduler to another model (``workers.bls_client``)
 ``InferenceResponse`` (an error response, never an exception, for an unknown model or the
 callee's failure); ``exec(decoupled=True)`` iterates over a decoupled callee's responses.
 
-Not here yet (later work): model control from Python, custom metrics, request
-rescheduling. Those entry points exist where models touch them at import or construction
-time, and raise ``TritonModelException`` saying so when called.
+Custom metrics: ``MetricFamily(name, description, kind)`` and ``family.Metric(labels=...,
+buckets=...)`` with ``increment``, ``set``, ``observe`` and ``value``, under Triton's rules
+(``_MetricRegistry``). Values live in float64 slots of a ``MetricStore``; the python
+backend installs one in shared memory (``workers.python_metrics``) that the server's
+metrics endpoint reads at scrape time, so an operation is a store under a lock, never a
+message.
+
+Not here yet (later work): model control from Python, request rescheduling.
 
 Tensor data: ``Tensor.as_numpy()`` of an input returns the array the worker gave the backend,
 which for fixed-size types is a view over the frontend's shared-memory arena. As in Triton,
@@ -31,11 +36,18 @@ arrays whose elements are ``bytes``.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import logging
+import math
+import re
 import threading
+import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from enum import IntEnum
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -951,6 +963,575 @@ class ModelConfig:
                 f"{bool(policy.get('decoupled', False))}, auto-complete gives {wanted}"
             )
         self._config["model_transaction_policy"] = {"decoupled": wanted}
+
+
+# ---------------------------------------------------------------------------
+# Custom metrics
+# ---------------------------------------------------------------------------
+
+
+class MetricKind(IntEnum):
+    """Kinds of ``MetricFamily`` (``MetricFamily.COUNTER`` ... in Triton's API)."""
+
+    COUNTER = 0
+    GAUGE = 1
+    HISTOGRAM = 2
+
+
+class MetricRecord(NamedTuple):
+    """One metric as the store publishes it (see ``MetricStore.publish``)."""
+
+    labels: tuple[tuple[str, str], ...]
+    """Label (name, value) pairs, sorted by name."""
+    slot: int
+    """Index of its first float64 slot in ``MetricStore.values``."""
+    created_ns: int
+    """CLOCK_MONOTONIC ns when this process created it."""
+    buckets: tuple[float, ...] | None
+    """Upper bounds of a histogram's buckets (+Inf implied); None for other kinds."""
+
+
+class MetricFamilyRecord(NamedTuple):
+    """One family as the store publishes it."""
+
+    name: str
+    kind: MetricKind
+    description: str
+    created_ns: int
+    """CLOCK_MONOTONIC ns when this process created it."""
+    metrics: tuple[MetricRecord, ...]
+
+
+class MetricStore(Protocol):
+    """Where this process's metric values live: an array of float64 slots that the metric
+    operations write in place, and the catalog that says which slots are whose.
+
+    The python backend installs one in shared memory (``set_metric_store``), which the
+    server's metrics endpoint reads at scrape time (``ipc.metric_board`` documents the
+    slots of each kind). Every call is made under the registry's lock.
+    """
+
+    @property
+    def values(self) -> memoryview[float]:
+        """The slots: a writable memoryview of format ``"d"`` (may change after ``grow``)."""
+        ...
+
+    def grow(self, slot_count: int) -> None:
+        """Make room for at least ``slot_count`` slots, keeping their values."""
+        ...
+
+    def publish(self, families: Sequence[MetricFamilyRecord]) -> None:
+        """Replace the catalog: every family and its metrics."""
+        ...
+
+
+class _LocalStore:
+    """Process-local slots (no server: unit tests, the auto-complete child)."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self.values = memoryview(self._buf).cast("d")
+
+    def grow(self, slot_count: int) -> None:
+        if slot_count <= len(self.values):
+            return
+        buf = bytearray(slot_count * 8)
+        buf[: len(self._buf)] = self._buf
+        self.values.release()
+        self._buf = buf
+        self.values = memoryview(buf).cast("d")
+
+    def publish(self, families: Sequence[MetricFamilyRecord]) -> None:
+        del families
+
+
+_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_KIND_NAMES = {
+    MetricKind.COUNTER: "TRITONSERVER_METRIC_KIND_COUNTER",
+    MetricKind.GAUGE: "TRITONSERVER_METRIC_KIND_GAUGE",
+    MetricKind.HISTOGRAM: "TRITONSERVER_METRIC_KIND_HISTOGRAM",
+}
+_CLEARED = (
+    "Invalid metric operation as the corresponding 'MetricFamily' has been deleted. The "
+    "'MetricFamily' object should be deleted AFTER its corresponding 'Metric' objects have "
+    "been deleted."
+)
+
+
+class _FamilyState:
+    """A family of the registry: what every ``MetricFamily`` of that name refers to."""
+
+    __slots__ = ("created_ns", "description", "kind", "metrics", "name")
+
+    def __init__(self, name: str, description: str, kind: MetricKind) -> None:
+        self.name = name
+        self.description = description
+        self.kind = kind
+        self.created_ns = time.monotonic_ns()
+        self.metrics: dict[tuple[tuple[str, str], ...], _MetricState] = {}
+
+
+class _MetricState:
+    """One series of a family (one label set): its slots and how many handles share it."""
+
+    __slots__ = ("buckets", "created_ns", "labels", "refs", "slot", "slot_count")
+
+    def __init__(
+        self, labels: tuple[tuple[str, str], ...], buckets: tuple[float, ...] | None, slot: int
+    ) -> None:
+        self.labels = labels
+        self.buckets = buckets
+        self.slot = slot
+        self.slot_count = _slot_count(buckets)
+        self.created_ns = time.monotonic_ns()
+        self.refs = 0
+
+
+def _slot_count(buckets: tuple[float, ...] | None) -> int:
+    """Slots of one metric (``ipc.metric_board`` has the layout): a counter or gauge 2
+    (value, time of the last set), a histogram 2 + its bucket bounds (sum, then one count
+    per bucket and one for +Inf)."""
+    return 2 if buckets is None else 2 + len(buckets)
+
+
+class _MetricRegistry:
+    """This process's metric families: Triton's server-wide registry, seen from one model
+    instance (each instance is one process; ``ipc.metric_board`` says how the metrics
+    endpoint merges them).
+
+    Rules (Triton core ``metric_family.cc`` over prometheus-cpp): a family name is created
+    once; creating it again with the same kind gives the same family (the first description
+    stays), with another kind fails; families are never removed. A label set is created
+    once per family; creating it again gives the same series, shared (a histogram keeps its
+    first buckets). A series goes when every ``Metric`` handle on it is released, which
+    happens when the ``MetricFamily`` handle that created the handle is deleted (that
+    family keeps its handles, as Triton's does).
+
+    Args:
+        store_factory: makes the store on first use (None: process-local memory).
+        owner: the model instance named in errors (Triton's stub names it the same way).
+    """
+
+    def __init__(
+        self, store_factory: Callable[[], MetricStore] | None = None, owner: str = ""
+    ) -> None:
+        self.lock = threading.Lock()
+        self.owner = owner
+        self._factory: Callable[[], MetricStore] = store_factory or _LocalStore
+        self._store: MetricStore | None = None
+        self._families: dict[str, _FamilyState] = {}
+        self._free: list[tuple[int, int]] = []
+        """Released slot ranges (first slot, count), reused first-fit."""
+        self._top = 0
+        """Slots ever handed out from the end."""
+        self.pending: list[tuple[_FamilyState, _MetricState]] = []
+        """Releases waiting for the lock (``release_later``)."""
+
+    @property
+    def store(self) -> MetricStore:
+        if self._store is None:
+            self._store = self._factory()
+        return self._store
+
+    def error(self, operation: str, message: str, code: int) -> TritonModelException:
+        """An error raised by the server side of an operation, worded as Triton's stub
+        relays it."""
+        return TritonModelException(
+            f"{operation}: Failed to process the request for model '{self.owner}', "
+            f"message: {message}",
+            code,
+        )
+
+    def family(self, name: str, description: str, kind: MetricKind) -> _FamilyState:
+        """The family ``name`` (created now unless it exists with ``kind``).
+
+        Raises:
+            TritonModelException (INVALID_ARG): an invalid name, or the name exists with
+                another kind.
+        """
+        with self.lock:
+            found = self._families.get(name)
+            if found is not None:
+                if found.kind is not kind:
+                    raise self.error(
+                        "Error when creating MetricFamily",
+                        "Family name already exists with different type",
+                        TritonError.INVALID_ARG,
+                    )
+                family = found
+            elif not _METRIC_NAME.match(name) or name.startswith("__"):
+                raise self.error(
+                    "Error when creating MetricFamily",
+                    "Invalid metric name",
+                    TritonError.INVALID_ARG,
+                )
+            else:
+                family = _FamilyState(name, description, kind)
+                self._families[name] = family
+                self._publish()
+        self.drain()
+        return family
+
+    def add_metric(
+        self,
+        family: _FamilyState,
+        labels: tuple[tuple[str, str], ...],
+        buckets: tuple[float, ...] | None,
+    ) -> _MetricState:
+        """The series of ``labels`` in ``family`` (created now unless it exists), with one
+        more reference.
+
+        Raises:
+            TritonModelException (INVALID_ARG): an invalid label name, or a new histogram's
+                buckets are not strictly increasing.
+        """
+        with self.lock:
+            state = family.metrics.get(labels)
+            if state is None:
+                for key, _ in labels:
+                    if (
+                        not _LABEL_NAME.match(key)
+                        or key.startswith("__")
+                        or (family.kind is MetricKind.HISTOGRAM and key == "le")
+                    ):
+                        raise self.error(
+                            "Error when creating Metric",
+                            "Invalid label name",
+                            TritonError.INVALID_ARG,
+                        )
+                if buckets is not None and any(a >= b for a, b in itertools.pairwise(buckets)):
+                    raise self.error(
+                        "Error when creating Metric",
+                        "Bucket Boundaries must be strictly sorted",
+                        TritonError.INVALID_ARG,
+                    )
+                state = _MetricState(labels, buckets, self._alloc(_slot_count(buckets)))
+                family.metrics[labels] = state
+                self._publish()
+            state.refs += 1
+        self.drain()
+        return state
+
+    def release_later(self, family: _FamilyState, state: _MetricState) -> None:
+        """Drop one reference to ``state``; the series goes (its slots are reused) at the
+        last. Safe from a finaliser, which may run inside a locked section of this very
+        thread (garbage collection): the release waits in ``pending`` until the lock is
+        free; every operation applies what waits once it has released the lock
+        (``drain``)."""
+        self.pending.append((family, state))
+        self.drain()
+
+    def drain(self) -> None:
+        """Apply waiting releases (called after every locked section that saw some)."""
+        while self.pending and self.lock.acquire(blocking=False):
+            try:
+                self._apply_pending()
+            finally:
+                self.lock.release()
+
+    def _apply_pending(self) -> None:
+        changed = False
+        while self.pending:
+            family, state = self.pending.pop()
+            state.refs -= 1
+            if state.refs > 0 or family.metrics.get(state.labels) is not state:
+                continue
+            del family.metrics[state.labels]
+            self._free.append((state.slot, state.slot_count))
+            changed = True
+        if changed:
+            self._publish()
+
+    def _alloc(self, count: int) -> int:
+        """``count`` zeroed slots: a released range that fits, else new ones at the end."""
+        for i, (start, n) in enumerate(self._free):
+            if n >= count:
+                if n == count:
+                    del self._free[i]
+                else:
+                    self._free[i] = (start + count, n - count)
+                break
+        else:
+            start = self._top
+            self._top += count
+            store = self.store
+            if self._top > len(store.values):
+                store.grow(max(self._top, 2 * len(store.values), 64))
+        values = self.store.values
+        for i in range(start, start + count):
+            values[i] = 0.0
+        return start
+
+    def _publish(self) -> None:
+        self.store.publish(
+            [
+                MetricFamilyRecord(
+                    f.name,
+                    f.kind,
+                    f.description,
+                    f.created_ns,
+                    tuple(
+                        MetricRecord(m.labels, m.slot, m.created_ns, m.buckets)
+                        for m in f.metrics.values()
+                    ),
+                )
+                for f in self._families.values()
+            ]
+        )
+
+
+_metrics = _MetricRegistry()
+
+
+def set_metric_store(store_factory: Callable[[], MetricStore] | None, owner: str = "") -> None:
+    """Install where this process's custom metrics live (the python backend does, before it
+    imports the model; ``owner`` is the instance name its errors give). Starts an empty
+    registry; handles made before keep the old one. None: process-local memory."""
+    global _metrics  # noqa: PLW0603 - one registry per worker process, as Triton has one
+    _metrics = _MetricRegistry(store_factory, owner)
+
+
+def _number(value: object) -> float:
+    """A metric operation's argument (a C++ ``double`` in Triton).
+
+    Raises:
+        TypeError: not a real number (strings included, which pybind refuses too).
+    """
+    if isinstance(value, str | bytes | bytearray):
+        raise TypeError(f"a metric value must be a number, got {type(value).__name__}")
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise TypeError(f"a metric value must be a number, got {type(value).__name__}") from None
+
+
+class Metric:
+    """One series of a ``MetricFamily`` (``family.Metric(labels=..., buckets=...)``).
+
+    Operations by kind, as Triton allows them: counter ``increment`` (by non-negative
+    values) and ``value``; gauge ``increment`` (any sign), ``set`` and ``value``; histogram
+    ``observe``. The others raise ``TritonModelException``. Values are doubles.
+
+    Across instances: this process's series with the same family name and labels are one
+    (shared by every handle); the metrics endpoint adds up the series of every instance of
+    every model with that name and labels (``ipc.metric_board``), but ``value()`` is this
+    instance's own part.
+    """
+
+    __slots__ = ("__weakref__", "_cleared", "_family", "_registry", "_state")
+
+    def __init__(
+        self, registry: _MetricRegistry, family: _FamilyState, state: _MetricState
+    ) -> None:
+        self._registry = registry
+        self._family = family
+        self._state = state
+        self._cleared = False
+
+    def _refusal(self, operation: str, verb: str, allowed: bool) -> TritonModelException | None:
+        """Why ``verb`` may not run now (the family was deleted, or ``allowed`` is False
+        for this kind), else None. Called under the registry's lock."""
+        if self._cleared:
+            return TritonModelException(f"{operation}: {_CLEARED}")
+        if allowed:
+            return None
+        return self._registry.error(
+            operation,
+            f"{_KIND_NAMES[self._family.kind]} does not support {verb}",
+            TritonError.UNSUPPORTED,
+        )
+
+    def increment(self, value: float) -> None:
+        """Add ``value`` (counters: non-negative only; gauges: either sign).
+
+        Raises:
+            TritonModelException: a histogram, a negative counter increment, or the
+                ``MetricFamily`` that made this metric was deleted.
+            TypeError: ``value`` is not a number.
+        """
+        operation = "Failed to increment metric value"
+        v = _number(value)
+        registry = self._registry
+        with registry.lock:
+            error = self._refusal(
+                operation, "Increment", self._family.kind is not MetricKind.HISTOGRAM
+            )
+            if error is None and self._family.kind is MetricKind.COUNTER and v < 0.0:
+                error = registry.error(
+                    operation,
+                    "TRITONSERVER_METRIC_KIND_COUNTER can only be incremented monotonically "
+                    "by non-negative values.",
+                    TritonError.INVALID_ARG,
+                )
+            if error is None:
+                registry.store.values[self._state.slot] += v
+        if registry.pending:
+            registry.drain()
+        if error is not None:
+            raise error
+
+    def set(self, value: float) -> None:
+        """Set a gauge to ``value``.
+
+        Raises:
+            TritonModelException: not a gauge, or the ``MetricFamily`` was deleted.
+            TypeError: ``value`` is not a number.
+        """
+        v = _number(value)
+        registry = self._registry
+        with registry.lock:
+            error = self._refusal(
+                "Failed to set metric value", "Set", self._family.kind is MetricKind.GAUGE
+            )
+            if error is None:
+                values = registry.store.values
+                values[self._state.slot] = v
+                values[self._state.slot + 1] = float(time.monotonic_ns())
+        if registry.pending:
+            registry.drain()
+        if error is not None:
+            raise error
+
+    def observe(self, value: float) -> None:
+        """Count ``value`` in a histogram: its sum, and the first bucket whose bound is
+        >= ``value`` (NaN and values above every bound: the +Inf bucket).
+
+        Raises:
+            TritonModelException: not a histogram, or the ``MetricFamily`` was deleted.
+            TypeError: ``value`` is not a number.
+        """
+        v = _number(value)
+        registry = self._registry
+        with registry.lock:
+            error = self._refusal(
+                "Failed to observe metric value",
+                "Observe",
+                self._family.kind is MetricKind.HISTOGRAM,
+            )
+            if error is None:
+                buckets = self._state.buckets or ()
+                index = len(buckets) if math.isnan(v) else bisect.bisect_left(buckets, v)
+                values = registry.store.values
+                values[self._state.slot] += v
+                values[self._state.slot + 1 + index] += 1.0
+        if registry.pending:
+            registry.drain()
+        if error is not None:
+            raise error
+
+    def value(self) -> float:
+        """The counter's or gauge's value (this instance's part, see the class doc).
+
+        Raises:
+            TritonModelException: a histogram, or the ``MetricFamily`` was deleted.
+        """
+        registry = self._registry
+        result = 0.0
+        with registry.lock:
+            error = self._refusal(
+                "Failed to get metric value", "Value", self._family.kind is not MetricKind.HISTOGRAM
+            )
+            if error is None:
+                result = float(registry.store.values[self._state.slot])
+        if registry.pending:
+            registry.drain()
+        if error is not None:
+            raise error
+        return result
+
+    def _clear(self) -> None:
+        """Release the series (once): its family handle is going away."""
+        if not self._cleared:
+            self._cleared = True
+            self._registry.release_later(self._family, self._state)
+
+
+_MetricHandle = Metric
+
+
+def _release_metrics(metrics: list[Metric]) -> None:
+    """A ``MetricFamily`` handle was deleted: its metrics go with it (Triton's stub)."""
+    for metric in metrics:
+        metric._clear()  # noqa: SLF001 - the family owns its metrics' lifetime
+    metrics.clear()
+
+
+def _metric_kind(kind: object) -> MetricKind:
+    if isinstance(kind, MetricKind):
+        return kind
+    if isinstance(kind, int) and not isinstance(kind, bool) and kind in (0, 1, 2):
+        return MetricKind(kind)
+    raise TypeError(
+        "kind must be MetricFamily.COUNTER, MetricFamily.GAUGE or MetricFamily.HISTOGRAM, "
+        f"got {kind!r}"
+    )
+
+
+class MetricFamily:
+    """A named family of custom metrics, shown on the server's ``/metrics`` endpoint.
+
+    ``MetricFamily(name, description, kind)`` with ``kind`` one of ``MetricFamily.COUNTER``,
+    ``GAUGE``, ``HISTOGRAM``; ``family.Metric(labels={...}, buckets=[...])`` makes one series
+    (``buckets``: the upper bounds of a histogram's buckets, required for histograms only).
+    Rules are Triton's (see ``_MetricRegistry``). Deleting the family deletes the metrics it
+    made; a ``Metric`` used after that raises.
+
+    Raises (from the constructor):
+        TritonModelException: an invalid name (Prometheus: ``[a-zA-Z_:][a-zA-Z0-9_:]*``,
+            not starting with ``__``), or the name exists with another kind.
+        TypeError: ``kind`` is not one of the three.
+    """
+
+    COUNTER = MetricKind.COUNTER
+    GAUGE = MetricKind.GAUGE
+    HISTOGRAM = MetricKind.HISTOGRAM
+
+    __slots__ = ("__weakref__", "_metrics", "_registry", "_state")
+
+    def __init__(self, name: str | bytes, description: str | bytes, kind: MetricKind) -> None:
+        self._registry = _metrics
+        self._state = self._registry.family(_text(name), _text(description), _metric_kind(kind))
+        self._metrics: list[Metric] = []
+        weakref.finalize(self, _release_metrics, self._metrics)
+
+    def Metric(  # noqa: N802 - Triton's name
+        self,
+        labels: dict[str, str] | None = None,
+        buckets: list[float] | None = None,
+    ) -> _MetricHandle:
+        """A metric of this family with ``labels`` (string to string; None: no labels).
+
+        Raises:
+            TritonModelException: labels not a dict or with non-string values or invalid
+                names; buckets not a list, given to a counter or gauge, missing for a
+                histogram, or not strictly increasing.
+        """
+        if labels is not None and not isinstance(labels, dict):
+            raise TritonModelException("Failed to create metric. Labels must be a dictionary.")
+        pairs = []
+        for key, val in (labels or {}).items():
+            if not isinstance(val, str):
+                raise self._registry.error(
+                    "Error when creating Metric",
+                    f"label '{key}' has a {type(val).__name__} value; label values are strings",
+                    TritonError.INVALID_ARG,
+                )
+            pairs.append((str(key), val))
+        kind = self._state.kind
+        bounds: tuple[float, ...] | None = None
+        if buckets is not None:
+            if not isinstance(buckets, list):
+                raise TritonModelException("Failed to create metric. Buckets must be a list.")
+            if kind is not MetricKind.HISTOGRAM:
+                raise TritonModelException("Failed to create metric. Unexpected buckets found.")
+            bounds = tuple(_number(b) for b in buckets)
+        elif kind is MetricKind.HISTOGRAM:
+            raise TritonModelException("Failed to create metric. Missing required buckets.")
+        state = self._registry.add_metric(self._state, tuple(sorted(pairs)), bounds)
+        metric = _MetricHandle(self._registry, self._state, state)
+        self._metrics.append(metric)
+        return metric
 
 
 # ---------------------------------------------------------------------------
