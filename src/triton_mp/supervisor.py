@@ -428,6 +428,7 @@ class Supervisor:
                     port=cfg.metrics_port,
                     cpu_metrics=cfg.allow_cpu_metrics,
                     interval_ms=cfg.metrics_interval_ms,
+                    server_id=self.server_id,
                 )
                 if cfg.allow_metrics and i == 0
                 else None,

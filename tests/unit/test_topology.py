@@ -11,13 +11,22 @@ from triton_mp.ipc.topology import (
     ObjectId,
     Topology,
     arena_name,
+    metric_board_name,
     process_arena_prefix,
     server_of,
 )
 
 TOP = Topology("4242")
 
-FIELDS = {"frontend": 2, "peer": 4, "instance": 7, "client": 9, "pid": 31337, "arena": 3}
+FIELDS = {
+    "frontend": 2,
+    "peer": 4,
+    "instance": 7,
+    "client": 9,
+    "pid": 31337,
+    "arena": 3,
+    "generation": 4,
+}
 
 
 def _sample(kind: Kind) -> str:
@@ -94,6 +103,7 @@ def test_an_instances_objects_include_its_bls_rings_both_ways_and_its_arenas() -
             TOP.worker_to_bls(3, 4),
             TOP.worker_to_bls(4, 3),
             arena_name(process_arena_prefix(TOP.worker_arenas(3), 77), 0),
+            metric_board_name(process_arena_prefix(TOP.worker_arenas(3), 77), 2),
             # not instance 3's:
             TOP.worker_to_bls(4, 5),
             TOP.frontend_to_frontend(0, 3),
@@ -104,14 +114,16 @@ def test_an_instances_objects_include_its_bls_rings_both_ways_and_its_arenas() -
         )
     )
     mine = TOP.of_instances(entries, {3})
-    assert len(mine) == 11
+    assert len(mine) == 12
     assert all("33" not in e and "r_w4_c5" not in e for e in mine)
     assert TOP.of_instances(entries, {4}) == sorted(
         e.lstrip("/")
         for e in (TOP.worker_to_bls(3, 4), TOP.worker_to_bls(4, 3), TOP.worker_to_bls(4, 5))
     )
+    process = process_arena_prefix(TOP.worker_arenas(3), 77)
     assert TOP.of_worker_process(entries, 3, 77) == [
-        arena_name(process_arena_prefix(TOP.worker_arenas(3), 77), 0).lstrip("/")
+        arena_name(process, 0).lstrip("/"),
+        metric_board_name(process, 2).lstrip("/"),
     ]
     assert TOP.of_worker_process(entries, 3, 78) == []
 

@@ -10,6 +10,9 @@ triton-mp process with psutil, and renders that one snapshot:
   metric families and ``render`` writes the text format (unit-testable without a server);
 - ``MetricsEndpoint`` is the aiohttp server, the scheduler queries and the CPU poller.
 
+Python models' custom metrics (``pb_utils.MetricFamily``) come last: each scrape also
+copies the workers' shared-memory boards, which ``frontend.custom_metrics`` merges and writes.
+
 Triton's families keep Triton's names, help strings, types and labels (``model``,
 ``version``; ``reason`` on failures, all four reasons present), so existing dashboards work.
 Durations are reported in whole microseconds of the scheduler's nanosecond totals. Ours
@@ -38,6 +41,7 @@ from prometheus_client.metrics_core import (
 
 from triton_mp.cli.stat import CLOSE_REASONS
 from triton_mp.common.errors import StartupError
+from triton_mp.frontend import custom_metrics
 from triton_mp.ipc.codec import encode
 from triton_mp.ipc.messages import (
     ModelQueueStatus,
@@ -119,6 +123,8 @@ class MetricsSnapshot:
     cpu: CpuSample | None = None
     """None when ``--allow-cpu-metrics=false``."""
     processes: tuple[ProcessMemory, ...] = ()
+    custom: tuple[custom_metrics.Family, ...] = ()
+    """Python models' custom metric families, merged over their instances."""
 
 
 def _us(ns: int) -> int:
@@ -306,8 +312,9 @@ def render(snapshot: MetricsSnapshot) -> bytes:
     A fresh registry per call: it holds only this snapshot's collector, so concurrent
     scrapes never see each other's numbers and no process-wide registry is touched.
     """
+    families = list(SnapshotCollector(snapshot).collect())
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(snapshot))
+    registry.register(_Families(families))
     text = generate_latest(registry).decode()
     # NOTE: prometheus-client names a counter family ``<name>_total`` in HELP and TYPE (the
     # OpenMetrics rule) whatever its samples are called. Triton's counters have no _total,
@@ -315,7 +322,20 @@ def render(snapshot: MetricsSnapshot) -> bytes:
     for name in TRITON_COUNTERS:
         text = text.replace(f"# HELP {name}_total ", f"# HELP {name} ", 1)
         text = text.replace(f"# TYPE {name}_total counter", f"# TYPE {name} counter", 1)
+    if snapshot.custom:
+        taken = {f.name for f in families} | {s.name for f in families for s in f.samples}
+        text += custom_metrics.render(snapshot.custom, taken)
     return text.encode()
+
+
+class _Families:
+    """A collector over families collected already (``render`` needs their names too)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
 
 
 def cpu_utilization(old: object, new: object) -> float:
@@ -401,6 +421,7 @@ class MetricsEndpoint:
         self._runner: web.AppRunner | None = None
         self._poller: asyncio.Task[None] | None = None
         self._cpu: CpuSample | None = None
+        self._boards = custom_metrics.BoardReader(spec.server_id) if spec.server_id else None
         self.port = spec.port
         """The bound port (the real one when ``spec.port`` is 0)."""
 
@@ -443,6 +464,8 @@ class MetricsEndpoint:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._boards is not None:
+            self._boards.close()
 
     async def _poll_cpu(self) -> None:
         """Sample the CPU gauges every ``interval_ms``, as Triton's polling thread does."""
@@ -475,11 +498,13 @@ class MetricsEndpoint:
         )
         assert isinstance(stats, StatsReply)
         assert isinstance(queues, QueueReply)
+        custom = () if self._boards is None else tuple(custom_metrics.merge(self._boards.read()))
         return MetricsSnapshot(
             stats=stats.stats,
             queues=queues.models,
             cpu=self._cpu,
             processes=process_memory(self._supervisor_pid),
+            custom=custom,
         )
 
     async def _handle(self, request: web.Request) -> web.Response:

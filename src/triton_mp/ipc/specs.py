@@ -230,6 +230,9 @@ class MetricsSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """Report the ``nv_cpu_*`` gauges (``--allow-cpu-metrics``)."""
     interval_ms: int = 2000
     """How often the CPU gauges are sampled (``--metrics-interval-ms``)."""
+    server_id: str = ""
+    """Whose python models' custom-metric boards to report (``ipc.metric_board``); empty:
+    none."""
 
 
 class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):

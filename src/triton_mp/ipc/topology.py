@@ -22,6 +22,8 @@ worker_to_scheduler   ``r_w{instance}_s``            ring worker -> scheduler
 worker_to_frontend    ``r_w{instance}_f{frontend}``  ring worker -> frontend (answers)
 supervisor_to_worker  ``r_sup_w{instance}``          ring supervisor -> worker (BLS updates)
 worker_arena          ``w{instance}p{pid}_a{arena}`` a worker process's output arena
+metric_board          ``w{instance}p{pid}_cm{gen}``  a python worker's custom metrics
+                                                     (``ipc.metric_board``)
 bls_wakeup            ``w{client}_bls``              a BLS client's inbox semaphore
 scheduler_to_bls      ``r_s_c{client}``              ring scheduler -> BLS client
 supervisor_to_bls     ``r_sup_c{client}``            ring supervisor -> BLS client (rewiring)
@@ -30,9 +32,10 @@ worker_to_bls         ``r_w{instance}_c{client}``    ring worker -> BLS client (
 
 ``{frontend}`` and ``{peer}`` are frontend ids, ``{instance}`` and ``{client}`` instance ids
 (a BLS client is the python worker of that instance), ``{pid}`` the worker process that
-allocated the arena (a restarted worker gets new arenas) and ``{arena}`` the arena's index in
-its owner's ``ArenaAllocator``. A semaphore's ``/dev/shm`` entry is ``sem.<name without
-slash>``. Names outside the table (``Topology.scratch``) are for tests and tools.
+allocated the arena (a restarted worker gets new arenas), ``{arena}`` the arena's index in
+its owner's ``ArenaAllocator`` and ``{gen}`` (field ``generation``) counts a metric board's
+replacements. A semaphore's ``/dev/shm`` entry is ``sem.<name without slash>``. Names
+outside the table (``Topology.scratch``) are for tests and tools.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ _PROCESS = _PROCESS_MARK + "{pid}"
 """How a worker process extends its instance's arena prefix."""
 _FRONTEND_ARENAS = "f{frontend}"
 _WORKER_ARENAS = "w{instance}"
+_BOARD = "_cm{generation}"
+"""How a worker process's metric board extends the process's arena prefix."""
 
 
 class Kind(enum.Enum):
@@ -72,6 +77,7 @@ class Kind(enum.Enum):
     WORKER_TO_FRONTEND = "r_w{instance}_f{frontend}"
     SUPERVISOR_TO_WORKER = "r_sup_w{instance}"
     WORKER_ARENA = _WORKER_ARENAS + _PROCESS + _ARENA
+    METRIC_BOARD = _WORKER_ARENAS + _PROCESS + _BOARD
     BLS_WAKEUP = "w{client}_bls"
     SCHEDULER_TO_BLS = "r_s_c{client}"
     SUPERVISOR_TO_BLS = "r_sup_c{client}"
@@ -116,6 +122,12 @@ def server_of(entry: str) -> str | None:
 def arena_name(owner_prefix: str, index: int) -> str:
     """The name of an owner's arena ``index`` (``owner_prefix`` from ``Topology``)."""
     return owner_prefix + _ARENA.format(arena=index)
+
+
+def metric_board_name(process_prefix: str, generation: int) -> str:
+    """The name of generation ``generation`` of a worker process's metric board
+    (``process_prefix`` from ``process_arena_prefix``)."""
+    return process_prefix + _BOARD.format(generation=generation)
 
 
 def process_arena_prefix(instance_prefix: str, pid: int) -> str:
@@ -247,13 +259,13 @@ class Topology:
         return out
 
     def of_worker_process(self, entries: list[str], instance: int, pid: int) -> list[str]:
-        """The arenas one worker process of ``instance`` allocated."""
+        """The arenas and metric boards one worker process of ``instance`` created."""
         out = []
         for entry in entries:
             obj = self.parse(entry)
             if (
                 obj is not None
-                and obj.kind is Kind.WORKER_ARENA
+                and obj.kind in (Kind.WORKER_ARENA, Kind.METRIC_BOARD)
                 and (obj.fields["instance"], obj.fields["pid"]) == (instance, pid)
             ):
                 out.append(entry)

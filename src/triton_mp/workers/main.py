@@ -35,6 +35,7 @@ from triton_mp.ipc.messages import (
     WorkerReady,
 )
 from triton_mp.ipc.specs import WorkerSpec
+from triton_mp.ipc.topology import process_arena_prefix
 from triton_mp.workers.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -79,9 +80,14 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     to_frontends = {i: Sender(c.ring, c.wakeup) for i, c in spec.to_frontends.items()}
     to_bls = {i: Sender(c.ring, c.wakeup) for i, c in spec.to_bls_clients.items()}
     replies = {Requester.FRONTEND: to_frontends, Requester.BLS: to_bls}
-    arena = ArenaAllocator(
-        f"{spec.arena_prefix}p{os.getpid()}", spec.arena_bytes, spec.arena_budget_bytes
-    )
+    owner_prefix = process_arena_prefix(spec.arena_prefix, os.getpid())
+    arena = ArenaAllocator(owner_prefix, spec.arena_bytes, spec.arena_budget_bytes)
+    custom_metrics = None
+    if spec.model.backend == "python":
+        from triton_mp.workers import python_metrics
+
+        # NOTE: before the backend imports model.py: initialize() may create metrics.
+        custom_metrics = python_metrics.install(owner_prefix, spec.model, spec.instance)
     cache = SegmentCache()
     try:
         backend, worker = _load(spec, arena, cache, to_scheduler, replies)
@@ -90,6 +96,8 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
         log.error("failed to load model '%s': %s", spec.model.model, text)
         report_start_failed(ready, "worker", spec.instance.name, text)
         cache.close()
+        if custom_metrics is not None:
+            custom_metrics.close()
         return 1
     rewire = _bls_rewiring(spec, worker, arena, cache, to_scheduler, to_bls)
     for update in rewiring:
@@ -104,6 +112,8 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
         worker.close()
         cache.close()
         arena.close_and_unlink()
+        if custom_metrics is not None:
+            custom_metrics.close()
     log.info("instance stopped")
     return 0
 
