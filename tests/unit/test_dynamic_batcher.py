@@ -1,5 +1,6 @@
-"""Batch formation (``scheduler.dynamic``) with a FakeClock: Triton's default scheduler and
-dynamic batcher, rule by rule, then properties over random arrival sequences."""
+"""Batch formation (``scheduler.policies.default``, ``scheduler.policies.dynamic``) with a
+FakeClock: Triton's default scheduler and dynamic batcher, rule by rule, then properties over
+random arrival sequences."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import pytest
 from hypothesis import given, settings
 
 from triton_mp.scheduler.clock import FakeClock
-from triton_mp.scheduler.dynamic import Batch, DefaultScheduler, DynamicBatcher, Queued
+from triton_mp.scheduler.policies.default import DefaultScheduler
+from triton_mp.scheduler.policies.dynamic import DynamicBatcher
+from triton_mp.scheduler.policy import Batch, Queued
 
 US = 1000  # nanoseconds per microsecond
 

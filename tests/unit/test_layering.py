@@ -1,12 +1,14 @@
 """The process roles stay separated: which modules may import what (STYLE.md, design notes).
 
 Checked on the source with ``ast`` (no imports executed):
-- the batching core (scheduler clock/dynamic) imports no ipc, grpc, numpy or backend;
+- the batching core (scheduler clock, the policy contract, the queues and every policy)
+  imports no ipc, grpc, numpy or backend, directly or through what it imports;
 - ``ipc`` imports nothing from the role packages;
 - only ``frontend`` imports grpc or aiohttp, and its transport-neutral core imports neither;
 - only ``backends`` import onnxruntime or tensorrt;
-- in the scheduler package only ``main`` (and ``stats``, for the message structs it
-  fills) touch ``triton_mp.ipc``;
+- in the scheduler package only the modules that speak messages (the ``main`` shell, the
+  ``core``, its ``lifecycle``, ``outbox``, ``instances``, ``status`` views, ``stats`` and the
+  spec-reading ``registry``) touch ``triton_mp.ipc``;
 - only ``common.platform`` calls prctl or sets process titles.
 """
 
@@ -41,13 +43,64 @@ def _uses(imports: set[str], prefix: str) -> bool:
     return any(i == prefix or i.startswith(prefix + ".") for i in imports)
 
 
-@pytest.mark.parametrize("module", ["scheduler/clock.py", "scheduler/dynamic.py"])
+BATCHING_CORE = [
+    "scheduler/clock.py",
+    "scheduler/policy.py",
+    "scheduler/queues.py",
+    *sorted(str(p.relative_to(PKG)) for p in (PKG / "scheduler" / "policies").glob("*.py")),
+]
+"""The pure batching core: policies and what they are made of (``scheduler.policy``)."""
+SCHEDULER_IPC_MODULES = {
+    "main.py",
+    "core.py",
+    "lifecycle.py",
+    "outbox.py",
+    "instances.py",
+    "status.py",
+    "stats.py",
+    "registry.py",
+}
+
+
+def test_the_batching_core_lists_every_policy() -> None:
+    assert "scheduler/policies/dynamic.py" in BATCHING_CORE
+    assert "scheduler/policies/sequence.py" in BATCHING_CORE
+    assert "scheduler/policies/default.py" in BATCHING_CORE
+
+
+@pytest.mark.parametrize("module", BATCHING_CORE)
 def test_batching_core_is_pure(module: str) -> None:
     imports = _imports(PKG / module)
     for banned in ("triton_mp.ipc", "grpc", "numpy", "onnxruntime", "posix_ipc", "time"):
         assert not _uses(imports, banned) or (banned == "time" and module.endswith("clock.py")), (
             f"{module} imports {banned}"
         )
+    in_scheduler = {i for i in imports if i.startswith("triton_mp.scheduler.")}
+    for dep in in_scheduler:
+        path = PKG / (dep.removeprefix("triton_mp.").replace(".", "/") + ".py")
+        assert str(path.relative_to(PKG)) in BATCHING_CORE, f"{module} imports {dep}"
+
+
+def test_batching_core_loads_no_ipc_when_imported() -> None:
+    """What the core imports, transitively (package ``__init__`` files included), stays pure."""
+    import subprocess
+    import sys
+
+    mods = [
+        "triton_mp." + m.removesuffix(".py").replace("/", ".")
+        for m in BATCHING_CORE
+        if not m.endswith("__init__.py")
+    ]
+    code = (
+        f"import sys, {', '.join(mods)};"
+        "print(','.join(m for m in sys.modules if m.split('.')[0] in "
+        "('posix_ipc', 'numpy', 'grpc', 'msgspec') or m.startswith('triton_mp.ipc')))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(PKG.parent)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.strip() == ""
 
 
 def test_ipc_imports_no_role_package() -> None:
@@ -88,9 +141,9 @@ def test_only_backends_import_backend_libraries() -> None:
             assert not _uses(imports, lib), f"{path.relative_to(PKG)} imports {lib}"
 
 
-def test_scheduler_touches_ipc_only_in_main() -> None:
+def test_scheduler_touches_ipc_only_where_it_speaks_messages() -> None:
     for path in _modules("scheduler"):
-        if path.name in ("main.py", "stats.py"):
+        if path.parent.name == "scheduler" and path.name in SCHEDULER_IPC_MODULES:
             continue
         assert not _uses(_imports(path), "triton_mp.ipc"), f"scheduler/{path.name} imports ipc"
 

@@ -1,4 +1,4 @@
-"""Priority levels and queue policies of the dynamic batcher (``scheduler.dynamic``) with a
+"""Priority levels and queue policies of the dynamic batcher (``scheduler.queues``) with a
 FakeClock: Triton's ``PriorityQueue`` rules one by one, then properties over random runs."""
 
 from __future__ import annotations
@@ -11,14 +11,10 @@ import hypothesis.strategies as st
 from hypothesis import given, settings
 
 from triton_mp.scheduler.clock import FakeClock
-from triton_mp.scheduler.dynamic import (
-    Batch,
-    DefaultScheduler,
-    DynamicBatcher,
-    PriorityQueue,
-    Queued,
-    QueuePolicy,
-)
+from triton_mp.scheduler.policies.default import DefaultScheduler
+from triton_mp.scheduler.policies.dynamic import DynamicBatcher
+from triton_mp.scheduler.policy import Batch, Queued
+from triton_mp.scheduler.queues import PriorityQueue, QueuePolicy
 
 US = 1000
 NO_POLICY = QueuePolicy()

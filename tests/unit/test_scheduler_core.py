@@ -1,24 +1,19 @@
-"""``SchedulerCore`` in-process: messages in, recorded sends out. No shared memory: the
-requests carry dummy TensorRefs that nothing ever maps."""
+"""``SchedulerCore`` in-process: messages in, outbound items out, routed by a recording
+harness as the process shell routes them. No shared memory: the requests carry dummy
+TensorRefs that nothing ever maps."""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from itertools import count
 
 import msgspec
 import pytest
 
+from tests.unit.scheduler_harness import DYNAMIC, US, Harness, fe, model_spec, tensor
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.messages import (
     BatchAssign,
     BatchDone,
-    BlockRef,
     CancelRequest,
     DecoupledDone,
-    InferRequest,
-    ModelStats,
     QueueQuery,
     QueueReply,
     ReplyTo,
@@ -28,7 +23,6 @@ from triton_mp.ipc.messages import (
     Shutdown,
     StatsQuery,
     StatsReply,
-    TensorRef,
     WorkerDied,
     WorkerReady,
 )
@@ -38,158 +32,9 @@ from triton_mp.ipc.specs import (
     ModelVersionSpec,
     QueuePolicySpec,
     SequenceSpec,
-    TensorSpec,
 )
-from triton_mp.scheduler.clock import FakeClock
-from triton_mp.scheduler.main import (
-    QUEUE_FULL_MESSAGE,
-    STOPPING_MESSAGE,
-    TIMEOUT_MESSAGE,
-    SchedulerCore,
-)
-
-US = 1000
-
-
-def _fe(frontend_id: int) -> ReplyTo:
-    return ReplyTo(Requester.FRONTEND, frontend_id)
-
-
-def _tensor(name: str, dims: tuple[int, ...]) -> TensorSpec:
-    return TensorSpec(name=name, datatype="FP32", dims=dims)
-
-
-def _model(
-    name: str,
-    instance_ids: tuple[int, ...],
-    *,
-    max_batch_size: int = 8,
-    batching: BatchingSpec | None = None,
-    dims: tuple[int, ...] = (16,),
-) -> ModelVersionSpec:
-    if batching is None:
-        batching = BatchingSpec(
-            kind="dynamic",
-            max_batch_size=max_batch_size,
-            preferred_batch_sizes=(4,),
-            max_queue_delay_us=100,
-        )
-    return ModelVersionSpec(
-        model=name,
-        version=1,
-        backend="onnxruntime",
-        model_file=f"/models/{name}/1/model.onnx",
-        max_batch_size=max_batch_size,
-        batching=batching,
-        inputs=(_tensor("INPUT0", dims), _tensor("INPUT1", dims)),
-        outputs=(_tensor("OUTPUT0", dims),),
-        instance_ids=instance_ids,
-    )
-
-
-DYNAMIC = _model("add_sub", (0, 1))
-PLAIN = _model("plain", (2,), max_batch_size=0, batching=BatchingSpec())
-RAGGED = _model("ragged", (3,), dims=(-1,))
-
-
-@dataclass
-class Harness:
-    """A SchedulerCore with recording send functions and a fake clock."""
-
-    models: Sequence[ModelVersionSpec] = (DYNAMIC, PLAIN, RAGGED)
-    clock: FakeClock = field(default_factory=FakeClock)
-    to_workers: list[tuple[int, object]] = field(default_factory=list)
-    to_frontends: list[tuple[int, object]] = field(default_factory=list)
-    to_bls: list[tuple[int, object]] = field(default_factory=list)
-    ids: count[int] = field(default_factory=lambda: count(1))
-
-    def __post_init__(self) -> None:
-        self.core = SchedulerCore(
-            tuple(self.models),
-            lambda i, msg: self.to_workers.append((i, msg)),
-            lambda f, msg: self.to_frontends.append((f, msg)),
-            send_bls=lambda i, msg: self.to_bls.append((i, msg)),
-        )
-
-    @property
-    def now(self) -> int:
-        return self.clock.now_ns()
-
-    def request(
-        self,
-        model: str = "add_sub",
-        batch_size: int = 1,
-        *,
-        frontend_id: int = 0,
-        width: int = 16,
-        version: int = 1,
-        priority: int = 0,
-        timeout_us: int = 0,
-        client_id: str = "",
-        sequence_id: int | str = 0,
-        sequence_flags: int = 0,
-        reply_to: ReplyTo | None = None,
-    ) -> InferRequest:
-        rid = next(self.ids)
-        shape = (batch_size, width)
-        seg = f"/triton_mp_0_f{frontend_id}_a0"
-        nbytes = 4 * batch_size * width
-        req = InferRequest(
-            request_id=rid,
-            reply_to=reply_to or _fe(frontend_id),
-            model=model,
-            version=version,
-            batch_size=batch_size,
-            inputs=(
-                TensorRef("INPUT0", "FP32", shape, seg, 64 * rid, nbytes),
-                TensorRef("INPUT1", "FP32", shape, seg, 64 * rid + nbytes, nbytes),
-            ),
-            outputs=("OUTPUT0",),
-            block=BlockRef(seg, 64 * rid - 64),
-            arrival_ns=self.now - 10 * US,
-            priority=priority,
-            timeout_us=timeout_us,
-            client_id=client_id,
-            sequence_id=sequence_id,
-            sequence_flags=sequence_flags,
-        )
-        self.core.handle(req, self.now)
-        return req
-
-    def handle(self, msg: object) -> None:
-        self.core.handle(msg, self.now)  # type: ignore[arg-type]
-
-    def dispatch(self) -> list[tuple[int, BatchAssign]]:
-        before = len(self.to_workers)
-        self.core.dispatch(self.now)
-        new = self.to_workers[before:]
-        assert all(isinstance(m, BatchAssign) for _, m in new)
-        return new  # type: ignore[return-value]
-
-    def ready(self, *instance_ids: int) -> None:
-        for i in instance_ids:
-            self.handle(WorkerReady(instance_id=i, pid=1000 + i))
-
-    def done(self, instance_id: int, batch: BatchAssign, failed: tuple[int, ...] = ()) -> None:
-        self.handle(
-            BatchDone(
-                instance_id=instance_id,
-                batch_id=batch.batch_id,
-                start_ns=self.now,
-                compute_input_ns=1 * US,
-                compute_infer_ns=5 * US,
-                compute_output_ns=2 * US,
-                end_ns=self.now + 8 * US,
-                failed=failed,
-            )
-        )
-
-    def failures(self) -> list[tuple[int, RequestFailed]]:
-        return [(f, m) for f, m in self.to_frontends if isinstance(m, RequestFailed)]
-
-    def stats(self, model: str) -> ModelStats:
-        (st,) = self.core.stats.snapshot(model, 1)
-        return st
+from triton_mp.scheduler.core import QUEUE_FULL_MESSAGE, TIMEOUT_MESSAGE
+from triton_mp.scheduler.lifecycle import STOPPING_MESSAGE
 
 
 @pytest.fixture
@@ -470,7 +315,7 @@ def test_a_cancelled_queued_request_is_dropped_and_answered(h: Harness) -> None:
     # No instance is ready yet, so both requests wait in the queue.
     keep = h.request(frontend_id=0)
     gone = h.request(frontend_id=1)
-    h.handle(CancelRequest(request_id=gone.request_id, reply_to=_fe(1), model="add_sub", version=1))
+    h.handle(CancelRequest(request_id=gone.request_id, reply_to=fe(1), model="add_sub", version=1))
     ((fid, failed),) = h.failures()
     assert (fid, failed.request_id) == (1, gone.request_id)
     assert failed.error.code == ErrorCode.CANCELLED
@@ -487,8 +332,8 @@ def test_cancelling_a_dispatched_or_unknown_request_changes_nothing(h: Harness) 
     req = h.request()
     h.clock.advance_us(1000)
     ((_, batch),) = h.dispatch()
-    h.handle(CancelRequest(request_id=req.request_id, reply_to=_fe(0), model="add_sub", version=1))
-    h.handle(CancelRequest(request_id=999, reply_to=_fe(0), model="nope", version=1))
+    h.handle(CancelRequest(request_id=req.request_id, reply_to=fe(0), model="add_sub", version=1))
+    h.handle(CancelRequest(request_id=999, reply_to=fe(0), model="nope", version=1))
     assert h.failures() == []
     assert not h.core.idle()  # the batch still runs; its answer frees the blocks
 
@@ -496,30 +341,28 @@ def test_cancelling_a_dispatched_or_unknown_request_changes_nothing(h: Harness) 
 def test_frontends_learn_when_a_version_gains_or_loses_its_last_live_instance() -> None:
     from triton_mp.ipc.messages import ModelAvailability
 
-    sent: list[tuple[int, object]] = []
-    core = SchedulerCore((DYNAMIC,), lambda i, m: None, lambda f, m: sent.append((f, m)), (0, 1))
-    now = 1
+    h = Harness(models=(DYNAMIC,), frontend_ids=(0, 1))
 
     def availability() -> list[tuple[int, bool]]:
-        out = [(f, m.ready) for f, m in sent if isinstance(m, ModelAvailability)]
-        sent.clear()
+        out = [(f, m.ready) for f, m in h.to_frontends if isinstance(m, ModelAvailability)]
+        h.to_frontends.clear()
         return out
 
-    core.handle(WorkerReady(instance_id=0, pid=10), now)
+    h.handle(WorkerReady(instance_id=0, pid=10))
     assert availability() == [(0, True), (1, True)]
-    core.handle(WorkerReady(instance_id=1, pid=11), now)
+    h.handle(WorkerReady(instance_id=1, pid=11))
     assert availability() == []  # already had a live instance
-    core.handle(WorkerDied(instance_id=0, exitcode=-9), now)
+    h.handle(WorkerDied(instance_id=0, exitcode=-9))
     assert availability() == []  # instance 1 still lives
-    core.handle(WorkerDied(instance_id=1, exitcode=-9), now)
+    h.handle(WorkerDied(instance_id=1, exitcode=-9))
     assert availability() == [(0, False), (1, False)]
-    core.handle(WorkerReady(instance_id=1, pid=12), now)
+    h.handle(WorkerReady(instance_id=1, pid=12))
     assert availability() == [(0, True), (1, True)]
 
 
 # --------------------------------------------------------------------------- queue policies
 
-POLICED = _model(
+POLICED = model_spec(
     "policed",
     (4,),
     max_batch_size=1,
@@ -626,7 +469,7 @@ def test_failures_are_counted_per_metric_reason() -> None:
     h.ready(4)
     cancelled = h.request("policed")
     h.handle(
-        CancelRequest(request_id=cancelled.request_id, reply_to=_fe(0), model="policed", version=1)
+        CancelRequest(request_id=cancelled.request_id, reply_to=fe(0), model="policed", version=1)
     )
     h.request("policed")
     ((_, batch),) = h.dispatch()
@@ -662,8 +505,8 @@ SEQ = ModelVersionSpec(
     model_file="/models/acc/1/model.onnx",
     max_batch_size=4,
     batching=BatchingSpec(kind="sequence", max_batch_size=4),
-    inputs=(_tensor("INPUT0", (16,)), _tensor("INPUT1", (16,))),
-    outputs=(_tensor("OUTPUT0", (16,)),),
+    inputs=(tensor("INPUT0", (16,)), tensor("INPUT1", (16,))),
+    outputs=(tensor("OUTPUT0", (16,)),),
     instance_ids=(5,),
     instance_names=("acc_0",),
     sequence=SequenceSpec(strategy="direct", max_sequence_idle_us=1000),
@@ -697,7 +540,7 @@ def test_a_sequence_model_routes_by_correlation_id_and_reports_rows() -> None:
 # --------------------------------------------------------------------------- decoupled
 
 DECOUPLED = msgspec.structs.replace(
-    _model("repeat", (4,), max_batch_size=0, batching=BatchingSpec()), decoupled=True
+    model_spec("repeat", (4,), max_batch_size=0, batching=BatchingSpec()), decoupled=True
 )
 
 
@@ -725,12 +568,12 @@ def test_cancel_of_an_open_decoupled_request_goes_to_its_worker(hd: Harness) -> 
     r = hd.request("repeat")
     ((_, b),) = hd.dispatch()
     hd.done(4, b)
-    cancel = CancelRequest(request_id=r.request_id, reply_to=_fe(0), model="repeat", version=1)
+    cancel = CancelRequest(request_id=r.request_id, reply_to=fe(0), model="repeat", version=1)
     hd.handle(cancel)
     assert hd.to_workers[-1] == (4, cancel)
     assert hd.failures() == []
     # after the final response, a late cancel goes nowhere
-    hd.handle(DecoupledDone(instance_id=4, reply_to=_fe(0), request_id=r.request_id))
+    hd.handle(DecoupledDone(instance_id=4, reply_to=fe(0), request_id=r.request_id))
     n = len(hd.to_workers)
     hd.handle(cancel)
     assert len(hd.to_workers) == n
@@ -761,7 +604,7 @@ def test_a_batch_too_large_for_the_worker_ring_fails_alone(h: Harness) -> None:
             raise RecordTooLarge("record of 700000 bytes does not fit a ring of 1048576 bytes")
         h.to_workers.append((instance_id, msg))
 
-    h.core._send_worker = send_worker
+    h.send_worker = send_worker
     h.ready(0, 1)
     big = [h.request("add_sub") for _ in range(4)]  # preferred size 4: goes at once
     assert h.dispatch() == []

@@ -1,6 +1,6 @@
-"""The sequence batcher (``scheduler.sequence``) with a FakeClock: Direct and Oldest strategies,
-slots, backlog, idle release and the error cases, rule by rule, then properties over random
-interleavings of sequences."""
+"""The sequence batcher (``scheduler.policies.sequence``) with a FakeClock: Direct and Oldest
+strategies, slots, backlog, idle release and the error cases, rule by rule, then properties
+over random interleavings of sequences."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ import hypothesis.strategies as st
 from hypothesis import given, settings
 
 from triton_mp.common.errors import ErrorCode
+from triton_mp.ipc.messages import SequenceFlags
 from triton_mp.scheduler.clock import FakeClock
-from triton_mp.scheduler.dynamic import Batch, Queued, Rejection
-from triton_mp.scheduler.sequence import END, START, SequenceBatcher
+from triton_mp.scheduler.policies.sequence import SequenceBatcher
+from triton_mp.scheduler.policy import Batch, Queued, Rejection
 
 US = 1000
+START, END = SequenceFlags.START, SequenceFlags.END
 
 
 @dataclass
@@ -35,7 +37,8 @@ class Feed:
             (),
             now,
             corrid=corrid,
-            flags=flags,
+            starts=bool(flags & START),
+            ends=bool(flags & END),
             timeout_us=timeout_us,
         )
         rejection = self.sched.offer(item, now)
@@ -196,10 +199,10 @@ def test_direct_without_a_free_slot_new_sequences_wait_in_fifo_order() -> None:
     assert _corrids(batch) == ["a"]  # the END: the slot goes to b
     f.done(0)
     (batch,) = f.pop()
-    assert [(q.corrid, q.flags) for q in batch.requests] == [("b", START)]
+    assert [(q.corrid, q.starts) for q in batch.requests] == [("b", True)]
     f.done(0)
     (batch,) = f.pop()
-    assert [(q.corrid, q.flags) for q in batch.requests] == [("b", 0)]
+    assert [(q.corrid, q.starts) for q in batch.requests] == [("b", False)]
 
 
 def test_direct_start_for_a_live_sequence_continues_in_its_slot() -> None:
@@ -406,7 +409,7 @@ def test_random_interleavings_keep_each_sequence_on_its_instance_in_order(
                 assert len(batch.requests) <= max(1, mbs)
             for q in batch.requests:
                 outcome[q.key] = "ran"
-                if q.flags & START:
+                if q.starts:
                     where[q.corrid] = batch.instance_id
                 assert where[q.corrid] == batch.instance_id, "a sequence changed instance"
                 ran.setdefault(q.corrid, []).append(q.key)

@@ -1,13 +1,15 @@
 """Triton's sequence batcher for one model version: Direct and Oldest strategies.
 
-A pure state machine beside ``scheduler.dynamic`` (same ``ModelScheduler`` contract, same
-injected time, same ``Batch`` handed to one idle instance); imported only by
-``scheduler.main`` and tests. Semantics (Triton core ``sequence_batch_scheduler.cc``, docs
-``architecture.md`` "Stateful Models", triton.md §4.5):
+The policy of a model with ``sequence_batching`` (registered as ``sequence`` in
+``scheduler.registry.POLICIES``): a pure state machine like the others (``scheduler.policy``:
+same contract, same injected time, same ``Batch`` handed to one idle instance). Semantics
+(Triton core ``sequence_batch_scheduler.cc``, docs ``architecture.md`` "Stateful Models",
+triton.md §4.5):
 
 - Every request names a sequence by its correlation ID (uint64 or string) and may carry the
-  START and END flags. A sequence is bound to one *slot* of one instance for its lifetime, so
-  every request of it runs on the instance that holds its state.
+  START and END flags (``Queued.starts``, ``Queued.ends``). A sequence is bound to one
+  *slot* of one instance for its lifetime, so every request of it runs on the instance that
+  holds its state.
 - Direct: each instance has ``max(1, max_batch_size)`` slots. A batch has one row per slot up
   to the highest slot with a request ready; rows of slots without one are null (READY false).
   While an instance is idle, a batch goes at once when ``max_queue_delay_microseconds`` is 0
@@ -40,13 +42,11 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from triton_mp.common.close_reason import CloseReason
 from triton_mp.common.errors import ErrorCode
-from triton_mp.scheduler.dynamic import Batch, LevelSnapshot, Queued, Rejection, decide, walk
+from triton_mp.scheduler.policies.dynamic import decide, walk
+from triton_mp.scheduler.policy import Batch, LevelSnapshot, Queued, Rejection
 
-START = 1
-"""``Queued.flags`` bit: the first request of a sequence."""
-END = 2
-"""``Queued.flags`` bit: the last request of a sequence."""
 MAX_STRING_CORRID = 128
 """Longest string correlation ID, in characters."""
 
@@ -122,7 +122,7 @@ class SequenceBatcher:
 
     # ----------------------------------------------------------------- requests
     def offer(self, item: Queued, now_ns: int) -> Rejection | None:
-        """Queue a request of a sequence (``item.corrid``, ``item.flags``).
+        """Queue a request of a sequence (``item.corrid``, ``item.starts``, ``item.ends``).
 
         Returns:
             A Rejection (INVALID_ARG) for a request of batch size above 1, without a
@@ -142,7 +142,7 @@ class SequenceBatcher:
         if backlog is not None:
             backlog.append(item)
             return None
-        if not item.flags & START:
+        if not item.starts:
             return Rejection(
                 ErrorCode.INVALID_ARG,
                 f"inference request for sequence {corrid} to model '{self.model}' must "
@@ -306,11 +306,11 @@ class SequenceBatcher:
         total = self.slots_per_instance
         oldest = min(s.queue[0].enqueue_ns for s in ready)
         if len(ready) == total:
-            reason = "max"
+            reason = CloseReason.MAX
         elif self.delay_ns == 0 or len(ready) >= self.min_utilization * total:
-            reason = "idle"
+            reason = CloseReason.IDLE
         elif now_ns - oldest >= self.delay_ns:
-            reason = "delay"
+            reason = CloseReason.DELAY
         else:
             return None
         requests = [self._take(slot, now_ns) for slot in ready]
@@ -329,7 +329,7 @@ class SequenceBatcher:
         heads = sorted(ready, key=lambda s: s.queue[0].enqueue_ns)
         if self.max_batch_size == 0:
             chosen = heads[:1]
-            reason = "single"
+            reason = CloseReason.SINGLE
         else:
             w = walk(
                 (s.queue[0] for s in heads), self.max_batch_size, self.preferred, self.max_preferred
@@ -363,7 +363,7 @@ class SequenceBatcher:
         """Hand the slot's head request to its instance; release the slot after an END."""
         item = slot.queue.popleft()
         slot.last_ns = now_ns
-        if item.flags & END and not slot.queue:
+        if item.ends and not slot.queue:
             self._unbind(slot)
             self._fill_from_backlog(slot, now_ns)
         return item

@@ -1,0 +1,344 @@
+"""The scheduler core: each inbound message to outbound messages, through a dispatch table.
+
+``SchedulerCore.handle(msg, now_ns)`` looks the message's type up in ``handlers`` (one
+handler per member of ``ipc.messages.ToScheduler``) and returns what follows from it as
+``Outbound`` items (``scheduler.outbox``); ``dispatch(now_ns)`` forms and returns the
+batches that are ready. No I/O and no clock: the process shell (``scheduler.main``) reads
+the rings, passes the time and sends the items (``deliver``). Requests go to their version's
+generation's batching policy (``scheduler.policy``); instances and generations move through
+``scheduler.lifecycle``; statistics are ``scheduler.stats``, queue views ``scheduler.status``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, cast
+
+from triton_mp.common.errors import ErrorCode
+from triton_mp.ipc.messages import (
+    BatchAssign,
+    BatchDone,
+    CancelRequest,
+    DecoupledDone,
+    InferRequest,
+    InstancesAdded,
+    InstancesRemoved,
+    InstancesRetired,
+    ModelQueueStatus,
+    QueueQuery,
+    QueueReply,
+    ReplyTo,
+    Requester,
+    SequenceFlags,
+    Shutdown,
+    StatsQuery,
+    StatsReply,
+    ToScheduler,
+    VersionsActivated,
+    WorkerDied,
+    WorkerReady,
+)
+from triton_mp.ipc.ring import RecordTooLarge
+from triton_mp.ipc.specs import ModelVersionSpec
+from triton_mp.scheduler.instances import Generation, InFlight
+from triton_mp.scheduler.lifecycle import STOPPING_MESSAGE, Lifecycle
+from triton_mp.scheduler.outbox import Outbound, Outbox, ToInstance
+from triton_mp.scheduler.policy import QUEUE_FULL, TIMED_OUT, Batch, Queued
+from triton_mp.scheduler.stats import StatsBook
+from triton_mp.scheduler.status import BatchLog, BatchLogs, queue_status
+
+log = logging.getLogger(__name__)
+
+QUEUE_FULL_MESSAGE = QUEUE_FULL.message
+TIMEOUT_MESSAGE = TIMED_OUT.message
+CANCELLED_MESSAGE = "Request was cancelled before it was scheduled"
+_START = int(SequenceFlags.START)
+_END = int(SequenceFlags.END)
+
+
+def request_label(req: InferRequest) -> str:
+    """Triton's ``[request id: <id>] `` prefix of request errors."""
+    return f"[request id: {req.client_id or '<id_unknown>'}] "
+
+
+class SchedulerCore:
+    """All scheduling state of the server; messages in, ``Outbound`` items out.
+
+    Args:
+        models: model versions active from the start (tests; the server starts with none
+            and activates every version by ``VersionsActivated``).
+
+    Attributes:
+        stats: per-version statistics (``StatsQuery``).
+        lifecycle: the instances and generations.
+        stopping: a ``Shutdown`` arrived: new requests fail, nothing is re-queued.
+        defer_unknown: hold a request for an unknown version until ``retry_deferred``
+            instead of failing it (the process loop sets it; see ``scheduler.main``).
+        deferred: the requests held so.
+        handlers: the dispatch table, message type -> handler.
+    """
+
+    def __init__(self, models: Iterable[ModelVersionSpec] = ()) -> None:
+        self.stats = StatsBook(())
+        self._logs = BatchLogs()
+        self._out = Outbox(self.stats)
+        self.lifecycle = Lifecycle(models, self._out, self.stats, self._logs)
+        self._next_batch_id = 1
+        self.stopping = False
+        self.defer_unknown = False
+        self.deferred: list[InferRequest] = []
+        life = self.lifecycle
+        self.handlers: dict[type, Callable[[Any, int], None]] = {
+            InferRequest: self._on_request,
+            CancelRequest: self._on_cancel,
+            StatsQuery: self._on_stats_query,
+            QueueQuery: self._on_queue_query,
+            WorkerReady: life.on_ready,
+            BatchDone: self._on_batch_done,
+            DecoupledDone: self._on_decoupled_done,
+            WorkerDied: life.on_died,
+            Shutdown: self._on_shutdown,
+            InstancesAdded: life.on_added,
+            VersionsActivated: life.on_activated,
+            InstancesRetired: life.on_retired,
+            InstancesRemoved: life.on_removed,
+        }
+
+    # ----------------------------------------------------------------- messages
+    def handle(self, msg: ToScheduler, now_ns: int) -> list[Outbound]:
+        """Apply one message at ``now_ns``; returns what to send, in order."""
+        self.handlers[type(msg)](msg, now_ns)
+        return self._out.take()
+
+    def _on_request(self, req: InferRequest, now_ns: int) -> None:
+        key = (req.model, req.version)
+        gen = self.lifecycle.generation_for(key)
+        if gen is None and self.defer_unknown and not self.stopping:
+            self.deferred.append(req)
+            return
+        if self.stopping or gen is None:
+            if self.stopping:
+                code, text = ErrorCode.UNAVAILABLE, STOPPING_MESSAGE
+            else:
+                code = ErrorCode.NOT_FOUND
+                text = (
+                    f"Request for unknown model: '{req.model}' version {req.version} is not found"
+                )
+            self._out.fail(req, code, text, now_ns)
+            return
+        enforced = gen.enforced_inputs
+        shape_key = tuple(t.shape[1:] for t in req.inputs if t.name in enforced) if enforced else ()
+        flags = req.sequence_flags
+        item = Queued(
+            (req.reply_to, req.request_id),
+            max(1, req.batch_size),
+            shape_key,
+            now_ns,
+            req,
+            priority=req.priority,
+            timeout_us=req.timeout_us,
+            corrid=req.sequence_id,
+            starts=bool(flags & _START),
+            ends=bool(flags & _END),
+        )
+        rejection = gen.policy.offer(item, now_ns)
+        if rejection is not None:
+            message = request_label(req) + rejection.message
+            self._out.fail(req, rejection.code, message, now_ns, rejection.reason)
+
+    def retry_deferred(self, now_ns: int) -> list[Outbound]:
+        """Offer the held requests again; those whose version is still unknown fail."""
+        held, self.deferred = self.deferred, []
+        defer, self.defer_unknown = self.defer_unknown, False
+        try:
+            for req in held:
+                self._on_request(req, now_ns)
+        finally:
+            self.defer_unknown = defer
+        return self._out.take()
+
+    def _on_cancel(self, msg: CancelRequest, now_ns: int) -> None:
+        """Drop a request whose client went away, if it has not been dispatched yet."""
+        key = (msg.model, msg.version)
+        rkey = (msg.reply_to, msg.request_id)
+        for gen in self.lifecycle.generations():
+            item = gen.policy.cancel(rkey) if gen.key == key else None
+            if item is not None:
+                # NOTE: the answer lets the frontend free the request's input block.
+                req = cast(InferRequest, item.payload)
+                self._out.fail(req, ErrorCode.CANCELLED, CANCELLED_MESSAGE, now_ns, "CANCELED")
+                return
+        # NOTE: a decoupled request already running: its model may stop early when it sees
+        # ``is_cancelled()``; the worker answers it as the model decides.
+        for inst in self.lifecycle.instances:
+            if rkey in inst.open:
+                self._out.to_instance(inst.instance_id, msg)
+                return
+
+    def _on_stats_query(self, msg: StatsQuery, now_ns: int) -> None:
+        stats = self.stats.snapshot(msg.model, msg.version)
+        to = ReplyTo(Requester.FRONTEND, msg.frontend_id)
+        self._out.reply(to, StatsReply(query_id=msg.query_id, stats=stats))
+
+    def _on_queue_query(self, msg: QueueQuery, now_ns: int) -> None:
+        models = self.queue_status(msg.model, now_ns)
+        to = ReplyTo(Requester.FRONTEND, msg.frontend_id)
+        self._out.reply(to, QueueReply(query_id=msg.query_id, models=models))
+
+    def _on_batch_done(self, msg: BatchDone, now_ns: int) -> None:
+        inst = self.lifecycle.instances.get(msg.instance_id)
+        if inst is None or inst.batch is None or inst.batch.batch_id != msg.batch_id:
+            return
+        flight, inst.batch = inst.batch, None
+        failed = set(msg.failed)
+        ok = [
+            (r.arrival_ns, flight.dispatch_ns, r.batch_size)
+            for i, r in enumerate(flight.requests)
+            if i not in failed
+        ]
+        inst.executions += 1
+        self.stats.record_execution(
+            *inst.key,
+            requests=ok,
+            total_batch_size=flight.total_batch_size,
+            compute_input_ns=msg.compute_input_ns,
+            compute_infer_ns=msg.compute_infer_ns,
+            compute_output_ns=msg.compute_output_ns,
+            end_ns=msg.end_ns,
+        )
+        for i in failed:
+            r = flight.requests[i]
+            self.stats.record_failure(r.model, r.version, r.arrival_ns, msg.end_ns, "BACKEND")
+        if not self.stopping and inst.generation is not None:
+            inst.generation.policy.instance_idle(msg.instance_id, now_ns)
+
+    def _on_decoupled_done(self, msg: DecoupledDone, now_ns: int) -> None:
+        inst = self.lifecycle.instances.get(msg.instance_id)
+        if inst is not None:
+            inst.open.pop((msg.reply_to, msg.request_id), None)
+
+    def _on_shutdown(self, msg: Shutdown, now_ns: int) -> None:
+        self.stopping = True
+        for gen in self.lifecycle.generations():
+            for item in gen.policy.drain_queue():
+                req = cast(InferRequest, item.payload)
+                self._out.fail(req, ErrorCode.UNAVAILABLE, STOPPING_MESSAGE, now_ns)
+
+    # ----------------------------------------------------------------- batching
+    def dispatch(self, now_ns: int) -> list[Outbound]:
+        """Form every batch that is ready now; returns them (and the failures of requests
+        whose queue timeout expired), in order."""
+        for gen in self.lifecycle.generations():
+            for item, why in gen.policy.expire(now_ns):
+                req = cast(InferRequest, item.payload)
+                message = why.message if why is TIMED_OUT else request_label(req) + why.message
+                self._out.fail(req, why.code, message, now_ns, why.reason)
+            batches = gen.policy.pop_ready(now_ns)
+            if batches:
+                batch_log = self._logs.get(gen.key)
+                for batch in batches:
+                    self._assign(gen, batch, batch_log, now_ns)
+        if self.lifecycle.retiring:
+            self.lifecycle.finish_retirements(now_ns)
+        return self._out.take()
+
+    def _assign(self, gen: Generation, batch: Batch, batch_log: BatchLog, now_ns: int) -> None:
+        """Hand ``batch`` to its instance: the instance runs it from now on."""
+        inst = self.lifecycle.instances.get(batch.instance_id)
+        assert inst is not None, f"a policy formed a batch for unknown {batch.instance_id}"
+        batch_log.record(batch, inst.label, now_ns)
+        reqs = tuple(cast(InferRequest, q.payload) for q in batch.requests)
+        batch_id = self._next_batch_id
+        self._next_batch_id += 1
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "batch %d to %s: %d requests, batch size %d, closed by %s",
+                batch_id,
+                inst.label,
+                len(reqs),
+                batch.total_batch_size,
+                batch.reason,
+                extra={"model": gen.key[0]},
+            )
+        inst.batch = InFlight(batch_id, reqs, now_ns, batch.total_batch_size)
+        if gen.spec.decoupled:
+            for r in reqs:
+                inst.open[(r.reply_to, r.request_id)] = r
+        assign = BatchAssign(
+            batch_id=batch_id,
+            requests=reqs,
+            dispatch_ns=now_ns,
+            rows=batch.rows,
+            slots=batch.slots,
+            released=cast(tuple[int | str, ...], batch.released),
+        )
+        self._out.to_instance(batch.instance_id, assign)
+
+    def refuse(self, item: ToInstance, why: str, now_ns: int) -> list[Outbound]:
+        """A ``BatchAssign`` cannot reach its worker (its requests' parameters, together,
+        exceed what one ring record holds): fail every request of it; the instance stays
+        idle. Returns what to send."""
+        assert isinstance(item.msg, BatchAssign)
+        batch_id = item.msg.batch_id
+        inst = self.lifecycle.instances.get(item.instance_id)
+        if inst is not None and inst.batch is not None and inst.batch.batch_id == batch_id:
+            inst.batch = None
+        requests = item.msg.requests
+        for r in requests:
+            if inst is not None:
+                inst.open.pop((r.reply_to, r.request_id), None)
+            self._out.fail(
+                r,
+                ErrorCode.RESOURCE_EXHAUSTED,
+                f"a batch of {len(requests)} requests for model '{r.model}' is too "
+                f"large to hand to its instance ({why}): the requests' parameters are too "
+                "large to be batched together",
+                now_ns,
+            )
+        log.warning("batch %d refused: %s", batch_id, why)
+        if not self.stopping and inst is not None and inst.generation is not None:
+            inst.generation.policy.instance_idle(item.instance_id, now_ns)
+        return self._out.take()
+
+    # ----------------------------------------------------------------- queries
+    def queue_status(self, model: str, now_ns: int) -> tuple[ModelQueueStatus, ...]:
+        """``triton-mp stat``'s view of one model's versions (all models when empty)."""
+        lc = self.lifecycle
+        return queue_status(lc.active, lc.instances, self._logs, model, now_ns)
+
+    def next_deadline_ns(self) -> int | None:
+        """The nearest time a batch may become ready, or a queue timeout expire, without a
+        message."""
+        gens = self.lifecycle.generations()
+        deadlines = [d for g in gens if (d := g.policy.next_deadline_ns()) is not None]
+        if self.lifecycle.retirement_due():
+            # NOTE: a retirement may end on the next pass without any message arriving.
+            deadlines.append(0)
+        return min(deadlines, default=None)
+
+    def idle(self) -> bool:
+        """Nothing queued and nothing running."""
+        lc = self.lifecycle
+        return (
+            not any(inst.batch is not None for inst in lc.instances)
+            and not lc.retiring
+            and all(g.policy.queue_depth() == 0 for g in lc.active.values())
+        )
+
+
+def deliver(
+    core: SchedulerCore, items: list[Outbound], send: Callable[[Outbound], None], now_ns: int
+) -> None:
+    """Send ``items`` in order with ``send``; a batch whose descriptor is too large for its
+    worker's ring (``RecordTooLarge``) fails alone (``SchedulerCore.refuse``), and what
+    that answers is sent too."""
+    pending = list(reversed(items))
+    while pending:
+        item = pending.pop()
+        try:
+            send(item)
+        except RecordTooLarge as e:
+            if not isinstance(item, ToInstance) or not isinstance(item.msg, BatchAssign):
+                raise
+            pending.extend(reversed(core.refuse(item, str(e), now_ns)))

@@ -1,0 +1,157 @@
+"""The scheduler's records of model instances and of the generations they serve.
+
+Imported by the scheduler core, its lifecycle and its status views; plain records, no I/O.
+One ``Instance`` per worker process the supervisor added, with its lifecycle
+(``InstanceState``, moved by ``scheduler.lifecycle``) and its process health (``Health``),
+the batch it runs and the decoupled requests still open on it. One ``Generation`` per
+activation of a model version: the spec it was activated with and the batching policy that
+feeds its instances. A reload activates a new generation of the same version; the old one
+retires (finishes its queue on its own instances) beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+
+from triton_mp.ipc.messages import InferRequest, ReplyTo
+from triton_mp.ipc.specs import ModelVersionSpec
+from triton_mp.scheduler.policy import Policy
+
+VersionKey = tuple[str, int]
+"""(model name, version)."""
+
+
+class InstanceState(Enum):
+    """Where an instance is in its lifecycle (``scheduler.lifecycle``): staged -> active ->
+    retiring -> stopping -> removed (removed instances leave the table)."""
+
+    STAGED = "staged"
+    """Added (``InstancesAdded``), its version not active yet: it takes no work."""
+    ACTIVE = "active"
+    """Its generation serves its version (``VersionsActivated``)."""
+    RETIRING = "retiring"
+    """Its generation takes no new requests (``InstancesRetired``, or replaced by a reload):
+    it finishes what is queued and running."""
+    STOPPING = "stopping"
+    """Its retirement ended: told to shut down, gone until ``InstancesRemoved``."""
+
+
+class Health(Enum):
+    """The worker process as the scheduler last heard of it."""
+
+    STARTING = "starting"
+    """Not reported ready yet (or died before its version was active: it starts again)."""
+    READY = "ready"
+    """``WorkerReady``, and not died since."""
+    DEAD = "dead"
+    """``WorkerDied`` after it served; reporting ready again counts a restart."""
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """The batch an instance runs (at most one)."""
+
+    batch_id: int
+    requests: tuple[InferRequest, ...]
+    dispatch_ns: int
+    total_batch_size: int
+
+
+@dataclass(slots=True, eq=False)
+class Generation:
+    """One activation of a model version (see the module docstring)."""
+
+    spec: ModelVersionSpec
+    policy: Policy
+    enforced_inputs: tuple[str, ...] = ()
+    """``spec.enforced_inputs``: requests batch together only when these shapes agree."""
+    retiring: bool = False
+    armed: bool = False
+    """Set after the first dispatch pass that saw the retirement; a request a frontend sent
+    before it dropped the version is drained by the next pass, so only then may it end."""
+
+    @property
+    def key(self) -> VersionKey:
+        """(model, version) it serves."""
+        return (self.spec.model, self.spec.version)
+
+
+@dataclass(slots=True, eq=False)
+class Instance:
+    """One model instance (one worker process) as the scheduler sees it."""
+
+    instance_id: int
+    """Unique over the server's life."""
+    name: str
+    """Triton's instance name (``<group>_<index>``); empty when not known."""
+    key: VersionKey
+    state: InstanceState = InstanceState.STAGED
+    health: Health = Health.STARTING
+    generation: Generation | None = None
+    """The generation whose policy hands it batches (None while staged)."""
+    batch: InFlight | None = None
+    open: dict[tuple[ReplyTo, int], InferRequest] = field(default_factory=dict)
+    """Requests of a decoupled model dispatched here whose final response the worker has
+    not reported yet (``DecoupledDone``), by (reply address, request id)."""
+    executions: int = 0
+    """Batches it finished (``BatchDone``)."""
+    restarts: int = 0
+    """Times it came back after it died."""
+
+    @property
+    def label(self) -> str:
+        """Its name, or its id when the name is not known (logs, ``triton-mp stat``)."""
+        return self.name or str(self.instance_id)
+
+    @property
+    def live(self) -> bool:
+        """Ready and serving (or finishing) its version's requests."""
+        return self.health is Health.READY and self.state in _SERVING
+
+    @property
+    def busy(self) -> bool:
+        """Running a batch, or holding open decoupled requests."""
+        return self.batch is not None or bool(self.open)
+
+
+_SERVING = frozenset((InstanceState.ACTIVE, InstanceState.RETIRING))
+
+
+class InstanceTable:
+    """Every instance the scheduler knows, by instance id."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, Instance] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __iter__(self) -> Iterator[Instance]:
+        return iter(self._by_id.values())
+
+    def get(self, instance_id: int) -> Instance | None:
+        """The instance, or None when it is not (or no longer) known."""
+        return self._by_id.get(instance_id)
+
+    def add(self, instance: Instance) -> None:
+        """Know ``instance`` (replacing any record of the same id)."""
+        self._by_id[instance.instance_id] = instance
+
+    def pop(self, instance_id: int) -> Instance | None:
+        """Forget an instance; None when it was not known."""
+        return self._by_id.pop(instance_id, None)
+
+    def members(self, generation: Generation) -> list[Instance]:
+        """The known instances that ``generation`` feeds, in its spec's order."""
+        out = []
+        for i in generation.spec.instance_ids:
+            inst = self._by_id.get(i)
+            if inst is not None and inst.generation is generation:
+                out.append(inst)
+        return out
+
+    def any_live(self, key: VersionKey) -> bool:
+        """Whether any instance serves ``key`` live now (``ModelAvailability``)."""
+        return any(inst.live and inst.key == key for inst in self._by_id.values())

@@ -1,0 +1,124 @@
+"""What the scheduler core says to others: outbound messages with typed destinations.
+
+Imported by the scheduler core and its lifecycle, which append to one ``Outbox`` while they
+handle a message; the process shell (``scheduler.main``) takes the items and sends each on
+its ring, in order. Destinations: one worker (``ToInstance``), a request's or a query's
+requester (``Reply``: a frontend or a python worker's BLS client, ``ipc.messages.ReplyTo``),
+every frontend (``Broadcast``), and the shell's own wiring (``Attach`` / ``Detach`` an
+instance's rings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from triton_mp.common.errors import ErrorCode
+from triton_mp.ipc.messages import (
+    BatchAssign,
+    CancelRequest,
+    ErrorInfo,
+    InferRequest,
+    InstanceWiring,
+    ModelAvailability,
+    QueueReply,
+    ReplyTo,
+    RequestFailed,
+    Shutdown,
+    StatsReply,
+)
+from triton_mp.scheduler.stats import StatsBook
+
+
+@dataclass(frozen=True, slots=True)
+class ToInstance:
+    """A message for one worker, on the scheduler's ring to it."""
+
+    instance_id: int
+    msg: BatchAssign | CancelRequest | Shutdown
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """An answer for whoever sent a request or a query."""
+
+    to: ReplyTo
+    msg: RequestFailed | StatsReply | QueueReply
+
+
+@dataclass(frozen=True, slots=True)
+class Broadcast:
+    """A message for every frontend (never for BLS clients)."""
+
+    msg: ModelAvailability
+
+
+@dataclass(frozen=True, slots=True)
+class Attach:
+    """Open the channels of a new instance (before anything is sent to it)."""
+
+    wiring: InstanceWiring
+
+
+@dataclass(frozen=True, slots=True)
+class Detach:
+    """Close the channels of an instance that is gone for good."""
+
+    instance_id: int
+
+
+Outbound = ToInstance | Reply | Broadcast | Attach | Detach
+
+
+class Outbox:
+    """The outbound items of one step of the core, in the order they must be sent.
+
+    Args:
+        stats: the books a failed request is counted in (``fail``).
+    """
+
+    def __init__(self, stats: StatsBook) -> None:
+        self._items: list[Outbound] = []
+        self._stats = stats
+
+    def take(self) -> list[Outbound]:
+        """Everything added since the last ``take``, oldest first."""
+        items, self._items = self._items, []
+        return items
+
+    def to_instance(self, instance_id: int, msg: BatchAssign | CancelRequest | Shutdown) -> None:
+        """Send ``msg`` to the worker ``instance_id``."""
+        self._items.append(ToInstance(instance_id, msg))
+
+    def reply(self, to: ReplyTo, msg: RequestFailed | StatsReply | QueueReply) -> None:
+        """Answer at ``to``."""
+        self._items.append(Reply(to, msg))
+
+    def broadcast(self, msg: ModelAvailability) -> None:
+        """Send ``msg`` to every frontend."""
+        self._items.append(Broadcast(msg))
+
+    def attach(self, wiring: InstanceWiring) -> None:
+        """Open a new instance's channels."""
+        self._items.append(Attach(wiring))
+
+    def detach(self, instance_id: int) -> None:
+        """Close a removed instance's channels."""
+        self._items.append(Detach(instance_id))
+
+    def end(self, req: InferRequest, code: ErrorCode, message: str) -> None:
+        """End a request with an error (``RequestFailed`` from the scheduler) without
+        counting it: its failure was counted already (an open decoupled request)."""
+        error = ErrorInfo(code=code, message=message, origin="scheduler")
+        self.reply(req.reply_to, RequestFailed(request_id=req.request_id, error=error))
+
+    def fail(
+        self, req: InferRequest, code: ErrorCode, message: str, now_ns: int, reason: str = "OTHER"
+    ) -> None:
+        """Fail a request at ``now_ns`` and count it in its version's statistics.
+
+        Args:
+            reason: Triton's failure reason (``nv_inference_request_failure``): REJECTED,
+                CANCELED, BACKEND or OTHER.
+        """
+        self._stats.record_failure(req.model, req.version, req.arrival_ns, now_ns, reason)
+        self.end(req, code, message)

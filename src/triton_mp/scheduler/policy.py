@@ -1,0 +1,148 @@
+"""The batching policy contract: what every per-model scheduling policy takes and gives.
+
+A *policy* forms the batches of one model version's generation: Triton's default scheduler,
+dynamic batcher and sequence batcher are the ones served (``scheduler.policies``; which spec
+gets which: ``scheduler.registry.POLICIES``). Policies are pure state machines: no ipc, no
+clock, no I/O (``tests/unit/test_layering.py``). The caller passes ``now_ns`` (monotonic
+nanoseconds) to every call and asks ``next_deadline_ns`` when to call again; it hands a
+policy ``Queued`` items and gets back ``Batch`` es for idle instances, ``Rejection`` s for
+requests it refuses or fails, and per-level ``LevelSnapshot`` s for ``triton-mp stat``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Protocol
+
+from triton_mp.common.close_reason import CloseReason
+from triton_mp.common.errors import ErrorCode
+
+
+@dataclass(slots=True)
+class Queued:
+    """A request waiting in a model's queue (the scheduler's view of it).
+
+    Attributes:
+        key: unique id of the request within the scheduler.
+        batch_size: how much of max_batch_size it uses (``max(1, request batch)``).
+        shape_key: requests batch together only when equal (shapes of enforced inputs).
+        enqueue_ns: when it entered the queue.
+        payload: whatever the caller needs back with the batch (the descriptor).
+        priority: the request's ``priority`` parameter (0 = the default level).
+        timeout_us: the request's ``timeout`` parameter in microseconds (0 = none).
+        level: the priority level it was queued at (set by the queue).
+        deadline_ns: when its queue timeout expires (set by the queue; 0 = never).
+        delayed: its timeout expired under ``DELAY`` (set by the queue).
+        corrid: the correlation ID of its sequence (sequence batcher), else None.
+        starts: the first request of its sequence (``SequenceFlags.START``).
+        ends: the last request of its sequence (``SequenceFlags.END``).
+    """
+
+    key: Hashable
+    batch_size: int
+    shape_key: Hashable
+    enqueue_ns: int
+    payload: object = None
+    priority: int = 0
+    timeout_us: int = 0
+    level: int = 0
+    deadline_ns: int = 0
+    delayed: bool = False
+    corrid: Hashable = None
+    starts: bool = False
+    ends: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """A batch handed to one instance."""
+
+    instance_id: int
+    requests: tuple[Queued, ...]
+    total_batch_size: int
+    reason: CloseReason
+    """Why it closed."""
+    rows: int = 0
+    """Batch rows the backend sees (sequence batcher, Direct); 0 = one per request."""
+    slots: tuple[int, ...] = ()
+    """Row of each request when ``rows`` is set."""
+    released: tuple[Hashable, ...] = ()
+    """Correlation IDs whose sequences on this instance ended idle since its last batch."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why a request is refused or failed by its model's policy.
+
+    The caller prefixes the message with Triton's ``[request id: <id>] ``.
+    """
+
+    code: ErrorCode
+    message: str
+    reason: str = "REJECTED"
+    """Failure reason for ``nv_inference_request_failure``: REJECTED, CANCELED, OTHER."""
+
+
+QUEUE_FULL = Rejection(ErrorCode.UNAVAILABLE, "Exceeds maximum queue size")
+"""Triton's refusal when a priority level holds ``max_queue_size`` requests."""
+TIMED_OUT = Rejection(ErrorCode.UNAVAILABLE, "Request timeout expired")
+"""Triton's error for a request whose queue timeout expired under ``REJECT``."""
+
+
+@dataclass(frozen=True, slots=True)
+class LevelSnapshot:
+    """One priority level at a point in time (for ``triton-mp stat``)."""
+
+    level: int
+    depth: int
+    delayed: int
+    oldest_enqueue_ns: int | None
+    rejected: int
+    timed_out: int
+    delayed_total: int
+
+
+class Policy(Protocol):
+    """What the scheduler core needs from a per-model batching policy."""
+
+    def offer(self, item: Queued, now_ns: int) -> Rejection | None:
+        """Enqueue a request; a Rejection when it cannot be queued (nothing is kept)."""
+        ...
+
+    def instance_idle(self, instance_id: int, now_ns: int = 0) -> None:
+        """An instance finished its batch (or became ready) at ``now_ns`` and can take
+        another."""
+        ...
+
+    def instance_gone(self, instance_id: int) -> None:
+        """An instance died or stopped: never hand it work until ``instance_idle``."""
+        ...
+
+    def expire(self, now_ns: int) -> list[tuple[Queued, Rejection]]:
+        """Apply timeouts due by ``now_ns``; returns the requests to fail now, and why."""
+        ...
+
+    def pop_ready(self, now_ns: int) -> list[Batch]:
+        """Batches to dispatch now, each to one idle instance."""
+        ...
+
+    def next_deadline_ns(self) -> int | None:
+        """When ``expire`` or ``pop_ready`` may act without any other event; None = never."""
+        ...
+
+    def drain_queue(self) -> list[Queued]:
+        """Remove and return every queued request (shutdown, model unload)."""
+        ...
+
+    def cancel(self, key: Hashable) -> Queued | None:
+        """Remove the queued request ``key``; None when it is not queued (any more)."""
+        ...
+
+    def queue_depth(self) -> int:
+        """Requests waiting."""
+        ...
+
+    def levels(self) -> list[LevelSnapshot]:
+        """The queue per priority level."""
+        ...

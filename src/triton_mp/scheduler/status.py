@@ -1,0 +1,152 @@
+"""The scheduler's queue-status views: what ``triton-mp stat`` and the queue metrics show.
+
+Imported by the scheduler core: ``BatchLogs`` keeps, per model version, the batches it
+formed (sizes, close reasons, the most recent ones); ``queue_status`` builds the
+``QueueReply`` contents (``ipc.messages.ModelQueueStatus``) from those books, the active
+generations' policies (per priority level) and the instance table. No I/O.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from triton_mp.common.close_reason import CloseReason
+from triton_mp.ipc.messages import (
+    BatchRecord,
+    InstanceStatus,
+    LevelStatus,
+    ModelQueueStatus,
+)
+from triton_mp.scheduler.instances import Generation, InstanceTable, VersionKey
+from triton_mp.scheduler.policy import Batch, LevelSnapshot
+
+RECENT_BATCHES = 32
+"""Formed batches kept per model for ``triton-mp stat``."""
+
+
+@dataclass(slots=True)
+class BatchLog:
+    """What ``triton-mp stat`` shows of the batches one model version formed."""
+
+    sizes: collections.Counter[int] = field(default_factory=collections.Counter)
+    reasons: collections.Counter[CloseReason] = field(default_factory=collections.Counter)
+    recent: collections.deque[tuple[int, int, int, CloseReason, str]] = field(
+        default_factory=lambda: collections.deque(maxlen=RECENT_BATCHES)
+    )
+    """(formed at ns, total batch size, requests, reason, instance name), oldest first."""
+
+    def record(self, batch: Batch, instance: str, now_ns: int) -> None:
+        """One batch formed at ``now_ns`` for the instance named ``instance``."""
+        self.sizes[batch.total_batch_size] += 1
+        self.reasons[batch.reason] += 1
+        self.recent.append(
+            (now_ns, batch.total_batch_size, len(batch.requests), batch.reason, instance)
+        )
+
+
+class BatchLogs:
+    """A ``BatchLog`` per served model version (kept across reloads, dropped on unload)."""
+
+    def __init__(self) -> None:
+        self._logs: dict[VersionKey, BatchLog] = {}
+
+    def add(self, key: VersionKey) -> None:
+        """Start the log of a version (kept when it exists: a reload)."""
+        if key not in self._logs:
+            self._logs[key] = BatchLog()
+
+    def remove(self, key: VersionKey) -> None:
+        """Drop the log of an unloaded version."""
+        self._logs.pop(key, None)
+
+    def get(self, key: VersionKey) -> BatchLog:
+        """The log of ``key``, started if it was dropped (a retiring generation's batches)."""
+        log = self._logs.get(key)
+        if log is None:
+            log = self._logs[key] = BatchLog()
+        return log
+
+
+def _levels(levels: list[LevelSnapshot], now_ns: int) -> tuple[LevelStatus, ...]:
+    return tuple(
+        LevelStatus(
+            level=lv.level,
+            depth=lv.depth,
+            delayed=lv.delayed,
+            oldest_age_us=(
+                0 if lv.oldest_enqueue_ns is None else (now_ns - lv.oldest_enqueue_ns) // 1000
+            ),
+            rejected=lv.rejected,
+            timed_out=lv.timed_out,
+            delayed_total=lv.delayed_total,
+        )
+        for lv in levels
+    )
+
+
+def _instances(gen: Generation, table: InstanceTable) -> tuple[InstanceStatus, ...]:
+    out = []
+    for i in gen.spec.instance_ids:
+        inst = table.get(i)
+        flight = inst.batch if inst is not None else None
+        out.append(
+            InstanceStatus(
+                instance_id=i,
+                name=inst.label if inst is not None else str(i),
+                live=inst is not None and inst.live,
+                batches_in_flight=int(flight is not None),
+                requests_in_flight=len(flight.requests) if flight else 0,
+                batch_size_in_flight=flight.total_batch_size if flight else 0,
+                executions=inst.executions if inst is not None else 0,
+                restarts=inst.restarts if inst is not None else 0,
+            )
+        )
+    return tuple(out)
+
+
+def _recent(log: BatchLog, now_ns: int) -> tuple[BatchRecord, ...]:
+    return tuple(
+        BatchRecord(
+            age_us=max(0, now_ns - at) // 1000,
+            batch_size=size,
+            requests=n,
+            reason=str(reason),
+            instance=inst,
+        )
+        for at, size, n, reason, inst in reversed(log.recent)
+    )
+
+
+def queue_status(
+    active: Mapping[VersionKey, Generation],
+    table: InstanceTable,
+    logs: BatchLogs,
+    model: str,
+    now_ns: int,
+) -> tuple[ModelQueueStatus, ...]:
+    """``triton-mp stat``'s view of one model's active versions (all models when empty),
+    sorted by (model, version); ages in microseconds before ``now_ns``."""
+    out = []
+    for key, gen in sorted(active.items()):
+        if model and key[0] != model:
+            continue
+        spec = gen.spec
+        log = logs.get(key)
+        out.append(
+            ModelQueueStatus(
+                model=key[0],
+                version=key[1],
+                scheduler=spec.batching.kind,
+                max_batch_size=spec.max_batch_size,
+                preferred_batch_sizes=spec.batching.preferred_batch_sizes,
+                max_queue_delay_us=spec.batching.max_queue_delay_us,
+                levels=_levels(gen.policy.levels(), now_ns),
+                instances=_instances(gen, table),
+                batch_sizes=dict(sorted(log.sizes.items())),
+                close_reasons={str(r): n for r, n in sorted(log.reasons.items())},
+                recent_batches=_recent(log, now_ns),
+            )
+        )
+    return tuple(out)
