@@ -19,7 +19,6 @@ from tests.unit.fake_queues import busy_cls, idle_add_sub
 from triton_mp.cli import stat
 from triton_mp.cli.main import build_parser
 from triton_mp.cli.stat import (
-    CLOSE_REASONS,
     RECENT_ROWS,
     format_age_us,
     histogram_rows,
@@ -27,6 +26,7 @@ from triton_mp.cli.stat import (
     run_stat,
     snapshot_json,
 )
+from triton_mp.common.close_reason import CloseReason
 from triton_mp.common.errors import ErrorCode
 from triton_mp.frontend.admin import AdminError
 from triton_mp.ipc.messages import ModelQueueStatus
@@ -106,7 +106,7 @@ def test_json_snapshot_has_stable_keys() -> None:
         "shape": 0,
         "single": 0,
     }
-    assert list(add_sub["close_reasons"]) == list(CLOSE_REASONS)
+    assert list(add_sub["close_reasons"]) == [r.value for r in CloseReason]
     assert add_sub["batch_sizes"] == {}
     assert len(cls["recent_batches"]) == 12  # every batch the scheduler sent
 
@@ -114,7 +114,7 @@ def test_json_snapshot_has_stable_keys() -> None:
 def test_json_snapshot_keeps_a_close_reason_it_does_not_know() -> None:
     model = msgspec.structs.replace(idle_add_sub(), close_reasons={"drain": 2})
     reasons = snapshot_json((model,), URL)["models"][0]["close_reasons"]  # type: ignore[index]
-    assert reasons == dict.fromkeys(CLOSE_REASONS, 0) | {"drain": 2}
+    assert reasons == dict.fromkeys([r.value for r in CloseReason], 0) | {"drain": 2}
 
 
 def test_run_stat_json_prints_one_snapshot() -> None:
@@ -184,7 +184,7 @@ def test_table_shows_queues_instances_histogram_reasons_and_recent_batches() -> 
     assert "107 batches, mean 10.6" in text
     assert "preferred    100    93%" in text
     assert "idle           7     7%" in text
-    for reason in CLOSE_REASONS:
+    for reason in CloseReason:
         assert any(line.split()[:1] == [reason] or f"  {reason}  " in line for line in lines)
     recent = [line for line in lines if line.rstrip().endswith("ocr_cls_0_0") and "µs" in line]
     recent += [line for line in lines if line.rstrip().endswith("ocr_cls_0_0") and " ms " in line]

@@ -26,18 +26,13 @@ from typing import IO, TYPE_CHECKING
 
 import msgspec
 
+from triton_mp.common.close_reason import CloseReason
 from triton_mp.common.errors import TritonMPError
 from triton_mp.ipc.messages import ModelQueueStatus
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
     from rich.table import Table
-
-CLOSE_REASONS = ("max", "preferred", "delay", "idle", "shape", "single")
-"""Why a batch closed, in the order shown: reached max_batch_size, reached a preferred size,
-the oldest request's max_queue_delay expired, sent as soon as an instance was free (no
-max_queue_delay), the next request's shape differs, one request per execution (the default
-scheduler, max_batch_size 0)."""
 
 NON_TTY_WIDTH = 160
 """Columns of a table printed to a file or pipe (rich would wrap at 80)."""
@@ -71,14 +66,15 @@ def snapshot_json(models: Sequence[ModelQueueStatus], url: str) -> dict[str, obj
 
     ``{"url": ..., "models": [...]}``; each model has every ``ModelQueueStatus`` field under
     its own name (ages in ``_us``); ``batch_sizes`` keys are decimal strings in ascending
-    order; ``close_reasons`` always has all of ``CLOSE_REASONS`` (0 when none closed so).
+    order; ``close_reasons`` always has every ``CloseReason`` (0 when none closed so), in
+    its order, then any other reason the server sent.
     """
     out: list[object] = []
     for m in models:
         d = _builtin(m)
         assert isinstance(d, dict)
         d["batch_sizes"] = {str(k): v for k, v in sorted(m.batch_sizes.items())}
-        reasons = {r: m.close_reasons.get(r, 0) for r in CLOSE_REASONS}
+        reasons = {r.value: m.close_reasons.get(r.value, 0) for r in CloseReason}
         reasons.update({r: n for r, n in sorted(m.close_reasons.items()) if r not in reasons})
         d["close_reasons"] = reasons
         out.append(d)
@@ -253,7 +249,8 @@ def _histogram(m: ModelQueueStatus) -> Table:
 def _reasons(m: ModelQueueStatus) -> Table:
     table = _table("reason", "count", "share", title="close reasons")
     total = sum(m.close_reasons.values())
-    names = list(CLOSE_REASONS) + sorted(set(m.close_reasons) - set(CLOSE_REASONS))
+    known = [r.value for r in CloseReason]
+    names = known + sorted(set(m.close_reasons) - set(known))
     for reason in names:
         n = m.close_reasons.get(reason, 0)
         share = f"{100 * n / total:.0f}%" if total else "-"

@@ -39,7 +39,7 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from triton_mp.cli.stat import CLOSE_REASONS
+from triton_mp.common.close_reason import CloseReason
 from triton_mp.common.errors import StartupError
 from triton_mp.frontend import custom_metrics
 from triton_mp.ipc.codec import encode
@@ -58,6 +58,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+KNOWN_REASONS = tuple(r.value for r in CloseReason)
+"""Batch close reasons reported from the start (``CloseReason`` order), 0 until seen."""
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 """Triton's ``nv_inference_request_failure`` reasons; every series exists from the start."""
 
@@ -284,7 +286,7 @@ class SnapshotCollector:
                 model, buckets, sum_value=sum(s * n for s, n in q.batch_sizes.items())
             )
             # NOTE: every reason from the start, as Triton pre-creates its failure reasons.
-            for reason in (*CLOSE_REASONS, *sorted(set(q.close_reasons) - set(CLOSE_REASONS))):
+            for reason in (*KNOWN_REASONS, *sorted(set(q.close_reasons) - set(KNOWN_REASONS))):
                 closed.add_metric((*model, reason), q.close_reasons.get(reason, 0))
             for inst in q.instances:
                 key = (*model, inst.name)
