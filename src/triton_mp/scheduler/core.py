@@ -12,7 +12,7 @@ generation's batching policy (``scheduler.policy``); instances and generations m
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 from triton_mp.common.errors import ErrorCode
@@ -106,14 +106,14 @@ class SchedulerCore:
         }
 
     # ----------------------------------------------------------------- messages
-    def handle(self, msg: ToScheduler, now_ns: int) -> list[Outbound]:
+    def handle(self, msg: ToScheduler, now_ns: int) -> Sequence[Outbound]:
         """Apply one message at ``now_ns``; returns what to send, in order."""
         self.handlers[type(msg)](msg, now_ns)
         return self._out.take()
 
     def _on_request(self, req: InferRequest, now_ns: int) -> None:
         key = (req.model, req.version)
-        gen = self.lifecycle.generation_for(key)
+        gen = self.lifecycle.active.get(key) or self.lifecycle.generation_for(key)
         if gen is None and self.defer_unknown and not self.stopping:
             self.deferred.append(req)
             return
@@ -147,7 +147,7 @@ class SchedulerCore:
             message = request_label(req) + rejection.message
             self._out.fail(req, rejection.code, message, now_ns, rejection.reason)
 
-    def retry_deferred(self, now_ns: int) -> list[Outbound]:
+    def retry_deferred(self, now_ns: int) -> Sequence[Outbound]:
         """Offer the held requests again; those whose version is still unknown fail."""
         held, self.deferred = self.deferred, []
         defer, self.defer_unknown = self.defer_unknown, False
@@ -226,7 +226,7 @@ class SchedulerCore:
                 self._out.fail(req, ErrorCode.UNAVAILABLE, STOPPING_MESSAGE, now_ns)
 
     # ----------------------------------------------------------------- batching
-    def dispatch(self, now_ns: int) -> list[Outbound]:
+    def dispatch(self, now_ns: int) -> Sequence[Outbound]:
         """Form every batch that is ready now; returns them (and the failures of requests
         whose queue timeout expired), in order."""
         for gen in self.lifecycle.generations():
@@ -275,7 +275,7 @@ class SchedulerCore:
         )
         self._out.to_instance(batch.instance_id, assign)
 
-    def refuse(self, item: ToInstance, why: str, now_ns: int) -> list[Outbound]:
+    def refuse(self, item: ToInstance, why: str, now_ns: int) -> Sequence[Outbound]:
         """A ``BatchAssign`` cannot reach its worker (its requests' parameters, together,
         exceed what one ring record holds): fail every request of it; the instance stays
         idle. Returns what to send."""
@@ -328,17 +328,15 @@ class SchedulerCore:
 
 
 def deliver(
-    core: SchedulerCore, items: list[Outbound], send: Callable[[Outbound], None], now_ns: int
+    core: SchedulerCore, items: Sequence[Outbound], send: Callable[[Outbound], None], now_ns: int
 ) -> None:
     """Send ``items`` in order with ``send``; a batch whose descriptor is too large for its
     worker's ring (``RecordTooLarge``) fails alone (``SchedulerCore.refuse``), and what
-    that answers is sent too."""
-    pending = list(reversed(items))
-    while pending:
-        item = pending.pop()
+    that answers is sent before the items after it."""
+    for item in items:
         try:
             send(item)
         except RecordTooLarge as e:
             if not isinstance(item, ToInstance) or not isinstance(item.msg, BatchAssign):
                 raise
-            pending.extend(reversed(core.refuse(item, str(e), now_ns)))
+            deliver(core, core.refuse(item, str(e), now_ns), send, now_ns)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 from triton_mp.ipc.messages import InferRequest, ReplyTo
 from triton_mp.ipc.specs import ModelVersionSpec
@@ -49,8 +50,7 @@ class Health(Enum):
     """``WorkerDied`` after it served; reporting ready again counts a restart."""
 
 
-@dataclass(frozen=True, slots=True)
-class InFlight:
+class InFlight(NamedTuple):
     """The batch an instance runs (at most one)."""
 
     batch_id: int

@@ -10,7 +10,8 @@ instance's rings).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.messages import (
@@ -29,38 +30,33 @@ from triton_mp.ipc.messages import (
 from triton_mp.scheduler.stats import StatsBook
 
 
-@dataclass(frozen=True, slots=True)
-class ToInstance:
+class ToInstance(NamedTuple):
     """A message for one worker, on the scheduler's ring to it."""
 
     instance_id: int
     msg: BatchAssign | CancelRequest | Shutdown
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
+class Reply(NamedTuple):
     """An answer for whoever sent a request or a query."""
 
     to: ReplyTo
     msg: RequestFailed | StatsReply | QueueReply
 
 
-@dataclass(frozen=True, slots=True)
-class Broadcast:
+class Broadcast(NamedTuple):
     """A message for every frontend (never for BLS clients)."""
 
     msg: ModelAvailability
 
 
-@dataclass(frozen=True, slots=True)
-class Attach:
+class Attach(NamedTuple):
     """Open the channels of a new instance (before anything is sent to it)."""
 
     wiring: InstanceWiring
 
 
-@dataclass(frozen=True, slots=True)
-class Detach:
+class Detach(NamedTuple):
     """Close the channels of an instance that is gone for good."""
 
     instance_id: int
@@ -80,9 +76,12 @@ class Outbox:
         self._items: list[Outbound] = []
         self._stats = stats
 
-    def take(self) -> list[Outbound]:
+    def take(self) -> Sequence[Outbound]:
         """Everything added since the last ``take``, oldest first."""
-        items, self._items = self._items, []
+        items = self._items
+        if not items:
+            return ()
+        self._items = []
         return items
 
     def to_instance(self, instance_id: int, msg: BatchAssign | CancelRequest | Shutdown) -> None:
