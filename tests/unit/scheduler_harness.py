@@ -16,13 +16,13 @@ from triton_mp.ipc.messages import (
     BatchDone,
     BlockRef,
     InferRequest,
-    ModelStats,
     ReplyTo,
     Requester,
     RequestFailed,
     TensorRef,
     WorkerReady,
 )
+from triton_mp.ipc.reports import ModelStats
 from triton_mp.ipc.specs import BatchingSpec, ModelVersionSpec, TensorSpec
 from triton_mp.scheduler.clock import FakeClock
 from triton_mp.scheduler.core import SchedulerCore, deliver

@@ -29,15 +29,8 @@ from triton_mp.frontend.admin import (
 from triton_mp.frontend.models import ModelTable
 from triton_mp.frontend.pending import PendingTable
 from triton_mp.ipc import Decoder, SegmentCache
-from triton_mp.ipc.messages import (
-    BatchRecord,
-    InstanceStatus,
-    LevelStatus,
-    ModelQueueStatus,
-    QueueQuery,
-    QueueReply,
-    ToScheduler,
-)
+from triton_mp.ipc.messages import QueueQuery, QueueReply, ToScheduler
+from triton_mp.ipc.reports import BatchRecord, InstanceStatus, LevelStatus, ModelQueueStatus
 from triton_mp.ipc.specs import ModelEntry
 
 pytestmark = pytest.mark.timeout(60)

@@ -13,6 +13,7 @@ from hypothesis import given
 
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc import messages as m
+from triton_mp.ipc import reports as r
 from triton_mp.ipc.codec import Decoder, encode
 from triton_mp.ipc.notify import Wakeup
 
@@ -53,10 +54,10 @@ REQUEST_WITH_SHM = m.InferRequest(
 )
 
 
-def _stats() -> m.ModelStats:
-    st_ = m.ModelStats(name="add_sub", version=1, inference_count=5, execution_count=2)
+def _stats() -> r.ModelStats:
+    st_ = r.ModelStats(name="add_sub", version=1, inference_count=5, execution_count=2)
     st_.success.add(1000, 5)
-    st_.batch_stats[4] = m.BatchStats(batch_size=4)
+    st_.batch_stats[4] = r.BatchStats(batch_size=4)
     st_.batch_stats[4].compute_infer.add(300)
     return st_
 
@@ -196,13 +197,13 @@ EXAMPLES: dict[str, list[object]] = {
         m.RequestFailed(
             request_id=8, error=m.ErrorInfo(ErrorCode.UNAVAILABLE, "Server is stopping")
         ),
-        m.StatsReply(query_id=3, stats=(_stats(), m.ModelStats(name="other", version=2))),
+        m.StatsReply(query_id=3, stats=(_stats(), r.ModelStats(name="other", version=2))),
         m.StatsReply(query_id=4, stats=()),
         m.QueueReply(query_id=5, models=()),
         m.QueueReply(
             query_id=6,
             models=(
-                m.ModelQueueStatus(
+                r.ModelQueueStatus(
                     model="ocr_cls",
                     version=1,
                     scheduler="dynamic",
@@ -210,7 +211,7 @@ EXAMPLES: dict[str, list[object]] = {
                     preferred_batch_sizes=(8, 16, 32),
                     max_queue_delay_us=500,
                     levels=(
-                        m.LevelStatus(
+                        r.LevelStatus(
                             level=1,
                             depth=3,
                             delayed=1,
@@ -221,7 +222,7 @@ EXAMPLES: dict[str, list[object]] = {
                         ),
                     ),
                     instances=(
-                        m.InstanceStatus(
+                        r.InstanceStatus(
                             instance_id=0,
                             name="ocr_cls_0_0",
                             live=True,
@@ -234,7 +235,7 @@ EXAMPLES: dict[str, list[object]] = {
                     batch_sizes={8: 3, 1: 2},
                     close_reasons={"preferred": 3, "delay": 2},
                     recent_batches=(
-                        m.BatchRecord(
+                        r.BatchRecord(
                             age_us=10,
                             batch_size=8,
                             requests=8,
@@ -337,7 +338,7 @@ def test_stats_reply_keeps_integer_batch_size_keys() -> None:
     assert isinstance(decoded, m.StatsReply)
     (stats,) = decoded.stats
     assert list(stats.batch_stats) == [4]
-    assert stats.batch_stats[4].compute_infer == m.StatDuration(count=1, ns=300)
+    assert stats.batch_stats[4].compute_infer == r.StatDuration(count=1, ns=300)
 
 
 def test_garbage_is_a_validation_or_decode_error() -> None:

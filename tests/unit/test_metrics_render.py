@@ -33,15 +33,8 @@ from triton_mp.frontend.metrics import (
 )
 from triton_mp.frontend.pending import PendingTable
 from triton_mp.ipc import Decoder, SegmentCache
-from triton_mp.ipc.messages import (
-    ModelStats,
-    QueueQuery,
-    QueueReply,
-    StatDuration,
-    StatsQuery,
-    StatsReply,
-    ToScheduler,
-)
+from triton_mp.ipc.messages import QueueQuery, QueueReply, StatsQuery, StatsReply, ToScheduler
+from triton_mp.ipc.reports import ModelStats, StatDuration
 from triton_mp.ipc.specs import MetricsSpec
 
 pytestmark = pytest.mark.timeout(60)

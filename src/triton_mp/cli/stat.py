@@ -28,7 +28,7 @@ import msgspec
 
 from triton_mp.common.close_reason import CloseReason
 from triton_mp.common.errors import TritonMPError
-from triton_mp.ipc.messages import ModelQueueStatus
+from triton_mp.ipc.reports import ModelQueueStatus
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderableType, RenderResult

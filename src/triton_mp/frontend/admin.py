@@ -26,14 +26,8 @@ import msgspec
 from triton_mp._proto import admin_pb2, admin_pb2_grpc
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.ipc.codec import encode
-from triton_mp.ipc.messages import (
-    BatchRecord,
-    InstanceStatus,
-    LevelStatus,
-    ModelQueueStatus,
-    QueueQuery,
-    QueueReply,
-)
+from triton_mp.ipc.messages import QueueQuery, QueueReply
+from triton_mp.ipc.reports import BatchRecord, InstanceStatus, LevelStatus, ModelQueueStatus
 
 if TYPE_CHECKING:
     from triton_mp.frontend.models import ModelTable

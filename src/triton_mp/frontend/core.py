@@ -36,7 +36,6 @@ from triton_mp.ipc.messages import (
     InferRequest,
     InferResponse,
     ModelLoadCall,
-    ModelStats,
     ModelUnloadCall,
     ReplyTo,
     Requester,
@@ -44,10 +43,10 @@ from triton_mp.ipc.messages import (
     ShmRegion,
     ShmRegistered,
     ShmUnregistered,
-    StatDuration,
     StatsQuery,
     StatsReply,
 )
+from triton_mp.ipc.reports import ModelStats, StatDuration
 from triton_mp.ipc.ring import RecordTooLarge
 
 log = logging.getLogger(__name__)

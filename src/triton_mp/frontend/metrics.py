@@ -43,14 +43,8 @@ from triton_mp.common.close_reason import CloseReason
 from triton_mp.common.errors import StartupError
 from triton_mp.frontend import custom_metrics
 from triton_mp.ipc.codec import encode
-from triton_mp.ipc.messages import (
-    ModelQueueStatus,
-    ModelStats,
-    QueueQuery,
-    QueueReply,
-    StatsQuery,
-    StatsReply,
-)
+from triton_mp.ipc.messages import QueueQuery, QueueReply, StatsQuery, StatsReply
+from triton_mp.ipc.reports import ModelQueueStatus, ModelStats
 from triton_mp.ipc.specs import MetricsSpec
 
 if TYPE_CHECKING:

@@ -25,7 +25,6 @@ from triton_mp.ipc.messages import (
     InstancesAdded,
     InstancesRemoved,
     InstancesRetired,
-    ModelQueueStatus,
     QueueQuery,
     QueueReply,
     ReplyTo,
@@ -39,6 +38,7 @@ from triton_mp.ipc.messages import (
     WorkerDied,
     WorkerReady,
 )
+from triton_mp.ipc.reports import ModelQueueStatus
 from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.ipc.specs import ModelVersionSpec
 from triton_mp.scheduler.instances import Generation, InFlight

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from triton_mp.ipc.messages import BatchStats, ModelStats
+from triton_mp.ipc.reports import BatchStats, ModelStats
 
 
 class StatsBook:

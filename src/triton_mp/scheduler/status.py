@@ -2,7 +2,7 @@
 
 Imported by the scheduler core: ``BatchLogs`` keeps, per model version, the batches it
 formed (sizes, close reasons, the most recent ones); ``queue_status`` builds the
-``QueueReply`` contents (``ipc.messages.ModelQueueStatus``) from those books, the active
+``QueueReply`` contents (``ipc.reports.ModelQueueStatus``) from those books, the active
 generations' policies (per priority level) and the instance table. No I/O.
 """
 
@@ -13,12 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from triton_mp.common.close_reason import CloseReason
-from triton_mp.ipc.messages import (
-    BatchRecord,
-    InstanceStatus,
-    LevelStatus,
-    ModelQueueStatus,
-)
+from triton_mp.ipc.reports import BatchRecord, InstanceStatus, LevelStatus, ModelQueueStatus
 from triton_mp.scheduler.instances import Generation, InstanceTable, VersionKey
 from triton_mp.scheduler.policy import Batch, LevelSnapshot
 
