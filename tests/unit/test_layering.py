@@ -170,3 +170,22 @@ def test_only_the_platform_helper_reaches_prctl_and_process_titles() -> None:
             continue
         assert not _uses(_imports(path), "setproctitle"), f"{path.relative_to(PKG)} titles"
         assert ".prctl(" not in path.read_text(), f"{path.relative_to(PKG)} calls prctl"
+
+
+def test_the_scheduler_process_entry_loads_no_numpy_backend_or_model_config() -> None:
+    """What ``scheduler.main`` imports (the scheduler process's code) stays small: no numpy,
+    onnxruntime, protobuf or repository loader (the spawn target adds only itself)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, triton_mp.scheduler.main;"
+        "print(','.join(m for m in sys.modules if m.split('.')[0] in "
+        "('numpy', 'onnxruntime', 'grpc', 'google') or m.startswith('triton_mp.model_config')"
+        " or m.startswith('triton_mp.backends')))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(PKG.parent)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.strip() == ""
