@@ -6,7 +6,8 @@ examples are written: ``bls_py`` forwards its inputs to the model named by its `
 input with ``exec()`` and returns the callee's outputs or error; ``bls_async_py`` makes
 several ``async_exec`` calls at once from an ``async def execute``; ``bls_decoupled_py``
 iterates over ``exec(decoupled=True)`` on ``repeat_int32`` and sums what it got;
-``bls_bytes_py`` is Triton's sync ``bls`` example (the callee's name passed on as bytes).
+``bls_bytes_py`` is Triton's sync ``bls`` example (the callee's name passed on as bytes);
+``ready_py`` asks ``pb_utils.is_model_ready``.
 """
 
 from __future__ import annotations
@@ -113,6 +114,36 @@ class TritonPythonModel:
             )
         return responses
 """
+READY_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "NAME" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "VERSION" data_type: TYPE_STRING dims: [ 1 ] }
+]
+output [ { name: "READY" data_type: TYPE_BOOL dims: [ 1 ] } ]
+"""
+READY_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    # The model loading API as Triton's documentation uses it: is_model_ready answers;
+    # load_model is not supported by triton-mp and says so.
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            name = pb_utils.get_input_tensor_by_name(request, "NAME").as_numpy()[0]
+            version = pb_utils.get_input_tensor_by_name(request, "VERSION").as_numpy()[0]
+            if name == b"load":
+                pb_utils.load_model(model_name="add_sub")
+            ready = pb_utils.is_model_ready(model_name=name, model_version=version.decode())
+            responses.append(
+                pb_utils.InferenceResponse([pb_utils.Tensor("READY", np.array([ready]))])
+            )
+        return responses
+"""
 ASYNC_CONFIG = """
 backend: "python"
 max_batch_size: 0
@@ -202,6 +233,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     write_python_model(repo, "bls_py", BLS_CONFIG, BLS_MODEL)
     write_python_model(repo, "bls_async_py", ASYNC_CONFIG, ASYNC_MODEL)
     write_python_model(repo, "bls_bytes_py", BYTES_CONFIG, BYTES_MODEL)
+    write_python_model(repo, "ready_py", READY_CONFIG, READY_MODEL)
     write_python_model(repo, "bls_decoupled_py", DECOUPLED_CALLER_CONFIG, DECOUPLED_CALLER_MODEL)
     with server_factory(tmp_path_factory.mktemp("logs")) as start:
         yield start(repo)
@@ -282,6 +314,31 @@ def test_bls_takes_the_model_name_as_bytes_as_tritons_example_does(server: Serve
                 _inputs(MODEL_NAME=np.array([b"no_such_model"], np.object_), INPUT0=a, INPUT1=b),
             )
         assert "Request for unknown model: 'no_such_model' is not found" in e.value.message()
+    finally:
+        client.close()
+
+
+def test_is_model_ready_sees_the_served_models(server: ServerProcess) -> None:
+    client = server.client()
+    try:
+        for name, version, ready in (
+            (b"add_sub", b"", True),
+            (b"add_sub", b"1", True),
+            (b"add_sub", b"7", False),
+            (b"add_sub_py", b"", True),
+            (b"no_such_model", b"", False),
+        ):
+            res = client.infer(
+                "ready_py",
+                _inputs(NAME=np.array([name], np.object_), VERSION=np.array([version], np.object_)),
+            )
+            assert bool(res.as_numpy("READY")[0]) is ready, (name, version)
+        with pytest.raises(InferenceServerException) as e:
+            client.infer(
+                "ready_py",
+                _inputs(NAME=np.array([b"load"], np.object_), VERSION=np.array([b""], np.object_)),
+            )
+        assert "load_model('add_sub') from a python model is not supported" in e.value.message()
     finally:
         client.close()
 

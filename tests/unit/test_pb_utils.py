@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -346,7 +347,7 @@ def test_a_bls_request_past_its_timeout_is_cancelled_and_answered_with_an_error(
         for response in (req.exec(), asyncio.run(req.async_exec())):
             assert response.has_error()
             assert response.error().message() == expected
-            assert response.error().code() == 10
+            assert response.error().code() == ErrorCode.DEADLINE_EXCEEDED
         (stream,) = list(req.exec(decoupled=True))
         assert (
             stream.error().message()
@@ -379,3 +380,152 @@ def test_string_arguments_may_be_bytes_as_pybind_takes_them() -> None:
 def test_requested_output_names_must_be_a_list_not_one_string() -> None:
     with pytest.raises(TypeError, match="list of strings"):
         pb_utils.InferenceRequest(model_name="m", requested_output_names="OUTPUT0", inputs=[])
+
+
+def test_constants_come_from_the_one_definition_of_each() -> None:
+    """Request flags are ``SequenceFlags``', error codes ``ErrorCode``'s, datatypes
+    ``DataType``'s: plain ints (flags, types) or the enum members themselves (codes)."""
+    from triton_mp.common.datatypes import DataType
+    from triton_mp.ipc.messages import SequenceFlags
+
+    assert pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START == SequenceFlags.START
+    assert pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END == SequenceFlags.END
+    assert type(pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START) is int
+    both = pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START | (
+        pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+    )
+    assert both == SequenceFlags.START | SequenceFlags.END
+    for name in ("UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE"):
+        assert getattr(pb_utils.TritonError, name) is ErrorCode[name]
+    for t in DataType:
+        name = "BYTES" if t is DataType.STRING else t.name
+        assert getattr(pb_utils, f"TRITONSERVER_TYPE_{name}") == t.value
+        if t.numpy is not None:
+            assert pb_utils.triton_to_numpy_type(t.value) is t.numpy.type
+            assert pb_utils.TRITON_STRING_TO_NUMPY[t.config_name] is t.numpy.type
+    assert "TYPE_BF16" not in pb_utils.TRITON_STRING_TO_NUMPY
+
+
+def test_the_add_sub_example_calls() -> None:
+    """Triton's add_sub example: output configs, their numpy types, tensors and responses."""
+    config = {
+        "output": [
+            {"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]},
+            {"name": "OUTPUT1", "data_type": "TYPE_INT32", "dims": [4]},
+        ]
+    }
+    out0 = pb_utils.get_output_config_by_name(config, "OUTPUT0")
+    out1 = pb_utils.get_output_config_by_name(config, "OUTPUT1")
+    assert out0 is not None
+    assert out1 is not None
+    dtype0 = pb_utils.triton_string_to_numpy(out0["data_type"])
+    dtype1 = pb_utils.triton_string_to_numpy(out1["data_type"])
+    a = pb_utils.Tensor("INPUT0", np.arange(4, dtype=np.float32))
+    b = pb_utils.Tensor("INPUT1", np.ones(4, dtype=np.float32))
+    request = pb_utils.InferenceRequest(model_name="add_sub", inputs=[a, b])
+    in0 = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+    in1 = pb_utils.get_input_tensor_by_name(request, "INPUT1")
+    assert in0 is not None
+    assert in1 is not None
+    response = pb_utils.InferenceResponse(
+        output_tensors=[
+            pb_utils.Tensor("OUTPUT0", (in0.as_numpy() + in1.as_numpy()).astype(dtype0)),
+            pb_utils.Tensor("OUTPUT1", (in0.as_numpy() - in1.as_numpy()).astype(dtype1)),
+        ]
+    )
+    assert [t.triton_dtype() for t in response.output_tensors()] == [
+        pb_utils.TRITONSERVER_TYPE_FP32,
+        pb_utils.TRITONSERVER_TYPE_INT32,
+    ]
+
+
+def test_logger_levels_are_attributes_of_the_logger_as_in_triton(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    logger = pb_utils.Logger
+    with caplog.at_level(logging.DEBUG, logger="triton_mp.model"):
+        logger.log("Specific Msg!", logger.INFO)
+        logger.log("warned", logger.WARNING)
+        logger.log("failed", pb_utils.Logger.LogLevel.ERROR)
+        logger.log("verbose", logger.VERBOSE)
+        logger.log_info(b"bytes too")
+        logger.log("default level")
+    got = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert got == [
+        (logging.INFO, "Specific Msg!"),
+        (logging.WARNING, "warned"),
+        (logging.ERROR, "failed"),
+        (logging.DEBUG, "verbose"),
+        (logging.INFO, "bytes too"),
+        (logging.INFO, "default level"),
+    ]
+
+
+def test_bls_request_options_of_tritons_examples_are_accepted() -> None:
+    """``preferred_memory=PreferredMemory(TRITONSERVER_MEMORY_CPU, preferred_device_id=0)``,
+    ``trace=request.trace()`` (whose context is None: triton-mp does not trace), sequence
+    flags and parameters, as Triton's BLS documentation writes them."""
+    incoming = pb_utils.InferenceRequest(model_name="m", inputs=[])
+    assert incoming.trace().get_context() is None
+    memory = pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, preferred_device_id=0)
+    assert (memory.preferred_memory_type, memory.preferred_device_id) == (
+        pb_utils.TRITONSERVER_MEMORY_CPU,
+        0,
+    )
+    request = pb_utils.InferenceRequest(
+        model_name="model_name",
+        requested_output_names=["REQUESTED_OUTPUT_1"],
+        inputs=[pb_utils.Tensor("IN", np.zeros(1))],
+        request_id="1",
+        correlation_id=4,
+        flags=pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START,
+        preferred_memory=memory,
+        trace=incoming.trace(),
+        parameters={"key": "value"},
+    )
+    assert request.flags() == pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+    assert json.loads(request.parameters()) == {"key": "value"}
+
+
+def test_model_loading_api() -> None:
+    """``is_model_ready`` answers from the worker's BLS table; ``load_model`` and
+    ``unload_model`` are not supported (they say so)."""
+    asked: list[tuple[str, int]] = []
+
+    def ready(name: str, version: int) -> bool:
+        asked.append((name, version))
+        return name == "onnx_model"
+
+    with pytest.raises(pb_utils.TritonModelException, match="only available inside a model"):
+        pb_utils.is_model_ready("onnx_model")
+    pb_utils.set_bls(lambda *a: None, ready)
+    try:
+        assert pb_utils.is_model_ready(model_name="onnx_model", model_version="1")
+        assert not pb_utils.is_model_ready(b"other")
+        assert asked == [("onnx_model", 1), ("other", -1)]
+        with pytest.raises(pb_utils.TritonModelException, match="version number"):
+            pb_utils.is_model_ready("onnx_model", "latest")
+    finally:
+        pb_utils.set_bls(None)
+    for call in (
+        lambda: pb_utils.load_model(model_name="onnx_model", config="{}"),
+        lambda: pb_utils.unload_model(model_name="onnx_model", unload_dependents=True),
+    ):
+        with pytest.raises(pb_utils.TritonModelException, match="not supported") as e:
+            call()
+        assert e.value.code() == ErrorCode.UNSUPPORTED
+
+
+def test_get_model_dir_is_the_model_files_directory(tmp_path: Path) -> None:
+    from triton_mp.workers.python import import_model_module, install_pb_utils
+
+    model_file = tmp_path / "m" / "1" / "model.py"
+    model_file.parent.mkdir(parents=True)
+    model_file.write_text(
+        "import triton_python_backend_utils as pb_utils\nmodel_dir = pb_utils.get_model_dir()\n"
+    )
+    install_pb_utils()
+    module = import_model_module(model_file, "m")
+    version_dir = str(model_file.parent.resolve())
+    assert module.model_dir == version_dir
+    assert pb_utils.get_model_dir() == version_dir

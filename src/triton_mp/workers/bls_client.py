@@ -114,6 +114,12 @@ class BlsClient:
                 self._seq = seq
                 self._models = models
 
+    def is_model_ready(self, name: str, version: int) -> bool:
+        """Whether ``name`` serves now (``version``; -1: any) as this client's table has it
+        (``pb_utils.is_model_ready``)."""
+        model = self._models.get(name)
+        return model is not None and (version < 0 or version in model.versions)
+
     # ------------------------------------------------------------------ submit
     def submit(
         self, request: pb_utils.InferenceRequest, decoupled: bool, answer: Answer

@@ -229,7 +229,7 @@ def _bls_rewiring(
             lambda msg: to_scheduler.send_bytes(encode(msg)),
             worker.post_lock,
         )
-        pb_utils.set_bls(bls.submit)
+        pb_utils.set_bls(bls.submit, bls.is_model_ready)
 
     def rewire(msg: BlsWorkerUpdate) -> None:
         with worker.post_lock:

@@ -6,7 +6,7 @@ per-response errors, config helpers, ``auto_complete_config``'s ``ModelConfig``,
 Triton's constants. ``workers.python`` installs this module as
 ``sys.modules["triton_python_backend_utils"]`` before it imports a user's ``model.py``; so does
 ``workers.python_autocomplete``. Imported only by worker processes and the auto-complete
-child; it imports nothing of the IPC layer.
+child; of the IPC layer it imports only ``SequenceFlags`` (its request flags are those).
 
 Decoupled models: ``InferenceRequest.get_response_sender()`` gives the request's
 ``InferenceResponseSender`` (``send(response=None, flags=0)``, ``is_cancelled()``), usable from
@@ -25,7 +25,9 @@ backend installs one in shared memory (``workers.python_metrics``) that the serv
 metrics endpoint reads at scrape time, so an operation is a store under a lock, never a
 message.
 
-Not here yet (later work): model control from Python, request rescheduling.
+Not here yet (later work): ``load_model`` / ``unload_model`` from Python (they raise
+UNSUPPORTED; ``is_model_ready`` answers from the BLS table of served models), request
+rescheduling, sending response parameters to the client, tracing.
 
 Tensor data: ``Tensor.as_numpy()`` of an input returns the array the worker gave the backend,
 which for fixed-size types is a view over the frontend's shared-memory arena. As in Triton,
@@ -51,8 +53,11 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from triton_mp.common.datatypes import DataType
 from triton_mp.common.datatypes import deserialize_bytes_tensor as _deserialize
 from triton_mp.common.datatypes import serialize_bytes_tensor as _serialize
+from triton_mp.common.errors import ErrorCode
+from triton_mp.ipc.messages import SequenceFlags
 
 _log = logging.getLogger("triton_mp.model")
 
@@ -60,10 +65,10 @@ _log = logging.getLogger("triton_mp.model")
 # Constants (values of tritonserver.h and the python backend)
 # ---------------------------------------------------------------------------
 
-TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
-"""Request flag: the first request of a sequence."""
-TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
-"""Request flag: the last request of a sequence."""
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START: int = SequenceFlags.START.value
+"""Request flag: the first request of a sequence (``ipc.messages.SequenceFlags.START``)."""
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END: int = SequenceFlags.END.value
+"""Request flag: the last request of a sequence (``ipc.messages.SequenceFlags.END``)."""
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 """Response flag: no more responses for this request (decoupled models)."""
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
@@ -75,54 +80,30 @@ TRITONSERVER_MEMORY_GPU = 2
 TRITONSERVER_MEMORY_CPU = 0
 """Memory type of ``PreferredMemory``: host memory."""
 
-# TRITONSERVER_DataType values; they equal the config ``DataType`` numbers (TYPE_FP32 = 11).
-TRITONSERVER_TYPE_INVALID = 0
-TRITONSERVER_TYPE_BOOL = 1
-TRITONSERVER_TYPE_UINT8 = 2
-TRITONSERVER_TYPE_UINT16 = 3
-TRITONSERVER_TYPE_UINT32 = 4
-TRITONSERVER_TYPE_UINT64 = 5
-TRITONSERVER_TYPE_INT8 = 6
-TRITONSERVER_TYPE_INT16 = 7
-TRITONSERVER_TYPE_INT32 = 8
-TRITONSERVER_TYPE_INT64 = 9
-TRITONSERVER_TYPE_FP16 = 10
-TRITONSERVER_TYPE_FP32 = 11
-TRITONSERVER_TYPE_FP64 = 12
-TRITONSERVER_TYPE_BYTES = 13
-TRITONSERVER_TYPE_BF16 = 14
+# TRITONSERVER_DataType values: common.datatypes.DataType's (the config's numbers, TYPE_FP32 = 11).
+TRITONSERVER_TYPE_INVALID: int = DataType.INVALID.value
+TRITONSERVER_TYPE_BOOL: int = DataType.BOOL.value
+TRITONSERVER_TYPE_UINT8: int = DataType.UINT8.value
+TRITONSERVER_TYPE_UINT16: int = DataType.UINT16.value
+TRITONSERVER_TYPE_UINT32: int = DataType.UINT32.value
+TRITONSERVER_TYPE_UINT64: int = DataType.UINT64.value
+TRITONSERVER_TYPE_INT8: int = DataType.INT8.value
+TRITONSERVER_TYPE_INT16: int = DataType.INT16.value
+TRITONSERVER_TYPE_INT32: int = DataType.INT32.value
+TRITONSERVER_TYPE_INT64: int = DataType.INT64.value
+TRITONSERVER_TYPE_FP16: int = DataType.FP16.value
+TRITONSERVER_TYPE_FP32: int = DataType.FP32.value
+TRITONSERVER_TYPE_FP64: int = DataType.FP64.value
+TRITONSERVER_TYPE_BYTES: int = DataType.STRING.value
+TRITONSERVER_TYPE_BF16: int = DataType.BF16.value
 
-_NUMPY_OF_TRITON: dict[int, type] = {
-    TRITONSERVER_TYPE_BOOL: np.bool_,
-    TRITONSERVER_TYPE_UINT8: np.uint8,
-    TRITONSERVER_TYPE_UINT16: np.uint16,
-    TRITONSERVER_TYPE_UINT32: np.uint32,
-    TRITONSERVER_TYPE_UINT64: np.uint64,
-    TRITONSERVER_TYPE_INT8: np.int8,
-    TRITONSERVER_TYPE_INT16: np.int16,
-    TRITONSERVER_TYPE_INT32: np.int32,
-    TRITONSERVER_TYPE_INT64: np.int64,
-    TRITONSERVER_TYPE_FP16: np.float16,
-    TRITONSERVER_TYPE_FP32: np.float32,
-    TRITONSERVER_TYPE_FP64: np.float64,
-    TRITONSERVER_TYPE_BYTES: np.object_,
-}
+_NUMPY_OF_TRITON: dict[int, type] = {t.value: t.numpy.type for t in DataType if t.numpy is not None}
 _TRITON_OF_NUMPY: dict[np.dtype, int] = {np.dtype(t): k for k, t in _NUMPY_OF_TRITON.items()}
-_NUMPY_OF_CONFIG_STRING: dict[str, type] = {
-    "TYPE_BOOL": np.bool_,
-    "TYPE_UINT8": np.uint8,
-    "TYPE_UINT16": np.uint16,
-    "TYPE_UINT32": np.uint32,
-    "TYPE_UINT64": np.uint64,
-    "TYPE_INT8": np.int8,
-    "TYPE_INT16": np.int16,
-    "TYPE_INT32": np.int32,
-    "TYPE_INT64": np.int64,
-    "TYPE_FP16": np.float16,
-    "TYPE_FP32": np.float32,
-    "TYPE_FP64": np.float64,
-    "TYPE_STRING": np.object_,
+TRITON_STRING_TO_NUMPY: dict[str, type] = {
+    t.config_name: t.numpy.type for t in DataType if t.numpy is not None
 }
+"""Config data type string -> numpy type (``"TYPE_FP32"`` -> ``np.float32``,
+``"TYPE_STRING"`` -> ``np.object_``), as Triton's ``pb_utils`` has it."""
 
 
 def triton_to_numpy_type(data_type: int) -> type | None:
@@ -146,7 +127,7 @@ def triton_string_to_numpy(triton_type_string: str) -> type | None:
 
     ``TYPE_STRING`` gives ``np.object_``; BF16 and unknown strings give None.
     """
-    return _NUMPY_OF_CONFIG_STRING.get(triton_type_string)
+    return TRITON_STRING_TO_NUMPY.get(triton_type_string)
 
 
 def serialize_byte_tensor(input_tensor: np.ndarray) -> np.ndarray | None:
@@ -185,18 +166,18 @@ def deserialize_bytes_tensor(encoded_tensor: bytes | np.ndarray) -> np.ndarray:
 class TritonError:
     """An error a model attaches to one response: only that request fails.
 
-    Codes are ``TRITONSERVER_Error_Code`` values (``triton_mp.errors.ErrorCode`` has the same
-    numbers); the default is INTERNAL.
+    Codes are ``TRITONSERVER_Error_Code`` values, ``common.errors.ErrorCode``'s members (the
+    class constants are those members); the default is INTERNAL.
     """
 
-    UNKNOWN = 0
-    INTERNAL = 1
-    NOT_FOUND = 2
-    INVALID_ARG = 3
-    UNAVAILABLE = 4
-    UNSUPPORTED = 5
-    ALREADY_EXISTS = 6
-    CANCELLED = 7
+    UNKNOWN = ErrorCode.UNKNOWN
+    INTERNAL = ErrorCode.INTERNAL
+    NOT_FOUND = ErrorCode.NOT_FOUND
+    INVALID_ARG = ErrorCode.INVALID_ARG
+    UNAVAILABLE = ErrorCode.UNAVAILABLE
+    UNSUPPORTED = ErrorCode.UNSUPPORTED
+    ALREADY_EXISTS = ErrorCode.ALREADY_EXISTS
+    CANCELLED = ErrorCode.CANCELLED
 
     __slots__ = ("_code", "_message")
 
@@ -476,9 +457,9 @@ class InferenceRequest:
         """
         return self._cancelled() if self._cancelled is not None else False
 
-    def trace(self) -> None:
-        """Request tracing is not supported; always None."""
-        return None
+    def trace(self) -> InferenceTrace:
+        """The request's trace (triton-mp does not trace: its context is None)."""
+        return InferenceTrace()
 
     def set_release_flags(self, flags: int) -> None:
         """Rescheduling requests is not supported yet.
@@ -574,19 +555,23 @@ class InferenceRequest:
         )
 
 
-_DEADLINE_EXCEEDED = 10
-"""``TRITONSERVER_Error_Code``-style code triton-mp uses for DEADLINE_EXCEEDED."""
+_DEADLINE_EXCEEDED = ErrorCode.DEADLINE_EXCEEDED
+"""The code of a BLS response whose ``timeout`` passed (triton-mp's; Triton has none)."""
 
 _bls_submit: Callable[[InferenceRequest, bool, Callable[[Any, bool], None]], Any] | None = None
+_bls_ready: Callable[[str, int], bool] | None = None
 
 
 def set_bls(
     submit: Callable[[InferenceRequest, bool, Callable[[Any, bool], None]], Any] | None,
+    ready: Callable[[str, int], bool] | None = None,
 ) -> None:
-    """Install the worker's BLS client (``workers.bls_client.BlsClient.submit``); None
-    removes it."""
-    global _bls_submit  # noqa: PLW0603 - one client per worker process
+    """Install the worker's BLS client: ``submit`` (``BlsClient.submit``) and ``ready``
+    (``BlsClient.is_model_ready(name, version)``, -1 for any version, for
+    ``is_model_ready``); None removes them."""
+    global _bls_submit, _bls_ready  # noqa: PLW0603 - one client per worker process
     _bls_submit = submit
+    _bls_ready = ready
 
 
 def _submit(
@@ -1560,38 +1545,134 @@ class Logger:
     """The model's logger: lines go to the server's log (logger ``triton_mp.model``).
 
     Usable as the class (``pb_utils.Logger.log_info(...)``) or an instance. Verbose lines
-    appear with ``--log-verbose`` > 0.
+    appear with ``--log-verbose`` > 0. As in Triton, the levels are also attributes of the
+    class (``logger.log("msg", logger.WARNING)``, ``Logger.LogLevel.ERROR``); messages may
+    be ``str`` or UTF-8 ``bytes``.
     """
 
-    @staticmethod
-    def log(message: str, level: int = LogLevel.INFO) -> None:
-        """Log ``message`` at ``level`` (a ``LogLevel`` value)."""
-        _log.log(_LEVELS.get(level, logging.INFO), "%s", message)
+    LogLevel = LogLevel
+    INFO = LogLevel.INFO
+    WARNING = LogLevel.WARNING
+    ERROR = LogLevel.ERROR
+    VERBOSE = LogLevel.VERBOSE
 
     @staticmethod
-    def log_info(message: str) -> None:
+    def log(message: str | bytes, level: int = LogLevel.INFO) -> None:
+        """Log ``message`` at ``level`` (a ``LogLevel`` value; others log at INFO)."""
+        _log.log(_LEVELS.get(level, logging.INFO), "%s", _text(message))
+
+    @staticmethod
+    def log_info(message: str | bytes) -> None:
         """Log at INFO."""
-        _log.info("%s", message)
+        _log.info("%s", _text(message))
 
     @staticmethod
-    def log_warn(message: str) -> None:
+    def log_warn(message: str | bytes) -> None:
         """Log at WARNING."""
-        _log.warning("%s", message)
+        _log.warning("%s", _text(message))
 
     @staticmethod
-    def log_error(message: str) -> None:
+    def log_error(message: str | bytes) -> None:
         """Log at ERROR."""
-        _log.error("%s", message)
+        _log.error("%s", _text(message))
 
     @staticmethod
-    def log_verbose(message: str) -> None:
+    def log_verbose(message: str | bytes) -> None:
         """Log at DEBUG (Triton's verbose)."""
-        _log.debug("%s", message)
+        _log.debug("%s", _text(message))
 
 
 class PreferredMemory:
-    """Where BLS outputs should be placed (accepted for compatibility; host memory is used)."""
+    """Where BLS outputs should be placed: ``PreferredMemory(preferred_memory_type,
+    preferred_device_id=0)`` with ``TRITONSERVER_MEMORY_CPU`` or ``_GPU``, as in Triton
+    (accepted for ``InferenceRequest(preferred_memory=...)``; host memory is used)."""
 
-    def __init__(self, preferred_memory_type: int = TRITONSERVER_MEMORY_CPU, device_id: int = 0):
+    def __init__(
+        self, preferred_memory_type: int = TRITONSERVER_MEMORY_CPU, preferred_device_id: int = 0
+    ) -> None:
         self.preferred_memory_type = preferred_memory_type
-        self.device_id = device_id
+        self.preferred_device_id = preferred_device_id
+
+
+class InferenceTrace:
+    """A request's trace (``request.trace()``), to pass on to BLS requests as Triton's
+    examples do. triton-mp does not trace requests: there is no context."""
+
+    def get_context(self) -> str | None:
+        """The trace context (OpenTelemetry's, in Triton); always None here."""
+        return None
+
+
+# ---------------------------------------------------------------------------
+# The model's place and other models
+# ---------------------------------------------------------------------------
+
+_model_dir = ""
+
+
+def set_model_dir(model_dir: str) -> None:
+    """Record the directory ``get_model_dir`` gives (the python backend, before it imports
+    model.py; the auto-complete child likewise)."""
+    global _model_dir  # noqa: PLW0603 - one model per process
+    _model_dir = model_dir
+
+
+def get_model_dir() -> str:
+    """The directory of the model's ``model.py`` (its version directory), as Triton gives
+    it during ``auto_complete_config`` and ``initialize``."""
+    return _model_dir
+
+
+def is_model_ready(model_name: str | bytes, model_version: str | bytes = "") -> bool:
+    """Whether the server serves ``model_name`` (``model_version``: a version number as a
+    string; "" for any), as far as this model's BLS sees the server's models.
+
+    Raises:
+        TritonModelException: ``model_version`` is not a number, or this is not a model
+            served by triton-mp (no BLS).
+    """
+    version_text = _text(model_version).strip()
+    try:
+        version = int(version_text) if version_text else -1
+    except ValueError:
+        raise TritonModelException(
+            f"model_version must be a version number, got '{version_text}'",
+            TritonError.INVALID_ARG,
+        ) from None
+    if _bls_ready is None:
+        raise TritonModelException(
+            "is_model_ready is only available inside a model served by triton-mp",
+            TritonError.UNSUPPORTED,
+        )
+    return _bls_ready(_text(model_name), version)
+
+
+def load_model(
+    model_name: str | bytes, config: str = "", files: dict[str, bytes] | None = None
+) -> None:
+    """Triton's model loading API from a python model: not supported by triton-mp yet.
+
+    Raises:
+        TritonModelException (UNSUPPORTED): always; load models with the client API
+            (``--model-control-mode=explicit``).
+    """
+    del config, files
+    raise TritonModelException(
+        f"load_model('{_text(model_name)}') from a python model is not supported by triton-mp; "
+        "load it with the client API (--model-control-mode=explicit)",
+        TritonError.UNSUPPORTED,
+    )
+
+
+def unload_model(model_name: str | bytes, unload_dependents: bool = False) -> None:
+    """Triton's model unloading API from a python model: not supported by triton-mp yet.
+
+    Raises:
+        TritonModelException (UNSUPPORTED): always; unload models with the client API.
+    """
+    del unload_dependents
+    raise TritonModelException(
+        f"unload_model('{_text(model_name)}') from a python model is not supported by "
+        "triton-mp; unload it with the client API (--model-control-mode=explicit)",
+        TritonError.UNSUPPORTED,
+    )

@@ -102,13 +102,14 @@ def import_model_module(model_file: str | Path, model_name: str) -> types.Module
     Like Triton, the version directory and the model directory are appended to ``sys.path``
     (so ``import helper`` finds a module next to model.py), and the file is imported as a
     module of a package whose path is the version directory (so ``from . import helper``
-    works too).
+    works too); ``pb_utils.get_model_dir()`` gives that version directory from then on.
 
     Raises:
         whatever importing the user's file raises.
     """
     path = Path(model_file).resolve()
     version_dir = path.parent
+    pb_utils.set_model_dir(str(version_dir))
     for directory in (str(version_dir), str(version_dir.parent)):
         if directory not in sys.path:
             sys.path.append(directory)
