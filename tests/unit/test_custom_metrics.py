@@ -1,6 +1,6 @@
 """Custom metrics from python workers to ``GET /metrics``, without processes.
 
-The board (``ipc.metric_board``) is written by ``pb_utils`` through ``workers.python_metrics``
+The board (``ipc.metric_board``) is written by ``pb_utils`` through ``backends.python.metrics``
 and read by ``frontend.custom_metrics`` in this one process; the merge over several
 instances and the text Triton writes are checked on plain data.
 """
@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from triton_mp.backends.python import metrics as python_metrics
+from triton_mp.backends.python import pb_utils
 from triton_mp.frontend import custom_metrics as cm
 from triton_mp.frontend.metrics import MetricsSnapshot, render
 from triton_mp.ipc.metric_board import (
@@ -28,7 +30,6 @@ from triton_mp.ipc.metric_board import (
 from triton_mp.ipc.shm import list_objects
 from triton_mp.ipc.specs import InstanceSpec
 from triton_mp.ipc.topology import Topology, process_arena_prefix
-from triton_mp.workers import pb_utils, python_metrics
 
 SID = str(os.getpid())
 TOP = Topology(SID)

@@ -5,7 +5,8 @@ Checked on the source with ``ast`` (no imports executed):
   imports no ipc, grpc, numpy or backend, directly or through what it imports;
 - ``ipc`` imports nothing from the role packages;
 - only ``frontend`` imports grpc or aiohttp, and its transport-neutral core imports neither;
-- only ``backends`` import onnxruntime or tensorrt;
+- only ``backends`` import onnxruntime or tensorrt, and backends and ``model_config`` import
+  no process role;
 - in the scheduler package only the modules that speak messages (the ``main`` shell, the
   ``core``, its ``lifecycle``, ``outbox``, ``instances``, ``status`` views, ``stats`` and the
   spec-reading ``registry``) touch ``triton_mp.ipc``;
@@ -189,3 +190,21 @@ def test_the_scheduler_process_entry_loads_no_numpy_backend_or_model_config() ->
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     )
     assert out.stdout.strip() == ""
+
+
+def test_backends_import_no_role_package() -> None:
+    """Workers import backends, never the other way; the loader reaches them by registry."""
+    for path in _modules("backends"):
+        imports = _imports(path)
+        for role in ("frontend", "scheduler", "workers", "supervisor", "model_config", "cli"):
+            assert not _uses(imports, f"triton_mp.{role}"), f"backends/{path.name} imports {role}"
+
+
+def test_model_config_imports_no_process_role() -> None:
+    """Loading and planning are pure: no process role, no model manager."""
+    for path in _modules("model_config"):
+        imports = _imports(path)
+        for role in ("frontend", "scheduler", "workers", "supervisor", "model_manager", "cli"):
+            assert not _uses(imports, f"triton_mp.{role}"), (
+                f"model_config/{path.name} imports {role}"
+            )

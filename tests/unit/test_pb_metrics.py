@@ -14,8 +14,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pytest
 
+from triton_mp.backends.python import pb_utils
 from triton_mp.common.errors import ErrorCode
-from triton_mp.workers import pb_utils
 
 MF = pb_utils.MetricFamily
 

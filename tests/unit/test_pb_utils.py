@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from triton_mp.backends.python import pb_utils
 from triton_mp.common.errors import ErrorCode
-from triton_mp.workers import pb_utils
 
 
 def test_constants_have_tritons_values() -> None:
@@ -517,7 +517,7 @@ def test_model_loading_api() -> None:
 
 
 def test_get_model_dir_is_the_model_files_directory(tmp_path: Path) -> None:
-    from triton_mp.workers.python import import_model_module, install_pb_utils
+    from triton_mp.backends.python.backend import import_model_module, install_pb_utils
 
     model_file = tmp_path / "m" / "1" / "model.py"
     model_file.parent.mkdir(parents=True)

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from triton_mp.backends.base import RESPONDED, BackendRequest
+from triton_mp.backends.python import pb_utils
 from triton_mp.backends.python.autocomplete import may_auto_complete
+from triton_mp.backends.python.backend import PB_UTILS_MODULE, PythonBackend
 from triton_mp.backends.registry import BACKENDS, load_backend
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.ipc.messages import ErrorInfo
 from triton_mp.ipc.specs import BatchingSpec, InstanceSpec, ModelVersionSpec, TensorSpec
-from triton_mp.workers import pb_utils
-from triton_mp.workers.python import PB_UTILS_MODULE, PythonBackend
 
 IO = (TensorSpec(name="INPUT0", datatype="FP32", dims=(4,)),)
 OUT = (

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from triton_mp.backends.base import BackendRequest, SequenceBatch, gather_rows, scatter
+from triton_mp.backends.python.backend import PythonBackend
 from triton_mp.common.datatypes import serialize_bytes_tensor
 from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
 from triton_mp.ipc.messages import SequenceFlags
@@ -31,7 +32,6 @@ from triton_mp.ipc.specs import (
     StateSpec,
     TensorSpec,
 )
-from triton_mp.workers.python import PythonBackend
 from triton_mp.workers.sequence_state import (
     SequenceStates,
     batch_rows,

@@ -22,11 +22,11 @@ from tests.vad import (
     stream_audios,
     vad_client,
 )
+from triton_mp.backends.python import pb_utils
+from triton_mp.backends.python.backend import import_model_module, install_pb_utils
 from triton_mp.cli import assets
 from triton_mp.common.json_form import config_to_json
 from triton_mp.model_config.loader import load_repository
-from triton_mp.workers import pb_utils
-from triton_mp.workers.python import import_model_module, install_pb_utils
 
 START = pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
 END = pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END

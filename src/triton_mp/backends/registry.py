@@ -116,7 +116,7 @@ BACKENDS: Mapping[str, BackendInfo] = {
             "python",
             (),
             "model.py",
-            loader="triton_mp.workers.python:PythonBackend",
+            loader="triton_mp.backends.python.backend:PythonBackend",
             auto_complete="triton_mp.backends.python.autocomplete:auto_complete",
         ),
         # NOTE: configs are checked (Triton's TensorRT rules) but no worker runs them yet.

@@ -1,6 +1,6 @@
 """Custom-metric boards: the values of a python model's ``pb_utils`` metrics in shared memory.
 
-Imported by python workers (``workers.python_metrics`` writes the board of its process) and
+Imported by python workers (``backends.python.metrics`` writes the board of its process) and
 by the frontend that serves ``GET /metrics`` (``frontend.custom_metrics`` reads every board
 of the server at scrape time).
 

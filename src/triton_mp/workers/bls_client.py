@@ -40,6 +40,7 @@ from collections.abc import Callable
 
 import posix_ipc
 
+from triton_mp.backends.python import pb_utils
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, free_block
 from triton_mp.ipc.messages import (
     BlockRef,
@@ -54,7 +55,6 @@ from triton_mp.ipc.messages import (
     ToBlsClient,
 )
 from triton_mp.ipc.specs import BlsModel, BlsSpec
-from triton_mp.workers import pb_utils
 from triton_mp.workers.tensor_io import free_own_block, view_tensor, wire_tensor, write_block
 
 log = logging.getLogger(__name__)

@@ -84,7 +84,7 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     arena = ArenaAllocator(owner_prefix, spec.arena_bytes, spec.arena_budget_bytes)
     custom_metrics = None
     if spec.model.backend == "python":
-        from triton_mp.workers import python_metrics
+        from triton_mp.backends.python import metrics as python_metrics
 
         # NOTE: before the backend imports model.py: initialize() may create metrics.
         custom_metrics = python_metrics.install(owner_prefix, spec.model, spec.instance)
@@ -217,7 +217,7 @@ def _bls_rewiring(
     return what applies a ``BlsWorkerUpdate``: the rings to BLS clients, the model table."""
     bls = None
     if spec.bls is not None:
-        from triton_mp.workers import pb_utils
+        from triton_mp.backends.python import pb_utils
         from triton_mp.workers.bls_client import BlsClient
 
         bls = BlsClient(

@@ -188,8 +188,8 @@ def _complete(model_file: str, model_name: str, config: dict[str, Any]) -> dict[
     """The child's work; returns the answer object."""
     import traceback
 
-    from triton_mp.workers import pb_utils
-    from triton_mp.workers.python import (
+    from triton_mp.backends.python import pb_utils
+    from triton_mp.backends.python.backend import (
         describe_exception,
         import_model_module,
         install_pb_utils,

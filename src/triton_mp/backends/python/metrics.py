@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from triton_mp.backends.python import pb_utils
 from triton_mp.ipc.metric_board import BoardFamily, BoardMetric, BoardWriter, Kind, MetricCatalog
 from triton_mp.ipc.specs import InstanceSpec, ModelVersionSpec
-from triton_mp.workers import pb_utils
 
 _KINDS: dict[pb_utils.MetricKind, Kind] = {
     pb_utils.MetricKind.COUNTER: "counter",

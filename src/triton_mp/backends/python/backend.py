@@ -1,7 +1,7 @@
 """The python backend: runs a Triton ``model.py`` (class ``TritonPythonModel``) unchanged.
 
-Imported only by worker processes (through ``workers.registry``) and, for
-``import_model_module``, by the auto-complete child (``workers.python_autocomplete``).
+Imported only by worker processes (through ``backends.registry``) and, for
+``import_model_module``, by the auto-complete child (``backends.python.autocomplete``).
 
 Lifecycle, as in Triton's python backend (shared/reference/triton.md §7): our ``pb_utils``
 becomes ``triton_python_backend_utils``; ``model.py`` is imported under a unique module name
@@ -67,10 +67,10 @@ from triton_mp.backends.base import (
     Stopwatch,
     to_backend_shape,
 )
+from triton_mp.backends.python import pb_utils
 from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
 from triton_mp.ipc.messages import ErrorInfo
 from triton_mp.ipc.specs import InstanceSpec, ModelVersionSpec
-from triton_mp.workers import pb_utils
 
 log = logging.getLogger(__name__)
 

@@ -3,15 +3,15 @@
 Our own implementation of the public API of Triton's python backend (shared/reference/
 triton.md §7), for ordinary models: tensors, requests as a model receives them, responses,
 per-response errors, config helpers, ``auto_complete_config``'s ``ModelConfig``, logging and
-Triton's constants. ``workers.python`` installs this module as
+Triton's constants. ``backends.python.backend`` installs this module as
 ``sys.modules["triton_python_backend_utils"]`` before it imports a user's ``model.py``; so does
-``workers.python_autocomplete``. Imported only by worker processes and the auto-complete
+``backends.python.autocomplete``. Imported only by worker processes and the auto-complete
 child; of the IPC layer it imports only ``SequenceFlags`` (its request flags are those).
 
 Decoupled models: ``InferenceRequest.get_response_sender()`` gives the request's
 ``InferenceResponseSender`` (``send(response=None, flags=0)``, ``is_cancelled()``), usable from
-any thread until it sends ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``; ``workers.python`` wires it
-to the worker.
+any thread until it sends ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``; ``backends.python.backend``
+wires it to the worker.
 
 BLS: ``InferenceRequest(model_name=..., ...).exec()`` / ``await .async_exec()`` send the
 request through the server's scheduler to another model (``workers.bls_client``) and return its
@@ -21,7 +21,7 @@ callee's failure); ``exec(decoupled=True)`` iterates over a decoupled callee's r
 Custom metrics: ``MetricFamily(name, description, kind)`` and ``family.Metric(labels=...,
 buckets=...)`` with ``increment``, ``set``, ``observe`` and ``value``, under Triton's rules
 (``_MetricRegistry``). Values live in float64 slots of a ``MetricStore``; the python
-backend installs one in shared memory (``workers.python_metrics``) that the server's
+backend installs one in shared memory (``backends.python.metrics``) that the server's
 metrics endpoint reads at scrape time, so an operation is a store under a lock, never a
 message.
 
