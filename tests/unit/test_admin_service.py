@@ -18,14 +18,9 @@ import pytest
 from tests.server import free_port
 from tests.unit.fake_queues import busy_cls, idle_add_sub
 from triton_mp._proto import admin_pb2, admin_pb2_grpc, health_pb2_grpc
+from triton_mp.cli.admin_client import AdminError, fetch_queue_status, status_from_proto
 from triton_mp.common.errors import ErrorCode
-from triton_mp.frontend.admin import (
-    AdminError,
-    AdminServicer,
-    fetch_queue_status,
-    status_from_proto,
-    status_to_proto,
-)
+from triton_mp.frontend.grpc.admin_service import AdminServicer, status_to_proto
 from triton_mp.frontend.models import ModelTable
 from triton_mp.frontend.pending import PendingTable
 from triton_mp.ipc import Decoder, SegmentCache

@@ -4,7 +4,8 @@ Checked on the source with ``ast`` (no imports executed):
 - the batching core (scheduler clock, the policy contract, the queues and every policy)
   imports no ipc, grpc, numpy or backend, directly or through what it imports;
 - ``ipc`` imports nothing from the role packages;
-- only ``frontend`` imports grpc or aiohttp, and its transport-neutral core imports neither;
+- only ``frontend`` imports grpc or aiohttp (and ``cli/admin_client``, the ``stat`` client,
+  grpc), and its transport-neutral core imports neither;
 - only ``backends`` import onnxruntime or tensorrt, and backends and ``model_config`` import
   no process role;
 - in the scheduler package only the modules that speak messages (the ``main`` shell, the
@@ -111,9 +112,13 @@ def test_ipc_imports_no_role_package() -> None:
             assert not _uses(imports, f"triton_mp.{role}"), f"{path.name} imports {role}"
 
 
+GRPC_CLIENTS = {PKG / "cli" / "admin_client.py"}
+"""Modules outside the frontend that may import grpc: the client of ``triton-mp stat``."""
+
+
 def test_only_frontend_imports_grpc() -> None:
     for path in _modules():
-        if "frontend" in path.parts:
+        if "frontend" in path.parts or path in GRPC_CLIENTS:
             continue
         assert not _uses(_imports(path), "grpc"), f"{path.relative_to(PKG)} imports grpc"
 

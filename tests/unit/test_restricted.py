@@ -8,8 +8,8 @@ import pytest
 
 from triton_mp.cli.main import build_parser, config_from_args
 from triton_mp.common.errors import TritonMPError
+from triton_mp.frontend.restricted import CATEGORIES, GRPC_METHOD_CATEGORIES, parse_restrictions
 from triton_mp.ipc.shm import client_object_refusal
-from triton_mp.restricted import CATEGORIES, GRPC_METHOD_CATEGORIES, parse_restrictions
 
 FLAG = "--grpc-restricted-protocol"
 

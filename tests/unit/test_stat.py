@@ -17,6 +17,7 @@ from rich.console import Console
 
 from tests.unit.fake_queues import busy_cls, idle_add_sub
 from triton_mp.cli import stat
+from triton_mp.cli.admin_client import AdminError
 from triton_mp.cli.main import build_parser
 from triton_mp.cli.stat import (
     RECENT_ROWS,
@@ -28,7 +29,6 @@ from triton_mp.cli.stat import (
 )
 from triton_mp.common.close_reason import CloseReason
 from triton_mp.common.errors import ErrorCode
-from triton_mp.frontend.admin import AdminError
 from triton_mp.ipc.reports import ModelQueueStatus
 
 URL = "localhost:8001"

@@ -19,7 +19,7 @@ import msgspec
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import TritonMPError
 from triton_mp.common.log import configure_logging
-from triton_mp.restricted import parse_restrictions
+from triton_mp.frontend.restricted import parse_restrictions
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
 
         fetch = None
         if args.header:
-            from triton_mp.frontend.admin import fetch_queue_status
+            from triton_mp.cli.admin_client import fetch_queue_status
 
             fetch = functools.partial(fetch_queue_status, metadata=tuple(args.header))
         return run_stat(

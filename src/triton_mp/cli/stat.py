@@ -2,7 +2,7 @@
 
 Imported by ``triton_mp.cli.main`` (lazily, only for ``stat``); runs in the user's shell, never in
 a server process. It renders ``ModelQueueStatus`` structs (``ipc.messages``) and knows
-nothing of gRPC: ``triton_mp.frontend.admin.fetch_queue_status`` fetches them, and every
+nothing of gRPC: ``triton_mp.cli.admin_client.fetch_queue_status`` fetches them, and every
 function here also takes hand-made structs, which is how the unit tests drive it.
 
 What a screen shows, per model: its batching settings; per priority level the queue depth,
@@ -328,7 +328,7 @@ def render(
 
 # ------------------------------------------------------------------------------ command
 def _default_fetch(url: str, model: str) -> tuple[ModelQueueStatus, ...]:
-    from triton_mp.frontend.admin import fetch_queue_status
+    from triton_mp.cli.admin_client import fetch_queue_status
 
     return fetch_queue_status(url, model)
 

@@ -43,7 +43,7 @@ from triton_mp.frontend.http_infer import (
     parse_infer_body,
     render_infer_response,
 )
-from triton_mp.restricted import Restrictions, http_refusal
+from triton_mp.frontend.restricted import Restrictions, http_refusal
 
 log = logging.getLogger(__name__)
 

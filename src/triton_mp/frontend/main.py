@@ -24,14 +24,14 @@ import grpc
 from triton_mp._proto import admin_pb2_grpc, health_pb2_grpc
 from triton_mp.common.errors import TritonMPError
 from triton_mp.common.log import configure_logging
-from triton_mp.frontend.admin import AdminServicer
 from triton_mp.frontend.control import SupervisorLink
 from triton_mp.frontend.core import FrontendCore
+from triton_mp.frontend.grpc.admin_service import AdminServicer
+from triton_mp.frontend.grpc.interceptor import RestrictedProtocolInterceptor
 from triton_mp.frontend.http import HttpFrontend
 from triton_mp.frontend.metrics import MetricsEndpoint
 from triton_mp.frontend.models import ModelTable
 from triton_mp.frontend.pending import PendingTable
-from triton_mp.frontend.restrict import RestrictedProtocolInterceptor
 from triton_mp.frontend.servicer import HealthServicer, InferenceServicer, add_to_server
 from triton_mp.frontend.shm import Region, SystemShmRegistry
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender

@@ -1,7 +1,9 @@
 """Triton's restricted protocols: APIs that answer only requests carrying a header.
 
 Imported by the CLI (parses ``--grpc-restricted-protocol`` / ``--http-restricted-api``) and by
-the frontend (checks requests). No transport is imported here.
+the frontend's transports, which apply the rules: ``frontend.grpc.interceptor`` per gRPC
+method (``grpc_rules``), ``frontend.http.routes`` per HTTP route (``http_refusal``). No
+transport is imported here, so the CLI loads neither grpc nor aiohttp.
 
 Flag syntax (Triton's ``TritonParser::ParseRestrictedFeatureOption``), repeatable::
 
@@ -110,3 +112,17 @@ def grpc_refusal(key: str) -> str:
 def http_refusal(key: str) -> str:
     """Triton's HTTP message for a request without the header (403)."""
     return f"This API is restricted, expecting header '{key}'"
+
+
+GrpcRule = tuple[str, str, str]
+"""(metadata key ``triton-grpc-protocol-<key>`` in lower case, expected value, refusal)."""
+
+
+def grpc_rules(restrictions: Restrictions) -> dict[str, GrpcRule]:
+    """Full gRPC method name -> the rule its calls must pass; open methods are absent."""
+    return {
+        method: ((GRPC_HEADER_PREFIX + key).lower(), value, grpc_refusal(key))
+        for method, category in GRPC_METHOD_CATEGORIES.items()
+        if category in restrictions
+        for key, value in (restrictions[category],)
+    }

@@ -1,8 +1,9 @@
 """Restricted protocols on the gRPC side: a server interceptor (frontend process only).
 
 Installed only when ``--grpc-restricted-protocol`` restricts something, so an open server
-pays nothing per call. The categories, the flag syntax and the messages are in
-``triton_mp.restricted``; HTTP applies the same rules per route in ``frontend.http``.
+pays nothing per call. The categories, the flag syntax, the method table and the messages
+are in ``triton_mp.frontend.restricted``; HTTP applies the same rules per route in
+``frontend.http.routes``.
 """
 
 from __future__ import annotations
@@ -12,12 +13,7 @@ from typing import Any
 
 import grpc
 
-from triton_mp.restricted import (
-    GRPC_HEADER_PREFIX,
-    GRPC_METHOD_CATEGORIES,
-    Restrictions,
-    grpc_refusal,
-)
+from triton_mp.frontend.restricted import Restrictions, grpc_rules
 
 
 def _refusing(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
@@ -47,12 +43,7 @@ class RestrictedProtocolInterceptor(grpc.aio.ServerInterceptor):  # type: ignore
     """
 
     def __init__(self, restrictions: Restrictions) -> None:
-        self._rules = {
-            method: ((GRPC_HEADER_PREFIX + key).lower(), value, grpc_refusal(key))
-            for method, category in GRPC_METHOD_CATEGORIES.items()
-            if category in restrictions
-            for key, value in (restrictions[category],)
-        }
+        self._rules = grpc_rules(restrictions)
 
     async def intercept_service(
         self,
