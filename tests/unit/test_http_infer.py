@@ -31,6 +31,13 @@ from triton_mp.frontend.http_infer import (
     response_encoding,
 )
 from triton_mp.frontend.models import Model, ModelTable
+from triton_mp.frontend.request import (
+    bool_parameter,
+    int64_parameter,
+    string_parameter,
+    uint64_parameter,
+)
+from triton_mp.frontend.validation.parameters import sequence_id
 from triton_mp.ipc import TensorRef
 from triton_mp.ipc.specs import ModelEntry
 
@@ -49,7 +56,15 @@ def _model(name: str, inputs: list[tuple[str, int, list[int]]], max_batch_size: 
 
 
 def _build(header: dict[str, Any], tail: bytes = b"") -> Any:
-    return build_infer_request(header, memoryview(tail), "m", "")
+    """(request, its raw input bytes, plan)."""
+    req, plan = build_infer_request(header, memoryview(tail), "m", "")
+    return req, list(req.raw_inputs), plan
+
+
+def _parse(model: Model, version: str, body: bytes, header_length: str | None) -> Any:
+    """(request, its raw input bytes, plan) of a whole body."""
+    req, plan = parse_infer_body(model, version, body, header_length)
+    return req, list(req.raw_inputs), plan
 
 
 def _err(header: dict[str, Any], tail: bytes = b"") -> str:
@@ -295,9 +310,9 @@ def test_shared_memory_input_parameters_reach_the_proto() -> None:
         }
     )
     p = req.inputs[0].parameters
-    assert p["shared_memory_region"].string_param == "in"
-    assert p["shared_memory_offset"].int64_param == 16
-    assert p["shared_memory_byte_size"].int64_param == 8
+    assert p["shared_memory_region"] == string_parameter("in")
+    assert p["shared_memory_offset"] == int64_parameter(16)
+    assert p["shared_memory_byte_size"] == int64_parameter(8)
     assert raw == []
 
 
@@ -334,20 +349,20 @@ def test_reserved_parameters_take_their_types() -> None:
         }
     )
     p = req.parameters
-    assert p["priority"].uint64_param == 2
-    assert p["timeout"].uint64_param == 100
-    assert p["sequence_id"].int64_param == 7
-    assert p["sequence_start"].bool_param is True
-    assert p["note"].string_param == "x"
-    assert p["count"].int64_param == -3
-    assert p["flag"].WhichOneof("parameter_choice") == "bool_param"
+    assert p["priority"] == uint64_parameter(2)
+    assert p["timeout"] == uint64_parameter(100)
+    assert p["sequence_id"] == int64_parameter(7)
+    assert p["sequence_start"] == bool_parameter(True)
+    assert p["note"] == string_parameter("x")
+    assert p["count"] == int64_parameter(-3)
+    assert p["flag"] == bool_parameter(False)
     assert "binary_data_output" not in p
     assert plan.binary_default is True
 
 
 def test_a_string_sequence_id_is_kept_as_a_string() -> None:
     req, _, _ = _build({"inputs": [], "parameters": {"sequence_id": "abc"}})
-    assert req.parameters["sequence_id"].string_param == "abc"
+    assert req.parameters["sequence_id"] == string_parameter("abc")
 
 
 @pytest.mark.parametrize(
@@ -406,14 +421,14 @@ def test_listed_outputs_are_json_unless_binary_data_is_set() -> None:
     assert [o.name for o in req.outputs] == ["A", "B", "C", "D"]
     assert plan.binary == {"A": False, "B": True, "C": False}
     assert plan.binary_default is True
-    assert req.outputs[3].parameters["shared_memory_region"].string_param == "o"
+    assert req.outputs[3].parameters["shared_memory_region"] == string_parameter("o")
 
 
 def test_classification_reaches_the_proto() -> None:
     req, _, _ = _build(
         {"inputs": [], "outputs": [{"name": "A", "parameters": {"classification": 3}}]}
     )
-    assert req.outputs[0].parameters["classification"].int64_param == 3
+    assert req.outputs[0].parameters["classification"] == int64_parameter(3)
 
 
 @pytest.mark.parametrize(
@@ -442,7 +457,7 @@ ONE_FP32 = _model("one", [("X", mc.TYPE_FP32, [-1])])
 
 def test_without_a_header_length_the_whole_body_is_json() -> None:
     body = json.dumps({"inputs": [_inp(data=[1, 2])]}).encode()
-    req, raw, _ = parse_infer_body(ONE_FP32, "", body, None)
+    req, raw, _ = _parse(ONE_FP32, "", body, None)
     assert req.model_name == "one"
     assert raw == [np.array([1, 2], np.float32).tobytes()]
 
@@ -450,7 +465,7 @@ def test_without_a_header_length_the_whole_body_is_json() -> None:
 def test_the_header_length_splits_json_and_tail() -> None:
     header = json.dumps({"inputs": [_inp(parameters={"binary_data_size": 8})]}).encode()
     tail = np.array([5, 6], np.float32).tobytes()
-    _, raw, _ = parse_infer_body(ONE_FP32, "", header + tail, str(len(header)))
+    _, raw, _ = _parse(ONE_FP32, "", header + tail, str(len(header)))
     assert bytes(raw[0]) == tail
 
 
@@ -479,7 +494,7 @@ def test_malformed_json_is_refused() -> None:
 
 def test_a_raw_body_is_the_only_input_with_its_variable_dim_deduced() -> None:
     body = np.arange(6, dtype=np.float32).tobytes()
-    req, raw, plan = parse_infer_body(ONE_FP32, "1", body, "0")
+    req, raw, plan = _parse(ONE_FP32, "1", body, "0")
     t = req.inputs[0]
     assert (t.name, t.datatype, list(t.shape), req.model_version) == ("X", "FP32", [6], "1")
     assert raw == [body]
@@ -494,7 +509,7 @@ def test_a_raw_body_gets_batch_one_when_the_model_batches() -> None:
 
 def test_a_raw_bytes_body_becomes_one_length_prefixed_element() -> None:
     model = _model("s", [("T", mc.TYPE_STRING, [1])])
-    req, raw, _ = parse_infer_body(model, "", b"hello", "0")
+    req, raw, _ = _parse(model, "", b"hello", "0")
     assert list(req.inputs[0].shape) == [1]
     assert raw == [struct.pack("<I", 5) + b"hello"]
 
@@ -635,11 +650,9 @@ def test_answers_are_compressed_when_asked(coding: str, inflate: Any) -> None:
 
 
 def test_a_sequence_id_above_int64_survives_as_unsigned() -> None:
-    from triton_mp.frontend.tensors import _sequence_id  # noqa: PLC0415 - the gRPC reader
-
     big = (1 << 64) - 5
     req, _, _ = _build({"inputs": [], "parameters": {"sequence_id": big}})
-    assert _sequence_id(req.parameters["sequence_id"], "") == big
+    assert sequence_id(req.parameters["sequence_id"], "") == big
 
 
 def test_json_nested_deeper_than_the_recursion_limit_is_a_bad_request() -> None:

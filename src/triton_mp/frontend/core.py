@@ -1,7 +1,7 @@
 """What every frontend transport does, whatever the wire: the one place gRPC and HTTP call.
 
 Imported by the frontend only; imports neither ``grpc`` nor ``aiohttp``. ``FrontendCore``
-resolves models, validates requests (``tensors.validate_request``), writes inputs into the
+resolves models, validates requests (``frontend.validation``), writes inputs into the
 frontend's arena, sends the descriptor to the scheduler, awaits the worker's answer, cancels
 requests whose client went away, and answers health, metadata, configuration, repository,
 statistics and system shared memory queries. Answers are ``inference.*`` protos (the KServe v2
@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -28,8 +28,9 @@ from triton_mp.common.errors import ErrorCode, InvalidRequest, ModelUnavailable,
 from triton_mp.frontend.control import SupervisorLink
 from triton_mp.frontend.models import Model, ModelTable
 from triton_mp.frontend.pending import PendingTable
+from triton_mp.frontend.request import InferenceRequest
 from triton_mp.frontend.shm import Region, SystemShmRegistry
-from triton_mp.frontend.tensors import ValidRequest, validate_request, write_inputs
+from triton_mp.frontend.validation.request import ValidRequest, validate_request
 from triton_mp.ipc import ArenaAllocator, BlockRef, SegmentCache, TensorRef, encode
 from triton_mp.ipc.messages import (
     CancelRequest,
@@ -48,6 +49,7 @@ from triton_mp.ipc.messages import (
 )
 from triton_mp.ipc.reports import ModelStats, StatDuration
 from triton_mp.ipc.ring import RecordTooLarge
+from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +121,34 @@ def stats_to_proto(st: ModelStats) -> pb.ModelStatistics:
             for _, b in sorted(st.batch_stats.items())
         ],
     )
+
+
+def write_inputs(
+    arena: ArenaAllocator, req: ValidRequest
+) -> tuple[BlockRef, tuple[TensorRef, ...]]:
+    """Copy every input of ``req`` into one new block of the frontend's arena.
+
+    Raises:
+        ArenaExhausted (UNAVAILABLE): no room within the arena budget.
+    """
+    total = sum(align(len(i.data)) for i in req.inputs)
+    seg, block = arena.alloc(total)
+    mv = memoryview(seg.buf)
+    pos = block + BLOCK_HEADER_BYTES
+    refs = []
+    for i in req.inputs:
+        if i.window is not None:
+            w = i.window
+            refs.append(
+                TensorRef(i.name, i.datatype, i.shape, w.key, w.offset, w.byte_size, w.region_id)
+            )
+            continue
+        n = len(i.data)
+        mv[pos : pos + n] = i.data
+        refs.append(TensorRef(i.name, i.datatype, i.shape, seg.name, pos, n))
+        pos += align(n)
+    mv.release()
+    return BlockRef(seg.name, block), tuple(refs)
 
 
 class InferResult:
@@ -472,21 +502,13 @@ class FrontendCore:
         if model.config.model_transaction_policy.decoupled:
             raise InvalidRequest(message, ErrorCode.UNSUPPORTED)
 
-    async def infer(
-        self,
-        request: pb.ModelInferRequest,
-        *,
-        decoupled_message: str,
-        raw_inputs: Sequence[bytes | memoryview] | None = None,
-    ) -> InferResult:
+    async def infer(self, request: InferenceRequest, *, decoupled_message: str) -> InferResult:
         """KServe ModelInfer: validate, copy inputs to shared memory, await the worker.
 
         Args:
-            request: the request; its ``raw_input_contents`` are used unless ``raw_inputs``
-                is given (bytes the transport already holds, so they are not copied twice).
+            request: the request, from any transport.
             decoupled_message: the UNSUPPORTED text for a decoupled model (it names the
                 transport's endpoint, as Triton's does).
-            raw_inputs: one entry per input that sends its bytes in the request.
 
         Returns:
             The answer; the caller must ``release`` it once the outputs are copied out.
@@ -498,16 +520,10 @@ class FrontendCore:
             asyncio.CancelledError: the caller was cancelled; the scheduler is told to drop
                 the request if it has not started.
         """
-        submitted = self.submit(request, decoupled_message=decoupled_message, raw_inputs=raw_inputs)
+        submitted = self.submit(request, decoupled_message=decoupled_message)
         return await self.finish(submitted)
 
-    def submit(
-        self,
-        request: pb.ModelInferRequest,
-        *,
-        decoupled_message: str,
-        raw_inputs: Sequence[bytes | memoryview] | None = None,
-    ) -> Submitted:
+    def submit(self, request: InferenceRequest, *, decoupled_message: str) -> Submitted:
         """The synchronous half of ``infer``: validate, write the inputs, send the
         descriptor. Requests submitted one after another reach the scheduler in that order
         (what a stream of sequence requests relies on).
@@ -517,7 +533,7 @@ class FrontendCore:
         """
         self.check_accepting()
         model, version = self.models.resolve(request.model_name, request.model_version)
-        valid = validate_request(request, model, version, self.shm, raw_inputs)
+        valid = validate_request(request, model, version, self.shm)
         self.check_transaction_policy(model, decoupled_message)
         block, refs = write_inputs(self._arena, valid)
         config = model.config
@@ -540,7 +556,7 @@ class FrontendCore:
 
     def submit_decoupled(
         self,
-        request: pb.ModelInferRequest,
+        request: InferenceRequest,
         on_message: Callable[[InferResponse | RequestFailed], None],
     ) -> StreamSubmitted:
         """Validate, write the inputs and send a request of a decoupled model; every
@@ -553,7 +569,7 @@ class FrontendCore:
         """
         self.check_accepting()
         model, version = self.models.resolve(request.model_name, request.model_version)
-        valid = validate_request(request, model, version, self.shm, None)
+        valid = validate_request(request, model, version, self.shm)
         block, refs = write_inputs(self._arena, valid)
         rid = self._pending.new_stream_request(block, on_message)
         self._send_request(rid, request, model, version, valid, block, refs)
@@ -596,7 +612,7 @@ class FrontendCore:
     def _send_request(
         self,
         rid: int,
-        request: pb.ModelInferRequest,
+        request: InferenceRequest,
         model: Model,
         version: int,
         valid: ValidRequest,

@@ -387,8 +387,8 @@ class HttpFrontend:
             return response
         # NOTE: aiohttp's parser inflates gzip/deflate bodies itself, within client_max_size.
         body = await _read_body(request)
-        req, raw, plan = parse_infer_body(model, version, body, request.headers.get(HEADER_LENGTH))
-        result = await core.infer(req, decoupled_message=DECOUPLED_MESSAGE, raw_inputs=raw)
+        req, plan = parse_infer_body(model, version, body, request.headers.get(HEADER_LENGTH))
+        result = await core.infer(req, decoupled_message=DECOUPLED_MESSAGE)
         try:
             data, headers = render_infer_response(
                 result, plan, request.headers.get("Accept-Encoding")

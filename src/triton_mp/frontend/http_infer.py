@@ -1,9 +1,9 @@
-"""KServe v2 HTTP inference bodies <-> the ``inference.ModelInferRequest`` the gRPC path takes.
+"""KServe v2 HTTP inference bodies <-> the transport-free ``InferenceRequest`` the core takes.
 
 Imported by the frontend's HTTP adapter (``frontend.http``); no aiohttp and no sockets here,
 so every rule is testable on bytes. ``parse_infer_body`` turns a request body (JSON header,
 then the binary tensor tail Triton's ``Inference-Header-Content-Length`` delimits; or a raw
-binary request) into the proto plus the raw bytes of each input, as slices of the body (JSON
+binary request) into an ``InferenceRequest`` whose raw bytes are slices of the body (JSON
 ``data`` is packed with numpy); ``render_infer_response`` writes the answer as JSON ``data``
 or a binary tail per ``binary_data`` / ``binary_data_output``. Messages and rules follow
 Triton's ``http_server.cc`` and core ``infer_request.cc`` (shared/reference/triton.md §2).
@@ -14,6 +14,7 @@ INVALID_ARG (400) here; Triton reports it as INTERNAL (500).
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import zlib
 from typing import Any
@@ -21,11 +22,20 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp.common.datatypes import ELEMENT_BYTES, NUMPY_DTYPES, element_count
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend.core import InferResult
 from triton_mp.frontend.models import Model
+from triton_mp.frontend.request import (
+    InferenceRequest,
+    InputTensor,
+    Parameter,
+    RequestedOutput,
+    bool_parameter,
+    int64_parameter,
+    string_parameter,
+    uint64_parameter,
+)
 
 MAX_INPUT_BYTES = 64 << 20
 """Largest request body, compressed or not, in bytes (``--http-max-input-size`` default)."""
@@ -234,37 +244,27 @@ class InferPlan(msgspec.Struct):
     """Listed outputs (not in shared memory): True for a binary tail, False for JSON."""
 
 
-def _set_param(params: Any, key: str, value: object) -> None:
-    p = params[key]
-    if isinstance(value, bool):
-        p.bool_param = value
-    elif isinstance(value, int):
-        p.int64_param = value
-    else:
-        assert isinstance(value, str)
-        p.string_param = value
-
-
-def _request_parameters(req: pb.ModelInferRequest, params: dict[str, Any], plan: InferPlan) -> None:
-    """Copy the request-level ``parameters`` into the proto (ParseJsonTritonParams)."""
+def _request_parameters(params: dict[str, Any], plan: InferPlan) -> dict[str, Parameter]:
+    """The request-level ``parameters`` in their protocol types (ParseJsonTritonParams)."""
+    out: dict[str, Parameter] = {}
     for key, v in params.items():
         if key == "sequence_id":
             if _is_uint(v):
                 # NOTE: the gRPC form carries a uint64 correlation ID as int64_param (the
                 # frontend reads it back as unsigned); uint64_param is refused there.
-                req.parameters[key].int64_param = v - (1 << 64) if v > _INT64_MAX else v
+                out[key] = int64_parameter(v - (1 << 64) if v > _INT64_MAX else v)
             elif isinstance(v, str):
-                req.parameters[key].string_param = v
+                out[key] = string_parameter(v)
             else:
                 raise InvalidRequest("Unable to parse 'sequence_id'")
         elif key in ("sequence_start", "sequence_end"):
             if not isinstance(v, bool):
                 raise InvalidRequest(f"Unable to parse '{key}'")
-            req.parameters[key].bool_param = v
+            out[key] = bool_parameter(v)
         elif key in ("priority", "timeout"):
             if not _is_uint(v):
                 raise InvalidRequest(f"Unable to parse '{key}'")
-            req.parameters[key].uint64_param = v
+            out[key] = uint64_parameter(v)
         elif key == "binary_data_output":
             if not isinstance(v, bool):
                 raise InvalidRequest("Unable to parse 'binary_data_output'")
@@ -274,27 +274,34 @@ def _request_parameters(req: pb.ModelInferRequest, params: dict[str, Any], plan:
                 "parameter keys starting with 'triton_' are reserved for Triton usage and "
                 "should not be specified."
             )
-        elif isinstance(v, str | bool) or (isinstance(v, int) and -(2**63) <= v <= _INT64_MAX):
-            _set_param(req.parameters, key, v)
+        elif isinstance(v, bool):
+            out[key] = bool_parameter(v)
+        elif isinstance(v, str):
+            out[key] = string_parameter(v)
+        elif isinstance(v, int) and -(2**63) <= v <= _INT64_MAX:
+            out[key] = int64_parameter(v)
         else:
             raise InvalidRequest(
                 f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or "
                 "'string'."
             )
+    return out
 
 
-def _shm_parameters(target: Any, params: dict[str, Any]) -> None:
-    """Copy shared_memory_* tensor parameters (CheckSharedMemoryData's types)."""
+def _shm_parameters(params: dict[str, Any]) -> dict[str, Parameter]:
+    """The shared_memory_* tensor parameters (CheckSharedMemoryData's types)."""
+    out: dict[str, Parameter] = {}
     if "shared_memory_region" in params:
         region = params["shared_memory_region"]
         if not isinstance(region, str):
             raise InvalidRequest("Unable to parse 'shared_memory_region'")
-        target["shared_memory_region"].string_param = region
+        out["shared_memory_region"] = string_parameter(region)
     for key in ("shared_memory_offset", "shared_memory_byte_size"):
         if key in params:
             if not _is_uint(params[key]) or params[key] > _INT64_MAX:
                 raise InvalidRequest(f"Unable to parse '{key}'")
-            target[key].int64_param = params[key]
+            out[key] = int64_parameter(params[key])
+    return out
 
 
 def _input_content_error(has_data: bool, has_binary: bool, has_shm: bool) -> str | None:
@@ -319,47 +326,17 @@ def _input_content_error(has_data: bool, has_binary: bool, has_shm: bool) -> str
     return head + " set " + " ".join(names)
 
 
-def build_infer_request(
-    header: object, tail: memoryview, model: str, version: str
-) -> tuple[pb.ModelInferRequest, list[bytes | memoryview], InferPlan]:
-    """Translate a KServe v2 JSON inference request (and its binary tail) into the proto
-    the gRPC path validates, plus the raw bytes of each input that carries them.
-
-    Args:
-        header: the decoded JSON inference header.
-        tail: the body after the header (binary tensors, in input order).
-        model: the model name from the URL.
-        version: the version from the URL ("" for none).
-
-    Returns:
-        The request (``raw_input_contents`` left empty), one bytes entry per input that is
-        neither in shared memory nor empty (slices of ``tail`` or packed JSON data), and how
-        to render each output.
-
-    Raises:
-        InvalidRequest: malformed JSON fields with Triton's messages (``Unable to parse
-            '<field>'``, ValidateInputContentType, ValidateOutputParameter, reserved
-            ``triton_`` parameters), a binary tail shorter or longer than the
-            ``binary_data_size`` values add up to.
-    """
-    if not isinstance(header, dict):
-        raise InvalidRequest("failed to parse the request JSON buffer: expected a JSON object")
-    req = pb.ModelInferRequest(model_name=model, model_version=version)
-    plan = InferPlan()
-    if "id" in header:
-        req.id = json_string(header, "id")
-    if "parameters" in header:
-        params = header["parameters"]
-        if not isinstance(params, dict):
-            raise InvalidRequest("failed to get request params.")
-        _request_parameters(req, params, plan)
-
-    inputs = header.get("inputs")
-    if not isinstance(inputs, list):
+def _inputs(
+    items: object, tail: memoryview, model: str
+) -> tuple[list[InputTensor], list[bytes | memoryview]]:
+    """The JSON ``inputs`` array as tensors, and the bytes of each that carries them
+    (slices of ``tail`` for binary inputs, packed JSON ``data`` otherwise)."""
+    if not isinstance(items, list):
         raise InvalidRequest("Unable to parse 'inputs': expected a JSON array")
+    inputs: list[InputTensor] = []
     raw: list[bytes | memoryview] = []
     pos = 0
-    for item in inputs:
+    for item in items:
         if not isinstance(item, dict):
             raise InvalidRequest("Unable to parse 'inputs': expected JSON objects")
         params = _object(item, "parameters")
@@ -375,7 +352,7 @@ def build_infer_request(
             raise InvalidRequest("Unable to parse 'shape'")
         if any(d > _INT64_MAX for d in shape):
             raise InvalidRequest("Unable to parse 'shape'")
-        t = req.inputs.add(name=name, datatype=datatype, shape=shape)
+        tensor_params: dict[str, Parameter] = {}
         if has_binary:
             size = json_uint(params, "binary_data_size")
             if pos + size > len(tail):
@@ -386,49 +363,105 @@ def build_infer_request(
             raw.append(tail[pos : pos + size])
             pos += size
         elif has_shm:
-            _shm_parameters(t.parameters, params)
+            tensor_params = _shm_parameters(params)
         else:
             count = element_count(shape)
             raw.append(json_tensor_bytes(name, datatype, item["data"], count) if count else b"")
+        inputs.append(InputTensor(name, datatype, tuple(shape), tensor_params))
     if pos != len(tail):
         raise InvalidRequest(f"unexpected additional input data for model '{model}'")
+    return inputs, raw
 
-    if "outputs" in header:
-        outputs = header["outputs"]
-        if not isinstance(outputs, list):
-            raise InvalidRequest("Unable to parse 'outputs': expected a JSON array")
-        for item in outputs:
-            if not isinstance(item, dict):
-                raise InvalidRequest("Unable to parse 'outputs': expected JSON objects")
-            params = _object(item, "parameters")
-            binary = params.get("binary_data", False)
-            if not isinstance(binary, bool):
-                raise InvalidRequest("Unable to parse 'binary_data'")
-            if "shared_memory_region" in params:
-                if "classification" in params:
-                    raise InvalidRequest(
-                        "Output can't set both 'shared_memory_region' and 'classification'"
-                    )
-                if binary:
-                    raise InvalidRequest(
-                        "Output can't set both 'shared_memory_region' and 'binary_data'"
-                    )
-            name = json_string(item, "name")
-            o = req.outputs.add(name=name)
+
+def _outputs(items: object, plan: InferPlan) -> list[RequestedOutput]:
+    """The JSON ``outputs`` array as requested outputs; records each one's form in
+    ``plan`` (ValidateOutputParameter's rules)."""
+    if not isinstance(items, list):
+        raise InvalidRequest("Unable to parse 'outputs': expected a JSON array")
+    outputs: list[RequestedOutput] = []
+    for item in items:
+        if not isinstance(item, dict):
+            raise InvalidRequest("Unable to parse 'outputs': expected JSON objects")
+        params = _object(item, "parameters")
+        binary = params.get("binary_data", False)
+        if not isinstance(binary, bool):
+            raise InvalidRequest("Unable to parse 'binary_data'")
+        if "shared_memory_region" in params:
             if "classification" in params:
-                if not _is_uint(params["classification"]) or params["classification"] > _INT64_MAX:
-                    raise InvalidRequest("Unable to set 'classification'")
-                o.parameters["classification"].int64_param = params["classification"]
-            if "shared_memory_region" in params:
-                _shm_parameters(o.parameters, params)
-            else:
-                plan.binary[name] = binary
-    return req, raw, plan
+                raise InvalidRequest(
+                    "Output can't set both 'shared_memory_region' and 'classification'"
+                )
+            if binary:
+                raise InvalidRequest(
+                    "Output can't set both 'shared_memory_region' and 'binary_data'"
+                )
+        name = json_string(item, "name")
+        out_params: dict[str, Parameter] = {}
+        if "classification" in params:
+            if not _is_uint(params["classification"]) or params["classification"] > _INT64_MAX:
+                raise InvalidRequest("Unable to set 'classification'")
+            out_params["classification"] = int64_parameter(params["classification"])
+        if "shared_memory_region" in params:
+            out_params.update(_shm_parameters(params))
+        else:
+            plan.binary[name] = binary
+        outputs.append(RequestedOutput(name, out_params))
+    return outputs
 
 
-def build_raw_request(model: Model, version: str, body: bytes) -> pb.ModelInferRequest:
+def build_infer_request(
+    header: object, tail: memoryview, model: str, version: str
+) -> tuple[InferenceRequest, InferPlan]:
+    """Translate a KServe v2 JSON inference request (and its binary tail) into the request
+    the core validates.
+
+    Args:
+        header: the decoded JSON inference header.
+        tail: the body after the header (binary tensors, in input order).
+        model: the model name from the URL.
+        version: the version from the URL ("" for none).
+
+    Returns:
+        The request, whose ``raw_inputs`` hold one entry per input that is neither in
+        shared memory (slices of ``tail``, or packed JSON data; empty bytes for an empty
+        tensor), and how to render each output.
+
+    Raises:
+        InvalidRequest: malformed JSON fields with Triton's messages (``Unable to parse
+            '<field>'``, ValidateInputContentType, ValidateOutputParameter, reserved
+            ``triton_`` parameters), a binary tail shorter or longer than the
+            ``binary_data_size`` values add up to.
+    """
+    if not isinstance(header, dict):
+        raise InvalidRequest("failed to parse the request JSON buffer: expected a JSON object")
+    plan = InferPlan()
+    request_id = json_string(header, "id") if "id" in header else ""
+    parameters: dict[str, Parameter] = {}
+    if "parameters" in header:
+        params = header["parameters"]
+        if not isinstance(params, dict):
+            raise InvalidRequest("failed to get request params.")
+        parameters = _request_parameters(params, plan)
+    inputs, raw = _inputs(header.get("inputs"), tail, model)
+    outputs = _outputs(header["outputs"], plan) if "outputs" in header else []
+    request = InferenceRequest(
+        model_name=model,
+        model_version=version,
+        id=request_id,
+        parameters=parameters,
+        inputs=inputs,
+        outputs=outputs,
+        raw_inputs=raw,
+    )
+    return request, plan
+
+
+def build_raw_request(model: Model, version: str, body: bytes) -> InferenceRequest:
     """Triton's raw binary request (``Inference-Header-Content-Length: 0``): the whole body
     is the model's only input, batch 1 when the model batches, every output binary.
+
+    Returns:
+        The request with its one input and no bytes yet (``parse_infer_body`` adds them).
 
     Raises:
         InvalidRequest: the model has more than one input, more than one variable-size
@@ -463,9 +496,11 @@ def build_raw_request(model: Model, version: str, body: bytes) -> pb.ModelInferR
     elif dynamic != -1:
         size = fixed * ELEMENT_BYTES.get(spec.datatype, 1)
         shape[dynamic] = len(body) // size if size else 0
-    req = pb.ModelInferRequest(model_name=model.name, model_version=version)
-    req.inputs.add(name=spec.name, datatype=spec.datatype, shape=shape)
-    return req
+    return InferenceRequest(
+        model_name=model.name,
+        model_version=version,
+        inputs=(InputTensor(spec.name, spec.datatype, tuple(shape)),),
+    )
 
 
 # ------------------------------------------------------------------------- compression
@@ -495,8 +530,8 @@ def compress(encoding: str, body: bytes) -> bytes:
 
 def parse_infer_body(
     model: Model, version: str, body: bytes, header_length: str | None
-) -> tuple[pb.ModelInferRequest, list[bytes | memoryview], InferPlan]:
-    """A (decompressed) inference request body as the proto the gRPC path validates.
+) -> tuple[InferenceRequest, InferPlan]:
+    """A (decompressed) inference request body as the request the core validates.
 
     Args:
         model: the model the URL names (resolved).
@@ -506,7 +541,8 @@ def parse_infer_body(
             (then the whole body is the JSON header); "0" makes a raw binary request.
 
     Returns:
-        The request, the raw bytes of each input that carries them, and the output plan.
+        The request (with the raw bytes of each input that carries them) and the output
+        plan.
 
     Raises:
         InvalidRequest: a malformed header length, JSON or tensor (see
@@ -527,7 +563,7 @@ def parse_infer_body(
         data = body
         if model.inputs[req.inputs[0].name].datatype == "BYTES":
             data = _U32.pack(len(body)) + body
-        return req, [data], InferPlan(binary_default=True)
+        return dataclasses.replace(req, raw_inputs=[data]), InferPlan(binary_default=True)
     view = memoryview(body)
     header = decode_json(view[:header_len])
     return build_infer_request(header, view[header_len:], model.name, version)

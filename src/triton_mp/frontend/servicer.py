@@ -26,6 +26,7 @@ from triton_mp.frontend.core import (
     Submitted,
     stats_to_proto,
 )
+from triton_mp.frontend.grpc.messages import request_from_proto
 from triton_mp.frontend.wire import WireInferRequest, infer_response_bytes, split_infer_request
 from triton_mp.ipc.messages import InferResponse, RequestFailed
 
@@ -258,7 +259,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             message, raw = request, None
         try:
             result = await self._core.infer(
-                message, decoupled_message=DECOUPLED_MESSAGE, raw_inputs=raw
+                request_from_proto(message, raw), decoupled_message=DECOUPLED_MESSAGE
             )
         except TritonMPError as e:
             await _abort(context, e.code, e.message)
@@ -334,12 +335,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
                 try:
                     if self._core.is_decoupled(request.model_name, request.model_version):
                         holder, on_message = decoupled_handler(_wants_empty_final(request))
-                        sub = self._core.submit_decoupled(request, on_message)
+                        sub = self._core.submit_decoupled(request_from_proto(request), on_message)
                         holder.append(sub)
                         open_decoupled[sub.request_id] = sub
                         all_ended.clear()
                         continue
-                    submitted = self._core.submit(request, decoupled_message=DECOUPLED_MESSAGE)
+                    submitted = self._core.submit(
+                        request_from_proto(request), decoupled_message=DECOUPLED_MESSAGE
+                    )
                 except TritonMPError as e:
                     resp = pb.ModelInferResponse(
                         model_name=request.model_name,

@@ -1,0 +1,301 @@
+"""A request's inputs: names, datatypes, shapes, the batch size and where the bytes are.
+
+Imported by ``frontend.validation``. ``check_input_names`` refuses unknown, repeated and
+missing inputs; ``read_inputs`` checks each input against the model's config (datatype,
+shape, byte size) and finds its bytes: in ``raw_inputs``, in typed contents (converted to
+the raw little-endian form here), or in a client's registered shared memory. Messages follow
+core ``infer_request.cc`` (Normalize) and server ``infer_handler.cc``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from triton_mp.common.datatypes import (
+    ELEMENT_BYTES,
+    NUMPY_DTYPES,
+    bytes_tensor_elements,
+    element_count,
+)
+from triton_mp.common.errors import InvalidRequest
+from triton_mp.frontend.models import IOSpec, Model
+from triton_mp.frontend.request import InferenceRequest, InputTensor
+from triton_mp.frontend.shm import SystemShmRegistry
+from triton_mp.frontend.validation.shared_memory import ShmWindow, shm_window, uses_shm
+
+TYPED_FIELD = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+"""Datatype -> the ``InferTensorContents`` field that carries it (FP16/BF16: raw only)."""
+
+_BATCH_NOTE = (
+    " NOTE: Setting a non-zero max_batch_size in the model config requires a batch "
+    "dimension to be prepended to each input shape. If you want to specify the full "
+    "shape including the batch dim in your input dims config, try setting "
+    "max_batch_size to zero. See the model configuration docs for more info on "
+    "max_batch_size."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ValidInput:
+    """One validated input: its name, datatype, full shape and bytes."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    data: bytes | memoryview
+    """The tensor's bytes in raw form (BYTES length-prefixed); empty with ``window``."""
+    window: ShmWindow | None = None
+    """Set when the bytes are in a client's registered shared memory (``data`` is empty)."""
+
+
+def fmt_shape(shape: Sequence[int]) -> str:
+    """A shape as Triton prints it: ``[1,2,3]``."""
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _dims_match(dims: Sequence[int], shape: Sequence[int]) -> bool:
+    return len(dims) == len(shape) and all(
+        d == -1 or d == s for d, s in zip(dims, shape, strict=True)
+    )
+
+
+def check_input_names(req: InferenceRequest, model: Model, rid: str) -> None:
+    """Every input is the model's, none is repeated, none required is missing.
+
+    Raises:
+        InvalidRequest: with Triton's message for the first problem.
+    """
+    name = model.name
+    seen: set[str] = set()
+    for t in req.inputs:
+        if t.name not in model.inputs:
+            raise InvalidRequest(f"unexpected inference input '{t.name}' for model '{name}'")
+        if t.name in seen:
+            raise InvalidRequest(
+                f"{rid}input '{t.name}' is specified more than once for model '{name}'"
+            )
+        seen.add(t.name)
+    required = [n for n, s in model.inputs.items() if not s.optional]
+    missing = [n for n in required if n not in seen]
+    if not missing:
+        return
+    got = ",".join(f"'{t.name}'" for t in req.inputs)
+    miss = ",".join(f"'{n}'" for n in missing)
+    if len(required) == len(model.inputs):
+        head = f"expected {len(model.inputs)} inputs but got {len(req.inputs)} inputs"
+    else:
+        head = (
+            f"expected number of inputs between {len(required)} and {len(model.inputs)} "
+            f"but got {len(req.inputs)} inputs"
+        )
+    raise InvalidRequest(
+        f"{rid}{head} for model '{name}'. Got input(s) [{got}], but missing required "
+        f"input(s) [{miss}]. Please provide all required input(s)."
+    )
+
+
+def typed_contents(t: InputTensor, datatype: str, model: str, count: int) -> bytes:
+    """An input's typed contents in raw little-endian form (BYTES length-prefixed).
+
+    Raises:
+        InvalidRequest: a datatype without a typed form (FP16, BF16), contents of another
+            type, or a number of elements other than the shape's.
+    """
+    field = TYPED_FIELD.get(datatype)
+    if field is None:
+        raise InvalidRequest(
+            f"unable to find data for input tensor '{t.name}' for model '{model}' in request: "
+            f"{datatype} data can only be sent in raw_input_contents"
+        )
+    for other in t.contents:
+        if other != field and len(t.contents[other]):
+            raise InvalidRequest(
+                f"unexpected explicit tensor data for input tensor '{t.name}' for model "
+                f"'{model}' of type '{other.removesuffix('_contents')}', expected datatype "
+                f"'{datatype}'"
+            )
+    values = t.contents.get(field, ())
+    if len(values) != count:
+        raise InvalidRequest(
+            f"unexpected number of elements in explicit tensor data for input '{t.name}' "
+            f"for model '{model}'. Expected {count}, got {len(values)}"
+        )
+    if datatype == "BYTES":
+        return b"".join(len(v).to_bytes(4, "little") + v for v in values)  # type: ignore[arg-type, operator]
+    return np.asarray(values, dtype=NUMPY_DTYPES[datatype]).tobytes()
+
+
+class _InputReader:
+    """Reads a request's inputs in order: ``raw_inputs`` are taken one by one, and the
+    batch size is the first input's leading dimension (batching models)."""
+
+    def __init__(
+        self, req: InferenceRequest, model: Model, shm: SystemShmRegistry | None, rid: str
+    ) -> None:
+        self._model = model
+        self._shm = shm
+        self._rid = rid
+        self._raw = req.raw_inputs
+        self._raw_index = 0
+        self.batch_size = -1
+        """-1 while unset: 0 is a real (invalid) batch size."""
+        # NOTE: raw_inputs holds one entry per input that sends its bytes in the request
+        # (neither typed contents nor shared memory), in input order.
+        takers = sum(1 for t in req.inputs if not uses_shm(t.parameters))
+        # NOTE: Triton ignores surplus entries; too few is an error.
+        if self._raw and len(self._raw) < takers:
+            raise InvalidRequest(
+                f"{rid}expected {takers} entries in raw_input_contents for model "
+                f"'{model.name}', got {len(self._raw)}"
+            )
+
+    def read(self, t: InputTensor) -> ValidInput:
+        """One input, checked; its bytes located."""
+        spec = self._model.inputs[t.name]
+        shape = self._shape(t, spec)
+        count = element_count(shape)
+        if uses_shm(t.parameters):
+            return self._in_shared_memory(t, spec, shape, count)
+        data = self._bytes(t, spec, count)
+        self._check_byte_size(t, spec, count, data)
+        return ValidInput(t.name, spec.datatype, shape, data)
+
+    def _shape(self, t: InputTensor, spec: IOSpec) -> tuple[int, ...]:
+        """The input's full shape, checked against the config (datatype, dims, batch)."""
+        rid, name, mbs = self._rid, self._model.name, self._model.max_batch_size
+        if t.datatype != spec.datatype:
+            raise InvalidRequest(
+                f"{rid}inference input '{t.name}' data-type is '{t.datatype}', but model "
+                f"'{name}' expects '{spec.datatype}'"
+            )
+        shape = tuple(int(d) for d in t.shape)
+        if any(d < 0 for d in shape):
+            raise InvalidRequest(
+                f"{rid}All input dimensions should be specified for input '{t.name}' for "
+                f"model '{name}', got {fmt_shape(shape)}"
+            )
+        item_shape = shape
+        if mbs > 0:
+            if not shape:
+                raise InvalidRequest(
+                    f"{rid}input '{t.name}' has no shape but model requires batch dimension "
+                    f"for '{name}'"
+                )
+            if self.batch_size < 0:
+                self.batch_size = shape[0]
+            elif shape[0] != self.batch_size:
+                raise InvalidRequest(
+                    f"{rid}input '{t.name}' batch size does not match other inputs for '{name}'"
+                )
+            item_shape = shape[1:]
+        if not _dims_match(spec.dims, item_shape):
+            expected = ([-1] if mbs > 0 else []) + list(spec.dims)
+            raise InvalidRequest(
+                f"{rid}unexpected shape for input '{t.name}' for model '{name}'. Expected "
+                f"{fmt_shape(expected)}, got {fmt_shape(shape)}.{_BATCH_NOTE if mbs > 0 else ''}"
+            )
+        return shape
+
+    def _in_shared_memory(
+        self, t: InputTensor, spec: IOSpec, shape: tuple[int, ...], count: int
+    ) -> ValidInput:
+        rid, name = self._rid, self._model.name
+        if t.contents:
+            raise InvalidRequest(
+                f"{rid}input '{t.name}' for model '{name}' has both shared memory and "
+                "explicit tensor contents"
+            )
+        window = shm_window(self._shm, t.parameters, f"input '{t.name}'", rid)
+        if spec.datatype != "BYTES":
+            expected_bytes = count * ELEMENT_BYTES[spec.datatype]
+            if window.byte_size != expected_bytes:
+                raise InvalidRequest(
+                    f"{rid}input byte size mismatch for input '{t.name}' for model "
+                    f"'{name}'. Expected {expected_bytes}, got {window.byte_size}"
+                )
+        return ValidInput(t.name, spec.datatype, shape, b"", window)
+
+    def _bytes(self, t: InputTensor, spec: IOSpec, count: int) -> bytes | memoryview:
+        """The input's bytes from ``raw_inputs`` or its typed contents."""
+        name = self._model.name
+        if self._raw:
+            if t.contents:
+                raise InvalidRequest(
+                    f"{self._rid}contents field must not be specified when using "
+                    f"raw_input_contents for '{t.name}' for model '{name}'"
+                )
+            data = self._raw[self._raw_index]
+            self._raw_index += 1
+            return data
+        if t.contents:
+            return typed_contents(t, spec.datatype, name, count)
+        if count == 0:
+            return b""
+        raise InvalidRequest(
+            f"unable to find data for input tensor '{t.name}' for model '{name}' in request."
+        )
+
+    def _check_byte_size(
+        self, t: InputTensor, spec: IOSpec, count: int, data: bytes | memoryview
+    ) -> None:
+        rid, name = self._rid, self._model.name
+        if spec.datatype == "BYTES":
+            got_elems = bytes_tensor_elements(data)
+            if got_elems != count:
+                raise InvalidRequest(
+                    f"{rid}input byte size mismatch for input '{t.name}' for model '{name}'. "
+                    f"Expected {count} string elements, got "
+                    f"{'malformed data' if got_elems is None else got_elems}"
+                )
+            return
+        expected_bytes = count * ELEMENT_BYTES[spec.datatype]
+        if len(data) != expected_bytes:
+            raise InvalidRequest(
+                f"{rid}input byte size mismatch for input '{t.name}' for model '{name}'. "
+                f"Expected {expected_bytes}, got {len(data)}"
+            )
+
+
+def read_inputs(
+    req: InferenceRequest, model: Model, shm: SystemShmRegistry | None, rid: str
+) -> tuple[tuple[ValidInput, ...], int]:
+    """Every input checked, with its bytes, and the request's batch size.
+
+    Returns:
+        The inputs in request order, and the batch size: the leading dimension shared by
+        every input when the model batches (``max_batch_size`` > 0), else 1.
+
+    Raises:
+        InvalidRequest: (INVALID_ARG) too few ``raw_inputs``, a wrong datatype or shape,
+            mismatched batch sizes, a batch over ``max_batch_size`` or of 0, a wrong byte
+            size, missing data, typed contents together with raw bytes or shared memory.
+        TritonMPError: a shared-memory window that does not resolve (``shm_window``).
+    """
+    reader = _InputReader(req, model, shm, rid)
+    inputs = tuple(reader.read(t) for t in req.inputs)
+    mbs = model.max_batch_size
+    if mbs <= 0:
+        return inputs, 1
+    if reader.batch_size > mbs:
+        raise InvalidRequest(
+            f"{rid}inference request batch-size must be <= {mbs} for '{model.name}'"
+        )
+    if reader.batch_size == 0:
+        raise InvalidRequest(f"{rid}inference request batch-size must be >= 1 for '{model.name}'")
+    return inputs, max(reader.batch_size, 1)

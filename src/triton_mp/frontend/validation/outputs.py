@@ -1,0 +1,60 @@
+"""A request's requested outputs: names, shared memory, the classification extension.
+
+Imported by ``frontend.validation``. An output asked for twice is returned once; none asked
+for means every output of the model; an output may be written into a client's registered
+shared memory (``shared_memory_*`` parameters). Classification (``classification``) is not
+supported yet. Messages follow core ``infer_request.cc`` and server ``infer_handler.cc``.
+"""
+
+from __future__ import annotations
+
+from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
+from triton_mp.frontend.models import Model
+from triton_mp.frontend.request import InferenceRequest
+from triton_mp.frontend.shm import SystemShmRegistry
+from triton_mp.frontend.validation.shared_memory import shm_window, uses_shm
+from triton_mp.ipc.messages import OutputRegion
+
+
+def read_outputs(
+    req: InferenceRequest, model: Model, shm: SystemShmRegistry | None, rid: str
+) -> tuple[tuple[str, ...], tuple[OutputRegion | None, ...]]:
+    """The outputs to return, in order, and where each is written.
+
+    Returns:
+        The output names (the model's, in config order, when the request lists none), and
+        one region per output (None: into the response), or ``()`` when no output goes to
+        shared memory.
+
+    Raises:
+        InvalidRequest: an unknown output; shared memory together with classification; a
+            malformed shared-memory window.
+        TritonMPError: UNSUPPORTED for classification; as ``shm_window``.
+    """
+    name = model.name
+    outputs: list[str] = []
+    regions: list[OutputRegion | None] = []
+    for o in req.outputs:
+        if o.name in outputs:
+            continue  # NOTE: Triton returns an output requested twice once
+        if o.name not in model.outputs:
+            raise InvalidRequest(f"unexpected inference output '{o.name}' for model '{name}'")
+        if "classification" in o.parameters:
+            if uses_shm(o.parameters):
+                raise InvalidRequest(
+                    f"{rid}output '{o.name}' for model '{name}' cannot use both shared memory "
+                    "and the classification extension"
+                )
+            raise TritonMPError(
+                f"{rid}the classification extension is not supported yet (output '{o.name}')",
+                ErrorCode.UNSUPPORTED,
+            )
+        if uses_shm(o.parameters):
+            w = shm_window(shm, o.parameters, f"output '{o.name}'", rid)
+            regions.append(OutputRegion(w.key, w.region_id, w.offset, w.byte_size, w.name))
+        else:
+            regions.append(None)
+        outputs.append(o.name)
+    if not outputs:
+        return tuple(model.outputs), ()
+    return tuple(outputs), tuple(regions) if any(r is not None for r in regions) else ()

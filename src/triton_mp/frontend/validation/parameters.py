@@ -1,0 +1,124 @@
+"""Request parameters: Triton's reserved ones read, custom ones kept for the backend.
+
+Imported by ``frontend.validation``. Reserved: ``sequence_id`` (``int64_param``, read as
+unsigned, or ``string_param``), ``sequence_start`` / ``sequence_end`` (``bool_param``),
+``priority`` and ``timeout`` (non-negative integers, ``timeout`` in microseconds). Keys
+starting with ``triton_`` are reserved too (``triton_enable_empty_final_response`` is the
+stream adapter's). Everything else is a custom parameter, passed to the backend as JSON
+(``uint64`` ones are refused, as Triton's gRPC frontend does).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from triton_mp.common.errors import InvalidRequest
+from triton_mp.frontend.request import Parameter, Parameters, ParameterType
+from triton_mp.ipc.messages import SequenceFlags
+
+EMPTY_FINAL_PARAMETER = "triton_enable_empty_final_response"
+"""The one ``triton_`` request parameter a client may send (the gRPC stream reads it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOptions:
+    """What a request's parameters ask for."""
+
+    priority: int = 0
+    """``priority``: the request's priority level (0 = the model's default)."""
+    timeout_us: int = 0
+    """``timeout``: queue timeout in microseconds (0 = the model's default)."""
+    sequence_id: int | str = 0
+    """``sequence_id``: the correlation ID (0 / "" = none)."""
+    sequence_flags: int = 0
+    """``SequenceFlags`` bits from ``sequence_start`` / ``sequence_end``."""
+    parameters_json: str = "{}"
+    """Custom (non-reserved) request parameters, as JSON, for backends."""
+
+
+def int_param(p: Parameter, key: str, rid: str) -> int:
+    """A non-negative integer parameter (``int64_param`` >= 0 or ``uint64_param``).
+
+    Raises:
+        InvalidRequest: "<rid>invalid value for '<key>' parameter: expected a
+            non-negative integer".
+    """
+    if p.type is ParameterType.INT64 and isinstance(p.value, int) and p.value >= 0:
+        return p.value
+    if p.type is ParameterType.UINT64 and isinstance(p.value, int):
+        return p.value
+    raise InvalidRequest(
+        f"{rid}invalid value for '{key}' parameter: expected a non-negative integer"
+    )
+
+
+def sequence_id(p: Parameter, rid: str) -> int | str:
+    """``sequence_id``: ``int64_param`` (read as unsigned) or ``string_param`` (Triton's gRPC
+    frontend; ``uint64_param`` is refused there).
+
+    Raises:
+        InvalidRequest: any other type.
+    """
+    if p.type is ParameterType.INT64 and isinstance(p.value, int):
+        return p.value & 0xFFFFFFFFFFFFFFFF
+    if p.type is ParameterType.STRING:
+        return str(p.value)
+    raise InvalidRequest(
+        f"{rid}invalid value type for 'sequence_id' parameter, expected int64_param or "
+        "string_param."
+    )
+
+
+def bool_param(p: Parameter, key: str, rid: str) -> bool:
+    """A ``bool_param``.
+
+    Raises:
+        InvalidRequest: any other type.
+    """
+    if p.type is not ParameterType.BOOL:
+        raise InvalidRequest(f"{rid}invalid value type for '{key}' parameter, expected bool_param.")
+    return bool(p.value)
+
+
+def read_parameters(parameters: Parameters, rid: str) -> RequestOptions:
+    """The options a request's parameters set, and its custom parameters as JSON.
+
+    Args:
+        parameters: the request-level parameters.
+        rid: ``"[request id: <id>] "``, the prefix of Triton's messages.
+
+    Raises:
+        InvalidRequest: a malformed reserved parameter, a ``triton_`` key, a ``uint64``
+            custom parameter.
+    """
+    priority = timeout_us = 0
+    seq_id: int | str = 0
+    flags = 0
+    custom: dict[str, bool | int | float | str] = {}
+    for key, p in parameters.items():
+        if key == "sequence_id":
+            seq_id = sequence_id(p, rid)
+        elif key == "sequence_start":
+            flags |= SequenceFlags.START if bool_param(p, key, rid) else 0
+        elif key == "sequence_end":
+            flags |= SequenceFlags.END if bool_param(p, key, rid) else 0
+        elif key == "priority":
+            priority = int_param(p, key, rid)
+        elif key == "timeout":
+            timeout_us = int_param(p, key, rid)
+        elif key.startswith("triton_") and key != EMPTY_FINAL_PARAMETER:
+            raise InvalidRequest(
+                f"{rid}parameter keys starting with 'triton_' are reserved: '{key}'"
+            )
+        elif p.type is ParameterType.UINT64:
+            raise InvalidRequest(f"{rid}unsupported type uint64 for parameter '{key}'")
+        elif p.type is not None and p.value is not None and not key.startswith("triton_"):
+            custom[key] = p.value
+    return RequestOptions(
+        priority=priority,
+        timeout_us=timeout_us,
+        sequence_id=seq_id,
+        sequence_flags=int(flags),
+        parameters_json=json.dumps(custom) if custom else "{}",
+    )

@@ -1,0 +1,93 @@
+"""``validate_request``: one inference request checked against its model's effective config.
+
+Imported by ``frontend.inference``. Applies the request rules in Triton's order (parameters,
+input names, inputs, batch size, outputs) and returns a ``ValidRequest``: what the frontend
+writes into its arena and sends to the scheduler. Nothing is written to shared memory here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from triton_mp.frontend.models import Model
+from triton_mp.frontend.request import InferenceRequest
+from triton_mp.frontend.shm import SystemShmRegistry
+from triton_mp.frontend.validation.inputs import ValidInput, check_input_names, read_inputs
+from triton_mp.frontend.validation.outputs import read_outputs
+from triton_mp.frontend.validation.parameters import read_parameters
+from triton_mp.ipc.messages import OutputRegion
+
+
+@dataclass(frozen=True, slots=True)
+class ValidRequest:
+    """A request that passed validation (nothing written to shared memory yet)."""
+
+    model: Model
+    version: int
+    batch_size: int
+    """The leading dimension of every input when the model batches, else 1."""
+    inputs: tuple[ValidInput, ...]
+    outputs: tuple[str, ...]
+    """The outputs to return, in order."""
+    priority: int
+    timeout_us: int
+    output_regions: tuple[OutputRegion | None, ...] = ()
+    """One per output when any output goes to a client's shared memory, else empty."""
+    parameters_json: str = "{}"
+    """Custom (non-reserved) request parameters, as JSON, for backends."""
+    sequence_id: int | str = 0
+    """``sequence_id``: the correlation ID (0 / "" = none)."""
+    sequence_flags: int = 0
+    """``SequenceFlags`` bits from ``sequence_start`` / ``sequence_end``."""
+
+
+def request_prefix(request_id: str) -> str:
+    """``"[request id: <id>] "``, the prefix of Triton's request errors (``<id_unknown>``
+    when the client sent no id)."""
+    return f"[request id: {request_id or '<id_unknown>'}] "
+
+
+def validate_request(
+    req: InferenceRequest,
+    model: Model,
+    version: int,
+    shm: SystemShmRegistry | None = None,
+) -> ValidRequest:
+    """Check a request against the model's effective config.
+
+    Args:
+        req: the request (any transport).
+        model: the model it addresses; ``version``: the concrete version resolved.
+        shm: the frontend's registered client shared-memory regions.
+
+    Returns:
+        The validated request: inputs with full shapes and their bytes (raw bytes as sent,
+        typed contents converted to raw little-endian form).
+
+    Raises:
+        InvalidRequest (INVALID_ARGUMENT) with Triton's message for: unknown input or
+        output, missing required input, wrong datatype, wrong shape, batch over
+        max_batch_size, batch mismatch between inputs, wrong byte size, missing data, typed
+        contents together with raw_input_contents, shared-memory parameters for an
+        unregistered region or a window outside it, reserved or malformed parameters.
+        TritonMPError (UNSUPPORTED) when client shared memory is disabled, or for the
+        classification extension.
+    """
+    rid = request_prefix(req.id)
+    options = read_parameters(req.parameters, rid)
+    check_input_names(req, model, rid)
+    inputs, batch_size = read_inputs(req, model, shm, rid)
+    outputs, regions = read_outputs(req, model, shm, rid)
+    return ValidRequest(
+        model=model,
+        version=version,
+        batch_size=batch_size,
+        inputs=inputs,
+        outputs=outputs,
+        priority=options.priority,
+        timeout_us=options.timeout_us,
+        output_regions=regions,
+        parameters_json=options.parameters_json,
+        sequence_id=options.sequence_id,
+        sequence_flags=options.sequence_flags,
+    )
