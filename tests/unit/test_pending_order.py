@@ -1,6 +1,6 @@
 """``frontend.pending.PendingTable``: preserve_ordering holds responses until every earlier
-request of the same model has been answered; errors go at once. No shared memory: the
-requests own no blocks."""
+request of the same model has been answered; errors go at once; a decoupled request's sink
+gets every response; the drain's idle event. No shared memory: the requests own no blocks."""
 
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ def _run(order: object, answers: list[list[InferResponse | RequestFailed]]) -> l
         table = PendingTable(SegmentCache())
         resolved: list[int] = []
         for _ in range(4):
-            rid, fut = table.new_request(None, order)  # type: ignore[arg-type]
-            fut.add_done_callback(lambda f, rid=rid: resolved.append(rid))
+            table.add_request(
+                table.new_id(), None, lambda m: resolved.append(m.request_id), order=order
+            )
         for batch in answers:
             table.deliver(batch)
-            await asyncio.sleep(0)  # run the done callbacks
             resolved.append(0)
         assert len(table) == 0
         return resolved
@@ -59,12 +59,11 @@ def test_streams_are_per_model() -> None:
         table = PendingTable(SegmentCache())
         resolved: list[int] = []
         for order in (("a", 1), ("b", 1), ("a", 1)):
-            rid, fut = table.new_request(None, order)  # type: ignore[arg-type]
-            fut.add_done_callback(lambda f, rid=rid: resolved.append(rid))
+            table.add_request(
+                table.new_id(), None, lambda m: resolved.append(m.request_id), order=order
+            )
         table.deliver([_ok(2), _ok(3)])
-        await asyncio.sleep(0)
         table.deliver([_ok(1)])
-        await asyncio.sleep(0)
         return resolved
 
     assert asyncio.run(main()) == [2, 1, 3]
@@ -74,12 +73,11 @@ def test_a_request_forgotten_before_sending_leaves_its_stream() -> None:
     async def main() -> list[int]:
         table = PendingTable(SegmentCache())
         resolved: list[int] = []
-        first, _ = table.new_request(None, "s")  # type: ignore[arg-type]
-        second, fut = table.new_request(None, "s")  # type: ignore[arg-type]
-        fut.add_done_callback(lambda f: resolved.append(second))
+        first, second = table.new_id(), table.new_id()
+        table.add_request(first, None, lambda m: resolved.append(m.request_id), order="s")
+        table.add_request(second, None, lambda m: resolved.append(m.request_id), order="s")
         table.forget_request(first)
         table.deliver([_ok(second)])
-        await asyncio.sleep(0)
         return resolved
 
     assert asyncio.run(main()) == [2]
@@ -89,7 +87,8 @@ def test_decoupled_request_gets_every_response_and_ends_at_the_final_one() -> No
     async def main() -> None:
         table = PendingTable(SegmentCache())
         got: list[object] = []
-        rid = table.new_stream_request(None, got.append)  # type: ignore[arg-type]
+        rid = table.new_id()
+        table.add_request(rid, None, got.append, streaming=True)
         assert len(table) == 1
         table.deliver([InferResponse(request_id=rid, version=1, final=False)])
         table.deliver([InferResponse(request_id=rid, version=1, final=False)])
@@ -99,7 +98,8 @@ def test_decoupled_request_gets_every_response_and_ends_at_the_final_one() -> No
         # a response after the end (a dropped stream's late answer) reaches nobody
         table.deliver([InferResponse(request_id=rid, version=1)])
         assert [m.final for m in got] == [False, False, True]  # type: ignore[attr-defined]
-        rid2 = table.new_stream_request(None, got.append)  # type: ignore[arg-type]
+        rid2 = table.new_id()
+        table.add_request(rid2, None, got.append, streaming=True)
         table.deliver([_failed(rid2)])
         assert len(table) == 0
         assert isinstance(got[-1], RequestFailed)
@@ -114,10 +114,29 @@ def test_a_failing_stream_callback_does_not_stop_delivery() -> None:
         def boom(msg: object) -> None:
             raise RuntimeError("bug")
 
-        rid = table.new_stream_request(None, boom)  # type: ignore[arg-type]
-        other, fut = table.new_request(None)  # type: ignore[arg-type]
+        rid, other = table.new_id(), table.new_id()
+        table.add_request(rid, None, boom, streaming=True)
+        got: list[object] = []
+        table.add_request(other, None, got.append)
         table.deliver([InferResponse(request_id=rid, version=1), _ok(other)])
-        assert fut.done()
+        assert got == [_ok(other)]
         assert len(table) == 0
+
+    asyncio.run(main())
+
+
+def test_wait_idle_returns_once_the_last_request_is_answered() -> None:
+    async def main() -> None:
+        table = PendingTable(SegmentCache())
+        await asyncio.wait_for(table.wait_idle(), 1)  # nothing pending: at once
+        a, b = table.new_id(), table.new_id()
+        table.add_request(a, None, lambda m: None)
+        table.add_request(b, None, lambda m: None, streaming=True)
+        waiter = asyncio.ensure_future(table.wait_idle())
+        table.deliver([_ok(a)])
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        table.deliver([InferResponse(request_id=b, version=1, final=True)])
+        await asyncio.wait_for(waiter, 1)
 
     asyncio.run(main())

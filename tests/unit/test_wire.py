@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from triton_mp._proto import grpc_service_pb2 as pb
-from triton_mp.frontend.wire import infer_response_bytes, split_infer_request
+from triton_mp.frontend.grpc.wire import infer_response_bytes, split_infer_request
 
 
 def _request(raws: list[bytes]) -> pb.ModelInferRequest:

@@ -13,34 +13,24 @@ only translate their wire format to these calls and map ``ErrorCode`` to their s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
 from triton_mp import __version__
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp._proto import model_config_pb2 as mc
-from triton_mp.common.errors import ErrorCode, InvalidRequest, ModelUnavailable, TritonMPError
+from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend.control import SupervisorLink
+from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.models import Model, ModelTable
 from triton_mp.frontend.pending import PendingTable
-from triton_mp.frontend.request import InferenceRequest
 from triton_mp.frontend.shm import Region, SystemShmRegistry
-from triton_mp.frontend.validation.request import ValidRequest, validate_request
-from triton_mp.ipc import ArenaAllocator, BlockRef, SegmentCache, TensorRef, encode
+from triton_mp.ipc import ArenaAllocator, SegmentCache, encode
 from triton_mp.ipc.messages import (
-    CancelRequest,
-    InferRequest,
-    InferResponse,
     ModelLoadCall,
     ModelUnloadCall,
-    ReplyTo,
-    Requester,
-    RequestFailed,
     ShmRegion,
     ShmRegistered,
     ShmUnregistered,
@@ -48,8 +38,6 @@ from triton_mp.ipc.messages import (
     StatsReply,
 )
 from triton_mp.ipc.reports import ModelStats, StatDuration
-from triton_mp.ipc.ring import RecordTooLarge
-from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +50,6 @@ EXTENSIONS = (
 )
 """Extensions ServerMetadata reports: only those triton-mp implements (Triton's names, in
 Triton's order). ``binary_tensor_data`` is the HTTP binary tensor extension."""
-
-STOPPING_MESSAGE = (
-    "Server is stopping, scheduler for model has stopped accepting new inference requests"
-)
-"""Triton's answer (UNAVAILABLE) to an inference that arrives while the server drains."""
 
 CONTROL_DISABLED_MESSAGE = "explicit model load / unload is not allowed if polling is enabled"
 """Triton's UNAVAILABLE answer to load/unload outside ``--model-control-mode=explicit``."""
@@ -123,111 +106,6 @@ def stats_to_proto(st: ModelStats) -> pb.ModelStatistics:
     )
 
 
-def write_inputs(
-    arena: ArenaAllocator, req: ValidRequest
-) -> tuple[BlockRef, tuple[TensorRef, ...]]:
-    """Copy every input of ``req`` into one new block of the frontend's arena.
-
-    Raises:
-        ArenaExhausted (UNAVAILABLE): no room within the arena budget.
-    """
-    total = sum(align(len(i.data)) for i in req.inputs)
-    seg, block = arena.alloc(total)
-    mv = memoryview(seg.buf)
-    pos = block + BLOCK_HEADER_BYTES
-    refs = []
-    for i in req.inputs:
-        if i.window is not None:
-            w = i.window
-            refs.append(
-                TensorRef(i.name, i.datatype, i.shape, w.key, w.offset, w.byte_size, w.region_id)
-            )
-            continue
-        n = len(i.data)
-        mv[pos : pos + n] = i.data
-        refs.append(TensorRef(i.name, i.datatype, i.shape, seg.name, pos, n))
-        pos += align(n)
-    mv.release()
-    return BlockRef(seg.name, block), tuple(refs)
-
-
-class InferResult:
-    """A worker's successful answer: output tensors still in the worker's arena.
-
-    The transport copies each output out (``view``) into its response, then calls
-    ``release`` exactly once, which frees the worker's output block.
-
-    Attributes:
-        model: the model's name.
-        version: the concrete version that ran.
-        request_id: the client's request ``id`` ("" when it sent none).
-        outputs: one ``TensorRef`` per returned output, in the order they are returned.
-    """
-
-    __slots__ = ("_block", "_cache", "_pending", "model", "outputs", "request_id", "version")
-
-    def __init__(
-        self,
-        *,
-        model: str,
-        version: int,
-        request_id: str,
-        outputs: tuple[TensorRef, ...],
-        block: BlockRef | None,
-        cache: SegmentCache,
-        pending: PendingTable,
-    ) -> None:
-        self.model = model
-        self.version = version
-        self.request_id = request_id
-        self.outputs = outputs
-        self._block = block
-        self._cache = cache
-        self._pending = pending
-
-    def view(self, ref: TensorRef) -> memoryview | None:
-        """The bytes of one output without a copy, valid until ``release``; None when the
-        worker wrote the output into the client's registered shared memory instead."""
-        if ref.region_id:
-            return None
-        return memoryview(self._cache.get(ref.segment).buf)[ref.offset : ref.offset + ref.nbytes]
-
-    def data(self, ref: TensorRef) -> bytes:
-        """A copy of one output's bytes (``b""`` for an output in the client's shared
-        memory, as Triton sends)."""
-        if ref.region_id:
-            return b""
-        return self._cache.get(ref.segment).buf[ref.offset : ref.offset + ref.nbytes]
-
-    def release(self) -> None:
-        """Free the worker's output block (views taken before become invalid)."""
-        block, self._block = self._block, None
-        self._pending.free(block)
-
-
-@dataclass(frozen=True, slots=True)
-class StreamSubmitted:
-    """A request of a decoupled model sent to the scheduler (``submit_decoupled``)."""
-
-    request_id: int
-    model: str
-    version: int
-    client_id: str
-    """The request's ``id``, echoed in every response."""
-
-
-@dataclass(frozen=True, slots=True)
-class Submitted:
-    """A request sent to the scheduler whose answer is not awaited yet (``FrontendCore``)."""
-
-    request_id: int
-    future: asyncio.Future[InferResponse | RequestFailed]
-    model: str
-    version: int
-    client_id: str
-    """The request's ``id``, echoed in the response."""
-
-
 class FrontendCore:
     """The KServe v2 / Triton operations of one frontend process, transport-neutral.
 
@@ -247,7 +125,7 @@ class FrontendCore:
         repository: the model repository directory (RepositoryIndex lists its models).
 
     Attributes:
-        draining: set when the server stops: not ready, new inferences refused (UNAVAILABLE).
+        inference: the submit path (``Inference.submit``) and the drain.
     """
 
     def __init__(
@@ -269,22 +147,27 @@ class FrontendCore:
         self.shm = shm if shm is not None else SystemShmRegistry(frontend_id)
         self.models = models
         self._fid = frontend_id
-        self._reply_to = ReplyTo(Requester.FRONTEND, frontend_id)
         self._server_name = server_name
-        self._arena = arena
-        self._cache = cache
         self._pending = pending
         self._send = send_scheduler
         self._send_peers = send_peers
         self._mode = model_control_mode
         self._link = link
         self._repository = Path(repository) if repository else None
-        self.draining = False
+        self.inference = Inference(
+            frontend_id=frontend_id,
+            models=models,
+            shm=self.shm,
+            arena=arena,
+            cache=cache,
+            pending=pending,
+            send_scheduler=send_scheduler,
+        )
 
     # ------------------------------------------------------------------ health
     def server_ready(self) -> bool:
         """KServe ServerReady: every model ready (Triton's --strict-readiness), not draining."""
-        return self.models.all_ready() and not self.draining
+        return self.models.all_ready() and not self.inference.draining
 
     def model_ready(self, name: str, version: str) -> bool:
         """KServe ModelReady: the version (with none given, the latest) is ready and has a
@@ -299,7 +182,7 @@ class FrontendCore:
             raise
         except TritonMPError:
             return False
-        return self.models.has_live_instance(model.name, v) and not self.draining
+        return self.models.has_live_instance(model.name, v) and not self.inference.draining
 
     # ---------------------------------------------------------------- metadata
     def server_metadata(self) -> pb.ServerMetadataResponse:
@@ -481,215 +364,6 @@ class FrontendCore:
                 call_id=cid, model=name, unload_dependents=unload_dependents
             )
         )
-
-    # --------------------------------------------------------------- inference
-    def check_accepting(self) -> None:
-        """Refuse new inferences while the server drains.
-
-        Raises:
-            ModelUnavailable: UNAVAILABLE "Server is stopping, ...".
-        """
-        if self.draining:
-            raise ModelUnavailable(STOPPING_MESSAGE)
-
-    @staticmethod
-    def check_transaction_policy(model: Model, message: str) -> None:
-        """Refuse a decoupled model on a transport that answers once per request.
-
-        Raises:
-            InvalidRequest: UNSUPPORTED ``message`` when the model is decoupled.
-        """
-        if model.config.model_transaction_policy.decoupled:
-            raise InvalidRequest(message, ErrorCode.UNSUPPORTED)
-
-    async def infer(self, request: InferenceRequest, *, decoupled_message: str) -> InferResult:
-        """KServe ModelInfer: validate, copy inputs to shared memory, await the worker.
-
-        Args:
-            request: the request, from any transport.
-            decoupled_message: the UNSUPPORTED text for a decoupled model (it names the
-                transport's endpoint, as Triton's does).
-
-        Returns:
-            The answer; the caller must ``release`` it once the outputs are copied out.
-
-        Raises:
-            TritonMPError: every validation failure (triton.md §4.9), UNAVAILABLE while
-                draining or when the arena or ring is full, and the worker's or scheduler's
-                error for this request (its code and message).
-            asyncio.CancelledError: the caller was cancelled; the scheduler is told to drop
-                the request if it has not started.
-        """
-        submitted = self.submit(request, decoupled_message=decoupled_message)
-        return await self.finish(submitted)
-
-    def submit(self, request: InferenceRequest, *, decoupled_message: str) -> Submitted:
-        """The synchronous half of ``infer``: validate, write the inputs, send the
-        descriptor. Requests submitted one after another reach the scheduler in that order
-        (what a stream of sequence requests relies on).
-
-        Raises:
-            TritonMPError: as ``infer``, except the answer's own error.
-        """
-        self.check_accepting()
-        model, version = self.models.resolve(request.model_name, request.model_version)
-        valid = validate_request(request, model, version, self.shm)
-        self.check_transaction_policy(model, decoupled_message)
-        block, refs = write_inputs(self._arena, valid)
-        config = model.config
-        preserve = config.dynamic_batching.preserve_ordering or (
-            config.HasField("sequence_batching")
-            and config.sequence_batching.oldest.preserve_ordering
-        )
-        rid, fut = self._pending.new_request(block, (model.name, version) if preserve else None)
-        self._send_request(rid, request, model, version, valid, block, refs)
-        return Submitted(rid, fut, model.name, version, request.id)
-
-    def is_decoupled(self, name: str, version: str) -> bool:
-        """Whether a request for ``name``/``version`` goes to a decoupled model (False when
-        the model does not resolve: ``submit`` then raises the right error)."""
-        try:
-            model, _ = self.models.resolve(name, version)
-        except TritonMPError:
-            return False
-        return bool(model.config.model_transaction_policy.decoupled)
-
-    def submit_decoupled(
-        self,
-        request: InferenceRequest,
-        on_message: Callable[[InferResponse | RequestFailed], None],
-    ) -> StreamSubmitted:
-        """Validate, write the inputs and send a request of a decoupled model; every
-        response (zero or more, then a final one, or a ``RequestFailed``) goes to
-        ``on_message`` on the loop thread, which must free each response's block
-        (``release_block``).
-
-        Raises:
-            TritonMPError: as ``submit``.
-        """
-        self.check_accepting()
-        model, version = self.models.resolve(request.model_name, request.model_version)
-        valid = validate_request(request, model, version, self.shm)
-        block, refs = write_inputs(self._arena, valid)
-        rid = self._pending.new_stream_request(block, on_message)
-        self._send_request(rid, request, model, version, valid, block, refs)
-        return StreamSubmitted(rid, model.name, version, request.id)
-
-    def cancel(self, submitted: StreamSubmitted) -> None:
-        """The client of a decoupled request went away: drop it if queued, else let the
-        model see ``is_cancelled()``. Its responses are still delivered (and freed)."""
-        with contextlib.suppress(TritonMPError):
-            self._send(
-                encode(
-                    CancelRequest(
-                        request_id=submitted.request_id,
-                        reply_to=self._reply_to,
-                        model=submitted.model,
-                        version=submitted.version,
-                    )
-                )
-            )
-
-    def result_of(
-        self, submitted: Submitted | StreamSubmitted, answer: InferResponse
-    ) -> InferResult:
-        """A worker's answer (or one response of a decoupled request) as an
-        ``InferResult``; the caller releases it."""
-        return InferResult(
-            model=submitted.model,
-            version=answer.version,
-            request_id=submitted.client_id,
-            outputs=answer.outputs,
-            block=answer.block,
-            cache=self._cache,
-            pending=self._pending,
-        )
-
-    def release_block(self, block: BlockRef | None) -> None:
-        """Free a response's output block without reading it."""
-        self._pending.free(block)
-
-    def _send_request(
-        self,
-        rid: int,
-        request: InferenceRequest,
-        model: Model,
-        version: int,
-        valid: ValidRequest,
-        block: BlockRef,
-        refs: tuple[TensorRef, ...],
-    ) -> None:
-        desc = InferRequest(
-            request_id=rid,
-            reply_to=self._reply_to,
-            model=model.name,
-            version=version,
-            batch_size=valid.batch_size,
-            inputs=refs,
-            outputs=valid.outputs,
-            block=block,
-            arrival_ns=time.monotonic_ns(),
-            priority=valid.priority,
-            timeout_us=valid.timeout_us,
-            client_id=request.id,
-            output_regions=valid.output_regions,
-            parameters_json=valid.parameters_json,
-            sequence_id=valid.sequence_id,
-            sequence_flags=valid.sequence_flags,
-        )
-        data = encode(desc)
-        try:
-            self._send(data)
-        except TritonMPError:
-            self._pending.forget_request(rid)
-            raise
-        except RecordTooLarge:
-            self._pending.forget_request(rid)
-            raise InvalidRequest(
-                f"[request id: {request.id or '<id_unknown>'}] request of {len(data)} bytes "
-                "without its tensors (mostly its parameters) exceeds the server's limit for "
-                f"model '{model.name}'; send large data as input tensors"
-            ) from None
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "request %d accepted for '%s' version %d (batch size %d)",
-                rid,
-                model.name,
-                version,
-                valid.batch_size,
-            )
-
-    async def finish(self, submitted: Submitted) -> InferResult:
-        """The asynchronous half of ``infer``: await the answer of a submitted request.
-
-        Raises:
-            TritonMPError: the worker's or scheduler's error for this request.
-            asyncio.CancelledError: as ``infer``.
-        """
-        rid, fut, model, version = (
-            submitted.request_id,
-            submitted.future,
-            submitted.model,
-            submitted.version,
-        )
-        try:
-            answer = await fut
-        except asyncio.CancelledError:
-            # NOTE: the client cancelled or its deadline passed: a request still queued is
-            # dropped by the scheduler instead of running for nobody.
-            self._send(
-                encode(
-                    CancelRequest(
-                        request_id=rid, reply_to=self._reply_to, model=model, version=version
-                    )
-                )
-            )
-            raise
-        if not isinstance(answer, InferResponse) or answer.error is not None:
-            err = answer.error
-            assert err is not None
-            raise TritonMPError(err.message, err.code)
-        return self.result_of(submitted, answer)
 
     # ------------------------------------------------------- shared memory
     def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:

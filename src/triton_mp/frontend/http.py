@@ -374,12 +374,12 @@ class HttpFrontend:
     # --------------------------------------------------------------- inference
     async def _infer(self, request: web.Request) -> web.Response:
         """KServe v2 ``POST .../infer`` with Triton's binary tensor data extension."""
-        core = self._core
-        name = request.match_info["model"]
+        inference = self._core.inference
         version = request.match_info.get("version", "")
-        core.check_accepting()
-        model, _ = core.resolve(name, version)
-        core.check_transaction_policy(model, DECOUPLED_MESSAGE)
+        # NOTE: refused before the body is read, as Triton does; submit does not repeat it.
+        target = inference.admit(
+            request.match_info["model"], version, decoupled_message=DECOUPLED_MESSAGE
+        )
         encoding = request.headers.get("Content-Encoding", "")
         if encoding not in ("", "identity", "gzip", "deflate"):
             response = _error_response(501, "Unsupported compression type")
@@ -387,8 +387,11 @@ class HttpFrontend:
             return response
         # NOTE: aiohttp's parser inflates gzip/deflate bodies itself, within client_max_size.
         body = await _read_body(request)
-        req, plan = parse_infer_body(model, version, body, request.headers.get(HEADER_LENGTH))
-        result = await core.infer(req, decoupled_message=DECOUPLED_MESSAGE)
+        req, plan = parse_infer_body(
+            target.model, version, body, request.headers.get(HEADER_LENGTH)
+        )
+        ticket = inference.submit(req, decoupled_message=DECOUPLED_MESSAGE, target=target)
+        result = await ticket.result()
         try:
             data, headers = render_infer_response(
                 result, plan, request.headers.get("Accept-Encoding")

@@ -24,7 +24,6 @@ import numpy as np
 
 from triton_mp.common.datatypes import ELEMENT_BYTES, NUMPY_DTYPES, element_count
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
-from triton_mp.frontend.core import InferResult
 from triton_mp.frontend.models import Model
 from triton_mp.frontend.request import (
     InferenceRequest,
@@ -36,6 +35,7 @@ from triton_mp.frontend.request import (
     string_parameter,
     uint64_parameter,
 )
+from triton_mp.frontend.ticket import InferResult
 
 MAX_INPUT_BYTES = 64 << 20
 """Largest request body, compressed or not, in bytes (``--http-max-input-size`` default)."""

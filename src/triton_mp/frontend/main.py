@@ -208,12 +208,11 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
 
     # NOTE: as Triton does, keep listening while draining: health answers not-ready and new
     # inferences get UNAVAILABLE "Server is stopping..." until in-flight ones are answered.
-    core.draining = True
+    core.inference.start_draining()
     log.info("draining: %d requests in flight, up to %.1f s", len(pending), spec.exit_timeout_s)
     deadline = loop.time() + spec.exit_timeout_s
     answered_some = bool(len(pending))
-    while len(pending) and loop.time() < deadline:
-        await asyncio.sleep(0.05)
+    await core.inference.wait_drained(spec.exit_timeout_s)
     if answered_some:
         # NOTE: an answered request's response may still be on its way (grpc has written
         # the last bytes to the socket, the client has not read them): closing the

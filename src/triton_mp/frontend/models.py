@@ -58,6 +58,11 @@ class Model:
     """``LOADING`` / ``UNLOADING`` while the supervisor changes the model."""
     version_reasons: dict[int, str] | None = None
     """Why each failed version failed (``reason`` when absent)."""
+    decoupled: bool = False
+    """``model_transaction_policy.decoupled``: zero or more responses per request."""
+    preserve_ordering: bool = False
+    """Responses leave in request order (``dynamic_batching.preserve_ordering``, or the
+    sequence batcher's ``oldest.preserve_ordering``)."""
 
     def version_reason(self, version: int) -> str:
         """Why ``version`` is UNAVAILABLE."""
@@ -111,6 +116,14 @@ class ModelTable:
                 outputs={t.name: _io(t, False) for t in cfg.output},
                 transition=e.transition,
                 version_reasons=dict(e.version_reasons),
+                decoupled=bool(cfg.model_transaction_policy.decoupled),
+                preserve_ordering=bool(
+                    cfg.dynamic_batching.preserve_ordering
+                    or (
+                        cfg.HasField("sequence_batching")
+                        and cfg.sequence_batching.oldest.preserve_ordering
+                    )
+                ),
             )
 
     def __iter__(self):  # type: ignore[no-untyped-def]
@@ -144,6 +157,10 @@ class ModelTable:
     def has_live_instance(self, name: str, version: int) -> bool:
         """False while every instance of the version is dead (restarting or given up)."""
         return (name, version) not in self._no_instance
+
+    def is_current(self, model: Model) -> bool:
+        """Whether ``model`` is still this table's entry for its name (no update since)."""
+        return self._models.get(model.name) is model
 
     def get(self, name: str) -> Model:
         """The model called ``name``.

@@ -1,21 +1,23 @@
 """Requests and queries a frontend is waiting on, and delivery of their answers.
 
 Imported by the frontend only. The event loop drains the inbox when its FIFO wakes it and
-calls ``deliver`` with everything drained, on the loop thread. The frontend frees its own
-input block when a request's answer arrives (by then the worker has stopped reading it), and
-frees a worker's output block at once when nobody waits for it any more (the client went away).
+calls ``deliver`` with everything drained, on the loop thread. Each request has a *sink*
+(its ``Ticket``'s ``deliver``) that gets its answers; the frontend frees its own input block
+when a request's last answer arrives (by then the worker has stopped reading it), and frees
+a worker's output block at once when nobody waits for it any more.
 
-``preserve_ordering`` (``dynamic_batching.preserve_ordering``): a request sent with an
-``order`` key joins that key's stream; its response is held until every earlier request of
-the stream has been answered, so responses leave in the order the requests arrived even when
-several instances finish out of order. Errors are released at once (Triton answers rejections
-and timeouts outside the order too). Ordering is per frontend process: one client connection
-is served by one frontend.
+A unary request gets one answer. ``preserve_ordering`` (``dynamic_batching.preserve_ordering``):
+a unary request registered with an ``order`` key joins that key's stream; its response is
+held until every earlier request of the stream has been answered, so responses leave in the
+order the requests arrived even when several instances finish out of order. Errors are
+released at once (Triton answers rejections and timeouts outside the order too). Ordering is
+per frontend process: one client connection is served by one frontend.
 
-Requests of decoupled models (``new_stream_request``) get zero or more responses then a final
-one: each is handed to the request's callback as it arrives, and the request (with its input
-block) is forgotten after the final one (``InferResponse.final``, or a ``RequestFailed``).
-The callback owns each response's output block and must free it (``free``).
+A request of a decoupled model (``streaming``) gets zero or more responses then a final one,
+each handed to its sink as it arrives; the request (with its input block) is forgotten after
+the final one (``InferResponse.final``, or a ``RequestFailed``).
+
+``wait_idle`` lets the drain await the moment no request is pending any more.
 """
 
 from __future__ import annotations
@@ -24,21 +26,38 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
 
 from triton_mp.ipc import BlockRef, SegmentCache, free_block
 from triton_mp.ipc.messages import InferResponse, QueueReply, RequestFailed, StatsReply
 
 log = logging.getLogger(__name__)
 
+Answer = InferResponse | RequestFailed
+"""What a request's sink receives."""
+Sink = Callable[[Answer], None]
+"""Gets a request's answers on the loop thread; owns each ``InferResponse.block``."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    sink: Sink
+    block: BlockRef | None
+    """The request's input block (ours), freed after its last answer."""
+    streaming: bool
+    """A decoupled model's request: answers until a final one."""
+
 
 class PendingTable:
-    """request id -> (future, input block); query id -> future."""
+    """request id -> (sink, input block); query id -> future.
+
+    Args:
+        cache: the attached arenas, to free blocks in.
+    """
 
     def __init__(self, cache: SegmentCache) -> None:
         self._cache = cache
-        self._requests: dict[
-            int, tuple[asyncio.Future[InferResponse | RequestFailed], BlockRef]
-        ] = {}
+        self._requests: dict[int, _Request] = {}
         self._queries: dict[int, asyncio.Future[StatsReply | QueueReply]] = {}
         self._ids = itertools.count(1)
         self._streams: dict[Hashable, dict[int, None]] = {}
@@ -46,49 +65,45 @@ class PendingTable:
         self._stream_of: dict[int, Hashable] = {}
         self._held: dict[int, InferResponse] = {}
         """Responses waiting for an earlier request of their stream."""
-        self._decoupled: dict[
-            int, tuple[Callable[[InferResponse | RequestFailed], None], BlockRef]
-        ] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     def __len__(self) -> int:
-        return len(self._requests) + len(self._decoupled)
+        return len(self._requests)
 
-    def new_stream_request(
-        self, block: BlockRef, on_message: Callable[[InferResponse | RequestFailed], None]
-    ) -> int:
-        """Register a request of a decoupled model whose inputs are in ``block``; returns
-        its id. ``on_message`` gets every response (loop thread), the final one last."""
-        rid = next(self._ids)
-        self._decoupled[rid] = (on_message, block)
-        return rid
+    def new_id(self) -> int:
+        """A fresh request or query id (unique within this frontend)."""
+        return next(self._ids)
 
-    def new_request(
-        self, block: BlockRef, order: Hashable = None
-    ) -> tuple[int, asyncio.Future[InferResponse | RequestFailed]]:
-        """Register a request whose inputs are in ``block``; returns (request id, future).
+    def add_request(
+        self,
+        request_id: int,
+        block: BlockRef | None,
+        sink: Sink,
+        *,
+        order: Hashable = None,
+        streaming: bool = False,
+    ) -> None:
+        """Register a request (``new_id``) whose inputs are in ``block``.
 
         Args:
+            sink: gets the request's answers (loop thread), the final one last.
             order: None, or the stream (model, version) whose responses must be released in
-                request order (``preserve_ordering``). Register in the order of sending.
+                request order (``preserve_ordering``; unary requests only). Register in the
+                order of sending.
+            streaming: a decoupled model's request (zero or more responses, then a final).
         """
-        rid = next(self._ids)
-        fut: asyncio.Future[InferResponse | RequestFailed] = (
-            asyncio.get_running_loop().create_future()
-        )
-        self._requests[rid] = (fut, block)
-        if order is not None:
-            self._streams.setdefault(order, {})[rid] = None
-            self._stream_of[rid] = order
-        return rid, fut
+        self._requests[request_id] = _Request(sink, block, streaming)
+        self._idle.clear()
+        if order is not None and not streaming:
+            self._streams.setdefault(order, {})[request_id] = None
+            self._stream_of[request_id] = order
 
     def forget_request(self, request_id: int) -> None:
         """Drop a request that was never sent, freeing its input block."""
-        entry = self._requests.pop(request_id, None)
+        entry = self._pop(request_id)
         if entry is not None:
-            self.free(entry[1])
-        stream = self._decoupled.pop(request_id, None)
-        if stream is not None:
-            self.free(stream[1])
+            self.free(entry.block)
         self._leave_stream(request_id)
 
     def new_query(self) -> tuple[int, asyncio.Future[StatsReply | QueueReply]]:
@@ -107,42 +122,48 @@ class PendingTable:
         if block is not None:
             free_block(self._cache.get(block.segment).buf, block.offset)
 
-    def deliver(
-        self, msgs: Iterable[InferResponse | RequestFailed | StatsReply | QueueReply]
-    ) -> None:
-        """Resolve the futures of every answer in ``msgs`` (loop thread only)."""
+    async def wait_idle(self) -> None:
+        """Return once no request is pending (at once when none is)."""
+        await self._idle.wait()
+
+    def deliver(self, msgs: Iterable[Answer | StatsReply | QueueReply]) -> None:
+        """Hand every answer in ``msgs`` to its request or query (loop thread only)."""
         for msg in msgs:
             if isinstance(msg, StatsReply | QueueReply):
                 qfut = self._queries.pop(msg.query_id, None)
                 if qfut is not None and not qfut.done():
                     qfut.set_result(msg)
                 continue
-            stream_entry = self._decoupled.get(msg.request_id)
-            if stream_entry is not None:
+            entry = self._requests.get(msg.request_id)
+            if entry is not None and entry.streaming:
                 if isinstance(msg, RequestFailed) or msg.final:
-                    del self._decoupled[msg.request_id]
-                    self.free(stream_entry[1])
-                try:
-                    stream_entry[0](msg)
-                except Exception:  # noqa: BLE001 - one stream's fault must not stop delivery
-                    log.exception("delivering a response of request %d failed", msg.request_id)
-                    if isinstance(msg, InferResponse):
-                        self.free(msg.block)
+                    self._pop(msg.request_id)
+                    self.free(entry.block)
+                self._hand(entry.sink, msg)
                 continue
-            order = self._stream_of.get(msg.request_id)
-            if order is None:
-                self._resolve(msg)
-                continue
-            stream = self._streams[order]
-            if isinstance(msg, InferResponse) and next(iter(stream)) != msg.request_id:
-                self._held[msg.request_id] = msg  # an earlier request is still running
-                continue
+            self._deliver_unary(msg)
+
+    def _deliver_unary(self, msg: Answer) -> None:
+        order = self._stream_of.get(msg.request_id)
+        if order is None:
             self._resolve(msg)
-            self._leave_stream(msg.request_id)
-            # release the responses that were waiting only for this one
-            while stream and (held := self._held.pop(next(iter(stream)), None)) is not None:
-                self._resolve(held)
-                self._leave_stream(held.request_id)
+            return
+        stream = self._streams[order]
+        if isinstance(msg, InferResponse) and next(iter(stream)) != msg.request_id:
+            self._held[msg.request_id] = msg  # an earlier request is still running
+            return
+        self._resolve(msg)
+        self._leave_stream(msg.request_id)
+        # release the responses that were waiting only for this one
+        while stream and (held := self._held.pop(next(iter(stream)), None)) is not None:
+            self._resolve(held)
+            self._leave_stream(held.request_id)
+
+    def _pop(self, request_id: int) -> _Request | None:
+        entry = self._requests.pop(request_id, None)
+        if not self._requests:
+            self._idle.set()
+        return entry
 
     def _leave_stream(self, request_id: int) -> None:
         order = self._stream_of.pop(request_id, None)
@@ -152,16 +173,19 @@ class PendingTable:
             if not stream:
                 del self._streams[order]
 
-    def _resolve(self, msg: InferResponse | RequestFailed) -> None:
-        entry = self._requests.pop(msg.request_id, None)
-        out_block = msg.block if isinstance(msg, InferResponse) else None
+    def _resolve(self, msg: Answer) -> None:
+        entry = self._pop(msg.request_id)
         if entry is None:
             # NOTE: an answer for a request already failed (e.g. worker restart race).
-            self.free(out_block)
+            self.free(msg.block if isinstance(msg, InferResponse) else None)
             return
-        fut, in_block = entry
-        self.free(in_block)
-        if fut.done():
-            self.free(out_block)
-        else:
-            fut.set_result(msg)
+        self.free(entry.block)
+        self._hand(entry.sink, msg)
+
+    def _hand(self, sink: Sink, msg: Answer) -> None:
+        try:
+            sink(msg)
+        except Exception:  # noqa: BLE001 - one request's fault must not stop delivery
+            log.exception("delivering an answer of request %d failed", msg.request_id)
+            if isinstance(msg, InferResponse):
+                self.free(msg.block)

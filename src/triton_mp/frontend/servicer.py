@@ -8,8 +8,6 @@ handler batches, validates or runs anything itself.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from typing import NoReturn
 
 import grpc
@@ -18,17 +16,10 @@ from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp._proto import grpc_service_pb2_grpc as pb_grpc
 from triton_mp._proto import health_pb2, health_pb2_grpc
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.frontend.core import (
-    EXTENSIONS,
-    FrontendCore,
-    InferResult,
-    StreamSubmitted,
-    Submitted,
-    stats_to_proto,
-)
-from triton_mp.frontend.grpc.messages import request_from_proto
-from triton_mp.frontend.wire import WireInferRequest, infer_response_bytes, split_infer_request
-from triton_mp.ipc.messages import InferResponse, RequestFailed
+from triton_mp.frontend.core import EXTENSIONS, FrontendCore, stats_to_proto
+from triton_mp.frontend.grpc.messages import infer_response_bytes, request_from_proto
+from triton_mp.frontend.grpc.stream import StreamSession
+from triton_mp.frontend.grpc.wire import WireInferRequest, split_infer_request
 
 __all__ = ["EXTENSIONS", "GRPC_STATUS", "HealthServicer", "InferenceServicer", "stats_to_proto"]
 
@@ -48,54 +39,6 @@ GRPC_STATUS = {
 
 DECOUPLED_MESSAGE = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 """Triton's UNIMPLEMENTED answer to ModelInfer on a decoupled model."""
-FINAL_PARAMETER = "triton_final_response"
-"""Stream response parameter: true on the last response of a request (Triton sets it on
-every stream response)."""
-EMPTY_FINAL_PARAMETER = "triton_enable_empty_final_response"
-"""Request parameter: send a decoupled request's flags-only final response as an empty
-response (else it is not sent)."""
-
-
-def _stream_response(result: InferResult, final: bool) -> pb.ModelStreamInferResponse:
-    """A stream response with outputs; releases the answer's output block."""
-    resp = _infer_response(result)
-    resp.parameters[FINAL_PARAMETER].bool_param = final
-    return pb.ModelStreamInferResponse(infer_response=resp)
-
-
-def _response_head(result: InferResult) -> pb.ModelInferResponse:
-    """An answer's ModelInferResponse without ``raw_output_contents``."""
-    resp = pb.ModelInferResponse(
-        model_name=result.model, model_version=str(result.version), id=result.request_id
-    )
-    for ref in result.outputs:
-        out = resp.outputs.add()
-        out.name = ref.name
-        out.datatype = ref.datatype
-        out.shape.extend(ref.shape)
-    return resp
-
-
-def _infer_response(result: InferResult) -> pb.ModelInferResponse:
-    """The wire form of an answer; releases the answer's output block."""
-    try:
-        resp = _response_head(result)
-        # NOTE: an output in the client's shared memory gets an empty entry (Triton).
-        resp.raw_output_contents.extend(result.data(ref) for ref in result.outputs)
-    finally:
-        result.release()
-    return resp
-
-
-def _infer_response_bytes(result: InferResult) -> bytes:
-    """``_infer_response`` serialized, each output copied once, straight from the arena."""
-    try:
-        # NOTE: views stay valid until release(), after the join copied them.
-        return infer_response_bytes(
-            _response_head(result), [result.view(ref) for ref in result.outputs]
-        )
-    finally:
-        result.release()
 
 
 def add_to_server(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
@@ -125,24 +68,6 @@ def add_to_server(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
     service = "inference.GRPCInferenceService"
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
     server.add_registered_method_handlers(service, handlers)
-
-
-def _stream_error(
-    message: str, submitted: Submitted | StreamSubmitted, final: bool = True
-) -> pb.ModelStreamInferResponse:
-    """A stream response carrying one request's error (the stream goes on)."""
-    resp = pb.ModelInferResponse(
-        model_name=submitted.model,
-        model_version=str(submitted.version),
-        id=submitted.client_id,
-    )
-    resp.parameters[FINAL_PARAMETER].bool_param = final
-    return pb.ModelStreamInferResponse(error_message=message, infer_response=resp)
-
-
-def _wants_empty_final(request: pb.ModelInferRequest) -> bool:
-    p = request.parameters.get(EMPTY_FINAL_PARAMETER)
-    return p is not None and p.WhichOneof("parameter_choice") == "bool_param" and p.bool_param
 
 
 MAX_STATUS_MESSAGE_BYTES = 4096
@@ -258,122 +183,20 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         else:
             message, raw = request, None
         try:
-            result = await self._core.infer(
+            ticket = self._core.inference.submit(
                 request_from_proto(message, raw), decoupled_message=DECOUPLED_MESSAGE
             )
+            result = await ticket.result()
         except TritonMPError as e:
             await _abort(context, e.code, e.message)
-        return _infer_response_bytes(result)
+        return infer_response_bytes(result)
 
     async def ModelStreamInfer(self, request_iterator, context):  # type: ignore[no-untyped-def]  # noqa: N802
-        """Triton's bidirectional stream: per request, one response (or ``error_message``),
-        or for a decoupled model zero or more responses then the end of the request.
-
-        Requests are submitted in the order they arrive, so the requests of a sequence reach
-        the sequence batcher in order; responses leave as they complete. An invalid request
-        gets an ``error_message`` and the stream goes on, as in Triton. Every response
-        carries ``triton_final_response``; a decoupled request's flags-only end is sent as an
-        empty response only when the request set ``triton_enable_empty_final_response``.
-        When the client closes its side, the stream ends after every request's last
-        response; when it cancels, running decoupled requests are cancelled
-        (``is_cancelled()``) and their remaining responses are dropped.
-        """
-        out: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
-        waiting: set[asyncio.Task[None]] = set()
-        open_decoupled: dict[int, StreamSubmitted] = {}
-        all_ended = asyncio.Event()
-        all_ended.set()
-        closed = False
-
-        async def answer(submitted: Submitted) -> None:
-            try:
-                result = await self._core.finish(submitted)
-            except TritonMPError as e:
-                out.put_nowait(_stream_error(e.message, submitted))
-                return
-            out.put_nowait(_stream_response(result, True))
-
-        def decoupled_handler(
-            empty_final: bool,
-        ) -> tuple[list[StreamSubmitted], Callable[[InferResponse | RequestFailed], None]]:
-            holder: list[StreamSubmitted] = []
-
-            def on_message(msg: InferResponse | RequestFailed) -> None:
-                submitted = holder[0]
-                final = isinstance(msg, RequestFailed) or msg.final
-                if final:
-                    open_decoupled.pop(submitted.request_id, None)
-                    if not open_decoupled:
-                        all_ended.set()
-                if closed:
-                    if isinstance(msg, InferResponse):
-                        self._core.release_block(msg.block)
-                    return
-                if isinstance(msg, RequestFailed):
-                    out.put_nowait(_stream_error(msg.error.message, submitted))
-                elif msg.error is not None:
-                    self._core.release_block(msg.block)
-                    out.put_nowait(_stream_error(msg.error.message, submitted, final))
-                elif msg.empty:
-                    self._core.release_block(msg.block)
-                    if empty_final:
-                        resp = pb.ModelInferResponse(
-                            model_name=submitted.model,
-                            model_version=str(msg.version),
-                            id=submitted.client_id,
-                        )
-                        resp.parameters[FINAL_PARAMETER].bool_param = True
-                        out.put_nowait(pb.ModelStreamInferResponse(infer_response=resp))
-                else:
-                    result = self._core.result_of(submitted, msg)
-                    out.put_nowait(_stream_response(result, final))
-
-            return holder, on_message
-
-        async def read() -> None:
-            async for request in request_iterator:
-                try:
-                    if self._core.is_decoupled(request.model_name, request.model_version):
-                        holder, on_message = decoupled_handler(_wants_empty_final(request))
-                        sub = self._core.submit_decoupled(request_from_proto(request), on_message)
-                        holder.append(sub)
-                        open_decoupled[sub.request_id] = sub
-                        all_ended.clear()
-                        continue
-                    submitted = self._core.submit(
-                        request_from_proto(request), decoupled_message=DECOUPLED_MESSAGE
-                    )
-                except TritonMPError as e:
-                    resp = pb.ModelInferResponse(
-                        model_name=request.model_name,
-                        model_version=request.model_version,
-                        id=request.id,
-                    )
-                    resp.parameters[FINAL_PARAMETER].bool_param = True
-                    out.put_nowait(
-                        pb.ModelStreamInferResponse(error_message=e.message, infer_response=resp)
-                    )
-                    continue
-                task = asyncio.create_task(answer(submitted))
-                waiting.add(task)
-                task.add_done_callback(waiting.discard)
-            while waiting:
-                await asyncio.gather(*list(waiting))
-            await all_ended.wait()
-            out.put_nowait(None)
-
-        reader = asyncio.create_task(read())
-        try:
-            while (item := await out.get()) is not None:
-                yield item
-            await reader
-        finally:
-            closed = True
-            reader.cancel()
-            for task in list(waiting):
-                task.cancel()
-            for sub in list(open_decoupled.values()):
-                self._core.cancel(sub)
+        """Triton's bidirectional stream (``frontend.grpc.stream``): per request, one
+        response (or ``error_message``), or for a decoupled model zero or more responses
+        then the end of the request."""
+        async for response in StreamSession(self._core.inference, request_iterator).responses():
+            yield response
 
     # ------------------------------------------------------- shared memory
     async def SystemSharedMemoryRegister(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802

@@ -1,9 +1,12 @@
 """``inference.*`` protos <-> the frontend core's transport-free objects.
 
-Imported by the gRPC adapter (``frontend.grpc.servicer``). ``request_from_proto`` turns a
-``ModelInferRequest`` into the ``InferenceRequest`` the core validates, keeping each
-parameter's protocol type and the raw tensor bytes as they arrived (views into the received
-message when ``wire.split_infer_request`` parsed it); typed contents are kept by field.
+Imported by the gRPC adapter (``frontend.grpc.servicer``, ``frontend.grpc.stream``).
+``request_from_proto`` turns a ``ModelInferRequest`` into the ``InferenceRequest`` the core
+validates, keeping each parameter's protocol type and the raw tensor bytes as they arrived
+(views into the received message when ``wire.split_infer_request`` parsed it); typed
+contents are kept by field. ``infer_response`` / ``infer_response_bytes`` write an
+``InferResult`` back as a ``ModelInferResponse`` (and release it); ``stream_response`` and
+``stream_error`` are ModelStreamInfer's answers.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from triton_mp._proto import grpc_service_pb2 as pb
+from triton_mp.frontend.grpc.wire import infer_response_bytes as _response_bytes
 from triton_mp.frontend.request import (
     TENSOR_CONTENTS,
     InferenceRequest,
@@ -20,6 +24,11 @@ from triton_mp.frontend.request import (
     ParameterType,
     RequestedOutput,
 )
+from triton_mp.frontend.ticket import InferResult, Ticket
+
+FINAL_PARAMETER = "triton_final_response"
+"""Stream response parameter: true on the last response of a request (Triton sets it on
+every stream response)."""
 
 _NO_PARAMETERS: Mapping[str, Parameter] = {}
 
@@ -77,3 +86,62 @@ def request_from_proto(
         ),
         raw_inputs=message.raw_input_contents if raw is None else raw,
     )
+
+
+def response_head(result: InferResult) -> pb.ModelInferResponse:
+    """An answer's ModelInferResponse without ``raw_output_contents``."""
+    resp = pb.ModelInferResponse(
+        model_name=result.model, model_version=str(result.version), id=result.request_id
+    )
+    for ref in result.outputs:
+        out = resp.outputs.add()
+        out.name = ref.name
+        out.datatype = ref.datatype
+        out.shape.extend(ref.shape)
+    return resp
+
+
+def infer_response(result: InferResult) -> pb.ModelInferResponse:
+    """The proto of an answer; releases the answer's output block."""
+    try:
+        resp = response_head(result)
+        # NOTE: an output in the client's shared memory gets an empty entry (Triton).
+        resp.raw_output_contents.extend(result.data(ref) for ref in result.outputs)
+    finally:
+        result.release()
+    return resp
+
+
+def infer_response_bytes(result: InferResult) -> bytes:
+    """``infer_response`` serialized, each output copied once, straight from the arena;
+    releases the answer's output block."""
+    try:
+        # NOTE: views stay valid until release(), after the join copied them.
+        return _response_bytes(response_head(result), [result.view(ref) for ref in result.outputs])
+    finally:
+        result.release()
+
+
+def stream_response(result: InferResult, final: bool) -> pb.ModelStreamInferResponse:
+    """A stream response with outputs; releases the answer's output block."""
+    resp = infer_response(result)
+    resp.parameters[FINAL_PARAMETER].bool_param = final
+    return pb.ModelStreamInferResponse(infer_response=resp)
+
+
+def stream_end(ticket: Ticket, version: int) -> pb.ModelStreamInferResponse:
+    """The empty response that ends a decoupled request (when the request asked for it)."""
+    resp = pb.ModelInferResponse(
+        model_name=ticket.model, model_version=str(version), id=ticket.client_id
+    )
+    resp.parameters[FINAL_PARAMETER].bool_param = True
+    return pb.ModelStreamInferResponse(infer_response=resp)
+
+
+def stream_error(
+    message: str, model: str, version: str, request_id: str, final: bool = True
+) -> pb.ModelStreamInferResponse:
+    """A stream response carrying one request's error (the stream goes on)."""
+    resp = pb.ModelInferResponse(model_name=model, model_version=version, id=request_id)
+    resp.parameters[FINAL_PARAMETER].bool_param = final
+    return pb.ModelStreamInferResponse(error_message=message, infer_response=resp)

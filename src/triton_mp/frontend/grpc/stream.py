@@ -1,0 +1,122 @@
+"""Triton's bidirectional ``ModelStreamInfer``: many requests, their responses as they come.
+
+Imported by ``frontend.grpc.servicer``. Per request, one response (or ``error_message``), or
+for a decoupled model zero or more responses then the end of the request; both come from the
+request's ``Ticket`` (``Inference.submit``), which one task per request iterates.
+
+Requests are submitted in the order they arrive, so the requests of a sequence reach the
+sequence batcher in order; responses leave as they complete. An invalid request gets an
+``error_message`` and the stream goes on, as in Triton. Every response carries
+``triton_final_response``; a decoupled request's flags-only end is sent as an empty response
+only when the request set ``triton_enable_empty_final_response``. When the client closes its
+side, the stream ends after every request's last response; when it cancels, every open
+ticket is cancelled (queued requests are dropped, running decoupled ones see
+``is_cancelled()``) and their remaining responses are freed unsent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterable, AsyncIterator
+
+from triton_mp._proto import grpc_service_pb2 as pb
+from triton_mp.common.errors import TritonMPError
+from triton_mp.frontend.grpc.messages import (
+    request_from_proto,
+    stream_end,
+    stream_error,
+    stream_response,
+)
+from triton_mp.frontend.inference import Inference
+from triton_mp.frontend.request import InferenceRequest, ParameterType
+from triton_mp.frontend.ticket import Response, Ticket
+from triton_mp.frontend.validation.parameters import EMPTY_FINAL_PARAMETER
+
+
+def wants_empty_final(request: InferenceRequest) -> bool:
+    """Whether the request set ``triton_enable_empty_final_response`` to true."""
+    p = request.parameters.get(EMPTY_FINAL_PARAMETER)
+    return p is not None and p.type is ParameterType.BOOL and bool(p.value)
+
+
+def _stream_item(
+    ticket: Ticket, response: Response, empty_final: bool
+) -> pb.ModelStreamInferResponse | None:
+    """What the stream sends for one response of ``ticket`` (None: nothing)."""
+    if response.error is not None:
+        return stream_error(
+            response.error.message,
+            ticket.model,
+            str(ticket.version),
+            ticket.client_id,
+            response.final,
+        )
+    if response.result is not None:
+        return stream_response(response.result, response.final)
+    return stream_end(ticket, response.version) if empty_final else None
+
+
+class StreamSession:
+    """One ``ModelStreamInfer`` call.
+
+    Args:
+        inference: the frontend's submit path.
+        requests: the client's ``ModelInferRequest`` stream.
+    """
+
+    def __init__(self, inference: Inference, requests: AsyncIterable[pb.ModelInferRequest]) -> None:
+        self._inference = inference
+        self._requests = requests
+        self._out: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._open: set[Ticket] = set()
+
+    async def responses(self) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """The stream's responses, until the client's side ended and every request's last
+        response was sent; cancels what is still open when the call ends."""
+        reader = asyncio.create_task(self._read())
+        try:
+            while (item := await self._out.get()) is not None:
+                yield item
+            await reader
+        finally:
+            reader.cancel()
+            for task in list(self._tasks):
+                task.cancel()
+            # NOTE: directly, not only through the tasks: a task cancelled before it first
+            # ran never enters its ``finally``.
+            for ticket in list(self._open):
+                ticket.cancel()
+
+    async def _read(self) -> None:
+        async for message in self._requests:
+            self._submit(message)
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks))
+        self._out.put_nowait(None)
+
+    def _submit(self, message: pb.ModelInferRequest) -> None:
+        """Submit one request; its refusal is sent at once, its answers by a task."""
+        request = request_from_proto(message)
+        try:
+            ticket = self._inference.submit(request)
+        except TritonMPError as e:
+            self._out.put_nowait(
+                stream_error(e.message, message.model_name, message.model_version, message.id)
+            )
+            return
+        self._open.add(ticket)
+        task = asyncio.create_task(self._answer(ticket, wants_empty_final(request)))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, ticket: Ticket, empty_final: bool) -> None:
+        """Send every response of one request."""
+        try:
+            async for response in ticket:
+                item = _stream_item(ticket, response, empty_final)
+                if item is not None:
+                    self._out.put_nowait(item)
+        finally:
+            ticket.cancel()  # NOTE: after the final response, this only closes the ticket
+            self._open.discard(ticket)

@@ -1,0 +1,294 @@
+"""The one submit path of the frontend: a request in, a ``Ticket`` out, whatever the model.
+
+Imported by the frontend only; no transport. ``Inference.submit`` takes a transport-free
+``InferenceRequest`` (gRPC ModelInfer, a gRPC stream, HTTP), resolves its model, validates it
+(``frontend.validation``), copies the inputs into one block of the frontend's arena (the one
+host copy of the request path), registers it with the pending table and sends its
+``InferRequest`` descriptor to the scheduler; the returned ``Ticket`` yields the answers, for
+unary and decoupled models alike. Requests submitted one after another reach the scheduler
+in that order (what a stream of sequence requests relies on).
+
+The drain lives here too: ``start_draining`` refuses new requests (UNAVAILABLE, Triton's
+message) and ``wait_drained`` awaits the moment the last accepted one is answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from triton_mp.common.errors import ErrorCode, InvalidRequest, ModelUnavailable, TritonMPError
+from triton_mp.frontend.models import Model, ModelTable
+from triton_mp.frontend.pending import PendingTable
+from triton_mp.frontend.request import InferenceRequest
+from triton_mp.frontend.shm import SystemShmRegistry
+from triton_mp.frontend.ticket import Ticket
+from triton_mp.frontend.validation.request import ValidRequest, request_prefix, validate_request
+from triton_mp.ipc import ArenaAllocator, BlockRef, SegmentCache, TensorRef, encode
+from triton_mp.ipc.messages import CancelRequest, InferRequest, ReplyTo, Requester
+from triton_mp.ipc.ring import RecordTooLarge
+from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
+
+log = logging.getLogger(__name__)
+
+STOPPING_MESSAGE = (
+    "Server is stopping, scheduler for model has stopped accepting new inference requests"
+)
+"""Triton's answer (UNAVAILABLE) to an inference that arrives while the server drains."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The model and concrete version a request was admitted for (``Inference.admit``)."""
+
+    model: Model
+    version: int
+
+
+def write_inputs(
+    arena: ArenaAllocator, req: ValidRequest
+) -> tuple[BlockRef, tuple[TensorRef, ...]]:
+    """Copy every input of ``req`` into one new block of the frontend's arena.
+
+    Inputs in a client's shared memory are not copied: their ``TensorRef`` names the
+    client's object (``region_id`` set). Each tensor starts 64-byte aligned.
+
+    Raises:
+        ArenaExhausted (UNAVAILABLE): no room within the arena budget.
+    """
+    total = sum(align(len(i.data)) for i in req.inputs)
+    seg, block = arena.alloc(total)
+    mv = memoryview(seg.buf)
+    pos = block + BLOCK_HEADER_BYTES
+    refs = []
+    for i in req.inputs:
+        if i.window is not None:
+            w = i.window
+            refs.append(
+                TensorRef(i.name, i.datatype, i.shape, w.key, w.offset, w.byte_size, w.region_id)
+            )
+            continue
+        n = len(i.data)
+        mv[pos : pos + n] = i.data
+        refs.append(TensorRef(i.name, i.datatype, i.shape, seg.name, pos, n))
+        pos += align(n)
+    mv.release()
+    return BlockRef(seg.name, block), tuple(refs)
+
+
+class Inference:
+    """Submission of inference requests, and the drain.
+
+    Args:
+        frontend_id: this frontend's index (every request descriptor's ``reply_to``).
+        models: the model table.
+        shm: the registered client shared-memory regions.
+        arena: this frontend's input arena allocator.
+        cache: attached arenas (ours and the workers').
+        pending: the table of requests waiting for answers.
+        send_scheduler: pushes encoded bytes to the scheduler (raises TritonMPError
+            UNAVAILABLE when the ring stays full, ``RecordTooLarge`` for an oversized one).
+        clock_ns: the monotonic clock stamping ``arrival_ns``.
+
+    Attributes:
+        draining: set by ``start_draining``: new requests are refused (UNAVAILABLE).
+    """
+
+    def __init__(
+        self,
+        *,
+        frontend_id: int,
+        models: ModelTable,
+        shm: SystemShmRegistry,
+        arena: ArenaAllocator,
+        cache: SegmentCache,
+        pending: PendingTable,
+        send_scheduler: Callable[[bytes], None],
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self._reply_to = ReplyTo(Requester.FRONTEND, frontend_id)
+        self._models = models
+        self._shm = shm
+        self._arena = arena
+        self._cache = cache
+        self._pending = pending
+        self._send = send_scheduler
+        self._clock_ns = clock_ns
+        self.draining = False
+
+    # ------------------------------------------------------------------ admission
+    def check_accepting(self) -> None:
+        """Refuse new inferences while the server drains.
+
+        Raises:
+            ModelUnavailable: UNAVAILABLE "Server is stopping, ...".
+        """
+        if self.draining:
+            raise ModelUnavailable(STOPPING_MESSAGE)
+
+    def admit(self, name: str, version: str, *, decoupled_message: str | None = None) -> Target:
+        """The model and concrete version a request names, if the server takes it now.
+
+        A transport that must refuse a request before reading all of it (HTTP reads the
+        body after this) calls this first and passes the target on to ``submit``.
+
+        Args:
+            name: the model; ``version``: as sent ("" = the latest ready one).
+            decoupled_message: the UNSUPPORTED text for a decoupled model on a transport
+                that answers once per request; None when decoupled models are served.
+
+        Raises:
+            TritonMPError: UNAVAILABLE while draining; NOT_FOUND, UNAVAILABLE or INVALID_ARG
+                from ``ModelTable.resolve``; UNSUPPORTED ``decoupled_message``.
+        """
+        self.check_accepting()
+        model, v = self._models.resolve(name, version)
+        if decoupled_message is not None:
+            self._refuse_decoupled(model, decoupled_message)
+        return Target(model, v)
+
+    @staticmethod
+    def _refuse_decoupled(model: Model, message: str) -> None:
+        if model.decoupled:
+            raise InvalidRequest(message, ErrorCode.UNSUPPORTED)
+
+    def is_decoupled(self, name: str, version: str) -> bool:
+        """Whether a request for ``name``/``version`` goes to a decoupled model (False when
+        the model does not resolve: ``submit`` then raises the right error)."""
+        try:
+            model, _ = self._models.resolve(name, version)
+        except TritonMPError:
+            return False
+        return model.decoupled
+
+    # ------------------------------------------------------------------ submission
+    def submit(
+        self,
+        request: InferenceRequest,
+        *,
+        decoupled_message: str | None = None,
+        target: Target | None = None,
+    ) -> Ticket:
+        """Validate ``request``, write its inputs, send it; its ticket yields the answers.
+
+        Args:
+            request: the request, from any transport.
+            decoupled_message: the UNSUPPORTED text for a decoupled model (it names the
+                transport's endpoint, as Triton's does); None serves decoupled models.
+            target: what ``admit`` returned for this request (its checks are not repeated
+                unless the model table changed meanwhile).
+
+        Raises:
+            TritonMPError: every validation failure (triton.md §4.9), in Triton's order:
+                UNAVAILABLE while draining, the model's resolution, the request's own
+                rules, then UNSUPPORTED for a decoupled model; UNAVAILABLE when the arena
+                or the ring to the scheduler is full; INVALID_ARG for a descriptor over the
+                ring's record limit.
+        """
+        self.check_accepting()
+        if target is None or not self._models.is_current(target.model):
+            target = self.admit(request.model_name, request.model_version)
+            valid = validate_request(request, target.model, target.version, self._shm)
+            if decoupled_message is not None:
+                self._refuse_decoupled(target.model, decoupled_message)
+        else:
+            valid = validate_request(request, target.model, target.version, self._shm)
+        model = target.model
+        block, refs = write_inputs(self._arena, valid)
+        rid = self._pending.new_id()
+        ticket = Ticket(
+            request_id=rid,
+            model=model.name,
+            version=target.version,
+            client_id=request.id,
+            decoupled=model.decoupled,
+            cancel_request=lambda: self._cancel(rid, model.name, target.version),
+            cache=self._cache,
+            pending=self._pending,
+        )
+        order = (model.name, target.version) if model.preserve_ordering else None
+        self._pending.add_request(
+            rid, block, ticket.deliver, order=order, streaming=model.decoupled
+        )
+        self._send_request(rid, request.id, valid, block, refs)
+        return ticket
+
+    def _send_request(
+        self,
+        rid: int,
+        client_id: str,
+        valid: ValidRequest,
+        block: BlockRef,
+        refs: tuple[TensorRef, ...],
+    ) -> None:
+        model = valid.model
+        desc = InferRequest(
+            request_id=rid,
+            reply_to=self._reply_to,
+            model=model.name,
+            version=valid.version,
+            batch_size=valid.batch_size,
+            inputs=refs,
+            outputs=valid.outputs,
+            block=block,
+            arrival_ns=self._clock_ns(),
+            priority=valid.priority,
+            timeout_us=valid.timeout_us,
+            client_id=client_id,
+            output_regions=valid.output_regions,
+            parameters_json=valid.parameters_json,
+            sequence_id=valid.sequence_id,
+            sequence_flags=valid.sequence_flags,
+        )
+        data = encode(desc)
+        try:
+            self._send(data)
+        except TritonMPError:
+            self._pending.forget_request(rid)
+            raise
+        except RecordTooLarge:
+            self._pending.forget_request(rid)
+            raise InvalidRequest(
+                f"{request_prefix(client_id)}request of {len(data)} bytes "
+                "without its tensors (mostly its parameters) exceeds the server's limit for "
+                f"model '{model.name}'; send large data as input tensors"
+            ) from None
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "request %d accepted for '%s' version %d (batch size %d)",
+                rid,
+                model.name,
+                valid.version,
+                valid.batch_size,
+            )
+
+    def _cancel(self, rid: int, model: str, version: int) -> None:
+        """Tell the scheduler to drop a request (a queued one is never run)."""
+        cancel = CancelRequest(
+            request_id=rid, reply_to=self._reply_to, model=model, version=version
+        )
+        with contextlib.suppress(TritonMPError):
+            self._send(encode(cancel))
+
+    # ----------------------------------------------------------------------- drain
+    def start_draining(self) -> None:
+        """Refuse new requests from now on (accepted ones are still answered)."""
+        self.draining = True
+
+    async def wait_drained(self, timeout_s: float) -> bool:
+        """Wait until every accepted request has been answered, up to ``timeout_s``.
+
+        Returns:
+            True when none is left, False when the timeout ran out first.
+        """
+        if not len(self._pending):
+            return True
+        try:
+            await asyncio.wait_for(self._pending.wait_idle(), max(0.0, timeout_s))
+        except TimeoutError:
+            return False
+        return True

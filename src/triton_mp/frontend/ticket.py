@@ -1,0 +1,265 @@
+"""A submitted request's handle: iterate it for responses, cancel it; it owns their blocks.
+
+Imported by the frontend only; no transport. ``frontend.inference.Inference.submit`` returns
+a ``Ticket`` for every request, unary or decoupled alike. The pending table hands it the
+request's answers (``deliver``, loop thread); ``async for response in ticket`` yields them
+as ``Response``s until the final one (a unary request has exactly one), and
+``await ticket.result()`` is the one answer of a unary request, raising its error.
+
+Block ownership: the frontend's input block is freed by the pending table after the
+request's last answer. Each response's output block (a worker's) belongs to the ticket
+until it hands the response out, then to the ``InferResult``, whose ``release`` frees it.
+After ``cancel`` (the client went away, or the caller was cancelled while waiting) the
+ticket frees every response it still holds and every one that arrives later, and the
+scheduler is told to drop the request if it has not run yet (``CancelRequest``; a running
+decoupled model sees ``is_cancelled()``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from triton_mp.common.errors import ErrorCode, TritonMPError
+from triton_mp.frontend.pending import Answer, PendingTable
+from triton_mp.ipc import BlockRef, SegmentCache, TensorRef
+from triton_mp.ipc.messages import InferResponse, RequestFailed
+
+
+class InferResult:
+    """A worker's successful answer: output tensors still in the worker's arena.
+
+    The transport copies each output out (``view``) into its response, then calls
+    ``release`` exactly once, which frees the worker's output block.
+
+    Attributes:
+        model: the model's name.
+        version: the concrete version that ran.
+        request_id: the client's request ``id`` ("" when it sent none).
+        outputs: one ``TensorRef`` per returned output, in the order they are returned.
+    """
+
+    __slots__ = ("_block", "_cache", "_pending", "model", "outputs", "request_id", "version")
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        version: int,
+        request_id: str,
+        outputs: tuple[TensorRef, ...],
+        block: BlockRef | None,
+        cache: SegmentCache,
+        pending: PendingTable,
+    ) -> None:
+        self.model = model
+        self.version = version
+        self.request_id = request_id
+        self.outputs = outputs
+        self._block = block
+        self._cache = cache
+        self._pending = pending
+
+    def view(self, ref: TensorRef) -> memoryview | None:
+        """The bytes of one output without a copy, valid until ``release``; None when the
+        worker wrote the output into the client's registered shared memory instead."""
+        if ref.region_id:
+            return None
+        return memoryview(self._cache.get(ref.segment).buf)[ref.offset : ref.offset + ref.nbytes]
+
+    def data(self, ref: TensorRef) -> bytes:
+        """A copy of one output's bytes (``b""`` for an output in the client's shared
+        memory, as Triton sends)."""
+        if ref.region_id:
+            return b""
+        return self._cache.get(ref.segment).buf[ref.offset : ref.offset + ref.nbytes]
+
+    def release(self) -> None:
+        """Free the worker's output block (views taken before become invalid)."""
+        block, self._block = self._block, None
+        self._pending.free(block)
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """One response of a ticket: outputs, an error, or (decoupled) the bare end.
+
+    Attributes:
+        final: the request's last response.
+        version: the model version that answered.
+        result: the outputs (release it once copied out); None for an error or the end.
+        error: the request's failure (its code and message); None otherwise.
+    """
+
+    final: bool
+    version: int
+    result: InferResult | None = None
+    error: TritonMPError | None = None
+
+    @property
+    def empty(self) -> bool:
+        """A decoupled request's flags-only final response: neither outputs nor error."""
+        return self.result is None and self.error is None
+
+
+class Ticket:
+    """One submitted request (``Inference.submit``); iterate it for its responses.
+
+    Args:
+        request_id: the frontend's id of the request (``InferRequest.request_id``).
+        model: the model's name; ``version``: the concrete version it was sent to.
+        client_id: the client's request ``id``, echoed in every response.
+        decoupled: the model is decoupled (zero or more responses, then a final one).
+        cancel_request: tells the scheduler to drop the request (``CancelRequest``).
+        cache: the attached arenas (for ``InferResult``); ``pending``: frees blocks.
+    """
+
+    __slots__ = (
+        "_cache",
+        "_cancel_request",
+        "_closed",
+        "_ended",
+        "_finished",
+        "_pending",
+        "_queue",
+        "_waiter",
+        "client_id",
+        "decoupled",
+        "model",
+        "request_id",
+        "version",
+    )
+
+    def __init__(
+        self,
+        *,
+        request_id: int,
+        model: str,
+        version: int,
+        client_id: str,
+        decoupled: bool,
+        cancel_request: Callable[[], None],
+        cache: SegmentCache,
+        pending: PendingTable,
+    ) -> None:
+        self.request_id = request_id
+        self.model = model
+        self.version = version
+        self.client_id = client_id
+        self.decoupled = decoupled
+        self._cancel_request = cancel_request
+        self._cache = cache
+        self._pending = pending
+        self._queue: collections.deque[Response] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._finished = False
+        """The final answer arrived: nothing more will."""
+        self._ended = False
+        """The final response was handed out: iteration stops."""
+        self._closed = False
+        """Cancelled: answers are freed, not kept."""
+
+    @property
+    def finished(self) -> bool:
+        """Whether the request's final answer has arrived."""
+        return self._finished
+
+    def deliver(self, answer: Answer) -> None:
+        """The pending table's sink: keep one answer for the iterator (loop thread)."""
+        if self._closed:
+            if isinstance(answer, InferResponse):
+                self._pending.free(answer.block)
+            return
+        response = self._response(answer)
+        if response.final:
+            self._finished = True
+        self._queue.append(response)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _response(self, answer: Answer) -> Response:
+        if isinstance(answer, RequestFailed):
+            error = TritonMPError(answer.error.message, answer.error.code)
+            return Response(final=True, version=self.version, error=error)
+        final = answer.final or not self.decoupled
+        if answer.error is not None:
+            self._pending.free(answer.block)
+            error = TritonMPError(answer.error.message, answer.error.code)
+            return Response(final=final, version=answer.version, error=error)
+        if answer.empty and self.decoupled:
+            self._pending.free(answer.block)
+            return Response(final=final, version=answer.version)
+        result = InferResult(
+            model=self.model,
+            version=answer.version,
+            request_id=self.client_id,
+            outputs=answer.outputs,
+            block=answer.block,
+            cache=self._cache,
+            pending=self._pending,
+        )
+        return Response(final=final, version=answer.version, result=result)
+
+    def __aiter__(self) -> Ticket:
+        return self
+
+    async def __anext__(self) -> Response:
+        """The next response, waiting for it; StopAsyncIteration after the final one.
+
+        Raises:
+            asyncio.CancelledError: the caller was cancelled while waiting: the ticket is
+                cancelled (``cancel``) first.
+        """
+        while not self._queue:
+            if self._ended or self._closed:
+                raise StopAsyncIteration
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            except asyncio.CancelledError:
+                # NOTE: the client cancelled or its deadline passed: a request still queued
+                # is dropped by the scheduler instead of running for nobody.
+                self.cancel()
+                raise
+            finally:
+                self._waiter = None
+        response = self._queue.popleft()
+        if response.final:
+            self._ended = True
+        return response
+
+    async def result(self) -> InferResult:
+        """The answer of a unary request: its outputs (the caller releases them).
+
+        Raises:
+            TritonMPError: the worker's or scheduler's error for this request; CANCELLED
+                when the ticket was cancelled meanwhile.
+            asyncio.CancelledError: as ``__anext__``.
+        """
+        try:
+            response = await self.__anext__()
+        except StopAsyncIteration:
+            raise TritonMPError("the request was cancelled", ErrorCode.CANCELLED) from None
+        if response.error is not None:
+            raise response.error
+        assert response.result is not None, "a unary response carries outputs or an error"
+        return response.result
+
+    def cancel(self) -> None:
+        """Nobody wants the responses any more: free those held and those to come, and,
+        unless the final one arrived, ask the scheduler to drop the request. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        while self._queue:
+            response = self._queue.popleft()
+            if response.result is not None:
+                response.result.release()
+        if not self._finished:
+            self._cancel_request()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
