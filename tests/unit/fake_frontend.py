@@ -12,7 +12,7 @@ import struct
 
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.frontend.models import ModelTable
+from triton_mp.frontend.model_table import ModelTable
 from triton_mp.ipc import BlockRef, Decoder, TensorRef
 from triton_mp.ipc.messages import (
     CancelRequest,

@@ -21,8 +21,9 @@ from triton_mp._proto import admin_pb2, admin_pb2_grpc, health_pb2_grpc
 from triton_mp.cli.admin_client import AdminError, fetch_queue_status, status_from_proto
 from triton_mp.common.errors import ErrorCode
 from triton_mp.frontend.grpc.admin_service import AdminServicer, status_to_proto
-from triton_mp.frontend.models import ModelTable
+from triton_mp.frontend.model_table import ModelTable
 from triton_mp.frontend.pending import PendingTable
+from triton_mp.frontend.stats_api import StatsApi
 from triton_mp.ipc import Decoder, SegmentCache
 from triton_mp.ipc.messages import QueueQuery, QueueReply, ToScheduler
 from triton_mp.ipc.reports import BatchRecord, InstanceStatus, LevelStatus, ModelQueueStatus
@@ -76,11 +77,13 @@ class AdminServer:
                 ModelEntry(name=m.model, config=b"", ready_versions=(1,)) for m in MODELS
             )
             servicer = AdminServicer(
-                frontend_id=3,
-                models=ModelTable(entries),
-                pending=pending,
-                send_scheduler=send,
-                reply_timeout_s=self._timeout_s,
+                StatsApi(
+                    frontend_id=3,
+                    models=ModelTable(entries),
+                    pending=pending,
+                    send_scheduler=send,
+                    reply_timeout_s=self._timeout_s,
+                )
             )
             admin_pb2_grpc.add_AdminServicer_to_server(servicer, server)
         else:

@@ -1,9 +1,10 @@
-"""HTTP inference bodies <-> ModelInferRequest, rule by rule, on bytes (no server).
+"""HTTP inference bodies <-> InferenceRequest, rule by rule, on bytes (no server).
 
-``frontend.http_infer`` turns a KServe v2 JSON header plus binary tail (or a raw binary
-body) into the proto the gRPC path validates, and writes answers as JSON ``data`` or a
-binary tail. Every validation it does itself has a test here with Triton's message; the
-model rules (names, dtypes, shapes) are the shared validator's and are tested end to end.
+``frontend.http.infer_codec`` turns a KServe v2 JSON header plus binary tail (or a raw binary
+body) into the transport-free request the core validates, and writes answers as JSON ``data``
+or a binary tail (``frontend.http.json_tensors`` packs and unpacks JSON data). Every validation
+it does itself has a test here with Triton's message; the model rules (names, dtypes, shapes)
+are the shared validator's and are tested end to end.
 """
 
 from __future__ import annotations
@@ -19,18 +20,17 @@ import pytest
 
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
-from triton_mp.frontend.http_infer import (
+from triton_mp.frontend.http.infer_codec import (
     HEADER_LENGTH,
     InferPlan,
     build_infer_request,
     build_raw_request,
-    json_output_data,
-    json_tensor_bytes,
     parse_infer_body,
     render_infer_response,
     response_encoding,
 )
-from triton_mp.frontend.models import Model, ModelTable
+from triton_mp.frontend.http.json_tensors import decode_json, json_output_data, json_tensor_bytes
+from triton_mp.frontend.model_table import Model, ModelTable
 from triton_mp.frontend.request import (
     bool_parameter,
     int64_parameter,
@@ -81,7 +81,7 @@ def _inp(**kw: Any) -> dict[str, Any]:
 
 
 class FakeResult:
-    """The part of core.InferResult that rendering reads."""
+    """The part of ticket.InferResult that rendering reads."""
 
     def __init__(self, outputs: list[tuple[TensorRef, bytes | None]], request_id: str = "") -> None:
         self.model = "m"
@@ -656,7 +656,5 @@ def test_a_sequence_id_above_int64_survives_as_unsigned() -> None:
 
 
 def test_json_nested_deeper_than_the_recursion_limit_is_a_bad_request() -> None:
-    from triton_mp.frontend.http_infer import decode_json
-
     with pytest.raises(InvalidRequest, match="nested too deeply"):
         decode_json(b"[" * 100_000 + b"]" * 100_000)

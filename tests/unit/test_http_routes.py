@@ -1,6 +1,6 @@
 """The HTTP adapter's routing and error mapping, in-process (aiohttp's test server, no processes).
 
-A fake core stands in for FrontendCore: each test checks how ``frontend.http`` turns a path
+A fake core stands in for FrontendApi: each test checks how ``frontend.http.routes`` turns a path
 and verb into a call, and a TritonMPError (or an unexpected exception) into Triton's status
 and ``{"error": ...}`` body. Real answers are checked end to end in tests/e2e/test_http.py.
 """
@@ -15,38 +15,46 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.frontend.http import HTTP_STATUS, HttpFrontend
+from triton_mp.frontend.http.routes import HTTP_STATUS, HttpFrontend
+from triton_mp.frontend.server_api import ServerMetadata
 
 
 class FakeCore:
-    """Answers metadata with a fixed proto-free error or value, as a test sets it."""
+    """Stands in for the ``server`` and ``shm`` parts of FrontendApi; answers metadata with a
+    fixed error or value, as a test sets it."""
 
     def __init__(self) -> None:
         self.raise_on_metadata: BaseException | None = None
-        self.ready = True
+        self.is_ready = True
         self.calls: list[tuple[str, ...]] = []
 
-    def server_ready(self) -> bool:
-        return self.ready
+    def ready(self) -> bool:
+        return self.is_ready
 
-    def server_metadata(self) -> Any:
+    @property
+    def server(self) -> FakeCore:
+        return self
+
+    @property
+    def shm(self) -> FakeCore:
+        return self
+
+    def metadata(self) -> ServerMetadata:
         if self.raise_on_metadata is not None:
             raise self.raise_on_metadata
-        from triton_mp._proto import grpc_service_pb2 as pb
-
-        return pb.ServerMetadataResponse(name="fake", version="0", extensions=["x"])
+        return ServerMetadata(name="fake", version="0", extensions=("x",))
 
     def model_ready(self, name: str, version: str) -> bool:
         self.calls.append(("model_ready", name, version))
         return name == "good"
 
-    def shm_unregister(self, name: str) -> None:
+    def unregister(self, name: str) -> None:
         self.calls.append(("shm_unregister", name))
 
 
 def _run(core: FakeCore, body: Callable[[TestClient[Any, Any]], Awaitable[None]]) -> None:
     async def main() -> None:
-        client: TestClient[Any, Any] = TestClient(TestServer(HttpFrontend(core).app))
+        client: TestClient[Any, Any] = TestClient(TestServer(HttpFrontend(core).app))  # type: ignore[arg-type]
         await client.start_server()
         try:
             await body(client)
@@ -132,7 +140,7 @@ def test_routes_take_tritons_model_and_version_patterns() -> None:
 @pytest.mark.parametrize(("ready", "status"), [(True, 200), (False, 400)])
 def test_health_ready_has_an_empty_body(ready: bool, status: int) -> None:
     core = FakeCore()
-    core.ready = ready
+    core.is_ready = ready
 
     async def body(client: TestClient[Any, Any]) -> None:
         r = await client.get("/v2/health/ready")

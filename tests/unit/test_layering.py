@@ -5,7 +5,9 @@ Checked on the source with ``ast`` (no imports executed):
   imports no ipc, grpc, numpy or backend, directly or through what it imports;
 - ``ipc`` imports nothing from the role packages;
 - only ``frontend`` imports grpc or aiohttp (and ``cli/admin_client``, the ``stat`` client,
-  grpc), and its transport-neutral core imports neither;
+  grpc); the frontend's transport-free core (everything but its ``grpc/`` and ``http/``
+  adapters, ``kserve``, ``metrics`` and ``main``) imports neither, nor protobuf, nor any
+  wire proto, nor an adapter; the HTTP codec is testable on bytes (no aiohttp);
 - only ``backends`` import onnxruntime or tensorrt, and backends and ``model_config`` import
   no process role;
 - in the scheduler package only the modules that speak messages (the ``main`` shell, the
@@ -130,12 +132,66 @@ def test_only_frontend_imports_aiohttp() -> None:
         assert not _uses(_imports(path), "aiohttp"), f"{path.relative_to(PKG)} imports aiohttp"
 
 
-def test_http_translation_has_no_transport() -> None:
-    """frontend/core.py and frontend/http_infer.py are transport-neutral (testable on bytes)."""
-    for name in ("core.py", "http_infer.py"):
-        imports = _imports(PKG / "frontend" / name)
-        for banned in ("grpc", "aiohttp"):
-            assert not _uses(imports, banned), f"frontend/{name} imports {banned}"
+FRONTEND = PKG / "frontend"
+FRONTEND_ADAPTERS = ("grpc", "http")
+"""The frontend's transport packages."""
+FRONTEND_SHELL = ("main.py", "metrics.py", "kserve.py")
+"""Frontend modules outside the core: the process shell, the metrics endpoint (aiohttp) and
+the proto forms of the core's answers both transports use."""
+CORE_PROTOS = {"triton_mp._proto.model_config_pb2"}
+"""The one generated module the core may import: ModelConfig, the model's configuration."""
+
+
+def _imported_names(path: Path) -> set[str]:
+    """Every module ``path`` imports, with ``from a import b`` also counted as ``a.b``."""
+    out = _imports(path)
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+    return out
+
+
+def _frontend_core() -> list[Path]:
+    return [
+        p
+        for p in _modules("frontend")
+        if p.relative_to(FRONTEND).parts[0] not in FRONTEND_ADAPTERS
+        and p.relative_to(FRONTEND).as_posix() not in FRONTEND_SHELL
+    ]
+
+
+def test_frontend_core_speaks_no_transport() -> None:
+    """Requests reach the core as transport-free objects: no grpc, aiohttp or protobuf, and
+    no wire proto (the ModelConfig proto is the model's configuration, not a wire form)."""
+    core = _frontend_core()
+    names = {p.relative_to(FRONTEND).as_posix() for p in core}
+    assert {"inference.py", "ticket.py", "request.py", "validation/request.py"} <= names
+    for path in core:
+        rel = path.relative_to(PKG)
+        imports = _imported_names(path)
+        for banned in ("grpc", "aiohttp", "google.protobuf"):
+            assert not _uses(imports, banned), f"{rel} imports {banned}"
+        protos = {i for i in imports if i.startswith("triton_mp._proto.")} - CORE_PROTOS
+        assert not protos, f"{rel} imports {sorted(protos)}"
+
+
+def test_frontend_core_imports_no_adapter() -> None:
+    """Adapters import the core, never the other way round."""
+    adapters = [f"triton_mp.frontend.{a}" for a in FRONTEND_ADAPTERS] + [
+        f"triton_mp.frontend.{m.removesuffix('.py')}" for m in FRONTEND_SHELL
+    ]
+    for path in _frontend_core():
+        imports = _imported_names(path)
+        for adapter in adapters:
+            assert not _uses(imports, adapter), f"{path.relative_to(PKG)} imports {adapter}"
+
+
+@pytest.mark.parametrize("module", ["http/infer_codec.py", "http/json_tensors.py"])
+def test_http_codec_has_no_transport(module: str) -> None:
+    """The HTTP body codec is testable on bytes: no aiohttp, no grpc."""
+    imports = _imported_names(FRONTEND / module)
+    for banned in ("grpc", "aiohttp"):
+        assert not _uses(imports, banned), f"frontend/{module} imports {banned}"
 
 
 def test_only_backends_import_backend_libraries() -> None:

@@ -1,4 +1,4 @@
-"""frontend/wire.py: tensor bytes split out of, and put into, ModelInfer messages by hand."""
+"""frontend/grpc/wire.py: tensor bytes split out of, and put into, ModelInfer messages by hand."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_response_equals_protobuf(raws: list[bytes | None]) -> None:
 
 
 def test_status_messages_are_cut_to_fit_a_grpc_trailer() -> None:
-    from triton_mp.frontend.servicer import MAX_STATUS_MESSAGE_BYTES, status_message
+    from triton_mp.frontend.grpc.servicer import MAX_STATUS_MESSAGE_BYTES, status_message
 
     assert status_message("short") == "short"
     exact = "x" * MAX_STATUS_MESSAGE_BYTES

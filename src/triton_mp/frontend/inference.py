@@ -22,10 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, ModelUnavailable, TritonMPError
-from triton_mp.frontend.models import Model, ModelTable
+from triton_mp.frontend.client_shm import SystemShmRegistry
+from triton_mp.frontend.model_table import Model, ModelTable
 from triton_mp.frontend.pending import PendingTable
 from triton_mp.frontend.request import InferenceRequest
-from triton_mp.frontend.shm import SystemShmRegistry
 from triton_mp.frontend.ticket import Ticket
 from triton_mp.frontend.validation.request import ValidRequest, request_prefix, validate_request
 from triton_mp.ipc import ArenaAllocator, BlockRef, SegmentCache, TensorRef, encode

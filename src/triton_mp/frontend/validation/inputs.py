@@ -21,9 +21,9 @@ from triton_mp.common.datatypes import (
     element_count,
 )
 from triton_mp.common.errors import InvalidRequest
-from triton_mp.frontend.models import IOSpec, Model
+from triton_mp.frontend.client_shm import SystemShmRegistry
+from triton_mp.frontend.model_table import IOSpec, Model
 from triton_mp.frontend.request import InferenceRequest, InputTensor
-from triton_mp.frontend.shm import SystemShmRegistry
 from triton_mp.frontend.validation.shared_memory import ShmWindow, shm_window, uses_shm
 
 TYPED_FIELD = {

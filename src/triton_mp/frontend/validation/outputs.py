@@ -9,9 +9,9 @@ supported yet. Messages follow core ``infer_request.cc`` and server ``infer_hand
 from __future__ import annotations
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
-from triton_mp.frontend.models import Model
+from triton_mp.frontend.client_shm import SystemShmRegistry
+from triton_mp.frontend.model_table import Model
 from triton_mp.frontend.request import InferenceRequest
-from triton_mp.frontend.shm import SystemShmRegistry
 from triton_mp.frontend.validation.shared_memory import shm_window, uses_shm
 from triton_mp.ipc.messages import OutputRegion
 

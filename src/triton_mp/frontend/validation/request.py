@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from triton_mp.frontend.models import Model
+from triton_mp.frontend.client_shm import SystemShmRegistry
+from triton_mp.frontend.model_table import Model
 from triton_mp.frontend.request import InferenceRequest
-from triton_mp.frontend.shm import SystemShmRegistry
 from triton_mp.frontend.validation.inputs import ValidInput, check_input_names, read_inputs
 from triton_mp.frontend.validation.outputs import read_outputs
 from triton_mp.frontend.validation.parameters import read_parameters

@@ -1,12 +1,15 @@
 """Triton's system shared memory extension: the regions clients register.
 
-Imported by the frontend only. A client creates a POSIX shared-memory object (``key``),
-registers a window of it (``offset``, ``byte_size``) under a ``name``, and then names that
-region in tensor parameters (``shared_memory_region``, ``shared_memory_offset``,
-``shared_memory_byte_size``) instead of sending bytes. The frontend only checks names and
-bounds; the worker that runs the request maps the client's object itself (read-only for
-inputs, read-write for outputs), so registered inputs reach the backend with no host copy
-and registered outputs are written once, into the client's memory (see DESIGN.md "Copies").
+Imported by the frontend only. ``SystemShmRegistry`` holds one frontend's regions;
+``ClientShmApi`` serves SystemSharedMemoryRegister / Status / Unregister over it (and tells the
+other frontends, on this frontend's rings to them) and refuses every CUDA shared memory call. A
+client creates a POSIX shared-memory object (``key``), registers a window of it (``offset``,
+``byte_size``) under a ``name``, and then names that region in tensor parameters
+(``shared_memory_region``, ``shared_memory_offset``, ``shared_memory_byte_size``) instead of
+sending bytes. The frontend only checks names and bounds; the worker that runs the request maps
+the client's object itself (read-only for inputs, read-write for outputs), so registered inputs
+reach the backend with no host copy and registered outputs are written once, into the client's
+memory (see DESIGN.md "Copies").
 
 Every registration gets a server-wide unique ``region_id``; descriptors carry it, so a worker
 never confuses a region with a later one registered under the same key.
@@ -17,16 +20,23 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 import posix_ipc
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
+from triton_mp.ipc import encode
+from triton_mp.ipc.messages import ShmRegion, ShmRegistered, ShmUnregistered
 from triton_mp.ipc.shm import client_object_refusal
 
 DISABLED_MESSAGE = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 )
+
+CUDA_SHM_MESSAGE = "CUDA shared memory is not supported by this server"
+"""UNSUPPORTED answer of every CUDA shared memory call: triton-mp has no GPU build yet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,3 +185,69 @@ class SystemShmRegistry:
         if offset < 0 or byte_size < 0 or offset + byte_size > region.byte_size:
             raise InvalidRequest(f"Invalid offset + byte size for shared memory region: '{name}'")
         return region
+
+
+class ClientShmApi:
+    """Triton's system (and CUDA) shared memory calls of one frontend.
+
+    Args:
+        registry: this frontend's regions.
+        frontend_id: this frontend's index.
+        send_peers: pushes encoded bytes to every other frontend (registrations of client
+            shared memory, so that any frontend can serve a request naming a region).
+    """
+
+    def __init__(
+        self,
+        registry: SystemShmRegistry,
+        *,
+        frontend_id: int,
+        send_peers: Callable[[bytes], None],
+    ) -> None:
+        self.registry = registry
+        self._fid = frontend_id
+        self._send_peers = send_peers
+
+    def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        """Triton SystemSharedMemoryRegister: name a window of a client's POSIX shm object
+        and tell the other frontends (on this frontend's rings to them).
+
+        Raises:
+            TritonMPError: as ``SystemShmRegistry.register``.
+        """
+        r = self.registry.register(name, key, offset, byte_size)
+        self._send_peers(
+            encode(
+                ShmRegistered(
+                    frontend_id=self._fid,
+                    regions=(ShmRegion(r.name, r.key, r.offset, r.byte_size, r.region_id),),
+                )
+            )
+        )
+
+    def status(self, name: str) -> list[Region]:
+        """Triton SystemSharedMemoryStatus: every region, or the one named.
+
+        Raises:
+            TritonMPError: as ``SystemShmRegistry.status``.
+        """
+        return self.registry.status(name)
+
+    def unregister(self, name: str) -> None:
+        """Triton SystemSharedMemoryUnregister: one region, or all when ``name`` is empty.
+
+        Raises:
+            TritonMPError: UNSUPPORTED when client shared memory is disabled.
+        """
+        names = self.registry.unregister(name)
+        if names:
+            self._send_peers(encode(ShmUnregistered(frontend_id=self._fid, names=tuple(names))))
+
+    @staticmethod
+    def cuda() -> NoReturn:
+        """Every CUDA shared memory call (status, register, unregister).
+
+        Raises:
+            TritonMPError: always UNSUPPORTED: no GPU build.
+        """
+        raise TritonMPError(CUDA_SHM_MESSAGE, ErrorCode.UNSUPPORTED)

@@ -1,4 +1,4 @@
-"""KServe v2 HTTP/REST (+ Triton's extensions) over aiohttp: a thin adapter over FrontendCore.
+"""KServe v2 HTTP/REST (+ Triton's extensions) over aiohttp: a thin adapter over the core.
 
 Imported by the frontend only; the only module that imports aiohttp or maps ``ErrorCode`` to
 HTTP status codes (Triton's ``HttpCodeFromError``: INTERNAL 500, NOT_FOUND 404,
@@ -12,9 +12,10 @@ the same asyncio loop as its grpc.aio server, on ``--http-port`` shared through
   shared memory status / register / unregister; CUDA shared memory, trace and log settings
   answer UNSUPPORTED as the gRPC RPCs do. Unmatched paths: 404 ``{"error":"Not Found"}``;
   a known path with another verb: 405 ``{"error":"Method Not Allowed"}``.
-- ``POST .../infer``: ``frontend.http_infer`` turns the body into the proto the gRPC path
-  validates and the answer back into JSON or binary data; ``FrontendCore.infer`` does the
-  rest. ``Content-Encoding`` and ``Accept-Encoding`` gzip/deflate are honoured.
+- ``POST .../infer``: ``frontend.http.infer_codec`` turns the body into the transport-free
+  request the core validates and the answer back into JSON or binary data;
+  ``Inference.submit`` does the rest. ``Content-Encoding`` and ``Accept-Encoding``
+  gzip/deflate are honoured.
 """
 
 from __future__ import annotations
@@ -32,17 +33,17 @@ from google.protobuf.message import Message
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError, flatten_exception
 from triton_mp.common.json_form import config_to_json
-from triton_mp.frontend.core import FILE_PREFIX, FrontendCore
-from triton_mp.frontend.http_infer import (
+from triton_mp.frontend import kserve
+from triton_mp.frontend.api import FrontendApi
+from triton_mp.frontend.http.infer_codec import (
     HEADER_LENGTH,
     JSON_TYPE,
     MAX_INPUT_BYTES,
-    decode_json,
-    json_string,
-    json_uint,
     parse_infer_body,
     render_infer_response,
 )
+from triton_mp.frontend.http.json_tensors import decode_json, json_string, json_uint
+from triton_mp.frontend.repository_api import FILE_PREFIX, check_repository_name
 from triton_mp.frontend.restricted import Restrictions, http_refusal
 
 log = logging.getLogger(__name__)
@@ -132,11 +133,12 @@ class HttpFrontend:
     """The HTTP/REST endpoint of one frontend process.
 
     Args:
-        core: the frontend's transport-neutral operations (shared with gRPC).
+        api: the frontend's transport-free operations (shared with gRPC).
+        restrictions: ``--http-restricted-api``: category -> (header, value).
     """
 
-    def __init__(self, core: FrontendCore, restrictions: Restrictions | None = None) -> None:
-        self._core = core
+    def __init__(self, api: FrontendApi, restrictions: Restrictions | None = None) -> None:
+        self._api = api
         self._restrictions: Restrictions = restrictions or {}
         self._runner: web.AppRunner | None = None
         self.app = web.Application(middlewares=[_errors], client_max_size=MAX_INPUT_BYTES)
@@ -247,34 +249,38 @@ class HttpFrontend:
         return web.Response(status=200)
 
     async def _ready(self, request: web.Request) -> web.Response:
-        return web.Response(status=200 if self._core.server_ready() else 400)
+        return web.Response(status=200 if self._api.server.ready() else 400)
 
     async def _model_ready(self, request: web.Request) -> web.Response:
         m = request.match_info
-        if not self._core.model_ready(m["model"], m.get("version", "")):
+        if not self._api.server.model_ready(m["model"], m.get("version", "")):
             return _error_response(400, "Model version not ready")
         return web.Response(status=200)
 
     # ---------------------------------------------------------------- metadata
     async def _server_metadata(self, request: web.Request) -> web.Response:
-        return _json_response(proto_to_json(self._core.server_metadata()))
+        return _json_response(proto_to_json(kserve.server_metadata(self._api.server.metadata())))
 
     async def _model_metadata(self, request: web.Request) -> web.Response:
         m = request.match_info
         return _json_response(
-            proto_to_json(self._core.model_metadata(m["model"], m.get("version", "")))
+            proto_to_json(
+                kserve.model_metadata(
+                    self._api.server.model_metadata(m["model"], m.get("version", ""))
+                )
+            )
         )
 
     async def _model_config(self, request: web.Request) -> web.Response:
         m = request.match_info
         return _json_response(
-            config_to_json(self._core.model_config(m["model"], m.get("version", "")))
+            config_to_json(self._api.server.model_config(m["model"], m.get("version", "")))
         )
 
     async def _stats(self, request: web.Request) -> web.Response:
         m = request.match_info
-        stats = await self._core.statistics(m.get("model", ""), m.get("version", ""))
-        return _json_response(proto_to_json(stats))
+        stats = await self._api.stats.statistics(m.get("model", ""), m.get("version", ""))
+        return _json_response(proto_to_json(kserve.statistics(stats)))
 
     # -------------------------------------------------------------- repository
     async def _body_json(self, request: web.Request) -> dict[str, Any]:
@@ -292,11 +298,13 @@ class HttpFrontend:
         ready = body.get("ready", False)
         if not isinstance(ready, bool):
             raise InvalidRequest("Unable to parse 'ready': expected a boolean")
-        index = self._core.repository_index(ready)
-        return _json_response([proto_to_json(m, print_defaults=False) for m in index.models])
+        index = self._api.repository.index(ready)
+        return _json_response(
+            [proto_to_json(kserve.index_entry(e), print_defaults=False) for e in index]
+        )
 
     async def _control_parameters(self, request: web.Request) -> dict[str, Any]:
-        self._core.check_repository_name(request.match_info.get("repository", ""))
+        check_repository_name(request.match_info.get("repository", ""))
         body = await self._body_json(request)
         params = body.get("parameters", {})
         if not isinstance(params, dict):
@@ -317,7 +325,7 @@ class HttpFrontend:
                     ) from None
             else:
                 decoded[key] = value
-        await self._core.repository_load(request.match_info["model"], decoded)
+        await self._api.repository.load(request.match_info["model"], decoded)
         return web.Response(status=200)
 
     async def _repository_unload(self, request: web.Request) -> web.Response:
@@ -325,7 +333,7 @@ class HttpFrontend:
         dependents = params.get("unload_dependents", False)
         if not isinstance(dependents, bool):
             raise InvalidRequest("Unable to parse 'unload_dependents': expected a boolean")
-        await self._core.repository_unload(request.match_info["model"], dependents)
+        await self._api.repository.unload(request.match_info["model"], dependents)
         return web.Response(status=200)
 
     # ----------------------------------------------------------- shared memory
@@ -336,7 +344,7 @@ class HttpFrontend:
             return _json_response(
                 [
                     {"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}
-                    for r in self._core.shm_status(region)
+                    for r in self._api.shm.status(region)
                 ]
             )
         if action == "register":
@@ -351,13 +359,13 @@ class HttpFrontend:
             offset = json_uint(body, "offset") if "offset" in body else 0
             if "byte_size" not in body:
                 raise InvalidRequest("Shared memory register request has no 'byte_size' field")
-            self._core.shm_register(region, key, offset, json_uint(body, "byte_size"))
+            self._api.shm.register(region, key, offset, json_uint(body, "byte_size"))
         else:
-            self._core.shm_unregister(region)
+            self._api.shm.unregister(region)
         return web.Response(status=200, content_type=JSON_TYPE)
 
     async def _cuda_shm(self, request: web.Request) -> web.Response:
-        self._core.cuda_shm()
+        self._api.shm.cuda()
 
     # ------------------------------------------------------- not served yet
     async def _trace(self, request: web.Request) -> web.Response:
@@ -374,7 +382,7 @@ class HttpFrontend:
     # --------------------------------------------------------------- inference
     async def _infer(self, request: web.Request) -> web.Response:
         """KServe v2 ``POST .../infer`` with Triton's binary tensor data extension."""
-        inference = self._core.inference
+        inference = self._api.inference
         version = request.match_info.get("version", "")
         # NOTE: refused before the body is read, as Triton does; submit does not repeat it.
         target = inference.admit(

@@ -1,15 +1,13 @@
 """KServe v2 HTTP inference bodies <-> the transport-free ``InferenceRequest`` the core takes.
 
-Imported by the frontend's HTTP adapter (``frontend.http``); no aiohttp and no sockets here,
-so every rule is testable on bytes. ``parse_infer_body`` turns a request body (JSON header,
+Imported by the frontend's HTTP routes (``frontend.http.routes``); no aiohttp and no sockets
+here, so every rule is testable on bytes. ``parse_infer_body`` turns a request body (JSON header,
 then the binary tensor tail Triton's ``Inference-Header-Content-Length`` delimits; or a raw
 binary request) into an ``InferenceRequest`` whose raw bytes are slices of the body (JSON
 ``data`` is packed with numpy); ``render_infer_response`` writes the answer as JSON ``data``
 or a binary tail per ``binary_data`` / ``binary_data_output``. Messages and rules follow
-Triton's ``http_server.cc`` and core ``infer_request.cc`` (shared/reference/triton.md §2).
-
-Known difference: a JSON ``data`` array whose element count does not match ``shape`` is
-INVALID_ARG (400) here; Triton reports it as INTERNAL (500).
+Triton's ``http_server.cc`` and core ``infer_request.cc`` (shared/reference/triton.md §2);
+JSON values and tensor ``data`` are ``frontend.http.json_tensors``'.
 """
 
 from __future__ import annotations
@@ -20,11 +18,20 @@ import zlib
 from typing import Any
 
 import msgspec
-import numpy as np
 
-from triton_mp.common.datatypes import ELEMENT_BYTES, NUMPY_DTYPES, element_count
-from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
-from triton_mp.frontend.models import Model
+from triton_mp.common.datatypes import ELEMENT_BYTES, element_count
+from triton_mp.common.errors import InvalidRequest
+from triton_mp.frontend.http.json_tensors import (
+    INT64_MAX,
+    decode_json,
+    is_uint,
+    json_object,
+    json_output_data,
+    json_string,
+    json_tensor_bytes,
+    json_uint,
+)
+from triton_mp.frontend.model_table import Model
 from triton_mp.frontend.request import (
     InferenceRequest,
     InputTensor,
@@ -46,190 +53,6 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 JSON_TYPE = "application/json"
 BINARY_TYPE = "application/octet-stream"
 _U32 = struct.Struct("<I")
-_UINT64_MAX = 2**64 - 1
-_INT64_MAX = 2**63 - 1
-
-
-# --------------------------------------------------------------------------- JSON helpers
-
-
-def decode_json(body: bytes | memoryview) -> Any:
-    """Parse a request's JSON.
-
-    Raises:
-        InvalidRequest: the bytes are not JSON.
-    """
-    try:
-        return msgspec.json.decode(body)
-    except msgspec.DecodeError as e:
-        raise InvalidRequest(f"failed to parse the request JSON buffer: {e}") from None
-    except RecursionError:
-        # NOTE: nesting deeper than the interpreter's recursion limit (msgspec recurses).
-        raise InvalidRequest("failed to parse the request JSON buffer: nested too deeply") from None
-
-
-def _is_uint(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _UINT64_MAX
-
-
-def json_uint(obj: dict[str, Any], key: str) -> int:
-    """``obj[key]`` as an unsigned 64-bit integer.
-
-    Raises:
-        InvalidRequest: "Unable to parse '<key>'" for anything else.
-    """
-    v = obj[key]
-    if not _is_uint(v):
-        raise InvalidRequest(f"Unable to parse '{key}': expected an unsigned integer")
-    return int(v)
-
-
-def json_string(obj: dict[str, Any], key: str) -> str:
-    """``obj[key]`` as a string.
-
-    Raises:
-        InvalidRequest: "Unable to parse '<key>'" when missing or not a string.
-    """
-    v = obj.get(key)
-    if not isinstance(v, str):
-        raise InvalidRequest(f"Unable to parse '{key}': expected a string")
-    return v
-
-
-def _object(obj: dict[str, Any], key: str) -> dict[str, Any]:
-    v = obj.get(key, {})
-    if not isinstance(v, dict):
-        raise InvalidRequest(f"Unable to parse '{key}': expected a JSON object")
-    return v
-
-
-def _flatten(data: list[Any], out: list[Any]) -> None:
-    for item in data:
-        if isinstance(item, list):
-            _flatten(item, out)
-        else:
-            out.append(item)
-
-
-_KINDS = {
-    "BOOL": "b",
-    "UINT8": "u",
-    "UINT16": "u",
-    "UINT32": "u",
-    "UINT64": "u",
-    "INT8": "i",
-    "INT16": "i",
-    "INT32": "i",
-    "INT64": "i",
-    "FP32": "f",
-    "FP64": "f",
-}
-"""Datatype -> what JSON numbers it takes: b booleans, u unsigned, i integers, f any number."""
-
-_SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'data' field"
-
-
-def json_tensor_bytes(name: str, datatype: str, data: object, count: int) -> bytes:
-    """Pack a JSON ``data`` array (flat or nested, row-major) into the raw tensor form.
-
-    Args:
-        name: the input's name (for messages).
-        datatype: the request's datatype string for the input.
-        data: the decoded JSON value of ``data``.
-        count: element count of the input's shape.
-
-    Raises:
-        InvalidRequest: FP16/BF16 (Triton takes them in binary form only), an unknown
-            datatype, ``data`` that is not an array, elements of the wrong JSON type
-            (booleans for BOOL, strings for BYTES, integers for integer types, numbers for
-            floating point; no negatives for unsigned types), or an element count that
-            differs from the shape's. Integers out of a narrower type's range wrap, as
-            Triton's casts do, and a boolean among numbers counts as 0 or 1 (numpy's rule;
-            Triton refuses it).
-    """
-    if datatype in ("FP16", "BF16"):
-        raise InvalidRequest(
-            f"receiving {datatype} data via JSON is not supported. Please use the binary "
-            f"data format for input {name}"
-        )
-    if datatype not in NUMPY_DTYPES:
-        raise InvalidRequest(f"invalid datatype for input {name}")
-    if not isinstance(data, list):
-        raise InvalidRequest("Unable to parse 'data': expected a JSON array")
-    flat = data
-    if any(isinstance(item, list) for item in data):
-        flat = []
-        _flatten(data, flat)
-    if len(flat) != count:
-        raise InvalidRequest(_SHAPE_MISMATCH)
-    if datatype == "BYTES":
-        parts = []
-        for item in flat:
-            if not isinstance(item, str):
-                raise InvalidRequest("Unable to parse 'data': expected strings for BYTES")
-            b = item.encode("utf-8")
-            parts.append(_U32.pack(len(b)))
-            parts.append(b)
-        return b"".join(parts)
-    bad = InvalidRequest(f"Unable to parse 'data': expected {datatype} values for input '{name}'")
-    try:
-        arr = np.array(flat)
-    except (ValueError, TypeError, OverflowError):
-        raise bad from None
-    want = _KINDS[datatype]
-    kind = arr.dtype.kind
-    if want in ("i", "u") and kind in ("f", "O") and all(type(x) is int for x in flat):
-        # NOTE: integers numpy could not hold in int64 (it made floats or objects of them).
-        try:
-            arr = np.array(flat, dtype=np.uint64 if want == "u" else np.int64)
-        except OverflowError:
-            raise bad from None
-        kind = arr.dtype.kind
-    if want == "b":
-        ok = kind == "b"
-    elif want == "f":
-        ok = kind in ("i", "u", "f")
-    else:
-        ok = kind in ("i", "u")
-    if not ok or arr.size != count or (want == "u" and arr.size and arr.min() < 0):
-        raise bad
-    out: bytes = arr.astype(NUMPY_DTYPES[datatype], copy=False).tobytes()
-    return out
-
-
-def json_output_data(ref_name: str, datatype: str, shape: tuple[int, ...], buf: memoryview) -> Any:
-    """An output's bytes as the flat JSON ``data`` list Triton writes.
-
-    Raises:
-        InvalidRequest: FP16/BF16 (JSON cannot carry them; ask for binary data).
-        TritonMPError: INTERNAL when the bytes do not match the shape.
-    """
-    if datatype in ("FP16", "BF16"):
-        raise InvalidRequest(
-            f"sending {datatype} data via JSON is not supported. Please use the binary data "
-            "format for output"
-        )
-    count = element_count(shape)
-    mismatch = TritonMPError(
-        f"output tensor shape does not match size of output for '{ref_name}'",
-        ErrorCode.INTERNAL,
-    )
-    if datatype == "BYTES":
-        items = []
-        pos = 0
-        for _ in range(count):
-            if pos + 4 > len(buf):
-                raise mismatch
-            (n,) = _U32.unpack_from(buf, pos)
-            pos += 4
-            if pos + n > len(buf):
-                raise mismatch
-            items.append(bytes(buf[pos : pos + n]).decode("utf-8", errors="replace"))
-            pos += n
-        return items
-    if len(buf) != count * ELEMENT_BYTES[datatype]:
-        raise mismatch
-    return np.frombuffer(buf, dtype=NUMPY_DTYPES[datatype]).tolist()
 
 
 # ------------------------------------------------------------------ request translation
@@ -249,10 +72,10 @@ def _request_parameters(params: dict[str, Any], plan: InferPlan) -> dict[str, Pa
     out: dict[str, Parameter] = {}
     for key, v in params.items():
         if key == "sequence_id":
-            if _is_uint(v):
+            if is_uint(v):
                 # NOTE: the gRPC form carries a uint64 correlation ID as int64_param (the
                 # frontend reads it back as unsigned); uint64_param is refused there.
-                out[key] = int64_parameter(v - (1 << 64) if v > _INT64_MAX else v)
+                out[key] = int64_parameter(v - (1 << 64) if v > INT64_MAX else v)
             elif isinstance(v, str):
                 out[key] = string_parameter(v)
             else:
@@ -262,7 +85,7 @@ def _request_parameters(params: dict[str, Any], plan: InferPlan) -> dict[str, Pa
                 raise InvalidRequest(f"Unable to parse '{key}'")
             out[key] = bool_parameter(v)
         elif key in ("priority", "timeout"):
-            if not _is_uint(v):
+            if not is_uint(v):
                 raise InvalidRequest(f"Unable to parse '{key}'")
             out[key] = uint64_parameter(v)
         elif key == "binary_data_output":
@@ -278,7 +101,7 @@ def _request_parameters(params: dict[str, Any], plan: InferPlan) -> dict[str, Pa
             out[key] = bool_parameter(v)
         elif isinstance(v, str):
             out[key] = string_parameter(v)
-        elif isinstance(v, int) and -(2**63) <= v <= _INT64_MAX:
+        elif isinstance(v, int) and -(2**63) <= v <= INT64_MAX:
             out[key] = int64_parameter(v)
         else:
             raise InvalidRequest(
@@ -298,7 +121,7 @@ def _shm_parameters(params: dict[str, Any]) -> dict[str, Parameter]:
         out["shared_memory_region"] = string_parameter(region)
     for key in ("shared_memory_offset", "shared_memory_byte_size"):
         if key in params:
-            if not _is_uint(params[key]) or params[key] > _INT64_MAX:
+            if not is_uint(params[key]) or params[key] > INT64_MAX:
                 raise InvalidRequest(f"Unable to parse '{key}'")
             out[key] = int64_parameter(params[key])
     return out
@@ -339,7 +162,7 @@ def _inputs(
     for item in items:
         if not isinstance(item, dict):
             raise InvalidRequest("Unable to parse 'inputs': expected JSON objects")
-        params = _object(item, "parameters")
+        params = json_object(item, "parameters")
         has_binary = "binary_data_size" in params
         has_shm = "shared_memory_region" in params
         message = _input_content_error("data" in item, has_binary, has_shm)
@@ -348,9 +171,9 @@ def _inputs(
         name = json_string(item, "name")
         datatype = json_string(item, "datatype")
         shape = item.get("shape")
-        if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
+        if not isinstance(shape, list) or not all(is_uint(d) for d in shape):
             raise InvalidRequest("Unable to parse 'shape'")
-        if any(d > _INT64_MAX for d in shape):
+        if any(d > INT64_MAX for d in shape):
             raise InvalidRequest("Unable to parse 'shape'")
         tensor_params: dict[str, Parameter] = {}
         if has_binary:
@@ -382,7 +205,7 @@ def _outputs(items: object, plan: InferPlan) -> list[RequestedOutput]:
     for item in items:
         if not isinstance(item, dict):
             raise InvalidRequest("Unable to parse 'outputs': expected JSON objects")
-        params = _object(item, "parameters")
+        params = json_object(item, "parameters")
         binary = params.get("binary_data", False)
         if not isinstance(binary, bool):
             raise InvalidRequest("Unable to parse 'binary_data'")
@@ -398,7 +221,7 @@ def _outputs(items: object, plan: InferPlan) -> list[RequestedOutput]:
         name = json_string(item, "name")
         out_params: dict[str, Parameter] = {}
         if "classification" in params:
-            if not _is_uint(params["classification"]) or params["classification"] > _INT64_MAX:
+            if not is_uint(params["classification"]) or params["classification"] > INT64_MAX:
                 raise InvalidRequest("Unable to set 'classification'")
             out_params["classification"] = int64_parameter(params["classification"])
         if "shared_memory_region" in params:

@@ -11,26 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from triton_mp._proto import model_config_pb2 as mc
+from triton_mp.common.datatypes import DataType
 from triton_mp.common.errors import InvalidRequest, ModelNotFound, ModelUnavailable
 from triton_mp.ipc.specs import ModelEntry
-
-DATATYPE_NAMES = {
-    mc.TYPE_BOOL: "BOOL",
-    mc.TYPE_UINT8: "UINT8",
-    mc.TYPE_UINT16: "UINT16",
-    mc.TYPE_UINT32: "UINT32",
-    mc.TYPE_UINT64: "UINT64",
-    mc.TYPE_INT8: "INT8",
-    mc.TYPE_INT16: "INT16",
-    mc.TYPE_INT32: "INT32",
-    mc.TYPE_INT64: "INT64",
-    mc.TYPE_FP16: "FP16",
-    mc.TYPE_FP32: "FP32",
-    mc.TYPE_FP64: "FP64",
-    mc.TYPE_STRING: "BYTES",
-    mc.TYPE_BF16: "BF16",
-}
-"""ModelConfig DataType -> protocol datatype string."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +62,16 @@ class Model:
         return self.config.platform or self.config.backend
 
 
+def _wire_name(data_type: int) -> str:
+    """The protocol datatype string of a config ``DataType`` ("INVALID" when unknown)."""
+    try:
+        return DataType(data_type).wire
+    except ValueError:
+        return DataType.INVALID.wire
+
+
 def _io(t: mc.ModelInput | mc.ModelOutput, optional: bool) -> IOSpec:
-    return IOSpec(t.name, DATATYPE_NAMES.get(t.data_type, "INVALID"), tuple(t.dims), optional)
+    return IOSpec(t.name, _wire_name(t.data_type), tuple(t.dims), optional)
 
 
 class ModelTable:

@@ -1,9 +1,10 @@
 """KServe v2 / Triton ``inference.GRPCInferenceService`` over grpc.aio: a thin adapter.
 
-Imported by the frontend only; the only module that maps ``ErrorCode`` to gRPC status codes
-(server ``grpc_utils.cc``). Each RPC hands its request to ``frontend.core.FrontendCore``
-(which HTTP/REST calls too) and turns the answer or the ``TritonMPError`` into gRPC; no
-handler batches, validates or runs anything itself.
+Imported by the frontend process (``frontend.main``); the only module that maps ``ErrorCode``
+to gRPC status codes (server ``grpc_utils.cc``). Each RPC hands its request to the
+transport-free core (``frontend.api.FrontendApi``, which HTTP/REST calls too), converting
+protos with ``grpc.messages`` and ``frontend.kserve``, and turns the answer or the
+``TritonMPError`` into gRPC; no handler batches, validates or runs anything itself.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp._proto import grpc_service_pb2_grpc as pb_grpc
 from triton_mp._proto import health_pb2, health_pb2_grpc
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.frontend.core import EXTENSIONS, FrontendCore, stats_to_proto
+from triton_mp.frontend import kserve
+from triton_mp.frontend.api import FrontendApi
 from triton_mp.frontend.grpc.messages import infer_response_bytes, request_from_proto
 from triton_mp.frontend.grpc.stream import StreamSession
 from triton_mp.frontend.grpc.wire import WireInferRequest, split_infer_request
-
-__all__ = ["EXTENSIONS", "GRPC_STATUS", "HealthServicer", "InferenceServicer", "stats_to_proto"]
+from triton_mp.frontend.repository_api import check_repository_name
 
 GRPC_STATUS = {
     ErrorCode.UNKNOWN: grpc.StatusCode.UNKNOWN,
@@ -87,7 +88,8 @@ def status_message(message: str) -> str:
     return f"{head}... [{len(data) - len(head.encode())} more bytes cut]"
 
 
-async def _abort(context: grpc.aio.ServicerContext, code: ErrorCode, message: str) -> NoReturn:
+async def abort(context: grpc.aio.ServicerContext, code: ErrorCode, message: str) -> NoReturn:
+    """End the call with ``code``'s gRPC status and ``message`` (cut to fit a status)."""
     await context.abort(GRPC_STATUS.get(code, grpc.StatusCode.UNKNOWN), status_message(message))
     raise AssertionError("unreachable")  # context.abort raises
 
@@ -96,11 +98,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
     """The RPCs of ``inference.GRPCInferenceService`` that triton-mp serves.
 
     Args:
-        core: the frontend's transport-neutral operations.
+        api: the frontend's transport-free operations.
     """
 
-    def __init__(self, core: FrontendCore) -> None:
-        self._core = core
+    def __init__(self, api: FrontendApi) -> None:
+        self._api = api
 
     # ------------------------------------------------------------------ health
     async def ServerLive(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
@@ -109,41 +111,43 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
 
     async def ServerReady(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """KServe ServerReady: every model ready (Triton's --strict-readiness) and not draining."""
-        return pb.ServerReadyResponse(ready=self._core.server_ready())
+        return pb.ServerReadyResponse(ready=self._api.server.ready())
 
     async def ModelReady(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """KServe ModelReady: the version (or, with none given, any version) is ready."""
         try:
             return pb.ModelReadyResponse(
-                ready=self._core.model_ready(request.name, request.version)
+                ready=self._api.server.model_ready(request.name, request.version)
             )
         except TritonMPError as e:
-            await _abort(context, e.code, e.message)
+            await abort(context, e.code, e.message)
 
     # ---------------------------------------------------------------- metadata
     async def ServerMetadata(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """KServe ServerMetadata: name (--id), version, extensions."""
-        return self._core.server_metadata()
+        return kserve.server_metadata(self._api.server.metadata())
 
     async def ModelMetadata(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """KServe ModelMetadata (shape = [-1] + dims when the model batches)."""
         try:
-            return self._core.model_metadata(request.name, request.version)
+            return kserve.model_metadata(
+                self._api.server.model_metadata(request.name, request.version)
+            )
         except TritonMPError as e:
-            await _abort(context, e.code, e.message)
+            await abort(context, e.code, e.message)
 
     async def ModelConfig(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton ModelConfig: the effective (auto-completed, normalised) configuration."""
         try:
             return pb.ModelConfigResponse(
-                config=self._core.model_config(request.name, request.version)
+                config=self._api.server.model_config(request.name, request.version)
             )
         except TritonMPError as e:
-            await _abort(context, e.code, e.message)
+            await abort(context, e.code, e.message)
 
     async def RepositoryIndex(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton RepositoryIndex: every model and version with its state and reason."""
-        return self._core.repository_index(request.ready)
+        return kserve.repository_index(self._api.repository.index(request.ready))
 
     async def RepositoryModelLoad(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton RepositoryModelLoad (explicit mode): ``config`` and ``file:`` parameters."""
@@ -152,22 +156,22 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             for key, p in request.parameters.items()
         }
         try:
-            self._core.check_repository_name(request.repository_name)
-            await self._core.repository_load(request.model_name, params)
+            check_repository_name(request.repository_name)
+            await self._api.repository.load(request.model_name, params)
         except TritonMPError as e:
-            await _abort(context, e.code, e.message)
+            await abort(context, e.code, e.message)
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton RepositoryModelUnload (explicit mode), with ``unload_dependents``."""
         dependents = request.parameters.get("unload_dependents")
         try:
-            self._core.check_repository_name(request.repository_name)
-            await self._core.repository_unload(
+            check_repository_name(request.repository_name)
+            await self._api.repository.unload(
                 request.model_name, bool(dependents is not None and dependents.bool_param)
             )
         except TritonMPError as e:
-            await _abort(context, e.code, e.message)
+            await abort(context, e.code, e.message)
         return pb.RepositoryModelUnloadResponse()
 
     # --------------------------------------------------------------- inference
@@ -183,36 +187,36 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         else:
             message, raw = request, None
         try:
-            ticket = self._core.inference.submit(
+            ticket = self._api.inference.submit(
                 request_from_proto(message, raw), decoupled_message=DECOUPLED_MESSAGE
             )
             result = await ticket.result()
         except TritonMPError as e:
-            await _abort(context, e.code, e.message)
+            await abort(context, e.code, e.message)
         return infer_response_bytes(result)
 
     async def ModelStreamInfer(self, request_iterator, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton's bidirectional stream (``frontend.grpc.stream``): per request, one
         response (or ``error_message``), or for a decoupled model zero or more responses
         then the end of the request."""
-        async for response in StreamSession(self._core.inference, request_iterator).responses():
+        async for response in StreamSession(self._api.inference, request_iterator).responses():
             yield response
 
     # ------------------------------------------------------- shared memory
     async def SystemSharedMemoryRegister(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton SystemSharedMemoryRegister: name a window of a client's POSIX shm object."""
         try:
-            self._core.shm_register(request.name, request.key, request.offset, request.byte_size)
+            self._api.shm.register(request.name, request.key, request.offset, request.byte_size)
         except TritonMPError as e:
-            await _abort(context, e.code, e.message)
+            await abort(context, e.code, e.message)
         return pb.SystemSharedMemoryRegisterResponse()
 
     async def SystemSharedMemoryStatus(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton SystemSharedMemoryStatus: every region, or the one named."""
         try:
-            regions = self._core.shm_status(request.name)
+            regions = self._api.shm.status(request.name)
         except TritonMPError as e:
-            await _abort(context, e.code, e.message)
+            await abort(context, e.code, e.message)
         resp = pb.SystemSharedMemoryStatusResponse()
         for r in regions:
             resp.regions[r.name].CopyFrom(
@@ -225,17 +229,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
     async def SystemSharedMemoryUnregister(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton SystemSharedMemoryUnregister: one region, or all when the name is empty."""
         try:
-            self._core.shm_unregister(request.name)
+            self._api.shm.unregister(request.name)
         except TritonMPError as e:
-            await _abort(context, e.code, e.message)
+            await abort(context, e.code, e.message)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def CudaSharedMemoryRegister(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """CUDA shared memory needs a GPU build; this server has none (UNIMPLEMENTED)."""
         try:
-            self._core.cuda_shm()
+            self._api.shm.cuda()
         except TritonMPError as e:
-            await _abort(context, e.code, e.message)
+            await abort(context, e.code, e.message)
 
     CudaSharedMemoryStatus = CudaSharedMemoryRegister
     CudaSharedMemoryUnregister = CudaSharedMemoryRegister
@@ -243,34 +247,34 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
     # ------------------------------------------------------- not served yet
     async def TraceSetting(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Tracing is not served (the 'trace' extension is not reported)."""
-        await _abort(
-            context, ErrorCode.UNSUPPORTED, "trace settings are not supported by triton-mp"
-        )
+        await abort(context, ErrorCode.UNSUPPORTED, "trace settings are not supported by triton-mp")
 
     async def LogSettings(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Log settings over the protocol are not served (the 'logging' extension)."""
-        await _abort(context, ErrorCode.UNSUPPORTED, "log settings are not supported by triton-mp")
+        await abort(context, ErrorCode.UNSUPPORTED, "log settings are not supported by triton-mp")
 
     # -------------------------------------------------------------- statistics
     async def ModelStatistics(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton ModelStatistics, from the scheduler's books (empty name = all models)."""
         try:
-            return await self._core.statistics(request.name, request.version)
+            return kserve.statistics(
+                await self._api.stats.statistics(request.name, request.version)
+            )
         except TritonMPError as e:
-            await _abort(context, e.code, e.message)
+            await abort(context, e.code, e.message)
 
 
 class HealthServicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
     """``grpc.health.v1.Health/Check``: SERVING iff the server is ready (as Triton)."""
 
-    def __init__(self, core: FrontendCore) -> None:
-        self._core = core
+    def __init__(self, api: FrontendApi) -> None:
+        self._api = api
 
     async def Check(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """SERVING when every model is ready and the server is not draining."""
         status = (
             health_pb2.HealthCheckResponse.SERVING
-            if self._core.server_ready()
+            if self._api.server.ready()
             else health_pb2.HealthCheckResponse.NOT_SERVING
         )
         return health_pb2.HealthCheckResponse(status=status)

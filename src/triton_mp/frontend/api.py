@@ -1,0 +1,33 @@
+"""Everything a transport of the frontend calls, in one place: the transport-free core.
+
+Imported by the frontend's process shell (``frontend.main``, which builds it) and its
+transports (``frontend.grpc``, ``frontend.http``), which translate their wire format to
+these calls and map ``ErrorCode`` to their status codes; the core imports neither grpc nor
+aiohttp nor the wire protos (``tests/unit/test_layering.py`` checks it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from triton_mp.frontend.client_shm import ClientShmApi
+from triton_mp.frontend.inference import Inference
+from triton_mp.frontend.repository_api import RepositoryApi
+from triton_mp.frontend.server_api import ServerApi
+from triton_mp.frontend.stats_api import StatsApi
+
+
+@dataclass(frozen=True, slots=True)
+class FrontendApi:
+    """The KServe v2 / Triton operations of one frontend process, by concern."""
+
+    server: ServerApi
+    """Health, metadata, model configuration."""
+    inference: Inference
+    """The submit path (``submit -> Ticket``) and the drain."""
+    repository: RepositoryApi
+    """Repository index, load, unload."""
+    stats: StatsApi
+    """ModelStatistics and the queue status (from the scheduler)."""
+    shm: ClientShmApi
+    """System (and CUDA) shared memory registration."""

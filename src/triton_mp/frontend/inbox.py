@@ -1,0 +1,95 @@
+"""What reaches a frontend besides client requests: the inbox, and the supervisor's updates.
+
+Imported by ``frontend.main``. The inbox's rings carry answers (``InferResponse``,
+``RequestFailed``, ``StatsReply``, ``QueueReply``) for the pending table, plus the
+scheduler's news: another frontend's client shared-memory registrations and whether a model
+version has a live instance. The supervisor's ``ModelTableUpdate`` (over the control pipe)
+adds and removes rings, replaces model entries and drops the arenas of stopped workers.
+Both run on the event loop thread, between two requests.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from triton_mp.frontend.client_shm import Region, SystemShmRegistry
+from triton_mp.frontend.model_table import ModelTable
+from triton_mp.frontend.pending import PendingTable
+from triton_mp.ipc import Inbox, SegmentCache
+from triton_mp.ipc.messages import (
+    InferResponse,
+    ModelAvailability,
+    ModelTableUpdate,
+    QueueReply,
+    RequestFailed,
+    ShmRegistered,
+    ShmUnregistered,
+    StatsReply,
+    ToFrontend,
+)
+
+log = logging.getLogger(__name__)
+
+
+class InboxHandler:
+    """Applies what arrives for one frontend.
+
+    Args:
+        inbox: the frontend's inbox (its rings and its wakeup FIFO).
+        pending: where answers go.
+        shm: the registered client shared-memory regions.
+        models: the model table.
+        cache: attached arenas (a stopped worker's are dropped).
+    """
+
+    def __init__(
+        self,
+        inbox: Inbox[ToFrontend],
+        pending: PendingTable,
+        shm: SystemShmRegistry,
+        models: ModelTable,
+        cache: SegmentCache,
+    ) -> None:
+        self._inbox = inbox
+        self._pending = pending
+        self._shm = shm
+        self._models = models
+        self._cache = cache
+
+    def on_wakeup(self) -> None:
+        """The inbox FIFO is readable: clear it, then drain every ring (loop thread)."""
+        self._inbox.waiter.clear()
+        answers: list[InferResponse | RequestFailed | StatsReply | QueueReply] = []
+        for msg in self._inbox.drain():
+            if isinstance(msg, ShmRegistered):
+                for r in msg.regions:
+                    self._shm.add(Region(r.name, r.key, r.offset, r.byte_size, r.region_id))
+            elif isinstance(msg, ShmUnregistered):
+                self._shm.drop(list(msg.names))
+            elif isinstance(msg, ModelAvailability):
+                self._models.set_available(msg.model, msg.version, msg.ready)
+            else:
+                answers.append(msg)
+        if answers:
+            self._pending.deliver(answers)
+
+    def on_table_update(self, update: ModelTableUpdate) -> None:
+        """Apply a supervisor's model change between two requests (loop thread)."""
+        for ring in update.add_rings:
+            self._inbox.add_ring(ring)
+        self._models.update(update.models)
+        for ring in update.remove_rings:
+            # NOTE: answers a stopped worker left are delivered, not dropped.
+            left = self._inbox.remove_ring(ring)
+            if left:
+                self._pending.deliver(
+                    [m for m in left if isinstance(m, InferResponse | RequestFailed)]
+                )
+        for prefix in update.drop_segments:
+            self._cache.drop(prefix)
+        for e in update.models:
+            state = "unloaded" if e.unloaded else e.transition or f"versions {e.ready_versions}"
+            log.info("model table: '%s' %s", e.name, state, extra={"model": e.name})
+        if update.add_rings:
+            # NOTE: answers may already wait in a new ring; nothing else would wake us.
+            self._inbox.waiter.wake()

@@ -1,0 +1,190 @@
+"""Triton's model repository extension: RepositoryIndex, RepositoryModelLoad / Unload.
+
+Imported by the frontend only; no transport. The index is built from the frontend's model
+table and the repository directory; loads and unloads are calls to the supervisor over the
+control pipe (``frontend.control.SupervisorLink``), allowed only with
+``--model-control-mode=explicit``. Messages follow Triton's (server ``grpc_server.cc`` /
+``http_server.cc``, core ``model_repository_manager.cc``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
+from triton_mp.frontend.control import SupervisorLink
+from triton_mp.frontend.model_table import Model, ModelTable
+from triton_mp.ipc.messages import ModelLoadCall, ModelUnloadCall
+
+CONTROL_DISABLED_MESSAGE = "explicit model load / unload is not allowed if polling is enabled"
+"""Triton's UNAVAILABLE answer to load/unload outside ``--model-control-mode=explicit``."""
+
+FILE_PREFIX = "file:"
+"""RepositoryModelLoad parameters carrying model files: ``file:<version>/<name>``."""
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """One row of RepositoryIndex (``RepositoryIndexResponse.ModelIndex``); "" = unset."""
+
+    name: str
+    version: str = ""
+    state: str = ""
+    """READY, UNLOADING, LOADING or UNAVAILABLE; "" for a model never loaded."""
+    reason: str = ""
+
+
+def _parameter_type(value: object) -> str:
+    """TRITONSERVER_ParameterTypeString of a parameter value."""
+    if isinstance(value, bool):
+        return "BOOL"
+    if isinstance(value, int):
+        return "INT"
+    if isinstance(value, bytes | bytearray):
+        return "BYTES"
+    return "STRING"
+
+
+def check_repository_name(repository: str) -> None:
+    """Refuse a RepositoryModelLoad/Unload that names a repository (Triton serves one
+    here; the request's ``repository_name``, or HTTP's ``/v2/repository/{name}/...``).
+
+    Raises:
+        TritonMPError: UNSUPPORTED when ``repository`` is not empty.
+    """
+    if repository:
+        raise TritonMPError(
+            "'repository_name' specification is not supported", ErrorCode.UNSUPPORTED
+        )
+
+
+def _model_rows(m: Model, ready_only: bool) -> Iterator[tuple[int, IndexEntry]]:
+    """(version for sorting, row) of one model in the table."""
+    ready_state = "UNLOADING" if m.transition == "UNLOADING" else "READY"
+    for v in m.ready_versions:
+        if not ready_only or ready_state == "READY":
+            yield v, IndexEntry(m.name, str(v), ready_state)
+    if ready_only:
+        return
+    for v in m.failed_versions:
+        yield v, IndexEntry(m.name, str(v), "UNAVAILABLE", m.version_reason(v))
+    if not m.ready_versions and not m.failed_versions:
+        yield -1, IndexEntry(m.name, state=m.transition or "UNAVAILABLE", reason=m.reason)
+
+
+class RepositoryApi:
+    """The repository extension of one frontend.
+
+    Args:
+        models: the model table.
+        model_control_mode: ``none``, ``poll`` or ``explicit``.
+        link: the control pipe to the supervisor (load/unload).
+        repository: the model repository directory (RepositoryIndex lists its models).
+    """
+
+    def __init__(
+        self,
+        *,
+        models: ModelTable,
+        model_control_mode: str = "none",
+        link: SupervisorLink | None = None,
+        repository: str = "",
+    ) -> None:
+        self._models = models
+        self._mode = model_control_mode
+        self._link = link
+        self._repository = Path(repository) if repository else None
+
+    def index(self, ready_only: bool) -> list[IndexEntry]:
+        """Triton RepositoryIndex: every model and version with its state and reason.
+
+        Loaded versions are READY (UNLOADING while an unload or reload stops them), failed
+        ones UNAVAILABLE with their reason; a model being loaded is LOADING, an unloaded one
+        UNAVAILABLE ("unloaded"), and a model of the repository never loaded appears with
+        its name only. Sorted by name, then version.
+
+        Args:
+            ready_only: list READY versions only (the request's ``ready`` flag).
+        """
+        out: list[tuple[str, int, IndexEntry]] = []
+        seen: set[str] = set()
+        for m in self._models:
+            seen.add(m.name)
+            out.extend((m.name, v, row) for v, row in _model_rows(m, ready_only))
+        if not ready_only:
+            for name, reason in self._models.unloaded().items():
+                seen.add(name)
+                out.append((name, -1, IndexEntry(name, state="UNAVAILABLE", reason=reason)))
+            for name in self._repository_names() - seen:
+                out.append((name, -1, IndexEntry(name)))
+        out.sort(key=lambda t: (t[0], t[1]))
+        return [t[2] for t in out]
+
+    def _repository_names(self) -> set[str]:
+        """The model directories of the repository now (hidden ones skipped)."""
+        if self._repository is None:
+            return set()
+        try:
+            return {
+                p.name
+                for p in self._repository.iterdir()
+                if p.is_dir() and not p.name.startswith(".")
+            }
+        except OSError:
+            return set()
+
+    def _check_control(self) -> SupervisorLink:
+        if self._mode != "explicit" or self._link is None:
+            raise TritonMPError(CONTROL_DISABLED_MESSAGE, ErrorCode.UNAVAILABLE)
+        return self._link
+
+    async def load(self, name: str, parameters: Mapping[str, object]) -> None:
+        """Triton RepositoryModelLoad: (re)load a model, waiting until it is done.
+
+        Args:
+            name: the model (a directory of the repository, unless files are given).
+            parameters: ``config`` (str): a JSON ModelConfig used instead of config.pbtxt;
+                ``file:<version>/<name>`` (bytes): model files, which need ``config`` and
+                replace the model directory's content.
+
+        Raises:
+            TritonMPError: UNAVAILABLE outside explicit mode; INVALID_ARG for an unknown
+                parameter ("Unrecognized load parameter '<p>' with type '<T>'"); the load's
+                failure (INTERNAL "failed to load '<m>', ..." and the like).
+        """
+        link = self._check_control()
+        config: str | None = None
+        files: dict[str, bytes] = {}
+        for key, value in parameters.items():
+            if key == "config" and isinstance(value, str):
+                config = value
+            elif key.startswith(FILE_PREFIX) and isinstance(value, bytes | bytearray):
+                files[key.removeprefix(FILE_PREFIX)] = bytes(value)
+            else:
+                raise InvalidRequest(
+                    f"Unrecognized load parameter '{key}' with type '{_parameter_type(value)}'"
+                )
+        if files and config is None:
+            raise InvalidRequest(
+                f"failed to load '{name}': the 'config' parameter is required when model "
+                "files are provided"
+            )
+        await link.call(
+            lambda cid: ModelLoadCall(call_id=cid, model=name, config_json=config, files=files)
+        )
+
+    async def unload(self, name: str, unload_dependents: bool) -> None:
+        """Triton RepositoryModelUnload: stop serving a model once its in-flight requests
+        are answered, then stop its instances.
+
+        Raises:
+            TritonMPError: UNAVAILABLE outside explicit mode.
+        """
+        link = self._check_control()
+        await link.call(
+            lambda cid: ModelUnloadCall(
+                call_id=cid, model=name, unload_dependents=unload_dependents
+            )
+        )

@@ -1,0 +1,124 @@
+"""KServe v2 health and metadata: ServerLive/Ready, ModelReady, Server/ModelMetadata, ModelConfig.
+
+Imported by the frontend only; no transport. Answers are plain values (``ServerMetadata``,
+``ModelMetadata``) or the model's effective ``ModelConfig``; ``frontend.kserve`` writes them
+as ``inference.*`` protos for gRPC (and HTTP's JSON). Readiness is Triton's
+``--strict-readiness``: every model ready and the server not draining.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from triton_mp import __version__
+from triton_mp._proto import model_config_pb2 as mc
+from triton_mp.common.errors import InvalidRequest, TritonMPError
+from triton_mp.frontend.inference import Inference
+from triton_mp.frontend.model_table import IOSpec, ModelTable
+
+EXTENSIONS = (
+    "model_repository",
+    "model_configuration",
+    "system_shared_memory",
+    "binary_tensor_data",
+    "statistics",
+)
+"""Extensions ServerMetadata reports: only those triton-mp implements (Triton's names, in
+Triton's order). ``binary_tensor_data`` is the HTTP binary tensor extension."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerMetadata:
+    """KServe ServerMetadataResponse: ``name`` (``--id``), ``version``, ``extensions``."""
+
+    name: str
+    version: str
+    extensions: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMetadata:
+    """One input or output in ModelMetadataResponse: name, datatype, shape (-1 variable)."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetadata:
+    """KServe ModelMetadataResponse."""
+
+    name: str
+    versions: tuple[str, ...]
+    platform: str
+    inputs: tuple[TensorMetadata, ...]
+    outputs: tuple[TensorMetadata, ...]
+
+
+class ServerApi:
+    """Health and metadata of one frontend's server.
+
+    Args:
+        server_name: ``--id``, reported by ServerMetadata.
+        models: the model table.
+        inference: the submit path (whether the server drains).
+    """
+
+    def __init__(self, *, server_name: str, models: ModelTable, inference: Inference) -> None:
+        self._server_name = server_name
+        self._models = models
+        self._inference = inference
+
+    def ready(self) -> bool:
+        """KServe ServerReady: every model ready (Triton's --strict-readiness), not draining."""
+        return self._models.all_ready() and not self._inference.draining
+
+    def model_ready(self, name: str, version: str) -> bool:
+        """KServe ModelReady: the version (with none given, the latest) is ready and has a
+        live instance; an unknown model or version is simply not ready.
+
+        Raises:
+            InvalidRequest: ``version`` is not a non-negative integer.
+        """
+        try:
+            model, v = self._models.resolve(name, version)
+        except InvalidRequest:
+            raise
+        except TritonMPError:
+            return False
+        return self._models.has_live_instance(model.name, v) and not self._inference.draining
+
+    def metadata(self) -> ServerMetadata:
+        """KServe ServerMetadata: name (``--id``), version, extensions."""
+        return ServerMetadata(self._server_name, __version__, EXTENSIONS)
+
+    def model_metadata(self, name: str, version: str) -> ModelMetadata:
+        """KServe ModelMetadata (shape = [-1] + dims when the model batches).
+
+        Raises:
+            TritonMPError: NOT_FOUND, UNAVAILABLE or INVALID_ARG with Triton's message
+                (``ModelTable.resolve``).
+        """
+        model, v = self._models.resolve(name, version)
+        batch = (-1,) if model.max_batch_size > 0 else ()
+
+        def tensors(specs: dict[str, IOSpec]) -> tuple[TensorMetadata, ...]:
+            return tuple(TensorMetadata(t.name, t.datatype, batch + t.dims) for t in specs.values())
+
+        return ModelMetadata(
+            name=model.name,
+            versions=(str(v),) if version else tuple(str(x) for x in model.ready_versions),
+            platform=model.platform,
+            inputs=tensors(model.inputs),
+            outputs=tensors(model.outputs),
+        )
+
+    def model_config(self, name: str, version: str) -> mc.ModelConfig:
+        """Triton ModelConfig: the effective (auto-completed, normalised) configuration.
+
+        Raises:
+            TritonMPError: as ``model_metadata``.
+        """
+        model, _ = self._models.resolve(name, version)
+        return model.config
