@@ -156,15 +156,6 @@ class Inference:
         if model.decoupled:
             raise InvalidRequest(message, ErrorCode.UNSUPPORTED)
 
-    def is_decoupled(self, name: str, version: str) -> bool:
-        """Whether a request for ``name``/``version`` goes to a decoupled model (False when
-        the model does not resolve: ``submit`` then raises the right error)."""
-        try:
-            model, _ = self._models.resolve(name, version)
-        except TritonMPError:
-            return False
-        return model.decoupled
-
     # ------------------------------------------------------------------ submission
     def submit(
         self,

@@ -208,8 +208,13 @@ class SnapshotCollector:
         )
 
     def _queue_families(self) -> Iterator[Metric]:
-        mv = ("model", "version")
-        lv = (*mv, "level")
+        """The scheduler's queues, batches and instances, in that order."""
+        yield from self._level_families()
+        yield from self._batch_families()
+        yield from self._instance_families()
+
+    def _level_families(self) -> Iterator[Metric]:
+        lv = ("model", "version", "level")
         depth = GaugeMetricFamily(
             "triton_mp_queue_depth",
             "Requests waiting in the scheduler's queue, per priority level (delayed included)",
@@ -235,6 +240,18 @@ class SnapshotCollector:
             "Requests failed by a queue timeout under timeout_action REJECT",
             labels=lv,
         )
+        for q in self._snap.queues:
+            for level in q.levels:
+                key = (q.model, str(q.version), str(level.level))
+                depth.add_metric(key, level.depth)
+                delayed.add_metric(key, level.delayed)
+                oldest.add_metric(key, level.oldest_age_us)
+                rejected.add_metric(key, level.rejected)
+                timed_out.add_metric(key, level.timed_out)
+        yield from (depth, delayed, oldest, rejected, timed_out)
+
+    def _batch_families(self) -> Iterator[Metric]:
+        mv = ("model", "version")
         batch_size = HistogramMetricFamily(
             "triton_mp_batch_size",
             "Total batch size of each batch the scheduler formed",
@@ -245,7 +262,23 @@ class SnapshotCollector:
             "Batches formed, by why they closed: max, preferred, delay, idle, shape, single",
             labels=(*mv, "reason"),
         )
-        iv = (*mv, "instance")
+        for q in self._snap.queues:
+            model = (q.model, str(q.version))
+            buckets: list[tuple[str, float]] = []
+            for bound in batch_size_buckets(q.max_batch_size, q.batch_sizes):
+                cumulative = sum(n for size, n in q.batch_sizes.items() if size <= bound)
+                buckets.append((f"{float(bound)}", cumulative))
+            buckets.append(("+Inf", sum(q.batch_sizes.values())))
+            batch_size.add_metric(
+                model, buckets, sum_value=sum(s * n for s, n in q.batch_sizes.items())
+            )
+            # NOTE: every reason from the start, as Triton pre-creates its failure reasons.
+            for reason in (*KNOWN_REASONS, *sorted(set(q.close_reasons) - set(KNOWN_REASONS))):
+                closed.add_metric((*model, reason), q.close_reasons.get(reason, 0))
+        yield from (batch_size, closed)
+
+    def _instance_families(self) -> Iterator[Metric]:
+        iv = ("model", "version", "instance")
         live = GaugeMetricFamily(
             "triton_mp_instance_live", "1 while the instance's worker serves, else 0", labels=iv
         )
@@ -263,32 +296,12 @@ class SnapshotCollector:
             labels=iv,
         )
         for q in self._snap.queues:
-            model = (q.model, str(q.version))
-            for level in q.levels:
-                key = (*model, str(level.level))
-                depth.add_metric(key, level.depth)
-                delayed.add_metric(key, level.delayed)
-                oldest.add_metric(key, level.oldest_age_us)
-                rejected.add_metric(key, level.rejected)
-                timed_out.add_metric(key, level.timed_out)
-            buckets: list[tuple[str, float]] = []
-            for bound in batch_size_buckets(q.max_batch_size, q.batch_sizes):
-                cumulative = sum(n for size, n in q.batch_sizes.items() if size <= bound)
-                buckets.append((f"{float(bound)}", cumulative))
-            buckets.append(("+Inf", sum(q.batch_sizes.values())))
-            batch_size.add_metric(
-                model, buckets, sum_value=sum(s * n for s, n in q.batch_sizes.items())
-            )
-            # NOTE: every reason from the start, as Triton pre-creates its failure reasons.
-            for reason in (*KNOWN_REASONS, *sorted(set(q.close_reasons) - set(KNOWN_REASONS))):
-                closed.add_metric((*model, reason), q.close_reasons.get(reason, 0))
             for inst in q.instances:
-                key = (*model, inst.name)
+                key = (q.model, str(q.version), inst.name)
                 live.add_metric(key, 1 if inst.live else 0)
                 in_flight.add_metric(key, inst.requests_in_flight)
                 executions.add_metric(key, inst.executions)
                 restarts.add_metric(key, inst.restarts)
-        yield from (depth, delayed, oldest, rejected, timed_out, batch_size, closed)
         yield from (live, in_flight, executions, restarts)
 
     def _process_families(self) -> Iterator[Metric]:

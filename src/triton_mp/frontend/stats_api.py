@@ -51,11 +51,6 @@ class StatsApi:
         self._send = send_scheduler
         self._timeout_s = reply_timeout_s
 
-    @property
-    def frontend_id(self) -> int:
-        """This frontend's index (what a query's ``frontend_id`` must be)."""
-        return self._fid
-
     async def ask(
         self, make: Callable[[int], StatsQuery | QueueQuery], timeout_s: float | None = None
     ) -> StatsReply | QueueReply:

@@ -1,0 +1,305 @@
+"""Triton's request rules (``frontend.validation``), one by one, without a server.
+
+Each case builds a transport-free ``InferenceRequest`` against a small model table and
+checks the code and Triton's message of the first rule it breaks (or what a valid request
+becomes). The same rules run end to end over gRPC and HTTP in tests/e2e/test_tensor_forms.py
+and test_http.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.unit.fake_frontend import model_entry, table
+from triton_mp._proto import model_config_pb2 as mc
+from triton_mp.common.errors import ErrorCode, TritonMPError
+from triton_mp.frontend.client_shm import SystemShmRegistry
+from triton_mp.frontend.request import (
+    InferenceRequest,
+    InputTensor,
+    Parameter,
+    RequestedOutput,
+    bool_parameter,
+    int64_parameter,
+    string_parameter,
+    uint64_parameter,
+)
+from triton_mp.frontend.validation.request import ValidRequest, validate_request
+from triton_mp.ipc.messages import SequenceFlags
+
+MODELS = table(
+    model_entry(
+        "plain",
+        inputs=(("A", mc.TYPE_FP32, (2,)), ("B", mc.TYPE_INT32, (-1,))),
+        outputs=("X", "Y"),
+    ),
+    model_entry("batched", max_batch_size=4, inputs=(("A", mc.TYPE_FP32, (2,)),)),
+    model_entry("text", inputs=(("S", mc.TYPE_STRING, (-1,)),)),
+)
+
+FP32_2 = np.array([1, 2], np.float32).tobytes()
+INT32_3 = np.array([1, 2, 3], np.int32).tobytes()
+RID = "[request id: r] "
+
+
+def _plain(**kw: object) -> InferenceRequest:
+    fields: dict[str, object] = {
+        "model_name": "plain",
+        "id": "r",
+        "inputs": (InputTensor("A", "FP32", (2,)), InputTensor("B", "INT32", (3,))),
+        "raw_inputs": (FP32_2, INT32_3),
+    }
+    fields.update(kw)
+    return InferenceRequest(**fields)  # type: ignore[arg-type]
+
+
+def _valid(req: InferenceRequest, shm: SystemShmRegistry | None = None) -> ValidRequest:
+    model, version = MODELS.resolve(req.model_name, req.model_version)
+    return validate_request(req, model, version, shm)
+
+
+def _error(req: InferenceRequest, shm: SystemShmRegistry | None = None) -> tuple[ErrorCode, str]:
+    with pytest.raises(TritonMPError) as e:
+        _valid(req, shm)
+    return e.value.code, e.value.message
+
+
+# ------------------------------------------------------------------------ a valid request
+
+
+def test_a_valid_request_keeps_its_bytes_and_gets_every_output() -> None:
+    valid = _valid(_plain())
+    assert [(i.name, i.shape, bytes(i.data)) for i in valid.inputs] == [
+        ("A", (2,), FP32_2),
+        ("B", (3,), INT32_3),
+    ]
+    assert (valid.batch_size, valid.outputs, valid.output_regions) == (1, ("X", "Y"), ())
+
+
+def test_typed_contents_become_raw_little_endian_bytes() -> None:
+    req = _plain(
+        inputs=(
+            InputTensor("A", "FP32", (2,), contents={"fp32_contents": [1.0, 2.0]}),
+            InputTensor("B", "INT32", (3,), contents={"int_contents": [1, 2, 3]}),
+        ),
+        raw_inputs=(),
+    )
+    assert [bytes(i.data) for i in _valid(req).inputs] == [FP32_2, INT32_3]
+
+
+def test_bytes_contents_are_length_prefixed() -> None:
+    req = InferenceRequest(
+        model_name="text",
+        inputs=(InputTensor("S", "BYTES", (2,), contents={"bytes_contents": [b"ab", b""]}),),
+    )
+    assert bytes(_valid(req).inputs[0].data) == b"\x02\0\0\0ab\0\0\0\0"
+
+
+def test_an_output_asked_twice_is_returned_once() -> None:
+    valid = _valid(_plain(outputs=(RequestedOutput("Y"), RequestedOutput("Y"))))
+    assert valid.outputs == ("Y",)
+
+
+def test_the_batch_size_is_the_leading_dimension() -> None:
+    req = InferenceRequest(
+        model_name="batched",
+        inputs=(InputTensor("A", "FP32", (3, 2)),),
+        raw_inputs=(np.zeros(6, np.float32).tobytes(),),
+    )
+    assert _valid(req).batch_size == 3
+
+
+# ---------------------------------------------------------------------------- parameters
+
+
+def test_reserved_parameters_are_read_and_custom_ones_kept_as_json() -> None:
+    params = {
+        "priority": uint64_parameter(3),
+        "timeout": int64_parameter(1000),
+        "sequence_id": int64_parameter(-1),
+        "sequence_start": bool_parameter(True),
+        "sequence_end": bool_parameter(True),
+        "note": string_parameter("hi"),
+        "scale": Parameter(None),
+        "triton_enable_empty_final_response": bool_parameter(True),
+    }
+    valid = _valid(_plain(parameters=params))
+    assert (valid.priority, valid.timeout_us) == (3, 1000)
+    assert valid.sequence_id == 2**64 - 1, "an int64 correlation ID is read as unsigned"
+    assert valid.sequence_flags == SequenceFlags.START | SequenceFlags.END
+    assert json.loads(valid.parameters_json) == {"note": "hi"}
+
+
+@pytest.mark.parametrize(
+    ("key", "param", "message"),
+    [
+        (
+            "priority",
+            int64_parameter(-1),
+            "invalid value for 'priority' parameter: expected a non-negative integer",
+        ),
+        (
+            "sequence_id",
+            uint64_parameter(1),
+            "invalid value type for 'sequence_id' parameter, expected int64_param or string_param.",
+        ),
+        (
+            "sequence_end",
+            string_parameter("y"),
+            "invalid value type for 'sequence_end' parameter, expected bool_param.",
+        ),
+        (
+            "triton_x",
+            bool_parameter(True),
+            "parameter keys starting with 'triton_' are reserved: 'triton_x'",
+        ),
+        ("big", uint64_parameter(1), "unsupported type uint64 for parameter 'big'"),
+    ],
+)
+def test_malformed_parameters_are_refused(key: str, param: Parameter, message: str) -> None:
+    assert _error(_plain(parameters={key: param})) == (ErrorCode.INVALID_ARG, RID + message)
+
+
+# -------------------------------------------------------------------------------- inputs
+
+
+def test_unknown_repeated_and_missing_inputs() -> None:
+    a = InputTensor("A", "FP32", (2,))
+    assert _error(_plain(inputs=(a, InputTensor("C", "FP32", (1,)))))[1] == (
+        "unexpected inference input 'C' for model 'plain'"
+    )
+    assert _error(_plain(inputs=(a, a)))[1] == (
+        RID + "input 'A' is specified more than once for model 'plain'"
+    )
+    assert _error(_plain(inputs=(a,), raw_inputs=(FP32_2,)))[1] == (
+        RID + "expected 2 inputs but got 1 inputs for model 'plain'. Got input(s) ['A'], but "
+        "missing required input(s) ['B']. Please provide all required input(s)."
+    )
+
+
+@pytest.mark.parametrize(
+    ("tensor", "message"),
+    [
+        (
+            InputTensor("A", "FP64", (2,)),
+            "inference input 'A' data-type is 'FP64', but model 'plain' expects 'FP32'",
+        ),
+        (
+            InputTensor("A", "FP32", (-1,)),
+            "All input dimensions should be specified for input 'A' for model 'plain', got [-1]",
+        ),
+        (
+            InputTensor("A", "FP32", (3,)),
+            "unexpected shape for input 'A' for model 'plain'. Expected [2], got [3].",
+        ),
+    ],
+)
+def test_datatype_and_shape_follow_the_config(tensor: InputTensor, message: str) -> None:
+    req = _plain(inputs=(tensor, InputTensor("B", "INT32", (3,))))
+    assert _error(req) == (ErrorCode.INVALID_ARG, RID + message)
+
+
+def test_a_batching_model_needs_a_batch_dimension_within_its_limit() -> None:
+    def req(shape: tuple[int, ...]) -> InferenceRequest:
+        n = int(np.prod(shape))
+        return InferenceRequest(
+            model_name="batched",
+            id="r",
+            inputs=(InputTensor("A", "FP32", shape),),
+            raw_inputs=(np.zeros(n, np.float32).tobytes(),),
+        )
+
+    code, message = _error(req((2,)))
+    assert message.startswith(
+        RID + "unexpected shape for input 'A' for model 'batched'. "
+        "Expected [-1,2], got [2]. NOTE: Setting a non-zero max_batch_size"
+    )
+    assert _error(req((5, 2)))[1] == RID + "inference request batch-size must be <= 4 for 'batched'"
+    assert _error(req((0, 2)))[1] == RID + "inference request batch-size must be >= 1 for 'batched'"
+
+
+def test_byte_sizes_and_data_sources() -> None:
+    assert _error(_plain(raw_inputs=(FP32_2[:4], INT32_3)))[1] == (
+        RID + "input byte size mismatch for input 'A' for model 'plain'. Expected 8, got 4"
+    )
+    assert _error(_plain(raw_inputs=(FP32_2,)))[1] == (
+        RID + "expected 2 entries in raw_input_contents for model 'plain', got 1"
+    )
+    both = InputTensor("A", "FP32", (2,), contents={"fp32_contents": [1.0, 2.0]})
+    assert _error(_plain(inputs=(both, InputTensor("B", "INT32", (3,)))))[1] == (
+        RID + "contents field must not be specified when using raw_input_contents for 'A' "
+        "for model 'plain'"
+    )
+    none = _plain(raw_inputs=())
+    assert (
+        _error(none)[1] == "unable to find data for input tensor 'A' for model 'plain' in request."
+    )
+
+
+def test_typed_contents_of_the_wrong_kind_or_count() -> None:
+    def typed(contents: dict[str, list[object]]) -> InferenceRequest:
+        return _plain(
+            inputs=(
+                InputTensor("A", "FP32", (2,), contents=contents),
+                InputTensor("B", "INT32", (3,), contents={"int_contents": [1, 2, 3]}),
+            ),
+            raw_inputs=(),
+        )
+
+    assert _error(typed({"int_contents": [1, 2]}))[1] == (
+        "unexpected explicit tensor data for input tensor 'A' for model 'plain' of type 'int', "
+        "expected datatype 'FP32'"
+    )
+    assert _error(typed({"fp32_contents": [1.0]}))[1] == (
+        "unexpected number of elements in explicit tensor data for input 'A' for model "
+        "'plain'. Expected 2, got 1"
+    )
+
+
+def test_a_malformed_bytes_tensor_is_refused() -> None:
+    req = InferenceRequest(
+        model_name="text", id="r", inputs=(InputTensor("S", "BYTES", (1,)),), raw_inputs=(b"\x09",)
+    )
+    assert _error(req)[1] == (
+        RID + "input byte size mismatch for input 'S' for model 'text'. Expected 1 string "
+        "elements, got malformed data"
+    )
+
+
+# ------------------------------------------------------------------------ outputs and shm
+
+
+def test_unknown_outputs_and_classification() -> None:
+    assert _error(_plain(outputs=(RequestedOutput("Z"),)))[1] == (
+        "unexpected inference output 'Z' for model 'plain'"
+    )
+    classify = RequestedOutput("X", {"classification": int64_parameter(2)})
+    assert _error(_plain(outputs=(classify,))) == (
+        ErrorCode.UNSUPPORTED,
+        RID + "the classification extension is not supported yet (output 'X')",
+    )
+
+
+def test_shared_memory_tensors_need_a_registered_region() -> None:
+    window = {
+        "shared_memory_region": string_parameter("r1"),
+        "shared_memory_byte_size": int64_parameter(8),
+    }
+    req = _plain(
+        inputs=(InputTensor("A", "FP32", (2,), window), InputTensor("B", "INT32", (3,))),
+        raw_inputs=(INT32_3,),
+    )
+    assert _error(req, SystemShmRegistry(0)) == (
+        ErrorCode.NOT_FOUND,
+        "Unable to find shared memory region: 'r1'",
+    )
+    assert _error(req, SystemShmRegistry(0, enabled=False))[0] == ErrorCode.UNSUPPORTED
+    no_size = {"shared_memory_region": string_parameter("r1")}
+    out = _plain(outputs=(RequestedOutput("X", no_size),))
+    assert _error(out)[1] == (
+        RID + "'shared_memory_byte_size' parameter is required for output 'X' using shared "
+        "memory region 'r1'"
+    )
