@@ -13,7 +13,7 @@ from enum import IntEnum
 class ErrorCode(IntEnum):
     """Triton's TRITONSERVER_Error codes (tritonserver.h ``TRITONSERVER_Error_Code``).
 
-    The gRPC mapping (server/src/grpc/grpc_utils.cc) is done in ``frontend.servicer``:
+    The gRPC mapping (server/src/grpc/grpc_utils.cc) is done in ``frontend.grpc.servicer``:
     UNSUPPORTED -> UNIMPLEMENTED, INVALID_ARG -> INVALID_ARGUMENT, the rest by name.
     """
 
