@@ -9,24 +9,21 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 
-from triton_mp.common.config import ServerConfig
 from triton_mp.ipc.heartbeat import HeartbeatBoard
-from triton_mp.ipc.messages import WorkerDied
-from triton_mp.supervisor import Supervisor, _Child
+from triton_mp.ipc.topology import Topology
+from triton_mp.supervisor.children import Child, ChildTable
+from triton_mp.supervisor.health import Health
 
 
-def test_a_worker_killed_as_hung_is_reported_even_when_it_dies_before_the_next_wait(
-    tmp_path: Path,
-) -> None:
+def test_a_worker_killed_as_hung_is_reported_even_when_it_dies_before_the_next_wait() -> None:
     """The timing of issue 24: the SIGKILL of the heartbeat judge takes effect before the
-    watch loop builds its next wait set. Its death must still be handled: WorkerDied with
-    exit code -9 to the scheduler (which fails the in-flight requests) and a restart."""
-    sup = Supervisor(ServerConfig(model_repository=str(tmp_path), heartbeat_timeout_s=0.2))
-    sup._heartbeats = HeartbeatBoard.create(sup.topology.scratch("hb_watch_test"), 1)
-    sent: list[object] = []
-    sup.send_scheduler = sent.append  # type: ignore[method-assign]
+    watch loop builds its next wait set. Its death must still be handled: reported with
+    exit code -9 (the supervisor then sends WorkerDied, and the scheduler fails the
+    in-flight requests) and a restart scheduled."""
+    board = HeartbeatBoard.create(Topology(str(os.getpid())).scratch("hb_watch_test"), 1)
+    table = ChildTable(Health(board, timeout_s=0.2))
+    deaths: list[tuple[int, int, str]] = []
     # A worker that never beats: it looks hung from the start.
     proc = mp.get_context("spawn").Process(target=time.sleep, args=(60,), daemon=True)
     proc.start()
@@ -39,34 +36,31 @@ def test_a_worker_killed_as_hung_is_reported_even_when_it_dies_before_the_next_w
         os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
 
     proc.kill = kill_and_wait_for_the_death  # type: ignore[method-assign]
-    worker = _Child("worker", "hung_0_0", b"", process=proc, slot=0, instance_id=7, ready=True)
-    sup._children.append(worker)
-    real_died = sup._worker_died
+    worker = Child("worker", "hung_0_0", b"", process=proc, slot=0, instance_id=7, ready=True)
+    table.add([worker])
 
-    def died_then_stop(c: _Child) -> None:
-        real_died(c)
-        sup._stop_requested = True
+    def died_then_stop(c: Child, pid: int, exitcode: int, reason: str) -> None:
+        deaths.append((c.instance_id, exitcode, reason))
+        table.stopping = True
 
-    sup._worker_died = died_then_stop  # type: ignore[method-assign]
-    watch = threading.Thread(target=sup._watch, args=(None,), daemon=True)
+    watch = threading.Thread(target=table.watch, args=(died_then_stop,), daemon=True)
     try:
         watch.start()
         watch.join(timeout=10)
         assert not watch.is_alive(), "the watch loop never saw the killed worker die"
         assert worker.hung_s > 0.2
-        assert [type(m) for m in sent] == [WorkerDied]
-        died = sent[0]
-        assert isinstance(died, WorkerDied)
-        assert (died.instance_id, died.exitcode) == (7, -signal.SIGKILL)
-        assert "unresponsive" in died.reason
+        assert len(deaths) == 1
+        instance_id, exitcode, reason = deaths[0]
+        assert (instance_id, exitcode) == (7, -signal.SIGKILL)
+        assert "unresponsive" in reason
         assert worker.process is None
         assert worker.restart_at > 0
     finally:
-        sup._stop_requested = True
-        sup._wake_watch()
+        table.stopping = True
+        table.wake()
         watch.join(timeout=5)
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGKILL)
         proc.join(timeout=5)
-        sup._heartbeats.close()
-        sup._heartbeats.unlink()
+        board.close()
+        board.unlink()

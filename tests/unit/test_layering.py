@@ -215,7 +215,7 @@ def test_supervisor_process_loads_neither_grpc_nor_onnxruntime() -> None:
     import sys
 
     code = (
-        "import sys, triton_mp.cli.main, triton_mp.supervisor;"
+        "import sys, triton_mp.cli.main, triton_mp.supervisor.main;"
         "print(','.join(m for m in ('grpc', 'onnxruntime') if m in sys.modules))"
     )
     env = {**os.environ, "PYTHONPATH": str(PKG.parent)}

@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                 from triton_mp.cli.assets import materialise_default_models
 
                 materialise_default_models(config.repository_path)
-            from triton_mp.supervisor import Supervisor
+            from triton_mp.supervisor.main import Supervisor
 
             return Supervisor(config).run()
         except TritonMPError as e:

@@ -1,0 +1,403 @@
+"""The process table: the only owner of the server's child processes.
+
+Imported by ``supervisor.main`` (which builds it) and ``supervisor.instances`` (which adds
+and removes workers). ``ChildTable`` spawns every child (``supervisor.child_entry`` is the
+target), waits for each one's start handshake (``ipc.handshake``) with a deadline, and runs
+the watch loop: one ``multiprocessing.connection.wait`` on every child's sentinel and pending
+handshake (STYLE.md rule 8), heartbeat judging (``supervisor.health``), and restarts of dead
+workers with exponential backoff. A child that model control is starting or stopping is
+``managed`` (an expected exit): the watch loop leaves it alone until it is released.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+
+from triton_mp.ipc import encode
+from triton_mp.ipc.handshake import Ready, Role, StartFailed, read_handshake
+from triton_mp.ipc.specs import WorkerSpec
+from triton_mp.supervisor.child_entry import child_main
+from triton_mp.supervisor.health import Health
+
+log = logging.getLogger(__name__)
+
+MAX_RESTARTS = 5
+"""Consecutive failed restarts of one instance before its model is given up."""
+RESTART_BACKOFF_S = (0.1, 10.0)
+"""A worker's n-th consecutive restart waits ``min(0.1 * 2**n, 10)`` seconds."""
+JOIN_TIMEOUT_S = 5.0
+"""How long to wait for the exit status of a child whose sentinel fired (or that was killed)."""
+
+
+@dataclass(eq=False)
+class Child:
+    """One child process of the server, across its restarts."""
+
+    role: Role
+    name: str
+    spec_bytes: bytes
+    """Its encoded spec (rewritten when model control rewires a worker)."""
+    env: dict[str, str] = field(default_factory=dict)
+    process: BaseProcess | None = None
+    ready_conn: Connection | None = None
+    """The supervisor's end of its pipe (a frontend's control pipe after the handshake)."""
+    ready: bool = False
+    restarts: int = 0
+    restart_at: float = 0.0
+    """``time.monotonic()`` of the next restart (0: none due)."""
+    model: str = ""
+    """The model a worker serves (log fields)."""
+    slot: int = -1
+    """Its slot on the heartbeat board (-1: none)."""
+    judged_since_ns: int = 0
+    """When the supervisor started judging its heartbeats (0: not yet, or not ready)."""
+    hung_s: float = 0.0
+    """How long it had been silent when the supervisor killed it as hung (0: it was not)."""
+    instance_id: int = -1
+    """A worker's instance id."""
+    managed: bool = False
+    """Model control starts or stops it now: the watch loop leaves it alone."""
+
+    @property
+    def fields(self) -> dict[str, str]:
+        """``extra`` for log lines about this child: its model and instance."""
+        return {"model": self.model, "instance": self.name} if self.role == "worker" else {}
+
+    @classmethod
+    def worker(cls, spec: WorkerSpec) -> Child:
+        """A worker child for ``spec`` (not started), managed until model control releases
+        it; a GPU instance sees only its device (``CUDA_VISIBLE_DEVICES``)."""
+        w = spec.instance
+        env = {"CUDA_VISIBLE_DEVICES": str(w.gpu_id)} if w.kind == "KIND_GPU" else {}
+        return cls(
+            "worker",
+            w.name,
+            encode(spec),
+            env,
+            model=w.model,
+            instance_id=w.instance_id,
+            managed=True,
+        )
+
+
+WorkerDeath = Callable[[Child, int, int, str], None]
+"""Called with a dead worker, its pid, its exit code and why it died ("" or the hang)."""
+
+
+class ChildTable:
+    """Every child process of one server (see the module docstring).
+
+    Attributes:
+        health: the heartbeat judge; None (the default) while heartbeats are off.
+    """
+
+    def __init__(self, health: Health | None = None) -> None:
+        self._ctx = mp.get_context("spawn")
+        self.health = health
+        self._children: list[Child] = []
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self.stopping = False
+        """A stop signal arrived: nothing more is spawned and the watch loop returns."""
+
+    # --------------------------------------------------------------- membership
+    def children(self, role: Role | None = None) -> list[Child]:
+        """A snapshot of the table (of one role)."""
+        with self._lock:
+            return [c for c in self._children if role is None or c.role == role]
+
+    def add(self, children: Iterable[Child]) -> None:
+        """Register children with the watch loop (it restarts those not ``managed``)."""
+        with self._lock:
+            self._children.extend(children)
+        self.wake()
+
+    def remove(self, children: Iterable[Child]) -> None:
+        """Forget children that exited for good."""
+        gone = {id(c) for c in children}
+        with self._lock:
+            self._children = [c for c in self._children if id(c) not in gone]
+
+    def release(self, children: Iterable[Child]) -> None:
+        """Hand children to the watch loop (restarted when they die)."""
+        with self._lock:
+            for c in children:
+                c.managed = False
+        self.wake()
+
+    def claim(self, children: Iterable[Child]) -> None:
+        """Take children back from the watch loop: they are about to stop for good."""
+        with self._lock:
+            for c in children:
+                c.managed = True
+
+    def wake(self) -> None:
+        """Make the watch loop look again (a stop signal, a new child); any thread."""
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+
+    # ------------------------------------------------------------ processes
+    def spawn(self, child: Child) -> None:
+        """Start ``child``'s process (nothing once stopping); its handshake is awaited by
+        ``await_ready`` or, for a restart, by the watch loop."""
+        if self.stopping:
+            return
+        # NOTE: a frontend's pipe stays open as its control pipe (supervisor.frontend_link).
+        recv_end, send_end = self._ctx.Pipe(duplex=child.role == "frontend")
+        heartbeat = None
+        if self.health is not None:
+            # NOTE: model control's thread spawns too: pick the slot under the lock.
+            with self._lock:
+                used = {c.slot for c in self._children if c is not child}
+                heartbeat = self.health.prepare(child, used)
+        proc = self._ctx.Process(
+            target=child_main,
+            args=(
+                child.role,
+                child.name,
+                os.getpid(),
+                child.spec_bytes,
+                send_end,
+                child.env,
+                heartbeat,
+            ),
+            name=f"triton-mp {child.role} {child.name}",
+        )
+        proc.start()
+        send_end.close()
+        log.info("started %s %s (pid %d)", child.role, child.name, proc.pid, extra=child.fields)
+        child.process = proc
+        child.ready_conn = recv_end
+        child.ready = False
+
+    def await_ready(self, children: list[Child], timeout_s: float) -> dict[str, str]:
+        """Wait up to ``timeout_s`` for each started child's handshake.
+
+        Returns:
+            ``{name: why}`` for each child that sent StartFailed, died first (its exit code)
+            or missed the deadline (it is killed).
+        """
+        deadline = time.monotonic() + timeout_s
+        waiting = {c.ready_conn: c for c in children if c.ready_conn and c.process}
+        errors: dict[str, str] = {}
+        while waiting:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                for c in waiting.values():
+                    errors[c.name] = f"{c.role} {c.name} did not report ready within {timeout_s}s"
+                    self.kill(c)
+                break
+            sentinels = {c.process.sentinel: c for c in waiting.values() if c.process}
+            for obj in wait([*waiting, *sentinels], timeout=remaining):
+                found = waiting.get(obj) if isinstance(obj, Connection) else sentinels.get(obj)  # type: ignore[arg-type]
+                if found is None or found.ready_conn not in waiting:
+                    continue
+                error = self._handshake(found)
+                if error:
+                    errors[found.name] = error
+                del waiting[found.ready_conn]
+        return errors
+
+    def _handshake(self, c: Child) -> str:
+        """Read ``c``'s handshake: "" when Ready, else why it will not serve."""
+        assert c.ready_conn is not None
+        assert c.process is not None
+        msg = read_handshake(c.ready_conn)
+        if isinstance(msg, Ready):
+            c.ready = True
+            return ""
+        c.process.join(timeout=JOIN_TIMEOUT_S)
+        if isinstance(msg, StartFailed):
+            return msg.reason
+        return f"{c.role} {c.name} exited with code {c.process.exitcode} before ready"
+
+    def kill(self, c: Child) -> None:
+        """SIGKILL a child and reap it."""
+        if c.process is not None and c.process.is_alive():
+            c.process.kill()
+            c.process.join(timeout=JOIN_TIMEOUT_S)
+
+    def await_exit(self, children: list[Child], timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for children told to stop (claimed: an expected exit) to
+        exit; kill those still running then. Returns early once the server is stopping (its
+        shutdown stops everything)."""
+        deadline = time.monotonic() + timeout_s
+        waiting = {c.process.sentinel: c for c in children if c.process is not None}
+        while waiting and not self.stopping:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                for c in waiting.values():
+                    log.warning("retired instance %s did not stop; killing it", c.name)
+                    self.kill(c)
+                break
+            for s in wait(list(waiting), timeout=min(left, 0.5)):
+                waiting.pop(s)  # type: ignore[arg-type]
+        for c in children:
+            if c.process is not None:
+                c.process.join(timeout=JOIN_TIMEOUT_S)
+
+    # ---------------------------------------------------------------- watch
+    def watch(self, on_worker_death: WorkerDeath) -> Child | None:
+        """Watch every child not ``managed`` until a stop signal or a fatal death.
+
+        A dead worker is reported to ``on_worker_death`` and restarted with backoff; a
+        restarted worker's handshake resets its restart count; a hung child is killed.
+
+        Returns:
+            The frontend or scheduler whose death stops the server; None after a stop signal.
+        """
+        while not self.stopping:
+            objs: list[object] = [self._wake_r]
+            by_sentinel: dict[object, Child] = {}
+            children = [c for c in self.children() if not c.managed]
+            for c in children:
+                # NOTE: a dead child's sentinel stays readable: watch it whatever its
+                # exitcode says. Reading exitcode reaps, so a child that died since the last
+                # wait (one the heartbeat judge just killed) would never be reported.
+                if c.process is not None:
+                    objs.append(c.process.sentinel)
+                    by_sentinel[c.process.sentinel] = c
+                if c.ready_conn is not None and not c.ready and c.process is not None:
+                    objs.append(c.ready_conn)
+            waits = (self._next_restart_in(), self.health.interval_s if self.health else None)
+            timeouts = [t for t in waits if t is not None]
+            for obj in wait(objs, timeout=min(timeouts, default=None)):  # type: ignore[arg-type]
+                if obj is self._wake_r:
+                    self._wake_r.recv(64)
+                elif obj in by_sentinel:
+                    c = by_sentinel[obj]
+                    if c.managed:
+                        continue  # NOTE: model control stopped or is stopping it.
+                    if c.role != "worker":
+                        self._log_fatal(c)
+                        return c
+                    self._worker_died(c, on_worker_death)
+                else:
+                    self._restarted_handshake(obj)  # type: ignore[arg-type]
+            self._restart_due()
+            self._kill_hung()
+        return None
+
+    def _log_fatal(self, c: Child) -> None:
+        assert c.process is not None
+        c.process.join(timeout=JOIN_TIMEOUT_S)
+        log.error(
+            "%s %s died with exit code %s%s; stopping the server",
+            c.role,
+            c.name,
+            c.process.exitcode,
+            " after it hung" if c.hung_s else "",
+        )
+
+    def _worker_died(self, c: Child, on_worker_death: WorkerDeath) -> None:
+        assert c.process is not None
+        # NOTE: the sentinel can fire a moment before the exit status is collectable.
+        c.process.join(timeout=JOIN_TIMEOUT_S)
+        code = c.process.exitcode if c.process.exitcode is not None else -1
+        reason = (
+            f"was unresponsive (no heartbeat for {c.hung_s:.1f} s) and was killed"
+            if c.hung_s
+            else ""
+        )
+        log.warning(
+            "worker %s died with exit code %d%s",
+            c.name,
+            code,
+            f" ({reason})" if reason else "",
+            extra=c.fields,
+        )
+        on_worker_death(c, c.process.pid or 0, code, reason)
+        c.process = None
+        if c.restarts >= MAX_RESTARTS:
+            log.error(
+                "instance %s failed %d times; not restarting it", c.name, c.restarts, extra=c.fields
+            )
+            return
+        first_s, max_s = RESTART_BACKOFF_S
+        c.restart_at = time.monotonic() + min(first_s * 2**c.restarts, max_s)
+        c.restarts += 1
+
+    def _next_restart_in(self) -> float | None:
+        children = [c for c in self.children() if not c.managed]
+        due = [c.restart_at for c in children if c.process is None and c.restart_at]
+        return max(0.0, min(due) - time.monotonic()) if due else None
+
+    def _restart_due(self) -> None:
+        now = time.monotonic()
+        for c in [c for c in self.children() if not c.managed]:
+            if c.process is None and c.restart_at and c.restart_at <= now:
+                c.restart_at = 0.0
+                log.info("restarting worker %s (attempt %d)", c.name, c.restarts, extra=c.fields)
+                self.spawn(c)
+
+    def _restarted_handshake(self, conn: Connection) -> None:
+        c = next((c for c in self.children() if c.ready_conn is conn), None)
+        if c is None:
+            return
+        if isinstance(read_handshake(conn), Ready):
+            c.ready = True
+            c.restarts = 0
+            log.info("worker %s restarted", c.name, extra=c.fields)
+        else:
+            c.ready = True  # NOTE: no more messages; the sentinel reports the exit.
+
+    def _kill_hung(self) -> None:
+        """Kill every child the heartbeat judge finds hung; its sentinel then fires and the
+        usual death handling runs (a worker restarts, a frontend or the scheduler stops the
+        server)."""
+        if self.health is None:
+            return
+        for c, silent_s in self.health.hung([c for c in self.children() if not c.managed]):
+            assert c.process is not None
+            c.hung_s = silent_s
+            log.error(
+                "%s %s (pid %d) sent no heartbeat for %.1f s (--heartbeat-timeout-secs "
+                "%g): it is hung; killing it",
+                c.role,
+                c.name,
+                c.process.pid,
+                silent_s,
+                self.health.timeout_s,
+                extra=c.fields,
+            )
+            c.process.kill()
+
+    # ------------------------------------------------------------- shutdown
+    def stop_frontends(self, drain: bool, exit_timeout_s: float) -> None:
+        """SIGTERM every frontend (it drains; SIGKILL when ``drain`` is False) and wait up to
+        ``exit_timeout_s`` (+5 s) for each."""
+        frontends = self.children("frontend")
+        for c in frontends:
+            if c.process is not None and c.process.is_alive():
+                if drain:
+                    c.process.terminate()
+                else:
+                    c.process.kill()
+        for c in frontends:
+            if c.process is not None:
+                c.process.join(timeout=exit_timeout_s + 5)
+
+    def kill_workers(self) -> None:
+        """SIGKILL every worker (nothing else can stop them once the scheduler is dead)."""
+        for c in self.children("worker"):
+            self.kill(c)
+
+    def join_all(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` in all for every child to exit; kill what lingers."""
+        deadline = time.monotonic() + timeout_s
+        for c in self.children():
+            if c.process is not None:
+                c.process.join(timeout=max(0.1, deadline - time.monotonic()))
+                if c.process.is_alive():
+                    log.warning("%s %s did not stop; killing it", c.role, c.name)
+                    self.kill(c)

@@ -1,0 +1,129 @@
+"""The supervisor's end of the frontends' control pipes.
+
+Imported by ``supervisor.model_control``. Each frontend's duplex pipe (after its start
+handshake, ``ipc.handshake``) carries ``ToSupervisor`` up (RepositoryModelLoad/Unload calls,
+acknowledgements of model table updates) and ``FromSupervisor`` down (the calls' replies,
+``ModelTableUpdate``). One reader thread per frontend hands calls to model control's change
+thread and records acknowledgements; ``update`` sends one table update to every frontend and,
+when asked, waits until each applied it (from then on no frontend routes by the old table).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+
+import msgspec
+
+from triton_mp.ipc import encode
+from triton_mp.ipc.codec import Decoder
+from triton_mp.ipc.messages import (
+    ControlReply,
+    ErrorInfo,
+    ModelLoadCall,
+    ModelTableUpdate,
+    ModelUnloadCall,
+    TableAck,
+    ToSupervisor,
+)
+
+log = logging.getLogger(__name__)
+
+ACK_TIMEOUT_S = 30.0
+"""How long a frontend may take to apply a model table update."""
+
+Call = ModelLoadCall | ModelUnloadCall
+OnCall = Callable[[int, Call], None]
+"""Called (on a reader thread) with the frontend id and each call it forwards."""
+
+
+@dataclass
+class _Pipe:
+    conn: Connection
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class FrontendLink:
+    """The control pipes of every frontend (see the module docstring).
+
+    Args:
+        stopping: whether the server is shutting down (an update stops waiting for acks).
+    """
+
+    def __init__(self, stopping: Callable[[], bool]) -> None:
+        self._stopping = stopping
+        self._pipes: dict[int, _Pipe] = {}
+        self._seq = 0
+        self._acks: dict[int, set[int]] = {}
+        self._ack_cv = threading.Condition()
+        self._closed = False
+
+    def attach(self, conns: dict[int, Connection], on_call: OnCall) -> list[threading.Thread]:
+        """Start one reader thread per frontend's pipe; returns the threads."""
+        self._pipes = {i: _Pipe(c) for i, c in conns.items()}
+        threads = []
+        for i, pipe in self._pipes.items():
+            t = threading.Thread(
+                target=self._read, args=(i, pipe.conn, on_call), name=f"control-f{i}", daemon=True
+            )
+            t.start()
+            threads.append(t)
+        return threads
+
+    def close(self) -> None:
+        """Stop reading (server shutdown)."""
+        self._closed = True
+
+    def _read(self, frontend_id: int, conn: Connection, on_call: OnCall) -> None:
+        decoder: Decoder[ModelLoadCall | ModelUnloadCall | TableAck] = Decoder(ToSupervisor)
+        while not self._closed:
+            try:
+                msg = decoder.decode(conn.recv_bytes())
+            except (EOFError, OSError):
+                return
+            except Exception:  # noqa: BLE001 - a bad message must not end the thread
+                log.exception("bad control message from frontend %d", frontend_id)
+                continue
+            if isinstance(msg, TableAck):
+                with self._ack_cv:
+                    self._acks.setdefault(msg.seq, set()).add(frontend_id)
+                    self._ack_cv.notify_all()
+            else:
+                on_call(frontend_id, msg)
+
+    def reply(self, frontend_id: int, call_id: int, error: ErrorInfo | None) -> None:
+        """Answer one call of a frontend (None: success)."""
+        pipe = self._pipes.get(frontend_id)
+        if pipe is None:
+            return
+        with pipe.lock, contextlib.suppress(OSError):
+            pipe.conn.send_bytes(encode(ControlReply(call_id=call_id, error=error)))
+
+    def update(self, update: ModelTableUpdate, ack: bool) -> None:
+        """Send one update to every frontend; with ``ack``, wait (up to ``ACK_TIMEOUT_S``)
+        until each applied it. Nothing happens before the frontends are attached."""
+        if not self._pipes:
+            return
+        if ack:
+            self._seq += 1
+            update = msgspec.structs.replace(update, seq=self._seq)
+        data = encode(update)
+        for pipe in self._pipes.values():
+            with pipe.lock, contextlib.suppress(OSError):
+                pipe.conn.send_bytes(data)
+        if not ack:
+            return
+        deadline = time.monotonic() + ACK_TIMEOUT_S
+        with self._ack_cv:
+            while len(self._acks.get(update.seq, set())) < len(self._pipes):
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stopping():
+                    log.warning("frontends did not acknowledge model table update %d", update.seq)
+                    break
+                self._ack_cv.wait(min(left, 0.5))
+            self._acks.pop(update.seq, None)

@@ -1,0 +1,383 @@
+"""Worker instances for model control: wire, start, stop and free them.
+
+Imported by ``supervisor.model_control``. For a change's new instances it creates their IPC
+objects (``supervisor.wiring``) and BLS rings (as ``supervisor.bls_wiring`` plans them),
+tells the scheduler their rings (``InstancesAdded``), the running workers and BLS clients
+their new peers (``BlsWorkerUpdate``, ``BlsInboxUpdate``, written on the supervisor's own
+control rings into each worker's inbox and each BLS client's inbox: a worker applies the
+updates of a drain before its batches, ``workers.main.control_first``) and every frontend
+the rings to attach (acknowledged), then spawns them all through the process table
+(``supervisor.children``). After ``VersionsActivated`` and before anything is retired, every
+BLS client gets the new table of models it may call (``push_bls_table``). Stopped instances
+leave every BLS inbox and sender set, the scheduler and the frontends before their objects
+are unlinked. A worker's spec is rewritten with each update, so a restarted worker starts
+wired as the one it replaces.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import msgspec
+
+from triton_mp.common.config import ServerConfig
+from triton_mp.ipc import ChannelTimeout, Sender, encode
+from triton_mp.ipc.messages import (
+    BlsClientWiring,
+    BlsInboxUpdate,
+    BlsWorkerUpdate,
+    InstancesAdded,
+    InstancesRemoved,
+    InstanceWiring,
+    ModelTableUpdate,
+)
+from triton_mp.ipc.notify import Wakeup
+from triton_mp.ipc.ring import RecordTooLarge
+from triton_mp.ipc.specs import (
+    BlsModel,
+    BlsSpec,
+    ChannelSpec,
+    InboxSpec,
+    LogSpec,
+    ModelVersionSpec,
+    WorkerSpec,
+)
+from triton_mp.model_config.plan import ModelPlan
+from triton_mp.supervisor.bls_wiring import BlsAddPlan, bls_table, plan_bls_add, plan_bls_remove
+from triton_mp.supervisor.children import Child, ChildTable
+from triton_mp.supervisor.frontend_link import FrontendLink
+from triton_mp.supervisor.wiring import BlsClientChannels, Wiring
+
+log = logging.getLogger(__name__)
+
+STOP_TIMEOUT_S = 30.0
+"""At least this long (or ``--exit-timeout-secs``) for a retired worker to exit."""
+
+
+BlsUpdate = tuple[int, BlsWorkerUpdate | BlsInboxUpdate]
+"""An update for instance ``id``: to its worker (``BlsWorkerUpdate``) or its BLS client."""
+
+
+@dataclass
+class _Wired:
+    """A started instance (until its objects are removed), the spec it (re)starts with and
+    the supervisor's control rings to it (BLS updates go there, never through the
+    scheduler)."""
+
+    child: Child
+    spec: WorkerSpec
+    control: Sender
+    """To the worker's inbox (``BlsWorkerUpdate``), beside the scheduler's ring."""
+    bls_control: Sender | None = None
+    """To its BLS client's inbox (``BlsInboxUpdate``): python workers only."""
+
+    def close(self) -> None:
+        """Unmap the control rings (their objects are unlinked with the instance's)."""
+        self.control.close()
+        if self.bls_control is not None:
+            self.bls_control.close()
+
+    @property
+    def bls(self) -> BlsSpec | None:
+        """Its BLS client: python workers only."""
+        return self.spec.bls
+
+    def respec(self, spec: WorkerSpec) -> None:
+        """Rewire: a restart of the worker starts from ``spec`` from now on."""
+        self.spec = spec
+        self.child.spec_bytes = encode(spec)
+
+
+class Instances:
+    """Every started instance's wiring (see the module docstring).
+
+    Args:
+        config: arena sizes and ``--exit-timeout-secs``.
+        wiring: creates and unlinks the objects.
+        table: the process table.
+        link: the frontends' control pipes.
+        send_scheduler: pushes a message to the scheduler (thread-safe).
+        scheduler_wakeup: the scheduler's inbox wake-up (workers' rings to it post it).
+        frontend_wakeups: per frontend id, its inbox wake-up.
+        log_spec: the children's log settings.
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        wiring: Wiring,
+        table: ChildTable,
+        link: FrontendLink,
+        send_scheduler: Callable[[object], None],
+        scheduler_wakeup: Wakeup,
+        frontend_wakeups: dict[int, Wakeup],
+        log_spec: LogSpec,
+    ) -> None:
+        self._cfg = config
+        self._wiring = wiring
+        self._top = wiring.topology
+        self._table = table
+        self._link = link
+        self._send = send_scheduler
+        self._sched_wakeup = scheduler_wakeup
+        self._fe_wakeups = frontend_wakeups
+        self._log = log_spec
+        self._wired: dict[int, _Wired] = {}
+        """Every started instance whose objects still exist, by instance id."""
+        self._bls_table: dict[str, BlsModel] = {}
+        """The table of models the BLS clients hold (the served versions)."""
+        self._bls_seq = 0
+
+    def frontend_rings(self, instance_ids: Iterable[int], frontend_id: int) -> tuple[str, ...]:
+        """The rings from instances to one frontend (its spec at start)."""
+        return tuple(self._top.worker_to_frontend(i, frontend_id) for i in instance_ids)
+
+    # ------------------------------------------------------------------ start
+    def start(self, plans: list[ModelPlan]) -> dict[int, Child]:
+        """Wire and spawn the instances of ``plans``; returns them by instance id (managed:
+        the caller awaits them and releases those that serve)."""
+        n_fe = len(self._fe_wakeups)
+        bls = self._plan_bls(plans)
+        children: dict[int, Child] = {}
+        wiring: list[InstanceWiring] = []
+        rings: list[str] = []
+        for p in plans:
+            by_version = {v.version: v for v in p.versions}
+            for w in p.instances:
+                iid = w.instance_id
+                ch = self._wiring.create_instance(iid, n_fe)
+                rings.extend(ch.to_frontends.values())
+                spec = WorkerSpec(
+                    instance=w,
+                    model=by_version[w.version],
+                    # NOTE: the scheduler's ring first: a drain then sees every BLS update
+                    # written before the batches it sees (workers.main.control_first).
+                    inbox=InboxSpec(ch.wakeup, (ch.to_worker, ch.control)),
+                    to_scheduler=ChannelSpec(ch.from_worker, self._sched_wakeup),
+                    to_frontends={
+                        i: ChannelSpec(ch.to_frontends[i], self._fe_wakeups[i]) for i in range(n_fe)
+                    },
+                    to_bls_clients=bls.to_clients[iid],
+                    arena_prefix=self._top.worker_arenas(iid),
+                    arena_bytes=self._cfg.output_arena_bytes,
+                    arena_budget_bytes=self._cfg.arena_budget_bytes,
+                    log=self._log,
+                    bls=bls.clients.get(iid),
+                )
+                children[iid] = Child.worker(spec)
+                client = bls.controls.get(iid)
+                self._wired[iid] = _Wired(
+                    children[iid],
+                    spec,
+                    Sender(ch.control, ch.wakeup),
+                    None if client is None else Sender(client.control, client.wakeup),
+                )
+                wiring.append(_instance_wiring(spec, ch.to_worker, ch.wakeup, ch.from_worker, bls))
+        self._send(InstancesAdded(instances=tuple(wiring)))
+        # NOTE: running workers open their rings to the new clients, running clients attach
+        # the new instances' rings: both before any new instance is spawned.
+        self._send_bls(bls.updates)
+        # NOTE: before any request can reach a new instance, every frontend reads its ring.
+        self._link.update(ModelTableUpdate(add_rings=tuple(rings)), ack=True)
+        self._table.add(children.values())
+        for child in children.values():
+            self._table.spawn(child)
+        return children
+
+    def _plan_bls(self, plans: list[ModelPlan]) -> _BlsWiring:
+        """Create the BLS rings of a change's new instances (``plans``) and rewire the
+        running ones (their specs now, their processes by the returned ``updates``)."""
+        new = [w.instance_id for p in plans for w in p.instances]
+        backend = {(v.model, v.version): v.backend for p in plans for v in p.versions}
+        new_clients = [
+            w.instance_id
+            for p in plans
+            for w in p.instances
+            if backend[(w.model, w.version)] == "python"
+        ]
+        old_clients = [i for i, x in self._wired.items() if x.bls is not None]
+        plan = plan_bls_add(list(self._wired), old_clients, new, new_clients)
+        wakeups: dict[int, Wakeup] = {
+            i: x.bls.inbox.wakeup for i, x in self._wired.items() if x.bls is not None
+        }
+        out = _BlsWiring()
+        for c in new_clients:
+            out.controls[c] = self._wiring.create_bls_client(c)
+            wakeups[c] = out.controls[c].wakeup
+        ring = {(p, c): self._wiring.create_bls_ring(p, c) for p, c in plan.rings}
+        for w, clients in plan.answers_of_new.items():
+            out.to_clients[w] = {c: ChannelSpec(ring[(w, c)], wakeups[c]) for c in clients}
+        for c, producers in plan.inbox_of_new_client.items():
+            inbox = (
+                out.controls[c].from_scheduler,
+                out.controls[c].control,
+                *(ring[(p, c)] for p in producers),
+            )
+            out.clients[c] = BlsSpec(
+                inbox=InboxSpec(wakeups[c], inbox), models=self._bls_table, seq=self._bls_seq
+            )
+        self._rewire_running(plan, ring, wakeups, out)
+        return out
+
+    def _rewire_running(
+        self,
+        plan: BlsAddPlan,
+        ring: dict[tuple[int, int], str],
+        wakeups: dict[int, Wakeup],
+        out: _BlsWiring,
+    ) -> None:
+        for i, x in self._wired.items():
+            gains = plan.worker_gains.get(i, ())
+            if gains:
+                add = tuple(
+                    BlsClientWiring(instance_id=c, ring=ring[(i, c)], wakeup=wakeups[c])
+                    for c in gains
+                )
+                channels = {a.instance_id: ChannelSpec(a.ring, a.wakeup) for a in add}
+                to_clients = x.spec.to_bls_clients | channels
+                x.respec(msgspec.structs.replace(x.spec, to_bls_clients=to_clients))
+                out.updates.append((i, BlsWorkerUpdate(instance_id=i, add_clients=add)))
+            producers = plan.inbox_gains.get(i, ())
+            if x.bls is not None and producers:
+                added = tuple(ring[(n, i)] for n in producers)
+                inbox = InboxSpec(x.bls.inbox.wakeup, x.bls.inbox.rings + added)
+                x.respec(
+                    msgspec.structs.replace(x.spec, bls=msgspec.structs.replace(x.bls, inbox=inbox))
+                )
+                out.updates.append((i, BlsInboxUpdate(add_rings=added)))
+
+    def push_bls_table(self, versions: Iterable[ModelVersionSpec]) -> None:
+        """Give every BLS client the table of ``versions`` (those served now), if it
+        changed (``BlsWorkerUpdate`` on its worker's control ring)."""
+        table = bls_table(versions)
+        if table == self._bls_table:
+            return
+        self._bls_table = table
+        self._bls_seq += 1
+        for i, x in self._wired.items():
+            if x.bls is None:
+                continue
+            bls = msgspec.structs.replace(x.bls, models=table, seq=self._bls_seq)
+            x.respec(msgspec.structs.replace(x.spec, bls=bls))
+            self._send_bls([(i, BlsWorkerUpdate(instance_id=i, seq=self._bls_seq, models=table))])
+
+    def _send_bls(self, updates: list[BlsUpdate]) -> None:
+        """Write BLS updates on the supervisor's control rings: a ``BlsWorkerUpdate`` to its
+        worker's inbox, a ``BlsInboxUpdate`` to the BLS client of that instance. Each lands
+        before anything that depends on it can reach the worker (see ``start``)."""
+        for instance_id, msg in updates:
+            x = self._wired[instance_id]
+            sender = x.control if isinstance(msg, BlsWorkerUpdate) else x.bls_control
+            assert sender is not None
+            try:
+                sender.send(msg)
+            except RecordTooLarge as e:
+                log.error("BLS update to instance %d not delivered: %s", instance_id, e)
+            except ChannelTimeout:
+                # NOTE: a worker stuck or dead with a full inbox: its spec holds the update
+                # already (respec), so its restart starts wired.
+                log.warning(
+                    "BLS update to instance %d not delivered: its inbox is full", instance_id
+                )
+
+    # ------------------------------------------------------------------- stop
+    def discard(self, children: list[Child]) -> None:
+        """Kill instances that will not serve (a failed load) and free what they had."""
+        for c in children:
+            self._table.kill(c)
+        self._cleanup(children)
+
+    def await_stopped(self, children: list[Child]) -> None:
+        """Wait for retired workers to exit (the scheduler stops them once their requests
+        are answered; killed after ``STOP_TIMEOUT_S``), then free what they had."""
+        self._table.await_exit(children, max(STOP_TIMEOUT_S, self._cfg.exit_timeout_s))
+        self._cleanup(children)
+
+    def _cleanup(self, children: list[Child]) -> None:
+        """Forget stopped instances: BLS peers, scheduler, frontends, process table, shared
+        memory."""
+        if not children:
+            return
+        ids = tuple(c.instance_id for c in children)
+        self._unwire_bls(ids)
+        self._send(InstancesRemoved(instance_ids=ids))
+        n_fe = len(self._fe_wakeups)
+        self._link.update(
+            ModelTableUpdate(
+                remove_rings=tuple(
+                    self._top.worker_to_frontend(i, f) for i in ids for f in range(n_fe)
+                ),
+                drop_segments=tuple(self._top.worker_segments(i) for i in ids),
+            ),
+            ack=True,
+        )
+        self._table.remove(children)
+        self._wiring.remove_instances(set(ids))
+
+    def _unwire_bls(self, ids: tuple[int, ...]) -> None:
+        """The instances ``ids`` stopped: every other worker closes its rings to their
+        clients and every other client drops their rings (what those still hold is
+        delivered)."""
+        gone = [self._wired.pop(i) for i in ids if i in self._wired]
+        for x in gone:
+            x.close()
+        gone_clients = [x.child.instance_id for x in gone if x.bls is not None]
+        remaining_clients = [i for i, x in self._wired.items() if x.bls is not None]
+        plan = plan_bls_remove(list(self._wired), remaining_clients, ids, gone_clients)
+        updates: list[BlsUpdate] = []
+        for w, x in self._wired.items():
+            lost = plan.worker_losses.get(w, ())
+            if lost:
+                to_clients = {k: v for k, v in x.spec.to_bls_clients.items() if k not in lost}
+                x.respec(msgspec.structs.replace(x.spec, to_bls_clients=to_clients))
+                updates.append((w, BlsWorkerUpdate(instance_id=w, remove_clients=lost)))
+            if x.bls is None:
+                continue
+            gone_rings = {self._top.worker_to_bls(p, w) for p in plan.inbox_losses.get(w, ())}
+            removed = tuple(r for r in x.bls.inbox.rings if r in gone_rings)
+            if not removed:
+                continue
+            kept = tuple(r for r in x.bls.inbox.rings if r not in gone_rings)
+            bls = msgspec.structs.replace(x.bls, inbox=InboxSpec(x.bls.inbox.wakeup, kept))
+            x.respec(msgspec.structs.replace(x.spec, bls=bls))
+            updates.append((w, BlsInboxUpdate(remove_rings=removed)))
+        self._send_bls(updates)
+
+
+@dataclass
+class _BlsWiring:
+    """The BLS side of a change's new instances (``Instances._plan_bls``)."""
+
+    clients: dict[int, BlsSpec] = field(default_factory=dict)
+    """Per new python instance id: its BLS client."""
+    controls: dict[int, BlsClientChannels] = field(default_factory=dict)
+    """Per new python instance id: its BLS inbox's semaphore and rings from the scheduler
+    and the supervisor."""
+    to_clients: dict[int, dict[int, ChannelSpec]] = field(default_factory=dict)
+    """Per new instance id: python worker instance id -> its ring to that worker's BLS
+    client."""
+    updates: list[BlsUpdate] = field(default_factory=list)
+    """For running workers and clients (``Instances._send_bls``)."""
+
+
+def _instance_wiring(
+    spec: WorkerSpec, to_worker: str, wakeup: Wakeup, from_worker: str, bls: _BlsWiring
+) -> InstanceWiring:
+    """What the scheduler needs to reach a new instance (and its BLS client)."""
+    w, client = spec.instance, bls.controls.get(spec.instance.instance_id)
+    return InstanceWiring(
+        instance_id=w.instance_id,
+        name=w.name,
+        model=w.model,
+        version=w.version,
+        to_worker_ring=to_worker,
+        to_worker_wakeup=wakeup,
+        from_worker_ring=from_worker,
+        bls_client=None
+        if client is None
+        else BlsClientWiring(
+            instance_id=w.instance_id, ring=client.from_scheduler, wakeup=client.wakeup
+        ),
+    )

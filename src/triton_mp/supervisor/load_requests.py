@@ -1,0 +1,167 @@
+"""A load request and reading the model it names: step 1 of every model change.
+
+Imported by ``supervisor.model_control`` and ``supervisor.main`` (the models to load at
+start). A request names one model directory of the repository, optionally with a config
+override (JSON) and ``file:`` contents (RepositoryModelLoad's parameters, written to a
+temporary directory that lives as long as the load it serves). Reading validates the model
+(``model_config.loader.load_model``) and fingerprints each version, so the planner
+(``supervisor.model_changes``) can tell which versions changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from triton_mp._proto import model_config_pb2 as mc
+from triton_mp.common.config import ServerConfig
+from triton_mp.common.errors import ConfigError, ErrorCode, StartupError
+from triton_mp.ipc.messages import ErrorInfo
+from triton_mp.model_config.loader import (
+    CONFIG_FILENAME,
+    RepositoryModel,
+    directory_fingerprint,
+    load_model,
+    parse_config_override,
+)
+
+log = logging.getLogger(__name__)
+
+POLL_FAILED_MESSAGE = "failed to load '{}', failed to poll from model repository"
+"""Triton's INTERNAL answer to loading a model the repository does not have."""
+
+
+def is_model_name(name: str) -> bool:
+    """Whether ``name`` can name a model directory of the repository: one path component,
+    not hidden, not ``.``/``..``, no separators or NUL (a load must never reach outside the
+    repository)."""
+    return bool(name) and not name.startswith(".") and not any(c in name for c in ("/", "\\", "\0"))
+
+
+@dataclass
+class LoadRequest:
+    """One model to (re)load in a change."""
+
+    name: str
+    config_json: str | None = None
+    """RepositoryModelLoad's ``config`` parameter (JSON), overriding ``config.pbtxt``."""
+    files: dict[str, bytes] = field(default_factory=dict)
+    """RepositoryModelLoad's ``file:<path>`` parameters: the whole model directory."""
+    result: ErrorInfo | None = None
+    """The call's answer once decided (None: success)."""
+
+
+def version_fingerprint(model_dir: Path, config: bytes, version: int) -> str:
+    """What decides whether a served version must be reloaded: its effective config, its
+    version directory and the model directory's other files (``config.pbtxt`` counts only
+    through the effective config, so a comment never reloads a model)."""
+    digest = hashlib.sha256(config)
+    digest.update(directory_fingerprint(model_dir / str(version)).encode())
+    others = {p.name for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()}
+    digest.update(directory_fingerprint(model_dir, skip={CONFIG_FILENAME, *others}).encode())
+    return digest.hexdigest()
+
+
+def version_dirs(directory: Path) -> set[int]:
+    """The numeric version directories of a model directory."""
+    try:
+        return {int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit()}
+    except OSError:
+        return set()
+
+
+def load_failure(name: str, failed: dict[int, str]) -> ErrorInfo:
+    """Triton's answer when versions fail to load (core model_lifecycle.cc)."""
+    detail = "".join(
+        f"version {v} is at UNAVAILABLE state: {r};" for v, r in sorted(failed.items())
+    )
+    return ErrorInfo(ErrorCode.INTERNAL, f"load failed for model '{name}': {detail}")
+
+
+def _not_found(req: LoadRequest) -> None:
+    req.result = ErrorInfo(ErrorCode.INTERNAL, POLL_FAILED_MESSAGE.format(req.name))
+    log.error("%s", req.result.message)
+
+
+def _write_files(req: LoadRequest, server_id: str) -> Path:
+    """Write the request's ``file:`` contents to a new temporary directory; returns it.
+
+    Raises:
+        ConfigError: a path is absolute or leaves the model directory (the directory is
+            removed again).
+    """
+    temp_dir = Path(tempfile.mkdtemp(prefix=f"triton_mp_{server_id}_"))
+    directory = temp_dir / req.name
+    for rel, content in req.files.items():
+        path = PurePosixPath(rel)
+        if path.is_absolute() or ".." in path.parts or not path.parts:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+            raise ConfigError(
+                f"failed to load '{req.name}': invalid file path '{rel}' "
+                "(it must be relative to the model directory)"
+            )
+        target = directory.joinpath(*path.parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+    return temp_dir
+
+
+def read_request(
+    req: LoadRequest, config: ServerConfig, server_id: str, seen: dict[str, str]
+) -> tuple[RepositoryModel | None, Path | None]:
+    """Read the model a request names: its directory (a temporary one for ``file:``
+    contents) and the loaded model; sets ``req.result`` and returns ``(None, None)`` when
+    there is nothing to load. ``seen`` records each repository directory's fingerprint at
+    this attempt (poll mode)."""
+    if not is_model_name(req.name):
+        # NOTE: a name is one directory entry of the repository, never a path.
+        _not_found(req)
+        return None, None
+    override: mc.ModelConfig | None = None
+    temp_dir: Path | None = None
+    try:
+        if req.config_json is not None:
+            override = parse_config_override(req.name, req.config_json)
+        if req.files:
+            temp_dir = _write_files(req, server_id)
+            directory = temp_dir / req.name
+        else:
+            directory = config.repository_path / req.name
+            if not directory.is_dir():
+                _not_found(req)
+                return None, None
+    except ConfigError as e:
+        req.result = ErrorInfo(e.code, e.message)
+        return None, None
+    if not req.files:
+        seen[req.name] = directory_fingerprint(directory)
+    rm = load_model(
+        directory,
+        auto_complete=config.auto_complete,
+        default_max_batch_size=config.default_max_batch_size,
+        config_override=override,
+    )
+    return rm, temp_dir
+
+
+def models_at_start(config: ServerConfig) -> list[str]:
+    """The models to load at start: all (modes none, poll, explicit with ``*``) or the
+    ``--load-model`` ones (explicit).
+
+    Raises:
+        StartupError: the repository does not exist.
+    """
+    repo = config.repository_path
+    if not repo.is_dir():
+        raise StartupError(f"failed to stat file {repo}: model repository not found")
+    present = sorted(p.name for p in repo.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if config.model_control_mode != "explicit" or "*" in config.load_models:
+        return present
+    # NOTE: Triton's explicit mode loads only --load-model models at start.
+    for name in sorted(set(config.load_models) - set(present)):
+        log.error("failed to load '%s': model not found in the repository", name)
+    return [n for n in present if n in set(config.load_models)]

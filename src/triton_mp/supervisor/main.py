@@ -1,0 +1,301 @@
+"""The supervisor: ``triton-mp start`` itself. Bootstrap, signals, ordered shutdown.
+
+Imported by ``cli.main``. ``Supervisor.run`` creates the server-wide IPC objects
+(``supervisor.wiring``, named by ``ipc.topology``), spawns the scheduler, loads the models
+(``supervisor.model_control``: one worker per model instance) and spawns the frontends,
+waiting for each child's start handshake (``ipc.handshake``, with ``--startup-timeout-secs``,
+never a sleep), then watches every child in one place (``supervisor.children``). A dead
+worker is reported to the scheduler (which fails its in-flight requests with UNAVAILABLE)
+and restarted with backoff; a dead frontend or scheduler stops the server. SIGINT/SIGTERM
+drain: frontends finish accepted requests within ``--exit-timeout-secs``, then the scheduler
+and the workers stop, then every shared-memory object of this server is unlinked.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+
+from triton_mp.common.config import ServerConfig
+from triton_mp.common.errors import StartupError
+from triton_mp.ipc import Sender, encode
+from triton_mp.ipc.messages import Shutdown, WorkerDied
+from triton_mp.ipc.specs import (
+    ChannelSpec,
+    FrontendSpec,
+    InboxSpec,
+    LogSpec,
+    MetricsSpec,
+    SchedulerSpec,
+)
+from triton_mp.ipc.topology import Topology
+from triton_mp.supervisor.children import Child, ChildTable
+from triton_mp.supervisor.frontend_link import FrontendLink
+from triton_mp.supervisor.health import HEARTBEAT_SLOTS, Health
+from triton_mp.supervisor.instances import Instances
+from triton_mp.supervisor.load_requests import models_at_start
+from triton_mp.supervisor.model_control import ModelControl
+from triton_mp.supervisor.wiring import ServerChannels, Wiring
+
+log = logging.getLogger(__name__)
+
+STOP_TIMEOUT_S = 10.0
+"""How long the scheduler and workers get to stop after ``Shutdown`` before they are killed."""
+
+
+def probe_port(service: str, address: str, port: int) -> None:
+    """Bind ``address:port`` for a moment (port 0: nothing to check).
+
+    Raises:
+        StartupError: the address is in use, worded as Triton's
+            ``failed to start <service> service: Socket '<address>:<port>' already in use``.
+    """
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # NOTE: as the servers themselves bind (grpc, aiohttp): connections of a server that
+        # just stopped, still in TIME_WAIT, must not count as the port being in use; a
+        # listening socket still does.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((address, port))
+        except OSError as e:
+            raise StartupError(
+                f"failed to start {service} service: Socket '{address}:{port}' "
+                f"already in use ({e.strerror})"
+            ) from None
+
+
+class Supervisor:
+    """Runs one triton-mp server (see the module docstring).
+
+    Args:
+        config: validated ``triton-mp start`` flags.
+    """
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.server_id = str(os.getpid())
+        self.topology = Topology(self.server_id)
+        self.wiring = Wiring(config, self.topology)
+        self._log = LogSpec(config.log_verbose, config.log_format)
+        self.children = ChildTable()
+        self._scheduler_lock = threading.Lock()
+        self._to_scheduler: Sender | None = None
+        self._drain_frontends = True
+        self.models: ModelControl | None = None
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> int:
+        """Start everything, serve until a signal, shut down. Returns the exit status."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+        self.wiring.sweep_stale()
+        if self.config.heartbeat_timeout_s > 0:
+            board = self.wiring.create_heartbeat_board(HEARTBEAT_SLOTS)
+            self.children.health = Health(board, self.config.heartbeat_timeout_s)
+        try:
+            return self._run()
+        finally:
+            self._stop_all()
+            self.wiring.remove_all()
+            log.info("server stopped; shared memory removed")
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self.children.stopping:
+            return
+        self.children.stopping = True
+        log.info("received %s: draining", signal.Signals(signum).name)
+        self.children.wake()
+
+    def _stopping(self) -> bool:
+        return self.children.stopping
+
+    def _check_port_free(self) -> None:
+        """Fail fast, before loading any model, when a port the server needs is taken (gRPC
+        frontends bind with SO_REUSEPORT, which would otherwise share it silently with
+        another server; the metrics port would only fail once every model has loaded).
+
+        Raises:
+            StartupError: an address is in use.
+        """
+        cfg = self.config
+        probe_port("GRPC", cfg.grpc_address, cfg.grpc_port)
+        if cfg.allow_http:
+            probe_port("HTTP", cfg.http_address, cfg.http_port)
+        if cfg.allow_metrics:
+            probe_port("Metrics", self._metrics_address, cfg.metrics_port)
+
+    @property
+    def _metrics_address(self) -> str:
+        return self.config.metrics_address or self.config.http_address
+
+    def _run(self) -> int:
+        cfg = self.config
+        self._check_port_free()
+        n_fe = cfg.frontend_processes
+        channels = self.wiring.create_server(n_fe)
+        self._start_scheduler(channels)
+        link = FrontendLink(self._stopping)
+        instances = Instances(
+            cfg,
+            self.wiring,
+            self.children,
+            link,
+            self.send_scheduler,
+            channels.scheduler_wakeup,
+            channels.frontend_wakeups,
+            self._log,
+        )
+        self.models = ModelControl(
+            cfg, self.server_id, self.children, instances, link, self.send_scheduler, self._stopping
+        )
+        self.models.load_at_start(models_at_start(cfg))
+        frontends = [
+            Child("frontend", str(i), encode(self._frontend_spec(i, channels))) for i in range(n_fe)
+        ]
+        self.children.add(frontends)
+        for child in frontends:
+            self.children.spawn(child)
+        errors = self.children.await_ready(frontends, cfg.startup_timeout_s)
+        if errors:
+            raise StartupError("; ".join(errors.values()))
+        self.models.attach_frontends(
+            {i: c.ready_conn for i, c in enumerate(frontends) if c.ready_conn is not None}
+        )
+        log.info(
+            "triton-mp serving %d models (%d instances) on gRPC %s:%d with %d frontend(s), "
+            "model control mode %s",
+            self.models.ready_model_count(),
+            self.models.instance_count(),
+            cfg.grpc_address,
+            cfg.grpc_port,
+            n_fe,
+            cfg.model_control_mode,
+        )
+        fatal = self.children.watch(self._on_worker_death)
+        if fatal is None:
+            return 0
+        if fatal.role == "scheduler":
+            # NOTE: nothing in flight can finish without the scheduler; draining would only
+            # hold clients until the exit timeout.
+            self._drain_frontends = False
+        return 1
+
+    def _start_scheduler(self, channels: ServerChannels) -> None:
+        """Spawn the scheduler and wait for its handshake.
+
+        Raises:
+            StartupError: it did not come up.
+        """
+        # NOTE: the scheduler starts with no model; every instance, at start or later, is
+        # wired to it by InstancesAdded / VersionsActivated (model_control).
+        spec = SchedulerSpec(
+            models=(),
+            # NOTE: the supervisor's ring first: a pass sees a model change before the
+            # requests that followed it (see SchedulerCore.defer_unknown).
+            inbox=InboxSpec(
+                channels.scheduler_wakeup,
+                (channels.supervisor_ring, *channels.frontend_inbox_rings),
+            ),
+            to_workers={},
+            to_frontends=channels.scheduler_to_frontends,
+            log=self._log,
+        )
+        scheduler = Child("scheduler", "scheduler", encode(spec))
+        self.children.add([scheduler])
+        self.children.spawn(scheduler)
+        errors = self.children.await_ready([scheduler], self.config.startup_timeout_s)
+        if errors:
+            raise StartupError(errors["scheduler"])
+        self._to_scheduler = Sender(channels.supervisor_ring, channels.scheduler_wakeup)
+
+    def _frontend_spec(self, i: int, channels: ServerChannels) -> FrontendSpec:
+        """Frontend ``i``'s spec: its rings (from the scheduler, the other frontends and every
+        serving instance), the model table, ports, limits; frontend 0 also serves the
+        metrics endpoint."""
+        cfg = self.config
+        assert self.models is not None
+        others = [j for j in range(cfg.frontend_processes) if j != i]
+        return FrontendSpec(
+            frontend_id=i,
+            grpc_address=cfg.grpc_address,
+            grpc_port=cfg.grpc_port,
+            http_address=cfg.http_address,
+            http_port=cfg.http_port,
+            allow_http=cfg.allow_http,
+            server_name=cfg.server_id_name,
+            models=self.models.entries(),
+            inbox=InboxSpec(
+                channels.frontend_wakeups[i],
+                (
+                    channels.scheduler_to_frontends[i].ring,
+                    *(channels.peer_rings[(j, i)] for j in others),
+                    *self.models.frontend_rings(i),
+                ),
+            ),
+            to_scheduler=ChannelSpec(channels.frontend_inbox_rings[i], channels.scheduler_wakeup),
+            to_peers={
+                j: ChannelSpec(channels.peer_rings[(i, j)], channels.frontend_wakeups[j])
+                for j in others
+            },
+            arena_prefix=self.topology.frontend_arenas(i),
+            arena_bytes=cfg.input_arena_bytes,
+            arena_budget_bytes=cfg.arena_budget_bytes,
+            exit_timeout_s=cfg.exit_timeout_s,
+            model_control_mode=cfg.model_control_mode,
+            allow_client_shm=cfg.allow_client_shm,
+            client_shm_prefix=cfg.client_shm_prefix,
+            grpc_restricted=cfg.grpc_restricted,
+            http_restricted=cfg.http_restricted,
+            log=self._log,
+            # NOTE: Triton has one metrics endpoint; frontend 0 serves it for the server.
+            metrics=MetricsSpec(
+                address=self._metrics_address,
+                port=cfg.metrics_port,
+                cpu_metrics=cfg.allow_cpu_metrics,
+                interval_ms=cfg.metrics_interval_ms,
+                server_id=self.server_id,
+            )
+            if cfg.allow_metrics and i == 0
+            else None,
+            repository=str(cfg.repository_path),
+        )
+
+    def send_scheduler(self, msg: object) -> None:
+        """Push a message to the scheduler from any thread."""
+        assert self._to_scheduler is not None
+        with self._scheduler_lock:
+            self._to_scheduler.send(msg)
+
+    def _on_worker_death(self, c: Child, pid: int, exitcode: int, reason: str) -> None:
+        """Free a dead worker process's arenas and tell the scheduler (which fails its
+        in-flight requests with UNAVAILABLE)."""
+        self.wiring.remove_worker_process(c.instance_id, pid)
+        self.send_scheduler(WorkerDied(instance_id=c.instance_id, exitcode=exitcode, reason=reason))
+
+    # ------------------------------------------------------------- shutdown
+    def _stop_all(self) -> None:
+        """Drain frontends, then stop the scheduler and workers; kill what lingers."""
+        self.children.stop_frontends(self._drain_frontends, self.config.exit_timeout_s)
+        if self.models is not None:
+            self.models.close()
+        scheduler = next(iter(self.children.children("scheduler")), None)
+        if (
+            scheduler is not None
+            and scheduler.process is not None
+            and not scheduler.process.is_alive()
+        ):
+            # NOTE: workers stop when the scheduler relays Shutdown and ignore SIGTERM;
+            # with the scheduler dead, nothing would reach them: do not wait for them.
+            self.children.kill_workers()
+        elif self._to_scheduler is not None:
+            try:
+                self.send_scheduler(Shutdown())
+            except Exception:  # noqa: BLE001 - the scheduler may be dead already
+                log.warning("could not tell the scheduler to stop")
+        self.children.join_all(STOP_TIMEOUT_S)

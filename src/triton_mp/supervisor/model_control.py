@@ -1,0 +1,516 @@
+"""Model control: load, reload and unload models without stopping the server.
+
+Imported by ``supervisor.main``; runs in the supervisor process. ``ModelControl`` owns which
+model versions are served and by which worker processes. Every change, whether at start,
+from RepositoryModelLoad/Unload (a frontend forwards the call over its control pipe,
+``supervisor.frontend_link``), or from a poll of the repository, runs on one thread, one
+change at a time (Triton serialises them too), in this order:
+
+1. read and validate the model (``supervisor.load_requests``) and decide which versions need
+   new instances (``supervisor.model_changes.versions_to_start``): a version whose
+   effective config and files are unchanged keeps its instances;
+2. wire and spawn the new instances (``supervisor.instances``: scheduler, frontends and BLS
+   peers learn their rings first) and wait until each reports ready;
+3. apply the plan of each model (``model_changes.plan_change``): activate the versions whose
+   instances all came up (``VersionsActivated``; a reloaded version's old instances finish
+   their queue, then stop), give every BLS client the new table of models, replace the
+   model's entry in every frontend's table (acknowledged: from then on no frontend routes to
+   removed versions), and retire removed versions (``InstancesRetired``: the scheduler stops
+   them once their queued and running requests are answered);
+4. wait for the stopped workers to exit, then free their rings, semaphores and arenas.
+
+A reload that fails leaves the previous versions serving; the reason goes to the log, the
+call's answer and RepositoryIndex (the failed versions are UNAVAILABLE, so ModelReady of
+such a version is false). Inference never waits on any of this: requests go from frontends
+to the scheduler to workers, never through the supervisor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from triton_mp.common.config import ServerConfig
+from triton_mp.common.errors import ErrorCode
+from triton_mp.ipc import encode
+from triton_mp.ipc.messages import (
+    ErrorInfo,
+    InstancesRetired,
+    ModelEntry,
+    ModelTableUpdate,
+    ModelUnloadCall,
+    VersionsActivated,
+)
+from triton_mp.ipc.specs import ModelVersionSpec
+from triton_mp.model_config.loader import RepositoryModel, directory_fingerprint
+from triton_mp.model_config.plan import ModelPlan, plan_models
+from triton_mp.supervisor.children import Child, ChildTable
+from triton_mp.supervisor.frontend_link import Call, FrontendLink
+from triton_mp.supervisor.instances import Instances
+from triton_mp.supervisor.load_requests import (
+    LoadRequest,
+    load_failure,
+    read_request,
+    version_dirs,
+    version_fingerprint,
+)
+from triton_mp.supervisor.model_changes import (
+    ChangePlan,
+    Outcome,
+    Served,
+    failed_by_invalid_config,
+    plan_change,
+    versions_to_start,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Version:
+    """One served model version and its worker processes."""
+
+    spec: ModelVersionSpec
+    children: list[Child]
+    fingerprint: str
+
+
+@dataclass
+class _Model:
+    """A model the server knows: served versions, failures, where it was loaded from."""
+
+    name: str
+    config: bytes = b""
+    """The effective config of the served versions (serialized ``ModelConfig``)."""
+    versions: dict[int, _Version] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)
+    """Versions that failed to load -> why."""
+    failed_fingerprints: dict[int, str] = field(default_factory=dict)
+    reason: str = ""
+    """Why the model (as a whole) is unavailable."""
+    unloaded: bool = False
+    temp_dir: Path | None = None
+    """Where ``file:`` contents of the load that is served were written."""
+
+    def served(self) -> Served:
+        """The planner's view of this model."""
+        return Served(
+            {v: x.fingerprint for v, x in self.versions.items()},
+            dict(self.failed),
+            dict(self.failed_fingerprints),
+        )
+
+    def entry(self, transition: str = "") -> ModelEntry:
+        """The frontends' view of this model."""
+        if self.unloaded:
+            return ModelEntry(
+                name=self.name, config=b"", ready_versions=(), reason=self.reason, unloaded=True
+            )
+        reason = self.reason or "; ".join(
+            f"version {v}: {r}" for v, r in sorted(self.failed.items())
+        )
+        return ModelEntry(
+            name=self.name,
+            config=self.config,
+            ready_versions=tuple(sorted(self.versions)),
+            failed_versions=tuple(sorted(v for v in self.failed if v not in self.versions)),
+            reason=reason,
+            transition=transition,
+            version_reasons=dict(self.failed),
+        )
+
+
+@dataclass
+class _Staged:
+    """A request whose model read and validated: on to planning."""
+
+    req: LoadRequest
+    rm: RepositoryModel
+    temp_dir: Path | None
+    fingerprints: dict[int, str]
+    """Version on disk -> its fingerprint."""
+
+
+@dataclass
+class _Effects:
+    """What a change does once every model's plan is decided (step 3), all at once."""
+
+    activate: list[ModelVersionSpec] = field(default_factory=list)
+    to_stop: list[Child] = field(default_factory=list)
+    """Old instances of reloaded versions (the scheduler stops them once activated)."""
+    rollback: list[Child] = field(default_factory=list)
+    retire: list[Child] = field(default_factory=list)
+    changed: list[_Model] = field(default_factory=list)
+
+
+def _remove(temp_dir: Path | None) -> None:
+    if temp_dir is not None:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+class ModelControl:
+    """The served models and every change to them (see the module docstring).
+
+    Args:
+        config: the server's flags (repository, control mode, timeouts).
+        server_id: the supervisor's pid (names temporary model directories).
+        table: the process table.
+        instances: wires, starts and frees worker instances.
+        link: the frontends' control pipes.
+        send_scheduler: pushes a message to the scheduler (thread-safe).
+        stopping: whether the server is shutting down.
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        server_id: str,
+        table: ChildTable,
+        instances: Instances,
+        link: FrontendLink,
+        send_scheduler: Callable[[object], None],
+        stopping: Callable[[], bool],
+    ) -> None:
+        self._cfg = config
+        self._server_id = server_id
+        self._table = table
+        self._instances = instances
+        self._link = link
+        self._send = send_scheduler
+        self._stopping = stopping
+        self._models: dict[str, _Model] = {}
+        self._seen: dict[str, str] = {}
+        """Per model directory, its fingerprint at the last load attempt (poll mode)."""
+        self._next_id = 0
+        self._work: queue.Queue[tuple[int, Call] | None] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+
+    # ---------------------------------------------------------------- queries
+    def entries(self) -> tuple[ModelEntry, ...]:
+        """Every model's entry, for the frontends' specs at start."""
+        return tuple(m.entry() for m in sorted(self._models.values(), key=lambda m: m.name))
+
+    def _serving(self) -> list[Child]:
+        return [c for m in self._models.values() for v in m.versions.values() for c in v.children]
+
+    def frontend_rings(self, frontend_id: int) -> tuple[str, ...]:
+        """The rings from every running instance to one frontend (its spec at start)."""
+        return self._instances.frontend_rings((c.instance_id for c in self._serving()), frontend_id)
+
+    def instance_count(self) -> int:
+        """Instances serving now."""
+        return len(self._serving())
+
+    def ready_model_count(self) -> int:
+        """Models with at least one ready version."""
+        return sum(1 for m in self._models.values() if m.versions)
+
+    # ------------------------------------------------------------------ start
+    def load_at_start(self, names: list[str]) -> None:
+        """Load models before any frontend runs (all of them in parallel)."""
+        self._load([LoadRequest(n) for n in names])
+
+    def attach_frontends(self, conns: dict[int, Connection]) -> None:
+        """Serve the frontends' control pipes and start the change thread (and, in poll
+        mode, the repository poll)."""
+        self._threads.extend(self._link.attach(conns, lambda i, call: self._work.put((i, call))))
+        worker = threading.Thread(target=self._run, name="model-changes", daemon=True)
+        worker.start()
+        self._threads.append(worker)
+
+    def close(self) -> None:
+        """Stop taking changes (server shutdown); remove temporary model directories."""
+        self._closed = True
+        self._link.close()
+        self._work.put(None)
+        for m in self._models.values():
+            _remove(m.temp_dir)
+
+    # ---------------------------------------------------------------- changes
+    def _run(self) -> None:
+        """The change thread: calls from frontends, and repository polls."""
+        poll_s = self._cfg.repository_poll_s if self._cfg.model_control_mode == "poll" else 0.0
+        next_poll = time.monotonic() + poll_s if poll_s > 0 else None
+        while not self._closed:
+            timeout = None if next_poll is None else max(0.0, next_poll - time.monotonic())
+            try:
+                item = self._work.get(timeout=timeout)
+            except queue.Empty:
+                item = ()  # type: ignore[assignment]
+            if item is None or self._stopping():
+                return
+            try:
+                if item:
+                    frontend_id, call = item
+                    self._link.reply(frontend_id, call.call_id, self._handle_call(call))
+                elif next_poll is not None:
+                    self.poll()
+            except Exception as e:  # noqa: BLE001 - a failed change must not end the thread
+                log.exception("model change failed")
+                if item:
+                    error = ErrorInfo(ErrorCode.INTERNAL, str(e))
+                    self._link.reply(item[0], item[1].call_id, error)
+                # NOTE: what the frontends were told during the change (LOADING) must not stay.
+                with contextlib.suppress(Exception):
+                    self._link.update(ModelTableUpdate(models=self.entries()), ack=False)
+            if next_poll is not None and time.monotonic() >= next_poll:
+                next_poll = time.monotonic() + poll_s
+
+    def _handle_call(self, call: Call) -> ErrorInfo | None:
+        if isinstance(call, ModelUnloadCall):
+            log.info("unload of '%s' requested", call.model, extra={"model": call.model})
+            self._unload([call.model], reason="unloaded")
+            return None
+        log.info("load of '%s' requested", call.model, extra={"model": call.model})
+        req = LoadRequest(call.model, call.config_json, dict(call.files))
+        self._load([req])
+        return req.result
+
+    def poll(self) -> None:
+        """Poll mode: load models that are new or changed on disk, unload removed ones."""
+        repo = self._cfg.repository_path
+        try:
+            names = {p.name for p in repo.iterdir() if p.is_dir() and not p.name.startswith(".")}
+        except OSError as e:
+            log.error("failed to poll the model repository %s: %s", repo, e)
+            return
+        changed = [n for n in sorted(names) if self._seen.get(n) != directory_fingerprint(repo / n)]
+        gone = [n for n, m in self._models.items() if n not in names and not m.unloaded]
+        if changed:
+            log.info("repository poll: loading %s", changed)
+            self._load([LoadRequest(n) for n in changed])
+        if gone:
+            log.info("repository poll: unloading %s (removed from the repository)", gone)
+            self._unload(gone, reason="unloaded")
+            for n in gone:
+                self._seen.pop(n, None)
+
+    # ------------------------------------------------------------------ load
+    def _load(self, requests: list[LoadRequest]) -> None:
+        """(Re)load models, all at once (see the module docstring)."""
+        staged = [s for s in map(self._stage, requests) if s is not None]
+        start = {
+            s.req.name: set(versions_to_start(self._models[s.req.name].served(), s.fingerprints))
+            for s in staged
+        }
+        plans, instances = plan_models(
+            [s.rm for s in staged], first_instance_id=self._next_id, only_versions=start
+        )
+        self._next_id += len(instances)
+        plan_of = {p.repo.name: p for p in plans}
+        for s in staged:
+            if plan_of[s.req.name].error:
+                s.req.result = ErrorInfo(ErrorCode.INVALID_ARG, plan_of[s.req.name].error)
+        # NOTE: a model with no served version shows LOADING while its instances start
+        # (RepositoryIndex); a served model keeps answering as READY during a reload.
+        loading = [
+            ModelEntry(name=s.req.name, config=b"", ready_versions=(), transition="LOADING")
+            for s in staged
+            if start.get(s.req.name) and not self._models[s.req.name].versions
+        ]
+        if loading:
+            self._link.update(ModelTableUpdate(models=tuple(loading)), ack=False)
+        children = self._instances.start(plans) if instances else {}
+        errors = self._table.await_ready(list(children.values()), self._cfg.startup_timeout_s)
+        effects = _Effects()
+        for s in staged:
+            self._apply(s, plan_of[s.req.name], children, errors, effects)
+        self._commit(effects)
+
+    def _stage(self, req: LoadRequest) -> _Staged | None:
+        """Step 1 for one request; None when it ends here (``req.result`` says why)."""
+        rm, temp_dir = read_request(req, self._cfg, self._server_id, self._seen)
+        if rm is None:
+            return None
+        model = self._models.setdefault(req.name, _Model(req.name))
+        if rm.error is not None or rm.config is None:
+            req.result = ErrorInfo(ErrorCode.INVALID_ARG, rm.error or "failed to load")
+            _remove(temp_dir)
+            if not model.versions:
+                model.unloaded = False
+                model.reason = req.result.message
+                model.config = b""
+            else:
+                model.failed = failed_by_invalid_config(
+                    model.served(), version_dirs(rm.directory), req.result.message
+                )
+            log.error("failed to load model '%s': %s", req.name, req.result.message)
+            self._link.update(ModelTableUpdate(models=(model.entry(),)), ack=False)
+            return None
+        config = rm.config.SerializeToString(deterministic=True)
+        fps = {v.version: version_fingerprint(rm.directory, config, v.version) for v in rm.versions}
+        return _Staged(req, rm, temp_dir, fps)
+
+    def _apply(
+        self,
+        s: _Staged,
+        plan: ModelPlan,
+        children: dict[int, Child],
+        errors: dict[str, str],
+        effects: _Effects,
+    ) -> None:
+        """Step 3 for one model: decide its change and record it in ``effects``."""
+        model, req = self._models[s.req.name], s.req
+        if plan.error:
+            self._fail_whole(model, req, s.temp_dir)
+            effects.changed.append(model)
+            return
+        kids = {v.version: [children[i] for i in v.instance_ids] for v in plan.versions}
+        start_errors = {}
+        for version, vkids in kids.items():
+            err = next((errors[c.name] for c in vkids if c.name in errors), None)
+            if err is not None:
+                start_errors[version] = err
+        cp = plan_change(model.served(), s.fingerprints, set(kids), start_errors)
+        effects.rollback.extend(c for v in sorted(cp.discard) for c in kids[v])
+        if cp.outcome is Outcome.FAILED_RELOAD:
+            model.failed, model.failed_fingerprints = dict(cp.failed), dict(cp.failed_fingerprints)
+            self._log_failures(model, start_errors)
+            req.result = load_failure(req.name, dict(cp.answer_failures))
+            _remove(s.temp_dir)
+            effects.changed.append(model)
+        elif cp.outcome is Outcome.UNCHANGED:
+            # NOTE: nothing changed on disk or in the config: nothing to do.
+            model.failed = dict(cp.failed)
+            if cp.answer_failures:
+                req.result = load_failure(req.name, dict(cp.answer_failures))
+            _remove(s.temp_dir)
+            if model.unloaded or model.reason:
+                model.unloaded, model.reason = False, ""
+                effects.changed.append(model)
+        else:
+            self._apply_changed(model, s, plan, cp, kids, start_errors, effects)
+
+    def _apply_changed(
+        self,
+        model: _Model,
+        s: _Staged,
+        plan: ModelPlan,
+        cp: ChangePlan,
+        kids: dict[int, list[Child]],
+        start_errors: dict[int, str],
+        effects: _Effects,
+    ) -> None:
+        """Versions start and stop serving: the ``Outcome.CHANGED`` branch of ``_apply``."""
+        req = s.req
+        new = {
+            v.version: _Version(v, kids[v.version], s.fingerprints[v.version])
+            for v in plan.versions
+            if v.version in cp.activate
+        }
+        effects.activate.extend(v.spec for v in new.values())
+        for v, old in list(model.versions.items()):
+            if v in cp.retire:
+                effects.retire.extend(old.children)
+            elif v in cp.replace:
+                effects.to_stop.extend(old.children)
+            if v in cp.retire or v in cp.replace:
+                del model.versions[v]
+        model.versions.update(new)
+        assert s.rm.config is not None
+        model.config = s.rm.config.SerializeToString()
+        model.failed, model.failed_fingerprints = dict(cp.failed), dict(cp.failed_fingerprints)
+        self._log_failures(model, start_errors)
+        model.unloaded = False
+        if cp.answer_failures:
+            req.result = load_failure(req.name, dict(cp.answer_failures))
+        model.reason = "" if model.versions else (req.result.message if req.result else "")
+        if model.temp_dir is not None and model.temp_dir != s.temp_dir:
+            _remove(model.temp_dir)
+        model.temp_dir = s.temp_dir
+        effects.changed.append(model)
+        log.info(
+            "model '%s' ready: versions %s",
+            model.name,
+            sorted(model.versions),
+            extra={"model": model.name},
+        )
+
+    def _commit(self, fx: _Effects) -> None:
+        """Steps 3 and 4 for every model of a change at once."""
+        if fx.rollback:
+            self._instances.discard(fx.rollback)
+        # NOTE: the scheduler stops replaced instances on its own once activated; they must
+        # not look like deaths to the watch loop.
+        self._table.claim(fx.retire + fx.to_stop)
+        if fx.activate:
+            self._send(VersionsActivated(specs=tuple(encode(s) for s in fx.activate)))
+            self._table.release(
+                c for m in fx.changed for v in m.versions.values() for c in v.children
+            )
+        # NOTE: after activation (the scheduler knows the new versions when the clients learn
+        # of them) and before retirement (no client calls a retired version any more).
+        self._push_bls_table()
+        if fx.changed:
+            entries = tuple(m.entry() for m in fx.changed)
+            self._link.update(ModelTableUpdate(models=entries), ack=True)
+        if fx.retire:
+            self._send(InstancesRetired(instance_ids=tuple(c.instance_id for c in fx.retire)))
+        if fx.retire or fx.to_stop:
+            self._instances.await_stopped(fx.retire + fx.to_stop)
+
+    def _push_bls_table(self) -> None:
+        self._instances.push_bls_table(
+            v.spec for m in self._models.values() for v in m.versions.values()
+        )
+
+    def _log_failures(self, model: _Model, failed: dict[int, str]) -> None:
+        for v, reason in failed.items():
+            log.error(
+                "failed to load model '%s' version %d: %s",
+                model.name,
+                v,
+                reason,
+                extra={"model": model.name},
+            )
+
+    def _fail_whole(self, model: _Model, req: LoadRequest, temp_dir: Path | None) -> None:
+        assert req.result is not None
+        _remove(temp_dir)
+        if not model.versions:
+            model.reason = req.result.message
+            model.unloaded = False
+        log.error("failed to load model '%s': %s", model.name, req.result.message)
+
+    # ---------------------------------------------------------------- unload
+    def _unload(self, names: list[str], reason: str) -> None:
+        """Stop serving models: frontends drop them (acknowledged), the scheduler answers
+        what is queued and running, then their workers stop and their memory is freed."""
+        models = [self._models[n] for n in names if n in self._models]
+        if not models:
+            return
+        children = [c for m in models for v in m.versions.values() for c in v.children]
+        versions = {m.name: sorted(m.versions) for m in models}
+        for m in models:
+            m.failed = {v: "unloading" for v in m.versions}
+            m.versions = {}
+            m.reason = "unloading"
+        self._push_bls_table()
+        self._link.update(
+            ModelTableUpdate(models=tuple(m.entry("UNLOADING") for m in models)), ack=True
+        )
+        if children:
+            self._table.claim(children)
+            self._send(InstancesRetired(instance_ids=tuple(c.instance_id for c in children)))
+            self._instances.await_stopped(children)
+        for m in models:
+            m.failed, m.failed_fingerprints = {}, {}
+            m.reason, m.unloaded, m.config = reason, True, b""
+            _remove(m.temp_dir)
+            m.temp_dir = None
+            log.info(
+                "model '%s' unloaded (versions %s)",
+                m.name,
+                versions[m.name],
+                extra={"model": m.name},
+            )
+        self._link.update(ModelTableUpdate(models=tuple(m.entry() for m in models)), ack=True)
