@@ -268,3 +268,27 @@ def test_a_model_whose_instances_are_given_up_is_not_ready(
     assert client.is_model_ready("add_sub")
     client.infer("add_sub", _add_sub_inputs())
     client.close()
+
+
+def _mapped_files(pid: int) -> set[str]:
+    """The files mapped into process ``pid`` (shared libraries, ``/proc/<pid>/maps``)."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return {line.split(maxsplit=5)[5].strip() for line in maps if len(line.split()) == 6}
+
+
+def test_the_scheduler_process_loads_no_numpy_onnxruntime_or_model_loader(
+    tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    """The scheduler's spawn target imports only its entry point (supervisor.child_entry):
+    none of the extension modules of numpy, onnxruntime, grpc or protobuf (which the
+    repository loader needs) is mapped into it, while a worker of the same server has them."""
+    repo = copy_models(tmp_path / "repo", "add_sub", "add_sub_py")
+    server = start_server(repo)
+    server.client().infer("add_sub", _add_sub_inputs())
+    scheduler = _pid_of(server, r"started scheduler scheduler \(pid (\d+)\)")
+    worker = _pid_of(server, r"started worker add_sub_0_0 \(pid (\d+)\)")
+    markers = ("/numpy/", "/onnxruntime/", "/grpc/", "/google/_upb/", "/google/protobuf/")
+    loaded = [f for f in _mapped_files(scheduler) if any(m in f for m in markers)]
+    assert loaded == [], f"the scheduler maps {loaded}"
+    in_worker = {m for m in markers if any(m in f for f in _mapped_files(worker))}
+    assert {"/numpy/", "/onnxruntime/"} <= in_worker

@@ -1,6 +1,7 @@
-"""BLS follows model changes: the table of models a BLS client may call (``bls_table``), the
-order in which a worker applies the supervisor's BLS updates, and an inbox that gains and
-loses rings at run time."""
+"""BLS follows model changes: the rings a change adds or removes (``plan_bls_add``,
+``plan_bls_remove``), the table of models a BLS client may call (``bls_table``), the order in
+which a worker applies the supervisor's BLS updates, and an inbox that gains and loses rings
+at run time."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from triton_mp.ipc.notify import Wakeup, create_wakeup
 from triton_mp.ipc.ring import Ring
 from triton_mp.ipc.shm import unlink_quietly
 from triton_mp.ipc.specs import BatchingSpec, ModelVersionSpec, TensorSpec
-from triton_mp.supervisor.bls_wiring import bls_table
+from triton_mp.supervisor.bls_wiring import bls_table, plan_bls_add, plan_bls_remove
 from triton_mp.workers.main import control_first
 
 
@@ -75,6 +76,41 @@ def test_a_worker_applies_the_supervisors_bls_updates_before_the_batches_of_a_dr
     drained: list[ToWorker] = [batch, cancel, Shutdown(), first, second]
     assert control_first(drained) == [first, second, batch, cancel, Shutdown()]
     assert control_first([batch, cancel]) == [batch, cancel]
+
+
+def test_new_instances_answer_every_client_and_running_ones_each_new_client() -> None:
+    # Running: 0 (onnx), 1 (python). New: 2 (onnx), 3 (python).
+    plan = plan_bls_add(running=[0, 1], running_clients=[1], new=[2, 3], new_clients=[3])
+    assert plan.rings == ((2, 1), (2, 3), (3, 1), (3, 3), (0, 3), (1, 3))
+    assert plan.answers_of_new == {2: (1, 3), 3: (1, 3)}
+    assert plan.inbox_of_new_client == {3: (0, 1, 2, 3)}
+    assert plan.worker_gains == {0: (3,), 1: (3,)}
+    assert plan.inbox_gains == {1: (2, 3)}
+
+
+def test_without_python_instances_no_ring_is_planned() -> None:
+    plan = plan_bls_add(running=[0], running_clients=[], new=[1, 2], new_clients=[])
+    assert plan.rings == ()
+    assert plan.answers_of_new == {1: (), 2: ()}
+    assert plan.worker_gains == {}
+    assert plan.inbox_gains == {}
+
+
+def test_the_first_python_instance_answers_itself() -> None:
+    plan = plan_bls_add(running=[], running_clients=[], new=[5], new_clients=[5])
+    assert plan.rings == ((5, 5),)
+    assert plan.inbox_of_new_client == {5: (5,)}
+
+
+def test_stopped_instances_leave_every_remaining_worker_and_client() -> None:
+    plan = plan_bls_remove(
+        remaining=[0, 1], remaining_clients=[1], gone=[4, 2], gone_clients=[4, 2]
+    )
+    assert plan.worker_losses == {0: (2, 4), 1: (2, 4)}
+    assert plan.inbox_losses == {1: (4, 2)}
+    quiet = plan_bls_remove(remaining=[0], remaining_clients=[], gone=[3], gone_clients=[])
+    assert quiet.worker_losses == {}
+    assert quiet.inbox_losses == {}
 
 
 @pytest.fixture

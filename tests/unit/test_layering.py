@@ -13,7 +13,11 @@ Checked on the source with ``ast`` (no imports executed):
 - in the scheduler package only the modules that speak messages (the ``main`` shell, the
   ``core``, its ``lifecycle``, ``outbox``, ``instances``, ``status`` views, ``stats`` and the
   spec-reading ``registry``) touch ``triton_mp.ipc``;
-- only ``common.platform`` calls prctl or sets process titles.
+- only ``common.platform`` calls prctl or sets process titles;
+- no import cycle among ``triton_mp``'s modules, nor among its packages, counting imports
+  inside functions and under ``TYPE_CHECKING``;
+- the scheduler process (spawn target plus entry point) loads no numpy, protobuf, backend
+  or model loader (run in a subprocess).
 """
 
 from __future__ import annotations
@@ -234,17 +238,28 @@ def test_only_the_platform_helper_reaches_prctl_and_process_titles() -> None:
         assert ".prctl(" not in path.read_text(), f"{path.relative_to(PKG)} calls prctl"
 
 
-def test_the_scheduler_process_entry_loads_no_numpy_backend_or_model_config() -> None:
-    """What ``scheduler.main`` imports (the scheduler process's code) stays small: no numpy,
-    onnxruntime, protobuf or repository loader (the spawn target adds only itself)."""
+def test_the_scheduler_process_loads_no_numpy_backend_or_model_config() -> None:
+    """What the scheduler process imports (its spawn target, ``supervisor.child_entry``, and
+    its entry point, ``scheduler.main``) stays small: no numpy, onnxruntime, grpc, protobuf,
+    repository loader or backend, and none of the supervisor's own modules."""
     import subprocess
     import sys
 
+    banned = (
+        "numpy",
+        "onnxruntime",
+        "grpc",
+        "google",
+        "triton_mp._proto",
+        "triton_mp.model_config",
+        "triton_mp.backends",
+        "triton_mp.supervisor.main",
+    )
     code = (
-        "import sys, triton_mp.scheduler.main;"
-        "print(','.join(m for m in sys.modules if m.split('.')[0] in "
-        "('numpy', 'onnxruntime', 'grpc', 'google') or m.startswith('triton_mp.model_config')"
-        " or m.startswith('triton_mp.backends')))"
+        "import sys, triton_mp.supervisor.child_entry, triton_mp.scheduler.main;"
+        f"banned = {banned!r};"
+        "print(','.join(m for m in sys.modules if any(m == b or m.startswith(b + '.')"
+        " for b in banned)))"
     )
     env = {**os.environ, "PYTHONPATH": str(PKG.parent)}
     out = subprocess.run(
@@ -269,3 +284,105 @@ def test_model_config_imports_no_process_role() -> None:
             assert not _uses(imports, f"triton_mp.{role}"), (
                 f"model_config/{path.name} imports {role}"
             )
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """``triton_mp`` module -> the ``triton_mp`` modules it imports anywhere: at the top,
+    inside functions and under ``TYPE_CHECKING``. An import through a package's
+    ``__init__`` (``from triton_mp.ipc import encode``) counts as an edge to the module it
+    names when that is a module, and to none otherwise (a package re-exporting its modules
+    would otherwise be a cycle with each of them), as /shared/tools/structure.py counts."""
+    paths = {_module_name(p): p for p in _modules()}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        is_package = path.name == "__init__.py"
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            candidates: list[str] = []
+            if isinstance(node, ast.Import):
+                candidates = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = name.split(".") if is_package else name.split(".")[:-1]
+                    up = up[: len(up) - (node.level - 1)]
+                    base = ".".join([*up, base] if base else up)
+                candidates = [f"{base}.{a.name}" for a in node.names] + [base]
+            for cand in candidates:
+                while cand and cand not in paths:
+                    cand = cand.rpartition(".")[0]
+                if cand and cand != name and paths[cand].name != "__init__.py":
+                    targets.add(cand)
+        graph[name] = targets
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, edges = work[-1]
+            w = next(edges, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_among_modules() -> None:
+    """Every ``triton_mp`` module's imports, wherever they are, form a DAG."""
+    graph = _module_graph()
+    assert "triton_mp.supervisor.main" in graph
+    assert _cycles(graph) == []
+
+
+def test_no_import_cycle_among_packages() -> None:
+    """The same one level up: each subpackage of ``triton_mp`` (and each top-level module)
+    is one node, so imports flow one way between process roles and layers."""
+    top: dict[str, set[str]] = {}
+    for name, targets in _module_graph().items():
+        node = ".".join(name.split(".")[:2])
+        top.setdefault(node, set()).update(
+            t for t in (".".join(t.split(".")[:2]) for t in targets) if t != node
+        )
+    assert _cycles(top) == []
