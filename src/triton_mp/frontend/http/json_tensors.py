@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from triton_mp.common.datatypes import ELEMENT_BYTES, NUMPY_DTYPES, element_count
+from triton_mp.common.datatypes import ELEMENT_BYTES, NUMPY_DTYPES, DataType, element_count
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 
 _U32 = struct.Struct("<I")
@@ -91,19 +91,12 @@ def _flatten(data: list[Any], out: list[Any]) -> None:
 
 
 _KINDS = {
-    "BOOL": "b",
-    "UINT8": "u",
-    "UINT16": "u",
-    "UINT32": "u",
-    "UINT64": "u",
-    "INT8": "i",
-    "INT16": "i",
-    "INT32": "i",
-    "INT64": "i",
-    "FP32": "f",
-    "FP64": "f",
+    t.wire: t.numpy.kind
+    for t in DataType
+    if t.numpy is not None and t not in (DataType.FP16, DataType.STRING)
 }
-"""Datatype -> what JSON numbers it takes: b booleans, u unsigned, i integers, f any number."""
+"""Datatype -> what JSON numbers it takes (its numpy kind): b booleans, u unsigned, i integers,
+f any number. FP16, BF16 and BYTES take no JSON numbers here."""
 
 _SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'data' field"
 
