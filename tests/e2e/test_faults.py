@@ -77,6 +77,19 @@ def _instance(server: ServerProcess, model: str, name: str) -> dict[str, Any]:
     raise AssertionError(f"no instance {name} of {model} in {reply}")
 
 
+def _idle(server: ServerProcess, model: str, name: str) -> bool:
+    """Whether the scheduler sees instance ``name`` live with no batch in flight."""
+    with grpc.insecure_channel(server.url) as channel:
+        reply = admin_pb2_grpc.AdminStub(channel).QueueStatus(
+            admin_pb2.QueueStatusRequest(model=model), timeout=30
+        )
+    return any(
+        inst.name == name and inst.live and inst.batches_in_flight == 0
+        for m in reply.models
+        for inst in m.instances
+    )
+
+
 def _expect_unavailable(fn: Callable[[], object], *words: str) -> str:
     with pytest.raises(InferenceServerException) as e:
         fn()
@@ -169,6 +182,10 @@ def test_a_stopped_worker_is_detected_by_its_missing_heartbeat(
     server = start_server(repo, "--heartbeat-timeout-secs", "2")
     client = server.client()
     assert _infer(client, "echo_py", 2) == 2
+    # NOTE: a worker answers the frontend before it tells the scheduler it is free; stopped
+    # in between, the next request would wait in the queue for the restarted worker (and be
+    # served) instead of going to the stopped one, which is what this test is about.
+    wait_for(lambda: _idle(server, "echo_py", "echo_py_0_0"), 30, "echo_py_0_0 to be idle")
     os.kill(_pid(server, "triton-mp: worker echo_py_0_0"), signal.SIGSTOP)
     _expect_unavailable(lambda: _infer(client, "echo_py", 5), "echo_py_0_0", "unresponsive")
     wait_for(lambda: client.is_model_ready("echo_py"), 60, "echo_py to be ready again")
