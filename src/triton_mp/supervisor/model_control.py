@@ -428,12 +428,15 @@ class ModelControl:
             _remove(model.temp_dir)
         model.temp_dir = s.temp_dir
         effects.changed.append(model)
-        log.info(
-            "model '%s' ready: versions %s",
-            model.name,
-            sorted(model.versions),
-            extra={"model": model.name},
-        )
+        if model.versions:
+            log.info(
+                "model '%s' ready: versions %s",
+                model.name,
+                sorted(model.versions),
+                extra={"model": model.name},
+            )
+        else:
+            log.warning("model '%s' has no ready version", model.name, extra={"model": model.name})
 
     def _commit(self, fx: _Effects) -> None:
         """Steps 3 and 4 for every model of a change at once."""
