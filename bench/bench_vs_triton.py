@@ -155,63 +155,10 @@ def run_pa(
     attempts: int,
     jsonl: Path,
 ) -> dict[str, Any]:
-    """One perf_analyzer measurement over the workload's protocol; common.run_pa's record.
-
-    gRPC goes through common.run_pa; HTTP builds the same pa_run.py command with
-    ``-i http -u 127.0.0.1:<http port>``, since common.run_pa speaks gRPC only."""
-    if w.protocol == "grpc":
-        return common.run_pa(pa_run, peers_env, server, label, pa_args, window_ms, attempts, jsonl)
-    assert server.pid is not None
-    pa = [
-        peers_env["PERF_ANALYZER"],
-        "-i",
-        "http",
-        "-u",
-        f"127.0.0.1:{server.http}",
-        "-p",
-        str(window_ms),
-        *pa_args,
-    ]
-    cmd = [
-        sys.executable,
-        str(pa_run),
-        "--label",
-        label,
-        "--server-pid",
-        str(server.pid),
-        "--out",
-        str(jsonl),
-        "--attempts",
-        str(attempts),
-        "--",
-        *pa,
-    ]
-    timeout = attempts * (10 * window_ms / 1000 + 60)
-    p = subprocess.Popen(
-        cmd, env=peers_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    """One perf_analyzer measurement over the workload's protocol; common.run_pa's record."""
+    return common.run_pa(
+        pa_run, peers_env, server, label, pa_args, window_ms, attempts, jsonl, w.protocol
     )
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except BaseException as e:  # timeout, or Ctrl-C: end pa_run and its perf_analyzer by PID
-        tree = common.descendants(p.pid)
-        p.kill()
-        common.kill_tree_leftovers(tree, grace=0)
-        p.communicate()
-        if not isinstance(e, subprocess.TimeoutExpired):
-            raise
-        return {"label": label, "rc": None, "error": f"no result after {timeout:.0f} s"}
-    server.snapshot()
-    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-    if not lines:
-        return {
-            "label": label,
-            "rc": p.returncode,
-            "error": (out + err).strip()[-600:] or "pa_run printed nothing",
-        }
-    rec: dict[str, Any] = json.loads(lines[-1])
-    if rec.get("throughput") is None and not rec.get("error"):
-        rec["error"] = "perf_analyzer failed"
-    return rec
 
 
 # --------------------------------------------------------------------------- one round

@@ -618,19 +618,22 @@ def run_pa(
     window_ms: int,
     attempts: int,
     jsonl: Path,
+    protocol: str = "grpc",
 ) -> dict[str, Any]:
-    """One perf_analyzer measurement (gRPC, against server.url) through pa_run.py.
+    """One perf_analyzer measurement through pa_run.py, over gRPC (against server.url) or
+    HTTP/REST (``protocol="http"``, against 127.0.0.1:server.http).
 
-    pa_args: what follows ``perf_analyzer -i grpc -u URL -p WINDOW``. Returns pa_run's record
-    (throughput, p50_us, p99_us, client/server/machine cores, server queue/compute us, ...),
-    or {"error": ...} without throughput when perf_analyzer gave no result."""
+    pa_args: what follows ``perf_analyzer -i PROTOCOL -u URL -p WINDOW``. Returns pa_run's
+    record (throughput, p50_us, p99_us, client/server/machine cores, server queue/compute us,
+    ...), or {"error": ...} without throughput when perf_analyzer gave no result."""
     assert server.pid is not None
+    url = server.url if protocol == "grpc" else f"127.0.0.1:{server.http}"
     pa = [
         peers_env["PERF_ANALYZER"],
         "-i",
-        "grpc",
+        protocol,
         "-u",
-        server.url,
+        url,
         "-p",
         str(window_ms),
         *pa_args,
