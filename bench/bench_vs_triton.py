@@ -77,8 +77,9 @@ FLOORS = ("floor", "identity floor")
 FLOOR_IDENTITY = ROOT / "bench" / "floor_identity.py"
 PAIR = ("Triton", "triton-mp")
 """The two sides every workload runs on."""
-ADD_SUB_SIDES = SIDES
-"""add_sub_py over gRPC, the system-shared-memory issue's bench, runs on all four."""
+ADD_SUB_SIDES = tuple(s for s in SIDES if s != "identity floor")
+"""add_sub_py over gRPC, the system-shared-memory issue's bench, runs on all four sides that
+serve add_sub_py (the identity floor serves identity_py only)."""
 RATIOS = (
     ("triton-mp", "Triton"),
     ("triton-mp fp2", "Triton"),
