@@ -115,7 +115,7 @@ def _add_endpoints(start: argparse.ArgumentParser) -> None:
         "--allow-gpu-metrics",
         type=_bool,
         default=True,
-        help="accepted for compatibility; no GPU metrics are reported yet",
+        help="report nv_gpu_* metrics (utilization, memory, power, energy) per GPU",
     )
     start.add_argument("--metrics-interval-ms", type=int, default=2000)
     start.add_argument(
@@ -207,6 +207,12 @@ def _add_limits_and_logs(start: argparse.ArgumentParser) -> None:
     )
     start.add_argument("--exit-timeout-secs", type=float, default=30.0)
     start.add_argument(
+        "--min-supported-compute-capability",
+        type=float,
+        default=6.0,
+        help="GPUs of a lower CUDA compute capability are not used (default 6.0)",
+    )
+    start.add_argument(
         "--heartbeat-timeout-secs",
         type=float,
         default=30.0,
@@ -265,6 +271,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                 "allow_metrics": args.allow_metrics,
                 "allow_cpu_metrics": args.allow_cpu_metrics,
                 "metrics_interval_ms": args.metrics_interval_ms,
+                "allow_gpu_metrics": args.allow_gpu_metrics,
+                "min_compute_capability": args.min_supported_compute_capability,
                 "frontend_processes": args.frontend_processes,
                 "model_control_mode": args.model_control_mode,
                 "allow_client_shm": args.allow_client_shm,

@@ -37,8 +37,14 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """``--allow-metrics``: false serves nothing on the metrics port."""
     allow_cpu_metrics: bool = True
     """``--allow-cpu-metrics``: the ``nv_cpu_*`` gauges."""
+    allow_gpu_metrics: bool = True
+    """``--allow-gpu-metrics``: the ``nv_gpu_*`` gauges and ``nv_energy_consumption`` of
+    every GPU this server sees (``common.gpus``); nothing where there is none."""
     metrics_interval_ms: Annotated[int, Meta(gt=0)] = 2000
-    """``--metrics-interval-ms``: how often the CPU gauges are sampled."""
+    """``--metrics-interval-ms``: how often the CPU and GPU gauges are sampled."""
+    min_compute_capability: Annotated[float, Meta(ge=0)] = 6.0
+    """``--min-supported-compute-capability``: GPUs below it cannot be named by instance
+    groups (Triton's TRITON_MIN_COMPUTE_CAPABILITY by default, ``common.gpus``)."""
     frontend_processes: Annotated[int, Meta(ge=1, le=64)] = 1
     model_control_mode: Literal["none", "poll", "explicit"] = "none"
     allow_client_shm: bool = True

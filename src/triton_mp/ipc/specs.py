@@ -13,6 +13,7 @@ from typing import Literal
 import msgspec
 
 # NOTE: ModelEntry crosses the control pipe too, so it lives with the messages.
+from triton_mp.common.gpus import Gpu
 from triton_mp.ipc.messages import BlsModel as BlsModel
 from triton_mp.ipc.messages import ModelEntry as ModelEntry
 from triton_mp.ipc.notify import Wakeup
@@ -233,6 +234,9 @@ class MetricsSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     server_id: str = ""
     """Whose python models' custom-metric boards to report (``ipc.metric_board``); empty:
     none."""
+    gpus: tuple[Gpu, ...] = ()
+    """The GPUs whose ``nv_gpu_*`` gauges to report (empty: ``--allow-gpu-metrics=false``
+    or none), sampled by UUID every ``interval_ms``."""
 
 
 class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):

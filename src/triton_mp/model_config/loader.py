@@ -26,6 +26,7 @@ from google.protobuf import json_format, text_format
 from triton_mp._proto import model_config_pb2
 from triton_mp.backends.registry import BACKENDS, AutoCompleteOptions
 from triton_mp.common.errors import ConfigError, flatten_exception
+from triton_mp.common.gpus import MIN_COMPUTE_CAPABILITY
 from triton_mp.model_config.autocomplete import auto_complete_backend_fields
 from triton_mp.model_config.ensemble import ENSEMBLE_PLATFORM, ensemble_failures
 from triton_mp.model_config.normalize import normalize_instance_group, normalize_model_config
@@ -135,6 +136,7 @@ def load_repository(
     auto_complete: bool = True,
     default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     gpu_ids: Sequence[int] = (),
+    min_compute_capability: float = MIN_COMPUTE_CAPABILITY,
 ) -> list[RepositoryModel]:
     """Load every model of a repository: each sub-directory is one model.
 
@@ -149,7 +151,10 @@ def load_repository(
         auto_complete: Triton's auto-complete (on unless ``--disable-auto-complete-config``).
         default_max_batch_size: max_batch_size given to batchable ONNX models whose config
             leaves it 0 (Triton's onnxruntime ``default-max-batch-size``).
-        gpu_ids: the GPUs instances may use; empty means a CPU-only server.
+        gpu_ids: the GPUs instances may use (CUDA ordinals, ``common.gpus.Devices.
+            supported_ids``); empty means a CPU-only server.
+        min_compute_capability: ``--min-supported-compute-capability``, quoted when a
+            config names a GPU that is not in ``gpu_ids``.
 
     Returns:
         One ``RepositoryModel`` per model directory, sorted by name.
@@ -169,6 +174,7 @@ def load_repository(
             auto_complete=auto_complete,
             default_max_batch_size=default_max_batch_size,
             gpu_ids=gpu_ids,
+            min_compute_capability=min_compute_capability,
         )
     _fail_unavailable_ensembles(models)
     return [models[name] for name in sorted(models)]
@@ -235,6 +241,7 @@ def load_model(
     auto_complete: bool = True,
     default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     gpu_ids: Sequence[int] = (),
+    min_compute_capability: float = MIN_COMPUTE_CAPABILITY,
     config_override: model_config_pb2.ModelConfig | None = None,
 ) -> RepositoryModel:
     """Load one model directory: config, auto-complete, normalise, validate, pick versions.
@@ -269,6 +276,7 @@ def load_model(
         auto_complete: see ``load_repository``.
         default_max_batch_size: see ``load_repository``.
         gpu_ids: see ``load_repository``.
+        min_compute_capability: see ``load_repository``.
         config_override: used instead of ``config.pbtxt`` (RepositoryModelLoad's
             ``config`` parameter, see ``parse_config_override``); completed and validated
             the same way.
@@ -280,6 +288,7 @@ def load_model(
         auto_complete=auto_complete,
         default_max_batch_size=default_max_batch_size,
         gpu_ids=tuple(sorted(set(gpu_ids))),
+        min_compute_capability=min_compute_capability,
         config_override=config_override,
     )
     try:
@@ -310,6 +319,7 @@ class _ModelLoader:
         auto_complete: bool,
         default_max_batch_size: int,
         gpu_ids: tuple[int, ...],
+        min_compute_capability: float = MIN_COMPUTE_CAPABILITY,
         config_override: model_config_pb2.ModelConfig | None = None,
     ) -> None:
         self.config_override = config_override
@@ -318,6 +328,7 @@ class _ModelLoader:
         self.auto_complete = auto_complete
         self.default_max_batch_size = default_max_batch_size
         self.gpu_ids = gpu_ids
+        self.min_compute_capability = min_compute_capability
         self.config: model_config_pb2.ModelConfig | None = None
 
     def run(self) -> tuple[ModelVersion, ...]:
@@ -354,7 +365,7 @@ class _ModelLoader:
         validate_model_io_config(config)
         validate_model_config(config)
         normalize_instance_group(config, self.gpu_ids)
-        validate_instance_group(config, self.gpu_ids)
+        validate_instance_group(config, self.gpu_ids, self.min_compute_capability)
         return versions
 
     def _read_config(self) -> model_config_pb2.ModelConfig:

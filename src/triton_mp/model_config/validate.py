@@ -18,6 +18,7 @@ from triton_mp._proto import model_config_pb2
 from triton_mp.backends.registry import BACKENDS
 from triton_mp.common.datatypes import DataType
 from triton_mp.common.errors import ConfigError
+from triton_mp.common.gpus import MIN_COMPUTE_CAPABILITY
 from triton_mp.model_config.autocomplete import TRITON_PLATFORMS
 from triton_mp.model_config.ensemble import ENSEMBLE_PLATFORM, validate_ensemble_scheduling
 
@@ -25,8 +26,6 @@ __all__ = ["validate_instance_group", "validate_model_config", "validate_model_i
 
 _pb = model_config_pb2
 
-MIN_COMPUTE_CAPABILITY = 6.0
-"""Triton's TRITON_MIN_COMPUTE_CAPABILITY; only quoted in the invalid-gpu-id message."""
 
 _TENSORRT_PLATFORM = BACKENDS["tensorrt"].platforms[0]
 
@@ -391,8 +390,14 @@ def _validate_batch_io(config: model_config_pb2.ModelConfig) -> None:
             targets.add(target)
 
 
-def validate_instance_group(config: model_config_pb2.ModelConfig, gpu_ids: tuple[int, ...]) -> None:
-    """ValidateInstanceGroup after normalisation, for a server with ``gpu_ids``."""
+def validate_instance_group(
+    config: model_config_pb2.ModelConfig,
+    gpu_ids: tuple[int, ...],
+    min_compute_capability: float = MIN_COMPUTE_CAPABILITY,
+) -> None:
+    """ValidateInstanceGroup after normalisation, for a server with ``gpu_ids`` (the CUDA
+    ordinals of ``common.gpus.Devices.supported_ids``); ``min_compute_capability`` is quoted
+    in the invalid-gpu-id message (``--min-supported-compute-capability``)."""
     if config.HasField("ensemble_scheduling"):
         return
     name = config.name
@@ -416,7 +421,7 @@ def validate_instance_group(config: model_config_pb2.ModelConfig, gpu_ids: tuple
                     raise ConfigError(
                         f"{where} specifies invalid or unsupported gpu id {gpu}. GPUs with at "
                         "least the minimum required CUDA compute compatibility of "
-                        f"{MIN_COMPUTE_CAPABILITY:.6f} are: {listed}"
+                        f"{min_compute_capability:.6f} are: {listed}"
                     )
         elif group.kind == kinds.KIND_CPU:
             if group.gpus:

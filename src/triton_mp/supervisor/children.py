@@ -74,16 +74,16 @@ class Child:
         return {"model": self.model, "instance": self.name} if self.role == "worker" else {}
 
     @classmethod
-    def worker(cls, spec: WorkerSpec) -> Child:
+    def worker(cls, spec: WorkerSpec, env: dict[str, str] | None = None) -> Child:
         """A worker child for ``spec`` (not started), managed until model control releases
-        it; a GPU instance sees only its device (``CUDA_VISIBLE_DEVICES``)."""
+        it; ``env`` is set in it first (a GPU instance's ``CUDA_VISIBLE_DEVICES``,
+        ``common.gpus.worker_env``)."""
         w = spec.instance
-        env = {"CUDA_VISIBLE_DEVICES": str(w.gpu_id)} if w.kind == "KIND_GPU" else {}
         return cls(
             "worker",
             w.name,
             encode(spec),
-            env,
+            dict(env or {}),
             model=w.model,
             instance_id=w.instance_id,
             managed=True,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from triton_mp.common.config import ServerConfig
+from triton_mp.common.gpus import Devices, worker_env
 from triton_mp.ipc import ChannelTimeout, Sender, encode
 from triton_mp.ipc.messages import (
     BlsClientWiring,
@@ -114,8 +115,10 @@ class Instances:
         scheduler_wakeup: Wakeup,
         frontend_wakeups: dict[int, Wakeup],
         log_spec: LogSpec,
+        devices: Devices | None = None,
     ) -> None:
         self._cfg = config
+        self._devices = devices if devices is not None else Devices()
         self._wiring = wiring
         self._top = wiring.topology
         self._table = table
@@ -129,6 +132,11 @@ class Instances:
         self._bls_table: dict[str, BlsModel] = {}
         """The table of models the BLS clients hold (the served versions)."""
         self._bls_seq = 0
+
+    @property
+    def devices(self) -> Devices:
+        """The server's GPUs (discovered at start)."""
+        return self._devices
 
     def frontend_rings(self, instance_ids: Iterable[int], frontend_id: int) -> tuple[str, ...]:
         """The rings from instances to one frontend (its spec at start)."""
@@ -166,7 +174,8 @@ class Instances:
                     log=self._log,
                     bls=bls.clients.get(iid),
                 )
-                children[iid] = Child.worker(spec)
+                env = worker_env(w.kind, w.gpu_id, self._devices)
+                children[iid] = Child.worker(spec, env)
                 client = bls.controls.get(iid)
                 self._wired[iid] = _Wired(
                     children[iid],

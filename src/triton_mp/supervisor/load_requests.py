@@ -111,12 +111,17 @@ def _write_files(req: LoadRequest, server_id: str) -> Path:
 
 
 def read_request(
-    req: LoadRequest, config: ServerConfig, server_id: str, seen: dict[str, str]
+    req: LoadRequest,
+    config: ServerConfig,
+    server_id: str,
+    seen: dict[str, str],
+    gpu_ids: tuple[int, ...] = (),
 ) -> tuple[RepositoryModel | None, Path | None]:
     """Read the model a request names: its directory (a temporary one for ``file:``
     contents) and the loaded model; sets ``req.result`` and returns ``(None, None)`` when
     there is nothing to load. ``seen`` records each repository directory's fingerprint at
-    this attempt (poll mode)."""
+    this attempt (poll mode). ``gpu_ids``: the GPUs instance groups may name
+    (``common.gpus.Devices.supported_ids``)."""
     if not is_model_name(req.name):
         # NOTE: a name is one directory entry of the repository, never a path.
         _not_found(req)
@@ -143,6 +148,8 @@ def read_request(
         directory,
         auto_complete=config.auto_complete,
         default_max_batch_size=config.default_max_batch_size,
+        gpu_ids=gpu_ids,
+        min_compute_capability=config.min_compute_capability,
         config_override=override,
     )
     return rm, temp_dir

@@ -21,6 +21,7 @@ import threading
 
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import StartupError
+from triton_mp.common.gpus import Devices, discover
 from triton_mp.ipc import Sender, encode
 from triton_mp.ipc.messages import Shutdown, WorkerDied
 from triton_mp.ipc.specs import (
@@ -88,6 +89,7 @@ class Supervisor:
         self._to_scheduler: Sender | None = None
         self._drain_frontends = True
         self.models: ModelControl | None = None
+        self.devices = Devices(min_compute_capability=config.min_compute_capability)
 
     # ------------------------------------------------------------------ run
     def run(self) -> int:
@@ -137,6 +139,8 @@ class Supervisor:
     def _run(self) -> int:
         cfg = self.config
         self._check_port_free()
+        # NOTE: once, before any model is read: instance groups are normalised for these.
+        self.devices = discover(cfg.min_compute_capability)
         n_fe = cfg.frontend_processes
         channels = self.wiring.create_server(n_fe)
         self._start_scheduler(channels)
@@ -150,6 +154,7 @@ class Supervisor:
             channels.scheduler_wakeup,
             channels.frontend_wakeups,
             self._log,
+            self.devices,
         )
         self.models = ModelControl(
             cfg, self.server_id, self.children, instances, link, self.send_scheduler, self._stopping
@@ -260,6 +265,7 @@ class Supervisor:
                 cpu_metrics=cfg.allow_cpu_metrics,
                 interval_ms=cfg.metrics_interval_ms,
                 server_id=self.server_id,
+                gpus=self.devices.gpus if cfg.allow_gpu_metrics else (),
             )
             if cfg.allow_metrics and i == 0
             else None,

@@ -328,7 +328,9 @@ class ModelControl:
 
     def _stage(self, req: LoadRequest) -> _Staged | None:
         """Step 1 for one request; None when it ends here (``req.result`` says why)."""
-        rm, temp_dir = read_request(req, self._cfg, self._server_id, self._seen)
+        rm, temp_dir = read_request(
+            req, self._cfg, self._server_id, self._seen, self._instances.devices.supported_ids
+        )
         if rm is None:
             return None
         model = self._models.setdefault(req.name, _Model(req.name))
