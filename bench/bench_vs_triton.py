@@ -371,6 +371,9 @@ def summarise(rounds: list[dict[str, Any]], workloads: list[Workload]) -> list[d
                 "other_cores": med([common.other_cores(rec) for rec in good]),
                 "server_queue_us": med([rec.get("server_queue_us") for rec in good]),
                 "server_compute_us": med([rec.get("server_compute_us") for rec in good]),
+                "cpu_us": med([rec.get("cpu_us_per_infer") for rec in good]),
+                "wakeups": med([rec.get("wakeups_per_infer") for rec in good]),
+                "roles": role_medians(good),
             }
             if errors:
                 s["error"] = common.last_line(errors[-1], 160)
@@ -407,6 +410,62 @@ def summarise(rounds: list[dict[str, Any]], workloads: list[Workload]) -> list[d
     return rows
 
 
+def role_medians(recs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per process role (pa_run.py's ``roles``): the medians over rounds of its CPU µs and
+    wake-ups per inference."""
+    names = sorted({role for rec in recs for role in rec.get("roles") or {}})
+    return {
+        role: {
+            k: med([(rec.get("roles") or {}).get(role, {}).get(k) for rec in recs])
+            for k in ("cpu_us", "wakeups", "cores")
+        }
+        for role in names
+    }
+
+
+ROLE_ORDER = ("frontend", "scheduler", "worker", "supervisor", "stub", "main")
+
+
+def cpu_table(rows: list[dict[str, Any]], names: dict[str, str]) -> str:
+    """Per workload and server: CPU µs per inference (the whole tree, then per process role)
+    and voluntary context switches (wake-ups) per inference, medians over rounds."""
+    head = (
+        f"{'workload':26} {'proto':5} {'server':16} | {'infer/s':>8} {'p50 ms':>7} "
+        f"{'p99 ms':>7} | {'CPU us/inf':>10} {'wake/inf':>8} | "
+        "per role: CPU us (wake-ups) per inference"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        for k, side in enumerate(r["sides"]):
+            s = r[side]
+            roles = s.get("roles") or {}
+            per_role = ", ".join(
+                f"{role} {fmt(roles[role]['cpu_us'], '.0f')} ({fmt(roles[role]['wakeups'], '.2f')})"
+                for role in sorted(
+                    roles, key=lambda x: ROLE_ORDER.index(x) if x in ROLE_ORDER else 99
+                )
+                if (roles[role].get("cores") or 0) >= 0.005 or side.startswith("triton-mp")
+            )
+            label = (r["label"], r["protocol"]) if k == 0 else ("", "")
+            lines.append(
+                f"{label[0]:26} {label[1]:5} {names[side][:16]:16} | "
+                f"{fmt(s['throughput'], '8.1f')} {fmt(s['p50_ms'], '7.2f')} "
+                f"{fmt(s['p99_ms'], '7.2f')} | {fmt(s.get('cpu_us'), '10.0f')} "
+                f"{fmt(s.get('wakeups'), '8.2f')} | {per_role}".rstrip()
+            )
+    return "\n".join(lines)
+
+
+def side_names(mp_name: str) -> dict[str, str]:
+    return {
+        "Triton": "Triton 2.51",
+        "triton-mp": mp_name,
+        "triton-mp fp2": mp_name + " fp2",
+        "floor": "Python floor",
+        "identity floor": "identity floor",
+    }
+
+
 def side_cells(s: dict[str, Any]) -> str:
     return (
         f"{fmt(s['throughput'], '8.1f')} {fmt(s['p50_ms'], '7.2f')} "
@@ -429,13 +488,7 @@ def table(rows: list[dict[str, Any]], mp_name: str) -> str:
     """One line per workload and server: its medians, then its throughput over Triton's and
     over the floor's (median and per round), and for triton-mp its p50 over Triton's."""
     side_head = f"{'infer/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'srv c':>5} {'pa c':>4} {'bg c':>5}"
-    names = {
-        "Triton": "Triton 2.51",
-        "triton-mp": mp_name,
-        "triton-mp fp2": mp_name + " fp2",
-        "floor": "Python floor",
-        "identity floor": "identity floor",
-    }
+    names = side_names(mp_name)
     name_w = max(13, *(len(names[s]) for r in rows for s in r["sides"]))
     head = (
         f"{'workload':26} {'proto':5} {'server':{name_w}} | {side_head} | "
@@ -865,6 +918,12 @@ def main(argv: list[str] | None = None) -> int:
             "everything else on the machine (background load, incl. the idle other server)"
         )
         print(table(rows, mp_name))
+        print(
+            "\nCPU per inference: the server's CPU time (pa_run.py: every process, sampled over "
+            "the steady part of the run) / inferences served; wake/inf = voluntary context "
+            "switches per inference"
+        )
+        print(cpu_table(rows, side_names(mp_name)))
         for r in result["rounds"]:
             for side, info in r["servers"].items():
                 if "clean" in info and not info["clean"] and side not in r.get("start_errors", {}):

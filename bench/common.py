@@ -445,6 +445,9 @@ class TritonMP(ManagedServer):
             str(self.http),
             "--metrics-port",
             str(self.metrics),
+            # NOTE: client shared memory is off by default in Triton 2.51's manner; the shm
+            # workloads need it.
+            "--allow-client-shm=true",
             *(extra_args or []),
         ]
         self.env = env
