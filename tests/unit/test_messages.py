@@ -142,6 +142,10 @@ EXAMPLES: dict[str, list[object]] = {
             arrival_ns=0,
         ),
         m.CancelRequest(request_id=7, reply_to=FRONTEND_1, model="add_sub", version=1),
+        m.CacheOutcome(
+            model="add_sub", version=1, hit=True, cache_ns=900, request_ns=2000, queue_ns=100
+        ),
+        m.CacheOutcome(model="add_sub", version=1, hit=False, cache_ns=1500),
         m.StatsQuery(query_id=3, frontend_id=1),
         m.StatsQuery(query_id=4, frontend_id=0, model="add_sub", version=1),
         m.QueueQuery(query_id=5, frontend_id=1),

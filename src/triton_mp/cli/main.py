@@ -16,6 +16,7 @@ from pathlib import Path
 
 import msgspec
 
+from triton_mp.cli.serving_flags import add_cache_and_rate_limit, cache_and_rate_limit
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import TritonMPError
 from triton_mp.common.log import configure_logging
@@ -232,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     start = sub.add_parser("start", help="serve a Triton model repository")
     for add in (_add_repository, _add_endpoints, _add_security, _add_limits_and_logs):
         add(start)
+    add_cache_and_rate_limit(start)
     _add_stat(sub)
     return parser
 
@@ -291,6 +293,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                     args.disable_auto_complete_config or args.strict_model_config
                 ),
                 "default_max_batch_size": default_mbs,
+                **cache_and_rate_limit(args),
             },
             ServerConfig,
         )

@@ -17,6 +17,34 @@ from msgspec import Meta
 Port = Annotated[int, Meta(ge=0, le=65535)]
 
 
+class CacheConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """The response cache (``--cache-config <cache>,<key>=<value>``, repeatable, or the
+    deprecated ``--response-cache-byte-size N`` = ``local,size=N``)."""
+
+    kind: Literal["local", "redis"]
+    """``local``: one shared-memory cache for every frontend (``ipc.response_cache``);
+    ``redis``: entries in a Redis server (``frontend.redis_cache``)."""
+    settings: dict[str, str] = {}
+    """The ``<key>=<value>`` pairs as given: ``size`` (bytes) for local; ``host``, ``port``
+    and the redis cache's optional keys (``user``, ``password``, ``db``,
+    ``connect_timeout``, ``socket_timeout``, ``pool_size``, ``wait_timeout``,
+    ``tls_enabled``, ``cert``, ``key``, ``cacert``, ``cacert_dir``, ``sni``) for redis."""
+
+    @property
+    def size_bytes(self) -> int:
+        """The local cache's ``size`` in bytes (0 for redis)."""
+        return int(self.settings.get("size", "0")) if self.kind == "local" else 0
+
+
+class RateLimitResource(msgspec.Struct, frozen=True, kw_only=True):
+    """One ``--rate-limit-resource <name>:<count>[:<device>]``."""
+
+    name: str
+    count: Annotated[int, Meta(ge=0)]
+    device: int = -1
+    """-1: every device (and the count of a global resource)."""
+
+
 class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """``triton-mp start`` flags (names and defaults follow ``tritonserver``'s)."""
 
@@ -69,6 +97,16 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     auto_complete: bool = True
     """False with ``--disable-auto-complete-config`` or ``--strict-model-config=true``."""
     default_max_batch_size: Annotated[int, Meta(ge=0)] = 4
+    cache: CacheConfig | None = None
+    """The response cache; None: no cache (``response_cache { enable: true }`` then does
+    nothing, as in Triton)."""
+    rate_limit: Literal["off", "execution_count"] = "off"
+    """``--rate-limit``: ``execution_count`` makes executions wait for the resources their
+    instance group's ``rate_limiter`` names and orders waiting instances by executions x
+    priority (``scheduler.rate_limiter``); ``off`` ignores every ``rate_limiter``."""
+    rate_limit_resources: tuple[RateLimitResource, ...] = ()
+    """``--rate-limit-resource``: the counts available; a resource not listed gets the
+    largest count any instance asks for."""
     """``--backend-config=onnxruntime,default-max-batch-size=N``."""
     heartbeat_timeout_s: Annotated[float, Meta(ge=0)] = 30.0
     """``--heartbeat-timeout-secs``: a child that sends no heartbeat for this long is hung

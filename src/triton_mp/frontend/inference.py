@@ -20,12 +20,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, ModelUnavailable, TritonMPError
 from triton_mp.frontend.client_shm import SystemShmRegistry
 from triton_mp.frontend.model_table import Model, ModelTable
 from triton_mp.frontend.pending import PendingTable
 from triton_mp.frontend.request import InferenceRequest
+from triton_mp.frontend.response_cache import Hit, ResponseCacheStep, cache_enabled, cacheable
 from triton_mp.frontend.ticket import Ticket
 from triton_mp.frontend.validation.request import ValidRequest, request_prefix, validate_request
 from triton_mp.ipc import ArenaAllocator, BlockRef, SegmentCache, TensorRef, encode
@@ -93,6 +95,8 @@ class Inference:
         send_scheduler: pushes encoded bytes to the scheduler (raises TritonMPError
             UNAVAILABLE when the ring stays full, ``RecordTooLarge`` for an oversized one).
         clock_ns: the monotonic clock stamping ``arrival_ns``.
+        response_cache: the response cache step (``frontend.response_cache``); None when
+            the server has no cache.
 
     Attributes:
         draining: set by ``start_draining``: new requests are refused (UNAVAILABLE).
@@ -109,6 +113,7 @@ class Inference:
         pending: PendingTable,
         send_scheduler: Callable[[bytes], None],
         clock_ns: Callable[[], int] = time.monotonic_ns,
+        response_cache: ResponseCacheStep | None = None,
     ) -> None:
         self._reply_to = ReplyTo(Requester.FRONTEND, frontend_id)
         self._models = models
@@ -118,6 +123,7 @@ class Inference:
         self._pending = pending
         self._send = send_scheduler
         self._clock_ns = clock_ns
+        self._response_cache = response_cache
         self.draining = False
 
     # ------------------------------------------------------------------ admission
@@ -180,6 +186,7 @@ class Inference:
                 or the ring to the scheduler is full; INVALID_ARG for a descriptor over the
                 ring's record limit.
         """
+        start_ns = self._clock_ns()
         self.check_accepting()
         if target is None or not self._models.is_current(target.model):
             target = self.admit(request.model_name, request.model_version)
@@ -189,6 +196,14 @@ class Inference:
         else:
             valid = validate_request(request, target.model, target.version, self._shm)
         model = target.model
+        # NOTE: the cache is one small step of its own: a hit answers here, without the
+        # arena, the pending table or the scheduler; a miss inserts on its way back.
+        step, miss = self._response_cache, None
+        if step is not None and cache_enabled(model.config) and cacheable(valid):
+            key, lookup_ns, hit = step.lookup(valid, start_ns)
+            if hit is not None:
+                return self._hit_ticket(request, target, hit)
+            miss = (key, lookup_ns)
         block, refs = write_inputs(self._arena, valid)
         rid = self._pending.new_id()
         ticket = Ticket(
@@ -202,10 +217,26 @@ class Inference:
             pending=self._pending,
         )
         order = (model.name, target.version) if model.preserve_ordering else None
-        self._pending.add_request(
-            rid, block, ticket.deliver, order=order, streaming=model.decoupled
-        )
+        sink = ticket.deliver
+        if miss is not None and step is not None:
+            sink = step.inserting_sink(sink, valid, *miss)
+        self._pending.add_request(rid, block, sink, order=order, streaming=model.decoupled)
         self._send_request(rid, request.id, valid, block, refs)
+        return ticket
+
+    def _hit_ticket(self, request: InferenceRequest, target: Target, hit: Hit) -> Ticket:
+        """A ticket that already holds the cached answer (its outputs are in the entry)."""
+        ticket = Ticket(
+            request_id=0,
+            model=target.model.name,
+            version=target.version,
+            client_id=request.id,
+            decoupled=False,
+            cancel_request=lambda: None,
+            cache=cast(SegmentCache, hit.segments),
+            pending=self._pending,
+        )
+        ticket.deliver(hit.response)
         return ticket
 
     def _send_request(

@@ -55,8 +55,7 @@ def _duration(d: StatDuration) -> pb.StatisticDuration:
 
 
 def model_statistics(st: ModelStats) -> pb.ModelStatistics:
-    """The scheduler's ModelStats as ``inference.ModelStatistics`` (durations in ns; no
-    response cache, so its hit and miss stay zero)."""
+    """The scheduler's ModelStats as ``inference.ModelStatistics`` (durations in ns)."""
     return pb.ModelStatistics(
         name=st.name,
         version=str(st.version),
@@ -70,8 +69,8 @@ def model_statistics(st: ModelStats) -> pb.ModelStatistics:
             compute_input=_duration(st.compute_input),
             compute_infer=_duration(st.compute_infer),
             compute_output=_duration(st.compute_output),
-            cache_hit=pb.StatisticDuration(),
-            cache_miss=pb.StatisticDuration(),
+            cache_hit=_duration(st.cache_hit),
+            cache_miss=_duration(st.cache_miss),
         ),
         batch_stats=[
             pb.InferBatchStatistics(

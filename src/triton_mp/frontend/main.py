@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection
 import grpc
 
 from triton_mp._proto import admin_pb2_grpc, health_pb2_grpc
-from triton_mp.common.errors import TritonMPError
+from triton_mp.common.errors import StartupError, TritonMPError
 from triton_mp.common.log import configure_logging
 from triton_mp.frontend.api import FrontendApi
 from triton_mp.frontend.client_shm import ClientShmApi, SystemShmRegistry
@@ -39,13 +39,16 @@ from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.metrics import MetricsEndpoint
 from triton_mp.frontend.model_table import ModelTable
 from triton_mp.frontend.pending import PendingTable
+from triton_mp.frontend.redis_cache import RedisStore
 from triton_mp.frontend.repository_api import RepositoryApi
+from triton_mp.frontend.response_cache import ResponseCacheStep, cache_enabled
 from triton_mp.frontend.server_api import ServerApi
 from triton_mp.frontend.stats_api import StatsApi
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.handshake import report_ready, report_start_failed
 from triton_mp.ipc.messages import ToFrontend
+from triton_mp.ipc.response_cache import CacheStats, SharedResponseCache
 from triton_mp.ipc.specs import FrontendSpec
 
 log = logging.getLogger(__name__)
@@ -68,6 +71,7 @@ def build_api(
     send_scheduler: Callable[[bytes], None],
     send_peers: Callable[[bytes], None],
     link: SupervisorLink,
+    response_cache: ResponseCacheStep | None = None,
 ) -> FrontendApi:
     """The transport-free core of one frontend, over its parts.
 
@@ -75,6 +79,7 @@ def build_api(
         send_scheduler: pushes encoded bytes to the scheduler.
         send_peers: pushes encoded bytes to every other frontend (client shared-memory
             registrations, so that any frontend can serve a request naming a region).
+        response_cache: the response cache step; None without a cache.
     """
     fid = spec.frontend_id
     inference = Inference(
@@ -85,6 +90,7 @@ def build_api(
         cache=cache,
         pending=pending,
         send_scheduler=send_scheduler,
+        response_cache=response_cache,
     )
     return FrontendApi(
         server=ServerApi(server_name=spec.server_name, models=models, inference=inference),
@@ -132,8 +138,38 @@ async def _start_http(spec: FrontendSpec, api: FrontendApi) -> HttpFrontend | st
     return http
 
 
+class _CacheView:
+    """The response cache as the metrics endpoint reads it (``metrics.CacheView``)."""
+
+    def __init__(self, models: ModelTable, local: SharedResponseCache | None) -> None:
+        self._models = models
+        self._local = local
+
+    def models(self) -> frozenset[str]:
+        return frozenset(m.name for m in self._models if cache_enabled(m.config))
+
+    def stats(self) -> CacheStats | None:
+        return self._local.stats() if self._local is not None else None
+
+
+def _open_cache(spec: FrontendSpec) -> SharedResponseCache | RedisStore | None:
+    """The response cache's store (None without a cache).
+
+    Raises:
+        StartupError: Redis cannot be reached ("Failed to initialize RedisCache: ...").
+    """
+    if spec.cache is None:
+        return None
+    if spec.cache.kind == "local":
+        return SharedResponseCache.attach(spec.cache_segment)
+    return RedisStore.connect(spec.cache.settings)
+
+
 async def _start_metrics(
-    spec: FrontendSpec, pending: PendingTable, send: Callable[[bytes], None]
+    spec: FrontendSpec,
+    pending: PendingTable,
+    send: Callable[[bytes], None],
+    cache: _CacheView | None = None,
 ) -> MetricsEndpoint | str | None:
     """The metrics endpoint, serving; None when disabled; the startup error's text."""
     if spec.metrics is None:
@@ -144,6 +180,7 @@ async def _start_metrics(
         pending=pending,
         send_scheduler=send,
         supervisor_pid=os.getppid(),
+        cache=cache,
     )
     try:
         await metrics.start()
@@ -210,6 +247,12 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     )
     handler = InboxHandler(inbox, pending, shm, models, cache)
     link = SupervisorLink(ready, handler.on_table_update)
+    try:
+        store = _open_cache(spec)
+    except StartupError as e:
+        report_start_failed(ready, "frontend", name, e.message)
+        return 1
+    step = None if store is None else ResponseCacheStep(store, to_scheduler.send_bytes, cache)
     api = build_api(
         spec,
         models=models,
@@ -220,6 +263,7 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
         send_scheduler=to_scheduler.send_bytes,
         send_peers=send_peers,
         link=link,
+        response_cache=step,
     )
     server = grpc_server(spec, api)
     address = f"{spec.grpc_address}:{spec.grpc_port}"
@@ -233,7 +277,9 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
         await server.stop(None)
         return 1
     loop.add_reader(inbox.waiter.fileno(), handler.on_wakeup)
-    metrics = await _start_metrics(spec, pending, to_scheduler.send_bytes)
+    local = store if isinstance(store, SharedResponseCache) else None
+    view = None if store is None else _CacheView(models, local)
+    metrics = await _start_metrics(spec, pending, to_scheduler.send_bytes, view)
     if isinstance(metrics, str):
         report_start_failed(ready, "frontend", name, metrics)
         await server.stop(None)
@@ -251,6 +297,8 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     loop.remove_reader(inbox.waiter.fileno())
     link.stop(loop)
     arena.close_and_unlink()
+    if store is not None:
+        store.close()
     log.info("frontend stopped")
     return 0
 

@@ -26,7 +26,7 @@ import errno
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import psutil
 from aiohttp import web
@@ -41,10 +41,11 @@ from prometheus_client.metrics_core import (
 
 from triton_mp.common.close_reason import CloseReason
 from triton_mp.common.errors import StartupError
-from triton_mp.frontend import custom_metrics
+from triton_mp.frontend import cache_metrics, custom_metrics
 from triton_mp.ipc.codec import encode
 from triton_mp.ipc.messages import QueueQuery, QueueReply, StatsQuery, StatsReply
 from triton_mp.ipc.reports import ModelQueueStatus, ModelStats
+from triton_mp.ipc.response_cache import CacheStats
 from triton_mp.ipc.specs import MetricsSpec
 
 if TYPE_CHECKING:
@@ -87,6 +88,18 @@ SCHEDULER_REPLY_TIMEOUT_S = 5.0
 """How long a scrape waits for the scheduler before answering 503."""
 
 
+class CacheView(Protocol):
+    """What a scrape reads of the response cache (``frontend.main`` provides it)."""
+
+    def models(self) -> frozenset[str]:
+        """The models served with the cache now."""
+        ...
+
+    def stats(self) -> CacheStats | None:
+        """The local cache's counters; None for Redis."""
+        ...
+
+
 class CpuSample(NamedTuple):
     """The machine's CPU and memory, as Triton's ``nv_cpu_*`` gauges report them."""
 
@@ -121,6 +134,10 @@ class MetricsSnapshot:
     processes: tuple[ProcessMemory, ...] = ()
     custom: tuple[custom_metrics.Family, ...] = ()
     """Python models' custom metric families, merged over their instances."""
+    cached_models: frozenset[str] = frozenset()
+    """Models served with the response cache (their ``nv_cache_*_per_model`` counters)."""
+    cache: CacheStats | None = None
+    """The local response cache's counters; None for Redis or without a cache."""
 
 
 def _us(ns: int) -> int:
@@ -153,6 +170,8 @@ class SnapshotCollector:
     def collect(self) -> Iterator[Metric]:
         """Every metric family of the snapshot: Triton's first, in Triton's order, then ours."""
         yield from self._triton_model_families()
+        yield from cache_metrics.model_families(self._snap.stats, self._snap.cached_models)
+        yield from cache_metrics.cache_families(self._snap.cache)
         if self._snap.cpu is not None:
             yield from self._cpu_families(self._snap.cpu)
         yield from self._queue_families()
@@ -328,7 +347,7 @@ def render(snapshot: MetricsSnapshot) -> bytes:
     # NOTE: prometheus-client names a counter family ``<name>_total`` in HELP and TYPE (the
     # OpenMetrics rule) whatever its samples are called. Triton's counters have no _total,
     # and dashboards query Triton's names, so those two header lines get Triton's name back.
-    for name in TRITON_COUNTERS:
+    for name in (*TRITON_COUNTERS, *cache_metrics.MODEL_COUNTERS):
         text = text.replace(f"# HELP {name}_total ", f"# HELP {name} ", 1)
         text = text.replace(f"# TYPE {name}_total counter", f"# TYPE {name} counter", 1)
     if snapshot.custom:
@@ -409,6 +428,7 @@ class MetricsEndpoint:
         send_scheduler: pushes encoded bytes to the scheduler.
         supervisor_pid: whose process tree's memory is reported.
         reply_timeout_s: how long a scrape waits for the scheduler before answering 503.
+        cache: the response cache's models and counters; None without a cache.
     """
 
     def __init__(
@@ -420,6 +440,7 @@ class MetricsEndpoint:
         send_scheduler: Callable[[bytes], None],
         supervisor_pid: int,
         reply_timeout_s: float = SCHEDULER_REPLY_TIMEOUT_S,
+        cache: CacheView | None = None,
     ) -> None:
         self._spec = spec
         self._fid = frontend_id
@@ -427,6 +448,7 @@ class MetricsEndpoint:
         self._send = send_scheduler
         self._supervisor_pid = supervisor_pid
         self._timeout_s = reply_timeout_s
+        self._cache = cache
         self._runner: web.AppRunner | None = None
         self._poller: asyncio.Task[None] | None = None
         self._cpu: CpuSample | None = None
@@ -514,6 +536,8 @@ class MetricsEndpoint:
             cpu=self._cpu,
             processes=process_memory(self._supervisor_pid),
             custom=custom,
+            cached_models=self._cache.models() if self._cache is not None else frozenset(),
+            cache=self._cache.stats() if self._cache is not None else None,
         )
 
     async def _handle(self, request: web.Request) -> web.Response:

@@ -184,6 +184,27 @@ class CancelRequest(msgspec.Struct, frozen=True, kw_only=True, tag="cancel", arr
     version: int
 
 
+class CacheOutcome(msgspec.Struct, frozen=True, kw_only=True, tag="cache", array_like=True):
+    """A frontend's response-cache lookup for one request, for the model's statistics.
+
+    A hit was answered from the cache without reaching the scheduler: it counts in
+    ``success`` and ``queue`` and in ``cache_hit``, not in compute, inference or execution
+    counts (core ``InferenceStatsAggregator::UpdateSuccessCacheHit``). A miss is sent once
+    the request's successful response was inserted: ``cache_miss`` gets the lookup and
+    insertion time, which is also added to ``success`` (``UpdateSuccessCacheMiss``).
+    """
+
+    model: str
+    version: int
+    hit: bool
+    cache_ns: int
+    """Hit: the lookup's duration. Miss: lookup plus insertion, in nanoseconds."""
+    request_ns: int = 0
+    """Hit only: the request's duration from arrival to its answer."""
+    queue_ns: int = 0
+    """Hit only: from arrival to the start of the lookup (Triton's queue duration)."""
+
+
 class StatsQuery(msgspec.Struct, frozen=True, kw_only=True, tag="stats_query", array_like=True):
     """Frontend asks the scheduler for ModelStatistics (empty model = all models)."""
 
@@ -354,6 +375,7 @@ class BlsInboxUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="bls_inbox",
 ToScheduler = (
     InferRequest
     | CancelRequest
+    | CacheOutcome
     | StatsQuery
     | QueueQuery
     | WorkerReady

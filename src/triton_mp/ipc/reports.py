@@ -51,6 +51,11 @@ class ModelStats(msgspec.Struct, array_like=True):
     fail_reasons: dict[str, int] = msgspec.field(default_factory=dict)
     """Failed requests per Triton metric reason: REJECTED (queue full, queue timeout),
     CANCELED (client went away), BACKEND (the model's error), OTHER (instance died, stopping)."""
+    cache_hit: StatDuration = msgspec.field(default_factory=StatDuration)
+    """Requests answered from the response cache, and the lookups' time."""
+    cache_miss: StatDuration = msgspec.field(default_factory=StatDuration)
+    """Requests not found in the cache whose response was inserted, and the lookup plus
+    insertion time."""
 
 
 class LevelStatus(msgspec.Struct, frozen=True, kw_only=True, array_like=True):

@@ -13,6 +13,7 @@ from typing import Literal
 import msgspec
 
 # NOTE: ModelEntry crosses the control pipe too, so it lives with the messages.
+from triton_mp.common.config import CacheConfig
 from triton_mp.common.gpus import Gpu
 from triton_mp.ipc.messages import BlsModel as BlsModel
 from triton_mp.ipc.messages import ModelEntry as ModelEntry
@@ -273,3 +274,7 @@ class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
     """``--http-restricted-api``: category -> (header key, value)."""
     client_shm_prefix: str = ""
     """``--client-shm-prefix``: registered system shared memory keys must start with it."""
+    cache: CacheConfig | None = None
+    """The response cache (``--cache-config``); None: none."""
+    cache_segment: str = ""
+    """The local cache's shared segment (``ipc.response_cache``), when ``cache`` is local."""

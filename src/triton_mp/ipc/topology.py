@@ -16,6 +16,8 @@ scheduler_to_frontend ``r_s_f{frontend}``            ring scheduler -> frontend
 frontend_to_frontend  ``r_f{frontend}_f{peer}``      ring frontend -> another frontend (shm)
 frontend_arena        ``f{frontend}_a{arena}``       a frontend's input tensor arena
 heartbeat             ``heartbeat``                  the heartbeat board (``ipc.heartbeat``)
+response_cache        ``cache``                      the local response cache
+                                                     (``ipc.response_cache``)
 worker_wakeup         ``w{instance}_sem``            a worker's inbox semaphore
 scheduler_to_worker   ``r_s_w{instance}``            ring scheduler -> worker
 worker_to_scheduler   ``r_w{instance}_s``            ring worker -> scheduler
@@ -71,6 +73,7 @@ class Kind(enum.Enum):
     FRONTEND_TO_FRONTEND = "r_f{frontend}_f{peer}"
     FRONTEND_ARENA = _FRONTEND_ARENAS + _ARENA
     HEARTBEAT = "heartbeat"
+    RESPONSE_CACHE = "cache"
     WORKER_WAKEUP = "w{instance}_sem"
     SCHEDULER_TO_WORKER = "r_s_w{instance}"
     WORKER_TO_SCHEDULER = "r_w{instance}_s"
@@ -200,6 +203,10 @@ class Topology:
     def heartbeat(self) -> str:
         """The heartbeat board."""
         return self.name(Kind.HEARTBEAT)
+
+    def response_cache(self) -> str:
+        """The local response cache every frontend shares."""
+        return self.name(Kind.RESPONSE_CACHE)
 
     # ----------------------------------------------------------- per instance
     def worker_wakeup(self, instance: int) -> str:

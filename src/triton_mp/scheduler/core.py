@@ -19,6 +19,7 @@ from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.messages import (
     BatchAssign,
     BatchDone,
+    CacheOutcome,
     CancelRequest,
     DecoupledDone,
     InferRequest,
@@ -92,6 +93,7 @@ class SchedulerCore:
         self.handlers: dict[type, Callable[[Any, int], None]] = {
             InferRequest: self._on_request,
             CancelRequest: self._on_cancel,
+            CacheOutcome: self._on_cache_outcome,
             StatsQuery: self._on_stats_query,
             QueueQuery: self._on_queue_query,
             WorkerReady: life.on_ready,
@@ -175,6 +177,9 @@ class SchedulerCore:
             if rkey in inst.open:
                 self._out.to_instance(inst.instance_id, msg)
                 return
+
+    def _on_cache_outcome(self, msg: CacheOutcome, now_ns: int) -> None:
+        self.stats.record_cache(msg.model, msg.version, msg)
 
     def _on_stats_query(self, msg: StatsQuery, now_ns: int) -> None:
         stats = self.stats.snapshot(msg.model, msg.version)

@@ -8,7 +8,10 @@ Imported by ``scheduler.main``; pure bookkeeping, no I/O. Counting rules follow 
   request in a batch is charged the whole batch's compute durations);
 - ``inference_count`` += the request's batch size; ``execution_count`` += 1 per batch;
 - ``batch_stats[batch size]``: count 1 per execution and the execution's durations;
-- failed requests: ``fail`` count 1 and their end-to-end duration.
+- failed requests: ``fail`` count 1 and their end-to-end duration;
+- response cache (``CacheOutcome``): a hit counts in ``success`` and ``queue`` and in
+  ``cache_hit``, never in compute, inference or execution counts; a miss adds its lookup
+  and insertion time to ``success`` and ``cache_miss`` (``UpdateSuccessCacheHit/Miss``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Iterable
 
 import msgspec
 
+from triton_mp.ipc.messages import CacheOutcome
 from triton_mp.ipc.reports import BatchStats, ModelStats
 
 
@@ -92,6 +96,21 @@ class StatsBook:
         if st is not None:
             st.fail.add(end_ns - arrival_ns)
             st.fail_reasons[reason] = st.fail_reasons.get(reason, 0) + 1
+
+    def record_cache(self, model: str, version: int, outcome: CacheOutcome) -> None:
+        """A frontend's response-cache lookup (``CacheOutcome``): a hit counts as a
+        successful request that never queued or ran; a miss adds its cache time."""
+        st = self._stats.get((model, version))
+        if st is None:
+            return
+        if outcome.hit:
+            st.success.add(outcome.request_ns)
+            st.queue.add(outcome.queue_ns)
+            st.cache_hit.add(outcome.cache_ns)
+            st.last_inference_ms = time.time_ns() // 1_000_000
+        else:
+            st.success.ns += outcome.cache_ns
+            st.cache_miss.add(outcome.cache_ns)
 
     def snapshot(self, model: str = "", version: int = -1) -> tuple[ModelStats, ...]:
         """Copies of the stats of one model (all versions when ``version`` < 0) or of all."""

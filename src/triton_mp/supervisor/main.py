@@ -100,6 +100,10 @@ class Supervisor:
         if self.config.heartbeat_timeout_s > 0:
             board = self.wiring.create_heartbeat_board(HEARTBEAT_SLOTS)
             self.children.health = Health(board, self.config.heartbeat_timeout_s)
+        cache = self.config.cache
+        if cache is not None and cache.kind == "local":
+            # NOTE: the supervisor keeps no handle: remove_all unlinks it with the rest.
+            self.wiring.create_response_cache(cache.size_bytes).close()
         try:
             return self._run()
         finally:
@@ -270,6 +274,10 @@ class Supervisor:
             if cfg.allow_metrics and i == 0
             else None,
             repository=str(cfg.repository_path),
+            cache=cfg.cache,
+            cache_segment=self.topology.response_cache()
+            if cfg.cache is not None and cfg.cache.kind == "local"
+            else "",
         )
 
     def send_scheduler(self, msg: object) -> None:

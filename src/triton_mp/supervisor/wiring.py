@@ -15,6 +15,7 @@ from triton_mp.common.config import ServerConfig
 from triton_mp.ipc import Ring, sweep_stale
 from triton_mp.ipc.heartbeat import HeartbeatBoard
 from triton_mp.ipc.notify import Wakeup, create_wakeup
+from triton_mp.ipc.response_cache import SharedResponseCache
 from triton_mp.ipc.shm import list_objects, remove_entry
 from triton_mp.ipc.specs import ChannelSpec
 from triton_mp.ipc.topology import Topology
@@ -90,6 +91,10 @@ class Wiring:
     def create_heartbeat_board(self, slots: int) -> HeartbeatBoard:
         """The heartbeat board (``ipc.heartbeat``), zeroed."""
         return HeartbeatBoard.create(self.topology.heartbeat(), slots)
+
+    def create_response_cache(self, capacity_bytes: int) -> SharedResponseCache:
+        """The local response cache (``--cache-config local,size=N``), empty."""
+        return SharedResponseCache.create(self.topology.response_cache(), capacity_bytes)
 
     def create_server(self, n_frontends: int) -> ServerChannels:
         """The rings and wake-ups between ``n_frontends`` frontends, the scheduler and the
