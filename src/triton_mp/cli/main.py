@@ -19,6 +19,7 @@ import msgspec
 from triton_mp.cli.serving_flags import add_cache_and_rate_limit, cache_and_rate_limit
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import TritonMPError
+from triton_mp.common.host_policy import add_host_policy
 from triton_mp.common.log import configure_logging
 from triton_mp.frontend.restricted import parse_restrictions
 
@@ -206,6 +207,16 @@ def _add_limits_and_logs(start: argparse.ArgumentParser) -> None:
         "request inputs, a worker for outputs (default 4 GiB); a request that can never fit "
         "fails with RESOURCE_EXHAUSTED, one that fits later with UNAVAILABLE",
     )
+    start.add_argument(
+        "--host-policy",
+        action="append",
+        default=[],
+        metavar="<policy_name>,<setting>=<value>",
+        help="a host policy setting: cpu-cores=<a>-<b>[,<c>...] pins the worker processes of "
+        "instances with that policy to those CPUs, numa-node=<n> binds their memory to that "
+        "node; instance groups name a policy with host_policy (default: cpu, gpu_<n>, "
+        "model); repeatable",
+    )
     start.add_argument("--exit-timeout-secs", type=float, default=30.0)
     start.add_argument(
         "--min-supported-compute-capability",
@@ -259,6 +270,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         args.grpc_restricted_protocol, "--grpc-restricted-protocol"
     )
     http_restricted = parse_restrictions(args.http_restricted_api, "--http-restricted-api")
+    host_policies: dict[str, dict[str, str]] = {}
+    for item in args.host_policy:
+        host_policies = add_host_policy(host_policies, item)
     try:
         return msgspec.convert(
             {
@@ -282,6 +296,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                 "grpc_restricted": grpc_restricted,
                 "http_restricted": http_restricted,
                 "load_models": tuple(args.load_models),
+                "host_policies": host_policies,
                 "repository_poll_s": args.repository_poll_secs,
                 "exit_timeout_s": args.exit_timeout_secs,
                 "heartbeat_timeout_s": args.heartbeat_timeout_secs,

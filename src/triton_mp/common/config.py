@@ -85,6 +85,10 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """``--grpc-restricted-protocol``: category -> (header key, value); see ``restricted``."""
     http_restricted: dict[str, tuple[str, str]] = {}
     """``--http-restricted-api``: category -> (header key, value)."""
+    host_policies: dict[str, dict[str, str]] = {}
+    """``--host-policy <name>,<setting>=<value>``: policy name -> ``cpu-cores`` /
+    ``numa-node`` -> value (``common.host_policy``); instances of groups with that
+    ``host_policy`` (or Triton's default name) are pinned by it."""
     load_models: tuple[str, ...] = ()
     """``--load-model``: models loaded at start in explicit mode (``*`` = all)."""
     repository_poll_s: Annotated[float, Meta(ge=0)] = 15.0

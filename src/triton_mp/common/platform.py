@@ -9,8 +9,12 @@ Called by every role, never bypassed (no other module calls ``prctl`` through ct
   (``prctl(PR_SET_TIMERSLACK)``); the scheduler sets 1 µs (see there).
 - ``set_process_title``: ``triton-mp: <role> <name>`` in ``ps`` and ``/proc/<pid>/cmdline``.
 - ``tune_malloc``: glibc malloc settings for processes that move large tensors.
+- ``pin_process`` / ``bind_memory_to_node`` / ``lower_priority``: a worker's host policy
+  (``sched_setaffinity`` on every thread, ``set_mempolicy(MPOL_BIND)``) and its
+  ``optimization.priority`` (``nice``).
 
-Each does nothing where the platform lacks it (not Linux, not glibc) and never raises.
+Each does nothing where the platform lacks it (not Linux, not glibc) and never raises, but
+for the host policy ones: a policy the kernel refuses fails the instance's load, as in Triton.
 
 glibc malloc: every request with a 1 MiB tensor makes several 1 MiB Python ``bytes`` objects
 on its way through grpcio, protobuf and numpy. With glibc's defaults each of them is a fresh
@@ -27,9 +31,14 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import logging
 import os
+import platform
 import signal
+from collections.abc import Iterable
+
+from triton_mp.common.errors import ErrorCode, TritonMPError
 
 log = logging.getLogger(__name__)
 
@@ -151,3 +160,92 @@ def set_process_title(role: str, name: str) -> None:
     import setproctitle
 
     setproctitle.setproctitle(process_title(role, name))
+
+
+def _threads() -> list[int]:
+    """This process's thread ids (just the calling thread where ``/proc`` is missing)."""
+    try:
+        return [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return [0]
+
+
+def pin_process(cpus: Iterable[int]) -> None:
+    """Pin every thread of this process, and so every thread it starts later, to ``cpus``.
+
+    Raises:
+        TritonMPError (INTERNAL): the kernel refused (a CPU that does not exist or is not
+            in this process's cpuset), in Triton's words.
+    """
+    wanted = set(cpus)
+    if not hasattr(os, "sched_setaffinity"):
+        log.warning("this platform cannot pin processes; host policy cpu-cores ignored")
+        return
+    for tid in _threads():
+        try:
+            os.sched_setaffinity(tid, wanted)
+        except ProcessLookupError:
+            continue  # NOTE: a thread that ended since the listing
+        except OSError as e:
+            raise TritonMPError(
+                f"Unable to set NUMA thread affinity: {os.strerror(e.errno or 0)}",
+                ErrorCode.INTERNAL,
+            ) from None
+
+
+_SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237}
+"""``set_mempolicy``'s system call number per machine."""
+_MPOL_BIND = 2
+
+
+def numa_nodes() -> tuple[int, ...]:
+    """The host's NUMA node ids (``/sys/devices/system/node``); empty where it has none."""
+    try:
+        names = os.listdir("/sys/devices/system/node")
+    except OSError:
+        return ()
+    return tuple(sorted(int(n[4:]) for n in names if n.startswith("node") and n[4:].isdigit()))
+
+
+def bind_memory_to_node(node: int) -> bool:
+    """Bind this process's future memory allocations to NUMA node ``node``
+    (``set_mempolicy(MPOL_BIND)``), as Triton's ``SetNumaMemoryPolicy`` does.
+
+    Returns:
+        True when bound; False where the host shows no NUMA topology or the system call is
+        unknown here (a warning is logged): there is nothing to bind to.
+
+    Raises:
+        TritonMPError (INTERNAL): the node does not exist or the kernel refused, in
+            Triton's words.
+    """
+    nodes = numa_nodes()
+    number = _SYS_SET_MEMPOLICY.get(platform.machine())
+    if not nodes or number is None:
+        log.warning("no NUMA topology on this host; host policy numa-node %d not bound", node)
+        return False
+    if node not in nodes:
+        raise TritonMPError(
+            f"Unable to set NUMA memory policy: {os.strerror(errno.EINVAL)} (this host's "
+            f"NUMA nodes are {', '.join(map(str, nodes))})",
+            ErrorCode.INTERNAL,
+        )
+    mask = ctypes.c_ulong(1 << node)
+    libc = ctypes.CDLL(None, use_errno=True)
+    # NOTE: maxnode counts bits of the mask, plus one as Triton passes it.
+    if libc.syscall(number, _MPOL_BIND, ctypes.byref(mask), max(nodes) + 2) != 0:
+        raise TritonMPError(
+            f"Unable to set NUMA memory policy: {os.strerror(ctypes.get_errno())}",
+            ErrorCode.INTERNAL,
+        )
+    return True
+
+
+def lower_priority(increment: int) -> None:
+    """Raise this process's nice value by ``increment`` (0: leave it). Never raises."""
+    if increment <= 0:
+        return
+    try:
+        os.nice(increment)
+    except OSError as e:
+        log.warning("could not change the nice value by %d: %s", increment, e)

@@ -117,6 +117,34 @@ class SequenceSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """``oldest.preserve_ordering``."""
 
 
+class WarmupInputSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """One input of a warmup sample (``model_warmup[].inputs`` entry)."""
+
+    name: str
+    datatype: str
+    """Protocol datatype string of ``data_type`` (``INVALID`` when the config gives none)."""
+    dims: tuple[int, ...]
+    """Without the batch dimension; a -1 is refused when the sample is built."""
+    source: Literal["zero", "random", "file", ""] = ""
+    """``zero_data``, ``random_data`` or ``input_data_file``; "" when none is set."""
+    data_file: str = ""
+    """Absolute path of ``<model dir>/warmup/<input_data_file>`` for ``file``."""
+    file_name: str = ""
+    """``input_data_file`` as the config names it (for Triton's messages)."""
+
+
+class WarmupSampleSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """One ``model_warmup`` entry: ``batch_size`` requests run as one execution, ``count``
+    times, on every instance before it is ready."""
+
+    name: str
+    batch_size: int
+    """Requests per execution (each of batch 1 when the model batches); 0 skips the sample."""
+    count: int
+    """Executions of the sample (Triton's ``count``; 0 runs it once, as 1 does)."""
+    inputs: tuple[WarmupInputSpec, ...] = ()
+
+
 class InstanceSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """One model instance: one worker process."""
 
@@ -128,6 +156,16 @@ class InstanceSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     version: int
     kind: Literal["KIND_CPU", "KIND_GPU", "KIND_MODEL"] = "KIND_CPU"
     gpu_id: int = -1
+    host_policy: str = ""
+    """The instance's host policy name (``instance_group.host_policy``, else Triton's
+    default: ``cpu``, ``gpu_<n>`` or ``model`` by kind)."""
+    cpu_cores: tuple[int, ...] = ()
+    """That policy's ``cpu-cores`` (``--host-policy``): the worker process is pinned to
+    these CPUs; empty: not pinned."""
+    numa_node: int = -1
+    """That policy's ``numa-node``: the worker's memory is bound to it; -1: not bound."""
+    nice: int = 0
+    """Nice increment of the worker process (``optimization.priority``: PRIORITY_MIN 19)."""
 
 
 class ModelVersionSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
@@ -151,6 +189,8 @@ class ModelVersionSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=Tru
     """Effective ModelConfig in Triton's JSON form (python backend's ``args``)."""
     decoupled: bool = False
     """``model_transaction_policy.decoupled``: zero or many responses per request."""
+    warmup: tuple[WarmupSampleSpec, ...] = ()
+    """``model_warmup``: samples every instance runs before it reports ready."""
 
     @property
     def enforced_inputs(self) -> tuple[str, ...]:

@@ -4,13 +4,19 @@ Turns each loadable ``RepositoryModel`` into one ``ipc.specs.ModelVersionSpec`` 
 (tensors, batching, sequence controls and state, queue policies, the config's JSON form) and
 one ``InstanceSpec`` per model instance, with dense instance ids. A model triton-mp cannot
 run yet (an ensemble; a backend whose registry row has no worker) gets ``ModelPlan.error``.
-Pure: reads the config and the paths, starts nothing. Used by the supervisor at start and by
-the model manager on every load.
+Each instance gets its host policy (``--host-policy`` settings of its group's
+``host_policy``, Triton's default names otherwise; a value that does not parse fails the
+model, as Triton fails the instance) and its nice value (``optimization.priority``); each
+version its ``model_warmup`` samples. Config fields triton-mp does not act on are logged as
+warnings (``model_config.unacted``).
+Pure but for those warnings: reads the config and the paths, starts nothing. Used by the
+supervisor at start and by the model manager on every load.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +24,8 @@ from typing import Any, Literal
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.backends.registry import BACKENDS
 from triton_mp.common.datatypes import DataType
+from triton_mp.common.errors import ConfigError
+from triton_mp.common.host_policy import default_policy_name, parse_cpu_cores, parse_numa_node
 from triton_mp.common.json_form import config_to_json
 from triton_mp.ipc.specs import (
     BatchingSpec,
@@ -28,9 +36,14 @@ from triton_mp.ipc.specs import (
     SequenceSpec,
     StateSpec,
     TensorSpec,
+    WarmupInputSpec,
+    WarmupSampleSpec,
 )
 from triton_mp.model_config.ensemble import ENSEMBLE_PLATFORM
 from triton_mp.model_config.loader import ModelVersion, RepositoryModel
+from triton_mp.model_config.unacted import refusal, unacted_fields
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ModelPlan", "instance_names", "plan_models"]
 
@@ -72,6 +85,7 @@ def plan_models(
     models: list[RepositoryModel],
     first_instance_id: int = 0,
     only_versions: dict[str, set[int]] | None = None,
+    host_policies: dict[str, dict[str, str]] | None = None,
 ) -> tuple[list[ModelPlan], list[InstanceSpec]]:
     """Turn loaded repository models into version specs and instances with dense ids.
 
@@ -80,6 +94,7 @@ def plan_models(
         first_instance_id: the first id to hand out (ids are never reused in a server).
         only_versions: per model, the versions to plan (the others are left out); None
             plans every version.
+        host_policies: ``--host-policy`` settings, policy name -> setting -> value.
 
     Returns:
         One plan per model, in order, and every planned instance, ids ascending from
@@ -94,13 +109,20 @@ def plan_models(
         if plan.error:
             continue
         assert m.config is not None
+        for warning in unacted_fields(m.config):
+            log.warning("model '%s': %s (not acted on by triton-mp)", m.name, warning)
+        try:
+            policies = _host_policies(m.config, host_policies or {})
+        except ConfigError as e:
+            plan.error = e.message
+            continue
         batching = _batching_spec(m.config)
         config_json = json.dumps(config_to_json(m.config))
         for v in m.versions:
             if only_versions is not None and v.version not in only_versions.get(m.name, set()):
                 continue
             first = first_instance_id + len(instances)
-            version_instances = _instances(m.name, v.version, m.config, first)
+            version_instances = _instances(m.name, v.version, m.config, first, policies)
             instances.extend(version_instances)
             plan.instances.extend(version_instances)
             plan.versions.append(_version_spec(m, v, batching, version_instances, config_json))
@@ -116,7 +138,7 @@ def _refusal(m: RepositoryModel) -> str:
     info = BACKENDS.get(m.config.backend)
     if info is None or not info.runs:
         return f"backend '{m.config.backend}' is not supported by triton-mp yet"
-    return ""
+    return refusal(m.config)
 
 
 def instance_names(config: mc.ModelConfig) -> list[tuple[str, int, int]]:
@@ -143,8 +165,43 @@ def instance_names(config: mc.ModelConfig) -> list[tuple[str, int, int]]:
     return out
 
 
-def _instances(model: str, version: int, cfg: mc.ModelConfig, first_id: int) -> list[InstanceSpec]:
-    """The instances of one version, ids from ``first_id``."""
+_Policy = tuple[str, tuple[int, ...], int]
+"""An instance's host policy: (name, cpu cores, NUMA node or -1)."""
+
+
+def _host_policies(cfg: mc.ModelConfig, settings: dict[str, dict[str, str]]) -> list[_Policy]:
+    """The host policy of each instance of ``instance_names(cfg)``, in that order.
+
+    Raises:
+        ConfigError: a ``cpu-cores`` or ``numa-node`` value that does not parse.
+    """
+    out: list[_Policy] = []
+    if cfg.HasField("ensemble_scheduling"):
+        return out
+    for group in cfg.instance_group:
+        kind = _KIND_NAMES.get(group.kind, "KIND_CPU")
+        gpus = list(group.gpus) if kind == "KIND_GPU" else [-1]
+        for _ in range(group.count):
+            for gpu in gpus:
+                name = group.host_policy or default_policy_name(kind, gpu)
+                policy = settings.get(name, {})
+                cores = parse_cpu_cores(policy["cpu-cores"]) if "cpu-cores" in policy else ()
+                node = parse_numa_node(policy["numa-node"]) if "numa-node" in policy else -1
+                out.append((name, cores, node))
+    return out
+
+
+_NICE = {mc.ModelOptimizationPolicy.PRIORITY_MIN: 19}
+"""``optimization.priority`` -> the worker's nice increment, after Triton's GetCpuNiceLevel
+(PRIORITY_MAX 0, PRIORITY_MIN 19). Triton's default level was 5, here 0: an unprivileged
+process cannot go below its start, so MAX and the default share the best level there is."""
+
+
+def _instances(
+    model: str, version: int, cfg: mc.ModelConfig, first_id: int, policies: list[_Policy]
+) -> list[InstanceSpec]:
+    """The instances of one version, ids from ``first_id``; ``policies`` per instance."""
+    nice = _NICE.get(cfg.optimization.priority, 0)
     return [
         InstanceSpec(
             instance_id=first_id + i,
@@ -153,9 +210,51 @@ def _instances(model: str, version: int, cfg: mc.ModelConfig, first_id: int) -> 
             version=version,
             kind=_KIND_NAMES.get(kind, "KIND_CPU"),
             gpu_id=gpu,
+            host_policy=policy[0],
+            cpu_cores=policy[1],
+            numa_node=policy[2],
+            nice=nice,
         )
-        for i, (name, kind, gpu) in enumerate(instance_names(cfg))
+        for i, ((name, kind, gpu), policy) in enumerate(
+            zip(instance_names(cfg), policies, strict=True)
+        )
     ]
+
+
+_WARMUP_SOURCES: dict[str | None, Literal["zero", "random", "file", ""]] = {
+    "zero_data": "zero",
+    "random_data": "random",
+    "input_data_file": "file",
+}
+
+
+def _warmup_specs(cfg: mc.ModelConfig, model_dir: Path) -> tuple[WarmupSampleSpec, ...]:
+    """``model_warmup`` as specs; data files live in ``<model dir>/warmup/`` (Triton's
+    ``kWarmupDataFolder``). Inputs in name order (the config's map has none)."""
+    samples = []
+    for w in cfg.model_warmup:
+        inputs = []
+        for name in sorted(w.inputs):
+            inp = w.inputs[name]
+            source = _WARMUP_SOURCES.get(inp.WhichOneof("input_data_type"), "")
+            inputs.append(
+                WarmupInputSpec(
+                    name=name,
+                    datatype=_wire(inp.data_type),
+                    dims=tuple(int(d) for d in inp.dims),
+                    source=source,
+                    data_file=(
+                        str(model_dir / "warmup" / inp.input_data_file) if source == "file" else ""
+                    ),
+                    file_name=inp.input_data_file if source == "file" else "",
+                )
+            )
+        samples.append(
+            WarmupSampleSpec(
+                name=w.name, batch_size=int(w.batch_size), count=int(w.count), inputs=tuple(inputs)
+            )
+        )
+    return tuple(samples)
 
 
 def _version_spec(
@@ -182,6 +281,7 @@ def _version_spec(
         sequence=(_sequence_spec(cfg, m.directory) if cfg.HasField("sequence_batching") else None),
         config_json=config_json,
         decoupled=bool(cfg.model_transaction_policy.decoupled),
+        warmup=_warmup_specs(cfg, m.directory),
     )
 
 

@@ -303,7 +303,10 @@ class ModelControl:
             for s in staged
         }
         plans, instances = plan_models(
-            [s.rm for s in staged], first_instance_id=self._next_id, only_versions=start
+            [s.rm for s in staged],
+            first_instance_id=self._next_id,
+            only_versions=start,
+            host_policies=self._cfg.host_policies,
         )
         self._next_id += len(instances)
         plan_of = {p.repo.name: p for p in plans}

@@ -1,7 +1,9 @@
 """The worker process entry: decode the spec, load the backend, wire the rings, loop.
 
 ``run_worker`` is the spawn target of a worker (one model instance); the batch logic is
-``workers.worker.Worker``. On start the worker drops what a dead predecessor left in its
+``workers.worker.Worker``. On start the worker applies its host policy (pinned cores, NUMA
+memory binding, nice value), loads the backend and runs the model's warmup before it
+reports ready. It drops what a dead predecessor left in its
 inbox except BLS updates (``replayed_on_start``); then ``serve`` hands each message to
 ``handle``: a ``BatchAssign`` runs, a ``CancelRequest`` goes to the worker, a
 ``BlsWorkerUpdate`` rewires the rings to BLS clients and the table of models a python model
@@ -22,6 +24,7 @@ from triton_mp.backends.base import Backend
 from triton_mp.backends.registry import load_backend
 from triton_mp.common.errors import TritonMPError, flatten_exception
 from triton_mp.common.log import configure_logging
+from triton_mp.common.platform import bind_memory_to_node, lower_priority, pin_process
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender, encode
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.handshake import report_ready, report_start_failed
@@ -34,8 +37,9 @@ from triton_mp.ipc.messages import (
     ToWorker,
     WorkerReady,
 )
-from triton_mp.ipc.specs import WorkerSpec
+from triton_mp.ipc.specs import InstanceSpec, WorkerSpec
 from triton_mp.ipc.topology import process_arena_prefix
+from triton_mp.workers.warmup import build_samples, warm_up
 from triton_mp.workers.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -90,6 +94,7 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
         custom_metrics = python_metrics.install(owner_prefix, spec.model, spec.instance)
     cache = SegmentCache()
     try:
+        apply_host_policy(spec.instance)
         backend, worker = _load(spec, arena, cache, to_scheduler, replies)
     except Exception as exc:  # noqa: BLE001 - reported to the supervisor, which marks the model
         text = exc.message if isinstance(exc, TritonMPError) else flatten_exception(exc)
@@ -116,6 +121,27 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
             custom_metrics.close()
     log.info("instance stopped")
     return 0
+
+
+def apply_host_policy(instance: InstanceSpec) -> None:
+    """Pin this worker process to its host policy's cores, bind its memory to the policy's
+    NUMA node, and lower its priority (``optimization.priority``), before the backend
+    starts any thread.
+
+    Raises:
+        TritonMPError: the kernel refused the policy (the load fails, as in Triton).
+    """
+    if instance.cpu_cores:
+        log.debug(
+            "Thread is binding to one of the CPUs: %s (host policy '%s')",
+            list(instance.cpu_cores),
+            instance.host_policy,
+        )
+        pin_process(instance.cpu_cores)
+    if instance.numa_node >= 0:
+        log.debug("binding memory to NUMA node %d", instance.numa_node)
+        bind_memory_to_node(instance.numa_node)
+    lower_priority(instance.nice)
 
 
 def replayed_on_start(left: Iterable[ToWorker]) -> list[BlsWorkerUpdate]:
@@ -177,8 +203,9 @@ def _load(
     to_scheduler: Sender,
     replies: dict[Requester, dict[int, Sender]],
 ) -> tuple[Backend, Worker]:
-    """Load the backend and build the ``Worker`` over it (which reads the initial implicit
-    state: part of loading); the backend is closed again when the ``Worker`` fails.
+    """Load the backend, build the ``Worker`` over it (which reads the initial implicit
+    state: part of loading) and run the model's warmup samples (``workers.warmup``); the
+    backend is closed again when either fails.
 
     Raises:
         Exception: whatever the backend raised while loading (the caller reports it).
@@ -191,6 +218,9 @@ def _load(
     )
     backend = load_backend(spec.model, spec.instance)
     try:
+        # NOTE: built before the Worker, run after it (a decoupled model answers through
+        # it); no message reaches the instance before its Ready, so warmup runs alone.
+        samples = build_samples(spec.model) if spec.model.warmup else []
         worker = Worker(
             spec,
             backend,
@@ -199,6 +229,8 @@ def _load(
             lambda to, msg: replies[to.kind][to.id].send_bytes(encode(msg)),
             lambda msg: to_scheduler.send_bytes(encode(msg)),
         )
+        if samples:
+            warm_up(backend, spec.model, spec.instance.name, samples)
     except BaseException:
         backend.close()
         raise

@@ -54,6 +54,7 @@ from triton_mp.ipc.messages import (
 from triton_mp.ipc.specs import WorkerSpec
 from triton_mp.workers.sequence_state import SequenceStates, sequence_batch
 from triton_mp.workers.tensor_io import ClientRegions, free_own_block, view_tensor, write_outputs
+from triton_mp.workers.warmup import WarmupToken
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,9 @@ class Worker:
             TritonMPError: the outputs cannot be written (nothing was sent; the request is
                 still open).
         """
+        if isinstance(token, WarmupToken):
+            token.record(result, final)
+            return
         req = token
         assert isinstance(req, InferRequest)
         with self._post_lock:
@@ -134,6 +138,8 @@ class Worker:
 
     def is_cancelled(self, token: object) -> bool:
         """Whether the client of an open decoupled request went away (cheap; thread-safe)."""
+        if isinstance(token, WarmupToken):
+            return False
         req = token
         assert isinstance(req, InferRequest)
         return (req.reply_to, req.request_id) in self._cancelled

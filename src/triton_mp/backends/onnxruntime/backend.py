@@ -1,18 +1,19 @@
 """The onnxruntime backend: one ``InferenceSession`` per model instance.
 
-Imported only by worker processes (through ``backends.registry``). Config ``parameters``
-understood, as Triton's onnxruntime backend names them: ``intra_op_thread_count``,
-``inter_op_thread_count`` (string integers; 0 = onnxruntime's default). Keys that start with
-``session.`` are passed to ``SessionOptions.add_session_config_entry`` as they are.
+Imported only by worker processes (through ``backends.registry``). The config's session and
+run options, execution providers and custom-op libraries come from
+``backends.onnxruntime.options`` (Triton's onnxruntime backend parameters, graph level and
+execution accelerators).
 
 NOTE: without ``intra_op_thread_count`` in the config, a session gets one intra-op thread per
-usable core less one (``default_intra_op_threads``), not onnxruntime's one per core: the
-frontend that feeds the instance needs a core while the model runs, and a pool that covers
-every core makes the two preempt each other; each extra non-spinning thread also costs CPU to
-wake per operator. On the 2-core bench machine ocr_cls's worker thus runs one thread and
-spends about a fifth less CPU per image, which the frontend and the client get instead
-(bench/README.md, ``bench_ocr_cls.py``). An explicit value, 0 included, is passed to
-onnxruntime as it is (0: one thread per core).
+usable core less one (``options.default_intra_op_threads``), not onnxruntime's one per core:
+the frontend that feeds the instance needs a core while the model runs, and a pool that
+covers every core makes the two preempt each other; each extra non-spinning thread also
+costs CPU to wake per operator. On the 2-core bench machine ocr_cls's worker thus runs one
+thread and spends about a fifth less CPU per image, which the frontend and the client get
+instead (bench/README.md, ``bench_ocr_cls.py``). An explicit value, 0 included, is passed to
+onnxruntime as it is (0: one thread per core). An instance pinned by a host policy
+(``cpu-cores``) gets one thread per core it was given.
 
 NOTE: intra-op threads do not spin while idle by default here
 (``session.intra_op.allow_spinning=0``): each model instance is its own process, and on a
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -41,26 +41,11 @@ from triton_mp.backends.base import (
     gather_rows,
     scatter,
 )
+from triton_mp.backends.onnxruntime import options
 from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
 from triton_mp.ipc.specs import InstanceSpec, ModelVersionSpec
 
 log = logging.getLogger(__name__)
-
-
-def _int_parameter(params: dict[str, object], key: str, default: int = 0) -> int:
-    entry = params.get(key)
-    if isinstance(entry, dict):
-        try:
-            return int(str(entry.get("string_value", "0")))
-        except ValueError:
-            log.warning("parameter %s=%r is not an integer; ignored", key, entry)
-    return default
-
-
-def default_intra_op_threads() -> int:
-    """Intra-op threads of a CPU session whose config does not set ``intra_op_thread_count``:
-    the cores this process may run on, less one for the frontend (at least 1)."""
-    return max(1, len(os.sched_getaffinity(0)) - 1)
 
 
 _ORT_TYPES = {
@@ -190,31 +175,34 @@ class OnnxRuntimeBackend:
 
     def __init__(self, model: ModelVersionSpec, instance: InstanceSpec) -> None:
         self._spec = model
-        params = json.loads(model.config_json).get("parameters", {})
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = _int_parameter(
-            params, "intra_op_thread_count", default_intra_op_threads()
+        settings = options.session_settings(
+            json.loads(model.config_json),
+            model.model,
+            instance.kind,
+            instance.cpu_cores,
+            tuple(ort.get_available_providers()),
+            options.default_intra_op_threads(),
         )
-        opts.inter_op_num_threads = _int_parameter(params, "inter_op_thread_count")
-        session_entries = {
-            "session.intra_op.allow_spinning": "0",
-            "session.inter_op.allow_spinning": "0",
-        }
-        for key, entry in params.items():
-            if key.startswith("session.") and isinstance(entry, dict):
-                session_entries[key] = str(entry.get("string_value", ""))
-        for key, value in session_entries.items():
-            opts.add_session_config_entry(key, value)
-        providers = ["CPUExecutionProvider"]
-        if instance.kind == "KIND_GPU" and "CUDAExecutionProvider" in ort.get_available_providers():
-            providers.insert(0, "CUDAExecutionProvider")
+        for warning in settings.warnings:
+            log.warning("model '%s': %s", model.model, warning)
+        opts, run_options = options.build(settings)
+        # NOTE: RunOptions only when the config sets a run entry: the plain call is the
+        # hot path.
+        self._run_options = run_options if settings.run_entries else None
+        providers = list(settings.providers)
         self._session = ort.InferenceSession(model.model_file, opts, providers=providers)
         self._output_names = [o.name for o in self._session.get_outputs()]
         self._state_inputs = tuple(
             s.input_name for s in (model.sequence.states if model.sequence else ())
         )
         check_config_against_model(model, self._session)
-        log.info("onnxruntime session for %s ready on %s", model.model_file, providers[0])
+        log.info(
+            "onnxruntime session for %s ready on %s (%d intra-op threads, graph %s)",
+            model.model_file,
+            providers[0],
+            settings.intra_op_threads,
+            settings.graph_level,
+        )
 
     def execute(
         self, requests: Sequence[BackendRequest], sequence: SequenceBatch | None = None
@@ -241,7 +229,10 @@ class OnnxRuntimeBackend:
                 feeds[name] = _to_str_array(name, arr)
         t_input = watch.lap()
         wanted = sorted({n for r in requests for n in r.outputs})
-        arrays = self._session.run(wanted, feeds)
+        if self._run_options is None:
+            arrays = self._session.run(wanted, feeds)
+        else:
+            arrays = self._session.run(wanted, feeds, self._run_options)
         t_infer = watch.lap()
         outputs = {n: np.asarray(a) for n, a in zip(wanted, arrays, strict=True)}
         starts = None if sequence is None else sequence.slots

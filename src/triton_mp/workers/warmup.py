@@ -1,0 +1,282 @@
+"""Model warmup (``model_warmup``): the samples an instance runs before it reports ready.
+
+Imported by worker processes (``workers.main`` runs ``warm_up`` after the backend loaded
+and before the instance's ``Ready``, so the scheduler sends it no work and the model is not
+ready until every sample ran; a restarted instance warms up again). Triton's
+``TritonModelInstance::GenerateWarmupData`` and ``WarmUp`` (core
+``backend_model_instance.cc``), rule for rule and message for message:
+
+- a sample with ``batch_size`` 0 is skipped; otherwise it is ``batch_size`` requests, each
+  of batch 1 (shape ``[1] + dims`` when the model batches, ``dims`` when not), executed
+  together as one batch ``max(count, 1)`` times, straight on the backend (no scheduler);
+- every input needs concrete dims ("warmup setting expects all variable-size dimensions
+  are specified for input '<i>'") and a data source: ``zero_data`` (zeros; empty strings for
+  STRING), ``random_data`` (random bytes; empty strings for STRING) or ``input_data_file``
+  (the file's raw bytes, little-endian and row-major; STRING elements length-prefixed). A
+  file shorter than the tensor fails ("warmup setting expects N bytes, but the data
+  provided from Fonly has M bytes": Triton's text, missing space included);
+- inputs the config lists must match its data type (Triton's normalisation message);
+  sequence control inputs (``sequence_batching.control_input`` names) may be given too and
+  reach the backend as the batch's control tensors;
+- decoupled models: a request ends with its final response, whichever thread sends it;
+- any error response fails the sample ("failed to run warmup sample '<name>': <error>; ")
+  and with it the instance's load. Outputs are discarded.
+
+One DEBUG line (``--log-verbose 1``) per sample iteration, as Triton's LOG_VERBOSE(1).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from triton_mp.backends.base import Backend, BackendRequest, Responded, Result, SequenceBatch
+from triton_mp.common.datatypes import DataType, deserialize_bytes_tensor, element_count
+from triton_mp.common.errors import ErrorCode, TritonMPError, flatten_exception
+from triton_mp.ipc.messages import ErrorInfo
+from triton_mp.ipc.specs import ModelVersionSpec, WarmupInputSpec
+
+log = logging.getLogger(__name__)
+
+__all__ = ["WarmupSample", "WarmupToken", "build_samples", "warm_up"]
+
+_LOG_REQUEST = "[request id: <id_unknown>] "
+"""Triton's ``LogRequest()`` prefix of a request without an id (every warmup request)."""
+
+
+@dataclass
+class WarmupSample:
+    """One sample ready to run.
+
+    Attributes:
+        name: the sample's name.
+        count: executions (at least 1).
+        requests: per request, input name -> array (config inputs only).
+        controls: per request, sequence control name -> array.
+    """
+
+    name: str
+    count: int
+    requests: list[dict[str, np.ndarray]]
+    controls: list[dict[str, np.ndarray]]
+
+
+@dataclass(eq=False)
+class WarmupToken:
+    """The handle of one warmup request (``BackendRequest.token``): the worker's
+    ``respond`` records its responses here instead of sending them anywhere."""
+
+    errors: list[str] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def record(self, result: object, final: bool) -> None:
+        """One response of the request (outputs are dropped); ``final`` ends it."""
+        if isinstance(result, ErrorInfo):
+            self.errors.append(result.message)
+        if final:
+            self.done.set()
+
+
+def _byte_size(datatype: DataType, dims: tuple[int, ...]) -> int:
+    """Triton's GetByteSize: 4 bytes per STRING element, else elements x item size."""
+    n = element_count(dims)
+    return 4 * n if datatype is DataType.STRING else n * (datatype.item_size or 0)
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise TritonMPError(
+            f"failed to open text file for read {path}: {os.strerror(e.errno or 0)}",
+            ErrorCode.INVALID_ARG,
+        ) from None
+
+
+def _array(inp: WarmupInputSpec, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """One request's tensor of ``inp`` (already checked: concrete dims, a source).
+
+    Raises:
+        TritonMPError (INVALID_ARG): a data file that cannot be read, is too short, or (for
+            STRING) does not hold the tensor's elements.
+    """
+    datatype = DataType.from_wire(inp.datatype)
+    dtype = datatype.numpy
+    n = element_count(shape)
+    if inp.source == "file":
+        data = _read(inp.data_file)
+        if datatype is DataType.STRING:
+            try:
+                return deserialize_bytes_tensor(data, shape)
+            except ValueError as e:
+                raise TritonMPError(
+                    f"{_LOG_REQUEST}warmup data for input '{inp.name}' from {inp.file_name}: {e}",
+                    ErrorCode.INVALID_ARG,
+                ) from None
+        need = _byte_size(datatype, inp.dims)
+        if need > len(data):
+            raise TritonMPError(
+                f"{_LOG_REQUEST}warmup setting expects {need} bytes, but the data provided "
+                f"from {inp.file_name}only has {len(data)} bytes",
+                ErrorCode.INVALID_ARG,
+            )
+        assert dtype is not None
+        return np.frombuffer(data[:need], dtype=dtype).reshape(shape).copy()
+    if datatype is DataType.STRING:
+        return np.array([b""] * n, dtype=np.object_).reshape(shape)
+    if dtype is None:
+        # NOTE: BF16 and INVALID have no numpy type: raw bytes stand in (the data type
+        # check of config inputs refuses INVALID before this).
+        dtype = np.dtype(np.uint16) if datatype is DataType.BF16 else np.dtype(np.uint8)
+    if inp.source == "zero":
+        return np.zeros(shape, dtype=dtype)
+    raw = rng.bytes(n * dtype.itemsize)
+    arr = np.frombuffer(raw, dtype=np.uint8).reshape(-1)
+    if dtype == np.bool_:
+        return (arr != 0).reshape(shape)
+    return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+
+
+def _check_input(model: ModelVersionSpec, inp: WarmupInputSpec) -> None:
+    """Triton's normalisation of an original input: its data type must be the config's."""
+    for t in model.inputs:
+        if t.name == inp.name and t.datatype != inp.datatype:
+            raise TritonMPError(
+                f"{_LOG_REQUEST}inference input '{inp.name}' data-type is '{inp.datatype}', "
+                f"but model '{model.model}' expects '{t.datatype}'",
+                ErrorCode.INVALID_ARG,
+            )
+
+
+def build_samples(model: ModelVersionSpec, seed: int | None = None) -> list[WarmupSample]:
+    """The data of every sample of ``model.warmup`` with a non-zero ``batch_size``.
+
+    Args:
+        model: the version's spec (its ``warmup``, inputs, sequence controls).
+        seed: seeds ``random_data`` (None: fresh entropy, as Triton's ``rand()``).
+
+    Raises:
+        TritonMPError (INVALID_ARG): Triton's warmup setting errors (see the module).
+    """
+    rng = np.random.default_rng(seed)
+    config_inputs = {t.name for t in model.inputs}
+    controls = {c.name for c in model.sequence.controls} if model.sequence else set()
+    batched = model.max_batch_size > 0
+    out = []
+    for sample in model.warmup:
+        if sample.batch_size == 0:
+            log.debug("Skipping batch 0 warmup sample '%s'", sample.name)
+            continue
+        log.debug("Generating warmup sample data for '%s'", sample.name)
+        for inp in sample.inputs:
+            if -1 in inp.dims:
+                raise TritonMPError(
+                    "warmup setting expects all variable-size dimensions are specified for "
+                    f"input '{inp.name}'",
+                    ErrorCode.INVALID_ARG,
+                )
+        requests: list[dict[str, np.ndarray]] = []
+        control_rows: list[dict[str, np.ndarray]] = []
+        for _ in range(sample.batch_size):
+            feeds: dict[str, np.ndarray] = {}
+            ctl: dict[str, np.ndarray] = {}
+            for inp in sample.inputs:
+                if not inp.source:
+                    raise TritonMPError(
+                        f"{_LOG_REQUEST}warmup setting expects input '{inp.name}' to have "
+                        "input_data_type set",
+                        ErrorCode.INVALID_ARG,
+                    )
+                original = inp.name in config_inputs
+                shape = ((1,) if batched and original else ()) + inp.dims
+                if inp.name in controls and not original:
+                    ctl[inp.name] = _array(inp, ((1,) if batched else ()) + inp.dims, rng)
+                    continue
+                arr = _array(inp, shape, rng)
+                if original:
+                    _check_input(model, inp)
+                feeds[inp.name] = arr
+            requests.append(feeds)
+            control_rows.append(ctl)
+        out.append(WarmupSample(sample.name, max(1, sample.count), requests, control_rows))
+    return out
+
+
+def _sequence_batch(sample: WarmupSample) -> SequenceBatch:
+    """The requests of a sample side by side, one row each, with their control tensors."""
+    rows = len(sample.requests)
+    names = sorted({n for c in sample.controls for n in c})
+    controls = {n: np.concatenate([c[n] for c in sample.controls if n in c], axis=0) for n in names}
+    return SequenceBatch(rows, tuple(range(rows)), controls)
+
+
+def _run_once(
+    backend: Backend, model: ModelVersionSpec, sample: WarmupSample, outputs: tuple[str, ...]
+) -> list[str]:
+    """One execution of a sample; the error messages of its responses."""
+    tokens = [WarmupToken() for _ in sample.requests]
+    reqs = [
+        BackendRequest(feeds, outputs, 1, token=token)
+        for feeds, token in zip(sample.requests, tokens, strict=True)
+    ]
+    try:
+        if model.sequence is None:
+            results: Sequence[Result] = backend.execute(reqs)[0]
+        else:
+            results = backend.execute(reqs, _sequence_batch(sample))[0]
+    except Exception as exc:  # noqa: BLE001 - a failing sample fails the load, with the reason
+        return [flatten_exception(exc)]
+    errors: list[str] = []
+    for token, res in zip(tokens, results, strict=False):
+        if isinstance(res, Responded):
+            # NOTE: decoupled: the final response may come from a model thread later.
+            token.done.wait()
+            errors.extend(token.errors)
+        elif isinstance(res, ErrorInfo):
+            errors.append(res.message)
+    if len(results) != len(reqs):
+        errors.append(f"backend returned {len(results)} results for {len(reqs)} requests")
+    return errors
+
+
+def warm_up(
+    backend: Backend,
+    model: ModelVersionSpec,
+    instance_name: str,
+    samples: list[WarmupSample],
+) -> None:
+    """Run every sample on ``backend``, ``count`` times each, in order.
+
+    Raises:
+        TritonMPError (INVALID_ARG): "failed to run warmup sample '<name>': <errors>" at
+            the first sample with an error response; later samples do not run.
+    """
+    outputs = tuple(t.name for t in model.outputs)
+    for sample in samples:
+        for iteration in range(1, sample.count + 1):
+            log.debug(
+                "model '%s' instance %s is running warmup sample '%s' for iteration %d",
+                model.model,
+                instance_name,
+                sample.name,
+                iteration,
+            )
+            errors = _run_once(backend, model, sample, outputs)
+            if errors:
+                log.debug(
+                    "model '%s' instance %s failed to run warmup sample '%s'",
+                    model.model,
+                    instance_name,
+                    sample.name,
+                )
+                raise TritonMPError(
+                    f"failed to run warmup sample '{sample.name}': "
+                    + "".join(f"{e}; " for e in errors),
+                    ErrorCode.INVALID_ARG,
+                )
