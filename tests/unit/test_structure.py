@@ -37,7 +37,8 @@ ALLOWED: dict[str, set[str]] = {
         "common",
         "_proto",
     },
-    "cli": {"supervisor", "frontend", "ipc", "common", "_proto"},
+    "cli": {"supervisor", "frontend", "ipc", "common", "_proto", "analyze"},
+    "analyze": {"common", "_proto"},
 }
 """Top-level package -> the other top-level packages it may import. The supervisor imports
 the roles only to start them (their entry points, from ``supervisor.child_entry``)."""

@@ -237,6 +237,32 @@ def _add_limits_and_logs(start: argparse.ArgumentParser) -> None:
     start.add_argument("--id", default="triton", dest="server_id_name")
 
 
+def _add_analyze(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from triton_mp.analyze.options import add_arguments
+
+    analyze = sub.add_parser(
+        "analyze",
+        help="sweep a model's config and recommend the best ones (like Model Analyzer)",
+        description="Load config variants into a server, measure each with perf_analyzer, "
+        "and write the best configs and a report.",
+    )
+    add_arguments(analyze)
+
+
+def _run_analyze(args: argparse.Namespace) -> int:
+    from triton_mp.analyze.checkpoint import CheckpointError
+    from triton_mp.analyze.client import ServerError
+    from triton_mp.analyze.options import settings_from_args
+    from triton_mp.analyze.runner import run
+
+    configure_logging("analyze", "", 0, "console")
+    try:
+        return run(settings_from_args(args))
+    except (ValueError, ServerError, CheckpointError) as e:
+        log.error("%s", e)
+        return 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every sub-command."""
     parser = argparse.ArgumentParser(prog="triton-mp", description=__doc__.splitlines()[0])
@@ -246,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
         add(start)
     add_cache_and_rate_limit(start)
     _add_stat(sub)
+    _add_analyze(sub)
     return parser
 
 
@@ -349,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
             interval_s=args.interval,
             fetch=fetch,
         )
+    if args.command == "analyze":
+        return _run_analyze(args)
     return 2
 
 
