@@ -388,3 +388,54 @@ def triton(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tup
 def test_the_real_triton_warms_up_the_same_way(root: Path, triton: tuple[str, str]) -> None:
     seen = _run_scenario(root / "triton", *triton)
     _check(seen, exact_ready=False)
+
+
+BLS_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 3 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 3 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+model_warmup [ { name: "via_bls" batch_size: 1
+  inputs { key: "IN" value: { data_type: TYPE_FP32 dims: [ 3 ] zero_data: true } } } ]
+"""
+BLS_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy().reshape(1, 3) + 5.0
+            call = pb_utils.InferenceRequest(
+                model_name="recorder",
+                requested_output_names=["OUT"],
+                inputs=[pb_utils.Tensor("IN", x.astype(np.float32))],
+            ).exec()
+            if call.has_error():
+                out.append(pb_utils.InferenceResponse(error=call.error()))
+                continue
+            y = pb_utils.get_output_tensor_by_name(call, "OUT").as_numpy().reshape(3)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", y)]))
+        return out
+"""
+
+
+def test_a_warmup_sample_may_call_other_models(root: Path, served: ServerProcess) -> None:
+    work = root / "mp"
+    repo = work / "repo"
+    write_python_model(repo, "bls_caller", BLS_CONFIG, BLS_MODEL)
+    client = served.client()
+    try:
+        if not client.is_model_ready("recorder"):
+            client.load_model("recorder")
+        before = len(_records(work, "recorder"))
+        client.load_model("bls_caller")
+        assert client.is_model_ready("bls_caller")
+        # NOTE: the warmup's one BLS call reached the (ready) recorder.
+        after = _records(work, "recorder")[before:]
+        assert [(e["values"], e["ready"]) for e in after] == [([[[5.0, 5.0, 5.0]]], 200)]
+    finally:
+        client.close()

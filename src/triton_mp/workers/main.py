@@ -95,7 +95,7 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     cache = SegmentCache()
     try:
         apply_host_policy(spec.instance)
-        backend, worker = _load(spec, arena, cache, to_scheduler, replies)
+        backend, worker, rewire = _start(spec, arena, cache, to_scheduler, replies, rewiring)
     except Exception as exc:  # noqa: BLE001 - reported to the supervisor, which marks the model
         text = exc.message if isinstance(exc, TritonMPError) else flatten_exception(exc)
         log.error("failed to load model '%s': %s", spec.model.model, text)
@@ -104,9 +104,6 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
         if custom_metrics is not None:
             custom_metrics.close()
         return 1
-    rewire = _bls_rewiring(spec, worker, arena, cache, to_scheduler, to_bls)
-    for update in rewiring:
-        rewire(update)
     report_ready(ready, "worker", spec.instance.name)
     to_scheduler.send(WorkerReady(instance_id=spec.instance.instance_id, pid=os.getpid()))
     log.info("instance ready")
@@ -196,6 +193,36 @@ def serve(
             return
 
 
+def _start(
+    spec: WorkerSpec,
+    arena: ArenaAllocator,
+    cache: SegmentCache,
+    to_scheduler: Sender,
+    replies: dict[Requester, dict[int, Sender]],
+    rewiring: list[BlsWorkerUpdate],
+) -> tuple[Backend, Worker, Callable[[BlsWorkerUpdate], None]]:
+    """Load the instance, wire its BLS client, then warm it up (``workers.warmup``): a
+    python model may call other models from its warmup samples, as in Triton. The backend
+    and the worker are closed again when the warmup fails.
+
+    Raises:
+        Exception: whatever loading or warming up raised (the caller reports it).
+    """
+    backend, worker = _load(spec, arena, cache, to_scheduler, replies)
+    try:
+        rewire = _bls_rewiring(spec, worker, arena, cache, to_scheduler, replies[Requester.BLS])
+        for update in rewiring:
+            rewire(update)
+        if spec.model.warmup:
+            # NOTE: no message reaches the instance before its Ready: warmup runs alone.
+            warm_up(backend, spec.model, spec.instance.name, build_samples(spec.model))
+    except BaseException:
+        backend.close()
+        worker.close()
+        raise
+    return backend, worker, rewire
+
+
 def _load(
     spec: WorkerSpec,
     arena: ArenaAllocator,
@@ -203,9 +230,8 @@ def _load(
     to_scheduler: Sender,
     replies: dict[Requester, dict[int, Sender]],
 ) -> tuple[Backend, Worker]:
-    """Load the backend, build the ``Worker`` over it (which reads the initial implicit
-    state: part of loading) and run the model's warmup samples (``workers.warmup``); the
-    backend is closed again when either fails.
+    """Load the backend and build the ``Worker`` over it (which reads the initial implicit
+    state: part of loading); the backend is closed again when the ``Worker`` fails.
 
     Raises:
         Exception: whatever the backend raised while loading (the caller reports it).
@@ -218,9 +244,6 @@ def _load(
     )
     backend = load_backend(spec.model, spec.instance)
     try:
-        # NOTE: built before the Worker, run after it (a decoupled model answers through
-        # it); no message reaches the instance before its Ready, so warmup runs alone.
-        samples = build_samples(spec.model) if spec.model.warmup else []
         worker = Worker(
             spec,
             backend,
@@ -229,8 +252,6 @@ def _load(
             lambda to, msg: replies[to.kind][to.id].send_bytes(encode(msg)),
             lambda msg: to_scheduler.send_bytes(encode(msg)),
         )
-        if samples:
-            warm_up(backend, spec.model, spec.instance.name, samples)
     except BaseException:
         backend.close()
         raise
