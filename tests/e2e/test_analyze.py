@@ -263,3 +263,56 @@ def test_memory_figures_are_the_instance_processes_rss(
     assert server.pid in every
     assert set(first) <= every
     assert m.total_rss_bytes > m.instances_rss_bytes
+
+
+def test_analyze_resumes_from_its_checkpoint_after_ctrl_c(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the analyzer's process group, as a terminal sends it) keeps the
+    points measured so far; the same command then measures only the rest."""
+    import signal
+    import time
+
+    repo = copy_models(tmp_path / "repo", "add_sub")
+    out = tmp_path / "out"
+    args = [
+        "--model", "add_sub", "--model-repository", str(repo), "--output", str(out),
+        "--instance-counts", "1,2", "--max-batch-sizes", "8", "--max-queue-delays-us", "0",
+        "--dynamic-batching", "on", "--concurrency", "1,2", "--measurement-interval-ms", "500",
+    ]  # fmt: skip
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO_ROOT / "src"), env.get("PYTHONPATH", "")) if p
+    )
+    first = subprocess.Popen(
+        [sys.executable, "-m", "triton_mp", "analyze", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    ckpt = out / "checkpoint.json"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and first.poll() is None:
+            if ckpt.exists() and len(json.loads(ckpt.read_text())["results"]) >= 2:
+                break
+            time.sleep(0.2)
+        os.killpg(first.pid, signal.SIGINT)
+        log, _ = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+    assert first.returncode == 130, log
+    assert "run again to resume" in log
+    assert not (out / "summary.json").exists()
+    assert not _leftover(str(repo)), "the interrupted analyzer left its server running"
+    kept = json.loads(ckpt.read_text())["results"]
+    assert 2 <= len(kept) < 6
+
+    second = _analyze(*args)
+    assert second.returncode == 0, second.stdout + second.stderr
+    results = _summary(out)["results"]
+    assert [_point_key(r["point"]) for r in results] == [
+        "shipped@c1", "shipped@c2", "i1_b8_dyn0@c1", "i1_b8_dyn0@c2",
+        "i2_b8_dyn0@c1", "i2_b8_dyn0@c2",
+    ]  # fmt: skip
+    assert all(r["measurement"]["error"] is None for r in results)
+    assert results[: len(kept)] == kept  # replayed from the checkpoint, not measured again

@@ -4,7 +4,9 @@
 ``$PERF_ANALYZER``, ``PATH``, or a ``.peers/peers.env`` in the working directory (what
 ``bench/peers/install-peers.sh`` writes). It runs one concurrency per call
 (``--concurrency-range C:C``, ``--measurement-interval``, ``-f`` CSV); a run that finds no
-stable window (this machine's load drifts) is repeated once with a looser stability band.
+three stable windows (a loaded machine drifts) is repeated with a looser stability band,
+then with doubled windows and a band that accepts any three windows (their mean is still a
+measurement, only a noisier one).
 
 ``BuiltinLoad`` is the project's own generator for machines without perf_analyzer:
 ``concurrency`` threads, each a keep-alive HTTP/REST connection sending one request at a
@@ -110,10 +112,12 @@ class PerfAnalyzer:
         self._window_ms, self._shapes, self._timeout_s = window_ms, list(shapes), timeout_s
         self.proc: subprocess.Popen[str] | None = None
 
-    def _command(self, model: str, concurrency: int, csv_path: str, stability: int) -> list[str]:
+    def _command(
+        self, model: str, concurrency: int, csv_path: str, stability: int, window_ms: int
+    ) -> list[str]:
         cmd = [self._path, "-m", model, "-u", self._url, "-i", self._protocol]
         cmd += [f"--concurrency-range={concurrency}:{concurrency}"]
-        cmd += [f"--measurement-interval={self._window_ms}", f"--stability-percentage={stability}"]
+        cmd += [f"--measurement-interval={window_ms}", f"--stability-percentage={stability}"]
         cmd += ["--max-trials=6", "-f", csv_path]
         for shape in self._shapes:
             cmd += ["--shape", shape]
@@ -123,11 +127,14 @@ class PerfAnalyzer:
         with tempfile.TemporaryDirectory(prefix="triton_mp_analyze_") as tmp:
             csv_path = os.path.join(tmp, "pa.csv")
             output = ""
-            for stability in (25, 100):
+            attempts = ((25, 1), (100, 1), (1000, 2))
+            for stability, windows in attempts:
                 # NOTE: Popen (not run) so an interrupt can stop it: the runner kills
                 # ``self.proc`` on Ctrl-C, and the child never outlives the analyzer.
                 self.proc = subprocess.Popen(
-                    self._command(model, concurrency, csv_path, stability),
+                    self._command(
+                        model, concurrency, csv_path, stability, self._window_ms * windows
+                    ),
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                     text=True,
