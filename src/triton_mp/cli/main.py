@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import TritonMPError
 from triton_mp.common.host_policy import add_host_policy
 from triton_mp.common.log import configure_logging
+from triton_mp.common.trace_config import DeprecatedTraceFlags, TraceConfig, parse_trace_flags
 from triton_mp.frontend.restricted import parse_restrictions
 
 log = logging.getLogger(__name__)
@@ -263,12 +265,58 @@ def _run_analyze(args: argparse.Namespace) -> int:
         return 1
 
 
+def _add_trace(start: argparse.ArgumentParser) -> None:
+    """Request tracing (tritonserver's ``--trace-config`` and its deprecated flags)."""
+    start.add_argument(
+        "--trace-config",
+        action="append",
+        default=[],
+        metavar="[<mode>,]<setting>=<value>",
+        help="trace setting, repeatable: rate=N (every Nth request, default 1000), "
+        "level=OFF|TIMESTAMPS|TENSORS (repeatable), count=N (-1 unlimited), "
+        "mode=triton|opentelemetry, triton,file=PATH, triton,log-frequency=N, "
+        "opentelemetry,url=URL, opentelemetry,resource=KEY=VALUE, "
+        "opentelemetry,bsp_max_queue_size|bsp_schedule_delay|bsp_max_export_batch_size=N",
+    )
+    start.add_argument("--trace-file", default=None, help="DEPRECATED: triton,file=")
+    start.add_argument(
+        "--trace-level", action="append", default=[], help="DEPRECATED: level= (repeatable)"
+    )
+    start.add_argument("--trace-rate", default=None, help="DEPRECATED: rate=")
+    start.add_argument("--trace-count", default=None, help="DEPRECATED: count=")
+    start.add_argument(
+        "--trace-log-frequency", default=None, help="DEPRECATED: triton,log-frequency="
+    )
+
+
+def trace_config_from_args(args: argparse.Namespace) -> TraceConfig:
+    """The trace flags -> ``TraceConfig``, logging Triton's warnings.
+
+    Raises:
+        TritonMPError: a value Triton refuses.
+    """
+    config, warnings = parse_trace_flags(
+        args.trace_config,
+        DeprecatedTraceFlags(
+            file=args.trace_file,
+            levels=tuple(args.trace_level),
+            rate=args.trace_rate,
+            count=args.trace_count,
+            log_frequency=args.trace_log_frequency,
+        ),
+        os.environ,
+    )
+    for text in warnings:
+        log.warning("%s", text)
+    return config
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every sub-command."""
     parser = argparse.ArgumentParser(prog="triton-mp", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start", help="serve a Triton model repository")
-    for add in (_add_repository, _add_endpoints, _add_security, _add_limits_and_logs):
+    for add in (_add_repository, _add_endpoints, _add_security, _add_limits_and_logs, _add_trace):
         add(start)
     add_cache_and_rate_limit(start)
     _add_stat(sub)
@@ -300,6 +348,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     host_policies: dict[str, dict[str, str]] = {}
     for item in args.host_policy:
         host_policies = add_host_policy(host_policies, item)
+    trace = trace_config_from_args(args)
     try:
         return msgspec.convert(
             {
@@ -336,6 +385,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                 ),
                 "default_max_batch_size": default_mbs,
                 **cache_and_rate_limit(args),
+                "trace": msgspec.to_builtins(trace),
             },
             ServerConfig,
         )

@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
+from triton_mp.common.trace_config import TraceConfig
+
 Port = Annotated[int, Meta(ge=0, le=65535)]
 
 
@@ -137,6 +139,9 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     (supervisor -> worker and -> BLS inbox, frontend -> frontend): their count grows with the
     number of instances (BLS: python instances x instances) and frontends, and every ring's
     pages are reserved in ``/dev/shm``."""
+    trace: TraceConfig = TraceConfig()
+    """``--trace-config`` and the deprecated ``--trace-*`` flags: the starting trace
+    settings (the frontends sample and write the traces)."""
     worker_ring_bytes: Annotated[int, Meta(ge=1 << 12)] = 256 << 10
     """Data area of each worker's ring to the scheduler (batch done notices, and the BLS
     requests of a python model)."""

@@ -8,13 +8,14 @@ aiohttp nor the wire protos (``tests/unit/test_layering.py`` checks it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from triton_mp.frontend.client_shm import ClientShmApi
 from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.repository_api import RepositoryApi
 from triton_mp.frontend.server_api import ServerApi
 from triton_mp.frontend.stats_api import StatsApi
+from triton_mp.frontend.tracer import Tracer
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,3 +32,5 @@ class FrontendApi:
     """ModelStatistics and the queue status (from the scheduler)."""
     shm: ClientShmApi
     """System (and CUDA) shared memory registration."""
+    tracer: Tracer = field(default_factory=Tracer.off)
+    """Request tracing: sampling, the trace settings, the trace file."""

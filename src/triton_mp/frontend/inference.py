@@ -29,6 +29,7 @@ from triton_mp.frontend.pending import PendingTable
 from triton_mp.frontend.request import InferenceRequest
 from triton_mp.frontend.response_cache import Hit, ResponseCacheStep, cache_enabled, cacheable
 from triton_mp.frontend.ticket import Ticket
+from triton_mp.frontend.tracer import Trace
 from triton_mp.frontend.validation.request import ValidRequest, request_prefix, validate_request
 from triton_mp.ipc import ArenaAllocator, BlockRef, SegmentCache, TensorRef, encode
 from triton_mp.ipc.messages import CancelRequest, InferRequest, ReplyTo, Requester
@@ -80,6 +81,21 @@ def write_inputs(
         pos += align(n)
     mv.release()
     return BlockRef(seg.name, block), tuple(refs)
+
+
+def _start_trace(trace: Trace, valid: ValidRequest, arrival_ns: int) -> None:
+    """REQUEST_START (the request is accepted) and, at the TENSORS level, every input as
+    it entered the server (TENSOR_QUEUE_INPUT)."""
+    trace.version = valid.version
+    trace.stamp("REQUEST_START", arrival_ns)
+    if trace.tensors_level:
+        from triton_mp.ipc.trace_tensors import trace_bytes
+
+        for i in valid.inputs:
+            if i.window is None:
+                trace.tensors.append(
+                    trace_bytes("TENSOR_QUEUE_INPUT", i.name, i.datatype, i.shape, i.data)
+                )
 
 
 class Inference:
@@ -169,6 +185,7 @@ class Inference:
         *,
         decoupled_message: str | None = None,
         target: Target | None = None,
+        trace: Trace | None = None,
     ) -> Ticket:
         """Validate ``request``, write its inputs, send it; its ticket yields the answers.
 
@@ -178,6 +195,7 @@ class Inference:
                 transport's endpoint, as Triton's does); None serves decoupled models.
             target: what ``admit`` returned for this request (its checks are not repeated
                 unless the model table changed meanwhile).
+            trace: the request's trace when it was sampled (``frontend.tracer``).
 
         Raises:
             TritonMPError: every validation failure (triton.md §4.9), in Triton's order:
@@ -215,13 +233,14 @@ class Inference:
             cancel_request=lambda: self._cancel(rid, model.name, target.version),
             cache=self._cache,
             pending=self._pending,
+            trace=trace,
         )
         order = (model.name, target.version) if model.preserve_ordering else None
         sink = ticket.deliver
         if miss is not None and step is not None:
             sink = step.inserting_sink(sink, valid, *miss)
         self._pending.add_request(rid, block, sink, order=order, streaming=model.decoupled)
-        self._send_request(rid, request.id, valid, block, refs)
+        self._send_request(rid, request.id, valid, block, refs, trace)
         return ticket
 
     def _hit_ticket(self, request: InferenceRequest, target: Target, hit: Hit) -> Ticket:
@@ -246,8 +265,12 @@ class Inference:
         valid: ValidRequest,
         block: BlockRef,
         refs: tuple[TensorRef, ...],
+        trace: Trace | None = None,
     ) -> None:
         model = valid.model
+        arrival_ns = self._clock_ns()
+        if trace is not None:
+            _start_trace(trace, valid, arrival_ns)
         desc = InferRequest(
             request_id=rid,
             reply_to=self._reply_to,
@@ -257,7 +280,7 @@ class Inference:
             inputs=refs,
             outputs=valid.outputs,
             block=block,
-            arrival_ns=self._clock_ns(),
+            arrival_ns=arrival_ns,
             priority=valid.priority,
             timeout_us=valid.timeout_us,
             client_id=client_id,
@@ -265,6 +288,7 @@ class Inference:
             parameters_json=valid.parameters_json,
             sequence_id=valid.sequence_id,
             sequence_flags=valid.sequence_flags,
+            trace=None if trace is None else trace.context(),
         )
         data = encode(desc)
         try:

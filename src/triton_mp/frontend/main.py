@@ -44,6 +44,7 @@ from triton_mp.frontend.repository_api import RepositoryApi
 from triton_mp.frontend.response_cache import ResponseCacheStep, cache_enabled
 from triton_mp.frontend.server_api import ServerApi
 from triton_mp.frontend.stats_api import StatsApi
+from triton_mp.frontend.tracer import Tracer
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.handshake import report_ready, report_start_failed
@@ -105,6 +106,23 @@ def build_api(
             frontend_id=fid, models=models, pending=pending, send_scheduler=send_scheduler
         ),
         shm=ClientShmApi(shm, frontend_id=fid, send_peers=send_peers),
+        tracer=build_tracer(spec),
+    )
+
+
+def build_tracer(spec: FrontendSpec) -> Tracer:
+    """This frontend's tracer; in opentelemetry mode with its OTLP/HTTP exporter (the SDK is
+    imported only then)."""
+    exporter = None
+    if spec.trace.mode == "opentelemetry" and spec.trace.enabled:
+        from triton_mp.frontend.otel import OtelExporter
+
+        exporter = OtelExporter(spec.trace)
+    return Tracer(
+        spec.trace,
+        frontend_id=spec.frontend_id,
+        frontends=len(spec.to_peers) + 1,
+        exporter=exporter,
     )
 
 
@@ -292,6 +310,7 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     await stopping.wait()
 
     await _drain(spec, api.inference, pending, server, http)
+    api.tracer.close()
     if metrics is not None:
         await metrics.stop()
     loop.remove_reader(inbox.waiter.fileno())

@@ -22,6 +22,7 @@ EXTENSIONS = (
     "system_shared_memory",
     "binary_tensor_data",
     "statistics",
+    "trace",
 )
 """Extensions ServerMetadata reports: only those triton-mp implements (Triton's names, in
 Triton's order). ``binary_tensor_data`` is the HTTP binary tensor extension."""

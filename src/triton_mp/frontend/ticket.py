@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.frontend.pending import Answer, PendingTable
+from triton_mp.frontend.tracer import Trace
 from triton_mp.ipc import BlockRef, SegmentCache, TensorRef
 from triton_mp.ipc.messages import InferResponse, RequestFailed
 
@@ -114,6 +115,7 @@ class Ticket:
         decoupled: the model is decoupled (zero or more responses, then a final one).
         cancel_request: tells the scheduler to drop the request (``CancelRequest``).
         cache: the attached arenas (for ``InferResult``); ``pending``: frees blocks.
+        trace: the request's trace, or None (untraced).
     """
 
     __slots__ = (
@@ -129,6 +131,7 @@ class Ticket:
         "decoupled",
         "model",
         "request_id",
+        "trace",
         "version",
     )
 
@@ -143,8 +146,11 @@ class Ticket:
         cancel_request: Callable[[], None],
         cache: SegmentCache,
         pending: PendingTable,
+        trace: Trace | None = None,
     ) -> None:
         self.request_id = request_id
+        self.trace = trace
+        """The request's trace when it was sampled: each answer stamps it."""
         self.model = model
         self.version = version
         self.client_id = client_id
@@ -173,12 +179,27 @@ class Ticket:
                 self._pending.free(answer.block)
             return
         response = self._response(answer)
+        if self.trace is not None:
+            self._stamp(answer, response.final)
         if response.final:
             self._finished = True
         self._queue.append(response)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def _stamp(self, answer: Answer, final: bool) -> None:
+        """INFER_RESPONSE_COMPLETE per response, the other processes' events, REQUEST_END
+        with the final answer."""
+        trace = self.trace
+        assert trace is not None
+        if isinstance(answer, InferResponse):
+            if not answer.empty or not final:
+                trace.stamp("INFER_RESPONSE_COMPLETE")
+            if answer.trace is not None:
+                trace.absorb(answer.trace)
+        if final:
+            trace.stamp("REQUEST_END")
 
     def _response(self, answer: Answer) -> Response:
         if isinstance(answer, RequestFailed):

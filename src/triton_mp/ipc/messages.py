@@ -128,6 +128,51 @@ class ReplyTo(msgspec.Struct, frozen=True, array_like=True):
     """The frontend id (``FRONTEND``) or the python worker's instance id (``BLS``)."""
 
 
+class TraceContext(msgspec.Struct, frozen=True, array_like=True):
+    """A traced request's trace as it travels with the request (``InferRequest.trace``;
+    None for every untraced request, so those pay one flag check only)."""
+
+    level: int
+    """``common.trace_config.TraceLevel`` bits: TIMESTAMPS, TENSORS."""
+    queue_ns: int = 0
+    """QUEUE_START (monotonic ns), stamped by the scheduler when it queues the request."""
+
+
+class TensorTrace(msgspec.Struct, frozen=True, array_like=True):
+    """One tensor of a TENSORS-level trace, as Triton's trace file writes it."""
+
+    activity: str
+    """``TENSOR_QUEUE_INPUT``, ``TENSOR_BACKEND_INPUT`` or ``TENSOR_BACKEND_OUTPUT``."""
+    name: str
+    data: str
+    """The elements, comma-separated (Triton's text form)."""
+    shape: str
+    """The dims, comma-separated."""
+    dtype: str
+
+
+class ChildTrace(msgspec.Struct, frozen=True, array_like=True):
+    """A child trace (a BLS request made with ``trace=request.trace()``), finished in the
+    process that made it and carried home on its parent's response."""
+
+    model: str
+    version: int
+    request_id: str
+    stamps: tuple[tuple[str, int], ...]
+    tensors: tuple[TensorTrace, ...] = ()
+    children: tuple[ChildTrace, ...] = ()
+
+
+class TraceRecord(msgspec.Struct, frozen=True, array_like=True):
+    """What other processes recorded of a traced request, on its ``InferResponse``."""
+
+    stamps: tuple[tuple[str, int], ...] = ()
+    """(Triton timestamp name, monotonic ns): QUEUE_START from the scheduler, COMPUTE_* from
+    the worker."""
+    tensors: tuple[TensorTrace, ...] = ()
+    children: tuple[ChildTrace, ...] = ()
+
+
 class InferRequest(msgspec.Struct, frozen=True, kw_only=True, tag="infer", array_like=True):
     """A validated inference request whose inputs are already in the requester's arena."""
 
@@ -158,6 +203,8 @@ class InferRequest(msgspec.Struct, frozen=True, kw_only=True, tag="infer", array
     """The correlation ID (``sequence_id`` parameter): uint64 or string; 0 / "" = none."""
     sequence_flags: int = 0
     """``SEQUENCE_START`` (1) | ``SEQUENCE_END`` (2), from ``sequence_start``/``sequence_end``."""
+    trace: TraceContext | None = None
+    """Set only for a sampled request (``frontend.tracer``)."""
 
 
 class ShmRegistered(msgspec.Struct, frozen=True, kw_only=True, tag="shm_reg", array_like=True):
@@ -429,6 +476,8 @@ class InferResponse(msgspec.Struct, frozen=True, kw_only=True, tag="response", a
     empty: bool = False
     """A flags-only final response: no outputs and no error, only the end of the request
     (``send(flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL)`` with no response)."""
+    trace: TraceRecord | None = None
+    """A traced request's events from the scheduler and the worker (the final response)."""
 
 
 class RequestFailed(msgspec.Struct, frozen=True, kw_only=True, tag="failed", array_like=True):

@@ -15,6 +15,7 @@ import msgspec
 # NOTE: ModelEntry crosses the control pipe too, so it lives with the messages.
 from triton_mp.common.config import CacheConfig
 from triton_mp.common.gpus import Gpu
+from triton_mp.common.trace_config import TraceConfig
 from triton_mp.ipc.messages import BlsModel as BlsModel
 from triton_mp.ipc.messages import ModelEntry as ModelEntry
 from triton_mp.ipc.notify import Wakeup
@@ -318,3 +319,5 @@ class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
     """The response cache (``--cache-config``); None: none."""
     cache_segment: str = ""
     """The local cache's shared segment (``ipc.response_cache``), when ``cache`` is local."""
+    trace: TraceConfig = TraceConfig()
+    """The starting trace settings (``--trace-config``); see ``frontend.tracer``."""

@@ -15,6 +15,8 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
+import msgspec
+
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.messages import (
     BatchAssign,
@@ -35,6 +37,7 @@ from triton_mp.ipc.messages import (
     StatsQuery,
     StatsReply,
     ToScheduler,
+    TraceContext,
     VersionsActivated,
     WorkerDied,
     WorkerReady,
@@ -129,6 +132,9 @@ class SchedulerCore:
                 )
             self._out.fail(req, code, text, now_ns)
             return
+        if req.trace is not None:
+            # NOTE: a traced request only: QUEUE_START travels on to the worker with it.
+            req = msgspec.structs.replace(req, trace=TraceContext(req.trace.level, now_ns))
         enforced = gen.enforced_inputs
         shape_key = tuple(t.shape[1:] for t in req.inputs if t.name in enforced) if enforced else ()
         flags = req.sequence_flags

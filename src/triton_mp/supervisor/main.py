@@ -259,6 +259,7 @@ class Supervisor:
             model_control_mode=cfg.model_control_mode,
             allow_client_shm=cfg.allow_client_shm,
             client_shm_prefix=cfg.client_shm_prefix,
+            trace=cfg.trace,
             grpc_restricted=cfg.grpc_restricted,
             http_restricted=cfg.http_restricted,
             log=self._log,

@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 
+import msgspec
 import numpy as np
 
 from triton_mp.backends.base import (
@@ -39,6 +40,7 @@ from triton_mp.backends.base import (
     SequenceBatch,
 )
 from triton_mp.common.errors import ErrorCode, TritonMPError, flatten_exception
+from triton_mp.common.trace_config import TraceLevel
 from triton_mp.ipc import ArenaAllocator, SegmentCache
 from triton_mp.ipc.messages import (
     BatchAssign,
@@ -50,6 +52,8 @@ from triton_mp.ipc.messages import (
     InferResponse,
     ReplyTo,
     SequenceFlags,
+    TensorTrace,
+    TraceRecord,
 )
 from triton_mp.ipc.specs import WorkerSpec
 from triton_mp.workers.sequence_state import SequenceStates, sequence_batch
@@ -98,6 +102,12 @@ class Worker:
         self._post_lock = threading.RLock()
         self.post_lock = self._post_lock
         """Serialises this process's arena allocations and ring pushes (BLS shares it)."""
+        self._open_traces: dict[tuple[ReplyTo, int], list[tuple[str, int]]] = {}
+        """Decoupled models: the compute stamps of traced requests whose final response has
+        not been sent (it carries them)."""
+        self._input_traces: dict[tuple[ReplyTo, int], list[TensorTrace]] = {}
+        self.child_traces: dict[tuple[ReplyTo, int], list[object]] = {}
+        """Traced requests in execution: their BLS child traces (``workers.bls_client``)."""
         self._cancelled: set[tuple[ReplyTo, int]] = set()
         """(reply address, request id) of open decoupled requests whose client went away."""
         bind = getattr(backend, "bind_responder", None)
@@ -134,6 +144,9 @@ class Worker:
                 msg = InferResponse(
                     request_id=req.request_id, version=req.version, error=result, final=final
                 )
+            if req.trace is not None and final:
+                stamps = self._open_traces.pop((req.reply_to, req.request_id), [])
+                msg = self._traced(msg, req, stamps, result if isinstance(result, dict) else None)
             self._post(req, msg)
 
     def is_cancelled(self, token: object) -> bool:
@@ -190,9 +203,14 @@ class Worker:
             # NOTE: before this batch's requests take their state: one of them may START a
             # new sequence under a released ID.
             self._states.drop(batch.released)
+        traced = [r for r in reqs if r.trace is not None]
+        if traced:
+            self._begin_traces(traced, start_ns)
         results, t_input, t_infer = self._execute(batch)
         if self._states is not None:
             self._keep_states(reqs, results)
+        if traced:
+            self._compute_stamps(traced, start_ns + t_input, start_ns + t_input + t_infer)
         t0 = time.perf_counter_ns()
         failed = self._answer(reqs, results)
         t_output = time.perf_counter_ns() - t0
@@ -210,6 +228,67 @@ class Worker:
                     failed=failed,
                 )
             )
+
+    def _begin_traces(self, traced: list[InferRequest], start_ns: int) -> None:
+        """COMPUTE_START of each traced request (and room for its BLS child traces)."""
+        for r in traced:
+            key = (r.reply_to, r.request_id)
+            self._open_traces[key] = [("COMPUTE_START", start_ns)]
+            self.child_traces[key] = []
+            if r.trace is not None and r.trace.level & TraceLevel.TENSORS:
+                from triton_mp.ipc.trace_tensors import trace_array
+
+                self._input_traces[key] = [
+                    trace_array(
+                        "TENSOR_BACKEND_INPUT",
+                        ref.name,
+                        np.asarray(view_tensor(self._cache, ref, self._regions)),
+                    )
+                    for ref in r.inputs
+                ]
+
+    def _compute_stamps(
+        self, traced: list[InferRequest], input_end: int, output_start: int
+    ) -> None:
+        """After ``execute``: COMPUTE_INPUT_END and COMPUTE_OUTPUT_START from the backend's
+        phase times; a decoupled request still open also gets COMPUTE_END (``execute``
+        returned), the others get it as their response is written."""
+        now = time.monotonic_ns()
+        for r in traced:
+            stamps = self._open_traces.get((r.reply_to, r.request_id))
+            if stamps is None:
+                continue  # NOTE: decoupled, final response already sent during execute
+            stamps += [("COMPUTE_INPUT_END", input_end), ("COMPUTE_OUTPUT_START", output_start)]
+            if self._decoupled:
+                stamps.append(("COMPUTE_END", now))
+
+    def _traced(
+        self,
+        msg: InferResponse,
+        req: InferRequest,
+        stamps: list[tuple[str, int]],
+        outputs: dict[str, np.ndarray] | None,
+    ) -> InferResponse:
+        """``msg`` with the trace record of ``req``: QUEUE_START (the scheduler's), the
+        compute stamps, the tensors at the TENSORS level and the BLS child traces."""
+        assert req.trace is not None
+        key = (req.reply_to, req.request_id)
+        if not self._decoupled:
+            stamps = [*self._open_traces.pop(key, stamps), ("COMPUTE_END", time.monotonic_ns())]
+        tensors: tuple[TensorTrace, ...] = tuple(self._input_traces.pop(key, ()))
+        if req.trace.level & TraceLevel.TENSORS and outputs is not None:
+            from triton_mp.ipc.trace_tensors import trace_array
+
+            tensors = tuple(
+                trace_array("TENSOR_BACKEND_OUTPUT", n, np.asarray(a)) for n, a in outputs.items()
+            )
+        children = tuple(self.child_traces.pop(key, ()))
+        record = TraceRecord(
+            stamps=(("QUEUE_START", req.trace.queue_ns), *stamps),
+            tensors=tensors,
+            children=children,  # type: ignore[arg-type]
+        )
+        return msgspec.structs.replace(msg, trace=record)
 
     def _execute(self, batch: BatchAssign) -> tuple[list[Result | None], int, int]:
         """Run the batch's readable requests on the backend.
@@ -278,6 +357,8 @@ class Worker:
                 if not isinstance(res, dict):
                     failed.append(i)
                     msg = InferResponse(request_id=req.request_id, version=req.version, error=res)
+                if req.trace is not None:
+                    msg = self._traced(msg, req, [], res if isinstance(res, dict) else None)
                 if not self._post(req, msg) and i not in failed:
                     failed.append(i)
         return tuple(failed)

@@ -9,6 +9,7 @@ protos with ``grpc.messages`` and ``frontend.kserve``, and turns the answer or t
 
 from __future__ import annotations
 
+import time
 from typing import NoReturn
 
 import grpc
@@ -23,6 +24,8 @@ from triton_mp.frontend.grpc.messages import infer_response_bytes, request_from_
 from triton_mp.frontend.grpc.stream import StreamSession
 from triton_mp.frontend.grpc.wire import WireInferRequest, split_infer_request
 from triton_mp.frontend.repository_api import check_repository_name
+from triton_mp.frontend.trace_settings import new_setting_from_grpc
+from triton_mp.frontend.tracer import Trace, Tracer
 
 GRPC_STATUS = {
     ErrorCode.UNKNOWN: grpc.StatusCode.UNKNOWN,
@@ -92,6 +95,20 @@ async def abort(context: grpc.aio.ServicerContext, code: ErrorCode, message: str
     """End the call with ``code``'s gRPC status and ``message`` (cut to fit a status)."""
     await context.abort(GRPC_STATUS.get(code, grpc.StatusCode.UNKNOWN), status_message(message))
     raise AssertionError("unreachable")  # context.abort raises
+
+
+def traceparent(context: grpc.aio.ServicerContext) -> str:
+    """The W3C ``traceparent`` metadata of a call ("" when absent)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "traceparent":
+            return str(value)
+    return ""
+
+
+def _sent(tracer: Tracer, trace: Trace) -> None:
+    """The call ended (its response written): GRPC_SEND_END, then the trace is done."""
+    trace.stamp("GRPC_SEND_END")
+    tracer.finish(trace)
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
@@ -186,20 +203,41 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             message, raw = request.request, request.raw or None
         else:
             message, raw = request, None
+        tracer = self._api.tracer
+        trace: Trace | None = None
+        read_ns = time.monotonic_ns() if tracer.active else 0
         try:
+            core_request = request_from_proto(message, raw)
+            if read_ns:
+                trace = tracer.sample(
+                    core_request.model_name, core_request.id, parent_context=traceparent(context)
+                )
+                if trace is not None:
+                    trace.stamp("GRPC_WAITREAD_START", read_ns)
+                    trace.stamp("GRPC_WAITREAD_END")
             ticket = self._api.inference.submit(
-                request_from_proto(message, raw), decoupled_message=DECOUPLED_MESSAGE
+                core_request, decoupled_message=DECOUPLED_MESSAGE, trace=trace
             )
             result = await ticket.result()
         except TritonMPError as e:
+            if trace is not None:
+                tracer.finish(trace)
             await abort(context, e.code, e.message)
-        return infer_response_bytes(result)
+        if trace is None:
+            return infer_response_bytes(result)
+        trace.stamp("GRPC_SEND_START")
+        data = infer_response_bytes(result)
+        context.add_done_callback(lambda _ctx: _sent(tracer, trace))
+        return data
 
     async def ModelStreamInfer(self, request_iterator, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton's bidirectional stream (``frontend.grpc.stream``): per request, one
         response (or ``error_message``), or for a decoupled model zero or more responses
         then the end of the request."""
-        async for response in StreamSession(self._api.inference, request_iterator).responses():
+        session = StreamSession(
+            self._api.inference, request_iterator, self._api.tracer, traceparent(context)
+        )
+        async for response in session.responses():
             yield response
 
     # ------------------------------------------------------- shared memory
@@ -244,11 +282,26 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
     CudaSharedMemoryStatus = CudaSharedMemoryRegister
     CudaSharedMemoryUnregister = CudaSharedMemoryRegister
 
-    # ------------------------------------------------------- not served yet
+    # ------------------------------------------------------------------- trace
     async def TraceSetting(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
-        """Tracing is not served (the 'trace' extension is not reported)."""
-        await abort(context, ErrorCode.UNSUPPORTED, "trace settings are not supported by triton-mp")
+        """Triton TraceSetting: read, or update then read, the global or a model's settings
+        (an empty value list clears a model's own value; ``trace_file`` is refused)."""
+        tracer = self._api.tracer
+        name = request.model_name
+        try:
+            ready = not name or tracer.model_ready(lambda: self._api.server.model_ready(name, ""))
+            new = None
+            if request.settings:
+                new = new_setting_from_grpc({k: list(v.value) for k, v in request.settings.items()})
+            view = tracer.setting_request(name, new, ready)
+        except TritonMPError as e:
+            await abort(context, e.code, e.message)
+        resp = pb.TraceSettingResponse()
+        for key, value in view.items():
+            resp.settings[key].value.extend([value] if isinstance(value, str) else value)
+        return resp
 
+    # ------------------------------------------------------- not served yet
     async def LogSettings(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Log settings over the protocol are not served (the 'logging' extension)."""
         await abort(context, ErrorCode.UNSUPPORTED, "log settings are not supported by triton-mp")

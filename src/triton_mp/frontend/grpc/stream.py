@@ -17,6 +17,7 @@ ticket is cancelled (queued requests are dropped, running decoupled ones see
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterable, AsyncIterator
 
 from triton_mp._proto import grpc_service_pb2 as pb
@@ -30,6 +31,7 @@ from triton_mp.frontend.grpc.messages import (
 from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.request import InferenceRequest, ParameterType
 from triton_mp.frontend.ticket import Response, Ticket
+from triton_mp.frontend.tracer import Trace, Tracer
 from triton_mp.frontend.validation.parameters import EMPTY_FINAL_PARAMETER
 
 
@@ -56,18 +58,44 @@ def _stream_item(
     return stream_end(ticket, response.version) if empty_final else None
 
 
+class _Item:
+    """A traced request's message for the stream (None: nothing to send, only the end of
+    the trace), with its trace and whether it is that request's last message."""
+
+    __slots__ = ("last", "message", "trace")
+
+    def __init__(
+        self, message: pb.ModelStreamInferResponse | None, trace: Trace, last: bool
+    ) -> None:
+        self.message = message
+        self.trace = trace
+        self.last = last
+
+
 class StreamSession:
     """One ``ModelStreamInfer`` call.
 
     Args:
         inference: the frontend's submit path.
         requests: the client's ``ModelInferRequest`` stream.
+        tracer: samples the stream's requests; each traced response is stamped
+            GRPC_SEND_START when queued and GRPC_SEND_END once written.
+        parent_context: the call's W3C ``traceparent`` ("" when absent).
     """
 
-    def __init__(self, inference: Inference, requests: AsyncIterable[pb.ModelInferRequest]) -> None:
+    def __init__(
+        self,
+        inference: Inference,
+        requests: AsyncIterable[pb.ModelInferRequest],
+        tracer: Tracer | None = None,
+        parent_context: str = "",
+    ) -> None:
         self._inference = inference
         self._requests = requests
-        self._out: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        self._tracer = tracer if tracer is not None else Tracer.off()
+        self._parent_context = parent_context
+        self._out: asyncio.Queue[pb.ModelStreamInferResponse | _Item | None] = asyncio.Queue()
+        """Untraced messages as they are, traced ones wrapped in ``_Item``."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._open: set[Ticket] = set()
 
@@ -77,7 +105,14 @@ class StreamSession:
         reader = asyncio.create_task(self._read())
         try:
             while (item := await self._out.get()) is not None:
-                yield item
+                if type(item) is not _Item:
+                    yield item
+                    continue
+                if item.message is not None:
+                    yield item.message
+                    item.trace.stamp("GRPC_SEND_END")
+                if item.last:
+                    self._tracer.finish(item.trace)
             await reader
         finally:
             reader.cancel()
@@ -90,20 +125,32 @@ class StreamSession:
 
     async def _read(self) -> None:
         async for message in self._requests:
-            self._submit(message)
+            read_ns = time.monotonic_ns() if self._tracer.active else 0
+            self._submit(message, read_ns)
         while self._tasks:
             await asyncio.gather(*list(self._tasks))
         self._out.put_nowait(None)
 
-    def _submit(self, message: pb.ModelInferRequest) -> None:
+    def _submit(self, message: pb.ModelInferRequest, read_ns: int = 0) -> None:
         """Submit one request; its refusal is sent at once, its answers by a task."""
         request = request_from_proto(message)
-        try:
-            ticket = self._inference.submit(request)
-        except TritonMPError as e:
-            self._out.put_nowait(
-                stream_error(e.message, message.model_name, message.model_version, message.id)
+        trace: Trace | None = None
+        if read_ns:
+            trace = self._tracer.sample(
+                request.model_name, request.id, parent_context=self._parent_context
             )
+            if trace is not None:
+                trace.stamp("GRPC_WAITREAD_START", read_ns)
+                trace.stamp("GRPC_WAITREAD_END")
+        try:
+            ticket = self._inference.submit(request, trace=trace)
+        except TritonMPError as e:
+            error = stream_error(e.message, message.model_name, message.model_version, message.id)
+            if trace is None:
+                self._out.put_nowait(error)
+                return
+            trace.stamp("GRPC_SEND_START")
+            self._out.put_nowait(_Item(error, trace, True))
             return
         self._open.add(ticket)
         task = asyncio.create_task(self._answer(ticket, wants_empty_final(request)))
@@ -115,8 +162,15 @@ class StreamSession:
         try:
             async for response in ticket:
                 item = _stream_item(ticket, response, empty_final)
-                if item is not None:
+                trace = ticket.trace
+                if item is not None and trace is None:
                     self._out.put_nowait(item)
+                elif item is not None:
+                    trace.stamp("GRPC_SEND_START")
+                    self._out.put_nowait(_Item(item, trace, response.final))
+                elif response.final and trace is not None:
+                    # NOTE: through the queue: the trace ends after its last message left.
+                    self._out.put_nowait(_Item(None, trace, True))
         finally:
             ticket.cancel()  # NOTE: after the final response, this only closes the ticket
             self._open.discard(ticket)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -45,6 +46,8 @@ from triton_mp.frontend.http.infer_codec import (
 from triton_mp.frontend.http.json_tensors import decode_json, json_string, json_uint
 from triton_mp.frontend.repository_api import FILE_PREFIX, check_repository_name
 from triton_mp.frontend.restricted import Restrictions, http_refusal
+from triton_mp.frontend.trace_settings import new_setting_from_json
+from triton_mp.frontend.tracer import Trace, Tracer
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +82,26 @@ async def _read_body(request: web.Request) -> bytes:
         return await request.read()
     except web.RequestPayloadError as e:
         raise InvalidRequest(f"failed to read the request body: {e}") from None
+
+
+def _traceparent(request: web.Request) -> str:
+    """The W3C ``traceparent`` header ("" when absent)."""
+    return request.headers.get("traceparent", "")
+
+
+async def _send_traced(
+    request: web.Request, response: web.Response, trace: Trace, tracer: Tracer
+) -> web.Response:
+    """Write a traced request's response here, between HTTP_SEND_START and HTTP_SEND_END,
+    then finish its trace."""
+    trace.stamp("HTTP_SEND_START")
+    try:
+        await response.prepare(request)
+        await response.write_eof()
+    finally:
+        trace.stamp("HTTP_SEND_END")
+        tracer.finish(trace)
+    return response
 
 
 def _error_response(status: int, message: str) -> web.Response:
@@ -367,9 +390,21 @@ class HttpFrontend:
     async def _cuda_shm(self, request: web.Request) -> web.Response:
         self._api.shm.cuda()
 
-    # ------------------------------------------------------- not served yet
+    # ------------------------------------------------------------------- trace
     async def _trace(self, request: web.Request) -> web.Response:
-        raise TritonMPError("trace settings are not supported by triton-mp", ErrorCode.UNSUPPORTED)
+        """Triton's ``GET|POST v2[/models/<m>]/trace/setting``: string values, ``trace_level``
+        a list, ``null`` clears a model's own value; ``trace_file`` is refused (501)."""
+        tracer = self._api.tracer
+        name = request.match_info.get("model", "")
+        ready = not name or tracer.model_ready(lambda: self._api.server.model_ready(name, ""))
+        if name and not ready:
+            tracer.setting_request(name, None, False)  # raises Triton's unknown-model error
+        new = None
+        if request.method == "POST":
+            new = new_setting_from_json(await self._body_json(request))
+        return _json_response(tracer.setting_request(name, new, ready))
+
+    # ------------------------------------------------------- not served yet
 
     async def _logging(self, request: web.Request) -> web.Response:
         raise TritonMPError("log settings are not supported by triton-mp", ErrorCode.UNSUPPORTED)
@@ -394,16 +429,33 @@ class HttpFrontend:
             response.headers["Accept-Encoding"] = "gzip, deflate"
             return response
         # NOTE: aiohttp's parser inflates gzip/deflate bodies itself, within client_max_size.
+        tracer = self._api.tracer
+        recv_ns = time.monotonic_ns() if tracer.active else 0
         body = await _read_body(request)
         req, plan = parse_infer_body(
             target.model, version, body, request.headers.get(HEADER_LENGTH)
         )
-        ticket = inference.submit(req, decoupled_message=DECOUPLED_MESSAGE, target=target)
-        result = await ticket.result()
+        trace = None
+        if recv_ns:
+            trace = tracer.sample(req.model_name, req.id, parent_context=_traceparent(request))
+            if trace is not None:
+                trace.stamp("HTTP_RECV_START", recv_ns)
+                trace.stamp("HTTP_RECV_END")
+        try:
+            ticket = inference.submit(
+                req, decoupled_message=DECOUPLED_MESSAGE, target=target, trace=trace
+            )
+            result = await ticket.result()
+        except TritonMPError:
+            if trace is not None:
+                tracer.finish(trace)
+            raise
         try:
             data, headers = render_infer_response(
                 result, plan, request.headers.get("Accept-Encoding")
             )
         finally:
             result.release()
-        return web.Response(body=data, headers=headers)
+        if trace is None:
+            return web.Response(body=data, headers=headers)
+        return await _send_traced(request, web.Response(body=data, headers=headers), trace, tracer)

@@ -1,0 +1,164 @@
+"""Request tracing end to end: ``--trace-config`` on a running server, every trace in the file.
+
+Drives add_sub_py over gRPC, HTTP and a gRPC stream, and the decoupled repeat_int32 over a
+stream, with ``rate=1``; then checks every trace of Triton's JSON file: its header, the
+timestamp names of its transport, their causal order, that each came from the process that
+owns the event (the scheduler's and the worker's stamps fall between the frontend's), and
+that all of them lie within the latency the client measured around its call (a send's end,
+which the server sees after its write completed, may come after the client read the answer).
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from tests.server import PROJECT_REPOSITORY, ServerProcess
+
+pytestmark = pytest.mark.timeout(240)
+
+CORE = [
+    "REQUEST_START",
+    "QUEUE_START",
+    "COMPUTE_START",
+    "COMPUTE_INPUT_END",
+    "COMPUTE_OUTPUT_START",
+    "COMPUTE_END",
+    "REQUEST_END",
+]
+GRPC = ["GRPC_WAITREAD_START", "GRPC_WAITREAD_END", *CORE, "GRPC_SEND_START", "GRPC_SEND_END"]
+HTTP = ["HTTP_RECV_START", "HTTP_RECV_END", *CORE, "HTTP_SEND_START", "HTTP_SEND_END"]
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("trace_repo")
+    for name in ("add_sub_py", "repeat_int32"):
+        shutil.copytree(PROJECT_REPOSITORY / name, root / name)
+    return root
+
+
+def _inputs(module, n: int = 16):  # type: ignore[no-untyped-def]
+    a = np.arange(n, dtype=np.float32).reshape(1, n)
+    ins = [module.InferInput("INPUT0", [1, n], "FP32"), module.InferInput("INPUT1", [1, n], "FP32")]
+    ins[0].set_data_from_numpy(a)
+    ins[1].set_data_from_numpy(a)
+    return ins
+
+
+def load_traces(path: Path) -> dict[int, dict]:
+    """The trace file -> per id: its header and its (name, ns) stamps in file order."""
+    out: dict[int, dict] = {}
+    for obj in json.loads(path.read_text()):
+        t = out.setdefault(obj["id"], {"stamps": [], "tensors": []})
+        if "model_name" in obj:
+            t["header"] = obj
+        elif "timestamps" in obj:
+            t["stamps"] += [(s["name"], s["ns"]) for s in obj["timestamps"]]
+        else:
+            t["tensors"].append(obj)
+    return out
+
+
+def _check_order(stamps: list[tuple[str, int]], expected: list[str]) -> dict[str, int]:
+    names = [n for n, _ in stamps if n != "INFER_RESPONSE_COMPLETE"]
+    assert sorted(names) == sorted(expected), names
+    at = dict(stamps)
+    ns = [at[n] for n in expected]
+    assert ns == sorted(ns), list(zip(expected, ns, strict=True))
+    return at
+
+
+def test_every_trace_names_orders_and_times_its_events(repo: Path, tmp_path: Path) -> None:
+    trace_file = tmp_path / "trace.json"
+    server = ServerProcess(
+        repo,
+        tmp_path / "server.log",
+        "--trace-config",
+        f"triton,file={trace_file}",
+        "--trace-config",
+        "level=TIMESTAMPS",
+        "--trace-config",
+        "rate=1",
+    )
+    windows: dict[str, tuple[int, int]] = {}
+    try:
+        server.wait_live()
+        g = grpcclient.InferenceServerClient(server.url)
+        h = httpclient.InferenceServerClient(server.http_url)
+        for i in range(3):
+            t0 = time.monotonic_ns()
+            g.infer("add_sub_py", _inputs(grpcclient), request_id=f"grpc{i}")
+            windows[f"grpc{i}"] = (t0, time.monotonic_ns())
+            t0 = time.monotonic_ns()
+            h.infer("add_sub_py", _inputs(httpclient), request_id=f"http{i}")
+            windows[f"http{i}"] = (t0, time.monotonic_ns())
+        results: queue.Queue = queue.Queue()
+        g.start_stream(callback=lambda result, error: results.put((result, error)))
+        t0 = time.monotonic_ns()
+        g.async_stream_infer("add_sub_py", _inputs(grpcclient), request_id="stream0")
+        r, e = results.get(timeout=30)
+        assert e is None
+        windows["stream0"] = (t0, time.monotonic_ns())
+        ins = [
+            grpcclient.InferInput("IN", [3], "INT32"),
+            grpcclient.InferInput("DELAY", [3], "UINT32"),
+            grpcclient.InferInput("WAIT", [1], "UINT32"),
+        ]
+        ins[0].set_data_from_numpy(np.array([4, 5, 6], np.int32))
+        ins[1].set_data_from_numpy(np.array([1, 1, 1], np.uint32))
+        ins[2].set_data_from_numpy(np.array([0], np.uint32))
+        t0 = time.monotonic_ns()
+        g.async_stream_infer("repeat_int32", ins, request_id="decoupled0")
+        for _ in range(3):
+            r, e = results.get(timeout=30)
+            assert e is None
+        windows["decoupled0"] = (t0, time.monotonic_ns())
+        g.stop_stream()
+        g.close()
+        h.close()
+    finally:
+        assert server.stop() == 0
+    traces = load_traces(trace_file)
+    by_request = {t["header"].get("request_id"): t for t in traces.values()}
+    assert set(by_request) == set(windows), sorted(by_request, key=str)
+    for rid, t in by_request.items():
+        header = t["header"]
+        lo, hi = windows[rid]
+        # NOTE: *_SEND_END is the server seeing its write complete, which may come after the
+        # client has read the response: it is bounded below only (by its SEND_START).
+        outside = [
+            (n, ns - lo)
+            for n, ns in t["stamps"]
+            if not lo <= ns <= hi and not (n.endswith("_SEND_END") and ns > hi)
+        ]
+        assert not outside, (rid, outside, hi - lo)
+        if rid == "decoupled0":
+            assert header["model_name"] == "repeat_int32"
+            names = [n for n, _ in t["stamps"]]
+            assert names.count("INFER_RESPONSE_COMPLETE") == 3
+            assert names.count("GRPC_SEND_START") == names.count("GRPC_SEND_END") == 3
+            at = dict(t["stamps"])
+            order = ["GRPC_WAITREAD_END", "REQUEST_START", "QUEUE_START", "COMPUTE_START"]
+            assert [at[n] for n in order] == sorted(at[n] for n in order)
+            # the request ended (its final answer in) after every response arrived
+            arrived = [ns for n, ns in t["stamps"] if not n.startswith("GRPC_SEND")]
+            assert at["REQUEST_END"] == max(arrived)
+            continue
+        assert header["model_name"] == "add_sub_py"
+        assert header["model_version"] == 1
+        assert "parent_id" not in header
+        at = _check_order(t["stamps"], HTTP if rid.startswith("http") else GRPC)
+        # NOTE: the response arrived in the frontend after the worker wrote it, before the
+        # frontend ended the request.
+        assert at["COMPUTE_OUTPUT_START"] <= at["INFER_RESPONSE_COMPLETE"] <= at["REQUEST_END"]
+    # one clock: the ids are those of one frontend, counted from 1
+    assert sorted(traces) == list(range(1, len(traces) + 1))

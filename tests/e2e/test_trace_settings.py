@@ -1,0 +1,282 @@
+"""Trace settings at run time over HTTP and gRPC, side by side with the real Triton 2.51.
+
+The same sequence of ``/v2[/models/<m>]/trace/setting`` requests (reads, per-model
+overrides, ``null`` clears, refused values) and gRPC ``TraceSetting`` calls goes to
+triton-mp and to tritonserver from ``.peers/`` (skipped where it is absent); every answer,
+status and body, must be the same once the trace file paths are put aside. Then ``count``
+and ``log-frequency`` on a live server: the traces land in ``<file>.<k>`` as Triton documents.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+from google.protobuf import json_format
+
+from tests.server import PROJECT_REPOSITORY, REPO_ROOT, ServerProcess, free_port
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+PEERS_ENV = Path(os.environ.get("PEERS_ENV", REPO_ROOT / ".peers" / "peers.env"))
+
+HTTP_STEPS: list[tuple[str, str, object]] = [
+    ("GET", "/v2/trace/setting", None),
+    ("GET", "/v2/models/add_sub_py/trace/setting", None),
+    ("POST", "/v2/models/add_sub_py/trace/setting", {"trace_rate": "5"}),
+    ("POST", "/v2/trace/setting", {"trace_count": "7"}),
+    ("GET", "/v2/models/add_sub_py/trace/setting", None),
+    ("POST", "/v2/models/add_sub_py/trace/setting", {"trace_rate": None}),
+    ("GET", "/v2/models/add_sub_py/trace/setting", None),
+    ("POST", "/v2/trace/setting", {"trace_file": "/tmp/elsewhere.json"}),
+    ("POST", "/v2/trace/setting", {"trace_level": ["OFF", "TIMESTAMPS"]}),
+    ("POST", "/v2/trace/setting", {"trace_level": ["BOGUS"]}),
+    ("POST", "/v2/trace/setting", {"trace_rate": "abc"}),
+    ("POST", "/v2/trace/setting", {"trace_rate": "99999999999"}),
+    ("POST", "/v2/trace/setting", {"trace_rate": "-1"}),
+    ("POST", "/v2/trace/setting", {"trace_count": "-5"}),
+    ("POST", "/v2/trace/setting", {"log_frequency": "x"}),
+    ("POST", "/v2/trace/setting", {"trace_rate": "0"}),
+    ("POST", "/v2/trace/setting", {"trace_level": ["OFF"]}),
+    ("POST", "/v2/trace/setting", {"trace_level": ["TIMESTAMPS", "TENSORS"]}),
+    ("POST", "/v2/models/add_sub_py/trace/setting", {"log_frequency": "3", "trace_count": "2"}),
+    ("GET", "/v2/models/add_sub_py/trace/setting", None),
+    ("GET", "/v2/models/nosuch/trace/setting", None),
+    ("POST", "/v2/models/nosuch/trace/setting", {}),
+    ("PUT", "/v2/trace/setting", None),
+    (
+        "POST",
+        "/v2/trace/setting",
+        {"trace_level": None, "trace_rate": None, "trace_count": None, "log_frequency": None},
+    ),
+    ("GET", "/v2/trace/setting", None),
+]
+GRPC_STEPS: list[tuple[str, dict]] = [
+    ("", {}),
+    ("add_sub_py", {"trace_rate": "3"}),
+    ("add_sub_py", {"trace_rate": None}),
+    ("", {"trace_file": "/tmp/y"}),
+    ("", {"trace_level": ["OFF", "TIMESTAMPS"]}),
+    ("", {"trace_rate": "abc"}),
+    ("", {"trace_rate": ["1", "2"]}),
+    ("", {"trace_count": "-5"}),
+    ("nosuch", {}),
+    ("", {"trace_rate": "1", "trace_level": None}),
+]
+
+
+def _peers_env() -> dict[str, str]:
+    if not PEERS_ENV.exists():
+        pytest.skip("the Triton peers are not installed (bench/peers/install-peers.sh .peers)")
+    out = subprocess.run(
+        ["bash", "-c", f"source {shlex.quote(str(PEERS_ENV))} && env -0"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    env = dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
+    if not Path(env.get("TRITONSERVER", "")).exists():
+        pytest.skip("tritonserver missing from the peers folder")
+    env["PATH"] = f"{env['TRITON_STUB_ENV']}/bin:{env['PATH']}"
+    return env
+
+
+def _flags(trace_file: Path) -> list[str]:
+    return [
+        "--trace-config",
+        f"triton,file={trace_file}",
+        "--trace-config",
+        "level=TIMESTAMPS",
+        "--trace-config",
+        "rate=1",
+    ]
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("trace_settings_repo")
+    shutil.copytree(PROJECT_REPOSITORY / "add_sub_py", root / "add_sub_py")
+    return root
+
+
+def _wait_ready(http: str, proc: subprocess.Popen, what: str) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        try:
+            if requests.get(f"http://{http}/v2/health/ready", timeout=1).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} not ready")
+
+
+@pytest.fixture(scope="module")
+def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """The real tritonserver 2.51 with the same trace flags: (http, grpc) addresses."""
+    env = _peers_env()
+    tmp = tmp_path_factory.mktemp("triton_trace")
+    ports = [free_port() for _ in range(3)]
+    log = open(tmp / "triton.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [
+            env["TRITONSERVER"],
+            f"--model-repository={repo}",
+            f"--backend-directory={env['TRITON_BACKENDS']}",
+            "--http-address=127.0.0.1",
+            f"--http-port={ports[0]}",
+            "--grpc-address=127.0.0.1",
+            f"--grpc-port={ports[1]}",
+            "--metrics-address=127.0.0.1",
+            f"--metrics-port={ports[2]}",
+            *_flags(tmp / "trace.json"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        _wait_ready(f"127.0.0.1:{ports[0]}", proc, "tritonserver")
+        yield f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def ours(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    tmp = tmp_path_factory.mktemp("ours_trace")
+    server = ServerProcess(repo, tmp / "server.log", *_flags(tmp / "trace.json"))
+    try:
+        server.wait_live()
+        yield server
+    finally:
+        server.stop()
+
+
+def _normal(body: object) -> object:
+    """Put the trace file path aside (each server has its own)."""
+    if isinstance(body, dict) and "trace_file" in body:
+        return {**body, "trace_file": "<file>"}
+    return body
+
+
+def _http_answers(http: str) -> list[tuple[int, object]]:
+    out = []
+    for method, path, body in HTTP_STEPS:
+        data = None if body is None else json.dumps(body)
+        r = requests.request(method, f"http://{http}{path}", data=data, timeout=10)
+        out.append((r.status_code, _normal(r.json())))
+    return out
+
+
+def _grpc_answers(url: str) -> list[object]:
+    client = grpcclient.InferenceServerClient(url)
+    out: list[object] = []
+    try:
+        for model, settings in GRPC_STEPS:
+            try:
+                if settings:
+                    r = client.update_trace_settings(model_name=model, settings=settings)
+                else:
+                    r = client.get_trace_settings(model_name=model)
+                out.append(_normal(json_format.MessageToDict(r)["settings"]))
+            except grpcclient.InferenceServerException as e:
+                out.append((e.status(), e.message()))
+        out.append("trace" in client.get_server_metadata().extensions)
+    finally:
+        client.close()
+    return out
+
+
+def _normal_grpc(answers: list[object]) -> list[object]:
+    return [
+        {k: ({"value": ["<file>"]} if k == "trace_file" else v) for k, v in a.items()}
+        if isinstance(a, dict)
+        else a
+        for a in answers
+    ]
+
+
+def test_http_settings_answer_as_triton_does(ours: ServerProcess, triton: tuple[str, str]) -> None:
+    mine = _http_answers(ours.http_url)
+    theirs = _http_answers(triton[0])
+    for step, a, b in zip(HTTP_STEPS, mine, theirs, strict=True):
+        assert a == b, step
+
+
+def test_grpc_settings_answer_as_triton_does(ours: ServerProcess, triton: tuple[str, str]) -> None:
+    mine = _normal_grpc(_grpc_answers(ours.url))
+    theirs = _normal_grpc(_grpc_answers(triton[1]))
+    for step, a, b in zip([*GRPC_STEPS, "metadata"], mine, theirs, strict=True):
+        assert a == b, step
+
+
+def _infer(client: grpcclient.InferenceServerClient, n: int) -> None:
+    x = np.ones((1, 16), np.float32)
+    for i in range(n):
+        ins = [
+            grpcclient.InferInput("INPUT0", [1, 16], "FP32"),
+            grpcclient.InferInput("INPUT1", [1, 16], "FP32"),
+        ]
+        for t in ins:
+            t.set_data_from_numpy(x)
+        client.infer("add_sub_py", ins, request_id=str(i))
+
+
+def test_rate_count_and_log_frequency_on_a_live_server(repo: Path, tmp_path: Path) -> None:
+    trace_file = tmp_path / "t.json"
+    server = ServerProcess(
+        repo,
+        tmp_path / "server.log",
+        "--trace-config",
+        f"triton,file={trace_file}",
+        "--trace-config",
+        "level=TIMESTAMPS",
+        "--trace-config",
+        "rate=2",
+        "--trace-config",
+        "triton,log-frequency=2",
+    )
+    try:
+        server.wait_live()
+        client = server.client()
+        _infer(client, 8)  # every 2nd: requests 1, 3, 5, 7 -> two files of two traces
+        files = sorted(tmp_path.glob("t.json.*"))
+        assert [f.name for f in files] == ["t.json.0", "t.json.1"]
+        ids = [
+            o["request_id"] for f in files for o in json.loads(f.read_text()) if "model_name" in o
+        ]
+        assert ids == ["1", "3", "5", "7"]
+        # a count of 1 for the model: one more trace, written at once to the next file
+        client.update_trace_settings(
+            model_name="add_sub_py", settings={"trace_count": "1", "trace_rate": "1"}
+        )
+        _infer(client, 3)
+        last = json.loads((tmp_path / "t.json.2").read_text())
+        assert [o["request_id"] for o in last if "model_name" in o] == ["0"]
+        assert client.get_trace_settings(model_name="add_sub_py").settings["trace_count"].value == [
+            "0"
+        ]
+        client.close()
+    finally:
+        assert server.stop() == 0
+    assert not trace_file.exists()  # nothing left for the shutdown write
