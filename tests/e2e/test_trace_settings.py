@@ -25,7 +25,7 @@ import requests
 import tritonclient.grpc as grpcclient
 from google.protobuf import json_format
 
-from tests.server import PROJECT_REPOSITORY, REPO_ROOT, ServerProcess, free_port
+from tests.server import PROJECT_REPOSITORY, REPO_ROOT, ServerProcess, free_port, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -260,6 +260,9 @@ def test_rate_count_and_log_frequency_on_a_live_server(repo: Path, tmp_path: Pat
         server.wait_live()
         client = server.client()
         _infer(client, 8)  # every 2nd: requests 1, 3, 5, 7 -> two files of two traces
+        # NOTE: a trace is written once its call ended in the server, just after the client
+        # got its answer.
+        wait_for(lambda: (tmp_path / "t.json.1").exists(), 10, "the second trace file")
         files = sorted(tmp_path.glob("t.json.*"))
         assert [f.name for f in files] == ["t.json.0", "t.json.1"]
         ids = [
@@ -271,6 +274,7 @@ def test_rate_count_and_log_frequency_on_a_live_server(repo: Path, tmp_path: Pat
             model_name="add_sub_py", settings={"trace_count": "1", "trace_rate": "1"}
         )
         _infer(client, 3)
+        wait_for(lambda: (tmp_path / "t.json.2").exists(), 10, "the third trace file")
         last = json.loads((tmp_path / "t.json.2").read_text())
         assert [o["request_id"] for o in last if "model_name" in o] == ["0"]
         assert client.get_trace_settings(model_name="add_sub_py").settings["trace_count"].value == [
