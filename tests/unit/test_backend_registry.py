@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from triton_mp.backends.registry import BACKENDS, load_backend
+from triton_mp.backends.registry import BACKENDS, BackendInfo, load_backend
 from triton_mp.common.errors import ConfigError, ErrorCode
 from triton_mp.ipc.specs import BatchingSpec, InstanceSpec, ModelVersionSpec
 
@@ -34,8 +34,9 @@ INSTANCE = InstanceSpec(instance_id=0, name="m_0", model="m", version=1)
 
 
 def test_supported_backends() -> None:
-    assert sorted(BACKENDS) == ["onnxruntime", "python", "tensorrt"]
-    assert sorted(name for name, info in BACKENDS.items() if info.runs) == ["onnxruntime", "python"]
+    assert sorted(BACKENDS) == ["onnxruntime", "python", "pytorch", "tensorrt"]
+    runs = sorted(name for name, info in BACKENDS.items() if info.runs)
+    assert runs == ["onnxruntime", "python", "pytorch"]
     for name, info in BACKENDS.items():
         assert info.name == name
         assert info.default_model_filename.startswith("model.")
@@ -49,6 +50,16 @@ def test_loaders_and_hooks_resolve(name: str) -> None:
     hook = info.auto_complete_hook()
     assert (hook is None) == (name == "tensorrt")
     assert hook is None or callable(hook)
+
+
+def test_missing_optional_package_is_named_without_importing_it() -> None:
+    info = BackendInfo("x", (), "model.x", requires="no_such_package_here", extra="x")
+    assert info.missing() == (
+        "the x backend needs the 'no_such_package_here' package (pip install 'triton-mp[x]')"
+    )
+    assert BACKENDS["onnxruntime"].missing() == ""
+    pytest.importorskip("torch")
+    assert BACKENDS["pytorch"].missing() == ""
 
 
 @pytest.mark.parametrize("backend", ["tensorrt", "tensorflow", ""])

@@ -203,7 +203,7 @@ def test_only_backends_import_backend_libraries() -> None:
         if "backends" in path.parts:
             continue
         imports = _imports(path)
-        for lib in ("onnxruntime", "tensorrt", "pycuda"):
+        for lib in ("onnxruntime", "tensorrt", "torch", "pycuda"):
             assert not _uses(imports, lib), f"{path.relative_to(PKG)} imports {lib}"
 
 
@@ -220,7 +220,7 @@ def test_supervisor_process_loads_neither_grpc_nor_onnxruntime() -> None:
 
     code = (
         "import sys, triton_mp.cli.main, triton_mp.supervisor.main;"
-        "print(','.join(m for m in ('grpc', 'onnxruntime') if m in sys.modules))"
+        "print(','.join(m for m in ('grpc', 'onnxruntime', 'torch') if m in sys.modules))"
     )
     env = {**os.environ, "PYTHONPATH": str(PKG.parent)}
     out = subprocess.run(

@@ -416,7 +416,7 @@ def test_unsupported_backend_fails_clearly(tmp_path: Path) -> None:
     d = make_model(tmp_path, "m", 'backend: "dali"' + IO_FP32, files={"model.dali": ""})
     error = load_err(d)
     assert error.startswith("unable to load model 'm': backend 'dali' is not supported")
-    assert "onnxruntime, python, tensorrt" in error
+    assert "onnxruntime, python, pytorch, tensorrt" in error
 
 
 def test_tensorrt_without_plan_file_fails_clearly(tmp_path: Path) -> None:

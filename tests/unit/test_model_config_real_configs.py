@@ -47,7 +47,10 @@ MUST_LOAD_IDS = frozenset(
         "F01",  # onnxruntime_onnx, max_batch_size 0, reshape, NCHW
         "F02",  # onnxruntime_onnx, sequence_batching oldest with controls
         "F03",  # python, TYPE_STRING, mbs 8
+        "F05",  # pytorch, sequence controls and implicit state, all <name>__<index>
         "F07",  # python, decoupled, model_warmup
+        "F11",  # pytorch_libtorch, KIND_MODEL, OUTPUT__n naming
+        "F13",  # pytorch: both platform and backend, named instance_group
         "F17",  # empty file + model.py: everything from auto-complete
         "F19",  # ensemble with optional inputs
         "F21",  # python, sequence_batching oldest
@@ -62,6 +65,7 @@ MUST_LOAD_IDS = frozenset(
         "F35",  # 5-step ensemble
         "F36",  # python, iterative sequence, oldest {}
         "F42",  # tensorrt_plan, cc_model_filenames
+        "F43",  # pytorch_libtorch, reshape to scalar, optimization.cuda.graphs
         "F44",  # tensorrt_plan, `gpus: 0`
         "F45",  # python, optional inputs
         "F46",  # onnxruntime, dynamic batching, accelerators
@@ -77,6 +81,8 @@ _DEFAULT_FILENAMES = {
     "onnxruntime": "model.onnx",
     "onnxruntime_onnx": "model.onnx",
     "python": "model.py",
+    "pytorch": "model.pt",
+    "pytorch_libtorch": "model.pt",
     "tensorrt": "model.plan",
     "tensorrt_plan": "model.plan",
 }

@@ -15,6 +15,7 @@ until a model needs them). Triton's names: core ``constants.h``.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +77,9 @@ class BackendInfo:
         loader: ``"module:Class"`` of the worker's ``Backend``; empty when triton-mp checks
             this backend's configs but has no worker for it yet.
         auto_complete: ``"module:function"`` of its ``AutoComplete`` hook; empty for none.
+        requires: the import name of the optional package its worker needs (``torch``,
+            ``tensorrt``); empty: none beyond triton-mp's own dependencies.
+        extra: the ``pip install triton-mp[<extra>]`` that brings ``requires``.
     """
 
     name: str
@@ -83,6 +87,16 @@ class BackendInfo:
     default_model_filename: str
     loader: str = ""
     auto_complete: str = ""
+    requires: str = ""
+    extra: str = ""
+
+    def missing(self) -> str:
+        """Why this backend cannot run here ("" when it can): its optional package is not
+        installed. Found without importing it, so the supervisor loads no torch."""
+        if not self.requires or importlib.util.find_spec(self.requires) is not None:
+            return ""
+        how = f" (pip install 'triton-mp[{self.extra}]')" if self.extra else ""
+        return f"the {self.name} backend needs the '{self.requires}' package{how}"
 
     @property
     def runs(self) -> bool:
@@ -118,6 +132,15 @@ BACKENDS: Mapping[str, BackendInfo] = {
             "model.py",
             loader="triton_mp.backends.python.backend:PythonBackend",
             auto_complete="triton_mp.backends.python.autocomplete:auto_complete",
+        ),
+        BackendInfo(
+            "pytorch",
+            ("pytorch_libtorch",),
+            "model.pt",
+            loader="triton_mp.backends.pytorch.backend:TorchBackend",
+            auto_complete="triton_mp.backends.pytorch.autocomplete:auto_complete",
+            requires="torch",
+            extra="torch",
         ),
         # NOTE: configs are checked (Triton's TensorRT rules) but no worker runs them yet.
         BackendInfo("tensorrt", ("tensorrt_plan",), "model.plan"),

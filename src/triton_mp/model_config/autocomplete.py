@@ -27,17 +27,19 @@ _TENSORRT = BACKENDS["tensorrt"]
 _ONNXRUNTIME = BACKENDS["onnxruntime"]
 _PYTHON = BACKENDS["python"]
 
-# Triton's backends triton-mp has no row for (core constants.h).
+# Triton's backends triton-mp has no row for (core constants.h), and PyTorch's second
+# platform (AOTInductor), which the pytorch row does not run.
 TF_BACKEND = "tensorflow"
 _TF_GRAPHDEF_PLATFORM = "tensorflow_graphdef"
 _TF_GRAPHDEF_FILENAME = "model.graphdef"
 _TF_SAVEDMODEL_PLATFORM = "tensorflow_savedmodel"
 _TF_SAVEDMODEL_FILENAME = "model.savedmodel"
 _OPENVINO = BackendInfo("openvino", (), "model.xml")
-_PYTORCH_BACKEND = "pytorch"
-_PYTORCH_PLATFORM = "pytorch_libtorch"
+_PYTORCH = BACKENDS["pytorch"]
+_PYTORCH_BACKEND = _PYTORCH.name
+_PYTORCH_PLATFORM = _PYTORCH.platforms[0]
 _PYTORCH_PLATFORM_ALT = "libtorch"
-_PYTORCH_FILENAME = "model.pt"
+_PYTORCH_FILENAME = _PYTORCH.default_model_filename
 _PYTORCH_AOTI_PLATFORM = "torch_aoti"
 _PYTORCH_AOTI_FILENAME = "model.pt2"
 

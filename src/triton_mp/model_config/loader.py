@@ -388,6 +388,11 @@ class _ModelLoader:
             config.version_policy, _existing_versions(self.directory), self.name
         )
         model_filename = config.default_model_filename
+        info = BACKENDS.get(config.backend)
+        if not model_filename and info is not None:
+            # NOTE: Triton leaves the field empty for a PyTorch config with a platform; the
+            # backend itself falls back to its file (pytorch_backend: "model.pt").
+            model_filename = info.default_model_filename
         is_ensemble = config.platform == ENSEMBLE_PLATFORM
         loadable: list[ModelVersion] = []
         failures: list[str] = []

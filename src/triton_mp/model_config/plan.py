@@ -138,7 +138,7 @@ def _refusal(m: RepositoryModel) -> str:
     info = BACKENDS.get(m.config.backend)
     if info is None or not info.runs:
         return f"backend '{m.config.backend}' is not supported by triton-mp yet"
-    return refusal(m.config)
+    return info.missing() or refusal(m.config)
 
 
 def instance_names(config: mc.ModelConfig) -> list[tuple[str, int, int]]:
