@@ -39,6 +39,7 @@ import importlib.util
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -435,3 +436,32 @@ def materialise_default_models(repository: Path) -> list[Path]:
         placed.append(keys)
     vad = materialise_vad_model(repository)
     return placed if vad is None else [*placed, vad]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m triton_mp.cli.assets REPOSITORY``: materialise the wheel-shipped files
+    into REPOSITORY once, ahead of serving (the container image runs it at build time, so
+    the image serves from a read-only repository and needs neither asset wheel).
+
+    Returns:
+        0 once every file is in place; 1 (with the reason on stderr) when an asset wheel
+        is missing.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m triton_mp.cli.assets")
+    parser.add_argument("repository", type=Path, help="root of the model repository")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        placed = materialise_default_models(args.repository)
+    except ConfigError as e:
+        print(e.message, file=sys.stderr)
+        return 1
+    for path in placed:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

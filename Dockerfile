@@ -1,0 +1,61 @@
+# syntax=docker/dockerfile:1
+# triton-mp's container image (docs/deploy.md): the wheel of this checkout in a venv, the
+# default model repository with its model files materialised at build time (read-only,
+# at /models), a non-root user, Triton's three ports and a health check on readiness.
+#
+#   docker build -t triton-mp:0.1.0 .
+#   docker run --rm --shm-size=1g -p 8000-8002:8000-8002 triton-mp:0.1.0
+#
+# GPU variant (docs/deploy.md, "GPU image"): the same file with a CUDA runtime base and the
+# `gpu` extra:
+#   docker build --build-arg BASE_IMAGE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04 \
+#                --build-arg EXTRAS=repository,gpu -t triton-mp:0.1.0-gpu .
+#
+# Every command below is one that the tests run too (tests/deploy/test_dockerfile.py and
+# tests/e2e/test_deploy_contract.py, which read them from this file): the
+# wheel build and a server started from the wheel on a read-only repository, the asset
+# install of the README's set-up command, and `python -m triton_mp.cli.assets`.
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+
+FROM ${BASE_IMAGE} AS build
+ARG EXTRAS=repository
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# NOTE: the slim Python base has venv already; a CUDA base (Ubuntu) gets the distribution's
+# python3, whose version the distribution pins.
+# hadolint ignore=DL3008
+RUN if ! python3 -m venv --help >/dev/null 2>&1; then \
+      apt-get update && apt-get install -y --no-install-recommends python3 python3-venv \
+      && rm -rf /var/lib/apt/lists/*; \
+    fi
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY src ./src
+RUN python3 -m venv /opt/triton-mp \
+    && /opt/triton-mp/bin/pip install --no-cache-dir --upgrade "pip>=24" \
+    && /opt/triton-mp/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
+    && /opt/triton-mp/bin/pip install --no-cache-dir "$(echo /wheels/triton_mp-*.whl)[${EXTRAS}]"
+# The model files ship inside two wheels that are needed only here (README, "Set up").
+COPY model_repository /models
+RUN /opt/triton-mp/bin/pip install --no-cache-dir --no-deps --ignore-requires-python rapidocr-onnxruntime==1.4.4 silero-vad==6.2.3 \
+    && /opt/triton-mp/bin/python -m triton_mp.cli.assets /models \
+    && /opt/triton-mp/bin/pip uninstall -y rapidocr-onnxruntime silero-vad
+
+FROM ${BASE_IMAGE}
+# hadolint ignore=DL3008
+RUN if ! command -v python3 >/dev/null 2>&1; then \
+      apt-get update && apt-get install -y --no-install-recommends python3 \
+      && rm -rf /var/lib/apt/lists/*; \
+    fi \
+    && (getent passwd 1000 >/dev/null || useradd --uid 1000 --user-group --no-create-home --shell /usr/sbin/nologin triton)
+COPY --from=build /opt/triton-mp /opt/triton-mp
+COPY --from=build /models /models
+ENV PATH=/opt/triton-mp/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
+USER 1000:1000
+WORKDIR /tmp
+EXPOSE 8000 8001 8002
+HEALTHCHECK --interval=15s --timeout=5s --start-period=180s --retries=3 \
+    CMD ["python3", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/v2/health/ready', timeout=4)"]
+ENTRYPOINT ["triton-mp", "start"]
+CMD ["--model-repository=/models"]

