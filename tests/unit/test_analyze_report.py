@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 from google.protobuf import text_format
 
@@ -194,8 +195,25 @@ def test_report_writes_loadable_configs_html_and_json(tmp_path: Path) -> None:
     assert parsed.dynamic_batching.max_queue_delay_microseconds == 0
     page = (tmp_path / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 2
+    for name in report.CHART_FILES:
+        assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
     assert "Recommended configs" in page
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["recommendations"][0]["point"] == "i2_b8_dyn0@c4"
     assert summary["shipped_best"] == "shipped@c1"  # concurrency 4 is over the budget
     assert len(summary["results"]) == 4
+
+
+def test_gpu_note_names_each_device_s_peak() -> None:
+    from triton_mp.analyze.results import GpuSample
+
+    base = _result(Variant(instance_count=1, max_batch_size=8, dynamic_batching=False), 1, 1, 1)
+    assert report.gpu_note([base]) == "GPU: none visible through NVML"
+
+    def with_gpu(used_mib: int, util: int) -> Result:
+        g = GpuSample(index=0, name="H200", used_bytes=used_mib << 20, utilization_percent=util)
+        m = msgspec.structs.replace(base.measurement, gpus=(g,))
+        return Result(point=base.point, measurement=m)
+
+    note = report.gpu_note([with_gpu(100, 80), with_gpu(300, 20)])
+    assert note == "GPU (highest over the points): 0 H200: 300 MiB used, 80% busy"

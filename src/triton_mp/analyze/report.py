@@ -4,7 +4,8 @@ Written into the output folder:
 - ``configs/<rank>_<variant>/config.pbtxt``: each recommended config, the effective config
   the server served while it was measured (text format), headed by its figures;
 - ``summary.json``: every measured point, the Pareto front and the recommendations;
-- ``report.html``: the summary table and charts (matplotlib PNGs embedded as data URIs):
+- ``report.html``: the summary table and charts (matplotlib PNGs embedded as data URIs, and
+  written beside it as ``CHART_FILES``):
   throughput against p99 latency per variant with the Pareto front and the latency budget,
   resident memory per variant (instance processes and the rest of the server) and server
   CPU per inference by role. Without matplotlib the page has the tables only.
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from triton_mp.analyze.settings import Settings
 
 MIB = 1 << 20
+CHART_FILES = ("throughput_vs_latency.png", "memory_and_cpu.png")
+"""The charts, also written as files beside report.html (for a README or a wiki)."""
 NO_BATCHER_NOTE = (
     "measured without a dynamic batcher: serve it with --disable-auto-complete-config, or\n"
     "auto-complete turns dynamic batching on for a model that can batch (as Triton's does)"
@@ -123,16 +126,16 @@ def write_configs(recs: Sequence[Recommendation], ckpt: Checkpoint, out: Path) -
     return paths
 
 
-def _png(fig: Any) -> str:
+def _png(fig: Any) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    return base64.b64encode(buf.getvalue()).decode()
+    return buf.getvalue()
 
 
 def charts(
     results: Sequence[Result], front: Sequence[Result], budget_ms: float | None
-) -> list[str]:
-    """The report's PNGs (base64); empty when matplotlib is not installed."""
+) -> list[bytes]:
+    """The report's PNGs (``CHART_FILES``); empty when matplotlib is not installed."""
     try:
         import matplotlib
 
@@ -198,7 +201,11 @@ def charts(
 
 
 def html_page(
-    title: str, notes: list[str], rows: list[list[str]], all_rows: list[list[str]], pngs: list[str]
+    title: str,
+    notes: list[str],
+    rows: list[list[str]],
+    all_rows: list[list[str]],
+    pngs: list[bytes],
 ) -> str:
     """The HTML report."""
 
@@ -209,7 +216,9 @@ def html_page(
         )
         return f"<table><tr>{head}</tr>{body}</table>"
 
-    imgs = "".join(f'<p><img src="data:image/png;base64,{p}"></p>' for p in pngs)
+    imgs = "".join(
+        f'<p><img src="data:image/png;base64,{base64.b64encode(p).decode()}"></p>' for p in pngs
+    )
     notes_html = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
     style = (
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
@@ -220,6 +229,21 @@ def html_page(
         f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1><ul>{notes_html}</ul>"
         f"<h2>Recommended configs</h2>{table(rows)}{imgs}"
         f"<h2>Every measured point</h2>{table(all_rows)}</body></html>"
+    )
+
+
+def gpu_note(results: Sequence[Result]) -> str:
+    """GPU memory and utilisation per device, the highest over the points (NVML)."""
+    peak: dict[tuple[int, str], tuple[int, int]] = {}
+    for r in results:
+        for g in r.measurement.gpus:
+            used, util = peak.get((g.index, g.name), (0, 0))
+            peak[(g.index, g.name)] = (max(used, g.used_bytes), max(util, g.utilization_percent))
+    if not peak:
+        return "GPU: none visible through NVML"
+    return "GPU (highest over the points): " + "; ".join(
+        f"{i} {name}: {used / MIB:.0f} MiB used, {util}% busy"
+        for (i, name), (used, util) in sorted(peak.items())
     )
 
 
@@ -243,15 +267,17 @@ def write(settings: Settings, ckpt: Checkpoint, out: Path) -> list[Recommendatio
         "memory: resident set (VmRSS) of each process of the server; "
         "'instances' sums the model's worker processes",
     ]
+    notes.append(gpu_note(results))
     if not recs:
         notes.append("no measured config meets the constraints")
     title = f"triton-mp analyze: {settings.model}"
     print_table(rows, title)
     paths = write_configs(recs, ckpt, out)
     all_rows = [row("", r) for r in results]
-    (out / "report.html").write_text(
-        html_page(title, notes, rows, all_rows, charts(results, front, c.latency_budget_ms))
-    )
+    pngs = charts(results, front, c.latency_budget_ms)
+    for name, png in zip(CHART_FILES, pngs, strict=False):
+        (out / name).write_bytes(png)
+    (out / "report.html").write_text(html_page(title, notes, rows, all_rows, pngs))
     summary = {
         "model": settings.model,
         "load_generator": generator,
