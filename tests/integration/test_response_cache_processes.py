@@ -54,7 +54,7 @@ def _die_mid_insert(name: str, locked: mp.synchronize.Event) -> None:
 def _hammer(name: str, start: int, rounds: int, bad: mp.sharedctypes.Synchronized) -> None:
     cache = SharedResponseCache.attach(name)
     for r in range(rounds):
-        i = (start + r * 7) % 400
+        i = (start + r * 7) % 90
         got = cache.lookup(_key(i))
         if got is None:
             cache.insert(_key(i), _value(i))

@@ -87,6 +87,7 @@ def test_json_snapshot_has_stable_keys() -> None:
         "batch_size_in_flight",
         "executions",
         "restarts",
+        "waiting_requests",
     ]
     assert list(cls["recent_batches"][0]) == [
         "age_us",

@@ -31,7 +31,7 @@ class LevelStatus(_message.Message):
     def __init__(self, level: _Optional[int] = ..., depth: _Optional[int] = ..., delayed: _Optional[int] = ..., oldest_age_us: _Optional[int] = ..., rejected: _Optional[int] = ..., timed_out: _Optional[int] = ..., delayed_total: _Optional[int] = ...) -> None: ...
 
 class InstanceStatus(_message.Message):
-    __slots__ = ("instance_id", "name", "live", "batches_in_flight", "requests_in_flight", "batch_size_in_flight", "executions", "restarts")
+    __slots__ = ("instance_id", "name", "live", "batches_in_flight", "requests_in_flight", "batch_size_in_flight", "executions", "restarts", "waiting_requests")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     LIVE_FIELD_NUMBER: _ClassVar[int]
@@ -40,6 +40,7 @@ class InstanceStatus(_message.Message):
     BATCH_SIZE_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
     RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     instance_id: int
     name: str
     live: bool
@@ -48,7 +49,8 @@ class InstanceStatus(_message.Message):
     batch_size_in_flight: int
     executions: int
     restarts: int
-    def __init__(self, instance_id: _Optional[int] = ..., name: _Optional[str] = ..., live: _Optional[bool] = ..., batches_in_flight: _Optional[int] = ..., requests_in_flight: _Optional[int] = ..., batch_size_in_flight: _Optional[int] = ..., executions: _Optional[int] = ..., restarts: _Optional[int] = ...) -> None: ...
+    waiting_requests: int
+    def __init__(self, instance_id: _Optional[int] = ..., name: _Optional[str] = ..., live: _Optional[bool] = ..., batches_in_flight: _Optional[int] = ..., requests_in_flight: _Optional[int] = ..., batch_size_in_flight: _Optional[int] = ..., executions: _Optional[int] = ..., restarts: _Optional[int] = ..., waiting_requests: _Optional[int] = ...) -> None: ...
 
 class BatchRecord(_message.Message):
     __slots__ = ("age_us", "batch_size", "requests", "reason", "instance")

@@ -184,7 +184,12 @@ class SnapshotCollector:
             "Instantaneous number of pending requests awaiting execution per-model.",
             labels=("model", "version"),
         )
-        depth = {(q.model, q.version): sum(lv.depth for lv in q.levels) for q in self._snap.queues}
+        # NOTE: batches waiting for the rate limiter's resources are pending too.
+        depth = {
+            (q.model, q.version): sum(lv.depth for lv in q.levels)
+            + sum(i.waiting_requests for i in q.instances)
+            for q in self._snap.queues
+        }
         for st in self._snap.stats:
             labels = {"model": st.name, "version": str(st.version)}
 

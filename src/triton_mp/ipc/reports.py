@@ -93,6 +93,9 @@ class InstanceStatus(msgspec.Struct, frozen=True, kw_only=True, array_like=True)
     """Batches this instance finished (cumulative)."""
     restarts: int = 0
     """Times the worker process came back after it died (cumulative)."""
+    waiting_requests: int = 0
+    """Requests of its batch that waits for the rate limiter's resources (counted in
+    ``batches_in_flight`` and ``requests_in_flight`` too, and pending in the metrics)."""
 
 
 class BatchRecord(msgspec.Struct, frozen=True, kw_only=True, array_like=True):

@@ -13,7 +13,7 @@ from typing import Literal
 import msgspec
 
 # NOTE: ModelEntry crosses the control pipe too, so it lives with the messages.
-from triton_mp.common.config import CacheConfig
+from triton_mp.common.config import CacheConfig, RateLimitResource
 from triton_mp.common.gpus import Gpu
 from triton_mp.common.trace_config import TraceConfig
 from triton_mp.ipc.messages import BlsModel as BlsModel
@@ -169,6 +169,26 @@ class InstanceSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """Nice increment of the worker process (``optimization.priority``: PRIORITY_MIN 19)."""
 
 
+class ResourceSpec(msgspec.Struct, frozen=True, array_like=True):
+    """One ``instance_group.rate_limiter.resources`` entry."""
+
+    name: str
+    global_: bool
+    """``global``: shared by every device, else one pool per device."""
+    count: int
+
+
+class RateLimitSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """One instance's ``rate_limiter`` (``scheduler.rate_limiter``)."""
+
+    resources: tuple[ResourceSpec, ...] = ()
+    priority: int = 0
+    """``priority``; 0 counts as 1 (Triton's ``ScaledPriority``)."""
+    device: int = 0
+    """The device whose per-device pools it draws from: the GPU of a KIND_GPU instance,
+    0 otherwise (as Triton's CPU instances have device id 0)."""
+
+
 class ModelVersionSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """What the scheduler and workers need to know about one loaded model version."""
 
@@ -192,6 +212,8 @@ class ModelVersionSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=Tru
     """``model_transaction_policy.decoupled``: zero or many responses per request."""
     warmup: tuple[WarmupSampleSpec, ...] = ()
     """``model_warmup``: samples every instance runs before it reports ready."""
+    rate_limits: tuple[RateLimitSpec, ...] = ()
+    """Per entry of ``instance_ids``: its group's ``rate_limiter`` (empty: none given)."""
 
     @property
     def enforced_inputs(self) -> tuple[str, ...]:
@@ -230,6 +252,10 @@ class SchedulerSpec(msgspec.Struct, frozen=True, kw_only=True):
     to_frontends: dict[int, ChannelSpec]
     """Per frontend id."""
     log: LogSpec
+    rate_limit: bool = False
+    """``--rate-limit execution_count`` (``scheduler.rate_limiter``)."""
+    rate_limit_resources: tuple[RateLimitResource, ...] = ()
+    """``--rate-limit-resource``: the explicit counts."""
 
 
 class BlsSpec(msgspec.Struct, frozen=True, kw_only=True):

@@ -33,6 +33,8 @@ from triton_mp.ipc.specs import (
     InstanceSpec,
     ModelVersionSpec,
     QueuePolicySpec,
+    RateLimitSpec,
+    ResourceSpec,
     SequenceSpec,
     StateSpec,
     TensorSpec,
@@ -45,7 +47,7 @@ from triton_mp.model_config.unacted import refusal, unacted_fields
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ModelPlan", "instance_names", "plan_models"]
+__all__ = ["ModelPlan", "instance_names", "plan_models", "rate_limits"]
 
 _KIND_NAMES: dict[int, Literal["KIND_CPU", "KIND_GPU", "KIND_MODEL"]] = {
     mc.ModelInstanceGroup.KIND_CPU: "KIND_CPU",
@@ -257,6 +259,26 @@ def _warmup_specs(cfg: mc.ModelConfig, model_dir: Path) -> tuple[WarmupSampleSpe
     return tuple(samples)
 
 
+def rate_limits(config: mc.ModelConfig) -> tuple[RateLimitSpec, ...]:
+    """Each instance's group's ``rate_limiter``, in ``instance_names`` order."""
+    out: list[RateLimitSpec] = []
+    if config.HasField("ensemble_scheduling"):
+        return ()
+    for group in config.instance_group:
+        rl = group.rate_limiter
+        resources = tuple(
+            ResourceSpec(r.name, bool(getattr(r, "global")), int(r.count)) for r in rl.resources
+        )
+        gpu = group.kind == mc.ModelInstanceGroup.KIND_GPU
+        devices = [int(g) for g in group.gpus] if gpu else [0]
+        for _ in range(group.count):
+            out.extend(
+                RateLimitSpec(resources=resources, priority=int(rl.priority), device=d)
+                for d in devices
+            )
+    return tuple(out)
+
+
 def _version_spec(
     m: RepositoryModel,
     v: ModelVersion,
@@ -282,6 +304,7 @@ def _version_spec(
         config_json=config_json,
         decoupled=bool(cfg.model_transaction_policy.decoupled),
         warmup=_warmup_specs(cfg, m.directory),
+        rate_limits=rate_limits(cfg),
     )
 
 

@@ -44,11 +44,12 @@ from triton_mp.ipc.messages import (
 )
 from triton_mp.ipc.reports import ModelQueueStatus
 from triton_mp.ipc.ring import RecordTooLarge
-from triton_mp.ipc.specs import ModelVersionSpec
+from triton_mp.ipc.specs import ModelVersionSpec, RateLimitSpec
 from triton_mp.scheduler.instances import Generation, InFlight
 from triton_mp.scheduler.lifecycle import STOPPING_MESSAGE, Lifecycle
 from triton_mp.scheduler.outbox import Outbound, Outbox, ToInstance
 from triton_mp.scheduler.policy import QUEUE_FULL, TIMED_OUT, Batch, Queued
+from triton_mp.scheduler.rate_limiter import Limits, RateLimiter
 from triton_mp.scheduler.stats import StatsBook
 from triton_mp.scheduler.status import BatchLog, BatchLogs, queue_status
 
@@ -72,6 +73,8 @@ class SchedulerCore:
     Args:
         models: model versions active from the start (tests; the server starts with none
             and activates every version by ``VersionsActivated``).
+        rate_limiter: ``--rate-limit execution_count``: formed batches wait for their
+            instance's resources (``scheduler.rate_limiter``); None starts them at once.
 
     Attributes:
         stats: per-version statistics (``StatsQuery``).
@@ -83,7 +86,9 @@ class SchedulerCore:
         handlers: the dispatch table, message type -> handler.
     """
 
-    def __init__(self, models: Iterable[ModelVersionSpec] = ()) -> None:
+    def __init__(
+        self, models: Iterable[ModelVersionSpec] = (), rate_limiter: RateLimiter | None = None
+    ) -> None:
         self.stats = StatsBook(())
         self._logs = BatchLogs()
         self._out = Outbox(self.stats)
@@ -92,6 +97,9 @@ class SchedulerCore:
         self.stopping = False
         self.defer_unknown = False
         self.deferred: list[InferRequest] = []
+        self.limiter = rate_limiter
+        self._held: dict[int, BatchAssign] = {}
+        """Per instance: its batch that waits for resources (not sent yet)."""
         life = self.lifecycle
         self.handlers: dict[type, Callable[[Any, int], None]] = {
             InferRequest: self._on_request,
@@ -102,13 +110,14 @@ class SchedulerCore:
             WorkerReady: life.on_ready,
             BatchDone: self._on_batch_done,
             DecoupledDone: self._on_decoupled_done,
-            WorkerDied: life.on_died,
+            WorkerDied: self._on_died,
             Shutdown: self._on_shutdown,
             InstancesAdded: life.on_added,
-            VersionsActivated: life.on_activated,
+            VersionsActivated: self._on_activated,
             InstancesRetired: life.on_retired,
-            InstancesRemoved: life.on_removed,
+            InstancesRemoved: self._on_removed,
         }
+        self._register_limits()
 
     # ----------------------------------------------------------------- messages
     def handle(self, msg: ToScheduler, now_ns: int) -> Sequence[Outbound]:
@@ -209,6 +218,7 @@ class SchedulerCore:
             if i not in failed
         ]
         inst.executions += 1
+        self._release(msg.instance_id, now_ns)
         self.stats.record_execution(
             *inst.key,
             requests=ok,
@@ -223,6 +233,61 @@ class SchedulerCore:
             self.stats.record_failure(r.model, r.version, r.arrival_ns, msg.end_ns, "BACKEND")
         if not self.stopping and inst.generation is not None:
             inst.generation.policy.instance_idle(msg.instance_id, now_ns)
+
+    # ------------------------------------------------------------- rate limiter
+    def _on_activated(self, msg: VersionsActivated, now_ns: int) -> None:
+        self.lifecycle.on_activated(msg, now_ns)
+        self._register_limits()
+
+    def _register_limits(self) -> None:
+        """Tell the rate limiter every active instance's ``rate_limiter``."""
+        if self.limiter is None:
+            return
+        for gen in self.lifecycle.active.values():
+            spec = gen.spec
+            for i, iid in enumerate(spec.instance_ids):
+                if self.limiter.known(iid):
+                    continue
+                rl = spec.rate_limits[i] if i < len(spec.rate_limits) else None
+                limits = Limits() if rl is None else _limits(rl)
+                self.limiter.register(iid, limits)
+                if self.limiter.error:
+                    log.error("rate limiter: %s", self.limiter.error)
+
+    def _on_died(self, msg: WorkerDied, now_ns: int) -> None:
+        if self.limiter is not None:
+            self.limiter.forget(msg.instance_id)
+            self._held.pop(msg.instance_id, None)
+        self.lifecycle.on_died(msg, now_ns)
+
+    def _on_removed(self, msg: InstancesRemoved, now_ns: int) -> None:
+        if self.limiter is not None:
+            for iid in msg.instance_ids:
+                self.limiter.remove(iid)
+                self._held.pop(iid, None)
+        self.lifecycle.on_removed(msg, now_ns)
+
+    def _release(self, instance_id: int, now_ns: int) -> None:
+        """An instance's batch ended: its resources are free. They are granted at the end
+        of the next dispatch pass, after the instance had its chance to stage its next
+        batch (Triton stages a released instance that has work before it allocates)."""
+        if self.limiter is not None:
+            self.limiter.release(instance_id)
+
+    def _grant(self, now_ns: int) -> None:
+        """Send every held batch whose resources the limiter grants now; its requests'
+        queue time ends here (``dispatch_ns``)."""
+        if self.limiter is None:
+            return
+        for iid in self.limiter.allocate():
+            assign = self._held.pop(iid, None)
+            inst = self.lifecycle.instances.get(iid)
+            if assign is None or inst is None or inst.batch is None:
+                self.limiter.release(iid)
+                continue
+            inst.batch = inst.batch._replace(dispatch_ns=now_ns)
+            inst.staged = False
+            self._out.to_instance(iid, msgspec.structs.replace(assign, dispatch_ns=now_ns))
 
     def _on_decoupled_done(self, msg: DecoupledDone, now_ns: int) -> None:
         inst = self.lifecycle.instances.get(msg.instance_id)
@@ -250,6 +315,7 @@ class SchedulerCore:
                 batch_log = self._logs.get(gen.key)
                 for batch in batches:
                     self._assign(gen, batch, batch_log, now_ns)
+        self._grant(now_ns)
         if self.lifecycle.retiring:
             self.lifecycle.finish_retirements(now_ns)
         return self._out.take()
@@ -284,7 +350,14 @@ class SchedulerCore:
             slots=batch.slots,
             released=cast(tuple[int | str, ...], batch.released),
         )
-        self._out.to_instance(batch.instance_id, assign)
+        if self.limiter is None:
+            self._out.to_instance(batch.instance_id, assign)
+            return
+        # NOTE: the batch is the instance's from now on (a death fails it), but it starts
+        # only once the rate limiter grants its resources.
+        inst.staged = True
+        self._held[batch.instance_id] = assign
+        self.limiter.stage(batch.instance_id)
 
     def refuse(self, item: ToInstance, why: str, now_ns: int) -> Sequence[Outbound]:
         """A ``BatchAssign`` cannot reach its worker (its requests' parameters, together,
@@ -308,6 +381,7 @@ class SchedulerCore:
                 now_ns,
             )
         log.warning("batch %d refused: %s", batch_id, why)
+        self._release(item.instance_id, now_ns)
         if not self.stopping and inst is not None and inst.generation is not None:
             inst.generation.policy.instance_idle(item.instance_id, now_ns)
         return self._out.take()
@@ -336,6 +410,12 @@ class SchedulerCore:
             and not lc.retiring
             and all(g.policy.queue_depth() == 0 for g in lc.active.values())
         )
+
+
+def _limits(spec: RateLimitSpec) -> Limits:
+    return Limits(
+        tuple((r.name, r.global_, r.count) for r in spec.resources), spec.priority, spec.device
+    )
 
 
 def deliver(

@@ -97,6 +97,8 @@ class Instance:
     not reported yet (``DecoupledDone``), by (reply address, request id)."""
     executions: int = 0
     """Batches it finished (``BatchDone``)."""
+    staged: bool = False
+    """Its ``batch`` waits for the rate limiter's resources (not sent yet)."""
     restarts: int = 0
     """Times it came back after it died."""
 

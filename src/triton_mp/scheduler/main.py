@@ -28,6 +28,7 @@ from triton_mp.ipc.specs import SchedulerSpec
 from triton_mp.scheduler.clock import SCHEDULER_TIMER_SLACK_NS, Clock, MonotonicClock
 from triton_mp.scheduler.core import SchedulerCore, deliver
 from triton_mp.scheduler.outbox import Attach, Broadcast, Detach, Outbound, Reply, ToInstance
+from triton_mp.scheduler.rate_limiter import RateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,10 @@ def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     inbox: Inbox[ToScheduler] = Inbox(spec.inbox.wakeup, spec.inbox.rings, ToScheduler)
     router = Router(spec, inbox)
-    core = SchedulerCore(spec.models)
+    limiter = None
+    if spec.rate_limit:
+        limiter = RateLimiter((r.name, r.count, r.device) for r in spec.rate_limit_resources)
+    core = SchedulerCore(spec.models, limiter)
     core.defer_unknown = True
     # NOTE: the loop sleeps until batch deadlines; see set_timer_slack_ns for why.
     set_timer_slack_ns(SCHEDULER_TIMER_SLACK_NS)

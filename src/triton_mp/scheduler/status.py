@@ -96,6 +96,9 @@ def _instances(gen: Generation, table: InstanceTable) -> tuple[InstanceStatus, .
                 batch_size_in_flight=flight.total_batch_size if flight else 0,
                 executions=inst.executions if inst is not None else 0,
                 restarts=inst.restarts if inst is not None else 0,
+                waiting_requests=len(flight.requests)
+                if flight is not None and inst is not None and inst.staged
+                else 0,
             )
         )
     return tuple(out)

@@ -10,6 +10,7 @@ temporary directory that lives as long as the load it serves). Reading validates
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import shutil
@@ -28,6 +29,8 @@ from triton_mp.model_config.loader import (
     load_model,
     parse_config_override,
 )
+from triton_mp.model_config.plan import rate_limits
+from triton_mp.scheduler.rate_limiter import Limits, check_resources
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +155,22 @@ def read_request(
         min_compute_capability=config.min_compute_capability,
         config_override=override,
     )
+    if rm.error is None and rm.config is not None and config.rate_limit == "execution_count":
+        error = rate_limit_error(rm.config, config)
+        if error is not None:
+            rm = dataclasses.replace(rm, error=error, versions=())
     return rm, temp_dir
+
+
+def rate_limit_error(model: mc.ModelConfig, config: ServerConfig) -> str | None:
+    """Triton's load error for a model whose ``rate_limiter`` resources can never be had
+    (core ``RateLimiter::ResourceManager``), or None."""
+    limits = [
+        Limits(tuple((r.name, r.global_, r.count) for r in s.resources), s.priority, s.device)
+        for s in rate_limits(model)
+    ]
+    explicit = [(r.name, r.count, r.device) for r in config.rate_limit_resources]
+    return check_resources(limits, explicit)
 
 
 def models_at_start(config: ServerConfig) -> list[str]:

@@ -214,6 +214,8 @@ class Supervisor:
             to_workers={},
             to_frontends=channels.scheduler_to_frontends,
             log=self._log,
+            rate_limit=self.config.rate_limit == "execution_count",
+            rate_limit_resources=self.config.rate_limit_resources,
         )
         scheduler = Child("scheduler", "scheduler", encode(spec))
         self.children.add([scheduler])
