@@ -21,6 +21,7 @@ import os
 import signal
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -39,7 +40,6 @@ from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.metrics import MetricsEndpoint
 from triton_mp.frontend.model_table import ModelTable
 from triton_mp.frontend.pending import PendingTable
-from triton_mp.frontend.redis_cache import RedisStore
 from triton_mp.frontend.repository_api import RepositoryApi
 from triton_mp.frontend.response_cache import ResponseCacheStep, cache_enabled
 from triton_mp.frontend.server_api import ServerApi
@@ -50,6 +50,9 @@ from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.handshake import report_ready, report_start_failed
 from triton_mp.ipc.messages import ToFrontend
 from triton_mp.ipc.response_cache import CacheStats, SharedResponseCache
+
+if TYPE_CHECKING:
+    from triton_mp.frontend.redis_cache import RedisStore
 from triton_mp.ipc.specs import FrontendSpec
 
 log = logging.getLogger(__name__)
@@ -180,6 +183,9 @@ def _open_cache(spec: FrontendSpec) -> SharedResponseCache | RedisStore | None:
         return None
     if spec.cache.kind == "local":
         return SharedResponseCache.attach(spec.cache_segment)
+    # NOTE: imported here: only a server with a Redis cache loads the redis package.
+    from triton_mp.frontend.redis_cache import RedisStore
+
     return RedisStore.connect(spec.cache.settings)
 
 
