@@ -11,6 +11,7 @@ models place themselves, so they load on a fake GPU (CUDA is never touched).
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +28,16 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 UUIDS = ("GPU-0a0a0a0a-1111-2222-3333-444444444444", "GPU-0b0b0b0b-1111-2222-3333-444444444444")
 FAKE = json.dumps(
     [
-        {"uuid": UUIDS[0], "name": "Fake A", "compute_capability": "9.0"},
+        {
+            "uuid": UUIDS[0],
+            "name": "Fake A",
+            "compute_capability": "9.0",
+            "utilization": 0.25,
+            "memory_total_bytes": 8 << 30,
+            "memory_used_bytes": 1 << 30,
+            "power_usage_w": 90.5,
+            "power_limit_w": 300,
+        },
         {"uuid": UUIDS[1], "name": "Fake B", "compute_capability": "7.0"},
     ]
 )
@@ -86,6 +96,12 @@ def _reports(reports: Path) -> list[dict[str, object]]:
     )
 
 
+def _metrics(server: ServerProcess) -> str:
+    url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return str(r.read().decode())
+
+
 def test_gpu_instances_each_see_only_their_device(
     tmp_path: Path,
     start_server: Callable[..., ServerProcess],
@@ -116,6 +132,12 @@ def test_gpu_instances_each_see_only_their_device(
         answer = client.infer("where", [inp]).as_numpy("VISIBLE")[0].decode()
         assert answer in UUIDS
         assert "FAKE GPUs" in server.log()
+    metrics = _metrics(server)
+    assert f'nv_gpu_utilization{{gpu_uuid="{UUIDS[0]}"}} 0.25' in metrics
+    assert f'nv_gpu_memory_used_bytes{{gpu_uuid="{UUIDS[0]}"}} 1.073741824e+09' in metrics
+    assert f'nv_gpu_power_usage{{gpu_uuid="{UUIDS[0]}"}} 90.5' in metrics
+    assert f'nv_gpu_power_limit{{gpu_uuid="{UUIDS[1]}"}} 0.0' in metrics
+    assert f'nv_energy_consumption{{gpu_uuid="{UUIDS[1]}"}} 0.0' in metrics
 
 
 def test_min_compute_capability_and_no_gpu_refusals(
@@ -129,7 +151,9 @@ def test_min_compute_capability_and_no_gpu_refusals(
     _model(repo, "any_gpu", "{ kind: KIND_GPU }", reports / "any")
     monkeypatch.setenv(FAKE_GPUS_ENV, FAKE)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    server = start_server(repo, "--min-supported-compute-capability", "8.0")
+    server = start_server(
+        repo, "--min-supported-compute-capability", "8.0", "--allow-gpu-metrics", "false"
+    )
     with server.client() as client:
         index = {m.name: m for m in client.get_model_repository_index().models}
         assert index["old_gpu"].state == "UNAVAILABLE"
@@ -140,6 +164,7 @@ def test_min_compute_capability_and_no_gpu_refusals(
         )
         assert client.is_model_ready("any_gpu")
     assert [r["visible"] for r in _reports(reports / "any")] == [UUIDS[0]]
+    assert "nv_gpu_" not in _metrics(server)
 
 
 def test_cpu_host_refuses_kind_gpu_and_runs_kind_auto_on_cpu(

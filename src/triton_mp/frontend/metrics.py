@@ -8,7 +8,8 @@ triton-mp process with psutil, and renders that one snapshot:
 
 - ``MetricsSnapshot`` is the plain data, ``SnapshotCollector`` turns it into Prometheus
   metric families and ``render`` writes the text format (unit-testable without a server);
-- ``MetricsEndpoint`` is the aiohttp server, the scheduler queries and the CPU poller.
+- ``MetricsEndpoint`` is the aiohttp server, the scheduler queries and the CPU and GPU
+  poller (``frontend.gpu_metrics``: Triton's ``nv_gpu_*`` families per ``gpu_uuid``).
 
 Python models' custom metrics (``pb_utils.MetricFamily``) come last: each scrape also
 copies the workers' shared-memory boards, which ``frontend.custom_metrics`` merges and writes.
@@ -41,7 +42,9 @@ from prometheus_client.metrics_core import (
 
 from triton_mp.common.close_reason import CloseReason
 from triton_mp.common.errors import StartupError
+from triton_mp.common.gpus import NvmlUnavailable, nvml_from_env
 from triton_mp.frontend import cache_metrics, custom_metrics
+from triton_mp.frontend.gpu_metrics import GPU_COUNTERS, GpuGauges, GpuReading, gpu_families
 from triton_mp.ipc.codec import encode
 from triton_mp.ipc.messages import QueueQuery, QueueReply, StatsQuery, StatsReply
 from triton_mp.ipc.reports import ModelQueueStatus, ModelStats
@@ -131,6 +134,8 @@ class MetricsSnapshot:
     """The scheduler's queues, instances and batch histograms per model version."""
     cpu: CpuSample | None = None
     """None when ``--allow-cpu-metrics=false``."""
+    gpus: tuple[GpuReading, ...] = ()
+    """Every GPU's latest sample (``frontend.gpu_metrics``); empty without GPU metrics."""
     processes: tuple[ProcessMemory, ...] = ()
     custom: tuple[custom_metrics.Family, ...] = ()
     """Python models' custom metric families, merged over their instances."""
@@ -172,6 +177,7 @@ class SnapshotCollector:
         yield from self._triton_model_families()
         yield from cache_metrics.model_families(self._snap.stats, self._snap.cached_models)
         yield from cache_metrics.cache_families(self._snap.cache)
+        yield from gpu_families(self._snap.gpus)
         if self._snap.cpu is not None:
             yield from self._cpu_families(self._snap.cpu)
         yield from self._queue_families()
@@ -352,7 +358,7 @@ def render(snapshot: MetricsSnapshot) -> bytes:
     # NOTE: prometheus-client names a counter family ``<name>_total`` in HELP and TYPE (the
     # OpenMetrics rule) whatever its samples are called. Triton's counters have no _total,
     # and dashboards query Triton's names, so those two header lines get Triton's name back.
-    for name in (*TRITON_COUNTERS, *cache_metrics.MODEL_COUNTERS):
+    for name in (*TRITON_COUNTERS, *cache_metrics.MODEL_COUNTERS, *GPU_COUNTERS):
         text = text.replace(f"# HELP {name}_total ", f"# HELP {name} ", 1)
         text = text.replace(f"# TYPE {name}_total counter", f"# TYPE {name} counter", 1)
     if snapshot.custom:
@@ -423,6 +429,17 @@ def process_memory(supervisor_pid: int) -> tuple[ProcessMemory, ...]:
     return tuple(out)
 
 
+def _gpu_gauges(spec: MetricsSpec) -> GpuGauges | None:
+    """The GPU sampler for ``spec.gpus`` (None: no GPU metrics, or NVML is gone)."""
+    if not spec.gpus:
+        return None
+    try:
+        return GpuGauges(spec.gpus, nvml_from_env())
+    except NvmlUnavailable as e:
+        log.warning("GPU metrics will not be available: %s", e)
+        return None
+
+
 class MetricsEndpoint:
     """``GET /metrics`` on ``spec.address:spec.port`` (aiohttp, on the frontend's loop).
 
@@ -457,6 +474,7 @@ class MetricsEndpoint:
         self._runner: web.AppRunner | None = None
         self._poller: asyncio.Task[None] | None = None
         self._cpu: CpuSample | None = None
+        self._gpus: GpuGauges | None = None
         self._boards = custom_metrics.BoardReader(spec.server_id) if spec.server_id else None
         self.port = spec.port
         """The bound port (the real one when ``spec.port`` is 0)."""
@@ -489,7 +507,11 @@ class MetricsEndpoint:
         if self._spec.cpu_metrics:
             total, used = _memory()
             self._cpu = CpuSample(0.0, total, used)
-            self._poller = asyncio.create_task(self._poll_cpu())
+        self._gpus = _gpu_gauges(self._spec)
+        if self._gpus is not None:
+            self._gpus.sample()
+        if self._spec.cpu_metrics or self._gpus is not None:
+            self._poller = asyncio.create_task(self._poll())
         log.info("metrics served on %s:%d/metrics", self._spec.address, self.port)
 
     async def stop(self) -> None:
@@ -503,15 +525,20 @@ class MetricsEndpoint:
         if self._boards is not None:
             self._boards.close()
 
-    async def _poll_cpu(self) -> None:
-        """Sample the CPU gauges every ``interval_ms``, as Triton's polling thread does."""
+    async def _poll(self) -> None:
+        """Sample the CPU and GPU gauges every ``interval_ms``, as Triton's polling thread
+        does (NVML reads are short blocking calls: they run off the event loop)."""
         last = psutil.cpu_times()
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self._spec.interval_ms / 1000)
-            now = psutil.cpu_times()
-            total, used = _memory()
-            self._cpu = CpuSample(cpu_utilization(last, now), total, used)
-            last = now
+            if self._spec.cpu_metrics:
+                now = psutil.cpu_times()
+                total, used = _memory()
+                self._cpu = CpuSample(cpu_utilization(last, now), total, used)
+                last = now
+            if self._gpus is not None:
+                await loop.run_in_executor(None, self._gpus.sample)
 
     async def _ask(self, make: Callable[[int], StatsQuery | QueueQuery]) -> StatsReply | QueueReply:
         qid, fut = self._pending.new_query()
@@ -539,6 +566,7 @@ class MetricsEndpoint:
             stats=stats.stats,
             queues=queues.models,
             cpu=self._cpu,
+            gpus=self._gpus.readings if self._gpus is not None else (),
             processes=process_memory(self._supervisor_pid),
             custom=custom,
             cached_models=self._cache.models() if self._cache is not None else frozenset(),
