@@ -13,6 +13,7 @@ import shutil
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,8 +86,8 @@ def server_factory(log_dir: Path) -> Iterator[Callable[..., ServerProcess]]:
     """Context manager yielding ``start(repository, *flags)``; stops every server on exit."""
     servers: list[ServerProcess] = []
 
-    def start(repository: Path, *flags: str, wait: bool = True) -> ServerProcess:
-        server = ServerProcess(repository, log_dir / f"server{len(servers)}.log", *flags)
+    def start(repository: Path, *flags: str, wait: bool = True, **kw: Any) -> ServerProcess:
+        server = ServerProcess(repository, log_dir / f"server{len(servers)}.log", *flags, **kw)
         servers.append(server)
         if wait:
             server.wait_live()

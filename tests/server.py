@@ -37,6 +37,15 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+START = ("-m", "triton_mp", "start")
+"""``triton-mp start``, as ``python <START> <flags>``."""
+TRITONSERVER = (
+    "-c",
+    "import sys; from triton_mp.cli.main import tritonserver_main; sys.exit(tritonserver_main())",
+)
+"""``triton-mp-tritonserver`` (tritonserver's argv unchanged), as ``python <TRITONSERVER>``:
+the console script of this checkout, whichever copy pip installed."""
+
 STARTED_PIDS: set[int] = set()
 """Every server this test session started (the leak checks judge only objects of these, and
 of the test process itself: other sessions' servers on the machine come and go)."""
@@ -53,7 +62,14 @@ class ServerProcess:
         log_path: where the server's stdout and stderr go.
     """
 
-    def __init__(self, repository: Path, log_path: Path, *extra: str) -> None:
+    def __init__(
+        self,
+        repository: Path,
+        log_path: Path,
+        *extra: str,
+        entry: tuple[str, ...] = START,
+        repository_flag: str = "--model-repository",
+    ) -> None:
         self.grpc_port = free_port()
         self.metrics_port = free_port()
         self.http_port = free_port()
@@ -63,11 +79,8 @@ class ServerProcess:
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         cmd = [
             sys.executable,
-            "-m",
-            "triton_mp",
-            "start",
-            "--model-repository",
-            str(repository),
+            *entry,
+            f"{repository_flag}={repository}",
             "--grpc-address",
             "127.0.0.1",
             "--grpc-port",
@@ -155,3 +168,94 @@ def wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+PEERS_ENV = Path(os.environ.get("PEERS_ENV", REPO_ROOT / ".peers" / "peers.env"))
+"""The env file ``bench/peers/install-peers.sh`` writes (the real Triton 2.51)."""
+
+
+def peers_env() -> dict[str, str] | None:
+    """The variables ``peers.env`` exports (``TRITONSERVER``, ``TRITON_BACKENDS``,
+    ``TRITON_STUB_ENV``...), or None when the real Triton is not installed."""
+    if not PEERS_ENV.exists():
+        return None
+    out: dict[str, str] = {}
+    for line in PEERS_ENV.read_text().splitlines():
+        if line.startswith("export ") and "=" in line and "$" not in line:
+            key, _, value = line[len("export ") :].partition("=")
+            out[key] = value
+    if not Path(out.get("TRITONSERVER", "")).exists():
+        return None
+    return out
+
+
+class RealTriton:
+    """The real ``tritonserver`` (2.51, from the peers) on 127.0.0.1 with free ports, for
+    side-by-side tests; stopped by PID. ``argv`` are tritonserver flags beyond the ports.
+
+    Attributes:
+        url, http_url: as ``ServerProcess``'s.
+    """
+
+    def __init__(self, env: dict[str, str], log_path: Path, *argv: str) -> None:
+        self.grpc_port, self.http_port, metrics = free_port(), free_port(), free_port()
+        self.url = f"127.0.0.1:{self.grpc_port}"
+        self.http_url = f"127.0.0.1:{self.http_port}"
+        self.log_path = log_path
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        run_env = dict(os.environ)
+        run_env["PATH"] = f"{env['TRITON_STUB_ENV']}/bin:{run_env.get('PATH', '')}"
+        self.proc = subprocess.Popen(
+            [
+                env["TRITONSERVER"],
+                f"--backend-directory={env['TRITON_BACKENDS']}",
+                "--http-address=127.0.0.1",
+                f"--http-port={self.http_port}",
+                "--grpc-address=127.0.0.1",
+                f"--grpc-port={self.grpc_port}",
+                "--metrics-address=127.0.0.1",
+                f"--metrics-port={metrics}",
+                *argv,
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=run_env,
+        )
+
+    def log(self) -> str:
+        """Everything tritonserver printed so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def wait_live(self, timeout_s: float = 120.0) -> None:
+        """Wait until ServerLive answers over gRPC.
+
+        Raises:
+            RuntimeError: it exited or did not come up in time (with its log).
+        """
+        deadline = time.monotonic() + timeout_s
+        client = grpcclient.InferenceServerClient(self.url)
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"tritonserver exited {self.proc.returncode}:\n{self.log()}")
+                try:
+                    if client.is_server_live():
+                        return
+                except Exception:  # noqa: BLE001 - not listening yet
+                    pass
+                time.sleep(0.1)
+        finally:
+            client.close()
+        raise RuntimeError(f"tritonserver not live after {timeout_s}s:\n{self.log()}")
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 30 s."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._log.close()

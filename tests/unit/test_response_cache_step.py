@@ -7,8 +7,8 @@ import argparse
 
 import pytest
 
+from triton_mp.cli.main import parse_flags
 from triton_mp.cli.serving_flags import (
-    add_cache_and_rate_limit,
     cache_and_rate_limit,
     parse_cache_setting,
     parse_rate_limit_resource,
@@ -61,9 +61,7 @@ def test_an_entry_round_trips_and_its_refs_point_into_the_blob() -> None:
 
 
 def _args(*argv: str) -> argparse.Namespace:
-    p = argparse.ArgumentParser()
-    add_cache_and_rate_limit(p)
-    return p.parse_args(list(argv))
+    return argparse.Namespace(**parse_flags(list(argv)).values)
 
 
 def test_cache_flags_follow_tritonserver() -> None:

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from triton_mp.cli.main import build_parser, config_from_args
+from triton_mp.cli.main import config_from_flags, parse_flags
 from triton_mp.common.errors import TritonMPError
 from triton_mp.frontend.restricted import CATEGORIES, GRPC_METHOD_CATEGORIES, parse_restrictions
 from triton_mp.ipc.shm import client_object_refusal
@@ -63,15 +63,14 @@ def test_every_inference_service_rpc_has_a_category() -> None:
 
 
 def test_the_cli_puts_them_in_the_config() -> None:
-    args = build_parser().parse_args(
+    parsed = parse_flags(
         [
-            "start",
             "--grpc-restricted-protocol=model-repository:a=b",
             "--http-restricted-api=health,metadata:c=d",
             "--client-shm-prefix=/mine_",
         ]
     )
-    cfg = config_from_args(args)
+    cfg = config_from_flags(parsed.values)
     assert cfg.grpc_restricted == {"model-repository": ("a", "b")}
     assert cfg.http_restricted == {"health": ("c", "d"), "metadata": ("c", "d")}
     assert cfg.client_shm_prefix == "/mine_"

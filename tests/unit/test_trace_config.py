@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from triton_mp.cli.main import build_parser, config_from_args
+from triton_mp.cli.main import config_from_flags, parse_flags
 from triton_mp.common.errors import TritonMPError
 from triton_mp.common.trace_config import (
     DeprecatedTraceFlags,
@@ -117,8 +117,9 @@ def test_opentelemetry_settings_and_bsp_environment() -> None:
 
 
 def test_the_cli_puts_the_trace_flags_in_the_config() -> None:
-    args = build_parser().parse_args(
-        ["start", "--trace-config", "rate=1", "--trace-level", "TIMESTAMPS", "--trace-file", "/f"]
+    parsed = parse_flags(
+        ["--trace-config", "rate=1", "--trace-level", "TIMESTAMPS", "--trace-file", "/f"]
     )
-    config = config_from_args(args)
+    assert parsed.warnings == []
+    config = config_from_flags(parsed.values)
     assert (config.trace.rate, config.trace.level, config.trace.file) == (1, 4, "/f")

@@ -1,8 +1,9 @@
 """``triton-mp`` command line: ``start`` (serve a model repository), ``stat`` (watch its queues).
 
-Imported by the console script. ``start`` parses flags with ``tritonserver``'s names and
-defaults into a frozen ``ServerConfig`` and hands it to the supervisor; ``stat`` hands its
-flags to ``triton_mp.cli.stat``. No serving or rendering logic lives here, and neither gRPC nor
+Imported by the console scripts. ``start`` parses tritonserver's flags (``cli.flags``,
+``cli.flag_table``) into a frozen ``ServerConfig`` and hands it to the supervisor
+(``triton-mp-tritonserver`` is the same with tritonserver's argv unchanged); ``stat`` hands
+its flags to ``triton_mp.cli.stat``. No serving or rendering logic lives here, and neither gRPC nor
 rich is imported unless ``stat`` runs.
 """
 
@@ -17,7 +18,9 @@ from pathlib import Path
 
 import msgspec
 
-from triton_mp.cli.serving_flags import add_cache_and_rate_limit, cache_and_rate_limit
+from triton_mp.cli.flag_table import FLAGS
+from triton_mp.cli.flags import NOT_YET, FlagError, Parsed, parse, usage
+from triton_mp.cli.serving_flags import cache_and_rate_limit
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import TritonMPError
 from triton_mp.common.host_policy import add_host_policy
@@ -29,18 +32,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_REPOSITORY = Path(__file__).resolve().parents[3] / "model_repository"
 """The project's own repository (a source checkout or an editable install)."""
-
-_TRUE = {"true", "on", "1", "yes"}
-_FALSE = {"false", "off", "0", "no"}
-
-
-def _bool(text: str) -> bool:
-    low = text.lower()
-    if low in _TRUE:
-        return True
-    if low in _FALSE:
-        return False
-    raise argparse.ArgumentTypeError(f"expected a boolean (true/false/on/off/1/0), got '{text}'")
 
 
 def _positive_s(text: str) -> float:
@@ -93,152 +84,6 @@ def _add_stat(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
 
 
-def _add_endpoints(start: argparse.ArgumentParser) -> None:
-    """Where the frontends listen: gRPC, HTTP/REST and metrics (tritonserver's names)."""
-    start.add_argument("--grpc-address", default="0.0.0.0")
-    start.add_argument("--grpc-port", type=int, default=8001)
-    start.add_argument("--http-address", default="0.0.0.0")
-    start.add_argument(
-        "--http-port",
-        type=int,
-        default=8000,
-        help="KServe v2 HTTP/REST port, shared by every frontend process",
-    )
-    start.add_argument("--allow-http", type=_bool, default=True)
-    start.add_argument(
-        "--metrics-address",
-        default="",
-        help="address of the metrics endpoint (default: --http-address)",
-    )
-    start.add_argument(
-        "--metrics-port", type=int, default=8002, help="Prometheus metrics port (GET /metrics)"
-    )
-    start.add_argument("--allow-metrics", type=_bool, default=True)
-    start.add_argument("--allow-cpu-metrics", type=_bool, default=True)
-    start.add_argument(
-        "--allow-gpu-metrics",
-        type=_bool,
-        default=True,
-        help="report nv_gpu_* metrics (utilization, memory, power, energy) per GPU",
-    )
-    start.add_argument("--metrics-interval-ms", type=int, default=2000)
-    start.add_argument(
-        "--frontend-processes",
-        type=int,
-        default=1,
-        help="gRPC frontend processes sharing the port (SO_REUSEPORT)",
-    )
-
-
-def _add_repository(start: argparse.ArgumentParser) -> None:
-    """The model repository, its control mode and how models' configs are completed."""
-    start.add_argument(
-        "--model-repository",
-        "--model-store",
-        dest="model_repository",
-        default=None,
-        help="model repository directory (default: the project's model_repository/)",
-    )
-    start.add_argument(
-        "--model-control-mode", type=str.lower, default="none", choices=["none", "poll", "explicit"]
-    )
-    start.add_argument(
-        "--load-model",
-        action="append",
-        default=[],
-        dest="load_models",
-        help="explicit mode: a model to load at start (repeatable; '*' loads all)",
-    )
-    start.add_argument(
-        "--repository-poll-secs",
-        type=float,
-        default=15.0,
-        help="poll mode: seconds between rescans of the model repository",
-    )
-    start.add_argument("--disable-auto-complete-config", action="store_true")
-    start.add_argument("--strict-model-config", type=_bool, default=False)
-    start.add_argument(
-        "--backend-config",
-        action="append",
-        default=[],
-        help="<backend>,<key>=<value>; onnxruntime,default-max-batch-size=N",
-    )
-
-
-def _add_security(start: argparse.ArgumentParser) -> None:
-    """Client shared memory and restricted protocols (Triton's security flags)."""
-    start.add_argument(
-        "--allow-client-shm",
-        type=_bool,
-        default=True,
-        help="serve the system shared memory extension (default true; Triton >= 26.04 "
-        "defaults to false)",
-    )
-    start.add_argument(
-        "--client-shm-prefix",
-        default="",
-        help="system shared memory regions may only be registered from objects whose key "
-        "starts with this (default: any key); they must be owned by the server's user",
-    )
-    start.add_argument(
-        "--grpc-restricted-protocol",
-        action="append",
-        default=[],
-        metavar="<protocols>:<key>=<value>",
-        help="answer these gRPC protocols (comma-separated: health, metadata, inference, "
-        "shared-memory, model-config, model-repository, statistics, trace, logging) only "
-        "to requests with the header triton-grpc-protocol-<key>: <value>; repeatable",
-    )
-    start.add_argument(
-        "--http-restricted-api",
-        action="append",
-        default=[],
-        metavar="<apis>:<key>=<value>",
-        help="answer these HTTP APIs (same names) only to requests with the header "
-        "<key>: <value>; repeatable",
-    )
-
-
-def _add_limits_and_logs(start: argparse.ArgumentParser) -> None:
-    """Resource limits, shutdown, hung-process detection and logging."""
-    start.add_argument(
-        "--arena-budget-bytes",
-        type=int,
-        default=4 << 30,
-        help="most shared memory (/dev/shm) one process may hold for tensors: a frontend for "
-        "request inputs, a worker for outputs (default 4 GiB); a request that can never fit "
-        "fails with RESOURCE_EXHAUSTED, one that fits later with UNAVAILABLE",
-    )
-    start.add_argument(
-        "--host-policy",
-        action="append",
-        default=[],
-        metavar="<policy_name>,<setting>=<value>",
-        help="a host policy setting: cpu-cores=<a>-<b>[,<c>...] pins the worker processes of "
-        "instances with that policy to those CPUs, numa-node=<n> binds their memory to that "
-        "node; instance groups name a policy with host_policy (default: cpu, gpu_<n>, "
-        "model); repeatable",
-    )
-    start.add_argument("--exit-timeout-secs", type=float, default=30.0)
-    start.add_argument(
-        "--min-supported-compute-capability",
-        type=float,
-        default=6.0,
-        help="GPUs of a lower CUDA compute capability are not used (default 6.0)",
-    )
-    start.add_argument(
-        "--heartbeat-timeout-secs",
-        type=float,
-        default=30.0,
-        help="kill (and restart) a process whose heartbeat thread has been silent this long: "
-        "a stopped process or one stuck in C code holding the GIL; a long execute() is not "
-        "hung (default 30, 0 = off)",
-    )
-    start.add_argument("--log-verbose", type=int, default=0)
-    start.add_argument("--log-format", choices=["console", "json"], default="console")
-    start.add_argument("--id", default="triton", dest="server_id_name")
-
-
 def _add_analyze(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from triton_mp.analyze.options import add_arguments
 
@@ -265,38 +110,16 @@ def _run_analyze(args: argparse.Namespace) -> int:
         return 1
 
 
-def _add_trace(start: argparse.ArgumentParser) -> None:
-    """Request tracing (tritonserver's ``--trace-config`` and its deprecated flags)."""
-    start.add_argument(
-        "--trace-config",
-        action="append",
-        default=[],
-        metavar="[<mode>,]<setting>=<value>",
-        help="trace setting, repeatable: rate=N (every Nth request, default 1000), "
-        "level=OFF|TIMESTAMPS|TENSORS (repeatable), count=N (-1 unlimited), "
-        "mode=triton|opentelemetry, triton,file=PATH, triton,log-frequency=N, "
-        "opentelemetry,url=URL, opentelemetry,resource=KEY=VALUE, "
-        "opentelemetry,bsp_max_queue_size|bsp_schedule_delay|bsp_max_export_batch_size=N",
-    )
-    start.add_argument("--trace-file", default=None, help="DEPRECATED: triton,file=")
-    start.add_argument(
-        "--trace-level", action="append", default=[], help="DEPRECATED: level= (repeatable)"
-    )
-    start.add_argument("--trace-rate", default=None, help="DEPRECATED: rate=")
-    start.add_argument("--trace-count", default=None, help="DEPRECATED: count=")
-    start.add_argument(
-        "--trace-log-frequency", default=None, help="DEPRECATED: triton,log-frequency="
-    )
-
-
 def trace_config_from_args(args: argparse.Namespace) -> TraceConfig:
-    """The trace flags -> ``TraceConfig``, logging Triton's warnings.
+    """The trace flags' values (``trace_config``, ``trace_file``, ``trace_level``,
+    ``trace_rate``, ``trace_count``, ``trace_log_frequency``) -> ``TraceConfig``, logging
+    Triton's warnings.
 
     Raises:
         TritonMPError: a value Triton refuses.
     """
     config, warnings = parse_trace_flags(
-        args.trace_config,
+        list(args.trace_config),
         DeprecatedTraceFlags(
             file=args.trace_file,
             levels=tuple(args.trace_level),
@@ -312,79 +135,138 @@ def trace_config_from_args(args: argparse.Namespace) -> TraceConfig:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for every sub-command."""
+    """The argument parser for every sub-command (``start`` takes its flags through
+    ``cli.flags``, tritonserver's grammar; argparse only routes them)."""
     parser = argparse.ArgumentParser(prog="triton-mp", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    start = sub.add_parser("start", help="serve a Triton model repository")
-    for add in (_add_repository, _add_endpoints, _add_security, _add_limits_and_logs, _add_trace):
-        add(start)
-    add_cache_and_rate_limit(start)
+    start = sub.add_parser(
+        "start",
+        help="serve a Triton model repository (tritonserver's flags; --help lists them)",
+        add_help=False,
+    )
+    start.add_argument("flags", nargs=argparse.REMAINDER)
     _add_stat(sub)
     _add_analyze(sub)
     return parser
 
 
-def config_from_args(args: argparse.Namespace) -> ServerConfig:
-    """Validate parsed ``start`` flags into a ``ServerConfig``.
+_KEEPALIVE = {
+    "grpc_keepalive_time_ms": "grpc.keepalive_time_ms",
+    "grpc_keepalive_timeout_ms": "grpc.keepalive_timeout_ms",
+    "grpc_keepalive_permit_without_calls": "grpc.keepalive_permit_without_calls",
+    "grpc_http2_max_pings_without_data": "grpc.http2.max_pings_without_data",
+    "grpc_http2_min_recv_ping_interval_without_data_ms": (
+        "grpc.http2.min_ping_interval_without_data_ms"
+    ),
+    "grpc_http2_max_ping_strikes": "grpc.http2.max_ping_strikes",
+    "grpc_max_connection_age_ms": "grpc.max_connection_age_ms",
+    "grpc_max_connection_age_grace_ms": "grpc.max_connection_age_grace_ms",
+}
+"""The gRPC keepalive flags' dests -> the grpc core channel argument each sets (Triton's
+``grpc::KeepAliveOptions``)."""
+
+_RESHAPED = frozenset(
+    {
+        "model_repository",
+        "disable_auto_complete",
+        "strict_model_config",
+        "http_restricted_api",
+        "grpc_restricted_protocol",
+        "backend_config",
+        "cache_config",
+        "response_cache_byte_size",
+        "rate_limit",
+        "rate_limit_resource",
+        "host_policy",
+        "trace_config",
+        "trace_file",
+        "trace_level",
+        "trace_rate",
+        "trace_count",
+        "trace_log_frequency",
+        *_KEEPALIVE,
+    }
+)
+"""Flag dests ``config_from_flags`` turns into other ``ServerConfig`` fields; every other
+dest is the ``ServerConfig`` field of its name."""
+
+ACTED_BACKEND_CONFIG = {("onnxruntime", "default-max-batch-size")}
+"""``--backend-config`` settings triton-mp acts on; others get one warning each."""
+
+
+def parse_flags(argv: list[str], prog: str = "tritonserver") -> Parsed:
+    """``argv`` (tritonserver's flags) against ``flag_table.FLAGS``.
 
     Raises:
-        TritonMPError: a flag combination Triton rejects too.
+        FlagError: tritonserver's message for this command line.
     """
-    if args.load_models and args.model_control_mode != "explicit":
+    parsed = parse(argv, FLAGS, prog)
+    if "strict-model-config" in parsed.given:
+        parsed.warnings.insert(
+            0,
+            "'--strict-model-config' has been deprecated! Please use "
+            "'--disable-auto-complete-config' instead.",
+        )
+    for backend, setting, value in parsed.values["backend_config"]:  # type: ignore[attr-defined]
+        if (backend, setting) not in ACTED_BACKEND_CONFIG:
+            flag = f"--backend-config={backend + ',' if backend else ''}{setting}={value}"
+            parsed.warnings.append(f"'{flag}' is accepted but {NOT_YET}")
+    return parsed
+
+
+def config_from_flags(values: dict[str, object]) -> ServerConfig:
+    """Parsed flags (``Parsed.values``) as a ``ServerConfig``.
+
+    Raises:
+        TritonMPError: a flag combination Triton rejects too (its message), or one
+            triton-mp cannot serve.
+    """
+    if values["load_models"] and values["model_control_mode"] != "explicit":
         raise TritonMPError(
             "Error: Use of '--load-model' requires setting '--model-control-mode=explicit' as well."
         )
+    repos = values["model_repository"]
+    assert isinstance(repos, tuple)
+    if len(set(repos)) > 1:
+        raise TritonMPError(
+            "triton-mp serves one model repository; --model-repository was given "
+            f"{len(set(repos))}: {', '.join(repos)}"
+        )
     default_mbs = 4
-    for item in args.backend_config:
-        backend, _, kv = item.partition(",")
-        key, _, value = kv.partition("=")
-        if backend == "onnxruntime" and key == "default-max-batch-size":
+    for backend, setting, value in values["backend_config"]:  # type: ignore[attr-defined]
+        if (backend, setting) == ("onnxruntime", "default-max-batch-size"):
             default_mbs = int(value)
-    repo = Path(args.model_repository) if args.model_repository else DEFAULT_REPOSITORY
-    grpc_restricted = parse_restrictions(
-        args.grpc_restricted_protocol, "--grpc-restricted-protocol"
-    )
-    http_restricted = parse_restrictions(args.http_restricted_api, "--http-restricted-api")
     host_policies: dict[str, dict[str, str]] = {}
-    for item in args.host_policy:
+    for item in values["host_policy"]:  # type: ignore[attr-defined]
         host_policies = add_host_policy(host_policies, item)
-    trace = trace_config_from_args(args)
+    namespace = argparse.Namespace(**values)
+    trace = trace_config_from_args(namespace)
+    fields = {k: v for k, v in values.items() if k not in _RESHAPED and v is not None}
+    fields["log_format"] = "json" if values["log_format"] == "json" else "console"
     try:
         return msgspec.convert(
             {
-                "model_repository": str(repo),
-                "grpc_address": args.grpc_address,
-                "grpc_port": args.grpc_port,
-                "http_address": args.http_address,
-                "http_port": args.http_port,
-                "allow_http": args.allow_http,
-                "metrics_address": args.metrics_address,
-                "metrics_port": args.metrics_port,
-                "allow_metrics": args.allow_metrics,
-                "allow_cpu_metrics": args.allow_cpu_metrics,
-                "metrics_interval_ms": args.metrics_interval_ms,
-                "allow_gpu_metrics": args.allow_gpu_metrics,
-                "min_compute_capability": args.min_supported_compute_capability,
-                "frontend_processes": args.frontend_processes,
-                "model_control_mode": args.model_control_mode,
-                "allow_client_shm": args.allow_client_shm,
-                "client_shm_prefix": args.client_shm_prefix,
-                "grpc_restricted": grpc_restricted,
-                "http_restricted": http_restricted,
-                "load_models": tuple(args.load_models),
-                "host_policies": host_policies,
-                "repository_poll_s": args.repository_poll_secs,
-                "exit_timeout_s": args.exit_timeout_secs,
-                "heartbeat_timeout_s": args.heartbeat_timeout_secs,
-                "arena_budget_bytes": args.arena_budget_bytes,
-                "log_verbose": args.log_verbose,
-                "log_format": args.log_format,
-                "server_id_name": args.server_id_name,
+                **fields,
+                "model_repository": str(repos[-1] if repos else DEFAULT_REPOSITORY),
+                "grpc_restricted": parse_restrictions(
+                    list(values["grpc_restricted_protocol"]),  # type: ignore[call-overload]
+                    "--grpc-restricted-protocol",
+                ),
+                "http_restricted": parse_restrictions(
+                    list(values["http_restricted_api"]),  # type: ignore[call-overload]
+                    "--http-restricted-api",
+                ),
+                "grpc_channel_args": {
+                    arg: int(values[dest])  # type: ignore[call-overload]
+                    for dest, arg in _KEEPALIVE.items()
+                    if values[dest] is not None
+                },
                 "auto_complete": not (
-                    args.disable_auto_complete_config or args.strict_model_config
+                    values["disable_auto_complete"] or values["strict_model_config"]
                 ),
                 "default_max_batch_size": default_mbs,
-                **cache_and_rate_limit(args),
+                "host_policies": host_policies,
+                **cache_and_rate_limit(namespace),
                 "trace": msgspec.to_builtins(trace),
             },
             ServerConfig,
@@ -393,23 +275,60 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         raise TritonMPError(f"invalid flag: {e}") from None
 
 
+def start(argv: list[str], prog: str) -> int:
+    """Serve with tritonserver's flags ``argv``; ``prog`` names the command in messages.
+
+    Returns:
+        The exit status: 1 for a command line tritonserver refuses (its message on stderr,
+        ``--help`` too, as tritonserver), else the server's.
+    """
+    try:
+        parsed = parse_flags(argv, prog)
+    except FlagError as e:
+        print(f"{e}\nUsage: {prog} [options] (--help lists them)", file=sys.stderr)
+        return 1
+    if parsed.help:
+        print(usage(FLAGS, prog), file=sys.stderr)
+        return 1
+    values = parsed.values
+    configure_logging("supervisor", "", values["log_verbose"], values["log_format"])  # type: ignore[arg-type]
+    for line in parsed.warnings:
+        log.warning("%s", line)
+    try:
+        config = config_from_flags(values)
+        if is_project_repository(config.repository_path):
+            from triton_mp.cli.assets import materialise_default_models
+
+            materialise_default_models(config.repository_path)
+        from triton_mp.supervisor.main import Supervisor
+
+        return Supervisor(config).run()
+    except TritonMPError as e:
+        log.error("%s", e.message)
+        return 1
+
+
+def is_project_repository(path: Path) -> bool:
+    """Whether ``path`` is the project's own ``model_repository`` (however it was named)."""
+    try:
+        return path.resolve() == DEFAULT_REPOSITORY.resolve()
+    except OSError:
+        return False
+
+
+def tritonserver_main(argv: list[str] | None = None) -> int:
+    """Entry point of ``triton-mp-tritonserver``: tritonserver's argv, unchanged (no
+    ``start`` word), for tools that launch a ``tritonserver`` binary by path."""
+    return start(sys.argv[1:] if argv is None else argv, "tritonserver")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``triton-mp`` console script."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["start"]:
+        # NOTE: not through argparse: tritonserver's grammar (cli.flags) is not argparse's.
+        return start(argv[1:], "triton-mp start")
     args = build_parser().parse_args(argv)
-    if args.command == "start":
-        configure_logging("supervisor", "", args.log_verbose, args.log_format)
-        try:
-            config = config_from_args(args)
-            if args.model_repository is None:
-                from triton_mp.cli.assets import materialise_default_models
-
-                materialise_default_models(config.repository_path)
-            from triton_mp.supervisor.main import Supervisor
-
-            return Supervisor(config).run()
-        except TritonMPError as e:
-            log.error("%s", e.message)
-            return 1
     if args.command == "stat":
         from triton_mp.cli.stat import run_stat
 

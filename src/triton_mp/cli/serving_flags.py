@@ -1,7 +1,7 @@
 """The response cache and rate limiter flags of ``triton-mp start`` (tritonserver's names).
 
-Imported by ``cli.main`` only: ``add_cache_and_rate_limit`` declares the flags and
-``cache_and_rate_limit`` turns them into ``ServerConfig`` fields, with tritonserver's
+Imported by ``cli.main`` only: ``cli.flag_table`` declares the flags and
+``cache_and_rate_limit`` turns their values into ``ServerConfig`` fields, with tritonserver's
 parse errors (server ``command_line_parser.cc``) and the cache libraries' own start-up
 errors (local_cache, redis_cache ``Create``).
 """
@@ -37,41 +37,6 @@ REDIS_KEYS = frozenset(
     )
 )
 """The redis cache's configuration keys (redis_cache README)."""
-
-
-def add_cache_and_rate_limit(start: argparse.ArgumentParser) -> None:
-    """``--cache-config``, ``--response-cache-byte-size``, ``--rate-limit`` and
-    ``--rate-limit-resource``."""
-    start.add_argument(
-        "--cache-config",
-        action="append",
-        default=[],
-        metavar="<cache>,<setting>=<value>",
-        help="response cache setting, repeatable: local,size=<bytes> (one cache shared by "
-        "every frontend) or redis,host=<host> and redis,port=<port> (plus the redis "
-        "cache's optional keys)",
-    )
-    start.add_argument(
-        "--response-cache-byte-size",
-        type=int,
-        default=None,
-        help="DEPRECATED: Please use --cache-config instead.",
-    )
-    start.add_argument(
-        "--rate-limit",
-        type=str.lower,
-        default="off",
-        help='rate limiting: "execution_count" (instances wait for their rate_limiter '
-        'resources, the least used x priority first) or "off" (default)',
-    )
-    start.add_argument(
-        "--rate-limit-resource",
-        action="append",
-        default=[],
-        metavar="<name>:<count>[:<device>]",
-        help="resources available to rate-limited executions, repeatable (default: the most "
-        "any instance needs)",
-    )
 
 
 def parse_cache_setting(arg: str) -> tuple[str, str, str]:

@@ -59,6 +59,36 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """``--http-port``: KServe v2 HTTP/REST, served by every frontend (SO_REUSEPORT)."""
     allow_http: bool = True
     """``--allow-http``: false serves no HTTP/REST."""
+    allow_grpc: bool = True
+    """``--allow-grpc``: false serves no gRPC (nor ``triton-mp stat``'s admin service)."""
+    reuse_grpc_port: bool = False
+    """``--reuse-grpc-port``: skip the start-up check that the gRPC port is free, so other
+    servers started with the flag can share it (the frontends always bind with
+    ``SO_REUSEPORT``)."""
+    reuse_http_port: bool = False
+    """``--reuse-http-port``: as ``reuse_grpc_port``, for HTTP/REST."""
+    http_max_input_bytes: Annotated[int, Meta(gt=0)] = 64 << 20
+    """``--http-max-input-size``: the largest HTTP request body, compressed or inflated."""
+    grpc_use_ssl: bool = False
+    """``--grpc-use-ssl``: serve gRPC over TLS with ``grpc_server_cert``/``grpc_server_key``."""
+    grpc_use_ssl_mutual: bool = False
+    """``--grpc-use-ssl-mutual``: TLS that requires a client certificate signed by
+    ``grpc_root_cert`` (implies ``grpc_use_ssl``)."""
+    grpc_server_cert: str = ""
+    """``--grpc-server-cert``: PEM file."""
+    grpc_server_key: str = ""
+    """``--grpc-server-key``: PEM file."""
+    grpc_root_cert: str = ""
+    """``--grpc-root-cert``: PEM file (client certificates' root)."""
+    grpc_compression_level: Literal["none", "low", "medium", "high"] = "none"
+    """``--grpc-infer-response-compression-level``: grpc core's default compression level
+    of responses (for clients that accept a compressed encoding)."""
+    grpc_channel_args: dict[str, int] = {}
+    """The gRPC keepalive flags (``--grpc-keepalive-time`` ...) as grpc core channel
+    arguments (``grpc.keepalive_time_ms`` ...); only those given."""
+    strict_readiness: bool = True
+    """``--strict-readiness``: ServerReady only when every model is ready (a model
+    unloaded on request does not count, as in Triton); false: when the server is live."""
     metrics_address: str = ""
     """``--metrics-address``; empty: ``http_address``, as Triton reuses the HTTP address."""
     metrics_port: Port = 8002

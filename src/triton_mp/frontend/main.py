@@ -97,7 +97,12 @@ def build_api(
         response_cache=response_cache,
     )
     return FrontendApi(
-        server=ServerApi(server_name=spec.server_name, models=models, inference=inference),
+        server=ServerApi(
+            server_name=spec.server_name,
+            models=models,
+            inference=inference,
+            strict_readiness=spec.strict_readiness,
+        ),
         inference=inference,
         repository=RepositoryApi(
             models=models,
@@ -129,17 +134,55 @@ def build_tracer(spec: FrontendSpec) -> Tracer:
     )
 
 
+COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
+"""``--grpc-infer-response-compression-level`` -> grpc core's ``grpc_compression_level``."""
+
+
+def grpc_options(spec: FrontendSpec) -> list[tuple[str, int]]:
+    """The grpc core channel arguments of the server: message limits, port sharing,
+    the keepalive flags, the response compression level."""
+    options = [
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.so_reuseport", 1),
+        *sorted(spec.grpc_channel_args.items()),
+    ]
+    level = COMPRESSION_LEVELS[spec.grpc_compression_level]
+    if level:
+        options.append(("grpc.default_compression_level", level))
+    return options
+
+
+def bind_grpc(server: grpc.aio.Server, spec: FrontendSpec) -> int:
+    """Bind the gRPC port, over TLS when ``spec.grpc_tls`` says so. Returns the port (0: the
+    bind failed).
+
+    Raises:
+        OSError: a certificate or key file cannot be read.
+    """
+    address = f"{spec.grpc_address}:{spec.grpc_port}"
+    tls = spec.grpc_tls
+    if tls is None:
+        return int(server.add_insecure_port(address))
+    with open(tls.server_key, "rb") as k, open(tls.server_cert, "rb") as c:
+        pair = (k.read(), c.read())
+    root = None
+    if tls.root_cert:
+        with open(tls.root_cert, "rb") as r:
+            root = r.read()
+    credentials = grpc.ssl_server_credentials(
+        [pair], root_certificates=root, require_client_auth=tls.mutual
+    )
+    return int(server.add_secure_port(address, credentials))
+
+
 def grpc_server(spec: FrontendSpec, api: FrontendApi) -> grpc.aio.Server:
     """The grpc.aio server with every service: inference, health, admin (not bound yet)."""
     server = grpc.aio.server(
         interceptors=[RestrictedProtocolInterceptor(spec.grpc_restricted)]
         if spec.grpc_restricted
         else None,
-        options=[
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.so_reuseport", 1),
-        ],
+        options=grpc_options(spec),
     )
     add_to_server(InferenceServicer(api), server)
     health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(api), server)
@@ -151,7 +194,7 @@ async def _start_http(spec: FrontendSpec, api: FrontendApi) -> HttpFrontend | st
     """The HTTP endpoint, serving; None when disabled; the startup error's text."""
     if not spec.allow_http:
         return None
-    http = HttpFrontend(api, spec.http_restricted)
+    http = HttpFrontend(api, spec.http_restricted, max_input_bytes=spec.http_max_input_bytes)
     try:
         await http.start(spec.http_address, spec.http_port)
     except OSError as e:
@@ -214,7 +257,8 @@ async def _start_metrics(
 
 
 def _log_listening(spec: FrontendSpec, address: str, http: HttpFrontend | None) -> None:
-    log.info("gRPC frontend listening on %s", address)
+    if spec.allow_grpc:
+        log.info("gRPC frontend listening on %s%s", address, " (TLS)" if spec.grpc_tls else "")
     for category, (key, _) in sorted(spec.grpc_restricted.items()):
         log.info("gRPC '%s' protocol restricted to header triton-grpc-protocol-%s", category, key)
     if http is not None:
@@ -291,9 +335,16 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     )
     server = grpc_server(spec, api)
     address = f"{spec.grpc_address}:{spec.grpc_port}"
-    if server.add_insecure_port(address) == 0:
-        report_start_failed(ready, "frontend", name, f"failed to bind gRPC address {address}")
-        return 1
+    if spec.allow_grpc:
+        try:
+            bound = bind_grpc(server, spec)
+        except OSError as e:
+            report_start_failed(ready, "frontend", name, f"gRPC TLS: {e}")
+            return 1
+        if bound == 0:
+            report_start_failed(ready, "frontend", name, f"failed to bind gRPC address {address}")
+            return 1
+    # NOTE: started even with no port (--allow-grpc=false): the drain stops it as usual.
     await server.start()
     http = await _start_http(spec, api)
     if isinstance(http, str):

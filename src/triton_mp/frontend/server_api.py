@@ -2,8 +2,8 @@
 
 Imported by the frontend only; no transport. Answers are plain values (``ServerMetadata``,
 ``ModelMetadata``) or the model's effective ``ModelConfig``; ``frontend.kserve`` writes them
-as ``inference.*`` protos for gRPC (and HTTP's JSON). Readiness is Triton's
-``--strict-readiness``: every model ready and the server not draining.
+as ``inference.*`` protos for gRPC (and HTTP's JSON). Readiness is Triton's: not draining
+and, with ``--strict-readiness`` (default true), every model ready.
 """
 
 from __future__ import annotations
@@ -64,16 +64,28 @@ class ServerApi:
         server_name: ``--id``, reported by ServerMetadata.
         models: the model table.
         inference: the submit path (whether the server drains).
+        strict_readiness: ``--strict-readiness``: ServerReady needs every model ready.
     """
 
-    def __init__(self, *, server_name: str, models: ModelTable, inference: Inference) -> None:
+    def __init__(
+        self,
+        *,
+        server_name: str,
+        models: ModelTable,
+        inference: Inference,
+        strict_readiness: bool = True,
+    ) -> None:
         self._server_name = server_name
         self._models = models
         self._inference = inference
+        self._strict = strict_readiness
 
     def ready(self) -> bool:
-        """KServe ServerReady: every model ready (Triton's --strict-readiness), not draining."""
-        return self._models.all_ready() and not self._inference.draining
+        """KServe ServerReady: not draining and, with ``--strict-readiness`` (the default),
+        every model ready (a model unloaded on request is no longer one)."""
+        if self._inference.draining:
+            return False
+        return self._models.all_ready() if self._strict else True
 
     def model_ready(self, name: str, version: str) -> bool:
         """KServe ModelReady: the version (with none given, the latest) is ready and has a

@@ -307,6 +307,16 @@ class MetricsSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     or none), sampled by UUID every ``interval_ms``."""
 
 
+class GrpcTls(msgspec.Struct, frozen=True, kw_only=True):
+    """``--grpc-use-ssl`` and ``--grpc-use-ssl-mutual``: PEM file paths."""
+
+    server_cert: str
+    server_key: str
+    root_cert: str = ""
+    mutual: bool = False
+    """Require a client certificate signed by ``root_cert``."""
+
+
 class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Everything one frontend process needs."""
 
@@ -347,3 +357,15 @@ class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
     """The local cache's shared segment (``ipc.response_cache``), when ``cache`` is local."""
     trace: TraceConfig = TraceConfig()
     """The starting trace settings (``--trace-config``); see ``frontend.tracer``."""
+    allow_grpc: bool = True
+    """``--allow-grpc``: false binds no gRPC port."""
+    grpc_tls: GrpcTls | None = None
+    """``--grpc-use-ssl``: serve gRPC over TLS; None: plaintext."""
+    grpc_channel_args: dict[str, int] = {}
+    """grpc core channel arguments from the keepalive flags (``grpc.keepalive_time_ms``...)."""
+    grpc_compression_level: str = "none"
+    """``--grpc-infer-response-compression-level``: none, low, medium or high."""
+    http_max_input_bytes: int = 64 << 20
+    """``--http-max-input-size``: the largest HTTP request body, compressed or inflated."""
+    strict_readiness: bool = True
+    """``--strict-readiness``: ServerReady needs every model ready."""

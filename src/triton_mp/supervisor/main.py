@@ -27,6 +27,7 @@ from triton_mp.ipc.messages import Shutdown, WorkerDied
 from triton_mp.ipc.specs import (
     ChannelSpec,
     FrontendSpec,
+    GrpcTls,
     InboxSpec,
     LogSpec,
     MetricsSpec,
@@ -130,8 +131,9 @@ class Supervisor:
             StartupError: an address is in use.
         """
         cfg = self.config
-        probe_port("GRPC", cfg.grpc_address, cfg.grpc_port)
-        if cfg.allow_http:
+        if cfg.allow_grpc and not cfg.reuse_grpc_port:
+            probe_port("GRPC", cfg.grpc_address, cfg.grpc_port)
+        if cfg.allow_http and not cfg.reuse_http_port:
             probe_port("HTTP", cfg.http_address, cfg.http_port)
         if cfg.allow_metrics:
             probe_port("Metrics", self._metrics_address, cfg.metrics_port)
@@ -142,6 +144,7 @@ class Supervisor:
 
     def _run(self) -> int:
         cfg = self.config
+        _grpc_tls(cfg)  # NOTE: refuse a TLS flag without its files before loading models
         self._check_port_free()
         # NOTE: once, before any model is read: instance groups are normalised for these.
         self.devices = discover(cfg.min_compute_capability)
@@ -262,6 +265,12 @@ class Supervisor:
             allow_client_shm=cfg.allow_client_shm,
             client_shm_prefix=cfg.client_shm_prefix,
             trace=cfg.trace,
+            allow_grpc=cfg.allow_grpc,
+            grpc_tls=_grpc_tls(cfg),
+            grpc_channel_args=cfg.grpc_channel_args,
+            grpc_compression_level=cfg.grpc_compression_level,
+            http_max_input_bytes=cfg.http_max_input_bytes,
+            strict_readiness=cfg.strict_readiness,
             grpc_restricted=cfg.grpc_restricted,
             http_restricted=cfg.http_restricted,
             log=self._log,
@@ -316,3 +325,23 @@ class Supervisor:
             except Exception:  # noqa: BLE001 - the scheduler may be dead already
                 log.warning("could not tell the scheduler to stop")
         self.children.join_all(STOP_TIMEOUT_S)
+
+
+def _grpc_tls(cfg: ServerConfig) -> GrpcTls | None:
+    """The frontends' TLS settings from ``--grpc-use-ssl*`` (None: plaintext).
+
+    Raises:
+        StartupError: TLS asked for without a server certificate and key.
+    """
+    if not (cfg.grpc_use_ssl or cfg.grpc_use_ssl_mutual):
+        return None
+    if not cfg.grpc_server_cert or not cfg.grpc_server_key:
+        raise StartupError("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")
+    if cfg.grpc_use_ssl_mutual and not cfg.grpc_root_cert:
+        raise StartupError("--grpc-use-ssl-mutual needs --grpc-root-cert")
+    return GrpcTls(
+        server_cert=cfg.grpc_server_cert,
+        server_key=cfg.grpc_server_key,
+        root_cert=cfg.grpc_root_cert,
+        mutual=cfg.grpc_use_ssl_mutual,
+    )

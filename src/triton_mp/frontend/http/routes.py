@@ -158,13 +158,20 @@ class HttpFrontend:
     Args:
         api: the frontend's transport-free operations (shared with gRPC).
         restrictions: ``--http-restricted-api``: category -> (header, value).
+        max_input_bytes: ``--http-max-input-size``: the largest body, compressed or inflated.
     """
 
-    def __init__(self, api: FrontendApi, restrictions: Restrictions | None = None) -> None:
+    def __init__(
+        self,
+        api: FrontendApi,
+        restrictions: Restrictions | None = None,
+        *,
+        max_input_bytes: int = MAX_INPUT_BYTES,
+    ) -> None:
         self._api = api
         self._restrictions: Restrictions = restrictions or {}
         self._runner: web.AppRunner | None = None
-        self.app = web.Application(middlewares=[_errors], client_max_size=MAX_INPUT_BYTES)
+        self.app = web.Application(middlewares=[_errors], client_max_size=max_input_bytes)
         self._routes()
 
     def _guard(self, category: str, handler: Handler) -> Handler:
