@@ -176,6 +176,17 @@ def bind_grpc(server: grpc.aio.Server, spec: FrontendSpec) -> int:
     return int(server.add_secure_port(address, credentials))
 
 
+def _bind_grpc_if_allowed(server: grpc.aio.Server, spec: FrontendSpec, address: str) -> str:
+    """Bind the gRPC port unless ``--allow-grpc=false``; the start-up error's text or ""."""
+    if not spec.allow_grpc:
+        return ""
+    try:
+        bound = bind_grpc(server, spec)
+    except OSError as e:
+        return f"gRPC TLS: {e}"
+    return "" if bound else f"failed to bind gRPC address {address}"
+
+
 def grpc_server(spec: FrontendSpec, api: FrontendApi) -> grpc.aio.Server:
     """The grpc.aio server with every service: inference, health, admin (not bound yet)."""
     server = grpc.aio.server(
@@ -335,15 +346,10 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     )
     server = grpc_server(spec, api)
     address = f"{spec.grpc_address}:{spec.grpc_port}"
-    if spec.allow_grpc:
-        try:
-            bound = bind_grpc(server, spec)
-        except OSError as e:
-            report_start_failed(ready, "frontend", name, f"gRPC TLS: {e}")
-            return 1
-        if bound == 0:
-            report_start_failed(ready, "frontend", name, f"failed to bind gRPC address {address}")
-            return 1
+    failed = _bind_grpc_if_allowed(server, spec, address)
+    if failed:
+        report_start_failed(ready, "frontend", name, failed)
+        return 1
     # NOTE: started even with no port (--allow-grpc=false): the drain stops it as usual.
     await server.start()
     http = await _start_http(spec, api)
