@@ -493,20 +493,8 @@ FLAGS: tuple[Flag, ...] = (
     ),
     # ------------------------------------------------------------ memory, device
     Flag("pinned-memory-pool-byte-size", INT, unused=NOT_YET, group=G_MEM),
-    Flag(
-        "cuda-memory-pool-byte-size",
-        STR,
-        unused=NOT_YET,
-        arg="<integer>:<integer>",
-        group=G_MEM,
-    ),
-    Flag(
-        "cuda-virtual-address-size",
-        STR,
-        unused=NOT_YET,
-        arg="<integer>:<integer>",
-        group=G_MEM,
-    ),
+    Flag("cuda-memory-pool-byte-size", STR, unused=NOT_YET, arg="<integer>:<integer>", group=G_MEM),
+    Flag("cuda-virtual-address-size", STR, unused=NOT_YET, arg="<integer>:<integer>", group=G_MEM),
     Flag(
         "min-supported-compute-capability",
         FLOAT,
@@ -532,13 +520,7 @@ FLAGS: tuple[Flag, ...] = (
         "worker processes of instances with that policy",
         group=G_MEM,
     ),
-    Flag(
-        "model-load-gpu-limit",
-        STR,
-        unused=NOT_YET,
-        arg="<device_id>:<fraction>",
-        group=G_MEM,
-    ),
+    Flag("model-load-gpu-limit", STR, unused=NOT_YET, arg="<device_id>:<fraction>", group=G_MEM),
     # ------------------------------------------------------------- shared memory
     Flag(
         "allow-client-shm",
