@@ -162,3 +162,97 @@ def test_every_trace_names_orders_and_times_its_events(repo: Path, tmp_path: Pat
         assert at["COMPUTE_OUTPUT_START"] <= at["INFER_RESPONSE_COMPLETE"] <= at["REQUEST_END"]
     # one clock: the ids are those of one frontend, counted from 1
     assert sorted(traces) == list(range(1, len(traces) + 1))
+
+
+BLS_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1, 16 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 1, 16 ] }
+]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1, 16 ] } ]
+"""
+BLS_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            inputs = [pb_utils.get_input_tensor_by_name(request, n) for n in ("INPUT0", "INPUT1")]
+            traced = pb_utils.InferenceRequest(
+                model_name="add_sub_py", requested_output_names=["OUTPUT0"], inputs=inputs,
+                trace=request.trace(),
+            ).exec()
+            # an untraced call: no trace argument
+            pb_utils.InferenceRequest(
+                model_name="add_sub_py", requested_output_names=["OUTPUT1"], inputs=inputs
+            ).exec()
+            out = pb_utils.get_output_tensor_by_name(traced, "OUTPUT0").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", out)]))
+        return responses
+"""
+
+
+def test_bls_children_and_tensors(repo: Path, tmp_path: Path) -> None:
+    """A BLS call made with ``trace=request.trace()`` is a child trace (``parent_id``) with
+    its own events inside its parent's compute; the one made without is not traced. The
+    TENSORS level adds the inputs as queued and as the backend saw them, and its outputs."""
+    from tests.conftest import write_python_model
+
+    bls_repo = tmp_path / "repo"
+    shutil.copytree(repo, bls_repo)
+    write_python_model(bls_repo, "bls_trace_py", BLS_CONFIG, BLS_MODEL)
+    trace_file = tmp_path / "trace.json"
+    server = ServerProcess(
+        bls_repo,
+        tmp_path / "server.log",
+        "--trace-config",
+        f"triton,file={trace_file}",
+        "--trace-config",
+        "level=TIMESTAMPS",
+        "--trace-config",
+        "level=TENSORS",
+        "--trace-config",
+        "rate=1",
+    )
+    try:
+        server.wait_live()
+        g = grpcclient.InferenceServerClient(server.url)
+        ins = _inputs(grpcclient)
+        ins[0].set_data_from_numpy(np.full((1, 16), 2, np.float32))
+        ins[1].set_data_from_numpy(np.full((1, 16), 3, np.float32))
+        g.infer("bls_trace_py", ins, request_id="parent")
+        g.close()
+    finally:
+        assert server.stop() == 0
+    traces = load_traces(trace_file)
+    assert len(traces) == 2
+    parent = next(t for t in traces.values() if t["header"]["model_name"] == "bls_trace_py")
+    child = next(t for t in traces.values() if t["header"]["model_name"] == "add_sub_py")
+    assert child["header"]["parent_id"] == parent["header"]["id"]
+    p, c = dict(parent["stamps"]), _check_order(child["stamps"], CORE)
+    assert p["COMPUTE_START"] < c["REQUEST_START"] < c["REQUEST_END"] < p["COMPUTE_OUTPUT_START"]
+    activities = [(o["activity"], o["tensor"]["name"]) for o in parent["tensors"]]
+    assert activities == [
+        ("TENSOR_QUEUE_INPUT", "INPUT0"),
+        ("TENSOR_QUEUE_INPUT", "INPUT1"),
+        ("TENSOR_BACKEND_INPUT", "INPUT0"),
+        ("TENSOR_BACKEND_INPUT", "INPUT1"),
+        ("TENSOR_BACKEND_OUTPUT", "OUTPUT0"),
+    ]
+    out = parent["tensors"][-1]["tensor"]
+    assert out == {
+        "name": "OUTPUT0",
+        "data": ",".join(["5.0"] * 16),
+        "shape": "1,16",
+        "dtype": "FP32",
+    }
+    assert parent["tensors"][0]["tensor"]["data"] == ",".join(["2.0"] * 16)
+    assert [o["activity"] for o in child["tensors"]] == [
+        "TENSOR_BACKEND_INPUT",
+        "TENSOR_BACKEND_INPUT",
+        "TENSOR_BACKEND_OUTPUT",
+    ]

@@ -46,6 +46,7 @@ from triton_mp.ipc.messages import (
     BlockRef,
     BlsInboxUpdate,
     CancelRequest,
+    ChildTrace,
     InferRequest,
     InferResponse,
     ReplyTo,
@@ -53,6 +54,7 @@ from triton_mp.ipc.messages import (
     RequestFailed,
     SequenceFlags,
     ToBlsClient,
+    TraceContext,
 )
 from triton_mp.ipc.specs import BlsModel, BlsSpec
 from triton_mp.workers.tensor_io import free_own_block, view_tensor, wire_tensor, write_block
@@ -74,6 +76,9 @@ class BlsClient:
         cache: attached segments (the callees' output arenas).
         send_scheduler: pushes a message to the scheduler (thread-safe, the worker's lock).
         lock: the worker's lock over its arena and rings.
+        child_traces: the worker's open traced requests -> their finished child traces
+            (``Worker.child_traces``): a request made with ``trace=request.trace()`` of a
+            traced request is traced, and its trace lands there.
     """
 
     def __init__(
@@ -85,6 +90,7 @@ class BlsClient:
         cache: SegmentCache,
         send_scheduler: Callable[[object], None],
         lock: threading.RLock,
+        child_traces: dict[object, list[object]] | None = None,
     ) -> None:
         self._spec = spec
         self._reply_to = ReplyTo(Requester.BLS, instance_id)
@@ -98,6 +104,9 @@ class BlsClient:
         self._lock = lock
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[Answer, BlockRef]] = {}
+        self._child_traces = child_traces if child_traces is not None else {}
+        self._traces: dict[int, _OpenChild] = {}
+        """Traced BLS requests in flight, by request id."""
         self._inbox: Inbox[ToBlsClient] = Inbox(spec.inbox.wakeup, spec.inbox.rings, ToBlsClient)
         # NOTE: answers meant for a dead predecessor are dropped, ring changes are not.
         for msg in self._inbox.drain():
@@ -150,6 +159,14 @@ class BlsClient:
                 answer(_error_response(text, pb_utils.TritonError.INTERNAL), True)
                 return lambda: None
             self._pending[rid] = (answer, block)
+            arrival_ns = time.monotonic_ns()
+            parent = getattr(request, "_trace", None)
+            context = None
+            if parent is not None and parent.level and parent.parent in self._child_traces:
+                context = TraceContext(parent.level)
+                self._traces[rid] = _OpenChild(
+                    parent.parent, name, version, request.request_id(), arrival_ns
+                )
             desc = InferRequest(
                 request_id=rid,
                 reply_to=self._reply_to,
@@ -159,12 +176,13 @@ class BlsClient:
                 inputs=refs,
                 outputs=outputs,
                 block=block,
-                arrival_ns=time.monotonic_ns(),
+                arrival_ns=arrival_ns,
                 timeout_us=max(0, int(request.timeout())),
                 client_id=request.request_id(),
                 parameters_json=request.parameters(),
                 sequence_id=request.correlation_id(),
                 sequence_flags=int(request.flags() & (SequenceFlags.START | SequenceFlags.END)),
+                trace=context,
             )
             self._send(desc)
 
@@ -260,6 +278,8 @@ class BlsClient:
             if entry is not None and final:
                 del self._pending[msg.request_id]
                 free_own_block(self._arena, entry[1])
+            if self._traces and msg.request_id in self._traces:
+                self._trace_answer(msg, final)
         if isinstance(msg, RequestFailed) or msg.error is not None:
             assert msg.error is not None
             response = _error_response(msg.error.message, int(msg.error.code))
@@ -270,6 +290,33 @@ class BlsClient:
         if isinstance(msg, InferResponse) and msg.empty:
             response = pb_utils.InferenceResponse([])
         entry[0](response, final)
+
+    def _trace_answer(self, msg: InferResponse | RequestFailed, final: bool) -> None:
+        """A traced BLS request's answer (lock held): its events; the final one finishes
+        its child trace into the parent's list (dropped if the parent finished first)."""
+        child = self._traces[msg.request_id]
+        if isinstance(msg, InferResponse):
+            child.stamps.append(("INFER_RESPONSE_COMPLETE", time.monotonic_ns()))
+            if msg.trace is not None:
+                child.stamps.extend(msg.trace.stamps)
+                child.tensors.extend(msg.trace.tensors)
+                child.children.extend(msg.trace.children)
+        if not final:
+            return
+        del self._traces[msg.request_id]
+        child.stamps.append(("REQUEST_END", time.monotonic_ns()))
+        siblings = self._child_traces.get(child.parent)
+        if siblings is not None:
+            siblings.append(
+                ChildTrace(
+                    child.model,
+                    child.version,
+                    child.request_id,
+                    tuple(child.stamps),
+                    tuple(child.tensors),
+                    tuple(child.children),
+                )
+            )
 
     def _read_outputs(self, msg: InferResponse) -> pb_utils.InferenceResponse:
         """Copy the outputs out of the callee's arena, then free its block."""
@@ -287,6 +334,23 @@ class BlsClient:
 
     def close(self) -> None:
         """Nothing to join: the receiver is a daemon thread that ends with the process."""
+
+
+class _OpenChild:
+    """A traced BLS request in flight: what its child trace will hold."""
+
+    __slots__ = ("children", "model", "parent", "request_id", "stamps", "tensors", "version")
+
+    def __init__(
+        self, parent: object, model: str, version: int, request_id: str, start_ns: int
+    ) -> None:
+        self.parent = parent
+        self.model = model
+        self.version = version
+        self.request_id = request_id
+        self.stamps: list[tuple[str, int]] = [("REQUEST_START", start_ns)]
+        self.tensors: list[object] = []
+        self.children: list[object] = []
 
 
 def _error_response(message: str, code: int) -> pb_utils.InferenceResponse:

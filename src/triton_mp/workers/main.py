@@ -281,6 +281,7 @@ def _bls_rewiring(
             cache,
             lambda msg: to_scheduler.send_bytes(encode(msg)),
             worker.post_lock,
+            worker.child_traces,
         )
         pb_utils.set_bls(bls.submit, bls.is_model_ready)
 

@@ -279,7 +279,7 @@ class Worker:
         if req.trace.level & TraceLevel.TENSORS and outputs is not None:
             from triton_mp.ipc.trace_tensors import trace_array
 
-            tensors = tuple(
+            tensors += tuple(
                 trace_array("TENSOR_BACKEND_OUTPUT", n, np.asarray(a)) for n, a in outputs.items()
             )
         children = tuple(self.child_traces.pop(key, ()))

@@ -377,6 +377,10 @@ class PythonBackend:
             timeout=r.timeout_us,
             parameters=r.parameters_json,
         )
+        trace = getattr(r.token, "trace", None)
+        if trace is not None:
+            key = (r.token.reply_to, r.token.request_id)  # type: ignore[attr-defined]
+            pb_request._trace = pb_utils.InferenceTrace(trace.level, key)  # noqa: SLF001
         if self._decoupled:
             pb_request._sender_factory = lambda: self._new_sender(r)  # noqa: SLF001
             pb_request._cancelled = lambda: self._cancelled(r.token)  # noqa: SLF001

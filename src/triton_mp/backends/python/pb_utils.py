@@ -372,6 +372,7 @@ class InferenceRequest:
         "_sender",
         "_sender_factory",
         "_timeout_us",
+        "_trace",
     )
 
     def __init__(
@@ -388,7 +389,8 @@ class InferenceRequest:
         trace: object = None,
         parameters: dict[str, bool | int | str] | str | None = None,
     ) -> None:
-        del preferred_memory, trace  # NOTE: accepted for Triton's signature; host memory only
+        del preferred_memory  # NOTE: accepted for Triton's signature; host memory only
+        self._trace = trace if isinstance(trace, InferenceTrace) else None
         self._model_name = _text(model_name)
         self._requested_output_names = _texts(requested_output_names, "requested_output_names")
         self._inputs = list(inputs)
@@ -458,8 +460,9 @@ class InferenceRequest:
         return self._cancelled() if self._cancelled is not None else False
 
     def trace(self) -> InferenceTrace:
-        """The request's trace (triton-mp does not trace: its context is None)."""
-        return InferenceTrace()
+        """The request's trace: pass it as ``trace=`` to a BLS request to trace that
+        request as a child of this one (an untraced request's trace carries nothing)."""
+        return self._trace if self._trace is not None else InferenceTrace()
 
     def set_release_flags(self, flags: int) -> None:
         """Rescheduling requests is not supported yet.
@@ -1596,10 +1599,22 @@ class PreferredMemory:
 
 class InferenceTrace:
     """A request's trace (``request.trace()``), to pass on to BLS requests as Triton's
-    examples do. triton-mp does not trace requests: there is no context."""
+    examples do: a BLS request made with the trace of a traced request is traced too, as
+    its child (``parent_id`` in the trace file).
+
+    Args:
+        level: the parent's trace level bits (0: the parent is not traced).
+        parent: the worker's key of the parent request (where the child's trace goes).
+    """
+
+    __slots__ = ("level", "parent")
+
+    def __init__(self, level: int = 0, parent: object = None) -> None:
+        self.level = level
+        self.parent = parent
 
     def get_context(self) -> str | None:
-        """The trace context (OpenTelemetry's, in Triton); always None here."""
+        """The OpenTelemetry context of the trace (Triton's); None: it is not exposed."""
         return None
 
 
