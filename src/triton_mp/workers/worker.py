@@ -210,7 +210,11 @@ class Worker:
         if self._states is not None:
             self._keep_states(reqs, results)
         if traced:
-            self._compute_stamps(traced, start_ns + t_input, start_ns + t_input + t_infer)
+            # NOTE: anchored where execute returned (absolute, this process's clock): the
+            # infer phase ended there after t_infer; what came before is the input phase
+            # (the worker's request set-up and the backend's own input time).
+            exec_end = time.monotonic_ns()
+            self._compute_stamps(traced, exec_end - t_infer, exec_end)
         t0 = time.perf_counter_ns()
         failed = self._answer(reqs, results)
         t_output = time.perf_counter_ns() - t0
@@ -250,9 +254,10 @@ class Worker:
     def _compute_stamps(
         self, traced: list[InferRequest], input_end: int, output_start: int
     ) -> None:
-        """After ``execute``: COMPUTE_INPUT_END and COMPUTE_OUTPUT_START from the backend's
-        phase times; a decoupled request still open also gets COMPUTE_END (``execute``
-        returned), the others get it as their response is written."""
+        """After ``execute``: COMPUTE_INPUT_END and COMPUTE_OUTPUT_START (``execute``
+        returned; the worker writes the outputs from here). A decoupled request still open
+        also gets COMPUTE_END (``execute`` returned); the others get it as their response
+        is written."""
         now = time.monotonic_ns()
         for r in traced:
             stamps = self._open_traces.get((r.reply_to, r.request_id))
