@@ -61,6 +61,7 @@ BATCHING_CORE = [
 SCHEDULER_IPC_MODULES = {
     "main.py",
     "core.py",
+    "ensembles.py",
     "lifecycle.py",
     "outbox.py",
     "instances.py",

@@ -69,7 +69,7 @@ def test_only_versions_leaves_the_others_out() -> None:
     assert plans[0].error == ""
 
 
-def test_refusals_keep_todays_messages() -> None:
+def test_refusals_keep_todays_messages_and_ensembles_plan() -> None:
     plans, instances = plan_models(
         [
             _python("failed", error="it broke"),
@@ -80,7 +80,7 @@ def test_refusals_keep_todays_messages() -> None:
     )
     assert [p.error for p in plans] == [
         "it broke",
-        "ensemble models are not supported by triton-mp yet",
+        "",
         "backend 'tensorrt' is not supported by triton-mp yet",
         "backend 'mine' is not supported by triton-mp yet",
     ]

@@ -117,10 +117,13 @@ class PendingTable:
         """Drop a query nobody waits for any more (timed out, client gone)."""
         self._queries.pop(query_id, None)
 
-    def free(self, block: BlockRef | None) -> None:
-        """Mark a block FREE in its arena (inputs: ours; outputs: a worker's)."""
-        if block is not None:
-            free_block(self._cache.get(block.segment).buf, block.offset)
+    def free(self, block: BlockRef | tuple[BlockRef, ...] | None) -> None:
+        """Mark a block FREE in its arena (inputs: ours; outputs: a worker's), or each of
+        a response's blocks (``InferResponse.blocks``: an ensemble's come from its steps)."""
+        if block is None:
+            return
+        for b in block if isinstance(block, tuple) else (block,):
+            free_block(self._cache.get(b.segment).buf, b.offset)
 
     async def wait_idle(self) -> None:
         """Return once no request is pending (at once when none is)."""
@@ -177,7 +180,7 @@ class PendingTable:
         entry = self._pop(msg.request_id)
         if entry is None:
             # NOTE: an answer for a request already failed (e.g. worker restart race).
-            self.free(msg.block if isinstance(msg, InferResponse) else None)
+            self.free(msg.blocks if isinstance(msg, InferResponse) else None)
             return
         self.free(entry.block)
         self._hand(entry.sink, msg)
@@ -188,4 +191,4 @@ class PendingTable:
         except Exception:  # noqa: BLE001 - one request's fault must not stop delivery
             log.exception("delivering an answer of request %d failed", msg.request_id)
             if isinstance(msg, InferResponse):
-                self.free(msg.block)
+                self.free(msg.blocks)

@@ -51,7 +51,7 @@ class InferResult:
         version: int,
         request_id: str,
         outputs: tuple[TensorRef, ...],
-        block: BlockRef | None,
+        block: BlockRef | tuple[BlockRef, ...] | None,
         cache: SegmentCache,
         pending: PendingTable,
     ) -> None:
@@ -78,7 +78,7 @@ class InferResult:
         return self._cache.get(ref.segment).buf[ref.offset : ref.offset + ref.nbytes]
 
     def release(self) -> None:
-        """Free the worker's output block (views taken before become invalid)."""
+        """Free the worker's output block(s) (views taken before become invalid)."""
         block, self._block = self._block, None
         self._pending.free(block)
 
@@ -176,7 +176,7 @@ class Ticket:
         """The pending table's sink: keep one answer for the iterator (loop thread)."""
         if self._closed:
             if isinstance(answer, InferResponse):
-                self._pending.free(answer.block)
+                self._pending.free(answer.blocks)
             return
         response = self._response(answer)
         if self.trace is not None:
@@ -207,18 +207,18 @@ class Ticket:
             return Response(final=True, version=self.version, error=error)
         final = answer.final or not self.decoupled
         if answer.error is not None:
-            self._pending.free(answer.block)
+            self._pending.free(answer.blocks)
             error = TritonMPError(answer.error.message, answer.error.code)
             return Response(final=final, version=answer.version, error=error)
         if answer.empty and self.decoupled:
-            self._pending.free(answer.block)
+            self._pending.free(answer.blocks)
             return Response(final=final, version=answer.version)
         result = InferResult(
             model=self.model,
             version=answer.version,
             request_id=self.client_id,
             outputs=answer.outputs,
-            block=answer.block,
+            block=answer.blocks,
             cache=self._cache,
             pending=self._pending,
         )

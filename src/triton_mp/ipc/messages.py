@@ -9,7 +9,8 @@ Channels (producer -> consumer):
 
 - ``ToScheduler``: frontends (``InferRequest``, ``CancelRequest``, ``StatsQuery``,
   ``QueueQuery``), python workers' BLS clients (``InferRequest``, ``CancelRequest``),
-  workers (``WorkerReady``, ``BatchDone``, ``DecoupledDone``) and the supervisor
+  workers (``WorkerReady``, ``BatchDone``, ``DecoupledDone``, and ``InferResponse`` to
+  ensemble steps' requests, ``Requester.ENSEMBLE``) and the supervisor
   (``WorkerDied``, ``Shutdown``, and the model changes ``InstancesAdded``,
   ``VersionsActivated``, ``InstancesRetired``, ``InstancesRemoved``).
 - ``ToWorker``: the scheduler (``BatchAssign``, ``CancelRequest``, ``Shutdown``) and, on its
@@ -115,6 +116,9 @@ class Requester(IntEnum):
     BLS = 1
     """The BLS client of a python worker (``pb_utils.InferenceRequest.exec``);
     ``ReplyTo.id`` is that worker's instance id."""
+    ENSEMBLE = 2
+    """The scheduler's ensemble scheduler (a composing request of an ensemble step);
+    ``ReplyTo.id`` is 0. Workers answer it on their ring to the scheduler."""
 
 
 class ReplyTo(msgspec.Struct, frozen=True, array_like=True):
@@ -419,8 +423,42 @@ class BlsInboxUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="bls_inbox",
     remove_rings: tuple[str, ...] = ()
 
 
+class InferResponse(msgspec.Struct, frozen=True, kw_only=True, tag="response", array_like=True):
+    """A worker's answer for one request: outputs in the worker's arena, or an error.
+
+    A request of an ordinary model gets exactly one, final. A request of a decoupled model
+    (``model_transaction_policy { decoupled: true }``) gets zero or more non-final ones, then
+    one final one (``TRITONSERVER_RESPONSE_COMPLETE_FINAL``), which may be ``empty``.
+    """
+
+    request_id: int
+    version: int
+    outputs: tuple[TensorRef, ...] = ()
+    block: BlockRef | None = None
+    """The output block; the frontend frees it after copying the bytes out."""
+    error: ErrorInfo | None = None
+    final: bool = True
+    """No more responses follow for this request (the frontend then frees its inputs)."""
+    empty: bool = False
+    """A flags-only final response: no outputs and no error, only the end of the request
+    (``send(flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL)`` with no response)."""
+    trace: TraceRecord | None = None
+    """A traced request's events from the scheduler and the worker (the final response)."""
+    extra_blocks: tuple[BlockRef, ...] = ()
+    """More output blocks freed with ``block``: an ensemble's outputs come from the blocks
+    of the steps that wrote them (``scheduler.ensembles``)."""
+
+    @property
+    def blocks(self) -> tuple[BlockRef, ...]:
+        """Every output block of the response (``block`` first); the reader frees them all."""
+        if self.block is None:
+            return self.extra_blocks
+        return (self.block, *self.extra_blocks)
+
+
 ToScheduler = (
     InferRequest
+    | InferResponse
     | CancelRequest
     | CacheOutcome
     | StatsQuery
@@ -455,29 +493,6 @@ class BatchAssign(msgspec.Struct, frozen=True, kw_only=True, tag="batch", array_
 ToWorker = BatchAssign | CancelRequest | Shutdown | BlsWorkerUpdate
 """``CancelRequest`` reaches a worker only for a request of a decoupled model whose
 ``execute`` has returned but whose final response has not been sent yet."""
-
-
-class InferResponse(msgspec.Struct, frozen=True, kw_only=True, tag="response", array_like=True):
-    """A worker's answer for one request: outputs in the worker's arena, or an error.
-
-    A request of an ordinary model gets exactly one, final. A request of a decoupled model
-    (``model_transaction_policy { decoupled: true }``) gets zero or more non-final ones, then
-    one final one (``TRITONSERVER_RESPONSE_COMPLETE_FINAL``), which may be ``empty``.
-    """
-
-    request_id: int
-    version: int
-    outputs: tuple[TensorRef, ...] = ()
-    block: BlockRef | None = None
-    """The output block; the frontend frees it after copying the bytes out."""
-    error: ErrorInfo | None = None
-    final: bool = True
-    """No more responses follow for this request (the frontend then frees its inputs)."""
-    empty: bool = False
-    """A flags-only final response: no outputs and no error, only the end of the request
-    (``send(flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL)`` with no response)."""
-    trace: TraceRecord | None = None
-    """A traced request's events from the scheduler and the worker (the final response)."""
 
 
 class RequestFailed(msgspec.Struct, frozen=True, kw_only=True, tag="failed", array_like=True):

@@ -51,7 +51,7 @@ class QueuePolicySpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True
 class BatchingSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """The scheduling choice of a model (``dynamic_batching`` or the default scheduler)."""
 
-    kind: Literal["default", "dynamic", "sequence"] = "default"
+    kind: Literal["default", "dynamic", "sequence", "ensemble"] = "default"
     max_batch_size: int = 0
     preferred_batch_sizes: tuple[int, ...] = ()
     max_queue_delay_us: int = 0
@@ -146,6 +146,31 @@ class WarmupSampleSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=Tru
     inputs: tuple[WarmupInputSpec, ...] = ()
 
 
+class EnsembleStepSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """One ``ensemble_scheduling.step`` (``inference.ModelEnsembling.Step``)."""
+
+    model: str
+    """``model_name``."""
+    version: int = -1
+    """``model_version``; -1 = the latest ready version when the step is called."""
+    input_map: dict[str, str] = {}
+    """Composing model input -> ensemble tensor."""
+    output_map: dict[str, str] = {}
+    """Composing model output -> ensemble tensor."""
+    decoupled: bool = False
+    """The composing model is decoupled (from its config when the ensemble was checked)."""
+    max_batch_size: int = 0
+    """The composing model's ``max_batch_size`` (whether its requests carry a batch)."""
+
+
+class EnsembleSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """``ensemble_scheduling`` of an ensemble (``inference.ModelEnsembling``)."""
+
+    steps: tuple[EnsembleStepSpec, ...]
+    max_inflight_requests: int = 0
+    """Composing requests in flight per step at most over all requests; 0 = unbounded."""
+
+
 class InstanceSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """One model instance: one worker process."""
 
@@ -214,6 +239,9 @@ class ModelVersionSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=Tru
     """``model_warmup``: samples every instance runs before it reports ready."""
     rate_limits: tuple[RateLimitSpec, ...] = ()
     """Per entry of ``instance_ids``: its group's ``rate_limiter`` (empty: none given)."""
+    ensemble: EnsembleSpec | None = None
+    """The steps of an ensemble (``platform: "ensemble"``, ``batching.kind`` "ensemble",
+    no instances), else None."""
 
     @property
     def enforced_inputs(self) -> tuple[str, ...]:

@@ -15,7 +15,12 @@ from dataclasses import dataclass, field
 from triton_mp._proto import model_config_pb2
 from triton_mp.common.errors import ConfigError
 
-__all__ = ["ENSEMBLE_PLATFORM", "ensemble_failures", "validate_ensemble_scheduling"]
+__all__ = [
+    "ENSEMBLE_PLATFORM",
+    "ensemble_failures",
+    "validate_ensemble_config",
+    "validate_ensemble_scheduling",
+]
 
 ENSEMBLE_PLATFORM = "ensemble"
 """Triton's platform of an ensemble (core constants.h ``kEnsemblePlatform``)."""
@@ -216,3 +221,182 @@ def _find_cycle(start: str, ensembles: Mapping[str, Sequence[str]]) -> list[str]
         path.append(child)
         stack.append((child, iter(ensembles[child])))
     return None
+
+
+@dataclass
+class _Tensor:
+    """An ensemble tensor as ``ValidateEnsembleConfig`` sees it (``TensorNode``)."""
+
+    model: str
+    data_type: int = 0
+    dims: tuple[int, ...] = ()
+    full_dims: tuple[int, ...] = ()
+    decoupled: bool = False
+    label: int = 0
+    visited: bool = False
+    prev: list[_Tensor] = field(default_factory=list)
+    nxt: list[_Tensor] = field(default_factory=list)
+    sibling: _Tensor | None = None
+
+
+def _node(model: str, batching: bool, data_type: int, dims: Sequence[int]) -> _Tensor:
+    shape = tuple(int(d) for d in dims)
+    return _Tensor(model, data_type, shape, (-1, *shape) if batching else shape)
+
+
+def _dims_match(a: Sequence[int], b: Sequence[int]) -> bool:
+    """``CompareDimsWithWildcard``: same rank, each dim equal or either one -1."""
+    return len(a) == len(b) and all(x == y or -1 in (x, y) for x, y in zip(a, b, strict=True))
+
+
+def _dims_text(dims: Sequence[int]) -> str:
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
+def _consistent(lhs: _Tensor, rhs: _Tensor, prefix: str) -> None:
+    """``ValidateTensorConsistency``: same data type, and shapes that agree."""
+    if lhs.data_type != rhs.data_type:
+        raise ConfigError(
+            f"{prefix}inconsistent data type: {_type_name(lhs.data_type)} is inferred from model "
+            f"{lhs.model} while {_type_name(rhs.data_type)} is inferred from model {rhs.model}"
+        )
+    if not _dims_match(lhs.dims, rhs.dims) and not _dims_match(lhs.full_dims, rhs.full_dims):
+        raise ConfigError(
+            f"{prefix}inconsistent shape: {_dims_text(lhs.full_dims)} is inferred from model "
+            f"{lhs.model} while {_dims_text(rhs.full_dims)} is inferred from model {rhs.model}"
+        )
+
+
+def _type_name(data_type: int) -> str:
+    return model_config_pb2.DataType.Name(data_type)
+
+
+def validate_ensemble_config(
+    config: model_config_pb2.ModelConfig, composing: Mapping[str, model_config_pb2.ModelConfig]
+) -> bool:
+    """Core ``ValidateEnsembleConfig`` (ensemble_utils.cc), once the composing models are
+    loaded: every step against its model's completed config, then the decoupled data flow.
+
+    Args:
+        config: the ensemble's config (``validate_ensemble_scheduling`` passed).
+        composing: the completed config of every model its steps name.
+
+    Returns:
+        Whether the ensemble is decoupled (a decoupled model lies on its data path): Triton
+        sets ``model_transaction_policy.decoupled`` of the ensemble to it.
+
+    Raises:
+        ConfigError: the first rule broken, with Triton's message.
+    """
+    name = config.name
+    batching = config.max_batch_size > 0
+    tensors: dict[str, _Tensor] = {}
+    for t in config.input:
+        dims = t.reshape.shape if t.HasField("reshape") else t.dims
+        tensors[t.name] = _node(name, batching, t.data_type, dims)
+    for t in config.output:
+        dims = t.reshape.shape if t.HasField("reshape") else t.dims
+        tensors.setdefault(t.name, _node(name, batching, t.data_type, dims))
+    for step in config.ensemble_scheduling.step:
+        model = composing[step.model_name]
+        if model.max_batch_size != 0 and model.max_batch_size < config.max_batch_size:
+            raise ConfigError(
+                f"ensemble {name} allows maximum batch size {config.max_batch_size}, but it "
+                f"contains model {step.model_name} which only allows maximum batch size to be "
+                f"{model.max_batch_size}"
+            )
+        _check_step_mapping(name, step, model, tensors)
+    return _decoupled_flow(name, config, tensors)
+
+
+def _check_step_mapping(
+    name: str,
+    step: model_config_pb2.ModelEnsembling.Step,
+    model: model_config_pb2.ModelConfig,
+    tensors: dict[str, _Tensor],
+) -> None:
+    """``ValidateTensorMapping``: one step's maps against its model's inputs and outputs."""
+    step_id = step.model_name
+    batching = model.max_batch_size > 0
+    inputs = {t.name for t in model.input}
+    for model_input, tensor in step.input_map.items():
+        if model_input not in inputs:
+            raise ConfigError(
+                f"in ensemble {name}, ensemble tensor {tensor} is mapping to non-existing input "
+                f"{model_input} in model {step_id}"
+            )
+    for t in model.input:
+        tensor = step.input_map.get(t.name)
+        if tensor is None:
+            if t.optional:
+                continue
+            raise ConfigError(
+                f"in ensemble {name}, input {t.name} in model {step_id} is not mapped to any "
+                "ensemble tensors"
+            )
+        node = _node(step_id, batching, t.data_type, t.dims)
+        if tensor in tensors:
+            _consistent(tensors[tensor], node, f"in ensemble {name}, ensemble tensor {tensor}: ")
+        else:
+            tensors[tensor] = node
+    outputs = {t.name: t for t in model.output}
+    for model_output, tensor in step.output_map.items():
+        if model_output not in outputs:
+            raise ConfigError(
+                f"in ensemble {name}, ensemble tensor {tensor} is mapped from non-existing output "
+                f"{model_output} in model {step_id}"
+            )
+    sibling = _Tensor(step_id)
+    for model_output, tensor in step.output_map.items():
+        t = outputs[model_output]
+        node = _node(step_id, batching, t.data_type, t.dims)
+        if tensor in tensors:
+            _consistent(tensors[tensor], node, f"in ensemble {name}, ensemble tensor {tensor}: ")
+        else:
+            tensors[tensor] = node
+        tensors[tensor].sibling = sibling
+    decoupled = bool(model.model_transaction_policy.decoupled)
+    for tensor in step.output_map.values():
+        node = tensors[tensor]
+        node.decoupled = decoupled
+        for source in step.input_map.values():
+            node.prev.append(tensors[source])
+            tensors[source].nxt.append(node)
+
+
+def _decoupled_flow(
+    name: str, config: model_config_pb2.ModelConfig, tensors: dict[str, _Tensor]
+) -> bool:
+    """Label each tensor with the decoupled step it descends from; a step may not take
+    inputs descending from different decoupled models. Returns whether any is decoupled."""
+    label = 0
+    queue = []
+    for t in config.input:
+        node = tensors[t.name]
+        node.visited = True
+        queue.append(node)
+    while queue:
+        current = queue.pop(0)
+        for node in current.nxt:
+            if node.visited or not all(p.visited for p in node.prev):
+                continue
+            first = node.prev[0].label
+            if any(p.label != first for p in node.prev):
+                raise ConfigError(
+                    f"in ensemble {name}, step of model '{node.model}' receives inputs "
+                    "originated from different decoupled models"
+                )
+            sibling = node.sibling
+            if sibling is not None and sibling.visited:
+                node.label = sibling.label
+            else:
+                if node.decoupled:
+                    label += 1
+                    node.label = label
+                else:
+                    node.label = first
+                if sibling is not None:
+                    sibling.label, sibling.visited = node.label, True
+            node.visited = True
+            queue.append(node)
+    return label != 0

@@ -3,7 +3,8 @@
 Turns each loadable ``RepositoryModel`` into one ``ipc.specs.ModelVersionSpec`` per version
 (tensors, batching, sequence controls and state, queue policies, the config's JSON form) and
 one ``InstanceSpec`` per model instance, with dense instance ids. A model triton-mp cannot
-run yet (an ensemble; a backend whose registry row has no worker) gets ``ModelPlan.error``.
+run yet (a backend whose registry row has no worker) gets ``ModelPlan.error``. An ensemble's
+version spec carries its steps (``ipc.specs.EnsembleSpec``) and no instances.
 Each instance gets its host policy (``--host-policy`` settings of its group's
 ``host_policy``, Triton's default names otherwise; a value that does not parse fails the
 model, as Triton fails the instance) and its nice value (``optimization.priority``); each
@@ -17,9 +18,12 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+import msgspec
 
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.backends.registry import BACKENDS
@@ -30,6 +34,8 @@ from triton_mp.common.json_form import config_to_json
 from triton_mp.ipc.specs import (
     BatchingSpec,
     ControlSpec,
+    EnsembleSpec,
+    EnsembleStepSpec,
     InstanceSpec,
     ModelVersionSpec,
     QueuePolicySpec,
@@ -88,6 +94,7 @@ def plan_models(
     first_instance_id: int = 0,
     only_versions: dict[str, set[int]] | None = None,
     host_policies: dict[str, dict[str, str]] | None = None,
+    configs: Mapping[str, mc.ModelConfig] | None = None,
 ) -> tuple[list[ModelPlan], list[InstanceSpec]]:
     """Turn loaded repository models into version specs and instances with dense ids.
 
@@ -97,6 +104,8 @@ def plan_models(
         only_versions: per model, the versions to plan (the others are left out); None
             plans every version.
         host_policies: ``--host-policy`` settings, policy name -> setting -> value.
+        configs: the completed configs of the models ensembles' steps name (each step's
+            ``decoupled`` and ``max_batch_size``); None: ``models`` only.
 
     Returns:
         One plan per model, in order, and every planned instance, ids ascending from
@@ -127,8 +136,35 @@ def plan_models(
             version_instances = _instances(m.name, v.version, m.config, first, policies)
             instances.extend(version_instances)
             plan.instances.extend(version_instances)
-            plan.versions.append(_version_spec(m, v, batching, version_instances, config_json))
+            spec = _version_spec(m, v, batching, version_instances, config_json)
+            if m.config.platform == ENSEMBLE_PLATFORM:
+                known = {x.name: x.config for x in models if x.config is not None}
+                spec = msgspec.structs.replace(
+                    spec, ensemble=_ensemble_spec(m.config, {**known, **(configs or {})})
+                )
+            plan.versions.append(spec)
     return plans, instances
+
+
+def _ensemble_spec(cfg: mc.ModelConfig, configs: Mapping[str, mc.ModelConfig]) -> EnsembleSpec:
+    """``ensemble_scheduling`` as the scheduler's spec."""
+    steps = []
+    for step in cfg.ensemble_scheduling.step:
+        composing = configs.get(step.model_name)
+        steps.append(
+            EnsembleStepSpec(
+                model=step.model_name,
+                version=int(step.model_version),
+                input_map=dict(step.input_map),
+                output_map=dict(step.output_map),
+                decoupled=bool(composing and composing.model_transaction_policy.decoupled),
+                max_batch_size=int(composing.max_batch_size) if composing else 0,
+            )
+        )
+    return EnsembleSpec(
+        steps=tuple(steps),
+        max_inflight_requests=int(cfg.ensemble_scheduling.max_inflight_requests),
+    )
 
 
 def _refusal(m: RepositoryModel) -> str:
@@ -136,7 +172,7 @@ def _refusal(m: RepositoryModel) -> str:
     if m.error is not None or m.config is None:
         return m.error or "failed to load"
     if m.config.platform == ENSEMBLE_PLATFORM:
-        return "ensemble models are not supported by triton-mp yet"
+        return ""
     info = BACKENDS.get(m.config.backend)
     if info is None or not info.runs:
         return f"backend '{m.config.backend}' is not supported by triton-mp yet"
@@ -335,8 +371,13 @@ def _batching_spec(cfg: mc.ModelConfig) -> BatchingSpec:
     """The scheduler's batching: sequence, dynamic (with queue policies) or default."""
     dyn = cfg.dynamic_batching if cfg.HasField("dynamic_batching") else None
     is_sequence = cfg.HasField("sequence_batching")
+    kind: Literal["default", "dynamic", "sequence", "ensemble"] = (
+        "sequence" if is_sequence else "dynamic" if dyn is not None else "default"
+    )
+    if cfg.HasField("ensemble_scheduling"):
+        kind = "ensemble"
     return BatchingSpec(
-        kind="sequence" if is_sequence else "dynamic" if dyn is not None else "default",
+        kind=kind,
         max_batch_size=cfg.max_batch_size,
         preferred_batch_sizes=tuple(dyn.preferred_batch_size) if dyn else (),
         max_queue_delay_us=int(dyn.max_queue_delay_microseconds) if dyn else 0,

@@ -25,6 +25,7 @@ from triton_mp.ipc.messages import (
     CancelRequest,
     DecoupledDone,
     InferRequest,
+    InferResponse,
     InstancesAdded,
     InstancesRemoved,
     InstancesRetired,
@@ -45,6 +46,7 @@ from triton_mp.ipc.messages import (
 from triton_mp.ipc.reports import ModelQueueStatus
 from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.ipc.specs import ModelVersionSpec, RateLimitSpec
+from triton_mp.scheduler.ensembles import Ensembles
 from triton_mp.scheduler.instances import Generation, InFlight
 from triton_mp.scheduler.lifecycle import STOPPING_MESSAGE, Lifecycle
 from triton_mp.scheduler.outbox import Outbound, Outbox, ToInstance
@@ -101,8 +103,13 @@ class SchedulerCore:
         self._held: dict[int, BatchAssign] = {}
         """Per instance: its batch that waits for resources (not sent yet)."""
         life = self.lifecycle
+        self.ensembles = Ensembles(
+            self._out, self.stats, self._on_request, self._on_cancel, self._latest, life.active.get
+        )
+        """The ensemble requests running (``scheduler.ensembles``)."""
         self.handlers: dict[type, Callable[[Any, int], None]] = {
             InferRequest: self._on_request,
+            InferResponse: self.ensembles.on_response,
             CancelRequest: self._on_cancel,
             CacheOutcome: self._on_cache_outcome,
             StatsQuery: self._on_stats_query,
@@ -122,6 +129,7 @@ class SchedulerCore:
     # ----------------------------------------------------------------- messages
     def handle(self, msg: ToScheduler, now_ns: int) -> Sequence[Outbound]:
         """Apply one message at ``now_ns``; returns what to send, in order."""
+        self.ensembles.now_ns = now_ns
         self.handlers[type(msg)](msg, now_ns)
         return self._out.take()
 
@@ -144,6 +152,9 @@ class SchedulerCore:
         if req.trace is not None:
             # NOTE: a traced request only: QUEUE_START travels on to the worker with it.
             req = msgspec.structs.replace(req, trace=TraceContext(req.trace.level, now_ns))
+        if gen.spec.ensemble is not None:
+            self.ensembles.start(req, gen, now_ns)
+            return
         enforced = gen.enforced_inputs
         shape_key = tuple(t.shape[1:] for t in req.inputs if t.name in enforced) if enforced else ()
         flags = req.sequence_flags
@@ -179,6 +190,10 @@ class SchedulerCore:
         """Drop a request whose client went away, if it has not been dispatched yet."""
         key = (msg.model, msg.version)
         rkey = (msg.reply_to, msg.request_id)
+        ensemble = self.lifecycle.generation_for(key)
+        if ensemble is not None and ensemble.spec.ensemble is not None:
+            self.ensembles.cancel(ensemble, msg, now_ns)
+            return
         for gen in self.lifecycle.generations():
             item = gen.policy.cancel(rkey) if gen.key == key else None
             if item is not None:
@@ -231,6 +246,10 @@ class SchedulerCore:
         for i in failed:
             r = flight.requests[i]
             self.stats.record_failure(r.model, r.version, r.arrival_ns, msg.end_ns, "BACKEND")
+        compute = (msg.compute_input_ns, msg.compute_infer_ns, msg.compute_output_ns)
+        for r in flight.requests:
+            if r.reply_to.kind is Requester.ENSEMBLE:
+                self.ensembles.on_executed(r.request_id, compute, now_ns)
         if not self.stopping and inst.generation is not None:
             inst.generation.policy.instance_idle(msg.instance_id, now_ns)
 
@@ -305,6 +324,7 @@ class SchedulerCore:
     def dispatch(self, now_ns: int) -> Sequence[Outbound]:
         """Form every batch that is ready now; returns them (and the failures of requests
         whose queue timeout expired), in order."""
+        self.ensembles.now_ns = now_ns
         for gen in self.lifecycle.generations():
             for item, why in gen.policy.expire(now_ns):
                 req = cast(InferRequest, item.payload)
@@ -387,6 +407,11 @@ class SchedulerCore:
         return self._out.take()
 
     # ----------------------------------------------------------------- queries
+    def _latest(self, model: str) -> int | None:
+        """The newest active version of ``model`` (an ensemble step's ``model_version: -1``)."""
+        versions = [v for m, v in self.lifecycle.active if m == model]
+        return max(versions, default=None)
+
     def queue_status(self, model: str, now_ns: int) -> tuple[ModelQueueStatus, ...]:
         """``triton-mp stat``'s view of one model's versions (all models when empty)."""
         lc = self.lifecycle
@@ -407,6 +432,7 @@ class SchedulerCore:
         lc = self.lifecycle
         return (
             not any(inst.batch is not None for inst in lc.instances)
+            and not self.ensembles.in_flight()
             and not lc.retiring
             and all(g.policy.queue_depth() == 0 for g in lc.active.values())
         )

@@ -25,9 +25,18 @@ from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.handshake import report_ready
 from triton_mp.ipc.messages import InstanceWiring, Requester, Shutdown, ToScheduler
 from triton_mp.ipc.specs import SchedulerSpec
+from triton_mp.ipc.tensor_pool import SegmentCache, free_block
 from triton_mp.scheduler.clock import SCHEDULER_TIMER_SLACK_NS, Clock, MonotonicClock
 from triton_mp.scheduler.core import SchedulerCore, deliver
-from triton_mp.scheduler.outbox import Attach, Broadcast, Detach, Outbound, Reply, ToInstance
+from triton_mp.scheduler.outbox import (
+    Attach,
+    Broadcast,
+    Detach,
+    Free,
+    Outbound,
+    Reply,
+    ToInstance,
+)
 from triton_mp.scheduler.rate_limiter import RateLimiter
 
 log = logging.getLogger(__name__)
@@ -49,6 +58,8 @@ class Router:
         """Per python worker instance id: the ring into its BLS client's inbox."""
         self._from_workers: dict[int, str] = {}
         self._replies = {Requester.FRONTEND: self._frontends, Requester.BLS: self._bls}
+        self._arenas = SegmentCache()
+        """Workers' arenas, attached to free ensemble steps' blocks (``Free``) only."""
 
     def send(self, item: Outbound) -> None:
         """Send one outbound item (messages to unknown destinations are dropped).
@@ -68,10 +79,19 @@ class Router:
             data = encode(item.msg)
             for sender in self._frontends.values():
                 sender.send_bytes(data)
+        elif isinstance(item, Free):
+            self._free(item)
         elif isinstance(item, Attach):
             self._attach(item.wiring)
         elif isinstance(item, Detach):
             self._detach(item.instance_id)
+
+    def _free(self, item: Free) -> None:
+        try:
+            free_block(self._arenas.get(item.block.segment).buf, item.block.offset)
+        except Exception as e:  # noqa: BLE001 - posix_ipc's errors are no OSError
+            # NOTE: the worker stopped and unlinked its arena: nothing is left to free.
+            log.debug("block %s not freed: %s", item.block, e)
 
     def _attach(self, w: InstanceWiring) -> None:
         self._workers[w.instance_id] = Sender(w.to_worker_ring, w.to_worker_wakeup)

@@ -4,25 +4,30 @@ Imported by the scheduler core and its lifecycle, which append to one ``Outbox``
 handle a message; the process shell (``scheduler.main``) takes the items and sends each on
 its ring, in order. Destinations: one worker (``ToInstance``), a request's or a query's
 requester (``Reply``: a frontend or a python worker's BLS client, ``ipc.messages.ReplyTo``),
-every frontend (``Broadcast``), and the shell's own wiring (``Attach`` / ``Detach`` an
-instance's rings).
+every frontend (``Broadcast``), the shell's own wiring (``Attach`` / ``Detach`` an
+instance's rings), and ``Free`` (an ensemble step's output block no consumer needs any more).
+Answers addressed to ``Requester.ENSEMBLE`` never leave the process: they go to ``loopback``
+(``scheduler.ensembles``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.messages import (
     BatchAssign,
+    BlockRef,
     CancelRequest,
     ErrorInfo,
     InferRequest,
+    InferResponse,
     InstanceWiring,
     ModelAvailability,
     QueueReply,
     ReplyTo,
+    Requester,
     RequestFailed,
     Shutdown,
     StatsReply,
@@ -41,7 +46,7 @@ class Reply(NamedTuple):
     """An answer for whoever sent a request or a query."""
 
     to: ReplyTo
-    msg: RequestFailed | StatsReply | QueueReply
+    msg: RequestFailed | StatsReply | QueueReply | InferResponse
 
 
 class Broadcast(NamedTuple):
@@ -62,7 +67,14 @@ class Detach(NamedTuple):
     instance_id: int
 
 
-Outbound = ToInstance | Reply | Broadcast | Attach | Detach
+class Free(NamedTuple):
+    """Mark a worker's output block FREE (``ipc.tensor_pool.free_block``): the last step
+    of an ensemble that reads it has finished."""
+
+    block: BlockRef
+
+
+Outbound = ToInstance | Reply | Broadcast | Attach | Detach | Free
 
 
 class Outbox:
@@ -75,6 +87,8 @@ class Outbox:
     def __init__(self, stats: StatsBook) -> None:
         self._items: list[Outbound] = []
         self._stats = stats
+        self.loopback: Callable[[ReplyTo, RequestFailed], None] | None = None
+        """Takes the failures of composing requests (``Requester.ENSEMBLE``)."""
 
     def take(self) -> Sequence[Outbound]:
         """Everything added since the last ``take``, oldest first."""
@@ -88,9 +102,19 @@ class Outbox:
         """Send ``msg`` to the worker ``instance_id``."""
         self._items.append(ToInstance(instance_id, msg))
 
-    def reply(self, to: ReplyTo, msg: RequestFailed | StatsReply | QueueReply) -> None:
-        """Answer at ``to``."""
+    def reply(
+        self, to: ReplyTo, msg: RequestFailed | StatsReply | QueueReply | InferResponse
+    ) -> None:
+        """Answer at ``to`` (an ensemble's composing request: at ``loopback``, now)."""
+        if to.kind is Requester.ENSEMBLE and self.loopback is not None:
+            assert isinstance(msg, RequestFailed)
+            self.loopback(to, msg)
+            return
         self._items.append(Reply(to, msg))
+
+    def free(self, block: BlockRef) -> None:
+        """Free a worker's output block."""
+        self._items.append(Free(block))
 
     def broadcast(self, msg: ModelAvailability) -> None:
         """Send ``msg`` to every frontend."""

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from triton_mp.ipc.specs import ModelVersionSpec, QueuePolicySpec
 from triton_mp.scheduler.policies.default import DefaultScheduler
 from triton_mp.scheduler.policies.dynamic import DynamicBatcher
+from triton_mp.scheduler.policies.ensemble import EnsembleScheduler, Step
 from triton_mp.scheduler.policies.sequence import SequenceBatcher
 from triton_mp.scheduler.policy import Policy
 from triton_mp.scheduler.queues import PriorityQueue, QueuePolicy
@@ -71,10 +72,33 @@ def _sequence(spec: ModelVersionSpec) -> Policy:
     )
 
 
+def _ensemble(spec: ModelVersionSpec) -> Policy:
+    """The ensemble scheduler over the ensemble's steps (``ensemble_scheduling``)."""
+    ens = spec.ensemble
+    steps = ens.steps if ens is not None else ()
+    return EnsembleScheduler(
+        spec.model,
+        [
+            Step(
+                s.model,
+                s.version,
+                tuple(s.input_map.items()),
+                tuple(s.output_map.items()),
+                decoupled=s.decoupled,
+            )
+            for s in steps
+        ],
+        [t.name for t in spec.outputs],
+        decoupled=spec.decoupled,
+        max_inflight_requests=ens.max_inflight_requests if ens is not None else 0,
+    )
+
+
 POLICIES: dict[str, Callable[[ModelVersionSpec], Policy]] = {
     "default": _default,
     "dynamic": _dynamic,
     "sequence": _sequence,
+    "ensemble": _ensemble,
 }
 """``BatchingSpec.kind`` -> the factory of that policy for one model version (no instance
 idle yet)."""

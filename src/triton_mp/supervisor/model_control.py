@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc import encode
@@ -53,6 +54,12 @@ from triton_mp.ipc.specs import ModelVersionSpec
 from triton_mp.model_config.loader import RepositoryModel, directory_fingerprint
 from triton_mp.model_config.plan import ModelPlan, plan_models
 from triton_mp.supervisor.children import Child, ChildTable
+from triton_mp.supervisor.ensemble_deps import (
+    check_ensembles,
+    composing_to_load,
+    dependents,
+    steps_of,
+)
 from triton_mp.supervisor.frontend_link import Call, FrontendLink
 from triton_mp.supervisor.instances import Instances
 from triton_mp.supervisor.load_requests import (
@@ -268,7 +275,7 @@ class ModelControl:
     def _handle_call(self, call: Call) -> ErrorInfo | None:
         if isinstance(call, ModelUnloadCall):
             log.info("unload of '%s' requested", call.model, extra={"model": call.model})
-            self._unload([call.model], reason="unloaded")
+            self._unload([call.model], reason="unloaded", with_dependents=call.unload_dependents)
             return None
         log.info("load of '%s' requested", call.model, extra={"model": call.model})
         req = LoadRequest(call.model, call.config_json, dict(call.files))
@@ -297,7 +304,9 @@ class ModelControl:
     # ------------------------------------------------------------------ load
     def _load(self, requests: list[LoadRequest]) -> None:
         """(Re)load models, all at once (see the module docstring)."""
-        staged = [s for s in map(self._stage, requests) if s is not None]
+        staged = self._with_ensembles(
+            [s for s in map(self._stage, requests) if s is not None], requests
+        )
         start = {
             s.req.name: set(versions_to_start(self._models[s.req.name].served(), s.fingerprints))
             for s in staged
@@ -307,6 +316,7 @@ class ModelControl:
             first_instance_id=self._next_id,
             only_versions=start,
             host_policies=self._cfg.host_policies,
+            configs=self._served_configs(),
         )
         self._next_id += len(instances)
         plan_of = {p.repo.name: p for p in plans}
@@ -326,6 +336,7 @@ class ModelControl:
         errors = self._table.await_ready(list(children.values()), self._cfg.startup_timeout_s)
         effects = _Effects()
         for s in staged:
+            self._check_composing(s, plan_of[s.req.name])
             self._apply(s, plan_of[s.req.name], children, errors, effects)
         self._commit(effects)
 
@@ -336,24 +347,80 @@ class ModelControl:
         )
         if rm is None:
             return None
-        model = self._models.setdefault(req.name, _Model(req.name))
+        self._models.setdefault(req.name, _Model(req.name))
         if rm.error is not None or rm.config is None:
-            req.result = ErrorInfo(ErrorCode.INVALID_ARG, rm.error or "failed to load")
-            _remove(temp_dir)
-            if not model.versions:
-                model.unloaded = False
-                model.reason = req.result.message
-                model.config = b""
-            else:
-                model.failed = failed_by_invalid_config(
-                    model.served(), version_dirs(rm.directory), req.result.message
-                )
-            log.error("failed to load model '%s': %s", req.name, req.result.message)
-            self._link.update(ModelTableUpdate(models=(model.entry(),)), ack=False)
+            self._refuse(req, rm.directory, temp_dir, rm.error or "failed to load")
             return None
         config = rm.config.SerializeToString(deterministic=True)
         fps = {v.version: version_fingerprint(rm.directory, config, v.version) for v in rm.versions}
         return _Staged(req, rm, temp_dir, fps)
+
+    def _refuse(self, req: LoadRequest, directory: Path, temp_dir: Path | None, why: str) -> None:
+        """A model that read (or checked) badly: what serves keeps serving, the rest fails."""
+        model = self._models[req.name]
+        req.result = ErrorInfo(ErrorCode.INVALID_ARG, why)
+        _remove(temp_dir)
+        if not model.versions:
+            model.unloaded = False
+            model.reason = req.result.message
+            model.config = b""
+        else:
+            model.failed = failed_by_invalid_config(
+                model.served(), version_dirs(directory), req.result.message
+            )
+        log.error("failed to load model '%s': %s", req.name, req.result.message)
+        self._link.update(ModelTableUpdate(models=(model.entry(),)), ack=False)
+
+    def _served_configs(self) -> dict[str, mc.ModelConfig]:
+        return {
+            m.name: mc.ModelConfig.FromString(m.config)
+            for m in self._models.values()
+            if m.versions and m.config
+        }
+
+    def _with_ensembles(self, staged: list[_Staged], requests: list[LoadRequest]) -> list[_Staged]:
+        """Stage the composing models of staged ensembles too (Triton's polling chain),
+        check the ensembles against them (``ensemble_deps.check_ensembles``) and order the
+        staged models so that ensembles come last."""
+        tried = {r.name for r in requests}
+        served = self._served_configs()
+        every = list(requests)
+        while extra := [
+            n
+            for n in composing_to_load({s.req.name: s.rm.config for s in staged}, served)
+            if n not in tried
+        ]:
+            tried.update(extra)
+            more = [LoadRequest(n) for n in extra]
+            every.extend(more)
+            staged.extend(s for s in map(self._stage, more) if s is not None)
+        failed = {
+            r.name: r.result.message
+            for r in every
+            if r.result is not None and r.name in self._models
+        }
+        configs = {s.req.name: s.rm.config for s in staged if s.rm.config is not None}
+        reasons = check_ensembles(configs, failed, served)
+        for s in [s for s in staged if s.req.name in reasons]:
+            staged.remove(s)
+            self._refuse(s.req, s.rm.directory, s.temp_dir, reasons[s.req.name])
+        for s in staged:
+            if s.rm.config is not None and steps_of(s.rm.config):
+                # NOTE: the checked config (decoupled set) is what serves.
+                config = s.rm.config.SerializeToString(deterministic=True)
+                s.fingerprints = {
+                    v: version_fingerprint(s.rm.directory, config, v) for v in s.fingerprints
+                }
+        return sorted(staged, key=lambda s: bool(steps_of(s.rm.config)))
+
+    def _check_composing(self, s: _Staged, plan: ModelPlan) -> None:
+        """An ensemble whose composing model did not come up does not load either."""
+        for step in steps_of(s.rm.config):
+            if not plan.error and not self._models.get(step, _Model(step)).versions:
+                plan.error = (
+                    f"ensemble '{s.req.name}' depends on '{step}' which has no loaded version."
+                )
+                s.req.result = ErrorInfo(ErrorCode.INVALID_ARG, plan.error)
 
     def _apply(
         self,
@@ -490,9 +557,21 @@ class ModelControl:
         log.error("failed to load model '%s': %s", model.name, req.result.message)
 
     # ---------------------------------------------------------------- unload
-    def _unload(self, names: list[str], reason: str) -> None:
+    def _unload(self, names: list[str], reason: str, with_dependents: bool = False) -> None:
         """Stop serving models: frontends drop them (acknowledged), the scheduler answers
-        what is queued and running, then their workers stop and their memory is freed."""
+        what is queued and running, then their workers stop and their memory is freed.
+        The ensembles that call them stop first: ``with_dependents`` (RepositoryModelUnload's
+        ``unload_dependents``) as unloaded, otherwise as no longer available."""
+        served = self._served_configs()
+        deps = [d for d in dependents(names, served) if d not in names]
+        if deps:
+            why = (
+                reason
+                if with_dependents
+                else "ensemble {} contains models that are not available: " + ", ".join(names)
+            )
+            for dep in deps:
+                self._unload([dep], why.replace("{}", dep))
         models = [self._models[n] for n in names if n in self._models]
         if not models:
             return

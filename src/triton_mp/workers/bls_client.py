@@ -328,8 +328,8 @@ class BlsClient:
                     arr = arr.copy()
                 tensors.append(pb_utils.Tensor(ref.name, arr))
         finally:
-            if msg.block is not None:
-                free_block(self._cache.get(msg.block.segment).buf, msg.block.offset)
+            for block in msg.blocks:
+                free_block(self._cache.get(block.segment).buf, block.offset)
         return pb_utils.InferenceResponse(tensors)
 
     def close(self) -> None:

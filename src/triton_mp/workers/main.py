@@ -83,7 +83,13 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     to_scheduler = Sender(spec.to_scheduler.ring, spec.to_scheduler.wakeup)
     to_frontends = {i: Sender(c.ring, c.wakeup) for i, c in spec.to_frontends.items()}
     to_bls = {i: Sender(c.ring, c.wakeup) for i, c in spec.to_bls_clients.items()}
-    replies = {Requester.FRONTEND: to_frontends, Requester.BLS: to_bls}
+    # NOTE: an ensemble step's request is answered on the ring to the scheduler, which
+    # runs the ensemble (``scheduler.ensembles``).
+    replies = {
+        Requester.FRONTEND: to_frontends,
+        Requester.BLS: to_bls,
+        Requester.ENSEMBLE: {0: to_scheduler},
+    }
     owner_prefix = process_arena_prefix(spec.arena_prefix, os.getpid())
     arena = ArenaAllocator(owner_prefix, spec.arena_bytes, spec.arena_budget_bytes)
     custom_metrics = None

@@ -1,0 +1,360 @@
+"""Ensemble requests inside the scheduler: the pure ensemble policy's actions as messages.
+
+Imported by ``scheduler.core``. An ensemble version's generation holds an
+``policies.ensemble.EnsembleScheduler``; this module feeds it the ensemble's requests and its
+steps' answers and turns its actions into messages:
+
+- ``Call``: a composing ``InferRequest`` addressed ``ReplyTo(Requester.ENSEMBLE, 0)``,
+  handed to the composing model's own generation through the core (its dynamic batcher,
+  priority levels, queue policy, sequence batcher and instances), inheriting the ensemble
+  request's client id, correlation ID and sequence flags, priority, timeout and parameters.
+  Its inputs are the ``TensorRef`` s the previous steps' workers wrote (or the requester's
+  inputs): the worker of the next step reads them where they are; no frontend sees them.
+  ``composing_request`` is the one place such a request is made (a tracing hook).
+- ``Release``: the scheduler frees a worker's output block (``outbox.Free``).
+- ``Complete``: an ``InferResponse`` to the requester whose outputs point into the steps'
+  blocks (``InferResponse.blocks``: the requester frees them after copying).
+- ``Fail``: a ``RequestFailed`` ("in ensemble '<name>', ...").
+
+Statistics follow Triton (``ensemble_scheduler.cc`` ``RequestTracker``): each composing
+request counts on its own model as any request does; the ensemble counts one success (or
+one failure, reason ``OTHER``) per request once every composing request has been accounted
+for (its ``BatchDone``, or its failure by the scheduler), with the compute durations summed
+over its steps, plus one execution of the request's batch size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
+
+import msgspec
+
+from triton_mp.common.errors import ErrorCode
+from triton_mp.ipc.messages import (
+    CancelRequest,
+    InferRequest,
+    InferResponse,
+    OutputRegion,
+    ReplyTo,
+    Requester,
+    RequestFailed,
+    TensorRef,
+)
+from triton_mp.scheduler.instances import Generation
+from triton_mp.scheduler.outbox import Outbox
+from triton_mp.scheduler.policies.ensemble import Call, Complete, EnsembleScheduler, Fail, Release
+from triton_mp.scheduler.stats import StatsBook
+
+ENSEMBLE_REPLY = ReplyTo(Requester.ENSEMBLE, 0)
+"""Where the workers answer composing requests: the scheduler itself."""
+
+RequestKey = tuple[ReplyTo, int]
+
+
+@dataclass(eq=False)
+class _Parent:
+    """One ensemble request while it runs."""
+
+    req: InferRequest
+    gen: Generation
+    start_ns: int
+    unaccounted: int = 0
+    """Composing requests whose execution (or failure) is not counted yet."""
+    compute: tuple[int, int, int] = (0, 0, 0)
+    ended: bool = False
+    failed: bool = False
+    end_ns: int = 0
+
+
+@dataclass(eq=False)
+class _Child:
+    """One composing request in flight."""
+
+    parent: _Parent
+    call_id: int
+    req: InferRequest
+    answered: bool = False
+    """Its final response (or failure) arrived."""
+    accounted: bool = False
+    """Its execution (or failure) is counted towards the parent."""
+
+
+class Ensembles:
+    """Every running ensemble request (see the module docstring).
+
+    Args:
+        out: the core's outbox.
+        stats: the books the ensembles count in.
+        submit: hands a composing request to its model's generation (``core._on_request``).
+        cancel: cancels a composing request where it waits (``core._on_cancel``).
+        latest: the newest active version of a model, or None (``model_version: -1``).
+        generation: the active generation of a (model, version), or None.
+    """
+
+    def __init__(
+        self,
+        out: Outbox,
+        stats: StatsBook,
+        submit: Callable[[InferRequest, int], None],
+        cancel: Callable[[CancelRequest, int], None],
+        latest: Callable[[str], int | None],
+        generation: Callable[[tuple[str, int]], Generation | None],
+    ) -> None:
+        self._out = out
+        self._stats = stats
+        self._submit = submit
+        self._cancel = cancel
+        self._latest = latest
+        self._generation = generation
+        self._parents: dict[RequestKey, _Parent] = {}
+        self._children: dict[int, _Child] = {}
+        self._next_id = 1
+        self.now_ns = 0
+        """The time of the message being handled (the core sets it)."""
+        out.loopback = self._on_failed
+
+    # ----------------------------------------------------------------- inbound
+    def start(self, req: InferRequest, gen: Generation, now_ns: int) -> None:
+        """An ensemble request arrived (its inputs validated by the frontend)."""
+        policy = cast(EnsembleScheduler, gen.policy)
+        known = {t.name for t in gen.spec.inputs}
+        label = f"[request id: {req.client_id or '<id_unknown>'}] "
+        for ref in req.inputs:
+            if ref.name not in known:
+                message = (
+                    f"in ensemble '{gen.spec.model}', {label}unexpected input '{ref.name}' in "
+                    "request header that does not map to any ensemble inputs"
+                )
+                self._out.fail(req, ErrorCode.INVALID_ARG, message, now_ns)
+                return
+        key = (req.reply_to, req.request_id)
+        self._parents[key] = _Parent(req, gen, now_ns)
+        self._act(policy, policy.start(key, {t.name: t for t in req.inputs}, label), now_ns)
+
+    def on_response(self, msg: InferResponse, now_ns: int) -> None:
+        """A worker answered a composing request."""
+        child = self._children.get(msg.request_id)
+        if child is None:
+            for block in msg.blocks:
+                self._out.free(block)
+            return
+        policy = cast(EnsembleScheduler, child.parent.gen.policy)
+        error = (msg.error.code, msg.error.message) if msg.error is not None else None
+        outputs = None if msg.empty or error else {t.name: t for t in msg.outputs}
+        block = msg.block
+        for extra in msg.extra_blocks:
+            self._out.free(extra)
+        if msg.final:
+            child.answered = True
+            self._forget(child)
+        actions = policy.respond(child.call_id, outputs, block, msg.final, error)
+        self._act(policy, actions, now_ns)
+
+    def on_executed(self, request_id: int, compute: tuple[int, int, int], now_ns: int) -> None:
+        """The batch of a composing request ran (its ``BatchDone``): count its compute
+        durations (ns: input, infer, output) towards its ensemble request."""
+        child = self._children.get(request_id)
+        if child is None or child.accounted:
+            return
+        child.accounted = True
+        parent = child.parent
+        c_in, c_infer, c_out = parent.compute
+        parent.compute = (c_in + compute[0], c_infer + compute[1], c_out + compute[2])
+        parent.unaccounted -= 1
+        self._forget(child)
+        self._maybe_count(parent)
+
+    def cancel(self, gen: Generation, msg: CancelRequest, now_ns: int) -> None:
+        """The requester of an ensemble request went away: its waiting steps are dropped and
+        its queued composing requests cancelled."""
+        parent = self._parents.get((msg.reply_to, msg.request_id))
+        if parent is None:
+            return
+        policy = cast(EnsembleScheduler, gen.policy)
+        calls, actions = policy.abort(
+            (msg.reply_to, msg.request_id), ErrorCode.CANCELLED, "Request was cancelled"
+        )
+        for child in [c for c in self._children.values() if c.parent is parent]:
+            if child.call_id in calls:
+                creq = child.req
+                self._cancel(
+                    CancelRequest(
+                        request_id=creq.request_id,
+                        reply_to=ENSEMBLE_REPLY,
+                        model=creq.model,
+                        version=creq.version,
+                    ),
+                    now_ns,
+                )
+        self._act(policy, actions, now_ns)
+
+    def in_flight(self) -> int:
+        """Ensemble requests not finished (``SchedulerCore.idle``)."""
+        return len(self._parents)
+
+    # ----------------------------------------------------------------- actions
+    def _act(self, policy: EnsembleScheduler, actions: list, now_ns: int) -> None:
+        for action in actions:
+            if isinstance(action, Call):
+                self._call(policy, action, now_ns)
+            elif isinstance(action, Release):
+                self._out.free(cast(msgspec.Struct, action.block))  # type: ignore[arg-type]
+            elif isinstance(action, Complete):
+                self._complete(action, now_ns)
+            elif isinstance(action, Fail):
+                self._fail(action, now_ns)
+
+    def composing_request(
+        self,
+        parent: InferRequest,
+        call: Call,
+        model: str,
+        version: int,
+        batch_size: int,
+        regions: tuple[OutputRegion | None, ...],
+        now_ns: int,
+    ) -> InferRequest:
+        """The composing request of one step call, inheriting the ensemble request's id,
+        correlation ID and flags, priority, timeout and parameters.
+
+        NOTE: the one place composing requests are made: a trace of the ensemble request
+        would hand its id to its children here.
+        """
+        request_id = self._next_id
+        self._next_id += 1
+        return InferRequest(
+            request_id=request_id,
+            reply_to=ENSEMBLE_REPLY,
+            model=model,
+            version=version,
+            batch_size=batch_size,
+            inputs=tuple(
+                msgspec.structs.replace(cast(TensorRef, ref), name=name)
+                for name, ref in call.inputs
+            ),
+            outputs=call.outputs,
+            block=parent.block,
+            arrival_ns=now_ns,
+            priority=parent.priority,
+            timeout_us=parent.timeout_us,
+            client_id=parent.client_id,
+            parameters_json=parent.parameters_json,
+            output_regions=regions if any(r is not None for r in regions) else (),
+            sequence_id=parent.sequence_id,
+            sequence_flags=parent.sequence_flags,
+        )
+
+    def _call(self, policy: EnsembleScheduler, call: Call, now_ns: int) -> None:
+        parent = self._parents[cast(RequestKey, call.request)]
+        step = parent.gen.spec.ensemble.steps[call.step]  # type: ignore[union-attr]
+        version = step.version if step.version >= 0 else self._latest(step.model)
+        gen = self._generation((step.model, version)) if version is not None else None
+        if gen is None:
+            what = f"'{step.model}'" + (f" version {step.version}" if step.version >= 0 else "")
+            error = (ErrorCode.UNAVAILABLE, f"Request for unknown model: {what} is not found")
+            self._act(policy, policy.respond(call.call_id, None, None, True, error), now_ns)
+            return
+        assert version is not None
+        batched = gen.spec.max_batch_size > 0
+        first = cast(TensorRef, call.inputs[0][1]) if call.inputs else None
+        batch_size = first.shape[0] if batched and first is not None and first.shape else 1
+        regions = self._regions(parent.req, step.output_map, call.outputs)
+        creq = self.composing_request(
+            parent.req, call, step.model, version, batch_size, regions, now_ns
+        )
+        self._children[creq.request_id] = _Child(parent, call.call_id, creq)
+        parent.unaccounted += 1
+        self._submit(creq, now_ns)
+
+    @staticmethod
+    def _regions(
+        req: InferRequest, output_map: dict[str, str], outputs: tuple[str, ...]
+    ) -> tuple[OutputRegion | None, ...]:
+        """The client's shared-memory region of each step output that is a requested
+        ensemble output (the worker writes it there once)."""
+        if not req.output_regions:
+            return ()
+        wanted = dict(zip(req.outputs, req.output_regions, strict=True))
+        return tuple(wanted.get(output_map.get(name, "")) for name in outputs)
+
+    def _complete(self, action: Complete, now_ns: int) -> None:
+        parent = self._parents[cast(RequestKey, action.request)]
+        req = parent.req
+        blocks = tuple(action.blocks)
+        if not action.outputs:
+            msg = InferResponse(
+                request_id=req.request_id, version=req.version, final=action.final, empty=True
+            )
+        else:
+            wanted = req.outputs or tuple(action.outputs)
+            outputs = tuple(
+                msgspec.structs.replace(cast(TensorRef, action.outputs[name]), name=name)
+                for name in wanted
+                if name in action.outputs
+            )
+            msg = InferResponse(
+                request_id=req.request_id,
+                version=req.version,
+                outputs=outputs,
+                block=cast(object, blocks[0]) if blocks else None,  # type: ignore[arg-type]
+                extra_blocks=blocks[1:],  # type: ignore[arg-type]
+                final=action.final,
+            )
+        self._out.reply(req.reply_to, msg)
+        if action.final:
+            self._end(parent, now_ns, failed=False)
+
+    def _fail(self, action: Fail, now_ns: int) -> None:
+        parent = self._parents[cast(RequestKey, action.request)]
+        self._out.end(parent.req, action.code, action.message)
+        self._end(parent, now_ns, failed=True)
+
+    def _end(self, parent: _Parent, now_ns: int, failed: bool) -> None:
+        parent.ended, parent.failed, parent.end_ns = True, failed, now_ns
+        self._parents.pop((parent.req.reply_to, parent.req.request_id), None)
+        self._maybe_count(parent)
+
+    def _maybe_count(self, parent: _Parent) -> None:
+        """Count the ensemble request once it ended and every composing request is counted."""
+        if not parent.ended or parent.unaccounted:
+            return
+        req, (model, version) = parent.req, parent.gen.key
+        if parent.failed:
+            self._stats.record_failure(model, version, req.arrival_ns, parent.end_ns, "OTHER")
+            return
+        c_in, c_infer, c_out = parent.compute
+        self._stats.record_execution(
+            model,
+            version,
+            requests=[(req.arrival_ns, parent.start_ns, req.batch_size)],
+            total_batch_size=max(1, req.batch_size),
+            compute_input_ns=c_in,
+            compute_infer_ns=c_infer,
+            compute_output_ns=c_out,
+            end_ns=parent.end_ns,
+        )
+
+    # --------------------------------------------------------------- loopback
+    def _forget(self, child: _Child) -> None:
+        if child.answered and child.accounted:
+            self._children.pop(child.req.request_id, None)
+
+    def _on_failed(self, to: ReplyTo, msg: RequestFailed) -> None:
+        """The scheduler failed a composing request (rejected, timed out, cancelled, its
+        instance died). No ``BatchDone`` counts a request the scheduler fails before it
+        ran, so it is counted here; an open decoupled request it ends was counted."""
+        child = self._children.get(msg.request_id)
+        if child is None or child.answered:
+            return
+        child.answered = True
+        if not child.accounted:
+            child.accounted = True
+            child.parent.unaccounted -= 1
+        self._forget(child)
+        error = (msg.error.code, msg.error.message)
+        policy = cast(EnsembleScheduler, child.parent.gen.policy)
+        actions = policy.respond(child.call_id, None, None, True, error)
+        self._act(policy, actions, self.now_ns)
+        self._maybe_count(child.parent)

@@ -1,0 +1,127 @@
+"""Ensembles and the models they compose, as model control needs them (pure).
+
+Triton's model repository manager (``model_repository_manager.cc``) keeps a dependency
+graph: loading an ensemble polls its composing models too (the "polling chain"), an
+ensemble is checked against its composing models' completed configs once they are loaded
+(``ValidateEnsembleConfig``, ``model_config.ensemble.validate_ensemble_config``), and an
+ensemble whose composing model goes away stops being served. ``supervisor.model_control``
+calls these functions; none of them starts, stops or reads anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from triton_mp._proto import model_config_pb2 as mc
+from triton_mp.common.errors import ConfigError
+from triton_mp.model_config.ensemble import validate_ensemble_config
+
+
+def steps_of(config: mc.ModelConfig | None) -> list[str]:
+    """The model names an ensemble's steps call, in order, without repeats ([] otherwise)."""
+    if config is None or not config.HasField("ensemble_scheduling"):
+        return []
+    return list(dict.fromkeys(s.model_name for s in config.ensemble_scheduling.step))
+
+
+def composing_to_load(
+    staged: Mapping[str, mc.ModelConfig | None], served: Iterable[str]
+) -> list[str]:
+    """The composing models of the staged ensembles that neither are staged nor serve
+    (Triton's polling chain: loading an ensemble loads them too)."""
+    have = set(staged) | set(served)
+    out: list[str] = []
+    for config in staged.values():
+        for name in steps_of(config):
+            if name not in have and name not in out:
+                out.append(name)
+    return out
+
+
+def check_ensembles(
+    staged: Mapping[str, mc.ModelConfig],
+    failed: Mapping[str, str],
+    served: Mapping[str, mc.ModelConfig],
+) -> dict[str, str]:
+    """Check every staged ensemble against its composing models, in dependency order; sets
+    ``model_transaction_policy.decoupled`` of each one that passes (as Triton does).
+
+    Args:
+        staged: the models of this load that read and validated, by name.
+        failed: the models of this load that did not, and why.
+        served: the completed configs of the models that serve now.
+
+    Returns:
+        ensemble name -> why it cannot load (Triton's messages).
+    """
+    reasons: dict[str, str] = {}
+    pending = [n for n, c in staged.items() if steps_of(c)]
+    done: set[str] = set()
+    while pending:
+        progressed = False
+        for name in list(pending):
+            steps = steps_of(staged[name])
+            waiting = [s for s in steps if s in pending and s != name]
+            if waiting:
+                continue
+            pending.remove(name)
+            progressed = True
+            reason = _reason(name, steps, staged, failed, served, reasons)
+            if not reason:
+                configs = {s: staged[s] if s in staged else served[s] for s in steps}
+                try:
+                    decoupled = validate_ensemble_config(staged[name], configs)
+                except ConfigError as e:
+                    reason = e.message
+                else:
+                    staged[name].model_transaction_policy.decoupled = decoupled
+            if reason:
+                reasons[name] = reason
+            done.add(name)
+        if not progressed:
+            cycle = " -> ".join([*pending, pending[0]])
+            for name in pending:
+                reasons[name] = f"circular dependency between ensembles: {cycle}"
+            break
+    return reasons
+
+
+def _reason(
+    name: str,
+    steps: list[str],
+    staged: Mapping[str, mc.ModelConfig],
+    failed: Mapping[str, str],
+    served: Mapping[str, mc.ModelConfig],
+    reasons: Mapping[str, str],
+) -> str:
+    """Why an ensemble's composing models do not allow it to load ("" when they do)."""
+    missing = []
+    for step in steps:
+        why = failed.get(step) or reasons.get(step)
+        if why is not None:
+            return (
+                f"ensemble '{name}' depends on '{step}' which is not valid. Model '{step}' "
+                f"failed with error: {why}"
+            )
+        if step not in staged and step not in served:
+            missing.append(step)
+    if missing:
+        return f"ensemble {name} contains models that are not available: " + ", ".join(missing)
+    return ""
+
+
+def dependents(names: Iterable[str], served: Mapping[str, mc.ModelConfig]) -> list[str]:
+    """The served ensembles that call any of ``names``, directly or through other
+    ensembles (sorted)."""
+    gone = set(names)
+    out: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for ensemble, config in served.items():
+            if ensemble in gone or ensemble in out:
+                continue
+            if any(step in gone or step in out for step in steps_of(config)):
+                out.add(ensemble)
+                changed = True
+    return sorted(out)
