@@ -394,23 +394,14 @@ class ModelControl:
             more = [LoadRequest(n) for n in extra]
             every.extend(more)
             staged.extend(s for s in map(self._stage, more) if s is not None)
-        failed = {
-            r.name: r.result.message
-            for r in every
-            if r.result is not None and r.name in self._models
-        }
+        failed = {r.name: r.result.message for r in every if r.result and r.name in self._models}
         configs = {s.req.name: s.rm.config for s in staged if s.rm.config is not None}
         reasons = check_ensembles(configs, failed, served)
         for s in [s for s in staged if s.req.name in reasons]:
             staged.remove(s)
             self._refuse(s.req, s.rm.directory, s.temp_dir, reasons[s.req.name])
-        for s in staged:
-            if s.rm.config is not None and steps_of(s.rm.config):
-                # NOTE: the checked config (decoupled set) is what serves.
-                config = s.rm.config.SerializeToString(deterministic=True)
-                s.fingerprints = {
-                    v: version_fingerprint(s.rm.directory, config, v) for v in s.fingerprints
-                }
+        # NOTE: check_ensembles set decoupled in the configs that serve (the fingerprints,
+        # taken before, do not depend on it: it follows from the composing models).
         return sorted(staged, key=lambda s: bool(steps_of(s.rm.config)))
 
     def _check_composing(self, s: _Staged, plan: ModelPlan) -> None:
