@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from triton_mp.ipc import BlockRef, SegmentCache, free_block
 from triton_mp.ipc.messages import InferResponse, QueueReply, RequestFailed, StatsReply
+from triton_mp.ipc.tensor_pool import response_blocks
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ class PendingTable:
         entry = self._pop(msg.request_id)
         if entry is None:
             # NOTE: an answer for a request already failed (e.g. worker restart race).
-            self.free(msg.blocks if isinstance(msg, InferResponse) else None)
+            self.free(response_blocks(msg) if isinstance(msg, InferResponse) else None)
             return
         self.free(entry.block)
         self._hand(entry.sink, msg)
@@ -191,4 +192,4 @@ class PendingTable:
         except Exception:  # noqa: BLE001 - one request's fault must not stop delivery
             log.exception("delivering an answer of request %d failed", msg.request_id)
             if isinstance(msg, InferResponse):
-                self.free(msg.blocks)
+                self.free(response_blocks(msg))

@@ -27,6 +27,7 @@ from triton_mp.frontend.pending import Answer, PendingTable
 from triton_mp.frontend.tracer import Trace
 from triton_mp.ipc import BlockRef, SegmentCache, TensorRef
 from triton_mp.ipc.messages import InferResponse, RequestFailed
+from triton_mp.ipc.tensor_pool import response_blocks
 
 
 class InferResult:
@@ -176,7 +177,7 @@ class Ticket:
         """The pending table's sink: keep one answer for the iterator (loop thread)."""
         if self._closed:
             if isinstance(answer, InferResponse):
-                self._pending.free(answer.blocks)
+                self._pending.free(response_blocks(answer))
             return
         response = self._response(answer)
         if self.trace is not None:
@@ -207,18 +208,18 @@ class Ticket:
             return Response(final=True, version=self.version, error=error)
         final = answer.final or not self.decoupled
         if answer.error is not None:
-            self._pending.free(answer.blocks)
+            self._pending.free(response_blocks(answer))
             error = TritonMPError(answer.error.message, answer.error.code)
             return Response(final=final, version=answer.version, error=error)
         if answer.empty and self.decoupled:
-            self._pending.free(answer.blocks)
+            self._pending.free(response_blocks(answer))
             return Response(final=final, version=answer.version)
         result = InferResult(
             model=self.model,
             version=answer.version,
             request_id=self.client_id,
             outputs=answer.outputs,
-            block=answer.blocks,
+            block=response_blocks(answer),
             cache=self._cache,
             pending=self._pending,
         )

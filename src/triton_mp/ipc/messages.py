@@ -9,10 +9,9 @@ Channels (producer -> consumer):
 
 - ``ToScheduler``: frontends (``InferRequest``, ``CancelRequest``, ``StatsQuery``,
   ``QueueQuery``), python workers' BLS clients (``InferRequest``, ``CancelRequest``),
-  workers (``WorkerReady``, ``BatchDone``, ``DecoupledDone``, and ``InferResponse`` to
-  ensemble steps' requests, ``Requester.ENSEMBLE``) and the supervisor
-  (``WorkerDied``, ``Shutdown``, and the model changes ``InstancesAdded``,
-  ``VersionsActivated``, ``InstancesRetired``, ``InstancesRemoved``).
+  workers (``WorkerReady``, ``BatchDone``, ``DecoupledDone``, ``InferResponse``: ensembles)
+  and the supervisor (``WorkerDied``, ``Shutdown``, and the model changes
+  ``InstancesAdded``, ``VersionsActivated``, ``InstancesRetired``, ``InstancesRemoved``).
 - ``ToWorker``: the scheduler (``BatchAssign``, ``CancelRequest``, ``Shutdown``) and, on its
   own control ring, the supervisor (``BlsWorkerUpdate``).
 - ``ToFrontend``: workers (``InferResponse``), the scheduler (``RequestFailed``,
@@ -117,8 +116,7 @@ class Requester(IntEnum):
     """The BLS client of a python worker (``pb_utils.InferenceRequest.exec``);
     ``ReplyTo.id`` is that worker's instance id."""
     ENSEMBLE = 2
-    """The scheduler's ensemble scheduler (a composing request of an ensemble step);
-    ``ReplyTo.id`` is 0. Workers answer it on their ring to the scheduler."""
+    """An ensemble step's request (``scheduler.ensembles``; id 0): answered to the scheduler."""
 
 
 class ReplyTo(msgspec.Struct, frozen=True, array_like=True):
@@ -424,12 +422,10 @@ class BlsInboxUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="bls_inbox",
 
 
 class InferResponse(msgspec.Struct, frozen=True, kw_only=True, tag="response", array_like=True):
-    """A worker's answer for one request: outputs in the worker's arena, or an error.
-
-    A request of an ordinary model gets exactly one, final. A request of a decoupled model
-    (``model_transaction_policy { decoupled: true }``) gets zero or more non-final ones, then
-    one final one (``TRITONSERVER_RESPONSE_COMPLETE_FINAL``), which may be ``empty``.
-    """
+    """An answer for one request (a worker's; an ensemble's from the scheduler): outputs in
+    shared memory, or an error. An ordinary model's request gets exactly one, final; a
+    decoupled model's (``model_transaction_policy.decoupled``) zero or more non-final ones,
+    then one final one (``TRITONSERVER_RESPONSE_COMPLETE_FINAL``), which may be ``empty``."""
 
     request_id: int
     version: int
@@ -445,15 +441,7 @@ class InferResponse(msgspec.Struct, frozen=True, kw_only=True, tag="response", a
     trace: TraceRecord | None = None
     """A traced request's events from the scheduler and the worker (the final response)."""
     extra_blocks: tuple[BlockRef, ...] = ()
-    """More output blocks freed with ``block``: an ensemble's outputs come from the blocks
-    of the steps that wrote them (``scheduler.ensembles``)."""
-
-    @property
-    def blocks(self) -> tuple[BlockRef, ...]:
-        """Every output block of the response (``block`` first); the reader frees them all."""
-        if self.block is None:
-            return self.extra_blocks
-        return (self.block, *self.extra_blocks)
+    """Freed with ``block`` (an ensemble's outputs lie in its steps' blocks)."""
 
 
 ToScheduler = (

@@ -34,6 +34,7 @@ import struct
 from collections.abc import Iterator
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
+from triton_mp.ipc.messages import BlockRef, InferResponse
 from triton_mp.ipc.shm import Segment
 from triton_mp.ipc.topology import arena_name
 
@@ -187,6 +188,12 @@ class ArenaAllocator:
             arena.segment.unlink()
             arena.segment.close()
         self._arenas.clear()
+
+
+def response_blocks(msg: InferResponse) -> tuple[BlockRef, ...]:
+    """Every output block of a response, ``block`` first (an ensemble's response also names
+    the blocks of the steps that wrote its outputs): its reader frees them all."""
+    return msg.extra_blocks if msg.block is None else (msg.block, *msg.extra_blocks)
 
 
 def free_block(buf: object, block_offset: int) -> None:

@@ -42,6 +42,7 @@ from triton_mp.ipc.messages import (
     RequestFailed,
     TensorRef,
 )
+from triton_mp.ipc.tensor_pool import response_blocks
 from triton_mp.scheduler.instances import Generation
 from triton_mp.scheduler.outbox import Outbox
 from triton_mp.scheduler.policies.ensemble import Call, Complete, EnsembleScheduler, Fail, Release
@@ -137,7 +138,7 @@ class Ensembles:
         """A worker answered a composing request."""
         child = self._children.get(msg.request_id)
         if child is None:
-            for block in msg.blocks:
+            for block in response_blocks(msg):
                 self._out.free(block)
             return
         policy = cast(EnsembleScheduler, child.parent.gen.policy)

@@ -57,6 +57,7 @@ from triton_mp.ipc.messages import (
     TraceContext,
 )
 from triton_mp.ipc.specs import BlsModel, BlsSpec
+from triton_mp.ipc.tensor_pool import response_blocks
 from triton_mp.workers.tensor_io import free_own_block, view_tensor, wire_tensor, write_block
 
 log = logging.getLogger(__name__)
@@ -328,7 +329,7 @@ class BlsClient:
                     arr = arr.copy()
                 tensors.append(pb_utils.Tensor(ref.name, arr))
         finally:
-            for block in msg.blocks:
+            for block in response_blocks(msg):
                 free_block(self._cache.get(block.segment).buf, block.offset)
         return pb_utils.InferenceResponse(tensors)
 
