@@ -48,6 +48,7 @@ input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
 instance_group [ { count: 1 kind: KIND_CPU host_policy: "nobody_set_this" } ]
 optimization { priority: PRIORITY_MIN }
+metric_tags { key: "team" value: "search" }
 """
 PY_MODEL = """
 import triton_python_backend_utils as pb_utils
@@ -183,6 +184,10 @@ def test_workers_are_pinned_by_their_host_policy(server: ServerProcess) -> None:
         # onnxruntime's intra-op pool follows the cores given (unpinned: one less than the
         # usable cores, so 1 on a 2-core host).
         assert "(2 intra-op threads, graph ORT_DISABLE_ALL)" in log
+        # A field triton-mp does not act on is named in a warning when the model loads.
+        assert (
+            """model 'low_priority': metric_tags {"team": "search"}: not added to metrics""" in log
+        )
     finally:
         client.close()
 

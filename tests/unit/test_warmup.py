@@ -17,7 +17,7 @@ from google.protobuf import text_format
 from triton_mp._proto import model_config_pb2 as pb
 from triton_mp.backends.base import RESPONDED, BackendRequest, PhaseTimes, Result, SequenceBatch
 from triton_mp.common.datatypes import serialize_bytes_tensor
-from triton_mp.common.errors import ErrorCode, TritonMPError
+from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
 from triton_mp.ipc.messages import ErrorInfo
 from triton_mp.ipc.specs import (
     BatchingSpec,
@@ -28,6 +28,7 @@ from triton_mp.ipc.specs import (
     WarmupInputSpec,
     WarmupSampleSpec,
 )
+from triton_mp.model_config.ensemble import validate_ensemble_scheduling
 from triton_mp.model_config.loader import ModelVersion, RepositoryModel
 from triton_mp.model_config.plan import plan_models
 from triton_mp.workers.warmup import WarmupToken, build_samples, warm_up
@@ -294,3 +295,15 @@ def test_the_planner_turns_model_warmup_into_specs() -> None:
         ),
         WarmupInputSpec(name="B", datatype="INT32", dims=(1,), source="random"),
     )
+
+
+def test_ensembles_refuse_warmup() -> None:
+    config = text_format.Parse(
+        'name: "e" platform: "ensemble" '
+        'ensemble_scheduling { step [ { model_name: "m" model_version: -1 } ] } '
+        'model_warmup [ { name: "w" batch_size: 1 } ]',
+        pb.ModelConfig(),
+    )
+    with pytest.raises(ConfigError) as info:
+        validate_ensemble_scheduling(config)
+    assert info.value.message == "model_warmup can not be specified for ensemble 'e'"
