@@ -135,6 +135,11 @@ BAD_SAMPLES = {
         "{ data_type: TYPE_FP32 dims: [ -1 ] zero_data: true } } } ]",
         "warmup setting expects all variable-size dimensions are specified for input 'IN'",
     ),
+    "wrong_shape": (
+        'model_warmup [ { name: "shape" batch_size: 1 inputs { key: "IN" value: '
+        "{ data_type: TYPE_FP32 dims: [ 4 ] zero_data: true } } } ]",
+        "unexpected shape for input 'IN' for model 'wrong_shape'. Expected [-1,3], got [1,4].",
+    ),
     "no_source": (
         'model_warmup [ { name: "none" batch_size: 1 inputs { key: "IN" value: '
         "{ data_type: TYPE_FP32 dims: [ 3 ] } } } ]",

@@ -94,7 +94,8 @@ def test_random_data_is_random_of_the_right_type() -> None:
                 _input("random", name="B", datatype="BOOL", dims=(64,)),
                 _input("random", name="S", datatype="BYTES", dims=(2,)),
             ),
-        )
+        ),
+        inputs=(TensorSpec(name="IN", datatype="FP32", dims=(64,)),),
     )
     (sample,) = build_samples(spec, seed=1)
     feeds = sample.requests[0]
@@ -156,6 +157,14 @@ def test_tritons_messages_for_bad_samples(tmp_path: Path) -> None:
     assert _error(_spec((_sample(_input("zero", datatype="INVALID")),))) == (
         "[request id: <id_unknown>] inference input 'IN' data-type is 'INVALID', but model "
         "'m' expects 'FP32'"
+    )
+    assert _error(_spec((_sample(_input("zero", dims=(4,))),))) == (
+        "[request id: <id_unknown>] unexpected shape for input 'IN' for model 'm'. Expected "
+        "[-1,3], got [1,4]. NOTE: Setting a non-zero max_batch_size in the model config "
+        "requires a batch dimension to be prepended to each input shape. If you want to "
+        "specify the full shape including the batch dim in your input dims config, try "
+        "setting max_batch_size to zero. See the model configuration docs for more info on "
+        "max_batch_size."
     )
     missing = _input("file", data_file=str(tmp_path / "nope.bin"), file_name="nope.bin")
     assert _error(_spec((_sample(missing),))).startswith(

@@ -15,7 +15,8 @@ ready until every sample ran; a restarted instance warms up again). Triton's
   (the file's raw bytes, little-endian and row-major; STRING elements length-prefixed). A
   file shorter than the tensor fails ("warmup setting expects N bytes, but the data
   provided from Fonly has M bytes": Triton's text, missing space included);
-- inputs the config lists must match its data type (Triton's normalisation message);
+- inputs the config lists must match its data type and dims (Triton's normalisation
+  messages);
   sequence control inputs (``sequence_batching.control_input`` names) may be given too and
   reach the backend as the batch's control tensors;
 - decoupled models: a request ends with its final response, whichever thread sends it;
@@ -143,13 +144,41 @@ def _array(inp: WarmupInputSpec, shape: tuple[int, ...], rng: np.random.Generato
     return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
 
 
+_BATCH_NOTE = (
+    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension "
+    "to be prepended to each input shape. If you want to specify the full shape including the "
+    "batch dim in your input dims config, try setting max_batch_size to zero. See the model "
+    "configuration docs for more info on max_batch_size."
+)
+
+
+def _dims(dims: tuple[int, ...]) -> str:
+    """Triton's DimsListToString: ``[-1,3]``."""
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
 def _check_input(model: ModelVersionSpec, inp: WarmupInputSpec) -> None:
-    """Triton's normalisation of an original input: its data type must be the config's."""
+    """Triton's normalisation of an original input: the config's data type, and dims that
+    the config's dims (-1 matching any) accept."""
     for t in model.inputs:
-        if t.name == inp.name and t.datatype != inp.datatype:
+        if t.name != inp.name:
+            continue
+        if t.datatype != inp.datatype:
             raise TritonMPError(
                 f"{_LOG_REQUEST}inference input '{inp.name}' data-type is '{inp.datatype}', "
                 f"but model '{model.model}' expects '{t.datatype}'",
+                ErrorCode.INVALID_ARG,
+            )
+        if len(t.dims) != len(inp.dims) or any(
+            c not in (-1, d) for c, d in zip(t.dims, inp.dims, strict=True)
+        ):
+            batched = model.max_batch_size > 0
+            full = ((-1,) if batched else ()) + t.dims
+            got = ((1,) if batched else ()) + inp.dims
+            raise TritonMPError(
+                f"{_LOG_REQUEST}unexpected shape for input '{inp.name}' for model "
+                f"'{model.model}'. Expected {_dims(full)}, got {_dims(got)}. "
+                + (_BATCH_NOTE if batched else ""),
                 ErrorCode.INVALID_ARG,
             )
 
