@@ -208,8 +208,11 @@ def numa_nodes() -> tuple[int, ...]:
 
 
 def bind_memory_to_node(node: int) -> bool:
-    """Bind this process's future memory allocations to NUMA node ``node``
-    (``set_mempolicy(MPOL_BIND)``), as Triton's ``SetNumaMemoryPolicy`` does.
+    """Bind future memory allocations to NUMA node ``node`` (``set_mempolicy(MPOL_BIND)``),
+    as Triton's ``SetNumaMemoryPolicy`` does.
+
+    The policy is the calling thread's and every thread it starts later inherits it: the
+    worker calls this from its main thread before the backend starts its pools.
 
     Returns:
         True when bound; False where the host shows no NUMA topology or the system call is

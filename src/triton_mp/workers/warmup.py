@@ -108,7 +108,12 @@ def _array(inp: WarmupInputSpec, shape: tuple[int, ...], rng: np.random.Generato
             STRING) does not hold the tensor's elements.
     """
     datatype = DataType.from_wire(inp.datatype)
-    dtype = datatype.numpy
+    if datatype is DataType.INVALID:
+        # NOTE: no data type: Triton takes no bytes for it, and the data type check of a
+        # config input refuses it next; a control input reaches the backend as bytes.
+        return np.zeros(shape, dtype=np.uint8)
+    # NOTE: BF16 has no numpy type: raw 16-bit words stand in.
+    dtype = datatype.numpy or np.dtype(np.uint16)
     n = element_count(shape)
     if inp.source == "file":
         data = _read(inp.data_file)
@@ -127,14 +132,9 @@ def _array(inp: WarmupInputSpec, shape: tuple[int, ...], rng: np.random.Generato
                 f"from {inp.file_name}only has {len(data)} bytes",
                 ErrorCode.INVALID_ARG,
             )
-        assert dtype is not None
-        return np.frombuffer(data[:need], dtype=dtype).reshape(shape).copy()
+        return np.frombuffer(data[: n * dtype.itemsize], dtype=dtype).reshape(shape).copy()
     if datatype is DataType.STRING:
         return np.array([b""] * n, dtype=np.object_).reshape(shape)
-    if dtype is None:
-        # NOTE: BF16 and INVALID have no numpy type: raw bytes stand in (the data type
-        # check of config inputs refuses INVALID before this).
-        dtype = np.dtype(np.uint16) if datatype is DataType.BF16 else np.dtype(np.uint8)
     if inp.source == "zero":
         return np.zeros(shape, dtype=dtype)
     raw = rng.bytes(n * dtype.itemsize)
