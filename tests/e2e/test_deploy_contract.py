@@ -8,7 +8,8 @@
   turns not ready before it stops taking requests, answers everything accepted, and exits
   within the grace period less the preStop sleep;
 - every metric prometheus-adapter's rules read is served, and the HPA's queue-time formula
-  computes from it.
+  computes from it;
+- KServe's ServingRuntime argv starts triton-mp's tritonserver-compatible entry point.
 """
 
 from __future__ import annotations
@@ -311,3 +312,42 @@ def test_the_metrics_the_autoscaler_reads_are_served(
         samples["nv_inference_queue_duration_us"] / samples["nv_inference_request_success"]
     )
     assert 0 <= queue_per_request < 1e6
+
+
+def test_kserve_runtime_argv_starts_the_tritonserver_entry_point(tmp_path: Path) -> None:
+    (runtime,) = load(DEPLOY / "kserve/clusterservingruntime.yaml")
+    (container,) = runtime["spec"]["containers"]
+    (command,) = container["command"]
+    script = Path(sys.executable).with_name(command)
+    if not script.exists():
+        pytest.fail(f"{command} is not installed beside {sys.executable}: pip install -e .")
+    write_python_model(tmp_path / "models", "slow", SLOW_CONFIG, SLOW_MODEL.replace("2.0", "0"))
+    http_port, grpc_port = free_port(), free_port()
+    argv = [
+        a.replace("/mnt/models", str(tmp_path / "models"))
+        .replace("--grpc-port=9000", f"--grpc-port={grpc_port}")
+        .replace("--http-port=8080", f"--http-port={http_port}")
+        for a in container["args"]
+    ]
+    metrics = runtime["spec"]["annotations"]["prometheus.kserve.io/port"]
+    argv.append(f"--metrics-port={free_port()}")
+    log = open(tmp_path / "server.log", "wb")  # noqa: SIM115 - closed below
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen(
+        [str(script), *argv],
+        env=env,
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    STARTED_PIDS.add(proc.pid)
+    try:
+        wait_for(lambda: _ready(http_port) == 200 or proc.poll() is not None, 120, "ready")
+        assert proc.poll() is None, (tmp_path / "server.log").read_text()
+        assert metrics == "8002", "KServe scrapes triton-mp's default metrics port"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        _kill(proc)
+        log.close()
