@@ -36,6 +36,7 @@ error in place of what was not. See bench/README.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -67,21 +68,23 @@ from common import (
 
 DEFAULT_REPOSITORY = BENCH / "model_repository"
 DEFAULT_PNG = ROOT / "bench" / "results" / "vs_triton.png"
-SIDES = ("Triton", "triton-mp", "triton-mp fp2", "floor", "identity floor")
+SIDES = ("Triton", "triton-mp", "triton-mp base", "triton-mp fp2", "floor", "identity floor")
 """Every server the bench can run: the real Triton, triton-mp (one frontend process),
 triton-mp with ``--frontend-processes 2``, the Python floor (``floor_server.py``) and the
 large-tensor floor (``bench/floor_identity.py``: identity_py echoed by one grpc.aio process
-with triton-mp's wire handling)."""
+with triton-mp's wire handling); "triton-mp base" is triton-mp as committed at ``--baseline
+REV``, run next to this checkout's on every workload triton-mp runs (an A/B in one run)."""
 FLOORS = ("floor", "identity floor")
 """The floor sides: the table's "vs floor" column shows a workload's ratio over either."""
 FLOOR_IDENTITY = ROOT / "bench" / "floor_identity.py"
 PAIR = ("Triton", "triton-mp")
 """The two sides every workload runs on."""
-ADD_SUB_SIDES = tuple(s for s in SIDES if s != "identity floor")
+ADD_SUB_SIDES = tuple(s for s in SIDES if s not in ("identity floor", "triton-mp base"))
 """add_sub_py over gRPC, the system-shared-memory issue's bench, runs on all four sides that
 serve add_sub_py (the identity floor serves identity_py only)."""
 RATIOS = (
     ("triton-mp", "Triton"),
+    ("triton-mp", "triton-mp base"),
     ("triton-mp fp2", "Triton"),
     ("triton-mp", "floor"),
     ("triton-mp fp2", "floor"),
@@ -185,7 +188,7 @@ def start_server(
             args.server_cmd,
             args.start_timeout,
             args.stop_timeout,
-            args.mp_src,
+            args.base_src if side == "triton-mp base" else args.mp_src,
             FP2_ARGS if side == "triton-mp fp2" else None,
         )
     print(f"  {side}: {server.info['cmd']}", flush=True)
@@ -460,6 +463,7 @@ def side_names(mp_name: str) -> dict[str, str]:
     return {
         "Triton": "Triton 2.51",
         "triton-mp": mp_name,
+        "triton-mp base": "triton-mp base",
         "triton-mp fp2": mp_name + " fp2",
         "floor": "Python floor",
         "identity floor": "identity floor",
@@ -543,6 +547,7 @@ def chart(rows: list[dict[str, Any]], path: Path, title: str, note: str, mp_name
     colors = {
         "Triton": "#76b900",
         "triton-mp": "#1f6fb4",
+        "triton-mp base": "#b07aa1",
         "triton-mp fp2": "#7aa6d6",
         "floor": "#999999",
         "identity floor": "#c8c8c8",
@@ -550,6 +555,7 @@ def chart(rows: list[dict[str, Any]], path: Path, title: str, note: str, mp_name
     labels = {
         "Triton": "Triton 2.51 (python backend)",
         "triton-mp": mp_name,
+        "triton-mp base": "triton-mp base (--baseline)",
         "triton-mp fp2": mp_name + " --frontend-processes 2",
         "floor": "Python floor (floor_server.py)",
         "identity floor": "identity floor (floor_identity.py)",
@@ -726,6 +732,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "editing; e.g. HEAD",
     )
     ap.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run triton-mp as committed at REV ('triton-mp base') next to this one on "
+        "every workload triton-mp runs: an A/B of two commits in the same rounds",
+    )
+    ap.add_argument(
+        "--skip-sides",
+        default="",
+        help="comma-separated servers not to run, e.g. 'triton-mp fp2,identity floor'",
+    )
+    ap.add_argument(
         "--no-private-shm",
         dest="private_shm",
         action="store_false",
@@ -740,7 +757,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [k for k in keys if k not in known]
     if unknown or not keys:
         ap.error(f"--workloads: unknown {unknown}; choose from {', '.join(known)}")
-    a.workloads = [known[k] for k in keys]
+    skip = {x.strip() for x in a.skip_sides.split(",") if x.strip()}
+    if skip - set(SIDES):
+        ap.error(f"--skip-sides: unknown {sorted(skip - set(SIDES))}; choose from {SIDES}")
+    a.workloads = []
+    for k in keys:
+        sides = [x for x in known[k].sides if x not in skip]
+        if a.baseline and "triton-mp" in sides:
+            sides.insert(sides.index("triton-mp") + 1, "triton-mp base")
+        a.workloads.append(dataclasses.replace(known[k], sides=tuple(sides)))
     a.rounds = a.rounds if a.rounds is not None else (1 if a.quick else 3)
     a.window_ms = a.window_ms or (1000 if a.quick else 3000)
     a.attempts = 1 if a.quick else 3
@@ -750,6 +775,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a.mp_repository = (a.mp_repository or a.repository).resolve()
     a.peers_env = a.peers_env.resolve()
     a.mp_src = ROOT / "src"
+    a.base_src = None
     if a.mp_commit and a.server_cmd:
         ap.error("--mp-commit and --server-cmd exclude each other")
     return a
@@ -866,6 +892,9 @@ def main(argv: list[str] | None = None) -> int:
         result["triton_mp"] = mp_version = triton_mp_version(args)
         if args.mp_commit:
             args.mp_src = export_commit(args.mp_commit)
+        if args.baseline:
+            args.base_src = export_commit(args.baseline)
+            result["triton_mp_base"] = f"commit {args.baseline}"
         common.ensure_peers(args.peers_env)
         peers_env = common.load_peers_env(args.peers_env)
         if not args.pa_run.is_file():
@@ -896,6 +925,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.mp_commit and args.mp_src != ROOT / "src":
         shutil.rmtree(args.mp_src.parent, ignore_errors=True)
+    if args.base_src is not None:
+        shutil.rmtree(args.base_src.parent, ignore_errors=True)
     rows = summarise(result["rounds"], args.workloads)
     result["summary"] = rows
     result["ok"] = ok
