@@ -60,3 +60,31 @@ def test_fifo_wakes_never_block_when_nobody_reads() -> None:
         waker.close()
     finally:
         unlink_quietly(w.name)
+
+
+def test_an_armed_fifo_gets_one_byte_and_a_disarmed_one_none() -> None:
+    w = create_wakeup("fifo", f"/triton_mp_{os.getpid()}_test_arm")
+    try:
+        waiter, first, second = Waiter(w), Waker(w), Waker(w)
+        # armed from creation: the first wake writes, the next finds the arm taken
+        first.wake()
+        second.wake()
+        assert _readable(waiter.fileno())
+        waiter.clear()
+        second.wake()
+        assert not _readable(waiter.fileno())  # not armed: the consumer is polling
+        waiter.arm()
+        waiter.arm()  # arming twice still asks for one byte only
+        second.wake()
+        first.wake()
+        assert _readable(waiter.fileno())
+        assert os.read(waiter.fileno(), 16) == b"\0"
+        waiter.arm()
+        assert waiter.disarm()  # taken back before any producer saw it
+        first.wake()
+        assert not _readable(waiter.fileno())
+        assert not waiter.disarm()  # nothing left to take back
+        for h in (first, second, waiter):
+            h.close()
+    finally:
+        unlink_quietly(w.name)

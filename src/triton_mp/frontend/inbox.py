@@ -57,8 +57,8 @@ class InboxHandler:
         self._cache = cache
 
     def on_wakeup(self) -> None:
-        """The inbox FIFO is readable: clear it, then drain every ring (loop thread)."""
-        self._inbox.waiter.clear()
+        """The inbox has records (the loop's ``PollingSelector`` saw them, and read the FIFO
+        when it was woken): drain every ring (loop thread)."""
         answers: list[InferResponse | RequestFailed | StatsReply | QueueReply] = []
         for msg in self._inbox.drain():
             if isinstance(msg, ShmRegistered):

@@ -40,6 +40,7 @@ from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.metrics import MetricsEndpoint
 from triton_mp.frontend.model_table import ModelTable
 from triton_mp.frontend.pending import PendingTable
+from triton_mp.frontend.polling_loop import PollingSelector
 from triton_mp.frontend.repository_api import RepositoryApi
 from triton_mp.frontend.response_cache import ResponseCacheStep, cache_enabled
 from triton_mp.frontend.server_api import ServerApi
@@ -305,7 +306,9 @@ async def _drain(
     await server.stop(grace=max(0.5, deadline - loop.time()))
 
 
-async def serve(spec: FrontendSpec, ready: Connection) -> int:
+async def serve(
+    spec: FrontendSpec, ready: Connection, selector: PollingSelector | None = None
+) -> int:
     """Serve until SIGTERM, then drain. Returns the exit status."""
     loop = asyncio.get_running_loop()
     name = str(spec.frontend_id)
@@ -358,6 +361,8 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
         await server.stop(None)
         return 1
     loop.add_reader(inbox.waiter.fileno(), handler.on_wakeup)
+    if selector is not None:
+        selector.watch(inbox)
     local = store if isinstance(store, SharedResponseCache) else None
     view = None if store is None else _CacheView(models, local)
     metrics = await _start_metrics(spec, pending, to_scheduler.send_bytes, view)
@@ -376,6 +381,8 @@ async def serve(spec: FrontendSpec, ready: Connection) -> int:
     api.tracer.close()
     if metrics is not None:
         await metrics.stop()
+    if selector is not None:
+        selector.watch(None)
     loop.remove_reader(inbox.waiter.fileno())
     link.stop(loop)
     arena.close_and_unlink()
@@ -399,4 +406,7 @@ def run_frontend(spec_bytes: bytes, ready: Connection) -> int:
     spec: FrontendSpec = Decoder(FrontendSpec).decode(spec_bytes)
     configure_logging("frontend", str(spec.frontend_id), spec.log.verbose, spec.log.format)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    return asyncio.run(serve(spec, ready))
+    # NOTE: the loop polls the inbox rings between events (frontend.polling_loop).
+    selector = PollingSelector()
+    with asyncio.Runner(loop_factory=lambda: asyncio.SelectorEventLoop(selector)) as runner:
+        return runner.run(serve(spec, ready, selector))

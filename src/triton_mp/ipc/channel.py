@@ -79,7 +79,9 @@ class Inbox(Generic[T]):
     """Consumer end: one wake-up, several rings, one decoder for the direction's union.
 
     A semaphore inbox is waited on with ``wait``; a fifo inbox is watched through
-    ``waiter.fileno()`` by an event loop, which calls ``waiter.clear()`` then ``drain()``.
+    ``waiter.fileno()`` by an event loop, which calls ``waiter.clear()`` then ``drain()``, or
+    polls ``has_pending`` between events and arms the wake-up only before it blocks
+    (``frontend.polling_loop``).
     """
 
     def __init__(self, wakeup: Wakeup, ring_names: Sequence[str], msg_type: Any) -> None:
@@ -120,6 +122,10 @@ class Inbox(Generic[T]):
     def wake(self) -> None:
         """Wake this consumer from within its own process."""
         self.waiter.wake()
+
+    def has_pending(self) -> bool:
+        """Whether any ring holds a record (a poll: no syscall, nothing decoded)."""
+        return any(ring.has_records() for ring in self._rings)
 
     def drain(self) -> list[T]:
         """Every message pending in every ring, decoded (per-ring order kept)."""

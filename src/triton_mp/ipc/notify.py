@@ -13,6 +13,16 @@ consumer style:
 Producers write one byte per wake-up without blocking; a full pipe means wake-ups are already
 pending, so the byte is dropped. Producers open the FIFO read-write, which on Linux never
 blocks and never fails for want of a reader, so start-up order does not matter.
+
+A FIFO wake-up also has an *arm*: a POSIX semaphore of the same name (value 0 or 1) that the
+consumer posts when it is about to block and wants a byte (``Waiter.arm``). A producer takes
+the arm with ``sem_trywait`` and writes a byte only when it got it, so while the consumer is
+busy (it polls its rings between events, ``Waiter.disarm``) answers cost the producer no
+syscall and the consumer no wake-up, and of several producers only one writes. Both sides'
+semaphore operations are atomic read-modify-writes (full barriers), so a record published
+before the producer's trywait is seen by a consumer that armed before it, and a consumer that
+armed after it rechecks its rings and sees the record: no wake-up is lost. A semaphore
+consumer needs none of this: glibc's ``sem_post`` makes a syscall only when someone waits.
 """
 
 from __future__ import annotations
@@ -42,6 +52,8 @@ def create_wakeup(kind: WakeupKind, name: str) -> Wakeup:
         create_semaphore(name).close()
     else:
         os.mkfifo(DEV_SHM / name.lstrip("/"), 0o600)
+        # NOTE: armed from the start: a consumer that has not polled yet wants its wake-ups.
+        create_semaphore(name, initial_value=1).close()
     return Wakeup(kind, name)
 
 
@@ -50,20 +62,28 @@ class Waker:
 
     def __init__(self, wakeup: Wakeup) -> None:
         self._sem: posix_ipc.Semaphore | None = None
+        self._arm: posix_ipc.Semaphore | None = None
         self._fd = -1
         if wakeup.kind == "semaphore":
             self._sem = posix_ipc.Semaphore(wakeup.name)
         else:
             self._fd = os.open(DEV_SHM / wakeup.name.lstrip("/"), os.O_RDWR | os.O_NONBLOCK)
+            with contextlib.suppress(posix_ipc.ExistentialError):
+                self._arm = posix_ipc.Semaphore(wakeup.name)
 
     def wake(self) -> None:
-        """Post one wake-up (never blocks)."""
+        """Post one wake-up (never blocks); on a FIFO only when the consumer is armed."""
         if self._sem is not None:
             self._sem.release()
-        else:
-            # NOTE: a full pipe already holds pending wake-ups; dropping this one is safe.
-            with contextlib.suppress(BlockingIOError):
-                os.write(self._fd, b"\0")
+            return
+        if self._arm is not None:
+            try:
+                self._arm.acquire(0)
+            except posix_ipc.BusyError:
+                return  # NOTE: the consumer is not blocked; it polls its rings.
+        # NOTE: a full pipe already holds pending wake-ups; dropping this one is safe.
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._fd, b"\0")
 
     def close(self) -> None:
         """Close the handle."""
@@ -71,6 +91,8 @@ class Waker:
             self._sem.close()
         else:
             os.close(self._fd)
+            if self._arm is not None:
+                self._arm.close()
 
 
 class Waiter(Waker):
@@ -96,6 +118,24 @@ class Waiter(Waker):
     def fileno(self) -> int:
         """The FIFO's descriptor, readable when woken (fifo waiters only)."""
         return self._fd
+
+    def arm(self) -> None:
+        """Ask producers for a byte on the next record (fifo; before blocking). The caller
+        rechecks its rings afterwards: what was published before this is not announced."""
+        if self._arm is not None and self._arm.value == 0:
+            # NOTE: only the consumer posts, and only from 0: the value stays 0 or 1.
+            self._arm.release()
+
+    def disarm(self) -> bool:
+        """Stop asking for bytes while this consumer polls (fifo). False when a producer
+        took the arm first: its byte is in the FIFO (or on its way) and ``clear`` reads it."""
+        if self._arm is None:
+            return False
+        try:
+            self._arm.acquire(0)
+        except posix_ipc.BusyError:
+            return False
+        return True
 
     def clear(self) -> None:
         """Consume pending wake-up bytes (fifo), before draining the rings."""

@@ -136,6 +136,10 @@ class Ring:
         self._head[0] = head
         return out
 
+    def has_records(self) -> bool:
+        """Whether records are published and not yet consumed (two loads, no copy)."""
+        return self._tail[0] != self._head[0]
+
     def pending_bytes(self) -> int:
         """Bytes published and not yet consumed (for stats and tests)."""
         return int(self._tail[0] - self._head[0])

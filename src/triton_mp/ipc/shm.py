@@ -150,9 +150,9 @@ def client_object_refusal(
     return None
 
 
-def create_semaphore(name: str) -> posix_ipc.Semaphore:
-    """Create (exclusively) a semaphore with initial value 0."""
-    return posix_ipc.Semaphore(name, posix_ipc.O_CREX, mode=0o600, initial_value=0)
+def create_semaphore(name: str, initial_value: int = 0) -> posix_ipc.Semaphore:
+    """Create (exclusively) a semaphore with ``initial_value`` (default 0)."""
+    return posix_ipc.Semaphore(name, posix_ipc.O_CREX, mode=0o600, initial_value=initial_value)
 
 
 def unlink_quietly(name: str) -> None:
