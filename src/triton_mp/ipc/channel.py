@@ -7,6 +7,7 @@ drains every ring, so under load one wake-up (one syscall) serves many messages.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
@@ -17,6 +18,9 @@ from triton_mp.ipc.notify import Waiter, Waker, Wakeup
 from triton_mp.ipc.ring import Ring, RingFull
 
 T = TypeVar("T")
+
+SPIN_STEP_S = 5e-6
+"""The smallest spin budget ``Inbox.wait`` keeps; below it, it does not spin at all."""
 
 
 class ChannelTimeout(TritonMPError):
@@ -84,10 +88,15 @@ class Inbox(Generic[T]):
     (``frontend.polling_loop``).
     """
 
-    def __init__(self, wakeup: Wakeup, ring_names: Sequence[str], msg_type: Any) -> None:
+    def __init__(
+        self, wakeup: Wakeup, ring_names: Sequence[str], msg_type: Any, spin_max_s: float = 0.0
+    ) -> None:
         self.waiter = Waiter(wakeup)
         self._rings = [Ring.attach(n) for n in ring_names]
         self._decoder: Decoder[T] = Decoder(msg_type)
+        self.spin_max_s = spin_max_s
+        """Longest poll of the rings before ``wait`` sleeps (0: never poll; see ``wait``)."""
+        self._spin_s = spin_max_s
 
     def add_ring(self, ring_name: str) -> None:
         """Attach one more producer's ring (a model instance started at run time); a ring
@@ -116,8 +125,42 @@ class Inbox(Generic[T]):
         return []
 
     def wait(self, timeout_s: float | None) -> bool:
-        """Block until woken or ``timeout_s`` passes (None = forever). True when woken."""
-        return self.waiter.wait(timeout_s)
+        """Block until woken or ``timeout_s`` passes (None = forever). True when woken.
+
+        With ``spin_max_s`` set, first poll the rings for up to the adaptive spin budget
+        (yielding the CPU between polls, never longer than ``timeout_s``): a record that
+        arrives meanwhile is taken without sleeping, so its producer's ``sem_post`` makes no
+        syscall and this process no context switch. The budget doubles (up to
+        ``spin_max_s``) when a spin or a short sleep found work, and halves when a spin
+        ran out and the sleep after it was long, so a consumer whose work comes seldom soon
+        does not spin at all, and an idle one sleeps after one spin at most.
+        """
+        budget = self._spin_s
+        if self.spin_max_s <= 0.0:
+            return self.waiter.wait(timeout_s)
+        if budget > 0.0:
+            clock = time.perf_counter
+            t0 = clock()
+            end = t0 + (budget if timeout_s is None else min(budget, timeout_s))
+            while True:
+                if self.has_pending():
+                    self.waiter.consume()
+                    self._spin_s = min(self.spin_max_s, 2 * budget)
+                    return True
+                if clock() >= end:
+                    break
+                os.sched_yield()
+            if timeout_s is not None:
+                timeout_s = max(0.0, timeout_s - (clock() - t0))
+        slept = time.perf_counter()
+        woken = self.waiter.wait(timeout_s)
+        slept = time.perf_counter() - slept
+        if woken and slept < self.spin_max_s:
+            # NOTE: a longer spin would have caught it without the sleep.
+            self._spin_s = min(self.spin_max_s, max(2 * budget, SPIN_STEP_S))
+        elif budget > 0.0:
+            self._spin_s = budget / 2 if budget / 2 >= SPIN_STEP_S else 0.0
+        return woken
 
     def wake(self) -> None:
         """Wake this consumer from within its own process."""

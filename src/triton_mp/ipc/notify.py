@@ -115,6 +115,13 @@ class Waiter(Waker):
             return False
         return True
 
+    def consume(self) -> None:
+        """Take one pending post without blocking, if there is one (semaphore): the post
+        of a record this consumer found by polling."""
+        if self._sem is not None:
+            with contextlib.suppress(posix_ipc.BusyError):
+                self._sem.acquire(0)
+
     def fileno(self) -> int:
         """The FIFO's descriptor, readable when woken (fifo waiters only)."""
         return self._fd

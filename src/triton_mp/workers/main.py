@@ -44,6 +44,10 @@ from triton_mp.workers.worker import Worker
 
 log = logging.getLogger(__name__)
 
+INBOX_SPIN_S = 50e-6
+"""How long a worker polls its inbox before it sleeps (``ipc.channel.Inbox.wait``): on a
+busy server the next batch is often assigned within tens of µs of the last answer."""
+
 
 def _apply_bls_update(msg: BlsWorkerUpdate, senders: dict[int, Sender]) -> None:
     """Open this worker's rings to new BLS clients and close those to stopped ones."""
@@ -78,7 +82,9 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     )
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    inbox: Inbox[ToWorker] = Inbox(spec.inbox.wakeup, spec.inbox.rings, ToWorker)
+    inbox: Inbox[ToWorker] = Inbox(
+        spec.inbox.wakeup, spec.inbox.rings, ToWorker, spin_max_s=INBOX_SPIN_S
+    )
     rewiring = replayed_on_start(inbox.drain())
     to_scheduler = Sender(spec.to_scheduler.ring, spec.to_scheduler.wakeup)
     to_frontends = {i: Sender(c.ring, c.wakeup) for i, c in spec.to_frontends.items()}

@@ -1,0 +1,71 @@
+"""``Inbox.wait``'s bounded spin: a record already in a ring is taken without sleeping, the
+budget shrinks to nothing when work comes seldom, and grows back when sleeps are short."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from triton_mp.ipc import Inbox, Sender
+from triton_mp.ipc.channel import SPIN_STEP_S
+from triton_mp.ipc.notify import Wakeup, create_wakeup
+from triton_mp.ipc.ring import Ring
+from triton_mp.ipc.shm import unlink_quietly
+
+
+@pytest.fixture
+def channel() -> Iterator[tuple[str, Wakeup]]:
+    base = f"/triton_mp_{os.getpid()}_test_spin"
+    Ring.create(base + "_r", 4096).close()
+    wakeup = create_wakeup("semaphore", base + "_sem")
+    yield base + "_r", wakeup
+    unlink_quietly(base + "_r")
+    unlink_quietly(base + "_sem")
+
+
+def test_a_record_pushed_without_a_post_is_found_by_the_spin(
+    channel: tuple[str, Wakeup],
+) -> None:
+    ring_name, wakeup = channel
+    spinning: Inbox[int] = Inbox(wakeup, [ring_name], int, spin_max_s=1e-3)
+    ring = Ring.attach(ring_name)
+    try:
+        ring.push(b"\x01")  # published, never announced: only a poll can find it
+        t0 = time.monotonic()
+        assert spinning.wait(5.0)
+        assert time.monotonic() - t0 < 1.0
+        assert spinning.drain() == [1]
+        # without a spin the same record waits for a post (here: the timeout)
+        ring.push(b"\x02")
+        plain: Inbox[int] = Inbox(wakeup, [ring_name], int)
+        assert not plain.wait(0.05)
+        assert plain.drain() == [2]
+        plain.close()
+    finally:
+        ring.close()
+        spinning.close()
+
+
+def test_the_budget_halves_to_nothing_when_idle_and_grows_after_short_sleeps(
+    channel: tuple[str, Wakeup],
+) -> None:
+    ring_name, wakeup = channel
+    inbox: Inbox[int] = Inbox(wakeup, [ring_name], int, spin_max_s=64 * SPIN_STEP_S)
+    sender = Sender(ring_name, wakeup)
+    try:
+        for _ in range(8):  # every spin runs out and the sleep after it is long
+            assert not inbox.wait(0.01)
+        assert inbox._spin_s == 0.0
+        t0 = time.monotonic()
+        assert not inbox.wait(0.02)  # no spin left: it sleeps the whole timeout
+        assert time.monotonic() - t0 >= 0.015
+        sender.send(7)  # posted before the wait: a short sleep, so the budget grows back
+        assert inbox.wait(1.0)
+        assert inbox._spin_s >= SPIN_STEP_S
+        assert inbox.drain() == [7]
+    finally:
+        sender.close()
+        inbox.close()
