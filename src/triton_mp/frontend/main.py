@@ -306,9 +306,7 @@ async def _drain(
     await server.stop(grace=max(0.5, deadline - loop.time()))
 
 
-async def serve(
-    spec: FrontendSpec, ready: Connection, selector: PollingSelector | None = None
-) -> int:
+async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector) -> int:
     """Serve until SIGTERM, then drain. Returns the exit status."""
     loop = asyncio.get_running_loop()
     name = str(spec.frontend_id)
@@ -361,8 +359,7 @@ async def serve(
         await server.stop(None)
         return 1
     loop.add_reader(inbox.waiter.fileno(), handler.on_wakeup)
-    if selector is not None:
-        selector.watch(inbox)
+    selector.watch(inbox)
     local = store if isinstance(store, SharedResponseCache) else None
     view = None if store is None else _CacheView(models, local)
     metrics = await _start_metrics(spec, pending, to_scheduler.send_bytes, view)
@@ -381,8 +378,7 @@ async def serve(
     api.tracer.close()
     if metrics is not None:
         await metrics.stop()
-    if selector is not None:
-        selector.watch(None)
+    selector.watch(None)
     loop.remove_reader(inbox.waiter.fileno())
     link.stop(loop)
     arena.close_and_unlink()
