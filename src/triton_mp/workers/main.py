@@ -44,9 +44,11 @@ from triton_mp.workers.worker import Worker
 
 log = logging.getLogger(__name__)
 
-INBOX_SPIN_S = 50e-6
-"""How long a worker polls its inbox before it sleeps (``ipc.channel.Inbox.wait``): on a
-busy server the next batch is often assigned within tens of µs of the last answer."""
+INBOX_SPIN_S = 0.0
+"""How long a worker polls its inbox before it sleeps (``ipc.channel.Inbox.wait``): not at
+all. Measured (py-spy --gil, add_sub_py c=16, 500 µs batching delay): with a 50 µs budget a
+quarter of the worker's CPU went into spins, since the next batch comes a batching delay
+later, and its wake-ups per inference fell only from 0.33 to 0.27."""
 
 
 def _apply_bls_update(msg: BlsWorkerUpdate, senders: dict[int, Sender]) -> None:
