@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import logging
 import os
 import sys
@@ -134,6 +135,39 @@ def trace_config_from_args(args: argparse.Namespace) -> TraceConfig:
     return config
 
 
+def _add_trace_tools(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    trace = sub.add_parser("trace", help="read a trace file (--trace-config triton,file=)")
+    tools = trace.add_subparsers(dest="trace_command", required=True)
+    summary = tools.add_parser(
+        "summary", help="per model: mean, p50 and p99 of each phase of the traced requests"
+    )
+    summary.add_argument("file", type=Path)
+    timeline = tools.add_parser(
+        "timeline",
+        help="write the Chrome trace-event format (Perfetto, chrome://tracing), one track "
+        "per process",
+    )
+    timeline.add_argument("file", type=Path)
+    timeline.add_argument("-o", "--output", type=Path, required=True)
+
+
+def _run_trace_tools(args: argparse.Namespace) -> int:
+    from triton_mp.cli import trace_tools
+
+    try:
+        traces = trace_tools.load(args.file)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if args.trace_command == "summary":
+        sys.stdout.write(trace_tools.summary(traces))
+        return 0
+    doc = trace_tools.timeline(traces)
+    args.output.write_text(json.dumps(doc))
+    print(f"{args.output}: {len(traces)} traces; open it in https://ui.perfetto.dev")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every sub-command (``start`` takes its flags through
     ``cli.flags``, tritonserver's grammar; argparse only routes them)."""
@@ -147,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("flags", nargs=argparse.REMAINDER)
     _add_stat(sub)
     _add_analyze(sub)
+    _add_trace_tools(sub)
     return parser
 
 
@@ -329,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         # NOTE: not through argparse: tritonserver's grammar (cli.flags) is not argparse's.
         return start(argv[1:], "triton-mp start")
     args = build_parser().parse_args(argv)
+    if args.command == "trace":
+        return _run_trace_tools(args)
     if args.command == "stat":
         from triton_mp.cli.stat import run_stat
 
