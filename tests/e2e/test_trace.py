@@ -21,7 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.server import PROJECT_REPOSITORY, ServerProcess
+from tests.server import PROJECT_REPOSITORY, REPO_ROOT, ServerProcess, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -256,3 +256,59 @@ def test_bls_children_and_tensors(repo: Path, tmp_path: Path) -> None:
         "TENSOR_BACKEND_INPUT",
         "TENSOR_BACKEND_OUTPUT",
     ]
+
+
+def test_ensemble_steps_are_child_traces(tmp_path: Path) -> None:
+    """pipe3 (scale_py -> add_py -> scale_py): the ensemble's trace has the frontend's and
+    the scheduler's events, each step a child trace with parent_id, its own REQUEST_START /
+    END from the scheduler and its worker's COMPUTE_*, one after the other, inside the
+    ensemble's request and the client's call."""
+    repo = tmp_path / "repo"
+    models = REPO_ROOT / "tests" / "ensemble_models"
+    for name in ("pipe3", "scale_py", "add_py"):
+        shutil.copytree(models / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+    trace_file = tmp_path / "trace.json"
+    server = ServerProcess(
+        repo,
+        tmp_path / "server.log",
+        "--trace-config",
+        f"triton,file={trace_file}",
+        "--trace-config",
+        "level=TIMESTAMPS",
+        "--trace-config",
+        "rate=1",
+    )
+    try:
+        server.wait_live()
+        g = grpcclient.InferenceServerClient(server.url)
+        wait_for(lambda: g.is_model_ready("pipe3"), 120, "pipe3 ready")
+        ins = [grpcclient.InferInput(n, [2, 4], "FP32") for n in ("INPUT0", "INPUT1")]
+        for t in ins:
+            t.set_data_from_numpy(np.ones((2, 4), np.float32))
+        t0 = time.monotonic_ns()
+        g.infer("pipe3", ins, request_id="ens")
+        t1 = time.monotonic_ns()
+        g.close()
+    finally:
+        assert server.stop() == 0
+    traces = load_traces(trace_file)
+    parent = next(t for t in traces.values() if t["header"]["model_name"] == "pipe3")
+    children = [t for t in traces.values() if t["header"].get("parent_id")]
+    assert len(traces) == 4
+    assert {c["header"]["parent_id"] for c in children} == {parent["header"]["id"]}
+    assert all(c["header"]["request_id"] == "ens" for c in children)
+    at = _check_order(
+        parent["stamps"],
+        ["GRPC_WAITREAD_START", "GRPC_WAITREAD_END", "REQUEST_START", "QUEUE_START"]
+        + ["REQUEST_END", "GRPC_SEND_START", "GRPC_SEND_END"],
+    )
+    steps = sorted(children, key=lambda c: dict(c["stamps"])["REQUEST_START"])
+    assert [c["header"]["model_name"] for c in steps] == ["scale_py", "add_py", "scale_py"]
+    previous_end = at["QUEUE_START"]
+    for step in steps:
+        c = _check_order(step["stamps"], CORE)
+        assert previous_end <= c["REQUEST_START"]
+        assert c["REQUEST_END"] <= at["REQUEST_END"]
+        previous_end = c["REQUEST_END"]
+    assert t0 <= at["GRPC_WAITREAD_START"]
+    assert at["REQUEST_END"] <= t1

@@ -26,7 +26,7 @@ over its steps, plus one execution of the request's batch size.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 import msgspec
@@ -34,6 +34,7 @@ import msgspec
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.messages import (
     CancelRequest,
+    ChildTrace,
     InferRequest,
     InferResponse,
     OutputRegion,
@@ -41,6 +42,8 @@ from triton_mp.ipc.messages import (
     Requester,
     RequestFailed,
     TensorRef,
+    TraceContext,
+    TraceRecord,
 )
 from triton_mp.ipc.tensor_pool import response_blocks
 from triton_mp.scheduler.instances import Generation
@@ -67,6 +70,8 @@ class _Parent:
     ended: bool = False
     failed: bool = False
     end_ns: int = 0
+    child_traces: list[ChildTrace] = field(default_factory=list)
+    """A traced ensemble request: the finished traces of its composing requests."""
 
 
 @dataclass(eq=False)
@@ -80,6 +85,9 @@ class _Child:
     """Its final response (or failure) arrived."""
     accounted: bool = False
     """Its execution (or failure) is counted towards the parent."""
+    stamps: list[tuple[str, int]] | None = None
+    """A traced ensemble's step: its trace's timestamps so far (REQUEST_START here, the
+    worker's QUEUE_START and COMPUTE_* from its answer, REQUEST_END here); else None."""
 
 
 class Ensembles:
@@ -147,11 +155,34 @@ class Ensembles:
         block = msg.block
         for extra in msg.extra_blocks:
             self._out.free(extra)
+        if child.stamps is not None:
+            self._trace_step(child, msg.trace, msg.final, now_ns)
         if msg.final:
             child.answered = True
             self._forget(child)
         actions = policy.respond(child.call_id, outputs, block, msg.final, error)
         self._act(policy, actions, now_ns)
+
+    @staticmethod
+    def _trace_step(child: _Child, record: TraceRecord | None, final: bool, now_ns: int) -> None:
+        """A traced step answered: take its events; with the final answer its trace is a
+        child trace of the ensemble's (``parent_id`` in the file)."""
+        assert child.stamps is not None
+        tensors: tuple = ()
+        children: tuple = ()
+        if record is not None:
+            child.stamps.extend(record.stamps)
+            tensors, children = record.tensors, record.children
+        if not final:
+            return
+        child.stamps.append(("REQUEST_END", now_ns))
+        req = child.req
+        child.parent.child_traces.append(
+            ChildTrace(
+                req.model, req.version, req.client_id, tuple(child.stamps), tensors, children
+            )
+        )
+        child.stamps = None
 
     def on_executed(self, request_id: int, compute: tuple[int, int, int], now_ns: int) -> None:
         """The batch of a composing request ran (its ``BatchDone``): count its compute
@@ -220,8 +251,8 @@ class Ensembles:
         """The composing request of one step call, inheriting the ensemble request's id,
         correlation ID and flags, priority, timeout and parameters.
 
-        NOTE: the one place composing requests are made: a trace of the ensemble request
-        would hand its id to its children here.
+        NOTE: the one place composing requests are made: a traced ensemble request's
+        steps are traced at its level (its child traces).
         """
         request_id = self._next_id
         self._next_id += 1
@@ -245,6 +276,7 @@ class Ensembles:
             output_regions=regions if any(r is not None for r in regions) else (),
             sequence_id=parent.sequence_id,
             sequence_flags=parent.sequence_flags,
+            trace=None if parent.trace is None else TraceContext(parent.trace.level),
         )
 
     def _call(self, policy: EnsembleScheduler, call: Call, now_ns: int) -> None:
@@ -265,7 +297,10 @@ class Ensembles:
         creq = self.composing_request(
             parent.req, call, step.model, version, batch_size, regions, now_ns
         )
-        self._children[creq.request_id] = _Child(parent, call.call_id, creq)
+        child = _Child(parent, call.call_id, creq)
+        if creq.trace is not None:
+            child.stamps = [("REQUEST_START", now_ns)]
+        self._children[creq.request_id] = child
         parent.unaccounted += 1
         self._submit(creq, now_ns)
 
@@ -303,6 +338,12 @@ class Ensembles:
                 extra_blocks=blocks[1:],  # type: ignore[arg-type]
                 final=action.final,
             )
+        if action.final and req.trace is not None:
+            record = TraceRecord(
+                stamps=(("QUEUE_START", req.trace.queue_ns),),
+                children=tuple(parent.child_traces),
+            )
+            msg = msgspec.structs.replace(msg, trace=record)
         self._out.reply(req.reply_to, msg)
         if action.final:
             self._end(parent, now_ns, failed=False)
@@ -350,6 +391,8 @@ class Ensembles:
         if child is None or child.answered:
             return
         child.answered = True
+        if child.stamps is not None:
+            self._trace_step(child, None, True, self.now_ns)
         if not child.accounted:
             child.accounted = True
             child.parent.unaccounted -= 1
