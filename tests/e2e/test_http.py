@@ -863,25 +863,6 @@ def test_validation_messages_equal_grpc(
     assert grpc_msg.endswith("inference request batch-size must be <= 8 for 'add_sub'")
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        "/v2/cudasharedmemory/status",
-        "/v2/cudasharedmemory/region/r/status",
-        "/v2/cudasharedmemory/region/r/register",
-        "/v2/cudasharedmemory/unregister",
-        "/v2/cudasharedmemory/region/r/unregister",
-    ],
-)
-def test_cuda_shared_memory_is_unsupported_as_over_grpc(
-    server: ServerProcess, gc: grpcclient.InferenceServerClient, path: str
-) -> None:
-    method = "GET" if path.endswith("status") else "POST"
-    r = _http(server, method, path, "{}" if method == "POST" else None)
-    assert r.status == 501
-    assert r.error == _grpc_error(gc, gc.get_cuda_shared_memory_status)
-
-
 # ----------------------------------------------------------------- system shared memory
 
 

@@ -2,7 +2,9 @@
 
 Imported by the frontend only. ``SystemShmRegistry`` holds one frontend's regions;
 ``ClientShmApi`` serves SystemSharedMemoryRegister / Status / Unregister over it (and tells the
-other frontends, on this frontend's rings to them) and refuses every CUDA shared memory call. A
+other frontends, on this frontend's rings to them) and CudaSharedMemoryRegister / Status /
+Unregister over a ``frontend.cuda_shm.CudaShmRegistry`` (one table of names for both kinds, as
+Triton keeps). A
 client creates a POSIX shared-memory object (``key``), registers a window of it (``offset``,
 ``byte_size``) under a ``name``, and then names that region in tensor parameters
 (``shared_memory_region``, ``shared_memory_offset``, ``shared_memory_byte_size``) instead of
@@ -22,11 +24,11 @@ import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NoReturn
 
 import posix_ipc
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
+from triton_mp.frontend.cuda_shm import CudaRegion, CudaShmRegistry
 from triton_mp.ipc import encode
 from triton_mp.ipc.messages import ShmRegion, ShmRegistered, ShmUnregistered
 from triton_mp.ipc.shm import client_object_refusal
@@ -34,9 +36,6 @@ from triton_mp.ipc.shm import client_object_refusal
 DISABLED_MESSAGE = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 )
-
-CUDA_SHM_MESSAGE = "CUDA shared memory is not supported by this server"
-"""UNSUPPORTED answer of every CUDA shared memory call: triton-mp has no GPU build yet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +75,8 @@ class SystemShmRegistry:
         self._ids = itertools.count(1)
         self._frontend_id = frontend_id
         self.enabled = enabled
+        self.cuda: CudaShmRegistry | None = None
+        """The CUDA regions of this frontend (their names are refused in tensors)."""
 
     def _check_enabled(self) -> None:
         if not self.enabled:
@@ -94,7 +95,7 @@ class SystemShmRegistry:
         self._check_enabled()
         if not name:
             raise InvalidRequest("shared memory region name must not be empty")
-        if name in self._regions:
+        if name in self._regions or (self.cuda is not None and self.cuda.has(name)):
             raise TritonMPError(
                 f"shared memory region '{name}' already in manager", ErrorCode.ALREADY_EXISTS
             )
@@ -163,10 +164,20 @@ class SystemShmRegistry:
             return list(self._regions.values())
         region = self._regions.get(name)
         if region is None:
+            if self.cuda is not None and self.cuda.has(name):
+                raise TritonMPError(
+                    f"The region named '{name}' is registered as CUDA shared memory, not "
+                    "system shared memory",
+                    ErrorCode.NOT_FOUND,
+                )
             raise TritonMPError(
                 f"Unable to find system shared memory region: '{name}'", ErrorCode.NOT_FOUND
             )
         return [region]
+
+    def has(self, name: str) -> bool:
+        """Whether ``name`` is a registered system region."""
+        return name in self._regions
 
     def window(self, name: str, offset: int, byte_size: int) -> Region:
         """The region a tensor names, checked against ``offset`` + ``byte_size``.
@@ -179,6 +190,8 @@ class SystemShmRegistry:
             raise TritonMPError(DISABLED_MESSAGE, ErrorCode.UNSUPPORTED)
         region = self._regions.get(name)
         if region is None:
+            if self.cuda is not None:
+                self.cuda.refuse_in_request(name, "a tensor")
             raise TritonMPError(
                 f"Unable to find shared memory region: '{name}'", ErrorCode.NOT_FOUND
             )
@@ -243,11 +256,37 @@ class ClientShmApi:
         if names:
             self._send_peers(encode(ShmUnregistered(frontend_id=self._fid, names=tuple(names))))
 
-    @staticmethod
-    def cuda() -> NoReturn:
-        """Every CUDA shared memory call (status, register, unregister).
+    def require_enabled(self) -> None:
+        """Raises Triton's UNSUPPORTED answer when client shared memory is disabled."""
+        if not self.registry.enabled:
+            raise TritonMPError(DISABLED_MESSAGE, ErrorCode.UNSUPPORTED)
+
+    def _cuda_registry(self) -> CudaShmRegistry:
+        cuda = self.registry.cuda
+        if cuda is None:
+            raise TritonMPError(DISABLED_MESSAGE, ErrorCode.UNSUPPORTED)
+        return cuda
+
+    def cuda_register(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        """Triton CudaSharedMemoryRegister (``frontend.cuda_shm``).
 
         Raises:
-            TritonMPError: always UNSUPPORTED: no GPU build.
+            TritonMPError: as ``CudaShmRegistry.register``.
         """
-        raise TritonMPError(CUDA_SHM_MESSAGE, ErrorCode.UNSUPPORTED)
+        self._cuda_registry().register(name, raw_handle, device_id, byte_size)
+
+    def cuda_status(self, name: str) -> list[CudaRegion]:
+        """Triton CudaSharedMemoryStatus: every CUDA region, or the one named.
+
+        Raises:
+            TritonMPError: as ``CudaShmRegistry.status``.
+        """
+        return self._cuda_registry().status(name, self.registry.has)
+
+    def cuda_unregister(self, name: str) -> None:
+        """Triton CudaSharedMemoryUnregister: one region, or all when ``name`` is empty.
+
+        Raises:
+            TritonMPError: UNSUPPORTED when client shared memory is disabled.
+        """
+        self._cuda_registry().unregister(name)

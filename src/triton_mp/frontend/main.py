@@ -29,8 +29,9 @@ from triton_mp._proto import admin_pb2_grpc, health_pb2_grpc
 from triton_mp.common.errors import StartupError, TritonMPError
 from triton_mp.common.log import configure_logging
 from triton_mp.frontend.api import FrontendApi
-from triton_mp.frontend.client_shm import ClientShmApi, SystemShmRegistry
+from triton_mp.frontend.client_shm import DISABLED_MESSAGE, ClientShmApi, SystemShmRegistry
 from triton_mp.frontend.control import SupervisorLink
+from triton_mp.frontend.cuda_shm import CudaShmRegistry
 from triton_mp.frontend.grpc.admin_service import AdminServicer
 from triton_mp.frontend.grpc.interceptor import RestrictedProtocolInterceptor
 from triton_mp.frontend.grpc.servicer import HealthServicer, InferenceServicer, add_to_server
@@ -63,6 +64,20 @@ DRAIN_LINGER_S = 1.0
 connections before it closes them (within ``--exit-timeout-secs``)."""
 MAX_MESSAGE_BYTES = 2**31 - 1
 """gRPC send/receive limit, as Triton's (INT32_MAX)."""
+
+
+def _client_shm(spec: FrontendSpec) -> SystemShmRegistry:
+    """This frontend's system shared-memory regions, with its CUDA regions beside them."""
+    shm = SystemShmRegistry(
+        spec.frontend_id, enabled=spec.allow_client_shm, allowed_prefix=spec.client_shm_prefix
+    )
+    shm.cuda = CudaShmRegistry(
+        spec.gpu_ids,
+        enabled=spec.allow_client_shm,
+        taken=shm.has,
+        disabled_message=DISABLED_MESSAGE,
+    )
+    return shm
 
 
 def build_api(
@@ -322,9 +337,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     arena = ArenaAllocator(spec.arena_prefix, spec.arena_bytes, spec.arena_budget_bytes, cache)
     pending = PendingTable(cache)
     models = ModelTable(spec.models)
-    shm = SystemShmRegistry(
-        spec.frontend_id, enabled=spec.allow_client_shm, allowed_prefix=spec.client_shm_prefix
-    )
+    shm = _client_shm(spec)
     handler = InboxHandler(inbox, pending, shm, models, cache)
     link = SupervisorLink(ready, handler.on_table_update)
     try:

@@ -379,6 +379,8 @@ class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
     """``--http-restricted-api``: category -> (header key, value)."""
     client_shm_prefix: str = ""
     """``--client-shm-prefix``: registered system shared memory keys must start with it."""
+    gpu_ids: tuple[int, ...] = ()
+    """The server's GPUs (CUDA ordinals) a CUDA shared-memory region may live on."""
     cache: CacheConfig | None = None
     """The response cache (``--cache-config``); None: none."""
     cache_segment: str = ""

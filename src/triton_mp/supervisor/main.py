@@ -264,6 +264,7 @@ class Supervisor:
             model_control_mode=cfg.model_control_mode,
             allow_client_shm=cfg.allow_client_shm,
             client_shm_prefix=cfg.client_shm_prefix,
+            gpu_ids=tuple(g.cuda_id for g in self.devices.gpus),
             trace=cfg.trace,
             allow_grpc=cfg.allow_grpc,
             grpc_tls=_grpc_tls(cfg),

@@ -273,14 +273,37 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def CudaSharedMemoryRegister(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
-        """CUDA shared memory needs a GPU build; this server has none (UNIMPLEMENTED)."""
+        """Triton CudaSharedMemoryRegister: a client's CUDA IPC handle on ``device_id``."""
         try:
-            self._api.shm.cuda()
+            self._api.shm.cuda_register(
+                request.name, request.raw_handle, request.device_id, request.byte_size
+            )
         except TritonMPError as e:
             await abort(context, e.code, e.message)
+        return pb.CudaSharedMemoryRegisterResponse()
 
-    CudaSharedMemoryStatus = CudaSharedMemoryRegister
-    CudaSharedMemoryUnregister = CudaSharedMemoryRegister
+    async def CudaSharedMemoryStatus(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        """Triton CudaSharedMemoryStatus: every CUDA region, or the one named."""
+        try:
+            regions = self._api.shm.cuda_status(request.name)
+        except TritonMPError as e:
+            await abort(context, e.code, e.message)
+        resp = pb.CudaSharedMemoryStatusResponse()
+        for r in regions:
+            resp.regions[r.name].CopyFrom(
+                pb.CudaSharedMemoryStatusResponse.RegionStatus(
+                    name=r.name, device_id=r.device_id, byte_size=r.byte_size
+                )
+            )
+        return resp
+
+    async def CudaSharedMemoryUnregister(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        """Triton CudaSharedMemoryUnregister: one region, or all when the name is empty."""
+        try:
+            self._api.shm.cuda_unregister(request.name)
+        except TritonMPError as e:
+            await abort(context, e.code, e.message)
+        return pb.CudaSharedMemoryUnregisterResponse()
 
     # ------------------------------------------------------------------- trace
     async def TraceSetting(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802

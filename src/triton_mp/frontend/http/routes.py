@@ -36,6 +36,7 @@ from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError, fl
 from triton_mp.common.json_form import config_to_json
 from triton_mp.frontend import kserve
 from triton_mp.frontend.api import FrontendApi
+from triton_mp.frontend.cuda_shm import CUDA_IPC_HANDLE_BYTES
 from triton_mp.frontend.http.infer_codec import (
     HEADER_LENGTH,
     JSON_TYPE,
@@ -150,6 +151,21 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 # ------------------------------------------------------------------------------ server
+
+
+def _b64_handle(text: str) -> bytes:
+    """A base64 ``cudaIpcMemHandle_t``.
+
+    Raises:
+        InvalidRequest: not base64, or not the handle's 64 bytes (Triton's words).
+    """
+    try:
+        handle = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        handle = b""
+    if len(handle) != CUDA_IPC_HANDLE_BYTES:
+        raise InvalidRequest("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
+    return handle
 
 
 class HttpFrontend:
@@ -395,7 +411,39 @@ class HttpFrontend:
         return web.Response(status=200, content_type=JSON_TYPE)
 
     async def _cuda_shm(self, request: web.Request) -> web.Response:
-        self._api.shm.cuda()
+        """``/v2/cudasharedmemory[/region/<r>]/status|register|unregister`` (Triton's
+        HandleCudaSharedMemory: the handle as ``raw_handle: {"b64": ...}``)."""
+        region = request.match_info.get("region", "")
+        action = request.path.rsplit("/", 1)[1]
+        if action == "status":
+            return _json_response(
+                [
+                    {"name": r.name, "device_id": r.device_id, "byte_size": r.byte_size}
+                    for r in self._api.shm.cuda_status(region)
+                ]
+            )
+        if action == "register":
+            self._api.shm.require_enabled()
+            if not region:
+                raise InvalidRequest(
+                    "'region name' is necessary to register cuda shared memory region"
+                )
+            body = await self._body_json(request)
+            raw = body.get("raw_handle")
+            if raw is None:
+                raise InvalidRequest("Shared memory register request has no 'raw_handle' field")
+            if not isinstance(raw, dict):
+                raise InvalidRequest("'raw_handle' must be an object with a 'b64' string")
+            handle = _b64_handle(json_string(raw, "b64"))
+            for key in ("byte_size", "device_id"):
+                if key not in body:
+                    raise InvalidRequest(f"Shared memory register request has no '{key}' field")
+            byte_size = json_uint(body, "byte_size")
+            device_id = json_uint(body, "device_id")
+            self._api.shm.cuda_register(region, handle, device_id, byte_size)
+        else:
+            self._api.shm.cuda_unregister(region)
+        return web.Response(status=200, content_type=JSON_TYPE)
 
     # ------------------------------------------------------------------- trace
     async def _trace(self, request: web.Request) -> web.Response:
