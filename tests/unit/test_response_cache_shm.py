@@ -130,8 +130,9 @@ def test_a_full_index_evicts_even_when_bytes_remain(cache_name: str) -> None:
     for i in range(slots + 10):
         assert a.insert(_key(i), b"z")
     st = a.stats()
-    assert st.entries == slots
-    assert st.evictions == 10
+    limit = slots * 3 // 4  # the index is kept at most 3/4 full: probe paths stay short
+    assert st.entries == limit
+    assert st.evictions == slots + 10 - limit
     assert a.lookup(_key(0)) is None
     assert a.lookup(_key(slots + 9)) == b"z"
     _b.close()

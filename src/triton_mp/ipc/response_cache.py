@@ -12,13 +12,15 @@ Layout of the segment ``/triton_mp_<server>_cache`` (all little-endian uint64):
 ====================  =========================================================================
 part                  what it holds
 ====================  =========================================================================
-header[16]            ``H_*`` fields below: magic, slot count, arena size, the arena's end,
-                      live bytes and entries, the LRU clock, the counters, the dirty mark
+header[24]            ``H_*`` fields below: magic, slot count, arena size, the arena's end,
+                      live bytes and entries, the LRU clock, the counters, the dirty mark,
+                      the tombstone count
 key_lo[slots]         low 8 bytes of each slot's key
 key_hi[slots]         high 8 bytes of each slot's key
 offset[slots]         where the slot's bytes start in the arena
 size[slots]           how many bytes the slot holds; 0 = the slot is free
 tick[slots]           the LRU clock when the slot was last inserted or hit
+tomb[slots]           1: the slot's entry was evicted (a tombstone on probe paths)
 arena[capacity]       entry bytes, packed from 0 up to ``H_END``
 ====================  =========================================================================
 
@@ -35,6 +37,11 @@ mutation (only a lock holder mutates, and it clears the mark before it unlocks),
 the cache before using it (``H_RECOVERIES`` counts it). An entry's ``size`` is written last,
 after its bytes, so even a lookup never sees a half-written entry. Emptying is the whole
 recovery: the cache holds nothing that cannot be recomputed.
+
+Index: open addressing with linear probing from ``key_lo mod slots``; an evicted entry
+leaves a tombstone that lookups step over, the index is rebuilt when tombstones pass a
+quarter of the slots, and live entries never pass three quarters (the least recently used
+is evicted first), so a lookup touches a few slots whatever the cache's size.
 
 Space: entries are packed one after another; an eviction leaves a hole, and when a new entry
 does not fit after the last one the live entries are moved down (compaction, a memmove of at
@@ -86,9 +93,12 @@ H_RECOVERIES = 14
 """Times a lock holder found a mutation a dead process left half done."""
 H_DIRTY = 15
 """1 while a mutation is under way (see the module docstring)."""
-HEADER_WORDS = 16
-_COLUMNS = 5
-"""key_lo, key_hi, offset, size, tick."""
+H_TOMBS = 16
+"""Slots whose entry was evicted (tombstones on probe paths)."""
+HEADER_WORDS = 24
+_LO, _HI, _OFF, _SIZE, _TICK, _TOMB = range(6)
+_COLUMNS = 6
+"""key_lo, key_hi, offset, size, tick, tomb."""
 
 MIN_SLOT_BYTES = 256
 """One index slot per this many arena bytes (at least 64 slots, at most 1 << 16)."""
@@ -101,7 +111,8 @@ def slots_for(capacity_bytes: int) -> int:
 
 def segment_bytes(capacity_bytes: int) -> int:
     """The size of the whole segment for an arena of ``capacity_bytes``."""
-    return 8 * (HEADER_WORDS + _COLUMNS * slots_for(capacity_bytes)) + capacity_bytes
+    # NOTE: a whole number of 8-byte words, so the segment can be viewed as uint64s.
+    return 8 * (HEADER_WORDS + _COLUMNS * slots_for(capacity_bytes) + -(-capacity_bytes // 8))
 
 
 class CacheStats:
@@ -125,8 +136,7 @@ class CacheStats:
         "recoveries",
     )
 
-    def __init__(self, header: np.ndarray) -> None:
-        h = [int(x) for x in header]
+    def __init__(self, h: list[int]) -> None:
         self.capacity_bytes = h[H_CAPACITY]
         self.live_bytes = h[H_LIVE]
         self.entries = h[H_ENTRIES]
@@ -160,16 +170,23 @@ class SharedResponseCache:
         self._fd = fd
         self._clock_ns = clock_ns
         self._thread_lock = threading.Lock()
-        buf = segment.buf
-        self._header = np.ndarray((HEADER_WORDS,), np.uint64, buf, 0)
-        if int(self._header[H_MAGIC]) != MAGIC:
+        words = memoryview(segment.buf).cast("Q")
+        if words[H_MAGIC] != MAGIC:
+            words.release()
             raise ValueError(f"{segment.name} is not a response cache segment")
-        n = int(self._header[H_SLOTS])
-        cols = np.ndarray((_COLUMNS, n), np.uint64, buf, 8 * HEADER_WORDS)
-        self._key_lo, self._key_hi, self._offset, self._size, self._tick = cols
+        n = self._n = words[H_SLOTS]
+        # NOTE: scalar reads and writes go through memoryviews (fast int indexing); the
+        # vector work of evictions and compaction through numpy views of the same memory.
+        self._words = words
+        self._h = words[:HEADER_WORDS]
+        cols = [words[HEADER_WORDS + c * n : HEADER_WORDS + (c + 1) * n] for c in range(_COLUMNS)]
+        self._lo, self._hi, self._off, self._size, self._tick, self._tomb = cols
         self._arena_at = 8 * (HEADER_WORDS + _COLUMNS * n)
-        self.capacity_bytes = int(self._header[H_CAPACITY])
+        self.capacity_bytes = self._h[H_CAPACITY]
         self.name = segment.name
+
+    def _column(self, c: int) -> np.ndarray:
+        return np.ndarray((self._n,), np.uint64, self._seg.buf, 8 * (HEADER_WORDS + c * self._n))
 
     # ----------------------------------------------------------------- lifecycle
     @classmethod
@@ -183,11 +200,11 @@ class SharedResponseCache:
         if capacity_bytes < 1:
             raise ValueError("the cache size must be at least 1 byte")
         seg = Segment.create(name, segment_bytes(capacity_bytes))
-        header = np.ndarray((HEADER_WORDS,), np.uint64, seg.buf, 0)
-        header[H_SLOTS] = slots_for(capacity_bytes)
-        header[H_CAPACITY] = capacity_bytes
-        header[H_MAGIC] = MAGIC
-        del header
+        words = memoryview(seg.buf).cast("Q")
+        words[H_SLOTS] = slots_for(capacity_bytes)
+        words[H_CAPACITY] = capacity_bytes
+        words[H_MAGIC] = MAGIC
+        words.release()
         return cls(seg, _open_fd(name))
 
     @classmethod
@@ -197,7 +214,9 @@ class SharedResponseCache:
 
     def close(self) -> None:
         """Unmap and close this process's descriptor (releasing the lock if held)."""
-        del self._header, self._key_lo, self._key_hi, self._offset, self._size, self._tick
+        for view in (self._h, self._lo, self._hi, self._off, self._size, self._tick, self._tomb):
+            view.release()
+        self._words.release()
         self._seg.close()
         with contextlib.suppress(OSError):
             os.close(self._fd)
@@ -208,12 +227,12 @@ class SharedResponseCache:
 
     # ------------------------------------------------------------------ locking
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[np.ndarray]:
+    def _locked(self) -> Iterator[memoryview]:
         """Hold the cache's lock; a half-done mutation found on entry is wiped first."""
         with self._thread_lock:
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
-                h = self._header
+                h = self._h
                 if h[H_DIRTY]:
                     self._recover()
                 yield h
@@ -222,17 +241,36 @@ class SharedResponseCache:
 
     def _recover(self) -> None:
         """Empty the cache: a process died while it changed it (the lock is held)."""
-        h = self._header
-        self._size[:] = 0
-        h[H_END] = h[H_LIVE] = h[H_ENTRIES] = 0
+        h = self._h
+        self._column(_SIZE)[:] = 0
+        self._column(_TOMB)[:] = 0
+        h[H_END] = h[H_LIVE] = h[H_ENTRIES] = h[H_TOMBS] = 0
         h[H_RECOVERIES] += 1
         h[H_DIRTY] = 0
         log.warning("response cache: a process died while changing it; the cache was emptied")
 
-    # ------------------------------------------------------------------ lookups
+    # ------------------------------------------------------------------ the index
     def _find(self, lo: int, hi: int) -> int:
-        hits = np.flatnonzero((self._key_lo == lo) & (self._key_hi == hi) & (self._size > 0))
-        return int(hits[0]) if hits.size else -1
+        """The live slot of a key, or -1: linear probing from ``lo mod slots`` until a slot
+        that was never used (tombstones of evicted entries are stepped over)."""
+        n, size, tomb, klo, khi = self._n, self._size, self._tomb, self._lo, self._hi
+        i = lo % n
+        for _ in range(n):
+            if size[i]:
+                if klo[i] == lo and khi[i] == hi:
+                    return i
+            elif not tomb[i]:
+                return -1
+            i = i + 1 if i + 1 < n else 0
+        return -1
+
+    def _free_slot(self, lo: int) -> int:
+        """The first slot on ``lo``'s probe path that holds no live entry."""
+        n, size = self._n, self._size
+        i = lo % n
+        while size[i]:
+            i = i + 1 if i + 1 < n else 0
+        return i
 
     def lookup(self, key: bytes) -> bytes | None:
         """The bytes stored under ``key`` (16 bytes), or None; a hit becomes the most
@@ -249,8 +287,8 @@ class SharedResponseCache:
                 h[H_HITS] += 1
                 h[H_TICK] += 1
                 self._tick[i] = h[H_TICK]
-                at = self._arena_at + int(self._offset[i])
-                out = self._seg.buf[at : at + int(self._size[i])]
+                at = self._arena_at + self._off[i]
+                out = self._seg.buf[at : at + self._size[i]]
             h[H_LOOKUP_NS] += self._clock_ns() - t0
         return out
 
@@ -271,17 +309,21 @@ class SharedResponseCache:
                 h[H_INSERT_NS] += self._clock_ns() - t0
                 return True
             h[H_DIRTY] = 1
-            slot = self._make_room(n)
-            end = int(h[H_END])
+            self._make_room(n)
+            end = h[H_END]
             if end + n > self.capacity_bytes:
                 end = self._compact()
             at = self._arena_at + end
             self._seg.buf[at : at + n] = data
-            self._key_lo[slot], self._key_hi[slot] = lo, hi
-            self._offset[slot] = end
+            slot = self._free_slot(lo)
+            if self._tomb[slot]:
+                self._tomb[slot] = 0
+                h[H_TOMBS] -= 1
+            self._lo[slot], self._hi[slot] = lo, hi
+            self._off[slot] = end
             h[H_TICK] += 1
             self._tick[slot] = h[H_TICK]
-            # NOTE: size last: until it is set, the slot is free to every reader.
+            # NOTE: size last: until it is set, the slot holds no entry for any reader.
             self._size[slot] = n
             h[H_END] = end + n
             h[H_LIVE] += n
@@ -291,39 +333,56 @@ class SharedResponseCache:
             h[H_INSERT_NS] += self._clock_ns() - t0
         return True
 
-    def _make_room(self, n: int) -> int:
-        """Evict LRU entries until ``n`` more bytes fit and a slot is free; that slot."""
-        h = self._header
-        while True:
-            free = np.flatnonzero(self._size == 0)
-            if free.size and int(h[H_LIVE]) + n <= self.capacity_bytes:
-                return int(free[0])
-            used = np.flatnonzero(self._size)
-            victim = int(used[np.argmin(self._tick[used])])
+    def _make_room(self, n: int) -> None:
+        """Evict LRU entries until ``n`` more bytes fit and the index stays at most 3/4
+        full; rebuild the index when tombstones make probe paths long."""
+        h = self._h
+        limit = max(1, self._n * 3 // 4)
+        while h[H_LIVE] + n > self.capacity_bytes or h[H_ENTRIES] >= limit:
+            size = self._column(_SIZE)
+            used = np.flatnonzero(size)
+            victim = int(used[np.argmin(self._column(_TICK)[used])])
             h[H_LIVE] -= self._size[victim]
             h[H_ENTRIES] -= 1
             h[H_EVICTIONS] += 1
             self._size[victim] = 0
+            self._tomb[victim] = 1
+            h[H_TOMBS] += 1
+        if h[H_TOMBS] > self._n // 4:
+            self._rehash()
+
+    def _rehash(self) -> None:
+        """Put every live entry back on its probe path, tombstones gone."""
+        cols = [self._column(c).copy() for c in range(_COLUMNS)]
+        live = np.flatnonzero(cols[_SIZE])
+        for c in range(_COLUMNS):
+            self._column(c)[:] = 0
+        for i in live:
+            slot = self._free_slot(int(cols[_LO][i]))
+            for c in (_LO, _HI, _OFF, _TICK, _SIZE):
+                self._words[HEADER_WORDS + c * self._n + slot] = int(cols[c][i])
+        self._h[H_TOMBS] = 0
 
     def _compact(self) -> int:
         """Move every live entry down to close the holes; the new end of the arena."""
-        used = np.flatnonzero(self._size)
-        order = used[np.argsort(self._offset[used], kind="stable")]
+        size, offset = self._column(_SIZE), self._column(_OFF)
+        used = np.flatnonzero(size)
+        order = used[np.argsort(offset[used], kind="stable")]
         buf, base, pos = self._seg.buf, self._arena_at, 0
         for i in order:
-            off, size = int(self._offset[i]), int(self._size[i])
+            off, n = int(offset[i]), int(size[i])
             if off != pos:
-                buf[base + pos : base + pos + size] = buf[base + off : base + off + size]
-                self._offset[i] = pos
-            pos += size
-        self._header[H_END] = pos
+                buf[base + pos : base + pos + n] = buf[base + off : base + off + n]
+                offset[i] = pos
+            pos += n
+        self._h[H_END] = pos
         return pos
 
     # -------------------------------------------------------------------- views
     def stats(self) -> CacheStats:
         """A snapshot of the counters (taken under the lock)."""
         with self._locked() as h:
-            return CacheStats(h.copy())
+            return CacheStats(h.tolist())
 
 
 def _split(key: bytes) -> tuple[int, int]:
