@@ -49,7 +49,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--window-ms", type=int, default=4000)
+    parser.add_argument("--window-ms", type=int, default=3000)
+    parser.add_argument(
+        "--stability",
+        type=int,
+        default=50,
+        help="perf_analyzer -s: windows within this %% of each other (the 2-core machine is "
+        "shared and noisy)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--peers-env", type=Path, default=ROOT / ".peers" / "peers.env")
     args = parser.parse_args()
@@ -74,7 +81,14 @@ def main() -> int:
                     peers_env,
                     servers[name],
                     name,
-                    ["-m", MODEL, "--concurrency-range", str(args.concurrency)],
+                    [
+                        "-m",
+                        MODEL,
+                        "--concurrency-range",
+                        str(args.concurrency),
+                        "-s",
+                        str(args.stability),
+                    ],
                     args.window_ms,
                     2,
                     work / "pa_runs.jsonl",

@@ -284,3 +284,75 @@ def test_rate_count_and_log_frequency_on_a_live_server(repo: Path, tmp_path: Pat
     finally:
         assert server.stop() == 0
     assert not trace_file.exists()  # nothing left for the shutdown write
+
+
+def test_restricted_trace_protocol(repo: Path, tmp_path: Path) -> None:
+    """``trace`` as a restricted category: TraceSetting and /trace/setting need the header;
+    inference does not."""
+    server = ServerProcess(
+        repo,
+        tmp_path / "server.log",
+        *_flags(tmp_path / "t.json"),
+        "--grpc-restricted-protocol=trace:tk=tv",
+        "--http-restricted-api=trace:tk=tv",
+    )
+    try:
+        server.wait_live()
+        client = server.client()
+        with pytest.raises(grpcclient.InferenceServerException) as e:
+            client.get_trace_settings()
+        assert e.value.status() == "StatusCode.UNAVAILABLE"
+        assert e.value.message() == (
+            "This protocol is restricted, expecting header 'triton-grpc-protocol-tk'"
+        )
+        ok = client.get_trace_settings(headers={"triton-grpc-protocol-tk": "tv"})
+        assert list(ok.settings["trace_rate"].value) == ["1"]
+        _infer(client, 1)
+        client.close()
+        base = f"http://{server.http_url}/v2/trace/setting"
+        r = requests.post(base, data='{"trace_rate": "2"}', timeout=10)
+        assert r.status_code == 403
+        assert r.json() == {"error": "This API is restricted, expecting header 'tk'"}
+        r = requests.post(base, data='{"trace_rate": "2"}', headers={"tk": "tv"}, timeout=10)
+        assert r.json()["trace_rate"] == "2"
+    finally:
+        assert server.stop() == 0
+
+
+def test_settings_are_the_servers_whichever_frontend_answers(repo: Path, tmp_path: Path) -> None:
+    """With two frontend processes sharing the ports, an update made on one is applied by
+    the other (``TraceSettingUpdate`` on the peer rings): every later read agrees."""
+    server = ServerProcess(
+        repo, tmp_path / "server.log", *_flags(tmp_path / "t.json"), "--frontend-processes", "2"
+    )
+    try:
+        server.wait_live()
+        base = f"http://{server.http_url}/v2"
+        r = requests.post(
+            f"{base}/models/add_sub_py/trace/setting", data='{"trace_rate": "7"}', timeout=10
+        )
+        assert r.json()["trace_rate"] == "7"
+        r = requests.post(f"{base}/trace/setting", data='{"trace_count": "9"}', timeout=10)
+        assert r.json()["trace_count"] == "9"
+
+        def both() -> bool:
+            # NOTE: a new connection each time: SO_REUSEPORT spreads them over the frontends.
+            answers = {
+                (
+                    requests.get(f"{base}/models/add_sub_py/trace/setting", timeout=10).json()[
+                        "trace_rate"
+                    ],
+                    requests.get(f"{base}/trace/setting", timeout=10).json()["trace_count"],
+                )
+                for _ in range(16)
+            }
+            return answers == {("7", "9")}
+
+        wait_for(both, 10, "every frontend to apply the update")
+        pids = {
+            requests.get(f"{base}/trace/setting", timeout=10).headers.get("Server")
+            for _ in range(4)
+        }
+        assert pids  # (the answer carries no frontend id; the agreement above is the check)
+    finally:
+        assert server.stop() == 0

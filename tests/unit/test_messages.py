@@ -253,6 +253,16 @@ EXAMPLES: dict[str, list[object]] = {
         SHM_REGISTERED,
         SHM_UNREGISTERED,
         m.ModelAvailability(model="add_sub", version=1, ready=False),
+        m.TraceSettingUpdate(frontend_id=1, model="add_sub", rate=5, clear_count=True),
+        m.InferResponse(
+            request_id=4,
+            version=1,
+            trace=m.TraceRecord(
+                stamps=(("QUEUE_START", 5), ("COMPUTE_START", 6)),
+                tensors=(m.TensorTrace("TENSOR_BACKEND_OUTPUT", "OUT", "1,2", "2", "INT32"),),
+                children=(m.ChildTrace("callee", 1, "r", (("REQUEST_START", 7),)),),
+            ),
+        ),
     ],
     "ToBlsClient": [
         BLS_INBOX,

@@ -11,6 +11,7 @@ Both run on the event loop thread, between two requests.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from triton_mp.frontend.client_shm import Region, SystemShmRegistry
 from triton_mp.frontend.model_table import ModelTable
@@ -26,6 +27,7 @@ from triton_mp.ipc.messages import (
     ShmUnregistered,
     StatsReply,
     ToFrontend,
+    TraceSettingUpdate,
 )
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,8 @@ class InboxHandler:
         self._shm = shm
         self._models = models
         self._cache = cache
+        self.on_trace_setting: Callable[[TraceSettingUpdate], None] = lambda _msg: None
+        """Applies another frontend's trace settings update (``Tracer.apply_peer``)."""
 
     def on_wakeup(self) -> None:
         """The inbox has records (the loop's ``PollingSelector`` saw them, and read the FIFO
@@ -68,6 +72,8 @@ class InboxHandler:
                 self._shm.drop(list(msg.names))
             elif isinstance(msg, ModelAvailability):
                 self._models.set_available(msg.model, msg.version, msg.ready)
+            elif isinstance(msg, TraceSettingUpdate):
+                self.on_trace_setting(msg)
             else:
                 answers.append(msg)
         if answers:

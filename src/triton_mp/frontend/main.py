@@ -92,6 +92,7 @@ def build_api(
     send_peers: Callable[[bytes], None],
     link: SupervisorLink,
     response_cache: ResponseCacheStep | None = None,
+    inbox: InboxHandler | None = None,
 ) -> FrontendApi:
     """The transport-free core of one frontend, over its parts.
 
@@ -100,8 +101,13 @@ def build_api(
         send_peers: pushes encoded bytes to every other frontend (client shared-memory
             registrations, so that any frontend can serve a request naming a region).
         response_cache: the response cache step; None without a cache.
+        inbox: the inbox handler; the other frontends' trace settings updates it receives
+            go to this frontend's tracer.
     """
     fid = spec.frontend_id
+    tracer = build_tracer(spec, send_peers)
+    if inbox is not None:
+        inbox.on_trace_setting = tracer.apply_peer
     inference = Inference(
         frontend_id=fid,
         models=models,
@@ -130,11 +136,11 @@ def build_api(
             frontend_id=fid, models=models, pending=pending, send_scheduler=send_scheduler
         ),
         shm=ClientShmApi(shm, frontend_id=fid, send_peers=send_peers),
-        tracer=build_tracer(spec),
+        tracer=tracer,
     )
 
 
-def build_tracer(spec: FrontendSpec) -> Tracer:
+def build_tracer(spec: FrontendSpec, send_peers: Callable[[bytes], None] | None = None) -> Tracer:
     """This frontend's tracer; in opentelemetry mode with its OTLP/HTTP exporter (the SDK is
     imported only then)."""
     exporter = None
@@ -147,6 +153,7 @@ def build_tracer(spec: FrontendSpec) -> Tracer:
         frontend_id=spec.frontend_id,
         frontends=len(spec.to_peers) + 1,
         exporter=exporter,
+        send_peers=send_peers if spec.to_peers else None,
     )
 
 
@@ -321,18 +328,23 @@ async def _drain(
     await server.stop(grace=max(0.5, deadline - loop.time()))
 
 
+def _broadcast(to_peers: list[Sender]) -> Callable[[bytes], None]:
+    """Pushes encoded bytes to every other frontend."""
+
+    def send_peers(data: bytes) -> None:
+        for peer in to_peers:
+            peer.send_bytes(data)
+
+    return send_peers
+
+
 async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector) -> int:
     """Serve until SIGTERM, then drain. Returns the exit status."""
     loop = asyncio.get_running_loop()
     name = str(spec.frontend_id)
     inbox: Inbox[ToFrontend] = Inbox(spec.inbox.wakeup, spec.inbox.rings, ToFrontend)
     to_scheduler = Sender(spec.to_scheduler.ring, spec.to_scheduler.wakeup)
-    to_peers = [Sender(c.ring, c.wakeup) for _, c in sorted(spec.to_peers.items())]
-
-    def send_peers(data: bytes) -> None:
-        for peer in to_peers:
-            peer.send_bytes(data)
-
+    send_peers = _broadcast([Sender(c.ring, c.wakeup) for _, c in sorted(spec.to_peers.items())])
     cache = SegmentCache()
     arena = ArenaAllocator(spec.arena_prefix, spec.arena_bytes, spec.arena_budget_bytes, cache)
     pending = PendingTable(cache)
@@ -357,6 +369,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
         send_peers=send_peers,
         link=link,
         response_cache=step,
+        inbox=handler,
     )
     server = grpc_server(spec, api)
     address = f"{spec.grpc_address}:{spec.grpc_port}"

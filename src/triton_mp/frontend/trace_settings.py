@@ -16,9 +16,10 @@ Triton's ``TraceManager`` (server ``src/tracer.cc``):
   ``count`` reaches 0 the rest go to the next ``<file>.<k>``;
 - ``trace_file`` cannot be changed over the network (UNSUPPORTED, as current Triton).
 
-With several frontend processes each keeps its own settings and counters (a settings
-request changes the frontend that received it) and writes its own file: frontend 0 writes
-``<file>``, frontend k ``<file>.frontend<k>`` (see ``frontend.tracer``).
+With several frontend processes each keeps its own settings and counters; the frontend that
+takes a settings request passes the update on to the others (``TraceSettingUpdate``), which
+apply it too. Each writes its own file: frontend 0 ``<file>``, frontend k
+``<file>.frontend<k>`` (see ``frontend.tracer``).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ mode, to the span exporter (``frontend.otel``).
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -29,7 +30,16 @@ from typing import Protocol
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.common.trace_config import TraceConfig, TraceLevel
 from triton_mp.frontend.trace_settings import NewSetting, TraceSetting, TraceSettings
-from triton_mp.ipc.messages import ChildTrace, TensorTrace, TraceContext, TraceRecord
+from triton_mp.ipc.codec import encode
+from triton_mp.ipc.messages import (
+    ChildTrace,
+    TensorTrace,
+    TraceContext,
+    TraceRecord,
+    TraceSettingUpdate,
+)
+
+log = logging.getLogger(__name__)
 
 
 class SpanExporter(Protocol):
@@ -138,6 +148,8 @@ class Tracer:
             are ``frontend_id + 1 + k * frontends``; frontend k > 0 writes
             ``<file>.frontend<k>``).
         exporter: opentelemetry mode's span exporter (built lazily by the process shell).
+        send_peers: pushes encoded bytes to every other frontend: a settings update made
+            here is applied there too (``TraceSettingUpdate``).
 
     Attributes:
         active: False when no setting traces anything: the one check an untraced request
@@ -151,7 +163,9 @@ class Tracer:
         frontend_id: int = 0,
         frontends: int = 1,
         exporter: SpanExporter | None = None,
+        send_peers: Callable[[bytes], None] | None = None,
     ) -> None:
+        self._send_peers = send_peers
         name = config.file
         if name and frontend_id:
             name = f"{name}.frontend{frontend_id}"
@@ -209,7 +223,21 @@ class Tracer:
         if new is not None:
             self.settings.update(model, new)
             self.refresh()
+            if self._send_peers is not None:
+                fields = {k: getattr(new, k) for k in NewSetting.__dataclass_fields__}
+                update = TraceSettingUpdate(frontend_id=self._frontend_id, model=model, **fields)
+                self._send_peers(encode(update))
         return self.settings.view(model)
+
+    def apply_peer(self, msg: TraceSettingUpdate) -> None:
+        """Another frontend's settings update (it was valid there; the same here unless
+        two updates crossed, then this one is logged and dropped)."""
+        fields = {k: getattr(msg, k) for k in NewSetting.__dataclass_fields__}
+        try:
+            self.settings.update(msg.model, NewSetting(**fields))
+        except TritonMPError as e:
+            log.warning("trace settings from frontend %d not applied: %s", msg.frontend_id, e)
+        self.refresh()
 
     def refresh(self) -> None:
         """Recompute ``active`` after a settings update."""

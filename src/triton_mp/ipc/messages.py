@@ -16,7 +16,7 @@ Channels (producer -> consumer):
   own control ring, the supervisor (``BlsWorkerUpdate``).
 - ``ToFrontend``: workers (``InferResponse``), the scheduler (``RequestFailed``,
   ``StatsReply``, ``QueueReply``, ``ModelAvailability``) and the other frontends
-  (``ShmRegistered``, ``ShmUnregistered``).
+  (``ShmRegistered``, ``ShmUnregistered``, ``TraceSettingUpdate``).
 - ``ToBlsClient``: a python worker's BLS client: answers from workers and the scheduler, and
   on its own control ring the supervisor's ``BlsInboxUpdate``.
 - ``ToSupervisor`` / ``FromSupervisor``: each frontend's control pipe to the supervisor
@@ -32,6 +32,11 @@ import msgspec
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.notify import Wakeup
 from triton_mp.ipc.reports import ModelQueueStatus, ModelStats
+from triton_mp.ipc.trace_messages import ChildTrace as ChildTrace
+from triton_mp.ipc.trace_messages import TensorTrace as TensorTrace
+from triton_mp.ipc.trace_messages import TraceContext as TraceContext
+from triton_mp.ipc.trace_messages import TraceRecord as TraceRecord
+from triton_mp.ipc.trace_messages import TraceSettingUpdate as TraceSettingUpdate
 
 
 class ErrorInfo(msgspec.Struct, frozen=True, array_like=True):
@@ -128,51 +133,6 @@ class ReplyTo(msgspec.Struct, frozen=True, array_like=True):
     kind: Requester
     id: int
     """The frontend id (``FRONTEND``) or the python worker's instance id (``BLS``)."""
-
-
-class TraceContext(msgspec.Struct, frozen=True, array_like=True):
-    """A traced request's trace as it travels with the request (``InferRequest.trace``;
-    None for every untraced request, so those pay one flag check only)."""
-
-    level: int
-    """``common.trace_config.TraceLevel`` bits: TIMESTAMPS, TENSORS."""
-    queue_ns: int = 0
-    """QUEUE_START (monotonic ns), stamped by the scheduler when it queues the request."""
-
-
-class TensorTrace(msgspec.Struct, frozen=True, array_like=True):
-    """One tensor of a TENSORS-level trace, as Triton's trace file writes it."""
-
-    activity: str
-    """``TENSOR_QUEUE_INPUT``, ``TENSOR_BACKEND_INPUT`` or ``TENSOR_BACKEND_OUTPUT``."""
-    name: str
-    data: str
-    """The elements, comma-separated (Triton's text form)."""
-    shape: str
-    """The dims, comma-separated."""
-    dtype: str
-
-
-class ChildTrace(msgspec.Struct, frozen=True, array_like=True):
-    """A child trace (a BLS request made with ``trace=request.trace()``), finished in the
-    process that made it and carried home on its parent's response."""
-
-    model: str
-    version: int
-    request_id: str
-    stamps: tuple[tuple[str, int], ...]
-    tensors: tuple[TensorTrace, ...] = ()
-    children: tuple[ChildTrace, ...] = ()
-
-
-class TraceRecord(msgspec.Struct, frozen=True, array_like=True):
-    """What other processes recorded of a traced request, on its ``InferResponse``."""
-
-    stamps: tuple[tuple[str, int], ...] = ()
-    """(Triton timestamp name, monotonic ns): QUEUE_START from the scheduler, COMPUTE_* from
-    the worker."""
-    tensors: tuple[TensorTrace, ...] = ()
-    children: tuple[ChildTrace, ...] = ()
 
 
 class InferRequest(msgspec.Struct, frozen=True, kw_only=True, tag="infer", array_like=True):
@@ -522,6 +482,7 @@ ToFrontend = (
     | ShmRegistered
     | ShmUnregistered
     | ModelAvailability
+    | TraceSettingUpdate
 )
 
 ToBlsClient = InferResponse | RequestFailed | BlsInboxUpdate
