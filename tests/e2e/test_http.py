@@ -106,7 +106,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     (repo / "broken" / "1").mkdir(parents=True)
     (repo / "broken" / "config.pbtxt").write_text('backend: "onnxruntime"\nmax_batch_size: [\n')
     with server_factory(tmp_path_factory.mktemp("logs")) as start:
-        yield start(repo)
+        yield start(repo, "--allow-client-shm=true")
 
 
 @pytest.fixture

@@ -72,7 +72,7 @@ def test_perf_analyzer_runs_and_reports_server_side_stats(
     protocol: str,
 ) -> None:
     env = _peers_env()
-    server = start_server(copy_models(tmp_path / "repo", model))
+    server = start_server(copy_models(tmp_path / "repo", model), "--allow-client-shm=true")
     cmd = [
         env["PERF_ANALYZER"],
         "-i",

@@ -46,6 +46,7 @@ def test_restricted_protocols_answer_only_requests_with_the_header(
     write_faulty_model(repo, "echo_py", "none")
     server = start_server(
         repo,
+        "--allow-client-shm=true",
         "--grpc-restricted-protocol=shared-memory,model-repository:admin-key=admin-value",
         "--grpc-restricted-protocol=statistics:stats-key=s",
         "--http-restricted-api=model-repository,health:admin-key=admin-value",
@@ -144,7 +145,7 @@ def test_client_shared_memory_only_maps_what_the_operator_allows(
     repo = tmp_path / "repo"
     write_faulty_model(repo, "echo_py", "none")
     allowed = f"/triton_mp_{os.getpid()}_test_ok_"
-    server = start_server(repo, "--client-shm-prefix", allowed)
+    server = start_server(repo, "--allow-client-shm=true", "--client-shm-prefix", allowed)
     client = server.client()
     client.infer("echo_py", _inputs(1.5))  # the frontend's input arena exists now
 

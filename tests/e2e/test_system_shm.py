@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
@@ -60,7 +61,7 @@ def _repo(base: Path) -> Path:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     with server_factory(tmp_path_factory.mktemp("logs")) as start:
-        yield start(_repo(tmp_path_factory.mktemp("shm")))
+        yield start(_repo(tmp_path_factory.mktemp("shm")), "--allow-client-shm=true")
 
 
 @pytest.fixture
@@ -266,17 +267,28 @@ def test_a_client_that_unlinks_its_object_gets_an_error_not_a_crash(
     )
 
 
-def test_allow_client_shm_false_disables_the_extension(
+@pytest.mark.parametrize("flags", [(), ("--allow-client-shm", "false")])
+def test_client_shm_is_off_by_default_and_with_false(
     tmp_path: Path,
     start_server: Callable[..., ServerProcess],
     regions: Callable[..., shm.SharedMemoryRegion],
+    flags: tuple[str, ...],
 ) -> None:
-    server = start_server(_repo(tmp_path), "--allow-client-shm", "false")
+    # Triton since server PR #8721 (26.04): client shared memory is off unless
+    # --allow-client-shm=true; a register call is refused UNSUPPORTED with this message.
+    server = start_server(_repo(tmp_path), *flags)
     regions("off", 64)
     c = server.client()
     with pytest.raises(InferenceServerException) as e:
         c.register_system_shared_memory("off", _key("off"), 64)
     assert e.value.status() == "StatusCode.UNIMPLEMENTED"
+    assert e.value.message() == (
+        "Client shared memory is disabled. Start the server with '--allow-client-shm=true' "
+        "to enable."
+    )
+    hc = httpclient.InferenceServerClient(server.http_url)
+    with pytest.raises(InferenceServerException) as e:
+        hc.register_system_shared_memory("off", _key("off"), 64)
     assert "Client shared memory is disabled" in e.value.message()
     c.close()
 
@@ -286,7 +298,14 @@ def test_regions_reach_every_frontend(
     start_server: Callable[..., ServerProcess],
     regions: Callable[..., shm.SharedMemoryRegion],
 ) -> None:
-    server = start_server(_repo(tmp_path), "--frontend-processes", "2", "--log-verbose", "1")
+    server = start_server(
+        _repo(tmp_path),
+        "--allow-client-shm=true",
+        "--frontend-processes",
+        "2",
+        "--log-verbose",
+        "1",
+    )
     a = np.arange(16, dtype=np.float32)[None]
     region = regions("shared", BYTES_16)
     shm.set_shared_memory_region(region, [a])

@@ -156,7 +156,9 @@ def test_bytes_tensor_with_a_short_element_count_is_rejected(
     req.raw_input_contents.append((3).to_bytes(4, "little") + b"abc")  # one element, not two
     with pytest.raises(Exception) as e:  # noqa: PT011 - grpc raises its own RpcError type
         client._client_stub.ModelInfer(req)
-    assert "input byte size mismatch for input 'TEXT'" in str(e.value)
+    assert (
+        "expected 2 string elements for inference input 'TEXT' for model 'string_identity', got 1"
+    ) in str(e.value)
 
 
 def test_non_batching_model_with_fp64_and_int64(client: grpcclient.InferenceServerClient) -> None:

@@ -350,7 +350,7 @@ def test_reserved_parameters_take_their_types() -> None:
     )
     p = req.parameters
     assert p["priority"] == uint64_parameter(2)
-    assert p["timeout"] == uint64_parameter(100)
+    assert p["timeout"] == int64_parameter(100)  # the gRPC form: int64_param
     assert p["sequence_id"] == int64_parameter(7)
     assert p["sequence_start"] == bool_parameter(True)
     assert p["note"] == string_parameter("x")
@@ -652,7 +652,7 @@ def test_answers_are_compressed_when_asked(coding: str, inflate: Any) -> None:
 def test_a_sequence_id_above_int64_survives_as_unsigned() -> None:
     big = (1 << 64) - 5
     req, _, _ = _build({"inputs": [], "parameters": {"sequence_id": big}})
-    assert sequence_id(req.parameters["sequence_id"], "") == big
+    assert sequence_id(req.parameters["sequence_id"]) == big
 
 
 def test_json_nested_deeper_than_the_recursion_limit_is_a_bad_request() -> None:

@@ -139,7 +139,17 @@ def test_reserved_parameters_are_read_and_custom_ones_kept_as_json() -> None:
         (
             "priority",
             int64_parameter(-1),
-            "invalid value for 'priority' parameter: expected a non-negative integer",
+            "invalid value for 'priority', expected value >= 0.",
+        ),
+        (
+            "priority",
+            string_parameter("high"),
+            "invalid value type for 'priority' parameter, expected int64_param or uint64_param.",
+        ),
+        (
+            "timeout",
+            uint64_parameter(5),
+            "invalid value type for 'timeout' parameter, expected int64_param.",
         ),
         (
             "sequence_id",
@@ -154,13 +164,25 @@ def test_reserved_parameters_are_read_and_custom_ones_kept_as_json() -> None:
         (
             "triton_x",
             bool_parameter(True),
-            "parameter keys starting with 'triton_' are reserved: 'triton_x'",
+            "parameter keys starting with 'triton_' are reserved for Triton usage. Only the "
+            "following keys starting with 'triton_' are allowed: "
+            "triton_enable_empty_final_response",
         ),
-        ("big", uint64_parameter(1), "unsupported type uint64 for parameter 'big'"),
+        (
+            "big",
+            uint64_parameter(1),
+            "invalid value type for 'big' parameter, expected int64_param, bool_param, or "
+            "string_param.",
+        ),
     ],
 )
 def test_malformed_parameters_are_refused(key: str, param: Parameter, message: str) -> None:
-    assert _error(_plain(parameters={key: param})) == (ErrorCode.INVALID_ARG, RID + message)
+    # server grpc/infer_handler.cc: refused by the frontend, so no [request id: ...] prefix
+    assert _error(_plain(parameters={key: param})) == (ErrorCode.INVALID_ARG, message)
+
+
+def test_a_negative_timeout_is_none_as_triton_reads_it_unsigned() -> None:
+    assert _valid(_plain(parameters={"timeout": int64_parameter(-5)})).timeout_us == 0
 
 
 # -------------------------------------------------------------------------------- inputs
@@ -259,14 +281,43 @@ def test_typed_contents_of_the_wrong_kind_or_count() -> None:
     )
 
 
-def test_a_malformed_bytes_tensor_is_refused() -> None:
+def _el(text: bytes) -> bytes:
+    return len(text).to_bytes(4, "little") + text
+
+
+WHERE = "for inference input 'S' for model 'text'"
+
+
+@pytest.mark.parametrize(
+    ("shape", "raw", "message"),
+    [
+        (
+            (1,),
+            b"\x09",
+            f"incomplete string length indicator {WHERE}, expecting 4 bytes but only 1 bytes "
+            "available. Please make sure the string length indicator is in one buffer.",
+        ),
+        ((2,), _el(b"ab"), f"expected 2 string elements {WHERE}, got 1"),
+        (
+            (1,),
+            _el(b"a") + _el(b"b"),
+            f"unexpected number of string elements 2 {WHERE}, expecting 1",
+        ),
+        (
+            (1,),
+            _el(b"abc")[:-1],
+            f"incomplete string data {WHERE}, expecting 3 bytes but only 2 bytes available",
+        ),
+    ],
+)
+def test_a_malformed_bytes_tensor_gets_tritons_message(
+    shape: tuple[int, ...], raw: bytes, message: str
+) -> None:
+    # core infer_request.cc ValidateBytesInputs (the cut-off last element is triton-mp's own)
     req = InferenceRequest(
-        model_name="text", id="r", inputs=(InputTensor("S", "BYTES", (1,)),), raw_inputs=(b"\x09",)
+        model_name="text", id="r", inputs=(InputTensor("S", "BYTES", shape),), raw_inputs=(raw,)
     )
-    assert _error(req)[1] == (
-        RID + "input byte size mismatch for input 'S' for model 'text'. Expected 1 string "
-        "elements, got malformed data"
-    )
+    assert _error(req) == (ErrorCode.INVALID_ARG, RID + message)
 
 
 # ------------------------------------------------------------------------ outputs and shm

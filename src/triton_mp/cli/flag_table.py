@@ -526,8 +526,8 @@ FLAGS: tuple[Flag, ...] = (
         "allow-client-shm",
         BOOL,
         "allow_client_shm",
-        True,
-        help="serve the system shared memory extension",
+        False,
+        help="serve the system shared memory extension (default false, as Triton since 26.04)",
         group=G_SHM,
     ),
     # ------------------------------------------------------------------ backends

@@ -107,8 +107,9 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     groups (Triton's TRITON_MIN_COMPUTE_CAPABILITY by default, ``common.gpus``)."""
     frontend_processes: Annotated[int, Meta(ge=1, le=64)] = 1
     model_control_mode: Literal["none", "poll", "explicit"] = "none"
-    allow_client_shm: bool = True
-    """``--allow-client-shm``: serve the system shared memory extension."""
+    allow_client_shm: bool = False
+    """``--allow-client-shm``: serve the system shared memory extension (off by default, as
+    in Triton since server PR #8721: a register call is refused UNSUPPORTED)."""
     client_shm_prefix: str = ""
     """``--client-shm-prefix``: clients may register only shared-memory objects whose key
     starts with it (empty: any key); objects must also be owned by the server's user and

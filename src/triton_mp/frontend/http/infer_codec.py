@@ -87,7 +87,13 @@ def _request_parameters(params: dict[str, Any], plan: InferPlan) -> dict[str, Pa
         elif key in ("priority", "timeout"):
             if not is_uint(v):
                 raise InvalidRequest(f"Unable to parse '{key}'")
-            out[key] = uint64_parameter(v)
+            # NOTE: timeout travels as the gRPC form's int64_param (a uint64 past INT64_MAX
+            # is a timeout that never comes, as 0 is).
+            out[key] = (
+                uint64_parameter(v)
+                if key == "priority"
+                else int64_parameter(v if v <= INT64_MAX else 0)
+            )
         elif key == "binary_data_output":
             if not isinstance(v, bool):
                 raise InvalidRequest("Unable to parse 'binary_data_output'")

@@ -17,7 +17,6 @@ import numpy as np
 from triton_mp.common.datatypes import (
     ELEMENT_BYTES,
     NUMPY_DTYPES,
-    bytes_tensor_elements,
     element_count,
 )
 from triton_mp.common.errors import InvalidRequest
@@ -256,13 +255,7 @@ class _InputReader:
     ) -> None:
         rid, name = self._rid, self._model.name
         if spec.datatype == "BYTES":
-            got_elems = bytes_tensor_elements(data)
-            if got_elems != count:
-                raise InvalidRequest(
-                    f"{rid}input byte size mismatch for input '{t.name}' for model '{name}'. "
-                    f"Expected {count} string elements, got "
-                    f"{'malformed data' if got_elems is None else got_elems}"
-                )
+            check_bytes_elements(data, count, t.name, name, rid)
             return
         expected_bytes = count * ELEMENT_BYTES[spec.datatype]
         if len(data) != expected_bytes:
@@ -270,6 +263,45 @@ class _InputReader:
                 f"{rid}input byte size mismatch for input '{t.name}' for model '{name}'. "
                 f"Expected {expected_bytes}, got {len(data)}"
             )
+
+
+def check_bytes_elements(
+    data: bytes | memoryview, count: int, input_name: str, model_name: str, rid: str
+) -> None:
+    """A BYTES input's serialised elements (4-byte little-endian length, then the bytes)
+    against the ``count`` its shape names, in core ``ValidateBytesInputs``' order and words.
+
+    Raises:
+        InvalidRequest: "incomplete string length indicator ...", "unexpected number of
+            string elements ...", "expected N string elements ..., got M", or (where Triton
+            would hand the backend a cut-off last element) "incomplete string data ...".
+    """
+    where = f"for inference input '{input_name}' for model '{model_name}'"
+    view = memoryview(data).cast("B")
+    pos, end, checked = 0, len(view), 0
+    while pos < end:
+        if end - pos < 4:
+            raise InvalidRequest(
+                f"{rid}incomplete string length indicator {where}, expecting 4 bytes but only "
+                f"{end - pos} bytes available. Please make sure the string length indicator "
+                "is in one buffer."
+            )
+        length = int.from_bytes(view[pos : pos + 4], "little")
+        checked += 1
+        if checked > count:
+            raise InvalidRequest(
+                f"{rid}unexpected number of string elements {checked} {where}, expecting {count}"
+            )
+        pos += 4 + length
+        if pos > end:
+            # NOTE: Triton accepts this (the element ends past the buffer) and leaves it to
+            # the backend; triton-mp refuses it here rather than hand a model a cut string.
+            raise InvalidRequest(
+                f"{rid}incomplete string data {where}, expecting {length} bytes but only "
+                f"{length - (pos - end)} bytes available"
+            )
+    if checked != count:
+        raise InvalidRequest(f"{rid}expected {count} string elements {where}, got {checked}")
 
 
 def read_inputs(

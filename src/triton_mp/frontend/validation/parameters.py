@@ -2,10 +2,12 @@
 
 Imported by ``frontend.validation``. Reserved: ``sequence_id`` (``int64_param``, read as
 unsigned, or ``string_param``), ``sequence_start`` / ``sequence_end`` (``bool_param``),
-``priority`` and ``timeout`` (non-negative integers, ``timeout`` in microseconds). Keys
-starting with ``triton_`` are reserved too (``triton_enable_empty_final_response`` is the
-stream adapter's). Everything else is a custom parameter, passed to the backend as JSON
-(``uint64`` ones are refused, as Triton's gRPC frontend does).
+``priority`` (``int64_param`` >= 0 or ``uint64_param``) and ``timeout`` (``int64_param``,
+microseconds). Keys starting with ``triton_`` are reserved too (only
+``triton_enable_empty_final_response`` may be sent). Everything else is a custom parameter,
+passed to the backend as JSON (``uint64`` ones are refused, as Triton's gRPC frontend does).
+Messages are server ``grpc/infer_handler.cc``'s: no ``[request id: ...]`` prefix, as the
+frontend refuses them before the core sees the request.
 """
 
 from __future__ import annotations
@@ -53,7 +55,37 @@ def int_param(p: Parameter, key: str, rid: str) -> int:
     )
 
 
-def sequence_id(p: Parameter, rid: str) -> int | str:
+def priority_param(p: Parameter) -> int:
+    """``priority``: ``int64_param`` >= 0 or ``uint64_param`` (server ``infer_handler.cc``).
+
+    Raises:
+        InvalidRequest: "invalid value for 'priority', expected value >= 0." or "invalid
+            value type for 'priority' parameter, expected int64_param or uint64_param."
+    """
+    if p.type is ParameterType.INT64 and isinstance(p.value, int):
+        if p.value < 0:
+            raise InvalidRequest("invalid value for 'priority', expected value >= 0.")
+        return p.value
+    if p.type is ParameterType.UINT64 and isinstance(p.value, int):
+        return p.value
+    raise InvalidRequest(
+        "invalid value type for 'priority' parameter, expected int64_param or uint64_param."
+    )
+
+
+def timeout_param(p: Parameter) -> int:
+    """``timeout`` in microseconds: an ``int64_param``. Triton reads it as unsigned, so a
+    negative one is a timeout that never comes: 0 here (none).
+
+    Raises:
+        InvalidRequest: "invalid value type for 'timeout' parameter, expected int64_param."
+    """
+    if p.type is ParameterType.INT64 and isinstance(p.value, int):
+        return max(p.value, 0)
+    raise InvalidRequest("invalid value type for 'timeout' parameter, expected int64_param.")
+
+
+def sequence_id(p: Parameter) -> int | str:
     """``sequence_id``: ``int64_param`` (read as unsigned) or ``string_param`` (Triton's gRPC
     frontend; ``uint64_param`` is refused there).
 
@@ -65,20 +97,23 @@ def sequence_id(p: Parameter, rid: str) -> int | str:
     if p.type is ParameterType.STRING:
         return str(p.value)
     raise InvalidRequest(
-        f"{rid}invalid value type for 'sequence_id' parameter, expected int64_param or "
-        "string_param."
+        "invalid value type for 'sequence_id' parameter, expected int64_param or string_param."
     )
 
 
-def bool_param(p: Parameter, key: str, rid: str) -> bool:
+def bool_param(p: Parameter, key: str) -> bool:
     """A ``bool_param``.
 
     Raises:
         InvalidRequest: any other type.
     """
     if p.type is not ParameterType.BOOL:
-        raise InvalidRequest(f"{rid}invalid value type for '{key}' parameter, expected bool_param.")
+        raise InvalidRequest(f"invalid value type for '{key}' parameter, expected bool_param.")
     return bool(p.value)
+
+
+RESERVED_TRITON_PARAMETERS = (EMPTY_FINAL_PARAMETER,)
+"""``triton_`` keys a request may carry (server ``TRITON_RESERVED_REQUEST_PARAMS``)."""
 
 
 def read_parameters(parameters: Parameters, rid: str) -> RequestOptions:
@@ -98,21 +133,26 @@ def read_parameters(parameters: Parameters, rid: str) -> RequestOptions:
     custom: dict[str, bool | int | float | str] = {}
     for key, p in parameters.items():
         if key == "sequence_id":
-            seq_id = sequence_id(p, rid)
+            seq_id = sequence_id(p)
         elif key == "sequence_start":
-            flags |= SequenceFlags.START if bool_param(p, key, rid) else 0
+            flags |= SequenceFlags.START if bool_param(p, key) else 0
         elif key == "sequence_end":
-            flags |= SequenceFlags.END if bool_param(p, key, rid) else 0
+            flags |= SequenceFlags.END if bool_param(p, key) else 0
         elif key == "priority":
-            priority = int_param(p, key, rid)
+            priority = priority_param(p)
         elif key == "timeout":
-            timeout_us = int_param(p, key, rid)
-        elif key.startswith("triton_") and key != EMPTY_FINAL_PARAMETER:
+            timeout_us = timeout_param(p)
+        elif key.startswith("triton_") and key not in RESERVED_TRITON_PARAMETERS:
             raise InvalidRequest(
-                f"{rid}parameter keys starting with 'triton_' are reserved: '{key}'"
+                "parameter keys starting with 'triton_' are reserved for Triton usage. Only "
+                "the following keys starting with 'triton_' are allowed: "
+                + " ".join(RESERVED_TRITON_PARAMETERS)
             )
         elif p.type is ParameterType.UINT64:
-            raise InvalidRequest(f"{rid}unsupported type uint64 for parameter '{key}'")
+            raise InvalidRequest(
+                f"invalid value type for '{key}' parameter, expected int64_param, bool_param, "
+                "or string_param."
+            )
         elif p.type is not None and p.value is not None and not key.startswith("triton_"):
             custom[key] = p.value
     return RequestOptions(
