@@ -243,7 +243,7 @@ def test_an_idle_sequence_is_released(server: ServerProcess) -> None:
             client.infer("acc_idle_py", _input(1.0), sequence_id=77)
         assert e.value.status() == "StatusCode.INVALID_ARGUMENT"
         assert e.value.message() == (
-            "[request id: <id_unknown>] inference request for sequence 77 to model "
+            "inference request for sequence 77 to model "
             "'acc_idle_py' must specify the START flag on the first request of the sequence"
         )
         # a new START begins again from zero
@@ -270,7 +270,7 @@ def test_bad_sequence_requests_get_tritons_errors(server: ServerProcess) -> None
     e = _error(server, "acc_py", sequence_id=4242, request_id="r1")
     assert e.status() == "StatusCode.INVALID_ARGUMENT"
     assert e.message() == (
-        "[request id: r1] inference request for sequence 4242 to model 'acc_py' must specify "
+        "inference request for sequence 4242 to model 'acc_py' must specify "
         "the START flag on the first request of the sequence"
     )
     e = _error(server, "acc_py", sequence_start=True)  # no correlation ID
@@ -281,12 +281,16 @@ def test_bad_sequence_requests_get_tritons_errors(server: ServerProcess) -> None
     e = _error(server, "acc_py", inputs=[two], sequence_id=9, sequence_start=True)
     assert e.status() == "StatusCode.INVALID_ARGUMENT"
     assert "must specify batch-size 1 due to requirements of sequence batcher" in e.message()
-    e = _error(server, "acc_onnx", sequence_id="abc", sequence_start=True)
+    e = _error(server, "acc_onnx", sequence_id="abc", sequence_start=True, request_id="r2")
     assert e.status() == "StatusCode.INVALID_ARGUMENT"
-    assert "expects an unsigned integer correlation ID" in e.message()
-    e = _error(server, "acc_py", sequence_id="x" * 129, sequence_start=True)
-    assert e.status() == "StatusCode.INVALID_ARGUMENT"
-    assert "at most 128 are allowed" in e.message()
+    assert e.message() == (
+        "[request id: r2] sequence batching control 'CORRID' data-type is 'BYTES', but model "
+        "'acc_onnx' expects 'UINT64'"
+    )
+    # core TRITONSERVER_InferenceRequestSetCorrelationIdString: UNSUPPORTED, no request id
+    e = _error(server, "acc_py", sequence_id="x" * 129, sequence_start=True, request_id="r3")
+    assert e.status() == "StatusCode.UNIMPLEMENTED"
+    assert e.message() == "string correlation ID cannot be longer than 128 characters"
     # a string ID of 128 characters is fine on a model without a CORRID control
     assert _run_sequence(server, "acc_py", "y" * 128, [3.0, 4.0]) == [3.0, 7.0]
 

@@ -525,7 +525,7 @@ def test_a_sequence_model_routes_by_correlation_id_and_reports_rows() -> None:
     assert failed.request_id == lost.request_id
     assert failed.error.code == ErrorCode.INVALID_ARG
     assert failed.error.message == (
-        "[request id: q] inference request for sequence 99 to model 'acc' must specify the "
+        "inference request for sequence 99 to model 'acc' must specify the "
         "START flag on the first request of the sequence"
     )
     h.done(5, batch)

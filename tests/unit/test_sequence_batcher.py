@@ -115,6 +115,7 @@ def test_batch_size_above_one_zero_ids_and_long_string_ids_are_refused() -> None
         assert "must specify a non-zero or non-empty correlation ID" in r.message
     long = f.send("x" * 129, START)
     assert isinstance(long, Rejection)
+    assert long.message == "string correlation ID cannot be longer than 128 characters"
     assert isinstance(f.send("x" * 128, START), Queued)
 
 
@@ -122,12 +123,14 @@ def test_a_corrid_control_fixes_the_type_of_correlation_ids() -> None:
     f = Feed(SequenceBatcher("acc", "direct", 4, (0,), corrid_kind=str))
     r = f.send(5, START)
     assert isinstance(r, Rejection)
-    assert "expects a string correlation ID" in r.message
+    assert r.message == (
+        "sequence batching control 'CORRID' data-type is 'UINT64', but model 'acc' expects 'BYTES'"
+    )
     assert isinstance(f.send("five", START), Queued)
     g = Feed(SequenceBatcher("acc", "direct", 4, (0,), corrid_kind=int))
     r = g.send("five", START)
     assert isinstance(r, Rejection)
-    assert "expects an unsigned integer correlation ID" in r.message
+    assert "data-type is 'BYTES', but model 'acc' expects 'UINT64'" in r.message
 
 
 # --------------------------------------------------------------------------- Direct

@@ -15,7 +15,7 @@ import pytest
 
 from tests.unit.fake_frontend import model_entry, table
 from triton_mp._proto import model_config_pb2 as mc
-from triton_mp.common.errors import ErrorCode, TritonMPError
+from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend.client_shm import SystemShmRegistry
 from triton_mp.frontend.request import (
     InferenceRequest,
@@ -27,6 +27,7 @@ from triton_mp.frontend.request import (
     string_parameter,
     uint64_parameter,
 )
+from triton_mp.frontend.validation.parameters import check_correlation_id_type, sequence_id
 from triton_mp.frontend.validation.request import ValidRequest, validate_request
 from triton_mp.ipc.messages import SequenceFlags
 
@@ -353,4 +354,40 @@ def test_shared_memory_tensors_need_a_registered_region() -> None:
     assert _error(out)[1] == (
         RID + "'shared_memory_byte_size' parameter is required for output 'X' using shared "
         "memory region 'r1'"
+    )
+
+
+def _sequence_config(datatype: int) -> mc.ModelConfig:
+    cfg = mc.ModelConfig(name="seq")
+    ci = cfg.sequence_batching.control_input.add(name="CORRID")
+    ci.control.add(
+        kind=mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID, data_type=datatype
+    )
+    return cfg
+
+
+def test_the_correlation_id_type_is_checked_against_the_corrid_control() -> None:
+    # core InferenceRequest::ValidateCorrelationId; no ID at all is Triton's UINT64 0
+    strings, ints = _sequence_config(mc.TYPE_STRING), _sequence_config(mc.TYPE_INT32)
+    check_correlation_id_type("a", strings, "seq", RID)
+    check_correlation_id_type(7, ints, "seq", RID)
+    check_correlation_id_type("a", mc.ModelConfig(name="plain"), "plain", RID)
+    with pytest.raises(InvalidRequest) as e:
+        check_correlation_id_type(0, strings, "seq", RID)
+    assert e.value.message == (
+        RID + "sequence batching control 'CORRID' data-type is 'UINT64', but model 'seq' "
+        "expects 'BYTES'"
+    )
+    with pytest.raises(InvalidRequest) as e:
+        check_correlation_id_type("a", ints, "seq", RID)
+    assert "data-type is 'BYTES', but model 'seq' expects 'INT32'" in e.value.message
+
+
+def test_a_string_correlation_id_over_128_characters_is_unsupported() -> None:
+    assert sequence_id(string_parameter("x" * 128)) == "x" * 128
+    with pytest.raises(TritonMPError) as e:
+        sequence_id(string_parameter("x" * 129))
+    assert (e.value.code, e.value.message) == (
+        ErrorCode.UNSUPPORTED,
+        "string correlation ID cannot be longer than 128 characters",
     )

@@ -172,7 +172,7 @@ class SchedulerCore:
         )
         rejection = gen.policy.offer(item, now_ns)
         if rejection is not None:
-            message = request_label(req) + rejection.message
+            message = (request_label(req) if rejection.prefixed else "") + rejection.message
             self._out.fail(req, rejection.code, message, now_ns, rejection.reason)
 
     def retry_deferred(self, now_ns: int) -> Sequence[Outbound]:

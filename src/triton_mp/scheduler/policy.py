@@ -75,13 +75,16 @@ class Batch:
 class Rejection:
     """Why a request is refused or failed by its model's policy.
 
-    The caller prefixes the message with Triton's ``[request id: <id>] ``.
+    The caller prefixes the message with Triton's ``[request id: <id>] `` unless
+    ``prefixed`` is False (Triton's sequence batcher words its refusals without it).
     """
 
     code: ErrorCode
     message: str
     reason: str = "REJECTED"
     """Failure reason for ``nv_inference_request_failure``: REJECTED, CANCELED, OTHER."""
+    prefixed: bool = True
+    """Whether the message gets the ``[request id: <id>] `` prefix."""
 
 
 QUEUE_FULL = Rejection(ErrorCode.UNAVAILABLE, "Exceeds maximum queue size")

@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from triton_mp.common.errors import InvalidRequest
+from triton_mp._proto import model_config_pb2 as mc
+from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend.request import Parameter, Parameters, ParameterType
 from triton_mp.ipc.messages import SequenceFlags
 
@@ -95,10 +96,53 @@ def sequence_id(p: Parameter) -> int | str:
     if p.type is ParameterType.INT64 and isinstance(p.value, int):
         return p.value & 0xFFFFFFFFFFFFFFFF
     if p.type is ParameterType.STRING:
-        return str(p.value)
+        text = str(p.value)
+        if len(text) > MAX_STRING_CORRID:
+            raise TritonMPError(
+                "string correlation ID cannot be longer than 128 characters",
+                ErrorCode.UNSUPPORTED,
+            )
+        return text
     raise InvalidRequest(
         "invalid value type for 'sequence_id' parameter, expected int64_param or string_param."
     )
+
+
+MAX_STRING_CORRID = 128
+"""Longest string correlation ID (core ``TRITONSERVER_InferenceRequestSetCorrelationIdString``)."""
+
+
+def check_correlation_id_type(
+    corrid: int | str, config: mc.ModelConfig, model_name: str, rid: str
+) -> None:
+    """A sequence model's CORRID control against the request's correlation ID type (core
+    ``InferenceRequest::ValidateCorrelationId``): a string ID needs a BYTES control, an
+    integer one (or none: Triton's default ID is UINT64 0) UINT64, INT64, UINT32 or INT32.
+
+    Raises:
+        InvalidRequest: "<rid>sequence batching control '<name>' data-type is '<BYTES or
+            UINT64>', but model '<m>' expects '<datatype>'".
+    """
+    if not config.HasField("sequence_batching"):
+        return
+    for ci in config.sequence_batching.control_input:
+        for control in ci.control:
+            if control.kind != mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID:
+                continue
+            want = mc.DataType.Name(control.data_type).removeprefix("TYPE_")
+            want = "BYTES" if want == "STRING" else want
+            got = "BYTES" if isinstance(corrid, str) else "UINT64"
+            ok = (
+                want == "BYTES"
+                if got == "BYTES"
+                else want in ("UINT64", "INT64", "UINT32", "INT32")
+            )
+            if not ok:
+                raise InvalidRequest(
+                    f"{rid}sequence batching control '{ci.name}' data-type is '{got}', but "
+                    f"model '{model_name}' expects '{want}'"
+                )
+            return
 
 
 def bool_param(p: Parameter, key: str) -> bool:

@@ -14,7 +14,7 @@ from triton_mp.frontend.model_table import Model
 from triton_mp.frontend.request import InferenceRequest
 from triton_mp.frontend.validation.inputs import ValidInput, check_input_names, read_inputs
 from triton_mp.frontend.validation.outputs import read_outputs
-from triton_mp.frontend.validation.parameters import read_parameters
+from triton_mp.frontend.validation.parameters import check_correlation_id_type, read_parameters
 from triton_mp.ipc.messages import OutputRegion
 
 
@@ -78,6 +78,7 @@ def validate_request(
     check_input_names(req, model, rid)
     inputs, batch_size = read_inputs(req, model, shm, rid)
     outputs, regions = read_outputs(req, model, shm, rid)
+    check_correlation_id_type(options.sequence_id, model.config, model.name, rid)
     return ValidRequest(
         model=model,
         version=version,

@@ -132,7 +132,8 @@ class SequenceBatcher:
         corrid = item.corrid
         invalid = self._check(item)
         if invalid is not None:
-            return Rejection(ErrorCode.INVALID_ARG, invalid, "OTHER")
+            # NOTE: core SequenceBatchScheduler::Enqueue words these without LogRequest().
+            return Rejection(ErrorCode.INVALID_ARG, invalid, "OTHER", prefixed=False)
         slot = self._active.get(corrid)
         if slot is not None:
             slot.queue.append(item)
@@ -148,6 +149,7 @@ class SequenceBatcher:
                 f"inference request for sequence {corrid} to model '{self.model}' must "
                 "specify the START flag on the first request of the sequence",
                 "OTHER",
+                prefixed=False,
             )
         slot = self._free_slot()
         if slot is None:
@@ -169,17 +171,17 @@ class SequenceBatcher:
                 f"inference request to model '{self.model}' must specify a non-zero or "
                 "non-empty correlation ID"
             )
+        # NOTE: a frontend refuses these first, with Triton's words and the request id
+        # (frontend.validation.parameters); here for requests that reach the scheduler
+        # without a frontend (BLS).
         if isinstance(corrid, str) and len(corrid) > MAX_STRING_CORRID:
-            return (
-                f"correlation ID of a request to model '{self.model}' is {len(corrid)} "
-                f"characters long; at most {MAX_STRING_CORRID} are allowed"
-            )
+            return "string correlation ID cannot be longer than 128 characters"
         if self.corrid_kind is not None and not isinstance(corrid, self.corrid_kind):
-            want = "a string" if self.corrid_kind is str else "an unsigned integer"
+            got = "BYTES" if isinstance(corrid, str) else "UINT64"
+            want = "BYTES" if self.corrid_kind is str else "UINT64"
             return (
-                f"sequence batching control CORRID of model '{self.model}' expects {want} "
-                f"correlation ID; the request for sequence {corrid} gives "
-                f"{'a string' if isinstance(corrid, str) else 'an integer'}"
+                f"sequence batching control 'CORRID' data-type is '{got}', but model "
+                f"'{self.model}' expects '{want}'"
             )
         return None
 

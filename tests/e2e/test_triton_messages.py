@@ -1,0 +1,195 @@
+"""Triton's statuses and messages for bad requests, side by side: every case runs against
+triton-mp and, where ``.peers/`` has it, the real Triton 2.51 on the same python models,
+and both must answer the same status and the same message (upstream core
+``infer_request.cc`` ValidateBytesInputs / ValidateCorrelationId, server
+``grpc/infer_handler.cc``, core ``tritonserver.cc``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from tests.conftest import write_python_model
+from tests.server import RealTriton, ServerProcess, peers_env
+from triton_mp._proto import grpc_service_pb2 as pb
+from triton_mp._proto import grpc_service_pb2_grpc as pb_grpc
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+IDENTITY = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            t = pb_utils.get_input_tensor_by_name(r, "%(input)s")
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", t.as_numpy())]))
+        return out
+"""
+BYTES_CONFIG = """
+name: "bytes_py"
+backend: "python"
+max_batch_size: 0
+input [{ name: "TEXT", data_type: TYPE_STRING, dims: [ -1 ] }]
+output [{ name: "OUT", data_type: TYPE_STRING, dims: [ -1 ] }]
+"""
+SEQ_CONFIG = """
+name: "seq_py"
+backend: "python"
+max_batch_size: 1
+input [{ name: "INPUT", data_type: TYPE_FP32, dims: [ 1 ] }]
+output [{ name: "OUT", data_type: TYPE_FP32, dims: [ 1 ] }]
+sequence_batching {
+  control_input [{
+    name: "CORRID"
+    control [{ kind: CONTROL_SEQUENCE_CORRID, data_type: TYPE_UINT64 }]
+  }]
+}
+"""
+
+
+def _el(text: bytes) -> bytes:
+    return len(text).to_bytes(4, "little") + text
+
+
+def _bytes_request(
+    shape: list[int], raw: bytes, **params: pb.InferParameter
+) -> pb.ModelInferRequest:
+    req = pb.ModelInferRequest(model_name="bytes_py", id="m1")
+    req.inputs.add(name="TEXT", datatype="BYTES", shape=shape)
+    req.raw_input_contents.append(raw)
+    for key, value in params.items():
+        req.parameters[key].CopyFrom(value)
+    return req
+
+
+def _seq_request(**params: pb.InferParameter) -> pb.ModelInferRequest:
+    req = pb.ModelInferRequest(model_name="seq_py", id="m2")
+    req.inputs.add(name="INPUT", datatype="FP32", shape=[1, 1])
+    req.raw_input_contents.append(b"\0\0\x80?")
+    for key, value in params.items():
+        req.parameters[key].CopyFrom(value)
+    return req
+
+
+START = pb.InferParameter(bool_param=True)
+WHERE = "for inference input 'TEXT' for model 'bytes_py'"
+CASES: dict[str, tuple[pb.ModelInferRequest, grpc.StatusCode, str]] = {
+    "too few strings": (
+        _bytes_request([2], _el(b"ab")),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"[request id: m1] expected 2 string elements {WHERE}, got 1",
+    ),
+    "too many strings": (
+        _bytes_request([1], _el(b"a") + _el(b"b")),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"[request id: m1] unexpected number of string elements 2 {WHERE}, expecting 1",
+    ),
+    "cut length prefix": (
+        _bytes_request([1], b"\x01"),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"[request id: m1] incomplete string length indicator {WHERE}, expecting 4 bytes but "
+        "only 1 bytes available. Please make sure the string length indicator is in one buffer.",
+    ),
+    "negative priority": (
+        _bytes_request([1], _el(b"a"), priority=pb.InferParameter(int64_param=-1)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "invalid value for 'priority', expected value >= 0.",
+    ),
+    "priority of the wrong type": (
+        _bytes_request([1], _el(b"a"), priority=pb.InferParameter(string_param="high")),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "invalid value type for 'priority' parameter, expected int64_param or uint64_param.",
+    ),
+    "timeout of the wrong type": (
+        _bytes_request([1], _el(b"a"), timeout=pb.InferParameter(uint64_param=5)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "invalid value type for 'timeout' parameter, expected int64_param.",
+    ),
+    "string ID for a UINT64 CORRID": (
+        _seq_request(sequence_id=pb.InferParameter(string_param="abc"), sequence_start=START),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "[request id: m2] sequence batching control 'CORRID' data-type is 'BYTES', but model "
+        "'seq_py' expects 'UINT64'",
+    ),
+    "string ID over 128 characters": (
+        _seq_request(sequence_id=pb.InferParameter(string_param="x" * 129), sequence_start=START),
+        grpc.StatusCode.UNIMPLEMENTED,
+        "string correlation ID cannot be longer than 128 characters",
+    ),
+    "no correlation ID": (
+        _seq_request(sequence_start=START),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "inference request to model 'seq_py' must specify a non-zero or non-empty correlation ID",
+    ),
+    "no START flag": (
+        _seq_request(sequence_id=pb.InferParameter(int64_param=4242)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "inference request for sequence 4242 to model 'seq_py' must specify the START flag on "
+        "the first request of the sequence",
+    ),
+}
+UPSTREAM_MAIN_ONLY = {"string ID for a UINT64 CORRID"}
+"""Cases where upstream main refuses what Triton 2.51 let through (ValidateCorrelationId
+came later): only triton-mp is held to them."""
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("messages") / "repo"
+    write_python_model(repo, "bytes_py", BYTES_CONFIG, IDENTITY % {"input": "TEXT"})
+    write_python_model(repo, "seq_py", SEQ_CONFIG, IDENTITY % {"input": "INPUT"})
+    return repo
+
+
+@pytest.fixture(scope="module")
+def servers(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """gRPC URLs: ``triton-mp`` always, ``triton`` when the real Triton is installed."""
+    logs = tmp_path_factory.mktemp("logs")
+    ours = ServerProcess(repo, logs / "ours.log")
+    theirs: RealTriton | None = None
+    try:
+        ours.wait_live()
+        urls = {"triton-mp": ours.url}
+        env = peers_env()
+        if env is not None:
+            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}")
+            theirs.wait_live()
+            urls["triton"] = theirs.url
+        yield urls
+    finally:
+        ours.stop()
+        if theirs is not None:
+            theirs.stop()
+
+
+def _answer(url: str, req: pb.ModelInferRequest) -> tuple[grpc.StatusCode, str]:
+    with grpc.insecure_channel(url) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        try:
+            stub.ModelInfer(req, timeout=30)
+        except grpc.RpcError as e:
+            return e.code(), e.details()
+    return grpc.StatusCode.OK, ""
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_requests_get_tritons_status_and_message(servers: dict[str, str], case: str) -> None:
+    req, code, message = CASES[case]
+    for name, url in servers.items():
+        if name == "triton" and case in UPSTREAM_MAIN_ONLY:
+            continue
+        assert _answer(url, req) == (code, message), name
+
+
+def test_the_server_keeps_serving(servers: dict[str, str]) -> None:
+    for name, url in servers.items():
+        assert _answer(url, _bytes_request([2], _el(b"a") + _el(b"b"))) == (
+            grpc.StatusCode.OK,
+            "",
+        ), name
