@@ -58,7 +58,7 @@ def test_cpu_host_answers_as_triton_does(
 ) -> None:
     if discover(env={}).gpus:
         pytest.skip("this host has GPUs")
-    server = start_server(copy_models(tmp_path / "repo", "add_sub"))
+    server = start_server(copy_models(tmp_path / "repo", "add_sub"), "--allow-client-shm=true")
     with grpcclient.InferenceServerClient(server.url) as gc:
         assert _err(lambda: gc.register_cuda_shared_memory("r", B64, 0, 16)) == (
             "StatusCode.INVALID_ARGUMENT",
@@ -95,7 +95,7 @@ def test_regions_on_fake_gpus(
 ) -> None:
     monkeypatch.setenv(FAKE_GPUS_ENV, json.dumps([{"uuid": "GPU-12345678-aaaa"}]))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    server = start_server(copy_models(tmp_path / "repo", "add_sub"))
+    server = start_server(copy_models(tmp_path / "repo", "add_sub"), "--allow-client-shm=true")
     with grpcclient.InferenceServerClient(server.url) as gc:
         gc.register_cuda_shared_memory("in", B64, 0, 128)
         assert _err(lambda: gc.register_cuda_shared_memory("in", B64, 0, 128)) == (
