@@ -110,14 +110,30 @@ def main() -> int:
         )
         for n in servers
     }
-    base = med.get("off") or float("nan")
+    cpu = {
+        n: statistics.median(
+            [
+                r["cpu_us_per_infer"]
+                for r in records
+                if r["variant"] == n and r.get("cpu_us_per_infer")
+            ]
+            or [float("nan")]
+        )
+        for n in servers
+    }
+    base, cpu_base = med.get("off") or float("nan"), cpu.get("off") or float("nan")
     print(f"\nmedian of {args.rounds} rounds, add_sub_py c={args.concurrency} (gRPC):")
     for n, v in med.items():
-        print(f"  {n:>10}: {v:8.1f} infer/s  ratio to off {v / base:5.3f}")
+        print(
+            f"  {n:>10}: {v:8.1f} infer/s  ratio to off {v / base:5.3f}   "
+            f"server CPU {cpu[n]:6.1f} us/infer  ratio to off {cpu[n] / cpu_base:5.3f}"
+        )
     traced = sorted(work.glob("trace_rate1.json*"))
     print(f"  rate=1 wrote {len(traced)} trace files ({work})")
     if args.json:
-        args.json.write_text(json.dumps({"records": records, "median": med}, indent=1))
+        args.json.write_text(
+            json.dumps({"records": records, "median": med, "cpu_us_per_infer": cpu}, indent=1)
+        )
     return 0 if all(r.get("throughput") for r in records) else 1
 
 
