@@ -52,6 +52,19 @@ class TritonPythonModel:
 """
 
 
+ENSEMBLE = """
+name: "ens_add"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+ensemble_scheduling { step [ { model_name: "plain_add" model_version: -1
+  input_map { key: "IN" value: "IN" } output_map { key: "OUT" value: "OUT" } } ] }
+response_cache { enable: true }
+"""
+"""An ensemble over the uncached model, cached at its top level."""
+
+
 @dataclass
 class Endpoint:
     """Where one server (ours or Triton) listens."""
@@ -66,6 +79,8 @@ def _repository(root: Path) -> Path:
     repo = root / "repo"
     write_python_model(repo, "cached_add", CONFIG + "response_cache { enable: true }\n", SOURCE)
     write_python_model(repo, "plain_add", CONFIG, SOURCE)
+    (repo / "ens_add" / "1").mkdir(parents=True)
+    (repo / "ens_add" / "config.pbtxt").write_text(ENSEMBLE)
     return repo
 
 
@@ -207,3 +222,15 @@ def test_the_least_recently_used_entry_is_evicted_when_the_cache_is_full(
         assert m[("nv_cache_num_lookups", "")] == (
             m[("nv_cache_num_hits", "")] + m[("nv_cache_num_misses", "")]
         )
+
+
+def test_an_ensemble_is_cached_at_its_top_level(server: Endpoint) -> None:
+    x = np.full(6, 7, np.float32)
+    before, step_before = _stats(server.url, "ens_add"), _stats(server.url, "plain_add")
+    for _ in range(4):
+        np.testing.assert_array_equal(_grpc_infer(server.url, "ens_add", x), x + 1)
+    st, step = _stats(server.url, "ens_add"), _stats(server.url, "plain_add")
+    assert step["exec"] == step_before["exec"] + 1, "the composing model ran once"
+    assert st["hit"] == before["hit"] + 3
+    assert st["miss"] == before["miss"] + 1
+    assert st["success"] == before["success"] + 4
