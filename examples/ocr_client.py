@@ -11,6 +11,8 @@ Three models of the project's ``model_repository/`` run in turn, through ``trito
 2. Each box is cut out with a perspective warp (a crop 1.5 times taller than wide is turned
    90 degrees) and ``ocr_cls`` decides whether the line is upside down (turned 180 degrees when
    it says so with a score above 0.9).
+   With ``--cls-ensemble`` the raw crops go to the ``ocr_cls_pipeline`` ensemble instead, which
+   resizes and normalises them on the server, runs ``ocr_cls`` and returns label and score.
 3. ``ocr_rec`` reads each line at height 48 (width by aspect ratio); its output is decoded by
    CTC greedy decoding with the recogniser's character list.
 
@@ -55,6 +57,8 @@ DET_MODEL = "ocr_det"
 DET_INPUT = "x"
 DET_OUTPUT = "sigmoid_0.tmp_0"
 CLS_MODEL = "ocr_cls"
+CLS_ENSEMBLE = "ocr_cls_pipeline"
+"""The ensemble pre-process -> ocr_cls -> post-process: a raw crop in, label and score out."""
 CLS_INPUT = "x"
 CLS_OUTPUT = "save_infer_model/scale_0.tmp_1"
 REC_MODEL = "ocr_rec"
@@ -97,6 +101,9 @@ class PipelineSettings:
     det_max_candidates: int = 1000
     cls_thresh: float = 0.9
     """A line is turned 180 degrees when the classifier says "180" with more than this."""
+    cls_ensemble: bool = False
+    """Classify each raw crop with the server's ``ocr_cls_pipeline`` ensemble (resizing and
+    normalising happen on the server) instead of pre-processing here and calling ``ocr_cls``."""
     cls_batch_size: int = 6
     rec_batch_size: int = 6
     drop_score: float = 0.5
@@ -410,6 +417,14 @@ class OcrPipeline:
         Crops are sent in batches of ``cls_batch_size`` ordered by aspect ratio, as PP-OCR does.
         """
         results: list[tuple[str, float]] = [("0", 0.0)] * len(crops)
+        if self.settings.cls_ensemble:
+            for i, crop in enumerate(crops):
+                out = self.infer(CLS_ENSEMBLE, {"crop": np.ascontiguousarray(crop, np.uint8)})
+                label, score = out["label"][0], float(out["score"][0])
+                results[i] = (label.decode() if isinstance(label, bytes) else str(label), score)
+                if results[i][0] == "180" and score > self.settings.cls_thresh:
+                    crops[i] = cv2.rotate(crops[i], cv2.ROTATE_180)
+            return results
         order = sorted(range(len(crops)), key=lambda i: crops[i].shape[1] / crops[i].shape[0])
         for chunk in _chunks(order, self.settings.cls_batch_size):
             batch = cls_preprocess([crops[i] for i in chunk])
@@ -484,14 +499,16 @@ def grpc_infer(url: str = "localhost:8001") -> InferFn:
     Every output of the model is returned (the request names none, so the server sends all).
     """
     import tritonclient.grpc as grpcclient
+    from tritonclient.utils import np_to_triton_dtype
 
     client = grpcclient.InferenceServerClient(url=url)
 
     def infer(model_name: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         requests = []
         for name, array in inputs.items():
-            tensor = grpcclient.InferInput(name, list(array.shape), "FP32")
-            tensor.set_data_from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+            array = np.ascontiguousarray(array)
+            tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+            tensor.set_data_from_numpy(array)
             requests.append(tensor)
         result = client.infer(model_name, requests)
         outputs: dict[str, np.ndarray] = {}
@@ -558,6 +575,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--verbose", action="store_true", help="also print each box, its score and corners"
     )
+    parser.add_argument(
+        "--cls-ensemble",
+        action="store_true",
+        help=f"classify raw crops with the server's {CLS_ENSEMBLE} ensemble",
+    )
     args = parser.parse_args(argv)
 
     try:
@@ -566,7 +588,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    pipeline = OcrPipeline(grpc_infer(args.url), characters)
+    settings = PipelineSettings(cls_ensemble=args.cls_ensemble)
+    pipeline = OcrPipeline(grpc_infer(args.url), characters, settings)
     lines = pipeline(image)
     if args.verbose:
         for line in lines:
