@@ -390,3 +390,29 @@ def test_same_answers_errors_and_counts_as_triton(server: ServerProcess, triton_
         "slow_ens": 0,
     }
     assert (ours[1]["add_py"], theirs[1]["add_py"]) == ((3, 2), (5, 0))
+
+
+def _copied(server: ServerProcess) -> dict[str, int]:
+    found = re.findall(
+        r'triton_mp_frontend_tensor_bytes_total\{direction="(\w+)"\} ([0-9.e+]+)', _metrics(server)
+    )
+    return {d: int(float(v)) for d, v in found}
+
+
+def test_a_1_mib_intermediate_never_passes_through_the_frontend(server: ServerProcess) -> None:
+    client = server.client()
+    _wait_ready(server.url, ("big_ens", "grow_py", "shrink_py"))
+    x = np.array([1, 2, 3, 4], np.float32)
+    t = grpcclient.InferInput("INPUT0", [4], "FP32")
+    t.set_data_from_numpy(x)
+    before = _copied(server)
+    got = client.infer("big_ens", [t]).as_numpy("OUTPUT0")
+    np.testing.assert_array_equal(got, x * 65536)
+    after = _copied(server)
+    # NOTE: 16 bytes in, 16 bytes out: the 1 MiB tensor between the steps went from
+    # grow_py's arena to shrink_py's worker without the frontend.
+    assert (after["in"] - before["in"], after["out"] - before["out"]) == (16, 16)
+    t = grpcclient.InferInput("IN", [4], "FP32")
+    t.set_data_from_numpy(x)
+    client.infer("grow_py", [t])
+    assert _copied(server)["out"] - after["out"] == 4 * 262144

@@ -9,7 +9,12 @@ from google.protobuf import text_format
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import ConfigError
 from triton_mp.model_config.ensemble import validate_ensemble_config
-from triton_mp.supervisor.ensemble_deps import check_ensembles, composing_to_load, dependents
+from triton_mp.supervisor.ensemble_deps import (
+    check_ensembles,
+    composing_failure,
+    composing_to_load,
+    dependents,
+)
 
 
 def _cfg(text: str) -> mc.ModelConfig:
@@ -181,3 +186,15 @@ def test_dependents_are_found_through_nested_ensembles() -> None:
     assert dependents(["add"], served) == ["ens", "outer"]
     assert dependents(["ens"], served) == ["outer"]
     assert dependents(["outer"], served) == []
+
+
+def test_a_step_s_model_or_version_that_did_not_come_up_fails_the_ensemble() -> None:
+    ens = _ensemble(_add())
+    assert composing_failure("ens", ens, {"add": {1}}) == ""
+    assert composing_failure("ens", ens, {"add": set()}) == (
+        "ensemble 'ens' depends on 'add' which has no loaded version."
+    )
+    pinned = _ensemble(_add().replace("model_version: -1", "model_version: 2"))
+    assert composing_failure("ens", pinned, {"add": {1}}) == (
+        "ensemble 'ens' depends on 'add' whose required version 2 is not loaded."
+    )

@@ -223,6 +223,7 @@ class Inference:
                 return self._hit_ticket(request, target, hit)
             miss = (key, lookup_ns)
         block, refs = write_inputs(self._arena, valid)
+        self._pending.copied_bytes["in"] += sum(r.nbytes for r in refs if not r.region_id)
         rid = self._pending.new_id()
         ticket = Ticket(
             request_id=rid,

@@ -143,6 +143,8 @@ class MetricsSnapshot:
     """Models served with the response cache (their ``nv_cache_*_per_model`` counters)."""
     cache: CacheStats | None = None
     """The local response cache's counters; None for Redis or without a cache."""
+    tensor_bytes: dict[str, int] | None = None
+    """``PendingTable.copied_bytes`` of the frontend that serves the metrics."""
 
 
 def _us(ns: int) -> int:
@@ -343,6 +345,15 @@ class SnapshotCollector:
         for p in self._snap.processes:
             rss.add_metric((p.role, p.instance), p.rss_bytes)
         yield rss
+        if self._snap.tensor_bytes is not None:
+            copied = CounterMetricFamily(
+                "triton_mp_frontend_tensor_bytes",
+                "Tensor bytes this frontend copied: into its arena (in), out to answers (out)",
+                labels=("direction",),
+            )
+            for direction, n in self._snap.tensor_bytes.items():
+                copied.add_metric((direction,), n)
+            yield copied
 
 
 def render(snapshot: MetricsSnapshot) -> bytes:
@@ -571,6 +582,7 @@ class MetricsEndpoint:
             custom=custom,
             cached_models=self._cache.models() if self._cache is not None else frozenset(),
             cache=self._cache.stats() if self._cache is not None else None,
+            tensor_bytes=dict(self._pending.copied_bytes),
         )
 
     async def _handle(self, request: web.Request) -> web.Response:

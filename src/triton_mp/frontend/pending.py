@@ -68,6 +68,10 @@ class PendingTable:
         """Responses waiting for an earlier request of their stream."""
         self._idle = asyncio.Event()
         self._idle.set()
+        self.copied_bytes = {"in": 0, "out": 0}
+        """Tensor bytes this frontend copied into its arena (``in``) and out of arenas into
+        answers (``out``): ``triton_mp_frontend_tensor_bytes_total``. An ensemble's
+        intermediate tensors never count here."""
 
     def __len__(self) -> int:
         return len(self._requests)

@@ -69,6 +69,7 @@ class InferResult:
         worker wrote the output into the client's registered shared memory instead."""
         if ref.region_id:
             return None
+        self._pending.copied_bytes["out"] += ref.nbytes
         return memoryview(self._cache.get(ref.segment).buf)[ref.offset : ref.offset + ref.nbytes]
 
     def data(self, ref: TensorRef) -> bytes:
@@ -76,6 +77,7 @@ class InferResult:
         memory, as Triton sends)."""
         if ref.region_id:
             return b""
+        self._pending.copied_bytes["out"] += ref.nbytes
         return self._cache.get(ref.segment).buf[ref.offset : ref.offset + ref.nbytes]
 
     def release(self) -> None:

@@ -125,3 +125,27 @@ def dependents(names: Iterable[str], served: Mapping[str, mc.ModelConfig]) -> li
                 out.add(ensemble)
                 changed = True
     return sorted(out)
+
+
+def composing_failure(
+    name: str, config: mc.ModelConfig | None, versions: Mapping[str, Iterable[int]]
+) -> str:
+    """Why an ensemble cannot serve once its composing models' loads ended ("" when it can):
+    a step's model has no loaded version, or not the version the step names (Triton's
+    ``CheckNode``).
+
+    Args:
+        versions: model -> its versions that serve now.
+    """
+    if config is None:
+        return ""
+    for step in config.ensemble_scheduling.step:
+        served = set(versions.get(step.model_name, ()))
+        if not served:
+            return f"ensemble '{name}' depends on '{step.model_name}' which has no loaded version."
+        if step.model_version != -1 and step.model_version not in served:
+            return (
+                f"ensemble '{name}' depends on '{step.model_name}' whose required version "
+                f"{step.model_version} is not loaded."
+            )
+    return ""

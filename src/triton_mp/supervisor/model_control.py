@@ -56,6 +56,7 @@ from triton_mp.model_config.plan import ModelPlan, plan_models
 from triton_mp.supervisor.children import Child, ChildTable
 from triton_mp.supervisor.ensemble_deps import (
     check_ensembles,
+    composing_failure,
     composing_to_load,
     dependents,
     steps_of,
@@ -405,13 +406,12 @@ class ModelControl:
         return sorted(staged, key=lambda s: bool(steps_of(s.rm.config)))
 
     def _check_composing(self, s: _Staged, plan: ModelPlan) -> None:
-        """An ensemble whose composing model did not come up does not load either."""
-        for step in steps_of(s.rm.config):
-            if not plan.error and not self._models.get(step, _Model(step)).versions:
-                plan.error = (
-                    f"ensemble '{s.req.name}' depends on '{step}' which has no loaded version."
-                )
-                s.req.result = ErrorInfo(ErrorCode.INVALID_ARG, plan.error)
+        """An ensemble whose composing models did not come up does not load either."""
+        versions = {n: set(m.versions) for n, m in self._models.items()}
+        why = composing_failure(s.req.name, s.rm.config, versions)
+        if why and not plan.error:
+            plan.error = why
+            s.req.result = ErrorInfo(ErrorCode.INVALID_ARG, why)
 
     def _apply(
         self,
