@@ -395,7 +395,8 @@ def summarise(rounds: list[dict[str, Any]], workloads: list[Workload]) -> list[d
                 "ratio": round(statistics.median(per_round), 3) if per_round else None,
             }
         row["vs"] = vs
-        pair = vs.get(ratio_key(*PAIR), {"ratios": [], "ratio": None})
+        # NOTE: PAIR lists the sides as (Triton, triton-mp); the ratio is triton-mp/Triton.
+        pair = vs.get(ratio_key(PAIR[1], PAIR[0]), {"ratios": [], "ratio": None})
         row["ratios"], row["ratio"] = pair["ratios"], pair["ratio"]
         p50: dict[str, dict[str, Any]] = {}
         for side in (x for x in w.sides if x.startswith("triton-mp")):
