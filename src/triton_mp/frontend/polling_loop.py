@@ -3,8 +3,7 @@ wake-up only before it blocks.
 
 Imported by ``frontend.main``. ``PollingSelector`` is the loop's epoll selector with one
 change in ``select``: before every wait it checks whether an inbox ring holds a record
-(``Inbox.has_pending``: two loads per ring, no syscall; while the loop is busy, at most every
-``POLL_INTERVAL_S``). When one does, the wait does not
+(``Inbox.has_pending``: two loads per ring, no syscall). When one does, the wait does not
 block and the inbox FIFO is reported readable, so the loop runs the inbox's reader callback
 in this very iteration. Only when the loop is about to block (nothing ready, nothing in the
 rings) does it arm the FIFO (``ipc.notify.Waiter.arm``), recheck the rings, and wait; after
@@ -15,16 +14,11 @@ it without a syscall and without waking it; one wake-up serves a whole burst of 
 from __future__ import annotations
 
 import selectors
-import time
 from typing import Any
 
 from triton_mp.ipc import Inbox
 
 _READ = selectors.EVENT_READ
-
-POLL_INTERVAL_S = 20e-6
-"""Least time between two polls of the rings while the loop is busy (non-blocking selects);
-a select that may block always polls first."""
 
 
 class PollingSelector(selectors.EpollSelector):
@@ -38,7 +32,6 @@ class PollingSelector(selectors.EpollSelector):
         super().__init__()
         self._inbox: Inbox[Any] | None = None
         self._fd = -1
-        self._polled = 0.0
 
     def watch(self, inbox: Inbox[Any] | None) -> None:
         """Poll ``inbox`` (its FIFO registered already), or stop polling (None)."""
@@ -51,17 +44,9 @@ class PollingSelector(selectors.EpollSelector):
         inbox = self._inbox
         if inbox is None:
             return super().select(timeout)
-        blocking = timeout is None or timeout > 0
-        if not blocking:
-            # NOTE: a busy loop selects many times per request; polling at most every
-            # POLL_INTERVAL_S keeps the polls' cost per request small.
-            now = time.perf_counter()
-            if now - self._polled < POLL_INTERVAL_S:
-                return super().select(0)
-            self._polled = now
         waiter = inbox.waiter
         ready = inbox.has_pending()
-        blocking = blocking and not ready
+        blocking = not ready and (timeout is None or timeout > 0)
         if blocking:
             waiter.arm()
             if inbox.has_pending():  # published before the arm: nobody will announce it

@@ -168,10 +168,7 @@ class Inbox(Generic[T]):
 
     def has_pending(self) -> bool:
         """Whether any ring holds a record (a poll: no syscall, nothing decoded)."""
-        for ring in self._rings:  # noqa: SIM110 - a plain loop: no generator per poll
-            if ring.has_records():
-                return True
-        return False
+        return any(ring.has_records() for ring in self._rings)
 
     def drain(self) -> list[T]:
         """Every message pending in every ring, decoded (per-ring order kept)."""
