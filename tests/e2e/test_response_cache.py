@@ -12,6 +12,7 @@ once newer ones fill the cache, and a model without ``response_cache`` always ex
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -128,6 +129,20 @@ def _http_infer(url: str, model: str, x: np.ndarray) -> np.ndarray:
 
 
 def _stats(url: str, model: str) -> dict[str, int]:
+    """The model's statistics once they settled: an execution is counted when the worker's
+    BatchDone reaches the scheduler, which may come just after the client has its answer."""
+    last = _stats_now(url, model)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = _stats_now(url, model)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
+def _stats_now(url: str, model: str) -> dict[str, int]:
     client = grpcclient.InferenceServerClient(url)
     try:
         st = client.get_inference_statistics(model, as_json=False).model_stats[0]
