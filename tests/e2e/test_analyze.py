@@ -316,3 +316,30 @@ def test_analyze_resumes_from_its_checkpoint_after_ctrl_c(tmp_path: Path) -> Non
     ]  # fmt: skip
     assert all(r["measurement"]["error"] is None for r in results)
     assert results[: len(kept)] == kept  # replayed from the checkpoint, not measured again
+
+
+def test_quick_search_with_the_builtin_load_generator(tmp_path: Path) -> None:
+    """``--search quick`` climbs from the smallest values; ``--load-generator builtin`` (no
+    perf_analyzer) measures; ``--min-throughput`` and ``--max-memory`` are respected."""
+    repo = copy_models(tmp_path / "repo", "add_sub")
+    out = tmp_path / "out"
+    proc = _analyze(
+        "--model", "add_sub", "--model-repository", str(repo), "--output", str(out),
+        "--search", "quick", "--max-points", "4", "--load-generator", "builtin",
+        "--instance-counts", "1,2", "--max-batch-sizes", "1,8", "--max-queue-delays-us", "0",
+        "--concurrency", "1,2", "--measurement-interval-ms", "500",
+        "--min-throughput", "20", "--max-memory", "2GiB",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    s = _summary(out)
+    assert s["load_generator"] == "triton-mp builtin (HTTP/REST closed loop)"
+    keys = [_point_key(r["point"]) for r in s["results"]]
+    # the shipped config at each concurrency, then the climb: its start, then neighbours
+    assert keys[:3] == ["shipped@c1", "shipped@c2", "i1_b1_dyn0@c1"]
+    assert len(keys) == 2 + 4
+    assert set(keys[3:]) <= {"i2_b1_dyn0@c1", "i1_b8_dyn0@c1", "i1_b1_dyn0@c2"}
+    for rec in s["recommendations"]:
+        m = next(r for r in s["results"] if _point_key(r["point"]) == rec["point"])["measurement"]
+        assert m["throughput_per_s"] >= 20
+        assert sum(p["rss_bytes"] for p in m["processes"]) <= 2 << 30
+    assert s["recommendations"]
