@@ -217,38 +217,37 @@ def test_analyze_ocr_cls_on_a_running_server(
     _serve_each(recs, "ocr_cls", copy_models(tmp_path / "repo2", "ocr_cls"), start_server, check)
 
 
+@pytest.mark.parametrize("model", ["add_sub", "ocr_cls"])
 def test_memory_figures_are_the_instance_processes_rss(
-    tmp_path: Path, start_server: Callable[..., ServerProcess]
+    tmp_path: Path, start_server: Callable[..., ServerProcess], model: str
 ) -> None:
     """The analyzer's per-instance and whole-server memory equal /proc read independently."""
     from triton_mp.analyze import procs
     from triton_mp.analyze.loadgen import BuiltinLoad
     from triton_mp.analyze.measure import Target, measure
 
-    repo = copy_models(tmp_path / "repo", "add_sub")
-    server = start_server(repo, "--model-control-mode=explicit", "--load-model=add_sub")
+    repo = copy_models(tmp_path / "repo", model)
+    server = start_server(repo, "--model-control-mode=explicit", f"--load-model={model}")
     client = server.client()
     try:
-        cfg = client.get_model_config("add_sub", as_json=True)["config"]
+        cfg = client.get_model_config(model, as_json=True)["config"]
         cfg["instance_group"] = [{"count": 3, "kind": "KIND_CPU"}]
-        client.load_model("add_sub", config=json.dumps(cfg))
-        groups = [
-            g["name"]
-            for g in client.get_model_config("add_sub", as_json=True)["config"]["instance_group"]
-        ]
+        client.load_model(model, config=json.dumps(cfg))
+        served = client.get_model_config(model, as_json=True)["config"]
+        groups = [g["name"] for g in served["instance_group"]]
     finally:
         client.close()
     target = Target(http_url=server.http_url, root_pid=server.pid)
     load = BuiltinLoad(server.http_url, cfg, window_s=0.5, warmup_s=0.1)
-    m = measure(target, load, "add_sub", 2, groups)
+    m = measure(target, load, model, 2, groups)
     assert m.ok, m.error
     for _ in range(5):  # idle now: RSS is steady; read until two reads agree
-        first = _worker_rss(server.pid, "add_sub")
+        first = _worker_rss(server.pid, model)
         m_pids = {
             p.pid: p.rss_bytes
             for p in procs.instances_of(procs.memory(procs.snapshot(server.pid)), groups)
         }
-        if first == _worker_rss(server.pid, "add_sub") == m_pids:
+        if first == _worker_rss(server.pid, model) == m_pids:
             break
     assert len(first) == 3
     assert {p.pid for p in m.instances} == set(first)
