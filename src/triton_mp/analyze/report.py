@@ -164,7 +164,7 @@ def charts(
         s=160,
         facecolors="none",
         edgecolors="red",
-        label="Pareto front",
+        label="Pareto front (throughput, p99, memory)",
     )
     if budget_ms is not None:
         ax.axvline(budget_ms, color="red", linestyle="--", label=f"p99 budget {budget_ms:g} ms")

@@ -105,7 +105,17 @@ def _run_analyze(args: argparse.Namespace) -> int:
 
     configure_logging("analyze", "", 0, "console")
     try:
+        repo = args.model_repository
+        if repo is not None and Path(repo).resolve() == DEFAULT_REPOSITORY.resolve():
+            # NOTE: as `start` does for its default repository: the OCR and VAD model files
+            # come from wheels and are not in git
+            from triton_mp.cli.assets import materialise_default_models
+
+            materialise_default_models(DEFAULT_REPOSITORY)
         return run(settings_from_args(args))
+    except TritonMPError as e:
+        log.error("%s", e.message)
+        return 1
     except (ValueError, ServerError, CheckpointError) as e:
         log.error("%s", e)
         return 1
