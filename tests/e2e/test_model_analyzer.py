@@ -72,19 +72,17 @@ def _perf_analyzer_env() -> dict[str, str]:
 
 def _server_executable(tmp_path: Path) -> Path:
     """What Model Analyzer launches as ``triton_server_path``: the installed
-    ``triton-mp-tritonserver`` script, or a launcher calling the same function of this
-    checkout (before it is installed); a ``triton-mp start`` wrapper if neither exists."""
+    ``triton-mp-tritonserver`` script, or, where this checkout is not installed, a launcher
+    calling the same function as pip's console script does."""
     installed = Path(sys.executable).parent / "triton-mp-tritonserver"
     if installed.exists():
         return installed
-    from triton_mp.cli import main
-
     launcher = tmp_path / "triton-mp-tritonserver"
-    if hasattr(main, "tritonserver_main"):
-        body = "from triton_mp.cli.main import tritonserver_main; sys.exit(tritonserver_main())"
-        launcher.write_text(f"#!{sys.executable}\nimport sys\n{body}\n")
-    else:  # NOTE: until the entry point exists: the two-line wrapper the issue describes
-        launcher.write_text(f'#!/bin/sh\nexec {sys.executable} -m triton_mp start "$@"\n')
+    # NOTE: the __main__ guard matters: spawned children re-import the main script
+    launcher.write_text(
+        f"#!{sys.executable}\nimport sys\nfrom triton_mp.cli.main import tritonserver_main\n"
+        "if __name__ == '__main__':\n    sys.exit(tritonserver_main())\n"
+    )
     launcher.chmod(0o755)
     return launcher
 
