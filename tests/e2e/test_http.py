@@ -993,8 +993,8 @@ def test_system_shared_memory_over_http(
         (
             "/v2/systemsharedmemory/region/r/register",
             {"key": "/triton_mp_no_such_object", "byte_size": 8},
-            400,
-            "Unable to open shared memory region: 'r' with key '/triton_mp_no_such_object'...",
+            500,  # INTERNAL, as server shared_memory_manager.cc
+            "Unable to open shared memory region: '/triton_mp_no_such_object'",
         ),
     ],
 )

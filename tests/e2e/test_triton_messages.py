@@ -7,11 +7,13 @@ and both must answer the same status and the same message (upstream core
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
+import tritonclient.utils.shared_memory as shm
 
 from tests.conftest import write_python_model
 from tests.server import RealTriton, ServerProcess, peers_env
@@ -151,7 +153,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def servers(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """gRPC URLs: ``triton-mp`` always, ``triton`` when the real Triton is installed."""
     logs = tmp_path_factory.mktemp("logs")
-    ours = ServerProcess(repo, logs / "ours.log")
+    ours = ServerProcess(repo, logs / "ours.log", "--allow-client-shm=true")
     theirs: RealTriton | None = None
     try:
         ours.wait_live()
@@ -193,3 +195,37 @@ def test_the_server_keeps_serving(servers: dict[str, str]) -> None:
             grpc.StatusCode.OK,
             "",
         ), name
+
+
+def _register(url: str, name: str, key: str, byte_size: int, offset: int = 0) -> tuple:
+    req = pb.SystemSharedMemoryRegisterRequest(
+        name=name, key=key, byte_size=byte_size, offset=offset
+    )
+    with grpc.insecure_channel(url) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        try:
+            stub.SystemSharedMemoryRegister(req, timeout=30)
+        except grpc.RpcError as e:
+            return e.code(), e.details()
+        stub.SystemSharedMemoryUnregister(pb.SystemSharedMemoryUnregisterRequest(name=name))
+    return grpc.StatusCode.OK, ""
+
+
+def test_system_shared_memory_registration_errors(servers: dict[str, str]) -> None:
+    key = f"/fidelity_msgs_{os.getpid()}"
+    missing = f"/fidelity_msgs_{os.getpid()}_missing"
+    region = shm.create_shared_memory_region("msgs", key, 64)
+    try:
+        for name, url in servers.items():
+            assert _register(url, "a", missing, 8) == (
+                grpc.StatusCode.INTERNAL,
+                f"Unable to open shared memory region: '{missing}'",
+            ), name
+            for byte_size, offset in ((128, 0), (32, 48)):
+                assert _register(url, "b", key, byte_size, offset) == (
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "failed to register shared memory region 'b': invalid args",
+                ), name
+            assert _register(url, "c", key, 64) == (grpc.StatusCode.OK, ""), name
+    finally:
+        shm.destroy_shared_memory_region(region)

@@ -101,9 +101,10 @@ class SystemShmRegistry:
             )
         try:
             obj = posix_ipc.SharedMemory(key if key.startswith("/") else "/" + key, read_only=True)
-        except (posix_ipc.ExistentialError, posix_ipc.PermissionsError, ValueError) as e:
-            raise InvalidRequest(
-                f"Unable to open shared memory region: '{name}' with key '{key}': {e}"
+        except (posix_ipc.ExistentialError, posix_ipc.PermissionsError, ValueError):
+            # NOTE: server shared_memory_manager.cc OpenSharedMemoryRegion: INTERNAL, the key.
+            raise TritonMPError(
+                f"Unable to open shared memory region: '{key}'", ErrorCode.INTERNAL
             ) from None
         try:
             st = os.fstat(obj.fd)
@@ -116,10 +117,8 @@ class SystemShmRegistry:
                 f"Unable to register shared memory region: '{name}' with key '{key}': {refusal}"
             )
         if byte_size <= 0 or offset < 0 or offset + byte_size > size:
-            raise InvalidRequest(
-                f"failed to register shared memory region '{name}': offset {offset} + byte_size "
-                f"{byte_size} is outside the {size} bytes of shared memory object '{key}'"
-            )
+            # NOTE: CheckSharedMemoryRegionSize's words (a zero byte_size fails Triton's mmap).
+            raise InvalidRequest(f"failed to register shared memory region '{name}': invalid args")
         region = Region(
             name,
             key if key.startswith("/") else "/" + key,
@@ -195,7 +194,9 @@ class SystemShmRegistry:
             raise TritonMPError(
                 f"Unable to find shared memory region: '{name}'", ErrorCode.NOT_FOUND
             )
-        if offset < 0 or byte_size < 0 or offset + byte_size > region.byte_size:
+        if offset < 0 or offset >= region.byte_size:
+            raise InvalidRequest(f"Invalid offset for shared memory region: '{name}'")
+        if byte_size < 0 or offset + byte_size > region.byte_size:
             raise InvalidRequest(f"Invalid offset + byte size for shared memory region: '{name}'")
         return region
 
