@@ -47,6 +47,22 @@ def test_a_plain_config_warns_about_nothing() -> None:
                  { key: "session.x" value: { string_value: "1" } } ]
     """
     assert unacted_fields(_config(ort, backend="onnxruntime")) == []
+    torch_params = """
+    parameters [ { key: "INFERENCE_MODE" value: { string_value: "false" } },
+                 { key: "INTRA_OP_THREAD_COUNT" value: { string_value: "2" } } ]
+    """
+    assert unacted_fields(_config(torch_params, backend="pytorch")) == []
+
+
+def test_pytorch_and_cuda_fields_not_acted_on_are_named() -> None:
+    cfg = _config(
+        'parameters [ { key: "MAX_THREADS" value: { string_value: "2" } } ]\n'
+        "optimization { cuda { graphs: true busy_wait_events: true output_copy_stream: true } }",
+        backend="pytorch",
+    )
+    said = unacted_fields(cfg)
+    assert "parameters 'MAX_THREADS': not a PyTorch backend parameter" in said
+    assert sum("optimization.cuda" in s for s in said) == 3
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,9 @@ policies, warmup, the optimization settings the onnxruntime backend takes
 (``backends.onnxruntime.options``: graph level, accelerators, ``model_operations``),
 ``priority`` (the worker's nice value), ``response_cache`` and ``rate_limiter`` (the
 response cache and the rate limiter), ``ensemble_scheduling`` (ensembles), and the GPU
-fields (``gpus``, ``cc_model_filenames``, ``optimization.cuda``, ``profile``) that the
-GPU instances own.
+fields the GPU instances own (``gpus``, ``cc_model_filenames``, ``profile``);
+``optimization.cuda`` is listed (CUDA graphs and busy-wait events are TensorRT's, and no
+TensorRT worker runs yet).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import json
 
 from triton_mp._proto import model_config_pb2 as mc
 
-__all__ = ["ORT_PARAMETERS", "refusal", "unacted_fields"]
+__all__ = ["ORT_PARAMETERS", "PYTORCH_PARAMETERS", "refusal", "unacted_fields"]
 
 ORT_PARAMETERS = frozenset(
     {
@@ -35,6 +36,23 @@ ORT_PARAMETERS = frozenset(
     }
 )
 """``parameters`` keys the onnxruntime backend acts on (besides any ``session.*`` entry)."""
+
+PYTORCH_PARAMETERS = frozenset(
+    {
+        "DISABLE_OPTIMIZED_EXECUTION",
+        "INFERENCE_MODE",
+        "DISABLE_CUDNN",
+        "ENABLE_CACHE_CLEANING",
+        "ENABLE_WEIGHT_SHARING",
+        "ENABLE_TENSOR_FUSER",
+        "ENABLE_JIT_PROFILING",
+        "ENABLE_JIT_EXECUTOR",
+        "INTRA_OP_THREAD_COUNT",
+        "INTER_OP_THREAD_COUNT",
+    }
+)
+"""``parameters`` keys the PyTorch backend reads (``backends.pytorch.parameters``; it warns
+itself that ``ENABLE_WEIGHT_SHARING`` cannot act)."""
 
 _PYTHON_UNACTED_PARAMETERS = frozenset({"EXECUTION_ENV_PATH"})
 """Python backend parameters triton-mp's python backend does not act on (every other key
@@ -61,6 +79,13 @@ def _optimization(config: mc.ModelConfig) -> list[str]:
         out.append("optimization.input_pinned_memory: triton-mp has no pinned memory pool")
     if opt.HasField("output_pinned_memory") and not opt.output_pinned_memory.enable:
         out.append("optimization.output_pinned_memory: triton-mp has no pinned memory pool")
+    cuda = opt.cuda
+    if cuda.graphs or cuda.graph_spec:
+        out.append("optimization.cuda.graphs / graph_spec: CUDA graphs are TensorRT's; not used")
+    if cuda.busy_wait_events:
+        out.append("optimization.cuda.busy_wait_events: TensorRT only; not used")
+    if cuda.output_copy_stream:
+        out.append("optimization.cuda.output_copy_stream: no separate output copy stream")
     if opt.gather_kernel_buffer_threshold:
         out.append("optimization.gather_kernel_buffer_threshold: no gather kernel in triton-mp")
     if opt.eager_batching:
@@ -124,6 +149,12 @@ def _parameters(config: mc.ModelConfig) -> list[str]:
             if k not in ORT_PARAMETERS and not k.startswith("session.")
         ]
         return [f"parameters '{k}': not an onnxruntime backend parameter" for k in unknown]
+    if config.backend == "pytorch":
+        return [
+            f"parameters '{k}': not a PyTorch backend parameter"
+            for k in sorted(config.parameters)
+            if k not in PYTORCH_PARAMETERS
+        ]
     if config.backend == "python":
         return [
             f"parameters '{k}': custom python execution environments are not supported; the "
