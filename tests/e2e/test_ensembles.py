@@ -8,10 +8,13 @@ success/failure counts.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -416,3 +419,43 @@ def test_a_1_mib_intermediate_never_passes_through_the_frontend(server: ServerPr
     t.set_data_from_numpy(x)
     client.infer("grow_py", [t])
     assert _copied(server)["out"] - after["out"] == 4 * 262144
+
+
+def test_triton_mp_stat_shows_an_ensemble_s_requests_in_flight_per_step(
+    server: ServerProcess,
+) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO_ROOT / "src"), env.get("PYTHONPATH", "")) if p
+    )
+
+    def stat() -> dict:
+        out = subprocess.run(
+            [sys.executable, "-m", "triton_mp", "stat", "--url", server.url, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            check=True,
+        )
+        return {m["model"]: m for m in json.loads(out.stdout)["models"]}
+
+    assert stat()["pipe3"]["steps"] == [
+        {"model": m, "in_flight": 0, "waiting": 0} for m in ("scale_py", "add_py", "scale_py")
+    ]
+    x = np.ones(4, np.float32)
+    t = grpcclient.InferInput("INPUT0", [4], "FP32")
+    t.set_data_from_numpy(x)
+    worker = threading.Thread(target=lambda: server.client().infer("slow_ens", [t]))
+    worker.start()
+    try:
+        wait_for(
+            lambda: (
+                stat()["slow_ens"]["steps"] == [{"model": "slow_py", "in_flight": 1, "waiting": 0}]
+            ),
+            10,
+            "slow_ens step in flight",
+        )
+    finally:
+        worker.join()
+    assert stat()["slow_ens"]["steps"][0]["in_flight"] == 0

@@ -26,7 +26,15 @@ from triton_mp.ipc.reports import ModelStats
 from triton_mp.ipc.specs import BatchingSpec, ModelVersionSpec, TensorSpec
 from triton_mp.scheduler.clock import FakeClock
 from triton_mp.scheduler.core import SchedulerCore, deliver
-from triton_mp.scheduler.outbox import Attach, Broadcast, Detach, Outbound, Reply, ToInstance
+from triton_mp.scheduler.outbox import (
+    Attach,
+    Broadcast,
+    Detach,
+    Free,
+    Outbound,
+    Reply,
+    ToInstance,
+)
 
 US = 1000
 
@@ -89,6 +97,8 @@ class Harness:
     to_frontends: list[tuple[int, object]] = field(default_factory=list)
     to_bls: list[tuple[int, object]] = field(default_factory=list)
     wiring: list[object] = field(default_factory=list)
+    freed: list[object] = field(default_factory=list)
+    """Blocks the scheduler freed (``outbox.Free``: an ensemble step's outputs)."""
     ids: count[int] = field(default_factory=lambda: count(1))
 
     def __post_init__(self) -> None:
@@ -105,6 +115,8 @@ class Harness:
             to.append((item.to.id, item.msg))
         elif isinstance(item, Broadcast):
             self.to_frontends.extend((f, item.msg) for f in self.frontend_ids)
+        elif isinstance(item, Free):
+            self.freed.append(item.block)
         else:
             assert isinstance(item, Attach | Detach)
             self.wiring.append(item)

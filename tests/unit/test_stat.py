@@ -68,6 +68,7 @@ def test_json_snapshot_has_stable_keys() -> None:
         "batch_sizes",
         "close_reasons",
         "recent_batches",
+        "steps",
     ]
     assert list(cls["levels"][0]) == [
         "level",

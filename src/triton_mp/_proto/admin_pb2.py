@@ -27,7 +27,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _pool.POOL.AddSerializedFile(b'\n\x0b\x61\x64min.proto\x12\x0ftriton_mp.admin\"#\n\x12QueueStatusRequest\x12\r\n\x05model\x18\x01 \x01(\t\"\x8f\x01\n\x0bLevelStatus\x12\r\n\x05level\x18\x01 \x01(\r\x12\r\n\x05\x64\x65pth\x18\x02 \x01(\x04\x12\x0f\n\x07\x64\x65layed\x18\x03 \x01(\x04\x12\x15\n\roldest_age_us\x18\x04 \x01(\x04\x12\x10\n\x08rejected\x18\x05 \x01(\x04\x12\x11\n\ttimed_out\x18\x06 \x01(\x04\x12\x15\n\rdelayed_total\x18\x07 \x01(\x04\"\xd6\x01\n\x0eInstanceStatus\x12\x13\n\x0binstance_id\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04live\x18\x03 \x01(\x08\x12\x19\n\x11\x62\x61tches_in_flight\x18\x04 \x01(\r\x12\x1a\n\x12requests_in_flight\x18\x05 \x01(\r\x12\x1c\n\x14\x62\x61tch_size_in_flight\x18\x06 \x01(\r\x12\x12\n\nexecutions\x18\x07 \x01(\x04\x12\x10\n\x08restarts\x18\x08 \x01(\r\x12\x18\n\x10waiting_requests\x18\t \x01(\r\"e\n\x0b\x42\x61tchRecord\x12\x0e\n\x06\x61ge_us\x18\x01 \x01(\x04\x12\x12\n\nbatch_size\x18\x02 \x01(\r\x12\x10\n\x08requests\x18\x03 \x01(\r\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x10\n\x08instance\x18\x05 \x01(\t\"\xac\x04\n\x10ModelQueueStatus\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x11\n\tscheduler\x18\x03 \x01(\t\x12\x16\n\x0emax_batch_size\x18\x04 \x01(\r\x12\x1d\n\x15preferred_batch_sizes\x18\x05 \x03(\r\x12\x1a\n\x12max_queue_delay_us\x18\x06 \x01(\x04\x12,\n\x06levels\x18\x07 \x03(\x0b\x32\x1c.triton_mp.admin.LevelStatus\x12\x32\n\tinstances\x18\x08 \x03(\x0b\x32\x1f.triton_mp.admin.InstanceStatus\x12\x46\n\x0b\x62\x61tch_sizes\x18\t \x03(\x0b\x32\x31.triton_mp.admin.ModelQueueStatus.BatchSizesEntry\x12J\n\rclose_reasons\x18\n \x03(\x0b\x32\x33.triton_mp.admin.ModelQueueStatus.CloseReasonsEntry\x12\x34\n\x0erecent_batches\x18\x0b \x03(\x0b\x32\x1c.triton_mp.admin.BatchRecord\x1a\x31\n\x0f\x42\x61tchSizesEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a\x33\n\x11\x43loseReasonsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"H\n\x13QueueStatusResponse\x12\x31\n\x06models\x18\x01 \x03(\x0b\x32!.triton_mp.admin.ModelQueueStatus2a\n\x05\x41\x64min\x12X\n\x0bQueueStatus\x12#.triton_mp.admin.QueueStatusRequest\x1a$.triton_mp.admin.QueueStatusResponseb\x06proto3')
+DESCRIPTOR = _pool.POOL.AddSerializedFile(b'\n\x0b\x61\x64min.proto\x12\x0ftriton_mp.admin\"#\n\x12QueueStatusRequest\x12\r\n\x05model\x18\x01 \x01(\t\"\x8f\x01\n\x0bLevelStatus\x12\r\n\x05level\x18\x01 \x01(\r\x12\r\n\x05\x64\x65pth\x18\x02 \x01(\x04\x12\x0f\n\x07\x64\x65layed\x18\x03 \x01(\x04\x12\x15\n\roldest_age_us\x18\x04 \x01(\x04\x12\x10\n\x08rejected\x18\x05 \x01(\x04\x12\x11\n\ttimed_out\x18\x06 \x01(\x04\x12\x15\n\rdelayed_total\x18\x07 \x01(\x04\"\xd6\x01\n\x0eInstanceStatus\x12\x13\n\x0binstance_id\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04live\x18\x03 \x01(\x08\x12\x19\n\x11\x62\x61tches_in_flight\x18\x04 \x01(\r\x12\x1a\n\x12requests_in_flight\x18\x05 \x01(\r\x12\x1c\n\x14\x62\x61tch_size_in_flight\x18\x06 \x01(\r\x12\x12\n\nexecutions\x18\x07 \x01(\x04\x12\x10\n\x08restarts\x18\x08 \x01(\r\x12\x18\n\x10waiting_requests\x18\t \x01(\r\"e\n\x0b\x42\x61tchRecord\x12\x0e\n\x06\x61ge_us\x18\x01 \x01(\x04\x12\x12\n\nbatch_size\x18\x02 \x01(\r\x12\x10\n\x08requests\x18\x03 \x01(\r\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x10\n\x08instance\x18\x05 \x01(\t\"?\n\nStepStatus\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\tin_flight\x18\x02 \x01(\x04\x12\x0f\n\x07waiting\x18\x03 \x01(\x04\"\xd8\x04\n\x10ModelQueueStatus\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x11\n\tscheduler\x18\x03 \x01(\t\x12\x16\n\x0emax_batch_size\x18\x04 \x01(\r\x12\x1d\n\x15preferred_batch_sizes\x18\x05 \x03(\r\x12\x1a\n\x12max_queue_delay_us\x18\x06 \x01(\x04\x12,\n\x06levels\x18\x07 \x03(\x0b\x32\x1c.triton_mp.admin.LevelStatus\x12\x32\n\tinstances\x18\x08 \x03(\x0b\x32\x1f.triton_mp.admin.InstanceStatus\x12\x46\n\x0b\x62\x61tch_sizes\x18\t \x03(\x0b\x32\x31.triton_mp.admin.ModelQueueStatus.BatchSizesEntry\x12J\n\rclose_reasons\x18\n \x03(\x0b\x32\x33.triton_mp.admin.ModelQueueStatus.CloseReasonsEntry\x12\x34\n\x0erecent_batches\x18\x0b \x03(\x0b\x32\x1c.triton_mp.admin.BatchRecord\x12*\n\x05steps\x18\x0c \x03(\x0b\x32\x1b.triton_mp.admin.StepStatus\x1a\x31\n\x0f\x42\x61tchSizesEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a\x33\n\x11\x43loseReasonsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"H\n\x13QueueStatusResponse\x12\x31\n\x06models\x18\x01 \x03(\x0b\x32!.triton_mp.admin.ModelQueueStatus2a\n\x05\x41\x64min\x12X\n\x0bQueueStatus\x12#.triton_mp.admin.QueueStatusRequest\x1a$.triton_mp.admin.QueueStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -46,14 +46,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INSTANCESTATUS']._serialized_end=430
   _globals['_BATCHRECORD']._serialized_start=432
   _globals['_BATCHRECORD']._serialized_end=533
-  _globals['_MODELQUEUESTATUS']._serialized_start=536
-  _globals['_MODELQUEUESTATUS']._serialized_end=1092
-  _globals['_MODELQUEUESTATUS_BATCHSIZESENTRY']._serialized_start=990
-  _globals['_MODELQUEUESTATUS_BATCHSIZESENTRY']._serialized_end=1039
-  _globals['_MODELQUEUESTATUS_CLOSEREASONSENTRY']._serialized_start=1041
-  _globals['_MODELQUEUESTATUS_CLOSEREASONSENTRY']._serialized_end=1092
-  _globals['_QUEUESTATUSRESPONSE']._serialized_start=1094
-  _globals['_QUEUESTATUSRESPONSE']._serialized_end=1166
-  _globals['_ADMIN']._serialized_start=1168
-  _globals['_ADMIN']._serialized_end=1265
+  _globals['_STEPSTATUS']._serialized_start=535
+  _globals['_STEPSTATUS']._serialized_end=598
+  _globals['_MODELQUEUESTATUS']._serialized_start=601
+  _globals['_MODELQUEUESTATUS']._serialized_end=1201
+  _globals['_MODELQUEUESTATUS_BATCHSIZESENTRY']._serialized_start=1099
+  _globals['_MODELQUEUESTATUS_BATCHSIZESENTRY']._serialized_end=1148
+  _globals['_MODELQUEUESTATUS_CLOSEREASONSENTRY']._serialized_start=1150
+  _globals['_MODELQUEUESTATUS_CLOSEREASONSENTRY']._serialized_end=1201
+  _globals['_QUEUESTATUSRESPONSE']._serialized_start=1203
+  _globals['_QUEUESTATUSRESPONSE']._serialized_end=1275
+  _globals['_ADMIN']._serialized_start=1277
+  _globals['_ADMIN']._serialized_end=1374
 # @@protoc_insertion_point(module_scope)

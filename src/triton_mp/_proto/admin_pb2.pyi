@@ -66,8 +66,18 @@ class BatchRecord(_message.Message):
     instance: str
     def __init__(self, age_us: _Optional[int] = ..., batch_size: _Optional[int] = ..., requests: _Optional[int] = ..., reason: _Optional[str] = ..., instance: _Optional[str] = ...) -> None: ...
 
+class StepStatus(_message.Message):
+    __slots__ = ("model", "in_flight", "waiting")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    in_flight: int
+    waiting: int
+    def __init__(self, model: _Optional[str] = ..., in_flight: _Optional[int] = ..., waiting: _Optional[int] = ...) -> None: ...
+
 class ModelQueueStatus(_message.Message):
-    __slots__ = ("model", "version", "scheduler", "max_batch_size", "preferred_batch_sizes", "max_queue_delay_us", "levels", "instances", "batch_sizes", "close_reasons", "recent_batches")
+    __slots__ = ("model", "version", "scheduler", "max_batch_size", "preferred_batch_sizes", "max_queue_delay_us", "levels", "instances", "batch_sizes", "close_reasons", "recent_batches", "steps")
     class BatchSizesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +103,7 @@ class ModelQueueStatus(_message.Message):
     BATCH_SIZES_FIELD_NUMBER: _ClassVar[int]
     CLOSE_REASONS_FIELD_NUMBER: _ClassVar[int]
     RECENT_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
     model: str
     version: int
     scheduler: str
@@ -104,7 +115,8 @@ class ModelQueueStatus(_message.Message):
     batch_sizes: _containers.ScalarMap[int, int]
     close_reasons: _containers.ScalarMap[str, int]
     recent_batches: _containers.RepeatedCompositeFieldContainer[BatchRecord]
-    def __init__(self, model: _Optional[str] = ..., version: _Optional[int] = ..., scheduler: _Optional[str] = ..., max_batch_size: _Optional[int] = ..., preferred_batch_sizes: _Optional[_Iterable[int]] = ..., max_queue_delay_us: _Optional[int] = ..., levels: _Optional[_Iterable[_Union[LevelStatus, _Mapping]]] = ..., instances: _Optional[_Iterable[_Union[InstanceStatus, _Mapping]]] = ..., batch_sizes: _Optional[_Mapping[int, int]] = ..., close_reasons: _Optional[_Mapping[str, int]] = ..., recent_batches: _Optional[_Iterable[_Union[BatchRecord, _Mapping]]] = ...) -> None: ...
+    steps: _containers.RepeatedCompositeFieldContainer[StepStatus]
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[int] = ..., scheduler: _Optional[str] = ..., max_batch_size: _Optional[int] = ..., preferred_batch_sizes: _Optional[_Iterable[int]] = ..., max_queue_delay_us: _Optional[int] = ..., levels: _Optional[_Iterable[_Union[LevelStatus, _Mapping]]] = ..., instances: _Optional[_Iterable[_Union[InstanceStatus, _Mapping]]] = ..., batch_sizes: _Optional[_Mapping[int, int]] = ..., close_reasons: _Optional[_Mapping[str, int]] = ..., recent_batches: _Optional[_Iterable[_Union[BatchRecord, _Mapping]]] = ..., steps: _Optional[_Iterable[_Union[StepStatus, _Mapping]]] = ...) -> None: ...
 
 class QueueStatusResponse(_message.Message):
     __slots__ = ("models",)

@@ -20,7 +20,13 @@ import msgspec
 
 from triton_mp._proto import admin_pb2, admin_pb2_grpc
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.ipc.reports import BatchRecord, InstanceStatus, LevelStatus, ModelQueueStatus
+from triton_mp.ipc.reports import (
+    BatchRecord,
+    InstanceStatus,
+    LevelStatus,
+    ModelQueueStatus,
+    StepStatus,
+)
 
 CLIENT_TIMEOUT_S = 10.0
 """Default gRPC deadline of ``fetch_queue_status`` (longer than the frontend's own wait for
@@ -57,6 +63,7 @@ def status_from_proto(response: admin_pb2.QueueStatusResponse) -> tuple[ModelQue
             batch_sizes={int(k): int(v) for k, v in sorted(m.batch_sizes.items())},
             close_reasons={str(k): int(v) for k, v in sorted(m.close_reasons.items())},
             recent_batches=tuple(_flat_from_proto(x, BatchRecord) for x in m.recent_batches),
+            steps=tuple(_flat_from_proto(x, StepStatus) for x in m.steps),
         )
         for m in response.models
     )

@@ -231,6 +231,14 @@ def _instances(m: ModelQueueStatus) -> Table:
     return table
 
 
+def _steps(m: ModelQueueStatus) -> Table:
+    table = _table("step", "model", "in flight", "waiting", title="ensemble steps")
+    table.columns[1].justify = "left"
+    for i, step in enumerate(m.steps):
+        table.add_row(str(i), step.model, str(step.in_flight), str(step.waiting))
+    return table
+
+
 def _histogram(m: ModelQueueStatus) -> Table:
     rows = histogram_rows(m.batch_sizes)
     total = sum(m.batch_sizes.values())
@@ -279,6 +287,9 @@ def render_model(m: ModelQueueStatus, recent_limit: int = RECENT_ROWS) -> Render
     from rich.console import Group
     from rich.text import Text
 
+    if m.steps:
+        # NOTE: an ensemble has no queue, no instances and forms no batches: its steps.
+        return Group(Text(_settings(m), style="bold magenta"), _steps(m), Text(""))
     top = _SideBySide(_queues(m), _instances(m))
     bottom: RenderableType
     if sum(m.batch_sizes.values()):

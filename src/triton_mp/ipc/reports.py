@@ -110,6 +110,15 @@ class BatchRecord(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     instance: str
 
 
+class StepStatus(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """One step of an ensemble now: its model, its requests in flight, and those held back
+    by ``max_inflight_requests``."""
+
+    model: str
+    in_flight: int
+    waiting: int
+
+
 class ModelQueueStatus(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """The scheduler's state of one model version, for ``triton-mp stat``."""
 
@@ -129,3 +138,5 @@ class ModelQueueStatus(msgspec.Struct, frozen=True, kw_only=True, array_like=Tru
     """Why formed batches closed: ``CloseReason`` value -> batches (cumulative)."""
     recent_batches: tuple[BatchRecord, ...]
     """The most recent batches, newest first."""
+    steps: tuple[StepStatus, ...] = ()
+    """An ensemble's steps, in config order (empty for any other model)."""

@@ -13,8 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from triton_mp.common.close_reason import CloseReason
-from triton_mp.ipc.reports import BatchRecord, InstanceStatus, LevelStatus, ModelQueueStatus
+from triton_mp.ipc.reports import (
+    BatchRecord,
+    InstanceStatus,
+    LevelStatus,
+    ModelQueueStatus,
+    StepStatus,
+)
 from triton_mp.scheduler.instances import Generation, InstanceTable, VersionKey
+from triton_mp.scheduler.policies.ensemble import EnsembleScheduler
 from triton_mp.scheduler.policy import Batch, LevelSnapshot
 
 RECENT_BATCHES = 32
@@ -145,6 +152,19 @@ def queue_status(
                 batch_sizes=dict(sorted(log.sizes.items())),
                 close_reasons={str(r): n for r, n in sorted(log.reasons.items())},
                 recent_batches=_recent(log, now_ns),
+                steps=_steps(gen),
             )
         )
     return tuple(out)
+
+
+def _steps(gen: Generation) -> tuple[StepStatus, ...]:
+    """An ensemble's steps: requests in flight and held back, per step."""
+    policy = gen.policy
+    if gen.spec.ensemble is None or not isinstance(policy, EnsembleScheduler):
+        return ()
+    waiting = policy.waiting()
+    return tuple(
+        StepStatus(model=step.model, in_flight=n, waiting=w)
+        for step, n, w in zip(policy.steps, policy.step_inflight, waiting, strict=True)
+    )

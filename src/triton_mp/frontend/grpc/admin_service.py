@@ -47,6 +47,7 @@ def status_to_proto(models: tuple[ModelQueueStatus, ...]) -> admin_pb2.QueueStat
                 batch_sizes=dict(m.batch_sizes),
                 close_reasons=dict(m.close_reasons),
                 recent_batches=[_flat_to_proto(x, admin_pb2.BatchRecord) for x in m.recent_batches],
+                steps=[_flat_to_proto(x, admin_pb2.StepStatus) for x in m.steps],
             )
             for m in models
         ]

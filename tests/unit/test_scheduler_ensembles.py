@@ -1,0 +1,95 @@
+"""Ensembles in the scheduler core, process-free: composing requests through their model's
+own batcher, step answers routed back, blocks freed, statistics, ``triton-mp stat``."""
+
+from __future__ import annotations
+
+from tests.unit.scheduler_harness import DYNAMIC, Harness, tensor
+from triton_mp.cli.stat import render_model
+from triton_mp.ipc.messages import BlockRef, InferResponse, Requester, TensorRef
+from triton_mp.ipc.specs import BatchingSpec, EnsembleSpec, EnsembleStepSpec, ModelVersionSpec
+
+ENS = ModelVersionSpec(
+    model="ens",
+    version=1,
+    backend="",
+    model_file="/models/ens",
+    max_batch_size=8,
+    batching=BatchingSpec(kind="ensemble", max_batch_size=8),
+    inputs=(tensor("INPUT0", (16,)), tensor("INPUT1", (16,))),
+    outputs=(tensor("OUTPUT0", (16,)),),
+    instance_ids=(),
+    ensemble=EnsembleSpec(
+        steps=(
+            EnsembleStepSpec(
+                model="add_sub",
+                input_map={"INPUT0": "INPUT0", "INPUT1": "INPUT1"},
+                output_map={"OUTPUT0": "mid"},
+            ),
+            EnsembleStepSpec(
+                model="add_sub",
+                input_map={"INPUT0": "mid", "INPUT1": "INPUT1"},
+                output_map={"OUTPUT0": "OUTPUT0"},
+            ),
+        )
+    ),
+)
+
+
+def _answer(h: Harness, instance: int, batch, segment: str) -> BlockRef:
+    (creq,) = batch.requests
+    assert creq.reply_to.kind is Requester.ENSEMBLE
+    block = BlockRef(segment, 0)
+    out = TensorRef("OUTPUT0", "FP32", (1, 16), segment, 64, 64)
+    h.handle(InferResponse(request_id=creq.request_id, version=1, outputs=(out,), block=block))
+    h.done(instance, batch)
+    return block
+
+
+def test_an_ensemble_request_runs_its_steps_through_the_composing_batcher() -> None:
+    h = Harness(models=(DYNAMIC, ENS))
+    h.ready(0, 1)
+    req = h.request("ens", client_id="e1")
+    h.clock.advance_us(200)
+    ((i1, b1),) = h.dispatch()
+    (c1,) = b1.requests
+    assert (c1.model, c1.client_id, c1.inputs[0].segment) == (
+        "add_sub",
+        "e1",
+        req.inputs[0].segment,
+    )
+    (status,) = h.core.queue_status("ens", h.now)
+    assert [(s.model, s.in_flight, s.waiting) for s in status.steps] == [
+        ("add_sub", 1, 0),
+        ("add_sub", 0, 0),
+    ]
+    assert "ensemble steps" in str(render_model(status).renderables[1].title)
+    mid = _answer(h, i1, b1, "/triton_mp_0_w0_a0")
+    assert h.freed == []  # step 2 still has to read it
+    h.clock.advance_us(200)
+    ((i2, b2),) = h.dispatch()
+    (c2,) = b2.requests
+    assert c2.inputs[0].name == "INPUT0"
+    assert c2.inputs[0].segment == "/triton_mp_0_w0_a0"
+    last = _answer(h, i2, b2, "/triton_mp_0_w1_a0")
+    assert h.freed == [mid]
+    (answer,) = [m for _, m in h.to_frontends if isinstance(m, InferResponse)]
+    assert answer.request_id == req.request_id
+    assert answer.block == last
+    assert [t.name for t in answer.outputs] == ["OUTPUT0"]
+    ens, add = h.stats("ens"), h.stats("add_sub")
+    assert (ens.success.count, ens.execution_count, ens.fail.count) == (1, 1, 0)
+    assert ens.compute_infer.ns == 2 * 5_000  # both steps' compute, summed
+    assert add.success.count == 2
+    assert h.core.idle()
+
+
+def test_a_step_whose_model_is_gone_fails_the_ensemble_request_and_counts_other() -> None:
+    h2 = Harness(models=(ENS,))
+    req = h2.request("ens", client_id="x")
+    ((_, failed),) = h2.failures()
+    assert failed.request_id == req.request_id
+    assert failed.error.message == (
+        "in ensemble 'ens', Request for unknown model: 'add_sub' is not found"
+    )
+    ens = h2.stats("ens")
+    assert (ens.success.count, ens.fail.count, ens.fail_reasons) == (0, 1, {"OTHER": 1})
