@@ -105,6 +105,31 @@ class TritonPythonModel:
         return None
 """
 
+SLEEP_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 4 kind: KIND_CPU } ]
+"""
+SLEEP_MODEL = """
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            ms = pb_utils.get_input_tensor_by_name(request, "MS").as_numpy()
+            time.sleep(int(ms[0]) / 1000)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", ms)]))
+        return out
+"""
+"""A non-decoupled model whose execute sleeps MS milliseconds; four instances, so a later
+request with a shorter sleep completes before an earlier one."""
+
 Outcome = dict[str, list[tuple[int | None, bool]]]
 """Per request id: (OUT value or None for an empty response, triton_final_response)."""
 
@@ -117,6 +142,7 @@ def _repository(root: Path) -> Path:
             PROJECT_REPOSITORY / name, repo / name, ignore=shutil.ignore_patterns("__pycache__")
         )
     write_python_model(repo, "modes_py", MODES_CONFIG, MODES_MODEL)
+    write_python_model(repo, "sleep_py", SLEEP_CONFIG, SLEEP_MODEL)
     return repo
 
 
@@ -426,3 +452,58 @@ def test_statistics_count_decoupled_requests(server: ServerProcess) -> None:
         assert done == 5
     finally:
         client.close()
+
+
+def _ms_inputs(ms: int) -> list[grpcclient.InferInput]:
+    t = grpcclient.InferInput("MS", [1], "INT32")
+    t.set_data_from_numpy(np.array([ms], np.int32))
+    return [t]
+
+
+def _arrival_order(url: str) -> list[str]:
+    """Ids as the stream's responses and errors arrived: non-decoupled ``sleep_py``
+    requests whose sleeps shrink (a later one completes first), a refusal (unknown model)
+    between them, and two decoupled ``repeat_int32`` requests, the slow one first."""
+    order: list[str] = []
+    lock = threading.Lock()
+
+    def callback(result: grpcclient.InferResult | None, error: object) -> None:
+        with lock:
+            if result is not None:
+                order.append(result.get_response().id)
+            else:
+                message = error.message() if isinstance(error, InferenceServerException) else ""
+                order.append("refused" if "nope" in message else f"error: {error}")
+
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        client.start_stream(callback=callback)
+        for rid, ms in (("s0", 600), ("s1", 400)):
+            client.async_stream_infer("sleep_py", _ms_inputs(ms), request_id=rid)
+        client.async_stream_infer("nope", _ms_inputs(0), request_id="r")
+        for rid, ms in (("s2", 200), ("s3", 0)):
+            client.async_stream_infer("sleep_py", _ms_inputs(ms), request_id=rid)
+        client.async_stream_infer(
+            "repeat_int32", _repeat_inputs([1], [1500], 0), request_id="dslow"
+        )
+        client.async_stream_infer("repeat_int32", _repeat_inputs([2], [0], 0), request_id="dfast")
+        client.stop_stream()
+    finally:
+        client.close()
+    return order
+
+
+def test_non_decoupled_responses_leave_in_request_order(server: ServerProcess) -> None:
+    """Triton's stream handler writes a non-decoupled model's responses (and refusals) in
+    request order; a decoupled model's leave as they complete."""
+    order = _arrival_order(server.url)
+    assert [i for i in order if not i.startswith("d")] == ["s0", "s1", "refused", "s2", "s3"]
+    assert [i for i in order if i.startswith("d")] == ["dfast", "dslow"]
+
+
+def test_stream_order_as_triton(server: ServerProcess, triton_url: str) -> None:
+    ours, theirs = _arrival_order(server.url), _arrival_order(triton_url)
+    assert [i for i in ours if not i.startswith("d")] == [
+        i for i in theirs if not i.startswith("d")
+    ]
+    assert [i for i in theirs if i.startswith("d")] == ["dfast", "dslow"]

@@ -5,8 +5,11 @@ for a decoupled model zero or more responses then the end of the request; both c
 request's ``Ticket`` (``Inference.submit``), which one task per request iterates.
 
 Requests are submitted in the order they arrive, so the requests of a sequence reach the
-sequence batcher in order; responses leave as they complete. An invalid request gets an
-``error_message`` and the stream goes on, as in Triton. Every response carries
+sequence batcher in order. Responses of a non-decoupled model (and refusals at submit) leave
+in request order, as Triton's stream handler writes them (``grpc/infer_handler``: each such
+request waits until the one before it was written); a decoupled model's responses leave as
+they complete. An invalid request gets an ``error_message`` and the stream goes on, as in
+Triton. Every response carries
 ``triton_final_response``; a decoupled request's flags-only end is sent as an empty response
 only when the request set ``triton_enable_empty_final_response``. When the client closes its
 side, the stream ends after every request's last response; when it cancels, every open
@@ -18,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Coroutine
+from typing import Any
 
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp.common.errors import TritonMPError
@@ -98,6 +102,9 @@ class StreamSession:
         """Untraced messages as they are, traced ones wrapped in ``_Item``."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._open: set[Ticket] = set()
+        self._turn: asyncio.Future[None] | None = None
+        """Done once the last ordered (non-decoupled or refused) request's messages are
+        queued; the next ordered request waits for it."""
 
     async def responses(self) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """The stream's responses, until the client's side ended and every request's last
@@ -146,31 +153,73 @@ class StreamSession:
             ticket = self._inference.submit(request, trace=trace)
         except TritonMPError as e:
             error = stream_error(e.message, message.model_name, message.model_version, message.id)
-            if trace is None:
-                self._out.put_nowait(error)
+            if trace is not None:
+                trace.stamp("GRPC_SEND_START")
+            item = error if trace is None else _Item(error, trace, True)
+            if self._turn is None or self._turn.done():
+                self._out.put_nowait(item)
                 return
-            trace.stamp("GRPC_SEND_START")
-            self._out.put_nowait(_Item(error, trace, True))
+            self._start(self._refuse(item, *self._take_turn()))
             return
         self._open.add(ticket)
-        task = asyncio.create_task(self._answer(ticket, wants_empty_final(request)))
+        turn = (None, None) if ticket.decoupled else self._take_turn()
+        self._start(self._answer(ticket, wants_empty_final(request), *turn))
+
+    def _start(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _answer(self, ticket: Ticket, empty_final: bool) -> None:
-        """Send every response of one request."""
+    def _take_turn(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
+        """(the previous ordered request's turn, this one's) for an ordered request."""
+        before, mine = self._turn, asyncio.get_running_loop().create_future()
+        self._turn = mine
+        return before, mine
+
+    async def _refuse(
+        self,
+        item: pb.ModelStreamInferResponse | _Item,
+        before: asyncio.Future[None] | None,
+        mine: asyncio.Future[None],
+    ) -> None:
+        """Queue a refusal once the ordered requests before it were queued."""
+        try:
+            if before is not None:
+                await before
+            self._out.put_nowait(item)
+        finally:
+            if not mine.done():
+                mine.set_result(None)
+
+    async def _answer(
+        self,
+        ticket: Ticket,
+        empty_final: bool,
+        before: asyncio.Future[None] | None = None,
+        mine: asyncio.Future[None] | None = None,
+    ) -> None:
+        """Send every response of one request; an ordered one (``mine`` given) holds its
+        messages until ``before`` is done, then marks ``mine`` done."""
+        held: list[pb.ModelStreamInferResponse | _Item] = []
+        put = self._out.put_nowait if mine is None else held.append
         try:
             async for response in ticket:
                 item = _stream_item(ticket, response, empty_final)
                 trace = ticket.trace
                 if item is not None and trace is None:
-                    self._out.put_nowait(item)
+                    put(item)
                 elif item is not None:
                     trace.stamp("GRPC_SEND_START")
-                    self._out.put_nowait(_Item(item, trace, response.final))
+                    put(_Item(item, trace, response.final))
                 elif response.final and trace is not None:
                     # NOTE: through the queue: the trace ends after its last message left.
-                    self._out.put_nowait(_Item(None, trace, True))
+                    put(_Item(None, trace, True))
+            if before is not None:
+                await before
+            for message in held:
+                self._out.put_nowait(message)
         finally:
             ticket.cancel()  # NOTE: after the final response, this only closes the ticket
             self._open.discard(ticket)
+            if mine is not None and not mine.done():
+                mine.set_result(None)
