@@ -8,11 +8,13 @@ and both must answer the same status and the same message (upstream core
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 
 from tests.conftest import write_python_model
@@ -229,3 +231,89 @@ def test_system_shared_memory_registration_errors(servers: dict[str, str]) -> No
             assert _register(url, "c", key, 64) == (grpc.StatusCode.OK, ""), name
     finally:
         shm.destroy_shared_memory_region(region)
+
+
+VERSION_CONFIG = """
+name: "ver_py"
+backend: "python"
+max_batch_size: 0
+input [{ name: "INPUT", data_type: TYPE_FP32, dims: [ 1 ] }]
+output [{ name: "OUT", data_type: TYPE_FP32, dims: [ 1 ] }]
+version_policy: { latest: { num_versions: 1 } }
+"""
+
+
+def _version_answers(url: str) -> tuple[list[tuple[str, str, str, str]], dict[str, tuple]]:
+    """(RepositoryIndex rows of ``ver_py``, per version asked: (status, message))."""
+    answers = {}
+    with grpc.insecure_channel(url) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        index = stub.RepositoryIndex(pb.RepositoryIndexRequest(), timeout=30)
+        for version in ("1", "2", "3"):
+            req = pb.ModelInferRequest(model_name="ver_py", model_version=version)
+            req.inputs.add(name="INPUT", datatype="FP32", shape=[1])
+            req.raw_input_contents.append(b"\0\0\x80?")
+            try:
+                stub.ModelInfer(req, timeout=30)
+                answers[version] = (grpc.StatusCode.OK, "")
+            except grpc.RpcError as e:
+                answers[version] = (e.code(), e.details())
+    rows = sorted(
+        (m.name, m.version, m.state, m.reason) for m in index.models if m.name == "ver_py"
+    )
+    return rows, answers
+
+
+def test_a_replaced_version_is_unavailable_as_in_triton(tmp_path: Path) -> None:
+    """Version 2 loaded under ``latest: 1`` replaces version 1: Triton keeps version 1 as
+    UNAVAILABLE "unloaded" and answers a request naming it UNAVAILABLE "... is not at ready
+    state" (core ``model_lifecycle.cc`` GetModel); an unknown version stays NOT_FOUND.
+    Triton lists version 1 as UNLOADING for a moment after the load returned; triton-mp
+    answers the load once the old version stopped."""
+    repo = tmp_path / "repo"
+    write_python_model(repo, "ver_py", VERSION_CONFIG, IDENTITY % {"input": "INPUT"})
+    flags = ("--model-control-mode=explicit", "--load-model=ver_py")
+    ours = ServerProcess(repo, tmp_path / "ours.log", *flags)
+    theirs: RealTriton | None = None
+    try:
+        ours.wait_live()
+        servers = {"triton-mp": ours}
+        env = peers_env()
+        if env is not None:
+            theirs = RealTriton(env, tmp_path / "triton.log", f"--model-repository={repo}", *flags)
+            theirs.wait_live()
+            servers["triton"] = theirs
+        (repo / "ver_py" / "2").mkdir()
+        (repo / "ver_py" / "2" / "model.py").write_text((repo / "ver_py/1/model.py").read_text())
+        got = {}
+        for name, server in servers.items():
+            client = grpcclient.InferenceServerClient(server.url)
+            try:
+                client.load_model("ver_py")
+            finally:
+                client.close()
+            got[name] = _version_answers(server.url)
+            deadline = time.monotonic() + 30
+            # NOTE: Triton unloads the old version after the load returned (UNLOADING first).
+            while got[name][0][0][2] == "UNLOADING" and time.monotonic() < deadline:
+                time.sleep(0.1)
+                got[name] = _version_answers(server.url)
+        rows, answers = got["triton-mp"]
+        assert rows == [("ver_py", "1", "UNAVAILABLE", "unloaded"), ("ver_py", "2", "READY", "")]
+        assert answers == {
+            "1": (
+                grpc.StatusCode.UNAVAILABLE,
+                "Request for unknown model: 'ver_py' version 1 is not at ready state",
+            ),
+            "2": (grpc.StatusCode.OK, ""),
+            "3": (
+                grpc.StatusCode.NOT_FOUND,
+                "Request for unknown model: 'ver_py' version 3 is not found",
+            ),
+        }
+        if "triton" in got:
+            assert got["triton"] == got["triton-mp"]
+    finally:
+        ours.stop()
+        if theirs is not None:
+            theirs.stop()

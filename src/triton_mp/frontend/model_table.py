@@ -43,6 +43,8 @@ class Model:
     """Why each failed version failed (``reason`` when absent)."""
     decoupled: bool = False
     """``model_transaction_policy.decoupled``: zero or more responses per request."""
+    retired_versions: tuple[int, ...] = ()
+    """Versions a change stopped serving: UNAVAILABLE "unloaded", as Triton keeps them."""
     preserve_ordering: bool = False
     """Responses leave in request order (``dynamic_batching.preserve_ordering``, or the
     sequence batcher's ``oldest.preserve_ordering``)."""
@@ -107,6 +109,7 @@ class ModelTable:
                 outputs={t.name: _io(t, False) for t in cfg.output},
                 transition=e.transition,
                 version_reasons=dict(e.version_reasons),
+                retired_versions=tuple(sorted(e.retired_versions)),
                 decoupled=bool(cfg.model_transaction_policy.decoupled),
                 preserve_ordering=bool(
                     cfg.dynamic_batching.preserve_ordering
@@ -169,7 +172,9 @@ class ModelTable:
 
         Raises:
             ModelNotFound: unknown model or version, or no version available.
-            ModelUnavailable: the version exists but failed to load.
+            ModelUnavailable: the version exists but failed to load, or a later change stopped
+                serving it (core ``ModelLifeCycle::GetModel``: UNAVAILABLE "... version <v>
+                is not at ready state").
             InvalidRequest: the version string is not a non-negative integer.
         """
         model = self.get(name)
@@ -192,7 +197,7 @@ class ModelTable:
             raise InvalidRequest(f"invalid model version specified '{version}'")
         if v in model.ready_versions:
             return model, v
-        if v in model.failed_versions:
+        if v in model.failed_versions or v in model.retired_versions:
             raise ModelUnavailable(
                 f"Request for unknown model: '{name}' version {v} is not at ready state"
             )

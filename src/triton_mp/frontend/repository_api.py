@@ -70,6 +70,8 @@ def _model_rows(m: Model, ready_only: bool) -> Iterator[tuple[int, IndexEntry]]:
         return
     for v in m.failed_versions:
         yield v, IndexEntry(m.name, str(v), "UNAVAILABLE", m.version_reason(v))
+    for v in m.retired_versions:
+        yield v, IndexEntry(m.name, str(v), "UNAVAILABLE", "unloaded")
     if not m.ready_versions and not m.failed_versions:
         yield -1, IndexEntry(m.name, state=m.transition or "UNAVAILABLE", reason=m.reason)
 

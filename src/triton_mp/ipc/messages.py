@@ -507,6 +507,9 @@ class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):
     """``LOADING`` or ``UNLOADING`` while the supervisor changes the model (index only)."""
     version_reasons: dict[int, str] = {}
     """Per failed version, why (RepositoryIndex); ``reason`` when absent."""
+    retired_versions: tuple[int, ...] = ()
+    """Versions once served that a later change stopped (version policy): Triton keeps them
+    as UNAVAILABLE "unloaded" (a request naming one: "... is not at ready state")."""
 
 
 class ModelLoadCall(msgspec.Struct, frozen=True, kw_only=True, tag="load", array_like=True):

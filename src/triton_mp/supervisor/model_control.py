@@ -102,6 +102,8 @@ class _Model:
     failed: dict[int, str] = field(default_factory=dict)
     """Versions that failed to load -> why."""
     failed_fingerprints: dict[int, str] = field(default_factory=dict)
+    retired: set[int] = field(default_factory=set)
+    """Versions once served that a change stopped serving (version policy)."""
     reason: str = ""
     """Why the model (as a whole) is unavailable."""
     unloaded: bool = False
@@ -133,6 +135,9 @@ class _Model:
             reason=reason,
             transition=transition,
             version_reasons=dict(self.failed),
+            retired_versions=tuple(
+                sorted(v for v in self.retired if v not in self.versions and v not in self.failed)
+            ),
         )
 
 
@@ -474,6 +479,7 @@ class ModelControl:
         for v, old in list(model.versions.items()):
             if v in cp.retire:
                 effects.retire.extend(old.children)
+                model.retired.add(v)
             elif v in cp.replace:
                 effects.to_stop.extend(old.children)
             if v in cp.retire or v in cp.replace:
@@ -581,7 +587,7 @@ class ModelControl:
             self._send(InstancesRetired(instance_ids=tuple(c.instance_id for c in children)))
             self._instances.await_stopped(children)
         for m in models:
-            m.failed, m.failed_fingerprints = {}, {}
+            m.failed, m.failed_fingerprints, m.retired = {}, {}, set()
             m.reason, m.unloaded, m.config = reason, True, b""
             _remove(m.temp_dir)
             m.temp_dir = None
