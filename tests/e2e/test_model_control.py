@@ -129,8 +129,8 @@ def test_explicit_load_unload_reload_leaves_nothing_behind(
     client.unload_model("add_sub")
     http.unload_model("add_sub_py")
     assert _index(client) == {
-        ("add_sub", ""): ("UNAVAILABLE", "unloaded"),
-        ("add_sub_py", ""): ("UNAVAILABLE", "unloaded"),
+        ("add_sub", "1"): ("UNAVAILABLE", "unloaded"),  # each version it served, as Triton
+        ("add_sub_py", "1"): ("UNAVAILABLE", "unloaded"),
     }
     with pytest.raises(InferenceServerException, match="Request for unknown model: 'add_sub'"):
         _infer(client, "add_sub")

@@ -243,6 +243,13 @@ version_policy: { latest: { num_versions: 1 } }
 """
 
 
+def _ver_request(version: str) -> pb.ModelInferRequest:
+    req = pb.ModelInferRequest(model_name="ver_py", model_version=version)
+    req.inputs.add(name="INPUT", datatype="FP32", shape=[1])
+    req.raw_input_contents.append(b"\0\0\x80?")
+    return req
+
+
 def _version_answers(url: str) -> tuple[list[tuple[str, str, str, str]], dict[str, tuple]]:
     """(RepositoryIndex rows of ``ver_py``, per version asked: (status, message))."""
     answers = {}
@@ -250,11 +257,8 @@ def _version_answers(url: str) -> tuple[list[tuple[str, str, str, str]], dict[st
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         index = stub.RepositoryIndex(pb.RepositoryIndexRequest(), timeout=30)
         for version in ("1", "2", "3"):
-            req = pb.ModelInferRequest(model_name="ver_py", model_version=version)
-            req.inputs.add(name="INPUT", datatype="FP32", shape=[1])
-            req.raw_input_contents.append(b"\0\0\x80?")
             try:
-                stub.ModelInfer(req, timeout=30)
+                stub.ModelInfer(_ver_request(version), timeout=30)
                 answers[version] = (grpc.StatusCode.OK, "")
             except grpc.RpcError as e:
                 answers[version] = (e.code(), e.details())
@@ -311,6 +315,39 @@ def test_a_replaced_version_is_unavailable_as_in_triton(tmp_path: Path) -> None:
                 "Request for unknown model: 'ver_py' version 3 is not found",
             ),
         }
+        if "triton" in got:
+            assert got["triton"] == got["triton-mp"]
+        # After an unload, Triton keeps the versions UNAVAILABLE "unloaded" too.
+        for name, server in servers.items():
+            client = grpcclient.InferenceServerClient(server.url)
+            try:
+                client.unload_model("ver_py")
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and any(
+                    row[2] == "UNLOADING" for row in _version_answers(server.url)[0]
+                ):
+                    time.sleep(0.1)
+            finally:
+                client.close()
+            got[name] = _version_answers(server.url) + (_answer(server.url, _ver_request("")),)
+        rows, answers, latest = got["triton-mp"]
+        assert rows == [
+            ("ver_py", "1", "UNAVAILABLE", "unloaded"),
+            ("ver_py", "2", "UNAVAILABLE", "unloaded"),
+        ]
+        not_ready = "Request for unknown model: 'ver_py' version {} is not at ready state"
+        assert answers == {
+            "1": (grpc.StatusCode.UNAVAILABLE, not_ready.format(1)),
+            "2": (grpc.StatusCode.UNAVAILABLE, not_ready.format(2)),
+            "3": (
+                grpc.StatusCode.NOT_FOUND,
+                "Request for unknown model: 'ver_py' version 3 is not found",
+            ),
+        }
+        assert latest == (
+            grpc.StatusCode.NOT_FOUND,
+            "Request for unknown model: 'ver_py' has no available versions",
+        )
         if "triton" in got:
             assert got["triton"] == got["triton-mp"]
     finally:

@@ -32,3 +32,33 @@ def test_an_unknown_version_stays_not_found_and_latest_is_served() -> None:
 
 def test_a_retired_version_does_not_make_the_server_unready() -> None:
     assert _table().all_ready()
+
+
+def test_an_unloaded_model_keeps_its_versions_unavailable() -> None:
+    """After an unload Triton answers "has no available versions" for the latest and
+    "is not at ready state" for a version the model served."""
+    table = ModelTable(
+        (
+            ModelEntry(
+                name="m",
+                config=b"",
+                ready_versions=(),
+                reason="unloaded",
+                unloaded=True,
+                retired_versions=(1, 2),
+            ),
+        )
+    )
+    with pytest.raises(ModelNotFound) as e:
+        table.resolve("m", "")
+    assert e.value.message == "Request for unknown model: 'm' has no available versions"
+    with pytest.raises(ModelUnavailable) as e2:
+        table.resolve("m", "2")
+    assert e2.value.message == "Request for unknown model: 'm' version 2 is not at ready state"
+    with pytest.raises(ModelNotFound) as e3:
+        table.resolve("m", "3")
+    assert e3.value.message == "Request for unknown model: 'm' version 3 is not found"
+    with pytest.raises(ModelNotFound) as e4:
+        table.resolve("other", "")
+    assert e4.value.message == "Request for unknown model: 'other' is not found"
+    assert table.unloaded_versions("m") == (1, 2)

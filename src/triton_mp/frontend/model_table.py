@@ -82,6 +82,8 @@ class ModelTable:
     def __init__(self, entries: tuple[ModelEntry, ...]) -> None:
         self._models: dict[str, Model] = {}
         self._unloaded: dict[str, str] = {}
+        self._unloaded_versions: dict[str, tuple[int, ...]] = {}
+        """Per unloaded model, the versions it served (UNAVAILABLE "unloaded" in Triton)."""
         self._no_instance: set[tuple[str, int]] = set()
         self.update(entries)
 
@@ -96,8 +98,10 @@ class ModelTable:
             if e.unloaded:
                 self._models.pop(e.name, None)
                 self._unloaded[e.name] = e.reason
+                self._unloaded_versions[e.name] = tuple(sorted(e.retired_versions))
                 continue
             self._unloaded.pop(e.name, None)
+            self._unloaded_versions.pop(e.name, None)
             cfg = mc.ModelConfig.FromString(e.config) if e.config else mc.ModelConfig(name=e.name)
             self._models[e.name] = Model(
                 name=e.name,
@@ -126,6 +130,10 @@ class ModelTable:
     def unloaded(self) -> dict[str, str]:
         """Unloaded models and why (``unloaded`` for an explicit unload)."""
         return dict(self._unloaded)
+
+    def unloaded_versions(self, name: str) -> tuple[int, ...]:
+        """The versions an unloaded model served before its unload (ascending)."""
+        return self._unloaded_versions.get(name, ())
 
     def all_ready(self) -> bool:
         """Strict readiness: every model has at least one ready version, none failed, and
@@ -170,6 +178,10 @@ class ModelTable:
     def resolve(self, name: str, version: str) -> tuple[Model, int]:
         """The model and the concrete version a request addresses ("" = latest ready).
 
+        An unloaded model answers as Triton's model lifecycle, which keeps its versions
+        UNAVAILABLE: "has no available versions" for the latest, "... is not at ready
+        state" for a version it served.
+
         Raises:
             ModelNotFound: unknown model or version, or no version available.
             ModelUnavailable: the version exists but failed to load, or a later change stopped
@@ -177,28 +189,44 @@ class ModelTable:
                 is not at ready state").
             InvalidRequest: the version string is not a non-negative integer.
         """
-        model = self.get(name)
+        model = self._models.get(name)
+        if model is None and name not in self._unloaded:
+            raise ModelNotFound(f"Request for unknown model: '{name}' is not found")
         if not version:
-            if not model.ready_versions:
+            if model is None or not model.ready_versions:
                 raise ModelNotFound(
                     f"Request for unknown model: '{name}' has no available versions"
                 )
             return model, model.ready_versions[-1]
-        try:
-            v = int(version)
-            if v > 2**63 - 1:
-                raise ValueError(version)
-        except ValueError:
-            raise InvalidRequest(
-                f"failed to get model version from specified version string '{version}' "
-                "(details: expecting a non-negative integer)"
-            ) from None
-        if v < 0:
-            raise InvalidRequest(f"invalid model version specified '{version}'")
-        if v in model.ready_versions:
+        v = _version_number(version)
+        if model is not None and v in model.ready_versions:
             return model, v
-        if v in model.failed_versions or v in model.retired_versions:
+        if model is None:
+            unavailable = v in self._unloaded_versions.get(name, ())
+        else:
+            unavailable = v in model.failed_versions or v in model.retired_versions
+        if unavailable:
             raise ModelUnavailable(
                 f"Request for unknown model: '{name}' version {v} is not at ready state"
             )
         raise ModelNotFound(f"Request for unknown model: '{name}' version {v} is not found")
+
+
+def _version_number(version: str) -> int:
+    """A request's version string as a number.
+
+    Raises:
+        InvalidRequest: not a non-negative integer (Triton's messages).
+    """
+    try:
+        v = int(version)
+        if v > 2**63 - 1:
+            raise ValueError(version)
+    except ValueError:
+        raise InvalidRequest(
+            f"failed to get model version from specified version string '{version}' "
+            "(details: expecting a non-negative integer)"
+        ) from None
+    if v < 0:
+        raise InvalidRequest(f"invalid model version specified '{version}'")
+    return v

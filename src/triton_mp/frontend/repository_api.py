@@ -104,8 +104,9 @@ class RepositoryApi:
 
         Loaded versions are READY (UNLOADING while an unload or reload stops them), failed
         ones UNAVAILABLE with their reason; a model being loaded is LOADING, an unloaded one
-        UNAVAILABLE ("unloaded"), and a model of the repository never loaded appears with
-        its name only. Sorted by name, then version.
+        UNAVAILABLE ("unloaded"; each version it served, as Triton lists them), and a
+        model of the repository never loaded appears with its name only. Sorted by name,
+        then version.
 
         Args:
             ready_only: list READY versions only (the request's ``ready`` flag).
@@ -118,7 +119,12 @@ class RepositoryApi:
         if not ready_only:
             for name, reason in self._models.unloaded().items():
                 seen.add(name)
-                out.append((name, -1, IndexEntry(name, state="UNAVAILABLE", reason=reason)))
+                served = self._models.unloaded_versions(name)
+                out.extend(
+                    (name, v, IndexEntry(name, str(v), "UNAVAILABLE", reason)) for v in served
+                )
+                if not served:
+                    out.append((name, -1, IndexEntry(name, state="UNAVAILABLE", reason=reason)))
             for name in self._repository_names() - seen:
                 out.append((name, -1, IndexEntry(name)))
         out.sort(key=lambda t: (t[0], t[1]))

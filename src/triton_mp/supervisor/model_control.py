@@ -120,25 +120,21 @@ class _Model:
 
     def entry(self, transition: str = "") -> ModelEntry:
         """The frontends' view of this model."""
+        retired = tuple(sorted(self.retired - set(self.versions) - set(self.failed)))
         if self.unloaded:
             return ModelEntry(
-                name=self.name, config=b"", ready_versions=(), reason=self.reason, unloaded=True
-            )
+                name=self.name, config=b"", ready_versions=(), reason=self.reason,
+                unloaded=True, retired_versions=retired,
+            )  # fmt: skip
         reason = self.reason or "; ".join(
             f"version {v}: {r}" for v, r in sorted(self.failed.items())
         )
         return ModelEntry(
-            name=self.name,
-            config=self.config,
-            ready_versions=tuple(sorted(self.versions)),
+            name=self.name, config=self.config, ready_versions=tuple(sorted(self.versions)),
             failed_versions=tuple(sorted(v for v in self.failed if v not in self.versions)),
-            reason=reason,
-            transition=transition,
-            version_reasons=dict(self.failed),
-            retired_versions=tuple(
-                sorted(v for v in self.retired if v not in self.versions and v not in self.failed)
-            ),
-        )
+            reason=reason, transition=transition, version_reasons=dict(self.failed),
+            retired_versions=retired,
+        )  # fmt: skip
 
 
 @dataclass
@@ -587,7 +583,8 @@ class ModelControl:
             self._send(InstancesRetired(instance_ids=tuple(c.instance_id for c in children)))
             self._instances.await_stopped(children)
         for m in models:
-            m.failed, m.failed_fingerprints, m.retired = {}, {}, set()
+            m.failed, m.failed_fingerprints = {}, {}
+            m.retired |= set(versions[m.name])
             m.reason, m.unloaded, m.config = reason, True, b""
             _remove(m.temp_dir)
             m.temp_dir = None
