@@ -76,6 +76,10 @@ def _without_prog(text: str, prog: str) -> str:
         (["--allow-http=maybe"], "invalid value for bool option: maybe"),
         (["--model-control-mode=sometimes"], "invalid argument for --model-control-mode"),
         (["--grpc-port"], "PROG: option '--grpc-port' requires an argument"),
+        (
+            ["--allow-metrics=false"],
+            "error: creating server: Invalid argument - --model-repository must be specified",
+        ),
     ],
 )
 def test_refusals_match_tritonserver(argv: list[str], line: str) -> None:

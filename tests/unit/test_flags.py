@@ -330,3 +330,14 @@ def test_the_projects_repository_is_recognised_however_named(tmp_path: Path) -> 
 def test_server_config_round_trips_through_msgspec() -> None:
     cfg = _config("--grpc-use-ssl=true", "--grpc-server-cert=c", "--grpc-server-key=k")
     assert msgspec.convert(msgspec.to_builtins(cfg), ServerConfig) == cfg
+
+
+def test_the_tritonserver_entry_point_refuses_no_repository_as_tritonserver_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from triton_mp.cli.main import tritonserver_main
+
+    assert tritonserver_main(["--http-port=0"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "error: creating server: Invalid argument - --model-repository must be specified"
+    )

@@ -139,3 +139,18 @@ def test_tracing_off_is_one_flag_until_a_setting_turns_it_on(tmp_path: Path) -> 
     assert tracer.sample("m") is None
     with pytest.raises(TritonMPError, match="Request for unknown model : x"):
         tracer.setting_request("x", None, False)
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_a_trace_file_that_cannot_be_written_logs_one_error_and_raises_nothing(
+    tmp_path: Path, indexed: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    from triton_mp.frontend.trace_settings import TraceFile
+
+    trace_file = TraceFile(str(tmp_path / "missing-dir" / "t.json"))
+    trace_file.save('{"id":1}', indexed=indexed)
+    trace_file.close()
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1
+    assert errors[0].startswith("failed creating trace file: ")
+    assert "missing-dir" in errors[0]

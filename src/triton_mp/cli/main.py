@@ -320,8 +320,10 @@ def config_from_flags(values: dict[str, object]) -> ServerConfig:
         raise TritonMPError(f"invalid flag: {e}") from None
 
 
-def start(argv: list[str], prog: str) -> int:
+def start(argv: list[str], prog: str, *, repository_required: bool = False) -> int:
     """Serve with tritonserver's flags ``argv``; ``prog`` names the command in messages.
+    ``repository_required``: refuse a command line without ``--model-repository`` (or
+    ``--model-store``) as tritonserver does; ``triton-mp start`` serves the project's own.
 
     Returns:
         The exit status: 1 for a command line tritonserver refuses (its message on stderr,
@@ -336,6 +338,13 @@ def start(argv: list[str], prog: str) -> int:
         print(usage(FLAGS, prog), file=sys.stderr)
         return 1
     values = parsed.values
+    if repository_required and not values["model_repository"]:
+        # NOTE: tritonserver 2.51 prints this when it creates the server, after its table
+        print(
+            "error: creating server: Invalid argument - --model-repository must be specified",
+            file=sys.stderr,
+        )
+        return 1
     configure_logging("supervisor", "", values["log_verbose"], values["log_format"])  # type: ignore[arg-type]
     for line in parsed.warnings:
         log.warning("%s", line)
@@ -364,7 +373,7 @@ def is_project_repository(path: Path) -> bool:
 def tritonserver_main(argv: list[str] | None = None) -> int:
     """Entry point of ``triton-mp-tritonserver``: tritonserver's argv, unchanged (no
     ``start`` word), for tools that launch a ``tritonserver`` binary by path."""
-    return start(sys.argv[1:] if argv is None else argv, "tritonserver")
+    return start(sys.argv[1:] if argv is None else argv, "tritonserver", repository_required=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,7 @@ apply it too. Each writes its own file: frontend 0 ``<file>``, frontend k
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,8 @@ from triton_mp.common.trace_config import (
     TraceConfig,
     TraceLevel,
 )
+
+log = logging.getLogger(__name__)
 
 
 class TraceFile:
@@ -53,23 +56,31 @@ class TraceFile:
 
     def save(self, body: str, *, indexed: bool) -> None:
         """Write ``body`` (comma-joined JSON objects) to ``<name>.<k>`` as a whole array
-        (``indexed``), or append it to the one array of ``<name>``."""
+        (``indexed``), or append it to the one array of ``<name>``. A file that cannot be
+        written costs its traces and one error line, never the request or the process
+        (Triton's ``TraceFile::SaveTraces``: "failed creating trace file: ...")."""
         if not self.name:
             return
-        if indexed:
-            path = f"{self.name}.{self._index}"
-            self._index += 1
-            Path(path).write_text(f"[{body}]")
-            return
-        with open(self.name, "w" if self._first else "a") as f:
-            f.write(("[" if self._first else ",") + body)
-        self._first = False
+        try:
+            if indexed:
+                path = f"{self.name}.{self._index}"
+                self._index += 1
+                Path(path).write_text(f"[{body}]")
+                return
+            with open(self.name, "w" if self._first else "a") as f:
+                f.write(("[" if self._first else ",") + body)
+            self._first = False
+        except OSError as e:
+            log.error("failed creating trace file: %s", e)
 
     def close(self) -> None:
         """End the array of ``<name>`` if anything was appended to it."""
         if not self._first and self.name:
-            with open(self.name, "a") as f:
-                f.write("]")
+            try:
+                with open(self.name, "a") as f:
+                    f.write("]")
+            except OSError as e:
+                log.error("failed creating trace file: %s", e)
             self._first = True
 
 
