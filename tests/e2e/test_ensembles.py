@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,13 +26,12 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import server_factory
-from tests.server import REPO_ROOT, ServerProcess, free_port, wait_for
+from tests.server import REPO_ROOT, ServerProcess, wait_for
+from tests.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 MODELS = REPO_ROOT / "tests" / "ensemble_models"
-PEERS_ENV = Path(os.environ.get("PEERS_ENV", REPO_ROOT / ".peers" / "peers.env"))
-RUN_TRITON = REPO_ROOT / "bench" / "peers" / "run-triton.sh"
 COMPOSING = ("add_py", "scale_py", "sub_py", "slow_py")
 ENSEMBLES = ("pipe3", "branches", "slow_ens")
 
@@ -299,39 +297,12 @@ def test_an_ensemble_that_does_not_fit_its_models_fails_to_load_with_triton_s_me
 @pytest.fixture(scope="module")
 def triton_url(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The real Triton (python backend) on the same repository, or a skip."""
-    if not PEERS_ENV.exists() or not RUN_TRITON.exists():
-        pytest.skip(
-            "the real Triton is not installed (run: bash bench/peers/install-peers.sh .peers)"
-        )
-    http, grpc_port, metrics = free_port(), free_port(), free_port()
-    log = tmp_path_factory.mktemp("triton") / "triton.log"
-    env = dict(os.environ, PEERS_ENV=str(PEERS_ENV), TRITON_LOG=str(log))
-    started = subprocess.run(
-        ["bash", str(RUN_TRITON), str(repo), str(http), str(grpc_port), str(metrics)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=180,
-        check=False,
-    )
-    if started.returncode != 0:
-        pytest.skip(f"the real Triton did not start: {started.stderr[-500:]}")
-    pid = int(started.stdout.split()[-1])
+    peer = start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log")
     try:
-        url = f"127.0.0.1:{grpc_port}"
-        _wait_ready(url, COMPOSING + ENSEMBLES)
-        yield url
+        _wait_ready(peer.url, COMPOSING + ENSEMBLES)
+        yield peer.url
     finally:
-        os.kill(pid, 15)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        else:
-            os.kill(pid, 9)
+        peer.stop()
 
 
 def _scenario(url: str) -> tuple[list[object], dict[str, tuple[int, int]]]:

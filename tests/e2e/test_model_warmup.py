@@ -16,8 +16,6 @@ import json
 import os
 import signal
 import struct
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,12 +26,11 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import server_factory, write_python_model
-from tests.server import REPO_ROOT, ServerProcess, free_port, wait_for
+from tests.server import ServerProcess, wait_for
+from tests.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-PEERS_ENV = Path(os.environ.get("PEERS_ENV", REPO_ROOT / ".peers" / "peers.env"))
-RUN_TRITON = REPO_ROOT / "bench" / "peers" / "run-triton.sh"
 
 MODEL = """
 import json
@@ -352,41 +349,14 @@ def test_a_restarted_instance_warms_up_before_it_takes_work(
 @pytest.fixture(scope="module")
 def triton(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """The real Triton (python backend) on the same models in explicit mode, or a skip."""
-    if not PEERS_ENV.exists() or not RUN_TRITON.exists():
-        pytest.skip(
-            "the real Triton is not installed (run: bash bench/peers/install-peers.sh .peers)"
-        )
     work = root / "triton"
     work.mkdir()
-    repo = _repository(work)
-    http, grpc_port, metrics = free_port(), free_port(), free_port()
     log = tmp_path_factory.mktemp("triton") / "triton.log"
-    env = dict(os.environ, PEERS_ENV=str(PEERS_ENV), TRITON_LOG=str(log))
-    started = subprocess.run(
-        ["bash", str(RUN_TRITON), str(repo), str(http), str(grpc_port), str(metrics)]
-        + ["--model-control-mode=explicit"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=180,
-        check=False,
-    )
-    if started.returncode != 0:
-        pytest.skip(f"the real Triton did not start: {started.stderr[-500:]}")
-    pid = int(started.stdout.split()[-1])
+    peer = start_triton(_repository(work), log, "--model-control-mode=explicit")
     try:
-        yield f"127.0.0.1:{grpc_port}", f"127.0.0.1:{http}"
+        yield peer.url, peer.http_url
     finally:
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        else:
-            os.kill(pid, signal.SIGKILL)
+        peer.stop()
 
 
 def test_the_real_triton_warms_up_the_same_way(root: Path, triton: tuple[str, str]) -> None:
