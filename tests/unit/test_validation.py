@@ -194,8 +194,12 @@ def test_unknown_repeated_and_missing_inputs() -> None:
     assert _error(_plain(inputs=(a, InputTensor("C", "FP32", (1,)))))[1] == (
         "unexpected inference input 'C' for model 'plain'"
     )
-    assert _error(_plain(inputs=(a, a)))[1] == (
-        RID + "input 'A' is specified more than once for model 'plain'"
+    assert _error(_plain(inputs=(a, a)))[1] == RID + "input 'A' already exists in request"
+    # core ValidateRequestInputs: the count first, the names as Triton's unordered_map has them
+    b, c = InputTensor("B", "INT32", (3,)), InputTensor("C", "FP32", (1,))
+    assert _error(_plain(inputs=(a, b, c)))[1] == (
+        RID + "expected 2 inputs but got 3 inputs for model 'plain'. Got input(s) "
+        "['B','C','A'], but missing required input(s) ]. Please provide all required input(s)."
     )
     assert _error(_plain(inputs=(a,), raw_inputs=(FP32_2,)))[1] == (
         RID + "expected 2 inputs but got 1 inputs for model 'plain'. Got input(s) ['A'], but "
@@ -216,7 +220,7 @@ def test_unknown_repeated_and_missing_inputs() -> None:
         ),
         (
             InputTensor("A", "FP32", (3,)),
-            "unexpected shape for input 'A' for model 'plain'. Expected [2], got [3].",
+            "unexpected shape for input 'A' for model 'plain'. Expected [2], got [3]. ",
         ),
     ],
 )

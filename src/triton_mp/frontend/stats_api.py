@@ -77,18 +77,28 @@ class StatsApi:
 
         Raises:
             TritonMPError: INVALID_ARG for a bad version string, a model that is not
-                available ("requested model '<m>' is not available"), or a version without
-                a model name.
+                available ("requested model '<m>' is not available"), a version of it that
+                is not ("requested model version is not available for model '<m>'"), or a
+                version without a model name.
             asyncio.CancelledError: the caller went away (the query is forgotten).
         """
         v = -1
         if name:
             try:
-                _, resolved = self._models.resolve(name, version)
+                _, resolved = self._models.resolve(name, "")
             except InvalidRequest:
                 raise
             except TritonMPError:
                 raise InvalidRequest(f"requested model '{name}' is not available") from None
+            if version:
+                try:
+                    _, resolved = self._models.resolve(name, version)
+                except InvalidRequest:
+                    raise
+                except TritonMPError:
+                    raise InvalidRequest(
+                        f"requested model version is not available for model '{name}'"
+                    ) from None
             v = resolved if version else -1
         elif version:
             raise InvalidRequest("model version given without a model name")

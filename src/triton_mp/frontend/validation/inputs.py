@@ -24,6 +24,7 @@ from triton_mp.frontend.client_shm import SystemShmRegistry
 from triton_mp.frontend.model_table import IOSpec, Model
 from triton_mp.frontend.request import InferenceRequest, InputTensor
 from triton_mp.frontend.validation.shared_memory import ShmWindow, shm_window, uses_shm
+from triton_mp.frontend.validation.unordered import iteration_order
 
 TYPED_FIELD = {
     "BOOL": "bool_contents",
@@ -42,7 +43,7 @@ TYPED_FIELD = {
 """Datatype -> the ``InferTensorContents`` field that carries it (FP16/BF16: raw only)."""
 
 _BATCH_NOTE = (
-    " NOTE: Setting a non-zero max_batch_size in the model config requires a batch "
+    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch "
     "dimension to be prepended to each input shape. If you want to specify the full "
     "shape including the batch dim in your input dims config, try setting "
     "max_batch_size to zero. See the model configuration docs for more info on "
@@ -75,7 +76,9 @@ def _dims_match(dims: Sequence[int], shape: Sequence[int]) -> bool:
 
 
 def check_input_names(req: InferenceRequest, model: Model, rid: str) -> None:
-    """Every input is the model's, none is repeated, none required is missing.
+    """No input is repeated, their number is the model's, each is the model's, in
+    Triton's order (``AddOriginalInput``, then ``ValidateRequestInputs``, then
+    ``GetInput``).
 
     Raises:
         InvalidRequest: with Triton's message for the first problem.
@@ -83,19 +86,29 @@ def check_input_names(req: InferenceRequest, model: Model, rid: str) -> None:
     name = model.name
     seen: set[str] = set()
     for t in req.inputs:
-        if t.name not in model.inputs:
-            raise InvalidRequest(f"unexpected inference input '{t.name}' for model '{name}'")
         if t.name in seen:
-            raise InvalidRequest(
-                f"{rid}input '{t.name}' is specified more than once for model '{name}'"
-            )
+            raise InvalidRequest(f"{rid}input '{t.name}' already exists in request")
         seen.add(t.name)
     required = [n for n, s in model.inputs.items() if not s.optional]
+    if not len(required) <= len(req.inputs) <= len(model.inputs):
+        raise InvalidRequest(_count_message(req, model, required, rid))
+    for t in req.inputs:
+        if t.name not in model.inputs:
+            raise InvalidRequest(f"unexpected inference input '{t.name}' for model '{name}'")
     missing = [n for n in required if n not in seen]
-    if not missing:
-        return
-    got = ",".join(f"'{t.name}'" for t in req.inputs)
-    miss = ",".join(f"'{n}'" for n in missing)
+    if missing:
+        # NOTE: stricter than Triton, whose core passes a request with the right number of
+        # inputs but a required one absent on to the backend.
+        raise InvalidRequest(_count_message(req, model, required, rid))
+
+
+def _count_message(req: InferenceRequest, model: Model, required: list[str], rid: str) -> str:
+    """Triton's "expected N inputs but got M inputs ..." (``ValidateRequestInputs``): the
+    names as its unordered map lists them; with none missing its list prints as ``]``."""
+    given = {t.name for t in req.inputs}
+    got = ",".join(f"'{n}'" for n in iteration_order(t.name for t in req.inputs))
+    miss = "[" + ",".join(f"'{n}'" for n in required if n not in given)
+    miss = miss[:-1] + "]" if len(miss) == 1 else miss + "]"
     if len(required) == len(model.inputs):
         head = f"expected {len(model.inputs)} inputs but got {len(req.inputs)} inputs"
     else:
@@ -103,9 +116,9 @@ def check_input_names(req: InferenceRequest, model: Model, rid: str) -> None:
             f"expected number of inputs between {len(required)} and {len(model.inputs)} "
             f"but got {len(req.inputs)} inputs"
         )
-    raise InvalidRequest(
-        f"{rid}{head} for model '{name}'. Got input(s) [{got}], but missing required "
-        f"input(s) [{miss}]. Please provide all required input(s)."
+    return (
+        f"{rid}{head} for model '{model.name}'. Got input(s) [{got}], but missing required "
+        f"input(s) {miss}. Please provide all required input(s)."
     )
 
 
@@ -207,7 +220,7 @@ class _InputReader:
             expected = ([-1] if mbs > 0 else []) + list(spec.dims)
             raise InvalidRequest(
                 f"{rid}unexpected shape for input '{t.name}' for model '{name}'. Expected "
-                f"{fmt_shape(expected)}, got {fmt_shape(shape)}.{_BATCH_NOTE if mbs > 0 else ''}"
+                f"{fmt_shape(expected)}, got {fmt_shape(shape)}. {_BATCH_NOTE if mbs > 0 else ''}"
             )
         return shape
 

@@ -1,0 +1,187 @@
+"""Triton's HTTP statuses and messages for bad requests, side by side: every case runs
+against triton-mp and, where ``.peers/`` has it, the real Triton 2.51 on the same python
+models; both must answer the same HTTP status and the same JSON ``error`` (server
+``http_server.cc``, core ``infer_request.cc`` / ``tritonserver.cc``). Cases marked
+``MAIN_ONLY`` follow upstream main where it changed after 2.51; only triton-mp is held to
+them.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import pytest
+
+from tests.conftest import write_python_model
+from tests.server import RealTriton, ServerProcess, peers_env
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+IDENTITY = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            t = pb_utils.get_input_tensor_by_name(r, "INPUT0")
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", t.as_numpy())]))
+        return out
+"""
+FP32_CONFIG = """
+name: "m"
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] },
+  { name: "INPUT1", data_type: TYPE_FP32, dims: [ 4 ], optional: true }
+]
+output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 4 ] }]
+"""
+BYTES_CONFIG = """
+name: "b"
+backend: "python"
+max_batch_size: 0
+input [{ name: "INPUT0", data_type: TYPE_STRING, dims: [ -1 ] }]
+output [{ name: "OUTPUT0", data_type: TYPE_STRING, dims: [ -1 ] }]
+"""
+M, B = "/v2/models/m/infer", "/v2/models/b/infer"
+RID = "[request id: <id_unknown>] "
+
+
+def fp32(name: str = "INPUT0", **fields: object) -> dict[str, object]:
+    return {"name": name, "datatype": "FP32", "shape": [4], "data": [1, 2, 3, 4], **fields}
+
+
+def text(name: str = "INPUT0") -> dict[str, object]:
+    return {"name": name, "datatype": "BYTES", "shape": [1], "data": ["a"]}
+
+
+class Case(NamedTuple):
+    method: str
+    path: str
+    body: object
+    status: int
+    error: str
+    headers: dict[str, str] = {}
+
+
+CASES: dict[str, Case] = {
+    "one input too many (optional inputs)": Case(
+        "POST",
+        M,
+        {"inputs": [fp32(), fp32("INPUT1"), fp32("EXTRA")]},
+        400,
+        f"{RID}expected number of inputs between 1 and 2 but got 3 inputs for model 'm'. Got "
+        "input(s) ['EXTRA','INPUT1','INPUT0'], but missing required input(s) ]. Please provide "
+        "all required input(s).",
+    ),
+    "one input too many": Case(
+        "POST",
+        B,
+        {"inputs": [text("X1"), text(), text("X2")]},
+        400,
+        f"{RID}expected 1 inputs but got 3 inputs for model 'b'. Got input(s) "
+        "['INPUT0','X2','X1'], but missing required input(s) ]. Please provide all required "
+        "input(s).",
+    ),
+    "too many, the required one absent": Case(
+        "POST",
+        B,
+        {"inputs": [text("X1"), text("X2")]},
+        400,
+        f"{RID}expected 1 inputs but got 2 inputs for model 'b'. Got input(s) ['X2','X1'], "
+        "but missing required input(s) ['INPUT0']. Please provide all required input(s).",
+    ),
+    "an unknown input within the count": Case(
+        "POST",
+        M,
+        {"inputs": [fp32(), fp32("EXTRA")]},
+        400,
+        "unexpected inference input 'EXTRA' for model 'm'",
+    ),
+    "an input twice": Case(
+        "POST",
+        M,
+        {"inputs": [fp32(), fp32()]},
+        400,
+        f"{RID}input 'INPUT0' already exists in request",
+    ),
+    "a shape the config refuses": Case(
+        "POST",
+        M,
+        {"inputs": [fp32(shape=[5], data=[1, 2, 3, 4, 5])]},
+        400,
+        f"{RID}unexpected shape for input 'INPUT0' for model 'm'. Expected [4], got [5]. ",
+    ),
+    "statistics of a version that is not there": Case(
+        "GET",
+        "/v2/models/m/versions/7/stats",
+        b"",
+        400,
+        "requested model version is not available for model 'm'",
+    ),
+}
+MAIN_ONLY: set[str] = set()
+"""Cases where upstream main answers otherwise than Triton 2.51: only triton-mp is held."""
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """HTTP addresses: ``triton-mp`` always, ``triton`` when the real Triton is installed."""
+    repo = tmp_path_factory.mktemp("http_messages") / "repo"
+    write_python_model(repo, "m", FP32_CONFIG, IDENTITY)
+    write_python_model(repo, "b", BYTES_CONFIG, IDENTITY)
+    logs = tmp_path_factory.mktemp("logs")
+    ours = ServerProcess(repo, logs / "ours.log", "--allow-client-shm=true")
+    theirs: RealTriton | None = None
+    try:
+        ours.wait_live()
+        urls = {"triton-mp": ours.http_url}
+        env = peers_env()
+        if env is not None:
+            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}")
+            theirs.wait_live()
+            urls["triton"] = theirs.http_url
+        yield urls
+    finally:
+        ours.stop()
+        if theirs is not None:
+            theirs.stop()
+
+
+def call(url: str, case: Case) -> tuple[int, str]:
+    """The HTTP status and the ``error`` of the JSON body ("" when there is none)."""
+    host, port = url.split(":")
+    body = case.body if isinstance(case.body, bytes) else json.dumps(case.body).encode()
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request(case.method, case.path, body=body, headers=case.headers)
+        r = conn.getresponse()
+        data = r.read()
+    finally:
+        conn.close()
+    try:
+        return r.status, json.loads(data).get("error", "")
+    except (ValueError, AttributeError):
+        return r.status, ""
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_http_requests_get_tritons_status_and_message(
+    servers: dict[str, str], name: str
+) -> None:
+    case = CASES[name]
+    for server, url in servers.items():
+        if server == "triton" and name in MAIN_ONLY:
+            continue
+        assert call(url, case) == (case.status, case.error), server
+
+
+def test_the_server_keeps_serving(servers: dict[str, str]) -> None:
+    ok = Case("POST", M, {"inputs": [fp32()]}, 200, "")
+    for server, url in servers.items():
+        assert call(url, ok) == (200, ""), server
