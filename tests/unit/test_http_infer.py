@@ -83,8 +83,14 @@ def _inp(**kw: Any) -> dict[str, Any]:
 class FakeResult:
     """The part of ticket.InferResult that rendering reads."""
 
-    def __init__(self, outputs: list[tuple[TensorRef, bytes | None]], request_id: str = "") -> None:
+    def __init__(
+        self,
+        outputs: list[tuple[TensorRef, bytes | None]],
+        request_id: str = "",
+        parameters_json: str = "",
+    ) -> None:
         self.model = "m"
+        self.parameters_json = parameters_json
         self.version = 3
         self.request_id = request_id
         self.outputs = tuple(ref for ref, _ in outputs)
@@ -658,3 +664,14 @@ def test_a_sequence_id_above_int64_survives_as_unsigned() -> None:
 def test_json_nested_deeper_than_the_recursion_limit_is_a_bad_request() -> None:
     with pytest.raises(InvalidRequest, match="nested too deeply"):
         decode_json(b"[" * 100_000 + b"]" * 100_000)
+
+
+def test_response_parameters_render_between_model_version_and_outputs() -> None:
+    """http_server.cc FinalizeResponse: id, model_name, model_version, parameters, outputs."""
+    result = FakeResult([(_ref("F", "FP32", (1,), 4), b"\0\0\0\0")], "", '{"k": 1, "b": true}')
+    body, headers = render_infer_response(result, InferPlan(), None)  # type: ignore[arg-type]
+    doc = json.loads(body[: int(headers.get(HEADER_LENGTH, len(body)))])
+    assert list(doc) == ["model_name", "model_version", "parameters", "outputs"]
+    assert doc["parameters"] == {"k": 1, "b": True}
+    plain, _ = render_infer_response(FakeResult([]), InferPlan(), None)  # type: ignore[arg-type]
+    assert "parameters" not in json.loads(plain)

@@ -529,3 +529,18 @@ def test_get_model_dir_is_the_model_files_directory(tmp_path: Path) -> None:
     version_dir = str(model_file.parent.resolve())
     assert module.model_dir == version_dir
     assert pb_utils.get_model_dir() == version_dir
+
+
+def test_parameters_are_checked_as_upstream_checks_them() -> None:
+    """pb_stub.cc PyParametersToJSON: str keys, bool/int/str values, upstream's words."""
+    ok = pb_utils.InferenceResponse([], parameters={"a": True, "b": 3, "c": "x"})
+    assert json.loads(ok.parameters()) == {"a": True, "b": 3, "c": "x"}
+    assert pb_utils.InferenceResponse([]).parameters() == "{}"
+    with pytest.raises(pb_utils.TritonModelException) as e:
+        pb_utils.InferenceResponse([], parameters={"r": 0.5})
+    assert e.value.message() == (
+        "Expect parameters values to have type bool/int/str, found type <class 'float'>"
+    )
+    with pytest.raises(pb_utils.TritonModelException) as e:
+        pb_utils.InferenceRequest(model_name="m", parameters={1: "one"})
+    assert e.value.message() == "Expect parameters keys to have type str, found type <class 'int'>"

@@ -377,3 +377,19 @@ def test_which_sources_need_the_auto_complete_child(
     path = tmp_path / "model.py"
     path.write_text(source)
     assert may_auto_complete(path) is expected
+
+
+def test_response_parameters_travel_with_the_outputs() -> None:
+    """Parameters become ``Outputs.parameters_json``; a JSON string whose values are of
+    another type is refused with upstream's "Unsupported value type on parameters"."""
+    from triton_mp.backends.base import Outputs, response_parameters
+    from triton_mp.backends.python.backend import _parameters_refusal
+
+    outs = Outputs({"A": np.zeros(1)}, '{"k": 1}')
+    assert isinstance(outs, dict)
+    assert response_parameters(outs) == '{"k": 1}'
+    assert response_parameters({"A": np.zeros(1)}) == ""
+    assert _parameters_refusal('{"k": 1, "b": true, "s": "x"}') is None
+    assert _parameters_refusal('{"k": 1.5}') == "Unsupported value type on parameters"
+    assert _parameters_refusal("[1]") is not None
+    assert _parameters_refusal("{") is not None

@@ -97,6 +97,29 @@ class Responded:
 RESPONDED = Responded()
 """The one ``Responded`` value."""
 
+
+class Outputs(dict[str, np.ndarray]):
+    """A request's outputs (name -> array) with the response's parameters: what a backend
+    returns instead of a plain dict when the response carries parameters (the python
+    backend's ``InferenceResponse(parameters=...)``).
+
+    Attributes:
+        parameters_json: the response parameters as a JSON object of str -> bool/int/str
+            (KServe ``ModelInferResponse.parameters``); "" for none.
+    """
+
+    __slots__ = ("parameters_json",)
+
+    def __init__(self, outputs: dict[str, np.ndarray], parameters_json: str = "") -> None:
+        super().__init__(outputs)
+        self.parameters_json = parameters_json
+
+
+def response_parameters(outputs: dict[str, np.ndarray]) -> str:
+    """The response parameters carried by a backend's outputs ("" for a plain dict)."""
+    return outputs.parameters_json if isinstance(outputs, Outputs) else ""
+
+
 Result = dict[str, np.ndarray] | ErrorInfo | Responded
 
 

@@ -41,9 +41,20 @@ class InferResult:
         version: the concrete version that ran.
         request_id: the client's request ``id`` ("" when it sent none).
         outputs: one ``TensorRef`` per returned output, in the order they are returned.
+        parameters_json: the response's parameters (a JSON object of str -> bool/int/str,
+            ``InferResponse.parameters_json``); "" for none.
     """
 
-    __slots__ = ("_block", "_cache", "_pending", "model", "outputs", "request_id", "version")
+    __slots__ = (
+        "_block",
+        "_cache",
+        "_pending",
+        "model",
+        "outputs",
+        "parameters_json",
+        "request_id",
+        "version",
+    )
 
     def __init__(
         self,
@@ -55,8 +66,10 @@ class InferResult:
         block: BlockRef | tuple[BlockRef, ...] | None,
         cache: SegmentCache,
         pending: PendingTable,
+        parameters_json: str = "",
     ) -> None:
         self.model = model
+        self.parameters_json = parameters_json
         self.version = version
         self.request_id = request_id
         self.outputs = outputs
@@ -224,6 +237,7 @@ class Ticket:
             block=response_blocks(answer),
             cache=self._cache,
             pending=self._pending,
+            parameters_json=answer.parameters_json,
         )
         return Response(final=final, version=answer.version, result=result)
 

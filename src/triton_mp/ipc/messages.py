@@ -402,6 +402,10 @@ class InferResponse(msgspec.Struct, frozen=True, kw_only=True, tag="response", a
     """A traced request's events from the scheduler and the worker (the final response)."""
     extra_blocks: tuple[BlockRef, ...] = ()
     """Freed with ``block`` (an ensemble's outputs lie in its steps' blocks)."""
+    parameters_json: str = ""
+    """The response's parameters, a JSON object of str -> bool/int/str (KServe
+    ``ModelInferResponse.parameters``; a python model's ``InferenceResponse(parameters=)``);
+    "" for none."""
 
 
 ToScheduler = (

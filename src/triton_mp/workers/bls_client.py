@@ -331,7 +331,7 @@ class BlsClient:
         finally:
             for block in response_blocks(msg):
                 free_block(self._cache.get(block.segment).buf, block.offset)
-        return pb_utils.InferenceResponse(tensors)
+        return pb_utils.InferenceResponse(tensors, parameters=msg.parameters_json or None)
 
     def close(self) -> None:
         """Nothing to join: the receiver is a daemon thread that ends with the process."""

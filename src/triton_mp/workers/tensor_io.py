@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 import posix_ipc
 
+from triton_mp.backends.base import response_parameters
 from triton_mp.common.datatypes import (
     DataType,
     deserialize_bytes_tensor,
@@ -248,6 +249,7 @@ def write_outputs(
         outputs=tuple(placed[i] for i in range(len(parts))),
         block=block_ref,
         final=final,
+        parameters_json=response_parameters(outputs),
     )
 
 

@@ -60,6 +60,7 @@ import numpy as np
 from triton_mp.backends.base import (
     RESPONDED,
     BackendRequest,
+    Outputs,
     PhaseTimes,
     Responder,
     Result,
@@ -156,6 +157,22 @@ def _error_code(code: int) -> ErrorCode:
 def _client_dims(dims: tuple[int, ...]) -> tuple[int, ...] | None:
     """Config ``dims`` usable as a numpy reshape target (at most one -1), else None."""
     return dims if dims.count(-1) <= 1 else None
+
+
+def _parameters_refusal(parameters_json: str) -> str | None:
+    """Why a response's parameters cannot be sent (None when they can): as upstream's
+    ``InferResponse::Send`` refuses a value that is not a string, integer or boolean
+    ("Unsupported value type on parameters"); a JSON string that is no object is refused
+    too (only our ``parameters=`` JSON-string extension can produce either)."""
+    try:
+        doc = json.loads(parameters_json)
+    except ValueError as e:
+        return f"Unable to parse the response parameters as JSON: {e}"
+    if not isinstance(doc, dict):
+        return "Unable to parse the response parameters: expected a JSON object"
+    if any(not isinstance(v, bool | int | str) for v in doc.values()):
+        return "Unsupported value type on parameters"
+    return None
 
 
 class PythonBackend:
@@ -445,4 +462,10 @@ class PythonBackend:
                         self._origin,
                     )
             outputs[name] = arr
+        parameters = response.parameters()
+        if parameters and parameters != "{}":
+            refusal = _parameters_refusal(parameters)
+            if refusal is not None:
+                return ErrorInfo(ErrorCode.INTERNAL, refusal, self._origin)
+            return Outputs(outputs, parameters)
         return outputs

@@ -27,7 +27,7 @@ message.
 
 Not here yet (later work): ``load_model`` / ``unload_model`` from Python (they raise
 UNSUPPORTED; ``is_model_ready`` answers from the BLS table of served models), request
-rescheduling, sending response parameters to the client, tracing.
+rescheduling.
 
 Tensor data: ``Tensor.as_numpy()`` of an input returns the array the worker gave the backend,
 which for fixed-size types is a view over the frontend's shared-memory arena. As in Triton,
@@ -341,10 +341,31 @@ def _texts(values: Iterable[object], what: str) -> list[str]:
 
 
 def _parameters_json(parameters: Mapping[str, object] | str | None) -> str:
-    """Parameters as Triton hands them to models: a JSON object string ("{}" when none)."""
+    """Parameters as Triton hands them to models: a JSON object string ("{}" when none).
+
+    A dict is checked as upstream's ``PyParametersToJSON`` checks it (pb_stub.cc): keys
+    ``str``, values ``bool``, ``int`` or ``str``. A JSON string (a triton-mp extension,
+    e.g. ``request.parameters()`` passed on) is taken as it is.
+
+    Raises:
+        TritonModelException: a key or a value of another type, with upstream's message
+            ("Expect parameters keys to have type str, found type <class 'int'>").
+    """
     if parameters is None:
         return "{}"
-    return parameters if isinstance(parameters, str) else json.dumps(dict(parameters))
+    if isinstance(parameters, str):
+        return parameters
+    items = dict(parameters)
+    for key, value in items.items():
+        if not isinstance(key, str):
+            raise TritonModelException(
+                f"Expect parameters keys to have type str, found type {type(key)}"
+            )
+        if not isinstance(value, bool | int | str):
+            raise TritonModelException(
+                f"Expect parameters values to have type bool/int/str, found type {type(value)}"
+            )
+    return json.dumps(items)
 
 
 class InferenceRequest:
@@ -725,8 +746,13 @@ class InferenceResponseSender:
 class InferenceResponse:
     """The answer to one request: output tensors, or an error that fails that request.
 
-    ``parameters`` (dict or JSON string) are kept for ``parameters()`` but not sent to the
-    client yet.
+    ``parameters`` (a dict of str -> bool/int/str, or a JSON object string) go to the client
+    as the response's parameters (gRPC ``ModelInferResponse.parameters``, HTTP's
+    ``"parameters"`` object), as in Triton since 24.xx; ``parameters()`` returns them as a
+    JSON string, also on a BLS response, where they are the called model's.
+
+    Raises (from the constructor):
+        TritonModelException: a parameter key or value of another type (upstream's words).
     """
 
     __slots__ = ("_error", "_output_tensors", "_parameters")

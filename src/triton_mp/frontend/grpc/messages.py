@@ -11,6 +11,7 @@ contents are kept by field. ``infer_response`` / ``infer_response_bytes`` write 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -93,6 +94,15 @@ def response_head(result: InferResult) -> pb.ModelInferResponse:
     resp = pb.ModelInferResponse(
         model_name=result.model, model_version=str(result.version), id=result.request_id
     )
+    if result.parameters_json:
+        for key, value in json.loads(result.parameters_json).items():
+            param = resp.parameters[key]
+            if isinstance(value, bool):
+                param.bool_param = value
+            elif isinstance(value, int):
+                param.int64_param = value
+            else:
+                param.string_param = str(value)
     for ref in result.outputs:
         out = resp.outputs.add()
         out.name = ref.name

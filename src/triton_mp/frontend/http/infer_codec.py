@@ -433,6 +433,9 @@ def render_infer_response(
             doc["id"] = result.request_id
         doc["model_name"] = result.model
         doc["model_version"] = str(result.version)
+        if result.parameters_json:
+            # NOTE: after model_version, before outputs, as Triton's FinalizeResponse writes.
+            doc["parameters"] = msgspec.Raw(result.parameters_json.encode())
         doc["outputs"] = outputs
         header = msgspec.json.encode(doc)
         body = b"".join([header, *tail]) if tail else header
