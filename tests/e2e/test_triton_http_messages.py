@@ -136,14 +136,18 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     write_python_model(repo, "m", FP32_CONFIG, IDENTITY)
     write_python_model(repo, "b", BYTES_CONFIG, IDENTITY)
     logs = tmp_path_factory.mktemp("logs")
-    ours = ServerProcess(repo, logs / "ours.log", "--allow-client-shm=true")
+    trace = [
+        f"--trace-config=triton,file={logs / 'trace.json'}",
+        "--trace-config=log-frequency=7",
+    ]
+    ours = ServerProcess(repo, logs / "ours.log", "--allow-client-shm=true", *trace)
     theirs: RealTriton | None = None
     try:
         ours.wait_live()
         urls = {"triton-mp": ours.http_url}
         env = peers_env()
         if env is not None:
-            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}")
+            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}", *trace)
             theirs.wait_live()
             urls["triton"] = theirs.http_url
         yield urls
@@ -185,3 +189,39 @@ def test_the_server_keeps_serving(servers: dict[str, str]) -> None:
     ok = Case("POST", M, {"inputs": [fp32()]}, 200, "")
     for server, url in servers.items():
         assert call(url, ok) == (200, ""), server
+
+
+def _trace_setting(url: str, body: object = None) -> tuple[int, dict[str, object]]:
+    host, port = url.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        if body is None:
+            conn.request("GET", "/v2/trace/setting")
+        else:
+            conn.request("POST", "/v2/trace/setting", body=json.dumps(body).encode())
+        r = conn.getresponse()
+        return r.status, json.loads(r.read())
+    finally:
+        conn.close()
+
+
+def test_trace_settings_triton_lets_through(servers: dict[str, str]) -> None:
+    """Triton (2.51 and main's HandleTrace / SetGlobalTraceArgs) ignores a global
+    ``log-frequency`` and an unknown level, and reads ``log_frequency`` with ``std::stoi``
+    into a uint32 (-5 becomes 4294967291); both servers answer alike."""
+    for server, url in servers.items():
+        status, setting = _trace_setting(url)
+        assert (status, setting["log_frequency"], setting["trace_level"]) == (200, "0", ["OFF"])
+        status, setting = _trace_setting(url, {"trace_level": ["BOGUS"]})
+        assert (status, setting["trace_level"]) == (200, ["OFF"]), server
+        status, setting = _trace_setting(url, {"log_frequency": "-5"})
+        assert (status, setting["log_frequency"]) == (200, "4294967291"), server
+        status, setting = _trace_setting(url, {"log_frequency": "99999999999"})
+        assert (status, setting) == (
+            400,
+            {
+                "error": "Unable to parse 'log_frequency', value is out of range [ 0, "
+                "4294967295 ], got: 99999999999"
+            },
+        ), server
+        assert _trace_setting(url, {"log_frequency": "0"})[0] == 200

@@ -94,6 +94,13 @@ def test_deprecated_flags_map_and_warn_and_lose_to_trace_config() -> None:
     assert any("Overriding deprecated '--trace-rate'" in w for w in warnings)
 
 
+def test_a_mode_setting_without_its_mode_is_ignored_with_a_warning() -> None:
+    # Triton 2.51 and main (SetGlobalTraceArgs) ignore it; tests/e2e/test_triton_http_messages
+    config, warnings = parse("log-frequency=1", "triton,file=/t")
+    assert (config.log_frequency, config.file) == (0, "/t")
+    assert any("'<trace mode>,log-frequency=1'" in w for w in warnings)
+
+
 def test_opentelemetry_settings_and_bsp_environment() -> None:
     config, warnings = parse(
         "mode=opentelemetry",

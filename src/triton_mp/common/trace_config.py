@@ -205,7 +205,7 @@ def _global_settings(
     items: Sequence[tuple[str, str]], old: Mapping[str, object], warn: list[str]
 ) -> dict[str, object]:
     """``--trace-config <setting>=<value>`` (rate, level, mode, count) over the deprecated
-    flags; an unknown global setting is ignored, as Triton ignores it."""
+    flags; an unknown global setting is ignored, as Triton ignores it (with a warning)."""
     out: dict[str, object] = {}
     levels = list(old.get("levels", []))  # type: ignore[call-overload]
     for setting, value in items:
@@ -233,6 +233,14 @@ def _global_settings(
                         "--trace-config!"
                     )
                 out["count"] = parse_int(value, -(2**31), INT32_MAX)
+            else:
+                # NOTE: Triton ignores it without a word; we say so (file and
+                # log-frequency are settings of a trace mode: "triton,log-frequency=1").
+                warn.append(
+                    f"--trace-config {setting}={value} is ignored, as Triton ignores it: "
+                    f"'{setting}' is not a global trace setting (rate, level, count, mode); "
+                    f"give it with its trace mode: '<trace mode>,{setting}={value}'"
+                )
         except ValueError as e:
             raise _bad(setting, str(e)) from None
     level = 0
