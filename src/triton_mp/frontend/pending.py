@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from triton_mp.ipc import BlockRef, SegmentCache, free_block
 from triton_mp.ipc.messages import InferResponse, QueueReply, RequestFailed, StatsReply
-from triton_mp.ipc.tensor_pool import response_blocks
+from triton_mp.ipc.tensor_pool import SharedBlocks
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,8 @@ class PendingTable:
         """Responses waiting for an earlier request of their stream."""
         self._idle = asyncio.Event()
         self._idle.set()
+        self.shared = SharedBlocks()
+        """Blocks several responses of an ensemble request share (``release``)."""
         self.copied_bytes = {"in": 0, "out": 0}
         """Tensor bytes this frontend copied into its arena (``in``) and out of arenas into
         answers (``out``): ``triton_mp_frontend_tensor_bytes_total``. An ensemble's
@@ -130,6 +132,13 @@ class PendingTable:
         for b in block if isinstance(block, tuple) else (block,):
             free_block(self._cache.get(b.segment).buf, b.offset)
 
+    def release(self, msg: InferResponse) -> None:
+        """Free a response's blocks: we are done with it (copied out, failed, dropped).
+        Call once per response; a block it shares with other responses is freed after the
+        last of them and its handoff (``ipc.tensor_pool.SharedBlocks``)."""
+        for b in self.shared.released(msg):
+            free_block(self._cache.get(b.segment).buf, b.offset)
+
     async def wait_idle(self) -> None:
         """Return once no request is pending (at once when none is)."""
         await self._idle.wait()
@@ -142,6 +151,8 @@ class PendingTable:
                 if qfut is not None and not qfut.done():
                     qfut.set_result(msg)
                 continue
+            if msg.handoffs:
+                self.free(tuple(self.shared.arrived(msg)))
             entry = self._requests.get(msg.request_id)
             if entry is not None and entry.streaming:
                 if isinstance(msg, RequestFailed) or msg.final:
@@ -185,7 +196,8 @@ class PendingTable:
         entry = self._pop(msg.request_id)
         if entry is None:
             # NOTE: an answer for a request already failed (e.g. worker restart race).
-            self.free(response_blocks(msg) if isinstance(msg, InferResponse) else None)
+            if isinstance(msg, InferResponse):
+                self.release(msg)
             return
         self.free(entry.block)
         self._hand(entry.sink, msg)
@@ -196,4 +208,4 @@ class PendingTable:
         except Exception:  # noqa: BLE001 - one request's fault must not stop delivery
             log.exception("delivering an answer of request %d failed", msg.request_id)
             if isinstance(msg, InferResponse):
-                self.free(response_blocks(msg))
+                self.release(msg)

@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.frontend.pending import Answer, PendingTable
 from triton_mp.frontend.tracer import Trace
-from triton_mp.ipc import BlockRef, SegmentCache, TensorRef
+from triton_mp.ipc import SegmentCache, TensorRef
 from triton_mp.ipc.messages import InferResponse, RequestFailed
-from triton_mp.ipc.tensor_pool import response_blocks
 
 
 class InferResult:
@@ -46,7 +45,7 @@ class InferResult:
     """
 
     __slots__ = (
-        "_block",
+        "_answer",
         "_cache",
         "_pending",
         "model",
@@ -63,7 +62,7 @@ class InferResult:
         version: int,
         request_id: str,
         outputs: tuple[TensorRef, ...],
-        block: BlockRef | tuple[BlockRef, ...] | None,
+        answer: InferResponse | None,
         cache: SegmentCache,
         pending: PendingTable,
         parameters_json: str = "",
@@ -73,7 +72,7 @@ class InferResult:
         self.version = version
         self.request_id = request_id
         self.outputs = outputs
-        self._block = block
+        self._answer = answer
         self._cache = cache
         self._pending = pending
 
@@ -94,9 +93,11 @@ class InferResult:
         return self._cache.get(ref.segment).buf[ref.offset : ref.offset + ref.nbytes]
 
     def release(self) -> None:
-        """Free the worker's output block(s) (views taken before become invalid)."""
-        block, self._block = self._block, None
-        self._pending.free(block)
+        """Free the worker's output block(s) (views taken before become invalid); a block
+        sibling responses share is freed after the last of them (``PendingTable.release``)."""
+        answer, self._answer = self._answer, None
+        if answer is not None:
+            self._pending.release(answer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +193,7 @@ class Ticket:
         """The pending table's sink: keep one answer for the iterator (loop thread)."""
         if self._closed:
             if isinstance(answer, InferResponse):
-                self._pending.free(response_blocks(answer))
+                self._pending.release(answer)
             return
         response = self._response(answer)
         if self.trace is not None:
@@ -223,18 +224,18 @@ class Ticket:
             return Response(final=True, version=self.version, error=error)
         final = answer.final or not self.decoupled
         if answer.error is not None:
-            self._pending.free(response_blocks(answer))
+            self._pending.release(answer)
             error = TritonMPError(answer.error.message, answer.error.code)
             return Response(final=final, version=answer.version, error=error)
         if answer.empty and self.decoupled:
-            self._pending.free(response_blocks(answer))
+            self._pending.release(answer)
             return Response(final=final, version=answer.version)
         result = InferResult(
             model=self.model,
             version=answer.version,
             request_id=self.client_id,
             outputs=answer.outputs,
-            block=response_blocks(answer),
+            answer=answer,
             cache=self._cache,
             pending=self._pending,
             parameters_json=answer.parameters_json,

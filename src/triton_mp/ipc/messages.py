@@ -381,6 +381,15 @@ class BlsInboxUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="bls_inbox",
     remove_rings: tuple[str, ...] = ()
 
 
+class Handoff(msgspec.Struct, frozen=True, array_like=True):
+    """A shared block (``InferResponse.shared_blocks``) now belongs to the requester: it frees
+    the block once it has released ``uses`` responses naming it in ``shared_blocks``. It comes
+    with the last of those responses or in a later answer to the same request."""
+
+    block: BlockRef
+    uses: int
+
+
 class InferResponse(msgspec.Struct, frozen=True, kw_only=True, tag="response", array_like=True):
     """An answer for one request (a worker's; an ensemble's from the scheduler): outputs in
     shared memory, or an error. An ordinary model's request gets exactly one, final; a
@@ -406,6 +415,12 @@ class InferResponse(msgspec.Struct, frozen=True, kw_only=True, tag="response", a
     """The response's parameters, a JSON object of str -> bool/int/str (KServe
     ``ModelInferResponse.parameters``; a python model's ``InferenceResponse(parameters=)``);
     "" for none."""
+    shared_blocks: tuple[BlockRef, ...] = ()
+    """Blocks this response's outputs also lie in but does not own alone: an ensemble output
+    written upstream of a decoupled step is in every response that step drives. Releasing
+    the response counts one use of each (``ipc.tensor_pool.SharedBlocks``)."""
+    handoffs: tuple[Handoff, ...] = ()
+    """Shared blocks the requester now owns (see ``Handoff``)."""
 
 
 ToScheduler = (
@@ -452,6 +467,8 @@ class RequestFailed(msgspec.Struct, frozen=True, kw_only=True, tag="failed", arr
 
     request_id: int
     error: ErrorInfo
+    handoffs: tuple[Handoff, ...] = ()
+    """A failed ensemble request's shared blocks used by responses sent before (``Handoff``)."""
 
 
 class StatsReply(msgspec.Struct, frozen=True, kw_only=True, tag="stats_reply", array_like=True):

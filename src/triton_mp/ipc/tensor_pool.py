@@ -1,7 +1,8 @@
 """Tensor arenas: where tensor bytes live, who writes them, who frees them, and when.
 
 Imported by the frontend (input arenas) and the workers (output arenas); the scheduler
-only passes ``BlockRef``/``TensorRef`` descriptors along and never maps an arena.
+passes ``BlockRef``/``TensorRef`` descriptors along and maps workers' arenas only to free
+the blocks of ensemble steps no consumer needs any more.
 
 Ownership rules (the only place they are written down):
 
@@ -9,7 +10,9 @@ Ownership rules (the only place they are written down):
   a frontend owns the arenas that hold request inputs, a worker owns the arenas that hold
   response outputs. Only the owner allocates, and only the owner unlinks.
 - An allocation is one *block* holding all tensors of one request (inputs) or of one
-  response (outputs). A block has exactly one reader besides the owner.
+  response (outputs). A block has exactly one reader besides the owner, except an
+  ensemble's: the steps reading it and the responses naming it (counted by the scheduler,
+  then by the requester: ``SharedBlocks``).
 - A block is freed by writing ``FREE`` into its header, by whichever single process is
   done with it last: the frontend frees its own input blocks when the response (or an
   error) for that request arrives, since by then the worker has finished reading; the
@@ -34,7 +37,7 @@ import struct
 from collections.abc import Iterator
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.ipc.messages import BlockRef, InferResponse
+from triton_mp.ipc.messages import BlockRef, InferResponse, RequestFailed
 from triton_mp.ipc.shm import Segment
 from triton_mp.ipc.topology import arena_name
 
@@ -194,6 +197,57 @@ def response_blocks(msg: InferResponse) -> tuple[BlockRef, ...]:
     """Every output block of a response, ``block`` first (an ensemble's response also names
     the blocks of the steps that wrote its outputs): its reader frees them all."""
     return msg.extra_blocks if msg.block is None else (msg.block, *msg.extra_blocks)
+
+
+class SharedBlocks:
+    """A requester's counts of the blocks several responses share (``InferResponse.shared_blocks``).
+
+    An ensemble output written upstream of a decoupled step lies in one block that every
+    response the step drives names, and the scheduler may still hold it for steps to come.
+    So the block has two kinds of holder: the scheduler, until it hands the block over
+    (``Handoff``: "free it after ``uses`` releases"), and each response naming it, until the
+    requester releases that response (copied out, failed, dropped). Responses arrive in the
+    order the scheduler sent them, so every use comes before or with its handoff, but they may
+    be released in any order: whichever of the last release and the handoff comes second
+    frees the block. One per requesting process (a frontend, a BLS client); not thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._released: dict[BlockRef, int] = {}
+        """Shared block -> responses naming it released so far."""
+        self._uses: dict[BlockRef, int] = {}
+        """Handed-over shared block -> responses naming it in all."""
+
+    def arrived(self, msg: InferResponse | RequestFailed) -> list[BlockRef]:
+        """An answer arrived: take its handoffs. Returns the blocks to free now (every
+        response naming them was released already)."""
+        free: list[BlockRef] = []
+        for handoff in msg.handoffs:
+            done = self._released.get(handoff.block, 0)
+            if done >= handoff.uses:
+                self._released.pop(handoff.block, None)
+                free.append(handoff.block)
+            else:
+                self._uses[handoff.block] = handoff.uses
+        return free
+
+    def released(self, msg: InferResponse) -> list[BlockRef]:
+        """The requester is done with a response (``arrived`` first): its own blocks, and the
+        shared ones this was the last use of, to free now."""
+        free = list(response_blocks(msg))
+        for block in msg.shared_blocks:
+            done = self._released.get(block, 0) + 1
+            if done >= self._uses.get(block, done + 1):
+                self._released.pop(block, None)
+                del self._uses[block]
+                free.append(block)
+            else:
+                self._released[block] = done
+        return free
+
+    def pending(self) -> int:
+        """Shared blocks not freed yet (tests)."""
+        return len(self._released.keys() | self._uses.keys())
 
 
 def free_block(buf: object, block_offset: int) -> None:

@@ -13,8 +13,10 @@ steps' answers and turns its actions into messages:
   ``composing_request`` is the one place such a request is made (a tracing hook).
 - ``Release``: the scheduler frees a worker's output block (``outbox.Free``).
 - ``Complete``: an ``InferResponse`` to the requester whose outputs point into the steps'
-  blocks (``InferResponse.blocks``: the requester frees them after copying).
-- ``Fail``: a ``RequestFailed`` ("in ensemble '<name>', ...").
+  blocks (``block`` and ``extra_blocks``: the requester frees them after copying; a block
+  sibling responses share is in ``shared_blocks`` and freed after its ``Handoff``).
+- ``Fail``: a ``RequestFailed`` ("in ensemble '<name>', ..."), with the handoffs of the
+  shared blocks of responses sent before.
 
 Statistics follow Triton (``ensemble_scheduler.cc`` ``RequestTracker``): each composing
 request counts on its own model as any request does; the ensemble counts one success (or
@@ -33,8 +35,10 @@ import msgspec
 
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.messages import (
+    BlockRef,
     CancelRequest,
     ChildTrace,
+    Handoff,
     InferRequest,
     InferResponse,
     OutputRegion,
@@ -88,6 +92,11 @@ class _Child:
     stamps: list[tuple[str, int]] | None = None
     """A traced ensemble's step: its trace's timestamps so far (REQUEST_START here, the
     worker's QUEUE_START and COMPUTE_* from its answer, REQUEST_END here); else None."""
+
+
+def _handoffs(pairs: tuple[tuple[object, int], ...]) -> tuple[Handoff, ...]:
+    """The policy's (block, uses) handoffs as messages."""
+    return tuple(Handoff(cast(BlockRef, block), uses) for block, uses in pairs)
 
 
 class Ensembles:
@@ -319,9 +328,14 @@ class Ensembles:
         parent = self._parents[cast(RequestKey, action.request)]
         req = parent.req
         blocks = tuple(action.blocks)
+        handoffs = _handoffs(action.handoffs)
         if not action.outputs:
             msg = InferResponse(
-                request_id=req.request_id, version=req.version, final=action.final, empty=True
+                request_id=req.request_id,
+                version=req.version,
+                final=action.final,
+                empty=True,
+                handoffs=handoffs,
             )
         else:
             wanted = req.outputs or tuple(action.outputs)
@@ -337,6 +351,8 @@ class Ensembles:
                 block=cast(object, blocks[0]) if blocks else None,  # type: ignore[arg-type]
                 extra_blocks=blocks[1:],  # type: ignore[arg-type]
                 final=action.final,
+                shared_blocks=tuple(action.shared),  # type: ignore[arg-type]
+                handoffs=handoffs,
             )
         if action.final and req.trace is not None:
             record = TraceRecord(
@@ -350,7 +366,7 @@ class Ensembles:
 
     def _fail(self, action: Fail, now_ns: int) -> None:
         parent = self._parents[cast(RequestKey, action.request)]
-        self._out.end(parent.req, action.code, action.message)
+        self._out.end(parent.req, action.code, action.message, _handoffs(action.handoffs))
         self._end(parent, now_ns, failed=True)
 
     def _end(self, parent: _Parent, now_ns: int, failed: bool) -> None:

@@ -21,6 +21,7 @@ from triton_mp.ipc.messages import (
     BlockRef,
     CancelRequest,
     ErrorInfo,
+    Handoff,
     InferRequest,
     InferResponse,
     InstanceWiring,
@@ -128,11 +129,15 @@ class Outbox:
         """Close a removed instance's channels."""
         self._items.append(Detach(instance_id))
 
-    def end(self, req: InferRequest, code: ErrorCode, message: str) -> None:
+    def end(
+        self, req: InferRequest, code: ErrorCode, message: str, handoffs: tuple[Handoff, ...] = ()
+    ) -> None:
         """End a request with an error (``RequestFailed`` from the scheduler) without
-        counting it: its failure was counted already (an open decoupled request)."""
+        counting it: its failure was counted already (an open decoupled request, an
+        ensemble request, whose ``handoffs`` go with it)."""
         error = ErrorInfo(code=code, message=message, origin="scheduler")
-        self.reply(req.reply_to, RequestFailed(request_id=req.request_id, error=error))
+        failed = RequestFailed(request_id=req.request_id, error=error, handoffs=handoffs)
+        self.reply(req.reply_to, failed)
 
     def fail(
         self, req: InferRequest, code: ErrorCode, message: str, now_ns: int, reason: str = "OTHER"

@@ -57,7 +57,7 @@ from triton_mp.ipc.messages import (
     TraceContext,
 )
 from triton_mp.ipc.specs import BlsModel, BlsSpec
-from triton_mp.ipc.tensor_pool import response_blocks
+from triton_mp.ipc.tensor_pool import SharedBlocks
 from triton_mp.workers.tensor_io import free_own_block, view_tensor, wire_tensor, write_block
 
 log = logging.getLogger(__name__)
@@ -101,6 +101,8 @@ class BlsClient:
         self._own = own_model
         self._arena = arena
         self._cache = cache
+        self._shared = SharedBlocks()
+        """Shared blocks of ensemble responses (the receive thread's only)."""
         self._send = send_scheduler
         self._lock = lock
         self._ids = itertools.count(1)
@@ -281,9 +283,13 @@ class BlsClient:
                 free_own_block(self._arena, entry[1])
             if self._traces and msg.request_id in self._traces:
                 self._trace_answer(msg, final)
+        for block in self._shared.arrived(msg):
+            free_block(self._cache.get(block.segment).buf, block.offset)
         if isinstance(msg, RequestFailed) or msg.error is not None:
             assert msg.error is not None
             response = _error_response(msg.error.message, int(msg.error.code))
+            if isinstance(msg, InferResponse):
+                self._release(msg)
         else:
             response = self._read_outputs(msg)
         if entry is None:
@@ -329,9 +335,14 @@ class BlsClient:
                     arr = arr.copy()
                 tensors.append(pb_utils.Tensor(ref.name, arr))
         finally:
-            for block in response_blocks(msg):
-                free_block(self._cache.get(block.segment).buf, block.offset)
+            self._release(msg)
         return pb_utils.InferenceResponse(tensors, parameters=msg.parameters_json or None)
+
+    def _release(self, msg: InferResponse) -> None:
+        """Free a response's blocks (receive thread); a block sibling responses of an
+        ensemble share is freed after the last of them (``ipc.tensor_pool.SharedBlocks``)."""
+        for block in self._shared.released(msg):
+            free_block(self._cache.get(block.segment).buf, block.offset)
 
     def close(self) -> None:
         """Nothing to join: the receiver is a daemon thread that ends with the process."""

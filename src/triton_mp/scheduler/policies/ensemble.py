@@ -21,6 +21,13 @@ when its count falls to zero. A decoupled step's every response forks the contex
 per-response iteration): the child copies the parent's tensors (and holds their blocks
 again for its own consumers), so each response drives the downstream steps once.
 
+A response's block no one else holds goes with it (``Complete.blocks``). One still held
+when a response names it (an ensemble output written upstream of a decoupled step: each
+sibling response names it) is *shared*: the responses name it in ``Complete.shared`` and,
+when the last hold ends, a ``handoff`` (block, responses that named it) tells the requester
+to free it once it has released that many (``ipc.tensor_pool.SharedBlocks``). So a block
+is freed by exactly one party, after everyone is done with it.
+
 ``max_inflight_requests`` bounds the composing requests in flight per step over all the
 ensemble's requests; a step over the bound waits in that step's FIFO (back-pressure; nothing
 is dropped). Pure: no ipc, no clock (``tests/unit/test_layering.py``).
@@ -77,22 +84,34 @@ class Release:
 
 @dataclass(frozen=True, slots=True)
 class Complete:
-    """One response of an ensemble request: ensemble output name -> value; the blocks
-    holding them now belong to the requester."""
+    """One response of an ensemble request: ensemble output name -> value.
+
+    Attributes:
+        blocks: blocks holding its outputs that now belong to it alone (the requester frees
+            them when it releases this response).
+        shared: blocks holding its outputs that other holders share (a decoupled step's
+            sibling responses, steps still to run); releasing this response is one use.
+        handoffs: (shared block, uses in all): blocks the requester now owns, to free once
+            it has released that many responses naming them in ``shared``.
+    """
 
     request: Hashable
     outputs: dict[str, Any]
     blocks: tuple[Hashable, ...]
     final: bool
+    shared: tuple[Hashable, ...] = ()
+    handoffs: tuple[tuple[Hashable, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Fail:
-    """The ensemble request failed (message already prefixed)."""
+    """The ensemble request failed (message already prefixed); ``handoffs`` as in
+    ``Complete`` (shared blocks of responses it sent before)."""
 
     request: Hashable
     code: ErrorCode
     message: str
+    handoffs: tuple[tuple[Hashable, int], ...] = ()
 
 
 Action = Call | Release | Complete | Fail
@@ -122,6 +141,8 @@ class _Request:
     error: tuple[ErrorCode, str] | None = None
     responses: int = 0
     ended: bool = False
+    handoffs: list[tuple[Hashable, int]] = field(default_factory=list)
+    """Shared blocks no step holds any more, not yet handed to the requester."""
 
 
 class EnsembleScheduler:
@@ -156,6 +177,8 @@ class EnsembleScheduler:
         self._requests: dict[Hashable, _Request] = {}
         self._calls: dict[int, tuple[_Request, _Context, int]] = {}
         self._refs: dict[Hashable, int] = {}
+        self._shared: dict[Hashable, tuple[_Request, int]] = {}
+        """Block named by responses while still held -> (its request, responses naming it)."""
         self._next_call = 1
         self.step_inflight = [0] * len(self.steps)
         """Composing requests in flight per step (``triton-mp stat``)."""
@@ -241,7 +264,7 @@ class EnsembleScheduler:
 
     def live_blocks(self) -> int:
         """Blocks held (tests: zero once every request ended)."""
-        return len(self._refs)
+        return len(self._refs) + len(self._shared)
 
     def waiting(self) -> list[int]:
         """Per step, calls held back by ``max_inflight_requests``."""
@@ -267,11 +290,17 @@ class EnsembleScheduler:
         if block is None:
             return
         left = self._refs.get(block, 0) - n
-        if left <= 0:
-            self._refs.pop(block, None)
+        if left > 0:
+            self._refs[block] = left
+            return
+        self._refs.pop(block, None)
+        shared = self._shared.pop(block, None)
+        if shared is None:
             self._out.append(Release(block))
         else:
-            self._refs[block] = left
+            # NOTE: responses sent before still name it: the requester frees it after them.
+            req, uses = shared
+            req.handoffs.append((block, uses))
 
     def _fork(self, req: _Request, parent: _Context, index: int) -> _Context:
         """A decoupled step's response: a child context in which step ``index`` is done."""
@@ -332,23 +361,40 @@ class EnsembleScheduler:
             return
         if req.error is None and not ctx.sent and all(t in ctx.values for t in self.outputs):
             ctx.sent = True
-            outputs = {t: ctx.values[t][0] for t in self.outputs}
-            blocks: list[Hashable] = []
-            for t in self.outputs:
-                block = ctx.values[t][1]
-                if block is None:
-                    continue
-                left = self._refs.get(block, 0) - 1
-                if left <= 0:
-                    self._refs.pop(block, None)
-                    if block not in blocks:
-                        blocks.append(block)
-                else:
-                    self._refs[block] = left
-            req.responses += 1
-            self._out.append(Complete(req.key, outputs, tuple(blocks), final=False))
+            self._out.append(self._response(req, ctx))
         self._let_go(ctx)
         req.contexts.remove(ctx)
+
+    def _response(self, req: _Request, ctx: _Context) -> Complete:
+        """The response of a context's complete output set. Each output's hold ends; a block
+        no one else holds or named goes with the response, one still held (or named by
+        responses before) is shared, and the last holder's end is its handoff."""
+        outputs = {t: ctx.values[t][0] for t in self.outputs}
+        used: list[Hashable] = []
+        for t in self.outputs:
+            block = ctx.values[t][1]
+            if block is not None:
+                self._refs[block] = self._refs.get(block, 0) - 1
+                if block not in used:
+                    used.append(block)
+        blocks: list[Hashable] = []
+        shared: list[Hashable] = []
+        for block in used:
+            _, uses = self._shared.get(block, (req, 0))
+            if self._refs[block] > 0:
+                self._shared[block] = (req, uses + 1)
+                shared.append(block)
+                continue
+            del self._refs[block]
+            if uses:
+                del self._shared[block]
+                shared.append(block)
+                req.handoffs.append((block, uses + 1))
+            else:
+                blocks.append(block)
+        handoffs, req.handoffs = tuple(req.handoffs), []
+        req.responses += 1
+        return Complete(req.key, outputs, tuple(blocks), False, tuple(shared), handoffs)
 
     def _let_go(self, ctx: _Context) -> None:
         """Drop the holds of consumers that will never run in ``ctx`` (and of outputs not
@@ -367,8 +413,8 @@ class EnsembleScheduler:
         del self._requests[req.key]
         if req.error is not None:
             code, message = req.error
-            self._drop_completes(req)
-            self._out.append(Fail(req.key, code, f"in ensemble '{self.name}', {message}"))
+            handoffs = self._drop_completes(req)
+            self._out.append(Fail(req.key, code, f"in ensemble '{self.name}', {message}", handoffs))
             return
         if req.responses == 0 and not self.decoupled:
             self._out.append(
@@ -384,22 +430,51 @@ class EnsembleScheduler:
 
     def _mark_final(self, req: _Request) -> None:
         """The last response of the request carries the final flag (or a bare final)."""
+        # NOTE: handoffs made since its last response (the holds of contexts that sent
+        # nothing) go with the final one: every response naming them comes before.
+        late, req.handoffs = tuple(req.handoffs), []
         for i in range(len(self._out) - 1, -1, -1):
             action = self._out[i]
             if isinstance(action, Complete) and action.request == req.key:
-                self._out[i] = Complete(action.request, action.outputs, action.blocks, True)
+                self._out[i] = Complete(
+                    action.request,
+                    action.outputs,
+                    action.blocks,
+                    True,
+                    action.shared,
+                    action.handoffs + late,
+                )
                 return
-        self._out.append(Complete(req.key, {}, (), final=True))
+        self._out.append(Complete(req.key, {}, (), True, (), late))
 
-    def _drop_completes(self, req: _Request) -> None:
-        """A failed request hands out no outputs decided in the same step: free them."""
+    def _drop_completes(self, req: _Request) -> tuple[tuple[Hashable, int], ...]:
+        """A failed request hands out no outputs decided in the same step: free them.
+
+        Returns:
+            The handoffs the failure carries: shared blocks still named by responses sent
+            before (blocks named only by the dropped responses are released).
+        """
         keep: list[Action] = []
+        dropped: dict[Hashable, int] = {}
+        handoffs = list(req.handoffs)
+        req.handoffs = []
         for action in self._out:
             if isinstance(action, Complete) and action.request == req.key:
                 keep.extend(Release(b) for b in action.blocks)
+                for block in action.shared:
+                    dropped[block] = dropped.get(block, 0) + 1
+                handoffs.extend(action.handoffs)
             else:
                 keep.append(action)
         self._out = keep
+        carried: list[tuple[Hashable, int]] = []
+        for block, uses in handoffs:
+            sent = uses - dropped.get(block, 0)
+            if sent > 0:
+                carried.append((block, sent))
+            else:
+                self._out.append(Release(block))
+        return tuple(carried)
 
     # --------------------------------------------------- the Policy protocol
     # NOTE: an ensemble has no instances and no queue: the core hands its requests to
