@@ -8,11 +8,18 @@
   slowly (gRPC flow control holds the later responses in the frontend, their bytes still in
   the block) while other requests run ``split_py`` and reuse its arena: a block freed too
   early is overwritten, and every byte of every response is checked.
+- ``chain_ens``: ``double_py`` twice; the scheduler frees the first step's block (no
+  response names it), so it maps ``double_py``'s arena. A worker killed with SIGKILL is
+  restarted; the scheduler unmaps the dead process's arena (the supervisor unlinked it; a
+  mapping would keep its pages) and the ensemble answers through the new process.
 """
 
 from __future__ import annotations
 
+import os
 import queue
+import re
+import signal
 import textwrap
 import threading
 import time
@@ -23,7 +30,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.server import ServerProcess
+from tests.server import ServerProcess, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -41,6 +48,12 @@ CONFIGS = {
           {{ name: "OUTA" data_type: TYPE_FP32 {VAR} }},
           {{ name: "MID" data_type: TYPE_FP32 {VAR} }}
         ]
+    """,
+    "double_py": f"""
+        backend: "python"
+        max_batch_size: 0
+        input [ {{ name: "IN" data_type: TYPE_FP32 {VAR} }} ]
+        output [ {{ name: "OUT" data_type: TYPE_FP32 {VAR} }} ]
     """,
     "repeat_py": f"""
         backend: "python"
@@ -66,6 +79,19 @@ SOURCES = {
                         pb_utils.Tensor("MID", x.astype(np.float32)),
                     ]))
                 return responses
+    """,
+    "double_py": """
+        import numpy as np
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                return [
+                    pb_utils.InferenceResponse([pb_utils.Tensor(
+                        "OUT", (2 * pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())
+                        .astype(np.float32))])
+                    for r in requests
+                ]
     """,
     "repeat_py": """
         import numpy as np
@@ -113,14 +139,41 @@ FORK_ENS = f"""
 """
 
 
+CHAIN_ENS = f"""
+    name: "chain_ens"
+    platform: "ensemble"
+    max_batch_size: 0
+    input [ {{ name: "INPUT0" data_type: TYPE_FP32 {VAR} }} ]
+    output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 {VAR} }} ]
+    ensemble_scheduling {{
+      step [
+        {{
+          model_name: "double_py"
+          model_version: -1
+          input_map {{ key: "IN" value: "INPUT0" }}
+          output_map {{ key: "OUT" value: "twice" }}
+        }},
+        {{
+          model_name: "double_py"
+          model_version: -1
+          input_map {{ key: "IN" value: "twice" }}
+          output_map {{ key: "OUT" value: "OUTPUT0" }}
+        }}
+      ]
+    }}
+"""
+ENSEMBLES = {"fork_ens": FORK_ENS, "chain_ens": CHAIN_ENS}
+
+
 def write_repo(repo: Path) -> None:
-    """``split_py``, ``repeat_py`` and ``fork_ens`` (see the module docstring)."""
+    """The models and ensembles of the module docstring."""
     for name, config in CONFIGS.items():
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "config.pbtxt").write_text(textwrap.dedent(config))
         (repo / name / "1" / "model.py").write_text(textwrap.dedent(SOURCES[name]))
-    (repo / "fork_ens" / "1").mkdir(parents=True)
-    (repo / "fork_ens" / "config.pbtxt").write_text(textwrap.dedent(FORK_ENS))
+    for name, config in ENSEMBLES.items():
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(textwrap.dedent(config))
 
 
 @pytest.fixture
@@ -130,7 +183,7 @@ def server(tmp_path: Path, start_server: Callable[..., ServerProcess]) -> Server
     srv = start_server(repo)
     client = srv.client()
     try:
-        for name in ("split_py", "repeat_py", "fork_ens"):
+        for name in (*CONFIGS, *ENSEMBLES):
             assert client.is_model_ready(name), srv.log()
     finally:
         client.close()
@@ -209,3 +262,40 @@ def test_every_forked_response_keeps_the_upstream_output_it_shares(
         bs = sorted(answers, key=lambda ab: float(ab[1][1] / max(x[1], 1)))
         for k, (_, b) in enumerate(bs, start=1):
             np.testing.assert_array_equal(b, k * x)
+
+
+def _pids(server: ServerProcess, role: str) -> list[int]:
+    """Pids of the processes the supervisor logged as started for ``role``, oldest first."""
+    return [int(p) for p in re.findall(rf"started {role} \(pid (\d+)\)", server.log())]
+
+
+def _mapped_arenas(pid: int, marker: str) -> set[str]:
+    """The shared-memory files mapped into ``pid`` whose names contain ``marker`` (an
+    unlinked one reads ``/dev/shm/<name> (deleted)``)."""
+    with open(f"/proc/{pid}/maps") as maps:
+        fields = [line.split(maxsplit=5) for line in maps]
+    return {f[5].strip() for f in fields if len(f) == 6 and "/dev/shm/" in f[5] and marker in f[5]}
+
+
+def test_the_scheduler_unmaps_a_killed_worker_s_arena_and_the_ensemble_still_answers(
+    server: ServerProcess,
+) -> None:
+    x = np.arange(N, dtype=np.float32)
+    client = server.client()
+    try:
+        out = client.infer("chain_ens", _input("INPUT0", x)).as_numpy("OUTPUT0")
+        np.testing.assert_array_equal(out, 4 * x)
+        (scheduler,) = _pids(server, "scheduler scheduler")
+        (old,) = _pids(server, r"worker double_py_0")
+        old_arenas = _mapped_arenas(scheduler, f"p{old}_a")
+        assert old_arenas, "the scheduler should map double_py's arena to free step blocks"
+        os.kill(old, signal.SIGKILL)
+        wait_for(lambda: len(_pids(server, r"worker double_py_0")) == 2, 60, "a restart")
+        wait_for(lambda: client.is_model_ready("chain_ens"), 60, "chain_ens ready again")
+        new = _pids(server, r"worker double_py_0")[-1]
+        out = client.infer("chain_ens", _input("INPUT0", x + 1)).as_numpy("OUTPUT0")
+        np.testing.assert_array_equal(out, 4 * (x + 1))
+        assert _mapped_arenas(scheduler, f"p{old}_a") == set(), "a dead arena is still mapped"
+        assert _mapped_arenas(scheduler, f"p{new}_a"), "the new process's arena is in use"
+    finally:
+        client.close()

@@ -34,6 +34,7 @@ from triton_mp.scheduler.outbox import (
     Outbound,
     Reply,
     ToInstance,
+    Unmap,
 )
 
 US = 1000
@@ -118,7 +119,7 @@ class Harness:
         elif isinstance(item, Free):
             self.freed.append(item.block)
         else:
-            assert isinstance(item, Attach | Detach)
+            assert isinstance(item, Attach | Detach | Unmap)
             self.wiring.append(item)
 
     def deliver(self, items: list[Outbound]) -> None:

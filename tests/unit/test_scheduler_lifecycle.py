@@ -31,7 +31,7 @@ from triton_mp.ipc.specs import BatchingSpec, ModelVersionSpec, SequenceSpec
 from triton_mp.scheduler.core import SchedulerCore, deliver
 from triton_mp.scheduler.instances import Health, InstanceState
 from triton_mp.scheduler.lifecycle import STOPPING_MESSAGE
-from triton_mp.scheduler.outbox import Attach, Detach, Reply
+from triton_mp.scheduler.outbox import Attach, Detach, Reply, Unmap
 from triton_mp.scheduler.policies.default import DefaultScheduler
 from triton_mp.scheduler.policies.dynamic import DynamicBatcher
 from triton_mp.scheduler.policies.sequence import SequenceBatcher
@@ -242,3 +242,18 @@ def test_a_spec_gets_the_policy_of_its_scheduling_choice(
 ) -> None:
     spec = msgspec.structs.replace(model_spec("m", (0,)), batching=batching, sequence=sequence)
     assert type(make_policy(spec)) is policy
+
+
+def test_a_dead_or_removed_worker_s_arenas_are_unmapped_in_the_scheduler(h: Harness) -> None:
+    """The scheduler attaches workers' arenas to free ensemble steps' blocks; the supervisor
+    names a dead process's (and a removed instance's) arenas so the mapping goes too."""
+    _load(h, V1)
+    h.handle(WorkerDied(instance_id=10, exitcode=-9, segments="/x_w10p123_"))
+    assert [w for w in h.wiring if isinstance(w, Unmap)] == [Unmap("/x_w10p123_")]
+    h.handle(WorkerDied(instance_id=11, exitcode=-9))  # a supervisor that names none
+    assert len([w for w in h.wiring if isinstance(w, Unmap)]) == 1
+    h.handle(InstancesRetired(instance_ids=(10, 11)))
+    h.dispatch()
+    h.handle(InstancesRemoved(instance_ids=(10, 11), segments=("/x_w10p", "/x_w11p")))
+    unmapped = [w.prefix for w in h.wiring if isinstance(w, Unmap)]
+    assert unmapped == ["/x_w10p123_", "/x_w10p", "/x_w11p"]

@@ -126,6 +126,11 @@ def test_an_instances_objects_include_its_bls_rings_both_ways_and_its_arenas() -
         metric_board_name(process, 2).lstrip("/"),
     ]
     assert TOP.of_worker_process(entries, 3, 78) == []
+    prefix = TOP.worker_process_segments(3, 77)
+    assert arena_name(process, 4).startswith(prefix)
+    assert metric_board_name(process, 2).startswith(prefix)
+    other = process_arena_prefix(TOP.worker_arenas(3), 771)  # pid 771 is not pid 77
+    assert not arena_name(other, 0).startswith(prefix)
 
 
 def test_clients_may_not_map_the_servers_own_objects() -> None:

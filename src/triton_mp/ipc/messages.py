@@ -276,6 +276,9 @@ class WorkerDied(msgspec.Struct, frozen=True, kw_only=True, tag="worker_died", a
     reason: str = ""
     """Why, when the supervisor knows more than the exit code (e.g. it killed the worker
     because it stopped sending heartbeats); empty otherwise."""
+    segments: str = ""
+    """What the names of the dead process's arenas start with
+    (``Topology.worker_process_segments``): the scheduler unmaps those it attached."""
 
 
 class Shutdown(msgspec.Struct, frozen=True, tag="shutdown", array_like=True):
@@ -352,6 +355,9 @@ class InstancesRemoved(
     """These instances' processes are gone for good: detach their rings, forget them."""
 
     instance_ids: tuple[int, ...]
+    segments: tuple[str, ...] = ()
+    """What the names of their processes' arenas start with (``Topology.worker_segments``):
+    the scheduler unmaps those it attached."""
 
 
 class BlsWorkerUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="bls_worker", array_like=True):

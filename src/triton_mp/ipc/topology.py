@@ -238,6 +238,11 @@ class Topology:
         """What the names of every arena of an instance's processes start with."""
         return self.worker_arenas(instance) + _PROCESS_MARK
 
+    def worker_process_segments(self, instance: int, pid: int) -> str:
+        """What the names of every arena and metric board of one worker process start with
+        (``_a<i>`` and ``_cm<g>`` follow)."""
+        return process_arena_prefix(self.worker_arenas(instance), pid) + "_"
+
     def bls_wakeup(self, client: int) -> str:
         """A BLS client's inbox semaphore."""
         return self.name(Kind.BLS_WAKEUP, client=client)

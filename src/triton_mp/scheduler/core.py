@@ -278,6 +278,9 @@ class SchedulerCore:
             self.limiter.forget(msg.instance_id)
             self._held.pop(msg.instance_id, None)
         self.lifecycle.on_died(msg, now_ns)
+        if msg.segments:
+            # NOTE: the supervisor unlinked them; our mapping alone would keep the pages.
+            self._out.unmap(msg.segments)
 
     def _on_removed(self, msg: InstancesRemoved, now_ns: int) -> None:
         if self.limiter is not None:
@@ -285,6 +288,8 @@ class SchedulerCore:
                 self.limiter.remove(iid)
                 self._held.pop(iid, None)
         self.lifecycle.on_removed(msg, now_ns)
+        for prefix in msg.segments:
+            self._out.unmap(prefix)
 
     def _release(self, instance_id: int, now_ns: int) -> None:
         """An instance's batch ended: its resources are free. They are granted at the end

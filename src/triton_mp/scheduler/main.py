@@ -36,6 +36,7 @@ from triton_mp.scheduler.outbox import (
     Outbound,
     Reply,
     ToInstance,
+    Unmap,
 )
 from triton_mp.scheduler.rate_limiter import RateLimiter
 
@@ -90,6 +91,8 @@ class Router:
             self._attach(item.wiring)
         elif isinstance(item, Detach):
             self._detach(item.instance_id)
+        elif isinstance(item, Unmap):
+            self._arenas.drop(item.prefix)
 
     def _free(self, item: Free) -> None:
         try:

@@ -75,7 +75,14 @@ class Free(NamedTuple):
     block: BlockRef
 
 
-Outbound = ToInstance | Reply | Broadcast | Attach | Detach | Free
+class Unmap(NamedTuple):
+    """Unmap the attached arenas whose names start with ``prefix`` (a dead worker
+    process's, or a removed instance's): nothing frees a block in them any more."""
+
+    prefix: str
+
+
+Outbound = ToInstance | Reply | Broadcast | Attach | Detach | Free | Unmap
 
 
 class Outbox:
@@ -116,6 +123,10 @@ class Outbox:
     def free(self, block: BlockRef) -> None:
         """Free a worker's output block."""
         self._items.append(Free(block))
+
+    def unmap(self, prefix: str) -> None:
+        """Unmap a gone worker's arenas (``Unmap``)."""
+        self._items.append(Unmap(prefix))
 
     def broadcast(self, msg: ModelAvailability) -> None:
         """Send ``msg`` to every frontend."""

@@ -311,14 +311,15 @@ class Instances:
             return
         ids = tuple(c.instance_id for c in children)
         self._unwire_bls(ids)
-        self._send(InstancesRemoved(instance_ids=ids))
+        segments = tuple(self._top.worker_segments(i) for i in ids)
+        self._send(InstancesRemoved(instance_ids=ids, segments=segments))
         n_fe = len(self._fe_wakeups)
         self._link.update(
             ModelTableUpdate(
                 remove_rings=tuple(
                     self._top.worker_to_frontend(i, f) for i in ids for f in range(n_fe)
                 ),
-                drop_segments=tuple(self._top.worker_segments(i) for i in ids),
+                drop_segments=segments,
             ),
             ack=True,
         )

@@ -303,7 +303,12 @@ class Supervisor:
         """Free a dead worker process's arenas and tell the scheduler (which fails its
         in-flight requests with UNAVAILABLE)."""
         self.wiring.remove_worker_process(c.instance_id, pid)
-        self.send_scheduler(WorkerDied(instance_id=c.instance_id, exitcode=exitcode, reason=reason))
+        segments = self.topology.worker_process_segments(c.instance_id, pid)
+        self.send_scheduler(
+            WorkerDied(
+                instance_id=c.instance_id, exitcode=exitcode, reason=reason, segments=segments
+            )
+        )
 
     # ------------------------------------------------------------- shutdown
     def _stop_all(self) -> None:
