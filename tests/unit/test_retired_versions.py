@@ -62,3 +62,23 @@ def test_an_unloaded_model_keeps_its_versions_unavailable() -> None:
         table.resolve("other", "")
     assert e4.value.message == "Request for unknown model: 'other' is not found"
     assert table.unloaded_versions("m") == (1, 2)
+
+
+def test_an_unloaded_model_that_had_failed_keeps_the_server_unready() -> None:
+    """core ``InferenceServer::IsReady``: only versions whose reason is "unloaded" are
+    skipped, and a version that failed to load keeps its reason through the unload."""
+    failed = ModelEntry(
+        name="m",
+        config=b"",
+        ready_versions=(),
+        reason="unloaded",
+        unloaded=True,
+        failed_versions=(1,),
+        version_reasons={1: "boom"},
+    )
+    table = ModelTable((failed,))
+    assert not table.all_ready()
+    assert table.unloaded_failures("m") == {1: "boom"}
+    table.update((ModelEntry(name="m", config=b"", ready_versions=(1,)),))
+    assert table.all_ready()
+    assert table.unloaded_failures("m") == {}

@@ -84,6 +84,9 @@ class ModelTable:
         self._unloaded: dict[str, str] = {}
         self._unloaded_versions: dict[str, tuple[int, ...]] = {}
         """Per unloaded model, the versions it served (UNAVAILABLE "unloaded" in Triton)."""
+        self._unloaded_failures: dict[str, dict[int, str]] = {}
+        """Per unloaded model, the versions that had failed to load -> why (Triton keeps
+        them UNAVAILABLE with that reason, and not ready under strict readiness)."""
         self._no_instance: set[tuple[str, int]] = set()
         self.update(entries)
 
@@ -99,9 +102,13 @@ class ModelTable:
                 self._models.pop(e.name, None)
                 self._unloaded[e.name] = e.reason
                 self._unloaded_versions[e.name] = tuple(sorted(e.retired_versions))
+                self._unloaded_failures[e.name] = {
+                    v: e.version_reasons.get(v, e.reason) for v in e.failed_versions
+                }
                 continue
             self._unloaded.pop(e.name, None)
             self._unloaded_versions.pop(e.name, None)
+            self._unloaded_failures.pop(e.name, None)
             cfg = mc.ModelConfig.FromString(e.config) if e.config else mc.ModelConfig(name=e.name)
             self._models[e.name] = Model(
                 name=e.name,
@@ -135,11 +142,18 @@ class ModelTable:
         """The versions an unloaded model served before its unload (ascending)."""
         return self._unloaded_versions.get(name, ())
 
+    def unloaded_failures(self, name: str) -> dict[int, str]:
+        """The versions of an unloaded model that had failed to load -> why."""
+        return dict(self._unloaded_failures.get(name, {}))
+
     def all_ready(self) -> bool:
-        """Strict readiness: every model has at least one ready version, none failed, and
+        """Strict readiness (core ``InferenceServer::IsReady``): every model has at least
+        one ready version, none failed (an unloaded model's failed versions count), and
         every ready version has a live instance."""
-        return not self._no_instance and all(
-            m.ready_versions and not m.failed_versions for m in self._models.values()
+        return (
+            not self._no_instance
+            and not any(self._unloaded_failures.values())
+            and all(m.ready_versions and not m.failed_versions for m in self._models.values())
         )
 
     def set_available(self, name: str, version: int, ready: bool) -> None:

@@ -104,7 +104,8 @@ class RepositoryApi:
 
         Loaded versions are READY (UNLOADING while an unload or reload stops them), failed
         ones UNAVAILABLE with their reason; a model being loaded is LOADING, an unloaded one
-        UNAVAILABLE ("unloaded"; each version it served, as Triton lists them), and a
+        UNAVAILABLE ("unloaded"; each version it served, as Triton lists them, and each
+        version that had failed to load with its reason), and a
         model of the repository never loaded appears with its name only. Sorted by name,
         then version.
 
@@ -120,10 +121,17 @@ class RepositoryApi:
             for name, reason in self._models.unloaded().items():
                 seen.add(name)
                 served = self._models.unloaded_versions(name)
+                failed = self._models.unloaded_failures(name)
                 out.extend(
-                    (name, v, IndexEntry(name, str(v), "UNAVAILABLE", reason)) for v in served
+                    (name, v, IndexEntry(name, str(v), "UNAVAILABLE", reason))
+                    for v in served
+                    if v not in failed
                 )
-                if not served:
+                out.extend(
+                    (name, v, IndexEntry(name, str(v), "UNAVAILABLE", why))
+                    for v, why in failed.items()
+                )
+                if not served and not failed:
                     out.append((name, -1, IndexEntry(name, state="UNAVAILABLE", reason=reason)))
             for name in self._repository_names() - seen:
                 out.append((name, -1, IndexEntry(name)))

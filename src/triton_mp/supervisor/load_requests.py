@@ -78,11 +78,13 @@ def version_dirs(directory: Path) -> set[int]:
 
 
 def load_failure(name: str, failed: dict[int, str]) -> ErrorInfo:
-    """Triton's answer when versions fail to load (core model_lifecycle.cc)."""
+    """Triton's answer when versions fail to load: INVALID_ARG (HTTP 400), one line per
+    model (core model_lifecycle.cc OnLoadComplete, model_repository_manager.cc
+    LoadUnloadModel)."""
     detail = "".join(
         f"version {v} is at UNAVAILABLE state: {r};" for v, r in sorted(failed.items())
     )
-    return ErrorInfo(ErrorCode.INTERNAL, f"load failed for model '{name}': {detail}")
+    return ErrorInfo(ErrorCode.INVALID_ARG, f"load failed for model '{name}': {detail}\n")
 
 
 def _not_found(req: LoadRequest) -> None:

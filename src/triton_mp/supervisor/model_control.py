@@ -125,6 +125,7 @@ class _Model:
             return ModelEntry(
                 name=self.name, config=b"", ready_versions=(), reason=self.reason,
                 unloaded=True, retired_versions=retired,
+                failed_versions=tuple(sorted(self.failed)), version_reasons=dict(self.failed),
             )  # fmt: skip
         reason = self.reason or "; ".join(
             f"version {v}: {r}" for v, r in sorted(self.failed.items())
@@ -570,6 +571,8 @@ class ModelControl:
             return
         children = [c for m in models for v in m.versions.values() for c in v.children]
         versions = {m.name: sorted(m.versions) for m in models}
+        # NOTE: failed versions keep their state through an unload, as in Triton's lifecycle.
+        kept = {m.name: {v: r for v, r in m.failed.items() if v not in m.versions} for m in models}
         for m in models:
             m.failed = {v: "unloading" for v in m.versions}
             m.versions = {}
@@ -583,15 +586,11 @@ class ModelControl:
             self._send(InstancesRetired(instance_ids=tuple(c.instance_id for c in children)))
             self._instances.await_stopped(children)
         for m in models:
-            m.failed, m.failed_fingerprints = {}, {}
+            m.failed, m.failed_fingerprints = kept[m.name], {}
             m.retired |= set(versions[m.name])
             m.reason, m.unloaded, m.config = reason, True, b""
             _remove(m.temp_dir)
             m.temp_dir = None
-            log.info(
-                "model '%s' unloaded (versions %s)",
-                m.name,
-                versions[m.name],
-                extra={"model": m.name},
-            )
+            log.info("model '%s' unloaded (versions %s)", m.name, versions[m.name],
+                     extra={"model": m.name})  # fmt: skip
         self._link.update(ModelTableUpdate(models=tuple(m.entry() for m in models)), ack=True)

@@ -1,0 +1,102 @@
+"""Model states in explicit model control, side by side with the real Triton 2.51 (when
+``.peers/`` has it): a model that failed to load keeps its failed version through an
+unload (RepositoryIndex lists it with its reason, and ``--strict-readiness`` keeps the
+server not ready), as core ``InferenceServer::IsReady`` and the model lifecycle do.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import write_python_model
+from tests.server import RealTriton, ServerProcess, peers_env
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+FAILS = """
+class TritonPythonModel:
+    def initialize(self, args):
+        raise RuntimeError("boom")
+
+    def execute(self, requests):
+        return []
+"""
+CONFIG = """
+name: "%s"
+backend: "python"
+max_batch_size: 0
+input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] }]
+output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 4 ] }]
+"""
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """HTTP addresses: ``triton-mp`` always, ``triton`` when the real Triton is installed."""
+    repo = tmp_path_factory.mktemp("states") / "repo"
+    write_python_model(repo, "fails", CONFIG % "fails", FAILS)
+    logs = tmp_path_factory.mktemp("logs")
+    flags = ("--model-control-mode=explicit", "--strict-readiness=true")
+    ours = ServerProcess(repo, logs / "ours.log", *flags)
+    theirs: RealTriton | None = None
+    try:
+        ours.wait_live()
+        urls = {"triton-mp": ours.http_url}
+        env = peers_env()
+        if env is not None:
+            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}", *flags)
+            theirs.wait_live()
+            urls["triton"] = theirs.http_url
+        yield urls
+    finally:
+        ours.stop()
+        if theirs is not None:
+            theirs.stop()
+
+
+def call(url: str, method: str, path: str) -> tuple[int, object]:
+    host, port = url.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        conn.request(method, path, body=b"")
+        r = conn.getresponse()
+        data = r.read()
+    finally:
+        conn.close()
+    return r.status, json.loads(data) if data else None
+
+
+def _index(url: str) -> list[tuple[str, str, str, bool]]:
+    """(name, version, state, whether the reason mentions the load error) per row."""
+    status, rows = call(url, "POST", "/v2/repository/index")
+    assert status == 200
+    assert isinstance(rows, list)
+    return [
+        (r["name"], r.get("version", ""), r.get("state", ""), "boom" in r.get("reason", ""))
+        for r in rows
+    ]
+
+
+def test_unloading_a_model_that_failed_keeps_the_server_not_ready(
+    servers: dict[str, str],
+) -> None:
+    for server, url in servers.items():
+        assert call(url, "GET", "/v2/health/ready")[0] == 200, server
+        status, body = call(url, "POST", "/v2/repository/models/fails/load")
+        assert status == 400, server  # Triton: INVALID_ARG
+        assert isinstance(body, dict)
+        assert body["error"].startswith(
+            "load failed for model 'fails': version 1 is at UNAVAILABLE state: "
+        ), server
+        assert body["error"].endswith(";\n"), server
+        assert call(url, "GET", "/v2/health/ready")[0] == 400, server
+        assert _index(url) == [("fails", "1", "UNAVAILABLE", True)], server
+        assert call(url, "POST", "/v2/repository/models/fails/unload")[0] == 200, server
+        # core IsReady: a version not READY for a reason other than "unloaded" is not ready
+        assert call(url, "GET", "/v2/health/ready")[0] == 400, server
+        assert _index(url) == [("fails", "1", "UNAVAILABLE", True)], server
+        assert call(url, "GET", "/v2/models/fails/ready")[0] == 400, server
