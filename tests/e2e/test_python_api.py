@@ -5,13 +5,17 @@ are installed (``.peers/``), by the real Triton 2.51 in the same test; the answe
 compared where 2.51 has the feature (each test says). Covered: response parameters
 (``InferenceResponse(parameters=...)``) reaching the client over gRPC, HTTP and a decoupled
 stream, upstream's validation messages, and a BLS response's ``parameters()`` from the
-called model.
+called model; ``request.is_cancelled()`` / ``response_sender.is_cancelled()`` turning true
+inside a running ``execute`` (gRPC cancel, a client deadline, a stream closed with
+``cancel_requests``) and ``cancel()`` on a decoupled BLS iterator.
 """
 
 from __future__ import annotations
 
 import json
 import queue
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -119,6 +123,121 @@ class TritonPythonModel:
 """
 """Calls ``params_py`` through BLS and returns the parameters of its response."""
 
+CANCEL_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+"""
+CANCEL_MODEL = """
+import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.seen = os.path.join(args["model_repository"], "seen")
+        os.makedirs(self.seen, exist_ok=True)
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            ms = int(pb_utils.get_input_tensor_by_name(request, "MS").as_numpy()[0])
+            deadline = time.monotonic() + ms / 1000
+            while time.monotonic() < deadline and not request.is_cancelled():
+                time.sleep(0.01)
+            if request.is_cancelled():
+                open(os.path.join(self.seen, request.request_id()), "w").close()
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    "cancelled by the client", pb_utils.TritonError.CANCELLED)))
+            else:
+                responses.append(pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("OUT", np.array([ms], np.int32))]))
+        return responses
+"""
+"""Runs MS milliseconds inside ``execute`` unless ``request.is_cancelled()`` turns true; then
+it leaves a file named after the request id in ``<model dir>/seen``."""
+
+TICKER_CONFIG = """
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+"""
+TICKER_MODEL = """
+import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.seen = os.path.join(args["model_repository"], "seen")
+        os.makedirs(self.seen, exist_ok=True)
+
+    def execute(self, requests):
+        for request in requests:
+            n = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy()[0])
+            sender = request.get_response_sender()
+            for i in range(n):
+                if sender.is_cancelled():
+                    name = request.request_id() + ("-request" if request.is_cancelled() else "")
+                    open(os.path.join(self.seen, name), "w").close()
+                    break
+                sender.send(pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("OUT", np.array([i], np.int32))]))
+                time.sleep(0.02)
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+"""Decoupled: sends N responses 20 ms apart from inside ``execute`` until its
+``response_sender.is_cancelled()``; then leaves ``seen/<request id>`` (``-request`` appended
+when ``request.is_cancelled()`` agrees) and ends the request."""
+
+BLS_CANCEL_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+BLS_CANCEL_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            n = pb_utils.get_input_tensor_by_name(request, "N")
+            call = pb_utils.InferenceRequest(
+                model_name="ticker_py", requested_output_names=["OUT"], inputs=[n],
+                request_id=request.request_id())
+            count = 0
+            iterator = call.exec(decoupled=True)
+            for answer in iterator:
+                if answer.has_error():
+                    raise pb_utils.TritonModelException(answer.error().message())
+                if answer.output_tensors():
+                    count += 1
+                if count == 2:
+                    iterator.cancel()
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("COUNT", np.array([count], np.int32))]))
+        return responses
+"""
+"""Calls the decoupled ``ticker_py`` through BLS, cancels after two responses, and counts
+the responses the iterator gave until it ended."""
+
 EXPECTED_PARAMS = {"flag": True, "count": 7, "name": "ok", "off": False}
 
 
@@ -128,6 +247,9 @@ def _repository(root: Path) -> Path:
     write_python_model(repo, "params_py", PARAMS_CONFIG, PARAMS_MODEL)
     write_python_model(repo, "params_dec_py", PARAMS_DEC_CONFIG, PARAMS_DEC_MODEL)
     write_python_model(repo, "bls_params_py", BLS_PARAMS_CONFIG, BLS_PARAMS_MODEL)
+    write_python_model(repo, "cancel_py", CANCEL_CONFIG, CANCEL_MODEL)
+    write_python_model(repo, "ticker_py", TICKER_CONFIG, TICKER_MODEL)
+    write_python_model(repo, "bls_cancel_py", BLS_CANCEL_CONFIG, BLS_CANCEL_MODEL)
     return repo
 
 
@@ -261,3 +383,141 @@ def test_bls_response_exposes_the_called_models_parameters(
         assert json.loads(result.as_numpy("PARAMS")[0]) == EXPECTED_PARAMS
     finally:
         h.close()
+
+
+# ---------------------------------------------------------------- cancellation
+
+
+def _seen(repo: Path, model: str, name: str, within_s: float = 5.0) -> bool:
+    """Whether the model left ``seen/<name>`` within ``within_s`` seconds."""
+    path = repo / model / "seen" / name
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if path.exists():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _ms(value: int) -> grpcclient.InferInput:
+    inp = grpcclient.InferInput("MS", [1], "INT32")
+    inp.set_data_from_numpy(np.array([value], np.int32))
+    return inp
+
+
+@SERVERS
+def test_grpc_cancel_reaches_a_running_execute(
+    which: str, repo: Path, server: ServerProcess, request: pytest.FixtureRequest
+) -> None:
+    """tritonclient's CallContext.cancel() while the model runs: ``request.is_cancelled()``
+    turns true inside ``execute`` (python_backend "Request Cancellation Handling")."""
+    grpc_url, _ = _urls(server, request, which)
+    g = grpcclient.InferenceServerClient(grpc_url)
+    got: queue.Queue[object] = queue.Queue()
+    rid = f"{which}-cancel"
+    try:
+        ctx = g.async_infer(
+            "cancel_py",
+            [_ms(20000)],
+            lambda result, error: got.put(error or result),
+            request_id=rid,
+        )
+        time.sleep(1.0)
+        started = time.monotonic()
+        ctx.cancel()
+        assert _seen(repo, "cancel_py", rid), "the model never saw is_cancelled()"
+        assert time.monotonic() - started < 3.0
+        error = got.get(timeout=10)
+        assert isinstance(error, InferenceServerException)
+        assert "CANCELLED" in str(error.status())
+    finally:
+        g.close()
+
+
+@SERVERS
+def test_grpc_deadline_cancels_a_running_execute(
+    which: str, repo: Path, server: ServerProcess, request: pytest.FixtureRequest
+) -> None:
+    """A client deadline (``client_timeout``) that passes during ``execute``: the gRPC
+    call is cancelled, so ``request.is_cancelled()`` turns true."""
+    grpc_url, _ = _urls(server, request, which)
+    g = grpcclient.InferenceServerClient(grpc_url)
+    rid = f"{which}-deadline"
+    try:
+        with pytest.raises(InferenceServerException) as err:
+            g.infer("cancel_py", [_ms(20000)], request_id=rid, client_timeout=1.0)
+        assert "DEADLINE_EXCEEDED" in str(err.value.status())
+        assert _seen(repo, "cancel_py", rid), "the model never saw is_cancelled()"
+    finally:
+        g.close()
+
+
+@SERVERS
+def test_closing_a_stream_cancels_a_decoupled_execute(
+    which: str, repo: Path, server: ServerProcess, request: pytest.FixtureRequest
+) -> None:
+    """``stop_stream(cancel_requests=True)`` while a decoupled model sends from inside
+    ``execute``: ``response_sender.is_cancelled()`` and ``request.is_cancelled()`` turn
+    true there."""
+    grpc_url, _ = _urls(server, request, which)
+    g = grpcclient.InferenceServerClient(grpc_url)
+    got: queue.Queue[object] = queue.Queue()
+    rid = f"{which}-stream"
+    g.start_stream(callback=lambda result, error: got.put(error or result))
+    try:
+        n = grpcclient.InferInput("N", [1], "INT32")
+        n.set_data_from_numpy(np.array([1000], np.int32))
+        g.async_stream_infer("ticker_py", [n], request_id=rid)
+        got.get(timeout=30)
+        g.stop_stream(cancel_requests=True)
+        assert _seen(repo, "ticker_py", f"{rid}-request")
+    finally:
+        g.close()
+
+
+@MP_ONLY
+def test_cancel_on_a_decoupled_bls_iterator_reaches_the_called_model(
+    which: str, repo: Path, server: ServerProcess, request: pytest.FixtureRequest
+) -> None:
+    """``iterator.cancel()`` (python_backend "Cancelling decoupled BLS requests", newer than
+    Triton 2.51, whose iterator has no cancel()): the callee's ``is_cancelled()`` turns true
+    inside its ``execute``; it ends the request and the iterator ends after the final
+    response, having given only the responses sent before."""
+    grpc_url, _ = _urls(server, request, which)
+    g = grpcclient.InferenceServerClient(grpc_url)
+    rid = f"{which}-bls"
+    try:
+        n = grpcclient.InferInput("N", [1], "INT32")
+        n.set_data_from_numpy(np.array([1000], np.int32))
+        started = time.monotonic()
+        count = int(g.infer("bls_cancel_py", [n], request_id=rid).as_numpy("COUNT")[0])
+        assert 2 <= count < 100
+        assert time.monotonic() - started < 10
+        assert _seen(repo, "ticker_py", f"{rid}-request", within_s=1.0)
+    finally:
+        g.close()
+
+
+@MP_ONLY
+def test_an_http_client_closing_its_connection_cancels_a_running_execute(
+    which: str, repo: Path, server: ServerProcess, request: pytest.FixtureRequest
+) -> None:
+    """triton-mp's HTTP endpoint cancels the request of a client that disconnects
+    (aiohttp ``handler_cancellation``); Triton's does not detect it, so triton-mp alone."""
+    _, http_url = _urls(server, request, which)
+    host, port = http_url.rsplit(":", 1)
+    rid = f"{which}-http"
+    body = json.dumps(
+        {
+            "id": rid,
+            "inputs": [{"name": "MS", "datatype": "INT32", "shape": [1], "data": [20000]}],
+        }
+    ).encode()
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        head = (
+            f"POST /v2/models/cancel_py/infer HTTP/1.1\r\nHost: {http_url}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        sock.sendall(head.encode() + body)
+        time.sleep(1.0)
+    assert _seen(repo, "cancel_py", rid), "the model never saw is_cancelled()"

@@ -74,8 +74,10 @@ def test_a_worker_applies_the_supervisors_bls_updates_before_the_batches_of_a_dr
     first = BlsWorkerUpdate(instance_id=4, seq=2, models={})
     second = BlsWorkerUpdate(instance_id=4, remove_clients=(7,))
     drained: list[ToWorker] = [batch, cancel, Shutdown(), first, second]
-    assert control_first(drained) == [first, second, batch, cancel, Shutdown()]
-    assert control_first([batch, cancel]) == [batch, cancel]
+    assert control_first(drained) == [first, second, cancel, batch, Shutdown()]
+    # NOTE: a cancellation drained with its batch is applied first: is_cancelled() is true
+    # from the start of that execute.
+    assert control_first([batch, cancel]) == [cancel, batch]
 
 
 def test_new_instances_answer_every_client_and_running_ones_each_new_client() -> None:

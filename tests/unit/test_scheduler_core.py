@@ -332,8 +332,13 @@ def test_cancelling_a_dispatched_or_unknown_request_changes_nothing(h: Harness) 
     req = h.request()
     h.clock.advance_us(1000)
     ((_, batch),) = h.dispatch()
-    h.handle(CancelRequest(request_id=req.request_id, reply_to=fe(0), model="add_sub", version=1))
+    cancel = CancelRequest(request_id=req.request_id, reply_to=fe(0), model="add_sub", version=1)
+    h.handle(cancel)
+    # NOTE: the running request's worker hears of it (the model's is_cancelled()).
+    assert h.to_workers[-1] == (0, cancel)
+    sent = len(h.to_workers)
     h.handle(CancelRequest(request_id=999, reply_to=fe(0), model="nope", version=1))
+    assert len(h.to_workers) == sent
     assert h.failures() == []
     assert not h.core.idle()  # the batch still runs; its answer frees the blocks
 

@@ -464,8 +464,8 @@ class BatchAssign(msgspec.Struct, frozen=True, kw_only=True, tag="batch", array_
 
 
 ToWorker = BatchAssign | CancelRequest | Shutdown | BlsWorkerUpdate
-"""``CancelRequest`` reaches a worker only for a request of a decoupled model whose
-``execute`` has returned but whose final response has not been sent yet."""
+"""``CancelRequest`` reaches a worker for a request it runs (in the batch it executes or
+holds, or a decoupled one whose final response has not been sent yet)."""
 
 
 class RequestFailed(msgspec.Struct, frozen=True, kw_only=True, tag="failed", array_like=True):

@@ -47,7 +47,7 @@ from triton_mp.ipc.reports import ModelQueueStatus
 from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.ipc.specs import ModelVersionSpec, RateLimitSpec
 from triton_mp.scheduler.ensembles import Ensembles
-from triton_mp.scheduler.instances import Generation, InFlight
+from triton_mp.scheduler.instances import Generation, InFlight, running_instance
 from triton_mp.scheduler.lifecycle import STOPPING_MESSAGE, Lifecycle
 from triton_mp.scheduler.outbox import Outbound, Outbox, ToInstance
 from triton_mp.scheduler.policy import QUEUE_FULL, TIMED_OUT, Batch, Queued
@@ -201,12 +201,12 @@ class SchedulerCore:
                 req = cast(InferRequest, item.payload)
                 self._out.fail(req, ErrorCode.CANCELLED, CANCELLED_MESSAGE, now_ns, "CANCELED")
                 return
-        # NOTE: a decoupled request already running: its model may stop early when it sees
-        # ``is_cancelled()``; the worker answers it as the model decides.
-        for inst in self.lifecycle.instances:
-            if rkey in inst.open:
-                self._out.to_instance(inst.instance_id, msg)
-                return
+        # NOTE: a request already running (in an instance's batch, or a decoupled one
+        # still open): its model may stop early when it sees ``is_cancelled()``; the
+        # worker answers it as the model decides.
+        instance_id = running_instance(self.lifecycle.instances, rkey)
+        if instance_id is not None:
+            self._out.to_instance(instance_id, msg)
 
     def _on_cache_outcome(self, msg: CacheOutcome, now_ns: int) -> None:
         self.stats.record_cache(msg.model, msg.version, msg)

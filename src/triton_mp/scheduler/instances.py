@@ -11,7 +11,7 @@ retires (finishes its queue on its own instances) beside it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
@@ -157,3 +157,18 @@ class InstanceTable:
     def any_live(self, key: VersionKey) -> bool:
         """Whether any instance serves ``key`` live now (``ModelAvailability``)."""
         return any(inst.live and inst.key == key for inst in self._by_id.values())
+
+
+def running_instance(instances: Iterable[Instance], key: tuple[ReplyTo, int]) -> int | None:
+    """The instance running the request ``key`` (reply address, request id): in the batch
+    it executes (or holds for the rate limiter), or open on it (decoupled). None when no
+    instance has it (not dispatched yet, or answered)."""
+    for inst in instances:
+        if key in inst.open:
+            return inst.instance_id
+        batch = inst.batch
+        if batch is not None and any(
+            r.request_id == key[1] and r.reply_to == key[0] for r in batch.requests
+        ):
+            return inst.instance_id
+    return None

@@ -39,6 +39,7 @@ from triton_mp.ipc.messages import (
 )
 from triton_mp.ipc.specs import InstanceSpec, WorkerSpec
 from triton_mp.ipc.topology import process_arena_prefix
+from triton_mp.workers.execution_watch import ExecutionWatch
 from triton_mp.workers.warmup import build_samples, warm_up
 from triton_mp.workers.worker import Worker
 
@@ -121,9 +122,16 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     report_ready(ready, "worker", spec.instance.name)
     to_scheduler.send(WorkerReady(instance_id=spec.instance.instance_id, pid=os.getpid()))
     log.info("instance ready")
+    watch = None
+    if spec.model.backend == "python":
+        # NOTE: only python models look at is_cancelled() while they execute.
+        watch = ExecutionWatch(inbox, cancel_now(worker))
+        worker.watch = watch
     try:
-        serve(inbox, worker, rewire)
+        serve(inbox, worker, rewire, watch)
     finally:
+        if watch is not None:
+            watch.stop()
         backend.close()
         worker.close()
         cache.close()
@@ -168,16 +176,21 @@ def replayed_on_start(left: Iterable[ToWorker]) -> list[BlsWorkerUpdate]:
 
 def control_first(msgs: list[ToWorker]) -> list[ToWorker]:
     """One drain of the worker's inbox in the order to apply it: the supervisor's BLS updates
-    first, then the scheduler's messages in their order.
+    first, then the cancellations, then the scheduler's other messages in their order.
 
     The inbox drains the scheduler's ring before the supervisor's control ring, so an update
     written before a batch the drain saw is in the same drain (or an earlier one); applying
     updates first means a batch never runs without the wiring or model table it may need.
+    A cancellation drained with the batch it cancels is applied before the batch runs, so
+    the model's ``is_cancelled()`` is true from the start.
     """
-    updates = [m for m in msgs if isinstance(m, BlsWorkerUpdate)]
-    if not updates:
+    first = [m for m in msgs if isinstance(m, BlsWorkerUpdate | CancelRequest)]
+    if not first:
         return msgs
-    return [*updates, *(m for m in msgs if not isinstance(m, BlsWorkerUpdate))]
+    updates = [m for m in first if isinstance(m, BlsWorkerUpdate)]
+    cancels = [m for m in first if isinstance(m, CancelRequest)]
+    rest = [m for m in msgs if not isinstance(m, BlsWorkerUpdate | CancelRequest)]
+    return [*updates, *cancels, *rest]
 
 
 def handle(msg: ToWorker, worker: Worker, rewire: Callable[[BlsWorkerUpdate], None]) -> bool:
@@ -194,17 +207,44 @@ def handle(msg: ToWorker, worker: Worker, rewire: Callable[[BlsWorkerUpdate], No
 
 
 def serve(
-    inbox: Inbox[ToWorker], worker: Worker, rewire: Callable[[BlsWorkerUpdate], None]
+    inbox: Inbox[ToWorker],
+    worker: Worker,
+    rewire: Callable[[BlsWorkerUpdate], None],
+    watch: ExecutionWatch[ToWorker] | None = None,
 ) -> None:
     """The worker's loop: handle every message until a ``Shutdown``, each drain in the order
-    of ``control_first``; the messages drained with the ``Shutdown`` are still handled."""
+    of ``control_first``; the messages drained with the ``Shutdown`` are still handled.
+
+    With ``watch`` (python models), the inbox is also read while a batch executes
+    (``workers.execution_watch``): cancellations reach the model at once, the rest is
+    handled here after the batch.
+    """
     while True:
-        inbox.wait(None)
+        if watch is None:
+            inbox.wait(None)
+            msgs = inbox.drain()
+        else:
+            msgs = watch.take()
+            if not msgs:
+                inbox.wait(None)
+                msgs = watch.take()
         stop = False
-        for msg in control_first(inbox.drain()):
+        for msg in control_first(msgs):
             stop = handle(msg, worker, rewire) or stop
         if stop:
             return
+
+
+def cancel_now(worker: Worker) -> Callable[[ToWorker], bool]:
+    """What the execution watch applies during a batch: cancellations (the rest waits)."""
+
+    def apply(msg: ToWorker) -> bool:
+        if isinstance(msg, CancelRequest):
+            worker.cancel(msg)
+            return True
+        return False
+
+    return apply
 
 
 def _start(

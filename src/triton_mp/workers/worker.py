@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -56,11 +57,15 @@ from triton_mp.ipc.messages import (
     TraceRecord,
 )
 from triton_mp.ipc.specs import WorkerSpec
+from triton_mp.workers.execution_watch import ExecutionWatch
 from triton_mp.workers.sequence_state import SequenceStates, sequence_batch
 from triton_mp.workers.tensor_io import ClientRegions, free_own_block, view_tensor, write_outputs
 from triton_mp.workers.warmup import WarmupToken
 
 log = logging.getLogger(__name__)
+
+CANCELLED_KEPT = 4096
+"""Most cancelled request keys a worker keeps (a bound for those that raced their end)."""
 
 
 class Worker:
@@ -109,7 +114,10 @@ class Worker:
         self.child_traces: dict[tuple[ReplyTo, int], list[object]] = {}
         """Traced requests in execution: their BLS child traces (``workers.bls_client``)."""
         self._cancelled: set[tuple[ReplyTo, int]] = set()
-        """(reply address, request id) of open decoupled requests whose client went away."""
+        """(reply address, request id) of running or open (decoupled) requests whose client
+        went away; the set is written by the execution watch's thread too."""
+        self.watch: ExecutionWatch[Any] | None = None
+        """Reads the inbox while a batch executes (python models; ``workers.main``)."""
         bind = getattr(backend, "bind_responder", None)
         if bind is not None:
             bind(self.respond, self.is_cancelled)
@@ -150,7 +158,8 @@ class Worker:
             self._post(req, msg)
 
     def is_cancelled(self, token: object) -> bool:
-        """Whether the client of an open decoupled request went away (cheap; thread-safe)."""
+        """Whether the client of a running or open decoupled request cancelled it (cheap;
+        thread-safe): the model's ``request.is_cancelled()``."""
         if isinstance(token, WarmupToken):
             return False
         req = token
@@ -158,7 +167,11 @@ class Worker:
         return (req.reply_to, req.request_id) in self._cancelled
 
     def cancel(self, msg: CancelRequest) -> None:
-        """The scheduler forwarded the cancellation of an open decoupled request."""
+        """The scheduler forwarded the cancellation of a request running here (or about
+        to: the batch may still be in the inbox), or of an open decoupled one."""
+        if len(self._cancelled) >= CANCELLED_KEPT:
+            # NOTE: a cancellation that raced its request's end is never discarded.
+            self._cancelled.clear()
         self._cancelled.add((msg.reply_to, msg.request_id))
 
     def _post(self, req: InferRequest, msg: InferResponse) -> bool:
@@ -206,7 +219,17 @@ class Worker:
         traced = [r for r in reqs if r.trace is not None]
         if traced:
             self._begin_traces(traced, start_ns)
-        results, t_input, t_infer = self._execute(batch)
+        watch = self.watch
+        if watch is not None:
+            watch.begin()
+        try:
+            results, t_input, t_infer = self._execute(batch)
+        finally:
+            if watch is not None:
+                watch.end()
+        if self._cancelled and not self._decoupled:
+            for r in reqs:
+                self._cancelled.discard((r.reply_to, r.request_id))
         if self._states is not None:
             self._keep_states(reqs, results)
         if traced:

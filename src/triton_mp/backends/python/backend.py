@@ -398,9 +398,9 @@ class PythonBackend:
         if trace is not None:
             key = (r.token.reply_to, r.token.request_id)  # type: ignore[attr-defined]
             pb_request._trace = pb_utils.InferenceTrace(trace.level, key)  # noqa: SLF001
+        pb_request._cancelled = lambda: self._cancelled(r.token)  # noqa: SLF001
         if self._decoupled:
             pb_request._sender_factory = lambda: self._new_sender(r)  # noqa: SLF001
-            pb_request._cancelled = lambda: self._cancelled(r.token)  # noqa: SLF001
         return pb_request
 
     def _new_sender(self, r: BackendRequest) -> pb_utils.InferenceResponseSender:

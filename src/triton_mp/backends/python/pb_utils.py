@@ -473,10 +473,11 @@ class InferenceRequest:
         return self._parameters
 
     def is_cancelled(self) -> bool:
-        """Whether the client went away (stream closed or request cancelled).
-
-        Observed for requests of decoupled models once ``execute`` has returned (the
-        cancellation reaches the instance between executions); False otherwise.
+        """Whether the client cancelled the request (python_backend's request cancellation):
+        a gRPC call cancelled or past its deadline, a ModelStreamInfer stream closed with
+        ``cancel_requests``; true inside a running ``execute`` within a few ms
+        (``workers.execution_watch``) and, for a decoupled model, after it returned. An
+        HTTP client closing its connection cancels too (Triton's HTTP endpoint does not).
         """
         return self._cancelled() if self._cancelled is not None else False
 
