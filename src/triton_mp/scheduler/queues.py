@@ -91,6 +91,9 @@ class PriorityQueue:
         self._count = 0
         self._timeouts = any(lv.policy.default_timeout_us for lv in self._levels.values())
         self._next_timeout_ns: int | None = None
+        self.version = 0
+        """Bumped by every change of the queue's contents or order, so a caller can keep
+        what it computed from the queue until it changes (the dynamic batcher's walk)."""
 
     def level_of(self, priority: int) -> int:
         """The level a request with this ``priority`` parameter queues at."""
@@ -113,6 +116,7 @@ class PriorityQueue:
         item.deadline_ns = level.policy.deadline_ns(item.enqueue_ns, item.timeout_us)
         level.waiting.append(item)
         self._count += 1
+        self.version += 1
         if item.deadline_ns and (
             self._next_timeout_ns is None or item.deadline_ns < self._next_timeout_ns
         ):
@@ -138,6 +142,7 @@ class PriorityQueue:
             if len(out) == n:
                 break
         self._count -= len(out)
+        self.version += 1
         return tuple(out)
 
     def expire(self, now_ns: int) -> list[Queued]:
@@ -170,6 +175,7 @@ class PriorityQueue:
             level.waiting = keep
         self._count -= len(rejected)
         self._next_timeout_ns = nearest
+        self.version += 1
         return rejected
 
     def next_timeout_ns(self) -> int | None:
@@ -184,6 +190,7 @@ class PriorityQueue:
                     if item.key == key:
                         dq.remove(item)
                         self._count -= 1
+                        self.version += 1
                         return item
         return None
 
@@ -195,6 +202,7 @@ class PriorityQueue:
             level.delayed.clear()
         self._count = 0
         self._next_timeout_ns = None
+        self.version += 1
         return items
 
     def snapshot(self) -> list[LevelSnapshot]:
@@ -243,6 +251,9 @@ class QueuedInstances:
             self._idle.remove(instance_id)
 
     def expire(self, now_ns: int) -> list[tuple[Queued, Rejection]]:
+        due = self._queue.next_timeout_ns()
+        if due is None or now_ns < due:
+            return []  # NOTE: the common case, on every dispatch pass: nothing to look at.
         return [(item, TIMED_OUT) for item in self._queue.expire(now_ns)]
 
     def next_deadline_ns(self) -> int | None:

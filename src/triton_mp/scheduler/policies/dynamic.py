@@ -76,6 +76,11 @@ class DynamicBatcher(QueuedInstances):
         self.max_preferred = max(self.preferred, default=max_batch_size)
         self.max_queue_delay_ns = max_queue_delay_us * 1000
         super().__init__(instance_ids, queue)
+        self._walked: Walk | None = None
+        self._walked_at = -1
+        """The last walk and the queue ``version`` it walked: ``pop_ready`` and
+        ``next_deadline_ns`` run on every pass of the scheduler's loop, and the queue
+        changes far less often than that."""
 
     def pop_ready(self, now_ns: int) -> list[Batch]:
         out = []
@@ -90,7 +95,11 @@ class DynamicBatcher(QueuedInstances):
         return out
 
     def _walk(self) -> Walk:
-        return walk(self._queue, self.max_batch_size, self.preferred, self.max_preferred)
+        queue = self._queue
+        if self._walked is None or self._walked_at != queue.version:
+            self._walked = walk(queue, self.max_batch_size, self.preferred, self.max_preferred)
+            self._walked_at = queue.version
+        return self._walked
 
     def _form(self, now_ns: int) -> tuple[int, int, CloseReason] | None:
         """(request count, total batch size, reason) of the batch to send now, or None."""
