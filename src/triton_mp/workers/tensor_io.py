@@ -30,7 +30,7 @@ from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.ipc import ArenaAllocator, SegmentCache, free_block
 from triton_mp.ipc.messages import BlockRef, InferRequest, InferResponse, OutputRegion, TensorRef
 from triton_mp.ipc.shm import client_object_refusal
-from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
+from triton_mp.ipc.tensor_pool import ALIGN, BLOCK_HEADER_BYTES
 
 
 class ClientRegions:
@@ -145,6 +145,11 @@ def view_tensor(
         TritonMPError: a client region is gone, or smaller than the tensor (INVALID_ARG); a
             datatype with no numpy type, BF16 (UNSUPPORTED).
     """
+    fixed = _FIXED_DTYPES.get(ref.datatype)
+    if fixed is not None and not ref.region_id:
+        # NOTE: the hot path (a fixed-size tensor in an arena): no lookups beyond the two.
+        buf = cache.get(ref.segment).buf
+        return np.frombuffer(buf, fixed, element_count(ref.shape), ref.offset).reshape(ref.shape)
     buf: mmap.mmap
     if ref.region_id:
         if regions is None:
@@ -169,6 +174,11 @@ def view_tensor(
     return np.frombuffer(buf, dtype=dtype, count=count, offset=ref.offset).reshape(ref.shape)
 
 
+_FIXED_DTYPES: dict[str, np.dtype] = {
+    t.wire: t.numpy for t in DataType if t.numpy is not None and t is not DataType.STRING
+}
+"""Protocol datatype -> numpy dtype of the fixed-size types ``view_tensor`` views in place."""
+
 WireTensor = tuple[str, str, tuple[int, ...], memoryview]
 """``(name, protocol datatype, shape, bytes as sent)`` of one tensor about to be written."""
 
@@ -180,7 +190,8 @@ def wire_tensor(name: str, arr: np.ndarray) -> WireTensor:
         ValueError: a dtype with no Triton datatype.
     """
     datatype, data = tensor_wire_bytes(arr)
-    return name, datatype, tuple(int(d) for d in arr.shape), data
+    # NOTE: numpy shapes are tuples of Python ints already.
+    return name, datatype, arr.shape, data
 
 
 def write_block(
@@ -195,17 +206,20 @@ def write_block(
     Raises:
         ArenaExhausted: no arena has room and the budget forbids a new one.
     """
-    seg, block = arena.alloc(sum(align(len(t[3])) for t in tensors))
-    mv = memoryview(seg.buf)
+    total = 0
+    for t in tensors:
+        total += (len(t[3]) + ALIGN - 1) & ~(ALIGN - 1)
+    seg, block = arena.alloc(total)
+    buf = seg.buf
+    segment = seg.name
     pos = block + BLOCK_HEADER_BYTES
     refs = []
     for name, datatype, shape, data in tensors:
         n = len(data)
-        mv[pos : pos + n] = data
-        refs.append(TensorRef(name, datatype, shape, seg.name, pos, n))
-        pos += align(n)
-    mv.release()
-    return BlockRef(seg.name, block), tuple(refs)
+        buf[pos : pos + n] = data
+        refs.append(TensorRef(name, datatype, shape, segment, pos, n))
+        pos += (n + ALIGN - 1) & ~(ALIGN - 1)  # NOTE: tensor_pool.align, inlined
+    return BlockRef(segment, block), tuple(refs)
 
 
 def free_own_block(arena: ArenaAllocator, block: BlockRef) -> None:

@@ -373,26 +373,30 @@ class PythonBackend:
         self, r: BackendRequest, controls: Sequence[pb_utils.Tensor] = ()
     ) -> pb_utils.InferenceRequest:
         inputs = []
+        tensor = pb_utils._input_tensor  # noqa: SLF001 - the backend builds pb_utils' requests
+        reshapes = self._input_reshape
         for name, arr in r.inputs.items():
             if self._decoupled:
                 # NOTE: the model's threads may read inputs after execute returned, when
                 # the frontend may already have reused the shared memory.
                 arr = arr.copy()
-            reshape = self._input_reshape.get(name)
-            if reshape is not None:
-                arr = to_backend_shape(arr, reshape, self._batched)
-            inputs.append(pb_utils.Tensor(name, arr))
+            if reshapes:
+                reshape = reshapes.get(name)
+                if reshape is not None:
+                    arr = to_backend_shape(arr, reshape, self._batched)
+            inputs.append(tensor(name, arr))
         inputs.extend(controls)
-        pb_request = pb_utils.InferenceRequest(
-            model_name=self._spec.model,
-            requested_output_names=list(r.outputs),
-            inputs=inputs,
-            request_id=r.request_id,
-            correlation_id=r.sequence_id,
-            model_version=self._spec.version,
-            flags=r.sequence_flags,
-            timeout=r.timeout_us,
-            parameters=r.parameters_json,
+        # NOTE: what pb_utils.InferenceRequest(...) makes of these (all str, lists, JSON).
+        pb_request = pb_utils._backend_request(  # noqa: SLF001
+            self._spec.model,
+            list(r.outputs),
+            inputs,
+            r.request_id,
+            r.sequence_id,
+            self._spec.version,
+            r.sequence_flags,
+            r.timeout_us,
+            r.parameters_json,
         )
         trace = getattr(r.token, "trace", None)
         if trace is not None:

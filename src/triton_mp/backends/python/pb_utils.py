@@ -316,6 +316,46 @@ class Tensor:
 # ---------------------------------------------------------------------------
 
 
+def _input_tensor(name: str, data: np.ndarray) -> Tensor:
+    """A ``Tensor`` the backend builds from a request's input: ``name`` is a ``str`` and
+    ``data`` an array already, so none of the constructor's checks apply (the hot path)."""
+    t = Tensor.__new__(Tensor)
+    t._name = name  # noqa: SLF001 - pb_utils' own class
+    t._array = data  # noqa: SLF001
+    return t
+
+
+def _backend_request(
+    model_name: str,
+    outputs: list[str],
+    inputs: list[Tensor],
+    request_id: str,
+    correlation_id: int | str,
+    model_version: int,
+    flags: int,
+    timeout_us: int,
+    parameters_json: str,
+) -> InferenceRequest:
+    """An ``InferenceRequest`` as the backend hands it to ``execute``: the constructor's
+    result for arguments that are already ``str``, lists and a JSON string, without its
+    conversions (one per request per batch: the hot path)."""
+    r = InferenceRequest.__new__(InferenceRequest)
+    r._trace = None  # noqa: SLF001 - pb_utils' own class
+    r._model_name = model_name  # noqa: SLF001
+    r._requested_output_names = outputs  # noqa: SLF001
+    r._inputs = inputs  # noqa: SLF001
+    r._request_id = request_id  # noqa: SLF001
+    r._correlation_id = correlation_id  # noqa: SLF001
+    r._model_version = model_version  # noqa: SLF001
+    r._flags = flags  # noqa: SLF001
+    r._timeout_us = timeout_us  # noqa: SLF001
+    r._parameters = parameters_json  # noqa: SLF001
+    r._sender = None  # noqa: SLF001
+    r._sender_factory = None  # noqa: SLF001
+    r._cancelled = None  # noqa: SLF001
+    return r
+
+
 def _text(value: object) -> str:
     """A string argument as Triton's python backend takes it: pybind hands ``str`` and
     ``bytes`` alike to a C++ ``std::string``, so ``bytes`` (``request.get_input_tensor_by_name(
