@@ -544,3 +544,32 @@ def test_parameters_are_checked_as_upstream_checks_them() -> None:
     with pytest.raises(pb_utils.TritonModelException) as e:
         pb_utils.InferenceRequest(model_name="m", parameters={1: "one"})
     assert e.value.message() == "Expect parameters keys to have type str, found type <class 'int'>"
+
+
+def test_the_backends_request_is_the_constructors_for_the_same_arguments() -> None:
+    """``_backend_request`` and ``_input_tensor`` (the python backend's hot path) make what
+    the public constructors make of already-converted arguments."""
+    a = np.arange(4, dtype=np.float32)
+    args = ("m", ["OUT"], "rid", 7, 3, 1, 250, '{"k": 1}')
+    fast = pb_utils._backend_request(args[0], args[1], [pb_utils._input_tensor("IN", a)], *args[2:])
+    slow = pb_utils.InferenceRequest(
+        model_name="m",
+        requested_output_names=["OUT"],
+        inputs=[pb_utils.Tensor("IN", a)],
+        request_id="rid",
+        correlation_id=7,
+        model_version=3,
+        flags=1,
+        timeout=250,
+        parameters='{"k": 1}',
+    )
+    for slot in pb_utils.InferenceRequest.__slots__:
+        if slot == "_inputs":
+            continue
+        assert getattr(fast, slot) == getattr(slow, slot), slot
+    (t,) = fast.inputs()
+    assert fast.get_input_tensor_by_name("IN") is t
+    assert t.name() == "IN"
+    assert t.as_numpy() is a
+    assert fast.requested_output_names() == ["OUT"]
+    assert fast.parameters() == '{"k": 1}'

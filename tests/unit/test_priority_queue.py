@@ -406,3 +406,50 @@ def test_random_runs_lose_nothing_and_respect_priorities(
         sim.step()
     assert sim.queued == {}
     assert sorted(sim.outcome, key=lambda k: int(str(k))) == offered
+
+
+def _q(key: int, enqueue_ns: int = 0, timeout_us: int = 0) -> Queued:
+    return Queued(key, 1, (), enqueue_ns, timeout_us=timeout_us)
+
+
+def test_the_queue_version_moves_with_every_change_and_only_then() -> None:
+    """The dynamic batcher keeps its walk while ``version`` stays (``DynamicBatcher._walk``)."""
+    q = PriorityQueue(default_policy=QueuePolicy("DELAY", default_timeout_us=10))
+    seen = [q.version]
+
+    def changed() -> bool:
+        moved = q.version != seen[-1]
+        seen.append(q.version)
+        return moved
+
+    q.push(_q(1))
+    assert changed()
+    list(q)
+    q.expire(0)
+    assert not changed()  # NOTE: nothing due: nothing moved
+    q.push(_q(2))
+    assert changed()
+    q.expire(20 * US)  # both DELAYed to the back
+    assert changed()
+    assert q.remove(1) is not None
+    assert changed()
+    assert q.remove(99) is None
+    assert not changed()
+    q.popleft(1)
+    assert changed()
+    q.push(_q(3))
+    q.clear()
+    assert changed()
+
+
+def test_a_kept_walk_is_redone_when_a_request_joins() -> None:
+    """Preferred size 2: one queued request waits for its delay; the second completes the
+    preferred batch at once, though the first walk was kept."""
+    sched = DynamicBatcher(8, (2,), max_queue_delay_us=100, instance_ids=(0,))
+    sched.offer(_q(1), 0)
+    assert sched.pop_ready(1 * US) == []
+    assert sched.next_deadline_ns() == 100 * US
+    sched.offer(_q(2, 2 * US), 2 * US)
+    assert sched.next_deadline_ns() == 0  # NOTE: due now
+    (batch,) = sched.pop_ready(3 * US)
+    assert [q.key for q in batch.requests] == [1, 2]
