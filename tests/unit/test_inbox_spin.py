@@ -69,3 +69,37 @@ def test_the_budget_halves_to_nothing_when_idle_and_grows_after_short_sleeps(
     finally:
         sender.close()
         inbox.close()
+
+
+@pytest.mark.parametrize("spin_max_s", [0.0, 1e-3])
+def test_one_wake_takes_every_post_and_a_stale_post_does_not_end_a_wait(
+    channel: tuple[str, Wakeup], spin_max_s: float
+) -> None:
+    """Three sends, one wait, one drain: no post is left to end the next wait. A post whose
+    record was drained already (its producer posts after it pushes) does not end it either;
+    ``wake`` does."""
+    ring_name, wakeup = channel
+    inbox: Inbox[int] = Inbox(wakeup, [ring_name], int, spin_max_s=spin_max_s)
+    sender = Sender(ring_name, wakeup)
+    ring = Ring.attach(ring_name)
+    try:
+        for i in range(3):
+            sender.send(i)
+        assert inbox.wait(1.0)
+        assert inbox.drain() == [0, 1, 2]
+        assert inbox.waiter._sem is not None
+        assert inbox.waiter._sem.value == 0
+        assert not inbox.wait(0.02)
+        ring.push(b"\x05")
+        assert inbox.drain() == [5]
+        inbox.waiter.wake()  # the late post of the record drained above
+        t0 = time.monotonic()
+        assert not inbox.wait(0.05)
+        assert time.monotonic() - t0 >= 0.04
+        inbox.wake()
+        assert inbox.wait(1.0)
+        assert inbox.drain() == []
+    finally:
+        ring.close()
+        sender.close()
+        inbox.close()

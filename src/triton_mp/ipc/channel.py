@@ -97,6 +97,8 @@ class Inbox(Generic[T]):
         self.spin_max_s = spin_max_s
         """Longest poll of the rings before ``wait`` sleeps (0: never poll; see ``wait``)."""
         self._spin_s = spin_max_s
+        self._woken = False
+        """``wake`` was called: the next ``wait`` returns True with no record."""
 
     def add_ring(self, ring_name: str) -> None:
         """Attach one more producer's ring (a model instance started at run time); a ring
@@ -125,7 +127,8 @@ class Inbox(Generic[T]):
         return []
 
     def wait(self, timeout_s: float | None) -> bool:
-        """Block until woken or ``timeout_s`` passes (None = forever). True when woken.
+        """Block until a ring holds a record or ``timeout_s`` passes (None = forever). True
+        when there is something to drain (or ``wake`` was called).
 
         With ``spin_max_s`` set, first poll the rings for up to the adaptive spin budget
         (yielding the CPU between polls, never longer than ``timeout_s``): a record that
@@ -134,36 +137,52 @@ class Inbox(Generic[T]):
         ``spin_max_s``) when a spin or a short sleep found work, and halves when a spin
         ran out and the sleep after it was long, so a consumer whose work comes seldom soon
         does not spin at all, and an idle one sleeps after one spin at most.
+
+        Before it returns True it takes every pending post (``Waiter.consume_all``), and a
+        post whose record an earlier drain took already (its producer posts after it
+        pushes) does not end the wait: each drain is one pass of the consumer's loop, and
+        an empty one would cost a pass, and a spin, for nothing.
         """
         budget = self._spin_s
-        if self.spin_max_s <= 0.0:
-            return self.waiter.wait(timeout_s)
-        if budget > 0.0:
-            clock = time.perf_counter
-            t0 = clock()
+        clock = time.perf_counter
+        t0 = clock()
+        if budget > 0.0 and self.spin_max_s > 0.0:
             end = t0 + (budget if timeout_s is None else min(budget, timeout_s))
             while True:
                 if self.has_pending():
-                    self.waiter.consume()
+                    self.waiter.consume_all()
                     self._spin_s = min(self.spin_max_s, 2 * budget)
                     return True
                 if clock() >= end:
                     break
                 os.sched_yield()
-            if timeout_s is not None:
-                timeout_s = max(0.0, timeout_s - (clock() - t0))
-        slept = time.perf_counter()
-        woken = self.waiter.wait(timeout_s)
-        slept = time.perf_counter() - slept
-        if woken and slept < self.spin_max_s:
-            # NOTE: a longer spin would have caught it without the sleep.
-            self._spin_s = min(self.spin_max_s, max(2 * budget, SPIN_STEP_S))
-        elif budget > 0.0:
-            self._spin_s = budget / 2 if budget / 2 >= SPIN_STEP_S else 0.0
+        t_sleep = clock()
+        woken = self._sleep(timeout_s, t0)
+        if self.spin_max_s > 0.0:
+            slept = clock() - t_sleep
+            if woken and slept < self.spin_max_s:
+                # NOTE: a longer spin would have caught it without the sleep.
+                self._spin_s = min(self.spin_max_s, max(2 * budget, SPIN_STEP_S))
+            elif budget > 0.0:
+                self._spin_s = budget / 2 if budget / 2 >= SPIN_STEP_S else 0.0
         return woken
 
+    def _sleep(self, timeout_s: float | None, t0: float) -> bool:
+        """Sleep on the wake-up until a post finds a record in a ring (or ``wake``), or
+        until ``timeout_s`` after ``t0`` (``time.perf_counter``)."""
+        while True:
+            left = None if timeout_s is None else max(0.0, timeout_s - (time.perf_counter() - t0))
+            if not self.waiter.wait(left):
+                return False
+            if self._woken or self.has_pending():
+                self._woken = False
+                self.waiter.consume_all()
+                return True
+            # NOTE: a stale post (its record was drained already): wait on.
+
     def wake(self) -> None:
-        """Wake this consumer from within its own process."""
+        """Wake this consumer from within its own process (``wait`` returns True)."""
+        self._woken = True
         self.waiter.wake()
 
     def has_pending(self) -> bool:

@@ -122,6 +122,16 @@ class Waiter(Waker):
             with contextlib.suppress(posix_ipc.BusyError):
                 self._sem.acquire(0)
 
+    def consume_all(self) -> None:
+        """Take every pending post without blocking (semaphore), before draining the rings:
+        each post taken announced a record published before it, which the drain then
+        takes, so none is left to wake the consumer again for nothing."""
+        sem = self._sem
+        if sem is not None:
+            with contextlib.suppress(posix_ipc.BusyError):
+                while sem.value:
+                    sem.acquire(0)
+
     def fileno(self) -> int:
         """The FIFO's descriptor, readable when woken (fifo waiters only)."""
         return self._fd
