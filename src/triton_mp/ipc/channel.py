@@ -187,7 +187,10 @@ class Inbox(Generic[T]):
 
     def has_pending(self) -> bool:
         """Whether any ring holds a record (a poll: no syscall, nothing decoded)."""
-        return any(ring.has_records() for ring in self._rings)
+        for ring in self._rings:
+            if ring.has_records():
+                return True
+        return False
 
     def drain(self) -> list[T]:
         """Every message pending in every ring, decoded (per-ring order kept)."""

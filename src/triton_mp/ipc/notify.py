@@ -76,11 +76,17 @@ class Waker:
         if self._sem is not None:
             self._sem.release()
             return
-        if self._arm is not None:
+        arm = self._arm
+        if arm is not None:
+            # NOTE: the consumer is not blocked; it polls its rings. Reading the value first
+            # spares the trywait's exception on the common path (a busy consumer): a
+            # consumer that arms after this read rechecks its rings and finds the record.
+            if not arm.value:
+                return
             try:
-                self._arm.acquire(0)
+                arm.acquire(0)
             except posix_ipc.BusyError:
-                return  # NOTE: the consumer is not blocked; it polls its rings.
+                return
         # NOTE: a full pipe already holds pending wake-ups; dropping this one is safe.
         with contextlib.suppress(BlockingIOError):
             os.write(self._fd, b"\0")
