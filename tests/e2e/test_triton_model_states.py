@@ -11,6 +11,8 @@ import json
 from collections.abc import Iterator
 
 import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
 from tests.conftest import write_python_model
 from tests.server import RealTriton, ServerProcess, peers_env
@@ -45,7 +47,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     theirs: RealTriton | None = None
     try:
         ours.wait_live()
-        urls = {"triton-mp": ours.http_url}
+        urls = {"triton-mp": ours.http_url, "triton-mp-grpc": ours.url}
         env = peers_env()
         if env is not None:
             theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}", *flags)
@@ -56,6 +58,14 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         ours.stop()
         if theirs is not None:
             theirs.stop()
+
+
+def _grpc_url(servers: dict[str, str]) -> str:
+    return servers["triton-mp-grpc"]
+
+
+def _http(servers: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in servers.items() if not k.endswith("-grpc")}
 
 
 def call(url: str, method: str, path: str) -> tuple[int, object]:
@@ -84,7 +94,7 @@ def _index(url: str) -> list[tuple[str, str, str, bool]]:
 def test_unloading_a_model_that_failed_keeps_the_server_not_ready(
     servers: dict[str, str],
 ) -> None:
-    for server, url in servers.items():
+    for server, url in _http(servers).items():
         assert call(url, "GET", "/v2/health/ready")[0] == 200, server
         status, body = call(url, "POST", "/v2/repository/models/fails/load")
         assert status == 400, server  # Triton: INVALID_ARG
@@ -100,3 +110,41 @@ def test_unloading_a_model_that_failed_keeps_the_server_not_ready(
         assert call(url, "GET", "/v2/health/ready")[0] == 400, server
         assert _index(url) == [("fails", "1", "UNAVAILABLE", True)], server
         assert call(url, "GET", "/v2/models/fails/ready")[0] == 400, server
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("a/b", "invalid model name 'a/b', model name must not contain path traversal characters"),
+        ("..", "invalid model name '..', model name must not contain path traversal characters"),
+        (" ", "Model name cannot be empty. Please enter a valid name to deploy."),
+    ],
+)
+def test_a_load_names_one_model_directory(servers: dict[str, str], name: str, message: str) -> None:
+    """core ``ValidateModelName`` (upstream main, 2026; 2.51 predates it): triton-mp only."""
+    client = grpcclient.InferenceServerClient(_grpc_url(servers))
+    with pytest.raises(InferenceServerException) as e:
+        client.load_model(name)
+    assert (e.value.status(), e.value.message()) == ("StatusCode.INVALID_ARGUMENT", message)
+
+
+def test_load_files_stay_within_the_model_directory(
+    servers: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """core LocalizeRepoAgent (upstream main, 2026): a ``file:`` path that leaves the model
+    directory once normalised is refused; one that stays inside (even written absolute)
+    is fine."""
+    client = grpcclient.InferenceServerClient(_grpc_url(servers))
+    config = json.dumps({"backend": "python", "max_batch_size": 0})
+    with pytest.raises(InferenceServerException) as e:
+        client.load_model("fails", config=config, files={"file:1/../../evil.py": b"x"})
+    assert e.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert e.value.message().startswith(
+        "Invalid file parameter 'file:1/../../evil.py' with normalized path '"
+    )
+    assert e.value.message().endswith("/evil.py' must stay within model directory.")
+    assert "/fails/" not in e.value.message()
+    # inside: the load goes on (and fails in the model's own initialize, as before)
+    with pytest.raises(InferenceServerException) as e2:
+        client.load_model("fails", config=config, files={"file:/1/model.py": FAILS.encode()})
+    assert "load failed for model 'fails'" in e2.value.message()

@@ -47,6 +47,21 @@ def _parameter_type(value: object) -> str:
     return "STRING"
 
 
+def check_model_name(name: str) -> None:
+    """Core ``ValidateModelName`` (model_repository_manager.cc, 2026), run on every load.
+
+    Raises:
+        InvalidRequest: the name is empty or blank once trimmed, is ``..`` or holds a ``/``.
+    """
+    trimmed = name.strip(" \t\n\v\f\r")
+    if not trimmed:
+        raise InvalidRequest("Model name cannot be empty. Please enter a valid name to deploy.")
+    if trimmed == ".." or "/" in trimmed:
+        raise InvalidRequest(
+            f"invalid model name '{name}', model name must not contain path traversal characters"
+        )
+
+
 def check_repository_name(repository: str) -> None:
     """Refuse a RepositoryModelLoad/Unload that names a repository (Triton serves one
     here; the request's ``repository_name``, or HTTP's ``/v2/repository/{name}/...``).
@@ -182,6 +197,7 @@ class RepositoryApi:
                 raise InvalidRequest(
                     f"Unrecognized load parameter '{key}' with type '{_parameter_type(value)}'"
                 )
+        check_model_name(name)
         if files and config is None:
             raise InvalidRequest(
                 f"failed to load '{name}': the 'config' parameter is required when model "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -96,18 +97,28 @@ def _write_files(req: LoadRequest, server_id: str) -> Path:
     """Write the request's ``file:`` contents to a new temporary directory; returns it.
 
     Raises:
-        ConfigError: a path is absolute or leaves the model directory (the directory is
-            removed again).
+        ConfigError: a path leaves the model directory once normalised (Triton's "Invalid
+            file parameter ... must stay within model directory.") or names the directory
+            itself (the temporary directory is removed again).
     """
     temp_dir = Path(tempfile.mkdtemp(prefix=f"triton_mp_{server_id}_"))
     directory = temp_dir / req.name
     for rel, content in req.files.items():
-        path = PurePosixPath(rel)
-        if path.is_absolute() or ".." in path.parts or not path.parts:
+        # NOTE: as core's LocalizeRepoAgent: the path joins the model directory (an absolute
+        # one too, JoinPath), is normalised, and must stay within it.
+        normal = os.path.normpath(f"{directory}/{rel.lstrip('/')}")
+        if os.path.commonpath([normal, directory]) != str(directory):
+            shutil.rmtree(temp_dir, ignore_errors=True)
+            raise ConfigError(
+                f"Invalid file parameter 'file:{rel}' with normalized path '{normal}' must "
+                "stay within model directory."
+            )
+        path = PurePosixPath(os.path.relpath(normal, directory))
+        if normal == str(directory):
             shutil.rmtree(temp_dir, ignore_errors=True)
             raise ConfigError(
                 f"failed to load '{req.name}': invalid file path '{rel}' "
-                "(it must be relative to the model directory)"
+                "(it must name a file within the model directory)"
             )
         target = directory.joinpath(*path.parts)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,51 @@
+"""A load's model name and ``file:`` paths, checked as upstream core checks them
+(``ValidateModelName``, LocalizeRepoAgent's "must stay within model directory")."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from triton_mp.common.errors import ConfigError, InvalidRequest
+from triton_mp.frontend.repository_api import check_model_name
+from triton_mp.supervisor.load_requests import LoadRequest, _write_files
+
+
+@pytest.mark.parametrize("name", ["a/b", "..", " .. ", "/etc"])
+def test_path_traversal_in_a_name_is_refused(name: str) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        check_model_name(name)
+    assert e.value.message == (
+        f"invalid model name '{name}', model name must not contain path traversal characters"
+    )
+
+
+@pytest.mark.parametrize("name", ["", " ", "\t\n"])
+def test_an_empty_name_is_refused(name: str) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        check_model_name(name)
+    assert e.value.message == "Model name cannot be empty. Please enter a valid name to deploy."
+
+
+@pytest.mark.parametrize("name", ["m", "..m", "a..b", "m "])
+def test_other_names_pass(name: str) -> None:
+    check_model_name(name)
+
+
+def test_files_are_written_within_the_model_directory() -> None:
+    req = LoadRequest("m", files={"/1/model.py": b"a", "1/../config.txt": b"b"})
+    temp = _write_files(req, "t")
+    try:
+        assert (temp / "m" / "1" / "model.py").read_bytes() == b"a"
+        assert (temp / "m" / "config.txt").read_bytes() == b"b"
+    finally:
+        shutil.rmtree(temp)
+
+
+@pytest.mark.parametrize("rel", ["../x", "1/../../x", "/../x"])
+def test_a_file_outside_the_model_directory_is_refused(rel: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        _write_files(LoadRequest("m", files={rel: b"x"}), "t")
+    assert e.value.message.startswith(f"Invalid file parameter 'file:{rel}' with normalized path")
+    assert e.value.message.endswith("/x' must stay within model directory.")
