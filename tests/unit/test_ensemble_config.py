@@ -7,13 +7,14 @@ import pytest
 from google.protobuf import text_format
 
 from triton_mp._proto import model_config_pb2 as mc
-from triton_mp.common.errors import ConfigError
+from triton_mp.common.errors import ConfigError, ErrorCode
 from triton_mp.model_config.ensemble import validate_ensemble_config
 from triton_mp.supervisor.ensemble_deps import (
     check_ensembles,
     composing_failure,
     composing_to_load,
     dependents,
+    ensemble_load_failure,
 )
 
 
@@ -197,4 +198,15 @@ def test_a_step_s_model_or_version_that_did_not_come_up_fails_the_ensemble() -> 
     pinned = _ensemble(_add().replace("model_version: -1", "model_version: 2"))
     assert composing_failure("ens", pinned, {"add": {1}}) == (
         "ensemble 'ens' depends on 'add' whose required version 2 is not loaded."
+    )
+    # NOTE: an omitted model_version is 0, a version like any other (Triton 2.51 too).
+    omitted = _ensemble(_add().replace("model_version: -1", ""))
+    assert composing_failure("ens", omitted, {"add": {1}}) == (
+        "ensemble 'ens' depends on 'add' whose required version 0 is not loaded."
+    )
+    assert composing_failure("ens", omitted, {"add": {0}}) == ""
+    answer = ensemble_load_failure("ens", "why.")
+    assert (answer.code, answer.message) == (
+        ErrorCode.INVALID_ARG,
+        "load failed for model 'ens': why.\n",
     )

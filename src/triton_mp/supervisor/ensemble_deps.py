@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from triton_mp._proto import model_config_pb2 as mc
-from triton_mp.common.errors import ConfigError
+from triton_mp.common.errors import ConfigError, ErrorCode
+from triton_mp.ipc.messages import ErrorInfo
 from triton_mp.model_config.ensemble import validate_ensemble_config
 
 
@@ -125,6 +126,13 @@ def dependents(names: Iterable[str], served: Mapping[str, mc.ModelConfig]) -> li
                 out.add(ensemble)
                 changed = True
     return sorted(out)
+
+
+def ensemble_load_failure(name: str, why: str) -> ErrorInfo:
+    """The answer to a load of an ensemble its checks refused (``CheckNode`` and
+    ``ValidateEnsembleConfig`` set the node's status; ``LoadModel`` answers it as
+    "load failed for model '<name>': <why>" and a newline, INVALID_ARG)."""
+    return ErrorInfo(ErrorCode.INVALID_ARG, f"load failed for model '{name}': {why}\n")
 
 
 def composing_failure(

@@ -59,6 +59,7 @@ from triton_mp.supervisor.ensemble_deps import (
     composing_failure,
     composing_to_load,
     dependents,
+    ensemble_load_failure,
     steps_of,
 )
 from triton_mp.supervisor.frontend_link import Call, FrontendLink
@@ -403,6 +404,7 @@ class ModelControl:
         for s in [s for s in staged if s.req.name in reasons]:
             staged.remove(s)
             self._refuse(s.req, s.rm.directory, s.temp_dir, reasons[s.req.name])
+            s.req.result = ensemble_load_failure(s.req.name, reasons[s.req.name])
         # NOTE: check_ensembles set decoupled in the configs that serve (the fingerprints,
         # taken before, do not depend on it: it follows from the composing models).
         return sorted(staged, key=lambda s: bool(steps_of(s.rm.config)))
@@ -413,7 +415,7 @@ class ModelControl:
         why = composing_failure(s.req.name, s.rm.config, versions)
         if why and not plan.error:
             plan.error = why
-            s.req.result = ErrorInfo(ErrorCode.INVALID_ARG, why)
+            s.req.result = ensemble_load_failure(s.req.name, why)
 
     def _apply(
         self,
