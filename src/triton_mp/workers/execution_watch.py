@@ -12,7 +12,8 @@ Cost: nothing between batches (the thread sleeps on a condition), one condition 
 per batch, and during a batch one ring poll (no syscall, nothing decoded) every
 ``POLL_S`` once it has run for ``POLL_S``. The thread never waits on the inbox's
 semaphore, so it never takes a wake-up the loop needs: a post for a record it drained
-only makes the loop's next wait return at once to an empty drain. Only one thread reads
+does not even end the loop's next wait (``ipc.channel.Inbox.wait`` returns only when a
+ring holds a record), and the loop takes what the watch kept before it waits. Only one thread reads
 the rings at a time: the watch only while the loop is inside a batch (``begin`` ..
 ``end``), the loop only outside one.
 """
