@@ -41,12 +41,14 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,18 +70,32 @@ from common import (
 
 DEFAULT_REPOSITORY = BENCH / "model_repository"
 DEFAULT_PNG = ROOT / "bench" / "results" / "vs_triton.png"
-SIDES = ("Triton", "triton-mp", "triton-mp base", "triton-mp fp2", "floor", "identity floor")
+SIDES = (
+    "Triton",
+    "triton-mp",
+    "triton-mp base",
+    "triton-mp fp2",
+    "floor",
+    "identity floor",
+    "onnxruntime",
+)
 """Every server the bench can run: the real Triton, triton-mp (one frontend process),
 triton-mp with ``--frontend-processes 2``, the Python floor (``floor_server.py``) and the
 large-tensor floor (``bench/floor_identity.py``: identity_py echoed by one grpc.aio process
 with triton-mp's wire handling); "triton-mp base" is triton-mp as committed at ``--baseline
-REV``, run next to this checkout's on every workload triton-mp runs (an A/B in one run)."""
-FLOORS = ("floor", "identity floor")
-"""The floor sides: the table's "vs floor" column shows a workload's ratio over either."""
+REV``, run next to this checkout's on every workload triton-mp runs (an A/B in one run);
+"onnxruntime" is no server: raw onnxruntime in this process on ocr_cls's ONNX file, its best
+batched images/s (``raw_ort_record``), the bound of the ocr_cls workload."""
+SERVERLESS = ("onnxruntime",)
+"""Sides measured in this process, with nothing to start or stop."""
+FLOORS = ("floor", "identity floor", "onnxruntime")
+"""The floor sides: the table's "vs floor" column shows a workload's ratio over any of them."""
 FLOOR_IDENTITY = ROOT / "bench" / "floor_identity.py"
 PAIR = ("Triton", "triton-mp")
 """The two sides every workload runs on."""
-ADD_SUB_SIDES = tuple(s for s in SIDES if s not in ("identity floor", "triton-mp base"))
+ADD_SUB_SIDES = tuple(
+    s for s in SIDES if s not in ("identity floor", "triton-mp base", "onnxruntime")
+)
 """add_sub_py over gRPC, the system-shared-memory issue's bench, runs on all four sides that
 serve add_sub_py (the identity floor serves identity_py only)."""
 RATIOS = (
@@ -90,12 +106,22 @@ RATIOS = (
     ("triton-mp fp2", "floor"),
     ("triton-mp", "identity floor"),
     ("identity floor", "Triton"),
+    ("triton-mp", "onnxruntime"),
+    ("triton-mp base", "onnxruntime"),
 )
 """Throughput ratios reported per workload (numerator, denominator), when both ran."""
 FP2_ARGS = ["--frontend-processes", "2"]
 MIB = 1 << 20
 PRIVATE_SHM_ENV = "BENCH_VS_TRITON_PRIVATE_SHM"  # set inside the private /dev/shm namespace
 MAX_RESTARTS = 2  # per round: a server that died under us is started again this many times
+NODELAY_MODEL = "add_sub_py_nodelay"
+"""add_sub_py with ``dynamic_batching { }`` (no batching delay), written by
+``prepare_repositories`` into the run's repositories (issue 23's second c=1 goal)."""
+OCR_MODEL = "ocr_cls"
+"""The PP-OCR classifier (onnxruntime backend: triton-mp only; the Triton here has no
+onnxruntime backend); ``prepare_repositories`` adds it to triton-mp's repository."""
+ORT_BATCHES = (8, 16, 32)
+"""Batch sizes of the raw onnxruntime measurement (its best is the ocr_cls bound)."""
 
 
 @dataclass(frozen=True)
@@ -110,9 +136,13 @@ class Workload:
     sides: tuple[str, ...] = PAIR
     """The servers it runs on (the floors serve gRPC only: the add_sub floor add_sub_py, the
     identity floor identity_py, also through system shared memory)."""
+    floor_model: str | None = None
+    """The model the floor serves for this workload when its name differs (the floor has
+    one model, add_sub_py, and no batcher: ``add_sub_py_nodelay`` is add_sub_py there)."""
 
-    def args(self) -> list[str]:
-        return ["-m", self.model, "--concurrency-range", str(self.concurrency), *self.pa_args]
+    def args(self, side: str = "") -> list[str]:
+        model = self.floor_model if side == "floor" and self.floor_model else self.model
+        return ["-m", model, "--concurrency-range", str(self.concurrency), *self.pa_args]
 
 
 def identity(mib: int, shm: bool, protocol: str = "grpc") -> Workload:
@@ -135,6 +165,14 @@ def identity(mib: int, shm: bool, protocol: str = "grpc") -> Workload:
 
 WORKLOADS = [
     Workload("add_sub_c1", "add_sub_py c=1", "add_sub_py", 1, sides=ADD_SUB_SIDES),
+    Workload(
+        "add_sub_c1_nodelay",
+        "add_sub_py c=1 no delay",
+        NODELAY_MODEL,
+        1,
+        sides=ADD_SUB_SIDES,
+        floor_model="add_sub_py",
+    ),
     Workload("add_sub_c4", "add_sub_py c=4", "add_sub_py", 4, sides=ADD_SUB_SIDES),
     Workload("add_sub_c16", "add_sub_py c=16", "add_sub_py", 16, sides=ADD_SUB_SIDES),
     identity(1, shm=False),
@@ -145,6 +183,7 @@ WORKLOADS = [
     Workload("add_sub_c16_http", "add_sub_py c=16", "add_sub_py", 16, protocol="http"),
     identity(1, shm=False, protocol="http"),
     identity(1, shm=True, protocol="http"),
+    Workload("ocr_cls_c32", "ocr_cls c=32", OCR_MODEL, 32, sides=("triton-mp", "onnxruntime")),
 ]
 
 
@@ -163,6 +202,143 @@ def run_pa(
     return common.run_pa(
         pa_run, peers_env, server, label, pa_args, window_ms, attempts, jsonl, w.protocol
     )
+
+
+# --------------------------------------------------------------------------- repositories
+
+
+def nodelay_config(text: str) -> str:
+    """add_sub_py's config.pbtxt as ``add_sub_py_nodelay``: the same model with
+    ``dynamic_batching { }`` (batches form only from requests already queued)."""
+    out = re.sub(r'^name:\s*"add_sub_py"', f'name: "{NODELAY_MODEL}"', text, flags=re.M)
+    out = re.sub(r"dynamic_batching\s*\{[^}]*\}", "dynamic_batching { }", out)
+    if out == text or f'"{NODELAY_MODEL}"' not in out or "dynamic_batching { }" not in out:
+        raise BenchError("add_sub_py's config.pbtxt: no name or dynamic_batching to rewrite")
+    return "# bench_vs_triton.py: add_sub_py without its batching delay.\n" + out
+
+
+def _copy_repository(src: Path, dest: Path, nodelay: bool) -> None:
+    shutil.copytree(src, dest, symlinks=False, ignore=shutil.ignore_patterns("__pycache__"))
+    if nodelay:
+        shutil.copytree(dest / "add_sub_py", dest / NODELAY_MODEL)
+        cfg = dest / NODELAY_MODEL / "config.pbtxt"
+        cfg.write_text(nodelay_config(cfg.read_text()))
+
+
+def prepare_repositories(args: argparse.Namespace) -> Path | None:
+    """Temporary copies of the repositories when a workload needs a model they lack:
+    ``add_sub_py_nodelay`` in both, ``ocr_cls`` (its config from the project's
+    model_repository, its ONNX file as bench_ocr_cls finds it) in triton-mp's. Sets
+    ``args.repository`` / ``args.mp_repository`` to the copies; returns their folder (None
+    when no copy was needed)."""
+    models = {w.model for w in args.workloads}
+    nodelay, ocr = NODELAY_MODEL in models, OCR_MODEL in models
+    if not nodelay and not ocr:
+        return None
+    import bench_ocr_cls  # bench/: the raw-ORT measurement and the model's location
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench_vs_triton_repo."))
+    same = args.mp_repository == args.repository
+    _copy_repository(args.repository, tmp / "triton", nodelay)
+    if same:
+        _copy_repository(args.repository, tmp / "mp", nodelay)
+    else:
+        _copy_repository(args.mp_repository, tmp / "mp", nodelay)
+    if ocr:
+        onnx, _where = bench_ocr_cls.locate_model(ROOT / "model_repository", None)
+        dest = tmp / "mp" / OCR_MODEL
+        (dest / "1").mkdir(parents=True)
+        shutil.copy(ROOT / "model_repository" / OCR_MODEL / "config.pbtxt", dest)
+        shutil.copy(onnx, dest / "1" / "model.onnx")
+        args.ort_model = onnx
+    args.repository, args.mp_repository = tmp / "triton", tmp / "mp"
+    args.stand_in = not same
+    return tmp
+
+
+def raw_ort_record(args: argparse.Namespace, seconds: float) -> dict[str, Any]:
+    """Raw onnxruntime on ocr_cls's ONNX file, in this process (the servers idle): one
+    InferenceSession with ORT's default CPU settings and one with ``intra_op_num_threads=1``,
+    batch sizes ``ORT_BATCHES``. A pa_run-shaped record: ``throughput`` the best images/s,
+    p50/p99 of that configuration's ``session.run`` calls (per batch, µs), CPU per image
+    (this process's CPU time / images); ``one_thread_cpu_us``: batch size -> CPU µs per
+    image with one intra-op thread, what the model itself costs a worker (one thread)."""
+    import bench_ocr_cls
+    import numpy as np
+    import onnxruntime as ort  # type: ignore[import-untyped]
+
+    rows: list[dict[str, Any]] = []
+    for threads in (None, 1):
+        so = ort.SessionOptions()
+        if threads is not None:
+            so.intra_op_num_threads = threads
+        sess = ort.InferenceSession(str(args.ort_model), so, providers=["CPUExecutionProvider"])
+        name = sess.get_inputs()[0].name
+        for b in ORT_BATCHES:
+            shape = (b, *bench_ocr_cls.INPUT_SHAPE)
+            feed = {name: np.random.default_rng(0).random(shape, np.float32)}
+            for _ in range(3):
+                sess.run(None, feed)
+            lat: list[float] = []
+            cpu0, t0 = time.process_time(), time.perf_counter()
+            t = t0
+            while t - t0 < seconds or len(lat) < 5:
+                s0 = time.perf_counter()
+                sess.run(None, feed)
+                t = time.perf_counter()
+                lat.append(t - s0)
+            wall, cpu = t - t0, time.process_time() - cpu0
+            lat.sort()
+            rows.append(
+                {
+                    "threads": threads or 0,
+                    "batch": b,
+                    "throughput": round(len(lat) * b / wall, 1),
+                    "p50_us": round(lat[len(lat) // 2] * 1e6, 1),
+                    "p99_us": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e6, 1),
+                    "cpu_us_per_infer": round(cpu * 1e6 / (len(lat) * b), 1),
+                    "cores": round(cpu / wall, 2),
+                }
+            )
+        del sess
+    best = max(rows, key=lambda r: r["throughput"])
+    return {
+        "throughput": best["throughput"],
+        "p50_us": best["p50_us"],
+        "p99_us": best["p99_us"],
+        "server_cores": best["cores"],
+        "client_cores": 0.0,
+        "machine_cores_busy": best["cores"],
+        "cpu_us_per_infer": best["cpu_us_per_infer"],
+        "wakeups_per_infer": None,
+        "roles": {
+            "onnxruntime": {"cpu_us": best["cpu_us_per_infer"], "wakeups": None, "cores": 1.0}
+        },
+        "best": {k: best[k] for k in ("threads", "batch")},
+        "one_thread_cpu_us": {r["batch"]: r["cpu_us_per_infer"] for r in rows if r["threads"]},
+        "ort_rows": rows,
+    }
+
+
+def outside_ort(
+    by_round: dict[int, dict[str, dict[str, Any]]], sides: tuple[str, ...]
+) -> dict[str, dict[str, Any]]:
+    """ocr_cls: each triton-mp side's CPU µs per image outside onnxruntime, per round and
+    median: its whole tree's figure less the model's own (raw ORT with one intra-op thread,
+    as a worker runs it, at the batch size nearest the server's average batch)."""
+    out: dict[str, dict[str, Any]] = {}
+    for side in (x for x in sides if x.startswith("triton-mp")):
+        vals = []
+        for i in sorted(by_round):
+            rec, raw = by_round[i].get(side, {}), by_round[i].get("onnxruntime", {})
+            one = raw.get("one_thread_cpu_us") or {}
+            if rec.get("cpu_us_per_infer") is None or not one:
+                continue
+            batch = rec.get("avg_batch") or max(one)
+            near = min(one, key=lambda b: abs(int(b) - batch))
+            vals.append(round(rec["cpu_us_per_infer"] - one[near], 1))
+        out[side] = {"per_round": vals, "median": med(vals) if vals else None}
+    return out
 
 
 # --------------------------------------------------------------------------- one round
@@ -211,7 +387,11 @@ def run_round(
 ) -> tuple[dict[str, Any], bool]:
     """Start both servers, run every workload on both (paired, alternating order), stop both.
     `skip`: sides whose start failed in an earlier round -> that error (not retried)."""
-    used = [side for side in SIDES if any(side in w.sides for w in args.workloads)]
+    used = [
+        side
+        for side in SIDES
+        if any(side in w.sides for w in args.workloads) and side not in SERVERLESS
+    ]
     order = used if i % 2 == 1 else list(reversed(used))
     rnd: dict[str, Any] = {"round": i, "order": order, "servers": {}, "runs": [], "restarts": []}
     models_of = {
@@ -247,9 +427,11 @@ def run_round(
             flush=True,
         )
         for w in args.workloads:
-            for side in (s for s in order if s in w.sides):
+            for side in (s for s in [*order, *SERVERLESS] if s in w.sides):
                 rec: dict[str, Any]
-                if (
+                if side in SERVERLESS:
+                    rec = raw_ort_record(args, args.window_ms / 2000)
+                elif (
                     side not in start_errors
                     and not servers[side].running()
                     and len(rnd["restarts"]) < MAX_RESTARTS
@@ -273,7 +455,9 @@ def run_round(
                     model_errors[side] = failed
                     if err is not None:
                         start_errors[side] = err
-                if side in start_errors:
+                if side in SERVERLESS:
+                    pass  # measured above
+                elif side in start_errors:
                     rec = {"error": f"{side} did not start: {common.last_line(start_errors[side])}"}
                 elif w.model in model_errors.get(side, {}):
                     rec = {"error": f"{w.model} not ready: {model_errors[side][w.model]}"}
@@ -289,7 +473,7 @@ def run_round(
                         peers_env,
                         servers[side],
                         f"{side} {w.label} {w.protocol} round {i}",
-                        w.args() + extra,
+                        w.args(side) + extra,
                         args.window_ms,
                         args.attempts,
                         jsonl,
@@ -395,6 +579,8 @@ def summarise(rounds: list[dict[str, Any]], workloads: list[Workload]) -> list[d
                 "ratio": round(statistics.median(per_round), 3) if per_round else None,
             }
         row["vs"] = vs
+        if "onnxruntime" in w.sides:
+            row["outside_ort_us"] = outside_ort(by_round, w.sides)
         # NOTE: PAIR lists the sides as (Triton, triton-mp); the ratio is triton-mp/Triton.
         pair = vs.get(ratio_key(PAIR[1], PAIR[0]), {"ratios": [], "ratio": None})
         row["ratios"], row["ratio"] = pair["ratios"], pair["ratio"]
@@ -468,6 +654,7 @@ def side_names(mp_name: str) -> dict[str, str]:
         "triton-mp fp2": mp_name + " fp2",
         "floor": "Python floor",
         "identity floor": "identity floor",
+        "onnxruntime": "raw onnxruntime",
     }
 
 
@@ -552,6 +739,7 @@ def chart(rows: list[dict[str, Any]], path: Path, title: str, note: str, mp_name
         "triton-mp fp2": "#7aa6d6",
         "floor": "#999999",
         "identity floor": "#c8c8c8",
+        "onnxruntime": "#e0a040",
     }
     labels = {
         "Triton": "Triton 2.51 (python backend)",
@@ -560,6 +748,7 @@ def chart(rows: list[dict[str, Any]], path: Path, title: str, note: str, mp_name
         "triton-mp fp2": mp_name + " --frontend-processes 2",
         "floor": "Python floor (floor_server.py)",
         "identity floor": "identity floor (floor_identity.py)",
+        "onnxruntime": "raw onnxruntime, best batched (ocr_cls; p99 per batch)",
     }
     present = [side for side in SIDES if any(side in r["sides"] for r in rows)]
     x = list(range(len(rows)))
@@ -777,6 +966,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a.peers_env = a.peers_env.resolve()
     a.mp_src = ROOT / "src"
     a.base_src = None
+    a.ort_model = None
     if a.mp_commit and a.server_cmd:
         ap.error("--mp-commit and --server-cmd exclude each other")
     return a
@@ -889,7 +1079,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     ok = True
     skip: dict[str, str] = {}
+    repo_tmp: Path | None = None
     try:
+        repo_tmp = prepare_repositories(args)
+        result["repositories"] = {"triton": str(args.repository), "mp": str(args.mp_repository)}
         result["triton_mp"] = mp_version = triton_mp_version(args)
         if args.mp_commit:
             args.mp_src = export_commit(args.mp_commit)
@@ -928,6 +1121,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(args.mp_src.parent, ignore_errors=True)
     if args.base_src is not None:
         shutil.rmtree(args.base_src.parent, ignore_errors=True)
+    if repo_tmp is not None:
+        shutil.rmtree(repo_tmp, ignore_errors=True)
     rows = summarise(result["rounds"], args.workloads)
     result["summary"] = rows
     result["ok"] = ok
@@ -956,6 +1151,13 @@ def main(argv: list[str] | None = None) -> int:
             "switches per inference"
         )
         print(cpu_table(rows, side_names(mp_name)))
+        for r in rows:
+            for side, v in (r.get("outside_ort_us") or {}).items():
+                print(
+                    f"{r['label']}: {side} serving CPU per image outside onnxruntime "
+                    f"{fmt(v['median'], '.0f')} us (per round {v['per_round']}): its CPU per "
+                    "image less raw ORT's own with one intra-op thread at its average batch"
+                )
         for r in result["rounds"]:
             for side, info in r["servers"].items():
                 if "clean" in info and not info["clean"] and side not in r.get("start_errors", {}):
