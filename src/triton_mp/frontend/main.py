@@ -16,6 +16,7 @@ refused, and the process waits until the accepted ones are answered (at most
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -395,6 +396,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
         return 1
     stopping = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
+    tune_gc()
     report_ready(ready, "frontend", name)
     link.start(loop)
     _log_listening(spec, address, http)
@@ -412,6 +414,20 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
         store.close()
     log.info("frontend stopped")
     return 0
+
+
+def tune_gc() -> None:
+    """Collect once, then freeze what start-up made (``gc.freeze``), before serving.
+
+    The grpc, protobuf, numpy and aiohttp modules and the model table are ~10^5 objects that
+    live as long as the process; every full collection walked them all. Measured with
+    ``gc.callbacks`` at add_sub_py c=16 (perf_analyzer, ~18 s, ~2,200 infer/s): 5 full
+    collections of ~60 ms each (314 ms, and a 60 ms stall of every request in flight), plus
+    107 ms of young ones; frozen, the full ones take ~0.3 ms and the total is 78 ms, ~9 µs
+    less per inference. The thresholds stay Python's: what is collected does not change.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def run_frontend(spec_bytes: bytes, ready: Connection) -> int:
