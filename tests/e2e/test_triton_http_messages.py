@@ -8,8 +8,10 @@ them.
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
+import socket
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -225,3 +227,69 @@ def test_trace_settings_triton_lets_through(servers: dict[str, str]) -> None:
             },
         ), server
         assert _trace_setting(url, {"log_frequency": "0"})[0] == 200
+
+
+def _raw(url: str, head: bytes, body_parts: list[bytes]) -> tuple[int, str, bytes]:
+    """Send ``head`` and ``body_parts`` on a raw socket; the status, the JSON error and what
+    followed the response (b"" when the server closed the connection)."""
+    host, port = url.split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(head)
+        try:
+            for part in body_parts:
+                s.sendall(part)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # NOTE: the server may stop reading once it has refused the body
+        data = b""
+        while True:
+            try:
+                more = s.recv(65536)
+            except ConnectionResetError:
+                break
+            if not more:
+                break
+            data += more
+    head_text, _, rest = data.partition(b"\r\n\r\n")
+    status = int(head_text.split(b" ", 2)[1])
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head_text.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    return status, json.loads(rest[:length]).get("error", ""), rest[length:]
+
+
+def test_a_chunked_body_of_too_many_chunks_is_refused(servers: dict[str, str]) -> None:
+    """Server PR #8770 (upstream main, 2026; 2.51 predates it): more than 65536 non-empty
+    chunks answers 400 and closes the connection."""
+    url = servers["triton-mp"]
+    head = f"POST {M} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+    chunks = [b"1\r\n \r\n" * 65537, b"0\r\n\r\n"]
+    status, error, _ = _raw(url, head, chunks)
+    assert (status, error) == (
+        400,
+        "Chunked request body exceeds maximum of 65536 non-empty chunks. Send fewer or "
+        "larger HTTP chunks.",
+    )
+    # 65536 chunks are fine (here: a JSON body cut into them)
+    body = json.dumps({"inputs": [fp32()]}).encode()
+    body += b" " * (65536 - len(body))
+    parts = [b"1\r\n" + body[i : i + 1] + b"\r\n" for i in range(len(body))]
+    status, error, _ = _raw(
+        url,
+        head.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"),
+        [b"".join(parts), b"0\r\n\r\n"],
+    )
+    assert (status, error) == (200, "")
+
+
+def test_a_body_that_inflates_past_the_limit_is_refused(servers: dict[str, str]) -> None:
+    """Server PR #8570 (upstream main; 2.51 predates it): --http-max-input-size bounds the
+    inflated body too."""
+    bomb = gzip.compress(b" " * (64 * 2**20 + 10))
+    case = Case("POST", M, bomb, 400, "", {"Content-Encoding": "gzip"})
+    assert call(servers["triton-mp"], case) == (
+        400,
+        "Decompressed data size exceeds the maximum allowed value of 67108864 bytes. Use "
+        "--http-max-input-size to increase the limit.",
+    )

@@ -37,6 +37,7 @@ from triton_mp.common.json_form import config_to_json
 from triton_mp.frontend import kserve
 from triton_mp.frontend.api import FrontendApi
 from triton_mp.frontend.cuda_shm import CUDA_IPC_HANDLE_BYTES
+from triton_mp.frontend.http.body import TooManyChunks, read_body
 from triton_mp.frontend.http.infer_codec import (
     HEADER_LENGTH,
     JSON_TYPE,
@@ -70,19 +71,6 @@ its in-flight inferences were answered or ``--exit-timeout-secs`` ran out, so wh
 is answers being written (fast) or requests the drain gave up on."""
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-async def _read_body(request: web.Request) -> bytes:
-    """The whole request body, inflated when gzip/deflate.
-
-    Raises:
-        InvalidRequest: (400) the body could not be read or decoded (a corrupt gzip stream,
-            a connection cut mid-body).
-    """
-    try:
-        return await request.read()
-    except web.RequestPayloadError as e:
-        raise InvalidRequest(f"failed to read the request body: {e}") from None
 
 
 def _traceparent(request: web.Request) -> str:
@@ -135,6 +123,11 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     into Triton's JSON error bodies."""
     try:
         return await handler(request)
+    except TooManyChunks as e:
+        # NOTE: as Triton: answer, stop reading and close the connection.
+        response = _error_response(400, e.message)
+        response.force_close()
+        return response
     except TritonMPError as e:
         return _error_response(HTTP_STATUS.get(e.code, 400), e.message)
     except web.HTTPNotFound:
@@ -187,6 +180,7 @@ class HttpFrontend:
         self._api = api
         self._restrictions: Restrictions = restrictions or {}
         self._runner: web.AppRunner | None = None
+        self._max_input_bytes = max_input_bytes
         self.app = web.Application(middlewares=[_errors], client_max_size=max_input_bytes)
         self._routes()
 
@@ -331,7 +325,7 @@ class HttpFrontend:
     # -------------------------------------------------------------- repository
     async def _body_json(self, request: web.Request) -> dict[str, Any]:
         """The request's JSON object ({} for an empty body)."""
-        body = await _read_body(request)
+        body = await read_body(request, self._max_input_bytes)
         if not body:
             return {}
         value = decode_json(body)
@@ -483,10 +477,10 @@ class HttpFrontend:
             response = _error_response(501, "Unsupported compression type")
             response.headers["Accept-Encoding"] = "gzip, deflate"
             return response
-        # NOTE: aiohttp's parser inflates gzip/deflate bodies itself, within client_max_size.
+        # NOTE: aiohttp's parser inflates gzip/deflate bodies itself (read_body caps them).
         tracer = self._api.tracer
         recv_ns = time.monotonic_ns() if tracer.active else 0
-        body = await _read_body(request)
+        body = await read_body(request, self._max_input_bytes)
         req, plan = parse_infer_body(
             target.model, version, body, request.headers.get(HEADER_LENGTH)
         )
