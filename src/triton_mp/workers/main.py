@@ -130,8 +130,6 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     try:
         serve(inbox, worker, rewire, watch)
     finally:
-        if watch is not None:
-            watch.stop()
         backend.close()
         worker.close()
         cache.close()
@@ -236,7 +234,8 @@ def serve(
 
 
 def cancel_now(worker: Worker) -> Callable[[ToWorker], bool]:
-    """What the execution watch applies during a batch: cancellations (the rest waits)."""
+    """What the execution watch applies during a batch: cancellations (the rest waits for
+    the loop)."""
 
     def apply(msg: ToWorker) -> bool:
         if isinstance(msg, CancelRequest):

@@ -115,9 +115,10 @@ class Worker:
         """Traced requests in execution: their BLS child traces (``workers.bls_client``)."""
         self._cancelled: set[tuple[ReplyTo, int]] = set()
         """(reply address, request id) of running or open (decoupled) requests whose client
-        went away; the set is written by the execution watch's thread too."""
+        went away; also written by a model thread polling the execution watch."""
         self.watch: ExecutionWatch[Any] | None = None
-        """Reads the inbox while a batch executes (python models; ``workers.main``)."""
+        """Reads the inbox on ``is_cancelled`` while a batch executes (python models;
+        ``workers.main``)."""
         bind = getattr(backend, "bind_responder", None)
         if bind is not None:
             bind(self.respond, self.is_cancelled)
@@ -159,11 +160,16 @@ class Worker:
 
     def is_cancelled(self, token: object) -> bool:
         """Whether the client of a running or open decoupled request cancelled it (cheap;
-        thread-safe): the model's ``request.is_cancelled()``."""
+        thread-safe): the model's ``request.is_cancelled()``. Inside a batch it first looks
+        at the inbox (``workers.execution_watch``): a cancellation posted during the
+        execute is seen at once."""
         if isinstance(token, WarmupToken):
             return False
         req = token
         assert isinstance(req, InferRequest)
+        watch = self.watch
+        if watch is not None:
+            watch.poll()
         return (req.reply_to, req.request_id) in self._cancelled
 
     def cancel(self, msg: CancelRequest) -> None:
