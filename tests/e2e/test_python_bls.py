@@ -419,14 +419,16 @@ def _call(client: grpcclient.InferenceServerClient, caller: str, callee: str) ->
     return res.as_numpy("OUTPUT0")
 
 
-def _call_fails(client: grpcclient.InferenceServerClient, caller: str, callee: str) -> None:
+def _call_fails(
+    client: grpcclient.InferenceServerClient, caller: str, callee: str, why: str = "is not found"
+) -> None:
     a = np.ones((1, 16), np.float32)
     with pytest.raises(InferenceServerException) as e:
         client.infer(
             caller,
             _inputs(MODEL=np.array([callee.encode()], dtype=np.object_), INPUT0=a, INPUT1=a),
         )
-    assert e.value.message() == f"BLS: Request for unknown model: '{callee}' is not found"
+    assert e.value.message() == f"BLS: Request for unknown model: '{callee}' {why}"
 
 
 def test_bls_reaches_models_loaded_and_unloaded_after_the_caller(
@@ -461,13 +463,14 @@ def test_bls_reaches_models_loaded_and_unloaded_after_the_caller(
         assert any(objects[n] - before for n in bls_rings), bls_rings
 
         client.unload_model("add_sub")
-        _call_fails(client, "bls_py", "add_sub")
-        _call_fails(client, "bls_late_py", "add_sub")
+        # NOTE: as the frontend after an unload (core ModelLifeCycle::GetModel)
+        _call_fails(client, "bls_py", "add_sub", "has no available versions")
+        _call_fails(client, "bls_late_py", "add_sub", "has no available versions")
         _call(client, "bls_py", "add_sub_py")
         client.unload_model("bls_late_py")
         _call(client, "bls_py", "add_sub_py")
         client.unload_model("add_sub_py")
-        _call_fails(client, "bls_py", "add_sub_py")
+        _call_fails(client, "bls_py", "add_sub_py", "has no available versions")
         # NOTE: everything of the instances started since (all unloaded now) is gone.
         leftovers = {n: ids for n, ids in _instance_ids(server).items() if ids - before}
         assert not leftovers, leftovers

@@ -157,3 +157,11 @@ def test_inbox_gains_a_ring_once_and_gives_back_what_a_removed_ring_held(
             inbox.add_ring(rings[2])
     finally:
         inbox.close()
+
+
+def test_the_table_names_versions_known_but_not_served() -> None:
+    """Failed, retired and unloaded versions: a BLS call naming one is UNAVAILABLE "... is
+    not at ready state" (workers.bls_client), as the frontend answers."""
+    table = bls_table([], {"gone": {1, 2}, "never": set()})
+    assert set(table) == {"gone"}
+    assert (table["gone"].versions, table["gone"].unavailable) == ((), (1, 2))

@@ -96,8 +96,15 @@ def test_unknown_model_is_not_found(h: Harness) -> None:
     assert failed.request_id == req.request_id
     assert failed.error.code == ErrorCode.NOT_FOUND
     assert "'nope'" in failed.error.message
+    assert failed.error.message == "Request for unknown model: 'nope' is not found"
+    # a version of a served model that the scheduler no longer has (a change retired it
+    # after the frontend resolved it): the frontend's words for a retired version
     h.request("add_sub", version=2)
-    assert h.failures()[-1][1].error.code == ErrorCode.NOT_FOUND
+    error = h.failures()[-1][1].error
+    assert (error.code, error.message) == (
+        ErrorCode.UNAVAILABLE,
+        "Request for unknown model: 'add_sub' version 2 is not at ready state",
+    )
 
 
 # --------------------------------------------------------------------------- batch done

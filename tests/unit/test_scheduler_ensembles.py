@@ -89,7 +89,7 @@ def test_a_step_whose_model_is_gone_fails_the_ensemble_request_and_counts_other(
     ((_, failed),) = h2.failures()
     assert failed.request_id == req.request_id
     assert failed.error.message == (
-        "in ensemble 'ens', Request for unknown model: 'add_sub' is not found"
+        "in ensemble 'ens', Request for unknown model: 'add_sub' has no available versions"
     )
     ens = h2.stats("ens")
     assert (ens.success.count, ens.fail.count, ens.fail_reasons) == (0, 1, {"OTHER": 1})

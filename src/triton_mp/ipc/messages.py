@@ -293,6 +293,10 @@ class BlsModel(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     outputs: tuple[str, ...]
     decoupled: bool = False
     instance_count: int = 1
+    unavailable: tuple[int, ...] = ()
+    """Versions the model has but does not serve (failed to load, retired by a change, or
+    unloaded): a call naming one is UNAVAILABLE "... is not at ready state", as in Triton.
+    A model with no served version has ``versions == ()``."""
 
 
 class BlsClientWiring(msgspec.Struct, frozen=True, kw_only=True, array_like=True):

@@ -69,6 +69,21 @@ def request_label(req: InferRequest) -> str:
     return f"[request id: {req.client_id or '<id_unknown>'}] "
 
 
+def unknown_version(
+    model: str, version: int, active: Iterable[tuple[str, int]]
+) -> tuple[ErrorCode, str]:
+    """The answer to a request for a version the scheduler does not serve: the frontend
+    resolved it, so a model still served under another version stopped serving this one
+    since (UNAVAILABLE "... is not at ready state", core ModelLifeCycle::GetModel); a model
+    not served at all is NOT_FOUND "... is not found"."""
+    if any(name == model for name, _ in active):
+        return (
+            ErrorCode.UNAVAILABLE,
+            f"Request for unknown model: '{model}' version {version} is not at ready state",
+        )
+    return ErrorCode.NOT_FOUND, f"Request for unknown model: '{model}' is not found"
+
+
 class SchedulerCore:
     """All scheduling state of the server; messages in, ``Outbound`` items out.
 
@@ -143,10 +158,7 @@ class SchedulerCore:
             if self.stopping:
                 code, text = ErrorCode.UNAVAILABLE, STOPPING_MESSAGE
             else:
-                code = ErrorCode.NOT_FOUND
-                text = (
-                    f"Request for unknown model: '{req.model}' version {req.version} is not found"
-                )
+                code, text = unknown_version(req.model, req.version, self.lifecycle.active)
             self._out.fail(req, code, text, now_ns)
             return
         if req.trace is not None:

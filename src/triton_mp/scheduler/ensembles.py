@@ -294,8 +294,20 @@ class Ensembles:
         version = step.version if step.version >= 0 else self._latest(step.model)
         gen = self._generation((step.model, version)) if version is not None else None
         if gen is None:
-            what = f"'{step.model}'" + (f" version {step.version}" if step.version >= 0 else "")
-            error = (ErrorCode.UNAVAILABLE, f"Request for unknown model: {what} is not found")
+            # NOTE: the frontend's words (core ModelLifeCycle::GetModel) for a step whose
+            # model stopped serving the version, or every version, since the ensemble loaded.
+            error = (
+                (
+                    ErrorCode.UNAVAILABLE,
+                    f"Request for unknown model: '{step.model}' version {step.version} is not "
+                    "at ready state",
+                )
+                if step.version >= 0
+                else (
+                    ErrorCode.NOT_FOUND,
+                    f"Request for unknown model: '{step.model}' has no available versions",
+                )
+            )
             self._act(policy, policy.respond(call.call_id, None, None, True, error), now_ns)
             return
         assert version is not None

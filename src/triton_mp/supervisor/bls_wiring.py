@@ -12,8 +12,10 @@ remaining client's inbox and the remaining instances close their rings to stoppe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+import msgspec
 
 from triton_mp.ipc.specs import BlsModel, ModelVersionSpec
 
@@ -79,12 +81,17 @@ def plan_bls_remove(
     )
 
 
-def bls_table(versions: Iterable[ModelVersionSpec]) -> dict[str, BlsModel]:
+def bls_table(
+    versions: Iterable[ModelVersionSpec],
+    unavailable: Mapping[str, Iterable[int]] | None = None,
+) -> dict[str, BlsModel]:
     """The models a BLS client may call, from the versions served now.
 
     Each model lists its versions in ascending order; batching, outputs, decoupled and the
     instance count are its newest version's (a request without a version goes there, as
-    Triton's default version policy picks the newest).
+    Triton's default version policy picks the newest). ``unavailable``: per model, the
+    versions it has but does not serve (failed, retired, unloaded); a model with only such
+    versions is listed with none served.
     """
     models: dict[str, BlsModel] = {}
     for v in sorted(versions, key=lambda v: (v.model, v.version)):
@@ -96,4 +103,9 @@ def bls_table(versions: Iterable[ModelVersionSpec]) -> dict[str, BlsModel]:
             decoupled=v.decoupled,
             instance_count=len(v.instance_ids),
         )
+    for name, gone in (unavailable or {}).items():
+        model = models.get(name) or BlsModel(versions=(), max_batch_size=0, outputs=())
+        rest = tuple(sorted(set(gone) - set(model.versions)))
+        if rest:
+            models[name] = msgspec.structs.replace(model, unavailable=rest)
     return models

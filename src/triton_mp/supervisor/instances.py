@@ -17,7 +17,7 @@ wired as the one it replaces.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
@@ -257,10 +257,15 @@ class Instances:
                 )
                 out.updates.append((i, BlsInboxUpdate(add_rings=added)))
 
-    def push_bls_table(self, versions: Iterable[ModelVersionSpec]) -> None:
-        """Give every BLS client the table of ``versions`` (those served now), if it
-        changed (``BlsWorkerUpdate`` on its worker's control ring)."""
-        table = bls_table(versions)
+    def push_bls_table(
+        self,
+        versions: Iterable[ModelVersionSpec],
+        unavailable: Mapping[str, Iterable[int]] | None = None,
+    ) -> None:
+        """Give every BLS client the table of ``versions`` (those served now) and of the
+        versions models have but do not serve (``unavailable``), if it changed
+        (``BlsWorkerUpdate`` on its worker's control ring)."""
+        table = bls_table(versions, unavailable)
         if table == self._bls_table:
             return
         self._bls_table = table

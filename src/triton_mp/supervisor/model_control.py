@@ -531,7 +531,8 @@ class ModelControl:
 
     def _push_bls_table(self) -> None:
         self._instances.push_bls_table(
-            v.spec for m in self._models.values() for v in m.versions.values()
+            (v.spec for m in self._models.values() for v in m.versions.values()),
+            {m.name: set(m.failed) | m.retired for m in self._models.values()},
         )
 
     def _log_failures(self, model: _Model, failed: dict[int, str]) -> None:

@@ -130,7 +130,11 @@ class BlsClient:
         """Whether ``name`` serves now (``version``; -1: any) as this client's table has it
         (``pb_utils.is_model_ready``)."""
         model = self._models.get(name)
-        return model is not None and (version < 0 or version in model.versions)
+        return (
+            model is not None
+            and bool(model.versions)
+            and (version < 0 or version in model.versions)
+        )
 
     # ------------------------------------------------------------------ submit
     def submit(
@@ -213,7 +217,18 @@ class BlsClient:
                 f"Request for unknown model: '{name}' is not found",
             )
         version = request.model_version()
+        # NOTE: core ModelLifeCycle::GetModel's answers, as the frontend gives them.
+        if version < 0 and not model.versions:
+            return (
+                pb_utils.TritonError.NOT_FOUND,
+                f"Request for unknown model: '{name}' has no available versions",
+            )
         if version >= 0 and version not in model.versions:
+            if version in model.unavailable:
+                return (
+                    pb_utils.TritonError.UNAVAILABLE,
+                    f"Request for unknown model: '{name}' version {version} is not at ready state",
+                )
             return (
                 pb_utils.TritonError.NOT_FOUND,
                 f"Request for unknown model: '{name}' version {version} is not found",
