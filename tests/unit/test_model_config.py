@@ -1028,11 +1028,44 @@ def test_ensemble_loads_without_model_file(tmp_path: Path) -> None:
             ),
             "instance group should not be specified for ensemble 'e'",
         ),
+        (
+            (
+                "ensemble_scheduling {",
+                'model_warmup [ { name: "w" batch_size: 1 } ]\nensemble_scheduling {',
+            ),
+            "model_warmup can not be specified for ensemble 'e'",
+        ),
+        (
+            ('input_map { key: "INPUT0" value: "IN" }', ""),
+            "must specify 'input_map' in step 0 of ensemble 'e'",
+        ),
+        (
+            ('output_map { key: "OUTPUT0" value: "OUT" }', ""),
+            "must specify 'output_map' in step 1 of ensemble 'e'",
+        ),
+        (
+            ('output [ { name: "OUT"', 'output [ { name: "OUT2"'),
+            "ensemble output 'OUT2' for ensemble e' is not used",
+        ),
+        (
+            (
+                "  ]\n}",
+                '  , { model_name: "c" input_map { key: "INPUT0" value: "MID" }\n'
+                '      output_map { key: "OUTPUT0" value: "SPARE" } } ]\n}',
+            ),
+            "ensemble tensor 'SPARE' is unused in ensemble 'e'",
+        ),
     ],
 )
 def test_ensemble_validation(tmp_path: Path, replace: tuple[str, str], error: str) -> None:
     d = make_model(tmp_path, "e", ENSEMBLE.replace(*replace, 1))
     assert load_err(d) == error
+
+
+def test_ensemble_scheduling_without_steps_is_refused(tmp_path: Path) -> None:
+    config = ENSEMBLE[: ENSEMBLE.index("ensemble_scheduling")] + "ensemble_scheduling { }"
+    d = make_model(tmp_path, "e", config)
+    assert load_err(d) == "must specify 'step' for ensemble 'e'"
 
 
 def test_ensemble_platform_requires_scheduling(tmp_path: Path) -> None:
