@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tests.unit.scheduler_harness import DYNAMIC, Harness, tensor
 from triton_mp.cli.stat import render_model
-from triton_mp.ipc.messages import BlockRef, InferResponse, Requester, TensorRef
+from triton_mp.ipc.messages import BlockRef, CancelRequest, InferResponse, Requester, TensorRef
 from triton_mp.ipc.specs import BatchingSpec, EnsembleSpec, EnsembleStepSpec, ModelVersionSpec
 
 ENS = ModelVersionSpec(
@@ -93,3 +93,21 @@ def test_a_step_whose_model_is_gone_fails_the_ensemble_request_and_counts_other(
     )
     ens = h2.stats("ens")
     assert (ens.success.count, ens.fail.count, ens.fail_reasons) == (0, 1, {"OTHER": 1})
+
+
+def test_a_composing_request_the_scheduler_fails_counts_the_ensemble_failure_once() -> None:
+    """A cancelled ensemble request whose step waits in its model's queue: the step fails
+    there (counted on add_sub), the ensemble request fails once (not again when the
+    step's failure is accounted for)."""
+    h = Harness(models=(DYNAMIC, ENS))
+    req = h.request("ens", client_id="c1")
+    h.handle(
+        CancelRequest(request_id=req.request_id, reply_to=req.reply_to, model="ens", version=1)
+    )
+    h.dispatch()
+    ((_, failed),) = h.failures()
+    assert failed.request_id == req.request_id
+    ens, add = h.stats("ens"), h.stats("add_sub")
+    assert (ens.success.count, ens.fail.count, ens.fail_reasons) == (0, 1, {"OTHER": 1})
+    assert add.fail.count == 1
+    assert h.core.idle()

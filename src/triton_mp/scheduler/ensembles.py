@@ -73,6 +73,8 @@ class _Parent:
     compute: tuple[int, int, int] = (0, 0, 0)
     ended: bool = False
     failed: bool = False
+    counted: bool = False
+    """Its success or failure is in the ensemble's statistics (once)."""
     end_ns: int = 0
     child_traces: list[ChildTrace] = field(default_factory=list)
     """A traced ensemble request: the finished traces of its composing requests."""
@@ -388,8 +390,11 @@ class Ensembles:
 
     def _maybe_count(self, parent: _Parent) -> None:
         """Count the ensemble request once it ended and every composing request is counted."""
-        if not parent.ended or parent.unaccounted:
+        if not parent.ended or parent.unaccounted or parent.counted:
             return
+        # NOTE: a step the scheduler fails ends the request and is accounted for in the
+        # same event (``_on_failed``), which asks again.
+        parent.counted = True
         req, (model, version) = parent.req, parent.gen.key
         if parent.failed:
             self._stats.record_failure(model, version, req.arrival_ns, parent.end_ns, "OTHER")
