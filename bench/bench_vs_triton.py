@@ -140,8 +140,12 @@ class Workload:
     """The model the floor serves for this workload when its name differs (the floor has
     one model, add_sub_py, and no batcher: ``add_sub_py_nodelay`` is add_sub_py there)."""
 
+    def model_for(self, side: str) -> str:
+        """The model name ``side`` serves this workload under."""
+        return self.floor_model if side == "floor" and self.floor_model else self.model
+
     def args(self, side: str = "") -> list[str]:
-        model = self.floor_model if side == "floor" and self.floor_model else self.model
+        model = self.model_for(side)
         return ["-m", model, "--concurrency-range", str(self.concurrency), *self.pa_args]
 
 
@@ -395,7 +399,8 @@ def run_round(
     order = used if i % 2 == 1 else list(reversed(used))
     rnd: dict[str, Any] = {"round": i, "order": order, "servers": {}, "runs": [], "restarts": []}
     models_of = {
-        side: sorted({w.model for w in args.workloads if side in w.sides}) for side in used
+        side: sorted({w.model_for(side) for w in args.workloads if side in w.sides})
+        for side in used
     }
     servers: dict[str, ManagedServer] = {}
     model_errors: dict[str, dict[str, str]] = {}
@@ -459,8 +464,9 @@ def run_round(
                     pass  # measured above
                 elif side in start_errors:
                     rec = {"error": f"{side} did not start: {common.last_line(start_errors[side])}"}
-                elif w.model in model_errors.get(side, {}):
-                    rec = {"error": f"{w.model} not ready: {model_errors[side][w.model]}"}
+                elif w.model_for(side) in model_errors.get(side, {}):
+                    m = w.model_for(side)
+                    rec = {"error": f"{m} not ready: {model_errors[side][m]}"}
                 else:
                     extra = (
                         []
