@@ -7,11 +7,13 @@ compared where 2.51 has the feature (each test says). Covered: response paramete
 stream, upstream's validation messages, and a BLS response's ``parameters()`` from the
 called model; ``request.is_cancelled()`` / ``response_sender.is_cancelled()`` turning true
 inside a running ``execute`` (gRPC cancel, a client deadline, a stream closed with
-``cancel_requests``) and ``cancel()`` on a decoupled BLS iterator.
+``cancel_requests``), ``cancel()`` on a decoupled BLS iterator, and the model's
+``is_ready()`` behind ModelReady and strict ServerReady.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import socket
@@ -238,6 +240,52 @@ class TritonPythonModel:
 """Calls the decoupled ``ticker_py`` through BLS, cancels after two responses, and counts
 the responses the iterator gave until it ended."""
 
+READY_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+"""
+READY_MODEL = """
+import asyncio
+import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.dir = args["model_repository"]
+
+    def _flag(self, name):
+        return os.path.exists(os.path.join(self.dir, name))
+
+    def is_ready(self):
+        with open(os.path.join(self.dir, "calls"), "a") as f:
+            f.write("x")
+        if self._flag("raise"):
+            raise RuntimeError("the feature store is down")
+        if self._flag("slow"):
+            time.sleep(7)
+        if self._flag("number"):
+            return 1
+        return not self._flag("not_ready")
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            ms = pb_utils.get_input_tensor_by_name(request, "MS").as_numpy()
+            time.sleep(int(ms[0]) / 1000)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", ms)]))
+        return responses
+"""
+"""``is_ready()`` counts its calls in ``<model dir>/calls`` and answers by flag files:
+``not_ready`` False, ``raise`` raises, ``slow`` takes 7 s, ``number`` returns 1."""
+READY_ASYNC_MODEL = READY_MODEL.replace("def is_ready(self):", "async def is_ready(self):")
+
 EXPECTED_PARAMS = {"flag": True, "count": 7, "name": "ok", "off": False}
 
 
@@ -250,6 +298,8 @@ def _repository(root: Path) -> Path:
     write_python_model(repo, "cancel_py", CANCEL_CONFIG, CANCEL_MODEL)
     write_python_model(repo, "ticker_py", TICKER_CONFIG, TICKER_MODEL)
     write_python_model(repo, "bls_cancel_py", BLS_CANCEL_CONFIG, BLS_CANCEL_MODEL)
+    write_python_model(repo, "ready_py", READY_CONFIG, READY_MODEL)
+    write_python_model(repo, "ready_async_py", READY_CONFIG, READY_ASYNC_MODEL)
     return repo
 
 
@@ -521,3 +571,91 @@ def test_an_http_client_closing_its_connection_cancels_a_running_execute(
         sock.sendall(head.encode() + body)
         time.sleep(1.0)
     assert _seen(repo, "cancel_py", rid), "the model never saw is_cancelled()"
+
+
+# ---------------------------------------------------------------- is_ready()
+# NOTE: upstream main only (python_backend #430, 2026-03): Triton 2.51 never calls
+# is_ready(), so these run against triton-mp alone, as upstream main behaves
+# (TRITONBACKEND_ModelInstanceReady, server.cc ModelIsReady / strict IsReady).
+
+
+def _readiness(server: ServerProcess, model: str) -> tuple[bool, bool, bool]:
+    """(gRPC ModelReady, HTTP model ready, HTTP server ready) of ``model``."""
+    g = grpcclient.InferenceServerClient(server.url)
+    h = httpclient.InferenceServerClient(server.http_url)
+    try:
+        return g.is_model_ready(model), h.is_model_ready(model), h.is_server_ready()
+    finally:
+        g.close()
+        h.close()
+
+
+@contextlib.contextmanager
+def _flag(repo: Path, model: str, name: str) -> Iterator[None]:
+    path = repo / model / name
+    path.touch()
+    try:
+        yield
+    finally:
+        path.unlink()
+
+
+def _calls(repo: Path, model: str) -> int:
+    path = repo / model / "calls"
+    return len(path.read_text()) if path.exists() else 0
+
+
+@MP_ONLY
+@pytest.mark.parametrize("model", ["ready_py", "ready_async_py"])
+def test_is_ready_is_asked_on_every_readiness_check(
+    which: str, model: str, repo: Path, server: ServerProcess
+) -> None:
+    """Each ModelReady asks every instance once (two here); False makes the model and
+    (strict readiness) the server not ready while inference still runs; ready again once
+    is_ready() says so."""
+    before = _calls(repo, model)
+    assert _readiness(server, model) == (True, True, True)
+    assert _calls(repo, model) - before == 2 * 2 + 2  # two ModelReady + one ServerReady
+    with _flag(repo, model, "not_ready"):
+        assert _readiness(server, model) == (False, False, False)
+        g = grpcclient.InferenceServerClient(server.url)
+        try:
+            assert g.infer(model, [_ms(0)]).as_numpy("OUT").tolist() == [0]
+        finally:
+            g.close()
+    assert _readiness(server, model) == (True, True, True)
+
+
+@MP_ONLY
+@pytest.mark.parametrize("flag", ["raise", "number"])
+def test_is_ready_raising_or_returning_no_bool_is_not_ready(
+    which: str, flag: str, repo: Path, server: ServerProcess
+) -> None:
+    with _flag(repo, "ready_py", flag):
+        assert _readiness(server, "ready_py") == (False, False, False)
+    assert _readiness(server, "ready_py")[0]
+
+
+@MP_ONLY
+def test_is_ready_is_answered_while_execute_runs_and_times_out_after_5_s(
+    which: str, repo: Path, server: ServerProcess
+) -> None:
+    """is_ready() runs beside a long execute (upstream runs it on the stub's message
+    thread); one that takes longer than five seconds is not ready for that check."""
+    g = grpcclient.InferenceServerClient(server.url)
+    got: queue.Queue[object] = queue.Queue()
+    try:
+        for _ in range(2):
+            g.async_infer("ready_py", [_ms(3000)], lambda result, error: got.put(error or result))
+        time.sleep(0.5)
+        started = time.monotonic()
+        assert g.is_model_ready("ready_py")
+        assert time.monotonic() - started < 1.5
+        with _flag(repo, "ready_py", "slow"):
+            started = time.monotonic()
+            assert not g.is_model_ready("ready_py")
+            assert 4.5 < time.monotonic() - started < 6.5
+        for _ in range(2):
+            assert not isinstance(got.get(timeout=30), InferenceServerException)
+    finally:
+        g.close()

@@ -31,6 +31,9 @@ class FakeCore:
     def ready(self) -> bool:
         return self.is_ready
 
+    async def ready_checked(self) -> bool:
+        return self.ready()
+
     @property
     def server(self) -> FakeCore:
         return self
@@ -47,6 +50,9 @@ class FakeCore:
     def model_ready(self, name: str, version: str) -> bool:
         self.calls.append(("model_ready", name, version))
         return name == "good"
+
+    async def model_ready_checked(self, name: str, version: str) -> bool:
+        return self.model_ready(name, version)
 
     def unregister(self, name: str) -> None:
         self.calls.append(("shm_unregister", name))

@@ -124,6 +124,8 @@ EXAMPLES: dict[str, list[object]] = {
         ),
     ],
     "ToScheduler": [
+        m.ReadyQuery(query_id=1, frontend_id=0, model="py", version=1),
+        m.WorkerReady(instance_id=1, pid=2, ready_check=True),
         m.InstancesAdded(instances=(WIRING,)),
         m.VersionsActivated(specs=(b"\x91\x01",)),
         m.InstancesRetired(instance_ids=(1, 2)),
@@ -175,6 +177,7 @@ EXAMPLES: dict[str, list[object]] = {
         m.Shutdown(),
     ],
     "ToWorker": [
+        m.ReadyCheck(query_id=1, frontend_id=0),
         BLS_WORKER,
         m.BlsWorkerUpdate(instance_id=0),
         m.BatchAssign(batch_id=9, requests=(REQUEST, REQUEST), dispatch_ns=99),
@@ -185,6 +188,8 @@ EXAMPLES: dict[str, list[object]] = {
         m.Shutdown(),
     ],
     "ToFrontend": [
+        m.ReadyFanout(query_id=1, instance_ids=(3, 4)),
+        m.InstanceReadiness(query_id=1, instance_id=3, ready=False, message="no"),
         m.InferResponse(
             request_id=7,
             version=1,

@@ -393,3 +393,30 @@ def test_response_parameters_travel_with_the_outputs() -> None:
     assert _parameters_refusal('{"k": 1.5}') == "Unsupported value type on parameters"
     assert _parameters_refusal("[1]") is not None
     assert _parameters_refusal("{") is not None
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("return True", (True, "")),
+        ("return False", (False, "Model 'm_0' is not ready (user-defined check failed).")),
+        ("return 1", (False, "is_ready() must return a boolean value")),
+        ("raise RuntimeError('db down')", (False, "RuntimeError: db down")),
+    ],
+)
+def test_is_ready_answers_as_upstreams_stub(tmp_path: Path, body: str, expected: object) -> None:
+    """pb_stub.cc ProcessUserModelReadinessRequest and python_be.cc's message for False."""
+    source = f"""
+        class TritonPythonModel:
+            {"async " if "True" in body else ""}def is_ready(self):
+                {body}
+
+            def execute(self, requests):
+                return []
+    """
+    backend = PythonBackend(_spec(_write(tmp_path, source)), INSTANCE)
+    try:
+        assert backend.has_ready_check
+        assert backend.check_ready() == expected
+    finally:
+        backend.close()

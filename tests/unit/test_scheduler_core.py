@@ -630,3 +630,20 @@ def test_a_batch_too_large_for_the_worker_ring_fails_alone(h: Harness) -> None:
     h.clock.advance_us(200)
     ((_, batch),) = h.dispatch()
     assert batch.requests == tuple(small)
+
+
+def test_a_readiness_query_asks_the_live_instances_whose_model_checks_itself() -> None:
+    """TritonModel::IsReady asks every instance; only those with is_ready() are asked."""
+    from triton_mp.ipc.ready_messages import ReadyCheck, ReadyFanout, ReadyQuery
+
+    h = Harness(models=(DYNAMIC,), frontend_ids=(0, 1))
+    h.handle(WorkerReady(instance_id=0, pid=10, ready_check=True))
+    h.handle(WorkerReady(instance_id=1, pid=11))
+    h.handle(ReadyQuery(query_id=5, frontend_id=1, model="add_sub", version=1))
+    assert h.to_workers[-1] == (0, ReadyCheck(query_id=5, frontend_id=1))
+    assert h.to_frontends[-1] == (1, ReadyFanout(query_id=5, instance_ids=(0,)))
+    h.handle(WorkerDied(instance_id=0, exitcode=-9))
+    h.handle(ReadyQuery(query_id=6, frontend_id=1, model="add_sub", version=1))
+    assert h.to_frontends[-1] == (1, ReadyFanout(query_id=6, instance_ids=()))
+    h.handle(ReadyQuery(query_id=7, frontend_id=0, model="nope", version=1))
+    assert h.to_frontends[-1] == (0, ReadyFanout(query_id=7, instance_ids=()))

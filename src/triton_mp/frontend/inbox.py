@@ -16,6 +16,7 @@ from collections.abc import Callable
 from triton_mp.frontend.client_shm import Region, SystemShmRegistry
 from triton_mp.frontend.model_table import ModelTable
 from triton_mp.frontend.pending import PendingTable
+from triton_mp.frontend.readiness import ReadinessChecks
 from triton_mp.ipc import Inbox, SegmentCache
 from triton_mp.ipc.messages import (
     InferResponse,
@@ -29,6 +30,7 @@ from triton_mp.ipc.messages import (
     ToFrontend,
     TraceSettingUpdate,
 )
+from triton_mp.ipc.ready_messages import InstanceReadiness, ReadyFanout
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,8 @@ class InboxHandler:
         self._cache = cache
         self.on_trace_setting: Callable[[TraceSettingUpdate], None] = lambda _msg: None
         """Applies another frontend's trace settings update (``Tracer.apply_peer``)."""
+        self.readiness: ReadinessChecks | None = None
+        """Takes the answers to python models' readiness checks (``frontend.readiness``)."""
 
     def on_wakeup(self) -> None:
         """The inbox has records (the loop's ``PollingSelector`` saw them, and read the FIFO
@@ -74,6 +78,9 @@ class InboxHandler:
                 self._models.set_available(msg.model, msg.version, msg.ready)
             elif isinstance(msg, TraceSettingUpdate):
                 self.on_trace_setting(msg)
+            elif isinstance(msg, ReadyFanout | InstanceReadiness):
+                if self.readiness is not None:
+                    self.readiness.deliver(msg)
             else:
                 answers.append(msg)
         if answers:

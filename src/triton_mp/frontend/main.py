@@ -43,6 +43,7 @@ from triton_mp.frontend.metrics import MetricsEndpoint
 from triton_mp.frontend.model_table import ModelTable
 from triton_mp.frontend.pending import PendingTable
 from triton_mp.frontend.polling_loop import PollingSelector
+from triton_mp.frontend.readiness import ReadinessChecks
 from triton_mp.frontend.repository_api import RepositoryApi
 from triton_mp.frontend.response_cache import ResponseCacheStep, cache_enabled
 from triton_mp.frontend.server_api import ServerApi
@@ -107,8 +108,10 @@ def build_api(
     """
     fid = spec.frontend_id
     tracer = build_tracer(spec, send_peers)
+    readiness = ReadinessChecks(fid, send_scheduler)
     if inbox is not None:
         inbox.on_trace_setting = tracer.apply_peer
+        inbox.readiness = readiness
     inference = Inference(
         frontend_id=fid,
         models=models,
@@ -125,6 +128,7 @@ def build_api(
             models=models,
             inference=inference,
             strict_readiness=spec.strict_readiness,
+            readiness=readiness,
         ),
         inference=inference,
         repository=RepositoryApi(

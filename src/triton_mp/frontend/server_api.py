@@ -8,6 +8,7 @@ and, with ``--strict-readiness`` (default true), every model ready.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from triton_mp import __version__
@@ -15,6 +16,7 @@ from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import InvalidRequest, TritonMPError
 from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.model_table import IOSpec, ModelTable
+from triton_mp.frontend.readiness import ReadinessChecks
 
 EXTENSIONS = (
     "model_repository",
@@ -74,11 +76,13 @@ class ServerApi:
         models: ModelTable,
         inference: Inference,
         strict_readiness: bool = True,
+        readiness: ReadinessChecks | None = None,
     ) -> None:
         self._server_name = server_name
         self._models = models
         self._inference = inference
         self._strict = strict_readiness
+        self._readiness = readiness
 
     def ready(self) -> bool:
         """KServe ServerReady: not draining and, with ``--strict-readiness`` (the default),
@@ -101,6 +105,37 @@ class ServerApi:
         except TritonMPError:
             return False
         return self._models.has_live_instance(model.name, v) and not self._inference.draining
+
+    async def ready_checked(self) -> bool:
+        """ServerReady as the endpoints answer it: ``ready()`` and, under strict readiness,
+        every ready version of every python model ready by its own ``is_ready()`` (core
+        ``InferenceServer::IsReady`` asks each READY model's instances)."""
+        if not self.ready():
+            return False
+        if not self._strict or self._readiness is None:
+            return True
+        asks = [
+            self._readiness.ask(m.name, v)
+            for m in self._models
+            if m.config.backend == "python"
+            for v in m.ready_versions
+        ]
+        return all(await asyncio.gather(*asks)) if asks else True
+
+    async def model_ready_checked(self, name: str, version: str) -> bool:
+        """ModelReady as the endpoints answer it: ``model_ready`` and, for a python model,
+        every live instance's ``is_ready()`` (core ``ModelIsReady`` -> ``Model::IsReady``),
+        asked on every check.
+
+        Raises:
+            InvalidRequest: ``version`` is not a non-negative integer.
+        """
+        if not self.model_ready(name, version):
+            return False
+        model, v = self._models.resolve(name, version)
+        if self._readiness is None or model.config.backend != "python":
+            return True
+        return await self._readiness.ask(model.name, v)
 
     def metadata(self) -> ServerMetadata:
         """KServe ServerMetadata: name (``--id``), version, extensions."""

@@ -31,6 +31,7 @@ import msgspec
 
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.notify import Wakeup
+from triton_mp.ipc.ready_messages import InstanceReadiness, ReadyCheck, ReadyFanout, ReadyQuery
 from triton_mp.ipc.reports import ModelQueueStatus, ModelStats
 from triton_mp.ipc.trace_messages import ChildTrace as ChildTrace
 from triton_mp.ipc.trace_messages import TensorTrace as TensorTrace
@@ -236,6 +237,8 @@ class WorkerReady(msgspec.Struct, frozen=True, kw_only=True, tag="worker_ready",
 
     instance_id: int
     pid: int
+    ready_check: bool = False
+    """The model has a readiness check of its own (python ``is_ready()``: ``ReadyCheck``)."""
 
 
 class BatchDone(msgspec.Struct, frozen=True, kw_only=True, tag="batch_done", array_like=True):
@@ -440,6 +443,7 @@ ToScheduler = (
     | CacheOutcome
     | StatsQuery
     | QueueQuery
+    | ReadyQuery
     | WorkerReady
     | BatchDone
     | DecoupledDone
@@ -467,7 +471,7 @@ class BatchAssign(msgspec.Struct, frozen=True, kw_only=True, tag="batch", array_
     """Correlation IDs whose sequences ended without an END request (idle): drop their state."""
 
 
-ToWorker = BatchAssign | CancelRequest | Shutdown | BlsWorkerUpdate
+ToWorker = BatchAssign | CancelRequest | Shutdown | BlsWorkerUpdate | ReadyCheck
 """``CancelRequest`` reaches a worker for a request it runs (in the batch it executes or
 holds, or a decoupled one whose final response has not been sent yet)."""
 
@@ -514,6 +518,8 @@ ToFrontend = (
     | ShmUnregistered
     | ModelAvailability
     | TraceSettingUpdate
+    | ReadyFanout
+    | InstanceReadiness
 )
 
 ToBlsClient = InferResponse | RequestFailed | BlsInboxUpdate

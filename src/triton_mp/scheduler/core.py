@@ -31,6 +31,9 @@ from triton_mp.ipc.messages import (
     InstancesRetired,
     QueueQuery,
     QueueReply,
+    ReadyCheck,
+    ReadyFanout,
+    ReadyQuery,
     ReplyTo,
     Requester,
     SequenceFlags,
@@ -47,7 +50,12 @@ from triton_mp.ipc.reports import ModelQueueStatus
 from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.ipc.specs import ModelVersionSpec, RateLimitSpec
 from triton_mp.scheduler.ensembles import Ensembles
-from triton_mp.scheduler.instances import Generation, InFlight, running_instance
+from triton_mp.scheduler.instances import (
+    Generation,
+    InFlight,
+    readiness_checked,
+    running_instance,
+)
 from triton_mp.scheduler.lifecycle import STOPPING_MESSAGE, Lifecycle
 from triton_mp.scheduler.outbox import Outbound, Outbox, ToInstance
 from triton_mp.scheduler.policy import QUEUE_FULL, TIMED_OUT, Batch, Queued
@@ -130,6 +138,7 @@ class SchedulerCore:
             StatsQuery: self._on_stats_query,
             QueueQuery: self._on_queue_query,
             WorkerReady: life.on_ready,
+            ReadyQuery: self._on_ready_query,
             BatchDone: self._on_batch_done,
             DecoupledDone: self._on_decoupled_done,
             WorkerDied: self._on_died,
@@ -219,6 +228,18 @@ class SchedulerCore:
         instance_id = running_instance(self.lifecycle.instances, rkey)
         if instance_id is not None:
             self._out.to_instance(instance_id, msg)
+
+    def _on_ready_query(self, msg: ReadyQuery, now_ns: int) -> None:
+        """Ask every live instance of the version whose model checks its own readiness
+        (python ``is_ready()``); tell the frontend which ones will answer it."""
+        gen = self.lifecycle.generation_for((msg.model, msg.version))
+        asked = readiness_checked(self.lifecycle.instances.members(gen) if gen else [])
+        for iid in asked:
+            self._out.to_instance(
+                iid, ReadyCheck(query_id=msg.query_id, frontend_id=msg.frontend_id)
+            )
+        to = ReplyTo(Requester.FRONTEND, msg.frontend_id)
+        self._out.reply(to, ReadyFanout(query_id=msg.query_id, instance_ids=asked))
 
     def _on_cache_outcome(self, msg: CacheOutcome, now_ns: int) -> None:
         self.stats.record_cache(msg.model, msg.version, msg)

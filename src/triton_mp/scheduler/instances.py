@@ -101,6 +101,8 @@ class Instance:
     """Its ``batch`` waits for the rate limiter's resources (not sent yet)."""
     restarts: int = 0
     """Times it came back after it died."""
+    ready_check: bool = False
+    """Its model checks its own readiness (``WorkerReady.ready_check``: python ``is_ready()``)."""
 
     @property
     def label(self) -> str:
@@ -172,3 +174,9 @@ def running_instance(instances: Iterable[Instance], key: tuple[ReplyTo, int]) ->
         ):
             return inst.instance_id
     return None
+
+
+def readiness_checked(members: Iterable[Instance]) -> tuple[int, ...]:
+    """The instances a model readiness check asks (Triton's ``TritonModel::IsReady`` asks
+    every instance): the live ones whose model has a check of its own."""
+    return tuple(i.instance_id for i in members if i.live and i.ready_check)

@@ -202,6 +202,7 @@ class Lifecycle:
         inst = self.instances.get(msg.instance_id)
         if inst is None:
             return
+        inst.ready_check = msg.ready_check
         if inst.state is InstanceState.STAGED:
             inst.health = Health.READY
             return

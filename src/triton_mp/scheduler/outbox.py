@@ -27,6 +27,8 @@ from triton_mp.ipc.messages import (
     InstanceWiring,
     ModelAvailability,
     QueueReply,
+    ReadyCheck,
+    ReadyFanout,
     ReplyTo,
     Requester,
     RequestFailed,
@@ -40,14 +42,14 @@ class ToInstance(NamedTuple):
     """A message for one worker, on the scheduler's ring to it."""
 
     instance_id: int
-    msg: BatchAssign | CancelRequest | Shutdown
+    msg: BatchAssign | CancelRequest | Shutdown | ReadyCheck
 
 
 class Reply(NamedTuple):
     """An answer for whoever sent a request or a query."""
 
     to: ReplyTo
-    msg: RequestFailed | StatsReply | QueueReply | InferResponse
+    msg: RequestFailed | StatsReply | QueueReply | InferResponse | ReadyFanout
 
 
 class Broadcast(NamedTuple):
@@ -106,12 +108,16 @@ class Outbox:
         self._items = []
         return items
 
-    def to_instance(self, instance_id: int, msg: BatchAssign | CancelRequest | Shutdown) -> None:
+    def to_instance(
+        self, instance_id: int, msg: BatchAssign | CancelRequest | Shutdown | ReadyCheck
+    ) -> None:
         """Send ``msg`` to the worker ``instance_id``."""
         self._items.append(ToInstance(instance_id, msg))
 
     def reply(
-        self, to: ReplyTo, msg: RequestFailed | StatsReply | QueueReply | InferResponse
+        self,
+        to: ReplyTo,
+        msg: RequestFailed | StatsReply | QueueReply | InferResponse | ReadyFanout,
     ) -> None:
         """Answer at ``to`` (an ensemble's composing request: at ``loopback``, now)."""
         if to.kind is Requester.ENSEMBLE and self.loopback is not None:

@@ -32,6 +32,7 @@ from triton_mp.ipc.messages import (
     BatchAssign,
     BlsWorkerUpdate,
     CancelRequest,
+    ReadyCheck,
     Requester,
     Shutdown,
     ToWorker,
@@ -40,6 +41,7 @@ from triton_mp.ipc.messages import (
 from triton_mp.ipc.specs import InstanceSpec, WorkerSpec
 from triton_mp.ipc.topology import process_arena_prefix
 from triton_mp.workers.execution_watch import ExecutionWatch
+from triton_mp.workers.readiness import ReadinessRunner, poll_periodically
 from triton_mp.workers.warmup import build_samples, warm_up
 from triton_mp.workers.worker import Worker
 
@@ -120,13 +122,21 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
             custom_metrics.close()
         return 1
     report_ready(ready, "worker", spec.instance.name)
-    to_scheduler.send(WorkerReady(instance_id=spec.instance.instance_id, pid=os.getpid()))
+    to_scheduler.send(
+        WorkerReady(
+            instance_id=spec.instance.instance_id,
+            pid=os.getpid(),
+            ready_check=_wire_readiness(spec, backend, worker),
+        )
+    )
     log.info("instance ready")
     watch = None
     if spec.model.backend == "python":
         # NOTE: only python models look at is_cancelled() while they execute.
         watch = ExecutionWatch(inbox, cancel_now(worker))
         worker.watch = watch
+        if worker.readiness is not None:
+            poll_periodically(watch.poll)
     try:
         serve(inbox, worker, rewire, watch)
     finally:
@@ -138,6 +148,16 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
             custom_metrics.close()
     log.info("instance stopped")
     return 0
+
+
+def _wire_readiness(spec: WorkerSpec, backend: Backend, worker: Worker) -> bool:
+    """Give the worker a ``ReadinessRunner`` when the model checks its own readiness
+    (python ``is_ready()``); True then (``WorkerReady.ready_check``)."""
+    if not getattr(backend, "has_ready_check", False):
+        return False
+    check = backend.check_ready  # type: ignore[attr-defined]
+    worker.readiness = ReadinessRunner(spec.instance.instance_id, check, worker.reply_frontend)
+    return True
 
 
 def apply_host_policy(instance: InstanceSpec) -> None:
@@ -199,6 +219,8 @@ def handle(msg: ToWorker, worker: Worker, rewire: Callable[[BlsWorkerUpdate], No
         worker.run_batch(msg)
     elif isinstance(msg, CancelRequest):
         worker.cancel(msg)
+    elif isinstance(msg, ReadyCheck):
+        worker.check_ready(msg)
     elif isinstance(msg, BlsWorkerUpdate):
         rewire(msg)
     return False
@@ -234,12 +256,15 @@ def serve(
 
 
 def cancel_now(worker: Worker) -> Callable[[ToWorker], bool]:
-    """What the execution watch applies during a batch: cancellations (the rest waits for
-    the loop)."""
+    """What the execution watch applies during a batch: cancellations and readiness checks
+    (the rest waits for the loop)."""
 
     def apply(msg: ToWorker) -> bool:
         if isinstance(msg, CancelRequest):
             worker.cancel(msg)
+            return True
+        if isinstance(msg, ReadyCheck):
+            worker.check_ready(msg)
             return True
         return False
 

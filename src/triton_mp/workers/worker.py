@@ -52,12 +52,15 @@ from triton_mp.ipc.messages import (
     InferRequest,
     InferResponse,
     ReplyTo,
+    Requester,
     SequenceFlags,
     TensorTrace,
     TraceRecord,
 )
+from triton_mp.ipc.ready_messages import InstanceReadiness, ReadyCheck
 from triton_mp.ipc.specs import WorkerSpec
 from triton_mp.workers.execution_watch import ExecutionWatch
+from triton_mp.workers.readiness import ReadinessRunner
 from triton_mp.workers.sequence_state import SequenceStates, sequence_batch
 from triton_mp.workers.tensor_io import ClientRegions, free_own_block, view_tensor, write_outputs
 from triton_mp.workers.warmup import WarmupToken
@@ -116,6 +119,8 @@ class Worker:
         self._cancelled: set[tuple[ReplyTo, int]] = set()
         """(reply address, request id) of running or open (decoupled) requests whose client
         went away; also written by a model thread polling the execution watch."""
+        self.readiness: ReadinessRunner | None = None
+        """Runs the model's own readiness check (python ``is_ready()``; ``workers.main``)."""
         self.watch: ExecutionWatch[Any] | None = None
         """Reads the inbox on ``is_cancelled`` while a batch executes (python models;
         ``workers.main``)."""
@@ -171,6 +176,22 @@ class Worker:
         if watch is not None:
             watch.poll()
         return (req.reply_to, req.request_id) in self._cancelled
+
+    def check_ready(self, msg: ReadyCheck) -> None:
+        """Answer a readiness check: through the model's ``is_ready()`` (off this thread),
+        or ready at once for a model without one."""
+        if self.readiness is not None:
+            self.readiness.ask(msg)
+            return
+        answer = InstanceReadiness(
+            query_id=msg.query_id, instance_id=self._spec.instance.instance_id, ready=True
+        )
+        self.reply_frontend(msg.frontend_id, answer)
+
+    def reply_frontend(self, frontend_id: int, msg: object) -> None:
+        """Send ``msg`` to frontend ``frontend_id`` (a readiness answer); thread-safe."""
+        with self._post_lock:
+            self._send_reply(ReplyTo(Requester.FRONTEND, frontend_id), msg)
 
     def cancel(self, msg: CancelRequest) -> None:
         """The scheduler forwarded the cancellation of a request running here (or about

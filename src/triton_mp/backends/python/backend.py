@@ -248,7 +248,33 @@ class PythonBackend:
         self._loop: asyncio.AbstractEventLoop | None = None
 
         self._is_async = inspect.iscoroutinefunction(execute)
+        self.has_ready_check = callable(getattr(self._model, "is_ready", None))
+        """The model defines ``is_ready()`` (python_be.cc: checked once, after initialize)."""
         log.info("python model %s initialized", model_file)
+
+    def check_ready(self) -> tuple[bool, str]:
+        """Call the model's ``is_ready()`` (``async def`` too, on a loop of its own) as
+        upstream's ``ProcessUserModelReadinessRequest`` does: ``(ready, why not)``.
+        Not a bool, or raising, is not ready, with upstream's message or the exception's;
+        False is not ready with ``TRITONBACKEND_ModelInstanceReady``'s message. Runs on
+        the worker's readiness thread (``workers.readiness``)."""
+        try:
+            result = self._model.is_ready()
+            if inspect.iscoroutine(result):
+                loop = asyncio.new_event_loop()
+                try:
+                    result = loop.run_until_complete(result)
+                finally:
+                    loop.close()
+        except Exception as exc:  # noqa: BLE001 - the model's fault: not ready
+            return False, describe_exception(exc)
+        if not isinstance(result, bool):
+            return False, "is_ready() must return a boolean value"
+        if not result:
+            return False, (
+                f"Model '{self._instance_name}' is not ready (user-defined check failed)."
+            )
+        return True, ""
 
     def bind_responder(self, responder: Responder, cancelled: Callable[[object], bool]) -> None:
         """Take the worker's ``respond`` and ``is_cancelled`` (decoupled models' senders)."""

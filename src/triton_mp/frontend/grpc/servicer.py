@@ -128,13 +128,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
 
     async def ServerReady(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """KServe ServerReady: every model ready (Triton's --strict-readiness) and not draining."""
-        return pb.ServerReadyResponse(ready=self._api.server.ready())
+        return pb.ServerReadyResponse(ready=await self._api.server.ready_checked())
 
     async def ModelReady(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """KServe ModelReady: the version (or, with none given, any version) is ready."""
         try:
             return pb.ModelReadyResponse(
-                ready=self._api.server.model_ready(request.name, request.version)
+                ready=await self._api.server.model_ready_checked(request.name, request.version)
             )
         except TritonMPError as e:
             await abort(context, e.code, e.message)

@@ -289,11 +289,11 @@ class HttpFrontend:
         return web.Response(status=200)
 
     async def _ready(self, request: web.Request) -> web.Response:
-        return web.Response(status=200 if self._api.server.ready() else 400)
+        return web.Response(status=200 if await self._api.server.ready_checked() else 400)
 
     async def _model_ready(self, request: web.Request) -> web.Response:
         m = request.match_info
-        if not self._api.server.model_ready(m["model"], m.get("version", "")):
+        if not await self._api.server.model_ready_checked(m["model"], m.get("version", "")):
             return _error_response(400, "Model version not ready")
         return web.Response(status=200)
 
