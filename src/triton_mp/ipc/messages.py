@@ -425,9 +425,8 @@ class InferResponse(msgspec.Struct, frozen=True, kw_only=True, tag="response", a
     extra_blocks: tuple[BlockRef, ...] = ()
     """Freed with ``block`` (an ensemble's outputs lie in its steps' blocks)."""
     parameters_json: str = ""
-    """The response's parameters, a JSON object of str -> bool/int/str (KServe
-    ``ModelInferResponse.parameters``; a python model's ``InferenceResponse(parameters=)``);
-    "" for none."""
+    """The response's parameters: JSON str -> bool/int/str (``ModelInferResponse.parameters``;
+    python ``InferenceResponse(parameters=)``); "" for none."""
     shared_blocks: tuple[BlockRef, ...] = ()
     """Blocks this response's outputs also lie in but does not own alone: an ensemble output
     written upstream of a decoupled step is in every response that step drives. Releasing
