@@ -127,6 +127,144 @@ CASES: dict[str, Case] = {
         "requested model version is not available for model 'm'",
     ),
 }
+NO_MEMBER = "attempt to access non-existing object member"
+NOT_UINT = "attempt to access JSON non-unsigned-integer as unsigned-integer"
+BINARY_HEAD = json.dumps(
+    {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [4], "parameters": {
+        "binary_data_size": "16"}}]}
+).encode()  # fmt: skip
+CASES.update(
+    {
+        # TritonJson's words at INTERNAL (500), as http_server.cc's RETURN_MSG_IF_ERR gives them
+        "a JSON array for a body": Case(
+            "POST", M, [1], 500, f"Unable to parse 'inputs': {NO_MEMBER} 'inputs'"
+        ),
+        "no inputs": Case("POST", M, {}, 500, f"Unable to parse 'inputs': {NO_MEMBER} 'inputs'"),
+        "inputs not an array": Case(
+            "POST",
+            M,
+            {"inputs": 3},
+            500,
+            "Unable to parse 'inputs': attempt to access JSON non-array as array",
+        ),
+        "an input without a name": Case(
+            "POST",
+            M,
+            {"inputs": [{"datatype": "FP32", "shape": [4], "data": [1, 2, 3, 4]}]},
+            500,
+            f"Unable to parse 'name': {NO_MEMBER} 'name'",
+        ),
+        "an input without a shape": Case(
+            "POST",
+            M,
+            {"inputs": [{"name": "INPUT0", "datatype": "FP32", "data": [1, 2, 3, 4]}]},
+            500,
+            f"Unable to parse 'shape': {NO_MEMBER} 'shape'",
+        ),
+        "a negative dimension": Case(
+            "POST",
+            M,
+            {"inputs": [fp32(shape=[-1])]},
+            500,
+            f"Unable to parse 'shape': {NOT_UINT}",
+        ),
+        "fewer data than the shape": Case(
+            "POST",
+            M,
+            {"inputs": [fp32(data=[1, 2, 3])]},
+            500,
+            "Unable to parse 'data': Shape does not match true shape of 'data' field",
+        ),
+        "a string among FP32 data": Case(
+            "POST",
+            M,
+            {"inputs": [fp32(data=["a", 2, 3, 4])]},
+            500,
+            "Unable to parse 'data': attempt to access JSON non-number as double",
+        ),
+        "a number among BYTES data": Case(
+            "POST",
+            B,
+            {"inputs": [{"name": "INPUT0", "datatype": "BYTES", "shape": [2], "data": [1, 2]}]},
+            500,
+            "Unable to parse JSON bytes array: attempt to access JSON non-string as string",
+        ),
+        "fewer BYTES data than the shape": Case(
+            "POST",
+            B,
+            {"inputs": [{"name": "INPUT0", "datatype": "BYTES", "shape": [2], "data": ["a"]}]},
+            400,
+            f"{RID}expected 2 string elements for inference input 'INPUT0' for model 'b', got 1",
+        ),
+        "an output without a name": Case(
+            "POST",
+            M,
+            {"inputs": [fp32()], "outputs": [{}]},
+            500,
+            f"Unable to parse 'name': {NO_MEMBER} 'name'",
+        ),
+        "binary_data not a boolean": Case(
+            "POST",
+            M,
+            {
+                "inputs": [fp32()],
+                "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": "x"}}],
+            },
+            500,
+            "Unable to parse 'binary_data': attempt to access JSON non-boolean as boolean",
+        ),
+        "an id that is not a string": Case(
+            "POST",
+            M,
+            {"id": 5, "inputs": [fp32()]},
+            500,
+            "Unable to parse 'id': attempt to access JSON non-string as string",
+        ),
+        "parameters not an object": Case(
+            "POST",
+            M,
+            {"inputs": [fp32()], "parameters": 3},
+            500,
+            "failed to get request params.: attempt to get members for non-object",
+        ),
+        "a negative priority": Case(
+            "POST",
+            M,
+            {"inputs": [fp32()], "parameters": {"priority": -1}},
+            500,
+            f"Unable to parse 'priority': {NOT_UINT}",
+        ),
+        "binary_data_size not an integer": Case(
+            "POST",
+            M,
+            BINARY_HEAD + b"\0" * 16,
+            500,
+            f"Unable to parse 'binary_data_size': {NOT_UINT}",
+            {"Inference-Header-Content-Length": str(len(BINARY_HEAD))},
+        ),
+        "ready not a boolean": Case(
+            "POST",
+            "/v2/repository/index",
+            {"ready": "yes"},
+            500,
+            "attempt to access JSON non-boolean as boolean",
+        ),
+        "a shared-memory key that is not a string": Case(
+            "POST",
+            "/v2/systemsharedmemory/region/r/register",
+            {"key": 5, "byte_size": 4},
+            500,
+            "attempt to access JSON non-string as string",
+        ),
+        "a shared-memory size that is not an integer": Case(
+            "POST",
+            "/v2/systemsharedmemory/region/r/register",
+            {"key": "/k", "byte_size": "4"},
+            500,
+            NOT_UINT,
+        ),
+    }
+)
 MAIN_ONLY: set[str] = set()
 """Cases where upstream main answers otherwise than Triton 2.51: only triton-mp is held."""
 

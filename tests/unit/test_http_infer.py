@@ -68,9 +68,9 @@ def _parse(model: Model, version: str, body: bytes, header_length: str | None) -
 
 
 def _err(header: dict[str, Any], tail: bytes = b"") -> str:
-    with pytest.raises(InvalidRequest) as e:
+    with pytest.raises(TritonMPError) as e:
         _build(header, tail)
-    assert e.value.code == ErrorCode.INVALID_ARG
+    assert e.value.code in (ErrorCode.INVALID_ARG, ErrorCode.INTERNAL)
     return e.value.message
 
 
@@ -160,33 +160,45 @@ def test_json_data_must_be_an_array() -> None:
     "data", [[1.0, 2.0, 3.0], [1.0], [[1.0, 2.0], [3.0]]], ids=["more", "fewer", "ragged"]
 )
 def test_json_data_count_must_match_the_shape(data: list[Any]) -> None:
-    with pytest.raises(InvalidRequest) as e:
+    with pytest.raises(TritonMPError) as e:
         json_tensor_bytes("X", "FP32", data, 2)
-    assert e.value.message == (
-        "Unable to parse 'data': Shape does not match true shape of 'data' field"
+    assert (e.value.code, e.value.message) == (
+        ErrorCode.INTERNAL,  # NOTE: Triton's status for it (HTTP 500)
+        "Unable to parse 'data': Shape does not match true shape of 'data' field",
     )
 
 
 @pytest.mark.parametrize(
-    ("datatype", "data"),
+    ("datatype", "data", "why"),
     [
-        ("INT32", [1.5, 2]),
-        ("INT32", [True, False]),
-        ("UINT8", [-1, 2]),
-        ("FP32", ["1", 2]),
-        ("BOOL", [1, 0]),
-        ("BYTES", [1, "a"]),
-        ("INT64", [None, 1]),
-        ("UINT64", [2**64, 1]),
+        ("INT32", [1.5, 2], "non-signed-integer as signed-integer"),
+        ("INT32", [True, False], "non-signed-integer as signed-integer"),
+        ("UINT8", [-1, 2], "non-unsigned-integer as unsigned-integer"),
+        ("FP32", ["1", 2], "non-number as double"),
+        ("BOOL", [1, 0], "non-boolean as boolean"),
+        ("INT64", [None, 1], "non-signed-integer as signed-integer"),
+        ("UINT64", [2**64, 1], "non-unsigned-integer as unsigned-integer"),
     ],
     ids=lambda v: str(v),
 )
 def test_json_data_elements_must_have_the_datatypes_json_type(
-    datatype: str, data: list[Any]
+    datatype: str, data: list[Any], why: str
 ) -> None:
-    with pytest.raises(InvalidRequest) as e:
+    # NOTE: TritonJson's words at INTERNAL, as Triton's ReadDataFromJson answers
+    with pytest.raises(TritonMPError) as e:
         json_tensor_bytes("X", datatype, data, 2)
-    assert e.value.message.startswith("Unable to parse 'data'")
+    assert (e.value.code, e.value.message) == (
+        ErrorCode.INTERNAL,
+        f"Unable to parse 'data': attempt to access JSON {why}",
+    )
+
+
+def test_json_bytes_elements_must_be_strings() -> None:
+    with pytest.raises(TritonMPError) as e:
+        json_tensor_bytes("X", "BYTES", [1, "a"], 2)
+    assert e.value.message == (
+        "Unable to parse JSON bytes array: attempt to access JSON non-string as string"
+    )
 
 
 # ------------------------------------------------------------------- request header
@@ -298,7 +310,9 @@ def test_malformed_fields_are_named(header: dict[str, Any], field: str) -> None:
 
 
 def test_a_header_that_is_not_an_object_is_refused() -> None:
-    assert _err([1, 2]).startswith("failed to parse the request JSON buffer")  # type: ignore[arg-type]
+    assert _err([1, 2]) == (  # type: ignore[arg-type]
+        "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"
+    )
 
 
 def test_shared_memory_input_parameters_reach_the_proto() -> None:
@@ -384,7 +398,10 @@ def test_a_string_sequence_id_is_kept_as_a_string() -> None:
     ],
 )
 def test_reserved_parameters_of_the_wrong_type_are_refused(key: str, value: object) -> None:
-    assert _err({"inputs": [], "parameters": {key: value}}) == f"Unable to parse '{key}'"
+    # NOTE: ParseJsonTritonParams' prefix before TritonJson's words (AsUInt, AsString, AsBool)
+    assert _err({"inputs": [], "parameters": {key: value}}).startswith(
+        f"Unable to parse '{key}': attempt to access JSON non-"
+    )
 
 
 def test_triton_prefixed_parameters_are_reserved() -> None:
@@ -402,7 +419,9 @@ def test_custom_parameters_are_int_bool_or_string(value: object) -> None:
 
 
 def test_request_parameters_must_be_an_object() -> None:
-    assert _err({"inputs": [], "parameters": [1]}) == "failed to get request params."
+    assert _err({"inputs": [], "parameters": [1]}) == (
+        "failed to get request params.: attempt to get members for non-object"
+    )
 
 
 # ----------------------------------------------------------------------------- outputs

@@ -23,6 +23,7 @@ from triton_mp.common.datatypes import ELEMENT_BYTES, element_count
 from triton_mp.common.errors import InvalidRequest
 from triton_mp.frontend.http.json_tensors import (
     INT64_MAX,
+    access_error,
     decode_json,
     is_uint,
     json_object,
@@ -79,14 +80,14 @@ def _request_parameters(params: dict[str, Any], plan: InferPlan) -> dict[str, Pa
             elif isinstance(v, str):
                 out[key] = string_parameter(v)
             else:
-                raise InvalidRequest("Unable to parse 'sequence_id'")
+                raise access_error("Unable to parse 'sequence_id'", "string")
         elif key in ("sequence_start", "sequence_end"):
             if not isinstance(v, bool):
-                raise InvalidRequest(f"Unable to parse '{key}'")
+                raise access_error(f"Unable to parse '{key}'", "bool")
             out[key] = bool_parameter(v)
         elif key in ("priority", "timeout"):
             if not is_uint(v):
-                raise InvalidRequest(f"Unable to parse '{key}'")
+                raise access_error(f"Unable to parse '{key}'", "uint")
             # NOTE: timeout travels as the gRPC form's int64_param (a uint64 past INT64_MAX
             # is a timeout that never comes, as 0 is).
             out[key] = (
@@ -96,7 +97,7 @@ def _request_parameters(params: dict[str, Any], plan: InferPlan) -> dict[str, Pa
             )
         elif key == "binary_data_output":
             if not isinstance(v, bool):
-                raise InvalidRequest("Unable to parse 'binary_data_output'")
+                raise access_error("Unable to parse 'binary_data_output'", "bool")
             plan.binary_default = v
         elif key.startswith("triton_"):
             raise InvalidRequest(
@@ -160,8 +161,10 @@ def _inputs(
 ) -> tuple[list[InputTensor], list[bytes | memoryview]]:
     """The JSON ``inputs`` array as tensors, and the bytes of each that carries them
     (slices of ``tail`` for binary inputs, packed JSON ``data`` otherwise)."""
+    if items is None:
+        raise access_error("Unable to parse 'inputs'", "missing", "inputs")
     if not isinstance(items, list):
-        raise InvalidRequest("Unable to parse 'inputs': expected a JSON array")
+        raise access_error("Unable to parse 'inputs'", "array")
     inputs: list[InputTensor] = []
     raw: list[bytes | memoryview] = []
     pos = 0
@@ -176,9 +179,13 @@ def _inputs(
             raise InvalidRequest(message)
         name = json_string(item, "name")
         datatype = json_string(item, "datatype")
-        shape = item.get("shape")
-        if not isinstance(shape, list) or not all(is_uint(d) for d in shape):
-            raise InvalidRequest("Unable to parse 'shape'")
+        if "shape" not in item:
+            raise access_error("Unable to parse 'shape'", "missing", "shape")
+        shape = item["shape"]
+        if not isinstance(shape, list):
+            raise access_error("Unable to parse 'shape'", "array")
+        if not all(is_uint(d) for d in shape):
+            raise access_error("Unable to parse 'shape'", "uint")
         if any(d > INT64_MAX for d in shape):
             raise InvalidRequest("Unable to parse 'shape'")
         tensor_params: dict[str, Parameter] = {}
@@ -206,7 +213,7 @@ def _outputs(items: object, plan: InferPlan) -> list[RequestedOutput]:
     """The JSON ``outputs`` array as requested outputs; records each one's form in
     ``plan`` (ValidateOutputParameter's rules)."""
     if not isinstance(items, list):
-        raise InvalidRequest("Unable to parse 'outputs': expected a JSON array")
+        raise access_error("Unable to parse 'outputs'", "array")
     outputs: list[RequestedOutput] = []
     for item in items:
         if not isinstance(item, dict):
@@ -214,7 +221,7 @@ def _outputs(items: object, plan: InferPlan) -> list[RequestedOutput]:
         params = json_object(item, "parameters")
         binary = params.get("binary_data", False)
         if not isinstance(binary, bool):
-            raise InvalidRequest("Unable to parse 'binary_data'")
+            raise access_error("Unable to parse 'binary_data'", "bool")
         if "shared_memory_region" in params:
             if "classification" in params:
                 raise InvalidRequest(
@@ -262,14 +269,14 @@ def build_infer_request(
             ``binary_data_size`` values add up to.
     """
     if not isinstance(header, dict):
-        raise InvalidRequest("failed to parse the request JSON buffer: expected a JSON object")
+        header = {}  # NOTE: TritonJson finds no member in a non-object: "inputs" is missing
     plan = InferPlan()
     request_id = json_string(header, "id") if "id" in header else ""
     parameters: dict[str, Parameter] = {}
     if "parameters" in header:
         params = header["parameters"]
         if not isinstance(params, dict):
-            raise InvalidRequest("failed to get request params.")
+            raise access_error("failed to get request params.", "object")
         parameters = _request_parameters(params, plan)
     inputs, raw = _inputs(header.get("inputs"), tail, model)
     outputs = _outputs(header["outputs"], plan) if "outputs" in header else []

@@ -6,8 +6,8 @@ array into the raw tensor form the core takes (numpy, row-major; BYTES length-pr
 ``json_output_data`` unpacks an output for a JSON answer. Messages follow Triton's
 ``http_server.cc`` (shared/reference/triton.md §2).
 
-Known difference: a JSON ``data`` array whose element count does not match ``shape`` is
-INVALID_ARG (400) here; Triton reports it as INTERNAL (500).
+A member missing or of the wrong JSON type is INTERNAL (HTTP 500) with TritonJson's words
+(``access_error``), as Triton answers it.
 """
 
 from __future__ import annotations
@@ -41,32 +41,66 @@ def decode_json(body: bytes | memoryview) -> Any:
         raise InvalidRequest("failed to parse the request JSON buffer: nested too deeply") from None
 
 
+_ACCESS = {
+    "array": "attempt to access JSON non-array as array",
+    "string": "attempt to access JSON non-string as string",
+    "uint": "attempt to access JSON non-unsigned-integer as unsigned-integer",
+    "int": "attempt to access JSON non-signed-integer as signed-integer",
+    "bool": "attempt to access JSON non-boolean as boolean",
+    "double": "attempt to access JSON non-number as double",
+    "object": "attempt to get members for non-object",
+}
+"""TritonJson's words (common ``triton_json.h``) for a value of the wrong JSON type."""
+
+
+def access_error(context: str, kind: str, key: str = "") -> TritonMPError:
+    """Triton's INTERNAL (HTTP 500) error for a JSON member that is missing (``kind`` is
+    ``missing``: "attempt to access non-existing object member '<key>'") or of the wrong
+    type (``_ACCESS``), after ``context`` ("Unable to parse 'shape'"; "" for none)."""
+    why = (
+        f"attempt to access non-existing object member '{key}'"
+        if kind == "missing"
+        else _ACCESS[kind]
+    )
+    return TritonMPError(f"{context}: {why}" if context else why, ErrorCode.INTERNAL)
+
+
 def is_uint(v: object) -> bool:
     """Whether ``v`` is a JSON integer in uint64 range (booleans are not)."""
     return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= UINT64_MAX
 
 
-def json_uint(obj: dict[str, Any], key: str) -> int:
+def json_uint(obj: dict[str, Any], key: str, context: str | None = None) -> int:
     """``obj[key]`` as an unsigned 64-bit integer.
 
+    Args:
+        context: what Triton's message starts with ("Unable to parse '<key>'" unless given;
+            "" for TritonJson's words alone, as shared-memory registration answers).
+
     Raises:
-        InvalidRequest: "Unable to parse '<key>'" for anything else.
+        TritonMPError: INTERNAL with TritonJson's words when missing or not one.
     """
+    ctx = f"Unable to parse '{key}'" if context is None else context
+    if key not in obj:
+        raise access_error(ctx, "missing", key)
     v = obj[key]
     if not is_uint(v):
-        raise InvalidRequest(f"Unable to parse '{key}': expected an unsigned integer")
+        raise access_error(ctx, "uint")
     return int(v)
 
 
-def json_string(obj: dict[str, Any], key: str) -> str:
-    """``obj[key]`` as a string.
+def json_string(obj: dict[str, Any], key: str, context: str | None = None) -> str:
+    """``obj[key]`` as a string (``context`` as ``json_uint``'s).
 
     Raises:
-        InvalidRequest: "Unable to parse '<key>'" when missing or not a string.
+        TritonMPError: INTERNAL with TritonJson's words when missing or not a string.
     """
-    v = obj.get(key)
+    ctx = f"Unable to parse '{key}'" if context is None else context
+    if key not in obj:
+        raise access_error(ctx, "missing", key)
+    v = obj[key]
     if not isinstance(v, str):
-        raise InvalidRequest(f"Unable to parse '{key}': expected a string")
+        raise access_error(ctx, "string")
     return v
 
 
@@ -80,6 +114,9 @@ def json_object(obj: dict[str, Any], key: str) -> dict[str, Any]:
     if not isinstance(v, dict):
         raise InvalidRequest(f"Unable to parse '{key}': expected a JSON object")
     return v
+
+
+_ACCESSOR = {"f": "double", "i": "int", "u": "uint", "b": "bool"}
 
 
 def _flatten(data: list[Any], out: list[Any]) -> None:
@@ -132,18 +169,21 @@ def json_tensor_bytes(name: str, datatype: str, data: object, count: int) -> byt
     if any(isinstance(item, list) for item in data):
         flat = []
         _flatten(data, flat)
-    if len(flat) != count:
-        raise InvalidRequest(_SHAPE_MISMATCH)
     if datatype == "BYTES":
+        # NOTE: no count check here: core's ValidateBytesInputs says "expected N string
+        # elements ..." as for any BYTES input.
         parts = []
         for item in flat:
             if not isinstance(item, str):
-                raise InvalidRequest("Unable to parse 'data': expected strings for BYTES")
+                raise access_error("Unable to parse JSON bytes array", "string")
             b = item.encode("utf-8")
             parts.append(_U32.pack(len(b)))
             parts.append(b)
         return b"".join(parts)
-    bad = InvalidRequest(f"Unable to parse 'data': expected {datatype} values for input '{name}'")
+    if len(flat) != count:
+        raise TritonMPError(_SHAPE_MISMATCH, ErrorCode.INTERNAL)
+    # NOTE: Triton reads each element with AsDouble / AsInt / AsUInt / AsBool.
+    bad = access_error("Unable to parse 'data'", _ACCESSOR[_KINDS[datatype]])
     try:
         arr = np.array(flat)
     except (ValueError, TypeError, OverflowError):

@@ -45,7 +45,12 @@ from triton_mp.frontend.http.infer_codec import (
     parse_infer_body,
     render_infer_response,
 )
-from triton_mp.frontend.http.json_tensors import decode_json, json_string, json_uint
+from triton_mp.frontend.http.json_tensors import (
+    access_error,
+    decode_json,
+    json_string,
+    json_uint,
+)
 from triton_mp.frontend.repository_api import FILE_PREFIX, check_repository_name
 from triton_mp.frontend.restricted import Restrictions, http_refusal
 from triton_mp.frontend.trace_settings import new_setting_from_json
@@ -337,7 +342,7 @@ class HttpFrontend:
         body = await self._body_json(request)
         ready = body.get("ready", False)
         if not isinstance(ready, bool):
-            raise InvalidRequest("Unable to parse 'ready': expected a boolean")
+            raise access_error("", "bool")  # NOTE: Triton's words, no prefix
         index = self._api.repository.index(ready)
         return _json_response(
             [proto_to_json(kserve.index_entry(e), print_defaults=False) for e in index]
@@ -395,11 +400,12 @@ class HttpFrontend:
             body = await self._body_json(request)
             if "key" not in body:
                 raise InvalidRequest("Shared memory register request has no 'key' field")
-            key = json_string(body, "key")
-            offset = json_uint(body, "offset") if "offset" in body else 0
+            # NOTE: Triton's HandleSystemSharedMemory: TritonJson's words, no prefix.
+            key = json_string(body, "key", "")
+            offset = json_uint(body, "offset", "") if "offset" in body else 0
             if "byte_size" not in body:
                 raise InvalidRequest("Shared memory register request has no 'byte_size' field")
-            self._api.shm.register(region, key, offset, json_uint(body, "byte_size"))
+            self._api.shm.register(region, key, offset, json_uint(body, "byte_size", ""))
         else:
             self._api.shm.unregister(region)
         return web.Response(status=200, content_type=JSON_TYPE)
