@@ -31,6 +31,7 @@ from triton_mp.frontend.response_cache import Hit, ResponseCacheStep, cache_enab
 from triton_mp.frontend.ticket import Ticket
 from triton_mp.frontend.tracer import Trace
 from triton_mp.frontend.validation.request import ValidRequest, request_prefix, validate_request
+from triton_mp.frontend.validation.signature import SignatureCache
 from triton_mp.ipc import ArenaAllocator, BlockRef, SegmentCache, TensorRef, encode
 from triton_mp.ipc.messages import CancelRequest, InferRequest, ReplyTo, Requester
 from triton_mp.ipc.ring import RecordTooLarge
@@ -140,6 +141,8 @@ class Inference:
         self._send = send_scheduler
         self._clock_ns = clock_ns
         self._response_cache = response_cache
+        self._signatures = SignatureCache()
+        """Request signatures that passed validation (keyed by the ``Model`` object)."""
         self.draining = False
 
     # ------------------------------------------------------------------ admission
@@ -208,11 +211,15 @@ class Inference:
         self.check_accepting()
         if target is None or not self._models.is_current(target.model):
             target = self.admit(request.model_name, request.model_version)
-            valid = validate_request(request, target.model, target.version, self._shm)
+            valid = validate_request(
+                request, target.model, target.version, self._shm, self._signatures
+            )
             if decoupled_message is not None:
                 self._refuse_decoupled(target.model, decoupled_message)
         else:
-            valid = validate_request(request, target.model, target.version, self._shm)
+            valid = validate_request(
+                request, target.model, target.version, self._shm, self._signatures
+            )
         model = target.model
         # NOTE: the cache is one small step of its own: a hit answers here, without the
         # arena, the pending table or the scheduler; a miss inserts on its way back.

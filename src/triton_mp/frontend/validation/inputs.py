@@ -188,6 +188,14 @@ class _InputReader:
         self._check_byte_size(t, spec, count, data)
         return ValidInput(t.name, spec.datatype, shape, data)
 
+    def read_known(self, t: InputTensor, shape: tuple[int, ...], count: int) -> ValidInput:
+        """One input of a signature that passed (``SignatureCache``): only its bytes are
+        located and checked (no tensor parameters, so never in shared memory)."""
+        spec = self._model.inputs[t.name]
+        data = self._bytes(t, spec, count)
+        self._check_byte_size(t, spec, count, data)
+        return ValidInput(t.name, spec.datatype, shape, data)
+
     def _shape(self, t: InputTensor, spec: IOSpec) -> tuple[int, ...]:
         """The input's full shape, checked against the config (datatype, dims, batch)."""
         rid, name, mbs = self._rid, self._model.name, self._model.max_batch_size
@@ -344,3 +352,27 @@ def read_inputs(
     if reader.batch_size == 0:
         raise InvalidRequest(f"{rid}inference request batch-size must be >= 1 for '{model.name}'")
     return inputs, max(reader.batch_size, 1)
+
+
+def read_known_inputs(
+    req: InferenceRequest,
+    model: Model,
+    shapes: Sequence[tuple[int, ...]],
+    counts: Sequence[int],
+    rid: str,
+) -> tuple[ValidInput, ...]:
+    """``read_inputs`` for a request whose signature already passed: the data checks only,
+    in the same order and words (too few ``raw_inputs``, then per input where its bytes are
+    and their size).
+
+    Args:
+        shapes, counts: each input's full shape and element count, in request order.
+
+    Raises:
+        InvalidRequest: as ``read_inputs``' data checks.
+    """
+    reader = _InputReader(req, model, None, rid)
+    return tuple(
+        reader.read_known(t, shape, count)
+        for t, shape, count in zip(req.inputs, shapes, counts, strict=True)
+    )

@@ -9,12 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from triton_mp.common.datatypes import element_count
 from triton_mp.frontend.client_shm import SystemShmRegistry
 from triton_mp.frontend.model_table import Model
 from triton_mp.frontend.request import InferenceRequest
-from triton_mp.frontend.validation.inputs import ValidInput, check_input_names, read_inputs
+from triton_mp.frontend.validation.inputs import (
+    ValidInput,
+    check_input_names,
+    read_inputs,
+    read_known_inputs,
+)
 from triton_mp.frontend.validation.outputs import read_outputs
 from triton_mp.frontend.validation.parameters import check_correlation_id_type, read_parameters
+from triton_mp.frontend.validation.signature import Signature, SignatureCache
 from triton_mp.ipc.messages import OutputRegion
 
 
@@ -52,6 +59,7 @@ def validate_request(
     model: Model,
     version: int,
     shm: SystemShmRegistry | None = None,
+    cache: SignatureCache | None = None,
 ) -> ValidRequest:
     """Check a request against the model's effective config.
 
@@ -59,6 +67,8 @@ def validate_request(
         req: the request (any transport).
         model: the model it addresses; ``version``: the concrete version resolved.
         shm: the frontend's registered client shared-memory regions.
+        cache: signatures that passed before; with one, a known signature skips the
+            checks its signature decides, and a request that passes adds its own.
 
     Returns:
         The validated request: inputs with full shapes and their bytes (raw bytes as sent,
@@ -75,10 +85,20 @@ def validate_request(
     """
     rid = request_prefix(req.id)
     options = read_parameters(req.parameters, rid)
-    check_input_names(req, model, rid)
-    inputs, batch_size = read_inputs(req, model, shm, rid)
-    outputs, regions = read_outputs(req, model, shm, rid)
+    key = cache.key(req, version) if cache is not None else None
+    known = cache.get(key, model) if cache is not None and key is not None else None
+    if known is not None:
+        inputs = read_known_inputs(req, model, known.shapes, known.counts, rid)
+        batch_size, outputs, regions = known.batch_size, known.outputs, ()
+    else:
+        check_input_names(req, model, rid)
+        inputs, batch_size = read_inputs(req, model, shm, rid)
+        outputs, regions = read_outputs(req, model, shm, rid)
     check_correlation_id_type(options.sequence_id, model.config, model.name, rid)
+    if cache is not None and key is not None and known is None:
+        shapes = tuple(i.shape for i in inputs)
+        counts = tuple(element_count(s) for s in shapes)
+        cache.put(key, Signature(model, shapes, counts, batch_size, outputs))
     return ValidRequest(
         model=model,
         version=version,
