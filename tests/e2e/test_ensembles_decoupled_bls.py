@@ -7,6 +7,7 @@ other (issue 16), through tritonclient against a running server.
   (``2 * k * INPUT0``), and the final flag ends the stream.
 - ``outer_ens`` -> ``bls_py`` -> (BLS) ``inner_ens`` -> ``double_py`` twice: an ensemble
   step that calls an ensemble through BLS, so ``OUTPUT0 = 4 * INPUT0``.
+- ``nest_ens`` -> ``inner_ens``: an ensemble step that is an ensemble (``4 * INPUT0``).
 """
 
 from __future__ import annotations
@@ -133,6 +134,9 @@ ENSEMBLES = {
         "inner_ens", [("double_py", "INPUT0", "twice"), ("double_py", "twice", "OUTPUT0")]
     ),
     "outer_ens": _ensemble("outer_ens", [("bls_py", "INPUT0", "OUTPUT0")]),
+    "nest_ens": _ensemble("nest_ens", [("inner_ens", "INPUT0", "OUTPUT0")])
+    .replace('key: "IN" value', 'key: "INPUT0" value')
+    .replace('key: "OUT" value', 'key: "OUTPUT0" value'),
 }
 
 
@@ -224,3 +228,23 @@ def test_an_ensemble_step_calls_an_ensemble_through_bls(server: ServerProcess) -
         np.testing.assert_array_equal(http.infer("outer_ens", [t]).as_numpy("OUTPUT0"), 4 * x)
     finally:
         http.close()
+
+
+def test_an_ensemble_step_that_is_an_ensemble(server: ServerProcess) -> None:
+    x = np.array([1.5, -2, 3, 0.25], np.float32)
+    client = server.client()
+    try:
+        before = {
+            s.name: s.inference_stats.success.count
+            for s in client.get_inference_statistics().model_stats
+        }
+        out = client.infer("nest_ens", _grpc_input(x)).as_numpy("OUTPUT0")
+        np.testing.assert_array_equal(out, 4 * x)
+        after = {
+            s.name: s.inference_stats.success.count
+            for s in client.get_inference_statistics().model_stats
+        }
+    finally:
+        client.close()
+    gained = {m: after[m] - before[m] for m in ("nest_ens", "inner_ens", "double_py")}
+    assert gained == {"nest_ens": 1, "inner_ens": 1, "double_py": 2}

@@ -3,6 +3,8 @@ own batcher, step answers routed back, blocks freed, statistics, ``triton-mp sta
 
 from __future__ import annotations
 
+import msgspec
+
 from tests.unit.scheduler_harness import DYNAMIC, Harness, tensor
 from triton_mp.cli.stat import render_model
 from triton_mp.ipc.messages import BlockRef, CancelRequest, InferResponse, Requester, TensorRef
@@ -110,4 +112,41 @@ def test_a_composing_request_the_scheduler_fails_counts_the_ensemble_failure_onc
     ens, add = h.stats("ens"), h.stats("add_sub")
     assert (ens.success.count, ens.fail.count, ens.fail_reasons) == (0, 1, {"OTHER": 1})
     assert add.fail.count == 1
+    assert h.core.idle()
+
+
+OUTER = msgspec.structs.replace(
+    ENS,
+    model="outer",
+    ensemble=EnsembleSpec(
+        steps=(
+            EnsembleStepSpec(
+                model="ens",
+                input_map={"INPUT0": "INPUT0", "INPUT1": "INPUT1"},
+                output_map={"OUTPUT0": "OUTPUT0"},
+            ),
+        )
+    ),
+)
+
+
+def test_an_ensemble_step_that_is_an_ensemble_answers_inside_the_scheduler() -> None:
+    """An outer ensemble whose step is ``ens``: the inner answer goes back to the outer
+    policy (never to a frontend), its blocks travel on with the outer answer, and each
+    ensemble counts its one success."""
+    h = Harness(models=(DYNAMIC, ENS, OUTER))
+    h.ready(0, 1)
+    req = h.request("outer", client_id="n")
+    h.clock.advance_us(200)
+    ((i1, b1),) = h.dispatch()
+    mid = _answer(h, i1, b1, "/triton_mp_0_w0_a0")
+    h.clock.advance_us(200)
+    ((i2, b2),) = h.dispatch()
+    last = _answer(h, i2, b2, "/triton_mp_0_w1_a0")
+    (answer,) = [m for _, m in h.to_frontends if isinstance(m, InferResponse)]
+    assert answer.request_id == req.request_id
+    assert answer.block == last
+    assert [t.name for t in answer.outputs] == ["OUTPUT0"]
+    assert h.freed == [mid]
+    assert [h.stats(m).success.count for m in ("outer", "ens", "add_sub")] == [1, 1, 2]
     assert h.core.idle()

@@ -49,7 +49,7 @@ from triton_mp.ipc.messages import (
     TraceContext,
     TraceRecord,
 )
-from triton_mp.ipc.tensor_pool import response_blocks
+from triton_mp.ipc.tensor_pool import SharedBlocks, response_blocks
 from triton_mp.scheduler.instances import Generation
 from triton_mp.scheduler.outbox import Outbox
 from triton_mp.scheduler.policies.ensemble import Call, Complete, EnsembleScheduler, Fail, Release
@@ -96,9 +96,26 @@ class _Child:
     worker's QUEUE_START and COMPUTE_* from its answer, REQUEST_END here); else None."""
 
 
+@dataclass(frozen=True, eq=False)
+class _Blocks:
+    """The blocks of a nested ensemble's response (its steps' blocks), one opaque block of
+    the outer ensemble's policy."""
+
+    refs: tuple[BlockRef, ...]
+
+
+def _refs(block: object) -> tuple[BlockRef, ...]:
+    """The arena blocks behind one of the policy's opaque blocks."""
+    return block.refs if isinstance(block, _Blocks) else (cast(BlockRef, block),)
+
+
+def _flat(blocks: tuple[object, ...]) -> tuple[BlockRef, ...]:
+    return tuple(ref for block in blocks for ref in _refs(block))
+
+
 def _handoffs(pairs: tuple[tuple[object, int], ...]) -> tuple[Handoff, ...]:
     """The policy's (block, uses) handoffs as messages."""
-    return tuple(Handoff(cast(BlockRef, block), uses) for block, uses in pairs)
+    return tuple(Handoff(ref, uses) for block, uses in pairs for ref in _refs(block))
 
 
 class Ensembles:
@@ -130,6 +147,8 @@ class Ensembles:
         self._generation = generation
         self._parents: dict[RequestKey, _Parent] = {}
         self._children: dict[int, _Child] = {}
+        self._shared = SharedBlocks()
+        """Nested ensembles' shared blocks (``on_response``)."""
         self._next_id = 1
         self.now_ns = 0
         """The time of the message being handled (the core sets it)."""
@@ -163,9 +182,21 @@ class Ensembles:
         policy = cast(EnsembleScheduler, child.parent.gen.policy)
         error = (msg.error.code, msg.error.message) if msg.error is not None else None
         outputs = None if msg.empty or error else {t.name: t for t in msg.outputs}
-        block = msg.block
-        for extra in msg.extra_blocks:
-            self._out.free(extra)
+        block: object = msg.block
+        if msg.extra_blocks:
+            # NOTE: a nested ensemble's answer: its outputs lie in all of its blocks.
+            block = _Blocks(response_blocks(msg))
+        if msg.shared_blocks or msg.handoffs:
+            # NOTE: a nested ensemble that forks shares blocks among its responses; the
+            # scheduler cannot hand such a block on: the request fails instead.
+            for ref in (*self._shared.arrived(msg), *self._shared.released(msg)):
+                self._out.free(ref)
+            block, outputs = None, None
+            error = error or (
+                ErrorCode.UNSUPPORTED,
+                f"a response of ensemble '{child.req.model}' shares tensors with its other "
+                "responses, which an outer ensemble cannot take yet",
+            )
         if child.stamps is not None:
             self._trace_step(child, msg.trace, msg.final, now_ns)
         if msg.final:
@@ -243,7 +274,8 @@ class Ensembles:
             if isinstance(action, Call):
                 self._call(policy, action, now_ns)
             elif isinstance(action, Release):
-                self._out.free(cast(msgspec.Struct, action.block))  # type: ignore[arg-type]
+                for ref in _refs(action.block):
+                    self._out.free(ref)
             elif isinstance(action, Complete):
                 self._complete(action, now_ns)
             elif isinstance(action, Fail):
@@ -341,7 +373,7 @@ class Ensembles:
     def _complete(self, action: Complete, now_ns: int) -> None:
         parent = self._parents[cast(RequestKey, action.request)]
         req = parent.req
-        blocks = tuple(action.blocks)
+        blocks = _flat(action.blocks)
         handoffs = _handoffs(action.handoffs)
         if not action.outputs:
             msg = InferResponse(
@@ -362,10 +394,10 @@ class Ensembles:
                 request_id=req.request_id,
                 version=req.version,
                 outputs=outputs,
-                block=cast(object, blocks[0]) if blocks else None,  # type: ignore[arg-type]
-                extra_blocks=blocks[1:],  # type: ignore[arg-type]
+                block=blocks[0] if blocks else None,
+                extra_blocks=blocks[1:],
                 final=action.final,
-                shared_blocks=tuple(action.shared),  # type: ignore[arg-type]
+                shared_blocks=_flat(action.shared),
                 handoffs=handoffs,
             )
         if action.final and req.trace is not None:
@@ -374,6 +406,14 @@ class Ensembles:
                 children=tuple(parent.child_traces),
             )
             msg = msgspec.structs.replace(msg, trace=record)
+        if req.reply_to.kind is Requester.ENSEMBLE:
+            # NOTE: a nested ensemble answers its outer ensemble inside the scheduler; its
+            # end accounts for it there as a worker's BatchDone would.
+            self.on_response(msg, now_ns)
+            if action.final:
+                self._end(parent, now_ns, failed=False)
+                self.on_executed(req.request_id, parent.compute, now_ns)
+            return
         self._out.reply(req.reply_to, msg)
         if action.final:
             self._end(parent, now_ns, failed=False)
@@ -420,6 +460,8 @@ class Ensembles:
         """The scheduler failed a composing request (rejected, timed out, cancelled, its
         instance died). No ``BatchDone`` counts a request the scheduler fails before it
         ran, so it is counted here; an open decoupled request it ends was counted."""
+        for ref in self._shared.arrived(msg):
+            self._out.free(ref)
         child = self._children.get(msg.request_id)
         if child is None or child.answered:
             return
