@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import threading
+import time
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
@@ -148,3 +151,53 @@ def test_load_files_stay_within_the_model_directory(
     with pytest.raises(InferenceServerException) as e2:
         client.load_model("fails", config=config, files={"file:/1/model.py": FAILS.encode()})
     assert "load failed for model 'fails'" in e2.value.message()
+
+
+SLOW = """
+import time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(4)
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
+        return out
+"""
+
+
+def test_a_version_draining_during_an_unload_is_unloading(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """While an unloaded model answers what it was running, RepositoryIndex lists its
+    version UNLOADING (Triton's lifecycle state), then UNAVAILABLE "unloaded"."""
+    repo = tmp_path_factory.mktemp("unloading") / "repo"
+    write_python_model(repo, "slow", CONFIG % "slow", SLOW)
+    server = ServerProcess(
+        repo, repo.parent / "ours.log", "--model-control-mode=explicit", "--load-model=slow"
+    )
+    try:
+        server.wait_live()
+        client = server.client()
+        inp = grpcclient.InferInput("INPUT0", [4], "FP32")
+        inp.set_data_from_numpy(np.ones(4, np.float32))
+        done: dict[str, object] = {}
+        infer = threading.Thread(target=lambda: done.update(r=client.infer("slow", [inp])))
+        infer.start()
+        time.sleep(1.0)  # NOTE: the request is in execute now
+        unload = threading.Thread(target=lambda: client.unload_model("slow"))
+        unload.start()
+        states: set[str] = set()
+        deadline = time.monotonic() + 15
+        while unload.is_alive() and time.monotonic() < deadline:
+            states |= {r[2] for r in _index(server.http_url) if r[1] == "1"}
+            time.sleep(0.1)
+        unload.join(timeout=30)
+        infer.join(timeout=30)
+        assert "UNLOADING" in states
+        assert _index(server.http_url) == [("slow", "1", "UNAVAILABLE", False)]
+        assert "r" in done  # the request in flight was answered
+    finally:
+        server.stop()

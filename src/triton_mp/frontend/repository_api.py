@@ -84,6 +84,11 @@ def _model_rows(m: Model, ready_only: bool) -> Iterator[tuple[int, IndexEntry]]:
     if ready_only:
         return
     for v in m.failed_versions:
+        if m.transition == "UNLOADING" and m.version_reason(v) == "unloading":
+            # NOTE: a version draining its in-flight requests during an unload: Triton's
+            # lifecycle shows it UNLOADING (no reason) until its instances have stopped.
+            yield v, IndexEntry(m.name, str(v), "UNLOADING")
+            continue
         yield v, IndexEntry(m.name, str(v), "UNAVAILABLE", m.version_reason(v))
     for v in m.retired_versions:
         yield v, IndexEntry(m.name, str(v), "UNAVAILABLE", "unloaded")
