@@ -22,7 +22,15 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import copy_models, write_python_model
-from tests.server import REPO_ROOT, TRITONSERVER, RealTriton, ServerProcess, peers_env, wait_for
+from tests.server import (
+    REPO_ROOT,
+    TRITONSERVER,
+    RealTriton,
+    ServerProcess,
+    free_port,
+    peers_env,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -298,3 +306,60 @@ def test_grpc_use_ssl_serves_tls(
     plain = grpcclient.InferenceServerClient(server.url)
     with pytest.raises(InferenceServerException):
         plain.is_server_live(client_timeout=2)
+
+
+def _serve_args(repo: Path) -> list[str]:
+    return [
+        f"--model-repository={repo}",
+        "--http-address=127.0.0.1",
+        f"--http-port={free_port()}",
+        "--grpc-address=127.0.0.1",
+        f"--grpc-port={free_port()}",
+        "--metrics-address=127.0.0.1",
+        f"--metrics-port={free_port()}",
+    ]
+
+
+@pytest.mark.parametrize("flag", [(), ("--exit-on-error=true",)])
+def test_exit_on_error_stops_a_server_whose_model_failed(
+    readiness_repo: Path, flag: tuple[str, ...]
+) -> None:
+    """tritonserver's default (and ``--exit-on-error=true``): a model that fails to load at
+    start stops the server, after the others unload, with status 1 and its words."""
+    ours = _ours(*_serve_args(readiness_repo), *flag)
+    assert ours.returncode == 1, ours.stderr[-2000:]
+    assert "creating server: Internal - failed to load all models" in ours.stderr
+    env = peers_env()
+    if env is None:
+        return
+    theirs = subprocess.run(
+        [env["TRITONSERVER"], f"--backend-directory={env['TRITON_BACKENDS']}"]
+        + _serve_args(readiness_repo)
+        + list(flag),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=dict(os.environ, PATH=f"{env['TRITON_STUB_ENV']}/bin:{os.environ['PATH']}"),
+    )
+    assert theirs.returncode == 1
+    assert "error: creating server: Internal - failed to load all models" in theirs.stderr
+
+
+@pytest.mark.parametrize(("entry", "flag"), [(TRITONSERVER, "--exit-on-error=false"), (None, None)])
+def test_without_exit_on_error_the_other_models_serve(
+    start_server: Callable[..., ServerProcess],
+    readiness_repo: Path,
+    entry: tuple[str, ...] | None,
+    flag: str | None,
+) -> None:
+    """``--exit-on-error=false`` (and ``triton-mp start``'s default): the failed model is
+    listed UNAVAILABLE and the others serve."""
+    kwargs = {"entry": entry} if entry is not None else {}
+    server = start_server(readiness_repo, *([flag] if flag else []), **kwargs)
+    client = grpcclient.InferenceServerClient(server.url)
+    try:
+        assert client.is_model_ready("add_sub_py")
+        assert not client.is_model_ready("broken_py")
+    finally:
+        client.close()

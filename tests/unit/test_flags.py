@@ -341,3 +341,14 @@ def test_the_tritonserver_entry_point_refuses_no_repository_as_tritonserver_does
     assert capsys.readouterr().err.strip() == (
         "error: creating server: Invalid argument - --model-repository must be specified"
     )
+
+
+def test_exit_on_error_reaches_the_config() -> None:
+    """``--exit-on-error`` is acted on (ServerConfig.exit_on_error); absent, it is left to
+    the entry point (None), which ``cli.main.start`` resolves."""
+    assert parse_flags([]).values["exit_on_error"] is None
+    values = parse_flags(["--exit-on-error=true"]).values
+    assert values["exit_on_error"] is True
+    assert config_from_flags(values).exit_on_error is True
+    assert config_from_flags(parse_flags(["--exit-on-error=false"]).values).exit_on_error is False
+    assert not parse_flags(["--exit-on-error=true"]).warnings

@@ -76,9 +76,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "exit-on-error",
         BOOL,
-        unused=NOT_YET,
-        quiet=(False,),
-        help="exit when a model fails to load at start (triton-mp keeps serving the others)",
+        "exit_on_error",
+        None,
+        help="exit when a model fails to load at start (default: true for "
+        "triton-mp-tritonserver, as tritonserver; false for triton-mp start)",
         group=G_REPO,
     ),
     Flag(

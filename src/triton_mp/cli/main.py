@@ -345,6 +345,10 @@ def start(argv: list[str], prog: str, *, repository_required: bool = False) -> i
             file=sys.stderr,
         )
         return 1
+    if values["exit_on_error"] is None:
+        # NOTE: tritonserver exits on a failed load unless told not to; tools that launch
+        # it by path get that default, `triton-mp start` keeps serving the other models.
+        values["exit_on_error"] = repository_required
     configure_logging("supervisor", "", values["log_verbose"], values["log_format"])  # type: ignore[arg-type]
     for line in parsed.warnings:
         log.warning("%s", line)

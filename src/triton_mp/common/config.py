@@ -86,6 +86,11 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     grpc_channel_args: dict[str, int] = {}
     """The gRPC keepalive flags (``--grpc-keepalive-time`` ...) as grpc core channel
     arguments (``grpc.keepalive_time_ms`` ...); only those given."""
+    exit_on_error: bool = False
+    """``--exit-on-error``: stop with Triton's "failed to load all models" when a model
+    fails to load at start. tritonserver's default is true; ``triton-mp start`` keeps
+    serving the others unless the flag is given (``triton-mp-tritonserver`` defaults to
+    true, see ``cli.main.start``)."""
     strict_readiness: bool = True
     """``--strict-readiness``: ServerReady only when every model is ready (a model
     unloaded on request does not count, as in Triton); false: when the server is live."""

@@ -23,7 +23,7 @@ from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import StartupError
 from triton_mp.common.gpus import Devices, discover
 from triton_mp.ipc import Sender, encode
-from triton_mp.ipc.messages import Shutdown, WorkerDied
+from triton_mp.ipc.messages import ModelEntry, Shutdown, WorkerDied
 from triton_mp.ipc.specs import (
     ChannelSpec,
     FrontendSpec,
@@ -70,6 +70,16 @@ def probe_port(service: str, address: str, port: int) -> None:
                 f"failed to start {service} service: Socket '{address}:{port}' "
                 f"already in use ({e.strerror})"
             ) from None
+
+
+def failed_at_start(entries: tuple[ModelEntry, ...]) -> list[str]:
+    """The models that failed to load (a version failed, or the model as a whole: no ready
+    version and a reason), for ``--exit-on-error``."""
+    return [
+        e.name
+        for e in entries
+        if e.failed_versions or (e.reason and not e.ready_versions and not e.unloaded)
+    ]
 
 
 class Supervisor:
@@ -167,6 +177,10 @@ class Supervisor:
             cfg, self.server_id, self.children, instances, link, self.send_scheduler, self._stopping
         )
         self.models.load_at_start(models_at_start(cfg))
+        if cfg.exit_on_error and failed_at_start(self.models.entries()):
+            # NOTE: tritonserver's words (server.cc, exit_on_error); its models unload first
+            # too, which _stop_all does.
+            raise StartupError("creating server: Internal - failed to load all models")
         frontends = [
             Child("frontend", str(i), encode(self._frontend_spec(i, channels))) for i in range(n_fe)
         ]
