@@ -265,6 +265,18 @@ CASES.update(
         ),
     }
 )
+CASES.update(
+    {
+        # core model_repository_manager.cc: the poll fails, the log has the parser's words
+        "loading a model whose config does not parse": Case(
+            "POST",
+            "/v2/repository/models/unparsable/load",
+            b"",
+            500,
+            "failed to load 'unparsable', failed to poll from model repository",
+        ),
+    }
+)
 MAIN_ONLY: set[str] = set()
 """Cases where upstream main answers otherwise than Triton 2.51: only triton-mp is held."""
 
@@ -275,19 +287,23 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     repo = tmp_path_factory.mktemp("http_messages") / "repo"
     write_python_model(repo, "m", FP32_CONFIG, IDENTITY)
     write_python_model(repo, "b", BYTES_CONFIG, IDENTITY)
+    write_python_model(repo, "unparsable", 'name: "unparsable"\nthis is { not pbtxt\n', IDENTITY)
+    explicit = ("--model-control-mode=explicit", "--load-model=m", "--load-model=b")
     logs = tmp_path_factory.mktemp("logs")
     trace = [
         f"--trace-config=triton,file={logs / 'trace.json'}",
         "--trace-config=log-frequency=7",
     ]
-    ours = ServerProcess(repo, logs / "ours.log", "--allow-client-shm=true", *trace)
+    ours = ServerProcess(repo, logs / "ours.log", "--allow-client-shm=true", *explicit, *trace)
     theirs: RealTriton | None = None
     try:
         ours.wait_live()
         urls = {"triton-mp": ours.http_url}
         env = peers_env()
         if env is not None:
-            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}", *trace)
+            theirs = RealTriton(
+                env, logs / "triton.log", f"--model-repository={repo}", *explicit, *trace
+            )
             theirs.wait_live()
             urls["triton"] = theirs.http_url
         yield urls

@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
-from triton_mp.common.errors import ConfigError, InvalidRequest
+from triton_mp.common.errors import ConfigError, ErrorCode, InvalidRequest
 from triton_mp.frontend.repository_api import check_model_name
-from triton_mp.supervisor.load_requests import LoadRequest, _write_files
+from triton_mp.ipc.messages import ErrorInfo
+from triton_mp.model_config.loader import load_model
+from triton_mp.supervisor.load_requests import LoadRequest, _write_files, load_answer
 
 
 @pytest.mark.parametrize("name", ["a/b", "..", " .. ", "/etc"])
@@ -49,3 +52,18 @@ def test_a_file_outside_the_model_directory_is_refused(rel: str) -> None:
         _write_files(LoadRequest("m", files={rel: b"x"}), "t")
     assert e.value.message.startswith(f"Invalid file parameter 'file:{rel}' with normalized path")
     assert e.value.message.endswith("/x' must stay within model directory.")
+
+
+def test_a_config_that_does_not_parse_answers_tritons_poll_failure(tmp_path: Path) -> None:
+    """Triton's poll fails on a config.pbtxt it cannot parse: the load answers INTERNAL
+    "failed to poll from model repository"; other bad models keep their reason."""
+    (tmp_path / "bad" / "1").mkdir(parents=True)
+    (tmp_path / "bad" / "config.pbtxt").write_text('name: "bad"\nthis is { not pbtxt\n')
+    req = LoadRequest("bad", result=ErrorInfo(ErrorCode.INVALID_ARG, "reason"))
+    rm = load_model(tmp_path / "bad")
+    assert (rm.error or "").startswith("failed to read text proto from")
+    assert load_answer(req, rm) == ErrorInfo(
+        ErrorCode.INTERNAL, "failed to load 'bad', failed to poll from model repository"
+    )
+    (tmp_path / "bad" / "config.pbtxt").write_text('name: "bad"\nbackend: "nope"\n')
+    assert load_answer(req, load_model(tmp_path / "bad")) == req.result

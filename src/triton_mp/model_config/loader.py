@@ -108,6 +108,10 @@ class RepositoryModel:
     error: str | None
 
 
+TEXT_PROTO_ERROR = "failed to read text proto from"
+"""How ``read_config_pbtxt``'s errors begin (core ``ReadTextProto``'s words)."""
+
+
 def read_config_pbtxt(path: Path) -> model_config_pb2.ModelConfig:
     """Parse a ``config.pbtxt`` (protobuf text format) into a ``ModelConfig``.
 
@@ -121,12 +125,12 @@ def read_config_pbtxt(path: Path) -> model_config_pb2.ModelConfig:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"failed to read text proto from {path}: {exc}") from exc
+        raise ConfigError(f"{TEXT_PROTO_ERROR} {path}: {exc}") from exc
     config = model_config_pb2.ModelConfig()
     try:
         text_format.Parse(text, config)
     except text_format.ParseError as exc:
-        raise ConfigError(f"failed to read text proto from {path}: {exc}") from exc
+        raise ConfigError(f"{TEXT_PROTO_ERROR} {path}: {exc}") from exc
     return config
 
 

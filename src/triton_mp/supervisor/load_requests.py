@@ -25,6 +25,7 @@ from triton_mp.common.errors import ConfigError, ErrorCode, StartupError
 from triton_mp.ipc.messages import ErrorInfo
 from triton_mp.model_config.loader import (
     CONFIG_FILENAME,
+    TEXT_PROTO_ERROR,
     RepositoryModel,
     directory_fingerprint,
     load_model,
@@ -86,6 +87,15 @@ def load_failure(name: str, failed: dict[int, str]) -> ErrorInfo:
         f"version {v} is at UNAVAILABLE state: {r};" for v, r in sorted(failed.items())
     )
     return ErrorInfo(ErrorCode.INVALID_ARG, f"load failed for model '{name}': {detail}\n")
+
+
+def load_answer(req: LoadRequest, rm: RepositoryModel) -> ErrorInfo | None:
+    """The answer to a load whose model read badly: ``req.result`` as it stands, but
+    INTERNAL "failed to poll from model repository" when ``config.pbtxt`` does not parse
+    (Triton's poll fails there; only its log carries the parser's words)."""
+    if rm.config is None and (rm.error or "").startswith(TEXT_PROTO_ERROR):
+        return ErrorInfo(ErrorCode.INTERNAL, POLL_FAILED_MESSAGE.format(req.name))
+    return req.result
 
 
 def _not_found(req: LoadRequest) -> None:

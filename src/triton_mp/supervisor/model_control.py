@@ -66,6 +66,7 @@ from triton_mp.supervisor.frontend_link import Call, FrontendLink
 from triton_mp.supervisor.instances import Instances
 from triton_mp.supervisor.load_requests import (
     LoadRequest,
+    load_answer,
     load_failure,
     read_request,
     version_dirs,
@@ -327,8 +328,7 @@ class ModelControl:
         for s in staged:
             if plan_of[s.req.name].error:
                 s.req.result = ErrorInfo(ErrorCode.INVALID_ARG, plan_of[s.req.name].error)
-        # NOTE: a model with no served version shows LOADING while its instances start
-        # (RepositoryIndex); a served model keeps answering as READY during a reload.
+        # NOTE: unserved models show LOADING while starting; served ones stay READY.
         loading = [
             ModelEntry(name=s.req.name, config=b"", ready_versions=(), transition="LOADING")
             for s in staged
@@ -354,6 +354,7 @@ class ModelControl:
         self._models.setdefault(req.name, _Model(req.name))
         if rm.error is not None or rm.config is None:
             self._refuse(req, rm.directory, temp_dir, rm.error or "failed to load")
+            req.result = load_answer(req, rm)
             return None
         config = rm.config.SerializeToString(deterministic=True)
         fps = {v.version: version_fingerprint(rm.directory, config, v.version) for v in rm.versions}
