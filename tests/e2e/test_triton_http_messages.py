@@ -275,6 +275,31 @@ CASES.update(
             500,
             "failed to load 'unparsable', failed to poll from model repository",
         ),
+        # Triton's routes match the undecoded URL: a percent-escape is part of the name
+        "an escaped path in a model name": Case(
+            "POST",
+            "/v2/models/..%2F..%2Fm/infer",
+            {"inputs": [fp32()]},
+            404,
+            "Request for unknown model: '..%2F..%2Fm' is not found",
+        ),
+        "an escaped letter in a model name": Case(
+            "GET", "/v2/models/%6D", b"", 404, "Request for unknown model: '%6D' is not found"
+        ),
+        "an escaped space in a model name": Case(
+            "GET",
+            "/v2/models/a%20b/config",
+            b"",
+            404,
+            "Request for unknown model: 'a%20b' is not found",
+        ),
+        "loading an escaped path": Case(
+            "POST",
+            "/v2/repository/models/..%2F..%2Fm/load",
+            b"",
+            500,
+            "failed to load '..%2F..%2Fm', failed to poll from model repository",
+        ),
     }
 )
 MAIN_ONLY: set[str] = set()

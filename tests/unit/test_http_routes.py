@@ -15,7 +15,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.frontend.http.routes import HTTP_STATUS, HttpFrontend
+from triton_mp.frontend.http.routes import HTTP_STATUS, HttpFrontend, raw_model_name
 from triton_mp.frontend.server_api import ServerMetadata
 
 
@@ -156,3 +156,22 @@ def test_health_ready_has_an_empty_body(ready: bool, status: int) -> None:
         assert live.status == 200
 
     _run(core, body)
+
+
+@pytest.mark.parametrize(
+    ("template", "raw", "name"),
+    [
+        ("/v2/models/{model}/infer", "/v2/models/..%2F..%2Fm/infer", "..%2F..%2Fm"),
+        ("/v2/models/{model}", "/v2/models/%6D?x=%2F", "%6D"),
+        (
+            "/v2/repository/{repository}/models/{model}/load",
+            "/v2/repository/r/models/a%20b/load",
+            "a%20b",
+        ),
+        ("/v2/repository/models/{model}/unload", "/v2/repository/models/m/unload", "m"),
+        ("/v2/models/stats", "/v2/models/stats", ""),
+    ],
+)
+def test_model_names_keep_their_percent_escapes(template: str, raw: str, name: str) -> None:
+    """Triton matches its routes on the undecoded URL: ``%2F`` is no separator there."""
+    assert raw_model_name(template, raw) == name

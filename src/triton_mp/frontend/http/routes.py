@@ -98,6 +98,22 @@ async def _send_traced(
     return response
 
 
+def raw_model_name(template: str, raw_path: str) -> str:
+    """The ``{model}`` segment of ``raw_path`` (the request target as sent, query and all)
+    as the client wrote it, percent-escapes kept ("" when ``template``, the route's
+    canonical path, has none): Triton's routes match the undecoded URL, so ``..%2Fm`` and
+    ``%6D`` name models of those literal names; aiohttp's ``match_info`` decodes them."""
+    parts = template.split("/")
+    if "{model}" not in parts:
+        return ""
+    return raw_path.split("?", 1)[0].split("#", 1)[0].split("/")[parts.index("{model}")]
+
+
+def _model(request: web.Request) -> str:
+    route = request.match_info.route.resource
+    return raw_model_name(route.canonical if route is not None else "", request.raw_path)
+
+
 def _error_response(status: int, message: str) -> web.Response:
     return web.Response(
         status=status, body=msgspec.json.encode({"error": message}), content_type=JSON_TYPE
@@ -298,7 +314,7 @@ class HttpFrontend:
 
     async def _model_ready(self, request: web.Request) -> web.Response:
         m = request.match_info
-        if not await self._api.server.model_ready_checked(m["model"], m.get("version", "")):
+        if not await self._api.server.model_ready_checked(_model(request), m.get("version", "")):
             return _error_response(400, "Model version not ready")
         return web.Response(status=200)
 
@@ -311,7 +327,7 @@ class HttpFrontend:
         return _json_response(
             proto_to_json(
                 kserve.model_metadata(
-                    self._api.server.model_metadata(m["model"], m.get("version", ""))
+                    self._api.server.model_metadata(_model(request), m.get("version", ""))
                 )
             )
         )
@@ -319,12 +335,12 @@ class HttpFrontend:
     async def _model_config(self, request: web.Request) -> web.Response:
         m = request.match_info
         return _json_response(
-            config_to_json(self._api.server.model_config(m["model"], m.get("version", "")))
+            config_to_json(self._api.server.model_config(_model(request), m.get("version", "")))
         )
 
     async def _stats(self, request: web.Request) -> web.Response:
         m = request.match_info
-        stats = await self._api.stats.statistics(m.get("model", ""), m.get("version", ""))
+        stats = await self._api.stats.statistics(_model(request), m.get("version", ""))
         return _json_response(proto_to_json(kserve.statistics(stats)))
 
     # -------------------------------------------------------------- repository
@@ -370,7 +386,7 @@ class HttpFrontend:
                     ) from None
             else:
                 decoded[key] = value
-        await self._api.repository.load(request.match_info["model"], decoded)
+        await self._api.repository.load(_model(request), decoded)
         return web.Response(status=200)
 
     async def _repository_unload(self, request: web.Request) -> web.Response:
@@ -378,7 +394,7 @@ class HttpFrontend:
         dependents = params.get("unload_dependents", False)
         if not isinstance(dependents, bool):
             raise InvalidRequest("Unable to parse 'unload_dependents': expected a boolean")
-        await self._api.repository.unload(request.match_info["model"], dependents)
+        await self._api.repository.unload(_model(request), dependents)
         return web.Response(status=200)
 
     # ----------------------------------------------------------- shared memory
@@ -450,7 +466,7 @@ class HttpFrontend:
         """Triton's ``GET|POST v2[/models/<m>]/trace/setting``: string values, ``trace_level``
         a list, ``null`` clears a model's own value; ``trace_file`` is refused (501)."""
         tracer = self._api.tracer
-        name = request.match_info.get("model", "")
+        name = _model(request)
         ready = not name or tracer.model_ready(lambda: self._api.server.model_ready(name, ""))
         if name and not ready:
             tracer.setting_request(name, None, False)  # raises Triton's unknown-model error
@@ -475,9 +491,7 @@ class HttpFrontend:
         inference = self._api.inference
         version = request.match_info.get("version", "")
         # NOTE: refused before the body is read, as Triton does; submit does not repeat it.
-        target = inference.admit(
-            request.match_info["model"], version, decoupled_message=DECOUPLED_MESSAGE
-        )
+        target = inference.admit(_model(request), version, decoupled_message=DECOUPLED_MESSAGE)
         encoding = request.headers.get("Content-Encoding", "")
         if encoding not in ("", "identity", "gzip", "deflate"):
             response = _error_response(501, "Unsupported compression type")
