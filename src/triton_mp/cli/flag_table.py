@@ -184,8 +184,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "http-header-forward-pattern",
         STR,
-        unused=NOT_YET,
-        help="HTTP headers matching this regex become request parameters",
+        "http_header_forward_pattern",
+        "",
+        help="infer request headers whose name matches this regex become request parameters",
         group=G_HTTP,
     ),
     Flag("http-thread-count", INT, unused=NO_THREADS, help="HTTP threads", group=G_HTTP),
@@ -222,8 +223,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "grpc-header-forward-pattern",
         STR,
-        unused=NOT_YET,
-        help="gRPC metadata matching this regex becomes request parameters",
+        "grpc_header_forward_pattern",
+        "",
+        help="gRPC metadata whose name matches this regex becomes request parameters",
         group=G_GRPC,
     ),
     Flag(

@@ -27,6 +27,7 @@ from triton_mp.common.errors import TritonMPError
 from triton_mp.common.host_policy import add_host_policy
 from triton_mp.common.log import configure_logging
 from triton_mp.common.trace_config import DeprecatedTraceFlags, TraceConfig, parse_trace_flags
+from triton_mp.frontend.header_forward import pattern_error
 from triton_mp.frontend.restricted import parse_restrictions
 
 log = logging.getLogger(__name__)
@@ -252,6 +253,13 @@ def parse_flags(argv: list[str], prog: str = "tritonserver") -> Parsed:
             "'--strict-model-config' has been deprecated! Please use "
             "'--disable-auto-complete-config' instead.",
         )
+    for flag in ("grpc-header-forward-pattern", "http-header-forward-pattern"):
+        pattern = parsed.values[flag.replace("-", "_")]
+        if isinstance(pattern, str) and (why := pattern_error(pattern)):
+            # NOTE: Triton's RE2 logs the parse error and the pattern matches nothing.
+            parsed.warnings.append(
+                f"'--{flag}={pattern}' is not a valid regex ({why}): no header is forwarded"
+            )
     for backend, setting, value in parsed.values["backend_config"]:  # type: ignore[attr-defined]
         if (backend, setting) not in ACTED_BACKEND_CONFIG:
             flag = f"--backend-config={backend + ',' if backend else ''}{setting}={value}"

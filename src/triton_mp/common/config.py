@@ -69,6 +69,13 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """``--reuse-http-port``: as ``reuse_grpc_port``, for HTTP/REST."""
     http_max_input_bytes: Annotated[int, Meta(gt=0)] = 64 << 20
     """``--http-max-input-size``: the largest HTTP request body, compressed or inflated."""
+    grpc_header_forward_pattern: str = ""
+    """``--grpc-header-forward-pattern``: gRPC call metadata whose name this regex matches
+    (anywhere in the name) is added to each inference request as string parameters
+    (``frontend.header_forward``); "" forwards none."""
+    http_header_forward_pattern: str = ""
+    """``--http-header-forward-pattern``: as ``grpc_header_forward_pattern``, for HTTP
+    ``infer`` request headers."""
     grpc_use_ssl: bool = False
     """``--grpc-use-ssl``: serve gRPC over TLS with ``grpc_server_cert``/``grpc_server_key``."""
     grpc_use_ssl_mutual: bool = False

@@ -36,6 +36,7 @@ from triton_mp.frontend.cuda_shm import CudaShmRegistry
 from triton_mp.frontend.grpc.admin_service import AdminServicer
 from triton_mp.frontend.grpc.interceptor import RestrictedProtocolInterceptor
 from triton_mp.frontend.grpc.servicer import HealthServicer, InferenceServicer, add_to_server
+from triton_mp.frontend.header_forward import HeaderForward
 from triton_mp.frontend.http.routes import HttpFrontend
 from triton_mp.frontend.inbox import InboxHandler
 from triton_mp.frontend.inference import Inference
@@ -223,7 +224,8 @@ def grpc_server(spec: FrontendSpec, api: FrontendApi) -> grpc.aio.Server:
         else None,
         options=grpc_options(spec),
     )
-    add_to_server(InferenceServicer(api), server)
+    forward = HeaderForward(spec.grpc_header_forward_pattern)
+    add_to_server(InferenceServicer(api, forward), server)
     health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(api), server)
     admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(api.stats), server)
     return server
@@ -233,7 +235,12 @@ async def _start_http(spec: FrontendSpec, api: FrontendApi) -> HttpFrontend | st
     """The HTTP endpoint, serving; None when disabled; the startup error's text."""
     if not spec.allow_http:
         return None
-    http = HttpFrontend(api, spec.http_restricted, max_input_bytes=spec.http_max_input_bytes)
+    http = HttpFrontend(
+        api,
+        spec.http_restricted,
+        max_input_bytes=spec.http_max_input_bytes,
+        forward=HeaderForward(spec.http_header_forward_pattern),
+    )
     try:
         await http.start(spec.http_address, spec.http_port)
     except OSError as e:
@@ -300,8 +307,17 @@ def _log_listening(spec: FrontendSpec, address: str, http: HttpFrontend | None) 
         log.info("gRPC frontend listening on %s%s", address, " (TLS)" if spec.grpc_tls else "")
     for category, (key, _) in sorted(spec.grpc_restricted.items()):
         log.info("gRPC '%s' protocol restricted to header triton-grpc-protocol-%s", category, key)
+    if spec.allow_grpc and spec.grpc_header_forward_pattern:
+        log.info(
+            "gRPC headers matching '%s' forwarded as parameters", spec.grpc_header_forward_pattern
+        )
     if http is not None:
         log.info("HTTP frontend listening on %s:%d", spec.http_address, spec.http_port)
+        if spec.http_header_forward_pattern:
+            log.info(
+                "HTTP headers matching '%s' forwarded as parameters",
+                spec.http_header_forward_pattern,
+            )
         for category, (key, _) in sorted(spec.http_restricted.items()):
             log.info("HTTP '%s' API restricted to header %s", category, key)
 

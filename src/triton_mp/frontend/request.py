@@ -144,3 +144,4 @@ class InferenceRequest:
     inputs: Sequence[InputTensor] = ()
     outputs: Sequence[RequestedOutput] = ()
     raw_inputs: Sequence[bytes | memoryview] = ()
+    headers: Sequence[tuple[str, str]] = ()

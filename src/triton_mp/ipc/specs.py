@@ -397,5 +397,9 @@ class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
     """``--grpc-infer-response-compression-level``: none, low, medium or high."""
     http_max_input_bytes: int = 64 << 20
     """``--http-max-input-size``: the largest HTTP request body, compressed or inflated."""
+    grpc_header_forward_pattern: str = ""
+    """``--grpc-header-forward-pattern``: metadata forwarded as request parameters."""
+    http_header_forward_pattern: str = ""
+    """``--http-header-forward-pattern``: HTTP headers forwarded as request parameters."""
     strict_readiness: bool = True
     """``--strict-readiness``: ServerReady needs every model ready."""

@@ -285,6 +285,8 @@ class Supervisor:
             grpc_channel_args=cfg.grpc_channel_args,
             grpc_compression_level=cfg.grpc_compression_level,
             http_max_input_bytes=cfg.http_max_input_bytes,
+            grpc_header_forward_pattern=cfg.grpc_header_forward_pattern,
+            http_header_forward_pattern=cfg.http_header_forward_pattern,
             strict_readiness=cfg.strict_readiness,
             grpc_restricted=cfg.grpc_restricted,
             http_restricted=cfg.http_restricted,

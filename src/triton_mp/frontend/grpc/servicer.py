@@ -10,6 +10,7 @@ protos with ``grpc.messages`` and ``frontend.kserve``, and turns the answer or t
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import NoReturn
 
 import grpc
@@ -23,6 +24,7 @@ from triton_mp.frontend.api import FrontendApi
 from triton_mp.frontend.grpc.messages import infer_response_bytes, request_from_proto
 from triton_mp.frontend.grpc.stream import StreamSession
 from triton_mp.frontend.grpc.wire import WireInferRequest, split_infer_request
+from triton_mp.frontend.header_forward import HeaderForward
 from triton_mp.frontend.repository_api import check_repository_name
 from triton_mp.frontend.trace_settings import new_setting_from_grpc
 from triton_mp.frontend.tracer import Trace, Tracer
@@ -116,10 +118,20 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
 
     Args:
         api: the frontend's transport-free operations.
+        forward: ``--grpc-header-forward-pattern``: the call metadata ModelInfer and
+            ModelStreamInfer requests carry as parameters (none by default).
     """
 
-    def __init__(self, api: FrontendApi) -> None:
+    def __init__(self, api: FrontendApi, forward: HeaderForward | None = None) -> None:
         self._api = api
+        self._forward = forward if forward is not None else HeaderForward()
+
+    def _headers(self, context: grpc.aio.ServicerContext) -> tuple[tuple[str, str], ...]:
+        """The call's metadata the forward pattern selects (Triton reads the call's
+        ``client_metadata``: a stream's apply to each of its requests)."""
+        if not self._forward.active:
+            return ()
+        return self._forward.select(context.invocation_metadata() or ())
 
     # ------------------------------------------------------------------ health
     async def ServerLive(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
@@ -208,6 +220,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         read_ns = time.monotonic_ns() if tracer.active else 0
         try:
             core_request = request_from_proto(message, raw)
+            if headers := self._headers(context):
+                core_request = replace(core_request, headers=headers)
             if read_ns:
                 trace = tracer.sample(
                     core_request.model_name, core_request.id, parent_context=traceparent(context)
@@ -235,7 +249,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         response (or ``error_message``), or for a decoupled model zero or more responses
         then the end of the request."""
         session = StreamSession(
-            self._api.inference, request_iterator, self._api.tracer, traceparent(context)
+            self._api.inference,
+            request_iterator,
+            self._api.tracer,
+            traceparent(context),
+            headers=self._headers(context),
         )
         async for response in session.responses():
             yield response

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Coroutine
+from collections.abc import AsyncIterable, AsyncIterator, Coroutine, Sequence
+from dataclasses import replace
 from typing import Any
 
 from triton_mp._proto import grpc_service_pb2 as pb
@@ -85,6 +86,8 @@ class StreamSession:
         tracer: samples the stream's requests; each traced response is stamped
             GRPC_SEND_START when queued and GRPC_SEND_END once written.
         parent_context: the call's W3C ``traceparent`` ("" when absent).
+        headers: the call's metadata ``--grpc-header-forward-pattern`` selected, forwarded
+            with each request of the stream.
     """
 
     def __init__(
@@ -93,8 +96,10 @@ class StreamSession:
         requests: AsyncIterable[pb.ModelInferRequest],
         tracer: Tracer | None = None,
         parent_context: str = "",
+        headers: Sequence[tuple[str, str]] = (),
     ) -> None:
         self._inference = inference
+        self._headers = tuple(headers)
         self._requests = requests
         self._tracer = tracer if tracer is not None else Tracer.off()
         self._parent_context = parent_context
@@ -141,6 +146,8 @@ class StreamSession:
     def _submit(self, message: pb.ModelInferRequest, read_ns: int = 0) -> None:
         """Submit one request; its refusal is sent at once, its answers by a task."""
         request = request_from_proto(message)
+        if self._headers:
+            request = replace(request, headers=self._headers)
         trace: Trace | None = None
         if read_ns:
             trace = self._tracer.sample(

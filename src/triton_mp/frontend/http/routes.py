@@ -25,6 +25,7 @@ import binascii
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import msgspec
@@ -37,6 +38,7 @@ from triton_mp.common.json_form import config_to_json
 from triton_mp.frontend import kserve
 from triton_mp.frontend.api import FrontendApi
 from triton_mp.frontend.cuda_shm import CUDA_IPC_HANDLE_BYTES
+from triton_mp.frontend.header_forward import HeaderForward
 from triton_mp.frontend.http.body import TooManyChunks, read_body
 from triton_mp.frontend.http.infer_codec import (
     HEADER_LENGTH,
@@ -189,6 +191,8 @@ class HttpFrontend:
         api: the frontend's transport-free operations (shared with gRPC).
         restrictions: ``--http-restricted-api``: category -> (header, value).
         max_input_bytes: ``--http-max-input-size``: the largest body, compressed or inflated.
+        forward: ``--http-header-forward-pattern``: the request headers an ``infer``
+            request carries as parameters (none by default).
     """
 
     def __init__(
@@ -197,8 +201,10 @@ class HttpFrontend:
         restrictions: Restrictions | None = None,
         *,
         max_input_bytes: int = MAX_INPUT_BYTES,
+        forward: HeaderForward | None = None,
     ) -> None:
         self._api = api
+        self._forward = forward if forward is not None else HeaderForward()
         self._restrictions: Restrictions = restrictions or {}
         self._runner: web.AppRunner | None = None
         self._max_input_bytes = max_input_bytes
@@ -504,6 +510,8 @@ class HttpFrontend:
         req, plan = parse_infer_body(
             target.model, version, body, request.headers.get(HEADER_LENGTH)
         )
+        if self._forward.active and (headers := self._forward.select(request.headers.items())):
+            req = replace(req, headers=headers)
         trace = None
         if recv_ns:
             trace = tracer.sample(req.model_name, req.id, parent_context=_traceparent(request))

@@ -1,8 +1,9 @@
 """``validate_request``: one inference request checked against its model's effective config.
 
 Imported by ``frontend.inference``. Applies the request rules in Triton's order (parameters,
-input names, inputs, batch size, outputs) and returns a ``ValidRequest``: what the frontend
-writes into its arena and sends to the scheduler. Nothing is written to shared memory here.
+forwarded headers, input names, inputs, batch size, outputs) and returns a ``ValidRequest``:
+what the frontend writes into its arena and sends to the scheduler. Nothing is written to
+shared memory here.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 from triton_mp.common.datatypes import element_count
 from triton_mp.frontend.client_shm import SystemShmRegistry
+from triton_mp.frontend.header_forward import check_forwarded, merge_forwarded
 from triton_mp.frontend.model_table import Model
 from triton_mp.frontend.request import InferenceRequest
 from triton_mp.frontend.validation.inputs import (
@@ -79,12 +81,17 @@ def validate_request(
         output, missing required input, wrong datatype, wrong shape, batch over
         max_batch_size, batch mismatch between inputs, wrong byte size, missing data, typed
         contents together with raw_input_contents, shared-memory parameters for an
-        unregistered region or a window outside it, reserved or malformed parameters.
+        unregistered region or a window outside it, reserved or malformed parameters, a
+        forwarded header with a reserved name (``header_forward.check_forwarded``).
         TritonMPError (UNSUPPORTED) when client shared memory is disabled, or for the
         classification extension.
     """
     rid = request_prefix(req.id)
     options = read_parameters(req.parameters, rid)
+    parameters_json = options.parameters_json
+    if req.headers:
+        check_forwarded(req.headers)
+        parameters_json = merge_forwarded(parameters_json, req.headers)
     key = cache.key(req, version) if cache is not None else None
     known = cache.get(key, model) if cache is not None and key is not None else None
     if known is not None:
@@ -108,7 +115,7 @@ def validate_request(
         priority=options.priority,
         timeout_us=options.timeout_us,
         output_regions=regions,
-        parameters_json=options.parameters_json,
+        parameters_json=parameters_json,
         sequence_id=options.sequence_id,
         sequence_flags=options.sequence_flags,
     )

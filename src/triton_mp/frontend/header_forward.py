@@ -1,0 +1,126 @@
+"""Triton's header forwarding: request headers whose name matches a pattern become string
+request parameters.
+
+Imported by the gRPC servicer and stream (``--grpc-header-forward-pattern``: call
+metadata), the HTTP ``infer`` route (``--http-header-forward-pattern``: request headers) and
+``frontend.validation`` (the merge). Upstream server ``grpc/infer_handler.h``
+``ForwardHeadersAsParameters`` and ``http_server.cc`` ``ForwardHeaders``:
+
+- a header is forwarded when ``RE2::PartialMatch(name, pattern)``: the pattern may match
+  anywhere in the name (``re.search``), case-sensitively, against the name as it arrived
+  (gRPC metadata keys are always lower case; HTTP names keep the client's case);
+- an empty pattern forwards nothing; a pattern RE2 cannot parse matches nothing (RE2 logs
+  the error; the CLI warns, ``pattern_error``);
+- a forwarded name in ``RESERVED_PARAMETER_KEYS`` or starting with ``triton_`` refuses the
+  request: INVALID_ARGUMENT "Header '<name>' is reserved for Triton usage and cannot be
+  forwarded." (server PR #8763; no ``[request id: ...]`` prefix);
+- headers are added after the request's own parameters (``TRITONSERVER_InferenceRequest
+  SetStringParameter`` appends), so on a name collision the backend's parameters JSON holds
+  both and a JSON reader keeps the header's value, the last one: here the header's value
+  replaces the parameter's. A repeated header: the last value.
+
+Python's ``re`` stands in for RE2: the patterns both accept mean the same (RE2 refuses
+back-references and look-arounds, which ``re`` would accept).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+
+from triton_mp.common.errors import InvalidRequest
+
+RESERVED_PARAMETER_KEYS = (
+    "sequence_id",
+    "sequence_start",
+    "sequence_end",
+    "priority",
+    "timeout",
+    "headers",
+    "binary_data_output",
+)
+"""Request parameters Triton reads itself (server ``common.h`` ``kReservedParameterKeys``)."""
+
+Headers = Sequence[tuple[str, str]]
+"""Forwarded headers: (name, value) in arrival order."""
+
+
+def pattern_error(pattern: str) -> str:
+    """Why ``pattern`` cannot be compiled ("" when it can, or is empty)."""
+    if not pattern:
+        return ""
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        return str(e)
+    return ""
+
+
+class HeaderForward:
+    """One transport's forward pattern.
+
+    Args:
+        pattern: ``--grpc-header-forward-pattern`` / ``--http-header-forward-pattern``
+            ("" forwards nothing; an invalid one, nothing either).
+    """
+
+    __slots__ = ("_regex",)
+
+    def __init__(self, pattern: str = "") -> None:
+        self._regex = re.compile(pattern) if pattern and not pattern_error(pattern) else None
+
+    @property
+    def active(self) -> bool:
+        """Whether any header can be forwarded."""
+        return self._regex is not None
+
+    def select(self, headers: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+        """The headers whose name the pattern matches anywhere, in arrival order.
+
+        Args:
+            headers: (name, value) pairs: gRPC invocation metadata or HTTP request
+                headers. Binary (``-bin``) gRPC metadata, whose value comes as bytes, is
+                skipped here (Triton would pass its decoded bytes as a string parameter).
+        """
+        regex = self._regex
+        if regex is None:
+            return ()
+        return tuple(
+            (str(name), value)
+            for name, value in headers
+            if isinstance(value, str) and regex.search(str(name))
+        )
+
+
+def check_forwarded(headers: Headers) -> None:
+    """Refuse a forwarded header with a reserved name.
+
+    Raises:
+        InvalidRequest: "Header '<name>' is reserved for Triton usage and cannot be
+            forwarded." for a name in ``RESERVED_PARAMETER_KEYS`` or starting ``triton_``.
+    """
+    for name, _ in headers:
+        if name in RESERVED_PARAMETER_KEYS or name.startswith("triton_"):
+            raise InvalidRequest(
+                f"Header '{name}' is reserved for Triton usage and cannot be forwarded."
+            )
+
+
+def merge_forwarded(parameters_json: str, headers: Headers) -> str:
+    """The backend's parameters JSON with the forwarded headers as string parameters.
+
+    Args:
+        parameters_json: the request's custom parameters, a JSON object.
+        headers: checked forwarded headers (``check_forwarded``).
+
+    Returns:
+        A JSON object: the request's parameters, then each header's name -> value (a
+        header replaces a parameter of its name; of a repeated header the last value).
+    """
+    if not headers:
+        return parameters_json
+    merged = json.loads(parameters_json) if parameters_json else {}
+    for name, value in headers:
+        merged[name] = value
+    return json.dumps(merged)
