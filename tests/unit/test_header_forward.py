@@ -27,12 +27,14 @@ HEADERS = (
 )
 
 
-def test_the_pattern_matches_anywhere_in_the_name_case_sensitively() -> None:
-    # RE2::PartialMatch: "my-" matches "x-my-header-2" too, but not "My-Upper".
+def test_the_pattern_matches_anywhere_in_the_name() -> None:
+    # RE2::PartialMatch: "my-" matches "x-my-header-2" too; the regex itself is
+    # case-sensitive (the CLI adds the (?i) tritonserver's parser adds).
     assert HeaderForward("my-").select(HEADERS) == (("my-header", "a"), ("x-my-header-2", "b"))
     assert HeaderForward("^my-").select(HEADERS) == (("my-header", "a"),)
     assert HeaderForward("(?i)^my-").select(HEADERS) == (("my-header", "a"), ("My-Upper", "c"))
     assert HeaderForward("^other$").select(HEADERS) == (("other", "d"),)
+    assert HeaderForward("(?i)").select(HEADERS) == HEADERS
 
 
 def test_no_pattern_or_an_invalid_one_forwards_nothing() -> None:
@@ -74,16 +76,23 @@ def test_headers_merge_after_the_parameters_and_the_last_value_wins() -> None:
     assert json.loads(merge_forwarded("{}", [("h", "v")])) == {"h": "v"}
 
 
-def test_the_flags_reach_the_config_and_an_invalid_regex_warns() -> None:
+def test_the_flags_reach_the_config_case_insensitive_and_an_invalid_regex_warns() -> None:
     parsed = parse_flags(
-        ["--grpc-header-forward-pattern=my-.*", "--http-header-forward-pattern", "("]
+        ["--grpc-header-forward-pattern=MY-.*", "--http-header-forward-pattern", "("]
     )
     cfg = config_from_flags(parsed.values)
-    assert cfg.grpc_header_forward_pattern == "my-.*"
-    assert cfg.http_header_forward_pattern == "("
+    # tritonserver's command_line_parser.cc: case_insensitive_prefix + optarg.
+    assert cfg.grpc_header_forward_pattern == "(?i)MY-.*"
+    assert HeaderForward(cfg.grpc_header_forward_pattern).select([("my-a", "1")]) == (
+        ("my-a", "1"),
+    )
+    assert cfg.http_header_forward_pattern == "(?i)("
     assert len(parsed.warnings) == 1
     assert parsed.warnings[0].startswith("'--http-header-forward-pattern=(' is not a valid regex (")
     assert parsed.warnings[0].endswith("): no header is forwarded")
     quiet = parse_flags(["--grpc-header-forward-pattern=my-.*"])
     assert quiet.warnings == []
     assert config_from_flags(parse_flags([]).values).http_header_forward_pattern == ""
+    # Given empty: "(?i)", which matches every header (as in tritonserver).
+    given_empty = config_from_flags(parse_flags(["--http-header-forward-pattern="]).values)
+    assert given_empty.http_header_forward_pattern == "(?i)"

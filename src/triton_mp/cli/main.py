@@ -27,7 +27,7 @@ from triton_mp.common.errors import TritonMPError
 from triton_mp.common.host_policy import add_host_policy
 from triton_mp.common.log import configure_logging
 from triton_mp.common.trace_config import DeprecatedTraceFlags, TraceConfig, parse_trace_flags
-from triton_mp.frontend.header_forward import pattern_error
+from triton_mp.frontend.header_forward import CASE_INSENSITIVE, pattern_error
 from triton_mp.frontend.restricted import parse_restrictions
 
 log = logging.getLogger(__name__)
@@ -218,6 +218,8 @@ _RESHAPED = frozenset(
         "strict_model_config",
         "http_restricted_api",
         "grpc_restricted_protocol",
+        "grpc_header_forward_pattern",
+        "http_header_forward_pattern",
         "backend_config",
         "cache_config",
         "response_cache_byte_size",
@@ -255,7 +257,7 @@ def parse_flags(argv: list[str], prog: str = "tritonserver") -> Parsed:
         )
     for flag in ("grpc-header-forward-pattern", "http-header-forward-pattern"):
         pattern = parsed.values[flag.replace("-", "_")]
-        if isinstance(pattern, str) and (why := pattern_error(pattern)):
+        if isinstance(pattern, str) and (why := pattern_error(CASE_INSENSITIVE + pattern)):
             # NOTE: Triton's RE2 logs the parse error and the pattern matches nothing.
             parsed.warnings.append(
                 f"'--{flag}={pattern}' is not a valid regex ({why}): no header is forwarded"
@@ -265,6 +267,17 @@ def parse_flags(argv: list[str], prog: str = "tritonserver") -> Parsed:
             flag = f"--backend-config={backend + ',' if backend else ''}{setting}={value}"
             parsed.warnings.append(f"'{flag}' is accepted but {NOT_YET}")
     return parsed
+
+
+def forward_patterns(values: dict[str, object]) -> dict[str, str]:
+    """The header forward patterns as the frontends use them: tritonserver's parser
+    prefixes a given pattern with ``(?i)`` (matched in any case; given empty, it matches
+    every header); not given: "" (none forwarded)."""
+    out = {}
+    for dest in ("grpc_header_forward_pattern", "http_header_forward_pattern"):
+        given = values[dest]
+        out[dest] = "" if given is None else CASE_INSENSITIVE + str(given)
+    return out
 
 
 def config_from_flags(values: dict[str, object]) -> ServerConfig:
@@ -314,6 +327,7 @@ def config_from_flags(values: dict[str, object]) -> ServerConfig:
                     for dest, arg in _KEEPALIVE.items()
                     if values[dest] is not None
                 },
+                **forward_patterns(values),
                 "auto_complete": not (
                     values["disable_auto_complete"] or values["strict_model_config"]
                 ),

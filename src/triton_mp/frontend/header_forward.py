@@ -7,10 +7,12 @@ metadata), the HTTP ``infer`` route (``--http-header-forward-pattern``: request 
 ``ForwardHeadersAsParameters`` and ``http_server.cc`` ``ForwardHeaders``:
 
 - a header is forwarded when ``RE2::PartialMatch(name, pattern)``: the pattern may match
-  anywhere in the name (``re.search``), case-sensitively, against the name as it arrived
-  (gRPC metadata keys are always lower case; HTTP names keep the client's case);
-- an empty pattern forwards nothing; a pattern RE2 cannot parse matches nothing (RE2 logs
-  the error; the CLI warns, ``pattern_error``);
+  anywhere in the name (``re.search``); tritonserver's parser prefixes the flag's value
+  with ``(?i)`` (``CASE_INSENSITIVE``, ``command_line_parser.cc``), so it matches in any
+  case; the parameter keeps the name as it arrived (gRPC metadata keys are lower case,
+  HTTP names keep the client's case);
+- no flag forwards nothing (the pattern is ""); a pattern RE2 cannot parse matches
+  nothing (RE2 logs the error; the CLI warns, ``pattern_error``);
 - a forwarded name in ``RESERVED_PARAMETER_KEYS`` or starting with ``triton_`` refuses the
   request: INVALID_ARGUMENT "Header '<name>' is reserved for Triton usage and cannot be
   forwarded." (server PR #8763; no ``[request id: ...]`` prefix);
@@ -42,6 +44,9 @@ RESERVED_PARAMETER_KEYS = (
 )
 """Request parameters Triton reads itself (server ``common.h`` ``kReservedParameterKeys``)."""
 
+CASE_INSENSITIVE = "(?i)"
+"""What tritonserver's parser puts before a given forward pattern."""
+
 Headers = Sequence[tuple[str, str]]
 """Forwarded headers: (name, value) in arrival order."""
 
@@ -62,7 +67,8 @@ class HeaderForward:
 
     Args:
         pattern: ``--grpc-header-forward-pattern`` / ``--http-header-forward-pattern``
-            ("" forwards nothing; an invalid one, nothing either).
+            as the CLI gives it (``CASE_INSENSITIVE`` + the flag's value; "" forwards
+            nothing; an invalid one, nothing either).
     """
 
     __slots__ = ("_regex",)

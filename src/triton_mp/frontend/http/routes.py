@@ -24,7 +24,7 @@ import base64
 import binascii
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -114,6 +114,14 @@ def raw_model_name(template: str, raw_path: str) -> str:
 def _model(request: web.Request) -> str:
     route = request.match_info.route.resource
     return raw_model_name(route.canonical if route is not None else "", request.raw_path)
+
+
+def _raw_headers(request: web.Request) -> Iterator[tuple[str, str]]:
+    """The request's headers with their names as sent (``request.headers`` gives known
+    names such as ``priority`` in aiohttp's spelling, ``Priority``; Triton's libevhtp keeps
+    the client's), values as UTF-8 text."""
+    for name, value in request.raw_headers:
+        yield name.decode("utf-8", "replace"), value.decode("utf-8", "replace")
 
 
 def _error_response(status: int, message: str) -> web.Response:
@@ -510,7 +518,7 @@ class HttpFrontend:
         req, plan = parse_infer_body(
             target.model, version, body, request.headers.get(HEADER_LENGTH)
         )
-        if self._forward.active and (headers := self._forward.select(request.headers.items())):
+        if self._forward.active and (headers := self._forward.select(_raw_headers(request))):
             req = replace(req, headers=headers)
         trace = None
         if recv_ns:
