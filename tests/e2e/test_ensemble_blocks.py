@@ -20,7 +20,6 @@ import os
 import queue
 import re
 import signal
-import textwrap
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from tests.ensemble_models import DOUBLE_PY, REPEAT_PY, write_ensemble_repo
 from tests.server import ServerProcess, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -80,34 +80,8 @@ SOURCES = {
                     ]))
                 return responses
     """,
-    "double_py": """
-        import numpy as np
-        import triton_python_backend_utils as pb_utils
-
-        class TritonPythonModel:
-            def execute(self, requests):
-                return [
-                    pb_utils.InferenceResponse([pb_utils.Tensor(
-                        "OUT", (2 * pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())
-                        .astype(np.float32))])
-                    for r in requests
-                ]
-    """,
-    "repeat_py": """
-        import numpy as np
-        import triton_python_backend_utils as pb_utils
-
-        class TritonPythonModel:
-            def execute(self, requests):
-                for request in requests:
-                    x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
-                    sender = request.get_response_sender()
-                    for k in (1, 2, 3):
-                        out = pb_utils.Tensor("OUT", (k * x).astype(np.float32))
-                        sender.send(pb_utils.InferenceResponse([out]))
-                    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-                return None
-    """,
+    "double_py": DOUBLE_PY,
+    "repeat_py": REPEAT_PY,
 }
 
 FORK_ENS = f"""
@@ -167,13 +141,7 @@ ENSEMBLES = {"fork_ens": FORK_ENS, "chain_ens": CHAIN_ENS}
 
 def write_repo(repo: Path) -> None:
     """The models and ensembles of the module docstring."""
-    for name, config in CONFIGS.items():
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "config.pbtxt").write_text(textwrap.dedent(config))
-        (repo / name / "1" / "model.py").write_text(textwrap.dedent(SOURCES[name]))
-    for name, config in ENSEMBLES.items():
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "config.pbtxt").write_text(textwrap.dedent(config))
+    write_ensemble_repo(repo, CONFIGS, SOURCES, ENSEMBLES)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ the real Triton 2.51 where installed.
 from __future__ import annotations
 
 import queue
-import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from tests.ensemble_models import write_ensemble_repo
 from tests.server import ServerProcess, wait_for
 from tests.triton_peer import start_triton
 
@@ -112,13 +112,7 @@ MODELS = (*CONFIGS, *ENSEMBLES)
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("errors") / "repo"
-    for name, config in CONFIGS.items():
-        (root / name / "1").mkdir(parents=True)
-        (root / name / "config.pbtxt").write_text(textwrap.dedent(config))
-        (root / name / "1" / "model.py").write_text(textwrap.dedent(SOURCES[name]))
-    for name, config in ENSEMBLES.items():
-        (root / name / "1").mkdir(parents=True)
-        (root / name / "config.pbtxt").write_text(textwrap.dedent(config))
+    write_ensemble_repo(root, CONFIGS, SOURCES, ENSEMBLES)
     return root
 
 

@@ -13,7 +13,6 @@ other (issue 16), through tritonclient against a running server.
 from __future__ import annotations
 
 import queue
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.ensemble_models import DOUBLE_PY, REPEAT_PY, write_ensemble_repo
 from tests.server import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -52,34 +52,8 @@ CONFIGS = {
 }
 
 SOURCES = {
-    "repeat_py": """
-        import numpy as np
-        import triton_python_backend_utils as pb_utils
-
-        class TritonPythonModel:
-            def execute(self, requests):
-                for request in requests:
-                    x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
-                    sender = request.get_response_sender()
-                    for k in (1, 2, 3):
-                        out = pb_utils.Tensor("OUT", (k * x).astype(np.float32))
-                        sender.send(pb_utils.InferenceResponse([out]))
-                    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-                return None
-    """,
-    "double_py": """
-        import numpy as np
-        import triton_python_backend_utils as pb_utils
-
-        class TritonPythonModel:
-            def execute(self, requests):
-                return [
-                    pb_utils.InferenceResponse([pb_utils.Tensor(
-                        "OUT", (2 * pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())
-                        .astype(np.float32))])
-                    for r in requests
-                ]
-    """,
+    "repeat_py": REPEAT_PY,
+    "double_py": DOUBLE_PY,
     "bls_py": """
         import triton_python_backend_utils as pb_utils
 
@@ -143,13 +117,7 @@ ENSEMBLES = {
 @pytest.fixture
 def server(tmp_path: Path, start_server: Callable[..., ServerProcess]) -> ServerProcess:
     repo = tmp_path / "repo"
-    for name, config in CONFIGS.items():
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "config.pbtxt").write_text(textwrap.dedent(config))
-        (repo / name / "1" / "model.py").write_text(textwrap.dedent(SOURCES[name]))
-    for name, config in ENSEMBLES.items():
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "config.pbtxt").write_text(textwrap.dedent(config))
+    write_ensemble_repo(repo, CONFIGS, SOURCES, ENSEMBLES)
     srv = start_server(repo)
     client = srv.client()
     try:
