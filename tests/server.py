@@ -21,6 +21,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 PROJECT_REPOSITORY = REPO_ROOT / "model_repository"
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` for a child a test interrupts with SIGINT (Ctrl-C): the default
+    disposition, whatever the test run inherited. A shell without job control (``cmd &``
+    in a script, as CI runners do) starts background jobs with SIGINT ignored, and Python
+    then installs no KeyboardInterrupt handler in the child."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as s:

@@ -24,7 +24,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.conftest import copy_models
-from tests.server import REPO_ROOT, ServerProcess
+from tests.server import REPO_ROOT, ServerProcess, default_sigint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -284,7 +284,7 @@ def test_analyze_resumes_from_its_checkpoint_after_ctrl_c(tmp_path: Path) -> Non
     first = subprocess.Popen(
         [sys.executable, "-m", "triton_mp", "analyze", *args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=default_sigint,
     )  # fmt: skip
     ckpt = out / "checkpoint.json"
     try:

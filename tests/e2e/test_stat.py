@@ -28,7 +28,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import copy_models, server_factory, write_python_model
-from tests.server import REPO_ROOT, ServerProcess, free_port
+from tests.server import REPO_ROOT, ServerProcess, default_sigint, free_port
 from triton_mp._proto import admin_pb2, admin_pb2_grpc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -298,6 +298,7 @@ def test_watch_redraws_until_ctrl_c(server: ServerProcess) -> None:
         stderr=slave,
         env=env,
         cwd=REPO_ROOT,
+        preexec_fn=default_sigint,
     )
     os.close(slave)
     seen = b""
