@@ -302,8 +302,58 @@ CASES.update(
         ),
     }
 )
-MAIN_ONLY: set[str] = set()
-"""Cases where upstream main answers otherwise than Triton 2.51: only triton-mp is held."""
+ONE = json.dumps({"inputs": [fp32()]}).encode()
+RAW_M = (
+    f"{RID}Raw request must only have 1 input (found 1) to be deduced but got 2 inputs in 'm' "
+    "model configuration"
+)
+HEADER = "Inference-Header-Content-Length"
+CASES.update(
+    {
+        # GetInferenceHeaderLength: std::stoi (2.51: std::atoi), whatever follows is ignored
+        "a header length with text after the number": Case(
+            "POST", M, ONE, 200, "", {HEADER: f" {len(ONE)}xyz"}
+        ),
+        "a header length that is no number": Case(
+            "POST", M, ONE, 400, f"Unable to parse {HEADER}, got: abc", {HEADER: "abc"}
+        ),
+        "a header length beyond int32": Case(
+            "POST",
+            M,
+            ONE,
+            400,
+            f"Unable to parse {HEADER}, value is out of range [ -2147483648, 2147483647 ], "
+            "got: 99999999999",
+            {HEADER: "99999999999"},
+        ),
+        # DataCompressor::DecompressData ignores zlib's data errors: what inflated goes on
+        # (here nothing: a raw request of zero bytes)
+        "a corrupt gzip body": Case(
+            "POST", M, b"not gzip at all", 400, RAW_M, {"Content-Encoding": "gzip"}
+        ),
+        "a corrupt gzip body for a BYTES input": Case(
+            "POST",
+            B,
+            b"not gzip at all",
+            400,
+            f"{RID}For BYTE datatype raw input 'INPUT0', the model must have input shape [1]",
+            {"Content-Encoding": "gzip"},
+        ),
+        "a gzip body with a bad checksum": Case(
+            "POST", M, gzip.compress(ONE)[:-8] + bytes(8), 200, "", {"Content-Encoding": "gzip"}
+        ),
+        "a gzip body sent as deflate": Case(
+            "POST", M, gzip.compress(ONE), 200, "", {"Content-Encoding": "deflate"}
+        ),
+        "an empty gzip body": Case(
+            "POST", M, b"", 400, "nothing to be decompressed", {"Content-Encoding": "gzip"}
+        ),
+    }
+)
+MAIN_ONLY: set[str] = {"a header length that is no number", "a header length beyond int32"}
+"""Cases where upstream main answers otherwise than Triton 2.51: only triton-mp is held
+(2.51 reads the header length with ``std::atoi``: "abc" is 0, a raw request; main's
+``std::stoi`` refuses it)."""
 
 
 @pytest.fixture(scope="module")

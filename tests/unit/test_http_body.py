@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
+import os
+import zlib
 from unittest import mock
 
 import pytest
@@ -10,7 +13,13 @@ from aiohttp import streams
 from aiohttp.test_utils import make_mocked_request
 
 from triton_mp.common.errors import InvalidRequest
-from triton_mp.frontend.http.body import MAX_CHUNKS, TooManyChunks, read_body
+from triton_mp.frontend.http.body import (
+    INFLATE_PIECE,
+    MAX_CHUNKS,
+    TooManyChunks,
+    inflate,
+    read_body,
+)
 
 
 def _request(chunks: list[bytes], headers: dict[str, str]) -> object:
@@ -49,3 +58,32 @@ def test_a_body_over_the_limit_is_refused_with_tritons_words() -> None:
     with pytest.raises(InvalidRequest) as e2:
         asyncio.run(_read([b"x" * 11], limit=10, **{"Content-Encoding": "gzip"}))
     assert e2.value.message.startswith("Decompressed data size exceeds the maximum allowed value")
+
+
+def test_gzip_and_zlib_bodies_inflate_whichever_encoding_names_them() -> None:
+    body = b'{"inputs": []}' * 100
+    assert inflate(gzip.compress(body), 1 << 20) == body
+    assert inflate(zlib.compress(body), 1 << 20) == body
+
+
+def test_a_damaged_stream_keeps_what_inflated_before_the_damage() -> None:
+    """As Triton's DecompressData, which ignores zlib's data errors."""
+    body = os.urandom(3 * INFLATE_PIECE)
+    packed = zlib.compress(body, 0)  # stored blocks: the damage is found only at the end
+    assert inflate(packed[:-4] + b"\0\0\0\0", 1 << 20) == body  # a bad checksum
+    cut = inflate(packed[: 2 * INFLATE_PIECE], 1 << 20)  # a stream cut short
+    assert len(cut) > INFLATE_PIECE
+    assert body.startswith(cut)
+    text = b"0123456789" * 1000
+    damaged = gzip.compress(text)[:-8] + b"\xff" * 8
+    assert inflate(damaged, 1 << 20) == text
+    assert inflate(b"not gzip at all", 1 << 20) == b""
+
+
+def test_inflating_is_bounded() -> None:
+    with pytest.raises(InvalidRequest) as e:
+        inflate(gzip.compress(b" " * 2049), 2048)
+    assert e.value.message.startswith("Decompressed data size exceeds the maximum allowed value")
+    with pytest.raises(InvalidRequest) as e2:
+        inflate(b"", 2048)
+    assert e2.value.message == "nothing to be decompressed"

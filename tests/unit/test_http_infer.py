@@ -25,6 +25,7 @@ from triton_mp.frontend.http.infer_codec import (
     InferPlan,
     build_infer_request,
     build_raw_request,
+    header_length_value,
     parse_infer_body,
     render_infer_response,
     response_encoding,
@@ -500,12 +501,26 @@ def test_the_header_length_splits_json_and_tail() -> None:
         ("x", f"Unable to parse {HEADER_LENGTH}, got: x"),
         ("-1", "inference header size should be in range (0, 12), got: -1"),
         ("13", "inference header size should be in range (0, 12), got: 13"),
+        (" +13x", "inference header size should be in range (0, 12), got:  +13x"),
+        ("", f"Unable to parse {HEADER_LENGTH}, got: "),
+        (
+            "2147483648",
+            f"Unable to parse {HEADER_LENGTH}, value is out of range [ -2147483648, "
+            "2147483647 ], got: 2147483648",
+        ),
     ],
 )
 def test_bad_header_lengths_are_refused(value: str, message: str) -> None:
     with pytest.raises(InvalidRequest) as e:
         parse_infer_body(ONE_FP32, "", b'{"inputs":[]}'[:12], value)
     assert e.value.message == message
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [("12", 12), (" \t12abc", 12), ("+0", 0), ("-7", -7), ("3.5", 3)]
+)
+def test_the_header_length_is_read_as_stoi_reads_it(text: str, value: int) -> None:
+    assert header_length_value(text) == value
 
 
 def test_malformed_json_is_refused() -> None:
@@ -562,7 +577,7 @@ def test_a_raw_bytes_body_needs_shape_one() -> None:
     with pytest.raises(InvalidRequest) as e:
         build_raw_request(_model("s", [("T", mc.TYPE_STRING, [-1])]), "", b"x")
     assert e.value.message == (
-        "[request id: <id_unknown>] For BYTE datatype raw input, the model must have input "
+        "[request id: <id_unknown>] For BYTE datatype raw input 'T', the model must have input "
         "shape [1]"
     )
 

@@ -13,6 +13,7 @@ JSON values and tensor ``data`` are ``frontend.http.json_tensors``'.
 from __future__ import annotations
 
 import dataclasses
+import re
 import struct
 import zlib
 from typing import Any
@@ -327,7 +328,8 @@ def build_raw_request(model: Model, version: str, body: bytes) -> InferenceReque
     if spec.datatype == "BYTES":
         if dynamic != -1 or fixed != 1:
             raise InvalidRequest(
-                f"{rid}For BYTE datatype raw input, the model must have input shape [1]"
+                f"{rid}For BYTE datatype raw input '{spec.name}', the model must have input "
+                "shape [1]"
             )
     elif dynamic != -1:
         size = fixed * ELEMENT_BYTES.get(spec.datatype, 1)
@@ -364,6 +366,29 @@ def compress(encoding: str, body: bytes) -> bytes:
     return c.compress(body) + c.flush()
 
 
+_STOI = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def header_length_value(text: str) -> int:
+    """``Inference-Header-Content-Length`` read as Triton reads it (``std::stoi``): leading
+    whitespace, a sign and digits, whatever follows ignored ("16abc" is 16).
+
+    Raises:
+        InvalidRequest: no number there, or one outside int32 (Triton's words).
+    """
+    match = _STOI.match(text)
+    if match is None:
+        raise InvalidRequest(f"Unable to parse {HEADER_LENGTH}, got: {text}")
+    value = int(match.group(1))
+    if not _INT32[0] <= value <= _INT32[1]:
+        raise InvalidRequest(
+            f"Unable to parse {HEADER_LENGTH}, value is out of range [ {_INT32[0]}, "
+            f"{_INT32[1]} ], got: {text}"
+        )
+    return value
+
+
 def parse_infer_body(
     model: Model, version: str, body: bytes, header_length: str | None
 ) -> tuple[InferenceRequest, InferPlan]:
@@ -386,10 +411,7 @@ def parse_infer_body(
     """
     header_len = len(body)
     if header_length is not None:
-        try:
-            header_len = int(header_length)
-        except ValueError:
-            raise InvalidRequest(f"Unable to parse {HEADER_LENGTH}, got: {header_length}") from None
+        header_len = header_length_value(header_length)
         if header_len < 0 or header_len > len(body):
             raise InvalidRequest(
                 f"inference header size should be in range (0, {len(body)}), got: {header_length}"

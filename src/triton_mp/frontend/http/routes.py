@@ -39,7 +39,7 @@ from triton_mp.frontend import kserve
 from triton_mp.frontend.api import FrontendApi
 from triton_mp.frontend.cuda_shm import CUDA_IPC_HANDLE_BYTES
 from triton_mp.frontend.header_forward import HeaderForward
-from triton_mp.frontend.http.body import TooManyChunks, read_body
+from triton_mp.frontend.http.body import TooManyChunks, inflate, read_body
 from triton_mp.frontend.http.infer_codec import (
     HEADER_LENGTH,
     JSON_TYPE,
@@ -302,6 +302,7 @@ class HttpFrontend:
             self.app,
             access_log=None,
             handler_cancellation=True,
+            auto_decompress=False,  # NOTE: inference bodies are inflated as Triton does
             shutdown_timeout=SHUTDOWN_TIMEOUT_S,
         )
         await runner.setup()
@@ -511,10 +512,11 @@ class HttpFrontend:
             response = _error_response(501, "Unsupported compression type")
             response.headers["Accept-Encoding"] = "gzip, deflate"
             return response
-        # NOTE: aiohttp's parser inflates gzip/deflate bodies itself (read_body caps them).
         tracer = self._api.tracer
         recv_ns = time.monotonic_ns() if tracer.active else 0
         body = await read_body(request, self._max_input_bytes)
+        if encoding in ("gzip", "deflate"):
+            body = inflate(body, self._max_input_bytes)
         req, plan = parse_infer_body(
             target.model, version, body, request.headers.get(HEADER_LENGTH)
         )
