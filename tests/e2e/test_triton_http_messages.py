@@ -350,6 +350,39 @@ CASES.update(
         ),
     }
 )
+PARSE = "failed to parse the request JSON buffer: "
+CASES.update(
+    {
+        # triton_json.h Value::Parse: RapidJSON's GetParseError_En and offset, INTERNAL
+        f"not JSON: {body.decode()!r}": Case("POST", path, body, 500, PARSE + error)
+        for path, body, error in [
+            (
+                M,
+                ONE + b"x",
+                f"The document root must not be followed by other values. at {len(ONE)}",
+            ),
+            (M, b"   ", "The document is empty. at 3"),
+            (M, b"{1}", "Missing a name for object member. at 1"),
+            (M, b'{"a" 1}', "Missing a colon after a name of object member. at 5"),
+            (M, b'{"a": 1 "b": 2}', "Missing a comma or '}' after an object member. at 8"),
+            (M, b'{"a": 1', "Missing a comma or '}' after an object member. at 7"),
+            (M, b"[1 2]", "Missing a comma or ']' after an array element. at 3"),
+            (M, b'{"a": tru}', "Invalid value. at 9"),
+            (M, b'{"a": "\\q"}', "Invalid escape character in string. at 7"),
+            (M, b'{"a": 1.}', "Miss fraction part in number. at 8"),
+            (
+                "/v2/repository/index",
+                b'{"a" 1}',
+                "Missing a colon after a name of object member. at 5",
+            ),
+            (
+                "/v2/systemsharedmemory/region/r/register",
+                b"{",
+                "Missing a name for object member. at 1",
+            ),
+        ]
+    }
+)
 MAIN_ONLY: set[str] = {"a header length that is no number", "a header length beyond int32"}
 """Cases where upstream main answers otherwise than Triton 2.51: only triton-mp is held
 (2.51 reads the header length with ``std::atoi``: "abc" is 0, a raw request; main's

@@ -20,6 +20,7 @@ import numpy as np
 
 from triton_mp.common.datatypes import ELEMENT_BYTES, NUMPY_DTYPES, DataType, element_count
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
+from triton_mp.frontend.http.json_errors import rapidjson_error
 
 _U32 = struct.Struct("<I")
 UINT64_MAX = 2**64 - 1
@@ -30,11 +31,19 @@ def decode_json(body: bytes | memoryview) -> Any:
     """Parse a request's JSON.
 
     Raises:
-        InvalidRequest: the bytes are not JSON.
+        TritonMPError: (INTERNAL, HTTP 500) the bytes are not JSON: Triton's "failed to parse
+            the request JSON buffer: <RapidJSON's message> at <offset>"
+            (``json_errors.rapidjson_error``).
+        InvalidRequest: JSON msgspec refuses and RapidJSON would read (msgspec's words).
     """
     try:
         return msgspec.json.decode(body)
     except msgspec.DecodeError as e:
+        where = rapidjson_error(body)
+        if where is not None:
+            raise TritonMPError(
+                f"failed to parse the request JSON buffer: {where}", ErrorCode.INTERNAL
+            ) from None
         raise InvalidRequest(f"failed to parse the request JSON buffer: {e}") from None
     except RecursionError:
         # NOTE: nesting deeper than the interpreter's recursion limit (msgspec recurses).
