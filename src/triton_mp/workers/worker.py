@@ -58,7 +58,9 @@ from triton_mp.ipc.messages import (
     TraceRecord,
 )
 from triton_mp.ipc.ready_messages import InstanceReadiness, ReadyCheck
+from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.ipc.specs import WorkerSpec
+from triton_mp.workers.answer_size import fit_answer
 from triton_mp.workers.execution_watch import ExecutionWatch
 from triton_mp.workers.readiness import ReadinessRunner
 from triton_mp.workers.sequence_state import SequenceStates, sequence_batch
@@ -206,7 +208,20 @@ class Worker:
         (its output block is freed then)."""
         ok = True
         try:
-            self._send_reply(req.reply_to, msg)
+            try:
+                self._send_reply(req.reply_to, msg)
+            except RecordTooLarge:
+                # NOTE: an answer record must fit half the answer ring; a huge error text or
+                # parameters would otherwise leave the client without any answer.
+                small = fit_answer(msg, self._origin)
+                if msg.block is not None and small.block is None:
+                    free_own_block(self._arena, msg.block)
+                msg = small
+                try:
+                    self._send_reply(req.reply_to, msg)
+                except RecordTooLarge:  # a small --answer-ring-bytes: 512 bytes fit any
+                    msg = fit_answer(msg, self._origin, 512)
+                    self._send_reply(req.reply_to, msg)
         except Exception:  # noqa: BLE001 - one unreachable frontend must not stall the others
             log.exception(
                 "could not answer request %d of %s %d",
