@@ -329,13 +329,19 @@ def test_exit_on_error_stops_a_server_whose_model_failed(
     ours = _ours(*_serve_args(readiness_repo), *flag)
     assert ours.returncode == 1, ours.stderr[-2000:]
     assert "creating server: Internal - failed to load all models" in ours.stderr
+    _triton_exits_failing(readiness_repo, *flag)
+
+
+def _triton_exits_failing(repo: Path, *flags: str) -> None:
+    """The real tritonserver (when installed) on ``repo`` with ``flags`` exits 1 with its
+    "failed to load all models"."""
     env = peers_env()
     if env is None:
         return
     theirs = subprocess.run(
         [env["TRITONSERVER"], f"--backend-directory={env['TRITON_BACKENDS']}"]
-        + _serve_args(readiness_repo)
-        + list(flag),
+        + _serve_args(repo)
+        + list(flags),
         capture_output=True,
         text=True,
         timeout=120,
@@ -363,3 +369,13 @@ def test_without_exit_on_error_the_other_models_serve(
         assert not client.is_model_ready("broken_py")
     finally:
         client.close()
+
+
+def test_exit_on_error_counts_a_load_model_the_repository_lacks(readiness_repo: Path) -> None:
+    """``--load-model=nosuch`` in explicit mode: tritonserver exits 1 as for a failed load
+    (found by a new-user check; triton-mp kept serving 0 models)."""
+    argv = ["--model-control-mode=explicit", "--load-model=nosuch"]
+    ours = _ours(*_serve_args(readiness_repo), *argv)
+    assert ours.returncode == 1, ours.stderr[-2000:]
+    assert "creating server: Internal - failed to load all models" in ours.stderr
+    _triton_exits_failing(readiness_repo, *argv)

@@ -67,3 +67,16 @@ def test_a_config_that_does_not_parse_answers_tritons_poll_failure(tmp_path: Pat
     )
     (tmp_path / "bad" / "config.pbtxt").write_text('name: "bad"\nbackend: "nope"\n')
     assert load_answer(req, load_model(tmp_path / "bad")) == req.result
+
+
+def test_a_file_that_cannot_be_written_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
+    """A NUL byte in a ``file:`` path (found by a new-user check): INVALID_ARG, and the
+    temporary directory is removed (it was left behind on every attempt)."""
+    import tempfile
+
+    before = set(Path(tempfile.gettempdir()).glob("triton_mp_nul_*"))
+    with pytest.raises(ConfigError) as e:
+        _write_files(LoadRequest("m", files={"1/model.py": b"x", "1/\x00.py": b"x"}), "nul")
+    assert e.value.message.startswith("failed to load 'm': cannot write a file parameter: ")
+    assert "null byte" in e.value.message
+    assert set(Path(tempfile.gettempdir()).glob("triton_mp_nul_*")) == before

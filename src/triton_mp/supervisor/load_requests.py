@@ -109,23 +109,36 @@ def _write_files(req: LoadRequest, server_id: str) -> Path:
     Raises:
         ConfigError: a path leaves the model directory once normalised (Triton's "Invalid
             file parameter ... must stay within model directory.") or names the directory
-            itself (the temporary directory is removed again).
+            itself, or the file cannot be written (a NUL byte in its path): the temporary
+            directory is removed again.
     """
     temp_dir = Path(tempfile.mkdtemp(prefix=f"triton_mp_{server_id}_"))
+    try:
+        _write_into(temp_dir, req)
+    except (OSError, ValueError) as e:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        raise ConfigError(
+            f"failed to load '{req.name}': cannot write a file parameter: {e}"
+        ) from None
+    except BaseException:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        raise
+    return temp_dir
+
+
+def _write_into(temp_dir: Path, req: LoadRequest) -> None:
     directory = temp_dir / req.name
     for rel, content in req.files.items():
         # NOTE: as core's LocalizeRepoAgent: the path joins the model directory (an absolute
         # one too, JoinPath), is normalised, and must stay within it.
         normal = os.path.normpath(f"{directory}/{rel.lstrip('/')}")
         if os.path.commonpath([normal, directory]) != str(directory):
-            shutil.rmtree(temp_dir, ignore_errors=True)
             raise ConfigError(
                 f"Invalid file parameter 'file:{rel}' with normalized path '{normal}' must "
                 "stay within model directory."
             )
         path = PurePosixPath(os.path.relpath(normal, directory))
         if normal == str(directory):
-            shutil.rmtree(temp_dir, ignore_errors=True)
             raise ConfigError(
                 f"failed to load '{req.name}': invalid file path '{rel}' "
                 "(it must name a file within the model directory)"
@@ -133,7 +146,6 @@ def _write_files(req: LoadRequest, server_id: str) -> Path:
         target = directory.joinpath(*path.parts)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(content)
-    return temp_dir
 
 
 def read_request(

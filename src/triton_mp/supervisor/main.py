@@ -176,8 +176,11 @@ class Supervisor:
         self.models = ModelControl(
             cfg, self.server_id, self.children, instances, link, self.send_scheduler, self._stopping
         )
-        self.models.load_at_start(models_at_start(cfg))
-        if cfg.exit_on_error and failed_at_start(self.models.entries()):
+        at_start = models_at_start(cfg)
+        self.models.load_at_start(at_start)
+        # NOTE: a --load-model name the repository lacks fails too (2.51 exits on it).
+        unknown = set(cfg.load_models) - {"*"} - set(at_start)
+        if cfg.exit_on_error and (unknown or failed_at_start(self.models.entries())):
             # NOTE: tritonserver's words (server.cc, exit_on_error); its models unload first
             # too, which _stop_all does.
             raise StartupError("creating server: Internal - failed to load all models")
