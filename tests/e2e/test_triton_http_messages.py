@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
+import os
 import socket
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -383,6 +384,29 @@ CASES.update(
         ]
     }
 )
+SHM_IN = {"name": "INPUT0", "datatype": "FP32", "shape": [4]}
+CASES.update(
+    {
+        # HTTP leaves shared_memory_byte_size at 0; shared_memory_manager.cc checks the region
+        "an input in an unknown region without a size": Case(
+            "POST",
+            M,
+            {"inputs": [{**SHM_IN, "parameters": {"shared_memory_region": "nowhere"}}]},
+            404,
+            "Unable to find shared memory region: 'nowhere'",
+        ),
+        "an output in an unknown region without a size": Case(
+            "POST",
+            M,
+            {
+                "inputs": [fp32()],
+                "outputs": [{"name": "OUTPUT0", "parameters": {"shared_memory_region": "nowhere"}}],
+            },
+            404,
+            "Unable to find shared memory region: 'nowhere'",
+        ),
+    }
+)
 MAIN_ONLY: set[str] = {"a header length that is no number", "a header length beyond int32"}
 """Cases where upstream main answers otherwise than Triton 2.51: only triton-mp is held
 (2.51 reads the header length with ``std::atoi``: "abc" is 0, a raw request; main's
@@ -555,3 +579,41 @@ def test_a_body_that_inflates_past_the_limit_is_refused(servers: dict[str, str])
         "Decompressed data size exceeds the maximum allowed value of 67108864 bytes. Use "
         "--http-max-input-size to increase the limit.",
     )
+
+
+def test_a_region_without_a_size_is_an_empty_window(servers: dict[str, str]) -> None:
+    """HTTP leaves ``shared_memory_byte_size`` at 0 and shared_memory_manager.cc's end check
+    (``offset + byte_size - 1``, unsigned) refuses that empty window."""
+    key = f"/tmp_http_messages_{os.getpid()}"
+    fd = os.open(f"/dev/shm{key}", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        os.ftruncate(fd, 64)
+        for server, url in servers.items():
+            register = Case(
+                "POST",
+                "/v2/systemsharedmemory/region/sized/register",
+                {"key": key, "byte_size": 64},
+                200,
+                "",
+            )
+            assert call(url, register) == (200, ""), server
+            for body in (
+                {"inputs": [{**SHM_IN, "parameters": {"shared_memory_region": "sized"}}]},
+                {
+                    "inputs": [fp32()],
+                    "outputs": [
+                        {"name": "OUTPUT0", "parameters": {"shared_memory_region": "sized"}}
+                    ],
+                },
+            ):
+                assert call(url, Case("POST", M, body, 400, "")) == (
+                    400,
+                    "Invalid offset + byte size for shared memory region: 'sized'",
+                ), server
+            unregister = Case(
+                "POST", "/v2/systemsharedmemory/region/sized/unregister", b"", 200, ""
+            )
+            assert call(url, unregister) == (200, ""), server
+    finally:
+        os.close(fd)
+        os.unlink(f"/dev/shm{key}")

@@ -9,6 +9,7 @@ and test_http.py.
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -395,3 +396,22 @@ def test_a_string_correlation_id_over_128_characters_is_unsupported() -> None:
         ErrorCode.UNSUPPORTED,
         "string correlation ID cannot be longer than 128 characters",
     )
+
+
+def test_an_empty_window_at_the_start_of_a_region_is_refused() -> None:
+    """shared_memory_manager.cc's end check (``offset + byte_size - 1``, unsigned) refuses
+    byte size 0 at offset 0 (what HTTP's missing size becomes)."""
+    key = f"/tmp_validation_{os.getpid()}"
+    fd = os.open(f"/dev/shm{key}", os.O_CREAT | os.O_RDWR, 0o600)
+    registry = SystemShmRegistry(0)
+    try:
+        os.ftruncate(fd, 64)
+        registry.register("r", key, 0, 64)
+        with pytest.raises(InvalidRequest) as e:
+            registry.window("r", 0, 0)
+        assert e.value.message == "Invalid offset + byte size for shared memory region: 'r'"
+        assert registry.window("r", 8, 0).byte_size == 64
+    finally:
+        registry.unregister("")
+        os.close(fd)
+        os.unlink(f"/dev/shm{key}")

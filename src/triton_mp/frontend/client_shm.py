@@ -196,7 +196,9 @@ class SystemShmRegistry:
             )
         if offset < 0 or offset >= region.byte_size:
             raise InvalidRequest(f"Invalid offset for shared memory region: '{name}'")
-        if byte_size < 0 or offset + byte_size > region.byte_size:
+        # NOTE: Triton's end check (offset + byte_size - 1, unsigned) refuses an empty window
+        # at offset 0 too.
+        if byte_size < 0 or offset + byte_size > region.byte_size or offset + byte_size == 0:
             raise InvalidRequest(f"Invalid offset + byte size for shared memory region: '{name}'")
         return region
 

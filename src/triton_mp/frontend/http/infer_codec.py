@@ -132,6 +132,9 @@ def _shm_parameters(params: dict[str, Any]) -> dict[str, Parameter]:
             if not is_uint(params[key]) or params[key] > INT64_MAX:
                 raise InvalidRequest(f"Unable to parse '{key}'")
             out[key] = int64_parameter(params[key])
+    if "shared_memory_region" in out and "shared_memory_byte_size" not in out:
+        # NOTE: Triton's HTTP parse leaves the size at 0; the region is checked first.
+        out["shared_memory_byte_size"] = int64_parameter(0)
     return out
 
 
