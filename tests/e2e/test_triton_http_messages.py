@@ -407,6 +407,13 @@ CASES.update(
         ),
     }
 )
+CASES["a shared-memory register with an empty body"] = Case(
+    "POST",
+    "/v2/systemsharedmemory/region/r/register",
+    b"",
+    500,
+    PARSE + "The document is empty. at 0",
+)
 MAIN_ONLY: set[str] = {"a header length that is no number", "a header length beyond int32"}
 """Cases where upstream main answers otherwise than Triton 2.51: only triton-mp is held
 (2.51 reads the header length with ``std::atoi``: "abc" is 0, a raw request; main's

@@ -16,6 +16,7 @@ from triton_mp.frontend.http.json_tensors import decode_json
     [
         (b'{"a": 1}x', "The document root must not be followed by other values. at 8"),
         (b"   ", "The document is empty. at 3"),
+        (b"", "The document is empty. at 0"),
         (b"{1}", "Missing a name for object member. at 1"),
         (b'{"a": 1,}', "Missing a name for object member. at 8"),
         (b'{"a" 1}', "Missing a colon after a name of object member. at 5"),

@@ -359,10 +359,13 @@ class HttpFrontend:
         return _json_response(proto_to_json(kserve.statistics(stats)))
 
     # -------------------------------------------------------------- repository
-    async def _body_json(self, request: web.Request) -> dict[str, Any]:
-        """The request's JSON object ({} for an empty body)."""
+    async def _body_json(
+        self, request: web.Request, *, parse_empty: bool = False
+    ) -> dict[str, Any]:
+        """The request's JSON object ({} for an empty body, unless ``parse_empty``: Triton's
+        shared-memory register parses even an empty body, "The document is empty. at 0")."""
         body = await read_body(request, self._max_input_bytes)
-        if not body:
+        if not body and not parse_empty:
             return {}
         value = decode_json(body)
         if not isinstance(value, dict):
@@ -428,7 +431,7 @@ class HttpFrontend:
                 raise InvalidRequest(
                     "'region name' is necessary to register system shared memory region"
                 )
-            body = await self._body_json(request)
+            body = await self._body_json(request, parse_empty=True)
             if "key" not in body:
                 raise InvalidRequest("Shared memory register request has no 'key' field")
             # NOTE: Triton's HandleSystemSharedMemory: TritonJson's words, no prefix.
