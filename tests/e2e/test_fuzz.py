@@ -59,8 +59,10 @@ TRITON_JSON_WORDS = (
     "attempt to access",
     "attempt to get members for non-object",
     "Shape does not match true shape of 'data' field",
+    "failed to parse the request JSON buffer: ",
 )
-"""Triton's INTERNAL (500) answers to malformed JSON members (``json_tensors.access_error``)."""
+"""Triton's INTERNAL (500) answers to malformed JSON members (``json_tensors.access_error``)
+and to a body that is not JSON (RapidJSON's message and offset, 8653e77)."""
 
 OUTCOMES: dict[str, int] = {}
 """Status -> count over the run, printed at the end (``-s``) to see how deep the fuzz went."""
