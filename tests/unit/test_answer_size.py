@@ -7,10 +7,10 @@ import sys
 
 import msgspec
 
-from triton_mp.common.errors import ErrorCode
+from triton_mp.common.errors import ErrorCode, cut_utf8
 from triton_mp.common.log import LONG_EXCEPTION_CHARS, cap_long_exception
 from triton_mp.ipc.messages import BlockRef, ErrorInfo, InferResponse
-from triton_mp.workers.answer_size import ERROR_BYTES, cut_message, fit_answer
+from triton_mp.workers.answer_size import ERROR_BYTES, fit_answer
 
 
 def test_an_error_keeps_its_code_and_the_start_of_its_message() -> None:
@@ -43,8 +43,8 @@ def test_huge_parameters_become_an_internal_error_without_outputs() -> None:
 
 
 def test_a_short_message_is_not_cut_and_a_cut_keeps_whole_characters() -> None:
-    assert cut_message("short") == "short"
-    assert cut_message("é" * 5, limit=5) == "éé... [6 more bytes cut]"
+    assert cut_utf8("short", ERROR_BYTES) == "short"
+    assert cut_utf8("é" * 5, 5) == "éé... [6 more bytes cut]"
 
 
 def test_a_long_exception_is_logged_as_cut_plain_text() -> None:

@@ -94,6 +94,17 @@ class StartupError(TritonMPError):
     code = ErrorCode.INTERNAL
 
 
+def cut_utf8(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` UTF-8 bytes (at a character boundary), saying how many
+    bytes were left out (``"... [N more bytes cut]"``); shorter texts are returned as they
+    are. For messages that must fit a bounded carrier (a gRPC status, a ring record)."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    head = data[:limit].decode(errors="ignore")
+    return f"{head}... [{len(data) - len(head.encode())} more bytes cut]"
+
+
 def flatten_exception(exc: BaseException) -> str:
     """Render a foreign exception as ``"pkg.Class: message"`` for an ``ErrorInfo``."""
     cls = type(exc)

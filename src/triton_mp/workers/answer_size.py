@@ -14,21 +14,11 @@ from __future__ import annotations
 
 import msgspec
 
-from triton_mp.common.errors import ErrorCode
+from triton_mp.common.errors import ErrorCode, cut_utf8
 from triton_mp.ipc.messages import ErrorInfo, InferResponse
 
 ERROR_BYTES = 16384
 """UTF-8 bytes of an over-long error message kept (the rest is counted, not sent)."""
-
-
-def cut_message(text: str, limit: int = ERROR_BYTES) -> str:
-    """``text`` cut to ``limit`` UTF-8 bytes (at a character boundary), saying how many
-    bytes were left out; shorter texts are returned as they are."""
-    data = text.encode()
-    if len(data) <= limit:
-        return text
-    head = data[:limit].decode(errors="ignore")
-    return f"{head}... [{len(data) - len(head.encode())} more bytes cut]"
 
 
 def fit_answer(msg: InferResponse, origin: str, error_bytes: int = ERROR_BYTES) -> InferResponse:
@@ -40,7 +30,7 @@ def fit_answer(msg: InferResponse, origin: str, error_bytes: int = ERROR_BYTES) 
     """
     if msg.error is not None:
         error = ErrorInfo(
-            msg.error.code, cut_message(msg.error.message, error_bytes), msg.error.origin
+            msg.error.code, cut_utf8(msg.error.message, error_bytes), msg.error.origin
         )
         return msgspec.structs.replace(msg, error=error, parameters_json="", trace=None)
     why = (

@@ -18,7 +18,7 @@ import grpc
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp._proto import grpc_service_pb2_grpc as pb_grpc
 from triton_mp._proto import health_pb2, health_pb2_grpc
-from triton_mp.common.errors import ErrorCode, TritonMPError
+from triton_mp.common.errors import ErrorCode, TritonMPError, cut_utf8
 from triton_mp.frontend import kserve
 from triton_mp.frontend.api import FrontendApi
 from triton_mp.frontend.grpc.messages import infer_response_bytes, request_from_proto
@@ -86,11 +86,7 @@ would reach the client as RESOURCE_EXHAUSTED "Stream removed" instead of its own
 def status_message(message: str) -> str:
     """``message`` cut to ``MAX_STATUS_MESSAGE_BYTES`` (at a character boundary), with the
     number of bytes left out; shorter messages are returned as they are."""
-    data = message.encode()
-    if len(data) <= MAX_STATUS_MESSAGE_BYTES:
-        return message
-    head = data[:MAX_STATUS_MESSAGE_BYTES].decode(errors="ignore")
-    return f"{head}... [{len(data) - len(head.encode())} more bytes cut]"
+    return cut_utf8(message, MAX_STATUS_MESSAGE_BYTES)
 
 
 async def abort(context: grpc.aio.ServicerContext, code: ErrorCode, message: str) -> NoReturn:
