@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 
 from triton_mp.common.errors import ErrorCode
+from triton_mp.ipc import control_messages as cm
 from triton_mp.ipc import messages as m
 from triton_mp.ipc import reports as r
 from triton_mp.ipc.codec import Decoder, encode
@@ -72,7 +73,7 @@ WIRING = m.InstanceWiring(
     to_worker_wakeup=Wakeup("semaphore", "/triton_mp_1_w3_sem"),
     from_worker_ring="/triton_mp_1_r_w3_s",
 )
-ENTRY = m.ModelEntry(
+ENTRY = cm.ModelEntry(
     name="add_sub",
     config=b"\x0a\x07add_sub",
     ready_versions=(1,),
@@ -106,16 +107,16 @@ BLS_INBOX = m.BlsInboxUpdate(
 
 EXAMPLES: dict[str, list[object]] = {
     "ToSupervisor": [
-        m.ModelLoadCall(
+        cm.ModelLoadCall(
             call_id=1, model="add_sub", config_json='{"max_batch_size": 4}', files={"1/x": b"\0"}
         ),
-        m.ModelUnloadCall(call_id=2, model="add_sub", unload_dependents=True),
-        m.TableAck(seq=3),
+        cm.ModelUnloadCall(call_id=2, model="add_sub", unload_dependents=True),
+        cm.TableAck(seq=3),
     ],
     "FromSupervisor": [
-        m.ControlReply(call_id=1),
-        m.ControlReply(call_id=2, error=m.ErrorInfo(ErrorCode.INTERNAL, "failed", "supervisor")),
-        m.ModelTableUpdate(
+        cm.ControlReply(call_id=1),
+        cm.ControlReply(call_id=2, error=m.ErrorInfo(ErrorCode.INTERNAL, "failed", "supervisor")),
+        cm.ModelTableUpdate(
             seq=4,
             models=(ENTRY,),
             add_rings=("/triton_mp_1_r_w3_f0",),
@@ -281,8 +282,8 @@ UNIONS = {
     "ToWorker": m.ToWorker,
     "ToFrontend": m.ToFrontend,
     "ToBlsClient": m.ToBlsClient,
-    "ToSupervisor": m.ToSupervisor,
-    "FromSupervisor": m.FromSupervisor,
+    "ToSupervisor": cm.ToSupervisor,
+    "FromSupervisor": cm.FromSupervisor,
 }
 
 
@@ -301,7 +302,8 @@ def _id(case: object) -> str:
 def test_every_tagged_message_is_in_a_union_and_has_an_example() -> None:
     tagged = {
         cls
-        for _, cls in inspect.getmembers(m, inspect.isclass)
+        for module in (m, cm)
+        for _, cls in inspect.getmembers(module, inspect.isclass)
         if issubclass(cls, msgspec.Struct) and cls.__struct_config__.tag is not None
     }
     in_unions = set().union(*(_members(u) for u in UNIONS.values()))

@@ -141,7 +141,8 @@ from triton_mp.frontend.inference import Inference  # noqa: E402
 from triton_mp.frontend.pending import PendingTable  # noqa: E402
 from triton_mp.frontend.request import InferenceRequest, InputTensor  # noqa: E402
 from triton_mp.frontend.response_cache import ResponseCacheStep  # noqa: E402
-from triton_mp.ipc.messages import CacheOutcome, ModelEntry  # noqa: E402
+from triton_mp.ipc.control_messages import ModelEntry  # noqa: E402
+from triton_mp.ipc.messages import CacheOutcome  # noqa: E402
 
 
 class DictStore:

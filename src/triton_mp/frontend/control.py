@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.ipc import encode
 from triton_mp.ipc.codec import Decoder
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.control_messages import (
     ControlReply,
     FromSupervisor,
     ModelLoadCall,

@@ -18,10 +18,10 @@ from triton_mp.frontend.model_table import ModelTable
 from triton_mp.frontend.pending import PendingTable
 from triton_mp.frontend.readiness import ReadinessChecks
 from triton_mp.ipc import Inbox, SegmentCache
+from triton_mp.ipc.control_messages import ModelTableUpdate
 from triton_mp.ipc.messages import (
     InferResponse,
     ModelAvailability,
-    ModelTableUpdate,
     QueueReply,
     RequestFailed,
     ShmRegistered,

@@ -19,8 +19,8 @@ Channels (producer -> consumer):
   (``ShmRegistered``, ``ShmUnregistered``, ``TraceSettingUpdate``).
 - ``ToBlsClient``: a python worker's BLS client: answers from workers and the scheduler, and
   on its own control ring the supervisor's ``BlsInboxUpdate``.
-- ``ToSupervisor`` / ``FromSupervisor``: each frontend's control pipe to the supervisor
-  (repository load/unload calls and their replies; model table updates and their acks).
+- ``ToSupervisor`` / ``FromSupervisor``: each frontend's control pipe to the supervisor, in
+  ``ipc.control_messages``.
 """
 
 from __future__ import annotations
@@ -524,77 +524,3 @@ ToFrontend = (
 ToBlsClient = InferResponse | RequestFailed | BlsInboxUpdate
 """What a python worker's BLS client reads: the answers to its requests (from the callees'
 workers and the scheduler) and the supervisor's rewiring of its inbox."""
-
-
-class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):
-    """The frontend's view of one model in the repository."""
-
-    name: str
-    config: bytes
-    """Serialized effective ``inference.ModelConfig`` (empty when it failed to load)."""
-    ready_versions: tuple[int, ...]
-    failed_versions: tuple[int, ...] = ()
-    reason: str = ""
-    """Why the model (or a version) is UNAVAILABLE."""
-    unloaded: bool = False
-    """Unloaded (explicit unload, or gone from the repository under polling): listed by
-    RepositoryIndex as UNAVAILABLE with ``reason``, otherwise unknown to requests."""
-    transition: str = ""
-    """``LOADING`` or ``UNLOADING`` while the supervisor changes the model (index only)."""
-    version_reasons: dict[int, str] = {}
-    """Per failed version, why (RepositoryIndex); ``reason`` when absent."""
-    retired_versions: tuple[int, ...] = ()
-    """Versions once served that a later change stopped (version policy): Triton keeps them
-    as UNAVAILABLE "unloaded" (a request naming one: "... is not at ready state")."""
-
-
-class ModelLoadCall(msgspec.Struct, frozen=True, kw_only=True, tag="load", array_like=True):
-    """RepositoryModelLoad, forwarded by a frontend to the supervisor."""
-
-    call_id: int
-    model: str
-    config_json: str | None = None
-    """The ``config`` parameter: a JSON ModelConfig used instead of config.pbtxt."""
-    files: dict[str, bytes] = {}
-    """The ``file:<path>`` parameters: path within the model directory -> content."""
-
-
-class ModelUnloadCall(msgspec.Struct, frozen=True, kw_only=True, tag="unload", array_like=True):
-    """RepositoryModelUnload, forwarded by a frontend to the supervisor."""
-
-    call_id: int
-    model: str
-    unload_dependents: bool = False
-
-
-class TableAck(msgspec.Struct, frozen=True, kw_only=True, tag="table_ack", array_like=True):
-    """A frontend applied ``ModelTableUpdate`` number ``seq``."""
-
-    seq: int
-
-
-ToSupervisor = ModelLoadCall | ModelUnloadCall | TableAck
-
-
-class ControlReply(msgspec.Struct, frozen=True, kw_only=True, tag="reply", array_like=True):
-    """The supervisor's answer to a ``ModelLoadCall`` / ``ModelUnloadCall``."""
-
-    call_id: int
-    error: ErrorInfo | None = None
-
-
-class ModelTableUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="table", array_like=True):
-    """Replace these models' entries in a frontend's table, in one step; attach and detach
-    worker rings. ``seq`` > 0 asks for a ``TableAck``."""
-
-    seq: int = 0
-    models: tuple[ModelEntry, ...] = ()
-    add_rings: tuple[str, ...] = ()
-    """Rings from new workers to this frontend (join its inbox)."""
-    remove_rings: tuple[str, ...] = ()
-    """Rings of workers that stopped for good."""
-    drop_segments: tuple[str, ...] = ()
-    """Name prefixes of stopped workers' arenas to unmap."""
-
-
-FromSupervisor = ControlReply | ModelTableUpdate

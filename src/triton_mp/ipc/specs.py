@@ -12,12 +12,12 @@ from typing import Literal
 
 import msgspec
 
-# NOTE: ModelEntry crosses the control pipe too, so it lives with the messages.
+# NOTE: ModelEntry crosses the control pipe too, so it lives with the control-pipe messages.
 from triton_mp.common.config import CacheConfig, RateLimitResource
 from triton_mp.common.gpus import Gpu
 from triton_mp.common.trace_config import TraceConfig
+from triton_mp.ipc.control_messages import ModelEntry as ModelEntry
 from triton_mp.ipc.messages import BlsModel as BlsModel
-from triton_mp.ipc.messages import ModelEntry as ModelEntry
 from triton_mp.ipc.notify import Wakeup
 
 

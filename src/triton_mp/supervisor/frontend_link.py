@@ -22,15 +22,15 @@ import msgspec
 
 from triton_mp.ipc import encode
 from triton_mp.ipc.codec import Decoder
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.control_messages import (
     ControlReply,
-    ErrorInfo,
     ModelLoadCall,
     ModelTableUpdate,
     ModelUnloadCall,
     TableAck,
     ToSupervisor,
 )
+from triton_mp.ipc.messages import ErrorInfo
 
 log = logging.getLogger(__name__)
 

@@ -25,6 +25,7 @@ import msgspec
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.gpus import Devices, worker_env
 from triton_mp.ipc import ChannelTimeout, Sender, encode
+from triton_mp.ipc.control_messages import ModelTableUpdate
 from triton_mp.ipc.messages import (
     BlsClientWiring,
     BlsInboxUpdate,
@@ -32,7 +33,6 @@ from triton_mp.ipc.messages import (
     InstancesAdded,
     InstancesRemoved,
     InstanceWiring,
-    ModelTableUpdate,
 )
 from triton_mp.ipc.notify import Wakeup
 from triton_mp.ipc.ring import RecordTooLarge

@@ -23,7 +23,8 @@ from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import StartupError
 from triton_mp.common.gpus import Devices, discover
 from triton_mp.ipc import Sender, encode
-from triton_mp.ipc.messages import ModelEntry, Shutdown, WorkerDied
+from triton_mp.ipc.control_messages import ModelEntry
+from triton_mp.ipc.messages import Shutdown, WorkerDied
 from triton_mp.ipc.specs import (
     ChannelSpec,
     FrontendSpec,

@@ -42,14 +42,8 @@ from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc import encode
-from triton_mp.ipc.messages import (
-    ErrorInfo,
-    InstancesRetired,
-    ModelEntry,
-    ModelTableUpdate,
-    ModelUnloadCall,
-    VersionsActivated,
-)
+from triton_mp.ipc.control_messages import ModelEntry, ModelTableUpdate, ModelUnloadCall
+from triton_mp.ipc.messages import ErrorInfo, InstancesRetired, VersionsActivated
 from triton_mp.ipc.specs import ModelVersionSpec
 from triton_mp.model_config.loader import RepositoryModel, directory_fingerprint
 from triton_mp.model_config.plan import ModelPlan, plan_models
@@ -75,69 +69,13 @@ from triton_mp.supervisor.load_requests import (
 from triton_mp.supervisor.model_changes import (
     ChangePlan,
     Outcome,
-    Served,
     failed_by_invalid_config,
     plan_change,
     versions_to_start,
 )
+from triton_mp.supervisor.served_models import ServedModel, ServedVersion
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _Version:
-    """One served model version and its worker processes."""
-
-    spec: ModelVersionSpec
-    children: list[Child]
-    fingerprint: str
-
-
-@dataclass
-class _Model:
-    """A model the server knows: served versions, failures, where it was loaded from."""
-
-    name: str
-    config: bytes = b""
-    """The effective config of the served versions (serialized ``ModelConfig``)."""
-    versions: dict[int, _Version] = field(default_factory=dict)
-    failed: dict[int, str] = field(default_factory=dict)
-    """Versions that failed to load -> why."""
-    failed_fingerprints: dict[int, str] = field(default_factory=dict)
-    retired: set[int] = field(default_factory=set)
-    """Versions once served that a change stopped serving (version policy)."""
-    reason: str = ""
-    """Why the model (as a whole) is unavailable."""
-    unloaded: bool = False
-    temp_dir: Path | None = None
-    """Where ``file:`` contents of the load that is served were written."""
-
-    def served(self) -> Served:
-        """The planner's view of this model."""
-        return Served(
-            {v: x.fingerprint for v, x in self.versions.items()},
-            dict(self.failed),
-            dict(self.failed_fingerprints),
-        )
-
-    def entry(self, transition: str = "") -> ModelEntry:
-        """The frontends' view of this model."""
-        retired = tuple(sorted(self.retired - set(self.versions) - set(self.failed)))
-        if self.unloaded:
-            return ModelEntry(
-                name=self.name, config=b"", ready_versions=(), reason=self.reason,
-                unloaded=True, retired_versions=retired,
-                failed_versions=tuple(sorted(self.failed)), version_reasons=dict(self.failed),
-            )  # fmt: skip
-        reason = self.reason or "; ".join(
-            f"version {v}: {r}" for v, r in sorted(self.failed.items())
-        )
-        return ModelEntry(
-            name=self.name, config=self.config, ready_versions=tuple(sorted(self.versions)),
-            failed_versions=tuple(sorted(v for v in self.failed if v not in self.versions)),
-            reason=reason, transition=transition, version_reasons=dict(self.failed),
-            retired_versions=retired,
-        )  # fmt: skip
 
 
 @dataclass
@@ -160,7 +98,7 @@ class _Effects:
     """Old instances of reloaded versions (the scheduler stops them once activated)."""
     rollback: list[Child] = field(default_factory=list)
     retire: list[Child] = field(default_factory=list)
-    changed: list[_Model] = field(default_factory=list)
+    changed: list[ServedModel] = field(default_factory=list)
 
 
 def _remove(temp_dir: Path | None) -> None:
@@ -198,7 +136,7 @@ class ModelControl:
         self._link = link
         self._send = send_scheduler
         self._stopping = stopping
-        self._models: dict[str, _Model] = {}
+        self._models: dict[str, ServedModel] = {}
         self._seen: dict[str, str] = {}
         """Per model directory, its fingerprint at the last load attempt (poll mode)."""
         self._next_id = 0
@@ -351,7 +289,7 @@ class ModelControl:
         )
         if rm is None:
             return None
-        self._models.setdefault(req.name, _Model(req.name))
+        self._models.setdefault(req.name, ServedModel(req.name))
         if rm.error is not None or rm.config is None:
             self._refuse(req, rm.directory, temp_dir, rm.error or "failed to load")
             req.result = load_answer(req, rm)
@@ -460,7 +398,7 @@ class ModelControl:
 
     def _apply_changed(
         self,
-        model: _Model,
+        model: ServedModel,
         s: _Staged,
         plan: ModelPlan,
         cp: ChangePlan,
@@ -471,7 +409,7 @@ class ModelControl:
         """Versions start and stop serving: the ``Outcome.CHANGED`` branch of ``_apply``."""
         req = s.req
         new = {
-            v.version: _Version(v, kids[v.version], s.fingerprints[v.version])
+            v.version: ServedVersion(v, kids[v.version], s.fingerprints[v.version])
             for v in plan.versions
             if v.version in cp.activate
         }
@@ -536,7 +474,7 @@ class ModelControl:
             {m.name: set(m.failed) | m.retired for m in self._models.values()},
         )
 
-    def _log_failures(self, model: _Model, failed: dict[int, str]) -> None:
+    def _log_failures(self, model: ServedModel, failed: dict[int, str]) -> None:
         for v, reason in failed.items():
             log.error(
                 "failed to load model '%s' version %d: %s",
@@ -546,7 +484,7 @@ class ModelControl:
                 extra={"model": model.name},
             )
 
-    def _fail_whole(self, model: _Model, req: LoadRequest, temp_dir: Path | None) -> None:
+    def _fail_whole(self, model: ServedModel, req: LoadRequest, temp_dir: Path | None) -> None:
         assert req.result is not None
         _remove(temp_dir)
         if not model.versions:

@@ -1,0 +1,73 @@
+"""What the supervisor knows of each model it serves: versions, their workers, failures.
+
+Imported by ``supervisor.model_control``, which owns the records and changes them one change
+at a time. ``ServedModel.entry`` is the frontends' view of a model (``ModelEntry``, what
+RepositoryIndex, ModelReady and ModelMetadata answer from); ``ServedModel.served`` is the
+planner's (``supervisor.model_changes.Served``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from triton_mp.ipc.control_messages import ModelEntry
+from triton_mp.ipc.specs import ModelVersionSpec
+from triton_mp.supervisor.children import Child
+from triton_mp.supervisor.model_changes import Served
+
+
+@dataclass
+class ServedVersion:
+    """One served model version and its worker processes."""
+
+    spec: ModelVersionSpec
+    children: list[Child]
+    fingerprint: str
+
+
+@dataclass
+class ServedModel:
+    """A model the server knows: served versions, failures, where it was loaded from."""
+
+    name: str
+    config: bytes = b""
+    """The effective config of the served versions (serialized ``ModelConfig``)."""
+    versions: dict[int, ServedVersion] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)
+    """Versions that failed to load -> why."""
+    failed_fingerprints: dict[int, str] = field(default_factory=dict)
+    retired: set[int] = field(default_factory=set)
+    """Versions once served that a change stopped serving (version policy)."""
+    reason: str = ""
+    """Why the model (as a whole) is unavailable."""
+    unloaded: bool = False
+    temp_dir: Path | None = None
+    """Where ``file:`` contents of the load that is served were written."""
+
+    def served(self) -> Served:
+        """The planner's view of this model."""
+        return Served(
+            {v: x.fingerprint for v, x in self.versions.items()},
+            dict(self.failed),
+            dict(self.failed_fingerprints),
+        )
+
+    def entry(self, transition: str = "") -> ModelEntry:
+        """The frontends' view of this model."""
+        retired = tuple(sorted(self.retired - set(self.versions) - set(self.failed)))
+        if self.unloaded:
+            return ModelEntry(
+                name=self.name, config=b"", ready_versions=(), reason=self.reason,
+                unloaded=True, retired_versions=retired,
+                failed_versions=tuple(sorted(self.failed)), version_reasons=dict(self.failed),
+            )  # fmt: skip
+        reason = self.reason or "; ".join(
+            f"version {v}: {r}" for v, r in sorted(self.failed.items())
+        )
+        return ModelEntry(
+            name=self.name, config=self.config, ready_versions=tuple(sorted(self.versions)),
+            failed_versions=tuple(sorted(v for v in self.failed if v not in self.versions)),
+            reason=reason, transition=transition, version_reasons=dict(self.failed),
+            retired_versions=retired,
+        )  # fmt: skip
