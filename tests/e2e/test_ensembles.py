@@ -417,16 +417,26 @@ def test_triton_mp_stat_shows_an_ensemble_s_requests_in_flight_per_step(
     x = np.ones(4, np.float32)
     t = grpcclient.InferInput("INPUT0", [4], "FP32")
     t.set_data_from_numpy(x)
-    worker = threading.Thread(target=lambda: server.client().infer("slow_ens", [t]))
+    done = threading.Event()
+
+    def one_after_another() -> None:
+        # NOTE: one request at a time, back to back, so the step is in flight almost all the
+        # time: a `stat` subprocess takes longer than slow_py's 0.5 s under CI load.
+        client = server.client()
+        while not done.is_set():
+            client.infer("slow_ens", [t])
+
+    worker = threading.Thread(target=one_after_another)
     worker.start()
     try:
         wait_for(
             lambda: (
                 stat()["slow_ens"]["steps"] == [{"model": "slow_py", "in_flight": 1, "waiting": 0}]
             ),
-            10,
+            30,
             "slow_ens step in flight",
         )
     finally:
+        done.set()
         worker.join()
     assert stat()["slow_ens"]["steps"][0]["in_flight"] == 0

@@ -32,7 +32,9 @@ def _silent(conn: Connection) -> None:
 
 
 def _child(name: str, target: object) -> Child:
-    ctx = mp.get_context("spawn")
+    # NOTE: fork, not the server's spawn: a spawned child re-imports this module and
+    # triton_mp, which under CI load took longer than the 3 s deadline these tests judge by.
+    ctx = mp.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=target, args=(send,), daemon=True)
     proc.start()
