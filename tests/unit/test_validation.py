@@ -354,11 +354,64 @@ def test_shared_memory_tensors_need_a_registered_region() -> None:
         "Unable to find shared memory region: 'r1'",
     )
     assert _error(req, SystemShmRegistry(0, enabled=False))[0] == ErrorCode.UNSUPPORTED
-    no_size = {"shared_memory_region": string_parameter("r1")}
-    out = _plain(outputs=(RequestedOutput("X", no_size),))
-    assert _error(out)[1] == (
-        RID + "'shared_memory_byte_size' parameter is required for output 'X' using shared "
-        "memory region 'r1'"
+
+
+REGION = {"shared_memory_region": string_parameter("r1")}
+SIZE = {"shared_memory_byte_size": int64_parameter(8)}
+OFFSET = {"shared_memory_offset": int64_parameter(0)}
+MUST = "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter"
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (REGION, f"{MUST} for tensor '{{t}}'"),
+        (
+            {"shared_memory_region": int64_parameter(1), **SIZE},
+            "invalid value type for 'shared_memory_region' parameter for tensor '{t}', expected "
+            "string_param.",
+        ),
+        (
+            OFFSET,
+            "'shared_memory_offset' can not be specified without 'shared_memory_region' "
+            "parameter for tensor '{t}'",
+        ),
+        (
+            SIZE,
+            "'shared_memory_byte_size' can not be specified without 'shared_memory_region' "
+            "parameter for tensor '{t}'",
+        ),
+        (
+            {**REGION, "shared_memory_offset": uint64_parameter(0), **SIZE},
+            "invalid value type for 'shared_memory_offset' parameter for tensor '{t}', expected "
+            "int64_param.",
+        ),
+        (
+            {**REGION, "shared_memory_byte_size": uint64_parameter(8)},
+            "invalid value type for 'shared_memory_byte_size' parameter for tensor '{t}', "
+            "expected int64_param.",
+        ),
+    ],
+)
+def test_malformed_shared_memory_parameters_get_the_grpc_frontends_message(
+    params: dict[str, Parameter], message: str
+) -> None:
+    # server grpc_utils.h ParseSharedMemoryParams: no [request id] prefix, before the
+    # core's checks (here the shape of A is wrong too)
+    bad_shape = InputTensor("A", "FP32", (5,), params)
+    req = _plain(inputs=(bad_shape, InputTensor("B", "INT32", (3,))), raw_inputs=(INT32_3,))
+    assert _error(req) == (ErrorCode.INVALID_ARG, message.format(t="A"))
+    out = _plain(outputs=(RequestedOutput("X", params),))
+    assert _error(out) == (ErrorCode.INVALID_ARG, message.format(t="X"))
+
+
+def test_negative_shared_memory_numbers_are_read_as_unsigned() -> None:
+    # int64_param -1 is SIZE_MAX in Triton's size_t: the region is looked up first
+    params = {**REGION, "shared_memory_byte_size": int64_parameter(-1)}
+    out = _plain(outputs=(RequestedOutput("X", params),))
+    assert _error(out, SystemShmRegistry(0)) == (
+        ErrorCode.NOT_FOUND,
+        "Unable to find shared memory region: 'r1'",
     )
 
 

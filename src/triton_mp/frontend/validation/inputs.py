@@ -1,10 +1,11 @@
 """A request's inputs: names, datatypes, shapes, the batch size and where the bytes are.
 
-Imported by ``frontend.validation``. ``check_input_names`` refuses unknown, repeated and
-missing inputs; ``read_inputs`` checks each input against the model's config (datatype,
-shape, byte size) and finds its bytes: in ``raw_inputs``, in typed contents (converted to
-the raw little-endian form here), or in a client's registered shared memory. Messages follow
-core ``infer_request.cc`` (Normalize) and server ``infer_handler.cc``.
+Imported by ``frontend.validation``. ``check_repeated_inputs`` and ``check_input_names``
+refuse repeated, unknown and missing inputs; ``read_inputs`` checks each input against the
+model's config (datatype, shape, byte size) and finds its bytes: in ``raw_inputs``, in typed
+contents (converted to the raw little-endian form here), or in a client's registered shared
+memory. Messages follow core ``infer_request.cc`` (Normalize) and server
+``infer_handler.cc``.
 """
 
 from __future__ import annotations
@@ -75,20 +76,28 @@ def _dims_match(dims: Sequence[int], shape: Sequence[int]) -> bool:
     )
 
 
-def check_input_names(req: InferenceRequest, model: Model, rid: str) -> None:
-    """No input is repeated, their number is the model's, each is the model's, in
-    Triton's order (``AddOriginalInput``, then ``ValidateRequestInputs``, then
-    ``GetInput``).
+def check_repeated_inputs(req: InferenceRequest, rid: str) -> None:
+    """No input is named twice (core ``AddOriginalInput``, as the frontend adds each).
 
     Raises:
-        InvalidRequest: with Triton's message for the first problem.
+        InvalidRequest: "<rid>input '<name>' already exists in request".
     """
-    name = model.name
     seen: set[str] = set()
     for t in req.inputs:
         if t.name in seen:
             raise InvalidRequest(f"{rid}input '{t.name}' already exists in request")
         seen.add(t.name)
+
+
+def check_input_names(req: InferenceRequest, model: Model, rid: str) -> None:
+    """The number of inputs is the model's, each is the model's, in Triton's order
+    (``ValidateRequestInputs``, then ``GetInput``); ``check_repeated_inputs`` ran first.
+
+    Raises:
+        InvalidRequest: with Triton's message for the first problem.
+    """
+    name = model.name
+    seen = {t.name for t in req.inputs}
     required = [n for n, s in model.inputs.items() if not s.optional]
     if not len(required) <= len(req.inputs) <= len(model.inputs):
         raise InvalidRequest(_count_message(req, model, required, rid))
@@ -241,7 +250,7 @@ class _InputReader:
                 f"{rid}input '{t.name}' for model '{name}' has both shared memory and "
                 "explicit tensor contents"
             )
-        window = shm_window(self._shm, t.parameters, f"input '{t.name}'", rid)
+        window = shm_window(self._shm, t.parameters, t.name)
         if spec.datatype != "BYTES":
             expected_bytes = count * ELEMENT_BYTES[spec.datatype]
             if window.byte_size != expected_bytes:

@@ -50,7 +50,7 @@ def read_outputs(
                 ErrorCode.UNSUPPORTED,
             )
         if uses_shm(o.parameters):
-            w = shm_window(shm, o.parameters, f"output '{o.name}'", rid)
+            w = shm_window(shm, o.parameters, o.name)
             regions.append(OutputRegion(w.key, w.region_id, w.offset, w.byte_size, w.name))
         else:
             regions.append(None)

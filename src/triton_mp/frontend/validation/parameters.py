@@ -40,22 +40,6 @@ class RequestOptions:
     """Custom (non-reserved) request parameters, as JSON, for backends."""
 
 
-def int_param(p: Parameter, key: str, rid: str) -> int:
-    """A non-negative integer parameter (``int64_param`` >= 0 or ``uint64_param``).
-
-    Raises:
-        InvalidRequest: "<rid>invalid value for '<key>' parameter: expected a
-            non-negative integer".
-    """
-    if p.type is ParameterType.INT64 and isinstance(p.value, int) and p.value >= 0:
-        return p.value
-    if p.type is ParameterType.UINT64 and isinstance(p.value, int):
-        return p.value
-    raise InvalidRequest(
-        f"{rid}invalid value for '{key}' parameter: expected a non-negative integer"
-    )
-
-
 def priority_param(p: Parameter) -> int:
     """``priority``: ``int64_param`` >= 0 or ``uint64_param`` (server ``infer_handler.cc``).
 

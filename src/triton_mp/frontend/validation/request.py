@@ -1,9 +1,9 @@
 """``validate_request``: one inference request checked against its model's effective config.
 
 Imported by ``frontend.inference``. Applies the request rules in Triton's order (parameters,
-forwarded headers, input names, inputs, batch size, outputs) and returns a ``ValidRequest``:
-what the frontend writes into its arena and sends to the scheduler. Nothing is written to
-shared memory here.
+forwarded headers, repeated inputs, shared-memory parameters, input names, inputs, batch
+size, outputs) and returns a ``ValidRequest``: what the frontend writes into its arena and
+sends to the scheduler. Nothing is written to shared memory here.
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ from triton_mp.frontend.request import InferenceRequest
 from triton_mp.frontend.validation.inputs import (
     ValidInput,
     check_input_names,
+    check_repeated_inputs,
     read_inputs,
     read_known_inputs,
 )
 from triton_mp.frontend.validation.outputs import read_outputs
 from triton_mp.frontend.validation.parameters import check_correlation_id_type, read_parameters
+from triton_mp.frontend.validation.shared_memory import check_shm_parameters
 from triton_mp.frontend.validation.signature import Signature, SignatureCache
 from triton_mp.ipc.messages import OutputRegion
 
@@ -98,6 +100,10 @@ def validate_request(
         inputs = read_known_inputs(req, model, known.shapes, known.counts, rid)
         batch_size, outputs, regions = known.batch_size, known.outputs, ()
     else:
+        # NOTE: Triton's gRPC frontend adds the inputs (repeats refused), then reads each
+        # tensor's shared-memory parameters, before the core checks the rest.
+        check_repeated_inputs(req, rid)
+        check_shm_parameters(req)
         check_input_names(req, model, rid)
         inputs, batch_size = read_inputs(req, model, shm, rid)
         outputs, regions = read_outputs(req, model, shm, rid)

@@ -1,0 +1,169 @@
+"""Triton's gRPC statuses and messages for bad requests, side by side: every case runs
+against triton-mp and, where ``.peers/`` has it, the real Triton 2.51 on the same python
+models; both must answer the same status code and details (server ``grpc/infer_handler.cc``,
+``grpc/grpc_utils.h``, ``grpc/grpc_server.cc``, core ``infer_request.cc``; grpc C++ itself
+for a message that does not parse). Cases marked ``MAIN_ONLY`` follow upstream main where it
+changed after 2.51; only triton-mp is held to them. The HTTP counterpart is
+tests/e2e/test_triton_http_messages.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import grpc
+import pytest
+from google.protobuf.message import Message
+
+from tests.conftest import write_python_model
+from tests.e2e.test_triton_http_messages import BYTES_CONFIG, FP32_CONFIG, IDENTITY
+from tests.server import RealTriton, ServerProcess, peers_env
+from triton_mp._proto import grpc_service_pb2 as pb
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+P = pb.InferParameter
+SERVICE = "/inference.GRPCInferenceService/"
+
+
+def infer(
+    inputs: dict[str, P] | None = None,
+    outputs: dict[str, P] | None = None,
+    datatype: str = "FP32",
+    shape: tuple[int, ...] = (4,),
+) -> pb.ModelInferRequest:
+    """A ModelInferRequest for model ``m`` (INPUT0 FP32 [4]); ``inputs`` / ``outputs``: the
+    tensor parameters of INPUT0 / OUTPUT0 (raw bytes are sent only without ``inputs``)."""
+    req = pb.ModelInferRequest(model_name="m", id="g1")
+    tensor = req.inputs.add(name="INPUT0", datatype=datatype, shape=list(shape))
+    for key, value in (inputs or {}).items():
+        tensor.parameters[key].CopyFrom(value)
+    if outputs is not None:
+        out = req.outputs.add(name="OUTPUT0")
+        for key, value in outputs.items():
+            out.parameters[key].CopyFrom(value)
+    if not inputs:
+        req.raw_input_contents.append(bytes(16))
+    return req
+
+
+class Case(NamedTuple):
+    method: str
+    request: Message | bytes
+    code: grpc.StatusCode
+    details: str
+
+
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+REGION = {"shared_memory_region": P(string_param="nowhere")}
+SIZE = {"shared_memory_byte_size": P(int64_param=16)}
+MUST = "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter"
+CASES: dict[str, Case] = {
+    # grpc_utils.h ParseSharedMemoryParams, before the core's checks (no request id)
+    "an input in a region without a size": Case(
+        "ModelInfer", infer(REGION), INVALID, f"{MUST} for tensor 'INPUT0'"
+    ),
+    "an input in a region without a size, of a wrong shape": Case(
+        "ModelInfer", infer(REGION, shape=(5,)), INVALID, f"{MUST} for tensor 'INPUT0'"
+    ),
+    "an output in a region without a size": Case(
+        "ModelInfer", infer(outputs=REGION), INVALID, f"{MUST} for tensor 'OUTPUT0'"
+    ),
+    "a region that is not a string": Case(
+        "ModelInfer",
+        infer({"shared_memory_region": P(int64_param=3), **SIZE}),
+        INVALID,
+        "invalid value type for 'shared_memory_region' parameter for tensor 'INPUT0', expected "
+        "string_param.",
+    ),
+    "an offset without a region": Case(
+        "ModelInfer",
+        infer({"shared_memory_offset": P(int64_param=3)}),
+        INVALID,
+        "'shared_memory_offset' can not be specified without 'shared_memory_region' parameter "
+        "for tensor 'INPUT0'",
+    ),
+    "an output size without a region": Case(
+        "ModelInfer",
+        infer(outputs=SIZE),
+        INVALID,
+        "'shared_memory_byte_size' can not be specified without 'shared_memory_region' "
+        "parameter for tensor 'OUTPUT0'",
+    ),
+    "an offset that is not int64": Case(
+        "ModelInfer",
+        infer({**REGION, "shared_memory_offset": P(uint64_param=3), **SIZE}),
+        INVALID,
+        "invalid value type for 'shared_memory_offset' parameter for tensor 'INPUT0', expected "
+        "int64_param.",
+    ),
+    "a size that is not int64": Case(
+        "ModelInfer",
+        infer({**REGION, "shared_memory_byte_size": P(uint64_param=16)}),
+        INVALID,
+        "invalid value type for 'shared_memory_byte_size' parameter for tensor 'INPUT0', "
+        "expected int64_param.",
+    ),
+    "a negative size (unsigned in Triton): the region is looked up": Case(
+        "ModelInfer",
+        infer({**REGION, "shared_memory_byte_size": P(int64_param=-1)}),
+        grpc.StatusCode.NOT_FOUND,
+        "Unable to find shared memory region: 'nowhere'",
+    ),
+}
+MAIN_ONLY: set[str] = set()
+"""Cases where upstream main answers otherwise than Triton 2.51: only triton-mp is held."""
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """gRPC addresses: ``triton-mp`` always, ``triton`` when the real Triton is installed."""
+    repo = tmp_path_factory.mktemp("grpc_messages") / "repo"
+    write_python_model(repo, "m", FP32_CONFIG, IDENTITY)
+    write_python_model(repo, "b", BYTES_CONFIG, IDENTITY)
+    explicit = ("--model-control-mode=explicit", "--load-model=m", "--load-model=b")
+    logs = tmp_path_factory.mktemp("logs")
+    ours = ServerProcess(repo, logs / "ours.log", "--allow-client-shm=true", *explicit)
+    theirs: RealTriton | None = None
+    try:
+        ours.wait_live()
+        urls = {"triton-mp": ours.url}
+        env = peers_env()
+        if env is not None:
+            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}", *explicit)
+            theirs.wait_live()
+            urls["triton"] = theirs.url
+        yield urls
+    finally:
+        ours.stop()
+        if theirs is not None:
+            theirs.stop()
+
+
+def call(url: str, method: str, request: Message | bytes) -> tuple[grpc.StatusCode, str]:
+    """One unary call with ``request`` (a message, or bytes sent as they are)."""
+    data = request if isinstance(request, bytes) else request.SerializeToString()
+    with grpc.insecure_channel(url) as channel:
+        rpc = channel.unary_unary(SERVICE + method)
+        try:
+            rpc(data, timeout=30)
+        except grpc.RpcError as e:
+            return e.code(), e.details()
+    return grpc.StatusCode.OK, ""
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_grpc_requests_get_tritons_status_and_message(
+    servers: dict[str, str], name: str
+) -> None:
+    case = CASES[name]
+    for server, url in servers.items():
+        if server == "triton" and name in MAIN_ONLY:
+            continue
+        assert call(url, case.method, case.request) == (case.code, case.details), server
+
+
+def test_the_server_keeps_serving(servers: dict[str, str]) -> None:
+    for server, url in servers.items():
+        assert call(url, "ModelInfer", infer()) == (grpc.StatusCode.OK, ""), server
