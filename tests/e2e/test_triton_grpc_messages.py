@@ -9,6 +9,7 @@ tests/e2e/test_triton_http_messages.py.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -112,6 +113,21 @@ CASES: dict[str, Case] = {
         "Unable to find shared memory region: 'nowhere'",
     ),
 }
+UNARY = [
+    m.name
+    for m in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods
+    if not m.client_streaming
+]
+CASES.update(
+    {
+        # grpc C++ (server_interface.h): a unary request that does not parse
+        f"{method} with {data!r}": Case(
+            method, data, grpc.StatusCode.INTERNAL, "Unable to parse request"
+        )
+        for method in UNARY
+        for data in (b"\xff\xff\xff", b"\x0a\x05ab")
+    }
+)
 MAIN_ONLY: set[str] = set()
 """Cases where upstream main answers otherwise than Triton 2.51: only triton-mp is held."""
 
@@ -167,3 +183,34 @@ def test_bad_grpc_requests_get_tritons_status_and_message(
 def test_the_server_keeps_serving(servers: dict[str, str]) -> None:
     for server, url in servers.items():
         assert call(url, "ModelInfer", infer()) == (grpc.StatusCode.OK, ""), server
+
+
+def _stream(url: str, messages: list[bytes]) -> tuple[list[str], float]:
+    """Send ``messages`` on one ModelStreamInfer and keep the client's side open 5 s; the
+    ids of the responses and the seconds until the server ended the stream (with OK)."""
+
+    def requests() -> Iterator[bytes]:
+        yield from messages
+        time.sleep(5)
+
+    with grpc.insecure_channel(url) as channel:
+        rpc = channel.stream_stream(
+            SERVICE + "ModelStreamInfer",
+            response_deserializer=pb.ModelStreamInferResponse.FromString,
+        )
+        start = time.monotonic()
+        ids = [r.infer_response.id or r.error_message for r in rpc(requests(), timeout=30)]
+        return ids, time.monotonic() - start
+
+
+def test_a_stream_ends_at_a_message_that_does_not_parse(servers: dict[str, str]) -> None:
+    """Triton's stream handler stops reading when a read fails (grpc C++ reports a message
+    that does not parse as a failed read): the requests before it are answered, the ones
+    after it are not, and the stream ends with OK without waiting for the client."""
+    first, last = infer(), infer()
+    first.id, last.id = "before", "after"
+    messages = [first.SerializeToString(), b"\xff\xff", last.SerializeToString()]
+    for server, url in servers.items():
+        ids, seconds = _stream(url, messages)
+        assert ids == ["before"], server
+        assert seconds < 4, server

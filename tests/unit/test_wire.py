@@ -8,7 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from triton_mp._proto import grpc_service_pb2 as pb
-from triton_mp.frontend.grpc.wire import infer_response_bytes, split_infer_request
+from triton_mp.frontend.grpc.wire import (
+    MALFORMED,
+    infer_response_bytes,
+    split_infer_request,
+    tolerant,
+)
 
 
 def _request(raws: list[bytes]) -> pb.ModelInferRequest:
@@ -88,3 +93,11 @@ def test_status_messages_are_cut_to_fit_a_grpc_trailer() -> None:
     head, _, tail = cut.partition("... [")
     assert head == "é" * (MAX_STATUS_MESSAGE_BYTES // 2)
     assert tail == f"{10000 - MAX_STATUS_MESSAGE_BYTES} more bytes cut]"
+
+
+def test_a_tolerant_deserializer_marks_bytes_that_do_not_parse() -> None:
+    parse = tolerant(pb.ServerLiveRequest.FromString)
+    assert parse(b"") == pb.ServerLiveRequest()
+    assert parse(b"\xff\xff\xff") is MALFORMED
+    assert tolerant(split_infer_request)(b"\x0a\x05ab") is MALFORMED
+    assert tolerant(None)(b"\xff") == b"\xff"

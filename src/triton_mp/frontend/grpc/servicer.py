@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import grpc
 
@@ -23,7 +23,13 @@ from triton_mp.frontend import kserve
 from triton_mp.frontend.api import FrontendApi
 from triton_mp.frontend.grpc.messages import infer_response_bytes, request_from_proto
 from triton_mp.frontend.grpc.stream import StreamSession
-from triton_mp.frontend.grpc.wire import WireInferRequest, split_infer_request
+from triton_mp.frontend.grpc.wire import (
+    MALFORMED,
+    PARSE_FAILURE,
+    WireInferRequest,
+    split_infer_request,
+    tolerant,
+)
 from triton_mp.frontend.header_forward import HeaderForward
 from triton_mp.frontend.repository_api import check_repository_name
 from triton_mp.frontend.trace_settings import new_setting_from_grpc
@@ -71,9 +77,29 @@ def add_to_server(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
     handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
         servicer.ModelInfer, request_deserializer=split_infer_request, response_serializer=None
     )
+    handlers = {name: _parse_checked(h) for name, h in handlers.items()}
     service = "inference.GRPCInferenceService"
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
     server.add_registered_method_handlers(service, handlers)
+
+
+def _parse_checked(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """``handler`` with a tolerant deserializer (``wire.tolerant``): a unary request that
+    does not parse is answered INTERNAL "Unable to parse request" as grpc C++ answers it; a
+    stream gets ``MALFORMED`` as a request (the stream ends there, as Triton's does)."""
+    parse = tolerant(handler.request_deserializer)
+    if handler.stream_stream is not None:
+        return grpc.stream_stream_rpc_method_handler(
+            handler.stream_stream, parse, handler.response_serializer
+        )
+    inner = handler.unary_unary
+
+    async def checked(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if request is MALFORMED:
+            await context.abort(grpc.StatusCode.INTERNAL, PARSE_FAILURE)
+        return await inner(request, context)
+
+    return grpc.unary_unary_rpc_method_handler(checked, parse, handler.response_serializer)
 
 
 MAX_STATUS_MESSAGE_BYTES = 4096

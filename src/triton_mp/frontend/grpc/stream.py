@@ -12,7 +12,8 @@ they complete. An invalid request gets an ``error_message`` and the stream goes 
 Triton. Every response carries
 ``triton_final_response``; a decoupled request's flags-only end is sent as an empty response
 only when the request set ``triton_enable_empty_final_response``. When the client closes its
-side, the stream ends after every request's last response; when it cancels, every open
+side, or sends a message that does not parse (Triton stops reading there), the stream ends
+after every request's last response; when it cancels, every open
 ticket is cancelled (queued requests are dropped, running decoupled ones see
 ``is_cancelled()``) and their remaining responses are freed unsent.
 """
@@ -33,6 +34,7 @@ from triton_mp.frontend.grpc.messages import (
     stream_error,
     stream_response,
 )
+from triton_mp.frontend.grpc.wire import MALFORMED
 from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.request import InferenceRequest, ParameterType
 from triton_mp.frontend.ticket import Response, Ticket
@@ -137,6 +139,8 @@ class StreamSession:
 
     async def _read(self) -> None:
         async for message in self._requests:
+            if message is MALFORMED:
+                break  # NOTE: Triton stops reading at a message that does not parse
             read_ns = time.monotonic_ns() if self._tracer.active else 0
             self._submit(message, read_ns)
         while self._tasks:

@@ -19,7 +19,10 @@ meaning as from ``SerializeToString``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from google.protobuf.message import DecodeError
 
 from triton_mp._proto import grpc_service_pb2 as pb
 
@@ -27,6 +30,35 @@ _RAW_INPUT_FIELD = 7
 """``ModelInferRequest.raw_input_contents`` (grpc_service.proto)."""
 _RAW_OUTPUT_TAG = bytes([(6 << 3) | 2])
 """``ModelInferResponse.raw_output_contents``: field 6, wire type 2 (length-delimited)."""
+
+
+class Malformed:
+    """What a tolerant deserializer gives for bytes that are not the method's message."""
+
+    __slots__ = ()
+
+
+MALFORMED = Malformed()
+"""The one ``Malformed``: a unary handler answers it INTERNAL "Unable to parse request"
+(grpc C++'s answer to a request that does not parse), the stream stops reading at it."""
+
+PARSE_FAILURE = "Unable to parse request"
+"""grpc C++'s status details (INTERNAL) for a unary request that does not parse."""
+
+
+def tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]:
+    """``deserialize`` returning ``MALFORMED`` instead of raising ``DecodeError`` (grpc.aio
+    would answer UNKNOWN "Unexpected <class ...DecodeError>" for the raise)."""
+
+    def parse(data: bytes) -> Any:
+        if deserialize is None:
+            return data
+        try:
+            return deserialize(data)
+        except DecodeError:
+            return MALFORMED
+
+    return parse
 
 
 class WireInferRequest:
