@@ -1,62 +1,142 @@
-"""The real Triton 2.51 (``.peers/``) as a subprocess with any flags (not a test module).
+"""The real Triton 2.51 and perf_analyzer (``.peers/``) for side-by-side tests (not a test module).
 
-For side-by-side tests that run the same repository, flags and client calls against
-triton-mp and Triton. ``start_triton`` skips the calling test when the peers are not
-installed (``bash bench/peers/install-peers.sh .peers``) or Triton does not come up.
+One place reads ``peers.env`` (``peers_env``, or ``require_peers`` to skip without it) and
+one class runs ``tritonserver`` with any flags on free ports (``RealTriton``, stopped by PID).
+``start_triton`` starts one on a repository and waits until it is ready, skipping the
+calling test when the peers are not installed (``bash bench/peers/install-peers.sh .peers``)
+or Triton does not come up.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import tritonclient.grpc as grpcclient
 
 from tests.server import REPO_ROOT, free_port
 
 PEERS_ENV = Path(os.environ.get("PEERS_ENV", REPO_ROOT / ".peers" / "peers.env"))
+"""The env file ``bench/peers/install-peers.sh`` writes (the real Triton 2.51)."""
+
+_INSTALL = "run: bash bench/peers/install-peers.sh .peers"
 
 
-def peers_environment() -> dict[str, str]:
-    """The variables peers.env exports (TRITONSERVER, TRITON_BACKENDS, ...), or a skip."""
+def _sourced() -> dict[str, str] | None:
     if not PEERS_ENV.exists():
-        pytest.skip(
-            "the real Triton is not installed (run: bash bench/peers/install-peers.sh .peers)"
-        )
+        return None
     out = subprocess.run(
-        ["bash", "-c", f'. "{PEERS_ENV}" && env -0'],
-        capture_output=True,
-        check=True,
+        ["bash", "-c", f'. "{PEERS_ENV}" && env -0'], capture_output=True, check=True
     ).stdout.decode()
-    env = dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
-    if not Path(env.get("TRITONSERVER", "")).exists():
-        pytest.skip("the peers folder has no tritonserver binary")
+    return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
+
+
+def peers_env() -> dict[str, str] | None:
+    """The environment after sourcing ``peers.env`` (``TRITONSERVER``, ``TRITON_BACKENDS``,
+    ``TRITON_STUB_ENV``, ``PERF_ANALYZER``, and its ``LD_LIBRARY_PATH``/``PYTHONPATH``), or
+    None when the peers are not installed or lack the tritonserver binary."""
+    env = _sourced()
+    if env is None or not Path(env.get("TRITONSERVER", "")).exists():
+        return None
     return env
 
 
-@dataclass
-class TritonPeer:
-    """A running tritonserver: its pid, URLs and log."""
+def require_peers(binary: str = "TRITONSERVER") -> dict[str, str]:
+    """The sourced ``peers.env`` when it names an existing ``binary`` (``TRITONSERVER`` or
+    ``PERF_ANALYZER``); otherwise the calling test is skipped."""
+    env = _sourced()
+    if env is None:
+        pytest.skip(f"the peers are not installed ({_INSTALL})")
+    if not Path(env.get(binary, "")).exists():
+        pytest.skip(f"the peers folder has no {binary} ({_INSTALL})")
+    return env
 
-    proc: subprocess.Popen[bytes]
-    url: str
-    http_url: str
-    metrics_port: int
-    log_path: Path
+
+class RealTriton:
+    """The real ``tritonserver`` on 127.0.0.1 with free ports; stopped by PID. ``argv`` are
+    tritonserver flags beyond the ports and the backend directory.
+
+    Attributes:
+        url, http_url: gRPC and HTTP ``host:port``, as ``ServerProcess``'s.
+        metrics_port: its Prometheus port.
+    """
+
+    def __init__(self, env: dict[str, str], log_path: Path, *argv: str) -> None:
+        self.grpc_port, self.http_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.url = f"127.0.0.1:{self.grpc_port}"
+        self.http_url = f"127.0.0.1:{self.http_port}"
+        self.log_path = log_path
+        # NOTE: the stub's env first on PATH: the python models' interpreter finds numpy there.
+        run_env = {**os.environ, **env}
+        run_env["PATH"] = f"{env['TRITON_STUB_ENV']}/bin:{os.environ.get('PATH', '')}"
+        with open(log_path, "wb") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [
+                    env["TRITONSERVER"],
+                    f"--backend-directory={env['TRITON_BACKENDS']}",
+                    "--http-address=127.0.0.1",
+                    f"--http-port={self.http_port}",
+                    "--grpc-address=127.0.0.1",
+                    f"--grpc-port={self.grpc_port}",
+                    "--metrics-address=127.0.0.1",
+                    f"--metrics-port={self.metrics_port}",
+                    *argv,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=run_env,
+            )
 
     def log(self) -> str:
-        """What Triton printed so far."""
+        """Everything tritonserver printed so far."""
         return self.log_path.read_text(errors="replace")
+
+    def wait_live(self, timeout_s: float = 120.0) -> None:
+        """Wait until ServerLive answers over gRPC.
+
+        Raises:
+            RuntimeError: it exited or did not come up in time (with its log).
+        """
+        deadline = time.monotonic() + timeout_s
+        client = grpcclient.InferenceServerClient(self.url)
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"tritonserver exited {self.proc.returncode}:\n{self.log()}")
+                try:
+                    if client.is_server_live():
+                        return
+                except Exception:  # noqa: BLE001 - not listening yet
+                    pass
+                time.sleep(0.1)
+        finally:
+            client.close()
+        raise RuntimeError(f"tritonserver not live after {timeout_s}s:\n{self.log()}")
+
+    def wait_ready_or_skip(self, timeout_s: float = 120.0) -> None:
+        """Wait until ``/v2/health/ready`` answers 200; skip the calling test (after stopping
+        it) when it exits or is not ready in time."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.skip(f"the real Triton exited during start-up: {self.log()[-800:]}")
+            try:
+                urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=1)
+                return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        pytest.skip(f"the real Triton was not ready after {timeout_s:.0f} s: {self.log()[-800:]}")
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 30 s."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.terminate()
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -64,39 +144,13 @@ class TritonPeer:
                 self.proc.wait(timeout=10)
 
 
-def start_triton(repository: Path, log_path: Path, *flags: str) -> TritonPeer:
-    """Start tritonserver on ``repository`` with ``flags`` (127.0.0.1, free ports) and wait
-    until it is ready; skips the test when it cannot run here."""
-    env = peers_environment()
-    http, grpc, metrics = free_port(), free_port(), free_port()
-    backends = env["TRITON_BACKENDS"]
-    cmd = [
-        env["TRITONSERVER"],
-        f"--model-repository={repository}",
-        f"--backend-directory={backends}",
-        f"--cache-directory={Path(backends).parent / 'caches'}",
-        "--http-address=127.0.0.1",
-        f"--http-port={http}",
-        "--grpc-address=127.0.0.1",
-        f"--grpc-port={grpc}",
-        "--metrics-address=127.0.0.1",
-        f"--metrics-port={metrics}",
-        *flags,
-    ]
-    # NOTE: the stub's env first on PATH: the python models' interpreter finds numpy there.
-    run_env = {**os.environ, **env, "PATH": f"{env['TRITON_STUB_ENV']}/bin:{os.environ['PATH']}"}
-    log = open(log_path, "wb")  # noqa: SIM115 - the child holds it; closed below
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=run_env)
-    log.close()
-    peer = TritonPeer(proc, f"127.0.0.1:{grpc}", f"127.0.0.1:{http}", metrics, log_path)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.skip(f"the real Triton exited during start-up: {peer.log()[-800:]}")
-        try:
-            urllib.request.urlopen(f"http://{peer.http_url}/v2/health/ready", timeout=1)
-            return peer
-        except OSError:
-            time.sleep(0.2)
-    peer.stop()
-    pytest.skip(f"the real Triton was not ready after 120 s: {peer.log()[-800:]}")
+def start_triton(repository: Path, log_path: Path, *flags: str) -> RealTriton:
+    """Start tritonserver on ``repository`` with ``flags`` and wait until it is ready; skips
+    the test when it cannot run here."""
+    env = require_peers()
+    caches = Path(env["TRITON_BACKENDS"]).parent / "caches"
+    peer = RealTriton(
+        env, log_path, f"--model-repository={repository}", f"--cache-directory={caches}", *flags
+    )
+    peer.wait_ready_or_skip()
+    return peer

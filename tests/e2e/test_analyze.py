@@ -25,10 +25,9 @@ import tritonclient.grpc as grpcclient
 
 from tests.conftest import copy_models
 from tests.server import REPO_ROOT, ServerProcess, default_sigint
+from tests.triton_peer import PEERS_ENV
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
-
-PEERS_ENV = REPO_ROOT / ".peers" / "peers.env"
 
 
 def _analyze(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess[str]:

@@ -28,6 +28,7 @@ import pytest
 
 from tests.conftest import copy_models
 from tests.server import REPO_ROOT, ServerProcess, free_port
+from tests.triton_peer import require_peers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -38,7 +39,6 @@ MA_VENV = Path(
         Path(tempfile.gettempdir()) / f"triton_mp_model_analyzer_{MA_VERSION}",
     )
 )
-PEERS_ENV = REPO_ROOT / ".peers" / "peers.env"
 CONFIGS = ("add_sub_config_default", "add_sub_config_0", "add_sub_config_1")
 
 
@@ -57,17 +57,6 @@ def _model_analyzer() -> Path:
         pytest.skip(f"cannot build Model Analyzer's venv: {pip.stderr.strip()[-300:]}")
     marker.write_text(MA_VERSION)
     return exe
-
-
-def _perf_analyzer_env() -> dict[str, str]:
-    if not PEERS_ENV.exists():
-        pytest.skip(
-            "perf_analyzer is not installed (run: bash bench/peers/install-peers.sh .peers)"
-        )
-    out = subprocess.run(
-        ["bash", "-c", f"source '{PEERS_ENV}' && env -0"], check=True, capture_output=True
-    ).stdout.decode()
-    return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
 
 
 def _server_executable(tmp_path: Path) -> Path:
@@ -89,7 +78,7 @@ def _server_executable(tmp_path: Path) -> Path:
 
 def _profile(tmp_path: Path, mode_lines: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     exe = _model_analyzer()
-    env = _perf_analyzer_env()
+    env = require_peers("PERF_ANALYZER")
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO_ROOT / "src"), env.get("PYTHONPATH", "")) if p
     )

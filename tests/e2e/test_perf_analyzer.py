@@ -8,9 +8,7 @@ server-side breakdown, which it only does when ModelStatistics is faithful.
 
 from __future__ import annotations
 
-import os
 import re
-import shlex
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -18,29 +16,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import copy_models
-from tests.server import REPO_ROOT, ServerProcess
+from tests.server import ServerProcess
+from tests.triton_peer import require_peers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
-
-PEERS_ENV = Path(os.environ.get("PEERS_ENV", REPO_ROOT / ".peers" / "peers.env"))
-
-
-def _peers_env() -> dict[str, str]:
-    """The environment peers.env sets up (perf_analyzer path and its libraries)."""
-    if not PEERS_ENV.exists():
-        pytest.skip(
-            "perf_analyzer is not installed (run: bash bench/peers/install-peers.sh .peers)"
-        )
-    out = subprocess.run(
-        ["bash", "-c", f"source {shlex.quote(str(PEERS_ENV))} && env -0"],
-        check=True,
-        capture_output=True,
-    ).stdout
-    env = dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
-    if not Path(env.get("PERF_ANALYZER", "")).exists():
-        pytest.skip("perf_analyzer binary missing from the peers folder")
-    return env
-
 
 SHM = ["--shared-memory", "system", "--output-shared-memory-size", "64"]
 
@@ -71,7 +50,7 @@ def test_perf_analyzer_runs_and_reports_server_side_stats(
     extra: list[str],
     protocol: str,
 ) -> None:
-    env = _peers_env()
+    env = require_peers("PERF_ANALYZER")
     server = start_server(copy_models(tmp_path / "repo", model), "--allow-client-shm=true")
     cmd = [
         env["PERF_ANALYZER"],

@@ -13,11 +13,9 @@ are compared; those tests skip cleanly otherwise.
 from __future__ import annotations
 
 import collections
-import os
 import queue
 import re
 import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -29,12 +27,11 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import server_factory, write_python_model
-from tests.server import PROJECT_REPOSITORY, REPO_ROOT, ServerProcess, free_port
+from tests.server import PROJECT_REPOSITORY, ServerProcess
+from tests.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-PEERS_ENV = Path(os.environ.get("PEERS_ENV", REPO_ROOT / ".peers" / "peers.env"))
-RUN_TRITON = REPO_ROOT / "bench" / "peers" / "run-triton.sh"
 
 MODES_CONFIG = """
 backend: "python"
@@ -160,37 +157,11 @@ def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
 @pytest.fixture(scope="module")
 def triton_url(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The real Triton (python backend) on the same repository, or a skip."""
-    if not PEERS_ENV.exists() or not RUN_TRITON.exists():
-        pytest.skip(
-            "the real Triton is not installed (run: bash bench/peers/install-peers.sh .peers)"
-        )
-    http, grpc_port, metrics = free_port(), free_port(), free_port()
-    log = tmp_path_factory.mktemp("triton") / "triton.log"
-    env = dict(os.environ, PEERS_ENV=str(PEERS_ENV), TRITON_LOG=str(log))
-    started = subprocess.run(
-        ["bash", str(RUN_TRITON), str(repo), str(http), str(grpc_port), str(metrics)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=180,
-        check=False,
-    )
-    if started.returncode != 0:
-        pytest.skip(f"the real Triton did not start: {started.stderr[-500:]}")
-    pid = int(started.stdout.split()[-1])
+    peer = start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log")
     try:
-        yield f"127.0.0.1:{grpc_port}"
+        yield peer.url
     finally:
-        os.kill(pid, 15)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        else:
-            os.kill(pid, 9)
+        peer.stop()
 
 
 def _repeat_inputs(values: list[int], delays: list[int], wait: int) -> list[grpcclient.InferInput]:

@@ -10,12 +10,7 @@ and ``log-frequency`` on a live server: the traces land in ``<file>.<k>`` as Tri
 from __future__ import annotations
 
 import json
-import os
-import shlex
 import shutil
-import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,11 +20,11 @@ import requests
 import tritonclient.grpc as grpcclient
 from google.protobuf import json_format
 
-from tests.server import PROJECT_REPOSITORY, REPO_ROOT, ServerProcess, free_port, wait_for
+from tests.server import PROJECT_REPOSITORY, ServerProcess, wait_for
+from tests.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-PEERS_ENV = Path(os.environ.get("PEERS_ENV", REPO_ROOT / ".peers" / "peers.env"))
 
 HTTP_STEPS: list[tuple[str, str, object]] = [
     ("GET", "/v2/trace/setting", None),
@@ -76,21 +71,6 @@ GRPC_STEPS: list[tuple[str, dict]] = [
 ]
 
 
-def _peers_env() -> dict[str, str]:
-    if not PEERS_ENV.exists():
-        pytest.skip("the Triton peers are not installed (bench/peers/install-peers.sh .peers)")
-    out = subprocess.run(
-        ["bash", "-c", f"source {shlex.quote(str(PEERS_ENV))} && env -0"],
-        check=True,
-        capture_output=True,
-    ).stdout
-    env = dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
-    if not Path(env.get("TRITONSERVER", "")).exists():
-        pytest.skip("tritonserver missing from the peers folder")
-    env["PATH"] = f"{env['TRITON_STUB_ENV']}/bin:{env['PATH']}"
-    return env
-
-
 def _flags(trace_file: Path) -> list[str]:
     return [
         "--trace-config",
@@ -109,56 +89,15 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _wait_ready(http: str, proc: subprocess.Popen, what: str) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode}")
-        try:
-            if requests.get(f"http://{http}/v2/health/ready", timeout=1).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{what} not ready")
-
-
 @pytest.fixture(scope="module")
 def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """The real tritonserver 2.51 with the same trace flags: (http, grpc) addresses."""
-    env = _peers_env()
     tmp = tmp_path_factory.mktemp("triton_trace")
-    ports = [free_port() for _ in range(3)]
-    log = open(tmp / "triton.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [
-            env["TRITONSERVER"],
-            f"--model-repository={repo}",
-            f"--backend-directory={env['TRITON_BACKENDS']}",
-            "--http-address=127.0.0.1",
-            f"--http-port={ports[0]}",
-            "--grpc-address=127.0.0.1",
-            f"--grpc-port={ports[1]}",
-            "--metrics-address=127.0.0.1",
-            f"--metrics-port={ports[2]}",
-            *_flags(tmp / "trace.json"),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
+    peer = start_triton(repo, tmp / "triton.log", *_flags(tmp / "trace.json"))
     try:
-        _wait_ready(f"127.0.0.1:{ports[0]}", proc, "tritonserver")
-        yield f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"
+        yield peer.http_url, peer.url
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        log.close()
+        peer.stop()
 
 
 @pytest.fixture(scope="module")

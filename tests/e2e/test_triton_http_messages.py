@@ -19,7 +19,8 @@ from typing import NamedTuple
 import pytest
 
 from tests.conftest import write_python_model
-from tests.server import RealTriton, ServerProcess, peers_env
+from tests.server import ServerProcess
+from tests.triton_peer import RealTriton, peers_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -18,7 +18,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 
 from tests.conftest import write_python_model
-from tests.server import RealTriton, ServerProcess, peers_env
+from tests.server import ServerProcess
+from tests.triton_peer import RealTriton, peers_env
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp._proto import grpc_service_pb2_grpc as pb_grpc
 

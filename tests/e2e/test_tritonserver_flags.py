@@ -25,12 +25,11 @@ from tests.conftest import copy_models, write_python_model
 from tests.server import (
     REPO_ROOT,
     TRITONSERVER,
-    RealTriton,
     ServerProcess,
     free_port,
-    peers_env,
     wait_for,
 )
+from tests.triton_peer import RealTriton, peers_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
