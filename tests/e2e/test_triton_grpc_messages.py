@@ -113,6 +113,19 @@ CASES: dict[str, Case] = {
         "Unable to find shared memory region: 'nowhere'",
     ),
 }
+CASES.update(
+    {
+        # core Normalize: the datatype as TRITONSERVER_StringToDataType parsed it
+        f"the datatype {datatype!r}": Case(
+            "ModelInfer",
+            infer(datatype=datatype),
+            INVALID,
+            "[request id: g1] inference input 'INPUT0' data-type is '<invalid>', but model 'm' "
+            "expects 'FP32'",
+        )
+        for datatype in ("INT33", "fp32", "")
+    }
+)
 UNARY = [
     m.name
     for m in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods

@@ -408,6 +408,30 @@ CASES.update(
         ),
     }
 )
+UNKNOWN_TYPE_HEAD = json.dumps(
+    {"inputs": [{"name": "INPUT0", "datatype": "INT33", "shape": [4], "parameters": {
+        "binary_data_size": 16}}]}
+).encode()  # fmt: skip
+CASES.update(
+    {
+        # core Normalize prints "<invalid>"; JSON data is refused first by http_server.cc
+        "an unknown datatype for binary data": Case(
+            "POST",
+            M,
+            UNKNOWN_TYPE_HEAD + bytes(16),
+            400,
+            f"{RID}inference input 'INPUT0' data-type is '<invalid>', but model 'm' expects 'FP32'",
+            {HEADER: str(len(UNKNOWN_TYPE_HEAD))},
+        ),
+        "an unknown datatype for JSON data": Case(
+            "POST",
+            M,
+            {"inputs": [fp32(datatype="INT33")]},
+            400,
+            "invalid datatype for input INPUT0",
+        ),
+    }
+)
 CASES["a shared-memory register with an empty body"] = Case(
     "POST",
     "/v2/systemsharedmemory/region/r/register",

@@ -215,6 +215,13 @@ def test_unknown_repeated_and_missing_inputs() -> None:
             InputTensor("A", "FP64", (2,)),
             "inference input 'A' data-type is 'FP64', but model 'plain' expects 'FP32'",
         ),
+        *(
+            (
+                InputTensor("A", unknown, (2,)),
+                "inference input 'A' data-type is '<invalid>', but model 'plain' expects 'FP32'",
+            )
+            for unknown in ("INT33", "fp32", "", "INVALID")
+        ),
         (
             InputTensor("A", "FP32", (-1,)),
             "All input dimensions should be specified for input 'A' for model 'plain', got [-1]",

@@ -18,6 +18,7 @@ import numpy as np
 from triton_mp.common.datatypes import (
     ELEMENT_BYTES,
     NUMPY_DTYPES,
+    DataType,
     element_count,
 )
 from triton_mp.common.errors import InvalidRequest
@@ -209,9 +210,12 @@ class _InputReader:
         """The input's full shape, checked against the config (datatype, dims, batch)."""
         rid, name, mbs = self._rid, self._model.name, self._model.max_batch_size
         if t.datatype != spec.datatype:
+            # NOTE: Triton prints the type it parsed the string as: "<invalid>" for unknown.
+            known = DataType.from_wire(t.datatype) is not DataType.INVALID
             raise InvalidRequest(
-                f"{rid}inference input '{t.name}' data-type is '{t.datatype}', but model "
-                f"'{name}' expects '{spec.datatype}'"
+                f"{rid}inference input '{t.name}' data-type is "
+                f"'{t.datatype if known else '<invalid>'}', but model '{name}' expects "
+                f"'{spec.datatype}'"
             )
         shape = tuple(int(d) for d in t.shape)
         if any(d < 0 for d in shape):
