@@ -104,6 +104,10 @@ def test_matching_headers_reach_the_model_after_its_parameters(
     # No header matches: the request's own parameters only.
     got = g.infer("echo_params", [_in(grpcclient)], headers={"other": "x"}, parameters={"p": "q"})
     assert _params(got) == {"p": "q"}
+    # Binary metadata: its decoded bytes, as a C string (up to the first NUL).
+    binary = {"my-e-bin": b"ab\x00cd", "my-f-bin": b"\x01\x02z"}
+    got = g.infer("echo_params", [_in(grpcclient)], headers=binary)  # type: ignore[arg-type]
+    assert _params(got) == {"my-e-bin": "ab", "my-f-bin": "\x01\x02z"}
 
     # A stream's metadata is forwarded with each of its requests.
     answers: queue.Queue[object] = queue.Queue()

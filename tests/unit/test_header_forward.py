@@ -46,8 +46,24 @@ def test_no_pattern_or_an_invalid_one_forwards_nothing() -> None:
     assert HeaderForward("(").select(HEADERS) == ()
 
 
-def test_binary_metadata_is_skipped() -> None:
-    assert HeaderForward("my").select([("my-bin", b"\x00"), ("my-s", "v")]) == (("my-s", "v"),)
+def test_binary_metadata_and_nul_bytes_pass_as_c_strings() -> None:
+    # tritonserver forwards a -bin key's decoded bytes via c_str(): up to the first NUL.
+    got = HeaderForward("my").select(
+        [("my-bin", b"ab\x00cd"), ("my-u-bin", b"\xff!"), ("my-s", "v")]
+    )
+    assert got == (("my-bin", "ab"), ("my-u-bin", "\ufffd!"), ("my-s", "v"))
+
+
+def test_patterns_are_re2_s() -> None:
+    # Python's re would accept these; RE2 (and so tritonserver) refuses them.
+    for pattern in ("(?=my)m", "(?<=x)y", "(a)\\1"):
+        assert pattern_error(pattern) != ""
+        assert not HeaderForward(pattern).active
+    # And RE2's own syntax, which re lacks, is accepted.
+    assert pattern_error("\\Cmy") == ""
+    assert HeaderForward("[[:alpha:]]+-a$").select([("my-a", "1"), ("1-a", "2")]) == (
+        ("my-a", "1"),
+    )
 
 
 @pytest.mark.parametrize("name", [*RESERVED_PARAMETER_KEYS, "triton_anything", "triton_"])

@@ -21,15 +21,16 @@ metadata), the HTTP ``infer`` route (``--http-header-forward-pattern``: request 
   both and a JSON reader keeps the header's value, the last one: here the header's value
   replaces the parameter's. A repeated header: the last value.
 
-Python's ``re`` stands in for RE2: the patterns both accept mean the same (RE2 refuses
-back-references and look-arounds, which ``re`` would accept).
+The pattern is compiled by RE2 itself (the ``google-re2`` binding), so what it accepts,
+refuses and matches is tritonserver's. Binary (``-bin``) gRPC metadata is forwarded as
+Triton forwards it: its decoded bytes as a C string (cut at the first NUL byte).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from triton_mp.common.errors import InvalidRequest
 
@@ -51,15 +52,32 @@ Headers = Sequence[tuple[str, str]]
 """Forwarded headers: (name, value) in arrival order."""
 
 
+def _compile(pattern: str) -> Any:
+    import re2  # noqa: PLC0415 - loaded only when a forward pattern is given
+
+    return re2.compile(pattern)
+
+
 def pattern_error(pattern: str) -> str:
-    """Why ``pattern`` cannot be compiled ("" when it can, or is empty)."""
+    """Why RE2 cannot compile ``pattern`` ("" when it can, or it is empty)."""
     if not pattern:
         return ""
+    import re2  # noqa: PLC0415 - loaded only when a forward pattern is given
+
     try:
-        re.compile(pattern)
-    except re.error as e:
-        return str(e)
+        _compile(pattern)
+    except re2.error as e:
+        why = e.args[0] if e.args else e
+        return why.decode(errors="replace") if isinstance(why, bytes) else str(why)
     return ""
+
+
+def _as_c_string(value: str | bytes) -> str:
+    """A header value as tritonserver passes it on (``std::string::c_str()``): up to the
+    first NUL; a binary value's bytes read as UTF-8 (an invalid byte becomes U+FFFD)."""
+    if isinstance(value, bytes):
+        value = value.split(b"\0", 1)[0].decode(errors="replace")
+    return value.split("\0", 1)[0]
 
 
 class HeaderForward:
@@ -68,34 +86,34 @@ class HeaderForward:
     Args:
         pattern: ``--grpc-header-forward-pattern`` / ``--http-header-forward-pattern``
             as the CLI gives it (``CASE_INSENSITIVE`` + the flag's value; "" forwards
-            nothing; an invalid one, nothing either).
+            nothing; one RE2 refuses, nothing either).
     """
 
     __slots__ = ("_regex",)
 
     def __init__(self, pattern: str = "") -> None:
-        self._regex = re.compile(pattern) if pattern and not pattern_error(pattern) else None
+        self._regex = _compile(pattern) if pattern and not pattern_error(pattern) else None
 
     @property
     def active(self) -> bool:
         """Whether any header can be forwarded."""
         return self._regex is not None
 
-    def select(self, headers: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    def select(self, headers: Iterable[tuple[str, str | bytes]]) -> tuple[tuple[str, str], ...]:
         """The headers whose name the pattern matches anywhere, in arrival order.
 
         Args:
-            headers: (name, value) pairs: gRPC invocation metadata or HTTP request
-                headers. Binary (``-bin``) gRPC metadata, whose value comes as bytes, is
-                skipped here (Triton would pass its decoded bytes as a string parameter).
+            headers: (name, value) pairs: gRPC invocation metadata (a ``-bin`` key's value
+                comes as its decoded bytes) or HTTP request headers.
+
+        Returns:
+            (name, value) with the value as a string, as ``_as_c_string`` makes it.
         """
         regex = self._regex
         if regex is None:
             return ()
         return tuple(
-            (str(name), value)
-            for name, value in headers
-            if isinstance(value, str) and regex.search(str(name))
+            (str(name), _as_c_string(value)) for name, value in headers if regex.search(str(name))
         )
 
 
