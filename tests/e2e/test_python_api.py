@@ -27,264 +27,13 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory, write_python_model
+from tests.conftest import server_factory
+from tests.python_api_models import write_api_models
 from tests.server import ServerProcess
 from tests.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-PARAMS_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-instance_group [ { count: 2 kind: KIND_CPU } ]
-"""
-PARAMS_MODEL = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-BAD = {1: {"ratio": 1.5}, 2: {3: "three"}, 3: {"items": [1]}}
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            mode = int(pb_utils.get_input_tensor_by_name(request, "MODE").as_numpy()[0])
-            out = [pb_utils.Tensor("OUT", np.array([mode], np.int32))]
-            if mode in BAD:
-                try:
-                    pb_utils.InferenceResponse(out, parameters=BAD[mode])
-                    text = "accepted"
-                except Exception as e:
-                    text = str(e)
-                responses.append(pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(text, pb_utils.TritonError.INVALID_ARG)))
-                continue
-            params = {"flag": True, "count": 7 + mode, "name": "ok", "off": False}
-            responses.append(pb_utils.InferenceResponse(out, parameters=params))
-        return responses
-"""
-"""MODE 0: a response with one parameter of each type; 1-3: the message upstream's
-constructor raises for a float value, an int key, a list value."""
-
-PARAMS_DEC_CONFIG = """
-backend: "python"
-max_batch_size: 0
-model_transaction_policy { decoupled: true }
-input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-instance_group [ { count: 1 kind: KIND_CPU } ]
-"""
-PARAMS_DEC_MODEL = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        for request in requests:
-            n = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy()[0])
-            sender = request.get_response_sender()
-            for i in range(n):
-                sender.send(pb_utils.InferenceResponse(
-                    [pb_utils.Tensor("OUT", np.array([i], np.int32))],
-                    parameters={"index": i, "last": i == n - 1}))
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        return None
-"""
-
-BLS_PARAMS_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "PARAMS" data_type: TYPE_STRING dims: [ 1 ] } ]
-instance_group [ { count: 1 kind: KIND_CPU } ]
-"""
-BLS_PARAMS_MODEL = """
-import json
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            mode = pb_utils.get_input_tensor_by_name(request, "MODE")
-            answer = pb_utils.InferenceRequest(
-                model_name="params_py", requested_output_names=["OUT"], inputs=[mode]
-            ).exec()
-            seen = json.loads(answer.parameters())
-            text = json.dumps(seen, sort_keys=True).encode()
-            responses.append(pb_utils.InferenceResponse(
-                [pb_utils.Tensor("PARAMS", np.array([text], np.object_))]))
-        return responses
-"""
-"""Calls ``params_py`` through BLS and returns the parameters of its response."""
-
-CANCEL_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-instance_group [ { count: 2 kind: KIND_CPU } ]
-"""
-CANCEL_MODEL = """
-import os
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.seen = os.path.join(args["model_repository"], "seen")
-        os.makedirs(self.seen, exist_ok=True)
-
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            ms = int(pb_utils.get_input_tensor_by_name(request, "MS").as_numpy()[0])
-            deadline = time.monotonic() + ms / 1000
-            while time.monotonic() < deadline and not request.is_cancelled():
-                time.sleep(0.01)
-            if request.is_cancelled():
-                open(os.path.join(self.seen, request.request_id()), "w").close()
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                    "cancelled by the client", pb_utils.TritonError.CANCELLED)))
-            else:
-                responses.append(pb_utils.InferenceResponse(
-                    [pb_utils.Tensor("OUT", np.array([ms], np.int32))]))
-        return responses
-"""
-"""Runs MS milliseconds inside ``execute`` unless ``request.is_cancelled()`` turns true; then
-it leaves a file named after the request id in ``<model dir>/seen``."""
-
-TICKER_CONFIG = """
-backend: "python"
-max_batch_size: 0
-model_transaction_policy { decoupled: true }
-input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-instance_group [ { count: 2 kind: KIND_CPU } ]
-"""
-TICKER_MODEL = """
-import os
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.seen = os.path.join(args["model_repository"], "seen")
-        os.makedirs(self.seen, exist_ok=True)
-
-    def execute(self, requests):
-        for request in requests:
-            n = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy()[0])
-            sender = request.get_response_sender()
-            for i in range(n):
-                if sender.is_cancelled():
-                    name = request.request_id() + ("-request" if request.is_cancelled() else "")
-                    open(os.path.join(self.seen, name), "w").close()
-                    break
-                sender.send(pb_utils.InferenceResponse(
-                    [pb_utils.Tensor("OUT", np.array([i], np.int32))]))
-                time.sleep(0.02)
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        return None
-"""
-"""Decoupled: sends N responses 20 ms apart from inside ``execute`` until its
-``response_sender.is_cancelled()``; then leaves ``seen/<request id>`` (``-request`` appended
-when ``request.is_cancelled()`` agrees) and ends the request."""
-
-BLS_CANCEL_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-instance_group [ { count: 1 kind: KIND_CPU } ]
-"""
-BLS_CANCEL_MODEL = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            n = pb_utils.get_input_tensor_by_name(request, "N")
-            call = pb_utils.InferenceRequest(
-                model_name="ticker_py", requested_output_names=["OUT"], inputs=[n],
-                request_id=request.request_id())
-            count = 0
-            iterator = call.exec(decoupled=True)
-            for answer in iterator:
-                if answer.has_error():
-                    raise pb_utils.TritonModelException(answer.error().message())
-                if answer.output_tensors():
-                    count += 1
-                if count == 2:
-                    iterator.cancel()
-            responses.append(pb_utils.InferenceResponse(
-                [pb_utils.Tensor("COUNT", np.array([count], np.int32))]))
-        return responses
-"""
-"""Calls the decoupled ``ticker_py`` through BLS, cancels after two responses, and counts
-the responses the iterator gave until it ended."""
-
-READY_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-instance_group [ { count: 2 kind: KIND_CPU } ]
-"""
-READY_MODEL = """
-import asyncio
-import os
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.dir = args["model_repository"]
-
-    def _flag(self, name):
-        return os.path.exists(os.path.join(self.dir, name))
-
-    def is_ready(self):
-        with open(os.path.join(self.dir, "calls"), "a") as f:
-            f.write("x")
-        if self._flag("raise"):
-            raise RuntimeError("the feature store is down")
-        if self._flag("slow"):
-            time.sleep(7)
-        if self._flag("number"):
-            return 1
-        return not self._flag("not_ready")
-
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            ms = pb_utils.get_input_tensor_by_name(request, "MS").as_numpy()
-            time.sleep(int(ms[0]) / 1000)
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", ms)]))
-        return responses
-"""
-"""``is_ready()`` counts its calls in ``<model dir>/calls`` and answers by flag files:
-``not_ready`` False, ``raise`` raises, ``slow`` takes 7 s, ``number`` returns 1."""
-READY_ASYNC_MODEL = READY_MODEL.replace("def is_ready(self):", "async def is_ready(self):")
 
 EXPECTED_PARAMS = {"flag": True, "count": 7, "name": "ok", "off": False}
 
@@ -292,15 +41,7 @@ EXPECTED_PARAMS = {"flag": True, "count": 7, "name": "ok", "off": False}
 def _repository(root: Path) -> Path:
     repo = root / "repo"
     repo.mkdir()
-    write_python_model(repo, "params_py", PARAMS_CONFIG, PARAMS_MODEL)
-    write_python_model(repo, "params_dec_py", PARAMS_DEC_CONFIG, PARAMS_DEC_MODEL)
-    write_python_model(repo, "bls_params_py", BLS_PARAMS_CONFIG, BLS_PARAMS_MODEL)
-    write_python_model(repo, "cancel_py", CANCEL_CONFIG, CANCEL_MODEL)
-    write_python_model(repo, "ticker_py", TICKER_CONFIG, TICKER_MODEL)
-    write_python_model(repo, "bls_cancel_py", BLS_CANCEL_CONFIG, BLS_CANCEL_MODEL)
-    write_python_model(repo, "ready_py", READY_CONFIG, READY_MODEL)
-    write_python_model(repo, "ready_async_py", READY_CONFIG, READY_ASYNC_MODEL)
-    return repo
+    return write_api_models(repo)
 
 
 @pytest.fixture(scope="module")
@@ -371,6 +112,37 @@ def test_response_parameters_reach_grpc_and_http_clients(
         body = h.infer("params_py", [_mode(0, httpclient)]).get_response()
         assert body["parameters"] == EXPECTED_PARAMS
         assert list(body).index("parameters") < list(body).index("outputs")
+    finally:
+        g.close()
+        h.close()
+
+
+@MP_ONLY
+@pytest.mark.parametrize("mode", [4, 5, 6])
+def test_response_parameter_ints_outside_int64_fail_the_response_as_upstreams_send(
+    which: str, mode: int, server: ServerProcess, request: pytest.FixtureRequest
+) -> None:
+    """The constructor takes any Python int (upstream checks only the type); the send refuses
+    one TritonJson does not read as int64 (infer_response.cc: "Unsupported value type on
+    parameters", INTERNAL), over gRPC and HTTP alike (before: gRPC UNKNOWN "Value out of
+    range", HTTP sent the value)."""
+    grpc_url, http_url = _urls(server, request, which)
+    g = grpcclient.InferenceServerClient(grpc_url)
+    h = httpclient.InferenceServerClient(http_url)
+    try:
+        with pytest.raises(InferenceServerException) as err:
+            g.infer("params_py", [_mode(mode)])
+        assert err.value.status() == "StatusCode.INTERNAL"
+        assert err.value.message() == "Unsupported value type on parameters"
+        with pytest.raises(InferenceServerException) as herr:
+            h.infer("params_py", [_mode(mode, httpclient)])
+        assert herr.value.status() == "500"
+        assert herr.value.message() == "Unsupported value type on parameters"
+        for edge_mode, edge in ((7, 2**63 - 1), (8, -(2**63))):
+            answer = g.infer("params_py", [_mode(edge_mode)])
+            assert _grpc_params(answer.get_response()) == {"big": edge}
+            body = h.infer("params_py", [_mode(edge_mode, httpclient)]).get_response()
+            assert body["parameters"] == {"big": edge}
     finally:
         g.close()
         h.close()

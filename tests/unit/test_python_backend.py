@@ -393,6 +393,11 @@ def test_response_parameters_travel_with_the_outputs() -> None:
     assert _parameters_refusal('{"k": 1.5}') == "Unsupported value type on parameters"
     assert _parameters_refusal("[1]") is not None
     assert _parameters_refusal("{") is not None
+    for edge in (2**63 - 1, -(2**63)):
+        assert _parameters_refusal(json.dumps({"k": edge})) is None
+    for outside in (2**63, -(2**63) - 1, 2**64):
+        refusal = _parameters_refusal(json.dumps({"k": outside}))
+        assert refusal == "Unsupported value type on parameters"
 
 
 @pytest.mark.parametrize(

@@ -161,18 +161,31 @@ def _client_dims(dims: tuple[int, ...]) -> tuple[int, ...] | None:
 
 def _parameters_refusal(parameters_json: str) -> str | None:
     """Why a response's parameters cannot be sent (None when they can): as upstream's
-    ``InferResponse::Send`` refuses a value that is not a string, integer or boolean
-    ("Unsupported value type on parameters"); a JSON string that is no object is refused
-    too (only our ``parameters=`` JSON-string extension can produce either)."""
+    ``InferResponse::Send`` refuses a value that is not a string, an int64 or a boolean
+    ("Unsupported value type on parameters"; the constructor takes any Python int); a JSON
+    string that is no object is refused too (only our ``parameters=`` JSON-string extension
+    can produce either)."""
     try:
         doc = json.loads(parameters_json)
     except ValueError as e:
         return f"Unable to parse the response parameters as JSON: {e}"
     if not isinstance(doc, dict):
         return "Unable to parse the response parameters: expected a JSON object"
-    if any(not isinstance(v, bool | int | str) for v in doc.values()):
+    if any(not _sendable(v) for v in doc.values()):
         return "Unsupported value type on parameters"
     return None
+
+
+_INT64 = range(-(2**63), 2**63)
+
+
+def _sendable(value: object) -> bool:
+    """A parameter value upstream's ``InferResponse::Send`` sends: a string, a boolean, or an
+    integer TritonJson reads as ``IsInt`` (RapidJSON's int64; a larger one is a uint64 or a
+    double there, refused as an unsupported type)."""
+    if isinstance(value, bool | str):
+        return True
+    return isinstance(value, int) and value in _INT64
 
 
 class PythonBackend:
