@@ -28,8 +28,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import server_factory
-from tests.python_api_models import write_api_models
-from tests.server import ServerProcess
+from tests.python_api_models import API_MODELS, write_api_models
+from tests.server import ServerProcess, wait_for
 from tests.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -406,6 +406,26 @@ def test_is_ready_raising_or_returning_no_bool_is_not_ready(
     with _flag(repo, "ready_py", flag):
         assert _readiness(server, "ready_py") == (False, False, False)
     assert _readiness(server, "ready_py")[0]
+
+
+@MP_ONLY
+def test_is_ready_raising_is_logged_in_cores_words_at_verbose_1_only(
+    which: str, repo: Path, server: ServerProcess, tmp_path: Path
+) -> None:
+    """As upstream: python_be.cc hands the exception's text to the core as the instance's
+    readiness error, and server.cc ``ModelIsReady`` logs it with LOG_VERBOSE(1) ("Model 'm'
+    version 1 is not ready: ..."); at the default verbosity nothing is logged."""
+    line = "Model 'ready_py' version 1 is not ready: RuntimeError: the feature store is down"
+    with _flag(repo, "ready_py", "raise"):
+        assert not _readiness(server, "ready_py")[0]
+    time.sleep(0.5)
+    assert "is not ready" not in server.log()
+    verbose_repo = write_api_models(tmp_path / "repo", {"ready_py": API_MODELS["ready_py"]})
+    with server_factory(tmp_path) as start:
+        verbose = start(verbose_repo, "--log-verbose=1")
+        with _flag(verbose_repo, "ready_py", "raise"):
+            assert not _readiness(verbose, "ready_py")[0]
+            wait_for(lambda: line in verbose.log(), 10, "the not-ready line")
 
 
 @MP_ONLY

@@ -4,7 +4,10 @@ worker's one-call-at-a-time runner, the scheduler's choice of instances (no proc
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+
+import pytest
 
 from triton_mp.frontend.readiness import ReadinessChecks, verdict
 from triton_mp.ipc.codec import Decoder
@@ -71,4 +74,21 @@ def test_checks_that_arrive_during_a_call_share_its_answer() -> None:
     assert [(f, a.query_id, a.ready, a.message) for f, a in answers] == [
         (0, 1, False, "warming up"),
         (1, 2, False, "warming up"),
+    ]
+
+
+def test_a_not_ready_answer_is_logged_in_cores_words_at_debug_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """server.cc ModelIsReady's LOG_VERBOSE(1) line: debug (``--log-verbose 1``), never info."""
+    done = threading.Event()
+    runner = ReadinessRunner(
+        3, lambda: (False, "RuntimeError: down"), lambda _f, _a: done.set(), "m", 2
+    )
+    with caplog.at_level(logging.DEBUG, logger="triton_mp.workers.readiness"):
+        runner.ask(ReadyCheck(query_id=1, frontend_id=0))
+        assert done.wait(5)
+    records = [r for r in caplog.records if "is not ready" in r.getMessage()]
+    assert [(r.levelno, r.getMessage()) for r in records] == [
+        (logging.DEBUG, "Model 'm' version 2 is not ready: RuntimeError: down")
     ]

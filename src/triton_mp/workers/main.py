@@ -156,7 +156,10 @@ def _wire_readiness(spec: WorkerSpec, backend: Backend, worker: Worker) -> bool:
     if not getattr(backend, "has_ready_check", False):
         return False
     check = backend.check_ready  # type: ignore[attr-defined]
-    worker.readiness = ReadinessRunner(spec.instance.instance_id, check, worker.reply_frontend)
+    instance = spec.instance
+    worker.readiness = ReadinessRunner(
+        instance.instance_id, check, worker.reply_frontend, instance.model, instance.version
+    )
     return True
 
 

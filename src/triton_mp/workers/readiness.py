@@ -52,6 +52,12 @@ class ReadinessRunner:
         instance_id: this instance (``InstanceReadiness.instance_id``).
         check: ``check() -> (ready, why not)`` (``PythonBackend.check_ready``).
         reply: ``reply(frontend_id, answer)`` sends an answer to a frontend.
+        model, version: the model served, for the log line of a check that says not ready.
+
+    A not-ready answer (False, not a bool, raising) is logged at ``--log-verbose
+    1`` only, in core's words (server.cc ``ModelIsReady``: "Model 'm' version 1 is not ready:
+    <why>"): Triton logs nothing about it at the default verbosity, neither does the python
+    backend (python_be.cc returns the error to the core, which logs it verbosely).
     """
 
     def __init__(
@@ -59,8 +65,12 @@ class ReadinessRunner:
         instance_id: int,
         check: Callable[[], tuple[bool, str]],
         reply: Callable[[int, InstanceReadiness], None],
+        model: str = "",
+        version: int = 0,
     ) -> None:
         self._instance_id = instance_id
+        self._model = model
+        self._version = version
         self._check = check
         self._reply = reply
         self._lock = threading.Lock()
@@ -79,7 +89,7 @@ class ReadinessRunner:
     def _run(self) -> None:
         ready, why = self._check()
         if not ready:
-            log.debug("the model is not ready: %s", why)
+            log.debug("Model '%s' version %d is not ready: %s", self._model, self._version, why)
         with self._lock:
             waiting, self._waiting = self._waiting, []
             self._busy = False
