@@ -120,10 +120,14 @@ PACKED = [
     ("INT64", [-(2**63), 2, 3, 2**63 - 1], np.array([-(2**63), 2, 3, 2**63 - 1], np.int64)),
     ("FP32", [[0.5, 1], [2.25, -3]], np.array([0.5, 1, 2.25, -3], np.float32)),
     ("FP64", [0.1, 1, 2, 3], np.array([0.1, 1, 2, 3], np.float64)),
+    ("FP32", [10**30, 2**64, 2, 3], np.array([1e30, 2**64, 2, 3], np.float32)),
+    ("INT32", [2**40 + 1, 2, 3, 4], np.array([1, 2, 3, 4], np.int32)),  # NOTE: Triton's cast
 ]
 
 
-@pytest.mark.parametrize(("datatype", "data", "expected"), PACKED, ids=[p[0] for p in PACKED])
+@pytest.mark.parametrize(
+    ("datatype", "data", "expected"), PACKED, ids=[f"{p[0]}-{i}" for i, p in enumerate(PACKED)]
+)
 def test_json_data_packs_each_datatype_row_major(
     datatype: str, data: list[Any], expected: np.ndarray
 ) -> None:
@@ -152,21 +156,49 @@ def test_json_data_refuses_an_unknown_datatype() -> None:
 
 
 def test_json_data_must_be_an_array() -> None:
-    with pytest.raises(InvalidRequest) as e:
+    with pytest.raises(TritonMPError) as e:
         json_tensor_bytes("X", "FP32", 1.0, 1)
-    assert e.value.message.startswith("Unable to parse 'data'")
+    assert (e.value.code, e.value.message) == (
+        ErrorCode.INTERNAL,
+        "Unable to parse 'data': attempt to access JSON non-array as array",
+    )
+
+
+TOO_MANY = "Unable to parse 'data': Shape does not match true shape of 'data' field"
+TOO_FEW = "Failed to parse 'data' field: shape does not match true shape"
 
 
 @pytest.mark.parametrize(
-    "data", [[1.0, 2.0, 3.0], [1.0], [[1.0, 2.0], [3.0]]], ids=["more", "fewer", "ragged"]
+    ("data", "message"),
+    [
+        ([1.0, 2.0, 3.0], TOO_MANY),
+        ([[1.0, 2.0], [3.0]], TOO_MANY),
+        ([1.0], TOO_FEW),
+        ([1.0, 2.0, True], TOO_MANY),  # NOTE: the count is checked before the third's type
+        ([True, 2.0, 3.0], "Unable to parse 'data': attempt to access JSON non-number as double"),
+    ],
+    ids=["more", "ragged", "fewer", "more, then a boolean", "a boolean, then more"],
 )
-def test_json_data_count_must_match_the_shape(data: list[Any]) -> None:
+def test_json_data_count_must_match_the_shape(data: list[Any], message: str) -> None:
+    # http_server.cc ReadDataFromJson (upstream main's words for fewer: PR #8676)
     with pytest.raises(TritonMPError) as e:
         json_tensor_bytes("X", "FP32", data, 2)
-    assert (e.value.code, e.value.message) == (
-        ErrorCode.INTERNAL,  # NOTE: Triton's status for it (HTTP 500)
-        "Unable to parse 'data': Shape does not match true shape of 'data' field",
-    )
+    assert (e.value.code, e.value.message) == (ErrorCode.INTERNAL, message)
+
+
+def test_json_data_nested_too_deep_is_refused() -> None:
+    # upstream main's HTTP_MAX_JSON_NESTING_DEPTH: a value 100 arrays deep
+    deep: Any = 1.0
+    for _ in range(99):
+        deep = [deep]
+    assert json_tensor_bytes("X", "FP32", deep, 1) == np.float32(1).tobytes()
+    message = "JSON nesting depth exceeds maximum allowed limit (100)"
+    with pytest.raises(InvalidRequest) as e:
+        json_tensor_bytes("X", "FP32", [deep], 1)
+    assert e.value.message == f"Unable to parse 'data': {message}"
+    with pytest.raises(InvalidRequest) as e:
+        json_tensor_bytes("X", "BYTES", [[deep]], 1)
+    assert e.value.message == message
 
 
 @pytest.mark.parametrize(
@@ -179,6 +211,16 @@ def test_json_data_count_must_match_the_shape(data: list[Any]) -> None:
         ("BOOL", [1, 0], "non-boolean as boolean"),
         ("INT64", [None, 1], "non-signed-integer as signed-integer"),
         ("UINT64", [2**64, 1], "non-unsigned-integer as unsigned-integer"),
+        ("INT32", [1, True], "non-signed-integer as signed-integer"),
+        ("INT8", [2.0, 1], "non-signed-integer as signed-integer"),
+        ("INT64", [2**63, 1], "non-signed-integer as signed-integer"),
+        ("UINT32", [1, False], "non-unsigned-integer as unsigned-integer"),
+        ("UINT16", [1.0, 1], "non-unsigned-integer as unsigned-integer"),
+        ("FP32", [1.5, True], "non-number as double"),
+        ("FP64", [None, 1], "non-number as double"),
+        ("FP32", [{}, 1], "non-number as double"),
+        ("BOOL", [True, 0], "non-boolean as boolean"),
+        ("BOOL", [True, "true"], "non-boolean as boolean"),
     ],
     ids=lambda v: str(v),
 )

@@ -13,6 +13,7 @@ A member missing or of the wrong JSON type is INTERNAL (HTTP 500) with TritonJso
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -126,14 +127,82 @@ def json_object(obj: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 _ACCESSOR = {"f": "double", "i": "int", "u": "uint", "b": "bool"}
+_TYPES = {"f": {int, float}, "i": {int}, "u": {int}, "b": {bool}}
+"""What Python types (as msgspec decodes JSON) each kind's TritonJson accessor takes."""
+_INT64_MIN = -(2**63)
+_DOUBLE_LIMIT = 2**1024
+
+MAX_JSON_DEPTH = 100
+"""Deepest nesting of a JSON ``data`` array (server ``common.h``
+``HTTP_MAX_JSON_NESTING_DEPTH``, upstream main since 2026; 2.51 has no limit)."""
+
+_TOO_DEEP = f"JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DEPTH})"
+_DATA_TOO_DEEP = f"Unable to parse 'data': {_TOO_DEEP}"
+"""Numbers are read under ``RETURN_MSG_IF_ERR(..., "Unable to parse 'data'")``; BYTES'
+``JsonBytesArrayByteSize`` is not."""
 
 
-def _flatten(data: list[Any], out: list[Any]) -> None:
-    for item in data:
-        if isinstance(item, list):
-            _flatten(item, out)
-        else:
-            out.append(item)
+def _elements(data: Any, too_deep: str, depth: int = 0) -> Iterator[Any]:
+    """The scalars of a nested ``data`` array in row-major order, as http_server.cc's
+    ``ReadDataFromJsonHelper`` visits them; a value ``MAX_JSON_DEPTH`` arrays deep is
+    refused when reached, with ``too_deep`` (INVALID_ARG)."""
+    if depth >= MAX_JSON_DEPTH:
+        raise InvalidRequest(too_deep)
+    if isinstance(data, list):
+        for item in data:
+            yield from _elements(item, too_deep, depth + 1)
+    else:
+        yield data
+
+
+def _fits(kind: str, x: Any) -> bool:
+    """Whether TritonJson's accessor for ``kind`` reads ``x`` (IsBool / IsUint64 / IsInt64 /
+    IsNumber; a boolean is none of the numbers)."""
+    if type(x) not in _TYPES[kind]:
+        return False
+    if kind == "u":
+        return 0 <= x <= UINT64_MAX  # type: ignore[no-any-return]
+    if kind == "i":
+        return _INT64_MIN <= x <= INT64_MAX  # type: ignore[no-any-return]
+    # NOTE: RapidJSON refuses an integer past the double range when it parses the body;
+    # here it is refused as no number.
+    return type(x) is not int or abs(x) < _DOUBLE_LIMIT
+
+
+_TOO_MANY = "Unable to parse 'data': Shape does not match true shape of 'data' field"
+_TOO_FEW = "Failed to parse 'data' field: shape does not match true shape"
+"""Upstream main's words (PR #8676, 2026) for fewer elements than the shape; 2.51 said
+``_TOO_MANY``'s."""
+
+
+def _check_elements(data: list[Any], kind: str, count: int) -> None:
+    """Visit ``data`` in Triton's order and raise its first error: the nesting depth, one
+    element past ``count``, an element of the wrong JSON type; then too few elements.
+
+    Raises:
+        InvalidRequest: too deep. TritonMPError: INTERNAL otherwise.
+    """
+    seen = 0
+    for x in _elements(data, _DATA_TOO_DEEP):
+        if seen >= count:
+            raise TritonMPError(_TOO_MANY, ErrorCode.INTERNAL)
+        if not _fits(kind, x):
+            raise access_error("Unable to parse 'data'", _ACCESSOR[kind])
+        seen += 1
+    if seen != count:
+        raise TritonMPError(_TOO_FEW, ErrorCode.INTERNAL)
+
+
+def _bytes_elements(data: list[Any]) -> bytes:
+    """A BYTES ``data`` array length-prefixed (``JsonBytesArrayByteSize``' checks first)."""
+    parts = []
+    for item in _elements(data, _TOO_DEEP):
+        if not isinstance(item, str):
+            raise access_error("Unable to parse JSON bytes array", "string")
+        b = item.encode("utf-8")
+        parts.append(_U32.pack(len(b)))
+        parts.append(b)
+    return b"".join(parts)
 
 
 _KINDS = {
@@ -141,10 +210,8 @@ _KINDS = {
     for t in DataType
     if t.numpy is not None and t not in (DataType.FP16, DataType.STRING)
 }
-"""Datatype -> what JSON numbers it takes (its numpy kind): b booleans, u unsigned, i integers,
+"""Datatype -> what JSON values it takes (its numpy kind): b booleans, u unsigned, i integers,
 f any number. FP16, BF16 and BYTES take no JSON numbers here."""
-
-_SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'data' field"
 
 
 def json_tensor_bytes(name: str, datatype: str, data: object, count: int) -> bytes:
@@ -154,16 +221,16 @@ def json_tensor_bytes(name: str, datatype: str, data: object, count: int) -> byt
         name: the input's name (for messages).
         datatype: the request's datatype string for the input.
         data: the decoded JSON value of ``data``.
-        count: element count of the input's shape.
+        count: element count of the input's shape (> 0).
 
     Raises:
         InvalidRequest: FP16/BF16 (Triton takes them in binary form only), an unknown
-            datatype, ``data`` that is not an array, elements of the wrong JSON type
-            (booleans for BOOL, strings for BYTES, integers for integer types, numbers for
-            floating point; no negatives for unsigned types), or an element count that
-            differs from the shape's. Integers out of a narrower type's range wrap, as
-            Triton's casts do, and a boolean among numbers counts as 0 or 1 (numpy's rule;
-            Triton refuses it).
+            datatype, nesting ``MAX_JSON_DEPTH`` deep.
+        TritonMPError: INTERNAL with http_server.cc's / TritonJson's words: ``data`` not an
+            array, an element of the wrong JSON type (BOOL takes booleans, unsigned types
+            non-negative integers, signed types integers in int64 range, floating point any
+            number but a boolean, BYTES strings), more or fewer elements than the shape.
+            Integers out of a narrower type's range wrap, as Triton's casts do.
     """
     if datatype in ("FP16", "BF16"):
         raise InvalidRequest(
@@ -173,47 +240,25 @@ def json_tensor_bytes(name: str, datatype: str, data: object, count: int) -> byt
     if datatype not in NUMPY_DTYPES:
         raise InvalidRequest(f"invalid datatype for input {name}")
     if not isinstance(data, list):
-        raise InvalidRequest("Unable to parse 'data': expected a JSON array")
-    flat = data
-    if any(isinstance(item, list) for item in data):
-        flat = []
-        _flatten(data, flat)
+        raise access_error("Unable to parse 'data'", "array")
     if datatype == "BYTES":
         # NOTE: no count check here: core's ValidateBytesInputs says "expected N string
         # elements ..." as for any BYTES input.
-        parts = []
-        for item in flat:
-            if not isinstance(item, str):
-                raise access_error("Unable to parse JSON bytes array", "string")
-            b = item.encode("utf-8")
-            parts.append(_U32.pack(len(b)))
-            parts.append(b)
-        return b"".join(parts)
-    if len(flat) != count:
-        raise TritonMPError(_SHAPE_MISMATCH, ErrorCode.INTERNAL)
-    # NOTE: Triton reads each element with AsDouble / AsInt / AsUInt / AsBool.
-    bad = access_error("Unable to parse 'data'", _ACCESSOR[_KINDS[datatype]])
-    try:
-        arr = np.array(flat)
-    except (ValueError, TypeError, OverflowError):
-        raise bad from None
-    want = _KINDS[datatype]
-    kind = arr.dtype.kind
-    if want in ("i", "u") and kind in ("f", "O") and all(type(x) is int for x in flat):
-        # NOTE: integers numpy could not hold in int64 (it made floats or objects of them).
+        return _bytes_elements(data)
+    kind = _KINDS[datatype]
+    flat = data
+    if any(isinstance(item, list) for item in data):
+        flat = list(_elements(data, _DATA_TOO_DEEP))
+    arr = None
+    if len(flat) == count and set(map(type, flat)) <= _TYPES[kind]:
+        wide = {"b": np.bool_, "u": np.uint64, "i": np.int64, "f": np.float64}[kind]
         try:
-            arr = np.array(flat, dtype=np.uint64 if want == "u" else np.int64)
+            arr = np.array(flat, dtype=wide)
         except OverflowError:
-            raise bad from None
-        kind = arr.dtype.kind
-    if want == "b":
-        ok = kind == "b"
-    elif want == "f":
-        ok = kind in ("i", "u", "f")
-    else:
-        ok = kind in ("i", "u")
-    if not ok or arr.size != count or (want == "u" and arr.size and arr.min() < 0):
-        raise bad
+            arr = None  # NOTE: an integer out of int64 / uint64 range: found below
+    if arr is None:
+        _check_elements(data, kind, count)
+        raise AssertionError("unreachable: _check_elements refuses what numpy refused")
     out: bytes = arr.astype(NUMPY_DTYPES[datatype], copy=False).tobytes()
     return out
 
