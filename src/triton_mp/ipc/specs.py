@@ -248,6 +248,12 @@ class ModelVersionSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=Tru
         """Inputs whose shapes must match for requests to share a batch."""
         return tuple(t.name for t in self.inputs if -1 in t.dims and not t.allow_ragged_batch)
 
+    @property
+    def has_optional_inputs(self) -> bool:
+        """Whether an input is ``optional``: then requests share a batch only when they
+        give the same inputs (core ``RequiredEqualInputs``)."""
+        return any(t.optional for t in self.inputs)
+
 
 class ChannelSpec(msgspec.Struct, frozen=True, array_like=True):
     """A producer's end of a channel: the ring and the consumer's wake-up."""

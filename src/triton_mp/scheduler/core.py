@@ -176,8 +176,7 @@ class SchedulerCore:
         if gen.spec.ensemble is not None:
             self.ensembles.start(req, gen, now_ns)
             return
-        enforced = gen.enforced_inputs
-        shape_key = tuple(t.shape[1:] for t in req.inputs if t.name in enforced) if enforced else ()
+        shape_key = gen.batch_key(req.inputs)
         flags = req.sequence_flags
         item = Queued(
             (req.reply_to, req.request_id),

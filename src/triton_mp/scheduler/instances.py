@@ -11,12 +11,12 @@ retires (finishes its queue on its own instances) beside it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
 
-from triton_mp.ipc.messages import InferRequest, ReplyTo
+from triton_mp.ipc.messages import InferRequest, ReplyTo, TensorRef
 from triton_mp.ipc.specs import ModelVersionSpec
 from triton_mp.scheduler.policy import Policy
 
@@ -67,10 +67,27 @@ class Generation:
     policy: Policy
     enforced_inputs: tuple[str, ...] = ()
     """``spec.enforced_inputs``: requests batch together only when these shapes agree."""
+    optional_inputs: bool = False
+    """``spec.has_optional_inputs``: requests batch together only with the same inputs."""
     retiring: bool = False
     armed: bool = False
     """Set after the first dispatch pass that saw the retirement; a request a frontend sent
     before it dropped the version is drained by the next pass, so only then may it end."""
+
+    def batch_key(self, inputs: Sequence[TensorRef]) -> Hashable:
+        """What must be equal for two requests to share a batch (core
+        ``RequiredEqualInputs::HasEqualInputs``): the shapes, without the batch dimension,
+        of the enforced inputs (by name), and for a model with optional inputs the set of
+        inputs given. ``()`` for most models: anything batches with anything."""
+        enforced, optional = self.enforced_inputs, self.optional_inputs
+        if not enforced and not optional:
+            return ()
+        if len(inputs) == 1 and not optional:
+            t = inputs[0]
+            return (t.shape[1:],) if t.name in enforced else ()
+        shapes = {t.name: t.shape[1:] for t in inputs}
+        key = tuple(shapes.get(n) for n in enforced)
+        return (frozenset(shapes), key) if optional else key
 
     @property
     def key(self) -> VersionKey:

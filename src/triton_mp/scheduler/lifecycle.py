@@ -273,7 +273,7 @@ class Lifecycle:
                 gen.policy.instance_idle(instance_id, now_ns)
 
     def _start_generation(self, spec: ModelVersionSpec) -> Generation:
-        gen = Generation(spec, make_policy(spec), spec.enforced_inputs)
+        gen = Generation(spec, make_policy(spec), spec.enforced_inputs, spec.has_optional_inputs)
         self.active[gen.key] = gen
         self._stats.add(*gen.key)
         self._logs.add(gen.key)

@@ -98,18 +98,14 @@ def check_input_names(req: InferenceRequest, model: Model, rid: str) -> None:
         InvalidRequest: with Triton's message for the first problem.
     """
     name = model.name
-    seen = {t.name for t in req.inputs}
     required = [n for n, s in model.inputs.items() if not s.optional]
     if not len(required) <= len(req.inputs) <= len(model.inputs):
         raise InvalidRequest(_count_message(req, model, required, rid))
     for t in req.inputs:
         if t.name not in model.inputs:
             raise InvalidRequest(f"unexpected inference input '{t.name}' for model '{name}'")
-    missing = [n for n in required if n not in seen]
-    if missing:
-        # NOTE: stricter than Triton, whose core passes a request with the right number of
-        # inputs but a required one absent on to the backend.
-        raise InvalidRequest(_count_message(req, model, required, rid))
+    # NOTE: a request with the right number of inputs but a required one absent (an optional
+    # one in its place) goes on to the backend, as Triton's core lets it.
 
 
 def _count_message(req: InferenceRequest, model: Model, required: list[str], rid: str) -> str:
