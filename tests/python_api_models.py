@@ -289,3 +289,95 @@ def write_api_models(repo: Path, models: dict[str, tuple[str, str]] = API_MODELS
     for name, (config, source) in models.items():
         write_python_model(repo, name, config, source)
     return repo
+
+
+# ---------------------------------------------------------------- request rescheduling
+ITER_CONFIG = """
+backend: "python"
+max_batch_size: 0
+sequence_batching { iterative_sequence: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+ITER_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.seen = {}
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            n = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
+            cid = request.correlation_id()
+            flags = self.seen.setdefault(cid, [])
+            flags.append(request.flags())
+            if len(flags) < n:
+                request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+                responses.append(None)
+                continue
+            del self.seen[cid]
+            out = np.array(flags + [1 if cid else 0], np.int32)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out)]))
+        return responses
+"""
+"""Iterative, not decoupled (python_backend README "Request Rescheduling"): runs a request
+IN times, rescheduling it (response None) until then; answers the request flags each
+execution saw, then 1 when the request had a correlation ID."""
+
+ITER_DEC_CONFIG = """
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+sequence_batching { iterative_sequence: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+ITER_DEC_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.left = {}
+
+    def execute(self, requests):
+        for request in requests:
+            n = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
+            cid = request.correlation_id()
+            left = self.left.get(cid, n) - 1
+            sender = request.get_response_sender()
+            out = pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([left], np.int32))])
+            if left <= 0:
+                self.left.pop(cid, None)
+                sender.send(out, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            else:
+                self.left[cid] = left
+                request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+                sender.send(out)
+        return None
+"""
+"""Iterative and decoupled (the README's example): one response per execution with the
+number of responses left, rescheduled until none is left (then final)."""
+
+RESCHED_PLAIN_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+"""``ITER_MODEL`` without ``iterative_sequence`` (no sequence batching at all)."""
+
+RESCHEDULE_MODELS: dict[str, tuple[str, str]] = {
+    "iter_py": (ITER_CONFIG, ITER_MODEL),
+    "iter_dec_py": (ITER_DEC_CONFIG, ITER_DEC_MODEL),
+    "resched_plain_py": (RESCHED_PLAIN_CONFIG, ITER_MODEL),
+}
+"""The models of ``test_python_reschedule``."""

@@ -13,14 +13,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from triton_mp.backends.base import RESPONDED, BackendRequest
+from triton_mp.backends.base import RESCHEDULED, RESPONDED, BackendRequest
 from triton_mp.backends.python import pb_utils
 from triton_mp.backends.python.autocomplete import may_auto_complete
 from triton_mp.backends.python.backend import PB_UTILS_MODULE, PythonBackend
 from triton_mp.backends.registry import BACKENDS, load_backend
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.ipc.messages import ErrorInfo
-from triton_mp.ipc.specs import BatchingSpec, InstanceSpec, ModelVersionSpec, TensorSpec
+from triton_mp.ipc.specs import (
+    BatchingSpec,
+    InstanceSpec,
+    ModelVersionSpec,
+    SequenceSpec,
+    TensorSpec,
+)
 
 IO = (TensorSpec(name="INPUT0", datatype="FP32", dims=(4,)),)
 OUT = (
@@ -425,3 +431,56 @@ def test_is_ready_answers_as_upstreams_stub(tmp_path: Path, body: str, expected:
         assert backend.check_ready() == expected
     finally:
         backend.close()
+
+
+RESCHEDULING = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            if x[0, 0] > 0:
+                r.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+                out.append(None)
+            else:
+                out.append(pb_utils.InferenceResponse([
+                    pb_utils.Tensor("OUTPUT0", x), pb_utils.Tensor("OUTPUT1", x)]))
+        return out
+"""
+
+
+@pytest.mark.parametrize("iterative", [True, False])
+def test_a_request_released_with_reschedule_is_rescheduled_only_under_iterative_sequence(
+    tmp_path: Path, iterative: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """python_be.cc drops the response of a request released with RESCHEDULE; the core
+    takes the flag only from an iterative sequence model, else refuses it (logged as
+    python_be.cc does, and answered here)."""
+    seq = SequenceSpec(iterative=iterative)
+    b = PythonBackend(_spec(_write(tmp_path, RESCHEDULING), sequence=seq), INSTANCE)
+    try:
+        results, _ = b.execute([_req(1.0), _req(0.0)])
+    finally:
+        b.close()
+    assert isinstance(results[1], dict)
+    if iterative:
+        assert results[0] is RESCHEDULED
+        assert "Failed to release request" not in caplog.text
+        return
+    assert isinstance(results[0], ErrorInfo)
+    assert results[0].code == ErrorCode.INVALID_ARG
+    assert results[0].message == (
+        "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is "
+        "not configured to handle such a flag."
+    )
+    assert "Failed to release request: Request is released with" in caplog.text
+
+
+def test_release_flags_are_stored_as_given() -> None:
+    request = pb_utils.InferenceRequest(model_name="m")
+    assert request.release_flags() == pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL
+    request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+    assert request.release_flags() == 2

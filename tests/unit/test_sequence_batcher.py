@@ -458,3 +458,51 @@ def test_invalid_sequence_requests_count_as_other_failures_not_rejections() -> N
     for r in (f.send(7), f.send(0, START), f.send(1, START, batch_size=2)):
         assert isinstance(r, Rejection)
         assert r.reason == "OTHER"
+
+
+# --------------------------------------------------------------------------- iterative
+
+
+def test_iterative_a_rescheduled_request_runs_first_in_its_slot_and_is_never_idle() -> None:
+    """core IterativeSequencer: the slot stays bound while the request runs, longer than
+    max_sequence_idle_microseconds; RESCHEDULE queues it first (no flags), ahead of a
+    request of the same sequence that arrived meanwhile; a release without it ends the
+    sequence, the next batch names it in ``released`` and the backlog takes the slot."""
+    f = direct(mbs=0, idle_us=100, iterative=True)
+    assert [f.sched.new_sequence_id() for _ in range(2)] == [1, 2]
+    first = f.send(7, START)
+    assert isinstance(first, Queued)
+    (batch,) = f.pop()
+    assert batch.requests == (first,)
+    f.clock.advance_us(1000)
+    assert f.sched.expire(f.clock.now_ns()) == []
+    assert f.sched.next_deadline_ns() is None
+    later = f.send(7)
+    waiting = f.send(8, START)  # backlogged: the only slot is taken
+    assert isinstance(later, Queued)
+    assert isinstance(waiting, Queued)
+    again = Queued(first.key, 1, (), f.clock.now_ns(), corrid=7)
+    assert f.sched.reschedule(again, f.clock.now_ns()) is None
+    f.done(0)
+    (batch,) = f.pop()
+    assert batch.requests == (again,)
+    f.sched.finish(7, f.clock.now_ns())  # ``later`` is still queued: the sequence goes on
+    f.done(0)
+    (batch,) = f.pop()
+    assert batch.requests == (later,)
+    f.sched.finish(7, f.clock.now_ns())
+    f.done(0)
+    (batch,) = f.pop()
+    assert (batch.requests, batch.released) == ((waiting,), (7,))
+
+
+def test_iterative_a_reschedule_for_a_lost_sequence_starts_it_again() -> None:
+    f = direct(mbs=0, instances=(0, 1), iterative=True)
+    f.send(3, START)
+    (batch,) = f.pop()
+    f.sched.instance_gone(batch.instance_id)
+    again = Queued(99, 1, (), f.clock.now_ns(), corrid=3)
+    assert f.sched.reschedule(again, f.clock.now_ns()) is None
+    (batch,) = f.pop()
+    assert batch.requests[0].key == 99
+    assert batch.requests[0].starts

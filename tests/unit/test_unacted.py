@@ -124,13 +124,17 @@ def test_pytorch_and_cuda_fields_not_acted_on_are_named() -> None:
             "onnxruntime",
             "intra_op_threads",
         ),
-        ("sequence_batching { iterative_sequence: true }", "python", "iterative_sequence"),
     ],
 )
 def test_each_ignored_field_is_named(extra: str, backend: str, field: str) -> None:
     warnings = unacted_fields(_config(extra, backend))
     assert len(warnings) == 1, warnings
     assert field in warnings[0]
+
+
+def test_iterative_sequence_is_acted_on() -> None:
+    """Iterative sequence batching is implemented (the scheduler's sequence batcher)."""
+    assert unacted_fields(_config("sequence_batching { iterative_sequence: true }", "python")) == []
 
 
 def test_repository_agents_are_refused() -> None:

@@ -98,6 +98,22 @@ RESPONDED = Responded()
 """The one ``Responded`` value."""
 
 
+class Rescheduled:
+    """The result of a request the model released with ``RELEASE_RESCHEDULE`` (python
+    ``request.set_release_flags``, iterative sequence batching): no response is sent for
+    it now; the worker reports it in ``BatchDone.rescheduled`` and the scheduler runs it
+    again in a later batch of its sequence."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "RESCHEDULED"
+
+
+RESCHEDULED = Rescheduled()
+"""The one ``Rescheduled`` value."""
+
+
 class Outputs(dict[str, np.ndarray]):
     """A request's outputs (name -> array) with the response's parameters: what a backend
     returns instead of a plain dict when the response carries parameters (the python
@@ -120,7 +136,7 @@ def response_parameters(outputs: dict[str, np.ndarray]) -> str:
     return outputs.parameters_json if isinstance(outputs, Outputs) else ""
 
 
-Result = dict[str, np.ndarray] | ErrorInfo | Responded
+Result = dict[str, np.ndarray] | ErrorInfo | Responded | Rescheduled
 
 
 class Responder(Protocol):

@@ -254,6 +254,9 @@ class BatchDone(msgspec.Struct, frozen=True, kw_only=True, tag="batch_done", arr
     end_ns: int
     failed: tuple[int, ...] = ()
     """Indices (within the batch) of requests that got an error."""
+    rescheduled: tuple[int, ...] = ()
+    """Indices of requests the model released with ``RELEASE_RESCHEDULE`` (iterative
+    sequence batching): no response went out; the scheduler queues each again."""
 
 
 class DecoupledDone(

@@ -116,6 +116,9 @@ class SequenceSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """``oldest.preferred_batch_size``."""
     preserve_ordering: bool = False
     """``oldest.preserve_ordering``."""
+    iterative: bool = False
+    """``iterative_sequence``: a request may be rescheduled (``RELEASE_RESCHEDULE``) and
+    one without a correlation ID gets a sequence of its own."""
 
 
 class WarmupInputSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):

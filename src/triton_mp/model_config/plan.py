@@ -477,6 +477,7 @@ def _sequence_spec(cfg: mc.ModelConfig, model_dir: Path) -> SequenceSpec:
             max_candidate_sequences=int(o.max_candidate_sequences),
             preferred_batch_sizes=tuple(int(b) for b in o.preferred_batch_size),
             preserve_ordering=bool(o.preserve_ordering),
+            iterative=bool(seq.iterative_sequence),
         )
     d = seq.direct
     return SequenceSpec(
@@ -486,4 +487,5 @@ def _sequence_spec(cfg: mc.ModelConfig, model_dir: Path) -> SequenceSpec:
         states=states,
         max_queue_delay_us=int(d.max_queue_delay_microseconds),
         minimum_slot_utilization=float(d.minimum_slot_utilization),
+        iterative=bool(seq.iterative_sequence),
     )

@@ -129,8 +129,6 @@ def _scheduling(config: mc.ModelConfig) -> list[str]:
             out.append(f"instance_group '{group.name}' secondary_devices (NVDLA)")
     if config.HasField("sequence_batching"):
         seq = config.sequence_batching
-        if seq.iterative_sequence:
-            out.append("sequence_batching.iterative_sequence: not implemented by triton-mp")
         for st in seq.state:
             if st.use_same_buffer_for_input_output:
                 out.append(

@@ -176,6 +176,18 @@ class SchedulerCore:
         if gen.spec.ensemble is not None:
             self.ensembles.start(req, gen, now_ns)
             return
+        if not req.sequence_id and getattr(gen.policy, "iterative", False):
+            # NOTE: core IterativeSequencer::SetupSequenceRequest: a request of its own
+            # sequence (the next ID of the model's counter, from 1) that starts it.
+            corrid = gen.policy.new_sequence_id()  # type: ignore[attr-defined]
+            req = msgspec.structs.replace(
+                req, sequence_id=corrid, sequence_flags=req.sequence_flags | _START
+            )
+        self._offer(gen, req, now_ns)
+
+    def _offer(self, gen: Generation, req: InferRequest, now_ns: int, again: bool = False) -> None:
+        """Queue ``req`` in its generation's policy (``again``: a rescheduled request, queued
+        first in its iterative sequence); a refusal fails it."""
         shape_key = gen.batch_key(req.inputs)
         flags = req.sequence_flags
         item = Queued(
@@ -190,7 +202,8 @@ class SchedulerCore:
             starts=bool(flags & _START),
             ends=bool(flags & _END),
         )
-        rejection = gen.policy.offer(item, now_ns)
+        policy: Any = gen.policy  # NOTE: ``reschedule`` is the sequence batcher's alone
+        rejection = policy.reschedule(item, now_ns) if again else policy.offer(item, now_ns)
         if rejection is not None:
             message = (request_label(req) if rejection.prefixed else "") + rejection.message
             self._out.fail(req, rejection.code, message, now_ns, rejection.reason)
@@ -259,10 +272,11 @@ class SchedulerCore:
             return
         flight, inst.batch = inst.batch, None
         failed = set(msg.failed)
+        again = set(msg.rescheduled)
         ok = [
             (r.arrival_ns, flight.dispatch_ns, r.batch_size)
             for i, r in enumerate(flight.requests)
-            if i not in failed
+            if i not in failed and i not in again
         ]
         inst.executions += 1
         self._release(msg.instance_id, now_ns)
@@ -282,8 +296,26 @@ class SchedulerCore:
         for r in flight.requests:
             if r.reply_to.kind is Requester.ENSEMBLE:
                 self.ensembles.on_executed(r.request_id, compute, now_ns)
-        if not self.stopping and inst.generation is not None:
-            inst.generation.policy.instance_idle(msg.instance_id, now_ns)
+        gen = inst.generation
+        if gen is not None and getattr(gen.policy, "iterative", False):
+            self._release_iterative(gen, flight.requests, again, now_ns)
+        if not self.stopping and gen is not None:
+            gen.policy.instance_idle(msg.instance_id, now_ns)
+
+    def _release_iterative(
+        self, gen: Generation, reqs: Sequence[InferRequest], again: set[int], now_ns: int
+    ) -> None:
+        """After a batch of an iterative sequence model: each request the model released
+        with ``RELEASE_RESCHEDULE`` is queued again first in its sequence with no flags
+        (core ``IterativeSequencer::RescheduleRequest``; while stopping it fails as queued
+        requests do); every other one ends its sequence."""
+        for i, r in enumerate(reqs):
+            if i not in again:
+                gen.policy.finish(r.sequence_id, now_ns)  # type: ignore[attr-defined]
+            elif self.stopping:
+                self._out.fail(r, ErrorCode.UNAVAILABLE, STOPPING_MESSAGE, now_ns)
+            else:
+                self._offer(gen, msgspec.structs.replace(r, sequence_flags=0), now_ns, again=True)
 
     # ------------------------------------------------------------- rate limiter
     def _on_activated(self, msg: VersionsActivated, now_ns: int) -> None:

@@ -69,6 +69,7 @@ def _sequence(spec: ModelVersionSpec) -> Policy:
         max_candidate_sequences=seq.max_candidate_sequences,
         preferred_batch_sizes=seq.preferred_batch_sizes,
         corrid_kind=kind,
+        iterative=seq.iterative,
     )
 
 

@@ -36,6 +36,7 @@ import numpy as np
 from triton_mp.backends.base import (
     Backend,
     BackendRequest,
+    Rescheduled,
     Responded,
     Result,
     SequenceBatch,
@@ -282,6 +283,7 @@ class Worker:
             self._compute_stamps(traced, exec_end - t_infer, exec_end)
         t0 = time.perf_counter_ns()
         failed = self._answer(reqs, results)
+        rescheduled = tuple(i for i, r in enumerate(results) if isinstance(r, Rescheduled))
         t_output = time.perf_counter_ns() - t0
         # NOTE: under the lock: response threads of decoupled models share the ring.
         with self._post_lock:
@@ -295,6 +297,7 @@ class Worker:
                     compute_output_ns=t_output,
                     end_ns=time.monotonic_ns(),
                     failed=failed,
+                    rescheduled=rescheduled,
                 )
             )
 
@@ -409,12 +412,13 @@ class Worker:
         self, reqs: tuple[InferRequest, ...], results: list[Result | None]
     ) -> tuple[int, ...]:
         """Write and post each request's response (those the backend answered itself,
-        ``Responded``, are skipped); returns the indices of the requests that failed."""
+        ``Responded``, and those it rescheduled, ``Rescheduled``, are skipped); returns the
+        indices of the requests that failed."""
         failed = []
         missing = ErrorInfo(ErrorCode.INTERNAL, "no result for the request", self._origin)
         final = [missing if r is None else r for r in results]
         for i, (req, res) in enumerate(zip(reqs, final, strict=True)):
-            if isinstance(res, Responded):
+            if isinstance(res, Responded | Rescheduled):
                 continue
             with self._post_lock:
                 if isinstance(res, dict):

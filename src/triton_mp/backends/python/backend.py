@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from triton_mp.backends.base import (
+    RESCHEDULED,
     RESPONDED,
     BackendRequest,
     Outputs,
@@ -154,6 +155,13 @@ def _error_code(code: int) -> ErrorCode:
         return ErrorCode.INTERNAL
 
 
+NOT_RESCHEDULABLE = (
+    "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not "
+    "configured to handle such a flag."
+)
+"""Core's refusal of ``RELEASE_RESCHEDULE`` for a model without ``iterative_sequence``."""
+
+
 def _client_dims(dims: tuple[int, ...]) -> tuple[int, ...] | None:
     """Config ``dims`` usable as a numpy reshape target (at most one -1), else None."""
     return dims if dims.count(-1) <= 1 else None
@@ -215,6 +223,7 @@ class PythonBackend:
                 ErrorCode.UNSUPPORTED,
             )
         self._batched = model.max_batch_size > 0
+        self._iterative = model.sequence is not None and model.sequence.iterative
         self._input_reshape = {t.name: t.reshape for t in model.inputs if t.reshape is not None}
         self._output_dims = {
             t.name: dims
@@ -353,10 +362,29 @@ class PythonBackend:
                 self._origin,
             )
             return [info] * len(requests), PhaseTimes(t_input, watch.lap())
-        results: list[Result] = [
-            self._result(r, resp) for r, resp in zip(requests, responses, strict=True)
-        ]
+        results: list[Result] = []
+        for r, pb, resp in zip(requests, pb_requests, responses, strict=True):
+            if not self._rescheduling(pb):
+                results.append(self._result(r, resp))
+            elif self._iterative:
+                results.append(RESCHEDULED)
+            else:
+                # NOTE: python_be.cc drops the response of a request released with
+                # RESCHEDULE and the core then refuses the flag, which leaves the client
+                # without an answer; here it gets the core's refusal instead.
+                results.append(ErrorInfo(ErrorCode.INVALID_ARG, NOT_RESCHEDULABLE, self._origin))
         return results, PhaseTimes(t_input, watch.lap())
+
+    def _rescheduling(self, request: pb_utils.InferenceRequest) -> bool:
+        """Whether the model released ``request`` with ``RELEASE_RESCHEDULE``. Only
+        ``iterative_sequence`` runs it again; otherwise the core refuses the flag
+        (``NOT_RESCHEDULABLE``, infer_request.cc), which python_be.cc logs as "Failed to
+        release request: ..." before it releases the request with ``RELEASE_ALL``, as here."""
+        if request.release_flags() != pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            return False
+        if not self._iterative:
+            log.error("Failed to release request: %s", NOT_RESCHEDULABLE)
+        return True
 
     def _end_decoupled(
         self,
@@ -376,6 +404,13 @@ class PythonBackend:
                     results.append(error)
                 else:
                     results.append(RESPONDED)
+                continue
+            if self._rescheduling(req) and self._iterative:
+                # NOTE: the request goes on with a new sender in its next execution; this
+                # one must not end it when it is dropped.
+                if sender is not None:
+                    sender._claim()  # noqa: SLF001
+                results.append(RESCHEDULED)
                 continue
             if sender is None:
                 assert self._responder is not None

@@ -26,8 +26,12 @@ metrics endpoint reads at scrape time, so an operation is a store under a lock, 
 message.
 
 Not here yet (later work): ``load_model`` / ``unload_model`` from Python (they raise
-UNSUPPORTED; ``is_model_ready`` answers from the BLS table of served models), request
-rescheduling.
+UNSUPPORTED; ``is_model_ready`` answers from the BLS table of served models).
+
+Request rescheduling: ``request.set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)``
+inside ``execute`` of a model with ``sequence_batching { iterative_sequence: true }`` runs the
+request again in a later batch (the backend reports it; the scheduler queues it first in its
+sequence).
 
 Tensor data: ``Tensor.as_numpy()`` of an input returns the array the worker gave the backend,
 which for fixed-size types is a view over the frontend's shared-memory arena. As in Triton,
@@ -74,7 +78,7 @@ TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
 """Release flag: the model is done with the request."""
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
-"""Release flag: schedule the request again (not supported by triton-mp yet)."""
+"""Release flag: schedule the request again (iterative sequence batching)."""
 TRITONSERVER_MEMORY_GPU = 2
 """Memory type of ``PreferredMemory``: device memory."""
 TRITONSERVER_MEMORY_CPU = 0
@@ -353,6 +357,7 @@ def _backend_request(
     r._sender = None  # noqa: SLF001
     r._sender_factory = None  # noqa: SLF001
     r._cancelled = None  # noqa: SLF001
+    r._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL  # noqa: SLF001
     return r
 
 
@@ -428,6 +433,7 @@ class InferenceRequest:
         "_model_name",
         "_model_version",
         "_parameters",
+        "_release_flags",
         "_request_id",
         "_requested_output_names",
         "_sender",
@@ -464,6 +470,7 @@ class InferenceRequest:
         self._sender: InferenceResponseSender | None = None
         self._sender_factory: Callable[[], InferenceResponseSender] | None = None
         self._cancelled: Callable[[], bool] | None = None
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     def inputs(self) -> list[Tensor]:
         """The input tensors."""
@@ -527,15 +534,17 @@ class InferenceRequest:
         return self._trace if self._trace is not None else InferenceTrace()
 
     def set_release_flags(self, flags: int) -> None:
-        """Rescheduling requests is not supported yet.
+        """How the model releases the request when ``execute`` returns:
+        ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`` runs it again in a later batch of the
+        same sequence (``sequence_batching { iterative_sequence: true }``; a non-decoupled
+        model returns None as its response), ``TRITONSERVER_REQUEST_RELEASE_ALL`` (the
+        default) ends it. Stored as given, as upstream's ``SetReleaseFlags``; the backend
+        acts on it after ``execute``."""
+        self._release_flags = int(flags)
 
-        Raises:
-            TritonModelException: unless ``flags`` is ``TRITONSERVER_REQUEST_RELEASE_ALL``.
-        """
-        if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
-            raise TritonModelException(
-                "request rescheduling is not supported by triton-mp yet", TritonError.UNSUPPORTED
-            )
+    def release_flags(self) -> int:
+        """The release flags ``set_release_flags`` set (``RELEASE_ALL`` by default)."""
+        return self._release_flags
 
     def get_response_sender(self) -> InferenceResponseSender:
         """The request's response sender (decoupled models); the same object every call.

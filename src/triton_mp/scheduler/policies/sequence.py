@@ -32,6 +32,12 @@ triton.md §4.5):
   queued: "timeout of the corresponding sequence has been expired".
 - When an instance dies, its sequences are lost (their state lived in it): queued requests
   fail and later requests need a new START.
+- Iterative sequences (``iterative_sequence: true``; core ``IterativeSequencer``): the
+  scheduler gives a request without a correlation ID a sequence of its own (an ID and
+  START). Its slot stays bound while the request runs (no idle release then); when the model
+  releases it with ``RELEASE_RESCHEDULE`` it is queued again first in its sequence with no
+  flags (``reschedule``), otherwise the sequence ends (``finish``) unless the request had
+  END (then its slot was freed when it was handed out, as for any sequence).
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from __future__ import annotations
 import collections
 import contextlib
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from triton_mp.common.close_reason import CloseReason
@@ -60,6 +66,8 @@ class _Slot:
     queue: collections.deque[Queued] = field(default_factory=collections.deque)
     last_ns: int = 0
     """Last activity of its sequence: a request arrived or was handed to the instance."""
+    running: bool = False
+    """An iterative sequence's request runs on the instance (the slot is not idle)."""
 
 
 class SequenceBatcher:
@@ -77,6 +85,7 @@ class SequenceBatcher:
         preferred_batch_sizes: Oldest's ``preferred_batch_size``.
         corrid_kind: ``int`` or ``str`` when a CORRID control fixes the type of correlation
             IDs (a control of datatype BYTES wants strings), None when any is accepted.
+        iterative: ``iterative_sequence`` (see the module docstring).
     """
 
     def __init__(
@@ -92,8 +101,10 @@ class SequenceBatcher:
         max_candidate_sequences: int = 0,
         preferred_batch_sizes: Sequence[int] = (),
         corrid_kind: type | None = None,
+        iterative: bool = False,
     ) -> None:
         self.model = model
+        self.iterative = iterative
         self.corrid_kind = corrid_kind
         self.strategy = strategy
         self.max_batch_size = max_batch_size
@@ -119,6 +130,7 @@ class SequenceBatcher:
         self._live: set[int] = set()
         self._released: dict[int, list[Hashable]] = collections.defaultdict(list)
         self._failed: list[tuple[Queued, Rejection]] = []
+        self._next_sequence_id = 0
 
     # ----------------------------------------------------------------- requests
     def offer(self, item: Queued, now_ns: int) -> Rejection | None:
@@ -255,7 +267,7 @@ class SequenceBatcher:
         """Release idle sequences; fail backlogged sequences whose timeout ran out."""
         failed, self._failed = self._failed, []
         for slot in list(self._active.values()):
-            if not slot.queue and now_ns - slot.last_ns >= self.idle_ns:
+            if not slot.queue and not slot.running and now_ns - slot.last_ns >= self.idle_ns:
                 self._released[slot.instance_id].append(slot.corrid)
                 self._unbind(slot)
                 self._fill_from_backlog(slot, now_ns)
@@ -272,7 +284,11 @@ class SequenceBatcher:
 
     def next_deadline_ns(self) -> int | None:
         """The nearest idle release, backlog timeout or batching delay."""
-        times = [slot.last_ns + self.idle_ns for slot in self._active.values() if not slot.queue]
+        times = [
+            slot.last_ns + self.idle_ns
+            for slot in self._active.values()
+            if not slot.queue and not slot.running
+        ]
         times += [
             q[0].enqueue_ns + q[0].timeout_us * 1000
             for q in self._backlog.values()
@@ -368,7 +384,43 @@ class SequenceBatcher:
         if item.ends and not slot.queue:
             self._unbind(slot)
             self._fill_from_backlog(slot, now_ns)
+        elif self.iterative:
+            slot.running = True
         return item
+
+    # ----------------------------------------------------------------- iterative
+    def new_sequence_id(self) -> int:
+        """The correlation ID of the next request that comes without one to an iterative
+        model: 1, 2, ... per model version (core ``IterativeSequencer::sequence_id_``)."""
+        self._next_sequence_id += 1
+        return self._next_sequence_id
+
+    def reschedule(self, item: Queued, now_ns: int) -> Rejection | None:
+        """An iterative sequence's request the model released with ``RELEASE_RESCHEDULE``:
+        queued first in its sequence (``item`` carries no START or END, as core's
+        ``RescheduleRequest`` clears the flags). A sequence that lost its slot meanwhile
+        (its instance died) starts again."""
+        slot = self._active.get(item.corrid)
+        if slot is None:
+            return self.offer(replace(item, starts=True), now_ns)
+        slot.running = False
+        slot.last_ns = now_ns
+        slot.queue.appendleft(item)
+        return None
+
+    def finish(self, corrid: Hashable, now_ns: int) -> None:
+        """An iterative sequence's request was released for good (no RESCHEDULE): its
+        sequence ends, as core's null END request ends it; the worker drops its state with
+        the instance's next batch, and the oldest backlogged sequence takes the slot."""
+        slot = self._active.get(corrid)
+        if slot is None or not slot.running:
+            return
+        slot.running = False
+        if slot.queue:
+            return
+        self._released[slot.instance_id].append(corrid)
+        self._unbind(slot)
+        self._fill_from_backlog(slot, now_ns)
 
     def _free_slot(self) -> _Slot | None:
         """Slot 0 of every live instance first, then slot 1, ... (spreads sequences)."""
@@ -386,6 +438,7 @@ class SequenceBatcher:
     def _unbind(self, slot: _Slot) -> None:
         self._active.pop(slot.corrid, None)
         slot.corrid = None
+        slot.running = False
         slot.queue.clear()
 
     def _fill_from_backlog(self, slot: _Slot, now_ns: int) -> None:

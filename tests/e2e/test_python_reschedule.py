@@ -1,0 +1,153 @@
+"""End to end: request rescheduling in python models (iterative sequence batching).
+
+python_backend README "Request Rescheduling": ``request.set_release_flags(
+pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)`` in a model with ``sequence_batching {
+iterative_sequence: true }`` runs the request again in a later batch; the core's
+``IterativeSequencer`` gives a request without a correlation ID a sequence of its own (an ID
+and START) and clears the flags of a rescheduled request. Each case runs against triton-mp
+and the real Triton 2.51 (``.peers/``; it has the feature since 23.11) on the same repository
+(``tests.python_api_models.RESCHEDULE_MODELS``).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.conftest import server_factory
+from tests.python_api_models import RESCHEDULE_MODELS, write_api_models
+from tests.server import ServerProcess
+from tests.triton_peer import start_triton
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+SERVERS = pytest.mark.parametrize("which", ["triton-mp", "triton"])
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("resched") / "repo"
+    root.mkdir()
+    return write_api_models(root, RESCHEDULE_MODELS)
+
+
+@pytest.fixture(scope="module")
+def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with server_factory(tmp_path_factory.mktemp("logs")) as start:
+        yield start(repo)
+
+
+@pytest.fixture(scope="module")
+def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    peer = start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log")
+    try:
+        yield peer.url, peer.http_url
+    finally:
+        peer.stop()
+
+
+def _urls(which: str, server: ServerProcess, request: pytest.FixtureRequest) -> tuple[str, str]:
+    if which == "triton-mp":
+        return server.url, server.http_url
+    urls: tuple[str, str] = request.getfixturevalue("triton")
+    return urls
+
+
+def _in(n: int, module: object = grpcclient) -> object:
+    inp = module.InferInput("IN", [1], "INT32")  # type: ignore[attr-defined]
+    inp.set_data_from_numpy(np.array([n], np.int32))
+    return inp
+
+
+@SERVERS
+def test_a_rescheduled_request_runs_again_with_its_flags_cleared(
+    which: str, server: ServerProcess, request: pytest.FixtureRequest
+) -> None:
+    """A request without a correlation ID runs IN times: the first execution sees START (the
+    sequencer's), the rescheduled ones no flags; it had a correlation ID all along. Three
+    at once share the one slot in turn (each keeps it until it is released for good)."""
+    grpc_url, http_url = _urls(which, server, request)
+    g = grpcclient.InferenceServerClient(grpc_url)
+    h = httpclient.InferenceServerClient(http_url)
+    try:
+        assert g.infer("iter_py", [_in(3)]).as_numpy("OUT").tolist() == [1, 0, 0, 1]
+        assert h.infer("iter_py", [_in(2, httpclient)]).as_numpy("OUT").tolist() == [1, 0, 1]
+        results: dict[int, list[int]] = {}
+
+        def call(n: int) -> None:
+            client = grpcclient.InferenceServerClient(grpc_url)
+            try:
+                results[n] = client.infer("iter_py", [_in(n)]).as_numpy("OUT").tolist()
+            finally:
+                client.close()
+
+        threads = [threading.Thread(target=call, args=(n,)) for n in (4, 1, 2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert results == {4: [1, 0, 0, 0, 1], 1: [1, 1], 2: [1, 0, 1]}
+    finally:
+        g.close()
+        h.close()
+
+
+@SERVERS
+def test_a_decoupled_model_reschedules_until_its_final_response(
+    which: str, server: ServerProcess, request: pytest.FixtureRequest
+) -> None:
+    """The README's decoupled example: one response per execution (responses left), then
+    the final one."""
+    grpc_url, _ = _urls(which, server, request)
+    answers: queue.Queue[object] = queue.Queue()
+    g = grpcclient.InferenceServerClient(grpc_url)
+    try:
+        g.start_stream(callback=lambda result, error: answers.put(error or result))
+        g.async_stream_infer("iter_dec_py", [_in(3)], request_id="r1")
+        values = []
+        for _ in range(3):
+            got = answers.get(timeout=30)
+            assert not isinstance(got, InferenceServerException), got
+            values.append(int(got.as_numpy("OUT")[0]))  # type: ignore[attr-defined]
+        assert values == [2, 1, 0]
+        g.stop_stream()
+    finally:
+        g.close()
+
+
+@SERVERS
+def test_reschedule_without_iterative_sequence_is_refused_by_the_core(
+    which: str, server: ServerProcess, request: pytest.FixtureRequest
+) -> None:
+    """Without ``iterative_sequence`` the core refuses the flag (infer_request.cc: "Request
+    is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not
+    configured to handle such a flag."); python_be.cc logs it and releases the request.
+    Triton leaves the client without any answer (the response was dropped): its deadline
+    passes. triton-mp answers the core's refusal (INVALID_ARG) instead of never answering."""
+    grpc_url, _ = _urls(which, server, request)
+    g = grpcclient.InferenceServerClient(grpc_url)
+    try:
+        with pytest.raises(InferenceServerException) as err:
+            g.infer("resched_plain_py", [_in(2)], client_timeout=3)
+        if which == "triton":
+            assert err.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        else:
+            assert err.value.status() == "StatusCode.INVALID_ARGUMENT"
+            assert err.value.message() == (
+                "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the "
+                "model is not configured to handle such a flag."
+            )
+            assert "Failed to release request: Request is released with" in server.log()
+        # the model serves on; its table still holds the first request's execution (flags
+        # 0: no sequence batcher, correlation ID 0), so IN=1 answers both and then 0
+        assert g.infer("resched_plain_py", [_in(1)]).as_numpy("OUT").tolist() == [0, 0, 0]
+    finally:
+        g.close()
