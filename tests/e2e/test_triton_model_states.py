@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import shutil
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -202,3 +204,96 @@ def test_a_version_draining_during_an_unload_is_unloading(
         assert "r" in done  # the request in flight was answered
     finally:
         server.stop()
+
+
+LATEST_ONE = CONFIG % "slow_v" + "version_policy: { latest: { num_versions: 1 } }\n"
+
+
+def _reload_drain_states(url: str, grpc_url: str, repo: Path) -> dict[str, object]:
+    """Hold a request in flight on version 1 of ``slow_v`` (8 s), add version 2 and load it
+    (``latest: 1`` retires version 1); meanwhile record the index rows of version 1, its
+    ModelReady and the answer to a request naming it."""
+    client = grpcclient.InferenceServerClient(grpc_url)
+    inp = grpcclient.InferInput("INPUT0", [4], "FP32")
+    inp.set_data_from_numpy(np.ones(4, np.float32))
+    seen: dict[str, object] = {"states": set()}
+    try:
+        client.load_model("slow_v")
+
+        def held() -> None:
+            try:
+                seen["r"] = client.infer("slow_v", [inp], model_version="1")
+            except InferenceServerException as e:
+                seen["r"] = (e.status(), e.message())
+
+        infer = threading.Thread(target=held)
+        infer.start()
+        time.sleep(1.0)  # NOTE: the request is in execute now
+        shutil.copytree(repo / "slow_v" / "1", repo / "slow_v" / "2")
+        load = threading.Thread(target=lambda: client.load_model("slow_v"))
+        load.start()
+        while infer.is_alive():
+            rows = {r[1]: r[2] for r in _index(url) if r[0] == "slow_v"}
+            seen["states"].add(rows.get("1", ""))  # type: ignore[attr-defined]
+            if rows.get("1") == "UNLOADING" and rows.get("2") == "READY" and "v1" not in seen:
+                seen["ready1"] = client.is_model_ready("slow_v", "1")
+                seen["server_ready"] = client.is_server_ready()
+                try:
+                    client.infer("slow_v", [inp], model_version="1")
+                    seen["v1"] = "answered"
+                except InferenceServerException as e:
+                    seen["v1"] = (e.status(), e.message())
+            time.sleep(0.05)
+        infer.join(timeout=30)
+        load.join(timeout=30)
+        # NOTE: Triton ends the unload a moment after the last request let go of version 1
+        deadline = time.monotonic() + 10
+        while True:
+            status, rows = call(url, "POST", "/v2/repository/index")
+            seen["after"] = rows
+            if time.monotonic() > deadline or "UNLOADING" not in json.dumps(rows):
+                break
+            time.sleep(0.1)
+    finally:
+        client.close()
+    return seen
+
+
+def test_a_version_retired_by_a_reload_is_unloading_while_its_requests_finish(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Triton's lifecycle: a version a reload retires (``latest: 1``, version 2 added) is
+    UNLOADING while its in-flight request finishes, then UNAVAILABLE "unloaded"; meanwhile it
+    is not ready, nor is the (strict) server, and a request naming it gets UNAVAILABLE "... is
+    not at ready state" (before: UNAVAILABLE "unloaded" at once). Side by side with 2.51.
+    NOTE: Triton's load answers once version 2 is ready; triton-mp's after the drain."""
+    results = {}
+    env = peers_env()
+    for which in ("triton-mp", "triton") if env is not None else ("triton-mp",):
+        repo = tmp_path_factory.mktemp(f"reload-{which}") / "repo"
+        write_python_model(repo, "slow_v", LATEST_ONE, SLOW.replace("sleep(4)", "sleep(8)"))
+        flags = ("--model-control-mode=explicit",)
+        if which == "triton-mp":
+            server: ServerProcess | RealTriton = ServerProcess(repo, repo.parent / "s.log", *flags)
+        else:
+            assert env is not None
+            server = RealTriton(env, repo.parent / "t.log", f"--model-repository={repo}", *flags)
+        try:
+            server.wait_live()
+            results[which] = _reload_drain_states(server.http_url, server.url, repo)
+        finally:
+            server.stop()
+    for which, seen in results.items():
+        assert "UNLOADING" in seen["states"], (which, seen)  # type: ignore[operator]
+        assert seen["ready1"] is False, which
+        # core IsReady (strict readiness): a version not READY whose reason is not "unloaded"
+        assert seen["server_ready"] is False, which
+        assert seen["v1"] == (
+            "StatusCode.UNAVAILABLE",
+            "Request for unknown model: 'slow_v' version 1 is not at ready state",
+        ), which
+        assert isinstance(seen["r"], grpcclient.InferResult), (which, seen["r"])  # answered
+        assert seen["after"] == [
+            {"name": "slow_v", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"},
+            {"name": "slow_v", "version": "2", "state": "READY"},
+        ], which

@@ -82,3 +82,33 @@ def test_an_unloaded_model_that_had_failed_keeps_the_server_unready() -> None:
     table.update((ModelEntry(name="m", config=b"", ready_versions=(1,)),))
     assert table.all_ready()
     assert table.unloaded_failures("m") == {}
+
+
+def test_a_version_draining_after_a_reload_is_unavailable_and_keeps_the_server_unready() -> None:
+    """Retired by a change while its requests finish (Triton: UNLOADING): not at ready state,
+    and strict readiness false (its reason is not "unloaded" yet), until it is retired."""
+    table = ModelTable(
+        (ModelEntry(name="m", config=b"", ready_versions=(2,), unloading_versions=(1,)),)
+    )
+    with pytest.raises(ModelUnavailable) as e:
+        table.resolve("m", "1")
+    assert e.value.message == "Request for unknown model: 'm' version 1 is not at ready state"
+    assert table.resolve("m", "")[1] == 2
+    assert not table.all_ready()
+    table.update((ModelEntry(name="m", config=b"", ready_versions=(2,), retired_versions=(1,)),))
+    assert table.all_ready()
+
+
+def test_the_supervisor_lists_a_draining_version_as_unloading_then_retired() -> None:
+    from triton_mp.frontend.repository_api import _model_rows
+    from triton_mp.supervisor.served_models import ServedModel
+
+    model = ServedModel(name="m", retired={1}, unloading={1})
+    entry = model.entry()
+    assert (entry.unloading_versions, entry.retired_versions) == ((1,), ())
+    table = ModelTable((entry,))
+    rows = [(r.version, r.state, r.reason) for _, r in _model_rows(table.get("m"), False)]
+    assert rows == [("1", "UNLOADING", "")]
+    model.unloading.clear()
+    entry = model.entry()
+    assert (entry.unloading_versions, entry.retired_versions) == ((), (1,))

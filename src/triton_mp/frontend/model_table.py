@@ -45,6 +45,8 @@ class Model:
     """``model_transaction_policy.decoupled``: zero or more responses per request."""
     retired_versions: tuple[int, ...] = ()
     """Versions a change stopped serving: UNAVAILABLE "unloaded", as Triton keeps them."""
+    unloading_versions: tuple[int, ...] = ()
+    """Versions a change stopped serving that still drain their requests: UNLOADING."""
     preserve_ordering: bool = False
     """Responses leave in request order (``dynamic_batching.preserve_ordering``, or the
     sequence batcher's ``oldest.preserve_ordering``)."""
@@ -121,6 +123,7 @@ class ModelTable:
                 transition=e.transition,
                 version_reasons=dict(e.version_reasons),
                 retired_versions=tuple(sorted(e.retired_versions)),
+                unloading_versions=tuple(sorted(e.unloading_versions)),
                 decoupled=bool(cfg.model_transaction_policy.decoupled),
                 preserve_ordering=bool(
                     cfg.dynamic_batching.preserve_ordering
@@ -148,12 +151,16 @@ class ModelTable:
 
     def all_ready(self) -> bool:
         """Strict readiness (core ``InferenceServer::IsReady``): every model has at least
-        one ready version, none failed (an unloaded model's failed versions count), and
-        every ready version has a live instance."""
+        one ready version, none failed (an unloaded model's failed versions count) or
+        UNLOADING (its reason is not "unloaded" yet), and every ready version has a live
+        instance."""
         return (
             not self._no_instance
             and not any(self._unloaded_failures.values())
-            and all(m.ready_versions and not m.failed_versions for m in self._models.values())
+            and all(
+                m.ready_versions and not m.failed_versions and not m.unloading_versions
+                for m in self._models.values()
+            )
         )
 
     def set_available(self, name: str, version: int, ready: bool) -> None:
@@ -218,7 +225,11 @@ class ModelTable:
         if model is None:
             unavailable = v in self._unloaded_versions.get(name, ())
         else:
-            unavailable = v in model.failed_versions or v in model.retired_versions
+            unavailable = (
+                v in model.failed_versions
+                or v in model.retired_versions
+                or v in model.unloading_versions
+            )
         if unavailable:
             raise ModelUnavailable(
                 f"Request for unknown model: '{name}' version {v} is not at ready state"

@@ -90,9 +90,13 @@ def _model_rows(m: Model, ready_only: bool) -> Iterator[tuple[int, IndexEntry]]:
             yield v, IndexEntry(m.name, str(v), "UNLOADING")
             continue
         yield v, IndexEntry(m.name, str(v), "UNAVAILABLE", m.version_reason(v))
+    for v in m.unloading_versions:
+        # NOTE: retired by a change and still finishing its requests (Triton: UNLOADING,
+        # no reason, until the version's last in-flight request is done).
+        yield v, IndexEntry(m.name, str(v), "UNLOADING")
     for v in m.retired_versions:
         yield v, IndexEntry(m.name, str(v), "UNAVAILABLE", "unloaded")
-    if not m.ready_versions and not m.failed_versions:
+    if not m.ready_versions and not m.failed_versions and not m.unloading_versions:
         yield -1, IndexEntry(m.name, state=m.transition or "UNAVAILABLE", reason=m.reason)
 
 

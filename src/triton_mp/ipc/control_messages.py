@@ -34,6 +34,10 @@ class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):
     retired_versions: tuple[int, ...] = ()
     """Versions once served that a later change stopped (version policy): Triton keeps them
     as UNAVAILABLE "unloaded" (a request naming one: "... is not at ready state")."""
+    unloading_versions: tuple[int, ...] = ()
+    """Versions a change stopped serving whose workers still finish the requests they had:
+    Triton's lifecycle shows them UNLOADING (no reason) until then, and a request naming one
+    gets "... is not at ready state"; they become ``retired_versions`` afterwards."""
 
 
 class ModelLoadCall(msgspec.Struct, frozen=True, kw_only=True, tag="load", array_like=True):

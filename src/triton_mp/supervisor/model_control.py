@@ -418,6 +418,7 @@ class ModelControl:
             if v in cp.retire:
                 effects.retire.extend(old.children)
                 model.retired.add(v)
+                model.unloading.add(v)
             elif v in cp.replace:
                 effects.to_stop.extend(old.children)
             if v in cp.retire or v in cp.replace:
@@ -467,6 +468,13 @@ class ModelControl:
             self._send(InstancesRetired(instance_ids=tuple(c.instance_id for c in fx.retire)))
         if fx.retire or fx.to_stop:
             self._instances.await_stopped(fx.retire + fx.to_stop)
+        # NOTE: a retired version is UNLOADING while its workers finish what they had (as
+        # Triton's lifecycle, until the last reference to it goes), UNAVAILABLE after.
+        drained = [m for m in fx.changed if m.unloading]
+        for m in drained:
+            m.unloading.clear()
+        if drained:
+            self._link.update(ModelTableUpdate(models=tuple(m.entry() for m in drained)), ack=True)
 
     def _push_bls_table(self) -> None:
         self._instances.push_bls_table(

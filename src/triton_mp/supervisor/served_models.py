@@ -39,6 +39,8 @@ class ServedModel:
     failed_fingerprints: dict[int, str] = field(default_factory=dict)
     retired: set[int] = field(default_factory=set)
     """Versions once served that a change stopped serving (version policy)."""
+    unloading: set[int] = field(default_factory=set)
+    """Retired versions whose workers still drain their requests (UNLOADING)."""
     reason: str = ""
     """Why the model (as a whole) is unavailable."""
     unloaded: bool = False
@@ -55,7 +57,9 @@ class ServedModel:
 
     def entry(self, transition: str = "") -> ModelEntry:
         """The frontends' view of this model."""
-        retired = tuple(sorted(self.retired - set(self.versions) - set(self.failed)))
+        retired = tuple(
+            sorted(self.retired - set(self.versions) - set(self.failed) - self.unloading)
+        )
         if self.unloaded:
             return ModelEntry(
                 name=self.name, config=b"", ready_versions=(), reason=self.reason,
@@ -69,5 +73,5 @@ class ServedModel:
             name=self.name, config=self.config, ready_versions=tuple(sorted(self.versions)),
             failed_versions=tuple(sorted(v for v in self.failed if v not in self.versions)),
             reason=reason, transition=transition, version_reasons=dict(self.failed),
-            retired_versions=retired,
+            retired_versions=retired, unloading_versions=tuple(sorted(self.unloading)),
         )  # fmt: skip
