@@ -133,3 +133,14 @@ def test_gpu_accelerators_on_a_cpu_instance_warn_as_triton_ignores_them() -> Non
 def test_custom_op_libraries_are_listed() -> None:
     s = _settings({"model_operations": {"op_library_filename": ["/x/libops.so"]}})
     assert s.op_libraries == ("/x/libops.so",)
+
+
+def test_a_failed_run_is_worded_as_tritons_onnxruntime_backend() -> None:
+    from triton_mp.backends.onnxruntime.backend import ort_run_error  # noqa: PLC0415
+    from triton_mp.common.errors import ErrorCode, TritonMPError  # noqa: PLC0415
+
+    err = ort_run_error(RuntimeError("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : boom\nmore"))
+    assert isinstance(err, TritonMPError)
+    assert (err.code, err.message) == (ErrorCode.INTERNAL, "onnx runtime error 6: boom\nmore")
+    other = ValueError("Required inputs (['A']) are missing from input feed (['B']).")
+    assert ort_run_error(other) is other

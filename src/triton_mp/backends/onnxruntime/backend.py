@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -145,6 +146,21 @@ def _check_graph_tensor(
         )
 
 
+_ORT_STATUS = re.compile(r"\[ONNXRuntimeError\] : (\d+) : \w+ : (.*)", re.DOTALL)
+"""How onnxruntime's Python binding renders an ``OrtStatus``: code, code name, message."""
+
+
+def ort_run_error(exc: BaseException) -> Exception:
+    """A failed ``InferenceSession.run`` as Triton's onnxruntime backend words it:
+    INTERNAL "onnx runtime error <code>: <message>" (``RETURN_IF_ORT_ERROR``, with the
+    ``OrtErrorCode`` and ``GetErrorMessage`` of the status). Anything that is not an
+    ``OrtStatus`` comes back as it is."""
+    m = _ORT_STATUS.fullmatch(str(exc))
+    if m is None:
+        return exc if isinstance(exc, Exception) else RuntimeError(str(exc))
+    return TritonMPError(f"onnx runtime error {m.group(1)}: {m.group(2)}", ErrorCode.INTERNAL)
+
+
 def _to_str_array(name: str, arr: np.ndarray) -> np.ndarray:
     """BYTES elements as ``str``: onnxruntime's Python binding stores ``str(obj)`` for any
     other object, so bytes must be decoded (string tensors are UTF-8 in onnxruntime).
@@ -229,10 +245,13 @@ class OnnxRuntimeBackend:
                 feeds[name] = _to_str_array(name, arr)
         t_input = watch.lap()
         wanted = sorted({n for r in requests for n in r.outputs})
-        if self._run_options is None:
-            arrays = self._session.run(wanted, feeds)
-        else:
-            arrays = self._session.run(wanted, feeds, self._run_options)
+        try:
+            if self._run_options is None:
+                arrays = self._session.run(wanted, feeds)
+            else:
+                arrays = self._session.run(wanted, feeds, self._run_options)
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's binding raises its own classes
+            raise ort_run_error(exc) from exc
         t_infer = watch.lap()
         outputs = {n: np.asarray(a) for n, a in zip(wanted, arrays, strict=True)}
         starts = None if sequence is None else sequence.slots
