@@ -16,13 +16,21 @@ memory (see DESIGN.md "Copies").
 Every registration gets a server-wide unique ``region_id``; descriptors carry it, so a worker
 never confuses a region with a later one registered under the same key.
 Messages follow Triton's (server ``shared_memory_manager.cc``, triton.md §1.6).
+
+A region is *in use* from the moment a request naming it (input or output) is accepted until
+that request's final answer reaches the frontend (``hold`` / ``release``, counted per
+registration). As in Triton 2.51, unregistering a region in use fails (INTERNAL) and keeps it;
+unregistering all removes the regions not in use and fails naming the others. The count is
+this frontend's: with ``--frontend-processes`` > 1 a request accepted by another frontend does
+not hold the region here.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import posix_ipc
@@ -72,6 +80,8 @@ class SystemShmRegistry:
         # NOTE: the supervisor is the parent, and its pid names this server's objects.
         self._server_id = str(os.getppid())
         self._regions: dict[str, Region] = {}
+        self._uses: collections.Counter[int] = collections.Counter()
+        """Requests accepted and not yet answered, per ``region_id`` they name."""
         self._ids = itertools.count(1)
         self._frontend_id = frontend_id
         self.enabled = enabled
@@ -133,19 +143,58 @@ class SystemShmRegistry:
         """Adopt a registration another frontend made (broadcast through the scheduler)."""
         self._regions[region.name] = region
 
-    def unregister(self, name: str) -> list[str]:
-        """Forget ``name`` (or every region when ``name`` is empty); returns the names removed.
+    def hold(self, region_ids: Iterable[int]) -> None:
+        """A request naming these regions (one id per tensor) was accepted."""
+        self._uses.update(region_ids)
 
-        In-flight requests that use a region finish: they carry its key and id, and the
-        worker keeps its mapping until the next unregistration reaches it.
+    def release(self, region_ids: Iterable[int]) -> None:
+        """The request that ``hold`` counted got its final answer."""
+        uses = self._uses
+        for rid in region_ids:
+            left = uses[rid] - 1
+            if left > 0:
+                uses[rid] = left
+            else:
+                del uses[rid]
+
+    def in_use(self, name: str) -> bool:
+        """Whether an accepted, unanswered request of this frontend names region ``name``."""
+        region = self._regions.get(name)
+        return region is not None and self._uses[region.region_id] > 0
+
+    def unregister(self, name: str) -> tuple[list[str], TritonMPError | None]:
+        """Forget ``name`` (or every region not in use when ``name`` is empty).
+
+        Returns:
+            The names removed, and Triton's refusal when a region stays because a request
+            uses it (INTERNAL; server ``shared_memory_manager.cc`` 2.51): "Cannot unregister
+            shared memory region '<n>', it is currently in use." for one name, "Failed to
+            unregister the following system shared memory regions: <n> ,<m> ," for all
+            (names in Triton's map order: sorted).
+
+        Requests in flight keep working either way: they carry the region's key and id,
+        and the worker keeps its own mapping.
         """
         self._check_enabled()
         if not name:
-            names = list(self._regions)
-            self._regions.clear()
-            return names
+            kept = sorted(n for n in self._regions if self.in_use(n))
+            names = [n for n in self._regions if n not in kept]
+            for n in names:
+                del self._regions[n]
+            if not kept:
+                return names, None
+            listed = "".join(f"{n} ," for n in kept)
+            return names, TritonMPError(
+                f"Failed to unregister the following system shared memory regions: {listed}",
+                ErrorCode.INTERNAL,
+            )
+        if self.in_use(name):
+            return [], TritonMPError(
+                f"Cannot unregister shared memory region '{name}', it is currently in use.",
+                ErrorCode.INTERNAL,
+            )
         # NOTE: Triton answers success for a name it does not know.
-        return [name] if self._regions.pop(name, None) is not None else []
+        return ([name] if self._regions.pop(name, None) is not None else []), None
 
     def drop(self, names: list[str]) -> None:
         """Forget regions another frontend unregistered."""
@@ -253,11 +302,15 @@ class ClientShmApi:
         """Triton SystemSharedMemoryUnregister: one region, or all when ``name`` is empty.
 
         Raises:
-            TritonMPError: UNSUPPORTED when client shared memory is disabled.
+            TritonMPError: UNSUPPORTED when client shared memory is disabled; INTERNAL for a
+                region a request uses (``SystemShmRegistry.unregister``: the others named
+                are unregistered, and the peers told, first).
         """
-        names = self.registry.unregister(name)
+        names, refusal = self.registry.unregister(name)
         if names:
             self._send_peers(encode(ShmUnregistered(frontend_id=self._fid, names=tuple(names))))
+        if refusal is not None:
+            raise refusal
 
     def require_enabled(self) -> None:
         """Raises Triton's UNSUPPORTED answer when client shared memory is disabled."""

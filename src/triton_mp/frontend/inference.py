@@ -25,7 +25,7 @@ from typing import cast
 from triton_mp.common.errors import ErrorCode, InvalidRequest, ModelUnavailable, TritonMPError
 from triton_mp.frontend.client_shm import SystemShmRegistry
 from triton_mp.frontend.model_table import Model, ModelTable
-from triton_mp.frontend.pending import PendingTable
+from triton_mp.frontend.pending import Answer, PendingTable
 from triton_mp.frontend.request import InferenceRequest
 from triton_mp.frontend.response_cache import Hit, ResponseCacheStep, cache_enabled, cacheable
 from triton_mp.frontend.ticket import Ticket
@@ -33,7 +33,7 @@ from triton_mp.frontend.tracer import Trace
 from triton_mp.frontend.validation.request import ValidRequest, request_prefix, validate_request
 from triton_mp.frontend.validation.signature import SignatureCache
 from triton_mp.ipc import ArenaAllocator, BlockRef, SegmentCache, TensorRef, encode
-from triton_mp.ipc.messages import CancelRequest, InferRequest, ReplyTo, Requester
+from triton_mp.ipc.messages import CancelRequest, InferRequest, ReplyTo, Requester, RequestFailed
 from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
 
@@ -82,6 +82,30 @@ def write_inputs(
         pos += align(n)
     mv.release()
     return BlockRef(seg.name, block), tuple(refs)
+
+
+def region_ids(valid: ValidRequest) -> tuple[int, ...]:
+    """The ``region_id`` of every client shared-memory region the request names (one per
+    tensor in a region, inputs then outputs); empty for a request without any."""
+    ids = tuple(i.window.region_id for i in valid.inputs if i.window is not None)
+    if valid.output_regions:
+        ids += tuple(r.region_id for r in valid.output_regions if r is not None)
+    return ids
+
+
+def holding_sink(
+    sink: Callable[[Answer], None], release: Callable[[], None], streaming: bool
+) -> Callable[[Answer], None]:
+    """``sink``, calling ``release`` first when the request's final answer passes (the one
+    answer of a unary request; a ``RequestFailed`` or a ``final`` response when
+    ``streaming``): what keeps a request's client regions in use until it is answered."""
+
+    def deliver(answer: Answer) -> None:
+        if not streaming or isinstance(answer, RequestFailed) or answer.final:
+            release()
+        sink(answer)
+
+    return deliver
 
 
 def _start_trace(trace: Trace, valid: ValidRequest, arrival_ns: int) -> None:
@@ -247,8 +271,19 @@ class Inference:
         sink = ticket.deliver
         if miss is not None and step is not None:
             sink = step.inserting_sink(sink, valid, *miss)
+        held = region_ids(valid)
+        if held:
+            # NOTE: Triton refuses to unregister a region while a request uses it.
+            shm = self._shm
+            shm.hold(held)
+            sink = holding_sink(sink, lambda: shm.release(held), model.decoupled)
         self._pending.add_request(rid, block, sink, order=order, streaming=model.decoupled)
-        self._send_request(rid, request.id, valid, block, refs, trace)
+        try:
+            self._send_request(rid, request.id, valid, block, refs, trace)
+        except BaseException:
+            if held:
+                self._shm.release(held)
+            raise
         return ticket
 
     def _hit_ticket(self, request: InferenceRequest, target: Target, hit: Hit) -> Ticket:

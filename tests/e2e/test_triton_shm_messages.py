@@ -1,0 +1,309 @@
+"""Inference with system shared memory, side by side: every case runs against triton-mp and,
+where ``.peers/`` has it, the real Triton 2.51 on the same python model, through
+tritonclient (gRPC and HTTP), and both must give the same answers: the same status and
+message for a bad window or an unknown region, the same bytes at the same offsets of the
+client's output region, a region registered over HTTP used over gRPC, and Triton's refusal
+to unregister a region that a request in flight uses (server ``shared_memory_manager.cc``,
+``grpc/infer_handler.cc``, ``http_server.cc``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
+from tritonclient.utils import InferenceServerException
+
+from tests.conftest import write_python_model
+from tests.server import RealTriton, ServerProcess, peers_env
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+CONFIG = """
+name: "twice_py"
+backend: "python"
+max_batch_size: 0
+input [{ name: "IN", data_type: TYPE_FP32, dims: [ -1 ] }]
+output [{ name: "OUT", data_type: TYPE_FP32, dims: [ -1 ] }]
+"""
+MODEL = """
+import time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
+            if x.size and x[0] < 0:
+                time.sleep(-float(x[0]))  # a request that stays in flight that long
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x * 2)]))
+        return out
+"""
+REGION_BYTES = 256
+SLOW_S = 2.0
+"""How long the slow request runs; the unregistration comes ``SLOW_S / 4`` after it."""
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[str, str]]]:
+    """(gRPC, HTTP) URLs: ``triton-mp`` always, ``triton`` when the real Triton is installed."""
+    root = tmp_path_factory.mktemp("shm_messages")
+    write_python_model(root / "repo", "twice_py", CONFIG, MODEL)
+    ours = ServerProcess(root / "repo", root / "ours.log", "--allow-client-shm=true")
+    theirs: RealTriton | None = None
+    try:
+        ours.wait_live()
+        urls = {"triton-mp": (ours.url, ours.http_url)}
+        env = peers_env()
+        if env is not None:
+            theirs = RealTriton(env, root / "triton.log", f"--model-repository={root / 'repo'}")
+            theirs.wait_live()
+            urls["triton"] = (theirs.url, theirs.http_url)
+        yield urls
+    finally:
+        ours.stop()
+        if theirs is not None:
+            theirs.stop()
+
+
+class Client:
+    """One server's gRPC and HTTP clients with two fresh regions, ``in`` and ``out``, of
+    ``REGION_BYTES`` each (``in`` holds 0, 1, 2, ... as FP32)."""
+
+    def __init__(self, side: str, urls: tuple[str, str]) -> None:
+        self.grpc = grpcclient.InferenceServerClient(urls[0])
+        self.http = httpclient.InferenceServerClient(urls[1])
+        tag = f"{os.getpid()}_{side}_{time.monotonic_ns()}"
+        self.handles: list[Any] = []
+        self.inp = self.create("in", f"/shm_msgs_in_{tag}")
+        shm.set_shared_memory_region(self.inp, [np.arange(64, dtype=np.float32)])
+        self.out = self.create("out", f"/shm_msgs_out_{tag}")
+        self.grpc.unregister_system_shared_memory()
+
+    def create(self, name: str, key: str) -> Any:
+        handle = shm.create_shared_memory_region(name, key, REGION_BYTES)
+        self.handles.append((handle, key))
+        return handle
+
+    def register(self, *, http: bool = False, name: str = "", key: str = "") -> None:
+        """Register ``in`` and ``out`` (or one region ``name`` over object ``key``)."""
+        client = self.http if http else self.grpc
+        pairs = [(name, key)] if name else [("in", self.handles[0][1]), ("out", self.handles[1][1])]
+        for n, k in pairs:
+            client.register_system_shared_memory(n, k, REGION_BYTES)
+
+    def infer(self, n: int = 4, *, http: bool = False, **window: Any) -> tuple[str, str]:
+        """One request of ``n`` floats from ``in`` into ``out`` (or the regions and windows
+        ``window`` names); ("OK", "") or the error's (status, message)."""
+        mod: Any = httpclient if http else grpcclient
+        client = self.http if http else self.grpc
+        i = mod.InferInput("IN", [n], "FP32")
+        i.set_shared_memory(window.get("inreg", "in"), n * 4, window.get("ioff", 0))
+        o = mod.InferRequestedOutput("OUT")
+        o.set_shared_memory(
+            window.get("outreg", "out"), window.get("osize", n * 4), window.get("ooff", 0)
+        )
+        try:
+            client.infer("twice_py", [i], outputs=[o])
+        except InferenceServerException as e:
+            return str(e.status()), e.message() or ""
+        return "OK", ""
+
+    def output(self) -> list[float]:
+        return [float(v) for v in shm.get_contents_as_numpy(self.out, np.float32, [64])]
+
+    def regions(self) -> list[str]:
+        status = self.grpc.get_system_shared_memory_status(as_json=True)
+        return sorted(status.get("regions", {}))
+
+    def close(self) -> None:
+        try:
+            self.grpc.unregister_system_shared_memory()
+        finally:
+            for handle, _key in self.handles:
+                shm.destroy_shared_memory_region(handle)
+            self.grpc.close()
+            self.http.close()
+
+
+@pytest.fixture
+def clients(servers: dict[str, tuple[str, str]]) -> Iterator[dict[str, Client]]:
+    made = {side: Client(side, urls) for side, urls in servers.items()}
+    try:
+        yield made
+    finally:
+        for c in made.values():
+            c.close()
+
+
+def _each(clients: dict[str, Client], case: Callable[[Client], object]) -> dict[str, object]:
+    """``case`` on every server; the answers by server."""
+    return {side: case(c) for side, c in clients.items()}
+
+
+def _same(answers: dict[str, object], expected: object) -> None:
+    for side, got in answers.items():
+        assert got == expected, side
+
+
+BAD_WINDOWS = {
+    "output window past the region's end": (
+        {"ooff": 250},
+        (
+            "StatusCode.INVALID_ARGUMENT",
+            "Invalid offset + byte size for shared memory region: 'out'",
+        ),
+    ),
+    "output offset at the region's end": (
+        {"ooff": REGION_BYTES},
+        ("StatusCode.INVALID_ARGUMENT", "Invalid offset for shared memory region: 'out'"),
+    ),
+    "input offset past the region": (
+        {"ioff": 300},
+        ("StatusCode.INVALID_ARGUMENT", "Invalid offset for shared memory region: 'in'"),
+    ),
+    "unknown input region": (
+        {"inreg": "nope"},
+        ("StatusCode.NOT_FOUND", "Unable to find shared memory region: 'nope'"),
+    ),
+    "unknown output region": (
+        {"outreg": "nope"},
+        ("StatusCode.NOT_FOUND", "Unable to find shared memory region: 'nope'"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_WINDOWS))
+def test_bad_windows_get_tritons_status_and_message(clients: dict[str, Client], case: str) -> None:
+    window, expected = BAD_WINDOWS[case]
+    for c in clients.values():
+        c.register()
+    _same(_each(clients, lambda c: c.infer(**window)), expected)
+    _same(_each(clients, lambda c: c.infer()), ("OK", ""))  # and the server keeps serving
+
+
+def test_an_unknown_region_over_http_is_404_as_in_triton(clients: dict[str, Client]) -> None:
+    for c in clients.values():
+        c.register()
+    _same(
+        _each(clients, lambda c: c.infer(http=True, inreg="nope")),
+        ("404", "Unable to find shared memory region: 'nope'"),
+    )
+
+
+def test_an_output_region_too_small_gets_tritons_message(clients: dict[str, Client]) -> None:
+    """The message is Triton's; the status is not: 2.51 answers INTERNAL (500) for a python
+    model, where the python backend's output allocation turns every error into INTERNAL,
+    and triton-mp INVALID_ARGUMENT (400) for every backend (the ONNX backend keeps the
+    allocator's code)."""
+    for c in clients.values():
+        c.register()
+    message = (
+        "shared memory size specified with the request for output 'OUT' (8 bytes) should be "
+        "at least 16 bytes to hold the results"
+    )
+    status = {
+        "triton": ("StatusCode.INTERNAL", "500"),
+        "triton-mp": ("StatusCode.INVALID_ARGUMENT", "400"),
+    }
+    for side, c in clients.items():
+        assert c.infer(osize=8) == (status[side][0], message), side
+        assert c.infer(osize=8, http=True) == (status[side][1], message), side
+
+
+def test_offsets_place_the_same_bytes_in_the_output_region(clients: dict[str, Client]) -> None:
+    for c in clients.values():
+        c.register()
+    _same(_each(clients, lambda c: c.infer(4, ioff=64, ooff=32)), ("OK", ""))
+    _same(_each(clients, lambda c: c.infer(2, ooff=128, http=True)), ("OK", ""))
+    expected = [0.0] * 64
+    expected[8:12] = [32.0, 34.0, 36.0, 38.0]  # in[16:20] * 2 at byte 32
+    expected[32:34] = [0.0, 2.0]  # in[0:2] * 2 at byte 128
+    _same(_each(clients, Client.output), expected)
+
+
+def test_a_region_registered_over_http_serves_grpc(clients: dict[str, Client]) -> None:
+    for c in clients.values():
+        c.register(http=True)
+    _same(_each(clients, lambda c: c.infer(8)), ("OK", ""))
+    _same(_each(clients, lambda c: c.output()[:8]), [float(2 * v) for v in range(8)])
+
+
+def _in_flight(
+    c: Client, start: Callable[[], object]
+) -> tuple[threading.Thread, dict[str, object]]:
+    """Write the slow marker at ``in[32]`` and run ``start`` (a request from there) in a
+    thread; returns once the request has been in flight for ``SLOW_S / 4``."""
+    marker = np.array([-SLOW_S, 5, 6, 7], dtype=np.float32)
+    shm.set_shared_memory_region(c.inp, [marker], offset=128)
+    box: dict[str, object] = {}
+    t = threading.Thread(target=lambda: box.setdefault("answer", start()))
+    t.start()
+    time.sleep(SLOW_S / 4)
+    return t, box
+
+
+def _unregister(client: Any, name: str = "") -> tuple[str, str]:
+    try:
+        client.unregister_system_shared_memory(name)
+    except InferenceServerException as e:
+        return str(e.status()), e.message() or ""
+    return "OK", ""
+
+
+@pytest.mark.parametrize("over", ["grpc", "http"])
+def test_a_region_in_use_cannot_be_unregistered(clients: dict[str, Client], over: str) -> None:
+    """2.51 refuses (INTERNAL) while a request uses the region, over either protocol, and
+    keeps it; the request completes; once it has, the unregistration succeeds."""
+    for c in clients.values():
+        c.register()
+    flights = {
+        side: _in_flight(c, lambda c=c: c.infer(4, ioff=128, ooff=128))
+        for side, c in clients.items()
+    }
+    code = "StatusCode.INTERNAL" if over == "grpc" else "500"
+    refused = (code, "Cannot unregister shared memory region 'out', it is currently in use.")
+    _same(_each(clients, lambda c: _unregister(getattr(c, over), "out")), refused)
+    _same(_each(clients, Client.regions), ["in", "out"])
+    for t, _ in flights.values():
+        t.join(timeout=30)
+    _same({side: box["answer"] for side, (_, box) in flights.items()}, ("OK", ""))
+    _same(_each(clients, lambda c: c.output()[32:36]), [-2 * SLOW_S, 10.0, 12.0, 14.0])
+    _same(_each(clients, lambda c: _unregister(getattr(c, over), "out")), ("OK", ""))
+    _same(_each(clients, Client.regions), ["in"])
+
+
+def test_unregister_all_keeps_the_regions_in_use_and_names_them(
+    clients: dict[str, Client],
+) -> None:
+    for c in clients.values():
+        c.register()
+        key = c.handles[1][1] + "_spare"
+        c.create("spare", key)
+        c.register(name="spare", key=key)
+    flights = {
+        side: _in_flight(c, lambda c=c: c.infer(4, ioff=128, ooff=128))
+        for side, c in clients.items()
+    }
+    _same(
+        _each(clients, lambda c: _unregister(c.grpc)),
+        (
+            "StatusCode.INTERNAL",
+            "Failed to unregister the following system shared memory regions: in ,out ,",
+        ),
+    )
+    _same(_each(clients, Client.regions), ["in", "out"])
+    for t, _ in flights.values():
+        t.join(timeout=30)
+    _same({side: box["answer"] for side, (_, box) in flights.items()}, ("OK", ""))
+    _same(_each(clients, lambda c: _unregister(c.grpc)), ("OK", ""))
+    _same(_each(clients, Client.regions), [])
