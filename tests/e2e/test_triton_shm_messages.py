@@ -23,7 +23,8 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import write_python_model
-from tests.server import RealTriton, ServerProcess, peers_env
+from tests.server import ServerProcess
+from tests.triton_peer import RealTriton, peers_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
