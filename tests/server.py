@@ -59,6 +59,31 @@ STARTED_PIDS: set[int] = set()
 of the test process itself: other sessions' servers on the machine come and go)."""
 
 
+def wait_grpc_live(
+    url: str, proc: subprocess.Popen[bytes], log: Callable[[], str], timeout_s: float, what: str
+) -> None:
+    """Poll ServerLive over gRPC at ``url`` every 0.1 s until it answers true.
+
+    Raises:
+        RuntimeError: ``proc`` exited or ``timeout_s`` passed, with ``log()`` appended.
+    """
+    deadline = time.monotonic() + timeout_s
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{what} exited with {proc.returncode}:\n{log()}")
+            try:
+                if client.is_server_live():
+                    return
+            except Exception:  # noqa: BLE001 - not listening yet
+                pass
+            time.sleep(0.1)
+    finally:
+        client.close()
+    raise RuntimeError(f"{what} not live after {timeout_s}s:\n{log()}")
+
+
 class ServerProcess:
     """``triton-mp start`` on a repository, with free ports, stopped by PID and group.
 
@@ -127,21 +152,7 @@ class ServerProcess:
         Raises:
             RuntimeError: the server exited or did not come up in time (with its log).
         """
-        deadline = time.monotonic() + timeout_s
-        client = grpcclient.InferenceServerClient(self.url)
-        try:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
-                try:
-                    if client.is_server_live():
-                        return
-                except Exception:  # noqa: BLE001 - not listening yet
-                    pass
-                time.sleep(0.1)
-        finally:
-            client.close()
-        raise RuntimeError(f"server not live after {timeout_s}s:\n{self.log()}")
+        wait_grpc_live(self.url, self.proc, self.log, timeout_s, "server")
 
     def client(self) -> grpcclient.InferenceServerClient:
         """A new tritonclient gRPC client for this server."""

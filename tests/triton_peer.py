@@ -16,9 +16,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import tritonclient.grpc as grpcclient
 
-from tests.server import REPO_ROOT, free_port
+from tests.server import REPO_ROOT, free_port, wait_grpc_live
 
 PEERS_ENV = Path(os.environ.get("PEERS_ENV", REPO_ROOT / ".peers" / "peers.env"))
 """The env file ``bench/peers/install-peers.sh`` writes (the real Triton 2.51)."""
@@ -102,21 +101,7 @@ class RealTriton:
         Raises:
             RuntimeError: it exited or did not come up in time (with its log).
         """
-        deadline = time.monotonic() + timeout_s
-        client = grpcclient.InferenceServerClient(self.url)
-        try:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"tritonserver exited {self.proc.returncode}:\n{self.log()}")
-                try:
-                    if client.is_server_live():
-                        return
-                except Exception:  # noqa: BLE001 - not listening yet
-                    pass
-                time.sleep(0.1)
-        finally:
-            client.close()
-        raise RuntimeError(f"tritonserver not live after {timeout_s}s:\n{self.log()}")
+        wait_grpc_live(self.url, self.proc, self.log, timeout_s, "tritonserver")
 
     def wait_ready_or_skip(self, timeout_s: float = 120.0) -> None:
         """Wait until ``/v2/health/ready`` answers 200; skip the calling test (after stopping
