@@ -305,20 +305,26 @@ def test_repository_index_equals_grpc(
 
 
 @pytest.mark.parametrize(
-    ("body", "message"),
+    ("body", "status", "message"),
     [
-        ("{", "failed to parse the request JSON buffer: Missing a name for object member. at 1"),
-        ('{"ready": 1}', "attempt to access JSON non-boolean as boolean"),
-        ("[1]", "failed to parse the request JSON buffer"),
+        (
+            "{",
+            500,
+            "failed to parse the request JSON buffer: Missing a name for object member. at 1",
+        ),
+        ('{"ready": 1}', 400, "Invalid value for 'ready': expected a boolean"),
+        ("[1]", 200, ""),
     ],
 )
 def test_repository_index_refuses_malformed_bodies(
-    server: ServerProcess, body: str, message: str
+    server: ServerProcess, body: str, status: int, message: str
 ) -> None:
+    # NOTE: JSON RapidJSON refuses is INTERNAL in Triton; upstream main refuses a 'ready'
+    # that is no boolean in its own words; JSON that is no object has no 'ready'
     r = _http(server, "POST", "/v2/repository/index", body)
-    # NOTE: a member of the wrong type, and JSON RapidJSON refuses, are INTERNAL in Triton
-    assert r.status == (400 if body == "[1]" else 500)
-    assert r.error.startswith(message)
+    assert r.status == status
+    if message:
+        assert r.error == message
 
 
 @pytest.mark.parametrize("action", ["load", "unload"])

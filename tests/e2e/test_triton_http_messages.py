@@ -319,8 +319,8 @@ CASES.update(
             "POST",
             "/v2/repository/index",
             {"ready": "yes"},
-            500,
-            "attempt to access JSON non-boolean as boolean",
+            400,
+            "Invalid value for 'ready': expected a boolean",
         ),
         "a shared-memory key that is not a string": Case(
             "POST",
@@ -503,6 +503,119 @@ CASES.update(
         ),
     }
 )
+CUDA = "/v2/cudasharedmemory/region/r/register"
+SYS = "/v2/systemsharedmemory/region/r/register"
+HANDLE = {"b64": "AAAA"}
+LOAD, UNLOAD = "/v2/repository/models/m/load", "/v2/repository/models/zz/unload"
+CASES.update(
+    {
+        # HandleCudaSharedMemory: raw_handle, its b64, byte_size, device_id, in this order
+        "a CUDA register with an empty body": Case(
+            "POST", CUDA, b"", 500, PARSE + "The document is empty. at 0"
+        ),
+        "a CUDA register without byte_size": Case(
+            "POST",
+            CUDA,
+            {"raw_handle": HANDLE, "device_id": 0},
+            500,
+            f"{NO_MEMBER} 'byte_size'",
+        ),
+        "a CUDA register without device_id": Case(
+            "POST", CUDA, {"raw_handle": HANDLE, "byte_size": 4}, 500, f"{NO_MEMBER} 'device_id'"
+        ),
+        "a CUDA register whose raw_handle is a string": Case(
+            "POST",
+            CUDA,
+            {"raw_handle": "AAAA", "byte_size": 4, "device_id": 0},
+            500,
+            f"{NO_MEMBER} 'b64'",
+        ),
+        "a CUDA register whose b64 is a number": Case(
+            "POST",
+            CUDA,
+            {"raw_handle": {"b64": 5}, "byte_size": 4, "device_id": 0},
+            500,
+            "attempt to access JSON non-string as string",
+        ),
+        "a CUDA register whose byte_size is a string": Case(
+            "POST", CUDA, {"raw_handle": HANDLE, "byte_size": "4", "device_id": 0}, 500, NOT_UINT
+        ),
+        "a CUDA register whose device_id is negative": Case(
+            "POST", CUDA, {"raw_handle": HANDLE, "byte_size": 4, "device_id": -1}, 500, NOT_UINT
+        ),
+        "a CUDA register whose handle is too short": Case(
+            "POST",
+            CUDA,
+            {"raw_handle": HANDLE, "byte_size": 4, "device_id": 0},
+            400,
+            "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t",
+        ),
+        # TritonJson's Find finds nothing in JSON that is not an object
+        "a CUDA register with an array body": Case(
+            "POST", CUDA, [1], 400, "Shared memory register request has no 'raw_handle' field"
+        ),
+        "a system register with an array body": Case(
+            "POST", SYS, [1], 400, "Shared memory register request has no 'key' field"
+        ),
+        "an index request with an array body": Case("POST", "/v2/repository/index", [1], 200, ""),
+        "a trace setting with an array body": Case("POST", "/v2/trace/setting", [1], 200, ""),
+        "a trace setting with an empty body": Case(
+            "POST", "/v2/trace/setting", b"", 500, PARSE + "The document is empty. at 0"
+        ),
+        "a load with an array body": Case("POST", LOAD, [1], 200, ""),
+        "a load whose parameters are not an object": Case(
+            "POST", LOAD, {"parameters": 3}, 500, "attempt to get members for non-object"
+        ),
+        "a load whose config is not a string": Case(
+            "POST",
+            LOAD,
+            {"parameters": {"config": 3}},
+            500,
+            "attempt to access JSON non-string as string",
+        ),
+        "a load with an unknown parameter": Case(
+            "POST",
+            LOAD,
+            {"parameters": {"foo": "x"}},
+            500,
+            "unexpected error on creating Triton parameter",
+        ),
+        "a load whose config does not parse": Case(
+            "POST",
+            LOAD,
+            {"parameters": {"config": "{"}},
+            500,
+            "failed to load 'm', failed to poll from model repository",
+        ),
+        "an unload with an array body": Case("POST", UNLOAD, [1], 200, ""),
+        "an unload whose parameters are not an object": Case(
+            "POST", UNLOAD, {"parameters": 3}, 200, ""
+        ),
+        "an unload whose unload_dependents is not a boolean": Case(
+            "POST", UNLOAD, {"parameters": {"unload_dependents": "x"}}, 200, ""
+        ),
+        "an unload body that is not JSON": Case(
+            "POST", UNLOAD, b"{", 500, PARSE + "Missing a name for object member. at 1"
+        ),
+        # common.cc ValidateSharedMemoryKey (upstream main)
+        "a system register with a key of slashes": Case(
+            "POST",
+            SYS,
+            {"key": "//", "byte_size": 4},
+            400,
+            "cannot register shared memory region 'r' - invalid shm key '//'",
+        ),
+        "a system register with Triton's reserved key prefix": Case(
+            "POST",
+            SYS,
+            {"key": "/triton_python_backend_shm_region_1", "byte_size": 4},
+            400,
+            "cannot register shared memory region 'r' with key "
+            "'/triton_python_backend_shm_region_1' as the key contains the reserved prefix "
+            "'triton_python_backend_shm_region_'",
+        ),
+    }
+)
 CASES["a shared-memory register with an empty body"] = Case(
     "POST",
     "/v2/systemsharedmemory/region/r/register",
@@ -515,12 +628,17 @@ MAIN_ONLY: set[str] = {
     "a header length beyond int32",
     "fewer data than the shape",
     "data nested 100 deep",
+    "ready not a boolean",
+    "an unload body that is not JSON",
+    "a system register with a key of slashes",
+    "a system register with Triton's reserved key prefix",
 }
 """Cases where upstream main answers otherwise than Triton 2.51: only triton-mp is held
 (2.51 reads the header length with ``std::atoi``: "abc" is 0, a raw request; main's
 ``std::stoi`` refuses it. Main's ReadDataFromJson (PR #8676) words too few elements its own
 way and bounds the nesting of ``data``; 2.51 says "Unable to parse 'data': Shape does not
-match ..." and takes any depth)."""
+match ..." and takes any depth. Main's index refuses a ``ready`` that is no boolean in its
+own words, its unload parses its body, and it checks shared-memory keys)."""
 
 
 @pytest.fixture(scope="module")

@@ -96,15 +96,16 @@ class SystemShmRegistry:
         """Register ``[offset, offset + byte_size)`` of the object ``key`` as ``name``.
 
         Raises:
-            TritonMPError: ALREADY_EXISTS for a name in use; INVALID_ARG for an empty name,
-                a key that does not exist, an object the operator does not allow (another
-                user's, triton-mp's own, outside ``--client-shm-prefix``), or a window
-                beyond the object's size;
+            TritonMPError: ALREADY_EXISTS for a name in use; INVALID_ARG for a key Triton
+                refuses (``check_shm_key``), a key that does not exist, an object the
+                operator does not allow (another user's, triton-mp's own, outside
+                ``--client-shm-prefix``), or a window beyond the object's size;
                 UNSUPPORTED when client shared memory is disabled.
         """
         self._check_enabled()
-        if not name:
-            raise InvalidRequest("shared memory region name must not be empty")
+        # NOTE: no check of an empty name: Triton's gRPC register has none (HTTP's route
+        # refuses one in Triton's words).
+        check_shm_key(name, key)
         if name in self._regions or (self.cuda is not None and self.cuda.has(name)):
             raise TritonMPError(
                 f"shared memory region '{name}' already in manager", ErrorCode.ALREADY_EXISTS
@@ -250,6 +251,30 @@ class SystemShmRegistry:
         if byte_size < 0 or offset + byte_size > region.byte_size or offset + byte_size == 0:
             raise InvalidRequest(f"Invalid offset + byte size for shared memory region: '{name}'")
         return region
+
+
+RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"
+"""Keys Triton keeps for its own regions (server ``common.h``)."""
+
+
+def check_shm_key(name: str, key: str) -> None:
+    """A system shared-memory key as server ``common.cc`` ValidateSharedMemoryKey checks it
+    (upstream main, 2025; 2.51 has no such check): not only slashes, not Triton's prefix.
+
+    Raises:
+        InvalidRequest: "cannot register shared memory region '<n>' - invalid shm key
+            '<k>'" or "... with key '<k>' as the key contains the reserved prefix '<p>'".
+    """
+    rest = key.lstrip("/")
+    if not rest:
+        raise InvalidRequest(
+            f"cannot register shared memory region '{name}' - invalid shm key '{key}'"
+        )
+    if rest.startswith(RESERVED_KEY_PREFIX):
+        raise InvalidRequest(
+            f"cannot register shared memory region '{name}' with key '{key}' as the key "
+            f"contains the reserved prefix '{RESERVED_KEY_PREFIX}'"
+        )
 
 
 class ClientShmApi:

@@ -8,6 +8,7 @@ two requests of the event loop); answers name/version resolution with Triton's m
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from triton_mp._proto import model_config_pb2 as mc
@@ -237,21 +238,27 @@ class ModelTable:
         raise ModelNotFound(f"Request for unknown model: '{name}' version {v} is not found")
 
 
+_STOL = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
+"""What ``std::stol`` reads: leading white space, a sign, digits; the rest is ignored."""
+
+
 def _version_number(version: str) -> int:
-    """A request's version string as a number.
+    """A request's version string as server ``common.cc`` GetModelVersionFromString reads
+    it, with ``std::stol`` ("1x" is 1, " 2" is 2).
 
     Raises:
-        InvalidRequest: not a non-negative integer (Triton's messages).
+        InvalidRequest: no number, one outside int64 (``stol`` throws), or a negative one
+            (Triton's messages).
     """
-    try:
-        v = int(version)
-        if v > 2**63 - 1:
-            raise ValueError(version)
-    except ValueError:
+    m = _STOL.match(version)
+    v = int(m.group(1)) if m else None
+    if v is None or not -(2**63) <= v < 2**63:
         raise InvalidRequest(
             f"failed to get model version from specified version string '{version}' "
-            "(details: expecting a non-negative integer)"
-        ) from None
+            "(details: stol), version should be an integral value > 0"
+        )
     if v < 0:
-        raise InvalidRequest(f"invalid model version specified '{version}'")
+        raise InvalidRequest(
+            f"invalid model version specified '{version}' , version should be an integral value > 0"
+        )
     return v

@@ -20,8 +20,6 @@ the same asyncio loop as its grpc.aio server, on ``--http-port`` shared through
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -40,6 +38,12 @@ from triton_mp.frontend.api import FrontendApi
 from triton_mp.frontend.cuda_shm import CUDA_IPC_HANDLE_BYTES
 from triton_mp.frontend.header_forward import HeaderForward
 from triton_mp.frontend.http.body import TooManyChunks, inflate, read_body
+from triton_mp.frontend.http.control_bodies import (
+    as_object,
+    cuda_register_body,
+    load_parameters,
+    unload_dependents,
+)
 from triton_mp.frontend.http.infer_codec import (
     HEADER_LENGTH,
     JSON_TYPE,
@@ -48,12 +52,11 @@ from triton_mp.frontend.http.infer_codec import (
     render_infer_response,
 )
 from triton_mp.frontend.http.json_tensors import (
-    access_error,
     decode_json,
     json_string,
     json_uint,
 )
-from triton_mp.frontend.repository_api import FILE_PREFIX, check_repository_name
+from triton_mp.frontend.repository_api import check_repository_name
 from triton_mp.frontend.restricted import Restrictions, http_refusal
 from triton_mp.frontend.trace_settings import new_setting_from_json
 from triton_mp.frontend.tracer import Trace, Tracer
@@ -175,21 +178,6 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 # ------------------------------------------------------------------------------ server
-
-
-def _b64_handle(text: str) -> bytes:
-    """A base64 ``cudaIpcMemHandle_t``.
-
-    Raises:
-        InvalidRequest: not base64, or not the handle's 64 bytes (Triton's words).
-    """
-    try:
-        handle = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        handle = b""
-    if len(handle) != CUDA_IPC_HANDLE_BYTES:
-        raise InvalidRequest("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
-    return handle
 
 
 class HttpFrontend:
@@ -362,56 +350,37 @@ class HttpFrontend:
     async def _body_json(
         self, request: web.Request, *, parse_empty: bool = False
     ) -> dict[str, Any]:
-        """The request's JSON object ({} for an empty body, unless ``parse_empty``: Triton's
-        shared-memory register parses even an empty body, "The document is empty. at 0")."""
+        """The request's JSON as the object Triton reads members from: {} for an empty body
+        (unless ``parse_empty``: Triton's shared-memory register, trace and log settings
+        parse even an empty body, "The document is empty. at 0") and for JSON that is not
+        an object (TritonJson's ``Find`` finds nothing in it)."""
         body = await read_body(request, self._max_input_bytes)
         if not body and not parse_empty:
             return {}
-        value = decode_json(body)
-        if not isinstance(value, dict):
-            raise InvalidRequest("failed to parse the request JSON buffer: expected a JSON object")
-        return value
+        return as_object(decode_json(body))
 
     async def _repository_index(self, request: web.Request) -> web.Response:
         body = await self._body_json(request)
         ready = body.get("ready", False)
         if not isinstance(ready, bool):
-            raise access_error("", "bool")  # NOTE: Triton's words, no prefix
+            # NOTE: upstream main's words (2.51: TritonJson's, 500)
+            raise InvalidRequest("Invalid value for 'ready': expected a boolean")
         index = self._api.repository.index(ready)
         return _json_response(
             [proto_to_json(kserve.index_entry(e), print_defaults=False) for e in index]
         )
 
-    async def _control_parameters(self, request: web.Request) -> dict[str, Any]:
-        check_repository_name(request.match_info.get("repository", ""))
-        body = await self._body_json(request)
-        params = body.get("parameters", {})
-        if not isinstance(params, dict):
-            raise InvalidRequest("Unable to parse 'parameters': expected a JSON object")
-        return params
-
     async def _repository_load(self, request: web.Request) -> web.Response:
-        """RepositoryModelLoad: ``file:`` parameters arrive base64-encoded (Triton)."""
-        params = await self._control_parameters(request)
-        decoded: dict[str, object] = {}
-        for key, value in params.items():
-            if key.startswith(FILE_PREFIX) and isinstance(value, str):
-                try:
-                    decoded[key] = base64.b64decode(value, validate=True)
-                except (binascii.Error, ValueError):
-                    raise InvalidRequest(
-                        f"Unable to parse '{key}': expected base64-encoded file content"
-                    ) from None
-            else:
-                decoded[key] = value
-        await self._api.repository.load(_model(request), decoded)
+        """RepositoryModelLoad: ``config`` and base64 ``file:`` parameters (Triton's
+        HandleRepositoryControl, ``control_bodies.load_parameters``)."""
+        check_repository_name(request.match_info.get("repository", ""))
+        params = load_parameters(await self._body_json(request))
+        await self._api.repository.load(_model(request), params)
         return web.Response(status=200)
 
     async def _repository_unload(self, request: web.Request) -> web.Response:
-        params = await self._control_parameters(request)
-        dependents = params.get("unload_dependents", False)
-        if not isinstance(dependents, bool):
-            raise InvalidRequest("Unable to parse 'unload_dependents': expected a boolean")
+        check_repository_name(request.match_info.get("repository", ""))
+        dependents = unload_dependents(await self._body_json(request))
         await self._api.repository.unload(_model(request), dependents)
         return web.Response(status=200)
 
@@ -462,18 +431,8 @@ class HttpFrontend:
                 raise InvalidRequest(
                     "'region name' is necessary to register cuda shared memory region"
                 )
-            body = await self._body_json(request)
-            raw = body.get("raw_handle")
-            if raw is None:
-                raise InvalidRequest("Shared memory register request has no 'raw_handle' field")
-            if not isinstance(raw, dict):
-                raise InvalidRequest("'raw_handle' must be an object with a 'b64' string")
-            handle = _b64_handle(json_string(raw, "b64"))
-            for key in ("byte_size", "device_id"):
-                if key not in body:
-                    raise InvalidRequest(f"Shared memory register request has no '{key}' field")
-            byte_size = json_uint(body, "byte_size")
-            device_id = json_uint(body, "device_id")
+            body = await self._body_json(request, parse_empty=True)
+            handle, byte_size, device_id = cuda_register_body(body, CUDA_IPC_HANDLE_BYTES)
             self._api.shm.cuda_register(region, handle, device_id, byte_size)
         else:
             self._api.shm.cuda_unregister(region)
@@ -490,7 +449,7 @@ class HttpFrontend:
             tracer.setting_request(name, None, False)  # raises Triton's unknown-model error
         new = None
         if request.method == "POST":
-            new = new_setting_from_json(await self._body_json(request))
+            new = new_setting_from_json(await self._body_json(request, parse_empty=True))
         return _json_response(tracer.setting_request(name, new, ready))
 
     # ------------------------------------------------------- not served yet
