@@ -156,8 +156,13 @@ def test_load_unknown_model_and_bad_parameters(
         "failed to load 'no_such_model', failed to poll from model repository"
     )
     assert e.value.status() == "StatusCode.INTERNAL"
-    with pytest.raises(InferenceServerException, match="Invalid config override"):
+    # Triton's poll fails on a config override that does not parse (the log has why)
+    with pytest.raises(InferenceServerException) as e:
         client.load_model("add_sub", config="{not json")
+    assert (e.value.status(), e.value.message()) == (
+        "StatusCode.INTERNAL",
+        "failed to load 'add_sub', failed to poll from model repository",
+    )
     # A model name is a directory entry of the repository, never a path out of it.
     outside = repo.parent / "outside"
     copy_models(outside, "add_sub_py")

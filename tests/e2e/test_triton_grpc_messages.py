@@ -127,6 +127,91 @@ CASES.update(
         for datatype in ("INT33", "fp32", "")
     }
 )
+RP = pb.ModelRepositoryParameter
+STOL = "(details: stol), version should be an integral value > 0"
+CASES.update(
+    {
+        # grpc_server.cc RepositoryModelLoad / RepositoryModelUnload / RepositoryIndex
+        "a load with an unknown parameter": Case(
+            "RepositoryModelLoad",
+            pb.RepositoryModelLoadRequest(model_name="m", parameters={"foo": RP(string_param="x")}),
+            INVALID,
+            "unrecognized load parameter 'foo'.",
+        ),
+        "a load whose config is not a string": Case(
+            "RepositoryModelLoad",
+            pb.RepositoryModelLoadRequest(model_name="m", parameters={"config": RP(int64_param=3)}),
+            INVALID,
+            "invalid value type for load parameter 'config', expected string_param.",
+        ),
+        "a load whose file is not bytes": Case(
+            "RepositoryModelLoad",
+            pb.RepositoryModelLoadRequest(
+                model_name="m", parameters={"file:1/model.py": RP(string_param="x")}
+            ),
+            INVALID,
+            "invalid value type for load parameter 'file:1/model.py', expected bytes_param.",
+        ),
+        "a load whose config does not parse": Case(
+            "RepositoryModelLoad",
+            pb.RepositoryModelLoadRequest(
+                model_name="m", parameters={"config": RP(string_param='{"backend": 5}')}
+            ),
+            grpc.StatusCode.INTERNAL,
+            "failed to load 'm', failed to poll from model repository",
+        ),
+        "an unload whose unload_dependents is not a boolean": Case(
+            "RepositoryModelUnload",
+            pb.RepositoryModelUnloadRequest(
+                model_name="zz", parameters={"unload_dependents": RP(string_param="x")}
+            ),
+            INVALID,
+            "invalid value type for 'unload_dependents' parameter, expected bool_param.",
+        ),
+        "an index of a named repository": Case(
+            "RepositoryIndex",
+            pb.RepositoryIndexRequest(repository_name="x"),
+            grpc.StatusCode.UNIMPLEMENTED,
+            "'repository_name' specification is not supported",
+        ),
+        # common.cc GetModelVersionFromString: std::stol
+        "ModelReady of version 'abc'": Case(
+            "ModelReady",
+            pb.ModelReadyRequest(name="m", version="abc"),
+            INVALID,
+            f"failed to get model version from specified version string 'abc' {STOL}",
+        ),
+        "ModelMetadata of version past int64": Case(
+            "ModelMetadata",
+            pb.ModelMetadataRequest(name="m", version="99999999999999999999"),
+            INVALID,
+            "failed to get model version from specified version string '99999999999999999999' "
+            f"{STOL}",
+        ),
+        "ModelStatistics of version -1": Case(
+            "ModelStatistics",
+            pb.ModelStatisticsRequest(name="m", version="-1"),
+            INVALID,
+            "invalid model version specified '-1' , version should be an integral value > 0",
+        ),
+        "ModelInfer of version 'x'": Case(
+            "ModelInfer",
+            pb.ModelInferRequest(model_name="m", model_version="x"),
+            INVALID,
+            f"failed to get model version from specified version string 'x' {STOL}",
+        ),
+        "ModelConfig of version '1x' (stol reads 1)": Case(
+            "ModelConfig", pb.ModelConfigRequest(name="m", version="1x"), grpc.StatusCode.OK, ""
+        ),
+        # shared_memory_manager.cc: the gRPC register does not check the name
+        "a system register without a name": Case(
+            "SystemSharedMemoryRegister",
+            pb.SystemSharedMemoryRegisterRequest(name="", key="/no_such_key_zz", byte_size=4),
+            grpc.StatusCode.INTERNAL,
+            "Unable to open shared memory region: '/no_such_key_zz'",
+        ),
+    }
+)
 UNARY = [
     m.name
     for m in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods

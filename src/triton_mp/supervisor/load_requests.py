@@ -37,7 +37,10 @@ from triton_mp.scheduler.rate_limiter import Limits, check_resources
 log = logging.getLogger(__name__)
 
 POLL_FAILED_MESSAGE = "failed to load '{}', failed to poll from model repository"
-"""Triton's INTERNAL answer to loading a model the repository does not have."""
+"""Triton's INTERNAL answer to loading a model the repository does not have, or whose
+config (``config.pbtxt`` or the ``config`` parameter) does not parse."""
+OVERRIDE_ERROR = "Invalid config override: "
+"""How ``parse_config_override``'s refusal starts."""
 
 
 def is_model_name(name: str) -> bool:
@@ -178,7 +181,13 @@ def read_request(
                 _not_found(req)
                 return None, None
     except ConfigError as e:
-        req.result = ErrorInfo(e.code, e.message)
+        if e.message.startswith(OVERRIDE_ERROR):
+            # NOTE: Triton's poll fails on an override that does not parse; only its log
+            # carries the parser's words.
+            log.error("%s", e.message)
+            req.result = ErrorInfo(ErrorCode.INTERNAL, POLL_FAILED_MESSAGE.format(req.name))
+        else:
+            req.result = ErrorInfo(e.code, e.message)
         return None, None
     if not req.files:
         seen[req.name] = directory_fingerprint(directory)

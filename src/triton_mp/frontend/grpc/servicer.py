@@ -18,7 +18,7 @@ import grpc
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp._proto import grpc_service_pb2_grpc as pb_grpc
 from triton_mp._proto import health_pb2, health_pb2_grpc
-from triton_mp.common.errors import ErrorCode, TritonMPError, cut_utf8
+from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError, cut_utf8
 from triton_mp.frontend import kserve
 from triton_mp.frontend.api import FrontendApi
 from triton_mp.frontend.grpc.messages import infer_response_bytes, request_from_proto
@@ -100,6 +100,30 @@ def _parse_checked(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         return await inner(request, context)
 
     return grpc.unary_unary_rpc_method_handler(checked, parse, handler.response_serializer)
+
+
+def load_parameters(request: pb.RepositoryModelLoadRequest) -> dict[str, str | bytes]:
+    """RepositoryModelLoad's parameters as server ``grpc_server.cc`` takes them: ``config``
+    a ``string_param``, ``file:<path>`` a ``bytes_param``, nothing else.
+
+    Raises:
+        InvalidRequest: "invalid value type for load parameter '<p>', expected
+            string_param." / "... expected bytes_param."; "unrecognized load parameter
+            '<p>'."
+    """
+    out: dict[str, str | bytes] = {}
+    for key, p in request.parameters.items():
+        which = p.WhichOneof("parameter_choice")
+        if key == "config" or key.startswith("file:"):
+            want = "string_param" if key == "config" else "bytes_param"
+            if which != want:
+                raise InvalidRequest(
+                    f"invalid value type for load parameter '{key}', expected {want}."
+                )
+            out[key] = getattr(p, want)
+        else:
+            raise InvalidRequest(f"unrecognized load parameter '{key}'.")
+    return out
 
 
 MAX_STATUS_MESSAGE_BYTES = 4096
@@ -198,16 +222,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
 
     async def RepositoryIndex(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton RepositoryIndex: every model and version with its state and reason."""
+        try:
+            check_repository_name(request.repository_name)
+        except TritonMPError as e:
+            await abort(context, e.code, e.message)
         return kserve.repository_index(self._api.repository.index(request.ready))
 
     async def RepositoryModelLoad(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton RepositoryModelLoad (explicit mode): ``config`` and ``file:`` parameters."""
-        params = {
-            key: getattr(p, p.WhichOneof("parameter_choice") or "string_param")
-            for key, p in request.parameters.items()
-        }
         try:
             check_repository_name(request.repository_name)
+            params = load_parameters(request)
             await self._api.repository.load(request.model_name, params)
         except TritonMPError as e:
             await abort(context, e.code, e.message)
@@ -218,6 +243,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         dependents = request.parameters.get("unload_dependents")
         try:
             check_repository_name(request.repository_name)
+            if dependents is not None and dependents.WhichOneof("parameter_choice") != (
+                "bool_param"
+            ):
+                raise InvalidRequest(
+                    "invalid value type for 'unload_dependents' parameter, expected bool_param."
+                )
             await self._api.repository.unload(
                 request.model_name, bool(dependents is not None and dependents.bool_param)
             )
