@@ -183,6 +183,7 @@ EXAMPLES: dict[str, list[object]] = {
         m.BlsWorkerUpdate(instance_id=0),
         m.BatchAssign(batch_id=9, requests=(REQUEST, REQUEST), dispatch_ns=99),
         m.BatchAssign(batch_id=10, requests=(), dispatch_ns=0),
+        m.BatchDue(at_ns=123_456_789),
         m.CancelRequest(
             request_id=7, reply_to=m.ReplyTo(m.Requester.BLS, 3), model="repeat_int32", version=1
         ),

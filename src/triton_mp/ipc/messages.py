@@ -12,8 +12,8 @@ Channels (producer -> consumer):
   workers (``WorkerReady``, ``BatchDone``, ``DecoupledDone``, ``InferResponse``: ensembles)
   and the supervisor (``WorkerDied``, ``Shutdown``, and the model changes
   ``InstancesAdded``, ``VersionsActivated``, ``InstancesRetired``, ``InstancesRemoved``).
-- ``ToWorker``: the scheduler (``BatchAssign``, ``CancelRequest``, ``Shutdown``) and, on its
-  own control ring, the supervisor (``BlsWorkerUpdate``).
+- ``ToWorker``: the scheduler (``BatchAssign``, ``BatchDue``, ``CancelRequest``, ``Shutdown``)
+  and, on its own control ring, the supervisor (``BlsWorkerUpdate``).
 - ``ToFrontend``: workers (``InferResponse``), the scheduler (``RequestFailed``,
   ``StatsReply``, ``QueueReply``, ``ModelAvailability``) and the other frontends
   (``ShmRegistered``, ``ShmUnregistered``, ``TraceSettingUpdate``).
@@ -473,7 +473,15 @@ class BatchAssign(msgspec.Struct, frozen=True, kw_only=True, tag="batch", array_
     """Correlation IDs whose sequences ended without an END request (idle): drop their state."""
 
 
-ToWorker = BatchAssign | CancelRequest | Shutdown | BlsWorkerUpdate | ReadyCheck
+class BatchDue(msgspec.Struct, frozen=True, kw_only=True, tag="batch_due", array_like=True):
+    """The scheduler's notice that a batch for this idle instance is due at ``at_ns``
+    (CLOCK_MONOTONIC ns), when its batching delay (``max_queue_delay_microseconds``) runs out:
+    the worker polls its rings around then instead of sleeping (``workers.due``)."""
+
+    at_ns: int
+
+
+ToWorker = BatchAssign | BatchDue | CancelRequest | Shutdown | BlsWorkerUpdate | ReadyCheck
 """``CancelRequest`` reaches a worker for a request it runs (in the batch it executes or
 holds, or a decoupled one whose final response has not been sent yet)."""
 

@@ -21,6 +21,7 @@ from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.messages import (
     BatchAssign,
     BatchDone,
+    BatchDue,
     CacheOutcome,
     CancelRequest,
     DecoupledDone,
@@ -125,6 +126,8 @@ class SchedulerCore:
         self.limiter = rate_limiter
         self._held: dict[int, BatchAssign] = {}
         """Per instance: its batch that waits for resources (not sent yet)."""
+        self._noticed: dict[int, int] = {}
+        """Per instance: the due time its last ``BatchDue`` named (``due_notices``)."""
         life = self.lifecycle
         self.ensembles = Ensembles(
             self._out, self.stats, self._on_request, self._on_cancel, self._latest, life.active.get
@@ -447,6 +450,19 @@ class SchedulerCore:
         inst.staged = True
         self._held[batch.instance_id] = assign
         self.limiter.stage(batch.instance_id)
+
+    def due_notices(self, horizon_ns: int) -> Sequence[Outbound]:
+        """``BatchDue`` for every idle instance whose batch a batching delay will send by
+        ``horizon_ns`` (``Policy.due_batch``), once per due time: the process loop sends
+        them when it wakes shortly before a deadline, so that the worker polls for the
+        batch rather than sleeps (``workers.due``)."""
+        for gen in self.lifecycle.generations():
+            due = gen.policy.due_batch()
+            if due is None or due[1] > horizon_ns or self._noticed.get(due[0]) == due[1]:
+                continue
+            self._noticed[due[0]] = due[1]
+            self._out.to_instance(due[0], BatchDue(at_ns=due[1]))
+        return self._out.take()
 
     def refuse(self, item: ToInstance, why: str, now_ns: int) -> Sequence[Outbound]:
         """A ``BatchAssign`` cannot reach its worker (its requests' parameters, together,

@@ -5,9 +5,10 @@ ring, every frontend's, every worker's and every python worker's BLS ring into i
 ring to each worker, each frontend and each BLS client. ``SchedulerCore`` decides; this
 module only reads, times and sends (``Router``).
 
-The loop: block on the inbox semaphore until a message arrives or the nearest batching
-deadline passes, drain every ring, hand every message to the core, send what it returns,
-form batches, send them.
+The loop: block on the inbox semaphore until a message arrives or shortly before the
+nearest batching deadline (``clock.wait_plan``; from there it polls its rings until the
+deadline and tells the worker whose batch is due, ``BatchDue``), drain every ring, hand
+every message to the core, send what it returns, form batches, send them.
 NOTE: the loop is synchronous on purpose: its only blocking point is one semaphore wait
 with a timeout, which asyncio cannot await without a thread hop per wake-up.
 """
@@ -26,7 +27,12 @@ from triton_mp.ipc.handshake import report_ready
 from triton_mp.ipc.messages import InstanceWiring, Requester, Shutdown, ToScheduler
 from triton_mp.ipc.specs import SchedulerSpec
 from triton_mp.ipc.tensor_pool import SegmentCache, free_block
-from triton_mp.scheduler.clock import SCHEDULER_TIMER_SLACK_NS, Clock, MonotonicClock
+from triton_mp.scheduler.clock import (
+    SCHEDULER_TIMER_SLACK_NS,
+    Clock,
+    MonotonicClock,
+    wait_plan,
+)
 from triton_mp.scheduler.core import SchedulerCore, deliver
 from triton_mp.scheduler.outbox import (
     Attach,
@@ -128,8 +134,14 @@ def _serve(core: SchedulerCore, inbox: Inbox[ToScheduler], router: Router, clock
     """The loop (module docstring) until a ``Shutdown``."""
     while True:
         deadline = core.next_deadline_ns()
-        timeout_s = None if deadline is None else max(0.0, (deadline - clock.now_ns()) / 1e9)
-        inbox.wait(timeout_s)
+        sleep_s, poll_s = wait_plan(clock.now_ns(), deadline)
+        if not poll_s:
+            inbox.wait(sleep_s)
+        elif not (sleep_s and inbox.wait(sleep_s)) and deadline is not None:
+            # NOTE: the lead before a deadline began without a message: the workers whose
+            # batch is due poll for it from now on, and so does this loop, to the deadline.
+            deliver(core, core.due_notices(deadline), router.send, clock.now_ns())
+            inbox.poll(max(0.0, (deadline - clock.now_ns()) / 1e9))
         msgs = inbox.drain()
         now = clock.now_ns()
         for msg in msgs:

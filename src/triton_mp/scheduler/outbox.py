@@ -18,6 +18,7 @@ from typing import NamedTuple
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.messages import (
     BatchAssign,
+    BatchDue,
     BlockRef,
     CancelRequest,
     ErrorInfo,
@@ -42,7 +43,7 @@ class ToInstance(NamedTuple):
     """A message for one worker, on the scheduler's ring to it."""
 
     instance_id: int
-    msg: BatchAssign | CancelRequest | Shutdown | ReadyCheck
+    msg: BatchAssign | BatchDue | CancelRequest | Shutdown | ReadyCheck
 
 
 class Reply(NamedTuple):
@@ -109,7 +110,9 @@ class Outbox:
         return items
 
     def to_instance(
-        self, instance_id: int, msg: BatchAssign | CancelRequest | Shutdown | ReadyCheck
+        self,
+        instance_id: int,
+        msg: BatchAssign | BatchDue | CancelRequest | Shutdown | ReadyCheck,
     ) -> None:
         """Send ``msg`` to the worker ``instance_id``."""
         self._items.append(ToInstance(instance_id, msg))

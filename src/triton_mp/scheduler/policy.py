@@ -134,6 +134,12 @@ class Policy(Protocol):
         """When ``expire`` or ``pop_ready`` may act without any other event; None = never."""
         ...
 
+    def due_batch(self) -> tuple[int, int] | None:
+        """(instance id, ns) of the batch ``pop_ready`` will send when a batching delay runs
+        out, if no other event comes first: an idle instance and the delay's end (the
+        scheduler's ``BatchDue`` notice); None when no such batch waits."""
+        ...
+
     def drain_queue(self) -> list[Queued]:
         """Remove and return every queued request (shutdown, model unload)."""
         ...

@@ -259,6 +259,9 @@ class QueuedInstances:
     def next_deadline_ns(self) -> int | None:
         return self._queue.next_timeout_ns()
 
+    def due_batch(self) -> tuple[int, int] | None:
+        return None  # NOTE: no batching delay: a queued request goes out at once.
+
     def drain_queue(self) -> list[Queued]:
         return self._queue.clear()
 

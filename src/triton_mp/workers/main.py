@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection
 
@@ -30,6 +31,7 @@ from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.handshake import report_ready, report_start_failed
 from triton_mp.ipc.messages import (
     BatchAssign,
+    BatchDue,
     BlsWorkerUpdate,
     CancelRequest,
     ReadyCheck,
@@ -40,6 +42,7 @@ from triton_mp.ipc.messages import (
 )
 from triton_mp.ipc.specs import InstanceSpec, WorkerSpec
 from triton_mp.ipc.topology import process_arena_prefix
+from triton_mp.workers.due import DueBatch
 from triton_mp.workers.execution_watch import ExecutionWatch
 from triton_mp.workers.readiness import ReadinessRunner, poll_periodically
 from triton_mp.workers.warmup import build_samples, warm_up
@@ -240,22 +243,37 @@ def serve(
 
     With ``watch`` (python models), the inbox is also read while a batch executes
     (``workers.execution_watch``): cancellations reach the model at once, the rest is
-    handled here after the batch.
+    handled here after the batch. After a ``BatchDue`` the loop polls the inbox for the
+    batch rather than sleeping (``workers.due``).
     """
+    due = DueBatch()
     while True:
         if watch is None:
-            inbox.wait(None)
+            _wait(inbox, due)
             msgs = inbox.drain()
         else:
             msgs = watch.take()
             if not msgs:
-                inbox.wait(None)
+                _wait(inbox, due)
                 msgs = watch.take()
         stop = False
         for msg in control_first(msgs):
+            if isinstance(msg, BatchDue):
+                due.expect(msg.at_ns, time.monotonic_ns())
+                continue
+            if isinstance(msg, BatchAssign):
+                due.arrived()
             stop = handle(msg, worker, rewire) or stop
         if stop:
             return
+
+
+def _wait(inbox: Inbox[ToWorker], due: DueBatch) -> None:
+    """Until the inbox holds a record: polled while a batch is due, else asleep."""
+    poll_s = due.poll_s(time.monotonic_ns())
+    if poll_s and inbox.poll(poll_s):
+        return
+    inbox.wait(None)
 
 
 def cancel_now(worker: Worker) -> Callable[[ToWorker], bool]:

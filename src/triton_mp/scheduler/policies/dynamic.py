@@ -126,6 +126,14 @@ class DynamicBatcher(QueuedInstances):
             deadline = due if deadline is None else min(deadline, due)
         return deadline
 
+    def due_batch(self) -> tuple[int, int] | None:
+        if not (self._queue and self._idle and self.max_queue_delay_ns and self.max_batch_size):
+            return None
+        w = self._walk()
+        if w.cut or w.stop or w.total >= self.max_preferred:
+            return None  # NOTE: due now: the next dispatch pass sends it.
+        return self._idle[0], w.oldest_ns + self.max_queue_delay_ns
+
 
 def walk(
     items: Iterable[Queued],

@@ -497,6 +497,9 @@ class EnsembleScheduler:
     def next_deadline_ns(self) -> int | None:
         return None
 
+    def due_batch(self) -> tuple[int, int] | None:
+        return None
+
     def drain_queue(self) -> list[Queued]:
         return []
 

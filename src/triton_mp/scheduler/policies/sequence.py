@@ -302,6 +302,11 @@ class SequenceBatcher:
                 times.append(min(s.queue[0].enqueue_ns for s in ready) + self.delay_ns)
         return min(times, default=None)
 
+    def due_batch(self) -> tuple[int, int] | None:
+        """None: a sequence batch's delay is not announced (the notice serves the dynamic
+        batcher, whose delay is the common case)."""
+        return None
+
     # ----------------------------------------------------------------- batches
     def pop_ready(self, now_ns: int) -> list[Batch]:
         """At most one batch per idle instance."""

@@ -1,0 +1,166 @@
+"""The due-batch notice, process-free: when the scheduler's loop polls instead of sleeping
+(``scheduler.clock.wait_plan``), which instance it tells a batch is due and when
+(``Policy.due_batch``, ``SchedulerCore.due_notices``), how long the worker then polls
+(``workers.due.DueBatch``), and ``Inbox.poll`` on a real ring."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.unit.scheduler_harness import US, Harness
+from triton_mp.ipc import Inbox
+from triton_mp.ipc.messages import BatchAssign, BatchDue
+from triton_mp.ipc.notify import Wakeup, create_wakeup
+from triton_mp.ipc.ring import Ring
+from triton_mp.ipc.shm import unlink_quietly
+from triton_mp.scheduler.clock import DUE_LEAD_NS, wait_plan
+from triton_mp.scheduler.policies.default import DefaultScheduler
+from triton_mp.scheduler.policies.dynamic import DynamicBatcher
+from triton_mp.scheduler.policy import Queued
+from triton_mp.workers.due import MAX_POLL_NS, POLL_GRACE_NS, DueBatch
+
+# ------------------------------------------------------------------ wait_plan
+
+
+def test_no_deadline_sleeps_until_a_message() -> None:
+    assert wait_plan(5_000, None) == (None, 0.0)
+
+
+def test_a_far_deadline_sleeps_until_the_lead_then_polls_to_it() -> None:
+    now = 1_000_000
+    sleep_s, poll_s = wait_plan(now, now + 500 * US, lead_ns=100 * US)
+    assert sleep_s == pytest.approx(400e-6)
+    assert poll_s == pytest.approx(100e-6)
+
+
+def test_within_the_lead_it_polls_to_the_deadline_without_sleeping() -> None:
+    now = 1_000_000
+    assert wait_plan(now, now + 30 * US, lead_ns=100 * US) == (0.0, pytest.approx(30e-6))
+
+
+def test_a_deadline_due_or_past_does_not_wait() -> None:
+    assert wait_plan(1_000, 1_000) == (0.0, 0.0)
+    assert wait_plan(2_000, 1_000) == (0.0, 0.0)
+    assert wait_plan(0, 0) == (0.0, 0.0)  # a retirement due (next_deadline_ns 0)
+
+
+def test_the_default_lead_is_a_few_tens_of_microseconds() -> None:
+    assert 20 * US <= DUE_LEAD_NS <= 200 * US
+
+
+# ------------------------------------------------------------ Policy.due_batch
+
+
+def _queued(key: int, now_ns: int, batch_size: int = 1) -> Queued:
+    return Queued(key, batch_size, (), now_ns)
+
+
+def test_a_delay_running_names_the_first_idle_instance_and_its_end() -> None:
+    b = DynamicBatcher(8, (4,), max_queue_delay_us=500, instance_ids=(7, 9))
+    assert b.due_batch() is None  # nothing queued
+    b.offer(_queued(1, 1_000), 1_000)
+    b.offer(_queued(2, 3_000), 3_000)
+    assert b.due_batch() == (7, 1_000 + 500 * US)  # the oldest request's delay
+    assert b.next_deadline_ns() == 1_000 + 500 * US
+
+
+def test_a_batch_that_goes_at_once_or_cannot_go_is_not_due() -> None:
+    full = DynamicBatcher(8, (2,), max_queue_delay_us=500, instance_ids=(1,))
+    full.offer(_queued(1, 0), 0)
+    full.offer(_queued(2, 0), 0)  # the preferred size: sent on the next pass
+    assert full.due_batch() is None
+    busy = DynamicBatcher(8, (), max_queue_delay_us=500, instance_ids=())
+    busy.offer(_queued(1, 0), 0)  # no idle instance: an instance's BatchDone sends it
+    assert busy.due_batch() is None
+    no_delay = DynamicBatcher(8, (), max_queue_delay_us=0, instance_ids=(1,))
+    no_delay.offer(_queued(1, 0), 0)
+    assert no_delay.due_batch() is None
+    plain = DefaultScheduler(instance_ids=(1,))
+    plain.offer(_queued(1, 0), 0)
+    assert plain.due_batch() is None
+
+
+# ------------------------------------------------------ SchedulerCore.due_notices
+
+
+def test_the_core_notices_the_instance_once_per_due_time() -> None:
+    h = Harness()
+    h.ready(0, 1)
+    t0 = h.now
+    h.request()  # add_sub: 100 µs delay, preferred 4
+    due_at = t0 + 100 * US
+    assert h.core.next_deadline_ns() == due_at
+    assert list(h.core.due_notices(due_at - 1)) == []  # not due by that horizon
+    h.deliver(list(h.core.due_notices(due_at)))
+    assert h.to_workers == [(0, BatchDue(at_ns=due_at))]
+    h.deliver(list(h.core.due_notices(due_at)))  # the loop's next pass in the lead
+    assert len(h.to_workers) == 1
+    h.clock.advance_us(100)
+    ((instance, batch),) = h.dispatch()
+    assert instance == 0
+    assert isinstance(batch, BatchAssign)
+
+
+def test_a_batch_sent_early_makes_no_notice() -> None:
+    h = Harness()
+    h.ready(0)
+    for _ in range(4):
+        h.request()  # the preferred size: due now, not at the delay's end
+    assert list(h.core.due_notices(h.now + 1_000 * US)) == []
+    assert len(h.dispatch()) == 1
+
+
+# ------------------------------------------------------------------ DueBatch
+
+
+def test_the_worker_polls_from_the_notice_to_shortly_after_the_due_time() -> None:
+    due = DueBatch()
+    assert due.poll_s(0) == 0.0  # nothing announced: sleep
+    now = 10_000_000
+    due.expect(now + 80 * US, now)
+    assert due.poll_s(now) == pytest.approx((80 * US + POLL_GRACE_NS) / 1e9)
+    assert due.poll_s(now + 80 * US + POLL_GRACE_NS) == 0.0  # the window passed: dropped
+    assert due.at_ns is None
+
+
+def test_a_batch_ends_the_poll_and_an_early_notice_is_capped() -> None:
+    due = DueBatch()
+    due.expect(50_000_000, 0)  # 50 ms ahead: polls MAX_POLL_NS at most
+    assert due.poll_s(0) == pytest.approx(MAX_POLL_NS / 1e9)
+    due.arrived()
+    assert due.poll_s(1) == 0.0
+
+
+# ------------------------------------------------------------------ Inbox.poll
+
+
+@pytest.fixture
+def channel() -> Iterator[tuple[str, Wakeup]]:
+    base = f"/triton_mp_{os.getpid()}_test_due"
+    Ring.create(base + "_r", 4096).close()
+    wakeup = create_wakeup("semaphore", base + "_sem")
+    yield base + "_r", wakeup
+    unlink_quietly(base + "_r")
+    unlink_quietly(base + "_sem")
+
+
+def test_poll_finds_an_unannounced_record_and_times_out_without_one(
+    channel: tuple[str, Wakeup],
+) -> None:
+    ring_name, wakeup = channel
+    inbox: Inbox[int] = Inbox(wakeup, [ring_name], int)
+    ring = Ring.attach(ring_name)
+    try:
+        t0 = time.perf_counter()
+        assert not inbox.poll(0.002)
+        assert time.perf_counter() - t0 >= 0.002
+        ring.push(b"\x05")  # published, never posted: a sleep would miss it
+        assert inbox.poll(1.0)
+        assert inbox.drain() == [5]
+    finally:
+        ring.close()
+        inbox.close()
