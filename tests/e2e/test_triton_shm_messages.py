@@ -49,6 +49,26 @@ class TritonPythonModel:
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x * 2)]))
         return out
 """
+SAME_CONFIG = """
+name: "same_py"
+backend: "python"
+max_batch_size: 0
+input [{ name: "IN", data_type: TYPE_FP32, dims: [ -1 ] }]
+output [{ name: "OUT", data_type: TYPE_FP32, dims: [ -1 ] }]
+"""
+SAME_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]
+            )
+            for r in requests
+        ]
+"""
+"""Returns its input array itself (a view of the input where the server gives one)."""
 REGION_BYTES = 256
 SLOW_S = 2.0
 """How long the slow request runs; the unregistration comes ``SLOW_S / 4`` after it."""
@@ -59,6 +79,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tupl
     """(gRPC, HTTP) URLs: ``triton-mp`` always, ``triton`` when the real Triton is installed."""
     root = tmp_path_factory.mktemp("shm_messages")
     write_python_model(root / "repo", "twice_py", CONFIG, MODEL)
+    write_python_model(root / "repo", "same_py", SAME_CONFIG, SAME_MODEL)
     ours = ServerProcess(root / "repo", root / "ours.log", "--allow-client-shm=true")
     theirs: RealTriton | None = None
     try:
@@ -85,13 +106,14 @@ class Client:
         self.http = httpclient.InferenceServerClient(urls[1])
         tag = f"{os.getpid()}_{side}_{time.monotonic_ns()}"
         self.handles: list[Any] = []
+        self.io: Any = None
         self.inp = self.create("in", f"/shm_msgs_in_{tag}")
         shm.set_shared_memory_region(self.inp, [np.arange(64, dtype=np.float32)])
         self.out = self.create("out", f"/shm_msgs_out_{tag}")
         self.grpc.unregister_system_shared_memory()
 
-    def create(self, name: str, key: str) -> Any:
-        handle = shm.create_shared_memory_region(name, key, REGION_BYTES)
+    def create(self, name: str, key: str, size: int = REGION_BYTES) -> Any:
+        handle = shm.create_shared_memory_region(name, key, size)
         self.handles.append((handle, key))
         return handle
 
@@ -102,7 +124,9 @@ class Client:
         for n, k in pairs:
             client.register_system_shared_memory(n, k, REGION_BYTES)
 
-    def infer(self, n: int = 4, *, http: bool = False, **window: Any) -> tuple[str, str]:
+    def infer(
+        self, n: int = 4, *, http: bool = False, model: str = "twice_py", **window: Any
+    ) -> tuple[str, str]:
         """One request of ``n`` floats from ``in`` into ``out`` (or the regions and windows
         ``window`` names); ("OK", "") or the error's (status, message)."""
         mod: Any = httpclient if http else grpcclient
@@ -114,7 +138,7 @@ class Client:
             window.get("outreg", "out"), window.get("osize", n * 4), window.get("ooff", 0)
         )
         try:
-            client.infer("twice_py", [i], outputs=[o])
+            client.infer(model, [i], outputs=[o])
         except InferenceServerException as e:
             return str(e.status()), e.message() or ""
         return "OK", ""
@@ -308,3 +332,27 @@ def test_unregister_all_keeps_the_regions_in_use_and_names_them(
     _same({side: box["answer"] for side, (_, box) in flights.items()}, ("OK", ""))
     _same(_each(clients, lambda c: _unregister(c.grpc)), ("OK", ""))
     _same(_each(clients, Client.regions), [])
+
+
+@pytest.mark.parametrize("shift", [16, -16, 4096])
+def test_an_output_window_overlapping_its_input_gets_the_input_whole(
+    clients: dict[str, Client], shift: int
+) -> None:
+    """An identity model whose output window overlaps its own input window in one region
+    (32 KiB, moved by ``shift`` bytes): the output is the input as it was (Triton copies
+    inputs out of the client's memory before the model runs, so the overlap cannot smear
+    them)."""
+    size, n, start = 1 << 16, 8192, 8192
+    original = np.arange(size // 4, dtype=np.float32)
+    for c in clients.values():
+        key = c.handles[0][1] + "_io"
+        c.io = c.create("io", key, size)
+        shm.set_shared_memory_region(c.io, [original])
+        c.grpc.register_system_shared_memory("io", key, size)
+    window = {"inreg": "io", "outreg": "io", "ioff": start, "ooff": start + shift}
+    _same(_each(clients, lambda c: c.infer(n, model="same_py", **window)), ("OK", ""))
+    first = (start + shift) // 4
+    expected = original[start // 4 : start // 4 + n]
+    for side, c in clients.items():
+        got = shm.get_contents_as_numpy(c.io, np.float32, [size // 4])[first : first + n]
+        np.testing.assert_array_equal(got, expected, err_msg=side)

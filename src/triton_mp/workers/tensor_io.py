@@ -174,6 +174,33 @@ def view_tensor(
     return np.frombuffer(buf, dtype=dtype, count=count, offset=ref.offset).reshape(ref.shape)
 
 
+def overlapping_inputs(req: InferRequest) -> list[str]:
+    """The inputs of ``req`` whose bytes in a client's region overlap the window one of its
+    outputs is written to (same object, intersecting byte ranges).
+
+    Such an input is handed to the backend as a copy: a model that returns its input (or a
+    view of it) would otherwise have its output copied over its own source through two
+    mappings of the same pages, which no memcpy/memmove can see, and smear it. Triton copies
+    every input out of the client's memory before the model runs, so the overlap is
+    harmless there too.
+    """
+    out = []
+    for ref in req.inputs:
+        if not ref.region_id:
+            continue
+        end = ref.offset + ref.nbytes
+        for region in req.output_regions:
+            if (
+                region is not None
+                and region.key == ref.segment
+                and region.offset < end
+                and ref.offset < region.offset + region.byte_size
+            ):
+                out.append(ref.name)
+                break
+    return out
+
+
 _FIXED_DTYPES: dict[str, np.dtype] = {
     t.wire: t.numpy for t in DataType if t.numpy is not None and t is not DataType.STRING
 }

@@ -65,7 +65,13 @@ from triton_mp.workers.answer_size import fit_answer
 from triton_mp.workers.execution_watch import ExecutionWatch
 from triton_mp.workers.readiness import ReadinessRunner
 from triton_mp.workers.sequence_state import SequenceStates, sequence_batch
-from triton_mp.workers.tensor_io import ClientRegions, free_own_block, view_tensor, write_outputs
+from triton_mp.workers.tensor_io import (
+    ClientRegions,
+    free_own_block,
+    overlapping_inputs,
+    view_tensor,
+    write_outputs,
+)
 from triton_mp.workers.warmup import WarmupToken
 
 log = logging.getLogger(__name__)
@@ -484,6 +490,9 @@ class Worker:
 
     def _backend_request(self, req: InferRequest) -> BackendRequest:
         inputs = {ref.name: view_tensor(self._cache, ref, self._regions) for ref in req.inputs}
+        if req.output_regions:
+            for name in overlapping_inputs(req):
+                inputs[name] = inputs[name].copy()  # NOTE: see overlapping_inputs
         outputs = req.outputs
         if self._states is not None:
             inputs.update(self._states.inputs(req.sequence_id, req.sequence_flags))
