@@ -443,6 +443,11 @@ CASES.update(
             (M, b'{"a": tru}', "Invalid value. at 9"),
             (M, b'{"a": "\\q"}', "Invalid escape character in string. at 7"),
             (M, b'{"a": 1.}', "Miss fraction part in number. at 8"),
+            (M, b'{"a": 1e400}', "Number too big to be stored in double. at 6"),
+            (M, b'{"a": Nax}', "Invalid value. at 8"),
+            (M, b'{"a": Infin}', "Invalid value. at 11"),
+            (M, b'{"a": "x\x01"}', "Invalid escape character in string. at 8"),
+            (M, b"\xef\xbb\xbf{1}", "Missing a name for object member. at 4"),
             (
                 "/v2/repository/index",
                 b'{"a" 1}',
@@ -847,3 +852,34 @@ def test_a_region_without_a_size_is_an_empty_window(servers: dict[str, str]) -> 
     finally:
         os.close(fd)
         os.unlink(f"/dev/shm{key}")
+
+
+NUMBERS = b'{"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [4], "data": [%s]}]}'
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        NUMBERS % b"NaN, -Inf, Infinity, -Infinity",
+        NUMBERS % b"-NaN, Inf, 1e-400, 2",
+        b"\xef\xbb\xbf" + NUMBERS % b"1, 2, 3, 4",
+        NUMBERS % b"1, 2, 3, 4" + b"\x00 anything",
+    ],
+    ids=["NaN and Infinity", "-NaN, Inf", "a byte-order mark", "bytes after a NUL"],
+)
+def test_json_rapidjson_reads_is_served(servers: dict[str, str], body: bytes) -> None:
+    """TritonJson parses with kParseNanAndInfFlag and writes with kWriteNanAndInfFlag;
+    RapidJSON skips a UTF-8 byte-order mark and stops at a NUL: both servers answer 200
+    with the same data (``NaN``, ``Infinity`` and ``-Infinity`` written as such)."""
+    answers = {}
+    for server, url in servers.items():
+        host, port = url.split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        try:
+            conn.request("POST", M, body=body)
+            r = conn.getresponse()
+            answers[server] = (r.status, repr(json.loads(r.read())["outputs"][0]["data"]))
+        finally:
+            conn.close()
+    assert answers["triton-mp"][0] == 200
+    assert len(set(answers.values())) == 1, answers

@@ -4,11 +4,18 @@ Imported by ``frontend.http.json_tensors``, only after msgspec refused a body, s
 runs on the hot path. Triton parses request JSON with RapidJSON (common ``triton_json.h``
 ``Value::Parse``) and answers INTERNAL (HTTP 500) "failed to parse the request JSON buffer:
 <GetParseError_En(code)> at <byte offset>". ``rapidjson_error`` walks the bytes as
-RapidJSON's ``GenericReader`` does (default flags: no comments, no trailing commas, the
-input ends at its length or at a NUL byte) and returns the first error with its offset.
+RapidJSON's ``GenericReader`` does with TritonJson's flags (``kParseNanAndInfFlag``: ``NaN``,
+``Inf`` and ``Infinity`` with an optional ``-`` are numbers; no comments, no trailing
+commas; a UTF-8 byte-order mark is skipped; the input ends at its length or at a NUL byte)
+and returns the first error with its offset. ``rapidjson_decode`` reads a body RapidJSON
+takes and msgspec refused (those literals, a byte-order mark, bytes after a NUL).
 """
 
 from __future__ import annotations
+
+import json
+import math
+from typing import Any
 
 MESSAGES = {
     "empty": "The document is empty.",
@@ -25,6 +32,7 @@ MESSAGES = {
     "encoding": "Invalid encoding in string.",
     "fraction": "Miss fraction part in number.",
     "exponent": "Miss exponent in number.",
+    "too_big": "Number too big to be stored in double.",
 }
 """RapidJSON's ``GetParseError_En`` texts for the errors the scanner finds."""
 
@@ -43,8 +51,10 @@ class _Error(Exception):
 class _Scanner:
     """RapidJSON's reader over ``data``: ``peek`` is 0 at the end, as its stream's NUL."""
 
-    def __init__(self, data: bytes) -> None:
-        self.data, self.i = data, 0
+    def __init__(self, data: bytes, start: int = 0) -> None:
+        self.data, self.i = data, start
+        self.special: list[tuple[int, int, str]] = []
+        """(start, end, Python json's spelling) of each NaN / Inf literal."""
 
     def peek(self) -> int:
         return self.data[self.i] if self.i < len(self.data) else 0
@@ -141,7 +151,8 @@ class _Scanner:
             elif c == 0:
                 raise _Error("quote", self.i)
             elif c < 0x20:
-                raise _Error("encoding", self.i)
+                # NOTE: Triton's RapidJSON says "Invalid escape character" here (2.51).
+                raise _Error("escape", self.i)
             else:
                 self.i += 1
 
@@ -158,7 +169,28 @@ class _Scanner:
             self.i += 1
 
     def number(self) -> None:
-        self.consume(b"-")
+        start = self.i
+        minus = self.consume(b"-")
+        if self.peek() in (ord("N"), ord("I")):
+            self.nan_or_inf(start, minus)
+            return
+        self.numeral(start)
+
+    def nan_or_inf(self, start: int, minus: bool) -> None:
+        """``NaN``, ``Inf`` or ``Infinity`` (kParseNanAndInfFlag); the error offset is
+        where RapidJSON stops matching."""
+        word = b"NaN" if self.peek() == ord("N") else b"Inf"
+        for ch in word:
+            if not self.consume(bytes([ch])):
+                raise _Error("value", self.i)
+        if word == b"Inf" and self.consume(b"i"):
+            for ch in b"nity":
+                if not self.consume(bytes([ch])):
+                    raise _Error("value", self.i)
+        spelling = "NaN" if word == b"NaN" else ("-Infinity" if minus else "Infinity")
+        self.special.append((start, self.i, spelling))
+
+    def numeral(self, start: int) -> None:
         if not self.consume(b"0"):
             if not (self.peek() and self.peek() in b"123456789"):
                 raise _Error("value", self.i)
@@ -173,23 +205,58 @@ class _Scanner:
             if not (self.peek() and self.peek() in _DIGITS):
                 raise _Error("exponent", self.i)
             self.digits()
+        if math.isinf(float(self.data[start : self.i])):
+            raise _Error("too_big", start)
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def _scan(data: bytes) -> _Scanner:
+    """Walk ``data`` as RapidJSON reads a document.
+
+    Raises:
+        _Error: RapidJSON's first error.
+    """
+    scanner = _Scanner(data.split(b"\0", 1)[0], 3 if data.startswith(_BOM) else 0)
+    scanner.skip_ws()
+    if scanner.peek() == 0:
+        raise _Error("empty", scanner.i)
+    scanner.value()
+    scanner.skip_ws()
+    if scanner.peek() != 0:
+        raise _Error("not_singular", scanner.i)
+    return scanner
 
 
 def rapidjson_error(data: bytes | memoryview) -> str | None:
     """RapidJSON's "<message> at <offset>" for the first error in ``data``; None when
-    RapidJSON would read it (msgspec refuses a few things RapidJSON takes: invalid UTF-8,
-    numbers past a double's range)."""
-    scanner = _Scanner(bytes(data).split(b"\0", 1)[0])
+    RapidJSON would read it (``rapidjson_decode`` then reads it, but for invalid UTF-8,
+    which RapidJSON passes on and msgspec refuses)."""
     try:
-        scanner.skip_ws()
-        if scanner.peek() == 0:
-            raise _Error("empty", scanner.i)
-        scanner.value()
-        scanner.skip_ws()
-        if scanner.peek() != 0:
-            raise _Error("not_singular", scanner.i)
+        _scan(bytes(data))
     except _Error as e:
         return f"{MESSAGES[e.kind]} at {e.offset}"
     except RecursionError:
         return None  # NOTE: nested past the interpreter's limit: msgspec's words then
     return None
+
+
+def rapidjson_decode(data: bytes | memoryview) -> Any:
+    """A body RapidJSON reads, decoded: the document up to a NUL byte, after a byte-order
+    mark, ``NaN`` / ``Inf`` / ``Infinity`` as floats. Only for bodies msgspec refused and
+    ``rapidjson_error`` passed (Python's json: slower, never on the hot path).
+
+    Raises:
+        ValueError: what Python's json refuses (invalid UTF-8).
+    """
+    raw = bytes(data)
+    scanner = _scan(raw)
+    text = scanner.data
+    if scanner.special:
+        parts, pos = [], 0
+        for start, end, spelling in scanner.special:
+            parts += [text[pos:start], spelling.encode()]
+            pos = end
+        text = b"".join([*parts, text[pos:]])
+    return json.loads(text.removeprefix(_BOM).decode("utf-8"))

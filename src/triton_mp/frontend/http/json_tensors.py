@@ -12,6 +12,7 @@ A member missing or of the wrong JSON type is INTERNAL (HTTP 500) with TritonJso
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +22,7 @@ import numpy as np
 
 from triton_mp.common.datatypes import ELEMENT_BYTES, NUMPY_DTYPES, DataType, element_count
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
-from triton_mp.frontend.http.json_errors import rapidjson_error
+from triton_mp.frontend.http.json_errors import rapidjson_decode, rapidjson_error
 
 _U32 = struct.Struct("<I")
 UINT64_MAX = 2**64 - 1
@@ -45,6 +46,10 @@ def decode_json(body: bytes | memoryview) -> Any:
             raise TritonMPError(
                 f"failed to parse the request JSON buffer: {where}", ErrorCode.INTERNAL
             ) from None
+        try:
+            return rapidjson_decode(body)
+        except ValueError:
+            pass  # NOTE: invalid UTF-8: RapidJSON passes it on, triton-mp refuses it
         raise InvalidRequest(f"failed to parse the request JSON buffer: {e}") from None
     except RecursionError:
         # NOTE: nesting deeper than the interpreter's recursion limit (msgspec recurses).
@@ -295,4 +300,18 @@ def json_output_data(ref_name: str, datatype: str, shape: tuple[int, ...], buf: 
         return items
     if len(buf) != count * ELEMENT_BYTES[datatype]:
         raise mismatch
-    return np.frombuffer(buf, dtype=NUMPY_DTYPES[datatype]).tolist()
+    arr = np.frombuffer(buf, dtype=NUMPY_DTYPES[datatype])
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        return _non_finite(arr.tolist())
+    return arr.tolist()
+
+
+def _non_finite(values: list[float]) -> msgspec.Raw:
+    """Numbers as TritonJson writes them (``kWriteNanAndInfFlag``): ``NaN``, ``Infinity``,
+    ``-Infinity`` for what plain JSON cannot hold (msgspec would write ``null``)."""
+    words = {math.inf: b"Infinity", -math.inf: b"-Infinity"}
+    parts = [
+        b"NaN" if x != x else words.get(x) or msgspec.json.encode(x)  # noqa: PLR0124 - NaN
+        for x in values
+    ]
+    return msgspec.Raw(b"[" + b",".join(parts) + b"]")
