@@ -243,7 +243,7 @@ def test_request_errors_and_the_server_keeps_serving(
     o.set_shared_memory("small", 32)
     with pytest.raises(InferenceServerException) as e:
         client.infer("add_sub", _add_sub_inputs(a, a), outputs=[o])
-    assert e.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert e.value.status() == "StatusCode.INTERNAL"  # NOTE: Triton's (2.51 and main)
     assert "should be at least 64 bytes to hold the results" in e.value.message()
     assert e.value.message().startswith("shared memory size specified")  # no class name
 

@@ -9,6 +9,7 @@ tests/e2e/test_triton_http_messages.py.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -313,3 +314,31 @@ def test_a_stream_ends_at_a_message_that_does_not_parse(servers: dict[str, str])
         ids, seconds = _stream(url, messages)
         assert ids == ["before"], server
         assert seconds < 4, server
+
+
+def test_an_output_region_too_small_is_internal(servers: dict[str, str]) -> None:
+    """The response allocator's refusal (infer_handler.cc / http_server.cc ResponseAlloc)
+    is INTERNAL in Triton."""
+    key = f"/tmp_grpc_messages_{os.getpid()}"
+    fd = os.open(f"/dev/shm{key}", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        os.ftruncate(fd, 64)
+        for server, url in servers.items():
+            register = pb.SystemSharedMemoryRegisterRequest(name="small", key=key, byte_size=64)
+            assert call(url, "SystemSharedMemoryRegister", register)[0] == grpc.StatusCode.OK
+            req = infer(
+                outputs={
+                    "shared_memory_region": P(string_param="small"),
+                    "shared_memory_byte_size": P(int64_param=8),
+                }
+            )
+            assert call(url, "ModelInfer", req) == (
+                grpc.StatusCode.INTERNAL,
+                "shared memory size specified with the request for output 'OUTPUT0' (8 bytes) "
+                "should be at least 16 bytes to hold the results",
+            ), server
+            unregister = pb.SystemSharedMemoryUnregisterRequest(name="small")
+            assert call(url, "SystemSharedMemoryUnregister", unregister)[0] == grpc.StatusCode.OK
+    finally:
+        os.close(fd)
+        os.unlink(f"/dev/shm{key}")

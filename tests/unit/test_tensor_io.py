@@ -179,7 +179,7 @@ def test_a_region_too_small_for_its_output_fails_before_any_copy(
     outs = {"A": np.zeros(4, np.int32), "B": np.zeros(4, np.int32)}
     with pytest.raises(TritonMPError, match="should be at least 16 bytes") as e:
         write_outputs(arena, regions, req, outs)
-    assert e.value.code == ErrorCode.INVALID_ARG
+    assert e.value.code == ErrorCode.INTERNAL
     assert arena.live_blocks() == 0
 
 

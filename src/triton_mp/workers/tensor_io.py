@@ -315,7 +315,7 @@ def _output_parts(
                 f"shared memory size specified with the request for output '{name}' "
                 f"({region.byte_size} bytes) should be at least {size} bytes to hold "
                 "the results",
-                ErrorCode.INVALID_ARG,
+                ErrorCode.INTERNAL,  # NOTE: the allocator's code in Triton (500 over HTTP)
             )
         parts.append((tensor, region))
     return parts
