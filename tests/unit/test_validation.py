@@ -458,19 +458,30 @@ def test_a_string_correlation_id_over_128_characters_is_unsupported() -> None:
     )
 
 
-def test_an_empty_window_at_the_start_of_a_region_is_refused() -> None:
-    """shared_memory_manager.cc's end check (``offset + byte_size - 1``, unsigned) refuses
-    byte size 0 at offset 0 (what HTTP's missing size becomes)."""
+def test_a_window_is_checked_as_upstream_main_checks_it() -> None:
+    """shared_memory_manager.cc GetMemoryInfo (main, PR #8335): an empty window at offset 0
+    passes (what HTTP's missing size becomes; 2.51 refused it), the end must stay within
+    the region, and an unsigned overflow is named."""
     key = f"/tmp_validation_{os.getpid()}"
     fd = os.open(f"/dev/shm{key}", os.O_CREAT | os.O_RDWR, 0o600)
     registry = SystemShmRegistry(0)
     try:
         os.ftruncate(fd, 64)
         registry.register("r", key, 0, 64)
-        with pytest.raises(InvalidRequest) as e:
-            registry.window("r", 0, 0)
-        assert e.value.message == "Invalid offset + byte size for shared memory region: 'r'"
+        assert registry.window("r", 0, 0).byte_size == 64
         assert registry.window("r", 8, 0).byte_size == 64
+        with pytest.raises(InvalidRequest) as e:
+            registry.window("r", 8, 57)
+        assert e.value.message == "Invalid offset + byte size for shared memory region: 'r'"
+        with pytest.raises(InvalidRequest) as e:
+            registry.window("r", 64, 0)
+        assert e.value.message == "Invalid offset for shared memory region: 'r'"
+        with pytest.raises(InvalidRequest) as e:
+            registry.window("r", 1, 2**64 - 1)
+        assert e.value.message == (
+            f"Integer overflow detected: byte_size ({2**64 - 1}) + offset (1) exceeds maximum "
+            f"value ({2**64 - 1}) for region 'r'"
+        )
     finally:
         registry.unregister("")
         os.close(fd)

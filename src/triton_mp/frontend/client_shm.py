@@ -246,12 +246,20 @@ class SystemShmRegistry:
             )
         if offset < 0 or offset >= region.byte_size:
             raise InvalidRequest(f"Invalid offset for shared memory region: '{name}'")
-        # NOTE: Triton's end check (offset + byte_size - 1, unsigned) refuses an empty window
-        # at offset 0 too.
-        if byte_size < 0 or offset + byte_size > region.byte_size or offset + byte_size == 0:
+        if byte_size > _SIZE_MAX - offset:
+            raise InvalidRequest(
+                f"Integer overflow detected: byte_size ({byte_size}) + offset ({offset}) "
+                f"exceeds maximum value ({_SIZE_MAX}) for region '{name}'"
+            )
+        # NOTE: upstream main's end check (PR #8335, 2025) takes an empty window at offset 0;
+        # 2.51's (offset + byte_size - 1, unsigned) refused it.
+        if byte_size < 0 or offset + byte_size > region.byte_size:
             raise InvalidRequest(f"Invalid offset + byte size for shared memory region: '{name}'")
         return region
 
+
+_SIZE_MAX = 2**64 - 1
+"""``SIZE_MAX`` of Triton's ``size_t`` (offsets and sizes are read as unsigned)."""
 
 RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"
 """Keys Triton keeps for its own regions (server ``common.h``)."""
