@@ -62,6 +62,38 @@ def check_model_name(name: str) -> None:
         )
 
 
+def load_arguments(
+    name: str, parameters: Mapping[str, object]
+) -> tuple[str | None, dict[str, bytes]]:
+    """A load's parameters checked as the core checks them (RepositoryModelLoad, and
+    ``pb_utils.load_model`` through ``supervisor.bls_control``): ``(config, files)``, the
+    files keyed by their path within the model directory.
+
+    Raises:
+        InvalidRequest: a parameter other than ``config`` (str) or ``file:<path>`` (bytes)
+            ("Unrecognized load parameter '<p>' with type '<T>'"), a bad model name
+            (``check_model_name``), or files without ``config``.
+    """
+    config: str | None = None
+    files: dict[str, bytes] = {}
+    for key, value in parameters.items():
+        if key == "config" and isinstance(value, str):
+            config = value
+        elif key.startswith(FILE_PREFIX) and isinstance(value, bytes | bytearray):
+            files[key.removeprefix(FILE_PREFIX)] = bytes(value)
+        else:
+            raise InvalidRequest(
+                f"Unrecognized load parameter '{key}' with type '{_parameter_type(value)}'"
+            )
+    check_model_name(name)
+    if files and config is None:
+        raise InvalidRequest(
+            f"failed to load '{name}': the 'config' parameter is required when model "
+            "files are provided"
+        )
+    return config, files
+
+
 def check_repository_name(repository: str) -> None:
     """Refuse a RepositoryModelLoad/Unload that names a repository (Triton serves one
     here; the request's ``repository_name``, or HTTP's ``/v2/repository/{name}/...``).
@@ -195,23 +227,7 @@ class RepositoryApi:
                 failure (INTERNAL "failed to load '<m>', ..." and the like).
         """
         link = self._check_control()
-        config: str | None = None
-        files: dict[str, bytes] = {}
-        for key, value in parameters.items():
-            if key == "config" and isinstance(value, str):
-                config = value
-            elif key.startswith(FILE_PREFIX) and isinstance(value, bytes | bytearray):
-                files[key.removeprefix(FILE_PREFIX)] = bytes(value)
-            else:
-                raise InvalidRequest(
-                    f"Unrecognized load parameter '{key}' with type '{_parameter_type(value)}'"
-                )
-        check_model_name(name)
-        if files and config is None:
-            raise InvalidRequest(
-                f"failed to load '{name}': the 'config' parameter is required when model "
-                "files are provided"
-            )
+        config, files = load_arguments(name, parameters)
         await link.call(
             lambda cid: ModelLoadCall(call_id=cid, model=name, config_json=config, files=files)
         )

@@ -306,6 +306,11 @@ class BlsSpec(msgspec.Struct, frozen=True, kw_only=True):
     """The models that serve now (``BlsWorkerUpdate`` replaces the table later)."""
     seq: int = 0
     """The table's place in the order of ``BlsWorkerUpdate`` tables."""
+    control_address: str = ""
+    """The supervisor's model control listener (``supervisor.bls_control``): a Unix socket
+    path for ``pb_utils.load_model`` / ``unload_model``; "" when there is none."""
+    control_key: bytes = b""
+    """Its ``multiprocessing`` authentication key."""
 
 
 class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):

@@ -132,6 +132,7 @@ class Instances:
         self._bls_table: dict[str, BlsModel] = {}
         """The table of models the BLS clients hold (the served versions)."""
         self._bls_seq = 0
+        self._control: tuple[str, bytes] = ("", b"")
 
     @property
     def devices(self) -> Devices:
@@ -225,7 +226,11 @@ class Instances:
                 *(ring[(p, c)] for p in producers),
             )
             out.clients[c] = BlsSpec(
-                inbox=InboxSpec(wakeups[c], inbox), models=self._bls_table, seq=self._bls_seq
+                inbox=InboxSpec(wakeups[c], inbox),
+                models=self._bls_table,
+                seq=self._bls_seq,
+                control_address=self._control[0],
+                control_key=self._control[1],
             )
         self._rewire_running(plan, ring, wakeups, out)
         return out
@@ -256,6 +261,11 @@ class Instances:
                     msgspec.structs.replace(x.spec, bls=msgspec.structs.replace(x.bls, inbox=inbox))
                 )
                 out.updates.append((i, BlsInboxUpdate(add_rings=added)))
+
+    def set_model_control(self, address: str, authkey: bytes) -> None:
+        """Where python workers send ``pb_utils.load_model`` / ``unload_model``
+        (``supervisor.bls_control``): given to every BLS client started from now on."""
+        self._control = (address, authkey)
 
     def push_bls_table(
         self,

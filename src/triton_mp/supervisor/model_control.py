@@ -47,6 +47,7 @@ from triton_mp.ipc.messages import ErrorInfo, InstancesRetired, VersionsActivate
 from triton_mp.ipc.specs import ModelVersionSpec
 from triton_mp.model_config.loader import RepositoryModel, directory_fingerprint
 from triton_mp.model_config.plan import ModelPlan, plan_models
+from triton_mp.supervisor.bls_control import BlsControl, Reply
 from triton_mp.supervisor.children import Child, ChildTable
 from triton_mp.supervisor.ensemble_deps import (
     check_ensembles,
@@ -76,6 +77,20 @@ from triton_mp.supervisor.model_changes import (
 from triton_mp.supervisor.served_models import ServedModel, ServedVersion
 
 log = logging.getLogger(__name__)
+
+
+def _once(reply: Reply) -> Reply:
+    """``reply`` answering the first time only (a python model's unload is answered when it
+    begins; the change thread's answer at its end then goes nowhere)."""
+    done = False
+
+    def answer(error: ErrorInfo | None) -> None:
+        nonlocal done
+        if not done:
+            done = True
+            reply(error)
+
+    return answer
 
 
 @dataclass
@@ -140,9 +155,11 @@ class ModelControl:
         self._seen: dict[str, str] = {}
         """Per model directory, its fingerprint at the last load attempt (poll mode)."""
         self._next_id = 0
-        self._work: queue.Queue[tuple[int, Call] | None] = queue.Queue()
+        self._work: queue.Queue[tuple[int | Reply, Call] | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
         self._closed = False
+        self._bls = BlsControl(config.model_control_mode, lambda c, r: self._work.put((r, c)))
+        instances.set_model_control(self._bls.address, self._bls.authkey)
 
     # ---------------------------------------------------------------- queries
     def entries(self) -> tuple[ModelEntry, ...]:
@@ -181,6 +198,7 @@ class ModelControl:
         """Stop taking changes (server shutdown); remove temporary model directories."""
         self._closed = True
         self._link.close()
+        self._bls.close()
         self._work.put(None)
         for m in self._models.values():
             _remove(m.temp_dir)
@@ -198,27 +216,42 @@ class ModelControl:
                 item = ()  # type: ignore[assignment]
             if item is None or self._stopping():
                 return
+            if item and callable(item[0]):
+                item = (_once(item[0]), item[1])
             try:
                 if item:
-                    frontend_id, call = item
-                    self._link.reply(frontend_id, call.call_id, self._handle_call(call))
+                    self._answer(item[0], item[1], self._handle_call(item[1], item[0]))
                 elif next_poll is not None:
                     self.poll()
             except Exception as e:  # noqa: BLE001 - a failed change must not end the thread
                 log.exception("model change failed")
                 if item:
-                    error = ErrorInfo(ErrorCode.INTERNAL, str(e))
-                    self._link.reply(item[0], item[1].call_id, error)
+                    self._answer(item[0], item[1], ErrorInfo(ErrorCode.INTERNAL, str(e)))
                 # NOTE: what the frontends were told during the change (LOADING) must not stay.
                 with contextlib.suppress(Exception):
                     self._link.update(ModelTableUpdate(models=self.entries()), ack=False)
             if next_poll is not None and time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + poll_s
 
-    def _handle_call(self, call: Call) -> ErrorInfo | None:
+    def _answer(self, target: int | Reply, call: Call, error: ErrorInfo | None) -> None:
+        """Reply to a frontend (its id) or to a python model (``bls_control``'s reply)."""
+        if callable(target):
+            target(error)
+        else:
+            self._link.reply(target, call.call_id, error)
+
+    def _handle_call(self, call: Call, target: int | Reply = 0) -> ErrorInfo | None:
         if isinstance(call, ModelUnloadCall):
             log.info("unload of '%s' requested", call.model, extra={"model": call.model})
-            self._unload([call.model], reason="unloaded", with_dependents=call.unload_dependents)
+            # NOTE: a python model's unload_model returns once the unload began, as
+            # TRITONSERVER_ServerUnloadModel does (its own execute may be what drains).
+            started = (lambda: target(None)) if callable(target) else None
+            self._unload(
+                [call.model],
+                reason="unloaded",
+                with_dependents=call.unload_dependents,
+                on_started=started,
+            )
             return None
         log.info("load of '%s' requested", call.model, extra={"model": call.model})
         req = LoadRequest(call.model, call.config_json, dict(call.files))
@@ -501,7 +534,13 @@ class ModelControl:
         log.error("failed to load model '%s': %s", model.name, req.result.message)
 
     # ---------------------------------------------------------------- unload
-    def _unload(self, names: list[str], reason: str, with_dependents: bool = False) -> None:
+    def _unload(
+        self,
+        names: list[str],
+        reason: str,
+        with_dependents: bool = False,
+        on_started: Callable[[], None] | None = None,
+    ) -> None:
         """Stop serving models: frontends drop them (acknowledged), the scheduler answers
         what is queued and running, then their workers stop and their memory is freed.
         The ensembles that call them stop first: ``with_dependents`` (RepositoryModelUnload's
@@ -531,6 +570,8 @@ class ModelControl:
         self._link.update(
             ModelTableUpdate(models=tuple(m.entry("UNLOADING") for m in models)), ack=True
         )
+        if on_started is not None:
+            on_started()
         if children:
             self._table.claim(children)
             self._send(InstancesRetired(instance_ids=tuple(c.instance_id for c in children)))

@@ -371,6 +371,7 @@ def _bls_rewiring(
     if spec.bls is not None:
         from triton_mp.backends.python import pb_utils
         from triton_mp.workers.bls_client import BlsClient
+        from triton_mp.workers.model_control_client import ModelControlClient
 
         bls = BlsClient(
             spec.bls,
@@ -383,6 +384,8 @@ def _bls_rewiring(
             worker.child_traces,
         )
         pb_utils.set_bls(bls.submit, bls.is_model_ready)
+        control = ModelControlClient(spec.bls.control_address, spec.bls.control_key)
+        pb_utils.set_model_control(control.load, control.unload, spec.instance.name)
 
     def rewire(msg: BlsWorkerUpdate) -> None:
         with worker.post_lock:

@@ -25,8 +25,9 @@ backend installs one in shared memory (``backends.python.metrics``) that the ser
 metrics endpoint reads at scrape time, so an operation is a store under a lock, never a
 message.
 
-Not here yet (later work): ``load_model`` / ``unload_model`` from Python (they raise
-UNSUPPORTED; ``is_model_ready`` answers from the BLS table of served models).
+Model control: ``load_model`` / ``unload_model`` go to the server's model control
+(``set_model_control``; explicit mode only, the client API's checks and messages);
+``is_model_ready`` answers from the BLS table of served models.
 
 Request rescheduling: ``request.set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)``
 inside ``execute`` of a model with ``sequence_batching { iterative_sequence: true }`` runs the
@@ -1714,22 +1715,76 @@ def get_model_dir() -> str:
     return _model_dir
 
 
-def is_model_ready(model_name: str | bytes, model_version: str | bytes = "") -> bool:
-    """Whether the server serves ``model_name`` (``model_version``: a version number as a
-    string; "" for any), as far as this model's BLS sees the server's models.
+_control_load: Callable[[str, str, dict[str, bytes]], None] | None = None
+_control_unload: Callable[[str, bool], None] | None = None
+_instance_name = ""
+
+
+def set_model_control(
+    load: Callable[[str, str, dict[str, bytes]], None] | None,
+    unload: Callable[[str, bool], None] | None,
+    instance_name: str = "",
+) -> None:
+    """Install the worker's model control (``workers.model_control_client``: ``load(name,
+    config, files)`` and ``unload(name, unload_dependents)``, raising ``TritonMPError``) and
+    the instance's name (upstream's messages name it); None removes them."""
+    global _control_load, _control_unload, _instance_name  # noqa: PLW0603 - one per process
+    _control_load, _control_unload, _instance_name = load, unload, instance_name
+
+
+def _control_error(what: str, message: str, code: int) -> TritonModelException:
+    """Upstream's wording of a failed request to the parent process (pb_stub.h
+    ``SendMessage``, model_loader.cc): "<what>: Failed to process the request for model
+    '<instance>', message: <the core's message>"."""
+    return TritonModelException(
+        f"{what}: Failed to process the request for model '{_instance_name}', message: {message}",
+        code,
+    )
+
+
+_STOL = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
+
+
+def _version_number(version_text: str) -> int:
+    """``model_version`` read as upstream's ``GetModelVersionFromString`` (``std::stol``:
+    leading blanks, a sign, the longest run of digits; -1 when empty).
 
     Raises:
-        TritonModelException: ``model_version`` is not a number, or this is not a model
-            served by triton-mp (no BLS).
+        TritonModelException: no number, one outside int64, or a negative one, with
+            upstream's message.
     """
-    version_text = _text(model_version).strip()
-    try:
-        version = int(version_text) if version_text else -1
-    except ValueError:
-        raise TritonModelException(
-            f"model_version must be a version number, got '{version_text}'",
-            TritonError.INVALID_ARG,
-        ) from None
+    if not version_text:
+        return -1
+    prefix = (
+        "Failed to check model readiness",
+        f"failed to get model version from specified version string '{version_text}'",
+    )
+    match = _STOL.match(version_text)
+    version = int(match.group(1)) if match else None
+    if version is None or not -(2**63) <= version < 2**63:
+        raise _control_error(
+            prefix[0], f"{prefix[1]} (details: stol), version should be an integral value > 0",
+            TritonError.INTERNAL,
+        )  # fmt: skip
+    if version < 0:
+        raise _control_error(
+            prefix[0], f"{prefix[1]}, version should be an integral value > 0",
+            TritonError.INTERNAL,
+        )  # fmt: skip
+    return version
+
+
+def is_model_ready(model_name: str | bytes, model_version: str | bytes = "") -> bool:
+    """Whether the server serves ``model_name`` (``model_version``: a version number as a
+    string; "" for the latest), as far as this model's BLS sees the server's models; an
+    unknown model is not ready (as Triton 2.51 answers).
+
+    Raises:
+        TritonModelException: ``model_version`` is not a non-negative number (upstream's
+            "Failed to check model readiness: ... version should be an integral value > 0"),
+            or this is not a model served by triton-mp (no BLS).
+    """
+    version = _version_number(_text(model_version))
     if _bls_ready is None:
         raise TritonModelException(
             "is_model_ready is only available inside a model served by triton-mp",
@@ -1741,29 +1796,70 @@ def is_model_ready(model_name: str | bytes, model_version: str | bytes = "") -> 
 def load_model(
     model_name: str | bytes, config: str = "", files: dict[str, bytes] | None = None
 ) -> None:
-    """Triton's model loading API from a python model: not supported by triton-mp yet.
+    """Load (or reload) ``model_name`` through the server's model control, as Triton's
+    RepositoryModelLoad: ``config`` a JSON ModelConfig used instead of config.pbtxt ("":
+    none), ``files`` ``{"file:<version>/<name>": bytes}`` model files (they need
+    ``config``). Returns once the model is loaded. Explicit model control mode only.
 
     Raises:
-        TritonModelException (UNSUPPORTED): always; load models with the client API
-            (``--model-control-mode=explicit``).
+        TritonModelException: ``files`` is not a dict (upstream's message), or the load
+            failed: "Failed to load model: Failed to process the request for model
+            '<this instance>', message: <the client API's message>" (e.g. "explicit model
+            load / unload is not allowed if polling is enabled").
     """
-    del config, files
-    raise TritonModelException(
-        f"load_model('{_text(model_name)}') from a python model is not supported by triton-mp; "
-        "load it with the client API (--model-control-mode=explicit)",
-        TritonError.UNSUPPORTED,
-    )
+    name = _text(model_name)
+    contents: dict[str, bytes] = {}
+    if files is not None:
+        if not isinstance(files, dict):
+            raise TritonModelException(
+                f"failed to load model '{name}', files should be a dictionary of file paths "
+                "and file contents"
+            )
+        for key, value in files.items():
+            if not isinstance(value, bytes | bytearray):
+                raise TypeError(
+                    f"Unable to cast Python instance of type {type(value)} to C++ type "
+                    "'pybind11::bytes'"
+                )
+            contents[_text(key)] = bytes(value)
+    if _control_load is None:
+        raise TritonModelException(
+            "load_model is only available inside a model served by triton-mp",
+            TritonError.UNSUPPORTED,
+        )
+    try:
+        _control_load(name, _text(config), contents)
+    except Exception as e:  # noqa: BLE001 - the server's refusal, in upstream's words
+        raise _control_error(
+            "Failed to load model", getattr(e, "message", str(e)), _code_of(e)
+        ) from None
 
 
 def unload_model(model_name: str | bytes, unload_dependents: bool = False) -> None:
-    """Triton's model unloading API from a python model: not supported by triton-mp yet.
+    """Unload ``model_name`` through the server's model control, as Triton's
+    RepositoryModelUnload (``unload_dependents``: the ensembles that use it too). Returns
+    once the unload began (it finishes when the model's in-flight requests are answered).
+    Explicit model control mode only.
 
     Raises:
-        TritonModelException (UNSUPPORTED): always; unload models with the client API.
+        TritonModelException: "Failed to unload model: Failed to process the request for
+            model '<this instance>', message: <the client API's message>".
     """
-    del unload_dependents
-    raise TritonModelException(
-        f"unload_model('{_text(model_name)}') from a python model is not supported by "
-        "triton-mp; unload it with the client API (--model-control-mode=explicit)",
-        TritonError.UNSUPPORTED,
-    )
+    if _control_unload is None:
+        raise TritonModelException(
+            "unload_model is only available inside a model served by triton-mp",
+            TritonError.UNSUPPORTED,
+        )
+    try:
+        _control_unload(_text(model_name), bool(unload_dependents))
+    except Exception as e:  # noqa: BLE001 - the server's refusal, in upstream's words
+        raise _control_error(
+            "Failed to unload model", getattr(e, "message", str(e)), _code_of(e)
+        ) from None
+
+
+def _code_of(exc: Exception) -> int:
+    """The error code a ``TritonMPError`` carries (INTERNAL for anything else); upstream's
+    exception is a plain ``TritonModelException`` either way."""
+    code = getattr(exc, "code", None)
+    return int(code) if isinstance(code, int) else TritonError.INTERNAL

@@ -1,0 +1,133 @@
+"""Model control for python models: ``pb_utils.load_model`` / ``unload_model`` from a worker.
+
+Imported by ``supervisor.model_control``, which owns one ``BlsControl``. Upstream's python
+backend sends these to its parent process, which calls ``TRITONSERVER_ServerLoadModel
+WithParameters`` / ``TRITONSERVER_ServerUnloadModel`` (python_backend ``model_loader.cc``):
+the same core path as the RepositoryModelLoad/Unload of the client API. Here a python worker
+connects (``workers.model_control_client``) to a ``multiprocessing`` listener on a Unix
+socket of the supervisor (the address and key travel in its ``BlsSpec``), sends
+``ModelLoadCall`` / ``ModelUnloadCall`` and waits for the ``ControlReply``. A call is checked
+as the core checks it (explicit model control only: UNAVAILABLE "explicit model load /
+unload is not allowed if polling is enabled"; the load's parameters and model name as
+``frontend.repository_api.load_arguments``) and then queued with the frontends' calls on
+model control's change thread, so its errors are the client API's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import tempfile
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection, Listener
+from pathlib import Path
+
+import msgspec
+
+from triton_mp.common.errors import ErrorCode, TritonMPError
+from triton_mp.frontend.repository_api import CONTROL_DISABLED_MESSAGE, load_arguments
+from triton_mp.ipc import encode
+from triton_mp.ipc.codec import Decoder
+from triton_mp.ipc.control_messages import ControlReply, ModelLoadCall, ModelUnloadCall
+from triton_mp.ipc.messages import ErrorInfo
+
+log = logging.getLogger(__name__)
+
+Call = ModelLoadCall | ModelUnloadCall
+Reply = Callable[[ErrorInfo | None], None]
+Submit = Callable[[Call, Reply], None]
+"""Queue a checked call on the change thread; ``reply`` is called with its outcome."""
+
+
+def check_call(call: Call, model_control_mode: str) -> Call:
+    """The call as model control runs it, checked as the core checks a load or unload.
+
+    A load's ``files`` arrive keyed as ``pb_utils.load_model`` takes them (``file:<path>``);
+    the result has them keyed by path, as a frontend's ``ModelLoadCall``.
+
+    Raises:
+        TritonMPError: UNAVAILABLE outside explicit mode; INVALID_ARG for a bad parameter
+            or model name (``load_arguments``'s messages).
+    """
+    if model_control_mode != "explicit":
+        raise TritonMPError(CONTROL_DISABLED_MESSAGE, ErrorCode.UNAVAILABLE)
+    if isinstance(call, ModelUnloadCall):
+        return call
+    parameters: dict[str, object] = dict(call.files)
+    if call.config_json:
+        parameters["config"] = call.config_json
+    config, files = load_arguments(call.model, parameters)
+    return msgspec.structs.replace(call, config_json=config, files=files)
+
+
+class BlsControl:
+    """The listener python workers send model control calls to (see the module docstring).
+
+    Args:
+        model_control_mode: ``none``, ``poll`` or ``explicit``.
+        submit: queues a checked call on model control's change thread.
+    """
+
+    def __init__(self, model_control_mode: str, submit: Submit) -> None:
+        self._mode = model_control_mode
+        self._submit = submit
+        self._dir = Path(tempfile.mkdtemp(prefix="triton_mp_ctl_"))
+        self.address = str(self._dir / "control.sock")
+        """The listener's Unix socket path (``BlsSpec.control_address``)."""
+        self.authkey = secrets.token_bytes(16)
+        """The key a worker proves itself with (``BlsSpec.control_key``)."""
+        self._listener = Listener(self.address, family="AF_UNIX", authkey=self.authkey)
+        self._closed = False
+        threading.Thread(target=self._accept, name="bls-control", daemon=True).start()
+
+    def close(self) -> None:
+        """Stop listening and remove the socket."""
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.address)
+        with contextlib.suppress(OSError):
+            self._dir.rmdir()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn = self._listener.accept()
+            except (OSError, EOFError):
+                if self._closed:
+                    return
+                continue
+            except Exception:  # noqa: BLE001 - a failed handshake (wrong key) ends that one
+                log.warning("a model control connection was refused", exc_info=True)
+                continue
+            threading.Thread(
+                target=self._serve, args=(conn,), name="bls-control-conn", daemon=True
+            ).start()
+
+    def _serve(self, conn: Connection) -> None:
+        """One worker's calls, one at a time (the worker waits for each reply)."""
+        decoder: Decoder[Call] = Decoder(Call)
+        lock = threading.Lock()
+        while not self._closed:
+            try:
+                call = decoder.decode(conn.recv_bytes())
+            except (EOFError, OSError):
+                return
+            except Exception:  # noqa: BLE001 - a bad message must not end the thread
+                log.exception("bad model control message from a python model")
+                continue
+
+            def reply(error: ErrorInfo | None, call_id: int = call.call_id) -> None:
+                with lock, contextlib.suppress(OSError):
+                    conn.send_bytes(encode(ControlReply(call_id=call_id, error=error)))
+
+            try:
+                checked = check_call(call, self._mode)
+            except TritonMPError as e:
+                reply(ErrorInfo(e.code, e.message))
+                continue
+            self._submit(checked, reply)
