@@ -60,8 +60,8 @@ def test_checks_that_arrive_during_a_call_share_its_answer() -> None:
         release.wait(5)
         return False, "warming up"
 
-    def reply(fid: int, msg: InstanceReadiness) -> None:
-        answers.append((fid, msg))
+    def reply(check: ReadyCheck, msg: InstanceReadiness) -> None:
+        answers.append((check.frontend_id, msg))
         if len(answers) == 2:
             done.set()
 

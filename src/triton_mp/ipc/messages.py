@@ -532,6 +532,7 @@ ToFrontend = (
     | InstanceReadiness
 )
 
-ToBlsClient = InferResponse | RequestFailed | BlsInboxUpdate
+ToBlsClient = InferResponse | RequestFailed | BlsInboxUpdate | ReadyFanout | InstanceReadiness
 """What a python worker's BLS client reads: the answers to its requests (from the callees'
-workers and the scheduler) and the supervisor's rewiring of its inbox."""
+workers and the scheduler), the supervisor's rewiring of its inbox, and the answers to its
+readiness queries (``pb_utils.is_model_ready`` of a model with ``is_ready()``)."""

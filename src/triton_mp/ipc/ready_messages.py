@@ -21,6 +21,9 @@ class ReadyQuery(msgspec.Struct, frozen=True, kw_only=True, tag="ready_query", a
     frontend_id: int
     model: str
     version: int
+    bls_client: int = -1
+    """>= 0: the query is a python model's (``pb_utils.is_model_ready``): the answers go to
+    the BLS client of that instance, not to frontend ``frontend_id``."""
 
 
 class ReadyFanout(msgspec.Struct, frozen=True, kw_only=True, tag="ready_fanout", array_like=True):
@@ -37,6 +40,8 @@ class ReadyCheck(msgspec.Struct, frozen=True, kw_only=True, tag="ready_check", a
 
     query_id: int
     frontend_id: int
+    bls_client: int = -1
+    """As ``ReadyQuery.bls_client``: answer that BLS client instead."""
 
 
 class InstanceReadiness(

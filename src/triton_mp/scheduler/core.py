@@ -249,11 +249,15 @@ class SchedulerCore:
         (python ``is_ready()``); tell the frontend which ones will answer it."""
         gen = self.lifecycle.generation_for((msg.model, msg.version))
         asked = readiness_checked(self.lifecycle.instances.members(gen) if gen else [])
+        check = ReadyCheck(
+            query_id=msg.query_id, frontend_id=msg.frontend_id, bls_client=msg.bls_client
+        )
         for iid in asked:
-            self._out.to_instance(
-                iid, ReadyCheck(query_id=msg.query_id, frontend_id=msg.frontend_id)
-            )
-        to = ReplyTo(Requester.FRONTEND, msg.frontend_id)
+            self._out.to_instance(iid, check)
+        if msg.bls_client >= 0:
+            to = ReplyTo(Requester.BLS, msg.bls_client)
+        else:
+            to = ReplyTo(Requester.FRONTEND, msg.frontend_id)
         self._out.reply(to, ReadyFanout(query_id=msg.query_id, instance_ids=asked))
 
     def _on_cache_outcome(self, msg: CacheOutcome, now_ns: int) -> None:

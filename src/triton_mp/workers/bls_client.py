@@ -56,8 +56,10 @@ from triton_mp.ipc.messages import (
     ToBlsClient,
     TraceContext,
 )
+from triton_mp.ipc.ready_messages import InstanceReadiness, ReadyFanout, ReadyQuery
 from triton_mp.ipc.specs import BlsModel, BlsSpec
 from triton_mp.ipc.tensor_pool import SharedBlocks
+from triton_mp.workers.bls_readiness import ReadinessQueries
 from triton_mp.workers.tensor_io import free_own_block, view_tensor, wire_tensor, write_block
 
 log = logging.getLogger(__name__)
@@ -107,6 +109,7 @@ class BlsClient:
         self._lock = lock
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[Answer, BlockRef]] = {}
+        self._readiness = ReadinessQueries()
         self._child_traces = child_traces if child_traces is not None else {}
         self._traces: dict[int, _OpenChild] = {}
         """Traced BLS requests in flight, by request id."""
@@ -127,14 +130,29 @@ class BlsClient:
                 self._models = models
 
     def is_model_ready(self, name: str, version: int) -> bool:
-        """Whether ``name`` serves now (``version``; -1: any) as this client's table has it
-        (``pb_utils.is_model_ready``)."""
+        """``pb_utils.is_model_ready``: whether ``name`` serves now (``version``; -1: its
+        latest) as this client's table has it and, as core ``ModelIsReady`` asks the model,
+        the model's own readiness check (python ``is_ready()``) of every instance says so
+        (``workers.bls_readiness``; models without one answer at once)."""
         model = self._models.get(name)
-        return (
-            model is not None
-            and bool(model.versions)
-            and (version < 0 or version in model.versions)
+        if model is None or not model.versions:
+            return False
+        if version < 0:
+            version = max(model.versions)
+        elif version not in model.versions:
+            return False
+        query_id = next(self._ids)
+        self._readiness.open(query_id)
+        self._send(
+            ReadyQuery(
+                query_id=query_id,
+                frontend_id=0,
+                model=name,
+                version=version,
+                bls_client=self._reply_to.id,
+            )
         )
+        return self._readiness.wait(query_id)
 
     # ------------------------------------------------------------------ submit
     def submit(
@@ -270,7 +288,9 @@ class BlsClient:
                         self._deliver_safely(msg)
 
     def _deliver_safely(self, msg: object) -> None:
-        if isinstance(msg, InferResponse | RequestFailed):
+        if isinstance(msg, ReadyFanout | InstanceReadiness):
+            self._readiness.deliver(msg)
+        elif isinstance(msg, InferResponse | RequestFailed):
             try:
                 self._deliver(msg)
             except Exception:  # noqa: BLE001 - the thread must keep receiving

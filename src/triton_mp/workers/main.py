@@ -161,7 +161,7 @@ def _wire_readiness(spec: WorkerSpec, backend: Backend, worker: Worker) -> bool:
     check = backend.check_ready  # type: ignore[attr-defined]
     instance = spec.instance
     worker.readiness = ReadinessRunner(
-        instance.instance_id, check, worker.reply_frontend, instance.model, instance.version
+        instance.instance_id, check, worker.reply_ready, instance.model, instance.version
     )
     return True
 

@@ -51,7 +51,8 @@ class ReadinessRunner:
     Args:
         instance_id: this instance (``InstanceReadiness.instance_id``).
         check: ``check() -> (ready, why not)`` (``PythonBackend.check_ready``).
-        reply: ``reply(frontend_id, answer)`` sends an answer to a frontend.
+        reply: ``reply(check, answer)`` sends an answer to whoever asked ``check``
+            (``Worker.reply_ready``).
         model, version: the model served, for the log line of a check that says not ready.
 
     A not-ready answer (False, not a bool, raising) is logged at ``--log-verbose
@@ -64,7 +65,7 @@ class ReadinessRunner:
         self,
         instance_id: int,
         check: Callable[[], tuple[bool, str]],
-        reply: Callable[[int, InstanceReadiness], None],
+        reply: Callable[[ReadyCheck, InstanceReadiness], None],
         model: str = "",
         version: int = 0,
     ) -> None:
@@ -98,6 +99,6 @@ class ReadinessRunner:
                 query_id=msg.query_id, instance_id=self._instance_id, ready=ready, message=why
             )
             try:
-                self._reply(msg.frontend_id, answer)
+                self._reply(msg, answer)
             except Exception:  # noqa: BLE001 - a gone frontend must not stop the others
                 log.exception("could not answer readiness check %d", msg.query_id)

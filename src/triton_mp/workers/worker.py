@@ -202,6 +202,15 @@ class Worker:
         with self._post_lock:
             self._send_reply(ReplyTo(Requester.FRONTEND, frontend_id), msg)
 
+    def reply_ready(self, check: ReadyCheck, msg: object) -> None:
+        """Send a readiness answer to whoever asked ``check``: a frontend, or a python
+        model's BLS client (``pb_utils.is_model_ready``); thread-safe."""
+        if check.bls_client < 0:
+            self.reply_frontend(check.frontend_id, msg)
+            return
+        with self._post_lock:
+            self._send_reply(ReplyTo(Requester.BLS, check.bls_client), msg)
+
     def cancel(self, msg: CancelRequest) -> None:
         """The scheduler forwarded the cancellation of a request running here (or about
         to: the batch may still be in the inbox), or of an open decoupled one."""

@@ -1776,8 +1776,9 @@ def _version_number(version_text: str) -> int:
 
 def is_model_ready(model_name: str | bytes, model_version: str | bytes = "") -> bool:
     """Whether the server serves ``model_name`` (``model_version``: a version number as a
-    string; "" for the latest), as far as this model's BLS sees the server's models; an
-    unknown model is not ready (as Triton 2.51 answers).
+    string; "" for the latest), as far as this model's BLS sees the server's models, and the
+    model's own ``is_ready()`` (every instance's, when it has one) says so, as core
+    ``ModelIsReady``; an unknown model is not ready (as Triton 2.51 answers).
 
     Raises:
         TritonModelException: ``model_version`` is not a non-negative number (upstream's
