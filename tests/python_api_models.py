@@ -480,3 +480,81 @@ CONTROL_MODELS: dict[str, tuple[str, str]] = {
     "target_py": (TARGET_CONFIG, TARGET_MODEL),
 }
 """The models of ``test_python_model_control``."""
+
+
+# ---------------------------------------------------------------- BLS with stateful models
+ACC_CONFIG = """
+backend: "python"
+max_batch_size: 0
+sequence_batching { max_sequence_idle_microseconds: 5000000 }
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 3 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+ACC_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.sums = {}
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = int(pb_utils.get_input_tensor_by_name(request, "X").as_numpy()[0])
+            cid = request.correlation_id()
+            flags = request.flags()
+            if flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START:
+                self.sums[cid] = 0
+            self.sums[cid] = self.sums.get(cid, 0) + x
+            out = np.array([self.sums[cid], cid, flags], np.int32)
+            if flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
+                del self.sums[cid]
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("SUM", out)]))
+        return responses
+"""
+"""A sequence model: the running sum of X per correlation ID, with the ID and the flags."""
+
+BLS_SEQ_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 3 ] } ]
+output [ { name: "SUMS" data_type: TYPE_INT32 dims: [ 3, 3 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+BLS_SEQ_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+START = pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+END = pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            xs = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            rows = []
+            for i, flags in enumerate((START, 0, END)):
+                answer = pb_utils.InferenceRequest(
+                    model_name="acc_py", requested_output_names=["SUM"],
+                    inputs=[pb_utils.Tensor("X", xs[i:i + 1])],
+                    request_id=str(i), correlation_id=4, flags=flags,
+                ).exec()
+                if answer.has_error():
+                    raise pb_utils.TritonModelException(answer.error().message())
+                rows.append(pb_utils.get_output_tensor_by_name(answer, "SUM").as_numpy())
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("SUMS", np.stack(rows).astype(np.int32))]))
+        return responses
+"""
+"""The README's "Using BLS with Stateful Models": one sequence (correlation ID 4) of three
+requests to ``acc_py`` with START, no flag, END."""
+
+STATEFUL_BLS_MODELS: dict[str, tuple[str, str]] = {
+    "acc_py": (ACC_CONFIG, ACC_MODEL),
+    "bls_seq_py": (BLS_SEQ_CONFIG, BLS_SEQ_MODEL),
+}

@@ -1,4 +1,5 @@
-"""End to end: request rescheduling in python models (iterative sequence batching).
+"""End to end: request rescheduling in python models (iterative sequence batching), and
+BLS requests to a stateful model (README "Using BLS with Stateful Models").
 
 python_backend README "Request Rescheduling": ``request.set_release_flags(
 pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)`` in a model with ``sequence_batching {
@@ -23,7 +24,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import server_factory
-from tests.python_api_models import RESCHEDULE_MODELS, write_api_models
+from tests.python_api_models import RESCHEDULE_MODELS, STATEFUL_BLS_MODELS, write_api_models
 from tests.server import ServerProcess
 from tests.triton_peer import start_triton
 
@@ -36,7 +37,7 @@ SERVERS = pytest.mark.parametrize("which", ["triton-mp", "triton"])
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("resched") / "repo"
     root.mkdir()
-    return write_api_models(root, RESCHEDULE_MODELS)
+    return write_api_models(root, {**RESCHEDULE_MODELS, **STATEFUL_BLS_MODELS})
 
 
 @pytest.fixture(scope="module")
@@ -149,5 +150,22 @@ def test_reschedule_without_iterative_sequence_is_refused_by_the_core(
         # the model serves on; its table still holds the first request's execution (flags
         # 0: no sequence batcher, correlation ID 0), so IN=1 answers both and then 0
         assert g.infer("resched_plain_py", [_in(1)]).as_numpy("OUT").tolist() == [0, 0, 0]
+    finally:
+        g.close()
+
+
+@SERVERS
+def test_bls_requests_carry_a_sequence_to_a_stateful_model(
+    which: str, server: ServerProcess, request: pytest.FixtureRequest
+) -> None:
+    """``InferenceRequest(correlation_id=4, flags=START / 0 / END)`` through ``exec()``: the
+    sequence batcher sees one sequence; the model sees the ID and the flags as sent."""
+    grpc_url, _ = _urls(which, server, request)
+    g = grpcclient.InferenceServerClient(grpc_url)
+    try:
+        inp = grpcclient.InferInput("X", [3], "INT32")
+        inp.set_data_from_numpy(np.array([1, 2, 3], np.int32))
+        sums = g.infer("bls_seq_py", [inp]).as_numpy("SUMS").tolist()
+        assert sums == [[1, 4, 1], [3, 4, 0], [6, 4, 2]]
     finally:
         g.close()
