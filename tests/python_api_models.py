@@ -271,6 +271,47 @@ class TritonPythonModel:
 READY_ASYNC_MODEL = READY_MODEL.replace("def is_ready(self):", "async def is_ready(self):")
 
 
+# ---------------------------------------------------------------- response sender checks
+SENDER_CONFIG = """
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+SENDER_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def text(value):
+    return pb_utils.InferenceResponse(
+        [pb_utils.Tensor("TEXT", np.array([value.encode()], np.object_))])
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            seen = []
+            for flags, response in ((2, text("x")), (3, None), (0, None)):
+                try:
+                    sender.send(response, flags=flags)
+                    seen.append("sent")
+                except pb_utils.TritonModelException as e:
+                    seen.append(str(e))
+            sender.send(text(" | ".join(seen)), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            try:
+                sender.send(text("late"))
+            except pb_utils.TritonModelException as e:
+                pb_utils.Logger.log_info("after final: " + str(e))
+        return None
+"""
+"""Decoupled: sends with flags 2, 3 and 0-without-response, and answers what each raised;
+then a send after the final one (its message is logged)."""
+
+
 API_MODELS: dict[str, tuple[str, str]] = {
     "params_py": (PARAMS_CONFIG, PARAMS_MODEL),
     "params_dec_py": (PARAMS_DEC_CONFIG, PARAMS_DEC_MODEL),
@@ -280,6 +321,7 @@ API_MODELS: dict[str, tuple[str, str]] = {
     "bls_cancel_py": (BLS_CANCEL_CONFIG, BLS_CANCEL_MODEL),
     "ready_py": (READY_CONFIG, READY_MODEL),
     "ready_async_py": (READY_CONFIG, READY_ASYNC_MODEL),
+    "sender_py": (SENDER_CONFIG, SENDER_MODEL),
 }
 """The models of ``test_python_api``: name -> (config, source)."""
 

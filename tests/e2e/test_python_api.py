@@ -451,3 +451,33 @@ def test_is_ready_is_answered_while_execute_runs_and_times_out_after_5_s(
             assert not isinstance(got.get(timeout=30), InferenceServerException)
     finally:
         g.close()
+
+
+@SERVERS
+def test_the_response_sender_refuses_bad_flags_and_a_missing_response_in_upstreams_words(
+    which: str, server: ServerProcess, request: pytest.FixtureRequest
+) -> None:
+    """response_sender.cc CheckResponseSenderArguments: flags other than 0 and
+    COMPLETE_FINAL, then flags 0 without a response (before: our own words)."""
+    grpc_url, _ = _urls(server, request, which)
+    answers: queue.Queue[object] = queue.Queue()
+    g = grpcclient.InferenceServerClient(grpc_url)
+    try:
+        g.start_stream(callback=lambda result, error: answers.put(error or result))
+        n = grpcclient.InferInput("N", [1], "INT32")
+        n.set_data_from_numpy(np.array([1], np.int32))
+        g.async_stream_infer("sender_py", [n])
+        got = answers.get(timeout=30)
+        assert not isinstance(got, InferenceServerException), got
+        unsupported = "Unable to send response. Unsupported flag provided."
+        assert got.as_numpy("TEXT")[0].decode() == " | ".join(  # type: ignore[attr-defined]
+            [
+                unsupported,
+                unsupported,
+                "Inference Response object must be provided when the response flags is set "
+                "to zero.",
+            ]
+        )
+        g.stop_stream()
+    finally:
+        g.close()

@@ -740,16 +740,19 @@ class InferenceResponseSender:
         ``flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL`` (the response is optional then).
 
         Raises:
-            TritonModelException: the sender is closed already (a final response was sent),
-                ``response`` is None without the final flag, ``response`` is not an
+            TritonModelException: ``flags`` is neither 0 nor the final flag, ``response`` is
+                None without the final flag (upstream's messages), the sender is closed
+                already (a final response was sent), ``response`` is not an
                 ``InferenceResponse``, or its outputs cannot be sent (a requested output
                 missing, no room in shared memory).
         """
-        final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        # NOTE: upstream's CheckResponseSenderArguments (response_sender.cc), in its order.
+        if flags not in (0, TRITONSERVER_RESPONSE_COMPLETE_FINAL):
+            raise TritonModelException("Unable to send response. Unsupported flag provided.")
+        final = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
         if response is None and not final:
             raise TritonModelException(
-                "Inference Response object is needed when the flags is not set to "
-                "TRITONSERVER_RESPONSE_COMPLETE_FINAL"
+                "Inference Response object must be provided when the response flags is set to zero."
             )
         if response is not None and not isinstance(response, InferenceResponse):
             raise TritonModelException(
