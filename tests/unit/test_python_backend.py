@@ -484,3 +484,21 @@ def test_release_flags_are_stored_as_given() -> None:
     assert request.release_flags() == pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL
     request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
     assert request.release_flags() == 2
+
+
+def test_a_rescheduled_request_with_a_response_fails_the_batch(tmp_path: Path) -> None:
+    """pb_stub.cc ProcessReturnedResponses: the response of a rescheduled request must be
+    None; otherwise the whole batch fails with its message."""
+    source = RESCHEDULING.replace("out.append(None)", "out.append(pb_utils.InferenceResponse())")
+    seq = SequenceSpec(iterative=True)
+    b = PythonBackend(_spec(_write(tmp_path, source), sequence=seq), INSTANCE)
+    try:
+        results, _ = b.execute([_req(1.0), _req(0.0)])
+    finally:
+        b.close()
+    assert all(isinstance(r, ErrorInfo) for r in results)
+    assert results[0].message == (  # type: ignore[union-attr]
+        "Failed to process the request(s) for model 'm_0', message: Expected a None object in "
+        "the execute function return list for reschduled request, found type "
+        "'<class 'triton_mp.backends.python.pb_utils.InferenceResponse'>'."
+    )

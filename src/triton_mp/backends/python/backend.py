@@ -362,6 +362,24 @@ class PythonBackend:
                 self._origin,
             )
             return [info] * len(requests), PhaseTimes(t_input, watch.lap())
+        wrong = next(
+            (
+                r
+                for pb, r in zip(pb_requests, responses, strict=True)
+                if r is not None and self._iterative and self._rescheduling(pb)
+            ),
+            None,
+        )
+        if wrong is not None:
+            # NOTE: pb_stub.cc ProcessReturnedResponses fails the whole batch (its typo kept).
+            info = ErrorInfo(
+                ErrorCode.INTERNAL,
+                f"Failed to process the request(s) for model '{self._instance_name}', "
+                "message: Expected a None object in the execute function return list for "
+                f"reschduled request, found type '{type(wrong)}'.",
+                self._origin,
+            )
+            return [info] * len(requests), PhaseTimes(t_input, watch.lap())
         results: list[Result] = []
         for r, pb, resp in zip(requests, pb_requests, responses, strict=True):
             if not self._rescheduling(pb):
