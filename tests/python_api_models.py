@@ -600,3 +600,53 @@ STATEFUL_BLS_MODELS: dict[str, tuple[str, str]] = {
     "acc_py": (ACC_CONFIG, ACC_MODEL),
     "bls_seq_py": (BLS_SEQ_CONFIG, BLS_SEQ_MODEL),
 }
+
+
+# ---------------------------------------------------------------- default-mode response sender
+DEFAULT_SENDER_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+DEFAULT_SENDER_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+def text(value):
+    return pb_utils.InferenceResponse(
+        [pb_utils.Tensor("TEXT", np.array([value.encode()], np.object_))])
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            mode = int(pb_utils.get_input_tensor_by_name(request, "MODE").as_numpy()[0])
+            sender = request.get_response_sender()
+            if mode == 0:
+                sender.send(text("sent"), flags=FINAL)
+                out.append(None)
+            elif mode == 1:
+                sender.send(text("sent"))
+                out.append(text("returned too"))
+            else:
+                try:
+                    sender.send(flags=FINAL)
+                    seen = "sent"
+                except pb_utils.TritonModelException as e:
+                    seen = str(e)
+                out.append(text(seen))
+        return None if all(r is None for r in out) else out
+"""
+"""A default-mode model answering through the response sender (upstream since 24.07): MODE
+0 sends its one response there (execute returns None), 1 sends one and returns one too,
+2 sends the final flag alone first (and answers what that raised)."""
+
+DEFAULT_SENDER_MODELS: dict[str, tuple[str, str]] = {
+    "default_sender_py": (DEFAULT_SENDER_CONFIG, DEFAULT_SENDER_MODEL),
+}

@@ -1,5 +1,6 @@
-"""End to end: request rescheduling in python models (iterative sequence batching), and
-BLS requests to a stateful model (README "Using BLS with Stateful Models").
+"""End to end: request rescheduling in python models (iterative sequence batching), BLS
+requests to a stateful model (README "Using BLS with Stateful Models"), and the response
+sender of a default-mode model (upstream since 24.07).
 
 python_backend README "Request Rescheduling": ``request.set_release_flags(
 pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)`` in a model with ``sequence_batching {
@@ -24,7 +25,12 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import server_factory
-from tests.python_api_models import RESCHEDULE_MODELS, STATEFUL_BLS_MODELS, write_api_models
+from tests.python_api_models import (
+    DEFAULT_SENDER_MODELS,
+    RESCHEDULE_MODELS,
+    STATEFUL_BLS_MODELS,
+    write_api_models,
+)
 from tests.server import ServerProcess
 from tests.triton_peer import start_triton
 
@@ -37,7 +43,9 @@ SERVERS = pytest.mark.parametrize("which", ["triton-mp", "triton"])
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("resched") / "repo"
     root.mkdir()
-    return write_api_models(root, {**RESCHEDULE_MODELS, **STATEFUL_BLS_MODELS})
+    return write_api_models(
+        root, {**RESCHEDULE_MODELS, **STATEFUL_BLS_MODELS, **DEFAULT_SENDER_MODELS}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -167,5 +175,42 @@ def test_bls_requests_carry_a_sequence_to_a_stateful_model(
         inp.set_data_from_numpy(np.array([1, 2, 3], np.int32))
         sums = g.infer("bls_seq_py", [inp]).as_numpy("SUMS").tolist()
         assert sums == [[1, 4, 1], [3, 4, 0], [6, 4, 2]]
+    finally:
+        g.close()
+
+
+@SERVERS
+def test_a_default_mode_model_answers_through_its_response_sender(
+    which: str, server: ServerProcess, request: pytest.FixtureRequest
+) -> None:
+    """response_sender.cc / pb_stub.cc ProcessReturnedResponses for a non-decoupled model:
+    one response through the sender (execute returns None); one sent and one returned fails
+    the batch; the final flag before any response is refused."""
+    grpc_url, _ = _urls(which, server, request)
+    g = grpcclient.InferenceServerClient(grpc_url)
+
+    def mode(value: int) -> list[object]:
+        inp = grpcclient.InferInput("MODE", [1], "INT32")
+        inp.set_data_from_numpy(np.array([value], np.int32))
+        return [inp]
+
+    try:
+        assert g.infer("default_sender_py", mode(0)).as_numpy("TEXT")[0] == b"sent"
+        with pytest.raises(InferenceServerException) as err:
+            g.infer("default_sender_py", mode(1))
+        if which == "triton":
+            # NOTE: 2.51 sends both responses; upstream main's ProcessReturnedResponses
+            # counts the returned one as a send and fails the batch, as triton-mp does.
+            assert err.value.message() == "expected a single response, got 2"
+        else:
+            assert err.value.message() == (
+                "Failed to process the request(s) for model 'default_sender_py_0_0', message: "
+                "Unable to send response. Non-decoupled model cannot send more than one "
+                "response."
+            )
+        assert g.infer("default_sender_py", mode(2)).as_numpy("TEXT")[0].decode() == (
+            "Unable to send response. Non-decoupled model cannot send complete final before "
+            "sending a response."
+        )
     finally:
         g.close()

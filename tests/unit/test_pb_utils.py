@@ -101,7 +101,7 @@ def test_request_features_outside_a_server_fail_clearly() -> None:
     answer = req.exec()  # BLS needs the worker's client: an error response, as in Triton
     assert answer.has_error()
     assert "BLS is only available inside a model served by triton-mp" in answer.error().message()
-    with pytest.raises(pb_utils.TritonModelException, match="decoupled"):
+    with pytest.raises(pb_utils.TritonModelException, match="requests a model.s execute"):
         req.get_response_sender()
 
 
@@ -274,8 +274,10 @@ def test_response_sender_rules() -> None:
     sender = pb_utils.InferenceResponseSender(
         lambda resp, final: posted.append((resp, final)), lambda: cancelled[0]
     )
-    with pytest.raises(pb_utils.TritonModelException, match="Inference Response object is"):
+    with pytest.raises(pb_utils.TritonModelException, match="Inference Response object must be"):
         sender.send()
+    with pytest.raises(pb_utils.TritonModelException, match="Unsupported flag provided"):
+        sender.send(flags=3)
     with pytest.raises(pb_utils.TritonModelException, match="InferenceResponse"):
         sender.send("not a response", flags=0)  # type: ignore[arg-type]
     resp = pb_utils.InferenceResponse([])
@@ -289,6 +291,29 @@ def test_response_sender_rules() -> None:
         sender.send(resp, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
     assert e.value.message() == "Unable to send response. Response sender has been closed."
     assert len(posted) == 2
+
+
+def test_a_default_mode_sender_sends_one_response_and_no_final_before_it() -> None:
+    """response_sender.cc UpdateStateAndCounters for a non-decoupled model."""
+    posted: list[tuple[object, bool]] = []
+    sender = pb_utils.InferenceResponseSender(
+        lambda resp, final: posted.append((resp, final)), lambda: False, decoupled=False
+    )
+    with pytest.raises(pb_utils.TritonModelException) as e:
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    assert e.value.message() == (
+        "Unable to send response. Non-decoupled model cannot send complete final before "
+        "sending a response."
+    )
+    resp = pb_utils.InferenceResponse([])
+    sender.send(resp)
+    with pytest.raises(pb_utils.TritonModelException) as e:
+        sender.send(resp, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    assert e.value.message() == (
+        "Unable to send response. Non-decoupled model cannot send more than one response."
+    )
+    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    assert posted == [(resp, False), (None, True)]
 
 
 def test_response_sender_is_only_for_decoupled_requests() -> None:
@@ -517,7 +542,7 @@ def test_model_loading_api() -> None:
 
 
 def test_get_model_dir_is_the_model_files_directory(tmp_path: Path) -> None:
-    from triton_mp.backends.python.backend import import_model_module, install_pb_utils
+    from triton_mp.backends.python.model_module import import_model_module, install_pb_utils
 
     model_file = tmp_path / "m" / "1" / "model.py"
     model_file.parent.mkdir(parents=True)

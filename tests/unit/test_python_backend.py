@@ -16,7 +16,8 @@ import pytest
 from triton_mp.backends.base import RESCHEDULED, RESPONDED, BackendRequest
 from triton_mp.backends.python import pb_utils
 from triton_mp.backends.python.autocomplete import may_auto_complete
-from triton_mp.backends.python.backend import PB_UTILS_MODULE, PythonBackend
+from triton_mp.backends.python.backend import PythonBackend
+from triton_mp.backends.python.model_module import PB_UTILS_MODULE
 from triton_mp.backends.registry import BACKENDS, load_backend
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.ipc.messages import ErrorInfo

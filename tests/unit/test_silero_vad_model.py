@@ -23,7 +23,7 @@ from tests.vad import (
     vad_client,
 )
 from triton_mp.backends.python import pb_utils
-from triton_mp.backends.python.backend import import_model_module, install_pb_utils
+from triton_mp.backends.python.model_module import import_model_module, install_pb_utils
 from triton_mp.cli import assets
 from triton_mp.common.json_form import config_to_json
 from triton_mp.model_config.loader import load_repository

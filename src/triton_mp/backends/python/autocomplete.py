@@ -189,7 +189,7 @@ def _complete(model_file: str, model_name: str, config: dict[str, Any]) -> dict[
     import traceback
 
     from triton_mp.backends.python import pb_utils
-    from triton_mp.backends.python.backend import (
+    from triton_mp.backends.python.model_module import (
         describe_exception,
         import_model_module,
         install_pb_utils,

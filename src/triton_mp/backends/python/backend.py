@@ -1,7 +1,7 @@
 """The python backend: runs a Triton ``model.py`` (class ``TritonPythonModel``) unchanged.
 
-Imported only by worker processes (through ``backends.registry``) and, for
-``import_model_module``, by the auto-complete child (``backends.python.autocomplete``).
+Imported only by worker processes (through ``backends.registry``); how ``model.py`` is
+imported is ``backends.python.model_module``'s.
 
 Lifecycle, as in Triton's python backend (shared/reference/triton.md §7): our ``pb_utils``
 becomes ``triton_python_backend_utils``; ``model.py`` is imported under a unique module name
@@ -36,21 +36,17 @@ read them from its threads after ``execute`` returned). When ``execute`` raises 
 something other than None), every request whose sender is still open ends with that error. A
 request whose sender the model never asked for by the time ``execute`` returns, or whose
 sender is dropped unclosed, ends with a flags-only final response, so no client waits forever.
-Request rescheduling is not supported.
+Request rescheduling (``set_release_flags(RELEASE_RESCHEDULE)``, iterative sequence batching)
+reports ``RESCHEDULED`` for the request. A default-mode model may answer a request through
+its response sender instead of returning its response (upstream since 24.07), once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.machinery
-import importlib.util
 import inspect
-import itertools
 import json
 import logging
-import re
-import sys
-import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -70,82 +66,20 @@ from triton_mp.backends.base import (
     to_backend_shape,
 )
 from triton_mp.backends.python import pb_utils
+from triton_mp.backends.python.model_module import (
+    MODEL_CLASS,
+    describe_exception,
+    import_model_module,
+    install_pb_utils,
+    model_class,
+)
 from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
 from triton_mp.ipc.messages import ErrorInfo
 from triton_mp.ipc.specs import InstanceSpec, ModelVersionSpec
 
 log = logging.getLogger(__name__)
 
-PB_UTILS_MODULE = "triton_python_backend_utils"
-"""The name user models import our ``pb_utils`` under."""
-
-MODEL_CLASS = "TritonPythonModel"
-"""The class a python model must define."""
-
 _INSTANCE_KINDS = {"KIND_CPU": "CPU", "KIND_GPU": "GPU", "KIND_MODEL": "MODEL"}
-_module_ids = itertools.count()
-_UNSAFE = re.compile(r"[^0-9A-Za-z_]")
-
-
-def install_pb_utils() -> None:
-    """Make ``import triton_python_backend_utils`` give our ``pb_utils``."""
-    sys.modules[PB_UTILS_MODULE] = pb_utils
-
-
-def describe_exception(exc: BaseException) -> str:
-    """``"Class: message"`` for an exception raised by user code (no module path)."""
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def import_model_module(model_file: str | Path, model_name: str) -> types.ModuleType:
-    """Import a model's ``model.py`` under a fresh, unique module name.
-
-    Like Triton, the version directory and the model directory are appended to ``sys.path``
-    (so ``import helper`` finds a module next to model.py), and the file is imported as a
-    module of a package whose path is the version directory (so ``from . import helper``
-    works too); ``pb_utils.get_model_dir()`` gives that version directory from then on.
-
-    Raises:
-        whatever importing the user's file raises.
-    """
-    path = Path(model_file).resolve()
-    version_dir = path.parent
-    pb_utils.set_model_dir(str(version_dir))
-    for directory in (str(version_dir), str(version_dir.parent)):
-        if directory not in sys.path:
-            sys.path.append(directory)
-    package = f"_triton_mp_model_{_UNSAFE.sub('_', model_name)}_{next(_module_ids)}"
-    pkg = types.ModuleType(package)
-    pkg.__path__ = [str(version_dir)]
-    sys.modules[package] = pkg
-    name = f"{package}.{_UNSAFE.sub('_', path.stem) or 'model'}"
-    # NOTE: an explicit SourceFileLoader, so a default_model_filename without ".py" works.
-    loader = importlib.machinery.SourceFileLoader(name, str(path))
-    spec = importlib.util.spec_from_loader(name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
-
-
-def model_class(module: types.ModuleType, model_file: str | Path) -> type:
-    """The module's ``TritonPythonModel`` class.
-
-    Raises:
-        TritonMPError (INVALID_ARG): the file defines no such class.
-    """
-    cls = getattr(module, MODEL_CLASS, None)
-    if not isinstance(cls, type):
-        raise TritonMPError(
-            f"{model_file} does not define class '{MODEL_CLASS}'", ErrorCode.INVALID_ARG
-        )
-    return cls
 
 
 def _error_code(code: int) -> ErrorCode:
@@ -224,6 +158,8 @@ class PythonBackend:
             )
         self._batched = model.max_batch_size > 0
         self._iterative = model.sequence is not None and model.sequence.iterative
+        self._captured: dict[int, pb_utils.InferenceResponse] = {}
+        """Default mode: responses sent through requests' senders during ``execute``."""
         self._input_reshape = {t.name: t.reshape for t in model.inputs if t.reshape is not None}
         self._output_dims = {
             t.name: dims
@@ -352,6 +288,23 @@ class PythonBackend:
             return self._end_decoupled(requests, pb_requests, info), PhaseTimes(
                 t_input, watch.lap()
             )
+        return self._returned_results(requests, pb_requests, responses), PhaseTimes(
+            t_input, watch.lap()
+        )
+
+    def _returned_results(
+        self,
+        requests: Sequence[BackendRequest],
+        pb_requests: Sequence[pb_utils.InferenceRequest],
+        responses: object,
+    ) -> list[Result]:
+        """A default-mode ``execute``'s results as upstream's ProcessReturnedResponses takes
+        them: None (every response went through a response sender) or one entry per request,
+        None for a request answered through its sender or rescheduled; a response returned
+        for a request already answered, or for a rescheduled one, fails the whole batch."""
+        captured, self._captured = self._captured, {}
+        if responses is None:
+            responses = [None] * len(requests)
         if not isinstance(responses, (list, tuple)) or len(responses) != len(requests):
             got = len(responses) if isinstance(responses, (list, tuple)) else type(responses)
             info = ErrorInfo(
@@ -361,29 +314,21 @@ class PythonBackend:
                 f"InferenceResponse(s) size is:{got}",
                 self._origin,
             )
-            return [info] * len(requests), PhaseTimes(t_input, watch.lap())
-        wrong = next(
-            (
-                r
-                for pb, r in zip(pb_requests, responses, strict=True)
-                if r is not None and self._iterative and self._rescheduling(pb)
-            ),
-            None,
-        )
-        if wrong is not None:
-            # NOTE: pb_stub.cc ProcessReturnedResponses fails the whole batch (its typo kept).
+            return [info] * len(requests)
+        try:
+            for pb, resp in zip(pb_requests, responses, strict=True):
+                self._check_returned(pb, resp)
+        except pb_utils.TritonModelException as e:
             info = ErrorInfo(
                 ErrorCode.INTERNAL,
-                f"Failed to process the request(s) for model '{self._instance_name}', "
-                "message: Expected a None object in the execute function return list for "
-                f"reschduled request, found type '{type(wrong)}'.",
+                f"Failed to process the request(s) for model '{self._instance_name}', message: {e}",
                 self._origin,
             )
-            return [info] * len(requests), PhaseTimes(t_input, watch.lap())
+            return [info] * len(requests)
         results: list[Result] = []
         for r, pb, resp in zip(requests, pb_requests, responses, strict=True):
             if not self._rescheduling(pb):
-                results.append(self._result(r, resp))
+                results.append(self._result(r, captured.get(id(r), resp)))
             elif self._iterative:
                 results.append(RESCHEDULED)
             else:
@@ -391,7 +336,25 @@ class PythonBackend:
                 # RESCHEDULE and the core then refuses the flag, which leaves the client
                 # without an answer; here it gets the core's refusal instead.
                 results.append(ErrorInfo(ErrorCode.INVALID_ARG, NOT_RESCHEDULABLE, self._origin))
-        return results, PhaseTimes(t_input, watch.lap())
+        return results
+
+    def _check_returned(self, request: pb_utils.InferenceRequest, response: object) -> None:
+        """pb_stub.cc's checks of one returned entry (its messages; the typo kept).
+
+        Raises:
+            TritonModelException: a response for a rescheduled request, or for one whose
+                response sender already sent one.
+        """
+        if response is None:
+            return
+        if self._iterative and self._rescheduling(request):
+            raise pb_utils.TritonModelException(
+                "Expected a None object in the execute function return list for reschduled "
+                f"request, found type '{type(response)}'."
+            )
+        sender = request._sender  # noqa: SLF001 - the backend owns the request's plumbing
+        if sender is not None and isinstance(response, pb_utils.InferenceResponse):
+            sender._returned(response)  # noqa: SLF001
 
     def _rescheduling(self, request: pb_utils.InferenceRequest) -> bool:
         """Whether the model released ``request`` with ``RELEASE_RESCHEDULE``. Only
@@ -497,7 +460,21 @@ class PythonBackend:
         pb_request._cancelled = lambda: self._cancelled(r.token)  # noqa: SLF001
         if self._decoupled:
             pb_request._sender_factory = lambda: self._new_sender(r)  # noqa: SLF001
+        else:
+            pb_request._sender_factory = lambda: self._default_sender(r)  # noqa: SLF001
         return pb_request
+
+    def _default_sender(self, r: BackendRequest) -> pb_utils.InferenceResponseSender:
+        """The response sender of one request of a default-mode model: its one response is
+        kept as that request's result when ``execute`` returns (``_returned_results``)."""
+
+        def post(response: pb_utils.InferenceResponse | None, final: bool) -> None:
+            if response is not None:
+                self._captured[id(r)] = response
+
+        return pb_utils.InferenceResponseSender(
+            post, lambda: self._cancelled(r.token), decoupled=False
+        )
 
     def _new_sender(self, r: BackendRequest) -> pb_utils.InferenceResponseSender:
         """The response sender of one request of a decoupled model."""

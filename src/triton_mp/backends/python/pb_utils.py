@@ -548,17 +548,17 @@ class InferenceRequest:
         return self._release_flags
 
     def get_response_sender(self) -> InferenceResponseSender:
-        """The request's response sender (decoupled models); the same object every call.
+        """The request's response sender (decoupled models: any number of responses; the
+        default mode: one, and ``execute`` returns None for the request); the same object
+        every call.
 
         Raises:
-            TritonModelException: the model is not decoupled (its ``execute`` returns the
-                responses), or the request was not given to ``execute``.
+            TritonModelException: the request was not given to ``execute`` (a BLS request).
         """
         if self._sender is None:
             if self._sender_factory is None:
                 raise TritonModelException(
-                    "get_response_sender() is only available to models with "
-                    "model_transaction_policy { decoupled: true }, for the requests their "
+                    "get_response_sender() is only available for the requests a model's "
                     "execute() receives",
                     TritonError.UNSUPPORTED,
                 )
@@ -715,25 +715,32 @@ class _ResponseIterator:
 
 
 class InferenceResponseSender:
-    """Sends the responses of one request of a decoupled model, from any thread, at any
-    time until the final one (``request.get_response_sender()``).
+    """Sends the responses of one request (``request.get_response_sender()``): a decoupled
+    model's, from any thread, at any time until the final one; a default-mode model's (since
+    upstream's 24.07) one response from ``execute``, which then returns None for that
+    request.
 
     Args:
         post: ``post(response_or_None, final)``; provided by the python backend.
         cancelled: ``cancelled()`` -> whether the client went away.
+        decoupled: the model's transaction policy (upstream's ``UpdateStateAndCounters``
+            allows a default-mode model one response, and no final flag before it).
     """
 
-    __slots__ = ("__weakref__", "_cancelled", "_closed", "_lock", "_post")
+    __slots__ = ("__weakref__", "_cancelled", "_closed", "_decoupled", "_lock", "_post", "_sent")
 
     def __init__(
         self,
         post: Callable[[InferenceResponse | None, bool], None],
         cancelled: Callable[[], bool],
+        decoupled: bool = True,
     ) -> None:
         self._post = post
         self._cancelled = cancelled
         self._closed = False
         self._lock = threading.Lock()
+        self._decoupled = decoupled
+        self._sent = 0
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
         """Send one response, and/or end the request with
@@ -759,13 +766,36 @@ class InferenceResponseSender:
                 f"send() takes a pb_utils.InferenceResponse, got {type(response).__name__}"
             )
         with self._lock:
-            if self._closed:
-                raise TritonModelException(
-                    "Unable to send response. Response sender has been closed."
-                )
+            self._count(response, final)
             self._post(response, final)
-            if final:
-                self._closed = True
+
+    def _count(self, response: InferenceResponse | None, final: bool) -> None:
+        """Upstream's ``UpdateStateAndCounters``: its checks, in its order, then the count
+        and the closing (under the lock)."""
+        if not self._decoupled:
+            if response is not None and self._sent > 0:
+                raise TritonModelException(
+                    "Unable to send response. Non-decoupled model cannot send more than one "
+                    "response."
+                )
+            if response is None and final and self._sent == 0:
+                raise TritonModelException(
+                    "Unable to send response. Non-decoupled model cannot send complete final "
+                    "before sending a response."
+                )
+        if self._closed:
+            raise TritonModelException("Unable to send response. Response sender has been closed.")
+        if response is not None:
+            self._sent += 1
+        if final:
+            self._closed = True
+
+    def _returned(self, response: InferenceResponse) -> None:
+        """A default-mode ``execute`` returned ``response`` for this request: counted as a
+        final send (upstream's ProcessReturnedResponses), so one the model already sent
+        raises "... cannot send more than one response."."""
+        with self._lock:
+            self._count(response, True)
 
     def is_cancelled(self) -> bool:
         """Whether the client went away (see ``InferenceRequest.is_cancelled``)."""
