@@ -28,6 +28,7 @@ from triton_mp.backends.onnxruntime.backend import OnnxRuntimeBackend
 from triton_mp.common.datatypes import NUMPY_DTYPES, deserialize_bytes_tensor
 from triton_mp.common.errors import ConfigError
 from triton_mp.ipc.messages import (
+    AnswerBatch,
     BatchAssign,
     BatchDone,
     BlockRef,
@@ -51,7 +52,13 @@ from triton_mp.ipc.specs import (
     TensorSpec,
     WorkerSpec,
 )
-from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, ArenaAllocator, SegmentCache, free_block
+from triton_mp.ipc.tensor_pool import (
+    BLOCK_HEADER_BYTES,
+    ArenaAllocator,
+    SegmentCache,
+    SharedBlocks,
+    free_block,
+)
 from triton_mp.model_config.loader import load_repository
 from triton_mp.model_config.plan import plan_models
 from triton_mp.workers.worker import Worker
@@ -173,6 +180,7 @@ class Client:
     worker: Worker
     batched: bool
     responses: list[InferResponse] = field(default_factory=list)
+    shared: SharedBlocks = field(default_factory=SharedBlocks)
     done: list[BatchDone] = field(default_factory=list)
     ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -229,8 +237,8 @@ class Client:
                 answers.append({"error": resp.error.message})
             else:
                 answers.append({ref.name: self.read(ref) for ref in resp.outputs})
-            if resp.block is not None:
-                free_block(self.cache.get(resp.block.segment).buf, resp.block.offset)
+            for b in self.shared.released(resp):
+                free_block(self.cache.get(b.segment).buf, b.offset)
             free_block(self.cache.get(req.block.segment).buf, req.block.offset)
         return answers
 
@@ -246,6 +254,10 @@ class Client:
         return view.reshape(ref.shape).copy()
 
     def to_frontend(self, reply_to: ReplyTo, msg: object) -> None:
+        if isinstance(msg, AnswerBatch):  # several requests of a batch, one block
+            assert self.shared.arrived(msg) == []
+            self.responses += msg.responses
+            return
         assert isinstance(msg, InferResponse)
         self.responses.append(msg)
 

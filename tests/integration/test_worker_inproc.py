@@ -23,6 +23,7 @@ from triton_mp.backends.base import BackendRequest, PhaseTimes, Result
 from triton_mp.backends.onnxruntime.backend import OnnxRuntimeBackend
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.messages import (
+    AnswerBatch,
     BatchAssign,
     BatchDone,
     BlockRef,
@@ -45,8 +46,10 @@ from triton_mp.ipc.specs import (
 )
 from triton_mp.ipc.tensor_pool import (
     BLOCK_HEADER_BYTES,
+    LIVE,
     ArenaAllocator,
     SegmentCache,
+    SharedBlocks,
     free_block,
 )
 from triton_mp.workers.worker import Worker
@@ -100,6 +103,7 @@ class Frontend:
     arena: ArenaAllocator
     cache: SegmentCache
     ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    shared: SharedBlocks = field(default_factory=SharedBlocks)
 
     def request(
         self, batch_size: int, frontend_id: int = 0, outputs: Sequence[str] = ()
@@ -135,9 +139,11 @@ class Frontend:
         return view.reshape(ref.shape).copy()
 
     def release(self, resp: InferResponse, req: InferRequest) -> None:
-        """What the frontend does when a response arrives: free both blocks."""
-        if resp.block is not None:
-            free_block(self.cache.get(resp.block.segment).buf, resp.block.offset)
+        """What the frontend does when it is done with a response: free the request's input
+        block and the response's output blocks (one an ``AnswerBatch`` shares after its
+        last response: ``SharedBlocks``, its handoffs taken by ``Sent``)."""
+        for b in self.shared.released(resp):
+            free_block(self.cache.get(b.segment).buf, b.offset)
         free_block(self.cache.get(req.block.segment).buf, req.block.offset)
 
 
@@ -152,12 +158,28 @@ def frontend() -> Iterator[Frontend]:
 
 @dataclass
 class Sent:
+    """What the worker sent: every response (an ``AnswerBatch``'s unpacked, its handoffs
+    given to ``shared``), and the messages as sent."""
+
+    shared: SharedBlocks
     responses: list[tuple[ReplyTo, InferResponse]] = field(default_factory=list)
+    messages: list[tuple[ReplyTo, InferResponse | AnswerBatch]] = field(default_factory=list)
     done: list[BatchDone] = field(default_factory=list)
 
     def to_frontend(self, reply_to: ReplyTo, msg: object) -> None:
-        assert isinstance(msg, InferResponse)
-        self.responses.append((reply_to, msg))
+        assert isinstance(msg, InferResponse | AnswerBatch)
+        self.messages.append((reply_to, msg))
+        if isinstance(msg, AnswerBatch):
+            assert self.shared.arrived(msg) == []
+            self.responses += [(reply_to, r) for r in msg.responses]
+        else:
+            self.responses.append((reply_to, msg))
+
+    def response_of(self, req: InferRequest) -> InferResponse:
+        (resp,) = [
+            r for to, r in self.responses if (to, r.request_id) == (req.reply_to, req.request_id)
+        ]
+        return resp
 
     def to_scheduler(self, msg: object) -> None:
         assert isinstance(msg, BatchDone)
@@ -244,21 +266,34 @@ def test_a_batch_of_three_gives_each_request_its_own_outputs(
     worker_arena: ArenaAllocator,
     worker_cache: SegmentCache,
 ) -> None:
-    sent = Sent()
+    sent = Sent(frontend.shared)
     worker = _worker(ort_backend, worker_arena, worker_cache, sent)
     reqs = [frontend.request(bs, frontend_id=f) for bs, f in ((1, 0), (2, 1), (1, 0))]
     worker.run_batch(BatchAssign(batch_id=7, requests=tuple(r for r, _, _ in reqs), dispatch_ns=0))
 
-    assert [(f, r.request_id) for f, r in sent.responses] == [
-        (req.reply_to, req.request_id) for req, _, _ in reqs
-    ]
-    for (_, resp), (req, a, b) in zip(sent.responses, reqs, strict=True):
+    # frontend 0's two requests share one message and one block; frontend 1's has its own
+    (to0, batch), (to1, alone) = sent.messages
+    assert isinstance(batch, AnswerBatch)
+    assert (to0, [r.request_id for r in batch.responses]) == (
+        ReplyTo(Requester.FRONTEND, 0),
+        [reqs[0][0].request_id, reqs[2][0].request_id],
+    )
+    (handoff,) = batch.handoffs
+    assert handoff.uses == 2
+    assert all(r.block is None and r.shared_blocks == (handoff.block,) for r in batch.responses)
+    assert isinstance(alone, InferResponse)
+    assert (to1, alone.request_id) == (ReplyTo(Requester.FRONTEND, 1), reqs[1][0].request_id)
+    assert alone.block is not None
+    assert alone.shared_blocks == ()
+
+    for req, a, b in reqs:
+        resp = sent.response_of(req)
         assert resp.error is None
         assert resp.version == 1
         assert [o.name for o in resp.outputs] == ["OUTPUT0", "OUTPUT1"]
-        assert resp.block is not None
+        block = resp.block or resp.shared_blocks[0]
         for ref in resp.outputs:
-            assert ref.segment == resp.block.segment
+            assert ref.segment == block.segment
             assert ref.shape == (req.batch_size, 16)
             assert ref.offset % 64 == 0
         out0, out1 = (frontend.read(ref) for ref in resp.outputs)
@@ -269,11 +304,21 @@ def test_a_batch_of_three_gives_each_request_its_own_outputs(
     assert (done.instance_id, done.batch_id, done.failed) == (0, 7, ())
     assert done.end_ns >= done.start_ns
 
-    assert worker_arena.live_blocks() == 3  # one output block per request
-    for (_, resp), (req, _, _) in zip(sent.responses, reqs, strict=True):
-        frontend.release(resp, req)
+    assert worker_arena.live_blocks() == 2  # one output block per message
+    shared, own = handoff.block, alone.block
+
+    def live(block: BlockRef) -> bool:
+        return frontend.cache.get(block.segment).buf[block.offset] == LIVE
+
+    frontend.release(sent.response_of(reqs[2][0]), reqs[2][0])
+    assert (live(shared), live(own)) == (True, True)  # the shared block waits for its other use
+    frontend.release(alone, reqs[1][0])
+    assert (live(shared), live(own)) == (True, False)
+    frontend.release(sent.response_of(reqs[0][0]), reqs[0][0])
+    assert (live(shared), live(own)) == (False, False)
     assert worker_arena.live_blocks() == 0
     assert frontend.arena.live_blocks() == 0
+    assert frontend.shared.pending() == 0
 
 
 def test_a_request_may_ask_for_some_outputs_only(
@@ -282,7 +327,7 @@ def test_a_request_may_ask_for_some_outputs_only(
     worker_arena: ArenaAllocator,
     worker_cache: SegmentCache,
 ) -> None:
-    sent = Sent()
+    sent = Sent(frontend.shared)
     worker = _worker(ort_backend, worker_arena, worker_cache, sent)
     req, a, b = frontend.request(3, outputs=("OUTPUT1",))
     worker.run_batch(BatchAssign(batch_id=1, requests=(req,), dispatch_ns=0))
@@ -299,7 +344,7 @@ def test_a_raising_backend_fails_the_batch_and_the_worker_goes_on(
     worker_arena: ArenaAllocator,
     worker_cache: SegmentCache,
 ) -> None:
-    sent = Sent()
+    sent = Sent(frontend.shared)
     worker = _worker(RaisingBackend(ort_backend), worker_arena, worker_cache, sent)
     reqs = [frontend.request(bs)[0] for bs in (1, 2, 1)]
     worker.run_batch(BatchAssign(batch_id=1, requests=tuple(reqs), dispatch_ns=0))
@@ -331,7 +376,7 @@ def test_a_backend_returning_the_wrong_number_of_results_fails_every_request(
     worker_arena: ArenaAllocator,
     worker_cache: SegmentCache,
 ) -> None:
-    sent = Sent()
+    sent = Sent(frontend.shared)
     worker = _worker(ShortBackend(ort_backend), worker_arena, worker_cache, sent)
     reqs = [frontend.request(1)[0] for _ in range(3)]
     worker.run_batch(BatchAssign(batch_id=3, requests=tuple(reqs), dispatch_ns=0))
@@ -350,7 +395,7 @@ def test_per_item_errors_fail_only_their_requests(
     worker_arena: ArenaAllocator,
     worker_cache: SegmentCache,
 ) -> None:
-    sent = Sent()
+    sent = Sent(frontend.shared)
     worker = _worker(PerItemErrorBackend(ort_backend, 0), worker_arena, worker_cache, sent)
     reqs = [frontend.request(bs) for bs in (1, 2, 1)]
     worker.run_batch(BatchAssign(batch_id=4, requests=tuple(r for r, _, _ in reqs), dispatch_ns=0))

@@ -205,6 +205,22 @@ EXAMPLES: dict[str, list[object]] = {
         ),
         m.InferResponse(request_id=9, version=1, final=False),
         m.InferResponse(request_id=9, version=1, final=True, empty=True),
+        m.AnswerBatch(
+            responses=(
+                m.InferResponse(
+                    request_id=10,
+                    version=1,
+                    outputs=(m.TensorRef("OUTPUT0", "FP32", (1, 2), "/triton_mp_1_w0_a0", 128, 8),),
+                    shared_blocks=(m.BlockRef("/triton_mp_1_w0_a0", 64),),
+                ),
+                m.InferResponse(
+                    request_id=11,
+                    version=1,
+                    error=m.ErrorInfo(ErrorCode.INTERNAL, "no result", "worker add_sub_0"),
+                ),
+            ),
+            handoffs=(m.Handoff(m.BlockRef("/triton_mp_1_w0_a0", 64), 1),),
+        ),
         m.RequestFailed(
             request_id=8, error=m.ErrorInfo(ErrorCode.UNAVAILABLE, "Server is stopping")
         ),

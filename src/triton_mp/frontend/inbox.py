@@ -1,7 +1,7 @@
 """What reaches a frontend besides client requests: the inbox, and the supervisor's updates.
 
 Imported by ``frontend.main``. The inbox's rings carry answers (``InferResponse``,
-``RequestFailed``, ``StatsReply``, ``QueueReply``) for the pending table, plus the
+``AnswerBatch``, ``RequestFailed``, ``StatsReply``, ``QueueReply``) for the pending table, plus the
 scheduler's news: another frontend's client shared-memory registrations and whether a model
 version has a live instance. The supervisor's ``ModelTableUpdate`` (over the control pipe)
 adds and removes rings, replaces model entries and drops the arenas of stopped workers.
@@ -20,6 +20,7 @@ from triton_mp.frontend.readiness import ReadinessChecks
 from triton_mp.ipc import Inbox, SegmentCache
 from triton_mp.ipc.control_messages import ModelTableUpdate
 from triton_mp.ipc.messages import (
+    AnswerBatch,
     InferResponse,
     ModelAvailability,
     QueueReply,
@@ -67,7 +68,7 @@ class InboxHandler:
     def on_wakeup(self) -> None:
         """The inbox has records (the loop's ``PollingSelector`` saw them, and read the FIFO
         when it was woken): drain every ring (loop thread)."""
-        answers: list[InferResponse | RequestFailed | StatsReply | QueueReply] = []
+        answers: list[InferResponse | AnswerBatch | RequestFailed | StatsReply | QueueReply] = []
         for msg in self._inbox.drain():
             if isinstance(msg, ShmRegistered):
                 for r in msg.regions:
@@ -96,7 +97,7 @@ class InboxHandler:
             left = self._inbox.remove_ring(ring)
             if left:
                 self._pending.deliver(
-                    [m for m in left if isinstance(m, InferResponse | RequestFailed)]
+                    [m for m in left if isinstance(m, InferResponse | AnswerBatch | RequestFailed)]
                 )
         for prefix in update.drop_segments:
             self._cache.drop(prefix)

@@ -29,7 +29,13 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 from triton_mp.ipc import BlockRef, SegmentCache, free_block
-from triton_mp.ipc.messages import InferResponse, QueueReply, RequestFailed, StatsReply
+from triton_mp.ipc.messages import (
+    AnswerBatch,
+    InferResponse,
+    QueueReply,
+    RequestFailed,
+    StatsReply,
+)
 from triton_mp.ipc.tensor_pool import SharedBlocks
 
 log = logging.getLogger(__name__)
@@ -143,9 +149,15 @@ class PendingTable:
         """Return once no request is pending (at once when none is)."""
         await self._idle.wait()
 
-    def deliver(self, msgs: Iterable[Answer | StatsReply | QueueReply]) -> None:
-        """Hand every answer in ``msgs`` to its request or query (loop thread only)."""
+    def deliver(self, msgs: Iterable[Answer | AnswerBatch | StatsReply | QueueReply]) -> None:
+        """Hand every answer in ``msgs`` to its request or query (loop thread only). An
+        ``AnswerBatch`` hands its block over first (``SharedBlocks``: freed after the last of
+        its responses is released), then its responses one by one."""
         for msg in msgs:
+            if isinstance(msg, AnswerBatch):
+                self.free(tuple(self.shared.arrived(msg)))
+                self.deliver(msg.responses)
+                continue
             if isinstance(msg, StatsReply | QueueReply):
                 qfut = self._queries.pop(msg.query_id, None)
                 if qfut is not None and not qfut.done():

@@ -14,9 +14,9 @@ Channels (producer -> consumer):
   ``InstancesAdded``, ``VersionsActivated``, ``InstancesRetired``, ``InstancesRemoved``).
 - ``ToWorker``: the scheduler (``BatchAssign``, ``BatchDue``, ``CancelRequest``, ``Shutdown``)
   and, on its own control ring, the supervisor (``BlsWorkerUpdate``).
-- ``ToFrontend``: workers (``InferResponse``), the scheduler (``RequestFailed``,
-  ``StatsReply``, ``QueueReply``, ``ModelAvailability``) and the other frontends
-  (``ShmRegistered``, ``ShmUnregistered``, ``TraceSettingUpdate``).
+- ``ToFrontend``: workers (``InferResponse``, ``AnswerBatch``), the scheduler
+  (``RequestFailed``, ``StatsReply``, ``QueueReply``, ``ModelAvailability``) and the other
+  frontends (``ShmRegistered``, ``ShmUnregistered``, ``TraceSettingUpdate``).
 - ``ToBlsClient``: a python worker's BLS client: answers from workers and the scheduler, and
   on its own control ring the supervisor's ``BlsInboxUpdate``.
 - ``ToSupervisor`` / ``FromSupervisor``: each frontend's control pipe to the supervisor, in
@@ -438,6 +438,16 @@ class InferResponse(msgspec.Struct, frozen=True, kw_only=True, tag="response", a
     """Shared blocks the requester now owns (see ``Handoff``)."""
 
 
+class AnswerBatch(msgspec.Struct, frozen=True, kw_only=True, tag="answers", array_like=True):
+    """A worker's answers to several requests of one batch, for one frontend, in one ring
+    record (one wake-up and one decode there). Their arena outputs lie in one block, which
+    each response names in ``shared_blocks`` and ``handoffs`` hands over: the frontend frees
+    it once it has released every response naming it (``ipc.tensor_pool.SharedBlocks``)."""
+
+    responses: tuple[InferResponse, ...]
+    handoffs: tuple[Handoff, ...] = ()
+
+
 ToScheduler = (
     InferRequest
     | InferResponse
@@ -521,6 +531,7 @@ class ModelAvailability(
 
 ToFrontend = (
     InferResponse
+    | AnswerBatch
     | RequestFailed
     | StatsReply
     | QueueReply

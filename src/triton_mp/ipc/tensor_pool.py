@@ -37,7 +37,7 @@ import struct
 from collections.abc import Iterator
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.ipc.messages import BlockRef, InferResponse, RequestFailed
+from triton_mp.ipc.messages import AnswerBatch, BlockRef, InferResponse, RequestFailed
 from triton_mp.ipc.shm import Segment
 from triton_mp.ipc.topology import arena_name
 
@@ -204,6 +204,8 @@ class SharedBlocks:
 
     An ensemble output written upstream of a decoupled step lies in one block that every
     response the step drives names, and the scheduler may still hold it for steps to come.
+    A worker's ``AnswerBatch`` puts the outputs of all its responses in one block, handed over
+    with the message for as many uses as responses name it.
     So the block has two kinds of holder: the scheduler, until it hands the block over
     (``Handoff``: "free it after ``uses`` releases"), and each response naming it, until the
     requester releases that response (copied out, failed, dropped). Responses arrive in the
@@ -218,7 +220,7 @@ class SharedBlocks:
         self._uses: dict[BlockRef, int] = {}
         """Handed-over shared block -> responses naming it in all."""
 
-    def arrived(self, msg: InferResponse | RequestFailed) -> list[BlockRef]:
+    def arrived(self, msg: InferResponse | RequestFailed | AnswerBatch) -> list[BlockRef]:
         """An answer arrived: take its handoffs. Returns the blocks to free now (every
         response naming them was released already)."""
         free: list[BlockRef] = []

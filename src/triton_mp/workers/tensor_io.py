@@ -273,12 +273,12 @@ def write_outputs(
         TritonMPError: a missing output, or a client region too small for its output
             (nothing is left allocated in the arena then).
     """
-    parts = _output_parts(req, outputs)
+    parts = output_parts(req, outputs)
     placed: dict[int, TensorRef] = {}
     # NOTE: client regions first: a region that fails its check leaves no arena block taken.
     for i, (tensor, region) in enumerate(parts):
         if region is not None:
-            placed[i] = _write_region(regions, tensor, region)
+            placed[i] = write_region(regions, tensor, region)
     in_arena = [i for i, (_, region) in enumerate(parts) if region is None]
     block_ref = None
     if in_arena:
@@ -294,7 +294,7 @@ def write_outputs(
     )
 
 
-def _output_parts(
+def output_parts(
     req: InferRequest, outputs: dict[str, np.ndarray]
 ) -> list[tuple[WireTensor, OutputRegion | None]]:
     """Each requested output as written, with the client region it goes to (None: arena).
@@ -321,7 +321,7 @@ def _output_parts(
     return parts
 
 
-def _write_region(regions: ClientRegions, tensor: WireTensor, region: OutputRegion) -> TensorRef:
+def write_region(regions: ClientRegions, tensor: WireTensor, region: OutputRegion) -> TensorRef:
     """Copy one output into the client's registered region (Triton's output
     ``shared_memory_region`` / ``shared_memory_offset``).
 

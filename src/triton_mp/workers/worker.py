@@ -3,8 +3,10 @@
 ``Worker`` is the logic of a worker process (``workers.main`` is the process entry), and is
 constructible in-process with any ``Backend`` (tests). Per batch: view each request's inputs
 in the frontend's arena (no copy), let the backend gather/run/scatter, write each request's
-outputs into one block of this worker's arena (one copy; ``workers.tensor_io``), post an
-``InferResponse`` straight to the request's frontend and a ``BatchDone`` to the scheduler.
+outputs into this worker's arena (one copy; ``workers.tensor_io``), post the answers straight
+to each request's frontend and a ``BatchDone`` to the scheduler. Several requests of one
+frontend get one ``AnswerBatch`` with one output block (``workers.answer_batch``); the
+others one ``InferResponse`` and one block each.
 
 Sequence models (``model.sequence`` set; see ``workers.sequence_state``): the backend also
 gets a ``SequenceBatch`` (the batch rows of the Direct strategy, with null rows, and the
@@ -61,6 +63,7 @@ from triton_mp.ipc.messages import (
 from triton_mp.ipc.ready_messages import InstanceReadiness, ReadyCheck
 from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.ipc.specs import WorkerSpec
+from triton_mp.workers.answer_batch import write_answer_batch
 from triton_mp.workers.answer_size import fit_answer
 from triton_mp.workers.execution_watch import ExecutionWatch
 from triton_mp.workers.readiness import ReadinessRunner
@@ -435,29 +438,87 @@ class Worker:
     ) -> tuple[int, ...]:
         """Write and post each request's response (those the backend answered itself,
         ``Responded``, and those it rescheduled, ``Rescheduled``, are skipped); returns the
-        indices of the requests that failed."""
-        failed = []
+        indices of the requests that failed. Several untraced requests of one frontend get
+        one ``AnswerBatch`` (``workers.answer_batch``); the others one ``InferResponse`` each."""
+        failed: list[int] = []
         missing = ErrorInfo(ErrorCode.INTERNAL, "no result for the request", self._origin)
         final = [missing if r is None else r for r in results]
-        for i, (req, res) in enumerate(zip(reqs, final, strict=True)):
-            if isinstance(res, Responded | Rescheduled):
-                continue
-            with self._post_lock:
-                if isinstance(res, dict):
-                    try:
-                        msg = write_outputs(self._arena, self._regions, req, res)
-                    except TritonMPError as exc:
-                        res = ErrorInfo(exc.code, exc.message, self._origin)
-                    except Exception as exc:  # noqa: BLE001
-                        res = ErrorInfo(ErrorCode.INTERNAL, flatten_exception(exc), self._origin)
-                if not isinstance(res, dict):
-                    failed.append(i)
-                    msg = InferResponse(request_id=req.request_id, version=req.version, error=res)
-                if req.trace is not None:
-                    msg = self._traced(msg, req, [], res if isinstance(res, dict) else None)
-                if not self._post(req, msg) and i not in failed:
-                    failed.append(i)
-        return tuple(failed)
+        single: range | list[int] = range(len(reqs))
+        if len(reqs) > 1 and not self._decoupled:
+            groups: dict[int, list[int]] = {}
+            for i, req in enumerate(reqs):
+                if (
+                    req.reply_to.kind is Requester.FRONTEND
+                    and req.trace is None
+                    and not isinstance(final[i], Responded | Rescheduled)
+                ):
+                    groups.setdefault(req.reply_to.id, []).append(i)
+            grouped = set()
+            for frontend_id, idx in groups.items():
+                if len(idx) > 1 and self._answer_group(frontend_id, reqs, final, idx, failed):
+                    grouped.update(idx)
+            if grouped:
+                single = [i for i in single if i not in grouped]
+        for i in single:
+            self._answer_one(i, reqs[i], final[i], failed)
+        return tuple(sorted(failed))
+
+    def _answer_group(
+        self,
+        frontend_id: int,
+        reqs: tuple[InferRequest, ...],
+        final: list[Result],
+        idx: list[int],
+        failed: list[int],
+    ) -> bool:
+        """Answer the requests ``idx`` of one frontend in one ``AnswerBatch``; False when it
+        could not be written or was too large for a ring record (nothing was sent: the
+        caller answers them one by one)."""
+        members = [(reqs[i], final[i]) for i in idx]
+        with self._post_lock:
+            try:
+                msg, block, errors = write_answer_batch(
+                    self._arena,
+                    self._regions,
+                    members,  # type: ignore[arg-type]
+                    self._origin,
+                )
+            except TritonMPError:
+                return False  # NOTE: e.g. no room for one block; per-request blocks may fit
+            try:
+                self._send_reply(ReplyTo(Requester.FRONTEND, frontend_id), msg)
+            except RecordTooLarge:
+                if block is not None:
+                    free_own_block(self._arena, block)
+                return False
+            except Exception:  # noqa: BLE001 - one unreachable frontend must not stall the others
+                log.exception("could not answer %d requests of frontend %d", len(idx), frontend_id)
+                if block is not None:
+                    free_own_block(self._arena, block)
+                failed.extend(idx)
+                return True
+        failed.extend(idx[k] for k in errors)
+        return True
+
+    def _answer_one(self, i: int, req: InferRequest, res: Result, failed: list[int]) -> None:
+        """Write and post the response of request ``i`` of the batch on its own."""
+        if isinstance(res, Responded | Rescheduled):
+            return
+        with self._post_lock:
+            if isinstance(res, dict):
+                try:
+                    msg = write_outputs(self._arena, self._regions, req, res)
+                except TritonMPError as exc:
+                    res = ErrorInfo(exc.code, exc.message, self._origin)
+                except Exception as exc:  # noqa: BLE001
+                    res = ErrorInfo(ErrorCode.INTERNAL, flatten_exception(exc), self._origin)
+            if not isinstance(res, dict):
+                failed.append(i)
+                msg = InferResponse(request_id=req.request_id, version=req.version, error=res)
+            if req.trace is not None:
+                msg = self._traced(msg, req, [], res if isinstance(res, dict) else None)
+            if not self._post(req, msg) and i not in failed:
+                failed.append(i)
 
     def close(self) -> None:
         """Unmap the clients' regions."""
