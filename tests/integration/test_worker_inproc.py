@@ -34,6 +34,7 @@ from triton_mp.ipc.messages import (
     Requester,
     TensorRef,
 )
+from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.ipc.specs import (
     BatchingSpec,
     ChannelSpec,
@@ -433,3 +434,35 @@ def test_intra_op_threads_leave_a_core_unless_the_config_says(
     finally:
         backend.close()
     assert got == expected
+
+
+def test_a_group_too_large_for_one_record_is_answered_request_by_request(
+    ort_backend: OnnxRuntimeBackend,
+    frontend: Frontend,
+    worker_arena: ArenaAllocator,
+    worker_cache: SegmentCache,
+) -> None:
+    """The ring refuses the AnswerBatch (``RecordTooLarge``): its block goes back to the arena
+    and each request gets its own response and block, as before answers were grouped."""
+    sent = Sent(frontend.shared)
+    refused: list[AnswerBatch] = []
+
+    def to_frontend(reply_to: ReplyTo, msg: object) -> None:
+        if isinstance(msg, AnswerBatch):
+            refused.append(msg)
+            raise RecordTooLarge("record of many bytes does not fit")
+        sent.to_frontend(reply_to, msg)
+
+    worker = Worker(SPEC, ort_backend, worker_arena, worker_cache, to_frontend, sent.to_scheduler)
+    reqs = [frontend.request(bs) for bs in (1, 2, 1)]
+    worker.run_batch(BatchAssign(batch_id=5, requests=tuple(r for r, _, _ in reqs), dispatch_ns=0))
+    (batch,) = refused
+    assert [h.uses for h in batch.handoffs] == [3]
+    assert [type(m) for _, m in sent.messages] == [InferResponse] * 3
+    for (_, resp), (req, a, b) in zip(sent.responses, reqs, strict=True):
+        assert resp.request_id == req.request_id
+        assert resp.block is not None
+        np.testing.assert_array_equal(frontend.read(resp.outputs[1]), a - b)
+        frontend.release(resp, req)
+    assert sent.done[0].failed == ()
+    assert worker_arena.live_blocks() == 0  # the refused group's block too (freed oldest)
