@@ -82,3 +82,21 @@ def test_a_child_of_a_live_parent_goes_on() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "still running"
+
+
+def test_tune_gc_freezes_what_start_up_made_and_collects_the_rest() -> None:
+    """Start-up's objects go to the permanent generation; garbage made before is collected
+    first (so it is not frozen alive); objects made after are collected as usual."""
+    result = _child(
+        "import gc, weakref\n"
+        "from triton_mp.common.platform import tune_gc\n"
+        "class C: pass\n"
+        "kept = [C() for _ in range(1000)]\n"
+        "dead = C(); dead.me = dead; ref = weakref.ref(dead); del dead\n"
+        "tune_gc()\n"
+        "print(ref() is None, gc.get_freeze_count() > 1000)\n"
+        "later = C(); later.me = later; ref2 = weakref.ref(later); del later\n"
+        "gc.collect(); print(ref2() is None)\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "True", "True"]

@@ -16,7 +16,6 @@ refused, and the process waits until the accepted ones are answered (at most
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -29,6 +28,7 @@ import grpc
 from triton_mp._proto import admin_pb2_grpc, health_pb2_grpc
 from triton_mp.common.errors import StartupError, TritonMPError
 from triton_mp.common.log import configure_logging
+from triton_mp.common.platform import tune_gc
 from triton_mp.frontend.api import FrontendApi
 from triton_mp.frontend.client_shm import DISABLED_MESSAGE, ClientShmApi, SystemShmRegistry
 from triton_mp.frontend.control import SupervisorLink
@@ -434,20 +434,6 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
         store.close()
     log.info("frontend stopped")
     return 0
-
-
-def tune_gc() -> None:
-    """Collect once, then freeze what start-up made (``gc.freeze``), before serving.
-
-    The grpc, protobuf, numpy and aiohttp modules and the model table are ~10^5 objects that
-    live as long as the process; every full collection walked them all. Measured with
-    ``gc.callbacks`` at add_sub_py c=16 (perf_analyzer, ~18 s, ~2,200 infer/s): 5 full
-    collections of ~60 ms each (314 ms, and a 60 ms stall of every request in flight), plus
-    107 ms of young ones; frozen, the full ones take ~0.3 ms and the total is 78 ms, ~9 µs
-    less per inference. The thresholds stay Python's: what is collected does not change.
-    """
-    gc.collect()
-    gc.freeze()
 
 
 def run_frontend(spec_bytes: bytes, ready: Connection) -> int:
