@@ -16,6 +16,7 @@ import numpy as np
 import posix_ipc
 import pytest
 
+from triton_mp.common.datatypes import tensor_wire_bytes
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.ipc.messages import (
     BlockRef,
@@ -212,3 +213,28 @@ def test_a_block_nobody_will_read_is_freed_by_its_writer(arena: ArenaAllocator) 
     assert arena.live_blocks() == 1
     free_own_block(arena, block)
     assert arena.live_blocks() == 0
+
+
+@pytest.mark.parametrize(
+    "arr",
+    [
+        np.arange(32, dtype=np.float32).reshape(2, 16),
+        np.array(True),
+        np.arange(6, dtype=np.float16).reshape(2, 3),
+        np.arange(6, dtype=np.int64).reshape(2, 3).T,  # not contiguous: copied
+        np.arange(4, dtype=">i4"),  # not native order: its bytes as they are
+        np.zeros((0, 4), np.uint8),
+        np.array([b"ab", b"c"], dtype=object),
+    ],
+    ids=["fp32", "bool-0d", "fp16", "transposed", "big-endian", "empty", "bytes"],
+)
+def test_a_wire_tensor_writes_exactly_the_wire_bytes(
+    arena: ArenaAllocator, cache: SegmentCache, arr: np.ndarray
+) -> None:
+    """The array itself (fixed-size, C-contiguous) or its wire bytes: either way the block
+    holds ``tensor_wire_bytes``'s bytes, and the ref their size and datatype."""
+    datatype, data = tensor_wire_bytes(arr)
+    block, (ref,) = write_block(arena, [wire_tensor("T", arr)])
+    assert (ref.datatype, ref.shape, ref.nbytes) == (datatype, arr.shape, len(data))
+    assert bytes(cache.get(ref.segment).buf[ref.offset : ref.offset + ref.nbytes]) == bytes(data)
+    free_own_block(arena, block)

@@ -9,10 +9,11 @@ Ownership rules (the only place they are written down):
 - Each arena has exactly one *owner*, the process that created it and allocates from it:
   a frontend owns the arenas that hold request inputs, a worker owns the arenas that hold
   response outputs. Only the owner allocates, and only the owner unlinks.
-- An allocation is one *block* holding all tensors of one request (inputs) or of one
-  response (outputs). A block has exactly one reader besides the owner, except an
-  ensemble's: the steps reading it and the responses naming it (counted by the scheduler,
-  then by the requester: ``SharedBlocks``).
+- An allocation is one *block* holding all tensors of one request (inputs), of one
+  response, or of all the responses of one ``AnswerBatch`` (outputs). A block has exactly
+  one reader besides the owner, except an ensemble's: the steps reading it and the
+  responses naming it (counted by the scheduler, then by the requester: ``SharedBlocks``);
+  an ``AnswerBatch``'s is counted by its frontend the same way.
 - A block is freed by writing ``FREE`` into its header, by whichever single process is
   done with it last: the frontend frees its own input blocks when the response (or an
   error) for that request arrives, since by then the worker has finished reading; the

@@ -88,9 +88,9 @@ def write_answer_batch(
         it = iter(to_arena)
         for j, ref in enumerate(refs):
             if ref is None:
-                name, datatype, shape, data = next(it)
-                n = len(data)
-                buf[pos : pos + n] = data  # type: ignore[index]
+                name, datatype, shape, data, n = next(it)
+                if n:
+                    buf[pos : pos + n] = data  # type: ignore[index]
                 refs[j] = TensorRef(name, datatype, shape, segment, pos, n)
                 pos += (n + ALIGN - 1) & ~(ALIGN - 1)  # NOTE: tensor_pool.align, inlined
         names_block = bool(to_arena)
@@ -132,7 +132,7 @@ def _place_all(
                 res = ErrorInfo(ErrorCode.INTERNAL, flatten_exception(exc), origin)
             else:
                 for t in to_arena:
-                    total += (len(t[3]) + ALIGN - 1) & ~(ALIGN - 1)
+                    total += (t[4] + ALIGN - 1) & ~(ALIGN - 1)
                 placed.append((refs, to_arena))
                 continue
         failed.append(i)

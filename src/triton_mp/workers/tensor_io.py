@@ -206,8 +206,16 @@ _FIXED_DTYPES: dict[str, np.dtype] = {
 }
 """Protocol datatype -> numpy dtype of the fixed-size types ``view_tensor`` views in place."""
 
-WireTensor = tuple[str, str, tuple[int, ...], memoryview]
-"""``(name, protocol datatype, shape, bytes as sent)`` of one tensor about to be written."""
+WireTensor = tuple[str, str, tuple[int, ...], "np.ndarray | memoryview", int]
+"""``(name, protocol datatype, shape, data, nbytes)`` of one tensor about to be written:
+``data`` is the array itself when it is C-contiguous and of a fixed-size type (copied into
+shared memory by its buffer, in native order), its wire bytes otherwise (a BYTES tensor's
+length-prefixed form, a contiguous copy)."""
+
+_WIRE_OF: dict[np.dtype, str] = {
+    np.dtype(t.numpy): t.wire for t in DataType if t.numpy is not None and t is not DataType.STRING
+}
+"""Native-order numpy dtype -> protocol datatype of the types written straight from the array."""
 
 
 def wire_tensor(name: str, arr: np.ndarray) -> WireTensor:
@@ -216,9 +224,14 @@ def wire_tensor(name: str, arr: np.ndarray) -> WireTensor:
     Raises:
         ValueError: a dtype with no Triton datatype.
     """
-    datatype, data = tensor_wire_bytes(arr)
     # NOTE: numpy shapes are tuples of Python ints already.
-    return name, datatype, arr.shape, data
+    datatype = _WIRE_OF.get(arr.dtype)
+    if datatype is not None and arr.flags.c_contiguous:
+        # NOTE: the hot path: copying from the array's own buffer is ~1 us cheaper per
+        # tensor than through a uint8 memoryview of it.
+        return name, datatype, arr.shape, arr, arr.size * arr.itemsize
+    datatype, data = tensor_wire_bytes(arr)
+    return name, datatype, arr.shape, data, len(data)
 
 
 def write_block(
@@ -235,15 +248,15 @@ def write_block(
     """
     total = 0
     for t in tensors:
-        total += (len(t[3]) + ALIGN - 1) & ~(ALIGN - 1)
+        total += (t[4] + ALIGN - 1) & ~(ALIGN - 1)
     seg, block = arena.alloc(total)
     buf = seg.buf
     segment = seg.name
     pos = block + BLOCK_HEADER_BYTES
     refs = []
-    for name, datatype, shape, data in tensors:
-        n = len(data)
-        buf[pos : pos + n] = data
+    for name, datatype, shape, data, n in tensors:
+        if n:
+            buf[pos : pos + n] = data
         refs.append(TensorRef(name, datatype, shape, segment, pos, n))
         pos += (n + ALIGN - 1) & ~(ALIGN - 1)  # NOTE: tensor_pool.align, inlined
     return BlockRef(segment, block), tuple(refs)
@@ -309,7 +322,7 @@ def output_parts(
         if arr is None:
             raise TritonMPError(f"output '{name}' was not produced by model '{req.model}'")
         tensor = wire_tensor(name, arr)
-        size = len(tensor[3])
+        size = tensor[4]
         if region is not None and size > region.byte_size:
             raise TritonMPError(
                 f"shared memory size specified with the request for output '{name}' "
@@ -328,8 +341,7 @@ def write_region(regions: ClientRegions, tensor: WireTensor, region: OutputRegio
     Raises:
         TritonMPError (INVALID_ARG): the region's object is gone or now too small.
     """
-    name, datatype, shape, data = tensor
-    n = len(data)
+    name, datatype, shape, data, n = tensor
     dest = regions.window(
         region.key,
         region.region_id,
@@ -338,5 +350,6 @@ def write_region(regions: ClientRegions, tensor: WireTensor, region: OutputRegio
         n,
         f"output '{name}' (region '{region.region_name}')",
     )
-    dest[region.offset : region.offset + n] = data
+    if n:
+        dest[region.offset : region.offset + n] = data
     return TensorRef(name, datatype, shape, region.key, region.offset, n, region.region_id)
