@@ -13,9 +13,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -75,24 +77,36 @@ SLOW_S = 2.0
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[str, str]]]:
-    """(gRPC, HTTP) URLs: ``triton-mp`` always, ``triton`` when the real Triton is installed."""
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("shm_messages")
     write_python_model(root / "repo", "twice_py", CONFIG, MODEL)
     write_python_model(root / "repo", "same_py", SAME_CONFIG, SAME_MODEL)
-    ours = ServerProcess(root / "repo", root / "ours.log", "--allow-client-shm=true")
+    return root / "repo"
+
+
+@pytest.fixture(scope="module")
+def ours(repo: Path) -> Iterator[ServerProcess]:
+    server = ServerProcess(repo, repo.parent / "ours.log", "--allow-client-shm=true")
+    try:
+        server.wait_live()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def servers(ours: ServerProcess, repo: Path) -> Iterator[dict[str, tuple[str, str]]]:
+    """(gRPC, HTTP) URLs: ``triton-mp`` always, ``triton`` when the real Triton is installed."""
+    urls = {"triton-mp": (ours.url, ours.http_url)}
     theirs: RealTriton | None = None
     try:
-        ours.wait_live()
-        urls = {"triton-mp": (ours.url, ours.http_url)}
         env = peers_env()
         if env is not None:
-            theirs = RealTriton(env, root / "triton.log", f"--model-repository={root / 'repo'}")
+            theirs = RealTriton(env, repo.parent / "triton.log", f"--model-repository={repo}")
             theirs.wait_live()
             urls["triton"] = (theirs.url, theirs.http_url)
         yield urls
     finally:
-        ours.stop()
         if theirs is not None:
             theirs.stop()
 
@@ -350,3 +364,30 @@ def test_an_output_window_overlapping_its_input_gets_the_input_whole(
     for side, c in clients.items():
         got = shm.get_contents_as_numpy(c.io, np.float32, [size // 4])[first : first + n]
         np.testing.assert_array_equal(got, expected, err_msg=side)
+
+
+def test_a_worker_killed_mid_request_frees_its_regions_and_its_successor_serves_them(
+    ours: ServerProcess, clients: dict[str, Client]
+) -> None:
+    """triton-mp only: the request the dead worker held fails, which ends its use of the
+    regions (they can be unregistered), and the restarted worker maps them afresh."""
+    c = clients["triton-mp"]
+    c.register()
+    worker = next(
+        p
+        for p in psutil.Process(ours.pid).children(recursive=True)
+        if " ".join(p.cmdline()).strip().startswith("triton-mp: worker twice_py")
+    )
+    thread, box = _in_flight(c, lambda: c.infer(4, ioff=128, ooff=128))
+    assert _unregister(c.grpc, "out")[0] == "StatusCode.INTERNAL"  # in use
+    worker.kill()
+    thread.join(timeout=60)
+    status, _message = box["answer"]  # type: ignore[misc]
+    assert status != "OK"
+    assert _unregister(c.grpc, "out") == ("OK", "")
+    c.register(name="out", key=c.handles[1][1])
+    deadline = time.monotonic() + 90
+    while c.infer(8) != ("OK", ""):
+        assert time.monotonic() < deadline, "the restarted worker never served the regions"
+        time.sleep(0.5)
+    assert c.output()[:8] == [float(2 * v) for v in range(8)]
