@@ -315,8 +315,9 @@ def test_a_region_in_use_cannot_be_unregistered(clients: dict[str, Client], over
     _same(_each(clients, Client.regions), ["in"])
 
 
+@pytest.mark.parametrize("over", ["grpc", "http"])
 def test_unregister_all_keeps_the_regions_in_use_and_names_them(
-    clients: dict[str, Client],
+    clients: dict[str, Client], over: str
 ) -> None:
     for c in clients.values():
         c.register()
@@ -328,9 +329,9 @@ def test_unregister_all_keeps_the_regions_in_use_and_names_them(
         for side, c in clients.items()
     }
     _same(
-        _each(clients, lambda c: _unregister(c.grpc)),
+        _each(clients, lambda c: _unregister(getattr(c, over))),
         (
-            "StatusCode.INTERNAL",
+            "StatusCode.INTERNAL" if over == "grpc" else "500",
             "Failed to unregister the following system shared memory regions: in ,out ,",
         ),
     )
