@@ -270,7 +270,7 @@ def test_byte_size_and_data_errors(stub: service_pb2_grpc.GRPCInferenceServiceSt
     assert "contents field must not be specified when using raw_input_contents" in e.value.details()
 
     req = request()
-    req.inputs[0].shape[:] = [1, -16]
+    req.inputs[0].shape[:] = [1, -1]  # NOTE: only -1 is "not specified" (core Normalize)
     req.raw_input_contents.extend([b"\0" * 64, b"\0" * 64])
     with pytest.raises(grpc.RpcError) as e:
         stub.ModelInfer(req)

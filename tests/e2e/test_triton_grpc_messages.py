@@ -213,6 +213,81 @@ CASES.update(
         ),
     }
 )
+
+
+def typed(field: str, values: list[object], datatype: str = "FP32") -> pb.ModelInferRequest:
+    """A request for ``m`` whose INPUT0 sends ``values`` in the typed ``field``."""
+    req = pb.ModelInferRequest(model_name="m", id="g1")
+    tensor = req.inputs.add(name="INPUT0", datatype=datatype, shape=[4])
+    getattr(tensor.contents, field).extend(values)
+    return req
+
+
+def _with_raw(req: pb.ModelInferRequest) -> pb.ModelInferRequest:
+    req.raw_input_contents.append(bytes(16))
+    return req
+
+
+def _in_shm(req: pb.ModelInferRequest) -> pb.ModelInferRequest:
+    for key, value in {**REGION, **SIZE}.items():
+        req.inputs[0].parameters[key].CopyFrom(value)
+    return req
+
+
+EXPLICIT = "unexpected explicit tensor data for input tensor 'INPUT0' for model 'm'"
+CASES.update(
+    {
+        # infer_handler.cc InferGRPCToInput / InferGRPCToInputHelper, then core's byte size
+        "typed contents of another type": Case(
+            "ModelInfer",
+            typed("int_contents", [1, 2, 3, 4]),
+            INVALID,
+            f"{EXPLICIT} of type 'INT32', expected datatype 'FP32'",
+        ),
+        "typed contents for an unknown datatype": Case(
+            "ModelInfer",
+            typed("fp32_contents", [1, 2, 3, 4], "INT33"),
+            INVALID,
+            f"{EXPLICIT} of type 'FP32', expected datatype '<invalid>'",
+        ),
+        "typed contents in two fields": Case(
+            "ModelInfer",
+            (lambda r: (r.inputs[0].contents.fp64_contents.append(1.0), r)[1])(
+                typed("fp32_contents", [1, 2, 3, 4])
+            ),
+            INVALID,
+            f"{EXPLICIT}, binary data was already supplied.",
+        ),
+        "too few typed elements": Case(
+            "ModelInfer",
+            typed("fp32_contents", [1, 2, 3]),
+            INVALID,
+            "[request id: g1] input byte size mismatch for input 'INPUT0' for model 'm'. "
+            "Expected 16, got 12",
+        ),
+        "typed contents and raw_input_contents": Case(
+            "ModelInfer",
+            _with_raw(typed("fp32_contents", [1, 2, 3, 4])),
+            INVALID,
+            "contents field must not be specified when using raw_input_contents for 'INPUT0' "
+            "for model 'm'",
+        ),
+        "typed contents and shared memory": Case(
+            "ModelInfer",
+            _in_shm(typed("fp32_contents", [1, 2, 3, 4])),
+            INVALID,
+            "unexpected 'content' provided when using shared memory for input tensor 'INPUT0' "
+            "for model 'm'",
+        ),
+        "a negative dimension other than -1": Case(
+            "ModelInfer",
+            infer(shape=(-4,)),
+            INVALID,
+            "[request id: g1] unexpected shape for input 'INPUT0' for model 'm'. Expected [4], "
+            "got [-4]. ",
+        ),
+    }
+)
 UNARY = [
     m.name
     for m in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods

@@ -230,6 +230,15 @@ def test_unknown_repeated_and_missing_inputs() -> None:
             InputTensor("A", "FP32", (3,)),
             "unexpected shape for input 'A' for model 'plain'. Expected [2], got [3]. ",
         ),
+        (
+            # NOTE: only -1 is "not specified" (core Normalize); another negative mismatches
+            InputTensor("A", "FP32", (-4,)),
+            "unexpected shape for input 'A' for model 'plain'. Expected [2], got [-4]. ",
+        ),
+        (
+            InputTensor("A", "FP32", (2, -1)),
+            "unexpected shape for input 'A' for model 'plain'. Expected [2], got [2,-1]. ",
+        ),
     ],
 )
 def test_datatype_and_shape_follow_the_config(tensor: InputTensor, message: str) -> None:
@@ -265,8 +274,8 @@ def test_byte_sizes_and_data_sources() -> None:
     )
     both = InputTensor("A", "FP32", (2,), contents={"fp32_contents": [1.0, 2.0]})
     assert _error(_plain(inputs=(both, InputTensor("B", "INT32", (3,)))))[1] == (
-        RID + "contents field must not be specified when using raw_input_contents for 'A' "
-        "for model 'plain'"
+        "contents field must not be specified when using raw_input_contents for 'A' "
+        "for model 'plain'"  # NOTE: the gRPC frontend's check: no request id
     )
     none = _plain(raw_inputs=())
     assert (
@@ -284,14 +293,38 @@ def test_typed_contents_of_the_wrong_kind_or_count() -> None:
             raw_inputs=(),
         )
 
+    # server infer_handler.cc InferGRPCToInputHelper: the field's type, then the core's
+    # byte-size check counts the elements
     assert _error(typed({"int_contents": [1, 2]}))[1] == (
-        "unexpected explicit tensor data for input tensor 'A' for model 'plain' of type 'int', "
-        "expected datatype 'FP32'"
+        "unexpected explicit tensor data for input tensor 'A' for model 'plain' of type "
+        "'INT32', expected datatype 'FP32'"
     )
     assert _error(typed({"fp32_contents": [1.0]}))[1] == (
-        "unexpected number of elements in explicit tensor data for input 'A' for model "
-        "'plain'. Expected 2, got 1"
+        RID + "input byte size mismatch for input 'A' for model 'plain'. Expected 8, got 4"
     )
+    assert _error(typed({"fp32_contents": [1.0, 2.0], "fp64_contents": [1.0]}))[1] == (
+        "unexpected explicit tensor data for input tensor 'A' for model 'plain', binary data "
+        "was already supplied."
+    )
+    unknown = InputTensor("A", "FP33", (2,), contents={"fp32_contents": [1.0, 2.0]})
+    req = _plain(inputs=(unknown, InputTensor("B", "INT32", (3,))), raw_inputs=())
+    assert _error(req)[1] == (
+        "unexpected explicit tensor data for input tensor 'A' for model 'plain' of type "
+        "'FP32', expected datatype '<invalid>'"
+    )
+
+
+def test_narrow_integer_contents_keep_their_low_bytes() -> None:
+    req = InferenceRequest(
+        model_name="plain",
+        id="r",
+        inputs=(
+            InputTensor("A", "FP32", (2,), contents={"fp32_contents": [1.0, 2.0]}),
+            InputTensor("B", "INT32", (3,), contents={"int_contents": [1, -2, 3]}),
+        ),
+    )
+    valid = _valid(req)
+    assert bytes(valid.inputs[1].data) == np.array([1, -2, 3], np.int32).tobytes()
 
 
 def _el(text: bytes) -> bytes:

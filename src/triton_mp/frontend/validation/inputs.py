@@ -28,22 +28,6 @@ from triton_mp.frontend.request import InferenceRequest, InputTensor
 from triton_mp.frontend.validation.shared_memory import ShmWindow, shm_window, uses_shm
 from triton_mp.frontend.validation.unordered import iteration_order
 
-TYPED_FIELD = {
-    "BOOL": "bool_contents",
-    "INT8": "int_contents",
-    "INT16": "int_contents",
-    "INT32": "int_contents",
-    "INT64": "int64_contents",
-    "UINT8": "uint_contents",
-    "UINT16": "uint_contents",
-    "UINT32": "uint_contents",
-    "UINT64": "uint64_contents",
-    "FP32": "fp32_contents",
-    "FP64": "fp64_contents",
-    "BYTES": "bytes_contents",
-}
-"""Datatype -> the ``InferTensorContents`` field that carries it (FP16/BF16: raw only)."""
-
 _BATCH_NOTE = (
     "NOTE: Setting a non-zero max_batch_size in the model config requires a batch "
     "dimension to be prepended to each input shape. If you want to specify the full "
@@ -128,35 +112,29 @@ def _count_message(req: InferenceRequest, model: Model, required: list[str], rid
     )
 
 
-def typed_contents(t: InputTensor, datatype: str, model: str, count: int) -> bytes:
-    """An input's typed contents in raw little-endian form (BYTES length-prefixed).
+_SOURCE = {
+    "bool_contents": np.bool_,
+    "int_contents": np.int32,
+    "int64_contents": np.int64,
+    "uint_contents": np.uint32,
+    "uint64_contents": np.uint64,
+    "fp32_contents": np.float32,
+    "fp64_contents": np.float64,
+}
+"""The protobuf type of each numeric contents field."""
 
-    Raises:
-        InvalidRequest: a datatype without a typed form (FP16, BF16), contents of another
-            type, or a number of elements other than the shape's.
-    """
-    field = TYPED_FIELD.get(datatype)
-    if field is None:
-        raise InvalidRequest(
-            f"unable to find data for input tensor '{t.name}' for model '{model}' in request: "
-            f"{datatype} data can only be sent in raw_input_contents"
-        )
-    for other in t.contents:
-        if other != field and len(t.contents[other]):
-            raise InvalidRequest(
-                f"unexpected explicit tensor data for input tensor '{t.name}' for model "
-                f"'{model}' of type '{other.removesuffix('_contents')}', expected datatype "
-                f"'{datatype}'"
-            )
-    values = t.contents.get(field, ())
-    if len(values) != count:
-        raise InvalidRequest(
-            f"unexpected number of elements in explicit tensor data for input '{t.name}' "
-            f"for model '{model}'. Expected {count}, got {len(values)}"
-        )
-    if datatype == "BYTES":
+
+def typed_contents(t: InputTensor, datatype: str) -> bytes:
+    """An input's typed contents in raw little-endian form (BYTES length-prefixed), as the
+    gRPC frontend serializes them (narrow integers keep their low bytes); the field was
+    checked against ``datatype`` (``frontend_tensors.check_frontend_tensors``), and the
+    core's byte-size check judges the count."""
+    field = next(f for f in t.contents if len(t.contents[f]))
+    values = t.contents[field]
+    if field == "bytes_contents":
         return b"".join(len(v).to_bytes(4, "little") + v for v in values)  # type: ignore[arg-type, operator]
-    return np.asarray(values, dtype=NUMPY_DTYPES[datatype]).tobytes()
+    arr = np.asarray(values, dtype=_SOURCE[field])
+    return arr.astype(NUMPY_DTYPES[datatype], copy=False).tobytes()
 
 
 class _InputReader:
@@ -214,11 +192,6 @@ class _InputReader:
                 f"'{spec.datatype}'"
             )
         shape = tuple(int(d) for d in t.shape)
-        if any(d < 0 for d in shape):
-            raise InvalidRequest(
-                f"{rid}All input dimensions should be specified for input '{t.name}' for "
-                f"model '{name}', got {fmt_shape(shape)}"
-            )
         item_shape = shape
         if mbs > 0:
             if not shape:
@@ -233,6 +206,17 @@ class _InputReader:
                     f"{rid}input '{t.name}' batch size does not match other inputs for '{name}'"
                 )
             item_shape = shape[1:]
+        if len(spec.dims) == len(item_shape) and -1 in item_shape:
+            # NOTE: core Normalize compares dim by dim and stops at the first mismatch; a -1
+            # reached first is "All input dimensions should be specified".
+            for d, s in zip(spec.dims, item_shape, strict=True):
+                if s == -1:
+                    raise InvalidRequest(
+                        f"{rid}All input dimensions should be specified for input "
+                        f"'{t.name}' for model '{name}', got {fmt_shape(shape)}"
+                    )
+                if d not in (-1, s):
+                    break
         if not _dims_match(spec.dims, item_shape):
             expected = ([-1] if mbs > 0 else []) + list(spec.dims)
             raise InvalidRequest(
@@ -245,11 +229,6 @@ class _InputReader:
         self, t: InputTensor, spec: IOSpec, shape: tuple[int, ...], count: int
     ) -> ValidInput:
         rid, name = self._rid, self._model.name
-        if t.contents:
-            raise InvalidRequest(
-                f"{rid}input '{t.name}' for model '{name}' has both shared memory and "
-                "explicit tensor contents"
-            )
         window = shm_window(self._shm, t.parameters, t.name)
         if spec.datatype != "BYTES":
             expected_bytes = count * ELEMENT_BYTES[spec.datatype]
@@ -264,16 +243,11 @@ class _InputReader:
         """The input's bytes from ``raw_inputs`` or its typed contents."""
         name = self._model.name
         if self._raw:
-            if t.contents:
-                raise InvalidRequest(
-                    f"{self._rid}contents field must not be specified when using "
-                    f"raw_input_contents for '{t.name}' for model '{name}'"
-                )
             data = self._raw[self._raw_index]
             self._raw_index += 1
             return data
         if t.contents:
-            return typed_contents(t, spec.datatype, name, count)
+            return typed_contents(t, spec.datatype)
         if count == 0:
             return b""
         raise InvalidRequest(

@@ -15,6 +15,7 @@ from triton_mp.frontend.client_shm import SystemShmRegistry
 from triton_mp.frontend.header_forward import check_forwarded, merge_forwarded
 from triton_mp.frontend.model_table import Model
 from triton_mp.frontend.request import InferenceRequest
+from triton_mp.frontend.validation.frontend_tensors import check_frontend_tensors
 from triton_mp.frontend.validation.inputs import (
     ValidInput,
     check_input_names,
@@ -24,7 +25,6 @@ from triton_mp.frontend.validation.inputs import (
 )
 from triton_mp.frontend.validation.outputs import read_outputs
 from triton_mp.frontend.validation.parameters import check_correlation_id_type, read_parameters
-from triton_mp.frontend.validation.shared_memory import check_shm_parameters
 from triton_mp.frontend.validation.signature import Signature, SignatureCache
 from triton_mp.ipc.messages import OutputRegion
 
@@ -101,9 +101,9 @@ def validate_request(
         batch_size, outputs, regions = known.batch_size, known.outputs, ()
     else:
         # NOTE: Triton's gRPC frontend adds the inputs (repeats refused), then reads each
-        # tensor's shared-memory parameters, before the core checks the rest.
+        # tensor's shared-memory parameters and contents, before the core checks the rest.
         check_repeated_inputs(req, rid)
-        check_shm_parameters(req)
+        check_frontend_tensors(req)
         check_input_names(req, model, rid)
         inputs, batch_size = read_inputs(req, model, shm, rid)
         outputs, regions = read_outputs(req, model, shm, rid)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend.client_shm import SystemShmRegistry
-from triton_mp.frontend.request import InferenceRequest, Parameters, ParameterType
+from triton_mp.frontend.request import Parameters, ParameterType
 
 REGION_PARAMETER = "shared_memory_region"
 """The tensor parameter naming a registered region."""
@@ -95,18 +95,6 @@ def shm_parameters(params: Parameters, tensor: str) -> tuple[str, int, int] | No
         )
     assert region is not None
     return region.string, values[0], values[1]
-
-
-def check_shm_parameters(req: InferenceRequest) -> None:
-    """Every input's, then every output's, ``shared_memory_*`` parameters well-formed
-    (``shm_parameters``), as Triton's gRPC frontend reads them before the core's checks.
-
-    Raises:
-        InvalidRequest: as ``shm_parameters``.
-    """
-    for tensor in (*req.inputs, *req.outputs):
-        if tensor.parameters:
-            shm_parameters(tensor.parameters, tensor.name)
 
 
 def shm_window(shm: SystemShmRegistry | None, params: Parameters, tensor: str) -> ShmWindow:

@@ -56,10 +56,11 @@ class SignatureCache:
     @staticmethod
     def key(req: InferenceRequest, version: int) -> SignatureKey | None:
         """The request's signature; None when the request cannot be cached (a tensor with
-        parameters, or a dimension that is not a plain int)."""
+        parameters or typed contents, whose frontend checks the signature does not decide,
+        or a dimension that is not a plain int)."""
         inputs = []
         for t in req.inputs:
-            if t.parameters:
+            if t.parameters or t.contents:
                 return None
             shape = tuple(t.shape)
             if not all(type(d) is int for d in shape):

@@ -1,0 +1,92 @@
+"""What Triton's gRPC frontend checks in each tensor before the core sees the request.
+
+Imported by ``frontend.validation``. Server ``grpc/infer_handler.cc`` InferGRPCToInput reads
+each input in order: its ``shared_memory_*`` parameters (``shared_memory.shm_parameters``),
+explicit ``contents`` together with shared memory or ``raw_input_contents``, and which typed
+``contents`` field carries the elements against the request's datatype
+(InferGRPCToInputHelper); then every output's ``shared_memory_*`` parameters. These messages
+have no ``[request id: ...]`` prefix. HTTP requests never carry typed contents, and their
+shared-memory parameters are always well formed, so for them this finds nothing.
+"""
+
+from __future__ import annotations
+
+from triton_mp.common.datatypes import DataType
+from triton_mp.common.errors import InvalidRequest
+from triton_mp.frontend.request import TENSOR_CONTENTS, InferenceRequest, InputTensor
+from triton_mp.frontend.validation.shared_memory import shm_parameters
+
+_NARROW = {
+    "int_contents": {"INT8": "INT8", "INT16": "INT16"},
+    "uint_contents": {"UINT8": "UINT8", "UINT16": "UINT16"},
+}
+_FIELD_TYPE = {
+    "bool_contents": "BOOL",
+    "int_contents": "INT32",
+    "int64_contents": "INT64",
+    "uint_contents": "UINT32",
+    "uint64_contents": "UINT64",
+    "fp32_contents": "FP32",
+    "fp64_contents": "FP64",
+    "bytes_contents": "BYTES",
+}
+"""A contents field -> the type Triton reads it as (int/uint fields: the narrow type when
+the request's datatype is one, else 32 bits)."""
+
+
+def contents_type(field: str, datatype: str) -> str:
+    """The datatype Triton takes a typed contents field as, for a request ``datatype``."""
+    return _NARROW.get(field, {}).get(datatype, _FIELD_TYPE[field])
+
+
+def _check_contents(t: InputTensor, model: str) -> None:
+    where = f"for input tensor '{t.name}' for model '{model}'"
+    known = DataType.from_wire(t.datatype) is not DataType.INVALID
+    datatype = t.datatype if known else "<invalid>"
+    supplied = False
+    for field in TENSOR_CONTENTS:
+        if not len(t.contents.get(field, ())):
+            continue
+        if supplied:
+            raise InvalidRequest(
+                f"unexpected explicit tensor data {where}, binary data was already supplied."
+            )
+        got = contents_type(field, t.datatype)
+        if got != datatype:
+            raise InvalidRequest(
+                f"unexpected explicit tensor data {where} of type '{got}', expected datatype "
+                f"'{datatype}'"
+            )
+        supplied = True
+
+
+def check_frontend_tensors(req: InferenceRequest) -> None:
+    """Each input's, then each output's, checks as the gRPC frontend makes them.
+
+    Raises:
+        InvalidRequest: malformed shared-memory parameters (``shm_parameters``); "unexpected
+            'content' provided when using shared memory for input tensor '<i>' for model
+            '<m>'"; "contents field must not be specified when using raw_input_contents for
+            '<i>' for model '<m>'"; "unexpected explicit tensor data for input tensor '<i>'
+            for model '<m>' of type '<T>', expected datatype '<D>'" or "..., binary data
+            was already supplied.".
+    """
+    model = req.model_name
+    for t in req.inputs:
+        in_shm = bool(t.parameters) and shm_parameters(t.parameters, t.name) is not None
+        if not t.contents:
+            continue
+        if in_shm:
+            raise InvalidRequest(
+                f"unexpected 'content' provided when using shared memory for input tensor "
+                f"'{t.name}' for model '{model}'"
+            )
+        if req.raw_inputs:
+            raise InvalidRequest(
+                f"contents field must not be specified when using raw_input_contents for "
+                f"'{t.name}' for model '{model}'"
+            )
+        _check_contents(t, model)
+    for o in req.outputs:
+        if o.parameters:
+            shm_parameters(o.parameters, o.name)
