@@ -517,9 +517,32 @@ class TritonPythonModel:
 """
 """``OUTPUT0 = 2 * INPUT0``; ``is_ready()`` is False while ``<model dir>/not_ready`` exists."""
 
+INIT_LOADER_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        # The README's "Model Loading API" example: load what execute calls
+        if not pb_utils.is_model_ready(model_name="target_py", model_version="1"):
+            pb_utils.load_model(model_name="target_py")
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            answer = pb_utils.InferenceRequest(
+                model_name="target_py", requested_output_names=["OUTPUT0"],
+                inputs=[pb_utils.get_input_tensor_by_name(request, "INPUT0")],
+            ).exec()
+            responses.append(answer)
+        return responses
+"""
+"""Loads ``target_py`` from ``initialize`` (when not ready) and answers through it."""
+
 CONTROL_MODELS: dict[str, tuple[str, str]] = {
     "ctl_py": (CTL_CONFIG, CTL_MODEL),
     "target_py": (TARGET_CONFIG, TARGET_MODEL),
+    "init_loader_py": (TARGET_CONFIG, INIT_LOADER_MODEL),
 }
 """The models of ``test_python_model_control``."""
 

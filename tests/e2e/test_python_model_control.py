@@ -141,6 +141,24 @@ def test_load_ready_and_unload_from_a_python_model(
 
 
 @SERVERS
+def test_a_model_loads_what_it_calls_from_its_initialize(
+    which: str, request: pytest.FixtureRequest
+) -> None:
+    """The README's example: ``initialize`` loads ``target_py`` while the client's load of
+    ``init_loader_py`` is in progress (the change waits for that worker meanwhile)."""
+    url = _url(which, request)
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        client.load_model("init_loader_py")
+        assert client.is_model_ready("target_py")
+        assert _double(url, "init_loader_py") == [2.0] * 4
+        client.unload_model("init_loader_py")
+        client.unload_model("target_py")
+    finally:
+        client.close()
+
+
+@SERVERS
 def test_a_config_override_and_model_files_load(which: str, request: pytest.FixtureRequest) -> None:
     url = _url(which, request)
     assert ctl(url, "load_config", "target_py", TARGET_JSON) == "None"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import secrets
 import tempfile
 import threading
@@ -38,8 +39,22 @@ log = logging.getLogger(__name__)
 
 Call = ModelLoadCall | ModelUnloadCall
 Reply = Callable[[ErrorInfo | None], None]
-Submit = Callable[[Call, Reply], None]
-"""Queue a checked call on the change thread; ``reply`` is called with its outcome."""
+Handle = Callable[[Call, Reply], None]
+"""Runs a checked call on the change thread; ``reply`` is called with its outcome."""
+
+
+def _once(reply: Reply) -> Reply:
+    """``reply`` answering the first time only (an unload is answered when it begins; the
+    answer at the end of the change then goes nowhere)."""
+    done = False
+
+    def answer(error: ErrorInfo | None) -> None:
+        nonlocal done
+        if not done:
+            done = True
+            reply(error)
+
+    return answer
 
 
 def check_call(call: Call, model_control_mode: str) -> Call:
@@ -66,14 +81,19 @@ def check_call(call: Call, model_control_mode: str) -> Call:
 class BlsControl:
     """The listener python workers send model control calls to (see the module docstring).
 
+    Checked calls wait in a queue that model control's change thread empties (``drain``)
+    between changes and while a change waits for the workers it starts: a model's
+    ``initialize`` may load the models it calls, as upstream's README shows.
+
     Args:
         model_control_mode: ``none``, ``poll`` or ``explicit``.
-        submit: queues a checked call on model control's change thread.
+        wake: tells the change thread a call is waiting.
     """
 
-    def __init__(self, model_control_mode: str, submit: Submit) -> None:
+    def __init__(self, model_control_mode: str, wake: Callable[[], None]) -> None:
         self._mode = model_control_mode
-        self._submit = submit
+        self._wake = wake
+        self._calls: queue.Queue[tuple[Call, Reply]] = queue.Queue()
         self._dir = Path(tempfile.mkdtemp(prefix="triton_mp_ctl_"))
         self.address = str(self._dir / "control.sock")
         """The listener's Unix socket path (``BlsSpec.control_address``)."""
@@ -130,4 +150,19 @@ class BlsControl:
             except TritonMPError as e:
                 reply(ErrorInfo(e.code, e.message))
                 continue
-            self._submit(checked, reply)
+            self._calls.put((checked, _once(reply)))
+            self._wake()
+
+    def drain(self, handle: Handle) -> None:
+        """Run every waiting call with ``handle`` (the change thread); a call that raises
+        is answered INTERNAL with the exception's text."""
+        while True:
+            try:
+                call, reply = self._calls.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                handle(call, reply)
+            except Exception as e:  # noqa: BLE001 - the change thread must go on
+                log.exception("model control call from a python model failed")
+                reply(ErrorInfo(ErrorCode.INTERNAL, str(e)))

@@ -94,6 +94,10 @@ WorkerDeath = Callable[[Child, int, int, str], None]
 """Called with a dead worker, its pid, its exit code and why it died ("" or the hang)."""
 
 
+BETWEEN_S = 0.05
+"""How often ``ChildTable.await_ready`` calls its ``between`` while it waits (seconds)."""
+
+
 class ChildTable:
     """Every child process of one server (see the module docstring).
 
@@ -180,8 +184,15 @@ class ChildTable:
         child.ready_conn = recv_end
         child.ready = False
 
-    def await_ready(self, children: list[Child], timeout_s: float) -> dict[str, str]:
-        """Wait up to ``timeout_s`` for each started child's handshake.
+    def await_ready(
+        self,
+        children: list[Child],
+        timeout_s: float,
+        between: Callable[[], None] | None = None,
+    ) -> dict[str, str]:
+        """Wait up to ``timeout_s`` for each started child's handshake; with ``between``,
+        call it every ``BETWEEN_S`` while waiting (model control serves python models'
+        calls there).
 
         Returns:
             ``{name: why}`` for each child that sent StartFailed, died first (its exit code)
@@ -198,6 +209,9 @@ class ChildTable:
                     self.kill(c)
                 break
             sentinels = {c.process.sentinel: c for c in waiting.values() if c.process}
+            if between is not None:
+                between()
+                remaining = min(remaining, BETWEEN_S)
             for obj in wait([*waiting, *sentinels], timeout=remaining):
                 found = waiting.get(obj) if isinstance(obj, Connection) else sentinels.get(obj)  # type: ignore[arg-type]
                 if found is None or found.ready_conn not in waiting:

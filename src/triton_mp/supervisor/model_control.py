@@ -42,7 +42,12 @@ from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc import encode
-from triton_mp.ipc.control_messages import ModelEntry, ModelTableUpdate, ModelUnloadCall
+from triton_mp.ipc.control_messages import (
+    ModelEntry,
+    ModelLoadCall,
+    ModelTableUpdate,
+    ModelUnloadCall,
+)
 from triton_mp.ipc.messages import ErrorInfo, InstancesRetired, VersionsActivated
 from triton_mp.ipc.specs import ModelVersionSpec
 from triton_mp.model_config.loader import RepositoryModel, directory_fingerprint
@@ -77,20 +82,6 @@ from triton_mp.supervisor.model_changes import (
 from triton_mp.supervisor.served_models import ServedModel, ServedVersion
 
 log = logging.getLogger(__name__)
-
-
-def _once(reply: Reply) -> Reply:
-    """``reply`` answering the first time only (a python model's unload is answered when it
-    begins; the change thread's answer at its end then goes nowhere)."""
-    done = False
-
-    def answer(error: ErrorInfo | None) -> None:
-        nonlocal done
-        if not done:
-            done = True
-            reply(error)
-
-    return answer
 
 
 @dataclass
@@ -155,10 +146,15 @@ class ModelControl:
         self._seen: dict[str, str] = {}
         """Per model directory, its fingerprint at the last load attempt (poll mode)."""
         self._next_id = 0
-        self._work: queue.Queue[tuple[int | Reply, Call] | None] = queue.Queue()
+        self._work: queue.Queue[tuple[int, Call] | tuple[()] | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
         self._closed = False
-        self._bls = BlsControl(config.model_control_mode, lambda c, r: self._work.put((r, c)))
+        self._loading: set[str] = set()
+        """Models the change in progress loads (a nested load of one is refused)."""
+        # NOTE: a python model's call wakes the change thread (an empty item), which takes it
+        # between changes, or during one while the change waits for starting workers (the
+        # documented load_model from initialize).
+        self._bls = BlsControl(config.model_control_mode, lambda: self._work.put(()))
         instances.set_model_control(self._bls.address, self._bls.authkey)
 
     # ---------------------------------------------------------------- queries
@@ -216,29 +212,32 @@ class ModelControl:
                 item = ()  # type: ignore[assignment]
             if item is None or self._stopping():
                 return
-            if item and callable(item[0]):
-                item = (_once(item[0]), item[1])
             try:
+                self._bls.drain(self._bls_call)
                 if item:
-                    self._answer(item[0], item[1], self._handle_call(item[1], item[0]))
-                elif next_poll is not None:
+                    self._link.reply(item[0], item[1].call_id, self._handle_call(item[1]))
+                elif next_poll is not None and time.monotonic() >= next_poll:
                     self.poll()
             except Exception as e:  # noqa: BLE001 - a failed change must not end the thread
                 log.exception("model change failed")
                 if item:
-                    self._answer(item[0], item[1], ErrorInfo(ErrorCode.INTERNAL, str(e)))
+                    self._link.reply(
+                        item[0], item[1].call_id, ErrorInfo(ErrorCode.INTERNAL, str(e))
+                    )
                 # NOTE: what the frontends were told during the change (LOADING) must not stay.
                 with contextlib.suppress(Exception):
                     self._link.update(ModelTableUpdate(models=self.entries()), ack=False)
             if next_poll is not None and time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + poll_s
 
-    def _answer(self, target: int | Reply, call: Call, error: ErrorInfo | None) -> None:
-        """Reply to a frontend (its id) or to a python model (``bls_control``'s reply)."""
-        if callable(target):
-            target(error)
-        else:
-            self._link.reply(target, call.call_id, error)
+    def _bls_call(self, call: Call, reply: Reply) -> None:
+        """A python model's call (``bls_control.BlsControl.drain``); a load of a model this
+        change is loading (its own ``initialize`` reloading it) is refused."""
+        if isinstance(call, ModelLoadCall) and call.model in self._loading:
+            why = f"failed to load '{call.model}': the model is being loaded"
+            reply(ErrorInfo(ErrorCode.UNAVAILABLE, why))
+            return
+        reply(self._handle_call(call, reply))
 
     def _handle_call(self, call: Call, target: int | Reply = 0) -> ErrorInfo | None:
         if isinstance(call, ModelUnloadCall):
@@ -308,7 +307,15 @@ class ModelControl:
         if loading:
             self._link.update(ModelTableUpdate(models=tuple(loading)), ack=False)
         children = self._instances.start(plans) if instances else {}
-        errors = self._table.await_ready(list(children.values()), self._cfg.startup_timeout_s)
+        self._loading |= {s.req.name for s in staged}
+        try:
+            errors = self._table.await_ready(
+                list(children.values()),
+                self._cfg.startup_timeout_s,
+                between=lambda: self._bls.drain(self._bls_call),
+            )
+        finally:
+            self._loading -= {s.req.name for s in staged}
         effects = _Effects()
         for s in staged:
             self._check_composing(s, plan_of[s.req.name])

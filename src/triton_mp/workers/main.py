@@ -308,6 +308,7 @@ def _start(
     Raises:
         Exception: whatever loading or warming up raised (the caller reports it).
     """
+    _early_model_control(spec)
     backend, worker = _load(spec, arena, cache, to_scheduler, replies)
     try:
         rewire = _bls_rewiring(spec, worker, arena, cache, to_scheduler, replies[Requester.BLS])
@@ -321,6 +322,31 @@ def _start(
         worker.close()
         raise
     return backend, worker, rewire
+
+
+def _early_model_control(spec: WorkerSpec) -> None:
+    """Before a python model's ``initialize``: its ``pb_utils.load_model`` / ``unload_model``
+    and an ``is_model_ready`` answered from the served models at spawn (the README's model
+    loading example runs in ``initialize``; the BLS client, which also asks ``is_ready()``,
+    takes over once wired)."""
+    if spec.bls is None:
+        return
+    from triton_mp.backends.python import pb_utils
+    from triton_mp.workers.model_control_client import ModelControlClient
+
+    models = spec.bls.models
+
+    def ready(name: str, version: int) -> bool:
+        model = models.get(name)
+        return (
+            model is not None
+            and bool(model.versions)
+            and (version < 0 or version in model.versions)
+        )
+
+    pb_utils.set_bls(None, ready)
+    control = ModelControlClient(spec.bls.control_address, spec.bls.control_key)
+    pb_utils.set_model_control(control.load, control.unload, spec.instance.name)
 
 
 def _load(
