@@ -8,6 +8,7 @@ status and message, and the server keeps serving. Client objects are created und
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 import time
@@ -168,13 +169,14 @@ def test_status_and_unregister(
     client: grpcclient.InferenceServerClient, regions: Callable[..., shm.SharedMemoryRegion]
 ) -> None:
     regions("s1", 128)
-    regions("s2", 256)
+    regions("s2", 2 * mmap.PAGESIZE)
     client.register_system_shared_memory("s1", _key("s1"), 128)
-    client.register_system_shared_memory("s2", _key("s2"), 64, offset=128)
+    # NOTE: a window's offset is a multiple of the page size: Triton mmaps it.
+    client.register_system_shared_memory("s2", _key("s2"), 64, offset=mmap.PAGESIZE)
     status = client.get_system_shared_memory_status()
     by_name = {r.name: r for r in status.regions.values()}
     assert by_name["s2"].key == _key("s2")
-    assert (by_name["s2"].offset, by_name["s2"].byte_size) == (128, 64)
+    assert (by_name["s2"].offset, by_name["s2"].byte_size) == (mmap.PAGESIZE, 64)
     one = client.get_system_shared_memory_status("s1")
     assert list(one.regions) == ["s1"]
     client.unregister_system_shared_memory("s1")

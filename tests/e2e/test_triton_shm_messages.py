@@ -9,6 +9,7 @@ to unregister a region that a request in flight uses (server ``shared_memory_man
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 import time
@@ -392,3 +393,36 @@ def test_a_worker_killed_mid_request_frees_its_regions_and_its_successor_serves_
         assert time.monotonic() < deadline, "the restarted worker never served the regions"
         time.sleep(0.5)
     assert c.output()[:8] == [float(2 * v) for v in range(8)]
+
+
+def _register(client: Any, name: str, key: str, size: int, offset: int) -> tuple[str, str]:
+    try:
+        client.register_system_shared_memory(name, key, size, offset=offset)
+    except InferenceServerException as e:
+        return str(e.status()), e.message() or ""
+    return "OK", ""
+
+
+@pytest.mark.parametrize("over", ["grpc", "http"])
+def test_a_window_mmap_refuses_gets_tritons_words(clients: dict[str, Client], over: str) -> None:
+    page = mmap.PAGESIZE
+    bad = "unable to process address spaceInvalid argument"
+    status = "StatusCode.INVALID_ARGUMENT" if over == "grpc" else "400"
+    for side, c in clients.items():
+        # NOTE: one object per registration: 2.51 refuses a key registered already (INTERNAL
+        # "Invalid shared memory region: '<key>'"); upstream main has no such rule.
+        keys = [f"/shm_msgs_pages_{os.getpid()}_{side}_{over}_{i}" for i in range(3)]
+        for i, key in enumerate(keys):
+            c.create(f"pages{i}", key, 2 * page)
+        client = c.grpc if over == "grpc" else c.http
+        assert _register(client, "aligned", keys[0], 100, page) == ("OK", ""), side
+        # mmap's offset must be a multiple of the page size, and its length above 0.
+        assert _register(client, "b", keys[1], 100, 100) == (
+            status,
+            f"failed to register shared memory region 'b': {bad}",
+        ), side
+        assert _register(client, "c", keys[2], 0, 0) == (
+            status,
+            f"failed to register shared memory region 'c': {bad}",
+        ), side
+        assert c.regions() == ["aligned"], side

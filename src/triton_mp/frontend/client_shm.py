@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import mmap
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -127,9 +128,16 @@ class SystemShmRegistry:
             raise InvalidRequest(
                 f"Unable to register shared memory region: '{name}' with key '{key}': {refusal}"
             )
-        if byte_size <= 0 or offset < 0 or offset + byte_size > size:
-            # NOTE: CheckSharedMemoryRegionSize's words (a zero byte_size fails Triton's mmap).
+        if offset < 0 or offset + byte_size > size:
+            # NOTE: CheckSharedMemoryRegionSize's words.
             raise InvalidRequest(f"failed to register shared memory region '{name}': invalid args")
+        if byte_size <= 0 or offset % mmap.PAGESIZE:
+            # NOTE: then Triton's mmap of the window fails (EINVAL: an empty length, or an
+            # offset that is not a multiple of the page size); MapSharedMemory's words.
+            raise InvalidRequest(
+                f"failed to register shared memory region '{name}': unable to process "
+                "address spaceInvalid argument"
+            )
         region = Region(
             name,
             key if key.startswith("/") else "/" + key,
