@@ -288,6 +288,37 @@ CASES.update(
         ),
     }
 )
+CASES.update(
+    {
+        # grpc_utils.cc ParseClassificationParams, infer_handler.h InferAllocatorPayload
+        "a classification that is not int64": Case(
+            "ModelInfer",
+            infer(outputs={"classification": P(string_param="2")}),
+            INVALID,
+            "invalid value type for 'classification' parameter, expected int64_param",
+        ),
+        "a classification of 0": Case(
+            "ModelInfer",
+            infer(outputs={"classification": P(int64_param=0)}),
+            INVALID,
+            "invalid value for 'classification' parameter, expected >= 0",
+        ),
+        "a classification into shared memory": Case(
+            "ModelInfer",
+            infer(outputs={**REGION, **SIZE, "classification": P(int64_param=1)}),
+            INVALID,
+            "output can't set both 'shared_memory_region' and 'classification'",
+        ),
+        # infer_handler.cc SetInferenceRequestMetadata: a parameter with no value set
+        "a request parameter without a value": Case(
+            "ModelInfer",
+            (lambda r: (r.parameters["foo"].CopyFrom(P()), r)[1])(infer()),
+            INVALID,
+            "invalid value type for 'foo' parameter, expected int64_param, bool_param, or "
+            "string_param.",
+        ),
+    }
+)
 UNARY = [
     m.name
     for m in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods

@@ -603,6 +603,17 @@ CASES.update(
             "POST", UNLOAD, b"{", 500, PARSE + "Missing a name for object member. at 1"
         ),
         # common.cc ValidateSharedMemoryKey (upstream main)
+        # CheckClassificationOutput: 0 classes is no classification
+        "a classification of 0": Case(
+            "POST",
+            M,
+            {
+                "inputs": [fp32()],
+                "outputs": [{"name": "OUTPUT0", "parameters": {"classification": 0}}],
+            },
+            200,
+            "",
+        ),
         "a system register with a key of slashes": Case(
             "POST",
             SYS,

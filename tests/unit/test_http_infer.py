@@ -492,6 +492,17 @@ def test_listed_outputs_are_json_unless_binary_data_is_set() -> None:
     assert req.outputs[3].parameters["shared_memory_region"] == string_parameter("o")
 
 
+def test_zero_classes_is_no_classification() -> None:
+    # http_server.cc: a class count of 0 is a plain output
+    req, _ = build_infer_request(
+        {"inputs": [], "outputs": [{"name": "A", "parameters": {"classification": 0}}]},
+        memoryview(b""),
+        "m",
+        "",
+    )
+    assert req.outputs[0].parameters == {}
+
+
 def test_classification_reaches_the_proto() -> None:
     req, _, _ = _build(
         {"inputs": [], "outputs": [{"name": "A", "parameters": {"classification": 3}}]}

@@ -125,7 +125,6 @@ def test_reserved_parameters_are_read_and_custom_ones_kept_as_json() -> None:
         "sequence_start": bool_parameter(True),
         "sequence_end": bool_parameter(True),
         "note": string_parameter("hi"),
-        "scale": Parameter(None),
         "triton_enable_empty_final_response": bool_parameter(True),
     }
     valid = _valid(_plain(parameters=params))
@@ -142,6 +141,13 @@ def test_reserved_parameters_are_read_and_custom_ones_kept_as_json() -> None:
             "priority",
             int64_parameter(-1),
             "invalid value for 'priority', expected value >= 0.",
+        ),
+        (
+            # NOTE: a parameter with no value set (infer_handler.cc: none of its choices)
+            "scale",
+            Parameter(None),
+            "invalid value type for 'scale' parameter, expected int64_param, bool_param, or "
+            "string_param.",
         ),
         (
             "priority",

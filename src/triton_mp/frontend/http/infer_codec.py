@@ -240,7 +240,9 @@ def _outputs(items: object, plan: InferPlan) -> list[RequestedOutput]:
         if "classification" in params:
             if not is_uint(params["classification"]) or params["classification"] > INT64_MAX:
                 raise InvalidRequest("Unable to set 'classification'")
-            out_params["classification"] = int64_parameter(params["classification"])
+            if params["classification"] > 0:
+                # NOTE: Triton's HTTP frontend takes 0 classes as no classification
+                out_params["classification"] = int64_parameter(params["classification"])
         if "shared_memory_region" in params:
             out_params.update(_shm_parameters(params))
         else:

@@ -4,7 +4,8 @@ Imported by ``frontend.validation``. Server ``grpc/infer_handler.cc`` InferGRPCT
 each input in order: its ``shared_memory_*`` parameters (``shared_memory.shm_parameters``),
 explicit ``contents`` together with shared memory or ``raw_input_contents``, and which typed
 ``contents`` field carries the elements against the request's datatype
-(InferGRPCToInputHelper); then every output's ``shared_memory_*`` parameters. These messages
+(InferGRPCToInputHelper); then every output's ``shared_memory_*`` and ``classification``
+parameters (InferAllocatorPayload). These messages
 have no ``[request id: ...]`` prefix. HTTP requests never carry typed contents, and their
 shared-memory parameters are always well formed, so for them this finds nothing.
 """
@@ -13,7 +14,12 @@ from __future__ import annotations
 
 from triton_mp.common.datatypes import DataType
 from triton_mp.common.errors import InvalidRequest
-from triton_mp.frontend.request import TENSOR_CONTENTS, InferenceRequest, InputTensor
+from triton_mp.frontend.request import (
+    TENSOR_CONTENTS,
+    InferenceRequest,
+    InputTensor,
+    ParameterType,
+)
 from triton_mp.frontend.validation.shared_memory import shm_parameters
 
 _NARROW = {
@@ -69,7 +75,8 @@ def check_frontend_tensors(req: InferenceRequest) -> None:
             '<m>'"; "contents field must not be specified when using raw_input_contents for
             '<i>' for model '<m>'"; "unexpected explicit tensor data for input tensor '<i>'
             for model '<m>' of type '<T>', expected datatype '<D>'" or "..., binary data
-            was already supplied.".
+            was already supplied."; a ``classification`` that is not a positive
+            ``int64_param``, or one together with shared memory.
     """
     model = req.model_name
     for t in req.inputs:
@@ -88,5 +95,20 @@ def check_frontend_tensors(req: InferenceRequest) -> None:
             )
         _check_contents(t, model)
     for o in req.outputs:
-        if o.parameters:
-            shm_parameters(o.parameters, o.name)
+        if not o.parameters:
+            continue
+        in_shm = shm_parameters(o.parameters, o.name) is not None
+        classification = o.parameters.get("classification")
+        if classification is None:
+            continue
+        # NOTE: grpc_utils.cc ParseClassificationParams, then InferAllocatorPayload
+        if classification.type is not ParameterType.INT64:
+            raise InvalidRequest(
+                "invalid value type for 'classification' parameter, expected int64_param"
+            )
+        if not isinstance(classification.value, int) or classification.value <= 0:
+            raise InvalidRequest("invalid value for 'classification' parameter, expected >= 0")
+        if in_shm:
+            raise InvalidRequest(
+                "output can't set both 'shared_memory_region' and 'classification'"
+            )

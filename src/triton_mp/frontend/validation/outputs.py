@@ -27,7 +27,7 @@ def read_outputs(
         shared memory.
 
     Raises:
-        InvalidRequest: an unknown output; shared memory together with classification; a
+        InvalidRequest: an unknown output; a
             malformed shared-memory window.
         TritonMPError: UNSUPPORTED for classification; as ``shm_window``.
     """
@@ -40,11 +40,7 @@ def read_outputs(
         if o.name not in model.outputs:
             raise InvalidRequest(f"unexpected inference output '{o.name}' for model '{name}'")
         if "classification" in o.parameters:
-            if uses_shm(o.parameters):
-                raise InvalidRequest(
-                    f"{rid}output '{o.name}' for model '{name}' cannot use both shared memory "
-                    "and the classification extension"
-                )
+            # NOTE: with shared memory it was refused before (``frontend_tensors``)
             raise TritonMPError(
                 f"{rid}the classification extension is not supported yet (output '{o.name}')",
                 ErrorCode.UNSUPPORTED,

@@ -176,7 +176,7 @@ def read_parameters(parameters: Parameters, rid: str) -> RequestOptions:
                 "the following keys starting with 'triton_' are allowed: "
                 + " ".join(RESERVED_TRITON_PARAMETERS)
             )
-        elif p.type is ParameterType.UINT64:
+        elif p.type is ParameterType.UINT64 or p.type is None:
             raise InvalidRequest(
                 f"invalid value type for '{key}' parameter, expected int64_param, bool_param, "
                 "or string_param."
