@@ -4,8 +4,8 @@ Imported by ``supervisor.model_control``, which owns one ``BlsControl``. Upstrea
 backend sends these to its parent process, which calls ``TRITONSERVER_ServerLoadModel
 WithParameters`` / ``TRITONSERVER_ServerUnloadModel`` (python_backend ``model_loader.cc``):
 the same core path as the RepositoryModelLoad/Unload of the client API. Here a python worker
-connects (``workers.model_control_client``) to a ``multiprocessing`` listener on a Unix
-socket of the supervisor (the address and key travel in its ``BlsSpec``), sends
+connects (``workers.model_control_client``) to a ``multiprocessing`` listener on an
+abstract Unix socket of the supervisor (the address and key travel in its ``BlsSpec``), sends
 ``ModelLoadCall`` / ``ModelUnloadCall`` and waits for the ``ControlReply``. A call is checked
 as the core checks it (explicit model control only: UNAVAILABLE "explicit model load /
 unload is not allowed if polling is enabled"; the load's parameters and model name as
@@ -20,11 +20,9 @@ import logging
 import os
 import queue
 import secrets
-import tempfile
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection, Listener
-from pathlib import Path
 
 import msgspec
 
@@ -94,9 +92,9 @@ class BlsControl:
         self._mode = model_control_mode
         self._wake = wake
         self._calls: queue.Queue[tuple[Call, Reply]] = queue.Queue()
-        self._dir = Path(tempfile.mkdtemp(prefix="triton_mp_ctl_"))
-        self.address = str(self._dir / "control.sock")
-        """The listener's Unix socket path (``BlsSpec.control_address``)."""
+        # NOTE: an abstract-namespace socket (Linux): no file, so a killed server leaves none.
+        self.address = f"\0triton_mp_ctl_{os.getpid()}_{secrets.token_hex(8)}"
+        """The listener's Unix socket address (``BlsSpec.control_address``)."""
         self.authkey = secrets.token_bytes(16)
         """The key a worker proves itself with (``BlsSpec.control_key``)."""
         self._listener = Listener(self.address, family="AF_UNIX", authkey=self.authkey)
@@ -104,14 +102,10 @@ class BlsControl:
         threading.Thread(target=self._accept, name="bls-control", daemon=True).start()
 
     def close(self) -> None:
-        """Stop listening and remove the socket."""
+        """Stop listening."""
         self._closed = True
         with contextlib.suppress(OSError):
             self._listener.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.address)
-        with contextlib.suppress(OSError):
-            self._dir.rmdir()
 
     def _accept(self) -> None:
         while not self._closed:
