@@ -102,15 +102,20 @@ def tune_malloc() -> bool:
 
 def tune_gc() -> None:
     """Collect once, then freeze what start-up made (``gc.freeze``), before serving: the
-    frontend, the scheduler and the workers call it just before they report ready.
+    frontend calls it just before it reports ready.
 
-    The modules (grpc, protobuf, numpy, aiohttp, onnxruntime, the model's own) and the model
-    tables are ~10^5 objects that live as long as the process; every full collection walked
-    them all. Measured with ``gc.callbacks`` in the frontend at add_sub_py c=16
-    (perf_analyzer, ~18 s, ~2,200 infer/s): 5 full collections of ~60 ms each (314 ms, and a
-    60 ms stall of every request in flight), plus 107 ms of young ones; frozen, the full ones
-    take ~0.3 ms and the total is 78 ms, ~9 µs less per inference. The thresholds stay
-    Python's: what is collected does not change.
+    The grpc, protobuf, numpy and aiohttp modules and the model table are ~10^5 objects that
+    live as long as the process; every full collection walked them all. Measured with
+    ``gc.callbacks`` in the frontend at add_sub_py c=16 (perf_analyzer, ~18 s, ~2,200
+    infer/s): 5 full collections of ~60 ms each (314 ms, and a 60 ms stall of every request
+    in flight), plus 107 ms of young ones; frozen, the full ones take ~0.3 ms and the total
+    is 78 ms, ~9 us less per inference. The thresholds stay Python's: what is collected does
+    not change.
+
+    NOTE: the scheduler and the workers do not call it. Measured (bench_vs_triton.py, 2e563ac
+    against 13f2082, alternating rounds): add_sub_py c=16 343 against 336 us per inference,
+    no gain; ocr_cls c=32 served fewer images per second in all 5 rounds (602-977 against
+    863-1,122), at the same serving CPU per image outside onnxruntime (475 against 474 us).
     """
     gc.collect()
     gc.freeze()

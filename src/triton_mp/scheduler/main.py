@@ -20,7 +20,7 @@ import signal
 from multiprocessing.connection import Connection
 
 from triton_mp.common.log import configure_logging
-from triton_mp.common.platform import set_timer_slack_ns, tune_gc
+from triton_mp.common.platform import set_timer_slack_ns
 from triton_mp.ipc import Inbox, Sender, encode
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.handshake import report_ready
@@ -185,7 +185,6 @@ def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
     core.defer_unknown = True
     # NOTE: the loop sleeps until batch deadlines; see set_timer_slack_ns for why.
     set_timer_slack_ns(SCHEDULER_TIMER_SLACK_NS)
-    tune_gc()
     report_ready(ready, "scheduler", "scheduler")
     log.info("scheduler ready: %d model versions", len(spec.models))
     _serve(core, inbox, router, MonotonicClock())

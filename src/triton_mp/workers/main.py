@@ -25,7 +25,7 @@ from triton_mp.backends.base import Backend
 from triton_mp.backends.registry import load_backend
 from triton_mp.common.errors import TritonMPError, flatten_exception
 from triton_mp.common.log import configure_logging
-from triton_mp.common.platform import bind_memory_to_node, lower_priority, pin_process, tune_gc
+from triton_mp.common.platform import bind_memory_to_node, lower_priority, pin_process
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender, encode
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.handshake import report_ready, report_start_failed
@@ -124,7 +124,6 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
         if custom_metrics is not None:
             custom_metrics.close()
         return 1
-    tune_gc()  # NOTE: after the warmup: what the model made at start-up lives for good
     report_ready(ready, "worker", spec.instance.name)
     to_scheduler.send(
         WorkerReady(
