@@ -201,6 +201,15 @@ CASES.update(
             INVALID,
             f"failed to get model version from specified version string 'x' {STOL}",
         ),
+        "ModelStatistics of a version without a model (every model's)": Case(
+            "ModelStatistics", pb.ModelStatisticsRequest(version="1"), grpc.StatusCode.OK, ""
+        ),
+        "ModelStatistics of version 'x' without a model": Case(
+            "ModelStatistics",
+            pb.ModelStatisticsRequest(version="x"),
+            INVALID,
+            f"failed to get model version from specified version string 'x' {STOL}",
+        ),
         "ModelConfig of version '1x' (stol reads 1)": Case(
             "ModelConfig", pb.ModelConfigRequest(name="m", version="1x"), grpc.StatusCode.OK, ""
         ),

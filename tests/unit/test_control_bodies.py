@@ -18,7 +18,7 @@ from triton_mp.frontend.http.control_bodies import (
     load_parameters,
     unload_dependents,
 )
-from triton_mp.frontend.model_table import _version_number
+from triton_mp.frontend.model_table import version_number
 
 HANDLE = bytes(range(64))
 B64 = base64.b64encode(HANDLE).decode()
@@ -128,16 +128,16 @@ def test_shared_memory_keys_triton_refuses() -> None:
 
 
 def test_a_version_string_is_read_with_stol() -> None:
-    assert [_version_number(v) for v in ("1", " 2", "3x", "+4", "0")] == [1, 2, 3, 4, 0]
+    assert [version_number(v) for v in ("1", " 2", "3x", "+4", "0")] == [1, 2, 3, 4, 0]
     for text in ("abc", "", "99999999999999999999", "x1"):
         with pytest.raises(InvalidRequest) as e:
-            _version_number(text)
+            version_number(text)
         assert e.value.message == (
             f"failed to get model version from specified version string '{text}' (details: "
             "stol), version should be an integral value > 0"
         )
     with pytest.raises(InvalidRequest) as e:
-        _version_number("-1")
+        version_number("-1")
     assert e.value.message == (
         "invalid model version specified '-1' , version should be an integral value > 0"
     )

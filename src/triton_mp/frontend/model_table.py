@@ -220,7 +220,7 @@ class ModelTable:
                     f"Request for unknown model: '{name}' has no available versions"
                 )
             return model, model.ready_versions[-1]
-        v = _version_number(version)
+        v = version_number(version)
         if model is not None and v in model.ready_versions:
             return model, v
         if model is None:
@@ -242,7 +242,7 @@ _STOL = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
 """What ``std::stol`` reads: leading white space, a sign, digits; the rest is ignored."""
 
 
-def _version_number(version: str) -> int:
+def version_number(version: str) -> int:
     """A request's version string as server ``common.cc`` GetModelVersionFromString reads
     it, with ``std::stol`` ("1x" is 1, " 2" is 2).
 

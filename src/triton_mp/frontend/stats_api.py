@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Callable
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
-from triton_mp.frontend.model_table import ModelTable
+from triton_mp.frontend.model_table import ModelTable, version_number
 from triton_mp.frontend.pending import PendingTable
 from triton_mp.ipc import encode
 from triton_mp.ipc.messages import QueueQuery, QueueReply, StatsQuery, StatsReply
@@ -101,7 +101,9 @@ class StatsApi:
                     ) from None
             v = resolved if version else -1
         elif version:
-            raise InvalidRequest("model version given without a model name")
+            # NOTE: the server's GetModelVersionFromString reads it; core's
+            # ServerModelStatistics ignores a version without a model (every model's stats).
+            version_number(version)
         reply = await self.ask(
             lambda q: StatsQuery(query_id=q, frontend_id=self._fid, model=name, version=v)
         )
