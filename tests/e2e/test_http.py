@@ -830,7 +830,22 @@ ERRORS = [
         400,
         "Expect only one trace level 'OFF' is specified",
     ),
-    ("GET", "/v2/logging", None, {}, 501, "log settings are not supported by triton-mp"),
+    (
+        "POST",
+        "/v2/logging",
+        '{"log_file": "/tmp/x"}',
+        {},
+        501,
+        "log file location can not be updated through network protocol",
+    ),
+    (
+        "POST",
+        "/v2/logging",
+        '{"log_format": "json"}',
+        {},
+        503,
+        "invalid argument for --log_format, got: json",
+    ),
 ]
 
 

@@ -386,9 +386,12 @@ def test_protocol_corner_cases_match_triton(
     np.testing.assert_array_equal(
         np.frombuffer(second.infer_response.raw_output_contents[0], np.float32), 2.0
     )
-    # An RPC not served yet answers UNIMPLEMENTED with a message, not a stack trace
-    # (TraceSetting is served now: tests/e2e/test_trace_settings.py).
+    # LogSettings is served (tests/e2e/test_log_settings.py); a log_file change is refused
+    # with Triton's UNIMPLEMENTED and message, not a stack trace.
+    assert stub.LogSettings(service_pb2.LogSettingsRequest()).settings["log_info"].bool_param
+    req = service_pb2.LogSettingsRequest()
+    req.settings["log_file"].string_param = "/tmp/x"
     with pytest.raises(grpc.RpcError) as rpc:
-        stub.LogSettings(service_pb2.LogSettingsRequest())
+        stub.LogSettings(req)
     assert rpc.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "not supported" in rpc.value.details()
+    assert rpc.value.details() == "log file location can not be updated through network protocol"

@@ -107,6 +107,9 @@ BLS_INBOX = m.BlsInboxUpdate(
 
 EXAMPLES: dict[str, list[object]] = {
     "ToSupervisor": [
+        m.LogSettingsUpdate(
+            frontend_id=1, info=False, warning=True, error=True, verbose=2, format="ISO8601"
+        ),
         cm.ModelLoadCall(
             call_id=1, model="add_sub", config_json='{"max_batch_size": 4}', files={"1/x": b"\0"}
         ),
@@ -125,6 +128,9 @@ EXAMPLES: dict[str, list[object]] = {
         ),
     ],
     "ToScheduler": [
+        m.LogSettingsUpdate(
+            frontend_id=1, info=False, warning=True, error=True, verbose=2, format="ISO8601"
+        ),
         m.ReadyQuery(query_id=1, frontend_id=0, model="py", version=1),
         m.WorkerReady(instance_id=1, pid=2, ready_check=True),
         m.InstancesAdded(instances=(WIRING,)),
@@ -178,6 +184,9 @@ EXAMPLES: dict[str, list[object]] = {
         m.Shutdown(),
     ],
     "ToWorker": [
+        m.LogSettingsUpdate(
+            frontend_id=1, info=False, warning=True, error=True, verbose=2, format="ISO8601"
+        ),
         m.ReadyCheck(query_id=1, frontend_id=0),
         BLS_WORKER,
         m.BlsWorkerUpdate(instance_id=0),
@@ -190,6 +199,9 @@ EXAMPLES: dict[str, list[object]] = {
         m.Shutdown(),
     ],
     "ToFrontend": [
+        m.LogSettingsUpdate(
+            frontend_id=1, info=False, warning=True, error=True, verbose=2, format="ISO8601"
+        ),
         m.ReadyFanout(query_id=1, instance_ids=(3, 4)),
         m.InstanceReadiness(query_id=1, instance_id=3, ready=False, message="no"),
         m.InferResponse(

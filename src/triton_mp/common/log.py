@@ -21,6 +21,7 @@ import traceback
 from collections.abc import MutableMapping
 from typing import Any
 
+import msgspec
 import structlog
 
 LONG_EXCEPTION_CHARS = 2000
@@ -56,6 +57,60 @@ def _verbosity_level(verbose: int) -> int:
     return logging.DEBUG if verbose > 0 else logging.INFO
 
 
+class LogSettings(msgspec.Struct, frozen=True):
+    """This process's log settings, as Triton's log settings API names them
+    (``GET /v2/logging``, gRPC ``LogSettings``)."""
+
+    info: bool = True
+    warning: bool = True
+    error: bool = True
+    verbose: int = 0
+    """``log_verbose_level``; > 0 logs DEBUG records."""
+    format: str = "default"
+    """``default`` / ``ISO8601`` (console text) or ``json``."""
+    file: str = ""
+    """``log_file``: always "" (the log goes to stderr)."""
+
+
+_current = LogSettings()
+_process: dict[str, str] = {}
+"""role, instance, model of this process (``configure_logging``), for a format change."""
+
+
+class _LevelSwitch(logging.Filter):
+    """Drops INFO, WARNING or ERROR/CRITICAL records while ``log_info`` / ``log_warning`` /
+    ``log_error`` is off (DEBUG records follow the verbose level, on the root logger)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        s = _current
+        if record.levelno >= logging.ERROR:
+            return s.error
+        if record.levelno >= logging.WARNING:
+            return s.warning
+        if record.levelno >= logging.INFO:
+            return s.info
+        return True
+
+
+def current_log_settings() -> LogSettings:
+    """The settings this process logs by now."""
+    return _current
+
+
+def apply_log_settings(settings: LogSettings) -> None:
+    """Log by ``settings`` from now on: the root level follows the verbose level, the level
+    switch drops the levels turned off, and a change between console text and JSON swaps the
+    renderer (after ``configure_logging``)."""
+    global _current
+    old = _current
+    _current = settings
+    root = logging.getLogger()
+    root.setLevel(_verbosity_level(settings.verbose))
+    if (old.format == "json") != (settings.format == "json") and _process:
+        for handler in root.handlers:
+            handler.setFormatter(_formatter(settings.format, **_process))
+
+
 def configure_logging(
     role: str, instance: str, verbose: int = 0, fmt: str = "console", model: str = ""
 ) -> None:
@@ -68,6 +123,24 @@ def configure_logging(
         fmt: ``console`` or ``json`` (``--log-format``).
         model: the model a worker serves, else "".
     """
+    global _current
+    _process.update(role=role, instance=instance, model=model)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_formatter(fmt, role, instance, model))
+    handler.addFilter(_LevelSwitch())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    _current = msgspec.structs.replace(
+        _current, verbose=verbose, format="json" if fmt == "json" else "default"
+    )
+    root.setLevel(_verbosity_level(verbose))
+    # NOTE: grpc's and onnxruntime's own loggers are chatty at DEBUG.
+    logging.getLogger("grpc").setLevel(logging.WARNING)
+
+
+def _formatter(fmt: str, role: str, instance: str, model: str) -> logging.Formatter:
+    """The formatter of ``configure_logging``: console text or JSON, with the process's
+    fields."""
     pid = os.getpid()
 
     def add_process(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
@@ -91,7 +164,7 @@ def configure_logging(
             ),
         )
     )
-    formatter = structlog.stdlib.ProcessorFormatter(
+    return structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[
             structlog.stdlib.add_log_level,
             structlog.stdlib.add_logger_name,
@@ -105,10 +178,3 @@ def configure_logging(
             renderer,
         ],
     )
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(formatter)
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(_verbosity_level(verbose))
-    # NOTE: grpc's and onnxruntime's own loggers are chatty at DEBUG.
-    logging.getLogger("grpc").setLevel(logging.WARNING)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from triton_mp.frontend.client_shm import ClientShmApi
 from triton_mp.frontend.inference import Inference
+from triton_mp.frontend.log_control import LogControl
 from triton_mp.frontend.repository_api import RepositoryApi
 from triton_mp.frontend.server_api import ServerApi
 from triton_mp.frontend.stats_api import StatsApi
@@ -34,3 +35,5 @@ class FrontendApi:
     """System (and CUDA) shared memory registration."""
     tracer: Tracer = field(default_factory=Tracer.off)
     """Request tracing: sampling, the trace settings, the trace file."""
+    logs: LogControl = field(default_factory=LogControl)
+    """The server's log settings (the ``logging`` extension)."""

@@ -95,6 +95,15 @@ class SupervisorLink:
             log.error("the supervisor's control pipe closed")
             self.stop(asyncio.get_running_loop())
 
+    def notify(self, data: bytes) -> None:
+        """Send one encoded message that has no reply (loop thread; written in order with
+        the calls)."""
+        if self._closed:
+            return
+        task = asyncio.ensure_future(self._send(data))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def call(self, make: Callable[[int], ModelLoadCall | ModelUnloadCall]) -> None:
         """Send a call built by ``make(call_id)`` and wait for its reply.
 

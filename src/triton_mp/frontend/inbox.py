@@ -19,6 +19,7 @@ from triton_mp.frontend.pending import PendingTable
 from triton_mp.frontend.readiness import ReadinessChecks
 from triton_mp.ipc import Inbox, SegmentCache
 from triton_mp.ipc.control_messages import ModelTableUpdate
+from triton_mp.ipc.log_messages import LogSettingsUpdate, apply_update
 from triton_mp.ipc.messages import (
     AnswerBatch,
     InferResponse,
@@ -79,6 +80,8 @@ class InboxHandler:
                 self._models.set_available(msg.model, msg.version, msg.ready)
             elif isinstance(msg, TraceSettingUpdate):
                 self.on_trace_setting(msg)
+            elif isinstance(msg, LogSettingsUpdate):
+                apply_update(msg)
             elif isinstance(msg, ReadyFanout | InstanceReadiness):
                 if self.readiness is not None:
                     self.readiness.deliver(msg)

@@ -40,6 +40,7 @@ from triton_mp.frontend.header_forward import HeaderForward
 from triton_mp.frontend.http.routes import HttpFrontend
 from triton_mp.frontend.inbox import InboxHandler
 from triton_mp.frontend.inference import Inference
+from triton_mp.frontend.log_control import LogControl
 from triton_mp.frontend.metrics import MetricsEndpoint
 from triton_mp.frontend.model_table import ModelTable
 from triton_mp.frontend.pending import PendingTable
@@ -143,6 +144,7 @@ def build_api(
         ),
         shm=ClientShmApi(shm, frontend_id=fid, send_peers=send_peers),
         tracer=tracer,
+        logs=LogControl(fid, send_scheduler, send_peers if spec.to_peers else None, link.notify),
     )
 
 

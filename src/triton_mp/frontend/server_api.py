@@ -25,6 +25,7 @@ EXTENSIONS = (
     "binary_tensor_data",
     "statistics",
     "trace",
+    "logging",
 )
 """Extensions ServerMetadata reports: only those triton-mp implements (Triton's names, in
 Triton's order). ``binary_tensor_data`` is the HTTP binary tensor extension."""

@@ -2,7 +2,8 @@
 
 ``ToSupervisor``: a frontend's RepositoryModelLoad / RepositoryModelUnload calls
 (``ModelLoadCall``, ``ModelUnloadCall``) and its acknowledgements of model table updates
-(``TableAck``). ``FromSupervisor``: the calls' replies (``ControlReply``) and the model table
+(``TableAck``), and the log settings a client set (``LogSettingsUpdate``).
+``FromSupervisor``: the calls' replies (``ControlReply``) and the model table
 (``ModelTableUpdate`` of ``ModelEntry``: what RepositoryIndex, ModelReady and ModelMetadata
 answer from). Frozen tagged msgspec structs like ``ipc.messages``; nothing is pickled.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import msgspec
 
+from triton_mp.ipc.log_messages import LogSettingsUpdate
 from triton_mp.ipc.messages import ErrorInfo
 
 
@@ -65,7 +67,8 @@ class TableAck(msgspec.Struct, frozen=True, kw_only=True, tag="table_ack", array
     seq: int
 
 
-ToSupervisor = ModelLoadCall | ModelUnloadCall | TableAck
+ToSupervisor = ModelLoadCall | ModelUnloadCall | TableAck | LogSettingsUpdate
+"""``LogSettingsUpdate``: a client changed the log settings (the supervisor logs by them)."""
 
 
 class ControlReply(msgspec.Struct, frozen=True, kw_only=True, tag="reply", array_like=True):

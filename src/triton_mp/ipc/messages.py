@@ -30,6 +30,7 @@ from enum import IntEnum, IntFlag
 import msgspec
 
 from triton_mp.common.errors import ErrorCode
+from triton_mp.ipc.log_messages import LogSettingsUpdate as LogSettingsUpdate
 from triton_mp.ipc.notify import Wakeup
 from triton_mp.ipc.ready_messages import InstanceReadiness, ReadyCheck, ReadyFanout, ReadyQuery
 from triton_mp.ipc.reports import ModelQueueStatus, ModelStats
@@ -465,6 +466,7 @@ ToScheduler = (
     | VersionsActivated
     | InstancesRetired
     | InstancesRemoved
+    | LogSettingsUpdate
 )
 
 
@@ -491,7 +493,15 @@ class BatchDue(msgspec.Struct, frozen=True, kw_only=True, tag="batch_due", array
     at_ns: int
 
 
-ToWorker = BatchAssign | BatchDue | CancelRequest | Shutdown | BlsWorkerUpdate | ReadyCheck
+ToWorker = (
+    BatchAssign
+    | BatchDue
+    | CancelRequest
+    | Shutdown
+    | BlsWorkerUpdate
+    | ReadyCheck
+    | LogSettingsUpdate
+)
 """``CancelRequest`` reaches a worker for a request it runs (in the batch it executes or
 holds, or a decoupled one whose final response has not been sent yet)."""
 
@@ -539,6 +549,7 @@ ToFrontend = (
     | ShmUnregistered
     | ModelAvailability
     | TraceSettingUpdate
+    | LogSettingsUpdate
     | ReadyFanout
     | InstanceReadiness
 )

@@ -18,6 +18,7 @@ from typing import Any, cast
 import msgspec
 
 from triton_mp.common.errors import ErrorCode
+from triton_mp.ipc.log_messages import LogSettingsUpdate, apply_update
 from triton_mp.ipc.messages import (
     BatchAssign,
     BatchDone,
@@ -150,6 +151,7 @@ class SchedulerCore:
             VersionsActivated: self._on_activated,
             InstancesRetired: life.on_retired,
             InstancesRemoved: self._on_removed,
+            LogSettingsUpdate: self._on_log_settings,
         }
         self._register_limits()
 
@@ -159,6 +161,14 @@ class SchedulerCore:
         self.ensembles.now_ns = now_ns
         self.handlers[type(msg)](msg, now_ns)
         return self._out.take()
+
+    def _on_log_settings(self, msg: LogSettingsUpdate, now_ns: int) -> None:
+        """A client changed the log settings at a frontend: log by them here and pass them on
+        to every worker (``Lifecycle.on_ready`` sends them to workers that start later)."""
+        apply_update(msg)
+        self.lifecycle.log_settings = msg
+        for inst in self.lifecycle.instances:
+            self._out.to_instance(inst.instance_id, msg)
 
     def _on_request(self, req: InferRequest, now_ns: int) -> None:
         key = (req.model, req.version)

@@ -29,6 +29,7 @@ from typing import cast
 
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.codec import Decoder
+from triton_mp.ipc.log_messages import LogSettingsUpdate
 from triton_mp.ipc.messages import (
     InferRequest,
     InstancesAdded,
@@ -87,6 +88,9 @@ class Lifecycle:
         self.instances = InstanceTable()
         self.active: dict[VersionKey, Generation] = {}
         self.retiring: list[Generation] = []
+        self.log_settings: LogSettingsUpdate | None = None
+        """The log settings a client set (None: the start-up ones); a worker that becomes
+        ready gets them, as it started from the supervisor's spec."""
         self._out = out
         self._stats = stats
         self._logs = logs
@@ -203,6 +207,8 @@ class Lifecycle:
         if inst is None:
             return
         inst.ready_check = msg.ready_check
+        if self.log_settings is not None:
+            self._out.to_instance(inst.instance_id, self.log_settings)
         if inst.state is InstanceState.STAGED:
             inst.health = Health.READY
             return

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from triton_mp.common.errors import ErrorCode
+from triton_mp.ipc.log_messages import LogSettingsUpdate
 from triton_mp.ipc.messages import (
     BatchAssign,
     BatchDue,
@@ -43,7 +44,7 @@ class ToInstance(NamedTuple):
     """A message for one worker, on the scheduler's ring to it."""
 
     instance_id: int
-    msg: BatchAssign | BatchDue | CancelRequest | Shutdown | ReadyCheck
+    msg: BatchAssign | BatchDue | CancelRequest | Shutdown | ReadyCheck | LogSettingsUpdate
 
 
 class Reply(NamedTuple):
@@ -112,7 +113,7 @@ class Outbox:
     def to_instance(
         self,
         instance_id: int,
-        msg: BatchAssign | BatchDue | CancelRequest | Shutdown | ReadyCheck,
+        msg: BatchAssign | BatchDue | CancelRequest | Shutdown | ReadyCheck | LogSettingsUpdate,
     ) -> None:
         """Send ``msg`` to the worker ``instance_id``."""
         self._items.append(ToInstance(instance_id, msg))

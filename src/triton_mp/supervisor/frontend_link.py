@@ -30,6 +30,7 @@ from triton_mp.ipc.control_messages import (
     TableAck,
     ToSupervisor,
 )
+from triton_mp.ipc.log_messages import LogSettingsUpdate, apply_update
 from triton_mp.ipc.messages import ErrorInfo
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,9 @@ class FrontendLink:
         self._closed = True
 
     def _read(self, frontend_id: int, conn: Connection, on_call: OnCall) -> None:
-        decoder: Decoder[ModelLoadCall | ModelUnloadCall | TableAck] = Decoder(ToSupervisor)
+        decoder: Decoder[ModelLoadCall | ModelUnloadCall | TableAck | LogSettingsUpdate] = Decoder(
+            ToSupervisor
+        )
         while not self._closed:
             try:
                 msg = decoder.decode(conn.recv_bytes())
@@ -89,7 +92,9 @@ class FrontendLink:
             except Exception:  # noqa: BLE001 - a bad message must not end the thread
                 log.exception("bad control message from frontend %d", frontend_id)
                 continue
-            if isinstance(msg, TableAck):
+            if isinstance(msg, LogSettingsUpdate):
+                apply_update(msg)  # the supervisor's own lines follow the client's settings
+            elif isinstance(msg, TableAck):
                 with self._ack_cv:
                     self._acks.setdefault(msg.seq, set()).add(frontend_id)
                     self._ack_cv.notify_all()

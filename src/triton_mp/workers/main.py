@@ -29,6 +29,7 @@ from triton_mp.common.platform import bind_memory_to_node, lower_priority, pin_p
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender, encode
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.handshake import report_ready, report_start_failed
+from triton_mp.ipc.log_messages import LogSettingsUpdate, apply_update
 from triton_mp.ipc.messages import (
     BatchAssign,
     BatchDue,
@@ -229,6 +230,8 @@ def handle(msg: ToWorker, worker: Worker, rewire: Callable[[BlsWorkerUpdate], No
         worker.check_ready(msg)
     elif isinstance(msg, BlsWorkerUpdate):
         rewire(msg)
+    elif isinstance(msg, LogSettingsUpdate):
+        apply_update(msg)
     return False
 
 

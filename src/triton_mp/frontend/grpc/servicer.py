@@ -34,6 +34,7 @@ from triton_mp.frontend.header_forward import HeaderForward
 from triton_mp.frontend.repository_api import check_repository_name
 from triton_mp.frontend.trace_settings import new_setting_from_grpc
 from triton_mp.frontend.tracer import Trace, Tracer
+from triton_mp.frontend.validation.log_settings import update_from_grpc
 
 GRPC_STATUS = {
     ErrorCode.UNKNOWN: grpc.StatusCode.UNKNOWN,
@@ -395,10 +396,25 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             resp.settings[key].value.extend([value] if isinstance(value, str) else value)
         return resp
 
-    # ------------------------------------------------------- not served yet
+    # --------------------------------------------------------------------- log
     async def LogSettings(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
-        """Log settings over the protocol are not served (the 'logging' extension)."""
-        await abort(context, ErrorCode.UNSUPPORTED, "log settings are not supported by triton-mp")
+        """Triton LogSettings: the settings, after the request's update (each setting
+        applied as it is read; ``log_file`` refused)."""
+        logs = self._api.logs
+        now = logs.settings()
+        try:
+            if request.settings:
+                now = logs.update(*update_from_grpc(now, request.settings))
+        except TritonMPError as e:
+            await abort(context, e.code, e.message)
+        resp = pb.LogSettingsResponse()
+        resp.settings["log_file"].string_param = now.file
+        resp.settings["log_info"].bool_param = now.info
+        resp.settings["log_warning"].bool_param = now.warning
+        resp.settings["log_error"].bool_param = now.error
+        resp.settings["log_verbose_level"].uint32_param = now.verbose
+        resp.settings["log_format"].string_param = now.format
+        return resp
 
     # -------------------------------------------------------------- statistics
     async def ModelStatistics(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802

@@ -60,6 +60,7 @@ from triton_mp.frontend.repository_api import check_repository_name
 from triton_mp.frontend.restricted import Restrictions, http_refusal
 from triton_mp.frontend.trace_settings import new_setting_from_json
 from triton_mp.frontend.tracer import Trace, Tracer
+from triton_mp.frontend.validation.log_settings import settings_json, update_from_json
 
 log = logging.getLogger(__name__)
 
@@ -452,10 +453,17 @@ class HttpFrontend:
             new = new_setting_from_json(await self._body_json(request, parse_empty=True))
         return _json_response(tracer.setting_request(name, new, ready))
 
-    # ------------------------------------------------------- not served yet
-
     async def _logging(self, request: web.Request) -> web.Response:
-        raise TritonMPError("log settings are not supported by triton-mp", ErrorCode.UNSUPPORTED)
+        """Triton's ``GET|POST v2/logging``: the settings, after a POST's update (each
+        setting applied as it is read; ``log_file`` refused, 501)."""
+        logs = self._api.logs
+        now = logs.settings()
+        if request.method == "POST":
+            body = await self._body_json(request, parse_empty=True)
+            now = logs.update(*update_from_json(now, body))
+        return _json_response(settings_json(now))
+
+    # ------------------------------------------------------- not served yet
 
     async def _generate(self, request: web.Request) -> web.Response:
         raise TritonMPError(
