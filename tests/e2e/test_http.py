@@ -800,14 +800,6 @@ ERRORS = [
     ),
     (
         "POST",
-        "/v2/models/add_sub/infer",
-        _json_infer(GOOD, outputs=[{"name": "OUTPUT0", "parameters": {"classification": 2}}]),
-        {},
-        501,
-        "[request id: <id_unknown>] the classification extension is not supported yet...",
-    ),
-    (
-        "POST",
         "/v2/models/add_sub/generate",
         "{}",
         {},

@@ -165,6 +165,11 @@ def _place(path: Path, root: Path) -> Path:
     (model_dir / "config.pbtxt").write_bytes(path.read_bytes())
     if parsed is None:
         return model_dir
+    for out in parsed.output:
+        if out.label_filename:
+            # NOTE: the label file the config names, as its model directory holds it (Triton
+            # reads it at load: without it the model fails to load).
+            (model_dir / out.label_filename).write_text("label0\nlabel1\n")
     filename = (
         parsed.default_model_filename
         or _DEFAULT_FILENAMES.get(parsed.backend or parsed.platform)

@@ -89,11 +89,6 @@ def test_pytorch_and_cuda_fields_not_acted_on_are_named() -> None:
         ),
         ("optimization { eager_batching: true }", "python", "eager_batching"),
         (
-            'output [ { name: "L" data_type: TYPE_FP32 dims: [ 1 ] label_filename: "l.txt" } ]',
-            "python",
-            "label_filename",
-        ),
-        (
             'input [ { name: "F" data_type: TYPE_FP32 dims: [ 1, 1, 1 ] format: FORMAT_NCHW } ]',
             "python",
             "format FORMAT_NCHW",

@@ -379,11 +379,9 @@ def test_unknown_outputs_and_classification() -> None:
     assert _error(_plain(outputs=(RequestedOutput("Z"),)))[1] == (
         "unexpected inference output 'Z' for model 'plain'"
     )
+    # A classification output is valid: the response carries its classes.
     classify = RequestedOutput("X", {"classification": int64_parameter(2)})
-    assert _error(_plain(outputs=(classify,))) == (
-        ErrorCode.UNSUPPORTED,
-        RID + "the classification extension is not supported yet (output 'X')",
-    )
+    assert _valid(_plain(outputs=(classify,))).outputs == ("X",)
 
 
 def test_shared_memory_tensors_need_a_registered_region() -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, ModelUnavailable, TritonMPError
+from triton_mp.frontend.classification import classification
 from triton_mp.frontend.client_shm import SystemShmRegistry
 from triton_mp.frontend.model_table import Model, ModelTable
 from triton_mp.frontend.pending import Answer, PendingTable
@@ -266,6 +267,7 @@ class Inference:
             cache=self._cache,
             pending=self._pending,
             trace=trace,
+            classify=classification(request, model),
         )
         order = (model.name, target.version) if model.preserve_ordering else None
         sink = ticket.deliver
@@ -297,6 +299,7 @@ class Inference:
             cancel_request=lambda: None,
             cache=cast(SegmentCache, hit.segments),
             pending=self._pending,
+            classify=classification(request, target.model),
         )
         ticket.deliver(hit.response)
         return ticket

@@ -9,7 +9,7 @@ two requests of the event loop); answers name/version resolution with Triton's m
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.datatypes import DataType
@@ -48,6 +48,8 @@ class Model:
     """Versions a change stopped serving: UNAVAILABLE "unloaded", as Triton keeps them."""
     unloading_versions: tuple[int, ...] = ()
     """Versions a change stopped serving that still drain their requests: UNLOADING."""
+    labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Output name -> its classification labels (``label_filename``)."""
     preserve_ordering: bool = False
     """Responses leave in request order (``dynamic_batching.preserve_ordering``, or the
     sequence batcher's ``oldest.preserve_ordering``)."""
@@ -126,6 +128,7 @@ class ModelTable:
                 retired_versions=tuple(sorted(e.retired_versions)),
                 unloading_versions=tuple(sorted(e.unloading_versions)),
                 decoupled=bool(cfg.model_transaction_policy.decoupled),
+                labels=dict(e.labels),
                 preserve_ordering=bool(
                     cfg.dynamic_batching.preserve_ordering
                     or (

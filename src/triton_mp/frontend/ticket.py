@@ -23,10 +23,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
+from triton_mp.frontend.classification import Classify, top_k
 from triton_mp.frontend.pending import Answer, PendingTable
 from triton_mp.frontend.tracer import Trace
 from triton_mp.ipc import SegmentCache, TensorRef
 from triton_mp.ipc.messages import InferResponse, RequestFailed
+
+_LOCAL = "<frontend>"
+"""The segment name of an output made in the frontend (no arena has it: a "/" begins those,
+and a cache hit's segments are named by the cache)."""
 
 
 class InferResult:
@@ -47,6 +52,7 @@ class InferResult:
     __slots__ = (
         "_answer",
         "_cache",
+        "_local",
         "_pending",
         "model",
         "outputs",
@@ -75,12 +81,40 @@ class InferResult:
         self._answer = answer
         self._cache = cache
         self._pending = pending
+        self._local: dict[str, bytes] = {}
+        """Outputs made here (classification), by name: their refs name ``_LOCAL``."""
+
+    def classify(
+        self, counts: dict[str, int], batched: bool, labels: dict[str, tuple[str, ...]]
+    ) -> None:
+        """Replace each output in ``counts`` (name -> ``classification``) by its top-k
+        classes (``frontend.classification.top_k``).
+
+        Raises:
+            TritonMPError: INVALID_ARG for an output whose datatype has no classes.
+        """
+        outputs = list(self.outputs)
+        for i, ref in enumerate(outputs):
+            count = counts.get(ref.name)
+            if count is None or ref.region_id:
+                continue
+            data, shape = top_k(
+                self._bytes(ref), ref.datatype, ref.shape, count, batched, labels.get(ref.name, ())
+            )
+            self._local[ref.name] = data
+            outputs[i] = TensorRef(ref.name, "BYTES", shape, _LOCAL, 0, len(data))
+        self.outputs = tuple(outputs)
+
+    def _bytes(self, ref: TensorRef) -> memoryview:
+        return memoryview(self._cache.get(ref.segment).buf)[ref.offset : ref.offset + ref.nbytes]
 
     def view(self, ref: TensorRef) -> memoryview | None:
         """The bytes of one output without a copy, valid until ``release``; None when the
         worker wrote the output into the client's registered shared memory instead."""
         if ref.region_id:
             return None
+        if ref.segment == _LOCAL:
+            return memoryview(self._local[ref.name])
         self._pending.copied_bytes["out"] += ref.nbytes
         return memoryview(self._cache.get(ref.segment).buf)[ref.offset : ref.offset + ref.nbytes]
 
@@ -89,6 +123,8 @@ class InferResult:
         memory, as Triton sends)."""
         if ref.region_id:
             return b""
+        if ref.segment == _LOCAL:
+            return self._local[ref.name]
         self._pending.copied_bytes["out"] += ref.nbytes
         return self._cache.get(ref.segment).buf[ref.offset : ref.offset + ref.nbytes]
 
@@ -133,11 +169,13 @@ class Ticket:
         cancel_request: tells the scheduler to drop the request (``CancelRequest``).
         cache: the attached arenas (for ``InferResult``); ``pending``: frees blocks.
         trace: the request's trace, or None (untraced).
+        classify: outputs to answer as their top-k classes, or None.
     """
 
     __slots__ = (
         "_cache",
         "_cancel_request",
+        "_classify",
         "_closed",
         "_ended",
         "_finished",
@@ -164,8 +202,11 @@ class Ticket:
         cache: SegmentCache,
         pending: PendingTable,
         trace: Trace | None = None,
+        classify: Classify | None = None,
     ) -> None:
         self.request_id = request_id
+        self._classify = classify
+        """The outputs to answer as their top-k classes (the classification extension)."""
         self.trace = trace
         """The request's trace when it was sampled: each answer stamps it."""
         self.model = model
@@ -240,6 +281,13 @@ class Ticket:
             pending=self._pending,
             parameters_json=answer.parameters_json,
         )
+        if self._classify is not None:
+            c = self._classify
+            try:
+                result.classify(c.counts, c.batched, c.labels)
+            except TritonMPError as error:
+                result.release()
+                return Response(final=final, version=answer.version, error=error)
         return Response(final=final, version=answer.version, result=result)
 
     def __aiter__(self) -> Ticket:

@@ -40,6 +40,9 @@ class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):
     """Versions a change stopped serving whose workers still finish the requests they had:
     Triton's lifecycle shows them UNLOADING (no reason) until then, and a request naming one
     gets "... is not at ready state"; they become ``retired_versions`` afterwards."""
+    labels: dict[str, tuple[str, ...]] = {}
+    """Output name -> its classification labels (``label_filename``), for the classification
+    extension."""
 
 
 class ModelLoadCall(msgspec.Struct, frozen=True, kw_only=True, tag="load", array_like=True):

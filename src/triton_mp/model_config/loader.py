@@ -18,7 +18,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from google.protobuf import json_format, text_format
@@ -29,6 +29,7 @@ from triton_mp.common.errors import ConfigError, flatten_exception
 from triton_mp.common.gpus import MIN_COMPUTE_CAPABILITY
 from triton_mp.model_config.autocomplete import auto_complete_backend_fields
 from triton_mp.model_config.ensemble import ENSEMBLE_PLATFORM, ensemble_failures
+from triton_mp.model_config.labels import read_labels
 from triton_mp.model_config.normalize import normalize_instance_group, normalize_model_config
 from triton_mp.model_config.validate import (
     validate_instance_group,
@@ -106,6 +107,8 @@ class RepositoryModel:
     config: model_config_pb2.ModelConfig | None
     versions: tuple[ModelVersion, ...]
     error: str | None
+    labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Output name -> its classification labels (``model_config.labels``)."""
 
 
 TEXT_PROTO_ERROR = "failed to read text proto from"
@@ -310,7 +313,7 @@ def load_model(
         loader.config.backend if loader.config else "",
         [v.version for v in versions],
     )
-    return RepositoryModel(name, directory, loader.config, versions, None)
+    return RepositoryModel(name, directory, loader.config, versions, None, loader.labels)
 
 
 class _ModelLoader:
@@ -329,6 +332,7 @@ class _ModelLoader:
         self.config_override = config_override
         self.directory = directory
         self.name = directory.name
+        self.labels: dict[str, tuple[str, ...]] = {}
         self.auto_complete = auto_complete
         self.default_max_batch_size = default_max_batch_size
         self.gpu_ids = gpu_ids
@@ -370,6 +374,7 @@ class _ModelLoader:
         validate_model_config(config)
         normalize_instance_group(config, self.gpu_ids)
         validate_instance_group(config, self.gpu_ids, self.min_compute_capability)
+        self.labels = read_labels(self.directory, config)
         return versions
 
     def _read_config(self) -> model_config_pb2.ModelConfig:

@@ -103,10 +103,6 @@ def _tensors(config: mc.ModelConfig) -> list[str]:
         if t.is_non_linear_format_io:
             out.append(f"input '{t.name}' is_non_linear_format_io (TensorRT only)")
     for o in config.output:
-        if o.label_filename:
-            out.append(
-                f"output '{o.name}' label_filename: the classification extension is not supported"
-            )
         if o.is_shape_tensor:
             out.append(f"output '{o.name}' is_shape_tensor (TensorRT only)")
         if o.is_non_linear_format_io:

@@ -465,7 +465,7 @@ class ModelControl:
                 del model.versions[v]
         model.versions.update(new)
         assert s.rm.config is not None
-        model.config = s.rm.config.SerializeToString()
+        model.config, model.labels = s.rm.config.SerializeToString(), s.rm.labels
         model.failed, model.failed_fingerprints = dict(cp.failed), dict(cp.failed_fingerprints)
         self._log_failures(model, start_errors)
         model.unloaded = False

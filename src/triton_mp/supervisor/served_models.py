@@ -33,6 +33,8 @@ class ServedModel:
     name: str
     config: bytes = b""
     """The effective config of the served versions (serialized ``ModelConfig``)."""
+    labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Output name -> classification labels of the served config (``label_filename``)."""
     versions: dict[int, ServedVersion] = field(default_factory=dict)
     failed: dict[int, str] = field(default_factory=dict)
     """Versions that failed to load -> why."""
@@ -74,4 +76,5 @@ class ServedModel:
             failed_versions=tuple(sorted(v for v in self.failed if v not in self.versions)),
             reason=reason, transition=transition, version_reasons=dict(self.failed),
             retired_versions=retired, unloading_versions=tuple(sorted(self.unloading)),
+            labels=self.labels,
         )  # fmt: skip

@@ -2,13 +2,14 @@
 
 Imported by ``frontend.validation``. An output asked for twice is returned once; none asked
 for means every output of the model; an output may be written into a client's registered
-shared memory (``shared_memory_*`` parameters). Classification (``classification``) is not
-supported yet. Messages follow core ``infer_request.cc`` and server ``infer_handler.cc``.
+shared memory (``shared_memory_*`` parameters); a ``classification`` output is answered as its
+top-k classes (``frontend.classification``, applied to the response). Messages follow core
+``infer_request.cc`` and server ``infer_handler.cc``.
 """
 
 from __future__ import annotations
 
-from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
+from triton_mp.common.errors import InvalidRequest
 from triton_mp.frontend.client_shm import SystemShmRegistry
 from triton_mp.frontend.model_table import Model
 from triton_mp.frontend.request import InferenceRequest
@@ -29,7 +30,7 @@ def read_outputs(
     Raises:
         InvalidRequest: an unknown output; a
             malformed shared-memory window.
-        TritonMPError: UNSUPPORTED for classification; as ``shm_window``.
+        TritonMPError: as ``shm_window``.
     """
     name = model.name
     outputs: list[str] = []
@@ -39,12 +40,6 @@ def read_outputs(
             continue  # NOTE: Triton returns an output requested twice once
         if o.name not in model.outputs:
             raise InvalidRequest(f"unexpected inference output '{o.name}' for model '{name}'")
-        if "classification" in o.parameters:
-            # NOTE: with shared memory it was refused before (``frontend_tensors``)
-            raise TritonMPError(
-                f"{rid}the classification extension is not supported yet (output '{o.name}')",
-                ErrorCode.UNSUPPORTED,
-            )
         if uses_shm(o.parameters):
             w = shm_window(shm, o.parameters, o.name)
             regions.append(OutputRegion(w.key, w.region_id, w.offset, w.byte_size, w.name))
