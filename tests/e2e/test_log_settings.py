@@ -192,3 +192,31 @@ def test_verbose_level_reaches_every_process(ours: ServerProcess) -> None:
     finally:
         client.update_log_settings(settings={"log_info": True})
         client.close()
+
+
+def test_start_up_flags_set_the_settings(repo: Path, tmp_path: Path) -> None:
+    """``--log-info=false --log-verbose=1``: answered as Triton answers them, and no INFO
+    line from any process; then info turned on at run time brings them back."""
+    flags = ("--log-info=false", "--log-verbose=1")
+    peer = start_triton(repo, tmp_path / "triton.log", *flags)
+    try:
+        theirs = requests.get(f"http://{peer.http_url}/v2/logging", timeout=10).json()
+    finally:
+        peer.stop()
+    server = ServerProcess(repo, tmp_path / "server.log", *flags)
+    try:
+        server.wait_live()
+        mine = requests.get(f"http://{server.http_url}/v2/logging", timeout=10).json()
+        assert mine == theirs
+        assert mine["log_info"] is False
+        client = server.client()
+        _infer(client, 1)
+        wait_for(lambda: bool(_lines(server.log(), "worker", "started:")), 10, "a debug line")
+        assert not [line for line in server.log().splitlines() if "[info" in line]
+        client.update_log_settings(settings={"log_info": True})
+        client.close()
+    finally:
+        server.stop()
+    # the shutdown lines (supervisor, scheduler, workers) are INFO again
+    roles = {r for r in ("supervisor", "scheduler", "worker") if _lines(server.log(), r, "[info")}
+    assert roles == {"supervisor", "scheduler", "worker"}

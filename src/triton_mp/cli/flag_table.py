@@ -351,9 +351,9 @@ FLAGS: tuple[Flag, ...] = (
         help="> 0: per-request and per-batch detail",
         group=G_LOG,
     ),
-    Flag("log-info", BOOL, unused=NOT_YET, quiet=(True,), help="info lines", group=G_LOG),
-    Flag("log-warning", BOOL, unused=NOT_YET, quiet=(True,), help="warnings", group=G_LOG),
-    Flag("log-error", BOOL, unused=NOT_YET, quiet=(True,), help="errors", group=G_LOG),
+    Flag("log-info", BOOL, "log_info", True, help="info lines", group=G_LOG),
+    Flag("log-warning", BOOL, "log_warning", True, help="warning lines", group=G_LOG),
+    Flag("log-error", BOOL, "log_error", True, help="error lines", group=G_LOG),
     Flag(
         "log-format",
         STR,

@@ -371,7 +371,13 @@ def start(argv: list[str], prog: str, *, repository_required: bool = False) -> i
         # NOTE: tritonserver exits on a failed load unless told not to; tools that launch
         # it by path get that default, `triton-mp start` keeps serving the other models.
         values["exit_on_error"] = repository_required
-    configure_logging("supervisor", "", values["log_verbose"], values["log_format"])  # type: ignore[arg-type]
+    configure_logging(
+        "supervisor",
+        "",
+        values["log_verbose"],  # type: ignore[arg-type]
+        values["log_format"],  # type: ignore[arg-type]
+        levels=(bool(values["log_info"]), bool(values["log_warning"]), bool(values["log_error"])),
+    )
     for line in parsed.warnings:
         log.warning("%s", line)
     try:

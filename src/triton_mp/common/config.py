@@ -141,6 +141,11 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     exit_timeout_s: Annotated[float, Meta(ge=0)] = 30.0
     log_verbose: Annotated[int, Meta(ge=0)] = 0
     log_format: Literal["console", "json"] = "console"
+    log_info: bool = True
+    """``--log-info``: INFO lines on (also ``log_warning``, ``log_error``; the logging
+    extension changes them at run time)."""
+    log_warning: bool = True
+    log_error: bool = True
     server_id_name: str = "triton"
     """``--id``: the name ServerMetadata reports."""
     auto_complete: bool = True

@@ -112,7 +112,12 @@ def apply_log_settings(settings: LogSettings) -> None:
 
 
 def configure_logging(
-    role: str, instance: str, verbose: int = 0, fmt: str = "console", model: str = ""
+    role: str,
+    instance: str,
+    verbose: int = 0,
+    fmt: str = "console",
+    model: str = "",
+    levels: tuple[bool, bool, bool] = (True, True, True),
 ) -> None:
     """Route this process's log records to stderr with role/model/instance/pid fields.
 
@@ -122,6 +127,7 @@ def configure_logging(
         verbose: ``--log-verbose``; > 0 enables DEBUG (per-request detail).
         fmt: ``console`` or ``json`` (``--log-format``).
         model: the model a worker serves, else "".
+        levels: ``--log-info``, ``--log-warning``, ``--log-error``: those lines on.
     """
     global _current
     _process.update(role=role, instance=instance, model=model)
@@ -130,8 +136,14 @@ def configure_logging(
     handler.addFilter(_LevelSwitch())
     root = logging.getLogger()
     root.handlers[:] = [handler]
+    info, warning, error = levels
     _current = msgspec.structs.replace(
-        _current, verbose=verbose, format="json" if fmt == "json" else "default"
+        _current,
+        verbose=verbose,
+        format="json" if fmt == "json" else "default",
+        info=info,
+        warning=warning,
+        error=error,
     )
     root.setLevel(_verbosity_level(verbose))
     # NOTE: grpc's and onnxruntime's own loggers are chatty at DEBUG.

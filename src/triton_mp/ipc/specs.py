@@ -277,6 +277,15 @@ class LogSpec(msgspec.Struct, frozen=True, array_like=True):
 
     verbose: int = 0
     format: Literal["console", "json"] = "console"
+    info: bool = True
+    """``--log-info`` (and ``--log-warning``, ``--log-error``): those lines on."""
+    warning: bool = True
+    error: bool = True
+
+    @property
+    def levels(self) -> tuple[bool, bool, bool]:
+        """(info, warning, error) for ``common.log.configure_logging``."""
+        return (self.info, self.warning, self.error)
 
 
 class SchedulerSpec(msgspec.Struct, frozen=True, kw_only=True):

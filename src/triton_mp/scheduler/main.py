@@ -170,7 +170,7 @@ def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
         The process exit status (0 after a Shutdown message).
     """
     spec: SchedulerSpec = Decoder(SchedulerSpec).decode(spec_bytes)
-    configure_logging("scheduler", "", spec.log.verbose, spec.log.format)
+    configure_logging("scheduler", "", spec.log.verbose, spec.log.format, levels=spec.log.levels)
     # NOTE: Ctrl-C reaches the whole process group; the supervisor orders the shutdown.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

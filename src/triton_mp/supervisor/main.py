@@ -95,7 +95,13 @@ class Supervisor:
         self.server_id = str(os.getpid())
         self.topology = Topology(self.server_id)
         self.wiring = Wiring(config, self.topology)
-        self._log = LogSpec(config.log_verbose, config.log_format)
+        self._log = LogSpec(
+            config.log_verbose,
+            config.log_format,
+            config.log_info,
+            config.log_warning,
+            config.log_error,
+        )
         self.children = ChildTable()
         self._scheduler_lock = threading.Lock()
         self._to_scheduler: Sender | None = None

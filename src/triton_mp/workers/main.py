@@ -86,9 +86,8 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
         The process exit status: 0 after Shutdown, 1 when the backend failed to load.
     """
     spec: WorkerSpec = Decoder(WorkerSpec).decode(spec_bytes)
-    configure_logging(
-        "worker", spec.instance.name, spec.log.verbose, spec.log.format, model=spec.model.model
-    )
+    lg, name = spec.log, spec.instance.name
+    configure_logging("worker", name, lg.verbose, lg.format, spec.model.model, lg.levels)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     inbox: Inbox[ToWorker] = Inbox(
