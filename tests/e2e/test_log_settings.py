@@ -12,7 +12,9 @@ settings; turned back off, those lines stop.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -220,3 +222,39 @@ def test_start_up_flags_set_the_settings(repo: Path, tmp_path: Path) -> None:
     # the shutdown lines (supervisor, scheduler, workers) are INFO again
     roles = {r for r in ("supervisor", "scheduler", "worker") if _lines(server.log(), r, "[info")}
     assert roles == {"supervisor", "scheduler", "worker"}
+
+
+def _worker_pids(log: str) -> set[str]:
+    return {
+        part[4:]
+        for line in _lines(log, "worker", "loading model")
+        for part in line.split()
+        if part.startswith("pid=")
+    }
+
+
+def test_a_restarted_worker_starts_with_the_clients_settings(repo: Path, tmp_path: Path) -> None:
+    """Info turned off by a client, then the worker killed: the supervisor starts the new
+    one with info off, so even its load lines (before the scheduler talks to it) are not
+    written; the per-batch lines of the verbose level the client set are."""
+    server = ServerProcess(repo, tmp_path / "server.log")
+    try:
+        server.wait_live()
+        client = server.client()
+        (old,) = _worker_pids(server.log())
+        client.update_log_settings(settings={"log_info": False, "log_verbose_level": 1})
+        os.kill(int(old), signal.SIGKILL)
+        start = len(_lines(server.log(), "worker", "started:"))
+
+        def served() -> bool:
+            try:
+                _infer(client, 1)
+            except grpcclient.InferenceServerException:
+                return False
+            return len(_lines(server.log(), "worker", "started:")) > start
+
+        wait_for(served, 60, "the restarted worker")
+        assert _worker_pids(server.log()) == {old}  # the new one wrote no INFO line
+        client.close()
+    finally:
+        server.stop()

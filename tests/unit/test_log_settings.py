@@ -22,6 +22,7 @@ from triton_mp.frontend.validation.log_settings import (
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.log_messages import LogSettingsUpdate
 from triton_mp.ipc.messages import ToScheduler, ToWorker
+from triton_mp.ipc.notify import Wakeup
 
 START = LogSettings()
 
@@ -183,4 +184,29 @@ def test_the_supervisor_logs_by_an_update_from_a_frontends_pipe() -> None:
     finally:
         link.close()
         theirs.close()
+        apply_log_settings(before)
+
+
+def test_a_respawned_childs_spec_carries_the_settings_in_force() -> None:
+    from triton_mp.ipc.codec import encode
+    from triton_mp.ipc.specs import ChannelSpec, InboxSpec, LogSpec, SchedulerSpec, with_current_log
+
+    before = common_log.current_log_settings()
+    wakeup = Wakeup("semaphore", "/w")
+    spec = SchedulerSpec(
+        models=(),
+        inbox=InboxSpec(wakeup, ("/r0",)),
+        to_workers={},
+        to_frontends={0: ChannelSpec("/r1", wakeup)},
+        log=LogSpec(),
+    )
+    data = encode(spec)
+    try:
+        apply_log_settings(LogSettings())
+        assert with_current_log("scheduler", data) == data  # unchanged: the same bytes
+        apply_log_settings(LogSettings(warning=False, verbose=2))
+        out = Decoder(SchedulerSpec).decode(with_current_log("scheduler", data))
+        assert out.log == LogSpec(2, "console", True, False, True)
+        assert out.to_frontends == spec.to_frontends
+    finally:
         apply_log_settings(before)

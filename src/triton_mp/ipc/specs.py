@@ -15,6 +15,7 @@ import msgspec
 # NOTE: ModelEntry crosses the control pipe too, so it lives with the control-pipe messages.
 from triton_mp.common.config import CacheConfig, RateLimitResource
 from triton_mp.common.gpus import Gpu
+from triton_mp.common.log import current_log_settings
 from triton_mp.common.trace_config import TraceConfig
 from triton_mp.ipc.control_messages import ModelEntry as ModelEntry
 from triton_mp.ipc.messages import BlsModel as BlsModel
@@ -288,6 +289,14 @@ class LogSpec(msgspec.Struct, frozen=True, array_like=True):
         return (self.info, self.warning, self.error)
 
 
+def current_log_spec() -> LogSpec:
+    """The ``LogSpec`` of a child started now: this process's settings (the supervisor's are
+    the start-up flags until a client changes them, then the client's: ``logging``)."""
+    s = current_log_settings()
+    fmt: Literal["console", "json"] = "json" if s.format == "json" else "console"
+    return LogSpec(s.verbose, fmt, s.info, s.warning, s.error)
+
+
 class SchedulerSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Everything the scheduler process needs."""
 
@@ -426,3 +435,20 @@ class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
     """``--http-header-forward-pattern``: HTTP headers forwarded as request parameters."""
     strict_readiness: bool = True
     """``--strict-readiness``: ServerReady needs every model ready."""
+
+
+_SPEC_TYPES: dict[str, type[FrontendSpec | SchedulerSpec | WorkerSpec]] = {
+    "frontend": FrontendSpec,
+    "scheduler": SchedulerSpec,
+    "worker": WorkerSpec,
+}
+
+
+def with_current_log(role: str, spec_bytes: bytes) -> bytes:
+    """A child's encoded spec with ``log`` set to ``current_log_spec()``: a process the
+    supervisor restarts after a client changed the log settings starts with them."""
+    now = current_log_spec()
+    spec = msgspec.msgpack.decode(spec_bytes, type=_SPEC_TYPES[role])
+    if spec.log == now:
+        return spec_bytes
+    return msgspec.msgpack.encode(msgspec.structs.replace(spec, log=now))

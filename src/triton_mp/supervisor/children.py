@@ -25,7 +25,7 @@ from multiprocessing.process import BaseProcess
 
 from triton_mp.ipc import encode
 from triton_mp.ipc.handshake import Ready, Role, StartFailed, read_handshake
-from triton_mp.ipc.specs import WorkerSpec
+from triton_mp.ipc.specs import WorkerSpec, with_current_log
 from triton_mp.supervisor.child_entry import child_main
 from triton_mp.supervisor.health import Health
 
@@ -170,7 +170,7 @@ class ChildTable:
                 child.role,
                 child.name,
                 os.getpid(),
-                child.spec_bytes,
+                with_current_log(child.role, child.spec_bytes),
                 send_end,
                 child.env,
                 heartbeat,

@@ -41,9 +41,9 @@ from triton_mp.ipc.specs import (
     BlsSpec,
     ChannelSpec,
     InboxSpec,
-    LogSpec,
     ModelVersionSpec,
     WorkerSpec,
+    current_log_spec,
 )
 from triton_mp.model_config.plan import ModelPlan
 from triton_mp.supervisor.bls_wiring import BlsAddPlan, bls_table, plan_bls_add, plan_bls_remove
@@ -102,7 +102,6 @@ class Instances:
         send_scheduler: pushes a message to the scheduler (thread-safe).
         scheduler_wakeup: the scheduler's inbox wake-up (workers' rings to it post it).
         frontend_wakeups: per frontend id, its inbox wake-up.
-        log_spec: the children's log settings.
     """
 
     def __init__(
@@ -114,7 +113,6 @@ class Instances:
         send_scheduler: Callable[[object], None],
         scheduler_wakeup: Wakeup,
         frontend_wakeups: dict[int, Wakeup],
-        log_spec: LogSpec,
         devices: Devices | None = None,
     ) -> None:
         self._cfg = config
@@ -126,7 +124,6 @@ class Instances:
         self._send = send_scheduler
         self._sched_wakeup = scheduler_wakeup
         self._fe_wakeups = frontend_wakeups
-        self._log = log_spec
         self._wired: dict[int, _Wired] = {}
         """Every started instance whose objects still exist, by instance id."""
         self._bls_table: dict[str, BlsModel] = {}
@@ -172,7 +169,7 @@ class Instances:
                     arena_prefix=self._top.worker_arenas(iid),
                     arena_bytes=self._cfg.output_arena_bytes,
                     arena_budget_bytes=self._cfg.arena_budget_bytes,
-                    log=self._log,
+                    log=current_log_spec(),
                     bls=bls.clients.get(iid),
                 )
                 env = worker_env(w.kind, w.gpu_id, self._devices)

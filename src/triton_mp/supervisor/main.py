@@ -30,9 +30,9 @@ from triton_mp.ipc.specs import (
     FrontendSpec,
     GrpcTls,
     InboxSpec,
-    LogSpec,
     MetricsSpec,
     SchedulerSpec,
+    current_log_spec,
 )
 from triton_mp.ipc.topology import Topology
 from triton_mp.supervisor.children import Child, ChildTable
@@ -95,13 +95,6 @@ class Supervisor:
         self.server_id = str(os.getpid())
         self.topology = Topology(self.server_id)
         self.wiring = Wiring(config, self.topology)
-        self._log = LogSpec(
-            config.log_verbose,
-            config.log_format,
-            config.log_info,
-            config.log_warning,
-            config.log_error,
-        )
         self.children = ChildTable()
         self._scheduler_lock = threading.Lock()
         self._to_scheduler: Sender | None = None
@@ -177,7 +170,6 @@ class Supervisor:
             self.send_scheduler,
             channels.scheduler_wakeup,
             channels.frontend_wakeups,
-            self._log,
             self.devices,
         )
         self.models = ModelControl(
@@ -240,7 +232,7 @@ class Supervisor:
             ),
             to_workers={},
             to_frontends=channels.scheduler_to_frontends,
-            log=self._log,
+            log=current_log_spec(),
             rate_limit=self.config.rate_limit == "execution_count",
             rate_limit_resources=self.config.rate_limit_resources,
         )
@@ -300,7 +292,7 @@ class Supervisor:
             strict_readiness=cfg.strict_readiness,
             grpc_restricted=cfg.grpc_restricted,
             http_restricted=cfg.http_restricted,
-            log=self._log,
+            log=current_log_spec(),
             # NOTE: Triton has one metrics endpoint; frontend 0 serves it for the server.
             metrics=MetricsSpec(
                 address=self._metrics_address,
