@@ -197,9 +197,10 @@ def test_verbose_level_reaches_every_process(ours: ServerProcess) -> None:
 
 
 def test_start_up_flags_set_the_settings(repo: Path, tmp_path: Path) -> None:
-    """``--log-info=false --log-verbose=1``: answered as Triton answers them, and no INFO
-    line from any process; then info turned on at run time brings them back."""
-    flags = ("--log-info=false", "--log-verbose=1")
+    """``--log-info=false --log-verbose=1 --log-format=ISO8601``: answered as Triton answers
+    them, and no INFO line from any process; then info turned on at run time brings them
+    back."""
+    flags = ("--log-info=false", "--log-verbose=1", "--log-format=ISO8601")
     peer = start_triton(repo, tmp_path / "triton.log", *flags)
     try:
         theirs = requests.get(f"http://{peer.http_url}/v2/logging", timeout=10).json()

@@ -308,7 +308,9 @@ def config_from_flags(values: dict[str, object]) -> ServerConfig:
     namespace = argparse.Namespace(**values)
     trace = trace_config_from_args(namespace)
     fields = {k: v for k, v in values.items() if k not in _RESHAPED and v is not None}
-    fields["log_format"] = "json" if values["log_format"] == "json" else "console"
+    fields["log_format"] = (
+        values["log_format"] if values["log_format"] in ("json", "ISO8601") else "console"
+    )
     try:
         return msgspec.convert(
             {

@@ -140,7 +140,9 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """``--repository-poll-secs``: how often poll mode rescans the repository."""
     exit_timeout_s: Annotated[float, Meta(ge=0)] = 30.0
     log_verbose: Annotated[int, Meta(ge=0)] = 0
-    log_format: Literal["console", "json"] = "console"
+    log_format: Literal["console", "json", "ISO8601"] = "console"
+    """``--log-format``: ``ISO8601`` and ``console`` (also ``default``) both write console text;
+    the logging extension answers ``ISO8601`` or ``default`` as Triton does."""
     log_info: bool = True
     """``--log-info``: INFO lines on (also ``log_warning``, ``log_error``; the logging
     extension changes them at run time)."""

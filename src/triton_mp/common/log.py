@@ -140,7 +140,7 @@ def configure_logging(
     _current = msgspec.structs.replace(
         _current,
         verbose=verbose,
-        format="json" if fmt == "json" else "default",
+        format=fmt if fmt in ("json", "ISO8601") else "default",
         info=info,
         warning=warning,
         error=error,

@@ -277,7 +277,7 @@ class LogSpec(msgspec.Struct, frozen=True, array_like=True):
     """Logging settings every child applies."""
 
     verbose: int = 0
-    format: Literal["console", "json"] = "console"
+    format: Literal["console", "json", "ISO8601"] = "console"
     info: bool = True
     """``--log-info`` (and ``--log-warning``, ``--log-error``): those lines on."""
     warning: bool = True
@@ -293,7 +293,9 @@ def current_log_spec() -> LogSpec:
     """The ``LogSpec`` of a child started now: this process's settings (the supervisor's are
     the start-up flags until a client changes them, then the client's: ``logging``)."""
     s = current_log_settings()
-    fmt: Literal["console", "json"] = "json" if s.format == "json" else "console"
+    fmt: Literal["console", "json", "ISO8601"] = (
+        s.format if s.format in ("json", "ISO8601") else "console"
+    )
     return LogSpec(s.verbose, fmt, s.info, s.warning, s.error)
 
 
