@@ -10,6 +10,7 @@ or Triton does not come up.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 import urllib.request
@@ -23,6 +24,18 @@ PEERS_ENV = Path(os.environ.get("PEERS_ENV", REPO_ROOT / ".peers" / "peers.env")
 """The env file ``bench/peers/install-peers.sh`` writes (the real Triton 2.51)."""
 
 _INSTALL = "run: bash bench/peers/install-peers.sh .peers"
+
+_STUB_REGION = re.compile(r"/dev/shm/triton_python_backend_shm_region_[0-9a-f-]+")
+"""The shared memory the python backend creates for each stub (one per model instance)."""
+
+
+def _mapped_stub_regions(pid: int) -> set[str]:
+    """The python-backend regions process ``pid`` maps now (none once it is gone)."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return set()
+    return set(_STUB_REGION.findall(maps))
 
 
 def _sourced() -> dict[str, str] | None:
@@ -69,6 +82,8 @@ class RealTriton:
         self.url = f"127.0.0.1:{self.grpc_port}"
         self.http_url = f"127.0.0.1:{self.http_port}"
         self.log_path = log_path
+        self._regions: set[str] = set()
+        """The python backend's /dev/shm regions seen mapped by this server (``stop``)."""
         # NOTE: the stub's env first on PATH: the python models' interpreter finds numpy there.
         run_env = {**os.environ, **env}
         run_env["PATH"] = f"{env['TRITON_STUB_ENV']}/bin:{os.environ.get('PATH', '')}"
@@ -102,6 +117,7 @@ class RealTriton:
             RuntimeError: it exited or did not come up in time (with its log).
         """
         wait_grpc_live(self.url, self.proc, self.log, timeout_s, "tritonserver")
+        self._regions |= _mapped_stub_regions(self.proc.pid)
 
     def wait_ready_or_skip(self, timeout_s: float = 120.0) -> None:
         """Wait until ``/v2/health/ready`` answers 200; skip the calling test (after stopping
@@ -112,6 +128,7 @@ class RealTriton:
                 pytest.skip(f"the real Triton exited during start-up: {self.log()[-800:]}")
             try:
                 urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=1)
+                self._regions |= _mapped_stub_regions(self.proc.pid)
                 return
             except OSError:
                 time.sleep(0.2)
@@ -119,7 +136,10 @@ class RealTriton:
         pytest.skip(f"the real Triton was not ready after {timeout_s:.0f} s: {self.log()[-800:]}")
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 30 s."""
+        """SIGTERM, then SIGKILL after 30 s; then unlink the python backend's regions this
+        server mapped (seen when it came up and now), which a Triton that died or was killed
+        leaves in /dev/shm."""
+        self._regions |= _mapped_stub_regions(self.proc.pid)
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -127,6 +147,9 @@ class RealTriton:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
+        for path in self._regions:
+            Path(path).unlink(missing_ok=True)
+        self._regions.clear()
 
 
 def start_triton(repository: Path, log_path: Path, *flags: str) -> RealTriton:
