@@ -52,24 +52,20 @@ Headers = Sequence[tuple[str, str]]
 """Forwarded headers: (name, value) in arrival order."""
 
 
-def _compile(pattern: str) -> Any:
+def _compile(pattern: str) -> tuple[Any, str]:
+    """``pattern`` compiled by RE2, and "" ; or None and why RE2 refuses it."""
     import re2  # noqa: PLC0415 - loaded only when a forward pattern is given
 
-    return re2.compile(pattern)
+    try:
+        return re2.compile(pattern), ""
+    except re2.error as e:
+        why = e.args[0] if e.args else e
+        return None, why.decode(errors="replace") if isinstance(why, bytes) else str(why)
 
 
 def pattern_error(pattern: str) -> str:
     """Why RE2 cannot compile ``pattern`` ("" when it can, or it is empty)."""
-    if not pattern:
-        return ""
-    import re2  # noqa: PLC0415 - loaded only when a forward pattern is given
-
-    try:
-        _compile(pattern)
-    except re2.error as e:
-        why = e.args[0] if e.args else e
-        return why.decode(errors="replace") if isinstance(why, bytes) else str(why)
-    return ""
+    return _compile(pattern)[1] if pattern else ""
 
 
 def _as_c_string(value: str | bytes) -> str:
@@ -92,7 +88,7 @@ class HeaderForward:
     __slots__ = ("_regex",)
 
     def __init__(self, pattern: str = "") -> None:
-        self._regex = _compile(pattern) if pattern and not pattern_error(pattern) else None
+        self._regex = _compile(pattern)[0] if pattern else None
 
     @property
     def active(self) -> bool:

@@ -116,7 +116,7 @@ class InferResult:
         if ref.segment == _LOCAL:
             return memoryview(self._local[ref.name])
         self._pending.copied_bytes["out"] += ref.nbytes
-        return memoryview(self._cache.get(ref.segment).buf)[ref.offset : ref.offset + ref.nbytes]
+        return self._bytes(ref)
 
     def data(self, ref: TensorRef) -> bytes:
         """A copy of one output's bytes (``b""`` for an output in the client's shared

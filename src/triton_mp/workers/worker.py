@@ -419,16 +419,15 @@ class Worker:
                 )
             for i, res in zip(runnable, ran, strict=True):
                 results[i] = res
-        except TritonMPError as exc:
-            # NOTE: the backend's own words and status (e.g. "PyTorch execute failure: ...",
-            # "onnx runtime error 2: ..."), as Triton's backends answer every request.
-            log.debug("batch %d failed: %s", batch.batch_id, exc.message)
-            info = ErrorInfo(exc.code, exc.message, self._origin)
-            for i in runnable:
-                results[i] = info
         except Exception as exc:  # noqa: BLE001 - one failed batch must not stop the worker
-            log.exception("batch %d failed", batch.batch_id)
-            info = ErrorInfo(ErrorCode.INTERNAL, flatten_exception(exc), self._origin)
+            if isinstance(exc, TritonMPError):
+                # NOTE: the backend's own words and status (e.g. "PyTorch execute failure:
+                # ...", "onnx runtime error 2: ..."), as Triton's backends answer each request.
+                log.debug("batch %d failed: %s", batch.batch_id, exc.message)
+                info = ErrorInfo(exc.code, exc.message, self._origin)
+            else:
+                log.exception("batch %d failed", batch.batch_id)
+                info = ErrorInfo(ErrorCode.INTERNAL, flatten_exception(exc), self._origin)
             for i in runnable:
                 results[i] = info
         return results, t_input, t_infer

@@ -150,14 +150,14 @@ _ORT_STATUS = re.compile(r"\[ONNXRuntimeError\] : (\d+) : \w+ : (.*)", re.DOTALL
 """How onnxruntime's Python binding renders an ``OrtStatus``: code, code name, message."""
 
 
-def ort_run_error(exc: BaseException) -> Exception:
+def ort_run_error(exc: Exception) -> Exception:
     """A failed ``InferenceSession.run`` as Triton's onnxruntime backend words it:
     INTERNAL "onnx runtime error <code>: <message>" (``RETURN_IF_ORT_ERROR``, with the
     ``OrtErrorCode`` and ``GetErrorMessage`` of the status). Anything that is not an
     ``OrtStatus`` comes back as it is."""
     m = _ORT_STATUS.fullmatch(str(exc))
     if m is None:
-        return exc if isinstance(exc, Exception) else RuntimeError(str(exc))
+        return exc
     return TritonMPError(f"onnx runtime error {m.group(1)}: {m.group(2)}", ErrorCode.INTERNAL)
 
 
