@@ -426,3 +426,22 @@ def test_a_window_mmap_refuses_gets_tritons_words(clients: dict[str, Client], ov
             f"failed to register shared memory region 'c': {bad}",
         ), side
         assert c.regions() == ["aligned"], side
+
+
+@pytest.mark.parametrize("over", ["grpc", "http"])
+def test_a_key_without_its_slash_is_echoed_as_given_and_serves(
+    clients: dict[str, Client], over: str
+) -> None:
+    for side, c in clients.items():
+        c.grpc.unregister_system_shared_memory()
+        key = c.handles[0][1]
+        client = c.grpc if over == "grpc" else c.http
+        client.register_system_shared_memory("in", key.lstrip("/"), REGION_BYTES)
+        client.register_system_shared_memory("out", c.handles[1][1], REGION_BYTES)
+        if over == "grpc":
+            status = c.grpc.get_system_shared_memory_status("in", as_json=True)["regions"]["in"]
+        else:
+            (status,) = c.http.get_system_shared_memory_status("in")
+        assert status["key"] == key.lstrip("/"), side
+        assert c.infer(8, http=over == "http") == ("OK", ""), side
+        assert c.output()[:8] == [float(2 * v) for v in range(8)], side

@@ -142,3 +142,15 @@ def test_the_sink_releases_on_the_final_answer_before_handing_it_on(
     for a in answers:
         sink(a)  # type: ignore[arg-type]
     assert [n for _, n in seen] == list(itertools.accumulate(releases))
+
+
+def test_a_key_without_its_slash_is_kept_as_given_and_opens_the_same_object(key: str) -> None:
+    # NOTE: Triton's shared-memory manager keeps shm_key as registered and status echoes it;
+    # glibc's shm_open strips the leading slashes, so both spellings name one object.
+    registry = SystemShmRegistry(0)
+    bare = registry.register("bare", key.lstrip("/"), 0, 256)
+    slashed = registry.register("slashed", key, 0, 256)
+    assert [r.key for r in registry.status("")] == [key.lstrip("/"), key]
+    assert bare.object_name == slashed.object_name == key
+    window = registry.window("bare", 0, 256)
+    assert window.object_name == key

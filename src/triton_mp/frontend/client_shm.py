@@ -53,7 +53,9 @@ class Region:
 
     Attributes:
         name: the name clients use in tensor parameters.
-        key: the POSIX shared-memory object name (``/something``).
+        key: the POSIX shared-memory object's name as the client registered it (with or
+            without the leading slash; SystemSharedMemoryStatus echoes it so, as Triton's
+            shared-memory manager keeps ``shm_key``).
         offset: start of the region within the object, in bytes.
         byte_size: length of the region in bytes.
         region_id: server-wide unique id of this registration.
@@ -64,6 +66,12 @@ class Region:
     offset: int
     byte_size: int
     region_id: int
+
+    @property
+    def object_name(self) -> str:
+        """``key`` as ``shm_open`` names the object: one leading slash (glibc strips any
+        number of them, so ``x`` and ``/x`` are the same object)."""
+        return "/" + self.key.lstrip("/")
 
 
 class SystemShmRegistry:
@@ -112,7 +120,7 @@ class SystemShmRegistry:
                 f"shared memory region '{name}' already in manager", ErrorCode.ALREADY_EXISTS
             )
         try:
-            obj = posix_ipc.SharedMemory(key if key.startswith("/") else "/" + key, read_only=True)
+            obj = posix_ipc.SharedMemory("/" + key.lstrip("/"), read_only=True)
         except (posix_ipc.ExistentialError, posix_ipc.PermissionsError, ValueError):
             # NOTE: server shared_memory_manager.cc OpenSharedMemoryRegion: INTERNAL, the key.
             raise TritonMPError(
@@ -138,13 +146,7 @@ class SystemShmRegistry:
                 f"failed to register shared memory region '{name}': unable to process "
                 "address spaceInvalid argument"
             )
-        region = Region(
-            name,
-            key if key.startswith("/") else "/" + key,
-            offset,
-            byte_size,
-            next(self._ids) * 256 + self._frontend_id,
-        )
+        region = Region(name, key, offset, byte_size, next(self._ids) * 256 + self._frontend_id)
         self._regions[name] = region
         return region
 

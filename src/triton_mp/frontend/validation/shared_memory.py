@@ -117,4 +117,4 @@ def shm_window(shm: SystemShmRegistry | None, params: Parameters, tensor: str) -
     if shm is None:
         raise TritonMPError(f"Unable to find shared memory region: '{name}'", ErrorCode.NOT_FOUND)
     region = shm.window(name, offset, byte_size)
-    return ShmWindow(name, region.key, region.region_id, region.offset + offset, byte_size)
+    return ShmWindow(name, region.object_name, region.region_id, region.offset + offset, byte_size)
