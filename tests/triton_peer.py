@@ -106,6 +106,12 @@ class RealTriton:
                 env=run_env,
             )
 
+    def __enter__(self) -> RealTriton:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
     def log(self) -> str:
         """Everything tritonserver printed so far."""
         return self.log_path.read_text(errors="replace")
@@ -154,7 +160,8 @@ class RealTriton:
 
 def start_triton(repository: Path, log_path: Path, *flags: str) -> RealTriton:
     """Start tritonserver on ``repository`` with ``flags`` and wait until it is ready; skips
-    the test when it cannot run here."""
+    the test when it cannot run here. ``with start_triton(...) as peer:`` stops it (by PID)
+    when the block ends."""
     env = require_peers()
     caches = Path(env["TRITON_BACKENDS"]).parent / "caches"
     peer = RealTriton(

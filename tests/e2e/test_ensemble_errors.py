@@ -215,11 +215,8 @@ def test_a_deadline_and_a_cancel_reach_the_steps(
 
 
 def test_the_real_triton_side_by_side(repo: Path, tmp_path: Path) -> None:
-    peer = start_triton(repo, tmp_path / "triton.log")
-    try:
+    with start_triton(repo, tmp_path / "triton.log") as peer:
         seen = _scenario(peer.url)
-    finally:
-        peer.stop()
     counts = seen.pop("counts")
     # NOTE: pinned differences with Triton 2.51: its python backend lets a model answer
     # without a requested output and its ensemble then calls the next step without that

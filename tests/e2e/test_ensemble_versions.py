@@ -103,8 +103,5 @@ def test_an_omitted_step_version_is_version_0_as_in_triton(
 
 
 def test_the_real_triton_does_the_same(repo: Path, tmp_path: Path) -> None:
-    peer = start_triton(repo, tmp_path / "triton.log", "--model-control-mode=explicit")
-    try:
+    with start_triton(repo, tmp_path / "triton.log", "--model-control-mode=explicit") as peer:
         assert _scenario(peer.url) == EXPECTED, peer.log()[-2000:]
-    finally:
-        peer.stop()

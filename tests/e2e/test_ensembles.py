@@ -297,12 +297,9 @@ def test_an_ensemble_that_does_not_fit_its_models_fails_to_load_with_triton_s_me
 @pytest.fixture(scope="module")
 def triton_url(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The real Triton (python backend) on the same repository, or a skip."""
-    peer = start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log")
-    try:
+    with start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log") as peer:
         _wait_ready(peer.url, COMPOSING + ENSEMBLES)
         yield peer.url
-    finally:
-        peer.stop()
 
 
 def _scenario(url: str) -> tuple[list[object], dict[str, tuple[int, int]]]:

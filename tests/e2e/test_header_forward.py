@@ -75,11 +75,8 @@ def ours(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
 
 @pytest.fixture(scope="module")
 def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    peer = start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log", *FLAGS)
-    try:
+    with start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log", *FLAGS) as peer:
         yield peer.url, peer.http_url
-    finally:
-        peer.stop()
 
 
 def _in(module: object) -> object:

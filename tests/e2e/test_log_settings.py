@@ -74,11 +74,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """The real tritonserver 2.51: (http, grpc) addresses."""
-    peer = start_triton(repo, tmp_path_factory.mktemp("triton_log") / "triton.log")
-    try:
+    with start_triton(repo, tmp_path_factory.mktemp("triton_log") / "triton.log") as peer:
         yield peer.http_url, peer.url
-    finally:
-        peer.stop()
 
 
 @pytest.fixture(scope="module")
@@ -201,11 +198,8 @@ def test_start_up_flags_set_the_settings(repo: Path, tmp_path: Path) -> None:
     them, and no INFO line from any process; then info turned on at run time brings them
     back."""
     flags = ("--log-info=false", "--log-verbose=1", "--log-format=ISO8601")
-    peer = start_triton(repo, tmp_path / "triton.log", *flags)
-    try:
+    with start_triton(repo, tmp_path / "triton.log", *flags) as peer:
         theirs = requests.get(f"http://{peer.http_url}/v2/logging", timeout=10).json()
-    finally:
-        peer.stop()
     server = ServerProcess(repo, tmp_path / "server.log", *flags)
     try:
         server.wait_live()

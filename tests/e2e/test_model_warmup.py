@@ -352,11 +352,8 @@ def triton(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tup
     work = root / "triton"
     work.mkdir()
     log = tmp_path_factory.mktemp("triton") / "triton.log"
-    peer = start_triton(_repository(work), log, "--model-control-mode=explicit")
-    try:
+    with start_triton(_repository(work), log, "--model-control-mode=explicit") as peer:
         yield peer.url, peer.http_url
-    finally:
-        peer.stop()
 
 
 def test_the_real_triton_warms_up_the_same_way(root: Path, triton: tuple[str, str]) -> None:

@@ -58,11 +58,8 @@ def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
 @pytest.fixture(scope="module")
 def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """The real Triton on the same repository: (gRPC url, HTTP url), or a skip."""
-    peer = start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log")
-    try:
+    with start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log") as peer:
         yield peer.url, peer.http_url
-    finally:
-        peer.stop()
 
 
 def _urls(server: ServerProcess, request: pytest.FixtureRequest, which: str) -> tuple[str, str]:

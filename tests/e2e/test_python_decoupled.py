@@ -157,11 +157,8 @@ def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
 @pytest.fixture(scope="module")
 def triton_url(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The real Triton (python backend) on the same repository, or a skip."""
-    peer = start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log")
-    try:
+    with start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log") as peer:
         yield peer.url
-    finally:
-        peer.stop()
 
 
 def _repeat_inputs(values: list[int], delays: list[int], wait: int) -> list[grpcclient.InferInput]:

@@ -65,11 +65,8 @@ def ours(ours_repo: Path, logs: Path) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory: pytest.TempPathFactory, logs: Path) -> Iterator[str]:
     repo = _repo(tmp_path_factory.mktemp("triton") / "repo")
-    peer = start_triton(repo, logs / "triton.log", *EXPLICIT)
-    try:
+    with start_triton(repo, logs / "triton.log", *EXPLICIT) as peer:
         yield peer.url
-    finally:
-        peer.stop()
 
 
 def _url(which: str, request: pytest.FixtureRequest) -> str:

@@ -56,11 +56,8 @@ def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
 
 @pytest.fixture(scope="module")
 def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    peer = start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log")
-    try:
+    with start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log") as peer:
         yield peer.url, peer.http_url
-    finally:
-        peer.stop()
 
 
 def _urls(which: str, server: ServerProcess, request: pytest.FixtureRequest) -> tuple[str, str]:

@@ -99,11 +99,8 @@ def server(
     for name, limiter in MODELS.items():
         write_python_model(repo, name, _config(limiter), SOURCE)
     if request.param == "triton":
-        peer = start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log", *FLAGS)
-        try:
+        with start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log", *FLAGS) as peer:
             yield Endpoint("triton", peer.url, repo)
-        finally:
-            peer.stop()
         return
     with server_factory(tmp_path_factory.mktemp("logs")) as start:
         yield Endpoint("triton-mp", start(repo, *FLAGS).url, repo)

@@ -102,11 +102,8 @@ def ours(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
 
 @pytest.fixture(scope="module")
 def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    peer = start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log")
-    try:
+    with start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log") as peer:
         yield peer.url, peer.http_url
-    finally:
-        peer.stop()
 
 
 def _inputs(module: object, names: tuple[str, ...], batched: bool) -> list[object]:

@@ -92,11 +92,8 @@ def server(
     repo = _repository(tmp_path_factory.mktemp("cache"))
     flags = (f"--cache-config=local,size={CACHE_BYTES}",)
     if request.param == "triton":
-        peer = start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log", *flags)
-        try:
+        with start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log", *flags) as peer:
             yield Endpoint("triton", peer.url, peer.http_url, peer.metrics_port)
-        finally:
-            peer.stop()
         return
     with server_factory(tmp_path_factory.mktemp("logs")) as start:
         s = start(repo, *flags, "--frontend-processes=2")

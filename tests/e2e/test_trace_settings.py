@@ -93,11 +93,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """The real tritonserver 2.51 with the same trace flags: (http, grpc) addresses."""
     tmp = tmp_path_factory.mktemp("triton_trace")
-    peer = start_triton(repo, tmp / "triton.log", *_flags(tmp / "trace.json"))
-    try:
+    with start_triton(repo, tmp / "triton.log", *_flags(tmp / "trace.json")) as peer:
         yield peer.http_url, peer.url
-    finally:
-        peer.stop()
 
 
 @pytest.fixture(scope="module")
