@@ -253,3 +253,47 @@ def test_a_restarted_worker_starts_with_the_clients_settings(repo: Path, tmp_pat
         client.close()
     finally:
         server.stop()
+
+
+def test_log_file_takes_every_process_log_as_tritons_does(repo: Path, tmp_path: Path) -> None:
+    """``--log-file``: ``log_file`` answers the path, as 2.51 does, and the lines of every
+    process (supervisor, frontend, scheduler, worker) go to the end of that file, not to the
+    console; a file that cannot be opened leaves the log on the console and ``log_file`` ""
+    (2.51: the same, silently; we warn once)."""
+    theirs = {}
+    for case, path in (("file", tmp_path / "triton_file.log"), ("bad", tmp_path / "no/dir.log")):
+        with start_triton(repo, tmp_path / f"triton_{case}.log", f"--log-file={path}") as peer:
+            theirs[case] = requests.get(f"http://{peer.http_url}/v2/logging", timeout=10).json()
+    assert theirs["file"]["log_file"] == str(tmp_path / "triton_file.log")
+    assert theirs["bad"]["log_file"] == ""
+
+    target = tmp_path / "ours_file.log"
+    target.write_text("a line from before\n")  # appended to, as std::ios::app
+    server = ServerProcess(
+        repo, tmp_path / "console.log", f"--log-file={target}", "--log-verbose", "1"
+    )
+    try:
+        server.wait_live()
+        mine = requests.get(f"http://{server.http_url}/v2/logging", timeout=10).json()
+        assert mine == {**theirs["file"], "log_verbose_level": 1, "log_file": str(target)}
+        client = server.client()
+        _infer(client, 1)
+        client.close()
+        wait_for(lambda: bool(_lines(target.read_text(), "worker", "started:")), 10, "a line")
+    finally:
+        server.stop()
+    text = target.read_text()
+    assert text.startswith("a line from before\n")
+    for role in ("supervisor", "frontend", "scheduler", "worker"):
+        assert _lines(text, role, "["), role
+        assert not _lines(server.log(), role, "["), role
+
+    bad = ServerProcess(repo, tmp_path / "bad_console.log", f"--log-file={tmp_path}/no/dir.log")
+    try:
+        bad.wait_live()
+        mine = requests.get(f"http://{bad.http_url}/v2/logging", timeout=10).json()
+        assert mine == theirs["bad"]
+    finally:
+        bad.stop()
+    assert "failed to open log file" in bad.log()
+    assert _lines(bad.log(), "scheduler", "[info")

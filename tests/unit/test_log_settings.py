@@ -5,7 +5,10 @@ partly bad request leaves in force, and what the level switch lets through."""
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -210,3 +213,40 @@ def test_a_respawned_childs_spec_carries_the_settings_in_force() -> None:
         assert out.to_frontends == spec.to_frontends
     finally:
         apply_log_settings(before)
+
+
+def test_log_to_file_points_stderr_at_the_end_of_the_file(tmp_path: Path) -> None:
+    target = tmp_path / "server.log"
+    target.write_text("kept\n")
+    saved = os.dup(2)
+    try:
+        assert common_log.log_to_file(str(target)) == ""
+        os.write(2, b"to the file\n")
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+    assert target.read_text() == "kept\nto the file\n"
+
+
+def test_log_to_file_that_cannot_open_leaves_stderr_and_says_why(tmp_path: Path) -> None:
+    before = os.fstat(2)
+    assert common_log.log_to_file(str(tmp_path / "no" / "dir.log")) == "No such file or directory"
+    after = os.fstat(2)
+    assert (before.st_dev, before.st_ino) == (after.st_dev, after.st_ino)
+
+
+def test_the_log_file_flag_is_acted_on_and_reported() -> None:
+    from triton_mp.cli.flag_table import FLAGS
+    from triton_mp.cli.flags import parse
+    from triton_mp.ipc.specs import LogSpec, current_log_spec
+
+    parsed = parse(["--log-file", "/var/log/t.log"], FLAGS)
+    assert parsed.values["log_file"] == "/var/log/t.log"
+    assert not [w for w in parsed.warnings if "log-file" in w]
+    common_log.configure_logging("frontend", "0", file="/var/log/t.log")
+    try:
+        assert common_log.current_log_settings().file == "/var/log/t.log"
+        assert current_log_spec() == LogSpec(file="/var/log/t.log")
+    finally:
+        common_log.configure_logging("frontend", "0")

@@ -363,7 +363,7 @@ FLAGS: tuple[Flag, ...] = (
         help="default or ISO8601 (both: console lines with ISO 8601 times), or json",
         group=G_LOG,
     ),
-    Flag("log-file", STR, unused=NOT_YET, help="write the log to this file", group=G_LOG),
+    Flag("log-file", STR, "log_file", "", help="log to the end of this file", group=G_LOG),
     # ----------------------------------------------------------- cloud endpoints
     Flag("allow-sagemaker", BOOL, unused=NO_SAGEMAKER, quiet=(False,), group=G_CLOUD),
     Flag("sagemaker-port", INT, unused=NO_SAGEMAKER, group=G_CLOUD),

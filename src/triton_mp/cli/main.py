@@ -25,7 +25,7 @@ from triton_mp.cli.serving_flags import cache_and_rate_limit
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import TritonMPError
 from triton_mp.common.host_policy import add_host_policy
-from triton_mp.common.log import configure_logging
+from triton_mp.common.log import configure_logging, log_to_file
 from triton_mp.common.trace_config import DeprecatedTraceFlags, TraceConfig, parse_trace_flags
 from triton_mp.frontend.header_forward import CASE_INSENSITIVE, pattern_error
 from triton_mp.frontend.restricted import parse_restrictions
@@ -227,6 +227,7 @@ _RESHAPED = frozenset(
         "rate_limit_resource",
         "host_policy",
         "trace_config",
+        "log_file",
         "trace_file",
         "trace_level",
         "trace_rate",
@@ -373,13 +374,23 @@ def start(argv: list[str], prog: str, *, repository_required: bool = False) -> i
         # NOTE: tritonserver exits on a failed load unless told not to; tools that launch
         # it by path get that default, `triton-mp start` keeps serving the other models.
         values["exit_on_error"] = repository_required
+    log_file = str(values["log_file"] or "")
+    # NOTE: stderr is pointed at the file before any child starts, so all of them log there.
+    log_file_failed = log_to_file(log_file) if log_file else ""
     configure_logging(
         "supervisor",
         "",
         values["log_verbose"],  # type: ignore[arg-type]
         values["log_format"],  # type: ignore[arg-type]
         levels=(bool(values["log_info"]), bool(values["log_warning"]), bool(values["log_error"])),
+        file="" if log_file_failed else log_file,
     )
+    if log_file_failed:
+        # NOTE: tritonserver ignores the failure silently (main.cc drops SetLogFile's error)
+        # and logs to the console; we say so once.
+        log.warning(
+            "failed to open log file '%s': %s; logging to stderr", log_file, log_file_failed
+        )
     for line in parsed.warnings:
         log.warning("%s", line)
     try:

@@ -69,7 +69,7 @@ class LogSettings(msgspec.Struct, frozen=True):
     format: str = "default"
     """``default`` / ``ISO8601`` (console text) or ``json``."""
     file: str = ""
-    """``log_file``: always "" (the log goes to stderr)."""
+    """``log_file``: the file every process logs to (``--log-file``), or "" for stderr."""
 
 
 _current = LogSettings()
@@ -118,6 +118,7 @@ def configure_logging(
     fmt: str = "console",
     model: str = "",
     levels: tuple[bool, bool, bool] = (True, True, True),
+    file: str = "",
 ) -> None:
     """Route this process's log records to stderr with role/model/instance/pid fields.
 
@@ -128,6 +129,7 @@ def configure_logging(
         fmt: ``console`` or ``json`` (``--log-format``).
         model: the model a worker serves, else "".
         levels: ``--log-info``, ``--log-warning``, ``--log-error``: those lines on.
+        file: ``--log-file`` in force (``log_to_file`` pointed stderr at it), or "".
     """
     global _current
     _process.update(role=role, instance=instance, model=model)
@@ -144,10 +146,32 @@ def configure_logging(
         info=info,
         warning=warning,
         error=error,
+        file=file,
     )
     root.setLevel(_verbosity_level(verbose))
     # NOTE: grpc's and onnxruntime's own loggers are chatty at DEBUG.
     logging.getLogger("grpc").setLevel(logging.WARNING)
+
+
+def log_to_file(path: str) -> str:
+    """Send this process's stderr, and so every child's log (they inherit it), to the end of
+    ``path``: Triton's ``--log-file`` (common ``Logger::SetLogFile``: appended to, created if
+    missing). Call before ``configure_logging`` and before any child starts.
+
+    Returns:
+        "" when the log now goes to ``path``; otherwise why not (``strerror``), and stderr is
+        left as it was (Triton then logs to the console and answers ``log_file`` "").
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as e:
+        return e.strerror or str(e)
+    try:
+        sys.stderr.flush()
+        os.dup2(fd, 2)
+    finally:
+        os.close(fd)
+    return ""
 
 
 def _formatter(fmt: str, role: str, instance: str, model: str) -> logging.Formatter:

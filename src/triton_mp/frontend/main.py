@@ -450,8 +450,9 @@ def run_frontend(spec_bytes: bytes, ready: Connection) -> int:
         The exit status (0 after a clean drain).
     """
     spec: FrontendSpec = Decoder(FrontendSpec).decode(spec_bytes)
+    lg = spec.log
     configure_logging(
-        "frontend", str(spec.frontend_id), spec.log.verbose, spec.log.format, levels=spec.log.levels
+        "frontend", str(spec.frontend_id), lg.verbose, lg.format, levels=lg.levels, file=lg.file
     )
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # NOTE: the loop polls the inbox rings between events (frontend.polling_loop).

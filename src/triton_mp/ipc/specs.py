@@ -282,6 +282,8 @@ class LogSpec(msgspec.Struct, frozen=True, array_like=True):
     """``--log-info`` (and ``--log-warning``, ``--log-error``): those lines on."""
     warning: bool = True
     error: bool = True
+    file: str = ""
+    """``--log-file`` in force ("" for stderr): what a frontend answers as ``log_file``."""
 
     @property
     def levels(self) -> tuple[bool, bool, bool]:
@@ -296,7 +298,7 @@ def current_log_spec() -> LogSpec:
     fmt: Literal["console", "json", "ISO8601"] = (
         s.format if s.format in ("json", "ISO8601") else "console"
     )
-    return LogSpec(s.verbose, fmt, s.info, s.warning, s.error)
+    return LogSpec(s.verbose, fmt, s.info, s.warning, s.error, s.file)
 
 
 class SchedulerSpec(msgspec.Struct, frozen=True, kw_only=True):
