@@ -312,6 +312,29 @@ class TritonPythonModel:
 then a send after the final one (its message is logged)."""
 
 
+OMIT_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [
+  { name: "A" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "B" data_type: TYPE_FP32 dims: [ 4 ] }
+]
+"""
+OMIT_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("A", x * 2)]))
+        return out
+"""
+"""Answers A only, though B is a declared output."""
+
 API_MODELS: dict[str, tuple[str, str]] = {
     "params_py": (PARAMS_CONFIG, PARAMS_MODEL),
     "params_dec_py": (PARAMS_DEC_CONFIG, PARAMS_DEC_MODEL),
@@ -322,6 +345,7 @@ API_MODELS: dict[str, tuple[str, str]] = {
     "ready_py": (READY_CONFIG, READY_MODEL),
     "ready_async_py": (READY_CONFIG, READY_ASYNC_MODEL),
     "sender_py": (SENDER_CONFIG, SENDER_MODEL),
+    "omit_py": (OMIT_CONFIG, OMIT_MODEL),
 }
 """The models of ``test_python_api``: name -> (config, source)."""
 

@@ -478,3 +478,37 @@ def test_the_response_sender_refuses_bad_flags_and_a_missing_response_in_upstrea
         g.stop_stream()
     finally:
         g.close()
+
+
+def _output_names(module: object, url: str, asked: tuple[str, ...] | None) -> list[str]:
+    client = module.InferenceServerClient(url)  # type: ignore[attr-defined]
+    try:
+        inp = module.InferInput("IN", [4], "FP32")  # type: ignore[attr-defined]
+        inp.set_data_from_numpy(np.ones(4, np.float32))
+        outputs = None
+        if asked is not None:
+            outputs = [module.InferRequestedOutput(o) for o in asked]  # type: ignore[attr-defined]
+        result = client.infer("omit_py", [inp], outputs=outputs)
+        names = (
+            [o["name"] for o in result.get_response().get("outputs", [])]
+            if module is httpclient
+            else [o.name for o in result.get_response().outputs]
+        )
+        if "A" in names:
+            np.testing.assert_array_equal(result.as_numpy("A"), np.full(4, 2, np.float32))
+        return names
+    finally:
+        client.close()
+
+
+@SERVERS
+@pytest.mark.parametrize("asked", [None, ("A", "B"), ("B",)])
+def test_an_output_the_model_does_not_produce_is_left_out_of_the_response(
+    server: ServerProcess, request: pytest.FixtureRequest, which: str, asked: tuple[str, ...] | None
+) -> None:
+    """2.51 answers OK with the outputs the model gave (none when only the missing one was
+    asked for); triton-mp refused such a response INTERNAL "output 'B' was not produced"."""
+    grpc_url, http_url = _urls(server, request, which)
+    expected = [] if asked == ("B",) else ["A"]
+    assert _output_names(grpcclient, grpc_url, asked) == expected
+    assert _output_names(httpclient, http_url, asked) == expected

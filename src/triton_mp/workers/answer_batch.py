@@ -147,7 +147,7 @@ def _place(
     for the arena (their refs None until then), in ``req.outputs`` order.
 
     Raises:
-        TritonMPError: a missing output, or a region too small or gone (nothing of this
+        TritonMPError: a region too small or gone (nothing of this
             request goes to the arena then).
     """
     parts = output_parts(req, outputs)

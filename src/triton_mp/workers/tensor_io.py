@@ -280,10 +280,10 @@ def write_outputs(
     request asked for it, the rest into one block of this worker's arena (one copy each).
 
     Returns:
-        The response, its ``outputs`` in ``req.outputs`` order.
+        The response, its ``outputs`` in ``req.outputs`` order (those the model produced).
 
     Raises:
-        TritonMPError: a missing output, or a client region too small for its output
+        TritonMPError: a client region too small for its output
             (nothing is left allocated in the arena then).
     """
     parts = output_parts(req, outputs)
@@ -310,17 +310,20 @@ def write_outputs(
 def output_parts(
     req: InferRequest, outputs: dict[str, np.ndarray]
 ) -> list[tuple[WireTensor, OutputRegion | None]]:
-    """Each requested output as written, with the client region it goes to (None: arena).
+    """Each requested output the backend produced, as written, with the client region it goes
+    to (None: arena). An output the model did not produce is left out of the response, as
+    Triton answers a python model that omits one (the response has the others; nothing
+    fails); an ensemble's next step then lacks that input and is refused for it.
 
     Raises:
-        TritonMPError: a missing output (INTERNAL), or one larger than its region (INVALID_ARG).
+        TritonMPError: an output larger than its region (INTERNAL, the allocator's code).
     """
     parts = []
     wanted = req.output_regions or (None,) * len(req.outputs)
     for name, region in zip(req.outputs, wanted, strict=True):
         arr = outputs.get(name)
         if arr is None:
-            raise TritonMPError(f"output '{name}' was not produced by model '{req.model}'")
+            continue
         tensor = wire_tensor(name, arr)
         size = tensor[4]
         if region is not None and size > region.byte_size:
