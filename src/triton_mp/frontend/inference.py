@@ -18,13 +18,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container, Hashable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, ModelUnavailable, TritonMPError
-from triton_mp.frontend.classification import classification
+from triton_mp.frontend.classification import Classify, classification
 from triton_mp.frontend.client_shm import SystemShmRegistry
+from triton_mp.frontend.known_requests import KnownRequests, known_request, write_known
 from triton_mp.frontend.model_table import Model, ModelTable
 from triton_mp.frontend.pending import Answer, PendingTable
 from triton_mp.frontend.request import InferenceRequest
@@ -168,6 +169,8 @@ class Inference:
         self._response_cache = response_cache
         self._signatures = SignatureCache()
         """Request signatures that passed validation (keyed by the ``Model`` object)."""
+        self._known = KnownRequests()
+        """Requests that passed, by their transport's key (``submit_known``)."""
         self.draining = False
 
     # ------------------------------------------------------------------ admission
@@ -214,6 +217,7 @@ class Inference:
         decoupled_message: str | None = None,
         target: Target | None = None,
         trace: Trace | None = None,
+        known_key: Hashable = None,
     ) -> Ticket:
         """Validate ``request``, write its inputs, send it; its ticket yields the answers.
 
@@ -224,6 +228,11 @@ class Inference:
             target: what ``admit`` returned for this request (its checks are not repeated
                 unless the model table changed meanwhile).
             trace: the request's trace when it was sampled (``frontend.tracer``).
+            known_key: the transport's name for the request without its tensor bytes and
+                id (``frontend.known_requests``); when it passes and qualifies, later
+                requests with this key may go through ``submit_known``. Only one
+                transport endpoint may use a key space (the key stands for its
+                ``decoupled_message`` too).
 
         Raises:
             TritonMPError: every validation failure (triton.md §4.9), in Triton's order:
@@ -233,18 +242,7 @@ class Inference:
                 ring's record limit.
         """
         start_ns = self._clock_ns()
-        self.check_accepting()
-        if target is None or not self._models.is_current(target.model):
-            target = self.admit(request.model_name, request.model_version)
-            valid = validate_request(
-                request, target.model, target.version, self._shm, self._signatures
-            )
-            if decoupled_message is not None:
-                self._refuse_decoupled(target.model, decoupled_message)
-        else:
-            valid = validate_request(
-                request, target.model, target.version, self._shm, self._signatures
-            )
+        target, valid = self._validate(request, decoupled_message, target)
         model = target.model
         # NOTE: the cache is one small step of its own: a hit answers here, without the
         # arena, the pending table or the scheduler; a miss inserts on its way back.
@@ -255,21 +253,8 @@ class Inference:
                 return self._hit_ticket(request, target, hit)
             miss = (key, lookup_ns)
         block, refs = write_inputs(self._arena, valid)
-        self._pending.copied_bytes["in"] += sum(r.nbytes for r in refs if not r.region_id)
-        rid = self._pending.new_id()
-        ticket = Ticket(
-            request_id=rid,
-            model=model.name,
-            version=target.version,
-            client_id=request.id,
-            decoupled=model.decoupled,
-            cancel_request=lambda: self._cancel(rid, model.name, target.version),
-            cache=self._cache,
-            pending=self._pending,
-            trace=trace,
-            classify=classification(request, model),
-        )
-        order = (model.name, target.version) if model.preserve_ordering else None
+        classify = classification(request, model)
+        ticket = self._ticket(target, request.id, trace, classify)
         sink = ticket.deliver
         if miss is not None and step is not None:
             sink = step.inserting_sink(sink, valid, *miss)
@@ -279,14 +264,121 @@ class Inference:
             shm = self._shm
             shm.hold(held)
             sink = holding_sink(sink, lambda: shm.release(held), model.decoupled)
-        self._pending.add_request(rid, block, sink, order=order, streaming=model.decoupled)
         try:
-            self._send_request(rid, request.id, valid, block, refs, trace)
+            self._enqueue(ticket, valid, block, refs, sink, trace)
         except BaseException:
             if held:
                 self._shm.release(held)
             raise
+        if known_key is not None and trace is None and miss is None and not held:
+            self._remember(known_key, request, valid, classify)
         return ticket
+
+    def _remember(
+        self,
+        key: Hashable,
+        request: InferenceRequest,
+        valid: ValidRequest,
+        classify: Classify | None,
+    ) -> None:
+        """Keep a request that passed as known (``frontend.known_requests``) if it
+        qualifies: no classification, and ``known_request``'s rules."""
+        if classify is None and key not in self._known:
+            known = known_request(request, valid)
+            if known is not None:
+                self._known.put(key, known)
+
+    @property
+    def known_keys(self) -> Container[Hashable]:
+        """The keys ``submit_known`` may take requests for (it may still decline one)."""
+        return self._known
+
+    def submit_known(
+        self, key: Hashable, client_id: str, raw: Sequence[bytes | memoryview]
+    ) -> Ticket | None:
+        """``submit`` for a request whose key passed before (``frontend.known_requests``),
+        straight from its raw input bytes: no request object, no validation.
+
+        Args:
+            key: the request's ``known_key``; ``client_id``: its id; ``raw``: its
+                ``raw_input_contents``.
+
+        Returns:
+            The ticket, or None when the key is not known or the request needs the full
+            path (a byte size that differs, the model changed, the server draining):
+            the caller then calls ``submit``, which answers as for any request.
+
+        Raises:
+            TritonMPError: UNAVAILABLE when the arena or the ring to the scheduler is
+                full; INVALID_ARG for a descriptor over the ring's record limit.
+        """
+        known = self._known.get(key)
+        if known is None or self.draining:
+            return None
+        if not self._models.is_current(known.model):
+            self._known.drop(key)
+            return None
+        if not known.matches(raw):
+            return None
+        valid = known.valid
+        block, refs = write_known(self._arena, known, raw)
+        ticket = self._ticket(Target(known.model, valid.version), client_id, None, None)
+        self._enqueue(ticket, valid, block, refs, ticket.deliver, None)
+        return ticket
+
+    def _validate(
+        self, request: InferenceRequest, decoupled_message: str | None, target: Target | None
+    ) -> tuple[Target, ValidRequest]:
+        """``submit``'s checks, in Triton's order (its Raises)."""
+        self.check_accepting()
+        if target is None or not self._models.is_current(target.model):
+            target = self.admit(request.model_name, request.model_version)
+            valid = validate_request(
+                request, target.model, target.version, self._shm, self._signatures
+            )
+            if decoupled_message is not None:
+                self._refuse_decoupled(target.model, decoupled_message)
+            return target, valid
+        valid = validate_request(request, target.model, target.version, self._shm, self._signatures)
+        return target, valid
+
+    def _ticket(
+        self, target: Target, client_id: str, trace: Trace | None, classify: Classify | None
+    ) -> Ticket:
+        """A new request id and its ticket."""
+        rid = self._pending.new_id()
+        model, version = target.model, target.version
+        return Ticket(
+            request_id=rid,
+            model=model.name,
+            version=version,
+            client_id=client_id,
+            decoupled=model.decoupled,
+            cancel_request=lambda: self._cancel(rid, model.name, version),
+            cache=self._cache,
+            pending=self._pending,
+            trace=trace,
+            classify=classify,
+        )
+
+    def _enqueue(
+        self,
+        ticket: Ticket,
+        valid: ValidRequest,
+        block: BlockRef,
+        refs: tuple[TensorRef, ...],
+        sink: Callable[[Answer], None],
+        trace: Trace | None,
+    ) -> None:
+        """Register the request with the pending table and send its descriptor (the
+        input block is freed when the send fails)."""
+        model = valid.model
+        pending = self._pending
+        pending.copied_bytes["in"] += sum(r.nbytes for r in refs if not r.region_id)
+        order = (model.name, valid.version) if model.preserve_ordering else None
+        rid = ticket.request_id
+        pending.add_request(rid, block, sink, order=order, streaming=model.decoupled)
+        self._send_request(rid, ticket.client_id, valid, block, refs, trace)
 
     def _hit_ticket(self, request: InferenceRequest, target: Target, hit: Hit) -> Ticket:
         """A ticket that already holds the cached answer (its outputs are in the entry)."""

@@ -122,12 +122,48 @@ def infer_response(result: InferResult) -> pb.ModelInferResponse:
     return resp
 
 
-def infer_response_bytes(result: InferResult) -> bytes:
+class ResponseHeads:
+    """Serialized response heads (``response_head`` without the tensor bytes), by what they
+    hold: model, version, request id, parameters and each output's name, datatype and
+    shape. A client sending the same requests gets the same heads, built once. At most
+    ``capacity`` (cleared whole when full)."""
+
+    def __init__(self, capacity: int = 512) -> None:
+        self._heads: dict[tuple[object, ...], bytes] = {}
+        self._capacity = capacity
+
+    def __len__(self) -> int:
+        return len(self._heads)
+
+    def get(self, result: InferResult) -> bytes:
+        """``response_head(result)``, serialized."""
+        key = (
+            result.model,
+            result.version,
+            result.request_id,
+            result.parameters_json,
+            *[(r.name, r.datatype, r.shape) for r in result.outputs],
+        )
+        head = self._heads.get(key)
+        if head is None:
+            head = response_head(result).SerializeToString()
+            if len(self._heads) >= self._capacity:
+                self._heads.clear()
+            self._heads[key] = head
+        return head
+
+
+def infer_response_bytes(result: InferResult, heads: ResponseHeads | None = None) -> bytes:
     """``infer_response`` serialized, each output copied once, straight from the arena;
-    releases the answer's output block."""
+    releases the answer's output block.
+
+    Args:
+        heads: serialized heads to reuse; None builds the head anew.
+    """
     try:
+        head = response_head(result) if heads is None else heads.get(result)
         # NOTE: views stay valid until release(), after the join copied them.
-        return _response_bytes(response_head(result), [result.view(ref) for ref in result.outputs])
+        return _response_bytes(head, [result.view(ref) for ref in result.outputs])
     finally:
         result.release()
 

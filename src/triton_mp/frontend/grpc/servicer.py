@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any, NoReturn
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp._proto import grpc_service_pb2_grpc as pb_grpc
@@ -21,7 +22,11 @@ from triton_mp._proto import health_pb2, health_pb2_grpc
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError, cut_utf8
 from triton_mp.frontend import kserve
 from triton_mp.frontend.api import FrontendApi
-from triton_mp.frontend.grpc.messages import infer_response_bytes, request_from_proto
+from triton_mp.frontend.grpc.messages import (
+    ResponseHeads,
+    infer_response_bytes,
+    request_from_proto,
+)
 from triton_mp.frontend.grpc.stream import StreamSession
 from triton_mp.frontend.grpc.wire import (
     MALFORMED,
@@ -74,11 +79,13 @@ def add_to_server(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
 
     capture = _Capture()
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, capture)
-    handlers = capture.handlers
+    handlers = {name: _parse_checked(h) for name, h in capture.handlers.items()}
+    # NOTE: ModelInfer answers MALFORMED itself: one coroutine less per call.
     handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
-        servicer.ModelInfer, request_deserializer=split_infer_request, response_serializer=None
+        servicer.ModelInfer,
+        request_deserializer=tolerant(servicer.parse_infer),
+        response_serializer=None,
     )
-    handlers = {name: _parse_checked(h) for name, h in handlers.items()}
     service = "inference.GRPCInferenceService"
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
     server.add_registered_method_handlers(service, handlers)
@@ -172,6 +179,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
     def __init__(self, api: FrontendApi, forward: HeaderForward | None = None) -> None:
         self._api = api
         self._forward = forward if forward is not None else HeaderForward()
+        self._heads = ResponseHeads()
+        """Serialized ModelInferResponse heads by what they hold (``infer_response_bytes``)."""
 
     def _headers(self, context: grpc.aio.ServicerContext) -> tuple[tuple[str, str], ...]:
         """The call's metadata the forward pattern selects (Triton reads the call's
@@ -258,18 +267,38 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         return pb.RepositoryModelUnloadResponse()
 
     # --------------------------------------------------------------- inference
+    def parse_infer(self, data: bytes) -> WireInferRequest:
+        """ModelInfer's request deserializer (``wire.split_infer_request``): the protobuf
+        parse is skipped for a request the frontend knows (``Inference.submit_known``)."""
+        return split_infer_request(data, self._api.inference.known_keys)
+
     async def ModelInfer(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """KServe ModelInfer: validate, copy inputs to shared memory, await the worker.
 
         ``request`` is a ``WireInferRequest`` (the handler ``add_to_server`` registers), whose
-        tensor bytes are views into the received message, or a plain ModelInferRequest. The
-        answer is the serialized ModelInferResponse (``wire.infer_response_bytes``).
+        tensor bytes are views into the received message, ``MALFORMED``, or a plain
+        ModelInferRequest. A request the frontend knows by its wire key goes straight to
+        ``Inference.submit_known``; the others, and those it declines, take the full path.
+        The answer is the serialized ModelInferResponse (``wire.infer_response_bytes``).
         """
-        if isinstance(request, WireInferRequest):
-            message, raw = request.request, request.raw or None
-        else:
-            message, raw = request, None
+        if request is MALFORMED:
+            await context.abort(grpc.StatusCode.INTERNAL, PARSE_FAILURE)
         tracer = self._api.tracer
+        if isinstance(request, WireInferRequest):
+            key = request.key
+            if key is not None and not tracer.active and not self._forward.active:
+                try:
+                    ticket = self._api.inference.submit_known(key, request.client_id, request.raw)
+                    if ticket is not None:
+                        return infer_response_bytes(await ticket.result(), self._heads)
+                except TritonMPError as e:
+                    await abort(context, e.code, e.message)
+            try:
+                message, raw = request.request, request.raw or None
+            except DecodeError:
+                await context.abort(grpc.StatusCode.INTERNAL, PARSE_FAILURE)
+        else:
+            message, raw, key = request, None, None
         trace: Trace | None = None
         read_ns = time.monotonic_ns() if tracer.active else 0
         try:
@@ -284,7 +313,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
                     trace.stamp("GRPC_WAITREAD_START", read_ns)
                     trace.stamp("GRPC_WAITREAD_END")
             ticket = self._api.inference.submit(
-                core_request, decoupled_message=DECOUPLED_MESSAGE, trace=trace
+                core_request, decoupled_message=DECOUPLED_MESSAGE, trace=trace, known_key=key
             )
             result = await ticket.result()
         except TritonMPError as e:
@@ -292,9 +321,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
                 tracer.finish(trace)
             await abort(context, e.code, e.message)
         if trace is None:
-            return infer_response_bytes(result)
+            return infer_response_bytes(result, self._heads)
         trace.stamp("GRPC_SEND_START")
-        data = infer_response_bytes(result)
+        data = infer_response_bytes(result, self._heads)
         context.add_done_callback(lambda _ctx: _sent(tracer, trace))
         return data
 

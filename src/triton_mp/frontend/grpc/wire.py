@@ -19,7 +19,7 @@ meaning as from ``SerializeToString``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -28,6 +28,8 @@ from triton_mp._proto import grpc_service_pb2 as pb
 
 _RAW_INPUT_FIELD = 7
 """``ModelInferRequest.raw_input_contents`` (grpc_service.proto)."""
+_ID_FIELD = 3
+"""``ModelInferRequest.id`` (grpc_service.proto)."""
 _RAW_OUTPUT_TAG = bytes([(6 << 3) | 2])
 """``ModelInferResponse.raw_output_contents``: field 6, wire type 2 (length-delimited)."""
 
@@ -65,16 +67,44 @@ class WireInferRequest:
     """A ModelInferRequest parsed without its ``raw_input_contents``.
 
     Attributes:
-        request: every field except ``raw_input_contents`` (left empty).
         raw: the ``raw_input_contents`` entries in order, as memoryviews into the received
             message (valid as long as this object or the views live).
+        key: the message without its ``raw_input_contents`` and ``id`` fields (bytes as
+            received, in order): equal for two requests that differ only in their tensor
+            bytes and id, so the frontend can recognise a request it validated before
+            (``Inference.submit_known``); None when the scanner left the message whole to
+            protobuf, or the id is not UTF-8.
+        client_id: the ``id`` field (its last entry, as protobuf reads it); "" when absent.
     """
 
-    __slots__ = ("raw", "request")
+    __slots__ = ("_head", "_request", "client_id", "key", "raw")
 
-    def __init__(self, request: pb.ModelInferRequest, raw: list[memoryview]) -> None:
-        self.request = request
+    def __init__(
+        self,
+        request: pb.ModelInferRequest | None,
+        raw: list[memoryview],
+        *,
+        head: bytes = b"",
+        key: bytes | None = None,
+        client_id: str = "",
+    ) -> None:
+        self._request = request
+        self._head = head
         self.raw = raw
+        self.key = key
+        self.client_id = client_id
+
+    @property
+    def request(self) -> pb.ModelInferRequest:
+        """Every field except ``raw_input_contents`` (left empty); parsed on first use when
+        the deserializer skipped it (a known ``key``).
+
+        Raises:
+            google.protobuf.message.DecodeError: the fields do not parse.
+        """
+        if self._request is None:
+            self._request = pb.ModelInferRequest.FromString(self._head)
+        return self._request
 
 
 def _varint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
@@ -105,11 +135,13 @@ def _encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-def split_infer_request(data: bytes) -> WireInferRequest:
+def split_infer_request(data: bytes, known: Container[bytes] = ()) -> WireInferRequest:
     """gRPC request deserializer for ModelInfer: raw tensor bytes as views, no copies.
 
     Args:
         data: one serialized ``inference.ModelInferRequest`` as grpc received it.
+        known: keys (``WireInferRequest.key``) whose fields parsed before: for those the
+            protobuf parse is left until ``WireInferRequest.request`` is read.
 
     Returns:
         The parsed request and its ``raw_input_contents`` views. A message this scanner does
@@ -124,6 +156,9 @@ def split_infer_request(data: bytes) -> WireInferRequest:
     end = len(buf)
     raw: list[memoryview] = []
     rest: list[memoryview] = []
+    ids: list[int] = []
+    """Indexes in ``rest`` of the ``id`` fields."""
+    id_view: memoryview | None = None
     kept_from = 0
     pos = 0
     try:
@@ -139,12 +174,18 @@ def split_infer_request(data: bytes) -> WireInferRequest:
                 pos += 4
             elif wire_type == 2:
                 size, pos = _varint(buf, pos, end)
-                if key >> 3 == _RAW_INPUT_FIELD:
+                field = key >> 3
+                if field in (_RAW_INPUT_FIELD, _ID_FIELD):
                     if pos + size > end:
                         raise ValueError("truncated field")
-                    raw.append(buf[pos : pos + size])
                     if start > kept_from:
                         rest.append(buf[kept_from:start])
+                    if field == _RAW_INPUT_FIELD:
+                        raw.append(buf[pos : pos + size])
+                    else:
+                        ids.append(len(rest))
+                        rest.append(buf[start : pos + size])
+                        id_view = buf[pos : pos + size]
                     kept_from = pos + size
                 pos += size
             else:
@@ -158,24 +199,38 @@ def split_infer_request(data: bytes) -> WireInferRequest:
     if kept_from < end:
         rest.append(buf[kept_from:end])
     head = rest[0].tobytes() if len(rest) == 1 else b"".join(rest)
-    return WireInferRequest(pb.ModelInferRequest.FromString(head), raw)
+    wire_key: bytes | None = head
+    client_id = ""
+    if id_view is not None:
+        try:
+            client_id = str(id_view, "utf-8")
+        except UnicodeDecodeError:
+            wire_key = None  # NOTE: protobuf refuses it below, as it would have anyway
+        else:
+            wire_key = b"".join(v for i, v in enumerate(rest) if i not in ids)
+    if wire_key is not None and wire_key in known:
+        return WireInferRequest(None, raw, head=head, key=wire_key, client_id=client_id)
+    request = pb.ModelInferRequest.FromString(head)
+    return WireInferRequest(request, raw, head=head, key=wire_key, client_id=request.id)
 
 
 def infer_response_bytes(
-    response: pb.ModelInferResponse, raw: Sequence[memoryview | bytes | None]
+    response: pb.ModelInferResponse | bytes, raw: Sequence[memoryview | bytes | None]
 ) -> bytes:
     """A serialized ModelInferResponse whose ``raw_output_contents`` are ``raw``.
 
     Args:
-        response: every field except ``raw_output_contents`` (must be empty).
-        raw: one entry per output in ``response.outputs`` order; None (an output written to
-            the client's shared memory) is sent as an empty entry, as Triton does.
+        response: every field except ``raw_output_contents`` (must be empty), or that
+            message already serialized.
+        raw: one entry per output in ``response.outputs`` order; None (an output written
+            to the client's shared memory) is sent as an empty entry, as Triton does.
 
     Returns:
         The message, ``response``'s own serialization followed by one field-6 entry per
         output: the only copy of each tensor's bytes.
     """
-    parts: list[bytes | memoryview] = [response.SerializeToString()]
+    head = response if isinstance(response, bytes) else response.SerializeToString()
+    parts: list[bytes | memoryview] = [head]
     for data in raw:
         parts.append(_RAW_OUTPUT_TAG)
         if data is None:

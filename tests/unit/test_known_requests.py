@@ -1,0 +1,225 @@
+"""Known requests (``frontend.known_requests``, ``Inference.submit_known``): a request that
+passed once is sent again straight from its raw bytes, and everything that could make a
+later one differ takes the full path. No process: the fakes of ``fake_frontend``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+import pytest
+
+from tests.unit.fake_frontend import (
+    FakeArena,
+    FakeCache,
+    FakeScheduler,
+    FakeSegment,
+    FakeWorker,
+    model_entry,
+    table,
+)
+from triton_mp._proto import model_config_pb2 as mc
+from triton_mp.common.errors import InvalidRequest
+from triton_mp.common.trace_config import TraceLevel
+from triton_mp.frontend.client_shm import SystemShmRegistry
+from triton_mp.frontend.inference import Inference
+from triton_mp.frontend.known_requests import KnownRequests, known_request
+from triton_mp.frontend.pending import PendingTable
+from triton_mp.frontend.request import (
+    InferenceRequest,
+    InputTensor,
+    RequestedOutput,
+    int64_parameter,
+    string_parameter,
+)
+from triton_mp.frontend.tracer import Trace
+from triton_mp.frontend.validation.request import validate_request
+
+pytestmark = pytest.mark.timeout(30)
+
+KEY = b"wire-key"
+
+
+class Frontend:
+    """An ``Inference`` over fakes serving "m" (two FP32 [2] inputs) and "b" (a BYTES one)."""
+
+    def __init__(self) -> None:
+        self.input_segment = FakeSegment("/in")
+        self.arena = FakeArena(self.input_segment)
+        self.worker = FakeWorker(FakeSegment("/out"))
+        cache = FakeCache(self.input_segment, self.worker.arena.segment)
+        self.pending = PendingTable(cache)  # type: ignore[arg-type]
+        self.scheduler = FakeScheduler()
+        two = (("A", mc.TYPE_FP32, (2,)), ("B", mc.TYPE_FP32, (2,)))
+        self.models = table(
+            model_entry("m", inputs=two, outputs=("OUT",)),
+            model_entry("b", inputs=(("S", mc.TYPE_STRING, (1,)),)),
+        )
+        self.inference = Inference(
+            frontend_id=1,
+            models=self.models,
+            shm=SystemShmRegistry(1),
+            arena=self.arena,  # type: ignore[arg-type]
+            cache=cache,  # type: ignore[arg-type]
+            pending=self.pending,
+            send_scheduler=self.scheduler.send,
+            clock_ns=lambda: 7,
+        )
+
+
+def _raw(*values: float) -> bytes:
+    return np.array(values, np.float32).tobytes()
+
+
+def _request(**kw: object) -> InferenceRequest:
+    fields: dict[str, object] = {
+        "model_name": "m",
+        "id": "first",
+        "inputs": (InputTensor("A", "FP32", (2,)), InputTensor("B", "FP32", (2,))),
+        "outputs": (RequestedOutput("OUT"),),
+        "raw_inputs": (_raw(1, 2), _raw(3, 4)),
+        "parameters": {"priority": int64_parameter(2), "note": string_parameter("x")},
+    }
+    fields.update(kw)
+    return InferenceRequest(**fields)  # type: ignore[arg-type]
+
+
+def _run(body: Callable[[Frontend], Awaitable[None]]) -> None:
+    async def main() -> None:
+        await body(Frontend())
+
+    asyncio.run(main())
+
+
+def test_a_known_request_sends_what_the_full_path_sends() -> None:
+    async def body(f: Frontend) -> None:
+        assert f.inference.submit_known(KEY, "x", [_raw(1, 2), _raw(3, 4)]) is None
+        f.inference.submit(_request(), known_key=KEY)
+        full = f.scheduler.requests()[-1]
+        assert KEY in f.inference.known_keys
+        ticket = f.inference.submit_known(KEY, "second", [_raw(5, 6), _raw(7, 8)])
+        assert ticket is not None
+        fast = f.scheduler.requests()[-1]
+        assert fast.request_id == full.request_id + 1
+        assert fast.client_id == "second"
+        assert fast.block != full.block
+        same = ("reply_to", "model", "version", "batch_size", "outputs", "arrival_ns")
+        same += ("priority", "timeout_us", "parameters_json", "sequence_id", "trace")
+        for name in same:
+            assert getattr(fast, name) == getattr(full, name), name
+        for a, b in zip(fast.inputs, full.inputs, strict=True):
+            assert (a.name, a.datatype, a.shape, a.nbytes) == (
+                b.name,
+                b.datatype,
+                b.shape,
+                b.nbytes,
+            )
+        written = [bytes(f.input_segment.buf[r.offset : r.offset + r.nbytes]) for r in fast.inputs]
+        assert written == [_raw(5, 6), _raw(7, 8)]
+        out = _raw(9, 9)
+        f.pending.deliver([f.worker.answer(fast, {"OUT": out})])
+        result = await ticket.result()
+        assert (result.model, result.version, result.request_id) == ("m", 1, "second")
+        assert result.data(result.outputs[0]) == out
+        result.release()
+        assert f.arena.live_blocks() == 1, "the first request's block waits for its answer"
+        assert f.pending.copied_bytes["in"] == 32
+
+    _run(body)
+
+
+def test_what_its_key_does_not_show_takes_the_full_path() -> None:
+    async def body(f: Frontend) -> None:
+        f.inference.submit(_request(), known_key=KEY)
+        sent = len(f.scheduler.sent)
+        assert f.inference.submit_known(KEY, "", [_raw(1, 2, 3), _raw(3, 4)]) is None
+        assert f.inference.submit_known(KEY, "", [_raw(1, 2)]) is None
+        assert len(f.scheduler.sent) == sent
+        assert f.arena.live_blocks() == 1
+        # the full path then answers with the full path's words
+        with pytest.raises(InvalidRequest) as e:
+            f.inference.submit(_request(raw_inputs=(_raw(1, 2, 3), _raw(3, 4))), known_key=KEY)
+        assert e.value.message == (
+            "[request id: first] input byte size mismatch for input 'A' for model 'm'. "
+            "Expected 8, got 12"
+        )
+        # a surplus entry is ignored, as on the full path
+        assert f.inference.submit_known(KEY, "", [_raw(1, 2), _raw(3, 4), b"zz"]) is not None
+
+    _run(body)
+
+
+def test_a_reload_or_the_drain_declines_a_known_request() -> None:
+    async def body(f: Frontend) -> None:
+        f.inference.submit(_request(), known_key=KEY)
+        f.models.update((model_entry("m"),))
+        assert f.inference.submit_known(KEY, "", [_raw(1, 2), _raw(3, 4)]) is None
+        assert KEY not in f.inference.known_keys, "an entry for an old model is dropped"
+        g = Frontend()
+        g.inference.submit(_request(), known_key=KEY)
+        g.inference.start_draining()
+        assert g.inference.submit_known(KEY, "", [_raw(1, 2), _raw(3, 4)]) is None
+
+    _run(body)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"headers": (("x-h", "v"),)},
+        {"parameters": {"sequence_id": int64_parameter(5)}},
+        {
+            "inputs": (
+                InputTensor("A", "FP32", (2,), contents={"fp32_contents": [1.0, 2.0]}),
+                InputTensor("B", "FP32", (2,), contents={"fp32_contents": [3.0, 4.0]}),
+            ),
+            "raw_inputs": (),
+        },
+        {"outputs": (RequestedOutput("OUT", {"classification": int64_parameter(1)}),)},
+    ],
+    ids=["headers", "sequence", "typed contents", "classification"],
+)
+def test_requests_whose_key_may_not_decide_are_not_kept(change: dict[str, object]) -> None:
+    async def body(f: Frontend) -> None:
+        f.inference.submit(_request(**change), known_key=KEY)
+        assert KEY not in f.inference.known_keys
+
+    _run(body)
+
+
+def test_traced_bytes_and_failed_requests_are_not_kept() -> None:
+    async def body(f: Frontend) -> None:
+        trace = Trace(1, None, "m", "first", TraceLevel.TIMESTAMPS)  # type: ignore[arg-type]
+        f.inference.submit(_request(), known_key=KEY, trace=trace)
+        assert KEY not in f.inference.known_keys
+        strings = _request(
+            model_name="b",
+            inputs=(InputTensor("S", "BYTES", (1,)),),
+            outputs=(),
+            raw_inputs=(b"\x01\x00\x00\x00z",),
+        )
+        f.inference.submit(strings, known_key=KEY)
+        assert KEY not in f.inference.known_keys
+        with pytest.raises(InvalidRequest):
+            f.inference.submit(_request(outputs=(RequestedOutput("NOPE"),)), known_key=KEY)
+        assert KEY not in f.inference.known_keys
+        assert len(f.inference.known_keys) == 0
+
+    _run(body)
+
+
+def test_the_table_is_cleared_whole_when_full() -> None:
+    f = Frontend()
+    req = _request()
+    model = f.models.get("m")
+    entry = known_request(req, validate_request(req, model, 1))
+    assert entry is not None
+    assert (entry.sizes, entry.block_bytes) == ((8, 8), 128)
+    known = KnownRequests(capacity=2)
+    known.put(b"a", entry)
+    known.put(b"b", entry)
+    known.put(b"c", entry)
+    assert len(known) == 1
+    assert b"c" in known
+    assert known.get(b"a") is None
