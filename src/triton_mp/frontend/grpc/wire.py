@@ -135,6 +135,72 @@ def _encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
+def _scan(
+    data: bytes, buf: memoryview
+) -> tuple[list[memoryview], list[memoryview], list[int], memoryview | None]:
+    """One pass over a ModelInferRequest's top-level fields (``split_infer_request``).
+
+    Returns:
+        The ``raw_input_contents`` entries; the rest of the message in pieces, in order
+        (each ``id`` field a piece of its own); the indexes of those ``id`` pieces; the
+        last ``id``'s value.
+
+    Raises:
+        ValueError, IndexError: a field this scanner does not understand or that runs
+            past the end.
+    """
+    end = len(buf)
+    raw: list[memoryview] = []
+    rest: list[memoryview] = []
+    ids: list[int] = []
+    """Indexes in ``rest`` of the ``id`` fields."""
+    id_view: memoryview | None = None
+    kept_from = 0
+    pos = 0
+    while pos < end:
+        start = pos
+        # NOTE: one-byte varints (nearly every key and size) are read inline.
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _varint(buf, pos, end)
+        wire_type = key & 7
+        if wire_type == 2:
+            size = data[pos]
+            if size < 0x80:
+                pos += 1
+            else:
+                size, pos = _varint(buf, pos, end)
+            field = key >> 3
+            if field in (_RAW_INPUT_FIELD, _ID_FIELD):
+                if pos + size > end:
+                    raise ValueError("truncated field")
+                if start > kept_from:
+                    rest.append(buf[kept_from:start])
+                if field == _RAW_INPUT_FIELD:
+                    raw.append(buf[pos : pos + size])
+                else:
+                    ids.append(len(rest))
+                    rest.append(buf[start : pos + size])
+                    id_view = buf[pos : pos + size]
+                kept_from = pos + size
+            pos += size
+        elif wire_type == 0:
+            _, pos = _varint(buf, pos, end)
+        elif wire_type == 1:
+            pos += 8
+        elif wire_type == 5:
+            pos += 4
+        else:
+            raise ValueError("group or unknown wire type")
+        if pos > end:
+            raise ValueError("truncated field")
+    if kept_from < end:
+        rest.append(buf[kept_from:end])
+    return raw, rest, ids, id_view
+
+
 def split_infer_request(data: bytes, known: Container[bytes] = ()) -> WireInferRequest:
     """gRPC request deserializer for ModelInfer: raw tensor bytes as views, no copies.
 
@@ -153,51 +219,12 @@ def split_infer_request(data: bytes, known: Container[bytes] = ()) -> WireInferR
             (grpc answers the call with an error; the server goes on).
     """
     buf = memoryview(data)
-    end = len(buf)
-    raw: list[memoryview] = []
-    rest: list[memoryview] = []
-    ids: list[int] = []
-    """Indexes in ``rest`` of the ``id`` fields."""
-    id_view: memoryview | None = None
-    kept_from = 0
-    pos = 0
     try:
-        while pos < end:
-            start = pos
-            key, pos = _varint(buf, pos, end)
-            wire_type = key & 7
-            if wire_type == 0:
-                _, pos = _varint(buf, pos, end)
-            elif wire_type == 1:
-                pos += 8
-            elif wire_type == 5:
-                pos += 4
-            elif wire_type == 2:
-                size, pos = _varint(buf, pos, end)
-                field = key >> 3
-                if field in (_RAW_INPUT_FIELD, _ID_FIELD):
-                    if pos + size > end:
-                        raise ValueError("truncated field")
-                    if start > kept_from:
-                        rest.append(buf[kept_from:start])
-                    if field == _RAW_INPUT_FIELD:
-                        raw.append(buf[pos : pos + size])
-                    else:
-                        ids.append(len(rest))
-                        rest.append(buf[start : pos + size])
-                        id_view = buf[pos : pos + size]
-                    kept_from = pos + size
-                pos += size
-            else:
-                raise ValueError("group or unknown wire type")
-            if pos > end:
-                raise ValueError("truncated field")
-    except ValueError:
+        raw, rest, ids, id_view = _scan(data, buf)
+    except (ValueError, IndexError):  # NOTE: IndexError: a size byte past the end
         return WireInferRequest(pb.ModelInferRequest.FromString(data), [])
     if not raw:
         return WireInferRequest(pb.ModelInferRequest.FromString(data), raw)
-    if kept_from < end:
-        rest.append(buf[kept_from:end])
     head = rest[0].tobytes() if len(rest) == 1 else b"".join(rest)
     wire_key: bytes | None = head
     client_id = ""
