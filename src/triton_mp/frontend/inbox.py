@@ -36,6 +36,9 @@ from triton_mp.ipc.ready_messages import InstanceReadiness, ReadyFanout
 
 log = logging.getLogger(__name__)
 
+_ANSWERS = (InferResponse, AnswerBatch, RequestFailed, StatsReply, QueueReply)
+"""Inbox records that answer a request or a query (``PendingTable.deliver``)."""
+
 
 class InboxHandler:
     """Applies what arrives for one frontend.
@@ -71,7 +74,9 @@ class InboxHandler:
         when it was woken): drain every ring (loop thread)."""
         answers: list[InferResponse | AnswerBatch | RequestFailed | StatsReply | QueueReply] = []
         for msg in self._inbox.drain():
-            if isinstance(msg, ShmRegistered):
+            if isinstance(msg, _ANSWERS):  # NOTE: nearly every record: tested first
+                answers.append(msg)
+            elif isinstance(msg, ShmRegistered):
                 for r in msg.regions:
                     self._shm.add(Region(r.name, r.key, r.offset, r.byte_size, r.region_id))
             elif isinstance(msg, ShmUnregistered):
@@ -86,7 +91,7 @@ class InboxHandler:
                 if self.readiness is not None:
                     self.readiness.deliver(msg)
             else:
-                answers.append(msg)
+                log.warning("unexpected inbox record %s", type(msg).__name__)
         if answers:
             self._pending.deliver(answers)
 

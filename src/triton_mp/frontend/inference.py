@@ -254,7 +254,7 @@ class Inference:
             miss = (key, lookup_ns)
         block, refs = write_inputs(self._arena, valid)
         classify = classification(request, model)
-        ticket = self._ticket(target, request.id, trace, classify)
+        ticket = self._ticket(model, target.version, request.id, trace, classify)
         sink = ticket.deliver
         if miss is not None and step is not None:
             sink = step.inserting_sink(sink, valid, *miss)
@@ -322,7 +322,7 @@ class Inference:
             return None
         valid = known.valid
         block, refs = write_known(self._arena, known, raw)
-        ticket = self._ticket(Target(known.model, valid.version), client_id, None, None)
+        ticket = self._ticket(known.model, valid.version, client_id, None, None)
         self._enqueue(ticket, valid, block, refs, ticket.deliver, None)
         return ticket
 
@@ -343,11 +343,15 @@ class Inference:
         return target, valid
 
     def _ticket(
-        self, target: Target, client_id: str, trace: Trace | None, classify: Classify | None
+        self,
+        model: Model,
+        version: int,
+        client_id: str,
+        trace: Trace | None,
+        classify: Classify | None,
     ) -> Ticket:
         """A new request id and its ticket."""
         rid = self._pending.new_id()
-        model, version = target.model, target.version
         return Ticket(
             request_id=rid,
             model=model.name,

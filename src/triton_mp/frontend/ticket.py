@@ -326,10 +326,21 @@ class Ticket:
                 when the ticket was cancelled meanwhile.
             asyncio.CancelledError: as ``__anext__``.
         """
-        try:
-            response = await self.__anext__()
-        except StopAsyncIteration:
-            raise TritonMPError("the request was cancelled", ErrorCode.CANCELLED) from None
+        # NOTE: __anext__ inline (one coroutine less per unary call).
+        while not self._queue:
+            if self._ended or self._closed:
+                raise TritonMPError("the request was cancelled", ErrorCode.CANCELLED)
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                self.cancel()
+                raise
+            finally:
+                self._waiter = None
+        response = self._queue.popleft()
+        if response.final:
+            self._ended = True
         if response.error is not None:
             raise response.error
         assert response.result is not None, "a unary response carries outputs or an error"
