@@ -288,26 +288,33 @@ class SchedulerCore:
         if inst is None or inst.batch is None or inst.batch.batch_id != msg.batch_id:
             return
         flight, inst.batch = inst.batch, None
-        failed = set(msg.failed)
-        again = set(msg.rescheduled)
-        ok = [
-            (r.arrival_ns, flight.dispatch_ns, r.batch_size)
-            for i, r in enumerate(flight.requests)
-            if i not in failed and i not in again
-        ]
+        reqs = flight.requests
+        failed, again = msg.failed, msg.rescheduled
+        if failed or again:
+            gone = {*failed, *again}
+            ok: Sequence[InferRequest] = [r for i, r in enumerate(reqs) if i not in gone]
+        else:
+            ok = reqs  # NOTE: the common case: no per-request work but the sums below.
+        arrivals = inferences = 0
+        for r in ok:
+            arrivals += r.arrival_ns
+            inferences += r.batch_size
         inst.executions += 1
         self._release(msg.instance_id, now_ns)
         self.stats.record_execution(
             *inst.key,
-            requests=ok,
+            requests=len(ok),
+            arrivals_ns=arrivals,
+            dispatch_ns=flight.dispatch_ns,
+            inferences=inferences,
             total_batch_size=flight.total_batch_size,
             compute_input_ns=msg.compute_input_ns,
             compute_infer_ns=msg.compute_infer_ns,
             compute_output_ns=msg.compute_output_ns,
             end_ns=msg.end_ns,
         )
-        for i in failed:
-            r = flight.requests[i]
+        for i in {*failed}:
+            r = reqs[i]
             self.stats.record_failure(r.model, r.version, r.arrival_ns, msg.end_ns, "BACKEND")
         compute = (msg.compute_input_ns, msg.compute_infer_ns, msg.compute_output_ns)
         for r in flight.requests:
@@ -315,7 +322,7 @@ class SchedulerCore:
                 self.ensembles.on_executed(r.request_id, compute, now_ns)
         gen = inst.generation
         if gen is not None and getattr(gen.policy, "iterative", False):
-            self._release_iterative(gen, flight.requests, again, now_ns)
+            self._release_iterative(gen, reqs, set(again), now_ns)
         if not self.stopping and gen is not None:
             gen.policy.instance_idle(msg.instance_id, now_ns)
 

@@ -443,7 +443,10 @@ class Ensembles:
         self._stats.record_execution(
             model,
             version,
-            requests=[(req.arrival_ns, parent.start_ns, req.batch_size)],
+            requests=1,
+            arrivals_ns=req.arrival_ns,
+            dispatch_ns=parent.start_ns,
+            inferences=req.batch_size,
             total_batch_size=max(1, req.batch_size),
             compute_input_ns=c_in,
             compute_infer_ns=c_infer,

@@ -46,17 +46,25 @@ class StatsBook:
         model: str,
         version: int,
         *,
-        requests: Iterable[tuple[int, int, int]],
+        requests: int,
+        arrivals_ns: int,
+        dispatch_ns: int,
+        inferences: int,
         total_batch_size: int,
         compute_input_ns: int,
         compute_infer_ns: int,
         compute_output_ns: int,
         end_ns: int,
     ) -> None:
-        """One batch ran.
+        """One batch ran; its successful requests are counted as a whole (the same sums as
+        one ``add`` per request: each request's success is ``end_ns - arrival``, its queue
+        ``dispatch_ns - arrival``).
 
         Args:
-            requests: ``(arrival_ns, dispatch_ns, batch_size)`` of each successful request.
+            requests: how many of its requests succeeded.
+            arrivals_ns: the sum of their ``arrival_ns`` (monotonic ns).
+            dispatch_ns: when the batch left the queue (monotonic ns).
+            inferences: the sum of their batch sizes (``inference_count``).
             total_batch_size: sum of batch sizes in the execution (its batch_stats key).
             compute_*_ns: the execution's phase durations in nanoseconds.
             end_ns: when the worker finished (monotonic ns).
@@ -64,13 +72,11 @@ class StatsBook:
         st = self._stats.get((model, version))
         if st is None:
             return
-        n_ok = 0
-        for arrival_ns, dispatch_ns, batch_size in requests:
-            n_ok += 1
-            st.success.add(end_ns - arrival_ns)
-            st.queue.add(dispatch_ns - arrival_ns)
-            st.inference_count += batch_size
+        n_ok = requests
         if n_ok:
+            st.success.add(end_ns * n_ok - arrivals_ns, n_ok)
+            st.queue.add(dispatch_ns * n_ok - arrivals_ns, n_ok)
+            st.inference_count += inferences
             st.compute_input.add(compute_input_ns * n_ok, n_ok)
             st.compute_infer.add(compute_infer_ns * n_ok, n_ok)
             st.compute_output.add(compute_output_ns * n_ok, n_ok)
