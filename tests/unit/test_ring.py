@@ -274,6 +274,43 @@ def test_skip_to_start_is_counted_as_used_space(make_ring: Callable[[int], Ring]
     assert ring.pop_all() == [bytes(28)]
 
 
+def test_pop_each_reads_records_in_place_across_the_wrap(
+    make_ring: Callable[[int], Ring],
+) -> None:
+    ring = make_ring(64)
+    ring.push(bytes(20))
+    ring.pop_all()  # head 24: the next 20-byte record does not fit before the end
+    ring.push(b"a" * 12)
+    ring.push(b"b" * 20)  # wraps with a marker
+    seen: list[type] = []
+
+    def read(view: memoryview) -> bytes:
+        seen.append(type(view))
+        return bytes(view)
+
+    assert ring.pop_each(read) == [b"a" * 12, b"b" * 20]
+    assert seen == [memoryview, memoryview]  # nothing was copied out before ``fn``
+    assert ring.pop_each(read) == []
+    assert not ring.has_records()
+
+
+def test_a_record_whose_fn_raises_is_consumed_with_those_before_it(
+    make_ring: Callable[[int], Ring],
+) -> None:
+    ring = make_ring(256)
+    for rec in (b"ok", b"bad", b"after"):
+        ring.push(rec)
+
+    def read(view: memoryview) -> bytes:
+        if bytes(view) == b"bad":
+            raise ValueError("undecodable")
+        return bytes(view)
+
+    with pytest.raises(ValueError, match="undecodable"):
+        ring.pop_each(read)
+    assert ring.pop_all() == [b"after"]  # the bad record is not read again
+
+
 # --------------------------------------------------------------------------- model
 
 
@@ -327,6 +364,14 @@ class RingModel(RuleBasedStateMachine):
     def pop_all(self) -> None:
         assert self.ring is not None
         assert self.ring.pop_all() == list(self.records)
+        self.records.clear()
+        self.head = self.tail
+
+    @precondition(lambda self: self.ring is not None)
+    @rule()
+    def pop_each(self) -> None:
+        assert self.ring is not None
+        assert self.ring.pop_each(bytes) == list(self.records)
         self.records.clear()
         self.head = self.tail
 

@@ -216,10 +216,10 @@ class Inbox(Generic[T]):
     def drain(self) -> list[T]:
         """Every message pending in every ring, decoded (per-ring order kept)."""
         out: list[T] = []
-        dec = self._decoder.decode
+        dec = self._decoder.decode_buffer
         for ring in self._rings:
-            for rec in ring.pop_all():
-                out.append(dec(rec))
+            if ring.has_records():
+                out += ring.pop_each(dec)
         return out
 
     def close(self) -> None:

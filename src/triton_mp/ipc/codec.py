@@ -28,6 +28,9 @@ class Decoder(Generic[T]):
 
     def __init__(self, type_: Any) -> None:
         self._dec: msgspec.msgpack.Decoder[T] = msgspec.msgpack.Decoder(type_)
+        self.decode_buffer = self._dec.decode
+        """``decode`` without the wrapper's call: any buffer (``bytes``, a ``memoryview`` of
+        a ring record); what it returns holds no reference to it."""
 
     def decode(self, data: bytes) -> T:
         """Decode one record."""

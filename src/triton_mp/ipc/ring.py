@@ -26,8 +26,12 @@ we run on).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import TypeVar
 
 from triton_mp.ipc.shm import Segment
+
+T = TypeVar("T")
 
 RING_MAGIC = 0x54524E47  # "TRNG"
 _HEADER = struct.Struct("<IIQ")
@@ -134,6 +138,37 @@ class Ring:
             out.append(bytes(mv[at : at + n]))
             head += (4 + n + 7) & ~7
         self._head[0] = head
+        return out
+
+    def pop_each(self, fn: Callable[[memoryview], T]) -> list[T]:
+        """``fn`` of every record published so far (consumer only), oldest first: each is
+        read in place, before ``head`` is published, so no record is copied out first
+        (``fn`` must not keep the view: a decoder copies what it returns). A record whose
+        ``fn`` raises is consumed with those before it, and the error propagates."""
+        buf = self._buf
+        tail = self._tail[0]
+        head = self._head[0]
+        out: list[T] = []
+        if head == tail:
+            return out
+        cap = self.capacity
+        mv = self._mv
+        try:
+            while head < tail:
+                pos = head % cap
+                room_to_end = cap - pos
+                if room_to_end < 4:
+                    head += room_to_end
+                    continue
+                n = _U32.unpack_from(buf, DATA_OFFSET + pos)[0]
+                if n == WRAP:
+                    head += room_to_end
+                    continue
+                at = DATA_OFFSET + pos + 4
+                head += (4 + n + 7) & ~7
+                out.append(fn(mv[at : at + n]))
+        finally:
+            self._head[0] = head
         return out
 
     def has_records(self) -> bool:
