@@ -36,7 +36,13 @@ from triton_mp.ipc.messages import (
     TensorRef,
 )
 from triton_mp.ipc.tensor_pool import ALIGN, BLOCK_HEADER_BYTES
-from triton_mp.workers.tensor_io import ClientRegions, WireTensor, output_parts, write_region
+from triton_mp.workers.tensor_io import (
+    ClientRegions,
+    WireTensor,
+    output_parts,
+    wire_tensor,
+    write_region,
+)
 
 Member = tuple[InferRequest, dict[str, np.ndarray] | ErrorInfo]
 """One request of the group and its backend result (outputs, or its error)."""
@@ -85,14 +91,23 @@ def write_answer_batch(
             )
             continue
         refs, to_arena = entry
-        it = iter(to_arena)
-        for j, ref in enumerate(refs):
-            if ref is None:
-                name, datatype, shape, data, n = next(it)
+        if refs is None:
+            # NOTE: the common case (no client regions): every output goes to the block.
+            refs = []
+            for name, datatype, shape, data, n in to_arena:
                 if n:
                     buf[pos : pos + n] = data  # type: ignore[index]
-                refs[j] = TensorRef(name, datatype, shape, segment, pos, n)
+                refs.append(TensorRef(name, datatype, shape, segment, pos, n))
                 pos += (n + ALIGN - 1) & ~(ALIGN - 1)  # NOTE: tensor_pool.align, inlined
+        else:
+            it = iter(to_arena)
+            for j, ref in enumerate(refs):
+                if ref is None:
+                    name, datatype, shape, data, n = next(it)
+                    if n:
+                        buf[pos : pos + n] = data  # type: ignore[index]
+                    refs[j] = TensorRef(name, datatype, shape, segment, pos, n)
+                    pos += (n + ALIGN - 1) & ~(ALIGN - 1)
         names_block = bool(to_arena)
         uses += names_block
         assert isinstance(res, dict)
@@ -109,9 +124,9 @@ def write_answer_batch(
     return AnswerBatch(responses=tuple(responses), handoffs=handoffs), block, failed
 
 
-Placed = tuple[list[TensorRef | None], list[WireTensor]] | ErrorInfo
-"""A member's refs with its arena-bound tensors still to write (refs None there), or its
-error."""
+Placed = tuple[list[TensorRef | None] | None, list[WireTensor]] | ErrorInfo
+"""A member's refs with its arena-bound tensors still to write (refs None there; the whole
+list None when every output goes to the arena), or its error."""
 
 
 def _place_all(
@@ -142,14 +157,24 @@ def _place_all(
 
 def _place(
     regions: ClientRegions, req: InferRequest, outputs: dict[str, np.ndarray]
-) -> tuple[list[TensorRef | None], list[WireTensor]]:
+) -> tuple[list[TensorRef | None] | None, list[WireTensor]]:
     """Write a request's outputs that go to client regions now; the others are returned
-    for the arena (their refs None until then), in ``req.outputs`` order.
+    for the arena (their refs None until then; no refs list at all when the request names
+    no region), in ``req.outputs`` order.
 
     Raises:
         TritonMPError: a region too small or gone (nothing of this
             request goes to the arena then).
     """
+    if not req.output_regions:
+        # NOTE: the hot path (every output to the arena): output_parts without the regions.
+        to_arena = []
+        for name in req.outputs:
+            arr = outputs.get(name)
+            if arr is None:
+                raise TritonMPError(f"output '{name}' was not produced by model '{req.model}'")
+            to_arena.append(wire_tensor(name, arr))
+        return None, to_arena
     parts = output_parts(req, outputs)
     refs: list[TensorRef | None] = []
     to_arena: list[WireTensor] = []

@@ -148,8 +148,9 @@ def view_tensor(
     fixed = _FIXED_DTYPES.get(ref.datatype)
     if fixed is not None and not ref.region_id:
         # NOTE: the hot path (a fixed-size tensor in an arena): no lookups beyond the two.
-        buf = cache.get(ref.segment).buf
-        return np.frombuffer(buf, fixed, element_count(ref.shape), ref.offset).reshape(ref.shape)
+        # NOTE: np.ndarray over the buffer is one call (frombuffer then reshape is two, and
+        # the element count a third); it refuses a window past the buffer's end as well.
+        return np.ndarray(ref.shape, fixed, cache.get(ref.segment).buf, ref.offset)
     buf: mmap.mmap
     if ref.region_id:
         if regions is None:
