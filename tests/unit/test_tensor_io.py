@@ -36,6 +36,7 @@ from triton_mp.ipc.tensor_pool import (
 from triton_mp.workers.tensor_io import (
     ClientRegions,
     free_own_block,
+    request_inputs,
     view_tensor,
     wire_tensor,
     write_block,
@@ -241,3 +242,41 @@ def test_a_wire_tensor_writes_exactly_the_wire_bytes(
     assert (ref.datatype, ref.shape, ref.nbytes) == (datatype, arr.shape, len(data))
     assert bytes(cache.get(ref.segment).buf[ref.offset : ref.offset + ref.nbytes]) == bytes(data)
     free_own_block(arena, block)
+
+
+def test_request_inputs_view_arena_tensors_in_place_and_copy_an_overlapped_region_input(
+    arena: ArenaAllocator, cache: SegmentCache, regions: ClientRegions, client_object: str
+) -> None:
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    s = np.array([b"ab", b""], dtype=np.object_)
+    block, (ref_a, ref_s) = write_block(arena, [wire_tensor("A", a), wire_tensor("S", s)])
+    obj = posix_ipc.SharedMemory(client_object)
+    with open(obj.fd, "r+b", buffering=0) as f:
+        f.write(np.array([7, 8], np.int32).tobytes())
+    ref_r = TensorRef("R", "INT32", (2,), client_object, 0, 8, region_id=4)
+    out = OutputRegion(client_object, 4, 0, 8, "r")  # NOTE: the window R's bytes lie in
+    req = msgspec.structs.replace(_request(("O",), (out,)), inputs=(ref_a, ref_s, ref_r))
+    inputs = request_inputs(cache, req, regions)
+    assert list(inputs) == ["A", "S", "R"]
+    np.testing.assert_array_equal(inputs["A"], a)
+    assert inputs["A"].shape == (2, 3)
+    assert inputs["A"].dtype == np.float32
+    # NOTE: a view over the arena, not a copy: the block's bytes are the array's.
+    assert np.shares_memory(inputs["A"], np.frombuffer(cache.get(ref_a.segment).buf, np.uint8))
+    assert inputs["S"].tolist() == [b"ab", b""]
+    np.testing.assert_array_equal(inputs["R"], [7, 8])
+    region_view = view_tensor(cache, ref_r, regions)
+    assert not np.shares_memory(inputs["R"], region_view)  # NOTE: overlapped: a copy
+    del region_view
+    free_block(cache.get(block.segment).buf, block.offset)
+
+
+def test_request_inputs_refuse_a_window_past_the_segment_end(
+    arena: ArenaAllocator, cache: SegmentCache
+) -> None:
+    seg, block = arena.alloc(64)
+    ref = TensorRef("A", "FP32", (16,), seg.name, seg.size_bytes - 8, 64)
+    req = msgspec.structs.replace(_request(()), inputs=(ref,))
+    with pytest.raises(TypeError, match="too small"):
+        request_inputs(cache, req, ClientRegions())
+    free_block(seg.buf, block)

@@ -175,6 +175,30 @@ def view_tensor(
     return np.frombuffer(buf, dtype=dtype, count=count, offset=ref.offset).reshape(ref.shape)
 
 
+def request_inputs(
+    cache: SegmentCache, req: InferRequest, regions: ClientRegions
+) -> dict[str, np.ndarray]:
+    """Every input of ``req`` by name, as ``view_tensor`` views it; an input whose bytes a
+    client region output of the same request overlaps is a copy (``overlapping_inputs``).
+
+    Raises:
+        TritonMPError: as ``view_tensor``.
+    """
+    inputs = {}
+    get = cache.get
+    for ref in req.inputs:
+        fixed = _FIXED_DTYPES.get(ref.datatype)
+        if fixed is not None and not ref.region_id:
+            # NOTE: view_tensor's hot path, inlined (one call per input saved).
+            inputs[ref.name] = np.ndarray(ref.shape, fixed, get(ref.segment).buf, ref.offset)
+        else:
+            inputs[ref.name] = view_tensor(cache, ref, regions)
+    if req.output_regions:
+        for name in overlapping_inputs(req):
+            inputs[name] = inputs[name].copy()  # NOTE: see overlapping_inputs
+    return inputs
+
+
 def overlapping_inputs(req: InferRequest) -> list[str]:
     """The inputs of ``req`` whose bytes in a client's region overlap the window one of its
     outputs is written to (same object, intersecting byte ranges).

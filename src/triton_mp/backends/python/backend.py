@@ -316,8 +316,12 @@ class PythonBackend:
             )
             return [info] * len(requests)
         try:
+            iterative = self._iterative
             for pb, resp in zip(pb_requests, responses, strict=True):
-                self._check_returned(pb, resp)
+                # NOTE: _check_returned has nothing to check for a request without a sender
+                # outside iterative sequences (the hot path: one call per request saved).
+                if resp is not None and (iterative or pb._sender is not None):  # noqa: SLF001
+                    self._check_returned(pb, resp)
         except pb_utils.TritonModelException as e:
             info = ErrorInfo(
                 ErrorCode.INTERNAL,
@@ -326,9 +330,11 @@ class PythonBackend:
             )
             return [info] * len(requests)
         results: list[Result] = []
+        reschedule = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
         for r, pb, resp in zip(requests, pb_requests, responses, strict=True):
-            if not self._rescheduling(pb):
-                results.append(self._result(r, captured.get(id(r), resp)))
+            # NOTE: _rescheduling's first test, inlined (the hot path).
+            if pb._release_flags != reschedule or not self._rescheduling(pb):  # noqa: SLF001
+                results.append(self._result(r, captured.get(id(r), resp) if captured else resp))
             elif self._iterative:
                 results.append(RESCHEDULED)
             else:
@@ -427,20 +433,24 @@ class PythonBackend:
     def _pb_request(
         self, r: BackendRequest, controls: Sequence[pb_utils.Tensor] = ()
     ) -> pb_utils.InferenceRequest:
-        inputs = []
         tensor = pb_utils._input_tensor  # noqa: SLF001 - the backend builds pb_utils' requests
         reshapes = self._input_reshape
-        for name, arr in r.inputs.items():
-            if self._decoupled:
-                # NOTE: the model's threads may read inputs after execute returned, when
-                # the frontend may already have reused the shared memory.
-                arr = arr.copy()
-            if reshapes:
-                reshape = reshapes.get(name)
-                if reshape is not None:
-                    arr = to_backend_shape(arr, reshape, self._batched)
-            inputs.append(tensor(name, arr))
-        inputs.extend(controls)
+        if not self._decoupled and not reshapes:
+            inputs = [tensor(name, arr) for name, arr in r.inputs.items()]  # NOTE: hot path
+        else:
+            inputs = []
+            for name, arr in r.inputs.items():
+                if self._decoupled:
+                    # NOTE: the model's threads may read inputs after execute returned, when
+                    # the frontend may already have reused the shared memory.
+                    arr = arr.copy()
+                if reshapes:
+                    reshape = reshapes.get(name)
+                    if reshape is not None:
+                        arr = to_backend_shape(arr, reshape, self._batched)
+                inputs.append(tensor(name, arr))
+        if controls:
+            inputs.extend(controls)
         # NOTE: what pb_utils.InferenceRequest(...) makes of these (all str, lists, JSON).
         pb_request = pb_utils._backend_request(  # noqa: SLF001
             self._spec.model,
