@@ -280,3 +280,19 @@ def test_request_inputs_refuse_a_window_past_the_segment_end(
     with pytest.raises(TypeError, match="too small"):
         request_inputs(cache, req, ClientRegions())
     free_block(seg.buf, block)
+
+
+def test_a_request_without_regions_gets_one_block_and_none_without_outputs(
+    arena: ArenaAllocator, cache: SegmentCache, regions: ClientRegions
+) -> None:
+    outs = {"A": np.arange(3, dtype=np.int16), "B": np.array([b"q"], dtype=np.object_)}
+    msg = write_outputs(arena, regions, _request(("B", "A")), outs)
+    assert [r.name for r in msg.outputs] == ["B", "A"]
+    assert msg.block is not None
+    assert all(r.segment == msg.block.segment and r.region_id == 0 for r in msg.outputs)
+    assert view_tensor(cache, msg.outputs[0]).tolist() == [b"q"]
+    np.testing.assert_array_equal(view_tensor(cache, msg.outputs[1]), outs["A"])
+    free_block(cache.get(msg.block.segment).buf, msg.block.offset)
+    empty = write_outputs(arena, regions, _request(()), outs)
+    assert (empty.block, empty.outputs) == (None, ())
+    assert arena.live_blocks() == 0

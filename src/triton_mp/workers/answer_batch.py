@@ -39,8 +39,8 @@ from triton_mp.ipc.tensor_pool import ALIGN, BLOCK_HEADER_BYTES
 from triton_mp.workers.tensor_io import (
     ClientRegions,
     WireTensor,
+    arena_tensors,
     output_parts,
-    wire_tensor,
     write_region,
 )
 
@@ -167,14 +167,7 @@ def _place(
             request goes to the arena then).
     """
     if not req.output_regions:
-        # NOTE: the hot path (every output to the arena): output_parts without the regions.
-        to_arena = []
-        for name in req.outputs:
-            arr = outputs.get(name)
-            if arr is None:
-                raise TritonMPError(f"output '{name}' was not produced by model '{req.model}'")
-            to_arena.append(wire_tensor(name, arr))
-        return None, to_arena
+        return None, arena_tensors(req, outputs)  # NOTE: the hot path: no region to write
     parts = output_parts(req, outputs)
     refs: list[TensorRef | None] = []
     to_arena: list[WireTensor] = []

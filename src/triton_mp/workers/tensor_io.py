@@ -311,6 +311,18 @@ def write_outputs(
         TritonMPError: a client region too small for its output
             (nothing is left allocated in the arena then).
     """
+    if not req.output_regions:
+        # NOTE: the hot path (every output to the arena): output_parts without the regions.
+        tensors = arena_tensors(req, outputs)
+        block, refs = write_block(arena, tensors) if tensors else (None, ())
+        return InferResponse(
+            request_id=req.request_id,
+            version=req.version,
+            outputs=refs,
+            block=block,
+            final=final,
+            parameters_json=response_parameters(outputs),
+        )
     parts = output_parts(req, outputs)
     placed: dict[int, TensorRef] = {}
     # NOTE: client regions first: a region that fails its check leaves no arena block taken.
@@ -330,6 +342,22 @@ def write_outputs(
         final=final,
         parameters_json=response_parameters(outputs),
     )
+
+
+def arena_tensors(req: InferRequest, outputs: dict[str, np.ndarray]) -> list[WireTensor]:
+    """Each requested output as written, for a request that names no client region (all go
+    to the arena): ``output_parts`` without the region checks.
+
+    Raises:
+        TritonMPError (INTERNAL): a missing output.
+    """
+    tensors = []
+    for name in req.outputs:
+        arr = outputs.get(name)
+        if arr is None:
+            raise TritonMPError(f"output '{name}' was not produced by model '{req.model}'")
+        tensors.append(wire_tensor(name, arr))
+    return tensors
 
 
 def output_parts(
