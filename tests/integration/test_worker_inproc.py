@@ -19,7 +19,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from triton_mp.backends.base import BackendRequest, PhaseTimes, Result
+from triton_mp.backends.base import RESCHEDULED, BackendRequest, PhaseTimes, Result
 from triton_mp.backends.onnxruntime.backend import OnnxRuntimeBackend
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.messages import (
@@ -258,6 +258,21 @@ class PerItemErrorBackend:
         pass
 
 
+class MixedBackend:
+    """Request 0 rescheduled, request 1 without a result (None), the rest run."""
+
+    def __init__(self, real: OnnxRuntimeBackend) -> None:
+        self.real = real
+
+    def execute(self, requests: Sequence[BackendRequest]) -> tuple[list[Result], PhaseTimes]:
+        results: list[Result | None] = list(self.real.execute(requests)[0])
+        results[0], results[1] = RESCHEDULED, None
+        return results, PhaseTimes(0, 0)  # type: ignore[return-value]
+
+    def close(self) -> None:
+        pass
+
+
 # --------------------------------------------------------------------------- tests
 
 
@@ -466,3 +481,26 @@ def test_a_group_too_large_for_one_record_is_answered_request_by_request(
         frontend.release(resp, req)
     assert sent.done[0].failed == ()
     assert worker_arena.live_blocks() == 0  # the refused group's block too (freed oldest)
+
+
+def test_a_rescheduled_request_gets_no_answer_and_one_without_a_result_fails(
+    ort_backend: OnnxRuntimeBackend,
+    frontend: Frontend,
+    worker_arena: ArenaAllocator,
+    worker_cache: SegmentCache,
+) -> None:
+    sent = Sent(frontend.shared)
+    worker = _worker(MixedBackend(ort_backend), worker_arena, worker_cache, sent)
+    reqs = [frontend.request(1) for _ in range(4)]
+    worker.run_batch(BatchAssign(batch_id=9, requests=tuple(r for r, _, _ in reqs), dispatch_ns=0))
+    (done,) = sent.done
+    assert (done.rescheduled, done.failed) == ((0,), (1,))
+    assert [r.request_id for _, r in sent.responses] == [reqs[i][0].request_id for i in (1, 2, 3)]
+    missing = sent.response_of(reqs[1][0]).error
+    assert missing == ErrorInfo(ErrorCode.INTERNAL, "no result for the request", "worker add_sub_0")
+    for i in (2, 3):
+        req, a, b = reqs[i]
+        resp = sent.response_of(req)
+        np.testing.assert_array_equal(frontend.read(resp.outputs[0]), a + b)
+        frontend.release(resp, req)
+    assert worker_arena.live_blocks() == 0

@@ -36,6 +36,7 @@ import msgspec
 import numpy as np
 
 from triton_mp.backends.base import (
+    RESCHEDULED,
     Backend,
     BackendRequest,
     Rescheduled,
@@ -305,7 +306,11 @@ class Worker:
             self._compute_stamps(traced, exec_end - t_infer, exec_end)
         t0 = time.perf_counter_ns()
         failed = self._answer(reqs, results)
-        rescheduled = tuple(i for i, r in enumerate(results) if isinstance(r, Rescheduled))
+        rescheduled = (
+            tuple(i for i, r in enumerate(results) if r is RESCHEDULED)
+            if RESCHEDULED in results  # NOTE: the one Rescheduled value (backends.base)
+            else ()
+        )
         t_output = time.perf_counter_ns() - t0
         # NOTE: under the lock: response threads of decoupled models share the ring.
         with self._post_lock:
@@ -444,8 +449,10 @@ class Worker:
         indices of the requests that failed. Several untraced requests of one frontend get
         one ``AnswerBatch`` (``workers.answer_batch``); the others one ``InferResponse`` each."""
         failed: list[int] = []
-        missing = ErrorInfo(ErrorCode.INTERNAL, "no result for the request", self._origin)
-        final = [missing if r is None else r for r in results]
+        final: list[Result] = results  # type: ignore[assignment]
+        if None in results:
+            missing = ErrorInfo(ErrorCode.INTERNAL, "no result for the request", self._origin)
+            final = [missing if r is None else r for r in results]
         single: range | list[int] = range(len(reqs))
         if len(reqs) > 1 and not self._decoupled:
             groups: dict[int, list[int]] = {}
