@@ -78,6 +78,8 @@ def test_a_worker_applies_the_supervisors_bls_updates_before_the_batches_of_a_dr
     # NOTE: a cancellation drained with its batch is applied first: is_cancelled() is true
     # from the start of that execute.
     assert control_first([batch, cancel]) == [cancel, batch]
+    for alone in ([batch], [cancel], []):
+        assert control_first(alone) == alone  # NOTE: one message has no order to fix
 
 
 def test_new_instances_answer_every_client_and_running_ones_each_new_client() -> None:

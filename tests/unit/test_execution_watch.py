@@ -14,6 +14,7 @@ class FakeInbox:
         self.items: list[str] = []
         self.lock = threading.Lock()
         self.polls = 0
+        self.drains = 0
 
     def push(self, item: str) -> None:
         with self.lock:
@@ -24,6 +25,7 @@ class FakeInbox:
         return bool(self.items)
 
     def drain(self) -> list[str]:
+        self.drains += 1
         with self.lock:
             out, self.items = self.items, []
             return out
@@ -95,3 +97,17 @@ def test_a_model_thread_polls_while_the_batch_runs() -> None:
     watch.end()
     assert applied == ["cancel-7"]
     assert watch.take() == []
+
+
+def test_an_empty_take_drains_nothing_and_kept_messages_come_first() -> None:
+    inbox = FakeInbox()
+    watch = ExecutionWatch(inbox, _cancels([]))
+    assert watch.take() == []
+    assert inbox.drains == 0  # NOTE: one poll of the rings, no drain, no lock
+    watch.begin()
+    inbox.push("batch-1")
+    watch.poll()
+    watch.end()
+    assert watch.take() == ["batch-1"]  # NOTE: kept, the rings empty
+    inbox.push("batch-2")
+    assert watch.take() == ["batch-2"]

@@ -64,7 +64,12 @@ class ExecutionWatch(Generic[T]):
             self._active = False
 
     def take(self) -> list[T]:
-        """The messages kept during batches (in arrival order), then what is pending."""
+        """The messages kept during batches (in arrival order), then what is pending (the
+        loop's thread, between batches)."""
+        if not self._kept and not self._inbox.has_pending():
+            # NOTE: no lock needed: outside a batch nothing appends to _kept (``poll`` keeps
+            # only while active, and ``end`` cleared that under the lock).
+            return []
         with self._lock:
             kept, self._kept = self._kept, []
             return kept + self._inbox.drain() if kept else self._inbox.drain()
