@@ -256,7 +256,8 @@ class Tensor:
             raise TritonModelException(
                 f"tensor '{name}': data must be a numpy array, got {type(data).__name__}"
             )
-        self._name = _text(name)
+        # NOTE: a str name (nearly always) needs none of _text's conversions.
+        self._name = name if type(name) is str else _text(name)
         self._array = data
 
     def name(self) -> str:
@@ -480,7 +481,7 @@ class InferenceRequest:
     def get_input_tensor_by_name(self, name: str) -> Tensor | None:
         """The input named ``name``, or None."""
         for t in self._inputs:
-            if t.name() == name:
+            if t._name == name:  # NOTE: Tensor.name(), without the call (the hot path)
                 return t
         return None
 
@@ -849,7 +850,7 @@ class InferenceResponse:
     ) -> None:
         self._output_tensors = list(output_tensors) if output_tensors is not None else []
         self._error = error
-        self._parameters = _parameters_json(parameters)
+        self._parameters = "{}" if parameters is None else _parameters_json(parameters)
 
     def output_tensors(self) -> list[Tensor]:
         """The output tensors."""
