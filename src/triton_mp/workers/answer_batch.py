@@ -8,7 +8,7 @@ registered region) is copied into one block, each response names that block in
 carries the responses with a ``Handoff`` of the block for as many uses as responses name it.
 The frontend decodes one record, takes one wake-up, and frees the block after releasing the
 last response that names it (``ipc.tensor_pool.SharedBlocks``, as for an ensemble's shared
-blocks). A response that fails (a missing output, a client region too small) is an error in
+blocks). A response that fails (a client region too small or gone) is an error in
 the same message and names no block.
 
 What is not grouped keeps one message and one block per response (``workers.worker``): a
