@@ -61,6 +61,7 @@ BATCHING_CORE = [
 SCHEDULER_IPC_MODULES = {
     "main.py",
     "core.py",
+    "direct.py",
     "ensembles.py",
     "lifecycle.py",
     "outbox.py",

@@ -139,6 +139,9 @@ EXAMPLES: dict[str, list[object]] = {
         m.InstancesRemoved(instance_ids=(1,)),
         REQUEST,
         REQUEST_WITH_SHM,
+        m.DirectSent(
+            instance_id=3, batch_id=m.direct_batch_id(1, 7), dispatch_ns=11, request=REQUEST
+        ),
         m.InferRequest(
             request_id=0,
             reply_to=m.ReplyTo(m.Requester.BLS, 0),

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 
 from triton_mp.frontend.client_shm import Region, SystemShmRegistry
+from triton_mp.frontend.direct import DirectRoutes
 from triton_mp.frontend.model_table import ModelTable
 from triton_mp.frontend.pending import PendingTable
 from triton_mp.frontend.readiness import ReadinessChecks
@@ -49,6 +50,8 @@ class InboxHandler:
         shm: the registered client shared-memory regions.
         models: the model table.
         cache: attached arenas (a stopped worker's are dropped).
+        direct: the routes to idle instances (``frontend.direct``), which the supervisor's
+            updates change.
     """
 
     def __init__(
@@ -58,8 +61,10 @@ class InboxHandler:
         shm: SystemShmRegistry,
         models: ModelTable,
         cache: SegmentCache,
+        direct: DirectRoutes | None = None,
     ) -> None:
         self._inbox = inbox
+        self._direct = direct
         self._pending = pending
         self._shm = shm
         self._models = models
@@ -99,6 +104,8 @@ class InboxHandler:
         """Apply a supervisor's model change between two requests (loop thread)."""
         for ring in update.add_rings:
             self._inbox.add_ring(ring)
+        if self._direct is not None and (update.add_routes or update.remove_routes):
+            self._direct.update(update.add_routes, update.remove_routes)
         self._models.update(update.models)
         for ring in update.remove_rings:
             # NOTE: answers a stopped worker left are delivered, not dropped.

@@ -25,6 +25,7 @@ from typing import cast
 from triton_mp.common.errors import ErrorCode, InvalidRequest, ModelUnavailable, TritonMPError
 from triton_mp.frontend.classification import Classify, classification
 from triton_mp.frontend.client_shm import SystemShmRegistry
+from triton_mp.frontend.direct import DirectRoutes
 from triton_mp.frontend.known_requests import KnownRequests, known_request, write_known
 from triton_mp.frontend.model_table import Model, ModelTable
 from triton_mp.frontend.pending import Answer, PendingTable
@@ -140,6 +141,8 @@ class Inference:
         clock_ns: the monotonic clock stamping ``arrival_ns``.
         response_cache: the response cache step (``frontend.response_cache``); None when
             the server has no cache.
+        direct: the routes to idle instances (``frontend.direct``); None hands nothing
+            directly.
 
     Attributes:
         draining: set by ``start_draining``: new requests are refused (UNAVAILABLE).
@@ -157,6 +160,7 @@ class Inference:
         send_scheduler: Callable[[bytes], None],
         clock_ns: Callable[[], int] = time.monotonic_ns,
         response_cache: ResponseCacheStep | None = None,
+        direct: DirectRoutes | None = None,
     ) -> None:
         self._reply_to = ReplyTo(Requester.FRONTEND, frontend_id)
         self._models = models
@@ -167,6 +171,7 @@ class Inference:
         self._send = send_scheduler
         self._clock_ns = clock_ns
         self._response_cache = response_cache
+        self._direct = direct
         self._signatures = SignatureCache()
         """Request signatures that passed validation (keyed by the ``Model`` object)."""
         self._known = KnownRequests()
@@ -432,6 +437,14 @@ class Inference:
             sequence_flags=valid.sequence_flags,
             trace=None if trace is None else trace.context(),
         )
+        direct = self._direct
+        try:
+            if direct is not None and trace is None and direct.hand(desc):
+                # NOTE: handed to an idle instance of its version (``frontend.direct``).
+                return
+        except TritonMPError:
+            self._pending.forget_request(rid)
+            raise
         data = encode(desc)
         try:
             self._send(data)

@@ -33,6 +33,7 @@ from triton_mp.frontend.api import FrontendApi
 from triton_mp.frontend.client_shm import DISABLED_MESSAGE, ClientShmApi, SystemShmRegistry
 from triton_mp.frontend.control import SupervisorLink
 from triton_mp.frontend.cuda_shm import CudaShmRegistry
+from triton_mp.frontend.direct import DirectRoutes
 from triton_mp.frontend.grpc.admin_service import AdminServicer
 from triton_mp.frontend.grpc.interceptor import RestrictedProtocolInterceptor
 from triton_mp.frontend.grpc.servicer import HealthServicer, InferenceServicer, add_to_server
@@ -97,6 +98,7 @@ def build_api(
     link: SupervisorLink,
     response_cache: ResponseCacheStep | None = None,
     inbox: InboxHandler | None = None,
+    direct: DirectRoutes | None = None,
 ) -> FrontendApi:
     """The transport-free core of one frontend, over its parts.
 
@@ -107,6 +109,7 @@ def build_api(
         response_cache: the response cache step; None without a cache.
         inbox: the inbox handler; the other frontends' trace settings updates it receives
             go to this frontend's tracer.
+        direct: the routes requests are handed to idle instances by (``frontend.direct``).
     """
     fid = spec.frontend_id
     tracer = build_tracer(spec, send_peers)
@@ -123,6 +126,7 @@ def build_api(
         pending=pending,
         send_scheduler=send_scheduler,
         response_cache=response_cache,
+        direct=direct,
     )
     return FrontendApi(
         server=ServerApi(
@@ -373,7 +377,9 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     pending = PendingTable(cache)
     models = ModelTable(spec.models)
     shm = _client_shm(spec)
-    handler = InboxHandler(inbox, pending, shm, models, cache)
+    direct = DirectRoutes(spec.frontend_id, to_scheduler.push_quiet, to_scheduler.send_bytes)
+    direct.update(spec.direct_routes)
+    handler = InboxHandler(inbox, pending, shm, models, cache, direct)
     link = SupervisorLink(ready, handler.on_table_update)
     try:
         store = _open_cache(spec)
@@ -393,6 +399,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
         link=link,
         response_cache=step,
         inbox=handler,
+        direct=direct,
     )
     server = grpc_server(spec, api)
     address = f"{spec.grpc_address}:{spec.grpc_port}"

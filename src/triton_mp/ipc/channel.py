@@ -73,6 +73,24 @@ class Sender:
                         ) from None
         self._waker.wake()
 
+    def push_quiet(self, data: bytes) -> bool:
+        """Push already-encoded bytes without waking the consumer, which reads them on its
+        next pass (a note that may wait: ``ipc.direct``'s ``DirectSent``); False when the
+        ring is full now.
+
+        Raises:
+            RecordTooLarge: the record can never fit the ring.
+        """
+        try:
+            self._ring.push(data)
+        except RingFull:
+            return False
+        return True
+
+    def fits(self, n: int) -> bool:
+        """Whether a record of ``n`` bytes can ever be pushed onto the ring."""
+        return self._ring.fits(n)
+
     def close(self) -> None:
         """Unmap the ring and close the wake-up handle."""
         self._ring.close()

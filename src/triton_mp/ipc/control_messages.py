@@ -5,7 +5,8 @@
 (``TableAck``), and the log settings a client set (``LogSettingsUpdate``).
 ``FromSupervisor``: the calls' replies (``ControlReply``) and the model table
 (``ModelTableUpdate`` of ``ModelEntry``: what RepositoryIndex, ModelReady and ModelMetadata
-answer from). Frozen tagged msgspec structs like ``ipc.messages``; nothing is pickled.
+answer from, and the ``DirectRoute`` s of ``ipc.direct``). Frozen tagged msgspec structs
+like ``ipc.messages``; nothing is pickled.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import msgspec
 
 from triton_mp.ipc.log_messages import LogSettingsUpdate
 from triton_mp.ipc.messages import ErrorInfo
+from triton_mp.ipc.notify import Wakeup
 
 
 class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,6 +83,22 @@ class ControlReply(msgspec.Struct, frozen=True, kw_only=True, tag="reply", array
     error: ErrorInfo | None = None
 
 
+class DirectRoute(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """What one frontend needs to hand requests of one instance's version straight to it."""
+
+    instance_id: int
+    model: str
+    version: int
+    frontend_id: int
+    """The frontend this route is for (the ring is that frontend's alone)."""
+    ring: str
+    """The frontend's ring into the worker's inbox."""
+    wakeup: Wakeup
+    """The worker's inbox semaphore."""
+    lease: str
+    """The instance's lease semaphore."""
+
+
 class ModelTableUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="table", array_like=True):
     """Replace these models' entries in a frontend's table, in one step; attach and detach
     worker rings. ``seq`` > 0 asks for a ``TableAck``."""
@@ -93,6 +111,10 @@ class ModelTableUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="table", a
     """Rings of workers that stopped for good."""
     drop_segments: tuple[str, ...] = ()
     """Name prefixes of stopped workers' arenas to unmap."""
+    add_routes: tuple[DirectRoute, ...] = ()
+    """New instances' direct routes (``ipc.direct``; each frontend takes its own)."""
+    remove_routes: tuple[int, ...] = ()
+    """Instances whose direct routes are gone (stopped for good)."""
 
 
 FromSupervisor = ControlReply | ModelTableUpdate

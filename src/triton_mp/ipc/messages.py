@@ -331,6 +331,9 @@ class InstanceWiring(msgspec.Struct, frozen=True, kw_only=True, array_like=True)
     """The worker's ring to the scheduler (joins the scheduler's inbox)."""
     bls_client: BlsClientWiring | None = None
     """A python worker's BLS inbox (``config.BlsSpec``), or None."""
+    lease: str = ""
+    """The instance's lease semaphore (``ipc.direct``); empty: its requests are never
+    handed to it directly."""
 
 
 class InstancesAdded(msgspec.Struct, frozen=True, kw_only=True, tag="inst_added", array_like=True):
@@ -449,8 +452,26 @@ class AnswerBatch(msgspec.Struct, frozen=True, kw_only=True, tag="answers", arra
     handoffs: tuple[Handoff, ...] = ()
 
 
+class DirectSent(msgspec.Struct, frozen=True, kw_only=True, tag="direct_sent", array_like=True):
+    """A frontend took an idle instance's lease and handed it ``request`` as the batch
+    ``batch_id`` (negative: ``direct_batch_id``) at ``dispatch_ns`` (``ipc.direct``). Left on
+    the frontend's ring without waking the scheduler, which reads it on its next pass."""
+
+    instance_id: int
+    batch_id: int
+    dispatch_ns: int
+    request: InferRequest
+
+
+def direct_batch_id(frontend_id: int, request_id: int) -> int:
+    """The id of a frontend's direct batch: negative, so never one of the scheduler's, and
+    unique per frontend request (frontend ids are below 1024)."""
+    return -(request_id * 1024 + frontend_id + 1)
+
+
 ToScheduler = (
     InferRequest
+    | DirectSent
     | InferResponse
     | CancelRequest
     | CacheOutcome

@@ -114,6 +114,10 @@ class Ring:
         self._mv[at + 4 : at + 4 + n] = payload
         self._tail[0] = tail + need
 
+    def fits(self, n: int) -> bool:
+        """Whether a record of ``n`` bytes can ever be pushed (``RecordTooLarge`` otherwise)."""
+        return (4 + n + 7) & ~7 <= self.capacity // 2
+
     def pop_all(self) -> list[bytes]:
         """Take every record published so far (consumer only), oldest first."""
         buf = self._buf

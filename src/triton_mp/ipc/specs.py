@@ -17,6 +17,7 @@ from triton_mp.common.config import CacheConfig, RateLimitResource
 from triton_mp.common.gpus import Gpu
 from triton_mp.common.log import current_log_settings
 from triton_mp.common.trace_config import TraceConfig
+from triton_mp.ipc.control_messages import DirectRoute
 from triton_mp.ipc.control_messages import ModelEntry as ModelEntry
 from triton_mp.ipc.messages import BlsModel as BlsModel
 from triton_mp.ipc.notify import Wakeup
@@ -395,6 +396,8 @@ class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
     models: tuple[ModelEntry, ...]
     inbox: InboxSpec
     to_scheduler: ChannelSpec
+    direct_routes: tuple[DirectRoute, ...] = ()
+    """This frontend's routes to the instances it may hand requests directly (``ipc.direct``)."""
     to_peers: dict[int, ChannelSpec] = {}
     """Per other frontend id: this frontend's ring into its inbox (client shared-memory
     registrations, ``ShmRegistered`` / ``ShmUnregistered``)."""

@@ -23,6 +23,9 @@ scheduler_to_worker   ``r_s_w{instance}``            ring scheduler -> worker
 worker_to_scheduler   ``r_w{instance}_s``            ring worker -> scheduler
 worker_to_frontend    ``r_w{instance}_f{frontend}``  ring worker -> frontend (answers)
 supervisor_to_worker  ``r_sup_w{instance}``          ring supervisor -> worker (BLS updates)
+frontend_to_worker    ``r_f{frontend}_w{instance}``  ring frontend -> worker (``ipc.direct``)
+worker_lease          ``w{instance}_lease``          an instance's lease semaphore
+                                                     (``ipc.direct``)
 worker_arena          ``w{instance}p{pid}_a{arena}`` a worker process's output arena
 metric_board          ``w{instance}p{pid}_cm{gen}``  a python worker's custom metrics
                                                      (``ipc.metric_board``)
@@ -79,6 +82,8 @@ class Kind(enum.Enum):
     WORKER_TO_SCHEDULER = "r_w{instance}_s"
     WORKER_TO_FRONTEND = "r_w{instance}_f{frontend}"
     SUPERVISOR_TO_WORKER = "r_sup_w{instance}"
+    FRONTEND_TO_WORKER = "r_f{frontend}_w{instance}"
+    WORKER_LEASE = "w{instance}_lease"
     WORKER_ARENA = _WORKER_ARENAS + _PROCESS + _ARENA
     METRIC_BOARD = _WORKER_ARENAS + _PROCESS + _BOARD
     BLS_WAKEUP = "w{client}_bls"
@@ -228,6 +233,14 @@ class Topology:
     def supervisor_to_worker(self, instance: int) -> str:
         """Ring supervisor -> worker (``BlsWorkerUpdate``)."""
         return self.name(Kind.SUPERVISOR_TO_WORKER, instance=instance)
+
+    def frontend_to_worker(self, instance: int, frontend: int) -> str:
+        """Ring frontend -> worker (direct handoffs, ``ipc.direct``)."""
+        return self.name(Kind.FRONTEND_TO_WORKER, instance=instance, frontend=frontend)
+
+    def worker_lease(self, instance: int) -> str:
+        """An instance's lease semaphore (``ipc.direct``)."""
+        return self.name(Kind.WORKER_LEASE, instance=instance)
 
     def worker_arenas(self, instance: int) -> str:
         """An instance's arena prefix: every process of it extends it with

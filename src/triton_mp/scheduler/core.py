@@ -26,6 +26,7 @@ from triton_mp.ipc.messages import (
     CacheOutcome,
     CancelRequest,
     DecoupledDone,
+    DirectSent,
     InferRequest,
     InferResponse,
     InstancesAdded,
@@ -51,6 +52,7 @@ from triton_mp.ipc.messages import (
 from triton_mp.ipc.reports import ModelQueueStatus
 from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.ipc.specs import ModelVersionSpec, RateLimitSpec
+from triton_mp.scheduler.direct import Handoffs
 from triton_mp.scheduler.ensembles import Ensembles
 from triton_mp.scheduler.instances import (
     Generation,
@@ -70,6 +72,11 @@ log = logging.getLogger(__name__)
 QUEUE_FULL_MESSAGE = QUEUE_FULL.message
 TIMEOUT_MESSAGE = TIMED_OUT.message
 CANCELLED_MESSAGE = "Request was cancelled before it was scheduled"
+_CHANGES = frozenset(
+    (WorkerReady, WorkerDied, Shutdown, InstancesAdded, VersionsActivated, InstancesRetired)
+    + (InstancesRemoved,)
+)
+"""Messages that may change which instances the direct handoff may offer."""
 _START = int(SequenceFlags.START)
 _END = int(SequenceFlags.END)
 
@@ -120,6 +127,10 @@ class SchedulerCore:
         self._logs = BatchLogs()
         self._out = Outbox(self.stats)
         self.lifecycle = Lifecycle(models, self._out, self.stats, self._logs)
+        self.handoffs = Handoffs(
+            self.lifecycle.instances, self._logs, self._out, bool(rate_limiter)
+        )
+        """The leases of idle instances a frontend may hand a request to (``scheduler.direct``)."""
         self._next_batch_id = 1
         self.stopping = False
         self.defer_unknown = False
@@ -136,6 +147,7 @@ class SchedulerCore:
         """The ensemble requests running (``scheduler.ensembles``)."""
         self.handlers: dict[type, Callable[[Any, int], None]] = {
             InferRequest: self._on_request,
+            DirectSent: self._on_direct,
             InferResponse: self.ensembles.on_response,
             CancelRequest: self._on_cancel,
             CacheOutcome: self._on_cache_outcome,
@@ -159,7 +171,10 @@ class SchedulerCore:
     def handle(self, msg: ToScheduler, now_ns: int) -> Sequence[Outbound]:
         """Apply one message at ``now_ns``; returns what to send, in order."""
         self.ensembles.now_ns = now_ns
-        self.handlers[type(msg)](msg, now_ns)
+        kind = type(msg)
+        if kind in _CHANGES:
+            self.handoffs.stale = True
+        self.handlers[kind](msg, now_ns)
         return self._out.take()
 
     def _on_log_settings(self, msg: LogSettingsUpdate, now_ns: int) -> None:
@@ -232,6 +247,11 @@ class SchedulerCore:
             self.defer_unknown = defer
         return self._out.take()
 
+    def _on_direct(self, msg: DirectSent, now_ns: int) -> None:
+        done = self.handoffs.on_direct(msg, now_ns)
+        if done is not None:
+            self._on_batch_done(done, now_ns)
+
     def _on_cancel(self, msg: CancelRequest, now_ns: int) -> None:
         """Drop a request whose client went away, if it has not been dispatched yet."""
         key = (msg.model, msg.version)
@@ -286,6 +306,9 @@ class SchedulerCore:
     def _on_batch_done(self, msg: BatchDone, now_ns: int) -> None:
         inst = self.lifecycle.instances.get(msg.instance_id)
         if inst is None or inst.batch is None or inst.batch.batch_id != msg.batch_id:
+            if inst is not None:
+                # NOTE: a direct batch whose DirectSent this pass has not read yet.
+                self.handoffs.early_done(msg)
             return
         flight, inst.batch = inst.batch, None
         reqs = flight.requests
@@ -301,6 +324,7 @@ class SchedulerCore:
             inferences += r.batch_size
         inst.executions += 1
         self._release(msg.instance_id, now_ns)
+        self.handoffs.touch(inst.generation)
         self.stats.record_execution(
             *inst.key,
             requests=len(ok),
@@ -362,6 +386,7 @@ class SchedulerCore:
                     log.error("rate limiter: %s", self.limiter.error)
 
     def _on_died(self, msg: WorkerDied, now_ns: int) -> None:
+        self.handoffs.on_died(msg)
         if self.limiter is not None:
             self.limiter.forget(msg.instance_id)
             self._held.pop(msg.instance_id, None)
@@ -423,12 +448,15 @@ class SchedulerCore:
                 req = cast(InferRequest, item.payload)
                 message = why.message if why is TIMED_OUT else request_label(req) + why.message
                 self._out.fail(req, why.code, message, now_ns, why.reason)
+            if self.handoffs.offered and gen.policy.queue_depth():
+                self.handoffs.before_dispatch(gen, now_ns)
             batches = gen.policy.pop_ready(now_ns)
             if batches:
                 batch_log = self._logs.get(gen.key)
                 for batch in batches:
                     self._assign(gen, batch, batch_log, now_ns)
         self._grant(now_ns)
+        self.handoffs.after_dispatch(self.lifecycle.active, now_ns, self.stopping)
         if self.lifecycle.retiring:
             self.lifecycle.finish_retirements(now_ns)
         return self._out.take()
@@ -528,6 +556,8 @@ class SchedulerCore:
         message."""
         gens = self.lifecycle.generations()
         deadlines = [d for g in gens if (d := g.policy.next_deadline_ns()) is not None]
+        if self.handoffs.claimed:
+            deadlines.append(self.handoffs.next_deadline_ns() or 0)
         if self.lifecycle.retirement_due():
             # NOTE: a retirement may end on the next pass without any message arriving.
             deadlines.append(0)

@@ -118,6 +118,9 @@ class Instance:
     """Its ``batch`` waits for the rate limiter's resources (not sent yet)."""
     restarts: int = 0
     """Times it came back after it died."""
+    leased: bool = False
+    """A frontend took its lease and its ``DirectSent`` is not read yet: a direct batch is
+    on its way to it (``scheduler.direct``)."""
     ready_check: bool = False
     """Its model checks its own readiness (``WorkerReady.ready_check``: python ``is_ready()``)."""
 
@@ -133,8 +136,9 @@ class Instance:
 
     @property
     def busy(self) -> bool:
-        """Running a batch, or holding open decoupled requests."""
-        return self.batch is not None or bool(self.open)
+        """Running a batch (or about to run a frontend's), or holding open decoupled
+        requests."""
+        return self.batch is not None or bool(self.open) or self.leased
 
 
 _SERVING = frozenset((InstanceState.ACTIVE, InstanceState.RETIRING))

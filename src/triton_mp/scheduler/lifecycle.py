@@ -63,6 +63,13 @@ STOPPING_MESSAGE = (
 """Triton's error for requests a stopping scheduler (or a retired version) will not run."""
 
 
+def died_running(label: str, model: str, msg: WorkerDied) -> str:
+    """The error of a request the instance ``label`` was running when it died."""
+    how = f"{msg.reason} (exit code {msg.exitcode})" if msg.reason else ""
+    how = how or f"died with exit code {msg.exitcode}"
+    return f"model instance '{label}' of '{model}' {how} while running the request"
+
+
 class Lifecycle:
     """The instance table and the generations of every served version.
 
@@ -249,9 +256,7 @@ class Lifecycle:
             extra={"model": model, "instance": inst.label},
         )
         if flight is not None:
-            how = f"{msg.reason} (exit code {msg.exitcode})" if msg.reason else ""
-            how = how or f"died with exit code {msg.exitcode}"
-            text = f"model instance '{inst.label}' of '{model}' {how} while running the request"
+            text = died_running(inst.label, model, msg)
             for r in flight.requests:
                 open_requests.pop((r.reply_to, r.request_id), None)
                 self._out.fail(r, ErrorCode.UNAVAILABLE, text, now_ns)

@@ -23,6 +23,7 @@ from triton_mp.common.log import configure_logging
 from triton_mp.common.platform import set_timer_slack_ns
 from triton_mp.ipc import Inbox, Sender, encode
 from triton_mp.ipc.codec import Decoder
+from triton_mp.ipc.direct import Lease
 from triton_mp.ipc.handshake import report_ready
 from triton_mp.ipc.messages import InstanceWiring, Requester, Shutdown, ToScheduler
 from triton_mp.ipc.specs import SchedulerSpec
@@ -72,6 +73,19 @@ class Router:
         self._replies = {Requester.FRONTEND: self._frontends, Requester.BLS: self._bls}
         self._arenas = SegmentCache()
         """Workers' arenas, attached to free ensemble steps' blocks (``Free``) only."""
+        self._leases: dict[int, Lease] = {}
+        """Per instance a frontend may hand requests to: its lease (``ipc.direct``)."""
+
+    def offer(self, instance_id: int) -> None:
+        """Post an instance's lease (``scheduler.direct.Leases``)."""
+        lease = self._leases.get(instance_id)
+        if lease is not None:
+            lease.offer()
+
+    def take(self, instance_id: int) -> bool:
+        """Take an instance's lease back; False when a frontend holds it."""
+        lease = self._leases.get(instance_id)
+        return lease is None or lease.take()
 
     def send(self, item: Outbound) -> None:
         """Send one outbound item (messages to unknown destinations are dropped).
@@ -113,8 +127,13 @@ class Router:
         self._from_workers[w.instance_id] = w.from_worker_ring
         if w.bls_client is not None:
             self._bls[w.instance_id] = Sender(w.bls_client.ring, w.bls_client.wakeup)
+        if w.lease:
+            self._leases[w.instance_id] = Lease(w.lease)
 
     def _detach(self, instance_id: int) -> None:
+        lease = self._leases.pop(instance_id, None)
+        if lease is not None:
+            lease.close()
         for senders in (self._workers, self._bls):
             sender = senders.pop(instance_id, None)
             if sender is not None:
@@ -183,6 +202,7 @@ def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
         limiter = RateLimiter((r.name, r.count, r.device) for r in spec.rate_limit_resources)
     core = SchedulerCore(spec.models, limiter)
     core.defer_unknown = True
+    core.handoffs.leases = router
     # NOTE: the loop sleeps until batch deadlines; see set_timer_slack_ns for why.
     set_timer_slack_ns(SCHEDULER_TIMER_SLACK_NS)
     report_ready(ready, "scheduler", "scheduler")

@@ -26,6 +26,7 @@ from triton_mp.common.config import ServerConfig
 from triton_mp.common.gpus import Devices, worker_env
 from triton_mp.ipc import ChannelTimeout, Sender, encode
 from triton_mp.ipc.control_messages import ModelTableUpdate
+from triton_mp.ipc.direct import DirectRoute, handoff_eligible
 from triton_mp.ipc.messages import (
     BlsClientWiring,
     BlsInboxUpdate,
@@ -49,7 +50,7 @@ from triton_mp.model_config.plan import ModelPlan
 from triton_mp.supervisor.bls_wiring import BlsAddPlan, bls_table, plan_bls_add, plan_bls_remove
 from triton_mp.supervisor.children import Child, ChildTable
 from triton_mp.supervisor.frontend_link import FrontendLink
-from triton_mp.supervisor.wiring import BlsClientChannels, Wiring
+from triton_mp.supervisor.wiring import BlsClientChannels, InstanceChannels, Wiring
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,9 @@ class Instances:
         self._fe_wakeups = frontend_wakeups
         self._wired: dict[int, _Wired] = {}
         """Every started instance whose objects still exist, by instance id."""
+        self._routes: dict[int, tuple[DirectRoute, ...]] = {}
+        """Per started instance whose version may be handed requests directly: its route
+        for each frontend (``ipc.direct``)."""
         self._bls_table: dict[str, BlsModel] = {}
         """The table of models the BLS clients hold (the served versions)."""
         self._bls_seq = 0
@@ -140,6 +144,33 @@ class Instances:
         """The rings from instances to one frontend (its spec at start)."""
         return tuple(self._top.worker_to_frontend(i, frontend_id) for i in instance_ids)
 
+    def direct_routes(
+        self, instance_ids: Iterable[int], frontend_id: int
+    ) -> tuple[DirectRoute, ...]:
+        """One frontend's direct routes to instances (its spec at start)."""
+        return tuple(
+            r for i in instance_ids for r in self._routes.get(i, ()) if r.frontend_id == frontend_id
+        )
+
+    def _plan_routes(self, spec: WorkerSpec, ch: InstanceChannels) -> tuple[DirectRoute, ...]:
+        """The routes of a new instance, one per frontend; none when its version's requests
+        are never handed straight to it (``ipc.direct.handoff_eligible``)."""
+        if not handoff_eligible(spec.model, self._cfg.rate_limit != "off"):
+            return ()
+        w = spec.instance
+        return tuple(
+            DirectRoute(
+                instance_id=w.instance_id,
+                model=w.model,
+                version=w.version,
+                frontend_id=f,
+                ring=ring,
+                wakeup=ch.wakeup,
+                lease=ch.lease,
+            )
+            for f, ring in ch.from_frontends.items()
+        )
+
     # ------------------------------------------------------------------ start
     def start(self, plans: list[ModelPlan]) -> dict[int, Child]:
         """Wire and spawn the instances of ``plans``; returns them by instance id (managed:
@@ -149,6 +180,7 @@ class Instances:
         children: dict[int, Child] = {}
         wiring: list[InstanceWiring] = []
         rings: list[str] = []
+        routes: list[DirectRoute] = []
         for p in plans:
             by_version = {v.version: v for v in p.versions}
             for w in p.instances:
@@ -160,7 +192,9 @@ class Instances:
                     model=by_version[w.version],
                     # NOTE: the scheduler's ring first: a drain then sees every BLS update
                     # written before the batches it sees (workers.main.control_first).
-                    inbox=InboxSpec(ch.wakeup, (ch.to_worker, ch.control)),
+                    inbox=InboxSpec(
+                        ch.wakeup, (ch.to_worker, ch.control, *ch.from_frontends.values())
+                    ),
                     to_scheduler=ChannelSpec(ch.from_worker, self._sched_wakeup),
                     to_frontends={
                         i: ChannelSpec(ch.to_frontends[i], self._fe_wakeups[i]) for i in range(n_fe)
@@ -181,13 +215,22 @@ class Instances:
                     Sender(ch.control, ch.wakeup),
                     None if client is None else Sender(client.control, client.wakeup),
                 )
-                wiring.append(_instance_wiring(spec, ch.to_worker, ch.wakeup, ch.from_worker, bls))
+                direct = self._plan_routes(spec, ch)
+                if direct:
+                    self._routes[iid] = direct
+                    routes.extend(direct)
+                wired = _instance_wiring(spec, ch.to_worker, ch.wakeup, ch.from_worker, bls)
+                if direct:
+                    wired = msgspec.structs.replace(wired, lease=ch.lease)
+                wiring.append(wired)
         self._send(InstancesAdded(instances=tuple(wiring)))
         # NOTE: running workers open their rings to the new clients, running clients attach
         # the new instances' rings: both before any new instance is spawned.
         self._send_bls(bls.updates)
         # NOTE: before any request can reach a new instance, every frontend reads its ring.
-        self._link.update(ModelTableUpdate(add_rings=tuple(rings)), ack=True)
+        self._link.update(
+            ModelTableUpdate(add_rings=tuple(rings), add_routes=tuple(routes)), ack=True
+        )
         self._table.add(children.values())
         for child in children.values():
             self._table.spawn(child)
@@ -332,6 +375,7 @@ class Instances:
                     self._top.worker_to_frontend(i, f) for i in ids for f in range(n_fe)
                 ),
                 drop_segments=segments,
+                remove_routes=tuple(i for i in ids if self._routes.pop(i, None)),
             ),
             ack=True,
         )

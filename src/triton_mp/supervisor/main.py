@@ -269,6 +269,7 @@ class Supervisor:
                 ),
             ),
             to_scheduler=ChannelSpec(channels.frontend_inbox_rings[i], channels.scheduler_wakeup),
+            direct_routes=self.models.direct_routes(i),
             to_peers={
                 j: ChannelSpec(channels.peer_rings[(i, j)], channels.frontend_wakeups[j])
                 for j in others

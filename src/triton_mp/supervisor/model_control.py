@@ -43,6 +43,7 @@ from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc import encode
 from triton_mp.ipc.control_messages import (
+    DirectRoute,
     ModelEntry,
     ModelLoadCall,
     ModelTableUpdate,
@@ -168,6 +169,10 @@ class ModelControl:
     def frontend_rings(self, frontend_id: int) -> tuple[str, ...]:
         """The rings from every running instance to one frontend (its spec at start)."""
         return self._instances.frontend_rings((c.instance_id for c in self._serving()), frontend_id)
+
+    def direct_routes(self, frontend_id: int) -> tuple[DirectRoute, ...]:
+        """Every running instance's direct route for one frontend (its spec at start)."""
+        return self._instances.direct_routes((c.instance_id for c in self._serving()), frontend_id)
 
     def instance_count(self) -> int:
         """Instances serving now."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from triton_mp.common.config import ServerConfig
 from triton_mp.ipc import Ring, sweep_stale
+from triton_mp.ipc.direct import create_lease
 from triton_mp.ipc.heartbeat import HeartbeatBoard
 from triton_mp.ipc.notify import Wakeup, create_wakeup
 from triton_mp.ipc.response_cache import SharedResponseCache
@@ -53,6 +54,10 @@ class InstanceChannels:
     """Ring worker -> scheduler."""
     to_frontends: dict[int, str]
     """Per frontend id: the worker's answer ring to it."""
+    from_frontends: dict[int, str]
+    """Per frontend id: its ring into the worker's inbox (direct handoffs, ``ipc.direct``)."""
+    lease: str
+    """The instance's lease semaphore (``ipc.direct``)."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,11 @@ class Wiring:
                 i: self._ring(top.worker_to_frontend(iid, i), cfg.answer_ring_bytes)
                 for i in range(n_frontends)
             },
+            from_frontends={
+                i: self._ring(top.frontend_to_worker(iid, i), cfg.answer_ring_bytes)
+                for i in range(n_frontends)
+            },
+            lease=create_lease(top.worker_lease(iid)),
         )
 
     def create_bls_client(self, client: int) -> BlsClientChannels:

@@ -1,0 +1,248 @@
+"""The scheduler's side of the direct handoff (``ipc.direct``): offering idle instances'
+leases to the frontends, taking them back, and a frontend's ``DirectSent`` as a batch.
+
+Imported by ``scheduler.core``; no I/O of its own: the leases are behind the ``Leases``
+protocol (the process shell's semaphores, a fake in tests). At the end of every dispatch
+pass (``after_dispatch``) each idle, ready, active instance of an eligible version
+(``ipc.direct.handoff_eligible``) whose queue is empty has its lease offered; an offer whose
+conditions no longer hold (the instance retires, dies, the server stops) is taken back.
+Before the policy of a version with queued requests forms batches (``before_dispatch``) its
+offers are taken back, so it never hands a batch to an instance a frontend holds: a take
+that fails means a frontend won the lease, and the instance is busy until its ``DirectSent``
+(read on a later pass) and then its ``BatchDone``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from triton_mp.common.close_reason import CloseReason
+from triton_mp.common.errors import ErrorCode
+from triton_mp.ipc.direct import handoff_eligible
+from triton_mp.ipc.messages import BatchDone, DirectSent, WorkerDied
+from triton_mp.scheduler.instances import (
+    Generation,
+    Health,
+    InFlight,
+    Instance,
+    InstanceState,
+    InstanceTable,
+)
+from triton_mp.scheduler.lifecycle import died_running
+from triton_mp.scheduler.outbox import Outbox
+from triton_mp.scheduler.policy import Batch, Queued
+from triton_mp.scheduler.status import BatchLogs
+
+log = logging.getLogger(__name__)
+
+CLAIM_TIMEOUT_NS = 1_000_000_000
+"""How long a lease a frontend took may go without its ``DirectSent`` before the scheduler
+gives the instance back to its policy: the frontend sends it microseconds after the take, so
+only a frontend that died in between leaves a claim this old (and it pushed no batch)."""
+
+
+class Leases(Protocol):
+    """The instances' lease semaphores (``ipc.direct.Lease``), by instance id."""
+
+    def offer(self, instance_id: int) -> None:
+        """Post the lease (it is 0)."""
+        ...
+
+    def take(self, instance_id: int) -> bool:
+        """``sem_trywait`` the lease: False when a frontend took it first."""
+        ...
+
+
+class Handoffs:
+    """Which leases are offered, and which a frontend holds (see the module docstring).
+
+    Args:
+        instances: the scheduler's instance table.
+        logs: the batch logs a direct batch is recorded in (``triton-mp stat``).
+        out: where a direct request that cannot run is failed.
+        rate_limited: ``--rate-limit execution_count`` is on (nothing is eligible).
+
+    Attributes:
+        leases: the lease semaphores; None (tests of other things, a scheduler without
+            them) offers nothing.
+    """
+
+    def __init__(
+        self, instances: InstanceTable, logs: BatchLogs, out: Outbox, rate_limited: bool
+    ) -> None:
+        self.leases: Leases | None = None
+        self._instances = instances
+        self._logs = logs
+        self._out = out
+        self._rate_limited = rate_limited
+        self.offered: set[int] = set()
+        """Instances whose lease is posted (as far as this scheduler knows)."""
+        self.claimed: dict[int, int] = {}
+        """Instance -> when a take back failed: a frontend holds the lease, its
+        ``DirectSent`` not read yet."""
+        self._early: dict[tuple[int, int], BatchDone] = {}
+        """``BatchDone`` s of direct batches read before their ``DirectSent``."""
+        self._eligible: dict[int, bool] = {}
+        """Per generation (``id``): ``handoff_eligible`` of its spec."""
+        self._deaths: dict[int, WorkerDied] = {}
+        """Per instance: how its last worker died (a request handed to it before, read
+        after, fails with the same words as the batch it ran)."""
+        self.stale = True
+        """Something may have changed which instances may be offered since the last
+        ``after_dispatch`` (set by the core on instance and model changes, by an eligible
+        instance's ``BatchDone``, and here); a pass without changes costs one test."""
+
+    def touch(self, gen: Generation | None) -> None:
+        """An instance of ``gen`` finished a batch: it may be offered again."""
+        if gen is not None and self.eligible(gen):
+            self.stale = True
+
+    def eligible(self, gen: Generation) -> bool:
+        """Whether ``gen``'s requests may be handed straight to its instances."""
+        key = id(gen)
+        ok = self._eligible.get(key)
+        if ok is None:
+            ok = self._eligible[key] = handoff_eligible(gen.spec, self._rate_limited)
+        return ok
+
+    def next_deadline_ns(self) -> int | None:
+        """When the oldest claim expires (``CLAIM_TIMEOUT_NS``), if one is held."""
+        if not self.claimed:
+            return None
+        return min(self.claimed.values()) + CLAIM_TIMEOUT_NS
+
+    # ------------------------------------------------------------ the passes
+    def before_dispatch(self, gen: Generation, now_ns: int) -> None:
+        """``gen`` has queued requests: take back its instances' offers before its policy
+        forms batches."""
+        if not self.offered:
+            return
+        for inst in self._instances.members(gen):
+            if inst.instance_id in self.offered:
+                self._take_back(inst, now_ns)
+                self.stale = True
+
+    def after_dispatch(
+        self, active: dict[tuple[str, int], Generation], now_ns: int, stopping: bool
+    ) -> None:
+        """End of a pass: take back offers that no longer hold, give up expired claims,
+        offer every instance that may now be handed a request."""
+        leases = self.leases
+        if leases is None or not (self.stale or self.claimed):
+            return
+        self.stale = False
+        for iid in [i for i in self.offered if not self._may_offer(i, active, stopping)]:
+            inst = self._instances.get(iid)
+            if inst is None:
+                self.offered.discard(iid)
+            else:
+                self._take_back(inst, now_ns)
+        if self.claimed:
+            self._expire_claims(now_ns)
+        if stopping:
+            return
+        for gen in active.values():
+            if not self.eligible(gen) or gen.policy.queue_depth():
+                continue
+            for inst in self._instances.members(gen):
+                iid = inst.instance_id
+                if iid in self.offered or iid in self.claimed or not _idle(inst, gen):
+                    continue
+                leases.offer(iid)
+                self.offered.add(iid)
+
+    def _may_offer(
+        self, iid: int, active: dict[tuple[str, int], Generation], stopping: bool
+    ) -> bool:
+        inst = self._instances.get(iid)
+        if inst is None or stopping or inst.generation is None:
+            return False
+        gen = inst.generation
+        return active.get(gen.key) is gen and not gen.policy.queue_depth() and _idle(inst, gen)
+
+    def _take_back(self, inst: Instance, now_ns: int) -> None:
+        """Take ``inst``'s offered lease back; when a frontend holds it, the instance is busy
+        (its policy hands it nothing) until the frontend's batch is done."""
+        iid = inst.instance_id
+        self.offered.discard(iid)
+        assert self.leases is not None
+        if self.leases.take(iid):
+            return
+        self.claimed[iid] = now_ns
+        inst.leased = True
+        if inst.generation is not None:
+            inst.generation.policy.instance_gone(iid)
+
+    def _expire_claims(self, now_ns: int) -> None:
+        for iid, since in list(self.claimed.items()):
+            if now_ns - since < CLAIM_TIMEOUT_NS:
+                continue
+            del self.claimed[iid]
+            self.stale = True
+            inst = self._instances.get(iid)
+            if inst is not None:
+                inst.leased = False
+            log.warning("instance %d: a frontend took its lease and sent nothing; freed", iid)
+            if inst is not None and inst.generation is not None and inst.health is Health.READY:
+                inst.generation.policy.instance_idle(iid, now_ns)
+
+    # ------------------------------------------------------------ messages
+    def on_died(self, msg: WorkerDied) -> None:
+        """A worker died: remember how, for its direct requests read later."""
+        self._deaths[msg.instance_id] = msg
+
+    def on_direct(self, msg: DirectSent, now_ns: int) -> BatchDone | None:
+        """A frontend handed ``msg.request`` to ``msg.instance_id``: the instance runs it as
+        its batch from ``msg.dispatch_ns``. Returns the batch's ``BatchDone`` when it was
+        read first (the caller applies it now). A request whose instance is gone or dead
+        fails here (its worker never answers it)."""
+        iid, req = msg.instance_id, msg.request
+        self.stale = True
+        self.offered.discard(iid)
+        self.claimed.pop(iid, None)
+        done = self._early.pop((iid, msg.batch_id), None)
+        inst = self._instances.get(iid)
+        if inst is not None:
+            inst.leased = False
+        gen = None if inst is None else inst.generation
+        if inst is None or gen is None or inst.health is not Health.READY:
+            death = self._deaths.get(iid)
+            if inst is not None and inst.health is Health.DEAD and death is not None:
+                text = died_running(inst.label, req.model, death)
+            else:
+                text = f"model instance {iid} of '{req.model}' stopped before it ran the request"
+            self._out.fail(req, ErrorCode.UNAVAILABLE, text, now_ns)
+            return None
+        if inst.batch is not None:
+            # NOTE: cannot happen while only the lease's holder hands the instance a batch.
+            log.error("instance %s got direct batch %d while busy", inst.label, msg.batch_id)
+            return None
+        size = max(1, req.batch_size)
+        inst.batch = InFlight(msg.batch_id, (req,), msg.dispatch_ns, size)
+        gen.policy.instance_gone(iid)
+        reason = CloseReason.SINGLE if gen.spec.batching.kind == "default" else CloseReason.IDLE
+        queued = Queued((req.reply_to, req.request_id), size, (), req.arrival_ns, req)
+        self._logs.get(gen.key).record(Batch(iid, (queued,), size, reason), inst.label, now_ns)
+        return done
+
+    def early_done(self, msg: BatchDone) -> bool:
+        """Keep the ``BatchDone`` of a direct batch whose ``DirectSent`` was not read yet
+        (``on_direct`` returns it); False for any other batch."""
+        if msg.batch_id >= 0:
+            return False
+        self.stale = True
+        self._early[(msg.instance_id, msg.batch_id)] = msg
+        return True
+
+
+def _idle(inst: Instance, gen: Generation) -> bool:
+    """Ready, active, serving ``gen`` and running nothing."""
+    return (
+        inst.generation is gen
+        and inst.state is InstanceState.ACTIVE
+        and inst.health is Health.READY
+        and inst.batch is None
+        and not inst.staged
+        and not inst.open
+    )
