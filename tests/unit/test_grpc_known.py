@@ -192,3 +192,17 @@ def test_response_heads_serialize_as_the_head_built_each_time() -> None:
         ]
         assert infer_response_bytes(results[0], heads) == infer_response_bytes(results[1])
         assert len(heads) <= 2
+
+
+def test_a_request_without_raw_bytes_has_a_key_too() -> None:
+    req = pb.ModelInferRequest(model_name="m", id="x")
+    t = req.inputs.add(name="A", datatype="FP32", shape=[2])
+    t.parameters["shared_memory_region"].string_param = "r"
+    t.parameters["shared_memory_byte_size"].int64_param = 8
+    data = req.SerializeToString()
+    wire = split_infer_request(data)
+    assert wire.raw == []
+    assert wire.key is not None
+    assert wire.key != data, "the id is left out"
+    assert wire.request == req
+    assert split_infer_request(pb.ModelInferRequest(model_name="m").SerializeToString()).key

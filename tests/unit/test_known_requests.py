@@ -22,13 +22,14 @@ from tests.unit.fake_frontend import (
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import InvalidRequest
 from triton_mp.common.trace_config import TraceLevel
-from triton_mp.frontend.client_shm import SystemShmRegistry
+from triton_mp.frontend.client_shm import Region, SystemShmRegistry
 from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.known_requests import KnownRequests, known_request
 from triton_mp.frontend.pending import PendingTable
 from triton_mp.frontend.request import (
     InferenceRequest,
     InputTensor,
+    Parameter,
     RequestedOutput,
     int64_parameter,
     string_parameter,
@@ -51,6 +52,7 @@ class Frontend:
         cache = FakeCache(self.input_segment, self.worker.arena.segment)
         self.pending = PendingTable(cache)  # type: ignore[arg-type]
         self.scheduler = FakeScheduler()
+        self.shm = SystemShmRegistry(1)
         two = (("A", mc.TYPE_FP32, (2,)), ("B", mc.TYPE_FP32, (2,)))
         self.models = table(
             model_entry("m", inputs=two, outputs=("OUT",)),
@@ -59,7 +61,7 @@ class Frontend:
         self.inference = Inference(
             frontend_id=1,
             models=self.models,
-            shm=SystemShmRegistry(1),
+            shm=self.shm,
             arena=self.arena,  # type: ignore[arg-type]
             cache=cache,  # type: ignore[arg-type]
             pending=self.pending,
@@ -223,3 +225,62 @@ def test_the_table_is_cleared_whole_when_full() -> None:
     assert len(known) == 1
     assert b"c" in known
     assert known.get(b"a") is None
+
+
+def _in_region(**kw: object) -> InferenceRequest:
+    """Input A and output OUT in region "r" (B sent raw)."""
+
+    def window(offset: int, size: int) -> dict[str, Parameter]:
+        return {
+            "shared_memory_region": string_parameter("r"),
+            "shared_memory_offset": int64_parameter(offset),
+            "shared_memory_byte_size": int64_parameter(size),
+        }
+
+    return _request(
+        inputs=(InputTensor("A", "FP32", (2,), window(0, 8)), InputTensor("B", "FP32", (2,))),
+        outputs=(RequestedOutput("OUT", window(64, 8)),),
+        raw_inputs=(_raw(3, 4),),
+        **kw,
+    )
+
+
+def test_a_request_in_shared_memory_holds_its_regions_until_answered() -> None:
+    async def body(f: Frontend) -> None:
+        f.shm.add(Region("r", "/client_r", 0, 4096, 77))
+        f.inference.submit(_in_region(), known_key=KEY)
+        full = f.scheduler.requests()[-1]
+        assert KEY in f.inference.known_keys
+        ticket = f.inference.submit_known(KEY, "second", [_raw(5, 6)])
+        assert ticket is not None
+        fast = f.scheduler.requests()[-1]
+        assert fast.inputs[0] == full.inputs[0], "the window, named as the full path names it"
+        assert fast.inputs[0].region_id == 77
+        assert fast.output_regions == full.output_regions
+        assert fast.output_regions[0] is not None
+        written = fast.inputs[1]
+        assert bytes(f.input_segment.buf[written.offset : written.offset + 8]) == _raw(5, 6)
+        for req in (full, fast):
+            f.pending.deliver([f.worker.answer(req, {"OUT": b"\0" * 8})])
+            assert f.shm.in_use("r") is (req is full)
+        (await ticket.result()).release()
+        assert not f.shm.in_use("r")
+
+    _run(body)
+
+
+def test_a_registration_or_unregistration_makes_requests_unknown_again() -> None:
+    async def body(f: Frontend) -> None:
+        f.shm.add(Region("r", "/client_r", 0, 4096, 77))
+        f.inference.submit(_in_region(), known_key=KEY)
+        f.inference.submit(_request(), known_key=b"raw only")
+        f.pending.deliver([f.worker.answer(r, {"OUT": b"\0" * 8}) for r in f.scheduler.requests()])
+        f.shm.drop(["r"])
+        f.shm.add(Region("r", "/client_r", 0, 4096, 78))
+        assert f.inference.submit_known(KEY, "", [_raw(5, 6)]) is None
+        assert f.inference.submit_known(b"raw only", "", [_raw(1, 2), _raw(3, 4)]) is None
+        assert len(f.inference.known_keys) == 0
+        f.inference.submit(_in_region(), known_key=KEY)
+        assert f.scheduler.requests()[-1].inputs[0].region_id == 78
+
+    _run(body)

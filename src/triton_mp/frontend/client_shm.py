@@ -96,6 +96,9 @@ class SystemShmRegistry:
         self.enabled = enabled
         self.cuda: CudaShmRegistry | None = None
         """The CUDA regions of this frontend (their names are refused in tensors)."""
+        self.generation = 0
+        """Counts the changes to the registered regions: a request validated against its
+        regions is valid again while this stays (``frontend.known_requests``)."""
 
     def _check_enabled(self) -> None:
         if not self.enabled:
@@ -148,11 +151,13 @@ class SystemShmRegistry:
             )
         region = Region(name, key, offset, byte_size, next(self._ids) * 256 + self._frontend_id)
         self._regions[name] = region
+        self.generation += 1
         return region
 
     def add(self, region: Region) -> None:
         """Adopt a registration another frontend made (broadcast through the scheduler)."""
         self._regions[region.name] = region
+        self.generation += 1
 
     def hold(self, region_ids: Iterable[int]) -> None:
         """A request naming these regions (one id per tensor) was accepted."""
@@ -192,6 +197,7 @@ class SystemShmRegistry:
             names = [n for n in self._regions if n not in kept]
             for n in names:
                 del self._regions[n]
+            self.generation += 1
             if not kept:
                 return names, None
             listed = "".join(f"{n} ," for n in kept)
@@ -205,12 +211,14 @@ class SystemShmRegistry:
                 ErrorCode.INTERNAL,
             )
         # NOTE: Triton answers success for a name it does not know.
+        self.generation += 1
         return ([name] if self._regions.pop(name, None) is not None else []), None
 
     def drop(self, names: list[str]) -> None:
         """Forget regions another frontend unregistered."""
         for n in names:
             self._regions.pop(n, None)
+        self.generation += 1
 
     def status(self, name: str = "") -> list[Region]:
         """Every region, or the one called ``name``.

@@ -275,8 +275,8 @@ class Inference:
             if held:
                 self._shm.release(held)
             raise
-        if known_key is not None and trace is None and miss is None and not held:
-            self._remember(known_key, request, valid, classify)
+        if known_key is not None and trace is None and miss is None:
+            self._remember(known_key, request, valid, classify, held)
         return ticket
 
     def _remember(
@@ -285,11 +285,12 @@ class Inference:
         request: InferenceRequest,
         valid: ValidRequest,
         classify: Classify | None,
+        held: tuple[int, ...],
     ) -> None:
         """Keep a request that passed as known (``frontend.known_requests``) if it
         qualifies: no classification, and ``known_request``'s rules."""
         if classify is None and key not in self._known:
-            known = known_request(request, valid)
+            known = known_request(request, valid, held, self._shm.generation)
             if known is not None:
                 self._known.put(key, known)
 
@@ -310,7 +311,8 @@ class Inference:
 
         Returns:
             The ticket, or None when the key is not known or the request needs the full
-            path (a byte size that differs, the model changed, the server draining):
+            path (a byte size that differs, the model or the registered shared-memory
+            regions changed, the server draining):
             the caller then calls ``submit``, which answers as for any request.
 
         Raises:
@@ -323,12 +325,26 @@ class Inference:
         if not self._models.is_current(known.model):
             self._known.drop(key)
             return None
+        if known.generation != self._shm.generation:
+            self._known.drop(key)
+            return None
         if not known.matches(raw):
             return None
         valid = known.valid
         block, refs = write_known(self._arena, known, raw)
         ticket = self._ticket(known.model, valid.version, client_id, None, None)
-        self._enqueue(ticket, valid, block, refs, ticket.deliver, None)
+        sink = ticket.deliver
+        held = known.held
+        if held:
+            shm = self._shm
+            shm.hold(held)
+            sink = holding_sink(sink, lambda: shm.release(held), known.model.decoupled)
+        try:
+            self._enqueue(ticket, valid, block, refs, sink, None)
+        except BaseException:
+            if held:
+                self._shm.release(held)
+            raise
         return ticket
 
     def _validate(

@@ -5,26 +5,34 @@ Imported by ``frontend.inference`` (which holds the ``KnownRequests``); no trans
 transport that can name a request by everything except its tensor bytes and its id (gRPC
 ModelInfer: the message without ``raw_input_contents`` and ``id``, ``grpc.wire``'s ``key``)
 passes that key to ``Inference.submit``; a request that passed every check and needs
-nothing but its raw bytes is kept as a ``KnownRequest``. The next request with the same key
-then skips protobuf, the request objects and validation (``Inference.submit_known``): what
-is left per request is what can differ, each raw input's byte size (fixed-size datatypes
-only, so the size decides it), the model's table entry being the same object and the
-server not draining. Anything else, and any failing check, goes the full way, which
-answers with Triton's errors.
+nothing but its raw bytes and its windows in clients' shared memory is kept as a
+``KnownRequest``. The next request with the same key then skips protobuf, the request
+objects and validation (``Inference.submit_known``): what is left per request is what can
+differ, each raw input's byte size (fixed-size datatypes only, so the size decides it),
+the model's table entry being the same object, the registered regions unchanged
+(``SystemShmRegistry.generation``) and the server not draining. Anything else, and any
+failing check, goes the full way, which answers with Triton's errors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from triton_mp.common.datatypes import ELEMENT_BYTES
 from triton_mp.frontend.model_table import Model
 from triton_mp.frontend.request import InferenceRequest
 from triton_mp.frontend.validation.request import ValidRequest
-from triton_mp.frontend.validation.signature import SignatureCache
 from triton_mp.ipc import ArenaAllocator, BlockRef, TensorRef
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
+
+_SHM_PARAMETERS = frozenset(
+    ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
+)
+"""The only tensor parameters a known request may carry: its window in a client's region."""
+
+RawInput = tuple[str, str, tuple[int, ...], int]
+"""An input sent in ``raw_input_contents``: name, datatype, full shape, byte size."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,21 +43,28 @@ class KnownRequest:
         model: the model table's entry it was checked against (identity guards a reload).
         valid: the validated request; its inputs' bytes are those of the first request
             and are never read again (``write_known`` takes each request's own).
-        inputs: (name, datatype, full shape, byte size) per input, in request order.
-        sizes: each input's byte size, in request order.
-        block_bytes: the payload of the input block: each input 64-byte aligned.
+        inputs: per input in request order, a ``RawInput``, or the ``TensorRef`` of an
+            input in a client's shared memory (the same for every request: its window).
+        sizes: the byte size of each raw input, in order.
+        block_bytes: the payload of the input block: each raw input 64-byte aligned.
+        held: the ``region_id`` of every client region the request names (one per tensor
+            in a region, inputs then outputs: ``inference.region_ids``).
+        generation: the shared-memory registry's ``generation`` it was checked at: a
+            registration or unregistration since makes it unknown again.
     """
 
     model: Model
     valid: ValidRequest
-    inputs: tuple[tuple[str, str, tuple[int, ...], int], ...]
+    inputs: tuple[RawInput | TensorRef, ...]
     sizes: tuple[int, ...]
     block_bytes: int
+    held: tuple[int, ...] = ()
+    generation: int = 0
 
     def matches(self, raw: Sequence[bytes | memoryview]) -> bool:
         """Whether ``raw`` (a request's ``raw_input_contents``) passes the data checks:
-        one entry per input at least (surplus ones are ignored, as Triton does) and each
-        of the byte size its input's shape and datatype call for."""
+        one entry per raw input at least (surplus ones are ignored, as Triton does) and
+        each of the byte size its input's shape and datatype call for."""
         sizes = self.sizes
         n = len(sizes)
         if len(raw) != n:
@@ -59,37 +74,61 @@ class KnownRequest:
         return tuple(map(len, raw)) == sizes
 
 
-def known_request(request: InferenceRequest, valid: ValidRequest) -> KnownRequest | None:
+def _plain(params: Mapping[str, object], in_shm: bool) -> bool:
+    """A tensor's parameters are none, or exactly its shared-memory window's."""
+    return not params or (in_shm and params.keys() <= _SHM_PARAMETERS)
+
+
+def known_request(
+    request: InferenceRequest, valid: ValidRequest, held: tuple[int, ...] = (), generation: int = 0
+) -> KnownRequest | None:
     """The ``KnownRequest`` for a request that passed validation, or None when a later
     request with the same key could fail or differ in what its key does not show.
 
-    Only requests whose tensors carry no parameters and no typed contents (the
-    ``SignatureCache`` rule), with a raw entry for every input of a fixed-size datatype,
-    no forwarded headers and no sequence (a sequence's id changes its key request by
-    request: keeping them would only churn the table) qualify.
+    Args:
+        held: the client regions the request holds (``inference.region_ids``).
+        generation: the shared-memory registry's ``generation`` now.
+
+    Only requests whose tensors carry no typed contents and no parameters but their
+    shared-memory window, whose raw inputs (each with its entry) are of a fixed-size
+    datatype, with no forwarded headers and no sequence (a sequence's id changes its key
+    request by request: keeping them would only churn the table) qualify.
     """
     if request.headers or valid.sequence_id or valid.sequence_flags:
         return None
-    if SignatureCache.key(request, valid.version) is None:
-        return None
-    if len(request.raw_inputs) < len(valid.inputs):
-        return None
-    inputs = []
+    for o in request.outputs:
+        # NOTE: it passed, so an output with shared-memory parameters is in a region.
+        if not _plain(o.parameters, True):
+            return None
+    inputs: list[RawInput | TensorRef] = []
     total = 0
-    for i in valid.inputs:
-        size = ELEMENT_BYTES.get(i.datatype, 0)
-        if i.window is not None or not size:
+    for t, i in zip(request.inputs, valid.inputs, strict=True):
+        w = i.window
+        if t.contents or not _plain(t.parameters, w is not None):
+            return None
+        if not all(type(d) is int for d in t.shape):
+            return None
+        if w is not None:
+            inputs.append(
+                TensorRef(i.name, i.datatype, i.shape, w.key, w.offset, w.byte_size, w.region_id)
+            )
+            continue
+        if not ELEMENT_BYTES.get(i.datatype, 0):
             return None  # NOTE: BYTES elements are checked per request (their lengths)
         inputs.append((i.name, i.datatype, i.shape, len(i.data)))
         total += align(len(i.data))
-    return KnownRequest(valid.model, valid, tuple(inputs), tuple(i[3] for i in inputs), total)
+    sizes = tuple(spec[3] for spec in inputs if type(spec) is tuple)
+    if len(request.raw_inputs) < len(sizes):
+        return None
+    return KnownRequest(valid.model, valid, tuple(inputs), sizes, total, held, generation)
 
 
 def write_known(
     arena: ArenaAllocator, known: KnownRequest, raw: Sequence[bytes | memoryview]
 ) -> tuple[BlockRef, tuple[TensorRef, ...]]:
     """``inference.write_inputs`` for a known request: the raw entries (``matches``
-    passed) copied into one new block of the arena, each input 64-byte aligned.
+    passed) copied into one new block of the arena, each input 64-byte aligned; an
+    input in a client's region is named, not copied.
 
     Raises:
         ArenaExhausted (UNAVAILABLE): no room within the arena budget.
@@ -99,8 +138,13 @@ def write_known(
     name = seg.name
     pos = block + BLOCK_HEADER_BYTES
     refs = []
-    for data, (tensor, datatype, shape, n) in zip(raw, known.inputs, strict=False):
-        mv[pos : pos + n] = data
+    entries = iter(raw)
+    for spec in known.inputs:
+        if type(spec) is not tuple:
+            refs.append(spec)
+            continue
+        tensor, datatype, shape, n = spec
+        mv[pos : pos + n] = next(entries)
         refs.append(TensorRef(tensor, datatype, shape, name, pos, n))
         pos += align(n)
     mv.release()

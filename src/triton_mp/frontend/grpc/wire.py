@@ -223,9 +223,10 @@ def split_infer_request(data: bytes, known: Container[bytes] = ()) -> WireInferR
         raw, rest, ids, id_view = _scan(data, buf)
     except (ValueError, IndexError):  # NOTE: IndexError: a size byte past the end
         return WireInferRequest(pb.ModelInferRequest.FromString(data), [])
-    if not raw:
-        return WireInferRequest(pb.ModelInferRequest.FromString(data), raw)
-    head = rest[0].tobytes() if len(rest) == 1 else b"".join(rest)
+    if len(rest) == 1:
+        head = data if len(rest[0]) == len(data) else rest[0].tobytes()
+    else:
+        head = b"".join(rest)
     wire_key: bytes | None = head
     client_id = ""
     if id_view is not None:
