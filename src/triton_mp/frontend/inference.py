@@ -325,8 +325,8 @@ class Inference:
         if not self._models.is_current(known.model):
             self._known.drop(key)
             return None
-        if known.generation != self._shm.generation:
-            self._known.drop(key)
+        if known.held and known.generation != self._shm.generation:
+            self._known.drop(key)  # NOTE: a region it names may have changed
             return None
         if not known.matches(raw):
             return None

@@ -50,7 +50,8 @@ class KnownRequest:
         held: the ``region_id`` of every client region the request names (one per tensor
             in a region, inputs then outputs: ``inference.region_ids``).
         generation: the shared-memory registry's ``generation`` it was checked at: a
-            registration or unregistration since makes it unknown again.
+            registration or unregistration since makes it unknown again when it names a
+            region (``held``).
     """
 
     model: Model
