@@ -124,6 +124,25 @@ def test_only_versions_the_scheduler_would_dispatch_at_once_are_eligible(
     assert handoff_eligible(spec, rate_limited) is ok
 
 
+def test_eligibility_is_never_taken_from_another_generation_under_a_reused_id() -> None:
+    """A reloaded version's new generation may get the id of the old, freed one: its
+    eligibility is its own spec's (a 500 µs delay added by the reload is never bypassed)."""
+    from triton_mp.scheduler.direct import Handoffs
+    from triton_mp.scheduler.instances import Generation
+
+    nodelay = model_spec("m", (0,), batching=BatchingSpec(kind="dynamic", max_batch_size=8))
+    delayed = msgspec.structs.replace(
+        nodelay, batching=BatchingSpec(kind="dynamic", max_batch_size=8, max_queue_delay_us=500)
+    )
+    handoffs = Handoffs(None, None, None, rate_limited=False)  # type: ignore[arg-type]
+    old = Generation(nodelay, None)  # type: ignore[arg-type]
+    new = Generation(delayed, None)  # type: ignore[arg-type]
+    assert handoffs.eligible(old) is True
+    handoffs._eligible[id(new)] = handoffs._eligible.pop(id(old))  # as if new took old's id
+    assert handoffs.eligible(new) is False
+    assert handoffs.eligible(new) is False
+
+
 # ------------------------------------------------------------------ offers
 
 

@@ -83,8 +83,10 @@ class Handoffs:
         ``DirectSent`` not read yet."""
         self._early: dict[tuple[int, int], BatchDone] = {}
         """``BatchDone`` s of direct batches read before their ``DirectSent``."""
-        self._eligible: dict[int, bool] = {}
-        """Per generation (``id``): ``handoff_eligible`` of its spec."""
+        self._eligible: dict[int, tuple[Generation, bool]] = {}
+        """Per generation (``id``, with the generation itself: an id is reused once its
+        object is gone, and a reloaded version's new generation may get the old one's):
+        ``handoff_eligible`` of its spec."""
         self._deaths: dict[int, WorkerDied] = {}
         """Per instance: how its last worker died (a request handed to it before, read
         after, fails with the same words as the batch it ran)."""
@@ -101,9 +103,11 @@ class Handoffs:
     def eligible(self, gen: Generation) -> bool:
         """Whether ``gen``'s requests may be handed straight to its instances."""
         key = id(gen)
-        ok = self._eligible.get(key)
-        if ok is None:
-            ok = self._eligible[key] = handoff_eligible(gen.spec, self._rate_limited)
+        known = self._eligible.get(key)
+        if known is not None and known[0] is gen:
+            return known[1]
+        ok = handoff_eligible(gen.spec, self._rate_limited)
+        self._eligible[key] = (gen, ok)
         return ok
 
     def next_deadline_ns(self) -> int | None:
