@@ -119,30 +119,9 @@ class Ring:
         return (4 + n + 7) & ~7 <= self.capacity // 2
 
     def pop_all(self) -> list[bytes]:
-        """Take every record published so far (consumer only), oldest first."""
-        buf = self._buf
-        tail = self._tail[0]
-        head = self._head[0]
-        if head == tail:
-            return []
-        cap = self.capacity
-        out = []
-        mv = self._mv
-        while head < tail:
-            pos = head % cap
-            room_to_end = cap - pos
-            if room_to_end < 4:
-                head += room_to_end
-                continue
-            n = _U32.unpack_from(buf, DATA_OFFSET + pos)[0]
-            if n == WRAP:
-                head += room_to_end
-                continue
-            at = DATA_OFFSET + pos + 4
-            out.append(bytes(mv[at : at + n]))
-            head += (4 + n + 7) & ~7
-        self._head[0] = head
-        return out
+        """Take every record published so far (consumer only), oldest first, each copied
+        out (``pop_each`` with ``bytes``: the cold path, e.g. a ring whose producer is gone)."""
+        return self.pop_each(bytes)
 
     def pop_each(self, fn: Callable[[memoryview], T]) -> list[T]:
         """``fn`` of every record published so far (consumer only), oldest first: each is
