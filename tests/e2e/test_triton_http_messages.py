@@ -895,35 +895,3 @@ def test_json_rapidjson_reads_is_served(servers: dict[str, str], body: bytes) ->
             conn.close()
     assert answers["triton-mp"][0] == 200
     assert len(set(answers.values())) == 1, answers
-
-
-@pytest.mark.parametrize(
-    "body",
-    [
-        b'{"id": "\xff\xfe", "inputs": []}',
-        b'{"id": "r\xc3", "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [4],'
-        b' "data": [1, 2, 3, 4]}]}',
-        b'{"inputs": [{"name": "IN\xffPUT0", "datatype": "FP32", "shape": [4],'
-        b' "data": [1, 2, 3, 4]}]}',
-    ],
-    ids=["an id refused", "an id echoed", "an input name"],
-)
-def test_json_strings_that_are_not_utf8_are_read_as_rapidjson_reads_them(
-    servers: dict[str, str], body: bytes
-) -> None:
-    """RapidJSON does not validate UTF-8 (TritonJson parses without
-    kParseValidateEncodingFlag): 2.51 takes the bytes as they are and echoes them raw in ids
-    and messages; triton-mp reads them as U+FFFD, so a client decoding the answer sees the
-    same text (it answered 400 "Invalid UTF-8 encoded string" before)."""
-    answers = {}
-    for server, url in servers.items():
-        host, port = url.split(":")
-        conn = http.client.HTTPConnection(host, int(port), timeout=30)
-        try:
-            conn.request("POST", M, body=body)
-            r = conn.getresponse()
-            answers[server] = (r.status, r.read().decode("utf-8", "replace"))
-        finally:
-            conn.close()
-    assert "\ufffd" in answers["triton-mp"][1]
-    assert len(set(answers.values())) == 1, answers

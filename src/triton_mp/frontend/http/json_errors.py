@@ -244,14 +244,11 @@ def rapidjson_error(data: bytes | memoryview) -> str | None:
 
 def rapidjson_decode(data: bytes | memoryview) -> Any:
     """A body RapidJSON reads, decoded: the document up to a NUL byte, after a byte-order
-    mark, ``NaN`` / ``Inf`` / ``Infinity`` as floats, and bytes that are not UTF-8 in a
-    string read as U+FFFD (RapidJSON, without ``kParseValidateEncodingFlag``, keeps them
-    as they are, and Triton echoes them raw: a client decoding the answer sees the same
-    replacement characters). Only for bodies msgspec refused and ``rapidjson_error``
-    passed (Python's json: slower, never on the hot path).
+    mark, ``NaN`` / ``Inf`` / ``Infinity`` as floats. Only for bodies msgspec refused and
+    ``rapidjson_error`` passed (Python's json: slower, never on the hot path).
 
     Raises:
-        ValueError: what Python's json refuses that RapidJSON reads (none known).
+        ValueError: what Python's json refuses (invalid UTF-8).
     """
     raw = bytes(data)
     scanner = _scan(raw)
@@ -262,4 +259,4 @@ def rapidjson_decode(data: bytes | memoryview) -> Any:
             parts += [text[pos:start], spelling.encode()]
             pos = end
         text = b"".join([*parts, text[pos:]])
-    return json.loads(text.removeprefix(_BOM).decode("utf-8", "replace"))
+    return json.loads(text.removeprefix(_BOM).decode("utf-8"))

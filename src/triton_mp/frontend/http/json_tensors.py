@@ -49,7 +49,7 @@ def decode_json(body: bytes | memoryview) -> Any:
         try:
             return rapidjson_decode(body)
         except ValueError:
-            pass  # NOTE: rapidjson_decode reads what RapidJSON reads; none is known here
+            pass  # NOTE: invalid UTF-8: RapidJSON passes it on, triton-mp refuses it
         raise InvalidRequest(f"failed to parse the request JSON buffer: {e}") from None
     except RecursionError:
         # NOTE: nesting deeper than the interpreter's recursion limit (msgspec recurses).
