@@ -90,9 +90,15 @@ def test_status_messages_are_cut_to_fit_a_grpc_trailer() -> None:
     exact = "x" * MAX_STATUS_MESSAGE_BYTES
     assert status_message(exact) == exact
     cut = status_message("é" * 5000)  # 10,000 bytes; never split inside a character
-    head, _, tail = cut.partition("... [")
-    assert head == "é" * (MAX_STATUS_MESSAGE_BYTES // 2)
-    assert tail == f"{10000 - MAX_STATUS_MESSAGE_BYTES} more bytes cut]"
+    assert len(cut.encode()) <= MAX_STATUS_MESSAGE_BYTES
+    head, _, rest = cut.partition("... [")
+    count, _, tail = rest.partition(" bytes cut] ...")
+    assert set(head) == set(tail) == {"é"}
+    assert len(head.encode()) + int(count) + len(tail.encode()) == 10000
+    # the end of a message is kept: Triton says why last, after a request id of any size
+    why = status_message("[request id: " + "y" * 1_000_000 + "] the reason")
+    assert why.startswith("[request id: yyy")
+    assert why.endswith("y] the reason")
 
 
 def test_a_tolerant_deserializer_marks_bytes_that_do_not_parse() -> None:

@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp._proto import grpc_service_pb2_grpc as pb_grpc
 from triton_mp._proto import health_pb2, health_pb2_grpc
-from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError, cut_utf8
+from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend import kserve
 from triton_mp.frontend.api import FrontendApi
 from triton_mp.frontend.grpc.messages import (
@@ -142,9 +142,19 @@ would reach the client as RESOURCE_EXHAUSTED "Stream removed" instead of its own
 
 
 def status_message(message: str) -> str:
-    """``message`` cut to ``MAX_STATUS_MESSAGE_BYTES`` (at a character boundary), with the
-    number of bytes left out; shorter messages are returned as they are."""
-    return cut_utf8(message, MAX_STATUS_MESSAGE_BYTES)
+    """``message`` cut to ``MAX_STATUS_MESSAGE_BYTES`` (at character boundaries) by leaving
+    out its middle, with the number of bytes left out; shorter messages are returned as
+    they are. The end is kept because Triton's messages say why last: a request id of a
+    megabyte quoted first ("[request id: ...] ...") would otherwise hide the reason."""
+    data = message.encode()
+    if len(data) <= MAX_STATUS_MESSAGE_BYTES:
+        return message
+    keep = MAX_STATUS_MESSAGE_BYTES - 64  # NOTE: room for the marker
+    tail_bytes = keep // 4
+    head = data[: keep - tail_bytes].decode(errors="ignore")
+    tail = data[len(data) - tail_bytes :].decode(errors="ignore")
+    left_out = len(data) - len(head.encode()) - len(tail.encode())
+    return f"{head}... [{left_out} bytes cut] ...{tail}"
 
 
 async def abort(context: grpc.aio.ServicerContext, code: ErrorCode, message: str) -> NoReturn:
