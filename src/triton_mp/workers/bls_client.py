@@ -268,6 +268,13 @@ class BlsClient:
                     pb_utils.TritonError.INVALID_ARG,
                     f"BLS inputs must be pb_utils.Tensor, got {type(t).__name__}",
                 )
+        for out in request.requested_output_names():
+            if out not in model.outputs:
+                # NOTE: core Model::GetOutput, from InferenceRequest::Normalize.
+                return (
+                    pb_utils.TritonError.INVALID_ARG,
+                    f"unexpected inference output '{out}' for model '{name}'",
+                )
         return None
 
     # ----------------------------------------------------------------- receive
