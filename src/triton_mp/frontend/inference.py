@@ -264,17 +264,7 @@ class Inference:
         if miss is not None and step is not None:
             sink = step.inserting_sink(sink, valid, *miss)
         held = region_ids(valid)
-        if held:
-            # NOTE: Triton refuses to unregister a region while a request uses it.
-            shm = self._shm
-            shm.hold(held)
-            sink = holding_sink(sink, lambda: shm.release(held), model.decoupled)
-        try:
-            self._enqueue(ticket, valid, block, refs, sink, trace)
-        except BaseException:
-            if held:
-                self._shm.release(held)
-            raise
+        self._enqueue(ticket, valid, block, refs, sink, trace, held)
         if known_key is not None and trace is None and miss is None:
             self._remember(known_key, request, valid, classify, held)
         return ticket
@@ -333,18 +323,7 @@ class Inference:
         valid = known.valid
         block, refs = write_known(self._arena, known, raw)
         ticket = self._ticket(known.model, valid.version, client_id, None, None)
-        sink = ticket.deliver
-        held = known.held
-        if held:
-            shm = self._shm
-            shm.hold(held)
-            sink = holding_sink(sink, lambda: shm.release(held), known.model.decoupled)
-        try:
-            self._enqueue(ticket, valid, block, refs, sink, None)
-        except BaseException:
-            if held:
-                self._shm.release(held)
-            raise
+        self._enqueue(ticket, valid, block, refs, ticket.deliver, None, known.held)
         return ticket
 
     def _validate(
@@ -394,16 +373,28 @@ class Inference:
         refs: tuple[TensorRef, ...],
         sink: Callable[[Answer], None],
         trace: Trace | None,
+        held: tuple[int, ...],
     ) -> None:
-        """Register the request with the pending table and send its descriptor (the
-        input block is freed when the send fails)."""
+        """Hold the client regions the request names (``held``: their ``region_id`` s),
+        register it with the pending table and send its descriptor (the input block is
+        freed and the regions released when the send fails)."""
         model = valid.model
+        if held:
+            # NOTE: Triton refuses to unregister a region while a request uses it.
+            shm = self._shm
+            shm.hold(held)
+            sink = holding_sink(sink, lambda: shm.release(held), model.decoupled)
         pending = self._pending
         pending.copied_bytes["in"] += sum(r.nbytes for r in refs if not r.region_id)
         order = (model.name, valid.version) if model.preserve_ordering else None
         rid = ticket.request_id
-        pending.add_request(rid, block, sink, order=order, streaming=model.decoupled)
-        self._send_request(rid, ticket.client_id, valid, block, refs, trace)
+        try:
+            pending.add_request(rid, block, sink, order=order, streaming=model.decoupled)
+            self._send_request(rid, ticket.client_id, valid, block, refs, trace)
+        except BaseException:
+            if held:
+                self._shm.release(held)
+            raise
 
     def _hit_ticket(self, request: InferenceRequest, target: Target, hit: Hit) -> Ticket:
         """A ticket that already holds the cached answer (its outputs are in the entry)."""
