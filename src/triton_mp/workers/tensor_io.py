@@ -362,7 +362,8 @@ def output_parts(
     """Each requested output the backend produced, as written, with the client region it goes
     to (None: arena). An output the model did not produce is left out of the response, as
     Triton answers a python model that omits one (the response has the others; nothing
-    fails); an ensemble's next step then lacks that input and is refused for it.
+    fails); an ensemble's step that needs it is then never called (``scheduler.policies.
+    ensemble`` ends the request as deadlocked; Triton calls it and refuses the input).
 
     Raises:
         TritonMPError: an output larger than its region (INTERNAL, the allocator's code).
