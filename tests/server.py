@@ -14,11 +14,15 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import tritonclient.grpc as grpcclient
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PROJECT_REPOSITORY = REPO_ROOT / "model_repository"
+
+
+T = TypeVar("T")
 
 
 def default_sigint() -> None:
@@ -176,6 +180,25 @@ class ServerProcess:
         self.proc.wait(timeout=10)
         self._log.close()
         return self.proc.returncode
+
+
+def counted(
+    read: Callable[[], T], done: Callable[[T], bool], what: str, timeout_s: float = 10
+) -> T:
+    """``read()`` once ``done`` holds for it (polled every 50 ms): the server's statistics
+    after the last answer. A batch is counted when the worker's BatchDone, sent after its
+    answers, reaches the scheduler, so a read right after the client has its last answer
+    may miss that batch (Triton 2.51 also reports a batch's statistics after its responses,
+    when the python backend's ProcessRequests returns). AssertionError naming ``what``, with
+    the last value read, after ``timeout_s`` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = read()
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; last read: {value!r}")
+        time.sleep(0.05)
 
 
 def wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:

@@ -39,7 +39,7 @@ from tritonclient.utils import InferenceServerException
 from tests.conftest import write_python_model
 from tests.deploy.dockerfile import ROOT, exec_form, stages
 from tests.deploy.manifests import DEPLOY, by_kind, flag_value, load, render
-from tests.server import STARTED_PIDS, ServerProcess, free_port, group_alive, wait_for
+from tests.server import STARTED_PIDS, ServerProcess, counted, free_port, group_alive, wait_for
 from triton_mp.ipc.shm import DEV_SHM, list_objects, remove_entry
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -298,27 +298,20 @@ def test_the_metrics_the_autoscaler_reads_are_served(
     for _ in range(3):
         c.infer("slow", [i])
     c.close()
-    scraped: dict[str, str] = {}
 
-    def scrape() -> dict[str, float]:
+    def scrape() -> tuple[str, dict[str, float]]:
         with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as r:
-            scraped["text"] = r.read().decode()
+            text = r.read().decode()
         samples = {}
-        for line in scraped["text"].splitlines():
+        for line in text.splitlines():
             m = re.match(r'(\w+)\{model="slow",version="1"\} (\S+)', line)
             if m:
                 samples[m.group(1)] = float(m.group(2))
-        return samples
+        return text, samples
 
-    # NOTE: a batch is counted when the worker's BatchDone, sent after its answers, reaches
-    # the scheduler, so a scrape right after the third answer may still see 2 (CI did). 2.51
-    # counts after its answers too (the python backend's reporter, when ProcessRequests
-    # returns); an autoscaler scrapes every 15-30 s. What must hold: the count gets there.
-    wait_for(
-        lambda: scrape().get("nv_inference_request_success") == 3, 10, "3 successes counted"
+    text, samples = counted(
+        scrape, lambda got: got[1].get("nv_inference_request_success", 0) >= 3, "3 successes"
     )
-    samples = scrape()
-    text = scraped["text"]
     served = {ln.split("{")[0].split(" ")[0] for ln in text.splitlines() if not ln.startswith("#")}
     assert wanted <= served
     assert samples["nv_inference_request_success"] == 3

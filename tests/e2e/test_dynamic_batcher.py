@@ -23,7 +23,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import server_factory, write_python_model
-from tests.server import ServerProcess
+from tests.server import ServerProcess, counted
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -192,11 +192,23 @@ def calls(server: ServerProcess) -> Iterator[Calls]:
         client.close()
 
 
-def _batch_stats(server: ServerProcess, model: str) -> tuple[dict[int, int], int, int]:
-    """({batch size: executions}, success count, fail count) from ModelStatistics."""
+def _batch_stats(
+    server: ServerProcess, model: str, requests: int
+) -> tuple[dict[int, int], int, int]:
+    """({batch size: executions}, success count, fail count) from ModelStatistics, once
+    ``requests`` requests are counted (successes and failures)."""
+
+    def counts(st: dict) -> int:
+        s = st["inference_stats"]
+        return int(s["success"].get("count", 0)) + int(s["fail"].get("count", 0))
+
     client = server.client()
     try:
-        (st,) = client.get_inference_statistics(model, as_json=True)["model_stats"]
+        st = counted(
+            lambda: client.get_inference_statistics(model, as_json=True)["model_stats"][0],
+            lambda st: counts(st) >= requests,
+            f"{requests} requests counted",
+        )
     finally:
         client.close()
     sizes = {
@@ -237,7 +249,7 @@ def test_max_queue_size_rejects_the_overflow_of_a_burst(
         assert r.error.message().endswith("Exceeds maximum queue size")
         assert r.error.message().startswith("[request id: ")
     assert sorted(r.seq for r in ok) == list(range(len(ok)))
-    sizes, success, fail = _batch_stats(server, "bounded_py")
+    sizes, success, fail = _batch_stats(server, "bounded_py", 20)
     assert (success, fail) == (len(ok), len(refused))
 
 
@@ -307,7 +319,7 @@ def test_batch_sizes_follow_preferred_size_and_delay(server: ServerProcess, call
     results = calls.wait()
     assert {r.count for r in results.values()} == {4}
     assert max(r.done_at for r in results.values()) - start < 0.2
-    sizes, success, fail = _batch_stats(server, "batch_py")
+    sizes, success, fail = _batch_stats(server, "batch_py", 15)
     assert sizes == {1: 1, 8: 1, 2: 1, 4: 1}
     assert (success, fail) == (15, 0)
 

@@ -17,7 +17,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.conftest import copy_models
-from tests.server import ServerProcess
+from tests.server import ServerProcess, counted
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -66,7 +66,11 @@ def test_32_clients_form_batches_and_get_their_own_answers(
             np.testing.assert_allclose(results[(k, j)], expected[k][j], rtol=1e-4, atol=1e-5)
 
     client = server.client()
-    stats = client.get_inference_statistics("ocr_cls", as_json=True)["model_stats"][0]
+    stats = counted(
+        lambda: client.get_inference_statistics("ocr_cls", as_json=True)["model_stats"][0],
+        lambda st: int(st.get("inference_count", 0)) >= CLIENTS * REQUESTS_PER_CLIENT,
+        "every inference counted",
+    )
     client.close()
     sizes = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]}
     assert max(sizes) > 1, f"no batch larger than 1 formed: {sizes}"

@@ -28,7 +28,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import copy_models, server_factory, write_python_model
-from tests.server import REPO_ROOT, ServerProcess, default_sigint, free_port
+from tests.server import REPO_ROOT, ServerProcess, counted, default_sigint, free_port
 from triton_mp._proto import admin_pb2, admin_pb2_grpc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -144,7 +144,11 @@ def test_stat_json_counts_every_batch_of_a_burst(server: ServerProcess) -> None:
             time.sleep(0.01)
         assert len(answered) == 40
         assert not [x for x in answered if isinstance(x, InferenceServerException)]
-        stats = client.get_inference_statistics("add_sub", as_json=True)["model_stats"][0]
+        stats = counted(
+            lambda: client.get_inference_statistics("add_sub", as_json=True)["model_stats"][0],
+            lambda st: int(st.get("inference_count", 0)) >= 43,
+            "43 inferences counted",
+        )
     finally:
         client.close()
 
