@@ -17,7 +17,7 @@ import pytest
 from triton_mp.backends.python import metrics as python_metrics
 from triton_mp.backends.python import pb_utils
 from triton_mp.frontend import custom_metrics as cm
-from triton_mp.frontend.metrics import MetricsSnapshot, render
+from triton_mp.frontend.metrics_render import MetricsSnapshot, render
 from triton_mp.ipc.metric_board import (
     HEADER,
     BoardFamily,

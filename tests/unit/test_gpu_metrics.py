@@ -9,7 +9,7 @@ import pytest
 
 from triton_mp.common.gpus import FakeNvml, Gpu, GpuSample
 from triton_mp.frontend.gpu_metrics import GPU_FAMILIES, GpuGauges
-from triton_mp.frontend.metrics import MetricsSnapshot, render
+from triton_mp.frontend.metrics_render import MetricsSnapshot, render
 
 A = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
 B = "GPU-bbbbbbbb-0000-0000-0000-000000000000"

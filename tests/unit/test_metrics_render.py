@@ -20,15 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.unit.fake_queues import busy_cls, idle_add_sub, instance, level
 from triton_mp.common.errors import StartupError
-from triton_mp.frontend.metrics import (
+from triton_mp.frontend.host_metrics import CpuSample, ProcessMemory, cpu_utilization
+from triton_mp.frontend.metrics import MetricsEndpoint
+from triton_mp.frontend.metrics_render import (
     FAILURE_REASONS,
     TRITON_COUNTERS,
-    CpuSample,
-    MetricsEndpoint,
     MetricsSnapshot,
-    ProcessMemory,
     batch_size_buckets,
-    cpu_utilization,
     render,
 )
 from triton_mp.frontend.pending import PendingTable

@@ -1,6 +1,6 @@
-"""The response cache's Prometheus families (``frontend.metrics`` renders them).
+"""The response cache's Prometheus families (``frontend.metrics_render`` renders them).
 
-Imported by ``frontend.metrics`` only; pure. Per model (core ``metrics.cc``, only for models
+Imported by ``frontend.metrics_render`` only; pure. Per model (core ``metrics.cc``, only for models
 whose ``response_cache`` is enabled while the server has a cache, as Triton creates them):
 ``nv_cache_num_hits_per_model``, ``nv_cache_num_misses_per_model``,
 ``nv_cache_hit_duration_per_model`` and ``nv_cache_miss_duration_per_model`` (microseconds),
@@ -29,7 +29,8 @@ MODEL_COUNTERS = {
         "Total cache miss (insert+lookup) duration per model, in microseconds"
     ),
 }
-"""Triton's per-model cache counters (no ``_total``, as ``frontend.metrics`` renders them)."""
+"""Triton's per-model cache counters (no ``_total``, as ``frontend.metrics_render`` writes
+them)."""
 
 
 def model_families(stats: Iterable[ModelStats], cached: frozenset[str]) -> Iterator[Metric]:

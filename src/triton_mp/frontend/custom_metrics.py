@@ -1,9 +1,10 @@
 """Python models' custom metrics (``pb_utils.MetricFamily``) on ``GET /metrics``.
 
-Imported by the frontend that serves metrics (``frontend.metrics``). At each scrape
-``BoardReader`` copies every worker's board (``ipc.metric_board``), ``merge`` turns them
-into one set of families as Triton's single registry would hold them, and ``render`` writes
-those in the text format Triton's prometheus-cpp writes (after the built-in families).
+Imported by the frontend that serves metrics (``frontend.metrics``, and
+``frontend.metrics_render`` for ``render``). At each scrape ``BoardReader`` copies every
+worker's board (``ipc.metric_board``), ``merge`` turns them into one set of families as
+Triton's single registry would hold them, and ``render`` writes those in the text format
+Triton's prometheus-cpp writes (after the built-in families).
 
 Triton keeps one registry per server: a family name is one family whatever model or
 instance made it, and a label set is one series shared by every instance that asks for it.
