@@ -128,3 +128,81 @@ def test_three_python_models_fit_docker_default_dev_shm(
     prefix = f"triton_mp_{server.pid}_"
     held = sum(p.stat().st_size for p in Path("/dev/shm").iterdir() if p.name.startswith(prefix))
     assert 0 < held <= DOCKER_DEFAULT_SHM_BYTES, f"{held / 2**20:.1f} MiB in /dev/shm"
+
+
+ID_ECHO = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT0", np.array([len(r.request_id())], np.int64))]
+            )
+            for r in requests
+        ]
+"""
+ID_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [ -1 ] }]
+output [{ name: "OUTPUT0", data_type: TYPE_INT64, dims: [ 1 ] }]
+"""
+
+
+def _id_lengths(grpc_url: str, http_url: str, n: int) -> list[tuple[str, int, int] | str]:
+    """Send a request id of ``n`` bytes over gRPC and HTTP: per protocol, (protocol, the id's
+    length in the response, its length as the model saw it), or the error's text."""
+    import tritonclient.http as httpclient
+
+    rid = "q" * n
+    seen: list[tuple[str, int, int] | str] = []
+    g = grpcclient.InferenceServerClient(grpc_url)
+    h = httpclient.InferenceServerClient(http_url, network_timeout=120)
+    try:
+        for proto, client, mod in (("grpc", g, grpcclient), ("http", h, httpclient)):
+            x = mod.InferInput("INPUT0", [2], "FP32")
+            x.set_data_from_numpy(np.ones(2, np.float32))
+            try:
+                res = client.infer("ids", [x], request_id=rid)
+            except InferenceServerException as e:
+                seen.append(f"{proto}: {e.message()[-160:]}")
+                continue
+            resp = res.get_response()
+            echoed = resp.id if proto == "grpc" else resp["id"]
+            seen.append((proto, len(echoed), int(res.as_numpy("OUTPUT0")[0])))
+    finally:
+        g.close()
+        h.close()
+    return seen
+
+
+def test_request_ids_of_megabytes_are_served_with_a_larger_ring_as_by_triton(
+    tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    # NOTE: Triton 2.51 serves ids of 1, 4 and 16 MB over gRPC and HTTP. Ours carries the
+    # id in the request's descriptor, a ring record of at most half of --ring-bytes (1 MiB
+    # by default: README "Limits"); the default refuses a 1 MB id with a message naming
+    # the flag, and a ring of 16 MiB serves 1 and 4 MB ids as 2.51 does.
+    from tests.conftest import write_python_model
+    from tests.triton_peer import start_triton
+
+    repo = tmp_path / "repo"
+    write_python_model(repo, "ids", ID_CONFIG, ID_ECHO)
+    mb = 1_000_000
+    default = start_server(repo)
+    for line in _id_lengths(default.url, default.http_url, mb):
+        assert isinstance(line, str), line
+        assert "exceeds the server's limit for model 'ids' (half of --ring-bytes)" in line, line
+    assert _id_lengths(default.url, default.http_url, 400_000) == [
+        ("grpc", 400_000, 400_000),
+        ("http", 400_000, 400_000),
+    ]
+    default.stop()
+
+    large = start_server(repo, "--ring-bytes", str(16 << 20))
+    want = {n: [("grpc", n, n), ("http", n, n)] for n in (mb, 4 * mb)}
+    assert {n: _id_lengths(large.url, large.http_url, n) for n in want} == want
+    with start_triton(repo, tmp_path / "triton.log") as peer:
+        assert {n: _id_lengths(peer.url, peer.http_url, n) for n in want} == want

@@ -354,3 +354,11 @@ def test_exit_on_error_reaches_the_config() -> None:
     assert config_from_flags(values).exit_on_error is True
     assert config_from_flags(parse_flags(["--exit-on-error=false"]).values).exit_on_error is False
     assert not parse_flags(["--exit-on-error=true"]).warnings
+
+
+def test_ring_bytes_sizes_the_request_rings_and_refuses_less_than_a_page() -> None:
+    # A request's id and parameters travel in a record of at most half a request ring.
+    assert _config().ring_bytes == 1 << 20
+    assert _config("--ring-bytes=33554432").ring_bytes == 32 << 20
+    with pytest.raises(FlagError, match="--ring-bytes must be at least 4096"):
+        parse_flags(["--ring-bytes=4095"])

@@ -24,6 +24,7 @@ from triton_mp.cli.flags import (
     one_of,
     truncated_int,
 )
+from triton_mp.cli.mp_flags import MP_FLAGS
 
 STR, INT, FLOAT, BOOL, INT_BOOL, NONE = (
     Kind.STR,
@@ -43,7 +44,6 @@ NO_POOL = "has no effect here: grpc.aio allocates each call's state"
 G_SERVER, G_REPO, G_HTTP, G_GRPC, G_LOG = "Server", "Model repository", "HTTP", "GRPC", "Logging"
 G_METRICS, G_TRACE, G_CACHE, G_RATE = "Metrics", "Tracing", "Cache", "Rate limiter"
 G_MEM, G_SHM, G_BACKEND, G_CLOUD = "Memory/Device", "Shared memory", "Backend", "Cloud"
-G_MP = "triton-mp"
 
 FLAGS: tuple[Flag, ...] = (
     Flag("help", NONE, help="Print usage", group=G_SERVER),
@@ -556,38 +556,6 @@ FLAGS: tuple[Flag, ...] = (
         unused="has no effect here: triton-mp runs no repository agents",
         group=G_BACKEND,
     ),
-    # ---------------------------------------------------------- triton-mp's own
-    Flag(
-        "frontend-processes",
-        INT,
-        "frontend_processes",
-        1,
-        help="frontend processes sharing the ports (SO_REUSEPORT)",
-        group=G_MP,
-    ),
-    Flag(
-        "client-shm-prefix",
-        STR,
-        "client_shm_prefix",
-        "",
-        help="registered system shared memory keys must start with this",
-        group=G_MP,
-    ),
-    Flag(
-        "arena-budget-bytes",
-        INT,
-        "arena_budget_bytes",
-        4 << 30,
-        help="most /dev/shm one process may hold for tensors (default 4 GiB)",
-        group=G_MP,
-    ),
-    Flag(
-        "heartbeat-timeout-secs",
-        FLOAT,
-        "heartbeat_timeout_s",
-        30.0,
-        help="kill (and restart) a process whose heartbeat is silent this long (0 = off)",
-        group=G_MP,
-    ),
+    *MP_FLAGS,
 )
 """Every flag ``triton-mp start`` and ``triton-mp-tritonserver`` accept, in usage order."""

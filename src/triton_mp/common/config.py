@@ -182,7 +182,8 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     ring_bytes: Annotated[int, Meta(ge=1 << 12)] = 1 << 20
     """Data area of each ring that carries requests or batches (frontend -> scheduler,
     scheduler -> worker, worker -> scheduler, scheduler -> frontend). A record may take at
-    most half of it, which bounds one request's descriptor (its parameters, mostly)."""
+    most half of it, which bounds one request's descriptor (its id and parameters, mostly).
+    ``--ring-bytes``."""
     answer_ring_bytes: Annotated[int, Meta(ge=1 << 12)] = 64 << 10
     """Data area of each ring that carries only answers to requests (worker -> frontend,
     worker or scheduler -> a python worker's BLS inbox) or small control messages

@@ -462,8 +462,8 @@ class Inference:
             self._pending.forget_request(rid)
             raise InvalidRequest(
                 f"{request_prefix(client_id)}request of {len(data)} bytes "
-                "without its tensors (mostly its parameters) exceeds the server's limit for "
-                f"model '{model.name}'; send large data as input tensors"
+                "without its tensors (its id and parameters) exceeds the server's limit for "
+                f"model '{model.name}' (half of --ring-bytes); send large data as input tensors"
             ) from None
         if log.isEnabledFor(logging.DEBUG):
             log.debug(

@@ -1,0 +1,55 @@
+"""triton-mp's own flags (``MP_FLAGS``, the end of ``cli.flag_table.FLAGS``): what the
+multi-process server adds to tritonserver's flags (processes, shared-memory sizes,
+heartbeats). Each row's ``dest`` is the ``ServerConfig`` field it sets."""
+
+from __future__ import annotations
+
+from triton_mp.cli.flags import Flag, Kind, in_range
+
+G_MP = "triton-mp"
+
+MP_FLAGS: tuple[Flag, ...] = (
+    Flag(
+        "frontend-processes",
+        Kind.INT,
+        "frontend_processes",
+        1,
+        help="frontend processes sharing the ports (SO_REUSEPORT)",
+        group=G_MP,
+    ),
+    Flag(
+        "client-shm-prefix",
+        Kind.STR,
+        "client_shm_prefix",
+        "",
+        help="registered system shared memory keys must start with this",
+        group=G_MP,
+    ),
+    Flag(
+        "arena-budget-bytes",
+        Kind.INT,
+        "arena_budget_bytes",
+        4 << 30,
+        help="most /dev/shm one process may hold for tensors (default 4 GiB)",
+        group=G_MP,
+    ),
+    Flag(
+        "heartbeat-timeout-secs",
+        Kind.FLOAT,
+        "heartbeat_timeout_s",
+        30.0,
+        help="kill (and restart) a process whose heartbeat is silent this long (0 = off)",
+        group=G_MP,
+    ),
+    Flag(
+        "ring-bytes",
+        Kind.INT,
+        "ring_bytes",
+        1 << 20,
+        check=in_range("--ring-bytes must be at least 4096", 4096),
+        help="each request ring's size in /dev/shm (default 1 MiB); one request's "
+        "descriptor (its id and parameters) may take half of it",
+        group=G_MP,
+    ),
+)
+"""triton-mp's own flags, in usage order."""
