@@ -445,3 +445,25 @@ def test_a_key_without_its_slash_is_echoed_as_given_and_serves(
         assert status["key"] == key.lstrip("/"), side
         assert c.infer(8, http=over == "http") == ("OK", ""), side
         assert c.output()[:8] == [float(2 * v) for v in range(8)], side
+
+
+@pytest.mark.parametrize("over", ["grpc", "http"])
+def test_an_empty_or_all_slash_key_is_refused_as_upstream_main_refuses_it(
+    clients: dict[str, Client], over: str
+) -> None:
+    # NOTE: 2.51 tries shm_open and answers INTERNAL "Unable to open shared memory region:
+    # ''" (500); since server PR #8336 (2.61) ValidateSharedMemoryKey refuses a key that is
+    # empty or only slashes first, INVALID_ARG, in the same words as for "//" and the
+    # reserved prefix (test_triton_http_messages MAIN_ONLY). triton-mp follows main here.
+    codes = {"grpc": ("StatusCode.INTERNAL", "StatusCode.INVALID_ARGUMENT"), "http": ("500", "400")}
+    theirs, ours = codes[over]
+    for side, c in clients.items():
+        client = c.grpc if over == "grpc" else c.http
+        for key in ("", "/"):
+            got = _register(client, "r", key, 16, 0)
+            if side == "triton":
+                assert got == (theirs, f"Unable to open shared memory region: '{key}'"), key
+            else:
+                want = f"cannot register shared memory region 'r' - invalid shm key '{key}'"
+                assert got == (ours, want), key
+        assert "r" not in c.regions(), side
