@@ -1,11 +1,12 @@
 """A load request and reading the model it names: step 1 of every model change.
 
-Imported by ``supervisor.model_control`` and ``supervisor.main`` (the models to load at
-start). A request names one model directory of the repository, optionally with a config
-override (JSON) and ``file:`` contents (RepositoryModelLoad's parameters, written to a
-temporary directory that lives as long as the load it serves). Reading validates the model
-(``model_config.loader.load_model``) and fingerprints each version, so the planner
-(``supervisor.model_changes``) can tell which versions changed.
+Imported by ``supervisor.model_control``, ``supervisor.change_effects`` and
+``supervisor.main`` (the models to load at start). A request names one model directory of
+the repository, optionally with a config override (JSON) and ``file:`` contents
+(RepositoryModelLoad's parameters, written to a temporary directory that lives as long as
+the load it serves: ``remove_temp_dir``). Reading validates the model
+(``model_config.loader.load_model``) and fingerprints each version (``Staged``), so the
+planner (``supervisor.model_changes``) can tell which versions changed.
 """
 
 from __future__ import annotations
@@ -61,6 +62,23 @@ class LoadRequest:
     """RepositoryModelLoad's ``file:<path>`` parameters: the whole model directory."""
     result: ErrorInfo | None = None
     """The call's answer once decided (None: success)."""
+
+
+@dataclass
+class Staged:
+    """A request whose model read and validated: on to planning."""
+
+    req: LoadRequest
+    rm: RepositoryModel
+    temp_dir: Path | None
+    fingerprints: dict[int, str]
+    """Version on disk -> its fingerprint."""
+
+
+def remove_temp_dir(temp_dir: Path | None) -> None:
+    """Remove a load's temporary model directory (``file:`` contents), if it has one."""
+    if temp_dir is not None:
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def version_fingerprint(model_dir: Path, config: bytes, version: int) -> str:

@@ -11,7 +11,8 @@ change at a time (Triton serialises them too), in this order:
    effective config and files are unchanged keeps its instances;
 2. wire and spawn the new instances (``supervisor.instances``: scheduler, frontends and BLS
    peers learn their rings first) and wait until each reports ready;
-3. apply the plan of each model (``model_changes.plan_change``): activate the versions whose
+3. apply the plan of each model (``supervisor.change_effects.apply_plan``, which asks
+   ``model_changes.plan_change``), then commit every model's effects: activate the versions whose
    instances all came up (``VersionsActivated``; a reloaded version's old instances finish
    their queue, then stop), give every BLS client the new table of models, replace the
    model's entry in every frontend's table (acknowledged: from then on no frontend routes to
@@ -30,11 +31,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
-import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -50,10 +49,10 @@ from triton_mp.ipc.control_messages import (
     ModelUnloadCall,
 )
 from triton_mp.ipc.messages import ErrorInfo, InstancesRetired, VersionsActivated
-from triton_mp.ipc.specs import ModelVersionSpec
-from triton_mp.model_config.loader import RepositoryModel, directory_fingerprint
+from triton_mp.model_config.loader import directory_fingerprint
 from triton_mp.model_config.plan import ModelPlan, plan_models
 from triton_mp.supervisor.bls_control import BlsControl, Reply
+from triton_mp.supervisor.change_effects import Effects, apply_plan
 from triton_mp.supervisor.children import Child, ChildTable
 from triton_mp.supervisor.ensemble_deps import (
     check_ensembles,
@@ -67,50 +66,17 @@ from triton_mp.supervisor.frontend_link import Call, FrontendLink
 from triton_mp.supervisor.instances import Instances
 from triton_mp.supervisor.load_requests import (
     LoadRequest,
+    Staged,
     load_answer,
-    load_failure,
     read_request,
+    remove_temp_dir,
     version_dirs,
     version_fingerprint,
 )
-from triton_mp.supervisor.model_changes import (
-    ChangePlan,
-    Outcome,
-    failed_by_invalid_config,
-    plan_change,
-    versions_to_start,
-)
-from triton_mp.supervisor.served_models import ServedModel, ServedVersion
+from triton_mp.supervisor.model_changes import failed_by_invalid_config, versions_to_start
+from triton_mp.supervisor.served_models import ServedModel
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _Staged:
-    """A request whose model read and validated: on to planning."""
-
-    req: LoadRequest
-    rm: RepositoryModel
-    temp_dir: Path | None
-    fingerprints: dict[int, str]
-    """Version on disk -> its fingerprint."""
-
-
-@dataclass
-class _Effects:
-    """What a change does once every model's plan is decided (step 3), all at once."""
-
-    activate: list[ModelVersionSpec] = field(default_factory=list)
-    to_stop: list[Child] = field(default_factory=list)
-    """Old instances of reloaded versions (the scheduler stops them once activated)."""
-    rollback: list[Child] = field(default_factory=list)
-    retire: list[Child] = field(default_factory=list)
-    changed: list[ServedModel] = field(default_factory=list)
-
-
-def _remove(temp_dir: Path | None) -> None:
-    if temp_dir is not None:
-        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 class ModelControl:
@@ -202,7 +168,7 @@ class ModelControl:
         self._bls.close()
         self._work.put(None)
         for m in self._models.values():
-            _remove(m.temp_dir)
+            remove_temp_dir(m.temp_dir)
 
     # ---------------------------------------------------------------- changes
     def _run(self) -> None:
@@ -321,13 +287,13 @@ class ModelControl:
             )
         finally:
             self._loading -= {s.req.name for s in staged}
-        effects = _Effects()
+        effects = Effects()
         for s in staged:
             self._check_composing(s, plan_of[s.req.name])
-            self._apply(s, plan_of[s.req.name], children, errors, effects)
+            apply_plan(self._models[s.req.name], s, plan_of[s.req.name], children, errors, effects)
         self._commit(effects)
 
-    def _stage(self, req: LoadRequest) -> _Staged | None:
+    def _stage(self, req: LoadRequest) -> Staged | None:
         """Step 1 for one request; None when it ends here (``req.result`` says why)."""
         rm, temp_dir = read_request(
             req, self._cfg, self._server_id, self._seen, self._instances.devices.supported_ids
@@ -341,13 +307,13 @@ class ModelControl:
             return None
         config = rm.config.SerializeToString(deterministic=True)
         fps = {v.version: version_fingerprint(rm.directory, config, v.version) for v in rm.versions}
-        return _Staged(req, rm, temp_dir, fps)
+        return Staged(req, rm, temp_dir, fps)
 
     def _refuse(self, req: LoadRequest, directory: Path, temp_dir: Path | None, why: str) -> None:
         """A model that read (or checked) badly: what serves keeps serving, the rest fails."""
         model = self._models[req.name]
         req.result = ErrorInfo(ErrorCode.INVALID_ARG, why)
-        _remove(temp_dir)
+        remove_temp_dir(temp_dir)
         if not model.versions:
             model.unloaded = False
             model.reason = req.result.message
@@ -366,7 +332,7 @@ class ModelControl:
             if m.versions and m.config
         }
 
-    def _with_ensembles(self, staged: list[_Staged], requests: list[LoadRequest]) -> list[_Staged]:
+    def _with_ensembles(self, staged: list[Staged], requests: list[LoadRequest]) -> list[Staged]:
         """Stage the composing models of staged ensembles too (Triton's polling chain),
         check the ensembles against them (``ensemble_deps.check_ensembles``) and order the
         staged models so that ensembles come last."""
@@ -393,7 +359,7 @@ class ModelControl:
         # taken before, do not depend on it: it follows from the composing models).
         return sorted(staged, key=lambda s: bool(steps_of(s.rm.config)))
 
-    def _check_composing(self, s: _Staged, plan: ModelPlan) -> None:
+    def _check_composing(self, s: Staged, plan: ModelPlan) -> None:
         """An ensemble whose composing models did not come up does not load either."""
         versions = {n: set(m.versions) for n, m in self._models.items()}
         why = composing_failure(s.req.name, s.rm.config, versions)
@@ -401,97 +367,7 @@ class ModelControl:
             plan.error = why
             s.req.result = ensemble_load_failure(s.req.name, why)
 
-    def _apply(
-        self,
-        s: _Staged,
-        plan: ModelPlan,
-        children: dict[int, Child],
-        errors: dict[str, str],
-        effects: _Effects,
-    ) -> None:
-        """Step 3 for one model: decide its change and record it in ``effects``."""
-        model, req = self._models[s.req.name], s.req
-        if plan.error:
-            self._fail_whole(model, req, s.temp_dir)
-            effects.changed.append(model)
-            return
-        kids = {v.version: [children[i] for i in v.instance_ids] for v in plan.versions}
-        start_errors = {}
-        for version, vkids in kids.items():
-            err = next((errors[c.name] for c in vkids if c.name in errors), None)
-            if err is not None:
-                start_errors[version] = err
-        cp = plan_change(model.served(), s.fingerprints, set(kids), start_errors)
-        effects.rollback.extend(c for v in sorted(cp.discard) for c in kids[v])
-        if cp.outcome is Outcome.FAILED_RELOAD:
-            model.failed, model.failed_fingerprints = dict(cp.failed), dict(cp.failed_fingerprints)
-            self._log_failures(model, start_errors)
-            req.result = load_failure(req.name, dict(cp.answer_failures))
-            _remove(s.temp_dir)
-            effects.changed.append(model)
-        elif cp.outcome is Outcome.UNCHANGED:
-            # NOTE: nothing changed on disk or in the config: nothing to do.
-            model.failed = dict(cp.failed)
-            if cp.answer_failures:
-                req.result = load_failure(req.name, dict(cp.answer_failures))
-            _remove(s.temp_dir)
-            if model.unloaded or model.reason:
-                model.unloaded, model.reason = False, ""
-                effects.changed.append(model)
-        else:
-            self._apply_changed(model, s, plan, cp, kids, start_errors, effects)
-
-    def _apply_changed(
-        self,
-        model: ServedModel,
-        s: _Staged,
-        plan: ModelPlan,
-        cp: ChangePlan,
-        kids: dict[int, list[Child]],
-        start_errors: dict[int, str],
-        effects: _Effects,
-    ) -> None:
-        """Versions start and stop serving: the ``Outcome.CHANGED`` branch of ``_apply``."""
-        req = s.req
-        new = {
-            v.version: ServedVersion(v, kids[v.version], s.fingerprints[v.version])
-            for v in plan.versions
-            if v.version in cp.activate
-        }
-        effects.activate.extend(v.spec for v in new.values())
-        for v, old in list(model.versions.items()):
-            if v in cp.retire:
-                effects.retire.extend(old.children)
-                model.retired.add(v)
-                model.unloading.add(v)
-            elif v in cp.replace:
-                effects.to_stop.extend(old.children)
-            if v in cp.retire or v in cp.replace:
-                del model.versions[v]
-        model.versions.update(new)
-        assert s.rm.config is not None
-        model.config, model.labels = s.rm.config.SerializeToString(), s.rm.labels
-        model.failed, model.failed_fingerprints = dict(cp.failed), dict(cp.failed_fingerprints)
-        self._log_failures(model, start_errors)
-        model.unloaded = False
-        if cp.answer_failures:
-            req.result = load_failure(req.name, dict(cp.answer_failures))
-        model.reason = "" if model.versions else (req.result.message if req.result else "")
-        if model.temp_dir is not None and model.temp_dir != s.temp_dir:
-            _remove(model.temp_dir)
-        model.temp_dir = s.temp_dir
-        effects.changed.append(model)
-        if model.versions:
-            log.info(
-                "model '%s' ready: versions %s",
-                model.name,
-                sorted(model.versions),
-                extra={"model": model.name},
-            )
-        else:
-            log.warning("model '%s' has no ready version", model.name, extra={"model": model.name})
-
-    def _commit(self, fx: _Effects) -> None:
+    def _commit(self, fx: Effects) -> None:
         """Steps 3 and 4 for every model of a change at once."""
         if fx.rollback:
             self._instances.discard(fx.rollback)
@@ -526,24 +402,6 @@ class ModelControl:
             (v.spec for m in self._models.values() for v in m.versions.values()),
             {m.name: set(m.failed) | m.retired for m in self._models.values()},
         )
-
-    def _log_failures(self, model: ServedModel, failed: dict[int, str]) -> None:
-        for v, reason in failed.items():
-            log.error(
-                "failed to load model '%s' version %d: %s",
-                model.name,
-                v,
-                reason,
-                extra={"model": model.name},
-            )
-
-    def _fail_whole(self, model: ServedModel, req: LoadRequest, temp_dir: Path | None) -> None:
-        assert req.result is not None
-        _remove(temp_dir)
-        if not model.versions:
-            model.reason = req.result.message
-            model.unloaded = False
-        log.error("failed to load model '%s': %s", model.name, req.result.message)
 
     # ---------------------------------------------------------------- unload
     def _unload(
@@ -592,7 +450,7 @@ class ModelControl:
             m.failed, m.failed_fingerprints = kept[m.name], {}
             m.retired |= set(versions[m.name])
             m.reason, m.unloaded, m.config = reason, True, b""
-            _remove(m.temp_dir)
+            remove_temp_dir(m.temp_dir)
             m.temp_dir = None
             log.info("model '%s' unloaded (versions %s)", m.name, versions[m.name],
                      extra={"model": m.name})  # fmt: skip

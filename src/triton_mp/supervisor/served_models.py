@@ -1,9 +1,9 @@
 """What the supervisor knows of each model it serves: versions, their workers, failures.
 
 Imported by ``supervisor.model_control``, which owns the records and changes them one change
-at a time. ``ServedModel.entry`` is the frontends' view of a model (``ModelEntry``, what
-RepositoryIndex, ModelReady and ModelMetadata answer from); ``ServedModel.served`` is the
-planner's (``supervisor.model_changes.Served``).
+at a time (``supervisor.change_effects`` for step 3). ``ServedModel.entry`` is the frontends'
+view of a model (``ModelEntry``, what RepositoryIndex, ModelReady and ModelMetadata answer
+from); ``ServedModel.served`` is the planner's (``supervisor.model_changes.Served``).
 """
 
 from __future__ import annotations

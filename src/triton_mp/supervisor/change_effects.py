@@ -1,0 +1,153 @@
+"""Step 3 of a model change for one model: its plan decided, its effects recorded.
+
+Imported by ``supervisor.model_control``, which calls ``apply_plan`` for each staged model of
+a change once its new instances came up (or failed to), then commits every model's
+``Effects`` at once (activate, roll back, retire, stop). ``apply_plan`` asks the pure planner
+(``supervisor.model_changes.plan_change``) what the model's versions become, updates the
+model's record (``supervisor.served_models.ServedModel``: versions, failures, config, temporary
+directory) and answers the load (``LoadRequest.result``); it sends nothing and starts or stops
+no process.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from triton_mp.ipc.specs import ModelVersionSpec
+from triton_mp.model_config.plan import ModelPlan
+from triton_mp.supervisor.children import Child
+from triton_mp.supervisor.load_requests import (
+    LoadRequest,
+    Staged,
+    load_failure,
+    remove_temp_dir,
+)
+from triton_mp.supervisor.model_changes import ChangePlan, Outcome, plan_change
+from triton_mp.supervisor.served_models import ServedModel, ServedVersion
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Effects:
+    """What a change does once every model's plan is decided (step 3), all at once."""
+
+    activate: list[ModelVersionSpec] = field(default_factory=list)
+    to_stop: list[Child] = field(default_factory=list)
+    """Old instances of reloaded versions (the scheduler stops them once activated)."""
+    rollback: list[Child] = field(default_factory=list)
+    retire: list[Child] = field(default_factory=list)
+    changed: list[ServedModel] = field(default_factory=list)
+
+
+def apply_plan(
+    model: ServedModel,
+    s: Staged,
+    plan: ModelPlan,
+    children: dict[int, Child],
+    errors: dict[str, str],
+    effects: Effects,
+) -> None:
+    """Step 3 for one model: decide its change and record it in ``effects``."""
+    req = s.req
+    if plan.error:
+        _fail_whole(model, req, s.temp_dir)
+        effects.changed.append(model)
+        return
+    kids = {v.version: [children[i] for i in v.instance_ids] for v in plan.versions}
+    start_errors = {}
+    for version, vkids in kids.items():
+        err = next((errors[c.name] for c in vkids if c.name in errors), None)
+        if err is not None:
+            start_errors[version] = err
+    cp = plan_change(model.served(), s.fingerprints, set(kids), start_errors)
+    effects.rollback.extend(c for v in sorted(cp.discard) for c in kids[v])
+    if cp.outcome is Outcome.FAILED_RELOAD:
+        model.failed, model.failed_fingerprints = dict(cp.failed), dict(cp.failed_fingerprints)
+        _log_failures(model, start_errors)
+        req.result = load_failure(req.name, dict(cp.answer_failures))
+        remove_temp_dir(s.temp_dir)
+        effects.changed.append(model)
+    elif cp.outcome is Outcome.UNCHANGED:
+        # NOTE: nothing changed on disk or in the config: nothing to do.
+        model.failed = dict(cp.failed)
+        if cp.answer_failures:
+            req.result = load_failure(req.name, dict(cp.answer_failures))
+        remove_temp_dir(s.temp_dir)
+        if model.unloaded or model.reason:
+            model.unloaded, model.reason = False, ""
+            effects.changed.append(model)
+    else:
+        _apply_changed(model, s, plan, cp, kids, start_errors, effects)
+
+
+def _apply_changed(
+    model: ServedModel,
+    s: Staged,
+    plan: ModelPlan,
+    cp: ChangePlan,
+    kids: dict[int, list[Child]],
+    start_errors: dict[int, str],
+    effects: Effects,
+) -> None:
+    """Versions start and stop serving: the ``Outcome.CHANGED`` branch of ``apply_plan``."""
+    req = s.req
+    new = {
+        v.version: ServedVersion(v, kids[v.version], s.fingerprints[v.version])
+        for v in plan.versions
+        if v.version in cp.activate
+    }
+    effects.activate.extend(v.spec for v in new.values())
+    for v, old in list(model.versions.items()):
+        if v in cp.retire:
+            effects.retire.extend(old.children)
+            model.retired.add(v)
+            model.unloading.add(v)
+        elif v in cp.replace:
+            effects.to_stop.extend(old.children)
+        if v in cp.retire or v in cp.replace:
+            del model.versions[v]
+    model.versions.update(new)
+    assert s.rm.config is not None
+    model.config, model.labels = s.rm.config.SerializeToString(), s.rm.labels
+    model.failed, model.failed_fingerprints = dict(cp.failed), dict(cp.failed_fingerprints)
+    _log_failures(model, start_errors)
+    model.unloaded = False
+    if cp.answer_failures:
+        req.result = load_failure(req.name, dict(cp.answer_failures))
+    model.reason = "" if model.versions else (req.result.message if req.result else "")
+    if model.temp_dir is not None and model.temp_dir != s.temp_dir:
+        remove_temp_dir(model.temp_dir)
+    model.temp_dir = s.temp_dir
+    effects.changed.append(model)
+    if model.versions:
+        log.info(
+            "model '%s' ready: versions %s",
+            model.name,
+            sorted(model.versions),
+            extra={"model": model.name},
+        )
+    else:
+        log.warning("model '%s' has no ready version", model.name, extra={"model": model.name})
+
+
+def _log_failures(model: ServedModel, failed: dict[int, str]) -> None:
+    for v, reason in failed.items():
+        log.error(
+            "failed to load model '%s' version %d: %s",
+            model.name,
+            v,
+            reason,
+            extra={"model": model.name},
+        )
+
+
+def _fail_whole(model: ServedModel, req: LoadRequest, temp_dir: Path | None) -> None:
+    assert req.result is not None
+    remove_temp_dir(temp_dir)
+    if not model.versions:
+        model.reason = req.result.message
+        model.unloaded = False
+    log.error("failed to load model '%s': %s", model.name, req.result.message)

@@ -1,0 +1,120 @@
+"""Step 3 of a model change for one model (``supervisor.change_effects.apply_plan``): what
+the model's record becomes, how the load is answered and which instances the commit
+activates, rolls back, retires or stops. No process, no shared memory: children are records.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from triton_mp._proto import model_config_pb2 as mc
+from triton_mp.common.errors import ErrorCode
+from triton_mp.ipc.messages import ErrorInfo
+from triton_mp.ipc.specs import BatchingSpec, ModelVersionSpec
+from triton_mp.model_config.loader import RepositoryModel
+from triton_mp.model_config.plan import ModelPlan
+from triton_mp.supervisor.change_effects import Effects, apply_plan
+from triton_mp.supervisor.children import Child
+from triton_mp.supervisor.load_requests import LoadRequest, Staged
+from triton_mp.supervisor.served_models import ServedModel, ServedVersion
+
+
+def _spec(version: int, *instance_ids: int) -> ModelVersionSpec:
+    return ModelVersionSpec(
+        model="m",
+        version=version,
+        backend="python",
+        model_file="model.py",
+        max_batch_size=0,
+        batching=BatchingSpec(max_batch_size=0),
+        inputs=(),
+        outputs=(),
+        instance_ids=instance_ids,
+    )
+
+
+def _child(instance_id: int) -> Child:
+    return Child("worker", f"m_{instance_id}", b"", instance_id=instance_id)
+
+
+def _staged(tmp_path: Path, fingerprints: dict[int, str]) -> Staged:
+    temp_dir = tmp_path / "load"
+    temp_dir.mkdir()
+    rm = RepositoryModel("m", tmp_path / "m", mc.ModelConfig(name="m"), (), None)
+    return Staged(LoadRequest("m"), rm, temp_dir, fingerprints)
+
+
+def _served(version: int, child: Child, fingerprint: str) -> ServedModel:
+    model = ServedModel("m", config=b"old")
+    model.versions[version] = ServedVersion(_spec(version, child.instance_id), [child], fingerprint)
+    return model
+
+
+def test_a_first_load_whose_instances_came_up_serves_them(tmp_path: Path) -> None:
+    model, s, fx = ServedModel("m"), _staged(tmp_path, {1: "a"}), Effects()
+    kid = _child(0)
+    apply_plan(model, s, ModelPlan(s.rm, versions=[_spec(1, 0)]), {0: kid}, {}, fx)
+    assert s.req.result is None
+    assert sorted(model.versions) == [1]
+    assert model.versions[1].children == [kid]
+    assert model.config == mc.ModelConfig(name="m").SerializeToString()
+    assert model.temp_dir == s.temp_dir
+    assert s.temp_dir is not None
+    assert s.temp_dir.is_dir()
+    assert [v.version for v in fx.activate] == [1]
+    assert fx.changed == [model]
+    assert not (fx.rollback)
+    assert not (fx.retire)
+    assert not (fx.to_stop)
+
+
+def test_a_reload_whose_instance_failed_keeps_the_old_one_and_fails_the_load(
+    tmp_path: Path,
+) -> None:
+    old, new = _child(0), _child(1)
+    model, s, fx = _served(1, old, "a"), _staged(tmp_path, {1: "b"}), Effects()
+    errors = {new.name: "initialize raised"}
+    apply_plan(model, s, ModelPlan(s.rm, versions=[_spec(1, 1)]), {1: new}, errors, fx)
+    assert model.versions[1].children == [old]
+    assert model.config == b"old"
+    assert s.req.result is not None
+    assert s.req.result.code is ErrorCode.INVALID_ARG
+    assert s.req.result.message == (
+        "load failed for model 'm': version 1 is at UNAVAILABLE state: initialize raised;\n"
+    )
+    assert fx.rollback == [new]
+    assert not (fx.activate)
+    assert not (fx.retire)
+    assert not (fx.to_stop)
+    assert s.temp_dir is not None
+    assert not s.temp_dir.exists()
+
+
+def test_a_reload_that_drops_a_version_retires_it_and_replaces_a_changed_one(
+    tmp_path: Path,
+) -> None:
+    v1, v2 = _child(0), _child(1)
+    model = _served(1, v1, "a")
+    model.versions[2] = ServedVersion(_spec(2, 1), [v2], "b")
+    s, fx, new = _staged(tmp_path, {2: "B"}), Effects(), _child(2)
+    apply_plan(model, s, ModelPlan(s.rm, versions=[_spec(2, 2)]), {2: new}, {}, fx)
+    assert sorted(model.versions) == [2]
+    assert model.versions[2].children == [new]
+    assert fx.retire == [v1]
+    assert 1 in model.retired
+    assert 1 in model.unloading
+    assert fx.to_stop == [v2]
+    assert [v.version for v in fx.activate] == [2]
+    assert s.req.result is None
+
+
+def test_an_unusable_model_fails_whole_and_says_why_when_nothing_serves(tmp_path: Path) -> None:
+    model, s, fx = ServedModel("m"), _staged(tmp_path, {1: "a"}), Effects()
+    s.req.result = ErrorInfo(ErrorCode.INVALID_ARG, "no instance group")
+    apply_plan(model, s, ModelPlan(s.rm, error="no instance group"), {}, {}, fx)
+    assert model.reason == "no instance group"
+    assert not model.versions
+    assert fx.changed == [model]
+    assert not fx.activate
+    assert s.temp_dir is not None
+    assert not s.temp_dir.exists()
