@@ -1,8 +1,8 @@
 """tritonserver's command line, parsed as ``tritonserver`` parses it (pure; no I/O).
 
 Imported by ``cli.main`` for ``triton-mp start`` and ``triton-mp-tritonserver``; the flags
-themselves are one table, ``cli.flag_table.FLAGS``. The grammar is Triton's
-(``TritonParser::Parse``, GNU ``getopt_long`` with no short options):
+themselves are one table, ``cli.flag_table.FLAGS`` (with ``cli.endpoint_flags``' rows). The
+grammar is Triton's (``TritonParser::Parse``, GNU ``getopt_long`` with no short options):
 
 - ``--flag=value`` and ``--flag value``; a flag without an argument (``--help``,
   ``--disable-auto-complete-config``) takes none, and ``--flag=value`` on it is refused;
@@ -38,6 +38,18 @@ class Kind(enum.Enum):
     """An integer, or true (1) / false (0): ``--log-verbose`` (``ParseIntBoolOption``)."""
     NONE = ""
     """No argument: the flag's presence sets True."""
+
+
+STR, INT, FLOAT, BOOL, INT_BOOL, NONE = (
+    Kind.STR,
+    Kind.INT,
+    Kind.FLOAT,
+    Kind.BOOL,
+    Kind.INT_BOOL,
+    Kind.NONE,
+)
+"""The kinds by their short names, as the flag tables (``cli.flag_table``,
+``cli.endpoint_flags``) write their rows."""
 
 
 class FlagError(Exception):
