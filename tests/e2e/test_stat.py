@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -93,19 +93,6 @@ def _rpc(server: ServerProcess, model: str = "") -> admin_pb2.QueueStatusRespons
     with grpc.insecure_channel(server.url) as channel:
         stub = admin_pb2_grpc.AdminStub(channel)
         return stub.QueueStatus(admin_pb2.QueueStatusRequest(model=model), timeout=30)
-
-
-def _wait_for(
-    what: str, probe: Callable[[], admin_pb2.ModelQueueStatus], ok: Callable[..., bool]
-) -> admin_pb2.ModelQueueStatus:
-    deadline = time.monotonic() + 60
-    while True:
-        status = probe()
-        if ok(status):
-            return status
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never saw {what}; last: {status}")
-        time.sleep(0.02)
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +195,9 @@ def test_queue_while_instance_busy(server: ServerProcess) -> None:
 
     try:
         send("holder", 6.0)  # long enough for two CLI runs on a loaded machine
-        busy = _wait_for("the instance busy", held, lambda m: m.instances[0].batches_in_flight)
+        busy = counted(
+            held, lambda m: m.instances[0].batches_in_flight > 0, "the instance busy", 60
+        )
         assert (busy.instances[0].requests_in_flight, busy.instances[0].batch_size_in_flight) == (
             1,
             1,
@@ -216,14 +205,15 @@ def test_queue_while_instance_busy(server: ServerProcess) -> None:
         for i in range(5):
             send(f"low{i}", priority=2)  # level 2 holds 3: two are refused
         send("high", priority=1)
-        full = _wait_for(
-            "the queue filled",
+        full = counted(
             held,
             # NOTE: a query drained with the requests sees them at age 0; a later one, older
             lambda m: (
                 [(lv.depth, lv.rejected) for lv in m.levels] == [(1, 0), (3, 2)]
                 and all(lv.oldest_age_us > 0 for lv in m.levels)
             ),
+            "the queue filled",
+            60,
         )
         assert full.instances[0].batches_in_flight == 1
         assert [lv.level for lv in full.levels] == [1, 2]
