@@ -16,7 +16,7 @@ import pytest
 from triton_mp.backends.base import RESCHEDULED, RESPONDED, BackendRequest
 from triton_mp.backends.python import pb_utils
 from triton_mp.backends.python.autocomplete import may_auto_complete
-from triton_mp.backends.python.backend import PythonBackend
+from triton_mp.backends.python.backend import PythonBackend, returned_list_refusal
 from triton_mp.backends.python.model_module import PB_UTILS_MODULE
 from triton_mp.backends.registry import BACKENDS, load_backend
 from triton_mp.common.errors import ErrorCode, TritonMPError
@@ -185,8 +185,27 @@ def test_wrong_number_of_responses_fails_the_batch(backend: PythonBackend) -> No
     results, _ = backend.execute([_req(1), _req(7)])
     for r in results:
         assert isinstance(r, ErrorInfo)
-        assert "Number of InferenceResponse objects do not match" in r.message
-        assert "size is:2, and InferenceResponse(s) size is:1" in r.message
+        assert r.message == (
+            "Failed to process the request(s) for model 'm_0', message: Number of "
+            "InferenceResponse objects do not match the number of InferenceRequest objects. "
+            "InferenceRequest(s) size is:2, and InferenceResponse(s) size is:1\n"
+        )
+    assert len(results) == 2
+
+
+def test_a_returned_value_must_be_a_list_of_one_entry_per_request() -> None:
+    # python_backend pb_stub.cc ProcessReturnedResponses (2.51): a tuple is no list.
+    assert returned_list_refusal([None, None], 2) is None
+    assert returned_list_refusal((None,), 1) == (
+        "Expected a list in the execute return, found type '<class 'tuple'>'."
+    )
+    assert returned_list_refusal({}, 1) == (
+        "Expected a list in the execute return, found type '<class 'dict'>'."
+    )
+    assert returned_list_refusal([], 3) == (
+        "Number of InferenceResponse objects do not match the number of InferenceRequest "
+        "objects. InferenceRequest(s) size is:3, and InferenceResponse(s) size is:0\n"
+    )
 
 
 def test_close_calls_finalize(tmp_path: Path) -> None:

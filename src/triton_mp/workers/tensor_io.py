@@ -346,34 +346,35 @@ def write_outputs(
 
 def arena_tensors(req: InferRequest, outputs: dict[str, np.ndarray]) -> list[WireTensor]:
     """Each requested output the backend produced, as written, for a request that names no
-    client region (all go to the arena): ``output_parts`` without the region checks (an
-    output the model did not produce is left out, as there)."""
-    tensors = []
-    for name in req.outputs:
-        arr = outputs.get(name)
-        if arr is not None:
-            tensors.append(wire_tensor(name, arr))
-    return tensors
+    client region (all go to the arena): ``output_parts`` without the region checks (in the
+    backend's order; an output the model did not produce is left out, as there)."""
+    wanted = req.outputs
+    return [wire_tensor(name, arr) for name, arr in outputs.items() if name in wanted]
 
 
 def output_parts(
     req: InferRequest, outputs: dict[str, np.ndarray]
 ) -> list[tuple[WireTensor, OutputRegion | None]]:
     """Each requested output the backend produced, as written, with the client region it goes
-    to (None: arena). An output the model did not produce is left out of the response, as
-    Triton answers a python model that omits one (the response has the others; nothing
-    fails); an ensemble's step that needs it is then never called (``scheduler.policies.
-    ensemble`` ends the request as deadlocked; Triton calls it and refuses the input).
+    to (None: arena), in the order the backend produced them (``outputs``' order): Triton's
+    core answers outputs in the order the backend adds them, so a python model's response
+    lists its ``output_tensors`` in the model's order, whatever order the request named them
+    in (2.51, side by side in tests/e2e/test_python_answers.py; the onnxruntime and pytorch
+    backends here produce them in request order). An output the model did not produce is
+    left out of the response, as Triton answers a python model that omits one (the response
+    has the others; nothing fails); an ensemble's step that needs it is then never called
+    (``scheduler.policies.ensemble`` ends the request as deadlocked; Triton calls it and
+    refuses the input).
 
     Raises:
         TritonMPError: an output larger than its region (INTERNAL, the allocator's code).
     """
     parts = []
-    wanted = req.output_regions or (None,) * len(req.outputs)
-    for name, region in zip(req.outputs, wanted, strict=True):
-        arr = outputs.get(name)
-        if arr is None:
+    regions = dict(zip(req.outputs, req.output_regions or (None,) * len(req.outputs), strict=True))
+    for name, arr in outputs.items():
+        if name not in regions:
             continue
+        region = regions[name]
         tensor = wire_tensor(name, arr)
         size = tensor[4]
         if region is not None and size > region.byte_size:

@@ -101,6 +101,26 @@ def _client_dims(dims: tuple[int, ...]) -> tuple[int, ...] | None:
     return dims if dims.count(-1) <= 1 else None
 
 
+def returned_list_refusal(responses: object, n_requests: int) -> str | None:
+    """Why a default-mode ``execute``'s return value (not None) is refused, as the stub's
+    ProcessReturnedResponses says it (python_backend ``pb_stub.cc``, 2.51: a list only, one
+    entry per request; the "\\n" ending the count message is upstream's), or None.
+
+    Args:
+        responses: what ``execute`` returned (None already replaced by a list of None).
+        n_requests: the batch's request count.
+    """
+    if not isinstance(responses, list):
+        return f"Expected a list in the execute return, found type '{type(responses)}'."
+    if len(responses) != n_requests:
+        return (
+            "Number of InferenceResponse objects do not match the number of InferenceRequest "
+            f"objects. InferenceRequest(s) size is:{n_requests}, and InferenceResponse(s) "
+            f"size is:{len(responses)}\n"
+        )
+    return None
+
+
 def _parameters_refusal(parameters_json: str) -> str | None:
     """Why a response's parameters cannot be sent (None when they can): as upstream's
     ``InferResponse::Send`` refuses a value that is not a string, an int64 or a boolean
@@ -305,13 +325,12 @@ class PythonBackend:
         captured, self._captured = self._captured, {}
         if responses is None:
             responses = [None] * len(requests)
-        if not isinstance(responses, (list, tuple)) or len(responses) != len(requests):
-            got = len(responses) if isinstance(responses, (list, tuple)) else type(responses)
+        refused = returned_list_refusal(responses, len(requests))
+        if refused is not None:
             info = ErrorInfo(
                 ErrorCode.INTERNAL,
-                "Number of InferenceResponse objects do not match the number of "
-                f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, and "
-                f"InferenceResponse(s) size is:{got}",
+                f"Failed to process the request(s) for model '{self._instance_name}', "
+                f"message: {refused}",
                 self._origin,
             )
             return [info] * len(requests)
