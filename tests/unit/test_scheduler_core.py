@@ -402,7 +402,9 @@ def test_a_full_level_is_refused_with_tritons_message() -> None:
     assert [m.request_id for _, m in fails] == [accepted[3].request_id, accepted[4].request_id]
     assert {m.error.code for _, m in fails} == {ErrorCode.UNAVAILABLE}
     assert fails[0][1].error.message == "[request id: r3] " + QUEUE_FULL_MESSAGE
-    assert h.stats("policed").fail.count == 2
+    # NOTE: refused at enqueue, as core's PolicyQueue::Enqueue: 2.51 counts it nowhere
+    st = h.stats("policed")
+    assert (st.fail.count, st.fail_reasons.get("REJECTED", 0)) == (0, 0)
     unnamed = h.request("policed")
     assert h.failures()[-1][1].request_id == unnamed.request_id
     assert h.failures()[-1][1].error.message == "[request id: <id_unknown>] " + QUEUE_FULL_MESSAGE
@@ -475,7 +477,7 @@ def test_queue_query_reports_levels_instances_and_formed_batches(h: Harness) -> 
 def test_failures_are_counted_per_metric_reason() -> None:
     h = _policed()
     for i in range(4):
-        h.request("policed", client_id=f"r{i}")  # the 4th: queue full -> REJECTED
+        h.request("policed", client_id=f"r{i}")  # the 4th: queue full, counted nowhere
     h.clock.advance_us(100)  # the 3 queued time out -> REJECTED
     h.dispatch()
     h.ready(4)
@@ -490,8 +492,10 @@ def test_failures_are_counted_per_metric_reason() -> None:
     ((_, batch),) = h.dispatch()
     h.handle(WorkerDied(instance_id=4, exitcode=-9))  # -> OTHER
     st = h.stats("policed")
-    assert st.fail_reasons == {"REJECTED": 4, "CANCELED": 1, "BACKEND": 1, "OTHER": 1}
-    assert st.fail.count == 7
+    # NOTE: 2.51 counts a full queue's refusal neither in ``fail`` nor in any reason (core
+    # PolicyQueue::Enqueue refuses it before it is queued; tests/e2e/test_metrics.py).
+    assert st.fail_reasons == {"REJECTED": 3, "CANCELED": 1, "BACKEND": 1, "OTHER": 1}
+    assert st.fail.count == 6
 
 
 def test_an_instance_that_comes_back_after_dying_counts_a_restart(h: Harness) -> None:

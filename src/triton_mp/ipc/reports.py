@@ -49,7 +49,8 @@ class ModelStats(msgspec.Struct, array_like=True):
     compute_output: StatDuration = msgspec.field(default_factory=StatDuration)
     batch_stats: dict[int, BatchStats] = msgspec.field(default_factory=dict)
     fail_reasons: dict[str, int] = msgspec.field(default_factory=dict)
-    """Failed requests per Triton metric reason: REJECTED (queue full, queue timeout),
+    """Failed requests per Triton metric reason: REJECTED (queue timeout; a full queue's
+    refusal is counted nowhere, as in Triton),
     CANCELED (client went away), BACKEND (the model's error), OTHER (instance died, stopping)."""
     cache_hit: StatDuration = msgspec.field(default_factory=StatDuration)
     """Requests answered from the response cache, and the lookups' time."""

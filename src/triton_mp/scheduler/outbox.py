@@ -161,13 +161,19 @@ class Outbox:
         self.reply(req.reply_to, failed)
 
     def fail(
-        self, req: InferRequest, code: ErrorCode, message: str, now_ns: int, reason: str = "OTHER"
+        self,
+        req: InferRequest,
+        code: ErrorCode,
+        message: str,
+        now_ns: int,
+        reason: str | None = "OTHER",
     ) -> None:
         """Fail a request at ``now_ns`` and count it in its version's statistics.
 
         Args:
             reason: Triton's failure reason (``nv_inference_request_failure``): REJECTED,
-                CANCELED, BACKEND or OTHER.
+                CANCELED, BACKEND or OTHER; None: counted nowhere (a full queue's refusal).
         """
-        self._stats.record_failure(req.model, req.version, req.arrival_ns, now_ns, reason)
+        if reason is not None:
+            self._stats.record_failure(req.model, req.version, req.arrival_ns, now_ns, reason)
         self.end(req, code, message)

@@ -81,14 +81,18 @@ class Rejection:
 
     code: ErrorCode
     message: str
-    reason: str = "REJECTED"
-    """Failure reason for ``nv_inference_request_failure``: REJECTED, CANCELED, OTHER."""
+    reason: str | None = "REJECTED"
+    """Failure reason for ``nv_inference_request_failure``: REJECTED, CANCELED, OTHER; None
+    for a refusal Triton's queue answers at enqueue, which no statistic or metric counts."""
     prefixed: bool = True
     """Whether the message gets the ``[request id: <id>] `` prefix."""
 
 
-QUEUE_FULL = Rejection(ErrorCode.UNAVAILABLE, "Exceeds maximum queue size")
-"""Triton's refusal when a priority level holds ``max_queue_size`` requests."""
+QUEUE_FULL = Rejection(ErrorCode.UNAVAILABLE, "Exceeds maximum queue size", None)
+"""Triton's refusal when a priority level holds ``max_queue_size`` requests (core
+``PolicyQueue::Enqueue``: the request never enters the queue, and 2.51 counts it nowhere:
+not in the model's ``fail`` nor in ``nv_inference_request_failure``; a queue timeout is
+counted, REJECTED)."""
 TIMED_OUT = Rejection(ErrorCode.UNAVAILABLE, "Request timeout expired")
 """Triton's error for a request whose queue timeout expired under ``REJECT``."""
 

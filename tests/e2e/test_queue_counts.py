@@ -1,0 +1,169 @@
+"""What a model's statistics and metrics count for requests its queue refuses or times out,
+side by side: every case runs against triton-mp and, where ``.peers/`` has it, the real
+Triton 2.51 on the same python models (tritonclient over gRPC, ``/metrics``), and both must
+count the same. A full queue's refusal ("Exceeds maximum queue size": core
+``PolicyQueue::Enqueue``, before the request is queued) is counted nowhere; a queue timeout
+("Request timeout expired": the dynamic batcher's FinishRejectedCancelledRequests) is a
+failure with reason REJECTED.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from tests.conftest import write_python_model
+from tests.server import ServerProcess
+from tests.triton_peer import RealTriton, peers_env
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+MODEL = """
+import json, time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            time.sleep(json.loads(r.parameters() or "{}").get("sleep", 0))
+            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
+        return out
+"""
+CONFIG = """
+name: "%s"
+backend: "python"
+max_batch_size: 8
+input [{ name: "IN", data_type: TYPE_FP32, dims: [ 1 ] }]
+output [{ name: "OUT", data_type: TYPE_FP32, dims: [ 1 ] }]
+instance_group [{ count: 1, kind: KIND_CPU }]
+dynamic_batching { default_queue_policy { %s } }
+"""
+POLICIES = {
+    "full_py": "max_queue_size: 1",
+    "late_py": "timeout_action: REJECT default_timeout_microseconds: 100000",
+}
+REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+
+
+class Server:
+    """One server's gRPC URL and metrics port."""
+
+    def __init__(self, url: str, metrics_port: int) -> None:
+        self.url, self.metrics_port = url, metrics_port
+
+    def counts(self, model: str) -> dict[str, float]:
+        """The model's statistics (``success``, ``fail``, ``inference_count``) and its
+        ``nv_inference_request_failure`` per reason, now."""
+        client = grpcclient.InferenceServerClient(self.url)
+        try:
+            (st,) = client.get_inference_statistics(model).model_stats
+        finally:
+            client.close()
+        got = {
+            "success": float(st.inference_stats.success.count),
+            "fail": float(st.inference_stats.fail.count),
+            "inference_count": float(st.inference_count),
+        }
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        for line in text.splitlines():
+            if line.startswith("nv_inference_request_failure{") and f'model="{model}"' in line:
+                reason = line.split('reason="')[1].split('"')[0]
+                got[reason] = float(line.rsplit(" ", 1)[1])
+        return got
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Server]]:
+    """``triton-mp`` always, ``triton`` when the real Triton is installed."""
+    repo = tmp_path_factory.mktemp("queue_counts") / "repo"
+    for name, policy in POLICIES.items():
+        write_python_model(repo, name, CONFIG % (name, policy), MODEL)
+    logs = tmp_path_factory.mktemp("logs")
+    ours = ServerProcess(repo, logs / "ours.log")
+    theirs: RealTriton | None = None
+    try:
+        ours.wait_live()
+        found = {"triton-mp": Server(ours.url, ours.metrics_port)}
+        env = peers_env()
+        if env is not None:
+            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}")
+            theirs.wait_live()
+            found["triton"] = Server(theirs.url, theirs.metrics_port)
+        yield found
+    finally:
+        ours.stop()
+        if theirs is not None:
+            theirs.stop()
+
+
+def _behind_a_blocker(url: str, model: str, n: int) -> list[str]:
+    """A request that runs for 1 s, then ``n`` more sent 0.3 s later, 20 ms apart, while it
+    runs: each one's outcome, "OK" or its message."""
+    outcomes = [""] * (n + 1)
+
+    def send(k: int, sleep: float) -> None:
+        client = grpcclient.InferenceServerClient(url)
+        x = grpcclient.InferInput("IN", [1, 1], "FP32")
+        x.set_data_from_numpy(np.full((1, 1), k, np.float32))
+        try:
+            client.infer(model, [x], parameters={"sleep": sleep})
+            outcomes[k] = "OK"
+        except InferenceServerException as e:
+            outcomes[k] = e.message() or ""
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=send, args=(0, 1.0))]
+    threads[0].start()
+    time.sleep(0.3)
+    for k in range(1, n + 1):
+        threads.append(threading.Thread(target=send, args=(k, 0.0)))
+        threads[-1].start()
+        time.sleep(0.02)
+    for t in threads:
+        t.join(timeout=60)
+    return outcomes
+
+
+def _delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+
+
+def test_a_full_queues_refusals_are_counted_nowhere(servers: dict[str, Server]) -> None:
+    full = "[request id: <id_unknown>] Exceeds maximum queue size"
+    for side, server in servers.items():
+        before = server.counts("full_py")
+        assert _behind_a_blocker(server.url, "full_py", 3) == ["OK", "OK", full, full], side
+        time.sleep(0.5)  # the statistics of the last batch are counted after its answer
+        counts = _delta(before, server.counts("full_py"))
+        assert counts == {
+            "success": 2,
+            "fail": 0,
+            "inference_count": 2,
+            **dict.fromkeys(REASONS, 0),
+        }, side
+
+
+def test_a_queue_timeout_is_a_rejected_failure(servers: dict[str, Server]) -> None:
+    for side, server in servers.items():
+        before = server.counts("late_py")
+        assert _behind_a_blocker(server.url, "late_py", 1) == ["OK", "Request timeout expired"]
+        time.sleep(0.5)
+        counts = _delta(before, server.counts("late_py"))
+        assert counts == {
+            "success": 1,
+            "fail": 1,
+            "inference_count": 1,
+            **dict.fromkeys(REASONS, 0),
+            "REJECTED": 1,
+        }, side
