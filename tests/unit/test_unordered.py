@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from triton_mp.frontend.validation.unordered import iteration_order, string_hash
+from triton_mp.common.unordered import iteration_order, string_hash
 
 
 @pytest.mark.parametrize(

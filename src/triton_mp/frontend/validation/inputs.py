@@ -5,7 +5,8 @@ refuse repeated, unknown and missing inputs; ``read_inputs`` checks each input a
 model's config (datatype, shape, byte size) and finds its bytes: in ``raw_inputs``, in typed
 contents (converted to the raw little-endian form here), or in a client's registered shared
 memory. Messages follow core ``infer_request.cc`` (Normalize) and server
-``infer_handler.cc``.
+``infer_handler.cc``; the core's are built in ``common.input_checks``, which an ensemble's
+steps are checked with too.
 """
 
 from __future__ import annotations
@@ -22,19 +23,20 @@ from triton_mp.common.datatypes import (
     element_count,
 )
 from triton_mp.common.errors import InvalidRequest
+from triton_mp.common.input_checks import (
+    batch_mismatch_message,
+    batch_too_big_message,
+    byte_size_message,
+    count_message,
+    datatype_message,
+    no_batch_dim_message,
+    shape_problem,
+    unknown_input_message,
+)
 from triton_mp.frontend.client_shm import SystemShmRegistry
 from triton_mp.frontend.model_table import IOSpec, Model
 from triton_mp.frontend.request import InferenceRequest, InputTensor
 from triton_mp.frontend.validation.shared_memory import ShmWindow, shm_window, uses_shm
-from triton_mp.frontend.validation.unordered import iteration_order
-
-_BATCH_NOTE = (
-    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch "
-    "dimension to be prepended to each input shape. If you want to specify the full "
-    "shape including the batch dim in your input dims config, try setting "
-    "max_batch_size to zero. See the model configuration docs for more info on "
-    "max_batch_size."
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,17 +50,6 @@ class ValidInput:
     """The tensor's bytes in raw form (BYTES length-prefixed); empty with ``window``."""
     window: ShmWindow | None = None
     """Set when the bytes are in a client's registered shared memory (``data`` is empty)."""
-
-
-def fmt_shape(shape: Sequence[int]) -> str:
-    """A shape as Triton prints it: ``[1,2,3]``."""
-    return "[" + ",".join(str(d) for d in shape) + "]"
-
-
-def _dims_match(dims: Sequence[int], shape: Sequence[int]) -> bool:
-    return len(dims) == len(shape) and all(
-        d == -1 or d == s for d, s in zip(dims, shape, strict=True)
-    )
 
 
 def check_repeated_inputs(req: InferenceRequest, rid: str) -> None:
@@ -84,32 +75,16 @@ def check_input_names(req: InferenceRequest, model: Model, rid: str) -> None:
     name = model.name
     required = [n for n, s in model.inputs.items() if not s.optional]
     if not len(required) <= len(req.inputs) <= len(model.inputs):
-        raise InvalidRequest(_count_message(req, model, required, rid))
+        raise InvalidRequest(
+            count_message(
+                rid, model.name, (t.name for t in req.inputs), required, len(model.inputs)
+            )
+        )
     for t in req.inputs:
         if t.name not in model.inputs:
-            raise InvalidRequest(f"unexpected inference input '{t.name}' for model '{name}'")
+            raise InvalidRequest(unknown_input_message(t.name, name))
     # NOTE: a request with the right number of inputs but a required one absent (an optional
     # one in its place) goes on to the backend, as Triton's core lets it.
-
-
-def _count_message(req: InferenceRequest, model: Model, required: list[str], rid: str) -> str:
-    """Triton's "expected N inputs but got M inputs ..." (``ValidateRequestInputs``): the
-    names as its unordered map lists them; with none missing its list prints as ``]``."""
-    given = {t.name for t in req.inputs}
-    got = ",".join(f"'{n}'" for n in iteration_order(t.name for t in req.inputs))
-    miss = "[" + ",".join(f"'{n}'" for n in required if n not in given)
-    miss = miss[:-1] + "]" if len(miss) == 1 else miss + "]"
-    if len(required) == len(model.inputs):
-        head = f"expected {len(model.inputs)} inputs but got {len(req.inputs)} inputs"
-    else:
-        head = (
-            f"expected number of inputs between {len(required)} and {len(model.inputs)} "
-            f"but got {len(req.inputs)} inputs"
-        )
-    return (
-        f"{rid}{head} for model '{model.name}'. Got input(s) [{got}], but missing required "
-        f"input(s) {miss}. Please provide all required input(s)."
-    )
 
 
 _SOURCE = {
@@ -186,43 +161,21 @@ class _InputReader:
         if t.datatype != spec.datatype:
             # NOTE: Triton prints the type it parsed the string as: "<invalid>" for unknown.
             known = DataType.from_wire(t.datatype) is not DataType.INVALID
-            raise InvalidRequest(
-                f"{rid}inference input '{t.name}' data-type is "
-                f"'{t.datatype if known else '<invalid>'}', but model '{name}' expects "
-                f"'{spec.datatype}'"
-            )
+            got = t.datatype if known else "<invalid>"
+            raise InvalidRequest(datatype_message(rid, t.name, got, name, spec.datatype))
         shape = tuple(int(d) for d in t.shape)
         item_shape = shape
         if mbs > 0:
             if not shape:
-                raise InvalidRequest(
-                    f"{rid}input '{t.name}' has no shape but model requires batch dimension "
-                    f"for '{name}'"
-                )
+                raise InvalidRequest(no_batch_dim_message(rid, t.name, name))
             if self.batch_size < 0:
                 self.batch_size = shape[0]
             elif shape[0] != self.batch_size:
-                raise InvalidRequest(
-                    f"{rid}input '{t.name}' batch size does not match other inputs for '{name}'"
-                )
+                raise InvalidRequest(batch_mismatch_message(rid, t.name, name))
             item_shape = shape[1:]
-        if len(spec.dims) == len(item_shape) and -1 in item_shape:
-            # NOTE: core Normalize compares dim by dim and stops at the first mismatch; a -1
-            # reached first is "All input dimensions should be specified".
-            for d, s in zip(spec.dims, item_shape, strict=True):
-                if s == -1:
-                    raise InvalidRequest(
-                        f"{rid}All input dimensions should be specified for input "
-                        f"'{t.name}' for model '{name}', got {fmt_shape(shape)}"
-                    )
-                if d not in (-1, s):
-                    break
-        if not _dims_match(spec.dims, item_shape):
-            expected = ([-1] if mbs > 0 else []) + list(spec.dims)
-            raise InvalidRequest(
-                f"{rid}unexpected shape for input '{t.name}' for model '{name}'. Expected "
-                f"{fmt_shape(expected)}, got {fmt_shape(shape)}. {_BATCH_NOTE if mbs > 0 else ''}"
-            )
+        problem = shape_problem(rid, t.name, name, spec.dims, item_shape, shape, mbs > 0)
+        if problem is not None:
+            raise InvalidRequest(problem)
         return shape
 
     def _in_shared_memory(
@@ -234,8 +187,7 @@ class _InputReader:
             expected_bytes = count * ELEMENT_BYTES[spec.datatype]
             if window.byte_size != expected_bytes:
                 raise InvalidRequest(
-                    f"{rid}input byte size mismatch for input '{t.name}' for model "
-                    f"'{name}'. Expected {expected_bytes}, got {window.byte_size}"
+                    byte_size_message(rid, t.name, name, expected_bytes, window.byte_size)
                 )
         return ValidInput(t.name, spec.datatype, shape, b"", window)
 
@@ -263,10 +215,7 @@ class _InputReader:
             return
         expected_bytes = count * ELEMENT_BYTES[spec.datatype]
         if len(data) != expected_bytes:
-            raise InvalidRequest(
-                f"{rid}input byte size mismatch for input '{t.name}' for model '{name}'. "
-                f"Expected {expected_bytes}, got {len(data)}"
-            )
+            raise InvalidRequest(byte_size_message(rid, t.name, name, expected_bytes, len(data)))
 
 
 def check_bytes_elements(
@@ -329,9 +278,7 @@ def read_inputs(
     if mbs <= 0:
         return inputs, 1
     if reader.batch_size > mbs:
-        raise InvalidRequest(
-            f"{rid}inference request batch-size must be <= {mbs} for '{model.name}'"
-        )
+        raise InvalidRequest(batch_too_big_message(rid, mbs, model.name))
     if reader.batch_size == 0:
         raise InvalidRequest(f"{rid}inference request batch-size must be >= 1 for '{model.name}'")
     return inputs, max(reader.batch_size, 1)

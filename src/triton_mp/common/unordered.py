@@ -1,6 +1,6 @@
 """The order in which Triton lists a request's inputs in its messages.
 
-Imported by ``frontend.validation.inputs``. Triton keeps a request's inputs in a
+Imported by ``common.input_checks``. Triton keeps a request's inputs in a
 ``std::unordered_map<std::string, Input>`` (core ``infer_request.h``
 ``original_inputs_``) and its "expected N inputs but got M inputs ... Got input(s) [...]"
 message walks that map, so the names come in libstdc++'s iteration order, not the order the
