@@ -90,17 +90,43 @@ def test_a_failing_step_fails_the_request_once_nothing_is_in_flight() -> None:
     assert ens.request_count() == 0
 
 
-def test_a_missing_output_is_triton_s_unexpected_deadlock() -> None:
+def test_an_output_a_step_leaves_out_is_a_placeholder_the_next_step_is_called_with() -> None:
+    """Core ConsumeResponse's ``AddTensor(nullptr)``: the next step is called (its model's
+    input check decides), and the block of an answer with no output is freed at once."""
     ens = EnsembleScheduler("pipe", PIPE, ["label"])
-    (c1,) = _calls(ens.start("r", {"raw": "raw"}, label="[request id: 7] "))
+    (c1,) = _calls(ens.start("r", {"raw": "raw"}))
     acts = ens.respond(c1.call_id, {}, "B1", final=True)
+    assert Release("B1") in acts
+    (c2,) = _calls(acts)
+    assert c2.inputs == (("x", None),)
+    acts = ens.respond(c2.call_id, None, None, True, (ErrorCode.INVALID_ARG, "no input"))
+    (fail,) = [x for x in acts if isinstance(x, Fail)]
+    assert fail.message == "in ensemble 'pipe', no input"
+    assert ens.live_blocks() == 0
+
+
+def test_a_last_step_that_leaves_the_output_out_completes_with_a_placeholder() -> None:
+    ens = EnsembleScheduler("pipe", PIPE[:1], ["x"])
+    (c1,) = _calls(ens.start("r", {"raw": "raw"}))
+    acts = ens.respond(c1.call_id, {}, "B1", final=True)
+    (done,) = [a for a in acts if isinstance(a, Complete)]
+    assert (done.outputs, done.blocks, done.final) == ({"x": None}, (), True)
+    assert Release("B1") in acts
+    assert ens.live_blocks() == 0
+    assert ens.request_count() == 0
+
+
+def test_no_response_at_all_in_an_ensemble_that_is_not_decoupled_is_a_deadlock() -> None:
+    steps = [Step("pre", -1, (("IN", "raw"),), (("OUT", "x"),), decoupled=True)]
+    ens = EnsembleScheduler("pipe", steps, ["x"])
+    (c1,) = _calls(ens.start("r", {"raw": "raw"}, label="[request id: 7] "))
+    acts = ens.respond(c1.call_id, None, None, final=True)
     (fail,) = [x for x in acts if isinstance(x, Fail)]
     assert fail.message == (
         "in ensemble 'pipe', [request id: 7] unexpected deadlock, at least one output is not "
         "set while no more ensemble steps can be made"
     )
     assert fail.code is ErrorCode.INVALID_ARG
-    assert Release("B1") in acts
 
 
 def test_max_inflight_requests_holds_calls_back_per_step_and_drops_none() -> None:

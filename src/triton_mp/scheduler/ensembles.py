@@ -10,11 +10,17 @@ steps' answers and turns its actions into messages:
   request's client id, correlation ID and sequence flags, priority, timeout and parameters.
   Its inputs are the ``TensorRef`` s the previous steps' workers wrote (or the requester's
   inputs): the worker of the next step reads them where they are; no frontend sees them.
-  ``composing_request`` is the one place such a request is made (a tracing hook).
+  ``composing_request`` is the one place such a request is made (a tracing hook). Before
+  it is sent it is checked as Triton's core checks it (``step_inputs``: a tensor's batch
+  dimension added or taken away between models that batch and models that do not, then
+  the step model's input count, datatypes and shapes): a step that fails is never sent, and
+  the ensemble request fails with that message.
 - ``Release``: the scheduler frees a worker's output block (``outbox.Free``).
 - ``Complete``: an ``InferResponse`` to the requester whose outputs point into the steps'
   blocks (``block`` and ``extra_blocks``: the requester frees them after copying; a block
-  sibling responses share is in ``shared_blocks`` and freed after its ``Handoff``).
+  sibling responses share is in ``shared_blocks`` and freed after its ``Handoff``). An
+  output no step produced is left out; each output's batch dimension follows the
+  ensemble's config (``step_inputs.reshape_dims``).
 - ``Fail``: a ``RequestFailed`` ("in ensemble '<name>', ..."), with the handoffs of the
   shared blocks of responses sent before.
 
@@ -33,7 +39,7 @@ from typing import cast
 
 import msgspec
 
-from triton_mp.common.errors import ErrorCode
+from triton_mp.common.errors import ErrorCode, InvalidRequest
 from triton_mp.ipc.messages import (
     BlockRef,
     CancelRequest,
@@ -54,11 +60,22 @@ from triton_mp.scheduler.instances import Generation
 from triton_mp.scheduler.outbox import Outbox
 from triton_mp.scheduler.policies.ensemble import Call, Complete, EnsembleScheduler, Fail, Release
 from triton_mp.scheduler.stats import StatsBook
+from triton_mp.scheduler.step_inputs import StepInput, check_step, reshape_dims
 
 ENSEMBLE_REPLY = ReplyTo(Requester.ENSEMBLE, 0)
 """Where the workers answer composing requests: the scheduler itself."""
 
 RequestKey = tuple[ReplyTo, int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Value:
+    """One ensemble tensor (the policy's opaque value): where it lies, and the batch size of
+    the request that made it, 0 when that model (or the ensemble) does not batch (core
+    ``TensorData::batch_size_``)."""
+
+    ref: TensorRef
+    batch: int
 
 
 @dataclass(eq=False)
@@ -68,6 +85,8 @@ class _Parent:
     req: InferRequest
     gen: Generation
     start_ns: int
+    label: str
+    """Its ``[request id: <id>] `` prefix (core ``LogRequest``)."""
     unaccounted: int = 0
     """Composing requests whose execution (or failure) is not counted yet."""
     compute: tuple[int, int, int] = (0, 0, 0)
@@ -87,6 +106,8 @@ class _Child:
     parent: _Parent
     call_id: int
     req: InferRequest
+    batch: int
+    """Its batch size, 0 when its model does not batch (its outputs' ``_Value.batch``)."""
     answered: bool = False
     """Its final response (or failure) arrived."""
     accounted: bool = False
@@ -169,8 +190,13 @@ class Ensembles:
                 self._out.fail(req, ErrorCode.INVALID_ARG, message, now_ns)
                 return
         key = (req.reply_to, req.request_id)
-        self._parents[key] = _Parent(req, gen, now_ns)
-        self._act(policy, policy.start(key, {t.name: t for t in req.inputs}, label), now_ns)
+        self._parents[key] = _Parent(req, gen, now_ns, label)
+        batch = req.batch_size if gen.spec.max_batch_size > 0 else 0
+        values: dict[str, _Value | None] = {t.name: _Value(t, batch) for t in req.inputs}
+        for t in gen.spec.inputs:
+            if t.optional and t.name not in values:
+                values[t.name] = None  # NOTE: core's placeholder for an optional input
+        self._act(policy, policy.start(key, values, label), now_ns)
 
     def on_response(self, msg: InferResponse, now_ns: int) -> None:
         """A worker answered a composing request."""
@@ -181,7 +207,9 @@ class Ensembles:
             return
         policy = cast(EnsembleScheduler, child.parent.gen.policy)
         error = (msg.error.code, msg.error.message) if msg.error is not None else None
-        outputs = None if msg.empty or error else {t.name: t for t in msg.outputs}
+        outputs = (
+            None if msg.empty or error else {t.name: _Value(t, child.batch) for t in msg.outputs}
+        )
         block: object = msg.block
         if msg.extra_blocks:
             # NOTE: a nested ensemble's answer: its outputs lie in all of its blocks.
@@ -284,7 +312,8 @@ class Ensembles:
     def composing_request(
         self,
         parent: InferRequest,
-        call: Call,
+        inputs: tuple[TensorRef, ...],
+        outputs: tuple[str, ...],
         model: str,
         version: int,
         batch_size: int,
@@ -305,11 +334,8 @@ class Ensembles:
             model=model,
             version=version,
             batch_size=batch_size,
-            inputs=tuple(
-                msgspec.structs.replace(cast(TensorRef, ref), name=name)
-                for name, ref in call.inputs
-            ),
-            outputs=call.outputs,
+            inputs=inputs,
+            outputs=outputs,
             block=parent.block,
             arrival_ns=now_ns,
             priority=parent.priority,
@@ -345,19 +371,51 @@ class Ensembles:
             self._act(policy, policy.respond(call.call_id, None, None, True, error), now_ns)
             return
         assert version is not None
+        inputs = self._step_inputs(gen, call)
         batched = gen.spec.max_batch_size > 0
-        first = cast(TensorRef, call.inputs[0][1]) if call.inputs else None
-        batch_size = first.shape[0] if batched and first is not None and first.shape else 1
+        try:
+            spec = gen.spec
+            given = [StepInput(t.name, t.datatype, t.shape) for t in inputs]
+            batch = check_step(spec.model, spec.max_batch_size, spec.inputs, given, parent.label)
+        except InvalidRequest as e:
+            # NOTE: Triton's InitStep fails the same way: the step is never sent, nothing
+            # counts on its model, and the ensemble request fails.
+            error = (e.code, e.message)
+            self._act(policy, policy.respond(call.call_id, None, None, True, error), now_ns)
+            return
         regions = self._regions(parent.req, step.output_map, call.outputs)
         creq = self.composing_request(
-            parent.req, call, step.model, version, batch_size, regions, now_ns
+            parent.req,
+            inputs,
+            call.outputs,
+            step.model,
+            version,
+            batch if batched else 1,
+            regions,
+            now_ns,
         )
-        child = _Child(parent, call.call_id, creq)
+        child = _Child(parent, call.call_id, creq, batch if batched else 0)
         if creq.trace is not None:
             child.stamps = [("REQUEST_START", now_ns)]
         self._children[creq.request_id] = child
         parent.unaccounted += 1
         self._submit(creq, now_ns)
+
+    @staticmethod
+    def _step_inputs(gen: Generation, call: Call) -> tuple[TensorRef, ...]:
+        """A step's inputs as core ``InitStep`` sets them: a placeholder (an output not
+        produced) is no input; each tensor gains or loses a batch dimension of 1 between a
+        model that batches and one that does not (``reshape_dims``)."""
+        dims = {t.name: t.dims for t in gen.spec.inputs}
+        batched = gen.spec.max_batch_size > 0
+        inputs = []
+        for name, value in call.inputs:
+            if value is None:
+                continue
+            ref = cast(_Value, value).ref
+            shape = reshape_dims(dims.get(name, ()), batched, value.batch, ref.shape)
+            inputs.append(msgspec.structs.replace(ref, name=name, shape=shape))
+        return tuple(inputs)
 
     @staticmethod
     def _regions(
@@ -384,12 +442,7 @@ class Ensembles:
                 handoffs=handoffs,
             )
         else:
-            wanted = req.outputs or tuple(action.outputs)
-            outputs = tuple(
-                msgspec.structs.replace(cast(TensorRef, action.outputs[name]), name=name)
-                for name in wanted
-                if name in action.outputs
-            )
+            outputs = self._outputs(parent, action.outputs)
             msg = InferResponse(
                 request_id=req.request_id,
                 version=req.version,
@@ -417,6 +470,24 @@ class Ensembles:
         self._out.reply(req.reply_to, msg)
         if action.final:
             self._end(parent, now_ns, failed=False)
+
+    @staticmethod
+    def _outputs(parent: _Parent, values: dict[str, object]) -> tuple[TensorRef, ...]:
+        """An ensemble response's outputs, in the order requested (else the policy's): one no
+        step produced is left out (core "Composing models did not output tensor"); each
+        gains or loses a batch dimension of 1 as the ensemble's config asks (core
+        ``CheckAndSetEnsembleOutput``)."""
+        spec = parent.gen.spec
+        dims = {t.name: t.dims for t in spec.outputs}
+        batched = spec.max_batch_size > 0
+        out = []
+        for name in parent.req.outputs or tuple(values):
+            value = cast(_Value | None, values.get(name))
+            if value is None:
+                continue
+            shape = reshape_dims(dims.get(name, ()), batched, value.batch, value.ref.shape)
+            out.append(msgspec.structs.replace(value.ref, name=name, shape=shape))
+        return tuple(out)
 
     def _fail(self, action: Fail, now_ns: int) -> None:
         parent = self._parents[cast(RequestKey, action.request)]

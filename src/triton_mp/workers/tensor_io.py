@@ -362,9 +362,10 @@ def output_parts(
     in (2.51, side by side in tests/e2e/test_python_answers.py; the onnxruntime and pytorch
     backends here produce them in request order). An output the model did not produce is
     left out of the response, as Triton answers a python model that omits one (the response
-    has the others; nothing fails); an ensemble's step that needs it is then never called
-    (``scheduler.policies.ensemble`` ends the request as deadlocked; Triton calls it and
-    refuses the input).
+    has the others; nothing fails). In an ensemble it is Triton's placeholder
+    (``scheduler.policies.ensemble``): the step that takes it is checked without it
+    (``scheduler.step_inputs``), and an ensemble output left out is left out of the
+    ensemble's answer.
 
     Raises:
         TritonMPError: an output larger than its region (INTERNAL, the allocator's code).

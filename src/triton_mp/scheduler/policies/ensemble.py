@@ -4,7 +4,11 @@ One ``EnsembleScheduler`` per ensemble version (``scheduler.registry`` entry ``e
 It never sees a descriptor's insides: tensors are opaque *values* (the caller's
 ``TensorRef``) and each value lives in an opaque *block* (the arena allocation of the
 response that wrote it; None for the ensemble request's own inputs, which the requester
-frees). The caller (``scheduler.ensembles``) turns its actions into messages:
+frees). A value of None is Triton's placeholder (``AddTensor(nullptr)``): an output a step's
+response left out, or an optional ensemble input the request left out. It satisfies the
+steps that consume it, which get no such input (their model's input check decides), and an
+ensemble output that is None is left out of the response. The caller
+(``scheduler.ensembles``) turns its actions into messages:
 
 - ``Call``: send one composing request (a step whose inputs all exist now). Independent
   branches are called at once; a step waits only for its own inputs.
@@ -209,7 +213,9 @@ class EnsembleScheduler:
         error: tuple[ErrorCode, str] | None = None,
     ) -> list[Action]:
         """A response to a composing request: its outputs (composing output name -> value,
-        all in ``block``), or an error; ``final`` when no more follow for the call."""
+        all in ``block``; None: no response, only the final flag), or an error; ``final``
+        when no more follow for the call. A step output the response leaves out is set to
+        None (Triton's placeholder)."""
         entry = self._calls.get(call_id)
         if entry is None:
             if block is not None:
@@ -219,13 +225,11 @@ class EnsembleScheduler:
         step = self.steps[index]
         if error is not None and req.error is None:
             req.error = error
-        if outputs and req.error is None:
+        if outputs is not None and req.error is None:
             target = self._fork(req, ctx, index) if step.decoupled else ctx
-            names = dict(step.outputs)
-            for out_name, value in outputs.items():
-                tensor = names.get(out_name)
-                if tensor is not None:
-                    self._set(target, tensor, value, block)
+            for out_name, tensor in step.outputs:
+                value = outputs.get(out_name)
+                self._set(target, tensor, value, None if value is None else block)
             # NOTE: a block none of whose tensors has a consumer is released at once.
             self._drop(block, 0)
             if target is not ctx:
