@@ -183,17 +183,15 @@ SAME = {
 }
 """What both servers answer alike."""
 
-MISSING_OURS = (
-    "StatusCode.INVALID_ARGUMENT",
-    "in ensemble 'partial_ens', [request id: <id_unknown>] unexpected deadlock, at least one "
-    "output is not set while no more ensemble steps can be made",
-)
-MISSING_TRITON = (
+MISSING = (
     "StatusCode.INVALID_ARGUMENT",
     "in ensemble 'partial_ens', [request id: <id_unknown>] expected 1 inputs but got 0 inputs "
     "for model 'then_py'. Got input(s) [], but missing required input(s) ['IN']. Please "
     "provide all required input(s).",
 )
+"""Both: a model's response without a requested output is answered, and its ensemble then
+calls the next step without that input (Triton's placeholder tensor), which the input
+check refuses."""
 
 
 def test_a_deadline_and_a_cancel_reach_the_steps(
@@ -202,7 +200,7 @@ def test_a_deadline_and_a_cancel_reach_the_steps(
     server = start_server(repo)
     seen = _scenario(server.url)
     counts = seen.pop("counts")
-    assert seen.pop("missing") == MISSING_OURS
+    assert seen.pop("missing") == MISSING
     assert seen == SAME
     # the cancelled request's first step was dropped from hold_py's queue (CANCELED there):
     # neither hold_py nor then_py ran it; each ensemble request counts once
@@ -219,13 +217,10 @@ def test_the_real_triton_side_by_side(repo: Path, tmp_path: Path) -> None:
     with start_triton(repo, tmp_path / "triton.log") as peer:
         seen = _scenario(peer.url)
     counts = seen.pop("counts")
-    # NOTE: pinned differences with Triton 2.51: both answer a model's response without a
-    # requested output, but its ensemble then calls the next step without that input (a
-    # placeholder tensor), which the input check refuses; ours never calls that step and
-    # ends the request as deadlocked (same status, other words); a cancel does not reach
-    # its ensemble's steps (the cancelled request runs to the end: hold_py and then_py 3
+    # NOTE: pinned differences with Triton 2.51: a cancel does not reach its ensemble's
+    # steps (the cancelled request runs to the end: hold_py and then_py 3
     # successes); and it counts a failed ensemble request twice.
-    assert seen.pop("missing") == MISSING_TRITON
+    assert seen.pop("missing") == MISSING
     assert seen == SAME
     assert counts == {
         "hold_ens": (3, 2),
