@@ -4,7 +4,9 @@ Triton 2.51 on the same python models (tritonclient over gRPC, ``/metrics``), an
 count the same. A full queue's refusal ("Exceeds maximum queue size": core
 ``PolicyQueue::Enqueue``, before the request is queued) is counted nowhere; a queue timeout
 ("Request timeout expired": the dynamic batcher's FinishRejectedCancelledRequests) is a
-failure with reason REJECTED.
+failure with reason REJECTED. A request its client cancels while it waits is dropped and
+counted CANCELED by triton-mp in every model; 2.51 does so only where the queue has a
+policy, and runs it elsewhere (pinned for both servers: README "Request cancellation").
 """
 
 from __future__ import annotations
@@ -50,7 +52,16 @@ dynamic_batching { default_queue_policy { %s } }
 POLICIES = {
     "full_py": "max_queue_size: 1",
     "late_py": "timeout_action: REJECT default_timeout_microseconds: 100000",
+    "policed_py": "max_queue_size: 8",
 }
+PLAIN = """
+name: "plain_py"
+backend: "python"
+max_batch_size: 8
+input [{ name: "IN", data_type: TYPE_FP32, dims: [ 1 ] }]
+output [{ name: "OUT", data_type: TYPE_FP32, dims: [ 1 ] }]
+instance_group [{ count: 1, kind: KIND_CPU }]
+"""
 REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
 
@@ -88,6 +99,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
     repo = tmp_path_factory.mktemp("queue_counts") / "repo"
     for name, policy in POLICIES.items():
         write_python_model(repo, name, CONFIG % (name, policy), MODEL)
+    write_python_model(repo, "plain_py", PLAIN, MODEL)
     logs = tmp_path_factory.mktemp("logs")
     ours = ServerProcess(repo, logs / "ours.log")
     theirs: RealTriton | None = None
@@ -167,3 +179,57 @@ def test_a_queue_timeout_is_a_rejected_failure(servers: dict[str, Server]) -> No
             **dict.fromkeys(REASONS, 0),
             "REJECTED": 1,
         }, side
+
+
+def _cancel_one_behind_a_blocker(url: str, model: str) -> None:
+    """A request that runs for 1 s; behind it, two queued, the first of which the client
+    cancels (``async_infer(...).cancel()``) 0.1 s later; returns once the other is answered."""
+    client = grpcclient.InferenceServerClient(url)
+    answered: list[object] = []
+
+    def x() -> list[grpcclient.InferInput]:
+        i = grpcclient.InferInput("IN", [1, 1], "FP32")
+        i.set_data_from_numpy(np.ones((1, 1), np.float32))
+        return [i]
+
+    def back(result: object, error: object) -> None:
+        if error is None:  # NOTE: the cancelled call's callback gets the client's CANCELLED
+            answered.append(result)
+
+    try:
+        client.async_infer(model, x(), back, parameters={"sleep": 1.0})
+        time.sleep(0.3)
+        doomed = client.async_infer(model, x(), back)
+        client.async_infer(model, x(), back)
+        time.sleep(0.1)
+        doomed.cancel()
+        deadline = time.monotonic() + 30
+        while len(answered) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(answered) == 2
+    finally:
+        client.close()
+
+
+DROPPED = {"success": 2, "fail": 1, "inference_count": 2, **dict.fromkeys(REASONS, 0)}
+DROPPED["CANCELED"] = 1
+
+
+@pytest.mark.parametrize("model", ["policed_py", "plain_py"])
+def test_a_request_cancelled_while_queued_is_dropped_and_counted_canceled(
+    servers: dict[str, Server], model: str
+) -> None:
+    # NOTE: triton-mp drops it in every model, as Triton's request_cancellation.md says the
+    # core does. 2.51 drops it only where the queue applies a policy (core PriorityQueue::
+    # PolicyQueue::ApplyPolicy, run for a dynamic_batching default_queue_policy with a size
+    # or timeout); a model without one (no dynamic batching here; a bare
+    # `dynamic_batching {}` as well) runs it, with `request.is_cancelled()` true, and
+    # counts it a success. README "Request cancellation".
+    theirs = {"policed_py": DROPPED, "plain_py": {**DROPPED, "success": 3, "fail": 0}}
+    theirs["plain_py"].update(CANCELED=0, inference_count=3)
+    for side, server in servers.items():
+        before = server.counts(model)
+        _cancel_one_behind_a_blocker(server.url, model)
+        time.sleep(0.5)
+        counts = _delta(before, server.counts(model))
+        assert counts == (theirs[model] if side == "triton" else DROPPED), side
