@@ -29,13 +29,17 @@ from tests.triton_peer import start_triton
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 MODELS = REPO_ROOT / "tests" / "ensemble_check_models"
-ENSEMBLES = ("ens", "ens_b", "ens_r", "ens_last")
+ENSEMBLES = ("ens", "ens_b", "ens_r", "ens_last", "ens_pair")
 COMPOSING = ("mode_py", "flex", "flex_b", "flex_r")
 MODES = ("fp32", "int32", "fp64", "2x3", "1x3", "empty", "bytes", "missing")
-CASES = [(e, m) for e in ("ens", "ens_b", "ens_r") for m in MODES] + [
-    ("ens_last", "missing"),
-    ("ens_last", "fp32"),
+CASES = [(e, m, None) for e in ("ens", "ens_b", "ens_r") for m in MODES] + [
+    ("ens_last", "missing", None),
+    ("ens_last", "fp32", None),
+    ("ens_pair", "fp32", None),
+    ("ens_pair", "fp32", ("A", "B")),
+    ("ens_pair", "missing", None),
 ]
+"""(ensemble, mode, outputs requested or None for all)."""
 
 
 @pytest.fixture(scope="module")
@@ -71,12 +75,18 @@ def _stats(client: grpcclient.InferenceServerClient) -> dict[str, tuple[int, int
     return out
 
 
-def _ask(client: grpcclient.InferenceServerClient, ensemble: str, mode: str) -> object:
+def _ask(
+    client: grpcclient.InferenceServerClient,
+    ensemble: str,
+    mode: str,
+    outputs: tuple[str, ...] | None = None,
+) -> object:
     """One request: ("OK", [(output, datatype, shape)], Y's values) or (status, message)."""
     x = grpcclient.InferInput("IN", [3], "FP32")
     x.set_data_from_numpy(np.array([1, 2, 3], np.float32))
+    wanted = None if outputs is None else [grpcclient.InferRequestedOutput(n) for n in outputs]
     try:
-        r = client.infer(ensemble, [x], parameters={"mode": mode}, request_id="r1")
+        r = client.infer(ensemble, [x], outputs=wanted, parameters={"mode": mode}, request_id="r1")
     except InferenceServerException as e:
         return (e.status(), e.message())
     outputs = [(o.name, o.datatype, list(o.shape)) for o in r.get_response().outputs]
@@ -115,7 +125,7 @@ def test_step_inputs_are_checked_and_a_left_out_output_is_a_placeholder(
     """The strings 2.51 answered (same requests, same repository), pinned where the peers
     are not installed."""
     client = server.client()
-    ask = {case: _ask(client, *case) for case in CASES}
+    ask = {case[:2]: _ask(client, *case) for case in CASES if case[2] is None}
     prefix = "in ensemble 'ens', [request id: r1] "
     invalid = "StatusCode.INVALID_ARGUMENT"
     assert ask["ens", "int32"] == (
@@ -142,6 +152,12 @@ def test_step_inputs_are_checked_and_a_left_out_output_is_a_placeholder(
         [[0.0, 2.0, 4.0], [6.0, 8.0, 10.0]],
     )
     assert ask["ens_r", "fp32"] == ("OK", [("Y", "FP32", [3, 1])], [[2.0], [4.0], [6.0]])
+    # NOTE: 2.51 lists an ensemble's outputs in its unordered_map's order: B before A.
+    pair = [("B", "FP32", [3]), ("A", "FP32", [3])]
+    assert ask["ens_pair", "fp32"] == ("OK", pair, None)
+    assert _ask(client, "ens_pair", "fp32", ("A", "B")) == ("OK", pair, None)
+    assert ask["ens_pair", "missing"] == ("OK", pair[:1], None)
+    assert _ask(client, "ens_pair", "missing", ("A",)) == ("OK", [], None)
 
 
 # ---------------------------------------------------------------------------- vs Triton
@@ -159,7 +175,7 @@ def test_same_answers_errors_and_counts_as_triton(server: ServerProcess, triton_
     assert {m: ours[1][m] for m in COMPOSING} == {m: theirs[1][m] for m in COMPOSING}
     # NOTE: a step refused by its check is never run: its model counts nothing (flex_b
     # counts the batch of 2 and the [0]-sized tensor given a batch dimension of 1).
-    assert theirs[1]["flex"] == (2, 0, 2, 2)
+    assert theirs[1]["flex"] == (5, 0, 5, 5)  # ens fp32 and empty, 3 of ens_pair
     assert theirs[1]["flex_b"] == (4, 0, 4, 5)
     # NOTE: Triton counts a failed ensemble request twice (RespondIfError and the request
     # tracker), triton-mp once (issue 16); the rest is the same.

@@ -134,3 +134,24 @@ def test_an_optional_ensemble_input_left_out_is_a_placeholder_the_step_is_checke
         "provide all required input(s)."
     )
     assert h.core.idle()
+
+
+def test_outputs_come_in_triton_s_unordered_map_order_whatever_the_request_asked() -> None:
+    """core CheckAndSetEnsembleOutput walks an unordered_map of the config's outputs: for
+    OUTPUT0 and mid that is mid first (2.51 lists ens_pair's B before A the same way)."""
+    spec = _ensemble("add_sub")
+    spec = msgspec.structs.replace(spec, outputs=(*spec.outputs, tensor("mid", (16,))))
+    h = Harness(models=(DYNAMIC, spec))
+    h.ready(0, 1)
+    template = Harness(models=()).request("ens", client_id="e5")
+    h.handle(msgspec.structs.replace(template, outputs=("OUTPUT0", "mid")))
+    h.clock.advance_us(200)
+    ((i1, b1),) = h.dispatch()
+    mid = TensorRef("OUTPUT0", "FP32", (1, 16), "/triton_mp_0_w0_a0", 0, 64)
+    _answer(h, i1, b1, (mid,), "/triton_mp_0_w0_a0")
+    h.clock.advance_us(200)
+    ((i2, b2),) = h.dispatch()
+    out = TensorRef("OUTPUT0", "FP32", (1, 16), "/triton_mp_0_w1_a0", 0, 64)
+    _answer(h, i2, b2, (out,), "/triton_mp_0_w1_a0")
+    (answer,) = [m for _, m in h.to_frontends if isinstance(m, InferResponse)]
+    assert [t.name for t in answer.outputs] == ["mid", "OUTPUT0"]

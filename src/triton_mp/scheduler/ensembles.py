@@ -18,9 +18,10 @@ steps' answers and turns its actions into messages:
 - ``Release``: the scheduler frees a worker's output block (``outbox.Free``).
 - ``Complete``: an ``InferResponse`` to the requester whose outputs point into the steps'
   blocks (``block`` and ``extra_blocks``: the requester frees them after copying; a block
-  sibling responses share is in ``shared_blocks`` and freed after its ``Handoff``). An
-  output no step produced is left out; each output's batch dimension follows the
-  ensemble's config (``step_inputs.reshape_dims``).
+  sibling responses share is in ``shared_blocks`` and freed after its ``Handoff``). Its
+  outputs come in Triton's order (its ``unordered_map`` of the ensemble's outputs); one no
+  step produced is left out; each one's batch dimension follows the ensemble's config
+  (``step_inputs.reshape_dims``).
 - ``Fail``: a ``RequestFailed`` ("in ensemble '<name>', ..."), with the handoffs of the
   shared blocks of responses sent before.
 
@@ -33,6 +34,7 @@ over its steps, plus one execution of the request's batch size.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
@@ -40,6 +42,7 @@ from typing import cast
 import msgspec
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest
+from triton_mp.common.unordered import iteration_order
 from triton_mp.ipc.messages import (
     BlockRef,
     CancelRequest,
@@ -132,6 +135,12 @@ def _refs(block: object) -> tuple[BlockRef, ...]:
 
 def _flat(blocks: tuple[object, ...]) -> tuple[BlockRef, ...]:
     return tuple(ref for block in blocks for ref in _refs(block))
+
+
+@functools.lru_cache(maxsize=256)
+def _output_order(names: tuple[str, ...]) -> tuple[str, ...]:
+    """An ensemble's outputs in its ``unordered_map``'s order (once per set of names)."""
+    return tuple(iteration_order(names))
 
 
 def _handoffs(pairs: tuple[tuple[object, int], ...]) -> tuple[Handoff, ...]:
@@ -473,19 +482,21 @@ class Ensembles:
 
     @staticmethod
     def _outputs(parent: _Parent, values: dict[str, object]) -> tuple[TensorRef, ...]:
-        """An ensemble response's outputs, in the order requested (else the policy's): one no
-        step produced is left out (core "Composing models did not output tensor"); each
-        gains or loses a batch dimension of 1 as the ensemble's config asks (core
-        ``CheckAndSetEnsembleOutput``)."""
+        """An ensemble response's outputs as core ``CheckAndSetEnsembleOutput`` adds them:
+        the requested ones (all when none was named) in the order of its ``unordered_map``
+        of the config's outputs, whatever order the request named them in; one no step
+        produced is left out ("Composing models did not output tensor"); each gains or loses
+        a batch dimension of 1 against the output's ``reshape`` (else ``dims``)."""
         spec = parent.gen.spec
-        dims = {t.name: t.dims for t in spec.outputs}
+        shapes = {t.name: t.dims if t.reshape is None else t.reshape for t in spec.outputs}
+        wanted = set(parent.req.outputs or values)
         batched = spec.max_batch_size > 0
         out = []
-        for name in parent.req.outputs or tuple(values):
+        for name in _output_order(tuple(shapes)):
             value = cast(_Value | None, values.get(name))
-            if value is None:
+            if value is None or name not in wanted:
                 continue
-            shape = reshape_dims(dims.get(name, ()), batched, value.batch, value.ref.shape)
+            shape = reshape_dims(shapes[name], batched, value.batch, value.ref.shape)
             out.append(msgspec.structs.replace(value.ref, name=name, shape=shape))
         return tuple(out)
 
