@@ -43,6 +43,8 @@ class TritonPythonModel:
             return out[1:]
         if mode == "a tuple":
             return tuple(out)
+        if mode == "a string among them":
+            return [out[0], "nope"]
         return out
 """
 CONFIG = """
@@ -178,6 +180,8 @@ REFUSALS = {
     "none returned": FAILED + COUNT % 0,
     "one short": FAILED + COUNT % 1,
     "a tuple": FAILED + "Expected a list in the execute return, found type '<class 'tuple'>'.",
+    "a string among them": FAILED + "Expected an 'InferenceResponse' object in the execute "
+    "function return list, found type '<class 'str'>'.",
 }
 
 

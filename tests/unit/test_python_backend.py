@@ -64,6 +64,8 @@ class TritonPythonModel:
                     error=pb_utils.TritonError("no nines", pb_utils.TritonError.INVALID_ARG)))
             elif (x == 5).any():
                 out.append(None)
+            elif (x == 3).any():
+                out.append("three")
             else:
                 out.append(pb_utils.InferenceResponse([
                     pb_utils.Tensor("OUTPUT0", x * SCALE + OFFSET),
@@ -191,6 +193,24 @@ def test_wrong_number_of_responses_fails_the_batch(backend: PythonBackend) -> No
             "InferenceRequest(s) size is:2, and InferenceResponse(s) size is:1\n"
         )
     assert len(results) == 2
+
+
+def test_an_entry_that_is_no_response_fails_the_whole_batch(backend: PythonBackend) -> None:
+    # pb_stub.cc ProcessReturnedResponses throws at the entry: every request gets its words
+    results, _ = backend.execute([_req(1), _req(3), _req(2)])
+    assert (
+        results
+        == [
+            ErrorInfo(
+                ErrorCode.INTERNAL,
+                "Failed to process the request(s) for model 'm_0', message: Expected an "
+                "'InferenceResponse' object in the execute function return list, found type "
+                "'<class 'str'>'.",
+                "worker m_0",
+            )
+        ]
+        * 3
+    )
 
 
 def test_a_returned_value_must_be_a_list_of_one_entry_per_request() -> None:

@@ -337,9 +337,14 @@ class PythonBackend:
         try:
             iterative = self._iterative
             for pb, resp in zip(pb_requests, responses, strict=True):
-                # NOTE: _check_returned has nothing to check for a request without a sender
-                # outside iterative sequences (the hot path: one call per request saved).
-                if resp is not None and (iterative or pb._sender is not None):  # noqa: SLF001
+                # NOTE: _check_returned has nothing to check for a response returned for a
+                # request without a sender outside iterative sequences (the hot path: one
+                # call per request saved).
+                if resp is not None and (
+                    iterative
+                    or pb._sender is not None  # noqa: SLF001
+                    or type(resp) is not pb_utils.InferenceResponse
+                ):
                     self._check_returned(pb, resp)
         except pb_utils.TritonModelException as e:
             info = ErrorInfo(
@@ -367,8 +372,9 @@ class PythonBackend:
         """pb_stub.cc's checks of one returned entry (its messages; the typo kept).
 
         Raises:
-            TritonModelException: a response for a rescheduled request, or for one whose
-                response sender already sent one.
+            TritonModelException: a response for a rescheduled request, an entry that is no
+                InferenceResponse (either fails the whole batch, as in 2.51), or a response
+                for a request whose response sender already sent one.
         """
         if response is None:
             return
@@ -377,8 +383,13 @@ class PythonBackend:
                 "Expected a None object in the execute function return list for reschduled "
                 f"request, found type '{type(response)}'."
             )
+        if not isinstance(response, pb_utils.InferenceResponse):
+            raise pb_utils.TritonModelException(
+                "Expected an 'InferenceResponse' object in the execute function return list, "
+                f"found type '{type(response)}'."
+            )
         sender = request._sender  # noqa: SLF001 - the backend owns the request's plumbing
-        if sender is not None and isinstance(response, pb_utils.InferenceResponse):
+        if sender is not None:
             sender._returned(response)  # noqa: SLF001
 
     def _rescheduling(self, request: pb_utils.InferenceRequest) -> bool:
