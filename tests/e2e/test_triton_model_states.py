@@ -9,18 +9,20 @@ from __future__ import annotations
 import http.client
 import json
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import write_python_model
-from tests.server import ServerProcess
+from tests.server import ServerProcess, wait_for
 from tests.triton_peer import RealTriton, peers_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -297,3 +299,67 @@ def test_a_version_retired_by_a_reload_is_unloading_while_its_requests_finish(
             {"name": "slow_v", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"},
             {"name": "slow_v", "version": "2", "state": "READY"},
         ], which
+
+
+def test_the_last_answer_of_a_retired_version_is_read_after_its_worker_was_told_to_stop(
+    tmp_path: Path,
+) -> None:
+    """A retired version's worker is stopped on its last ``BatchDone``, which can reach the
+    scheduler before the frontend has read the answer (CI saw UNKNOWN "No shared memory
+    exists ..." for the in-flight request of this file's reload test). Here the frontend
+    is held still (SIGSTOP) across the end of that request: its answer must still be read
+    from the worker's arena, which the worker keeps until its readers are done."""
+    repo = tmp_path / "repo"
+    write_python_model(repo, "slow_v", LATEST_ONE, SLOW.replace("sleep(4)", "sleep(10)"))
+    server = ServerProcess(
+        repo, tmp_path / "s.log", "--model-control-mode=explicit", "--heartbeat-timeout-secs=120"
+    )
+    frontend = None
+    try:
+        server.wait_live()
+        client = grpcclient.InferenceServerClient(server.url)
+        client.load_model("slow_v")
+        inp = grpcclient.InferInput("INPUT0", [4], "FP32")
+        inp.set_data_from_numpy(np.arange(4, dtype=np.float32))
+        got: dict[str, object] = {}
+
+        def held() -> None:
+            try:
+                got["r"] = client.infer("slow_v", [inp], model_version="1").as_numpy("OUTPUT0")
+            except InferenceServerException as e:
+                got["r"] = (e.status(), e.message())
+
+        started = time.monotonic()
+        infer = threading.Thread(target=held)
+        infer.start()
+        time.sleep(0.5)  # NOTE: in execute now, for 10 s
+        shutil.copytree(repo / "slow_v" / "1", repo / "slow_v" / "2")
+        load = threading.Thread(target=lambda: client.load_model("slow_v"))
+        load.start()
+        wait_for(
+            lambda: (
+                {r[1]: r[2] for r in _index(server.http_url) if r[0] == "slow_v"}.get("2")
+                == "READY"
+            ),
+            30,
+            "version 2 to be ready",
+        )
+        assert time.monotonic() - started < 8, "version 2 took too long to load for this test"
+        (frontend,) = [
+            p
+            for p in psutil.Process(server.pid).children(recursive=True)
+            if p.cmdline() and p.cmdline()[0].startswith("triton-mp: frontend")
+        ]
+        frontend.send_signal(signal.SIGSTOP)
+        time.sleep(max(0.0, started + 10 + 1.5 - time.monotonic()))  # past the answer
+        frontend.send_signal(signal.SIGCONT)
+        frontend = None
+        infer.join(timeout=30)
+        load.join(timeout=30)
+        assert not isinstance(got.get("r"), tuple), got
+        np.testing.assert_array_equal(got["r"], np.arange(4, dtype=np.float32))
+        client.close()
+    finally:
+        if frontend is not None:
+            frontend.send_signal(signal.SIGCONT)
+        server.stop()

@@ -30,7 +30,7 @@ from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.ipc.specs import BatchingSpec, ModelVersionSpec, SequenceSpec
 from triton_mp.scheduler.core import SchedulerCore, deliver
 from triton_mp.scheduler.instances import Health, InstanceState
-from triton_mp.scheduler.lifecycle import STOPPING_MESSAGE
+from triton_mp.scheduler.lifecycle import READERS_S, STOPPING_MESSAGE
 from triton_mp.scheduler.outbox import Attach, Detach, Reply, Unmap
 from triton_mp.scheduler.policies.default import DefaultScheduler
 from triton_mp.scheduler.policies.dynamic import DynamicBatcher
@@ -162,6 +162,8 @@ def test_a_reload_finishes_the_old_queue_on_the_old_instances_then_stops_them(
     h.dispatch()
     shutdowns = sorted(i for i, m in h.to_workers if isinstance(m, Shutdown))
     assert shutdowns == [10, 11]
+    # NOTE: a retired instance waits for the frontends to read its last answers.
+    assert {m.readers_s for _, m in h.to_workers if isinstance(m, Shutdown)} == {READERS_S}
     assert _state(h, 10)[0] is InstanceState.STOPPING
     assert h.stats("m").execution_count == 3  # one version's books, both generations
 

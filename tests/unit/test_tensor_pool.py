@@ -12,6 +12,7 @@ import itertools
 import os
 import random
 import struct
+import threading
 from collections.abc import Callable, Iterator
 
 import hypothesis.strategies as st
@@ -409,3 +410,47 @@ def test_live_blocks_never_overlap_and_all_space_comes_back(
         if arenas_before:
             pool.alloc(arena_bytes // 2)
             assert len(list(pool.segments())) == arenas_before
+
+
+# ----------------------------------------------------------- a stopping owner's readers
+
+
+def test_await_readers_returns_at_once_when_every_block_was_freed(make_allocator: Factory) -> None:
+    pool = make_allocator(4096, 1 << 20)
+    assert pool.await_readers(0.0) == 0  # nothing ever written
+    blocks = [pool.alloc(100) for _ in range(3)]
+    for seg, off in blocks:
+        free_block(seg.buf, off)
+    assert pool.await_readers(30.0) == 0  # would time out if it waited
+
+
+def test_await_readers_counts_a_block_freed_behind_an_unfreed_one_as_read(
+    make_allocator: Factory,
+) -> None:
+    pool = make_allocator(4096, 1 << 20)
+    (s0, o0), (s1, o1), (s2, o2) = (pool.alloc(100) for _ in range(3))
+    free_block(s1.buf, o1)  # freed out of order: the oldest stays unfreed
+    assert pool.live_blocks() == 3
+    assert pool.await_readers(0.01) == 2
+    free_block(s0.buf, o0)
+    assert pool.await_readers(0.01) == 1
+
+
+def test_await_readers_returns_when_a_reader_frees_the_last_block(
+    make_allocator: Factory,
+) -> None:
+    pool = make_allocator(4096, 1 << 20)
+    seg, off = pool.alloc(100)
+    reader = threading.Timer(0.05, free_block, args=(seg.buf, off))
+    reader.start()
+    try:
+        assert pool.await_readers(30.0) == 0
+    finally:
+        reader.cancel()
+
+
+def test_await_readers_gives_up_after_its_timeout(make_allocator: Factory) -> None:
+    pool = make_allocator(4096, 1 << 20)
+    pool.alloc(100)
+    pool.alloc(100)
+    assert pool.await_readers(0.02) == 2

@@ -81,7 +81,7 @@ def test_the_loop_stops_after_the_drain_that_held_shutdown() -> None:
     inbox = FakeInbox([_batch(1)], [_batch(2), Shutdown(), _batch(3)], [_batch(4)])
     w: Any = worker
     i: Any = inbox
-    serve(i, w, lambda u: None)
+    assert serve(i, w, lambda u: None) == 0.0  # a server shutdown: no wait for readers
     # NOTE: batch 3 came in the same drain as the Shutdown: it still runs; batch 4 never.
     assert worker.did == [("batch", 1), ("batch", 2), ("batch", 3)]
     assert inbox.waits == 2
@@ -101,3 +101,10 @@ def test_the_bls_updates_of_a_drain_apply_before_its_batches() -> None:
     # NOTE: the update came from the supervisor's ring, drained after the scheduler's.
     assert order == [("update", 7, [])]
     assert worker.did == [("batch", 1)]
+
+
+def test_the_loop_returns_how_long_a_retired_instance_waits_for_its_readers() -> None:
+    inbox = FakeInbox([_batch(1), Shutdown(readers_s=10.0)])
+    w: Any = FakeWorker()
+    i: Any = inbox
+    assert serve(i, w, lambda u: None) == 10.0

@@ -291,6 +291,11 @@ class WorkerDied(msgspec.Struct, frozen=True, kw_only=True, tag="worker_died", a
 class Shutdown(msgspec.Struct, frozen=True, tag="shutdown", array_like=True):
     """Stop after finishing what is in hand."""
 
+    readers_s: float = 0.0
+    """A worker: how long to wait, in seconds, for the readers of its answers to free their
+    blocks before it unlinks its arenas (``ArenaAllocator.await_readers``): set when a
+    retired version stops while the server keeps serving; 0 at server shutdown."""
+
 
 class BlsModel(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """What a BLS caller needs to know of a model it may call (its served versions)."""

@@ -19,6 +19,10 @@ Ownership rules (the only place they are written down):
   error) for that request arrives, since by then the worker has finished reading; the
   frontend frees a worker's output block once it has copied the bytes into the gRPC
   response. The owner reclaims freed blocks lazily, oldest first, when it next allocates.
+- An owner unlinks its arenas when it stops. A worker whose version retired while the
+  server serves on first waits (bounded: ``Shutdown.readers_s``) until every block it
+  wrote is freed: a reader maps an arena on first use, and may not have read the last
+  answer when the worker is told to stop.
 - Arenas grow: when no arena has room, the owner maps a new one (at least twice the block),
   up to ``max_total_bytes``; beyond that an allocation fails with ``ArenaExhausted``
   (UNAVAILABLE: it fits once in-flight requests finish). A block larger than the whole
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import collections
 import struct
+import time
 from collections.abc import Iterator
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
@@ -109,6 +114,13 @@ class _Arena:
         self._reclaim()
         return len(self.live)
 
+    def unfreed_blocks(self) -> int:
+        """Blocks whose reader has not written ``FREE`` yet (``live_blocks`` also counts
+        freed blocks behind the oldest unfreed one)."""
+        self._reclaim()
+        buf = self.segment.buf
+        return sum(1 for off, _ in self.live if _STATE.unpack_from(buf, off)[0] != FREE)
+
 
 class ArenaAllocator:
     """The owner's allocator over a growing list of arenas.
@@ -181,6 +193,21 @@ class ArenaAllocator:
     def live_blocks(self) -> int:
         """Blocks not yet freed (for tests and stats)."""
         return sum(a.live_blocks() for a in self._arenas)
+
+    def await_readers(self, timeout_s: float, poll_s: float = 0.002) -> int:
+        """Wait up to ``timeout_s`` seconds until every block this owner wrote is freed by
+        its reader; returns how many are still unfreed then (0 at once when none is).
+
+        A worker stopping after its version retired (``Shutdown.readers_s``) calls this
+        before ``close_and_unlink``: the scheduler stops it on its last ``BatchDone``, which
+        may come before the frontend has read the last answer, and a frontend that maps the
+        arena only then (``SegmentCache.get``) would find it unlinked."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = sum(a.unfreed_blocks() for a in self._arenas)
+            if not left or time.monotonic() >= deadline:
+                return left
+            time.sleep(poll_s)
 
     def segments(self) -> Iterator[Segment]:
         """Every arena segment this owner created."""

@@ -57,6 +57,12 @@ from triton_mp.scheduler.status import BatchLogs
 
 log = logging.getLogger(__name__)
 
+READERS_S = 10.0
+"""How long a retired instance waits for the frontends (and BLS callers, ensembles) to free
+its last answers' blocks before it unlinks its arenas (``Shutdown.readers_s``): its last
+``BatchDone`` may reach us before a frontend has read the answer; well under the
+supervisor's ``STOP_TIMEOUT_S`` (30 s), after which it kills a retired worker."""
+
 STOPPING_MESSAGE = (
     "Server is stopping, scheduler for model has stopped accepting new inference requests"
 )
@@ -193,7 +199,7 @@ class Lifecycle:
                 gen.policy.instance_gone(inst.instance_id)
                 inst.state = InstanceState.STOPPING
                 if inst.health is not Health.DEAD:
-                    self._out.to_instance(inst.instance_id, Shutdown())
+                    self._out.to_instance(inst.instance_id, Shutdown(readers_s=READERS_S))
             if gen.key not in self.active:
                 self._stats.remove(*gen.key)
                 self._logs.remove(gen.key)

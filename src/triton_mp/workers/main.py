@@ -140,17 +140,28 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
         worker.watch = watch
         if worker.readiness is not None:
             poll_periodically(watch.poll)
+    readers_s = 0.0
     try:
-        serve(inbox, worker, rewire, watch)
+        readers_s = serve(inbox, worker, rewire, watch)
     finally:
         backend.close()
         worker.close()
         cache.close()
-        arena.close_and_unlink()
+        _leave_arena(arena, readers_s)
         if custom_metrics is not None:
             custom_metrics.close()
     log.info("instance stopped")
     return 0
+
+
+def _leave_arena(arena: ArenaAllocator, readers_s: float) -> None:
+    """Unlink this worker's arenas, after waiting up to ``readers_s`` seconds for its last
+    answers to be read (``Shutdown.readers_s``: a retired version's worker)."""
+    if readers_s:
+        left = arena.await_readers(readers_s)
+        if left:
+            log.warning("%d answers not read after %.0f s; stopping anyway", left, readers_s)
+    arena.close_and_unlink()
 
 
 def _wire_readiness(spec: WorkerSpec, backend: Backend, worker: Worker) -> bool:
@@ -241,9 +252,11 @@ def serve(
     worker: Worker,
     rewire: Callable[[BlsWorkerUpdate], None],
     watch: ExecutionWatch[ToWorker] | None = None,
-) -> None:
+) -> float:
     """The worker's loop: handle every message until a ``Shutdown``, each drain in the order
     of ``control_first``; the messages drained with the ``Shutdown`` are still handled.
+    Returns the ``Shutdown``'s ``readers_s`` (seconds to wait for the last answers to be
+    read before the arenas go).
 
     With ``watch`` (python models), the inbox is also read while a batch executes
     (``workers.execution_watch``): cancellations reach the model at once, the rest is
@@ -260,16 +273,17 @@ def serve(
             if not msgs:
                 _wait(inbox, due)
                 msgs = watch.take()
-        stop = False
+        stop: Shutdown | None = None
         for msg in control_first(msgs):
             if isinstance(msg, BatchDue):
                 due.expect(msg.at_ns, time.monotonic_ns())
                 continue
             if isinstance(msg, BatchAssign):
                 due.arrived()
-            stop = handle(msg, worker, rewire) or stop
-        if stop:
-            return
+            if handle(msg, worker, rewire) and isinstance(msg, Shutdown):
+                stop = msg
+        if stop is not None:
+            return stop.readers_s
 
 
 def _wait(inbox: Inbox[ToWorker], due: DueBatch) -> None:
