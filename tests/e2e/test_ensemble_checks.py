@@ -23,7 +23,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import server_factory
-from tests.server import REPO_ROOT, ServerProcess, wait_for
+from tests.server import REPO_ROOT, ServerProcess, counted, wait_for
 from tests.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -38,6 +38,7 @@ CASES = [(e, m, None) for e in ("ens", "ens_b", "ens_r") for m in MODES] + [
     ("ens_pair", "fp32", None),
     ("ens_pair", "fp32", ("A", "B")),
     ("ens_pair", "missing", None),
+    ("ens_pair", "missing", ("A",)),
 ]
 """(ensemble, mode, outputs requested or None for all)."""
 
@@ -125,6 +126,7 @@ def test_step_inputs_are_checked_and_a_left_out_output_is_a_placeholder(
     """The strings 2.51 answered (same requests, same repository), pinned where the peers
     are not installed."""
     client = server.client()
+    before = _stats(client)
     ask = {case[:2]: _ask(client, *case) for case in CASES if case[2] is None}
     prefix = "in ensemble 'ens', [request id: r1] "
     invalid = "StatusCode.INVALID_ARGUMENT"
@@ -158,6 +160,12 @@ def test_step_inputs_are_checked_and_a_left_out_output_is_a_placeholder(
     assert _ask(client, "ens_pair", "fp32", ("A", "B")) == ("OK", pair, None)
     assert ask["ens_pair", "missing"] == ("OK", pair[:1], None)
     assert _ask(client, "ens_pair", "missing", ("A",)) == ("OK", [], None)
+    # NOTE: flex ran for ens fp32 and empty and for ens_pair's 3 requests naming B.
+    runs = counted(lambda: _stats(client), lambda st: st["flex"][0] == before["flex"][0] + 5, "5")
+    assert _ask(client, "ens_pair", "fp32", ("A",)) == ("OK", [("A", "FP32", [3])], None)
+    pair = runs["ens_pair"][0] + 1
+    after = counted(lambda: _stats(client), lambda st: st["ens_pair"][0] == pair, "ens_pair")
+    assert after["flex"] == runs["flex"]  # the step only B needs was pruned
 
 
 # ---------------------------------------------------------------------------- vs Triton
@@ -175,7 +183,8 @@ def test_same_answers_errors_and_counts_as_triton(server: ServerProcess, triton_
     assert {m: ours[1][m] for m in COMPOSING} == {m: theirs[1][m] for m in COMPOSING}
     # NOTE: a step refused by its check is never run: its model counts nothing (flex_b
     # counts the batch of 2 and the [0]-sized tensor given a batch dimension of 1).
-    assert theirs[1]["flex"] == (5, 0, 5, 5)  # ens fp32 and empty, 3 of ens_pair
+    # NOTE: ens fp32 and empty, and 3 of ens_pair: asking for A alone prunes flex's step.
+    assert theirs[1]["flex"] == (5, 0, 5, 5)
     assert theirs[1]["flex_b"] == (4, 0, 4, 5)
     # NOTE: Triton counts a failed ensemble request twice (RespondIfError and the request
     # tracker), triton-mp once (issue 16); the rest is the same.

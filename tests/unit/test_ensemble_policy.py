@@ -178,3 +178,35 @@ def test_abort_fails_a_request_whose_calls_end() -> None:
     assert Release("B1") in acts
     (fail,) = [a for a in acts if isinstance(a, Fail)]
     assert fail.code is ErrorCode.CANCELLED
+
+
+FORK = [
+    Step("a", -1, (("IN", "in"),), (("OUT", "mid"),)),
+    Step("b", -1, (("IN", "mid"),), (("OUT", "left"),)),
+    Step("c", -1, (("IN", "mid"),), (("OUT", "right"),)),
+]
+
+
+def test_steps_no_requested_output_depends_on_are_pruned_as_triton_prunes_them() -> None:
+    ens = EnsembleScheduler("fork", FORK, ["left", "right"])
+    assert ens.pruned({"left", "right"}) == frozenset()
+    assert ens.pruned({"left"}) == {2}
+    # NOTE: pruning walks back: "mid" read only by pruned steps prunes its maker too.
+    chain = [FORK[0], FORK[1], Step("d", -1, (("IN", "in"),), (("OUT", "other"),))]
+    assert EnsembleScheduler("chain", chain, ["left", "other"]).pruned({"other"}) == {0, 1}
+
+
+def test_a_request_for_one_output_never_calls_the_step_of_the_other() -> None:
+    ens = EnsembleScheduler("fork", FORK, ["left", "right"])
+    (a,) = _calls(ens.start("r", {"in": "i"}, outputs=("left",)))
+    acts = ens.respond(a.call_id, {"OUT": "mid"}, "A", final=True)
+    (b,) = _calls(acts)
+    assert b.step == 1
+    acts = ens.respond(b.call_id, {"OUT": "left"}, "B", final=True)
+    assert Release("A") in acts
+    (done,) = [x for x in acts if isinstance(x, Complete)]
+    assert (done.outputs, done.blocks, done.final) == ({"left": "left"}, ("B",), True)
+    assert ens.live_blocks() == 0
+    assert ens.request_count() == 0
+    (a,) = _calls(ens.start("r2", {"in": "i"}))  # none named: every output, no pruning
+    assert len(_calls(ens.respond(a.call_id, {"OUT": "mid"}, "A2", final=True))) == 2

@@ -205,7 +205,7 @@ class Ensembles:
         for t in gen.spec.inputs:
             if t.optional and t.name not in values:
                 values[t.name] = None  # NOTE: core's placeholder for an optional input
-        self._act(policy, policy.start(key, values, label), now_ns)
+        self._act(policy, policy.start(key, values, label, req.outputs), now_ns)
 
     def on_response(self, msg: InferResponse, now_ns: int) -> None:
         """A worker answered a composing request."""

@@ -128,9 +128,11 @@ class _Context:
     values: dict[str, tuple[Any, Hashable]]
     """Ensemble tensor -> (value, block)."""
     dispatched: set[int]
-    """Steps called (or finished) in this context."""
+    """Steps called (or finished, or pruned) in this context."""
+    outputs: tuple[str, ...]
+    """The ensemble outputs the request asked for (its response waits for these only)."""
     done_steps: set[int] = field(default_factory=set)
-    """Steps whose call in this context has finished."""
+    """Steps whose call in this context has finished, or that were pruned."""
     inflight: int = 0
     sent: bool = False
     """Its output set was handed out."""
@@ -175,9 +177,12 @@ class EnsembleScheduler:
         self.decoupled = decoupled
         self.max_inflight = max_inflight_requests
         self._consumers: dict[str, tuple[int, ...]] = {}
+        self._producer: dict[str, int] = {}
         for i, step in enumerate(self.steps):
             for _, tensor in step.inputs:
                 self._consumers[tensor] = (*self._consumers.get(tensor, ()), i)
+            for _, tensor in step.outputs:
+                self._producer[tensor] = i
         self._requests: dict[Hashable, _Request] = {}
         self._calls: dict[int, tuple[_Request, _Context, int]] = {}
         self._refs: dict[Hashable, int] = {}
@@ -192,12 +197,23 @@ class EnsembleScheduler:
         self._out: list[Action] = []
 
     # ----------------------------------------------------------------- events
-    def start(self, key: Hashable, inputs: dict[str, Any], label: str = "") -> list[Action]:
+    def start(
+        self,
+        key: Hashable,
+        inputs: dict[str, Any],
+        label: str = "",
+        outputs: Iterable[str] = (),
+    ) -> list[Action]:
         """A new ensemble request with its input tensors (values whose block is the
-        requester's): calls every step whose inputs are all given."""
+        requester's) and the outputs it asks for (none named: all): calls every step whose
+        inputs are all given. Steps no requested output depends on are pruned (never
+        called), as Triton's ``EnsembleContext`` prunes them."""
         req = _Request(key, label, [])
         self._requests[key] = req
-        ctx = _Context({}, set())
+        wanted = set(outputs) or set(self.outputs)
+        pruned = self.pruned(wanted)
+        kept = tuple(t for t in self.outputs if t in wanted)
+        ctx = _Context({}, set(pruned), kept, set(pruned))
         req.contexts.append(ctx)
         for name, value in inputs.items():
             self._set(ctx, name, value, None)
@@ -262,6 +278,33 @@ class EnsembleScheduler:
         return [cid for cid, (r, _, _) in self._calls.items() if r is req], self._take()
 
     # ----------------------------------------------------------------- queries
+    def pruned(self, wanted: set[str]) -> frozenset[int]:
+        """The steps a request asking only for ``wanted`` outputs never calls: core's
+        backward traversal from the outputs not asked for (a step none of whose outputs is
+        wanted is pruned; then so are the tensors only pruned steps read)."""
+        ignored = set(self.outputs) - wanted
+        readers = {tensor: set(steps) for tensor, steps in self._consumers.items()}
+        outputs_left: dict[int, int] = {}
+        pruned: set[int] = set()
+        while ignored:
+            next_ignored: set[str] = set()
+            for tensor in ignored:
+                index = self._producer.get(tensor)
+                if index is None:
+                    continue  # NOTE: an ensemble input: no step made it
+                step = self.steps[index]
+                left = outputs_left.get(index, len(step.outputs)) - 1
+                outputs_left[index] = left
+                if left:
+                    continue
+                pruned.add(index)
+                for _, source in step.inputs:
+                    readers[source].discard(index)
+                    if not readers[source]:
+                        next_ignored.add(source)
+            ignored = next_ignored
+        return frozenset(pruned)
+
     def request_count(self) -> int:
         """Ensemble requests not finished."""
         return len(self._requests)
@@ -283,7 +326,7 @@ class EnsembleScheduler:
         """Set a tensor of ``ctx``; its block is held by every consumer still to come."""
         ctx.values[tensor] = (value, block)
         holds = sum(1 for s in self._consumers.get(tensor, ()) if s not in ctx.done_steps)
-        holds += tensor in self.outputs
+        holds += tensor in ctx.outputs
         self._hold(block, holds)
 
     def _hold(self, block: Hashable, n: int) -> None:
@@ -308,7 +351,7 @@ class EnsembleScheduler:
 
     def _fork(self, req: _Request, parent: _Context, index: int) -> _Context:
         """A decoupled step's response: a child context in which step ``index`` is done."""
-        child = _Context({}, set(parent.dispatched), {*parent.done_steps, index})
+        child = _Context({}, set(parent.dispatched), parent.outputs, {*parent.done_steps, index})
         for tensor, (value, block) in parent.values.items():
             self._set(child, tensor, value, block)
         req.contexts.append(child)
@@ -363,7 +406,7 @@ class EnsembleScheduler:
         nothing in flight and nothing callable lets go of every block it still holds."""
         if ctx.inflight or ctx not in req.contexts:
             return
-        if req.error is None and not ctx.sent and all(t in ctx.values for t in self.outputs):
+        if req.error is None and not ctx.sent and all(t in ctx.values for t in ctx.outputs):
             ctx.sent = True
             self._out.append(self._response(req, ctx))
         self._let_go(ctx)
@@ -373,9 +416,9 @@ class EnsembleScheduler:
         """The response of a context's complete output set. Each output's hold ends; a block
         no one else holds or named goes with the response, one still held (or named by
         responses before) is shared, and the last holder's end is its handoff."""
-        outputs = {t: ctx.values[t][0] for t in self.outputs}
+        outputs = {t: ctx.values[t][0] for t in ctx.outputs}
         used: list[Hashable] = []
-        for t in self.outputs:
+        for t in ctx.outputs:
             block = ctx.values[t][1]
             if block is not None:
                 self._refs[block] = self._refs.get(block, 0) - 1
@@ -405,7 +448,7 @@ class EnsembleScheduler:
         handed out)."""
         for tensor, (_, block) in ctx.values.items():
             holds = sum(1 for s in self._consumers.get(tensor, ()) if s not in ctx.done_steps)
-            holds += tensor in self.outputs and not ctx.sent
+            holds += tensor in ctx.outputs and not ctx.sent
             if holds:
                 self._drop(block, holds)
 
