@@ -29,7 +29,7 @@ from tests.triton_peer import start_triton
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 MODELS = REPO_ROOT / "tests" / "ensemble_check_models"
-ENSEMBLES = ("ens", "ens_b", "ens_r", "ens_last", "ens_pair")
+ENSEMBLES = ("ens", "ens_b", "ens_r", "ens_last", "ens_pair", "ens_tap")
 COMPOSING = ("mode_py", "flex", "flex_b", "flex_r")
 MODES = ("fp32", "int32", "fp64", "2x3", "1x3", "empty", "bytes", "missing")
 CASES = [(e, m, None) for e in ("ens", "ens_b", "ens_r") for m in MODES] + [
@@ -193,3 +193,25 @@ def test_same_answers_errors_and_counts_as_triton(server: ServerProcess, triton_
         assert ours[1][e] == (success, fail // 2, executions, inferences), e
     assert ours[1]["ens"] == (2, 6, 2, 2)
     assert ours[1]["ens_last"] == (2, 0, 2, 2)
+
+
+def test_a_requested_output_only_pruned_steps_read_is_answered_where_triton_deadlocks(
+    server: ServerProcess, triton_url: str
+) -> None:
+    """A pinned difference: core's pruning also drops the step that makes a requested
+    output when only pruned steps read it (2.51 and upstream main), failing a request that
+    names only that output; ours keeps that step."""
+    ours = _ask(server.client(), "ens_tap", "fp32", ("MID",))
+    client = grpcclient.InferenceServerClient(triton_url)
+    try:
+        theirs = _ask(client, "ens_tap", "fp32", ("MID",))
+        both = _ask(client, "ens_tap", "fp32")
+    finally:
+        client.close()
+    assert ours == ("OK", [("MID", "FP32", [3])], None)
+    assert theirs == (
+        "StatusCode.INVALID_ARGUMENT",
+        "in ensemble 'ens_tap', [request id: r1] unexpected deadlock, at least one output is "
+        "not set while no more ensemble steps can be made",
+    )
+    assert _ask(server.client(), "ens_tap", "fp32") == both

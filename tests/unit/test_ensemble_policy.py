@@ -210,3 +210,22 @@ def test_a_request_for_one_output_never_calls_the_step_of_the_other() -> None:
     assert ens.request_count() == 0
     (a,) = _calls(ens.start("r2", {"in": "i"}))  # none named: every output, no pruning
     assert len(_calls(ens.respond(a.call_id, {"OUT": "mid"}, "A2", final=True))) == 2
+
+
+def test_a_requested_output_that_only_pruned_steps_read_keeps_its_maker() -> None:
+    """branches asked for OUTPUT1 alone (its first step's output, read by the pruned
+    others): 2.51 prunes that step too and answers "unexpected deadlock"; we answer."""
+    steps = [
+        Step("add", -1, (("IN", "in"),), (("OUT", "out1"),)),
+        Step("scale", -1, (("IN", "out1"),), (("OUT", "left"),)),
+        Step("sub", -1, (("IN", "out1"),), (("OUT", "right"),)),
+        Step("join", -1, (("L", "left"), ("R", "right")), (("OUT", "out0"),)),
+    ]
+    ens = EnsembleScheduler("branches", steps, ["out0", "out1"])
+    assert ens.pruned({"out1"}) == {1, 2, 3}
+    (a,) = _calls(ens.start("r", {"in": "i"}, outputs=("out1",)))
+    acts = ens.respond(a.call_id, {"OUT": "o1"}, "A", final=True)
+    assert not _calls(acts)
+    (done,) = [x for x in acts if isinstance(x, Complete)]
+    assert (done.outputs, done.blocks, done.final) == ({"out1": "o1"}, ("A",), True)
+    assert ens.live_blocks() == 0

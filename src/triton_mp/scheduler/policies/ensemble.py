@@ -218,6 +218,7 @@ class EnsembleScheduler:
         for name, value in inputs.items():
             self._set(ctx, name, value, None)
         self._advance(req, ctx)
+        self._maybe_end(req)
         return self._take()
 
     def respond(
@@ -281,7 +282,13 @@ class EnsembleScheduler:
     def pruned(self, wanted: set[str]) -> frozenset[int]:
         """The steps a request asking only for ``wanted`` outputs never calls: core's
         backward traversal from the outputs not asked for (a step none of whose outputs is
-        wanted is pruned; then so are the tensors only pruned steps read)."""
+        wanted is pruned; then so are the tensors only pruned steps read).
+
+        NOTE: core also prunes the maker of a *requested* output that only pruned steps
+        read (2.51 and upstream main then answer "unexpected deadlock" for a request that
+        names only that output); a requested output is never pruned here, so such a
+        request is answered (pinned side by side in tests/e2e/test_ensemble_checks.py).
+        """
         ignored = set(self.outputs) - wanted
         readers = {tensor: set(steps) for tensor, steps in self._consumers.items()}
         outputs_left: dict[int, int] = {}
@@ -300,7 +307,7 @@ class EnsembleScheduler:
                 pruned.add(index)
                 for _, source in step.inputs:
                     readers[source].discard(index)
-                    if not readers[source]:
+                    if not readers[source] and source not in wanted:
                         next_ignored.add(source)
             ignored = next_ignored
         return frozenset(pruned)
