@@ -29,7 +29,7 @@ from tests.triton_peer import start_triton
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 MODELS = REPO_ROOT / "tests" / "ensemble_check_models"
-ENSEMBLES = ("ens", "ens_b", "ens_r", "ens_last", "ens_pair", "ens_tap")
+ENSEMBLES = ("ens", "ens_b", "ens_r", "ens_last", "ens_pair", "ens_tap", "ens_in_r")
 COMPOSING = ("mode_py", "flex", "flex_b", "flex_r")
 MODES = ("fp32", "int32", "fp64", "2x3", "1x3", "empty", "bytes", "missing")
 CASES = [(e, m, None) for e in ("ens", "ens_b", "ens_r") for m in MODES] + [
@@ -215,3 +215,23 @@ def test_a_requested_output_only_pruned_steps_read_is_answered_where_triton_dead
         "not set while no more ensemble steps can be made",
     )
     assert _ask(server.client(), "ens_tap", "fp32") == both
+
+
+def _reshaped(url: str) -> object:
+    client = grpcclient.InferenceServerClient(url)
+    x = grpcclient.InferInput("IN", [2, 3], "FP32")
+    x.set_data_from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3))
+    try:
+        r = client.infer("ens_in_r", [x])
+        return [(o.name, list(o.shape)) for o in r.get_response().outputs], r.as_numpy("Y")
+    finally:
+        client.close()
+
+
+def test_an_ensemble_input_reaches_its_step_reshaped_as_in_triton(
+    server: ServerProcess, triton_url: str
+) -> None:
+    """ens_in_r's IN [2,3] is reshaped to [6] by its config: flex ([-1]) gets [6]."""
+    ours, theirs = _reshaped(server.url), _reshaped(triton_url)
+    assert ours[0] == theirs[0] == [("Y", [6])]
+    np.testing.assert_array_equal(ours[1], theirs[1])

@@ -9,7 +9,7 @@ from triton_mp.common.errors import InvalidRequest
 from triton_mp.common.input_checks import BATCH_NOTE
 from triton_mp.common.unordered import iteration_order
 from triton_mp.ipc.specs import TensorSpec
-from triton_mp.scheduler.step_inputs import StepInput, check_step, reshape_dims
+from triton_mp.scheduler.step_inputs import StepInput, apply_reshape, check_step, reshape_dims
 
 RID = "[request id: r1] "
 
@@ -113,3 +113,10 @@ def test_a_wildcard_in_the_shape_is_all_dimensions_should_be_specified() -> None
     assert _message(FLEX, StepInput("IN", "FP32", (-1,))) == (
         RID + "All input dimensions should be specified for input 'IN' for model 'flex', got [-1]"
     )
+
+
+def test_apply_reshape_fills_each_wildcard_of_reshape_from_the_next_of_dims() -> None:
+    assert apply_reshape((2, 3), (6,), (2, 3)) == (6,)
+    assert apply_reshape((-1, 3), (-1,), (4, 3)) == (4,)
+    assert apply_reshape((-1, 2, -1), (-1, 1, -1, 2), (5, 2, 7)) == (5, 1, 7, 2)
+    assert apply_reshape((1,), (), (1,)) == ()

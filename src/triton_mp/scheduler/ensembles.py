@@ -63,7 +63,7 @@ from triton_mp.scheduler.instances import Generation
 from triton_mp.scheduler.outbox import Outbox
 from triton_mp.scheduler.policies.ensemble import Call, Complete, EnsembleScheduler, Fail, Release
 from triton_mp.scheduler.stats import StatsBook
-from triton_mp.scheduler.step_inputs import StepInput, check_step, reshape_dims
+from triton_mp.scheduler.step_inputs import StepInput, apply_reshape, check_step, reshape_dims
 
 ENSEMBLE_REPLY = ReplyTo(Requester.ENSEMBLE, 0)
 """Where the workers answer composing requests: the scheduler itself."""
@@ -201,11 +201,25 @@ class Ensembles:
         key = (req.reply_to, req.request_id)
         self._parents[key] = _Parent(req, gen, now_ns, label)
         batch = req.batch_size if gen.spec.max_batch_size > 0 else 0
-        values: dict[str, _Value | None] = {t.name: _Value(t, batch) for t in req.inputs}
+        values: dict[str, _Value | None] = {
+            t.name: _Value(self._reshaped(gen, t), batch) for t in req.inputs
+        }
         for t in gen.spec.inputs:
             if t.optional and t.name not in values:
                 values[t.name] = None  # NOTE: core's placeholder for an optional input
         self._act(policy, policy.start(key, values, label, req.outputs), now_ns)
+
+    @staticmethod
+    def _reshaped(gen: Generation, ref: TensorRef) -> TensorRef:
+        """An ensemble input as its steps get it: with the ensemble's config ``reshape``
+        applied (core hands them the normalized shape, batch dimension kept)."""
+        config = next((t for t in gen.spec.inputs if t.name == ref.name), None)
+        if config is None or config.reshape is None:
+            return ref
+        batched = gen.spec.max_batch_size > 0
+        head, item = (ref.shape[:1], ref.shape[1:]) if batched else ((), ref.shape)
+        shape = head + apply_reshape(config.dims, config.reshape, item)
+        return msgspec.structs.replace(ref, shape=shape)
 
     def on_response(self, msg: InferResponse, now_ns: int) -> None:
         """A worker answered a composing request."""

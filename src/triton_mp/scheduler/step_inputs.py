@@ -9,6 +9,8 @@ messages are sent, no clock.
 
 - ``reshape_dims``: core ``ReshapeTensorDims``, the batch dimension a tensor gains (or
   loses) between a model that batches and one that does not.
+- ``apply_reshape``: an ensemble input's config ``reshape``, which core applies to the
+  request's input (``Normalize``) before the ensemble hands it to its steps.
 - ``check_step``: core ``Normalize``'s checks in its order and words (``common.
   input_checks``): the number of inputs, that the model has each, every input's batch
   dimension, the batch size,
@@ -87,6 +89,17 @@ def reshape_dims(
     if not compare_with_wildcard(dims, shape) and tensor_batch == 1:
         return shape[1:]
     return shape
+
+
+def apply_reshape(
+    dims: Sequence[int], reshape: Sequence[int], shape: tuple[int, ...]
+) -> tuple[int, ...]:
+    """A shape that fits config ``dims`` (no batch dimension) as config ``reshape`` has it:
+    each -1 of ``reshape`` takes the size of the next -1 of ``dims`` (core ``Normalize``)."""
+    if len(dims) != len(shape):
+        return shape  # NOTE: the frontend refused such a request already
+    variable = iter([s for d, s in zip(dims, shape, strict=True) if d == -1])
+    return tuple(next(variable) if d == -1 else d for d in reshape)
 
 
 def check_step(
