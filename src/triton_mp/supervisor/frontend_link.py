@@ -14,7 +14,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
@@ -112,23 +112,33 @@ class FrontendLink:
     def update(self, update: ModelTableUpdate, ack: bool) -> None:
         """Send one update to every frontend; with ``ack``, wait (up to ``ACK_TIMEOUT_S``)
         until each applied it. Nothing happens before the frontends are attached."""
-        if not self._pipes:
+        self.update_each({i: update for i in self._pipes}, ack)
+
+    def update_each(self, updates: Mapping[int, ModelTableUpdate], ack: bool) -> None:
+        """Send each frontend its own update (by frontend id: the rings from new workers
+        to that frontend, which no other frontend may read); with ``ack``, wait (up to
+        ``ACK_TIMEOUT_S``) until each applied its own. A frontend missing from ``updates``
+        gets nothing and is not waited for."""
+        pipes = {i: p for i, p in self._pipes.items() if i in updates}
+        if not pipes:
             return
+        seq = 0
         if ack:
             self._seq += 1
-            update = msgspec.structs.replace(update, seq=self._seq)
-        data = encode(update)
-        for pipe in self._pipes.values():
+            seq = self._seq
+        for i, pipe in pipes.items():
+            u = updates[i]
+            data = encode(msgspec.structs.replace(u, seq=seq) if ack else u)
             with pipe.lock, contextlib.suppress(OSError):
                 pipe.conn.send_bytes(data)
         if not ack:
             return
         deadline = time.monotonic() + ACK_TIMEOUT_S
         with self._ack_cv:
-            while len(self._acks.get(update.seq, set())) < len(self._pipes):
+            while len(self._acks.get(seq, set()) & pipes.keys()) < len(pipes):
                 left = deadline - time.monotonic()
                 if left <= 0 or self._stopping():
-                    log.warning("frontends did not acknowledge model table update %d", update.seq)
+                    log.warning("frontends did not acknowledge model table update %d", seq)
                     break
                 self._ack_cv.wait(min(left, 0.5))
-            self._acks.pop(update.seq, None)
+            self._acks.pop(seq, None)

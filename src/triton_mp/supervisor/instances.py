@@ -179,14 +179,15 @@ class Instances:
         bls = self._plan_bls(plans)
         children: dict[int, Child] = {}
         wiring: list[InstanceWiring] = []
-        rings: list[str] = []
+        rings: dict[int, list[str]] = {f: [] for f in range(n_fe)}
         routes: list[DirectRoute] = []
         for p in plans:
             by_version = {v.version: v for v in p.versions}
             for w in p.instances:
                 iid = w.instance_id
                 ch = self._wiring.create_instance(iid, n_fe)
-                rings.extend(ch.to_frontends.values())
+                for f, ring in ch.to_frontends.items():
+                    rings[f].append(ring)
                 spec = WorkerSpec(
                     instance=w,
                     model=by_version[w.version],
@@ -227,9 +228,15 @@ class Instances:
         # NOTE: running workers open their rings to the new clients, running clients attach
         # the new instances' rings: both before any new instance is spawned.
         self._send_bls(bls.updates)
-        # NOTE: before any request can reach a new instance, every frontend reads its ring.
-        self._link.update(
-            ModelTableUpdate(add_rings=tuple(rings), add_routes=tuple(routes)), ack=True
+        # NOTE: before any request can reach a new instance, every frontend reads its ring,
+        # and only its own: a ring has one reader, and a frontend that drained another's
+        # would take answers whose request ids (counted per frontend) may be its own too.
+        self._link.update_each(
+            {
+                f: ModelTableUpdate(add_rings=tuple(r), add_routes=tuple(routes))
+                for f, r in rings.items()
+            },
+            ack=True,
         )
         self._table.add(children.values())
         for child in children.values():
@@ -369,14 +376,16 @@ class Instances:
         segments = tuple(self._top.worker_segments(i) for i in ids)
         self._send(InstancesRemoved(instance_ids=ids, segments=segments))
         n_fe = len(self._fe_wakeups)
-        self._link.update(
-            ModelTableUpdate(
-                remove_rings=tuple(
-                    self._top.worker_to_frontend(i, f) for i in ids for f in range(n_fe)
-                ),
-                drop_segments=segments,
-                remove_routes=tuple(i for i in ids if self._routes.pop(i, None)),
-            ),
+        routes = tuple(i for i in ids if self._routes.pop(i, None))
+        self._link.update_each(
+            {
+                f: ModelTableUpdate(
+                    remove_rings=tuple(self._top.worker_to_frontend(i, f) for i in ids),
+                    drop_segments=segments,
+                    remove_routes=routes,
+                )
+                for f in range(n_fe)
+            },
             ack=True,
         )
         self._table.remove(children)

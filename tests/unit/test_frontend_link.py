@@ -1,0 +1,80 @@
+"""The supervisor's control pipes to the frontends (``supervisor.frontend_link``): each
+frontend gets its own model table update, and an acknowledged update waits for each."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from multiprocessing import Pipe
+from multiprocessing.connection import Connection
+
+import pytest
+
+from triton_mp.ipc.codec import Decoder, encode
+from triton_mp.ipc.control_messages import ModelTableUpdate, TableAck
+from triton_mp.supervisor.frontend_link import FrontendLink
+
+
+@pytest.fixture
+def pipes() -> Iterator[tuple[FrontendLink, dict[int, Connection]]]:
+    """A link to two frontends; yields it and the frontends' ends of the pipes."""
+    ends = {i: Pipe() for i in (0, 1)}
+    link = FrontendLink(lambda: False)
+    link.attach({i: ours for i, (ours, _) in ends.items()}, lambda fid, call: None)
+    try:
+        yield link, {i: theirs for i, (_, theirs) in ends.items()}
+    finally:
+        link.close()
+        for ours, theirs in ends.values():
+            ours.close()
+            theirs.close()
+
+
+def _received(conn: Connection) -> ModelTableUpdate:
+    assert conn.poll(5)
+    msg = Decoder(ModelTableUpdate).decode(conn.recv_bytes())
+    assert isinstance(msg, ModelTableUpdate)
+    return msg
+
+
+def test_each_frontend_gets_only_its_own_rings(
+    pipes: tuple[FrontendLink, dict[int, Connection]],
+) -> None:
+    link, fe = pipes
+    link.update_each(
+        {0: ModelTableUpdate(add_rings=("w7_f0",)), 1: ModelTableUpdate(add_rings=("w7_f1",))},
+        ack=False,
+    )
+    assert _received(fe[0]).add_rings == ("w7_f0",)
+    assert _received(fe[1]).add_rings == ("w7_f1",)
+
+
+def test_an_acknowledged_update_waits_for_every_frontend_it_went_to(
+    pipes: tuple[FrontendLink, dict[int, Connection]],
+) -> None:
+    link, fe = pipes
+    done = threading.Event()
+
+    def send() -> None:
+        link.update_each({0: ModelTableUpdate(), 1: ModelTableUpdate(add_rings=("r",))}, True)
+        done.set()
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+        first, second = _received(fe[0]), _received(fe[1])
+        assert first.seq == second.seq > 0  # one update, one sequence number
+        fe[0].send_bytes(encode(TableAck(seq=first.seq)))
+        assert not done.wait(0.3)  # frontend 1 has not applied its part yet
+        fe[1].send_bytes(encode(TableAck(seq=second.seq)))
+        assert done.wait(5)
+    finally:
+        sender.join(timeout=10)
+
+
+def test_update_sends_the_same_update_to_every_frontend(
+    pipes: tuple[FrontendLink, dict[int, Connection]],
+) -> None:
+    link, fe = pipes
+    link.update(ModelTableUpdate(remove_routes=(3,)), ack=False)
+    assert _received(fe[0]).remove_routes == _received(fe[1]).remove_routes == (3,)
