@@ -201,6 +201,31 @@ def counted(
         time.sleep(0.05)
 
 
+def settled_stats(
+    read: Callable[[], dict[str, tuple[int, ...]]],
+    before: dict[str, tuple[int, ...]],
+    sent: dict[str, int],
+    timeout_s: float = 10,
+) -> dict[str, tuple[int, ...]]:
+    """``read()`` (model -> (success count, fail count, ...)) once every model in ``sent``
+    counts at least that many more requests (successes and failures) than ``before`` and
+    two reads 0.3 s apart agree, or after ``timeout_s`` seconds (the last read): Triton's
+    request tracker reports an ensemble's statistics after its response is sent, so under
+    load a read right after the answer can miss them."""
+    last = read()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        now = read()
+        done = all(
+            now[m][0] + now[m][1] - before[m][0] - before[m][1] >= n for m, n in sent.items()
+        )
+        if now == last and done:
+            break
+        last = now
+    return last
+
+
 def wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
     """Poll ``pred`` every 50 ms until it is true; AssertionError naming ``what`` after
     ``timeout_s`` seconds."""

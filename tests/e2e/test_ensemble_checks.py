@@ -13,7 +13,6 @@ answers, errors and counts.
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import server_factory
-from tests.server import REPO_ROOT, ServerProcess, counted, wait_for
+from tests.server import REPO_ROOT, ServerProcess, counted, settled_stats, wait_for
 from tests.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -104,16 +103,7 @@ def _scenario(url: str) -> tuple[dict[tuple[str, str], object], dict[str, tuple[
         before = _stats(client)
         answers = {case: _ask(client, *case) for case in CASES}
         sent = {e: sum(1 for c in CASES if c[0] == e) for e in ENSEMBLES}
-        deadline, last = time.monotonic() + 10, _stats(client)
-        while time.monotonic() < deadline:
-            time.sleep(0.3)
-            now = _stats(client)
-            counted = all(
-                now[e][0] + now[e][1] - before[e][0] - before[e][1] >= n for e, n in sent.items()
-            )
-            if now == last and counted:
-                break
-            last = now
+        last = settled_stats(lambda: _stats(client), before, sent)
         gained = {m: tuple(a - b for a, b in zip(last[m], before[m], strict=True)) for m in last}
         return answers, gained
     finally:

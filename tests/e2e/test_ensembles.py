@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,7 +26,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import server_factory
-from tests.server import REPO_ROOT, ServerProcess, wait_for
+from tests.server import REPO_ROOT, ServerProcess, settled_stats, wait_for
 from tests.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -303,29 +302,6 @@ def triton_url(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         yield peer.url
 
 
-def _settled_stats(
-    client: grpcclient.InferenceServerClient,
-    before: dict[str, tuple[int, int, int]],
-    sent: dict[str, int],
-) -> dict[str, tuple[int, int, int]]:
-    """``_stats`` once every model in ``sent`` counts at least that many more requests
-    (successes and failures) than ``before`` and two reads 0.3 s apart agree (at most 10 s):
-    Triton's request tracker reports an ensemble's statistics after its response is sent,
-    so under load a read right after the answer can miss them."""
-    last = _stats(client)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        time.sleep(0.3)
-        now = _stats(client)
-        counted = all(
-            now[m][0] + now[m][1] - before[m][0] - before[m][1] >= n for m, n in sent.items()
-        )
-        if now == last and counted:
-            break
-        last = now
-    return last
-
-
 def _scenario(url: str) -> tuple[list[object], dict[str, tuple[int, int]]]:
     """The same requests against one server: answers (arrays or error text) and the
     success/failure counts each model gained."""
@@ -353,7 +329,7 @@ def _scenario(url: str) -> tuple[list[object], dict[str, tuple[int, int]]]:
                 )
             except InferenceServerException as e:
                 out.append((e.status(), e.message()))
-        after = _settled_stats(client, before, {"pipe3": 2, "branches": 2})
+        after = settled_stats(lambda: _stats(client), before, {"pipe3": 2, "branches": 2})
         counts = {m: (after[m][0] - before[m][0], after[m][1] - before[m][1]) for m in after}
         return out, counts
     finally:
