@@ -417,7 +417,7 @@ class Ensembles:
             regions,
             now_ns,
         )
-        child = _Child(parent, call.call_id, creq, batch if batched else 0)
+        child = _Child(parent, call.call_id, creq, batch)
         if creq.trace is not None:
             child.stamps = [("REQUEST_START", now_ns)]
         self._children[creq.request_id] = child
