@@ -290,6 +290,8 @@ class EnsembleScheduler:
         request is answered (pinned side by side in tests/e2e/test_ensemble_checks.py).
         """
         ignored = set(self.outputs) - wanted
+        if not ignored:
+            return frozenset()  # NOTE: the common case (every output asked for): no copy
         readers = {tensor: set(steps) for tensor, steps in self._consumers.items()}
         outputs_left: dict[int, int] = {}
         pruned: set[int] = set()
