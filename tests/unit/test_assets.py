@@ -6,11 +6,14 @@ wheel nor its 16 MB; one test checks the real install when it is present.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib.machinery
 import importlib.util
 import os
 import shutil
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -370,3 +373,58 @@ def test_real_wheel_dictionary_fits_the_recogniser(tmp_path: Path) -> None:
     lines = placed.read_text(encoding="utf-8").split("\n")
     assert lines[-1] == ""
     assert len(lines) - 1 + 2 == 6625
+
+
+# --- every file and directory written is readable by any user -----------------------------
+
+
+@contextlib.contextmanager
+def umask(mask: int) -> Iterator[None]:
+    """The build stage's umask (it runs as root; the container's user is another uid)."""
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _world_readable(path: Path) -> bool:
+    mode = stat.S_IMODE(path.stat().st_mode)
+    wanted = 0o555 if path.is_dir() else 0o444
+    return mode & wanted == wanted
+
+
+@pytest.mark.parametrize("link", [True, False], ids=["hard-link", "copy"])
+@pytest.mark.parametrize(("mask", "wheel_mode"), [(0o022, 0o644), (0o077, 0o600)])
+def test_written_files_are_readable_by_any_user(
+    tmp_path: Path,
+    fake_package: Path,
+    fake_silero: Path,
+    link: bool,
+    mask: int,
+    wheel_mode: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The image's build stage writes /models as root; its runtime user is uid 1000, so a
+    file of mode 0600 (tempfile.mkstemp's) or a directory of 0700 keeps a model from loading
+    (issue 39: ocr_rec_bls's ppocr_keys.txt kept the server not ready forever)."""
+    if not link:
+
+        def no_link(src: object, dst: object) -> None:
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+        monkeypatch.setattr(os, "link", no_link)
+    _onnx_with_characters(fake_package / assets.REC_WHEEL_FILE, ["a", "b"])
+    for wheel_file in [*fake_package.iterdir(), fake_silero]:
+        wheel_file.chmod(wheel_mode)  # a wheel installed under the same umask
+    repo = _repository_copy(tmp_path)
+    shutil.copytree(_bls_repository(tmp_path / "bls") / "ocr_rec_bls", repo / "ocr_rec_bls")
+    shutil.copytree(_vad_repository(tmp_path / "vad") / "silero_vad", repo / "silero_vad")
+    with umask(mask):
+        placed = assets.materialise_default_models(repo)
+    assert len(placed) == 5
+    for path in placed:
+        assert _world_readable(path), f"{path}: {stat.filemode(path.stat().st_mode)}"
+        assert _world_readable(path.parent), f"{path.parent}: {oct(path.parent.stat().st_mode)}"
+    for wheel_file in fake_package.iterdir():
+        assert stat.S_IMODE(wheel_file.stat().st_mode) == wheel_mode, "the wheel's, untouched"

@@ -30,6 +30,8 @@ Nothing is ever downloaded here.
 
 A materialised file is a real file (a hard link when the repository and site-packages share a
 filesystem, else a copy), never a symlink, so the repository stays self-contained when copied.
+It is readable by any user (mode 0644, its version directory 0755): the container image writes
+``/models`` as root and serves it as uid 1000.
 """
 
 from __future__ import annotations
@@ -128,19 +130,40 @@ def _installed_version() -> str | None:
     return _distribution_version(RAPIDOCR_DISTRIBUTION)
 
 
+READABLE_FILE = 0o644
+"""Mode of every file materialised here: the container image writes ``/models`` as root at
+build time and serves it as uid 1000, so a model file must be readable by any user
+(``tempfile.mkstemp`` alone gives 0600)."""
+
+READABLE_DIR = 0o755
+"""Mode of a version directory created here (same reason)."""
+
+
+def _make_parent(destination: Path) -> None:
+    """Create ``destination``'s directory (a model's version directory) readable by all."""
+    if not destination.parent.is_dir():
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        destination.parent.chmod(READABLE_DIR)
+
+
 def _place(source: Path, destination: Path) -> None:
-    """Put ``source``'s bytes at ``destination`` atomically: hard link, else copy."""
-    destination.parent.mkdir(parents=True, exist_ok=True)
+    """Put ``source``'s bytes at ``destination`` atomically, readable by any user: a hard
+    link when ``source`` is readable by all already (a link shares its mode), else a copy."""
+    _make_parent(destination)
     fd, tmp_name = tempfile.mkstemp(prefix=".model.", suffix=".tmp", dir=destination.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
         tmp.unlink()
         try:
+            if source.stat().st_mode & 0o444 != 0o444:
+                raise PermissionError("not readable by all: copy it")
             os.link(source, tmp)
         except OSError:
-            # NOTE: EXDEV (another filesystem) or EPERM (no links allowed): fall back to a copy.
+            # NOTE: EXDEV (another filesystem), EPERM (no links allowed) or a source that a
+            # link would leave unreadable to other users: fall back to a copy.
             shutil.copyfile(source, tmp)
+            tmp.chmod(READABLE_FILE)
         # NOTE: os.replace is atomic, so a concurrent loader sees the old file or the whole new
         # one, never a partial copy.
         os.replace(tmp, destination)
@@ -360,7 +383,8 @@ def rec_characters_from_onnx(path: Path) -> list[str]:
             f"{path}: the ONNX metadata has no '{REC_DICT_METADATA_KEY}' entry, so it holds "
             f"no character dictionary; reinstall the package with: {RAPIDOCR_PIP_COMMAND}"
         )
-    return meta[REC_DICT_METADATA_KEY].split("\n")
+    characters: list[str] = meta[REC_DICT_METADATA_KEY].split("\n")
+    return characters
 
 
 def materialise_rec_dictionary(repository: Path) -> Path | None:
@@ -404,11 +428,12 @@ def materialise_rec_dictionary(repository: Path) -> Path | None:
     if destination.is_file() and destination.read_text(encoding="utf-8") == text:
         log.debug("model '%s': %s is up to date", REC_BLS_MODEL_NAME, destination)
         return destination
-    destination.parent.mkdir(parents=True, exist_ok=True)
+    _make_parent(destination)
     fd, tmp_name = tempfile.mkstemp(prefix=".keys.", suffix=".tmp", dir=destination.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
+            os.fchmod(f.fileno(), READABLE_FILE)
         os.replace(tmp_name, destination)
     finally:
         Path(tmp_name).unlink(missing_ok=True)
