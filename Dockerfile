@@ -20,10 +20,11 @@ ARG BASE_IMAGE=python:3.11-slim-bookworm
 FROM ${BASE_IMAGE} AS build
 ARG EXTRAS=repository
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-# NOTE: the slim Python base has venv already; a CUDA base (Ubuntu) gets the distribution's
-# python3, whose version the distribution pins.
+# NOTE: the slim Python base has venv already; a CUDA base (Ubuntu) or a Debian one gets the
+# distribution's python3, whose version the distribution pins. `import ensurepip` is the check:
+# Debian's python3 without python3-venv runs `python3 -m venv --help` but cannot make a venv.
 # hadolint ignore=DL3008
-RUN if ! python3 -m venv --help >/dev/null 2>&1; then \
+RUN if ! python3 -c 'import ensurepip' >/dev/null 2>&1; then \
       apt-get update && apt-get install -y --no-install-recommends python3 python3-venv \
       && rm -rf /var/lib/apt/lists/*; \
     fi

@@ -8,6 +8,7 @@ materialised at build time, a non-root user, Triton's ports, a readiness HEALTHC
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -80,6 +81,52 @@ def test_the_runtime_stage_is_non_root_with_ports_healthcheck_and_entrypoint() -
     assert exec_form(runtime.values("CMD")[0]) == ["--model-repository=/models"]
 
 
+VENV_CHECK = re.compile(r"^if (?P<condition>.+?); then (?P<install>.+); fi$")
+
+
+def _venv_check_installs(python3: Path, tmp_path: Path) -> bool:
+    """Run the build stage's venv check with ``python3`` first on PATH: True when it would
+    install python3-venv."""
+    (check,) = [c for c in stages()[0].commands() if "python3-venv" in c]
+    match = VENV_CHECK.match(check)
+    assert match, check
+    assert "apt-get install" in match["install"]
+    bin_dir = tmp_path / f"bin-{python3.name}"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(python3)
+    out = subprocess.run(
+        ["bash", "-c", f"if {match['condition']}; then echo install; else echo keep; fi"],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return out.stdout.strip() == "install"
+
+
+def test_the_venv_check_holds_where_python_has_venv_but_not_ensurepip(tmp_path: Path) -> None:
+    """Debian's python3 without python3-venv runs `python3 -m venv --help` but cannot create
+    a venv ("ensurepip is not available"): the check must install python3-venv there, and
+    leave a Python that has ensurepip alone (issue 39)."""
+    shadow = tmp_path / "shadow"
+    (shadow / "ensurepip").mkdir(parents=True)
+    (shadow / "ensurepip/__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'ensurepip'\", name='ensurepip')\n"
+    )
+    debian_like = tmp_path / "debian-python3"
+    debian_like.write_text(
+        f'#!/bin/sh\nPYTHONPATH={shadow} exec {shlex.quote(sys.executable)} "$@"\n'
+    )
+    debian_like.chmod(0o755)
+    venv_help = subprocess.run(
+        [str(debian_like), "-m", "venv", "--help"], capture_output=True, check=False
+    )
+    assert venv_help.returncode == 0, "the stand-in still has the venv module"
+    assert _venv_check_installs(debian_like, tmp_path)
+    assert not _venv_check_installs(Path(sys.executable), tmp_path)
+
+
 def test_the_project_is_installed_from_its_wheel() -> None:
     commands = stages()[0].commands()
     wheel = [c for c in commands if " wheel " in c]
@@ -113,7 +160,7 @@ def test_the_build_context_holds_what_the_dockerfile_copies_and_nothing_else() -
     ]
     assert lines[0] == "*", "an allow-list: everything is ignored first"
     allowed = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
-    copied = set()
+    copied: set[str] = set()
     for stage in stages():
         for copy in stage.values("COPY"):
             if copy.startswith("--from="):
