@@ -207,6 +207,27 @@ def test_a_requested_output_only_pruned_steps_read_is_answered_where_triton_dead
     assert _ask(server.client(), "ens_tap", "fp32") == both
 
 
+def test_an_unrequested_output_a_kept_step_reads_is_made_where_triton_deadlocks(
+    server: ServerProcess, triton_url: str
+) -> None:
+    """A pinned difference, the mirror image of the one above: asked for Y alone, core's
+    pruning drops mode_py's step (its MID is not asked for) although flex reads MID to make
+    Y (2.51 and upstream main); Triton's ensemble docs skip only steps no requested output
+    depends on, and so do we."""
+    ours = _ask(server.client(), "ens_tap", "fp32", ("Y",))
+    client = grpcclient.InferenceServerClient(triton_url)
+    try:
+        theirs = _ask(client, "ens_tap", "fp32", ("Y",))
+    finally:
+        client.close()
+    assert ours == ("OK", [("Y", "FP32", [3])], [2.0, 4.0, 6.0])
+    assert theirs == (
+        "StatusCode.INVALID_ARGUMENT",
+        "in ensemble 'ens_tap', [request id: r1] unexpected deadlock, at least one output is "
+        "not set while no more ensemble steps can be made",
+    )
+
+
 def _reshaped(url: str) -> object:
     client = grpcclient.InferenceServerClient(url)
     x = grpcclient.InferInput("IN", [2, 3], "FP32")

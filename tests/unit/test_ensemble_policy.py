@@ -229,3 +229,26 @@ def test_a_requested_output_that_only_pruned_steps_read_keeps_its_maker() -> Non
     (done,) = [x for x in acts if isinstance(x, Complete)]
     assert (done.outputs, done.blocks, done.final) == ({"out1": "o1"}, ("A",), True)
     assert ens.live_blocks() == 0
+
+
+def test_an_unrequested_output_a_kept_step_reads_keeps_its_maker() -> None:
+    """A diamond: step 0 makes Y (an output), step 1 reads Y to make S; asked for S alone,
+    core prunes step 0 (Y is not asked for) while step 1 waits for Y: 2.51 answers
+    "unexpected deadlock". Triton's docs skip only steps no requested output depends on."""
+    steps = [
+        Step("make", -1, (("IN", "in"),), (("OUT", "y"),)),
+        Step("read", -1, (("IN", "y"),), (("OUT", "s"),)),
+        Step("side", -1, (("IN", "in"),), (("OUT", "t"),)),
+    ]
+    ens = EnsembleScheduler("diamond", steps, ["y", "s", "t"])
+    assert ens.pruned({"s"}) == {2}
+    assert ens.pruned({"y"}) == {1, 2}
+    (a,) = _calls(ens.start("r", {"in": "i"}, outputs=("s",)))
+    assert a.step == 0
+    (b,) = _calls(ens.respond(a.call_id, {"OUT": "y0"}, "A", final=True))
+    assert b.step == 1
+    acts = ens.respond(b.call_id, {"OUT": "s0"}, "B", final=True)
+    (done,) = [x for x in acts if isinstance(x, Complete)]
+    assert (done.outputs, done.final) == ({"s": "s0"}, True)
+    assert ens.request_count() == 0
+    assert ens.live_blocks() == 0

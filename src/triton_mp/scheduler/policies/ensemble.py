@@ -282,12 +282,15 @@ class EnsembleScheduler:
     def pruned(self, wanted: set[str]) -> frozenset[int]:
         """The steps a request asking only for ``wanted`` outputs never calls: core's
         backward traversal from the outputs not asked for (a step none of whose outputs is
-        wanted is pruned; then so are the tensors only pruned steps read).
+        wanted is pruned; then so are the tensors only pruned steps read), less every step
+        a wanted output depends on (``_needed``).
 
-        NOTE: core also prunes the maker of a *requested* output that only pruned steps
-        read (2.51 and upstream main then answer "unexpected deadlock" for a request that
-        names only that output); a requested output is never pruned here, so such a
-        request is answered (pinned side by side in tests/e2e/test_ensemble_checks.py).
+        NOTE: Triton's ensemble docs promise that only steps no requested output depends on
+        are skipped; core's traversal (2.51 and upstream main) breaks that promise in two
+        mirror-image ways, both answered "unexpected deadlock" there and served here
+        (pinned side by side in tests/e2e/test_ensemble_checks.py): it prunes the maker of
+        a requested output that only pruned steps read (``ens_tap`` asked for MID), and the
+        maker of an unrequested output that a kept step reads (``ens_tap`` asked for Y).
         """
         ignored = set(self.outputs) - wanted
         if not ignored:
@@ -309,10 +312,23 @@ class EnsembleScheduler:
                 pruned.add(index)
                 for _, source in step.inputs:
                     readers[source].discard(index)
-                    if not readers[source] and source not in wanted:
+                    if not readers[source]:
                         next_ignored.add(source)
             ignored = next_ignored
-        return frozenset(pruned)
+        return frozenset(pruned - self._needed(wanted))
+
+    def _needed(self, wanted: set[str]) -> set[int]:
+        """The steps the ``wanted`` tensors depend on: their makers, the makers of those
+        steps' inputs, and so on (a tensor no step makes is an ensemble input)."""
+        needed: set[int] = set()
+        todo = list(wanted)
+        while todo:
+            index = self._producer.get(todo.pop())
+            if index is None or index in needed:
+                continue
+            needed.add(index)
+            todo.extend(tensor for _, tensor in self.steps[index].inputs)
+        return needed
 
     def request_count(self) -> int:
         """Ensemble requests not finished."""
