@@ -59,7 +59,6 @@ TRITON_JSON_WORDS = (
     "attempt to access",
     "attempt to get members for non-object",
     "Shape does not match true shape of 'data' field",
-    "Failed to parse 'data' field: shape does not match true shape",
     "failed to parse the request JSON buffer: ",
 )
 """Triton's INTERNAL (500) answers to malformed JSON members (``json_tensors.access_error``)

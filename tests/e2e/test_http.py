@@ -771,7 +771,7 @@ ERRORS = [
         _json_infer([GOOD[0], {**GOOD[1], "data": ONES[:3]}]),
         {},
         500,  # NOTE: Triton's status for it (test_triton_http_messages runs it side by side)
-        "Failed to parse 'data' field: shape does not match true shape",
+        "Unable to parse 'data': Shape does not match true shape of 'data' field",
     ),
     (
         "POST",

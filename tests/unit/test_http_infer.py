@@ -33,6 +33,8 @@ from triton_mp.frontend.http.infer_codec import (
 from triton_mp.frontend.http.json_tensors import decode_json, json_output_data, json_tensor_bytes
 from triton_mp.frontend.model_table import Model, ModelTable
 from triton_mp.frontend.request import (
+    Parameter,
+    ParameterType,
     bool_parameter,
     int64_parameter,
     string_parameter,
@@ -165,7 +167,7 @@ def test_json_data_must_be_an_array() -> None:
 
 
 TOO_MANY = "Unable to parse 'data': Shape does not match true shape of 'data' field"
-TOO_FEW = "Failed to parse 'data' field: shape does not match true shape"
+TOO_FEW = TOO_MANY  # NOTE: 2.51's words for both (upstream main's PR #8676 words fewer otherwise)
 
 
 @pytest.mark.parametrize(
@@ -180,7 +182,7 @@ TOO_FEW = "Failed to parse 'data' field: shape does not match true shape"
     ids=["more", "ragged", "fewer", "more, then a boolean", "a boolean, then more"],
 )
 def test_json_data_count_must_match_the_shape(data: list[Any], message: str) -> None:
-    # http_server.cc ReadDataFromJson (upstream main's words for fewer: PR #8676)
+    # http_server.cc ReadDataFromJson (2.51)
     with pytest.raises(TritonMPError) as e:
         json_tensor_bytes("X", "FP32", data, 2)
     assert (e.value.code, e.value.message) == (ErrorCode.INTERNAL, message)
@@ -329,7 +331,6 @@ def test_each_input_names_exactly_one_data_source(item: dict[str, Any], tail: st
     [
         ({}, "inputs"),
         ({"inputs": {"name": "X"}}, "inputs"),
-        ({"inputs": [5]}, "inputs"),
         ({"inputs": [_inp(name=3, data=[1, 2])]}, "name"),
         ({"inputs": [{"datatype": "FP32", "shape": [2], "data": [1, 2]}]}, "name"),
         ({"inputs": [_inp(datatype=None, data=[1, 2])]}, "datatype"),
@@ -337,7 +338,6 @@ def test_each_input_names_exactly_one_data_source(item: dict[str, Any], tail: st
         ({"inputs": [_inp(shape="2", data=[1, 2])]}, "shape"),
         ({"inputs": [_inp(shape=[2.0], data=[1, 2])]}, "shape"),
         ({"id": 7, "inputs": []}, "id"),
-        ({"inputs": [_inp(parameters=[1], data=[1, 2])]}, "parameters"),
         ({"inputs": [_inp(parameters={"binary_data_size": -1})]}, "binary_data_size"),
         ({"inputs": [], "outputs": {"name": "O"}}, "outputs"),
         ({"inputs": [], "outputs": [{"parameters": {}}]}, "name"),
@@ -388,7 +388,36 @@ def test_shared_memory_input_parameters_reach_the_proto() -> None:
     ],
 )
 def test_shared_memory_parameters_have_types(params: dict[str, Any], field: str) -> None:
-    assert _err({"inputs": [_inp(parameters=params)]}) == f"Unable to parse '{field}'"
+    # NOTE: CheckSharedMemoryData's RETURN_MSG_IF_ERR: INTERNAL, TritonJson's words after
+    assert _err({"inputs": [_inp(parameters=params)]}).startswith(
+        f"Unable to parse '{field}': attempt to access JSON non-"
+    )
+
+
+def test_shared_memory_parameters_are_read_for_a_tensor_with_data_too() -> None:
+    # NOTE: 2.51 calls CheckSharedMemoryData for every input outside the binary tail
+    params = {"shared_memory_offset": "x"}
+    assert _err({"inputs": [_inp(data=[1, 2], parameters=params)]}) == (
+        "Unable to parse 'shared_memory_offset': attempt to access JSON non-unsigned-integer "
+        "as unsigned-integer"
+    )
+
+
+def test_an_input_that_is_no_object_sets_no_field() -> None:
+    # NOTE: TritonJson finds no member in a value that is not an object (2.51)
+    assert _err({"inputs": [5]}) == PREFIX + " no field is set"
+
+
+def test_input_parameters_that_are_no_object_are_none() -> None:
+    req, raw, _ = _build({"inputs": [_inp(data=[1, 2], parameters=[1])]})
+    assert req.inputs[0].parameters == {}
+    assert raw == [np.array([1, 2], np.float32).tobytes()]
+
+
+def test_a_shape_whose_int64_count_wraps_below_zero_matches_no_data() -> None:
+    # NOTE: 2.51's GetElementCount is int64: [2**63] counts -2**63 elements
+    for data in ([1, 2], []):
+        assert _err({"inputs": [_inp(shape=[2**63], data=data)]}) == TOO_MANY
 
 
 # ------------------------------------------------------------------ request parameters
@@ -454,11 +483,18 @@ def test_triton_prefixed_parameters_are_reserved() -> None:
     )
 
 
-@pytest.mark.parametrize("value", [1.5, [1], {"a": 1}, None, 2**63])
+@pytest.mark.parametrize("value", [[1], {"a": 1}, None])
 def test_custom_parameters_are_int_bool_or_string(value: object) -> None:
     assert _err({"inputs": [], "parameters": {"k": value}}) == (
         "parameter 'k' has invalid type. It should be either 'int', 'bool', or 'string'."
     )
+
+
+@pytest.mark.parametrize("value", [1.5, 2**63, -(2**63) - 1])
+def test_a_custom_number_that_is_no_int64_is_a_double(value: float) -> None:
+    # NOTE: SetTritonParameterFromJsonParameter: IsInt, IsBool, then IsNumber (2.51)
+    req, _, _ = _build({"inputs": [], "parameters": {"k": value}})
+    assert req.parameters["k"] == Parameter(ParameterType.DOUBLE, float(value))
 
 
 def test_request_parameters_must_be_an_object() -> None:
@@ -521,11 +557,46 @@ def test_classification_reaches_the_proto() -> None:
             {"shared_memory_region": "o", "binary_data": True},
             "Output can't set both 'shared_memory_region' and 'binary_data'",
         ),
-        ({"classification": -2}, "Unable to set 'classification'"),
+        (
+            {"classification": -2},
+            "Unable to set 'classification': attempt to access JSON non-unsigned-integer as "
+            "unsigned-integer",
+        ),
+        (
+            {"shared_memory_region": "o", "binary_data": 1},
+            "Unable to set 'binary_data': attempt to access JSON non-boolean as boolean",
+        ),
+        (
+            {"classification": "x", "binary_data": 1},
+            "Unable to set 'classification': attempt to access JSON non-unsigned-integer as "
+            "unsigned-integer",
+        ),
+        (
+            {"shared_memory_region": 5},
+            "Unable to parse 'shared_memory_region': attempt to access JSON non-string as string",
+        ),
     ],
 )
 def test_output_parameter_conflicts(params: dict[str, Any], message: str) -> None:
     assert _err({"inputs": [], "outputs": [{"name": "A", "parameters": params}]}) == message
+
+
+def test_an_output_name_is_read_before_its_binary_data() -> None:
+    # NOTE: http_server.cc: ValidateOutputParameter, name, classification, shared memory,
+    # then CheckBinaryOutputData
+    out = {"parameters": {"binary_data": "x"}}
+    assert _err({"inputs": [], "outputs": [out]}) == (
+        "Unable to parse 'name': attempt to access non-existing object member 'name'"
+    )
+    assert _err({"inputs": [], "outputs": [5]}) == (
+        "Unable to parse 'name': attempt to access non-existing object member 'name'"
+    )
+
+
+def test_output_parameters_that_are_no_object_are_none() -> None:
+    req, _, plan = _build({"inputs": [], "outputs": [{"name": "A", "parameters": 5}]})
+    assert req.outputs[0].parameters == {}
+    assert plan.binary == {"A": False}
 
 
 # ----------------------------------------------------------------- body and header length

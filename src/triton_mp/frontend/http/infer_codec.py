@@ -20,14 +20,13 @@ from typing import Any
 
 import msgspec
 
-from triton_mp.common.datatypes import ELEMENT_BYTES, element_count
+from triton_mp.common.datatypes import ELEMENT_BYTES
 from triton_mp.common.errors import InvalidRequest
 from triton_mp.frontend.http.json_tensors import (
     INT64_MAX,
     access_error,
     decode_json,
     is_uint,
-    json_object,
     json_output_data,
     json_string,
     json_tensor_bytes,
@@ -38,6 +37,7 @@ from triton_mp.frontend.request import (
     InferenceRequest,
     InputTensor,
     Parameter,
+    ParameterType,
     RequestedOutput,
     bool_parameter,
     int64_parameter,
@@ -111,6 +111,9 @@ def _request_parameters(params: dict[str, Any], plan: InferPlan) -> dict[str, Pa
             out[key] = string_parameter(v)
         elif isinstance(v, int) and -(2**63) <= v <= INT64_MAX:
             out[key] = int64_parameter(v)
+        elif isinstance(v, int | float):
+            # NOTE: TritonJson's IsNumber: a fraction, or an integer past int64, is a double.
+            out[key] = Parameter(ParameterType.DOUBLE, float(v))
         else:
             raise InvalidRequest(
                 f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or "
@@ -120,16 +123,25 @@ def _request_parameters(params: dict[str, Any], plan: InferPlan) -> dict[str, Pa
 
 
 def _shm_parameters(params: dict[str, Any]) -> dict[str, Parameter]:
-    """The shared_memory_* tensor parameters (CheckSharedMemoryData's types)."""
+    """The shared_memory_* tensor parameters (CheckSharedMemoryData's types; Triton reads
+    them for every tensor not in the binary tail, whether it names a region or not).
+
+    Raises:
+        TritonMPError: INTERNAL "Unable to parse '<key>': <TritonJson's words>" for a region
+            that is no string, an offset or size that is no unsigned integer.
+        InvalidRequest: an offset or size past int64.
+    """
     out: dict[str, Parameter] = {}
     if "shared_memory_region" in params:
         region = params["shared_memory_region"]
         if not isinstance(region, str):
-            raise InvalidRequest("Unable to parse 'shared_memory_region'")
+            raise access_error("Unable to parse 'shared_memory_region'", "string")
         out["shared_memory_region"] = string_parameter(region)
     for key in ("shared_memory_offset", "shared_memory_byte_size"):
         if key in params:
-            if not is_uint(params[key]) or params[key] > INT64_MAX:
+            if not is_uint(params[key]):
+                raise access_error(f"Unable to parse '{key}'", "uint")
+            if params[key] > INT64_MAX:
                 raise InvalidRequest(f"Unable to parse '{key}'")
             out[key] = int64_parameter(params[key])
     if "shared_memory_region" in out and "shared_memory_byte_size" not in out:
@@ -173,9 +185,10 @@ def _inputs(
     raw: list[bytes | memoryview] = []
     pos = 0
     for item in items:
-        if not isinstance(item, dict):
-            raise InvalidRequest("Unable to parse 'inputs': expected JSON objects")
-        params = json_object(item, "parameters")
+        # NOTE: TritonJson finds no member in a value that is not an object: an input that
+        # is no object sets no field, parameters that are no object set none.
+        item = _members(item)
+        params = _members(item.get("parameters"))
         has_binary = "binary_data_size" in params
         has_shm = "shared_memory_region" in params
         message = _input_content_error("data" in item, has_binary, has_shm)
@@ -190,10 +203,11 @@ def _inputs(
             raise access_error("Unable to parse 'shape'", "array")
         if not all(is_uint(d) for d in shape):
             raise access_error("Unable to parse 'shape'", "uint")
-        if any(d > INT64_MAX for d in shape):
-            raise InvalidRequest("Unable to parse 'shape'")
+        huge = any(d > INT64_MAX for d in shape)
         tensor_params: dict[str, Parameter] = {}
-        if has_binary:
+        if has_binary or huge and _wrapped_count(shape) >= 0:
+            if huge:
+                raise InvalidRequest("Unable to parse 'shape'")
             size = json_uint(params, "binary_data_size")
             if pos + size > len(tail):
                 raise InvalidRequest(
@@ -205,7 +219,10 @@ def _inputs(
         elif has_shm:
             tensor_params = _shm_parameters(params)
         else:
-            count = element_count(shape)
+            _shm_parameters(params)
+            # NOTE: Triton counts elements in int64: a count that wraps below 0 is a shape
+            # no 'data' matches (json_tensor_bytes says so in Triton's words).
+            count = _wrapped_count(shape)
             raw.append(json_tensor_bytes(name, datatype, item["data"], count) if count else b"")
         inputs.append(InputTensor(name, datatype, tuple(shape), tensor_params))
     if pos != len(tail):
@@ -213,39 +230,58 @@ def _inputs(
     return inputs, raw
 
 
+def _members(value: object) -> dict[str, Any]:
+    """A JSON value as TritonJson's ``Find`` sees it: an object's members, none otherwise."""
+    return value if isinstance(value, dict) else {}
+
+
+def _wrapped_count(shape: list[int]) -> int:
+    """The element count of ``shape`` (uint64 dims) as Triton's ``GetElementCount``
+    computes it in int64: wrapping, so a huge shape may count below 0 (or 0)."""
+    count = 1
+    for d in shape:
+        count = count * d % (1 << 64)
+    return count - (1 << 64) if count > INT64_MAX else count
+
+
 def _outputs(items: object, plan: InferPlan) -> list[RequestedOutput]:
     """The JSON ``outputs`` array as requested outputs; records each one's form in
-    ``plan`` (ValidateOutputParameter's rules)."""
+    ``plan``. Checked in http_server.cc's order: ValidateOutputParameter, ``name``,
+    CheckClassificationOutput, CheckSharedMemoryData, CheckBinaryOutputData."""
     if not isinstance(items, list):
         raise access_error("Unable to parse 'outputs'", "array")
     outputs: list[RequestedOutput] = []
-    for item in items:
-        if not isinstance(item, dict):
-            raise InvalidRequest("Unable to parse 'outputs': expected JSON objects")
-        params = json_object(item, "parameters")
-        binary = params.get("binary_data", False)
-        if not isinstance(binary, bool):
-            raise access_error("Unable to parse 'binary_data'", "bool")
+    for item in map(_members, items):
+        params = _members(item.get("parameters"))
         if "shared_memory_region" in params:
             if "classification" in params:
                 raise InvalidRequest(
                     "Output can't set both 'shared_memory_region' and 'classification'"
                 )
-            if binary:
+            if "binary_data" in params and not isinstance(params["binary_data"], bool):
+                raise access_error("Unable to set 'binary_data'", "bool")
+            if params.get("binary_data"):
                 raise InvalidRequest(
                     "Output can't set both 'shared_memory_region' and 'binary_data'"
                 )
         name = json_string(item, "name")
         out_params: dict[str, Parameter] = {}
         if "classification" in params:
-            if not is_uint(params["classification"]) or params["classification"] > INT64_MAX:
+            classes = params["classification"]
+            if not is_uint(classes):
+                raise access_error("Unable to set 'classification'", "uint")
+            if classes > INT64_MAX:
                 raise InvalidRequest("Unable to set 'classification'")
-            if params["classification"] > 0:
+            if classes > 0:
                 # NOTE: Triton's HTTP frontend takes 0 classes as no classification
-                out_params["classification"] = int64_parameter(params["classification"])
+                out_params["classification"] = int64_parameter(classes)
+        shm = _shm_parameters(params)
         if "shared_memory_region" in params:
-            out_params.update(_shm_parameters(params))
+            out_params.update(shm)
         else:
+            binary = params.get("binary_data", False)
+            if not isinstance(binary, bool):
+                raise access_error("Unable to parse 'binary_data'", "bool")
             plan.binary[name] = binary
         outputs.append(RequestedOutput(name, out_params))
     return outputs

@@ -119,18 +119,6 @@ def json_string(obj: dict[str, Any], key: str, context: str | None = None) -> st
     return v
 
 
-def json_object(obj: dict[str, Any], key: str) -> dict[str, Any]:
-    """``obj[key]`` as a JSON object ({} when missing).
-
-    Raises:
-        InvalidRequest: "Unable to parse '<key>'" when it is not an object.
-    """
-    v = obj.get(key, {})
-    if not isinstance(v, dict):
-        raise InvalidRequest(f"Unable to parse '{key}': expected a JSON object")
-    return v
-
-
 _ACCESSOR = {"f": "double", "i": "int", "u": "uint", "b": "bool"}
 _TYPES = {"f": {int, float}, "i": {int}, "u": {int}, "b": {bool}}
 """What Python types (as msgspec decodes JSON) each kind's TritonJson accessor takes."""
@@ -174,10 +162,9 @@ def _fits(kind: str, x: Any) -> bool:
     return type(x) is not int or abs(x) < _DOUBLE_LIMIT
 
 
-_TOO_MANY = "Unable to parse 'data': Shape does not match true shape of 'data' field"
-_TOO_FEW = "Failed to parse 'data' field: shape does not match true shape"
-"""Upstream main's words (PR #8676, 2026) for fewer elements than the shape; 2.51 said
-``_TOO_MANY``'s."""
+_SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'data' field"
+"""2.51's words for more or fewer elements than the shape (upstream main's PR #8676 words
+fewer elements "Failed to parse 'data' field: shape does not match true shape")."""
 
 
 def _check_elements(data: list[Any], kind: str, count: int) -> None:
@@ -190,12 +177,12 @@ def _check_elements(data: list[Any], kind: str, count: int) -> None:
     seen = 0
     for x in _elements(data, _DATA_TOO_DEEP):
         if seen >= count:
-            raise TritonMPError(_TOO_MANY, ErrorCode.INTERNAL)
+            raise TritonMPError(_SHAPE_MISMATCH, ErrorCode.INTERNAL)
         if not _fits(kind, x):
             raise access_error("Unable to parse 'data'", _ACCESSOR[kind])
         seen += 1
     if seen != count:
-        raise TritonMPError(_TOO_FEW, ErrorCode.INTERNAL)
+        raise TritonMPError(_SHAPE_MISMATCH, ErrorCode.INTERNAL)
 
 
 def _bytes_elements(data: list[Any]) -> bytes:
@@ -226,7 +213,8 @@ def json_tensor_bytes(name: str, datatype: str, data: object, count: int) -> byt
         name: the input's name (for messages).
         datatype: the request's datatype string for the input.
         data: the decoded JSON value of ``data``.
-        count: element count of the input's shape (> 0).
+        count: element count of the input's shape (not 0; below 0 where Triton's int64
+            count wrapped: no ``data`` matches it).
 
     Raises:
         InvalidRequest: FP16/BF16 (Triton takes them in binary form only), an unknown
