@@ -89,6 +89,7 @@ def test_another_shape_or_output_list_is_another_signature() -> None:
     [
         {"raw_inputs": (FP32_2, INT32_3[:8])},  # byte size
         {"raw_inputs": (FP32_2,)},  # too few raw entries
+        {"raw_inputs": (FP32_2[:4],)},  # too few entries, found before a byte size
         {"raw_inputs": ()},  # no data at all
         {
             "inputs": (

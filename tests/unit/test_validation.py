@@ -100,9 +100,22 @@ def test_bytes_contents_are_length_prefixed() -> None:
     assert bytes(_valid(req).inputs[0].data) == b"\x02\0\0\0ab\0\0\0\0"
 
 
-def test_an_output_asked_twice_is_returned_once() -> None:
-    valid = _valid(_plain(outputs=(RequestedOutput("Y"), RequestedOutput("Y"))))
-    assert valid.outputs == ("Y",)
+def test_an_output_asked_twice_is_refused_as_upstream_main() -> None:
+    """core PR #493 (main; 2.51 returned it once): refused as the output is added, before
+    any tensor's data is looked for."""
+    twice = (RequestedOutput("Y"), RequestedOutput("X"), RequestedOutput("Y"))
+    assert _error(_plain(outputs=twice)) == (
+        ErrorCode.INVALID_ARG,
+        RID + "output 'Y' already exists in request",
+    )
+    assert _error(_plain(outputs=twice, raw_inputs=()))[1] == (
+        RID + "output 'Y' already exists in request"
+    )
+    # Repeated inputs are found first (the frontend adds the inputs, then the outputs).
+    a = InputTensor("A", "FP32", (2,))
+    assert _error(_plain(inputs=(a, a), outputs=twice))[1] == (
+        RID + "input 'A' already exists in request"
+    )
 
 
 def test_the_batch_size_is_the_leading_dimension() -> None:
@@ -204,7 +217,7 @@ def test_unknown_repeated_and_missing_inputs() -> None:
     assert _error(_plain(inputs=(a, a)))[1] == RID + "input 'A' already exists in request"
     # core ValidateRequestInputs: the count first, the names as Triton's unordered_map has them
     b, c = InputTensor("B", "INT32", (3,)), InputTensor("C", "FP32", (1,))
-    assert _error(_plain(inputs=(a, b, c)))[1] == (
+    assert _error(_plain(inputs=(a, b, c), raw_inputs=(FP32_2, INT32_3, FP32_2)))[1] == (
         RID + "expected 2 inputs but got 3 inputs for model 'plain'. Got input(s) "
         "['B','C','A'], but missing required input(s) ]. Please provide all required input(s)."
     )
@@ -275,9 +288,23 @@ def test_byte_sizes_and_data_sources() -> None:
     assert _error(_plain(raw_inputs=(FP32_2[:4], INT32_3)))[1] == (
         RID + "input byte size mismatch for input 'A' for model 'plain'. Expected 8, got 4"
     )
+    # server infer_handler.cc InferGRPCToInput: the first input without an entry, before
+    # any of the core's checks (no request id); surplus entries are ignored.
     assert _error(_plain(raw_inputs=(FP32_2,)))[1] == (
-        RID + "expected 2 entries in raw_input_contents for model 'plain', got 1"
+        "unable to find data for input tensor 'B' for model 'plain' in request."
     )
+    bad_shape = (InputTensor("A", "FP32", (3,)), InputTensor("B", "INT32", (3,)))
+    assert _error(_plain(inputs=bad_shape, raw_inputs=(FP32_2,)))[1] == (
+        "unable to find data for input tensor 'B' for model 'plain' in request."
+    )
+    valid = _valid(_plain(raw_inputs=(FP32_2, INT32_3, b"surplus")))
+    assert [bytes(i.data) for i in valid.inputs] == [FP32_2, INT32_3]
+    # A tensor of no elements needs its (empty) entry too.
+    empty = (InputTensor("A", "FP32", (2,)), InputTensor("B", "INT32", (0,)))
+    assert _error(_plain(inputs=empty, raw_inputs=(FP32_2,)))[1] == (
+        "unable to find data for input tensor 'B' for model 'plain' in request."
+    )
+    assert bytes(_valid(_plain(inputs=empty, raw_inputs=(FP32_2, b""))).inputs[1].data) == b""
     both = InputTensor("A", "FP32", (2,), contents={"fp32_contents": [1.0, 2.0]})
     assert _error(_plain(inputs=(both, InputTensor("B", "INT32", (3,)))))[1] == (
         "contents field must not be specified when using raw_input_contents for 'A' "

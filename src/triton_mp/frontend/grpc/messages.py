@@ -5,8 +5,8 @@ Imported by the gRPC adapter (``frontend.grpc.servicer``, ``frontend.grpc.stream
 validates, keeping each parameter's protocol type and the raw tensor bytes as they arrived
 (views into the received message when ``wire.split_infer_request`` parsed it); typed
 contents are kept by field. ``infer_response`` / ``infer_response_bytes`` write an
-``InferResult`` back as a ``ModelInferResponse`` (and release it); ``stream_response`` and
-``stream_error`` are ModelStreamInfer's answers.
+``InferResult`` back as a ``ModelInferResponse`` (and release it); ``stream_response``,
+``stream_end``, ``stream_error`` and ``stream_refusal`` are ModelStreamInfer's answers.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from triton_mp.frontend.request import (
     ParameterType,
     RequestedOutput,
 )
-from triton_mp.frontend.ticket import InferResult, Ticket
+from triton_mp.frontend.ticket import InferResult
 
 FINAL_PARAMETER = "triton_final_response"
 """Stream response parameter: true on the last response of a request (Triton sets it on
@@ -175,11 +175,16 @@ def stream_response(result: InferResult, final: bool) -> pb.ModelStreamInferResp
     return pb.ModelStreamInferResponse(infer_response=resp)
 
 
-def stream_end(ticket: Ticket, version: int) -> pb.ModelStreamInferResponse:
-    """The empty response that ends a decoupled request (when the request asked for it)."""
-    resp = pb.ModelInferResponse(
-        model_name=ticket.model, model_version=str(version), id=ticket.client_id
-    )
+def stream_end(model: str, version: str, request_id: str) -> pb.ModelStreamInferResponse:
+    """The empty response that ends a decoupled request (when the request asked for it).
+
+    Args:
+        model, version: the request's ``model_name`` and ``model_version`` as it sent them
+            (server ``stream_infer_handler.cc`` StreamInferResponseComplete echoes the
+            request's strings: "" when it named no version, not the version that ran).
+        request_id: the request's ``id``.
+    """
+    resp = pb.ModelInferResponse(model_name=model, model_version=version, id=request_id)
     resp.parameters[FINAL_PARAMETER].bool_param = True
     return pb.ModelStreamInferResponse(infer_response=resp)
 
@@ -187,7 +192,22 @@ def stream_end(ticket: Ticket, version: int) -> pb.ModelStreamInferResponse:
 def stream_error(
     message: str, model: str, version: str, request_id: str, final: bool = True
 ) -> pb.ModelStreamInferResponse:
-    """A stream response carrying one request's error (the stream goes on)."""
+    """A stream response carrying a model's error for one request (the stream goes on).
+
+    Args:
+        model, version: the request's ``model_name`` and ``model_version`` strings, as
+            ``stream_end`` has them (StreamInferResponseComplete).
+        final: ``triton_final_response``: whether it is the request's last response.
+    """
     resp = pb.ModelInferResponse(model_name=model, model_version=version, id=request_id)
     resp.parameters[FINAL_PARAMETER].bool_param = final
     return pb.ModelStreamInferResponse(error_message=message, infer_response=resp)
+
+
+def stream_refusal(message: str, request_id: str) -> pb.ModelStreamInferResponse:
+    """A stream response refusing a request before it ran (its checks failed): the error
+    and the request's ``id`` alone, no model, version or ``triton_final_response``
+    (server ``stream_infer_handler.cc`` Process clears the response and sets the id)."""
+    return pb.ModelStreamInferResponse(
+        error_message=message, infer_response=pb.ModelInferResponse(id=request_id)
+    )

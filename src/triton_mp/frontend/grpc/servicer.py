@@ -27,7 +27,7 @@ from triton_mp.frontend.grpc.messages import (
     infer_response_bytes,
     request_from_proto,
 )
-from triton_mp.frontend.grpc.stream import StreamSession
+from triton_mp.frontend.grpc.stream import StreamAborted, StreamSession, wants_grpc_error
 from triton_mp.frontend.grpc.wire import (
     MALFORMED,
     PARSE_FAILURE,
@@ -340,16 +340,21 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
     async def ModelStreamInfer(self, request_iterator, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton's bidirectional stream (``frontend.grpc.stream``): per request, one
         response (or ``error_message``), or for a decoupled model zero or more responses
-        then the end of the request."""
+        then the end of the request; with ``triton_grpc_error: true`` metadata a model's
+        error ends the call with its status."""
         session = StreamSession(
             self._api.inference,
             request_iterator,
             self._api.tracer,
             traceparent(context),
             headers=self._headers(context),
+            grpc_error=wants_grpc_error(context.invocation_metadata() or ()),
         )
-        async for response in session.responses():
-            yield response
+        try:
+            async for response in session.responses():
+                yield response
+        except StreamAborted as e:
+            await abort(context, e.code, e.message)
 
     # ------------------------------------------------------- shared memory
     async def SystemSharedMemoryRegister(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802

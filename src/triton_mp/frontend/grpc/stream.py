@@ -8,12 +8,15 @@ Requests are submitted in the order they arrive, so the requests of a sequence r
 sequence batcher in order. Responses of a non-decoupled model (and refusals at submit) leave
 in request order, as Triton's stream handler writes them (``grpc/infer_handler``: each such
 request waits until the one before it was written); a decoupled model's responses leave as
-they complete. An invalid request gets an ``error_message`` and the stream goes on, as in
-Triton. Every response carries
-``triton_final_response``; a decoupled request's flags-only end is sent as an empty response
-only when the request set ``triton_enable_empty_final_response``. When the client closes its
-side, or sends a message that does not parse (Triton stops reading there), the stream ends
-after every request's last response; when it cancels, every open
+they complete. An invalid request gets an ``error_message`` with its id alone and the stream
+goes on, as in Triton. Every other response carries ``triton_final_response``; a decoupled
+request's flags-only end is sent as an empty response only when the request set
+``triton_enable_empty_final_response``; the responses the frontend builds itself (that
+one, a model's error) carry the request's ``model_name`` and ``model_version`` strings as
+sent. With the call's ``triton_grpc_error: true`` metadata, a model's error ends the whole
+stream with its status instead (``StreamAborted``; refusals stay in the stream). When the
+client closes its side, or sends a message that does not parse (Triton stops reading
+there), the stream ends after every request's last response; when it cancels, every open
 ticket is cancelled (queued requests are dropped, running decoupled ones see
 ``is_cancelled()``) and their remaining responses are freed unsent.
 """
@@ -32,6 +35,7 @@ from triton_mp.frontend.grpc.messages import (
     request_from_proto,
     stream_end,
     stream_error,
+    stream_refusal,
     stream_response,
 )
 from triton_mp.frontend.grpc.wire import MALFORMED
@@ -48,21 +52,45 @@ def wants_empty_final(request: InferenceRequest) -> bool:
     return p is not None and p.type is ParameterType.BOOL and bool(p.value)
 
 
+GRPC_ERROR_METADATA = "triton_grpc_error"
+"""Call metadata: "true" makes a model's error end the stream with its gRPC status (server
+``infer_handler.h`` ExtractStateFromHeaders; the exact value "true", nothing else)."""
+
+
+def wants_grpc_error(metadata: Sequence[tuple[str, str | bytes]]) -> bool:
+    """Whether a call's metadata sets ``triton_grpc_error`` to "true"."""
+    return any(k == GRPC_ERROR_METADATA and v == "true" for k, v in metadata)
+
+
+class StreamAborted(TritonMPError):
+    """A model's error that ends the stream (``triton_grpc_error`` mode): the servicer ends
+    the call with its code's gRPC status and its message (server
+    ``stream_infer_handler.cc`` StreamInferResponseComplete, WriteGRPCErrorResponse)."""
+
+
+class _Origin:
+    """What a request sent that the frontend's own responses echo: its ``model_name``,
+    ``model_version`` (as strings, "" when absent) and ``id``."""
+
+    __slots__ = ("id", "model", "version")
+
+    def __init__(self, request: InferenceRequest) -> None:
+        self.model = request.model_name
+        self.version = request.model_version
+        self.id = request.id
+
+
 def _stream_item(
-    ticket: Ticket, response: Response, empty_final: bool
+    origin: _Origin, response: Response, empty_final: bool
 ) -> pb.ModelStreamInferResponse | None:
-    """What the stream sends for one response of ``ticket`` (None: nothing)."""
+    """What the stream sends for one response of a request (None: nothing)."""
     if response.error is not None:
         return stream_error(
-            response.error.message,
-            ticket.model,
-            str(ticket.version),
-            ticket.client_id,
-            response.final,
+            response.error.message, origin.model, origin.version, origin.id, response.final
         )
     if response.result is not None:
         return stream_response(response.result, response.final)
-    return stream_end(ticket, response.version) if empty_final else None
+    return stream_end(origin.model, origin.version, origin.id) if empty_final else None
 
 
 class _Item:
@@ -90,6 +118,7 @@ class StreamSession:
         parent_context: the call's W3C ``traceparent`` ("" when absent).
         headers: the call's metadata ``--grpc-header-forward-pattern`` selected, forwarded
             with each request of the stream.
+        grpc_error: the call set ``triton_grpc_error: true`` (``wants_grpc_error``).
     """
 
     def __init__(
@@ -99,14 +128,19 @@ class StreamSession:
         tracer: Tracer | None = None,
         parent_context: str = "",
         headers: Sequence[tuple[str, str]] = (),
+        grpc_error: bool = False,
     ) -> None:
         self._inference = inference
+        self._grpc_error = grpc_error
         self._headers = tuple(headers)
         self._requests = requests
         self._tracer = tracer if tracer is not None else Tracer.off()
         self._parent_context = parent_context
-        self._out: asyncio.Queue[pb.ModelStreamInferResponse | _Item | None] = asyncio.Queue()
-        """Untraced messages as they are, traced ones wrapped in ``_Item``."""
+        self._out: asyncio.Queue[pb.ModelStreamInferResponse | _Item | StreamAborted | None] = (
+            asyncio.Queue()
+        )
+        """Untraced messages as they are, traced ones wrapped in ``_Item``; a
+        ``StreamAborted`` ends the stream."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._open: set[Ticket] = set()
         self._turn: asyncio.Future[None] | None = None
@@ -115,12 +149,19 @@ class StreamSession:
 
     async def responses(self) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """The stream's responses, until the client's side ended and every request's last
-        response was sent; cancels what is still open when the call ends."""
+        response was sent; cancels what is still open when the call ends.
+
+        Raises:
+            StreamAborted: a model's error in ``triton_grpc_error`` mode (nothing more is
+                sent; what is open is cancelled).
+        """
         reader = asyncio.create_task(self._read())
         try:
             while (item := await self._out.get()) is not None:
+                if type(item) is StreamAborted:
+                    raise item
                 if type(item) is not _Item:
-                    yield item
+                    yield item  # type: ignore[misc]
                     continue
                 if item.message is not None:
                     yield item.message
@@ -163,7 +204,7 @@ class StreamSession:
         try:
             ticket = self._inference.submit(request, trace=trace)
         except TritonMPError as e:
-            error = stream_error(e.message, message.model_name, message.model_version, message.id)
+            error = stream_refusal(e.message, message.id)
             if trace is not None:
                 trace.stamp("GRPC_SEND_START")
             item = error if trace is None else _Item(error, trace, True)
@@ -174,7 +215,7 @@ class StreamSession:
             return
         self._open.add(ticket)
         turn = (None, None) if ticket.decoupled else self._take_turn()
-        self._start(self._answer(ticket, wants_empty_final(request), *turn))
+        self._start(self._answer(ticket, _Origin(request), wants_empty_final(request), *turn))
 
     def _start(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
@@ -205,6 +246,7 @@ class StreamSession:
     async def _answer(
         self,
         ticket: Ticket,
+        origin: _Origin,
         empty_final: bool,
         before: asyncio.Future[None] | None = None,
         mine: asyncio.Future[None] | None = None,
@@ -215,7 +257,13 @@ class StreamSession:
         put = self._out.put_nowait if mine is None else held.append
         try:
             async for response in ticket:
-                item = _stream_item(ticket, response, empty_final)
+                if response.error is not None and self._grpc_error:
+                    # NOTE: at once, ahead of any held response (Triton finishes the call
+                    # from the response callback).
+                    error = response.error
+                    self._out.put_nowait(StreamAborted(error.message, error.code))
+                    return
+                item = _stream_item(origin, response, empty_final)
                 trace = ticket.trace
                 if item is not None and trace is None:
                     put(item)

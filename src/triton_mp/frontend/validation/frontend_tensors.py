@@ -2,12 +2,14 @@
 
 Imported by ``frontend.validation``. Server ``grpc/infer_handler.cc`` InferGRPCToInput reads
 each input in order: its ``shared_memory_*`` parameters (``shared_memory.shm_parameters``),
-explicit ``contents`` together with shared memory or ``raw_input_contents``, and which typed
+explicit ``contents`` together with shared memory or ``raw_input_contents``, which typed
 ``contents`` field carries the elements against the request's datatype
-(InferGRPCToInputHelper); then every output's ``shared_memory_*`` and ``classification``
-parameters (InferAllocatorPayload). These messages
-have no ``[request id: ...]`` prefix. HTTP requests never carry typed contents, and their
-shared-memory parameters are always well formed, so for them this finds nothing.
+(InferGRPCToInputHelper), else the next ``raw_input_contents`` entry, and with none left
+"unable to find data" (even for a tensor of no elements); then every output's
+``shared_memory_*`` and ``classification`` parameters (InferAllocatorPayload). These
+messages have no ``[request id: ...]`` prefix. HTTP requests never carry typed contents,
+give every input outside shared memory a raw entry, and their shared-memory parameters are
+always well formed, so for them this finds nothing.
 """
 
 from __future__ import annotations
@@ -45,6 +47,13 @@ def contents_type(field: str, datatype: str) -> str:
     return _NARROW.get(field, {}).get(datatype, _FIELD_TYPE[field])
 
 
+def no_data_message(tensor: str, model: str) -> str:
+    """Server ``infer_handler.cc`` InferGRPCToInput (2.51 and main): an input outside shared
+    memory with neither typed contents nor a ``raw_input_contents`` entry left (INVALID_ARG,
+    no request id)."""
+    return f"unable to find data for input tensor '{tensor}' for model '{model}' in request."
+
+
 def _check_contents(t: InputTensor, model: str) -> None:
     where = f"for input tensor '{t.name}' for model '{model}'"
     known = DataType.from_wire(t.datatype) is not DataType.INVALID
@@ -75,13 +84,20 @@ def check_frontend_tensors(req: InferenceRequest) -> None:
             '<m>'"; "contents field must not be specified when using raw_input_contents for
             '<i>' for model '<m>'"; "unexpected explicit tensor data for input tensor '<i>'
             for model '<m>' of type '<T>', expected datatype '<D>'" or "..., binary data
-            was already supplied."; a ``classification`` that is not a positive
-            ``int64_param``, or one together with shared memory.
+            was already supplied."; ``no_data_message`` for the first input left without
+            data (entries past the last input are ignored); a ``classification`` that is
+            not a positive ``int64_param``, or one together with shared memory.
     """
     model = req.model_name
+    raw_left = len(req.raw_inputs)
     for t in req.inputs:
         in_shm = bool(t.parameters) and shm_parameters(t.parameters, t.name) is not None
         if not t.contents:
+            if in_shm:
+                continue
+            if not raw_left:
+                raise InvalidRequest(no_data_message(t.name, model))
+            raw_left -= 1
             continue
         if in_shm:
             raise InvalidRequest(

@@ -36,6 +36,7 @@ from triton_mp.common.input_checks import (
 from triton_mp.frontend.client_shm import SystemShmRegistry
 from triton_mp.frontend.model_table import IOSpec, Model
 from triton_mp.frontend.request import InferenceRequest, InputTensor
+from triton_mp.frontend.validation.frontend_tensors import no_data_message
 from triton_mp.frontend.validation.shared_memory import ShmWindow, shm_window, uses_shm
 
 
@@ -127,14 +128,13 @@ class _InputReader:
         self.batch_size = -1
         """-1 while unset: 0 is a real (invalid) batch size."""
         # NOTE: raw_inputs holds one entry per input that sends its bytes in the request
-        # (neither typed contents nor shared memory), in input order.
-        takers = sum(1 for t in req.inputs if not uses_shm(t.parameters))
-        # NOTE: Triton ignores surplus entries; too few is an error.
-        if self._raw and len(self._raw) < takers:
-            raise InvalidRequest(
-                f"{rid}expected {takers} entries in raw_input_contents for model "
-                f"'{model.name}', got {len(self._raw)}"
-            )
+        # (neither typed contents nor shared memory), in input order; Triton ignores
+        # surplus entries and refuses the first input left without one, before any of the
+        # core's checks (check_frontend_tensors does so on the full path; a known
+        # signature skips it, so the count is checked here too).
+        takers = [t for t in req.inputs if not t.contents and not uses_shm(t.parameters)]
+        if len(self._raw) < len(takers):
+            raise InvalidRequest(no_data_message(takers[len(self._raw)].name, model.name))
 
     def read(self, t: InputTensor) -> ValidInput:
         """One input, checked; its bytes located."""
@@ -143,7 +143,7 @@ class _InputReader:
         count = element_count(shape)
         if uses_shm(t.parameters):
             return self._in_shared_memory(t, spec, shape, count)
-        data = self._bytes(t, spec, count)
+        data = self._bytes(t, spec)
         self._check_byte_size(t, spec, count, data)
         return ValidInput(t.name, spec.datatype, shape, data)
 
@@ -151,7 +151,7 @@ class _InputReader:
         """One input of a signature that passed (``SignatureCache``): only its bytes are
         located and checked (no tensor parameters, so never in shared memory)."""
         spec = self._model.inputs[t.name]
-        data = self._bytes(t, spec, count)
+        data = self._bytes(t, spec)
         self._check_byte_size(t, spec, count, data)
         return ValidInput(t.name, spec.datatype, shape, data)
 
@@ -191,20 +191,14 @@ class _InputReader:
                 )
         return ValidInput(t.name, spec.datatype, shape, b"", window)
 
-    def _bytes(self, t: InputTensor, spec: IOSpec, count: int) -> bytes | memoryview:
-        """The input's bytes from ``raw_inputs`` or its typed contents."""
-        name = self._model.name
-        if self._raw:
-            data = self._raw[self._raw_index]
-            self._raw_index += 1
-            return data
+    def _bytes(self, t: InputTensor, spec: IOSpec) -> bytes | memoryview:
+        """The input's bytes from its typed contents or the next ``raw_inputs`` entry (the
+        constructor checked there is one)."""
         if t.contents:
             return typed_contents(t, spec.datatype)
-        if count == 0:
-            return b""
-        raise InvalidRequest(
-            f"unable to find data for input tensor '{t.name}' for model '{name}' in request."
-        )
+        data = self._raw[self._raw_index]
+        self._raw_index += 1
+        return data
 
     def _check_byte_size(
         self, t: InputTensor, spec: IOSpec, count: int, data: bytes | memoryview

@@ -1,7 +1,8 @@
 """A request's requested outputs: names, shared memory, the classification extension.
 
-Imported by ``frontend.validation``. An output asked for twice is returned once; none asked
-for means every output of the model; an output may be written into a client's registered
+Imported by ``frontend.validation``. An output asked for twice is refused, as upstream core
+main refuses it since PR #493 (Triton 2.51 returned it once); none asked for means every
+output of the model; an output may be written into a client's registered
 shared memory (``shared_memory_*`` parameters); a ``classification`` output is answered as its
 top-k classes (``frontend.classification``, applied to the response). Messages follow core
 ``infer_request.cc`` and server ``infer_handler.cc``.
@@ -17,6 +18,24 @@ from triton_mp.frontend.validation.shared_memory import shm_window, uses_shm
 from triton_mp.ipc.messages import OutputRegion
 
 
+def check_repeated_outputs(req: InferenceRequest, rid: str) -> None:
+    """No output is requested twice: core ``AddOriginalRequestedOutput`` on upstream main
+    (PR #493), called as the frontend adds each requested output, after the inputs and
+    before any tensor's data or shared memory is read. Triton 2.51 returned such an output
+    once; triton-mp follows main.
+
+    Raises:
+        InvalidRequest: "<rid>output '<name>' already exists in request".
+    """
+    if len(req.outputs) < 2:
+        return
+    seen: set[str] = set()
+    for o in req.outputs:
+        if o.name in seen:
+            raise InvalidRequest(f"{rid}output '{o.name}' already exists in request")
+        seen.add(o.name)
+
+
 def read_outputs(
     req: InferenceRequest, model: Model, shm: SystemShmRegistry | None, rid: str
 ) -> tuple[tuple[str, ...], tuple[OutputRegion | None, ...]]:
@@ -27,6 +46,8 @@ def read_outputs(
         one region per output (None: into the response), or ``()`` when no output goes to
         shared memory.
 
+    ``check_repeated_outputs`` ran first: each output is named once.
+
     Raises:
         InvalidRequest: an unknown output; a
             malformed shared-memory window.
@@ -36,8 +57,6 @@ def read_outputs(
     outputs: list[str] = []
     regions: list[OutputRegion | None] = []
     for o in req.outputs:
-        if o.name in outputs:
-            continue  # NOTE: Triton returns an output requested twice once
         if o.name not in model.outputs:
             raise InvalidRequest(f"unexpected inference output '{o.name}' for model '{name}'")
         if uses_shm(o.parameters):

@@ -1,9 +1,10 @@
 """``validate_request``: one inference request checked against its model's effective config.
 
 Imported by ``frontend.inference``. Applies the request rules in Triton's order (parameters,
-forwarded headers, repeated inputs, shared-memory parameters, input names, inputs, batch
-size, outputs) and returns a ``ValidRequest``: what the frontend writes into its arena and
-sends to the scheduler. Nothing is written to shared memory here.
+repeated inputs and outputs, forwarded headers, each tensor's shared-memory parameters and
+data source, input names, inputs, batch size, outputs) and returns a ``ValidRequest``: what
+the frontend writes into its arena and sends to the scheduler. Nothing is written to shared
+memory here.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from triton_mp.frontend.validation.inputs import (
     read_inputs,
     read_known_inputs,
 )
-from triton_mp.frontend.validation.outputs import read_outputs
+from triton_mp.frontend.validation.outputs import check_repeated_outputs, read_outputs
 from triton_mp.frontend.validation.parameters import check_correlation_id_type, read_parameters
 from triton_mp.frontend.validation.signature import Signature, SignatureCache
 from triton_mp.ipc.messages import OutputRegion
@@ -90,19 +91,22 @@ def validate_request(
     """
     rid = request_prefix(req.id)
     options = read_parameters(req.parameters, rid)
+    key = cache.key(req, version) if cache is not None else None
+    known = cache.get(key, model) if cache is not None and key is not None else None
+    if known is None:
+        # NOTE: Triton's frontend adds the inputs, then the requested outputs (repeats of
+        # either refused), then forwards the headers, then reads each tensor's
+        # shared-memory parameters and contents, before the core checks the rest.
+        check_repeated_inputs(req, rid)
+        check_repeated_outputs(req, rid)
     parameters_json = options.parameters_json
     if req.headers:
         check_forwarded(req.headers)
         parameters_json = merge_forwarded(parameters_json, req.headers)
-    key = cache.key(req, version) if cache is not None else None
-    known = cache.get(key, model) if cache is not None and key is not None else None
     if known is not None:
         inputs = read_known_inputs(req, model, known.shapes, known.counts, rid)
         batch_size, outputs, regions = known.batch_size, known.outputs, ()
     else:
-        # NOTE: Triton's gRPC frontend adds the inputs (repeats refused), then reads each
-        # tensor's shared-memory parameters and contents, before the core checks the rest.
-        check_repeated_inputs(req, rid)
         check_frontend_tensors(req)
         check_input_names(req, model, rid)
         inputs, batch_size = read_inputs(req, model, shm, rid)
