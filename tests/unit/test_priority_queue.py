@@ -269,9 +269,9 @@ def test_level_snapshot_reports_the_oldest_waiting_request() -> None:
     f.clock.advance_us(5)
     f.offer(1, priority=1)
     lv1, lv2 = f.sched.levels()
-    assert (lv1.oldest_enqueue_ns, lv2.oldest_enqueue_ns) == (t0 + 5 * US, t0)
+    assert (lv1.oldest_arrival_ns, lv2.oldest_arrival_ns) == (t0 + 5 * US, t0)
     assert f.sched.drain_queue()[0].key == 1  # service order
-    assert [lv.oldest_enqueue_ns for lv in f.sched.levels()] == [None, None]
+    assert [lv.oldest_arrival_ns for lv in f.sched.levels()] == [None, None]
 
 
 # --------------------------------------------------------------------------- properties

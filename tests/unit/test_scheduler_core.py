@@ -457,7 +457,8 @@ def test_queue_query_reports_levels_instances_and_formed_batches(h: Harness) -> 
     (st,) = reply.models
     assert (st.model, st.version, st.scheduler, st.max_batch_size) == ("add_sub", 1, "dynamic", 8)
     (level,) = st.levels
-    assert (level.level, level.depth, level.oldest_age_us) == (0, 1, 30)
+    # NOTE: aged from its arrival (the harness's requests arrive 10 µs before they queue)
+    assert (level.level, level.depth, level.oldest_age_us) == (0, 1, 40)
     busy = {i.instance_id: i for i in st.instances}
     assert busy[inst].batches_in_flight == 1
     assert busy[inst].batch_size_in_flight == 4

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 from rich.console import Console
 
-from tests.unit.fake_queues import busy_cls, idle_add_sub
+from tests.unit.fake_queues import busy_cls, idle_add_sub, instance
 from triton_mp.cli import stat
 from triton_mp.cli.admin_client import AdminError
 from triton_mp.cli.main import build_parser
@@ -179,7 +179,7 @@ def test_table_shows_queues_instances_histogram_reasons_and_recent_batches() -> 
     assert row("2")[:7] == ["2", "40", "3", "1.25", "s", "7", "2"]
     assert row("1")[:6] == ["1", "12", "0", "3.2", "ms", "0"]
     busy = next(line for line in lines if "ocr_cls_0_0" in line and "req" in line)
-    assert "ocr_cls_0_0   yes  8 (5 req)      120" in busy
+    assert "ocr_cls_0_0   yes  8 (5 req)      121" in busy  # 120 run, 1 running
     dead = next(line for line in lines if "ocr_cls_0_1" in line)
     assert dead.split()[-3:] == ["no", "-", "99"]
     # histogram rows (size, count, bar), close reasons with shares
@@ -200,6 +200,55 @@ def test_table_fits_80_columns_by_stacking_tables() -> None:
     assert "…" not in text  # nothing squeezed or cut
     assert "8 (5 req)" in text
     assert "1.25 s" in text
+
+
+def test_an_instance_counts_the_batch_it_runs_as_the_caption_does() -> None:
+    """The batch-size caption counts every batch formed; an instance's ``batches`` column
+    was its executions alone, one below while a batch runs."""
+    running = msgspec.structs.replace(
+        idle_add_sub(),
+        instances=(
+            instance("add_sub_0_0", 0, executions=4, batches_in_flight=1, requests_in_flight=2,
+                     batch_size_in_flight=2),
+        ),
+        batch_sizes={1: 3, 2: 2},
+        close_reasons={"idle": 5},
+    )  # fmt: skip
+    lines = _text((running,), 100).splitlines()
+    row = next(line.split() for line in lines if "add_sub_0_0" in line)
+    assert row[-6:] == ["add_sub_0_0", "yes", "2", "(2", "req)", "5"]
+    assert any(line.startswith("5 batches, mean 1.4") for line in lines)
+
+
+def _crowded() -> ModelQueueStatus:
+    """A long name, many preferred sizes and a long delay: a settings line past 80."""
+    return msgspec.structs.replace(
+        busy_cls(),
+        model="ocr_rec_bls_postprocess",
+        preferred_batch_sizes=(1, 2, 4, 8, 16, 32),
+        max_queue_delay_us=12_500,
+    )
+
+
+def test_the_watch_screen_fits_80_columns_without_wrapping() -> None:
+    """At 80 columns a --watch screen wrapped its settings line mid-part and a long error
+    over several lines (moving the whole screen down while the server was away)."""
+    error = "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:8001: "
+    error += "Connection refused (showing the snapshot of 14:02:31; retrying)"
+    text = _text((_crowded(), idle_add_sub()), 80, footer="every 1 s · Ctrl-C to quit",
+                 error=error)  # fmt: skip
+    lines = text.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    assert lines[1].startswith("failed to connect")
+    assert lines[1].rstrip().endswith("…")
+    assert lines[2] == ""
+    first = lines.index(next(line for line in lines if line.startswith("ocr_rec_bls")))
+    settings = [lines[first].rstrip(), lines[first + 1].rstrip()]
+    assert settings == [
+        "ocr_rec_bls_postprocess v1 · dynamic batcher · max batch 32",
+        "  preferred 1, 2, 4, 8, 16, 32 · max delay 12.5 ms",
+    ]
+    assert lines[first + 2].startswith("queue")
 
 
 def test_oldest_age_of_a_request_that_just_arrived_is_not_a_dash() -> None:

@@ -125,7 +125,8 @@ def _bar(n: int, biggest: int) -> str:
     return "█" * full + ("", "▏", "▎", "▍", "▌", "▋", "▊", "▉")[rest]
 
 
-def _settings(m: ModelQueueStatus) -> str:
+def _settings(m: ModelQueueStatus) -> list[str]:
+    """The parts of a model's settings line (joined by `` · ``)."""
     parts = [f"{m.model} v{m.version}"]
     if m.scheduler == "dynamic":
         parts.append("dynamic batcher")
@@ -137,7 +138,7 @@ def _settings(m: ModelQueueStatus) -> str:
         parts.append(f"{m.scheduler} scheduler")
         if m.max_batch_size:
             parts.append(f"max batch {m.max_batch_size}")
-    return " · ".join(parts)
+    return parts
 
 
 def _in_flight(requests: int, batch_size: int, batches: int) -> str:
@@ -166,6 +167,30 @@ def _table(*columns: str, title: str | None = None) -> Table:
     for col in table.columns:
         col.no_wrap = True
     return table
+
+
+class _Folded:
+    """Parts joined by ``SEP`` on as few lines as the width allows, broken only between
+    parts (continuation lines indented), so a long settings line never wraps mid-part."""
+
+    SEP = " · "
+    INDENT = "  "
+
+    def __init__(self, parts: Sequence[str], style: str) -> None:
+        self.parts = parts
+        self.style = style
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.text import Text
+
+        lines: list[str] = []
+        for part in self.parts:
+            if lines and len(lines[-1]) + len(self.SEP) + len(part) <= options.max_width:
+                lines[-1] += self.SEP + part
+            else:
+                lines.append((self.INDENT if lines else "") + part)
+        for line in lines:
+            yield Text(line, style=self.style, no_wrap=True, overflow="ellipsis")
 
 
 class _SideBySide:
@@ -219,6 +244,9 @@ def _queues(m: ModelQueueStatus) -> Table:
 
 
 def _instances(m: ModelQueueStatus) -> Table:
+    """Per instance: live, the batch it runs, and the batches it was given: those it ran
+    (``executions``) and the one it runs, as the batch-size caption counts every batch
+    formed (a running batch is in both)."""
     table = _table("instance", "live", "running", "batches", title="instances")
     table.columns[2].justify = "left"
     for inst in m.instances:
@@ -226,7 +254,7 @@ def _instances(m: ModelQueueStatus) -> Table:
             inst.name,
             "yes" if inst.live else "[red]no[/red]",
             _in_flight(inst.requests_in_flight, inst.batch_size_in_flight, inst.batches_in_flight),
-            str(inst.executions),
+            str(inst.executions + inst.batches_in_flight),
         )
     return table
 
@@ -289,14 +317,14 @@ def render_model(m: ModelQueueStatus, recent_limit: int = RECENT_ROWS) -> Render
 
     if m.steps:
         # NOTE: an ensemble has no queue, no instances and forms no batches: its steps.
-        return Group(Text(_settings(m), style="bold magenta"), _steps(m), Text(""))
+        return Group(_Folded(_settings(m), "bold magenta"), _steps(m), Text(""))
     top = _SideBySide(_queues(m), _instances(m))
     bottom: RenderableType
     if sum(m.batch_sizes.values()):
         bottom = _SideBySide(_histogram(m), _reasons(m), _recent(m, recent_limit))
     else:
         bottom = Text("no batches formed yet", style="dim")
-    return Group(Text(_settings(m), style="bold magenta"), top, Text(""), bottom, Text(""))
+    return Group(_Folded(_settings(m), "bold magenta"), top, Text(""), bottom, Text(""))
 
 
 def render(
@@ -315,8 +343,8 @@ def render(
         url: the server's address, shown in the header.
         taken_at: when the snapshot was taken (free text, e.g. ``14:02:31``).
         footer: a dim last line (e.g. how to quit ``--watch``).
-        error: shown in red under the header (``--watch`` keeps the last snapshot on screen
-            while the server cannot be reached).
+        error: shown in red under the header, on one line cut to the width (``--watch``
+            keeps the last snapshot on screen while the server cannot be reached).
         recent_limit: recent batches shown per model.
     """
     from rich.console import Group
@@ -327,7 +355,9 @@ def render(
         header.append(f"  {taken_at}")
     parts: list[RenderableType] = [header]
     if error:
-        parts.append(Text(error, style="bold red"))
+        # NOTE: one line, cut to the width: --watch redraws in place, so the screen's
+        # layout must not move while the server cannot be reached.
+        parts.append(Text(error, style="bold red", no_wrap=True, overflow="ellipsis"))
     parts.append(Text(""))
     if not models:
         parts.append(Text("no models", style="dim"))

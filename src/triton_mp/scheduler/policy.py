@@ -97,6 +97,15 @@ TIMED_OUT = Rejection(ErrorCode.UNAVAILABLE, "Request timeout expired")
 """Triton's error for a request whose queue timeout expired under ``REJECT``."""
 
 
+def arrived_ns(item: Queued) -> int:
+    """When a queued request reached the server: its ``arrival_ns`` (the frontend's
+    CLOCK_MONOTONIC stamp) when its payload has one, else its ``enqueue_ns``. Every request
+    the scheduler reads in one pass is enqueued at that pass's time, so ``triton-mp stat``
+    ages by arrival: by enqueue time a status query read in the same pass saw 0 µs."""
+    arrival = getattr(item.payload, "arrival_ns", None)
+    return min(arrival, item.enqueue_ns) if isinstance(arrival, int) else item.enqueue_ns
+
+
 @dataclass(frozen=True, slots=True)
 class LevelSnapshot:
     """One priority level at a point in time (for ``triton-mp stat``)."""
@@ -104,7 +113,8 @@ class LevelSnapshot:
     level: int
     depth: int
     delayed: int
-    oldest_enqueue_ns: int | None
+    oldest_arrival_ns: int | None
+    """When its oldest request reached the server (``arrived_ns``); None when empty."""
     rejected: int
     timed_out: int
     delayed_total: int

@@ -24,7 +24,14 @@ from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from triton_mp.scheduler.policy import QUEUE_FULL, TIMED_OUT, LevelSnapshot, Queued, Rejection
+from triton_mp.scheduler.policy import (
+    QUEUE_FULL,
+    TIMED_OUT,
+    LevelSnapshot,
+    Queued,
+    Rejection,
+    arrived_ns,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,14 +213,12 @@ class PriorityQueue:
         return items
 
     def snapshot(self) -> list[LevelSnapshot]:
-        """Per level: depth, delayed, oldest enqueue time and the cumulative counters."""
+        """Per level: depth, delayed, oldest arrival time and the cumulative counters."""
         out = []
         for number, level in self._levels.items():
-            # NOTE: waiting is in enqueue order; delayed is in expiry order.
-            enqueued = [q.enqueue_ns for q in level.delayed]
-            if level.waiting:
-                enqueued.append(level.waiting[0].enqueue_ns)
-            oldest = min(enqueued, default=None)
+            # NOTE: every item: requests from several frontends are queued in the order the
+            # scheduler read them, not quite in arrival order (a status query is rare).
+            oldest = min(map(arrived_ns, (*level.waiting, *level.delayed)), default=None)
             out.append(
                 LevelSnapshot(
                     number,

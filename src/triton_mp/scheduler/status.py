@@ -78,7 +78,7 @@ def _levels(levels: list[LevelSnapshot], now_ns: int) -> tuple[LevelStatus, ...]
             depth=lv.depth,
             delayed=lv.delayed,
             oldest_age_us=(
-                0 if lv.oldest_enqueue_ns is None else (now_ns - lv.oldest_enqueue_ns) // 1000
+                0 if lv.oldest_arrival_ns is None else max(0, now_ns - lv.oldest_arrival_ns) // 1000
             ),
             rejected=lv.rejected,
             timed_out=lv.timed_out,

@@ -51,7 +51,7 @@ from typing import Literal
 from triton_mp.common.close_reason import CloseReason
 from triton_mp.common.errors import ErrorCode
 from triton_mp.scheduler.policies.dynamic import decide, walk
-from triton_mp.scheduler.policy import Batch, LevelSnapshot, Queued, Rejection
+from triton_mp.scheduler.policy import Batch, LevelSnapshot, Queued, Rejection, arrived_ns
 
 MAX_STRING_CORRID = 128
 """Longest string correlation ID, in characters."""
@@ -228,7 +228,7 @@ class SequenceBatcher:
         """One level (0): every queued request; ``delayed`` counts backlogged ones."""
         queued = [q for s in self._active.values() for q in s.queue]
         backlogged = [q for b in self._backlog.values() for q in b]
-        oldest = min((q.enqueue_ns for q in queued + backlogged), default=None)
+        oldest = min((arrived_ns(q) for q in queued + backlogged), default=None)
         return [LevelSnapshot(0, len(queued) + len(backlogged), len(backlogged), oldest, 0, 0, 0)]
 
     # ----------------------------------------------------------------- instances
