@@ -57,6 +57,17 @@ def _unlink_all(names: list[str]) -> None:
         remove_entry(name)
 
 
+E2E = Path(__file__).resolve().parent / "e2e"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/e2e/ is marked ``e2e`` (it starts servers), so
+    ``python -m pytest -m "not e2e"`` is the fast tier whatever a file's own marks say."""
+    for item in items:
+        if E2E in item.path.parents:
+            item.add_marker(pytest.mark.e2e)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _nothing_left_after_the_session() -> Iterator[None]:
     before = set(list_objects())

@@ -1,4 +1,4 @@
-"""``triton-mp`` command line: ``start`` (serve a model repository), ``stat`` (watch its queues).
+"""``triton-mp`` command line: serve a Triton model repository, and watch, tune and trace it.
 
 Imported by the console scripts. ``start`` parses tritonserver's flags (``cli.flags``,
 ``cli.flag_table``) into a frozen ``ServerConfig`` and hands it to the supervisor
@@ -91,7 +91,7 @@ def _add_analyze(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     analyze = sub.add_parser(
         "analyze",
-        help="sweep a model's config and recommend the best ones (like Model Analyzer)",
+        help="measure a model's config variants, recommend the best",
         description="Load config variants into a server, measure each with perf_analyzer, "
         "and write the best configs and a report.",
     )
@@ -147,7 +147,11 @@ def trace_config_from_args(args: argparse.Namespace) -> TraceConfig:
 
 
 def _add_trace_tools(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    trace = sub.add_parser("trace", help="read a trace file (--trace-config triton,file=)")
+    trace = sub.add_parser(
+        "trace",
+        help="read a trace file: per-model summary or a timeline",
+        description="Read the trace file a server wrote with --trace-config triton,file=PATH.",
+    )
     tools = trace.add_subparsers(dest="trace_command", required=True)
     summary = tools.add_parser(
         "summary", help="per model: mean, p50 and p99 of each phase of the traced requests"
@@ -182,11 +186,15 @@ def _run_trace_tools(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every sub-command (``start`` takes its flags through
     ``cli.flags``, tritonserver's grammar; argparse only routes them)."""
-    parser = argparse.ArgumentParser(prog="triton-mp", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="triton-mp",
+        description="triton-mp: a Triton-compatible inference server, a pool of processes "
+        "that talk through shared memory. Each command takes --help.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     start = sub.add_parser(
         "start",
-        help="serve a Triton model repository (tritonserver's flags; --help lists them)",
+        help="serve a Triton model repository (tritonserver's flags)",
         add_help=False,
     )
     start.add_argument("flags", nargs=argparse.REMAINDER)
