@@ -4,7 +4,8 @@ pinned answers). Issue 38: each case differed before.
 
 1. An input of no elements sent without any data is refused (server ``grpc/infer_handler.cc``
    InferGRPCToInput); with an empty raw entry it is served.
-2. (BF16: to come.)
+2. BF16 tensors reach a python model as pb_utils has them (no numpy form; a DLPack round
+   trip) and their raw bytes come back as they were sent (we answered UNIMPLEMENTED).
 3. More inputs than ``raw_input_contents`` entries: the first input without one is refused
    by name; surplus entries are ignored.
 4. An output requested twice is refused as upstream core main does since PR #493 (Triton
@@ -64,6 +65,37 @@ max_batch_size: 0
 input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [ -1, -1 ] }]
 output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1, -1 ] }]
 """
+BF16_CONFIG = """
+name: "bf16"
+backend: "python"
+max_batch_size: 0
+input [{ name: "INPUT0", data_type: TYPE_BF16, dims: [ -1 ] }]
+output [{ name: "OUTPUT0", data_type: TYPE_BF16, dims: [ -1 ] }]
+"""
+BF16_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            t = pb_utils.get_input_tensor_by_name(r, "INPUT0")
+            try:
+                t.as_numpy()
+            except pb_utils.TritonModelException as e:
+                refused = str(e)
+            else:
+                refused = "as_numpy worked"
+            if refused != (
+                "Tensor dtype is BF16 and cannot be converted to NumPy. Use "
+                "to_dlpack() and from_dlpack() instead."
+            ):
+                out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(refused)))
+                continue
+            echo = pb_utils.Tensor.from_dlpack("OUTPUT0", t.to_dlpack())
+            out.append(pb_utils.InferenceResponse([echo]))
+        return out
+"""
 FAIL_CONFIG = """
 name: "fail"
 backend: "python"
@@ -111,6 +143,7 @@ class TritonPythonModel:
 MODELS = {
     "m": (M_CONFIG, IDENTITY),
     "any": (ANY_CONFIG, IDENTITY),
+    "bf16": (BF16_CONFIG, BF16_MODEL),
     "fail": (FAIL_CONFIG, FAIL_MODEL),
     "dec": (DECOUPLED_CONFIG, DECOUPLED_MODEL),
 }
@@ -213,7 +246,7 @@ def stream(
 def _each(servers: dict[str, str], main_only: bool = False) -> Iterator[tuple[str, str]]:
     """Each server to hold to the pinned answers, the real Triton first (its answer is
     the reference); ``main_only``: triton-mp alone (upstream main changed 2.51's)."""
-    for name, url in sorted(servers.items(), reverse=True):
+    for name, url in sorted(servers.items(), key=lambda item: item[0] != "triton"):
         if main_only and name == "triton":
             continue
         yield name, url
@@ -235,6 +268,20 @@ def test_an_empty_input_needs_its_empty_raw_entry(
         assert isinstance(answer, pb.ModelInferResponse), (name, answer)
         assert [list(o.shape) for o in answer.outputs] == [list(shape)], name
         assert list(answer.raw_output_contents) == [b""], name
+
+
+# -------------------------------------------------------------------------------- 2. BF16
+
+
+def test_bf16_raw_bytes_come_back_as_sent(servers: dict[str, str]) -> None:
+    data = np.array([0x3F80, 0xC000, 0x7FC0, 0x0001, 0xFFFF], "<u2").tobytes()
+    for name, url in _each(servers):
+        answer = infer(url, request("bf16", (5,), raw=(data,), datatype="BF16"))
+        assert isinstance(answer, pb.ModelInferResponse), (name, answer)
+        assert [(o.name, o.datatype, list(o.shape)) for o in answer.outputs] == [
+            ("OUTPUT0", "BF16", [5])
+        ], name
+        assert list(answer.raw_output_contents) == [data], name
 
 
 # ----------------------------------------------------------- 3. inputs vs raw entries count

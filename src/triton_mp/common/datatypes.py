@@ -5,6 +5,9 @@ arenas). No gRPC, no shared memory here.
 
 BYTES tensors travel serialised as Triton does on the wire: for each element, a
 little-endian ``u32`` length followed by that many bytes, elements in row-major order.
+BF16 has no numpy type; its tensors are held as ``BF16_DTYPE`` arrays (each element's 16
+bits, untouched), which the python backend hands models as Triton does: no numpy form,
+DLPack only (``backends.python.dlpack``).
 """
 
 from __future__ import annotations
@@ -55,6 +58,12 @@ class DataType(IntEnum):
         return _NUMPY_OF.get(self)
 
     @property
+    def storage(self) -> np.dtype | None:
+        """The dtype triton-mp holds tensors of this type in: ``numpy``, and for BF16
+        ``BF16_DTYPE``; None for INVALID."""
+        return BF16_DTYPE if self is DataType.BF16 else _NUMPY_OF.get(self)
+
+    @property
     def item_size(self) -> int | None:
         """Bytes per element of a fixed-size type; None for STRING (variable) and INVALID."""
         return _ITEM_SIZE.get(self)
@@ -69,6 +78,11 @@ class DataType(IntEnum):
         """The type of a config enum name (``"TYPE_FP32"``); INVALID when unknown."""
         return _BY_CONFIG_NAME.get(name, cls.INVALID)
 
+
+BF16_DTYPE = np.dtype([("bfloat16", "<u2")])
+"""BF16 tensors in numpy, which has no bfloat16: one 16-bit field per element holding the
+value's bits as sent (little-endian), never converted. Arrays of it are copied, sliced and
+written as any other; ``protocol_of`` names it "BF16"."""
 
 _NUMPY_OF: dict[DataType, np.dtype] = {
     DataType.BOOL: np.dtype(np.bool_),
@@ -110,6 +124,8 @@ def protocol_of(dtype: np.dtype) -> str:
     """
     if dtype.kind in ("O", "S", "U"):
         return "BYTES"
+    if dtype == BF16_DTYPE:
+        return "BF16"
     try:
         return _BY_KIND[(dtype.kind, dtype.itemsize)]
     except KeyError:

@@ -171,7 +171,7 @@ class BlsClient:
         if version < 0:
             version = max(model.versions)
         outputs = tuple(request.requested_output_names()) or model.outputs
-        arrays = [(t.name(), t.as_numpy()) for t in request.inputs()]
+        arrays = [(t.name(), pb_utils._tensor_data(t)) for t in request.inputs()]  # noqa: SLF001
         batch = 1
         if model.max_batch_size > 0 and arrays and arrays[0][1].ndim > 0:
             batch = int(arrays[0][1].shape[0])

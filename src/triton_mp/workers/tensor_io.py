@@ -143,7 +143,7 @@ def view_tensor(
 
     Raises:
         TritonMPError: a client region is gone, or smaller than the tensor (INVALID_ARG); a
-            datatype with no numpy type, BF16 (UNSUPPORTED).
+            datatype with no numpy type (UNSUPPORTED). BF16 is viewed as ``BF16_DTYPE``.
     """
     fixed = _FIXED_DTYPES.get(ref.datatype)
     if fixed is not None and not ref.region_id:
@@ -165,7 +165,7 @@ def view_tensor(
         return deserialize_bytes_tensor(
             memoryview(buf)[ref.offset : ref.offset + ref.nbytes], ref.shape
         )
-    dtype = datatype.numpy
+    dtype = datatype.storage
     if dtype is None:
         raise TritonMPError(
             f"tensor '{ref.name}' of data type {ref.datatype} has no numpy type",
@@ -227,7 +227,7 @@ def overlapping_inputs(req: InferRequest) -> list[str]:
 
 
 _FIXED_DTYPES: dict[str, np.dtype] = {
-    t.wire: t.numpy for t in DataType if t.numpy is not None and t is not DataType.STRING
+    t.wire: t.storage for t in DataType if t.storage is not None and t is not DataType.STRING
 }
 """Protocol datatype -> numpy dtype of the fixed-size types ``view_tensor`` views in place."""
 
@@ -238,7 +238,7 @@ shared memory by its buffer, in native order), its wire bytes otherwise (a BYTES
 length-prefixed form, a contiguous copy)."""
 
 _WIRE_OF: dict[np.dtype, str] = {
-    np.dtype(t.numpy): t.wire for t in DataType if t.numpy is not None and t is not DataType.STRING
+    t.storage: t.wire for t in DataType if t.storage is not None and t is not DataType.STRING
 }
 """Native-order numpy dtype -> protocol datatype of the types written straight from the array."""
 

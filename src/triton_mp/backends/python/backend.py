@@ -561,7 +561,7 @@ class PythonBackend:
             name = tensor.name()
             if name not in wanted:
                 continue
-            arr = tensor.as_numpy()
+            arr = pb_utils._tensor_data(tensor)  # noqa: SLF001 - BF16 too
             dims = self._output_dims.get(name)
             if dims is not None:
                 try:

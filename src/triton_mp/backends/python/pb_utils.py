@@ -38,7 +38,9 @@ Tensor data: ``Tensor.as_numpy()`` of an input returns the array the worker gave
 which for fixed-size types is a view over the frontend's shared-memory arena. As in Triton,
 such a view is valid only during the ``execute`` call that received it: a model that keeps
 input data across calls must copy it (``arr.copy()``). BYTES tensors are numpy ``object``
-arrays whose elements are ``bytes``.
+arrays whose elements are ``bytes``. BF16 tensors have no numpy form, as in Triton:
+``as_numpy`` refuses them and ``to_dlpack`` / ``from_dlpack`` carry them
+(``backends.python.dlpack``).
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from triton_mp.backends.python.dlpack import export_bf16 as _export_bf16
+from triton_mp.backends.python.dlpack import import_bf16 as _import_bf16
+from triton_mp.backends.python.dlpack import is_bf16 as _is_bf16
+from triton_mp.common.datatypes import BF16_DTYPE as _BF16_DTYPE
 from triton_mp.common.datatypes import DataType
 from triton_mp.common.datatypes import deserialize_bytes_tensor as _deserialize
 from triton_mp.common.datatypes import serialize_bytes_tensor as _serialize
@@ -104,6 +110,7 @@ TRITONSERVER_TYPE_BF16: int = DataType.BF16.value
 
 _NUMPY_OF_TRITON: dict[int, type] = {t.value: t.numpy.type for t in DataType if t.numpy is not None}
 _TRITON_OF_NUMPY: dict[np.dtype, int] = {np.dtype(t): k for k, t in _NUMPY_OF_TRITON.items()}
+_TRITON_OF_NUMPY[_BF16_DTYPE] = TRITONSERVER_TYPE_BF16  # NOTE: how triton-mp holds BF16
 TRITON_STRING_TO_NUMPY: dict[str, type] = {
     t.config_name: t.numpy.type for t in DataType if t.numpy is not None
 }
@@ -266,8 +273,20 @@ class Tensor:
 
     def as_numpy(self) -> np.ndarray:
         """The data. For inputs this may be a view over shared memory, valid during the
-        ``execute`` call only (copy to keep)."""
-        return self._array
+        ``execute`` call only (copy to keep).
+
+        Raises:
+            TritonModelException: a BF16 tensor (python_backend ``pb_tensor.cc`` AsNumpy:
+                numpy has no bfloat16; use ``to_dlpack``).
+        """
+        arr = self._array
+        d = arr.dtype
+        if d.char == "V" and d == _BF16_DTYPE:
+            raise TritonModelException(
+                "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and "
+                "from_dlpack() instead."
+            )
+        return arr
 
     def shape(self) -> list[int]:
         """The shape as a list of ints."""
@@ -282,17 +301,21 @@ class Tensor:
         return True
 
     def to_dlpack(self) -> object:
-        """A DLPack capsule sharing the data (not for BYTES tensors).
+        """A DLPack capsule sharing the data (not for BYTES tensors; BF16 as ``kDLBfloat``).
 
         Raises:
             TritonModelException: the dtype has no DLPack form (object/bytes arrays).
         """
         try:
+            if _is_bf16(self._array):
+                return _export_bf16(self._array)
             return self._array.__dlpack__()
         except (TypeError, BufferError) as e:
             raise TritonModelException(f"tensor '{self._name}' cannot be exported: {e}") from None
 
     def __dlpack__(self, **kwargs: Any) -> object:
+        if _is_bf16(self._array):
+            return _export_bf16(self._array)
         return self._array.__dlpack__(**kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -307,9 +330,22 @@ class Tensor:
         Raises:
             TritonModelException: the producer's data is not usable from numpy.
         """
-        source = capsule if hasattr(capsule, "__dlpack__") else _Capsule(capsule)
+        if isinstance(capsule, Tensor):
+            return Tensor(name, capsule._array)
+        producer = hasattr(capsule, "__dlpack__")
         try:
-            return Tensor(name, np.from_dlpack(source))
+            if not producer:
+                bf16 = _import_bf16(capsule)
+                if bf16 is not None:
+                    return Tensor(name, bf16)
+            try:
+                return Tensor(name, np.from_dlpack(capsule if producer else _Capsule(capsule)))
+            except (TypeError, BufferError, ValueError, RuntimeError) as e:
+                # NOTE: numpy has no bfloat16: a producer's kDLBfloat capsule is read here
+                bf16 = _import_bf16(capsule.__dlpack__()) if producer else None
+                if bf16 is None:
+                    raise e from None
+                return Tensor(name, bf16)
         except (TypeError, BufferError, ValueError, RuntimeError) as e:
             raise TritonModelException(f"tensor '{name}': from_dlpack failed: {e}") from None
 
@@ -320,6 +356,12 @@ class Tensor:
 # ---------------------------------------------------------------------------
 # Requests and responses
 # ---------------------------------------------------------------------------
+
+
+def _tensor_data(tensor: Tensor) -> np.ndarray:
+    """A tensor's array whatever its type (``as_numpy`` refuses BF16): what the backend
+    writes out for an output or a BLS input."""
+    return tensor._array  # noqa: SLF001 - pb_utils' own class
 
 
 def _input_tensor(name: str, data: np.ndarray) -> Tensor:
