@@ -49,6 +49,18 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+GRPC_FRONTEND_ENV = "TRITON_MP_TEST_GRPC_FRONTEND"
+"""When set (native or python), every test server gets ``--grpc-frontend <it>`` unless the
+test names one: the whole gRPC suite runs through either frontend."""
+
+
+def _grpc_frontend(extra: tuple[str, ...]) -> tuple[str, ...]:
+    chosen = os.environ.get(GRPC_FRONTEND_ENV, "")
+    if not chosen or any(a.startswith("--grpc-frontend") for a in extra):
+        return ()
+    return ("--grpc-frontend", chosen)
+
+
 START = ("-m", "triton_mp", "start")
 """``triton-mp start``, as ``python <START> <flags>``."""
 TRITONSERVER = (
@@ -128,6 +140,7 @@ class ServerProcess:
             str(self.http_port),
             "--metrics-port",
             str(self.metrics_port),
+            *_grpc_frontend(extra),
             *extra,
         ]
         # NOTE: the server runs this checkout's code, whichever copy pip installed.

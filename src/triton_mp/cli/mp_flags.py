@@ -4,7 +4,7 @@ heartbeats). Each row's ``dest`` is the ``ServerConfig`` field it sets."""
 
 from __future__ import annotations
 
-from triton_mp.cli.flags import Flag, Kind, in_range
+from triton_mp.cli.flags import Flag, Kind, in_range, one_of
 
 G_MP = "triton-mp"
 
@@ -49,6 +49,15 @@ MP_FLAGS: tuple[Flag, ...] = (
         check=in_range("--ring-bytes must be at least 4096", 4096),
         help="each request ring's size in /dev/shm (default 1 MiB); one request's "
         "descriptor (its id and parameters) may take half of it",
+        group=G_MP,
+    ),
+    Flag(
+        "grpc-frontend",
+        Kind.STR,
+        "grpc_frontend",
+        "python",
+        check=one_of("--grpc-frontend", "native", "python"),
+        help="who owns the gRPC port: native (C++, hands Python what it does not serve) or python",
         group=G_MP,
     ),
 )

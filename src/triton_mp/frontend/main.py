@@ -44,6 +44,8 @@ from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.log_control import LogControl
 from triton_mp.frontend.metrics import MetricsEndpoint
 from triton_mp.frontend.model_table import ModelTable
+from triton_mp.frontend.native import UNAVAILABLE, available
+from triton_mp.frontend.native.public_port import NativePort, choose
 from triton_mp.frontend.pending import PendingTable
 from triton_mp.frontend.polling_loop import PollingSelector
 from triton_mp.frontend.readiness import ReadinessChecks
@@ -222,8 +224,50 @@ def _bind_grpc_if_allowed(server: grpc.aio.Server, spec: FrontendSpec, address: 
     return "" if bound else f"failed to bind gRPC address {address}"
 
 
-def grpc_server(spec: FrontendSpec, api: FrontendApi) -> grpc.aio.Server:
-    """The grpc.aio server with every service: inference, health, admin (not bound yet)."""
+def _native_port(spec: FrontendSpec, servicer: InferenceServicer) -> NativePort | None:
+    """The native server for the public port when ``--grpc-frontend native`` can have it
+    (logs the one line that says why not otherwise); None: the Python server owns it."""
+    if not spec.allow_grpc:
+        return None
+    use, why_not = choose(
+        spec.grpc_frontend,
+        tls=spec.grpc_tls is not None,
+        built=available(),
+        why_not_built=UNAVAILABLE,
+    )
+    if why_not:
+        log.warning("%s", why_not)
+    if not use:
+        return None
+    # NOTE: grpc.aio's interceptor checks the restricted-protocol headers: with it, ModelInfer
+    # is relayed to the Python server like every other call.
+    handoff = None if spec.grpc_restricted else servicer
+    return NativePort(f"{spec.grpc_address}:{spec.grpc_port}", grpc_options(spec), handoff)
+
+
+async def _start_grpc(server: grpc.aio.Server, spec: FrontendSpec, port: NativePort | None) -> str:
+    """Bind and start the gRPC server(s); the start-up error's text or ""."""
+    address = f"{spec.grpc_address}:{spec.grpc_port}"
+    if port is None:
+        failed = _bind_grpc_if_allowed(server, spec, address)
+        if not failed:
+            # NOTE: started even with no port (--allow-grpc=false): the drain stops it.
+            await server.start()
+        return failed
+    if not port.bind_private(server):
+        port.close()
+        return f"failed to bind gRPC address {port.backend}"
+    await server.start()
+    if not port.start():
+        port.close()
+        await server.stop(None)
+        return f"failed to bind gRPC address {address}"
+    return ""
+
+
+def grpc_server(spec: FrontendSpec, api: FrontendApi) -> tuple[grpc.aio.Server, InferenceServicer]:
+    """The grpc.aio server with every service: inference, health, admin (not bound yet),
+    and its inference servicer."""
     server = grpc.aio.server(
         interceptors=[RestrictedProtocolInterceptor(spec.grpc_restricted)]
         if spec.grpc_restricted
@@ -231,10 +275,18 @@ def grpc_server(spec: FrontendSpec, api: FrontendApi) -> grpc.aio.Server:
         options=grpc_options(spec),
     )
     forward = HeaderForward(spec.grpc_header_forward_pattern)
-    add_to_server(InferenceServicer(api, forward), server)
+    servicer = InferenceServicer(api, forward)
+    add_to_server(servicer, server)
     health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(api), server)
     admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(api.stats), server)
-    return server
+    return server, servicer
+
+
+async def _stop_grpc_now(server: grpc.aio.Server, native: NativePort | None) -> None:
+    """Stop the gRPC server(s) without a grace period (a failed start)."""
+    if native is not None:
+        await native.stop(0)
+    await server.stop(None)
 
 
 async def _start_http(spec: FrontendSpec, api: FrontendApi) -> HttpFrontend | str | None:
@@ -308,9 +360,12 @@ async def _start_metrics(
     return metrics
 
 
-def _log_listening(spec: FrontendSpec, address: str, http: HttpFrontend | None) -> None:
+def _log_listening(
+    spec: FrontendSpec, address: str, http: HttpFrontend | None, native: bool
+) -> None:
     if spec.allow_grpc:
-        log.info("gRPC frontend listening on %s%s", address, " (TLS)" if spec.grpc_tls else "")
+        how = " (TLS)" if spec.grpc_tls else " (native)" if native else ""
+        log.info("gRPC frontend listening on %s%s", address, how)
     for category, (key, _) in sorted(spec.grpc_restricted.items()):
         log.info("gRPC '%s' protocol restricted to header triton-grpc-protocol-%s", category, key)
     if spec.allow_grpc and spec.grpc_header_forward_pattern:
@@ -334,6 +389,7 @@ async def _drain(
     pending: PendingTable,
     server: grpc.aio.Server,
     http: HttpFrontend | None,
+    native: NativePort | None,
 ) -> None:
     """Refuse new requests, await the accepted ones (up to ``exit_timeout_s``), then stop
     the transports."""
@@ -352,6 +408,8 @@ async def _drain(
         await asyncio.sleep(max(0.0, min(DRAIN_LINGER_S, deadline - loop.time())))
     if http is not None:
         await http.stop()
+    if native is not None:
+        await native.stop(max(0.5, deadline - loop.time()))
     await server.stop(grace=max(0.5, deadline - loop.time()))
 
 
@@ -401,18 +459,17 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
         inbox=handler,
         direct=direct,
     )
-    server = grpc_server(spec, api)
+    server, servicer = grpc_server(spec, api)
     address = f"{spec.grpc_address}:{spec.grpc_port}"
-    failed = _bind_grpc_if_allowed(server, spec, address)
+    native = _native_port(spec, servicer)
+    failed = await _start_grpc(server, spec, native)
     if failed:
         report_start_failed(ready, "frontend", name, failed)
         return 1
-    # NOTE: started even with no port (--allow-grpc=false): the drain stops it as usual.
-    await server.start()
     http = await _start_http(spec, api)
     if isinstance(http, str):
         report_start_failed(ready, "frontend", name, http)
-        await server.stop(None)
+        await _stop_grpc_now(server, native)
         return 1
     loop.add_reader(inbox.waiter.fileno(), handler.on_wakeup)
     selector.watch(inbox)
@@ -421,17 +478,17 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     metrics = await _start_metrics(spec, pending, to_scheduler.send_bytes, view)
     if isinstance(metrics, str):
         report_start_failed(ready, "frontend", name, metrics)
-        await server.stop(None)
+        await _stop_grpc_now(server, native)
         return 1
     stopping = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
     tune_gc()
     report_ready(ready, "frontend", name)
     link.start(loop)
-    _log_listening(spec, address, http)
+    _log_listening(spec, address, http, native is not None)
     await stopping.wait()
 
-    await _drain(spec, api.inference, pending, server, http)
+    await _drain(spec, api.inference, pending, server, http, native)
     api.tracer.close()
     if metrics is not None:
         await metrics.stop()

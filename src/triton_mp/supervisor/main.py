@@ -287,6 +287,7 @@ class Supervisor:
             grpc_tls=_grpc_tls(cfg),
             grpc_channel_args=cfg.grpc_channel_args,
             grpc_compression_level=cfg.grpc_compression_level,
+            grpc_frontend=cfg.grpc_frontend,
             http_max_input_bytes=cfg.http_max_input_bytes,
             grpc_header_forward_pattern=cfg.grpc_header_forward_pattern,
             http_header_forward_pattern=cfg.http_header_forward_pattern,

@@ -1,0 +1,103 @@
+"""The native gRPC server of a frontend process (C++ on the system's libgrpc++, built by the
+project's install from the sources beside this file: ``setup.py``).
+
+Imported by ``frontend.main`` only. With ``--grpc-frontend native`` (the default where the
+extension was built) the native server owns the public gRPC port and the Python grpc.aio
+server moves onto a private unix socket of this process. Every call on the public port goes
+to ``NativeServer``'s single completion-queue thread (it never takes the GIL):
+
+- **Unary ModelInfer, in process** (``handoff.cc`` / ``handoff.py``): the request's bytes
+  and metadata are queued for this process's event loop, woken through an eventfd, which
+  runs the Python ModelInfer handler on them (no grpc.aio call) and replies with the
+  serialized response or the status the handler aborted with; the reply reaches the call
+  through a ``grpc::Alarm`` on the completion queue. A call the client abandons cancels the
+  handler's task. Not with ``--grpc-restricted-protocol`` (grpc.aio's interceptor checks
+  those headers): then ModelInfer is relayed like the rest.
+
+- **Handed to Python as it came** (``proxy_call.cc``): the native server accepts any method
+  through ``grpc::AsyncGenericService`` and relays it, message by message, over
+  ``grpc::GenericStub`` to the Python server: the request's bytes, its metadata (every user
+  key; not the keys gRPC writes itself, ``metadata.cc``) and its deadline unchanged; the
+  Python side's initial metadata, messages, status code, message, details and trailers come
+  back unchanged. A client that goes away cancels the Python side's call. So every answer,
+  every error and every word is Python's, exactly as with ``--grpc-frontend python``.
+- The public port keeps the Python server's settings: the same grpc core channel arguments
+  (message limits, ``SO_REUSEPORT`` so several frontends share the port, keepalive, the
+  response compression level). TLS stays with the Python server (``public_port.choose``).
+
+Where the extension is absent (another platform, a failed build) or ``TRITON_MP_NATIVE=0``
+is set, ``UNAVAILABLE`` says why and the Python server serves the public port as before.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+
+
+def _load() -> tuple[ModuleType | None, str]:
+    if os.environ.get("TRITON_MP_NATIVE") == "0":
+        return None, "TRITON_MP_NATIVE=0"
+    try:
+        return importlib.import_module("triton_mp.frontend.native._native"), ""
+    except ImportError as e:
+        return None, str(e)
+
+
+_NATIVE, UNAVAILABLE = _load()
+"""The extension module, or None and the import error's text."""
+
+
+def available() -> bool:
+    """True where the native extension was built and loads."""
+    return _NATIVE is not None
+
+
+class NativeServer:
+    """The native server of this process (one at most): ``start`` binds, ``stop`` drains.
+
+    Args:
+        address: the public ``host:port`` (port 0: any free port).
+        backend: the Python server's target, ``unix:/path``.
+        channel_args: grpc core channel arguments of the public port (int values only), the
+            Python server's own (``frontend.main.grpc_options``).
+        handoff: unary ModelInfer calls go to this process's event loop
+            (``handoff.Handoff``) rather than through the private socket.
+    """
+
+    def __init__(
+        self, address: str, backend: str, channel_args: list[tuple[str, int]], handoff: bool
+    ) -> None:
+        self._args = (address, backend, channel_args, handoff)
+        self._running = False
+
+    @property
+    def module(self) -> ModuleType:
+        """The extension (its handoff functions: ``handoff.Handoff``).
+
+        Raises:
+            RuntimeError: the extension is absent.
+        """
+        if _NATIVE is None:
+            raise RuntimeError(f"native gRPC frontend unavailable: {UNAVAILABLE}")
+        return _NATIVE
+
+    def start(self) -> int:
+        """Bind and serve. Returns the bound port (0: the bind failed).
+
+        Raises:
+            RuntimeError: the extension is absent, or a server already runs here.
+        """
+        if _NATIVE is None:
+            raise RuntimeError(f"native gRPC frontend unavailable: {UNAVAILABLE}")
+        port = int(_NATIVE.start(*self._args))
+        self._running = port != 0
+        return port
+
+    def stop(self, grace_s: float) -> None:
+        """Stop accepting, cancel calls still running after ``grace_s`` seconds, and join the
+        server's thread (blocks: call it off the event loop)."""
+        if self._running and _NATIVE is not None:
+            self._running = False
+            _NATIVE.stop(grace_s)

@@ -1,0 +1,180 @@
+// triton_mp.frontend.native._native: the CPython binding of the native gRPC server.
+// Python twin: frontend/native/__init__.py (NativeServer). One server per process. Every
+// blocking call releases the GIL; the server's own thread never takes it.
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "native_server.h"
+
+namespace {
+
+std::unique_ptr<triton_mp::NativeServer> g_server;
+
+// start(address, backend, channel_args, handoff) -> port
+// channel_args: a sequence of (str, int). Returns 0 when the port cannot be bound.
+PyObject* Start(PyObject*, PyObject* args) {
+  const char* address;
+  const char* backend;
+  PyObject* channel_args;
+  int handoff;
+  if (!PyArg_ParseTuple(args, "ssOp", &address, &backend, &channel_args, &handoff)) {
+    return nullptr;
+  }
+  if (g_server) {
+    PyErr_SetString(PyExc_RuntimeError, "the native gRPC server is already running");
+    return nullptr;
+  }
+  triton_mp::NativeServerOptions options;
+  options.address = address;
+  options.backend = backend;
+  options.handoff = handoff != 0;
+  PyObject* seq = PySequence_Fast(channel_args, "channel_args must be a sequence");
+  if (seq == nullptr) return nullptr;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); ++i) {
+    const char* key;
+    int value;
+    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "si", &key, &value)) {
+      Py_DECREF(seq);
+      return nullptr;
+    }
+    options.channel_args.emplace_back(key, value);
+  }
+  Py_DECREF(seq);
+  std::unique_ptr<triton_mp::NativeServer> server;
+  Py_BEGIN_ALLOW_THREADS
+  server = triton_mp::NativeServer::Start(options);
+  Py_END_ALLOW_THREADS
+  if (!server) return PyLong_FromLong(0);
+  int port = server->port();
+  g_server = std::move(server);
+  return PyLong_FromLong(port);
+}
+
+// stop(grace_s): stops accepting, cancels what still runs after grace_s, joins the thread.
+// NOTE: the event loop keeps calling take/reply meanwhile (this runs in an executor): the
+// server is destroyed only after Stop, with the GIL held, which those calls hold too.
+PyObject* Stop(PyObject*, PyObject* args) {
+  double grace_s;
+  if (!PyArg_ParseTuple(args, "d", &grace_s)) return nullptr;
+  triton_mp::NativeServer* server = g_server.get();
+  if (server) {
+    Py_BEGIN_ALLOW_THREADS
+    server->Stop(grace_s);
+    Py_END_ALLOW_THREADS
+    g_server.reset();
+  }
+  Py_RETURN_NONE;
+}
+
+triton_mp::Handoff* CurrentHandoff() { return g_server ? g_server->handoff() : nullptr; }
+
+// handoff_fd() -> int: the eventfd that is readable when take() has items (-1: no handoff).
+PyObject* HandoffFd(PyObject*, PyObject*) {
+  triton_mp::Handoff* h = CurrentHandoff();
+  return PyLong_FromLong(h ? h->fd() : -1);
+}
+
+PyObject* BytesOf(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Valid() || !buffer.Dump(&slices).ok()) return PyBytes_FromStringAndSize("", 0);
+  PyObject* out = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(buffer.Length()));
+  if (out == nullptr) return nullptr;
+  char* dst = PyBytes_AS_STRING(out);
+  for (const auto& s : slices) {
+    std::memcpy(dst, s.begin(), s.size());
+    dst += s.size();
+  }
+  return out;
+}
+
+PyObject* MetadataOf(const std::vector<std::pair<std::string, std::string>>& metadata) {
+  PyObject* out = PyTuple_New(static_cast<Py_ssize_t>(metadata.size()));
+  if (out == nullptr) return nullptr;
+  for (size_t i = 0; i < metadata.size(); ++i) {
+    const auto& kv = metadata[i];
+    bool binary = kv.first.size() > 4 && kv.first.compare(kv.first.size() - 4, 4, "-bin") == 0;
+    PyObject* pair = binary ? Py_BuildValue("(s#y#)", kv.first.data(), kv.first.size(),
+                                            kv.second.data(), kv.second.size())
+                            : Py_BuildValue("(s#s#)", kv.first.data(), kv.first.size(),
+                                            kv.second.data(), kv.second.size());
+    if (pair == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(out, static_cast<Py_ssize_t>(i), pair);
+  }
+  return out;
+}
+
+// take() -> list of (id, request bytes or None (cancelled), metadata ((key, value), ...)).
+PyObject* Take(PyObject*, PyObject*) {
+  triton_mp::Handoff* h = CurrentHandoff();
+  std::vector<triton_mp::HandoffItem> items;
+  if (h) items = h->Take();
+  PyObject* out = PyList_New(static_cast<Py_ssize_t>(items.size()));
+  if (out == nullptr) return nullptr;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const auto& item = items[i];
+    PyObject* entry = nullptr;
+    if (item.cancelled) {
+      entry = Py_BuildValue("(KOO)", static_cast<unsigned long long>(item.id), Py_None, Py_None);
+    } else {
+      PyObject* data = BytesOf(item.data);
+      PyObject* md = data ? MetadataOf(item.metadata) : nullptr;
+      if (md) entry = Py_BuildValue("(KNN)", static_cast<unsigned long long>(item.id), data, md);
+      else Py_XDECREF(data);
+    }
+    if (entry == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), entry);
+  }
+  return out;
+}
+
+// reply(id, code, details, response) -> bool: the answer to a taken call (code 0: the
+// response bytes; else the status and details). False: the call is gone.
+PyObject* Reply(PyObject*, PyObject* args) {
+  unsigned long long id;
+  int code;
+  const char* details;
+  Py_ssize_t details_len;
+  Py_buffer response;
+  if (!PyArg_ParseTuple(args, "Kis#y*", &id, &code, &details, &details_len, &response)) {
+    return nullptr;
+  }
+  triton_mp::Handoff* h = CurrentHandoff();
+  bool delivered = false;
+  if (h) {
+    grpc::Slice slice(response.buf, static_cast<size_t>(response.len));
+    grpc::ByteBuffer buffer(&slice, 1);
+    grpc::Status status(static_cast<grpc::StatusCode>(code),
+                        std::string(details, static_cast<size_t>(details_len)));
+    delivered = h->Reply(id, std::move(status), std::move(buffer));
+  }
+  PyBuffer_Release(&response);
+  return PyBool_FromLong(delivered);
+}
+
+PyMethodDef kMethods[] = {
+    {"start", Start, METH_VARARGS, "Bind the public port and serve; returns the port or 0."},
+    {"stop", Stop, METH_VARARGS, "Stop serving (grace in seconds) and join the thread."},
+    {"handoff_fd", HandoffFd, METH_NOARGS, "The eventfd readable when take() has items."},
+    {"take", Take, METH_NOARGS, "The handed-off calls and cancellations queued so far."},
+    {"reply", Reply, METH_VARARGS, "Answer a handed-off call: (id, code, details, bytes)."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_native", "The native gRPC server.", -1, kMethods,
+                       nullptr, nullptr, nullptr, nullptr};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__native() { return PyModule_Create(&kModule); }

@@ -1,0 +1,64 @@
+// See native_server.h.
+#include "native_server.h"
+
+#include <chrono>
+
+#include "cq_tag.h"
+#include "proxy_call.h"
+
+namespace triton_mp {
+
+std::unique_ptr<NativeServer> NativeServer::Start(const NativeServerOptions& options) {
+  std::unique_ptr<NativeServer> s(new NativeServer());
+  if (options.handoff) {
+    s->handoff_ = std::make_unique<Handoff>();
+    if (!s->handoff_->ok()) return nullptr;
+  }
+  grpc::ChannelArguments backend_args;
+  backend_args.SetMaxReceiveMessageSize(-1);
+  backend_args.SetMaxSendMessageSize(-1);
+  s->channel_ = grpc::CreateCustomChannel(options.backend, grpc::InsecureChannelCredentials(),
+                                          backend_args);
+  s->stub_ = std::make_unique<grpc::GenericStub>(s->channel_);
+
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &s->port_);
+  builder.RegisterAsyncGenericService(&s->service_);
+  for (const auto& kv : options.channel_args) builder.AddChannelArgument(kv.first, kv.second);
+  s->cq_ = builder.AddCompletionQueue();
+  s->server_ = builder.BuildAndStart();
+  if (!s->server_ || s->port_ == 0) {
+    if (s->server_) s->server_->Shutdown();
+    s->cq_->Shutdown();
+    void* tag;
+    bool ok;
+    while (s->cq_->Next(&tag, &ok)) static_cast<Tag*>(tag)->Proceed(ok);
+    s->server_.reset();
+    s->stopped_ = true;
+    return nullptr;
+  }
+  ProxyTarget target{&s->service_, s->cq_.get(), s->stub_.get(), s->handoff_.get()};
+  for (int i = 0; i < options.pending_calls; ++i) ProxyCall::Arm(target);
+  s->thread_ = std::thread([raw = s.get()] { raw->Poll(); });
+  return s;
+}
+
+void NativeServer::Poll() {
+  void* tag;
+  bool ok;
+  while (cq_->Next(&tag, &ok)) static_cast<Tag*>(tag)->Proceed(ok);
+}
+
+void NativeServer::Stop(double grace_s) {
+  if (stopped_) return;
+  stopped_ = true;
+  auto deadline = std::chrono::system_clock::now() +
+                  std::chrono::microseconds(static_cast<int64_t>(grace_s * 1e6));
+  server_->Shutdown(deadline);
+  cq_->Shutdown();
+  if (thread_.joinable()) thread_.join();
+}
+
+NativeServer::~NativeServer() { Stop(0); }
+
+}  // namespace triton_mp

@@ -1,0 +1,64 @@
+// The native gRPC server of one frontend process: owns the public gRPC port, hands unary
+// ModelInfer calls to the Python frontend in process (Handoff) and relays every other call
+// to the Python grpc.aio server on a private unix socket (ProxyCall), and runs one
+// completion-queue thread that never takes the GIL.
+#ifndef TRITON_MP_NATIVE_NATIVE_SERVER_H_
+#define TRITON_MP_NATIVE_NATIVE_SERVER_H_
+
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "handoff.h"
+
+namespace triton_mp {
+
+struct NativeServerOptions {
+  std::string address;      // the public "host:port" (port 0: any)
+  std::string backend;      // the Python server's target, "unix:/path"
+  // grpc core args of the public port, as the Python server's (frontend.main.grpc_options:
+  // message limits, grpc.so_reuseport, keepalive, grpc.default_compression_level)
+  std::vector<std::pair<std::string, int>> channel_args;
+  bool handoff = false;     // unary ModelInfer goes to Python in process (handoff.h)
+  int pending_calls = 8;      // calls armed ahead on the completion queue
+};
+
+class NativeServer {
+ public:
+  // Binds and starts serving. Returns nullptr when the port cannot be bound (the words are
+  // Python's).
+  static std::unique_ptr<NativeServer> Start(const NativeServerOptions& options);
+  ~NativeServer();
+  NativeServer(const NativeServer&) = delete;
+  NativeServer& operator=(const NativeServer&) = delete;
+
+  int port() const { return port_; }
+  // The in-process handoff, or nullptr when ModelInfer is relayed like every other call.
+  Handoff* handoff() { return handoff_.get(); }
+  // Stops accepting, cancels calls still running after grace_s, drains the queue, joins.
+  void Stop(double grace_s);
+
+ private:
+  NativeServer() = default;
+  void Poll();
+
+  grpc::AsyncGenericService service_;
+  std::unique_ptr<Handoff> handoff_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<grpc::GenericStub> stub_;
+  std::unique_ptr<grpc::ServerCompletionQueue> cq_;
+  std::unique_ptr<grpc::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace triton_mp
+
+#endif  // TRITON_MP_NATIVE_NATIVE_SERVER_H_

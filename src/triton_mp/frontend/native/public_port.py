@@ -1,0 +1,92 @@
+"""Who owns a frontend's public gRPC port: the Python grpc.aio server itself, or the native
+server (``frontend.native.NativeServer``) in front of it, with the Python server moved onto
+a private unix socket in a directory of this process.
+
+Imported by ``frontend.main``. ``choose`` is the decision (pure); ``NativePort`` does it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Protocol
+
+from triton_mp.frontend import native
+from triton_mp.frontend.native.handoff import Handoff, Servicer
+
+
+class _Bindable(Protocol):
+    def add_insecure_port(self, address: str) -> int: ...
+
+
+def choose(requested: str, *, tls: bool, built: bool, why_not_built: str) -> tuple[bool, str]:
+    """Whether the native server takes the public port, and the one log line saying why not.
+
+    Args:
+        requested: ``--grpc-frontend``: "native" or "python".
+        tls: ``--grpc-use-ssl`` (TLS is served by the Python server).
+        built: the extension loads (``native.available()``).
+        why_not_built: the import error's text when it does not.
+
+    Returns:
+        (True, "") for native; (False, "") when python was asked for; (False, line) when
+        native was asked for and cannot serve.
+    """
+    if requested != "native":
+        return False, ""
+    if not built:
+        return False, (
+            f"native gRPC frontend not built ({why_not_built}): the Python frontend serves gRPC"
+        )
+    if tls:
+        return False, "native gRPC frontend does not serve TLS: the Python frontend serves gRPC"
+    return True, ""
+
+
+class NativePort:
+    """The native server on the public port and the Python server's private socket.
+
+    Args:
+        address: the public ``host:port``.
+        channel_args: the Python server's grpc core channel arguments, applied to the port.
+        servicer: the InferenceServicer that serves unary ModelInfer in process
+            (``handoff``); None: ModelInfer is relayed to the Python server like the rest.
+    """
+
+    def __init__(
+        self, address: str, channel_args: list[tuple[str, int]], servicer: Servicer | None
+    ) -> None:
+        self.address = address
+        self._dir = Path(tempfile.mkdtemp(prefix="triton-mp-grpc-"))
+        self.backend = f"unix:{self._dir / 'python.sock'}"
+        self._server = native.NativeServer(
+            address, self.backend, channel_args, handoff=servicer is not None
+        )
+        self._handoff = None if servicer is None else Handoff(self._server.module, servicer)
+
+    def bind_private(self, server: _Bindable) -> bool:
+        """Bind the Python server to the private socket. False: it could not be bound."""
+        return bool(server.add_insecure_port(self.backend))
+
+    def start(self) -> int:
+        """Bind the public port and serve (on the running loop, which takes the handed-off
+        calls). Returns the port (0: the bind failed)."""
+        port = self._server.start()
+        if port and self._handoff is not None:
+            self._handoff.start(asyncio.get_running_loop())
+        return port
+
+    async def stop(self, grace_s: float) -> None:
+        """Stop the native server (off the event loop, which keeps serving the Python side
+        until every relayed call is over), then remove the socket's directory."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._server.stop, grace_s)
+        if self._handoff is not None:
+            self._handoff.stop()
+        self.close()
+
+    def close(self) -> None:
+        """Remove the private socket's directory (idempotent)."""
+        shutil.rmtree(self._dir, ignore_errors=True)
