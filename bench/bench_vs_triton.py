@@ -3,9 +3,12 @@
 
 The servers ("sides"): the real Triton, triton-mp (one frontend process), and, for the
 add_sub_py gRPC workloads (the python-backend issue's bench, concurrency 1, 4 and 16), also
-triton-mp with ``--frontend-processes 2`` and the Python floor (``bench/
-floor_server.py``: one grpc.aio process computing add_sub inline, what a single Python gRPC
-process reaches here).
+triton-mp with ``--frontend-processes 2``, triton-mp with ``--grpc-frontend native``, the
+Python floor (``bench/floor_server.py``: one grpc.aio process computing add_sub inline, what
+a single Python gRPC process reaches here) and the native floor (``bench/native_floor.py``:
+the same in C++ on libgrpc++, what a native gRPC frontend costs per call before any work of
+its own; after the CPU table, each triton-mp side's frontend CPU per inference is printed
+over the native floor's, per round and median).
 
 One invocation:
 
@@ -67,6 +70,7 @@ from common import (
     fmt,
     med,
 )
+from native_floor import NativeFloor
 
 DEFAULT_REPOSITORY = BENCH / "model_repository"
 DEFAULT_PNG = ROOT / "bench" / "results" / "vs_triton.png"
@@ -75,7 +79,9 @@ SIDES = (
     "triton-mp",
     "triton-mp base",
     "triton-mp fp2",
+    "triton-mp native",
     "floor",
+    "native floor",
     "identity floor",
     "onnxruntime",
 )
@@ -88,7 +94,7 @@ REV``, run next to this checkout's on every workload triton-mp runs (an A/B in o
 batched images/s (``raw_ort_record``), the bound of the ocr_cls workload."""
 SERVERLESS = ("onnxruntime",)
 """Sides measured in this process, with nothing to start or stop."""
-FLOORS = ("floor", "identity floor", "onnxruntime")
+FLOORS = ("floor", "native floor", "identity floor", "onnxruntime")
 """The floor sides: the table's "vs floor" column shows a workload's ratio over any of them."""
 FLOOR_IDENTITY = ROOT / "bench" / "floor_identity.py"
 PAIR = ("Triton", "triton-mp")
@@ -104,6 +110,9 @@ RATIOS = (
     ("triton-mp fp2", "Triton"),
     ("triton-mp", "floor"),
     ("triton-mp fp2", "floor"),
+    ("triton-mp", "native floor"),
+    ("triton-mp native", "Triton"),
+    ("triton-mp native", "triton-mp"),
     ("triton-mp", "identity floor"),
     ("identity floor", "Triton"),
     ("triton-mp", "onnxruntime"),
@@ -111,6 +120,10 @@ RATIOS = (
 )
 """Throughput ratios reported per workload (numerator, denominator), when both ran."""
 FP2_ARGS = ["--frontend-processes", "2"]
+NATIVE_ARGS = ["--grpc-frontend", "native"]
+"""The "triton-mp native" side: the native gRPC frontend owns the port (issue 33)."""
+SIDE_ARGS = {"triton-mp fp2": FP2_ARGS, "triton-mp native": NATIVE_ARGS}
+"""The flags a triton-mp side adds to triton-mp's."""
 MIB = 1 << 20
 PRIVATE_SHM_ENV = "BENCH_VS_TRITON_PRIVATE_SHM"  # set inside the private /dev/shm namespace
 MAX_RESTARTS = 2  # per round: a server that died under us is started again this many times
@@ -142,7 +155,8 @@ class Workload:
 
     def model_for(self, side: str) -> str:
         """The model name ``side`` serves this workload under."""
-        return self.floor_model if side == "floor" and self.floor_model else self.model
+        floor = side in ("floor", "native floor")
+        return self.floor_model if floor and self.floor_model else self.model
 
     def args(self, side: str = "") -> list[str]:
         model = self.model_for(side)
@@ -361,6 +375,12 @@ def start_server(
         server = Floor(log, args.start_timeout, args.stop_timeout)
     elif side == "identity floor":
         server = Floor(log, args.start_timeout, args.stop_timeout, FLOOR_IDENTITY)
+    elif side == "native floor":
+        try:
+            server = NativeFloor(log, args.start_timeout, args.stop_timeout)
+        except BenchError as e:
+            print(f"  {side}: ERROR: {e}", flush=True)
+            return Floor(log), {}, str(e)
     else:
         server = TritonMP(
             args.mp_repository,
@@ -369,7 +389,11 @@ def start_server(
             args.start_timeout,
             args.stop_timeout,
             args.base_src if side == "triton-mp base" else args.mp_src,
-            FP2_ARGS if side == "triton-mp fp2" else None,
+            FP2_ARGS
+            if side == "triton-mp fp2"
+            else NATIVE_ARGS
+            if side == "triton-mp native"
+            else None,
         )
     print(f"  {side}: {server.info['cmd']}", flush=True)
     try:
@@ -652,13 +676,43 @@ def cpu_table(rows: list[dict[str, Any]], names: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+def frontend_vs_native_floor(rounds: list[dict[str, Any]], workloads: list[Workload]) -> list[str]:
+    """Per workload that ran on both: each triton-mp side's frontend CPU µs per inference
+    (pa_run.py's role "frontend") over the native floor's whole CPU µs per inference, per
+    round (the two measured seconds apart) and the median: issue 33's goal is <= 2x for
+    add_sub_py c=16."""
+    lines = []
+    for w in workloads:
+        if "native floor" not in w.sides:
+            continue
+        for side in (s for s in w.sides if s.startswith("triton-mp")):
+            fe, nf, ratios = [], [], []
+            for r in rounds:
+                recs = {rec["side"]: rec for rec in r["runs"] if rec["workload"] == w.key}
+                a = ((recs.get(side) or {}).get("roles") or {}).get("frontend", {}).get("cpu_us")
+                b = (recs.get("native floor") or {}).get("cpu_us_per_infer")
+                if a is not None and b:
+                    fe.append(a)
+                    nf.append(b)
+                    ratios.append(round(a / b, 2))
+            if ratios:
+                lines.append(
+                    f"{w.label} {w.protocol}: {side} frontend CPU {fmt(med(fe), '.0f')} us/inf, "
+                    f"native floor {fmt(med(nf), '.0f')} us/inf: "
+                    f"{fmt(statistics.median(ratios), '.2f')}x (per round {ratios})"
+                )
+    return lines
+
+
 def side_names(mp_name: str) -> dict[str, str]:
     return {
         "Triton": "Triton 2.51",
         "triton-mp": mp_name,
         "triton-mp base": "triton-mp base",
         "triton-mp fp2": mp_name + " fp2",
+        "triton-mp native": mp_name + " native",
         "floor": "Python floor",
+        "native floor": "native floor",
         "identity floor": "identity floor",
         "onnxruntime": "raw onnxruntime",
     }
@@ -743,7 +797,9 @@ def chart(rows: list[dict[str, Any]], path: Path, title: str, note: str, mp_name
         "triton-mp": "#1f6fb4",
         "triton-mp base": "#b07aa1",
         "triton-mp fp2": "#7aa6d6",
+        "triton-mp native": "#0b3d6b",
         "floor": "#999999",
+        "native floor": "#555555",
         "identity floor": "#c8c8c8",
         "onnxruntime": "#e0a040",
     }
@@ -752,7 +808,9 @@ def chart(rows: list[dict[str, Any]], path: Path, title: str, note: str, mp_name
         "triton-mp": mp_name,
         "triton-mp base": "triton-mp base (--baseline)",
         "triton-mp fp2": mp_name + " --frontend-processes 2",
+        "triton-mp native": mp_name + " --grpc-frontend native",
         "floor": "Python floor (floor_server.py)",
+        "native floor": "native floor (peers/native_floor, C++ libgrpc++)",
         "identity floor": "identity floor (floor_identity.py)",
         "onnxruntime": "raw onnxruntime, best batched (ocr_cls; p99 per batch)",
     }
@@ -1157,6 +1215,8 @@ def main(argv: list[str] | None = None) -> int:
             "switches per inference"
         )
         print(cpu_table(rows, side_names(mp_name)))
+        for line in frontend_vs_native_floor(result["rounds"], args.workloads):
+            print(line)
         for r in rows:
             for side, v in (r.get("outside_ort_us") or {}).items():
                 print(
