@@ -20,6 +20,7 @@ from tritonclient.utils import InferenceServerException
 from tests.e2e.test_stat import _stat
 from tests.fault_models import write_faulty_model
 from tests.server import ServerProcess
+from triton_mp.ipc.shm import list_objects
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -159,7 +160,7 @@ def test_client_shared_memory_only_maps_what_the_operator_allows(
         assert why in e.value.message()
 
     # The server's own input arena: other clients' tensors live there.
-    own = f"/triton_mp_{server.pid}_f0_a0"
+    own = "/" + next(n for n in list_objects(str(server.pid)) if f"_{server.pid}_f0p" in n)
     refused("steal", own, "one of this server's own objects")
     outside = f"/triton_mp_{os.getpid()}_test_elsewhere"
     with _object(outside, 64):

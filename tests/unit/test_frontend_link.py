@@ -78,3 +78,38 @@ def test_update_sends_the_same_update_to_every_frontend(
     link, fe = pipes
     link.update(ModelTableUpdate(remove_routes=(3,)), ack=False)
     assert _received(fe[0]).remove_routes == _received(fe[1]).remove_routes == (3,)
+
+
+def test_a_dead_frontend_is_not_waited_for_and_its_successor_gets_updates(
+    pipes: tuple[FrontendLink, dict[int, Connection]],
+) -> None:
+    link, fe = pipes
+    done = threading.Event()
+
+    def send() -> None:
+        link.update_each({0: ModelTableUpdate(), 1: ModelTableUpdate()}, True)
+        done.set()
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+        first = _received(fe[0])
+        _received(fe[1])
+        fe[0].send_bytes(encode(TableAck(seq=first.seq)))
+        assert not done.wait(0.3)  # frontend 1 has not acknowledged
+        link.detach(1)  # it died: the update stops waiting for it, long before ACK_TIMEOUT_S
+        assert done.wait(5)
+    finally:
+        sender.join(timeout=10)
+    assert link.attached() == {0}
+    link.update(ModelTableUpdate(remove_routes=(4,)), ack=False)
+    assert not fe[1].poll(0.2)  # nothing goes to the dead one's pipe
+    ours, theirs = Pipe()
+    try:
+        link.attach_one(1, ours)  # the process restarted in its place
+        link.update(ModelTableUpdate(remove_routes=(5,)), ack=False)
+        assert _received(theirs).remove_routes == (5,)
+        assert _received(fe[0]).remove_routes == (4,)
+    finally:
+        ours.close()
+        theirs.close()

@@ -196,6 +196,7 @@ EXAMPLES: dict[str, list[object]] = {
         m.BatchAssign(batch_id=9, requests=(REQUEST, REQUEST), dispatch_ns=99),
         m.BatchAssign(batch_id=10, requests=(), dispatch_ns=0),
         m.BatchDue(at_ns=123_456_789),
+        m.DropSegments(prefixes=("/triton_mp_1_f0p77_",)),
         m.CancelRequest(
             request_id=7, reply_to=m.ReplyTo(m.Requester.BLS, 3), model="repeat_int32", version=1
         ),

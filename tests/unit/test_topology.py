@@ -67,8 +67,18 @@ def test_the_named_builders_match_the_table() -> None:
 
 
 def test_arena_names_compose_from_their_owner_prefix() -> None:
-    frontend = arena_name(TOP.frontend_arenas(1), 4)
-    assert TOP.parse(frontend) == ObjectId(Kind.FRONTEND_ARENA, {"frontend": 1, "arena": 4})
+    frontend = arena_name(process_arena_prefix(TOP.frontend_arenas(1), 555), 4)
+    assert TOP.parse(frontend) == ObjectId(
+        Kind.FRONTEND_ARENA, {"frontend": 1, "pid": 555, "arena": 4}
+    )
+    assert frontend.startswith(TOP.frontend_process_segments(1, 555))
+    # A restarted frontend's arenas are other objects: workers never read old mappings.
+    assert not frontend.startswith(TOP.frontend_process_segments(1, 556))
+    entries = [
+        frontend.lstrip("/"),
+        arena_name(process_arena_prefix(TOP.frontend_arenas(1), 556), 0),
+    ]
+    assert TOP.of_frontend_process(entries, 1, 555) == [frontend.lstrip("/")]
     process = process_arena_prefix(TOP.worker_arenas(12), 999)
     worker = arena_name(process, 0)
     assert TOP.parse(worker) == ObjectId(
@@ -108,7 +118,7 @@ def test_an_instances_objects_include_its_bls_rings_both_ways_and_its_arenas() -
             TOP.worker_to_bls(4, 5),
             TOP.frontend_to_frontend(0, 3),
             TOP.worker_wakeup(33),
-            arena_name(TOP.frontend_arenas(3), 0),
+            arena_name(process_arena_prefix(TOP.frontend_arenas(3), 8), 0),
             TOP.heartbeat(),
             TOP.scratch("test_x"),
         )

@@ -119,7 +119,16 @@ class ModelQueueStatus(_message.Message):
     def __init__(self, model: _Optional[str] = ..., version: _Optional[int] = ..., scheduler: _Optional[str] = ..., max_batch_size: _Optional[int] = ..., preferred_batch_sizes: _Optional[_Iterable[int]] = ..., max_queue_delay_us: _Optional[int] = ..., levels: _Optional[_Iterable[_Union[LevelStatus, _Mapping]]] = ..., instances: _Optional[_Iterable[_Union[InstanceStatus, _Mapping]]] = ..., batch_sizes: _Optional[_Mapping[int, int]] = ..., close_reasons: _Optional[_Mapping[str, int]] = ..., recent_batches: _Optional[_Iterable[_Union[BatchRecord, _Mapping]]] = ..., steps: _Optional[_Iterable[_Union[StepStatus, _Mapping]]] = ...) -> None: ...
 
 class QueueStatusResponse(_message.Message):
-    __slots__ = ("models",)
+    __slots__ = ("models", "frontend_restarts")
+    class FrontendRestartsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
     MODELS_FIELD_NUMBER: _ClassVar[int]
+    FRONTEND_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     models: _containers.RepeatedCompositeFieldContainer[ModelQueueStatus]
-    def __init__(self, models: _Optional[_Iterable[_Union[ModelQueueStatus, _Mapping]]] = ...) -> None: ...
+    frontend_restarts: _containers.ScalarMap[int, int]
+    def __init__(self, models: _Optional[_Iterable[_Union[ModelQueueStatus, _Mapping]]] = ..., frontend_restarts: _Optional[_Mapping[int, int]] = ...) -> None: ...

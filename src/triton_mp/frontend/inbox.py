@@ -73,6 +73,8 @@ class InboxHandler:
         """Applies another frontend's trace settings update (``Tracer.apply_peer``)."""
         self.readiness: ReadinessChecks | None = None
         """Takes the answers to python models' readiness checks (``frontend.readiness``)."""
+        self.frontend_restarts: dict[int, int] = {}
+        """The frontends' restart counts, updated in place (``StatsApi.frontend_restarts``)."""
 
     def on_wakeup(self) -> None:
         """The inbox has records (the loop's ``PollingSelector`` saw them, and read the FIFO
@@ -116,6 +118,9 @@ class InboxHandler:
                 )
         for prefix in update.drop_segments:
             self._cache.drop(prefix)
+        if update.frontend_restarts is not None:
+            self.frontend_restarts.clear()
+            self.frontend_restarts.update(update.frontend_restarts)
         for e in update.models:
             state = "unloaded" if e.unloaded else e.transition or f"versions {e.ready_versions}"
             log.info("model table: '%s' %s", e.name, state, extra={"model": e.name})

@@ -59,6 +59,7 @@ from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.handshake import report_ready, report_start_failed
 from triton_mp.ipc.messages import ToFrontend
 from triton_mp.ipc.response_cache import CacheStats, SharedResponseCache
+from triton_mp.ipc.topology import process_arena_prefix
 
 if TYPE_CHECKING:
     from triton_mp.frontend.redis_cache import RedisStore
@@ -116,9 +117,12 @@ def build_api(
     fid = spec.frontend_id
     tracer = build_tracer(spec, send_peers)
     readiness = ReadinessChecks(fid, send_scheduler)
+    stats = StatsApi(frontend_id=fid, models=models, pending=pending, send_scheduler=send_scheduler)
+    stats.frontend_restarts.update(spec.frontend_restarts)
     if inbox is not None:
         inbox.on_trace_setting = tracer.apply_peer
         inbox.readiness = readiness
+        inbox.frontend_restarts = stats.frontend_restarts
     inference = Inference(
         frontend_id=fid,
         models=models,
@@ -145,9 +149,7 @@ def build_api(
             link=link,
             repository=spec.repository,
         ),
-        stats=StatsApi(
-            frontend_id=fid, models=models, pending=pending, send_scheduler=send_scheduler
-        ),
+        stats=stats,
         shm=ClientShmApi(shm, frontend_id=fid, send_peers=send_peers),
         tracer=tracer,
         logs=LogControl(fid, send_scheduler, send_peers if spec.to_peers else None, link.notify),
@@ -341,6 +343,7 @@ async def _start_metrics(
     pending: PendingTable,
     send: Callable[[bytes], None],
     cache: _CacheView | None = None,
+    frontend_restarts: dict[int, int] | None = None,
 ) -> MetricsEndpoint | str | None:
     """The metrics endpoint, serving; None when disabled; the startup error's text."""
     if spec.metrics is None:
@@ -352,6 +355,7 @@ async def _start_metrics(
         send_scheduler=send,
         supervisor_pid=os.getppid(),
         cache=cache,
+        frontend_restarts=frontend_restarts,
     )
     try:
         await metrics.start()
@@ -413,6 +417,13 @@ async def _drain(
     await server.stop(grace=max(0.5, deadline - loop.time()))
 
 
+def _input_arena(spec: FrontendSpec, cache: SegmentCache) -> ArenaAllocator:
+    """This process's input arenas: named by its pid, so a frontend restarted in a dead
+    one's place allocates new objects, never ones workers still map (``ipc.topology``)."""
+    owner = process_arena_prefix(spec.arena_prefix, os.getpid())
+    return ArenaAllocator(owner, spec.arena_bytes, spec.arena_budget_bytes, cache)
+
+
 def _broadcast(to_peers: list[Sender]) -> Callable[[bytes], None]:
     """Pushes encoded bytes to every other frontend."""
 
@@ -431,8 +442,8 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     to_scheduler = Sender(spec.to_scheduler.ring, spec.to_scheduler.wakeup)
     send_peers = _broadcast([Sender(c.ring, c.wakeup) for _, c in sorted(spec.to_peers.items())])
     cache = SegmentCache()
-    arena = ArenaAllocator(spec.arena_prefix, spec.arena_bytes, spec.arena_budget_bytes, cache)
-    pending = PendingTable(cache)
+    arena = _input_arena(spec, cache)
+    pending = PendingTable(cache, spec.first_request_id)
     models = ModelTable(spec.models)
     shm = _client_shm(spec)
     direct = DirectRoutes(spec.frontend_id, to_scheduler.push_quiet, to_scheduler.send_bytes)
@@ -475,7 +486,9 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     selector.watch(inbox)
     local = store if isinstance(store, SharedResponseCache) else None
     view = None if store is None else _CacheView(models, local)
-    metrics = await _start_metrics(spec, pending, to_scheduler.send_bytes, view)
+    metrics = await _start_metrics(
+        spec, pending, to_scheduler.send_bytes, view, api.stats.frontend_restarts
+    )
     if isinstance(metrics, str):
         report_start_failed(ready, "frontend", name, metrics)
         await _stop_grpc_now(server, native)

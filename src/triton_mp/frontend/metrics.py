@@ -84,6 +84,8 @@ class MetricsEndpoint:
         supervisor_pid: whose process tree's memory is reported.
         reply_timeout_s: how long a scrape waits for the scheduler before answering 503.
         cache: the response cache's models and counters; None without a cache.
+        frontend_restarts: the frontends' restart counts (``StatsApi.frontend_restarts``,
+            kept up to date by the inbox handler).
     """
 
     def __init__(
@@ -96,6 +98,7 @@ class MetricsEndpoint:
         supervisor_pid: int,
         reply_timeout_s: float = SCHEDULER_REPLY_TIMEOUT_S,
         cache: CacheView | None = None,
+        frontend_restarts: dict[int, int] | None = None,
     ) -> None:
         self._spec = spec
         self._fid = frontend_id
@@ -104,6 +107,7 @@ class MetricsEndpoint:
         self._supervisor_pid = supervisor_pid
         self._timeout_s = reply_timeout_s
         self._cache = cache
+        self._restarts = frontend_restarts if frontend_restarts is not None else {}
         self._runner: web.AppRunner | None = None
         self._poller: asyncio.Task[None] | None = None
         self._cpu: CpuSample | None = None
@@ -205,6 +209,7 @@ class MetricsEndpoint:
             cached_models=self._cache.models() if self._cache is not None else frozenset(),
             cache=self._cache.stats() if self._cache is not None else None,
             tensor_bytes=dict(self._pending.copied_bytes),
+            frontend_restarts=dict(self._restarts),
         )
 
     async def _handle(self, request: web.Request) -> web.Response:

@@ -84,6 +84,8 @@ class MetricsSnapshot:
     """The local response cache's counters; None for Redis or without a cache."""
     tensor_bytes: dict[str, int] | None = None
     """``PendingTable.copied_bytes`` of the frontend that serves the metrics."""
+    frontend_restarts: dict[int, int] | None = None
+    """Per frontend id, the supervisor's restarts of it (``supervisor.frontend_restart``)."""
 
 
 def _us(ns: int) -> int:
@@ -277,6 +279,15 @@ class SnapshotCollector:
             for direction, n in self._snap.tensor_bytes.items():
                 copied.add_metric((direction,), n)
             yield copied
+        if self._snap.frontend_restarts is not None:
+            restarts = CounterMetricFamily(
+                "triton_mp_frontend_restarts",
+                "Times the frontend process came back after it died",
+                labels=("frontend",),
+            )
+            for fid, n in sorted(self._snap.frontend_restarts.items()):
+                restarts.add_metric((str(fid),), n)
+            yield restarts
 
 
 def render(snapshot: MetricsSnapshot) -> bytes:

@@ -36,7 +36,7 @@ from triton_mp.ipc.messages import (
     RequestFailed,
     StatsReply,
 )
-from triton_mp.ipc.tensor_pool import SharedBlocks
+from triton_mp.ipc.tensor_pool import SegmentGone, SharedBlocks
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +60,14 @@ class PendingTable:
 
     Args:
         cache: the attached arenas, to free blocks in.
+        first_id: the first request or query id (``FrontendSpec.first_request_id``).
     """
 
-    def __init__(self, cache: SegmentCache) -> None:
+    def __init__(self, cache: SegmentCache, first_id: int = 1) -> None:
         self._cache = cache
         self._requests: dict[int, _Request] = {}
         self._queries: dict[int, asyncio.Future[StatsReply | QueueReply]] = {}
-        self._ids = itertools.count(1)
+        self._ids = itertools.count(first_id)
         self._streams: dict[Hashable, dict[int, None]] = {}
         """order key -> request ids not yet released, in send order (an ordered set)."""
         self._stream_of: dict[int, Hashable] = {}
@@ -136,14 +137,21 @@ class PendingTable:
         if block is None:
             return
         for b in block if isinstance(block, tuple) else (block,):
-            free_block(self._cache.get(b.segment).buf, b.offset)
+            self._free_one(b)
+
+    def _free_one(self, b: BlockRef) -> None:
+        try:
+            buf = self._cache.get(b.segment).buf
+        except SegmentGone:
+            return  # NOTE: its owner died and its arenas went with it: nothing to free.
+        free_block(buf, b.offset)
 
     def release(self, msg: InferResponse) -> None:
         """Free a response's blocks: we are done with it (copied out, failed, dropped).
         Call once per response; a block it shares with other responses is freed after the
         last of them and its handoff (``ipc.tensor_pool.SharedBlocks``)."""
         for b in self.shared.released(msg):
-            free_block(self._cache.get(b.segment).buf, b.offset)
+            self._free_one(b)
 
     async def wait_idle(self) -> None:
         """Return once no request is pending (at once when none is)."""
@@ -207,7 +215,8 @@ class PendingTable:
     def _resolve(self, msg: Answer) -> None:
         entry = self._pop(msg.request_id)
         if entry is None:
-            # NOTE: an answer for a request already failed (e.g. worker restart race).
+            # NOTE: an answer for a request already failed (e.g. worker restart race), or
+            # for a request of the dead frontend this one replaced: its blocks are freed.
             if isinstance(msg, InferResponse):
                 self.release(msg)
             return

@@ -34,6 +34,11 @@ class StatsApi:
         pending: the table the scheduler's replies are delivered to.
         send_scheduler: pushes encoded bytes to the scheduler.
         reply_timeout_s: how long ``queue_status`` waits for the scheduler.
+
+    Attributes:
+        frontend_restarts: per frontend id, the supervisor's restarts of it so far
+            (``FrontendSpec.frontend_restarts``, then ``ModelTableUpdate``): the admin
+            QueueStatus reply and ``triton_mp_frontend_restarts`` report it.
     """
 
     def __init__(
@@ -50,6 +55,7 @@ class StatsApi:
         self._pending = pending
         self._send = send_scheduler
         self._timeout_s = reply_timeout_s
+        self.frontend_restarts: dict[int, int] = {}
 
     async def ask(
         self, make: Callable[[int], StatsQuery | QueueQuery], timeout_s: float | None = None

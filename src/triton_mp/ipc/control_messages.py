@@ -115,6 +115,9 @@ class ModelTableUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="table", a
     """New instances' direct routes (``ipc.direct``; each frontend takes its own)."""
     remove_routes: tuple[int, ...] = ()
     """Instances whose direct routes are gone (stopped for good)."""
+    frontend_restarts: dict[int, int] | None = None
+    """Per frontend id: the supervisor's restarts of it so far (None: unchanged);
+    ``supervisor.frontend_restart``."""
 
 
 FromSupervisor = ControlReply | ModelTableUpdate

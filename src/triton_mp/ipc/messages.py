@@ -519,6 +519,14 @@ class BatchDue(msgspec.Struct, frozen=True, kw_only=True, tag="batch_due", array
     at_ns: int
 
 
+class DropSegments(msgspec.Struct, frozen=True, tag="drop_segments", array_like=True):
+    """Supervisor -> every worker (its control ring): a frontend process died and its input
+    arenas are unlinked; unmap those attached whose names start with one of ``prefixes``
+    (``Topology.frontend_process_segments``). A request that still names them fails."""
+
+    prefixes: tuple[str, ...]
+
+
 ToWorker = (
     BatchAssign
     | BatchDue
@@ -527,6 +535,7 @@ ToWorker = (
     | BlsWorkerUpdate
     | ReadyCheck
     | LogSettingsUpdate
+    | DropSegments
 )
 """``CancelRequest`` reaches a worker for a request it runs (in the batch it executes or
 holds, or a decoupled one whose final response has not been sent yet)."""

@@ -444,6 +444,19 @@ class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
     """``--http-header-forward-pattern``: HTTP headers forwarded as request parameters."""
     strict_readiness: bool = True
     """``--strict-readiness``: ServerReady needs every model ready."""
+    first_request_id: int = 1
+    """Where this process's request and query ids start: a frontend restarted in a dead
+    one's place counts from a new range (``FRONTEND_ID_RANGE`` per start), so an answer to
+    the dead one's request that still reaches its rings is never taken for one of its own."""
+    frontend_restarts: dict[int, int] = {}
+    """Per frontend id: how often the supervisor restarted it so far (``triton-mp stat``
+    and ``triton_mp_frontend_restarts``); later ones arrive as ``FrontendRestarts``."""
+
+
+FRONTEND_ID_RANGE = 1 << 40
+"""Request ids per start of a frontend (``FrontendSpec.first_request_id``): start ``n``
+counts from ``n * FRONTEND_ID_RANGE + 1``; ``ipc.messages.direct_batch_id`` keeps them
+below 2**63 for starts 0 to 8190."""
 
 
 _SPEC_TYPES: dict[str, type[FrontendSpec | SchedulerSpec | WorkerSpec]] = {

@@ -42,6 +42,8 @@ import struct
 import time
 from collections.abc import Iterator
 
+import posix_ipc
+
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.ipc.messages import AnswerBatch, BlockRef, InferResponse, RequestFailed
 from triton_mp.ipc.shm import Segment
@@ -285,6 +287,13 @@ def free_block(buf: object, block_offset: int) -> None:
     _STATE.pack_into(buf, block_offset, FREE)  # type: ignore[arg-type]
 
 
+class SegmentGone(TritonMPError):
+    """An arena named by a request or an answer no longer exists: the process that owned it
+    died before this reader first mapped it (UNAVAILABLE: that request is lost)."""
+
+    code = ErrorCode.UNAVAILABLE
+
+
 class SegmentCache:
     """Read side: attaches arenas of other processes by name on first use."""
 
@@ -292,10 +301,21 @@ class SegmentCache:
         self._segments: dict[str, Segment] = {}
 
     def get(self, name: str) -> Segment:
-        """The mapped segment ``name`` (attached now if new)."""
+        """The mapped segment ``name`` (attached now if new).
+
+        Raises:
+            SegmentGone: it was unlinked before it was first mapped here (its owner died:
+                a worker's arenas go with it, a frontend's with it).
+        """
         seg = self._segments.get(name)
         if seg is None:
-            seg = Segment.attach(name)
+            try:
+                seg = Segment.attach(name)
+            except posix_ipc.ExistentialError:
+                raise SegmentGone(
+                    f"the tensors of this request are gone: the process that held them "
+                    f"stopped ({name})"
+                ) from None
             self._segments[name] = seg
         return seg
 

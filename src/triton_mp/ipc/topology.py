@@ -14,7 +14,7 @@ scheduler_wakeup      ``s_sem``                      the scheduler's inbox semap
 frontend_wakeup       ``f{frontend}_fifo``           a frontend's inbox FIFO (asyncio loop)
 scheduler_to_frontend ``r_s_f{frontend}``            ring scheduler -> frontend
 frontend_to_frontend  ``r_f{frontend}_f{peer}``      ring frontend -> another frontend (shm)
-frontend_arena        ``f{frontend}_a{arena}``       a frontend's input tensor arena
+frontend_arena        ``f{frontend}p{pid}_a{arena}`` a frontend process's input tensor arena
 heartbeat             ``heartbeat``                  the heartbeat board (``ipc.heartbeat``)
 response_cache        ``cache``                      the local response cache
                                                      (``ipc.response_cache``)
@@ -36,11 +36,12 @@ worker_to_bls         ``r_w{instance}_c{client}``    ring worker -> BLS client (
 ====================  =============================  ==========================================
 
 ``{frontend}`` and ``{peer}`` are frontend ids, ``{instance}`` and ``{client}`` instance ids
-(a BLS client is the python worker of that instance), ``{pid}`` the worker process that
-allocated the arena (a restarted worker gets new arenas), ``{arena}`` the arena's index in
-its owner's ``ArenaAllocator`` and ``{gen}`` (field ``generation``) counts a metric board's
-replacements. A semaphore's ``/dev/shm`` entry is ``sem.<name without slash>``. Names
-outside the table (``Topology.scratch``) are for tests and tools.
+(a BLS client is the python worker of that instance), ``{pid}`` the frontend or worker
+process that allocated the arena (a restarted frontend or worker gets new arenas),
+``{arena}`` the arena's index in its owner's ``ArenaAllocator`` and ``{gen}`` (field
+``generation``) counts a metric board's replacements. A semaphore's ``/dev/shm`` entry is
+``sem.<name without slash>``. Names outside the table (``Topology.scratch``) are for tests
+and tools.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class Kind(enum.Enum):
     FRONTEND_WAKEUP = "f{frontend}_fifo"
     SCHEDULER_TO_FRONTEND = "r_s_f{frontend}"
     FRONTEND_TO_FRONTEND = "r_f{frontend}_f{peer}"
-    FRONTEND_ARENA = _FRONTEND_ARENAS + _ARENA
+    FRONTEND_ARENA = _FRONTEND_ARENAS + _PROCESS + _ARENA
     HEARTBEAT = "heartbeat"
     RESPONSE_CACHE = "cache"
     WORKER_WAKEUP = "w{instance}_sem"
@@ -138,9 +139,10 @@ def metric_board_name(process_prefix: str, generation: int) -> str:
     return process_prefix + _BOARD.format(generation=generation)
 
 
-def process_arena_prefix(instance_prefix: str, pid: int) -> str:
-    """A worker process's arena prefix, from its instance's (``Topology.worker_arenas``)."""
-    return instance_prefix + _PROCESS.format(pid=pid)
+def process_arena_prefix(owner_prefix: str, pid: int) -> str:
+    """A frontend or worker process's arena prefix, from its frontend's or instance's
+    (``Topology.frontend_arenas``, ``Topology.worker_arenas``)."""
+    return owner_prefix + _PROCESS.format(pid=pid)
 
 
 class Topology:
@@ -202,8 +204,14 @@ class Topology:
         return self.name(Kind.FRONTEND_TO_FRONTEND, frontend=frontend, peer=peer)
 
     def frontend_arenas(self, frontend: int) -> str:
-        """A frontend's arena prefix (``arena_name`` appends the index)."""
+        """A frontend's arena prefix: each process of it extends it with
+        ``process_arena_prefix`` (a restarted frontend's arenas are new objects, never
+        ones that workers still map under the old name), then ``arena_name`` the index."""
         return f"/{self.entry_prefix}{_FRONTEND_ARENAS.format(frontend=frontend)}"
+
+    def frontend_process_segments(self, frontend: int, pid: int) -> str:
+        """What the names of every arena of one frontend process start with."""
+        return process_arena_prefix(self.frontend_arenas(frontend), pid) + "_"
 
     def heartbeat(self) -> str:
         """The heartbeat board."""
@@ -280,6 +288,19 @@ class Topology:
         for entry in entries:
             obj = self.parse(entry)
             if obj is not None and obj.instances & instances:
+                out.append(entry)
+        return out
+
+    def of_frontend_process(self, entries: list[str], frontend: int, pid: int) -> list[str]:
+        """The arenas one frontend process created."""
+        out = []
+        for entry in entries:
+            obj = self.parse(entry)
+            if (
+                obj is not None
+                and obj.kind is Kind.FRONTEND_ARENA
+                and (obj.fields["frontend"], obj.fields["pid"]) == (frontend, pid)
+            ):
                 out.append(entry)
         return out
 

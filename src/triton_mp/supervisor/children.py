@@ -5,8 +5,9 @@ and removes workers). ``ChildTable`` spawns every child (``supervisor.child_entr
 target), waits for each one's start handshake (``ipc.handshake``) with a deadline, and runs
 the watch loop: one ``multiprocessing.connection.wait`` on every child's sentinel and pending
 handshake (STYLE.md rule 8), heartbeat judging (``supervisor.health``), and restarts of dead
-workers with exponential backoff. A child that model control is starting or stopping is
-``managed`` (an expected exit): the watch loop leaves it alone until it is released.
+workers with exponential backoff; a dead frontend goes to ``supervisor.frontend_restart``.
+A child that model control is starting or stopping is ``managed`` (an expected exit): the
+watch loop leaves it alone until it is released.
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ class Child:
 
 WorkerDeath = Callable[[Child, int, int, str], None]
 """Called with a dead worker, its pid, its exit code and why it died ("" or the hang)."""
+FrontendDeath = Callable[[Child], None]
+"""Called with a dead frontend (its process not reaped yet; it restarts it)."""
 
 
 BETWEEN_S = 0.05
@@ -113,6 +116,8 @@ class ChildTable:
         self._wake_r, self._wake_w = socket.socketpair()
         self.stopping = False
         """A stop signal arrived: nothing more is spawned and the watch loop returns."""
+        self._fatal: Child | None = None
+        """A child whose failure stops the server (``fail``), for the watch loop."""
 
     # --------------------------------------------------------------- membership
     def children(self, role: Role | None = None) -> list[Child]:
@@ -145,6 +150,11 @@ class ChildTable:
             for c in children:
                 c.managed = True
 
+    def fail(self, c: Child) -> None:
+        """Stop the server because of ``c`` (any thread): the watch loop returns it."""
+        self._fatal = c
+        self.wake()
+
     def wake(self) -> None:
         """Make the watch loop look again (a stop signal, a new child); any thread."""
         with contextlib.suppress(OSError):
@@ -170,7 +180,7 @@ class ChildTable:
                 child.role,
                 child.name,
                 os.getpid(),
-                with_current_log(child.role, child.spec_bytes),
+                with_current_log(child.role, child.spec_bytes) if child.spec_bytes else b"",
                 send_end,
                 child.env,
                 heartbeat,
@@ -261,16 +271,21 @@ class ChildTable:
                 c.process.join(timeout=JOIN_TIMEOUT_S)
 
     # ---------------------------------------------------------------- watch
-    def watch(self, on_worker_death: WorkerDeath) -> Child | None:
+    def watch(
+        self, on_worker_death: WorkerDeath, on_frontend_death: FrontendDeath | None = None
+    ) -> Child | None:
         """Watch every child not ``managed`` until a stop signal or a fatal death.
 
         A dead worker is reported to ``on_worker_death`` and restarted with backoff; a
-        restarted worker's handshake resets its restart count; a hung child is killed.
+        restarted worker's handshake resets its restart count; a dead frontend goes to
+        ``on_frontend_death`` (None: it stops the server); a hung child is killed.
 
         Returns:
             The frontend or scheduler whose death stops the server; None after a stop signal.
         """
         while not self.stopping:
+            if self._fatal is not None:
+                return self._fatal
             objs: list[object] = [self._wake_r]
             by_sentinel: dict[object, Child] = {}
             children = [c for c in self.children() if not c.managed]
@@ -292,6 +307,10 @@ class ChildTable:
                     c = by_sentinel[obj]
                     if c.managed:
                         continue  # NOTE: model control stopped or is stopping it.
+                    if c.role == "frontend" and on_frontend_death is not None:
+                        c.process.join(timeout=JOIN_TIMEOUT_S)  # type: ignore[union-attr]
+                        on_frontend_death(c)
+                        continue
                     if c.role != "worker":
                         self._log_fatal(c)
                         return c
@@ -367,7 +386,7 @@ class ChildTable:
 
     def _kill_hung(self) -> None:
         """Kill every child the heartbeat judge finds hung; its sentinel then fires and the
-        usual death handling runs (a worker restarts, a frontend or the scheduler stops the
+        usual death handling runs (a worker or frontend restarts, the scheduler stops the
         server)."""
         if self.health is None:
             return

@@ -6,6 +6,9 @@ acknowledgements of model table updates) and ``FromSupervisor`` down (the calls'
 ``ModelTableUpdate``). One reader thread per frontend hands calls to model control's change
 thread and records acknowledgements; ``update`` sends one table update to every frontend and,
 when asked, waits until each applied it (from then on no frontend routes by the old table).
+A frontend that died is ``detach``-ed (updates skip it and nobody waits for its
+acknowledgement); the one restarted in its place is ``attach_one``-ed with a spec built on
+model control's change thread, the only thread that sends updates, so it misses none.
 """
 
 from __future__ import annotations
@@ -63,18 +66,40 @@ class FrontendLink:
         self._acks: dict[int, set[int]] = {}
         self._ack_cv = threading.Condition()
         self._closed = False
+        self._on_call: OnCall | None = None
 
     def attach(self, conns: dict[int, Connection], on_call: OnCall) -> list[threading.Thread]:
         """Start one reader thread per frontend's pipe; returns the threads."""
-        self._pipes = {i: _Pipe(c) for i, c in conns.items()}
-        threads = []
-        for i, pipe in self._pipes.items():
-            t = threading.Thread(
-                target=self._read, args=(i, pipe.conn, on_call), name=f"control-f{i}", daemon=True
-            )
-            t.start()
-            threads.append(t)
-        return threads
+        self._on_call = on_call
+        return [self.attach_one(i, c) for i, c in conns.items()]
+
+    def attach_one(self, frontend_id: int, conn: Connection) -> threading.Thread:
+        """Serve the pipe of a frontend started in a dead one's place (after ``attach``)."""
+        assert self._on_call is not None
+        with self._ack_cv:
+            self._pipes[frontend_id] = _Pipe(conn)
+        t = threading.Thread(
+            target=self._read,
+            args=(frontend_id, conn, self._on_call),
+            name=f"control-f{frontend_id}",
+            daemon=True,
+        )
+        t.start()
+        return t
+
+    def detach(self, frontend_id: int) -> None:
+        """Forget a dead frontend's pipe: no update goes to it, nobody waits for it."""
+        with self._ack_cv:
+            pipe = self._pipes.pop(frontend_id, None)
+            self._ack_cv.notify_all()
+        if pipe is not None:
+            with pipe.lock, contextlib.suppress(OSError):
+                pipe.conn.close()
+
+    def attached(self) -> frozenset[int]:
+        """The frontends whose pipes are served now."""
+        with self._ack_cv:
+            return frozenset(self._pipes)
 
     def close(self) -> None:
         """Stop reading (server shutdown)."""
@@ -87,7 +112,8 @@ class FrontendLink:
         while not self._closed:
             try:
                 msg = decoder.decode(conn.recv_bytes())
-            except (EOFError, OSError):
+            except (EOFError, OSError, TypeError):
+                # NOTE: TypeError: ``detach`` closed the pipe under this thread.
                 return
             except Exception:  # noqa: BLE001 - a bad message must not end the thread
                 log.exception("bad control message from frontend %d", frontend_id)
@@ -103,7 +129,8 @@ class FrontendLink:
 
     def reply(self, frontend_id: int, call_id: int, error: ErrorInfo | None) -> None:
         """Answer one call of a frontend (None: success)."""
-        pipe = self._pipes.get(frontend_id)
+        with self._ack_cv:
+            pipe = self._pipes.get(frontend_id)
         if pipe is None:
             return
         with pipe.lock, contextlib.suppress(OSError):
@@ -112,14 +139,15 @@ class FrontendLink:
     def update(self, update: ModelTableUpdate, ack: bool) -> None:
         """Send one update to every frontend; with ``ack``, wait (up to ``ACK_TIMEOUT_S``)
         until each applied it. Nothing happens before the frontends are attached."""
-        self.update_each({i: update for i in self._pipes}, ack)
+        self.update_each({i: update for i in self.attached()}, ack)
 
     def update_each(self, updates: Mapping[int, ModelTableUpdate], ack: bool) -> None:
         """Send each frontend its own update (by frontend id: the rings from new workers
         to that frontend, which no other frontend may read); with ``ack``, wait (up to
         ``ACK_TIMEOUT_S``) until each applied its own. A frontend missing from ``updates``
         gets nothing and is not waited for."""
-        pipes = {i: p for i, p in self._pipes.items() if i in updates}
+        with self._ack_cv:
+            pipes = {i: p for i, p in self._pipes.items() if i in updates}
         if not pipes:
             return
         seq = 0
@@ -135,10 +163,17 @@ class FrontendLink:
             return
         deadline = time.monotonic() + ACK_TIMEOUT_S
         with self._ack_cv:
-            while len(self._acks.get(seq, set()) & pipes.keys()) < len(pipes):
+            # NOTE: a frontend that died meanwhile (detached) is not waited for.
+            while not self._all_acked(seq, pipes):
                 left = deadline - time.monotonic()
                 if left <= 0 or self._stopping():
                     log.warning("frontends did not acknowledge model table update %d", seq)
                     break
                 self._ack_cv.wait(min(left, 0.5))
             self._acks.pop(seq, None)
+
+    def _all_acked(self, seq: int, pipes: Mapping[int, _Pipe]) -> bool:
+        """Whether every frontend of ``pipes`` still attached acknowledged ``seq`` (with
+        ``_ack_cv`` held)."""
+        acked = self._acks.get(seq, set())
+        return all(i in acked or self._pipes.get(i) is not p for i, p in pipes.items())

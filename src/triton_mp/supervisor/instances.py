@@ -31,6 +31,7 @@ from triton_mp.ipc.messages import (
     BlsClientWiring,
     BlsInboxUpdate,
     BlsWorkerUpdate,
+    DropSegments,
     InstancesAdded,
     InstancesRemoved,
     InstanceWiring,
@@ -333,6 +334,16 @@ class Instances:
             bls = msgspec.structs.replace(x.bls, models=table, seq=self._bls_seq)
             x.respec(msgspec.structs.replace(x.spec, bls=bls))
             self._send_bls([(i, BlsWorkerUpdate(instance_id=i, seq=self._bls_seq, models=table))])
+
+    def drop_segments(self, prefix: str) -> None:
+        """Tell every running worker to unmap the arenas named ``prefix...`` (a dead
+        frontend's, unlinked already), on the supervisor's control ring into its inbox."""
+        for instance_id, x in list(self._wired.items()):
+            try:
+                x.control.send(DropSegments(prefixes=(prefix,)))
+            except (ChannelTimeout, RecordTooLarge):
+                # NOTE: a stuck worker keeps the mapping; the memory goes when it exits.
+                log.warning("instance %d did not take the dead frontend's arenas", instance_id)
 
     def _send_bls(self, updates: list[BlsUpdate]) -> None:
         """Write BLS updates on the supervisor's control rings: a ``BlsWorkerUpdate`` to its

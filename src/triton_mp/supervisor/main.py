@@ -6,7 +6,8 @@ Imported by ``cli.main``. ``Supervisor.run`` creates the server-wide IPC objects
 waiting for each child's start handshake (``ipc.handshake``, with ``--startup-timeout-secs``,
 never a sleep), then watches every child in one place (``supervisor.children``). A dead
 worker is reported to the scheduler (which fails its in-flight requests with UNAVAILABLE)
-and restarted with backoff; a dead frontend or scheduler stops the server. SIGINT/SIGTERM
+and restarted with backoff; a dead frontend is restarted in its place while the others serve
+(``supervisor.frontend_restart``); a dead scheduler stops the server. SIGINT/SIGTERM
 drain: frontends finish accepted requests within ``--exit-timeout-secs``, then the scheduler
 and the workers stop, then every shared-memory object of this server is unlinked.
 """
@@ -37,6 +38,7 @@ from triton_mp.ipc.specs import (
 from triton_mp.ipc.topology import Topology
 from triton_mp.supervisor.children import Child, ChildTable
 from triton_mp.supervisor.frontend_link import FrontendLink
+from triton_mp.supervisor.frontend_restart import FrontendRestarts
 from triton_mp.supervisor.health import HEARTBEAT_SLOTS, Health
 from triton_mp.supervisor.instances import Instances
 from triton_mp.supervisor.load_requests import models_at_start
@@ -100,6 +102,7 @@ class Supervisor:
         self._to_scheduler: Sender | None = None
         self._drain_frontends = True
         self.models: ModelControl | None = None
+        self._instances: Instances | None = None
         self.devices = Devices(min_compute_capability=config.min_compute_capability)
 
     # ------------------------------------------------------------------ run
@@ -172,6 +175,7 @@ class Supervisor:
             channels.frontend_wakeups,
             self.devices,
         )
+        self._instances = instances
         self.models = ModelControl(
             cfg, self.server_id, self.children, instances, link, self.send_scheduler, self._stopping
         )
@@ -183,9 +187,16 @@ class Supervisor:
             # NOTE: tritonserver's words (server.cc, exit_on_error); its models unload first
             # too, which _stop_all does.
             raise StartupError("creating server: Internal - failed to load all models")
-        frontends = [
-            Child("frontend", str(i), encode(self._frontend_spec(i, channels))) for i in range(n_fe)
-        ]
+        restarts = FrontendRestarts(
+            self.children,
+            link,
+            self.models.on_change_thread,
+            lambda i, first_id, counts: encode(self._frontend_spec(i, channels, first_id, counts)),
+            self._on_frontend_gone,
+            cfg.startup_timeout_s,
+            n_fe,
+        )
+        frontends = [Child("frontend", str(i), restarts.spec(i)) for i in range(n_fe)]
         self.children.add(frontends)
         for child in frontends:
             self.children.spawn(child)
@@ -205,7 +216,8 @@ class Supervisor:
             n_fe,
             cfg.model_control_mode,
         )
-        fatal = self.children.watch(self._on_worker_death)
+        restarts.keep_spare()
+        fatal = self.children.watch(self._on_worker_death, restarts.died)
         if fatal is None:
             return 0
         if fatal.role == "scheduler":
@@ -244,10 +256,16 @@ class Supervisor:
             raise StartupError(errors["scheduler"])
         self._to_scheduler = Sender(channels.supervisor_ring, channels.scheduler_wakeup)
 
-    def _frontend_spec(self, i: int, channels: ServerChannels) -> FrontendSpec:
+    def _frontend_spec(
+        self,
+        i: int,
+        channels: ServerChannels,
+        first_request_id: int = 1,
+        restarts: dict[int, int] | None = None,
+    ) -> FrontendSpec:
         """Frontend ``i``'s spec: its rings (from the scheduler, the other frontends and every
-        serving instance), the model table, ports, limits; frontend 0 also serves the
-        metrics endpoint."""
+        serving instance), the model table, ports, limits, where its request ids start and
+        the frontends' restart counts; frontend 0 also serves the metrics endpoint."""
         cfg = self.config
         assert self.models is not None
         others = [j for j in range(cfg.frontend_processes) if j != i]
@@ -311,6 +329,8 @@ class Supervisor:
             cache_segment=self.topology.response_cache()
             if cfg.cache is not None and cfg.cache.kind == "local"
             else "",
+            first_request_id=first_request_id,
+            frontend_restarts=dict(restarts or {}),
         )
 
     def send_scheduler(self, msg: object) -> None:
@@ -329,6 +349,13 @@ class Supervisor:
                 instance_id=c.instance_id, exitcode=exitcode, reason=reason, segments=segments
             )
         )
+
+    def _on_frontend_gone(self, frontend_id: int, pid: int) -> None:
+        """Free a dead frontend process's input arenas: unlink them, and every worker unmaps
+        them (model control's change thread: ``supervisor.frontend_restart``)."""
+        self.wiring.remove_frontend_process(frontend_id, pid)
+        if self._instances is not None:
+            self._instances.drop_segments(self.topology.frontend_process_segments(frontend_id, pid))
 
     # ------------------------------------------------------------- shutdown
     def _stop_all(self) -> None:

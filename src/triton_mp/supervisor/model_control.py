@@ -113,7 +113,9 @@ class ModelControl:
         self._seen: dict[str, str] = {}
         """Per model directory, its fingerprint at the last load attempt (poll mode)."""
         self._next_id = 0
-        self._work: queue.Queue[tuple[int, Call] | tuple[()] | None] = queue.Queue()
+        self._work: queue.Queue[tuple[int, Call] | tuple[()] | Callable[[], None] | None] = (
+            queue.Queue()
+        )
         self._threads: list[threading.Thread] = []
         self._closed = False
         self._loading: set[str] = set()
@@ -161,6 +163,11 @@ class ModelControl:
         worker.start()
         self._threads.append(worker)
 
+    def on_change_thread(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the change thread, between two changes (a frontend's restart:
+        ``supervisor.frontend_restart``)."""
+        self._work.put(fn)
+
     def close(self) -> None:
         """Stop taking changes (server shutdown); remove temporary model directories."""
         self._closed = True
@@ -180,9 +187,15 @@ class ModelControl:
             try:
                 item = self._work.get(timeout=timeout)
             except queue.Empty:
-                item = ()  # type: ignore[assignment]
+                item = ()
             if item is None or self._stopping():
                 return
+            if callable(item):
+                try:
+                    item()
+                except Exception:  # noqa: BLE001 - a failed restart must not end the thread
+                    log.exception("frontend restart failed")
+                continue
             try:
                 self._bls.drain(self._bls_call)
                 if item:

@@ -181,6 +181,13 @@ class Wiring:
         for entry in top.of_worker_process(list_objects(top.server_id), instance_id, pid):
             remove_entry(entry)
 
+    def remove_frontend_process(self, frontend: int, pid: int) -> None:
+        """Unlink the input arenas of one dead frontend process (workers that still map
+        them unmap them on ``DropSegments``)."""
+        top = self.topology
+        for entry in top.of_frontend_process(list_objects(top.server_id), frontend, pid):
+            remove_entry(entry)
+
     def remove_all(self) -> None:
         """Unlink every object of this server (the last step of a shutdown)."""
         for entry in list_objects(self.topology.server_id):

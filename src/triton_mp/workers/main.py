@@ -35,6 +35,7 @@ from triton_mp.ipc.messages import (
     BatchDue,
     BlsWorkerUpdate,
     CancelRequest,
+    DropSegments,
     ReadyCheck,
     Requester,
     Shutdown,
@@ -244,6 +245,8 @@ def handle(msg: ToWorker, worker: Worker, rewire: Callable[[BlsWorkerUpdate], No
         rewire(msg)
     elif isinstance(msg, LogSettingsUpdate):
         apply_update(msg)
+    elif isinstance(msg, DropSegments):
+        worker.drop_segments(msg.prefixes)
     return False
 
 

@@ -534,6 +534,11 @@ class Worker:
         """Unmap the clients' regions."""
         self._regions.close()
 
+    def drop_segments(self, prefixes: tuple[str, ...]) -> None:
+        """Unmap the input arenas of a frontend process that died (``DropSegments``)."""
+        for prefix in prefixes:
+            self._cache.drop(prefix)
+
     def _sequence_batch(
         self, batch: BatchAssign, runnable: list[int], backend_reqs: list[BackendRequest]
     ) -> SequenceBatch:

@@ -27,7 +27,9 @@ def _flat_to_proto(value: msgspec.Struct, message: Any) -> Any:
     return message(**msgspec.structs.asdict(value))
 
 
-def status_to_proto(models: tuple[ModelQueueStatus, ...]) -> admin_pb2.QueueStatusResponse:
+def status_to_proto(
+    models: tuple[ModelQueueStatus, ...], frontend_restarts: dict[int, int] | None = None
+) -> admin_pb2.QueueStatusResponse:
     """The scheduler's queue state as a ``triton_mp.admin.QueueStatusResponse``.
 
     Raises:
@@ -50,7 +52,8 @@ def status_to_proto(models: tuple[ModelQueueStatus, ...]) -> admin_pb2.QueueStat
                 steps=[_flat_to_proto(x, admin_pb2.StepStatus) for x in m.steps],
             )
             for m in models
-        ]
+        ],
+        frontend_restarts=dict(frontend_restarts or {}),
     )
 
 
@@ -71,4 +74,4 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):  # type: ignore[misc]
             models = await self._stats.queue_status(request.model)
         except TritonMPError as e:
             await abort(context, e.code, e.message)
-        return status_to_proto(models)
+        return status_to_proto(models, self._stats.frontend_restarts)
