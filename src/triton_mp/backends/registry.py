@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from triton_mp.common.errors import ConfigError, ErrorCode
+from triton_mp.ipc.specs import BackendCapabilities
 
 if TYPE_CHECKING:
     from triton_mp._proto.model_config_pb2 import ModelConfig
@@ -80,6 +81,11 @@ class BackendInfo:
         requires: the import name of the optional package its worker needs (``torch``,
             ``tensorrt``); empty: none beyond triton-mp's own dependencies.
         extra: the ``pip install triton-mp[<extra>]`` that brings ``requires``.
+        capabilities: what it can do beyond executing batches (BLS, custom metrics,
+            ``is_cancelled()`` during execute, an ``is_ready()`` hook); the roles read these
+            from the model's spec, never the backend's name.
+        unacted_parameters: config ``parameters`` keys Triton's backend of this name acts on
+            and triton-mp's does not, each logged at load with ``unacted_reason``.
     """
 
     name: str
@@ -89,6 +95,9 @@ class BackendInfo:
     auto_complete: str = ""
     requires: str = ""
     extra: str = ""
+    capabilities: BackendCapabilities = BackendCapabilities()
+    unacted_parameters: frozenset[str] = frozenset()
+    unacted_reason: str = ""
 
     def missing(self) -> str:
         """Why this backend cannot run here ("" when it can): its optional package is not
@@ -132,6 +141,13 @@ BACKENDS: Mapping[str, BackendInfo] = {
             "model.py",
             loader="triton_mp.backends.python.backend:PythonBackend",
             auto_complete="triton_mp.backends.python.autocomplete:auto_complete",
+            capabilities=BackendCapabilities(
+                bls=True, custom_metrics=True, cancellation_watch=True, readiness_hook=True
+            ),
+            # NOTE: every other key reaches the model's args['model_config'].
+            unacted_parameters=frozenset({"EXECUTION_ENV_PATH"}),
+            unacted_reason="custom python execution environments are not supported; the "
+            "server's own interpreter runs the model",
         ),
         BackendInfo(
             "pytorch",

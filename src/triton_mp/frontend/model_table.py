@@ -53,6 +53,8 @@ class Model:
     preserve_ordering: bool = False
     """Responses leave in request order (``dynamic_batching.preserve_ordering``, or the
     sequence batcher's ``oldest.preserve_ordering``)."""
+    readiness_hook: bool = False
+    """Its backend's models may define ``is_ready()``: readiness checks ask the instances."""
 
     def version_reason(self, version: int) -> str:
         """Why ``version`` is UNAVAILABLE."""
@@ -128,6 +130,7 @@ class ModelTable:
                 retired_versions=tuple(sorted(e.retired_versions)),
                 unloading_versions=tuple(sorted(e.unloading_versions)),
                 decoupled=bool(cfg.model_transaction_policy.decoupled),
+                readiness_hook=e.readiness_hook,
                 labels=dict(e.labels),
                 preserve_ordering=bool(
                     cfg.dynamic_batching.preserve_ordering

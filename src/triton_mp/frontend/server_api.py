@@ -118,7 +118,7 @@ class ServerApi:
         asks = [
             self._readiness.ask(m.name, v)
             for m in self._models
-            if m.config.backend == "python"
+            if m.readiness_hook
             for v in m.ready_versions
         ]
         return all(await asyncio.gather(*asks)) if asks else True
@@ -134,7 +134,7 @@ class ServerApi:
         if not self.model_ready(name, version):
             return False
         model, v = self._models.resolve(name, version)
-        if self._readiness is None or model.config.backend != "python":
+        if self._readiness is None or not model.readiness_hook:
             return True
         return await self._readiness.ask(model.name, v)
 

@@ -45,6 +45,9 @@ class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):
     labels: dict[str, tuple[str, ...]] = {}
     """Output name -> its classification labels (``label_filename``), for the classification
     extension."""
+    readiness_hook: bool = False
+    """Its backend's models may define ``is_ready()`` (``BackendCapabilities``): ModelReady,
+    and ServerReady under strict readiness, ask the instances."""
 
 
 class ModelLoadCall(msgspec.Struct, frozen=True, kw_only=True, tag="load", array_like=True):

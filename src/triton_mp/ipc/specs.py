@@ -219,6 +219,27 @@ class RateLimitSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     0 otherwise (as Triton's CPU instances have device id 0)."""
 
 
+class BackendCapabilities(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """What a model's backend can do beyond executing batches, as its row of
+    ``backends.registry.BACKENDS`` declares it; every role asks these, never the backend's
+    name. All False: a backend that executes batches and nothing more (onnxruntime).
+
+    Attributes:
+        bls: its instances call other models (BLS): each gets rings to every instance and a
+            client of the scheduler (``workers.bls_client``).
+        custom_metrics: its models make metrics (``pb_utils.MetricFamily``): each instance
+            gets a metric board the metrics endpoint reads.
+        cancellation_watch: its models ask ``is_cancelled()`` while they execute: the worker
+            looks at its inbox for cancellations meanwhile (``workers.execution_watch``).
+        readiness_hook: its models may define ``is_ready()``, asked on every readiness check.
+    """
+
+    bls: bool = False
+    custom_metrics: bool = False
+    cancellation_watch: bool = False
+    readiness_hook: bool = False
+
+
 class ModelVersionSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """What the scheduler and workers need to know about one loaded model version."""
 
@@ -247,6 +268,8 @@ class ModelVersionSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=Tru
     ensemble: EnsembleSpec | None = None
     """The steps of an ensemble (``platform: "ensemble"``, ``batching.kind`` "ensemble",
     no instances), else None."""
+    capabilities: BackendCapabilities = BackendCapabilities()
+    """What its backend can do (its registry row's; none for an ensemble)."""
 
     @property
     def enforced_inputs(self) -> tuple[str, ...]:

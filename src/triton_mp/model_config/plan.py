@@ -32,6 +32,7 @@ from triton_mp.common.errors import ConfigError
 from triton_mp.common.host_policy import default_policy_name, parse_cpu_cores, parse_numa_node
 from triton_mp.common.json_form import config_to_json
 from triton_mp.ipc.specs import (
+    BackendCapabilities,
     BatchingSpec,
     ControlSpec,
     EnsembleSpec,
@@ -87,6 +88,10 @@ class ModelPlan:
     instances: list[InstanceSpec] = field(default_factory=list)
     failed_versions: dict[int, str] = field(default_factory=dict)
     error: str = ""
+
+
+NO_CAPABILITIES = BackendCapabilities()
+"""An ensemble's: it has no backend."""
 
 
 def plan_models(
@@ -341,6 +346,7 @@ def _version_spec(
         decoupled=bool(cfg.model_transaction_policy.decoupled),
         warmup=_warmup_specs(cfg, m.directory),
         rate_limits=rate_limits(cfg),
+        capabilities=info.capabilities if (info := BACKENDS.get(cfg.backend)) else NO_CAPABILITIES,
     )
 
 

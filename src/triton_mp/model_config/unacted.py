@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 
 from triton_mp._proto import model_config_pb2 as mc
+from triton_mp.backends.registry import BACKENDS
 
 __all__ = ["ORT_PARAMETERS", "PYTORCH_PARAMETERS", "refusal", "unacted_fields"]
 
@@ -53,10 +54,6 @@ PYTORCH_PARAMETERS = frozenset(
 )
 """``parameters`` keys the PyTorch backend reads (``backends.pytorch.parameters``; it warns
 itself that ``ENABLE_WEIGHT_SHARING`` cannot act)."""
-
-_PYTHON_UNACTED_PARAMETERS = frozenset({"EXECUTION_ENV_PATH"})
-"""Python backend parameters triton-mp's python backend does not act on (every other key
-reaches the model's ``args['model_config']``)."""
 
 
 def _optimization(config: mc.ModelConfig) -> list[str]:
@@ -149,14 +146,14 @@ def _parameters(config: mc.ModelConfig) -> list[str]:
             for k in sorted(config.parameters)
             if k not in PYTORCH_PARAMETERS
         ]
-    if config.backend == "python":
-        return [
-            f"parameters '{k}': custom python execution environments are not supported; the "
-            "server's own interpreter runs the model"
-            for k in sorted(config.parameters)
-            if k in _PYTHON_UNACTED_PARAMETERS
-        ]
-    return []
+    info = BACKENDS.get(config.backend)
+    if info is None:
+        return []
+    return [
+        f"parameters '{k}': {info.unacted_reason}"
+        for k in sorted(config.parameters)
+        if k in info.unacted_parameters
+    ]
 
 
 def unacted_fields(config: mc.ModelConfig) -> list[str]:

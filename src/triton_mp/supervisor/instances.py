@@ -248,12 +248,9 @@ class Instances:
         """Create the BLS rings of a change's new instances (``plans``) and rewire the
         running ones (their specs now, their processes by the returned ``updates``)."""
         new = [w.instance_id for p in plans for w in p.instances]
-        backend = {(v.model, v.version): v.backend for p in plans for v in p.versions}
+        bls = {(v.model, v.version): v.capabilities.bls for p in plans for v in p.versions}
         new_clients = [
-            w.instance_id
-            for p in plans
-            for w in p.instances
-            if backend[(w.model, w.version)] == "python"
+            w.instance_id for p in plans for w in p.instances if bls[(w.model, w.version)]
         ]
         old_clients = [i for i, x in self._wired.items() if x.bls is not None]
         plan = plan_bls_add(list(self._wired), old_clients, new, new_clients)

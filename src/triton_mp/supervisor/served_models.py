@@ -77,4 +77,7 @@ class ServedModel:
             reason=reason, transition=transition, version_reasons=dict(self.failed),
             retired_versions=retired, unloading_versions=tuple(sorted(self.unloading)),
             labels=self.labels,
+            readiness_hook=any(
+                v.spec.capabilities.readiness_hook for v in self.versions.values()
+            ),
         )  # fmt: skip

@@ -108,7 +108,7 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     owner_prefix = process_arena_prefix(spec.arena_prefix, os.getpid())
     arena = ArenaAllocator(owner_prefix, spec.arena_bytes, spec.arena_budget_bytes)
     custom_metrics = None
-    if spec.model.backend == "python":
+    if spec.model.capabilities.custom_metrics:
         from triton_mp.backends.python import metrics as python_metrics
 
         # NOTE: before the backend imports model.py: initialize() may create metrics.
@@ -135,7 +135,7 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     )
     log.info("instance ready")
     watch = None
-    if spec.model.backend == "python":
+    if spec.model.capabilities.cancellation_watch:
         # NOTE: only python models look at is_cancelled() while they execute.
         watch = ExecutionWatch(inbox, cancel_now(worker))
         worker.watch = watch
