@@ -16,6 +16,11 @@ pinned answers). Issue 38: each case differed before.
 6. A stream response the frontend builds itself (an empty final response, a model's error)
    carries the model name and the ``model_version`` string the request sent ("" when none),
    not the version that ran (``StreamInferResponseComplete``).
+
+The sweep of the same code found more of the same kind, pinned at the end: ModelInfer
+refuses a decoupled model before reading the request; ``triton_enable_empty_final_response``
+must be a ``bool_param``; a tensor's shared-memory window is looked up before the core's
+checks.
 """
 
 from __future__ import annotations
@@ -149,15 +154,18 @@ MODELS = {
 }
 
 
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """gRPC addresses: ``triton-mp`` always, ``triton`` when the real Triton is installed."""
+def _servers(
+    tmp_path_factory: pytest.TempPathFactory, models: tuple[str, ...]
+) -> Iterator[dict[str, str]]:
+    """gRPC addresses: ``triton-mp`` always, ``triton`` when the real Triton is installed,
+    both serving ``models`` (of ``MODELS``)."""
     repo = tmp_path_factory.mktemp("grpc_answers") / "repo"
-    for name, (config, source) in MODELS.items():
-        write_python_model(repo, name, config, source)
-    explicit = ["--model-control-mode=explicit", *(f"--load-model={m}" for m in MODELS)]
+    for name in models:
+        write_python_model(repo, name, *MODELS[name])
+    explicit = ["--model-control-mode=explicit", *(f"--load-model={m}" for m in models)]
     logs = tmp_path_factory.mktemp("logs")
-    ours = ServerProcess(repo, logs / "ours.log", *explicit)
+    # NOTE: client shared memory is on by default in 2.51 (off since 26.04, PR #8721)
+    ours = ServerProcess(repo, logs / "ours.log", "--allow-client-shm=true", *explicit)
     theirs: RealTriton | None = None
     try:
         ours.wait_live()
@@ -172,6 +180,20 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         ours.stop()
         if theirs is not None:
             theirs.stop()
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Both servers with every model of ``MODELS``."""
+    yield from _servers(tmp_path_factory, tuple(MODELS))
+
+
+@pytest.fixture
+def servers_to_break(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Both servers with ``fail`` alone, for one test: Triton 2.51 may die (SIGSEGV) after
+    a stream in ``triton_grpc_error`` mode ended with a model's error, a race upstream main
+    fixed since (stream_infer_handler.cc, ``grpc_stream_closed_``)."""
+    yield from _servers(tmp_path_factory, ("fail",))
 
 
 def request(
@@ -346,15 +368,12 @@ def test_a_refused_stream_request_is_answered_with_its_id_alone(
         assert got[2].infer_response.id == "ok", name
 
 
-def test_a_model_error_ends_the_stream_with_triton_grpc_error(servers: dict[str, str]) -> None:
+def test_a_model_error_ends_the_stream_with_triton_grpc_error(
+    servers_to_break: dict[str, str],
+) -> None:
     bad = np.array([-1, 0, 0, 0], np.float32).tobytes()
     header = (("triton_grpc_error", "true"),)
-    for name, url in _each(servers):
-        got, status = stream(url, [request("fail", rid="a")], 1, header)
-        assert [r.infer_response.id for r in got] == ["a"], name
-        assert status == (grpc.StatusCode.OK, ""), name
-        got, status = stream(url, [request("fail", raw=(bad,), rid="b")], 1, header)
-        assert (got, status) == ([], (grpc.StatusCode.INTERNAL, "negative input")), name
+    for name, url in _each(servers_to_break):
         # A refusal before the model runs stays in the stream, with the header too.
         refused = request("fail", raw=(), rid="c")
         got, status = stream(url, [refused, request("fail", rid="d")], 2, header)
@@ -363,6 +382,12 @@ def test_a_model_error_ends_the_stream_with_triton_grpc_error(servers: dict[str,
             ("", "d"),
         ], name
         assert status == (grpc.StatusCode.OK, ""), name
+        # NOTE: last: Triton 2.51 may crash after it (servers_to_break).
+        got, status = stream(url, [request("fail", raw=(bad,), rid="b")], 1, header)
+        assert (got, status) == ([], (grpc.StatusCode.INTERNAL, "negative input")), name
+    # triton-mp goes on serving.
+    got, status = stream(servers_to_break["triton-mp"], [request("fail", rid="a")], 1, header)
+    assert ([r.infer_response.id for r in got], status) == (["a"], (grpc.StatusCode.OK, ""))
 
 
 # -------------------------------------------------- 6. the request's version in the stream
@@ -410,3 +435,56 @@ def test_stream_responses_built_by_the_frontend_echo_the_requests_version(
                 ),
             ),
         ], name
+
+
+# ------------------------------------------------------------------ the sweep's findings
+
+
+DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+P = pb.InferParameter
+
+
+def test_model_infer_refuses_a_decoupled_model_before_reading_the_request(
+    servers: dict[str, str],
+) -> None:
+    unimplemented = (grpc.StatusCode.UNIMPLEMENTED, DECOUPLED)
+    bad_parameter = request("dec")
+    bad_parameter.parameters["priority"].string_param = "high"
+    for name, url in _each(servers):
+        assert infer(url, request("dec", raw=())) == unimplemented, name
+        assert infer(url, request("dec", datatype="INT32")) == unimplemented, name
+        assert infer(url, bad_parameter) == unimplemented, name
+
+
+def test_the_empty_final_response_flag_must_be_a_bool(servers: dict[str, str]) -> None:
+    message = (
+        "invalid value type for 'triton_enable_empty_final_response' parameter, expected "
+        "bool_param."
+    )
+    as_string = request(rid="s")
+    as_string.parameters["triton_enable_empty_final_response"].string_param = "true"
+    for name, url in _each(servers):
+        assert infer(url, as_string) == (INVALID, message), name
+        got, _ = stream(url, [as_string], 1)
+        assert [(r.error_message, r.infer_response) for r in got] == [
+            (message, pb.ModelInferResponse(id="s"))
+        ], name
+
+
+def test_a_shared_memory_window_is_looked_up_before_the_cores_checks(
+    servers: dict[str, str],
+) -> None:
+    window = {
+        "shared_memory_region": P(string_param="nowhere"),
+        "shared_memory_byte_size": P(int64_param=16),
+    }
+    not_found = (grpc.StatusCode.NOT_FOUND, "Unable to find shared memory region: 'nowhere'")
+    wrong_type = request(datatype="INT32", raw=())
+    for key, value in window.items():
+        wrong_type.inputs[0].parameters[key].CopyFrom(value)
+    unknown_output = request(outputs=("NOPE", "OUTPUT0"))
+    for key, value in window.items():
+        unknown_output.outputs[1].parameters[key].CopyFrom(value)
+    for name, url in _each(servers):
+        assert infer(url, wrong_type) == not_found, name
+        assert infer(url, unknown_output) == not_found, name

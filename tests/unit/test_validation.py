@@ -189,6 +189,16 @@ def test_reserved_parameters_are_read_and_custom_ones_kept_as_json() -> None:
             "following keys starting with 'triton_' are allowed: "
             "triton_enable_empty_final_response",
         ),
+        *(
+            (
+                # NOTE: infer_handler.cc SetStateParameterFromTritonParameter
+                "triton_enable_empty_final_response",
+                param,
+                "invalid value type for 'triton_enable_empty_final_response' parameter, "
+                "expected bool_param.",
+            )
+            for param in (string_parameter("true"), uint64_parameter(1), Parameter(None))
+        ),
         (
             "big",
             uint64_parameter(1),
@@ -425,6 +435,18 @@ def test_shared_memory_tensors_need_a_registered_region() -> None:
         "Unable to find shared memory region: 'r1'",
     )
     assert _error(req, SystemShmRegistry(0, enabled=False))[0] == ErrorCode.UNSUPPORTED
+    # The gRPC frontend looks the window up before the core's checks (InferGRPCToInput,
+    # then InferAllocatorPayload for outputs): not a datatype or unknown-output error.
+    wrong_type = _plain(
+        inputs=(InputTensor("A", "FP64", (2,), window), InputTensor("B", "INT32", (3,))),
+        raw_inputs=(INT32_3,),
+    )
+    assert _error(wrong_type, SystemShmRegistry(0))[0] == ErrorCode.NOT_FOUND
+    outputs = (RequestedOutput("NOPE"), RequestedOutput("X", window))
+    assert _error(_plain(outputs=outputs), SystemShmRegistry(0)) == (
+        ErrorCode.NOT_FOUND,
+        "Unable to find shared memory region: 'r1'",
+    )
 
 
 REGION = {"shared_memory_region": string_parameter("r1")}

@@ -322,8 +322,21 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
                 if trace is not None:
                     trace.stamp("GRPC_WAITREAD_START", read_ns)
                     trace.stamp("GRPC_WAITREAD_END")
-            ticket = self._api.inference.submit(
-                core_request, decoupled_message=DECOUPLED_MESSAGE, trace=trace, known_key=key
+            # NOTE: the model and its transaction policy first, then the request's own
+            # rules (ModelInferHandler::Execute refuses a decoupled model before it reads
+            # the request).
+            inference = self._api.inference
+            target = inference.admit(
+                core_request.model_name,
+                core_request.model_version,
+                decoupled_message=DECOUPLED_MESSAGE,
+            )
+            ticket = inference.submit(
+                core_request,
+                decoupled_message=DECOUPLED_MESSAGE,
+                target=target,
+                trace=trace,
+                known_key=key,
             )
             result = await ticket.result()
         except TritonMPError as e:

@@ -2,11 +2,14 @@
 
 Imported by ``frontend.validation``. Server ``grpc/infer_handler.cc`` InferGRPCToInput reads
 each input in order: its ``shared_memory_*`` parameters (``shared_memory.shm_parameters``),
-explicit ``contents`` together with shared memory or ``raw_input_contents``, which typed
+explicit ``contents`` together with shared memory, the window in its registered region
+(``shared_memory.shm_window``: an unknown region, a window outside it), explicit
+``contents`` together with ``raw_input_contents``, which typed
 ``contents`` field carries the elements against the request's datatype
 (InferGRPCToInputHelper), else the next ``raw_input_contents`` entry, and with none left
 "unable to find data" (even for a tensor of no elements); then every output's
-``shared_memory_*`` and ``classification`` parameters (InferAllocatorPayload). These
+``shared_memory_*`` and ``classification`` parameters and its window (InferAllocatorPayload).
+All of it comes before the core's checks (names, datatypes, shapes). These
 messages have no ``[request id: ...]`` prefix. HTTP requests never carry typed contents,
 give every input outside shared memory a raw entry, and their shared-memory parameters are
 always well formed, so for them this finds nothing.
@@ -16,13 +19,14 @@ from __future__ import annotations
 
 from triton_mp.common.datatypes import DataType
 from triton_mp.common.errors import InvalidRequest
+from triton_mp.frontend.client_shm import SystemShmRegistry
 from triton_mp.frontend.request import (
     TENSOR_CONTENTS,
     InferenceRequest,
     InputTensor,
     ParameterType,
 )
-from triton_mp.frontend.validation.shared_memory import shm_parameters
+from triton_mp.frontend.validation.shared_memory import shm_parameters, shm_window
 
 _NARROW = {
     "int_contents": {"INT8": "INT8", "INT16": "INT16"},
@@ -75,8 +79,13 @@ def _check_contents(t: InputTensor, model: str) -> None:
         supplied = True
 
 
-def check_frontend_tensors(req: InferenceRequest) -> None:
+def check_frontend_tensors(req: InferenceRequest, shm: SystemShmRegistry | None = None) -> None:
     """Each input's, then each output's, checks as the gRPC frontend makes them.
+
+    Args:
+        req: the request.
+        shm: the frontend's registered regions, which a tensor's window is checked against
+            (None: none is registered).
 
     Raises:
         InvalidRequest: malformed shared-memory parameters (``shm_parameters``); "unexpected
@@ -86,24 +95,28 @@ def check_frontend_tensors(req: InferenceRequest) -> None:
             for model '<m>' of type '<T>', expected datatype '<D>'" or "..., binary data
             was already supplied."; ``no_data_message`` for the first input left without
             data (entries past the last input are ignored); a ``classification`` that is
-            not a positive ``int64_param``, or one together with shared memory.
+            not a positive ``int64_param``, or one together with shared memory; a window
+            outside its region.
+        TritonMPError: as ``shm_window`` (NOT_FOUND for an unknown region, UNSUPPORTED
+            with client shared memory off).
     """
     model = req.model_name
     raw_left = len(req.raw_inputs)
     for t in req.inputs:
         in_shm = bool(t.parameters) and shm_parameters(t.parameters, t.name) is not None
+        if in_shm:
+            if t.contents:
+                raise InvalidRequest(
+                    f"unexpected 'content' provided when using shared memory for input tensor "
+                    f"'{t.name}' for model '{model}'"
+                )
+            shm_window(shm, t.parameters, t.name)
+            continue
         if not t.contents:
-            if in_shm:
-                continue
             if not raw_left:
                 raise InvalidRequest(no_data_message(t.name, model))
             raw_left -= 1
             continue
-        if in_shm:
-            raise InvalidRequest(
-                f"unexpected 'content' provided when using shared memory for input tensor "
-                f"'{t.name}' for model '{model}'"
-            )
         if req.raw_inputs:
             raise InvalidRequest(
                 f"contents field must not be specified when using raw_input_contents for "
@@ -116,6 +129,8 @@ def check_frontend_tensors(req: InferenceRequest) -> None:
         in_shm = shm_parameters(o.parameters, o.name) is not None
         classification = o.parameters.get("classification")
         if classification is None:
+            if in_shm:
+                shm_window(shm, o.parameters, o.name)
             continue
         # NOTE: grpc_utils.cc ParseClassificationParams, then InferAllocatorPayload
         if classification.type is not ParameterType.INT64:

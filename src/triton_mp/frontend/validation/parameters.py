@@ -4,8 +4,9 @@ Imported by ``frontend.validation``. Reserved: ``sequence_id`` (``int64_param``,
 unsigned, or ``string_param``), ``sequence_start`` / ``sequence_end`` (``bool_param``),
 ``priority`` (``int64_param`` >= 0 or ``uint64_param``) and ``timeout`` (``int64_param``,
 microseconds). Keys starting with ``triton_`` are reserved too (only
-``triton_enable_empty_final_response`` may be sent). Everything else is a custom parameter,
-passed to the backend as JSON (``uint64`` ones are refused, as Triton's gRPC frontend does).
+``triton_enable_empty_final_response`` may be sent, a ``bool_param``). Everything else is a
+custom parameter, passed to the backend as JSON (``uint64`` ones are refused, as Triton's
+gRPC frontend does).
 Messages are server ``grpc/infer_handler.cc``'s: no ``[request id: ...]`` prefix, as the
 frontend refuses them before the core sees the request.
 """
@@ -170,6 +171,8 @@ def read_parameters(parameters: Parameters, rid: str) -> RequestOptions:
             priority = priority_param(p)
         elif key == "timeout":
             timeout_us = timeout_param(p)
+        elif key == EMPTY_FINAL_PARAMETER:
+            bool_param(p, key)  # NOTE: SetStateParameterFromTritonParameter; the stream reads it
         elif key.startswith("triton_") and key not in RESERVED_TRITON_PARAMETERS:
             raise InvalidRequest(
                 "parameter keys starting with 'triton_' are reserved for Triton usage. Only "

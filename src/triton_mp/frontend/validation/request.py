@@ -107,7 +107,7 @@ def validate_request(
         inputs = read_known_inputs(req, model, known.shapes, known.counts, rid)
         batch_size, outputs, regions = known.batch_size, known.outputs, ()
     else:
-        check_frontend_tensors(req)
+        check_frontend_tensors(req, shm)
         check_input_names(req, model, rid)
         inputs, batch_size = read_inputs(req, model, shm, rid)
         outputs, regions = read_outputs(req, model, shm, rid)
