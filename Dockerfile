@@ -40,6 +40,16 @@ COPY model_repository /models
 RUN /opt/triton-mp/bin/pip install --no-cache-dir --no-deps --ignore-requires-python rapidocr-onnxruntime==1.4.4 silero-vad==6.2.3 \
     && /opt/triton-mp/bin/python -m triton_mp.cli.assets /models \
     && /opt/triton-mp/bin/pip uninstall -y rapidocr-onnxruntime silero-vad
+# What the server never imports leaves the venv (about 70 MB; docs/deploy.md, "Image size"):
+# the test suites and test data of numpy and onnx, onnxruntime's offline tools (transformer
+# optimiser, quantisation, model conversion), and pip and setuptools (the root file system is
+# read-only, so nothing is installed at run time). Every model of /models loads without them
+# (tests/e2e/test_container.py).
+RUN site="$(/opt/triton-mp/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
+    && find "$site/numpy" -depth -type d -name tests -exec rm -rf {} + \
+    && rm -rf "$site/onnx/backend/test/data" "$site/onnxruntime/transformers" \
+              "$site/onnxruntime/quantization" "$site/onnxruntime/tools" "$site/onnxruntime/datasets" \
+    && /opt/triton-mp/bin/pip uninstall -y pip setuptools
 
 FROM ${BASE_IMAGE}
 # hadolint ignore=DL3008

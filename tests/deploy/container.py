@@ -1,0 +1,243 @@
+"""Podman for tests/e2e/test_container.py (issue 39): the tools installed with apt when they
+are missing, a base image made from Debian packages (cached between runs on one machine), the
+image built from this checkout, and the ``podman run`` argv of deploy/'s Deployment.
+
+No registry is needed: the base is ``mmdebstrap --variant=minbase`` of Debian bookworm with
+Debian's python3, imported with ``podman import``. The image is then built from the
+repository's own Dockerfile with ``--build-arg BASE_IMAGE=<that base>``.
+
+What podman needs on this machine (a cgroup v1/v2 hybrid host whose root lacks
+CAP_SYS_RESOURCE), given through ``CONTAINERS_CONF``: explicit ulimits (podman's default
+raises RLIMIT_NOFILE and RLIMIT_NPROC to the host's maxima, which needs that capability) and
+runc as the OCI runtime. Inside the build, pip trusts the host's CA store: the base gets the
+host's CA bundle and an ``/etc/pip.conf`` that names it (a TLS-intercepting proxy here; on an
+ordinary host the bundle is Debian's own and changes nothing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.deploy.manifests import DEPLOY, by_kind, render
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TOOLS = ("podman", "mmdebstrap", "runc")
+"""Commands the test needs; each is also the name of the Debian package that installs it."""
+
+CONTAINERS_CONF = """\
+# tests/deploy/container.py: ulimits given explicitly (podman's default raises them to the
+# host's maxima, which needs CAP_SYS_RESOURCE), and runc as the OCI runtime.
+[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+
+[engine]
+runtime = "runc"
+"""
+
+SUITE = "bookworm"
+"""The Debian release of the base (the slim Python image's too)."""
+
+BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates", "passwd")
+"""What the base holds beyond minbase: Debian's python3 with venv (the build stage's
+interpreter), CA certificates (pip's downloads) and useradd (the runtime stage's user)."""
+
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "triton-mp"
+"""Where the base's root file system tarball is kept between runs."""
+
+
+@dataclass(frozen=True)
+class Podman:
+    """``podman`` with this test's containers.conf."""
+
+    env: dict[str, str]
+
+    def __call__(
+        self, *args: str, timeout: float = 120, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run(
+            ["podman", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and out.returncode != 0:
+            raise AssertionError(f"podman {' '.join(args)}: exit {out.returncode}\n{out.stderr}")
+        return out
+
+
+def install_tools() -> str | None:
+    """Install ``TOOLS`` with apt-get (as root, else ``sudo -n``) when any is missing.
+
+    Returns:
+        None when all are there; else why not (the test skips with it).
+    """
+    missing = [t for t in TOOLS if shutil.which(t) is None]
+    if not missing:
+        return None
+    apt = ["apt-get"] if os.geteuid() == 0 else ["sudo", "-n", "apt-get"]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for step in (["update", "-qq"], ["install", "-y", "-qq", *TOOLS]):
+        try:
+            out = subprocess.run(
+                [*apt, *step], env=env, capture_output=True, text=True, timeout=900, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return f"{', '.join(missing)} missing and {' '.join(apt)} {step[0]} failed: {e}"
+        if out.returncode != 0:
+            return (
+                f"{', '.join(missing)} missing and `{' '.join([*apt, *step])}` failed: "
+                f"{out.stderr.strip()[-400:]}"
+            )
+    still = [t for t in TOOLS if shutil.which(t) is None]
+    return f"{', '.join(still)} still missing after apt-get install" if still else None
+
+
+def podman_for(directory: Path) -> Podman:
+    """A ``Podman`` whose containers.conf is written into ``directory``."""
+    conf = directory / "containers.conf"
+    conf.write_text(CONTAINERS_CONF)
+    return Podman({**os.environ, "CONTAINERS_CONF": str(conf)})
+
+
+def _mmdebstrap_argv(tar: Path) -> list[str]:
+    hooks = []
+    if HOST_CA_BUNDLE.is_file():
+        hooks = [
+            f'--customize-hook=cp {HOST_CA_BUNDLE} "$1{HOST_CA_BUNDLE}"',
+            f'--customize-hook=printf "[global]\\ncert = {HOST_CA_BUNDLE}\\n" > "$1/etc/pip.conf"',
+        ]
+    include = ",".join(BASE_PACKAGES)
+    return [
+        "mmdebstrap", "--variant=minbase", "--format=tar", f"--include={include}",
+        *hooks, SUITE, str(tar),
+    ]  # fmt: skip
+
+
+def base_image(podman: Podman) -> str:
+    """The tag of the Debian base: made once per machine (mmdebstrap, about 30 s), its
+    tarball kept under ``CACHE``, imported when podman's store lacks it.
+
+    The tag and the tarball name carry a digest of the mmdebstrap command and the host's CA
+    bundle, so a change to either makes a new base.
+    """
+    recipe = json.dumps(_mmdebstrap_argv(Path("-"))).encode()
+    ca = HOST_CA_BUNDLE.read_bytes() if HOST_CA_BUNDLE.is_file() else b""
+    key = hashlib.sha256(recipe + ca).hexdigest()[:16]
+    tag = f"localhost/triton-mp-base:{SUITE}-{key}"
+    if podman("image", "exists", tag, check=False).returncode == 0:
+        return tag
+    tar = CACHE / f"rootfs-{SUITE}-{key}.tar"
+    if not tar.is_file():
+        tar.parent.mkdir(parents=True, exist_ok=True)
+        partial = tar.with_name(f"{tar.name}.partial")
+        out = subprocess.run(
+            ["nice", "-n", "10", *_mmdebstrap_argv(partial)],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+        assert out.returncode == 0, f"mmdebstrap failed:\n{out.stderr[-3000:]}"
+        partial.rename(tar)
+    podman("import", str(tar), tag, timeout=300)
+    return tag
+
+
+@dataclass(frozen=True)
+class Built:
+    """The image built from the checkout, and what it took."""
+
+    tag: str
+    base: str
+    build_s: float
+    size_bytes: int
+    base_size_bytes: int
+
+
+def build_image(podman: Podman, base: str, tag: str, log: Path) -> Built:
+    """``podman build`` of the checkout's Dockerfile on ``base`` (layers cached by podman
+    between runs), its output in ``log``."""
+    t0 = time.monotonic()
+    with log.open("w") as f:
+        out = subprocess.run(
+            ["nice", "-n", "10", "podman", "build", "--format", "docker"]
+            + ["--build-arg", f"BASE_IMAGE={base}", "-t", tag, str(ROOT)],
+            env=podman.env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            timeout=1200,
+            check=False,
+        )
+    build_s = time.monotonic() - t0
+    assert out.returncode == 0, f"podman build failed:\n{log.read_text()[-4000:]}"
+
+    def size(image: str) -> int:
+        return int(podman("image", "inspect", "--format", "{{.Size}}", image).stdout)
+
+    return Built(tag, base, build_s, size(tag), size(base))
+
+
+def deployment() -> tuple[dict[str, Any], dict[str, Any]]:
+    """deploy/kubernetes/base's Deployment (rendered) and its one container."""
+    (dep,) = by_kind(render(DEPLOY / "kubernetes/base"), "Deployment")
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    return dep, container
+
+
+def _mebibytes(quantity: str) -> int:
+    units = {"Mi": 1, "Gi": 1024}
+    return int(quantity[:-2]) * units[quantity[-2:]]
+
+
+def run_argv(
+    name: str, image: str, shm_dir: Path, host_ports: dict[str, int], extra_args: list[str]
+) -> list[str]:
+    """``podman run`` arguments that run ``image`` as the Deployment runs it.
+
+    From the pod and container specs: the user and group, a read-only root file system (and
+    no other writable place than the volumes), all capabilities dropped, no privilege
+    escalation, the memory limit, the ``tmp`` emptyDir (a tmpfs of its size limit), the
+    Deployment's args (the image's ENTRYPOINT runs them, as in the pod, which sets no
+    command) and its named ports, published on 127.0.0.1 at ``host_ports``.
+
+    The memory-backed ``dshm`` emptyDir is ``shm_dir``, a directory of the host's tmpfs
+    ``/dev/shm`` bind-mounted at ``/dev/shm``, as the kubelet bind-mounts the tmpfs of an
+    emptyDir: a client on the host shares it as a client container of the pod would.
+    """
+    dep, container = deployment()
+    pod = dep["spec"]["template"]["spec"]
+    user = pod["securityContext"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert security["allowPrivilegeEscalation"] is False
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
+    assert mounts["dshm"] == "/dev/shm"
+    tmp_mib = _mebibytes(volumes["tmp"]["emptyDir"]["sizeLimit"])
+    argv = [
+        "run", "-d", f"--name={name}",
+        f"--user={user['runAsUser']}:{user['runAsGroup']}",
+        "--read-only", "--read-only-tmpfs=false",
+        "--cap-drop=ALL", "--security-opt=no-new-privileges",
+        f"--memory={_mebibytes(container['resources']['limits']['memory'])}m",
+        f"--tmpfs={mounts['tmp']}:rw,size={tmp_mib}m,mode=1777",
+        f"--volume={shm_dir}:{mounts['dshm']}",
+    ]  # fmt: skip
+    for port in container["ports"]:
+        argv.append(f"--publish=127.0.0.1:{host_ports[port['name']]}:{port['containerPort']}")
+    return [*argv, image, *container["args"], *extra_args]
