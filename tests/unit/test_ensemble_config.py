@@ -15,6 +15,7 @@ from triton_mp.supervisor.ensemble_deps import (
     composing_to_load,
     dependents,
     ensemble_load_failure,
+    reloadable,
 )
 
 
@@ -210,3 +211,12 @@ def test_a_step_s_model_or_version_that_did_not_come_up_fails_the_ensemble() -> 
         ErrorCode.INVALID_ARG,
         "load failed for model 'ens': why.\n",
     )
+
+
+def test_an_ensemble_a_step_s_unload_took_down_reloads_once_all_its_steps_serve() -> None:
+    # NOTE: 2.51 loads pipe3 again when the last of add_py and scale_py loads again
+    orphans = {"pipe3": ("scale_py", "add_py"), "outer": ("pipe3",), "solo": ()}
+    assert reloadable(orphans, ["add_py"]) == ["solo"]
+    assert reloadable(orphans, ["add_py", "scale_py", "other"]) == ["pipe3", "solo"]
+    assert reloadable(orphans, ["add_py", "scale_py", "pipe3"]) == ["outer", "pipe3", "solo"]
+    assert reloadable({}, ["add_py"]) == []

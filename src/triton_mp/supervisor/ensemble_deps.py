@@ -128,6 +128,19 @@ def dependents(names: Iterable[str], served: Mapping[str, mc.ModelConfig]) -> li
     return sorted(out)
 
 
+def reloadable(orphans: Mapping[str, Iterable[str]], serving: Iterable[str]) -> list[str]:
+    """The ensembles a composing model's unload took down whose composing models all serve
+    again (sorted): Triton 2.51's dependency graph loads such an ensemble again when the
+    last of them loads (an ensemble unloaded by name stays unloaded).
+
+    Args:
+        orphans: ensemble -> the models its steps call.
+        serving: the models with a version that serves now.
+    """
+    have = set(serving)
+    return sorted(name for name, steps in orphans.items() if have.issuperset(steps))
+
+
 def ensemble_load_failure(name: str, why: str) -> ErrorInfo:
     """The answer to a load of an ensemble its checks refused (``CheckNode`` and
     ``ValidateEnsembleConfig`` set the node's status; ``LoadModel`` answers it as

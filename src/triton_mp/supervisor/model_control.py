@@ -60,6 +60,7 @@ from triton_mp.supervisor.ensemble_deps import (
     composing_to_load,
     dependents,
     ensemble_load_failure,
+    reloadable,
     steps_of,
 )
 from triton_mp.supervisor.frontend_link import Call, FrontendLink
@@ -120,6 +121,9 @@ class ModelControl:
         self._closed = False
         self._loading: set[str] = set()
         """Models the change in progress loads (a nested load of one is refused)."""
+        self._orphans: dict[str, tuple[str, ...]] = {}
+        """Ensembles a composing model's unload took down -> the models their steps call:
+        loaded again once those all serve (``_reload_orphans``)."""
         # NOTE: a python model's call wakes the change thread (an empty item), which takes it
         # between changes, or during one while the change waits for starting workers (the
         # documented load_model from initialize).
@@ -229,12 +233,9 @@ class ModelControl:
             # NOTE: a python model's unload_model returns once the unload began, as
             # TRITONSERVER_ServerUnloadModel does (its own execute may be what drains).
             started = (lambda: target(None)) if callable(target) else None
-            self._unload(
-                [call.model],
-                reason="unloaded",
-                with_dependents=call.unload_dependents,
-                on_started=started,
-            )
+            # NOTE: unload_dependents changes nothing that 2.51 shows: the ensembles that
+            # call the model are unloaded either way, and come back when it does.
+            self._unload([call.model], reason="unloaded", on_started=started)
             return None
         log.info("load of '%s' requested", call.model, extra={"model": call.model})
         req = LoadRequest(call.model, call.config_json, dict(call.files))
@@ -262,7 +263,14 @@ class ModelControl:
 
     # ------------------------------------------------------------------ load
     def _load(self, requests: list[LoadRequest]) -> None:
-        """(Re)load models, all at once (see the module docstring)."""
+        """(Re)load models, all at once (see the module docstring); then the ensembles
+        waiting for them (``_reload_orphans``)."""
+        for r in requests:
+            self._orphans.pop(r.name, None)
+        self._load_now(requests)
+        self._reload_orphans()
+
+    def _load_now(self, requests: list[LoadRequest]) -> None:
         staged = self._with_ensembles(
             [s for s in map(self._stage, requests) if s is not None], requests
         )
@@ -305,6 +313,27 @@ class ModelControl:
             self._check_composing(s, plan_of[s.req.name])
             apply_plan(self._models[s.req.name], s, plan_of[s.req.name], children, errors, effects)
         self._commit(effects)
+
+    def _reload_orphans(self) -> None:
+        """Load the ensembles a composing model's unload took down once every model their
+        steps call serves again, as 2.51 does; one that still cannot load (its check
+        against the new composing models fails) stays UNAVAILABLE "unloaded", as in 2.51,
+        and waits for the next load (the reason goes to the log)."""
+        serving = [n for n, m in self._models.items() if m.versions]
+        names = reloadable(self._orphans, serving)
+        if not names:
+            return
+        waiting = {n: self._orphans[n] for n in names}
+        requests = [LoadRequest(n) for n in names]
+        log.info("loading ensembles %s again: their composing models serve", names)
+        self._load(requests)  # NOTE: ensembles of these ensembles follow in its own pass
+        failed = [self._models[r.name] for r in requests if r.result is not None]
+        for m in failed:
+            self._orphans[m.name] = waiting[m.name]
+            if not m.versions:
+                m.reason, m.unloaded = "unloaded", True
+        if failed:
+            self._link.update(ModelTableUpdate(models=tuple(m.entry() for m in failed)), ack=True)
 
     def _stage(self, req: LoadRequest) -> Staged | None:
         """Step 1 for one request; None when it ends here (``req.result`` says why)."""
@@ -418,26 +447,21 @@ class ModelControl:
 
     # ---------------------------------------------------------------- unload
     def _unload(
-        self,
-        names: list[str],
-        reason: str,
-        with_dependents: bool = False,
-        on_started: Callable[[], None] | None = None,
+        self, names: list[str], reason: str, on_started: Callable[[], None] | None = None
     ) -> None:
         """Stop serving models: frontends drop them (acknowledged), the scheduler answers
         what is queued and running, then their workers stop and their memory is freed.
-        The ensembles that call them stop first: ``with_dependents`` (RepositoryModelUnload's
-        ``unload_dependents``) as unloaded, otherwise as no longer available."""
+        The ensembles that call them stop first, ``reason`` too (2.51 says "unloaded"
+        whether or not RepositoryModelUnload asked ``unload_dependents``), and wait for
+        their composing models to serve again (``_reload_orphans``)."""
+        for n in names:
+            self._orphans.pop(n, None)
         served = self._served_configs()
         deps = [d for d in dependents(names, served) if d not in names]
-        if deps:
-            why = (
-                reason
-                if with_dependents
-                else "ensemble {} contains models that are not available: " + ", ".join(names)
-            )
-            for dep in deps:
-                self._unload([dep], why.replace("{}", dep))
+        for dep in deps:
+            if self._models[dep].versions:  # NOTE: not one an ensemble before took down
+                self._unload([dep], reason)
+                self._orphans[dep] = tuple(steps_of(served[dep]))
         models = [self._models[n] for n in names if n in self._models]
         if not models:
             return
