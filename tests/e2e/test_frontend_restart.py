@@ -227,3 +227,42 @@ def test_kill_9_of_the_only_frontend_clients_reconnect(
     counted = _metric(server, "triton_mp_frontend_restarts_total")
     assert 'triton_mp_frontend_restarts_total{frontend="0"} 1.0' in counted, counted
     assert not [n for n in list_objects(sid) if f"f0p{victim}_" in n]
+
+
+def test_the_restarted_frontend_knows_the_client_shared_memory_registered_before(
+    tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    import tritonclient.utils.shared_memory as shm
+
+    repo = tmp_path / "repo"
+    write_faulty_model(repo, "load_py", "none")
+    server = start_server(repo, "--frontend-processes", "2", "--allow-client-shm=true")
+    wait_for(lambda: "triton-mp serving" in server.log(), 60, "both frontends to listen")
+    key = f"/triton_mp_test_{os.getpid()}_restart_in"
+    handle = shm.create_shared_memory_region("in", key, 4, create_only=True)
+    try:
+        shm.set_shared_memory_region(handle, [np.array([7.5], np.float32)])
+        with _own_connection(server.url) as c:
+            c.register_system_shared_memory("in", key, 4)
+        _kill_and_time(server, "triton-mp: frontend 1")
+        fresh = _frontends(server)["triton-mp: frontend 1"]
+        clients = [_own_connection(server.url) for _ in range(16)]
+        try:
+            for c in clients:
+                # Whichever frontend the connection reached knows the region and serves it.
+                assert list(c.get_system_shared_memory_status().regions) == ["in"]
+                x = grpcclient.InferInput("INPUT0", [1], "FP32")
+                x.set_shared_memory("in", 4)
+                assert float(c.infer("load_py", [x]).as_numpy("OUTPUT0")[0]) == 7.5
+            reached = [
+                p
+                for p in psutil.Process(fresh).net_connections()
+                if p.status == psutil.CONN_ESTABLISHED and p.raddr
+            ]
+            assert reached, "no connection reached the restarted frontend"
+            clients[0].unregister_system_shared_memory("in")
+        finally:
+            for c in clients:
+                c.close()
+    finally:
+        shm.destroy_shared_memory_region(handle)

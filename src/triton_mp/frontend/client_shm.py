@@ -82,16 +82,25 @@ class SystemShmRegistry:
         enabled: ``--allow-client-shm``; when False every call fails UNSUPPORTED.
         allowed_prefix: ``--client-shm-prefix``; empty allows any key (see
             ``ipc.shm.client_object_refusal`` for every rule a registration must pass).
+        first_id: where this process's registration count starts
+            (``FrontendSpec.first_request_id``): a frontend restarted in a dead one's place
+            never reuses a ``region_id`` whose mapping a worker may hold.
     """
 
-    def __init__(self, frontend_id: int, enabled: bool = True, allowed_prefix: str = "") -> None:
+    def __init__(
+        self,
+        frontend_id: int,
+        enabled: bool = True,
+        allowed_prefix: str = "",
+        first_id: int = 1,
+    ) -> None:
         self._allowed_prefix = allowed_prefix
         # NOTE: the supervisor is the parent, and its pid names this server's objects.
         self._server_id = str(os.getppid())
         self._regions: dict[str, Region] = {}
         self._uses: collections.Counter[int] = collections.Counter()
         """Requests accepted and not yet answered, per ``region_id`` they name."""
-        self._ids = itertools.count(1)
+        self._ids = itertools.count(first_id)
         self._frontend_id = frontend_id
         self.enabled = enabled
         self.cuda: CudaShmRegistry | None = None
@@ -219,6 +228,18 @@ class SystemShmRegistry:
         for n in names:
             self._regions.pop(n, None)
         self.generation += 1
+
+    def shared(self, frontend_id: int) -> ShmRegistered | None:
+        """Every region this frontend knows, as one frontend's registrations for another
+        (a frontend restarted in a dead one's place: ``ModelTableUpdate.resend_shm_to``);
+        None when there is none."""
+        if not self._regions:
+            return None
+        regions = tuple(
+            ShmRegion(r.name, r.key, r.offset, r.byte_size, r.region_id)
+            for r in self._regions.values()
+        )
+        return ShmRegistered(frontend_id=frontend_id, regions=regions)
 
     def status(self, name: str = "") -> list[Region]:
         """Every region, or the one called ``name``.

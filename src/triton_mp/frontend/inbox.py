@@ -73,6 +73,8 @@ class InboxHandler:
         """Applies another frontend's trace settings update (``Tracer.apply_peer``)."""
         self.readiness: ReadinessChecks | None = None
         """Takes the answers to python models' readiness checks (``frontend.readiness``)."""
+        self.resend_shm: Callable[[int], None] = lambda _frontend_id: None
+        """Sends every registered client region to one other frontend (``frontend.main``)."""
         self.frontend_restarts: dict[int, int] = {}
         """The frontends' restart counts, updated in place (``StatsApi.frontend_restarts``)."""
 
@@ -118,6 +120,8 @@ class InboxHandler:
                 )
         for prefix in update.drop_segments:
             self._cache.drop(prefix)
+        if update.resend_shm_to >= 0:
+            self.resend_shm(update.resend_shm_to)
         if update.frontend_restarts is not None:
             self.frontend_restarts.clear()
             self.frontend_restarts.update(update.frontend_restarts)

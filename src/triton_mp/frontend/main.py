@@ -77,7 +77,10 @@ MAX_MESSAGE_BYTES = 2**31 - 1
 def _client_shm(spec: FrontendSpec) -> SystemShmRegistry:
     """This frontend's system shared-memory regions, with its CUDA regions beside them."""
     shm = SystemShmRegistry(
-        spec.frontend_id, enabled=spec.allow_client_shm, allowed_prefix=spec.client_shm_prefix
+        spec.frontend_id,
+        enabled=spec.allow_client_shm,
+        allowed_prefix=spec.client_shm_prefix,
+        first_id=spec.first_request_id,
     )
     shm.cuda = CudaShmRegistry(
         spec.gpu_ids,
@@ -424,14 +427,28 @@ def _input_arena(spec: FrontendSpec, cache: SegmentCache) -> ArenaAllocator:
     return ArenaAllocator(owner, spec.arena_bytes, spec.arena_budget_bytes, cache)
 
 
-def _broadcast(to_peers: list[Sender]) -> Callable[[bytes], None]:
+def _broadcast(to_peers: dict[int, Sender]) -> Callable[[bytes], None]:
     """Pushes encoded bytes to every other frontend."""
 
     def send_peers(data: bytes) -> None:
-        for peer in to_peers:
+        for peer in to_peers.values():
             peer.send_bytes(data)
 
     return send_peers
+
+
+def _resend_shm(
+    frontend_id: int, shm: SystemShmRegistry, to_peers: dict[int, Sender]
+) -> Callable[[int], None]:
+    """Sends every client region this frontend knows to one other frontend (a frontend
+    restarted in a dead one's place: ``ModelTableUpdate.resend_shm_to``)."""
+
+    def resend(peer: int) -> None:
+        msg = shm.shared(frontend_id)
+        if msg is not None and peer in to_peers:
+            to_peers[peer].send(msg)
+
+    return resend
 
 
 async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector) -> int:
@@ -440,7 +457,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     name = str(spec.frontend_id)
     inbox: Inbox[ToFrontend] = Inbox(spec.inbox.wakeup, spec.inbox.rings, ToFrontend)
     to_scheduler = Sender(spec.to_scheduler.ring, spec.to_scheduler.wakeup)
-    send_peers = _broadcast([Sender(c.ring, c.wakeup) for _, c in sorted(spec.to_peers.items())])
+    peers = {j: Sender(c.ring, c.wakeup) for j, c in sorted(spec.to_peers.items())}
     cache = SegmentCache()
     arena = _input_arena(spec, cache)
     pending = PendingTable(cache, spec.first_request_id)
@@ -449,6 +466,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     direct = DirectRoutes(spec.frontend_id, to_scheduler.push_quiet, to_scheduler.send_bytes)
     direct.update(spec.direct_routes)
     handler = InboxHandler(inbox, pending, shm, models, cache, direct)
+    handler.resend_shm = _resend_shm(spec.frontend_id, shm, peers)
     link = SupervisorLink(ready, handler.on_table_update)
     try:
         store = _open_cache(spec)
@@ -464,7 +482,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
         cache=cache,
         pending=pending,
         send_scheduler=to_scheduler.send_bytes,
-        send_peers=send_peers,
+        send_peers=_broadcast(peers),
         link=link,
         response_cache=step,
         inbox=handler,

@@ -118,6 +118,9 @@ class ModelTableUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="table", a
     """New instances' direct routes (``ipc.direct``; each frontend takes its own)."""
     remove_routes: tuple[int, ...] = ()
     """Instances whose direct routes are gone (stopped for good)."""
+    resend_shm_to: int = -1
+    """A frontend restarted in a dead one's place (-1: none): send it every client
+    shared-memory registration this frontend knows, on the ring to it, before it serves."""
     frontend_restarts: dict[int, int] | None = None
     """Per frontend id: the supervisor's restarts of it so far (None: unchanged);
     ``supervisor.frontend_restart``."""

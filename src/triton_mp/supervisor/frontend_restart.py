@@ -18,7 +18,8 @@ the model table and sends the frontends its updates: its spec is built from the 
 it is then (the same rings, the current models, routes and restart counts), and it joins
 the control pipes before the next change, so it misses none. It binds the same ports
 (``SO_REUSEPORT``), reads the same rings and wake-up, and gets new arenas and a new range of
-request ids. A start that fails is retried with the workers' backoff; after
+request ids; a frontend that serves sends it the client shared-memory registrations (each
+frontend knows all of them). A start that fails is retried with the workers' backoff; after
 ``MAX_RESTARTS`` failures in a row the server stops, as it did before restarts existed.
 """
 
@@ -147,6 +148,11 @@ class FrontendRestarts:
         pipes (change thread: the supervisor's rings into the workers have one writer)."""
         fid = int(c.name)
         self._on_gone(fid, dead_pid)
+        # NOTE: client shared-memory registrations live in the frontends: one that serves
+        # puts all it knows into its ring to the new one, before the new one can serve.
+        peers = sorted(self._link.attached() - {fid})
+        if peers:
+            self._link.update_each({peers[0]: ModelTableUpdate(resend_shm_to=fid)}, ack=True)
         while not self._table.stopping:
             self._start(c)
             errors = self._table.await_ready([c], self._timeout_s)
