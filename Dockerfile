@@ -29,11 +29,17 @@ RUN if ! python3 -c 'import ensurepip' >/dev/null 2>&1; then \
       && rm -rf /var/lib/apt/lists/*; \
     fi
 WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY src ./src
+# The dependencies first, in a layer of their own that only a change to pyproject.toml
+# rebuilds: pyproject's dependencies and those of the EXTRAS (an extra that names triton-mp
+# itself is left out), as a requirements file.
+COPY pyproject.toml ./
 RUN python3 -m venv /opt/triton-mp \
     && /opt/triton-mp/bin/pip install --no-cache-dir --upgrade "pip>=24" \
-    && /opt/triton-mp/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
+    && /opt/triton-mp/bin/python -c 'import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + [d for e in sys.argv[1].split(",") if e for d in p["optional-dependencies"][e] if not d.startswith(p["name"])]))' "${EXTRAS}" > /requirements.txt \
+    && /opt/triton-mp/bin/pip install --no-cache-dir -r /requirements.txt
+COPY README.md ./
+COPY src ./src
+RUN /opt/triton-mp/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
     && /opt/triton-mp/bin/pip install --no-cache-dir "$(echo /wheels/triton_mp-*.whl)[${EXTRAS}]"
 # The model files ship inside two wheels that are needed only here (README, "Set up").
 COPY model_repository /models

@@ -12,6 +12,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -135,6 +136,41 @@ def test_the_project_is_installed_from_its_wheel() -> None:
     assert len(installs) == 1
     assert "[${EXTRAS}]" in installs[0]
     assert not any(" -e " in c or "install ." in c for c in commands), "no source install"
+
+
+def _requirements(tmp_path: Path, extras: str) -> list[str]:
+    """The build stage's requirements command, run on this checkout's pyproject.toml."""
+    (command,) = [c for c in stages()[0].commands() if "> /requirements.txt" in c]
+    out = tmp_path / "requirements.txt"
+    command = command.replace("/opt/triton-mp/bin/python", shlex.quote(sys.executable))
+    command = command.replace("/requirements.txt", str(out))
+    subprocess.run(
+        ["bash", "-c", command],
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "EXTRAS": extras},
+        check=True,
+        timeout=60,
+    )
+    return out.read_text().splitlines()
+
+
+def test_the_dependencies_are_a_layer_that_only_pyproject_rebuilds(tmp_path: Path) -> None:
+    """A change to src/ or README.md rebuilds the wheel, not the venv's 400 MB."""
+    build = stages()[0]
+    order = [f"{i} {v}" for i, v in build.instructions if i in ("COPY", "RUN")]
+    (deps,) = [n for n, line in enumerate(order) if "-r /requirements.txt" in line]
+    assert order[:deps] == [order[0], "COPY pyproject.toml ./"], order
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    assert _requirements(tmp_path, "repository") == [
+        *project["dependencies"],
+        *extras["repository"],
+    ]
+    both = _requirements(tmp_path, "repository,gpu")
+    assert both == [*project["dependencies"], *extras["repository"], *extras["gpu"]]
+    examples = _requirements(tmp_path, "examples")
+    assert not [r for r in examples if r.startswith("triton-mp")]
+    assert "pillow>=10.1" in examples
 
 
 def test_the_asset_install_is_the_readme_set_up_command() -> None:
