@@ -20,7 +20,8 @@ pinned answers). Issue 38: each case differed before.
 The sweep of the same code found more of the same kind, pinned at the end: ModelInfer
 refuses a decoupled model before reading the request; ``triton_enable_empty_final_response``
 must be a ``bool_param``; a tensor's shared-memory window is looked up before the core's
-checks.
+checks; the core checks the requested outputs' names (in sorted order) before any input; a
+``contents`` message without elements still counts as typed contents.
 """
 
 from __future__ import annotations
@@ -488,3 +489,32 @@ def test_a_shared_memory_window_is_looked_up_before_the_cores_checks(
     for name, url in _each(servers):
         assert infer(url, wrong_type) == not_found, name
         assert infer(url, unknown_output) == not_found, name
+
+
+def test_unknown_outputs_are_found_before_the_inputs_in_sorted_order(
+    servers: dict[str, str],
+) -> None:
+    req = request(datatype="INT32", outputs=("ZZ", "OUTPUT0", "AA"), raw=())
+    req.inputs.add(name="NOPE", datatype="FP32", shape=[4])
+    req.raw_input_contents.extend((bytes(16), bytes(16)))
+    message = "unexpected inference output 'AA' for model 'm'"
+    for name, url in _each(servers):
+        assert infer(url, req) == (INVALID, message), name
+
+
+def test_a_contents_message_without_elements_is_typed_contents(servers: dict[str, str]) -> None:
+    beside_raw = request()
+    beside_raw.inputs[0].contents.SetInParent()
+    alone = request(raw=())
+    alone.inputs[0].contents.SetInParent()
+    for name, url in _each(servers):
+        assert infer(url, beside_raw) == (
+            INVALID,
+            "contents field must not be specified when using raw_input_contents for 'INPUT0' "
+            "for model 'm'",
+        ), name
+        assert infer(url, alone) == (
+            INVALID,
+            "[request id: r38] input byte size mismatch for input 'INPUT0' for model 'm'. "
+            "Expected 16, got 0",
+        ), name

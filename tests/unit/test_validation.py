@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 from tests.unit.fake_frontend import model_entry, table
+from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend.client_shm import SystemShmRegistry
+from triton_mp.frontend.grpc.messages import request_from_proto
 from triton_mp.frontend.request import (
     InferenceRequest,
     InputTensor,
@@ -326,6 +328,23 @@ def test_byte_sizes_and_data_sources() -> None:
     )
 
 
+def test_a_contents_message_without_elements_is_typed_contents() -> None:
+    """grpc.messages keeps a ``contents`` message without elements (has_contents())."""
+    message = pb.ModelInferRequest(model_name="plain", id="r")
+    message.inputs.add(name="A", datatype="FP32", shape=[2]).contents.SetInParent()
+    message.inputs.add(name="B", datatype="INT32", shape=[3])
+    message.raw_input_contents.append(INT32_3)
+    assert _error(request_from_proto(message))[1] == (
+        "contents field must not be specified when using raw_input_contents for 'A' for "
+        "model 'plain'"
+    )
+    del message.raw_input_contents[:]
+    message.inputs[1].contents.int_contents.extend([1, 2, 3])
+    assert _error(request_from_proto(message))[1] == (
+        RID + "input byte size mismatch for input 'A' for model 'plain'. Expected 8, got 0"
+    )
+
+
 def test_typed_contents_of_the_wrong_kind_or_count() -> None:
     def typed(contents: dict[str, list[object]]) -> InferenceRequest:
         return _plain(
@@ -415,6 +434,12 @@ def test_a_malformed_bytes_tensor_gets_tritons_message(
 def test_unknown_outputs_and_classification() -> None:
     assert _error(_plain(outputs=(RequestedOutput("Z"),)))[1] == (
         "unexpected inference output 'Z' for model 'plain'"
+    )
+    # core Normalize: the output names (a std::set: sorted) before any input check.
+    outputs = (RequestedOutput("Z"), RequestedOutput("X"), RequestedOutput("M"))
+    inputs = (InputTensor("A", "FP64", (2,)), InputTensor("C", "INT32", (3,)))
+    assert _error(_plain(outputs=outputs, inputs=inputs))[1] == (
+        "unexpected inference output 'M' for model 'plain'"
     )
     # A classification output is valid: the response carries its classes.
     classify = RequestedOutput("X", {"classification": int64_parameter(2)})

@@ -49,12 +49,19 @@ def parameters_from_proto(params: Any) -> Mapping[str, Parameter]:
     return {key: parameter_from_proto(p) for key, p in params.items()}
 
 
+_NO_ELEMENTS: Mapping[str, Sequence[object]] = {"bytes_contents": ()}
+"""An input's ``contents`` sent without elements: one empty field, so the input still
+counts as sending typed contents (Triton reads ``has_contents()``: refused beside
+``raw_input_contents`` or shared memory, else zero bytes of data)."""
+
+
 def _contents(t: pb.ModelInferRequest.InferInputTensor) -> Mapping[str, Sequence[object]]:
-    """The typed-content fields of an input that hold elements."""
+    """The typed-content fields of an input that hold elements (``_NO_ELEMENTS`` for a
+    ``contents`` message with none; empty without one)."""
     if not t.HasField("contents"):
         return {}
     c = t.contents
-    return {f: values for f in TENSOR_CONTENTS if len(values := getattr(c, f))}
+    return {f: values for f in TENSOR_CONTENTS if len(values := getattr(c, f))} or _NO_ELEMENTS
 
 
 def request_from_proto(

@@ -105,7 +105,9 @@ def typed_contents(t: InputTensor, datatype: str) -> bytes:
     gRPC frontend serializes them (narrow integers keep their low bytes); the field was
     checked against ``datatype`` (``frontend_tensors.check_frontend_tensors``), and the
     core's byte-size check judges the count."""
-    field = next(f for f in t.contents if len(t.contents[f]))
+    field = next((f for f in t.contents if len(t.contents[f])), None)
+    if field is None:
+        return b""  # NOTE: a contents message without elements: no data (has_contents())
     values = t.contents[field]
     if field == "bytes_contents":
         return b"".join(len(v).to_bytes(4, "little") + v for v in values)  # type: ignore[arg-type, operator]

@@ -36,6 +36,25 @@ def check_repeated_outputs(req: InferenceRequest, rid: str) -> None:
         seen.add(o.name)
 
 
+def check_output_names(req: InferenceRequest, model: Model) -> None:
+    """Every requested output is one of the model's: core ``Normalize`` checks them before
+    any input (``ValidateRequestInputs`` comes after), in the order of its
+    ``std::set<std::string>`` of names (sorted bytewise: code points, as Python sorts).
+
+    Raises:
+        InvalidRequest: "unexpected inference output '<o>' for model '<m>'" (the model's
+            own message: no request id).
+    """
+    for name in sorted({o.name for o in req.outputs}):
+        if name not in model.outputs:
+            raise InvalidRequest(unknown_output_message(name, model.name))
+
+
+def unknown_output_message(output: str, model: str) -> str:
+    """Core ``Model::GetOutput`` for a name the config lacks."""
+    return f"unexpected inference output '{output}' for model '{model}'"
+
+
 def read_outputs(
     req: InferenceRequest, model: Model, shm: SystemShmRegistry | None, rid: str
 ) -> tuple[tuple[str, ...], tuple[OutputRegion | None, ...]]:
@@ -58,7 +77,7 @@ def read_outputs(
     regions: list[OutputRegion | None] = []
     for o in req.outputs:
         if o.name not in model.outputs:
-            raise InvalidRequest(f"unexpected inference output '{o.name}' for model '{name}'")
+            raise InvalidRequest(unknown_output_message(o.name, name))
         if uses_shm(o.parameters):
             w = shm_window(shm, o.parameters, o.name)
             regions.append(OutputRegion(w.key, w.region_id, w.offset, w.byte_size, w.name))

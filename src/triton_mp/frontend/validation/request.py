@@ -2,9 +2,9 @@
 
 Imported by ``frontend.inference``. Applies the request rules in Triton's order (parameters,
 repeated inputs and outputs, forwarded headers, each tensor's shared-memory parameters and
-data source, input names, inputs, batch size, outputs) and returns a ``ValidRequest``: what
-the frontend writes into its arena and sends to the scheduler. Nothing is written to shared
-memory here.
+data source, output names, input names, inputs, batch size, outputs) and returns a
+``ValidRequest``: what the frontend writes into its arena and sends to the scheduler.
+Nothing is written to shared memory here.
 """
 
 from __future__ import annotations
@@ -24,7 +24,11 @@ from triton_mp.frontend.validation.inputs import (
     read_inputs,
     read_known_inputs,
 )
-from triton_mp.frontend.validation.outputs import check_repeated_outputs, read_outputs
+from triton_mp.frontend.validation.outputs import (
+    check_output_names,
+    check_repeated_outputs,
+    read_outputs,
+)
 from triton_mp.frontend.validation.parameters import check_correlation_id_type, read_parameters
 from triton_mp.frontend.validation.signature import Signature, SignatureCache
 from triton_mp.ipc.messages import OutputRegion
@@ -108,6 +112,7 @@ def validate_request(
         batch_size, outputs, regions = known.batch_size, known.outputs, ()
     else:
         check_frontend_tensors(req, shm)
+        check_output_names(req, model)
         check_input_names(req, model, rid)
         inputs, batch_size = read_inputs(req, model, shm, rid)
         outputs, regions = read_outputs(req, model, shm, rid)
