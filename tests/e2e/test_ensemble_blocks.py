@@ -22,13 +22,14 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from tests.conftest import server_factory
 from tests.ensemble_models import DOUBLE_PY, REPEAT_PY, write_ensemble_repo
 from tests.server import ServerProcess, wait_for
 
@@ -144,18 +145,21 @@ def write_repo(repo: Path) -> None:
     write_ensemble_repo(repo, CONFIGS, SOURCES, ENSEMBLES)
 
 
-@pytest.fixture
-def server(tmp_path: Path, start_server: Callable[..., ServerProcess]) -> ServerProcess:
-    repo = tmp_path / "repo"
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for both tests (the second restarts a worker; the first checks nothing of
+    the workers' pids)."""
+    repo = tmp_path_factory.mktemp("repo")
     write_repo(repo)
-    srv = start_server(repo)
-    client = srv.client()
-    try:
-        for name in (*CONFIGS, *ENSEMBLES):
-            assert client.is_model_ready(name), srv.log()
-    finally:
-        client.close()
-    return srv
+    with server_factory(tmp_path_factory.mktemp("logs")) as start:
+        srv = start(repo)
+        client = srv.client()
+        try:
+            for name in (*CONFIGS, *ENSEMBLES):
+                assert client.is_model_ready(name), srv.log()
+        finally:
+            client.close()
+        yield srv
 
 
 def _input(name: str, x: np.ndarray) -> list[grpcclient.InferInput]:

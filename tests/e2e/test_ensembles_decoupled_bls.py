@@ -13,8 +13,7 @@ other (issue 16), through tritonclient against a running server.
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -22,6 +21,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.conftest import server_factory
 from tests.ensemble_models import DOUBLE_PY, REPEAT_PY, write_ensemble_repo
 from tests.server import ServerProcess
 
@@ -114,18 +114,19 @@ ENSEMBLES = {
 }
 
 
-@pytest.fixture
-def server(tmp_path: Path, start_server: Callable[..., ServerProcess]) -> ServerProcess:
-    repo = tmp_path / "repo"
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repo = tmp_path_factory.mktemp("repo")
     write_ensemble_repo(repo, CONFIGS, SOURCES, ENSEMBLES)
-    srv = start_server(repo)
-    client = srv.client()
-    try:
-        for name in (*CONFIGS, *ENSEMBLES):
-            assert client.is_model_ready(name), srv.log()
-    finally:
-        client.close()
-    return srv
+    with server_factory(tmp_path_factory.mktemp("logs")) as start:
+        srv = start(repo)
+        client = srv.client()
+        try:
+            for name in (*CONFIGS, *ENSEMBLES):
+                assert client.is_model_ready(name), srv.log()
+        finally:
+            client.close()
+        yield srv
 
 
 def _grpc_input(x: np.ndarray) -> list[grpcclient.InferInput]:
@@ -176,19 +177,30 @@ def test_a_decoupled_step_makes_the_ensemble_decoupled_one_response_per_output_s
 def test_an_ensemble_step_calls_an_ensemble_through_bls(server: ServerProcess) -> None:
     x = np.array([[0.5, -1, 2, 8]], np.float32)[0]
     client = server.client()
-    try:
-        out = client.infer("outer_ens", _grpc_input(x)).as_numpy("OUTPUT0")
-        np.testing.assert_array_equal(out, 4 * x)
-        stats = {
+
+    def counts() -> dict[str, tuple[int, int]]:
+        return {
             s.name: (s.inference_stats.success.count, s.inference_stats.fail.count)
             for s in client.get_inference_statistics().model_stats
         }
+
+    try:
+        before = counts()  # NOTE: the module's server; other tests ran double_py too
+        out = client.infer("outer_ens", _grpc_input(x)).as_numpy("OUTPUT0")
+        np.testing.assert_array_equal(out, 4 * x)
+        after = counts()
     finally:
         client.close()
-    assert stats["outer_ens"] == (1, 0)
-    assert stats["bls_py"] == (1, 0)
-    assert stats["inner_ens"] == (1, 0)
-    assert stats["double_py"] == (2, 0)
+    gained = {
+        m: (after[m][0] - before[m][0], after[m][1] - before[m][1])
+        for m in ("outer_ens", "bls_py", "inner_ens", "double_py")
+    }
+    assert gained == {
+        "outer_ens": (1, 0),
+        "bls_py": (1, 0),
+        "inner_ens": (1, 0),
+        "double_py": (2, 0),
+    }
     http = httpclient.InferenceServerClient(server.http_url)
     try:
         t = httpclient.InferInput("INPUT0", [4], "FP32")

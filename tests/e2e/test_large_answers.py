@@ -5,8 +5,7 @@ text) and 65 KB of response parameters. Before, the client never got an answer, 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ import requests
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import write_python_model
+from tests.conftest import server_factory, write_python_model
 from tests.server import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -48,11 +47,13 @@ class TritonPythonModel:
 """
 
 
-@pytest.fixture
-def server(tmp_path: Path, start_server: Callable[..., ServerProcess]) -> ServerProcess:
-    repo = tmp_path / "repo"
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for the module: each test ends by checking it still answers normally."""
+    repo = tmp_path_factory.mktemp("repo")
     write_python_model(repo, "big_py", CONFIG, SOURCE)
-    return start_server(repo)
+    with server_factory(tmp_path_factory.mktemp("logs")) as start:
+        yield start(repo)
 
 
 def _grpc(url: str, value: int) -> grpcclient.InferResult:
