@@ -19,6 +19,7 @@ uint64 byte_offset; ``DLManagedTensor`` begins with its ``DLTensor``.
 from __future__ import annotations
 
 import ctypes
+from typing import Any, cast
 
 import numpy as np
 
@@ -64,7 +65,9 @@ def _dtype_of(capsule: object) -> _DLDataType | None:
     None for anything else (a consumed or versioned capsule, another object)."""
     if type(capsule).__name__ != "PyCapsule" or not _is_valid(capsule, _CAPSULE_NAME):
         return None
-    return _DLTensor.from_address(_get_pointer(capsule, _CAPSULE_NAME)).dtype
+    tensor = _DLTensor.from_address(_get_pointer(capsule, _CAPSULE_NAME))
+    dtype: _DLDataType = tensor.dtype
+    return dtype
 
 
 class _Producer:
@@ -111,7 +114,7 @@ def import_bf16(capsule: object) -> np.ndarray | None:
         return None
     dtype.code = KDL_UINT
     try:
-        words = np.from_dlpack(_Producer(capsule))
+        words = np.from_dlpack(cast(Any, _Producer(capsule)))
     except Exception:
         dtype.code = KDL_BFLOAT
         raise

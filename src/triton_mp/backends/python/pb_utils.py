@@ -56,7 +56,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import IntEnum
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 import numpy as np
 
@@ -339,10 +339,11 @@ class Tensor:
                 if bf16 is not None:
                     return Tensor(name, bf16)
             try:
-                return Tensor(name, np.from_dlpack(capsule if producer else _Capsule(capsule)))
+                source = cast(Any, capsule if producer else _Capsule(capsule))
+                return Tensor(name, np.from_dlpack(source))
             except (TypeError, BufferError, ValueError, RuntimeError) as e:
                 # NOTE: numpy has no bfloat16: a producer's kDLBfloat capsule is read here
-                bf16 = _import_bf16(capsule.__dlpack__()) if producer else None
+                bf16 = _import_bf16(cast(Any, capsule).__dlpack__()) if producer else None
                 if bf16 is None:
                     raise e from None
                 return Tensor(name, bf16)

@@ -265,11 +265,12 @@ class StreamSession:
                     return
                 item = _stream_item(origin, response, empty_final)
                 trace = ticket.trace
-                if item is not None and trace is None:
-                    put(item)
-                elif item is not None:
-                    trace.stamp("GRPC_SEND_START")
-                    put(_Item(item, trace, response.final))
+                if item is not None:
+                    if trace is None:
+                        put(item)
+                    else:
+                        trace.stamp("GRPC_SEND_START")
+                        put(_Item(item, trace, response.final))
                 elif response.final and trace is not None:
                     # NOTE: through the queue: the trace ends after its last message left.
                     put(_Item(None, trace, True))
