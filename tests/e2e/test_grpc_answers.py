@@ -21,7 +21,8 @@ The sweep of the same code found more of the same kind, pinned at the end: Model
 refuses a decoupled model before reading the request; ``triton_enable_empty_final_response``
 must be a ``bool_param``; a tensor's shared-memory window is looked up before the core's
 checks; the core checks the requested outputs' names (in sorted order) before any input; a
-``contents`` message without elements still counts as typed contents.
+``contents`` message without elements still counts as typed contents; in a stream, a refused
+request of a decoupled model is answered at once, not after the requests before it.
 """
 
 from __future__ import annotations
@@ -146,12 +147,21 @@ class TritonPythonModel:
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
 """
+SLOW_CONFIG = """
+name: "slow"
+backend: "python"
+max_batch_size: 0
+input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] }]
+output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 4 ] }]
+"""
+SLOW_MODEL = IDENTITY.replace("out = []", "out = []\n        __import__('time').sleep(1.5)")
 MODELS = {
     "m": (M_CONFIG, IDENTITY),
     "any": (ANY_CONFIG, IDENTITY),
     "bf16": (BF16_CONFIG, BF16_MODEL),
     "fail": (FAIL_CONFIG, FAIL_MODEL),
     "dec": (DECOUPLED_CONFIG, DECOUPLED_MODEL),
+    "slow": (SLOW_CONFIG, SLOW_MODEL),
 }
 
 
@@ -518,3 +528,17 @@ def test_a_contents_message_without_elements_is_typed_contents(servers: dict[str
             "[request id: r38] input byte size mismatch for input 'INPUT0' for model 'm'. "
             "Expected 16, got 0",
         ), name
+
+
+def test_a_decoupled_models_refusal_does_not_wait_its_turn_in_the_stream(
+    servers: dict[str, str],
+) -> None:
+    """stream_infer_handler.cc Process: only a non-decoupled request's response is queued in
+    request order; a request whose model it cannot find counts as non-decoupled."""
+    slow = request("slow", rid="slow")
+    refused = request("dec", raw=(), rid="dec")
+    unknown = request("nosuch", rid="nosuch")
+    for name, url in _each(servers):
+        got, status = stream(url, [slow, unknown, refused], 3)
+        assert status == (grpc.StatusCode.OK, ""), name
+        assert [r.infer_response.id for r in got] == ["dec", "slow", "nosuch"], name

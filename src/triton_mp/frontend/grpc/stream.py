@@ -5,20 +5,21 @@ for a decoupled model zero or more responses then the end of the request; both c
 request's ``Ticket`` (``Inference.submit``), which one task per request iterates.
 
 Requests are submitted in the order they arrive, so the requests of a sequence reach the
-sequence batcher in order. Responses of a non-decoupled model (and refusals at submit) leave
-in request order, as Triton's stream handler writes them (``grpc/infer_handler``: each such
-request waits until the one before it was written); a decoupled model's responses leave as
-they complete. An invalid request gets an ``error_message`` with its id alone and the stream
-goes on, as in Triton. Every other response carries ``triton_final_response``; a decoupled
-request's flags-only end is sent as an empty response only when the request set
-``triton_enable_empty_final_response``; the responses the frontend builds itself (that
-one, a model's error) carry the request's ``model_name`` and ``model_version`` strings as
-sent. With the call's ``triton_grpc_error: true`` metadata, a model's error ends the whole
-stream with its status instead (``StreamAborted``; refusals stay in the stream). When the
-client closes its side, or sends a message that does not parse (Triton stops reading
-there), the stream ends after every request's last response; when it cancels, every open
-ticket is cancelled (queued requests are dropped, running decoupled ones see
-``is_cancelled()``) and their remaining responses are freed unsent.
+sequence batcher in order. Responses of a non-decoupled model (and refusals at submit, but
+those of a decoupled model's requests) leave in request order, as Triton's stream handler
+writes them (``grpc/infer_handler``: each such request waits until the one before it was
+written); a decoupled model's responses leave as they complete. An invalid request gets an
+``error_message`` with its id alone and the stream goes on, as in Triton. Every other
+response carries ``triton_final_response``; a decoupled request's flags-only end is sent as
+an empty response only when the request set ``triton_enable_empty_final_response``; the
+responses the frontend builds itself (that one, a model's error) carry the request's
+``model_name`` and ``model_version`` strings as sent. With the call's ``triton_grpc_error:
+true`` metadata, a model's error ends the whole stream with its status instead
+(``StreamAborted``; refusals stay in the stream). When the client closes its side, or sends
+a message that does not parse (Triton stops reading there), the stream ends after every
+request's last response; when it cancels, every open ticket is cancelled (queued requests
+are dropped, running decoupled ones see ``is_cancelled()``) and their remaining responses
+are freed unsent.
 """
 
 from __future__ import annotations
@@ -208,7 +209,7 @@ class StreamSession:
             if trace is not None:
                 trace.stamp("GRPC_SEND_START")
             item = error if trace is None else _Item(error, trace, True)
-            if self._turn is None or self._turn.done():
+            if self._turn is None or self._turn.done() or self._for_decoupled(request):
                 self._out.put_nowait(item)
                 return
             self._start(self._refuse(item, *self._take_turn()))
@@ -216,6 +217,17 @@ class StreamSession:
         self._open.add(ticket)
         turn = (None, None) if ticket.decoupled else self._take_turn()
         self._start(self._answer(ticket, _Origin(request), wants_empty_final(request), *turn))
+
+    def _for_decoupled(self, request: InferenceRequest) -> bool:
+        """Whether a refused request names a decoupled model that serves: its refusal
+        leaves at once, not in request order (``stream_infer_handler.cc`` Process queues
+        only a non-decoupled request's response, and a request whose model it cannot
+        find counts as non-decoupled)."""
+        try:
+            target = self._inference.admit(request.model_name, request.model_version)
+        except TritonMPError:
+            return False
+        return target.model.decoupled
 
     def _start(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
