@@ -22,7 +22,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import write_python_model
-from tests.server import ServerProcess
+from tests.server import ServerProcess, counted
 from tests.triton_peer import RealTriton, peers_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -151,13 +151,22 @@ def _delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float
     return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
 
 
+def _settled(server: Server, model: str, before: dict[str, float], n: int) -> dict[str, float]:
+    """The counts ``model`` gained since ``before`` once its statistics hold ``n`` requests
+    (successes and failures): a batch is counted after its answers leave, on both servers."""
+    return counted(
+        lambda: _delta(before, server.counts(model)),
+        lambda c: c.get("success", 0) + c.get("fail", 0) >= n,
+        f"{model}'s statistics to count {n} requests",
+    )
+
+
 def test_a_full_queues_refusals_are_counted_nowhere(servers: dict[str, Server]) -> None:
     full = "[request id: <id_unknown>] Exceeds maximum queue size"
     for side, server in servers.items():
         before = server.counts("full_py")
         assert _behind_a_blocker(server.url, "full_py", 3) == ["OK", "OK", full, full], side
-        time.sleep(0.5)  # the statistics of the last batch are counted after its answer
-        counts = _delta(before, server.counts("full_py"))
+        counts = _settled(server, "full_py", before, 2)
         assert counts == {
             "success": 2,
             "fail": 0,
@@ -170,8 +179,7 @@ def test_a_queue_timeout_is_a_rejected_failure(servers: dict[str, Server]) -> No
     for side, server in servers.items():
         before = server.counts("late_py")
         assert _behind_a_blocker(server.url, "late_py", 1) == ["OK", "Request timeout expired"]
-        time.sleep(0.5)
-        counts = _delta(before, server.counts("late_py"))
+        counts = _settled(server, "late_py", before, 2)
         assert counts == {
             "success": 1,
             "fail": 1,
@@ -230,6 +238,5 @@ def test_a_request_cancelled_while_queued_is_dropped_and_counted_canceled(
     for side, server in servers.items():
         before = server.counts(model)
         _cancel_one_behind_a_blocker(server.url, model)
-        time.sleep(0.5)
-        counts = _delta(before, server.counts(model))
+        counts = _settled(server, model, before, 3)
         assert counts == (theirs[model] if side == "triton" else DROPPED), side
