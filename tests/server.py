@@ -248,3 +248,32 @@ def wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def queue_state(url: str, model: str) -> tuple[int, int]:
+    """(requests running on ``model``'s instances, requests waiting in its queues), as the
+    scheduler reports them to ``triton-mp stat`` (admin QueueStatus at ``url``)."""
+    import grpc  # noqa: PLC0415 - only tests that watch queues need it
+
+    from triton_mp._proto import admin_pb2, admin_pb2_grpc  # noqa: PLC0415
+
+    with grpc.insecure_channel(url) as channel:
+        reply = admin_pb2_grpc.AdminStub(channel).QueueStatus(
+            admin_pb2.QueueStatusRequest(model=model), timeout=30
+        )
+    running = sum(i.requests_in_flight for m in reply.models for i in m.instances)
+    waiting = sum(lv.depth for m in reply.models for lv in m.levels)
+    return running, waiting
+
+
+def wait_queued(
+    url: str, model: str, running: int = 1, waiting: int = 0, timeout_s: float = 30
+) -> None:
+    """Wait until ``model`` runs at least ``running`` requests and holds at least
+    ``waiting`` in its queues: instead of sleeping "long enough" for a blocker to start."""
+
+    def reached() -> bool:
+        r, w = queue_state(url, model)
+        return r >= running and w >= waiting
+
+    wait_for(reached, timeout_s, f"{model} to run {running} and queue {waiting} requests")

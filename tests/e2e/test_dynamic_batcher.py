@@ -23,7 +23,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import server_factory, write_python_model
-from tests.server import ServerProcess, counted
+from tests.server import ServerProcess, counted, wait_queued
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -218,12 +218,14 @@ def _batch_stats(
     return sizes, int(stats["success"].get("count", 0)), int(stats["fail"].get("count", 0))
 
 
-def test_a_priority_1_request_behind_100_priority_2_requests_is_served_next(calls: Calls) -> None:
+def test_a_priority_1_request_behind_100_priority_2_requests_is_served_next(
+    server: ServerProcess, calls: Calls
+) -> None:
     calls.send("prio_py", "blocker", 3.0)
-    time.sleep(0.5)  # the blocker is running; everything else queues behind it
+    wait_queued(server.url, "prio_py", running=1)  # everything else queues behind it
     for i in range(100):
         calls.send("prio_py", f"low{i}", priority=2)
-    time.sleep(1.0)
+    wait_queued(server.url, "prio_py", running=1, waiting=100)
     calls.send("prio_py", "urgent", priority=1)
     results = calls.wait()
     assert all(r.error is None for r in results.values())
@@ -255,10 +257,12 @@ def test_max_queue_size_rejects_the_overflow_of_a_burst(
     assert (success, fail) == (len(ok), 0)
 
 
-def test_reject_timeout_fails_queued_requests_while_the_instance_is_busy(calls: Calls) -> None:
+def test_reject_timeout_fails_queued_requests_while_the_instance_is_busy(
+    server: ServerProcess, calls: Calls
+) -> None:
     start = time.monotonic()
     calls.send("reject_py", "blocker", 1.5)
-    time.sleep(0.2)
+    wait_queued(server.url, "reject_py", running=1)
     calls.send("reject_py", "default")  # the model's 300 ms
     calls.send("reject_py", "short", timeout_us=50_000)  # shortened by allow_timeout_override
     calls.send("reject_py", "long", timeout_us=10_000_000)  # cannot lengthen it
@@ -291,10 +295,10 @@ def test_delay_timeout_moves_an_expired_request_behind_later_ones(calls: Calls) 
 
 @pytest.mark.parametrize(("model", "ordered"), [("ordered_py", True), ("unordered_py", False)])
 def test_preserve_ordering_releases_responses_in_arrival_order(
-    calls: Calls, model: str, ordered: bool
+    server: ServerProcess, calls: Calls, model: str, ordered: bool
 ) -> None:
     calls.send(model, "slow", 1.0)  # instance A
-    time.sleep(0.2)
+    wait_queued(server.url, model, running=1)
     calls.send(model, "fast", 0.0)  # instance B, done long before A
     calls.wait()
     order = [r.tag for r in calls.done]
@@ -303,7 +307,7 @@ def test_preserve_ordering_releases_responses_in_arrival_order(
 
 def test_batch_sizes_follow_preferred_size_and_delay(server: ServerProcess, calls: Calls) -> None:
     calls.send("batch_py", "blocker", 1.0)  # alone: goes when its 200 ms delay runs out
-    time.sleep(0.5)
+    wait_queued(server.url, "batch_py", running=1)
     for i in range(10):
         calls.send("batch_py", f"r{i}")
     results = calls.wait()
