@@ -29,7 +29,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.conftest import server_factory
 from tests.python_api_models import API_MODELS, write_api_models
-from tests.server import ServerProcess, wait_for
+from tests.server import ServerProcess, wait_for, wait_queued
 from tests.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -338,7 +338,7 @@ def test_an_http_client_closing_its_connection_cancels_a_running_execute(
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         )
         sock.sendall(head.encode() + body)
-        time.sleep(1.0)
+        wait_queued(server.url, "cancel_py", running=1)  # execute runs; now hang up
     assert _seen(repo, "cancel_py", rid), "the model never saw is_cancelled()"
 
 
@@ -436,7 +436,7 @@ def test_is_ready_is_answered_while_execute_runs_and_times_out_after_5_s(
     try:
         for _ in range(2):
             g.async_infer("ready_py", [_ms(3000)], lambda result, error: got.put(error or result))
-        time.sleep(0.5)
+        wait_queued(server.url, "ready_py", running=1)
         started = time.monotonic()
         assert g.is_model_ready("ready_py")
         assert time.monotonic() - started < 1.5
