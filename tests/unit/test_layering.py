@@ -139,8 +139,8 @@ def test_only_frontend_imports_aiohttp() -> None:
 
 
 FRONTEND = PKG / "frontend"
-FRONTEND_ADAPTERS = ("grpc", "http")
-"""The frontend's transport packages."""
+FRONTEND_ADAPTERS = ("grpc", "http", "native")
+"""The frontend's transport packages (native: the C++ gRPC server and its binding)."""
 FRONTEND_SHELL = ("main.py", "metrics.py", "kserve.py")
 """Frontend modules outside the core: the process shell, the metrics endpoint (aiohttp) and
 the proto forms of the core's answers both transports use."""
