@@ -58,10 +58,23 @@ bool Handoff::Reply(uint64_t id, grpc::Status status, grpc::ByteBuffer response)
   std::lock_guard<std::mutex> lock(mu_);
   auto it = waiting_.find(id);
   if (it == waiting_.end()) return false;
-  Awaiting* call = it->second;
+  answers_.push_back(Answer{it->second, std::move(status), std::move(response)});
   waiting_.erase(it);
-  call->Deliver(std::move(status), std::move(response));
+  if (!armed_) {
+    armed_ = true;
+    alarm_.Set(cq_, gpr_now(GPR_CLOCK_MONOTONIC), &flush_tag_);
+  }
   return true;
+}
+
+void Handoff::Flush() {
+  std::vector<Answer> answers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    answers.swap(answers_);
+    armed_ = false;
+  }
+  for (auto& a : answers) a.call->Deliver(std::move(a.status), std::move(a.response));
 }
 
 }  // namespace triton_mp

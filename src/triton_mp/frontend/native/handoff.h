@@ -2,12 +2,14 @@
 // the completion-queue thread puts each call's request bytes and metadata in a queue and
 // wakes Python through an eventfd; the Python event loop takes them (frontend/native/
 // handoff.py, its twin), runs the Python ModelInfer handler on them and replies with the
-// serialized response or a status; the reply reaches the call on the completion queue
-// through its grpc::Alarm. The completion-queue thread never takes the GIL: it only locks
+// serialized response or a status; replies reach the completion queue through one
+// grpc::Alarm per batch: the first reply after a flush arms it, the completion-queue thread
+// delivers every reply queued by then (one wake-up for all the answers of one Python pass). The completion-queue thread never takes the GIL: it only locks
 // this queue's mutex, which the Python side holds for a few pointer moves.
 #ifndef TRITON_MP_NATIVE_HANDOFF_H_
 #define TRITON_MP_NATIVE_HANDOFF_H_
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
@@ -18,14 +20,15 @@
 #include <utility>
 #include <vector>
 
+#include "cq_tag.h"
+
 namespace triton_mp {
 
 // What a call waiting for Python's reply offers the handoff (ProxyCall implements it).
 class Awaiting {
  public:
   virtual ~Awaiting() = default;
-  // Python's reply: called with the handoff's mutex held, on the Python thread; stores it
-  // and wakes the call on its completion queue.
+  // Python's reply, on the completion-queue thread (no lock held): answer the client.
   virtual void Deliver(grpc::Status status, grpc::ByteBuffer response) = 0;
 };
 
@@ -46,6 +49,8 @@ class Handoff {
   Handoff& operator=(const Handoff&) = delete;
 
   bool ok() const { return fd_ >= 0; }
+  // The completion queue the replies are delivered on (before the first Submit).
+  void Attach(grpc::CompletionQueue* cq) { cq_ = cq; }
   // The eventfd Python watches: readable when items wait.
   int fd() const { return fd_; }
 
@@ -62,11 +67,32 @@ class Handoff {
   bool Reply(uint64_t id, grpc::Status status, grpc::ByteBuffer response);
 
  private:
+  struct Answer {
+    Awaiting* call;
+    grpc::Status status;
+    grpc::ByteBuffer response;
+  };
+  class FlushTag final : public Tag {
+   public:
+    explicit FlushTag(Handoff* h) : h_(h) {}
+    void Proceed(bool) override { h_->Flush(); }
+
+   private:
+    Handoff* h_;
+  };
+
   void PushLocked(HandoffItem item);
+  // Completion-queue thread (the alarm): deliver every reply queued so far.
+  void Flush();
 
   std::mutex mu_;
   std::deque<HandoffItem> queue_;
   std::unordered_map<uint64_t, Awaiting*> waiting_;
+  std::vector<Answer> answers_;  // replied, not yet delivered
+  bool armed_ = false;           // the alarm is set for answers_
+  grpc::CompletionQueue* cq_ = nullptr;
+  grpc::Alarm alarm_;
+  FlushTag flush_tag_{this};
   uint64_t next_id_ = 1;
   int fd_ = -1;
 };

@@ -26,6 +26,7 @@ std::unique_ptr<NativeServer> NativeServer::Start(const NativeServerOptions& opt
   builder.RegisterAsyncGenericService(&s->service_);
   for (const auto& kv : options.channel_args) builder.AddChannelArgument(kv.first, kv.second);
   s->cq_ = builder.AddCompletionQueue();
+  if (s->handoff_) s->handoff_->Attach(s->cq_.get());
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || s->port_ == 0) {
     if (s->server_) s->server_->Shutdown();

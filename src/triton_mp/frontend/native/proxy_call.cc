@@ -56,14 +56,14 @@ void ProxyCall::OnRequestRead(bool ok) {
                [&metadata](const std::string& k, const std::string& v) {
                  metadata.emplace_back(k, v);
                });
-  Start(&reply_op_);  // reserved: the alarm delivers it, or Withdraw releases it
+  ++pending_;  // the reply, reserved: Deliver completes it, or Withdraw releases it
   handoff_id_ = target_.handoff->Submit(this, std::move(up_), std::move(metadata));
 }
 
 void ProxyCall::Deliver(grpc::Status status, grpc::ByteBuffer response) {
   reply_status_ = std::move(status);
   reply_ = std::move(response);
-  alarm_.Set(target_.cq, gpr_now(GPR_CLOCK_MONOTONIC), &reply_op_);
+  Complete(&ProxyCall::OnReply, true);  // the reserved reply op completes here
 }
 
 void ProxyCall::OnReply(bool) {

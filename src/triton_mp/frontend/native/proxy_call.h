@@ -6,7 +6,6 @@
 #ifndef TRITON_MP_NATIVE_PROXY_CALL_H_
 #define TRITON_MP_NATIVE_PROXY_CALL_H_
 
-#include <grpcpp/alarm.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -35,7 +34,8 @@ struct ProxyTarget {
 //   -> (backend Finish) FINISHING -> (client Finish) COMPLETE.
 // A unary ModelInfer with a handoff takes another way instead of STARTING:
 //   ARMED -> (new call) READING -> (request read) HANDED (Python has it, the reply op is
-//   reserved) -> (reply: alarm) FINISHING -> COMPLETE; or HANDED -> (client gone) withdrawn.
+//   reserved) -> (reply: Deliver) FINISHING -> COMPLETE; or HANDED -> (client gone)
+//   withdrawn.
 // The object deletes itself when COMPLETE, or at shutdown, once no op is pending.
 class ProxyCall final : public Awaiting {
  public:
@@ -95,10 +95,8 @@ class ProxyCall final : public Awaiting {
   Op<ProxyCall> client_finished_op_{this, &ProxyCall::OnClientFinished};
   Op<ProxyCall> done_op_{this, &ProxyCall::OnDone};
   Op<ProxyCall> request_read_op_{this, &ProxyCall::OnRequestRead};
-  Op<ProxyCall> reply_op_{this, &ProxyCall::OnReply};
 
-  // The handoff's reply (written by Deliver on the Python thread before the alarm is set).
-  grpc::Alarm alarm_;
+  // The handoff's reply (Deliver).
   grpc::Status reply_status_;
   grpc::ByteBuffer reply_;
   uint64_t handoff_id_ = 0;   // nonzero: handed to Python, reply not yet delivered
