@@ -157,7 +157,7 @@ def test_model_analyzer_and_modelmesh_argv(
     _infer(server.client())
     log = server.log()
     assert "'--strict-model-config' has been deprecated!" in log
-    assert "'--metrics-config' is accepted but not acted on yet" in log
+    assert "'--metrics-config=summary_latencies=true' is accepted but not acted on yet" in log
     assert "sagemaker" not in log
 
 

@@ -59,6 +59,7 @@ VALID = {
     "grpc-restricted-protocol": "health:k=v",
     "http-restricted-api": "health:k=v",
     "grpc-infer-thread-count": "8",
+    "metrics-config": "histogram_latencies=true",
 }
 
 
@@ -100,8 +101,10 @@ def test_an_unused_flag_warns_once_unless_its_value_is_what_we_do() -> None:
         ["--allow-sagemaker=false", "--allow-vertex-ai=false", "--rate-limit=off"], FLAGS
     )
     assert parsed.warnings == []
-    parsed = parse(["--metrics-config=a=1", "--metrics-config", "b=2"], FLAGS)
-    assert parsed.warnings == [f"'--metrics-config' is accepted but {NOT_YET}"]
+    parsed = parse(
+        ["--pinned-memory-pool-byte-size=1", "--pinned-memory-pool-byte-size", "2"], FLAGS
+    )
+    assert parsed.warnings == [f"'--pinned-memory-pool-byte-size' is accepted but {NOT_YET}"]
     parsed = parse(["--allow-sagemaker=true"], FLAGS)
     assert parsed.warnings == [
         "'--allow-sagemaker' is accepted but has no effect here: triton-mp serves no SageMaker "
@@ -362,3 +365,18 @@ def test_ring_bytes_sizes_the_request_rings_and_refuses_less_than_a_page() -> No
     assert _config("--ring-bytes=33554432").ring_bytes == 32 << 20
     with pytest.raises(FlagError, match="--ring-bytes must be at least 4096"):
         parse_flags(["--ring-bytes=4095"])
+
+
+def test_metrics_config_acts_on_histogram_latencies_and_warns_of_the_rest() -> None:
+    parsed = parse_flags(
+        ["--metrics-config=histogram_latencies=true", "--metrics-config", "summary_latencies=true"]
+    )
+    assert parsed.values["metrics_config"] == (
+        ("histogram_latencies", "true"),
+        ("summary_latencies", "true"),
+    )
+    assert parsed.warnings == [
+        f"'--metrics-config=summary_latencies=true' is accepted but {NOT_YET}"
+    ]
+    with pytest.raises(FlagError, match="option format is <setting>=<value>. Got a,b=1"):
+        parse(["--metrics-config=a,b=1"], FLAGS)

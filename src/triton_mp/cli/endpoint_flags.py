@@ -12,10 +12,10 @@ from triton_mp.cli.flags import (
     BOOL,
     FLOAT,
     INT,
-    NOT_YET,
     STR,
     Flag,
     in_range,
+    metrics_setting,
     one_of,
     truncated_int,
 )
@@ -263,9 +263,11 @@ METRICS_FLAGS: tuple[Flag, ...] = (
     Flag(
         "metrics-config",
         STR,
-        unused=NOT_YET,
+        "metrics_config",
+        repeat=True,
+        check=metrics_setting,
         arg="<string>=<string>",
-        help="<setting>=<value> (summary_latencies, counter_latencies, ...)",
+        help="<setting>=<value>; acted on: histogram_latencies=true",
         group=G_METRICS,
     ),
 )

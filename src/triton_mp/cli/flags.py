@@ -211,6 +211,16 @@ def backend_setting(value: object) -> object:
     return (text[:comma] if comma > 0 else "", setting, val)
 
 
+def metrics_setting(value: object) -> object:
+    """``<setting>=<value>`` -> (setting, value) (``ParseMetricsConfigOption``: no comma
+    before the ``=``)."""
+    text = str(value)
+    setting, eq, val = text.partition("=")
+    if not eq or "," in setting:
+        raise FlagError(f"--metrics-config option format is <setting>=<value>. Got {text}")
+    return (setting, val)
+
+
 def truncated_int(value: object) -> object:
     """A float flag that Triton reads with ``stoi`` (``--metrics-interval-ms``)."""
     return int(value)  # type: ignore[call-overload]

@@ -275,6 +275,10 @@ def parse_flags(argv: list[str], prog: str = "tritonserver") -> Parsed:
         if (backend, setting) not in ACTED_BACKEND_CONFIG:
             flag = f"--backend-config={backend + ',' if backend else ''}{setting}={value}"
             parsed.warnings.append(f"'{flag}' is accepted but {NOT_YET}")
+    for setting, value in parsed.values["metrics_config"]:  # type: ignore[attr-defined]
+        if setting != "histogram_latencies":
+            flag = f"--metrics-config={setting}={value}"
+            parsed.warnings.append(f"'{flag}' is accepted but {NOT_YET}")
     return parsed
 
 

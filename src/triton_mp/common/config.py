@@ -114,6 +114,9 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     every GPU this server sees (``common.gpus``); nothing where there is none."""
     metrics_interval_ms: Annotated[int, Meta(gt=0)] = 2000
     """``--metrics-interval-ms``: how often the CPU and GPU gauges are sampled."""
+    metrics_config: tuple[tuple[str, str], ...] = ()
+    """``--metrics-config`` (setting, value) pairs in order; acted on:
+    ``histogram_latencies=true`` (``frontend.latency_metrics``)."""
     min_compute_capability: Annotated[float, Meta(ge=0)] = 6.0
     """``--min-supported-compute-capability``: GPUs below it cannot be named by instance
     groups (Triton's TRITON_MIN_COMPUTE_CAPABILITY by default, ``common.gpus``)."""

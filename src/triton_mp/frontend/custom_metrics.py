@@ -88,14 +88,19 @@ class BoardReader:
         self._attached: dict[str, Segment] = {}
 
     def boards(self) -> dict[tuple[int, int], list[str]]:
-        """Per worker process (instance id, pid), the names of its boards, newest
-        generation first."""
+        """Per worker process (instance id, pid) or frontend process (-1 - frontend id,
+        pid), the names of its boards, newest generation first."""
         found: dict[tuple[int, int], list[tuple[int, str]]] = {}
         for entry in list_objects(self._server_id):
             obj = self._topology.parse(entry)
             if obj is not None and obj.kind is Kind.METRIC_BOARD:
                 owner = (obj.fields["instance"], obj.fields["pid"])
-                found.setdefault(owner, []).append((obj.fields["generation"], "/" + entry))
+            elif obj is not None and obj.kind is Kind.FRONTEND_METRIC_BOARD:
+                # NOTE: a frontend's latency histograms (``frontend.latency_metrics``)
+                owner = (-1 - obj.fields["frontend"], obj.fields["pid"])
+            else:
+                continue
+            found.setdefault(owner, []).append((obj.fields["generation"], "/" + entry))
         return {owner: [n for _, n in sorted(gens, reverse=True)] for owner, gens in found.items()}
 
     def read(self) -> list[BoardSnapshot]:

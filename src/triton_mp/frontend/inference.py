@@ -27,6 +27,7 @@ from triton_mp.frontend.classification import Classify, classification
 from triton_mp.frontend.client_shm import SystemShmRegistry
 from triton_mp.frontend.direct import DirectRoutes
 from triton_mp.frontend.known_requests import KnownRequests, known_request, write_known
+from triton_mp.frontend.latency_metrics import FirstResponseHistograms, first_response_sink
 from triton_mp.frontend.model_table import Model, ModelTable
 from triton_mp.frontend.pending import Answer, PendingTable
 from triton_mp.frontend.request import InferenceRequest
@@ -143,6 +144,8 @@ class Inference:
             the server has no cache.
         direct: the routes to idle instances (``frontend.direct``); None hands nothing
             directly.
+        latency: the first-response histograms (``--metrics-config
+            histogram_latencies=true``, ``frontend.latency_metrics``); None: off.
 
     Attributes:
         draining: set by ``start_draining``: new requests are refused (UNAVAILABLE).
@@ -161,8 +164,10 @@ class Inference:
         clock_ns: Callable[[], int] = time.monotonic_ns,
         response_cache: ResponseCacheStep | None = None,
         direct: DirectRoutes | None = None,
+        latency: FirstResponseHistograms | None = None,
     ) -> None:
         self._reply_to = ReplyTo(Requester.FRONTEND, frontend_id)
+        self._latency = latency
         self._models = models
         self._shm = shm
         self._arena = arena
@@ -177,6 +182,11 @@ class Inference:
         self._known = KnownRequests()
         """Requests that passed, by their transport's key (``submit_known``)."""
         self.draining = False
+
+    def close(self) -> None:
+        """Unlink the first-response histograms' board (the frontend is stopping)."""
+        if self._latency is not None:
+            self._latency.close()
 
     # ------------------------------------------------------------------ admission
     def check_accepting(self) -> None:
@@ -379,6 +389,8 @@ class Inference:
         register it with the pending table and send its descriptor (the input block is
         freed and the regions released when the send fails)."""
         model = valid.model
+        if self._latency is not None:
+            sink = first_response_sink(sink, self._latency, model.config, valid.version)
         if held:
             # NOTE: Triton refuses to unregister a region while a request uses it.
             shm = self._shm

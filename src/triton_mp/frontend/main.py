@@ -41,6 +41,7 @@ from triton_mp.frontend.header_forward import HeaderForward
 from triton_mp.frontend.http.routes import HttpFrontend
 from triton_mp.frontend.inbox import InboxHandler
 from triton_mp.frontend.inference import Inference
+from triton_mp.frontend.latency_metrics import FirstResponseHistograms
 from triton_mp.frontend.log_control import LogControl
 from triton_mp.frontend.metrics import MetricsEndpoint
 from triton_mp.frontend.model_table import ModelTable
@@ -136,6 +137,10 @@ def build_api(
         send_scheduler=send_scheduler,
         response_cache=response_cache,
         direct=direct,
+        # NOTE: --metrics-config histogram_latencies=true, on this process's board
+        latency=FirstResponseHistograms(process_arena_prefix(spec.arena_prefix, os.getpid()))
+        if spec.latency_histograms
+        else None,
     )
     return FrontendApi(
         server=ServerApi(
@@ -527,6 +532,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     loop.remove_reader(inbox.waiter.fileno())
     link.stop(loop)
     arena.close_and_unlink()
+    api.inference.close()
     if store is not None:
         store.close()
     log.info("frontend stopped")

@@ -432,6 +432,9 @@ class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
     allow_client_shm: bool
     log: LogSpec
     metrics: MetricsSpec | None = None
+    latency_histograms: bool = False
+    """``--metrics-config histogram_latencies=true``: observe each request's first
+    response (``frontend.latency_metrics``; every frontend, whichever serves metrics)."""
     repository: str = ""
     """The model repository directory: RepositoryIndex lists models never loaded too."""
     """The metrics endpoint this frontend serves (frontend 0 only), or None."""

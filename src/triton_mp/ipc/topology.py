@@ -29,6 +29,8 @@ worker_lease          ``w{instance}_lease``          an instance's lease semapho
 worker_arena          ``w{instance}p{pid}_a{arena}`` a worker process's output arena
 metric_board          ``w{instance}p{pid}_cm{gen}``  a python worker's custom metrics
                                                      (``ipc.metric_board``)
+frontend_metric_board ``f{frontend}p{pid}_cm{gen}``  a frontend process's latency histograms
+                                                     (``frontend.latency_metrics``)
 bls_wakeup            ``w{client}_bls``              a BLS client's inbox semaphore
 scheduler_to_bls      ``r_s_c{client}``              ring scheduler -> BLS client
 supervisor_to_bls     ``r_sup_c{client}``            ring supervisor -> BLS client (rewiring)
@@ -87,6 +89,7 @@ class Kind(enum.Enum):
     WORKER_LEASE = "w{instance}_lease"
     WORKER_ARENA = _WORKER_ARENAS + _PROCESS + _ARENA
     METRIC_BOARD = _WORKER_ARENAS + _PROCESS + _BOARD
+    FRONTEND_METRIC_BOARD = _FRONTEND_ARENAS + _PROCESS + _BOARD
     BLS_WAKEUP = "w{client}_bls"
     SCHEDULER_TO_BLS = "r_s_c{client}"
     SUPERVISOR_TO_BLS = "r_sup_c{client}"

@@ -324,6 +324,8 @@ class Supervisor:
             )
             if cfg.allow_metrics and i == 0
             else None,
+            latency_histograms=cfg.allow_metrics
+            and dict(cfg.metrics_config).get("histogram_latencies") == "true",
             repository=str(cfg.repository_path),
             cache=cfg.cache,
             cache_segment=self.topology.response_cache()
