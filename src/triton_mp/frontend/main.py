@@ -404,7 +404,7 @@ async def _drain(
     native: NativePort | None,
 ) -> None:
     """Refuse new requests, await the accepted ones (up to ``exit_timeout_s``), then stop
-    the transports."""
+    the transports (and unlink the latency histograms' board)."""
     loop = asyncio.get_running_loop()
     # NOTE: as Triton does, keep listening while draining: health answers not-ready and new
     # inferences get UNAVAILABLE "Server is stopping..." until in-flight ones are answered.
@@ -423,6 +423,7 @@ async def _drain(
     if native is not None:
         await native.stop(max(0.5, deadline - loop.time()))
     await server.stop(grace=max(0.5, deadline - loop.time()))
+    inference.close()
 
 
 def _input_arena(spec: FrontendSpec, cache: SegmentCache) -> ArenaAllocator:
@@ -532,7 +533,6 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     loop.remove_reader(inbox.waiter.fileno())
     link.stop(loop)
     arena.close_and_unlink()
-    api.inference.close()
     if store is not None:
         store.close()
     log.info("frontend stopped")
