@@ -38,6 +38,7 @@ from triton_mp.frontend.validation.request import ValidRequest, request_prefix, 
 from triton_mp.frontend.validation.signature import SignatureCache
 from triton_mp.ipc import ArenaAllocator, BlockRef, SegmentCache, TensorRef, encode
 from triton_mp.ipc.messages import CancelRequest, InferRequest, ReplyTo, Requester, RequestFailed
+from triton_mp.ipc.records import encode_request
 from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
 
@@ -464,7 +465,7 @@ class Inference:
         except TritonMPError:
             self._pending.forget_request(rid)
             raise
-        data = encode(desc)
+        data = encode_request(desc) or encode(desc)
         try:
             self._send(data)
         except TritonMPError:

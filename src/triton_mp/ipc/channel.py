@@ -1,5 +1,8 @@
 """Channels: a ring plus the consumer's wake-up (``ipc.notify``) plus a typed codec.
 
+A ring carries msgpack messages (``ipc.messages``) and binary records (``ipc.records``:
+requests and answers, told apart by their first byte); ``codec.Decoder`` decodes both.
+
 Imported by the role ``main`` modules. Each consumer process has ONE wake-up object that all
 of its producers post (``Inbox``), and one SPSC ring per producer; a consumer woken once
 drains every ring, so under load one wake-up (one syscall) serves many messages.

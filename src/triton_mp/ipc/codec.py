@@ -1,13 +1,18 @@
 """Typed msgpack encoding of ``ipc.messages`` unions, one decoder per channel direction.
 
-Imported by ``ipc.channel`` (and by the supervisor to encode process specs).
+Imported by ``ipc.channel`` (and by the supervisor to encode process specs). A decoder also
+takes the binary records of ``ipc.records`` (first byte ``records.MARKER``, which msgpack
+never produces), so one ring carries both forms.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import msgspec
+
+from triton_mp.ipc.records import record_decoder
 
 T = TypeVar("T")
 
@@ -28,10 +33,11 @@ class Decoder(Generic[T]):
 
     def __init__(self, type_: Any) -> None:
         self._dec: msgspec.msgpack.Decoder[T] = msgspec.msgpack.Decoder(type_)
-        self.decode_buffer = self._dec.decode
+        self.decode_buffer: Callable[[Any], T] = record_decoder(self._dec.decode)
         """``decode`` without the wrapper's call: any buffer (``bytes``, a ``memoryview`` of
-        a ring record); what it returns holds no reference to it."""
+        a ring record), a binary record or a msgpack message; what it returns holds no
+        reference to it."""
 
     def decode(self, data: bytes) -> T:
-        """Decode one record."""
-        return self._dec.decode(data)
+        """Decode one record (a binary record or a msgpack message)."""
+        return self.decode_buffer(data)

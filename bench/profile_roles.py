@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""py-spy profiles of the scheduler and one worker of triton-mp under perf_analyzer load.
+
+    python bench/profile_roles.py --commit HEAD -c 16 --seconds 12
+    python bench/profile_roles.py --commit f326293 -c 16 --out /tmp/before
+
+Starts ``triton-mp start`` (the commit's src/, exported with git archive, or this checkout's
+working tree without ``--commit``) on bench/model_repository, drives ``add_sub_py`` with
+perf_analyzer (``--concurrency-range C``, gRPC) in the background, and after a warm-up
+records the scheduler and the first worker with ``py-spy record --format raw`` (collapsed
+stacks, ``--nonblocking`` so the target is not paused) for ``--seconds``. Prints, per role,
+the functions with the most samples on-CPU (self, then inclusive), as shares of that role's
+samples, and writes the raw stacks under ``--out``. Idle samples (``--idle`` off) are not
+recorded, so shares are of the CPU the role used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench_vs_triton import export_commit  # bench/ is on sys.path when this runs as a script
+from common import BENCH, TritonMP, descendants, load_peers_env
+
+
+def role_pids(root: int) -> dict[str, list[int]]:
+    """role -> pids of the server's processes (their titles name the role)."""
+    out: dict[str, list[int]] = collections.defaultdict(list)
+    for pid, _start in descendants(root):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if title.startswith("triton-mp: "):
+            out[title.split()[1]].append(pid)
+    return out
+
+
+def summarize(raw: Path, top: int) -> str:
+    """The top functions by self and inclusive samples of one py-spy raw file."""
+    self_n: collections.Counter[str] = collections.Counter()
+    incl: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        n = int(count)
+        total += n
+        frames = [
+            f.split(" (")[0] + " (" + f.split(" (")[1].split(":")[0].rsplit("/", 1)[-1] + ")"
+            if " (" in f
+            else f
+            for f in stack.split(";")
+        ]
+        self_n[frames[-1]] += n
+        for f in set(frames):
+            incl[f] += n
+    lines = [f"  {total} samples"]
+    lines.append("  self:")
+    lines += [f"    {100 * n / total:5.1f}%  {f}" for f, n in self_n.most_common(top)]
+    lines.append("  inclusive:")
+    lines += [f"    {100 * n / total:5.1f}%  {f}" for f, n in incl.most_common(top)]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--commit", help="serve src/ as committed at this rev (default: worktree)")
+    ap.add_argument("-c", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=12.0)
+    ap.add_argument("--warmup", type=float, default=4.0)
+    ap.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--out", type=Path, default=Path("/tmp/profile_roles"))
+    args = ap.parse_args()
+    peers = load_peers_env(BENCH.parent / ".peers" / "peers.env")
+    pyspy = shutil.which("py-spy")
+    if pyspy is None:
+        print("py-spy not found: pip install py-spy", file=sys.stderr)
+        return 1
+    args.out.mkdir(parents=True, exist_ok=True)
+    src = export_commit(args.commit) if args.commit else BENCH.parent / "src"
+    server = TritonMP(BENCH / "model_repository", args.out / "server.log", src=src)
+    server.start(["add_sub_py"])
+    assert server.pid is not None
+    pa = subprocess.Popen(
+        [
+            peers["PERF_ANALYZER"],
+            "-i",
+            "grpc",
+            "-u",
+            server.url,
+            "-m",
+            "add_sub_py",
+            "--concurrency-range",
+            str(args.c),
+            "-p",
+            str(int((args.seconds + args.warmup + 4) * 1000)),
+            "--max-trials",
+            "1",
+        ],
+        env={**os.environ, **peers},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(args.warmup)
+        roles = role_pids(server.pid)
+        targets = {"scheduler": roles["scheduler"][0], "worker": sorted(roles["worker"])[0]}
+        spies = {
+            role: subprocess.Popen(
+                [
+                    pyspy,
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--duration",
+                    str(int(args.seconds)),
+                    "--rate",
+                    str(args.rate),
+                    "--format",
+                    "raw",
+                    "--nonblocking",
+                    "-o",
+                    str(args.out / f"{role}.txt"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            for role, pid in targets.items()
+        }
+        for role, p in spies.items():
+            _, err = p.communicate(timeout=args.seconds + 60)
+            if p.returncode != 0:
+                print(f"py-spy {role}: {err.decode()[-400:]}", file=sys.stderr)
+    finally:
+        pa.kill()
+        pa.wait()
+        server.stop()
+    for role in ("scheduler", "worker"):
+        raw = args.out / f"{role}.txt"
+        if raw.exists():
+            print(f"{role} ({args.commit or 'worktree'}, c={args.c}):")
+            print(summarize(raw, args.top))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

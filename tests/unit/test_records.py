@@ -1,0 +1,217 @@
+"""The binary ring records (ipc.records) and their C twin (ipc/records.h): every offset the
+native side relies on is pinned here, and each message survives a round trip."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from triton_mp.common.errors import ErrorCode
+from triton_mp.ipc import records
+from triton_mp.ipc.codec import Decoder, encode
+from triton_mp.ipc.messages import (
+    AnswerBatch,
+    BlockRef,
+    CancelRequest,
+    ErrorInfo,
+    Handoff,
+    InferRequest,
+    InferResponse,
+    OutputRegion,
+    ReplyTo,
+    Requester,
+    TensorRef,
+    ToFrontend,
+    ToScheduler,
+    TraceContext,
+    TraceRecord,
+)
+
+HEADER = Path(records.__file__).with_name("records.h")
+
+
+def _request(**kw: object) -> InferRequest:
+    fields: dict[str, object] = dict(
+        request_id=7,
+        reply_to=ReplyTo(Requester.FRONTEND, 3),
+        model="add_sub_py",
+        version=1,
+        batch_size=1,
+        inputs=(
+            TensorRef("INPUT0", "FP32", (1, 16), "/triton_mp_1_f3_a0", 4160, 64),
+            TensorRef("INPUT1", "BYTES", (1, 2), "clientkey", 128, 12, region_id=5),
+        ),
+        outputs=("OUTPUT0", "OUTPUT1"),
+        block=BlockRef("/triton_mp_1_f3_a0", 4096),
+        arrival_ns=123456789012,
+    )
+    fields.update(kw)
+    return InferRequest(**fields)  # type: ignore[arg-type]
+
+
+def test_layout_offsets_match_the_c_header() -> None:
+    """The struct formats give the sizes and offsets records.h asserts."""
+    assert records.REQUEST_HEADER.size == 96
+    assert records.TENSOR_ENTRY.size == 104
+    assert records.ANSWERS_HEADER.size == 48
+    assert records.RESPONSE_ENTRY.size == 48
+    text = HEADER.read_text()
+    for name, size in (
+        ("RequestHeader", 96),
+        ("TensorEntry", 104),
+        ("OutputEntry", 8),
+        ("AnswersHeader", 48),
+        ("ResponseEntry", 48),
+    ):
+        assert f"static_assert(sizeof({name}) == {size});" in text
+    # NOTE: every field comment in the header names its offset; the Python formats put the
+    # same field there (checked by packing a distinct value per field and reading it back).
+    req = records.encode_request(_request(priority=9, timeout_us=77, sequence_id=42))
+    assert req is not None
+    assert req[0] == 0xC1
+    assert req[1] == records.KIND_REQUEST
+    assert int.from_bytes(req[8:16], "little") == 7
+    assert int.from_bytes(req[24:32], "little") == 42
+    assert int.from_bytes(req[40:48], "little") == 4096
+    assert int.from_bytes(req[48:52], "little") == 3
+    assert int.from_bytes(req[56:60], "little") == 77
+    assert int.from_bytes(req[60:64], "little") == 9
+    assert int.from_bytes(req[66:68], "little") == 2
+    assert int.from_bytes(req[4:8], "little") == len(req)
+    entry = req[96:200]
+    assert int.from_bytes(entry[0:8], "little") == 4160
+    assert entry[30] == 11  # FP32
+    assert entry[31] == 2  # two dims
+    assert int.from_bytes(entry[48:56], "little") == 16
+    name_off = int.from_bytes(entry[24:28], "little")
+    assert req[name_off : name_off + 6] == b"INPUT0"
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")
+def test_c_header_compiles_with_the_team_flags(tmp_path: Path) -> None:
+    src = tmp_path / "t.cc"
+    src.write_text(f'#include "{HEADER}"\nint main() {{ return 0; }}\n')
+    subprocess.run(
+        ["g++", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-o", str(tmp_path / "t"), str(src)],
+        check=True,
+    )
+
+
+def test_header_constants_match_python() -> None:
+    text = HEADER.read_text()
+
+    def const(name: str) -> int:
+        m = re.search(rf"{name} = (0x[0-9A-Fa-f]+|\d+);", text)
+        assert m, name
+        return int(m.group(1), 0)
+
+    assert const("kRecordMarker") == records.MARKER
+    assert const("kRecordVersion") == records.VERSION
+    assert const("kReqSeqString") == records.SEQ_STRING
+    assert const("kReqTraceMask") == records.TRACE_MASK
+    assert const("kRespNamesBlock") == records.NAMES_BLOCK
+    assert const("kRespEmpty") == records.EMPTY
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"sequence_id": 2**64 - 1, "sequence_flags": 3, "priority": 2, "timeout_us": 1000},
+        {"sequence_id": "seq-é", "sequence_flags": 1, "client_id": "my id"},
+        {"parameters_json": '{"k": 1}', "trace": TraceContext(4)},
+        {
+            "output_regions": (
+                OutputRegion("key", 2, 0, 64, "reg"),
+                None,
+            )
+        },
+        {"reply_to": ReplyTo(Requester.BLS, 12), "inputs": ()},
+    ],
+)
+def test_request_round_trip(kw: dict[str, object]) -> None:
+    req = _request(**kw)
+    data = records.encode_request(req)
+    assert data is not None
+    decode = records.record_decoder(Decoder(ToScheduler).decode_buffer)
+    assert decode(memoryview(data)) == req
+
+
+def test_requests_the_record_cannot_say_go_as_msgpack() -> None:
+    deep = TensorRef("X", "FP32", (1,) * 9, "/s", 0, 4)
+    assert records.encode_request(_request(inputs=(deep,))) is None
+    ens = _request(reply_to=ReplyTo(Requester.ENSEMBLE, 0))
+    assert records.encode_request(ens) is None
+    assert records.encode_request(_request(client_id="x" * 70000)) is None
+
+
+def test_msgpack_messages_still_decode_beside_records() -> None:
+    decode = records.record_decoder(Decoder(ToScheduler).decode_buffer)
+    cancel = CancelRequest(
+        request_id=1, reply_to=ReplyTo(Requester.FRONTEND, 0), model="m", version=1
+    )
+    assert decode(memoryview(encode(cancel))) == cancel
+
+
+def _out(name: str, seg: str, off: int) -> TensorRef:
+    return TensorRef(name, "INT64", (2, 3), seg, off, 48)
+
+
+def test_answer_batch_round_trip() -> None:
+    block = BlockRef("/triton_mp_1_w0p9_a0", 1024)
+    shared = (block,)
+    batch = AnswerBatch(
+        responses=(
+            InferResponse(
+                request_id=1,
+                version=2,
+                outputs=(_out("O", block.segment, 1088),),
+                shared_blocks=shared,
+                parameters_json='{"a": true}',
+            ),
+            InferResponse(
+                request_id=2,
+                version=2,
+                error=ErrorInfo(ErrorCode.INVALID_ARG, "too small", "worker m_0"),
+            ),
+            InferResponse(
+                request_id=3,
+                version=2,
+                outputs=(
+                    _out("O", block.segment, 1152),
+                    TensorRef("P", "INT64", (2, 3), "clientkey", 0, 48, region_id=4),
+                ),
+                shared_blocks=shared,
+            ),
+        ),
+        handoffs=(Handoff(block, 2),),
+    )
+    data = records.encode_answer(batch)
+    assert data is not None
+    decode = records.record_decoder(Decoder(ToFrontend).decode_buffer)
+    assert decode(memoryview(data)) == batch
+
+
+def test_single_response_owns_its_block() -> None:
+    block = BlockRef("/seg", 64)
+    one = InferResponse(request_id=9, version=1, outputs=(_out("O", "/seg", 128),), block=block)
+    data = records.encode_answer(one)
+    assert data is not None
+    assert records.decode_answer(data) == one
+    final = InferResponse(request_id=9, version=1, empty=True)
+    assert records.decode_answer(records.encode_answer(final)) == final  # type: ignore[arg-type]
+    partial = InferResponse(request_id=9, version=1, final=False, outputs=(), block=None)
+    assert records.decode_answer(records.encode_answer(partial)) == partial  # type: ignore[arg-type]
+
+
+def test_answers_the_record_cannot_say_go_as_msgpack() -> None:
+    traced = InferResponse(request_id=1, version=1, trace=TraceRecord())
+    assert records.encode_answer(traced) is None
+    extra = InferResponse(request_id=1, version=1, extra_blocks=(BlockRef("/s", 0),))
+    assert records.encode_answer(extra) is None
+    long_origin = ErrorInfo(ErrorCode.INTERNAL, "m", "o" * 70000)
+    assert records.encode_answer(InferResponse(request_id=1, version=1, error=long_origin)) is None
