@@ -22,6 +22,7 @@ from triton_mp.ipc.messages import (
     RequestFailed,
     ToScheduler,
 )
+from triton_mp.ipc.records import RequestRecord, as_request
 from triton_mp.ipc.specs import ModelEntry
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, FREE, LIVE, align
 
@@ -93,7 +94,9 @@ class FakeScheduler:
     def send(self, data: bytes) -> None:
         if self.refuse is not None:
             raise self.refuse
-        self.sent.append(self._decoder.decode(data))
+        msg = self._decoder.decode(data)
+        # NOTE: a REQUEST record decodes to a RequestRecord; tests compare whole requests.
+        self.sent.append(as_request(msg) if isinstance(msg, RequestRecord) else msg)
 
     def requests(self) -> list[InferRequest]:
         """The ``InferRequest`` descriptors sent."""

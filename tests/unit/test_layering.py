@@ -69,6 +69,7 @@ SCHEDULER_IPC_MODULES = {
     "status.py",
     "stats.py",
     "registry.py",
+    "queries.py",
 }
 
 

@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from triton_mp.common.errors import ErrorCode
+from triton_mp.ipc import record_layout as layout
 from triton_mp.ipc import records
 from triton_mp.ipc.codec import Decoder, encode
 from triton_mp.ipc.messages import (
     AnswerBatch,
+    BatchAssign,
     BlockRef,
     CancelRequest,
     ErrorInfo,
@@ -27,6 +29,7 @@ from triton_mp.ipc.messages import (
     TensorRef,
     ToFrontend,
     ToScheduler,
+    ToWorker,
     TraceContext,
     TraceRecord,
 )
@@ -55,10 +58,10 @@ def _request(**kw: object) -> InferRequest:
 
 def test_layout_offsets_match_the_c_header() -> None:
     """The struct formats give the sizes and offsets records.h asserts."""
-    assert records.REQUEST_HEADER.size == 96
-    assert records.TENSOR_ENTRY.size == 104
-    assert records.ANSWERS_HEADER.size == 48
-    assert records.RESPONSE_ENTRY.size == 48
+    assert layout.REQUEST_HEADER.size == 96
+    assert layout.TENSOR_ENTRY.size == 104
+    assert layout.ANSWERS_HEADER.size == 48
+    assert layout.RESPONSE_ENTRY.size == 48
     text = HEADER.read_text()
     for name, size in (
         ("RequestHeader", 96),
@@ -73,7 +76,7 @@ def test_layout_offsets_match_the_c_header() -> None:
     req = records.encode_request(_request(priority=9, timeout_us=77, sequence_id=42))
     assert req is not None
     assert req[0] == 0xC1
-    assert req[1] == records.KIND_REQUEST
+    assert req[1] == layout.KIND_REQUEST
     assert int.from_bytes(req[8:16], "little") == 7
     assert int.from_bytes(req[24:32], "little") == 42
     assert int.from_bytes(req[40:48], "little") == 4096
@@ -109,12 +112,12 @@ def test_header_constants_match_python() -> None:
         assert m, name
         return int(m.group(1), 0)
 
-    assert const("kRecordMarker") == records.MARKER
-    assert const("kRecordVersion") == records.VERSION
-    assert const("kReqSeqString") == records.SEQ_STRING
-    assert const("kReqTraceMask") == records.TRACE_MASK
-    assert const("kRespNamesBlock") == records.NAMES_BLOCK
-    assert const("kRespEmpty") == records.EMPTY
+    assert const("kRecordMarker") == layout.MARKER
+    assert const("kRecordVersion") == layout.VERSION
+    assert const("kReqSeqString") == layout.SEQ_STRING
+    assert const("kReqTraceMask") == layout.TRACE_MASK
+    assert const("kRespNamesBlock") == layout.NAMES_BLOCK
+    assert const("kRespEmpty") == layout.EMPTY
 
 
 @pytest.mark.parametrize(
@@ -138,7 +141,43 @@ def test_request_round_trip(kw: dict[str, object]) -> None:
     data = records.encode_request(req)
     assert data is not None
     decode = records.record_decoder(Decoder(ToScheduler).decode_buffer)
-    assert decode(memoryview(data)) == req
+    got = decode(memoryview(data))
+    assert records.as_request(got) == req
+    assert records.decode_request(data) == req
+    for name in ("request_id", "reply_to", "model", "version", "batch_size", "arrival_ns"):
+        assert getattr(got, name) == getattr(req, name)
+    assert (got.priority, got.timeout_us, got.sequence_id) == (
+        req.priority,
+        req.timeout_us,
+        req.sequence_id,
+    )
+    assert got.sequence_flags == req.sequence_flags
+    assert got.inputs == req.inputs
+    assert got.client_id == req.client_id
+
+
+def test_a_plain_record_stays_undecoded_until_asked() -> None:
+    """The scheduler reads the header only; the worker gets the record's bytes verbatim."""
+    data = records.encode_request(_request())
+    assert data is not None
+    got = records.record_decoder(Decoder(ToScheduler).decode_buffer)(memoryview(data))
+    assert isinstance(got, records.RequestRecord)
+    assert records.wire_form(got) == data
+    traced = records.encode_request(_request(trace=TraceContext(4)))
+    assert traced is not None
+    assert isinstance(
+        records.record_decoder(Decoder(ToScheduler).decode_buffer)(traced), InferRequest
+    )
+
+
+def test_a_batch_assign_carries_records_verbatim() -> None:
+    data = records.encode_request(_request())
+    assert data is not None
+    plain = _request(request_id=8, reply_to=ReplyTo(Requester.BLS, 1))
+    assign = BatchAssign(batch_id=1, requests=(data, plain), dispatch_ns=5)
+    back = Decoder(ToWorker).decode(encode(assign))
+    assert isinstance(back, BatchAssign)
+    assert records.decoded_batch(back).requests == (_request(), plain)
 
 
 def test_requests_the_record_cannot_say_go_as_msgpack() -> None:

@@ -26,6 +26,7 @@ from triton_mp.ipc.messages import (
     WorkerDied,
 )
 from triton_mp.ipc.notify import Wakeup
+from triton_mp.ipc.records import RequestRecord
 from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.ipc.specs import BatchingSpec, ModelVersionSpec, SequenceSpec
 from triton_mp.scheduler.core import SchedulerCore, deliver
@@ -82,7 +83,8 @@ def h() -> Harness:
 
 def test_the_dispatch_table_has_one_handler_per_inbound_message() -> None:
     core = SchedulerCore()
-    assert set(core.handlers) == set(typing.get_args(ToScheduler))
+    # NOTE: a REQUEST ring record decodes to a RequestRecord (ipc.records), not a message.
+    assert set(core.handlers) == {*typing.get_args(ToScheduler), RequestRecord}
 
 
 def test_a_bad_batch_is_refused_but_other_undeliverable_messages_are_not_hidden() -> None:

@@ -500,7 +500,9 @@ class BatchAssign(msgspec.Struct, frozen=True, kw_only=True, tag="batch", array_
     """The scheduler hands a batch to one instance."""
 
     batch_id: int
-    requests: tuple[InferRequest, ...]
+    requests: tuple[InferRequest | bytes, ...]
+    """Each a request as its requester sent it: a frontend's REQUEST record verbatim
+    (``ipc.records``; the worker decodes it, ``records.decode_request``) or the message."""
     dispatch_ns: int
     rows: int = 0
     """Batch rows the backend sees (sequence batcher, Direct strategy: every slot up to the

@@ -1,8 +1,9 @@
 // Fixed-layout binary records that cross the shared-memory rings (ipc/ring.py).
 //
-// Python twin: src/triton_mp/ipc/records.py (the layout table, the encoders and decoders,
-// and the tests in tests/unit/test_records.py that pin every offset below). Change both
-// together and bump kRecordVersion.
+// Python twin: src/triton_mp/ipc/records.py (the layout table) and record_layout.py (the same
+// constants and struct formats; request_records.py and answer_records.py write and read
+// them); tests/unit/test_records.py pins every offset below and compiles this header. Change
+// both together and bump kRecordVersion.
 //
 // All integers little-endian, every struct packed to the offsets written beside its fields
 // (static_asserts below), every offset relative to the start of the record (the ring's
@@ -24,8 +25,8 @@
 //            region_id 0 lie in the record's one block (block_seg/block_offset), which the
 //            frontend frees after it released the block_uses responses that name it
 //            (kRespNamesBlock).
-//   DISPATCH (kind 3): the scheduler -> a worker, one per batch; Python to Python only
-//            (records.py documents it), not declared here.
+// The scheduler reads a REQUEST's header only and hands the record on to the worker verbatim
+// inside its (msgpack) batch message; nothing else is declared here.
 #ifndef TRITON_MP_IPC_RECORDS_H_
 #define TRITON_MP_IPC_RECORDS_H_
 
@@ -38,7 +39,6 @@ constexpr uint8_t kRecordMarker = 0xC1;
 constexpr uint16_t kRecordVersion = 1;
 constexpr uint8_t kKindRequest = 1;
 constexpr uint8_t kKindAnswers = 2;
-constexpr uint8_t kKindDispatch = 3;
 constexpr uint32_t kMaxDims = 8;  // more dims: the Python frontend sends the msgpack form
 
 // RequestHeader.flags

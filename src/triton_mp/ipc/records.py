@@ -52,6 +52,12 @@ the block; one with more responses as an ``AnswerBatch`` handing the block over 
 ``block_uses`` uses (``ipc.tensor_pool.SharedBlocks``). What the records cannot say (more
 dims than ``MAX_DIMS``, trace records, extra or shared blocks of ensembles) goes as msgpack:
 ``encode_request`` / ``encode_answer`` return None and the caller sends ``codec.encode``'s.
+
+The scheduler reads a REQUEST record's header only (``RequestRecord``: what batching needs)
+and hands the record on verbatim: a batch's ``BatchAssign`` carries each such request as the
+record's bytes, which the worker decodes (``decoded_batch``). The layout's constants and
+struct formats are in ``ipc.record_layout``; the writers and readers in
+``ipc.request_records`` and ``ipc.answer_records``.
 """
 
 from __future__ import annotations
@@ -62,482 +68,43 @@ from typing import Any
 
 import msgspec
 
-from triton_mp.common.datatypes import DataType
-from triton_mp.common.errors import ErrorCode
-from triton_mp.ipc.messages import (
-    AnswerBatch,
-    BlockRef,
-    ErrorInfo,
-    Handoff,
-    InferRequest,
-    InferResponse,
-    OutputRegion,
-    ReplyTo,
-    Requester,
-    TensorRef,
-    TraceContext,
+from triton_mp.ipc.answer_records import decode_answer, encode_answer
+from triton_mp.ipc.record_layout import KIND_ANSWERS, KIND_REQUEST, MARKER
+from triton_mp.ipc.request_records import (
+    HeaderReader,
+    Request,
+    RequestDecoder,
+    RequestRecord,
+    RequestTail,
+    as_request,
+    decode_request,
+    decoded_batch,
+    encode_request,
+    wire_form,
 )
 
-MARKER = 0xC1
-VERSION = 1
-KIND_REQUEST = 1
-KIND_ANSWERS = 2
-KIND_DISPATCH = 3
-MAX_DIMS = 8
-
-SEQ_START = 0x1
-SEQ_END = 0x2
-TRACE_MASK = 0x0C
-"""``TRITONSERVER_InferenceTraceLevel`` bits of a sampled request (TIMESTAMPS 4, TENSORS 8)."""
-SEQ_STRING = 0x10
-
-FINAL = 0x1
-ERROR = 0x2
-NAMES_BLOCK = 0x4
-EMPTY = 0x8
-
-REQUEST_HEADER = struct.Struct("<BBHIQQQqQIIIIBBHHHIHHIIII")
-TENSOR_ENTRY = struct.Struct("<QQQIHBBIHH8q")
-OUTPUT_ENTRY = struct.Struct("<IHH")
-ANSWERS_HEADER = struct.Struct("<BBHIQIHHIIIIQ")
-RESPONSE_ENTRY = struct.Struct("<QqHBBHHIIIIII")
-assert REQUEST_HEADER.size == 96
-assert TENSOR_ENTRY.size == 104
-assert OUTPUT_ENTRY.size == 8
-assert ANSWERS_HEADER.size == 48
-assert RESPONSE_ENTRY.size == 48
-
-_NO_DIMS = (0,) * MAX_DIMS
-_WIRE = [DataType(i).wire for i in range(len(DataType))]
-"""dtype code -> protocol string (``FP32``, ``BYTES``)."""
-_CODE = {w: i for i, w in enumerate(_WIRE) if i}
-
-
-class RequestTail(msgspec.Struct, frozen=True, array_like=True):
-    """A request's rare fields (``InferRequest``'s of the same names), msgpack in the tail."""
-
-    parameters_json: str = "{}"
-    output_regions: tuple[OutputRegion | None, ...] = ()
-    sequence_id: str = ""
-
-
-_tail_encoder = msgspec.msgpack.Encoder()
-_tail_decoder = msgspec.msgpack.Decoder(RequestTail)
-_NO_TAIL = RequestTail()
-
-
-class _Strings:
-    """The string area being built: ``add`` returns a string's (offset, length)."""
-
-    __slots__ = ("base", "parts", "pos")
-
-    def __init__(self, base: int) -> None:
-        self.base = base
-        self.parts: list[bytes] = []
-        self.pos = base
-
-    def add(self, text: str) -> tuple[int, int]:
-        data = text.encode()
-        at = self.pos
-        self.parts.append(data)
-        self.pos += len(data)
-        return at, len(data)
-
-
-def encode_request(req: InferRequest) -> bytes | None:
-    """``req`` as a REQUEST record; None when the record cannot say it (more than
-    ``MAX_DIMS`` dims, an unknown datatype, a string longer than its u16 length field, an
-    ensemble's step): send msgpack then."""
-    try:
-        return _encode_request(req)
-    except struct.error:
-        return None  # NOTE: e.g. a request id of 64 KiB or more
-
-
-def _encode_request(req: InferRequest) -> bytes | None:
-    if req.reply_to.kind is Requester.ENSEMBLE:
-        return None
-    inputs = req.inputs
-    fixed = REQUEST_HEADER.size + TENSOR_ENTRY.size * len(inputs) + 8 * len(req.outputs)
-    strings = _Strings(fixed)
-    entries = []
-    for t in inputs:
-        code = _CODE.get(t.datatype)
-        if code is None or len(t.shape) > MAX_DIMS:
-            return None
-        name_off, name_len = strings.add(t.name)
-        seg_off, seg_len = strings.add(t.segment)
-        shape = t.shape + _NO_DIMS[len(t.shape) :]
-        entries.append(
-            TENSOR_ENTRY.pack(
-                t.offset,
-                t.nbytes,
-                t.region_id,
-                name_off,
-                name_len,
-                code,
-                len(t.shape),
-                seg_off,
-                seg_len,
-                0,
-                *shape,
-            )
-        )
-    for name in req.outputs:
-        entries.append(OUTPUT_ENTRY.pack(*strings.add(name), 0))
-    model_off, model_len = strings.add(req.model)
-    seg_off, seg_len = strings.add(req.block.segment)
-    cid_off, cid_len = strings.add(req.client_id) if req.client_id else (0, 0)
-    flags = req.sequence_flags & (SEQ_START | SEQ_END)
-    if req.trace is not None:
-        flags |= req.trace.level & TRACE_MASK
-    seq = req.sequence_id
-    seq_text = ""
-    if isinstance(seq, str):
-        flags |= SEQ_STRING
-        seq_text, seq = seq, 0
-    tail = b""
-    if seq_text or req.output_regions or req.parameters_json != "{}":
-        tail = _tail_encoder.encode(RequestTail(req.parameters_json, req.output_regions, seq_text))
-    tail_off = strings.pos if tail else 0
-    size = strings.pos + len(tail)
-    head = REQUEST_HEADER.pack(
-        MARKER,
-        KIND_REQUEST,
-        VERSION,
-        size,
-        req.request_id,
-        req.arrival_ns,
-        seq,
-        req.version,
-        req.block.offset,
-        req.reply_to.id,
-        req.batch_size,
-        req.timeout_us,
-        req.priority,
-        req.reply_to.kind,
-        flags,
-        len(inputs),
-        len(req.outputs),
-        model_len,
-        model_off,
-        seg_len,
-        cid_len,
-        seg_off,
-        cid_off,
-        tail_off,
-        len(tail),
-    )
-    return b"".join((head, *entries, *strings.parts, tail))
-
-
-class RequestDecoder:
-    """Decodes REQUEST records into ``InferRequest`` s, interning the strings that repeat
-    (model, segment and tensor names) and the reply addresses."""
-
-    def __init__(self) -> None:
-        self._text: dict[bytes, str] = {}
-        self._reply: dict[tuple[int, int], ReplyTo] = {}
-
-    def _new_text(self, raw: bytes) -> str:
-        s = raw.decode()
-        if len(self._text) < 65536:
-            self._text[raw] = s
-        return s
-
-    def decode(self, buf: Any) -> InferRequest:
-        """One REQUEST record (``bytes`` or a ``memoryview`` of a ring record).
-
-        Raises:
-            ValueError: not a version-1 REQUEST record.
-        """
-        data = bytes(buf)  # NOTE: one copy; slicing bytes is cheaper than a memoryview's
-        (
-            marker,
-            kind,
-            version,
-            _size,
-            request_id,
-            arrival_ns,
-            seq,
-            model_version,
-            block_offset,
-            reply_id,
-            batch_size,
-            timeout_us,
-            priority,
-            reply_kind,
-            flags,
-            n_inputs,
-            n_outputs,
-            model_len,
-            model_off,
-            seg_len,
-            cid_len,
-            seg_off,
-            cid_off,
-            tail_off,
-            tail_len,
-        ) = REQUEST_HEADER.unpack_from(data, 0)
-        if marker != MARKER or kind != KIND_REQUEST or version != VERSION:
-            raise ValueError(f"not a version-{VERSION} request record")
-        get = self._text.get
-        new = self._new_text
-        inputs = []
-        at = 96
-        unpack = TENSOR_ENTRY.unpack_from
-        for _ in range(n_inputs):
-            e = unpack(data, at)
-            at += 104
-            raw = data[e[3] : e[3] + e[4]]
-            name = get(raw) or new(raw)
-            raw = data[e[7] : e[7] + e[8]]
-            inputs.append(
-                TensorRef(
-                    name, _WIRE[e[5]], e[10 : 10 + e[6]], get(raw) or new(raw), e[0], e[1], e[2]
-                )
-            )
-        outputs = []
-        for _ in range(n_outputs):
-            name_off, name_len, _pad = OUTPUT_ENTRY.unpack_from(data, at)
-            at += 8
-            raw = data[name_off : name_off + name_len]
-            outputs.append(get(raw) or new(raw))
-        tail = _tail_decoder.decode(data[tail_off : tail_off + tail_len]) if tail_len else _NO_TAIL
-        reply = self._reply.get((reply_kind, reply_id))
-        if reply is None:
-            reply = self._reply[(reply_kind, reply_id)] = ReplyTo(Requester(reply_kind), reply_id)
-        level = flags & TRACE_MASK
-        raw = data[model_off : model_off + model_len]
-        model = get(raw) or new(raw)
-        raw = data[seg_off : seg_off + seg_len]
-        return InferRequest(
-            request_id=request_id,
-            reply_to=reply,
-            model=model,
-            version=model_version,
-            batch_size=batch_size,
-            inputs=tuple(inputs),
-            outputs=tuple(outputs),
-            block=BlockRef(get(raw) or new(raw), block_offset),
-            arrival_ns=arrival_ns,
-            priority=priority,
-            timeout_us=timeout_us,
-            client_id=data[cid_off : cid_off + cid_len].decode() if cid_len else "",
-            parameters_json=tail.parameters_json,
-            output_regions=tail.output_regions,
-            sequence_id=tail.sequence_id if flags & SEQ_STRING else seq,
-            sequence_flags=flags & (SEQ_START | SEQ_END),
-            trace=TraceContext(level) if level else None,
-        )
-
-
-def encode_answer(msg: Any) -> bytes | None:
-    """An ``AnswerBatch``, or an ``InferResponse`` owning at most its one block, as an
-    ANSWERS record; None for anything it cannot say (trace records, extra or shared blocks
-    of ensembles, more than ``MAX_DIMS`` dims, a string too long for its length field):
-    send msgpack then."""
-    try:
-        return _encode_answer(msg)
-    except struct.error:
-        return None
-
-
-def _encode_answer(msg: Any) -> bytes | None:
-    if isinstance(msg, InferResponse):
-        if msg.trace is not None or msg.extra_blocks or msg.shared_blocks or msg.handoffs:
-            return None
-        block = msg.block
-        uses = 1 if block is not None else 0
-        responses: tuple[InferResponse, ...] = (msg,)
-    elif isinstance(msg, AnswerBatch):
-        if len(msg.handoffs) > 1:
-            return None
-        block = msg.handoffs[0].block if msg.handoffs else None
-        uses = msg.handoffs[0].uses if msg.handoffs else 0
-        responses = msg.responses
-        for r in responses:
-            if r.trace is not None or r.extra_blocks or r.block is not None or r.handoffs:
-                return None
-            if r.shared_blocks and r.shared_blocks != (block,):
-                return None
-    else:
-        return None
-    n_tensors = sum(len(r.outputs) for r in responses)
-    fixed = ANSWERS_HEADER.size + RESPONSE_ENTRY.size * len(responses) + 104 * n_tensors
-    strings = _Strings(fixed)
-    block_seg = block.segment if block is not None else ""
-    seg_off, seg_len = strings.add(block_seg) if block_seg else (0, 0)
-    resp_parts = []
-    tensor_parts = []
-    for r in responses:
-        flags = FINAL if r.final else 0
-        if r.empty:
-            flags |= EMPTY
-        if block is not None and (r.block is not None or r.shared_blocks):
-            flags |= NAMES_BLOCK
-        err_code = err_off = err_len = org_off = org_len = 0
-        if r.error is not None:
-            flags |= ERROR
-            err_code = int(r.error.code)
-            err_off, err_len = strings.add(r.error.message)
-            if r.error.origin:
-                org_off, org_len = strings.add(r.error.origin)
-        par_off, par_len = strings.add(r.parameters_json) if r.parameters_json else (0, 0)
-        for t in r.outputs:
-            code = _CODE.get(t.datatype)
-            if code is None or len(t.shape) > MAX_DIMS:
-                return None
-            name_off, name_len = strings.add(t.name)
-            if t.segment == block_seg and not t.region_id:
-                t_off = t_len = 0
-            else:
-                t_off, t_len = strings.add(t.segment)
-            tensor_parts.append(
-                TENSOR_ENTRY.pack(
-                    t.offset,
-                    t.nbytes,
-                    t.region_id,
-                    name_off,
-                    name_len,
-                    code,
-                    len(t.shape),
-                    t_off,
-                    t_len,
-                    0,
-                    *(t.shape + _NO_DIMS[len(t.shape) :]),
-                )
-            )
-        resp_parts.append(
-            RESPONSE_ENTRY.pack(
-                r.request_id,
-                r.version,
-                len(r.outputs),
-                flags,
-                err_code,
-                org_len,
-                0,
-                err_off,
-                err_len,
-                par_off,
-                par_len,
-                org_off,
-                0,
-            )
-        )
-    head = ANSWERS_HEADER.pack(
-        MARKER,
-        KIND_ANSWERS,
-        VERSION,
-        strings.pos,
-        block.offset if block is not None else 0,
-        uses,
-        len(responses),
-        seg_len,
-        seg_off,
-        n_tensors,
-        0,
-        0,
-        0,
-    )
-    return b"".join((head, *resp_parts, *tensor_parts, *strings.parts))
-
-
-def decode_answer(buf: Any) -> InferResponse | AnswerBatch:
-    """One ANSWERS record: an ``InferResponse`` (owning the block, if any) when it holds
-    one response, else an ``AnswerBatch``.
-
-    Raises:
-        ValueError: not a version-1 ANSWERS record.
-    """
-    (
-        marker,
-        kind,
-        version,
-        _size,
-        block_offset,
-        uses,
-        n_resp,
-        seg_len,
-        seg_off,
-        _n_tensors,
-        _tail_off,
-        _tail_len,
-        _pad,
-    ) = ANSWERS_HEADER.unpack_from(buf, 0)
-    if marker != MARKER or kind != KIND_ANSWERS or version != VERSION:
-        raise ValueError(f"not a version-{VERSION} answers record")
-    block_seg = bytes(buf[seg_off : seg_off + seg_len]).decode() if seg_len else ""
-    block = BlockRef(block_seg, block_offset) if seg_len else None
-    own = n_resp == 1 and uses <= 1
-    shared = (block,) if block is not None and not own else ()
-    at_t = ANSWERS_HEADER.size + RESPONSE_ENTRY.size * n_resp
-    responses = []
-    unpack = TENSOR_ENTRY.unpack_from
-    for i in range(n_resp):
-        (
-            request_id,
-            model_version,
-            n_out,
-            flags,
-            err_code,
-            org_len,
-            _p,
-            err_off,
-            err_len,
-            par_off,
-            par_len,
-            org_off,
-            _p2,
-        ) = RESPONSE_ENTRY.unpack_from(buf, ANSWERS_HEADER.size + 48 * i)
-        outputs = []
-        for _ in range(n_out):
-            e = unpack(buf, at_t)
-            at_t += 104
-            seg = bytes(buf[e[7] : e[7] + e[8]]).decode() if e[8] else block_seg
-            outputs.append(
-                TensorRef(
-                    bytes(buf[e[3] : e[3] + e[4]]).decode(),
-                    _WIRE[e[5]],
-                    e[10 : 10 + e[6]],
-                    seg,
-                    e[0],
-                    e[1],
-                    e[2],
-                )
-            )
-        error = None
-        if flags & ERROR:
-            error = ErrorInfo(
-                ErrorCode(err_code),
-                bytes(buf[err_off : err_off + err_len]).decode(),
-                bytes(buf[org_off : org_off + org_len]).decode() if org_len else "",
-            )
-        names = bool(flags & NAMES_BLOCK)
-        responses.append(
-            InferResponse(
-                request_id=request_id,
-                version=model_version,
-                outputs=tuple(outputs),
-                block=block if own and names else None,
-                error=error,
-                final=bool(flags & FINAL),
-                empty=bool(flags & EMPTY),
-                parameters_json=bytes(buf[par_off : par_off + par_len]).decode() if par_len else "",
-                shared_blocks=shared if names else (),
-            )
-        )
-    if own:
-        return responses[0]
-    handoffs = (Handoff(block, uses),) if block is not None else ()
-    return AnswerBatch(responses=tuple(responses), handoffs=handoffs)
+__all__ = [
+    "Request",
+    "RequestDecoder",
+    "RequestRecord",
+    "RequestTail",
+    "as_request",
+    "decode_answer",
+    "decode_request",
+    "decoded_batch",
+    "encode_answer",
+    "encode_request",
+    "record_decoder",
+    "wire_form",
+]
 
 
 def record_decoder(decode_msgpack: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """A ring record decoder that takes both forms: a binary record (``MARKER`` first) by
     its kind, anything else by ``decode_msgpack`` (a ``codec.Decoder``'s ``decode_buffer``).
+    A REQUEST record becomes a ``RequestRecord`` (or, with rare fields, an ``InferRequest``).
     A malformed binary record raises ``msgspec.DecodeError``, as malformed msgpack does."""
-    requests = RequestDecoder().decode
+    requests = HeaderReader().read
 
     def decode(buf: Any) -> Any:
         if not buf or buf[0] != MARKER:

@@ -33,21 +33,23 @@ from triton_mp.ipc.messages import (
     InstancesRemoved,
     InstancesRetired,
     QueueQuery,
-    QueueReply,
-    ReadyCheck,
-    ReadyFanout,
     ReadyQuery,
-    ReplyTo,
     Requester,
     SequenceFlags,
     Shutdown,
     StatsQuery,
-    StatsReply,
     ToScheduler,
     TraceContext,
     VersionsActivated,
     WorkerDied,
     WorkerReady,
+)
+from triton_mp.ipc.records import (
+    Request,
+    RequestRecord,
+    as_request,
+    decode_request,
+    wire_form,
 )
 from triton_mp.ipc.reports import ModelQueueStatus
 from triton_mp.ipc.ring import RecordTooLarge
@@ -57,12 +59,13 @@ from triton_mp.scheduler.ensembles import Ensembles
 from triton_mp.scheduler.instances import (
     Generation,
     InFlight,
-    readiness_checked,
     running_instance,
 )
 from triton_mp.scheduler.lifecycle import STOPPING_MESSAGE, Lifecycle
 from triton_mp.scheduler.outbox import Outbound, Outbox, ToInstance
-from triton_mp.scheduler.policy import QUEUE_FULL, TIMED_OUT, Batch, Queued
+from triton_mp.scheduler.policy import QUEUE_FULL, TIMED_OUT, Batch, IterativeSteps, Queued
+from triton_mp.scheduler.queries import answer_queue_query, answer_ready_query, answer_stats_query
+from triton_mp.scheduler.rate_gate import RateGate
 from triton_mp.scheduler.rate_limiter import Limits, RateLimiter
 from triton_mp.scheduler.stats import StatsBook
 from triton_mp.scheduler.status import BatchLog, BatchLogs, queue_status
@@ -81,7 +84,7 @@ _START = int(SequenceFlags.START)
 _END = int(SequenceFlags.END)
 
 
-def request_label(req: InferRequest) -> str:
+def request_label(req: Request) -> str:
     """Triton's ``[request id: <id>] `` prefix of request errors."""
     return f"[request id: {req.client_id or '<id_unknown>'}] "
 
@@ -134,9 +137,10 @@ class SchedulerCore:
         self._next_batch_id = 1
         self.stopping = False
         self.defer_unknown = False
-        self.deferred: list[InferRequest] = []
+        self.deferred: list[Request] = []
         self.limiter = rate_limiter
-        self._held: dict[int, BatchAssign] = {}
+        self._gate: RateGate[BatchAssign] = RateGate(rate_limiter)
+        """Batches formed but held until the rate limiter grants their resources."""
         """Per instance: its batch that waits for resources (not sent yet)."""
         self._noticed: dict[int, int] = {}
         """Per instance: the due time its last ``BatchDue`` named (``due_notices``)."""
@@ -147,6 +151,7 @@ class SchedulerCore:
         """The ensemble requests running (``scheduler.ensembles``)."""
         self.handlers: dict[type, Callable[[Any, int], None]] = {
             InferRequest: self._on_request,
+            RequestRecord: self._on_request,
             DirectSent: self._on_direct,
             InferResponse: self.ensembles.on_response,
             CancelRequest: self._on_cancel,
@@ -185,7 +190,7 @@ class SchedulerCore:
         for inst in self.lifecycle.instances:
             self._out.to_instance(inst.instance_id, msg)
 
-    def _on_request(self, req: InferRequest, now_ns: int) -> None:
+    def _on_request(self, req: Request, now_ns: int) -> None:
         key = (req.model, req.version)
         gen = self.lifecycle.active.get(key) or self.lifecycle.generation_for(key)
         if gen is None and self.defer_unknown and not self.stopping:
@@ -202,21 +207,24 @@ class SchedulerCore:
             # NOTE: a traced request only: QUEUE_START travels on to the worker with it.
             req = msgspec.structs.replace(req, trace=TraceContext(req.trace.level, now_ns))
         if gen.spec.ensemble is not None:
-            self.ensembles.start(req, gen, now_ns)
+            self.ensembles.start(as_request(req), gen, now_ns)
             return
-        if not req.sequence_id and getattr(gen.policy, "iterative", False):
+        steps = gen.policy.iterative_steps
+        if steps is not None and not req.sequence_id:
             # NOTE: core IterativeSequencer::SetupSequenceRequest: a request of its own
             # sequence (the next ID of the model's counter, from 1) that starts it.
-            corrid = gen.policy.new_sequence_id()  # type: ignore[attr-defined]
+            corrid = steps.new_sequence_id()
             req = msgspec.structs.replace(
-                req, sequence_id=corrid, sequence_flags=req.sequence_flags | _START
+                as_request(req), sequence_id=corrid, sequence_flags=req.sequence_flags | _START
             )
         self._offer(gen, req, now_ns)
 
-    def _offer(self, gen: Generation, req: InferRequest, now_ns: int, again: bool = False) -> None:
+    def _offer(self, gen: Generation, req: Request, now_ns: int, again: bool = False) -> None:
         """Queue ``req`` in its generation's policy (``again``: a rescheduled request, queued
         first in its iterative sequence); a refusal fails it."""
-        shape_key = gen.batch_key(req.inputs)
+        # NOTE: most models batch anything with anything: a record's inputs stay undecoded.
+        keyed = gen.enforced_inputs or gen.optional_inputs
+        shape_key = gen.batch_key(req.inputs) if keyed else ()
         flags = req.sequence_flags
         item = Queued(
             (req.reply_to, req.request_id),
@@ -230,8 +238,11 @@ class SchedulerCore:
             starts=bool(flags & _START),
             ends=bool(flags & _END),
         )
-        policy: Any = gen.policy  # NOTE: ``reschedule`` is the sequence batcher's alone
-        rejection = policy.reschedule(item, now_ns) if again else policy.offer(item, now_ns)
+        steps = gen.policy.iterative_steps
+        if again and steps is not None:
+            rejection = steps.reschedule(item, now_ns)
+        else:
+            rejection = gen.policy.offer(item, now_ns)
         if rejection is not None:
             message = (request_label(req) if rejection.prefixed else "") + rejection.message
             self._out.fail(req, rejection.code, message, now_ns, rejection.reason)
@@ -264,7 +275,7 @@ class SchedulerCore:
             item = gen.policy.cancel(rkey) if gen.key == key else None
             if item is not None:
                 # NOTE: the answer lets the frontend free the request's input block.
-                req = cast(InferRequest, item.payload)
+                req = cast(Request, item.payload)
                 self._out.fail(req, ErrorCode.CANCELLED, CANCELLED_MESSAGE, now_ns, "CANCELED")
                 return
         # NOTE: a request already running (in an instance's batch, or a decoupled one
@@ -275,33 +286,16 @@ class SchedulerCore:
             self._out.to_instance(instance_id, msg)
 
     def _on_ready_query(self, msg: ReadyQuery, now_ns: int) -> None:
-        """Ask every live instance of the version whose model checks its own readiness
-        (python ``is_ready()``); tell the frontend which ones will answer it."""
-        gen = self.lifecycle.generation_for((msg.model, msg.version))
-        asked = readiness_checked(self.lifecycle.instances.members(gen) if gen else [])
-        check = ReadyCheck(
-            query_id=msg.query_id, frontend_id=msg.frontend_id, bls_client=msg.bls_client
-        )
-        for iid in asked:
-            self._out.to_instance(iid, check)
-        if msg.bls_client >= 0:
-            to = ReplyTo(Requester.BLS, msg.bls_client)
-        else:
-            to = ReplyTo(Requester.FRONTEND, msg.frontend_id)
-        self._out.reply(to, ReadyFanout(query_id=msg.query_id, instance_ids=asked))
+        answer_ready_query(msg, self.lifecycle, self._out)
 
     def _on_cache_outcome(self, msg: CacheOutcome, now_ns: int) -> None:
         self.stats.record_cache(msg.model, msg.version, msg)
 
     def _on_stats_query(self, msg: StatsQuery, now_ns: int) -> None:
-        stats = self.stats.snapshot(msg.model, msg.version)
-        to = ReplyTo(Requester.FRONTEND, msg.frontend_id)
-        self._out.reply(to, StatsReply(query_id=msg.query_id, stats=stats))
+        answer_stats_query(msg, self.stats, self._out)
 
     def _on_queue_query(self, msg: QueueQuery, now_ns: int) -> None:
-        models = self.queue_status(msg.model, now_ns)
-        to = ReplyTo(Requester.FRONTEND, msg.frontend_id)
-        self._out.reply(to, QueueReply(query_id=msg.query_id, models=models))
+        answer_queue_query(msg, self.queue_status(msg.model, now_ns), self._out)
 
     def _on_batch_done(self, msg: BatchDone, now_ns: int) -> None:
         inst = self.lifecycle.instances.get(msg.instance_id)
@@ -315,7 +309,7 @@ class SchedulerCore:
         failed, again = msg.failed, msg.rescheduled
         if failed or again:
             gone = {*failed, *again}
-            ok: Sequence[InferRequest] = [r for i, r in enumerate(reqs) if i not in gone]
+            ok: Sequence[Request] = [r for i, r in enumerate(reqs) if i not in gone]
         else:
             ok = reqs  # NOTE: the common case: no per-request work but the sums below.
         arrivals = inferences = 0
@@ -345,13 +339,18 @@ class SchedulerCore:
             if r.reply_to.kind is Requester.ENSEMBLE:
                 self.ensembles.on_executed(r.request_id, compute, now_ns)
         gen = inst.generation
-        if gen is not None and getattr(gen.policy, "iterative", False):
-            self._release_iterative(gen, reqs, set(again), now_ns)
+        if gen is not None and gen.policy.iterative_steps is not None:
+            self._release_iterative(gen, gen.policy.iterative_steps, reqs, set(again), now_ns)
         if not self.stopping and gen is not None:
             gen.policy.instance_idle(msg.instance_id, now_ns)
 
     def _release_iterative(
-        self, gen: Generation, reqs: Sequence[InferRequest], again: set[int], now_ns: int
+        self,
+        gen: Generation,
+        steps: IterativeSteps,
+        reqs: Sequence[Request],
+        again: set[int],
+        now_ns: int,
     ) -> None:
         """After a batch of an iterative sequence model: each request the model released
         with ``RELEASE_RESCHEDULE`` is queued again first in its sequence with no flags
@@ -359,11 +358,12 @@ class SchedulerCore:
         requests do); every other one ends its sequence."""
         for i, r in enumerate(reqs):
             if i not in again:
-                gen.policy.finish(r.sequence_id, now_ns)  # type: ignore[attr-defined]
+                steps.finish(r.sequence_id, now_ns)
             elif self.stopping:
                 self._out.fail(r, ErrorCode.UNAVAILABLE, STOPPING_MESSAGE, now_ns)
             else:
-                self._offer(gen, msgspec.structs.replace(r, sequence_flags=0), now_ns, again=True)
+                again_req = msgspec.structs.replace(as_request(r), sequence_flags=0)
+                self._offer(gen, again_req, now_ns, again=True)
 
     # ------------------------------------------------------------- rate limiter
     def _on_activated(self, msg: VersionsActivated, now_ns: int) -> None:
@@ -374,32 +374,22 @@ class SchedulerCore:
         """Tell the rate limiter every active instance's ``rate_limiter``."""
         if self.limiter is None:
             return
-        for gen in self.lifecycle.active.values():
-            spec = gen.spec
-            for i, iid in enumerate(spec.instance_ids):
-                if self.limiter.known(iid):
-                    continue
-                rl = spec.rate_limits[i] if i < len(spec.rate_limits) else None
-                limits = Limits() if rl is None else _limits(rl)
-                self.limiter.register(iid, limits)
-                if self.limiter.error:
-                    log.error("rate limiter: %s", self.limiter.error)
+        self._gate.register(
+            (iid, _limits(gen.spec.rate_limits, i))
+            for gen in self.lifecycle.active.values()
+            for i, iid in enumerate(gen.spec.instance_ids)
+        )
 
     def _on_died(self, msg: WorkerDied, now_ns: int) -> None:
         self.handoffs.on_died(msg)
-        if self.limiter is not None:
-            self.limiter.forget(msg.instance_id)
-            self._held.pop(msg.instance_id, None)
+        self._gate.forget(msg.instance_id)
         self.lifecycle.on_died(msg, now_ns)
         if msg.segments:
             # NOTE: the supervisor unlinked them; our mapping alone would keep the pages.
             self._out.unmap(msg.segments)
 
     def _on_removed(self, msg: InstancesRemoved, now_ns: int) -> None:
-        if self.limiter is not None:
-            for iid in msg.instance_ids:
-                self.limiter.remove(iid)
-                self._held.pop(iid, None)
+        self._gate.remove(msg.instance_ids)
         self.lifecycle.on_removed(msg, now_ns)
         for prefix in msg.segments:
             self._out.unmap(prefix)
@@ -408,19 +398,15 @@ class SchedulerCore:
         """An instance's batch ended: its resources are free. They are granted at the end
         of the next dispatch pass, after the instance had its chance to stage its next
         batch (Triton stages a released instance that has work before it allocates)."""
-        if self.limiter is not None:
-            self.limiter.release(instance_id)
+        self._gate.release(instance_id)
 
     def _grant(self, now_ns: int) -> None:
         """Send every held batch whose resources the limiter grants now; its requests'
         queue time ends here (``dispatch_ns``)."""
-        if self.limiter is None:
-            return
-        for iid in self.limiter.allocate():
-            assign = self._held.pop(iid, None)
+        for iid, assign in self._gate.grants():
             inst = self.lifecycle.instances.get(iid)
             if assign is None or inst is None or inst.batch is None:
-                self.limiter.release(iid)
+                self._gate.release(iid)
                 continue
             inst.batch = inst.batch._replace(dispatch_ns=now_ns)
             inst.staged = False
@@ -435,7 +421,7 @@ class SchedulerCore:
         self.stopping = True
         for gen in self.lifecycle.generations():
             for item in gen.policy.drain_queue():
-                req = cast(InferRequest, item.payload)
+                req = cast(Request, item.payload)
                 self._out.fail(req, ErrorCode.UNAVAILABLE, STOPPING_MESSAGE, now_ns)
 
     # ----------------------------------------------------------------- batching
@@ -445,7 +431,7 @@ class SchedulerCore:
         self.ensembles.now_ns = now_ns
         for gen in self.lifecycle.generations():
             for item, why in gen.policy.expire(now_ns):
-                req = cast(InferRequest, item.payload)
+                req = cast(Request, item.payload)
                 message = why.message if why is TIMED_OUT else request_label(req) + why.message
                 self._out.fail(req, why.code, message, now_ns, why.reason)
             if self.handoffs.offered and gen.policy.queue_depth():
@@ -466,7 +452,7 @@ class SchedulerCore:
         inst = self.lifecycle.instances.get(batch.instance_id)
         assert inst is not None, f"a policy formed a batch for unknown {batch.instance_id}"
         batch_log.record(batch, inst.label, now_ns)
-        reqs = tuple(cast(InferRequest, q.payload) for q in batch.requests)
+        reqs = tuple(cast(Request, q.payload) for q in batch.requests)
         batch_id = self._next_batch_id
         self._next_batch_id += 1
         if log.isEnabledFor(logging.DEBUG):
@@ -485,7 +471,7 @@ class SchedulerCore:
                 inst.open[(r.reply_to, r.request_id)] = r
         assign = BatchAssign(
             batch_id=batch_id,
-            requests=reqs,
+            requests=tuple(map(wire_form, reqs)),
             dispatch_ns=now_ns,
             rows=batch.rows,
             slots=batch.slots,
@@ -497,8 +483,7 @@ class SchedulerCore:
         # NOTE: the batch is the instance's from now on (a death fails it), but it starts
         # only once the rate limiter grants its resources.
         inst.staged = True
-        self._held[batch.instance_id] = assign
-        self.limiter.stage(batch.instance_id)
+        self._gate.hold(batch.instance_id, assign)
 
     def due_notices(self, horizon_ns: int) -> Sequence[Outbound]:
         """``BatchDue`` for every idle instance whose batch a batching delay will send by
@@ -522,7 +507,7 @@ class SchedulerCore:
         inst = self.lifecycle.instances.get(item.instance_id)
         if inst is not None and inst.batch is not None and inst.batch.batch_id == batch_id:
             inst.batch = None
-        requests = item.msg.requests
+        requests = [decode_request(r) for r in item.msg.requests]
         for r in requests:
             if inst is not None:
                 inst.open.pop((r.reply_to, r.request_id), None)
@@ -574,10 +559,13 @@ class SchedulerCore:
         )
 
 
-def _limits(spec: RateLimitSpec) -> Limits:
-    return Limits(
-        tuple((r.name, r.global_, r.count) for r in spec.resources), spec.priority, spec.device
-    )
+def _limits(rate_limits: Sequence[RateLimitSpec], i: int) -> Limits:
+    """The limits of a version's instance ``i`` (none configured: no limits)."""
+    spec = rate_limits[i] if i < len(rate_limits) else None
+    if spec is None:
+        return Limits()
+    resources = tuple((r.name, r.global_, r.count) for r in spec.resources)
+    return Limits(resources, spec.priority, spec.device)
 
 
 def deliver(

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
 
-from triton_mp.ipc.messages import InferRequest, ReplyTo, TensorRef
+from triton_mp.ipc.messages import ReplyTo, TensorRef
+from triton_mp.ipc.records import Request
 from triton_mp.ipc.specs import ModelVersionSpec
 from triton_mp.scheduler.policy import Policy
 
@@ -54,7 +55,7 @@ class InFlight(NamedTuple):
     """The batch an instance runs (at most one)."""
 
     batch_id: int
-    requests: tuple[InferRequest, ...]
+    requests: tuple[Request, ...]
     dispatch_ns: int
     total_batch_size: int
 
@@ -109,7 +110,7 @@ class Instance:
     generation: Generation | None = None
     """The generation whose policy hands it batches (None while staged)."""
     batch: InFlight | None = None
-    open: dict[tuple[ReplyTo, int], InferRequest] = field(default_factory=dict)
+    open: dict[tuple[ReplyTo, int], Request] = field(default_factory=dict)
     """Requests of a decoupled model dispatched here whose final response the worker has
     not reported yet (``DecoupledDone``), by (reply address, request id)."""
     executions: int = 0

@@ -31,7 +31,6 @@ from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.log_messages import LogSettingsUpdate
 from triton_mp.ipc.messages import (
-    InferRequest,
     InstancesAdded,
     InstancesRemoved,
     InstancesRetired,
@@ -41,6 +40,7 @@ from triton_mp.ipc.messages import (
     WorkerDied,
     WorkerReady,
 )
+from triton_mp.ipc.records import Request
 from triton_mp.ipc.specs import ModelVersionSpec
 from triton_mp.scheduler.instances import (
     Generation,
@@ -189,7 +189,7 @@ class Lifecycle:
             alive = [inst for inst in members if inst.health is not Health.DEAD]
             if not alive and gen.policy.queue_depth():
                 for item in gen.policy.drain_queue():
-                    req = cast(InferRequest, item.payload)
+                    req = cast(Request, item.payload)
                     self._out.fail(req, ErrorCode.UNAVAILABLE, STOPPING_MESSAGE, now_ns)
             if not gen.armed or busy or gen.policy.queue_depth():
                 gen.armed = True

@@ -24,7 +24,6 @@ from triton_mp.ipc.messages import (
     CancelRequest,
     ErrorInfo,
     Handoff,
-    InferRequest,
     InferResponse,
     InstanceWiring,
     ModelAvailability,
@@ -37,6 +36,7 @@ from triton_mp.ipc.messages import (
     Shutdown,
     StatsReply,
 )
+from triton_mp.ipc.records import Request
 from triton_mp.scheduler.stats import StatsBook
 
 
@@ -151,7 +151,7 @@ class Outbox:
         self._items.append(Detach(instance_id))
 
     def end(
-        self, req: InferRequest, code: ErrorCode, message: str, handoffs: tuple[Handoff, ...] = ()
+        self, req: Request, code: ErrorCode, message: str, handoffs: tuple[Handoff, ...] = ()
     ) -> None:
         """End a request with an error (``RequestFailed`` from the scheduler) without
         counting it: its failure was counted already (an open decoupled request, an
@@ -162,7 +162,7 @@ class Outbox:
 
     def fail(
         self,
-        req: InferRequest,
+        req: Request,
         code: ErrorCode,
         message: str,
         now_ns: int,

@@ -120,8 +120,30 @@ class LevelSnapshot:
     delayed_total: int
 
 
+class IterativeSteps(Protocol):
+    """The steps of an iterative sequence batcher (``iterative_sequence: true``; core
+    ``IterativeSequencer``) that the core takes besides ``Policy``'s."""
+
+    def new_sequence_id(self) -> int:
+        """The correlation ID of the next request that comes without one (its own
+        sequence, which it starts)."""
+        ...
+
+    def reschedule(self, item: Queued, now_ns: int) -> Rejection | None:
+        """Queue a request the model released with ``RELEASE_RESCHEDULE``, first in its
+        sequence."""
+        ...
+
+    def finish(self, corrid: Hashable, now_ns: int) -> None:
+        """A request of sequence ``corrid`` was released for good: the sequence ends."""
+        ...
+
+
 class Policy(Protocol):
     """What the scheduler core needs from a per-model batching policy."""
+
+    iterative_steps: IterativeSteps | None
+    """The iterative sequence batcher's own steps; None for every other policy."""
 
     def offer(self, item: Queued, now_ns: int) -> Rejection | None:
         """Enqueue a request; a Rejection when it cannot be queued (nothing is kept)."""

@@ -27,6 +27,7 @@ from typing import Literal
 from triton_mp.scheduler.policy import (
     QUEUE_FULL,
     TIMED_OUT,
+    IterativeSteps,
     LevelSnapshot,
     Queued,
     Rejection,
@@ -237,6 +238,8 @@ class QueuedInstances:
     """What the default scheduler and the dynamic batcher keep: a priority queue and the
     idle instances in FIFO order (so load spreads over all instances). Implements every
     ``Policy`` method but ``pop_ready``."""
+
+    iterative_steps: IterativeSteps | None = None
 
     def __init__(self, instance_ids: Sequence[int] = (), queue: PriorityQueue | None = None):
         self._queue = queue if queue is not None else PriorityQueue()

@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import numpy as np
@@ -62,6 +62,7 @@ from triton_mp.ipc.messages import (
     TraceRecord,
 )
 from triton_mp.ipc.ready_messages import InstanceReadiness, ReadyCheck
+from triton_mp.ipc.records import decoded_batch
 from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.ipc.specs import WorkerSpec
 from triton_mp.workers.answer_batch import write_answer_batch
@@ -275,7 +276,8 @@ class Worker:
         """Execute one batch, answer every request in it, then report ``BatchDone``
         (phase times in ns: ``compute_output_ns`` covers writing and posting responses)."""
         start_ns = time.monotonic_ns()
-        reqs = batch.requests
+        batch = decoded_batch(batch)
+        reqs = cast(tuple[InferRequest, ...], batch.requests)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("batch %d started: %d requests", batch.batch_id, len(reqs))
         if self._states is not None and batch.released:
@@ -398,7 +400,7 @@ class Worker:
             ``ErrorInfo`` for a request whose inputs could not be read, and for every request
             when the backend raised or miscounted its results).
         """
-        reqs = batch.requests
+        reqs = cast(tuple[InferRequest, ...], batch.requests)
         results: list[Result | None] = [None] * len(reqs)
         runnable: list[int] = []
         backend_reqs: list[BackendRequest] = []

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from triton_mp.common.errors import ErrorCode
-from triton_mp.scheduler.policy import Batch, LevelSnapshot, Queued, Rejection
+from triton_mp.scheduler.policy import Batch, IterativeSteps, LevelSnapshot, Queued, Rejection
 
 __all__ = ["Call", "Complete", "EnsembleScheduler", "Fail", "Release", "Step"]
 
@@ -162,6 +162,8 @@ class EnsembleScheduler:
             may end with no response (only the final flag) instead of a deadlock error.
         max_inflight_requests: per step, composing requests in flight at most (0 = no bound).
     """
+
+    iterative_steps: IterativeSteps | None = None
 
     def __init__(
         self,

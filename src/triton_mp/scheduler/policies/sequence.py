@@ -51,7 +51,14 @@ from typing import Literal
 from triton_mp.common.close_reason import CloseReason
 from triton_mp.common.errors import ErrorCode
 from triton_mp.scheduler.policies.dynamic import decide, walk
-from triton_mp.scheduler.policy import Batch, LevelSnapshot, Queued, Rejection, arrived_ns
+from triton_mp.scheduler.policy import (
+    Batch,
+    IterativeSteps,
+    LevelSnapshot,
+    Queued,
+    Rejection,
+    arrived_ns,
+)
 
 MAX_STRING_CORRID = 128
 """Longest string correlation ID, in characters."""
@@ -105,6 +112,7 @@ class SequenceBatcher:
     ) -> None:
         self.model = model
         self.iterative = iterative
+        self.iterative_steps: IterativeSteps | None = self if iterative else None
         self.corrid_kind = corrid_kind
         self.strategy = strategy
         self.max_batch_size = max_batch_size
