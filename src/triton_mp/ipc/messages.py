@@ -30,6 +30,10 @@ from enum import IntEnum, IntFlag
 import msgspec
 
 from triton_mp.common.errors import ErrorCode
+from triton_mp.ipc.bls_messages import BlsClientWiring as BlsClientWiring
+from triton_mp.ipc.bls_messages import BlsInboxUpdate as BlsInboxUpdate
+from triton_mp.ipc.bls_messages import BlsModel as BlsModel
+from triton_mp.ipc.bls_messages import BlsWorkerUpdate as BlsWorkerUpdate
 from triton_mp.ipc.log_messages import LogSettingsUpdate as LogSettingsUpdate
 from triton_mp.ipc.notify import Wakeup
 from triton_mp.ipc.ready_messages import InstanceReadiness, ReadyCheck, ReadyFanout, ReadyQuery
@@ -297,30 +301,6 @@ class Shutdown(msgspec.Struct, frozen=True, tag="shutdown", array_like=True):
     retired version stops while the server keeps serving; 0 at server shutdown."""
 
 
-class BlsModel(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
-    """What a BLS caller needs to know of a model it may call (its served versions)."""
-
-    versions: tuple[int, ...]
-    max_batch_size: int
-    outputs: tuple[str, ...]
-    decoupled: bool = False
-    instance_count: int = 1
-    unavailable: tuple[int, ...] = ()
-    """Versions the model has but does not serve (failed to load, retired by a change, or
-    unloaded): a call naming one is UNAVAILABLE "... is not at ready state", as in Triton.
-    A model with no served version has ``versions == ()``."""
-
-
-class BlsClientWiring(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
-    """A producer's ring into a python worker's BLS inbox (the scheduler's or a worker's):
-    where answers to ``ReplyTo(Requester.BLS, instance_id)`` go."""
-
-    instance_id: int
-    """The python worker whose BLS client reads the ring."""
-    ring: str
-    wakeup: Wakeup
-
-
 class InstanceWiring(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """The channels of one new model instance, as the scheduler attaches them."""
 
@@ -377,33 +357,6 @@ class InstancesRemoved(
     segments: tuple[str, ...] = ()
     """What the names of their processes' arenas start with (``Topology.worker_segments``):
     the scheduler unmaps those it attached."""
-
-
-class BlsWorkerUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="bls_worker", array_like=True):
-    """Supervisor -> the worker ``instance_id`` (the supervisor's control ring into its inbox;
-    the worker applies it before the batches of the same drain): the BLS clients it answers
-    and, for a python worker, the models its own BLS client may call. Applying it twice
-    changes nothing."""
-
-    instance_id: int
-    add_clients: tuple[BlsClientWiring, ...] = ()
-    """Its rings to new BLS clients (answers to their requests), woken by their wake-ups."""
-    remove_clients: tuple[int, ...] = ()
-    """Instance ids of python workers that stopped (their BLS clients are gone)."""
-    seq: int = 0
-    """Orders model tables: a table older than the one held is ignored."""
-    models: dict[str, BlsModel] | None = None
-    """The whole table of models that serve now (replaces the held one), or None."""
-
-
-class BlsInboxUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="bls_inbox", array_like=True):
-    """Supervisor -> one BLS client (the supervisor's control ring into the client's inbox,
-    drained by the thread that reads the answers): rings from instances started or stopped
-    since it started. Sent before any request can be answered on an added ring; a removed
-    ring's producer has stopped. Applying it twice changes nothing."""
-
-    add_rings: tuple[str, ...] = ()
-    remove_rings: tuple[str, ...] = ()
 
 
 class Handoff(msgspec.Struct, frozen=True, array_like=True):

@@ -32,7 +32,6 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
-import msgspec
 import numpy as np
 
 from triton_mp.backends.base import (
@@ -45,7 +44,6 @@ from triton_mp.backends.base import (
     SequenceBatch,
 )
 from triton_mp.common.errors import ErrorCode, TritonMPError, flatten_exception
-from triton_mp.common.trace_config import TraceLevel
 from triton_mp.ipc import ArenaAllocator, SegmentCache
 from triton_mp.ipc.messages import (
     BatchAssign,
@@ -58,8 +56,6 @@ from triton_mp.ipc.messages import (
     ReplyTo,
     Requester,
     SequenceFlags,
-    TensorTrace,
-    TraceRecord,
 )
 from triton_mp.ipc.ready_messages import InstanceReadiness, ReadyCheck
 from triton_mp.ipc.records import decoded_batch
@@ -77,6 +73,7 @@ from triton_mp.workers.tensor_io import (
     view_tensor,
     write_outputs,
 )
+from triton_mp.workers.traces import Traces
 from triton_mp.workers.warmup import WarmupToken
 
 log = logging.getLogger(__name__)
@@ -128,11 +125,8 @@ class Worker:
         self._post_lock = threading.RLock()
         self.post_lock = self._post_lock
         """Serialises this process's arena allocations and ring pushes (BLS shares it)."""
-        self._open_traces: dict[tuple[ReplyTo, int], list[tuple[str, int]]] = {}
-        """Decoupled models: the compute stamps of traced requests whose final response has
-        not been sent (it carries them)."""
-        self._input_traces: dict[tuple[ReplyTo, int], list[TensorTrace]] = {}
-        self.child_traces: dict[tuple[ReplyTo, int], list[object]] = {}
+        self._traces = Traces(self._decoupled, lambda ref: view_tensor(cache, ref, self._regions))
+        self.child_traces = self._traces.children
         """Traced requests in execution: their BLS child traces (``workers.bls_client``)."""
         self._cancelled: set[tuple[ReplyTo, int]] = set()
         """(reply address, request id) of running or open (decoupled) requests whose client
@@ -177,8 +171,9 @@ class Worker:
                     request_id=req.request_id, version=req.version, error=result, final=final
                 )
             if req.trace is not None and final:
-                stamps = self._open_traces.pop((req.reply_to, req.request_id), [])
-                msg = self._traced(msg, req, stamps, result if isinstance(result, dict) else None)
+                stamps = self._traces.open.pop((req.reply_to, req.request_id), [])
+                outputs = result if isinstance(result, dict) else None
+                msg = self._traces.record(msg, req, stamps, outputs)
             self._post(req, msg)
 
     def is_cancelled(self, token: object) -> bool:
@@ -286,7 +281,7 @@ class Worker:
             self._states.drop(batch.released)
         traced = [r for r in reqs if r.trace is not None]
         if traced:
-            self._begin_traces(traced, start_ns)
+            self._traces.begin(traced, start_ns)
         watch = self.watch
         if watch is not None:
             watch.begin()
@@ -305,7 +300,7 @@ class Worker:
             # infer phase ended there after t_infer; what came before is the input phase
             # (the worker's request set-up and the backend's own input time).
             exec_end = time.monotonic_ns()
-            self._compute_stamps(traced, exec_end - t_infer, exec_end)
+            self._traces.computed(traced, exec_end - t_infer, exec_end)
         t0 = time.perf_counter_ns()
         failed = self._answer(reqs, results)
         rescheduled = (
@@ -329,68 +324,6 @@ class Worker:
                     rescheduled=rescheduled,
                 )
             )
-
-    def _begin_traces(self, traced: list[InferRequest], start_ns: int) -> None:
-        """COMPUTE_START of each traced request (and room for its BLS child traces)."""
-        for r in traced:
-            key = (r.reply_to, r.request_id)
-            self._open_traces[key] = [("COMPUTE_START", start_ns)]
-            self.child_traces[key] = []
-            if r.trace is not None and r.trace.level & TraceLevel.TENSORS:
-                from triton_mp.ipc.trace_tensors import trace_array
-
-                self._input_traces[key] = [
-                    trace_array(
-                        "TENSOR_BACKEND_INPUT",
-                        ref.name,
-                        np.asarray(view_tensor(self._cache, ref, self._regions)),
-                    )
-                    for ref in r.inputs
-                ]
-
-    def _compute_stamps(
-        self, traced: list[InferRequest], input_end: int, output_start: int
-    ) -> None:
-        """After ``execute``: COMPUTE_INPUT_END and COMPUTE_OUTPUT_START (``execute``
-        returned; the worker writes the outputs from here). A decoupled request still open
-        also gets COMPUTE_END (``execute`` returned); the others get it as their response
-        is written."""
-        now = time.monotonic_ns()
-        for r in traced:
-            stamps = self._open_traces.get((r.reply_to, r.request_id))
-            if stamps is None:
-                continue  # NOTE: decoupled, final response already sent during execute
-            stamps += [("COMPUTE_INPUT_END", input_end), ("COMPUTE_OUTPUT_START", output_start)]
-            if self._decoupled:
-                stamps.append(("COMPUTE_END", now))
-
-    def _traced(
-        self,
-        msg: InferResponse,
-        req: InferRequest,
-        stamps: list[tuple[str, int]],
-        outputs: dict[str, np.ndarray] | None,
-    ) -> InferResponse:
-        """``msg`` with the trace record of ``req``: QUEUE_START (the scheduler's), the
-        compute stamps, the tensors at the TENSORS level and the BLS child traces."""
-        assert req.trace is not None
-        key = (req.reply_to, req.request_id)
-        if not self._decoupled:
-            stamps = [*self._open_traces.pop(key, stamps), ("COMPUTE_END", time.monotonic_ns())]
-        tensors: tuple[TensorTrace, ...] = tuple(self._input_traces.pop(key, ()))
-        if req.trace.level & TraceLevel.TENSORS and outputs is not None:
-            from triton_mp.ipc.trace_tensors import trace_array
-
-            tensors += tuple(
-                trace_array("TENSOR_BACKEND_OUTPUT", n, np.asarray(a)) for n, a in outputs.items()
-            )
-        children = tuple(self.child_traces.pop(key, ()))
-        record = TraceRecord(
-            stamps=(("QUEUE_START", req.trace.queue_ns), *stamps),
-            tensors=tensors,
-            children=children,  # type: ignore[arg-type]
-        )
-        return msgspec.structs.replace(msg, trace=record)
 
     def _execute(self, batch: BatchAssign) -> tuple[list[Result | None], int, int]:
         """Run the batch's readable requests on the backend.
@@ -528,7 +461,7 @@ class Worker:
                 failed.append(i)
                 msg = InferResponse(request_id=req.request_id, version=req.version, error=res)
             if req.trace is not None:
-                msg = self._traced(msg, req, [], res if isinstance(res, dict) else None)
+                msg = self._traces.record(msg, req, [], res if isinstance(res, dict) else None)
             if not self._post(req, msg) and i not in failed:
                 failed.append(i)
 
