@@ -8,10 +8,11 @@ Starts ``triton-mp start`` (the commit's src/, exported with git archive, or thi
 working tree without ``--commit``) on bench/model_repository, drives ``add_sub_py`` with
 perf_analyzer (``--concurrency-range C``, gRPC) in the background, and after a warm-up
 records the scheduler and the first worker with ``py-spy record --format raw`` (collapsed
-stacks, ``--nonblocking`` so the target is not paused) for ``--seconds``. Prints, per role,
-the functions with the most samples on-CPU (self, then inclusive), as shares of that role's
-samples, and writes the raw stacks under ``--out``. Idle samples (``--idle`` off) are not
-recorded, so shares are of the CPU the role used.
+stacks, ``--nonblocking`` so the target is not paused, ``--gil``: only the thread holding
+the GIL, so a thread blocked in ``sem_timedwait`` is not sampled, which py-spy's own idle
+detection misses) for ``--seconds``. Prints, per role, the functions with the most samples
+(self, then inclusive), as shares of that role's samples, and writes the raw stacks under
+``--out``. A spin (``sched_yield`` keeps the GIL) counts as CPU, as it is.
 """
 
 from __future__ import annotations
@@ -128,6 +129,7 @@ def main() -> int:
                     "--format",
                     "raw",
                     "--nonblocking",
+                    "--gil",
                     "-o",
                     str(args.out / f"{role}.txt"),
                 ],
