@@ -23,6 +23,7 @@ Checked on the source with ``ast`` (no imports executed):
 from __future__ import annotations
 
 import ast
+import functools
 import os
 from pathlib import Path
 
@@ -31,8 +32,14 @@ import pytest
 PKG = Path(__file__).resolve().parents[2] / "src" / "triton_mp"
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for every test of this file."""
+    return ast.parse(path.read_text())
+
+
 def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
+    tree = _tree(path)
     out: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -152,7 +159,7 @@ CORE_PROTOS = {"triton_mp._proto.model_config_pb2"}
 def _imported_names(path: Path) -> set[str]:
     """Every module ``path`` imports, with ``from a import b`` also counted as ``a.b``."""
     out = _imports(path)
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.ImportFrom) and node.module:
             out.update(f"{node.module}.{a.name}" for a in node.names)
     return out
@@ -305,7 +312,7 @@ def _module_graph() -> dict[str, set[str]]:
     for name, path in paths.items():
         is_package = path.name == "__init__.py"
         targets: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             candidates: list[str] = []
             if isinstance(node, ast.Import):
                 candidates = [a.name for a in node.names]
