@@ -169,7 +169,7 @@ def _cached_entry(name: str, enable: bool = True) -> ModelEntry:
 
 
 class CachedFrontend:
-    def __init__(self) -> None:
+    def __init__(self, latency: object = None) -> None:
         self.input_segment, self.worker_segment = FakeSegment("/in"), FakeSegment("/out")
         self.worker = FakeWorker(self.worker_segment)
         cache = FakeCache(self.input_segment, self.worker_segment)
@@ -192,6 +192,7 @@ class CachedFrontend:
             send_scheduler=self.scheduler.send,
             clock_ns=clock,
             response_cache=step,
+            latency=latency,  # type: ignore[arg-type]
         )
 
     def outcomes(self) -> list[CacheOutcome]:
@@ -249,5 +250,34 @@ def test_errors_are_not_stored_and_uncached_models_never_look_up() -> None:
             (await t.result()).release()
         assert f.store.inserts == 0
         assert len(f.scheduler.requests()) == 3
+
+    asyncio.run(body())
+
+
+class Observed:
+    """A stand-in for ``FirstResponseHistograms``: what was observed."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int]] = []
+        self.clock_ns = lambda: 0
+
+    def observe(self, model: object, version: int, start_ns: int) -> None:
+        self.seen.append((model.name, version))  # type: ignore[attr-defined]
+
+
+def test_a_miss_and_a_hit_each_observe_their_first_response() -> None:
+    """histogram_latencies: core observes a cached response as any other."""
+
+    async def body() -> None:
+        observed = Observed()
+        f = CachedFrontend(observed)
+        ticket = f.inference.submit(_req("cached"))
+        (sent,) = f.scheduler.requests()
+        out = np.array([5, 6], np.float32).tobytes()
+        f.pending.deliver([f.worker.answer(sent, {"OUT": out})])
+        (await ticket.result()).release()
+        assert observed.seen == [("cached", 1)]
+        (await f.inference.submit(_req("cached")).result()).release()
+        assert observed.seen == [("cached", 1), ("cached", 1)]
 
     asyncio.run(body())

@@ -266,6 +266,8 @@ class Inference:
         if step is not None and cache_enabled(model.config) and cacheable(valid):
             key, lookup_ns, hit = step.lookup(valid, start_ns)
             if hit is not None:
+                if self._latency is not None:  # NOTE: core observes a cached response too
+                    self._latency.observe(model.config, target.version, start_ns)
                 return self._hit_ticket(request, target, hit)
             miss = (key, lookup_ns)
         block, refs = write_inputs(self._arena, valid)
