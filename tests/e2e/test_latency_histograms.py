@@ -116,6 +116,8 @@ def test_each_request_s_first_response_is_counted_in_its_model_s_buckets(
         '"+Inf"',
     ]
     assert pipe3[-1] == f'{FAMILY}_bucket{{model="pipe3",version="1",le="+Inf"}} 12'
+    # NOTE: a loaded model nobody asked has its series from its load on, as core's
+    assert f'{FAMILY}_count{{model="sub_py",version="1"}} 0' in text
     add = _lines(text, "add_py")
     assert add[0] == f'{FAMILY}_count{{model="add_py",version="1"}} 12'
     assert [line.split("le=")[1].split("}")[0] for line in add[2:]] == ['"1"', '"60000"', '"+Inf"']

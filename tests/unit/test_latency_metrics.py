@@ -17,6 +17,7 @@ from triton_mp.frontend.latency_metrics import (
     FirstResponseHistograms,
     buckets_of,
     first_response_sink,
+    loaded_series,
 )
 from triton_mp.ipc.topology import Topology, process_arena_prefix
 
@@ -31,6 +32,13 @@ class Clock:
 
     def __call__(self) -> int:
         return self.ns
+
+
+_BUCKETS_1_10 = (
+    "model_metrics { metric_control [ { metric_identifier { family: "
+    '"nv_inference_first_response_histogram_ms" } histogram_options { buckets: [ 1, 10 ] '
+    "} } ] }"
+)
 
 
 def _config(name: str, extra: str = "") -> mc.ModelConfig:
@@ -118,3 +126,33 @@ def test_a_request_observes_its_first_answer_only(
     text = _scrape()
     assert 'nv_inference_first_response_histogram_ms_count{model="dec",version="2"} 1' in text
     assert 'nv_inference_first_response_histogram_ms_sum{model="dec",version="2"} 600' in text
+
+
+def test_every_loaded_version_has_a_series_from_its_load_and_an_unloaded_one_none(
+    clock: Clock, frontends: list[FirstResponseHistograms]
+) -> None:
+    """Core creates the series with the model's reporter (at load) and removes it with it."""
+    clock.ns += 5 * MS
+    frontends[0].observe(_config("m"), 1, clock.ns - 5 * MS)
+    frontends[0].observe(_config("gone"), 1, clock.ns)
+    reader = cm.BoardReader(SID)
+    try:
+        merged = cm.merge(reader.read())
+    finally:
+        reader.close()
+    configs = {"m": _config("m"), "idle": _config("idle", _BUCKETS_1_10)}
+    families = loaded_series(merged, [("m", 1), ("idle", 3), ("unknown", 1)], configs.get)
+    text = cm.render(families)
+    assert 'nv_inference_first_response_histogram_ms_count{model="m",version="1"} 1' in text
+    assert 'nv_inference_first_response_histogram_ms_sum{model="m",version="1"} 5' in text
+    idle = [line for line in text.splitlines() if '"idle"' in line]
+    assert idle == [
+        'nv_inference_first_response_histogram_ms_count{model="idle",version="3"} 0',
+        'nv_inference_first_response_histogram_ms_sum{model="idle",version="3"} 0',
+        'nv_inference_first_response_histogram_ms_bucket{model="idle",version="3",le="1"} 0',
+        'nv_inference_first_response_histogram_ms_bucket{model="idle",version="3",le="10"} 0',
+        'nv_inference_first_response_histogram_ms_bucket{model="idle",version="3",le="+Inf"} 0',
+    ]
+    assert '"gone"' not in text
+    assert '"unknown"' not in text
+    assert loaded_series([], [], configs.get) == []

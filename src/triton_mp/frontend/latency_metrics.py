@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from triton_mp._proto import model_config_pb2 as mc
+from triton_mp.frontend.custom_metrics import Family, Series
 from triton_mp.ipc.metric_board import BoardFamily, BoardMetric, BoardWriter, MetricCatalog
 
 if TYPE_CHECKING:
@@ -91,6 +92,36 @@ class FirstResponseHistograms:
     def close(self) -> None:
         """Unlink the board (the frontend is stopping)."""
         self._writer.close()
+
+
+def loaded_series(
+    families: list[Family],
+    versions: Iterable[tuple[str, int]],
+    config_of: Callable[[str], mc.ModelConfig | None],
+) -> list[Family]:
+    """``families`` (merged boards) with the first-response family as core reports it: a
+    series for every loaded model version from its load on (zero counts until its first
+    request; core creates it with the model's reporter), none for a version no longer
+    loaded (core removes it with the reporter).
+
+    Args:
+        versions: the loaded (model, version) pairs (the scheduler's statistics).
+        config_of: a model's config (its buckets); None when the frontend does not know it.
+    """
+    out = [f for f in families if f.name != FAMILY]
+    have = next((f for f in families if f.name == FAMILY), None)
+    family = Family(FAMILY, "histogram", HELP, 0)
+    for model, version in versions:
+        labels = (("model", model), ("version", str(version)))
+        series = have.series.get(labels) if have is not None else None
+        if series is None:
+            config = config_of(model)
+            if config is None:
+                continue
+            bounds = buckets_of(config)
+            series = Series(labels, 0.0, bounds, [0.0] * (len(bounds) + 1))
+        family.series[labels] = series
+    return [family, *out] if family.series else out
 
 
 def first_response_sink(

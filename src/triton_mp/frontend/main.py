@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from triton_mp._proto import admin_pb2_grpc, health_pb2_grpc
+from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import StartupError, TritonMPError
 from triton_mp.common.log import configure_logging
 from triton_mp.common.platform import tune_gc
@@ -352,10 +353,18 @@ async def _start_metrics(
     send: Callable[[bytes], None],
     cache: _CacheView | None = None,
     frontend_restarts: dict[int, int] | None = None,
+    models: ModelTable | None = None,
 ) -> MetricsEndpoint | str | None:
     """The metrics endpoint, serving; None when disabled; the startup error's text."""
     if spec.metrics is None:
         return None
+
+    def config_of(name: str) -> mc.ModelConfig | None:
+        try:
+            return None if models is None else models.get(name).config
+        except TritonMPError:
+            return None  # NOTE: unloaded since the statistics were taken
+
     metrics = MetricsEndpoint(
         spec.metrics,
         frontend_id=spec.frontend_id,
@@ -364,6 +373,7 @@ async def _start_metrics(
         supervisor_pid=os.getppid(),
         cache=cache,
         frontend_restarts=frontend_restarts,
+        latency_configs=config_of if spec.latency_histograms else None,
     )
     try:
         await metrics.start()
@@ -511,7 +521,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     local = store if isinstance(store, SharedResponseCache) else None
     view = None if store is None else _CacheView(models, local)
     metrics = await _start_metrics(
-        spec, pending, to_scheduler.send_bytes, view, api.stats.frontend_restarts
+        spec, pending, to_scheduler.send_bytes, view, api.stats.frontend_restarts, models
     )
     if isinstance(metrics, str):
         report_start_failed(ready, "frontend", name, metrics)

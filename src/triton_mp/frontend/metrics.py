@@ -25,9 +25,10 @@ import psutil
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import StartupError
 from triton_mp.common.gpus import NvmlUnavailable, nvml_from_env
-from triton_mp.frontend import custom_metrics
+from triton_mp.frontend import custom_metrics, latency_metrics
 from triton_mp.frontend.gpu_metrics import GpuGauges
 from triton_mp.frontend.host_metrics import (
     CpuSample,
@@ -86,6 +87,8 @@ class MetricsEndpoint:
         cache: the response cache's models and counters; None without a cache.
         frontend_restarts: the frontends' restart counts (``StatsApi.frontend_restarts``,
             kept up to date by the inbox handler).
+        latency_configs: a model's config by name, when ``histogram_latencies`` is on
+            (``latency_metrics.loaded_series``: every loaded version has its series).
     """
 
     def __init__(
@@ -99,8 +102,10 @@ class MetricsEndpoint:
         reply_timeout_s: float = SCHEDULER_REPLY_TIMEOUT_S,
         cache: CacheView | None = None,
         frontend_restarts: dict[int, int] | None = None,
+        latency_configs: Callable[[str], mc.ModelConfig | None] | None = None,
     ) -> None:
         self._spec = spec
+        self._latency_configs = latency_configs
         self._fid = frontend_id
         self._pending = pending
         self._send = send_scheduler
@@ -198,7 +203,11 @@ class MetricsEndpoint:
         )
         assert isinstance(stats, StatsReply)
         assert isinstance(queues, QueueReply)
-        custom = () if self._boards is None else tuple(custom_metrics.merge(self._boards.read()))
+        merged = [] if self._boards is None else custom_metrics.merge(self._boards.read())
+        if self._latency_configs is not None:
+            versions = [(s.name, s.version) for s in stats.stats]
+            merged = latency_metrics.loaded_series(merged, versions, self._latency_configs)
+        custom = tuple(merged)
         return MetricsSnapshot(
             stats=stats.stats,
             queues=queues.models,
