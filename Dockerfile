@@ -28,6 +28,17 @@ RUN if ! python3 -c 'import ensurepip' >/dev/null 2>&1; then \
       apt-get update && apt-get install -y --no-install-recommends python3 python3-venv \
       && rm -rf /var/lib/apt/lists/*; \
     fi
+# The native gRPC frontend (frontend/native, built by setup.py) compiles against the
+# distribution's libgrpc++ and libprotobuf: a C++ compiler, pkg-config, protoc and their -dev
+# packages (the list of the README's set-up command, less cmake), and Python's headers where
+# the base has none (a distribution's python3; the slim Python image has them).
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends g++ pkg-config libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc \
+    && if [ ! -f "$(python3 -c 'import sysconfig; print(sysconfig.get_path("include"))')/Python.h" ]; then \
+         apt-get install -y --no-install-recommends python3-dev; \
+       fi \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # The dependencies first, in a layer of their own that only a change to pyproject.toml
 # rebuilds: pyproject's dependencies and those of the EXTRAS (an extra that names triton-mp
@@ -37,10 +48,27 @@ RUN python3 -m venv /opt/triton-mp \
     && /opt/triton-mp/bin/pip install --no-cache-dir --upgrade "pip>=24" \
     && /opt/triton-mp/bin/python -c 'import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + [d for e in sys.argv[1].split(",") if e for d in p["optional-dependencies"][e] if not d.startswith(p["name"])]))' "${EXTRAS}" > /requirements.txt \
     && /opt/triton-mp/bin/pip install --no-cache-dir -r /requirements.txt
+# The native extension next, in a layer of its own built from only its own sources (minutes
+# of C++ on a small machine, so a change elsewhere in src/ must not compile it again): the
+# project's build makes a wheel of the extension alone (README.md is metadata only), and the
+# module is taken out of it. /native/packages.txt: the distribution's packages that hold the
+# shared libraries it links (libgrpc++, libprotobuf, ...), which the runtime stage installs.
+COPY setup.py ./
+COPY protos ./protos
+COPY src/triton_mp/frontend/native ./src/triton_mp/frontend/native
+RUN touch README.md \
+    && /opt/triton-mp/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /native/wheel . \
+    && /opt/triton-mp/bin/python -m zipfile --extract "$(echo /native/wheel/triton_mp-*.whl)" /native/tree \
+    && native="$(echo /native/tree/triton_mp/frontend/native/_native*.so)" \
+    && test -f "$native" \
+    && ldd "$native" | awk '$3 ~ /^\// {print "*/" $1}' | xargs dpkg -S | cut -d: -f1 | sort -u > /native/packages.txt \
+    && rm -rf src README.md build
 COPY README.md ./
 COPY src ./src
-RUN /opt/triton-mp/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
-    && /opt/triton-mp/bin/pip install --no-cache-dir "$(echo /wheels/triton_mp-*.whl)[${EXTRAS}]"
+RUN TRITON_MP_NATIVE=0 /opt/triton-mp/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
+    && /opt/triton-mp/bin/pip install --no-cache-dir "$(echo /wheels/triton_mp-*.whl)[${EXTRAS}]" \
+    && cp /native/tree/triton_mp/frontend/native/_native*.so "$(/opt/triton-mp/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/triton_mp/frontend/native/" \
+    && /opt/triton-mp/bin/python -c 'from triton_mp.frontend import native; assert native.available(), native.UNAVAILABLE'
 # The model files ship inside two wheels that are needed only here (README, "Set up").
 COPY model_repository /models
 RUN /opt/triton-mp/bin/pip install --no-cache-dir --no-deps --ignore-requires-python rapidocr-onnxruntime==1.4.4 silero-vad==6.2.3 \
@@ -58,11 +86,15 @@ RUN site="$(/opt/triton-mp/bin/python -c 'import sysconfig; print(sysconfig.get_
     && /opt/triton-mp/bin/pip uninstall -y pip setuptools
 
 FROM ${BASE_IMAGE}
+# The shared libraries of the native gRPC frontend (only those; no compiler, no headers).
+COPY --from=build /native/packages.txt /tmp/native-packages.txt
 # hadolint ignore=DL3008
-RUN if ! command -v python3 >/dev/null 2>&1; then \
-      apt-get update && apt-get install -y --no-install-recommends python3 \
-      && rm -rf /var/lib/apt/lists/*; \
-    fi \
+RUN apt-get update \
+    && if ! command -v python3 >/dev/null 2>&1; then \
+         apt-get install -y --no-install-recommends python3; \
+       fi \
+    && xargs -a /tmp/native-packages.txt apt-get install -y --no-install-recommends \
+    && apt-get clean && rm -rf /var/lib/apt/lists/* /tmp/native-packages.txt \
     && (getent passwd 1000 >/dev/null || useradd --uid 1000 --user-group --no-create-home --shell /usr/sbin/nologin triton)
 COPY --from=build /opt/triton-mp /opt/triton-mp
 COPY --from=build /models /models

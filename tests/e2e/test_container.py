@@ -9,7 +9,9 @@ From the host the test then checks:
 
 - ``/v2/health/ready`` turns 200 (every model of /models loads as uid 1000 from the files
   the build wrote as root) and the image's own HEALTHCHECK passes;
-- one gRPC inference (add_sub) and one HTTP inference (ocr_rec_bls reads a rendered line);
+- one gRPC inference (add_sub), served by the native gRPC frontend that the image builds
+  (the server logs which frontend owns the port), and one HTTP inference (ocr_rec_bls reads
+  a rendered line);
 - a system-shared-memory inference: the client's region lives in the pod's /dev/shm, which
   the host shares as a client container of the pod would (the Deployment's args plus
   ``--allow-client-shm=true``, which a pod with such a client turns on);
@@ -63,7 +65,11 @@ IMAGE_GOAL_MB = 650
 """docs/deploy.md: the image on the slim base stays under this."""
 
 READY_TIMEOUT_S = 180
-CLIENT_SHM_ARGS = ["--allow-client-shm=true"]
+EXTRA_ARGS = ["--allow-client-shm=true", "--grpc-frontend=native"]
+"""Beyond the Deployment's args: client shared memory, which a pod with a client container
+turns on, and the native gRPC frontend that the image builds (the server's default is the
+Python one for now)."""
+NATIVE_GRPC = re.compile(r'"gRPC frontend listening on 0\.0\.0\.0:8001 \(native\)"')
 
 
 @dataclass
@@ -128,7 +134,7 @@ def container(podman: Podman, image: Built) -> Iterator[Container]:
     shm_dir.chmod(0o1777)  # NOTE: the emptyDir is writable by the pod's user
     ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
     t0 = time.monotonic()
-    podman(*run_argv(name, image.tag, shm_dir, ports, CLIENT_SHM_ARGS))
+    podman(*run_argv(name, image.tag, shm_dir, ports, EXTRA_ARGS))
     try:
         box = Container(podman, name, ports, shm_dir, 0.0)
         while _ready(box.url("http")) != 200:
@@ -166,7 +172,8 @@ def test_ready_with_every_model_and_the_healthcheck_passes(container: Container)
     assert uid.stdout.strip() == "1000"
 
 
-def test_grpc_inference(container: Container) -> None:
+def test_grpc_inference_through_the_native_frontend(container: Container) -> None:
+    assert NATIVE_GRPC.search(container.logs()), "the native gRPC frontend owns the port"
     client = grpcclient.InferenceServerClient(container.url("grpc"))
     a = np.arange(16, dtype=np.float32)[None]
     b = np.full((1, 16), 3, np.float32)
