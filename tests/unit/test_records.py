@@ -254,3 +254,27 @@ def test_answers_the_record_cannot_say_go_as_msgpack() -> None:
     assert records.encode_answer(extra) is None
     long_origin = ErrorInfo(ErrorCode.INTERNAL, "m", "o" * 70000)
     assert records.encode_answer(InferResponse(request_id=1, version=1, error=long_origin)) is None
+
+
+def test_records_of_one_form_decode_each_its_own_numbers() -> None:
+    """The decoder keeps what a form's records share; ids, offsets and shapes are each
+    record's own, and a new client id or tensor name is a new form."""
+    dec = records.RequestDecoder()
+    first = _request(request_id=1, arrival_ns=10, batch_size=1)
+    seg = "/triton_mp_1_f3_a0"
+    second = _request(
+        request_id=2,
+        arrival_ns=20,
+        batch_size=3,
+        inputs=(
+            TensorRef("INPUT0", "FP32", (3, 16), seg, 9000, 192),
+            TensorRef("INPUT1", "BYTES", (3, 2), "clientkey", 256, 36, region_id=5),
+        ),
+        block=BlockRef(seg, 8192),
+    )
+    third = _request(request_id=3, client_id="other")
+    renamed = _request(inputs=(TensorRef("IN", "FP32", (1, 16), seg, 64, 64),))
+    for req in (first, second, first, third, renamed, second):
+        data = records.encode_request(req)
+        assert data is not None
+        assert dec.decode(data) == req

@@ -141,18 +141,15 @@ def _encode_request(req: InferRequest) -> bytes | None:
 
 
 class RequestDecoder:
-    """Decodes REQUEST records into ``InferRequest`` s, interning the strings that repeat
-    (model, segment and tensor names) and the reply addresses."""
+    """Decodes REQUEST records into ``InferRequest`` s. What repeats from one request to the
+    next (the strings, the tail, the pointers to them: everything but ids, times, offsets,
+    sizes and shapes) is decoded once per form and kept (``FORMS_KEPT`` forms)."""
+
+    FORMS_KEPT = 1024
 
     def __init__(self) -> None:
-        self._text: dict[bytes, str] = {}
+        self._forms: dict[bytes, _Form] = {}
         self._reply: dict[tuple[int, int], ReplyTo] = {}
-
-    def _new_text(self, raw: bytes) -> str:
-        s = raw.decode()
-        if len(self._text) < 65536:
-            self._text[raw] = s
-        return s
 
     def decode(self, buf: Any) -> InferRequest:
         """One REQUEST record (``bytes`` or a ``memoryview`` of a ring record).
@@ -161,90 +158,85 @@ class RequestDecoder:
             ValueError: not a version-1 REQUEST record.
         """
         data = bytes(buf)  # NOTE: one copy; slicing bytes is cheaper than a memoryview's
-        (
-            marker,
-            kind,
-            version,
-            _size,
-            request_id,
-            arrival_ns,
-            seq,
-            model_version,
-            block_offset,
-            reply_id,
-            batch_size,
-            timeout_us,
-            priority,
-            reply_kind,
-            flags,
-            n_inputs,
-            n_outputs,
-            model_len,
-            model_off,
-            seg_len,
-            cid_len,
-            seg_off,
-            cid_off,
-            tail_off,
-            tail_len,
-        ) = REQUEST_HEADER.unpack_from(data, 0)
-        if marker != MARKER or kind != KIND_REQUEST or version != VERSION:
+        h = REQUEST_HEADER.unpack_from(data, 0)
+        if h[0] != MARKER or h[1] != KIND_REQUEST or h[2] != VERSION:
             raise ValueError(f"not a version-{VERSION} request record")
-        inputs, outputs = self._tensors(data, n_inputs, n_outputs)
-        get = self._text.get
-        new = self._new_text
-        tail = _tail_decoder.decode(data[tail_off : tail_off + tail_len]) if tail_len else _NO_TAIL
-        reply = self._reply.get((reply_kind, reply_id))
-        if reply is None:
-            reply = self._reply[(reply_kind, reply_id)] = ReplyTo(Requester(reply_kind), reply_id)
-        level = flags & TRACE_MASK
-        raw = data[model_off : model_off + model_len]
-        model = get(raw) or new(raw)
-        raw = data[seg_off : seg_off + seg_len]
-        return InferRequest(
-            request_id=request_id,
-            reply_to=reply,
-            model=model,
-            version=model_version,
-            batch_size=batch_size,
-            inputs=inputs,
-            outputs=outputs,
-            block=BlockRef(get(raw) or new(raw), block_offset),
-            arrival_ns=arrival_ns,
-            priority=priority,
-            timeout_us=timeout_us,
-            client_id=data[cid_off : cid_off + cid_len].decode() if cid_len else "",
-            parameters_json=tail.parameters_json,
-            output_regions=tail.output_regions,
-            sequence_id=tail.sequence_id if flags & SEQ_STRING else seq,
-            sequence_flags=flags & (SEQ_START | SEQ_END),
-            trace=TraceContext(level) if level else None,
-        )
-
-    def _tensors(
-        self, data: bytes, n_inputs: int, n_outputs: int
-    ) -> tuple[tuple[TensorRef, ...], tuple[str, ...]]:
-        """The inputs and the requested output names of a REQUEST record."""
-        get = self._text.get
-        new = self._new_text
+        n_inputs = h[15]
+        end = REQUEST_HEADER.size + TENSOR_ENTRY.size * n_inputs
+        # NOTE: bytes 64-96 hold the header's pointers and flags, 24-40 of a tensor entry
+        # its pointers, dtype and rank; after the inputs come the output entries, the
+        # strings and the tail. Equal keys decode to equal forms.
+        key = data[64:96] + data[end:]
+        for at in range(REQUEST_HEADER.size + 24, end, TENSOR_ENTRY.size):
+            key += data[at : at + 16]
+        form = self._forms.get(key)
+        if form is None:
+            form = _Form(data, h)
+            if len(self._forms) >= self.FORMS_KEPT:
+                self._forms.clear()
+            self._forms[key] = form
         inputs = []
         at = REQUEST_HEADER.size
-        unpack = TENSOR_ENTRY.unpack_from
-        for _ in range(n_inputs):
-            e = unpack(data, at)
+        for name, wire, ndim, seg in form.inputs:
+            e = TENSOR_ENTRY.unpack_from(data, at)
             at += TENSOR_ENTRY.size
-            raw = data[e[3] : e[3] + e[4]]
-            name = get(raw) or new(raw)
-            raw = data[e[7] : e[7] + e[8]]
-            seg = get(raw) or new(raw)
-            inputs.append(TensorRef(name, WIRE[e[5]], e[10 : 10 + e[6]], seg, e[0], e[1], e[2]))
+            inputs.append(TensorRef(name, wire, e[10 : 10 + ndim], seg, e[0], e[1], e[2]))
+        reply = self._reply.get((h[13], h[9]))
+        if reply is None:
+            reply = self._reply[(h[13], h[9])] = ReplyTo(Requester(h[13]), h[9])
+        tail = form.tail
+        flags = h[14]
+        return InferRequest(
+            request_id=h[4],
+            reply_to=reply,
+            model=form.model,
+            version=h[7],
+            batch_size=h[10],
+            inputs=tuple(inputs),
+            outputs=form.outputs,
+            block=BlockRef(form.block_segment, h[8]),
+            arrival_ns=h[5],
+            priority=h[12],
+            timeout_us=h[11],
+            client_id=form.client_id,
+            parameters_json=tail.parameters_json,
+            output_regions=tail.output_regions,
+            sequence_id=tail.sequence_id if flags & SEQ_STRING else h[6],
+            sequence_flags=flags & (SEQ_START | SEQ_END),
+            trace=form.trace,
+        )
+
+
+class _Form:
+    """What a REQUEST record shares with the other records of its form (``RequestDecoder``):
+    its strings, its inputs' names, datatypes, ranks and segments, its tail."""
+
+    __slots__ = ("block_segment", "client_id", "inputs", "model", "outputs", "tail", "trace")
+
+    def __init__(self, data: bytes, h: tuple[Any, ...]) -> None:
+        (model_len, model_off, seg_len, cid_len, seg_off, cid_off, tail_off, tail_len) = h[17:]
+        self.model = data[model_off : model_off + model_len].decode()
+        self.block_segment = data[seg_off : seg_off + seg_len].decode()
+        self.client_id = data[cid_off : cid_off + cid_len].decode()
+        inputs = []
+        at = REQUEST_HEADER.size
+        for _ in range(h[15]):
+            e = TENSOR_ENTRY.unpack_from(data, at)
+            at += TENSOR_ENTRY.size
+            name = data[e[3] : e[3] + e[4]].decode()
+            inputs.append((name, WIRE[e[5]], e[6], data[e[7] : e[7] + e[8]].decode()))
+        self.inputs = tuple(inputs)
         outputs = []
-        for _ in range(n_outputs):
+        for _ in range(h[16]):
             name_off, name_len, _pad = OUTPUT_ENTRY.unpack_from(data, at)
             at += OUTPUT_ENTRY.size
-            raw = data[name_off : name_off + name_len]
-            outputs.append(get(raw) or new(raw))
-        return tuple(inputs), tuple(outputs)
+            outputs.append(data[name_off : name_off + name_len].decode())
+        self.outputs = tuple(outputs)
+        self.tail = (
+            _tail_decoder.decode(data[tail_off : tail_off + tail_len]) if tail_len else _NO_TAIL
+        )
+        level = h[14] & TRACE_MASK
+        self.trace = TraceContext(level) if level else None
 
 
 _requests = RequestDecoder()
