@@ -197,6 +197,49 @@ def test_a_client_going_away_mid_stream_loses_nothing(servers: dict[str, ServerP
     assert _call(url, _add_sub_request())[0] == "OK"
 
 
+SLOW_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [{ name: "IN", data_type: TYPE_INT32, dims: [ 1 ] }]
+output [{ name: "OUT", data_type: TYPE_INT32, dims: [ 1 ] }]
+instance_group [{ count: 1, kind: KIND_CPU }]
+"""
+SLOW_MODEL = """
+import time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(1.0)
+        return [
+            pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())
+            ])
+            for r in requests
+        ]
+"""
+
+
+def test_a_stop_answers_the_calls_in_flight(tmp_path: Path) -> None:
+    """SIGINT while handed-off ModelInfer calls wait for a slow model: the drain answers
+    every one (the native server stops only after them), and the server exits cleanly."""
+    repo = tmp_path / "repo"
+    write_python_model(repo, "slow_py", SLOW_CONFIG, SLOW_MODEL)
+    got: queue.Queue[Any] = queue.Queue()
+    with server_factory(tmp_path) as start:
+        server = start(repo, "--grpc-frontend", "native")
+        client = grpcclient.InferenceServerClient(server.url)
+        for i in range(3):
+            inp = grpcclient.InferInput("IN", [1], "INT32")
+            inp.set_data_from_numpy(np.array([i], np.int32))
+            client.async_infer("slow_py", [inp], lambda result, error: got.put(error or result))
+        time.sleep(0.5)
+        assert server.stop() == 0
+        answers = [got.get(timeout=30) for _ in range(3)]
+        client.close()
+    assert sorted(int(a.as_numpy("OUT")[0]) for a in answers) == [0, 1, 2], answers
+
+
 def test_absent_extension_falls_back_to_python(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

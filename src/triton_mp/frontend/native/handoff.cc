@@ -56,6 +56,7 @@ std::vector<HandoffItem> Handoff::Take() {
 
 bool Handoff::Reply(uint64_t id, grpc::Status status, grpc::ByteBuffer response) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return false;
   auto it = waiting_.find(id);
   if (it == waiting_.end()) return false;
   answers_.push_back(Answer{it->second, std::move(status), std::move(response)});
@@ -65,6 +66,11 @@ bool Handoff::Reply(uint64_t id, grpc::Status status, grpc::ByteBuffer response)
     alarm_.Set(cq_, gpr_now(GPR_CLOCK_MONOTONIC), &flush_tag_);
   }
   return true;
+}
+
+void Handoff::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
 }
 
 void Handoff::Flush() {

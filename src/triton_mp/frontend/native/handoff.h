@@ -63,8 +63,12 @@ class Handoff {
 
   // Python thread: everything queued since the last take.
   std::vector<HandoffItem> Take();
-  // Python thread: the reply to call `id`. False when the call is gone (dropped).
+  // Python thread: the reply to call `id`. False when the call is gone or the queue closed
+  // (dropped).
   bool Reply(uint64_t id, grpc::Status status, grpc::ByteBuffer response);
+  // Before the completion queue shuts down: no reply arms the alarm any more (every call
+  // still waiting has been cancelled by the server's shutdown and is withdrawn).
+  void Close();
 
  private:
   struct Answer {
@@ -90,6 +94,7 @@ class Handoff {
   std::unordered_map<uint64_t, Awaiting*> waiting_;
   std::vector<Answer> answers_;  // replied, not yet delivered
   bool armed_ = false;           // the alarm is set for answers_
+  bool closed_ = false;          // Close(): replies are dropped
   grpc::CompletionQueue* cq_ = nullptr;
   grpc::Alarm alarm_;
   FlushTag flush_tag_{this};

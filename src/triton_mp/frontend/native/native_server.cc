@@ -56,6 +56,7 @@ void NativeServer::Stop(double grace_s) {
   auto deadline = std::chrono::system_clock::now() +
                   std::chrono::microseconds(static_cast<int64_t>(grace_s * 1e6));
   server_->Shutdown(deadline);
+  if (handoff_) handoff_->Close();
   cq_->Shutdown();
   if (thread_.joinable()) thread_.join();
 }
