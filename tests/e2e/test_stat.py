@@ -194,7 +194,7 @@ def test_queue_while_instance_busy(server: ServerProcess) -> None:
         return m
 
     try:
-        send("holder", 6.0)  # long enough for two CLI runs on a loaded machine
+        send("holder", 15.0)  # long enough for two CLI runs on a machine under load
         busy = counted(
             held, lambda m: m.instances[0].batches_in_flight > 0, "the instance busy", 60
         )
