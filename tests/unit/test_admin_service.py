@@ -18,7 +18,12 @@ import pytest
 from tests.server import free_port
 from tests.unit.fake_queues import busy_cls, idle_add_sub
 from triton_mp._proto import admin_pb2, admin_pb2_grpc, health_pb2_grpc
-from triton_mp.cli.admin_client import AdminError, fetch_queue_status, status_from_proto
+from triton_mp.cli.admin_client import (
+    AdminError,
+    fetch_queue_snapshot,
+    fetch_queue_status,
+    status_from_proto,
+)
 from triton_mp.common.errors import ErrorCode
 from triton_mp.frontend.grpc.admin_service import AdminServicer, status_to_proto
 from triton_mp.frontend.model_table import ModelTable
@@ -48,6 +53,7 @@ class AdminServer:
         self.port = free_port()
         self.url = f"127.0.0.1:{self.port}"
         self.queries: list[QueueQuery] = []
+        self.frontend_restarts: dict[int, int] = {}
         self._scheduler = scheduler
         self._timeout_s = reply_timeout_s
         self._started = threading.Event()
@@ -76,15 +82,15 @@ class AdminServer:
             entries = tuple(
                 ModelEntry(name=m.model, config=b"", ready_versions=(1,)) for m in MODELS
             )
-            servicer = AdminServicer(
-                StatsApi(
-                    frontend_id=3,
-                    models=ModelTable(entries),
-                    pending=pending,
-                    send_scheduler=send,
-                    reply_timeout_s=self._timeout_s,
-                )
+            stats = StatsApi(
+                frontend_id=3,
+                models=ModelTable(entries),
+                pending=pending,
+                send_scheduler=send,
+                reply_timeout_s=self._timeout_s,
             )
+            stats.frontend_restarts.update(self.frontend_restarts)
+            servicer = AdminServicer(stats)
             admin_pb2_grpc.add_AdminServicer_to_server(servicer, server)
         else:
             health_pb2_grpc.add_HealthServicer_to_server(health_pb2_grpc.HealthServicer(), server)
@@ -146,6 +152,15 @@ def test_empty_reply_is_empty_response() -> None:
 def test_queue_status_for_every_model(admin: AdminServer) -> None:
     assert fetch_queue_status(admin.url) == MODELS
     assert admin.queries == [QueueQuery(query_id=admin.queries[0].query_id, frontend_id=3)]
+
+
+def test_queue_snapshot_carries_frontend_restarts() -> None:
+    """What ``triton-mp stat`` shows in its header: the supervisor's restart counts the
+    frontend holds (``StatsApi.frontend_restarts``), per frontend id."""
+    server = AdminServer(_all)
+    server.frontend_restarts = {0: 0, 1: 2}
+    with server:
+        assert fetch_queue_snapshot(server.url) == (MODELS, {0: 0, 1: 2})
 
 
 def test_queue_status_for_one_model(admin: AdminServer) -> None:

@@ -43,10 +43,12 @@ def _text(models: tuple[ModelQueueStatus, ...], width: int, **kw: str) -> str:
     return out
 
 
-def _fetch_returning(models: tuple[ModelQueueStatus, ...]) -> Callable[[str, str], tuple]:
-    def fetch(url: str, model: str) -> tuple[ModelQueueStatus, ...]:
+def _fetch_returning(
+    models: tuple[ModelQueueStatus, ...], restarts: dict[int, int] | None = None
+) -> Callable[[str, str], stat.Snapshot]:
+    def fetch(url: str, model: str) -> stat.Snapshot:
         assert url == URL
-        return tuple(m for m in models if not model or m.model == model)
+        return tuple(m for m in models if not model or m.model == model), dict(restarts or {})
 
     return fetch
 
@@ -54,7 +56,8 @@ def _fetch_returning(models: tuple[ModelQueueStatus, ...]) -> Callable[[str, str
 # ----------------------------------------------------------------------------------- JSON
 def test_json_snapshot_has_stable_keys() -> None:
     snap = snapshot_json(MODELS, URL)
-    assert list(snap) == ["url", "models"]
+    assert list(snap) == ["url", "frontend_restarts", "models"]
+    assert snap["frontend_restarts"] == {}
     cls, add_sub = snap["models"]  # type: ignore[misc]
     assert list(cls) == [
         "model",
@@ -125,6 +128,23 @@ def test_run_stat_json_prints_one_snapshot() -> None:
     assert rc == 0
     assert err.getvalue() == ""
     assert json.loads(out.getvalue()) == snapshot_json(MODELS, URL)
+
+
+def test_run_stat_shows_frontend_restarts_in_header_and_json() -> None:
+    """The admin reply's ``frontend_restarts`` (per frontend id) reach the table's header and
+    ``--json``; a server whose frontends never restarted says 0."""
+    fetch = _fetch_returning(MODELS, {0: 0, 1: 2, 2: 1})
+    out = io.StringIO()
+    assert run_stat(URL, as_json=True, fetch=fetch, out=out) == 0
+    assert json.loads(out.getvalue())["frontend_restarts"] == {"0": 0, "1": 2, "2": 1}
+    out = io.StringIO()
+    assert run_stat(URL, fetch=fetch, out=out) == 0
+    header = out.getvalue().splitlines()[0]
+    assert header.startswith(f"triton-mp stat  {URL}")
+    assert header.rstrip().endswith("frontend restarts 3 (#1: 2, #2: 1)")
+    out = io.StringIO()
+    assert run_stat(URL, fetch=_fetch_returning(MODELS, {0: 0, 1: 0}), out=out) == 0
+    assert out.getvalue().splitlines()[0].rstrip().endswith("frontend restarts 0")
 
 
 def test_run_stat_json_for_one_model() -> None:
@@ -275,7 +295,7 @@ def test_run_stat_prints_a_table_snapshot() -> None:
 
 @pytest.mark.parametrize("as_json", [False, True])
 def test_run_stat_failure_is_one_line_and_status_1(as_json: bool) -> None:
-    def fetch(url: str, model: str) -> tuple[ModelQueueStatus, ...]:
+    def fetch(url: str, model: str) -> stat.Snapshot:
         raise AdminError(
             f"cannot reach a server at {url}: connection refused", ErrorCode.UNAVAILABLE
         )
@@ -290,14 +310,14 @@ def test_watch_redraws_keeps_last_snapshot_on_error_and_ends_on_ctrl_c() -> None
     calls: list[int] = []
     later = msgspec.structs.replace(busy_cls(), batch_sizes={8: 999})
 
-    def fetch(url: str, model: str) -> tuple[ModelQueueStatus, ...]:
+    def fetch(url: str, model: str) -> stat.Snapshot:
         calls.append(1)
         if len(calls) == 1:
-            return MODELS
+            return MODELS, {0: 0}
         if len(calls) == 2:
             raise AdminError("cannot reach a server at x: gone", ErrorCode.UNAVAILABLE)
         if len(calls) == 3:
-            return (later,)
+            return (later,), {0: 1}
         raise KeyboardInterrupt  # what Ctrl-C raises in the sleeping main thread
 
     out = io.StringIO()
@@ -306,15 +326,16 @@ def test_watch_redraws_keeps_last_snapshot_on_error_and_ends_on_ctrl_c() -> None
     text = out.getvalue()
     assert "Ctrl-C to quit" in text
     assert "999 batches" in text  # the last snapshot is on screen when it stops
+    assert "frontend restarts 1 (#0: 1)" in text  # and its restart count
 
 
 def test_watch_on_a_terminal_shows_the_error_while_retrying() -> None:
     calls: list[int] = []
 
-    def fetch(url: str, model: str) -> tuple[ModelQueueStatus, ...]:
+    def fetch(url: str, model: str) -> stat.Snapshot:
         calls.append(1)
         if len(calls) == 1:
-            return MODELS
+            return MODELS, {}
         if len(calls) == 2:
             raise AdminError("cannot reach a server at x: gone", ErrorCode.UNAVAILABLE)
         raise KeyboardInterrupt

@@ -2,9 +2,10 @@
 
 Imported by ``triton_mp.cli.stat`` and ``triton_mp.cli.main`` (lazily, only when ``stat``
 runs); runs in the user's shell, never in a server process, and is the only CLI module that
-imports ``grpc``. ``fetch_queue_status`` makes one ``QueueStatus`` call and turns the
-``QueueStatusResponse`` back into the ``ModelQueueStatus`` structs the scheduler sent, so
-rendering code (``triton_mp.cli.stat``) never sees a proto. The server end is
+imports ``grpc``. ``fetch_queue_snapshot`` makes one ``QueueStatus`` call and turns the
+``QueueStatusResponse`` back into the ``ModelQueueStatus`` structs the scheduler sent and the
+supervisor's frontend restart counts, so rendering code (``triton_mp.cli.stat``) never sees a
+proto; ``fetch_queue_status`` keeps only the structs. The server end is
 ``triton_mp.frontend.grpc.admin_service``.
 
 The proto messages mirror the msgspec structs field for field (same names, same units), and
@@ -100,12 +101,12 @@ def _admin_error(url: str, e: grpc.RpcError) -> AdminError:
     return AdminError(message, code)
 
 
-def fetch_queue_status(
+def fetch_queue_snapshot(
     url: str,
     model: str = "",
     timeout_s: float = CLIENT_TIMEOUT_S,
     metadata: tuple[tuple[str, str], ...] = (),
-) -> tuple[ModelQueueStatus, ...]:
+) -> tuple[tuple[ModelQueueStatus, ...], dict[int, int]]:
     """Ask the server at ``url`` (``host:port``) for its queues (blocking, one RPC).
 
     Args:
@@ -114,6 +115,11 @@ def fetch_queue_status(
         timeout_s: the call's deadline in seconds.
         metadata: gRPC metadata sent with the call, e.g. the header of a restricted
             ``statistics`` protocol (``--grpc-restricted-protocol``).
+
+    Returns:
+        ``(models, frontend_restarts)``: the scheduler's structs, and per frontend id the
+        supervisor's restarts of that frontend so far (``QueueStatusResponse.frontend_restarts``;
+        empty from a server that predates the field).
 
     Raises:
         AdminError: no server at ``url`` (UNAVAILABLE), unknown model (NOT_FOUND), no answer
@@ -130,4 +136,15 @@ def fetch_queue_status(
             )
         except grpc.RpcError as e:
             raise _admin_error(url, e) from None
-    return status_from_proto(response)
+    restarts = {int(k): int(v) for k, v in sorted(response.frontend_restarts.items())}
+    return status_from_proto(response), restarts
+
+
+def fetch_queue_status(
+    url: str,
+    model: str = "",
+    timeout_s: float = CLIENT_TIMEOUT_S,
+    metadata: tuple[tuple[str, str], ...] = (),
+) -> tuple[ModelQueueStatus, ...]:
+    """``fetch_queue_snapshot``'s structs alone (same arguments, same errors)."""
+    return fetch_queue_snapshot(url, model, timeout_s, metadata)[0]

@@ -447,9 +447,9 @@ def main(argv: list[str] | None = None) -> int:
 
         fetch = None
         if args.header:
-            from triton_mp.cli.admin_client import fetch_queue_status
+            from triton_mp.cli.admin_client import fetch_queue_snapshot
 
-            fetch = functools.partial(fetch_queue_status, metadata=tuple(args.header))
+            fetch = functools.partial(fetch_queue_snapshot, metadata=tuple(args.header))
         return run_stat(
             args.url,
             args.model,

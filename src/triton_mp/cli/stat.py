@@ -2,8 +2,9 @@
 
 Imported by ``triton_mp.cli.main`` (lazily, only for ``stat``); runs in the user's shell, never in
 a server process. It renders ``ModelQueueStatus`` structs (``ipc.messages``) and knows
-nothing of gRPC: ``triton_mp.cli.admin_client.fetch_queue_status`` fetches them, and every
-function here also takes hand-made structs, which is how the unit tests drive it.
+nothing of gRPC: ``triton_mp.cli.admin_client.fetch_queue_snapshot`` fetches them (with the
+supervisor's frontend restart counts), and every function here also takes hand-made structs,
+which is how the unit tests drive it.
 
 What a screen shows, per model: its batching settings; per priority level the queue depth,
 delayed requests, the oldest request's age, rejected and timed-out requests; per instance
@@ -20,7 +21,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import IO, TYPE_CHECKING
 
@@ -45,7 +46,11 @@ BAR_WIDTH = 12
 RECENT_ROWS = 8
 """Recent batches shown per model (``--json`` has all the scheduler sent)."""
 
-Fetch = Callable[[str, str], tuple[ModelQueueStatus, ...]]
+Snapshot = tuple[tuple[ModelQueueStatus, ...], dict[int, int]]
+"""``(models, frontend_restarts)``: the scheduler's queues, and per frontend id how many times
+the supervisor restarted that frontend (the admin ``QueueStatusResponse.frontend_restarts``)."""
+
+Fetch = Callable[[str, str], Snapshot]
 """``fetch(url, model)``: one snapshot; raises ``TritonMPError`` with a one-line message."""
 
 
@@ -61,13 +66,19 @@ def _builtin(value: object) -> object:
     return value
 
 
-def snapshot_json(models: Sequence[ModelQueueStatus], url: str) -> dict[str, object]:
+def snapshot_json(
+    models: Sequence[ModelQueueStatus],
+    url: str,
+    frontend_restarts: Mapping[int, int] | None = None,
+) -> dict[str, object]:
     """One snapshot as JSON-ready builtins, with stable keys for scripts.
 
-    ``{"url": ..., "models": [...]}``; each model has every ``ModelQueueStatus`` field under
-    its own name (ages in ``_us``); ``batch_sizes`` keys are decimal strings in ascending
-    order; ``close_reasons`` always has every ``CloseReason`` (0 when none closed so), in
-    its order, then any other reason the server sent.
+    ``{"url": ..., "frontend_restarts": {...}, "models": [...]}``; ``frontend_restarts`` maps
+    each frontend id (a decimal string, ascending) to the supervisor's restarts of it; each
+    model has every ``ModelQueueStatus`` field under its own name (ages in ``_us``);
+    ``batch_sizes`` keys are decimal strings in ascending order; ``close_reasons`` always
+    has every ``CloseReason`` (0 when none closed so), in its order, then any other reason
+    the server sent.
     """
     out: list[object] = []
     for m in models:
@@ -78,7 +89,19 @@ def snapshot_json(models: Sequence[ModelQueueStatus], url: str) -> dict[str, obj
         reasons.update({r: n for r, n in sorted(m.close_reasons.items()) if r not in reasons})
         d["close_reasons"] = reasons
         out.append(d)
-    return {"url": url, "models": out}
+    restarts = {str(k): v for k, v in sorted((frontend_restarts or {}).items())}
+    return {"url": url, "frontend_restarts": restarts, "models": out}
+
+
+def restarts_text(frontend_restarts: Mapping[int, int]) -> str:
+    """The header's restart count: ``frontend restarts 0``, or the total and, per frontend
+    that was restarted, its id and count (``frontend restarts 3 (#0: 1, #2: 2)``)."""
+    total = sum(frontend_restarts.values())
+    text = f"frontend restarts {total}"
+    if total:
+        text += " (" + ", ".join(f"#{k}: {v}" for k, v in sorted(frontend_restarts.items()) if v)
+        text += ")"
+    return text
 
 
 # ------------------------------------------------------------------------------ formatting
@@ -335,6 +358,7 @@ def render(
     footer: str = "",
     error: str = "",
     recent_limit: int = RECENT_ROWS,
+    frontend_restarts: Mapping[int, int] | None = None,
 ) -> RenderableType:
     """The whole screen: a header line, every model's block, then ``footer``.
 
@@ -346,6 +370,8 @@ def render(
         error: shown in red under the header, on one line cut to the width (``--watch``
             keeps the last snapshot on screen while the server cannot be reached).
         recent_limit: recent batches shown per model.
+        frontend_restarts: per frontend id, the supervisor's restarts of it (the header
+            shows ``restarts_text``; ``None``: the server did not say, nothing shown).
     """
     from rich.console import Group
     from rich.text import Text
@@ -353,6 +379,9 @@ def render(
     header = Text.assemble(("triton-mp stat", "bold"), f"  {url}")
     if taken_at:
         header.append(f"  {taken_at}")
+    if frontend_restarts is not None:
+        style = "bold yellow" if any(frontend_restarts.values()) else ""
+        header.append(f"  {restarts_text(frontend_restarts)}", style=style)
     parts: list[RenderableType] = [header]
     if error:
         # NOTE: one line, cut to the width: --watch redraws in place, so the screen's
@@ -368,10 +397,10 @@ def render(
 
 
 # ------------------------------------------------------------------------------ command
-def _default_fetch(url: str, model: str) -> tuple[ModelQueueStatus, ...]:
-    from triton_mp.cli.admin_client import fetch_queue_status
+def _default_fetch(url: str, model: str) -> Snapshot:
+    from triton_mp.cli.admin_client import fetch_queue_snapshot
 
-    return fetch_queue_status(url, model)
+    return fetch_queue_snapshot(url, model)
 
 
 def _now() -> str:
@@ -410,7 +439,7 @@ def run_stat(
     out = out or sys.stdout
     err = err or sys.stderr
     try:
-        models = fetch(url, model)
+        models, restarts = fetch(url, model)
     except TritonMPError as e:
         print(f"triton-mp stat: {e.message}", file=err)
         return 1
@@ -418,7 +447,7 @@ def run_stat(
         return 130
     try:
         if as_json:
-            print(json.dumps(snapshot_json(models, url), indent=2), file=out)
+            print(json.dumps(snapshot_json(models, url, restarts), indent=2), file=out)
             out.flush()
             return 0
         from rich.console import Console
@@ -426,10 +455,10 @@ def run_stat(
         # NOTE: not a terminal (a file, a pipe): wide enough that no line wraps.
         console = Console(file=out, width=None if out.isatty() else NON_TTY_WIDTH)
         if not watch:
-            console.print(render(models, url, taken_at=_now()))
+            console.print(render(models, url, taken_at=_now(), frontend_restarts=restarts))
             out.flush()
             return 0
-        return _watch(url, model, models, fetch, console, interval_s)
+        return _watch(url, model, (models, restarts), fetch, console, interval_s)
     except BrokenPipeError:
         # NOTE: the reader went away (`| head`); Python would report it again at exit.
         with contextlib.suppress(OSError):
@@ -444,19 +473,27 @@ def _interrupt(signum: int, frame: object) -> None:
 def _watch(
     url: str,
     model: str,
-    models: tuple[ModelQueueStatus, ...],
+    snapshot: Snapshot,
     fetch: Fetch,
     console: Console,
     interval_s: float,
 ) -> int:
     from rich.live import Live
 
+    models, restarts = snapshot
     footer = f"every {interval_s:g} s · Ctrl-C to quit"
     error = ""
     taken_at = _now()
 
     def screen() -> RenderableType:
-        return render(models, url, taken_at=taken_at, footer=footer, error=error)
+        return render(
+            models,
+            url,
+            taken_at=taken_at,
+            footer=footer,
+            error=error,
+            frontend_restarts=restarts,
+        )
 
     # NOTE: SIGTERM (timeout, a supervisor) ends the watch like Ctrl-C: the last frame stays.
     if threading.current_thread() is threading.main_thread():
@@ -468,7 +505,7 @@ def _watch(
             while True:
                 time.sleep(interval_s)
                 try:
-                    models = fetch(url, model)
+                    models, restarts = fetch(url, model)
                     error = ""
                 except TritonMPError as e:
                     error = f"{e.message} (showing the snapshot of {taken_at}; retrying)"
