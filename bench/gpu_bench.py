@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT / "src"))
 import torch  # noqa: E402
 import tritonclient.grpc as grpcclient  # noqa: E402
 
-from tests.server import ServerProcess  # noqa: E402
-from tests.torch_models import Mlp, save  # noqa: E402
+from tests.helpers.server import ServerProcess  # noqa: E402
+from tests.helpers.torch_models import Mlp, save  # noqa: E402
 
 CONCURRENCIES = (1, 8, 64)
 DIRECT_BATCHES = (1, 8, 16, 32, 64, 128, 256)

@@ -7,25 +7,17 @@ process group in the fixture's teardown.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.server import PROJECT_REPOSITORY, STARTED_PIDS, ServerProcess, group_alive
-from triton_mp.cli.assets import (
-    REC_BLS_MODEL_NAME,
-    VAD_MODEL_NAME,
-    materialise_ocr_models,
-    materialise_rec_dictionary,
-    materialise_vad_model,
+from tests.helpers.server import (
+    STARTED_PIDS,
+    ServerProcess,
+    server_factory,
 )
-from triton_mp.common.errors import TritonMPError
 from triton_mp.ipc.shm import list_objects, remove_entry
 
 
@@ -92,26 +84,6 @@ def _no_leaked_shared_memory() -> Iterator[None]:
     assert not leaked, f"test leaked shared-memory objects: {leaked}"
 
 
-@contextlib.contextmanager
-def server_factory(log_dir: Path) -> Iterator[Callable[..., ServerProcess]]:
-    """Context manager yielding ``start(repository, *flags)``; stops every server on exit."""
-    servers: list[ServerProcess] = []
-
-    def start(repository: Path, *flags: str, wait: bool = True, **kw: Any) -> ServerProcess:
-        server = ServerProcess(repository, log_dir / f"server{len(servers)}.log", *flags, **kw)
-        servers.append(server)
-        if wait:
-            server.wait_live()
-        return server
-
-    try:
-        yield start
-    finally:
-        for server in servers:
-            server.stop()
-            assert not group_alive(server.pid), f"server {server.pid} left processes behind"
-
-
 @pytest.fixture
 def start_server(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
     """Factory: ``start_server(repository, *flags)`` -> a live ``ServerProcess``.
@@ -121,39 +93,3 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
     """
     with server_factory(tmp_path) as start:
         yield start
-
-
-def write_python_model(repo: Path, name: str, config: str | None, source: str) -> Path:
-    """Write a python-backend model into ``repo``: ``<name>/1/model.py`` from ``source`` and,
-    unless ``config`` is None (auto-completed), ``<name>/config.pbtxt``; both are dedented.
-    Returns the model's directory."""
-    (repo / name / "1").mkdir(parents=True)
-    if config is not None:
-        (repo / name / "config.pbtxt").write_text(textwrap.dedent(config))
-    (repo / name / "1" / "model.py").write_text(textwrap.dedent(source))
-    return repo / name
-
-
-def copy_models(dest: Path, *names: str) -> Path:
-    """Copy models of the project's repository into ``dest`` (a new repository).
-
-    The wheel-shipped ONNX files of the OCR models and of ``silero_vad`` (and the
-    recogniser's dictionary for ``ocr_rec_bls``) are materialised first; the test is skipped
-    when the package that ships them is absent.
-    """
-    dest.mkdir(parents=True, exist_ok=True)
-    if any(n.startswith("ocr_") for n in names):
-        try:
-            materialise_ocr_models(PROJECT_REPOSITORY)
-            if REC_BLS_MODEL_NAME in names:
-                materialise_rec_dictionary(PROJECT_REPOSITORY)
-        except TritonMPError as e:
-            pytest.skip(f"the OCR models are not available: {e.message}")
-    if VAD_MODEL_NAME in names:
-        try:
-            materialise_vad_model(PROJECT_REPOSITORY)
-        except TritonMPError as e:
-            pytest.skip(f"the Silero VAD model is not available: {e.message}")
-    for name in names:
-        shutil.copytree(PROJECT_REPOSITORY / name, dest / name)
-    return dest

@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.conftest import copy_models
-from tests.server import REPO_ROOT, ServerProcess, default_sigint
-from tests.triton_peer import PEERS_ENV
+from tests.helpers.repos import copy_models
+from tests.helpers.server import REPO_ROOT, ServerProcess, default_sigint
+from tests.helpers.triton_peer import PEERS_ENV
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

@@ -17,8 +17,7 @@ import tritonclient.http as httpclient
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory
-from tests.server import ServerProcess
+from tests.helpers.server import ServerProcess, server_factory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -58,7 +57,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     (repo / "halves" / "config.pbtxt").write_text(textwrap.dedent(RESHAPE_CONFIG))
     torch = pytest.importorskip("torch")
     del torch
-    from tests.torch_models import Raises, save  # noqa: PLC0415 - torch is optional
+    from tests.helpers.torch_models import Raises, save  # noqa: PLC0415 - torch is optional
 
     save(Raises(), repo / "raises" / "1" / "model.pt")
     (repo / "raises" / "config.pbtxt").write_text(textwrap.dedent(RAISES_CONFIG))

@@ -42,7 +42,6 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests import ocr_images
 from tests.deploy.container import (
     Built,
     Podman,
@@ -53,7 +52,8 @@ from tests.deploy.container import (
     podman_for,
     run_argv,
 )
-from tests.server import free_port, wait_for
+from tests.helpers import ocr_images
+from tests.helpers.server import free_port, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 

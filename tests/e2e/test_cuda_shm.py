@@ -24,8 +24,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import copy_models
-from tests.server import ServerProcess
+from tests.helpers.repos import copy_models
+from tests.helpers.server import ServerProcess
 from triton_mp.common.gpus import FAKE_GPUS_ENV, discover
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

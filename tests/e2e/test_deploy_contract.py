@@ -36,10 +36,17 @@ import tritonclient.http as httpclient
 import yaml
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import write_python_model
 from tests.deploy.dockerfile import ROOT, exec_form, stages
 from tests.deploy.manifests import DEPLOY, by_kind, flag_value, load, render
-from tests.server import STARTED_PIDS, ServerProcess, counted, free_port, group_alive, wait_for
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import (
+    STARTED_PIDS,
+    ServerProcess,
+    counted,
+    free_port,
+    group_alive,
+    wait_for,
+)
 from triton_mp.ipc.shm import DEV_SHM, list_objects, remove_entry
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]

@@ -4,7 +4,7 @@ stays right: statistics, ``triton-mp stat``'s view, a worker killed while it run
 request (its client gets the error), an unload while one runs, and a model with a delay,
 whose requests always go through the scheduler.
 
-The models are ``tests/fault_models`` (python backend, the default scheduler: eligible).
+The models are ``tests/helpers/fault_models`` (python backend, the default scheduler: eligible).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.test_faults import _infer, _inputs, _instance, _pid
-from tests.fault_models import write_faulty_model
-from tests.server import ServerProcess, wait_for
+from tests.helpers.fault_models import write_faulty_model
+from tests.helpers.server import ServerProcess, wait_for
 from triton_mp._proto import admin_pb2, admin_pb2_grpc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

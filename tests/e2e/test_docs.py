@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import copy_models, server_factory
-from tests.docs_blocks import ROOT, Block, all_blocks
-from tests.server import PROJECT_REPOSITORY, ServerProcess, wait_for
-from tests.triton_peer import require_peers
+from tests.helpers.docs_blocks import ROOT, Block, all_blocks
+from tests.helpers.repos import copy_models
+from tests.helpers.server import PROJECT_REPOSITORY, ServerProcess, server_factory, wait_for
+from tests.helpers.triton_peer import require_peers
 from triton_mp.cli.assets import materialise_default_models
 from triton_mp.common.errors import TritonMPError
 

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.conftest import server_factory, write_python_model
-from tests.server import ServerProcess
-from tests.triton_peer import RealTriton, peers_env
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import ServerProcess, server_factory
+from tests.helpers.triton_peer import RealTriton, peers_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -22,8 +22,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory, write_python_model
-from tests.server import ServerProcess, counted, wait_queued
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import ServerProcess, counted, server_factory, wait_queued
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -29,9 +29,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.conftest import server_factory
-from tests.ensemble_models import DOUBLE_PY, REPEAT_PY, write_ensemble_repo
-from tests.server import ServerProcess, wait_for
+from tests.helpers.ensemble_models import DOUBLE_PY, REPEAT_PY, write_ensemble_repo
+from tests.helpers.server import ServerProcess, server_factory, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -21,9 +21,15 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory
-from tests.server import REPO_ROOT, ServerProcess, counted, settled_stats, wait_for
-from tests.triton_peer import start_triton
+from tests.helpers.server import (
+    REPO_ROOT,
+    ServerProcess,
+    counted,
+    server_factory,
+    settled_stats,
+    wait_for,
+)
+from tests.helpers.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -19,9 +19,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.ensemble_models import write_ensemble_repo
-from tests.server import ServerProcess, wait_for
-from tests.triton_peer import start_triton
+from tests.helpers.ensemble_models import write_ensemble_repo
+from tests.helpers.server import ServerProcess, wait_for
+from tests.helpers.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

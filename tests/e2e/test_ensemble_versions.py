@@ -21,8 +21,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.server import REPO_ROOT, ServerProcess
-from tests.triton_peer import start_triton
+from tests.helpers.server import REPO_ROOT, ServerProcess
+from tests.helpers.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

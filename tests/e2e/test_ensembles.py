@@ -26,9 +26,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory
-from tests.server import REPO_ROOT, ServerProcess, settled_stats, wait_for
-from tests.triton_peer import start_triton
+from tests.helpers.server import REPO_ROOT, ServerProcess, server_factory, settled_stats, wait_for
+from tests.helpers.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

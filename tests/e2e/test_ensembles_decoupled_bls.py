@@ -21,9 +21,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory
-from tests.ensemble_models import DOUBLE_PY, REPEAT_PY, write_ensemble_repo
-from tests.server import ServerProcess
+from tests.helpers.ensemble_models import DOUBLE_PY, REPEAT_PY, write_ensemble_repo
+from tests.helpers.server import ServerProcess, server_factory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -1,7 +1,7 @@
 """Fault injection end to end: models that crash, hang or leak; kill -9 and SIGTERM under
 64 concurrent clients; a dead scheduler (a dead frontend: test_frontend_restart.py).
 
-The misbehaving models are ``tests/fault_models`` (python backend, tiny tensors), so each
+The misbehaving models are ``tests/helpers/fault_models`` (python backend, tiny tensors), so each
 test costs little CPU. Processes are found by their titles (``triton-mp: worker <instance>``)
 through psutil. Every test ends with the fixtures' checks: no shared-memory object and no
 process of the server left behind.
@@ -25,8 +25,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.fault_models import write_faulty_model
-from tests.server import ServerProcess, group_alive, wait_for
+from tests.helpers.fault_models import write_faulty_model
+from tests.helpers.server import ServerProcess, group_alive, wait_for
 from triton_mp._proto import admin_pb2, admin_pb2_grpc
 from triton_mp.ipc.shm import list_objects
 from triton_mp.scheduler.clock import SCHEDULER_TIMER_SLACK_NS

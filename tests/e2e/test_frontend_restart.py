@@ -25,8 +25,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.fault_models import write_faulty_model
-from tests.server import ServerProcess, wait_for
+from tests.helpers.fault_models import write_faulty_model
+from tests.helpers.server import ServerProcess, wait_for
 from triton_mp._proto import admin_pb2, admin_pb2_grpc
 from triton_mp.ipc.shm import list_objects
 

@@ -12,8 +12,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.conftest import copy_models, write_python_model
-from tests.server import ServerProcess
+from tests.helpers.repos import copy_models, write_python_model
+from tests.helpers.server import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -25,9 +25,9 @@ import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
 
-from tests.conftest import copy_models, server_factory, write_python_model
-from tests.fault_models import write_faulty_model
-from tests.server import ServerProcess
+from tests.helpers.fault_models import write_faulty_model
+from tests.helpers.repos import copy_models, write_python_model
+from tests.helpers.server import ServerProcess, server_factory
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp._proto import grpc_service_pb2_grpc as pb_grpc
 

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.conftest import write_python_model
-from tests.server import ServerProcess
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import ServerProcess
 from triton_mp.common.gpus import FAKE_GPUS_ENV, discover
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

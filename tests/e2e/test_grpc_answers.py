@@ -34,9 +34,9 @@ import grpc
 import numpy as np
 import pytest
 
-from tests.conftest import write_python_model
-from tests.server import ServerProcess
-from tests.triton_peer import RealTriton, peers_env
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import ServerProcess
+from tests.helpers.triton_peer import RealTriton, peers_env
 from triton_mp._proto import grpc_service_pb2 as pb
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

@@ -18,8 +18,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory, write_python_model
-from tests.triton_peer import start_triton
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import server_factory
+from tests.helpers.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

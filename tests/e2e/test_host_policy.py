@@ -24,8 +24,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory, write_python_model
-from tests.server import PROJECT_REPOSITORY, REPO_ROOT, ServerProcess
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import PROJECT_REPOSITORY, REPO_ROOT, ServerProcess, server_factory
 
 pytestmark = [
     pytest.mark.e2e,

@@ -33,8 +33,14 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import copy_models, server_factory, write_python_model
-from tests.server import PROJECT_REPOSITORY, ServerProcess, free_port, wait_for
+from tests.helpers.repos import copy_models, write_python_model
+from tests.helpers.server import (
+    PROJECT_REPOSITORY,
+    ServerProcess,
+    free_port,
+    server_factory,
+    wait_for,
+)
 from triton_mp._proto import model_config_pb2 as mc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

@@ -13,8 +13,8 @@ import requests
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory, write_python_model
-from tests.server import ServerProcess
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import ServerProcess, server_factory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

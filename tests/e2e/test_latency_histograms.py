@@ -18,8 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.conftest import server_factory
-from tests.server import REPO_ROOT, ServerProcess, wait_for
+from tests.helpers.server import REPO_ROOT, ServerProcess, server_factory, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -18,8 +18,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import copy_models, write_python_model
-from tests.server import ServerProcess, group_alive, wait_for
+from tests.helpers.repos import copy_models, write_python_model
+from tests.helpers.server import ServerProcess, group_alive, wait_for
 from triton_mp.ipc.shm import list_objects
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

@@ -12,8 +12,8 @@ import requests
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.fault_models import write_faulty_model
-from tests.server import ServerProcess
+from tests.helpers.fault_models import write_faulty_model
+from tests.helpers.server import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -185,8 +185,8 @@ def test_request_ids_of_megabytes_are_served_with_a_larger_ring_as_by_triton(
     # id in the request's descriptor, a ring record of at most half of --ring-bytes (1 MiB
     # by default: README "Limits"); the default refuses a 1 MB id with a message naming
     # the flag, and a ring of 16 MiB serves 1 and 4 MB ids as 2.51 does.
-    from tests.conftest import write_python_model
-    from tests.triton_peer import start_triton
+    from tests.helpers.repos import write_python_model
+    from tests.helpers.triton_peer import start_triton
 
     repo = tmp_path / "repo"
     write_python_model(repo, "ids", ID_CONFIG, ID_ECHO)

@@ -25,8 +25,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from google.protobuf import json_format
 
-from tests.server import PROJECT_REPOSITORY, ServerProcess, wait_for
-from tests.triton_peer import start_triton
+from tests.helpers.server import PROJECT_REPOSITORY, ServerProcess, wait_for
+from tests.helpers.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

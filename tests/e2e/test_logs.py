@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.conftest import copy_models
-from tests.server import ServerProcess
+from tests.helpers.repos import copy_models
+from tests.helpers.server import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

@@ -29,8 +29,8 @@ import tritonclient.grpc as grpcclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import copy_models, server_factory, write_python_model
-from tests.server import ServerProcess
+from tests.helpers.repos import copy_models, write_python_model
+from tests.helpers.server import ServerProcess, server_factory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

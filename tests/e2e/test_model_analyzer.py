@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import copy_models
-from tests.server import REPO_ROOT, ServerProcess, free_port
-from tests.triton_peer import require_peers
+from tests.helpers.repos import copy_models
+from tests.helpers.server import REPO_ROOT, ServerProcess, free_port
+from tests.helpers.triton_peer import require_peers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 

@@ -20,8 +20,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import copy_models, write_python_model
-from tests.server import ServerProcess, wait_for
+from tests.helpers.repos import copy_models, write_python_model
+from tests.helpers.server import ServerProcess, wait_for
 from triton_mp.ipc.shm import list_objects
 from triton_mp.ipc.topology import Topology
 

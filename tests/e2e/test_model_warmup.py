@@ -25,9 +25,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory, write_python_model
-from tests.server import ServerProcess, wait_for
-from tests.triton_peer import start_triton
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import ServerProcess, server_factory, wait_for
+from tests.helpers.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

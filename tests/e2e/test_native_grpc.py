@@ -19,10 +19,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 from hypothesis import given
 
-from tests.conftest import copy_models, server_factory, write_python_model
 from tests.e2e.test_fuzz import BYTES_MODEL, FUZZ_SETTINGS, infer_requests
-from tests.fault_models import write_faulty_model
-from tests.server import ServerProcess
+from tests.helpers.fault_models import write_faulty_model
+from tests.helpers.repos import copy_models, write_python_model
+from tests.helpers.server import ServerProcess, server_factory
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp.frontend.native import available
 

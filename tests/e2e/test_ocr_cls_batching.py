@@ -16,8 +16,8 @@ import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.conftest import copy_models
-from tests.server import ServerProcess, counted
+from tests.helpers.repos import copy_models
+from tests.helpers.server import ServerProcess, counted
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests import ocr_images
-from tests.conftest import copy_models, server_factory
-from tests.server import REPO_ROOT, ServerProcess, wait_for
+from tests.helpers import ocr_images
+from tests.helpers.repos import copy_models
+from tests.helpers.server import REPO_ROOT, ServerProcess, server_factory, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
 

@@ -23,9 +23,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests import ocr_images
-from tests.conftest import copy_models, server_factory
-from tests.server import REPO_ROOT, ServerProcess
+from tests.helpers import ocr_images
+from tests.helpers.repos import copy_models
+from tests.helpers.server import REPO_ROOT, ServerProcess, server_factory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import copy_models
-from tests.server import ServerProcess
-from tests.triton_peer import require_peers
+from tests.helpers.repos import copy_models
+from tests.helpers.server import ServerProcess
+from tests.helpers.triton_peer import require_peers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
 

@@ -19,9 +19,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import write_python_model
-from tests.server import ServerProcess
-from tests.triton_peer import RealTriton, peers_env
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import ServerProcess
+from tests.helpers.triton_peer import RealTriton, peers_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

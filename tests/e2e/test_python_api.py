@@ -27,10 +27,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory
-from tests.python_api_models import API_MODELS, write_api_models
-from tests.server import ServerProcess, wait_for, wait_queued
-from tests.triton_peer import start_triton
+from tests.helpers.python_api_models import API_MODELS, write_api_models
+from tests.helpers.server import ServerProcess, server_factory, wait_for, wait_queued
+from tests.helpers.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -24,8 +24,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import copy_models, server_factory, write_python_model
-from tests.server import PROJECT_REPOSITORY, ServerProcess
+from tests.helpers.repos import copy_models, write_python_model
+from tests.helpers.server import PROJECT_REPOSITORY, ServerProcess, server_factory
 from triton_mp.ipc.shm import list_objects
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

@@ -21,8 +21,8 @@ import tritonclient.grpc as grpcclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory, write_python_model
-from tests.server import ServerProcess, wait_for
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import ServerProcess, server_factory, wait_for
 from triton_mp.ipc.shm import list_objects
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

@@ -26,9 +26,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory, write_python_model
-from tests.server import PROJECT_REPOSITORY, ServerProcess
-from tests.triton_peer import start_triton
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import PROJECT_REPOSITORY, ServerProcess, server_factory
+from tests.helpers.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -8,7 +8,7 @@ iterative_sequence: true }`` runs the request again in a later batch; the core's
 ``IterativeSequencer`` gives a request without a correlation ID a sequence of its own (an ID
 and START) and clears the flags of a rescheduled request. Each case runs against triton-mp
 and the real Triton 2.51 (``.peers/``; it has the feature since 23.11) on the same repository
-(``tests.python_api_models.RESCHEDULE_MODELS``).
+(``tests.helpers.python_api_models.RESCHEDULE_MODELS``).
 """
 
 from __future__ import annotations
@@ -24,15 +24,14 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory
-from tests.python_api_models import (
+from tests.helpers.python_api_models import (
     DEFAULT_SENDER_MODELS,
     RESCHEDULE_MODELS,
     STATEFUL_BLS_MODELS,
     write_api_models,
 )
-from tests.server import ServerProcess
-from tests.triton_peer import start_triton
+from tests.helpers.server import ServerProcess, server_factory
+from tests.helpers.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -18,12 +18,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory
-from tests.server import ServerProcess, counted
+from tests.helpers.server import ServerProcess, counted, server_factory
 
 torch = pytest.importorskip("torch")
 
-from tests.torch_models import AddSub, Mlp, save  # noqa: E402
+from tests.helpers.torch_models import AddSub, Mlp, save  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 import redis
 
-from tests.conftest import write_python_model
 from tests.e2e.test_response_cache import CONFIG, SOURCE, _grpc_infer, _stats
-from tests.server import ServerProcess, free_port, wait_for
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import ServerProcess, free_port, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -18,8 +18,8 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.test_stat import _stat
-from tests.fault_models import write_faulty_model
-from tests.server import ServerProcess
+from tests.helpers.fault_models import write_faulty_model
+from tests.helpers.server import ServerProcess
 from triton_mp.ipc.shm import list_objects
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

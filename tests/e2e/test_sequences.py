@@ -25,8 +25,8 @@ from onnx import TensorProto, helper
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory, write_python_model
-from tests.server import ServerProcess
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import ServerProcess, server_factory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

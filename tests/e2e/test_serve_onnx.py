@@ -19,8 +19,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory
-from tests.server import PROJECT_REPOSITORY, ServerProcess, counted
+from tests.helpers.server import PROJECT_REPOSITORY, ServerProcess, counted, server_factory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -27,8 +27,15 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import copy_models, server_factory, write_python_model
-from tests.server import REPO_ROOT, ServerProcess, counted, default_sigint, free_port
+from tests.helpers.repos import copy_models, write_python_model
+from tests.helpers.server import (
+    REPO_ROOT,
+    ServerProcess,
+    counted,
+    default_sigint,
+    free_port,
+    server_factory,
+)
 from triton_mp._proto import admin_pb2, admin_pb2_grpc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

@@ -24,8 +24,7 @@ import tritonclient.utils.shared_memory as shm
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import server_factory
-from tests.server import PROJECT_REPOSITORY, ServerProcess
+from tests.helpers.server import PROJECT_REPOSITORY, ServerProcess, server_factory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

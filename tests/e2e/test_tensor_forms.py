@@ -20,8 +20,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
 
-from tests.conftest import server_factory
-from tests.server import PROJECT_REPOSITORY, ServerProcess
+from tests.helpers.server import PROJECT_REPOSITORY, ServerProcess, server_factory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -21,7 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.server import PROJECT_REPOSITORY, REPO_ROOT, ServerProcess, wait_for
+from tests.helpers.server import PROJECT_REPOSITORY, REPO_ROOT, ServerProcess, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -200,7 +200,7 @@ def test_bls_children_and_tensors(repo: Path, tmp_path: Path) -> None:
     """A BLS call made with ``trace=request.trace()`` is a child trace (``parent_id``) with
     its own events inside its parent's compute; the one made without is not traced. The
     TENSORS level adds the inputs as queued and as the backend saw them, and its outputs."""
-    from tests.conftest import write_python_model
+    from tests.helpers.repos import write_python_model
 
     bls_repo = tmp_path / "repo"
     shutil.copytree(repo, bls_repo)

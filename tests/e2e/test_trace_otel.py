@@ -23,7 +23,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.server import PROJECT_REPOSITORY, ServerProcess, free_port, wait_for
+from tests.helpers.server import PROJECT_REPOSITORY, ServerProcess, free_port, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

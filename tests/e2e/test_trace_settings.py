@@ -20,8 +20,8 @@ import requests
 import tritonclient.grpc as grpcclient
 from google.protobuf import json_format
 
-from tests.server import PROJECT_REPOSITORY, ServerProcess, wait_for
-from tests.triton_peer import start_triton
+from tests.helpers.server import PROJECT_REPOSITORY, ServerProcess, wait_for
+from tests.helpers.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

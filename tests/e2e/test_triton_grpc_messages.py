@@ -18,10 +18,10 @@ import grpc
 import pytest
 from google.protobuf.message import Message
 
-from tests.conftest import write_python_model
 from tests.e2e.test_triton_http_messages import BYTES_CONFIG, FP32_CONFIG, IDENTITY
-from tests.server import ServerProcess
-from tests.triton_peer import RealTriton, peers_env
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import ServerProcess
+from tests.helpers.triton_peer import RealTriton, peers_env
 from triton_mp._proto import grpc_service_pb2 as pb
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

@@ -17,9 +17,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 
-from tests.conftest import write_python_model
-from tests.server import ServerProcess
-from tests.triton_peer import RealTriton, peers_env
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import ServerProcess
+from tests.helpers.triton_peer import RealTriton, peers_env
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp._proto import grpc_service_pb2_grpc as pb_grpc
 

@@ -21,9 +21,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import write_python_model
-from tests.server import ServerProcess, wait_for
-from tests.triton_peer import RealTriton, peers_env
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import ServerProcess, wait_for
+from tests.helpers.triton_peer import RealTriton, peers_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

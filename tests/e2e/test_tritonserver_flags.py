@@ -21,15 +21,15 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import copy_models, write_python_model
-from tests.server import (
+from tests.helpers.repos import copy_models, write_python_model
+from tests.helpers.server import (
     REPO_ROOT,
     TRITONSERVER,
     ServerProcess,
     free_port,
     wait_for,
 )
-from tests.triton_peer import RealTriton, peers_env
+from tests.helpers.triton_peer import RealTriton, peers_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.conftest import copy_models, server_factory
-from tests.server import PROJECT_REPOSITORY, REPO_ROOT, ServerProcess
-from tests.vad import onnx_session, reference_probabilities, stream_audios, vad_client
+from tests.helpers.repos import copy_models
+from tests.helpers.server import PROJECT_REPOSITORY, REPO_ROOT, ServerProcess, server_factory
+from tests.helpers.vad import onnx_session, reference_probabilities, stream_audios, vad_client
 from triton_mp.cli import assets
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

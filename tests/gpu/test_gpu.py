@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.conftest import write_python_model
-from tests.server import REPO_ROOT, ServerProcess
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import REPO_ROOT, ServerProcess
 
 torch = pytest.importorskip("torch")
 
@@ -39,7 +39,7 @@ WIDTH = 256
 
 
 def _mlp_repo(repo: Path, count: int = 1) -> None:
-    from tests.torch_models import Mlp, save
+    from tests.helpers.torch_models import Mlp, save
 
     save(Mlp(width=WIDTH, depth=4, seed=5), repo / "mlp_gpu" / "1" / "model.pt")
     (repo / "mlp_gpu" / "config.pbtxt").write_text(
@@ -64,7 +64,7 @@ def _metrics(server: ServerProcess) -> str:
 def test_torchscript_on_kind_gpu_matches_torch_on_the_gpu(
     tmp_path: Path, start_server: Callable[..., ServerProcess]
 ) -> None:
-    from tests.torch_models import Mlp
+    from tests.helpers.torch_models import Mlp
 
     _mlp_repo(tmp_path / "repo")
     server = start_server(tmp_path / "repo")

@@ -25,7 +25,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from tests import ocr_images
+from tests.helpers import ocr_images
 from triton_mp.cli import assets
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ import grpc
 import msgspec
 import pytest
 
-from tests.server import free_port
+from tests.helpers.server import free_port
 from tests.unit.fake_queues import busy_cls, idle_add_sub
 from triton_mp._proto import admin_pb2, admin_pb2_grpc, health_pb2_grpc
 from triton_mp.cli.admin_client import (

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.docs_blocks import ROOT
+from tests.helpers.docs_blocks import ROOT
 from triton_mp.cli.main import build_parser
 
 COMMANDS = ["start", "stat", "analyze", "trace"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from google.protobuf import text_format
 
-from tests.docs_blocks import KINDS, ROOT, Block, all_blocks, doc_pages, prose
+from tests.helpers.docs_blocks import KINDS, ROOT, Block, all_blocks, doc_pages, prose
 from triton_mp._proto import model_config_pb2
 from triton_mp.cli.main import config_from_flags, parse_flags
 
@@ -159,7 +159,7 @@ def _test_strings() -> str:
     files = [
         *ROOT.glob("tests/e2e/*.py"),
         *ROOT.glob("tests/integration/*.py"),
-        *ROOT.glob("tests/*.py"),
+        *ROOT.glob("tests/helpers/*.py"),
     ]
     for path in files:
         for node in ast.walk(ast.parse(path.read_text())):

@@ -12,7 +12,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.torch_models import Accumulate, AddSub, DictIn, Mlp, Raises, Upper, WrongType, save  # noqa: E402
+from tests.helpers.torch_models import (  # noqa: E402
+    Accumulate,
+    AddSub,
+    DictIn,
+    Mlp,
+    Raises,
+    Upper,
+    WrongType,
+    save,
+)
 from triton_mp.backends.base import BackendRequest, SequenceBatch  # noqa: E402
 from triton_mp.backends.pytorch.backend import TorchBackend  # noqa: E402
 from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError  # noqa: E402

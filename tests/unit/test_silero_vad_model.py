@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import copy_models
-from tests.vad import (
+from tests.helpers.repos import copy_models
+from tests.helpers.vad import (
     onnx_session,
     reference_probabilities,
     stream_audios,

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.vad import onnx_session, reference_probabilities, vad_client
+from tests.helpers.vad import onnx_session, reference_probabilities, vad_client
 from triton_mp.cli import assets
 
 SR = vad_client.SAMPLE_RATE_HZ

@@ -1,4 +1,4 @@
-"""A python-backend model that misbehaves on request (see tests/fault_models/__init__.py)."""
+"""A python-backend model that misbehaves on request (see __init__.py beside it)."""
 
 import ctypes
 import json

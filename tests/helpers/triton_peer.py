@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.server import REPO_ROOT, free_port, wait_grpc_live
+from tests.helpers.server import REPO_ROOT, free_port, wait_grpc_live
 
 PEERS_ENV = Path(os.environ.get("PEERS_ENV", REPO_ROOT / ".peers" / "peers.env"))
 """The env file ``bench/peers/install-peers.sh`` writes (the real Triton 2.51)."""

@@ -6,19 +6,20 @@ by its group id: SIGINT first (a clean drain), SIGKILL to the group after a dead
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import tritonclient.grpc as grpcclient
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 PROJECT_REPOSITORY = REPO_ROOT / "model_repository"
 
 
@@ -277,3 +278,23 @@ def wait_queued(
         return r >= running and w >= waiting
 
     wait_for(reached, timeout_s, f"{model} to run {running} and queue {waiting} requests")
+
+
+@contextlib.contextmanager
+def server_factory(log_dir: Path) -> Iterator[Callable[..., ServerProcess]]:
+    """Context manager yielding ``start(repository, *flags)``; stops every server on exit."""
+    servers: list[ServerProcess] = []
+
+    def start(repository: Path, *flags: str, wait: bool = True, **kw: Any) -> ServerProcess:
+        server = ServerProcess(repository, log_dir / f"server{len(servers)}.log", *flags, **kw)
+        servers.append(server)
+        if wait:
+            server.wait_live()
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.stop()
+            assert not group_alive(server.pid), f"server {server.pid} left processes behind"

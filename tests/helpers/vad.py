@@ -15,7 +15,7 @@ from types import ModuleType
 import numpy as np
 import onnxruntime as ort
 
-from tests.server import REPO_ROOT
+from tests.helpers.server import REPO_ROOT
 
 
 def _load_example(name: str, path: Path) -> ModuleType:

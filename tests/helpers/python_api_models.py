@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import write_python_model
+from tests.helpers.repos import write_python_model
 
 PARAMS_CONFIG = """
 backend: "python"

@@ -1,0 +1,56 @@
+"""Model repositories for tests: a python model written from source, copies of the project's
+models (their wheel-shipped files put in place first)."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.server import PROJECT_REPOSITORY
+from triton_mp.cli.assets import (
+    REC_BLS_MODEL_NAME,
+    VAD_MODEL_NAME,
+    materialise_ocr_models,
+    materialise_rec_dictionary,
+    materialise_vad_model,
+)
+from triton_mp.common.errors import TritonMPError
+
+
+def write_python_model(repo: Path, name: str, config: str | None, source: str) -> Path:
+    """Write a python-backend model into ``repo``: ``<name>/1/model.py`` from ``source`` and,
+    unless ``config`` is None (auto-completed), ``<name>/config.pbtxt``; both are dedented.
+    Returns the model's directory."""
+    (repo / name / "1").mkdir(parents=True)
+    if config is not None:
+        (repo / name / "config.pbtxt").write_text(textwrap.dedent(config))
+    (repo / name / "1" / "model.py").write_text(textwrap.dedent(source))
+    return repo / name
+
+
+def copy_models(dest: Path, *names: str) -> Path:
+    """Copy models of the project's repository into ``dest`` (a new repository).
+
+    The wheel-shipped ONNX files of the OCR models and of ``silero_vad`` (and the
+    recogniser's dictionary for ``ocr_rec_bls``) are materialised first; the test is skipped
+    when the package that ships them is absent.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    if any(n.startswith("ocr_") for n in names):
+        try:
+            materialise_ocr_models(PROJECT_REPOSITORY)
+            if REC_BLS_MODEL_NAME in names:
+                materialise_rec_dictionary(PROJECT_REPOSITORY)
+        except TritonMPError as e:
+            pytest.skip(f"the OCR models are not available: {e.message}")
+    if VAD_MODEL_NAME in names:
+        try:
+            materialise_vad_model(PROJECT_REPOSITORY)
+        except TritonMPError as e:
+            pytest.skip(f"the Silero VAD model is not available: {e.message}")
+    for name in names:
+        shutil.copytree(PROJECT_REPOSITORY / name, dest / name)
+    return dest
