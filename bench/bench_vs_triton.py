@@ -3,7 +3,7 @@
 
 The servers ("sides"): the real Triton, triton-mp (one frontend process), and, for the
 add_sub_py gRPC workloads (the python-backend issue's bench, concurrency 1, 4 and 16), also
-triton-mp with ``--frontend-processes 2``, triton-mp with ``--grpc-frontend native``, the
+triton-mp with ``--frontend-processes 2``, triton-mp with ``--grpc-frontend python``, the
 Python floor (``bench/floor_server.py``: one grpc.aio process computing add_sub inline, what
 a single Python gRPC process reaches here) and the native floor (``bench/native_floor.py``:
 the same in C++ on libgrpc++, what a native gRPC frontend costs per call before any work of
@@ -79,7 +79,7 @@ SIDES = (
     "triton-mp",
     "triton-mp base",
     "triton-mp fp2",
-    "triton-mp native",
+    "triton-mp python",
     "floor",
     "native floor",
     "identity floor",
@@ -111,8 +111,8 @@ RATIOS = (
     ("triton-mp", "floor"),
     ("triton-mp fp2", "floor"),
     ("triton-mp", "native floor"),
-    ("triton-mp native", "Triton"),
-    ("triton-mp native", "triton-mp"),
+    ("triton-mp python", "Triton"),
+    ("triton-mp", "triton-mp python"),
     ("triton-mp", "identity floor"),
     ("identity floor", "Triton"),
     ("triton-mp", "onnxruntime"),
@@ -120,9 +120,10 @@ RATIOS = (
 )
 """Throughput ratios reported per workload (numerator, denominator), when both ran."""
 FP2_ARGS = ["--frontend-processes", "2"]
-NATIVE_ARGS = ["--grpc-frontend", "native"]
-"""The "triton-mp native" side: the native gRPC frontend owns the port (issue 33)."""
-SIDE_ARGS = {"triton-mp fp2": FP2_ARGS, "triton-mp native": NATIVE_ARGS}
+PYTHON_ARGS = ["--grpc-frontend", "python"]
+"""The "triton-mp python" side: the Python gRPC server owns the port, as before the native
+gRPC frontend (issue 33) became the default."""
+SIDE_ARGS = {"triton-mp fp2": FP2_ARGS, "triton-mp python": PYTHON_ARGS}
 """The flags a triton-mp side adds to triton-mp's."""
 MIB = 1 << 20
 PRIVATE_SHM_ENV = "BENCH_VS_TRITON_PRIVATE_SHM"  # set inside the private /dev/shm namespace
@@ -389,11 +390,7 @@ def start_server(
             args.start_timeout,
             args.stop_timeout,
             args.base_src if side == "triton-mp base" else args.mp_src,
-            FP2_ARGS
-            if side == "triton-mp fp2"
-            else NATIVE_ARGS
-            if side == "triton-mp native"
-            else None,
+            SIDE_ARGS.get(side),
         )
     print(f"  {side}: {server.info['cmd']}", flush=True)
     try:
@@ -710,7 +707,7 @@ def side_names(mp_name: str) -> dict[str, str]:
         "triton-mp": mp_name,
         "triton-mp base": "triton-mp base",
         "triton-mp fp2": mp_name + " fp2",
-        "triton-mp native": mp_name + " native",
+        "triton-mp python": mp_name + " python",
         "floor": "Python floor",
         "native floor": "native floor",
         "identity floor": "identity floor",
@@ -797,7 +794,7 @@ def chart(rows: list[dict[str, Any]], path: Path, title: str, note: str, mp_name
         "triton-mp": "#1f6fb4",
         "triton-mp base": "#b07aa1",
         "triton-mp fp2": "#7aa6d6",
-        "triton-mp native": "#0b3d6b",
+        "triton-mp python": "#0b3d6b",
         "floor": "#999999",
         "native floor": "#555555",
         "identity floor": "#c8c8c8",
@@ -808,7 +805,7 @@ def chart(rows: list[dict[str, Any]], path: Path, title: str, note: str, mp_name
         "triton-mp": mp_name,
         "triton-mp base": "triton-mp base (--baseline)",
         "triton-mp fp2": mp_name + " --frontend-processes 2",
-        "triton-mp native": mp_name + " --grpc-frontend native",
+        "triton-mp python": mp_name + " --grpc-frontend python",
         "floor": "Python floor (floor_server.py)",
         "native floor": "native floor (peers/native_floor, C++ libgrpc++)",
         "identity floor": "identity floor (floor_identity.py)",

@@ -55,9 +55,10 @@ MP_FLAGS: tuple[Flag, ...] = (
         "grpc-frontend",
         Kind.STR,
         "grpc_frontend",
-        "python",
+        "native",
         check=one_of("--grpc-frontend", "native", "python"),
-        help="who owns the gRPC port: native (C++, hands Python what it does not serve) or python",
+        help="who owns the gRPC port: native (C++, hands Python what it does not serve; "
+        "the Python server where it was not built) or python",
         group=G_MP,
     ),
 )

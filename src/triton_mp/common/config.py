@@ -121,9 +121,10 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """``--min-supported-compute-capability``: GPUs below it cannot be named by instance
     groups (Triton's TRITON_MIN_COMPUTE_CAPABILITY by default, ``common.gpus``)."""
     frontend_processes: Annotated[int, Meta(ge=1, le=64)] = 1
-    grpc_frontend: Literal["native", "python"] = "python"
+    grpc_frontend: Literal["native", "python"] = "native"
     """``--grpc-frontend``: the native server (``frontend.native``) owns the gRPC port and
-    hands the Python server what it does not serve, or the Python server owns it."""
+    hands the Python server what it does not serve (the default; the Python server where
+    the extension was not built), or the Python server owns it."""
     model_control_mode: Literal["none", "poll", "explicit"] = "none"
     allow_client_shm: bool = False
     """``--allow-client-shm``: serve the system shared memory extension (off by default, as

@@ -460,7 +460,7 @@ class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
     """grpc core channel arguments from the keepalive flags (``grpc.keepalive_time_ms``...)."""
     grpc_compression_level: str = "none"
     """``--grpc-infer-response-compression-level``: none, low, medium or high."""
-    grpc_frontend: str = "python"
+    grpc_frontend: str = "native"
     """``--grpc-frontend``: native or python (``frontend.native.public_port.choose``)."""
     http_max_input_bytes: int = 64 << 20
     """``--http-max-input-size``: the largest HTTP request body, compressed or inflated."""
