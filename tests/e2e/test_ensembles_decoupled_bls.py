@@ -22,7 +22,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers.ensemble_models import DOUBLE_PY, REPEAT_PY, write_ensemble_repo
-from tests.helpers.server import ServerProcess, server_factory
+from tests.helpers.server import ServerProcess, server_factory, settled_stats
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -187,7 +187,8 @@ def test_an_ensemble_step_calls_an_ensemble_through_bls(server: ServerProcess) -
         before = counts()  # NOTE: the module's server; other tests ran double_py too
         out = client.infer("outer_ens", _grpc_input(x)).as_numpy("OUTPUT0")
         np.testing.assert_array_equal(out, 4 * x)
-        after = counts()
+        sent = {"outer_ens": 1, "bls_py": 1, "inner_ens": 1, "double_py": 2}
+        after = settled_stats(counts, before, sent)
     finally:
         client.close()
     gained = {
