@@ -150,7 +150,9 @@ def test_stat_json_counts_every_batch_of_a_burst(server: ServerProcess) -> None:
     assert snap["url"] == server.url
     # NOTE: every frontend of the server, none restarted (the supervisor's counts).
     restarts = snap["frontend_restarts"]
-    assert isinstance(restarts, dict) and restarts and set(restarts.values()) == {0}
+    assert isinstance(restarts, dict)
+    assert restarts
+    assert set(restarts.values()) == {0}
     (m,) = snap["models"]  # type: ignore[misc]
     assert (m["model"], m["version"], m["scheduler"], m["max_batch_size"]) == (
         "add_sub",
