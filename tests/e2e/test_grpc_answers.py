@@ -34,7 +34,7 @@ import grpc
 import numpy as np
 import pytest
 
-from tests.helpers.repos import write_python_model
+from tests.helpers.repos import FP32_PAIR_CONFIG, IDENTITY_PY, write_python_model
 from tests.helpers.server import ServerProcess
 from tests.helpers.triton_peer import RealTriton, peers_env
 from triton_mp._proto import grpc_service_pb2 as pb
@@ -44,27 +44,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 SERVICE = "/inference.GRPCInferenceService/"
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
-IDENTITY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            t = pb_utils.get_input_tensor_by_name(r, "INPUT0")
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", t.as_numpy())]))
-        return out
-"""
-M_CONFIG = """
-name: "m"
-backend: "python"
-max_batch_size: 0
-input [
-  { name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] },
-  { name: "INPUT1", data_type: TYPE_FP32, dims: [ 4 ], optional: true }
-]
-output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 4 ] }]
-"""
 ANY_CONFIG = """
 name: "any"
 backend: "python"
@@ -154,10 +133,10 @@ max_batch_size: 0
 input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] }]
 output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 4 ] }]
 """
-SLOW_MODEL = IDENTITY.replace("out = []", "out = []\n        __import__('time').sleep(1.5)")
+SLOW_MODEL = IDENTITY_PY.replace("out = []", "out = []\n        __import__('time').sleep(1.5)")
 MODELS = {
-    "m": (M_CONFIG, IDENTITY),
-    "any": (ANY_CONFIG, IDENTITY),
+    "m": (FP32_PAIR_CONFIG, IDENTITY_PY),
+    "any": (ANY_CONFIG, IDENTITY_PY),
     "bf16": (BF16_CONFIG, BF16_MODEL),
     "fail": (FAIL_CONFIG, FAIL_MODEL),
     "dec": (DECOUPLED_CONFIG, DECOUPLED_MODEL),

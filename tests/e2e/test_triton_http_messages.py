@@ -18,33 +18,12 @@ from typing import NamedTuple
 
 import pytest
 
-from tests.helpers.repos import write_python_model
+from tests.helpers.repos import FP32_PAIR_CONFIG, IDENTITY_PY, write_python_model
 from tests.helpers.server import ServerProcess
 from tests.helpers.triton_peer import RealTriton, peers_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-IDENTITY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            t = pb_utils.get_input_tensor_by_name(r, "INPUT0")
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", t.as_numpy())]))
-        return out
-"""
-FP32_CONFIG = """
-name: "m"
-backend: "python"
-max_batch_size: 0
-input [
-  { name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] },
-  { name: "INPUT1", data_type: TYPE_FP32, dims: [ 4 ], optional: true }
-]
-output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 4 ] }]
-"""
 BYTES_CONFIG = """
 name: "b"
 backend: "python"
@@ -755,10 +734,10 @@ own words, its unload parses its body, and it checks shared-memory keys)."""
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """HTTP addresses: ``triton-mp`` always, ``triton`` when the real Triton is installed."""
     repo = tmp_path_factory.mktemp("http_messages") / "repo"
-    write_python_model(repo, "m", FP32_CONFIG, IDENTITY)
-    write_python_model(repo, "b", BYTES_CONFIG, IDENTITY)
-    write_python_model(repo, "i", INT32_CONFIG, IDENTITY)
-    write_python_model(repo, "unparsable", 'name: "unparsable"\nthis is { not pbtxt\n', IDENTITY)
+    write_python_model(repo, "m", FP32_PAIR_CONFIG, IDENTITY_PY)
+    write_python_model(repo, "b", BYTES_CONFIG, IDENTITY_PY)
+    write_python_model(repo, "i", INT32_CONFIG, IDENTITY_PY)
+    write_python_model(repo, "unparsable", 'name: "unparsable"\nthis is { not pbtxt\n', IDENTITY_PY)
     explicit = ("--model-control-mode=explicit", "--load-model=m", "--load-model=b")
     explicit += ("--load-model=i",)
     logs = tmp_path_factory.mktemp("logs")

@@ -54,3 +54,30 @@ def copy_models(dest: Path, *names: str) -> Path:
     for name in names:
         shutil.copytree(PROJECT_REPOSITORY / name, dest / name)
     return dest
+
+
+IDENTITY_PY = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            t = pb_utils.get_input_tensor_by_name(r, "INPUT0")
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", t.as_numpy())]))
+        return out
+"""
+"""A python model that answers each request's INPUT0 as OUTPUT0 (any datatype and shape)."""
+
+FP32_PAIR_CONFIG = """
+name: "m"
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] },
+  { name: "INPUT1", data_type: TYPE_FP32, dims: [ 4 ], optional: true }
+]
+output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 4 ] }]
+"""
+"""Model ``m`` for ``IDENTITY_PY``: INPUT0 FP32 [4], optional INPUT1 FP32 [4], OUTPUT0 FP32 [4],
+no batching (the side-by-side message tests send both servers the same repository)."""
