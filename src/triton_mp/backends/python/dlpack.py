@@ -70,8 +70,9 @@ def _dtype_of(capsule: object) -> _DLDataType | None:
     return dtype
 
 
-class _Producer:
-    """A bare capsule with the ``__dlpack__`` protocol ``np.from_dlpack`` expects."""
+class Capsule:
+    """Lends a bare DLPack capsule the ``__dlpack__`` protocol ``np.from_dlpack`` expects
+    (``pb_utils.Tensor.from_dlpack`` and the BF16 import here)."""
 
     def __init__(self, capsule: object) -> None:
         self._capsule = capsule
@@ -80,7 +81,7 @@ class _Producer:
         return self._capsule
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        return (1, 0)  # NOTE: kDLCPU: host memory
+        return (1, 0)  # NOTE: kDLCPU: a bare capsule is taken to be host memory
 
 
 def export_bf16(arr: np.ndarray) -> object:
@@ -114,7 +115,7 @@ def import_bf16(capsule: object) -> np.ndarray | None:
         return None
     dtype.code = KDL_UINT
     try:
-        words = np.from_dlpack(cast(Any, _Producer(capsule)))
+        words = np.from_dlpack(cast(Any, Capsule(capsule)))
     except Exception:
         dtype.code = KDL_BFLOAT
         raise

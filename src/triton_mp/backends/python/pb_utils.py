@@ -60,6 +60,7 @@ from typing import Any, NamedTuple, Protocol, cast
 
 import numpy as np
 
+from triton_mp.backends.python.dlpack import Capsule as _DLCapsule
 from triton_mp.backends.python.dlpack import export_bf16 as _export_bf16
 from triton_mp.backends.python.dlpack import import_bf16 as _import_bf16
 from triton_mp.backends.python.dlpack import is_bf16 as _is_bf16
@@ -231,19 +232,6 @@ class TritonModelException(Exception):  # noqa: N818 - Triton's name
 # ---------------------------------------------------------------------------
 
 
-class _Capsule:
-    """Lends a bare DLPack capsule the ``__dlpack__`` protocol ``np.from_dlpack`` expects."""
-
-    def __init__(self, capsule: object) -> None:
-        self._capsule = capsule
-
-    def __dlpack__(self, **_: object) -> object:
-        return self._capsule
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return (1, 0)  # kDLCPU: a bare capsule is taken to be host memory
-
-
 class Tensor:
     """A named tensor held as a numpy array (host memory only in triton-mp).
 
@@ -339,7 +327,7 @@ class Tensor:
                 if bf16 is not None:
                     return Tensor(name, bf16)
             try:
-                source = cast(Any, capsule if producer else _Capsule(capsule))
+                source = cast(Any, capsule if producer else _DLCapsule(capsule))
                 return Tensor(name, np.from_dlpack(source))
             except (TypeError, BufferError, ValueError, RuntimeError) as e:
                 # NOTE: numpy has no bfloat16: a producer's kDLBfloat capsule is read here
