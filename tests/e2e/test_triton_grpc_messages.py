@@ -18,8 +18,8 @@ import grpc
 import pytest
 from google.protobuf.message import Message
 
-from tests.e2e.test_triton_http_messages import BYTES_CONFIG, FP32_CONFIG, IDENTITY
-from tests.helpers.repos import write_python_model
+from tests.e2e.test_triton_http_messages import BYTES_CONFIG
+from tests.helpers.repos import FP32_PAIR_CONFIG, IDENTITY_PY, write_python_model
 from tests.helpers.server import ServerProcess
 from tests.helpers.triton_peer import RealTriton, peers_env
 from triton_mp._proto import grpc_service_pb2 as pb
@@ -351,8 +351,8 @@ MAIN_ONLY: set[str] = set()
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """gRPC addresses: ``triton-mp`` always, ``triton`` when the real Triton is installed."""
     repo = tmp_path_factory.mktemp("grpc_messages") / "repo"
-    write_python_model(repo, "m", FP32_CONFIG, IDENTITY)
-    write_python_model(repo, "b", BYTES_CONFIG, IDENTITY)
+    write_python_model(repo, "m", FP32_PAIR_CONFIG, IDENTITY_PY)
+    write_python_model(repo, "b", BYTES_CONFIG, IDENTITY_PY)
     explicit = ("--model-control-mode=explicit", "--load-model=m", "--load-model=b")
     logs = tmp_path_factory.mktemp("logs")
     ours = ServerProcess(repo, logs / "ours.log", "--allow-client-shm=true", *explicit)
