@@ -19,16 +19,22 @@ from triton_mp.frontend.model_table import IOSpec, ModelTable
 from triton_mp.frontend.readiness import ReadinessChecks
 
 EXTENSIONS = (
+    "classification",
+    "sequence",
     "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
     "model_configuration",
     "system_shared_memory",
     "binary_tensor_data",
+    "parameters",
     "statistics",
     "trace",
     "logging",
 )
-"""Extensions ServerMetadata reports: only those triton-mp implements (Triton's names, in
-Triton's order). ``binary_tensor_data`` is the HTTP binary tensor extension."""
+"""Extensions ServerMetadata reports (server ``server.cc``'s list, in Triton 2.51's order):
+every one triton-mp implements. ``cuda_shared_memory``, which 2.51 lists, is left out:
+regions register, but a request that names one is refused (``frontend.cuda_shm``)."""
 
 
 @dataclass(frozen=True, slots=True)
