@@ -26,6 +26,7 @@ FIELDS = {
     "pid": 31337,
     "arena": 3,
     "generation": 4,
+    "namespace": 4026531836,
 }
 
 

@@ -6,7 +6,10 @@ the supervisor's pid, so that:
 
 - two servers on one machine never collide (pids are unique while both live);
 - a leak check can glob ``/dev/shm/triton_mp_*`` and ``/dev/shm/sem.triton_mp_*``;
-- the next start can remove what a ``kill -9``-ed server left (its pid is dead).
+- the next start can remove what a ``kill -9``-ed server left (its pid is dead). A pid
+  means something only in its pid namespace, and containers run with ``--ipc=host`` share
+  ``/dev/shm`` across namespaces: each server marks its objects with its namespace
+  (``claim_server_id``), and the sweep judges only its own namespace's.
 
 Only the creator of a segment (the supervisor for rings, the allocating process for arenas)
 unlinks it; attachers only unmap.
@@ -19,12 +22,13 @@ import errno
 import logging
 import mmap
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import posix_ipc
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.ipc.topology import Topology, server_of
+from triton_mp.ipc.topology import Kind, Topology, server_of
 
 log = logging.getLogger(__name__)
 
@@ -187,31 +191,105 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def sweep_stale(own_server_id: str | None = None, dev_shm: Path = DEV_SHM) -> list[str]:
-    """Remove objects left by triton-mp servers that no longer run.
+def pid_namespace() -> int | None:
+    """The inode of this process's pid namespace (``/proc/self/ns/pid``), or None where
+    ``/proc`` does not tell."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
 
-    An object belongs to a dead server when the pid in its name is not alive, or equals
-    ``own_server_id`` (a previous process that had our pid and died without cleaning up).
+
+def _namespaces(entries: list[str]) -> dict[str, set[int]]:
+    """Server id -> the pid namespaces its markers (``Kind.PID_NAMESPACE``) record."""
+    out: dict[str, set[int]] = {}
+    for entry in entries:
+        sid = server_of(entry)
+        obj = None if sid is None else Topology(sid).parse(entry)
+        if sid is not None and obj is not None and obj.kind is Kind.PID_NAMESPACE:
+            out.setdefault(sid, set()).add(obj.fields["namespace"])
+    return out
+
+
+def stale_entries(
+    entries: list[str],
+    own_server_id: str | None,
+    own_namespace: int | None,
+    alive: Callable[[int], bool] = _pid_alive,
+) -> list[str]:
+    """Which ``/dev/shm`` entries belong to servers proved dead (``sweep_stale``'s decision).
+
+    A server's objects are stale when its marker records this pid namespace (or it has no
+    marker: an older server, judged as before) and its pid (the server id) is not
+    ``alive`` or equals ``own_server_id`` (a previous process that had our pid). A server
+    whose marker records another namespace shares ``/dev/shm`` from another pid namespace
+    (``--ipc=host``): its pid means nothing here, so its objects are never stale. Without
+    ``own_namespace`` (no ``/proc``) only unmarked servers are judged.
+
+    Args:
+        entries: ``/dev/shm`` entry names (``sem.`` prefix for semaphores).
+        own_server_id: the sweeping server's id, or None.
+        own_namespace: ``pid_namespace()`` of the sweeping process.
+        alive: whether a pid of this namespace runs.
+    """
+    namespaces = _namespaces(entries)
+    out = []
+    for entry in entries:
+        sid = server_of(entry)
+        if sid is None:
+            continue
+        marks = namespaces.get(sid)
+        if marks is not None and marks != {own_namespace}:
+            continue
+        if sid == own_server_id or not alive(int(sid)):
+            out.append(entry)
+    return out
+
+
+def sweep_stale(own_server_id: str | None = None, dev_shm: Path = DEV_SHM) -> list[str]:
+    """Remove objects left by triton-mp servers of this pid namespace that no longer run
+    (``stale_entries`` decides).
 
     Returns:
         The POSIX names removed.
     """
-    removed: list[str] = []
     try:
-        entries = list(dev_shm.iterdir())
+        entries = [e.name for e in dev_shm.iterdir()]
     except FileNotFoundError:
-        return removed
-    for entry in entries:
-        pid = server_of(entry.name)
-        if pid is None:
-            continue
-        if pid != own_server_id and _pid_alive(int(pid)):
-            continue
-        if remove_entry(entry.name):
-            removed.append("/" + entry.name.removeprefix("sem."))
+        return []
+    removed = [
+        "/" + name.removeprefix("sem.")
+        for name in stale_entries(entries, own_server_id, pid_namespace())
+        if remove_entry(name)
+    ]
     if removed:
         log.info("removed %d shared-memory objects left by dead servers", len(removed))
     return removed
+
+
+def claim_server_id(server_id: str, dev_shm: Path = DEV_SHM) -> None:
+    """Mark ``server_id``'s objects as this pid namespace's: an empty segment
+    ``Kind.PID_NAMESPACE`` that ``stale_entries`` reads. Called after ``sweep_stale`` and
+    before the server creates anything else, so a live server's objects always carry it.
+
+    Raises:
+        TritonMPError: a server of another pid namespace that shares this ``/dev/shm``
+            has the same id (its pid number); nothing is created, and this server's names
+            would collide with its objects.
+    """
+    own = pid_namespace()
+    if own is None:
+        return
+    marks = _namespaces(list_objects(server_id, dev_shm))
+    others = marks.get(server_id, set()) - {own}
+    if others:
+        raise TritonMPError(
+            f"shared-memory objects named for server id {server_id} belong to a server of "
+            f"another pid namespace ({sorted(others)[0]}) that shares /dev/shm: run this "
+            "server with its own /dev/shm (no --ipc=host)"
+        )
+    name = Topology(server_id).pid_namespace(own)
+    posix_ipc.SharedMemory(name, posix_ipc.O_CREAT, mode=0o600, size=0).close_fd()
 
 
 def list_objects(server_id: str | None = None, dev_shm: Path = DEV_SHM) -> list[str]:

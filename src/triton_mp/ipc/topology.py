@@ -35,15 +35,18 @@ bls_wakeup            ``w{client}_bls``              a BLS client's inbox semaph
 scheduler_to_bls      ``r_s_c{client}``              ring scheduler -> BLS client
 supervisor_to_bls     ``r_sup_c{client}``            ring supervisor -> BLS client (rewiring)
 worker_to_bls         ``r_w{instance}_c{client}``    ring worker -> BLS client (answers)
+pid_namespace         ``pidns{namespace}``           empty; the supervisor's pid namespace
+                                                     (``ipc.shm.claim_server_id``)
 ====================  =============================  ==========================================
 
 ``{frontend}`` and ``{peer}`` are frontend ids, ``{instance}`` and ``{client}`` instance ids
 (a BLS client is the python worker of that instance), ``{pid}`` the frontend or worker
 process that allocated the arena (a restarted frontend or worker gets new arenas),
-``{arena}`` the arena's index in its owner's ``ArenaAllocator`` and ``{gen}`` (field
-``generation``) counts a metric board's replacements. A semaphore's ``/dev/shm`` entry is
-``sem.<name without slash>``. Names outside the table (``Topology.scratch``) are for tests
-and tools.
+``{arena}`` the arena's index in its owner's ``ArenaAllocator``, ``{gen}`` (field
+``generation``) counts a metric board's replacements and ``{namespace}`` is the inode of
+``/proc/<pid>/ns/pid`` (a server id is a pid only within that namespace). A semaphore's
+``/dev/shm`` entry is ``sem.<name without slash>``. Names outside the table
+(``Topology.scratch``) are for tests and tools.
 """
 
 from __future__ import annotations
@@ -94,6 +97,7 @@ class Kind(enum.Enum):
     SCHEDULER_TO_BLS = "r_s_c{client}"
     SUPERVISOR_TO_BLS = "r_sup_c{client}"
     WORKER_TO_BLS = "r_w{instance}_c{client}"
+    PID_NAMESPACE = "pidns{namespace}"
 
 
 def _pattern(template: str) -> re.Pattern[str]:
@@ -282,6 +286,10 @@ class Topology:
     def worker_to_bls(self, instance: int, client: int) -> str:
         """Ring worker -> BLS client."""
         return self.name(Kind.WORKER_TO_BLS, instance=instance, client=client)
+
+    def pid_namespace(self, namespace: int) -> str:
+        """The empty marker naming the pid namespace whose pid ``server_id`` is."""
+        return self.name(Kind.PID_NAMESPACE, namespace=namespace)
 
     # ---------------------------------------------------------------- cleanup
     def of_instances(self, entries: list[str], instances: set[int]) -> list[str]:

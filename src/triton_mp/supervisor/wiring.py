@@ -17,7 +17,7 @@ from triton_mp.ipc.direct import create_lease
 from triton_mp.ipc.heartbeat import HeartbeatBoard
 from triton_mp.ipc.notify import Wakeup, create_wakeup
 from triton_mp.ipc.response_cache import SharedResponseCache
-from triton_mp.ipc.shm import list_objects, remove_entry
+from triton_mp.ipc.shm import claim_server_id, list_objects, remove_entry
 from triton_mp.ipc.specs import ChannelSpec
 from triton_mp.ipc.topology import Topology
 
@@ -90,8 +90,10 @@ class Wiring:
 
     # ------------------------------------------------------------ server-wide
     def sweep_stale(self) -> None:
-        """Remove what dead servers (or a dead process with this pid) left behind."""
+        """Remove what dead servers of this pid namespace (or a dead process with this pid)
+        left behind, then mark this server's id as this namespace's (before any object)."""
         sweep_stale(self.topology.server_id)
+        claim_server_id(self.topology.server_id)
 
     def create_heartbeat_board(self, slots: int) -> HeartbeatBoard:
         """The heartbeat board (``ipc.heartbeat``), zeroed."""
