@@ -1,9 +1,11 @@
 """The native gRPC frontend (``--grpc-frontend native``, ``frontend.native``) end to end:
-it owns the public port and hands every call it does not serve to the Python frontend as it
-came, so answers and errors are word for word those of ``--grpc-frontend python``: run side
-by side here on the same bad requests (unknown model, wrong shape, raw contents that disagree
-with the shape, truncated bytes, an expired deadline), plus ModelStreamInfer of a decoupled
-model, a client that goes away mid-stream, and the fallback where the extension is absent."""
+it owns the public port, hands ModelInfer and ModelStreamInfer to the Python handlers in
+process and every other call to the Python frontend as it came, so answers and errors are
+word for word those of ``--grpc-frontend python``: run side by side here on the same bad
+requests (unknown model, wrong shape, raw contents that disagree with the shape, truncated
+bytes, an expired deadline), plus ModelStreamInfer of a decoupled model, a client that goes
+away mid-stream, and the fallback where the extension is absent. Streams side by side:
+``test_native_grpc_streams``."""
 
 from __future__ import annotations
 

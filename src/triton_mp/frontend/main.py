@@ -251,7 +251,7 @@ def _native_port(spec: FrontendSpec, servicer: InferenceServicer) -> NativePort 
     if not use:
         return None
     # NOTE: grpc.aio's interceptor checks the restricted-protocol headers: with it, ModelInfer
-    # is relayed to the Python server like every other call.
+    # and ModelStreamInfer are relayed to the Python server like every other call.
     handoff = None if spec.grpc_restricted else servicer
     return NativePort(f"{spec.grpc_address}:{spec.grpc_port}", grpc_options(spec), handoff)
 

@@ -6,13 +6,16 @@ extension was built) the native server owns the public gRPC port and the Python 
 server moves onto a private unix socket of this process. Every call on the public port goes
 to ``NativeServer``'s single completion-queue thread (it never takes the GIL):
 
-- **Unary ModelInfer, in process** (``handoff.cc`` / ``handoff.py``): the request's bytes
-  and metadata are queued for this process's event loop, woken through an eventfd, which
-  runs the Python ModelInfer handler on them (no grpc.aio call) and replies with the
-  serialized response or the status the handler aborted with; the reply reaches the call
-  through a ``grpc::Alarm`` on the completion queue. A call the client abandons cancels the
+- **ModelInfer and ModelStreamInfer, in process** (``handoff.cc`` / ``handoff.py``,
+  ``stream_call.cc``): a unary call's request bytes and metadata, and a stream's opening
+  metadata, each request message as it is read and its half-close, are queued for this
+  process's event loop, woken through an eventfd, which runs the Python handler on them (no
+  grpc.aio call); a stream's response messages are written to the client in the order the
+  handler yields them, and every call ends with the status the handler ends it with (OK, or
+  the one it aborted with, e.g. ``triton_grpc_error``); answers reach the completion queue
+  through a ``grpc::Alarm``. A call the client abandons (cancel, deadline) cancels the
   handler's task. Not with ``--grpc-restricted-protocol`` (grpc.aio's interceptor checks
-  those headers): then ModelInfer is relayed like the rest.
+  those headers): then both are relayed like the rest.
 
 - **Handed to Python as it came** (``proxy_call.cc``): the native server accepts any method
   through ``grpc::AsyncGenericService`` and relays it, message by message, over
@@ -62,7 +65,7 @@ class NativeServer:
         backend: the Python server's target, ``unix:/path``.
         channel_args: grpc core channel arguments of the public port (int values only), the
             Python server's own (``frontend.main.grpc_options``).
-        handoff: unary ModelInfer calls go to this process's event loop
+        handoff: ModelInfer and ModelStreamInfer calls go to this process's event loop
             (``handoff.Handoff``) rather than through the private socket.
     """
 

@@ -4,6 +4,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 namespace triton_mp {
 
 Handoff::Handoff() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
@@ -36,12 +38,49 @@ uint64_t Handoff::Submit(Awaiting* call, grpc::ByteBuffer data,
   return id;
 }
 
-bool Handoff::Withdraw(uint64_t id) {
+uint64_t Handoff::Open(Awaiting* call,
+                       std::vector<std::pair<std::string, std::string>> metadata) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (waiting_.erase(id) == 0) return false;
+  uint64_t id = next_id_++;
+  waiting_.emplace(id, call);
   HandoffItem item;
   item.id = id;
-  item.cancelled = true;
+  item.kind = ItemKind::kStreamOpen;
+  item.metadata = std::move(metadata);
+  PushLocked(std::move(item));
+  return id;
+}
+
+void Handoff::Push(uint64_t id, grpc::ByteBuffer data) {
+  std::lock_guard<std::mutex> lock(mu_);
+  HandoffItem item;
+  item.id = id;
+  item.kind = ItemKind::kStreamMessage;
+  item.data = std::move(data);
+  PushLocked(std::move(item));
+}
+
+void Handoff::HalfClose(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  HandoffItem item;
+  item.id = id;
+  item.kind = ItemKind::kStreamEnd;
+  PushLocked(std::move(item));
+}
+
+bool Handoff::Withdraw(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = waiting_.find(id);
+  if (it == waiting_.end()) return false;
+  Awaiting* call = it->second;
+  waiting_.erase(it);
+  // NOTE: a stream's messages queued for the next flush would reach a call that is gone.
+  answers_.erase(std::remove_if(answers_.begin(), answers_.end(),
+                                [call](const Answer& a) { return a.call == call; }),
+                 answers_.end());
+  HandoffItem item;
+  item.id = id;
+  item.kind = ItemKind::kCancelled;
   PushLocked(std::move(item));
   return true;
 }
@@ -54,17 +93,30 @@ std::vector<HandoffItem> Handoff::Take() {
   return out;
 }
 
+void Handoff::AnswerLocked(Answer answer) {
+  answers_.push_back(std::move(answer));
+  if (!armed_) {
+    armed_ = true;
+    alarm_.Set(cq_, gpr_now(GPR_CLOCK_MONOTONIC), &flush_tag_);
+  }
+}
+
 bool Handoff::Reply(uint64_t id, grpc::Status status, grpc::ByteBuffer response) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return false;
   auto it = waiting_.find(id);
   if (it == waiting_.end()) return false;
-  answers_.push_back(Answer{it->second, std::move(status), std::move(response)});
+  AnswerLocked(Answer{it->second, std::move(status), std::move(response), true});
   waiting_.erase(it);
-  if (!armed_) {
-    armed_ = true;
-    alarm_.Set(cq_, gpr_now(GPR_CLOCK_MONOTONIC), &flush_tag_);
-  }
+  return true;
+}
+
+bool Handoff::Write(uint64_t id, grpc::ByteBuffer response) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return false;
+  auto it = waiting_.find(id);
+  if (it == waiting_.end()) return false;
+  AnswerLocked(Answer{it->second, grpc::Status::OK, std::move(response), false});
   return true;
 }
 
@@ -80,7 +132,9 @@ void Handoff::Flush() {
     answers.swap(answers_);
     armed_ = false;
   }
-  for (auto& a : answers) a.call->Deliver(std::move(a.status), std::move(a.response));
+  for (auto& a : answers) {
+    a.call->Deliver(std::move(a.status), std::move(a.response), a.final);
+  }
 }
 
 }  // namespace triton_mp

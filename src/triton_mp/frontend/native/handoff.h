@@ -1,11 +1,15 @@
-// The in-process handoff of unary ModelInfer calls to the Python frontend, without grpc.aio:
-// the completion-queue thread puts each call's request bytes and metadata in a queue and
+// The in-process handoff of ModelInfer and ModelStreamInfer calls to the Python frontend,
+// without grpc.aio: the completion-queue thread puts each unary call's request bytes and
+// metadata in a queue (kCall), and for a stream its opening metadata (kStreamOpen), each
+// message as it is read (kStreamMessage) and the client's half-close (kStreamEnd), and
 // wakes Python through an eventfd; the Python event loop takes them (frontend/native/
-// handoff.py, its twin), runs the Python ModelInfer handler on them and replies with the
-// serialized response or a status; replies reach the completion queue through one
-// grpc::Alarm per batch: the first reply after a flush arms it, the completion-queue thread
-// delivers every reply queued by then (one wake-up for all the answers of one Python pass). The completion-queue thread never takes the GIL: it only locks
-// this queue's mutex, which the Python side holds for a few pointer moves.
+// handoff.py, its twin), runs the Python ModelInfer / ModelStreamInfer handler on them and
+// answers: a stream's messages one by one (Write), then every call's end, the serialized
+// response (unary) or the status (Reply). Answers reach the completion queue through one
+// grpc::Alarm per batch: the first answer after a flush arms it, the completion-queue
+// thread delivers every answer queued by then, in the order Python gave them (one wake-up
+// for all the answers of one Python pass). The completion-queue thread never takes the GIL:
+// it only locks this queue's mutex, which the Python side holds for a few pointer moves.
 #ifndef TRITON_MP_NATIVE_HANDOFF_H_
 #define TRITON_MP_NATIVE_HANDOFF_H_
 
@@ -28,15 +32,25 @@ namespace triton_mp {
 class Awaiting {
  public:
   virtual ~Awaiting() = default;
-  // Python's reply, on the completion-queue thread (no lock held): answer the client.
-  virtual void Deliver(grpc::Status status, grpc::ByteBuffer response) = 0;
+  // Python's answer, on the completion-queue thread (no lock held): a stream's message
+  // (final false: `response` only), or the call's end (final true: `status`, and for a
+  // unary call its response).
+  virtual void Deliver(grpc::Status status, grpc::ByteBuffer response, bool final) = 0;
 };
 
-// One entry Python takes: a call to serve (data set), or a call gone before Python replied
-// (cancelled: Python cancels its handler).
+// What an entry Python takes is. Python twin: handoff.py (CALL, OPEN, MESSAGE, END, GONE).
+enum class ItemKind : int {
+  kCall = 0,           // a unary call to serve: data, metadata
+  kStreamOpen = 1,     // a stream begins: metadata
+  kStreamMessage = 2,  // a stream's next request message: data
+  kStreamEnd = 3,      // the client half-closed the stream (or stopped sending)
+  kCancelled = 4,      // the call is gone before Python ended it: Python cancels its handler
+};
+
+// One entry Python takes.
 struct HandoffItem {
   uint64_t id = 0;
-  bool cancelled = false;
+  ItemKind kind = ItemKind::kCall;
   grpc::ByteBuffer data;
   std::vector<std::pair<std::string, std::string>> metadata;
 };
@@ -54,18 +68,27 @@ class Handoff {
   // The eventfd Python watches: readable when items wait.
   int fd() const { return fd_; }
 
-  // Completion-queue thread: queue a call; returns its id.
+  // Completion-queue thread: queue a unary call; returns its id.
   uint64_t Submit(Awaiting* call, grpc::ByteBuffer data,
                   std::vector<std::pair<std::string, std::string>> metadata);
+  // Completion-queue thread: a stream begins; returns its id.
+  uint64_t Open(Awaiting* call, std::vector<std::pair<std::string, std::string>> metadata);
+  // Completion-queue thread: a stream's next request message, and its half-close.
+  void Push(uint64_t id, grpc::ByteBuffer data);
+  void HalfClose(uint64_t id);
   // Completion-queue thread: the call is over (cancelled, deadline, shutdown). True when
-  // Python had not replied: no reply will be delivered, and Python is told to cancel.
+  // Python had not ended it: nothing more is delivered (a stream's messages not delivered
+  // yet are dropped), and Python is told to cancel.
   bool Withdraw(uint64_t id);
 
   // Python thread: everything queued since the last take.
   std::vector<HandoffItem> Take();
-  // Python thread: the reply to call `id`. False when the call is gone or the queue closed
-  // (dropped).
+  // Python thread: the end of call `id` (the status; a unary call's response). False when
+  // the call is gone or the queue closed (dropped).
   bool Reply(uint64_t id, grpc::Status status, grpc::ByteBuffer response);
+  // Python thread: one response message of stream `id`, sent before its end. False when the
+  // call is gone or the queue closed (dropped).
+  bool Write(uint64_t id, grpc::ByteBuffer response);
   // Before the completion queue shuts down: no reply arms the alarm any more (every call
   // still waiting has been cancelled by the server's shutdown and is withdrawn).
   void Close();
@@ -75,6 +98,7 @@ class Handoff {
     Awaiting* call;
     grpc::Status status;
     grpc::ByteBuffer response;
+    bool final;
   };
   class FlushTag final : public Tag {
    public:
@@ -86,6 +110,8 @@ class Handoff {
   };
 
   void PushLocked(HandoffItem item);
+  // Queue an answer for the next flush (arms the alarm).
+  void AnswerLocked(Answer answer);
   // Completion-queue thread (the alarm): deliver every reply queued so far.
   void Flush();
 

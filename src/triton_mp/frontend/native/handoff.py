@@ -1,15 +1,25 @@
-"""The Python side of the in-process handoff (``handoff.cc``, its twin): unary ModelInfer
-calls that the native server took on the public port, served by the Python ModelInfer
-handler without grpc.aio.
+"""The Python side of the in-process handoff (``handoff.cc``, its twin): ModelInfer and
+ModelStreamInfer calls that the native server took on the public port, served by the Python
+handlers without grpc.aio.
 
 Imported by ``frontend.native.public_port``. The native completion-queue thread queues each
-call's request bytes and metadata and makes an eventfd readable; this event loop takes
-everything queued per wake-up (``_native.take``), runs ``InferenceServicer.ModelInfer`` on
-each in a task with ``_Context`` in place of grpc.aio's context, and replies with the
-serialized ModelInferResponse or the status it aborted with (``_native.reply``). A call the
-client abandons (cancel, deadline, server stop) arrives as a cancellation and cancels the
-task, as grpc.aio cancels a handler. So the handler, its checks, its words and its tracing
-are the ones ``--grpc-frontend python`` runs; only grpc.aio's per-call machinery is gone.
+unary call's request bytes and metadata, and each stream's opening metadata, request
+messages and half-close, and makes an eventfd readable; this event loop takes everything
+queued per wake-up (``_native.take``), in order:
+
+- a unary call runs ``InferenceServicer.ModelInfer`` in a task with ``_Context`` in place of
+  grpc.aio's context, and is ended with the serialized ModelInferResponse or the status it
+  aborted with (``_native.reply``);
+- a stream runs ``InferenceServicer.ModelStreamInfer`` in a task on ``_Requests`` (the
+  request messages as they arrive, parsed as grpc.aio's stream handler parses them, until
+  the half-close); each response it yields is serialized and written (``_native.write``,
+  sent in that order), and its end, OK or the status it aborted with (``triton_grpc_error``),
+  ends the call (``_native.reply``).
+
+A call the client abandons (cancel, deadline, server stop) arrives as a cancellation and
+cancels the task, as grpc.aio cancels a handler. So the handlers, their checks, their words
+and their tracing are the ones ``--grpc-frontend python`` runs; only grpc.aio's per-call and
+per-message machinery is gone.
 """
 
 from __future__ import annotations
@@ -17,20 +27,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
 import grpc
 
+from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp.frontend.grpc.wire import tolerant
+
+CALL, OPEN, MESSAGE, END, GONE = range(5)
+"""What a taken entry is (``handoff.h`` ItemKind): a unary call (data, metadata), a stream's
+opening (metadata), its next request message (data), its half-close, a call gone before
+Python ended it."""
 
 
 class Native(Protocol):
     """The extension's handoff functions (``module.cc``)."""
 
     def handoff_fd(self) -> int: ...
-    def take(self) -> list[tuple[int, bytes | None, Any]]: ...
+    def take(self) -> list[tuple[int, int, bytes | None, Any]]: ...
     def reply(self, call_id: int, code: int, details: str, data: bytes) -> bool: ...
+    def write(self, call_id: int, data: bytes) -> bool: ...
 
 
 class Servicer(Protocol):
@@ -38,6 +56,9 @@ class Servicer(Protocol):
 
     def parse_infer(self, data: bytes) -> Any: ...
     async def ModelInfer(self, request: Any, context: Any) -> bytes: ...  # noqa: N802
+    def ModelStreamInfer(  # noqa: N802
+        self, request_iterator: Any, context: Any
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]: ...
 
 
 class Aborted(Exception):
@@ -73,6 +94,56 @@ def _code(code: grpc.StatusCode) -> int:
     return int(code.value[0])
 
 
+def _unexpected(e: Exception) -> tuple[int, str]:
+    """grpc.aio's answer to a handler's exception: UNKNOWN "Unexpected <type>: <text>"."""
+    return _code(grpc.StatusCode.UNKNOWN), f"Unexpected {type(e)}: {e}"
+
+
+class _Requests:
+    """A handed-off stream's request messages, as grpc.aio's ``request_iterator`` gives
+    them: each parsed (``MALFORMED`` for one that does not parse), until the half-close.
+
+    Args:
+        parse: the stream's request deserializer (``wire.tolerant``).
+    """
+
+    __slots__ = ("_ended", "_parse", "_queue", "_waiter")
+
+    def __init__(self, parse: Callable[[bytes], Any]) -> None:
+        self._parse = parse
+        self._queue: deque[bytes] = deque()
+        self._ended = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, data: bytes) -> None:
+        """The next message, as read."""
+        self._queue.append(data)
+        self._wake()
+
+    def end(self) -> None:
+        """The client half-closed: the iteration ends after the queued messages."""
+        self._ended = True
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def __aiter__(self) -> _Requests:
+        return self
+
+    async def __anext__(self) -> Any:
+        while not self._queue:
+            if self._ended:
+                raise StopAsyncIteration
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._parse(self._queue.popleft())
+
+
 class Handoff:
     """Serves the native server's handed-off ModelInfer calls on this event loop.
 
@@ -85,7 +156,9 @@ class Handoff:
         self._native = native
         self._servicer = servicer
         self._parse = tolerant(servicer.parse_infer)
+        self._parse_stream = tolerant(pb.ModelInferRequest.FromString)
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._streams: dict[int, _Requests] = {}
         self._fd = -1
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -102,17 +175,31 @@ class Handoff:
         self._fd = -1
 
     def on_wakeup(self) -> None:
-        """Take every queued call and cancellation; start or cancel their tasks."""
+        """Take every queued entry, in order: start, feed or cancel the calls' tasks."""
         with contextlib.suppress(BlockingIOError):
             os.read(self._fd, 8)
         assert self._loop is not None
-        for call_id, data, metadata in self._native.take():
-            if data is None:
+        for call_id, kind, data, metadata in self._native.take():
+            if kind == MESSAGE:
+                stream = self._streams.get(call_id)
+                if stream is not None:
+                    stream.put(data)  # type: ignore[arg-type]
+            elif kind == CALL:
+                coro = self.serve(call_id, data, metadata)  # type: ignore[arg-type]
+                self._tasks[call_id] = self._loop.create_task(coro)
+            elif kind == OPEN:
+                requests = self._streams[call_id] = _Requests(self._parse_stream)
+                coro = self.serve_stream(call_id, requests, metadata)
+                self._tasks[call_id] = self._loop.create_task(coro)
+            elif kind == END:
+                stream = self._streams.get(call_id)
+                if stream is not None:
+                    stream.end()
+            else:  # GONE
+                self._streams.pop(call_id, None)
                 task = self._tasks.pop(call_id, None)
                 if task is not None:
                     task.cancel()
-                continue
-            self._tasks[call_id] = self._loop.create_task(self.serve(call_id, data, metadata))
 
     async def serve(
         self, call_id: int, data: bytes, metadata: Sequence[tuple[str, str | bytes]]
@@ -127,9 +214,28 @@ class Handoff:
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - grpc.aio's answer to a handler's exception
-            details = f"Unexpected {type(e)}: {e}"
-            self._native.reply(call_id, _code(grpc.StatusCode.UNKNOWN), details, b"")
+            self._native.reply(call_id, *_unexpected(e), b"")
         finally:
             self._tasks.pop(call_id, None)
         for callback in context.callbacks:
             callback(context)
+
+    async def serve_stream(
+        self, call_id: int, requests: _Requests, metadata: Sequence[tuple[str, str | bytes]]
+    ) -> None:
+        """One stream: the ModelStreamInfer handler on ``requests``, each response written
+        as it comes, then the stream's end."""
+        write = self._native.write
+        try:
+            async for response in self._servicer.ModelStreamInfer(requests, _Context(metadata)):
+                write(call_id, response.SerializeToString())
+            self._native.reply(call_id, 0, "", b"")
+        except Aborted as e:
+            self._native.reply(call_id, _code(e.code), e.details, b"")
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - grpc.aio's answer to a handler's exception
+            self._native.reply(call_id, *_unexpected(e), b"")
+        finally:
+            self._tasks.pop(call_id, None)
+            self._streams.pop(call_id, None)

@@ -112,7 +112,9 @@ PyObject* MetadataOf(const std::vector<std::pair<std::string, std::string>>& met
   return out;
 }
 
-// take() -> list of (id, request bytes or None (cancelled), metadata ((key, value), ...)).
+// take() -> list of (id, kind, request bytes or None, metadata ((key, value), ...) or None):
+// kind is handoff.h's ItemKind (data for kCall and kStreamMessage, metadata for kCall and
+// kStreamOpen).
 PyObject* Take(PyObject*, PyObject*) {
   triton_mp::Handoff* h = CurrentHandoff();
   std::vector<triton_mp::HandoffItem> items;
@@ -121,14 +123,32 @@ PyObject* Take(PyObject*, PyObject*) {
   if (out == nullptr) return nullptr;
   for (size_t i = 0; i < items.size(); ++i) {
     const auto& item = items[i];
-    PyObject* entry = nullptr;
-    if (item.cancelled) {
-      entry = Py_BuildValue("(KOO)", static_cast<unsigned long long>(item.id), Py_None, Py_None);
+    bool has_data = item.kind == triton_mp::ItemKind::kCall ||
+                    item.kind == triton_mp::ItemKind::kStreamMessage;
+    bool has_metadata = item.kind == triton_mp::ItemKind::kCall ||
+                        item.kind == triton_mp::ItemKind::kStreamOpen;
+    PyObject* data = nullptr;
+    PyObject* md = nullptr;
+    if (has_data) {
+      data = BytesOf(item.data);
     } else {
-      PyObject* data = BytesOf(item.data);
-      PyObject* md = data ? MetadataOf(item.metadata) : nullptr;
-      if (md) entry = Py_BuildValue("(KNN)", static_cast<unsigned long long>(item.id), data, md);
-      else Py_XDECREF(data);
+      data = Py_None;
+      Py_INCREF(data);
+    }
+    if (data != nullptr) {
+      if (has_metadata) {
+        md = MetadataOf(item.metadata);
+      } else {
+        md = Py_None;
+        Py_INCREF(md);
+      }
+    }
+    PyObject* entry = nullptr;
+    if (data != nullptr && md != nullptr) {
+      entry = Py_BuildValue("(KiNN)", static_cast<unsigned long long>(item.id),
+                            static_cast<int>(item.kind), data, md);
+    } else {
+      Py_XDECREF(data);
     }
     if (entry == nullptr) {
       Py_DECREF(out);
@@ -139,8 +159,13 @@ PyObject* Take(PyObject*, PyObject*) {
   return out;
 }
 
-// reply(id, code, details, response) -> bool: the answer to a taken call (code 0: the
-// response bytes; else the status and details). False: the call is gone.
+grpc::ByteBuffer BufferOf(const Py_buffer& bytes) {
+  grpc::Slice slice(bytes.buf, static_cast<size_t>(bytes.len));
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+// reply(id, code, details, response) -> bool: the end of a taken call (code 0: OK, with a
+// unary call's response bytes; else the status and details). False: the call is gone.
 PyObject* Reply(PyObject*, PyObject* args) {
   unsigned long long id;
   int code;
@@ -153,12 +178,22 @@ PyObject* Reply(PyObject*, PyObject* args) {
   triton_mp::Handoff* h = CurrentHandoff();
   bool delivered = false;
   if (h) {
-    grpc::Slice slice(response.buf, static_cast<size_t>(response.len));
-    grpc::ByteBuffer buffer(&slice, 1);
     grpc::Status status(static_cast<grpc::StatusCode>(code),
                         std::string(details, static_cast<size_t>(details_len)));
-    delivered = h->Reply(id, std::move(status), std::move(buffer));
+    delivered = h->Reply(id, std::move(status), BufferOf(response));
   }
+  PyBuffer_Release(&response);
+  return PyBool_FromLong(delivered);
+}
+
+// write(id, response) -> bool: one response message of a taken stream, before its end.
+// False: the call is gone.
+PyObject* Write(PyObject*, PyObject* args) {
+  unsigned long long id;
+  Py_buffer response;
+  if (!PyArg_ParseTuple(args, "Ky*", &id, &response)) return nullptr;
+  triton_mp::Handoff* h = CurrentHandoff();
+  bool delivered = h != nullptr && h->Write(id, BufferOf(response));
   PyBuffer_Release(&response);
   return PyBool_FromLong(delivered);
 }
@@ -168,7 +203,8 @@ PyMethodDef kMethods[] = {
     {"stop", Stop, METH_VARARGS, "Stop serving (grace in seconds) and join the thread."},
     {"handoff_fd", HandoffFd, METH_NOARGS, "The eventfd readable when take() has items."},
     {"take", Take, METH_NOARGS, "The handed-off calls and cancellations queued so far."},
-    {"reply", Reply, METH_VARARGS, "Answer a handed-off call: (id, code, details, bytes)."},
+    {"reply", Reply, METH_VARARGS, "End a handed-off call: (id, code, details, bytes)."},
+    {"write", Write, METH_VARARGS, "A handed-off stream's next message: (id, bytes)."},
     {nullptr, nullptr, 0, nullptr},
 };
 

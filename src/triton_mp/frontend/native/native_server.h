@@ -1,5 +1,6 @@
-// The native gRPC server of one frontend process: owns the public gRPC port, hands unary
-// ModelInfer calls to the Python frontend in process (Handoff) and relays every other call
+// The native gRPC server of one frontend process: owns the public gRPC port, hands
+// ModelInfer and ModelStreamInfer calls to the Python frontend in process (Handoff) and
+// relays every other call
 // to the Python grpc.aio server on a private unix socket (ProxyCall), and runs one
 // completion-queue thread that never takes the GIL.
 #ifndef TRITON_MP_NATIVE_NATIVE_SERVER_H_
@@ -25,7 +26,7 @@ struct NativeServerOptions {
   // grpc core args of the public port, as the Python server's (frontend.main.grpc_options:
   // message limits, grpc.so_reuseport, keepalive, grpc.default_compression_level)
   std::vector<std::pair<std::string, int>> channel_args;
-  bool handoff = false;     // unary ModelInfer goes to Python in process (handoff.h)
+  bool handoff = false;     // ModelInfer and ModelStreamInfer go to Python in process
   int pending_calls = 8;      // calls armed ahead on the completion queue
 };
 

@@ -31,6 +31,7 @@ void ProxyCall::Complete(void (ProxyCall::*step)(bool), bool ok) {
 
 namespace {
 const char kModelInfer[] = "/inference.GRPCInferenceService/ModelInfer";
+const char kModelStreamInfer[] = "/inference.GRPCInferenceService/ModelStreamInfer";
 }  // namespace
 
 void ProxyCall::OnNew(bool ok) {
@@ -41,6 +42,10 @@ void ProxyCall::OnNew(bool ok) {
   if (target_.handoff != nullptr && server_ctx_.method() == kModelInfer) {
     Start(&request_read_op_);
     server_stream_.Read(&up_, &request_read_op_);
+    return;
+  }
+  if (target_.handoff != nullptr && server_ctx_.method() == kModelStreamInfer) {
+    OpenStream();
     return;
   }
   StartBackend();
@@ -60,10 +65,15 @@ void ProxyCall::OnRequestRead(bool ok) {
   handoff_id_ = target_.handoff->Submit(this, std::move(up_), std::move(metadata));
 }
 
-void ProxyCall::Deliver(grpc::Status status, grpc::ByteBuffer response) {
+void ProxyCall::Deliver(grpc::Status status, grpc::ByteBuffer response, bool final) {
+  if (!final) {  // a stream's message
+    QueueStreamMessage(std::move(response));
+    return;
+  }
   reply_status_ = std::move(status);
   reply_ = std::move(response);
-  Complete(&ProxyCall::OnReply, true);  // the reserved reply op completes here
+  // the reserved reply op completes here
+  Complete(stream_ ? &ProxyCall::OnStreamEnded : &ProxyCall::OnReply, true);
 }
 
 void ProxyCall::OnReply(bool) {

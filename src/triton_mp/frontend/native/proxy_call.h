@@ -10,6 +10,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <deque>
 #include <memory>
 
 #include "cq_tag.h"
@@ -36,6 +37,12 @@ struct ProxyTarget {
 //   ARMED -> (new call) READING -> (request read) HANDED (Python has it, the reply op is
 //   reserved) -> (reply: Deliver) FINISHING -> COMPLETE; or HANDED -> (client gone)
 //   withdrawn.
+// So does a ModelStreamInfer with a handoff (stream_call.cc):
+//   ARMED -> (new call) OPEN (Python has it, its end is reserved):
+//     up   = client Read -> Push to Python -> client Read ... -> (half-close) HalfClose
+//     down = (Python's message: Deliver) queued -> client Write -> next queued ...
+//   -> (Python's end: Deliver final) the queued messages written -> FINISHING -> COMPLETE;
+//   or OPEN -> (client gone) withdrawn.
 // The object deletes itself when COMPLETE, or at shutdown, once no op is pending.
 class ProxyCall final : public Awaiting {
  public:
@@ -50,7 +57,7 @@ class ProxyCall final : public Awaiting {
   ProxyCall(const ProxyCall&) = delete;
   ProxyCall& operator=(const ProxyCall&) = delete;
 
-  void Deliver(grpc::Status status, grpc::ByteBuffer response) override;
+  void Deliver(grpc::Status status, grpc::ByteBuffer response, bool final) override;
 
  private:
   explicit ProxyCall(const ProxyTarget& target);
@@ -59,6 +66,16 @@ class ProxyCall final : public Awaiting {
   void StartBackend();
   void OnRequestRead(bool ok);
   void OnReply(bool ok);
+
+  // The handed-off stream (stream_call.cc).
+  void OpenStream();
+  void ReadStream();
+  void OnStreamRead(bool ok);
+  void QueueStreamMessage(grpc::ByteBuffer message);
+  void WriteStreamMessage();
+  void OnStreamWritten(bool ok);
+  void OnStreamEnded(bool ok);
+  void FinishStreamIfIdle();
 
   void OnNew(bool ok);
   void OnStarted(bool ok);
@@ -95,11 +112,20 @@ class ProxyCall final : public Awaiting {
   Op<ProxyCall> client_finished_op_{this, &ProxyCall::OnClientFinished};
   Op<ProxyCall> done_op_{this, &ProxyCall::OnDone};
   Op<ProxyCall> request_read_op_{this, &ProxyCall::OnRequestRead};
+  Op<ProxyCall> stream_read_op_{this, &ProxyCall::OnStreamRead};
+  Op<ProxyCall> stream_written_op_{this, &ProxyCall::OnStreamWritten};
 
   // The handoff's reply (Deliver).
   grpc::Status reply_status_;
   grpc::ByteBuffer reply_;
   uint64_t handoff_id_ = 0;   // nonzero: handed to Python, reply not yet delivered
+
+  // The handed-off stream: Python's messages not yet written (the front one is being
+  // written while stream_writing_), and whether Python ended it (reply_status_ says how).
+  std::deque<grpc::ByteBuffer> outbox_;
+  bool stream_ = false;
+  bool stream_writing_ = false;
+  bool stream_ended_ = false;
 
   int pending_ = 0;           // ops handed to the completion queue and not yet back
   bool started_ = false;      // a client call arrived (RequestCall completed ok)

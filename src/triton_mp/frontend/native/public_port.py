@@ -51,8 +51,8 @@ class NativePort:
     Args:
         address: the public ``host:port``.
         channel_args: the Python server's grpc core channel arguments, applied to the port.
-        servicer: the InferenceServicer that serves unary ModelInfer in process
-            (``handoff``); None: ModelInfer is relayed to the Python server like the rest.
+        servicer: the InferenceServicer that serves ModelInfer and ModelStreamInfer in
+            process (``handoff``); None: they are relayed to the Python server like the rest.
     """
 
     def __init__(

@@ -1,0 +1,205 @@
+"""The Python side of the native handoff (``frontend.native.handoff.Handoff``), without a
+native server: a fake extension queues entries as ``handoff.cc`` does and records what
+Python writes and replies; a fake servicer stands in for ``InferenceServicer``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+
+from triton_mp._proto import grpc_service_pb2 as pb
+from triton_mp.frontend.grpc.wire import MALFORMED
+from triton_mp.frontend.native.handoff import CALL, END, GONE, MESSAGE, OPEN, Handoff
+
+
+class FakeNative:
+    """``_native``'s handoff functions: ``queue`` what take() returns next; ``sent`` holds
+    every write ("write", id, bytes) and reply ("reply", id, code, details, bytes)."""
+
+    def __init__(self) -> None:
+        self.fd = os.eventfd(0, os.EFD_NONBLOCK)
+        self.items: list[tuple[int, int, bytes | None, Any]] = []
+        self.sent: list[tuple[Any, ...]] = []
+
+    def queue(self, *items: tuple[int, int, bytes | None, Any]) -> None:
+        self.items.extend(items)
+        os.eventfd_write(self.fd, 1)
+
+    def handoff_fd(self) -> int:
+        return self.fd
+
+    def take(self) -> list[tuple[int, int, bytes | None, Any]]:
+        out, self.items = self.items, []
+        return out
+
+    def reply(self, call_id: int, code: int, details: str, data: bytes) -> bool:
+        self.sent.append(("reply", call_id, code, details, bytes(data)))
+        return True
+
+    def write(self, call_id: int, data: bytes) -> bool:
+        self.sent.append(("write", call_id, bytes(data)))
+        return True
+
+
+def response(rid: str) -> pb.ModelStreamInferResponse:
+    return pb.ModelStreamInferResponse(infer_response=pb.ModelInferResponse(id=rid))
+
+
+class FakeServicer:
+    """Answers each stream request with one response per ``repeat`` parameter (default 1)
+    carrying its id, "abort" aborts the stream, "boom" raises; ``seen`` records what the
+    stream handler got (ids, or MALFORMED) and whether it was cancelled."""
+
+    def __init__(self) -> None:
+        self.seen: list[object] = []
+        self.metadata: list[object] = []
+
+    def parse_infer(self, data: bytes) -> Any:
+        return data
+
+    async def ModelInfer(self, request: Any, context: Any) -> bytes:  # noqa: N802
+        return b"answer:" + request
+
+    async def ModelStreamInfer(  # noqa: N802
+        self, request_iterator: Any, context: Any
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        self.metadata.append(tuple(context.invocation_metadata()))
+        try:
+            async for request in request_iterator:
+                if request is MALFORMED:
+                    self.seen.append(MALFORMED)
+                    break
+                self.seen.append(request.id)
+                if request.id == "abort":
+                    await context.abort(grpc.StatusCode.INTERNAL, "stopped")
+                if request.id == "boom":
+                    raise ValueError("boom")
+                if request.id == "slow":
+                    await asyncio.sleep(60)
+                repeat = request.parameters["repeat"].int64_param or 1
+                for _ in range(repeat):
+                    yield response(request.id)
+        except asyncio.CancelledError:
+            self.seen.append("cancelled")
+            raise
+
+
+def request(rid: str, repeat: int = 0) -> bytes:
+    req = pb.ModelInferRequest(model_name="m", id=rid)
+    if repeat:
+        req.parameters["repeat"].int64_param = repeat
+    return bytes(req.SerializeToString())
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def run(native: FakeNative, servicer: FakeServicer, *batches: list[Any]) -> None:
+    handoff = Handoff(native, servicer)
+    handoff.start(asyncio.get_running_loop())
+    try:
+        for batch in batches:
+            native.queue(*batch)
+            await settle()
+    finally:
+        handoff.stop()
+
+
+def writes(native: FakeNative, call_id: int) -> list[str]:
+    return [
+        pb.ModelStreamInferResponse.FromString(s[2]).infer_response.id
+        for s in native.sent
+        if s[0] == "write" and s[1] == call_id
+    ]
+
+
+def test_a_streams_messages_are_served_in_order_then_its_end() -> None:
+    native, servicer = FakeNative(), FakeServicer()
+    asyncio.run(
+        run(
+            native,
+            servicer,
+            [(7, OPEN, None, (("triton_grpc_error", "true"),)), (7, MESSAGE, request("a"), None)],
+            [(7, MESSAGE, request("b", repeat=3), None), (7, MESSAGE, request("c"), None)],
+            [(7, END, None, None)],
+        )
+    )
+    assert servicer.metadata == [(("triton_grpc_error", "true"),)]
+    assert servicer.seen == ["a", "b", "c"]
+    assert writes(native, 7) == ["a", "b", "b", "b", "c"]
+    assert native.sent[-1] == ("reply", 7, 0, "", b"")
+
+
+def test_a_stream_waits_for_its_half_close() -> None:
+    native, servicer = FakeNative(), FakeServicer()
+    asyncio.run(run(native, servicer, [(1, OPEN, None, ()), (1, MESSAGE, request("a"), None)]))
+    assert writes(native, 1) == ["a"]
+    assert [s for s in native.sent if s[0] == "reply"] == []
+
+
+def test_two_streams_are_kept_apart() -> None:
+    native, servicer = FakeNative(), FakeServicer()
+    asyncio.run(
+        run(
+            native,
+            servicer,
+            [(1, OPEN, None, ()), (2, OPEN, None, ()), (2, MESSAGE, request("x"), None)],
+            [(1, MESSAGE, request("y"), None), (2, END, None, None), (1, END, None, None)],
+        )
+    )
+    assert (writes(native, 1), writes(native, 2)) == (["y"], ["x"])
+    assert {s[1] for s in native.sent if s[0] == "reply"} == {1, 2}
+
+
+@pytest.mark.parametrize(
+    ("rid", "code", "details"),
+    [
+        ("abort", grpc.StatusCode.INTERNAL.value[0], "stopped"),
+        ("boom", grpc.StatusCode.UNKNOWN.value[0], "Unexpected <class 'ValueError'>: boom"),
+    ],
+)
+def test_a_streams_status_is_the_handlers(rid: str, code: int, details: str) -> None:
+    native, servicer = FakeNative(), FakeServicer()
+    asyncio.run(run(native, servicer, [(3, OPEN, None, ()), (3, MESSAGE, request(rid), None)]))
+    assert native.sent == [("reply", 3, code, details, b"")]
+
+
+def test_a_message_that_does_not_parse_reaches_the_handler_as_malformed() -> None:
+    native, servicer = FakeNative(), FakeServicer()
+    asyncio.run(
+        run(
+            native,
+            servicer,
+            [(4, OPEN, None, ()), (4, MESSAGE, b"\x0a\x05ab", None)],
+            [(4, MESSAGE, request("late"), None)],
+        )
+    )
+    assert servicer.seen == [MALFORMED]
+    assert native.sent == [("reply", 4, 0, "", b"")]
+
+
+def test_a_gone_stream_cancels_its_handler_and_replies_nothing() -> None:
+    native, servicer = FakeNative(), FakeServicer()
+    asyncio.run(
+        run(
+            native,
+            servicer,
+            [(5, OPEN, None, ()), (5, MESSAGE, request("slow"), None)],
+            [(5, GONE, None, None), (5, MESSAGE, request("late"), None)],
+        )
+    )
+    assert servicer.seen == ["slow", "cancelled"]
+    assert native.sent == []
+
+
+def test_a_unary_call_is_answered() -> None:
+    native, servicer = FakeNative(), FakeServicer()
+    asyncio.run(run(native, servicer, [(9, CALL, b"q", ())]))
+    assert native.sent == [("reply", 9, 0, "", b"answer:q")]
