@@ -15,9 +15,9 @@ from collections.abc import Iterator
 import grpc
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 
-from tests.e2e.test_fuzz import BYTES_MODEL, FUZZ_SETTINGS, infer_requests
+from tests.e2e.test_fuzz import BYTES_MODEL, FUZZ_EXAMPLES, FUZZ_SETTINGS, infer_requests
 from tests.helpers.fault_models import write_faulty_model
 from tests.helpers.repos import copy_models, write_python_model
 from tests.helpers.server import ServerProcess, server_factory
@@ -242,9 +242,10 @@ def test_fuzzed_requests_in_a_stream_get_pythons_answers(
 ) -> None:
     """test_fuzz's malformed ModelInferRequests, each in a stream before a good request, sent
     to both servers: the same messages (or, with two bad parameters, whose order protobuf
-    maps do not fix, the same kinds) and the same status."""
+    maps do not fix, the same kinds) and the same status. A quarter of test_fuzz's examples:
+    the words are the unary fuzz's (test_native_grpc); this checks the stream carries them."""
 
-    @FUZZ_SETTINGS
+    @settings(FUZZ_SETTINGS, max_examples=max(1, FUZZ_EXAMPLES // 4))
     @given(req=infer_requests())
     def one(req: pb.ModelInferRequest) -> None:
         messages = [req.SerializeToString(), add_sub("good")]
