@@ -50,7 +50,8 @@ def _pid_of(server: ServerProcess, pattern: str) -> int:
 
 def _batches_started(server: ServerProcess) -> int:
     """Batches the workers logged as started (``--log-verbose 1``); a request a frontend
-    handed to an idle instance itself (``frontend.direct``) runs as a batch of negative id."""
+    handed to an idle instance itself (``frontend.dispatch.direct``) runs as a batch of negative
+    id."""
     return len(re.findall(r"batch -?\d+ started", server.log()))
 
 

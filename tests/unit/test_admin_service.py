@@ -25,10 +25,10 @@ from triton_mp.cli.admin_client import (
     status_from_proto,
 )
 from triton_mp.common.errors import ErrorCode
+from triton_mp.frontend.admin.stats import StatsApi
+from triton_mp.frontend.dispatch.pending import PendingTable
 from triton_mp.frontend.grpc.admin_service import AdminServicer, status_to_proto
 from triton_mp.frontend.model_table import ModelTable
-from triton_mp.frontend.pending import PendingTable
-from triton_mp.frontend.stats_api import StatsApi
 from triton_mp.ipc import Decoder, SegmentCache
 from triton_mp.ipc.messages import QueueQuery, QueueReply, ToScheduler
 from triton_mp.ipc.reports import BatchRecord, InstanceStatus, LevelStatus, ModelQueueStatus

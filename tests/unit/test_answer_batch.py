@@ -1,5 +1,5 @@
 """One answer per batch and frontend (``workers.answer_batch``) and its accounting at the
-frontend (``frontend.pending.PendingTable`` with ``ipc.tensor_pool.SharedBlocks``).
+frontend (``frontend.dispatch.pending.PendingTable`` with ``ipc.tensor_pool.SharedBlocks``).
 
 No processes: the worker's arena and a "frontend" ``SegmentCache`` in this process. The
 block of an ``AnswerBatch`` must be freed exactly once, after the last response naming it is
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.frontend.pending import PendingTable
+from triton_mp.frontend.dispatch.pending import PendingTable
 from triton_mp.ipc import codec
 from triton_mp.ipc.messages import (
     AnswerBatch,

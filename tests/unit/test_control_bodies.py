@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
-from triton_mp.frontend.client_shm import check_shm_key
 from triton_mp.frontend.http.control_bodies import (
     as_object,
     cuda_register_body,
@@ -19,6 +18,7 @@ from triton_mp.frontend.http.control_bodies import (
     unload_dependents,
 )
 from triton_mp.frontend.model_table import version_number
+from triton_mp.frontend.shm.system import check_shm_key
 
 HANDLE = bytes(range(64))
 B64 = base64.b64encode(HANDLE).decode()

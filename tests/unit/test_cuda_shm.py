@@ -1,11 +1,11 @@
-"""The CUDA shared-memory region table (frontend.cuda_shm), process-free."""
+"""The CUDA shared-memory region table (frontend.shm.cuda), process-free."""
 
 from __future__ import annotations
 
 import pytest
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.frontend.cuda_shm import INVALID_ARGS, CudaShmRegistry
+from triton_mp.frontend.shm.cuda import INVALID_ARGS, CudaShmRegistry
 
 H = bytes(64)
 

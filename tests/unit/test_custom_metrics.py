@@ -1,7 +1,7 @@
 """Custom metrics from python workers to ``GET /metrics``, without processes.
 
 The board (``ipc.metric_board``) is written by ``pb_utils`` through ``backends.python.metrics``
-and read by ``frontend.custom_metrics`` in this one process; the merge over several
+and read by ``frontend.metrics.custom`` in this one process; the merge over several
 instances and the text Triton writes are checked on plain data.
 """
 
@@ -16,8 +16,8 @@ import pytest
 
 from triton_mp.backends.python import metrics as python_metrics
 from triton_mp.backends.python import pb_utils
-from triton_mp.frontend import custom_metrics as cm
-from triton_mp.frontend.metrics_render import MetricsSnapshot, render
+from triton_mp.frontend.metrics import custom as cm
+from triton_mp.frontend.metrics.render import MetricsSnapshot, render
 from triton_mp.ipc.metric_board import (
     HEADER,
     BoardFamily,

@@ -1,4 +1,5 @@
-"""The direct handoff (``ipc.direct``, ``scheduler.direct``, ``frontend.direct``), process-free.
+"""The direct handoff (``ipc.direct``, ``scheduler.direct``, ``frontend.dispatch.direct``),
+process-free.
 
 The scheduler's decisions run on the recording harness with fake leases: which idle
 instances are offered, when offers are taken back, what a frontend's ``DirectSent`` and the
@@ -22,10 +23,10 @@ from tests.unit.scheduler_harness import US, Harness, model_spec
 from tests.unit.test_inference import Frontend, _request
 from triton_mp.common.errors import ErrorCode
 from triton_mp.common.trace_config import TraceLevel
-from triton_mp.frontend.client_shm import SystemShmRegistry
-from triton_mp.frontend.direct import DirectRoutes
+from triton_mp.frontend.dispatch.direct import DirectRoutes
 from triton_mp.frontend.inference import Inference
-from triton_mp.frontend.tracer import Trace
+from triton_mp.frontend.shm.system import SystemShmRegistry
+from triton_mp.frontend.tracing.tracer import Trace
 from triton_mp.ipc import Ring
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.direct import DirectRoute, Lease, create_lease, handoff_eligible

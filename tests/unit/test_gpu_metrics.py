@@ -1,4 +1,4 @@
-"""Triton's GPU metric families (frontend.gpu_metrics) over the test-only fake NVML."""
+"""Triton's GPU metric families (frontend.metrics.gpu) over the test-only fake NVML."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import re
 import pytest
 
 from triton_mp.common.gpus import FakeNvml, Gpu, GpuSample
-from triton_mp.frontend.gpu_metrics import GPU_FAMILIES, GpuGauges
-from triton_mp.frontend.metrics_render import MetricsSnapshot, render
+from triton_mp.frontend.metrics.gpu import GPU_FAMILIES, GpuGauges
+from triton_mp.frontend.metrics.render import MetricsSnapshot, render
 
 A = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
 B = "GPU-bbbbbbbb-0000-0000-0000-000000000000"

@@ -23,14 +23,14 @@ from tests.unit.fake_frontend import (
 )
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp._proto import model_config_pb2 as mc
-from triton_mp.frontend.client_shm import SystemShmRegistry
+from triton_mp.frontend.dispatch.pending import PendingTable
+from triton_mp.frontend.dispatch.ticket import InferResult
 from triton_mp.frontend.grpc.messages import ResponseHeads, infer_response_bytes
 from triton_mp.frontend.grpc.servicer import InferenceServicer
 from triton_mp.frontend.grpc.wire import MALFORMED, PARSE_FAILURE, split_infer_request
 from triton_mp.frontend.inference import Inference
-from triton_mp.frontend.pending import PendingTable
-from triton_mp.frontend.ticket import InferResult
-from triton_mp.frontend.tracer import Tracer
+from triton_mp.frontend.shm.system import SystemShmRegistry
+from triton_mp.frontend.tracing.tracer import Tracer
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -15,8 +15,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
+from triton_mp.frontend.admin.server import ServerMetadata
 from triton_mp.frontend.http.routes import HTTP_STATUS, HttpFrontend, raw_model_name
-from triton_mp.frontend.server_api import ServerMetadata
 
 
 class FakeCore:

@@ -26,11 +26,11 @@ from tests.unit.fake_frontend import (
     table,
 )
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
-from triton_mp.frontend.client_shm import SystemShmRegistry
+from triton_mp.frontend.dispatch.pending import PendingTable
 from triton_mp.frontend.inference import STOPPING_MESSAGE, Inference
 from triton_mp.frontend.model_table import ModelTable
-from triton_mp.frontend.pending import PendingTable
 from triton_mp.frontend.request import InferenceRequest, InputTensor, RequestedOutput
+from triton_mp.frontend.shm.system import SystemShmRegistry
 from triton_mp.ipc.messages import CancelRequest, InferRequest, ReplyTo, Requester, SequenceFlags
 from triton_mp.ipc.ring import RecordTooLarge
 

@@ -1,4 +1,4 @@
-"""Known requests (``frontend.known_requests``, ``Inference.submit_known``): a request that
+"""Known requests (``frontend.dispatch.known_requests``, ``Inference.submit_known``): a request that
 passed once is sent again straight from its raw bytes, and everything that could make a
 later one differ takes the full path. No process: the fakes of ``fake_frontend``."""
 
@@ -22,10 +22,9 @@ from tests.unit.fake_frontend import (
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import InvalidRequest
 from triton_mp.common.trace_config import TraceLevel
-from triton_mp.frontend.client_shm import Region, SystemShmRegistry
+from triton_mp.frontend.dispatch.known_requests import KnownRequests, known_request
+from triton_mp.frontend.dispatch.pending import PendingTable
 from triton_mp.frontend.inference import Inference
-from triton_mp.frontend.known_requests import KnownRequests, known_request
-from triton_mp.frontend.pending import PendingTable
 from triton_mp.frontend.request import (
     InferenceRequest,
     InputTensor,
@@ -34,7 +33,8 @@ from triton_mp.frontend.request import (
     int64_parameter,
     string_parameter,
 )
-from triton_mp.frontend.tracer import Trace
+from triton_mp.frontend.shm.system import Region, SystemShmRegistry
+from triton_mp.frontend.tracing.tracer import Trace
 from triton_mp.frontend.validation.request import validate_request
 
 pytestmark = pytest.mark.timeout(30)

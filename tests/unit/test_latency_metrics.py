@@ -1,5 +1,5 @@
 """``--metrics-config histogram_latencies=true``: the first-response histograms a frontend
-writes on its board and the metrics frontend reads (``frontend.latency_metrics``), without a
+writes on its board and the metrics frontend reads (``frontend.metrics.latency``), without a
 server."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from google.protobuf import text_format
 
 from triton_mp._proto import model_config_pb2 as mc
-from triton_mp.frontend import custom_metrics as cm
-from triton_mp.frontend.latency_metrics import (
+from triton_mp.frontend.metrics import custom as cm
+from triton_mp.frontend.metrics.latency import (
     DEFAULT_BUCKETS,
     FirstResponseHistograms,
     buckets_of,

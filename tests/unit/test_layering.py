@@ -6,7 +6,7 @@ Checked on the source with ``ast`` (no imports executed):
 - ``ipc`` imports nothing from the role packages;
 - only ``frontend`` imports grpc or aiohttp (and ``cli/admin_client``, the ``stat`` client,
   grpc); the frontend's transport-free core (everything but its ``grpc/`` and ``http/``
-  adapters, ``kserve``, ``metrics`` and ``main``) imports neither, nor protobuf, nor any
+  adapters, ``kserve``, ``metrics.endpoint`` and ``main``) imports neither, nor protobuf, nor any
   wire proto, nor an adapter; the HTTP codec is testable on bytes (no aiohttp);
 - only ``backends`` import onnxruntime or tensorrt, and backends and ``model_config`` import
   no process role;
@@ -149,7 +149,7 @@ def test_only_frontend_imports_aiohttp() -> None:
 FRONTEND = PKG / "frontend"
 FRONTEND_ADAPTERS = ("grpc", "http", "native")
 """The frontend's transport packages (native: the C++ gRPC server and its binding)."""
-FRONTEND_SHELL = ("main.py", "metrics.py", "kserve.py")
+FRONTEND_SHELL = ("main.py", "metrics/endpoint.py", "kserve.py")
 """Frontend modules outside the core: the process shell, the metrics endpoint (aiohttp) and
 the proto forms of the core's answers both transports use."""
 CORE_PROTOS = {"triton_mp._proto.model_config_pb2"}
@@ -179,7 +179,7 @@ def test_frontend_core_speaks_no_transport() -> None:
     no wire proto (the ModelConfig proto is the model's configuration, not a wire form)."""
     core = _frontend_core()
     names = {p.relative_to(FRONTEND).as_posix() for p in core}
-    assert {"inference.py", "ticket.py", "request.py", "validation/request.py"} <= names
+    assert {"inference.py", "dispatch/ticket.py", "request.py", "validation/request.py"} <= names
     for path in core:
         rel = path.relative_to(PKG)
         imports = _imported_names(path)
@@ -192,7 +192,7 @@ def test_frontend_core_speaks_no_transport() -> None:
 def test_frontend_core_imports_no_adapter() -> None:
     """Adapters import the core, never the other way round."""
     adapters = [f"triton_mp.frontend.{a}" for a in FRONTEND_ADAPTERS] + [
-        f"triton_mp.frontend.{m.removesuffix('.py')}" for m in FRONTEND_SHELL
+        f"triton_mp.frontend.{m.removesuffix('.py').replace('/', '.')}" for m in FRONTEND_SHELL
     ]
     for path in _frontend_core():
         imports = _imported_names(path)

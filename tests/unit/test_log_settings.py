@@ -16,7 +16,7 @@ from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp.common import log as common_log
 from triton_mp.common.errors import ErrorCode
 from triton_mp.common.log import LogSettings, apply_log_settings
-from triton_mp.frontend.log_control import LogControl
+from triton_mp.frontend.admin.logs import LogControl
 from triton_mp.frontend.validation.log_settings import (
     settings_json,
     update_from_grpc,

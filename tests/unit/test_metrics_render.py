@@ -20,16 +20,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.unit.fake_queues import busy_cls, idle_add_sub, instance, level
 from triton_mp.common.errors import StartupError
-from triton_mp.frontend.host_metrics import CpuSample, ProcessMemory, cpu_utilization
-from triton_mp.frontend.metrics import MetricsEndpoint
-from triton_mp.frontend.metrics_render import (
+from triton_mp.frontend.dispatch.pending import PendingTable
+from triton_mp.frontend.metrics.endpoint import MetricsEndpoint
+from triton_mp.frontend.metrics.host import CpuSample, ProcessMemory, cpu_utilization
+from triton_mp.frontend.metrics.render import (
     FAILURE_REASONS,
     TRITON_COUNTERS,
     MetricsSnapshot,
     batch_size_buckets,
     render,
 )
-from triton_mp.frontend.pending import PendingTable
 from triton_mp.ipc import Decoder, SegmentCache
 from triton_mp.ipc.messages import QueueQuery, QueueReply, StatsQuery, StatsReply, ToScheduler
 from triton_mp.ipc.reports import ModelStats, StatDuration

@@ -1,4 +1,4 @@
-"""``frontend.pending.PendingTable``: preserve_ordering holds responses until every earlier
+"""``frontend.dispatch.pending.PendingTable``: preserve_ordering holds responses until every earlier
 request of the same model has been answered; errors go at once; a decoupled request's sink
 gets every response; the drain's idle event. No shared memory: the requests own no blocks."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from triton_mp.common.errors import ErrorCode
-from triton_mp.frontend.pending import PendingTable
+from triton_mp.frontend.dispatch.pending import PendingTable
 from triton_mp.ipc import SegmentCache
 from triton_mp.ipc.messages import ErrorInfo, InferResponse, RequestFailed
 

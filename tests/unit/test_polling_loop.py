@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from triton_mp.frontend.polling_loop import PollingSelector
+from triton_mp.frontend.dispatch.polling_loop import PollingSelector
 from triton_mp.ipc import Inbox, Sender
 from triton_mp.ipc.notify import Wakeup, create_wakeup
 from triton_mp.ipc.ring import Ring

@@ -1,4 +1,4 @@
-"""The Redis store's behaviour when Redis fails (``frontend.redis_cache``): a fake client,
+"""The Redis store's behaviour when Redis fails (``frontend.cache.redis_store``): a fake client,
 a fake clock, no server."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import logging
 import pytest
 import redis
 
-from triton_mp.frontend.redis_cache import RETRY_AFTER_S, RedisStore, client_options
+from triton_mp.frontend.cache.redis_store import RETRY_AFTER_S, RedisStore, client_options
 
 
 class FlakyClient:

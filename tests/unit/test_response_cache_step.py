@@ -1,4 +1,4 @@
-"""The response cache's key, entry format and submit-path step (``frontend.response_cache``),
+"""The response cache's key, entry format and submit-path step (``frontend.cache.response``),
 and its flags (``cli.serving_flags``): no processes, a dict for a store."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from triton_mp.cli.serving_flags import (
     parse_rate_limit_resource,
 )
 from triton_mp.common.errors import TritonMPError
-from triton_mp.frontend.response_cache import (
+from triton_mp.frontend.cache.response import (
     BlobSegments,
     decode_entry,
     encode_entry,
@@ -136,11 +136,11 @@ from tests.unit.fake_frontend import (  # noqa: E402
     table,
 )
 from triton_mp._proto import model_config_pb2 as mc  # noqa: E402
-from triton_mp.frontend.client_shm import SystemShmRegistry  # noqa: E402
+from triton_mp.frontend.cache.response import ResponseCacheStep  # noqa: E402
+from triton_mp.frontend.dispatch.pending import PendingTable  # noqa: E402
 from triton_mp.frontend.inference import Inference  # noqa: E402
-from triton_mp.frontend.pending import PendingTable  # noqa: E402
 from triton_mp.frontend.request import InferenceRequest, InputTensor  # noqa: E402
-from triton_mp.frontend.response_cache import ResponseCacheStep  # noqa: E402
+from triton_mp.frontend.shm.system import SystemShmRegistry  # noqa: E402
 from triton_mp.ipc.control_messages import ModelEntry  # noqa: E402
 from triton_mp.ipc.messages import CacheOutcome  # noqa: E402
 

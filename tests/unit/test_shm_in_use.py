@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import pytest
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.frontend.client_shm import ClientShmApi, SystemShmRegistry
 from triton_mp.frontend.inference import holding_sink
+from triton_mp.frontend.shm.system import ClientShmApi, SystemShmRegistry
 from triton_mp.ipc.messages import ErrorInfo, InferResponse, RequestFailed
 
 

@@ -1,4 +1,4 @@
-"""Trace settings at run time (``frontend.trace_settings``): Triton's TraceManager rules for
+"""Trace settings at run time (``frontend.tracing.settings``): Triton's TraceManager rules for
 global and per-model settings, sampling by rate and count, and the trace files."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import pytest
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.common.trace_config import TraceConfig
-from triton_mp.frontend.trace_settings import (
+from triton_mp.frontend.tracing.settings import (
     NewSetting,
     TraceSettings,
     new_setting_from_grpc,
     new_setting_from_json,
 )
-from triton_mp.frontend.tracer import Tracer
+from triton_mp.frontend.tracing.tracer import Tracer
 
 
 def _settings(tmp_path: Path, **kw: object) -> TraceSettings:
@@ -145,7 +145,7 @@ def test_tracing_off_is_one_flag_until_a_setting_turns_it_on(tmp_path: Path) -> 
 def test_a_trace_file_that_cannot_be_written_logs_one_error_and_raises_nothing(
     tmp_path: Path, indexed: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from triton_mp.frontend.trace_settings import TraceFile
+    from triton_mp.frontend.tracing.settings import TraceFile
 
     trace_file = TraceFile(str(tmp_path / "missing-dir" / "t.json"))
     trace_file.save('{"id":1}', indexed=indexed)

@@ -18,7 +18,6 @@ from tests.unit.fake_frontend import model_entry, table
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
-from triton_mp.frontend.client_shm import SystemShmRegistry
 from triton_mp.frontend.grpc.messages import request_from_proto
 from triton_mp.frontend.request import (
     InferenceRequest,
@@ -30,6 +29,7 @@ from triton_mp.frontend.request import (
     string_parameter,
     uint64_parameter,
 )
+from triton_mp.frontend.shm.system import SystemShmRegistry
 from triton_mp.frontend.validation.parameters import check_correlation_id_type, sequence_id
 from triton_mp.frontend.validation.request import ValidRequest, validate_request
 from triton_mp.ipc.messages import SequenceFlags

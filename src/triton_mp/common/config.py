@@ -25,7 +25,7 @@ class CacheConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     kind: Literal["local", "redis"]
     """``local``: one shared-memory cache for every frontend (``ipc.response_cache``);
-    ``redis``: entries in a Redis server (``frontend.redis_cache``)."""
+    ``redis``: entries in a Redis server (``frontend.cache.redis_store``)."""
     settings: dict[str, str] = {}
     """The ``<key>=<value>`` pairs as given: ``size`` (bytes) for local; ``host``, ``port``
     and the redis cache's optional keys (``user``, ``password``, ``db``,
@@ -116,7 +116,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """``--metrics-interval-ms``: how often the CPU and GPU gauges are sampled."""
     metrics_config: tuple[tuple[str, str], ...] = ()
     """``--metrics-config`` (setting, value) pairs in order; acted on:
-    ``histogram_latencies=true`` (``frontend.latency_metrics``)."""
+    ``histogram_latencies=true`` (``frontend.metrics.latency``)."""
     min_compute_capability: Annotated[float, Meta(ge=0)] = 6.0
     """``--min-supported-compute-capability``: GPUs below it cannot be named by instance
     groups (Triton's TRITON_MIN_COMPUTE_CAPABILITY by default, ``common.gpus``)."""

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from triton_mp.frontend.client_shm import ClientShmApi
+from triton_mp.frontend.admin.logs import LogControl
+from triton_mp.frontend.admin.repository import RepositoryApi
+from triton_mp.frontend.admin.server import ServerApi
+from triton_mp.frontend.admin.stats import StatsApi
 from triton_mp.frontend.inference import Inference
-from triton_mp.frontend.log_control import LogControl
-from triton_mp.frontend.repository_api import RepositoryApi
-from triton_mp.frontend.server_api import ServerApi
-from triton_mp.frontend.stats_api import StatsApi
-from triton_mp.frontend.tracer import Tracer
+from triton_mp.frontend.shm.system import ClientShmApi
+from triton_mp.frontend.tracing.tracer import Tracer
 
 
 @dataclass(frozen=True, slots=True)

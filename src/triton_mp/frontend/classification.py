@@ -1,7 +1,7 @@
 """The classification extension: an output asked for with ``classification`` = k comes back
 as its top k classes, strings "<value>:<index>[:<label>]", instead of its values.
 
-Imported by ``frontend.ticket`` (applied to each successful response, before either
+Imported by ``frontend.dispatch.ticket`` (applied to each successful response, before either
 transport encodes it). Upstream server ``classification.cc`` ``TopkClassifications`` and
 the gRPC/HTTP response writers that call it:
 

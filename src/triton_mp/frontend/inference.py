@@ -23,17 +23,17 @@ from dataclasses import dataclass
 from typing import cast
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, ModelUnavailable, TritonMPError
+from triton_mp.frontend.cache.response import Hit, ResponseCacheStep, cache_enabled, cacheable
 from triton_mp.frontend.classification import Classify, classification
-from triton_mp.frontend.client_shm import SystemShmRegistry
-from triton_mp.frontend.direct import DirectRoutes
-from triton_mp.frontend.known_requests import KnownRequests, known_request, write_known
-from triton_mp.frontend.latency_metrics import FirstResponseHistograms, first_response_sink
+from triton_mp.frontend.dispatch.direct import DirectRoutes
+from triton_mp.frontend.dispatch.known_requests import KnownRequests, known_request, write_known
+from triton_mp.frontend.dispatch.pending import Answer, PendingTable
+from triton_mp.frontend.dispatch.ticket import Ticket
+from triton_mp.frontend.metrics.latency import FirstResponseHistograms, first_response_sink
 from triton_mp.frontend.model_table import Model, ModelTable
-from triton_mp.frontend.pending import Answer, PendingTable
 from triton_mp.frontend.request import InferenceRequest
-from triton_mp.frontend.response_cache import Hit, ResponseCacheStep, cache_enabled, cacheable
-from triton_mp.frontend.ticket import Ticket
-from triton_mp.frontend.tracer import Trace
+from triton_mp.frontend.shm.system import SystemShmRegistry
+from triton_mp.frontend.tracing.tracer import Trace
 from triton_mp.frontend.validation.request import ValidRequest, request_prefix, validate_request
 from triton_mp.frontend.validation.signature import SignatureCache
 from triton_mp.ipc import ArenaAllocator, BlockRef, SegmentCache, TensorRef, encode
@@ -141,12 +141,12 @@ class Inference:
         send_scheduler: pushes encoded bytes to the scheduler (raises TritonMPError
             UNAVAILABLE when the ring stays full, ``RecordTooLarge`` for an oversized one).
         clock_ns: the monotonic clock stamping ``arrival_ns``.
-        response_cache: the response cache step (``frontend.response_cache``); None when
+        response_cache: the response cache step (``frontend.cache.response``); None when
             the server has no cache.
-        direct: the routes to idle instances (``frontend.direct``); None hands nothing
+        direct: the routes to idle instances (``frontend.dispatch.direct``); None hands nothing
             directly.
         latency: the first-response histograms (``--metrics-config
-            histogram_latencies=true``, ``frontend.latency_metrics``); None: off.
+            histogram_latencies=true``, ``frontend.metrics.latency``); None: off.
 
     Attributes:
         draining: set by ``start_draining``: new requests are refused (UNAVAILABLE).
@@ -243,9 +243,9 @@ class Inference:
                 transport's endpoint, as Triton's does); None serves decoupled models.
             target: what ``admit`` returned for this request (its checks are not repeated
                 unless the model table changed meanwhile).
-            trace: the request's trace when it was sampled (``frontend.tracer``).
+            trace: the request's trace when it was sampled (``frontend.tracing.tracer``).
             known_key: the transport's name for the request without its tensor bytes and
-                id (``frontend.known_requests``); when it passes and qualifies, later
+                id (``frontend.dispatch.known_requests``); when it passes and qualifies, later
                 requests with this key may go through ``submit_known``. Only one
                 transport endpoint may use a key space (the key stands for its
                 ``decoupled_message`` too).
@@ -290,7 +290,7 @@ class Inference:
         classify: Classify | None,
         held: tuple[int, ...],
     ) -> None:
-        """Keep a request that passed as known (``frontend.known_requests``) if it
+        """Keep a request that passed as known (``frontend.dispatch.known_requests``) if it
         qualifies: no classification, and ``known_request``'s rules."""
         if classify is None and key not in self._known:
             known = known_request(request, valid, held, self._shm.generation)
@@ -305,7 +305,7 @@ class Inference:
     def submit_known(
         self, key: Hashable, client_id: str, raw: Sequence[bytes | memoryview]
     ) -> Ticket | None:
-        """``submit`` for a request whose key passed before (``frontend.known_requests``),
+        """``submit`` for a request whose key passed before (``frontend.dispatch.known_requests``),
         straight from its raw input bytes: no request object, no validation.
 
         Args:
@@ -462,7 +462,7 @@ class Inference:
         direct = self._direct
         try:
             if direct is not None and trace is None and direct.hand(desc):
-                # NOTE: handed to an idle instance of its version (``frontend.direct``).
+                # NOTE: handed to an idle instance of its version (``frontend.dispatch.direct``).
                 return
         except TritonMPError:
             self._pending.forget_request(rid)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from triton_mp._proto import grpc_service_pb2 as pb
-from triton_mp.frontend.repository_api import IndexEntry
-from triton_mp.frontend.server_api import ModelMetadata, ServerMetadata, TensorMetadata
+from triton_mp.frontend.admin.repository import IndexEntry
+from triton_mp.frontend.admin.server import ModelMetadata, ServerMetadata, TensorMetadata
 from triton_mp.ipc.reports import ModelStats, StatDuration
 
 

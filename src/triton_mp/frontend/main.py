@@ -8,7 +8,7 @@ which ``build_api`` assembles here.
 One asyncio loop runs the grpc.aio and aiohttp servers, every handler, and the inbox:
 answers from workers and the scheduler wake it through a FIFO it watches (``ipc.notify``),
 and it drains the rings in the same thread that hands answers to the tickets
-(``frontend.inbox``). SIGTERM (from the supervisor) starts a drain: new requests are
+(``frontend.dispatch.inbox``). SIGTERM (from the supervisor) starts a drain: new requests are
 refused, and the process waits until the accepted ones are answered (at most
 ``exit_timeout_s``), then exits.
 """
@@ -30,32 +30,32 @@ from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import StartupError, TritonMPError
 from triton_mp.common.log import configure_logging
 from triton_mp.common.platform import tune_gc
+from triton_mp.frontend.admin.control import SupervisorLink
+from triton_mp.frontend.admin.logs import LogControl
+from triton_mp.frontend.admin.repository import RepositoryApi
+from triton_mp.frontend.admin.server import ServerApi
+from triton_mp.frontend.admin.stats import StatsApi
 from triton_mp.frontend.api import FrontendApi
-from triton_mp.frontend.client_shm import DISABLED_MESSAGE, ClientShmApi, SystemShmRegistry
-from triton_mp.frontend.control import SupervisorLink
-from triton_mp.frontend.cuda_shm import CudaShmRegistry
-from triton_mp.frontend.direct import DirectRoutes
+from triton_mp.frontend.cache.response import ResponseCacheStep, cache_enabled
+from triton_mp.frontend.dispatch.direct import DirectRoutes
+from triton_mp.frontend.dispatch.inbox import InboxHandler
+from triton_mp.frontend.dispatch.pending import PendingTable
+from triton_mp.frontend.dispatch.polling_loop import PollingSelector
 from triton_mp.frontend.grpc.admin_service import AdminServicer
 from triton_mp.frontend.grpc.interceptor import RestrictedProtocolInterceptor
 from triton_mp.frontend.grpc.servicer import HealthServicer, InferenceServicer, add_to_server
 from triton_mp.frontend.header_forward import HeaderForward
 from triton_mp.frontend.http.routes import HttpFrontend
-from triton_mp.frontend.inbox import InboxHandler
 from triton_mp.frontend.inference import Inference
-from triton_mp.frontend.latency_metrics import FirstResponseHistograms
-from triton_mp.frontend.log_control import LogControl
-from triton_mp.frontend.metrics import MetricsEndpoint
+from triton_mp.frontend.metrics.endpoint import MetricsEndpoint
+from triton_mp.frontend.metrics.latency import FirstResponseHistograms
 from triton_mp.frontend.model_table import ModelTable
 from triton_mp.frontend.native import UNAVAILABLE, available
 from triton_mp.frontend.native.public_port import NativePort, choose
-from triton_mp.frontend.pending import PendingTable
-from triton_mp.frontend.polling_loop import PollingSelector
 from triton_mp.frontend.readiness import ReadinessChecks
-from triton_mp.frontend.repository_api import RepositoryApi
-from triton_mp.frontend.response_cache import ResponseCacheStep, cache_enabled
-from triton_mp.frontend.server_api import ServerApi
-from triton_mp.frontend.stats_api import StatsApi
-from triton_mp.frontend.tracer import Tracer
+from triton_mp.frontend.shm.cuda import CudaShmRegistry
+from triton_mp.frontend.shm.system import DISABLED_MESSAGE, ClientShmApi, SystemShmRegistry
+from triton_mp.frontend.tracing.tracer import Tracer
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.handshake import report_ready, report_start_failed
@@ -64,7 +64,7 @@ from triton_mp.ipc.response_cache import CacheStats, SharedResponseCache
 from triton_mp.ipc.topology import process_arena_prefix
 
 if TYPE_CHECKING:
-    from triton_mp.frontend.redis_cache import RedisStore
+    from triton_mp.frontend.cache.redis_store import RedisStore
 from triton_mp.ipc.specs import FrontendSpec
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ def build_api(
         response_cache: the response cache step; None without a cache.
         inbox: the inbox handler; the other frontends' trace settings updates it receives
             go to this frontend's tracer.
-        direct: the routes requests are handed to idle instances by (``frontend.direct``).
+        direct: the routes requests are handed to idle instances by (``frontend.dispatch.direct``).
     """
     fid = spec.frontend_id
     tracer = build_tracer(spec, send_peers)
@@ -170,7 +170,7 @@ def build_tracer(spec: FrontendSpec, send_peers: Callable[[bytes], None] | None 
     imported only then)."""
     exporter = None
     if spec.trace.mode == "opentelemetry" and spec.trace.enabled:
-        from triton_mp.frontend.otel import OtelExporter
+        from triton_mp.frontend.tracing.otel import OtelExporter
 
         exporter = OtelExporter(spec.trace)
     return Tracer(
@@ -342,7 +342,7 @@ def _open_cache(spec: FrontendSpec) -> SharedResponseCache | RedisStore | None:
     if spec.cache.kind == "local":
         return SharedResponseCache.attach(spec.cache_segment)
     # NOTE: imported here: only a server with a Redis cache loads the redis package.
-    from triton_mp.frontend.redis_cache import RedisStore
+    from triton_mp.frontend.cache.redis_store import RedisStore
 
     return RedisStore.connect(spec.cache.settings)
 
@@ -566,7 +566,7 @@ def run_frontend(spec_bytes: bytes, ready: Connection) -> int:
         "frontend", str(spec.frontend_id), lg.verbose, lg.format, levels=lg.levels, file=lg.file
     )
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # NOTE: the loop polls the inbox rings between events (frontend.polling_loop).
+    # NOTE: the loop polls the inbox rings between events (frontend.dispatch.polling_loop).
     selector = PollingSelector()
     with asyncio.Runner(loop_factory=lambda: asyncio.SelectorEventLoop(selector)) as runner:
         return runner.run(serve(spec, ready, selector))

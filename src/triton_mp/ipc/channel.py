@@ -106,7 +106,7 @@ class Inbox(Generic[T]):
     A semaphore inbox is waited on with ``wait``; a fifo inbox is watched through
     ``waiter.fileno()`` by an event loop, which calls ``waiter.clear()`` then ``drain()``, or
     polls ``has_pending`` between events and arms the wake-up only before it blocks
-    (``frontend.polling_loop``).
+    (``frontend.dispatch.polling_loop``).
     """
 
     def __init__(

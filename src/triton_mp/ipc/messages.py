@@ -172,7 +172,7 @@ class InferRequest(msgspec.Struct, frozen=True, kw_only=True, tag="infer", array
     sequence_flags: int = 0
     """``SEQUENCE_START`` (1) | ``SEQUENCE_END`` (2), from ``sequence_start``/``sequence_end``."""
     trace: TraceContext | None = None
-    """Set only for a sampled request (``frontend.tracer``)."""
+    """Set only for a sampled request (``frontend.tracing.tracer``)."""
 
 
 class ShmRegistered(msgspec.Struct, frozen=True, kw_only=True, tag="shm_reg", array_like=True):

@@ -1,7 +1,7 @@
 """Custom-metric boards: the values of a python model's ``pb_utils`` metrics in shared memory.
 
 Imported by python workers (``backends.python.metrics`` writes the board of its process) and
-by the frontend that serves ``GET /metrics`` (``frontend.custom_metrics`` reads every board
+by the frontend that serves ``GET /metrics`` (``frontend.metrics.custom`` reads every board
 of the server at scrape time).
 
 Why shared memory: ``metric.increment(v)`` must stay cheap (Triton's own tests scrape

@@ -2,7 +2,7 @@
 
 Created (zeroed) by the supervisor (``supervisor.wiring``) when ``--cache-config local,size=N``
 (or the deprecated ``--response-cache-byte-size N``) is given; attached by every frontend,
-which looks responses up and inserts them (``frontend.response_cache``), and read by frontend
+which looks responses up and inserts them (``frontend.cache.response``), and read by frontend
 0 for the ``nv_cache_*`` metrics. A hit therefore does not depend on which frontend a
 connection landed on. Entries are opaque bytes under a 16-byte key; this module knows nothing
 of requests or tensors. Imports numpy (the frontend's), so the scheduler never imports it.

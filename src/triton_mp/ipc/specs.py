@@ -434,7 +434,7 @@ class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
     metrics: MetricsSpec | None = None
     latency_histograms: bool = False
     """``--metrics-config histogram_latencies=true``: observe each request's first
-    response (``frontend.latency_metrics``; every frontend, whichever serves metrics)."""
+    response (``frontend.metrics.latency``; every frontend, whichever serves metrics)."""
     repository: str = ""
     """The model repository directory: RepositoryIndex lists models never loaded too."""
     """The metrics endpoint this frontend serves (frontend 0 only), or None."""
@@ -451,7 +451,7 @@ class FrontendSpec(msgspec.Struct, frozen=True, kw_only=True):
     cache_segment: str = ""
     """The local cache's shared segment (``ipc.response_cache``), when ``cache`` is local."""
     trace: TraceConfig = TraceConfig()
-    """The starting trace settings (``--trace-config``); see ``frontend.tracer``."""
+    """The starting trace settings (``--trace-config``); see ``frontend.tracing.tracer``."""
     allow_grpc: bool = True
     """``--allow-grpc``: false binds no gRPC port."""
     grpc_tls: GrpcTls | None = None

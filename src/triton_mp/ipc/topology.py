@@ -30,7 +30,7 @@ worker_arena          ``w{instance}p{pid}_a{arena}`` a worker process's output a
 metric_board          ``w{instance}p{pid}_cm{gen}``  a python worker's custom metrics
                                                      (``ipc.metric_board``)
 frontend_metric_board ``f{frontend}p{pid}_cm{gen}``  a frontend process's latency histograms
-                                                     (``frontend.latency_metrics``)
+                                                     (``frontend.metrics.latency``)
 bls_wakeup            ``w{client}_bls``              a BLS client's inbox semaphore
 scheduler_to_bls      ``r_s_c{client}``              ring scheduler -> BLS client
 supervisor_to_bls     ``r_sup_c{client}``            ring supervisor -> BLS client (rewiring)

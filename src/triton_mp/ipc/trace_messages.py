@@ -3,7 +3,7 @@ frontends' settings updates to each other.
 
 Imported by ``ipc.messages`` (which re-exports every name and puts ``TraceSettingUpdate`` in
 the ``ToFrontend`` union) and through it by every role. ``InferRequest.trace`` and
-``InferResponse.trace`` are None for untraced requests; see ``frontend.tracer``.
+``InferResponse.trace`` are None for untraced requests; see ``frontend.tracing.tracer``.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class TraceSettingUpdate(
 ):
     """A frontend applied a TraceSetting update: the others apply it too (peer rings), so
     the settings are the server's, whichever frontend a client reached. Per field: a new
-    value, ``clear_*``, or None (unchanged), as ``frontend.trace_settings.NewSetting``."""
+    value, ``clear_*``, or None (unchanged), as ``frontend.tracing.settings.NewSetting``."""
 
     frontend_id: int
     model: str

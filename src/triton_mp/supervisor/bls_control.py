@@ -9,7 +9,7 @@ abstract Unix socket of the supervisor (the address and key travel in its ``BlsS
 ``ModelLoadCall`` / ``ModelUnloadCall`` and waits for the ``ControlReply``. A call is checked
 as the core checks it (explicit model control only: UNAVAILABLE "explicit model load /
 unload is not allowed if polling is enabled"; the load's parameters and model name as
-``frontend.repository_api.load_arguments``) and then queued with the frontends' calls on
+``frontend.admin.repository.load_arguments``) and then queued with the frontends' calls on
 model control's change thread, so its errors are the client API's.
 """
 
@@ -27,7 +27,7 @@ from multiprocessing.connection import Connection, Listener
 import msgspec
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.frontend.repository_api import CONTROL_DISABLED_MESSAGE, load_arguments
+from triton_mp.frontend.admin.repository import CONTROL_DISABLED_MESSAGE, load_arguments
 from triton_mp.ipc import encode
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.control_messages import ControlReply, ModelLoadCall, ModelUnloadCall

@@ -4,7 +4,7 @@ Imported by worker processes of python models (``workers.main`` installs it befo
 backend imports ``model.py``). ``pb_utils.MetricFamily`` and ``Metric`` keep Triton's rules
 and write their values into slots; here those slots are a ``ipc.metric_board`` board in
 shared memory, created when the model makes its first family (most models make none), and
-``frontend.custom_metrics`` reads it at every scrape of ``GET /metrics``.
+``frontend.metrics.custom`` reads it at every scrape of ``GET /metrics``.
 """
 
 from __future__ import annotations

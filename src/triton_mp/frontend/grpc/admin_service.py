@@ -17,8 +17,8 @@ import msgspec
 
 from triton_mp._proto import admin_pb2, admin_pb2_grpc
 from triton_mp.common.errors import TritonMPError
+from triton_mp.frontend.admin.stats import StatsApi
 from triton_mp.frontend.grpc.servicer import abort
-from triton_mp.frontend.stats_api import StatsApi
 from triton_mp.ipc.reports import ModelQueueStatus
 
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from triton_mp._proto import grpc_service_pb2 as pb
+from triton_mp.frontend.dispatch.ticket import InferResult
 from triton_mp.frontend.grpc.wire import infer_response_bytes as _response_bytes
 from triton_mp.frontend.request import (
     TENSOR_CONTENTS,
@@ -25,7 +26,6 @@ from triton_mp.frontend.request import (
     ParameterType,
     RequestedOutput,
 )
-from triton_mp.frontend.ticket import InferResult
 
 FINAL_PARAMETER = "triton_final_response"
 """Stream response parameter: true on the last response of a request (Triton sets it on

@@ -21,6 +21,7 @@ from triton_mp._proto import grpc_service_pb2_grpc as pb_grpc
 from triton_mp._proto import health_pb2, health_pb2_grpc
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend import kserve
+from triton_mp.frontend.admin.repository import check_repository_name
 from triton_mp.frontend.api import FrontendApi
 from triton_mp.frontend.grpc.messages import (
     ResponseHeads,
@@ -36,9 +37,8 @@ from triton_mp.frontend.grpc.wire import (
     tolerant,
 )
 from triton_mp.frontend.header_forward import HeaderForward
-from triton_mp.frontend.repository_api import check_repository_name
-from triton_mp.frontend.trace_settings import new_setting_from_grpc
-from triton_mp.frontend.tracer import Trace, Tracer
+from triton_mp.frontend.tracing.settings import new_setting_from_grpc
+from triton_mp.frontend.tracing.tracer import Trace, Tracer
 from triton_mp.frontend.validation.log_settings import update_from_grpc
 
 GRPC_STATUS = {

@@ -32,6 +32,7 @@ from typing import Any
 
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp.common.errors import TritonMPError
+from triton_mp.frontend.dispatch.ticket import Response, Ticket
 from triton_mp.frontend.grpc.messages import (
     request_from_proto,
     stream_end,
@@ -42,8 +43,7 @@ from triton_mp.frontend.grpc.messages import (
 from triton_mp.frontend.grpc.wire import MALFORMED
 from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.request import InferenceRequest, ParameterType
-from triton_mp.frontend.ticket import Response, Ticket
-from triton_mp.frontend.tracer import Trace, Tracer
+from triton_mp.frontend.tracing.tracer import Trace, Tracer
 from triton_mp.frontend.validation.parameters import EMPTY_FINAL_PARAMETER
 
 

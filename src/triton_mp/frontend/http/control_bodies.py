@@ -16,8 +16,8 @@ import re
 from typing import Any
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
+from triton_mp.frontend.admin.repository import FILE_PREFIX
 from triton_mp.frontend.http.json_tensors import access_error, json_string, json_uint
-from triton_mp.frontend.repository_api import FILE_PREFIX
 
 _NOT_B64 = re.compile(rb"[^A-Za-z0-9+/]")
 

@@ -22,6 +22,7 @@ import msgspec
 
 from triton_mp.common.datatypes import ELEMENT_BYTES
 from triton_mp.common.errors import InvalidRequest
+from triton_mp.frontend.dispatch.ticket import InferResult
 from triton_mp.frontend.http.json_tensors import (
     INT64_MAX,
     access_error,
@@ -44,7 +45,6 @@ from triton_mp.frontend.request import (
     string_parameter,
     uint64_parameter,
 )
-from triton_mp.frontend.ticket import InferResult
 
 MAX_INPUT_BYTES = 64 << 20
 """Largest request body, compressed or not, in bytes (``--http-max-input-size`` default)."""

@@ -34,8 +34,8 @@ from google.protobuf.message import Message
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError, flatten_exception
 from triton_mp.common.json_form import config_to_json
 from triton_mp.frontend import kserve
+from triton_mp.frontend.admin.repository import check_repository_name
 from triton_mp.frontend.api import FrontendApi
-from triton_mp.frontend.cuda_shm import CUDA_IPC_HANDLE_BYTES
 from triton_mp.frontend.header_forward import HeaderForward
 from triton_mp.frontend.http.body import TooManyChunks, inflate, read_body
 from triton_mp.frontend.http.control_bodies import (
@@ -56,10 +56,10 @@ from triton_mp.frontend.http.json_tensors import (
     json_string,
     json_uint,
 )
-from triton_mp.frontend.repository_api import check_repository_name
 from triton_mp.frontend.restricted import Restrictions, http_refusal
-from triton_mp.frontend.trace_settings import new_setting_from_json
-from triton_mp.frontend.tracer import Trace, Tracer
+from triton_mp.frontend.shm.cuda import CUDA_IPC_HANDLE_BYTES
+from triton_mp.frontend.tracing.settings import new_setting_from_json
+from triton_mp.frontend.tracing.tracer import Trace, Tracer
 from triton_mp.frontend.validation.log_settings import settings_json, update_from_json
 
 log = logging.getLogger(__name__)

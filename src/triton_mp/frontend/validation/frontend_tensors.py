@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from triton_mp.common.datatypes import DataType
 from triton_mp.common.errors import InvalidRequest
-from triton_mp.frontend.client_shm import SystemShmRegistry
 from triton_mp.frontend.request import (
     TENSOR_CONTENTS,
     InferenceRequest,
     InputTensor,
     ParameterType,
 )
+from triton_mp.frontend.shm.system import SystemShmRegistry
 from triton_mp.frontend.validation.shared_memory import shm_parameters, shm_window
 
 _NARROW = {

@@ -33,9 +33,9 @@ from triton_mp.common.input_checks import (
     shape_problem,
     unknown_input_message,
 )
-from triton_mp.frontend.client_shm import SystemShmRegistry
 from triton_mp.frontend.model_table import IOSpec, Model
 from triton_mp.frontend.request import InferenceRequest, InputTensor
+from triton_mp.frontend.shm.system import SystemShmRegistry
 from triton_mp.frontend.validation.frontend_tensors import no_data_message
 from triton_mp.frontend.validation.shared_memory import ShmWindow, shm_window, uses_shm
 

@@ -11,9 +11,9 @@ top-k classes (``frontend.classification``, applied to the response). Messages f
 from __future__ import annotations
 
 from triton_mp.common.errors import InvalidRequest
-from triton_mp.frontend.client_shm import SystemShmRegistry
 from triton_mp.frontend.model_table import Model
 from triton_mp.frontend.request import InferenceRequest
+from triton_mp.frontend.shm.system import SystemShmRegistry
 from triton_mp.frontend.validation.shared_memory import shm_window, uses_shm
 from triton_mp.ipc.messages import OutputRegion
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from triton_mp.common.datatypes import element_count
-from triton_mp.frontend.client_shm import SystemShmRegistry
 from triton_mp.frontend.header_forward import check_forwarded, merge_forwarded
 from triton_mp.frontend.model_table import Model
 from triton_mp.frontend.request import InferenceRequest
+from triton_mp.frontend.shm.system import SystemShmRegistry
 from triton_mp.frontend.validation.frontend_tensors import check_frontend_tensors
 from triton_mp.frontend.validation.inputs import (
     ValidInput,

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
-from triton_mp.frontend.client_shm import SystemShmRegistry
 from triton_mp.frontend.request import Parameters, ParameterType
+from triton_mp.frontend.shm.system import SystemShmRegistry
 
 REGION_PARAMETER = "shared_memory_region"
 """The tensor parameter naming a registered region."""

@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from triton_mp.frontend.client_shm import Region, SystemShmRegistry
-from triton_mp.frontend.direct import DirectRoutes
+from triton_mp.frontend.dispatch.direct import DirectRoutes
+from triton_mp.frontend.dispatch.pending import PendingTable
 from triton_mp.frontend.model_table import ModelTable
-from triton_mp.frontend.pending import PendingTable
 from triton_mp.frontend.readiness import ReadinessChecks
+from triton_mp.frontend.shm.system import Region, SystemShmRegistry
 from triton_mp.ipc import Inbox, SegmentCache
 from triton_mp.ipc.control_messages import ModelTableUpdate
 from triton_mp.ipc.log_messages import LogSettingsUpdate, apply_update
@@ -50,7 +50,7 @@ class InboxHandler:
         shm: the registered client shared-memory regions.
         models: the model table.
         cache: attached arenas (a stopped worker's are dropped).
-        direct: the routes to idle instances (``frontend.direct``), which the supervisor's
+        direct: the routes to idle instances (``frontend.dispatch.direct``), which the supervisor's
             updates change.
     """
 

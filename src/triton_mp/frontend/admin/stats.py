@@ -14,8 +14,8 @@ import asyncio
 from collections.abc import Callable
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
+from triton_mp.frontend.dispatch.pending import PendingTable
 from triton_mp.frontend.model_table import ModelTable, version_number
-from triton_mp.frontend.pending import PendingTable
 from triton_mp.ipc import encode
 from triton_mp.ipc.messages import QueueQuery, QueueReply, StatsQuery, StatsReply
 from triton_mp.ipc.reports import ModelQueueStatus, ModelStats

@@ -1,6 +1,6 @@
-"""The response cache's Prometheus families (``frontend.metrics_render`` renders them).
+"""The response cache's Prometheus families (``frontend.metrics.render`` renders them).
 
-Imported by ``frontend.metrics_render`` only; pure. Per model (core ``metrics.cc``, only for models
+Imported by ``frontend.metrics.render`` only; pure. Per model (core ``metrics.cc``, only for models
 whose ``response_cache`` is enabled while the server has a cache, as Triton creates them):
 ``nv_cache_num_hits_per_model``, ``nv_cache_num_misses_per_model``,
 ``nv_cache_hit_duration_per_model`` and ``nv_cache_miss_duration_per_model`` (microseconds),
@@ -29,7 +29,7 @@ MODEL_COUNTERS = {
         "Total cache miss (insert+lookup) duration per model, in microseconds"
     ),
 }
-"""Triton's per-model cache counters (no ``_total``, as ``frontend.metrics_render`` writes
+"""Triton's per-model cache counters (no ``_total``, as ``frontend.metrics.render`` writes
 them)."""
 
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.frontend.classification import Classify, top_k
-from triton_mp.frontend.pending import Answer, PendingTable
-from triton_mp.frontend.tracer import Trace
+from triton_mp.frontend.dispatch.pending import Answer, PendingTable
+from triton_mp.frontend.tracing.tracer import Trace
 from triton_mp.ipc import SegmentCache, TensorRef
 from triton_mp.ipc.messages import InferResponse, RequestFailed
 

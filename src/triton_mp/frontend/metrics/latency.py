@@ -15,7 +15,7 @@ the server (core divides integer nanoseconds).
 Every frontend process keeps its series on a board of its own in shared memory
 (``ipc.metric_board``, named ``frontend_metric_board`` by ``ipc.topology``): the frontend
 that serves ``/metrics`` reads them with the python models' boards
-(``frontend.custom_metrics``), so N frontends report one histogram per model version. A dead
+(``frontend.metrics.custom``), so N frontends report one histogram per model version. A dead
 frontend's board stays until the server stops: its observations keep counting.
 """
 
@@ -27,11 +27,11 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from triton_mp._proto import model_config_pb2 as mc
-from triton_mp.frontend.custom_metrics import Family, Series
+from triton_mp.frontend.metrics.custom import Family, Series
 from triton_mp.ipc.metric_board import BoardFamily, BoardMetric, BoardWriter, MetricCatalog
 
 if TYPE_CHECKING:
-    from triton_mp.frontend.pending import Answer
+    from triton_mp.frontend.dispatch.pending import Answer
 
 FAMILY = "nv_inference_first_response_histogram_ms"
 HELP = "Duration from request to first response in milliseconds"

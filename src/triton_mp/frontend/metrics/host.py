@@ -1,6 +1,7 @@
 """The host's readings on ``/metrics``: Triton's ``nv_cpu_*`` gauges and each process's memory.
 
-Imported by ``frontend.metrics`` (the endpoint samples them) and ``frontend.metrics_render``
+Imported by ``frontend.metrics.endpoint`` (the endpoint samples them) and
+``frontend.metrics.render``
 (which writes them); psutil reads ``/proc``. ``CpuSample`` is what Triton's CPU polling
 thread keeps (core ``metrics.cc``), ``ProcessMemory`` one triton-mp process's resident memory
 (``triton_mp_process_resident_memory_bytes``).

@@ -1,6 +1,6 @@
 """Trace settings at run time: the global and per-model settings, sampling, the trace files.
 
-Imported by the frontend only (``frontend.tracer`` samples through it; the TraceSetting
+Imported by the frontend only (``frontend.tracing.tracer`` samples through it; the TraceSetting
 endpoints of both transports read and update it). No transport, no clock. It follows
 Triton's ``TraceManager`` (server ``src/tracer.cc``):
 
@@ -19,7 +19,7 @@ Triton's ``TraceManager`` (server ``src/tracer.cc``):
 With several frontend processes each keeps its own settings and counters; the frontend that
 takes a settings request passes the update on to the others (``TraceSettingUpdate``), which
 apply it too. Each writes its own file: frontend 0 ``<file>``, frontend k
-``<file>.frontend<k>`` (see ``frontend.tracer``).
+``<file>.frontend<k>`` (see ``frontend.tracing.tracer``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Triton's GPU metrics: ``nv_gpu_*`` gauges and ``nv_energy_consumption``, one series per GPU.
 
-Imported by ``frontend.metrics`` (frontend 0) and ``frontend.metrics_render``. Triton reads
+Imported by ``frontend.metrics.endpoint`` (frontend 0) and ``frontend.metrics.render``. Triton reads
 them through DCGM every ``--metrics-interval-ms``; triton-mp reads the same fields through
 NVML (``common.gpus``, by UUID), for the GPUs the server sees (``MetricsSpec.gpus``: empty
 with ``--allow-gpu-metrics=false`` or without GPUs, and then no family is reported, as in a

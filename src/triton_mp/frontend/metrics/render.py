@@ -1,9 +1,9 @@
 """One metrics snapshot as Prometheus text: Triton's ``nv_*`` families and triton-mp's own.
 
-Imported by ``frontend.metrics`` (the endpoint takes the snapshot and answers with this);
+Imported by ``frontend.metrics.endpoint`` (the endpoint takes the snapshot and answers with this);
 pure, unit-testable without a server. ``MetricsSnapshot`` is the plain data of one scrape,
 ``SnapshotCollector`` turns it into Prometheus metric families and ``render`` writes the
-text format 0.0.4, python models' custom families (``frontend.custom_metrics``) last.
+text format 0.0.4, python models' custom families (``frontend.metrics.custom``) last.
 
 Triton's families keep Triton's names, help strings, types and labels (``model``,
 ``version``; ``reason`` on failures, all four reasons present), so existing dashboards work.
@@ -25,9 +25,10 @@ from prometheus_client.metrics_core import (
 )
 
 from triton_mp.common.close_reason import CloseReason
-from triton_mp.frontend import cache_metrics, custom_metrics
-from triton_mp.frontend.gpu_metrics import GPU_COUNTERS, GpuReading, gpu_families
-from triton_mp.frontend.host_metrics import CpuSample, ProcessMemory, cpu_families
+from triton_mp.frontend.metrics import cache as cache_metrics
+from triton_mp.frontend.metrics import custom as custom_metrics
+from triton_mp.frontend.metrics.gpu import GPU_COUNTERS, GpuReading, gpu_families
+from triton_mp.frontend.metrics.host import CpuSample, ProcessMemory, cpu_families
 from triton_mp.ipc.reports import ModelQueueStatus, ModelStats
 from triton_mp.ipc.response_cache import CacheStats
 
@@ -74,7 +75,7 @@ class MetricsSnapshot:
     cpu: CpuSample | None = None
     """None when ``--allow-cpu-metrics=false``."""
     gpus: tuple[GpuReading, ...] = ()
-    """Every GPU's latest sample (``frontend.gpu_metrics``); empty without GPU metrics."""
+    """Every GPU's latest sample (``frontend.metrics.gpu``); empty without GPU metrics."""
     processes: tuple[ProcessMemory, ...] = ()
     custom: tuple[custom_metrics.Family, ...] = ()
     """Python models' custom metric families, merged over their instances."""

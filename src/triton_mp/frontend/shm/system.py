@@ -3,7 +3,7 @@
 Imported by the frontend only. ``SystemShmRegistry`` holds one frontend's regions;
 ``ClientShmApi`` serves SystemSharedMemoryRegister / Status / Unregister over it (and tells the
 other frontends, on this frontend's rings to them) and CudaSharedMemoryRegister / Status /
-Unregister over a ``frontend.cuda_shm.CudaShmRegistry`` (one table of names for both kinds, as
+Unregister over a ``frontend.shm.cuda.CudaShmRegistry`` (one table of names for both kinds, as
 Triton keeps). A
 client creates a POSIX shared-memory object (``key``), registers a window of it (``offset``,
 ``byte_size``) under a ``name``, and then names that region in tensor parameters
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import posix_ipc
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
-from triton_mp.frontend.cuda_shm import CudaRegion, CudaShmRegistry
+from triton_mp.frontend.shm.cuda import CudaRegion, CudaShmRegistry
 from triton_mp.ipc import encode
 from triton_mp.ipc.messages import ShmRegion, ShmRegistered, ShmUnregistered
 from triton_mp.ipc.shm import client_object_refusal
@@ -107,7 +107,7 @@ class SystemShmRegistry:
         """The CUDA regions of this frontend (their names are refused in tensors)."""
         self.generation = 0
         """Counts the changes to the registered regions: a request validated against its
-        regions is valid again while this stays (``frontend.known_requests``)."""
+        regions is valid again while this stays (``frontend.dispatch.known_requests``)."""
 
     def _check_enabled(self) -> None:
         if not self.enabled:
@@ -396,7 +396,7 @@ class ClientShmApi:
         return cuda
 
     def cuda_register(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
-        """Triton CudaSharedMemoryRegister (``frontend.cuda_shm``).
+        """Triton CudaSharedMemoryRegister (``frontend.shm.cuda``).
 
         Raises:
             TritonMPError: as ``CudaShmRegistry.register``.

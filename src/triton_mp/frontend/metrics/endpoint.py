@@ -4,13 +4,13 @@ Imported by the frontend; frontend 0 serves ``GET /metrics`` on its asyncio loop
 has one metrics endpoint per server). Nothing is counted here. The scheduler sees every
 request of every frontend and keeps Triton's ModelStatistics and the queue state, so each
 scrape asks it for both (``StatsQuery``, ``QueueQuery``), reads the memory of every
-triton-mp process (``frontend.host_metrics``) and renders that one snapshot
-(``frontend.metrics_render``). ``MetricsEndpoint`` is the aiohttp server, the scheduler
-queries and the CPU and GPU poller (``frontend.gpu_metrics``: Triton's ``nv_gpu_*``
+triton-mp process (``frontend.metrics.host``) and renders that one snapshot
+(``frontend.metrics.render``). ``MetricsEndpoint`` is the aiohttp server, the scheduler
+queries and the CPU and GPU poller (``frontend.metrics.gpu``: Triton's ``nv_gpu_*``
 families per ``gpu_uuid``).
 
 Python models' custom metrics (``pb_utils.MetricFamily``) come last: each scrape also
-copies the workers' shared-memory boards, which ``frontend.custom_metrics`` merges and writes.
+copies the workers' shared-memory boards, which ``frontend.metrics.custom`` merges and writes.
 """
 
 from __future__ import annotations
@@ -28,22 +28,23 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import StartupError
 from triton_mp.common.gpus import NvmlUnavailable, nvml_from_env
-from triton_mp.frontend import custom_metrics, latency_metrics
-from triton_mp.frontend.gpu_metrics import GpuGauges
-from triton_mp.frontend.host_metrics import (
+from triton_mp.frontend.metrics import custom as custom_metrics
+from triton_mp.frontend.metrics import latency as latency_metrics
+from triton_mp.frontend.metrics.gpu import GpuGauges
+from triton_mp.frontend.metrics.host import (
     CpuSample,
     cpu_utilization,
     memory_bytes,
     process_memory,
 )
-from triton_mp.frontend.metrics_render import MetricsSnapshot, render
+from triton_mp.frontend.metrics.render import MetricsSnapshot, render
 from triton_mp.ipc.codec import encode
 from triton_mp.ipc.messages import QueueQuery, QueueReply, StatsQuery, StatsReply
 from triton_mp.ipc.response_cache import CacheStats
 from triton_mp.ipc.specs import MetricsSpec
 
 if TYPE_CHECKING:
-    from triton_mp.frontend.pending import PendingTable
+    from triton_mp.frontend.dispatch.pending import PendingTable
 
 log = logging.getLogger(__name__)
 

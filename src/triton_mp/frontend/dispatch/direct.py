@@ -2,7 +2,7 @@
 an idle instance of its version, when the scheduler offers one.
 
 Imported by ``frontend.inference`` (which tries ``DirectRoutes.hand`` before it sends a
-request to the scheduler) and ``frontend.inbox`` (which applies the supervisor's route
+request to the scheduler) and ``frontend.dispatch.inbox`` (which applies the supervisor's route
 updates). The supervisor gives this frontend a route per instance of every version whose
 requests the scheduler would dispatch alone and at once (``ipc.direct.handoff_eligible``);
 the scheduler posts an instance's lease while it is idle with an empty queue. ``hand`` takes

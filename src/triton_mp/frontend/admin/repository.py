@@ -2,7 +2,7 @@
 
 Imported by the frontend only; no transport. The index is built from the frontend's model
 table and the repository directory; loads and unloads are calls to the supervisor over the
-control pipe (``frontend.control.SupervisorLink``), allowed only with
+control pipe (``frontend.admin.control.SupervisorLink``), allowed only with
 ``--model-control-mode=explicit``. Messages follow Triton's (server ``grpc_server.cc`` /
 ``http_server.cc``, core ``model_repository_manager.cc``).
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
-from triton_mp.frontend.control import SupervisorLink
+from triton_mp.frontend.admin.control import SupervisorLink
 from triton_mp.frontend.model_table import Model, ModelTable
 from triton_mp.ipc.control_messages import ModelLoadCall, ModelUnloadCall
 

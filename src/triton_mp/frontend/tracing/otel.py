@@ -29,14 +29,15 @@ from opentelemetry.trace import Span, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from triton_mp.common.trace_config import OTEL_SERVICE_NAME, TraceConfig
-from triton_mp.frontend.tracer import Trace
+from triton_mp.frontend.tracing.tracer import Trace
 from triton_mp.ipc.messages import ChildTrace
 
 _MODEL_EVENTS = {"REQUEST_START", "QUEUE_START", "REQUEST_END"}
 
 
 class OtelExporter:
-    """Finished traces -> spans -> the OTLP/HTTP endpoint (``frontend.tracer.SpanExporter``).
+    """Finished traces -> spans -> the OTLP/HTTP endpoint
+    (``frontend.tracing.tracer.SpanExporter``).
 
     Args:
         config: the trace flags (url, resource attributes, batch span processor).

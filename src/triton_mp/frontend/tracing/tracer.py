@@ -6,8 +6,8 @@ tracing is off). A traced request's ``Trace`` collects Triton's timestamps where
 
 - the transport: ``GRPC_WAITREAD_START/END`` or ``HTTP_RECV_START/END``, then
   ``GRPC_SEND_START/END`` or ``HTTP_SEND_START/END`` around each response it sends;
-- the core (``frontend.inference``, ``frontend.ticket``): ``REQUEST_START`` when the request
-  is accepted (its ``arrival_ns``), ``INFER_RESPONSE_COMPLETE`` as each response arrives,
+- the core (``frontend.inference``, ``frontend.dispatch.ticket``): ``REQUEST_START`` when the
+  request is accepted (its ``arrival_ns``), ``INFER_RESPONSE_COMPLETE`` as each response arrives,
   ``REQUEST_END`` with the final one;
 - the scheduler (``QUEUE_START``) and the worker (``COMPUTE_START``, ``COMPUTE_INPUT_END``,
   ``COMPUTE_OUTPUT_START``, ``COMPUTE_END``), which travel back on the final
@@ -15,8 +15,8 @@ tracing is off). A traced request's ``Trace`` collects Triton's timestamps where
 
 Every timestamp is ``time.monotonic_ns()`` of the process that took it: CLOCK_MONOTONIC is
 one clock for every process of the machine. ``Tracer.finish`` hands the trace to its
-setting (``frontend.trace_settings``), which writes Triton's JSON, or, in opentelemetry
-mode, to the span exporter (``frontend.otel``).
+setting (``frontend.tracing.settings``), which writes Triton's JSON, or, in opentelemetry
+mode, to the span exporter (``frontend.tracing.otel``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Protocol
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.common.trace_config import TraceConfig, TraceLevel
-from triton_mp.frontend.trace_settings import NewSetting, TraceSetting, TraceSettings
+from triton_mp.frontend.tracing.settings import NewSetting, TraceSetting, TraceSettings
 from triton_mp.ipc.codec import encode
 from triton_mp.ipc.messages import (
     ChildTrace,
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 
 class SpanExporter(Protocol):
-    """Where opentelemetry mode sends finished traces (``frontend.otel.OtelExporter``)."""
+    """Where opentelemetry mode sends finished traces (``frontend.tracing.otel.OtelExporter``)."""
 
     def export(self, trace: Trace) -> None:
         """Turn one finished trace into spans and queue them for export."""

@@ -34,7 +34,7 @@ EXTENSIONS = (
 )
 """Extensions ServerMetadata reports (server ``server.cc``'s list, in Triton 2.51's order):
 every one triton-mp implements. ``cuda_shared_memory``, which 2.51 lists, is left out:
-regions register, but a request that names one is refused (``frontend.cuda_shm``)."""
+regions register, but a request that names one is refused (``frontend.shm.cuda``)."""
 
 
 @dataclass(frozen=True, slots=True)

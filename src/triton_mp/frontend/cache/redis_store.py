@@ -1,6 +1,6 @@
 """The Redis response cache store (``--cache-config redis,host=H,port=P``).
 
-Imported by the frontend only (``frontend.main`` opens it; ``frontend.response_cache`` uses
+Imported by the frontend only (``frontend.main`` opens it; ``frontend.cache.response`` uses
 it). Each frontend keeps its own connection pool to one Redis server, so every frontend
 (and every triton-mp or Triton server pointed at the same Redis) shares the entries. The
 settings are the redis cache's (``triton-inference-server/redis_cache``): ``host``,
@@ -76,7 +76,7 @@ def client_options(settings: dict[str, str]) -> dict[str, Any]:
 
 
 class RedisStore:
-    """Entries in Redis, one hash per key (``frontend.response_cache.Store``).
+    """Entries in Redis, one hash per key (``frontend.cache.response.Store``).
 
     Args:
         client: a connected ``redis.Redis``.

@@ -4,7 +4,7 @@ Imported by the frontend only (``frontend.inference`` calls it; ``frontend.main`
 it). A model's requests are cached when the server has a cache (``--cache-config``) and
 the model's config says ``response_cache { enable: true }`` (Triton's rule: both, or
 nothing). The store is either the local cache every frontend shares
-(``ipc.response_cache``) or a Redis server (``frontend.redis_cache``); both map a 16-byte
+(``ipc.response_cache``) or a Redis server (``frontend.cache.redis_store``); both map a 16-byte
 key to an entry's bytes.
 
 The key (``request_key``) hashes what Triton's ``TritonCache::Hash`` hashes: the model's
@@ -61,7 +61,7 @@ _HEADER_ENCODER = msgspec.msgpack.Encoder()
 
 class Store(Protocol):
     """Where entries live: ``ipc.response_cache.SharedResponseCache`` or
-    ``frontend.redis_cache.RedisStore``."""
+    ``frontend.cache.redis_store.RedisStore``."""
 
     def lookup(self, key: bytes) -> bytes | None:
         """The entry under ``key``, or None (also when the store cannot be reached)."""

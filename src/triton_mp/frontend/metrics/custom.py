@@ -1,7 +1,7 @@
 """Python models' custom metrics (``pb_utils.MetricFamily``) on ``GET /metrics``.
 
-Imported by the frontend that serves metrics (``frontend.metrics``, and
-``frontend.metrics_render`` for ``render``). At each scrape ``BoardReader`` copies every
+Imported by the frontend that serves metrics (``frontend.metrics.endpoint``, and
+``frontend.metrics.render`` for ``render``). At each scrape ``BoardReader`` copies every
 worker's board (``ipc.metric_board``), ``merge`` turns them into one set of families as
 Triton's single registry would hold them, and ``render`` writes those in the text format
 Triton's prometheus-cpp writes (after the built-in families).
@@ -96,7 +96,7 @@ class BoardReader:
             if obj is not None and obj.kind is Kind.METRIC_BOARD:
                 owner = (obj.fields["instance"], obj.fields["pid"])
             elif obj is not None and obj.kind is Kind.FRONTEND_METRIC_BOARD:
-                # NOTE: a frontend's latency histograms (``frontend.latency_metrics``)
+                # NOTE: a frontend's latency histograms (``frontend.metrics.latency``)
                 owner = (-1 - obj.fields["frontend"], obj.fields["pid"])
             else:
                 continue

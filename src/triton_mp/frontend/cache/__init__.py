@@ -1,0 +1,1 @@
+"""The response cache: its step in the submit path and the Redis store."""

@@ -1,0 +1,3 @@
+"""Prometheus metrics: the endpoint, the rendering of Triton's families, and each source of
+readings.
+"""

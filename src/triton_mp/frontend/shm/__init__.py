@@ -1,0 +1,1 @@
+"""The shared memory extensions: the system and CUDA regions clients register."""

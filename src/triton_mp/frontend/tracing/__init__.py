@@ -1,0 +1,3 @@
+"""Request tracing: sampling and trace files, the settings served at run time, OpenTelemetry
+export.
+"""
