@@ -49,7 +49,7 @@ def _request(**kw: object) -> InferRequest:
             TensorRef("INPUT1", "BYTES", (1, 2), "clientkey", 128, 12, region_id=5),
         ),
         outputs=("OUTPUT0", "OUTPUT1"),
-        block=BlockRef("/triton_mp_1_f3_a0", 4096),
+        block=BlockRef("/triton_mp_1_f3_a0", 4096, 0xDEADBEEF),
         arrival_ns=123456789012,
     )
     fields.update(kw)
@@ -58,13 +58,13 @@ def _request(**kw: object) -> InferRequest:
 
 def test_layout_offsets_match_the_c_header() -> None:
     """The struct formats give the sizes and offsets records.h asserts."""
-    assert layout.REQUEST_HEADER.size == 96
+    assert layout.REQUEST_HEADER.size == 104
     assert layout.TENSOR_ENTRY.size == 104
     assert layout.ANSWERS_HEADER.size == 48
     assert layout.RESPONSE_ENTRY.size == 48
     text = HEADER.read_text()
     for name, size in (
-        ("RequestHeader", 96),
+        ("RequestHeader", 104),
         ("TensorEntry", 104),
         ("OutputEntry", 8),
         ("AnswersHeader", 48),
@@ -85,7 +85,9 @@ def test_layout_offsets_match_the_c_header() -> None:
     assert int.from_bytes(req[60:64], "little") == 9
     assert int.from_bytes(req[66:68], "little") == 2
     assert int.from_bytes(req[4:8], "little") == len(req)
-    entry = req[96:200]
+    assert int.from_bytes(req[96:100], "little") == 0xDEADBEEF
+    assert "static_assert(offsetof(RequestHeader, block_generation) == 96);" in text
+    entry = req[104:208]
     assert int.from_bytes(entry[0:8], "little") == 4160
     assert entry[30] == 11  # FP32
     assert entry[31] == 2  # two dims
@@ -201,7 +203,7 @@ def _out(name: str, seg: str, off: int) -> TensorRef:
 
 
 def test_answer_batch_round_trip() -> None:
-    block = BlockRef("/triton_mp_1_w0p9_a0", 1024)
+    block = BlockRef("/triton_mp_1_w0p9_a0", 1024, 2**32 - 1)
     shared = (block,)
     batch = AnswerBatch(
         responses=(
@@ -231,12 +233,13 @@ def test_answer_batch_round_trip() -> None:
     )
     data = records.encode_answer(batch)
     assert data is not None
+    assert int.from_bytes(data[40:44], "little") == 2**32 - 1  # AnswersHeader.block_generation
     decode = records.record_decoder(Decoder(ToFrontend).decode_buffer)
     assert decode(memoryview(data)) == batch
 
 
 def test_single_response_owns_its_block() -> None:
-    block = BlockRef("/seg", 64)
+    block = BlockRef("/seg", 64, 3)
     one = InferResponse(request_id=9, version=1, outputs=(_out("O", "/seg", 128),), block=block)
     data = records.encode_answer(one)
     assert data is not None
@@ -270,7 +273,7 @@ def test_records_of_one_form_decode_each_its_own_numbers() -> None:
             TensorRef("INPUT0", "FP32", (3, 16), seg, 9000, 192),
             TensorRef("INPUT1", "BYTES", (3, 2), "clientkey", 256, 36, region_id=5),
         ),
-        block=BlockRef(seg, 8192),
+        block=BlockRef(seg, 8192, 12),
     )
     third = _request(request_id=3, client_id="other")
     renamed = _request(inputs=(TensorRef("IN", "FP32", (1, 16), seg, 64, 64),))

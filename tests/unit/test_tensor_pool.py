@@ -33,6 +33,7 @@ from triton_mp.ipc.tensor_pool import (
     ArenaExhausted,
     SegmentCache,
     SegmentGone,
+    block_ref,
     free_block,
 )
 
@@ -89,7 +90,7 @@ def test_first_block_follows_the_arena_header(make_allocator: Factory) -> None:
     assert seg.size_bytes == 4096 + ARENA_HEADER_BYTES
     magic, version, capacity = struct.unpack_from("<IIQ", seg.buf, 0)
     assert (magic, version, capacity) == (ARENA_MAGIC, 1, 4096)
-    assert _header(seg, off) == (LIVE, 0, _block_bytes(100))
+    assert _header(seg, off) == (LIVE, 1, _block_bytes(100))
 
 
 @pytest.mark.parametrize("payload", [0, 1, 63, 64, 65, 100, 1000])
@@ -117,10 +118,10 @@ def test_free_then_reclaim_returns_the_space(make_allocator: Factory) -> None:
     seg, a = pool.alloc(100)
     _, b = pool.alloc(100)
     assert pool.live_blocks() == 2
-    free_block(seg.buf, a)
+    free_block(seg.buf, block_ref(seg, a))
     assert _header(seg, a)[0] == FREE
     assert pool.live_blocks() == 1
-    free_block(seg.buf, b)
+    free_block(seg.buf, block_ref(seg, b))
     assert pool.live_blocks() == 0
     # an empty arena starts again at its beginning
     seg2, c = pool.alloc(100)
@@ -132,11 +133,11 @@ def test_reclaim_is_oldest_first(make_allocator: Factory) -> None:
     seg, a = pool.alloc(10)
     _, b = pool.alloc(10)
     _, c = pool.alloc(10)
-    free_block(seg.buf, c)
-    free_block(seg.buf, b)
+    free_block(seg.buf, block_ref(seg, c))
+    free_block(seg.buf, block_ref(seg, b))
     # a is the oldest and still live: b and c stay accounted for until a is freed
     assert pool.live_blocks() == 3
-    free_block(seg.buf, a)
+    free_block(seg.buf, block_ref(seg, a))
     assert pool.live_blocks() == 0
 
 
@@ -146,7 +147,7 @@ def test_wraparound_reuses_space_freed_at_the_start(make_allocator: Factory) -> 
     _, b = pool.alloc(192)
     _, c = pool.alloc(192)
     assert (a, b, c) == (64, 320, 576)
-    free_block(seg.buf, a)
+    free_block(seg.buf, block_ref(seg, a))
     seg_d, d = pool.alloc(192)  # the last slot before the end
     assert (seg_d.name, d) == (seg.name, 832)
     seg_e, e = pool.alloc(192)  # wraps into the slot a left
@@ -156,8 +157,8 @@ def test_wraparound_reuses_space_freed_at_the_start(make_allocator: Factory) -> 
     seg_f, f = pool.alloc(192)
     assert seg_f.name != seg.name
     for off in (b, c, d, e):
-        free_block(seg.buf, off)
-    free_block(seg_f.buf, f)
+        free_block(seg.buf, block_ref(seg, off))
+    free_block(seg_f.buf, block_ref(seg_f, f))
     assert pool.live_blocks() == 0
 
 
@@ -168,7 +169,7 @@ def test_wrapped_arena_never_allocates_into_the_oldest_live_block(
     seg, a = pool.alloc(192)  # [64, 320)
     pool.alloc(192)  # b: [320, 576), now the oldest once a is freed
     pool.alloc(192)  # c: [576, 832)
-    free_block(seg.buf, a)
+    free_block(seg.buf, block_ref(seg, a))
     pool.alloc(192)  # d: [832, 1088), up to the end
     seg_e, e = pool.alloc(64)  # e: 128 bytes, wrapped to [64, 192)
     assert (seg_e.name, e) == (seg.name, 64)
@@ -191,11 +192,11 @@ def test_wraparound_many_times_in_one_arena(make_allocator: Factory) -> None:
         seen_offsets.add(off)
         if len(live) > 2:
             old_seg, old_off = live.pop(0)
-            free_block(old_seg.buf, old_off)
+            free_block(old_seg.buf, block_ref(old_seg, old_off))
     assert len(list(pool.segments())) == 1
     assert len(seen_offsets) > 4
     for seg, off in live:
-        free_block(seg.buf, off)
+        free_block(seg.buf, block_ref(seg, off))
     assert pool.live_blocks() == 0
 
 
@@ -204,15 +205,15 @@ def test_out_of_order_frees_do_not_reclaim_past_a_live_block(make_allocator: Fac
     blocks = [pool.alloc(192) for _ in range(4)]  # arena 0 full
     seg0 = blocks[0][0]
     for seg, off in blocks[1:]:
-        free_block(seg.buf, off)
+        free_block(seg.buf, block_ref(seg, off))
     assert pool.live_blocks() == 4  # the oldest still blocks reclamation
     seg, off = pool.alloc(192)
     assert seg.name != seg0.name
     assert seg.name.endswith("_a1")
     assert len(list(pool.segments())) == 2
-    free_block(seg0.buf, blocks[0][1])
+    free_block(seg0.buf, block_ref(seg0, blocks[0][1]))
     assert pool.live_blocks() == 1  # now all of arena 0 comes back at once
-    free_block(seg.buf, off)
+    free_block(seg.buf, block_ref(seg, off))
     assert pool.live_blocks() == 0
 
 
@@ -222,7 +223,7 @@ def test_a_block_larger_than_an_arena_gets_its_own_larger_arena(make_allocator: 
     block = _block_bytes(5000)
     assert seg.size_bytes == 2 * block + ARENA_HEADER_BYTES
     assert off == ARENA_HEADER_BYTES
-    free_block(seg.buf, off)
+    free_block(seg.buf, block_ref(seg, off))
     assert pool.live_blocks() == 0
 
 
@@ -237,7 +238,7 @@ def test_arena_exhausted_over_budget_then_recovers(make_allocator: Factory) -> N
     assert info.value.code == ErrorCode.UNAVAILABLE
     assert len(list(pool.segments())) == 1
     seg, off = blocks[0]
-    free_block(seg.buf, off)
+    free_block(seg.buf, block_ref(seg, off))
     seg2, off2 = pool.alloc(192)
     assert (seg2.name, off2) == (seg.name, off)
 
@@ -303,7 +304,7 @@ def test_segment_cache_attaches_by_name_and_frees_for_the_owner(
     assert bytes(reader.buf[off + BLOCK_HEADER_BYTES : off + BLOCK_HEADER_BYTES + 16]) == (
         b"0123456789abcdef"
     )
-    free_block(reader.buf, off)  # the reader is the last user
+    free_block(reader.buf, block_ref(reader, off))  # the reader is the last user
     assert pool.live_blocks() == 0
 
 
@@ -315,7 +316,7 @@ def test_segment_cache_sees_arenas_created_after_it(
     seg1, off1 = pool.alloc(192)  # a new arena
     assert bytes(cache.get(seg1.name).buf[off1 : off1 + 4]) == struct.pack("<I", LIVE)
     for seg, off in [*first, (seg1, off1)]:
-        free_block(cache.get(seg.name).buf, off)
+        free_block(cache.get(seg.name).buf, block_ref(seg, off))
     assert pool.live_blocks() == 0
 
 
@@ -385,7 +386,7 @@ def test_live_blocks_never_overlap_and_all_space_comes_back(
             pay = key[1] + BLOCK_HEADER_BYTES
             # the bytes written at alloc time are intact: nobody else got this space
             assert bytes(seg.buf[pay : pay + size]) == bytes([t]) * size
-            free_block(seg.buf, key[1])
+            free_block(seg.buf, block_ref(seg, key[1]))
 
         for op, arg in ops:
             if op == "alloc":
@@ -422,7 +423,7 @@ def test_await_readers_returns_at_once_when_every_block_was_freed(make_allocator
     assert pool.await_readers(0.0) == 0  # nothing ever written
     blocks = [pool.alloc(100) for _ in range(3)]
     for seg, off in blocks:
-        free_block(seg.buf, off)
+        free_block(seg.buf, block_ref(seg, off))
     assert pool.await_readers(30.0) == 0  # would time out if it waited
 
 
@@ -431,10 +432,10 @@ def test_await_readers_counts_a_block_freed_behind_an_unfreed_one_as_read(
 ) -> None:
     pool = make_allocator(4096, 1 << 20)
     (s0, o0), (s1, o1), (s2, o2) = (pool.alloc(100) for _ in range(3))
-    free_block(s1.buf, o1)  # freed out of order: the oldest stays unfreed
+    free_block(s1.buf, block_ref(s1, o1))  # freed out of order: the oldest stays unfreed
     assert pool.live_blocks() == 3
     assert pool.await_readers(0.01) == 2
-    free_block(s0.buf, o0)
+    free_block(s0.buf, block_ref(s0, o0))
     assert pool.await_readers(0.01) == 1
 
 
@@ -443,7 +444,7 @@ def test_await_readers_returns_when_a_reader_frees_the_last_block(
 ) -> None:
     pool = make_allocator(4096, 1 << 20)
     seg, off = pool.alloc(100)
-    reader = threading.Timer(0.05, free_block, args=(seg.buf, off))
+    reader = threading.Timer(0.05, free_block, args=(seg.buf, block_ref(seg, off)))
     reader.start()
     try:
         assert pool.await_readers(30.0) == 0

@@ -40,7 +40,7 @@ from triton_mp.ipc import ArenaAllocator, BlockRef, SegmentCache, TensorRef, enc
 from triton_mp.ipc.messages import CancelRequest, InferRequest, ReplyTo, Requester, RequestFailed
 from triton_mp.ipc.records import encode_request
 from triton_mp.ipc.ring import RecordTooLarge
-from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
+from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align, block_ref
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def write_inputs(
         refs.append(TensorRef(i.name, i.datatype, i.shape, seg.name, pos, n))
         pos += align(n)
     mv.release()
-    return BlockRef(seg.name, block), tuple(refs)
+    return block_ref(seg, block), tuple(refs)
 
 
 def region_ids(valid: ValidRequest) -> tuple[int, ...]:

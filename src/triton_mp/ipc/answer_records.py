@@ -63,7 +63,7 @@ def encode_answer(msg: Any) -> bytes | None:
                 tensors.append(entry)
         head = ANSWERS_HEADER.pack(
             MARKER, KIND_ANSWERS, VERSION, strings.pos, block.offset if block else 0, uses,
-            len(responses), seg_len, seg_off, n_tensors, 0, 0, 0,
+            len(responses), seg_len, seg_off, n_tensors, 0, 0, block.generation if block else 0, 0,
         )  # fmt: skip
     except struct.error:
         return None  # NOTE: a string past its length field, e.g. a 64 KiB error origin
@@ -127,7 +127,7 @@ def decode_answer(buf: Any) -> InferResponse | AnswerBatch:
     one response, else an ``AnswerBatch``.
 
     Raises:
-        ValueError: not a version-1 ANSWERS record.
+        ValueError: not a version-2 ANSWERS record.
     """
     data = bytes(buf)
     head = ANSWERS_HEADER.unpack_from(data, 0)
@@ -135,7 +135,7 @@ def decode_answer(buf: Any) -> InferResponse | AnswerBatch:
     if marker != MARKER or kind != KIND_ANSWERS or version != VERSION:
         raise ValueError(f"not a version-{VERSION} answers record")
     block_seg = data[seg_off : seg_off + seg_len].decode()
-    block = BlockRef(block_seg, block_offset) if seg_len else None
+    block = BlockRef(block_seg, block_offset, head[12]) if seg_len else None
     own = n_resp == 1 and uses <= 1
     shared = (block,) if block is not None and not own else ()
     at = ANSWERS_HEADER.size + RESPONSE_ENTRY.size * n_resp

@@ -55,12 +55,19 @@ class ErrorInfo(msgspec.Struct, frozen=True, array_like=True):
 
 
 class BlockRef(msgspec.Struct, frozen=True, array_like=True):
-    """One allocation in a tensor arena; freed by writing FREE at ``offset``."""
+    """One allocation in a tensor arena; freed by writing FREE at ``offset``
+    (``ipc.tensor_pool.free_block``), only while the header there still holds
+    ``generation``."""
 
     segment: str
     """POSIX name of the arena segment."""
     offset: int
     """Byte offset of the block header within the segment."""
+    generation: int = 0
+    """The allocation's number, u32, never 0 (``ipc.tensor_pool``: the block header's second
+    field): a later block at the same offset has another, so a free that comes after the
+    block was freed and its room reused is refused instead of freeing that later block.
+    0: not known (a reference made by hand, e.g. in tests): only the state is checked."""
 
 
 class TensorRef(msgspec.Struct, frozen=True, array_like=True):

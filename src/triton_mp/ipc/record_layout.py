@@ -1,4 +1,4 @@
-"""The layout of the binary ring records, version 1: constants, struct formats, the string
+"""The layout of the binary ring records, version 2: constants, struct formats, the string
 area builder. The table itself, and the rules every reader and writer keeps, are in
 ``ipc.records`` (the module the roles import); ``ipc/records.h`` is the C twin of this module.
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 
 MARKER = 0xC1
-VERSION = 1
+VERSION = 2
 KIND_REQUEST = 1
 KIND_ANSWERS = 2
 MAX_DIMS = 8
@@ -26,12 +26,12 @@ ERROR = 0x2
 NAMES_BLOCK = 0x4
 EMPTY = 0x8
 
-REQUEST_HEADER = struct.Struct("<BBHIQQQqQIIIIBBHHHIHHIIII")
+REQUEST_HEADER = struct.Struct("<BBHIQQQqQIIIIBBHHHIHHIIIIII")
 TENSOR_ENTRY = struct.Struct("<QQQIHBBIHH8q")
 OUTPUT_ENTRY = struct.Struct("<IHH")
-ANSWERS_HEADER = struct.Struct("<BBHIQIHHIIIIQ")
+ANSWERS_HEADER = struct.Struct("<BBHIQIHHIIIIII")
 RESPONSE_ENTRY = struct.Struct("<QqHBBHHIIIIII")
-assert REQUEST_HEADER.size == 96
+assert REQUEST_HEADER.size == 104
 assert TENSOR_ENTRY.size == 104
 assert OUTPUT_ENTRY.size == 8
 assert ANSWERS_HEADER.size == 48

@@ -27,6 +27,10 @@
 //            (kRespNamesBlock).
 // The scheduler reads a REQUEST's header only and hands the record on to the worker verbatim
 // inside its (msgpack) batch message; nothing else is declared here.
+//
+// Version 2 added block_generation to both headers: the arena block's allocation number
+// (BlockRef.generation in ipc/messages.py, the block header's second u32 in
+// ipc/tensor_pool.py), without which a block's reader may not free it.
 #ifndef TRITON_MP_IPC_RECORDS_H_
 #define TRITON_MP_IPC_RECORDS_H_
 
@@ -36,7 +40,7 @@
 namespace triton_mp::records {
 
 constexpr uint8_t kRecordMarker = 0xC1;
-constexpr uint16_t kRecordVersion = 1;
+constexpr uint16_t kRecordVersion = 2;
 constexpr uint8_t kKindRequest = 1;
 constexpr uint8_t kKindAnswers = 2;
 constexpr uint32_t kMaxDims = 8;  // more dims: the Python frontend sends the msgpack form
@@ -64,7 +68,7 @@ constexpr uint8_t kRespEmpty = 8;       // a flags-only final response (decouple
 
 #pragma pack(push, 1)
 
-struct RequestHeader {     // 96 bytes
+struct RequestHeader {     // 104 bytes
   uint8_t marker;          // 0   kRecordMarker
   uint8_t kind;            // 1   kKindRequest
   uint16_t version;        // 2   kRecordVersion
@@ -90,6 +94,8 @@ struct RequestHeader {     // 96 bytes
   uint32_t client_id_off;  // 84
   uint32_t tail_off;       // 88  msgpack RequestTail (Python only); 0 = none
   uint32_t tail_len;       // 92
+  uint32_t block_generation;  // 96  the input block's generation (BlockRef.generation)
+  uint32_t pad;            // 100 0
 };
 
 struct TensorEntry {       // 104 bytes: a request's input, or an answer's output
@@ -126,7 +132,8 @@ struct AnswersHeader {     // 48 bytes
   uint32_t n_tensors;      // 28  TensorEntry count, after the responses
   uint32_t tail_off;       // 32  reserved for rare fields (msgpack); 0 in version 1
   uint32_t tail_len;       // 36
-  uint64_t pad;            // 40  0
+  uint32_t block_generation;  // 40  the output block's generation (block_seg_len > 0)
+  uint32_t pad;            // 44  0
 };
 
 struct ResponseEntry {     // 48 bytes
@@ -147,13 +154,15 @@ struct ResponseEntry {     // 48 bytes
 
 #pragma pack(pop)
 
-static_assert(sizeof(RequestHeader) == 96);
+static_assert(sizeof(RequestHeader) == 104);
+static_assert(offsetof(RequestHeader, block_generation) == 96);
 static_assert(offsetof(RequestHeader, reply_kind) == 64);
 static_assert(offsetof(RequestHeader, tail_len) == 92);
 static_assert(sizeof(TensorEntry) == 104);
 static_assert(offsetof(TensorEntry, shape) == 40);
 static_assert(sizeof(OutputEntry) == 8);
 static_assert(sizeof(AnswersHeader) == 48);
+static_assert(offsetof(AnswersHeader, block_generation) == 40);
 static_assert(sizeof(ResponseEntry) == 48);
 static_assert(offsetof(ResponseEntry, error_off) == 24);
 

@@ -1,10 +1,13 @@
 """Fixed-layout binary records on the rings: the request (frontend -> scheduler) and the
-answers (worker -> frontend), version 1.
+answers (worker -> frontend), version 2.
 
 Imported by ``ipc.channel`` (an inbox decodes them beside msgpack messages), the frontend (it
 writes requests, reads answers), the scheduler (reads requests) and the workers (write
 answers). C twin: ``ipc/records.h`` (packed structs, the same offsets); the native gRPC data
 path writes requests and reads answers with it. Change both together and bump ``VERSION``.
+Version 2 (2026-12-05) added the block's generation (``BlockRef.generation``, the arena
+block header's second field: ``ipc.tensor_pool``) to both headers: the request header grew
+from 96 to 104 bytes, the answers header took it from its padding.
 
 Rule 0: a ring record whose first byte is ``MARKER`` (0xC1, a byte msgpack never produces) is
 one of these; byte 1 is its kind, bytes 2-3 its version, bytes 4-7 its size. Anything else on
@@ -15,7 +18,7 @@ area after the fixed entries; datatypes are ``TRITONSERVER_DataType`` numbers
 
 REQUEST (kind 1), written by a frontend (Python here, or native), read by the scheduler::
 
-    header (96)           REQUEST_HEADER, fields in the order of its format:
+    header (104)          REQUEST_HEADER, fields in the order of its format:
       0 u8 marker, 1 u8 kind, 2 u16 version, 4 u32 size, 8 u64 request_id,
       16 u64 arrival_ns (CLOCK_MONOTONIC), 24 u64 sequence_id (uint64 correlation id),
       32 i64 model_version, 40 u64 block_offset (the input block), 48 u32 reply_id,
@@ -23,7 +26,8 @@ REQUEST (kind 1), written by a frontend (Python here, or native), read by the sc
       65 u8 flags (SEQ_START 1, SEQ_END 2, trace level 0x0C, SEQ_STRING 0x10),
       66 u16 n_inputs, 68 u16 n_outputs, 70 u16 model_len, 72 u32 model_off,
       76 u16 block_seg_len, 78 u16 client_id_len, 80 u32 block_seg_off,
-      84 u32 client_id_off, 88 u32 tail_off, 92 u32 tail_len
+      84 u32 client_id_off, 88 u32 tail_off, 92 u32 tail_len,
+      96 u32 block_generation (the input block's ``BlockRef.generation``), 100 u32 pad
     n_inputs  x TENSOR_ENTRY (104):
       0 u64 offset, 8 u64 nbytes, 16 u64 region_id, 24 u32 name_off, 28 u16 name_len,
       30 u8 dtype, 31 u8 ndim (<= MAX_DIMS), 32 u32 segment_off, 36 u16 segment_len,
@@ -36,8 +40,8 @@ requests of one batch (or one response of a decoupled model)::
 
     header (48)           ANSWERS_HEADER: 0 u8 marker, 1 u8 kind, 2 u16 version, 4 u32 size,
       8 u64 block_offset, 16 u32 block_uses, 20 u16 n_responses, 22 u16 block_seg_len
-      (0: no block), 24 u32 block_seg_off, 28 u32 n_tensors, 32 u32 tail_off (0 in v1),
-      36 u32 tail_len, 40 u64 pad
+      (0: no block), 24 u32 block_seg_off, 28 u32 n_tensors, 32 u32 tail_off (0 so far),
+      36 u32 tail_len, 40 u32 block_generation (``BlockRef.generation``), 44 u32 pad
     n_responses x RESPONSE_ENTRY (48): 0 u64 request_id, 8 i64 model_version,
       16 u16 n_outputs, 18 u8 flags (FINAL 1, ERROR 2, NAMES_BLOCK 4, EMPTY 8),
       19 u8 error_code, 20 u16 origin_len, 22 u16 pad, 24 u32 error_off, 28 u32 error_len,

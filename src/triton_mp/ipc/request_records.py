@@ -136,6 +136,8 @@ def _encode_request(req: InferRequest) -> bytes | None:
         cid_off,
         tail_off,
         len(tail),
+        req.block.generation,
+        0,
     )
     return b"".join((head, *entries, *strings.parts, tail))
 
@@ -155,7 +157,7 @@ class RequestDecoder:
         """One REQUEST record (``bytes`` or a ``memoryview`` of a ring record).
 
         Raises:
-            ValueError: not a version-1 REQUEST record.
+            ValueError: not a version-2 REQUEST record.
         """
         data = bytes(buf)  # NOTE: one copy; slicing bytes is cheaper than a memoryview's
         h = REQUEST_HEADER.unpack_from(data, 0)
@@ -165,7 +167,8 @@ class RequestDecoder:
         end = REQUEST_HEADER.size + TENSOR_ENTRY.size * n_inputs
         # NOTE: bytes 64-96 hold the header's pointers and flags, 24-40 of a tensor entry
         # its pointers, dtype and rank; after the inputs come the output entries, the
-        # strings and the tail. Equal keys decode to equal forms.
+        # strings and the tail (bytes 96-104, the block's generation, differ per request).
+        # Equal keys decode to equal forms.
         key = data[64:96] + data[end:]
         for at in range(REQUEST_HEADER.size + 24, end, TENSOR_ENTRY.size):
             key += data[at : at + 16]
@@ -194,7 +197,7 @@ class RequestDecoder:
             batch_size=h[10],
             inputs=tuple(inputs),
             outputs=form.outputs,
-            block=BlockRef(form.block_segment, h[8]),
+            block=BlockRef(form.block_segment, h[8], h[25]),
             arrival_ns=h[5],
             priority=h[12],
             timeout_us=h[11],
@@ -214,7 +217,7 @@ class _Form:
     __slots__ = ("block_segment", "client_id", "inputs", "model", "outputs", "tail", "trace")
 
     def __init__(self, data: bytes, h: tuple[Any, ...]) -> None:
-        (model_len, model_off, seg_len, cid_len, seg_off, cid_off, tail_off, tail_len) = h[17:]
+        (model_len, model_off, seg_len, cid_len, seg_off, cid_off, tail_off, tail_len) = h[17:25]
         self.model = data[model_off : model_off + model_len].decode()
         self.block_segment = data[seg_off : seg_off + seg_len].decode()
         self.client_id = data[cid_off : cid_off + cid_len].decode()
@@ -360,7 +363,7 @@ class HeaderReader:
             marker, kind, version, _size, request_id, arrival_ns, seq, model_version,
             _block_offset, reply_id, batch_size, timeout_us, priority, reply_kind, flags,
             _n_inputs, _n_outputs, model_len, model_off, _seg_len, _cid_len, _seg_off,
-            _cid_off, _tail_off, tail_len,
+            _cid_off, _tail_off, tail_len, _block_generation, _pad,
         ) = REQUEST_HEADER.unpack_from(data, 0)  # fmt: skip
         if tail_len or flags & (TRACE_MASK | SEQ_STRING) or version != VERSION:
             return self._full.decode(data)  # NOTE: the rare fields: decoded whole at once

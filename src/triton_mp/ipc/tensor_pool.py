@@ -30,14 +30,25 @@ Ownership rules (the only place they are written down):
   for (``shm.ShmExhausted``: segments reserve their pages when created, so a full
   ``/dev/shm`` is an error for one request, never a SIGBUS later).
 
+- A block is named by a ``BlockRef``: its arena, its offset and its *generation*, the
+  allocation's number in its arena (u32, counting from 1, never 0), which the owner writes
+  into the block's header and every reference carries (in messages, and in the binary ring
+  records: ``ipc.records``). ``free_block`` writes ``FREE`` only while the header still
+  holds ``LIVE`` and that generation: a second free of a block, or a free that comes after
+  its room was reused by a later block, writes nothing; it is logged once per process and
+  counted (``stray_frees``). It cannot tell an early free from a legitimate one (the
+  generation still matches until the block is reused): its holders' counts must be right.
+
 Arena layout: a 64-byte header (``u32 magic, u32 version, u64 capacity``), then blocks.
-Block layout: ``u32 state`` (``LIVE``/``FREE``), ``u32 reserved``, ``u64 block_bytes``
-(header included), then the payload at +64 (64-byte aligned, so numpy views are aligned).
+Block layout: ``u32 state`` (``LIVE``/``FREE``), ``u32 generation`` (``BlockRef.generation``;
+this field was a reserved 0 before generations), ``u64 block_bytes`` (header included),
+then the payload at +64 (64-byte aligned, so numpy views are aligned).
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import struct
 import time
 from collections.abc import Iterator
@@ -49,15 +60,19 @@ from triton_mp.ipc.messages import AnswerBatch, BlockRef, InferResponse, Request
 from triton_mp.ipc.shm import Segment
 from triton_mp.ipc.topology import arena_name
 
+log = logging.getLogger(__name__)
+
 ARENA_MAGIC = 0x54415245  # "TARE"
 _ARENA_HEADER = struct.Struct("<IIQ")
 _BLOCK_HEADER = struct.Struct("<IIQ")
 _STATE = struct.Struct("<I")
+_STATE_GEN = struct.Struct("<II")
 ARENA_HEADER_BYTES = 64
 BLOCK_HEADER_BYTES = 64
 ALIGN = 64
 LIVE = 1
 FREE = 0
+_GENERATIONS = 1 << 32
 
 
 class ArenaExhausted(TritonMPError):
@@ -78,6 +93,8 @@ class _Arena:
         self.segment = segment
         self.capacity = segment.size_bytes - ARENA_HEADER_BYTES
         self.live: collections.deque[tuple[int, int]] = collections.deque()  # (offset, bytes)
+        self.generation = 0
+        """The generation of the newest block (``BlockRef.generation``)."""
 
     def _reclaim(self) -> None:
         buf = self.segment.buf
@@ -108,7 +125,9 @@ class _Arena:
                 start = head if head + block_bytes <= first else None
         if start is None:
             return None
-        _BLOCK_HEADER.pack_into(self.segment.buf, start, LIVE, 0, block_bytes)
+        gen = self.generation % (_GENERATIONS - 1) + 1  # NOTE: 1 .. 2**32 - 1, never 0
+        self.generation = gen
+        _BLOCK_HEADER.pack_into(self.segment.buf, start, LIVE, gen, block_bytes)
         live.append((start, block_bytes))
         return start
 
@@ -155,7 +174,8 @@ class ArenaAllocator:
         """Allocate a LIVE block with room for ``payload_bytes``.
 
         Returns:
-            ``(segment, block_offset)``; the payload starts at ``block_offset + 64``.
+            ``(segment, block_offset)``; the payload starts at ``block_offset + 64``; its
+            reference is ``block_ref(segment, block_offset)``.
 
         Raises:
             ArenaExhausted: no arena has room and the budget forbids a new one.
@@ -282,9 +302,46 @@ class SharedBlocks:
         return len(self._released.keys() | self._uses.keys())
 
 
-def free_block(buf: object, block_offset: int) -> None:
-    """Mark a block FREE (by its single last user). ``buf`` is the arena's mmap."""
-    _STATE.pack_into(buf, block_offset, FREE)  # type: ignore[arg-type]
+def block_ref(segment: Segment, block_offset: int) -> BlockRef:
+    """The reference to the block ``ArenaAllocator.alloc`` just returned (owner side): its
+    generation is read back from its header."""
+    generation = _STATE_GEN.unpack_from(segment.buf, block_offset)[1]
+    return BlockRef(segment.name, block_offset, generation)
+
+
+_stray = 0
+
+
+def stray_frees() -> int:
+    """Frees this process refused so far (``free_block``): a second free of a block, or one
+    after its room was reused. Each is a bug of the caller's counts; none should ever be."""
+    return _stray
+
+
+def free_block(buf: object, block: BlockRef) -> bool:
+    """Mark ``block`` FREE (by its single last user; ``buf`` is its arena's mmap), unless its
+    header no longer holds ``LIVE`` and ``block.generation`` (0: the state only): then
+    nothing is written, the refusal is counted (``stray_frees``) and logged, once per
+    process. Returns whether the block was freed."""
+    global _stray
+    offset = block.offset
+    try:
+        state, gen = _STATE_GEN.unpack_from(buf, offset)  # type: ignore[arg-type]
+    except struct.error:
+        state, gen = -1, -1  # NOTE: past the arena's end: no block of it
+    if state == LIVE and (gen == block.generation or not block.generation):
+        _STATE.pack_into(buf, offset, FREE)  # type: ignore[arg-type]
+        return True
+    _stray += 1
+    if _stray == 1:
+        log.error(
+            "refused to free block %s: its header holds state %d, generation %d (a second "
+            "free, or one after its room was reused); further refusals are only counted",
+            block,
+            state,
+            gen,
+        )
+    return False
 
 
 class SegmentGone(TritonMPError):

@@ -35,7 +35,7 @@ from triton_mp.ipc.messages import (
     InferResponse,
     TensorRef,
 )
-from triton_mp.ipc.tensor_pool import ALIGN, BLOCK_HEADER_BYTES
+from triton_mp.ipc.tensor_pool import ALIGN, BLOCK_HEADER_BYTES, block_ref
 from triton_mp.workers.tensor_io import (
     ClientRegions,
     WireTensor,
@@ -79,7 +79,7 @@ def write_answer_batch(
     if total:
         seg, offset = arena.alloc(total)
         buf, segment = seg.buf, seg.name
-        block = BlockRef(segment, offset)
+        block = block_ref(seg, offset)
         pos = offset + BLOCK_HEADER_BYTES
     shared = (block,) if block is not None else ()
     uses = 0

@@ -30,7 +30,7 @@ from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.ipc import ArenaAllocator, SegmentCache, free_block
 from triton_mp.ipc.messages import BlockRef, InferRequest, InferResponse, OutputRegion, TensorRef
 from triton_mp.ipc.shm import client_object_refusal
-from triton_mp.ipc.tensor_pool import ALIGN, BLOCK_HEADER_BYTES
+from triton_mp.ipc.tensor_pool import ALIGN, BLOCK_HEADER_BYTES, block_ref
 
 
 class ClientRegions:
@@ -284,14 +284,14 @@ def write_block(
             buf[pos : pos + n] = data
         refs.append(TensorRef(name, datatype, shape, segment, pos, n))
         pos += (n + ALIGN - 1) & ~(ALIGN - 1)  # NOTE: tensor_pool.align, inlined
-    return BlockRef(segment, block), tuple(refs)
+    return block_ref(seg, block), tuple(refs)
 
 
 def free_own_block(arena: ArenaAllocator, block: BlockRef) -> None:
     """Free a block of this process's own ``arena`` that no reader will free (its message
     was never sent, or its reader answered): ``write_block``'s inverse."""
     seg = next(s for s in arena.segments() if s.name == block.segment)
-    free_block(seg.buf, block.offset)
+    free_block(seg.buf, block)
 
 
 def write_outputs(

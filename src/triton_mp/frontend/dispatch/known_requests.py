@@ -24,7 +24,7 @@ from triton_mp.frontend.model_table import Model
 from triton_mp.frontend.request import InferenceRequest
 from triton_mp.frontend.validation.request import ValidRequest
 from triton_mp.ipc import ArenaAllocator, BlockRef, TensorRef
-from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align
+from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align, block_ref
 
 _SHM_PARAMETERS = frozenset(
     ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
@@ -149,7 +149,7 @@ def write_known(
         refs.append(TensorRef(tensor, datatype, shape, name, pos, n))
         pos += align(n)
     mv.release()
-    return BlockRef(name, block), tuple(refs)
+    return block_ref(seg, block), tuple(refs)
 
 
 class KnownRequests:

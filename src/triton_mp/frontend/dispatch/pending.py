@@ -144,7 +144,7 @@ class PendingTable:
             buf = self._cache.get(b.segment).buf
         except SegmentGone:
             return  # NOTE: its owner died and its arenas went with it: nothing to free.
-        free_block(buf, b.offset)
+        free_block(buf, b)
 
     def release(self, msg: InferResponse) -> None:
         """Free a response's blocks: we are done with it (copied out, failed, dropped).
