@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.ipc.codec import Decoder, encode
-from triton_mp.ipc.notify import Waiter, Waker, Wakeup
+from triton_mp.ipc.notify import Waiter, Waker, Wakeup, fence
 from triton_mp.ipc.ring import Ring, RingFull
 
 T = TypeVar("T")
@@ -56,6 +56,28 @@ class Sender:
 
     def send_bytes(self, data: bytes) -> None:
         """Push already-encoded bytes (see ``send``)."""
+        self._push(data)
+        self._waker.wake()
+
+    def send_lazy(self, data: bytes) -> bool:
+        """Push already-encoded bytes and wake the consumer only when it asked for wake-ups
+        on this ring (``Ring.set_quiet``: the scheduler, for a ``BatchDone`` that changes no
+        decision now); returns whether it posted. The record is published before the flag
+        is read, with a full barrier between (``notify.fence``): a consumer that asked
+        again after this read rechecks its rings before it sleeps and finds the record.
+
+        Raises:
+            ChannelTimeout: the ring stayed full for ``full_timeout_s``.
+        """
+        self._push(data)
+        fence()
+        if self._ring.quiet():
+            return False
+        self._waker.wake()
+        return True
+
+    def _push(self, data: bytes) -> None:
+        """Push, waiting for room in a full ring (waking the consumer meanwhile)."""
         try:
             self._ring.push(data)
         except RingFull:
@@ -74,7 +96,6 @@ class Sender:
                         raise ChannelTimeout(
                             f"ring {self._ring.segment.name} full for {self._full_timeout_s}s"
                         ) from None
-        self._waker.wake()
 
     def push_quiet(self, data: bytes) -> bool:
         """Push already-encoded bytes without waking the consumer, which reads them on its
@@ -225,6 +246,16 @@ class Inbox(Generic[T]):
         """Wake this consumer from within its own process (``wait`` returns True)."""
         self._woken = True
         self.waiter.wake()
+
+    def set_quiet(self, ring_name: str, quiet: bool) -> None:
+        """Let lazy pushes into one of this inbox's rings go without a wake-up, or ask for
+        wake-ups again (``Ring.set_quiet``: after asking again, ``fence`` and recheck
+        ``has_pending`` before sleeping); a ring not attached is ignored."""
+        name = ring_name.lstrip("/")
+        for ring in self._rings:
+            if ring.segment.name.lstrip("/") == name:
+                ring.set_quiet(quiet)
+                return
 
     def has_pending(self) -> bool:
         """Whether any ring holds a record (a poll: no syscall, nothing decoded)."""

@@ -22,13 +22,23 @@ syscall and the consumer no wake-up, and of several producers only one writes. B
 semaphore operations are atomic read-modify-writes (full barriers), so a record published
 before the producer's trywait is seen by a consumer that armed before it, and a consumer that
 armed after it rechecks its rings and sees the record: no wake-up is lost. A semaphore
-consumer needs none of this: glibc's ``sem_post`` makes a syscall only when someone waits.
+consumer needs none of this: glibc's ``sem_post`` makes a syscall only when someone waits
+(measured: 0.04 µs of CPU with nobody waiting, 5-8 µs to wake a sleeper on this VM).
+
+A semaphore consumer may also let a producer's record go without any post at all, when the
+record changes nothing it must act on at once (the scheduler and a ``BatchDone`` while nothing
+waits for that instance: ``ring.Ring.set_quiet``, ``channel.Sender.send_lazy``). That is
+Dekker's protocol, and each side needs a full barrier between its store and its load
+(``fence``): the producer publishes the record, fences, reads the flag; the consumer clears
+the flag, fences, rechecks its rings, then sleeps. Either the producer sees the flag cleared
+and posts, or the consumer sees the record and does not sleep.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from typing import Literal
 
 import msgspec
@@ -37,6 +47,17 @@ import posix_ipc
 from triton_mp.ipc.shm import DEV_SHM, create_semaphore
 
 WakeupKind = Literal["semaphore", "fifo"]
+
+_FENCE = threading.Lock()
+
+
+def fence() -> None:
+    """A full memory barrier between the caller's shared-memory stores before it and its
+    loads after it (Dekker's protocol, module docstring). An uncontended lock's acquire and
+    release are atomic read-modify-writes of its semaphore in glibc (``lock cmpxchg`` on
+    x86-64, a full barrier, the ring's own assumption; ``ipc.ring``); ~0.1 µs."""
+    _FENCE.acquire()
+    _FENCE.release()
 
 
 class Wakeup(msgspec.Struct, frozen=True, array_like=True):

@@ -9,6 +9,9 @@ Layout (all integers little-endian, offsets in bytes)::
     8   u64  capacity  bytes in the data area (a multiple of 8)
     64  u64  tail      bytes ever written; written only by the producer
     128 u64  head      bytes ever consumed; written only by the consumer
+    136 u64  quiet     1: the consumer lets ``Sender.send_lazy`` pushes go without a
+                       wake-up (it reads them on its next pass); 0 (a new ring): wake it.
+                       Written only by the consumer (``set_quiet``), read by the producer.
     192 ...  data area, ``capacity`` bytes
 
 A record is ``u32 length`` + payload, padded to 8 bytes. A record never wraps: when it does
@@ -38,6 +41,7 @@ _HEADER = struct.Struct("<IIQ")
 _U32 = struct.Struct("<I")
 TAIL_OFFSET = 64
 HEAD_OFFSET = 128
+QUIET_OFFSET = 136
 DATA_OFFSET = 192
 WRAP = 0xFFFFFFFF
 
@@ -56,7 +60,7 @@ class Ring:
     Use ``Ring.create`` in the owning process (it unlinks) and ``Ring.attach`` elsewhere.
     """
 
-    __slots__ = ("segment", "capacity", "_buf", "_mv", "_tail", "_head")
+    __slots__ = ("segment", "capacity", "_buf", "_mv", "_tail", "_head", "_quiet")
 
     def __init__(self, segment: Segment) -> None:
         magic, _version, capacity = _HEADER.unpack_from(segment.buf, 0)
@@ -70,6 +74,7 @@ class Ring:
         # (struct.pack_into copies byte by byte), so the other side never sees a torn index.
         self._tail = self._mv[TAIL_OFFSET : TAIL_OFFSET + 8].cast("Q")
         self._head = self._mv[HEAD_OFFSET : HEAD_OFFSET + 8].cast("Q")
+        self._quiet = self._mv[QUIET_OFFSET : QUIET_OFFSET + 8].cast("Q")
 
     @classmethod
     def create(cls, name: str, capacity_bytes: int) -> Ring:
@@ -158,6 +163,17 @@ class Ring:
         """Whether records are published and not yet consumed (two loads, no copy)."""
         return self._tail[0] != self._head[0]
 
+    def set_quiet(self, quiet: bool) -> None:
+        """Consumer only: let ``Sender.send_lazy`` pushes go without a wake-up (True), or
+        ask for one again (False). After asking again, the consumer fences
+        (``notify.fence``) and rechecks its rings before it sleeps: a lazy push that read
+        the flag before the change posted nothing (``channel.Sender.send_lazy``)."""
+        self._quiet[0] = 1 if quiet else 0
+
+    def quiet(self) -> bool:
+        """Whether the consumer lets lazy pushes go without a wake-up (one load)."""
+        return self._quiet[0] != 0
+
     def pending_bytes(self) -> int:
         """Bytes published and not yet consumed (for stats and tests)."""
         return int(self._tail[0] - self._head[0])
@@ -166,5 +182,6 @@ class Ring:
         """Unmap this process's view."""
         self._tail.release()
         self._head.release()
+        self._quiet.release()
         self._mv.release()
         self.segment.close()

@@ -55,6 +55,7 @@ from triton_mp.ipc.reports import ModelQueueStatus
 from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.ipc.specs import ModelVersionSpec, RateLimitSpec
 from triton_mp.scheduler.direct import Handoffs
+from triton_mp.scheduler.done_wakeups import quiet_instances
 from triton_mp.scheduler.ensembles import Ensembles
 from triton_mp.scheduler.instances import (
     Generation,
@@ -80,6 +81,7 @@ _CHANGES = frozenset(
     + (InstancesRemoved,)
 )
 """Messages that may change which instances the direct handoff may offer."""
+_NONE_QUIET: frozenset[int] = frozenset()
 _START = int(SequenceFlags.START)
 _END = int(SequenceFlags.END)
 
@@ -547,6 +549,19 @@ class SchedulerCore:
             # NOTE: a retirement may end on the next pass without any message arriving.
             deadlines.append(0)
         return min(deadlines, default=None)
+
+    def quiet_done(self) -> frozenset[int]:
+        """The instances whose ``BatchDone`` need not wake the scheduler now
+        (``scheduler.done_wakeups``)."""
+        if (
+            self.stopping
+            or self.deferred
+            or self.limiter is not None
+            or self.lifecycle.retiring
+            or self.ensembles.in_flight()
+        ):
+            return _NONE_QUIET
+        return quiet_instances(self.lifecycle.instances, self.handoffs.eligible)
 
     def idle(self) -> bool:
         """Nothing queued and nothing running."""

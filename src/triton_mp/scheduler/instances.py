@@ -74,6 +74,9 @@ class Generation:
     armed: bool = False
     """Set after the first dispatch pass that saw the retirement; a request a frontend sent
     before it dropped the version is drained by the next pass, so only then may it end."""
+    quiet_done: bool | None = None
+    """Whether its instances' ``BatchDone`` may ever be quiet (``scheduler.done_wakeups``;
+    None until first asked)."""
 
     def batch_key(self, inputs: Sequence[TensorRef]) -> Hashable:
         """What must be equal for two requests to share a batch (core

@@ -8,7 +8,9 @@ module only reads, times and sends (``Router``).
 The loop: block on the inbox semaphore until a message arrives or shortly before the
 nearest batching deadline (``clock.wait_plan``; from there it polls its rings until the
 deadline and tells the worker whose batch is due, ``BatchDue``), drain every ring, hand
-every message to the core, send what it returns, form batches, send them.
+every message to the core (``BatchDone`` first, ``done_first``), send what it returns, form
+batches, send them. Before it waits it tells each worker whether its next ``BatchDone`` may
+come without a wake-up (``SchedulerCore.quiet_done``, ``Router.quiet_done``).
 NOTE: the loop is synchronous on purpose: its only blocking point is one semaphore wait
 with a timeout, which asyncio cannot await without a thread hop per wake-up.
 """
@@ -25,7 +27,8 @@ from triton_mp.ipc import Inbox, Sender, encode
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.direct import Lease
 from triton_mp.ipc.handshake import report_ready
-from triton_mp.ipc.messages import InstanceWiring, Requester, Shutdown, ToScheduler
+from triton_mp.ipc.messages import BatchDone, InstanceWiring, Requester, Shutdown, ToScheduler
+from triton_mp.ipc.notify import fence
 from triton_mp.ipc.specs import SchedulerSpec
 from triton_mp.ipc.tensor_pool import SegmentCache, free_block
 from triton_mp.scheduler.clock import (
@@ -75,6 +78,27 @@ class Router:
         """Workers' arenas, attached to free ensemble steps' blocks (``Free``) only."""
         self._leases: dict[int, Lease] = {}
         """Per instance a frontend may hand requests to: its lease (``ipc.direct``)."""
+        self._quiet: frozenset[int] = frozenset()
+        """The instances whose ring's quiet flag is set (``quiet_done``)."""
+
+    def quiet_done(self, quiet: frozenset[int]) -> bool:
+        """Set each worker ring's quiet flag (``ipc.ring.Ring.set_quiet``): set for the
+        instances in ``quiet``, cleared for the others. True when a flag was cleared: the
+        caller then rechecks the rings before it sleeps (a worker that read the flag still
+        set pushed its ``BatchDone`` without a post); the fence is done here."""
+        if quiet == self._quiet:
+            return False
+        asked = False
+        was = self._quiet
+        for iid, ring in self._from_workers.items():
+            now = iid in quiet
+            if now != (iid in was):
+                self._inbox.set_quiet(ring, now)
+                asked = asked or not now
+        self._quiet = quiet
+        if asked:
+            fence()
+        return asked
 
     def offer(self, instance_id: int) -> None:
         """Post an instance's lease (``scheduler.direct.Leases``)."""
@@ -122,6 +146,8 @@ class Router:
             log.debug("block %s not freed: %s", item.block, e)
 
     def _attach(self, w: InstanceWiring) -> None:
+        # NOTE: a ring attached (again) has its flag cleared: forget what was set.
+        self._quiet = self._quiet - {w.instance_id}
         self._workers[w.instance_id] = Sender(w.to_worker_ring, w.to_worker_wakeup)
         self._inbox.add_ring(w.from_worker_ring)
         self._from_workers[w.instance_id] = w.from_worker_ring
@@ -131,6 +157,7 @@ class Router:
             self._leases[w.instance_id] = Lease(w.lease)
 
     def _detach(self, instance_id: int) -> None:
+        self._quiet = self._quiet - {instance_id}
         lease = self._leases.pop(instance_id, None)
         if lease is not None:
             lease.close()
@@ -149,11 +176,28 @@ class Router:
             sender.send_bytes(encode(Shutdown()))
 
 
+def done_first(msgs: list[ToScheduler]) -> list[ToScheduler]:
+    """One drain in the order the core handles it: the ``BatchDone`` s first, the rest in
+    their order. A quiet ``BatchDone`` (``scheduler.done_wakeups``) may have waited in its
+    ring since before the messages drained with it were sent: a statistics query, a
+    worker's death, a request. Each of those sees the batch ended, as it would have had
+    the message woken the scheduler."""
+    if len(msgs) < 2:
+        return msgs
+    done = [m for m in msgs if type(m) is BatchDone]
+    if not done or len(done) == len(msgs):
+        return msgs
+    return done + [m for m in msgs if type(m) is not BatchDone]
+
+
 def _serve(core: SchedulerCore, inbox: Inbox[ToScheduler], router: Router, clock: Clock) -> None:
     """The loop (module docstring) until a ``Shutdown``."""
     while True:
         deadline = core.next_deadline_ns()
         sleep_s, poll_s = wait_plan(clock.now_ns(), deadline)
+        if router.quiet_done(core.quiet_done()) and inbox.has_pending():
+            # NOTE: a BatchDone pushed quietly before its flag was cleared: no sleep.
+            sleep_s, poll_s = 0.0, 0.0
         if not poll_s:
             inbox.wait(sleep_s)
         elif not (sleep_s and inbox.wait(sleep_s)) and deadline is not None:
@@ -161,7 +205,7 @@ def _serve(core: SchedulerCore, inbox: Inbox[ToScheduler], router: Router, clock
             # batch is due poll for it from now on, and so does this loop, to the deadline.
             deliver(core, core.due_notices(deadline), router.send, clock.now_ns())
             inbox.poll(max(0.0, (deadline - clock.now_ns()) / 1e9))
-        msgs = inbox.drain()
+        msgs = done_first(inbox.drain())
         now = clock.now_ns()
         for msg in msgs:
             deliver(core, core.handle(msg, now), router.send, now)

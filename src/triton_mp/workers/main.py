@@ -401,6 +401,7 @@ def _load(
             # measured 2026-12-05 under load). A frontend decodes both forms.
             lambda to, msg: replies[to.kind][to.id].send_bytes(encode(msg)),
             lambda msg: to_scheduler.send_bytes(encode(msg)),
+            lambda msg: to_scheduler.send_lazy(encode(msg)),
         )
     except BaseException:
         backend.close()

@@ -96,6 +96,9 @@ class Worker:
         cache: attached input arenas of the frontends.
         send_reply: ``send_reply(reply_to, message)``: to a request's frontend or BLS client.
         send_scheduler: ``send_scheduler(message)``.
+        send_done: how a ``BatchDone`` whose requests the model all answered goes to the
+            scheduler (``channel.Sender.send_lazy``: no wake-up when the scheduler does not
+            ask for one); default ``send_scheduler``.
 
     Raises (from the constructor):
         ConfigError: the model's initial implicit state cannot be made (an unreadable or
@@ -110,6 +113,7 @@ class Worker:
         cache: SegmentCache,
         send_reply: Callable[[ReplyTo, object], None],
         send_scheduler: Callable[[object], None],
+        send_done: Callable[[object], object] | None = None,
     ) -> None:
         self._spec = spec
         self._backend = backend
@@ -117,6 +121,7 @@ class Worker:
         self._cache = cache
         self._send_reply = send_reply
         self._send_scheduler = send_scheduler
+        self._send_done = send_done or send_scheduler
         self._origin = f"worker {spec.instance.name}"
         self._regions = ClientRegions()
         self._sequence = spec.model.sequence
@@ -309,9 +314,11 @@ class Worker:
             else ()
         )
         t_output = time.perf_counter_ns() - t0
+        # NOTE: a rescheduled request must be queued again at once: that BatchDone wakes.
+        send = self._send_scheduler if rescheduled else self._send_done
         # NOTE: under the lock: response threads of decoupled models share the ring.
         with self._post_lock:
-            self._send_scheduler(
+            send(
                 BatchDone(
                     instance_id=self._spec.instance.instance_id,
                     batch_id=batch.batch_id,
