@@ -23,6 +23,10 @@ Ownership rules (the only place they are written down):
   server serves on first waits (bounded: ``Shutdown.readers_s``) until every block it
   wrote is freed: a reader maps an arena on first use, and may not have read the last
   answer when the worker is told to stop.
+- A process maps every page of an arena when it first maps the arena (``map_pages``: one
+  read per page), not page by page as blocks reach deeper into it, so its resident memory
+  (``RssShmem``) is flat from its warm-up on. The pages exist already (``shm.reserve``):
+  this adds nothing to ``/dev/shm``.
 - Arenas grow: when no arena has room, the owner maps a new one (at least twice the block),
   up to ``max_total_bytes``; beyond that an allocation fails with ``ArenaExhausted``
   (UNAVAILABLE: it fits once in-flight requests finish). A block larger than the whole
@@ -49,6 +53,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import mmap
 import struct
 import time
 from collections.abc import Iterator
@@ -202,6 +207,7 @@ class ArenaAllocator:
                 f"(need {payload_bytes} more bytes); retry when in-flight requests finish"
             )
         seg = Segment.create(arena_name(self._prefix, len(self._arenas)), size)
+        map_pages(seg)
         _ARENA_HEADER.pack_into(seg.buf, 0, ARENA_MAGIC, 1, size - ARENA_HEADER_BYTES)
         arena = _Arena(seg)
         self._arenas.append(arena)
@@ -302,6 +308,15 @@ class SharedBlocks:
         return len(self._released.keys() | self._uses.keys())
 
 
+def map_pages(segment: Segment) -> None:
+    """Map every page of ``segment`` into this process now (one read per page)."""
+    view = memoryview(segment.buf)
+    try:
+        bytes(view[:: mmap.PAGESIZE])
+    finally:
+        view.release()
+
+
 def block_ref(segment: Segment, block_offset: int) -> BlockRef:
     """The reference to the block ``ArenaAllocator.alloc`` just returned (owner side): its
     generation is read back from its header."""
@@ -340,6 +355,7 @@ def free_block(buf: object, block: BlockRef) -> bool:
             block,
             state,
             gen,
+            stack_info=True,  # NOTE: whose count is wrong: the caller that freed it again
         )
     return False
 
@@ -373,6 +389,7 @@ class SegmentCache:
                     f"the tensors of this request are gone: the process that held them "
                     f"stopped ({name})"
                 ) from None
+            map_pages(seg)
             self._segments[name] = seg
         return seg
 
