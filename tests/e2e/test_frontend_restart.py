@@ -50,6 +50,16 @@ def _frontends(server: ServerProcess) -> dict[str, int]:
     return out
 
 
+def _private_dirs(pid: int) -> list[Path]:
+    """The directories of the unix sockets process ``pid`` listens on (the native gRPC
+    server's private socket: none with the Python server alone)."""
+    return [
+        Path(c.laddr).parent
+        for c in psutil.Process(pid).net_connections(kind="unix")
+        if isinstance(c.laddr, str) and c.laddr.endswith("python.sock")
+    ]
+
+
 class _Load:
     """``CLIENTS`` threads, each with its own gRPC client (its own connection), inferring
     its own values in a loop; records successes, errors per client and wrong answers."""
@@ -210,6 +220,7 @@ def test_kill_9_of_the_only_frontend_clients_reconnect(
     sid = str(server.pid)
     load = _Load(server, "load_py")
     wait_for(lambda: load.ok >= 300, 120, "the load to get going")
+    private = _private_dirs(_frontends(server)["triton-mp: frontend 0"])
     victim, _, took = _kill_and_time(server, "triton-mp: frontend 0")
     assert took <= RESTART_S, f"the new frontend was ready after {took:.2f} s"
     ok_at_restart = load.ok
@@ -227,6 +238,8 @@ def test_kill_9_of_the_only_frontend_clients_reconnect(
     counted = _metric(server, "triton_mp_frontend_restarts_total")
     assert 'triton_mp_frontend_restarts_total{frontend="0"} 1.0' in counted, counted
     assert not [n for n in list_objects(sid) if f"f0p{victim}_" in n]
+    # The dead process's native gRPC socket directory is removed too (by its pid).
+    assert not [d for d in private if d.exists()], private
 
 
 def test_the_restarted_frontend_knows_the_client_shared_memory_registered_before(

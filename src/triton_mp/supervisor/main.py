@@ -20,6 +20,7 @@ import signal
 import socket
 import threading
 
+from triton_mp.common import process_dirs
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import StartupError
 from triton_mp.common.gpus import Devices, discover
@@ -353,8 +354,10 @@ class Supervisor:
         )
 
     def _on_frontend_gone(self, frontend_id: int, pid: int) -> None:
-        """Free a dead frontend process's input arenas: unlink them, and every worker unmaps
-        them (model control's change thread: ``supervisor.frontend_restart``)."""
+        """Free a dead frontend process's input arenas (unlink them, and every worker unmaps
+        them) and remove its temporary directories (model control's change thread:
+        ``supervisor.frontend_restart``)."""
+        process_dirs.remove(process_dirs.NATIVE_GRPC, pid)
         self.wiring.remove_frontend_process(frontend_id, pid)
         if self._instances is not None:
             self._instances.drop_segments(self.topology.frontend_process_segments(frontend_id, pid))
@@ -363,6 +366,10 @@ class Supervisor:
     def _stop_all(self) -> None:
         """Drain frontends, then stop the scheduler and workers; kill what lingers."""
         self.children.stop_frontends(self._drain_frontends, self.config.exit_timeout_s)
+        for c in self.children.children("frontend"):
+            if c.process is not None and c.process.pid:
+                # NOTE: one killed at the exit timeout (or before) never removed its own.
+                process_dirs.remove(process_dirs.NATIVE_GRPC, c.process.pid)
         if self.models is not None:
             self.models.close()
         scheduler = next(iter(self.children.children("scheduler")), None)

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import tempfile
-from pathlib import Path
 from typing import Protocol
 
+from triton_mp.common import process_dirs
 from triton_mp.frontend import native
 from triton_mp.frontend.native.handoff import Handoff, Servicer
 
@@ -59,7 +58,8 @@ class NativePort:
         self, address: str, channel_args: list[tuple[str, int]], servicer: Servicer | None
     ) -> None:
         self.address = address
-        self._dir = Path(tempfile.mkdtemp(prefix="triton-mp-grpc-"))
+        # NOTE: named by this process's pid: the supervisor removes it if we die unclean.
+        self._dir = process_dirs.make(process_dirs.NATIVE_GRPC)
         self.backend = f"unix:{self._dir / 'python.sock'}"
         self._server = native.NativeServer(
             address, self.backend, channel_args, handoff=servicer is not None
