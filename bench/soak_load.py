@@ -296,7 +296,7 @@ class Clients:
                             raise WrongAnswer(_difference(model, got, x, y))
                 except WrongAnswer as e:
                     with self._lock:
-                        self.wrong.append(str(e))
+                        self.wrong.append(f"t={time.monotonic() - self.t0:.1f}s {e}")
                     continue
                 except Exception as e:  # noqa: BLE001 - every failure is recorded and judged
                     msg = e.message() if isinstance(e, InferenceServerException) else repr(e)
