@@ -1,9 +1,10 @@
 """Builds the native gRPC data path, ``triton_mp.frontend.native._native`` (C++17 on the
 system's libgrpc++ and libprotobuf, found with pkg-config; the message classes generated from
-``protos/`` with protoc and grpc_cpp_plugin at build time). Everything else is in
-pyproject.toml.
+``protos/`` with protoc and grpc_cpp_plugin at build time), and the REQUEST record decoder,
+``triton_mp.ipc._request_decoder`` (C++17 on the Python headers only; without it the workers
+decode records in Python). Everything else is in pyproject.toml.
 
-The extension is optional: where the toolchain or the libraries are missing, or the build
+Both extensions are optional: where the toolchain or the libraries are missing, or the build
 fails, the build prints one line and goes on, and the server's Python frontend serves every
 gRPC call (``frontend.native`` logs that at start). ``TRITON_MP_NATIVE=0`` skips it;
 ``TRITON_MP_NATIVE_SANITIZE=1`` builds it with ASan and UBSan (tests only).
@@ -22,6 +23,7 @@ from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
 NATIVE = Path("src/triton_mp/frontend/native")
+DECODER = "triton_mp.ipc._request_decoder"
 PROTOS = ("grpc_service.proto", "model_config.proto")
 FLAGS = ["-std=c++17", "-O2", "-g0", "-fvisibility=hidden"]
 WARNINGS = ["-Wall", "-Wextra", "-Werror"]
@@ -40,12 +42,15 @@ class BuildNative(build_ext):
 
     def build_extension(self, ext: Extension) -> None:
         try:
-            self._build_native(ext)
+            if ext.name == DECODER:
+                ext.extra_compile_args = FLAGS + WARNINGS + _sanitize()
+                ext.extra_link_args = _sanitize()
+                super().build_extension(ext)
+            else:
+                self._build_native(ext)
         except Exception as e:  # noqa: BLE001 (any failure: the Python frontend serves)
             detail = getattr(e, "stderr", "") or ""
-            print(
-                f"triton-mp: native gRPC frontend not built ({e}) {detail}"[:2000], file=sys.stderr
-            )
+            print(f"triton-mp: {ext.name} not built ({e}) {detail}"[:2000], file=sys.stderr)
 
     def _build_native(self, ext: Extension) -> None:
         gen = Path(self.build_temp) / "native_gen"
@@ -78,11 +83,19 @@ class BuildNative(build_ext):
         super().build_extension(ext)
 
 
+def _sanitize() -> list[str]:
+    return SANITIZE if os.environ.get("TRITON_MP_NATIVE_SANITIZE") == "1" else []
+
+
 def _extensions() -> list[Extension]:
     if os.environ.get("TRITON_MP_NATIVE") == "0":
         return []
     sources = sorted(str(p) for p in NATIVE.glob("*.cc"))
-    return [Extension("triton_mp.frontend.native._native", sources, language="c++")]
+    decoder = ["src/triton_mp/ipc/native/request_decoder.cc"]
+    return [
+        Extension("triton_mp.frontend.native._native", sources, language="c++"),
+        Extension(DECODER, decoder, language="c++"),
+    ]
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildNative})

@@ -48,6 +48,11 @@ class RequestTail(msgspec.Struct, frozen=True, array_like=True):
     sequence_id: str = ""
 
 
+try:
+    from triton_mp.ipc import _request_decoder as native_decoder
+except ImportError:  # NOTE: not built (setup.py): RequestDecoder decodes in Python
+    native_decoder = None  # type: ignore[assignment]
+
 _tail_encoder = msgspec.msgpack.Encoder()
 _tail_decoder = msgspec.msgpack.Decoder(RequestTail)
 _NO_TAIL = RequestTail()
@@ -142,16 +147,38 @@ def _encode_request(req: InferRequest) -> bytes | None:
     return b"".join((head, *entries, *strings.parts, tail))
 
 
+_replies: dict[tuple[int, int], ReplyTo] = {}
+
+
+def reply_to(kind: int, reply_id: int) -> ReplyTo:
+    """The ``ReplyTo`` of a record's ``reply_kind`` and ``reply_id`` (one object each).
+
+    Raises:
+        ValueError: ``kind`` is no ``Requester``.
+    """
+    reply = _replies.get((kind, reply_id))
+    if reply is None:
+        reply = _replies[(kind, reply_id)] = ReplyTo(Requester(kind), reply_id)
+    return reply
+
+
+if native_decoder is not None:
+    native_decoder.configure(InferRequest, TensorRef, BlockRef, reply_to, WIRE)
+
+
 class RequestDecoder:
-    """Decodes REQUEST records into ``InferRequest`` s. What repeats from one request to the
-    next (the strings, the tail, the pointers to them: everything but ids, times, offsets,
-    sizes and shapes) is decoded once per form and kept (``FORMS_KEPT`` forms)."""
+    """Decodes REQUEST records into ``InferRequest`` s: in C when the extension is built
+    (``ipc/native/request_decoder.cc``; it declines records with a tail or a trace level),
+    else here. What repeats from one request to the next (the strings, the tail, the
+    pointers to them: everything but ids, times, offsets, sizes and shapes) is decoded once
+    per form and kept (``FORMS_KEPT`` forms)."""
 
     FORMS_KEPT = 1024
 
-    def __init__(self) -> None:
+    def __init__(self, native: bool = True) -> None:
         self._forms: dict[bytes, _Form] = {}
         self._reply: dict[tuple[int, int], ReplyTo] = {}
+        self._native = native_decoder.decode if native and native_decoder is not None else None
 
     def decode(self, buf: Any) -> InferRequest:
         """One REQUEST record (``bytes`` or a ``memoryview`` of a ring record).
@@ -159,6 +186,10 @@ class RequestDecoder:
         Raises:
             ValueError: not a version-2 REQUEST record.
         """
+        if self._native is not None:
+            req = self._native(buf)
+            if req is not None:
+                return req  # type: ignore[no-any-return]
         data = bytes(buf)  # NOTE: one copy; slicing bytes is cheaper than a memoryview's
         h = REQUEST_HEADER.unpack_from(data, 0)
         if h[0] != MARKER or h[1] != KIND_REQUEST or h[2] != VERSION:

@@ -1,0 +1,258 @@
+// triton_mp.ipc._request_decoder: a REQUEST record (ipc/records.h, version kRecordVersion)
+// decoded into the Python InferRequest that ipc/request_records.py's RequestDecoder builds.
+//
+// Python twin: RequestDecoder.decode in src/triton_mp/ipc/request_records.py, which calls
+// this first and decodes itself what this declines (returns None): a record with a tail
+// (rare fields, msgpack) or a trace level. Only the parsing is here: the message types are
+// the Python ones, handed over once by configure(), and every rule about what a request may
+// hold stays in Python. A record that is not a well-formed REQUEST (wrong marker, kind or
+// version, a count, a string or a rank out of the record's bounds, a datatype unknown, a
+// string not UTF-8) raises ValueError, as the Python decoder does.
+//
+// Why: a worker decodes every request of its batch; in Python that was 19% of its CPU
+// (bench/README.md, issue 34), in C it costs what building the objects costs.
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "../records.h"
+
+namespace {
+
+namespace rec = triton_mp::records;
+
+// The Python types and tables, from configure(); owned references, kept for the process.
+struct Types {
+  PyObject* infer_request = nullptr;  // ipc.messages.InferRequest
+  PyObject* tensor_ref = nullptr;     // ipc.messages.TensorRef
+  PyObject* block_ref = nullptr;      // ipc.messages.BlockRef
+  PyObject* reply_to = nullptr;       // callable (kind, id) -> ReplyTo (cached in Python)
+  PyObject* wire = nullptr;           // tuple: dtype code -> protocol datatype string
+  PyObject* kwnames = nullptr;        // InferRequest's keyword names, in kRequestArgs order
+};
+Types g_types;
+
+constexpr const char* kRequestArgs[] = {
+    "request_id", "reply_to", "model",     "version",  "batch_size",  "inputs",         "outputs",
+    "block",      "arrival_ns", "priority", "timeout_us", "client_id", "sequence_id", "sequence_flags",
+};
+constexpr Py_ssize_t kNumRequestArgs = sizeof(kRequestArgs) / sizeof(kRequestArgs[0]);
+
+// Owns one reference (RAII); release() hands it over.
+class Ref {
+ public:
+  explicit Ref(PyObject* obj = nullptr) : obj_(obj) {}
+  Ref(const Ref&) = delete;
+  Ref& operator=(const Ref&) = delete;
+  ~Ref() { Py_XDECREF(obj_); }
+  PyObject* get() const { return obj_; }
+  PyObject* release() {
+    PyObject* out = obj_;
+    obj_ = nullptr;
+    return out;
+  }
+  explicit operator bool() const { return obj_ != nullptr; }
+
+ private:
+  PyObject* obj_;
+};
+
+// Holds a buffer view for the call (RAII).
+class View {
+ public:
+  explicit View(PyObject* obj) { ok_ = PyObject_GetBuffer(obj, &view_, PyBUF_SIMPLE) == 0; }
+  View(const View&) = delete;
+  View& operator=(const View&) = delete;
+  ~View() {
+    if (ok_) PyBuffer_Release(&view_);
+  }
+  bool ok() const { return ok_; }
+  const uint8_t* data() const { return static_cast<const uint8_t*>(view_.buf); }
+  size_t size() const { return static_cast<size_t>(view_.len); }
+
+ private:
+  Py_buffer view_{};
+  bool ok_ = false;
+};
+
+PyObject* Malformed(const char* what) {
+  PyErr_Format(PyExc_ValueError, "malformed request record: %s", what);
+  return nullptr;
+}
+
+// A string of the record's string area, or nullptr with ValueError set.
+PyObject* String(const uint8_t* data, size_t size, uint64_t off, uint64_t len) {
+  if (off > size || len > size - off) return Malformed("a string lies outside the record");
+  return PyUnicode_DecodeUTF8(reinterpret_cast<const char*>(data + off),
+                              static_cast<Py_ssize_t>(len), "strict");
+}
+
+PyObject* Call(PyObject* fn, PyObject* const* args, size_t nargs, PyObject* kwnames = nullptr) {
+  return PyObject_Vectorcall(fn, args, nargs, kwnames);
+}
+
+// One input: TensorRef(name, datatype, shape, segment, offset, nbytes, region_id).
+PyObject* Input(const uint8_t* data, size_t size, size_t at) {
+  rec::TensorEntry e;
+  std::memcpy(&e, data + at, sizeof e);
+  if (e.ndim > rec::kMaxDims) return Malformed("an input has more than 8 dims");
+  if (e.dtype >= PyTuple_GET_SIZE(g_types.wire)) return Malformed("unknown datatype");
+  Ref name(String(data, size, e.name_off, e.name_len));
+  if (!name) return nullptr;
+  Ref segment(String(data, size, e.segment_off, e.segment_len));
+  if (!segment) return nullptr;
+  Ref shape(PyTuple_New(e.ndim));
+  if (!shape) return nullptr;
+  for (uint8_t d = 0; d < e.ndim; ++d) {
+    PyObject* dim = PyLong_FromLongLong(e.shape[d]);
+    if (dim == nullptr) return nullptr;
+    PyTuple_SET_ITEM(shape.get(), d, dim);
+  }
+  Ref offset(PyLong_FromUnsignedLongLong(e.offset));
+  Ref nbytes(PyLong_FromUnsignedLongLong(e.nbytes));
+  Ref region(PyLong_FromUnsignedLongLong(e.region_id));
+  if (!offset || !nbytes || !region) return nullptr;
+  PyObject* args[] = {name.get(),   PyTuple_GET_ITEM(g_types.wire, e.dtype),
+                      shape.get(),  segment.get(),
+                      offset.get(), nbytes.get(),
+                      region.get()};
+  return Call(g_types.tensor_ref, args, 7);
+}
+
+PyObject* Inputs(const uint8_t* data, size_t size, uint16_t n) {
+  Ref out(PyTuple_New(n));
+  if (!out) return nullptr;
+  for (uint16_t i = 0; i < n; ++i) {
+    PyObject* t = Input(data, size, sizeof(rec::RequestHeader) + i * sizeof(rec::TensorEntry));
+    if (t == nullptr) return nullptr;
+    PyTuple_SET_ITEM(out.get(), i, t);
+  }
+  return out.release();
+}
+
+PyObject* Outputs(const uint8_t* data, size_t size, size_t at, uint16_t n) {
+  Ref out(PyTuple_New(n));
+  if (!out) return nullptr;
+  for (uint16_t i = 0; i < n; ++i, at += sizeof(rec::OutputEntry)) {
+    rec::OutputEntry e;
+    std::memcpy(&e, data + at, sizeof e);
+    PyObject* name = String(data, size, e.name_off, e.name_len);
+    if (name == nullptr) return nullptr;
+    PyTuple_SET_ITEM(out.get(), i, name);
+  }
+  return out.release();
+}
+
+PyObject* Decode(const uint8_t* data, size_t size) {
+  rec::RequestHeader h;
+  if (size < sizeof h) return Malformed("shorter than its header");
+  std::memcpy(&h, data, sizeof h);
+  if (h.marker != rec::kRecordMarker || h.kind != rec::kKindRequest ||
+      h.version != rec::kRecordVersion) {
+    return Malformed("not a REQUEST record of this version");
+  }
+  if (h.tail_len != 0 || (h.flags & (rec::kReqTraceMask | rec::kReqSeqString)) != 0) {
+    Py_RETURN_NONE;  // NOTE: the rare fields: the Python decoder reads them
+  }
+  const size_t entries = sizeof h + size_t{h.n_inputs} * sizeof(rec::TensorEntry);
+  if (entries + size_t{h.n_outputs} * sizeof(rec::OutputEntry) > size) {
+    return Malformed("its entries pass its end");
+  }
+  Ref inputs(Inputs(data, size, h.n_inputs));
+  if (!inputs) return nullptr;
+  Ref outputs(Outputs(data, size, entries, h.n_outputs));
+  if (!outputs) return nullptr;
+  Ref model(String(data, size, h.model_off, h.model_len));
+  if (!model) return nullptr;
+  Ref client_id(String(data, size, h.client_id_off, h.client_id_len));
+  if (!client_id) return nullptr;
+  Ref segment(String(data, size, h.block_seg_off, h.block_seg_len));
+  if (!segment) return nullptr;
+  Ref block_offset(PyLong_FromUnsignedLongLong(h.block_offset));
+  Ref generation(PyLong_FromUnsignedLong(h.block_generation));
+  if (!block_offset || !generation) return nullptr;
+  PyObject* block_args[] = {segment.get(), block_offset.get(), generation.get()};
+  Ref block(Call(g_types.block_ref, block_args, 3));
+  if (!block) return nullptr;
+  Ref kind(PyLong_FromLong(h.reply_kind));
+  Ref reply_id(PyLong_FromUnsignedLong(h.reply_id));
+  if (!kind || !reply_id) return nullptr;
+  PyObject* reply_args[] = {kind.get(), reply_id.get()};
+  Ref reply(Call(g_types.reply_to, reply_args, 2));
+  if (!reply) return nullptr;
+  Ref request_id(PyLong_FromUnsignedLongLong(h.request_id));
+  Ref version(PyLong_FromLongLong(h.model_version));
+  Ref batch_size(PyLong_FromUnsignedLong(h.batch_size));
+  Ref arrival(PyLong_FromUnsignedLongLong(h.arrival_ns));
+  Ref priority(PyLong_FromUnsignedLong(h.priority));
+  Ref timeout(PyLong_FromUnsignedLong(h.timeout_us));
+  Ref sequence_id(PyLong_FromUnsignedLongLong(h.sequence_id));
+  Ref flags(PyLong_FromLong(h.flags & (rec::kReqSeqStart | rec::kReqSeqEnd)));
+  if (!request_id || !version || !batch_size || !arrival || !priority || !timeout ||
+      !sequence_id || !flags) {
+    return nullptr;
+  }
+  PyObject* args[] = {request_id.get(), reply.get(),     model.get(),    version.get(),
+                      batch_size.get(), inputs.get(),    outputs.get(),  block.get(),
+                      arrival.get(),    priority.get(),  timeout.get(),  client_id.get(),
+                      sequence_id.get(), flags.get()};
+  static_assert(sizeof(args) / sizeof(args[0]) == kNumRequestArgs);
+  return Call(g_types.infer_request, args, 0, g_types.kwnames);
+}
+
+PyObject* DecodeRequest(PyObject* /*module*/, PyObject* buf) {
+  if (g_types.infer_request == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+    return nullptr;
+  }
+  View view(buf);
+  if (!view.ok()) return nullptr;
+  return Decode(view.data(), view.size());
+}
+
+void Keep(PyObject** slot, PyObject* value) {
+  Py_INCREF(value);
+  Py_XSETREF(*slot, value);
+}
+
+PyObject* Configure(PyObject* /*module*/, PyObject* args) {
+  PyObject *infer_request, *tensor_ref, *block_ref, *reply_to, *wire;
+  if (!PyArg_ParseTuple(args, "OOOOO!:configure", &infer_request, &tensor_ref, &block_ref,
+                        &reply_to, &PyTuple_Type, &wire)) {
+    return nullptr;
+  }
+  Ref kwnames(PyTuple_New(kNumRequestArgs));
+  if (!kwnames) return nullptr;
+  for (Py_ssize_t i = 0; i < kNumRequestArgs; ++i) {
+    PyObject* name = PyUnicode_InternFromString(kRequestArgs[i]);
+    if (name == nullptr) return nullptr;
+    PyTuple_SET_ITEM(kwnames.get(), i, name);
+  }
+  Keep(&g_types.infer_request, infer_request);
+  Keep(&g_types.tensor_ref, tensor_ref);
+  Keep(&g_types.block_ref, block_ref);
+  Keep(&g_types.reply_to, reply_to);
+  Keep(&g_types.wire, wire);
+  Py_XSETREF(g_types.kwnames, kwnames.release());
+  Py_RETURN_NONE;
+}
+
+PyMethodDef kMethods[] = {
+    {"configure", Configure, METH_VARARGS,
+     "configure(InferRequest, TensorRef, BlockRef, reply_to, wire): the types to build."},
+    {"decode", DecodeRequest, METH_O,
+     "decode(buffer) -> InferRequest | None (None: a tail or a trace level; decode in Python)."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef kModule = {
+    PyModuleDef_HEAD_INIT, "_request_decoder", "REQUEST records decoded in C (records.h).", -1,
+    kMethods, nullptr, nullptr, nullptr, nullptr,
+};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__request_decoder() { return PyModule_Create(&kModule); }

@@ -1,0 +1,133 @@
+"""The C decoder of REQUEST records (``ipc/native/request_decoder.cc``) against the Python
+one (``RequestDecoder(native=False)``): the same ``InferRequest`` for every record the
+frontend writes, the rare forms left to Python, and random corruptions either decoded alike,
+declined, or refused with ValueError (never a crash: run once under ASan/UBSan)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from triton_mp.ipc import request_records
+from triton_mp.ipc.messages import (
+    BlockRef,
+    InferRequest,
+    ReplyTo,
+    Requester,
+    TensorRef,
+    TraceContext,
+)
+from triton_mp.ipc.record_layout import WIRE
+from triton_mp.ipc.request_records import RequestDecoder, encode_request
+
+native = request_records.native_decoder
+pytestmark = pytest.mark.skipif(
+    native is None, reason="ipc._request_decoder not built (python setup.py build_ext --inplace)"
+)
+
+NAMES = ("INPUT0", "x", "ünïcödé_入力", "a" * 300, "")
+
+
+def _random_request(rnd: random.Random) -> InferRequest:
+    seg = rnd.choice(("/triton_mp_1_f0_a0", "/client_key", "/ä"))
+    inputs = tuple(
+        TensorRef(
+            rnd.choice(NAMES) + str(i),
+            rnd.choice(WIRE[1:]),
+            tuple(rnd.randint(-(2**63), 2**63 - 1) for _ in range(rnd.randint(0, 8))),
+            seg,
+            rnd.randint(0, 2**64 - 1),
+            rnd.randint(0, 2**64 - 1),
+            rnd.choice((0, 0, 7, 2**64 - 1)),
+        )
+        for i in range(rnd.randint(0, 5))
+    )
+    return InferRequest(
+        request_id=rnd.randint(0, 2**64 - 1),
+        reply_to=ReplyTo(
+            rnd.choice((Requester.FRONTEND, Requester.BLS)), rnd.randint(0, 2**32 - 1)
+        ),
+        model=rnd.choice(NAMES),
+        version=rnd.randint(-(2**63), 2**63 - 1),
+        batch_size=rnd.randint(0, 2**32 - 1),
+        inputs=inputs,
+        outputs=tuple(rnd.choice(NAMES) + str(i) for i in range(rnd.randint(0, 4))),
+        block=BlockRef(seg, rnd.randint(0, 2**64 - 1), rnd.randint(0, 2**32 - 1)),
+        arrival_ns=rnd.randint(0, 2**64 - 1),
+        priority=rnd.randint(0, 2**32 - 1),
+        timeout_us=rnd.randint(0, 2**32 - 1),
+        client_id=rnd.choice(("", "req-1", "ïd")),
+        sequence_id=rnd.randint(0, 2**64 - 1),
+        sequence_flags=rnd.randint(0, 3),
+    )
+
+
+def test_every_record_decodes_as_in_python() -> None:
+    rnd = random.Random(34)
+    python = RequestDecoder(native=False)
+    for _ in range(500):
+        req = _random_request(rnd)
+        rec = encode_request(req)
+        assert rec is not None
+        got = native.decode(rec)
+        assert got == req
+        assert python.decode(rec) == got
+        assert native.decode(memoryview(rec)) == req  # a ring record is read in place
+
+
+@pytest.mark.parametrize(
+    "rare",
+    [
+        {"parameters_json": '{"p": 1}'},
+        {"sequence_id": "corr-7"},
+        {"trace": TraceContext(4)},
+    ],
+    ids=["tail", "string sequence id", "trace"],
+)
+def test_the_rare_forms_are_left_to_python(rare: dict[str, object]) -> None:
+    req = _random_request(random.Random(1))
+    req = InferRequest(**{**{f: getattr(req, f) for f in req.__struct_fields__}, **rare})
+    rec = encode_request(req)
+    assert rec is not None
+    assert native.decode(rec) is None
+    got = RequestDecoder().decode(rec)
+    assert got == RequestDecoder(native=False).decode(rec)
+    assert got.inputs == req.inputs
+
+
+def test_corrupted_records_decode_alike_or_are_refused() -> None:
+    rnd = random.Random(35)
+    decoded = refused = 0
+    for _ in range(3000):
+        rec = bytearray(encode_request(_random_request(rnd)) or b"")
+        for _ in range(rnd.randint(1, 4)):
+            at = rnd.randrange(len(rec))
+            rec[at] = rnd.randrange(256)
+        if rnd.random() < 0.2:
+            del rec[rnd.randrange(len(rec)) :]
+        data = bytes(rec)
+        try:
+            got = native.decode(data)
+        except ValueError:
+            refused += 1
+            continue
+        if got is not None:
+            decoded += 1
+            assert RequestDecoder(native=False).decode(data) == got
+    assert decoded > 100
+    assert refused > 100
+
+
+def test_not_a_request_record_is_refused() -> None:
+    rec = encode_request(_random_request(random.Random(2)))
+    assert rec is not None
+    for bad in (
+        b"",
+        rec[:50],
+        b"\x00" + rec[1:],
+        rec[:1] + b"\x02" + rec[2:],
+        rec[:2] + b"\x01\x00" + rec[4:],
+    ):
+        with pytest.raises(ValueError, match="malformed request record"):
+            native.decode(bad)
