@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -79,6 +80,57 @@ def test_sigterm_drains_in_flight_requests_then_cleans_up(
     assert list_objects(sid) == []
     assert "draining" in server.log()
     client.close()
+
+
+SLOW_TEARDOWN_MODEL = """
+import time
+
+
+class _CostlyToTearDown:
+    # Stands in for what the interpreter's teardown frees at exit (numpy, onnxruntime,
+    # protobuf...), which took seconds of a busy 2-core machine in each worker.
+    def __del__(self):
+        time.sleep(30)
+
+
+_HELD_UNTIL_TEARDOWN = _CostlyToTearDown()
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        raise NotImplementedError
+"""
+
+
+def test_ctrl_c_to_the_process_group_stops_the_server_in_seconds(
+    tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    """Ctrl-C (SIGINT to the whole group): each child ends once its role has stopped, without
+    the interpreter's teardown, so the server exits 0 within seconds, kills nothing and leaves
+    nothing in /dev/shm. (With the teardown, a worker whose module-level object costs 30 s
+    to free was killed as "did not stop" after 10 s.)"""
+    repo = copy_models(tmp_path / "repo", "add_sub")
+    write_python_model(
+        repo,
+        "slow_teardown_py",
+        'backend: "python"\nmax_batch_size: 0\n'
+        'input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [1] }]\n'
+        'output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [1] }]\n'
+        "instance_group [{ count: 1, kind: KIND_CPU }]\n",
+        SLOW_TEARDOWN_MODEL,
+    )
+    server = start_server(repo)
+    sid = str(server.pid)
+    server.client().infer("add_sub", _add_sub_inputs())
+    t0 = time.monotonic()
+    os.killpg(server.pid, signal.SIGINT)
+    assert server.proc.wait(timeout=60) == 0
+    stop_s = time.monotonic() - t0
+    wait_for(lambda: not group_alive(server.pid), 10, "every process of the server to exit")
+    assert "did not stop" not in server.log()
+    assert stop_s < 8, f"the server took {stop_s:.1f} s to stop"
+    assert server.log().count("instance stopped") == 2
+    assert list_objects(sid) == []
 
 
 def test_restart_after_kill_9_of_the_whole_tree_removes_stale_shared_memory(
