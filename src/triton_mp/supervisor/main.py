@@ -37,7 +37,7 @@ from triton_mp.ipc.specs import (
     current_log_spec,
 )
 from triton_mp.ipc.topology import Topology
-from triton_mp.supervisor.children import Child, ChildTable
+from triton_mp.supervisor.children import Child, ChildTable, stop_resource_tracker
 from triton_mp.supervisor.frontend_link import FrontendLink
 from triton_mp.supervisor.frontend_restart import FrontendRestarts
 from triton_mp.supervisor.health import HEARTBEAT_SLOTS, Health
@@ -124,6 +124,7 @@ class Supervisor:
         finally:
             self._stop_all()
             self.wiring.remove_all()
+            stop_resource_tracker()
             log.info("server stopped; shared memory removed")
 
     def _on_signal(self, signum: int, _frame: object) -> None:
