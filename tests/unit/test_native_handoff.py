@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from itertools import pairwise
 from typing import Any
 
 import grpc
@@ -19,7 +20,8 @@ from triton_mp.frontend.native.handoff import CALL, END, GONE, MESSAGE, OPEN, Ha
 
 class FakeNative:
     """``_native``'s handoff functions: ``queue`` what take() returns next; ``sent`` holds
-    every write ("write", id, bytes) and reply ("reply", id, code, details, bytes)."""
+    every write ("write", id, bytes), reply ("reply", id, code, details, bytes) and kick
+    ("kick",); ``answers`` the writes and replies alone."""
 
     def __init__(self) -> None:
         self.fd = os.eventfd(0, os.EFD_NONBLOCK)
@@ -29,6 +31,10 @@ class FakeNative:
     def queue(self, *items: tuple[int, int, bytes | None, Any]) -> None:
         self.items.extend(items)
         os.eventfd_write(self.fd, 1)
+
+    @property
+    def answers(self) -> list[tuple[Any, ...]]:
+        return [s for s in self.sent if s[0] != "kick"]
 
     def handoff_fd(self) -> int:
         return self.fd
@@ -44,6 +50,9 @@ class FakeNative:
     def write(self, call_id: int, data: bytes) -> bool:
         self.sent.append(("write", call_id, bytes(data)))
         return True
+
+    def kick(self) -> None:
+        self.sent.append(("kick",))
 
 
 def response(rid: str) -> pb.ModelStreamInferResponse:
@@ -134,7 +143,10 @@ def test_a_streams_messages_are_served_in_order_then_its_end() -> None:
     assert servicer.metadata == [(("triton_grpc_error", "true"),)]
     assert servicer.seen == ["a", "b", "c"]
     assert writes(native, 7) == ["a", "b", "b", "b", "c"]
-    assert native.sent[-1] == ("reply", 7, 0, "", b"")
+    assert native.answers[-1] == ("reply", 7, 0, "", b"")
+    # every answer is followed by a kick in the same pass, one per pass
+    assert native.sent[-1] == ("kick",)
+    assert ("kick",) not in [a for a, b in pairwise(native.sent) if a == b]
 
 
 def test_a_stream_waits_for_its_half_close() -> None:
@@ -142,6 +154,7 @@ def test_a_stream_waits_for_its_half_close() -> None:
     asyncio.run(run(native, servicer, [(1, OPEN, None, ()), (1, MESSAGE, request("a"), None)]))
     assert writes(native, 1) == ["a"]
     assert [s for s in native.sent if s[0] == "reply"] == []
+    assert native.sent[-1] == ("kick",)
 
 
 def test_two_streams_are_kept_apart() -> None:
@@ -168,7 +181,7 @@ def test_two_streams_are_kept_apart() -> None:
 def test_a_streams_status_is_the_handlers(rid: str, code: int, details: str) -> None:
     native, servicer = FakeNative(), FakeServicer()
     asyncio.run(run(native, servicer, [(3, OPEN, None, ()), (3, MESSAGE, request(rid), None)]))
-    assert native.sent == [("reply", 3, code, details, b"")]
+    assert native.answers == [("reply", 3, code, details, b"")]
 
 
 def test_a_message_that_does_not_parse_reaches_the_handler_as_malformed() -> None:
@@ -182,7 +195,7 @@ def test_a_message_that_does_not_parse_reaches_the_handler_as_malformed() -> Non
         )
     )
     assert servicer.seen == [MALFORMED]
-    assert native.sent == [("reply", 4, 0, "", b"")]
+    assert native.answers == [("reply", 4, 0, "", b"")]
 
 
 def test_a_gone_stream_cancels_its_handler_and_replies_nothing() -> None:
@@ -196,10 +209,10 @@ def test_a_gone_stream_cancels_its_handler_and_replies_nothing() -> None:
         )
     )
     assert servicer.seen == ["slow", "cancelled"]
-    assert native.sent == []
+    assert native.answers == []
 
 
 def test_a_unary_call_is_answered() -> None:
     native, servicer = FakeNative(), FakeServicer()
     asyncio.run(run(native, servicer, [(9, CALL, b"q", ())]))
-    assert native.sent == [("reply", 9, 0, "", b"answer:q")]
+    assert native.answers == [("reply", 9, 0, "", b"answer:q")]

@@ -93,12 +93,11 @@ std::vector<HandoffItem> Handoff::Take() {
   return out;
 }
 
-void Handoff::AnswerLocked(Answer answer) {
-  answers_.push_back(std::move(answer));
-  if (!armed_) {
-    armed_ = true;
-    alarm_.Set(cq_, gpr_now(GPR_CLOCK_MONOTONIC), &flush_tag_);
-  }
+void Handoff::Kick() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_ || armed_ || answers_.empty()) return;
+  armed_ = true;
+  alarm_.Set(cq_, gpr_now(GPR_CLOCK_MONOTONIC), &flush_tag_);
 }
 
 bool Handoff::Reply(uint64_t id, grpc::Status status, grpc::ByteBuffer response) {
@@ -106,7 +105,7 @@ bool Handoff::Reply(uint64_t id, grpc::Status status, grpc::ByteBuffer response)
   if (closed_) return false;
   auto it = waiting_.find(id);
   if (it == waiting_.end()) return false;
-  AnswerLocked(Answer{it->second, std::move(status), std::move(response), true});
+  answers_.push_back(Answer{it->second, std::move(status), std::move(response), true});
   waiting_.erase(it);
   return true;
 }
@@ -116,7 +115,7 @@ bool Handoff::Write(uint64_t id, grpc::ByteBuffer response) {
   if (closed_) return false;
   auto it = waiting_.find(id);
   if (it == waiting_.end()) return false;
-  AnswerLocked(Answer{it->second, grpc::Status::OK, std::move(response), false});
+  answers_.push_back(Answer{it->second, grpc::Status::OK, std::move(response), false});
   return true;
 }
 

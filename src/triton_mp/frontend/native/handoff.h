@@ -6,9 +6,10 @@
 // handoff.py, its twin), runs the Python ModelInfer / ModelStreamInfer handler on them and
 // answers: a stream's messages one by one (Write), then every call's end, the serialized
 // response (unary) or the status (Reply). Answers reach the completion queue through one
-// grpc::Alarm per batch: the first answer after a flush arms it, the completion-queue
-// thread delivers every answer queued by then, in the order Python gave them (one wake-up
-// for all the answers of one Python pass). The completion-queue thread never takes the GIL:
+// grpc::Alarm per batch: Python queues the answers of one event-loop pass, then Kick arms
+// the alarm once, and the completion-queue thread delivers every answer queued by then, in
+// the order Python gave them (one alarm and one wake-up for all the answers of one Python
+// pass: setting an alarm costs more than building a response). The completion-queue thread never takes the GIL:
 // it only locks this queue's mutex, which the Python side holds for a few pointer moves.
 #ifndef TRITON_MP_NATIVE_HANDOFF_H_
 #define TRITON_MP_NATIVE_HANDOFF_H_
@@ -84,11 +85,13 @@ class Handoff {
   // Python thread: everything queued since the last take.
   std::vector<HandoffItem> Take();
   // Python thread: the end of call `id` (the status; a unary call's response). False when
-  // the call is gone or the queue closed (dropped).
+  // the call is gone or the queue closed (dropped). Delivered after the next Kick.
   bool Reply(uint64_t id, grpc::Status status, grpc::ByteBuffer response);
   // Python thread: one response message of stream `id`, sent before its end. False when the
-  // call is gone or the queue closed (dropped).
+  // call is gone or the queue closed (dropped). Delivered after the next Kick.
   bool Write(uint64_t id, grpc::ByteBuffer response);
+  // Python thread: deliver every answer queued so far (arms the alarm once).
+  void Kick();
   // Before the completion queue shuts down: no reply arms the alarm any more (every call
   // still waiting has been cancelled by the server's shutdown and is withdrawn).
   void Close();
@@ -110,8 +113,6 @@ class Handoff {
   };
 
   void PushLocked(HandoffItem item);
-  // Queue an answer for the next flush (arms the alarm).
-  void AnswerLocked(Answer answer);
   // Completion-queue thread (the alarm): deliver every reply queued so far.
   void Flush();
 
@@ -119,7 +120,7 @@ class Handoff {
   std::deque<HandoffItem> queue_;
   std::unordered_map<uint64_t, Awaiting*> waiting_;
   std::vector<Answer> answers_;  // replied, not yet delivered
-  bool armed_ = false;           // the alarm is set for answers_
+  bool armed_ = false;           // the alarm is set: Flush will deliver answers_
   bool closed_ = false;          // Close(): replies are dropped
   grpc::CompletionQueue* cq_ = nullptr;
   grpc::Alarm alarm_;

@@ -16,6 +16,10 @@ queued per wake-up (``_native.take``), in order:
   sent in that order), and its end, OK or the status it aborted with (``triton_grpc_error``),
   ends the call (``_native.reply``).
 
+Answers leave once per event-loop pass: ``reply`` and ``write`` only queue them, and one
+``_native.kick`` at the end of the pass (``loop.call_soon``) hands them all to the native
+thread (one ``grpc::Alarm``: setting one per answer was most of a stream response's cost).
+
 A call the client abandons (cancel, deadline, server stop) arrives as a cancellation and
 cancels the task, as grpc.aio cancels a handler. So the handlers, their checks, their words
 and their tracing are the ones ``--grpc-frontend python`` runs; only grpc.aio's per-call and
@@ -49,6 +53,7 @@ class Native(Protocol):
     def take(self) -> list[tuple[int, int, bytes | None, Any]]: ...
     def reply(self, call_id: int, code: int, details: str, data: bytes) -> bool: ...
     def write(self, call_id: int, data: bytes) -> bool: ...
+    def kick(self) -> None: ...
 
 
 class Servicer(Protocol):
@@ -161,6 +166,7 @@ class Handoff:
         self._streams: dict[int, _Requests] = {}
         self._fd = -1
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._kick_due = False
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Watch the native server's eventfd on ``loop`` (after the native server started)."""
@@ -173,6 +179,21 @@ class Handoff:
         if self._loop is not None and self._fd >= 0:
             self._loop.remove_reader(self._fd)
         self._fd = -1
+
+    def _answered(self) -> None:
+        """An answer was queued: kick the native side once, at the end of this pass."""
+        if not self._kick_due:
+            self._kick_due = True
+            assert self._loop is not None
+            self._loop.call_soon(self._kick)
+
+    def _kick(self) -> None:
+        self._kick_due = False
+        self._native.kick()
+
+    def _reply(self, call_id: int, code: int, details: str, data: bytes) -> None:
+        self._native.reply(call_id, code, details, data)
+        self._answered()
 
     def on_wakeup(self) -> None:
         """Take every queued entry, in order: start, feed or cancel the calls' tasks."""
@@ -208,13 +229,13 @@ class Handoff:
         context = _Context(metadata)
         try:
             response = await self._servicer.ModelInfer(self._parse(data), context)
-            self._native.reply(call_id, 0, "", response)
+            self._reply(call_id, 0, "", response)
         except Aborted as e:
-            self._native.reply(call_id, _code(e.code), e.details, b"")
+            self._reply(call_id, _code(e.code), e.details, b"")
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - grpc.aio's answer to a handler's exception
-            self._native.reply(call_id, *_unexpected(e), b"")
+            self._reply(call_id, *_unexpected(e), b"")
         finally:
             self._tasks.pop(call_id, None)
         for callback in context.callbacks:
@@ -229,13 +250,14 @@ class Handoff:
         try:
             async for response in self._servicer.ModelStreamInfer(requests, _Context(metadata)):
                 write(call_id, response.SerializeToString())
-            self._native.reply(call_id, 0, "", b"")
+                self._answered()
+            self._reply(call_id, 0, "", b"")
         except Aborted as e:
-            self._native.reply(call_id, _code(e.code), e.details, b"")
+            self._reply(call_id, _code(e.code), e.details, b"")
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - grpc.aio's answer to a handler's exception
-            self._native.reply(call_id, *_unexpected(e), b"")
+            self._reply(call_id, *_unexpected(e), b"")
         finally:
             self._tasks.pop(call_id, None)
             self._streams.pop(call_id, None)

@@ -165,7 +165,8 @@ grpc::ByteBuffer BufferOf(const Py_buffer& bytes) {
 }
 
 // reply(id, code, details, response) -> bool: the end of a taken call (code 0: OK, with a
-// unary call's response bytes; else the status and details). False: the call is gone.
+// unary call's response bytes; else the status and details), sent after the next kick().
+// False: the call is gone.
 PyObject* Reply(PyObject*, PyObject* args) {
   unsigned long long id;
   int code;
@@ -186,8 +187,8 @@ PyObject* Reply(PyObject*, PyObject* args) {
   return PyBool_FromLong(delivered);
 }
 
-// write(id, response) -> bool: one response message of a taken stream, before its end.
-// False: the call is gone.
+// write(id, response) -> bool: one response message of a taken stream, before its end, sent
+// after the next kick(). False: the call is gone.
 PyObject* Write(PyObject*, PyObject* args) {
   unsigned long long id;
   Py_buffer response;
@@ -198,6 +199,13 @@ PyObject* Write(PyObject*, PyObject* args) {
   return PyBool_FromLong(delivered);
 }
 
+// kick(): deliver the answers reply() and write() queued so far (one alarm for all of them).
+PyObject* Kick(PyObject*, PyObject*) {
+  triton_mp::Handoff* h = CurrentHandoff();
+  if (h) h->Kick();
+  Py_RETURN_NONE;
+}
+
 PyMethodDef kMethods[] = {
     {"start", Start, METH_VARARGS, "Bind the public port and serve; returns the port or 0."},
     {"stop", Stop, METH_VARARGS, "Stop serving (grace in seconds) and join the thread."},
@@ -205,6 +213,7 @@ PyMethodDef kMethods[] = {
     {"take", Take, METH_NOARGS, "The handed-off calls and cancellations queued so far."},
     {"reply", Reply, METH_VARARGS, "End a handed-off call: (id, code, details, bytes)."},
     {"write", Write, METH_VARARGS, "A handed-off stream's next message: (id, bytes)."},
+    {"kick", Kick, METH_NOARGS, "Deliver the answers queued by reply() and write() so far."},
     {nullptr, nullptr, 0, nullptr},
 };
 
