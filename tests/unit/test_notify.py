@@ -88,3 +88,24 @@ def test_an_armed_fifo_gets_one_byte_and_a_disarmed_one_none() -> None:
             h.close()
     finally:
         unlink_quietly(w.name)
+
+
+def test_a_fifo_producer_fences_before_it_reads_the_arm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The producer's record stores must be visible before it reads the arm (a plain load
+    that x86 may move ahead of them): a fence comes first, on the busy path too."""
+    from triton_mp.ipc import notify
+
+    w = create_wakeup("fifo", f"/triton_mp_{os.getpid()}_test_fence")
+    try:
+        waiter, waker = Waiter(w), Waker(w)
+        waiter.clear()
+        assert waiter.disarm()  # the consumer is busy: the arm reads 0
+        fences: list[int] = []
+        monkeypatch.setattr(notify, "fence", lambda: fences.append(1))
+        waker.wake()
+        assert fences == [1]
+        assert not _readable(waiter.fileno())
+        waker.close()
+        waiter.close()
+    finally:
+        unlink_quietly(w.name)

@@ -102,6 +102,10 @@ class Waker:
             # NOTE: the consumer is not blocked; it polls its rings. Reading the value first
             # spares the trywait's exception on the common path (a busy consumer): a
             # consumer that arms after this read rechecks its rings and finds the record.
+            # The value is a plain load, which x86 may move before the record's stores:
+            # fence first (Dekker's protocol, module docstring), or a consumer that arms
+            # in between could recheck, miss the record and sleep.
+            fence()
             if not arm.value:
                 return
             try:
