@@ -1,8 +1,8 @@
 """Builds the native gRPC data path, ``triton_mp.frontend.native._native`` (C++17 on the
 system's libgrpc++ and libprotobuf, found with pkg-config; the message classes generated from
-``protos/`` with protoc and grpc_cpp_plugin at build time), and the REQUEST record decoder,
-``triton_mp.ipc._request_decoder`` (C++17 on the Python headers only; without it the workers
-decode records in Python). Everything else is in pyproject.toml.
+``protos/`` with protoc at build time, when a native source includes one), and the REQUEST
+record decoder, ``triton_mp.ipc._request_decoder`` (C++17 on the Python headers only;
+without it the workers decode records in Python). Everything else is in pyproject.toml.
 
 Both extensions are optional: where the toolchain or the libraries are missing, or the build
 fails, the build prints one line and goes on, and the server's Python frontend serves every
@@ -16,6 +16,7 @@ import os
 import shlex
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -37,8 +38,32 @@ def _pkg_config(*args: str) -> list[str]:
     return shlex.split(out.stdout)
 
 
+def _uses_messages() -> bool:
+    """Whether a native source or header includes a message header generated from
+    ``PROTOS`` (``grpc_service.pb.h``, ...). Only then are the classes generated and compiled:
+    today the native server hands ModelInfer over as bytes and relays every other call, so
+    nothing uses them, and the two generated files would be about 30 of the extension's 40
+    CPU-seconds of compiling."""
+    headers = [f'"{p.removesuffix(".proto")}.pb.h"' for p in PROTOS]
+    return any(
+        h in path.read_text()
+        for path in sorted(NATIVE.glob("*.[ch]*"))
+        if path.suffix in (".cc", ".h")
+        for h in headers
+    )
+
+
+def _newer(sources: list[str], target: str) -> bool:
+    """Whether ``target`` is missing or older than any of ``sources``."""
+    if not os.path.exists(target):
+        return True
+    built = os.path.getmtime(target)
+    return any(os.path.getmtime(s) > built for s in sources)
+
+
 class BuildNative(build_ext):
-    """build_ext that generates the protobuf classes first and never fails the install."""
+    """build_ext that generates the protobuf classes first (where used), compiles in
+    parallel, and never fails the install."""
 
     def build_extension(self, ext: Extension) -> None:
         try:
@@ -53,34 +78,66 @@ class BuildNative(build_ext):
             print(f"triton-mp: {ext.name} not built ({e}) {detail}"[:2000], file=sys.stderr)
 
     def _build_native(self, ext: Extension) -> None:
-        gen = Path(self.build_temp) / "native_gen"
-        gen.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [
-                "protoc",
-                f"-I{HERE / 'protos'}",
-                f"--cpp_out={gen}",
-                *(str(HERE / "protos" / p) for p in PROTOS),
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
         cflags = _pkg_config("--cflags")
         extra = FLAGS + (SANITIZE if os.environ.get("TRITON_MP_NATIVE_SANITIZE") == "1" else [])
-        # NOTE: generated code is compiled without -Werror (its warnings are protoc's).
-        objects = self.compiler.compile(
-            [str(gen / p.replace(".proto", ".pb.cc")) for p in PROTOS],
-            output_dir=str(gen),
-            extra_postargs=extra + cflags,
-        )
-        ext.extra_objects = [*objects]
-        ext.include_dirs = [str(gen)]
         ext.extra_compile_args = extra + WARNINGS + cflags
         ext.extra_link_args = _pkg_config("--libs") + (
             ["-fsanitize=address,undefined"] if "-fsanitize=address,undefined" in extra else []
         )
-        super().build_extension(ext)
+        sources = sorted(ext.sources)
+        target = self.get_ext_fullpath(ext.name)
+        if not (self.force or _newer([*sources, *ext.depends], target)):
+            return
+        units = [(s, self.build_temp, ext.extra_compile_args) for s in sources]
+        if _uses_messages():
+            gen = Path(self.build_temp) / "native_gen"
+            gen.mkdir(parents=True, exist_ok=True)
+            subprocess.run(
+                [
+                    "protoc",
+                    f"-I{HERE / 'protos'}",
+                    f"--cpp_out={gen}",
+                    *(str(HERE / "protos" / p) for p in PROTOS),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            ext.include_dirs = [str(gen)]
+            # NOTE: generated code is compiled without -Werror (its warnings are protoc's).
+            units += [
+                (str(gen / p.replace(".proto", ".pb.cc")), str(gen), extra + cflags) for p in PROTOS
+            ]
+        objects = self._compile_in_parallel(units, ext)
+        # The link only: build_ext compiles nothing (the sources are the up-to-date check).
+        ext.sources, ext.depends = [], [*sources, *ext.depends]
+        ext.extra_objects = objects
+        try:
+            super().build_extension(ext)
+        finally:
+            ext.sources = sources
+
+    def _compile_in_parallel(
+        self, units: list[tuple[str, str, list[str]]], ext: Extension
+    ) -> list[str]:
+        """Compile each (source, output directory, flags) as its own compiler process, as
+        many at once as there are CPUs (each includes gRPC's headers; a container build
+        waits for them)."""
+
+        def one(unit: tuple[str, str, list[str]]) -> list[str]:
+            source, output_dir, flags = unit
+            objects: list[str] = self.compiler.compile(
+                [source],
+                output_dir=output_dir,
+                macros=ext.define_macros,
+                include_dirs=ext.include_dirs,
+                debug=self.debug,
+                extra_postargs=flags,
+            )
+            return objects
+
+        with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
+            return [o for objects in pool.map(one, units) for o in objects]
 
 
 def _sanitize() -> list[str]:
