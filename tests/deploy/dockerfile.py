@@ -65,6 +65,12 @@ def stages(path: Path = DOCKERFILE) -> list[Stage]:
     return out
 
 
+def stage(name: str, path: Path = DOCKERFILE) -> Stage:
+    """The stage ``FROM ... AS <name>``."""
+    (found,) = [s for s in stages(path) if s.name == name]
+    return found
+
+
 def exec_form(value: str) -> list[str]:
     """An instruction's JSON (exec) form as a list, e.g. ENTRYPOINT ["a", "b"]."""
     parsed: list[str] = json.loads(value)

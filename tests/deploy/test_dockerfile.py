@@ -1,9 +1,9 @@
 """The container image's rules, checked without building it (no registry is reachable
 here): hadolint on the Dockerfile, then what the image promises (docs/deploy.md): a
-multi-stage build on a slim Python base, the project installed from its wheel, model files
-materialised at build time, a non-root user, Triton's ports, a readiness HEALTHCHECK,
-`triton-mp start` as entrypoint, and a build context of only what it copies. Issue 22.
-"""
+multi-stage build on a slim Python base (the compiler only in the native stage), the
+project installed from its wheel, model files materialised at build time, a non-root user,
+Triton's ports, a readiness HEALTHCHECK, `triton-mp start` as entrypoint, and a build
+context of only what it copies. Issue 22."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.dockerfile import DOCKERFILE, ROOT, exec_form, stages
+from tests.deploy.dockerfile import DOCKERFILE, ROOT, exec_form, stage, stages
 
 README_SET_UP = re.compile(r"^(?:apt-get|pip install) .*&& triton-mp start\b.*$", re.M)
 
@@ -55,23 +55,27 @@ SLIM_PYTHON = re.compile(r"python:3\.\d+-slim(-\w+)?")
 """A pinned minor of the slim Python image (hadolint cannot see through ``${BASE_IMAGE}``)."""
 
 
-def test_two_stages_on_a_slim_python_base(tmp_path: Path) -> None:
-    build, runtime = stages()
-    assert build.name == "build"
-    assert runtime.name is None
-    assert build.base == runtime.base
+def test_stages_on_a_slim_python_base(tmp_path: Path) -> None:
+    """python, then native and venv side by side on it, and the runtime stage on the base
+    itself, which takes only the venv, the extension, /models and the package list."""
+    python, native, venv, runtime = stages()
+    assert [s.name for s in (python, native, venv, runtime)] == ["python", "native", "venv", None]
+    assert native.base == venv.base == "python"
+    assert python.base == runtime.base
     assert SLIM_PYTHON.fullmatch(runtime.base), runtime.base
     bad = tmp_path / "Dockerfile"
     bad.write_text(DOCKERFILE.read_text().replace("python:3.11-slim-bookworm", "python:latest"))
     assert not SLIM_PYTHON.fullmatch(stages(bad)[-1].base), "the check must see the ARG default"
     copies = runtime.values("COPY")
     assert copies == [
-        "--from=build /native/packages.txt /tmp/native-packages.txt",
-        "--from=build /opt/triton-mp /opt/triton-mp",
-        "--from=build /models /models",
+        "--from=native /native/packages.txt /tmp/native-packages.txt",
+        "--from=venv /opt/triton-mp /opt/triton-mp",
+        "--from=native /native/site/ /",
+        "--from=venv /models /models",
     ]
-    assert not runtime.values("ADD")
-    assert not build.values("ADD")
+    assert not any(s.values("ADD") for s in stages())
+    compilers = [s.name for s in stages() if any(" g++ " in c for c in s.commands())]
+    assert compilers == ["native"], "the venv and the image get no compiler"
 
 
 def test_the_runtime_stage_is_non_root_with_ports_healthcheck_and_entrypoint() -> None:
@@ -90,7 +94,7 @@ VENV_CHECK = re.compile(r"^if (?P<condition>.+?); then (?P<install>.+); fi$")
 
 
 def _venv_check_installs(python3: Path, tmp_path: Path) -> bool:
-    """Run the build stage's venv check with ``python3`` first on PATH: True when it would
+    """Run the python stage's venv check with ``python3`` first on PATH: True when it would
     install python3-venv."""
     (check,) = [c for c in stages()[0].commands() if "python3-venv" in c]
     match = VENV_CHECK.match(check)
@@ -133,33 +137,35 @@ def test_the_venv_check_holds_where_python_has_venv_but_not_ensurepip(tmp_path: 
 
 
 def test_the_project_is_installed_from_its_wheel() -> None:
-    """The project's wheel (the native extension left out: it comes from a layer of its own)
-    and the extension, built by the same project build from its sources alone."""
-    commands = stages()[0].commands()
-    wheel = [c for c in commands if " wheel " in c]
-    assert wheel == [
-        "/opt/triton-mp/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /native/wheel .",
+    """The project's wheel (the native extension left out: it comes from a stage of its own)
+    and the extension, built by the same project build from its sources alone; the image
+    fails to build unless the extension loads beside the venv's code."""
+    commands = stage("venv").commands()
+    assert [c for c in stage("native").commands() if " wheel " in c] == [
+        "/native/venv/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /native/wheel ."
+    ]
+    assert [c for c in commands if " wheel " in c] == [
         "TRITON_MP_NATIVE=0 /opt/triton-mp/bin/pip wheel --no-cache-dir --no-deps"
-        " --wheel-dir /wheels .",
+        " --wheel-dir /wheels ."
     ]
     installs = [c for c in commands if "/wheels/triton_mp-" in c]
     assert len(installs) == 1
     assert "[${EXTRAS}]" in installs[0]
     assert not any(" -e " in c or "install ." in c for c in commands), "no source install"
-    check = commands.index(
-        "/opt/triton-mp/bin/python -c 'from triton_mp.frontend import native;"
+    runtime = stages()[-1]
+    assert runtime.commands()[-1] == (
+        "python3 -c 'from triton_mp.frontend import native;"
         " assert native.available(), native.UNAVAILABLE'"
     )
-    assert commands.index(installs[0]) < check, "the build fails when the extension is absent"
+    order = [i for i, _ in runtime.instructions if i in ("COPY", "RUN")]
+    assert order[-1] == "RUN", "the check runs after the venv and the extension are in"
 
 
 def test_the_native_layer_copies_what_setup_py_builds_the_extension_from() -> None:
-    """Only setup.py, protos/ and the extension's own directory: a change elsewhere in src/
-    does not compile the C++ again."""
-    build = stages()[0]
-    copies = build.values("COPY")
-    native = copies[copies.index("pyproject.toml ./") + 1 : copies.index("README.md ./")]
-    assert native == [
+    """Only pyproject.toml, setup.py, protos/ and the extension's own directory: a change
+    elsewhere in src/ does not compile the C++ again."""
+    assert stage("native").values("COPY") == [
+        "pyproject.toml ./",
         "setup.py ./",
         "protos ./protos",
         "src/triton_mp/frontend/native ./src/triton_mp/frontend/native",
@@ -170,13 +176,13 @@ def test_the_native_layer_copies_what_setup_py_builds_the_extension_from() -> No
 
 
 def test_the_runtime_packages_come_from_the_libraries_the_extension_links(tmp_path: Path) -> None:
-    """The build stage's ldd | dpkg -S pipeline, run on an extension module of this Python
+    """The native stage's ldd | dpkg -S pipeline, run on an extension module of this Python
     that links a distribution library (_ssl: libssl3 on Debian)."""
     if shutil.which("dpkg") is None:
         pytest.skip("dpkg: a Debian-based host")
     import _ssl
 
-    (command,) = [c for c in stages()[0].commands() if "dpkg -S" in c]
+    (command,) = [c for c in stage("native").commands() if "dpkg -S" in c]
     command = command.replace('"$native"', shlex.quote(_ssl.__file__))
     command = command.replace("/native/packages.txt", str(tmp_path / "packages.txt"))
     subprocess.run(["bash", "-o", "pipefail", "-c", command], check=True, timeout=60)
@@ -186,8 +192,8 @@ def test_the_runtime_packages_come_from_the_libraries_the_extension_links(tmp_pa
 
 
 def _requirements(tmp_path: Path, extras: str) -> list[str]:
-    """The build stage's requirements command, run on this checkout's pyproject.toml."""
-    (command,) = [c for c in stages()[0].commands() if "> /requirements.txt" in c]
+    """The venv stage's requirements command, run on this checkout's pyproject.toml."""
+    (command,) = [c for c in stage("venv").commands() if "> /requirements.txt" in c]
     out = tmp_path / "requirements.txt"
     command = command.replace("/opt/triton-mp/bin/python", shlex.quote(sys.executable))
     command = command.replace("/requirements.txt", str(out))
@@ -203,8 +209,7 @@ def _requirements(tmp_path: Path, extras: str) -> list[str]:
 
 def test_the_dependencies_are_a_layer_that_only_pyproject_rebuilds(tmp_path: Path) -> None:
     """A change to src/ or README.md rebuilds the wheel, not the venv's 400 MB."""
-    build = stages()[0]
-    order = [f"{i} {v}" for i, v in build.instructions if i in ("COPY", "RUN")]
+    order = [f"{i} {v}" for i, v in stage("venv").instructions if i in ("COPY", "RUN")]
     (deps,) = [n for n, line in enumerate(order) if "-r /requirements.txt" in line]
     assert [c for c in order[:deps] if c.startswith("COPY")] == ["COPY pyproject.toml ./"]
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -223,7 +228,7 @@ def test_the_dependencies_are_a_layer_that_only_pyproject_rebuilds(tmp_path: Pat
 def test_the_asset_install_is_the_readme_set_up_command() -> None:
     (readme_command,) = README_SET_UP.findall((ROOT / "README.md").read_text())
     (readme_assets,) = [c for c in readme_command.split(" && ") if "rapidocr-onnxruntime==" in c]
-    commands = stages()[0].commands()
+    commands = stage("venv").commands()
     (assets,) = [c for c in commands if "rapidocr-onnxruntime==" in c and " install " in c]
     assert assets.replace("/opt/triton-mp/bin/pip", "pip").replace(" --no-cache-dir", "") == (
         readme_assets
@@ -244,8 +249,8 @@ def test_the_build_context_holds_what_the_dockerfile_copies_and_nothing_else() -
     assert lines[0] == "*", "an allow-list: everything is ignored first"
     allowed = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
     copied: set[str] = set()
-    for stage in stages():
-        for copy in stage.values("COPY"):
+    for each in stages():
+        for copy in each.values("COPY"):
             if copy.startswith("--from="):
                 continue
             copied.update(p.rstrip("/") for p in copy.split()[:-1])

@@ -19,9 +19,11 @@ From the host the test then checks:
   the container exits 0 within the grace period less the preStop sleep, and /dev/shm is left
   empty.
 
-The image's size is checked against docs/deploy.md's goal. Podman, mmdebstrap and runc are
-installed with apt-get when missing (as root, else ``sudo -n``); where that fails or podman
-cannot run a container, the test skips with the reason.
+The image's size, as built here on the Debian base, is checked against docs/deploy.md's goal
+(the slim Python base would be smaller still). The test removes what it made, by id: the
+image (podman builds it without intermediate images) and the container. Podman, mmdebstrap
+and runc are installed with apt-get when missing (as root, else ``sudo -n``); where that
+fails or podman cannot run a container, the test skips with the reason.
 """
 
 from __future__ import annotations
@@ -59,10 +61,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
 SLIM_BASE_MB = 131
 """python:3.11-slim-bookworm as ``docker images`` lists it (uncompressed). No registry is
-reachable here, so the slim image's size is this figure plus what the Dockerfile adds."""
+reachable here; the Debian-built base is larger, so the image measured here bounds the
+slim one from above."""
 
 IMAGE_GOAL_MB = 650
-"""docs/deploy.md: the image on the slim base stays under this."""
+"""docs/deploy.md: the image stays under this (uncompressed, ``podman image inspect``)."""
 
 READY_TIMEOUT_S = 180
 EXTRA_ARGS = ["--allow-client-shm=true", "--grpc-frontend=native"]
@@ -123,7 +126,7 @@ def image(podman: Podman, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     tag = f"localhost/triton-mp:e2e-{os.getpid()}"
     built = build_image(podman, base, tag, tmp_path_factory.mktemp("build") / "build.log")
     yield built
-    podman("rmi", "-f", tag, check=False)
+    podman("rmi", "-f", built.image_id, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +137,10 @@ def container(podman: Podman, image: Built) -> Iterator[Container]:
     shm_dir.chmod(0o1777)  # NOTE: the emptyDir is writable by the pod's user
     ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
     t0 = time.monotonic()
-    podman(*run_argv(name, image.tag, shm_dir, ports, EXTRA_ARGS))
+    started = podman(*run_argv(name, image.tag, shm_dir, ports, EXTRA_ARGS), check=False)
+    container_id = started.stdout.strip()
     try:
+        assert started.returncode == 0, started.stderr
         box = Container(podman, name, ports, shm_dir, 0.0)
         while _ready(box.url("http")) != 200:
             assert box.running(), f"the container exited:\n{box.logs()[-6000:]}"
@@ -148,15 +153,17 @@ def container(podman: Podman, image: Built) -> Iterator[Container]:
         )
         yield box
     finally:
-        podman("rm", "-f", "-t", "0", name, check=False)
+        podman("rm", "-f", "-t", "0", container_id or name, check=False)
         shutil.rmtree(shm_dir, ignore_errors=True)
 
 
 def test_the_image_stays_under_the_size_goal(image: Built) -> None:
+    size_mb = image.size_bytes / 1e6
     added_mb = (image.size_bytes - image.base_size_bytes) / 1e6
-    assert added_mb + SLIM_BASE_MB < IMAGE_GOAL_MB, (
-        f"the Dockerfile adds {added_mb:.0f} MB to its base: {added_mb + SLIM_BASE_MB:.0f} MB "
-        f"on the slim base, goal < {IMAGE_GOAL_MB} MB"
+    assert size_mb < IMAGE_GOAL_MB, (
+        f"the image is {size_mb:.0f} MB ({added_mb:.0f} MB on its "
+        f"{image.base_size_bytes / 1e6:.0f} MB base; about {added_mb + SLIM_BASE_MB:.0f} MB "
+        f"on the slim base), goal < {IMAGE_GOAL_MB} MB"
     )
 
 

@@ -36,7 +36,7 @@ import tritonclient.http as httpclient
 import yaml
 from tritonclient.utils import InferenceServerException
 
-from tests.deploy.dockerfile import ROOT, exec_form, stages
+from tests.deploy.dockerfile import ROOT, exec_form, stage, stages
 from tests.deploy.manifests import DEPLOY, by_kind, flag_value, load, render
 from tests.helpers.repos import write_python_model
 from tests.helpers.server import (
@@ -118,7 +118,7 @@ def _materialised(directory: str, names: list[str]) -> set[str]:
 
 
 def _image_commands(tmp: Path) -> dict[str, str]:
-    """The build stage's wheel, install and asset commands, with the image's paths mapped
+    """The venv stage's wheel, install and asset commands, with the image's paths mapped
     into ``tmp`` and its venv's pip and python mapped to this interpreter. The install goes
     to a ``--target`` directory (its dependencies are this environment's)."""
     py = shlex.quote(sys.executable)
@@ -129,7 +129,7 @@ def _image_commands(tmp: Path) -> dict[str, str]:
         "/models": str(tmp / "models"),
     }
     commands = {}
-    for command in stages()[0].commands():
+    for command in stage("venv").commands():
         for old, new in mapping.items():
             command = command.replace(old, new)
         if " wheel " in command:
