@@ -34,15 +34,16 @@ RUN if ! python3 -c 'import ensurepip' >/dev/null 2>&1; then \
       && rm -rf /var/lib/apt/lists/*; \
     fi
 
-# The native gRPC frontend (frontend/native, built by setup.py) compiles against the
-# distribution's libgrpc++ and libprotobuf: a C++ compiler, pkg-config, protoc and their -dev
-# packages (the list of the README's set-up command, less cmake), and Python's headers where
-# the base has none (a distribution's python3; the slim Python image has them). Only
-# setup.py, protos/ and the extension's own sources come in, so a change elsewhere in src/
-# does not compile it again. The project's build makes a wheel of the extension alone
-# (README.md is metadata only); its module goes into /native/site, laid out as the venv's
-# site-packages, and /native/packages.txt names the distribution's packages that hold the
-# shared libraries it links (libgrpc++, libprotobuf, ...), which the runtime stage installs.
+# The native extensions (built by setup.py): the gRPC frontend (frontend/native) compiles
+# against the distribution's libgrpc++ and libprotobuf: a C++ compiler, pkg-config, protoc and
+# their -dev packages (the list of the README's set-up command, less cmake), and Python's
+# headers where the base has none (a distribution's python3; the slim Python image has
+# them); the REQUEST record decoder (ipc/native) needs only Python's. Only setup.py, protos/
+# and the extensions' own sources come in, so a change elsewhere in src/ does not compile
+# them again. The project's build makes a wheel of the extensions alone (README.md is
+# metadata only); their modules go into /native/site, laid out as the venv's site-packages,
+# and /native/packages.txt names the distribution's packages that hold the shared libraries
+# they link (libgrpc++, libprotobuf, ...), which the runtime stage installs.
 FROM python AS native
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # hadolint ignore=DL3008
@@ -57,16 +58,19 @@ COPY pyproject.toml ./
 COPY setup.py ./
 COPY protos ./protos
 COPY src/triton_mp/frontend/native ./src/triton_mp/frontend/native
+COPY src/triton_mp/ipc/native ./src/triton_mp/ipc/native
+COPY src/triton_mp/ipc/records.h ./src/triton_mp/ipc/records.h
 RUN touch README.md \
     && python3 -m venv /native/venv \
     && /native/venv/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /native/wheel . \
     && /native/venv/bin/python -m zipfile --extract "$(echo /native/wheel/triton_mp-*.whl)" /native/tree \
-    && native="$(echo /native/tree/triton_mp/frontend/native/_native*.so)" \
-    && test -f "$native" \
-    && ldd "$native" | awk '$3 ~ /^\// {print "*/" $1}' | xargs dpkg -S | cut -d: -f1 | sort -u > /native/packages.txt \
+    && modules=(/native/tree/triton_mp/frontend/native/_native*.so /native/tree/triton_mp/ipc/_request_decoder*.so) \
     && site="/native/site$(python3 -c 'import sys; print(f"/opt/triton-mp/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages")')" \
-    && mkdir -p "$site/triton_mp/frontend/native" \
-    && cp "$native" "$site/triton_mp/frontend/native/"
+    && for module in "${modules[@]}"; do \
+         test -f "$module" || exit 1; \
+         install -D "$module" "$site/${module#/native/tree/}"; \
+       done \
+    && ldd "${modules[@]}" | awk '$3 ~ /^\// {print "*/" $1}' | xargs dpkg -S | cut -d: -f1 | sort -u > /native/packages.txt
 
 # The venv: no compiler here (every dependency is a wheel). The dependencies first, in a
 # layer of their own that only a change to pyproject.toml rebuilds: pyproject's dependencies
@@ -122,8 +126,9 @@ COPY --from=venv /models /models
 ENV PATH=/opt/triton-mp/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1
-# The build fails unless the extension loads beside the venv's code on the runtime libraries.
-RUN python3 -c 'from triton_mp.frontend import native; assert native.available(), native.UNAVAILABLE'
+# The build fails unless the extensions load beside the venv's code on the runtime libraries.
+RUN python3 -c 'from triton_mp.frontend import native; assert native.available(), native.UNAVAILABLE' \
+    && python3 -c 'from triton_mp.ipc import _request_decoder'
 USER 1000:1000
 WORKDIR /tmp
 EXPOSE 8000 8001 8002

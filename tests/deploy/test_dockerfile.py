@@ -153,25 +153,29 @@ def test_the_project_is_installed_from_its_wheel() -> None:
     assert "[${EXTRAS}]" in installs[0]
     assert not any(" -e " in c or "install ." in c for c in commands), "no source install"
     runtime = stages()[-1]
-    assert runtime.commands()[-1] == (
+    assert runtime.commands()[-2:] == [
         "python3 -c 'from triton_mp.frontend import native;"
-        " assert native.available(), native.UNAVAILABLE'"
-    )
+        " assert native.available(), native.UNAVAILABLE'",
+        "python3 -c 'from triton_mp.ipc import _request_decoder'",
+    ]
     order = [i for i, _ in runtime.instructions if i in ("COPY", "RUN")]
     assert order[-1] == "RUN", "the check runs after the venv and the extension are in"
 
 
 def test_the_native_layer_copies_what_setup_py_builds_the_extension_from() -> None:
-    """Only pyproject.toml, setup.py, protos/ and the extension's own directory: a change
+    """Only pyproject.toml, setup.py, protos/ and the extensions' own directories: a change
     elsewhere in src/ does not compile the C++ again."""
     assert stage("native").values("COPY") == [
         "pyproject.toml ./",
         "setup.py ./",
         "protos ./protos",
         "src/triton_mp/frontend/native ./src/triton_mp/frontend/native",
+        "src/triton_mp/ipc/native ./src/triton_mp/ipc/native",
+        "src/triton_mp/ipc/records.h ./src/triton_mp/ipc/records.h",
     ]
     setup_py = (ROOT / "setup.py").read_text()
     assert 'NATIVE = Path("src/triton_mp/frontend/native")' in setup_py
+    assert '"src/triton_mp/ipc/native/request_decoder.cc"' in setup_py
     assert '"protos"' in setup_py
 
 
@@ -183,7 +187,7 @@ def test_the_runtime_packages_come_from_the_libraries_the_extension_links(tmp_pa
     import _ssl
 
     (command,) = [c for c in stage("native").commands() if "dpkg -S" in c]
-    command = command.replace('"$native"', shlex.quote(_ssl.__file__))
+    command = command.replace('"${modules[@]}"', shlex.quote(_ssl.__file__))
     command = command.replace("/native/packages.txt", str(tmp_path / "packages.txt"))
     subprocess.run(["bash", "-o", "pipefail", "-c", command], check=True, timeout=60)
     packages = (tmp_path / "packages.txt").read_text().split()
