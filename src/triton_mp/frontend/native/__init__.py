@@ -12,10 +12,11 @@ to ``NativeServer``'s single completion-queue thread (it never takes the GIL):
   process's event loop, woken through an eventfd, which runs the Python handler on them (no
   grpc.aio call); a stream's response messages are written to the client in the order the
   handler yields them, and every call ends with the status the handler ends it with (OK, or
-  the one it aborted with, e.g. ``triton_grpc_error``); answers reach the completion queue
-  through a ``grpc::Alarm``. A call the client abandons (cancel, deadline) cancels the
-  handler's task. Not with ``--grpc-restricted-protocol`` (grpc.aio's interceptor checks
-  those headers): then both are relayed like the rest.
+  the one it aborted with, e.g. ``triton_grpc_error``); the answers of one event-loop pass
+  are handed to gRPC from the Python thread at its end, under the server's serial lock. A
+  call the client abandons (cancel, deadline) cancels the handler's task. Not with
+  ``--grpc-restricted-protocol`` (grpc.aio's interceptor checks those headers): then both
+  are relayed like the rest.
 
 - **Handed to Python as it came** (``proxy_call.cc``): the native server accepts any method
   through ``grpc::AsyncGenericService`` and relays it, message by message, over

@@ -94,10 +94,16 @@ std::vector<HandoffItem> Handoff::Take() {
 }
 
 void Handoff::Kick() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (closed_ || armed_ || answers_.empty()) return;
-  armed_ = true;
-  alarm_.Set(cq_, gpr_now(GPR_CLOCK_MONOTONIC), &flush_tag_);
+  std::lock_guard<std::mutex> serial(*serial_);
+  std::vector<Answer> answers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    answers.swap(answers_);
+  }
+  for (auto& a : answers) {
+    a.call->Deliver(std::move(a.status), std::move(a.response), a.final);
+  }
 }
 
 bool Handoff::Reply(uint64_t id, grpc::Status status, grpc::ByteBuffer response) {
@@ -120,20 +126,10 @@ bool Handoff::Write(uint64_t id, grpc::ByteBuffer response) {
 }
 
 void Handoff::Close() {
+  std::lock_guard<std::mutex> serial(*serial_);
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
-}
-
-void Handoff::Flush() {
-  std::vector<Answer> answers;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    answers.swap(answers_);
-    armed_ = false;
-  }
-  for (auto& a : answers) {
-    a.call->Deliver(std::move(a.status), std::move(a.response), a.final);
-  }
+  answers_.clear();
 }
 
 }  // namespace triton_mp

@@ -5,16 +5,16 @@
 // wakes Python through an eventfd; the Python event loop takes them (frontend/native/
 // handoff.py, its twin), runs the Python ModelInfer / ModelStreamInfer handler on them and
 // answers: a stream's messages one by one (Write), then every call's end, the serialized
-// response (unary) or the status (Reply). Answers reach the completion queue through one
-// grpc::Alarm per batch: Python queues the answers of one event-loop pass, then Kick arms
-// the alarm once, and the completion-queue thread delivers every answer queued by then, in
-// the order Python gave them (one alarm and one wake-up for all the answers of one Python
-// pass: setting an alarm costs more than building a response). The completion-queue thread never takes the GIL:
-// it only locks this queue's mutex, which the Python side holds for a few pointer moves.
+// response (unary) or the status (Reply). Python queues the answers of one event-loop pass,
+// then Kick delivers them all, in the order Python gave them, from the Python thread itself:
+// it takes the server's serial lock, which the completion-queue thread holds while it runs
+// any step, so no two steps of a call ever run at once (a grpc::Alarm to wake the
+// completion-queue thread cost more than building a response, and one more thread hop).
+// The completion-queue thread never takes the GIL: it only locks this queue's mutex, which
+// the Python side holds for a few pointer moves.
 #ifndef TRITON_MP_NATIVE_HANDOFF_H_
 #define TRITON_MP_NATIVE_HANDOFF_H_
 
-#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
@@ -64,8 +64,9 @@ class Handoff {
   Handoff& operator=(const Handoff&) = delete;
 
   bool ok() const { return fd_ >= 0; }
-  // The completion queue the replies are delivered on (before the first Submit).
-  void Attach(grpc::CompletionQueue* cq) { cq_ = cq; }
+  // The server's serial lock, held by the completion-queue thread while it runs a step
+  // (before the first Submit).
+  void Attach(std::mutex* serial) { serial_ = serial; }
   // The eventfd Python watches: readable when items wait.
   int fd() const { return fd_; }
 
@@ -90,10 +91,11 @@ class Handoff {
   // Python thread: one response message of stream `id`, sent before its end. False when the
   // call is gone or the queue closed (dropped). Delivered after the next Kick.
   bool Write(uint64_t id, grpc::ByteBuffer response);
-  // Python thread: deliver every answer queued so far (arms the alarm once).
+  // Python thread (GIL held, so the server outlives it): deliver every answer queued so
+  // far, under the serial lock.
   void Kick();
-  // Before the completion queue shuts down: no reply arms the alarm any more (every call
-  // still waiting has been cancelled by the server's shutdown and is withdrawn).
+  // Before the completion queue shuts down: nothing is delivered any more (every call still
+  // waiting has been cancelled by the server's shutdown and is withdrawn).
   void Close();
 
  private:
@@ -103,28 +105,14 @@ class Handoff {
     grpc::ByteBuffer response;
     bool final;
   };
-  class FlushTag final : public Tag {
-   public:
-    explicit FlushTag(Handoff* h) : h_(h) {}
-    void Proceed(bool) override { h_->Flush(); }
-
-   private:
-    Handoff* h_;
-  };
-
   void PushLocked(HandoffItem item);
-  // Completion-queue thread (the alarm): deliver every reply queued so far.
-  void Flush();
 
   std::mutex mu_;
   std::deque<HandoffItem> queue_;
   std::unordered_map<uint64_t, Awaiting*> waiting_;
   std::vector<Answer> answers_;  // replied, not yet delivered
-  bool armed_ = false;           // the alarm is set: Flush will deliver answers_
   bool closed_ = false;          // Close(): replies are dropped
-  grpc::CompletionQueue* cq_ = nullptr;
-  grpc::Alarm alarm_;
-  FlushTag flush_tag_{this};
+  std::mutex* serial_ = nullptr;
   uint64_t next_id_ = 1;
   int fd_ = -1;
 };

@@ -17,8 +17,9 @@ queued per wake-up (``_native.take``), in order:
   ends the call (``_native.reply``).
 
 Answers leave once per event-loop pass: ``reply`` and ``write`` only queue them, and one
-``_native.kick`` at the end of the pass (``loop.call_soon``) hands them all to the native
-thread (one ``grpc::Alarm``: setting one per answer was most of a stream response's cost).
+``_native.kick`` at the end of the pass (``loop.call_soon``) hands them all to gRPC from
+this thread (under the native server's serial lock: a ``grpc::Alarm`` per answer, to wake
+the native thread, was most of a stream response's cost).
 
 A call the client abandons (cancel, deadline, server stop) arrives as a cancellation and
 cancels the task, as grpc.aio cancels a handler. So the handlers, their checks, their words

@@ -199,7 +199,7 @@ PyObject* Write(PyObject*, PyObject* args) {
   return PyBool_FromLong(delivered);
 }
 
-// kick(): deliver the answers reply() and write() queued so far (one alarm for all of them).
+// kick(): deliver the answers reply() and write() queued so far (handoff.h Kick).
 PyObject* Kick(PyObject*, PyObject*) {
   triton_mp::Handoff* h = CurrentHandoff();
   if (h) h->Kick();

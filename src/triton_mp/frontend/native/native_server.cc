@@ -26,7 +26,7 @@ std::unique_ptr<NativeServer> NativeServer::Start(const NativeServerOptions& opt
   builder.RegisterAsyncGenericService(&s->service_);
   for (const auto& kv : options.channel_args) builder.AddChannelArgument(kv.first, kv.second);
   s->cq_ = builder.AddCompletionQueue();
-  if (s->handoff_) s->handoff_->Attach(s->cq_.get());
+  if (s->handoff_) s->handoff_->Attach(&s->serial_);
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || s->port_ == 0) {
     if (s->server_) s->server_->Shutdown();
@@ -47,7 +47,10 @@ std::unique_ptr<NativeServer> NativeServer::Start(const NativeServerOptions& opt
 void NativeServer::Poll() {
   void* tag;
   bool ok;
-  while (cq_->Next(&tag, &ok)) static_cast<Tag*>(tag)->Proceed(ok);
+  while (cq_->Next(&tag, &ok)) {
+    std::lock_guard<std::mutex> serial(serial_);
+    static_cast<Tag*>(tag)->Proceed(ok);
+  }
 }
 
 void NativeServer::Stop(double grace_s) {

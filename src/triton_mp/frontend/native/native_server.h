@@ -11,6 +11,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -50,6 +51,9 @@ class NativeServer {
   void Poll();
 
   grpc::AsyncGenericService service_;
+  // Held while a step runs: on the completion-queue thread, or on the Python thread when
+  // the handoff delivers Python's answers (Handoff::Kick).
+  std::mutex serial_;
   std::unique_ptr<Handoff> handoff_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<grpc::GenericStub> stub_;

@@ -1,4 +1,4 @@
-// See proxy_call.h. Driven by one completion-queue thread: no two steps of a call ever run
+// See proxy_call.h. Steps run under the server's serial lock (native_server.h): no two steps
 // at once, so a call's fields need no lock.
 #include "proxy_call.h"
 
@@ -188,7 +188,7 @@ void ProxyCall::OnClientFinished(bool) {}
 void ProxyCall::OnDone(bool) {
   if (handoff_id_ != 0) {
     // NOTE: handed to Python and not answered: the call is over (cancelled, deadline,
-    // shutdown). Withdrawn before Python replied, no alarm comes: release its reservation.
+    // shutdown). Withdrawn before Python replied, no reply comes: release its reservation.
     if (target_.handoff->Withdraw(handoff_id_)) {
       handoff_id_ = 0;
       finishing_ = true;

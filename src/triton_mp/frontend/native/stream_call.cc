@@ -4,7 +4,7 @@
 // in the order Python gave them, one write at a time; Python's end (its status: OK, or the
 // one its handler ended the stream with) finishes the call once every message before it
 // was written. Python alone writes Triton's words: this file only moves bytes.
-// Driven by the one completion-queue thread, as the rest of ProxyCall.
+// Steps run under the server's serial lock, as the rest of ProxyCall.
 #include <string>
 #include <utility>
 #include <vector>
