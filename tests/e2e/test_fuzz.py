@@ -17,6 +17,7 @@ import json
 import os
 import struct
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import hypothesis.strategies as st
@@ -239,16 +240,7 @@ def infer_requests(draw: st.DrawFn) -> pb.ModelInferRequest:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = copy_models(tmp_path_factory.mktemp("fuzz") / "repo", "add_sub")
-    write_faulty_model(repo, "echo_py", "none", dims="-1")
-    write_python_model(
-        repo,
-        "bytes_py",
-        'backend: "python"\nmax_batch_size: 4\n'
-        'input [{ name: "INPUT0", data_type: TYPE_STRING, dims: [-1] }]\n'
-        'output [{ name: "OUTPUT0", data_type: TYPE_STRING, dims: [-1] }]\n'
-        "dynamic_batching {}\n",
-        BYTES_MODEL,
-    )
+    write_fuzz_models(repo)
     with server_factory(tmp_path_factory.mktemp("logs")) as start:
         yield start(repo)
 
@@ -265,6 +257,21 @@ class TritonPythonModel:
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
         return out
 """
+
+
+def write_fuzz_models(repo: Path) -> None:
+    """Write the python models ``infer_requests`` names besides add_sub into ``repo``:
+    ``echo_py`` (any FP32 shape back) and ``bytes_py`` (BYTES back, dynamic batching)."""
+    write_faulty_model(repo, "echo_py", "none", dims="-1")
+    write_python_model(
+        repo,
+        "bytes_py",
+        'backend: "python"\nmax_batch_size: 4\n'
+        'input [{ name: "INPUT0", data_type: TYPE_STRING, dims: [-1] }]\n'
+        'output [{ name: "OUTPUT0", data_type: TYPE_STRING, dims: [-1] }]\n'
+        "dynamic_batching {}\n",
+        BYTES_MODEL,
+    )
 
 
 def _still_serving(server: ServerProcess) -> None:

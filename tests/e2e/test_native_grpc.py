@@ -21,8 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from hypothesis import given
 
-from tests.e2e.test_fuzz import BYTES_MODEL, FUZZ_SETTINGS, infer_requests
-from tests.helpers.fault_models import write_faulty_model
+from tests.e2e.test_fuzz import FUZZ_SETTINGS, infer_requests, write_fuzz_models
 from tests.helpers.repos import copy_models, write_python_model
 from tests.helpers.server import ServerProcess, server_factory
 from triton_mp._proto import grpc_service_pb2 as pb
@@ -41,16 +40,7 @@ INFER = "/inference.GRPCInferenceService/ModelInfer"
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = copy_models(tmp_path_factory.mktemp("native"), "add_sub_py", "repeat_int32", "add_sub")
     # NOTE: the models test_fuzz's requests name (infer_requests draws add_sub, echo_py, bytes_py)
-    write_faulty_model(repo, "echo_py", "none", dims="-1")
-    write_python_model(
-        repo,
-        "bytes_py",
-        'backend: "python"\nmax_batch_size: 4\n'
-        'input [{ name: "INPUT0", data_type: TYPE_STRING, dims: [-1] }]\n'
-        'output [{ name: "OUTPUT0", data_type: TYPE_STRING, dims: [-1] }]\n'
-        "dynamic_batching {}\n",
-        BYTES_MODEL,
-    )
+    write_fuzz_models(repo)
     return repo
 
 

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from tests.e2e.test_fuzz import BYTES_MODEL, FUZZ_EXAMPLES, FUZZ_SETTINGS, infer_requests
-from tests.helpers.fault_models import write_faulty_model
+from tests.e2e.test_fuzz import FUZZ_EXAMPLES, FUZZ_SETTINGS, infer_requests, write_fuzz_models
+from tests.e2e.test_grpc_answers import FAIL_CONFIG, FAIL_MODEL
 from tests.helpers.repos import copy_models, write_python_model
 from tests.helpers.server import ServerProcess, server_factory
 from triton_mp._proto import grpc_service_pb2 as pb
@@ -32,42 +32,12 @@ pytestmark = [
 
 STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
 
-FAIL_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] }]
-output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 4 ] }]
-"""
-FAIL_MODEL = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            t = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-            if t[0] < 0:
-                out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("negative")))
-            else:
-                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", t)]))
-        return out
-"""
-
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerProcess]]:
     repo = copy_models(tmp_path_factory.mktemp("streams"), "add_sub_py", "repeat_int32", "add_sub")
     # NOTE: the models test_fuzz's requests name (add_sub, echo_py, bytes_py)
-    write_faulty_model(repo, "echo_py", "none", dims="-1")
-    write_python_model(
-        repo,
-        "bytes_py",
-        'backend: "python"\nmax_batch_size: 4\n'
-        'input [{ name: "INPUT0", data_type: TYPE_STRING, dims: [-1] }]\n'
-        'output [{ name: "OUTPUT0", data_type: TYPE_STRING, dims: [-1] }]\n'
-        "dynamic_batching {}\n",
-        BYTES_MODEL,
-    )
+    write_fuzz_models(repo)
     write_python_model(repo, "fail", FAIL_CONFIG, FAIL_MODEL)
     with server_factory(tmp_path_factory.mktemp("logs")) as start:
         yield {
@@ -180,11 +150,11 @@ def test_a_model_error_ends_the_stream_with_triton_grpc_error(
     header = (("triton_grpc_error", "true"),)
     got, status = side_by_side(servers, [fail("ok", 1), fail("bad", -1)], metadata=header)
     assert [r.infer_response.id for r in got] == ["ok"]
-    assert status == ("INTERNAL", "negative")
+    assert status == ("INTERNAL", "negative input")
     # without the header the error is a message and the stream goes on
     got, status = side_by_side(servers, [fail("bad", -1), fail("ok", 1)])
     assert [(r.error_message, r.infer_response.id) for r in got] == [
-        ("negative", "bad"),
+        ("negative input", "bad"),
         ("", "ok"),
     ]
     assert status == ("OK", "")
