@@ -98,6 +98,9 @@ class RealTriton:
                     f"--grpc-port={self.grpc_port}",
                     "--metrics-address=127.0.0.1",
                     f"--metrics-port={self.metrics_port}",
+                    # NOTE: 2.51 can wait its whole 30 s exit timeout for a decoupled stream's
+                    # state at SIGTERM (seen in two tests' teardowns); a test's own flag wins
+                    "--exit-timeout-secs=5",
                     *argv,
                 ],
                 stdout=log,
