@@ -36,7 +36,7 @@ RUN if ! python3 -c 'import ensurepip' >/dev/null 2>&1; then \
 
 # The native extensions (built by setup.py): the gRPC frontend (frontend/native) compiles
 # against the distribution's libgrpc++ and libprotobuf: a C++ compiler, pkg-config, protoc and
-# their -dev packages (the list of the README's set-up command, less cmake), and Python's
+# their -dev packages (the list of the README's set-up command), and Python's
 # headers where the base has none (a distribution's python3; the slim Python image has
 # them); the REQUEST record decoder (ipc/native) needs only Python's. Only setup.py, protos/
 # and the extensions' own sources come in, so a change elsewhere in src/ does not compile
