@@ -223,19 +223,23 @@ def test_a_leaking_model_killed_by_the_oom_killer_is_restarted_with_its_memory_b
     answered = 0
     error: InferenceServerException | None = None
     for _ in range(40):
+        if killed.is_set():
+            break  # NOTE: killed between two requests, after its answer went out
         try:
             _infer(client, "leak_py", 1)
         except InferenceServerException as e:
             error = e
             break
         answered += 1
+    was_killed = killed.is_set()
     killed.set()
     watcher.join(timeout=10)
+    assert was_killed, f"the worker passed {limit} bytes of RSS only after {answered} requests"
     assert 3 <= answered < 40, answered
-    assert error is not None
-    assert error.status() == "StatusCode.UNAVAILABLE"
-    assert "leak_py_0_0" in error.message()
-    assert "exit code -9" in error.message()
+    if error is not None:  # NOTE: killed while it ran a request: that request fails alone
+        assert error.status() == "StatusCode.UNAVAILABLE"
+        assert "leak_py_0_0" in error.message()
+        assert "exit code -9" in error.message()
     wait_for(lambda: client.is_model_ready("leak_py"), 60, "leak_py to be ready again")
     fresh = psutil.Process(_pid(server, "triton-mp: worker leak_py_0_0"))
     assert fresh.pid != pid
