@@ -21,22 +21,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ab_interleaved import one_run  # bench/ is on sys.path when this runs as a script
-from common import ROOT, TritonMP, load_peers_env
+from ab_interleaved import (  # bench/ is on sys.path when this runs as a script
+    add_run_arguments,
+    one_run,
+)
+from common import TritonMP, load_peers_env
 
 SIDES = ("native", "python")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="add_sub_py")
-    ap.add_argument("--repository", type=Path, default=ROOT / "bench" / "model_repository")
-    ap.add_argument("-c", type=int, default=16, help="perf_analyzer concurrency")
-    ap.add_argument("--pairs", type=int, default=4)
-    ap.add_argument("--window", type=float, default=8.0, help="seconds per run")
-    ap.add_argument("--pa-args", nargs="*", default=[], help="more perf_analyzer flags")
-    ap.add_argument("--peers-env", type=Path, default=ROOT / ".peers" / "peers.env")
-    ap.add_argument("--json", type=Path)
+    add_run_arguments(ap, pairs=4, window_s=8.0)
     args = ap.parse_args()
     env = load_peers_env(args.peers_env)
     logs = Path(os.environ.get("TMPDIR", "/tmp"))

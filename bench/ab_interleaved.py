@@ -104,18 +104,25 @@ def fit(runs: list[dict[str, Any]]) -> tuple[float, float]:
     return my - b * mx, b
 
 
+def add_run_arguments(ap: argparse.ArgumentParser, *, pairs: int, window_s: float) -> None:
+    """The options of an interleaved A/B run (``one_run`` reads them): the model and its
+    repository, perf_analyzer's concurrency and flags, ``pairs`` of windows of ``window_s``
+    seconds, the peers' env file and the JSON output."""
+    ap.add_argument("--model", default="add_sub_py")
+    ap.add_argument("--repository", type=Path, default=ROOT / "bench" / "model_repository")
+    ap.add_argument("-c", type=int, default=16, help="perf_analyzer concurrency")
+    ap.add_argument("--pairs", type=int, default=pairs)
+    ap.add_argument("--window", type=float, default=window_s, help="seconds per run")
+    ap.add_argument("--pa-args", nargs="*", default=[], help="more perf_analyzer flags")
+    ap.add_argument("--peers-env", type=Path, default=ROOT / ".peers" / "peers.env")
+    ap.add_argument("--json", type=Path)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--a", required=True, help="commit A (e.g. HEAD)")
     ap.add_argument("--b", required=True, help="commit B (e.g. main)")
-    ap.add_argument("--model", default="add_sub_py")
-    ap.add_argument("--repository", type=Path, default=ROOT / "bench" / "model_repository")
-    ap.add_argument("-c", type=int, default=16, help="perf_analyzer concurrency")
-    ap.add_argument("--pairs", type=int, default=8)
-    ap.add_argument("--window", type=float, default=5.0, help="seconds per run")
-    ap.add_argument("--pa-args", nargs="*", default=[], help="more perf_analyzer flags")
-    ap.add_argument("--peers-env", type=Path, default=ROOT / ".peers" / "peers.env")
-    ap.add_argument("--json", type=Path)
+    add_run_arguments(ap, pairs=8, window_s=5.0)
     args = ap.parse_args()
     env = load_peers_env(args.peers_env)
     logs = Path(os.environ.get("TMPDIR", "/tmp"))
