@@ -1,5 +1,5 @@
 """A frontend killed with -9 under 64 concurrent tritonclient clients comes back in its
-place while the other frontend serves (``supervisor.frontend_restart``).
+place while the other frontend serves (``supervisor.processes.frontend_restart``).
 
 Only the requests on the dead frontend's connections fail (UNAVAILABLE: the connection
 dropped), no answer is wrong (each client sends its own values), the new process serves

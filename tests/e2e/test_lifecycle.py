@@ -341,7 +341,7 @@ def _mapped_files(pid: int) -> set[str]:
 def test_the_scheduler_process_loads_no_numpy_onnxruntime_or_model_loader(
     tmp_path: Path, start_server: Callable[..., ServerProcess]
 ) -> None:
-    """The scheduler's spawn target imports only its entry point (supervisor.child_entry):
+    """The scheduler's spawn target imports only its entry point (supervisor.processes.child_entry):
     none of the extension modules of numpy, onnxruntime, grpc or protobuf (which the
     repository loader needs) is mapped into it, while a worker of the same server has them."""
     repo = copy_models(tmp_path / "repo", "add_sub", "add_sub_py")

@@ -1,5 +1,5 @@
-"""The process table's start handshake with a deadline (``supervisor.children``), on tiny real
-child processes that report Ready, report StartFailed, die first, or stay silent."""
+"""The process table's start handshake with a deadline (``supervisor.processes.children``), on tiny
+real child processes that report Ready, report StartFailed, die first, or stay silent."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from multiprocessing.connection import Connection
 import pytest
 
 from triton_mp.ipc.handshake import report_ready, report_start_failed
-from triton_mp.supervisor.children import Child, ChildTable
+from triton_mp.supervisor.processes.children import Child, ChildTable
 
 
 def _ready(conn: Connection) -> None:

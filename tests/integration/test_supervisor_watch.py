@@ -12,8 +12,8 @@ import time
 
 from triton_mp.ipc.heartbeat import HeartbeatBoard
 from triton_mp.ipc.topology import Topology
-from triton_mp.supervisor.children import Child, ChildTable
-from triton_mp.supervisor.health import Health
+from triton_mp.supervisor.processes.children import Child, ChildTable
+from triton_mp.supervisor.processes.health import Health
 
 
 def test_a_worker_killed_as_hung_is_reported_even_when_it_dies_before_the_next_wait() -> None:

@@ -1,5 +1,5 @@
 """Model control from python models, without processes: the supervisor's checks of a call
-(``supervisor.bls_control.check_call``) and pb_utils' argument checks and wording."""
+(``supervisor.models.bls_control.check_call``) and pb_utils' argument checks and wording."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from triton_mp.backends.python import pb_utils
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.ipc.control_messages import ModelLoadCall, ModelUnloadCall
-from triton_mp.supervisor.bls_control import check_call
+from triton_mp.supervisor.models.bls_control import check_call
 
 
 def test_only_explicit_mode_takes_calls() -> None:

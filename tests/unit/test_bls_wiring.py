@@ -30,7 +30,7 @@ from triton_mp.ipc.notify import Wakeup, create_wakeup
 from triton_mp.ipc.ring import Ring
 from triton_mp.ipc.shm import unlink_quietly
 from triton_mp.ipc.specs import BatchingSpec, ModelVersionSpec, TensorSpec
-from triton_mp.supervisor.bls_wiring import bls_table, plan_bls_add, plan_bls_remove
+from triton_mp.supervisor.processes.bls_wiring import bls_table, plan_bls_add, plan_bls_remove
 from triton_mp.workers.main import control_first
 
 

@@ -1,4 +1,4 @@
-"""Step 3 of a model change for one model (``supervisor.change_effects.apply_plan``): what
+"""Step 3 of a model change for one model (``supervisor.models.change_effects.apply_plan``): what
 the model's record becomes, how the load is answered and which instances the commit
 activates, rolls back, retires or stops. No process, no shared memory: children are records.
 """
@@ -13,10 +13,10 @@ from triton_mp.ipc.messages import ErrorInfo
 from triton_mp.ipc.specs import BatchingSpec, ModelVersionSpec
 from triton_mp.model_config.loader import RepositoryModel
 from triton_mp.model_config.plan import ModelPlan
-from triton_mp.supervisor.change_effects import Effects, apply_plan
-from triton_mp.supervisor.children import Child
-from triton_mp.supervisor.load_requests import LoadRequest, Staged
-from triton_mp.supervisor.served_models import ServedModel, ServedVersion
+from triton_mp.supervisor.models.change_effects import Effects, apply_plan
+from triton_mp.supervisor.models.load_requests import LoadRequest, Staged
+from triton_mp.supervisor.models.served_models import ServedModel, ServedVersion
+from triton_mp.supervisor.processes.children import Child
 
 
 def _spec(version: int, *instance_ids: int) -> ModelVersionSpec:

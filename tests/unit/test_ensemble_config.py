@@ -9,7 +9,7 @@ from google.protobuf import text_format
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import ConfigError, ErrorCode
 from triton_mp.model_config.ensemble import validate_ensemble_config
-from triton_mp.supervisor.ensemble_deps import (
+from triton_mp.supervisor.models.ensemble_deps import (
     check_ensembles,
     composing_failure,
     composing_to_load,

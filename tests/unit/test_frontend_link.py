@@ -1,4 +1,4 @@
-"""The supervisor's control pipes to the frontends (``supervisor.frontend_link``): each
+"""The supervisor's control pipes to the frontends (``supervisor.processes.frontend_link``): each
 frontend gets its own model table update, and an acknowledged update waits for each."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from triton_mp.ipc.codec import Decoder, encode
 from triton_mp.ipc.control_messages import ModelTableUpdate, TableAck
-from triton_mp.supervisor.frontend_link import FrontendLink
+from triton_mp.supervisor.processes.frontend_link import FrontendLink
 
 
 @pytest.fixture

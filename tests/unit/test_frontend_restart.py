@@ -1,5 +1,5 @@
-"""``supervisor.frontend_restart`` without processes: request id ranges per start, and what
-a dead frontend's restart does in order (free its arenas, take the spare or spawn, join the
+"""``supervisor.processes.frontend_restart`` without processes: request id ranges per start, and
+what a dead frontend's restart does in order (free its arenas, take the spare or spawn, join the
 control pipes, count), against a fake process table and link."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-import triton_mp.supervisor.frontend_restart as fr
+import triton_mp.supervisor.processes.frontend_restart as fr
 from triton_mp.ipc.control_messages import ModelTableUpdate
 from triton_mp.ipc.messages import direct_batch_id
 from triton_mp.ipc.specs import FRONTEND_ID_RANGE
-from triton_mp.supervisor.children import MAX_RESTARTS, Child
-from triton_mp.supervisor.frontend_restart import FrontendRestarts, first_request_id
+from triton_mp.supervisor.processes.children import MAX_RESTARTS, Child
+from triton_mp.supervisor.processes.frontend_restart import FrontendRestarts, first_request_id
 
 
 class _Process:
@@ -181,7 +181,7 @@ def test_a_frontend_that_keeps_failing_to_start_stops_the_server(
     dead = _dead("0", 5)
     r.died(dead)
     slept: list[float] = []
-    monkeypatch.setattr("triton_mp.supervisor.frontend_restart.time.sleep", slept.append)
+    monkeypatch.setattr("triton_mp.supervisor.processes.frontend_restart.time.sleep", slept.append)
     queued[0]()
     assert table.failed is dead
     assert r.counts == {0: 0, 1: 0}

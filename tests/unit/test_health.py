@@ -1,5 +1,5 @@
-"""Heartbeat judging (``supervisor.health``): slots, when judging starts, who is hung. Fake
-children on a real board; no process is started."""
+"""Heartbeat judging (``supervisor.processes.health``): slots, when judging starts, who is hung.
+Fake children on a real board; no process is started."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from triton_mp.ipc.heartbeat import HeartbeatBoard
 from triton_mp.ipc.topology import Topology
-from triton_mp.supervisor.health import Health
+from triton_mp.supervisor.processes.health import Health
 
 S = 1_000_000_000
 

@@ -14,6 +14,7 @@ Checked on the source with ``ast`` (no imports executed):
   ``core``, its ``lifecycle``, ``outbox``, ``instances``, ``status`` views, ``stats`` and the
   spec-reading ``registry``) touch ``triton_mp.ipc``;
 - only ``common.platform`` calls prctl or sets process titles;
+- in the supervisor, ``processes`` (children, wiring, instances) imports no model control;
 - no import cycle among ``triton_mp``'s modules, nor among its packages, counting imports
   inside functions and under ``TYPE_CHECKING``;
 - the scheduler process (spawn target plus entry point) loads no numpy, protobuf, backend
@@ -249,8 +250,8 @@ def test_only_the_platform_helper_reaches_prctl_and_process_titles() -> None:
 
 
 def test_the_scheduler_process_loads_no_numpy_backend_or_model_config() -> None:
-    """What the scheduler process imports (its spawn target, ``supervisor.child_entry``, and
-    its entry point, ``scheduler.main``) stays small: no numpy, onnxruntime, grpc, protobuf,
+    """What the scheduler process imports (its spawn target, ``supervisor.processes.child_entry``,
+    and its entry point, ``scheduler.main``) stays small: no numpy, onnxruntime, grpc, protobuf,
     repository loader or backend, and none of the supervisor's own modules."""
     import subprocess
     import sys
@@ -266,7 +267,7 @@ def test_the_scheduler_process_loads_no_numpy_backend_or_model_config() -> None:
         "triton_mp.supervisor.main",
     )
     code = (
-        "import sys, triton_mp.supervisor.child_entry, triton_mp.scheduler.main;"
+        "import sys, triton_mp.supervisor.processes.child_entry, triton_mp.scheduler.main;"
         f"banned = {banned!r};"
         "print(','.join(m for m in sys.modules if any(m == b or m.startswith(b + '.')"
         " for b in banned)))"
@@ -284,6 +285,16 @@ def test_backends_import_no_role_package() -> None:
         imports = _imports(path)
         for role in ("frontend", "scheduler", "workers", "supervisor", "model_config", "cli"):
             assert not _uses(imports, f"triton_mp.{role}"), f"backends/{path.name} imports {role}"
+
+
+def test_supervisor_processes_import_no_model_control() -> None:
+    """Inside the supervisor, model control starts and stops processes, never the other way:
+    ``supervisor.processes`` imports neither ``supervisor.models`` nor ``supervisor.main``."""
+    assert _modules("supervisor/processes"), "supervisor/processes/ has moved"
+    for path in _modules("supervisor/processes"):
+        imports = _imports(path)
+        for other in ("triton_mp.supervisor.models", "triton_mp.supervisor.main"):
+            assert not _uses(imports, other), f"supervisor/processes/{path.name} imports {other}"
 
 
 def test_model_config_imports_no_process_role() -> None:

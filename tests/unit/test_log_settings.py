@@ -167,7 +167,7 @@ def test_the_supervisor_logs_by_an_update_from_a_frontends_pipe() -> None:
     from multiprocessing import Pipe
 
     from triton_mp.ipc.codec import encode
-    from triton_mp.supervisor.frontend_link import FrontendLink
+    from triton_mp.supervisor.processes.frontend_link import FrontendLink
 
     before = common_log.current_log_settings()
     ours, theirs = Pipe()

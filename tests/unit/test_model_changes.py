@@ -1,9 +1,9 @@
-"""The model-change planner (``supervisor.model_changes``): which versions a load starts,
+"""The model-change planner (``supervisor.models.model_changes``): which versions a load starts,
 keeps, replaces, retires, discards and carries over as failed. No process, no shared memory."""
 
 from __future__ import annotations
 
-from triton_mp.supervisor.model_changes import (
+from triton_mp.supervisor.models.model_changes import (
     Outcome,
     Served,
     failed_by_invalid_config,

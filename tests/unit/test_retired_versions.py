@@ -101,7 +101,7 @@ def test_a_version_draining_after_a_reload_is_unavailable_and_keeps_the_server_u
 
 def test_the_supervisor_lists_a_draining_version_as_unloading_then_retired() -> None:
     from triton_mp.frontend.admin.repository import _model_rows
-    from triton_mp.supervisor.served_models import ServedModel
+    from triton_mp.supervisor.models.served_models import ServedModel
 
     model = ServedModel(name="m", retired={1}, unloading={1})
     entry = model.entry()

@@ -41,7 +41,7 @@ ALLOWED: dict[str, set[str]] = {
     "analyze": {"common", "_proto"},
 }
 """Top-level package -> the other top-level packages it may import. The supervisor imports
-the roles only to start them (their entry points, from ``supervisor.child_entry``)."""
+the roles only to start them (their entry points, from ``supervisor.processes.child_entry``)."""
 
 MODULE_LINES = 600
 FUNCTION_LINES = 80

@@ -123,7 +123,7 @@ class ModelTableUpdate(msgspec.Struct, frozen=True, kw_only=True, tag="table", a
     shared-memory registration this frontend knows, on the ring to it, before it serves."""
     frontend_restarts: dict[int, int] | None = None
     """Per frontend id: the supervisor's restarts of it so far (None: unchanged);
-    ``supervisor.frontend_restart``."""
+    ``supervisor.processes.frontend_restart``."""
 
 
 FromSupervisor = ControlReply | ModelTableUpdate

@@ -1,8 +1,8 @@
 """The start handshake: each child's first message to the supervisor (STYLE.md rule 7).
 
 Imported by every role's entry point (to report) and by the supervisor
-(``supervisor.children``, to wait for it with a deadline). Every child process gets one end
-of a pipe from the supervisor; the first and, for the scheduler and workers, only message on
+(``supervisor.processes.children``, to wait for it with a deadline). Every child process gets one
+end of a pipe from the supervisor; the first and, for the scheduler and workers, only message on
 it is ``Ready`` (the role can serve) or ``StartFailed`` (why it cannot; the child then
 exits). A child that dies before either, or stays silent past ``--startup-timeout-secs``,
 is reported by the supervisor from its exit code or the deadline. A frontend's pipe then

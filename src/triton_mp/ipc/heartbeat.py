@@ -1,8 +1,8 @@
 """Heartbeats: how the supervisor tells a hung child from a busy one.
 
 Imported by the supervisor (creates the board, judges it) and by every child (a beating
-thread, started in ``supervisor.child_entry`` before the role runs). It imports no numpy: a
-child that does not need numpy (the scheduler) never loads it.
+thread, started in ``supervisor.processes.child_entry`` before the role runs). It imports no numpy:
+a child that does not need numpy (the scheduler) never loads it.
 
 One shared-memory segment per server, ``/triton_mp_<server_id>_heartbeat``, holds one slot
 per child::

@@ -1,6 +1,7 @@
 """The local response cache: one shared-memory index and arena for every frontend process.
 
-Created (zeroed) by the supervisor (``supervisor.wiring``) when ``--cache-config local,size=N``
+Created (zeroed) by the supervisor (``supervisor.processes.wiring``) when ``--cache-config
+local,size=N``
 (or the deprecated ``--response-cache-byte-size N``) is given; attached by every frontend,
 which looks responses up and inserts them (``frontend.cache.response``), and read by frontend
 0 for the ``nv_cache_*`` metrics. A hit therefore does not depend on which frontend a

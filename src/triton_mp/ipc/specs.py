@@ -353,7 +353,7 @@ class BlsSpec(msgspec.Struct, frozen=True, kw_only=True):
     seq: int = 0
     """The table's place in the order of ``BlsWorkerUpdate`` tables."""
     control_address: str = ""
-    """The supervisor's model control listener (``supervisor.bls_control``): an abstract
+    """The supervisor's model control listener (``supervisor.models.bls_control``): an abstract
     Unix socket address for ``pb_utils.load_model`` / ``unload_model``; "" when none."""
     control_key: bytes = b""
     """Its ``multiprocessing`` authentication key."""

@@ -1,6 +1,6 @@
 """The names of every shared-memory object of a server: one table, built and parsed alike.
 
-Imported by the supervisor (``supervisor.wiring`` creates and unlinks what is named here),
+Imported by the supervisor (``supervisor.processes.wiring`` creates and unlinks what is named here),
 by ``ipc.shm`` (the leak sweep), ``ipc.tensor_pool`` (arena names) and the roles that create
 their own arenas. Every object is ``/triton_mp_<server_id>_<purpose>`` (STYLE.md rule 6), with
 ``server_id`` the supervisor's pid; ``<purpose>`` is one row of ``LAYOUT``:

@@ -1,13 +1,13 @@
 """The supervisor: ``triton-mp start`` itself. Bootstrap, signals, ordered shutdown.
 
 Imported by ``cli.main``. ``Supervisor.run`` creates the server-wide IPC objects
-(``supervisor.wiring``, named by ``ipc.topology``), spawns the scheduler, loads the models
-(``supervisor.model_control``: one worker per model instance) and spawns the frontends,
+(``supervisor.processes.wiring``, named by ``ipc.topology``), spawns the scheduler, loads the models
+(``supervisor.models.model_control``: one worker per model instance) and spawns the frontends,
 waiting for each child's start handshake (``ipc.handshake``, with ``--startup-timeout-secs``,
-never a sleep), then watches every child in one place (``supervisor.children``). A dead
+never a sleep), then watches every child in one place (``supervisor.processes.children``). A dead
 worker is reported to the scheduler (which fails its in-flight requests with UNAVAILABLE)
 and restarted with backoff; a dead frontend is restarted in its place while the others serve
-(``supervisor.frontend_restart``); a dead scheduler stops the server. SIGINT/SIGTERM
+(``supervisor.processes.frontend_restart``); a dead scheduler stops the server. SIGINT/SIGTERM
 drain: frontends finish accepted requests within ``--exit-timeout-secs``, then the scheduler
 and the workers stop, then every shared-memory object of this server is unlinked.
 """
@@ -37,14 +37,14 @@ from triton_mp.ipc.specs import (
     current_log_spec,
 )
 from triton_mp.ipc.topology import Topology
-from triton_mp.supervisor.children import Child, ChildTable, stop_resource_tracker
-from triton_mp.supervisor.frontend_link import FrontendLink
-from triton_mp.supervisor.frontend_restart import FrontendRestarts
-from triton_mp.supervisor.health import HEARTBEAT_SLOTS, Health
-from triton_mp.supervisor.instances import Instances
-from triton_mp.supervisor.load_requests import models_at_start
-from triton_mp.supervisor.model_control import ModelControl
-from triton_mp.supervisor.wiring import ServerChannels, Wiring
+from triton_mp.supervisor.models.load_requests import models_at_start
+from triton_mp.supervisor.models.model_control import ModelControl
+from triton_mp.supervisor.processes.children import Child, ChildTable, stop_resource_tracker
+from triton_mp.supervisor.processes.frontend_link import FrontendLink
+from triton_mp.supervisor.processes.frontend_restart import FrontendRestarts
+from triton_mp.supervisor.processes.health import HEARTBEAT_SLOTS, Health
+from triton_mp.supervisor.processes.instances import Instances
+from triton_mp.supervisor.processes.wiring import ServerChannels, Wiring
 
 log = logging.getLogger(__name__)
 
@@ -357,7 +357,7 @@ class Supervisor:
     def _on_frontend_gone(self, frontend_id: int, pid: int) -> None:
         """Free a dead frontend process's input arenas (unlink them, and every worker unmaps
         them) and remove its temporary directories (model control's change thread:
-        ``supervisor.frontend_restart``)."""
+        ``supervisor.processes.frontend_restart``)."""
         process_dirs.remove(process_dirs.NATIVE_GRPC, pid)
         self.wiring.remove_frontend_process(frontend_id, pid)
         if self._instances is not None:

@@ -2,7 +2,7 @@
 
 Imported by ``workers.main``, which installs ``ModelControlClient.load`` / ``unload`` into
 ``pb_utils`` (``set_model_control``). Each call connects once (lazily) to the supervisor's
-listener (``supervisor.bls_control``; address and key from the worker's ``BlsSpec``), sends
+listener (``supervisor.models.bls_control``; address and key from the worker's ``BlsSpec``), sends
 a ``ModelLoadCall`` / ``ModelUnloadCall`` and blocks until its ``ControlReply``; calls from
 several threads of the model go one at a time. A load answers when the model is loaded (or
 failed), an unload when it began, as the core's ``TRITONSERVER_ServerLoadModel

@@ -66,7 +66,7 @@ def load_arguments(
     name: str, parameters: Mapping[str, object]
 ) -> tuple[str | None, dict[str, bytes]]:
     """A load's parameters checked as the core checks them (RepositoryModelLoad, and
-    ``pb_utils.load_model`` through ``supervisor.bls_control``): ``(config, files)``, the
+    ``pb_utils.load_model`` through ``supervisor.models.bls_control``): ``(config, files)``, the
     files keyed by their path within the model directory.
 
     Raises:

@@ -86,7 +86,8 @@ class MetricsSnapshot:
     tensor_bytes: dict[str, int] | None = None
     """``PendingTable.copied_bytes`` of the frontend that serves the metrics."""
     frontend_restarts: dict[int, int] | None = None
-    """Per frontend id, the supervisor's restarts of it (``supervisor.frontend_restart``)."""
+    """Per frontend id, the supervisor's restarts of it
+    (``supervisor.processes.frontend_restart``)."""
 
 
 def _us(ns: int) -> int:

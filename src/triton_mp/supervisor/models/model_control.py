@@ -3,15 +3,16 @@
 Imported by ``supervisor.main``; runs in the supervisor process. ``ModelControl`` owns which
 model versions are served and by which worker processes. Every change, whether at start,
 from RepositoryModelLoad/Unload (a frontend forwards the call over its control pipe,
-``supervisor.frontend_link``), or from a poll of the repository, runs on one thread, one
+``supervisor.processes.frontend_link``), or from a poll of the repository, runs on one thread, one
 change at a time (Triton serialises them too), in this order:
 
-1. read and validate the model (``supervisor.load_requests``) and decide which versions need
-   new instances (``supervisor.model_changes.versions_to_start``): a version whose
+1. read and validate the model (``supervisor.models.load_requests``) and decide which versions need
+   new instances (``supervisor.models.model_changes.versions_to_start``): a version whose
    effective config and files are unchanged keeps its instances;
-2. wire and spawn the new instances (``supervisor.instances``: scheduler, frontends and BLS
+2. wire and spawn the new instances (``supervisor.processes.instances``: scheduler, frontends and
+BLS
    peers learn their rings first) and wait until each reports ready;
-3. apply the plan of each model (``supervisor.change_effects.apply_plan``, which asks
+3. apply the plan of each model (``supervisor.models.change_effects.apply_plan``, which asks
    ``model_changes.plan_change``), then commit every model's effects: activate the versions whose
    instances all came up (``VersionsActivated``; a reloaded version's old instances finish
    their queue, then stop), give every BLS client the new table of models, replace the
@@ -51,10 +52,9 @@ from triton_mp.ipc.control_messages import (
 from triton_mp.ipc.messages import ErrorInfo, InstancesRetired, VersionsActivated
 from triton_mp.model_config.loader import directory_fingerprint
 from triton_mp.model_config.plan import ModelPlan, plan_models
-from triton_mp.supervisor.bls_control import BlsControl, Reply
-from triton_mp.supervisor.change_effects import Effects, apply_plan
-from triton_mp.supervisor.children import Child, ChildTable
-from triton_mp.supervisor.ensemble_deps import (
+from triton_mp.supervisor.models.bls_control import BlsControl, Reply
+from triton_mp.supervisor.models.change_effects import Effects, apply_plan
+from triton_mp.supervisor.models.ensemble_deps import (
     check_ensembles,
     composing_failure,
     composing_to_load,
@@ -63,9 +63,7 @@ from triton_mp.supervisor.ensemble_deps import (
     reloadable,
     steps_of,
 )
-from triton_mp.supervisor.frontend_link import Call, FrontendLink
-from triton_mp.supervisor.instances import Instances
-from triton_mp.supervisor.load_requests import (
+from triton_mp.supervisor.models.load_requests import (
     LoadRequest,
     Staged,
     load_answer,
@@ -74,8 +72,11 @@ from triton_mp.supervisor.load_requests import (
     version_dirs,
     version_fingerprint,
 )
-from triton_mp.supervisor.model_changes import failed_by_invalid_config, versions_to_start
-from triton_mp.supervisor.served_models import ServedModel
+from triton_mp.supervisor.models.model_changes import failed_by_invalid_config, versions_to_start
+from triton_mp.supervisor.models.served_models import ServedModel
+from triton_mp.supervisor.processes.children import Child, ChildTable
+from triton_mp.supervisor.processes.frontend_link import Call, FrontendLink
+from triton_mp.supervisor.processes.instances import Instances
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +170,7 @@ class ModelControl:
 
     def on_change_thread(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the change thread, between two changes (a frontend's restart:
-        ``supervisor.frontend_restart``)."""
+        ``supervisor.processes.frontend_restart``)."""
         self._work.put(fn)
 
     def close(self) -> None:

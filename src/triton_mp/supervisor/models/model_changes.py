@@ -1,6 +1,6 @@
 """The model-change planner: pure decisions on what a load does to one model's versions.
 
-Imported by ``supervisor.model_control`` (the shell that applies the plans); starts no
+Imported by ``supervisor.models.model_control`` (the shell that applies the plans); starts no
 process and touches no shared memory, so every rule below has a unit test
 (tests/unit/test_model_changes.py). A load reads the model's versions from disk, each with
 a fingerprint (its effective config and files, ``load_requests.version_fingerprint``), and

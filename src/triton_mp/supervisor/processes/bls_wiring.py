@@ -1,6 +1,7 @@
 """BLS wiring plans: which rings between instances and BLS clients a change adds or removes.
 
-Imported by ``supervisor.instances`` (which creates the rings through ``supervisor.wiring``
+Imported by ``supervisor.processes.instances`` (which creates the rings through
+``supervisor.processes.wiring``
 and tells the running workers); pure, with unit tests (tests/unit/test_bls_wiring.py).
 A BLS client is a python instance calling models (``workers.bls_client``); every instance
 (python or not) answers each client on its own ring ``worker_to_bls(instance, client)``, and

@@ -1,8 +1,8 @@
 """Heartbeat judging: which children are hung (silent longer than the timeout).
 
-Imported by ``supervisor.children`` (which kills what is judged hung) and
+Imported by ``supervisor.processes.children`` (which kills what is judged hung) and
 ``supervisor.main``. The board itself, its layout and the beating thread are
-``ipc.heartbeat``; ``supervisor.wiring`` creates the board. A child is judged only once it
+``ipc.heartbeat``; ``supervisor.processes.wiring`` creates the board. A child is judged only once it
 reported ready (loading a model has ``--startup-timeout-secs`` instead), from the moment
 the supervisor first saw it ready, so a slow start never counts as silence.
 """
@@ -23,7 +23,7 @@ HEARTBEAT_SLOTS = 4096
 
 
 class Judged(Protocol):
-    """What the judge reads and writes of a child (``supervisor.children.Child``)."""
+    """What the judge reads and writes of a child (``supervisor.processes.children.Child``)."""
 
     @property
     def role(self) -> str:

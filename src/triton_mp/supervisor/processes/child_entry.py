@@ -1,6 +1,6 @@
 """The spawn target of every child process: set the process up, then run its role.
 
-Imported by ``supervisor.children`` (in the supervisor) and, through ``multiprocessing``'s
+Imported by ``supervisor.processes.children`` (in the supervisor) and, through ``multiprocessing``'s
 spawn, by every child first. So this module imports only what every child needs
 (``common.platform``, ``ipc.heartbeat``) and the role's entry point
 lazily: the scheduler never loads the repository loader, protobuf, numpy or a backend, a
@@ -43,7 +43,7 @@ def _end_without_teardown(status: list[int]) -> None:
 
 
 def _await_role(role: Role, conn: Connection) -> bytes:
-    """A spare (``supervisor.frontend_restart``): its imports are done; wait for the name
+    """A spare (``supervisor.processes.frontend_restart``): its imports are done; wait for the name
     and the spec of the frontend it replaces. Returns the spec."""
     # NOTE: Ctrl-C reaches the whole group; the supervisor drains, a spare just waits.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

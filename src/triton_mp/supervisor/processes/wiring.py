@@ -1,7 +1,7 @@
 """IPC wiring: the only creator and unlinker of the server's rings, semaphores and boards.
 
 Imported by ``supervisor.main`` (the server-wide objects, and the final cleanup) and
-``supervisor.instances`` (each instance's objects and BLS rings, and their removal). Names
+``supervisor.processes.instances`` (each instance's objects and BLS rings, and their removal). Names
 come from ``ipc.topology``. Tensor arenas are the exception to "only creator": each
 frontend and worker allocates its own (STYLE.md rule 6); this module unlinks those of dead
 worker processes and, at exit, everything left of the server.

@@ -4,7 +4,7 @@ Triton's model repository manager (``model_repository_manager.cc``) keeps a depe
 graph: loading an ensemble polls its composing models too (the "polling chain"), an
 ensemble is checked against its composing models' completed configs once they are loaded
 (``ValidateEnsembleConfig``, ``model_config.ensemble.validate_ensemble_config``), and an
-ensemble whose composing model goes away stops being served. ``supervisor.model_control``
+ensemble whose composing model goes away stops being served. ``supervisor.models.model_control``
 calls these functions; none of them starts, stops or reads anything.
 """
 

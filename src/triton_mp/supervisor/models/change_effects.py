@@ -1,10 +1,11 @@
 """Step 3 of a model change for one model: its plan decided, its effects recorded.
 
-Imported by ``supervisor.model_control``, which calls ``apply_plan`` for each staged model of
+Imported by ``supervisor.models.model_control``, which calls ``apply_plan`` for each staged model of
 a change once its new instances came up (or failed to), then commits every model's
 ``Effects`` at once (activate, roll back, retire, stop). ``apply_plan`` asks the pure planner
-(``supervisor.model_changes.plan_change``) what the model's versions become, updates the
-model's record (``supervisor.served_models.ServedModel``: versions, failures, config, temporary
+(``supervisor.models.model_changes.plan_change``) what the model's versions become, updates the
+model's record (``supervisor.models.served_models.ServedModel``: versions, failures, config,
+temporary
 directory) and answers the load (``LoadRequest.result``); it sends nothing and starts or stops
 no process.
 """
@@ -17,15 +18,15 @@ from pathlib import Path
 
 from triton_mp.ipc.specs import ModelVersionSpec
 from triton_mp.model_config.plan import ModelPlan
-from triton_mp.supervisor.children import Child
-from triton_mp.supervisor.load_requests import (
+from triton_mp.supervisor.models.load_requests import (
     LoadRequest,
     Staged,
     load_failure,
     remove_temp_dir,
 )
-from triton_mp.supervisor.model_changes import ChangePlan, Outcome, plan_change
-from triton_mp.supervisor.served_models import ServedModel, ServedVersion
+from triton_mp.supervisor.models.model_changes import ChangePlan, Outcome, plan_change
+from triton_mp.supervisor.models.served_models import ServedModel, ServedVersion
+from triton_mp.supervisor.processes.children import Child
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Model control for python models: ``pb_utils.load_model`` / ``unload_model`` from a worker.
 
-Imported by ``supervisor.model_control``, which owns one ``BlsControl``. Upstream's python
+Imported by ``supervisor.models.model_control``, which owns one ``BlsControl``. Upstream's python
 backend sends these to its parent process, which calls ``TRITONSERVER_ServerLoadModel
 WithParameters`` / ``TRITONSERVER_ServerUnloadModel`` (python_backend ``model_loader.cc``):
 the same core path as the RepositoryModelLoad/Unload of the client API. Here a python worker

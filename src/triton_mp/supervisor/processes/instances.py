@@ -1,14 +1,15 @@
 """Worker instances for model control: wire, start, stop and free them.
 
-Imported by ``supervisor.model_control``. For a change's new instances it creates their IPC
-objects (``supervisor.wiring``) and BLS rings (as ``supervisor.bls_wiring`` plans them),
+Imported by ``supervisor.models.model_control``. For a change's new instances it creates their IPC
+objects (``supervisor.processes.wiring``) and BLS rings (as ``supervisor.processes.bls_wiring``
+plans them),
 tells the scheduler their rings (``InstancesAdded``), the running workers and BLS clients
 their new peers (``BlsWorkerUpdate``, ``BlsInboxUpdate``, written on the supervisor's own
 control rings into each worker's inbox and each BLS client's inbox: a worker applies the
 updates of a drain before its batches, ``workers.main.control_first``) and every frontend
 the rings to attach (acknowledged), then spawns them all through the process table
-(``supervisor.children``). After ``VersionsActivated`` and before anything is retired, every
-BLS client gets the new table of models it may call (``push_bls_table``). Stopped instances
+(``supervisor.processes.children``). After ``VersionsActivated`` and before anything is retired,
+every BLS client gets the new table of models it may call (``push_bls_table``). Stopped instances
 leave every BLS inbox and sender set, the scheduler and the frontends before their objects
 are unlinked. A worker's spec is rewritten with each update, so a restarted worker starts
 wired as the one it replaces.
@@ -48,10 +49,15 @@ from triton_mp.ipc.specs import (
     current_log_spec,
 )
 from triton_mp.model_config.plan import ModelPlan
-from triton_mp.supervisor.bls_wiring import BlsAddPlan, bls_table, plan_bls_add, plan_bls_remove
-from triton_mp.supervisor.children import Child, ChildTable
-from triton_mp.supervisor.frontend_link import FrontendLink
-from triton_mp.supervisor.wiring import BlsClientChannels, InstanceChannels, Wiring
+from triton_mp.supervisor.processes.bls_wiring import (
+    BlsAddPlan,
+    bls_table,
+    plan_bls_add,
+    plan_bls_remove,
+)
+from triton_mp.supervisor.processes.children import Child, ChildTable
+from triton_mp.supervisor.processes.frontend_link import FrontendLink
+from triton_mp.supervisor.processes.wiring import BlsClientChannels, InstanceChannels, Wiring
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +315,7 @@ class Instances:
 
     def set_model_control(self, address: str, authkey: bytes) -> None:
         """Where python workers send ``pb_utils.load_model`` / ``unload_model``
-        (``supervisor.bls_control``): given to every BLS client started from now on."""
+        (``supervisor.models.bls_control``): given to every BLS client started from now on."""
         self._control = (address, authkey)
 
     def push_bls_table(

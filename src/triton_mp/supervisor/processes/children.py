@@ -1,11 +1,12 @@
 """The process table: the only owner of the server's child processes.
 
-Imported by ``supervisor.main`` (which builds it) and ``supervisor.instances`` (which adds
-and removes workers). ``ChildTable`` spawns every child (``supervisor.child_entry`` is the
+Imported by ``supervisor.main`` (which builds it) and ``supervisor.processes.instances`` (which adds
+and removes workers). ``ChildTable`` spawns every child (``supervisor.processes.child_entry`` is the
 target), waits for each one's start handshake (``ipc.handshake``) with a deadline, and runs
 the watch loop: one ``multiprocessing.connection.wait`` on every child's sentinel and pending
-handshake (STYLE.md rule 8), heartbeat judging (``supervisor.health``), and restarts of dead
-workers with exponential backoff; a dead frontend goes to ``supervisor.frontend_restart``.
+handshake (STYLE.md rule 8), heartbeat judging (``supervisor.processes.health``), and restarts of
+dead
+workers with exponential backoff; a dead frontend goes to ``supervisor.processes.frontend_restart``.
 A child that model control is starting or stopping is ``managed`` (an expected exit): the
 watch loop leaves it alone until it is released.
 """
@@ -27,8 +28,8 @@ from multiprocessing.process import BaseProcess
 from triton_mp.ipc import encode
 from triton_mp.ipc.handshake import Ready, Role, StartFailed, read_handshake
 from triton_mp.ipc.specs import WorkerSpec, with_current_log
-from triton_mp.supervisor.child_entry import child_main
-from triton_mp.supervisor.health import Health
+from triton_mp.supervisor.processes.child_entry import child_main
+from triton_mp.supervisor.processes.health import Health
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,8 @@ class ChildTable:
         ``await_ready`` or, for a restart, by the watch loop."""
         if self.stopping:
             return
-        # NOTE: a frontend's pipe stays open as its control pipe (supervisor.frontend_link).
+        # NOTE: a frontend's pipe stays open as its control pipe
+        # (supervisor.processes.frontend_link).
         recv_end, send_end = self._ctx.Pipe(duplex=child.role == "frontend")
         heartbeat = None
         if self.health is not None:

@@ -1,12 +1,12 @@
 """A load request and reading the model it names: step 1 of every model change.
 
-Imported by ``supervisor.model_control``, ``supervisor.change_effects`` and
+Imported by ``supervisor.models.model_control``, ``supervisor.models.change_effects`` and
 ``supervisor.main`` (the models to load at start). A request names one model directory of
 the repository, optionally with a config override (JSON) and ``file:`` contents
 (RepositoryModelLoad's parameters, written to a temporary directory that lives as long as
 the load it serves: ``remove_temp_dir``). Reading validates the model
 (``model_config.loader.load_model``) and fingerprints each version (``Staged``), so the
-planner (``supervisor.model_changes``) can tell which versions changed.
+planner (``supervisor.models.model_changes``) can tell which versions changed.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The supervisor's end of the frontends' control pipes.
 
-Imported by ``supervisor.model_control``. Each frontend's duplex pipe (after its start
+Imported by ``supervisor.models.model_control``. Each frontend's duplex pipe (after its start
 handshake, ``ipc.handshake``) carries ``ToSupervisor`` up (RepositoryModelLoad/Unload calls,
 acknowledgements of model table updates) and ``FromSupervisor`` down (the calls' replies,
 ``ModelTableUpdate``). One reader thread per frontend hands calls to model control's change

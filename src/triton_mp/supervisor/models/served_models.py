@@ -1,9 +1,9 @@
 """What the supervisor knows of each model it serves: versions, their workers, failures.
 
-Imported by ``supervisor.model_control``, which owns the records and changes them one change
-at a time (``supervisor.change_effects`` for step 3). ``ServedModel.entry`` is the frontends'
+Imported by ``supervisor.models.model_control``, which owns the records and changes them one change
+at a time (``supervisor.models.change_effects`` for step 3). ``ServedModel.entry`` is the frontends'
 view of a model (``ModelEntry``, what RepositoryIndex, ModelReady and ModelMetadata answer
-from); ``ServedModel.served`` is the planner's (``supervisor.model_changes.Served``).
+from); ``ServedModel.served`` is the planner's (``supervisor.models.model_changes.Served``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 from triton_mp.ipc.control_messages import ModelEntry
 from triton_mp.ipc.specs import ModelVersionSpec
-from triton_mp.supervisor.children import Child
-from triton_mp.supervisor.model_changes import Served
+from triton_mp.supervisor.models.model_changes import Served
+from triton_mp.supervisor.processes.children import Child
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """A dead frontend's place taken by a new process, while the other frontends serve.
 
-Imported by ``supervisor.main``. The watch loop (``supervisor.children``) hands a dead
+Imported by ``supervisor.main``. The watch loop (``supervisor.processes.children``) hands a dead
 frontend to ``FrontendRestarts.died`` instead of stopping the server. What the dead process
-had is reclaimed there: its control pipe is detached (``supervisor.frontend_link``: model
+had is reclaimed there: its control pipe is detached (``supervisor.processes.frontend_link``: model
 changes stop sending to it and stop waiting for it), its input arenas are unlinked and every
 worker unmaps them (``on_gone``). Its clients saw their connections drop; requests it had
 sent on still run, and their answers land in its rings, where the new process frees their
@@ -10,7 +10,8 @@ output blocks (their ids are below its ``FrontendSpec.first_request_id``). A lea
 and never used is freed by the scheduler's claim timeout (``scheduler.direct``).
 
 The new process is a *spare*: a frontend process started ahead (``keep_spare``) that has
-imported its code and waits on its pipe for a name and a spec (``supervisor.child_entry``),
+imported its code and waits on its pipe for a name and a spec
+(``supervisor.processes.child_entry``),
 so taking a dead frontend's place costs its bind and start-up, not the seconds of importing
 grpc, aiohttp and numpy (without a spare, a process is started from scratch). It is chosen
 on model control's change thread, the only thread that changes
@@ -31,8 +32,13 @@ from collections.abc import Callable
 
 from triton_mp.ipc.control_messages import ModelTableUpdate
 from triton_mp.ipc.specs import FRONTEND_ID_RANGE, with_current_log
-from triton_mp.supervisor.children import MAX_RESTARTS, RESTART_BACKOFF_S, Child, ChildTable
-from triton_mp.supervisor.frontend_link import FrontendLink
+from triton_mp.supervisor.processes.children import (
+    MAX_RESTARTS,
+    RESTART_BACKOFF_S,
+    Child,
+    ChildTable,
+)
+from triton_mp.supervisor.processes.frontend_link import FrontendLink
 
 log = logging.getLogger(__name__)
 
