@@ -221,9 +221,9 @@ def test_memory_figures_are_the_instance_processes_rss(
     tmp_path: Path, start_server: Callable[..., ServerProcess], model: str
 ) -> None:
     """The analyzer's per-instance and whole-server memory equal /proc read independently."""
-    from triton_mp.analyze import procs
-    from triton_mp.analyze.loadgen import BuiltinLoad
-    from triton_mp.analyze.measure import Target, measure
+    from triton_mp.analyze.probe import procs
+    from triton_mp.analyze.probe.loadgen import BuiltinLoad
+    from triton_mp.analyze.probe.measure import Target, measure
 
     repo = copy_models(tmp_path / "repo", model)
     server = start_server(repo, "--model-control-mode=explicit", f"--load-model={model}")

@@ -14,11 +14,13 @@ import pytest
 from google.protobuf import text_format
 
 from triton_mp._proto import model_config_pb2
-from triton_mp.analyze import checkpoint, procs, report
-from triton_mp.analyze.measure import breakdown
+from triton_mp.analyze import report
 from triton_mp.analyze.options import parse_bytes, settings_from_args
-from triton_mp.analyze.results import Measurement, ProcessMemory, Result
-from triton_mp.analyze.space import Point, Variant, shipped_variant
+from triton_mp.analyze.probe import procs
+from triton_mp.analyze.probe.measure import breakdown
+from triton_mp.analyze.sweep import checkpoint
+from triton_mp.analyze.sweep.results import Measurement, ProcessMemory, Result
+from triton_mp.analyze.sweep.space import Point, Variant, shipped_variant
 from triton_mp.cli.main import build_parser
 
 CONFIG = {
@@ -165,8 +167,8 @@ def _result(v: Variant, c: int, tput: float, p99_ms: float) -> Result:
 
 
 def test_report_writes_loadable_configs_html_and_json(tmp_path: Path) -> None:
-    from triton_mp.analyze.pareto import Constraints
-    from triton_mp.analyze.settings import Settings
+    from triton_mp.analyze.sweep.pareto import Constraints
+    from triton_mp.analyze.sweep.settings import Settings
 
     shipped = shipped_variant(CONFIG)
     two = Variant(instance_count=2, max_batch_size=8, dynamic_batching=True, max_queue_delay_us=0)
@@ -205,7 +207,7 @@ def test_report_writes_loadable_configs_html_and_json(tmp_path: Path) -> None:
 
 
 def test_gpu_note_names_each_device_s_peak() -> None:
-    from triton_mp.analyze.results import GpuSample
+    from triton_mp.analyze.sweep.results import GpuSample
 
     base = _result(Variant(instance_count=1, max_batch_size=8, dynamic_batching=False), 1, 1, 1)
     assert report.gpu_note([base]) == "GPU: none visible through NVML"

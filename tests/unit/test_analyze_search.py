@@ -9,17 +9,17 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from triton_mp.analyze import checkpoint
-from triton_mp.analyze.pareto import (
+from triton_mp.analyze.sweep import checkpoint
+from triton_mp.analyze.sweep.pareto import (
     Constraints,
     pareto_front,
     parse_objectives,
     recommend,
     scores,
 )
-from triton_mp.analyze.results import Measurement, ProcessMemory, Result
-from triton_mp.analyze.search import BruteSearch, ChainSearch, QuickSearch
-from triton_mp.analyze.space import (
+from triton_mp.analyze.sweep.results import Measurement, ProcessMemory, Result
+from triton_mp.analyze.sweep.search import BruteSearch, ChainSearch, QuickSearch
+from triton_mp.analyze.sweep.space import (
     Point,
     SearchSpace,
     Variant,

@@ -297,6 +297,25 @@ def test_supervisor_processes_import_no_model_control() -> None:
             assert not _uses(imports, other), f"supervisor/processes/{path.name} imports {other}"
 
 
+def test_analyze_sweep_is_pure() -> None:
+    """``analyze.sweep`` (configurations, results, search, constraints) imports no I/O: not
+    ``analyze.probe``, not the shell modules over it, no subprocess or HTTP client."""
+    assert _modules("analyze/sweep"), "analyze/sweep/ has moved"
+    banned = (
+        "triton_mp.analyze.probe",
+        "triton_mp.analyze.runner",
+        "triton_mp.analyze.report",
+        "triton_mp.analyze.options",
+        "subprocess",
+        "urllib",
+        "http",
+    )
+    for path in _modules("analyze/sweep"):
+        imports = _imports(path)
+        for other in banned:
+            assert not _uses(imports, other), f"analyze/sweep/{path.name} imports {other}"
+
+
 def test_model_config_imports_no_process_role() -> None:
     """Loading and planning are pure: no process role, no model manager."""
     for path in _modules("model_config"):

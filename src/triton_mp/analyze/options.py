@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 import re
 
-from triton_mp.analyze.pareto import Constraints, parse_objectives
-from triton_mp.analyze.settings import Settings
-from triton_mp.analyze.space import SearchSpace
+from triton_mp.analyze.sweep.pareto import Constraints, parse_objectives
+from triton_mp.analyze.sweep.settings import Settings
+from triton_mp.analyze.sweep.space import SearchSpace
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 

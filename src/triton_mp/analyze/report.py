@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from triton_mp.analyze.checkpoint import Checkpoint
-from triton_mp.analyze.pareto import Recommendation, pareto_front, recommend
-from triton_mp.analyze.results import Result
+from triton_mp.analyze.sweep.checkpoint import Checkpoint
+from triton_mp.analyze.sweep.pareto import Recommendation, pareto_front, recommend
+from triton_mp.analyze.sweep.results import Result
 
 if TYPE_CHECKING:
-    from triton_mp.analyze.settings import Settings
+    from triton_mp.analyze.sweep.settings import Settings
 
 MIB = 1 << 20
 CHART_FILES = ("throughput_vs_latency.png", "memory_and_cpu.png")

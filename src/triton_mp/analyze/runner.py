@@ -18,15 +18,22 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from triton_mp.analyze import checkpoint, procs, report
-from triton_mp.analyze.client import ServerClient, ServerError
-from triton_mp.analyze.launch import LaunchedServer
-from triton_mp.analyze.loadgen import BuiltinLoad, LoadGenerator, PerfAnalyzer, find_perf_analyzer
-from triton_mp.analyze.measure import GpuReader, Target, failed, measure
-from triton_mp.analyze.results import Result
-from triton_mp.analyze.search import BruteSearch, ChainSearch, QuickSearch, Search
-from triton_mp.analyze.settings import Settings
-from triton_mp.analyze.space import (
+from triton_mp.analyze import report
+from triton_mp.analyze.probe import procs
+from triton_mp.analyze.probe.client import ServerClient, ServerError
+from triton_mp.analyze.probe.launch import LaunchedServer
+from triton_mp.analyze.probe.loadgen import (
+    BuiltinLoad,
+    LoadGenerator,
+    PerfAnalyzer,
+    find_perf_analyzer,
+)
+from triton_mp.analyze.probe.measure import GpuReader, Target, failed, measure
+from triton_mp.analyze.sweep import checkpoint
+from triton_mp.analyze.sweep.results import Result
+from triton_mp.analyze.sweep.search import BruteSearch, ChainSearch, QuickSearch, Search
+from triton_mp.analyze.sweep.settings import Settings
+from triton_mp.analyze.sweep.space import (
     Point,
     Variant,
     expected,

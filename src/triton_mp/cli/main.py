@@ -99,10 +99,10 @@ def _add_analyze(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
-    from triton_mp.analyze.checkpoint import CheckpointError
-    from triton_mp.analyze.client import ServerError
     from triton_mp.analyze.options import settings_from_args
+    from triton_mp.analyze.probe.client import ServerError
     from triton_mp.analyze.runner import run
+    from triton_mp.analyze.sweep.checkpoint import CheckpointError
 
     configure_logging("analyze", "", 0, "console")
     try:

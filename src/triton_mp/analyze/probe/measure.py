@@ -20,10 +20,10 @@ from typing import Any
 
 import msgspec
 
-from triton_mp.analyze import procs
-from triton_mp.analyze.client import ServerClient, ServerError, fetch_metrics
-from triton_mp.analyze.loadgen import LoadError, LoadGenerator
-from triton_mp.analyze.results import GpuSample, Measurement, ServerBreakdown
+from triton_mp.analyze.probe import procs
+from triton_mp.analyze.probe.client import ServerClient, ServerError, fetch_metrics
+from triton_mp.analyze.probe.loadgen import LoadError, LoadGenerator
+from triton_mp.analyze.sweep.results import GpuSample, Measurement, ServerBreakdown
 from triton_mp.common import gpus
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from triton_mp.analyze.results import ProcessMemory
+from triton_mp.analyze.sweep.results import ProcessMemory
 
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 TITLE_PREFIX = "triton-mp: "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from triton_mp.analyze.space import Point
+from triton_mp.analyze.sweep.space import Point
 
 
 class ServerBreakdown(msgspec.Struct, frozen=True, kw_only=True):

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from triton_mp.analyze.results import Measurement, Result
+from triton_mp.analyze.sweep.results import Measurement, Result
 
 OBJECTIVES: dict[str, tuple[Callable[[Measurement], float], bool]] = {
     "throughput": (lambda m: m.throughput_per_s, True),

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from triton_mp.analyze.client import ServerClient, ServerError
+from triton_mp.analyze.probe.client import ServerClient, ServerError
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ import itertools
 from collections.abc import Sequence
 from typing import Protocol
 
-from triton_mp.analyze.pareto import Constraints, scores
-from triton_mp.analyze.results import Result
-from triton_mp.analyze.space import Point, SearchSpace, Variant
+from triton_mp.analyze.sweep.pareto import Constraints, scores
+from triton_mp.analyze.sweep.results import Result
+from triton_mp.analyze.sweep.space import Point, SearchSpace, Variant
 
 MIN_GAIN = 0.05
 """Model Analyzer's ``THROUGHPUT_MINIMUM_GAIN``: a concurrency step must add 5%."""

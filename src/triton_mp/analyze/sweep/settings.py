@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import msgspec
 
-from triton_mp.analyze.pareto import Constraints
-from triton_mp.analyze.space import SearchSpace
+from triton_mp.analyze.sweep.pareto import Constraints
+from triton_mp.analyze.sweep.space import SearchSpace
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from triton_mp.analyze.results import Result
+from triton_mp.analyze.sweep.results import Result
 
 FORMAT_VERSION = 1
 
