@@ -1,13 +1,15 @@
 """The supervisor: ``triton-mp start`` itself. Bootstrap, signals, ordered shutdown.
 
 Imported by ``cli.main``. ``Supervisor.run`` creates the server-wide IPC objects
-(``supervisor.processes.wiring``, named by ``ipc.topology``), spawns the scheduler, loads the models
-(``supervisor.models.model_control``: one worker per model instance) and spawns the frontends,
-waiting for each child's start handshake (``ipc.handshake``, with ``--startup-timeout-secs``,
-never a sleep), then watches every child in one place (``supervisor.processes.children``). A dead
-worker is reported to the scheduler (which fails its in-flight requests with UNAVAILABLE)
-and restarted with backoff; a dead frontend is restarted in its place while the others serve
-(``supervisor.processes.frontend_restart``); a dead scheduler stops the server. SIGINT/SIGTERM
+(``supervisor.processes.wiring``, named by ``ipc.topology``), spawns the frontend processes
+(they import their code meanwhile), spawns the scheduler, loads the models
+(``supervisor.models.model_control``: one worker per model instance) and hands the
+frontends their specs, waiting for each child's start handshake (``ipc.handshake``, with
+``--startup-timeout-secs``, never a sleep), then watches every child in one place
+(``supervisor.processes.children``). A dead worker is reported to the scheduler (which
+fails its in-flight requests with UNAVAILABLE) and restarted with backoff; a dead frontend
+is restarted in its place while the others serve (``supervisor.processes.frontend_restart``);
+a dead scheduler stops the server. SIGINT/SIGTERM
 drain: frontends finish accepted requests within ``--exit-timeout-secs``, then the scheduler
 and the workers stop, then every shared-memory object of this server is unlinked.
 """
@@ -157,6 +159,17 @@ class Supervisor:
     def _metrics_address(self) -> str:
         return self.config.metrics_address or self.config.http_address
 
+    def _spawn_spares(self, n: int) -> list[Child]:
+        """Start ``n`` frontend processes with no spec yet: each imports grpc, aiohttp and
+        numpy (about a CPU-second) while the scheduler and the models start, then waits for
+        the spec of the frontend whose place it takes (``ChildTable.hand_over``) once the
+        models are ready. A server that stops first stops them with the frontends."""
+        spares = [Child("frontend", "spare", b"", managed=True) for _ in range(n)]
+        self.children.add(spares)
+        for spare in spares:
+            self.children.spawn(spare)
+        return spares
+
     def _run(self) -> int:
         cfg = self.config
         _grpc_tls(cfg)  # NOTE: refuse a TLS flag without its files before loading models
@@ -164,6 +177,7 @@ class Supervisor:
         # NOTE: once, before any model is read: instance groups are normalised for these.
         self.devices = discover(cfg.min_compute_capability)
         n_fe = cfg.frontend_processes
+        early = self._spawn_spares(n_fe)
         channels = self.wiring.create_server(n_fe)
         self._start_scheduler(channels)
         link = FrontendLink(self._stopping)
@@ -200,8 +214,9 @@ class Supervisor:
         )
         frontends = [Child("frontend", str(i), restarts.spec(i)) for i in range(n_fe)]
         self.children.add(frontends)
-        for child in frontends:
-            self.children.spawn(child)
+        for child, spare in zip(frontends, early, strict=True):
+            if not self.children.hand_over(spare, child):
+                self.children.spawn(child)
         errors = self.children.await_ready(frontends, cfg.startup_timeout_s)
         if errors:
             raise StartupError("; ".join(errors.values()))

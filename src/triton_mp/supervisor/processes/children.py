@@ -196,6 +196,31 @@ class ChildTable:
         child.ready_conn = recv_end
         child.ready = False
 
+    def hand_over(self, spare: Child, c: Child) -> bool:
+        """Give frontend ``c`` the process of ``spare``, a frontend started with no spec that
+        has imported its code and waits on its pipe (``child_entry._await_role``): ``c``'s
+        name and spec go down that pipe, and ``c`` is then awaited as if spawned. ``spare``
+        leaves the table either way.
+
+        Returns:
+            False when the spare is gone (``c`` has no process then: spawn it).
+        """
+        self.remove([spare])
+        if spare.process is None or spare.ready_conn is None or not spare.process.is_alive():
+            self.kill(spare)
+            return False
+        c.process, c.ready_conn, c.slot = spare.process, spare.ready_conn, spare.slot
+        c.ready, c.judged_since_ns = False, 0
+        try:
+            c.ready_conn.send_bytes(c.name.encode())
+            c.ready_conn.send_bytes(with_current_log(c.role, c.spec_bytes))
+        except OSError:
+            self.kill(c)  # NOTE: it died just now
+            c.process, c.ready_conn = None, None
+            return False
+        log.info("%s %s takes over spare pid %d", c.role, c.name, c.process.pid or 0)
+        return True
+
     def await_ready(
         self,
         children: list[Child],

@@ -1,0 +1,81 @@
+"""``ChildTable.hand_over`` without processes: a frontend started early with no spec (the
+supervisor starts them before the scheduler, so their imports overlap the models' start)
+gets its name and spec down its pipe and becomes the frontend; a spare that is gone, or
+whose pipe is closed, leaves the frontend to be spawned."""
+
+from __future__ import annotations
+
+from multiprocessing import Pipe
+
+import pytest
+
+import triton_mp.supervisor.processes.children as children_mod
+from triton_mp.supervisor.processes.children import Child, ChildTable
+
+
+class _Process:
+    def __init__(self, pid: int, alive: bool = True) -> None:
+        self.pid = pid
+        self.alive = alive
+        self.killed = False
+
+    def is_alive(self) -> bool:
+        return self.alive
+
+    def kill(self) -> None:
+        self.killed, self.alive = True, False
+
+    def join(self, timeout: float | None = None) -> None:
+        pass
+
+
+@pytest.fixture(autouse=True)
+def _spec_as_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    # NOTE: the specs here are not encoded FrontendSpecs; the log rewrite is tested elsewhere
+    monkeypatch.setattr(children_mod, "with_current_log", lambda _role, spec: spec)
+
+
+def _spare(table: ChildTable, alive: bool = True) -> tuple[Child, object]:
+    ours, theirs = Pipe(duplex=True)
+    spare = Child("frontend", "spare", b"", managed=True, slot=7)
+    spare.process, spare.ready_conn = _Process(4242, alive), ours  # type: ignore[assignment]
+    table.add([spare])
+    return spare, theirs
+
+
+def test_a_waiting_spare_becomes_the_frontend_and_reads_its_name_then_its_spec() -> None:
+    table = ChildTable()
+    spare, theirs = _spare(table)
+    fe = Child("frontend", "0", b"the spec")
+    table.add([fe])
+    assert table.hand_over(spare, fe)
+    assert fe.process is spare.process
+    assert fe.ready_conn is spare.ready_conn
+    assert fe.slot == 7
+    assert not fe.ready
+    assert fe.judged_since_ns == 0
+    assert theirs.recv_bytes() == b"0"  # type: ignore[attr-defined]
+    assert theirs.recv_bytes() == b"the spec"  # type: ignore[attr-defined]
+    assert table.children() == [fe]
+
+
+def test_a_dead_spare_leaves_the_frontend_to_be_spawned() -> None:
+    table = ChildTable()
+    spare, _theirs = _spare(table, alive=False)
+    fe = Child("frontend", "0", b"the spec")
+    assert not table.hand_over(spare, fe)
+    assert fe.process is None
+    assert fe.ready_conn is None
+    assert table.children() == []
+
+
+def test_a_spare_whose_pipe_closed_is_killed_and_the_frontend_spawned() -> None:
+    table = ChildTable()
+    spare, theirs = _spare(table)
+    theirs.close()  # type: ignore[attr-defined]
+    proc = spare.process
+    fe = Child("frontend", "0", b"the spec")
+    assert not table.hand_over(spare, fe)
+    assert proc.killed  # type: ignore[union-attr]
+    assert fe.process is None
+    assert fe.ready_conn is None
