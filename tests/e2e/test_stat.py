@@ -1,7 +1,8 @@
 """End to end: ``triton-mp stat`` and ``Admin/QueueStatus`` against a running server.
 
 One server for the module, serving the ONNX ``add_sub`` and ``held_py``, a python model
-that sleeps for its batch's largest ``INPUT0[0, 0]`` seconds, with two priority levels
+that holds its batch for the largest ``INPUT0[0, 0]`` seconds (or until the test creates
+its gate file), with two priority levels
 and room for 3 requests at level 2. A request that sleeps holds the only instance, so
 the queue stays put while the test reads it, through the gRPC admin service and through
 ``triton-mp stat --json`` run as a subprocess. The test waits for states it observes
@@ -53,16 +54,22 @@ dynamic_batching {
 }
 """
 HELD_MODEL = """
+import os
 import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+GATE = "GATE_PATH"
+
 
 class TritonPythonModel:
     def execute(self, requests):
         inputs = [pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() for r in requests]
-        time.sleep(max(float(x.flat[0]) for x in inputs))
+        # NOTE: held that many seconds, or until the test opens the gate (creates the file)
+        deadline = time.monotonic() + max(float(x.flat[0]) for x in inputs)
+        while time.monotonic() < deadline and not os.path.exists(GATE):
+            time.sleep(0.01)
         return [
             pb_utils.InferenceResponse([pb_utils.Tensor("OUT", (x * 2).astype(np.float32))])
             for x in inputs
@@ -103,9 +110,15 @@ def _rpc(server: ServerProcess, model: str = "") -> admin_pb2.QueueStatusRespons
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def gate(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The file whose creation ends ``held_py``'s holds (before their seconds are up)."""
+    return tmp_path_factory.mktemp("gate") / "open"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, gate: Path) -> Iterator[ServerProcess]:
     repo = copy_models(tmp_path_factory.mktemp("repo"), "add_sub")
-    write_python_model(repo, "held_py", HELD_CONFIG, HELD_MODEL)
+    write_python_model(repo, "held_py", HELD_CONFIG, HELD_MODEL.replace("GATE_PATH", str(gate)))
     with server_factory(Path(tmp_path_factory.mktemp("logs"))) as start:
         yield start(repo)
 
@@ -189,7 +202,7 @@ def test_stat_json_counts_every_batch_of_a_burst(server: ServerProcess) -> None:
     }
 
 
-def test_queue_while_instance_busy(server: ServerProcess) -> None:
+def test_queue_while_instance_busy(server: ServerProcess, gate: Path) -> None:
     client = server.client()
     done: list[tuple[str, object]] = []
 
@@ -206,7 +219,7 @@ def test_queue_while_instance_busy(server: ServerProcess) -> None:
         return m
 
     try:
-        send("holder", 15.0)  # long enough for two CLI runs on a machine under load
+        send("holder", 60.0)  # until the CLI runs are done (the gate), at most 60 s
         busy = counted(
             held, lambda m: m.instances[0].batches_in_flight > 0, "the instance busy", 60
         )
@@ -250,10 +263,12 @@ def test_queue_while_instance_busy(server: ServerProcess) -> None:
         assert row.split()[-1] == "1"
         assert "1 batches, mean 1.0" in table.stdout
 
+        gate.touch()
         deadline = time.monotonic() + 60
         while len(done) < 7 and time.monotonic() < deadline:
             time.sleep(0.01)
     finally:
+        gate.touch()
         client.close()
     errors = {tag: r for tag, r in done if isinstance(r, InferenceServerException)}
     assert len(done) == 7

@@ -22,7 +22,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers.repos import write_python_model
-from tests.helpers.server import ServerProcess, wait_for
+from tests.helpers.server import ServerProcess, wait_for, wait_queued
 from tests.helpers.triton_peer import RealTriton, peers_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -158,13 +158,19 @@ def test_load_files_stay_within_the_model_directory(
     assert "load failed for model 'fails'" in e2.value.message()
 
 
-SLOW = """
+GATED = """
+import os
 import time
 import triton_python_backend_utils as pb_utils
 
+GATE = "GATE_PATH"
+
 class TritonPythonModel:
     def execute(self, requests):
-        time.sleep(4)
+        # NOTE: held until the test opens the gate (creates the file), at most 30 s
+        deadline = time.monotonic() + 30
+        while not os.path.exists(GATE) and time.monotonic() < deadline:
+            time.sleep(0.02)
         out = []
         for r in requests:
             x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
@@ -173,13 +179,21 @@ class TritonPythonModel:
 """
 
 
+def gated(gate: Path) -> str:
+    """A python model whose execute holds each batch until the file ``gate`` exists (at
+    most 30 s): a request stays in flight exactly until the test has seen what it needs,
+    instead of for a fixed sleep long enough for a loaded machine."""
+    return GATED.replace("GATE_PATH", str(gate))
+
+
 def test_a_version_draining_during_an_unload_is_unloading(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """While an unloaded model answers what it was running, RepositoryIndex lists its
     version UNLOADING (Triton's lifecycle state), then UNAVAILABLE "unloaded"."""
     repo = tmp_path_factory.mktemp("unloading") / "repo"
-    write_python_model(repo, "slow", CONFIG % "slow", SLOW)
+    gate = repo.parent / "gate"
+    write_python_model(repo, "slow", CONFIG % "slow", gated(gate))
     server = ServerProcess(
         repo, repo.parent / "ours.log", "--model-control-mode=explicit", "--load-model=slow"
     )
@@ -191,30 +205,35 @@ def test_a_version_draining_during_an_unload_is_unloading(
         done: dict[str, object] = {}
         infer = threading.Thread(target=lambda: done.update(r=client.infer("slow", [inp])))
         infer.start()
-        time.sleep(1.0)  # NOTE: the request is in execute now
+        wait_queued(server.url, "slow")  # NOTE: the request is in execute now
         unload = threading.Thread(target=lambda: client.unload_model("slow"))
         unload.start()
         states: set[str] = set()
         deadline = time.monotonic() + 15
         while unload.is_alive() and time.monotonic() < deadline:
             states |= {r[2] for r in _index(server.http_url) if r[1] == "1"}
+            if "UNLOADING" in states:
+                gate.touch()
             time.sleep(0.1)
+        gate.touch()
         unload.join(timeout=30)
         infer.join(timeout=30)
         assert "UNLOADING" in states
         assert _index(server.http_url) == [("slow", "1", "UNAVAILABLE", False)]
         assert "r" in done  # the request in flight was answered
     finally:
+        gate.touch()
         server.stop()
 
 
 LATEST_ONE = CONFIG % "slow_v" + "version_policy: { latest: { num_versions: 1 } }\n"
 
 
-def _reload_drain_states(url: str, grpc_url: str, repo: Path) -> dict[str, object]:
-    """Hold a request in flight on version 1 of ``slow_v`` (8 s), add version 2 and load it
-    (``latest: 1`` retires version 1); meanwhile record the index rows of version 1, its
-    ModelReady and the answer to a request naming it."""
+def _reload_drain_states(url: str, grpc_url: str, repo: Path, gate: Path) -> dict[str, object]:
+    """Hold a request in flight on version 1 of ``slow_v`` (until ``gate`` exists), add
+    version 2 and load it (``latest: 1`` retires version 1); meanwhile record the index rows
+    of version 1, its ModelReady and the answer to a request naming it; then let the held
+    request finish."""
     client = grpcclient.InferenceServerClient(grpc_url)
     inp = grpcclient.InferInput("INPUT0", [4], "FP32")
     inp.set_data_from_numpy(np.ones(4, np.float32))
@@ -230,7 +249,8 @@ def _reload_drain_states(url: str, grpc_url: str, repo: Path) -> dict[str, objec
 
         infer = threading.Thread(target=held)
         infer.start()
-        time.sleep(1.0)  # NOTE: the request is in execute now
+        held_since = time.monotonic()
+        time.sleep(1.0)  # NOTE: the request is in execute now (the real Triton has no QueueStatus)
         shutil.copytree(repo / "slow_v" / "1", repo / "slow_v" / "2")
         load = threading.Thread(target=lambda: client.load_model("slow_v"))
         load.start()
@@ -245,6 +265,8 @@ def _reload_drain_states(url: str, grpc_url: str, repo: Path) -> dict[str, objec
                     seen["v1"] = "answered"
                 except InferenceServerException as e:
                     seen["v1"] = (e.status(), e.message())
+            if "v1" in seen or time.monotonic() - held_since > 25:
+                gate.touch()
             time.sleep(0.05)
         infer.join(timeout=30)
         load.join(timeout=30)
@@ -257,6 +279,7 @@ def _reload_drain_states(url: str, grpc_url: str, repo: Path) -> dict[str, objec
                 break
             time.sleep(0.1)
     finally:
+        gate.touch()
         client.close()
     return seen
 
@@ -273,7 +296,8 @@ def test_a_version_retired_by_a_reload_is_unloading_while_its_requests_finish(
     env = peers_env()
     for which in ("triton-mp", "triton") if env is not None else ("triton-mp",):
         repo = tmp_path_factory.mktemp(f"reload-{which}") / "repo"
-        write_python_model(repo, "slow_v", LATEST_ONE, SLOW.replace("sleep(4)", "sleep(8)"))
+        gate = repo.parent / "gate"
+        write_python_model(repo, "slow_v", LATEST_ONE, gated(gate))
         flags = ("--model-control-mode=explicit",)
         if which == "triton-mp":
             server: ServerProcess | RealTriton = ServerProcess(repo, repo.parent / "s.log", *flags)
@@ -282,7 +306,7 @@ def test_a_version_retired_by_a_reload_is_unloading_while_its_requests_finish(
             server = RealTriton(env, repo.parent / "t.log", f"--model-repository={repo}", *flags)
         try:
             server.wait_live()
-            results[which] = _reload_drain_states(server.http_url, server.url, repo)
+            results[which] = _reload_drain_states(server.http_url, server.url, repo, gate)
         finally:
             server.stop()
     for which, seen in results.items():
@@ -310,7 +334,8 @@ def test_the_last_answer_of_a_retired_version_is_read_after_its_worker_was_told_
     is held still (SIGSTOP) across the end of that request: its answer must still be read
     from the worker's arena, which the worker keeps until its readers are done."""
     repo = tmp_path / "repo"
-    write_python_model(repo, "slow_v", LATEST_ONE, SLOW.replace("sleep(4)", "sleep(10)"))
+    gate = tmp_path / "gate"
+    write_python_model(repo, "slow_v", LATEST_ONE, gated(gate))
     server = ServerProcess(
         repo, tmp_path / "s.log", "--model-control-mode=explicit", "--heartbeat-timeout-secs=120"
     )
@@ -329,10 +354,9 @@ def test_the_last_answer_of_a_retired_version_is_read_after_its_worker_was_told_
             except InferenceServerException as e:
                 got["r"] = (e.status(), e.message())
 
-        started = time.monotonic()
         infer = threading.Thread(target=held)
         infer.start()
-        time.sleep(0.5)  # NOTE: in execute now, for 10 s
+        wait_queued(server.url, "slow_v")  # NOTE: in execute now, until the gate opens
         shutil.copytree(repo / "slow_v" / "1", repo / "slow_v" / "2")
         load = threading.Thread(target=lambda: client.load_model("slow_v"))
         load.start()
@@ -344,14 +368,14 @@ def test_the_last_answer_of_a_retired_version_is_read_after_its_worker_was_told_
             30,
             "version 2 to be ready",
         )
-        assert time.monotonic() - started < 8, "version 2 took too long to load for this test"
         (frontend,) = [
             p
             for p in psutil.Process(server.pid).children(recursive=True)
             if p.cmdline() and p.cmdline()[0].startswith("triton-mp: frontend")
         ]
         frontend.send_signal(signal.SIGSTOP)
-        time.sleep(max(0.0, started + 10 + 1.5 - time.monotonic()))  # past the answer
+        gate.touch()
+        time.sleep(1.5)  # NOTE: past the answer and its BatchDone
         frontend.send_signal(signal.SIGCONT)
         frontend = None
         infer.join(timeout=30)
@@ -360,6 +384,7 @@ def test_the_last_answer_of_a_retired_version_is_read_after_its_worker_was_told_
         np.testing.assert_array_equal(got["r"], np.arange(4, dtype=np.float32))
         client.close()
     finally:
+        gate.touch()
         if frontend is not None:
             frontend.send_signal(signal.SIGCONT)
         server.stop()
