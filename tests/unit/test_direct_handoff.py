@@ -405,6 +405,9 @@ class FakeDirect:
         self.takes = takes
         self.offered: list[InferRequest] = []
 
+    def serves(self, model: str, version: int) -> bool:
+        return True
+
     def hand(self, desc: InferRequest) -> bool:
         self.offered.append(desc)
         return self.takes
@@ -457,3 +460,13 @@ def test_a_traced_request_always_goes_to_the_scheduler() -> None:
     f.inference.submit(_request(), trace=trace)
     assert fake.offered == []
     assert len(f.scheduler.requests()) == 1
+
+
+def test_known_requests_of_a_version_with_routes_are_offered_every_time() -> None:
+    f, fake = _frontend(takes=False)
+    f.inference.submit(_request(id="k"), known_key=b"key")
+    raw = [np.array([5, 6], np.float32).tobytes()]
+    for _ in range(3):
+        assert f.inference.submit_known(b"key", "k", raw) is not None
+    assert len(fake.offered) == 4  # NOTE: the record template is not used: the handoff needs
+    assert len(f.scheduler.requests()) == 4  # the descriptor

@@ -149,6 +149,34 @@ def test_an_error_answer_is_raised_by_result() -> None:
     _run(body)
 
 
+def test_on_answer_hands_each_answer_to_the_callback_without_a_waiter() -> None:
+    async def body(f: Frontend) -> None:
+        got: list[object] = []
+        ticket = f.inference.submit(_request(id="a"))
+        ticket.on_answer(lambda t: got.append(t.take_result()))
+        out = np.array([3, 4], np.float32).tobytes()
+        f.deliver(f.worker.answer(f.last(), {"OUT": out}))
+        (result,) = got
+        assert result.data(result.outputs[0]) == out  # type: ignore[attr-defined]
+        result.release()  # type: ignore[attr-defined]
+        late = f.inference.submit(_request(id="b"))
+        f.deliver(f.worker.failed(f.last(), "kaput"))
+        errors: list[TritonMPError] = []
+
+        def take(t: object) -> None:
+            with pytest.raises(TritonMPError) as e:
+                t.take_result()  # type: ignore[attr-defined]
+            errors.append(e.value)
+
+        late.on_answer(take)  # NOTE: an answer already queued is handed at once
+        assert [(e.code, e.message) for e in errors] == [(ErrorCode.INTERNAL, "kaput")]
+        assert f.arena.live_blocks() == 0
+        assert f.worker.arena.live_blocks() == 0
+        assert len(f.pending) == 0
+
+    _run(body)
+
+
 def test_a_decoupled_request_yields_every_response_then_ends() -> None:
     async def body(f: Frontend) -> None:
         ticket = f.inference.submit(_request("stream"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -92,6 +93,33 @@ def _run(body: Callable[[Frontend], Awaitable[None]]) -> None:
         await body(Frontend())
 
     asyncio.run(main())
+
+
+def test_a_known_request_of_a_form_sent_before_sends_its_patched_record() -> None:
+    async def body(f: Frontend) -> None:
+        f.inference.submit(_request(), known_key=KEY)
+        sent = []
+        for values in ((5, 6, 7, 8), (1, 1, 2, 2), (3, 3, 4, 4)):
+            raw = [_raw(*values[:2]), _raw(*values[2:])]
+            assert f.inference.submit_known(KEY, "again", raw) is not None
+            sent.append(f.scheduler.requests()[-1])
+            written = [
+                bytes(f.input_segment.buf[r.offset : r.offset + r.nbytes]) for r in sent[-1].inputs
+            ]
+            assert written == raw
+        # NOTE: the first "again" was encoded and kept as the form's template; the others
+        # are patched from it: each its own id, block and input offsets, the rest the same.
+        assert len({r.request_id for r in sent}) == 3
+        assert len({r.block for r in sent}) == 3
+        for r in sent[1:]:
+            same = msgspec.structs.replace(r, request_id=0, block=sent[0].block, inputs=())
+            assert same == msgspec.structs.replace(sent[0], request_id=0, inputs=())
+            assert [i.offset for i in r.inputs] != [i.offset for i in sent[0].inputs]
+            assert [msgspec.structs.replace(i, offset=0) for i in r.inputs] == [
+                msgspec.structs.replace(i, offset=0) for i in sent[0].inputs
+            ]
+
+    _run(body)
 
 
 def test_a_known_request_sends_what_the_full_path_sends() -> None:

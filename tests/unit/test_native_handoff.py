@@ -5,8 +5,9 @@ Python writes and replies; a fake servicer stands in for ``InferenceServicer``."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from itertools import pairwise
 from typing import Any
 
@@ -14,7 +15,8 @@ import grpc
 import pytest
 
 from triton_mp._proto import grpc_service_pb2 as pb
-from triton_mp.frontend.grpc.wire import MALFORMED
+from triton_mp.common.errors import ErrorCode, TritonMPError
+from triton_mp.frontend.grpc.wire import MALFORMED, WireInferRequest
 from triton_mp.frontend.native.handoff import CALL, END, GONE, MESSAGE, OPEN, Handoff
 
 
@@ -59,19 +61,77 @@ def response(rid: str) -> pb.ModelStreamInferResponse:
     return pb.ModelStreamInferResponse(infer_response=pb.ModelInferResponse(id=rid))
 
 
+class FakeTicket:
+    """``Ticket``'s unary face: ``answer`` delivers an answer (bytes, or an error)."""
+
+    def __init__(self, key: bytes) -> None:
+        self.key = key
+        self.notify: Any = None
+        self.queue: list[bytes | TritonMPError] = []
+        self.cancelled = False
+
+    def answer(self, value: bytes | TritonMPError) -> None:
+        self.queue.append(value)
+        if self.notify is not None:
+            self.notify(self)
+
+    def on_answer(self, notify: Any) -> None:
+        self.notify = notify
+        if self.queue:
+            notify(self)
+
+    def take_result(self) -> bytes:
+        value = self.queue.pop(0)
+        if isinstance(value, TritonMPError):
+            raise value
+        return value
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
 class FakeServicer:
     """Answers each stream request with one response per ``repeat`` parameter (default 1)
     carrying its id, "abort" aborts the stream, "boom" raises; ``seen`` records what the
-    stream handler got (ids, or MALFORMED) and whether it was cancelled."""
+    stream handler got (ids, or MALFORMED) and whether it was cancelled.
+
+    A unary request ``known:...`` parses to a ``WireInferRequest`` with that key, which
+    ``submit_known`` takes (``tickets``; ``known:full`` raises UNAVAILABLE, ``known:no``
+    declines it to the handler); ``log`` records submissions and held wakes in order."""
 
     def __init__(self) -> None:
         self.seen: list[object] = []
         self.metadata: list[object] = []
+        self.tickets: list[FakeTicket] = []
+        self.log: list[object] = []
 
     def parse_infer(self, data: bytes) -> Any:
+        if data.startswith(b"known:"):
+            return WireInferRequest(None, [], head=data, key=data)
         return data
 
+    def submit_known(self, request: WireInferRequest) -> FakeTicket | None:
+        assert request.key is not None
+        self.log.append(request.key)
+        if request.key == b"known:full":
+            raise TritonMPError("the arena is full", ErrorCode.UNAVAILABLE)
+        if request.key == b"known:no":
+            return None
+        self.tickets.append(FakeTicket(request.key))
+        return self.tickets[-1]
+
+    def response_bytes(self, result: bytes) -> bytes:
+        return b"answer:" + result
+
+    @contextlib.contextmanager
+    def wakes_held(self) -> Iterator[None]:
+        self.log.append("held")
+        yield
+        self.log.append("wake")
+
     async def ModelInfer(self, request: Any, context: Any) -> bytes:  # noqa: N802
+        if isinstance(request, WireInferRequest):
+            return b"handler:" + request.key  # type: ignore[operator]
         return b"answer:" + request
 
     async def ModelStreamInfer(  # noqa: N802
@@ -216,3 +276,43 @@ def test_a_unary_call_is_answered() -> None:
     native, servicer = FakeNative(), FakeServicer()
     asyncio.run(run(native, servicer, [(9, CALL, b"q", ())]))
     assert native.answers == [("reply", 9, 0, "", b"answer:q")]
+
+
+def test_known_calls_taken_at_once_are_submitted_under_one_wake_and_answered_in_turn() -> None:
+    native, servicer = FakeNative(), FakeServicer()
+
+    async def go() -> None:
+        handoff = Handoff(native, servicer)
+        handoff.start(asyncio.get_running_loop())
+        native.queue((1, CALL, b"known:a", ()), (2, CALL, b"known:b", ()))
+        await settle()
+        assert servicer.log == ["held", b"known:a", b"known:b", "wake"]
+        assert native.answers == []  # NOTE: nothing before the answers arrive
+        servicer.tickets[1].answer(b"B")
+        servicer.tickets[0].answer(TritonMPError("the model failed", ErrorCode.INTERNAL))
+        await settle()
+        handoff.stop()
+
+    asyncio.run(go())
+    assert native.answers == [
+        ("reply", 2, 0, "", b"answer:B"),
+        ("reply", 1, grpc.StatusCode.INTERNAL.value[0], "the model failed", b""),
+    ]
+    assert native.sent[-1] == ("kick",)
+
+
+def test_a_known_call_that_submit_refuses_gets_its_status_and_a_declined_one_the_handler() -> None:
+    native, servicer = FakeNative(), FakeServicer()
+    asyncio.run(run(native, servicer, [(3, CALL, b"known:full", ()), (4, CALL, b"known:no", ())]))
+    assert native.answers == [
+        ("reply", 3, grpc.StatusCode.UNAVAILABLE.value[0], "the arena is full", b""),
+        ("reply", 4, 0, "", b"handler:known:no"),
+    ]
+
+
+def test_a_gone_known_call_cancels_its_ticket_and_replies_nothing() -> None:
+    native, servicer = FakeNative(), FakeServicer()
+    asyncio.run(run(native, servicer, [(5, CALL, b"known:a", ())], [(5, GONE, None, None)]))
+    assert servicer.tickets[0].cancelled
+    servicer.tickets[0].answer(b"late")  # NOTE: a real ticket drops it once cancelled
+    assert native.answers == []

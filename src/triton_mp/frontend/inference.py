@@ -26,9 +26,11 @@ from triton_mp.common.errors import ErrorCode, InvalidRequest, ModelUnavailable,
 from triton_mp.frontend.cache.response import Hit, ResponseCacheStep, cache_enabled, cacheable
 from triton_mp.frontend.classification import Classify, classification
 from triton_mp.frontend.dispatch.direct import DirectRoutes
+from triton_mp.frontend.dispatch.known_records import Form, keep, patched
 from triton_mp.frontend.dispatch.known_requests import KnownRequests, known_request, write_known
 from triton_mp.frontend.dispatch.pending import Answer, PendingTable
 from triton_mp.frontend.dispatch.ticket import Ticket
+from triton_mp.frontend.dispatch.wakes import HeldWakes
 from triton_mp.frontend.metrics.latency import FirstResponseHistograms, first_response_sink
 from triton_mp.frontend.model_table import Model, ModelTable
 from triton_mp.frontend.request import InferenceRequest
@@ -147,6 +149,8 @@ class Inference:
             directly.
         latency: the first-response histograms (``--metrics-config
             histogram_latencies=true``, ``frontend.metrics.latency``); None: off.
+        wakes: requests' sends whose wakes ``wakes_held`` holds (``frontend.dispatch.wakes``,
+            over the same ring as ``send_scheduler``); None: a wake per request.
 
     Attributes:
         draining: set by ``start_draining``: new requests are refused (UNAVAILABLE).
@@ -166,6 +170,7 @@ class Inference:
         response_cache: ResponseCacheStep | None = None,
         direct: DirectRoutes | None = None,
         latency: FirstResponseHistograms | None = None,
+        wakes: HeldWakes | None = None,
     ) -> None:
         self._reply_to = ReplyTo(Requester.FRONTEND, frontend_id)
         self._latency = latency
@@ -174,7 +179,8 @@ class Inference:
         self._arena = arena
         self._cache = cache
         self._pending = pending
-        self._send = send_scheduler
+        self._send = send_scheduler if wakes is None else wakes.send
+        self._wakes = wakes
         self._clock_ns = clock_ns
         self._response_cache = response_cache
         self._direct = direct
@@ -188,6 +194,11 @@ class Inference:
         """Unlink the first-response histograms' board (the frontend is stopping)."""
         if self._latency is not None:
             self._latency.close()
+
+    def wakes_held(self) -> contextlib.AbstractContextManager[None]:
+        """The requests submitted inside wake the scheduler once, when it ends (a
+        transport that took several requests at once: ``frontend.native.handoff``)."""
+        return contextlib.nullcontext() if self._wakes is None else self._wakes.held()
 
     # ------------------------------------------------------------------ admission
     def check_accepting(self) -> None:
@@ -336,7 +347,7 @@ class Inference:
         valid = known.valid
         block, refs = write_known(self._arena, known, raw)
         ticket = self._ticket(known.model, valid.version, client_id, None, None)
-        self._enqueue(ticket, valid, block, refs, ticket.deliver, None, known.held)
+        self._enqueue(ticket, valid, block, refs, ticket.deliver, None, known.held, known.templates)
         return ticket
 
     def _validate(
@@ -387,10 +398,12 @@ class Inference:
         sink: Callable[[Answer], None],
         trace: Trace | None,
         held: tuple[int, ...],
+        templates: dict[Form, bytes] | None = None,
     ) -> None:
         """Hold the client regions the request names (``held``: their ``region_id`` s),
         register it with the pending table and send its descriptor (the input block is
-        freed and the regions released when the send fails)."""
+        freed and the regions released when the send fails); ``templates``: a known
+        request's records (``_send_request``)."""
         model = valid.model
         if self._latency is not None:
             sink = first_response_sink(sink, self._latency, model.config, valid.version)
@@ -405,7 +418,7 @@ class Inference:
         rid = ticket.request_id
         try:
             pending.add_request(rid, block, sink, order=order, streaming=model.decoupled)
-            self._send_request(rid, ticket.client_id, valid, block, refs, trace)
+            self._send_request(rid, ticket.client_id, valid, block, refs, trace, templates)
         except BaseException:
             if held:
                 self._shm.release(held)
@@ -427,23 +440,21 @@ class Inference:
         ticket.deliver(hit.response)
         return ticket
 
-    def _send_request(
+    def _descriptor(
         self,
         rid: int,
         client_id: str,
         valid: ValidRequest,
         block: BlockRef,
         refs: tuple[TensorRef, ...],
-        trace: Trace | None = None,
-    ) -> None:
-        model = valid.model
-        arrival_ns = self._clock_ns()
-        if trace is not None:
-            _start_trace(trace, valid, arrival_ns)
-        desc = InferRequest(
+        arrival_ns: int,
+        trace: Trace | None,
+    ) -> InferRequest:
+        """The request's descriptor for the scheduler and the worker."""
+        return InferRequest(
             request_id=rid,
             reply_to=self._reply_to,
-            model=model.name,
+            model=valid.model.name,
             version=valid.version,
             batch_size=valid.batch_size,
             inputs=refs,
@@ -459,15 +470,47 @@ class Inference:
             sequence_flags=valid.sequence_flags,
             trace=None if trace is None else trace.context(),
         )
+
+    def _send_request(
+        self,
+        rid: int,
+        client_id: str,
+        valid: ValidRequest,
+        block: BlockRef,
+        refs: tuple[TensorRef, ...],
+        trace: Trace | None = None,
+        templates: dict[Form, bytes] | None = None,
+    ) -> None:
+        """Send the request's descriptor to the scheduler (or hand it to an idle instance).
+
+        Args:
+            templates: a known request's record templates (``dispatch.known_records``):
+                its record is patched from its form's, or kept as its form's.
+        """
+        model = valid.model
+        arrival_ns = self._clock_ns()
+        if trace is not None:
+            _start_trace(trace, valid, arrival_ns)
         direct = self._direct
-        try:
-            if direct is not None and trace is None and direct.hand(desc):
-                # NOTE: handed to an idle instance of its version (``frontend.dispatch.direct``).
-                return
-        except TritonMPError:
-            self._pending.forget_request(rid)
-            raise
-        data = encode_request(desc) or encode(desc)
+        if direct is not None and direct.serves(model.name, valid.version):
+            templates = None  # NOTE: the handoff needs the descriptor
+        form = (block.segment, client_id)
+        template = None if templates is None or trace else templates.get(form)
+        if template is not None:
+            data = patched(template, rid, arrival_ns, block, refs)
+        else:
+            desc = self._descriptor(rid, client_id, valid, block, refs, arrival_ns, trace)
+            try:
+                if direct is not None and trace is None and direct.hand(desc):
+                    # NOTE: handed to an idle instance of its version (``dispatch.direct``).
+                    return
+            except TritonMPError:
+                self._pending.forget_request(rid)
+                raise
+            record = encode_request(desc)
+            if record is not None and templates is not None and trace is None:
+                keep(templates, form, record)
+            data = record or encode(desc)
         try:
             self._send(data)
         except TritonMPError:

@@ -41,6 +41,7 @@ from triton_mp.frontend.dispatch.direct import DirectRoutes
 from triton_mp.frontend.dispatch.inbox import InboxHandler
 from triton_mp.frontend.dispatch.pending import PendingTable
 from triton_mp.frontend.dispatch.polling_loop import PollingSelector
+from triton_mp.frontend.dispatch.wakes import HeldWakes
 from triton_mp.frontend.grpc.admin_service import AdminServicer
 from triton_mp.frontend.grpc.interceptor import RestrictedProtocolInterceptor
 from triton_mp.frontend.grpc.servicer import HealthServicer, InferenceServicer, add_to_server
@@ -60,6 +61,7 @@ from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender
 from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.handshake import report_ready, report_start_failed
 from triton_mp.ipc.messages import ToFrontend
+from triton_mp.ipc.notify import Waker
 from triton_mp.ipc.response_cache import CacheStats, SharedResponseCache
 from triton_mp.ipc.topology import process_arena_prefix
 
@@ -107,6 +109,7 @@ def build_api(
     response_cache: ResponseCacheStep | None = None,
     inbox: InboxHandler | None = None,
     direct: DirectRoutes | None = None,
+    wakes: HeldWakes | None = None,
 ) -> FrontendApi:
     """The transport-free core of one frontend, over its parts.
 
@@ -118,6 +121,8 @@ def build_api(
         inbox: the inbox handler; the other frontends' trace settings updates it receives
             go to this frontend's tracer.
         direct: the routes requests are handed to idle instances by (``frontend.dispatch.direct``).
+        wakes: the requests' sends to the scheduler, whose wakes a batch of requests can
+            hold (``frontend.dispatch.wakes``); None: ``send_scheduler``, a wake each.
     """
     fid = spec.frontend_id
     tracer = build_tracer(spec, send_peers)
@@ -138,6 +143,7 @@ def build_api(
         send_scheduler=send_scheduler,
         response_cache=response_cache,
         direct=direct,
+        wakes=wakes,
         # NOTE: --metrics-config histogram_latencies=true, on this process's board
         latency=FirstResponseHistograms(process_arena_prefix(spec.arena_prefix, os.getpid()))
         if spec.latency_histograms
@@ -481,6 +487,8 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     shm = _client_shm(spec)
     direct = DirectRoutes(spec.frontend_id, to_scheduler.push_quiet, to_scheduler.send_bytes)
     direct.update(spec.direct_routes)
+    scheduler_waker = Waker(spec.to_scheduler.wakeup)
+    wakes = HeldWakes(to_scheduler.push_quiet, to_scheduler.send_bytes, scheduler_waker.wake)
     handler = InboxHandler(inbox, pending, shm, models, cache, direct)
     handler.resend_shm = _resend_shm(spec.frontend_id, shm, peers)
     link = SupervisorLink(ready, handler.on_table_update)
@@ -503,6 +511,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
         response_cache=step,
         inbox=handler,
         direct=direct,
+        wakes=wakes,
     )
     server, servicer = grpc_server(spec, api)
     address = f"{spec.grpc_address}:{spec.grpc_port}"
@@ -543,6 +552,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     loop.remove_reader(inbox.waiter.fileno())
     link.stop(loop)
     arena.close_and_unlink()
+    scheduler_waker.close()
     if store is not None:
         store.close()
     log.info("frontend stopped")

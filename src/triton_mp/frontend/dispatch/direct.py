@@ -97,6 +97,10 @@ class DirectRoutes:
             self._routes[r.instance_id] = route
             self._by_version.setdefault(route.key, []).append(route)
 
+    def serves(self, model: str, version: int) -> bool:
+        """Whether ``hand`` may hand a request of this model version (it has routes)."""
+        return bool(self._by_version.get((model, version)))
+
     def hand(self, desc: InferRequest) -> bool:
         """Hand ``desc`` to an idle instance of its version if one is on offer; True when
         handed (the worker answers it as any request), False to send it to the scheduler.

@@ -17,9 +17,10 @@ failing check, goes the full way, which answers with Triton's errors.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from triton_mp.common.datatypes import ELEMENT_BYTES
+from triton_mp.frontend.dispatch.known_records import Form
 from triton_mp.frontend.model_table import Model
 from triton_mp.frontend.request import InferenceRequest
 from triton_mp.frontend.validation.request import ValidRequest
@@ -52,6 +53,8 @@ class KnownRequest:
         generation: the shared-memory registry's ``generation`` it was checked at: a
             registration or unregistration since makes it unknown again when it names a
             region (``held``).
+        templates: its REQUEST records by form (``frontend.dispatch.known_records``),
+            filled as requests are sent.
     """
 
     model: Model
@@ -61,6 +64,7 @@ class KnownRequest:
     block_bytes: int
     held: tuple[int, ...] = ()
     generation: int = 0
+    templates: dict[Form, bytes] = field(default_factory=dict, compare=False, repr=False)
 
     def matches(self, raw: Sequence[bytes | memoryview]) -> bool:
         """Whether ``raw`` (a request's ``raw_input_contents``) passes the data checks:

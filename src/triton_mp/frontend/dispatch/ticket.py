@@ -179,6 +179,7 @@ class Ticket:
         "_closed",
         "_ended",
         "_finished",
+        "_notify",
         "_pending",
         "_queue",
         "_waiter",
@@ -224,6 +225,8 @@ class Ticket:
         """The final response was handed out: iteration stops."""
         self._closed = False
         """Cancelled: answers are freed, not kept."""
+        self._notify: Callable[[Ticket], None] | None = None
+        """``on_answer``'s callback, or None."""
 
     @property
     def finished(self) -> bool:
@@ -242,9 +245,21 @@ class Ticket:
         if response.final:
             self._finished = True
         self._queue.append(response)
+        notify = self._notify
+        if notify is not None:
+            notify(self)
+            return
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def on_answer(self, notify: Callable[[Ticket], None]) -> None:
+        """Call ``notify(self)`` on the loop thread as each answer arrives (once already
+        if one is waiting), instead of waking an awaiting ``result``: a unary call served
+        without a task takes it with ``take_result``. Not after ``cancel``."""
+        self._notify = notify
+        if self._queue:
+            notify(self)
 
     def _stamp(self, answer: Answer, final: bool) -> None:
         """INFER_RESPONSE_COMPLETE per response, the other processes' events, REQUEST_END
@@ -338,6 +353,15 @@ class Ticket:
                 raise
             finally:
                 self._waiter = None
+        return self.take_result()
+
+    def take_result(self) -> InferResult:
+        """``result`` once an answer is queued (``on_answer`` said so): its outputs (the
+        caller releases them).
+
+        Raises:
+            TritonMPError: the worker's or scheduler's error for this request.
+        """
         response = self._queue.popleft()
         if response.final:
             self._ended = True

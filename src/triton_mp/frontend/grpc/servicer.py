@@ -10,6 +10,7 @@ protos with ``grpc.messages`` and ``frontend.kserve``, and turns the answer or t
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any, NoReturn
 
@@ -23,6 +24,7 @@ from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend import kserve
 from triton_mp.frontend.admin.repository import check_repository_name
 from triton_mp.frontend.api import FrontendApi
+from triton_mp.frontend.dispatch.ticket import InferResult, Ticket
 from triton_mp.frontend.grpc.messages import (
     ResponseHeads,
     infer_response_bytes,
@@ -157,9 +159,15 @@ def status_message(message: str) -> str:
     return f"{head}... [{left_out} bytes cut] ...{tail}"
 
 
+def grpc_status(code: ErrorCode, message: str) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status and details a call fails with for ``code`` and ``message`` (cut to
+    fit a status)."""
+    return GRPC_STATUS.get(code, grpc.StatusCode.UNKNOWN), status_message(message)
+
+
 async def abort(context: grpc.aio.ServicerContext, code: ErrorCode, message: str) -> NoReturn:
     """End the call with ``code``'s gRPC status and ``message`` (cut to fit a status)."""
-    await context.abort(GRPC_STATUS.get(code, grpc.StatusCode.UNKNOWN), status_message(message))
+    await context.abort(*grpc_status(code, message))
     raise AssertionError("unreachable")  # context.abort raises
 
 
@@ -282,6 +290,27 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         parse is skipped for a request the frontend knows (``Inference.submit_known``)."""
         return split_infer_request(data, self._api.inference.known_keys)
 
+    def submit_known(self, request: WireInferRequest) -> Ticket | None:
+        """``Inference.submit_known`` for a request whose wire key the frontend knows, when
+        nothing per call changes its path (no tracing, no forwarded headers): the ticket,
+        or None for the full path (``ModelInfer``).
+
+        Raises:
+            TritonMPError: as ``Inference.submit_known`` (the call fails with its status).
+        """
+        key = request.key
+        if key is None or self._api.tracer.active or self._forward.active:
+            return None
+        return self._api.inference.submit_known(key, request.client_id, request.raw)
+
+    def wakes_held(self) -> AbstractContextManager[None]:
+        """``Inference.wakes_held``: requests submitted inside wake the scheduler once."""
+        return self._api.inference.wakes_held()
+
+    def response_bytes(self, result: InferResult) -> bytes:
+        """The serialized ModelInferResponse of ``result`` (released)."""
+        return infer_response_bytes(result, self._heads)
+
     async def ModelInfer(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """KServe ModelInfer: validate, copy inputs to shared memory, await the worker.
 
@@ -296,13 +325,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         tracer = self._api.tracer
         if isinstance(request, WireInferRequest):
             key = request.key
-            if key is not None and not tracer.active and not self._forward.active:
-                try:
-                    ticket = self._api.inference.submit_known(key, request.client_id, request.raw)
-                    if ticket is not None:
-                        return infer_response_bytes(await ticket.result(), self._heads)
-                except TritonMPError as e:
-                    await abort(context, e.code, e.message)
+            try:
+                ticket = self.submit_known(request)
+                if ticket is not None:
+                    return infer_response_bytes(await ticket.result(), self._heads)
+            except TritonMPError as e:
+                await abort(context, e.code, e.message)
             try:
                 message, raw = request.request, request.raw or None
             except DecodeError:

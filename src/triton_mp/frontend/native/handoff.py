@@ -7,9 +7,15 @@ unary call's request bytes and metadata, and each stream's opening metadata, req
 messages and half-close, and makes an eventfd readable; this event loop takes everything
 queued per wake-up (``_native.take``), in order:
 
-- a unary call runs ``InferenceServicer.ModelInfer`` in a task with ``_Context`` in place of
-  grpc.aio's context, and is ended with the serialized ModelInferResponse or the status it
-  aborted with (``_native.reply``);
+- a unary call whose request the frontend knows (``InferenceServicer.submit_known``: the
+  checks passed for its wire key before, no tracing, no forwarded headers) is submitted
+  right there, without a task: the ticket's answer ends the call with the serialized
+  ModelInferResponse or the status of its error (``_native.reply``), and the requests taken
+  at once wake the scheduler once (``Inference.wakes_held``). The same words as the handler's:
+  ``ModelInfer`` calls the same ``submit_known`` first;
+- any other unary call runs ``InferenceServicer.ModelInfer`` in a task with ``_Context`` in
+  place of grpc.aio's context, and is ended with the serialized ModelInferResponse or the
+  status it aborted with (``_native.reply``);
 - a stream runs ``InferenceServicer.ModelStreamInfer`` in a task on ``_Requests`` (the
   request messages as they arrive, parsed as grpc.aio's stream handler parses them, until
   the half-close); each response it yields is serialized and written (``_native.write``,
@@ -34,12 +40,17 @@ import contextlib
 import os
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractContextManager
+from functools import partial
 from typing import Any, Protocol
 
 import grpc
 
 from triton_mp._proto import grpc_service_pb2 as pb
-from triton_mp.frontend.grpc.wire import tolerant
+from triton_mp.common.errors import TritonMPError
+from triton_mp.frontend.dispatch.ticket import InferResult, Ticket
+from triton_mp.frontend.grpc.servicer import grpc_status
+from triton_mp.frontend.grpc.wire import WireInferRequest, tolerant
 
 CALL, OPEN, MESSAGE, END, GONE = range(5)
 """What a taken entry is (``handoff.h`` ItemKind): a unary call (data, metadata), a stream's
@@ -61,6 +72,9 @@ class Servicer(Protocol):
     """What the handoff needs of ``frontend.grpc.servicer.InferenceServicer``."""
 
     def parse_infer(self, data: bytes) -> Any: ...
+    def submit_known(self, request: WireInferRequest) -> Ticket | None: ...
+    def response_bytes(self, result: InferResult) -> bytes: ...
+    def wakes_held(self) -> AbstractContextManager[None]: ...
     async def ModelInfer(self, request: Any, context: Any) -> bytes: ...  # noqa: N802
     def ModelStreamInfer(  # noqa: N802
         self, request_iterator: Any, context: Any
@@ -98,6 +112,12 @@ class _Context:
 
 def _code(code: grpc.StatusCode) -> int:
     return int(code.value[0])
+
+
+def _failed(e: TritonMPError) -> tuple[int, str]:
+    """The status ``ModelInfer`` aborts with for ``e`` (``servicer.abort``)."""
+    code, details = grpc_status(e.code, e.message)
+    return _code(code), details
 
 
 def _unexpected(e: Exception) -> tuple[int, str]:
@@ -164,6 +184,8 @@ class Handoff:
         self._parse = tolerant(servicer.parse_infer)
         self._parse_stream = tolerant(pb.ModelInferRequest.FromString)
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._unary: dict[int, Ticket] = {}
+        """Calls submitted without a task (``_call``), by id, until their answer."""
         self._streams: dict[int, _Requests] = {}
         self._fd = -1
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -197,39 +219,84 @@ class Handoff:
         self._answered()
 
     def on_wakeup(self) -> None:
-        """Take every queued entry, in order: start, feed or cancel the calls' tasks."""
+        """Take every queued entry, in order: serve, start, feed or cancel the calls."""
         with contextlib.suppress(BlockingIOError):
             os.read(self._fd, 8)
         assert self._loop is not None
-        for call_id, kind, data, metadata in self._native.take():
-            if kind == MESSAGE:
-                stream = self._streams.get(call_id)
-                if stream is not None:
-                    stream.put(data)  # type: ignore[arg-type]
-            elif kind == CALL:
-                coro = self.serve(call_id, data, metadata)  # type: ignore[arg-type]
-                self._tasks[call_id] = self._loop.create_task(coro)
-            elif kind == OPEN:
-                requests = self._streams[call_id] = _Requests(self._parse_stream)
-                coro = self.serve_stream(call_id, requests, metadata)
-                self._tasks[call_id] = self._loop.create_task(coro)
-            elif kind == END:
-                stream = self._streams.get(call_id)
-                if stream is not None:
-                    stream.end()
-            else:  # GONE
-                self._streams.pop(call_id, None)
-                task = self._tasks.pop(call_id, None)
-                if task is not None:
-                    task.cancel()
+        # NOTE: the requests taken at once wake the scheduler once, after the last.
+        with self._servicer.wakes_held():
+            for call_id, kind, data, metadata in self._native.take():
+                if kind == MESSAGE:
+                    stream = self._streams.get(call_id)
+                    if stream is not None:
+                        stream.put(data)  # type: ignore[arg-type]
+                elif kind == CALL:
+                    self._call(call_id, data, metadata)  # type: ignore[arg-type]
+                elif kind == OPEN:
+                    requests = self._streams[call_id] = _Requests(self._parse_stream)
+                    coro = self.serve_stream(call_id, requests, metadata)
+                    self._tasks[call_id] = self._loop.create_task(coro)
+                elif kind == END:
+                    stream = self._streams.get(call_id)
+                    if stream is not None:
+                        stream.end()
+                else:  # GONE
+                    self._gone(call_id)
+
+    def _gone(self, call_id: int) -> None:
+        """The client abandoned the call: cancel its ticket or its task."""
+        self._streams.pop(call_id, None)
+        ticket = self._unary.pop(call_id, None)
+        if ticket is not None:
+            ticket.cancel()
+        task = self._tasks.pop(call_id, None)
+        if task is not None:
+            task.cancel()
+
+    def _call(self, call_id: int, data: bytes, metadata: Sequence[tuple[str, str | bytes]]) -> None:
+        """One unary call: a known request submitted now (``_answer`` ends it), any other
+        served by the ModelInfer handler in a task."""
+        assert self._loop is not None
+        try:
+            request = self._parse(data)
+            ticket = (
+                self._servicer.submit_known(request)
+                if isinstance(request, WireInferRequest)
+                else None
+            )
+        except TritonMPError as e:
+            self._reply(call_id, *_failed(e), b"")
+            return
+        except Exception as e:  # noqa: BLE001 - grpc.aio's answer to a handler's exception
+            self._reply(call_id, *_unexpected(e), b"")
+            return
+        if ticket is None:
+            self._tasks[call_id] = self._loop.create_task(self.serve(call_id, request, metadata))
+            return
+        self._unary[call_id] = ticket
+        ticket.on_answer(partial(self._answer, call_id))
+
+    def _answer(self, call_id: int, ticket: Ticket) -> None:
+        """The answer of a call ``_call`` submitted: its response, or its error's status."""
+        if self._unary.pop(call_id, None) is None:
+            ticket.cancel()  # NOTE: answered already: nothing more is kept
+            return
+        try:
+            data = self._servicer.response_bytes(ticket.take_result())
+        except TritonMPError as e:
+            self._reply(call_id, *_failed(e), b"")
+        except Exception as e:  # noqa: BLE001 - grpc.aio's answer to a handler's exception
+            self._reply(call_id, *_unexpected(e), b"")
+        else:
+            self._reply(call_id, 0, "", data)
 
     async def serve(
-        self, call_id: int, data: bytes, metadata: Sequence[tuple[str, str | bytes]]
+        self, call_id: int, request: Any, metadata: Sequence[tuple[str, str | bytes]]
     ) -> None:
-        """One call: the ModelInfer handler on ``data``, its answer replied."""
+        """One call: the ModelInfer handler on ``request`` (parsed), its answer replied."""
         context = _Context(metadata)
         try:
-            response = await self._servicer.ModelInfer(self._parse(data), context)
+            response = await self._servicer.ModelInfer(request, context)
             self._reply(call_id, 0, "", response)
         except Aborted as e:
             self._reply(call_id, _code(e.code), e.details, b"")
