@@ -79,8 +79,10 @@ def one_window(
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "pa.csv"
         pa = [env["PERF_ANALYZER"], "-m", args.model, "-u", server.url, "-i", "grpc"]
-        pa += ["--concurrency-range", str(args.c), "-p", str(int(args.window * 1000))]
-        pa += ["-s", "100", "--max-trials", "1", "-f", str(report), *args.pa_args]
+        # NOTE: three trials at -s 100 always pass the stability check, so perf_analyzer
+        # writes its report (with one trial it never does: it needs three to compare).
+        pa += ["--concurrency-range", str(args.c), "-p", str(int(args.window * 1000 / 3))]
+        pa += ["-s", "100", "--max-trials", "3", "-f", str(report), *args.pa_args]
         proc = subprocess.Popen(pa, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             time.sleep(1.0)
