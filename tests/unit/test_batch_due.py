@@ -90,9 +90,8 @@ def test_a_batch_that_goes_at_once_or_cannot_go_is_not_due() -> None:
 def test_the_core_notices_the_instance_once_per_due_time() -> None:
     h = Harness()
     h.ready(0, 1)
-    t0 = h.now
-    h.request()  # add_sub: 100 µs delay, preferred 4
-    due_at = t0 + 100 * US
+    req = h.request()  # add_sub: 100 µs delay, preferred 4
+    due_at = req.arrival_ns + 100 * US
     assert h.core.next_deadline_ns() == due_at
     assert list(h.core.due_notices(due_at - 1)) == []  # not due by that horizon
     h.deliver(list(h.core.due_notices(due_at)))

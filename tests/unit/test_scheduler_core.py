@@ -33,6 +33,7 @@ from triton_mp.ipc.specs import (
     QueuePolicySpec,
     SequenceSpec,
 )
+from triton_mp.scheduler.admission import queue_start_ns
 from triton_mp.scheduler.core import QUEUE_FULL_MESSAGE, TIMEOUT_MESSAGE
 from triton_mp.scheduler.lifecycle import STOPPING_MESSAGE
 
@@ -68,17 +69,37 @@ def test_a_batch_goes_to_an_instance_of_the_requests_model(h: Harness) -> None:
 
 def test_dynamic_batching_waits_for_the_delay(h: Harness) -> None:
     h.ready(0)
-    t0 = h.now
     first = h.request()
     h.clock.advance_us(30)
     second = h.request(batch_size=2)
     assert h.dispatch() == []
-    assert h.core.next_deadline_ns() == t0 + 100 * US  # the oldest request's enqueue + delay
-    h.clock.advance_us(69)
+    # NOTE: the delay runs from the oldest request's arrival (its frontend's stamp, 10 µs
+    # before the harness hands it over), not from when the scheduler read it.
+    due = first.arrival_ns + 100 * US
+    assert h.core.next_deadline_ns() == due
+    h.clock.advance_us((due - h.now) // US - 1)
     assert h.dispatch() == []
     h.clock.advance_us(1)
     ((instance, batch),) = h.dispatch()
     assert (instance, batch.requests) == (0, (first, second))
+
+
+def test_a_request_read_after_its_delay_ran_out_goes_at_once(h: Harness) -> None:
+    # NOTE: the frontend stamped it 10 µs before the harness hands it over; a scheduler
+    # that reads it 100 µs late finds its delay over (Triton's queue starts in-process).
+    h.ready(0)
+    template = Harness().request()  # NOTE: another core's: only its message is used
+    late = msgspec.structs.replace(template, arrival_ns=h.now - 100 * US)
+    h.handle(late)
+    ((instance, batch),) = h.dispatch()
+    assert (instance, batch.requests) == (0, (late,))
+
+
+def test_the_queue_starts_at_the_arrival_stamp_when_it_is_in_the_past() -> None:
+    assert queue_start_ns(900, 1000) == 900
+    assert queue_start_ns(1000, 1000) == 1000
+    assert queue_start_ns(0, 1000) == 1000  # no stamp
+    assert queue_start_ns(1001, 1000) == 1000  # a stamp ahead of this clock
 
 
 def test_shapes_of_variable_inputs_keep_requests_apart(h: Harness) -> None:
@@ -414,8 +435,9 @@ def test_a_reject_timeout_fails_the_request_when_it_expires_even_with_all_instan
     h = _policed()
     short = h.request("policed", timeout_us=20)
     plain = h.request("policed")
-    assert h.core.next_deadline_ns() == h.now + 20 * US  # no instance ready: timeouts still wake
-    h.clock.advance_us(20)
+    # NOTE: no instance ready: timeouts still wake; a timeout runs from the arrival.
+    assert h.core.next_deadline_ns() == short.arrival_ns + 20 * US
+    h.clock.advance_us(10)
     h.dispatch()
     assert [(m.request_id, m.error.message) for _, m in h.failures()] == [
         (short.request_id, TIMEOUT_MESSAGE)

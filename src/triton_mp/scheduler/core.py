@@ -54,6 +54,7 @@ from triton_mp.ipc.records import (
 from triton_mp.ipc.reports import ModelQueueStatus
 from triton_mp.ipc.ring import RecordTooLarge
 from triton_mp.ipc.specs import ModelVersionSpec, RateLimitSpec
+from triton_mp.scheduler.admission import queue_start_ns, request_label, unknown_version
 from triton_mp.scheduler.direct import Handoffs
 from triton_mp.scheduler.done_wakeups import quiet_instances
 from triton_mp.scheduler.ensembles import Ensembles
@@ -84,26 +85,6 @@ _CHANGES = frozenset(
 _NONE_QUIET: frozenset[int] = frozenset()
 _START = int(SequenceFlags.START)
 _END = int(SequenceFlags.END)
-
-
-def request_label(req: Request) -> str:
-    """Triton's ``[request id: <id>] `` prefix of request errors."""
-    return f"[request id: {req.client_id or '<id_unknown>'}] "
-
-
-def unknown_version(
-    model: str, version: int, active: Iterable[tuple[str, int]]
-) -> tuple[ErrorCode, str]:
-    """The answer to a request for a version the scheduler does not serve: the frontend
-    resolved it, so a model still served under another version stopped serving this one
-    since (UNAVAILABLE "... is not at ready state", core ModelLifeCycle::GetModel); a model
-    not served at all is NOT_FOUND "... is not found"."""
-    if any(name == model for name, _ in active):
-        return (
-            ErrorCode.UNAVAILABLE,
-            f"Request for unknown model: '{model}' version {version} is not at ready state",
-        )
-    return ErrorCode.NOT_FOUND, f"Request for unknown model: '{model}' is not found"
 
 
 class SchedulerCore:
@@ -232,7 +213,7 @@ class SchedulerCore:
             (req.reply_to, req.request_id),
             max(1, req.batch_size),
             shape_key,
-            now_ns,
+            now_ns if again else queue_start_ns(req.arrival_ns, now_ns),
             req,
             priority=req.priority,
             timeout_us=req.timeout_us,
