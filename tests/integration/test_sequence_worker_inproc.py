@@ -238,8 +238,8 @@ class Client:
             else:
                 answers.append({ref.name: self.read(ref) for ref in resp.outputs})
             for b in self.shared.released(resp):
-                free_block(self.cache.get(b.segment).buf, b)
-            free_block(self.cache.get(req.block.segment).buf, req.block)
+                free_block(self.cache.get(b.segment), b)
+            free_block(self.cache.get(req.block.segment), req.block)
         return answers
 
     def read(self, ref: TensorRef) -> np.ndarray:

@@ -144,8 +144,8 @@ class Frontend:
         block and the response's output blocks (one an ``AnswerBatch`` shares after its
         last response: ``SharedBlocks``, its handoffs taken by ``Sent``)."""
         for b in self.shared.released(resp):
-            free_block(self.cache.get(b.segment).buf, b)
-        free_block(self.cache.get(req.block.segment).buf, req.block)
+            free_block(self.cache.get(b.segment), b)
+        free_block(self.cache.get(req.block.segment), req.block)
 
 
 @pytest.fixture

@@ -118,7 +118,7 @@ def test_write_block_lays_tensors_out_aligned_and_views_read_them_back(
     assert (refs[1].datatype, refs[1].shape, refs[1].nbytes) == ("BYTES", (2,), 4 + 1 + 4 + 5)
     np.testing.assert_array_equal(view_tensor(cache, refs[0]), a)
     assert view_tensor(cache, refs[1]).tolist() == [b"x", b"hello"]
-    free_block(cache.get(block.segment).buf, block)
+    free_block(cache.get(block.segment), block)
     assert arena.live_blocks() == 0
 
 
@@ -129,7 +129,7 @@ def test_a_type_without_numpy_fails_the_tensor_not_the_worker(
     with pytest.raises(TritonMPError, match="INVALID") as e:
         view_tensor(cache, msgspec.structs.replace(ref, datatype="INVALID"))
     assert e.value.code == ErrorCode.UNSUPPORTED
-    free_block(cache.get(block.segment).buf, block)
+    free_block(cache.get(block.segment), block)
 
 
 def test_bf16_is_held_as_its_16_bit_words_both_ways(
@@ -148,7 +148,7 @@ def test_bf16_is_held_as_its_16_bit_words_both_ways(
     assert wire_tensor("Z", arr[:, 0])[1:3] == ("BF16", (2,))
     assert bytes(wire_tensor("Z", arr[:, 0])[3]) == bits[:, 0].tobytes()
     for b in (block, out_block):
-        free_block(cache.get(b.segment).buf, b)
+        free_block(cache.get(b.segment), b)
 
 
 def test_an_input_in_a_client_region_needs_the_mapped_regions(cache: SegmentCache) -> None:
@@ -179,7 +179,7 @@ def test_outputs_go_to_their_region_or_the_arena_in_request_order(
     np.testing.assert_array_equal(view_tensor(cache, b, regions), outs["B"])
     assert msg.final
     assert msg.request_id == 7
-    free_block(cache.get(msg.block.segment).buf, msg.block)
+    free_block(cache.get(msg.block.segment), msg.block)
 
 
 def test_outputs_all_in_regions_take_no_arena_block(
@@ -289,7 +289,7 @@ def test_request_inputs_view_arena_tensors_in_place_and_copy_an_overlapped_regio
     region_view = view_tensor(cache, ref_r, regions)
     assert not np.shares_memory(inputs["R"], region_view)  # NOTE: overlapped: a copy
     del region_view
-    free_block(cache.get(block.segment).buf, block)
+    free_block(cache.get(block.segment), block)
 
 
 def test_request_inputs_refuse_a_window_past_the_segment_end(
@@ -313,7 +313,7 @@ def test_a_request_without_regions_gets_one_block_and_none_without_outputs(
     assert all(r.segment == msg.block.segment and r.region_id == 0 for r in msg.outputs)
     assert view_tensor(cache, msg.outputs[0]).tolist() == [b"q"]
     np.testing.assert_array_equal(view_tensor(cache, msg.outputs[1]), outs["A"])
-    free_block(cache.get(msg.block.segment).buf, msg.block)
+    free_block(cache.get(msg.block.segment), msg.block)
     empty = write_outputs(arena, regions, _request(()), outs)
     assert (empty.block, empty.outputs) == (None, ())
     assert arena.live_blocks() == 0

@@ -304,7 +304,7 @@ def test_segment_cache_attaches_by_name_and_frees_for_the_owner(
     assert bytes(reader.buf[off + BLOCK_HEADER_BYTES : off + BLOCK_HEADER_BYTES + 16]) == (
         b"0123456789abcdef"
     )
-    free_block(reader.buf, block_ref(reader, off))  # the reader is the last user
+    free_block(reader, block_ref(reader, off))  # the reader is the last user
     assert pool.live_blocks() == 0
 
 
@@ -316,7 +316,7 @@ def test_segment_cache_sees_arenas_created_after_it(
     seg1, off1 = pool.alloc(192)  # a new arena
     assert bytes(cache.get(seg1.name).buf[off1 : off1 + 4]) == struct.pack("<I", LIVE)
     for seg, off in [*first, (seg1, off1)]:
-        free_block(cache.get(seg.name).buf, block_ref(seg, off))
+        free_block(cache.get(seg.name), block_ref(seg, off))
     assert pool.live_blocks() == 0
 
 

@@ -22,6 +22,7 @@ import errno
 import logging
 import mmap
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,16 +42,24 @@ class Segment:
     Attributes:
         name: POSIX name, with the leading slash.
         size_bytes: mapped length in bytes.
-        buf: the ``mmap`` over the whole segment (read-write).
+        buf: the ``mmap`` over the whole segment: read-write, or read-only for a segment
+            attached with ``writable=False`` (``store_u32``, which writes through
+            the segment's descriptor, is then the only way to change it).
     """
 
-    __slots__ = ("name", "size_bytes", "buf", "_owner")
+    __slots__ = ("name", "size_bytes", "buf", "_owner", "_fd", "_words")
 
-    def __init__(self, name: str, buf: mmap.mmap, size_bytes: int, owner: bool) -> None:
+    def __init__(
+        self, name: str, buf: mmap.mmap, size_bytes: int, owner: bool, fd: int = -1
+    ) -> None:
         self.name = name
         self.buf = buf
         self.size_bytes = size_bytes
         self._owner = owner
+        self._fd = fd
+        """Descriptor kept open by a read-only attachment (``store_u32``); -1 otherwise."""
+        self._words: memoryview | None = None
+        """``buf`` as native ``u32`` words (``store_u32``), made on first use."""
 
     @classmethod
     def create(cls, name: str, size_bytes: int) -> Segment:
@@ -72,25 +81,74 @@ class Segment:
         return cls(name, buf, size_bytes, owner=True)
 
     @classmethod
-    def attach(cls, name: str) -> Segment:
-        """Map an existing segment read-write.
+    def attach(cls, name: str, writable: bool = True) -> Segment:
+        """Map an existing segment, read-write or (``writable=False``) read-only.
+
+        A read-only attachment keeps the segment's descriptor open for ``store_u32``: a reader
+        that may change only a word or two (``ipc.tensor_pool.free_block``) has no writable
+        mapping, so a stray store of this process into it (a stale pointer, a view that
+        outlived its block) faults at once instead of corrupting another process's data.
 
         Raises:
             posix_ipc.ExistentialError: no such segment.
         """
         shm = posix_ipc.SharedMemory(name)
+        fd = shm.fd
         try:
-            size = os.fstat(shm.fd).st_size
-            buf = mmap.mmap(shm.fd, size)
-        finally:
+            size = os.fstat(fd).st_size
+            access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+            buf = mmap.mmap(fd, size, access=access)
+        except BaseException:
             shm.close_fd()
-        return cls(name, buf, size, owner=False)
+            raise
+        if writable:
+            shm.close_fd()
+            fd = -1
+        return cls(name, buf, size, owner=False, fd=fd)
+
+    @property
+    def writable(self) -> bool:
+        """Whether ``buf`` is a writable mapping (created, or attached read-write)."""
+        return self._fd < 0
+
+    def store_u32(self, offset: int, value: int) -> None:
+        """Store the native ``u32`` ``value`` at byte ``offset`` (a multiple of 4) as ONE
+        aligned 4-byte write, the only store to those bytes (a word another process reads
+        and takes over when it changes: ``ipc.tensor_pool``'s block state).
+
+        NOTE: ``struct.pack_into`` is no such store: it zero-fills the field, then writes
+        it byte by byte, so a word it sets reads as its final value early and is written
+        again afterwards, over whatever the other process stored there in between.
+
+        A writable mapping is written through a ``u32`` view of it (one ``mov``). A read-only
+        attachment is written through its descriptor (``pwrite``, one system call, about
+        1 us: the same shared pages). The kernel may copy those 4 bytes one by one, but
+        writes each once, in order: for a word whose values differ only in their low byte
+        (the block state: 0 or 1) that is the same as one store.
+        """
+        if self._fd < 0:
+            words = self._words
+            if words is None:
+                view = memoryview(self.buf)
+                words = self._words = view[: len(view) & ~3].cast("I")
+                view.release()
+            words[offset >> 2] = value
+        else:
+            data = value.to_bytes(4, sys.byteorder)
+            if os.pwrite(self._fd, data, offset) != 4:
+                raise OSError(errno.EIO, f"{self.name}: short write at byte {offset}")
 
     def close(self) -> None:
         """Unmap. Views still exported (numpy arrays over ``buf``) keep the mapping alive."""
+        if self._words is not None:
+            self._words.release()
+            self._words = None
         # NOTE: numpy views over the mapping may still be alive; the OS unmaps at exit.
         with contextlib.suppress(BufferError):
             self.buf.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def unlink(self) -> None:
         """Remove the name (owner only). Mappings stay valid until closed."""

@@ -46,7 +46,13 @@ Ownership rules (the only place they are written down):
 Arena layout: a 64-byte header (``u32 magic, u32 version, u64 capacity``), then blocks.
 Block layout: ``u32 state`` (``LIVE``/``FREE``), ``u32 generation`` (``BlockRef.generation``;
 this field was a reserved 0 before generations), ``u64 block_bytes`` (header included),
-then the payload at +64 (64-byte aligned, so numpy views are aligned).
+then the payload at +64 (64-byte aligned, so numpy views are aligned). The state word is
+the hand-over between two processes, so each change of it is one aligned 4-byte store
+(``Segment.store_u32``), made once: the owner writes the generation and size first, then
+``LIVE``; the last reader writes ``FREE``.
+
+Other processes' arenas are mapped read-only (``SegmentCache``); a reader's free is written
+through the segment's descriptor, so a stray store of a reader into an arena faults there.
 """
 
 from __future__ import annotations
@@ -69,9 +75,9 @@ log = logging.getLogger(__name__)
 
 ARENA_MAGIC = 0x54415245  # "TARE"
 _ARENA_HEADER = struct.Struct("<IIQ")
-_BLOCK_HEADER = struct.Struct("<IIQ")
 _STATE = struct.Struct("<I")
 _STATE_GEN = struct.Struct("<II")
+_GEN_SIZE = struct.Struct("<IQ")
 ARENA_HEADER_BYTES = 64
 BLOCK_HEADER_BYTES = 64
 ALIGN = 64
@@ -132,7 +138,11 @@ class _Arena:
             return None
         gen = self.generation % (_GENERATIONS - 1) + 1  # NOTE: 1 .. 2**32 - 1, never 0
         self.generation = gen
-        _BLOCK_HEADER.pack_into(self.segment.buf, start, LIVE, gen, block_bytes)
+        # NOTE: generation and size first, then LIVE in one store (``Segment.store_u32``):
+        # a reader checking the header (``free_block``) never sees LIVE beside the room's
+        # previous generation.
+        _GEN_SIZE.pack_into(self.segment.buf, start + 4, gen, block_bytes)
+        self.segment.store_u32(start, LIVE)
         live.append((start, block_bytes))
         return start
 
@@ -333,19 +343,35 @@ def stray_frees() -> int:
     return _stray
 
 
-def free_block(buf: object, block: BlockRef) -> bool:
-    """Mark ``block`` FREE (by its single last user; ``buf`` is its arena's mmap), unless its
-    header no longer holds ``LIVE`` and ``block.generation`` (0: the state only): then
-    nothing is written, the refusal is counted (``stray_frees``) and logged, once per
-    process. Returns whether the block was freed."""
+def free_block(where: Segment | object, block: BlockRef) -> bool:
+    """Mark ``block`` FREE (by its single last user), unless its header no longer holds
+    ``LIVE`` and ``block.generation`` (0: the state only): then nothing is written, the
+    refusal is counted (``stray_frees``) and logged, once per process. Returns whether the
+    block was freed.
+
+    Args:
+        where: the block's arena: its ``Segment`` (a read-only attachment is written
+            through its descriptor: ``Segment.store_u32``), or a writable buffer over it.
+        block: the block's reference; ``block.offset`` is its header's byte offset.
+    """
     global _stray
+    segment = where if isinstance(where, Segment) else None
+    buf = segment.buf if segment is not None else where
     offset = block.offset
     try:
         state, gen = _STATE_GEN.unpack_from(buf, offset)  # type: ignore[arg-type]
     except struct.error:
         state, gen = -1, -1  # NOTE: past the arena's end: no block of it
     if state == LIVE and (gen == block.generation or not block.generation):
-        _STATE.pack_into(buf, offset, FREE)  # type: ignore[arg-type]
+        # NOTE: one store, never struct.pack_into, which zero-fills the word and then writes
+        # it again byte by byte: the owner may take the room over on the first write (it
+        # reads FREE) and put a new LIVE block there, which the second write then marked
+        # FREE under its reader (#37: "state 0" beside the new block's generation).
+        if segment is not None:
+            segment.store_u32(offset, FREE)
+        else:
+            with memoryview(buf) as view:  # type: ignore[arg-type]
+                view.cast("B")[offset : offset + 4].cast("I")[0] = FREE
         return True
     _stray += 1
     if _stray == 1:
@@ -368,10 +394,18 @@ class SegmentGone(TritonMPError):
 
 
 class SegmentCache:
-    """Read side: attaches arenas of other processes by name on first use."""
+    """Read side: attaches arenas of other processes by name on first use.
 
-    def __init__(self) -> None:
+    Args:
+        writable: attach read-write. By default other processes' arenas are mapped
+            read-only (``Segment.attach``): a reader writes only a block's state word, when
+            it frees the block (``free_block``, through the descriptor), so a stray store
+            into another process's arena faults in the process that made it.
+    """
+
+    def __init__(self, writable: bool = False) -> None:
         self._segments: dict[str, Segment] = {}
+        self._writable = writable
 
     def get(self, name: str) -> Segment:
         """The mapped segment ``name`` (attached now if new).
@@ -383,7 +417,7 @@ class SegmentCache:
         seg = self._segments.get(name)
         if seg is None:
             try:
-                seg = Segment.attach(name)
+                seg = Segment.attach(name, writable=self._writable)
             except posix_ipc.ExistentialError:
                 raise SegmentGone(
                     f"the tensors of this request are gone: the process that held them "

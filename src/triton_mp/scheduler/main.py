@@ -140,7 +140,7 @@ class Router:
 
     def _free(self, item: Free) -> None:
         try:
-            free_block(self._arenas.get(item.block.segment).buf, item.block)
+            free_block(self._arenas.get(item.block.segment), item.block)
         except Exception as e:  # noqa: BLE001 - posix_ipc's errors are no OSError
             # NOTE: the worker stopped and unlinked its arena: nothing is left to free.
             log.debug("block %s not freed: %s", item.block, e)

@@ -326,7 +326,7 @@ class BlsClient:
             if self._traces and msg.request_id in self._traces:
                 self._trace_answer(msg, final)
         for block in self._shared.arrived(msg):
-            free_block(self._cache.get(block.segment).buf, block)
+            free_block(self._cache.get(block.segment), block)
         if isinstance(msg, RequestFailed) or msg.error is not None:
             assert msg.error is not None
             response = _error_response(msg.error.message, int(msg.error.code))
@@ -384,7 +384,7 @@ class BlsClient:
         """Free a response's blocks (receive thread); a block sibling responses of an
         ensemble share is freed after the last of them (``ipc.tensor_pool.SharedBlocks``)."""
         for block in self._shared.released(msg):
-            free_block(self._cache.get(block.segment).buf, block)
+            free_block(self._cache.get(block.segment), block)
 
     def close(self) -> None:
         """Nothing to join: the receiver is a daemon thread that ends with the process."""

@@ -113,7 +113,7 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
 
         # NOTE: before the backend imports model.py: initialize() may create metrics.
         custom_metrics = python_metrics.install(owner_prefix, spec.model, spec.instance)
-    cache = SegmentCache()
+    cache = SegmentCache(writable=True)
     try:
         apply_host_policy(spec.instance)
         backend, worker, rewire = _start(spec, arena, cache, to_scheduler, replies, rewiring)

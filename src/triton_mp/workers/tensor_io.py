@@ -291,7 +291,7 @@ def free_own_block(arena: ArenaAllocator, block: BlockRef) -> None:
     """Free a block of this process's own ``arena`` that no reader will free (its message
     was never sent, or its reader answered): ``write_block``'s inverse."""
     seg = next(s for s in arena.segments() if s.name == block.segment)
-    free_block(seg.buf, block)
+    free_block(seg, block)
 
 
 def write_outputs(

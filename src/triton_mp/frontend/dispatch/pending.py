@@ -141,10 +141,10 @@ class PendingTable:
 
     def _free_one(self, b: BlockRef) -> None:
         try:
-            buf = self._cache.get(b.segment).buf
+            seg = self._cache.get(b.segment)
         except SegmentGone:
             return  # NOTE: its owner died and its arenas went with it: nothing to free.
-        free_block(buf, b)
+        free_block(seg, b)
 
     def release(self, msg: InferResponse) -> None:
         """Free a response's blocks: we are done with it (copied out, failed, dropped).
