@@ -228,6 +228,13 @@ def test_restarts_and_process_memory() -> None:
     assert _value(lines, f'{rss}{{instance="0",role="frontend"}}') == 70_000_000
 
 
+def test_refused_frees_are_a_counter_of_the_serving_frontend_and_absent_when_unknown() -> None:
+    lines = _lines(MetricsSnapshot(stats=(), queues=(), refused_frees=3))
+    assert _value(lines, "triton_mp_frontend_refused_frees_total") == 3
+    assert "# TYPE triton_mp_frontend_refused_frees_total counter" in lines
+    assert not [x for x in _lines() if "refused_frees" in x]
+
+
 def test_output_parses_as_prometheus_text() -> None:
     families = {f.name: f for f in text_string_to_metric_families(render(SNAPSHOT).decode())}
     assert families["nv_inference_request_success"].type == "counter"

@@ -42,6 +42,7 @@ from triton_mp.ipc.codec import encode
 from triton_mp.ipc.messages import QueueQuery, QueueReply, StatsQuery, StatsReply
 from triton_mp.ipc.response_cache import CacheStats
 from triton_mp.ipc.specs import MetricsSpec
+from triton_mp.ipc.tensor_pool import stray_frees
 
 if TYPE_CHECKING:
     from triton_mp.frontend.dispatch.pending import PendingTable
@@ -220,6 +221,7 @@ class MetricsEndpoint:
             cache=self._cache.stats() if self._cache is not None else None,
             tensor_bytes=dict(self._pending.copied_bytes),
             frontend_restarts=dict(self._restarts),
+            refused_frees=stray_frees(),
         )
 
     async def _handle(self, request: web.Request) -> web.Response:

@@ -88,6 +88,9 @@ class MetricsSnapshot:
     frontend_restarts: dict[int, int] | None = None
     """Per frontend id, the supervisor's restarts of it
     (``supervisor.processes.frontend_restart``)."""
+    refused_frees: int | None = None
+    """Arena block frees the frontend that serves the metrics refused
+    (``ipc.tensor_pool.stray_frees``); None where not known."""
 
 
 def _us(ns: int) -> int:
@@ -290,6 +293,13 @@ class SnapshotCollector:
             for fid, n in sorted(self._snap.frontend_restarts.items()):
                 restarts.add_metric((str(fid),), n)
             yield restarts
+        if self._snap.refused_frees is not None:
+            yield CounterMetricFamily(
+                "triton_mp_frontend_refused_frees",
+                "Frees of shared-memory tensor blocks this frontend refused because the block "
+                "was freed already or its room reused; each one is a bug, 0 is expected",
+                value=self._snap.refused_frees,
+            )
 
 
 def render(snapshot: MetricsSnapshot) -> bytes:
