@@ -107,7 +107,8 @@ def test_frees_racing_the_owners_reuse_never_refuse(
         repo / "repeat_int32",
         ignore=shutil.ignore_patterns("__pycache__"),
     )
-    server = start_server(repo, "--frontend-processes", "2")
+    # NOTE: frontends are killed here: the spare takes their place, as in a deployment
+    server = start_server(repo, "--frontend-processes", "2", "--frontend-spare=true")
     wait_for(lambda: server.log().count("triton-mp serving") >= 1, 60, "the frontends")
     for _ in range(ROUNDS):
         _round(server)

@@ -35,6 +35,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 CLIENTS = 64
 RESTART_S = 2.0
 """How soon the new frontend must serve after the kill (the issue's bound)."""
+SPARE = "--frontend-spare=true"
+"""The test servers' default is no spare (``tests.helpers.server``); these kill frontends."""
 
 
 def _frontends(server: ServerProcess) -> dict[str, int]:
@@ -160,7 +162,7 @@ def test_kill_9_of_one_of_two_frontends_under_64_clients(
 ) -> None:
     repo = tmp_path / "repo"
     write_faulty_model(repo, "load_py", "none", count=2, sleep_ms=5)
-    server = start_server(repo, "--frontend-processes", "2")
+    server = start_server(repo, "--frontend-processes", "2", SPARE)
     sid = str(server.pid)
     # NOTE: live means one frontend listens; the load must reach both.
     wait_for(lambda: "triton-mp serving" in server.log(), 60, "both frontends to listen")
@@ -216,7 +218,7 @@ def test_kill_9_of_the_only_frontend_clients_reconnect(
 ) -> None:
     repo = tmp_path / "repo"
     write_faulty_model(repo, "load_py", "none", count=2, sleep_ms=5)
-    server = start_server(repo)
+    server = start_server(repo, SPARE)
     sid = str(server.pid)
     load = _Load(server, "load_py")
     wait_for(lambda: load.ok >= 300, 120, "the load to get going")
@@ -249,7 +251,7 @@ def test_the_restarted_frontend_knows_the_client_shared_memory_registered_before
 
     repo = tmp_path / "repo"
     write_faulty_model(repo, "load_py", "none")
-    server = start_server(repo, "--frontend-processes", "2", "--allow-client-shm=true")
+    server = start_server(repo, "--frontend-processes", "2", "--allow-client-shm=true", SPARE)
     wait_for(lambda: "triton-mp serving" in server.log(), 60, "both frontends to listen")
     key = f"/triton_mp_test_{os.getpid()}_restart_in"
     handle = shm.create_shared_memory_region("in", key, 4, create_only=True)

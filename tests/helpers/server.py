@@ -62,6 +62,16 @@ def _grpc_frontend(extra: tuple[str, ...]) -> tuple[str, ...]:
     return ("--grpc-frontend", chosen)
 
 
+def _frontend_spare(extra: tuple[str, ...]) -> tuple[str, ...]:
+    """``--frontend-spare=false`` unless the test names the flag. The tests that kill
+    frontends (test_frontend_restart.py, test_block_handover.py) name it true; elsewhere the
+    spare imported grpc, aiohttp and numpy (~0.6 CPU-s of this machine's 2 cores) beside
+    each test's first requests, for a restart that never came."""
+    if any(a.startswith("--frontend-spare") for a in extra):
+        return ()
+    return ("--frontend-spare=false",)
+
+
 START = ("-m", "triton_mp", "start")
 """``triton-mp start``, as ``python <START> <flags>``."""
 TRITONSERVER = (
@@ -142,6 +152,7 @@ class ServerProcess:
             "--metrics-port",
             str(self.metrics_port),
             *_grpc_frontend(extra),
+            *_frontend_spare(extra),
             *extra,
         ]
         # NOTE: the server runs this checkout's code, whichever copy pip installed.

@@ -105,7 +105,7 @@ class _Link:
 
 
 def _restarts(
-    table: _Table, link: _Link, gone: list[tuple[int, int]]
+    table: _Table, link: _Link, gone: list[tuple[int, int]], spare: bool = True
 ) -> tuple[FrontendRestarts, list[Callable[[], None]]]:
     queued: list[Callable[[], None]] = []
     r = FrontendRestarts(
@@ -116,6 +116,7 @@ def _restarts(
         lambda fid, pid: gone.append((fid, pid)),
         5.0,
         frontends=2,
+        spare=spare,
     )
     return r, queued
 
@@ -170,6 +171,25 @@ def test_a_dead_frontend_is_freed_then_replaced_by_the_spare_then_counted(
     assert link.updates[-1].frontend_restarts == {0: 0, 1: 1}
     # A new spare waits for the next death.
     assert table.events == ["spawn spare", "release", "spawn spare"]
+
+
+def test_without_a_spare_a_dead_frontend_is_started_from_scratch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--frontend-spare=false``: no spare waits, before or after the restart."""
+    monkeypatch.setattr(fr, "with_current_log", lambda role, spec: spec)
+    table, link = _Table(), _Link()
+    gone: list[tuple[int, int]] = []
+    r, queued = _restarts(table, link, gone, spare=False)
+    r.keep_spare()
+    assert table.events == []
+    dead = _dead("1", 77)
+    r.died(dead)
+    (job,) = queued
+    job()
+    assert gone == [(1, 77)]
+    assert table.events == ["spawn 1", "release"]
+    assert r.counts == {0: 0, 1: 1}
 
 
 def test_a_frontend_that_keeps_failing_to_start_stops_the_server(

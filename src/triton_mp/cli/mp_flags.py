@@ -18,6 +18,15 @@ MP_FLAGS: tuple[Flag, ...] = (
         group=G_MP,
     ),
     Flag(
+        "frontend-spare",
+        Kind.BOOL,
+        "frontend_spare",
+        True,
+        help="keep a frontend process imported ahead to take a dead frontend's place "
+        "(false: a restart starts one from scratch, a second or more later)",
+        group=G_MP,
+    ),
+    Flag(
         "client-shm-prefix",
         Kind.STR,
         "client_shm_prefix",

@@ -121,6 +121,11 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """``--min-supported-compute-capability``: GPUs below it cannot be named by instance
     groups (Triton's TRITON_MIN_COMPUTE_CAPABILITY by default, ``common.gpus``)."""
     frontend_processes: Annotated[int, Meta(ge=1, le=64)] = 1
+    frontend_spare: bool = True
+    """``--frontend-spare``: keep one frontend process started ahead, its code imported,
+    to take a dead frontend's place (``supervisor.processes.frontend_restart``); without
+    it a restart starts a process from scratch, and the server spends neither the spare's
+    memory nor the CPU-second of its imports after it starts serving."""
     grpc_frontend: Literal["native", "python"] = "native"
     """``--grpc-frontend``: the native server (``frontend.native``) owns the gRPC port and
     hands the Python server what it does not serve (the default; the Python server where

@@ -211,6 +211,7 @@ class Supervisor:
             self._on_frontend_gone,
             cfg.startup_timeout_s,
             n_fe,
+            cfg.frontend_spare,
         )
         frontends = [Child("frontend", str(i), restarts.spec(i)) for i in range(n_fe)]
         self.children.add(frontends)

@@ -62,6 +62,8 @@ class FrontendRestarts:
         on_gone: frees what a dead frontend process had (frontend id, pid).
         startup_timeout_s: how long a new frontend may take to report ready.
         frontends: how many frontends the server runs (``--frontend-processes``).
+        spare: whether to keep a spare (``--frontend-spare``); without one, ``keep_spare``
+            starts nothing and a restart starts a process from scratch.
     """
 
     def __init__(
@@ -73,7 +75,9 @@ class FrontendRestarts:
         on_gone: Callable[[int, int], None],
         startup_timeout_s: float,
         frontends: int = 1,
+        spare: bool = True,
     ) -> None:
+        self._keep_spare = spare
         self._table = table
         self._link = link
         self._on_change_thread = on_change_thread
@@ -90,8 +94,10 @@ class FrontendRestarts:
         """Start a spare unless one waits already (after the frontends serve; after each
         restart, on the change thread)."""
         spare = self._spare
-        if self._table.stopping or (
-            spare is not None and spare.process is not None and spare.process.is_alive()
+        if (
+            not self._keep_spare
+            or self._table.stopping
+            or (spare is not None and spare.process is not None and spare.process.is_alive())
         ):
             return
         if spare is not None:
