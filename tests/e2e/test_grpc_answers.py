@@ -158,11 +158,12 @@ def _servers(
     ours = ServerProcess(repo, logs / "ours.log", "--allow-client-shm=true", *explicit)
     theirs: RealTriton | None = None
     try:
+        env = peers_env()
+        if env is not None:  # NOTE: started before ours is live: side by side
+            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}", *explicit)
         ours.wait_live()
         urls = {"triton-mp": ours.url}
-        env = peers_env()
-        if env is not None:
-            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}", *explicit)
+        if theirs is not None:
             theirs.wait_live()
             urls["triton"] = theirs.url
         yield urls

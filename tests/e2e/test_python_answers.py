@@ -74,11 +74,12 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tupl
     ours = ServerProcess(repo, logs / "ours.log")
     theirs: RealTriton | None = None
     try:
+        env = peers_env()
+        if env is not None:  # NOTE: started before ours is live: side by side
+            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}")
         ours.wait_live()
         urls = {"triton-mp": (ours.url, ours.http_url)}
-        env = peers_env()
-        if env is not None:
-            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}")
+        if theirs is not None:
             theirs.wait_live()
             urls["triton"] = (theirs.url, theirs.http_url)
         yield urls

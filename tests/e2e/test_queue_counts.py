@@ -104,11 +104,12 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
     ours = ServerProcess(repo, logs / "ours.log")
     theirs: RealTriton | None = None
     try:
+        env = peers_env()
+        if env is not None:  # NOTE: started before ours is live: side by side
+            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}")
         ours.wait_live()
         found = {"triton-mp": Server(ours.url, ours.metrics_port)}
-        env = peers_env()
-        if env is not None:
-            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}")
+        if theirs is not None:
             theirs.wait_live()
             found["triton"] = Server(theirs.url, theirs.metrics_port)
         yield found

@@ -749,13 +749,14 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     ours = ServerProcess(repo, logs / "ours.log", "--allow-client-shm=true", *explicit, *trace)
     theirs: RealTriton | None = None
     try:
-        ours.wait_live()
-        urls = {"triton-mp": ours.http_url}
         env = peers_env()
-        if env is not None:
+        if env is not None:  # NOTE: started before ours is live: side by side
             theirs = RealTriton(
                 env, logs / "triton.log", f"--model-repository={repo}", *explicit, *trace
             )
+        ours.wait_live()
+        urls = {"triton-mp": ours.http_url}
+        if theirs is not None:
             theirs.wait_live()
             urls["triton"] = theirs.http_url
         yield urls

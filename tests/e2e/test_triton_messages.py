@@ -159,11 +159,12 @@ def servers(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
     ours = ServerProcess(repo, logs / "ours.log", "--allow-client-shm=true")
     theirs: RealTriton | None = None
     try:
+        env = peers_env()
+        if env is not None:  # NOTE: started before ours is live: side by side
+            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}")
         ours.wait_live()
         urls = {"triton-mp": ours.url}
-        env = peers_env()
-        if env is not None:
-            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}")
+        if theirs is not None:
             theirs.wait_live()
             urls["triton"] = theirs.url
         yield urls
@@ -281,11 +282,12 @@ def test_a_replaced_version_is_unavailable_as_in_triton(tmp_path: Path) -> None:
     ours = ServerProcess(repo, tmp_path / "ours.log", *flags)
     theirs: RealTriton | None = None
     try:
+        env = peers_env()
+        if env is not None:  # NOTE: started before ours is live: side by side
+            theirs = RealTriton(env, tmp_path / "triton.log", f"--model-repository={repo}", *flags)
         ours.wait_live()
         servers = {"triton-mp": ours}
-        env = peers_env()
-        if env is not None:
-            theirs = RealTriton(env, tmp_path / "triton.log", f"--model-repository={repo}", *flags)
+        if theirs is not None:
             theirs.wait_live()
             servers["triton"] = theirs
         (repo / "ver_py" / "2").mkdir()
