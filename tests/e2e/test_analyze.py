@@ -142,7 +142,7 @@ def test_analyze_add_sub_on_a_server_it_starts(
     proc = _analyze(
         "--model", "add_sub", "--model-repository", str(repo), "--output", str(out),
         "--instance-counts", "1,2", "--max-batch-sizes", "8", "--max-queue-delays-us", "0",
-        "--dynamic-batching", "on,off", "--concurrency", "1,2", "--measurement-interval-ms", "500",
+        "--dynamic-batching", "on,off", "--concurrency", "2", "--measurement-interval-ms", "500",
         "--latency-budget-ms", "40", "--top", "3",
     )  # fmt: skip
     assert not _leftover(str(repo)), "the analyzer left its server running"
