@@ -41,9 +41,9 @@ class FakeNative:
     def handoff_fd(self) -> int:
         return self.fd
 
-    def take(self) -> list[tuple[int, int, bytes | None, Any]]:
+    def take(self) -> list[tuple[int, int, bytes | None, Any, Any]]:
         out, self.items = self.items, []
-        return out
+        return [(*item, None) for item in out]  # NOTE: no native split: Python scans
 
     def reply(self, call_id: int, code: int, details: str, data: bytes) -> bool:
         self.sent.append(("reply", call_id, code, details, bytes(data)))
@@ -105,7 +105,8 @@ class FakeServicer:
         self.tickets: list[FakeTicket] = []
         self.log: list[object] = []
 
-    def parse_infer(self, data: bytes) -> Any:
+    def parse_split(self, data: bytes, split: Any) -> Any:
+        assert split is None
         if data.startswith(b"known:"):
             return WireInferRequest(None, [], head=data, key=data)
         return data

@@ -34,8 +34,10 @@ from triton_mp.frontend.grpc.stream import StreamAborted, StreamSession, wants_g
 from triton_mp.frontend.grpc.wire import (
     MALFORMED,
     PARSE_FAILURE,
+    Split,
     WireInferRequest,
     split_infer_request,
+    split_native,
     tolerant,
 )
 from triton_mp.frontend.header_forward import HeaderForward
@@ -289,6 +291,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         """ModelInfer's request deserializer (``wire.split_infer_request``): the protobuf
         parse is skipped for a request the frontend knows (``Inference.submit_known``)."""
         return split_infer_request(data, self._api.inference.known_keys)
+
+    def parse_split(self, data: bytes, split: Split | None) -> WireInferRequest:
+        """``parse_infer`` from the native server's split of ``data`` (``wire.split_native``).
+
+        Raises:
+            google.protobuf.message.DecodeError: ``data`` is no ModelInferRequest.
+        """
+        return split_native(data, split, self._api.inference.known_keys)
 
     def submit_known(self, request: WireInferRequest) -> Ticket | None:
         """``Inference.submit_known`` for a request whose wire key the frontend knows, when

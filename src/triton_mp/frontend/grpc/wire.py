@@ -227,15 +227,50 @@ def split_infer_request(data: bytes, known: Container[bytes] = ()) -> WireInferR
         head = data if len(rest[0]) == len(data) else rest[0].tobytes()
     else:
         head = b"".join(rest)
-    wire_key: bytes | None = head
+    if id_view is None:
+        return _assembled(raw, head, head, None, known)
+    key = b"".join(v for i, v in enumerate(rest) if i not in ids)
+    return _assembled(raw, head, key, id_view, known)
+
+
+Split = tuple[bytes, bytes, bytes | None, tuple[tuple[int, int], ...]]
+"""A ModelInferRequest split by the native server (``native/request_split.h``, ``_scan``'s
+twin): the message without its ``raw_input_contents``, that without its ``id`` fields too,
+the last ``id``'s value (None: no id), each ``raw_input_contents`` entry's (offset,
+length) in the message."""
+
+
+def split_native(
+    data: bytes, split: Split | None, known: Container[bytes] = ()
+) -> WireInferRequest:
+    """``split_infer_request`` from the native server's split of ``data`` (None: it declined,
+    or there is none: ``split_infer_request`` scans it here).
+
+    Raises:
+        google.protobuf.message.DecodeError: as ``split_infer_request``.
+    """
+    if split is None:
+        return split_infer_request(data, known)
+    head, key, id_value, spans = split
+    buf = memoryview(data)
+    return _assembled([buf[at : at + n] for at, n in spans], head, key, id_value, known)
+
+
+def _assembled(
+    raw: list[memoryview],
+    head: bytes,
+    key: bytes,
+    id_value: bytes | memoryview | None,
+    known: Container[bytes],
+) -> WireInferRequest:
+    """The request from its scanned pieces: ``key`` is known only with a UTF-8 id."""
+    wire_key: bytes | None = key
     client_id = ""
-    if id_view is not None:
+    if id_value is not None:
         try:
-            client_id = str(id_view, "utf-8")
+            client_id = str(id_value, "utf-8")
         except UnicodeDecodeError:
             wire_key = None  # NOTE: protobuf refuses it below, as it would have anyway
-        else:
-            wire_key = b"".join(v for i, v in enumerate(rest) if i not in ids)
     if wire_key is not None and wire_key in known:
         return WireInferRequest(None, raw, head=head, key=wire_key, client_id=client_id)
     request = pb.ModelInferRequest.FromString(head)

@@ -7,6 +7,9 @@ unary call's request bytes and metadata, and each stream's opening metadata, req
 messages and half-close, and makes an eventfd readable; this event loop takes everything
 queued per wake-up (``_native.take``), in order:
 
+- a unary call's request comes split by the native side (``request_split.cc``, the twin
+  of ``wire._scan``: its raw tensor entries, the message without them and its key), so
+  Python only assembles it (``InferenceServicer.parse_split``);
 - a unary call whose request the frontend knows (``InferenceServicer.submit_known``: the
   checks passed for its wire key before, no tracing, no forwarded headers) is submitted
   right there, without a task: the ticket's answer ends the call with the serialized
@@ -45,12 +48,13 @@ from functools import partial
 from typing import Any, Protocol
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp.common.errors import TritonMPError
 from triton_mp.frontend.dispatch.ticket import InferResult, Ticket
 from triton_mp.frontend.grpc.servicer import grpc_status
-from triton_mp.frontend.grpc.wire import WireInferRequest, tolerant
+from triton_mp.frontend.grpc.wire import MALFORMED, Split, WireInferRequest, tolerant
 
 CALL, OPEN, MESSAGE, END, GONE = range(5)
 """What a taken entry is (``handoff.h`` ItemKind): a unary call (data, metadata), a stream's
@@ -62,7 +66,7 @@ class Native(Protocol):
     """The extension's handoff functions (``module.cc``)."""
 
     def handoff_fd(self) -> int: ...
-    def take(self) -> list[tuple[int, int, bytes | None, Any]]: ...
+    def take(self) -> list[tuple[int, int, bytes | None, Any, Split | None]]: ...
     def reply(self, call_id: int, code: int, details: str, data: bytes) -> bool: ...
     def write(self, call_id: int, data: bytes) -> bool: ...
     def kick(self) -> None: ...
@@ -71,7 +75,7 @@ class Native(Protocol):
 class Servicer(Protocol):
     """What the handoff needs of ``frontend.grpc.servicer.InferenceServicer``."""
 
-    def parse_infer(self, data: bytes) -> Any: ...
+    def parse_split(self, data: bytes, split: Split | None) -> Any: ...
     def submit_known(self, request: WireInferRequest) -> Ticket | None: ...
     def response_bytes(self, result: InferResult) -> bytes: ...
     def wakes_held(self) -> AbstractContextManager[None]: ...
@@ -181,7 +185,6 @@ class Handoff:
     def __init__(self, native: Native, servicer: Servicer) -> None:
         self._native = native
         self._servicer = servicer
-        self._parse = tolerant(servicer.parse_infer)
         self._parse_stream = tolerant(pb.ModelInferRequest.FromString)
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._unary: dict[int, Ticket] = {}
@@ -225,13 +228,13 @@ class Handoff:
         assert self._loop is not None
         # NOTE: the requests taken at once wake the scheduler once, after the last.
         with self._servicer.wakes_held():
-            for call_id, kind, data, metadata in self._native.take():
+            for call_id, kind, data, metadata, split in self._native.take():
                 if kind == MESSAGE:
                     stream = self._streams.get(call_id)
                     if stream is not None:
                         stream.put(data)  # type: ignore[arg-type]
                 elif kind == CALL:
-                    self._call(call_id, data, metadata)  # type: ignore[arg-type]
+                    self._call(call_id, data, metadata, split)  # type: ignore[arg-type]
                 elif kind == OPEN:
                     requests = self._streams[call_id] = _Requests(self._parse_stream)
                     coro = self.serve_stream(call_id, requests, metadata)
@@ -253,12 +256,22 @@ class Handoff:
         if task is not None:
             task.cancel()
 
-    def _call(self, call_id: int, data: bytes, metadata: Sequence[tuple[str, str | bytes]]) -> None:
-        """One unary call: a known request submitted now (``_answer`` ends it), any other
-        served by the ModelInfer handler in a task."""
+    def _call(
+        self,
+        call_id: int,
+        data: bytes,
+        metadata: Sequence[tuple[str, str | bytes]],
+        split: Split | None = None,
+    ) -> None:
+        """One unary call (``split``: the native server's split of ``data``, or None): a
+        known request submitted now (``_answer`` ends it), any other served by the
+        ModelInfer handler in a task."""
         assert self._loop is not None
         try:
-            request = self._parse(data)
+            try:
+                request = self._servicer.parse_split(data, split)
+            except DecodeError:
+                request = MALFORMED  # NOTE: as ``wire.tolerant``
             ticket = (
                 self._servicer.submit_known(request)
                 if isinstance(request, WireInferRequest)

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "native_server.h"
+#include "request_split.h"
 
 namespace {
 
@@ -112,9 +113,51 @@ PyObject* MetadataOf(const std::vector<std::pair<std::string, std::string>>& met
   return out;
 }
 
-// take() -> list of (id, kind, request bytes or None, metadata ((key, value), ...) or None):
-// kind is handoff.h's ItemKind (data for kCall and kStreamMessage, metadata for kCall and
-// kStreamOpen).
+// The split of a ModelInferRequest (request_split.h) as Python takes it: (head, key, id or
+// None, ((offset, length), ...) of each raw_input_contents), or None when declined.
+PyObject* SplitOf(PyObject* bytes) {
+  triton_mp::RequestSplit split;
+  const auto* data = reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(bytes));
+  if (!triton_mp::SplitInferRequest(data, static_cast<size_t>(PyBytes_GET_SIZE(bytes)), &split)) {
+    Py_RETURN_NONE;
+  }
+  PyObject* raw = PyTuple_New(static_cast<Py_ssize_t>(split.raw.size()));
+  if (raw == nullptr) return nullptr;
+  for (size_t i = 0; i < split.raw.size(); ++i) {
+    PyObject* span = Py_BuildValue("(nn)", static_cast<Py_ssize_t>(split.raw[i].first),
+                                   static_cast<Py_ssize_t>(split.raw[i].second));
+    if (span == nullptr) {
+      Py_DECREF(raw);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(raw, static_cast<Py_ssize_t>(i), span);
+  }
+  PyObject* id;
+  if (split.has_id) {
+    id = PyBytes_FromStringAndSize(PyBytes_AS_STRING(bytes) + split.id.first,
+                                   static_cast<Py_ssize_t>(split.id.second));
+  } else {
+    id = Py_None;
+    Py_INCREF(id);
+  }
+  if (id == nullptr) {
+    Py_DECREF(raw);
+    return nullptr;
+  }
+  return Py_BuildValue("(y#y#NN)", split.head.data(), static_cast<Py_ssize_t>(split.head.size()),
+                       split.key.data(), static_cast<Py_ssize_t>(split.key.size()), id, raw);
+}
+
+// split_infer(data: bytes) -> SplitOf's tuple or None (the splitter alone, for tests).
+PyObject* SplitInfer(PyObject*, PyObject* args) {
+  PyObject* bytes;
+  if (!PyArg_ParseTuple(args, "S", &bytes)) return nullptr;
+  return SplitOf(bytes);
+}
+
+// take() -> list of (id, kind, request bytes or None, metadata ((key, value), ...) or None,
+// split or None): kind is handoff.h's ItemKind (data for kCall and kStreamMessage, metadata
+// for kCall and kStreamOpen, a unary call's request split by SplitOf).
 PyObject* Take(PyObject*, PyObject*) {
   triton_mp::Handoff* h = CurrentHandoff();
   std::vector<triton_mp::HandoffItem> items;
@@ -143,12 +186,22 @@ PyObject* Take(PyObject*, PyObject*) {
         Py_INCREF(md);
       }
     }
-    PyObject* entry = nullptr;
+    PyObject* split = nullptr;
     if (data != nullptr && md != nullptr) {
-      entry = Py_BuildValue("(KiNN)", static_cast<unsigned long long>(item.id),
-                            static_cast<int>(item.kind), data, md);
+      if (item.kind == triton_mp::ItemKind::kCall) {
+        split = SplitOf(data);
+      } else {
+        split = Py_None;
+        Py_INCREF(split);
+      }
+    }
+    PyObject* entry = nullptr;
+    if (split != nullptr) {
+      entry = Py_BuildValue("(KiNNN)", static_cast<unsigned long long>(item.id),
+                            static_cast<int>(item.kind), data, md, split);
     } else {
       Py_XDECREF(data);
+      Py_XDECREF(md);
     }
     if (entry == nullptr) {
       Py_DECREF(out);
@@ -214,6 +267,7 @@ PyMethodDef kMethods[] = {
     {"reply", Reply, METH_VARARGS, "End a handed-off call: (id, code, details, bytes)."},
     {"write", Write, METH_VARARGS, "A handed-off stream's next message: (id, bytes)."},
     {"kick", Kick, METH_NOARGS, "Deliver the answers queued by reply() and write() so far."},
+    {"split_infer", SplitInfer, METH_VARARGS, "Split a ModelInferRequest (request_split.h)."},
     {nullptr, nullptr, 0, nullptr},
 };
 
