@@ -350,15 +350,21 @@ PROJECT_ADD_SUB_PY = Path(__file__).resolve().parents[2] / "model_repository" / 
 
 
 SLOW_MODEL = """
+import os
 import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+GATE = "GATE_PATH"
+
 
 class TritonPythonModel:
     def initialize(self, args):
-        time.sleep(4)
+        # NOTE: loading until the test opens the gate (creates the file), at most 30 s
+        deadline = time.monotonic() + 30
+        while not os.path.exists(GATE) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def execute(self, requests):
         out = []
@@ -372,13 +378,14 @@ class TritonPythonModel:
 def test_a_model_being_loaded_is_listed_as_loading(
     repo: Path, start_server: Callable[..., ServerProcess]
 ) -> None:
+    gate = repo.parent / "gate"
     write_python_model(
         repo,
         "slow_py",
         'backend: "python"\nmax_batch_size: 0\n'
         'input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [2] }]\n'
         'output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [2] }]\n',
-        SLOW_MODEL,
+        SLOW_MODEL.replace("GATE_PATH", str(gate)),
     )
     server = start_server(repo, "--model-control-mode=explicit")
     client = server.client()
@@ -393,6 +400,7 @@ def test_a_model_being_loaded_is_listed_as_loading(
         )
         assert not client.is_model_ready("slow_py")
     finally:
+        gate.touch()
         loader.join(60)
     assert _index(client)[("slow_py", "1")][0] == "READY"
     x = grpcclient.InferInput("INPUT0", [2], "FP32")
