@@ -119,6 +119,16 @@ def _servers(args: argparse.Namespace, logs: Path) -> dict[str, ManagedServer]:
     return servers
 
 
+def _medians(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Each field's median over the runs; p50 over the runs that have one (0: perf_analyzer
+    wrote no report, e.g. its run failed)."""
+    out = {}
+    for k in runs[0]:
+        values = [r[k] for r in runs if k != "p50_us" or r[k]]
+        out[k] = statistics.median(values) if values else 0.0
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_run_arguments(ap, pairs=4, window_s=8.0)
@@ -142,10 +152,7 @@ def main() -> int:
         for s in servers.values():
             s.stop()
             print(s.stop_line(), flush=True)
-    meds = {
-        side: {k: statistics.median(r[k] for r in runs[side]) for k in runs[side][0]}
-        for side in sides
-    }
+    meds = {side: _medians(runs[side]) for side in sides}
     for side in sides:
         print(f"{side} medians: {meds[side]}")
     for peer in ("python", "floor", "base"):
