@@ -37,6 +37,11 @@ class FakeSegment:
         self.size_bytes = size_bytes
         self.buf = bytearray(size_bytes)
 
+    def store_u32(self, offset: int, value: int) -> None:
+        """``Segment.store_u32``: one native u32 store at byte ``offset``."""
+        with memoryview(self.buf) as view:
+            view[offset : offset + 4].cast("I")[0] = value
+
 
 class FakeArena:
     """A bump allocator over one ``FakeSegment`` (the frontend's input arena)."""

@@ -326,9 +326,10 @@ async def _start_http(spec: FrontendSpec, api: FrontendApi) -> HttpFrontend | st
 class _CacheView:
     """The response cache as the metrics endpoint reads it (``metrics.CacheView``)."""
 
-    def __init__(self, models: ModelTable, local: SharedResponseCache | None) -> None:
+    def __init__(self, models: ModelTable, store: SharedResponseCache | RedisStore) -> None:
         self._models = models
-        self._local = local
+        # NOTE: only the local cache keeps statistics here (Redis's are its own).
+        self._local = store if isinstance(store, SharedResponseCache) else None
 
     def models(self) -> frozenset[str]:
         return frozenset(m.name for m in self._models if cache_enabled(m.config))
@@ -337,12 +338,9 @@ class _CacheView:
         return self._local.stats() if self._local is not None else None
 
 
-def _open_cache(spec: FrontendSpec) -> SharedResponseCache | RedisStore | None:
-    """The response cache's store (None without a cache).
-
-    Raises:
-        StartupError: Redis cannot be reached ("Failed to initialize RedisCache: ...").
-    """
+def _open_cache(spec: FrontendSpec) -> SharedResponseCache | RedisStore | str | None:
+    """The response cache's store (None without a cache), or why it cannot be opened: Redis
+    cannot be reached ("Failed to initialize RedisCache: ...", a ``StartupError``)."""
     if spec.cache is None:
         return None
     if spec.cache.kind == "local":
@@ -350,7 +348,10 @@ def _open_cache(spec: FrontendSpec) -> SharedResponseCache | RedisStore | None:
     # NOTE: imported here: only a server with a Redis cache loads the redis package.
     from triton_mp.frontend.cache.redis_store import RedisStore
 
-    return RedisStore.connect(spec.cache.settings)
+    try:
+        return RedisStore.connect(spec.cache.settings)
+    except StartupError as e:
+        return e.message
 
 
 async def _start_metrics(
@@ -388,12 +389,10 @@ async def _start_metrics(
     return metrics
 
 
-def _log_listening(
-    spec: FrontendSpec, address: str, http: HttpFrontend | None, native: bool
-) -> None:
+def _log_listening(spec: FrontendSpec, http: HttpFrontend | None, native: bool) -> None:
     if spec.allow_grpc:
         how = " (TLS)" if spec.grpc_tls else " (native)" if native else ""
-        log.info("gRPC frontend listening on %s%s", address, how)
+        log.info("gRPC frontend listening on %s:%s%s", spec.grpc_address, spec.grpc_port, how)
     for category, (key, _) in sorted(spec.grpc_restricted.items()):
         log.info("gRPC '%s' protocol restricted to header triton-grpc-protocol-%s", category, key)
     if spec.allow_grpc and spec.grpc_header_forward_pattern:
@@ -492,10 +491,9 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     handler = InboxHandler(inbox, pending, shm, models, cache, direct)
     handler.resend_shm = _resend_shm(spec.frontend_id, shm, peers)
     link = SupervisorLink(ready, handler.on_table_update)
-    try:
-        store = _open_cache(spec)
-    except StartupError as e:
-        report_start_failed(ready, "frontend", name, e.message)
+    store = _open_cache(spec)
+    if isinstance(store, str):
+        report_start_failed(ready, "frontend", name, store)
         return 1
     step = None if store is None else ResponseCacheStep(store, to_scheduler.send_bytes, cache)
     api = build_api(
@@ -514,7 +512,6 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
         wakes=wakes,
     )
     server, servicer = grpc_server(spec, api)
-    address = f"{spec.grpc_address}:{spec.grpc_port}"
     native = _native_port(spec, servicer)
     failed = await _start_grpc(server, spec, native)
     if failed:
@@ -527,8 +524,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
         return 1
     loop.add_reader(inbox.waiter.fileno(), handler.on_wakeup)
     selector.watch(inbox)
-    local = store if isinstance(store, SharedResponseCache) else None
-    view = None if store is None else _CacheView(models, local)
+    view = None if store is None else _CacheView(models, store)
     metrics = await _start_metrics(
         spec, pending, to_scheduler.send_bytes, view, api.stats.frontend_restarts, models
     )
@@ -541,9 +537,8 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     tune_gc()
     report_ready(ready, "frontend", name)
     link.start(loop)
-    _log_listening(spec, address, http, native is not None)
+    _log_listening(spec, http, native is not None)
     await stopping.wait()
-
     await _drain(spec, api.inference, pending, server, http, native)
     api.tracer.close()
     if metrics is not None:

@@ -355,7 +355,8 @@ def free_block(where: Segment | object, block: BlockRef) -> bool:
         block: the block's reference; ``block.offset`` is its header's byte offset.
     """
     global _stray
-    segment = where if isinstance(where, Segment) else None
+    # NOTE: anything with a Segment's buf and store_u32 (a test's stand-in too).
+    segment: Segment | None = where if hasattr(where, "store_u32") else None  # type: ignore[assignment]
     buf = segment.buf if segment is not None else where
     offset = block.offset
     try:
