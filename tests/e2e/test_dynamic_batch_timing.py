@@ -60,13 +60,16 @@ def urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     write_python_model(repo, "join_py", CONFIG, MODEL)
     logs = tmp_path_factory.mktemp("logs")
     with server_factory(logs) as start:
-        ours: ServerProcess = start(repo)
+        ours: ServerProcess = start(repo, wait=False)
         found = {"triton-mp": ours.url}
         env = peers_env()
         if env is None:
+            ours.wait_live()
             yield found
             return
+        # NOTE: the real Triton starts while ours does
         with RealTriton(env, logs / "triton.log", f"--model-repository={repo}") as theirs:
+            ours.wait_live()
             theirs.wait_live()
             found["triton"] = theirs.url
             yield found
