@@ -41,6 +41,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = copy_models(tmp_path_factory.mktemp("native"), "add_sub_py", "repeat_int32", "add_sub")
     # NOTE: the models test_fuzz's requests name (infer_requests draws add_sub, echo_py, bytes_py)
     write_fuzz_models(repo)
+    write_python_model(repo, "slow_py", SLOW_CONFIG, SLOW_MODEL)
     return repo
 
 
@@ -140,8 +141,14 @@ def test_fuzzed_requests_get_pythons_answers(servers: dict[str, ServerProcess]) 
 
 
 def test_an_expired_deadline_reaches_python(servers: dict[str, ServerProcess]) -> None:
-    native = _call(servers["native"].url, _add_sub_request(), timeout_s=1e-6)
-    assert native[0] == "DEADLINE_EXCEEDED"
+    # NOTE: a model slower than the deadline (SLOW_MODEL sleeps 1 s): gRPC rounds deadlines up
+    # to the millisecond, and add_sub_py's answer can come back within one (1e-6 s passed once).
+    req = pb.ModelInferRequest(model_name="slow_py")
+    req.inputs.add(name="IN", datatype="INT32", shape=[1])
+    req.raw_input_contents.append(np.ones(1, np.int32).tobytes())
+    for name in ("native", "python"):
+        answer = _call(servers[name].url, req.SerializeToString(), timeout_s=0.2)
+        assert answer[0] == "DEADLINE_EXCEEDED", (name, answer)
     assert _call(servers["native"].url, _add_sub_request())[0] == "OK"
 
 
