@@ -58,6 +58,7 @@ class Frontend:
         self.models = table(
             model_entry("m", inputs=two, outputs=("OUT",)),
             model_entry("b", inputs=(("S", mc.TYPE_STRING, (1,)),)),
+            model_entry("o", inputs=two, outputs=("OUT",), preserve_ordering=True),
         )
         self.inference = Inference(
             frontend_id=1,
@@ -118,6 +119,22 @@ def test_a_known_request_of_a_form_sent_before_sends_its_patched_record() -> Non
             assert [msgspec.structs.replace(i, offset=0) for i in r.inputs] == [
                 msgspec.structs.replace(i, offset=0) for i in sent[0].inputs
             ]
+
+    _run(body)
+
+
+def test_an_ordered_model_takes_the_known_path_only_in_a_task() -> None:
+    """preserve_ordering: answers leave the pending table in request order, and a call
+    answered from the ticket's callback would reply before the calls awaiting theirs in a
+    task (a loop pass later), so the callback path is declined for such a model."""
+
+    async def body(f: Frontend) -> None:
+        f.inference.submit(_request(model_name="o"), known_key=KEY)
+        raw = [_raw(5, 6), _raw(7, 8)]
+        assert f.inference.submit_known(KEY, "cb", raw, in_task=False) is None
+        assert f.inference.submit_known(KEY, "task", raw) is not None
+        f.inference.submit(_request(), known_key=b"m-key")
+        assert f.inference.submit_known(b"m-key", "cb", raw, in_task=False) is not None
 
     _run(body)
 

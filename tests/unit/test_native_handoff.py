@@ -111,8 +111,9 @@ class FakeServicer:
             return WireInferRequest(None, [], head=data, key=data)
         return data
 
-    def submit_known(self, request: WireInferRequest) -> FakeTicket | None:
+    def submit_known(self, request: WireInferRequest, in_task: bool = True) -> FakeTicket | None:
         assert request.key is not None
+        assert not in_task  # NOTE: the handoff answers from the ticket's callback
         self.log.append(request.key)
         if request.key == b"known:full":
             raise TritonMPError("the arena is full", ErrorCode.UNAVAILABLE)

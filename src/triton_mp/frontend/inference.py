@@ -314,7 +314,11 @@ class Inference:
         return self._known
 
     def submit_known(
-        self, key: Hashable, client_id: str, raw: Sequence[bytes | memoryview]
+        self,
+        key: Hashable,
+        client_id: str,
+        raw: Sequence[bytes | memoryview],
+        in_task: bool = True,
     ) -> Ticket | None:
         """``submit`` for a request whose key passed before (``frontend.dispatch.known_requests``),
         straight from its raw input bytes: no request object, no validation.
@@ -322,6 +326,11 @@ class Inference:
         Args:
             key: the request's ``known_key``; ``client_id``: its id; ``raw``: its
                 ``raw_input_contents``.
+            in_task: whether the caller awaits the ticket in a task; False (answered from
+                the ticket's callback) is declined for a model that preserves ordering
+                (``dynamic_batching.preserve_ordering``): the pending table releases its
+                answers in order, and the calls awaiting them in tasks reply a loop pass
+                later, so a callback's reply would overtake theirs.
 
         Returns:
             The ticket, or None when the key is not known or the request needs the full
@@ -334,7 +343,7 @@ class Inference:
                 full; INVALID_ARG for a descriptor over the ring's record limit.
         """
         known = self._known.get(key)
-        if known is None or self.draining:
+        if known is None or self.draining or not in_task and known.model.preserve_ordering:
             return None
         if not self._models.is_current(known.model):
             self._known.drop(key)

@@ -300,10 +300,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         """
         return split_native(data, split, self._api.inference.known_keys)
 
-    def submit_known(self, request: WireInferRequest) -> Ticket | None:
+    def submit_known(self, request: WireInferRequest, in_task: bool = True) -> Ticket | None:
         """``Inference.submit_known`` for a request whose wire key the frontend knows, when
         nothing per call changes its path (no tracing, no forwarded headers): the ticket,
-        or None for the full path (``ModelInfer``).
+        or None for the full path (``ModelInfer``). ``in_task`` False: the caller answers
+        from the ticket's callback, outside any task (``frontend.native.handoff``), which
+        a model that preserves ordering declines (``Inference.submit_known``).
 
         Raises:
             TritonMPError: as ``Inference.submit_known`` (the call fails with its status).
@@ -311,7 +313,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         key = request.key
         if key is None or self._api.tracer.active or self._forward.active:
             return None
-        return self._api.inference.submit_known(key, request.client_id, request.raw)
+        return self._api.inference.submit_known(key, request.client_id, request.raw, in_task)
 
     def wakes_held(self) -> AbstractContextManager[None]:
         """``Inference.wakes_held``: requests submitted inside wake the scheduler once."""

@@ -76,7 +76,7 @@ class Servicer(Protocol):
     """What the handoff needs of ``frontend.grpc.servicer.InferenceServicer``."""
 
     def parse_split(self, data: bytes, split: Split | None) -> Any: ...
-    def submit_known(self, request: WireInferRequest) -> Ticket | None: ...
+    def submit_known(self, request: WireInferRequest, in_task: bool = True) -> Ticket | None: ...
     def response_bytes(self, result: InferResult) -> bytes: ...
     def wakes_held(self) -> AbstractContextManager[None]: ...
     async def ModelInfer(self, request: Any, context: Any) -> bytes: ...  # noqa: N802
@@ -273,7 +273,7 @@ class Handoff:
             except DecodeError:
                 request = MALFORMED  # NOTE: as ``wire.tolerant``
             ticket = (
-                self._servicer.submit_known(request)
+                self._servicer.submit_known(request, in_task=False)
                 if isinstance(request, WireInferRequest)
                 else None
             )
