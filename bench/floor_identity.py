@@ -8,8 +8,8 @@ messages with protobuf, which copies a tensor's bytes four times. This one answe
 with the same wire handling triton-mp's frontend uses (``triton_mp.frontend.grpc.wire``): the
 request's tensor is a view into the received message and the response is joined once, so each
 MiB is copied once in Python (into the response) besides what grpc itself copies, and malloc is
-tuned as in every triton-mp process (``triton_mp.common.platform``). One process, one grpc.aio
-event loop, no queue, no batching, no validation. With system shared memory (perf_analyzer
+tuned as in every triton-mp process (``triton_mp.common.process.platform``). One process, one
+grpc.aio event loop, no queue, no batching, no validation. With system shared memory (perf_analyzer
 ``--shared-memory system``) it maps the client's regions itself and copies the input region
 into the output region once, in the handler.
 
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp._proto import model_config_pb2 as mc
-from triton_mp.common.platform import tune_malloc
+from triton_mp.common.process.platform import tune_malloc
 from triton_mp.frontend.grpc.wire import infer_response_bytes, split_infer_request
 
 NAME = "identity_py"

@@ -24,8 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.unit.scheduler_harness import Harness, model_spec  # noqa: E402
-from triton_mp.ipc.codec import Decoder, encode  # noqa: E402
-from triton_mp.ipc.messages import (  # noqa: E402
+from triton_mp.ipc.protocol.messages import (  # noqa: E402
     BatchAssign,
     BatchDone,
     BlockRef,
@@ -35,8 +34,9 @@ from triton_mp.ipc.messages import (  # noqa: E402
     TensorRef,
     ToScheduler,
 )
-from triton_mp.ipc.records import encode_request  # noqa: E402
-from triton_mp.ipc.specs import BatchingSpec  # noqa: E402
+from triton_mp.ipc.protocol.specs import BatchingSpec  # noqa: E402
+from triton_mp.ipc.recordio.codec import Decoder, encode  # noqa: E402
+from triton_mp.ipc.recordio.records import encode_request  # noqa: E402
 from triton_mp.scheduler.core import deliver  # noqa: E402
 
 

@@ -27,8 +27,7 @@ import numpy as np
 
 from triton_mp.backends.python.backend import PythonBackend
 from triton_mp.ipc import encode
-from triton_mp.ipc.codec import Decoder
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.protocol.messages import (
     AnswerBatch,
     BatchAssign,
     BlockRef,
@@ -39,7 +38,7 @@ from triton_mp.ipc.messages import (
     TensorRef,
     ToWorker,
 )
-from triton_mp.ipc.specs import (
+from triton_mp.ipc.protocol.specs import (
     BatchingSpec,
     ChannelSpec,
     InboxSpec,
@@ -49,6 +48,7 @@ from triton_mp.ipc.specs import (
     TensorSpec,
     WorkerSpec,
 )
+from triton_mp.ipc.recordio.codec import Decoder
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, ArenaAllocator, SegmentCache, free_block
 from triton_mp.workers.worker import Worker
 

@@ -18,7 +18,7 @@ from tests.helpers.server import (
     ServerProcess,
     server_factory,
 )
-from triton_mp.ipc.shm import list_objects, remove_entry
+from triton_mp.ipc.memory.shm import list_objects, remove_entry
 
 
 def _owner(name: str) -> int:

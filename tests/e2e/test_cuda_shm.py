@@ -26,7 +26,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.helpers.repos import copy_models
 from tests.helpers.server import ServerProcess
-from triton_mp.common.gpus import FAKE_GPUS_ENV, discover
+from triton_mp.common.process.gpus import FAKE_GPUS_ENV, discover
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -47,7 +47,7 @@ from tests.helpers.server import (
     group_alive,
     wait_for,
 )
-from triton_mp.ipc.shm import DEV_SHM, list_objects, remove_entry
+from triton_mp.ipc.memory.shm import DEV_SHM, list_objects, remove_entry
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 

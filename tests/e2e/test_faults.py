@@ -28,8 +28,8 @@ from tritonclient.utils import InferenceServerException
 from tests.helpers.fault_models import write_faulty_model
 from tests.helpers.server import ServerProcess, group_alive, wait_for
 from triton_mp._proto import admin_pb2, admin_pb2_grpc
-from triton_mp.ipc.shm import list_objects
-from triton_mp.scheduler.clock import SCHEDULER_TIMER_SLACK_NS
+from triton_mp.ipc.memory.shm import list_objects
+from triton_mp.scheduler.policies.clock import SCHEDULER_TIMER_SLACK_NS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -28,7 +28,7 @@ from tritonclient.utils import InferenceServerException
 from tests.helpers.fault_models import write_faulty_model
 from tests.helpers.server import ServerProcess, wait_for
 from triton_mp._proto import admin_pb2, admin_pb2_grpc
-from triton_mp.ipc.shm import list_objects
+from triton_mp.ipc.memory.shm import list_objects
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -1,6 +1,6 @@
 """End to end: GPU instance groups on a CPU host, with the test-only fake device list.
 
-``TRITON_MP_TEST_FAKE_GPUS`` stands in for NVML (``common.gpus``), so what is tested here is
+``TRITON_MP_TEST_FAKE_GPUS`` stands in for NVML (``common.process.gpus``), so what is tested here is
 the server's side of the GPU path: which instances a config makes, that each GPU worker
 process starts with only its own device visible (``CUDA_VISIBLE_DEVICES`` = that GPU's UUID),
 ``--min-supported-compute-capability``, and Triton's refusal of KIND_GPU where there is no GPU
@@ -21,7 +21,7 @@ import tritonclient.grpc as grpcclient
 
 from tests.helpers.repos import write_python_model
 from tests.helpers.server import ServerProcess
-from triton_mp.common.gpus import FAKE_GPUS_ENV, discover
+from triton_mp.common.process.gpus import FAKE_GPUS_ENV, discover
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -21,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.helpers.repos import copy_models, write_python_model
 from tests.helpers.server import ServerProcess, group_alive, wait_for
-from triton_mp.ipc.shm import list_objects
+from triton_mp.ipc.memory.shm import list_objects
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -112,7 +112,7 @@ DOCKER_DEFAULT_SHM_BYTES = 64 << 20
 def test_three_python_models_fit_docker_default_dev_shm(
     tmp_path: Path, start_server: Callable[..., ServerProcess]
 ) -> None:
-    # NOTE: every triton-mp object reserves its pages (ipc/shm.py), so the sizes of the
+    # NOTE: every triton-mp object reserves its pages (ipc/memory/shm.py), so the sizes of the
     # server's /dev/shm entries are what it holds there. Triton's python backend needs 64 MiB
     # per instance by default; docker gives a container 64 MiB in all.
     repo = tmp_path / "repo"

@@ -22,8 +22,8 @@ from tritonclient.utils import InferenceServerException
 
 from tests.helpers.repos import copy_models, write_python_model
 from tests.helpers.server import ServerProcess, wait_for
-from triton_mp.ipc.shm import list_objects
-from triton_mp.ipc.topology import Topology
+from triton_mp.ipc.memory.shm import list_objects
+from triton_mp.ipc.memory.topology import Topology
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -26,7 +26,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.helpers.repos import copy_models, write_python_model
 from tests.helpers.server import PROJECT_REPOSITORY, ServerProcess, server_factory
-from triton_mp.ipc.shm import list_objects
+from triton_mp.ipc.memory.shm import list_objects
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

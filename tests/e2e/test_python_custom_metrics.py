@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.helpers.repos import write_python_model
 from tests.helpers.server import ServerProcess, server_factory, wait_for
-from triton_mp.ipc.shm import list_objects
+from triton_mp.ipc.memory.shm import list_objects
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 from tests.e2e.test_stat import _stat
 from tests.helpers.fault_models import write_faulty_model
 from tests.helpers.server import ServerProcess
-from triton_mp.ipc.shm import list_objects
+from triton_mp.ipc.memory.shm import list_objects
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -5,7 +5,7 @@ them. Each test starts ``triton-mp start`` on the real NVML and checks one thing
 cannot: a TorchScript model on KIND_GPU answers as torch on the GPU does; two instances on the
 one device each see only their own GPU (by UUID); the ``nv_gpu_*`` families appear with the
 device's UUID; a client's CUDA IPC handle registers (tritonclient.utils.cuda_shared_memory)
-and ``ipc.cuda_ipc`` maps another process's device memory.
+and ``ipc.memory.cuda_ipc`` maps another process's device memory.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def test_cuda_shared_memory_registers_a_real_handle(
 
 PRODUCER = """
 import sys, time, torch
-from triton_mp.ipc import cuda_ipc
+from triton_mp.ipc.memory import cuda_ipc
 t = torch.arange(16, dtype=torch.float32, device="cuda") * 3
 sys.stdout.write(cuda_ipc.get_handle(t.data_ptr()).hex() + "\\n")
 sys.stdout.flush()
@@ -163,7 +163,7 @@ sys.stdin.readline()
 
 
 def test_cuda_ipc_maps_another_process_memory() -> None:
-    from triton_mp.ipc import cuda_ipc
+    from triton_mp.ipc.memory import cuda_ipc
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), *sys.path])}
     producer = subprocess.Popen(

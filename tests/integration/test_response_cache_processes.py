@@ -1,4 +1,4 @@
-"""The shared response cache across real processes (``ipc.response_cache``).
+"""The shared response cache across real processes (``ipc.memory.response_cache``).
 
 A process killed while it holds the cache's lock in the middle of an insert must neither
 block the others (the kernel drops its ``flock``) nor leave a half-written entry behind (the
@@ -18,8 +18,8 @@ import numpy as np
 import posix_ipc
 import pytest
 
-from triton_mp.ipc import response_cache as rc
-from triton_mp.ipc.response_cache import SharedResponseCache
+from triton_mp.ipc.memory import response_cache as rc
+from triton_mp.ipc.memory.response_cache import SharedResponseCache
 
 pytestmark = pytest.mark.timeout(60)
 

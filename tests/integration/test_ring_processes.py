@@ -15,8 +15,8 @@ from multiprocessing.process import BaseProcess
 
 import pytest
 
-from triton_mp.ipc.ring import Ring, RingFull
-from triton_mp.ipc.shm import unlink_quietly
+from triton_mp.ipc.memory.ring import Ring, RingFull
+from triton_mp.ipc.memory.shm import unlink_quietly
 
 _SEQ = struct.Struct("<I")
 RECORDS = 20_000

@@ -27,7 +27,7 @@ from triton_mp.backends.base import BackendRequest, PhaseTimes, Result, Sequence
 from triton_mp.backends.onnxruntime.backend import OnnxRuntimeBackend
 from triton_mp.common.datatypes import NUMPY_DTYPES, deserialize_bytes_tensor
 from triton_mp.common.errors import ConfigError
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.protocol.messages import (
     AnswerBatch,
     BatchAssign,
     BatchDone,
@@ -39,7 +39,7 @@ from triton_mp.ipc.messages import (
     SequenceFlags,
     TensorRef,
 )
-from triton_mp.ipc.specs import (
+from triton_mp.ipc.protocol.specs import (
     BatchingSpec,
     ChannelSpec,
     ControlSpec,

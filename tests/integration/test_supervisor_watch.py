@@ -10,8 +10,8 @@ import signal
 import threading
 import time
 
-from triton_mp.ipc.heartbeat import HeartbeatBoard
-from triton_mp.ipc.topology import Topology
+from triton_mp.ipc.memory.heartbeat import HeartbeatBoard
+from triton_mp.ipc.memory.topology import Topology
 from triton_mp.supervisor.processes.children import Child, ChildTable
 from triton_mp.supervisor.processes.health import Health
 

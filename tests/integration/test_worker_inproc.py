@@ -22,7 +22,8 @@ import pytest
 from triton_mp.backends.base import RESCHEDULED, BackendRequest, PhaseTimes, Result
 from triton_mp.backends.onnxruntime.backend import OnnxRuntimeBackend
 from triton_mp.common.errors import ErrorCode
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.memory.ring import RecordTooLarge
+from triton_mp.ipc.protocol.messages import (
     AnswerBatch,
     BatchAssign,
     BatchDone,
@@ -34,8 +35,7 @@ from triton_mp.ipc.messages import (
     Requester,
     TensorRef,
 )
-from triton_mp.ipc.ring import RecordTooLarge
-from triton_mp.ipc.specs import (
+from triton_mp.ipc.protocol.specs import (
     BatchingSpec,
     ChannelSpec,
     InboxSpec,

@@ -14,7 +14,7 @@ from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.frontend.model_table import ModelTable
 from triton_mp.ipc import BlockRef, Decoder, TensorRef
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.protocol.messages import (
     CancelRequest,
     ErrorInfo,
     InferRequest,
@@ -22,8 +22,8 @@ from triton_mp.ipc.messages import (
     RequestFailed,
     ToScheduler,
 )
-from triton_mp.ipc.records import RequestRecord, as_request
-from triton_mp.ipc.specs import ModelEntry
+from triton_mp.ipc.protocol.specs import ModelEntry
+from triton_mp.ipc.recordio.records import RequestRecord, as_request
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, FREE, LIVE, align
 
 _STATE = struct.Struct("<I")

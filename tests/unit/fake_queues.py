@@ -5,7 +5,12 @@ Imported by tests only; no server, no scheduler.
 
 from __future__ import annotations
 
-from triton_mp.ipc.reports import BatchRecord, InstanceStatus, LevelStatus, ModelQueueStatus
+from triton_mp.ipc.protocol.reports import (
+    BatchRecord,
+    InstanceStatus,
+    LevelStatus,
+    ModelQueueStatus,
+)
 
 
 def level(level: int = 1, **kw: int) -> LevelStatus:

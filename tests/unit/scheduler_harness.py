@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.protocol.messages import (
     BatchAssign,
     BatchDone,
     BlockRef,
@@ -22,9 +22,8 @@ from triton_mp.ipc.messages import (
     TensorRef,
     WorkerReady,
 )
-from triton_mp.ipc.reports import ModelStats
-from triton_mp.ipc.specs import BatchingSpec, ModelVersionSpec, TensorSpec
-from triton_mp.scheduler.clock import FakeClock
+from triton_mp.ipc.protocol.reports import ModelStats
+from triton_mp.ipc.protocol.specs import BatchingSpec, ModelVersionSpec, TensorSpec
 from triton_mp.scheduler.core import SchedulerCore, deliver
 from triton_mp.scheduler.outbox import (
     Attach,
@@ -36,6 +35,7 @@ from triton_mp.scheduler.outbox import (
     ToInstance,
     Unmap,
 )
+from triton_mp.scheduler.policies.clock import FakeClock
 
 US = 1000
 

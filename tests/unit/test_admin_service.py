@@ -30,9 +30,14 @@ from triton_mp.frontend.dispatch.pending import PendingTable
 from triton_mp.frontend.grpc.admin_service import AdminServicer, status_to_proto
 from triton_mp.frontend.model_table import ModelTable
 from triton_mp.ipc import Decoder, SegmentCache
-from triton_mp.ipc.messages import QueueQuery, QueueReply, ToScheduler
-from triton_mp.ipc.reports import BatchRecord, InstanceStatus, LevelStatus, ModelQueueStatus
-from triton_mp.ipc.specs import ModelEntry
+from triton_mp.ipc.protocol.messages import QueueQuery, QueueReply, ToScheduler
+from triton_mp.ipc.protocol.reports import (
+    BatchRecord,
+    InstanceStatus,
+    LevelStatus,
+    ModelQueueStatus,
+)
+from triton_mp.ipc.protocol.specs import ModelEntry
 
 pytestmark = pytest.mark.timeout(60)
 

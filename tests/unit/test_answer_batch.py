@@ -1,4 +1,4 @@
-"""One answer per batch and frontend (``workers.answer_batch``) and its accounting at the
+"""One answer per batch and frontend (``workers.tensors.answer_batch``) and its accounting at the
 frontend (``frontend.dispatch.pending.PendingTable`` with ``ipc.tensor_pool.SharedBlocks``).
 
 No processes: the worker's arena and a "frontend" ``SegmentCache`` in this process. The
@@ -21,8 +21,7 @@ import pytest
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.frontend.dispatch.pending import PendingTable
-from triton_mp.ipc import codec
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.protocol.messages import (
     AnswerBatch,
     BlockRef,
     ErrorInfo,
@@ -32,9 +31,10 @@ from triton_mp.ipc.messages import (
     Requester,
     ToFrontend,
 )
+from triton_mp.ipc.recordio import codec
 from triton_mp.ipc.tensor_pool import FREE, LIVE, ArenaAllocator, SegmentCache
-from triton_mp.workers.answer_batch import write_answer_batch
-from triton_mp.workers.tensor_io import ClientRegions
+from triton_mp.workers.tensors.answer_batch import write_answer_batch
+from triton_mp.workers.tensors.tensor_io import ClientRegions
 
 _prefixes = itertools.count()
 ORIGIN = "worker m_0"

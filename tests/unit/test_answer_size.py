@@ -1,5 +1,5 @@
-"""An over-long answer made record-sized (workers.answer_size) and an over-long exception
-logged as plain text (common.log.cap_long_exception)."""
+"""An over-long answer made record-sized (workers.tensors.answer_size) and an over-long exception
+logged as plain text (common.process.log.cap_long_exception)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import sys
 import msgspec
 
 from triton_mp.common.errors import ErrorCode, cut_utf8
-from triton_mp.common.log import LONG_EXCEPTION_CHARS, cap_long_exception
-from triton_mp.ipc.messages import BlockRef, ErrorInfo, InferResponse
-from triton_mp.workers.answer_size import ERROR_BYTES, fit_answer
+from triton_mp.common.process.log import LONG_EXCEPTION_CHARS, cap_long_exception
+from triton_mp.ipc.protocol.messages import BlockRef, ErrorInfo, InferResponse
+from triton_mp.workers.tensors.answer_size import ERROR_BYTES, fit_answer
 
 
 def test_an_error_keeps_its_code_and_the_start_of_its_message() -> None:

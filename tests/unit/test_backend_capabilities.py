@@ -14,8 +14,8 @@ from pathlib import Path
 import msgspec
 
 from triton_mp.backends.registry import BACKENDS
-from triton_mp.ipc.control_messages import ModelEntry
-from triton_mp.ipc.specs import BackendCapabilities, BatchingSpec, ModelVersionSpec
+from triton_mp.ipc.protocol.control_messages import ModelEntry
+from triton_mp.ipc.protocol.specs import BackendCapabilities, BatchingSpec, ModelVersionSpec
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "triton_mp"
 

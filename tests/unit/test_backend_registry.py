@@ -11,7 +11,7 @@ import pytest
 
 from triton_mp.backends.registry import BACKENDS, BackendInfo, load_backend
 from triton_mp.common.errors import ConfigError, ErrorCode
-from triton_mp.ipc.specs import BatchingSpec, InstanceSpec, ModelVersionSpec
+from triton_mp.ipc.protocol.specs import BatchingSpec, InstanceSpec, ModelVersionSpec
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 

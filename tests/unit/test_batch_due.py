@@ -1,5 +1,5 @@
 """The due-batch notice, process-free: when the scheduler's loop polls instead of sleeping
-(``scheduler.clock.wait_plan``), which instance it tells a batch is due and when
+(``scheduler.policies.clock.wait_plan``), which instance it tells a batch is due and when
 (``Policy.due_batch``, ``SchedulerCore.due_notices``), how long the worker then polls
 (``workers.due.DueBatch``), and ``Inbox.poll`` on a real ring."""
 
@@ -13,14 +13,14 @@ import pytest
 
 from tests.unit.scheduler_harness import US, Harness
 from triton_mp.ipc import Inbox
-from triton_mp.ipc.messages import BatchAssign, BatchDue
-from triton_mp.ipc.notify import Wakeup, create_wakeup
-from triton_mp.ipc.ring import Ring
-from triton_mp.ipc.shm import unlink_quietly
-from triton_mp.scheduler.clock import DUE_LEAD_NS, wait_plan
+from triton_mp.ipc.memory.notify import Wakeup, create_wakeup
+from triton_mp.ipc.memory.ring import Ring
+from triton_mp.ipc.memory.shm import unlink_quietly
+from triton_mp.ipc.protocol.messages import BatchAssign, BatchDue
+from triton_mp.scheduler.policies.clock import DUE_LEAD_NS, wait_plan
 from triton_mp.scheduler.policies.default import DefaultScheduler
 from triton_mp.scheduler.policies.dynamic import DynamicBatcher
-from triton_mp.scheduler.policy import Queued
+from triton_mp.scheduler.policies.policy import Queued
 from triton_mp.workers.due import MAX_POLL_NS, POLL_GRACE_NS, DueBatch
 
 # ------------------------------------------------------------------ wait_plan

@@ -7,8 +7,8 @@ from __future__ import annotations
 import msgspec
 
 from tests.unit.scheduler_harness import model_spec
-from triton_mp.ipc.messages import TensorRef
-from triton_mp.ipc.specs import TensorSpec
+from triton_mp.ipc.protocol.messages import TensorRef
+from triton_mp.ipc.protocol.specs import TensorSpec
 from triton_mp.scheduler.instances import Generation
 from triton_mp.scheduler.registry import make_policy
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from triton_mp.ipc.messages import AnswerBatch, BlockRef, Handoff, InferResponse
+from triton_mp.ipc.protocol.messages import AnswerBatch, BlockRef, Handoff, InferResponse
 from triton_mp.ipc.tensor_pool import (
     BLOCK_HEADER_BYTES,
     FREE,

@@ -7,7 +7,7 @@ import pytest
 
 from triton_mp.backends.python import pb_utils
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.ipc.control_messages import ModelLoadCall, ModelUnloadCall
+from triton_mp.ipc.protocol.control_messages import ModelLoadCall, ModelUnloadCall
 from triton_mp.supervisor.models.bls_control import check_call
 
 

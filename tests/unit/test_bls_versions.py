@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from triton_mp.backends.python import pb_utils
-from triton_mp.ipc.specs import BlsModel
-from triton_mp.workers.bls_client import BlsClient
+from triton_mp.ipc.protocol.specs import BlsModel
+from triton_mp.workers.bls.bls_client import BlsClient
 
 MODELS = {
     "m": BlsModel(versions=(2,), max_batch_size=0, outputs=("OUT",), unavailable=(1,)),

@@ -13,7 +13,10 @@ import pytest
 
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc import Inbox, Sender
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.memory.notify import Wakeup, create_wakeup
+from triton_mp.ipc.memory.ring import Ring
+from triton_mp.ipc.memory.shm import unlink_quietly
+from triton_mp.ipc.protocol.messages import (
     BatchAssign,
     BlsModel,
     BlsWorkerUpdate,
@@ -26,10 +29,7 @@ from triton_mp.ipc.messages import (
     ToFrontend,
     ToWorker,
 )
-from triton_mp.ipc.notify import Wakeup, create_wakeup
-from triton_mp.ipc.ring import Ring
-from triton_mp.ipc.shm import unlink_quietly
-from triton_mp.ipc.specs import BatchingSpec, ModelVersionSpec, TensorSpec
+from triton_mp.ipc.protocol.specs import BatchingSpec, ModelVersionSpec, TensorSpec
 from triton_mp.supervisor.processes.bls_wiring import bls_table, plan_bls_add, plan_bls_remove
 from triton_mp.workers.main import control_first
 
@@ -163,7 +163,7 @@ def test_inbox_gains_a_ring_once_and_gives_back_what_a_removed_ring_held(
 
 def test_the_table_names_versions_known_but_not_served() -> None:
     """Failed, retired and unloaded versions: a BLS call naming one is UNAVAILABLE "... is
-    not at ready state" (workers.bls_client), as the frontend answers."""
+    not at ready state" (workers.bls.bls_client), as the frontend answers."""
     table = bls_table([], {"gone": {1, 2}, "never": set()})
     assert set(table) == {"gone"}
     assert (table["gone"].versions, table["gone"].unavailable) == ((), (1, 2))

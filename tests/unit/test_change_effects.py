@@ -9,8 +9,8 @@ from pathlib import Path
 
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import ErrorCode
-from triton_mp.ipc.messages import ErrorInfo
-from triton_mp.ipc.specs import BatchingSpec, ModelVersionSpec
+from triton_mp.ipc.protocol.messages import ErrorInfo
+from triton_mp.ipc.protocol.specs import BatchingSpec, ModelVersionSpec
 from triton_mp.model_config.loader import RepositoryModel
 from triton_mp.model_config.plan import ModelPlan
 from triton_mp.supervisor.models.change_effects import Effects, apply_plan

@@ -1,4 +1,4 @@
-"""ipc.cuda_ipc loads no CUDA at import and fails clearly where CUDA is absent."""
+"""ipc.memory.cuda_ipc loads no CUDA at import and fails clearly where CUDA is absent."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.ipc import cuda_ipc
+from triton_mp.ipc.memory import cuda_ipc
 
 
 def test_import_loads_no_cuda() -> None:
-    code = "import sys, triton_mp.ipc.cuda_ipc; print('cuda.bindings' in sys.modules)"
+    code = "import sys, triton_mp.ipc.memory.cuda_ipc; print('cuda.bindings' in sys.modules)"
     src = Path(__file__).resolve().parents[2] / "src"
     env = {**os.environ, "PYTHONPATH": str(src)}
     out = subprocess.run(

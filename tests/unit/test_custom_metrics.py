@@ -1,6 +1,7 @@
 """Custom metrics from python workers to ``GET /metrics``, without processes.
 
-The board (``ipc.metric_board``) is written by ``pb_utils`` through ``backends.python.metrics``
+The board (``ipc.memory.metric_board``) is written by ``pb_utils`` through
+``backends.python.metrics``
 and read by ``frontend.metrics.custom`` in this one process; the merge over several
 instances and the text Triton writes are checked on plain data.
 """
@@ -18,7 +19,7 @@ from triton_mp.backends.python import metrics as python_metrics
 from triton_mp.backends.python import pb_utils
 from triton_mp.frontend.metrics import custom as cm
 from triton_mp.frontend.metrics.render import MetricsSnapshot, render
-from triton_mp.ipc.metric_board import (
+from triton_mp.ipc.memory.metric_board import (
     HEADER,
     BoardFamily,
     BoardMetric,
@@ -27,9 +28,9 @@ from triton_mp.ipc.metric_board import (
     MetricCatalog,
     read_board,
 )
-from triton_mp.ipc.shm import list_objects
-from triton_mp.ipc.specs import InstanceSpec
-from triton_mp.ipc.topology import Topology, process_arena_prefix
+from triton_mp.ipc.memory.shm import list_objects
+from triton_mp.ipc.memory.topology import Topology, process_arena_prefix
+from triton_mp.ipc.protocol.specs import InstanceSpec
 
 SID = str(os.getpid())
 TOP = Topology(SID)
@@ -236,7 +237,7 @@ def test_text_escapes_help_and_label_values() -> None:
 def test_the_endpoint_appends_custom_families_and_skips_taken_names(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from triton_mp.ipc.messages import ModelStats
+    from triton_mp.ipc.protocol.messages import ModelStats
 
     stats = ModelStats(name="m", version=1)
     own = cm.Family("my_counter", "counter", "mine", 0, {L: cm.Series(L, 5.0)})

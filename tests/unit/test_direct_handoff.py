@@ -28,9 +28,10 @@ from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.shm.system import SystemShmRegistry
 from triton_mp.frontend.tracing.tracer import Trace
 from triton_mp.ipc import Ring
-from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.direct import DirectRoute, Lease, create_lease, handoff_eligible
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.memory.notify import create_wakeup
+from triton_mp.ipc.memory.shm import unlink_quietly
+from triton_mp.ipc.protocol.messages import (
     BatchAssign,
     BatchDone,
     DirectSent,
@@ -40,9 +41,8 @@ from triton_mp.ipc.messages import (
     WorkerDied,
     direct_batch_id,
 )
-from triton_mp.ipc.notify import create_wakeup
-from triton_mp.ipc.shm import unlink_quietly
-from triton_mp.ipc.specs import BatchingSpec, SequenceSpec
+from triton_mp.ipc.protocol.specs import BatchingSpec, SequenceSpec
+from triton_mp.ipc.recordio.codec import Decoder
 from triton_mp.scheduler.direct import CLAIM_TIMEOUT_NS
 
 NODELAY = model_spec("nodelay", (0, 1), batching=BatchingSpec(kind="dynamic", max_batch_size=8))

@@ -12,10 +12,10 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
 
-from triton_mp.scheduler.clock import FakeClock
+from triton_mp.scheduler.policies.clock import FakeClock
 from triton_mp.scheduler.policies.default import DefaultScheduler
 from triton_mp.scheduler.policies.dynamic import DynamicBatcher
-from triton_mp.scheduler.policy import Batch, Queued
+from triton_mp.scheduler.policies.policy import Batch, Queued
 
 US = 1000  # nanoseconds per microsecond
 

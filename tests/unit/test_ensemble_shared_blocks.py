@@ -10,7 +10,13 @@ from __future__ import annotations
 import random
 
 from triton_mp.common.errors import ErrorCode
-from triton_mp.ipc.messages import BlockRef, ErrorInfo, Handoff, InferResponse, RequestFailed
+from triton_mp.ipc.protocol.messages import (
+    BlockRef,
+    ErrorInfo,
+    Handoff,
+    InferResponse,
+    RequestFailed,
+)
 from triton_mp.ipc.tensor_pool import SharedBlocks
 from triton_mp.scheduler.policies.ensemble import (
     Call,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from triton_mp.ipc.control_messages import ModelEntry
+from triton_mp.ipc.protocol.control_messages import ModelEntry
 from triton_mp.supervisor.main import failed_at_start
 
 

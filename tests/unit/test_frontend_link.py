@@ -10,8 +10,8 @@ from multiprocessing.connection import Connection
 
 import pytest
 
-from triton_mp.ipc.codec import Decoder, encode
-from triton_mp.ipc.control_messages import ModelTableUpdate, TableAck
+from triton_mp.ipc.protocol.control_messages import ModelTableUpdate, TableAck
+from triton_mp.ipc.recordio.codec import Decoder, encode
 from triton_mp.supervisor.processes.frontend_link import FrontendLink
 
 

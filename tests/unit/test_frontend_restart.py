@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 import triton_mp.supervisor.processes.frontend_restart as fr
-from triton_mp.ipc.control_messages import ModelTableUpdate
-from triton_mp.ipc.messages import direct_batch_id
-from triton_mp.ipc.specs import FRONTEND_ID_RANGE
+from triton_mp.ipc.protocol.control_messages import ModelTableUpdate
+from triton_mp.ipc.protocol.messages import direct_batch_id
+from triton_mp.ipc.protocol.specs import FRONTEND_ID_RANGE
 from triton_mp.supervisor.processes.children import MAX_RESTARTS, Child
 from triton_mp.supervisor.processes.frontend_restart import FrontendRestarts, first_request_id
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from triton_mp.common.gpus import FakeNvml, Gpu, GpuSample
+from triton_mp.common.process.gpus import FakeNvml, Gpu, GpuSample
 from triton_mp.frontend.metrics.gpu import GPU_FAMILIES, GpuGauges
 from triton_mp.frontend.metrics.render import MetricsSnapshot, render
 

@@ -1,4 +1,4 @@
-"""Device discovery (common.gpus): CUDA_VISIBLE_DEVICES as CUDA parses it, the minimum
+"""Device discovery (common.process.gpus): CUDA_VISIBLE_DEVICES as CUDA parses it, the minimum
 compute capability, instance-group expansion over the GPUs found, and each GPU worker's
 environment. Process-free: NVML is the test-only fake."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from tests.unit.test_model_config import load_err, load_ok, python_model
 from triton_mp._proto.model_config_pb2 import ModelInstanceGroup
-from triton_mp.common.gpus import (
+from triton_mp.common.process.gpus import (
     FAKE_GPUS_ENV,
     Devices,
     FakeNvml,

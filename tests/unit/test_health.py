@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from triton_mp.ipc.heartbeat import HeartbeatBoard
-from triton_mp.ipc.topology import Topology
+from triton_mp.ipc.memory.heartbeat import HeartbeatBoard
+from triton_mp.ipc.memory.topology import Topology
 from triton_mp.supervisor.processes.health import Health
 
 S = 1_000_000_000

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from triton_mp.ipc.heartbeat import SLOT_BYTES, HeartbeatBoard, start_beating
-from triton_mp.ipc.topology import Topology
+from triton_mp.ipc.memory.heartbeat import SLOT_BYTES, HeartbeatBoard, start_beating
+from triton_mp.ipc.memory.topology import Topology
 
 
 @pytest.fixture

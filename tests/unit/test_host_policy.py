@@ -1,4 +1,4 @@
-"""Unit tests for common.host_policy and the planner's host policies and nice values.
+"""Unit tests for common.process.host_policy and the planner's host policies and nice values.
 
 No process is started; configs are built in memory.
 """
@@ -12,7 +12,7 @@ from google.protobuf import text_format
 
 from triton_mp._proto import model_config_pb2 as pb
 from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
-from triton_mp.common.host_policy import (
+from triton_mp.common.process.host_policy import (
     add_host_policy,
     default_policy_name,
     parse_cpu_cores,

@@ -42,7 +42,7 @@ from triton_mp.frontend.request import (
 )
 from triton_mp.frontend.validation.parameters import sequence_id
 from triton_mp.ipc import TensorRef
-from triton_mp.ipc.specs import ModelEntry
+from triton_mp.ipc.protocol.specs import ModelEntry
 
 # --------------------------------------------------------------------------- helpers
 

@@ -31,8 +31,14 @@ from triton_mp.frontend.inference import STOPPING_MESSAGE, Inference
 from triton_mp.frontend.model_table import ModelTable
 from triton_mp.frontend.request import InferenceRequest, InputTensor, RequestedOutput
 from triton_mp.frontend.shm.system import SystemShmRegistry
-from triton_mp.ipc.messages import CancelRequest, InferRequest, ReplyTo, Requester, SequenceFlags
-from triton_mp.ipc.ring import RecordTooLarge
+from triton_mp.ipc.memory.ring import RecordTooLarge
+from triton_mp.ipc.protocol.messages import (
+    CancelRequest,
+    InferRequest,
+    ReplyTo,
+    Requester,
+    SequenceFlags,
+)
 
 pytestmark = pytest.mark.timeout(30)
 

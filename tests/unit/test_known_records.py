@@ -1,5 +1,5 @@
 """``frontend.dispatch.known_records``: a known request's record patched from its form's
-template is, byte for byte, the record ``ipc.request_records.encode_request`` writes."""
+template is, byte for byte, the record ``ipc.recordio.request_records.encode_request`` writes."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from triton_mp.frontend.dispatch.known_records import FORMS_KEPT, keep, patched
-from triton_mp.ipc.messages import BlockRef, InferRequest, ReplyTo, Requester, TensorRef
-from triton_mp.ipc.request_records import encode_request
+from triton_mp.ipc.protocol.messages import BlockRef, InferRequest, ReplyTo, Requester, TensorRef
+from triton_mp.ipc.recordio.request_records import encode_request
 
 U32 = st.integers(0, 2**32 - 1)
 U64 = st.integers(0, 2**64 - 1)

@@ -19,7 +19,7 @@ from triton_mp.frontend.metrics.latency import (
     first_response_sink,
     loaded_series,
 )
-from triton_mp.ipc.topology import Topology, process_arena_prefix
+from triton_mp.ipc.memory.topology import Topology, process_arena_prefix
 
 SID = str(900_000 + os.getpid() % 90_000)
 TOP = Topology(SID)

@@ -13,7 +13,7 @@ Checked on the source with ``ast`` (no imports executed):
 - in the scheduler package only the modules that speak messages (the ``main`` shell, the
   ``core``, its ``lifecycle``, ``outbox``, ``instances``, ``status`` views, ``stats`` and the
   spec-reading ``registry``) touch ``triton_mp.ipc``;
-- only ``common.platform`` calls prctl or sets process titles;
+- only ``common.process.platform`` calls prctl or sets process titles;
 - in the supervisor, ``processes`` (children, wiring, instances) imports no model control;
 - no import cycle among ``triton_mp``'s modules, nor among its packages, counting imports
   inside functions and under ``TYPE_CHECKING``;
@@ -59,13 +59,10 @@ def _uses(imports: set[str], prefix: str) -> bool:
     return any(i == prefix or i.startswith(prefix + ".") for i in imports)
 
 
-BATCHING_CORE = [
-    "scheduler/clock.py",
-    "scheduler/policy.py",
-    "scheduler/queues.py",
-    *sorted(str(p.relative_to(PKG)) for p in (PKG / "scheduler" / "policies").glob("*.py")),
-]
-"""The pure batching core: policies and what they are made of (``scheduler.policy``)."""
+BATCHING_CORE = sorted(
+    str(p.relative_to(PKG)) for p in (PKG / "scheduler" / "policies").glob("*.py")
+)
+"""The pure batching core: policies and what they are made of (``scheduler.policies.policy``)."""
 SCHEDULER_IPC_MODULES = {
     "main.py",
     "core.py",
@@ -82,6 +79,8 @@ SCHEDULER_IPC_MODULES = {
 
 
 def test_the_batching_core_lists_every_policy() -> None:
+    assert "scheduler/policies/policy.py" in BATCHING_CORE
+    assert "scheduler/policies/queues.py" in BATCHING_CORE
     assert "scheduler/policies/dynamic.py" in BATCHING_CORE
     assert "scheduler/policies/sequence.py" in BATCHING_CORE
     assert "scheduler/policies/default.py" in BATCHING_CORE
@@ -241,9 +240,9 @@ def test_supervisor_process_loads_neither_grpc_nor_onnxruntime() -> None:
 
 
 def test_only_the_platform_helper_reaches_prctl_and_process_titles() -> None:
-    """``common.platform`` is the one place that calls prctl and setproctitle."""
+    """``common.process.platform`` is the one place that calls prctl and setproctitle."""
     for path in _modules():
-        if path.relative_to(PKG).as_posix() == "common/platform.py":
+        if path.relative_to(PKG).as_posix() == "common/process/platform.py":
             continue
         assert not _uses(_imports(path), "setproctitle"), f"{path.relative_to(PKG)} titles"
         assert ".prctl(" not in path.read_text(), f"{path.relative_to(PKG)} calls prctl"
@@ -314,6 +313,24 @@ def test_analyze_sweep_is_pure() -> None:
         imports = _imports(path)
         for other in banned:
             assert not _uses(imports, other), f"analyze/sweep/{path.name} imports {other}"
+
+
+@pytest.mark.parametrize(
+    ("sub", "banned"),
+    [
+        ("memory", ("triton_mp.ipc.protocol", "triton_mp.ipc.recordio")),
+        ("protocol", ("triton_mp.ipc.recordio",)),
+    ],
+)
+def test_ipc_sub_packages_import_one_way(sub: str, banned: tuple[str, ...]) -> None:
+    """``ipc.recordio`` uses ``ipc.protocol``, which uses ``ipc.memory``; never the reverse,
+    and none of them the modules at ``ipc``'s top (channel, tensor_pool, direct, ...)."""
+    top = [p.stem for p in (PKG / "ipc").glob("*.py") if p.stem != "__init__"]
+    assert _modules(f"ipc/{sub}"), f"ipc/{sub}/ has moved"
+    for path in _modules(f"ipc/{sub}"):
+        imports = _imports(path)
+        for other in (*banned, *(f"triton_mp.ipc.{m}" for m in top)):
+            assert not _uses(imports, other), f"ipc/{sub}/{path.name} imports {other}"
 
 
 def test_model_config_imports_no_process_role() -> None:

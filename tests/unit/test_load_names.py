@@ -10,7 +10,7 @@ import pytest
 
 from triton_mp.common.errors import ConfigError, ErrorCode, InvalidRequest
 from triton_mp.frontend.admin.repository import check_model_name
-from triton_mp.ipc.messages import ErrorInfo
+from triton_mp.ipc.protocol.messages import ErrorInfo
 from triton_mp.model_config.loader import load_model
 from triton_mp.supervisor.models.load_requests import LoadRequest, _write_files, load_answer
 

@@ -13,19 +13,19 @@ from pathlib import Path
 import pytest
 
 from triton_mp._proto import grpc_service_pb2 as pb
-from triton_mp.common import log as common_log
 from triton_mp.common.errors import ErrorCode
-from triton_mp.common.log import LogSettings, apply_log_settings
+from triton_mp.common.process import log as common_log
+from triton_mp.common.process.log import LogSettings, apply_log_settings
 from triton_mp.frontend.admin.logs import LogControl
 from triton_mp.frontend.validation.log_settings import (
     settings_json,
     update_from_grpc,
     update_from_json,
 )
-from triton_mp.ipc.codec import Decoder
-from triton_mp.ipc.log_messages import LogSettingsUpdate
-from triton_mp.ipc.messages import ToScheduler, ToWorker
-from triton_mp.ipc.notify import Wakeup
+from triton_mp.ipc.memory.notify import Wakeup
+from triton_mp.ipc.protocol.log_messages import LogSettingsUpdate
+from triton_mp.ipc.protocol.messages import ToScheduler, ToWorker
+from triton_mp.ipc.recordio.codec import Decoder
 
 START = LogSettings()
 
@@ -166,7 +166,7 @@ def test_level_switch_drops_the_levels_turned_off() -> None:
 def test_the_supervisor_logs_by_an_update_from_a_frontends_pipe() -> None:
     from multiprocessing import Pipe
 
-    from triton_mp.ipc.codec import encode
+    from triton_mp.ipc.recordio.codec import encode
     from triton_mp.supervisor.processes.frontend_link import FrontendLink
 
     before = common_log.current_log_settings()
@@ -191,8 +191,14 @@ def test_the_supervisor_logs_by_an_update_from_a_frontends_pipe() -> None:
 
 
 def test_a_respawned_childs_spec_carries_the_settings_in_force() -> None:
-    from triton_mp.ipc.codec import encode
-    from triton_mp.ipc.specs import ChannelSpec, InboxSpec, LogSpec, SchedulerSpec, with_current_log
+    from triton_mp.ipc.protocol.specs import (
+        ChannelSpec,
+        InboxSpec,
+        LogSpec,
+        SchedulerSpec,
+        with_current_log,
+    )
+    from triton_mp.ipc.recordio.codec import encode
 
     before = common_log.current_log_settings()
     wakeup = Wakeup("semaphore", "/w")
@@ -239,7 +245,7 @@ def test_log_to_file_that_cannot_open_leaves_stderr_and_says_why(tmp_path: Path)
 def test_the_log_file_flag_is_acted_on_and_reported() -> None:
     from triton_mp.cli.flag_table import FLAGS
     from triton_mp.cli.flags import parse
-    from triton_mp.ipc.specs import LogSpec, current_log_spec
+    from triton_mp.ipc.protocol.specs import LogSpec, current_log_spec
 
     parsed = parse(["--log-file", "/var/log/t.log"], FLAGS)
     assert parsed.values["log_file"] == "/var/log/t.log"

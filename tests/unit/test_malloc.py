@@ -10,11 +10,11 @@ import sys
 import pytest
 
 import triton_mp
-from triton_mp.common.platform import tune_malloc
+from triton_mp.common.process.platform import tune_malloc
 
 SRC = os.path.dirname(os.path.dirname(triton_mp.__file__))
 
-CHILD = "from triton_mp.common.platform import tune_malloc; print(tune_malloc())"
+CHILD = "from triton_mp.common.process.platform import tune_malloc; print(tune_malloc())"
 
 
 def _run(env_extra: dict[str, str]) -> str:

@@ -1,5 +1,5 @@
-"""Every cross-process message round-trips through ``ipc.codec`` typed to its channel union,
-and a decoder typed to another channel refuses it."""
+"""Every cross-process message round-trips through ``ipc.recordio.codec`` typed to its channel
+union, and a decoder typed to another channel refuses it."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given
 
 from triton_mp.common.errors import ErrorCode
-from triton_mp.ipc import control_messages as cm
-from triton_mp.ipc import messages as m
-from triton_mp.ipc import reports as r
-from triton_mp.ipc.codec import Decoder, encode
-from triton_mp.ipc.notify import Wakeup
+from triton_mp.ipc.memory.notify import Wakeup
+from triton_mp.ipc.protocol import control_messages as cm
+from triton_mp.ipc.protocol import messages as m
+from triton_mp.ipc.protocol import reports as r
+from triton_mp.ipc.recordio.codec import Decoder, encode
 
 TENSOR = m.TensorRef("INPUT0", "FP32", (2, 16), "/triton_mp_1_f0_a0", 128, 128)
 BLOCK = m.BlockRef("/triton_mp_1_f0_a0", 64)

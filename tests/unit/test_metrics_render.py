@@ -31,9 +31,15 @@ from triton_mp.frontend.metrics.render import (
     render,
 )
 from triton_mp.ipc import Decoder, SegmentCache
-from triton_mp.ipc.messages import QueueQuery, QueueReply, StatsQuery, StatsReply, ToScheduler
-from triton_mp.ipc.reports import ModelStats, StatDuration
-from triton_mp.ipc.specs import MetricsSpec
+from triton_mp.ipc.protocol.messages import (
+    QueueQuery,
+    QueueReply,
+    StatsQuery,
+    StatsReply,
+    ToScheduler,
+)
+from triton_mp.ipc.protocol.reports import ModelStats, StatDuration
+from triton_mp.ipc.protocol.specs import MetricsSpec
 
 pytestmark = pytest.mark.timeout(60)
 

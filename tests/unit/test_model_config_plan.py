@@ -10,7 +10,7 @@ from pathlib import Path
 from google.protobuf import text_format
 
 from triton_mp._proto import model_config_pb2 as pb
-from triton_mp.ipc.specs import QueuePolicySpec
+from triton_mp.ipc.protocol.specs import QueuePolicySpec
 from triton_mp.model_config.loader import ModelVersion, RepositoryModel
 from triton_mp.model_config.plan import plan_models
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from triton_mp.ipc.notify import Waiter, Waker, Wakeup, WakeupKind, create_wakeup
-from triton_mp.ipc.shm import unlink_quietly
+from triton_mp.ipc.memory.notify import Waiter, Waker, Wakeup, WakeupKind, create_wakeup
+from triton_mp.ipc.memory.shm import unlink_quietly
 
 
 @pytest.fixture(params=["semaphore", "fifo"])
@@ -93,7 +93,7 @@ def test_an_armed_fifo_gets_one_byte_and_a_disarmed_one_none() -> None:
 def test_a_fifo_producer_fences_before_it_reads_the_arm(monkeypatch: pytest.MonkeyPatch) -> None:
     """The producer's record stores must be visible before it reads the arm (a plain load
     that x86 may move ahead of them): a fence comes first, on the busy path too."""
-    from triton_mp.ipc import notify
+    from triton_mp.ipc.memory import notify
 
     w = create_wakeup("fifo", f"/triton_mp_{os.getpid()}_test_fence")
     try:

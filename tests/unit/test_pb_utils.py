@@ -465,7 +465,7 @@ def test_constants_come_from_the_one_definition_of_each() -> None:
     """Request flags are ``SequenceFlags``', error codes ``ErrorCode``'s, datatypes
     ``DataType``'s: plain ints (flags, types) or the enum members themselves (codes)."""
     from triton_mp.common.datatypes import DataType
-    from triton_mp.ipc.messages import SequenceFlags
+    from triton_mp.ipc.protocol.messages import SequenceFlags
 
     assert pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START == SequenceFlags.START
     assert pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END == SequenceFlags.END

@@ -9,7 +9,7 @@ import asyncio
 from triton_mp.common.errors import ErrorCode
 from triton_mp.frontend.dispatch.pending import PendingTable
 from triton_mp.ipc import SegmentCache
-from triton_mp.ipc.messages import ErrorInfo, InferResponse, RequestFailed
+from triton_mp.ipc.protocol.messages import ErrorInfo, InferResponse, RequestFailed
 
 
 def _ok(rid: int) -> InferResponse:

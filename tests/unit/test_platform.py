@@ -1,4 +1,4 @@
-"""``common.platform``: prctl (parent-death signal, timer slack) and process titles.
+"""``common.process.platform``: prctl (parent-death signal, timer slack) and process titles.
 
 Each check runs in a child interpreter, so this test process keeps its own slack, title and
 parent-death signal. tune_malloc has its own file (test_malloc.py).
@@ -13,7 +13,7 @@ import sys
 import pytest
 
 import triton_mp
-from triton_mp.common.platform import process_title
+from triton_mp.common.process.platform import process_title
 
 SRC = os.path.dirname(os.path.dirname(triton_mp.__file__))
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
@@ -32,7 +32,7 @@ def _child(code: str) -> subprocess.CompletedProcess[str]:
 @linux_only
 def test_sets_the_slack_of_the_calling_thread() -> None:
     out = _child(
-        "from triton_mp.common.platform import set_timer_slack_ns, timer_slack_ns\n"
+        "from triton_mp.common.process.platform import set_timer_slack_ns, timer_slack_ns\n"
         "before = timer_slack_ns()\n"
         "ok = set_timer_slack_ns(1000)\n"
         "print(before, ok, timer_slack_ns())\n"
@@ -52,7 +52,7 @@ def test_process_titles_name_the_role_and_the_process() -> None:
 @linux_only
 def test_the_title_shows_in_proc() -> None:
     done = _child(
-        "from triton_mp.common.platform import set_process_title\n"
+        "from triton_mp.common.process.platform import set_process_title\n"
         "set_process_title('worker', 'm_0_1')\n"
         "print(open('/proc/self/cmdline', 'rb').read().split(b'\\0')[0].decode())\n"
     )
@@ -64,7 +64,7 @@ def test_the_title_shows_in_proc() -> None:
 def test_a_child_whose_parent_is_gone_already_exits() -> None:
     # NOTE: pid 1 is never this child's parent: the call must see that and exit(1).
     done = _child(
-        "from triton_mp.common.platform import die_with_parent\n"
+        "from triton_mp.common.process.platform import die_with_parent\n"
         "die_with_parent(1)\n"
         "print('still running')\n"
     )
@@ -76,7 +76,7 @@ def test_a_child_whose_parent_is_gone_already_exits() -> None:
 def test_a_child_of_a_live_parent_goes_on() -> None:
     done = _child(
         "import os\n"
-        "from triton_mp.common.platform import die_with_parent\n"
+        "from triton_mp.common.process.platform import die_with_parent\n"
         "die_with_parent(os.getppid())\n"
         "print('still running')\n"
     )
@@ -89,7 +89,7 @@ def test_tune_gc_freezes_what_start_up_made_and_collects_the_rest() -> None:
     first (so it is not frozen alive); objects made after are collected as usual."""
     result = _child(
         "import gc, weakref\n"
-        "from triton_mp.common.platform import tune_gc\n"
+        "from triton_mp.common.process.platform import tune_gc\n"
         "class C: pass\n"
         "kept = [C() for _ in range(1000)]\n"
         "dead = C(); dead.me = dead; ref = weakref.ref(dead); del dead\n"

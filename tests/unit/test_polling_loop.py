@@ -13,9 +13,9 @@ import pytest
 
 from triton_mp.frontend.dispatch.polling_loop import PollingSelector
 from triton_mp.ipc import Inbox, Sender
-from triton_mp.ipc.notify import Wakeup, create_wakeup
-from triton_mp.ipc.ring import Ring
-from triton_mp.ipc.shm import unlink_quietly
+from triton_mp.ipc.memory.notify import Wakeup, create_wakeup
+from triton_mp.ipc.memory.ring import Ring
+from triton_mp.ipc.memory.shm import unlink_quietly
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Priority levels and queue policies of the dynamic batcher (``scheduler.queues``) with a
+"""Priority levels and queue policies of the dynamic batcher (``scheduler.policies.queues``) with a
 FakeClock: Triton's ``PriorityQueue`` rules one by one, then properties over random runs."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 import hypothesis.strategies as st
 from hypothesis import given, settings
 
-from triton_mp.scheduler.clock import FakeClock
+from triton_mp.scheduler.policies.clock import FakeClock
 from triton_mp.scheduler.policies.default import DefaultScheduler
 from triton_mp.scheduler.policies.dynamic import DynamicBatcher
-from triton_mp.scheduler.policy import Batch, Queued
-from triton_mp.scheduler.queues import PriorityQueue, QueuePolicy
+from triton_mp.scheduler.policies.policy import Batch, Queued
+from triton_mp.scheduler.policies.queues import PriorityQueue, QueuePolicy
 
 US = 1000
 NO_POLICY = QueuePolicy()

@@ -1,4 +1,4 @@
-"""A process's temporary directories, named by its pid (``common.process_dirs``): the
+"""A process's temporary directories, named by its pid (``common.process.process_dirs``): the
 supervisor removes a dead frontend's by its pid, and only its."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from triton_mp.common import process_dirs
+from triton_mp.common.process import process_dirs
 
 
 def test_a_directory_is_named_by_its_kind_and_pid() -> None:

@@ -20,8 +20,8 @@ from triton_mp.backends.python.backend import PythonBackend, returned_list_refus
 from triton_mp.backends.python.model_module import PB_UTILS_MODULE
 from triton_mp.backends.registry import BACKENDS, load_backend
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.ipc.messages import ErrorInfo
-from triton_mp.ipc.specs import (
+from triton_mp.ipc.protocol.messages import ErrorInfo
+from triton_mp.ipc.protocol.specs import (
     BatchingSpec,
     InstanceSpec,
     ModelVersionSpec,

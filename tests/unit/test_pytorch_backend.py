@@ -25,7 +25,7 @@ from tests.helpers.torch_models import (  # noqa: E402
 from triton_mp.backends.base import BackendRequest, SequenceBatch  # noqa: E402
 from triton_mp.backends.pytorch.backend import TorchBackend  # noqa: E402
 from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError  # noqa: E402
-from triton_mp.ipc.specs import (  # noqa: E402
+from triton_mp.ipc.protocol.specs import (  # noqa: E402
     BatchingSpec,
     ControlSpec,
     InstanceSpec,

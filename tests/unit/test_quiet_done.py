@@ -1,6 +1,6 @@
 """A ``BatchDone`` that changes no decision reaches the scheduler without waking it.
 
-The protocol (``ipc.notify``: Dekker's, a fence on each side): a worker pushes its
+The protocol (``ipc.memory.notify``: Dekker's, a fence on each side): a worker pushes its
 ``BatchDone`` with ``Sender.send_lazy`` (push, fence, read the ring's quiet flag, post only
 when it is clear); the scheduler clears a flag, fences, and rechecks its rings before it
 sleeps. Checked here on the real ring and semaphore in every interleaving of the two sides'
@@ -20,10 +20,10 @@ import pytest
 
 from tests.unit.scheduler_harness import DYNAMIC, PLAIN, Harness
 from triton_mp.ipc import Inbox, Sender
-from triton_mp.ipc.messages import BatchDone, StatsQuery, WorkerDied
-from triton_mp.ipc.notify import Waiter, Wakeup, create_wakeup, fence
-from triton_mp.ipc.ring import Ring
-from triton_mp.ipc.shm import unlink_quietly
+from triton_mp.ipc.memory.notify import Waiter, Wakeup, create_wakeup, fence
+from triton_mp.ipc.memory.ring import Ring
+from triton_mp.ipc.memory.shm import unlink_quietly
+from triton_mp.ipc.protocol.messages import BatchDone, StatsQuery, WorkerDied
 from triton_mp.scheduler.main import done_first
 
 

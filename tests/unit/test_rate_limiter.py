@@ -1,4 +1,4 @@
-"""The rate limiter (``scheduler.rate_limiter``) and the core's use of it: no processes.
+"""The rate limiter (``scheduler.limits.rate_limiter``) and the core's use of it: no processes.
 
 Pure decisions first (pool sizes, Triton's errors, who goes first), then a ``SchedulerCore``
 with a limiter in the recording harness: batches that share a resource of count 1 never
@@ -13,10 +13,10 @@ import msgspec
 import pytest
 
 from tests.unit.scheduler_harness import Harness, model_spec
-from triton_mp.ipc.messages import WorkerDied
-from triton_mp.ipc.specs import BatchingSpec, ModelVersionSpec, RateLimitSpec, ResourceSpec
+from triton_mp.ipc.protocol.messages import WorkerDied
+from triton_mp.ipc.protocol.specs import BatchingSpec, ModelVersionSpec, RateLimitSpec, ResourceSpec
 from triton_mp.scheduler.core import SchedulerCore
-from triton_mp.scheduler.rate_limiter import (
+from triton_mp.scheduler.limits.rate_limiter import (
     GLOBAL,
     PER_DEVICE,
     Limits,

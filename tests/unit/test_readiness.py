@@ -10,9 +10,14 @@ import threading
 import pytest
 
 from triton_mp.frontend.readiness import ReadinessChecks, verdict
-from triton_mp.ipc.codec import Decoder
-from triton_mp.ipc.messages import ToScheduler
-from triton_mp.ipc.ready_messages import InstanceReadiness, ReadyCheck, ReadyFanout, ReadyQuery
+from triton_mp.ipc.protocol.messages import ToScheduler
+from triton_mp.ipc.protocol.ready_messages import (
+    InstanceReadiness,
+    ReadyCheck,
+    ReadyFanout,
+    ReadyQuery,
+)
+from triton_mp.ipc.recordio.codec import Decoder
 from triton_mp.workers.readiness import ReadinessRunner
 
 

@@ -1,4 +1,4 @@
-"""The binary ring records (ipc.records) and their C twin (ipc/records.h): every offset the
+"""The binary ring records (ipc.recordio.records) and their C twin (ipc/records.h): every offset the
 native side relies on is pinned here, and each message survives a round trip."""
 
 from __future__ import annotations
@@ -11,10 +11,7 @@ from pathlib import Path
 import pytest
 
 from triton_mp.common.errors import ErrorCode
-from triton_mp.ipc import record_layout as layout
-from triton_mp.ipc import records
-from triton_mp.ipc.codec import Decoder, encode
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.protocol.messages import (
     AnswerBatch,
     BatchAssign,
     BlockRef,
@@ -33,8 +30,11 @@ from triton_mp.ipc.messages import (
     TraceContext,
     TraceRecord,
 )
+from triton_mp.ipc.recordio import record_layout as layout
+from triton_mp.ipc.recordio import records
+from triton_mp.ipc.recordio.codec import Decoder, encode
 
-HEADER = Path(records.__file__).with_name("records.h")
+HEADER = Path(records.__file__).parents[1] / "records.h"  # NOTE: ipc/records.h, beside ipc/native/
 
 
 def _request(**kw: object) -> InferRequest:

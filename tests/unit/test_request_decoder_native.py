@@ -9,8 +9,7 @@ import random
 
 import pytest
 
-from triton_mp.ipc import request_records
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.protocol.messages import (
     BlockRef,
     InferRequest,
     ReplyTo,
@@ -18,8 +17,9 @@ from triton_mp.ipc.messages import (
     TensorRef,
     TraceContext,
 )
-from triton_mp.ipc.record_layout import WIRE
-from triton_mp.ipc.request_records import RequestDecoder, encode_request
+from triton_mp.ipc.recordio import request_records
+from triton_mp.ipc.recordio.record_layout import WIRE
+from triton_mp.ipc.recordio.request_records import RequestDecoder, encode_request
 
 native = request_records.native_decoder
 pytestmark = pytest.mark.skipif(

@@ -1,4 +1,4 @@
-"""The shared response cache's index and arena (``ipc.response_cache``): no processes.
+"""The shared response cache's index and arena (``ipc.memory.response_cache``): no processes.
 
 Two handles on one segment stand for two frontend processes (each has its own descriptor,
 hence its own ``flock``).
@@ -14,8 +14,8 @@ import numpy as np
 import posix_ipc
 import pytest
 
-from triton_mp.ipc import response_cache as rc
-from triton_mp.ipc.response_cache import SharedResponseCache
+from triton_mp.ipc.memory import response_cache as rc
+from triton_mp.ipc.memory.response_cache import SharedResponseCache
 
 
 def _key(i: int) -> bytes:

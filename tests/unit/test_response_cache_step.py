@@ -141,8 +141,8 @@ from triton_mp.frontend.dispatch.pending import PendingTable  # noqa: E402
 from triton_mp.frontend.inference import Inference  # noqa: E402
 from triton_mp.frontend.request import InferenceRequest, InputTensor  # noqa: E402
 from triton_mp.frontend.shm.system import SystemShmRegistry  # noqa: E402
-from triton_mp.ipc.control_messages import ModelEntry  # noqa: E402
-from triton_mp.ipc.messages import CacheOutcome  # noqa: E402
+from triton_mp.ipc.protocol.control_messages import ModelEntry  # noqa: E402
+from triton_mp.ipc.protocol.messages import CacheOutcome  # noqa: E402
 
 
 class DictStore:

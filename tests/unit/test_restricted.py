@@ -9,7 +9,7 @@ import pytest
 from triton_mp.cli.main import config_from_flags, parse_flags
 from triton_mp.common.errors import TritonMPError
 from triton_mp.frontend.restricted import CATEGORIES, GRPC_METHOD_CATEGORIES, parse_restrictions
-from triton_mp.ipc.shm import client_object_refusal
+from triton_mp.ipc.memory.shm import client_object_refusal
 
 FLAG = "--grpc-restricted-protocol"
 

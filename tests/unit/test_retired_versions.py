@@ -8,7 +8,7 @@ import pytest
 
 from triton_mp.common.errors import ModelNotFound, ModelUnavailable
 from triton_mp.frontend.model_table import ModelTable
-from triton_mp.ipc.specs import ModelEntry
+from triton_mp.ipc.protocol.specs import ModelEntry
 
 
 def _table() -> ModelTable:

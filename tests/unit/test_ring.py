@@ -1,4 +1,4 @@
-"""The SPSC byte ring (``ipc.ring``) in one process: records, wraparound, fullness, a model.
+"""The SPSC byte ring (``ipc.memory.ring``) in one process: records, wraparound, fullness, a model.
 
 Every ring a test creates is named ``/triton_mp_<pid>_test_ring<n>`` and unlinked by the
 fixture (or the state machine's teardown) that created it.
@@ -23,8 +23,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from triton_mp.ipc.ring import DATA_OFFSET, HEAD_OFFSET, TAIL_OFFSET, WRAP, Ring, RingFull
-from triton_mp.ipc.shm import Segment, unlink_quietly
+from triton_mp.ipc.memory.ring import DATA_OFFSET, HEAD_OFFSET, TAIL_OFFSET, WRAP, Ring, RingFull
+from triton_mp.ipc.memory.shm import Segment, unlink_quietly
 
 _names = itertools.count()
 

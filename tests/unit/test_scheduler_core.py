@@ -9,7 +9,8 @@ import pytest
 
 from tests.unit.scheduler_harness import DYNAMIC, US, Harness, fe, model_spec, tensor
 from triton_mp.common.errors import ErrorCode
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.memory.ring import RecordTooLarge
+from triton_mp.ipc.protocol.messages import (
     BatchAssign,
     BatchDone,
     CancelRequest,
@@ -26,16 +27,15 @@ from triton_mp.ipc.messages import (
     WorkerDied,
     WorkerReady,
 )
-from triton_mp.ipc.ring import RecordTooLarge
-from triton_mp.ipc.specs import (
+from triton_mp.ipc.protocol.specs import (
     BatchingSpec,
     ModelVersionSpec,
     QueuePolicySpec,
     SequenceSpec,
 )
-from triton_mp.scheduler.admission import queue_start_ns
 from triton_mp.scheduler.core import QUEUE_FULL_MESSAGE, TIMEOUT_MESSAGE
 from triton_mp.scheduler.lifecycle import STOPPING_MESSAGE
+from triton_mp.scheduler.rules.admission import queue_start_ns
 
 
 @pytest.fixture
@@ -338,7 +338,7 @@ def test_a_stats_reply_does_not_change_after_it_was_sent(h: Harness) -> None:
 
 
 def test_a_cancelled_queued_request_is_dropped_and_answered(h: Harness) -> None:
-    from triton_mp.ipc.messages import CancelRequest
+    from triton_mp.ipc.protocol.messages import CancelRequest
 
     # No instance is ready yet, so both requests wait in the queue.
     keep = h.request(frontend_id=0)
@@ -354,7 +354,7 @@ def test_a_cancelled_queued_request_is_dropped_and_answered(h: Harness) -> None:
 
 
 def test_cancelling_a_dispatched_or_unknown_request_changes_nothing(h: Harness) -> None:
-    from triton_mp.ipc.messages import CancelRequest
+    from triton_mp.ipc.protocol.messages import CancelRequest
 
     h.ready(0)
     req = h.request()
@@ -372,7 +372,7 @@ def test_cancelling_a_dispatched_or_unknown_request_changes_nothing(h: Harness) 
 
 
 def test_frontends_learn_when_a_version_gains_or_loses_its_last_live_instance() -> None:
-    from triton_mp.ipc.messages import ModelAvailability
+    from triton_mp.ipc.protocol.messages import ModelAvailability
 
     h = Harness(models=(DYNAMIC,), frontend_ids=(0, 1))
 
@@ -661,7 +661,7 @@ def test_a_batch_too_large_for_the_worker_ring_fails_alone(h: Harness) -> None:
 
 def test_a_readiness_query_asks_the_live_instances_whose_model_checks_itself() -> None:
     """TritonModel::IsReady asks every instance; only those with is_ready() are asked."""
-    from triton_mp.ipc.ready_messages import ReadyCheck, ReadyFanout, ReadyQuery
+    from triton_mp.ipc.protocol.ready_messages import ReadyCheck, ReadyFanout, ReadyQuery
 
     h = Harness(models=(DYNAMIC,), frontend_ids=(0, 1))
     h.handle(WorkerReady(instance_id=0, pid=10, ready_check=True))

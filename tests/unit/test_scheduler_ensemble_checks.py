@@ -1,15 +1,20 @@
 """An ensemble's steps checked as Triton's core checks them, process-free: a step whose
 inputs do not fit its model is never sent, an output a step leaves out is a placeholder, and
 a tensor gains or loses its batch dimension between models that batch and models that do
-not (``scheduler.step_inputs``, wired in ``scheduler.ensembles``)."""
+not (``scheduler.rules.step_inputs``, wired in ``scheduler.ensembles``)."""
 
 from __future__ import annotations
 
 import msgspec
 
 from tests.unit.scheduler_harness import DYNAMIC, PLAIN, Harness, tensor
-from triton_mp.ipc.messages import BlockRef, InferResponse, TensorRef
-from triton_mp.ipc.specs import BatchingSpec, EnsembleSpec, EnsembleStepSpec, ModelVersionSpec
+from triton_mp.ipc.protocol.messages import BlockRef, InferResponse, TensorRef
+from triton_mp.ipc.protocol.specs import (
+    BatchingSpec,
+    EnsembleSpec,
+    EnsembleStepSpec,
+    ModelVersionSpec,
+)
 
 
 def _ensemble(step_model: str) -> ModelVersionSpec:

@@ -7,8 +7,19 @@ import msgspec
 
 from tests.unit.scheduler_harness import DYNAMIC, Harness, tensor
 from triton_mp.cli.stat import render_model
-from triton_mp.ipc.messages import BlockRef, CancelRequest, InferResponse, Requester, TensorRef
-from triton_mp.ipc.specs import BatchingSpec, EnsembleSpec, EnsembleStepSpec, ModelVersionSpec
+from triton_mp.ipc.protocol.messages import (
+    BlockRef,
+    CancelRequest,
+    InferResponse,
+    Requester,
+    TensorRef,
+)
+from triton_mp.ipc.protocol.specs import (
+    BatchingSpec,
+    EnsembleSpec,
+    EnsembleStepSpec,
+    ModelVersionSpec,
+)
 
 ENS = ModelVersionSpec(
     model="ens",

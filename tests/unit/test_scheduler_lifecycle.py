@@ -11,8 +11,9 @@ import pytest
 
 from tests.unit.scheduler_harness import Harness, model_spec
 from triton_mp.common.errors import ErrorCode
-from triton_mp.ipc.codec import encode
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.memory.notify import Wakeup
+from triton_mp.ipc.memory.ring import RecordTooLarge
+from triton_mp.ipc.protocol.messages import (
     BatchAssign,
     InstancesAdded,
     InstancesRemoved,
@@ -25,10 +26,9 @@ from triton_mp.ipc.messages import (
     VersionsActivated,
     WorkerDied,
 )
-from triton_mp.ipc.notify import Wakeup
-from triton_mp.ipc.records import RequestRecord
-from triton_mp.ipc.ring import RecordTooLarge
-from triton_mp.ipc.specs import BatchingSpec, ModelVersionSpec, SequenceSpec
+from triton_mp.ipc.protocol.specs import BatchingSpec, ModelVersionSpec, SequenceSpec
+from triton_mp.ipc.recordio.codec import encode
+from triton_mp.ipc.recordio.records import RequestRecord
 from triton_mp.scheduler.core import SchedulerCore, deliver
 from triton_mp.scheduler.instances import Health, InstanceState
 from triton_mp.scheduler.lifecycle import READERS_S, STOPPING_MESSAGE
@@ -83,7 +83,7 @@ def h() -> Harness:
 
 def test_the_dispatch_table_has_one_handler_per_inbound_message() -> None:
     core = SchedulerCore()
-    # NOTE: a REQUEST ring record decodes to a RequestRecord (ipc.records), not a message.
+    # NOTE: a REQUEST ring record decodes to a RequestRecord (ipc.recordio.records), not a message.
     assert set(core.handlers) == {*typing.get_args(ToScheduler), RequestRecord}
 
 

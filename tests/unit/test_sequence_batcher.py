@@ -12,10 +12,10 @@ import hypothesis.strategies as st
 from hypothesis import given, settings
 
 from triton_mp.common.errors import ErrorCode
-from triton_mp.ipc.messages import SequenceFlags
-from triton_mp.scheduler.clock import FakeClock
+from triton_mp.ipc.protocol.messages import SequenceFlags
+from triton_mp.scheduler.policies.clock import FakeClock
+from triton_mp.scheduler.policies.policy import Batch, Queued, Rejection
 from triton_mp.scheduler.policies.sequence import SequenceBatcher
-from triton_mp.scheduler.policy import Batch, Queued, Rejection
 
 US = 1000
 START, END = SequenceFlags.START, SequenceFlags.END

@@ -17,7 +17,7 @@ import pytest
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.frontend.inference import holding_sink
 from triton_mp.frontend.shm.system import ClientShmApi, SystemShmRegistry
-from triton_mp.ipc.messages import ErrorInfo, InferResponse, RequestFailed
+from triton_mp.ipc.protocol.messages import ErrorInfo, InferResponse, RequestFailed
 
 
 @pytest.fixture

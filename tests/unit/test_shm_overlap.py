@@ -1,5 +1,5 @@
 """Inputs whose client region overlaps an output's window are handed over as copies
-(``workers.tensor_io.overlapping_inputs``). No processes; the end-to-end case, against
+(``workers.tensors.tensor_io.overlapping_inputs``). No processes; the end-to-end case, against
 Triton 2.51 too, is in ``tests/e2e/test_triton_shm_messages.py``.
 """
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.protocol.messages import (
     BlockRef,
     InferRequest,
     OutputRegion,
@@ -15,7 +15,7 @@ from triton_mp.ipc.messages import (
     Requester,
     TensorRef,
 )
-from triton_mp.workers.tensor_io import overlapping_inputs
+from triton_mp.workers.tensors.tensor_io import overlapping_inputs
 
 
 def _request(

@@ -1,4 +1,4 @@
-"""The start-up sweep of ``/dev/shm`` (``ipc.shm``): what it removes is only what a server of
+"""The start-up sweep of ``/dev/shm`` (``ipc.memory.shm``): what it removes is only what a server of
 its own pid namespace left and can be proved dead; objects of a server in another pid
 namespace sharing the same ``/dev/shm`` (a container run with ``--ipc=host``, or the host
 seen from such a container) are left alone, since their pids mean nothing here (issue 39).
@@ -15,7 +15,7 @@ import posix_ipc
 import pytest
 
 from triton_mp.common.errors import TritonMPError
-from triton_mp.ipc.shm import (
+from triton_mp.ipc.memory.shm import (
     DEV_SHM,
     claim_server_id,
     list_objects,
@@ -23,7 +23,7 @@ from triton_mp.ipc.shm import (
     stale_entries,
     sweep_stale,
 )
-from triton_mp.ipc.topology import Topology
+from triton_mp.ipc.memory.topology import Topology
 
 OURS = 4026532001
 """A pid namespace inode (``/proc/self/ns/pid``) standing for this process's."""

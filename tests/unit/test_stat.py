@@ -29,7 +29,7 @@ from triton_mp.cli.stat import (
 )
 from triton_mp.common.close_reason import CloseReason
 from triton_mp.common.errors import ErrorCode
-from triton_mp.ipc.reports import ModelQueueStatus
+from triton_mp.ipc.protocol.reports import ModelQueueStatus
 
 URL = "localhost:8001"
 MODELS = (busy_cls(), idle_add_sub())

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from triton_mp.ipc.messages import BlockRef
-from triton_mp.ipc.shm import Segment
+from triton_mp.ipc.memory.shm import Segment
+from triton_mp.ipc.protocol.messages import BlockRef
 from triton_mp.ipc.tensor_pool import (
     BLOCK_HEADER_BYTES,
     FREE,

@@ -8,8 +8,8 @@ import pytest
 from triton_mp.common.errors import InvalidRequest
 from triton_mp.common.input_checks import BATCH_NOTE
 from triton_mp.common.unordered import iteration_order
-from triton_mp.ipc.specs import TensorSpec
-from triton_mp.scheduler.step_inputs import StepInput, apply_reshape, check_step, reshape_dims
+from triton_mp.ipc.protocol.specs import TensorSpec
+from triton_mp.scheduler.rules.step_inputs import StepInput, apply_reshape, check_step, reshape_dims
 
 RID = "[request id: r1] "
 

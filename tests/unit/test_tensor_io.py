@@ -1,4 +1,5 @@
-"""A worker's tensor I/O (``workers.tensor_io``): views over inputs, output blocks, client regions.
+"""A worker's tensor I/O (``workers.tensors.tensor_io``): views over inputs, output blocks, client
+regions.
 
 No process is started: an arena of this test process stands for the worker's, a POSIX
 shared-memory object of this process for a client's registered region. Objects are named
@@ -18,7 +19,7 @@ import pytest
 
 from triton_mp.common.datatypes import BF16_DTYPE, tensor_wire_bytes
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.protocol.messages import (
     BlockRef,
     InferRequest,
     OutputRegion,
@@ -34,7 +35,7 @@ from triton_mp.ipc.tensor_pool import (
     block_ref,
     free_block,
 )
-from triton_mp.workers.tensor_io import (
+from triton_mp.workers.tensors.tensor_io import (
     ClientRegions,
     free_own_block,
     request_inputs,

@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.ipc import shm as shm_module
-from triton_mp.ipc.shm import Segment, ShmExhausted, list_objects
+from triton_mp.ipc.memory import shm as shm_module
+from triton_mp.ipc.memory.shm import Segment, ShmExhausted, list_objects
 from triton_mp.ipc.tensor_pool import (
     ALIGN,
     ARENA_HEADER_BYTES,

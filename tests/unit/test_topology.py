@@ -1,12 +1,12 @@
 """The names of a server's shared-memory objects: built and parsed from one table
-(``ipc.topology``), and the cleanup sets it enumerates (no objects created)."""
+(``ipc.memory.topology``), and the cleanup sets it enumerates (no objects created)."""
 
 from __future__ import annotations
 
 import pytest
 
-from triton_mp.ipc.shm import client_object_refusal
-from triton_mp.ipc.topology import (
+from triton_mp.ipc.memory.shm import client_object_refusal
+from triton_mp.ipc.memory.topology import (
     Kind,
     ObjectId,
     Topology,

@@ -32,7 +32,7 @@ from triton_mp.frontend.request import (
 from triton_mp.frontend.shm.system import SystemShmRegistry
 from triton_mp.frontend.validation.parameters import check_correlation_id_type, sequence_id
 from triton_mp.frontend.validation.request import ValidRequest, validate_request
-from triton_mp.ipc.messages import SequenceFlags
+from triton_mp.ipc.protocol.messages import SequenceFlags
 
 MODELS = table(
     model_entry(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.protocol.messages import (
     BatchAssign,
     BlsClientWiring,
     BlsWorkerUpdate,

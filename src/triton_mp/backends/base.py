@@ -25,8 +25,8 @@ import msgspec
 import numpy as np
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.ipc.messages import ErrorInfo
-from triton_mp.ipc.specs import ModelVersionSpec
+from triton_mp.ipc.protocol.messages import ErrorInfo
+from triton_mp.ipc.protocol.specs import ModelVersionSpec
 
 
 class BackendRequest(msgspec.Struct, frozen=True):
@@ -43,7 +43,7 @@ class BackendRequest(msgspec.Struct, frozen=True):
         timeout_us: the request's ``timeout`` parameter in microseconds (0 = none).
         parameters_json: the request's non-reserved parameters as a JSON object.
         sequence_id: the correlation ID (uint64 or string; 0 outside sequences).
-        sequence_flags: ``ipc.messages.SequenceFlags`` bits.
+        sequence_flags: ``ipc.protocol.messages.SequenceFlags`` bits.
         token: the worker's handle of the request (its ``InferRequest``), which a backend
             that answers on its own (decoupled models) passes back to ``Responder``.
     """

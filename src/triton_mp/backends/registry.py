@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from triton_mp.common.errors import ConfigError, ErrorCode
-from triton_mp.ipc.specs import BackendCapabilities
+from triton_mp.ipc.protocol.specs import BackendCapabilities
 
 if TYPE_CHECKING:
     from triton_mp._proto.model_config_pb2 import ModelConfig
     from triton_mp.backends.base import Backend
-    from triton_mp.ipc.specs import InstanceSpec, ModelVersionSpec
+    from triton_mp.ipc.protocol.specs import InstanceSpec, ModelVersionSpec
 
 __all__ = ["BACKENDS", "AutoComplete", "AutoCompleteOptions", "BackendInfo", "load_backend"]
 

@@ -21,7 +21,7 @@ import msgspec
 
 from triton_mp._proto import admin_pb2, admin_pb2_grpc
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.ipc.reports import (
+from triton_mp.ipc.protocol.reports import (
     BatchRecord,
     InstanceStatus,
     LevelStatus,

@@ -24,8 +24,8 @@ from triton_mp.cli.flags import NOT_YET, FlagError, Parsed, parse, usage
 from triton_mp.cli.serving_flags import cache_and_rate_limit
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import TritonMPError
-from triton_mp.common.host_policy import add_host_policy
-from triton_mp.common.log import configure_logging, log_to_file
+from triton_mp.common.process.host_policy import add_host_policy
+from triton_mp.common.process.log import configure_logging, log_to_file
 from triton_mp.common.trace_config import DeprecatedTraceFlags, TraceConfig, parse_trace_flags
 from triton_mp.frontend.header_forward import CASE_INSENSITIVE, pattern_error
 from triton_mp.frontend.restricted import parse_restrictions

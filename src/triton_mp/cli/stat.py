@@ -1,7 +1,7 @@
 """``triton-mp stat``: the scheduler's queues as a table, a live ``top``-like view, or JSON.
 
 Imported by ``triton_mp.cli.main`` (lazily, only for ``stat``); runs in the user's shell, never in
-a server process. It renders ``ModelQueueStatus`` structs (``ipc.messages``) and knows
+a server process. It renders ``ModelQueueStatus`` structs (``ipc.protocol.messages``) and knows
 nothing of gRPC: ``triton_mp.cli.admin_client.fetch_queue_snapshot`` fetches them (with the
 supervisor's frontend restart counts), and every function here also takes hand-made structs,
 which is how the unit tests drive it.
@@ -29,7 +29,7 @@ import msgspec
 
 from triton_mp.common.close_reason import CloseReason
 from triton_mp.common.errors import TritonMPError
-from triton_mp.ipc.reports import ModelQueueStatus
+from triton_mp.ipc.protocol.reports import ModelQueueStatus
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderableType, RenderResult

@@ -2,7 +2,8 @@
 
 The scheduler's batching policies (``scheduler.policies``) produce it; ``triton-mp stat``
 (``cli.stat``) and the Prometheus endpoint (``frontend.metrics.render``) show it. It travels as its
-string value in ``ipc.reports`` (``ModelQueueStatus.close_reasons``, ``BatchRecord.reason``).
+string value in ``ipc.protocol.reports`` (``ModelQueueStatus.close_reasons``,
+``BatchRecord.reason``).
 It lives in ``common`` (as ``ErrorCode`` does) because the batching core imports nothing of
 ``ipc`` (``tests/unit/test_layering.py``) and the frontend never imports the scheduler.
 """

@@ -1,7 +1,7 @@
 """The server's flags as one frozen struct: validated once at the edge, then passed down.
 
 Built by the CLI (``cli.main``) from ``triton-mp start``'s argv and read by the supervisor;
-every role receives only the parts it needs, as runtime specs (``ipc.specs``). Fields carry
+every role receives only the parts it needs, as runtime specs (``ipc.protocol.specs``). Fields carry
 their units and follow ``tritonserver``'s flag names and defaults. Every field is
 restart-required.
 """
@@ -24,7 +24,7 @@ class CacheConfig(msgspec.Struct, frozen=True, kw_only=True):
     deprecated ``--response-cache-byte-size N`` = ``local,size=N``)."""
 
     kind: Literal["local", "redis"]
-    """``local``: one shared-memory cache for every frontend (``ipc.response_cache``);
+    """``local``: one shared-memory cache for every frontend (``ipc.memory.response_cache``);
     ``redis``: entries in a Redis server (``frontend.cache.redis_store``)."""
     settings: dict[str, str] = {}
     """The ``<key>=<value>`` pairs as given: ``size`` (bytes) for local; ``host``, ``port``
@@ -111,7 +111,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """``--allow-cpu-metrics``: the ``nv_cpu_*`` gauges."""
     allow_gpu_metrics: bool = True
     """``--allow-gpu-metrics``: the ``nv_gpu_*`` gauges and ``nv_energy_consumption`` of
-    every GPU this server sees (``common.gpus``); nothing where there is none."""
+    every GPU this server sees (``common.process.gpus``); nothing where there is none."""
     metrics_interval_ms: Annotated[int, Meta(gt=0)] = 2000
     """``--metrics-interval-ms``: how often the CPU and GPU gauges are sampled."""
     metrics_config: tuple[tuple[str, str], ...] = ()
@@ -119,7 +119,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     ``histogram_latencies=true`` (``frontend.metrics.latency``)."""
     min_compute_capability: Annotated[float, Meta(ge=0)] = 6.0
     """``--min-supported-compute-capability``: GPUs below it cannot be named by instance
-    groups (Triton's TRITON_MIN_COMPUTE_CAPABILITY by default, ``common.gpus``)."""
+    groups (Triton's TRITON_MIN_COMPUTE_CAPABILITY by default, ``common.process.gpus``)."""
     frontend_processes: Annotated[int, Meta(ge=1, le=64)] = 1
     frontend_spare: bool = True
     """``--frontend-spare``: keep one frontend process started ahead, its code imported,
@@ -144,7 +144,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """``--http-restricted-api``: category -> (header key, value)."""
     host_policies: dict[str, dict[str, str]] = {}
     """``--host-policy <name>,<setting>=<value>``: policy name -> ``cpu-cores`` /
-    ``numa-node`` -> value (``common.host_policy``); instances of groups with that
+    ``numa-node`` -> value (``common.process.host_policy``); instances of groups with that
     ``host_policy`` (or Triton's default name) are pinned by it."""
     load_models: tuple[str, ...] = ()
     """``--load-model``: models loaded at start in explicit mode (``*`` = all)."""
@@ -171,7 +171,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     rate_limit: Literal["off", "execution_count"] = "off"
     """``--rate-limit``: ``execution_count`` makes executions wait for the resources their
     instance group's ``rate_limiter`` names and orders waiting instances by executions x
-    priority (``scheduler.rate_limiter``); ``off`` ignores every ``rate_limiter``."""
+    priority (``scheduler.limits.rate_limiter``); ``off`` ignores every ``rate_limiter``."""
     rate_limit_resources: tuple[RateLimitResource, ...] = ()
     """``--rate-limit-resource``: the counts available; a resource not listed gets the
     largest count any instance asks for."""
@@ -179,7 +179,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     heartbeat_timeout_s: Annotated[float, Meta(ge=0)] = 30.0
     """``--heartbeat-timeout-secs``: a child that sends no heartbeat for this long is hung
     and is killed (a worker is then restarted); 0 turns heartbeats off. See
-    ``ipc.heartbeat`` for what stops a heartbeat (not a long-running ``execute``)."""
+    ``ipc.memory.heartbeat`` for what stops a heartbeat (not a long-running ``execute``)."""
     startup_timeout_s: Annotated[float, Meta(gt=0)] = 120.0
     """How long each child may take to report ready."""
     input_arena_bytes: Annotated[int, Meta(ge=1 << 16)] = 16 << 20

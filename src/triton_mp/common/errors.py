@@ -1,7 +1,7 @@
 """Error codes and the exception hierarchy shared by every process.
 
 Imported by all roles. Transport mapping (gRPC status, HTTP status) lives only in
-``triton_mp.frontend``; errors cross process boundaries as ``ipc.messages.ErrorInfo``
+``triton_mp.frontend``; errors cross process boundaries as ``ipc.protocol.messages.ErrorInfo``
 (code + message), never as pickled exceptions.
 """
 

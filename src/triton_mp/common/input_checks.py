@@ -1,7 +1,7 @@
 """Triton's input checks of a request against a model's config: the messages, and the checks
 that need only names, datatypes and shapes.
 
-Imported by ``frontend.validation.inputs`` (a client's request) and ``scheduler.step_inputs``
+Imported by ``frontend.validation.inputs`` (a client's request) and ``scheduler.rules.step_inputs``
 (an ensemble step's request, which Triton's core normalizes as any other). Words and order
 follow core ``infer_request.cc`` (``Normalize``, ``ValidateRequestInputs``); ``rid`` is the
 request's ``[request id: <id>] `` prefix (core ``LogRequest``). Pure: no numpy, no ipc.

@@ -39,9 +39,15 @@ from triton_mp.frontend.tracing.tracer import Trace
 from triton_mp.frontend.validation.request import ValidRequest, request_prefix, validate_request
 from triton_mp.frontend.validation.signature import SignatureCache
 from triton_mp.ipc import ArenaAllocator, BlockRef, SegmentCache, TensorRef, encode
-from triton_mp.ipc.messages import CancelRequest, InferRequest, ReplyTo, Requester, RequestFailed
-from triton_mp.ipc.records import encode_request
-from triton_mp.ipc.ring import RecordTooLarge
+from triton_mp.ipc.memory.ring import RecordTooLarge
+from triton_mp.ipc.protocol.messages import (
+    CancelRequest,
+    InferRequest,
+    ReplyTo,
+    Requester,
+    RequestFailed,
+)
+from triton_mp.ipc.recordio.records import encode_request
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align, block_ref
 
 log = logging.getLogger(__name__)

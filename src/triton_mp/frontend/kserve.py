@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp.frontend.admin.repository import IndexEntry
 from triton_mp.frontend.admin.server import ModelMetadata, ServerMetadata, TensorMetadata
-from triton_mp.ipc.reports import ModelStats, StatDuration
+from triton_mp.ipc.protocol.reports import ModelStats, StatDuration
 
 
 def server_metadata(m: ServerMetadata) -> pb.ServerMetadataResponse:

@@ -6,7 +6,7 @@ scheduler. Both transports call one transport-free core (``frontend.api.Frontend
 which ``build_api`` assembles here.
 
 One asyncio loop runs the grpc.aio and aiohttp servers, every handler, and the inbox:
-answers from workers and the scheduler wake it through a FIFO it watches (``ipc.notify``),
+answers from workers and the scheduler wake it through a FIFO it watches (``ipc.memory.notify``),
 and it drains the rings in the same thread that hands answers to the tickets
 (``frontend.dispatch.inbox``). SIGTERM (from the supervisor) starts a drain: new requests are
 refused, and the process waits until the accepted ones are answered (at most
@@ -28,8 +28,8 @@ import grpc
 from triton_mp._proto import admin_pb2_grpc, health_pb2_grpc
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import StartupError, TritonMPError
-from triton_mp.common.log import configure_logging
-from triton_mp.common.platform import tune_gc
+from triton_mp.common.process.log import configure_logging
+from triton_mp.common.process.platform import tune_gc
 from triton_mp.frontend.admin.control import SupervisorLink
 from triton_mp.frontend.admin.logs import LogControl
 from triton_mp.frontend.admin.repository import RepositoryApi
@@ -58,16 +58,16 @@ from triton_mp.frontend.shm.cuda import CudaShmRegistry
 from triton_mp.frontend.shm.system import DISABLED_MESSAGE, ClientShmApi, SystemShmRegistry
 from triton_mp.frontend.tracing.tracer import Tracer
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender
-from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.handshake import report_ready, report_start_failed
-from triton_mp.ipc.messages import ToFrontend
-from triton_mp.ipc.notify import Waker
-from triton_mp.ipc.response_cache import CacheStats, SharedResponseCache
-from triton_mp.ipc.topology import process_arena_prefix
+from triton_mp.ipc.memory.notify import Waker
+from triton_mp.ipc.memory.response_cache import CacheStats, SharedResponseCache
+from triton_mp.ipc.memory.topology import process_arena_prefix
+from triton_mp.ipc.protocol.messages import ToFrontend
+from triton_mp.ipc.recordio.codec import Decoder
 
 if TYPE_CHECKING:
     from triton_mp.frontend.cache.redis_store import RedisStore
-from triton_mp.ipc.specs import FrontendSpec
+from triton_mp.ipc.protocol.specs import FrontendSpec
 
 log = logging.getLogger(__name__)
 
@@ -443,7 +443,7 @@ async def _drain(
 
 def _input_arena(spec: FrontendSpec, cache: SegmentCache) -> ArenaAllocator:
     """This process's input arenas: named by its pid, so a frontend restarted in a dead
-    one's place allocates new objects, never ones workers still map (``ipc.topology``)."""
+    one's place allocates new objects, never ones workers still map (``ipc.memory.topology``)."""
     owner = process_arena_prefix(spec.arena_prefix, os.getpid())
     return ArenaAllocator(owner, spec.arena_bytes, spec.arena_budget_bytes, cache)
 

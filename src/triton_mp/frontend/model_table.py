@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.datatypes import DataType
 from triton_mp.common.errors import InvalidRequest, ModelNotFound, ModelUnavailable
-from triton_mp.ipc.specs import ModelEntry
+from triton_mp.ipc.protocol.specs import ModelEntry
 
 
 @dataclass(frozen=True, slots=True)

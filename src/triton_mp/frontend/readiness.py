@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 
 from triton_mp.ipc import encode
-from triton_mp.ipc.ready_messages import InstanceReadiness, ReadyFanout, ReadyQuery
+from triton_mp.ipc.protocol.ready_messages import InstanceReadiness, ReadyFanout, ReadyQuery
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,7 @@
-"""Channels: a ring plus the consumer's wake-up (``ipc.notify``) plus a typed codec.
+"""Channels: a ring plus the consumer's wake-up (``ipc.memory.notify``) plus a typed codec.
 
-A ring carries msgpack messages (``ipc.messages``) and binary records (``ipc.records``:
+A ring carries msgpack messages (``ipc.protocol.messages``) and binary records
+(``ipc.recordio.records``:
 requests and answers, told apart by their first byte); ``codec.Decoder`` decodes both.
 
 Imported by the role ``main`` modules. Each consumer process has ONE wake-up object that all
@@ -16,9 +17,9 @@ from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.ipc.codec import Decoder, encode
-from triton_mp.ipc.notify import Waiter, Waker, Wakeup, fence
-from triton_mp.ipc.ring import Ring, RingFull
+from triton_mp.ipc.memory.notify import Waiter, Waker, Wakeup, fence
+from triton_mp.ipc.memory.ring import Ring, RingFull
+from triton_mp.ipc.recordio.codec import Decoder, encode
 
 T = TypeVar("T")
 

@@ -23,9 +23,9 @@ import contextlib
 
 import posix_ipc
 
-from triton_mp.ipc.control_messages import DirectRoute as DirectRoute
-from triton_mp.ipc.shm import create_semaphore
-from triton_mp.ipc.specs import ModelVersionSpec
+from triton_mp.ipc.memory.shm import create_semaphore
+from triton_mp.ipc.protocol.control_messages import DirectRoute as DirectRoute
+from triton_mp.ipc.protocol.specs import ModelVersionSpec
 
 
 def handoff_eligible(spec: ModelVersionSpec, rate_limited: bool) -> bool:

@@ -6,7 +6,7 @@ end of a pipe from the supervisor; the first and, for the scheduler and workers,
 it is ``Ready`` (the role can serve) or ``StartFailed`` (why it cannot; the child then
 exits). A child that dies before either, or stays silent past ``--startup-timeout-secs``,
 is reported by the supervisor from its exit code or the deadline. A frontend's pipe then
-stays open as its control pipe (``ToSupervisor`` / ``FromSupervisor``, ``ipc.messages``).
+stays open as its control pipe (``ToSupervisor`` / ``FromSupervisor``, ``ipc.protocol.messages``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Literal
 
 import msgspec
 
-from triton_mp.ipc.codec import Decoder, encode
+from triton_mp.ipc.recordio.codec import Decoder, encode
 
 Role = Literal["frontend", "scheduler", "worker"]
 """The process roles the supervisor starts."""

@@ -1,6 +1,6 @@
-// Fixed-layout binary records that cross the shared-memory rings (ipc/ring.py).
+// Fixed-layout binary records that cross the shared-memory rings (ipc/memory/ring.py).
 //
-// Python twin: src/triton_mp/ipc/records.py (the layout table) and record_layout.py (the same
+// Python twin: src/triton_mp/ipc/recordio/records.py (the layout table) and record_layout.py (the same
 // constants and struct formats; request_records.py and answer_records.py write and read
 // them); tests/unit/test_records.py pins every offset below and compiles this header. Change
 // both together and bump kRecordVersion.
@@ -10,7 +10,7 @@
 // payload, after its u32 length). Strings are UTF-8, not terminated, named by (offset, length)
 // into the record's string area, which follows the fixed entries in any order the writer
 // likes. A record's first byte is kRecordMarker (0xC1, a byte msgpack never uses), so a ring
-// consumer tells these records from the msgpack messages (ipc/messages.py) that share the
+// consumer tells these records from the msgpack messages (ipc/protocol/messages.py) that share the
 // same rings by that byte alone.
 //
 //   REQUEST  (kind 1): a frontend (Python or native) -> the scheduler, one per request.
@@ -29,7 +29,7 @@
 // inside its (msgpack) batch message; nothing else is declared here.
 //
 // Version 2 added block_generation to both headers: the arena block's allocation number
-// (BlockRef.generation in ipc/messages.py, the block header's second u32 in
+// (BlockRef.generation in ipc/protocol/messages.py, the block header's second u32 in
 // ipc/tensor_pool.py), without which a block's reader may not free it.
 #ifndef TRITON_MP_IPC_RECORDS_H_
 #define TRITON_MP_IPC_RECORDS_H_
@@ -52,7 +52,7 @@ constexpr uint8_t kReqTraceMask = 0x0C;  // TRITONSERVER_InferenceTraceLevel bit
                                          // sampled request: 0x4 TIMESTAMPS, 0x8 TENSORS
 constexpr uint8_t kReqSeqString = 0x10;  // the correlation id is a string, in the tail
 
-// RequestHeader.reply_kind (ipc.messages.Requester)
+// RequestHeader.reply_kind (ipc.protocol.messages.Requester)
 constexpr uint8_t kReplyFrontend = 0;
 constexpr uint8_t kReplyBls = 1;
 

@@ -37,7 +37,7 @@ Ownership rules (the only place they are written down):
 - A block is named by a ``BlockRef``: its arena, its offset and its *generation*, the
   allocation's number in its arena (u32, counting from 1, never 0), which the owner writes
   into the block's header and every reference carries (in messages, and in the binary ring
-  records: ``ipc.records``). ``free_block`` writes ``FREE`` only while the header still
+  records: ``ipc.recordio.records``). ``free_block`` writes ``FREE`` only while the header still
   holds ``LIVE`` and that generation: a second free of a block, or a free that comes after
   its room was reused by a later block, writes nothing; it is logged once per process and
   counted (``stray_frees``). It cannot tell an early free from a legitimate one (the
@@ -67,9 +67,9 @@ from collections.abc import Iterator
 import posix_ipc
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.ipc.messages import AnswerBatch, BlockRef, InferResponse, RequestFailed
-from triton_mp.ipc.shm import Segment
-from triton_mp.ipc.topology import arena_name
+from triton_mp.ipc.memory.shm import Segment
+from triton_mp.ipc.memory.topology import arena_name
+from triton_mp.ipc.protocol.messages import AnswerBatch, BlockRef, InferResponse, RequestFailed
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ class ArenaAllocator:
     """The owner's allocator over a growing list of arenas.
 
     Args:
-        name_prefix: POSIX name prefix for this owner's arenas (``ipc.topology``:
+        name_prefix: POSIX name prefix for this owner's arenas (``ipc.memory.topology``:
             ``Topology.frontend_arenas`` or a worker process's prefix); arena ``i`` is
             ``topology.arena_name(prefix, i)``.
         arena_bytes: size of the first arena and the minimum size of later ones.

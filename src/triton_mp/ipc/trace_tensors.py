@@ -1,4 +1,4 @@
-"""A tensor as a TENSORS-level trace writes it (``ipc.messages.TensorTrace``).
+"""A tensor as a TENSORS-level trace writes it (``ipc.protocol.messages.TensorTrace``).
 
 Imported by the frontend (``TENSOR_QUEUE_INPUT``, from the request's bytes) and the workers
 (``TENSOR_BACKEND_INPUT`` / ``TENSOR_BACKEND_OUTPUT``, from the backend's arrays), only when
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from triton_mp.common.datatypes import NUMPY_DTYPES, deserialize_bytes_tensor, protocol_of
-from triton_mp.ipc.messages import TensorTrace
+from triton_mp.ipc.protocol.messages import TensorTrace
 
 
 def _elements(datatype: str, arr: np.ndarray) -> str:

@@ -11,7 +11,7 @@ Mirrors Triton core's split (``model_config_utils.cc``, ``model_lifecycle.cc``,
 - ``normalize``: Triton's defaults, and default instance groups;
 - ``validate``: model, input/output and instance-group rules;
 - ``ensemble``: the step graph of one ensemble, and dependencies/cycles between ensembles;
-- ``plan``: loaded models -> ``ipc.specs`` version specs and instances.
+- ``plan``: loaded models -> ``ipc.protocol.specs`` version specs and instances.
 
 Imported by the supervisor (and the CLI); starts no process (except a python model's
 auto-complete child) and touches no global state. Triton's JSON form of a config lives in

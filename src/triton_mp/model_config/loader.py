@@ -26,7 +26,7 @@ from google.protobuf import json_format, text_format
 from triton_mp._proto import model_config_pb2
 from triton_mp.backends.registry import BACKENDS, AutoCompleteOptions
 from triton_mp.common.errors import ConfigError, flatten_exception
-from triton_mp.common.gpus import MIN_COMPUTE_CAPABILITY
+from triton_mp.common.process.gpus import MIN_COMPUTE_CAPABILITY
 from triton_mp.model_config.autocomplete import auto_complete_backend_fields
 from triton_mp.model_config.ensemble import ENSEMBLE_PLATFORM, ensemble_failures
 from triton_mp.model_config.labels import read_labels
@@ -158,7 +158,7 @@ def load_repository(
         auto_complete: Triton's auto-complete (on unless ``--disable-auto-complete-config``).
         default_max_batch_size: max_batch_size given to batchable ONNX models whose config
             leaves it 0 (Triton's onnxruntime ``default-max-batch-size``).
-        gpu_ids: the GPUs instances may use (CUDA ordinals, ``common.gpus.Devices.
+        gpu_ids: the GPUs instances may use (CUDA ordinals, ``common.process.gpus.Devices.
             supported_ids``); empty means a CPU-only server.
         min_compute_capability: ``--min-supported-compute-capability``, quoted when a
             config names a GPU that is not in ``gpu_ids``.

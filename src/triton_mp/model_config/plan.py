@@ -1,10 +1,10 @@
 """Planning: loaded repository models -> the runtime specs of their versions and instances.
 
-Turns each loadable ``RepositoryModel`` into one ``ipc.specs.ModelVersionSpec`` per version
+Turns each loadable ``RepositoryModel`` into one ``ipc.protocol.specs.ModelVersionSpec`` per version
 (tensors, batching, sequence controls and state, queue policies, the config's JSON form) and
 one ``InstanceSpec`` per model instance, with dense instance ids. A model triton-mp cannot
 run yet (a backend whose registry row has no worker) gets ``ModelPlan.error``. An ensemble's
-version spec carries its steps (``ipc.specs.EnsembleSpec``) and no instances.
+version spec carries its steps (``ipc.protocol.specs.EnsembleSpec``) and no instances.
 Each instance gets its host policy (``--host-policy`` settings of its group's
 ``host_policy``, Triton's default names otherwise; a value that does not parse fails the
 model, as Triton fails the instance) and its nice value (``optimization.priority``); each
@@ -29,9 +29,13 @@ from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.backends.registry import BACKENDS
 from triton_mp.common.datatypes import DataType
 from triton_mp.common.errors import ConfigError
-from triton_mp.common.host_policy import default_policy_name, parse_cpu_cores, parse_numa_node
 from triton_mp.common.json_form import config_to_json
-from triton_mp.ipc.specs import (
+from triton_mp.common.process.host_policy import (
+    default_policy_name,
+    parse_cpu_cores,
+    parse_numa_node,
+)
+from triton_mp.ipc.protocol.specs import (
     BackendCapabilities,
     BatchingSpec,
     ControlSpec,

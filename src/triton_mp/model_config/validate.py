@@ -18,7 +18,7 @@ from triton_mp._proto import model_config_pb2
 from triton_mp.backends.registry import BACKENDS
 from triton_mp.common.datatypes import DataType
 from triton_mp.common.errors import ConfigError
-from triton_mp.common.gpus import MIN_COMPUTE_CAPABILITY
+from triton_mp.common.process.gpus import MIN_COMPUTE_CAPABILITY
 from triton_mp.model_config.autocomplete import TRITON_PLATFORMS
 from triton_mp.model_config.ensemble import ENSEMBLE_PLATFORM, validate_ensemble_scheduling
 
@@ -396,7 +396,7 @@ def validate_instance_group(
     min_compute_capability: float = MIN_COMPUTE_CAPABILITY,
 ) -> None:
     """ValidateInstanceGroup after normalisation, for a server with ``gpu_ids`` (the CUDA
-    ordinals of ``common.gpus.Devices.supported_ids``); ``min_compute_capability`` is quoted
+    ordinals of ``common.process.gpus.Devices.supported_ids``); ``min_compute_capability`` is quoted
     in the invalid-gpu-id message (``--min-supported-compute-capability``)."""
     if config.HasField("ensemble_scheduling"):
         return

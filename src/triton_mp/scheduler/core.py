@@ -1,11 +1,11 @@
 """The scheduler core: each inbound message to outbound messages, through a dispatch table.
 
 ``SchedulerCore.handle(msg, now_ns)`` looks the message's type up in ``handlers`` (one
-handler per member of ``ipc.messages.ToScheduler``) and returns what follows from it as
+handler per member of ``ipc.protocol.messages.ToScheduler``) and returns what follows from it as
 ``Outbound`` items (``scheduler.outbox``); ``dispatch(now_ns)`` forms and returns the
 batches that are ready. No I/O and no clock: the process shell (``scheduler.main``) reads
 the rings, passes the time and sends the items (``deliver``). Requests go to their version's
-generation's batching policy (``scheduler.policy``); instances and generations move through
+generation's batching policy (``scheduler.policies.policy``); instances and generations move through
 ``scheduler.lifecycle``; statistics are ``scheduler.stats``, queue views ``scheduler.status``.
 """
 
@@ -18,8 +18,9 @@ from typing import Any, cast
 import msgspec
 
 from triton_mp.common.errors import ErrorCode
-from triton_mp.ipc.log_messages import LogSettingsUpdate, apply_update
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.memory.ring import RecordTooLarge
+from triton_mp.ipc.protocol.log_messages import LogSettingsUpdate, apply_update
+from triton_mp.ipc.protocol.messages import (
     BatchAssign,
     BatchDone,
     BatchDue,
@@ -44,17 +45,15 @@ from triton_mp.ipc.messages import (
     WorkerDied,
     WorkerReady,
 )
-from triton_mp.ipc.records import (
+from triton_mp.ipc.protocol.reports import ModelQueueStatus
+from triton_mp.ipc.protocol.specs import ModelVersionSpec, RateLimitSpec
+from triton_mp.ipc.recordio.records import (
     Request,
     RequestRecord,
     as_request,
     decode_request,
     wire_form,
 )
-from triton_mp.ipc.reports import ModelQueueStatus
-from triton_mp.ipc.ring import RecordTooLarge
-from triton_mp.ipc.specs import ModelVersionSpec, RateLimitSpec
-from triton_mp.scheduler.admission import queue_start_ns, request_label, unknown_version
 from triton_mp.scheduler.direct import Handoffs
 from triton_mp.scheduler.done_wakeups import quiet_instances
 from triton_mp.scheduler.ensembles import Ensembles
@@ -64,11 +63,12 @@ from triton_mp.scheduler.instances import (
     running_instance,
 )
 from triton_mp.scheduler.lifecycle import STOPPING_MESSAGE, Lifecycle
+from triton_mp.scheduler.limits.rate_gate import RateGate
+from triton_mp.scheduler.limits.rate_limiter import Limits, RateLimiter
 from triton_mp.scheduler.outbox import Outbound, Outbox, ToInstance
-from triton_mp.scheduler.policy import QUEUE_FULL, TIMED_OUT, Batch, IterativeSteps, Queued
+from triton_mp.scheduler.policies.policy import QUEUE_FULL, TIMED_OUT, Batch, IterativeSteps, Queued
 from triton_mp.scheduler.queries import answer_queue_query, answer_ready_query, answer_stats_query
-from triton_mp.scheduler.rate_gate import RateGate
-from triton_mp.scheduler.rate_limiter import Limits, RateLimiter
+from triton_mp.scheduler.rules.admission import queue_start_ns, request_label, unknown_version
 from triton_mp.scheduler.stats import StatsBook
 from triton_mp.scheduler.status import BatchLog, BatchLogs, queue_status
 
@@ -94,7 +94,7 @@ class SchedulerCore:
         models: model versions active from the start (tests; the server starts with none
             and activates every version by ``VersionsActivated``).
         rate_limiter: ``--rate-limit execution_count``: formed batches wait for their
-            instance's resources (``scheduler.rate_limiter``); None starts them at once.
+            instance's resources (``scheduler.limits.rate_limiter``); None starts them at once.
 
     Attributes:
         stats: per-version statistics (``StatsQuery``).

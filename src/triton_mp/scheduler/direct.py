@@ -20,7 +20,7 @@ from typing import Protocol
 from triton_mp.common.close_reason import CloseReason
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.direct import handoff_eligible
-from triton_mp.ipc.messages import BatchDone, DirectSent, WorkerDied
+from triton_mp.ipc.protocol.messages import BatchDone, DirectSent, WorkerDied
 from triton_mp.scheduler.instances import (
     Generation,
     Health,
@@ -31,7 +31,7 @@ from triton_mp.scheduler.instances import (
 )
 from triton_mp.scheduler.lifecycle import died_running
 from triton_mp.scheduler.outbox import Outbox
-from triton_mp.scheduler.policy import Batch, Queued
+from triton_mp.scheduler.policies.policy import Batch, Queued
 from triton_mp.scheduler.status import BatchLogs
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ Imported by ``scheduler.core``; pure. A ``BatchDone`` makes its instance idle, e
 in the statistics and, for some models, moves other work on. When no request waits for the
 instance's version, nothing the scheduler decides depends on when it reads that message: it
 is read on the scheduler's next pass, which the next request (or query) starts. The process
-shell turns the answer into each worker ring's quiet flag (``ipc.ring.Ring.set_quiet``), and
+shell turns the answer into each worker ring's quiet flag (``ipc.memory.ring.Ring.set_quiet``), and
 a worker pushes its ``BatchDone`` with ``channel.Sender.send_lazy``: one sleep and one wake-up
 of the scheduler fewer per such batch (a third of its wake-ups at c=1).
 

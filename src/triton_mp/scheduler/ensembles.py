@@ -43,7 +43,7 @@ import msgspec
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest
 from triton_mp.common.unordered import iteration_order
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.protocol.messages import (
     BlockRef,
     CancelRequest,
     ChildTrace,
@@ -62,8 +62,8 @@ from triton_mp.ipc.tensor_pool import SharedBlocks, response_blocks
 from triton_mp.scheduler.instances import Generation
 from triton_mp.scheduler.outbox import Outbox
 from triton_mp.scheduler.policies.ensemble import Call, Complete, EnsembleScheduler, Fail, Release
+from triton_mp.scheduler.rules.step_inputs import StepInput, apply_reshape, check_step, reshape_dims
 from triton_mp.scheduler.stats import StatsBook
-from triton_mp.scheduler.step_inputs import StepInput, apply_reshape, check_step, reshape_dims
 
 ENSEMBLE_REPLY = ReplyTo(Requester.ENSEMBLE, 0)
 """Where the workers answer composing requests: the scheduler itself."""

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
 
-from triton_mp.ipc.messages import ReplyTo, TensorRef
-from triton_mp.ipc.records import Request
-from triton_mp.ipc.specs import ModelVersionSpec
-from triton_mp.scheduler.policy import Policy
+from triton_mp.ipc.protocol.messages import ReplyTo, TensorRef
+from triton_mp.ipc.protocol.specs import ModelVersionSpec
+from triton_mp.ipc.recordio.records import Request
+from triton_mp.scheduler.policies.policy import Policy
 
 VersionKey = tuple[str, int]
 """(model name, version)."""

@@ -28,9 +28,8 @@ from collections.abc import Iterable
 from typing import cast
 
 from triton_mp.common.errors import ErrorCode
-from triton_mp.ipc.codec import Decoder
-from triton_mp.ipc.log_messages import LogSettingsUpdate
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.protocol.log_messages import LogSettingsUpdate
+from triton_mp.ipc.protocol.messages import (
     InstancesAdded,
     InstancesRemoved,
     InstancesRetired,
@@ -40,8 +39,9 @@ from triton_mp.ipc.messages import (
     WorkerDied,
     WorkerReady,
 )
-from triton_mp.ipc.records import Request
-from triton_mp.ipc.specs import ModelVersionSpec
+from triton_mp.ipc.protocol.specs import ModelVersionSpec
+from triton_mp.ipc.recordio.codec import Decoder
+from triton_mp.ipc.recordio.records import Request
 from triton_mp.scheduler.instances import (
     Generation,
     Health,

@@ -21,23 +21,24 @@ import logging
 import signal
 from multiprocessing.connection import Connection
 
-from triton_mp.common.log import configure_logging
-from triton_mp.common.platform import set_timer_slack_ns
+from triton_mp.common.process.log import configure_logging
+from triton_mp.common.process.platform import set_timer_slack_ns
 from triton_mp.ipc import Inbox, Sender, encode
-from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.direct import Lease
 from triton_mp.ipc.handshake import report_ready
-from triton_mp.ipc.messages import BatchDone, InstanceWiring, Requester, Shutdown, ToScheduler
-from triton_mp.ipc.notify import fence
-from triton_mp.ipc.specs import SchedulerSpec
-from triton_mp.ipc.tensor_pool import SegmentCache, free_block
-from triton_mp.scheduler.clock import (
-    SCHEDULER_TIMER_SLACK_NS,
-    Clock,
-    MonotonicClock,
-    wait_plan,
+from triton_mp.ipc.memory.notify import fence
+from triton_mp.ipc.protocol.messages import (
+    BatchDone,
+    InstanceWiring,
+    Requester,
+    Shutdown,
+    ToScheduler,
 )
+from triton_mp.ipc.protocol.specs import SchedulerSpec
+from triton_mp.ipc.recordio.codec import Decoder
+from triton_mp.ipc.tensor_pool import SegmentCache, free_block
 from triton_mp.scheduler.core import SchedulerCore, deliver
+from triton_mp.scheduler.limits.rate_limiter import RateLimiter
 from triton_mp.scheduler.outbox import (
     Attach,
     Broadcast,
@@ -48,7 +49,12 @@ from triton_mp.scheduler.outbox import (
     ToInstance,
     Unmap,
 )
-from triton_mp.scheduler.rate_limiter import RateLimiter
+from triton_mp.scheduler.policies.clock import (
+    SCHEDULER_TIMER_SLACK_NS,
+    Clock,
+    MonotonicClock,
+    wait_plan,
+)
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +88,7 @@ class Router:
         """The instances whose ring's quiet flag is set (``quiet_done``)."""
 
     def quiet_done(self, quiet: frozenset[int]) -> bool:
-        """Set each worker ring's quiet flag (``ipc.ring.Ring.set_quiet``): set for the
+        """Set each worker ring's quiet flag (``ipc.memory.ring.Ring.set_quiet``): set for the
         instances in ``quiet``, cleared for the others. True when a flag was cleared: the
         caller then rechecks the rings before it sleeps (a worker that read the flag still
         set pushed its ``BatchDone`` without a post); the fence is done here."""

@@ -3,7 +3,8 @@
 Imported by the scheduler core and its lifecycle, which append to one ``Outbox`` while they
 handle a message; the process shell (``scheduler.main``) takes the items and sends each on
 its ring, in order. Destinations: one worker (``ToInstance``), a request's or a query's
-requester (``Reply``: a frontend or a python worker's BLS client, ``ipc.messages.ReplyTo``),
+requester (``Reply``: a frontend or a python worker's BLS client,
+``ipc.protocol.messages.ReplyTo``),
 every frontend (``Broadcast``), the shell's own wiring (``Attach`` / ``Detach`` an
 instance's rings), and ``Free`` (an ensemble step's output block no consumer needs any more).
 Answers addressed to ``Requester.ENSEMBLE`` never leave the process: they go to ``loopback``
@@ -16,8 +17,8 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from triton_mp.common.errors import ErrorCode
-from triton_mp.ipc.log_messages import LogSettingsUpdate
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.protocol.log_messages import LogSettingsUpdate
+from triton_mp.ipc.protocol.messages import (
     BatchAssign,
     BatchDue,
     BlockRef,
@@ -36,7 +37,7 @@ from triton_mp.ipc.messages import (
     Shutdown,
     StatsReply,
 )
-from triton_mp.ipc.records import Request
+from triton_mp.ipc.recordio.records import Request
 from triton_mp.scheduler.stats import StatsBook
 
 

@@ -7,7 +7,7 @@ each appends its answer to the core's ``Outbox``.
 
 from __future__ import annotations
 
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.protocol.messages import (
     QueueQuery,
     QueueReply,
     ReplyTo,
@@ -15,8 +15,8 @@ from triton_mp.ipc.messages import (
     StatsQuery,
     StatsReply,
 )
-from triton_mp.ipc.ready_messages import ReadyCheck, ReadyFanout, ReadyQuery
-from triton_mp.ipc.reports import ModelQueueStatus
+from triton_mp.ipc.protocol.ready_messages import ReadyCheck, ReadyFanout, ReadyQuery
+from triton_mp.ipc.protocol.reports import ModelQueueStatus
 from triton_mp.scheduler.instances import readiness_checked
 from triton_mp.scheduler.lifecycle import Lifecycle
 from triton_mp.scheduler.outbox import Outbox

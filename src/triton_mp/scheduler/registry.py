@@ -1,7 +1,7 @@
 """Which batching policy a model version gets: ``POLICIES``, one entry per policy.
 
-The one place that reads runtime specs (``ipc.specs.ModelVersionSpec``) into policy
-arguments, so the policies themselves stay pure (``scheduler.policy``). The key is the
+The one place that reads runtime specs (``ipc.protocol.specs.ModelVersionSpec``) into policy
+arguments, so the policies themselves stay pure (``scheduler.policies.policy``). The key is the
 model's scheduling choice, ``BatchingSpec.kind`` (Triton's ``scheduling_choice`` oneof:
 none, ``dynamic_batching``, ``sequence_batching``). A new policy (an ensemble scheduler) is a
 module in ``scheduler/policies/`` plus one entry here.
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from triton_mp.ipc.specs import ModelVersionSpec, QueuePolicySpec
+from triton_mp.ipc.protocol.specs import ModelVersionSpec, QueuePolicySpec
 from triton_mp.scheduler.policies.default import DefaultScheduler
 from triton_mp.scheduler.policies.dynamic import DynamicBatcher
 from triton_mp.scheduler.policies.ensemble import EnsembleScheduler, Step
+from triton_mp.scheduler.policies.policy import Policy
+from triton_mp.scheduler.policies.queues import PriorityQueue, QueuePolicy
 from triton_mp.scheduler.policies.sequence import SequenceBatcher
-from triton_mp.scheduler.policy import Policy
-from triton_mp.scheduler.queues import PriorityQueue, QueuePolicy
 
 
 def _queue_policy(p: QueuePolicySpec) -> QueuePolicy:

@@ -21,8 +21,8 @@ from collections.abc import Iterable
 
 import msgspec
 
-from triton_mp.ipc.messages import CacheOutcome
-from triton_mp.ipc.reports import BatchStats, ModelStats
+from triton_mp.ipc.protocol.messages import CacheOutcome
+from triton_mp.ipc.protocol.reports import BatchStats, ModelStats
 
 
 class StatsBook:

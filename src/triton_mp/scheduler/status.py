@@ -2,7 +2,7 @@
 
 Imported by the scheduler core: ``BatchLogs`` keeps, per model version, the batches it
 formed (sizes, close reasons, the most recent ones); ``queue_status`` builds the
-``QueueReply`` contents (``ipc.reports.ModelQueueStatus``) from those books, the active
+``QueueReply`` contents (``ipc.protocol.reports.ModelQueueStatus``) from those books, the active
 generations' policies (per priority level) and the instance table. No I/O.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from triton_mp.common.close_reason import CloseReason
-from triton_mp.ipc.reports import (
+from triton_mp.ipc.protocol.reports import (
     BatchRecord,
     InstanceStatus,
     LevelStatus,
@@ -22,7 +22,7 @@ from triton_mp.ipc.reports import (
 )
 from triton_mp.scheduler.instances import Generation, InstanceTable, VersionKey
 from triton_mp.scheduler.policies.ensemble import EnsembleScheduler
-from triton_mp.scheduler.policy import Batch, LevelSnapshot
+from triton_mp.scheduler.policies.policy import Batch, LevelSnapshot
 
 RECENT_BATCHES = 32
 """Formed batches kept per model for ``triton-mp stat``."""

@@ -1,7 +1,7 @@
 """The supervisor: ``triton-mp start`` itself. Bootstrap, signals, ordered shutdown.
 
 Imported by ``cli.main``. ``Supervisor.run`` creates the server-wide IPC objects
-(``supervisor.processes.wiring``, named by ``ipc.topology``), spawns the frontend processes
+(``supervisor.processes.wiring``, named by ``ipc.memory.topology``), spawns the frontend processes
 (they import their code meanwhile), spawns the scheduler, loads the models
 (``supervisor.models.model_control``: one worker per model instance) and hands the
 frontends their specs, waiting for each child's start handshake (``ipc.handshake``, with
@@ -22,14 +22,15 @@ import signal
 import socket
 import threading
 
-from triton_mp.common import process_dirs
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import StartupError
-from triton_mp.common.gpus import Devices, discover
+from triton_mp.common.process import process_dirs
+from triton_mp.common.process.gpus import Devices, discover
 from triton_mp.ipc import Sender, encode
-from triton_mp.ipc.control_messages import ModelEntry
-from triton_mp.ipc.messages import Shutdown, WorkerDied
-from triton_mp.ipc.specs import (
+from triton_mp.ipc.memory.topology import Topology
+from triton_mp.ipc.protocol.control_messages import ModelEntry
+from triton_mp.ipc.protocol.messages import Shutdown, WorkerDied
+from triton_mp.ipc.protocol.specs import (
     ChannelSpec,
     FrontendSpec,
     GrpcTls,
@@ -38,7 +39,6 @@ from triton_mp.ipc.specs import (
     SchedulerSpec,
     current_log_spec,
 )
-from triton_mp.ipc.topology import Topology
 from triton_mp.supervisor.models.load_requests import models_at_start
 from triton_mp.supervisor.models.model_control import ModelControl
 from triton_mp.supervisor.processes.children import Child, ChildTable, stop_resource_tracker

@@ -1,7 +1,7 @@
 """A batch the scheduler said is due: how long the worker polls its inbox for it.
 
 Imported by ``workers.main``. The scheduler sends ``BatchDue(at_ns)`` to an idle instance
-shortly before a batching delay runs out (``scheduler.clock.wait_plan``). Until the batch
+shortly before a batching delay runs out (``scheduler.policies.clock.wait_plan``). Until the batch
 arrives, or ``POLL_GRACE_NS`` after the due time, the worker's loop polls its rings
 (``ipc.channel.Inbox.poll``) instead of sleeping on its semaphore, so the ``BatchAssign``
 finds it running: no futex wake-up by the scheduler, no cold start on a halted vCPU. A

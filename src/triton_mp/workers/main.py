@@ -7,7 +7,7 @@ reports ready. It drops what a dead predecessor left in its
 inbox except BLS updates (``replayed_on_start``); then ``serve`` hands each message to
 ``handle``: a ``BatchAssign`` runs, a ``CancelRequest`` goes to the worker, a
 ``BlsWorkerUpdate`` rewires the rings to BLS clients and the table of models a python model
-may call (``workers.bls_client``), and ``Shutdown`` stops the loop after its drain.
+may call (``workers.bls.bls_client``), and ``Shutdown`` stops the loop after its drain.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ import posix_ipc
 from triton_mp.backends.base import Backend
 from triton_mp.backends.registry import load_backend
 from triton_mp.common.errors import TritonMPError, flatten_exception
-from triton_mp.common.log import configure_logging
-from triton_mp.common.platform import bind_memory_to_node, lower_priority, pin_process
+from triton_mp.common.process.log import configure_logging
+from triton_mp.common.process.platform import bind_memory_to_node, lower_priority, pin_process
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender, encode
-from triton_mp.ipc.codec import Decoder
 from triton_mp.ipc.handshake import report_ready, report_start_failed
-from triton_mp.ipc.log_messages import LogSettingsUpdate, apply_update
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.memory.topology import process_arena_prefix
+from triton_mp.ipc.protocol.log_messages import LogSettingsUpdate, apply_update
+from triton_mp.ipc.protocol.messages import (
     BatchAssign,
     BatchDue,
     BlsWorkerUpdate,
@@ -42,8 +42,8 @@ from triton_mp.ipc.messages import (
     ToWorker,
     WorkerReady,
 )
-from triton_mp.ipc.specs import InstanceSpec, WorkerSpec
-from triton_mp.ipc.topology import process_arena_prefix
+from triton_mp.ipc.protocol.specs import InstanceSpec, WorkerSpec
+from triton_mp.ipc.recordio.codec import Decoder
 from triton_mp.workers.due import DueBatch
 from triton_mp.workers.execution_watch import ExecutionWatch
 from triton_mp.workers.readiness import ReadinessRunner, poll_periodically
@@ -352,7 +352,7 @@ def _early_model_control(spec: WorkerSpec) -> None:
     if spec.bls is None:
         return
     from triton_mp.backends.python import pb_utils
-    from triton_mp.workers.model_control_client import ModelControlClient
+    from triton_mp.workers.bls.model_control_client import ModelControlClient
 
     models = spec.bls.models
 
@@ -395,8 +395,8 @@ def _load(
             backend,
             arena,
             cache,
-            # NOTE: answers go as msgpack, not as the binary ANSWERS record (ipc.records): every
-            # frontend's answer reader is Python today, and for it msgpack is the cheaper form
+            # NOTE: answers go as msgpack, not as the binary ANSWERS record (ipc.recordio.records):
+            # every frontend's answer reader is Python today, and for it msgpack is the cheaper form
             # (per response: encode 0.25 against 12-33 µs in Python, decode 2 against 7-13 µs;
             # measured 2026-12-05 under load). A frontend decodes both forms.
             lambda to, msg: replies[to.kind][to.id].send_bytes(encode(msg)),
@@ -422,8 +422,8 @@ def _bls_rewiring(
     bls = None
     if spec.bls is not None:
         from triton_mp.backends.python import pb_utils
-        from triton_mp.workers.bls_client import BlsClient
-        from triton_mp.workers.model_control_client import ModelControlClient
+        from triton_mp.workers.bls.bls_client import BlsClient
+        from triton_mp.workers.bls.model_control_client import ModelControlClient
 
         bls = BlsClient(
             spec.bls,

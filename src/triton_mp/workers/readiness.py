@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from triton_mp.ipc.ready_messages import InstanceReadiness, ReadyCheck
+from triton_mp.ipc.protocol.ready_messages import InstanceReadiness, ReadyCheck
 
 log = logging.getLogger(__name__)
 

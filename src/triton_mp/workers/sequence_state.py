@@ -25,8 +25,8 @@ import numpy as np
 from triton_mp.backends.base import BackendRequest, SequenceBatch
 from triton_mp.common.datatypes import DataType, bytes_tensor_elements, deserialize_bytes_tensor
 from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
-from triton_mp.ipc.messages import SequenceFlags
-from triton_mp.ipc.specs import ControlSpec, ModelVersionSpec, StateSpec
+from triton_mp.ipc.protocol.messages import SequenceFlags
+from triton_mp.ipc.protocol.specs import ControlSpec, ModelVersionSpec, StateSpec
 
 _U64_MASK = (1 << 64) - 1
 

@@ -14,7 +14,7 @@ import msgspec
 import numpy as np
 
 from triton_mp.common.trace_config import TraceLevel
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.protocol.messages import (
     InferRequest,
     InferResponse,
     ReplyTo,
@@ -43,7 +43,7 @@ class Traces:
         (it carries them)."""
         self._inputs: dict[Key, list[TensorTrace]] = {}
         self.children: dict[Key, list[object]] = {}
-        """Traced requests in execution: their BLS child traces (``workers.bls_client``)."""
+        """Traced requests in execution: their BLS child traces (``workers.bls.bls_client``)."""
 
     def begin(self, traced: Iterable[InferRequest], start_ns: int) -> None:
         """COMPUTE_START of each traced request (and room for its BLS child traces)."""

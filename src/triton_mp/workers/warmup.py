@@ -39,8 +39,8 @@ import numpy as np
 from triton_mp.backends.base import Backend, BackendRequest, Responded, Result, SequenceBatch
 from triton_mp.common.datatypes import DataType, deserialize_bytes_tensor, element_count
 from triton_mp.common.errors import ErrorCode, TritonMPError, flatten_exception
-from triton_mp.ipc.messages import ErrorInfo
-from triton_mp.ipc.specs import ModelVersionSpec, WarmupInputSpec
+from triton_mp.ipc.protocol.messages import ErrorInfo
+from triton_mp.ipc.protocol.specs import ModelVersionSpec, WarmupInputSpec
 
 log = logging.getLogger(__name__)
 

@@ -3,9 +3,9 @@
 ``Worker`` is the logic of a worker process (``workers.main`` is the process entry), and is
 constructible in-process with any ``Backend`` (tests). Per batch: view each request's inputs
 in the frontend's arena (no copy), let the backend gather/run/scatter, write each request's
-outputs into this worker's arena (one copy; ``workers.tensor_io``), post the answers straight
-to each request's frontend and a ``BatchDone`` to the scheduler. Several requests of one
-frontend get one ``AnswerBatch`` with one output block (``workers.answer_batch``); the
+outputs into this worker's arena (one copy; ``workers.tensors.tensor_io``), post the answers
+straight to each request's frontend and a ``BatchDone`` to the scheduler. Several requests of one
+frontend get one ``AnswerBatch`` with one output block (``workers.tensors.answer_batch``); the
 others one ``InferResponse`` and one block each.
 
 Sequence models (``model.sequence`` set; see ``workers.sequence_state``): the backend also
@@ -45,7 +45,8 @@ from triton_mp.backends.base import (
 )
 from triton_mp.common.errors import ErrorCode, TritonMPError, flatten_exception
 from triton_mp.ipc import ArenaAllocator, SegmentCache
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.memory.ring import RecordTooLarge
+from triton_mp.ipc.protocol.messages import (
     BatchAssign,
     BatchDone,
     CancelRequest,
@@ -57,16 +58,15 @@ from triton_mp.ipc.messages import (
     Requester,
     SequenceFlags,
 )
-from triton_mp.ipc.ready_messages import InstanceReadiness, ReadyCheck
-from triton_mp.ipc.records import decoded_batch
-from triton_mp.ipc.ring import RecordTooLarge
-from triton_mp.ipc.specs import WorkerSpec
-from triton_mp.workers.answer_batch import write_answer_batch
-from triton_mp.workers.answer_size import fit_answer
+from triton_mp.ipc.protocol.ready_messages import InstanceReadiness, ReadyCheck
+from triton_mp.ipc.protocol.specs import WorkerSpec
+from triton_mp.ipc.recordio.records import decoded_batch
 from triton_mp.workers.execution_watch import ExecutionWatch
 from triton_mp.workers.readiness import ReadinessRunner
 from triton_mp.workers.sequence_state import SequenceStates, sequence_batch
-from triton_mp.workers.tensor_io import (
+from triton_mp.workers.tensors.answer_batch import write_answer_batch
+from triton_mp.workers.tensors.answer_size import fit_answer
+from triton_mp.workers.tensors.tensor_io import (
     ClientRegions,
     free_own_block,
     request_inputs,
@@ -132,7 +132,7 @@ class Worker:
         """Serialises this process's arena allocations and ring pushes (BLS shares it)."""
         self._traces = Traces(self._decoupled, lambda ref: view_tensor(cache, ref, self._regions))
         self.child_traces = self._traces.children
-        """Traced requests in execution: their BLS child traces (``workers.bls_client``)."""
+        """Traced requests in execution: their BLS child traces (``workers.bls.bls_client``)."""
         self._cancelled: set[tuple[ReplyTo, int]] = set()
         """(reply address, request id) of running or open (decoupled) requests whose client
         went away; also written by a model thread polling the execution watch."""
@@ -389,7 +389,8 @@ class Worker:
         """Write and post each request's response (those the backend answered itself,
         ``Responded``, and those it rescheduled, ``Rescheduled``, are skipped); returns the
         indices of the requests that failed. Several untraced requests of one frontend get
-        one ``AnswerBatch`` (``workers.answer_batch``); the others one ``InferResponse`` each."""
+        one ``AnswerBatch`` (``workers.tensors.answer_batch``); the others one ``InferResponse``
+        each."""
         failed: list[int] = []
         final: list[Result] = results  # type: ignore[assignment]
         if None in results:

@@ -9,7 +9,7 @@ server's process tree, before and after, and derives:
   split by role;
 - resident memory of each of the model's instance processes and of every process of the
   server, read when the load stops (a remote server's from its ``/metrics``);
-- GPU memory and utilisation per device through NVML (``common.gpus``); none on a host
+- GPU memory and utilisation per device through NVML (``common.process.gpus``); none on a host
   without GPUs.
 """
 
@@ -24,7 +24,7 @@ from triton_mp.analyze.probe import procs
 from triton_mp.analyze.probe.client import ServerClient, ServerError, fetch_metrics
 from triton_mp.analyze.probe.loadgen import LoadError, LoadGenerator
 from triton_mp.analyze.sweep.results import GpuSample, Measurement, ServerBreakdown
-from triton_mp.common import gpus
+from triton_mp.common.process import gpus
 
 
 class Target(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,7 +66,8 @@ def breakdown(before: dict[str, Any], after: dict[str, Any]) -> ServerBreakdown:
 
 
 class GpuReader:
-    """NVML readings of this machine's GPUs (``common.gpus``); nothing where there are none."""
+    """NVML readings of this machine's GPUs (``common.process.gpus``); nothing where there are
+    none."""
 
     def __init__(self) -> None:
         try:

@@ -44,7 +44,7 @@ from triton_mp.backends.base import (
 )
 from triton_mp.backends.onnxruntime import options
 from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
-from triton_mp.ipc.specs import InstanceSpec, ModelVersionSpec
+from triton_mp.ipc.protocol.specs import InstanceSpec, ModelVersionSpec
 
 log = logging.getLogger(__name__)
 

@@ -74,8 +74,8 @@ from triton_mp.backends.python.model_module import (
     model_class,
 )
 from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
-from triton_mp.ipc.messages import ErrorInfo
-from triton_mp.ipc.specs import InstanceSpec, ModelVersionSpec
+from triton_mp.ipc.protocol.messages import ErrorInfo
+from triton_mp.ipc.protocol.specs import InstanceSpec, ModelVersionSpec
 
 log = logging.getLogger(__name__)
 

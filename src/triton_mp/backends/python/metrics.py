@@ -2,7 +2,7 @@
 
 Imported by worker processes of python models (``workers.main`` installs it before the
 backend imports ``model.py``). ``pb_utils.MetricFamily`` and ``Metric`` keep Triton's rules
-and write their values into slots; here those slots are a ``ipc.metric_board`` board in
+and write their values into slots; here those slots are a ``ipc.memory.metric_board`` board in
 shared memory, created when the model makes its first family (most models make none), and
 ``frontend.metrics.custom`` reads it at every scrape of ``GET /metrics``.
 """
@@ -12,8 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from triton_mp.backends.python import pb_utils
-from triton_mp.ipc.metric_board import BoardFamily, BoardMetric, BoardWriter, Kind, MetricCatalog
-from triton_mp.ipc.specs import InstanceSpec, ModelVersionSpec
+from triton_mp.ipc.memory.metric_board import (
+    BoardFamily,
+    BoardMetric,
+    BoardWriter,
+    Kind,
+    MetricCatalog,
+)
+from triton_mp.ipc.protocol.specs import InstanceSpec, ModelVersionSpec
 
 _KINDS: dict[pb_utils.MetricKind, Kind] = {
     pb_utils.MetricKind.COUNTER: "counter",

@@ -14,7 +14,7 @@ any thread until it sends ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``; ``backends.p
 wires it to the worker.
 
 BLS: ``InferenceRequest(model_name=..., ...).exec()`` / ``await .async_exec()`` send the
-request through the server's scheduler to another model (``workers.bls_client``) and return its
+request through the server's scheduler to another model (``workers.bls.bls_client``) and return its
 ``InferenceResponse`` (an error response, never an exception, for an unknown model or the
 callee's failure); ``exec(decoupled=True)`` iterates over a decoupled callee's responses.
 
@@ -69,7 +69,7 @@ from triton_mp.common.datatypes import DataType
 from triton_mp.common.datatypes import deserialize_bytes_tensor as _deserialize
 from triton_mp.common.datatypes import serialize_bytes_tensor as _serialize
 from triton_mp.common.errors import ErrorCode
-from triton_mp.ipc.messages import SequenceFlags
+from triton_mp.ipc.protocol.messages import SequenceFlags
 
 _log = logging.getLogger("triton_mp.model")
 
@@ -78,9 +78,9 @@ _log = logging.getLogger("triton_mp.model")
 # ---------------------------------------------------------------------------
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START: int = SequenceFlags.START.value
-"""Request flag: the first request of a sequence (``ipc.messages.SequenceFlags.START``)."""
+"""Request flag: the first request of a sequence (``ipc.protocol.messages.SequenceFlags.START``)."""
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END: int = SequenceFlags.END.value
-"""Request flag: the last request of a sequence (``ipc.messages.SequenceFlags.END``)."""
+"""Request flag: the last request of a sequence (``ipc.protocol.messages.SequenceFlags.END``)."""
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 """Response flag: no more responses for this request (decoupled models)."""
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
@@ -1137,7 +1137,7 @@ class MetricStore(Protocol):
     operations write in place, and the catalog that says which slots are whose.
 
     The python backend installs one in shared memory (``set_metric_store``), which the
-    server's metrics endpoint reads at scrape time (``ipc.metric_board`` documents the
+    server's metrics endpoint reads at scrape time (``ipc.memory.metric_board`` documents the
     slots of each kind). Every call is made under the registry's lock.
     """
 
@@ -1219,7 +1219,7 @@ class _MetricState:
 
 
 def _slot_count(buckets: tuple[float, ...] | None) -> int:
-    """Slots of one metric (``ipc.metric_board`` has the layout): a counter or gauge 2
+    """Slots of one metric (``ipc.memory.metric_board`` has the layout): a counter or gauge 2
     (value, time of the last set), a histogram 2 + its bucket bounds (sum, then one count
     per bucket and one for +Inf)."""
     return 2 if buckets is None else 2 + len(buckets)
@@ -1227,7 +1227,7 @@ def _slot_count(buckets: tuple[float, ...] | None) -> int:
 
 class _MetricRegistry:
     """This process's metric families: Triton's server-wide registry, seen from one model
-    instance (each instance is one process; ``ipc.metric_board`` says how the metrics
+    instance (each instance is one process; ``ipc.memory.metric_board`` says how the metrics
     endpoint merges them).
 
     Rules (Triton core ``metric_family.cc`` over prometheus-cpp): a family name is created
@@ -1445,7 +1445,7 @@ class Metric:
 
     Across instances: this process's series with the same family name and labels are one
     (shared by every handle); the metrics endpoint adds up the series of every instance of
-    every model with that name and labels (``ipc.metric_board``), but ``value()`` is this
+    every model with that name and labels (``ipc.memory.metric_board``), but ``value()`` is this
     instance's own part.
     """
 
@@ -1790,7 +1790,7 @@ def set_model_control(
     unload: Callable[[str, bool], None] | None,
     instance_name: str = "",
 ) -> None:
-    """Install the worker's model control (``workers.model_control_client``: ``load(name,
+    """Install the worker's model control (``workers.bls.model_control_client``: ``load(name,
     config, files)`` and ``unload(name, unload_dependents)``, raising ``TritonMPError``) and
     the instance's name (upstream's messages name it); None removes them."""
     global _control_load, _control_unload, _instance_name  # noqa: PLW0603 - one per process

@@ -5,7 +5,7 @@ Imported only by worker processes (through ``backends.registry``). What Triton's
 
 - the module is ``torch.jit.load``-ed from the version's ``model.pt`` (or
   ``default_model_filename``) onto the instance's device: ``cpu`` for KIND_CPU, ``cuda:0``
-  for KIND_GPU (the worker process sees only its GPU: ``common.gpus.worker_env``), and
+  for KIND_GPU (the worker process sees only its GPU: ``common.process.gpus.worker_env``), and
   where it was saved for KIND_MODEL;
 - inputs are matched to ``forward()``'s arguments and outputs to what it returns by
   Triton's naming rules (``backends.pytorch.naming``); config data types must be ones
@@ -52,7 +52,7 @@ from triton_mp.backends.base import (
 from triton_mp.backends.pytorch.naming import IoMap, input_map, output_map
 from triton_mp.backends.pytorch.parameters import TorchParameters
 from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
-from triton_mp.ipc.specs import InstanceSpec, ModelVersionSpec
+from triton_mp.ipc.protocol.specs import InstanceSpec, ModelVersionSpec
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,7 @@ from multiprocessing.connection import Connection
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.ipc import encode
-from triton_mp.ipc.codec import Decoder
-from triton_mp.ipc.control_messages import (
+from triton_mp.ipc.protocol.control_messages import (
     ControlReply,
     FromSupervisor,
     ModelLoadCall,
@@ -29,6 +28,7 @@ from triton_mp.ipc.control_messages import (
     ModelUnloadCall,
     TableAck,
 )
+from triton_mp.ipc.recordio.codec import Decoder
 
 log = logging.getLogger(__name__)
 

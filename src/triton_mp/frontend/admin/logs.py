@@ -3,8 +3,8 @@ HTTP ``GET/POST /v2/logging``, gRPC ``LogSettings``).
 
 Imported by ``frontend.api`` (built by ``frontend.main``) and called by both transports. An
 update is checked by ``frontend.validation.log_settings``, applied to this process
-(``common.log.apply_log_settings``) and sent, whole, as an
-``ipc.log_messages.LogSettingsUpdate`` to the other frontends, to the supervisor and to the
+(``common.process.log.apply_log_settings``) and sent, whole, as an
+``ipc.protocol.log_messages.LogSettingsUpdate`` to the other frontends, to the supervisor and to the
 scheduler, which applies it and passes it on to every worker: every process then logs by the
 new settings.
 """
@@ -15,9 +15,9 @@ import logging
 from collections.abc import Callable
 
 from triton_mp.common.errors import TritonMPError
-from triton_mp.common.log import LogSettings, apply_log_settings, current_log_settings
-from triton_mp.ipc.codec import encode
-from triton_mp.ipc.log_messages import LogSettingsUpdate
+from triton_mp.common.process.log import LogSettings, apply_log_settings, current_log_settings
+from triton_mp.ipc.protocol.log_messages import LogSettingsUpdate
+from triton_mp.ipc.recordio.codec import encode
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend.admin.control import SupervisorLink
 from triton_mp.frontend.model_table import Model, ModelTable
-from triton_mp.ipc.control_messages import ModelLoadCall, ModelUnloadCall
+from triton_mp.ipc.protocol.control_messages import ModelLoadCall, ModelUnloadCall
 
 CONTROL_DISABLED_MESSAGE = "explicit model load / unload is not allowed if polling is enabled"
 """Triton's UNAVAILABLE answer to load/unload outside ``--model-control-mode=explicit``."""

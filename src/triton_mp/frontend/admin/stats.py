@@ -17,8 +17,8 @@ from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend.dispatch.pending import PendingTable
 from triton_mp.frontend.model_table import ModelTable, version_number
 from triton_mp.ipc import encode
-from triton_mp.ipc.messages import QueueQuery, QueueReply, StatsQuery, StatsReply
-from triton_mp.ipc.reports import ModelQueueStatus, ModelStats
+from triton_mp.ipc.protocol.messages import QueueQuery, QueueReply, StatsQuery, StatsReply
+from triton_mp.ipc.protocol.reports import ModelQueueStatus, ModelStats
 
 SCHEDULER_REPLY_TIMEOUT_S = 5.0
 """How long a queue query waits for the scheduler's ``QueueReply`` before failing with

@@ -4,8 +4,8 @@ Imported by the frontend only (``frontend.inference`` calls it; ``frontend.main`
 it). A model's requests are cached when the server has a cache (``--cache-config``) and
 the model's config says ``response_cache { enable: true }`` (Triton's rule: both, or
 nothing). The store is either the local cache every frontend shares
-(``ipc.response_cache``) or a Redis server (``frontend.cache.redis_store``); both map a 16-byte
-key to an entry's bytes.
+(``ipc.memory.response_cache``) or a Redis server (``frontend.cache.redis_store``); both map a
+16-byte key to an entry's bytes.
 
 The key (``request_key``) hashes what Triton's ``TritonCache::Hash`` hashes: the model's
 name, its concrete version, and every input, ordered by name, by its name and bytes. It
@@ -37,7 +37,7 @@ from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.frontend.validation.inputs import ValidInput
 from triton_mp.frontend.validation.request import ValidRequest
 from triton_mp.ipc import SegmentCache, TensorRef, encode
-from triton_mp.ipc.messages import CacheOutcome, InferResponse
+from triton_mp.ipc.protocol.messages import CacheOutcome, InferResponse
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ _HEADER_ENCODER = msgspec.msgpack.Encoder()
 
 
 class Store(Protocol):
-    """Where entries live: ``ipc.response_cache.SharedResponseCache`` or
+    """Where entries live: ``ipc.memory.response_cache.SharedResponseCache`` or
     ``frontend.cache.redis_store.RedisStore``."""
 
     def lookup(self, key: bytes) -> bytes | None:

@@ -23,7 +23,7 @@ import posix_ipc
 
 from triton_mp.ipc import Sender, encode
 from triton_mp.ipc.direct import DirectRoute, Lease
-from triton_mp.ipc.messages import BatchAssign, DirectSent, InferRequest, direct_batch_id
+from triton_mp.ipc.protocol.messages import BatchAssign, DirectSent, InferRequest, direct_batch_id
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from triton_mp.frontend.model_table import ModelTable
 from triton_mp.frontend.readiness import ReadinessChecks
 from triton_mp.frontend.shm.system import Region, SystemShmRegistry
 from triton_mp.ipc import Inbox, SegmentCache
-from triton_mp.ipc.control_messages import ModelTableUpdate
-from triton_mp.ipc.log_messages import LogSettingsUpdate, apply_update
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.protocol.control_messages import ModelTableUpdate
+from triton_mp.ipc.protocol.log_messages import LogSettingsUpdate, apply_update
+from triton_mp.ipc.protocol.messages import (
     AnswerBatch,
     InferResponse,
     ModelAvailability,
@@ -33,7 +33,7 @@ from triton_mp.ipc.messages import (
     ToFrontend,
     TraceSettingUpdate,
 )
-from triton_mp.ipc.ready_messages import InstanceReadiness, ReadyFanout
+from triton_mp.ipc.protocol.ready_messages import InstanceReadiness, ReadyFanout
 
 log = logging.getLogger(__name__)
 

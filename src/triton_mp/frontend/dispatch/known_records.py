@@ -1,10 +1,10 @@
-"""The REQUEST records (``ipc.request_records``) of known requests, patched, not encoded.
+"""The REQUEST records (``ipc.recordio.request_records``) of known requests, patched, not encoded.
 
 Imported by ``frontend.inference``. Two requests with the same known key
 (``frontend.dispatch.known_requests``), the same input arena segment and the same client id
 have REQUEST records that differ only in the request id, the arrival time, the input
 block's offset and generation, and each tensor entry's offset. So the record of the first
-one, encoded by ``ipc.request_records.encode_request`` (the format's one encoder), is kept
+one, encoded by ``ipc.recordio.request_records.encode_request`` (the format's one encoder), is kept
 as the form's template, and each later one is that template with those fields written in.
 Encoding a record took ~10 µs per request in the frontend at add_sub_py c=16 (12.9 % of its
 event-loop thread); patching one takes ~1.5 µs. ``tests/unit/test_known_records.py`` checks
@@ -17,7 +17,7 @@ import struct
 from collections.abc import Sequence
 
 from triton_mp.ipc import BlockRef, TensorRef
-from triton_mp.ipc.record_layout import REQUEST_HEADER, TENSOR_ENTRY
+from triton_mp.ipc.recordio.record_layout import REQUEST_HEADER, TENSOR_ENTRY
 
 
 def _header_offset(field: int) -> int:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 from triton_mp.ipc import BlockRef, SegmentCache, free_block
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.protocol.messages import (
     AnswerBatch,
     InferResponse,
     QueueReply,

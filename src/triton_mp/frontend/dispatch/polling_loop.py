@@ -6,7 +6,7 @@ change in ``select``: before every wait it checks whether an inbox ring holds a 
 (``Inbox.has_pending``: two loads per ring, no syscall). When one does, the wait does not
 block and the inbox FIFO is reported readable, so the loop runs the inbox's reader callback
 in this very iteration. Only when the loop is about to block (nothing ready, nothing in the
-rings) does it arm the FIFO (``ipc.notify.Waiter.arm``), recheck the rings, and wait; after
+rings) does it arm the FIFO (``ipc.memory.notify.Waiter.arm``), recheck the rings, and wait; after
 the wait it disarms. While the frontend is busy, workers and the scheduler therefore answer
 it without a syscall and without waking it; one wake-up serves a whole burst of answers.
 """

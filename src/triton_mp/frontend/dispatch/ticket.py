@@ -27,7 +27,7 @@ from triton_mp.frontend.classification import Classify, top_k
 from triton_mp.frontend.dispatch.pending import Answer, PendingTable
 from triton_mp.frontend.tracing.tracer import Trace
 from triton_mp.ipc import SegmentCache, TensorRef
-from triton_mp.ipc.messages import InferResponse, RequestFailed
+from triton_mp.ipc.protocol.messages import InferResponse, RequestFailed
 
 _LOCAL = "<frontend>"
 """The segment name of an output made in the frontend (no arena has it: a "/" begins those,

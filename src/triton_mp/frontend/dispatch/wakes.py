@@ -23,7 +23,7 @@ class HeldWakes:
         push_quiet: pushes encoded bytes without waking; False when the ring is full now
             (``Sender.push_quiet``; raises ``RecordTooLarge`` for a record that never fits).
         send_bytes: pushes and wakes, waiting for room (``Sender.send_bytes``).
-        wake: wakes the scheduler (``ipc.notify.Waker.wake``).
+        wake: wakes the scheduler (``ipc.memory.notify.Waker.wake``).
     """
 
     __slots__ = ("_depth", "_owed", "_push_quiet", "_send_bytes", "_wake")

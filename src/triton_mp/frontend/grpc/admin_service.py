@@ -19,7 +19,7 @@ from triton_mp._proto import admin_pb2, admin_pb2_grpc
 from triton_mp.common.errors import TritonMPError
 from triton_mp.frontend.admin.stats import StatsApi
 from triton_mp.frontend.grpc.servicer import abort
-from triton_mp.ipc.reports import ModelQueueStatus
+from triton_mp.ipc.protocol.reports import ModelQueueStatus
 
 
 def _flat_to_proto(value: msgspec.Struct, message: Any) -> Any:

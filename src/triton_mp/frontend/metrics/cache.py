@@ -6,7 +6,7 @@ whose ``response_cache`` is enabled while the server has a cache, as Triton crea
 ``nv_cache_hit_duration_per_model`` and ``nv_cache_miss_duration_per_model`` (microseconds),
 from the scheduler's ModelStatistics. For the local cache, the cache-wide gauges Triton's
 earlier in-core cache reported, read from the shared segment's header
-(``ipc.response_cache``): ``nv_cache_num_entries``, ``nv_cache_num_lookups``,
+(``ipc.memory.response_cache``): ``nv_cache_num_entries``, ``nv_cache_num_lookups``,
 ``nv_cache_num_hits``, ``nv_cache_num_misses``, ``nv_cache_num_evictions``,
 ``nv_cache_entry_lookup_time`` and ``nv_cache_entry_insertion_time`` (microseconds) and
 ``nv_cache_util`` (0..1).
@@ -18,8 +18,8 @@ from collections.abc import Iterable, Iterator
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from triton_mp.ipc.reports import ModelStats
-from triton_mp.ipc.response_cache import CacheStats
+from triton_mp.ipc.memory.response_cache import CacheStats
+from triton_mp.ipc.protocol.reports import ModelStats
 
 MODEL_COUNTERS = {
     "nv_cache_num_hits_per_model": "Number of cache hits per model",

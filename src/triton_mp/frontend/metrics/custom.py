@@ -2,7 +2,7 @@
 
 Imported by the frontend that serves metrics (``frontend.metrics.endpoint``, and
 ``frontend.metrics.render`` for ``render``). At each scrape ``BoardReader`` copies every
-worker's board (``ipc.metric_board``), ``merge`` turns them into one set of families as
+worker's board (``ipc.memory.metric_board``), ``merge`` turns them into one set of families as
 Triton's single registry would hold them, and ``render`` writes those in the text format
 Triton's prometheus-cpp writes (after the built-in families).
 
@@ -40,10 +40,10 @@ from decimal import Decimal
 
 import posix_ipc
 
-from triton_mp.ipc.metric_board import BoardMetric, BoardSnapshot, read_board
-from triton_mp.ipc.metric_board import Kind as MetricKind
-from triton_mp.ipc.shm import Segment, list_objects
-from triton_mp.ipc.topology import Kind, Topology
+from triton_mp.ipc.memory.metric_board import BoardMetric, BoardSnapshot, read_board
+from triton_mp.ipc.memory.metric_board import Kind as MetricKind
+from triton_mp.ipc.memory.shm import Segment, list_objects
+from triton_mp.ipc.memory.topology import Kind, Topology
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class BoardReader:
     Attachments are kept between scrapes and closed when their board is gone.
 
     Args:
-        server_id: whose boards (``ipc.topology`` kind ``METRIC_BOARD``).
+        server_id: whose boards (``ipc.memory.topology`` kind ``METRIC_BOARD``).
     """
 
     def __init__(self, server_id: str) -> None:

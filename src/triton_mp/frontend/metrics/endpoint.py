@@ -27,7 +27,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import StartupError
-from triton_mp.common.gpus import NvmlUnavailable, nvml_from_env
+from triton_mp.common.process.gpus import NvmlUnavailable, nvml_from_env
 from triton_mp.frontend.metrics import custom as custom_metrics
 from triton_mp.frontend.metrics import latency as latency_metrics
 from triton_mp.frontend.metrics.gpu import GpuGauges
@@ -38,10 +38,10 @@ from triton_mp.frontend.metrics.host import (
     process_memory,
 )
 from triton_mp.frontend.metrics.render import MetricsSnapshot, render
-from triton_mp.ipc.codec import encode
-from triton_mp.ipc.messages import QueueQuery, QueueReply, StatsQuery, StatsReply
-from triton_mp.ipc.response_cache import CacheStats
-from triton_mp.ipc.specs import MetricsSpec
+from triton_mp.ipc.memory.response_cache import CacheStats
+from triton_mp.ipc.protocol.messages import QueueQuery, QueueReply, StatsQuery, StatsReply
+from triton_mp.ipc.protocol.specs import MetricsSpec
+from triton_mp.ipc.recordio.codec import encode
 from triton_mp.ipc.tensor_pool import stray_frees
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 Imported by ``frontend.metrics.endpoint`` (frontend 0) and ``frontend.metrics.render``. Triton reads
 them through DCGM every ``--metrics-interval-ms``; triton-mp reads the same fields through
-NVML (``common.gpus``, by UUID), for the GPUs the server sees (``MetricsSpec.gpus``: empty
+NVML (``common.process.gpus``, by UUID), for the GPUs the server sees (``MetricsSpec.gpus``: empty
 with ``--allow-gpu-metrics=false`` or without GPUs, and then no family is reported, as in a
 Triton without GPUs). Names, help strings, types and the ``gpu_uuid`` label are Triton's
 (core ``metrics.cc``):
@@ -15,7 +15,7 @@ Triton without GPUs). Names, help strings, types and the ``gpu_uuid`` label are 
   base), as Triton does.
 
 A device that cannot be read reports zeros and one warning, as Triton's failure counters do.
-Pure except for the NVML it is given, so it is tested with ``common.gpus.FakeNvml``.
+Pure except for the NVML it is given, so it is tested with ``common.process.gpus.FakeNvml``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from triton_mp.common.gpus import Gpu, GpuSample, Nvml, NvmlUnavailable
+from triton_mp.common.process.gpus import Gpu, GpuSample, Nvml, NvmlUnavailable
 
 __all__ = ["GPU_COUNTERS", "GPU_FAMILIES", "GpuGauges", "GpuReading", "gpu_families"]
 

@@ -13,8 +13,8 @@ each request observes once, at its first response, the whole milliseconds since 
 the server (core divides integer nanoseconds).
 
 Every frontend process keeps its series on a board of its own in shared memory
-(``ipc.metric_board``, named ``frontend_metric_board`` by ``ipc.topology``): the frontend
-that serves ``/metrics`` reads them with the python models' boards
+(``ipc.memory.metric_board``, named ``frontend_metric_board`` by ``ipc.memory.topology``): the
+frontend that serves ``/metrics`` reads them with the python models' boards
 (``frontend.metrics.custom``), so N frontends report one histogram per model version. A dead
 frontend's board stays until the server stops: its observations keep counting.
 """
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.frontend.metrics.custom import Family, Series
-from triton_mp.ipc.metric_board import BoardFamily, BoardMetric, BoardWriter, MetricCatalog
+from triton_mp.ipc.memory.metric_board import BoardFamily, BoardMetric, BoardWriter, MetricCatalog
 
 if TYPE_CHECKING:
     from triton_mp.frontend.dispatch.pending import Answer

@@ -29,8 +29,8 @@ from triton_mp.frontend.metrics import cache as cache_metrics
 from triton_mp.frontend.metrics import custom as custom_metrics
 from triton_mp.frontend.metrics.gpu import GPU_COUNTERS, GpuReading, gpu_families
 from triton_mp.frontend.metrics.host import CpuSample, ProcessMemory, cpu_families
-from triton_mp.ipc.reports import ModelQueueStatus, ModelStats
-from triton_mp.ipc.response_cache import CacheStats
+from triton_mp.ipc.memory.response_cache import CacheStats
+from triton_mp.ipc.protocol.reports import ModelQueueStatus, ModelStats
 
 KNOWN_REASONS = tuple(r.value for r in CloseReason)
 """Batch close reasons reported from the start (``CloseReason`` order), 0 until seen."""

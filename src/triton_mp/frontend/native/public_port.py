@@ -11,7 +11,7 @@ import asyncio
 import shutil
 from typing import Protocol
 
-from triton_mp.common import process_dirs
+from triton_mp.common.process import process_dirs
 from triton_mp.frontend import native
 from triton_mp.frontend.native.handoff import Handoff, Servicer
 

@@ -13,12 +13,12 @@ The frontend never creates a CUDA context: it checks the handle's size and that
 fail to open the handle (``cudaIpcOpenMemHandle`` on a device that is not there, which is
 every device on a CPU host) the answer is Triton's: INVALID_ARG "failed to register shared
 memory region: invalid args". A handle that is well formed but stale is found when a worker
-opens it (``ipc.cuda_ipc``), not at registration as in Triton.
+opens it (``ipc.memory.cuda_ipc``), not at registration as in Triton.
 
 NOTE: naming a CUDA region in an inference request is refused (UNSUPPORTED, see
 ``refuse_in_request``) until the workers read and write device memory in place: the design
 is in docs/architecture.md ("GPU tensors"); the worker side that opens a handle is
-``ipc.cuda_ipc``.
+``ipc.memory.cuda_ipc``.
 """
 
 from __future__ import annotations

@@ -39,8 +39,8 @@ import posix_ipc
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend.shm.cuda import CudaRegion, CudaShmRegistry
 from triton_mp.ipc import encode
-from triton_mp.ipc.messages import ShmRegion, ShmRegistered, ShmUnregistered
-from triton_mp.ipc.shm import client_object_refusal
+from triton_mp.ipc.memory.shm import client_object_refusal
+from triton_mp.ipc.protocol.messages import ShmRegion, ShmRegistered, ShmUnregistered
 
 DISABLED_MESSAGE = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
@@ -81,7 +81,7 @@ class SystemShmRegistry:
         frontend_id: mixed into ``region_id`` so ids are unique across frontends.
         enabled: ``--allow-client-shm``; when False every call fails UNSUPPORTED.
         allowed_prefix: ``--client-shm-prefix``; empty allows any key (see
-            ``ipc.shm.client_object_refusal`` for every rule a registration must pass).
+            ``ipc.memory.shm.client_object_refusal`` for every rule a registration must pass).
         first_id: where this process's registration count starts
             (``FrontendSpec.first_request_id``): a frontend restarted in a dead one's place
             never reuses a ``region_id`` whose mapping a worker may hold.

@@ -30,7 +30,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from triton_mp.common.trace_config import OTEL_SERVICE_NAME, TraceConfig
 from triton_mp.frontend.tracing.tracer import Trace
-from triton_mp.ipc.messages import ChildTrace
+from triton_mp.ipc.protocol.messages import ChildTrace
 
 _MODEL_EVENTS = {"REQUEST_START", "QUEUE_START", "REQUEST_END"}
 

@@ -11,7 +11,7 @@ tracing is off). A traced request's ``Trace`` collects Triton's timestamps where
   ``REQUEST_END`` with the final one;
 - the scheduler (``QUEUE_START``) and the worker (``COMPUTE_START``, ``COMPUTE_INPUT_END``,
   ``COMPUTE_OUTPUT_START``, ``COMPUTE_END``), which travel back on the final
-  ``InferResponse`` (``ipc.messages.TraceRecord``), with the worker's child traces (BLS).
+  ``InferResponse`` (``ipc.protocol.messages.TraceRecord``), with the worker's child traces (BLS).
 
 Every timestamp is ``time.monotonic_ns()`` of the process that took it: CLOCK_MONOTONIC is
 one clock for every process of the machine. ``Tracer.finish`` hands the trace to its
@@ -30,14 +30,14 @@ from typing import Protocol
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.common.trace_config import TraceConfig, TraceLevel
 from triton_mp.frontend.tracing.settings import NewSetting, TraceSetting, TraceSettings
-from triton_mp.ipc.codec import encode
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.protocol.messages import (
     ChildTrace,
     TensorTrace,
     TraceContext,
     TraceRecord,
     TraceSettingUpdate,
 )
+from triton_mp.ipc.recordio.codec import encode
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.common.log import LogSettings
+from triton_mp.common.process.log import LogSettings
 
 FILE_REFUSED = "log file location can not be updated through network protocol"
 _FORMATS = ("default", "ISO8601")

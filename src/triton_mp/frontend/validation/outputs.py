@@ -15,7 +15,7 @@ from triton_mp.frontend.model_table import Model
 from triton_mp.frontend.request import InferenceRequest
 from triton_mp.frontend.shm.system import SystemShmRegistry
 from triton_mp.frontend.validation.shared_memory import shm_window, uses_shm
-from triton_mp.ipc.messages import OutputRegion
+from triton_mp.ipc.protocol.messages import OutputRegion
 
 
 def check_repeated_outputs(req: InferenceRequest, rid: str) -> None:

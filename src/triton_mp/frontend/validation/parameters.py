@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend.request import Parameter, Parameters, ParameterType
-from triton_mp.ipc.messages import SequenceFlags
+from triton_mp.ipc.protocol.messages import SequenceFlags
 
 EMPTY_FINAL_PARAMETER = "triton_enable_empty_final_response"
 """The one ``triton_`` request parameter a client may send (the gRPC stream reads it)."""

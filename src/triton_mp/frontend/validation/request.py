@@ -31,7 +31,7 @@ from triton_mp.frontend.validation.outputs import (
 )
 from triton_mp.frontend.validation.parameters import check_correlation_id_type, read_parameters
 from triton_mp.frontend.validation.signature import Signature, SignatureCache
-from triton_mp.ipc.messages import OutputRegion
+from triton_mp.ipc.protocol.messages import OutputRegion
 
 
 @dataclass(frozen=True, slots=True)

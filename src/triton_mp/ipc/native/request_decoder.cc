@@ -1,7 +1,7 @@
 // triton_mp.ipc._request_decoder: a REQUEST record (ipc/records.h, version kRecordVersion)
-// decoded into the Python InferRequest that ipc/request_records.py's RequestDecoder builds.
+// decoded into the Python InferRequest that ipc/recordio/request_records.py's RequestDecoder builds.
 //
-// Python twin: RequestDecoder.decode in src/triton_mp/ipc/request_records.py, which calls
+// Python twin: RequestDecoder.decode in src/triton_mp/ipc/recordio/request_records.py, which calls
 // this first and decodes itself what this declines (returns None): a record with a tail
 // (rare fields, msgpack) or a trace level. Only the parsing is here: the message types are
 // the Python ones, handed over once by configure(), and every rule about what a request may
@@ -26,9 +26,9 @@ namespace rec = triton_mp::records;
 
 // The Python types and tables, from configure(); owned references, kept for the process.
 struct Types {
-  PyObject* infer_request = nullptr;  // ipc.messages.InferRequest
-  PyObject* tensor_ref = nullptr;     // ipc.messages.TensorRef
-  PyObject* block_ref = nullptr;      // ipc.messages.BlockRef
+  PyObject* infer_request = nullptr;  // ipc.protocol.messages.InferRequest
+  PyObject* tensor_ref = nullptr;     // ipc.protocol.messages.TensorRef
+  PyObject* block_ref = nullptr;      // ipc.protocol.messages.BlockRef
   PyObject* reply_to = nullptr;       // callable (kind, id) -> ReplyTo (cached in Python)
   PyObject* wire = nullptr;           // tuple: dtype code -> protocol datatype string
   PyObject* kwnames = nullptr;        // InferRequest's keyword names, in kRequestArgs order

@@ -2,12 +2,12 @@
 
 The policy of a model with ``dynamic_batching`` (registered as ``dynamic`` in
 ``scheduler.registry.POLICIES``); its ``walk`` and ``decide`` also form the Oldest strategy's
-batches in ``scheduler.policies.sequence``. Pure (``scheduler.policy``). Semantics (Triton
+batches in ``scheduler.policies.sequence``. Pure (``scheduler.policies.policy``). Semantics (Triton
 core ``dynamic_batch_scheduler.cc``, docs ``batcher.md``, ``model_configuration.md``):
 
 - A batch is formed only when an instance is idle; while all are busy the queue grows and
   the next batch is bigger.
-- ``GetDynamicBatch``: walk the queue (``scheduler.queues``) in service order, summing
+- ``GetDynamicBatch``: walk the queue (``scheduler.policies.queues``) in service order, summing
   request batch sizes while the sum stays <= ``max_batch_size`` and every shape-enforced
   input has the same shape as the first request's (``shape_key``). On the way, mark a
   *cut*: the last sum equal to a preferred size or, when none was reached, the sum just
@@ -32,8 +32,8 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from triton_mp.common.close_reason import CloseReason
-from triton_mp.scheduler.policy import Batch, Queued
-from triton_mp.scheduler.queues import PriorityQueue, QueuedInstances
+from triton_mp.scheduler.policies.policy import Batch, Queued
+from triton_mp.scheduler.policies.queues import PriorityQueue, QueuedInstances
 
 
 @dataclass(frozen=True, slots=True)

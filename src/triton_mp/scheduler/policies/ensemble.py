@@ -45,7 +45,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from triton_mp.common.errors import ErrorCode
-from triton_mp.scheduler.policy import Batch, IterativeSteps, LevelSnapshot, Queued, Rejection
+from triton_mp.scheduler.policies.policy import (
+    Batch,
+    IterativeSteps,
+    LevelSnapshot,
+    Queued,
+    Rejection,
+)
 
 __all__ = ["Call", "Complete", "EnsembleScheduler", "Fail", "Release", "Step"]
 

@@ -1,7 +1,8 @@
 """Triton's sequence batcher for one model version: Direct and Oldest strategies.
 
 The policy of a model with ``sequence_batching`` (registered as ``sequence`` in
-``scheduler.registry.POLICIES``): a pure state machine like the others (``scheduler.policy``:
+``scheduler.registry.POLICIES``): a pure state machine like the others
+(``scheduler.policies.policy``:
 same contract, same injected time, same ``Batch`` handed to one idle instance). Semantics
 (Triton core ``sequence_batch_scheduler.cc``, docs ``architecture.md`` "Stateful Models",
 triton.md §4.5):
@@ -51,7 +52,7 @@ from typing import Literal
 from triton_mp.common.close_reason import CloseReason
 from triton_mp.common.errors import ErrorCode
 from triton_mp.scheduler.policies.dynamic import decide, walk
-from triton_mp.scheduler.policy import (
+from triton_mp.scheduler.policies.policy import (
     Batch,
     IterativeSteps,
     LevelSnapshot,

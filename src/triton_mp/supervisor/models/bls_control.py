@@ -4,7 +4,7 @@ Imported by ``supervisor.models.model_control``, which owns one ``BlsControl``. 
 backend sends these to its parent process, which calls ``TRITONSERVER_ServerLoadModel
 WithParameters`` / ``TRITONSERVER_ServerUnloadModel`` (python_backend ``model_loader.cc``):
 the same core path as the RepositoryModelLoad/Unload of the client API. Here a python worker
-connects (``workers.model_control_client``) to a ``multiprocessing`` listener on an
+connects (``workers.bls.model_control_client``) to a ``multiprocessing`` listener on an
 abstract Unix socket of the supervisor (the address and key travel in its ``BlsSpec``), sends
 ``ModelLoadCall`` / ``ModelUnloadCall`` and waits for the ``ControlReply``. A call is checked
 as the core checks it (explicit model control only: UNAVAILABLE "explicit model load /
@@ -29,9 +29,9 @@ import msgspec
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.frontend.admin.repository import CONTROL_DISABLED_MESSAGE, load_arguments
 from triton_mp.ipc import encode
-from triton_mp.ipc.codec import Decoder
-from triton_mp.ipc.control_messages import ControlReply, ModelLoadCall, ModelUnloadCall
-from triton_mp.ipc.messages import ErrorInfo
+from triton_mp.ipc.protocol.control_messages import ControlReply, ModelLoadCall, ModelUnloadCall
+from triton_mp.ipc.protocol.messages import ErrorInfo
+from triton_mp.ipc.recordio.codec import Decoder
 
 log = logging.getLogger(__name__)
 

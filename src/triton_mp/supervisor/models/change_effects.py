@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from triton_mp.ipc.specs import ModelVersionSpec
+from triton_mp.ipc.protocol.specs import ModelVersionSpec
 from triton_mp.model_config.plan import ModelPlan
 from triton_mp.supervisor.models.load_requests import (
     LoadRequest,

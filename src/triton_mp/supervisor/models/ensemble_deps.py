@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import ConfigError, ErrorCode
-from triton_mp.ipc.messages import ErrorInfo
+from triton_mp.ipc.protocol.messages import ErrorInfo
 from triton_mp.model_config.ensemble import validate_ensemble_config
 
 

@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import ConfigError, ErrorCode, StartupError
-from triton_mp.ipc.messages import ErrorInfo
+from triton_mp.ipc.protocol.messages import ErrorInfo
 from triton_mp.model_config.loader import (
     CONFIG_FILENAME,
     TEXT_PROTO_ERROR,
@@ -33,7 +33,7 @@ from triton_mp.model_config.loader import (
     parse_config_override,
 )
 from triton_mp.model_config.plan import rate_limits
-from triton_mp.scheduler.rate_limiter import Limits, check_resources
+from triton_mp.scheduler.limits.rate_limiter import Limits, check_resources
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ def read_request(
     contents) and the loaded model; sets ``req.result`` and returns ``(None, None)`` when
     there is nothing to load. ``seen`` records each repository directory's fingerprint at
     this attempt (poll mode). ``gpu_ids``: the GPUs instance groups may name
-    (``common.gpus.Devices.supported_ids``)."""
+    (``common.process.gpus.Devices.supported_ids``)."""
     if not is_model_name(req.name):
         # NOTE: a name is one directory entry of the repository, never a path.
         _not_found(req)

@@ -42,14 +42,14 @@ from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc import encode
-from triton_mp.ipc.control_messages import (
+from triton_mp.ipc.protocol.control_messages import (
     DirectRoute,
     ModelEntry,
     ModelLoadCall,
     ModelTableUpdate,
     ModelUnloadCall,
 )
-from triton_mp.ipc.messages import ErrorInfo, InstancesRetired, VersionsActivated
+from triton_mp.ipc.protocol.messages import ErrorInfo, InstancesRetired, VersionsActivated
 from triton_mp.model_config.loader import directory_fingerprint
 from triton_mp.model_config.plan import ModelPlan, plan_models
 from triton_mp.supervisor.models.bls_control import BlsControl, Reply

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from triton_mp.ipc.control_messages import ModelEntry
-from triton_mp.ipc.specs import ModelVersionSpec
+from triton_mp.ipc.protocol.control_messages import ModelEntry
+from triton_mp.ipc.protocol.specs import ModelVersionSpec
 from triton_mp.supervisor.models.model_changes import Served
 from triton_mp.supervisor.processes.children import Child
 

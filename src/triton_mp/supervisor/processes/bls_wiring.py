@@ -3,7 +3,7 @@
 Imported by ``supervisor.processes.instances`` (which creates the rings through
 ``supervisor.processes.wiring``
 and tells the running workers); pure, with unit tests (tests/unit/test_bls_wiring.py).
-A BLS client is a python instance calling models (``workers.bls_client``); every instance
+A BLS client is a python instance calling models (``workers.bls.bls_client``); every instance
 (python or not) answers each client on its own ring ``worker_to_bls(instance, client)``, and
 each client's inbox holds one ring from the scheduler and one from every instance. So when
 instances start, each new one gets a ring to every client, running or new, and every
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from triton_mp.ipc.specs import BlsModel, ModelVersionSpec
+from triton_mp.ipc.protocol.specs import BlsModel, ModelVersionSpec
 
 
 @dataclass(frozen=True)

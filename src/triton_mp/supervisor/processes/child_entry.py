@@ -2,7 +2,7 @@
 
 Imported by ``supervisor.processes.children`` (in the supervisor) and, through ``multiprocessing``'s
 spawn, by every child first. So this module imports only what every child needs
-(``common.platform``, ``ipc.heartbeat``) and the role's entry point
+(``common.process.platform``, ``ipc.memory.heartbeat``) and the role's entry point
 lazily: the scheduler never loads the repository loader, protobuf, numpy or a backend, a
 worker never loads grpc, a frontend never loads onnxruntime (tests/unit/test_layering.py and
 tests/e2e/test_lifecycle.py check it).
@@ -18,9 +18,9 @@ import signal
 import sys
 from multiprocessing.connection import Connection
 
-from triton_mp.common.platform import die_with_parent, set_process_title, tune_malloc
+from triton_mp.common.process.platform import die_with_parent, set_process_title, tune_malloc
 from triton_mp.ipc.handshake import Role
-from triton_mp.ipc.heartbeat import start_beating
+from triton_mp.ipc.memory.heartbeat import start_beating
 
 
 def _end_without_teardown(status: list[int]) -> None:
@@ -76,7 +76,7 @@ def child_main(
         conn: the child's end of its pipe (``ipc.handshake``; a frontend's control pipe).
         env: environment variables to set first (``CUDA_VISIBLE_DEVICES``).
         heartbeat: ``(board name, slot, interval_s)``: a thread beats the slot from the
-            start (``ipc.heartbeat``), so a child whose interpreter stops responding is
+            start (``ipc.memory.heartbeat``), so a child whose interpreter stops responding is
             found; None when heartbeats are off.
     """
     die_with_parent(parent_pid)

@@ -27,7 +27,7 @@ from multiprocessing.process import BaseProcess
 
 from triton_mp.ipc import encode
 from triton_mp.ipc.handshake import Ready, Role, StartFailed, read_handshake
-from triton_mp.ipc.specs import WorkerSpec, with_current_log
+from triton_mp.ipc.protocol.specs import WorkerSpec, with_current_log
 from triton_mp.supervisor.processes.child_entry import child_main
 from triton_mp.supervisor.processes.health import Health
 
@@ -79,7 +79,7 @@ class Child:
     def worker(cls, spec: WorkerSpec, env: dict[str, str] | None = None) -> Child:
         """A worker child for ``spec`` (not started), managed until model control releases
         it; ``env`` is set in it first (a GPU instance's ``CUDA_VISIBLE_DEVICES``,
-        ``common.gpus.worker_env``)."""
+        ``common.process.gpus.worker_env``)."""
         w = spec.instance
         return cls(
             "worker",

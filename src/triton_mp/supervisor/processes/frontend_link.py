@@ -24,8 +24,7 @@ from multiprocessing.connection import Connection
 import msgspec
 
 from triton_mp.ipc import encode
-from triton_mp.ipc.codec import Decoder
-from triton_mp.ipc.control_messages import (
+from triton_mp.ipc.protocol.control_messages import (
     ControlReply,
     ModelLoadCall,
     ModelTableUpdate,
@@ -33,8 +32,9 @@ from triton_mp.ipc.control_messages import (
     TableAck,
     ToSupervisor,
 )
-from triton_mp.ipc.log_messages import LogSettingsUpdate, apply_update
-from triton_mp.ipc.messages import ErrorInfo
+from triton_mp.ipc.protocol.log_messages import LogSettingsUpdate, apply_update
+from triton_mp.ipc.protocol.messages import ErrorInfo
+from triton_mp.ipc.recordio.codec import Decoder
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from triton_mp.ipc.control_messages import ModelTableUpdate
-from triton_mp.ipc.specs import FRONTEND_ID_RANGE, with_current_log
+from triton_mp.ipc.protocol.control_messages import ModelTableUpdate
+from triton_mp.ipc.protocol.specs import FRONTEND_ID_RANGE, with_current_log
 from triton_mp.supervisor.processes.children import (
     MAX_RESTARTS,
     RESTART_BACKOFF_S,

@@ -2,8 +2,8 @@
 
 Imported by ``supervisor.processes.children`` (which kills what is judged hung) and
 ``supervisor.main``. The board itself, its layout and the beating thread are
-``ipc.heartbeat``; ``supervisor.processes.wiring`` creates the board. A child is judged only once it
-reported ready (loading a model has ``--startup-timeout-secs`` instead), from the moment
+``ipc.memory.heartbeat``; ``supervisor.processes.wiring`` creates the board. A child is judged only
+once it reported ready (loading a model has ``--startup-timeout-secs`` instead), from the moment
 the supervisor first saw it ready, so a slow start never counts as silence.
 """
 
@@ -14,7 +14,7 @@ import time
 from multiprocessing.process import BaseProcess
 from typing import Protocol, TypeVar
 
-from triton_mp.ipc.heartbeat import HeartbeatBoard
+from triton_mp.ipc.memory.heartbeat import HeartbeatBoard
 
 log = logging.getLogger(__name__)
 

@@ -24,11 +24,13 @@ from dataclasses import dataclass, field
 import msgspec
 
 from triton_mp.common.config import ServerConfig
-from triton_mp.common.gpus import Devices, worker_env
+from triton_mp.common.process.gpus import Devices, worker_env
 from triton_mp.ipc import ChannelTimeout, Sender, encode
-from triton_mp.ipc.control_messages import ModelTableUpdate
 from triton_mp.ipc.direct import DirectRoute, handoff_eligible
-from triton_mp.ipc.messages import (
+from triton_mp.ipc.memory.notify import Wakeup
+from triton_mp.ipc.memory.ring import RecordTooLarge
+from triton_mp.ipc.protocol.control_messages import ModelTableUpdate
+from triton_mp.ipc.protocol.messages import (
     BlsClientWiring,
     BlsInboxUpdate,
     BlsWorkerUpdate,
@@ -37,9 +39,7 @@ from triton_mp.ipc.messages import (
     InstancesRemoved,
     InstanceWiring,
 )
-from triton_mp.ipc.notify import Wakeup
-from triton_mp.ipc.ring import RecordTooLarge
-from triton_mp.ipc.specs import (
+from triton_mp.ipc.protocol.specs import (
     BlsModel,
     BlsSpec,
     ChannelSpec,

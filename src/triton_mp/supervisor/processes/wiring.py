@@ -2,7 +2,7 @@
 
 Imported by ``supervisor.main`` (the server-wide objects, and the final cleanup) and
 ``supervisor.processes.instances`` (each instance's objects and BLS rings, and their removal). Names
-come from ``ipc.topology``. Tensor arenas are the exception to "only creator": each
+come from ``ipc.memory.topology``. Tensor arenas are the exception to "only creator": each
 frontend and worker allocates its own (STYLE.md rule 6); this module unlinks those of dead
 worker processes and, at exit, everything left of the server.
 """
@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from triton_mp.common.config import ServerConfig
 from triton_mp.ipc import Ring, sweep_stale
 from triton_mp.ipc.direct import create_lease
-from triton_mp.ipc.heartbeat import HeartbeatBoard
-from triton_mp.ipc.notify import Wakeup, create_wakeup
-from triton_mp.ipc.response_cache import SharedResponseCache
-from triton_mp.ipc.shm import claim_server_id, list_objects, remove_entry
-from triton_mp.ipc.specs import ChannelSpec
-from triton_mp.ipc.topology import Topology
+from triton_mp.ipc.memory.heartbeat import HeartbeatBoard
+from triton_mp.ipc.memory.notify import Wakeup, create_wakeup
+from triton_mp.ipc.memory.response_cache import SharedResponseCache
+from triton_mp.ipc.memory.shm import claim_server_id, list_objects, remove_entry
+from triton_mp.ipc.memory.topology import Topology
+from triton_mp.ipc.protocol.specs import ChannelSpec
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class Wiring:
         claim_server_id(self.topology.server_id)
 
     def create_heartbeat_board(self, slots: int) -> HeartbeatBoard:
-        """The heartbeat board (``ipc.heartbeat``), zeroed."""
+        """The heartbeat board (``ipc.memory.heartbeat``), zeroed."""
         return HeartbeatBoard.create(self.topology.heartbeat(), slots)
 
     def create_response_cache(self, capacity_bytes: int) -> SharedResponseCache:
@@ -112,7 +112,7 @@ class Wiring:
         )
         supervisor_ring = self._ring(top.supervisor_ring(), size)
         scheduler_wakeup = create_wakeup("semaphore", top.scheduler_wakeup())
-        # NOTE: frontends run asyncio loops that watch a FIFO; see ipc/notify.py.
+        # NOTE: frontends run asyncio loops that watch a FIFO; see ipc/memory/notify.py.
         fe_wakeups = {i: create_wakeup("fifo", top.frontend_wakeup(i)) for i in range(n_frontends)}
         to_frontends = {
             i: ChannelSpec(self._ring(top.scheduler_to_frontend(i), size), fe_wakeups[i])

@@ -1,0 +1,5 @@
+"""How a process of the server runs: its title and parent-death signal (``platform``), the
+GPUs it sees (``gpus``), Triton's host policy (``host_policy``), its directories
+(``process_dirs``) and its logging (``log``).
+Uses ``common``'s own modules (errors); they never import it.
+"""

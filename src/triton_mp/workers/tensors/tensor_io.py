@@ -1,0 +1,416 @@
+"""Tensor I/O of a worker: views over request inputs, writing outputs, client regions.
+
+Imported by ``workers.worker``. Inputs are read in place: a numpy view over the frontend's
+arena or the client's registered system shared memory (no copy for fixed-size types).
+Outputs are written once: into the client's registered region where the request asked for
+it (``InferRequest.output_regions``, Triton's ``shared_memory_region`` output parameter),
+the rest into one block of this worker's arena (``ipc.tensor_pool``), which the frontend
+frees after reading.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import mmap
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import posix_ipc
+
+from triton_mp.backends.base import response_parameters
+from triton_mp.common.datatypes import (
+    DataType,
+    deserialize_bytes_tensor,
+    element_count,
+    tensor_wire_bytes,
+)
+from triton_mp.common.errors import ErrorCode, TritonMPError
+from triton_mp.ipc import ArenaAllocator, SegmentCache, free_block
+from triton_mp.ipc.memory.shm import client_object_refusal
+from triton_mp.ipc.protocol.messages import (
+    BlockRef,
+    InferRequest,
+    InferResponse,
+    OutputRegion,
+    TensorRef,
+)
+from triton_mp.ipc.tensor_pool import ALIGN, BLOCK_HEADER_BYTES, block_ref
+
+
+class ClientRegions:
+    """The worker's mappings of clients' registered system shared memory.
+
+    Keyed by (key, registration id), so a client that re-creates an object under the same key
+    and registers it again gets a fresh mapping. Inputs are mapped read-only, outputs
+    read-write. At most ``capacity`` objects stay mapped (least recently used go first).
+
+    NOTE: touching a mapping beyond the end of an object the client has since truncated
+    raises SIGBUS, which no Python code can catch. Every use re-checks the object's current
+    size (``fstat`` on a descriptor kept open) and fails that request instead; a truncation
+    racing with a running batch can still kill the worker, which the supervisor restarts.
+    """
+
+    def __init__(self, capacity: int = 64) -> None:
+        self._maps: collections.OrderedDict[tuple[str, int, bool], tuple[mmap.mmap, int]] = (
+            collections.OrderedDict()
+        )
+        self._capacity = capacity
+
+    def window(
+        self, key: str, region_id: int, writable: bool, offset: int, nbytes: int, what: str
+    ) -> mmap.mmap:
+        """The mapped object, after checking ``[offset, offset + nbytes)`` lies inside it now.
+
+        Raises:
+            TritonMPError (INVALID_ARG): the client's object is gone, inaccessible, or
+                smaller than the window (``what`` names the tensor in the message).
+        """
+        k = (key, region_id, writable)
+        entry = self._maps.get(k)
+        if entry is None:
+            entry = self._map(key, writable)
+            self._maps[k] = entry
+            while len(self._maps) > self._capacity:
+                _, (old_buf, old_fd) = self._maps.popitem(last=False)
+                _close(old_buf, old_fd)
+        else:
+            self._maps.move_to_end(k)
+        buf, fd = entry
+        size = os.fstat(fd).st_size
+        if offset + nbytes > min(size, len(buf)):
+            raise TritonMPError(
+                f"{what}: shared memory object '{key}' is {size} bytes now, smaller than the "
+                f"registered window ending at byte {offset + nbytes}",
+                ErrorCode.INVALID_ARG,
+            )
+        return buf
+
+    @staticmethod
+    def _map(key: str, writable: bool) -> tuple[mmap.mmap, int]:
+        try:
+            obj = posix_ipc.SharedMemory(key, read_only=not writable)
+        except (posix_ipc.ExistentialError, posix_ipc.PermissionsError, ValueError) as e:
+            raise TritonMPError(
+                f"Unable to map shared memory object '{key}' of a registered region: {e}",
+                ErrorCode.INVALID_ARG,
+            ) from None
+        fd = obj.fd
+        try:
+            st = os.fstat(fd)
+            # NOTE: re-checked here: the client may have replaced the object under the
+            # same key since the frontend checked the registration.
+            # NOTE: the supervisor is the parent, and its pid names this server's objects.
+            refusal = client_object_refusal(key, st.st_uid, str(os.getppid()))
+            if refusal is not None:
+                os.close(fd)
+                raise TritonMPError(
+                    f"Unable to map shared memory object '{key}' of a registered region: {refusal}",
+                    ErrorCode.INVALID_ARG,
+                )
+            size = st.st_size
+            prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+            return mmap.mmap(fd, size, prot=prot), fd
+        except (OSError, ValueError) as e:
+            os.close(fd)
+            raise TritonMPError(
+                f"Unable to map shared memory object '{key}' of a registered region: {e}",
+                ErrorCode.INVALID_ARG,
+            ) from None
+
+    def close(self) -> None:
+        """Unmap everything."""
+        for buf, fd in self._maps.values():
+            _close(buf, fd)
+        self._maps.clear()
+
+
+def _close(buf: mmap.mmap, fd: int) -> None:
+    # NOTE: numpy views may still export the mapping; the OS unmaps it at exit then.
+    with contextlib.suppress(BufferError):
+        buf.close()
+    os.close(fd)
+
+
+def view_tensor(
+    cache: SegmentCache, ref: TensorRef, regions: ClientRegions | None = None
+) -> np.ndarray:
+    """A numpy array over a tensor in shared memory (no copy for fixed-size types).
+
+    Args:
+        cache: attached arenas (``ref.segment`` when ``ref.region_id`` is 0).
+        ref: the tensor; its shape and protocol datatype give the array's.
+        regions: the client regions mapped (for ``ref.region_id`` > 0).
+
+    Returns:
+        A view for fixed-size types (valid while the block is); a new object array of
+        ``bytes`` for BYTES.
+
+    Raises:
+        TritonMPError: a client region is gone, or smaller than the tensor (INVALID_ARG); a
+            datatype with no numpy type (UNSUPPORTED). BF16 is viewed as ``BF16_DTYPE``.
+    """
+    fixed = _FIXED_DTYPES.get(ref.datatype)
+    if fixed is not None and not ref.region_id:
+        # NOTE: the hot path (a fixed-size tensor in an arena): no lookups beyond the two.
+        # NOTE: np.ndarray over the buffer is one call (frombuffer then reshape is two, and
+        # the element count a third); it refuses a window past the buffer's end as well.
+        return np.ndarray(ref.shape, fixed, cache.get(ref.segment).buf, ref.offset)
+    buf: mmap.mmap
+    if ref.region_id:
+        if regions is None:
+            raise TritonMPError(f"input '{ref.name}' is in a client region, which none maps here")
+        buf = regions.window(
+            ref.segment, ref.region_id, False, ref.offset, ref.nbytes, f"input '{ref.name}'"
+        )
+    else:
+        buf = cache.get(ref.segment).buf
+    datatype = DataType.from_wire(ref.datatype)
+    if datatype is DataType.STRING:
+        return deserialize_bytes_tensor(
+            memoryview(buf)[ref.offset : ref.offset + ref.nbytes], ref.shape
+        )
+    dtype = datatype.storage
+    if dtype is None:
+        raise TritonMPError(
+            f"tensor '{ref.name}' of data type {ref.datatype} has no numpy type",
+            ErrorCode.UNSUPPORTED,
+        )
+    count = element_count(ref.shape)
+    return np.frombuffer(buf, dtype=dtype, count=count, offset=ref.offset).reshape(ref.shape)
+
+
+def request_inputs(
+    cache: SegmentCache, req: InferRequest, regions: ClientRegions
+) -> dict[str, np.ndarray]:
+    """Every input of ``req`` by name, as ``view_tensor`` views it; an input whose bytes a
+    client region output of the same request overlaps is a copy (``overlapping_inputs``).
+
+    Raises:
+        TritonMPError: as ``view_tensor``.
+    """
+    inputs = {}
+    get = cache.get
+    for ref in req.inputs:
+        fixed = _FIXED_DTYPES.get(ref.datatype)
+        if fixed is not None and not ref.region_id:
+            # NOTE: view_tensor's hot path, inlined (one call per input saved).
+            inputs[ref.name] = np.ndarray(ref.shape, fixed, get(ref.segment).buf, ref.offset)
+        else:
+            inputs[ref.name] = view_tensor(cache, ref, regions)
+    if req.output_regions:
+        for name in overlapping_inputs(req):
+            inputs[name] = inputs[name].copy()  # NOTE: see overlapping_inputs
+    return inputs
+
+
+def overlapping_inputs(req: InferRequest) -> list[str]:
+    """The inputs of ``req`` whose bytes in a client's region overlap the window one of its
+    outputs is written to (same object, intersecting byte ranges).
+
+    Such an input is handed to the backend as a copy: a model that returns its input (or a
+    view of it) would otherwise have its output copied over its own source through two
+    mappings of the same pages, which no memcpy/memmove can see, and smear it. Triton copies
+    every input out of the client's memory before the model runs, so the overlap is
+    harmless there too.
+    """
+    out = []
+    for ref in req.inputs:
+        if not ref.region_id:
+            continue
+        end = ref.offset + ref.nbytes
+        for region in req.output_regions:
+            if (
+                region is not None
+                and region.key == ref.segment
+                and region.offset < end
+                and ref.offset < region.offset + region.byte_size
+            ):
+                out.append(ref.name)
+                break
+    return out
+
+
+_FIXED_DTYPES: dict[str, np.dtype] = {
+    t.wire: t.storage for t in DataType if t.storage is not None and t is not DataType.STRING
+}
+"""Protocol datatype -> numpy dtype of the fixed-size types ``view_tensor`` views in place."""
+
+WireTensor = tuple[str, str, tuple[int, ...], "np.ndarray | memoryview", int]
+"""``(name, protocol datatype, shape, data, nbytes)`` of one tensor about to be written:
+``data`` is the array itself when it is C-contiguous and of a fixed-size type (copied into
+shared memory by its buffer, in native order), its wire bytes otherwise (a BYTES tensor's
+length-prefixed form, a contiguous copy)."""
+
+_WIRE_OF: dict[np.dtype, str] = {
+    t.storage: t.wire for t in DataType if t.storage is not None and t is not DataType.STRING
+}
+"""Native-order numpy dtype -> protocol datatype of the types written straight from the array."""
+
+
+def wire_tensor(name: str, arr: np.ndarray) -> WireTensor:
+    """An array as written to shared memory (``common.datatypes.tensor_wire_bytes``).
+
+    Raises:
+        ValueError: a dtype with no Triton datatype.
+    """
+    # NOTE: numpy shapes are tuples of Python ints already.
+    datatype = _WIRE_OF.get(arr.dtype)
+    if datatype is not None and arr.flags.c_contiguous:
+        # NOTE: the hot path: copying from the array's own buffer is ~1 us cheaper per
+        # tensor than through a uint8 memoryview of it.
+        return name, datatype, arr.shape, arr, arr.size * arr.itemsize
+    datatype, data = tensor_wire_bytes(arr)
+    return name, datatype, arr.shape, data, len(data)
+
+
+def write_block(
+    arena: ArenaAllocator, tensors: Sequence[WireTensor]
+) -> tuple[BlockRef, tuple[TensorRef, ...]]:
+    """Copy tensors into one new block of ``arena``, each at an aligned offset, in order.
+
+    Returns:
+        The block (freed by its reader with ``ipc.free_block``) and a ``TensorRef`` per
+        tensor (offsets in bytes from the segment's start).
+
+    Raises:
+        ArenaExhausted: no arena has room and the budget forbids a new one.
+    """
+    total = 0
+    for t in tensors:
+        total += (t[4] + ALIGN - 1) & ~(ALIGN - 1)
+    seg, block = arena.alloc(total)
+    buf = seg.buf
+    segment = seg.name
+    pos = block + BLOCK_HEADER_BYTES
+    refs = []
+    for name, datatype, shape, data, n in tensors:
+        if n:
+            buf[pos : pos + n] = data
+        refs.append(TensorRef(name, datatype, shape, segment, pos, n))
+        pos += (n + ALIGN - 1) & ~(ALIGN - 1)  # NOTE: tensor_pool.align, inlined
+    return block_ref(seg, block), tuple(refs)
+
+
+def free_own_block(arena: ArenaAllocator, block: BlockRef) -> None:
+    """Free a block of this process's own ``arena`` that no reader will free (its message
+    was never sent, or its reader answered): ``write_block``'s inverse."""
+    seg = next(s for s in arena.segments() if s.name == block.segment)
+    free_block(seg, block)
+
+
+def write_outputs(
+    arena: ArenaAllocator,
+    regions: ClientRegions,
+    req: InferRequest,
+    outputs: dict[str, np.ndarray],
+    final: bool = True,
+) -> InferResponse:
+    """Write one request's outputs: into the client's registered shared memory where the
+    request asked for it, the rest into one block of this worker's arena (one copy each).
+
+    Returns:
+        The response, its ``outputs`` in ``req.outputs`` order (those the model produced).
+
+    Raises:
+        TritonMPError: a client region too small for its output
+            (nothing is left allocated in the arena then).
+    """
+    if not req.output_regions:
+        # NOTE: the hot path (every output to the arena): output_parts without the regions.
+        tensors = arena_tensors(req, outputs)
+        block, refs = write_block(arena, tensors) if tensors else (None, ())
+        return InferResponse(
+            request_id=req.request_id,
+            version=req.version,
+            outputs=refs,
+            block=block,
+            final=final,
+            parameters_json=response_parameters(outputs),
+        )
+    parts = output_parts(req, outputs)
+    placed: dict[int, TensorRef] = {}
+    # NOTE: client regions first: a region that fails its check leaves no arena block taken.
+    for i, (tensor, region) in enumerate(parts):
+        if region is not None:
+            placed[i] = write_region(regions, tensor, region)
+    in_arena = [i for i, (_, region) in enumerate(parts) if region is None]
+    block_ref = None
+    if in_arena:
+        block_ref, refs = write_block(arena, [parts[i][0] for i in in_arena])
+        placed.update(zip(in_arena, refs, strict=True))
+    return InferResponse(
+        request_id=req.request_id,
+        version=req.version,
+        outputs=tuple(placed[i] for i in range(len(parts))),
+        block=block_ref,
+        final=final,
+        parameters_json=response_parameters(outputs),
+    )
+
+
+def arena_tensors(req: InferRequest, outputs: dict[str, np.ndarray]) -> list[WireTensor]:
+    """Each requested output the backend produced, as written, for a request that names no
+    client region (all go to the arena): ``output_parts`` without the region checks (in the
+    backend's order; an output the model did not produce is left out, as there)."""
+    wanted = req.outputs
+    return [wire_tensor(name, arr) for name, arr in outputs.items() if name in wanted]
+
+
+def output_parts(
+    req: InferRequest, outputs: dict[str, np.ndarray]
+) -> list[tuple[WireTensor, OutputRegion | None]]:
+    """Each requested output the backend produced, as written, with the client region it goes
+    to (None: arena), in the order the backend produced them (``outputs``' order): Triton's
+    core answers outputs in the order the backend adds them, so a python model's response
+    lists its ``output_tensors`` in the model's order, whatever order the request named them
+    in (2.51, side by side in tests/e2e/test_python_answers.py; the onnxruntime and pytorch
+    backends here produce them in request order). An output the model did not produce is
+    left out of the response, as Triton answers a python model that omits one (the response
+    has the others; nothing fails). In an ensemble it is Triton's placeholder
+    (``scheduler.policies.ensemble``): the step that takes it is checked without it
+    (``scheduler.rules.step_inputs``), and an ensemble output left out is left out of the
+    ensemble's answer.
+
+    Raises:
+        TritonMPError: an output larger than its region (INTERNAL, the allocator's code).
+    """
+    parts = []
+    regions = dict(zip(req.outputs, req.output_regions or (None,) * len(req.outputs), strict=True))
+    for name, arr in outputs.items():
+        if name not in regions:
+            continue
+        region = regions[name]
+        tensor = wire_tensor(name, arr)
+        size = tensor[4]
+        if region is not None and size > region.byte_size:
+            raise TritonMPError(
+                f"shared memory size specified with the request for output '{name}' "
+                f"({region.byte_size} bytes) should be at least {size} bytes to hold "
+                "the results",
+                ErrorCode.INTERNAL,  # NOTE: the allocator's code in Triton (500 over HTTP)
+            )
+        parts.append((tensor, region))
+    return parts
+
+
+def write_region(regions: ClientRegions, tensor: WireTensor, region: OutputRegion) -> TensorRef:
+    """Copy one output into the client's registered region (Triton's output
+    ``shared_memory_region`` / ``shared_memory_offset``).
+
+    Raises:
+        TritonMPError (INVALID_ARG): the region's object is gone or now too small.
+    """
+    name, datatype, shape, data, n = tensor
+    dest = regions.window(
+        region.key,
+        region.region_id,
+        True,
+        region.offset,
+        n,
+        f"output '{name}' (region '{region.region_name}')",
+    )
+    if n:
+        dest[region.offset : region.offset + n] = data
+    return TensorRef(name, datatype, shape, region.key, region.offset, n, region.region_id)
