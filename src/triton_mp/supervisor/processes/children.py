@@ -218,7 +218,9 @@ class ChildTable:
             self.kill(c)  # NOTE: it died just now
             c.process, c.ready_conn = None, None
             return False
-        log.info("%s %s takes over spare pid %d", c.role, c.name, c.process.pid or 0)
+        log.info(
+            "%s %s runs in pid %d, started ahead of its spec", c.role, c.name, c.process.pid or 0
+        )
         return True
 
     def await_ready(
