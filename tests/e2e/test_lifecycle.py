@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.helpers.repos import copy_models, write_python_model
 from tests.helpers.server import ServerProcess, group_alive, wait_for
+from triton_mp.common.process import process_dirs
 from triton_mp.ipc.memory.shm import list_objects
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -136,16 +138,25 @@ def test_ctrl_c_to_the_process_group_stops_the_server_in_seconds(
     assert list_objects(sid) == []
 
 
+def _socket_dirs() -> set[Path]:
+    """The native gRPC servers' private socket directories in the temp directory now."""
+    return set(Path(tempfile.gettempdir()).glob(f"{process_dirs.NATIVE_GRPC}-*"))
+
+
 def test_restart_after_kill_9_of_the_whole_tree_removes_stale_shared_memory(
     tmp_path: Path, start_server: Callable[..., ServerProcess]
 ) -> None:
     repo = copy_models(tmp_path / "repo", "add_sub")
+    before = _socket_dirs()
     first = start_server(repo)
     client = first.client()
     client.infer("add_sub", _add_sub_inputs())
     client.close()
     stale = list_objects(str(first.pid))
     assert stale
+    # NOTE: its frontend's native gRPC socket directory (process_dirs), swept the same way
+    dirs = _socket_dirs() - before
+    assert dirs
     os.killpg(first.pid, signal.SIGKILL)
     first.proc.wait(timeout=30)
     wait_for(lambda: not group_alive(first.pid), 30, "the killed tree to exit")
@@ -155,6 +166,7 @@ def test_restart_after_kill_9_of_the_whole_tree_removes_stale_shared_memory(
 
     second = start_server(repo)
     assert list_objects(str(first.pid)) == []
+    assert not any(d.exists() for d in dirs)
     client = second.client()
     res = client.infer("add_sub", _add_sub_inputs())
     np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), np.full((1, 16), 2, np.float32))

@@ -4,6 +4,9 @@ supervisor removes a dead frontend's by its pid, and only its."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,8 +19,9 @@ def test_a_directory_is_named_by_its_kind_and_pid() -> None:
     try:
         assert made.is_dir()
         assert made.name.startswith(f"triton-mp-test-{os.getpid()}-")
+        assert (made / process_dirs.MARKER).read_text() == str(process_dirs.pid_namespace())
     finally:
-        made.rmdir()
+        shutil.rmtree(made)
 
 
 def test_remove_takes_the_dead_pids_directories_and_no_other(tmp_path: Path) -> None:
@@ -46,3 +50,40 @@ def test_remove_leaves_a_file_or_link_of_that_name_alone(tmp_path: Path) -> None
 @pytest.mark.parametrize("pid", [1, 99999])
 def test_remove_without_any_directory_is_a_no_op(tmp_path: Path, pid: int) -> None:
     assert process_dirs.remove(process_dirs.NATIVE_GRPC, pid, tmp_path) == []
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_sweep_takes_dead_processes_directories_of_this_pid_namespace_only(
+    tmp_path: Path,
+) -> None:
+    kind = process_dirs.NATIVE_GRPC
+    own = process_dirs.pid_namespace()
+    if own is None:
+        pytest.skip("/proc does not tell this process's pid namespace")
+    dead = _dead_pid()
+
+    def made(name: str, namespace: object = own) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        if namespace is not None:
+            (path / process_dirs.MARKER).write_text(str(namespace))
+        return path
+
+    stale = made(f"{kind}-{dead}-abc")
+    (stale / "python.sock").write_text("")
+    kept = [
+        made(f"{kind}-{os.getpid()}-abc"),  # alive
+        made(f"{kind}-{dead}-other", own + 1),  # another namespace's pid
+        made(f"{kind}-{dead}-unmarked", None),  # made before markers: cannot judge
+        made(f"other-{dead}-abc"),  # another kind
+    ]
+    assert process_dirs.sweep(kind, tmp_path) == [stale]
+    assert not stale.exists()
+    assert all(p.is_dir() for p in kept)
+    assert process_dirs.sweep(kind, tmp_path) == []

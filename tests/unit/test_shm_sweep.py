@@ -15,11 +15,11 @@ import posix_ipc
 import pytest
 
 from triton_mp.common.errors import TritonMPError
+from triton_mp.common.process.process_dirs import pid_namespace
 from triton_mp.ipc.memory.shm import (
     DEV_SHM,
     claim_server_id,
     list_objects,
-    pid_namespace,
     stale_entries,
     sweep_stale,
 )

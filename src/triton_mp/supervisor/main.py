@@ -114,6 +114,8 @@ class Supervisor:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
         self.wiring.sweep_stale()
+        # NOTE: the socket directories of frontends whose server was killed with -9
+        process_dirs.sweep(process_dirs.NATIVE_GRPC)
         if self.config.heartbeat_timeout_s > 0:
             board = self.wiring.create_heartbeat_board(HEARTBEAT_SLOTS)
             self.children.health = Health(board, self.config.heartbeat_timeout_s)

@@ -29,6 +29,7 @@ from pathlib import Path
 import posix_ipc
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
+from triton_mp.common.process.process_dirs import pid_namespace
 from triton_mp.ipc.memory.topology import Kind, Topology, server_of
 
 log = logging.getLogger(__name__)
@@ -247,15 +248,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def pid_namespace() -> int | None:
-    """The inode of this process's pid namespace (``/proc/self/ns/pid``), or None where
-    ``/proc`` does not tell."""
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return None
 
 
 def _namespaces(entries: list[str]) -> dict[str, set[int]]:
