@@ -59,7 +59,7 @@ def test_generations_wrap_around_without_zero(pool: ArenaAllocator) -> None:
 def test_a_free_frees_the_block_it_names(pool: ArenaAllocator) -> None:
     seg, off = pool.alloc(100)
     before = stray_frees()
-    assert free_block(seg.buf, block_ref(seg, off))
+    assert free_block(seg, block_ref(seg, off))
     assert _HEADER.unpack_from(seg.buf, off)[0] == FREE
     assert stray_frees() == before
 
@@ -67,9 +67,9 @@ def test_a_free_frees_the_block_it_names(pool: ArenaAllocator) -> None:
 def test_a_second_free_of_a_block_writes_nothing_and_is_counted(pool: ArenaAllocator) -> None:
     seg, off = pool.alloc(100)
     ref = block_ref(seg, off)
-    assert free_block(seg.buf, ref)
+    assert free_block(seg, ref)
     before = stray_frees()
-    assert not free_block(seg.buf, ref)
+    assert not free_block(seg, ref)
     assert stray_frees() == before + 1
 
 
@@ -80,13 +80,13 @@ def test_a_late_free_of_a_block_whose_room_was_reused_leaves_the_new_block_live(
     old reference's free must not free it."""
     seg, off = pool.alloc(100)
     old = block_ref(seg, off)
-    assert free_block(seg.buf, old)
+    assert free_block(seg, old)
     seg2, off2 = pool.alloc(100)
     new = block_ref(seg2, off2)
     assert (new.segment, new.offset) == (old.segment, old.offset)
     assert new.generation != old.generation
     before = stray_frees()
-    assert not free_block(seg.buf, old)
+    assert not free_block(seg, old)
     assert _HEADER.unpack_from(seg.buf, off)[0] == LIVE
     assert stray_frees() == before + 1
     assert pool.live_blocks() == 1
@@ -101,20 +101,20 @@ def test_a_late_free_that_lands_inside_a_later_blocks_payload_writes_nothing(
     seg, a = pool.alloc(100)
     _, b = pool.alloc(100)
     ra, rb = block_ref(seg, a), block_ref(seg, b)
-    assert free_block(seg.buf, ra)
-    assert free_block(seg.buf, rb)
+    assert free_block(seg, ra)
+    assert free_block(seg, rb)
     _, c = pool.alloc(1000)
     assert c == a < b < c + BLOCK_HEADER_BYTES + 1000
     payload = np.frombuffer(seg.buf, np.float32, 250, c + BLOCK_HEADER_BYTES)
     payload[:] = 7.0
-    assert not free_block(seg.buf, rb)
+    assert not free_block(seg, rb)
     assert (payload == 7.0).all()
 
 
 def test_a_free_past_the_arena_end_writes_nothing(pool: ArenaAllocator) -> None:
     seg, _ = pool.alloc(100)
     before = stray_frees()
-    assert not free_block(seg.buf, BlockRef(seg.name, seg.size_bytes - 8, 1))
+    assert not free_block(seg, BlockRef(seg.name, seg.size_bytes - 8, 1))
     assert stray_frees() == before + 1
 
 
@@ -126,10 +126,10 @@ def test_the_first_refusal_is_logged_and_the_next_ones_only_counted(
     monkeypatch.setattr(tensor_pool, "_stray", 0)
     seg, off = pool.alloc(100)
     ref = block_ref(seg, off)
-    free_block(seg.buf, ref)
+    free_block(seg, ref)
     with caplog.at_level(logging.ERROR, logger="triton_mp.ipc.tensor_pool"):
-        free_block(seg.buf, ref)
-        free_block(seg.buf, ref)
+        free_block(seg, ref)
+        free_block(seg, ref)
     assert stray_frees() == 2
     assert len([r for r in caplog.records if "refused to free block" in r.getMessage()]) == 1
 

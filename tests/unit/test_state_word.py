@@ -107,12 +107,12 @@ def test_a_free_is_one_store_of_free_into_the_state_word(
     assert [(o, v) for o, v, _ in stores.calls] == [(off, FREE), (own.offset, FREE)]
 
 
-def test_a_free_through_a_bare_buffer_leaves_the_rest_of_the_header(
+def test_a_free_through_a_writable_mapping_leaves_the_rest_of_the_header(
     owner: ArenaAllocator,
 ) -> None:
     seg, off = owner.alloc(16)
     before = bytes(seg.buf[off : off + 16])
-    assert free_block(seg.buf, block_ref(seg, off))
+    assert free_block(seg, block_ref(seg, off))
     assert bytes(seg.buf[off : off + 16]) == struct.pack("<I", FREE) + before[4:]
 
 

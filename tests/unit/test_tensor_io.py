@@ -301,7 +301,7 @@ def test_request_inputs_refuse_a_window_past_the_segment_end(
     req = msgspec.structs.replace(_request(()), inputs=(ref,))
     with pytest.raises(TypeError, match="too small"):
         request_inputs(cache, req, ClientRegions())
-    free_block(seg.buf, block_ref(seg, block))
+    free_block(seg, block_ref(seg, block))
 
 
 def test_a_request_without_regions_gets_one_block_and_none_without_outputs(

@@ -118,10 +118,10 @@ def test_free_then_reclaim_returns_the_space(make_allocator: Factory) -> None:
     seg, a = pool.alloc(100)
     _, b = pool.alloc(100)
     assert pool.live_blocks() == 2
-    free_block(seg.buf, block_ref(seg, a))
+    free_block(seg, block_ref(seg, a))
     assert _header(seg, a)[0] == FREE
     assert pool.live_blocks() == 1
-    free_block(seg.buf, block_ref(seg, b))
+    free_block(seg, block_ref(seg, b))
     assert pool.live_blocks() == 0
     # an empty arena starts again at its beginning
     seg2, c = pool.alloc(100)
@@ -133,11 +133,11 @@ def test_reclaim_is_oldest_first(make_allocator: Factory) -> None:
     seg, a = pool.alloc(10)
     _, b = pool.alloc(10)
     _, c = pool.alloc(10)
-    free_block(seg.buf, block_ref(seg, c))
-    free_block(seg.buf, block_ref(seg, b))
+    free_block(seg, block_ref(seg, c))
+    free_block(seg, block_ref(seg, b))
     # a is the oldest and still live: b and c stay accounted for until a is freed
     assert pool.live_blocks() == 3
-    free_block(seg.buf, block_ref(seg, a))
+    free_block(seg, block_ref(seg, a))
     assert pool.live_blocks() == 0
 
 
@@ -147,7 +147,7 @@ def test_wraparound_reuses_space_freed_at_the_start(make_allocator: Factory) -> 
     _, b = pool.alloc(192)
     _, c = pool.alloc(192)
     assert (a, b, c) == (64, 320, 576)
-    free_block(seg.buf, block_ref(seg, a))
+    free_block(seg, block_ref(seg, a))
     seg_d, d = pool.alloc(192)  # the last slot before the end
     assert (seg_d.name, d) == (seg.name, 832)
     seg_e, e = pool.alloc(192)  # wraps into the slot a left
@@ -157,8 +157,8 @@ def test_wraparound_reuses_space_freed_at_the_start(make_allocator: Factory) -> 
     seg_f, f = pool.alloc(192)
     assert seg_f.name != seg.name
     for off in (b, c, d, e):
-        free_block(seg.buf, block_ref(seg, off))
-    free_block(seg_f.buf, block_ref(seg_f, f))
+        free_block(seg, block_ref(seg, off))
+    free_block(seg_f, block_ref(seg_f, f))
     assert pool.live_blocks() == 0
 
 
@@ -169,7 +169,7 @@ def test_wrapped_arena_never_allocates_into_the_oldest_live_block(
     seg, a = pool.alloc(192)  # [64, 320)
     pool.alloc(192)  # b: [320, 576), now the oldest once a is freed
     pool.alloc(192)  # c: [576, 832)
-    free_block(seg.buf, block_ref(seg, a))
+    free_block(seg, block_ref(seg, a))
     pool.alloc(192)  # d: [832, 1088), up to the end
     seg_e, e = pool.alloc(64)  # e: 128 bytes, wrapped to [64, 192)
     assert (seg_e.name, e) == (seg.name, 64)
@@ -192,11 +192,11 @@ def test_wraparound_many_times_in_one_arena(make_allocator: Factory) -> None:
         seen_offsets.add(off)
         if len(live) > 2:
             old_seg, old_off = live.pop(0)
-            free_block(old_seg.buf, block_ref(old_seg, old_off))
+            free_block(old_seg, block_ref(old_seg, old_off))
     assert len(list(pool.segments())) == 1
     assert len(seen_offsets) > 4
     for seg, off in live:
-        free_block(seg.buf, block_ref(seg, off))
+        free_block(seg, block_ref(seg, off))
     assert pool.live_blocks() == 0
 
 
@@ -205,15 +205,15 @@ def test_out_of_order_frees_do_not_reclaim_past_a_live_block(make_allocator: Fac
     blocks = [pool.alloc(192) for _ in range(4)]  # arena 0 full
     seg0 = blocks[0][0]
     for seg, off in blocks[1:]:
-        free_block(seg.buf, block_ref(seg, off))
+        free_block(seg, block_ref(seg, off))
     assert pool.live_blocks() == 4  # the oldest still blocks reclamation
     seg, off = pool.alloc(192)
     assert seg.name != seg0.name
     assert seg.name.endswith("_a1")
     assert len(list(pool.segments())) == 2
-    free_block(seg0.buf, block_ref(seg0, blocks[0][1]))
+    free_block(seg0, block_ref(seg0, blocks[0][1]))
     assert pool.live_blocks() == 1  # now all of arena 0 comes back at once
-    free_block(seg.buf, block_ref(seg, off))
+    free_block(seg, block_ref(seg, off))
     assert pool.live_blocks() == 0
 
 
@@ -223,7 +223,7 @@ def test_a_block_larger_than_an_arena_gets_its_own_larger_arena(make_allocator: 
     block = _block_bytes(5000)
     assert seg.size_bytes == 2 * block + ARENA_HEADER_BYTES
     assert off == ARENA_HEADER_BYTES
-    free_block(seg.buf, block_ref(seg, off))
+    free_block(seg, block_ref(seg, off))
     assert pool.live_blocks() == 0
 
 
@@ -238,7 +238,7 @@ def test_arena_exhausted_over_budget_then_recovers(make_allocator: Factory) -> N
     assert info.value.code == ErrorCode.UNAVAILABLE
     assert len(list(pool.segments())) == 1
     seg, off = blocks[0]
-    free_block(seg.buf, block_ref(seg, off))
+    free_block(seg, block_ref(seg, off))
     seg2, off2 = pool.alloc(192)
     assert (seg2.name, off2) == (seg.name, off)
 
@@ -386,7 +386,7 @@ def test_live_blocks_never_overlap_and_all_space_comes_back(
             pay = key[1] + BLOCK_HEADER_BYTES
             # the bytes written at alloc time are intact: nobody else got this space
             assert bytes(seg.buf[pay : pay + size]) == bytes([t]) * size
-            free_block(seg.buf, block_ref(seg, key[1]))
+            free_block(seg, block_ref(seg, key[1]))
 
         for op, arg in ops:
             if op == "alloc":
@@ -423,7 +423,7 @@ def test_await_readers_returns_at_once_when_every_block_was_freed(make_allocator
     assert pool.await_readers(0.0) == 0  # nothing ever written
     blocks = [pool.alloc(100) for _ in range(3)]
     for seg, off in blocks:
-        free_block(seg.buf, block_ref(seg, off))
+        free_block(seg, block_ref(seg, off))
     assert pool.await_readers(30.0) == 0  # would time out if it waited
 
 
@@ -432,10 +432,10 @@ def test_await_readers_counts_a_block_freed_behind_an_unfreed_one_as_read(
 ) -> None:
     pool = make_allocator(4096, 1 << 20)
     (s0, o0), (s1, o1), (s2, o2) = (pool.alloc(100) for _ in range(3))
-    free_block(s1.buf, block_ref(s1, o1))  # freed out of order: the oldest stays unfreed
+    free_block(s1, block_ref(s1, o1))  # freed out of order: the oldest stays unfreed
     assert pool.live_blocks() == 3
     assert pool.await_readers(0.01) == 2
-    free_block(s0.buf, block_ref(s0, o0))
+    free_block(s0, block_ref(s0, o0))
     assert pool.await_readers(0.01) == 1
 
 
@@ -444,7 +444,7 @@ def test_await_readers_returns_when_a_reader_frees_the_last_block(
 ) -> None:
     pool = make_allocator(4096, 1 << 20)
     seg, off = pool.alloc(100)
-    reader = threading.Timer(0.05, free_block, args=(seg.buf, block_ref(seg, off)))
+    reader = threading.Timer(0.05, free_block, args=(seg, block_ref(seg, off)))
     reader.start()
     try:
         assert pool.await_readers(30.0) == 0

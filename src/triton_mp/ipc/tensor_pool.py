@@ -343,24 +343,21 @@ def stray_frees() -> int:
     return _stray
 
 
-def free_block(where: Segment | object, block: BlockRef) -> bool:
+def free_block(segment: Segment, block: BlockRef) -> bool:
     """Mark ``block`` FREE (by its single last user), unless its header no longer holds
     ``LIVE`` and ``block.generation`` (0: the state only): then nothing is written, the
     refusal is counted (``stray_frees``) and logged, once per process. Returns whether the
     block was freed.
 
     Args:
-        where: the block's arena: its ``Segment`` (a read-only attachment is written
-            through its descriptor: ``Segment.store_u32``), or a writable buffer over it.
+        segment: the block's arena (a read-only attachment is written through its
+            descriptor: ``Segment.store_u32``).
         block: the block's reference; ``block.offset`` is its header's byte offset.
     """
     global _stray
-    # NOTE: anything with a Segment's buf and store_u32 (a test's stand-in too).
-    segment: Segment | None = where if hasattr(where, "store_u32") else None  # type: ignore[assignment]
-    buf = segment.buf if segment is not None else where
     offset = block.offset
     try:
-        state, gen = _STATE_GEN.unpack_from(buf, offset)  # type: ignore[arg-type]
+        state, gen = _STATE_GEN.unpack_from(segment.buf, offset)
     except struct.error:
         state, gen = -1, -1  # NOTE: past the arena's end: no block of it
     if state == LIVE and (gen == block.generation or not block.generation):
@@ -368,11 +365,7 @@ def free_block(where: Segment | object, block: BlockRef) -> bool:
         # it again byte by byte: the owner may take the room over on the first write (it
         # reads FREE) and put a new LIVE block there, which the second write then marked
         # FREE under its reader (#37: "state 0" beside the new block's generation).
-        if segment is not None:
-            segment.store_u32(offset, FREE)
-        else:
-            with memoryview(buf) as view:  # type: ignore[arg-type]
-                view.cast("B")[offset : offset + 4].cast("I")[0] = FREE
+        segment.store_u32(offset, FREE)
         return True
     _stray += 1
     if _stray == 1:
