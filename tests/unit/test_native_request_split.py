@@ -13,7 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from triton_mp._proto import grpc_service_pb2 as pb
-from triton_mp.frontend.grpc.wire import WireInferRequest, _scan, split_infer_request, split_native
+from triton_mp.frontend.grpc.wire import (
+    WireInferRequest,
+    _scan,
+    split_infer_request,
+    split_native,
+)
+from triton_mp.frontend.grpc.wire import _encode_varint as varint
 from triton_mp.frontend.native import _NATIVE
 
 pytestmark = pytest.mark.skipif(_NATIVE is None, reason="native extension not built")
@@ -63,15 +69,6 @@ class _Everything:
 
     def __contains__(self, _key: object) -> bool:
         return True
-
-
-def varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def message(raws: list[bytes], rid: str) -> bytes:
