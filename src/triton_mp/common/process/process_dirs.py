@@ -8,7 +8,7 @@ with their supervisor (``sweep``: a ``kill -9`` of the whole server leaves them)
 is ``<tempdir>/<kind>-<pid>-<random>``: ``tempfile.mkdtemp``'s, with the pid in its prefix,
 holding a ``pidns`` file with its process's pid namespace (``pid_namespace``): a pid means
 something only in its namespace, and containers may share a temp directory.
-Also imported by ``ipc.memory.shm`` (``pid_namespace``, for its own sweep).
+Also imported by ``ipc.memory.shm`` (``pid_namespace``, ``pid_alive``, for its own sweep).
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def make(kind: str) -> Path:
     return path
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this pid namespace runs (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -73,7 +74,7 @@ def sweep(kind: str, root: Path | None = None) -> list[Path]:
             marked = int((path / MARKER).read_text())
         except (OSError, ValueError):
             continue
-        if marked == own and not _alive(int(pid_text)):
+        if marked == own and not pid_alive(int(pid_text)):
             shutil.rmtree(path, ignore_errors=True)
             gone.append(path)
     return gone

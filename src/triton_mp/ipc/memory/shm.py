@@ -29,7 +29,7 @@ from pathlib import Path
 import posix_ipc
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.common.process.process_dirs import pid_namespace
+from triton_mp.common.process.process_dirs import pid_alive, pid_namespace
 from triton_mp.ipc.memory.topology import Kind, Topology, server_of
 
 log = logging.getLogger(__name__)
@@ -240,16 +240,6 @@ def remove_entry(entry: str) -> bool:
     return True
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _namespaces(entries: list[str]) -> dict[str, set[int]]:
     """Server id -> the pid namespaces its markers (``Kind.PID_NAMESPACE``) record."""
     out: dict[str, set[int]] = {}
@@ -265,7 +255,7 @@ def stale_entries(
     entries: list[str],
     own_server_id: str | None,
     own_namespace: int | None,
-    alive: Callable[[int], bool] = _pid_alive,
+    alive: Callable[[int], bool] = pid_alive,
 ) -> list[str]:
     """Which ``/dev/shm`` entries belong to servers proved dead (``sweep_stale``'s decision).
 
