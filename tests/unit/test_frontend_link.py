@@ -17,17 +17,21 @@ from triton_mp.supervisor.processes.frontend_link import FrontendLink
 
 @pytest.fixture
 def pipes() -> Iterator[tuple[FrontendLink, dict[int, Connection]]]:
-    """A link to two frontends; yields it and the frontends' ends of the pipes."""
+    """A link to two frontends; yields it and the frontends' ends of the pipes. The link's
+    reader threads close their own ends (``frontend_link``'s docstring): the test closes
+    the frontends' ends, which ends each reader, and waits for them."""
     ends = {i: Pipe() for i in (0, 1)}
     link = FrontendLink(lambda: False)
-    link.attach({i: ours for i, (ours, _) in ends.items()}, lambda fid, call: None)
+    readers = link.attach({i: ours for i, (ours, _) in ends.items()}, lambda fid, call: None)
     try:
         yield link, {i: theirs for i, (_, theirs) in ends.items()}
     finally:
         link.close()
-        for ours, theirs in ends.values():
-            ours.close()
+        for _, theirs in ends.values():
             theirs.close()
+        for t in readers:
+            t.join(timeout=5)
+            assert not t.is_alive()
 
 
 def _received(conn: Connection) -> ModelTableUpdate:
@@ -103,13 +107,52 @@ def test_a_dead_frontend_is_not_waited_for_and_its_successor_gets_updates(
         sender.join(timeout=10)
     assert link.attached() == {0}
     link.update(ModelTableUpdate(remove_routes=(4,)), ack=False)
-    assert not fe[1].poll(0.2)  # nothing goes to the dead one's pipe
+    with pytest.raises(EOFError):
+        fe[1].recv_bytes()  # nothing goes to the dead one's pipe: it only sees the shutdown
     ours, theirs = Pipe()
+    reader = link.attach_one(1, ours)  # the process restarted in its place
     try:
-        link.attach_one(1, ours)  # the process restarted in its place
         link.update(ModelTableUpdate(remove_routes=(5,)), ack=False)
         assert _received(theirs).remove_routes == (5,)
         assert _received(fe[0]).remove_routes == (4,)
     finally:
-        ours.close()
         theirs.close()
+        reader.join(timeout=5)
+    assert not reader.is_alive()
+
+
+def test_detach_ends_the_reader_without_closing_its_descriptor_under_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A detached frontend's reader ends (EOF from the shutdown) and closes the pipe itself,
+    never another thread under it; a pipe opened afterwards, which may reuse the descriptor
+    number, loses no byte to it."""
+    closers: list[str] = []
+    close = Connection.close
+
+    def recorded_close(conn: Connection) -> None:
+        closers.append(threading.current_thread().name)
+        close(conn)
+
+    monkeypatch.setattr(Connection, "close", recorded_close)
+    ours, theirs = Pipe()
+    link = FrontendLink(lambda: False)
+    (reader,) = link.attach({0: ours}, lambda fid, call: None)
+    link.detach(0)
+    reader.join(timeout=5)
+    assert not reader.is_alive()
+    assert ours.closed
+    assert closers == [reader.name]
+    with pytest.raises(EOFError):
+        theirs.recv_bytes()  # the frontend's side sees the shutdown as EOF, nothing else
+    theirs.close()
+    ours2, theirs2 = Pipe()
+    reader2 = link.attach_one(0, ours2)
+    try:
+        theirs2.send_bytes(encode(TableAck(seq=1)))
+        link.update_each({0: ModelTableUpdate()}, ack=False)
+        assert _received(theirs2) == ModelTableUpdate()
+    finally:
+        theirs2.close()
+        reader2.join(timeout=5)
+    assert not reader2.is_alive()

@@ -9,12 +9,20 @@ when asked, waits until each applied it (from then on no frontend routes by the 
 A frontend that died is ``detach``-ed (updates skip it and nobody waits for its
 acknowledgement); the one restarted in its place is ``attach_one``-ed with a spec built on
 model control's change thread, the only thread that sends updates, so it misses none.
+
+Only a pipe's reader thread closes it. ``multiprocessing``'s ``recv_bytes`` reads the
+descriptor number it took at the start of a message: a pipe closed under it by another
+thread frees that number for the next pipe opened (a restarted frontend's), and the old
+thread would then read part of the new pipe's messages. ``detach`` shuts the socket down
+instead, which ends the reader's read with EOF, and the reader closes it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -76,11 +84,12 @@ class FrontendLink:
     def attach_one(self, frontend_id: int, conn: Connection) -> threading.Thread:
         """Serve the pipe of a frontend started in a dead one's place (after ``attach``)."""
         assert self._on_call is not None
+        pipe = _Pipe(conn)
         with self._ack_cv:
-            self._pipes[frontend_id] = _Pipe(conn)
+            self._pipes[frontend_id] = pipe
         t = threading.Thread(
             target=self._read,
-            args=(frontend_id, conn, self._on_call),
+            args=(frontend_id, pipe, self._on_call),
             name=f"control-f{frontend_id}",
             daemon=True,
         )
@@ -93,8 +102,8 @@ class FrontendLink:
             pipe = self._pipes.pop(frontend_id, None)
             self._ack_cv.notify_all()
         if pipe is not None:
-            with pipe.lock, contextlib.suppress(OSError):
-                pipe.conn.close()
+            with pipe.lock:
+                _end_reads(pipe.conn)
 
     def attached(self) -> frozenset[int]:
         """The frontends whose pipes are served now."""
@@ -105,15 +114,22 @@ class FrontendLink:
         """Stop reading (server shutdown)."""
         self._closed = True
 
-    def _read(self, frontend_id: int, conn: Connection, on_call: OnCall) -> None:
+    def _read(self, frontend_id: int, pipe: _Pipe, on_call: OnCall) -> None:
+        """The reader thread of one frontend's pipe: serves it until EOF, then closes it."""
+        try:
+            self._serve(frontend_id, pipe.conn, on_call)
+        finally:
+            with pipe.lock, contextlib.suppress(OSError):
+                pipe.conn.close()
+
+    def _serve(self, frontend_id: int, conn: Connection, on_call: OnCall) -> None:
         decoder: Decoder[ModelLoadCall | ModelUnloadCall | TableAck | LogSettingsUpdate] = Decoder(
             ToSupervisor
         )
         while not self._closed:
             try:
                 msg = decoder.decode(conn.recv_bytes())
-            except (EOFError, OSError, TypeError):
-                # NOTE: TypeError: ``detach`` closed the pipe under this thread.
+            except (EOFError, OSError):
                 return
             except Exception:  # noqa: BLE001 - a bad message must not end the thread
                 log.exception("bad control message from frontend %d", frontend_id)
@@ -177,3 +193,20 @@ class FrontendLink:
         ``_ack_cv`` held)."""
         acked = self._acks.get(seq, set())
         return all(i in acked or self._pipes.get(i) is not p for i, p in pipes.items())
+
+
+def _end_reads(conn: Connection) -> None:
+    """End the reads of ``conn``'s reader thread (EOF) without closing its descriptor; the
+    frontend's side of the socket sees EOF too. A pipe that is not a socket (none is: a
+    frontend's pipe is duplex) is left to end when the frontend's side closes."""
+    try:
+        fd = os.dup(conn.fileno())
+    except OSError:
+        return
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        os.close(fd)
+        return
+    with sock, contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
