@@ -1,0 +1,200 @@
+"""bench_vs_triton.py's sides, workloads and model repositories: which servers run which
+perf_analyzer command, and the temporary repository copies (``add_sub_py_nodelay``,
+``ocr_cls``) a workload needs. Imported by bench_vs_triton.py and its report modules."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from common import (
+    BENCH,
+    ROOT,
+    BenchError,
+)
+
+DEFAULT_REPOSITORY = BENCH / "model_repository"
+DEFAULT_PNG = ROOT / "bench" / "results" / "vs_triton.png"
+SIDES = (
+    "Triton",
+    "triton-mp",
+    "triton-mp base",
+    "triton-mp fp2",
+    "triton-mp python",
+    "floor",
+    "native floor",
+    "identity floor",
+    "onnxruntime",
+)
+"""Every server the bench can run: the real Triton, triton-mp (one frontend process),
+triton-mp with ``--frontend-processes 2``, the Python floor (``floor_server.py``) and the
+large-tensor floor (``bench/floor_identity.py``: identity_py echoed by one grpc.aio process
+with triton-mp's wire handling); "triton-mp base" is triton-mp as committed at ``--baseline
+REV``, run next to this checkout's on every workload triton-mp runs (an A/B in one run);
+"onnxruntime" is no server: raw onnxruntime in this process on ocr_cls's ONNX file, its best
+batched images/s (``raw_ort_record``), the bound of the ocr_cls workload."""
+SERVERLESS = ("onnxruntime",)
+"""Sides measured in this process, with nothing to start or stop."""
+FLOORS = ("floor", "native floor", "identity floor", "onnxruntime")
+"""The floor sides: the table's "vs floor" column shows a workload's ratio over any of them."""
+FLOOR_IDENTITY = ROOT / "bench" / "floor_identity.py"
+PAIR = ("Triton", "triton-mp")
+"""The two sides every workload runs on."""
+ADD_SUB_SIDES = tuple(
+    s for s in SIDES if s not in ("identity floor", "triton-mp base", "onnxruntime")
+)
+"""add_sub_py over gRPC, the system-shared-memory issue's bench, runs on all four sides that
+serve add_sub_py (the identity floor serves identity_py only)."""
+RATIOS = (
+    ("triton-mp", "Triton"),
+    ("triton-mp", "triton-mp base"),
+    ("triton-mp fp2", "Triton"),
+    ("triton-mp", "floor"),
+    ("triton-mp fp2", "floor"),
+    ("triton-mp", "native floor"),
+    ("triton-mp python", "Triton"),
+    ("triton-mp", "triton-mp python"),
+    ("triton-mp", "identity floor"),
+    ("identity floor", "Triton"),
+    ("triton-mp", "onnxruntime"),
+    ("triton-mp base", "onnxruntime"),
+)
+"""Throughput ratios reported per workload (numerator, denominator), when both ran."""
+FP2_ARGS = ["--frontend-processes", "2"]
+PYTHON_ARGS = ["--grpc-frontend", "python"]
+"""The "triton-mp python" side: the Python gRPC server owns the port, as before the native
+gRPC frontend (issue 33) became the default."""
+SIDE_ARGS = {"triton-mp fp2": FP2_ARGS, "triton-mp python": PYTHON_ARGS}
+"""The flags a triton-mp side adds to triton-mp's."""
+MIB = 1 << 20
+PRIVATE_SHM_ENV = "BENCH_VS_TRITON_PRIVATE_SHM"  # set inside the private /dev/shm namespace
+MAX_RESTARTS = 2  # per round: a server that died under us is started again this many times
+NODELAY_MODEL = "add_sub_py_nodelay"
+"""add_sub_py with ``dynamic_batching { }`` (no batching delay), written by
+``prepare_repositories`` into the run's repositories (issue 23's second c=1 goal)."""
+OCR_MODEL = "ocr_cls"
+"""The PP-OCR classifier (onnxruntime backend: triton-mp only; the Triton here has no
+onnxruntime backend); ``prepare_repositories`` adds it to triton-mp's repository."""
+ORT_BATCHES = (8, 16, 32)
+"""Batch sizes of the raw onnxruntime measurement (its best is the ocr_cls bound)."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    key: str
+    label: str
+    model: str
+    concurrency: int
+    pa_args: tuple[str, ...] = ()
+    protocol: str = "grpc"
+    """perf_analyzer's -i: ``grpc`` or ``http`` (KServe v2 REST, binary tensor data)."""
+    sides: tuple[str, ...] = PAIR
+    """The servers it runs on (the floors serve gRPC only: the add_sub floor add_sub_py, the
+    identity floor identity_py, also through system shared memory)."""
+    floor_model: str | None = None
+    """The model the floor serves for this workload when its name differs (the floor has
+    one model, add_sub_py, and no batcher: ``add_sub_py_nodelay`` is add_sub_py there)."""
+
+    def model_for(self, side: str) -> str:
+        """The model name ``side`` serves this workload under."""
+        floor = side in ("floor", "native floor")
+        return self.floor_model if floor and self.floor_model else self.model
+
+    def args(self, side: str = "") -> list[str]:
+        model = self.model_for(side)
+        return ["-m", model, "--concurrency-range", str(self.concurrency), *self.pa_args]
+
+
+def identity(mib: int, shm: bool, protocol: str = "grpc") -> Workload:
+    floats = mib * MIB // 4
+    extra: tuple[str, ...] = ("--shape", f"INPUT0:{floats}")
+    if shm:
+        extra += ("--shared-memory", "system", "--output-shared-memory-size", str(mib * MIB))
+    http = protocol == "http"
+    sides = PAIR if http else (*PAIR, "identity floor")
+    return Workload(
+        f"id{mib}m" + ("_shm" if shm else "") + ("_http" if http else ""),
+        f"identity_py {mib} MiB c=4" + (" shm" if shm else ""),
+        "identity_py",
+        4,
+        extra,
+        protocol,
+        sides,
+    )
+
+
+WORKLOADS = [
+    Workload("add_sub_c1", "add_sub_py c=1", "add_sub_py", 1, sides=ADD_SUB_SIDES),
+    Workload(
+        "add_sub_c1_nodelay",
+        "add_sub_py c=1 no delay",
+        NODELAY_MODEL,
+        1,
+        sides=ADD_SUB_SIDES,
+        floor_model="add_sub_py",
+    ),
+    Workload("add_sub_c4", "add_sub_py c=4", "add_sub_py", 4, sides=ADD_SUB_SIDES),
+    Workload("add_sub_c16", "add_sub_py c=16", "add_sub_py", 16, sides=ADD_SUB_SIDES),
+    identity(1, shm=False),
+    identity(1, shm=True),
+    identity(16, shm=False),
+    identity(16, shm=True),
+    Workload("add_sub_c1_http", "add_sub_py c=1", "add_sub_py", 1, protocol="http"),
+    Workload("add_sub_c16_http", "add_sub_py c=16", "add_sub_py", 16, protocol="http"),
+    identity(1, shm=False, protocol="http"),
+    identity(1, shm=True, protocol="http"),
+    Workload("ocr_cls_c32", "ocr_cls c=32", OCR_MODEL, 32, sides=("triton-mp", "onnxruntime")),
+]
+
+
+def nodelay_config(text: str) -> str:
+    """add_sub_py's config.pbtxt as ``add_sub_py_nodelay``: the same model with
+    ``dynamic_batching { }`` (batches form only from requests already queued)."""
+    out = re.sub(r'^name:\s*"add_sub_py"', f'name: "{NODELAY_MODEL}"', text, flags=re.M)
+    out = re.sub(r"dynamic_batching\s*\{[^}]*\}", "dynamic_batching { }", out)
+    if out == text or f'"{NODELAY_MODEL}"' not in out or "dynamic_batching { }" not in out:
+        raise BenchError("add_sub_py's config.pbtxt: no name or dynamic_batching to rewrite")
+    return "# bench_vs_triton.py: add_sub_py without its batching delay.\n" + out
+
+
+def _copy_repository(src: Path, dest: Path, nodelay: bool) -> None:
+    shutil.copytree(src, dest, symlinks=False, ignore=shutil.ignore_patterns("__pycache__"))
+    if nodelay:
+        shutil.copytree(dest / "add_sub_py", dest / NODELAY_MODEL)
+        cfg = dest / NODELAY_MODEL / "config.pbtxt"
+        cfg.write_text(nodelay_config(cfg.read_text()))
+
+
+def prepare_repositories(args: argparse.Namespace) -> Path | None:
+    """Temporary copies of the repositories when a workload needs a model they lack:
+    ``add_sub_py_nodelay`` in both, ``ocr_cls`` (its config from the project's
+    model_repository, its ONNX file as bench_ocr_cls finds it) in triton-mp's. Sets
+    ``args.repository`` / ``args.mp_repository`` to the copies; returns their folder (None
+    when no copy was needed)."""
+    models = {w.model for w in args.workloads}
+    nodelay, ocr = NODELAY_MODEL in models, OCR_MODEL in models
+    if not nodelay and not ocr:
+        return None
+    import bench_ocr_cls  # bench/: the raw-ORT measurement and the model's location
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench_vs_triton_repo."))
+    same = args.mp_repository == args.repository
+    _copy_repository(args.repository, tmp / "triton", nodelay)
+    if same:
+        _copy_repository(args.repository, tmp / "mp", nodelay)
+    else:
+        _copy_repository(args.mp_repository, tmp / "mp", nodelay)
+    if ocr:
+        onnx, _where = bench_ocr_cls.locate_model(ROOT / "model_repository", None)
+        dest = tmp / "mp" / OCR_MODEL
+        (dest / "1").mkdir(parents=True)
+        shutil.copy(ROOT / "model_repository" / OCR_MODEL / "config.pbtxt", dest)
+        shutil.copy(onnx, dest / "1" / "model.onnx")
+        args.ort_model = onnx
+    args.repository, args.mp_repository = tmp / "triton", tmp / "mp"
+    args.stand_in = not same
+    return tmp
