@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_model_config import load_err, load_ok, python_model
+from tests.helpers.model_config_builders import load_err, load_ok, python_model
 from triton_mp._proto.model_config_pb2 import ModelInstanceGroup
 from triton_mp.common.process.gpus import (
     FAKE_GPUS_ENV,
