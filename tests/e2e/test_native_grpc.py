@@ -152,6 +152,49 @@ def test_an_expired_deadline_reaches_python(servers: dict[str, ServerProcess]) -
     assert _call(servers["native"].url, _add_sub_request())[0] == "OK"
 
 
+def test_known_requests_answer_as_python_does(servers: dict[str, ServerProcess]) -> None:
+    """tritonclient sends the same request (its key) again and again, each with its own
+    inputs and id: from the second on the native side answers it without the handler
+    (``frontend.native.known_calls``), in the same bytes, and with the model's errors."""
+    answers: dict[str, list[Any]] = {}
+    for name in ("native", "python"):
+        client = grpcclient.InferenceServerClient(servers[name].url)
+        try:
+            got = answers[name] = []
+            for i in range(6):
+                inputs = []
+                for tensor in ("INPUT0", "INPUT1"):
+                    inp = grpcclient.InferInput(tensor, [1, 16], "FP32")
+                    inp.set_data_from_numpy(np.full((1, 16), i + len(tensor), np.float32))
+                    inputs.append(inp)
+                result = client.infer("add_sub_py", inputs, request_id=f"r{i % 2}")
+                got.append(result.get_response(as_json=True))
+        finally:
+            client.close()
+    assert answers["native"] == answers["python"]
+    assert answers["native"][5]["id"] == "r1"
+    wrong = _add_sub_request(count=15)  # NOTE: the known key with the wrong byte size
+    for _ in range(2):
+        assert _call(servers["native"].url, _add_sub_request())[0] == "OK"
+        assert _call(servers["native"].url, wrong) == _call(servers["python"].url, wrong)
+
+
+def test_a_known_request_past_its_deadline_is_cancelled(servers: dict[str, ServerProcess]) -> None:
+    """The second slow request is known: its deadline ends the call natively, and the
+    frontend drops it (``KnownCall.cancel``) and frees its late answer."""
+    req = pb.ModelInferRequest(model_name="slow_py")
+    req.inputs.add(name="IN", datatype="INT32", shape=[1])
+    req.raw_input_contents.append(np.ones(1, np.int32).tobytes())
+    for _ in range(3):
+        answer = _call(servers["native"].url, req.SerializeToString(), timeout_s=0.2)
+        assert answer[0] == "DEADLINE_EXCEEDED", answer
+    time.sleep(1.5)  # NOTE: the late answers arrive and are freed
+    assert _call(servers["native"].url, _add_sub_request())[0] == "OK"
+    log = servers["native"].log()
+    assert "Traceback" not in log
+    assert "refused to free" not in log
+
+
 def _repeat_inputs(values: list[int], delay_ms: int) -> list[grpcclient.InferInput]:
     arrays = {
         "IN": np.array(values, np.int32),

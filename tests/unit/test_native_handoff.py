@@ -318,3 +318,58 @@ def test_a_gone_known_call_cancels_its_ticket_and_replies_nothing() -> None:
     assert servicer.tickets[0].cancelled
     servicer.tickets[0].answer(b"late")  # NOTE: a real ticket drops it once cancelled
     assert native.answers == []
+
+
+class FakeKnownCalls:
+    """``KnownCalls``' face: takes calls whose data starts with ``fast:`` (``fast:full``
+    raises UNAVAILABLE); ``answer`` replies one through the handoff's reply."""
+
+    def __init__(self, reply: Any) -> None:
+        self.reply = reply
+        self.taken: list[int] = []
+        self.cancelled: list[int] = []
+
+    def submit(self, call_id: int, data: bytes, split: Any) -> bool:
+        if data == b"fast:full":
+            raise TritonMPError("the arena is full", ErrorCode.UNAVAILABLE)
+        if not data.startswith(b"fast:"):
+            return False
+        self.taken.append(call_id)
+        return True
+
+    def cancel(self, call_id: int) -> bool:
+        if call_id not in self.taken:
+            return False
+        self.cancelled.append(call_id)
+        return True
+
+
+def test_known_calls_take_their_calls_first_and_the_rest_go_on_as_before() -> None:
+    native, servicer = FakeNative(), FakeServicer()
+    fast: list[FakeKnownCalls] = []
+
+    def known_calls(reply: Any) -> FakeKnownCalls:
+        fast.append(FakeKnownCalls(reply))
+        return fast[0]
+
+    async def go() -> None:
+        handoff = Handoff(native, servicer, known_calls)  # type: ignore[arg-type]
+        handoff.start(asyncio.get_running_loop())
+        batch = [(1, CALL, b"fast:a", ()), (2, CALL, b"known:b", ()), (3, CALL, b"fast:full", ())]
+        native.queue(*batch, (4, CALL, b"fast:c", ()))
+        await settle()
+        assert fast[0].taken == [1, 4]
+        assert servicer.log == ["held", b"known:b", "wake"]  # NOTE: one wake for all
+        native.queue((4, GONE, None, None))
+        await settle()
+        assert fast[0].cancelled == [4]
+        fast[0].reply(1, 0, "", b"fast answer")
+        await settle()
+        handoff.stop()
+
+    asyncio.run(go())
+    assert native.answers == [
+        ("reply", 3, grpc.StatusCode.UNAVAILABLE.value[0], "the arena is full", b""),
+        ("reply", 1, 0, "", b"fast answer"),
+    ]
+    assert native.sent[-1] == ("kick",)

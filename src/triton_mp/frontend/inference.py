@@ -26,8 +26,14 @@ from triton_mp.common.errors import ErrorCode, InvalidRequest, ModelUnavailable,
 from triton_mp.frontend.cache.response import Hit, ResponseCacheStep, cache_enabled, cacheable
 from triton_mp.frontend.classification import Classify, classification
 from triton_mp.frontend.dispatch.direct import DirectRoutes
+from triton_mp.frontend.dispatch.inputs import region_ids, write_inputs
 from triton_mp.frontend.dispatch.known_records import Form, keep, patched
-from triton_mp.frontend.dispatch.known_requests import KnownRequests, known_request, write_known
+from triton_mp.frontend.dispatch.known_requests import (
+    KnownRequest,
+    KnownRequests,
+    known_request,
+    write_known,
+)
 from triton_mp.frontend.dispatch.pending import Answer, PendingTable
 from triton_mp.frontend.dispatch.ticket import Ticket
 from triton_mp.frontend.dispatch.wakes import HeldWakes
@@ -48,7 +54,6 @@ from triton_mp.ipc.protocol.messages import (
     RequestFailed,
 )
 from triton_mp.ipc.recordio.records import encode_request
-from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, align, block_ref
 
 log = logging.getLogger(__name__)
 
@@ -64,46 +69,6 @@ class Target:
 
     model: Model
     version: int
-
-
-def write_inputs(
-    arena: ArenaAllocator, req: ValidRequest
-) -> tuple[BlockRef, tuple[TensorRef, ...]]:
-    """Copy every input of ``req`` into one new block of the frontend's arena.
-
-    Inputs in a client's shared memory are not copied: their ``TensorRef`` names the
-    client's object (``region_id`` set). Each tensor starts 64-byte aligned.
-
-    Raises:
-        ArenaExhausted (UNAVAILABLE): no room within the arena budget.
-    """
-    total = sum(align(len(i.data)) for i in req.inputs)
-    seg, block = arena.alloc(total)
-    mv = memoryview(seg.buf)
-    pos = block + BLOCK_HEADER_BYTES
-    refs = []
-    for i in req.inputs:
-        if i.window is not None:
-            w = i.window
-            refs.append(
-                TensorRef(i.name, i.datatype, i.shape, w.key, w.offset, w.byte_size, w.region_id)
-            )
-            continue
-        n = len(i.data)
-        mv[pos : pos + n] = i.data
-        refs.append(TensorRef(i.name, i.datatype, i.shape, seg.name, pos, n))
-        pos += align(n)
-    mv.release()
-    return block_ref(seg, block), tuple(refs)
-
-
-def region_ids(valid: ValidRequest) -> tuple[int, ...]:
-    """The ``region_id`` of every client shared-memory region the request names (one per
-    tensor in a region, inputs then outputs); empty for a request without any."""
-    ids = tuple(i.window.region_id for i in valid.inputs if i.window is not None)
-    if valid.output_regions:
-        ids += tuple(r.region_id for r in valid.output_regions if r is not None)
-    return ids
 
 
 def holding_sink(
@@ -195,6 +160,16 @@ class Inference:
         self._known = KnownRequests()
         """Requests that passed, by their transport's key (``submit_known``)."""
         self.draining = False
+
+    @property
+    def pending(self) -> PendingTable:
+        """The requests awaiting answers (their sinks release answers' blocks through it)."""
+        return self._pending
+
+    @property
+    def cache(self) -> SegmentCache:
+        """The attached arenas (answers' outputs are read from them)."""
+        return self._cache
 
     def close(self) -> None:
         """Unlink the first-response histograms' board (the frontend is stopping)."""
@@ -294,7 +269,7 @@ class Inference:
         if miss is not None and step is not None:
             sink = step.inserting_sink(sink, valid, *miss)
         held = region_ids(valid)
-        self._enqueue(ticket, valid, block, refs, sink, trace, held)
+        self._enqueue(ticket.request_id, request.id, valid, block, refs, sink, trace, held)
         if known_key is not None and trace is None and miss is None:
             self._remember(known_key, request, valid, classify, held)
         return ticket
@@ -348,6 +323,46 @@ class Inference:
             TritonMPError: UNAVAILABLE when the arena or the ring to the scheduler is
                 full; INVALID_ARG for a descriptor over the ring's record limit.
         """
+        known = self._known_entry(key, raw, in_task)
+        if known is None:
+            return None
+        valid = known.valid
+        block, refs = write_known(self._arena, known, raw)
+        ticket = self._ticket(known.model, valid.version, client_id, None, None)
+        rid, sink = ticket.request_id, ticket.deliver
+        self._enqueue(rid, client_id, valid, block, refs, sink, None, known.held, known.templates)
+        return ticket
+
+    def submit_known_to(
+        self,
+        key: Hashable,
+        client_id: str,
+        raw: Sequence[bytes | memoryview],
+        sink: Callable[[Answer], None],
+    ) -> tuple[int, Model, int] | None:
+        """``submit_known`` without a ticket, for a caller answered from its callback
+        (``in_task`` False): ``sink`` gets the request's one answer (an ``InferResponse``,
+        whose blocks it releases through the pending table, or a ``RequestFailed``).
+
+        Returns:
+            (request id, model, version), for ``cancel``; None as ``submit_known``.
+
+        Raises:
+            TritonMPError: as ``submit_known``.
+        """
+        known = self._known_entry(key, raw, False)
+        if known is None:
+            return None
+        valid = known.valid
+        block, refs = write_known(self._arena, known, raw)
+        rid = self._pending.new_id()
+        self._enqueue(rid, client_id, valid, block, refs, sink, None, known.held, known.templates)
+        return rid, known.model, valid.version
+
+    def _known_entry(
+        self, key: Hashable, raw: Sequence[bytes | memoryview], in_task: bool
+    ) -> KnownRequest | None:
+        """The known request ``key`` names, if ``raw`` may take its path now (``submit_known``)."""
         known = self._known.get(key)
         if known is None or self.draining or not in_task and known.model.preserve_ordering:
             return None
@@ -359,11 +374,7 @@ class Inference:
             return None
         if not known.matches(raw):
             return None
-        valid = known.valid
-        block, refs = write_known(self._arena, known, raw)
-        ticket = self._ticket(known.model, valid.version, client_id, None, None)
-        self._enqueue(ticket, valid, block, refs, ticket.deliver, None, known.held, known.templates)
-        return ticket
+        return known
 
     def _validate(
         self, request: InferenceRequest, decoupled_message: str | None, target: Target | None
@@ -397,7 +408,7 @@ class Inference:
             version=version,
             client_id=client_id,
             decoupled=model.decoupled,
-            cancel_request=lambda: self._cancel(rid, model.name, version),
+            cancel_request=lambda: self.cancel(rid, model.name, version),
             cache=self._cache,
             pending=self._pending,
             trace=trace,
@@ -406,7 +417,8 @@ class Inference:
 
     def _enqueue(
         self,
-        ticket: Ticket,
+        rid: int,
+        client_id: str,
         valid: ValidRequest,
         block: BlockRef,
         refs: tuple[TensorRef, ...],
@@ -430,10 +442,9 @@ class Inference:
         pending = self._pending
         pending.copied_bytes["in"] += sum(r.nbytes for r in refs if not r.region_id)
         order = (model.name, valid.version) if model.preserve_ordering else None
-        rid = ticket.request_id
         try:
             pending.add_request(rid, block, sink, order=order, streaming=model.decoupled)
-            self._send_request(rid, ticket.client_id, valid, block, refs, trace, templates)
+            self._send_request(rid, client_id, valid, block, refs, trace, templates)
         except BaseException:
             if held:
                 self._shm.release(held)
@@ -547,8 +558,8 @@ class Inference:
                 valid.batch_size,
             )
 
-    def _cancel(self, rid: int, model: str, version: int) -> None:
-        """Tell the scheduler to drop a request (a queued one is never run)."""
+    def cancel(self, rid: int, model: str, version: int) -> None:
+        """Tell the scheduler to drop request ``rid`` (a queued one is never run)."""
         cancel = CancelRequest(
             request_id=rid, reply_to=self._reply_to, model=model, version=version
         )

@@ -49,7 +49,7 @@ class KnownRequest:
         sizes: the byte size of each raw input, in order.
         block_bytes: the payload of the input block: each raw input 64-byte aligned.
         held: the ``region_id`` of every client region the request names (one per tensor
-            in a region, inputs then outputs: ``inference.region_ids``).
+            in a region, inputs then outputs: ``dispatch.inputs.region_ids``).
         generation: the shared-memory registry's ``generation`` it was checked at: a
             registration or unregistration since makes it unknown again when it names a
             region (``held``).
@@ -91,7 +91,7 @@ def known_request(
     request with the same key could fail or differ in what its key does not show.
 
     Args:
-        held: the client regions the request holds (``inference.region_ids``).
+        held: the client regions the request holds (``dispatch.inputs.region_ids``).
         generation: the shared-memory registry's ``generation`` now.
 
     Only requests whose tensors carry no typed contents and no parameters but their
@@ -131,7 +131,7 @@ def known_request(
 def write_known(
     arena: ArenaAllocator, known: KnownRequest, raw: Sequence[bytes | memoryview]
 ) -> tuple[BlockRef, tuple[TensorRef, ...]]:
-    """``inference.write_inputs`` for a known request: the raw entries (``matches``
+    """``dispatch.inputs.write_inputs`` for a known request: the raw entries (``matches``
     passed) copied into one new block of the arena, each input 64-byte aligned; an
     input in a client's region is named, not copied.
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp.frontend.dispatch.ticket import InferResult
@@ -26,6 +26,7 @@ from triton_mp.frontend.request import (
     ParameterType,
     RequestedOutput,
 )
+from triton_mp.ipc import TensorRef
 
 FINAL_PARAMETER = "triton_final_response"
 """Stream response parameter: true on the last response of a request (Triton sets it on
@@ -96,7 +97,32 @@ def request_from_proto(
     )
 
 
-def response_head(result: InferResult) -> pb.ModelInferResponse:
+class HeadSource(Protocol):
+    """What a response head holds (an ``InferResult``, or ``Answered``)."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def parameters_json(self) -> str: ...
+    @property
+    def outputs(self) -> tuple[TensorRef, ...]: ...
+
+
+class Answered(NamedTuple):
+    """A response head's parts, taken from an answer without an ``InferResult``."""
+
+    model: str
+    version: int
+    request_id: str
+    parameters_json: str
+    outputs: tuple[TensorRef, ...]
+
+
+def response_head(result: HeadSource) -> pb.ModelInferResponse:
     """An answer's ModelInferResponse without ``raw_output_contents``."""
     resp = pb.ModelInferResponse(
         model_name=result.model, model_version=str(result.version), id=result.request_id
@@ -142,18 +168,32 @@ class ResponseHeads:
     def __len__(self) -> int:
         return len(self._heads)
 
-    def get(self, result: InferResult) -> bytes:
+    def get(self, result: HeadSource) -> bytes:
         """``response_head(result)``, serialized."""
+        return self.head(
+            result.model, result.version, result.request_id, result.parameters_json, result.outputs
+        )
+
+    def head(
+        self,
+        model: str,
+        version: int,
+        request_id: str,
+        parameters_json: str,
+        outputs: tuple[TensorRef, ...],
+    ) -> bytes:
+        """``get`` from the parts of an answer (``Answered``'s fields)."""
         key = (
-            result.model,
-            result.version,
-            result.request_id,
-            result.parameters_json,
-            *[(r.name, r.datatype, r.shape) for r in result.outputs],
+            model,
+            version,
+            request_id,
+            parameters_json,
+            *[(r.name, r.datatype, r.shape) for r in outputs],
         )
         head = self._heads.get(key)
         if head is None:
-            head = response_head(result).SerializeToString()
+            parts = Answered(model, version, request_id, parameters_json, outputs)
+            head = response_head(parts).SerializeToString()
             if len(self._heads) >= self._capacity:
                 self._heads.clear()
             self._heads[key] = head

@@ -41,6 +41,7 @@ from triton_mp.frontend.grpc.wire import (
     tolerant,
 )
 from triton_mp.frontend.header_forward import HeaderForward
+from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.tracing.settings import new_setting_from_grpc
 from triton_mp.frontend.tracing.tracer import Trace, Tracer
 from triton_mp.frontend.validation.log_settings import update_from_grpc
@@ -311,9 +312,24 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             TritonMPError: as ``Inference.submit_known`` (the call fails with its status).
         """
         key = request.key
-        if key is None or self._api.tracer.active or self._forward.active:
+        if key is None or not self.known_allowed():
             return None
         return self._api.inference.submit_known(key, request.client_id, request.raw, in_task)
+
+    @property
+    def inference(self) -> Inference:
+        """The frontend's submit path (``frontend.native.known_calls`` submits to it)."""
+        return self._api.inference
+
+    @property
+    def heads(self) -> ResponseHeads:
+        """The serialized response heads ModelInfer's answers reuse."""
+        return self._heads
+
+    def known_allowed(self) -> bool:
+        """Whether a known request may skip the handler now: nothing traces it and no
+        header is forwarded (``submit_known``'s per-call checks)."""
+        return not self._api.tracer.active and not self._forward.active
 
     def wakes_held(self) -> AbstractContextManager[None]:
         """``Inference.wakes_held``: requests submitted inside wake the scheduler once."""

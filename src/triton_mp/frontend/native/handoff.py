@@ -53,8 +53,9 @@ from google.protobuf.message import DecodeError
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp.common.errors import TritonMPError
 from triton_mp.frontend.dispatch.ticket import InferResult, Ticket
-from triton_mp.frontend.grpc.servicer import grpc_status
 from triton_mp.frontend.grpc.wire import MALFORMED, Split, WireInferRequest, tolerant
+from triton_mp.frontend.native.known_calls import KnownCalls, Reply
+from triton_mp.frontend.native.reply_status import code_of, failed, unexpected
 
 CALL, OPEN, MESSAGE, END, GONE = range(5)
 """What a taken entry is (``handoff.h`` ItemKind): a unary call (data, metadata), a stream's
@@ -114,21 +115,6 @@ class _Context:
         self.callbacks.append(callback)
 
 
-def _code(code: grpc.StatusCode) -> int:
-    return int(code.value[0])
-
-
-def _failed(e: TritonMPError) -> tuple[int, str]:
-    """The status ``ModelInfer`` aborts with for ``e`` (``servicer.abort``)."""
-    code, details = grpc_status(e.code, e.message)
-    return _code(code), details
-
-
-def _unexpected(e: Exception) -> tuple[int, str]:
-    """grpc.aio's answer to a handler's exception: UNKNOWN "Unexpected <type>: <text>"."""
-    return _code(grpc.StatusCode.UNKNOWN), f"Unexpected {type(e)}: {e}"
-
-
 class _Requests:
     """A handed-off stream's request messages, as grpc.aio's ``request_iterator`` gives
     them: each parsed (``MALFORMED`` for one that does not parse), until the half-close.
@@ -180,11 +166,19 @@ class Handoff:
     Args:
         native: the extension module (its handoff functions).
         servicer: the frontend's InferenceServicer.
+        known_calls: builds the known calls' fast lane from this handoff's reply
+            (``frontend.native.known_calls``); None: known calls take the ticket's path.
     """
 
-    def __init__(self, native: Native, servicer: Servicer) -> None:
+    def __init__(
+        self,
+        native: Native,
+        servicer: Servicer,
+        known_calls: Callable[[Reply], KnownCalls] | None = None,
+    ) -> None:
         self._native = native
         self._servicer = servicer
+        self._known = None if known_calls is None else known_calls(self._reply)
         self._parse_stream = tolerant(pb.ModelInferRequest.FromString)
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._unary: dict[int, Ticket] = {}
@@ -249,6 +243,8 @@ class Handoff:
     def _gone(self, call_id: int) -> None:
         """The client abandoned the call: cancel its ticket or its task."""
         self._streams.pop(call_id, None)
+        if self._known is not None and self._known.cancel(call_id):
+            return
         ticket = self._unary.pop(call_id, None)
         if ticket is not None:
             ticket.cancel()
@@ -268,6 +264,8 @@ class Handoff:
         ModelInfer handler in a task."""
         assert self._loop is not None
         try:
+            if self._known is not None and self._known.submit(call_id, data, split):
+                return
             try:
                 request = self._servicer.parse_split(data, split)
             except DecodeError:
@@ -278,10 +276,10 @@ class Handoff:
                 else None
             )
         except TritonMPError as e:
-            self._reply(call_id, *_failed(e), b"")
+            self._reply(call_id, *failed(e), b"")
             return
         except Exception as e:  # noqa: BLE001 - grpc.aio's answer to a handler's exception
-            self._reply(call_id, *_unexpected(e), b"")
+            self._reply(call_id, *unexpected(e), b"")
             return
         if ticket is None:
             self._tasks[call_id] = self._loop.create_task(self.serve(call_id, request, metadata))
@@ -297,9 +295,9 @@ class Handoff:
         try:
             data = self._servicer.response_bytes(ticket.take_result())
         except TritonMPError as e:
-            self._reply(call_id, *_failed(e), b"")
+            self._reply(call_id, *failed(e), b"")
         except Exception as e:  # noqa: BLE001 - grpc.aio's answer to a handler's exception
-            self._reply(call_id, *_unexpected(e), b"")
+            self._reply(call_id, *unexpected(e), b"")
         else:
             self._reply(call_id, 0, "", data)
 
@@ -312,11 +310,11 @@ class Handoff:
             response = await self._servicer.ModelInfer(request, context)
             self._reply(call_id, 0, "", response)
         except Aborted as e:
-            self._reply(call_id, _code(e.code), e.details, b"")
+            self._reply(call_id, code_of(e.code), e.details, b"")
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - grpc.aio's answer to a handler's exception
-            self._reply(call_id, *_unexpected(e), b"")
+            self._reply(call_id, *unexpected(e), b"")
         finally:
             self._tasks.pop(call_id, None)
         for callback in context.callbacks:
@@ -334,11 +332,11 @@ class Handoff:
                 self._answered()
             self._reply(call_id, 0, "", b"")
         except Aborted as e:
-            self._reply(call_id, _code(e.code), e.details, b"")
+            self._reply(call_id, code_of(e.code), e.details, b"")
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - grpc.aio's answer to a handler's exception
-            self._reply(call_id, *_unexpected(e), b"")
+            self._reply(call_id, *unexpected(e), b"")
         finally:
             self._tasks.pop(call_id, None)
             self._streams.pop(call_id, None)

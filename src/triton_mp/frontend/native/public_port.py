@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from functools import partial
 from typing import Protocol
 
 from triton_mp.common.process import process_dirs
 from triton_mp.frontend import native
-from triton_mp.frontend.native.handoff import Handoff, Servicer
+from triton_mp.frontend.grpc.servicer import InferenceServicer
+from triton_mp.frontend.native.handoff import Handoff
+from triton_mp.frontend.native.known_calls import KnownCalls
 
 
 class _Bindable(Protocol):
@@ -55,7 +58,7 @@ class NativePort:
     """
 
     def __init__(
-        self, address: str, channel_args: list[tuple[str, int]], servicer: Servicer | None
+        self, address: str, channel_args: list[tuple[str, int]], servicer: InferenceServicer | None
     ) -> None:
         self.address = address
         # NOTE: named by this process's pid: the supervisor removes it if we die unclean.
@@ -64,7 +67,10 @@ class NativePort:
         self._server = native.NativeServer(
             address, self.backend, channel_args, handoff=servicer is not None
         )
-        self._handoff = None if servicer is None else Handoff(self._server.module, servicer)
+        self._handoff = None
+        if servicer is not None:
+            known = partial(KnownCalls, servicer.inference, servicer.heads, servicer)
+            self._handoff = Handoff(self._server.module, servicer, known)
 
     def bind_private(self, server: _Bindable) -> bool:
         """Bind the Python server to the private socket. False: it could not be bound."""

@@ -1,0 +1,187 @@
+"""Known unary ModelInfer calls of the handoff, submitted and answered without a ticket.
+
+Imported by ``frontend.native.handoff``. A unary call the native server split
+(``request_split.cc``) whose wire key the frontend knows (``dispatch.known_requests``: the
+checks passed for that key before) and that nothing per call sends the full way (no
+tracing, no forwarded headers) is submitted straight from its split
+(``Inference.submit_known_to``): no ``WireInferRequest``, no ``Ticket``, no
+``InferResult``. Its one answer goes to its ``KnownCall`` (the pending table's sink), which
+replies at once: the serialized ModelInferResponse (the cached head,
+``grpc.messages.ResponseHeads``, and each output copied once from the worker's arena,
+``grpc.wire.infer_response_bytes``), or the status of its error, in the words
+``ModelInfer`` answers with (``native.reply_status``). A call the client abandons is
+cancelled as a ticket is (``KnownCall.cancel``): the scheduler drops the request, and an
+answer that still arrives is freed.
+
+Anything else (an unknown key, a declined request: a byte size that differs, a changed
+model or region, draining, a model that preserves ordering) is left to the caller, which
+serves it as before (``Handoff._call``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from triton_mp.common.errors import TritonMPError
+from triton_mp.frontend.dispatch.pending import Answer, PendingTable
+from triton_mp.frontend.grpc.messages import ResponseHeads
+from triton_mp.frontend.grpc.wire import Split, infer_response_bytes
+from triton_mp.frontend.inference import Inference
+from triton_mp.frontend.native.reply_status import failed, unexpected
+from triton_mp.ipc import SegmentCache
+from triton_mp.ipc.protocol.messages import InferResponse
+
+Reply = Callable[[int, int, str, bytes], None]
+"""Ends call ``call_id`` with (status code, details, serialized response)."""
+
+
+class Gate(Protocol):
+    """Whether a known call may skip the handler now (``InferenceServicer.known_allowed``)."""
+
+    def known_allowed(self) -> bool: ...
+
+
+class KnownCall:
+    """One known call in flight: the pending table's sink for its request's answer.
+
+    Attributes:
+        call_id: the handoff's id of the call; ``client_id``: the request's ``id``.
+        request_id: the frontend's id of the request; ``model``, ``version``: where it went.
+    """
+
+    __slots__ = ("_calls", "call_id", "client_id", "closed", "model", "request_id", "version")
+
+    def __init__(self, calls: KnownCalls, call_id: int, client_id: str) -> None:
+        self._calls = calls
+        self.call_id = call_id
+        self.client_id = client_id
+        self.request_id = 0
+        self.model = ""
+        self.version = 0
+        self.closed = False
+        """Answered or cancelled: an answer that arrives is freed."""
+
+    def __call__(self, answer: Answer) -> None:
+        if self.closed:
+            if isinstance(answer, InferResponse):
+                self._calls.pending.release(answer)
+            return
+        self.closed = True
+        self._calls.answer(self, answer)
+
+    def cancel(self) -> None:
+        """The client abandoned the call: unless answered, the scheduler drops it."""
+        if not self.closed:
+            self.closed = True
+            self._calls.inference.cancel(self.request_id, self.model, self.version)
+
+
+class KnownCalls:
+    """Submits and answers the handoff's known unary calls (module docstring).
+
+    Args:
+        inference: the frontend's submit path.
+        heads: the servicer's response heads.
+        gate: says whether tracing or header forwarding sends every call the full way.
+        reply: ends a call (``Handoff._reply``).
+    """
+
+    def __init__(
+        self,
+        inference: Inference,
+        heads: ResponseHeads,
+        gate: Gate,
+        reply: Reply,
+    ) -> None:
+        self.inference = inference
+        self.pending: PendingTable = inference.pending
+        self._cache: SegmentCache = inference.cache
+        self._heads = heads
+        self._gate = gate
+        self._reply = reply
+        self._known = inference.known_keys
+        self.calls: dict[int, KnownCall] = {}
+        """Calls submitted and not answered, by call id (``cancel``)."""
+
+    def submit(self, call_id: int, data: bytes, split: Split | None) -> bool:
+        """Submit call ``call_id`` (``data``: its request; ``split``: the native split of
+        it) if it is known. False: it is not taken (nothing was done).
+
+        Raises:
+            TritonMPError: as ``Inference.submit_known`` (the call fails with its status).
+        """
+        if split is None:
+            return False
+        _head, key, id_value, spans = split
+        if key not in self._known or not self._gate.known_allowed():
+            return False
+        client_id = ""
+        if id_value is not None:
+            try:
+                client_id = str(id_value, "utf-8")
+            except UnicodeDecodeError:
+                return False  # NOTE: the full way refuses it, in protobuf's words
+        buf = memoryview(data)
+        raw = [buf[at : at + n] for at, n in spans]
+        call = KnownCall(self, call_id, client_id)
+        sent = self.inference.submit_known_to(key, client_id, raw, call)
+        if sent is None:
+            return False
+        call.request_id, model, call.version = sent
+        call.model = model.name
+        self.calls[call_id] = call
+        return True
+
+    def cancel(self, call_id: int) -> bool:
+        """The client abandoned call ``call_id``: cancel it. False: it is not a known call
+        in flight."""
+        call = self.calls.pop(call_id, None)
+        if call is None:
+            return False
+        call.cancel()
+        return True
+
+    def answer(self, call: KnownCall, answer: Answer) -> None:
+        """``call``'s one answer: reply with its response, or its error's status."""
+        self.calls.pop(call.call_id, None)
+        call_id = call.call_id
+        error = answer.error
+        if error is not None:
+            if isinstance(answer, InferResponse):
+                self.pending.release(answer)
+            self._reply(call_id, *failed(TritonMPError(error.message, error.code)), b"")
+            return
+        assert isinstance(answer, InferResponse)
+        try:
+            data = self._response_bytes(call, answer)
+        except TritonMPError as e:
+            self._reply(call_id, *failed(e), b"")
+        except Exception as e:  # noqa: BLE001 - grpc.aio's answer to a handler's exception
+            self._reply(call_id, *unexpected(e), b"")
+        else:
+            self._reply(call_id, 0, "", data)
+
+    def _response_bytes(self, call: KnownCall, answer: InferResponse) -> bytes:
+        """The serialized ModelInferResponse of ``answer`` (its blocks released): the
+        ``grpc.messages.infer_response_bytes`` of its ``InferResult``."""
+        try:
+            outputs = answer.outputs
+            head = self._heads.head(
+                call.model, answer.version, call.client_id, answer.parameters_json, outputs
+            )
+            cache = self._cache
+            views: list[memoryview | None] = []
+            copied = 0
+            for ref in outputs:
+                if ref.region_id:
+                    views.append(None)
+                    continue
+                at = ref.offset
+                views.append(memoryview(cache.get(ref.segment).buf)[at : at + ref.nbytes])
+                copied += ref.nbytes
+            self.pending.copied_bytes["out"] += copied
+            # NOTE: the views stay valid until the release, after the join copied them.
+            return infer_response_bytes(head, views)
+        finally:
+            self.pending.release(answer)
