@@ -487,7 +487,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     direct = DirectRoutes(spec.frontend_id, to_scheduler.push_quiet, to_scheduler.send_bytes)
     direct.update(spec.direct_routes)
     scheduler_waker = Waker(spec.to_scheduler.wakeup)
-    wakes = HeldWakes(to_scheduler.push_quiet, to_scheduler.send_bytes, scheduler_waker.wake)
+    wakes = HeldWakes.over(to_scheduler, scheduler_waker.wake)
     handler = InboxHandler(inbox, pending, shm, models, cache, direct)
     handler.resend_shm = _resend_shm(spec.frontend_id, shm, peers)
     link = SupervisorLink(ready, handler.on_table_update)

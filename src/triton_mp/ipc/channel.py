@@ -98,6 +98,14 @@ class Sender:
                             f"ring {self._ring.segment.name} full for {self._full_timeout_s}s"
                         ) from None
 
+    def quiet_word(self) -> int:
+        """Fence, then read the ring's quiet word (a frontend's ring to the scheduler: the
+        mask of model buckets whose requests need no wake-up, ``ipc.recordio.quiet_requests``).
+        Call it after pushing: the record is published before the word is read, with a full
+        barrier between (Dekker's protocol, ``ipc.memory.notify``)."""
+        fence()
+        return self._ring.quiet_word()
+
     def push_quiet(self, data: bytes) -> bool:
         """Push already-encoded bytes without waking the consumer, which reads them on its
         next pass (a note that may wait: ``ipc.direct``'s ``DirectSent``); False when the
@@ -257,6 +265,14 @@ class Inbox(Generic[T]):
             if ring.segment.name.lstrip("/") == name:
                 ring.set_quiet(quiet)
                 return
+
+    def set_quiet_word(self, ring_names: Sequence[str], word: int) -> None:
+        """Store ``word`` as the quiet word of each of ``ring_names`` that is attached
+        (``Ring.set_quiet_word``: a frontend ring's mask of model buckets)."""
+        names = {n.lstrip("/") for n in ring_names}
+        for ring in self._rings:
+            if ring.segment.name.lstrip("/") in names:
+                ring.set_quiet_word(word)
 
     def has_pending(self) -> bool:
         """Whether any ring holds a record (a poll: no syscall, nothing decoded)."""

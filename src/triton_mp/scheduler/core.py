@@ -68,6 +68,7 @@ from triton_mp.scheduler.limits.rate_limiter import Limits, RateLimiter
 from triton_mp.scheduler.outbox import Outbound, Outbox, ToInstance
 from triton_mp.scheduler.policies.policy import QUEUE_FULL, TIMED_OUT, Batch, IterativeSteps, Queued
 from triton_mp.scheduler.queries import answer_queue_query, answer_ready_query, answer_stats_query
+from triton_mp.scheduler.request_wakeups import quiet_request_mask
 from triton_mp.scheduler.rules.admission import queue_start_ns, request_label, unknown_version
 from triton_mp.scheduler.stats import StatsBook
 from triton_mp.scheduler.status import BatchLog, BatchLogs, queue_status
@@ -531,9 +532,10 @@ class SchedulerCore:
             deadlines.append(0)
         return min(deadlines, default=None)
 
-    def quiet_done(self) -> frozenset[int]:
+    def quiet_done(self, loud_bits: int = 0) -> frozenset[int]:
         """The instances whose ``BatchDone`` need not wake the scheduler now
-        (``scheduler.done_wakeups``)."""
+        (``scheduler.done_wakeups``); ``loud_bits``: ``quiet_requests``'s mask, whose
+        models' ``BatchDone`` always wakes."""
         if (
             self.stopping
             or self.deferred
@@ -542,7 +544,15 @@ class SchedulerCore:
             or self.ensembles.in_flight()
         ):
             return _NONE_QUIET
-        return quiet_instances(self.lifecycle.instances, self.handoffs.eligible)
+        return quiet_instances(self.lifecycle.instances, self.handoffs.eligible, loud_bits)
+
+    def quiet_requests(self) -> int:
+        """The frontends' rings' quiet word: the model buckets whose requests need not wake
+        the scheduler now (``scheduler.request_wakeups``; 0: every request wakes it)."""
+        if self.stopping or self.deferred or self.limiter is not None:
+            return 0
+        life = self.lifecycle
+        return quiet_request_mask(life.instances, life.generations(), self.handoffs.eligible)
 
     def idle(self) -> bool:
         """Nothing queued and nothing running."""

@@ -11,9 +11,11 @@ of the scheduler fewer per such batch (a third of its wake-ups at c=1).
 Never quiet, so the message is read at once as before: while anything is queued for the
 version; a version whose idle instances are leased to the frontends (the direct handoff
 offers the lease on ``BatchDone``), a sequence, iterative, decoupled or ensemble model; a
-retiring version; and, server-wide, while the scheduler stops, holds deferred requests, runs
-ensemble requests (their steps' compute times come with ``BatchDone``) or rate-limits
-(``BatchDone`` frees resources other batches wait for).
+retiring version; a version whose requests may reach the scheduler without a wake-up
+(``scheduler.request_wakeups``: its ``BatchDone`` is what reads them); and, server-wide,
+while the scheduler stops, holds deferred requests, runs ensemble requests (their steps'
+compute times come with ``BatchDone``) or rate-limits (``BatchDone`` frees resources other
+batches wait for).
 """
 
 from __future__ import annotations
@@ -37,14 +39,18 @@ def plain_for_quiet(gen: Generation, leased: Callable[[Generation], bool]) -> bo
 
 
 def quiet_instances(
-    instances: Iterable[Instance], leased: Callable[[Generation], bool]
+    instances: Iterable[Instance], leased: Callable[[Generation], bool], loud_bits: int = 0
 ) -> frozenset[int]:
     """The instances whose ``BatchDone`` need not wake the scheduler now (module
-    docstring; the server-wide conditions are the caller's)."""
+    docstring; the server-wide conditions are the caller's). ``loud_bits``: the model
+    buckets whose requests may wait unread (``scheduler.request_wakeups``): their
+    instances' ``BatchDone`` is what reads them, so it always wakes."""
     out = []
     for inst in instances:
         gen = inst.generation
         if gen is None or gen.retiring or gen.policy.queue_depth():
+            continue
+        if gen.request_bit & loud_bits:
             continue
         plain = gen.quiet_done
         if plain is None:

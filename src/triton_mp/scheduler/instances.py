@@ -77,6 +77,12 @@ class Generation:
     quiet_done: bool | None = None
     """Whether its instances' ``BatchDone`` may ever be quiet (``scheduler.done_wakeups``;
     None until first asked)."""
+    quiet_requests: bool | None = None
+    """Whether its requests may ever reach the scheduler without a wake-up
+    (``scheduler.request_wakeups``; None until first asked)."""
+    request_bit: int = 0
+    """Its model's bit in a frontend ring's quiet word (``ipc.recordio.quiet_requests``;
+    0 until first asked)."""
 
     def batch_key(self, inputs: Sequence[TensorRef]) -> Hashable:
         """What must be equal for two requests to share a batch (core

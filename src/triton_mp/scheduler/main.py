@@ -10,7 +10,9 @@ nearest batching deadline (``clock.wait_plan``; from there it polls its rings un
 deadline and tells the worker whose batch is due, ``BatchDue``), drain every ring, hand
 every message to the core (``BatchDone`` first, ``done_first``), send what it returns, form
 batches, send them. Before it waits it tells each worker whether its next ``BatchDone`` may
-come without a wake-up (``SchedulerCore.quiet_done``, ``Router.quiet_done``).
+come without a wake-up (``SchedulerCore.quiet_done``, ``Router.quiet_done``), and the
+frontends which models' requests may (``SchedulerCore.quiet_requests``,
+``Router.quiet_requests``: those whose instances are all busy).
 NOTE: the loop is synchronous on purpose: its only blocking point is one semaphore wait
 with a timeout, which asyncio cannot await without a thread hop per wake-up.
 """
@@ -86,6 +88,12 @@ class Router:
         """Per instance a frontend may hand requests to: its lease (``ipc.direct``)."""
         self._quiet: frozenset[int] = frozenset()
         """The instances whose ring's quiet flag is set (``quiet_done``)."""
+        self._request_rings = tuple(spec.inbox.rings)
+        """The rings the scheduler starts with: the supervisor's and every frontend's (the
+        frontends read their quiet word as a mask of model buckets, ``quiet_requests``; the
+        supervisor never reads it). Workers' rings join later (``Attach``)."""
+        self._request_mask = 0
+        """The quiet word last stored into ``_request_rings``."""
 
     def quiet_done(self, quiet: frozenset[int]) -> bool:
         """Set each worker ring's quiet flag (``ipc.memory.ring.Ring.set_quiet``): set for the
@@ -105,6 +113,21 @@ class Router:
         if asked:
             fence()
         return asked
+
+    def quiet_requests(self, mask: int) -> bool:
+        """Store ``mask`` (``SchedulerCore.quiet_requests``) as the quiet word of every
+        frontend's ring. True when a bit was cleared: the caller then rechecks the rings
+        before it sleeps (a frontend that read the bit still set pushed its request
+        without a post); the fence is done here."""
+        was = self._request_mask
+        if mask == was:
+            return False
+        self._inbox.set_quiet_word(self._request_rings, mask)
+        self._request_mask = mask
+        if was & ~mask:
+            fence()
+            return True
+        return False
 
     def offer(self, instance_id: int) -> None:
         """Post an instance's lease (``scheduler.direct.Leases``)."""
@@ -201,8 +224,13 @@ def _serve(core: SchedulerCore, inbox: Inbox[ToScheduler], router: Router, clock
     while True:
         deadline = core.next_deadline_ns()
         sleep_s, poll_s = wait_plan(clock.now_ns(), deadline)
-        if router.quiet_done(core.quiet_done()) and inbox.has_pending():
-            # NOTE: a BatchDone pushed quietly before its flag was cleared: no sleep.
+        requests = core.quiet_requests()
+        # NOTE: the BatchDone of a model whose requests may wait unread wakes the
+        # scheduler before a frontend can see its bit set (scheduler.request_wakeups).
+        asked = router.quiet_done(core.quiet_done(requests))
+        if (router.quiet_requests(requests) or asked) and inbox.has_pending():
+            # NOTE: a BatchDone or a request pushed quietly before its flag or its bit was
+            # cleared: no sleep.
             sleep_s, poll_s = 0.0, 0.0
         if not poll_s:
             inbox.wait(sleep_s)

@@ -8,6 +8,13 @@ inside, it pushes without waking (``Sender.push_quiet``) and the one wake owed i
 when the outermost ``held`` ends. A waiting scheduler's wake is a ``sem_post`` system call
 and a pass of the scheduler: measured at add_sub_py c=16, 13 % of the frontend's event loop
 thread was ``sem_post``, one per request.
+
+With ``quiet_word`` given, a request whose model's bit is set in the ring's quiet word (the
+scheduler sets it while every instance of the model is busy: ``scheduler.request_wakeups``;
+the bits: ``ipc.recordio.quiet_requests``) is pushed with no wake at all: the scheduler
+reads it when a ``BatchDone`` wakes it. The word is read after the push, behind a fence
+(``Sender.quiet_word``), so a scheduler that clears the bit later rechecks its rings and
+finds the record (Dekker's protocol, ``ipc.memory.notify``).
 """
 
 from __future__ import annotations
@@ -15,41 +22,67 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from triton_mp.ipc.channel import Sender
+from triton_mp.ipc.recordio.quiet_requests import request_bit
+
 
 class HeldWakes:
-    """One producer's sends to the scheduler, with wakes that can be held.
+    """One producer's sends to the scheduler, with wakes that can be held or spared.
 
     Args:
         push_quiet: pushes encoded bytes without waking; False when the ring is full now
             (``Sender.push_quiet``; raises ``RecordTooLarge`` for a record that never fits).
         send_bytes: pushes and wakes, waiting for room (``Sender.send_bytes``).
         wake: wakes the scheduler (``ipc.memory.notify.Waker.wake``).
+        quiet_word: fences and reads the ring's quiet word (``Sender.quiet_word``); None:
+            every request wakes (or owes a wake).
     """
 
-    __slots__ = ("_depth", "_owed", "_push_quiet", "_send_bytes", "_wake")
+    __slots__ = ("_bits", "_depth", "_owed", "_push_quiet", "_quiet_word", "_send_bytes", "_wake")
 
     def __init__(
         self,
         push_quiet: Callable[[bytes], bool],
         send_bytes: Callable[[bytes], None],
         wake: Callable[[], None],
+        quiet_word: Callable[[], int] | None = None,
     ) -> None:
         self._push_quiet = push_quiet
         self._send_bytes = send_bytes
         self._wake = wake
+        self._quiet_word = quiet_word
         self._depth = 0
         self._owed = False
-        """A record was pushed without its wake since the outermost ``held`` began."""
+        """A record that needs its wake was pushed without it since the outermost ``held``
+        began."""
+        self._bits = 0
+        """The quiet-word bits of the requests pushed without a wake since the outermost
+        ``held`` began: a wake is owed unless the scheduler set them all."""
+
+    @classmethod
+    def over(cls, sender: Sender, wake: Callable[[], None]) -> HeldWakes:
+        """Sends over ``sender`` (the frontend's ring to the scheduler) that read its quiet
+        word."""
+        return cls(sender.push_quiet, sender.send_bytes, wake, sender.quiet_word)
 
     def send(self, data: bytes) -> None:
-        """Push ``data`` to the scheduler; wake it now, or when ``held`` ends.
+        """Push ``data`` to the scheduler; wake it now, when ``held`` ends, or not at all
+        (a request whose model's bit the scheduler set).
 
         Raises:
             ChannelTimeout: the ring stayed full (as ``Sender.send_bytes``).
             RecordTooLarge: the record can never fit the ring.
         """
-        if self._depth and self._push_quiet(data):
-            self._owed = True
+        word = self._quiet_word
+        bit = 0 if word is None else request_bit(data)
+        if (self._depth or bit) and self._push_quiet(data):
+            if self._depth:
+                if bit:
+                    self._bits |= bit
+                else:
+                    self._owed = True
+            elif word is None or not bit & word():
+                self._wake()
             return
         # NOTE: a full ring: send_bytes wakes the scheduler while it waits for room, which
         # also reads the records pushed quietly before this one.
@@ -57,13 +90,20 @@ class HeldWakes:
 
     @contextmanager
     def held(self) -> Iterator[None]:
-        """Sends inside wake the scheduler once, at the end (also when an exception ends
-        it: every record pushed is read)."""
+        """Sends inside wake the scheduler once, at the end, unless each was a request
+        whose model's bit is set then (also when an exception ends it: every record pushed
+        is read)."""
         self._depth += 1
         try:
             yield
         finally:
             self._depth -= 1
-            if not self._depth and self._owed:
-                self._owed = False
-                self._wake()
+            if not self._depth:
+                self._end_held()
+
+    def _end_held(self) -> None:
+        owed, bits, word = self._owed, self._bits, self._quiet_word
+        self._owed = False
+        self._bits = 0
+        if owed or (bits and (word is None or bits & ~word())):
+            self._wake()

@@ -9,9 +9,13 @@ Layout (all integers little-endian, offsets in bytes)::
     8   u64  capacity  bytes in the data area (a multiple of 8)
     64  u64  tail      bytes ever written; written only by the producer
     128 u64  head      bytes ever consumed; written only by the consumer
-    136 u64  quiet     1: the consumer lets ``Sender.send_lazy`` pushes go without a
-                       wake-up (it reads them on its next pass); 0 (a new ring): wake it.
-                       Written only by the consumer (``set_quiet``), read by the producer.
+    136 u64  quiet     Written only by the consumer, read by the producer; 0 (a new
+                       ring): every push wakes. A worker's ring (``BatchDone``): 1 lets
+                       ``Sender.send_lazy`` pushes go without a wake-up (``set_quiet``). A
+                       frontend's ring (requests): a mask of model buckets whose
+                       requests may go without one (``set_quiet_word``;
+                       ``ipc.recordio.quiet_requests``). The consumer reads what came
+                       quietly on its next pass.
     192 ...  data area, ``capacity`` bytes
 
 A record is ``u32 length`` + payload, padded to 8 bytes. A record never wraps: when it does
@@ -173,6 +177,17 @@ class Ring:
     def quiet(self) -> bool:
         """Whether the consumer lets lazy pushes go without a wake-up (one load)."""
         return self._quiet[0] != 0
+
+    def set_quiet_word(self, word: int) -> None:
+        """Consumer only: store the whole quiet word (a frontend ring's mask of model
+        buckets, ``ipc.recordio.quiet_requests``), one aligned 8-byte store. After clearing
+        a bit the consumer fences and rechecks its rings before it sleeps, as after
+        ``set_quiet(False)``."""
+        self._quiet[0] = word
+
+    def quiet_word(self) -> int:
+        """The quiet word as stored (producer: after its record and a fence; one load)."""
+        return int(self._quiet[0])
 
     def pending_bytes(self) -> int:
         """Bytes published and not yet consumed (for stats and tests)."""

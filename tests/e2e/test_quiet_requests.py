@@ -1,0 +1,112 @@
+"""Requests that reach the scheduler without a wake-up while their model is busy are served.
+
+While every instance of a model runs a batch, the frontend pushes the model's requests
+without waking the scheduler (``scheduler.request_wakeups``); the instance's ``BatchDone``
+must then wake it, and its drain read them. Here one instance (a dynamic batcher with a
+1 ms delay: with none, the frontends hand requests to idle instances themselves,
+``ipc.direct``, and such a model is never quiet) runs a request for 0.4 s;
+requests sent meanwhile (one, then three at once, over the native and the Python gRPC
+frontends) must be answered after it. Were the ``BatchDone`` quiet, as it is for a model with
+an empty queue (``scheduler.done_wakeups``), nothing would wake the scheduler and they would
+hang until the client's timeout.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import ServerProcess, server_factory
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+RUN_S = 0.4
+
+CONFIG = """
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+dynamic_batching { max_queue_delay_microseconds: 1000 }
+"""
+
+MODEL = f"""
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep({RUN_S})
+        n = len(requests)
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("COUNT", np.full((1, 1), n, np.int32))])
+            for _ in requests
+        ]
+"""
+
+
+@pytest.fixture(scope="module", params=["native", "python"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    repo = tmp_path_factory.mktemp("repo")
+    write_python_model(repo, "slow_py", CONFIG, MODEL)
+    with server_factory(tmp_path_factory.mktemp("logs")) as start:
+        yield start(repo, "--grpc-frontend", request.param)
+
+
+def _send(url: str, gaps_s: list[float]) -> list[tuple[int, float]]:
+    """One request per entry, ``gap`` after the one before, each on its own client and
+    thread; returns (COUNT, seconds from the first send to its answer) per request (-1 when
+    it failed, e.g. timed out)."""
+    out: list[tuple[int, float]] = [(-1, 0.0)] * len(gaps_s)
+    clients = [grpcclient.InferenceServerClient(url) for _ in gaps_s]
+    for client in clients:
+        assert client.is_server_live()
+    t0 = time.monotonic()
+
+    def call(i: int) -> None:
+        x = grpcclient.InferInput("INPUT0", [1, 1], "FP32")
+        x.set_data_from_numpy(np.array([[float(i)]], np.float32))
+        res = clients[i].infer("slow_py", [x], client_timeout=20)
+        out[i] = (int(res.as_numpy("COUNT")[0, 0]), time.monotonic() - t0)
+
+    threads = []
+    for i, gap in enumerate(gaps_s):
+        time.sleep(gap)
+        t = threading.Thread(target=call, args=(i,), daemon=True)
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join(30)
+    for client in clients:
+        client.close()
+    return out
+
+
+def test_a_request_sent_while_the_instance_is_busy_is_served_after_it(
+    server: ServerProcess,
+) -> None:
+    got = _send(server.url, [0.0, RUN_S / 2])
+    assert got[0][0] == 1
+    assert got[1][0] == 1, got  # it waited unread, and the BatchDone's wake-up read it
+    assert got[1][1] >= 2 * RUN_S * 0.9  # it ran after the first
+    assert got[1][1] < 10.0
+
+
+def test_requests_sent_together_while_it_is_busy_form_one_batch_after_it(
+    server: ServerProcess,
+) -> None:
+    got = _send(server.url, [0.0, RUN_S / 2, 0.0, 0.0])
+    assert [c for c, _ in got] == [1, 3, 3, 3], got
+    assert max(t for _, t in got) < 10.0
