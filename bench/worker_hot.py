@@ -154,7 +154,7 @@ def main() -> None:
                         else []
                     )
                     for b in blocks:
-                        free_block(cache.get(b.segment).buf, b.offset)
+                        free_block(cache.get(b.segment), b)
                 sent.clear()
             n = args.batches * args.per_batch
             total, model_us = (time.process_time_ns() - c0) / n / 1e3, inside[0] / n / 1e3

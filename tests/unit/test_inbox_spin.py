@@ -103,3 +103,29 @@ def test_one_wake_takes_every_post_and_a_stale_post_does_not_end_a_wait(
         ring.close()
         sender.close()
         inbox.close()
+
+
+def test_a_spin_on_posts_lets_an_unannounced_record_wait_and_ends_on_a_post(
+    channel: tuple[str, Wakeup],
+) -> None:
+    """The scheduler's spin (``spin_on_posts``): a record pushed without a post (a request
+    for a busy model, a quiet ``BatchDone``) neither ends the spin nor the sleep after it;
+    a post does, and the drain then takes both. A stale post (its record drained already)
+    does not end it."""
+    ring_name, wakeup = channel
+    inbox: Inbox[int] = Inbox(wakeup, [ring_name], int, spin_max_s=1e-3, spin_on_posts=True)
+    ring = Ring.attach(ring_name)
+    sender = Sender(ring_name, wakeup)
+    try:
+        ring.push(b"\x01")
+        assert not inbox.wait(0.05)
+        sender.send(2)
+        assert inbox.wait(5.0)
+        assert inbox.drain() == [1, 2]
+        sender.send(3)
+        assert inbox.drain() == [3]  # taken by a pass before its post was seen
+        assert not inbox.wait(0.05)  # the stale post ends neither the spin nor the sleep
+    finally:
+        sender.close()
+        ring.close()
+        inbox.close()

@@ -140,9 +140,19 @@ class Inbox(Generic[T]):
     """
 
     def __init__(
-        self, wakeup: Wakeup, ring_names: Sequence[str], msg_type: Any, spin_max_s: float = 0.0
+        self,
+        wakeup: Wakeup,
+        ring_names: Sequence[str],
+        msg_type: Any,
+        spin_max_s: float = 0.0,
+        spin_on_posts: bool = False,
     ) -> None:
         self.waiter = Waiter(wakeup)
+        self.spin_on_posts = spin_on_posts
+        """The spin watches the wake-up's posts, not the rings: a record pushed without a
+        post (a quiet ``BatchDone``, a request for a busy model, a ``DirectSent`` note)
+        waits for the next pass that a post starts, as it would have had the consumer
+        been asleep; the scheduler's (``scheduler.request_wakeups``)."""
         self._rings = [Ring.attach(n) for n in ring_names]
         self._decoder: Decoder[T] = Decoder(msg_type)
         self.spin_max_s = spin_max_s
@@ -200,8 +210,7 @@ class Inbox(Generic[T]):
         if budget > 0.0 and self.spin_max_s > 0.0:
             end = t0 + (budget if timeout_s is None else min(budget, timeout_s))
             while True:
-                if self.has_pending():
-                    self.waiter.consume_all()
+                if self._spin_found():
                     self._spin_s = min(self.spin_max_s, 2 * budget)
                     return True
                 if clock() >= end:
@@ -217,6 +226,20 @@ class Inbox(Generic[T]):
             elif budget > 0.0:
                 self._spin_s = budget / 2 if budget / 2 >= SPIN_STEP_S else 0.0
         return woken
+
+    def _spin_found(self) -> bool:
+        """One poll of the spin: a record (or, ``spin_on_posts``, a post whose record is
+        pending) was found; its posts are taken (``Waiter.consume_all``)."""
+        if self.spin_on_posts:
+            if not self.waiter.posted():
+                return False
+            self.waiter.consume_all()
+            # NOTE: a stale post (its record was drained already) does not end the spin.
+            return self._woken or self.has_pending()
+        if not self.has_pending():
+            return False
+        self.waiter.consume_all()
+        return True
 
     def poll(self, timeout_s: float) -> bool:
         """Poll the rings, yielding the CPU between polls, until one holds a record (True,

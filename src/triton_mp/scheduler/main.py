@@ -61,9 +61,12 @@ from triton_mp.scheduler.policies.clock import (
 log = logging.getLogger(__name__)
 
 INBOX_SPIN_S = 50e-6
-"""How long the scheduler polls its rings before it sleeps (``ipc.channel.Inbox.wait``):
+"""How long the scheduler polls its wake-up before it sleeps (``ipc.channel.Inbox.wait``):
 requests and BatchDones of a busy server arrive within tens of µs of each other, so most
-are taken without a wake-up; the adaptive budget stops spinning when work comes seldom."""
+are taken without a wake-up; the adaptive budget stops spinning when work comes seldom.
+The spin watches posts only (``spin_on_posts``): a request for a busy model
+(``scheduler.request_wakeups``) or a quiet ``BatchDone`` does not end it, and is read on
+the pass the next post starts."""
 
 
 class Router:
@@ -272,7 +275,11 @@ def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     inbox: Inbox[ToScheduler] = Inbox(
-        spec.inbox.wakeup, spec.inbox.rings, ToScheduler, spin_max_s=INBOX_SPIN_S
+        spec.inbox.wakeup,
+        spec.inbox.rings,
+        ToScheduler,
+        spin_max_s=INBOX_SPIN_S,
+        spin_on_posts=True,
     )
     router = Router(spec, inbox)
     limiter = None

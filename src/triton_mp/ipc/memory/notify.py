@@ -163,6 +163,10 @@ class Waiter(Waker):
                 while sem.value:
                     sem.acquire(0)
 
+    def posted(self) -> bool:
+        """Whether a post is pending (semaphore; one ``sem_getvalue``, no system call)."""
+        return self._sem is not None and self._sem.value > 0
+
     def fileno(self) -> int:
         """The FIFO's descriptor, readable when woken (fifo waiters only)."""
         return self._fd
