@@ -154,6 +154,8 @@ class Inbox(Generic[T]):
         waits for the next pass that a post starts, as it would have had the consumer
         been asleep; the scheduler's (``scheduler.request_wakeups``)."""
         self._rings = [Ring.attach(n) for n in ring_names]
+        self._by_name = {n.lstrip("/"): r for n, r in zip(ring_names, self._rings, strict=True)}
+        """Each ring by its name (no leading slash)."""
         self._decoder: Decoder[T] = Decoder(msg_type)
         self.spin_max_s = spin_max_s
         """Longest poll of the rings before ``wait`` sleeps (0: never poll; see ``wait``)."""
@@ -169,12 +171,13 @@ class Inbox(Generic[T]):
             posix_ipc.ExistentialError: no ring has that name (it was unlinked).
         """
         if not self.has_ring(ring_name):
-            self._rings.append(Ring.attach(ring_name))
+            ring = Ring.attach(ring_name)
+            self._rings.append(ring)
+            self._by_name[ring_name.lstrip("/")] = ring
 
     def has_ring(self, ring_name: str) -> bool:
         """Whether ``ring_name`` is one of this inbox's rings."""
-        name = ring_name.lstrip("/")
-        return any(r.segment.name.lstrip("/") == name for r in self._rings)
+        return ring_name.lstrip("/") in self._by_name
 
     def remove_ring(self, ring_name: str) -> list[T]:
         """Detach a ring whose producer is gone; returns what was still pending in it."""
@@ -184,6 +187,7 @@ class Inbox(Generic[T]):
                 left = [dec(rec) for rec in ring.pop_all()]
                 ring.close()
                 del self._rings[i]
+                self._by_name.pop(ring_name.lstrip("/"), None)
                 return left
         return []
 
@@ -283,18 +287,16 @@ class Inbox(Generic[T]):
         """Let lazy pushes into one of this inbox's rings go without a wake-up, or ask for
         wake-ups again (``Ring.set_quiet``: after asking again, ``fence`` and recheck
         ``has_pending`` before sleeping); a ring not attached is ignored."""
-        name = ring_name.lstrip("/")
-        for ring in self._rings:
-            if ring.segment.name.lstrip("/") == name:
-                ring.set_quiet(quiet)
-                return
+        ring = self._by_name.get(ring_name.lstrip("/"))
+        if ring is not None:
+            ring.set_quiet(quiet)
 
     def set_quiet_word(self, ring_names: Sequence[str], word: int) -> None:
         """Store ``word`` as the quiet word of each of ``ring_names`` that is attached
         (``Ring.set_quiet_word``: a frontend ring's mask of model buckets)."""
-        names = {n.lstrip("/") for n in ring_names}
-        for ring in self._rings:
-            if ring.segment.name.lstrip("/") in names:
+        for name in ring_names:
+            ring = self._by_name.get(name.lstrip("/"))
+            if ring is not None:
                 ring.set_quiet_word(word)
 
     def has_pending(self) -> bool:
