@@ -97,6 +97,8 @@ class Router:
         supervisor never reads it). Workers' rings join later (``Attach``)."""
         self._request_mask = 0
         """The quiet word last stored into ``_request_rings``."""
+        # NOTE: every request wakes until this scheduler says otherwise.
+        inbox.set_quiet_word(self._request_rings, 0)
 
     def quiet_done(self, quiet: frozenset[int]) -> bool:
         """Set each worker ring's quiet flag (``ipc.memory.ring.Ring.set_quiet``): set for the
