@@ -10,6 +10,7 @@ away mid-stream, and the fallback where the extension is absent. Streams side by
 from __future__ import annotations
 
 import queue
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from hypothesis import given
 
 from tests.e2e.test_fuzz import FUZZ_SETTINGS, infer_requests, write_fuzz_models
 from tests.helpers.repos import copy_models, write_python_model
-from tests.helpers.server import ServerProcess, server_factory
+from tests.helpers.server import REPO_ROOT, ServerProcess, server_factory
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp.frontend.native import available
 
@@ -42,6 +43,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # NOTE: the models test_fuzz's requests name (infer_requests draws add_sub, echo_py, bytes_py)
     write_fuzz_models(repo)
     write_python_model(repo, "slow_py", SLOW_CONFIG, SLOW_MODEL)
+    shutil.copytree(REPO_ROOT / "bench" / "model_repository" / "identity_py", repo / "identity_py")
     return repo
 
 
@@ -177,6 +179,23 @@ def test_known_requests_answer_as_python_does(servers: dict[str, ServerProcess])
     for _ in range(2):
         assert _call(servers["native"].url, _add_sub_request())[0] == "OK"
         assert _call(servers["native"].url, wrong) == _call(servers["python"].url, wrong)
+
+
+def test_known_large_tensors_come_back_whole(servers: dict[str, ServerProcess]) -> None:
+    """identity_py at 1 MiB, three times with the same key (the second and third answered
+    by ``known_calls``, the output copied from the worker's arena straight into the reply,
+    ``_native.reply``'s parts): each answer is its own request's tensor, byte for byte."""
+    client = grpcclient.InferenceServerClient(servers["native"].url)
+    try:
+        for seed in range(3):
+            x = np.random.default_rng(seed).standard_normal(1 << 18, dtype=np.float32)
+            inp = grpcclient.InferInput("INPUT0", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x)
+            result = client.infer("identity_py", [inp], request_id=f"big{seed}")
+            assert result.get_response().id == f"big{seed}"
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x)
+    finally:
+        client.close()
 
 
 def test_a_known_request_past_its_deadline_is_cancelled(servers: dict[str, ServerProcess]) -> None:

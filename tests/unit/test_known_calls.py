@@ -53,6 +53,7 @@ class FakeInference:
         self.sinks: dict[int, Any] = {}
         self.submitted: list[tuple[bytes, str, list[bytes]]] = []
         self.cancelled: list[tuple[int, str, int]] = []
+        self.released_at_reply: list[int] = []
 
     def submit_known_to(self, key: bytes, client_id: str, raw: Any, sink: Any) -> Any:
         if self.decline:
@@ -81,11 +82,19 @@ class Gate:
 def make() -> tuple[KnownCalls, FakeInference, Gate, list[tuple[int, int, str, bytes]]]:
     inference, gate = FakeInference(), Gate()
     replies: list[tuple[int, int, str, bytes]] = []
+
+    def reply(call_id: int, code: int, details: str, data: Any) -> None:
+        # NOTE: as _native.reply, the parts are copied now (``released_at_reply``: how
+        # many answers were released by then).
+        inference.released_at_reply.append(len(inference.pending.released))
+        joined = data if isinstance(data, bytes) else b"".join(data)
+        replies.append((call_id, code, details, joined))
+
     calls = KnownCalls(
         inference,  # type: ignore[arg-type]
         ResponseHeads(),
         gate,
-        lambda *a: replies.append(a),
+        reply,
     )
     return calls, inference, gate, replies
 
@@ -149,6 +158,8 @@ def test_an_answer_replies_the_ticket_paths_bytes_and_releases_once() -> None:
     assert (resp.model_name, resp.model_version, resp.id) == ("m", "3", "r1")
     assert [o.name for o in resp.outputs] == ["OUT", "SHM"]
     assert list(resp.raw_output_contents) == [bytes(range(16, 24)), b""]
+    # NOTE: the output's block (its view is a reply part) is freed after the reply copied it.
+    assert inference.released_at_reply == [0]
     assert inference.pending.released == [answer]
     assert inference.pending.copied_bytes["out"] == 8
     assert calls.calls == {}

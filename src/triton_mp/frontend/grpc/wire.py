@@ -292,6 +292,15 @@ def infer_response_bytes(
         The message, ``response``'s own serialization followed by one field-6 entry per
         output: the only copy of each tensor's bytes.
     """
+    return b"".join(infer_response_parts(response, raw))
+
+
+def infer_response_parts(
+    response: pb.ModelInferResponse | bytes, raw: Sequence[memoryview | bytes | None]
+) -> list[bytes | memoryview]:
+    """``infer_response_bytes`` before the join: the pieces whose concatenation is the
+    message (``raw``'s entries among them, uncopied), for a writer that copies each piece
+    once into its own buffer (``_native.reply``)."""
     head = response if isinstance(response, bytes) else response.SerializeToString()
     parts: list[bytes | memoryview] = [head]
     for data in raw:
@@ -301,4 +310,4 @@ def infer_response_bytes(
             continue
         parts.append(_encode_varint(len(data)))
         parts.append(data)
-    return b"".join(parts)
+    return parts

@@ -68,7 +68,9 @@ class Native(Protocol):
 
     def handoff_fd(self) -> int: ...
     def take(self) -> list[tuple[int, int, bytes | None, Any, Split | None]]: ...
-    def reply(self, call_id: int, code: int, details: str, data: bytes) -> bool: ...
+    def reply(
+        self, call_id: int, code: int, details: str, data: bytes | Sequence[bytes | memoryview]
+    ) -> bool: ...
     def write(self, call_id: int, data: bytes) -> bool: ...
     def kick(self) -> None: ...
 
@@ -211,7 +213,11 @@ class Handoff:
         self._kick_due = False
         self._native.kick()
 
-    def _reply(self, call_id: int, code: int, details: str, data: bytes) -> None:
+    def _reply(
+        self, call_id: int, code: int, details: str, data: bytes | Sequence[bytes | memoryview]
+    ) -> None:
+        """End ``call_id`` (``data``: the response, or its parts: copied before this
+        returns)."""
         self._native.reply(call_id, code, details, data)
         self._answered()
 

@@ -7,8 +7,9 @@ tracing, no forwarded headers) is submitted straight from its split
 (``Inference.submit_known_to``): no ``WireInferRequest``, no ``Ticket``, no
 ``InferResult``. Its one answer goes to its ``KnownCall`` (the pending table's sink), which
 replies at once: the serialized ModelInferResponse (the cached head,
-``grpc.messages.ResponseHeads``, and each output copied once from the worker's arena,
-``grpc.wire.infer_response_bytes``), or the status of its error, in the words
+``grpc.messages.ResponseHeads``, and each output, ``grpc.wire.infer_response_parts``: a
+view of the worker's arena that ``_native.reply`` copies once, straight into the gRPC
+slice it sends, before the block is freed), or the status of its error, in the words
 ``ModelInfer`` answers with (``native.reply_status``). A call the client abandons is
 cancelled as a ticket is (``KnownCall.cancel``): the scheduler drops the request, and an
 answer that still arrives is freed.
@@ -20,20 +21,21 @@ serves it as before (``Handoff._call``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from triton_mp.common.errors import TritonMPError
 from triton_mp.frontend.dispatch.pending import Answer, PendingTable
 from triton_mp.frontend.grpc.messages import ResponseHeads
-from triton_mp.frontend.grpc.wire import Split, infer_response_bytes
+from triton_mp.frontend.grpc.wire import Split, infer_response_parts
 from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.native.reply_status import failed, unexpected
 from triton_mp.ipc import SegmentCache
 from triton_mp.ipc.protocol.messages import InferResponse
 
-Reply = Callable[[int, int, str, bytes], None]
-"""Ends call ``call_id`` with (status code, details, serialized response)."""
+Reply = Callable[[int, int, str, "bytes | Sequence[bytes | memoryview]"], None]
+"""Ends call ``call_id`` with (status code, details, serialized response: bytes, or the
+parts of it, concatenated and copied before the reply returns)."""
 
 
 class Gate(Protocol):
@@ -154,34 +156,35 @@ class KnownCalls:
             return
         assert isinstance(answer, InferResponse)
         try:
-            data = self._response_bytes(call, answer)
-        except TritonMPError as e:
-            self._reply(call_id, *failed(e), b"")
-        except Exception as e:  # noqa: BLE001 - grpc.aio's answer to a handler's exception
-            self._reply(call_id, *unexpected(e), b"")
-        else:
-            self._reply(call_id, 0, "", data)
-
-    def _response_bytes(self, call: KnownCall, answer: InferResponse) -> bytes:
-        """The serialized ModelInferResponse of ``answer`` (its blocks released): the
-        ``grpc.messages.infer_response_bytes`` of its ``InferResult``."""
-        try:
-            outputs = answer.outputs
-            head = self._heads.head(
-                call.model, answer.version, call.client_id, answer.parameters_json, outputs
-            )
-            cache = self._cache
-            views: list[memoryview | None] = []
-            copied = 0
-            for ref in outputs:
-                if ref.region_id:
-                    views.append(None)
-                    continue
-                at = ref.offset
-                views.append(memoryview(cache.get(ref.segment).buf)[at : at + ref.nbytes])
-                copied += ref.nbytes
-            self.pending.copied_bytes["out"] += copied
-            # NOTE: the views stay valid until the release, after the join copied them.
-            return infer_response_bytes(head, views)
+            try:
+                parts = self._response_parts(call, answer)
+            except TritonMPError as e:
+                self._reply(call_id, *failed(e), b"")
+            except Exception as e:  # noqa: BLE001 - grpc.aio's answer to a handler's exception
+                self._reply(call_id, *unexpected(e), b"")
+            else:
+                # NOTE: the reply copies the parts (views of the answer's blocks) at once.
+                self._reply(call_id, 0, "", parts)
         finally:
             self.pending.release(answer)
+
+    def _response_parts(self, call: KnownCall, answer: InferResponse) -> list[bytes | memoryview]:
+        """The serialized ModelInferResponse of ``answer`` in parts: the
+        ``grpc.messages.infer_response_bytes`` of its ``InferResult``, its outputs views of
+        the answer's blocks (valid until ``answer`` is released)."""
+        outputs = answer.outputs
+        head = self._heads.head(
+            call.model, answer.version, call.client_id, answer.parameters_json, outputs
+        )
+        cache = self._cache
+        views: list[memoryview | None] = []
+        copied = 0
+        for ref in outputs:
+            if ref.region_id:
+                views.append(None)
+                continue
+            at = ref.offset
+            views.append(memoryview(cache.get(ref.segment).buf)[at : at + ref.nbytes])
+            copied += ref.nbytes
+        self.pending.copied_bytes["out"] += copied
+        return infer_response_parts(head, views)

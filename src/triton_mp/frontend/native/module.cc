@@ -4,6 +4,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <grpc/slice.h>
+
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -217,16 +220,74 @@ grpc::ByteBuffer BufferOf(const Py_buffer& bytes) {
   return grpc::ByteBuffer(&slice, 1);
 }
 
+// The Py_buffers of a sequence of bytes-like parts, released when it goes.
+class Parts {
+ public:
+  Parts() = default;
+  Parts(const Parts&) = delete;
+  Parts& operator=(const Parts&) = delete;
+  ~Parts() {
+    for (auto& view : views_) PyBuffer_Release(&view);
+  }
+
+  // False (a Python error set): `parts` is not a sequence of contiguous bytes-like objects.
+  bool Open(PyObject* parts) {
+    PyObject* seq = PySequence_Fast(parts, "response must be bytes or a sequence of them");
+    if (seq == nullptr) return false;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    views_.reserve(static_cast<size_t>(n));
+    bool ok = true;
+    for (Py_ssize_t i = 0; ok && i < n; ++i) {
+      Py_buffer view;
+      ok = PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, i), &view, PyBUF_CONTIG_RO) == 0;
+      if (ok) {
+        views_.push_back(view);
+        total_ += static_cast<size_t>(view.len);
+      }
+    }
+    Py_DECREF(seq);
+    return ok;
+  }
+
+  // One slice holding the parts one after the other: each copied once.
+  grpc::ByteBuffer Joined() const {
+    grpc_slice joined = grpc_slice_malloc(total_);
+    uint8_t* dst = GRPC_SLICE_START_PTR(joined);
+    for (const auto& view : views_) {
+      if (view.len > 0) std::memcpy(dst, view.buf, static_cast<size_t>(view.len));
+      dst += view.len;
+    }
+    grpc::Slice slice(joined, grpc::Slice::STEAL_REF);
+    return grpc::ByteBuffer(&slice, 1);
+  }
+
+ private:
+  std::vector<Py_buffer> views_;
+  size_t total_ = 0;
+};
+
 // reply(id, code, details, response) -> bool: the end of a taken call (code 0: OK, with a
 // unary call's response bytes; else the status and details), sent after the next kick().
+// response: bytes-like, or a sequence of bytes-like parts sent as their concatenation (each
+// copied once, here: a part may be a view of a shared-memory block freed after this call).
 // False: the call is gone.
 PyObject* Reply(PyObject*, PyObject* args) {
   unsigned long long id;
   int code;
   const char* details;
   Py_ssize_t details_len;
-  Py_buffer response;
-  if (!PyArg_ParseTuple(args, "Kis#y*", &id, &code, &details, &details_len, &response)) {
+  PyObject* response;
+  if (!PyArg_ParseTuple(args, "Kis#O", &id, &code, &details, &details_len, &response)) {
+    return nullptr;
+  }
+  Parts parts;
+  if (PyObject_CheckBuffer(response)) {
+    PyObject* one = PyTuple_Pack(1, response);
+    if (one == nullptr) return nullptr;
+    bool ok = parts.Open(one);
+    Py_DECREF(one);
+    if (!ok) return nullptr;
+  } else if (!parts.Open(response)) {
     return nullptr;
   }
   triton_mp::Handoff* h = CurrentHandoff();
@@ -234,9 +295,8 @@ PyObject* Reply(PyObject*, PyObject* args) {
   if (h) {
     grpc::Status status(static_cast<grpc::StatusCode>(code),
                         std::string(details, static_cast<size_t>(details_len)));
-    delivered = h->Reply(id, std::move(status), BufferOf(response));
+    delivered = h->Reply(id, std::move(status), parts.Joined());
   }
-  PyBuffer_Release(&response);
   return PyBool_FromLong(delivered);
 }
 
