@@ -16,6 +16,7 @@ import pytest
 
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp.common.errors import ErrorCode, TritonMPError
+from triton_mp.frontend.dispatch.polling_loop import PollingSelector
 from triton_mp.frontend.grpc.wire import MALFORMED, WireInferRequest
 from triton_mp.frontend.native.handoff import CALL, END, GONE, MESSAGE, OPEN, Handoff
 
@@ -209,6 +210,46 @@ def test_a_streams_messages_are_served_in_order_then_its_end() -> None:
     # every answer is followed by a kick in the same pass, one per pass
     assert native.sent[-1] == ("kick",)
     assert ("kick",) not in [a for a, b in pairwise(native.sent) if a == b]
+
+
+class SelectSpy(PollingSelector):
+    """A ``PollingSelector`` that says whether a ``select`` is running (``inside``)."""
+
+    inside = False
+
+    def select(self, timeout: float | None = None) -> Any:
+        self.inside = True
+        try:
+            return super().select(timeout)
+        finally:
+            self.inside = False
+
+
+def test_on_the_frontends_selector_each_pass_ends_with_one_kick() -> None:
+    """On the frontend's loop (a ``PollingSelector``) the kick runs at the pass end, from
+    the selector, not from a ``call_soon`` pass of its own: the answers are the same and
+    each is followed by a kick."""
+    selector = SelectSpy()
+    kicks: list[bool] = []
+
+    class Native(FakeNative):
+        def kick(self) -> None:
+            kicks.append(selector.inside)
+            super().kick()
+
+    native, servicer = Native(), FakeServicer()
+    batches = (
+        [(7, OPEN, None, ()), (7, MESSAGE, request("a", repeat=2), None)],
+        [(7, END, None, None)],
+    )
+    with asyncio.Runner(loop_factory=lambda: asyncio.SelectorEventLoop(selector)) as runner:
+        runner.run(run(native, servicer, *batches))
+    assert writes(native, 7) == ["a", "a"]
+    assert native.answers[-1] == ("reply", 7, 0, "", b"")
+    assert native.sent[-1] == ("kick",)
+    assert ("kick",) not in [a for a, b in pairwise(native.sent) if a == b]
+    assert kicks
+    assert all(kicks)
 
 
 def test_a_stream_waits_for_its_half_close() -> None:

@@ -71,3 +71,36 @@ def test_records_reach_the_reader_with_and_without_blocking(names: tuple[str, st
         loop.close()
         sender.close()
         inbox.close()
+
+
+def test_pass_end_callbacks_run_before_each_poll_and_a_failing_one_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``at_pass_end``: every callback runs at the start of each ``select`` (after the
+    pass's callbacks: what they queued is seen), in order; one that raises is logged and
+    the loop goes on."""
+    selector = PollingSelector()
+    loop = asyncio.SelectorEventLoop(selector)
+    seen: list[object] = []
+    queued: list[int] = []
+
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    selector.at_pass_end(lambda: seen.append(tuple(queued)))
+    selector.at_pass_end(boom)
+
+    async def main() -> None:
+        queued.append(1)  # NOTE: this pass's work: the next select sees it
+        await asyncio.sleep(0)
+        queued.append(2)
+        await asyncio.sleep(0)
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert (1,) in seen
+    assert (1, 2) in seen
+    assert seen.index((1,)) < seen.index((1, 2))
+    assert "pass-end callback failed" in caplog.text

@@ -9,14 +9,23 @@ in this very iteration. Only when the loop is about to block (nothing ready, not
 rings) does it arm the FIFO (``ipc.memory.notify.Waiter.arm``), recheck the rings, and wait; after
 the wait it disarms. While the frontend is busy, workers and the scheduler therefore answer
 it without a syscall and without waking it; one wake-up serves a whole burst of answers.
+
+``at_pass_end(callback)``: the callback runs at the start of every ``select``, that is once
+the loop ran every callback of its last pass and before it polls or waits again (the
+native handoff's kick, ``native.handoff.Handoff``: the answers of a pass leave together,
+without a pass of their own).
 """
 
 from __future__ import annotations
 
+import logging
 import selectors
+from collections.abc import Callable
 from typing import Any
 
 from triton_mp.ipc import Inbox
+
+log = logging.getLogger(__name__)
 
 _READ = selectors.EVENT_READ
 
@@ -32,6 +41,18 @@ class PollingSelector(selectors.EpollSelector):
         super().__init__()
         self._inbox: Inbox[Any] | None = None
         self._fd = -1
+        self._pass_end: list[Callable[[], None]] = []
+
+    def at_pass_end(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` at the start of every ``select`` (module docstring)."""
+        self._pass_end.append(callback)
+
+    def _end_pass(self) -> None:
+        for callback in self._pass_end:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - as the loop's handler of a callback's error
+                log.exception("pass-end callback failed")
 
     def watch(self, inbox: Inbox[Any] | None) -> None:
         """Poll ``inbox`` (its FIFO registered already), or stop polling (None)."""
@@ -41,6 +62,8 @@ class PollingSelector(selectors.EpollSelector):
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         """``EpollSelector.select``, with the inbox's FIFO reported readable whenever its
         rings hold records, and the FIFO armed only around a blocking wait."""
+        if self._pass_end:
+            self._end_pass()
         inbox = self._inbox
         if inbox is None:
             return super().select(timeout)

@@ -26,7 +26,8 @@ queued per wake-up (``_native.take``), in order:
   ends the call (``_native.reply``).
 
 Answers leave once per event-loop pass: ``reply`` and ``write`` only queue them, and one
-``_native.kick`` at the end of the pass (``loop.call_soon``) hands them all to gRPC from
+``_native.kick`` at the end of the pass (the loop's ``PollingSelector.at_pass_end``, before
+it polls or waits again; on another loop, ``loop.call_soon``) hands them all to gRPC from
 this thread (under the native server's serial lock: a ``grpc::Alarm`` per answer, to wake
 the native thread, was most of a stream response's cost).
 
@@ -52,6 +53,7 @@ from google.protobuf.message import DecodeError
 
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp.common.errors import TritonMPError
+from triton_mp.frontend.dispatch.polling_loop import PollingSelector
 from triton_mp.frontend.dispatch.ticket import InferResult, Ticket
 from triton_mp.frontend.grpc.wire import MALFORMED, Split, WireInferRequest, tolerant
 from triton_mp.frontend.native.known_calls import KnownCalls, Reply
@@ -189,12 +191,20 @@ class Handoff:
         self._fd = -1
         self._loop: asyncio.AbstractEventLoop | None = None
         self._kick_due = False
+        self._at_pass_end = False
+        """The loop's selector kicks at each pass end (``start``)."""
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Watch the native server's eventfd on ``loop`` (after the native server started)."""
+        """Watch the native server's eventfd on ``loop`` (after the native server started);
+        kick at the end of each pass when its selector offers it (``_answered``)."""
         self._fd = self._native.handoff_fd()
         self._loop = loop
         loop.add_reader(self._fd, self.on_wakeup)
+        # NOTE: the frontend's loop (frontend.main) is a SelectorEventLoop on a PollingSelector.
+        selector = getattr(loop, "_selector", None)
+        if isinstance(selector, PollingSelector) and not self._at_pass_end:
+            selector.at_pass_end(self._kick_if_due)
+            self._at_pass_end = True
 
     def stop(self) -> None:
         """Stop watching (after the native server stopped: nothing more is queued)."""
@@ -203,15 +213,22 @@ class Handoff:
         self._fd = -1
 
     def _answered(self) -> None:
-        """An answer was queued: kick the native side once, at the end of this pass."""
+        """An answer was queued: kick the native side once, at the end of this pass (the
+        selector's pass end, or a ``call_soon`` of its own: a pass more)."""
         if not self._kick_due:
             self._kick_due = True
-            assert self._loop is not None
-            self._loop.call_soon(self._kick)
+            if not self._at_pass_end:
+                assert self._loop is not None
+                self._loop.call_soon(self._kick)
 
     def _kick(self) -> None:
         self._kick_due = False
         self._native.kick()
+
+    def _kick_if_due(self) -> None:
+        """The loop's pass ended: kick if an answer was queued in it."""
+        if self._kick_due:
+            self._kick()
 
     def _reply(
         self, call_id: int, code: int, details: str, data: bytes | Sequence[bytes | memoryview]
