@@ -39,14 +39,25 @@ import importlib
 import os
 from types import ModuleType
 
+_ABI = 2
+"""What the Python side passes the extension (``module.cc``'s ``ABI``, its twin): 2,
+``reply`` takes a response's parts. A build older than its sources is treated as absent."""
+
 
 def _load() -> tuple[ModuleType | None, str]:
     if os.environ.get("TRITON_MP_NATIVE") == "0":
         return None, "TRITON_MP_NATIVE=0"
     try:
-        return importlib.import_module("triton_mp.frontend.native._native"), ""
+        module = importlib.import_module("triton_mp.frontend.native._native")
     except ImportError as e:
         return None, str(e)
+    abi = getattr(module, "ABI", 1)
+    if abi != _ABI:
+        return None, (
+            f"the extension was built from older sources (ABI {abi}, not {_ABI}): "
+            "rebuild it (python setup.py build_ext --inplace)"
+        )
+    return module, ""
 
 
 _NATIVE, UNAVAILABLE = _load()

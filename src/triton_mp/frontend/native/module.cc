@@ -336,4 +336,13 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_native", "The native gRPC server
 
 }  // namespace
 
-PyMODINIT_FUNC PyInit__native() { return PyModule_Create(&kModule); }
+// ABI: what this build's functions take, checked by native/__init__.py (_ABI, its twin): 2,
+// reply() takes a response's parts.
+PyMODINIT_FUNC PyInit__native() {
+  PyObject* module = PyModule_Create(&kModule);
+  if (module != nullptr && PyModule_AddIntConstant(module, "ABI", 2) != 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  return module;
+}
