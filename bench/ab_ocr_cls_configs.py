@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""ocr_cls under several config.pbtxt variants and raw onnxruntime, side by side in one run.
+
+    python bench/ab_ocr_cls_configs.py --rounds 2
+    python bench/ab_ocr_cls_configs.py --variants shipped,t2spin,c2spin
+
+Variants (``VARIANTS``; each rewrites model_repository/ocr_cls/config.pbtxt): ``shipped`` as
+is; ``t2`` ``intra_op_thread_count`` 2; ``spin`` adds
+``session.intra_op.allow_spinning`` 1; ``c2``/``c3`` ``count`` 2/3 (one intra-op thread
+each); ``p816``/``p16`` ``preferred_batch_size``; ``d2k`` ``max_queue_delay_microseconds``
+2000; ``b16`` ``max_batch_size`` 16.
+
+Every variant's server (this checkout's src/) is started at once on its own repository; per
+round perf_analyzer (gRPC, c=32 by default, through bench/pa_run.py) runs against each in
+turn (order reversed every other round), each followed by 6 s of raw onnxruntime (default
+session options, batch 32, in this process; the servers idle). Printed per run: images/s, its
+ratio to that raw ORT figure, average batch size, p50, and cores per role (frontend, scheduler,
+each worker; perf_analyzer; the machine), from /proc.
+
+NOTE: raw ORT with its default spinning intra-op threads is fragile on 2 shared cores: the
+same measurement gave 740-2,370 images/s in one run (every figure at 1.98 cores), so compare
+each variant with the best raw figure of the run, not only its own round's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import common  # bench/common.py: bench/ is on sys.path when this runs as a script
+from ab_ocr_cls import role_cpu_seconds
+from bench_ocr_cls import INPUT_NAME, INPUT_SHAPE, MODEL, locate_model
+from common import ROOT, TritonMP, descendants
+
+SPIN = 'parameters { key: "session.intra_op.allow_spinning" value: { string_value: "1" } }\n'
+
+
+def threads(n: int) -> str:
+    return f'parameters {{ key: "intra_op_thread_count" value: {{ string_value: "{n}" }} }}\n'
+
+
+def count(text: str, n: int) -> str:
+    return re.sub(r"count:\s*\d+", f"count: {n}", text)
+
+
+def preferred(text: str, sizes: str) -> str:
+    return re.sub(r"preferred_batch_size:\s*\[[^]]*\]", f"preferred_batch_size: [ {sizes} ]", text)
+
+
+def delay(text: str, us: int) -> str:
+    return re.sub(
+        r"max_queue_delay_microseconds:\s*\d+", f"max_queue_delay_microseconds: {us}", text
+    )
+
+
+def max_batch(text: str, n: int) -> str:
+    return re.sub(r"max_batch_size:\s*\d+", f"max_batch_size: {n}", text)
+
+
+def two_core(t: str, instances: int = 2, batch: int = 32, us: int = 2000) -> str:
+    """``count`` instances, preferred [16], ``max_batch_size`` batch, delay ``us``."""
+    return delay(max_batch(preferred(count(t, instances), "16"), batch), us)
+
+
+VARIANTS: dict[str, Callable[[str], str]] = {
+    "shipped": lambda t: t,
+    "t2": lambda t: t + threads(2),
+    "t2spin": lambda t: t + threads(2) + SPIN,
+    "c2": lambda t: count(t, 2),
+    "c2spin": lambda t: count(t, 2) + SPIN,
+    "c2p816": lambda t: preferred(count(t, 2), "8, 16"),
+    "c2p16": lambda t: preferred(count(t, 2), "16"),
+    "c2p16d2k": lambda t: two_core(t),
+    "c3p16d2k": lambda t: two_core(t, instances=3),
+    "c2b16d0": lambda t: two_core(t, batch=16, us=0),
+    "c2b16d2k": lambda t: two_core(t, batch=16),
+    "c2b16d5k": lambda t: two_core(t, batch=16, us=5000),
+}
+"""Variant name -> its rewrite of the shipped config.pbtxt text."""
+
+
+def raw_ort(onnx: Path, seconds: float, batch: int = 32) -> tuple[float, float]:
+    import numpy as np
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
+    feed = {
+        sess.get_inputs()[0].name: np.random.default_rng(0).random(
+            (batch, *INPUT_SHAPE), np.float32
+        )
+    }
+    for _ in range(3):
+        sess.run(None, feed)
+    n, c0, t0 = 0, time.process_time(), time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        sess.run(None, feed)
+        n += batch
+    wall = time.perf_counter() - t0
+    return n / wall, (time.process_time() - c0) / wall
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--variants", default="shipped,t2,c2,c2p16d2k,c2b16d2k")
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--window-ms", type=int, default=1500)
+    args = ap.parse_args()
+    peers_env = common.load_peers_env(ROOT / ".peers" / "peers.env")
+    repo0 = ROOT / "model_repository"
+    onnx, _ = locate_model(repo0.resolve(), None)
+    base = (repo0 / MODEL / "config.pbtxt").read_text()
+    names = args.variants.split(",")
+    tmp = Path(tempfile.mkdtemp(prefix="ab_ocr_cls_cfg."))
+    servers: dict[str, TritonMP] = {}
+    try:
+        for name in names:
+            d = tmp / name / MODEL
+            (d / "1").mkdir(parents=True)
+            (d / "config.pbtxt").write_text(VARIANTS[name](base))
+            shutil.copyfile(onnx, d / "1" / "model.onnx")
+            s = TritonMP(tmp / name, tmp / f"{name}.log")
+            servers[name] = s
+            failed = s.start([MODEL])
+            if failed:
+                print(f"{name}: not ready: {failed}", flush=True)
+                return 1
+        for r in range(args.rounds):
+            for name in names if r % 2 == 0 else names[::-1]:
+                s = servers[name]
+                assert s.pid is not None
+                pids = [s.pid] + [p for p, _ in descendants(s.pid)]
+                c0, t0 = role_cpu_seconds(pids), time.monotonic()
+                rec = common.run_pa(
+                    ROOT / "bench" / "pa_run.py",
+                    peers_env,
+                    s,
+                    name,
+                    [
+                        "-m",
+                        MODEL,
+                        "--concurrency-range",
+                        str(args.concurrency),
+                        "--shape",
+                        f"{INPUT_NAME}:{','.join(map(str, INPUT_SHAPE))}",
+                        "-s",
+                        "30",
+                    ],
+                    args.window_ms,
+                    1,
+                    tmp / "pa.jsonl",
+                )
+                c1, dt = role_cpu_seconds(pids), time.monotonic() - t0
+                roles = []
+                for pid, (role, cpu) in sorted(c1.items()):
+                    if pid in c0 and cpu - c0[pid][1] > 0.005 * dt:
+                        roles.append(f"{role}:{(cpu - c0[pid][1]) / dt:.2f}")
+                ort_ips, ort_cores = raw_ort(onnx, 6.0)
+                tp = rec.get("throughput") or 0.0
+                print(
+                    f"r{r + 1} {name:>8}: {tp:7.1f} img/s ({tp / ort_ips:.2f}x raw ORT "
+                    f"{ort_ips:.0f} @ {ort_cores:.2f} cores), batch {rec.get('avg_batch')}, "
+                    f"p50 {(rec.get('p50_us') or 0) / 1000:.1f} ms, server "
+                    f"{rec.get('server_cores')} pa {rec.get('client_cores')} busy "
+                    f"{rec.get('machine_cores_busy')} | {' '.join(roles)}"
+                    + (f" ERR {rec.get('error')}" if rec.get("error") else ""),
+                    flush=True,
+                )
+    finally:
+        for s in servers.values():
+            info = s.stop()
+            if not info.get("clean"):
+                print(s.stop_line(), flush=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
