@@ -13,16 +13,14 @@ tests/e2e/test_dynamic_batcher.py shows the other rules across processes, on our
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable, Iterator
 
-import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.helpers.repos import write_python_model
 from tests.helpers.server import ServerProcess, server_factory
+from tests.helpers.spaced_requests import send_spaced
 from tests.helpers.triton_peer import RealTriton, peers_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -76,32 +74,8 @@ def urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
 
 
 def _send(url: str, gaps_s: list[float]) -> list[tuple[int, float]]:
-    """One request per entry, each ``gap`` after the one before (a thread and a client
-    each, connected before the first is sent); returns (COUNT, seconds from the first send
-    to its answer) per request."""
-    out: list[tuple[int, float]] = [(-1, 0.0)] * len(gaps_s)
-    clients = [grpcclient.InferenceServerClient(url) for _ in gaps_s]
-    for client in clients:
-        assert client.is_server_live()
-    t0 = time.monotonic()
-
-    def call(i: int) -> None:
-        x = grpcclient.InferInput("INPUT0", [1, 1], "FP32")
-        x.set_data_from_numpy(np.array([[float(i)]], np.float32))
-        res = clients[i].infer("join_py", [x], client_timeout=60)
-        out[i] = (int(res.as_numpy("COUNT")[0, 0]), time.monotonic() - t0)
-
-    threads = []
-    for i, gap in enumerate(gaps_s):
-        time.sleep(gap)
-        t = threading.Thread(target=call, args=(i,), daemon=True)
-        t.start()
-        threads.append(t)
-    for t in threads:
-        t.join(60)
-    for client in clients:
-        client.close()
-    return out
+    """``send_spaced`` to join_py (client timeout 60 s)."""
+    return send_spaced(url, "join_py", gaps_s, 60)
 
 
 def _each(urls: dict[str, str], fn: Callable[[str, str], None]) -> None:

@@ -13,16 +13,13 @@ hang until the client's timeout.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 
-import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 
 from tests.helpers.repos import write_python_model
 from tests.helpers.server import ServerProcess, server_factory
+from tests.helpers.spaced_requests import send_spaced
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -66,32 +63,8 @@ def server(
 
 
 def _send(url: str, gaps_s: list[float]) -> list[tuple[int, float]]:
-    """One request per entry, ``gap`` after the one before, each on its own client and
-    thread; returns (COUNT, seconds from the first send to its answer) per request (-1 when
-    it failed, e.g. timed out)."""
-    out: list[tuple[int, float]] = [(-1, 0.0)] * len(gaps_s)
-    clients = [grpcclient.InferenceServerClient(url) for _ in gaps_s]
-    for client in clients:
-        assert client.is_server_live()
-    t0 = time.monotonic()
-
-    def call(i: int) -> None:
-        x = grpcclient.InferInput("INPUT0", [1, 1], "FP32")
-        x.set_data_from_numpy(np.array([[float(i)]], np.float32))
-        res = clients[i].infer("slow_py", [x], client_timeout=20)
-        out[i] = (int(res.as_numpy("COUNT")[0, 0]), time.monotonic() - t0)
-
-    threads = []
-    for i, gap in enumerate(gaps_s):
-        time.sleep(gap)
-        t = threading.Thread(target=call, args=(i,), daemon=True)
-        t.start()
-        threads.append(t)
-    for t in threads:
-        t.join(30)
-    for client in clients:
-        client.close()
-    return out
+    """``send_spaced`` to slow_py (client timeout 20 s)."""
+    return send_spaced(url, "slow_py", gaps_s, 20)
 
 
 def test_a_request_sent_while_the_instance_is_busy_is_served_after_it(
