@@ -63,6 +63,38 @@ def role_cpu_seconds(pids: list[int]) -> dict[int, tuple[str, float]]:
     return out
 
 
+def run_with_roles(
+    server: TritonMP,
+    label: str,
+    concurrency: int,
+    pa_run: Path,
+    peers_env: dict[str, str],
+    window_ms: int,
+    attempts: int,
+    jsonl: Path,
+    extra: tuple[str, ...] = (),
+) -> tuple[dict[str, Any], dict[int, tuple[str, float]]]:
+    """One perf_analyzer run of ocr_cls against ``server`` (through pa_run.py, ``extra``
+    appended to its arguments); returns its record and, per process of the server's tree
+    alive at both ends, (role, cores it used over the run)."""
+    assert server.pid is not None
+    pids = [server.pid] + [p for p, _ in descendants(server.pid)]
+    c0, t0 = role_cpu_seconds(pids), time.monotonic()
+    pa_args = [
+        "-m",
+        MODEL,
+        "--concurrency-range",
+        str(concurrency),
+        "--shape",
+        f"{INPUT_NAME}:{','.join(map(str, INPUT_SHAPE))}",
+        *extra,
+    ]
+    rec = common.run_pa(pa_run, peers_env, server, label, pa_args, window_ms, attempts, jsonl)
+    c1, dt = role_cpu_seconds(pids), time.monotonic() - t0
+    cores = {pid: (role, (cpu - c0[pid][1]) / dt) for pid, (role, cpu) in c1.items() if pid in c0}
+    return rec, cores
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("variants", nargs="+", metavar="NAME=REV")
@@ -119,32 +151,19 @@ def main(argv: list[str] | None = None) -> int:
         names = [n for n, _ in variants]
         for r in range(args.rounds):
             for name in names if r % 2 == 0 else names[::-1]:
-                server = servers[name]
-                assert server.pid is not None
-                pids = [server.pid] + [p for p, _ in descendants(server.pid)]
-                c0, t0 = role_cpu_seconds(pids), time.monotonic()
-                rec = common.run_pa(
+                rec, cores = run_with_roles(
+                    servers[name],
+                    name,
+                    args.concurrency,
                     args.pa_run,
                     peers_env,
-                    server,
-                    name,
-                    [
-                        "-m",
-                        MODEL,
-                        "--concurrency-range",
-                        str(args.concurrency),
-                        "--shape",
-                        f"{INPUT_NAME}:{','.join(map(str, INPUT_SHAPE))}",
-                    ],
                     args.window_ms,
                     2,
                     log_dir / "pa_runs.jsonl",
                 )
-                c1, dt = role_cpu_seconds(pids), time.monotonic() - t0
                 roles: dict[str, float] = {}
-                for pid, (role, cpu) in c1.items():
-                    if pid in c0:
-                        roles[role] = roles.get(role, 0.0) + (cpu - c0[pid][1]) / dt
+                for role, used in cores.values():
+                    roles[role] = roles.get(role, 0.0) + used
                 rec.update(
                     variant=name,
                     round=r + 1,

@@ -34,9 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import common  # bench/common.py: bench/ is on sys.path when this runs as a script
-from ab_ocr_cls import role_cpu_seconds
-from bench_ocr_cls import INPUT_NAME, INPUT_SHAPE, MODEL, locate_model
-from common import ROOT, TritonMP, descendants
+from ab_ocr_cls import run_with_roles
+from bench_ocr_cls import INPUT_SHAPE, MODEL, locate_model
+from common import ROOT, TritonMP
 
 SPIN = 'parameters { key: "session.intra_op.allow_spinning" value: { string_value: "1" } }\n'
 
@@ -133,34 +133,22 @@ def main() -> int:
                 return 1
         for r in range(args.rounds):
             for name in names if r % 2 == 0 else names[::-1]:
-                s = servers[name]
-                assert s.pid is not None
-                pids = [s.pid] + [p for p, _ in descendants(s.pid)]
-                c0, t0 = role_cpu_seconds(pids), time.monotonic()
-                rec = common.run_pa(
+                rec, cores = run_with_roles(
+                    servers[name],
+                    name,
+                    args.concurrency,
                     ROOT / "bench" / "pa_run.py",
                     peers_env,
-                    s,
-                    name,
-                    [
-                        "-m",
-                        MODEL,
-                        "--concurrency-range",
-                        str(args.concurrency),
-                        "--shape",
-                        f"{INPUT_NAME}:{','.join(map(str, INPUT_SHAPE))}",
-                        "-s",
-                        "30",
-                    ],
                     args.window_ms,
                     1,
                     tmp / "pa.jsonl",
+                    ("-s", "30"),
                 )
-                c1, dt = role_cpu_seconds(pids), time.monotonic() - t0
-                roles = []
-                for pid, (role, cpu) in sorted(c1.items()):
-                    if pid in c0 and cpu - c0[pid][1] > 0.005 * dt:
-                        roles.append(f"{role}:{(cpu - c0[pid][1]) / dt:.2f}")
+                roles = [
+                    f"{role}:{used:.2f}"
+                    for _, (role, used) in sorted(cores.items())
+                    if used > 0.005
+                ]
                 ort_ips, ort_cores = raw_ort(onnx, 6.0)
                 tp = rec.get("throughput") or 0.0
                 print(
