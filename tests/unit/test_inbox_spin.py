@@ -3,27 +3,22 @@ budget shrinks to nothing when work comes seldom, and grows back when sleeps are
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 
 import pytest
 
+from tests.helpers.ring_channel import ring_channel
 from triton_mp.ipc import Inbox, Sender
 from triton_mp.ipc.channel import SPIN_STEP_S
-from triton_mp.ipc.memory.notify import Wakeup, create_wakeup
+from triton_mp.ipc.memory.notify import Wakeup
 from triton_mp.ipc.memory.ring import Ring
-from triton_mp.ipc.memory.shm import unlink_quietly
 
 
 @pytest.fixture
 def channel() -> Iterator[tuple[str, Wakeup]]:
-    base = f"/triton_mp_{os.getpid()}_test_spin"
-    Ring.create(base + "_r", 4096).close()
-    wakeup = create_wakeup("semaphore", base + "_sem")
-    yield base + "_r", wakeup
-    unlink_quietly(base + "_r")
-    unlink_quietly(base + "_sem")
+    with ring_channel("spin", 4096) as made:
+        yield made
 
 
 def test_a_record_pushed_without_a_post_is_found_by_the_spin(

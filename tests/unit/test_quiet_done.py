@@ -18,23 +18,19 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.helpers.ring_channel import ring_channel
 from tests.unit.scheduler_harness import DYNAMIC, PLAIN, Harness
 from triton_mp.ipc import Inbox, Sender
-from triton_mp.ipc.memory.notify import Waiter, Wakeup, create_wakeup, fence
+from triton_mp.ipc.memory.notify import Waiter, Wakeup, fence
 from triton_mp.ipc.memory.ring import Ring
-from triton_mp.ipc.memory.shm import unlink_quietly
 from triton_mp.ipc.protocol.messages import BatchDone, StatsQuery, WorkerDied
 from triton_mp.scheduler.main import done_first
 
 
 @pytest.fixture
 def channel() -> Iterator[tuple[str, Wakeup]]:
-    base = f"/triton_mp_{os.getpid()}_test_quiet"
-    Ring.create(base + "_r", 1 << 16).close()
-    wakeup = create_wakeup("semaphore", base + "_sem")
-    yield base + "_r", wakeup
-    unlink_quietly(base + "_r")
-    unlink_quietly(base + "_sem")
+    with ring_channel("quiet", 1 << 16) as made:
+        yield made
 
 
 def test_a_new_ring_asks_for_wake_ups_and_a_quiet_one_gets_none(

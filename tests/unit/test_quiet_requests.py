@@ -10,19 +10,18 @@ sides' steps (Dekker's, as for the quiet ``BatchDone``: ``test_quiet_done``).
 from __future__ import annotations
 
 import itertools
-import os
 import zlib
 from collections.abc import Iterator
 
 import msgspec
 import pytest
 
+from tests.helpers.ring_channel import ring_channel
 from tests.unit.scheduler_harness import DYNAMIC, Harness, model_spec
 from triton_mp.frontend.dispatch.wakes import HeldWakes
 from triton_mp.ipc import Sender
-from triton_mp.ipc.memory.notify import Waiter, Wakeup, create_wakeup, fence
+from triton_mp.ipc.memory.notify import Waiter, Wakeup, fence
 from triton_mp.ipc.memory.ring import Ring
-from triton_mp.ipc.memory.shm import unlink_quietly
 from triton_mp.ipc.protocol.messages import CancelRequest
 from triton_mp.ipc.protocol.specs import BatchingSpec, QueuePolicySpec, SequenceSpec
 from triton_mp.ipc.recordio.codec import encode
@@ -236,12 +235,8 @@ def test_held_sends_wake_once_unless_every_request_was_quiet() -> None:
 # ------------------------------------------------------------------ the protocol
 @pytest.fixture
 def channel() -> Iterator[tuple[str, Wakeup]]:
-    base = f"/triton_mp_{os.getpid()}_test_qreq"
-    Ring.create(base + "_r", 1 << 16).close()
-    wakeup = create_wakeup("semaphore", base + "_sem")
-    yield base + "_r", wakeup
-    unlink_quietly(base + "_r")
-    unlink_quietly(base + "_sem")
+    with ring_channel("qreq", 1 << 16) as made:
+        yield made
 
 
 PRODUCER = ("push", "read_word_and_maybe_post")
