@@ -30,15 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import common  # bench/common.py: bench/ is on sys.path when this runs as a script
-from bench_ocr_cls import (
-    INPUT_NAME,
-    INPUT_SHAPE,
-    MODEL,
-    export_commit,
-    locate_model,
-    unbatched_repository,
-)
+from bench_ocr_cls import export_commit, unbatched_repository
 from common import ROOT, BenchError, TritonMP, descendants
+from ocr_cls_ort import INPUT_NAME, INPUT_SHAPE, MODEL, locate_model
 
 TICK = os.sysconf("SC_CLK_TCK")
 

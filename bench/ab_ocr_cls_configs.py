@@ -35,8 +35,8 @@ from pathlib import Path
 
 import common  # bench/common.py: bench/ is on sys.path when this runs as a script
 from ab_ocr_cls import run_with_roles
-from bench_ocr_cls import INPUT_SHAPE, MODEL, locate_model
 from common import ROOT, TritonMP
+from ocr_cls_ort import INPUT_SHAPE, MODEL, locate_model
 
 SPIN = 'parameters { key: "session.intra_op.allow_spinning" value: { string_value: "1" } }\n'
 

@@ -21,8 +21,8 @@ def raw_ort_record(args: argparse.Namespace, seconds: float) -> dict[str, Any]:
     p50/p99 of that configuration's ``session.run`` calls (per batch, µs), CPU per image
     (this process's CPU time / images); ``one_thread_cpu_us``: batch size -> CPU µs per
     image with one intra-op thread, what the model itself costs a worker (one thread)."""
-    import bench_ocr_cls
     import numpy as np
+    import ocr_cls_ort
     import onnxruntime as ort  # type: ignore[import-untyped]
 
     rows: list[dict[str, Any]] = []
@@ -33,7 +33,7 @@ def raw_ort_record(args: argparse.Namespace, seconds: float) -> dict[str, Any]:
         sess = ort.InferenceSession(str(args.ort_model), so, providers=["CPUExecutionProvider"])
         name = sess.get_inputs()[0].name
         for b in ORT_BATCHES:
-            shape = (b, *bench_ocr_cls.INPUT_SHAPE)
+            shape = (b, *ocr_cls_ort.INPUT_SHAPE)
             feed = {name: np.random.default_rng(0).random(shape, np.float32)}
             for _ in range(3):
                 sess.run(None, feed)

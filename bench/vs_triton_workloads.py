@@ -172,14 +172,14 @@ def _copy_repository(src: Path, dest: Path, nodelay: bool) -> None:
 def prepare_repositories(args: argparse.Namespace) -> Path | None:
     """Temporary copies of the repositories when a workload needs a model they lack:
     ``add_sub_py_nodelay`` in both, ``ocr_cls`` (its config from the project's
-    model_repository, its ONNX file as bench_ocr_cls finds it) in triton-mp's. Sets
+    model_repository, its ONNX file as ocr_cls_ort.locate_model finds it) in triton-mp's. Sets
     ``args.repository`` / ``args.mp_repository`` to the copies; returns their folder (None
     when no copy was needed)."""
     models = {w.model for w in args.workloads}
     nodelay, ocr = NODELAY_MODEL in models, OCR_MODEL in models
     if not nodelay and not ocr:
         return None
-    import bench_ocr_cls  # bench/: the raw-ORT measurement and the model's location
+    import ocr_cls_ort  # bench/: the model's location
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_vs_triton_repo."))
     same = args.mp_repository == args.repository
@@ -189,7 +189,7 @@ def prepare_repositories(args: argparse.Namespace) -> Path | None:
     else:
         _copy_repository(args.mp_repository, tmp / "mp", nodelay)
     if ocr:
-        onnx, _where = bench_ocr_cls.locate_model(ROOT / "model_repository", None)
+        onnx, _where = ocr_cls_ort.locate_model(ROOT / "model_repository", None)
         dest = tmp / "mp" / OCR_MODEL
         (dest / "1").mkdir(parents=True)
         shutil.copy(ROOT / "model_repository" / OCR_MODEL / "config.pbtxt", dest)
