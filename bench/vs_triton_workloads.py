@@ -79,6 +79,9 @@ NODELAY_MODEL = "add_sub_py_nodelay"
 OCR_MODEL = "ocr_cls"
 """The PP-OCR classifier (onnxruntime backend: triton-mp only; the Triton here has no
 onnxruntime backend); ``prepare_repositories`` adds it to triton-mp's repository."""
+OCR_2CORE_MODEL = "ocr_cls_2core"
+"""ocr_cls as a user would configure it for this machine's 2 cores (issue 33's ocr_cls goal):
+``ocr_2core_config``, written by ``prepare_repositories`` next to the shipped ocr_cls."""
 ORT_BATCHES = (8, 16, 32)
 """Batch sizes of the raw onnxruntime measurement (its best is the ocr_cls bound)."""
 
@@ -148,6 +151,13 @@ WORKLOADS = [
     identity(1, shm=False, protocol="http"),
     identity(1, shm=True, protocol="http"),
     Workload("ocr_cls_c32", "ocr_cls c=32", OCR_MODEL, 32, sides=("triton-mp", "onnxruntime")),
+    Workload(
+        "ocr_cls_c32_2core",
+        "ocr_cls c=32 2-core config",
+        OCR_2CORE_MODEL,
+        32,
+        sides=("triton-mp", "onnxruntime"),
+    ),
 ]
 
 
@@ -161,6 +171,23 @@ def nodelay_config(text: str) -> str:
     return "# bench_vs_triton.py: add_sub_py without its batching delay.\n" + out
 
 
+def ocr_2core_config(text: str) -> str:
+    """ocr_cls's config.pbtxt as ``ocr_cls_2core``: two instances of one intra-op thread each,
+    ``max_batch_size`` 16, ``preferred_batch_size: [ 16 ]``, a 2000 µs queue delay: the best of
+    the variants ``bench/ab_ocr_cls_configs.py`` measured on 2 cores (docs/benchmarks.md,
+    "ocr_cls on 2 cores"). The shipped ocr_cls keeps one instance: it is the repository's
+    batching demo."""
+    out = re.sub(r'^name:\s*"ocr_cls"', f'name: "{OCR_2CORE_MODEL}"', text, flags=re.M)
+    out = re.sub(r"max_batch_size:\s*\d+", "max_batch_size: 16", out)
+    out = re.sub(r"preferred_batch_size:\s*\[[^]]*\]", "preferred_batch_size: [ 16 ]", out)
+    out = re.sub(r"max_queue_delay_microseconds:\s*\d+", "max_queue_delay_microseconds: 2000", out)
+    out = re.sub(r"count:\s*\d+", "count: 2", out)
+    for want in (f'"{OCR_2CORE_MODEL}"', "max_batch_size: 16", "[ 16 ]", ": 2000", "count: 2"):
+        if want not in out:
+            raise BenchError(f"ocr_cls's config.pbtxt: nothing to rewrite into {want}")
+    return "# bench_vs_triton.py: ocr_cls configured for 2 cores.\n" + out
+
+
 def _copy_repository(src: Path, dest: Path, nodelay: bool) -> None:
     shutil.copytree(src, dest, symlinks=False, ignore=shutil.ignore_patterns("__pycache__"))
     if nodelay:
@@ -171,12 +198,14 @@ def _copy_repository(src: Path, dest: Path, nodelay: bool) -> None:
 
 def prepare_repositories(args: argparse.Namespace) -> Path | None:
     """Temporary copies of the repositories when a workload needs a model they lack:
-    ``add_sub_py_nodelay`` in both, ``ocr_cls`` (its config from the project's
-    model_repository, its ONNX file as ocr_cls_ort.locate_model finds it) in triton-mp's. Sets
+    ``add_sub_py_nodelay`` in both, ``ocr_cls`` and ``ocr_cls_2core`` (their configs from the
+    project's model_repository, the second through ``ocr_2core_config``; the ONNX file as
+    ocr_cls_ort.locate_model finds it) in triton-mp's. Sets
     ``args.repository`` / ``args.mp_repository`` to the copies; returns their folder (None
     when no copy was needed)."""
     models = {w.model for w in args.workloads}
-    nodelay, ocr = NODELAY_MODEL in models, OCR_MODEL in models
+    nodelay = NODELAY_MODEL in models
+    ocr = [m for m in (OCR_MODEL, OCR_2CORE_MODEL) if m in models]
     if not nodelay and not ocr:
         return None
     import ocr_cls_ort  # bench/: the model's location
@@ -190,10 +219,13 @@ def prepare_repositories(args: argparse.Namespace) -> Path | None:
         _copy_repository(args.mp_repository, tmp / "mp", nodelay)
     if ocr:
         onnx, _where = ocr_cls_ort.locate_model(ROOT / "model_repository", None)
-        dest = tmp / "mp" / OCR_MODEL
-        (dest / "1").mkdir(parents=True)
-        shutil.copy(ROOT / "model_repository" / OCR_MODEL / "config.pbtxt", dest)
-        shutil.copy(onnx, dest / "1" / "model.onnx")
+        shipped = (ROOT / "model_repository" / OCR_MODEL / "config.pbtxt").read_text()
+        for name in ocr:
+            dest = tmp / "mp" / name
+            (dest / "1").mkdir(parents=True)
+            text = shipped if name == OCR_MODEL else ocr_2core_config(shipped)
+            (dest / "config.pbtxt").write_text(text)
+            shutil.copy(onnx, dest / "1" / "model.onnx")
         args.ort_model = onnx
     args.repository, args.mp_repository = tmp / "triton", tmp / "mp"
     args.stand_in = not same

@@ -10,12 +10,20 @@ from typing import Any
 
 import pytest
 
+from triton_mp.model_config.loader import read_config_pbtxt
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
 import bench_vs_triton  # noqa: E402
 from vs_triton_report import summarise, unclean_stops  # noqa: E402
-from vs_triton_workloads import NODELAY_MODEL, WORKLOADS, nodelay_config  # noqa: E402
+from vs_triton_workloads import (  # noqa: E402
+    NODELAY_MODEL,
+    OCR_2CORE_MODEL,
+    WORKLOADS,
+    nodelay_config,
+    ocr_2core_config,
+)
 
 
 def _rec(side: str, workload: str, rnd: int, infer_s: float, p50_us: float) -> dict[str, Any]:
@@ -41,6 +49,22 @@ def test_nodelay_config_renames_the_model_and_empties_its_batcher() -> None:
 def test_nodelay_config_refuses_a_config_it_cannot_rewrite() -> None:
     with pytest.raises(bench_vs_triton.BenchError):
         nodelay_config('name: "other"\nmax_batch_size: 8\n')
+
+
+def test_ocr_2core_config_is_a_valid_two_instance_config_of_ocr_cls(tmp_path: Path) -> None:
+    shipped = (BENCH.parent / "model_repository" / "ocr_cls" / "config.pbtxt").read_text()
+    (tmp_path / "config.pbtxt").write_text(ocr_2core_config(shipped))
+    cfg = read_config_pbtxt(tmp_path / "config.pbtxt")
+    assert cfg.name == OCR_2CORE_MODEL
+    assert cfg.max_batch_size == 16
+    assert list(cfg.dynamic_batching.preferred_batch_size) == [16]
+    assert cfg.dynamic_batching.max_queue_delay_microseconds == 2000
+    assert [g.count for g in cfg.instance_group] == [2]
+
+
+def test_ocr_2core_config_refuses_a_config_it_cannot_rewrite() -> None:
+    with pytest.raises(bench_vs_triton.BenchError):
+        ocr_2core_config('name: "ocr_cls"\nmax_batch_size: 8\n')
 
 
 def test_summarise_takes_medians_and_per_round_ratios() -> None:
