@@ -1,18 +1,16 @@
-"""HTTP inference bodies <-> InferenceRequest, rule by rule, on bytes (no server).
+"""HTTP inference request bodies -> InferenceRequest, rule by rule, on bytes (no server).
 
 ``frontend.http.infer_codec`` turns a KServe v2 JSON header plus binary tail (or a raw binary
-body) into the transport-free request the core validates, and writes answers as JSON ``data``
-or a binary tail (``frontend.http.json_tensors`` packs and unpacks JSON data). Every validation
-it does itself has a test here with Triton's message; the model rules (names, dtypes, shapes)
-are the shared validator's and are tested end to end.
+body) into the transport-free request the core validates. Every validation it does itself has
+a test here with Triton's message; the model rules (names, dtypes, shapes) are the shared
+validator's and are tested end to end. JSON ``data`` itself: test_http_json_tensors.py; the
+answers: test_http_infer_responses.py.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import struct
-import zlib
 from typing import Any
 
 import numpy as np
@@ -27,10 +25,7 @@ from triton_mp.frontend.http.infer_codec import (
     build_raw_request,
     header_length_value,
     parse_infer_body,
-    render_infer_response,
-    response_encoding,
 )
-from triton_mp.frontend.http.json_tensors import decode_json, json_output_data, json_tensor_bytes
 from triton_mp.frontend.model_table import Model, ModelTable
 from triton_mp.frontend.request import (
     Parameter,
@@ -41,7 +36,6 @@ from triton_mp.frontend.request import (
     uint64_parameter,
 )
 from triton_mp.frontend.validation.parameters import sequence_id
-from triton_mp.ipc import TensorRef
 from triton_mp.ipc.protocol.specs import ModelEntry
 
 # --------------------------------------------------------------------------- helpers
@@ -83,167 +77,7 @@ def _inp(**kw: Any) -> dict[str, Any]:
     return base
 
 
-class FakeResult:
-    """The part of ticket.InferResult that rendering reads."""
-
-    def __init__(
-        self,
-        outputs: list[tuple[TensorRef, bytes | None]],
-        request_id: str = "",
-        parameters_json: str = "",
-    ) -> None:
-        self.model = "m"
-        self.parameters_json = parameters_json
-        self.version = 3
-        self.request_id = request_id
-        self.outputs = tuple(ref for ref, _ in outputs)
-        self._data = {ref.name: data for ref, data in outputs}
-
-    def view(self, ref: TensorRef) -> memoryview | None:
-        data = self._data[ref.name]
-        return None if data is None else memoryview(data)
-
-
-def _ref(name: str, datatype: str, shape: tuple[int, ...], nbytes: int, region: int = 0) -> Any:
-    return TensorRef(name, datatype, shape, "seg", 0, nbytes, region)
-
-
 # ------------------------------------------------------------------- JSON tensor data
-
-PACKED = [
-    ("BOOL", [[True, False], [False, True]], np.array([1, 0, 0, 1], np.bool_)),
-    ("UINT8", [1, 255, 0, 7], np.array([1, 255, 0, 7], np.uint8)),
-    ("UINT16", [1, 65535, 0, 7], np.array([1, 65535, 0, 7], np.uint16)),
-    ("UINT32", [1, 2, 3, 4], np.array([1, 2, 3, 4], np.uint32)),
-    ("UINT64", [1, 2**64 - 1, 3, 4], np.array([1, 2**64 - 1, 3, 4], np.uint64)),
-    ("INT8", [-1, 2, -128, 127], np.array([-1, 2, -128, 127], np.int8)),
-    ("INT16", [-1, 2, 3, 4], np.array([-1, 2, 3, 4], np.int16)),
-    ("INT32", [[-1, 2], [3, 4]], np.array([-1, 2, 3, 4], np.int32)),
-    ("INT64", [-(2**63), 2, 3, 2**63 - 1], np.array([-(2**63), 2, 3, 2**63 - 1], np.int64)),
-    ("FP32", [[0.5, 1], [2.25, -3]], np.array([0.5, 1, 2.25, -3], np.float32)),
-    ("FP64", [0.1, 1, 2, 3], np.array([0.1, 1, 2, 3], np.float64)),
-    ("FP32", [10**30, 2**64, 2, 3], np.array([1e30, 2**64, 2, 3], np.float32)),
-    ("INT32", [2**40 + 1, 2, 3, 4], np.array([1, 2, 3, 4], np.int32)),  # NOTE: Triton's cast
-]
-
-
-@pytest.mark.parametrize(
-    ("datatype", "data", "expected"), PACKED, ids=[f"{p[0]}-{i}" for i, p in enumerate(PACKED)]
-)
-def test_json_data_packs_each_datatype_row_major(
-    datatype: str, data: list[Any], expected: np.ndarray
-) -> None:
-    assert json_tensor_bytes("X", datatype, data, 4) == expected.tobytes()
-
-
-def test_json_bytes_data_is_length_prefixed_utf8() -> None:
-    got = json_tensor_bytes("X", "BYTES", [["ab", ""], ["é", "z"]], 4)
-    assert got == b"".join(struct.pack("<I", len(s)) + s for s in (b"ab", b"", "é".encode(), b"z"))
-
-
-@pytest.mark.parametrize("datatype", ["FP16", "BF16"])
-def test_json_data_refuses_half_precision(datatype: str) -> None:
-    with pytest.raises(InvalidRequest) as e:
-        json_tensor_bytes("X", datatype, [1.0], 1)
-    assert e.value.message == (
-        f"receiving {datatype} data via JSON is not supported. Please use the binary data "
-        "format for input X"
-    )
-
-
-def test_json_data_refuses_an_unknown_datatype() -> None:
-    with pytest.raises(InvalidRequest) as e:
-        json_tensor_bytes("X", "FLOAT", [1.0], 1)
-    assert e.value.message == "invalid datatype for input X"
-
-
-def test_json_data_must_be_an_array() -> None:
-    with pytest.raises(TritonMPError) as e:
-        json_tensor_bytes("X", "FP32", 1.0, 1)
-    assert (e.value.code, e.value.message) == (
-        ErrorCode.INTERNAL,
-        "Unable to parse 'data': attempt to access JSON non-array as array",
-    )
-
-
-TOO_MANY = "Unable to parse 'data': Shape does not match true shape of 'data' field"
-TOO_FEW = TOO_MANY  # NOTE: 2.51's words for both (upstream main's PR #8676 words fewer otherwise)
-
-
-@pytest.mark.parametrize(
-    ("data", "message"),
-    [
-        ([1.0, 2.0, 3.0], TOO_MANY),
-        ([[1.0, 2.0], [3.0]], TOO_MANY),
-        ([1.0], TOO_FEW),
-        ([1.0, 2.0, True], TOO_MANY),  # NOTE: the count is checked before the third's type
-        ([True, 2.0, 3.0], "Unable to parse 'data': attempt to access JSON non-number as double"),
-    ],
-    ids=["more", "ragged", "fewer", "more, then a boolean", "a boolean, then more"],
-)
-def test_json_data_count_must_match_the_shape(data: list[Any], message: str) -> None:
-    # http_server.cc ReadDataFromJson (2.51)
-    with pytest.raises(TritonMPError) as e:
-        json_tensor_bytes("X", "FP32", data, 2)
-    assert (e.value.code, e.value.message) == (ErrorCode.INTERNAL, message)
-
-
-def test_json_data_nested_too_deep_is_refused() -> None:
-    # upstream main's HTTP_MAX_JSON_NESTING_DEPTH: a value 100 arrays deep
-    deep: Any = 1.0
-    for _ in range(99):
-        deep = [deep]
-    assert json_tensor_bytes("X", "FP32", deep, 1) == np.float32(1).tobytes()
-    message = "JSON nesting depth exceeds maximum allowed limit (100)"
-    with pytest.raises(InvalidRequest) as e:
-        json_tensor_bytes("X", "FP32", [deep], 1)
-    assert e.value.message == f"Unable to parse 'data': {message}"
-    with pytest.raises(InvalidRequest) as e:
-        json_tensor_bytes("X", "BYTES", [[deep]], 1)
-    assert e.value.message == message
-
-
-@pytest.mark.parametrize(
-    ("datatype", "data", "why"),
-    [
-        ("INT32", [1.5, 2], "non-signed-integer as signed-integer"),
-        ("INT32", [True, False], "non-signed-integer as signed-integer"),
-        ("UINT8", [-1, 2], "non-unsigned-integer as unsigned-integer"),
-        ("FP32", ["1", 2], "non-number as double"),
-        ("BOOL", [1, 0], "non-boolean as boolean"),
-        ("INT64", [None, 1], "non-signed-integer as signed-integer"),
-        ("UINT64", [2**64, 1], "non-unsigned-integer as unsigned-integer"),
-        ("INT32", [1, True], "non-signed-integer as signed-integer"),
-        ("INT8", [2.0, 1], "non-signed-integer as signed-integer"),
-        ("INT64", [2**63, 1], "non-signed-integer as signed-integer"),
-        ("UINT32", [1, False], "non-unsigned-integer as unsigned-integer"),
-        ("UINT16", [1.0, 1], "non-unsigned-integer as unsigned-integer"),
-        ("FP32", [1.5, True], "non-number as double"),
-        ("FP64", [None, 1], "non-number as double"),
-        ("FP32", [{}, 1], "non-number as double"),
-        ("BOOL", [True, 0], "non-boolean as boolean"),
-        ("BOOL", [True, "true"], "non-boolean as boolean"),
-    ],
-    ids=lambda v: str(v),
-)
-def test_json_data_elements_must_have_the_datatypes_json_type(
-    datatype: str, data: list[Any], why: str
-) -> None:
-    # NOTE: TritonJson's words at INTERNAL, as Triton's ReadDataFromJson answers
-    with pytest.raises(TritonMPError) as e:
-        json_tensor_bytes("X", datatype, data, 2)
-    assert (e.value.code, e.value.message) == (
-        ErrorCode.INTERNAL,
-        f"Unable to parse 'data': attempt to access JSON {why}",
-    )
-
-
-def test_json_bytes_elements_must_be_strings() -> None:
-    with pytest.raises(TritonMPError) as e:
-        json_tensor_bytes("X", "BYTES", [1, "a"], 2)
-    assert e.value.message == (
-        "Unable to parse JSON bytes array: attempt to access JSON non-string as string"
-    )
 
 
 # ------------------------------------------------------------------- request header
@@ -412,12 +246,6 @@ def test_input_parameters_that_are_no_object_are_none() -> None:
     req, raw, _ = _build({"inputs": [_inp(data=[1, 2], parameters=[1])]})
     assert req.inputs[0].parameters == {}
     assert raw == [np.array([1, 2], np.float32).tobytes()]
-
-
-def test_a_shape_whose_int64_count_wraps_below_zero_matches_no_data() -> None:
-    # NOTE: 2.51's GetElementCount is int64: [2**63] counts -2**63 elements
-    for data in ([1, 2], []):
-        assert _err({"inputs": [_inp(shape=[2**63], data=data)]}) == TOO_MANY
 
 
 # ------------------------------------------------------------------ request parameters
@@ -709,127 +537,7 @@ def test_a_raw_bytes_body_needs_shape_one() -> None:
 # -------------------------------------------------------------------------- responses
 
 
-def test_outputs_render_as_json_data_or_a_binary_tail_in_order() -> None:
-    f32 = np.array([[1.5, 2]], np.float32)
-    i64 = np.array([7, -8], np.int64)
-    strings = b"".join(struct.pack("<I", len(s)) + s for s in (b"a", b"bc"))
-    flags = np.array([True, False], np.bool_)
-    result = FakeResult(
-        [
-            (_ref("F", "FP32", (1, 2), 8), f32.tobytes()),
-            (_ref("I", "INT64", (2,), 16), i64.tobytes()),
-            (_ref("S", "BYTES", (2,), len(strings)), strings),
-            (_ref("B", "BOOL", (2,), 2), flags.tobytes()),
-            (_ref("Z", "FP32", (0,), 0), b""),
-        ],
-        request_id="q",
-    )
-    plan = InferPlan(binary_default=False, binary={"I": True, "S": True, "Z": True})
-    body, headers = render_infer_response(result, plan, None)  # type: ignore[arg-type]
-    n = int(headers[HEADER_LENGTH])
-    assert headers["Content-Type"] == "application/octet-stream"
-    doc = json.loads(body[:n])
-    assert doc["id"] == "q"
-    assert doc["model_name"] == "m"
-    assert doc["model_version"] == "3"
-    out = {o["name"]: o for o in doc["outputs"]}
-    assert [o["name"] for o in doc["outputs"]] == ["F", "I", "S", "B", "Z"]
-    assert out["F"] == {"name": "F", "datatype": "FP32", "shape": [1, 2], "data": [1.5, 2.0]}
-    assert out["B"]["data"] == [True, False]
-    assert out["I"]["parameters"] == {"binary_data_size": 16}
-    assert "data" not in out["I"]
-    assert out["Z"]["parameters"] == {"binary_data_size": 0}
-    assert body[n:] == i64.tobytes() + strings
-
-
-def test_an_all_json_answer_has_no_header_length_and_no_empty_id() -> None:
-    result = FakeResult([(_ref("F", "FP32", (1,), 4), np.float32(0.1).tobytes())])
-    body, headers = render_infer_response(result, InferPlan(), None)  # type: ignore[arg-type]
-    assert headers == {"Content-Type": "application/json"}
-    doc = json.loads(body)
-    assert "id" not in doc
-    # NOTE: the float32 value widened to double, as Triton's JSON writer prints it.
-    assert doc["outputs"][0]["data"] == [float(np.float32(0.1))]
-
-
-def test_outputs_in_client_shared_memory_carry_neither_data_nor_size() -> None:
-    result = FakeResult([(_ref("F", "FP32", (1,), 4, region=9), None)])
-    body, _ = render_infer_response(result, InferPlan(binary_default=True), None)  # type: ignore[arg-type]
-    assert json.loads(body)["outputs"] == [{"name": "F", "datatype": "FP32", "shape": [1]}]
-
-
-def test_bytes_outputs_render_as_json_strings() -> None:
-    data = b"".join(struct.pack("<I", len(s)) + s for s in (b"x", "é".encode()))
-    assert json_output_data("S", "BYTES", (2,), memoryview(data)) == ["x", "é"]
-
-
-@pytest.mark.parametrize("datatype", ["FP16", "BF16"])
-def test_half_precision_outputs_cannot_be_json(datatype: str) -> None:
-    with pytest.raises(InvalidRequest) as e:
-        json_output_data("H", datatype, (1,), memoryview(b"\0\0"))
-    assert e.value.message == (
-        f"sending {datatype} data via JSON is not supported. Please use the binary data format "
-        "for output"
-    )
-
-
-@pytest.mark.parametrize(
-    ("datatype", "data"),
-    [("FP32", b"\0" * 6), ("BYTES", struct.pack("<I", 9) + b"ab"), ("BYTES", b"\0\0")],
-)
-def test_output_bytes_that_do_not_match_the_shape_are_internal(datatype: str, data: bytes) -> None:
-    with pytest.raises(TritonMPError) as e:
-        json_output_data("O", datatype, (2,), memoryview(data))
-    assert e.value.code == ErrorCode.INTERNAL
-    assert e.value.message == "output tensor shape does not match size of output for 'O'"
-
-
-@pytest.mark.parametrize(
-    ("accept", "expected"),
-    [
-        ("gzip", "gzip"),
-        ("deflate", "deflate"),
-        ("br", "identity"),
-        ("gzip;q=0.5, deflate;q=0.8", "deflate"),
-        ("identity;q=1, gzip;q=0.9", "identity"),
-        ("gzip;q=x, deflate", "deflate"),
-        ("", "identity"),
-    ],
-)
-def test_accept_encoding_picks_the_heaviest_supported_coding(accept: str, expected: str) -> None:
-    assert response_encoding(accept) == expected
-
-
-@pytest.mark.parametrize(
-    ("coding", "inflate"),
-    [("gzip", gzip.decompress), ("deflate", zlib.decompress)],
-)
-def test_answers_are_compressed_when_asked(coding: str, inflate: Any) -> None:
-    result = FakeResult([(_ref("F", "FP32", (2,), 8), np.ones(2, np.float32).tobytes())])
-    body, headers = render_infer_response(result, InferPlan(binary_default=True), coding)  # type: ignore[arg-type]
-    assert headers["Content-Encoding"] == coding
-    plain = inflate(body)
-    n = int(headers[HEADER_LENGTH])
-    assert plain[n:] == np.ones(2, np.float32).tobytes()
-
-
 def test_a_sequence_id_above_int64_survives_as_unsigned() -> None:
     big = (1 << 64) - 5
     req, _, _ = _build({"inputs": [], "parameters": {"sequence_id": big}})
     assert sequence_id(req.parameters["sequence_id"]) == big
-
-
-def test_json_nested_deeper_than_the_recursion_limit_is_a_bad_request() -> None:
-    with pytest.raises(InvalidRequest, match="nested too deeply"):
-        decode_json(b"[" * 100_000 + b"]" * 100_000)
-
-
-def test_response_parameters_render_between_model_version_and_outputs() -> None:
-    """http_server.cc FinalizeResponse: id, model_name, model_version, parameters, outputs."""
-    result = FakeResult([(_ref("F", "FP32", (1,), 4), b"\0\0\0\0")], "", '{"k": 1, "b": true}')
-    body, headers = render_infer_response(result, InferPlan(), None)  # type: ignore[arg-type]
-    doc = json.loads(body[: int(headers.get(HEADER_LENGTH, len(body)))])
-    assert list(doc) == ["model_name", "model_version", "parameters", "outputs"]
-    assert doc["parameters"] == {"k": 1, "b": True}
-    plain, _ = render_infer_response(FakeResult([]), InferPlan(), None)  # type: ignore[arg-type]
-    assert "parameters" not in json.loads(plain)
