@@ -47,6 +47,7 @@ from typing import Any
 
 import common  # bench/common.py: bench/ is on sys.path when this runs as a script
 from common import DEFAULT_PA_RUN, ROOT, BenchError, TritonMP, fmt, machine_busy_seconds
+from exports import export_commit
 from ocr_cls_ort import INPUT_NAME, INPUT_SHAPE, MODEL, locate_model, measure_ort, sha256
 from ocr_cls_report import SCHEDULERS, comparison_table, ort_table, server_table, summarise
 
@@ -94,18 +95,6 @@ def effective_scheduling(server: TritonMP) -> str:
         if key in cfg:
             return name
     return "none"
-
-
-def export_commit(rev: str) -> Path:
-    """src/ as committed at rev, in a new temporary folder; returns that src/."""
-    dest = Path(tempfile.mkdtemp(prefix="bench_ocr_cls_src."))
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", rev, "src"], capture_output=True, check=False
-    )
-    if archive.returncode != 0:
-        raise BenchError(f"git archive {rev} src: {archive.stderr.decode().strip()}")
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
-    return dest / "src"
 
 
 def triton_mp_version(args: argparse.Namespace) -> str:

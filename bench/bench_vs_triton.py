@@ -62,6 +62,7 @@ from common import (
     Triton,
     TritonMP,
 )
+from exports import export_commit
 from native_floor import NativeFloor
 from vs_triton_chart import write_chart
 from vs_triton_ort import raw_ort_record
@@ -475,37 +476,6 @@ def triton_mp_version(args: argparse.Namespace) -> str:
         )
     except (OSError, subprocess.CalledProcessError):
         return "checkout (no git)"
-
-
-def export_commit(rev: str) -> Path:
-    """src/ as committed at rev, in a new temporary folder; returns that src/."""
-    dest = Path(tempfile.mkdtemp(prefix="bench_vs_triton_src."))
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", rev, "src"], capture_output=True, check=False
-    )
-    if archive.returncode != 0:
-        raise BenchError(f"git archive {rev} src: {archive.stderr.decode().strip()}")
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
-    _copy_native_build(rev, dest / "src")
-    return dest / "src"
-
-
-def _copy_native_build(rev: str, src: Path) -> None:
-    """Copy this checkout's built extensions (``src/**/*.so``) into an exported src/ when
-    ``rev``'s native sources (``setup.py``, ``src/**/*.cc``, ``src/**/*.h``) are the working
-    tree's: the A/B of two commits then runs both through the native gRPC frontend and the C
-    request decoder, as the working tree does (git archive exports no build)."""
-    same = subprocess.run(
-        ["git", "-C", str(ROOT), "diff", "--quiet", rev, "--", "setup.py", "*.cc", "*.h"],
-        check=False,
-    )
-    if same.returncode != 0:
-        print(f"  {rev}: native sources differ: its src/ runs without the built extensions")
-        return
-    for built in (ROOT / "src").rglob("*.so"):
-        target = src / built.relative_to(ROOT / "src")
-        if target.parent.is_dir():
-            shutil.copy2(built, target)
 
 
 def private_shm_command(argv: list[str]) -> list[str] | None:
