@@ -18,10 +18,11 @@ from tests.unit.fake_frontend import (
     FakeSegment,
     FakeWorker,
     model_entry,
+    ring_full,
     table,
 )
 from triton_mp._proto import model_config_pb2 as mc
-from triton_mp.common.errors import InvalidRequest
+from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.common.trace_config import TraceLevel
 from triton_mp.frontend.dispatch.known_requests import KnownRequests, known_request
 from triton_mp.frontend.dispatch.pending import PendingTable
@@ -37,6 +38,7 @@ from triton_mp.frontend.request import (
 from triton_mp.frontend.shm.system import Region, SystemShmRegistry
 from triton_mp.frontend.tracing.tracer import Trace
 from triton_mp.frontend.validation.request import validate_request
+from triton_mp.ipc.memory.ring import RecordTooLarge
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -327,5 +329,49 @@ def test_a_registration_or_unregistration_makes_requests_in_regions_unknown_agai
         assert f.inference.submit_known(b"raw only", "", [_raw(1, 2), _raw(3, 4)]) is not None
         f.inference.submit(_in_region(), known_key=KEY)
         assert f.scheduler.requests()[-1].inputs[0].region_id == 78
+
+    _run(body)
+
+
+def test_a_call_answered_from_its_sink_sends_the_patched_record_and_undoes_a_refusal() -> None:
+    """``submit_known_to`` (the native handoff's known calls): the first call of a form is
+    encoded, later ones are its patched template (the fast lane); each is registered with
+    its sink, counted, and a ring that refuses it leaves nothing registered or allocated."""
+
+    async def body(f: Frontend) -> None:
+        f.inference.submit(_request(), known_key=KEY)
+        answers: list[object] = []
+        sent = []
+        for values in ((5, 6, 7, 8), (1, 1, 2, 2)):
+            raw = [_raw(*values[:2]), _raw(*values[2:])]
+            got = f.inference.submit_known_to(KEY, "cb", raw, answers.append)
+            assert got is not None
+            rid, model, version = got
+            req = f.scheduler.requests()[-1]
+            assert (req.request_id, req.model, req.version) == (rid, model.name, version)
+            assert (req.client_id, req.priority, req.arrival_ns) == ("cb", 2, 7)
+            written = [
+                bytes(f.input_segment.buf[r.offset : r.offset + r.nbytes]) for r in req.inputs
+            ]
+            assert written == raw
+            sent.append(req)
+        assert msgspec.structs.replace(sent[1], request_id=0, block=sent[0].block, inputs=()) == (
+            msgspec.structs.replace(sent[0], request_id=0, inputs=())
+        )
+        assert f.pending.copied_bytes["in"] == 16 * 3
+        f.pending.deliver([f.worker.answer(sent[1], {"OUT": _raw(9, 9)})])
+        assert len(answers) == 1
+        assert answers[0].request_id == sent[1].request_id  # type: ignore[attr-defined]
+        f.pending.release(answers[0])  # type: ignore[arg-type]
+        live, pending = f.arena.live_blocks(), len(f.pending)
+        f.scheduler.refuse = RecordTooLarge("too big")
+        with pytest.raises(InvalidRequest) as big:
+            f.inference.submit_known_to(KEY, "cb", [_raw(1, 2), _raw(3, 4)], answers.append)
+        assert big.value.message.startswith("[request id: cb] request of ")
+        f.scheduler.refuse = ring_full()
+        with pytest.raises(TritonMPError) as full:
+            f.inference.submit_known_to(KEY, "cb", [_raw(1, 2), _raw(3, 4)], answers.append)
+        assert full.value.code == ErrorCode.UNAVAILABLE
+        assert (f.arena.live_blocks(), len(f.pending)) == (live, pending)
 
     _run(body)

@@ -34,7 +34,7 @@ from triton_mp.frontend.dispatch.known_requests import (
     known_request,
     write_known,
 )
-from triton_mp.frontend.dispatch.pending import Answer, PendingTable
+from triton_mp.frontend.dispatch.pending import Answer, PendingTable, holding_sink
 from triton_mp.frontend.dispatch.ticket import Ticket
 from triton_mp.frontend.dispatch.wakes import HeldWakes
 from triton_mp.frontend.metrics.latency import FirstResponseHistograms, first_response_sink
@@ -51,7 +51,6 @@ from triton_mp.ipc.protocol.messages import (
     InferRequest,
     ReplyTo,
     Requester,
-    RequestFailed,
 )
 from triton_mp.ipc.recordio.records import encode_request
 
@@ -69,21 +68,6 @@ class Target:
 
     model: Model
     version: int
-
-
-def holding_sink(
-    sink: Callable[[Answer], None], release: Callable[[], None], streaming: bool
-) -> Callable[[Answer], None]:
-    """``sink``, calling ``release`` first when the request's final answer passes (the one
-    answer of a unary request; a ``RequestFailed`` or a ``final`` response when
-    ``streaming``): what keeps a request's client regions in use until it is answered."""
-
-    def deliver(answer: Answer) -> None:
-        if not streaming or isinstance(answer, RequestFailed) or answer.final:
-            release()
-        sink(answer)
-
-    return deliver
 
 
 def _start_trace(trace: Trace, valid: ValidRequest, arrival_ns: int) -> None:
@@ -355,9 +339,25 @@ class Inference:
             return None
         valid = known.valid
         block, refs = write_known(self._arena, known, raw)
-        rid = self._pending.new_id()
-        self._enqueue(rid, client_id, valid, block, refs, sink, None, known.held, known.templates)
-        return rid, known.model, valid.version
+        pending = self._pending
+        rid = pending.new_id()
+        model = known.model
+        template = known.templates.get((block.segment, client_id))
+        if template is None or known.held or not self._plain(model, valid.version):
+            args = (rid, client_id, valid, block, refs, sink, None, known.held, known.templates)
+            self._enqueue(*args)
+            return rid, model, valid.version
+        # NOTE: ``_enqueue`` and ``_send_request`` for what a known call mostly is.
+        pending.copied_bytes["in"] += sum(known.sizes)
+        pending.add_request(rid, block, sink, streaming=model.decoupled)
+        self._push(rid, client_id, valid, patched(template, rid, self._clock_ns(), block, refs))
+        return rid, model, valid.version
+
+    def _plain(self, model: Model, version: int) -> bool:
+        """Whether a request of ``model`` ``version`` goes as a record with no histogram
+        to feed and no idle instance to be handed to (``submit_known_to``'s fast lane)."""
+        direct = self._direct
+        return self._latency is None and (direct is None or not direct.serves(model.name, version))
 
     def _known_entry(
         self, key: Hashable, raw: Sequence[bytes | memoryview], in_task: bool
@@ -537,6 +537,16 @@ class Inference:
             if record is not None and templates is not None and trace is None:
                 keep(templates, form, record)
             data = record or encode(desc)
+        self._push(rid, client_id, valid, data)
+
+    def _push(self, rid: int, client_id: str, valid: ValidRequest, data: bytes) -> None:
+        """Send request ``rid``'s record (``data``) to the scheduler; forget the request
+        when that fails (the caller frees nothing more).
+
+        Raises:
+            TritonMPError: UNAVAILABLE when the ring stays full; INVALID_ARG for a record
+                over the ring's limit (``RecordTooLarge``).
+        """
         try:
             self._send(data)
         except TritonMPError:
@@ -547,13 +557,14 @@ class Inference:
             raise InvalidRequest(
                 f"{request_prefix(client_id)}request of {len(data)} bytes "
                 "without its tensors (its id and parameters) exceeds the server's limit for "
-                f"model '{model.name}' (half of --ring-bytes); send large data as input tensors"
+                f"model '{valid.model.name}' (half of --ring-bytes); send large data as input "
+                "tensors"
             ) from None
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "request %d accepted for '%s' version %d (batch size %d)",
                 rid,
-                model.name,
+                valid.model.name,
                 valid.version,
                 valid.batch_size,
             )
