@@ -58,6 +58,31 @@ def role_ticks(pids: list[int]) -> dict[str, int]:
     return out
 
 
+def role_wakes(pids: list[int]) -> dict[str, int]:
+    """Role -> voluntary context switches of the server's processes (each one a sleep the
+    process was woken from: a wake-up), every thread of every process."""
+    out = dict.fromkeys(ROLES, 0)
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline") as f:
+                title = f.read()
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        role = next((r for r in ROLES if title.startswith(f"triton-mp: {r}")), None)
+        if role is None:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/status") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            m = re.search(r"^voluntary_ctxt_switches:\s+(\d+)", text, re.M)
+            out[role] += int(m.group(1)) if m else 0
+    return out
+
+
 def counts(server: TritonMP, model: str) -> tuple[float, float]:
     """(inferences, executions) of ``model`` so far, from the metrics endpoint."""
     with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics}/metrics") as r:
@@ -80,8 +105,10 @@ def one_run(server: TritonMP, args: argparse.Namespace, env: dict[str, str]) -> 
         time.sleep(1.0)
         pids = [p for p, _ in descendants(server.pid or 0)]
         t0, c0, n0 = time.monotonic(), role_ticks(pids), counts(server, args.model)
+        w0 = role_wakes(pids)
         time.sleep(args.window - 0.5)
         t1, c1, n1 = time.monotonic(), role_ticks(pids), counts(server, args.model)
+        w1 = role_wakes(pids)
     finally:
         proc.wait()
     inferences, executions = n1[0] - n0[0], n1[1] - n0[1]
@@ -91,6 +118,8 @@ def one_run(server: TritonMP, args: argparse.Namespace, env: dict[str, str]) -> 
     }
     for role in ROLES:
         rec[role] = round((c1[role] - c0[role]) * TICK_US / max(inferences, 1), 1)
+    for role in ROLES:
+        rec[f"{role}_wakes"] = round((w1[role] - w0[role]) / max(inferences, 1), 3)
     return rec
 
 
