@@ -7,10 +7,11 @@ Replays what the scheduler process does for add_sub_py-like traffic through its 
 minus the waits: per request, one pass of the loop (decode the ring record, handle it, a
 dispatch pass that finds nothing ready, the next deadline); per batch, the pass at the
 deadline that forms it (``BatchAssign`` encoded as for the ring), and the pass that takes the
-worker's ``BatchDone``. ``--per-pass`` 0 takes a whole batch's requests in one pass (a drain
-that found them all). Prints CPU µs per request (``time.process_time``), best of
-``--repeat``. What this leaves out is the cost of waiting: spins, polls, sleeps and wake-ups
-(measure those with pa_run.py's per-role CPU).
+worker's ``BatchDone``. Each pass also asks what the process loop asks before it waits
+(``next_deadline_ns``, ``quiet_requests``, ``quiet_done``). ``--per-pass`` 0 takes a whole
+batch's requests in one pass (a drain that found them all). Prints CPU µs per request
+(``time.process_time``), best of ``--repeat``. What this leaves out is the cost of waiting:
+spins, polls, sleeps and wake-ups (measure those with pa_run.py's per-role CPU).
 """
 
 from __future__ import annotations
@@ -79,6 +80,11 @@ def run(batch: int, batches: int, per_pass: bool) -> float:
             arrival_ns=0,
         )
         records.append(encode_request(req) or encode(req))
+    def end_pass() -> None:
+        """What ``scheduler.main._serve`` asks the core before each wait."""
+        core.next_deadline_ns()
+        core.quiet_done(core.quiet_requests())
+
     t0 = time.process_time()
     for _ in range(batches):
         now = h.clock.advance_us(1)
@@ -87,15 +93,16 @@ def run(batch: int, batches: int, per_pass: bool) -> float:
                 msg = decode(memoryview(rec))
                 deliver(core, core.handle(msg, now), send, now)
                 deliver(core, core.dispatch(now), send, now)
-                core.next_deadline_ns()
+                end_pass()
         else:
             for rec in records:
                 msg = decode(memoryview(rec))
                 deliver(core, core.handle(msg, now), send, now)
             deliver(core, core.dispatch(now), send, now)
-            core.next_deadline_ns()
+            end_pass()
         now = h.clock.advance_us(600)
         deliver(core, core.dispatch(now), send, now)
+        end_pass()
         assign = sent.pop()
         assert isinstance(assign, BatchAssign)
         iid = 0 if core.lifecycle.instances.get(0).batch else 1  # type: ignore[union-attr]
@@ -111,7 +118,7 @@ def run(batch: int, batches: int, per_pass: bool) -> float:
         msg = decode(memoryview(encode(done)))
         deliver(core, core.handle(msg, now), send, now)
         deliver(core, core.dispatch(now), send, now)
-        core.next_deadline_ns()
+        end_pass()
     return (time.process_time() - t0) / (batch * batches) * 1e6
 
 

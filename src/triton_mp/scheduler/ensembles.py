@@ -319,6 +319,10 @@ class Ensembles:
         """Ensemble requests not finished (``SchedulerCore.idle``)."""
         return len(self._parents)
 
+    def counting(self) -> bool:
+        """Whether a composing request's compute is still to count (``on_executed``)."""
+        return bool(self._children)
+
     # ----------------------------------------------------------------- actions
     def _act(self, policy: EnsembleScheduler, actions: list, now_ns: int) -> None:
         for action in actions:

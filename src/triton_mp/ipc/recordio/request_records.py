@@ -380,6 +380,14 @@ def decoded_batch(batch: BatchAssign) -> BatchAssign:
     return msgspec.structs.replace(batch, requests=tuple(map(decode_request, batch.requests)))
 
 
+_BATCHING_FIELDS = struct.Struct("<BBH4xQQQq8xIIIIBB4xHI16xI8x")
+"""``REQUEST_HEADER`` with only what ``HeaderReader`` reads unpacked (the rest skipped as
+padding: 16 objects per request, not 27): marker, kind, version, request_id, arrival_ns,
+sequence id, model_version, reply id, batch_size, timeout_us, priority, reply kind, flags,
+model name length and offset, tail length."""
+assert _BATCHING_FIELDS.size == REQUEST_HEADER.size
+
+
 class HeaderReader:
     """Reads a REQUEST record's header into a ``RequestRecord`` (``record_decoder``)."""
 
@@ -391,11 +399,9 @@ class HeaderReader:
     def read(self, buf: Any) -> Request:
         data = bytes(buf)
         (
-            marker, kind, version, _size, request_id, arrival_ns, seq, model_version,
-            _block_offset, reply_id, batch_size, timeout_us, priority, reply_kind, flags,
-            _n_inputs, _n_outputs, model_len, model_off, _seg_len, _cid_len, _seg_off,
-            _cid_off, _tail_off, tail_len, _block_generation, _pad,
-        ) = REQUEST_HEADER.unpack_from(data, 0)  # fmt: skip
+            marker, kind, version, request_id, arrival_ns, seq, model_version, reply_id,
+            batch_size, timeout_us, priority, reply_kind, flags, model_len, model_off, tail_len,
+        ) = _BATCHING_FIELDS.unpack_from(data, 0)  # fmt: skip
         if tail_len or flags & (TRACE_MASK | SEQ_STRING) or version != VERSION:
             return self._full.decode(data)  # NOTE: the rare fields: decoded whole at once
         raw = data[model_off : model_off + model_len]
