@@ -5,7 +5,7 @@ later one differ takes the full path. No process: the fakes of ``fake_frontend``
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
 import numpy as np
@@ -24,9 +24,11 @@ from tests.unit.fake_frontend import (
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.common.trace_config import TraceLevel
-from triton_mp.frontend.dispatch.known_requests import KnownRequests, known_request
+from triton_mp.frontend.dispatch.known_requests import InBuffers, KnownRequests, known_request
 from triton_mp.frontend.dispatch.pending import PendingTable
+from triton_mp.frontend.grpc.wire import _encode_varint as varint
 from triton_mp.frontend.inference import Inference
+from triton_mp.frontend.native import _NATIVE
 from triton_mp.frontend.request import (
     InferenceRequest,
     InputTensor,
@@ -373,5 +375,83 @@ def test_a_call_answered_from_its_sink_sends_the_patched_record_and_undoes_a_ref
             f.inference.submit_known_to(KEY, "cb", [_raw(1, 2), _raw(3, 4)], answers.append)
         assert full.value.code == ErrorCode.UNAVAILABLE
         assert (f.arena.live_blocks(), len(f.pending)) == (live, pending)
+
+    _run(body)
+
+
+class _Received:
+    """``_native.Received``'s part ``write_known`` uses, over bytes (process-free)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.copies = 0
+
+    def tobytes(self) -> bytes:
+        return self.data
+
+    def copy_into(self, dst: memoryview, places: Sequence[tuple[int, int, int]]) -> None:
+        self.copies += 1
+        for at, offset, n in places:
+            dst[at : at + n] = self.data[offset : offset + n]
+
+
+def _received(*entries: bytes) -> tuple[_Received, list[tuple[int, int]]]:
+    """A message holding ``entries`` (raw_input_contents) between two other fields, and
+    their spans."""
+    data, spans = b"\x0a\x04head", []
+    for e in entries:
+        data += b"\x3a" + varint(len(e))
+        spans.append((len(data), len(e)))
+        data += e
+    return _Received(data + b"\x12\x04tail"), spans
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["fake", "native"])
+def test_raw_entries_still_received_are_copied_from_there(native: bool) -> None:
+    """``InBuffers``: a known request's entries copied from the message as received
+    straight into the block (one ``copy_into`` for all), each at its input's aligned
+    offset; wrong sizes decline before a block is taken; a surplus entry is ignored."""
+    if native and _NATIVE is None:
+        pytest.skip("native extension not built")
+
+    def made(*entries: bytes) -> InBuffers:
+        message, spans = _received(*entries)
+        if not native:
+            return InBuffers(message, spans)
+        assert _NATIVE is not None
+        # NOTE: a Received only past RECEIVED_MIN_RAW_BYTES: a large surplus entry after
+        # them; two slices, cut inside the first entry
+        n = _NATIVE.RECEIVED_MIN_RAW_BYTES
+        data = message.data + b"\x3a" + varint(n) + bytes(n)
+        cut = spans[0][0] + 3
+        received, split = _NATIVE.call_request([data[:cut], data[cut:]])
+        assert isinstance(received, _NATIVE.Received)
+        assert list(split[3][: len(entries)]) == spans
+        return InBuffers(received, spans)
+
+    async def body(f: Frontend) -> None:
+        f.inference.submit(_request(), known_key=KEY)
+        got: list[object] = []
+        sent = f.inference.submit_known_to(KEY, "in", made(_raw(5, 6), _raw(7, 8)), got.append)
+        assert sent is not None
+        fast = f.scheduler.requests()[-1]
+        written = [bytes(f.input_segment.buf[r.offset : r.offset + r.nbytes]) for r in fast.inputs]
+        assert written == [_raw(5, 6), _raw(7, 8)]
+        assert [r.offset % 64 for r in fast.inputs] == [0, 0]
+        assert f.pending.copied_bytes["in"] == 32
+        blocks = f.arena.live_blocks()
+        assert (
+            f.inference.submit_known_to(KEY, "", made(_raw(1, 2, 3), _raw(3, 4)), got.append)
+            is None
+        )
+        assert f.inference.submit_known_to(KEY, "", made(_raw(1, 2)), got.append) is None
+        assert f.arena.live_blocks() == blocks
+        surplus = made(_raw(1, 2), _raw(3, 4), b"zz")
+        assert f.inference.submit_known_to(KEY, "", surplus, got.append) is not None
+        written = [
+            bytes(f.input_segment.buf[r.offset : r.offset + r.nbytes])
+            for r in f.scheduler.requests()[-1].inputs
+        ]
+        assert written == [_raw(1, 2), _raw(3, 4)]
 
     _run(body)

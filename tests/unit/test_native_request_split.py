@@ -7,6 +7,8 @@ with long, over-long and over-64-bit varints, the native split declines exactly 
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from google.protobuf.message import DecodeError
 from hypothesis import given, settings
@@ -146,3 +148,117 @@ def test_hand_built_fields(fields: list[tuple[int, int, bytes, bool]]) -> None:
 )
 def test_edges(data: bytes) -> None:
     check(data)
+
+
+def in_pieces(data: bytes, cuts: list[int]) -> list[bytes]:
+    """``data`` cut at ``cuts`` (each taken modulo its length + 1), as gRPC's slices."""
+    points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    return [data[a:b] for a, b in zip(points, points[1:], strict=False)]
+
+
+def check_in_pieces(data: bytes, cuts: list[int]) -> None:
+    """``take()``'s (data, split) of ``data`` received in pieces: the split is the one of
+    ``data`` whole; the data is its bytes, or a ``Received`` of them when its raw entries
+    hold ``RECEIVED_MIN_RAW_BYTES`` or more."""
+    native = _NATIVE
+    assert native is not None
+    got, split = native.call_request(in_pieces(data, cuts))
+    assert split == native.split_infer(data)
+    large = split is not None and sum(n for _, n in split[3]) >= native.RECEIVED_MIN_RAW_BYTES
+    if not large:
+        assert type(got) is bytes
+        assert got == data
+        return
+    assert isinstance(got, native.Received)
+    assert len(got) == len(data)
+    assert got.tobytes() == data
+    for at, n in split[3]:
+        dst = bytearray(n + 3)
+        got.copy_into(dst, [(3, at, n)])
+        assert dst[3:] == data[at : at + n]
+
+
+@settings(max_examples=300, deadline=None)
+@given(MESSAGES, st.lists(st.integers(0, 1 << 20), max_size=8))
+def test_split_across_slices(data: bytes, cuts: list[int]) -> None:
+    check_in_pieces(data, cuts)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(FIELD, max_size=5), st.lists(st.integers(0, 1 << 20), max_size=8))
+def test_hand_built_fields_across_slices(
+    fields: list[tuple[int, int, bytes, bool]], cuts: list[int]
+) -> None:
+    check_in_pieces(b"".join(encode_field(*f) for f in fields), cuts)
+
+
+def large_message(sizes: list[int], rid: str, seed: int) -> bytes:
+    rng = random.Random(seed)
+    return message([rng.randbytes(n) for n in sizes], rid)
+
+
+LARGE_MESSAGES = st.builds(
+    large_message,
+    st.lists(st.sampled_from([0, 7, 40_000, 65_535, 65_536, 70_001]), min_size=1, max_size=3),
+    st.text(max_size=4),
+    st.integers(0, 1 << 30),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    LARGE_MESSAGES,
+    st.lists(st.integers(0, 1 << 20), max_size=12),
+    st.integers(0, 255),
+    st.integers(0, 1 << 20),
+)
+def test_large_messages_across_slices(data: bytes, cuts: list[int], at: int, cut: int) -> None:
+    """Large raw entries (the ones left in the slices), whole, cut short (declined: bytes),
+    or with one byte changed (a size or key byte: declined or split elsewhere)."""
+    check_in_pieces(data, cuts)
+    check_in_pieces(data[: len(data) - 1 - cut % len(data)], cuts)
+    i = at % min(len(data), 64)
+    check_in_pieces(data[:i] + bytes([(data[i] + 1 + at) % 256]) + data[i + 1 :], cuts)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(0, 1 << 20), max_size=12),
+    st.lists(st.tuples(st.integers(-2, 70_100), st.integers(-2, 70_100), st.integers(-2, 70_100))),
+)
+def test_copy_into_copies_places_or_nothing(
+    cuts: list[int], places: list[tuple[int, int, int]]
+) -> None:
+    """``Received.copy_into``: each (at, offset, length) place copied across the slices, as
+    slicing the message whole would; a place outside the message or the destination raises
+    ValueError before anything is copied."""
+    native = _NATIVE
+    assert native is not None
+    data = large_message([70_001], "r", 3)
+    got, _ = native.call_request(in_pieces(data, cuts))
+    assert isinstance(got, native.Received)
+    dst = bytearray(70_050)
+    want = bytearray(dst)
+    fits = all(
+        at >= 0 and off >= 0 and n >= 0 and at + n <= len(dst) and off + n <= len(data)
+        for at, off, n in places
+    )
+    if not fits:
+        with pytest.raises(ValueError, match="outside"):
+            got.copy_into(dst, places)
+        assert dst == want
+        return
+    got.copy_into(dst, places)
+    for at, off, n in places:
+        want[at : at + n] = data[off : off + n]
+    assert dst == want
+
+
+def test_received_is_made_only_by_the_native_server() -> None:
+    native = _NATIVE
+    assert native is not None
+    with pytest.raises(TypeError):
+        native.Received()
+    got, _ = native.call_request([large_message([70_001], "r", 1)])
+    with pytest.raises(TypeError):
+        got.copy_into(b"read-only", [])

@@ -31,6 +31,7 @@ from triton_mp.frontend.dispatch.known_records import Form, keep, patched
 from triton_mp.frontend.dispatch.known_requests import (
     KnownRequest,
     KnownRequests,
+    Raw,
     known_request,
     write_known,
 )
@@ -321,12 +322,14 @@ class Inference:
         self,
         key: Hashable,
         client_id: str,
-        raw: Sequence[bytes | memoryview],
+        raw: Raw,
         sink: Callable[[Answer], None],
     ) -> tuple[int, Model, int] | None:
         """``submit_known`` without a ticket, for a caller answered from its callback
         (``in_task`` False): ``sink`` gets the request's one answer (an ``InferResponse``,
         whose blocks it releases through the pending table, or a ``RequestFailed``).
+        ``raw`` may still lie in the receive buffers (``InBuffers``: copied from there
+        straight into the input block).
 
         Returns:
             (request id, model, version), for ``cancel``; None as ``submit_known``.
@@ -359,9 +362,7 @@ class Inference:
         direct = self._direct
         return self._latency is None and (direct is None or not direct.serves(model.name, version))
 
-    def _known_entry(
-        self, key: Hashable, raw: Sequence[bytes | memoryview], in_task: bool
-    ) -> KnownRequest | None:
+    def _known_entry(self, key: Hashable, raw: Raw, in_task: bool) -> KnownRequest | None:
         """The known request ``key`` names, if ``raw`` may take its path now (``submit_known``)."""
         known = self._known.get(key)
         if known is None or self.draining or not in_task and known.model.preserve_ordering:

@@ -16,8 +16,9 @@ failing check, goes the full way, which answers with Triton's errors.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from triton_mp.common.datatypes import ELEMENT_BYTES
 from triton_mp.frontend.dispatch.known_records import Form
@@ -34,6 +35,45 @@ _SHM_PARAMETERS = frozenset(
 
 RawInput = tuple[str, str, tuple[int, ...], int]
 """An input sent in ``raw_input_contents``: name, datatype, full shape, byte size."""
+
+
+class Received(Protocol):
+    """A request message left in the transport's receive buffers (``_native.Received``,
+    ``frontend/native/received.h``)."""
+
+    def tobytes(self) -> bytes:
+        """The whole message, copied."""
+        ...
+
+    def copy_into(self, dst: memoryview, places: Sequence[tuple[int, int, int]]) -> None:
+        """For each (at, offset, length): the message's bytes ``[offset, offset + length)``
+        copied to ``dst[at : at + length]``; ValueError, nothing copied, when one lies
+        outside either."""
+        ...
+
+
+class InBuffers:
+    """A request's ``raw_input_contents`` still in its message's receive buffers:
+    ``write_known`` copies them from there straight into the input block (one copy, where
+    bytes of the message and then the block were two).
+
+    Args:
+        message: the message as received.
+        spans: each entry's (offset, length) in the message, in order.
+    """
+
+    __slots__ = ("message", "spans")
+
+    def __init__(self, message: Received, spans: Sequence[tuple[int, int]]) -> None:
+        self.message = message
+        self.spans = spans
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+
+Raw = Sequence[bytes | memoryview] | InBuffers
+"""A request's ``raw_input_contents``: each entry's bytes, or where they lie received."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,17 +106,21 @@ class KnownRequest:
     generation: int = 0
     templates: dict[Form, bytes] = field(default_factory=dict, compare=False, repr=False)
 
-    def matches(self, raw: Sequence[bytes | memoryview]) -> bool:
+    def matches(self, raw: Raw) -> bool:
         """Whether ``raw`` (a request's ``raw_input_contents``) passes the data checks:
         one entry per raw input at least (surplus ones are ignored, as Triton does) and
         each of the byte size its input's shape and datatype call for."""
         sizes = self.sizes
         n = len(sizes)
-        if len(raw) != n:
-            if len(raw) < n:
+        if isinstance(raw, InBuffers):
+            got = tuple(length for _, length in raw.spans)
+        else:
+            got = tuple(map(len, raw))
+        if len(got) != n:
+            if len(got) < n:
                 return False
-            raw = raw[:n]
-        return tuple(map(len, raw)) == sizes
+            got = got[:n]
+        return got == sizes
 
 
 def _plain(params: Mapping[str, object], in_shm: bool) -> bool:
@@ -129,11 +173,12 @@ def known_request(
 
 
 def write_known(
-    arena: ArenaAllocator, known: KnownRequest, raw: Sequence[bytes | memoryview]
+    arena: ArenaAllocator, known: KnownRequest, raw: Raw
 ) -> tuple[BlockRef, tuple[TensorRef, ...]]:
     """``dispatch.inputs.write_inputs`` for a known request: the raw entries (``matches``
-    passed) copied into one new block of the arena, each input 64-byte aligned; an
-    input in a client's region is named, not copied.
+    passed) copied into one new block of the arena, each input 64-byte aligned (from the
+    receive buffers, for ``InBuffers``); an input in a client's region is named, not
+    copied.
 
     Raises:
         ArenaExhausted (UNAVAILABLE): no room within the arena budget.
@@ -143,15 +188,27 @@ def write_known(
     name = seg.name
     pos = block + BLOCK_HEADER_BYTES
     refs = []
-    entries = iter(raw)
+    received: InBuffers | None = None
+    spans: Iterator[tuple[int, int]] = iter(())
+    entries: Iterator[bytes | memoryview] = iter(())
+    if isinstance(raw, InBuffers):
+        received, spans = raw, iter(raw.spans)
+    else:
+        entries = iter(raw)
+    places = []
     for spec in known.inputs:
         if type(spec) is not tuple:
             refs.append(spec)
             continue
         tensor, datatype, shape, n = spec
-        mv[pos : pos + n] = next(entries)
+        if received is not None:
+            places.append((pos, next(spans)[0], n))
+        else:
+            mv[pos : pos + n] = next(entries)
         refs.append(TensorRef(tensor, datatype, shape, name, pos, n))
         pos += align(n)
+    if received is not None:
+        received.message.copy_into(mv, places)
     mv.release()
     return block_ref(seg, block), tuple(refs)
 

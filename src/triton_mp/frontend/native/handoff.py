@@ -53,6 +53,7 @@ from google.protobuf.message import DecodeError
 
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp.common.errors import TritonMPError
+from triton_mp.frontend.dispatch.known_requests import Received
 from triton_mp.frontend.dispatch.polling_loop import PollingSelector
 from triton_mp.frontend.dispatch.ticket import InferResult, Ticket
 from triton_mp.frontend.grpc.wire import MALFORMED, Split, WireInferRequest, tolerant
@@ -69,7 +70,7 @@ class Native(Protocol):
     """The extension's handoff functions (``module.cc``)."""
 
     def handoff_fd(self) -> int: ...
-    def take(self) -> list[tuple[int, int, bytes | None, Any, Split | None]]: ...
+    def take(self) -> list[tuple[int, int, bytes | Received | None, Any, Split | None]]: ...
     def reply(
         self, call_id: int, code: int, details: str, data: bytes | Sequence[bytes | memoryview]
     ) -> bool: ...
@@ -279,7 +280,7 @@ class Handoff:
     def _call(
         self,
         call_id: int,
-        data: bytes,
+        data: bytes | Received,
         metadata: Sequence[tuple[str, str | bytes]],
         split: Split | None = None,
     ) -> None:
@@ -290,6 +291,8 @@ class Handoff:
         try:
             if self._known is not None and self._known.submit(call_id, data, split):
                 return
+            if not isinstance(data, bytes):  # NOTE: a Received (large entries): parsed as bytes
+                data = data.tobytes()
             try:
                 request = self._servicer.parse_split(data, split)
             except DecodeError:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from triton_mp.common.errors import TritonMPError
+from triton_mp.frontend.dispatch.known_requests import InBuffers, Raw, Received
 from triton_mp.frontend.dispatch.pending import Answer, PendingTable
 from triton_mp.frontend.grpc.messages import ResponseHeads
 from triton_mp.frontend.grpc.wire import Split, infer_response_parts
@@ -106,9 +107,9 @@ class KnownCalls:
         self.calls: dict[int, KnownCall] = {}
         """Calls submitted and not answered, by call id (``cancel``)."""
 
-    def submit(self, call_id: int, data: bytes, split: Split | None) -> bool:
-        """Submit call ``call_id`` (``data``: its request; ``split``: the native split of
-        it) if it is known. False: it is not taken (nothing was done).
+    def submit(self, call_id: int, data: bytes | Received, split: Split | None) -> bool:
+        """Submit call ``call_id`` (``data``: its request, bytes or as received; ``split``:
+        the native split of it) if it is known. False: it is not taken (nothing was done).
 
         Raises:
             TritonMPError: as ``Inference.submit_known`` (the call fails with its status).
@@ -124,8 +125,12 @@ class KnownCalls:
                 client_id = str(id_value, "utf-8")
             except UnicodeDecodeError:
                 return False  # NOTE: the full way refuses it, in protobuf's words
-        buf = memoryview(data)
-        raw = [buf[at : at + n] for at, n in spans]
+        raw: Raw
+        if type(data) is bytes:
+            buf = memoryview(data)
+            raw = [buf[at : at + n] for at, n in spans]
+        else:  # NOTE: large entries stay in gRPC's slices until copied into the block
+            raw = InBuffers(data, spans)  # type: ignore[arg-type]
         call = KnownCall(self, call_id, client_id)
         sent = self.inference.submit_known_to(key, client_id, raw, call)
         if sent is None:

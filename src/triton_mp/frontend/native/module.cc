@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "native_server.h"
+#include "received.h"
 #include "request_split.h"
 
 namespace {
@@ -116,51 +117,49 @@ PyObject* MetadataOf(const std::vector<std::pair<std::string, std::string>>& met
   return out;
 }
 
-// The split of a ModelInferRequest (request_split.h) as Python takes it: (head, key, id or
-// None, ((offset, length), ...) of each raw_input_contents), or None when declined.
-PyObject* SplitOf(PyObject* bytes) {
+// split_infer(data: bytes) -> the split of data (received.h SplitTupleOf) or None (the
+// splitter alone, for tests).
+PyObject* SplitInfer(PyObject*, PyObject* args) {
+  Py_buffer data;
+  if (!PyArg_ParseTuple(args, "y*", &data)) return nullptr;
+  triton_mp::Chunks message;
+  message.Add(static_cast<const unsigned char*>(data.buf), static_cast<size_t>(data.len));
   triton_mp::RequestSplit split;
-  const auto* data = reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(bytes));
-  if (!triton_mp::SplitInferRequest(data, static_cast<size_t>(PyBytes_GET_SIZE(bytes)), &split)) {
-    Py_RETURN_NONE;
-  }
-  PyObject* raw = PyTuple_New(static_cast<Py_ssize_t>(split.raw.size()));
-  if (raw == nullptr) return nullptr;
-  for (size_t i = 0; i < split.raw.size(); ++i) {
-    PyObject* span = Py_BuildValue("(nn)", static_cast<Py_ssize_t>(split.raw[i].first),
-                                   static_cast<Py_ssize_t>(split.raw[i].second));
-    if (span == nullptr) {
-      Py_DECREF(raw);
-      return nullptr;
-    }
-    PyTuple_SET_ITEM(raw, static_cast<Py_ssize_t>(i), span);
-  }
-  PyObject* id;
-  if (split.has_id) {
-    id = PyBytes_FromStringAndSize(PyBytes_AS_STRING(bytes) + split.id.first,
-                                   static_cast<Py_ssize_t>(split.id.second));
-  } else {
-    id = Py_None;
-    Py_INCREF(id);
-  }
-  if (id == nullptr) {
-    Py_DECREF(raw);
-    return nullptr;
-  }
-  return Py_BuildValue("(y#y#NN)", split.head.data(), static_cast<Py_ssize_t>(split.head.size()),
-                       split.key.data(), static_cast<Py_ssize_t>(split.key.size()), id, raw);
+  bool ok = triton_mp::SplitInferRequest(message, &split);
+  PyObject* out = triton_mp::SplitTupleOf(message, ok, split);
+  PyBuffer_Release(&data);
+  return out;
 }
 
-// split_infer(data: bytes) -> SplitOf's tuple or None (the splitter alone, for tests).
-PyObject* SplitInfer(PyObject*, PyObject* args) {
-  PyObject* bytes;
-  if (!PyArg_ParseTuple(args, "S", &bytes)) return nullptr;
-  return SplitOf(bytes);
+// call_request(parts: sequence of bytes) -> (data, split): what take() gives for a unary
+// call whose request gRPC received in these slices, one per part (received.h, for tests).
+PyObject* CallRequest(PyObject*, PyObject* args) {
+  PyObject* parts;
+  if (!PyArg_ParseTuple(args, "O", &parts)) return nullptr;
+  PyObject* seq = PySequence_Fast(parts, "parts must be a sequence of bytes");
+  if (seq == nullptr) return nullptr;
+  std::vector<grpc::Slice> slices;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); ++i) {
+    PyObject* part = PySequence_Fast_GET_ITEM(seq, i);
+    if (!PyBytes_Check(part)) {
+      Py_DECREF(seq);
+      PyErr_SetString(PyExc_TypeError, "parts must be a sequence of bytes");
+      return nullptr;
+    }
+    slices.emplace_back(PyBytes_AS_STRING(part), static_cast<size_t>(PyBytes_GET_SIZE(part)));
+  }
+  Py_DECREF(seq);
+  grpc::ByteBuffer buffer(slices.data(), slices.size());
+  PyObject* data;
+  PyObject* split;
+  if (!triton_mp::CallRequestOf(buffer, &data, &split)) return nullptr;
+  return Py_BuildValue("(NN)", data, split);
 }
 
 // take() -> list of (id, kind, request bytes or None, metadata ((key, value), ...) or None,
 // split or None): kind is handoff.h's ItemKind (data for kCall and kStreamMessage, metadata
-// for kCall and kStreamOpen, a unary call's request split by SplitOf).
+// for kCall and kStreamOpen); a unary call's request comes as received.h CallRequestOf
+// makes it (its bytes or a Received, and its split).
 PyObject* Take(PyObject*, PyObject*) {
   triton_mp::Handoff* h = CurrentHandoff();
   std::vector<triton_mp::HandoffItem> items;
@@ -175,7 +174,10 @@ PyObject* Take(PyObject*, PyObject*) {
                         item.kind == triton_mp::ItemKind::kStreamOpen;
     PyObject* data = nullptr;
     PyObject* md = nullptr;
-    if (has_data) {
+    PyObject* split = nullptr;
+    if (item.kind == triton_mp::ItemKind::kCall) {
+      if (!triton_mp::CallRequestOf(item.data, &data, &split)) data = nullptr;
+    } else if (has_data) {
       data = BytesOf(item.data);
     } else {
       data = Py_None;
@@ -189,22 +191,18 @@ PyObject* Take(PyObject*, PyObject*) {
         Py_INCREF(md);
       }
     }
-    PyObject* split = nullptr;
-    if (data != nullptr && md != nullptr) {
-      if (item.kind == triton_mp::ItemKind::kCall) {
-        split = SplitOf(data);
-      } else {
-        split = Py_None;
-        Py_INCREF(split);
-      }
+    if (data != nullptr && md != nullptr && split == nullptr) {
+      split = Py_None;
+      Py_INCREF(split);
     }
     PyObject* entry = nullptr;
-    if (split != nullptr) {
+    if (data != nullptr && md != nullptr) {
       entry = Py_BuildValue("(KiNNN)", static_cast<unsigned long long>(item.id),
                             static_cast<int>(item.kind), data, md, split);
     } else {
       Py_XDECREF(data);
       Py_XDECREF(md);
+      Py_XDECREF(split);
     }
     if (entry == nullptr) {
       Py_DECREF(out);
@@ -328,6 +326,7 @@ PyMethodDef kMethods[] = {
     {"write", Write, METH_VARARGS, "A handed-off stream's next message: (id, bytes)."},
     {"kick", Kick, METH_NOARGS, "Deliver the answers queued by reply() and write() so far."},
     {"split_infer", SplitInfer, METH_VARARGS, "Split a ModelInferRequest (request_split.h)."},
+    {"call_request", CallRequest, METH_VARARGS, "take()'s (data, split) of a call in slices."},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -340,7 +339,11 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_native", "The native gRPC server
 // reply() takes a response's parts.
 PyMODINIT_FUNC PyInit__native() {
   PyObject* module = PyModule_Create(&kModule);
-  if (module != nullptr && PyModule_AddIntConstant(module, "ABI", 2) != 0) {
+  if (module != nullptr && (PyModule_AddIntConstant(module, "ABI", 2) != 0 ||
+                            !triton_mp::AddReceivedType(module) ||
+                            PyModule_AddIntConstant(
+                                module, "RECEIVED_MIN_RAW_BYTES",
+                                static_cast<long>(triton_mp::kReceivedMinRawBytes)) != 0)) {
     Py_DECREF(module);
     return nullptr;
   }

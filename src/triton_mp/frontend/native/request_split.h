@@ -5,6 +5,9 @@
 // request it checked before by), and the last id's value. Only top-level fields are read;
 // a message this scanner does not understand (a group, a truncated field, a varint over 10
 // bytes) is declined, and Python parses it whole, which answers as it always did.
+//
+// The message may lie in several pieces (`Chunks`: gRPC's receive slices, in order); every
+// offset is the message's, as if the pieces were one run of bytes.
 #ifndef TRITON_MP_NATIVE_REQUEST_SPLIT_H_
 #define TRITON_MP_NATIVE_REQUEST_SPLIT_H_
 
@@ -15,6 +18,31 @@
 
 namespace triton_mp {
 
+// A message in pieces, not owned (the pieces outlive it). Empty pieces are dropped.
+class Chunks {
+ public:
+  void Add(const unsigned char* data, size_t size);
+  size_t size() const { return size_; }
+
+  // Copies the message's bytes [offset, offset + n) to `dst`. False (nothing copied): the
+  // range runs past the end.
+  bool Copy(size_t offset, size_t n, unsigned char* dst) const;
+  // Appends the message's bytes [offset, offset + n) (within size()) to `out`.
+  void Append(size_t offset, size_t n, std::string* out) const;
+
+  // The piece holding the message's byte `offset` (< size()), and where that piece starts.
+  size_t PieceAt(size_t offset) const;
+  const unsigned char* piece_data(size_t i) const { return pieces_[i].first; }
+  size_t piece_size(size_t i) const { return pieces_[i].second; }
+  size_t piece_start(size_t i) const { return starts_[i]; }
+  size_t pieces() const { return pieces_.size(); }
+
+ private:
+  std::vector<std::pair<const unsigned char*, size_t>> pieces_;
+  std::vector<size_t> starts_;  // each piece's offset in the message
+  size_t size_ = 0;
+};
+
 struct RequestSplit {
   std::string head;  // the message without its raw_input_contents fields, bytes as received
   std::string key;   // head without its id fields
@@ -23,7 +51,9 @@ struct RequestSplit {
   std::vector<std::pair<size_t, size_t>> raw;    // each raw_input_contents: (offset, length)
 };
 
-// Splits `data` into `out` (cleared first). False: declined (wire.py's _scan raises).
+// Splits `message` into `out` (cleared first). False: declined (wire.py's _scan raises).
+bool SplitInferRequest(const Chunks& message, RequestSplit* out);
+// The same for a message in one piece.
 bool SplitInferRequest(const unsigned char* data, size_t size, RequestSplit* out);
 
 }  // namespace triton_mp
