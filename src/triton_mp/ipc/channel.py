@@ -60,6 +60,20 @@ class Sender:
         self._push(data)
         self._waker.wake()
 
+    def push_bytes(self, data: bytes) -> None:
+        """Push already-encoded bytes without waking the consumer; the caller calls ``wake``
+        before it waits itself (a producer that posts once at the end of its pass,
+        ``scheduler.main.Router.flush``).
+
+        Raises:
+            ChannelTimeout: the ring stayed full for ``full_timeout_s``.
+        """
+        self._push(data)
+
+    def wake(self) -> None:
+        """Post the consumer's wake-up (one post announces every record pushed before it)."""
+        self._waker.wake()
+
     def send_lazy(self, data: bytes) -> bool:
         """Push already-encoded bytes and wake the consumer only when it asked for wake-ups
         on this ring (``Ring.set_quiet``: the scheduler, for a ``BatchDone`` that changes no

@@ -97,6 +97,8 @@ class Router:
         supervisor never reads it). Workers' rings join later (``Attach``)."""
         self._request_mask = 0
         """The quiet word last stored into ``_request_rings``."""
+        self._due: dict[int, Sender] = {}
+        """The senders ``send`` pushed to and ``flush`` has not woken yet, by ``id``."""
         # NOTE: every request wakes until this scheduler says otherwise.
         inbox.set_quiet_word(self._request_rings, 0)
 
@@ -154,11 +156,13 @@ class Router:
         if isinstance(item, ToInstance):
             sender = self._workers.get(item.instance_id)
             if sender is not None:
-                sender.send_bytes(encode(item.msg))
+                sender.push_bytes(encode(item.msg))
+                self._due[id(sender)] = sender
         elif isinstance(item, Reply):
             sender = self._replies[item.to.kind].get(item.to.id)
             if sender is not None:
-                sender.send_bytes(encode(item.msg))
+                sender.push_bytes(encode(item.msg))
+                self._due[id(sender)] = sender
         elif isinstance(item, Broadcast):
             data = encode(item.msg)
             for sender in self._frontends.values():
@@ -171,6 +175,16 @@ class Router:
             self._detach(item.instance_id)
         elif isinstance(item, Unmap):
             self._arenas.drop(item.prefix)
+
+    def flush(self) -> None:
+        """Post one wake-up to each worker and requester that ``send`` pushed a record to
+        since the last flush. The loop flushes at the end of each pass and before it polls:
+        a worker woken mid-pass takes this vCPU from the scheduler (measured: 74 µs of wall
+        time per post, 6 µs of CPU) and the rest of the pass runs after it, on a cold
+        cache; posted last, the wake-up hands over a pass that is done."""
+        due, self._due = self._due, {}
+        for sender in due.values():
+            sender.wake()
 
     def _free(self, item: Free) -> None:
         try:
@@ -198,6 +212,8 @@ class Router:
         for senders in (self._workers, self._bls):
             sender = senders.pop(instance_id, None)
             if sender is not None:
+                if self._due.pop(id(sender), None) is not None:
+                    sender.wake()  # NOTE: e.g. its Shutdown, pushed this pass
                 sender.close()
         ring = self._from_workers.pop(instance_id, None)
         if ring is not None:
@@ -243,6 +259,7 @@ def _serve(core: SchedulerCore, inbox: Inbox[ToScheduler], router: Router, clock
             # NOTE: the lead before a deadline began without a message: the workers whose
             # batch is due poll for it from now on, and so does this loop, to the deadline.
             deliver(core, core.due_notices(deadline), router.send, clock.now_ns())
+            router.flush()
             inbox.poll(max(0.0, (deadline - clock.now_ns()) / 1e9))
         msgs = done_first(inbox.drain())
         now = clock.now_ns()
@@ -255,9 +272,12 @@ def _serve(core: SchedulerCore, inbox: Inbox[ToScheduler], router: Router, clock
                 deliver(core, core.handle(msg, now), router.send, now)
             deliver(core, core.retry_deferred(now), router.send, now)
         if core.stopping:
+            router.flush()
             return
         now = clock.now_ns()
         deliver(core, core.dispatch(now), router.send, now)
+        # NOTE: every post of the pass, last (Router.flush).
+        router.flush()
 
 
 def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
