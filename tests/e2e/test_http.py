@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
 
 import grpc
 import numpy as np
@@ -22,10 +21,9 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers.http_repo import add_sub_inputs, as_proto, grpc_error, http_repository, raw_http
+from tests.helpers.http_repo import add_sub_inputs, as_proto, grpc_error, raw_http
 from tests.helpers.server import (
     ServerProcess,
-    server_factory,
     wait_for,
 )
 from triton_mp._proto import model_config_pb2 as mc
@@ -34,24 +32,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = http_repository(tmp_path_factory.mktemp("repo"))
-    with server_factory(tmp_path_factory.mktemp("logs")) as start:
-        yield start(repo, "--allow-client-shm=true")
-
-
-@pytest.fixture
-def hc(server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:
-    c = httpclient.InferenceServerClient(server.http_url)
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def gc(server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
-    c = server.client()
-    yield c
-    c.close()
+def server(http_repo_server: ServerProcess) -> ServerProcess:
+    """tests/e2e/conftest.py's server of tests.helpers.http_repo's repository."""
+    return http_repo_server
 
 
 # --------------------------------------------------------------------- health, metadata

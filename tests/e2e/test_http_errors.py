@@ -24,7 +24,6 @@ import tritonclient.utils.shared_memory as shm
 from tests.helpers.http_repo import (
     add_sub_inputs,
     grpc_error,
-    http_repository,
     raw_http,
     sleep_repo,
 )
@@ -32,7 +31,6 @@ from tests.helpers.repos import copy_models
 from tests.helpers.server import (
     ServerProcess,
     free_port,
-    server_factory,
     wait_for,
 )
 
@@ -40,24 +38,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = http_repository(tmp_path_factory.mktemp("repo"))
-    with server_factory(tmp_path_factory.mktemp("logs")) as start:
-        yield start(repo, "--allow-client-shm=true")
-
-
-@pytest.fixture
-def hc(server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:
-    c = httpclient.InferenceServerClient(server.http_url)
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def gc(server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
-    c = server.client()
-    yield c
-    c.close()
+def server(http_repo_server: ServerProcess) -> ServerProcess:
+    """tests/e2e/conftest.py's server of tests.helpers.http_repo's repository."""
+    return http_repo_server
 
 
 # ------------------------------------------------------------------------------ errors
