@@ -80,6 +80,7 @@ def run(batch: int, batches: int, per_pass: bool) -> float:
             arrival_ns=0,
         )
         records.append(encode_request(req) or encode(req))
+
     def end_pass() -> None:
         """What ``scheduler.main._serve`` asks the core before each wait."""
         core.next_deadline_ns()

@@ -123,6 +123,22 @@ class ManagedServer:
         finally:
             client.close()
 
+    def spawn(self, env: dict[str, str] | None = None) -> float:
+        """Start ``self.cmd`` as our child in its own session, its output to ``self.log_path``;
+        returns the monotonic time it started at."""
+        t0 = time.monotonic()
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                self.cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        self.pid = self.proc.pid
+        return t0
+
     def started(self, t0: float) -> None:
         assert self.pid is not None
         self.pid_start = start_ticks(self.pid)
@@ -272,17 +288,7 @@ class TritonMP(ManagedServer):
 
     def start(self, models: list[str]) -> dict[str, str]:
         """Start and wait; returns {model: why it is not ready} for models that failed."""
-        t0 = time.monotonic()
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                self.cmd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self.env,
-                start_new_session=True,
-            )
-        self.pid = self.proc.pid
+        t0 = self.spawn(self.env)
         self.pid_start = start_ticks(self.pid)
         self.model_errors = self.wait_models(models, t0)
         self.started(t0)
@@ -390,16 +396,7 @@ class Floor(ManagedServer):
     def start(self, models: list[str]) -> dict[str, str]:
         import tritonclient.grpc as grpcclient
 
-        t0 = time.monotonic()
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                self.cmd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        self.pid = self.proc.pid
+        t0 = self.spawn()
         self.pid_start = start_ticks(self.pid)
         client = grpcclient.InferenceServerClient(self.url)
         try:
