@@ -206,6 +206,27 @@ def test_a_request_for_a_quiet_model_goes_without_a_wake_and_others_wake() -> No
     assert ring.reads == 2
 
 
+def test_a_bit_the_caller_gives_is_used_instead_of_the_records() -> None:
+    """A known request's template bit (``known_records.keep``) decides the wake; the
+    record is not parsed again (a record with no parseable bit goes quietly on it)."""
+    h = Harness(models=(DYNAMIC, OTHER))
+    add = _record(h)
+    ring = FakeRing(word=ADD_SUB)
+    w = ring.wakes()
+    w.send(add, request_bit(add))
+    assert ring.log == [("push", add)]
+    w.send(b"not a record", ADD_SUB)
+    assert ring.log[1:] == [("push", b"not a record")]
+    w.send(add, 0)  # no bit: always wakes (sent as Sender.send_bytes sends)
+    assert ring.log[2:] == [("send", add)]
+    with w.held():
+        w.send(add, model_bit("other_model"))
+    assert ring.log[-2:] == [("push", add), ("wake",)]
+    none = HeldWakes(ring.push_quiet, ring.send_bytes, ring.wake)
+    none.send(add, ADD_SUB)  # no quiet word: the bit is ignored, the request wakes
+    assert ring.log[-1] == ("send", add)
+
+
 def test_held_sends_wake_once_unless_every_request_was_quiet() -> None:
     h = Harness(models=(DYNAMIC, OTHER))
     add, other = _record(h), _record(h, "other_model")

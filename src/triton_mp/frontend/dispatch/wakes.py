@@ -65,16 +65,24 @@ class HeldWakes:
         word."""
         return cls(sender.push_quiet, sender.send_bytes, wake, sender.quiet_word)
 
-    def send(self, data: bytes) -> None:
+    def send(self, data: bytes, bit: int | None = None) -> None:
         """Push ``data`` to the scheduler; wake it now, when ``held`` ends, or not at all
         (a request whose model's bit the scheduler set).
+
+        Args:
+            bit: ``request_bit(data)`` when the caller knows it already (a known request's
+                record patched from a template: ``frontend.dispatch.known_records``); None
+                computes it here.
 
         Raises:
             ChannelTimeout: the ring stayed full (as ``Sender.send_bytes``).
             RecordTooLarge: the record can never fit the ring.
         """
         word = self._quiet_word
-        bit = 0 if word is None else request_bit(data)
+        if word is None:
+            bit = 0
+        elif bit is None:
+            bit = request_bit(data)
         if (self._depth or bit) and self._push_quiet(data):
             if self._depth:
                 if bit:
