@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from triton_mp.frontend.dispatch.known_records import FORMS_KEPT, keep, patched
 from triton_mp.ipc.protocol.messages import BlockRef, InferRequest, ReplyTo, Requester, TensorRef
+from triton_mp.ipc.recordio.quiet_requests import request_bit
 from triton_mp.ipc.recordio.request_records import encode_request
 
 U32 = st.integers(0, 2**32 - 1)
@@ -70,12 +71,16 @@ def test_a_patched_record_is_the_encoders_record(form: dict, first: tuple, later
     desc = request(form, later)
     expected = encode_request(desc)
     assert patched(template, desc.request_id, desc.arrival_ns, desc.block, desc.inputs) == expected
+    templates: dict[tuple[str, str], tuple[bytes, int]] = {}
+    keep(templates, ("/seg", ""), template)
+    # NOTE: the kept bit is the one HeldWakes.send would compute for every patched record
+    assert templates[("/seg", "")] == (template, request_bit(expected))
 
 
 def test_templates_are_kept_per_form_and_cleared_whole_when_full() -> None:
-    templates: dict[tuple[str, str], bytes] = {}
+    templates: dict[tuple[str, str], tuple[bytes, int]] = {}
     for i in range(FORMS_KEPT):
         keep(templates, ("/seg", str(i)), b"r%d" % i)
     assert len(templates) == FORMS_KEPT
     keep(templates, ("/seg", "new"), b"new")
-    assert templates == {("/seg", "new"): b"new"}
+    assert templates == {("/seg", "new"): (b"new", 0)}

@@ -27,7 +27,7 @@ from triton_mp.frontend.cache.response import Hit, ResponseCacheStep, cache_enab
 from triton_mp.frontend.classification import Classify, classification
 from triton_mp.frontend.dispatch.direct import DirectRoutes
 from triton_mp.frontend.dispatch.inputs import region_ids, write_inputs
-from triton_mp.frontend.dispatch.known_records import Form, keep, patched
+from triton_mp.frontend.dispatch.known_records import Form, Template, keep, patched
 from triton_mp.frontend.dispatch.known_requests import (
     KnownRequest,
     KnownRequests,
@@ -135,7 +135,7 @@ class Inference:
         self._arena = arena
         self._cache = cache
         self._pending = pending
-        self._send = send_scheduler if wakes is None else wakes.send
+        self._send = (lambda data, _bit: send_scheduler(data)) if wakes is None else wakes.send
         self._wakes = wakes
         self._clock_ns = clock_ns
         self._response_cache = response_cache
@@ -353,7 +353,8 @@ class Inference:
         # NOTE: ``_enqueue`` and ``_send_request`` for what a known call mostly is.
         pending.copied_bytes["in"] += sum(known.sizes)
         pending.add_request(rid, block, sink, streaming=model.decoupled)
-        self._push(rid, client_id, valid, patched(template, rid, self._clock_ns(), block, refs))
+        data = patched(template[0], rid, self._clock_ns(), block, refs)
+        self._push(rid, client_id, valid, data, template[1])
         return rid, model, valid.version
 
     def _plain(self, model: Model, version: int) -> bool:
@@ -426,7 +427,7 @@ class Inference:
         sink: Callable[[Answer], None],
         trace: Trace | None,
         held: tuple[int, ...],
-        templates: dict[Form, bytes] | None = None,
+        templates: dict[Form, Template] | None = None,
     ) -> None:
         """Hold the client regions the request names (``held``: their ``region_id`` s),
         register it with the pending table and send its descriptor (the input block is
@@ -506,7 +507,7 @@ class Inference:
         block: BlockRef,
         refs: tuple[TensorRef, ...],
         trace: Trace | None = None,
-        templates: dict[Form, bytes] | None = None,
+        templates: dict[Form, Template] | None = None,
     ) -> None:
         """Send the request's descriptor to the scheduler (or hand it to an idle instance).
 
@@ -523,8 +524,9 @@ class Inference:
             templates = None  # NOTE: the handoff needs the descriptor
         form = (block.segment, client_id)
         template = None if templates is None or trace else templates.get(form)
+        bit = None if template is None else template[1]
         if template is not None:
-            data = patched(template, rid, arrival_ns, block, refs)
+            data = patched(template[0], rid, arrival_ns, block, refs)
         else:
             desc = self._descriptor(rid, client_id, valid, block, refs, arrival_ns, trace)
             try:
@@ -538,18 +540,17 @@ class Inference:
             if record is not None and templates is not None and trace is None:
                 keep(templates, form, record)
             data = record or encode(desc)
-        self._push(rid, client_id, valid, data)
+        self._push(rid, client_id, valid, data, bit)
 
-    def _push(self, rid: int, client_id: str, valid: ValidRequest, data: bytes) -> None:
-        """Send request ``rid``'s record (``data``) to the scheduler; forget the request
-        when that fails (the caller frees nothing more).
-
-        Raises:
-            TritonMPError: UNAVAILABLE when the ring stays full; INVALID_ARG for a record
-                over the ring's limit (``RecordTooLarge``).
-        """
+    def _push(
+        self, rid: int, client_id: str, valid: ValidRequest, data: bytes, bit: int | None
+    ) -> None:
+        """Send request ``rid``'s record (``data``; ``bit``: its quiet-word bit when known,
+        ``HeldWakes.send``) to the scheduler; forget the request when that fails. Raises
+        TritonMPError: UNAVAILABLE when the ring stays full, INVALID_ARG for a record over
+        the ring's limit (``RecordTooLarge``)."""
         try:
-            self._send(data)
+            self._send(data, bit)
         except TritonMPError:
             self._pending.forget_request(rid)
             raise
@@ -576,7 +577,7 @@ class Inference:
             request_id=rid, reply_to=self._reply_to, model=model, version=version
         )
         with contextlib.suppress(TritonMPError):
-            self._send(encode(cancel))
+            self._send(encode(cancel), None)
 
     # ----------------------------------------------------------------------- drain
     def start_draining(self) -> None:

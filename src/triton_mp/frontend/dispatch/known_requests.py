@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from triton_mp.common.datatypes import ELEMENT_BYTES
-from triton_mp.frontend.dispatch.known_records import Form
+from triton_mp.frontend.dispatch.known_records import Form, Template
 from triton_mp.frontend.model_table import Model
 from triton_mp.frontend.request import InferenceRequest
 from triton_mp.frontend.validation.request import ValidRequest
@@ -93,7 +93,8 @@ class KnownRequest:
         generation: the shared-memory registry's ``generation`` it was checked at: a
             registration or unregistration since makes it unknown again when it names a
             region (``held``).
-        templates: its REQUEST records by form (``frontend.dispatch.known_records``),
+        templates: its REQUEST records (with their quiet-word bits) by form
+            (``frontend.dispatch.known_records``),
             filled as requests are sent.
     """
 
@@ -104,7 +105,7 @@ class KnownRequest:
     block_bytes: int
     held: tuple[int, ...] = ()
     generation: int = 0
-    templates: dict[Form, bytes] = field(default_factory=dict, compare=False, repr=False)
+    templates: dict[Form, Template] = field(default_factory=dict, compare=False, repr=False)
 
     def matches(self, raw: Raw) -> bool:
         """Whether ``raw`` (a request's ``raw_input_contents``) passes the data checks:
