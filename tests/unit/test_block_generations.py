@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from triton_mp.frontend.native import input_arena_type
 from triton_mp.ipc.protocol.messages import AnswerBatch, BlockRef, Handoff, InferResponse
 from triton_mp.ipc.tensor_pool import (
     BLOCK_HEADER_BYTES,
@@ -30,12 +31,20 @@ from triton_mp.ipc.tensor_pool import (
 )
 
 _prefixes = itertools.count()
+TWIN = input_arena_type()
 _HEADER = struct.Struct("<IIQ")
 
 
-@pytest.fixture
-def pool() -> Iterator[ArenaAllocator]:
-    alloc = ArenaAllocator(f"/triton_mp_{os.getpid()}_test_gen{next(_prefixes)}", 4096, 1 << 20)
+@pytest.fixture(params=["python", "native"])
+def pool(request: pytest.FixtureRequest) -> Iterator[ArenaAllocator]:
+    """An allocator with the Python arenas, and one with their C++ twin (``InputArena``)."""
+    prefix = f"/triton_mp_{os.getpid()}_test_gen{next(_prefixes)}"
+    if request.param == "native":
+        if TWIN is None:
+            pytest.skip("native extension not built")
+        alloc = ArenaAllocator(prefix, 4096, 1 << 20, arena_type=TWIN)
+    else:
+        alloc = ArenaAllocator(prefix, 4096, 1 << 20)
     yield alloc
     alloc.close_and_unlink()
 

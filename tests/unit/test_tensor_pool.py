@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
+from triton_mp.frontend.native import input_arena_type
 from triton_mp.ipc.memory import shm as shm_module
 from triton_mp.ipc.memory.shm import Segment, ShmExhausted, list_objects
 from triton_mp.ipc.tensor_pool import (
@@ -38,6 +39,7 @@ from triton_mp.ipc.tensor_pool import (
 )
 
 _prefixes = itertools.count()
+TWIN = input_arena_type()
 _BLOCK = struct.Struct("<IIQ")
 
 Factory = Callable[..., ArenaAllocator]
@@ -65,11 +67,17 @@ def _allocator(*args: int, **kwargs: object) -> Iterator[ArenaAllocator]:
         alloc.close_and_unlink()
 
 
-@pytest.fixture
-def make_allocator() -> Iterator[Factory]:
-    """Factory: ``make_allocator(arena_bytes, max_total_bytes, cache=None)``."""
+@pytest.fixture(params=["python", "native"])
+def make_allocator(request: pytest.FixtureRequest) -> Iterator[Factory]:
+    """Factory: ``make_allocator(arena_bytes, max_total_bytes, cache=None)``; each test runs
+    with the Python allocator and with its C++ twin (``_native.InputArena``)."""
+    extra = {}
+    if request.param == "native":
+        if TWIN is None:
+            pytest.skip("native extension not built")
+        extra["arena_type"] = TWIN
     with contextlib.ExitStack() as stack:
-        yield lambda *a, **kw: stack.enter_context(_allocator(*a, **kw))
+        yield lambda *a, **kw: stack.enter_context(_allocator(*a, **extra, **kw))
 
 
 @pytest.fixture

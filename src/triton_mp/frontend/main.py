@@ -51,7 +51,7 @@ from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.metrics.endpoint import MetricsEndpoint
 from triton_mp.frontend.metrics.latency import FirstResponseHistograms
 from triton_mp.frontend.model_table import ModelTable
-from triton_mp.frontend.native import UNAVAILABLE, available
+from triton_mp.frontend.native import UNAVAILABLE, available, input_arena_type
 from triton_mp.frontend.native.public_port import NativePort, choose
 from triton_mp.frontend.readiness import ReadinessChecks
 from triton_mp.frontend.shm.cuda import CudaShmRegistry
@@ -445,7 +445,10 @@ def _input_arena(spec: FrontendSpec, cache: SegmentCache) -> ArenaAllocator:
     """This process's input arenas: named by its pid, so a frontend restarted in a dead
     one's place allocates new objects, never ones workers still map (``ipc.memory.topology``)."""
     owner = process_arena_prefix(spec.arena_prefix, os.getpid())
-    return ArenaAllocator(owner, spec.arena_bytes, spec.arena_budget_bytes, cache)
+    twin = input_arena_type()  # NOTE: the C++ allocator where the extension is built
+    if twin is None:
+        return ArenaAllocator(owner, spec.arena_bytes, spec.arena_budget_bytes, cache)
+    return ArenaAllocator(owner, spec.arena_bytes, spec.arena_budget_bytes, cache, twin)
 
 
 def _broadcast(to_peers: dict[int, Sender]) -> Callable[[bytes], None]:

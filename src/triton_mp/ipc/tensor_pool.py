@@ -62,7 +62,8 @@ import logging
 import mmap
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
 import posix_ipc
 
@@ -97,8 +98,29 @@ def align(n: int) -> int:
     return (n + ALIGN - 1) & ~(ALIGN - 1)
 
 
+class ArenaBlocks(Protocol):
+    """One arena's block allocator, owner side: ``_Arena``, or its C++ twin (the frontend's
+    input arenas: ``frontend.native._native.InputArena``, the same decisions)."""
+
+    generation: int
+    """The generation of the newest block (``BlockRef.generation``); 0: none yet."""
+
+    @property
+    def segment(self) -> Segment: ...
+
+    def try_alloc(self, block_bytes: int, /) -> int | None:
+        """Offset (from segment start) of a new LIVE block of ``block_bytes`` (header
+        included, a multiple of 64), or None when it does not fit now."""
+
+    def live_blocks(self) -> int:
+        """Blocks from the oldest unfreed one to the newest."""
+
+    def unfreed_blocks(self) -> int:
+        """Blocks whose reader has not written ``FREE`` yet."""
+
+
 class _Arena:
-    """One segment used as a circular block allocator (owner side)."""
+    """One segment used as a circular block allocator (owner side; ``ArenaBlocks``)."""
 
     def __init__(self, segment: Segment) -> None:
         self.segment = segment
@@ -169,6 +191,7 @@ class ArenaAllocator:
         max_total_bytes: budget over all arenas of this owner.
         cache: when given, every new arena is registered in it, so the owner's own reads
             and frees go through the same cache as the segments it attaches.
+        arena_type: builds each arena's block allocator over its segment (``ArenaBlocks``).
     """
 
     def __init__(
@@ -177,12 +200,14 @@ class ArenaAllocator:
         arena_bytes: int,
         max_total_bytes: int,
         cache: SegmentCache | None = None,
+        arena_type: Callable[[Segment], ArenaBlocks] = _Arena,
     ) -> None:
         self._cache = cache
+        self._arena_type = arena_type
         self._prefix = name_prefix
         self._arena_bytes = arena_bytes
         self._max_total_bytes = max_total_bytes
-        self._arenas: list[_Arena] = []
+        self._arenas: list[ArenaBlocks] = []
         self._total_bytes = 0
 
     def alloc(self, payload_bytes: int) -> tuple[Segment, int]:
@@ -219,7 +244,7 @@ class ArenaAllocator:
         seg = Segment.create(arena_name(self._prefix, len(self._arenas)), size)
         map_pages(seg)
         _ARENA_HEADER.pack_into(seg.buf, 0, ARENA_MAGIC, 1, size - ARENA_HEADER_BYTES)
-        arena = _Arena(seg)
+        arena = self._arena_type(seg)
         self._arenas.append(arena)
         if self._cache is not None:
             self._cache.add(seg)

@@ -37,7 +37,13 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from types import ModuleType
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from triton_mp.ipc.memory.shm import Segment
+    from triton_mp.ipc.tensor_pool import ArenaBlocks
 
 _ABI = 2
 """What the Python side passes the extension (``module.cc``'s ``ABI``, its twin): 2,
@@ -67,6 +73,13 @@ _NATIVE, UNAVAILABLE = _load()
 def available() -> bool:
     """True where the native extension was built and loads."""
     return _NATIVE is not None
+
+
+def input_arena_type() -> Callable[[Segment], ArenaBlocks] | None:
+    """The C++ twin of ``ipc.tensor_pool._Arena`` (``input_arena.h``: ``InputArena(segment)``)
+    for this frontend's input arenas, which the gRPC thread can allocate with too; None where
+    the extension is absent (the Python allocator serves)."""
+    return None if _NATIVE is None else cast("Callable[[Segment], ArenaBlocks]", _NATIVE.InputArena)
 
 
 class NativeServer:

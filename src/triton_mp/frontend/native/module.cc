@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "input_arena_type.h"
 #include "native_server.h"
 #include "received.h"
 #include "request_split.h"
@@ -341,6 +342,7 @@ PyMODINIT_FUNC PyInit__native() {
   PyObject* module = PyModule_Create(&kModule);
   if (module != nullptr && (PyModule_AddIntConstant(module, "ABI", 2) != 0 ||
                             !triton_mp::AddReceivedType(module) ||
+                            !triton_mp::AddInputArenaType(module) ||
                             PyModule_AddIntConstant(
                                 module, "RECEIVED_MIN_RAW_BYTES",
                                 static_cast<long>(triton_mp::kReceivedMinRawBytes)) != 0)) {
