@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from triton_mp.frontend.dispatch.polling_loop import PollingSelector
-from triton_mp.ipc import Inbox, Sender
+from triton_mp.ipc import Inbox, Sender, encode
 from triton_mp.ipc.memory.notify import Wakeup, create_wakeup
 from triton_mp.ipc.memory.ring import Ring
 from triton_mp.ipc.memory.shm import unlink_quietly
@@ -104,3 +104,69 @@ def test_pass_end_callbacks_run_before_each_poll_and_a_failing_one_is_logged(
     assert (1, 2) in seen
     assert seen.index((1,)) < seen.index((1, 2))
     assert "pass-end callback failed" in caplog.text
+
+
+def _run_early_wake(names: tuple[str, str], outstanding: int) -> tuple[list[int], int]:
+    """Block the loop, wake it with no record (a worker's early wake), then push a record
+    with no wake at all 2 ms later and a woken one 0.3 s later; returns what the loop got
+    by 0.2 s and its early polls."""
+    ring, fifo = names
+    wakeup = Wakeup("fifo", fifo)
+    inbox: Inbox[int] = Inbox(wakeup, [ring], int)
+    sender = Sender(ring, wakeup)
+    selector = PollingSelector()
+    loop = asyncio.SelectorEventLoop(selector)
+    got: list[int] = []
+    by_then: list[int] = []
+    done = asyncio.Event()
+
+    def on_wakeup() -> None:
+        got.extend(inbox.drain())
+        if 8 in got:
+            done.set()
+
+    async def main() -> None:
+        loop.add_reader(inbox.waiter.fileno(), on_wakeup)
+        selector.watch(inbox, lambda: outstanding)
+
+        def produce() -> None:
+            time.sleep(0.05)  # NOTE: the loop blocks meanwhile (no timer but wait_for's)
+            sender.wake()  # the loop is blocked and armed: one byte, nothing in the ring
+            time.sleep(0.0002)
+            sender.push_quiet(encode(7))  # no byte: only a polling loop sees it
+            time.sleep(0.2)
+            by_then.extend(got)
+            sender.send(8)
+
+        producer = threading.Thread(target=produce)
+        producer.start()
+        await asyncio.wait_for(done.wait(), 5)
+        producer.join()
+        selector.watch(None)
+        loop.remove_reader(inbox.waiter.fileno())
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+        sender.close()
+        inbox.close()
+    return by_then, selector.early_polls
+
+
+def test_an_early_wake_with_answers_outstanding_polls_for_the_answer(
+    names: tuple[str, str],
+) -> None:
+    """``PREWAKE_POLL_S``: after a wake that found no record, with answers outstanding, the
+    loop polls its rings: a record pushed without a byte right after is taken at once."""
+    by_then, polls = _run_early_wake(names, outstanding=1)
+    assert by_then == [7]
+    assert polls >= 1
+
+
+def test_an_early_wake_with_nothing_outstanding_does_not_poll(names: tuple[str, str]) -> None:
+    """No answer awaited: the loop blocks again at once (the quiet record waits for the
+    next byte), so a stray wake never makes an idle frontend poll."""
+    by_then, polls = _run_early_wake(names, outstanding=0)
+    assert by_then == []
+    assert polls == 0

@@ -10,6 +10,14 @@ rings) does it arm the FIFO (``ipc.memory.notify.Waiter.arm``), recheck the ring
 the wait it disarms. While the frontend is busy, workers and the scheduler therefore answer
 it without a syscall and without waking it; one wake-up serves a whole burst of answers.
 
+A worker about to answer wakes the frontend early (``workers.prewake``): when the loop
+blocked and a FIFO byte woke it with no record in the rings while answers are outstanding,
+an answer is on its way, and the selector polls the rings and its descriptors (yielding the
+CPU between polls) for up to ``PREWAKE_POLL_S`` instead of returning to block again. The
+answer then finds the loop running: the vCPU's wake-up (tens of µs on this VM, measured in
+``bench/wake_cost.py``) overlapped the worker's ``execute``. The poll only follows such a
+wake, and ends after ``PREWAKE_POLL_S``: an idle frontend never polls.
+
 ``at_pass_end(callback)``: the callback runs at the start of every ``select``, that is once
 the loop ran every callback of its last pass and before it polls or waits again (the
 native handoff's kick, ``native.handoff.Handoff``: the answers of a pass leave together,
@@ -19,7 +27,9 @@ without a pass of their own).
 from __future__ import annotations
 
 import logging
+import os
 import selectors
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,12 +39,18 @@ log = logging.getLogger(__name__)
 
 _READ = selectors.EVENT_READ
 
+PREWAKE_POLL_S = 300e-6
+"""How long the loop polls after an early wake (module docstring): a worker sends it when
+its recent batches took under ``workers.prewake.PREWAKE_MAX_NS`` from start to answers, so
+the answer is due well within this."""
+
 
 class PollingSelector(selectors.EpollSelector):
     """An ``EpollSelector`` that polls ``inbox`` before each wait (module docstring).
 
-    ``watch(inbox)`` names the inbox once its FIFO is registered with the loop
-    (``loop.add_reader``); until then it is a plain epoll selector.
+    ``watch(inbox, outstanding)`` names the inbox once its FIFO is registered with the loop
+    (``loop.add_reader``); until then it is a plain epoll selector. ``outstanding()`` is
+    the number of requests and queries waiting for an answer (``len(PendingTable)``).
     """
 
     def __init__(self) -> None:
@@ -42,6 +58,9 @@ class PollingSelector(selectors.EpollSelector):
         self._inbox: Inbox[Any] | None = None
         self._fd = -1
         self._pass_end: list[Callable[[], None]] = []
+        self._outstanding: Callable[[], int] = lambda: 0
+        self.early_polls = 0
+        """Early wakes that made the loop poll (tests and debugging)."""
 
     def at_pass_end(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` at the start of every ``select`` (module docstring)."""
@@ -54,10 +73,14 @@ class PollingSelector(selectors.EpollSelector):
             except Exception:  # noqa: BLE001 - as the loop's handler of a callback's error
                 log.exception("pass-end callback failed")
 
-    def watch(self, inbox: Inbox[Any] | None) -> None:
-        """Poll ``inbox`` (its FIFO registered already), or stop polling (None)."""
+    def watch(
+        self, inbox: Inbox[Any] | None, outstanding: Callable[[], int] | None = None
+    ) -> None:
+        """Poll ``inbox`` (its FIFO registered already), or stop polling (None);
+        ``outstanding``: the count of answers awaited (none: early wakes never poll)."""
         self._inbox = inbox
         self._fd = -1 if inbox is None else inbox.waiter.fileno()
+        self._outstanding = outstanding or (lambda: 0)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         """``EpollSelector.select``, with the inbox's FIFO reported readable whenever its
@@ -85,8 +108,39 @@ class PollingSelector(selectors.EpollSelector):
                 break
         if woken:
             waiter.clear()
+            if (
+                blocking
+                and len(events) == 1
+                and not inbox.has_pending()
+                and self._outstanding()
+            ):
+                # NOTE: an early wake (module docstring): the answer is on its way.
+                return self._poll_early(events, timeout)
         elif ready or (blocking and inbox.has_pending()):
             key = self.get_map().get(fifo)
             if key is not None:
                 events.append((key, _READ))
+        return events
+
+    def _poll_early(
+        self, events: list[tuple[selectors.SelectorKey, int]], timeout: float | None
+    ) -> list[tuple[selectors.SelectorKey, int]]:
+        """After an early wake (module docstring): poll the rings and the other descriptors
+        until a record or an event arrives, ``PREWAKE_POLL_S`` or ``timeout`` pass; returns
+        ``events`` (the FIFO's, already read) plus what arrived."""
+        self.early_polls += 1
+        inbox = self._inbox
+        assert inbox is not None
+        fifo = self._fd
+        clock = time.perf_counter
+        end = clock() + (PREWAKE_POLL_S if timeout is None else min(PREWAKE_POLL_S, timeout))
+        while True:
+            if inbox.has_pending():
+                break  # NOTE: the FIFO's event (in ``events``) makes the loop drain
+            more = [e for e in super().select(0) if e[0].fd != fifo]
+            if more:
+                return events + more
+            if clock() >= end:
+                break
+            os.sched_yield()
         return events
