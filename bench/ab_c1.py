@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""c=1 latency of two triton-mp commits and the real Triton 2.51, all up at once, short
+perf_analyzer windows interleaved (issue 34's c=1 goals).
+
+    python bench/ab_c1.py --a HEAD --b main --rounds 6 --window-ms 2000
+
+On this 2-vCPU machine shared with other sessions the load moves from one minute to the next
+by more than the differences sought (tens of µs at c=1), and ``bench_vs_triton.py`` runs each
+side minutes apart. Here Triton, commit A and commit B (each's src/ exported with
+``git archive``, the built extensions copied in when the native sources match) serve the
+same repository (``add_sub_py`` with its 500 µs delay and ``add_sub_py_nodelay`` with
+``dynamic_batching { }``) from three servers started once; each round runs one
+perf_analyzer window (``pa_run.py``: c=1, one attempt) per side and model, the sides'
+order rotating from round to round. Prints each run (p50, p99, server CPU µs per
+inference per role, wake-ups per inference), then per model and side the median p50, and
+the medians of the per-round ratios A/Triton, B/Triton and A/B.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench_vs_triton import export_commit  # bench/ is on sys.path when this runs as a script
+from common import ROOT, ManagedServer, Triton, TritonMP, load_peers_env, run_pa
+from vs_triton_workloads import NODELAY_MODEL, _copy_repository
+
+MODELS = ("add_sub_py", NODELAY_MODEL)
+SIDES = ("Triton", "A", "B")
+
+
+def _start(args: argparse.Namespace, repo: Path, logs: Path) -> dict[str, ManagedServer]:
+    servers: dict[str, ManagedServer] = {}
+    servers["Triton"] = Triton(repo, logs / "triton.log", args.peers_env)
+    servers["A"] = TritonMP(repo, logs / "a.log", src=export_commit(args.a))
+    servers["B"] = TritonMP(repo, logs / "b.log", src=export_commit(args.b))
+    for name, server in servers.items():
+        errors = server.start(list(MODELS))
+        if errors:
+            raise SystemExit(f"{name}: models not ready: {errors}")
+    return servers
+
+
+def _summary(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
+    """Per model: median p50 per side, medians of the per-round ratios."""
+    out: dict[str, Any] = {}
+    for model in MODELS:
+        per = runs[model]
+        p50 = {s: [r.get("p50_us") for r in per[s]] for s in SIDES}
+        ok = [i for i in range(len(p50["A"])) if all(p50[s][i] for s in SIDES)]
+        if not ok:
+            continue
+
+        def ratio(x: str, y: str, ok: list[int] = ok, p50: dict[str, list[Any]] = p50) -> float:
+            return round(statistics.median(p50[x][i] / p50[y][i] for i in ok), 3)
+
+        out[model] = {
+            "p50_us": {s: statistics.median(p50[s][i] for i in ok) for s in SIDES},
+            "cpu_us": {
+                s: statistics.median(per[s][i].get("cpu_us_per_infer") or 0 for i in ok)
+                for s in SIDES
+            },
+            "A/Triton": ratio("A", "Triton"),
+            "B/Triton": ratio("B", "Triton"),
+            "A/B": ratio("A", "B"),
+            "rounds": len(ok),
+        }
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--a", required=True, help="commit A (e.g. HEAD)")
+    ap.add_argument("--b", required=True, help="commit B (e.g. main)")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--window-ms", type=int, default=2000)
+    ap.add_argument("--peers-env", type=Path, default=ROOT / ".peers" / "peers.env")
+    ap.add_argument("--pa-run", type=Path, default=ROOT / "bench" / "pa_run.py")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    env = load_peers_env(args.peers_env)
+    tmp = Path(tempfile.mkdtemp(prefix="ab_c1."))
+    repo = tmp / "repo"
+    _copy_repository(ROOT / "bench" / "model_repository", repo, nodelay=True)
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {m: {s: [] for s in SIDES} for m in MODELS}
+    servers: dict[str, ManagedServer] = {}
+    try:
+        servers = _start(args, repo, tmp)
+        for i in range(args.rounds):
+            order = SIDES[i % 3 :] + SIDES[: i % 3]
+            for model in MODELS:
+                for side in order:
+                    pa = ["-m", model, "--concurrency-range", "1", "-s", "50"]
+                    rec = run_pa(
+                        args.pa_run,
+                        env,
+                        servers[side],
+                        f"{side} {model}",
+                        pa,
+                        args.window_ms,
+                        1,
+                        tmp / "pa.jsonl",
+                    )
+                    runs[model][side].append(rec)
+                    roles = {
+                        k: (v.get("cpu_us"), v.get("wakeups"))
+                        for k, v in rec.get("roles", {}).items()
+                    }
+                    print(
+                        f"round {i + 1} {model:20s} {side:6s} p50 {rec.get('p50_us')} µs "
+                        f"p99 {rec.get('p99_us')} cpu/inf {rec.get('cpu_us_per_infer')} "
+                        f"wakes/inf {rec.get('wakeups_per_infer')} roles {roles}"
+                        f"{' ERROR ' + str(rec.get('error')) if rec.get('error') else ''}",
+                        flush=True,
+                    )
+    finally:
+        for s in servers.values():
+            s.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    summary = _summary(runs)
+    for model, s in summary.items():
+        print(f"{model}: {json.dumps(s)}")
+    if args.json:
+        args.json.write_text(
+            json.dumps({"a": args.a, "b": args.b, "runs": runs, "summary": summary})
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
