@@ -170,3 +170,61 @@ def test_an_early_wake_with_nothing_outstanding_does_not_poll(names: tuple[str, 
     by_then, polls = _run_early_wake(names, outstanding=0)
     assert by_then == []
     assert polls == 0
+
+
+def test_the_loop_polls_after_answers_only_while_the_next_event_follows_at_once(
+    names: tuple[str, str],
+) -> None:
+    """``frontend.dispatch.linger``: a client that comes back ~0.1 ms after each answer
+    makes the loop poll before blocking; one that comes back 5 ms later stops it after one
+    poll at most."""
+    ring, fifo = names
+    wakeup = Wakeup("fifo", fifo)
+    inbox: Inbox[int] = Inbox(wakeup, [ring], int)
+    sender = Sender(ring, wakeup)
+    selector = PollingSelector()
+    loop = asyncio.SelectorEventLoop(selector)
+    rfd, wfd = os.pipe()
+    requests = 0
+    done = asyncio.Event()
+    lingers: list[int] = []
+
+    def on_request() -> None:
+        nonlocal requests
+        os.read(rfd, 64)
+        requests += 1
+        if requests in (20, 30):
+            lingers.append(selector.lingers)
+        if requests == 30:
+            done.set()
+
+    def client(n: int, after_s: float) -> None:
+        for _ in range(n):
+            time.sleep(0.002)
+            sender.send(1)  # an answer
+            time.sleep(after_s)
+            os.write(wfd, b"r")  # the client's next request
+
+    async def main() -> None:
+        loop.add_reader(inbox.waiter.fileno(), inbox.drain)
+        loop.add_reader(rfd, on_request)
+        selector.watch(inbox)
+        producer = threading.Thread(target=lambda: (client(20, 0.0001), client(10, 0.005)))
+        producer.start()
+        await asyncio.wait_for(done.wait(), 10)
+        producer.join()
+        selector.watch(None)
+        loop.remove_reader(inbox.waiter.fileno())
+        loop.remove_reader(rfd)
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+        sender.close()
+        inbox.close()
+        os.close(rfd)
+        os.close(wfd)
+    fast, slow = lingers
+    assert fast >= 3
+    assert slow - fast <= 1

@@ -18,6 +18,10 @@ answer then finds the loop running: the vCPU's wake-up (tens of µs on this VM, 
 ``bench/wake_cost.py``) overlapped the worker's ``execute``. The poll only follows such a
 wake, and ends after ``PREWAKE_POLL_S``: an idle frontend never polls.
 
+After a pass that delivered answers, the loop polls for up to ``linger.LINGER_S`` before
+it blocks, while that pays (``frontend.dispatch.linger``): a client's next request then
+finds it running.
+
 ``at_pass_end(callback)``: the callback runs at the start of every ``select``, that is once
 the loop ran every callback of its last pass and before it polls or waits again (the
 native handoff's kick, ``native.handoff.Handoff``: the answers of a pass leave together,
@@ -33,6 +37,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from triton_mp.frontend.dispatch.linger import Linger
 from triton_mp.ipc import Inbox
 
 log = logging.getLogger(__name__)
@@ -61,6 +66,9 @@ class PollingSelector(selectors.EpollSelector):
         self._outstanding: Callable[[], int] = lambda: 0
         self.early_polls = 0
         """Early wakes that made the loop poll (tests and debugging)."""
+        self._linger = Linger()
+        self.lingers = 0
+        """Polls after answers before blocking (``frontend.dispatch.linger``)."""
 
     def at_pass_end(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` at the start of every ``select`` (module docstring)."""
@@ -73,9 +81,7 @@ class PollingSelector(selectors.EpollSelector):
             except Exception:  # noqa: BLE001 - as the loop's handler of a callback's error
                 log.exception("pass-end callback failed")
 
-    def watch(
-        self, inbox: Inbox[Any] | None, outstanding: Callable[[], int] | None = None
-    ) -> None:
+    def watch(self, inbox: Inbox[Any] | None, outstanding: Callable[[], int] | None = None) -> None:
         """Poll ``inbox`` (its FIFO registered already), or stop polling (None);
         ``outstanding``: the count of answers awaited (none: early wakes never poll)."""
         self._inbox = inbox
@@ -87,17 +93,38 @@ class PollingSelector(selectors.EpollSelector):
         rings hold records, and the FIFO armed only around a blocking wait."""
         if self._pass_end:
             self._end_pass()
-        inbox = self._inbox
-        if inbox is None:
+        if self._inbox is None:
             return super().select(timeout)
+        t0 = time.perf_counter()
+        events = self._select_inbox(self._inbox, timeout)
+        linger = self._linger
+        linger.ended(time.perf_counter() - t0, bool(events))
+        fifo = self._fd
+        for key, _mask in events:
+            if key.fd == fifo:
+                linger.answered()
+                break
+        return events
+
+    def _select_inbox(
+        self, inbox: Inbox[Any], timeout: float | None
+    ) -> list[tuple[selectors.SelectorKey, int]]:
         waiter = inbox.waiter
         ready = inbox.has_pending()
         blocking = not ready and (timeout is None or timeout > 0)
+        polled = None
+        if blocking:
+            budget = self._linger.budget_s()
+            if budget:
+                # NOTE: right after answers: the client's next request is near (linger).
+                polled = self._poll(budget if timeout is None else min(budget, timeout))
+                if polled is not None:
+                    ready, blocking = inbox.has_pending(), False
         if blocking:
             waiter.arm()
             if inbox.has_pending():  # published before the arm: nobody will announce it
                 ready, blocking = True, False
-        events = super().select(timeout if blocking else 0)
+        events = polled if polled is not None else super().select(timeout if blocking else 0)
         if blocking:
             waiter.disarm()
         fifo = self._fd
@@ -108,19 +135,32 @@ class PollingSelector(selectors.EpollSelector):
                 break
         if woken:
             waiter.clear()
-            if (
-                blocking
-                and len(events) == 1
-                and not inbox.has_pending()
-                and self._outstanding()
-            ):
+            if blocking and len(events) == 1 and not inbox.has_pending() and self._outstanding():
                 # NOTE: an early wake (module docstring): the answer is on its way.
                 return self._poll_early(events, timeout)
         elif ready or (blocking and inbox.has_pending()):
-            key = self.get_map().get(fifo)
-            if key is not None:
-                events.append((key, _READ))
+            fifo_key = self.get_map().get(fifo)
+            if fifo_key is not None:
+                events.append((fifo_key, _READ))
         return events
+
+    def _poll(self, limit_s: float) -> list[tuple[selectors.SelectorKey, int]] | None:
+        """Poll the rings and the descriptors, yielding the CPU between polls, for up to
+        ``limit_s``: the events found (empty: a ring record), or None when nothing came."""
+        self.lingers += 1
+        inbox = self._inbox
+        assert inbox is not None
+        clock = time.perf_counter
+        end = clock() + limit_s
+        while True:
+            if inbox.has_pending():
+                return []
+            events = super().select(0)
+            if events:
+                return events
+            if clock() >= end:
+                return None
+            os.sched_yield()
 
     def _poll_early(
         self, events: list[tuple[selectors.SelectorKey, int]], timeout: float | None
