@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""c=1 latency of two triton-mp commits and the real Triton 2.51, all up at once, short
+"""c=1 latency of triton-mp commits and the real Triton 2.51, all up at once, short
 perf_analyzer windows interleaved (issue 34's c=1 goals).
 
-    python bench/ab_c1.py --a HEAD --b main --rounds 6 --window-ms 2000
+    python bench/ab_c1.py --commits HEAD,main --rounds 6 --window-ms 2000
 
 On this 2-vCPU machine shared with other sessions the load moves from one minute to the next
 by more than the differences sought (tens of µs at c=1), and ``bench_vs_triton.py`` runs each
@@ -10,10 +10,11 @@ side minutes apart. Here Triton, commit A and commit B (each's src/ exported wit
 ``git archive``, the built extensions copied in when the native sources match) serve the
 same repository (``add_sub_py`` with its 500 µs delay and ``add_sub_py_nodelay`` with
 ``dynamic_batching { }``) from three servers started once; each round runs one
-perf_analyzer window (``pa_run.py``: c=1, one attempt) per side and model, the sides'
+perf_analyzer window (``pa_run.py``: c=1, one window) per side and model, the sides'
 order rotating from round to round. Prints each run (p50, p99, server CPU µs per
-inference per role, wake-ups per inference), then per model and side the median p50, and
-the medians of the per-round ratios A/Triton, B/Triton and A/B.
+inference per role, wake-ups per inference), then per model and side the median p50 and
+CPU per inference, and the medians of the per-round ratios of each commit to Triton and
+to the last commit given (the base).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -33,14 +35,13 @@ from common import ROOT, ManagedServer, Triton, TritonMP, load_peers_env, run_pa
 from vs_triton_workloads import NODELAY_MODEL, _copy_repository
 
 MODELS = ("add_sub_py", NODELAY_MODEL)
-SIDES = ("Triton", "A", "B")
 
 
 def _start(args: argparse.Namespace, repo: Path, logs: Path) -> dict[str, ManagedServer]:
     servers: dict[str, ManagedServer] = {}
     servers["Triton"] = Triton(repo, logs / "triton.log", args.peers_env)
-    servers["A"] = TritonMP(repo, logs / "a.log", src=export_commit(args.a))
-    servers["B"] = TritonMP(repo, logs / "b.log", src=export_commit(args.b))
+    for i, rev in enumerate(args.commits):
+        servers[rev] = TritonMP(repo, logs / f"mp{i}.log", src=export_commit(rev))
     for name, server in servers.items():
         errors = server.start(list(MODELS))
         if errors:
@@ -48,13 +49,15 @@ def _start(args: argparse.Namespace, repo: Path, logs: Path) -> dict[str, Manage
     return servers
 
 
-def _summary(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
-    """Per model: median p50 per side, medians of the per-round ratios."""
+def _summary(runs: dict[str, dict[str, list[dict[str, Any]]]], sides: list[str]) -> dict[str, Any]:
+    """Per model: median p50 and CPU per inference per side, medians of the per-round
+    ratios of each commit to Triton and to the base (the last side)."""
     out: dict[str, Any] = {}
+    base = sides[-1]
     for model in MODELS:
         per = runs[model]
-        p50 = {s: [r.get("p50_us") for r in per[s]] for s in SIDES}
-        ok = [i for i in range(len(p50["A"])) if all(p50[s][i] for s in SIDES)]
+        p50 = {s: [r.get("p50_us") for r in per[s]] for s in sides}
+        ok = [i for i in range(len(p50[base])) if all(p50[s][i] for s in sides)]
         if not ok:
             continue
 
@@ -62,14 +65,13 @@ def _summary(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]
             return round(statistics.median(p50[x][i] / p50[y][i] for i in ok), 3)
 
         out[model] = {
-            "p50_us": {s: statistics.median(p50[s][i] for i in ok) for s in SIDES},
+            "p50_us": {s: statistics.median(p50[s][i] for i in ok) for s in sides},
             "cpu_us": {
                 s: statistics.median(per[s][i].get("cpu_us_per_infer") or 0 for i in ok)
-                for s in SIDES
+                for s in sides
             },
-            "A/Triton": ratio("A", "Triton"),
-            "B/Triton": ratio("B", "Triton"),
-            "A/B": ratio("A", "B"),
+            "to Triton": {s: ratio(s, "Triton") for s in sides[1:]},
+            "to base": {s: ratio(s, base) for s in sides[1:-1]},
             "rounds": len(ok),
         }
     return out
@@ -77,27 +79,33 @@ def _summary(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--a", required=True, help="commit A (e.g. HEAD)")
-    ap.add_argument("--b", required=True, help="commit B (e.g. main)")
+    ap.add_argument(
+        "--commits", required=True, help="comma-separated revisions, the base last (HEAD,main)"
+    )
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--window-ms", type=int, default=2000)
     ap.add_argument("--peers-env", type=Path, default=ROOT / ".peers" / "peers.env")
     ap.add_argument("--pa-run", type=Path, default=ROOT / "bench" / "pa_run.py")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    args.commits = [c.strip() for c in args.commits.split(",") if c.strip()]
+    sides = ["Triton", *args.commits]
+    # NOTE: a background run ignores SIGINT: SIGTERM stops the servers too (finally).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     env = load_peers_env(args.peers_env)
     tmp = Path(tempfile.mkdtemp(prefix="ab_c1."))
     repo = tmp / "repo"
     _copy_repository(ROOT / "bench" / "model_repository", repo, nodelay=True)
-    runs: dict[str, dict[str, list[dict[str, Any]]]] = {m: {s: [] for s in SIDES} for m in MODELS}
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {m: {s: [] for s in sides} for m in MODELS}
     servers: dict[str, ManagedServer] = {}
     try:
         servers = _start(args, repo, tmp)
         for i in range(args.rounds):
-            order = SIDES[i % 3 :] + SIDES[: i % 3]
+            k = i % len(sides)
+            order = sides[k:] + sides[:k]
             for model in MODELS:
                 for side in order:
-                    pa = ["-m", model, "--concurrency-range", "1", "-s", "50"]
+                    pa = ["-m", model, "--concurrency-range", "1", "-s", "100", "--max-trials", "3"]
                     rec = run_pa(
                         args.pa_run,
                         env,
@@ -124,12 +132,12 @@ def main() -> int:
         for s in servers.values():
             s.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    summary = _summary(runs)
+    summary = _summary(runs, sides)
     for model, s in summary.items():
         print(f"{model}: {json.dumps(s)}")
     if args.json:
         args.json.write_text(
-            json.dumps({"a": args.a, "b": args.b, "runs": runs, "summary": summary})
+            json.dumps({"commits": args.commits, "runs": runs, "summary": summary})
         )
     return 0
 
