@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from triton_mp.frontend.dispatch import polling_loop
 from triton_mp.frontend.dispatch.polling_loop import PollingSelector
 from triton_mp.ipc import Inbox, Sender, encode
 from triton_mp.ipc.memory.notify import Wakeup, create_wakeup
@@ -106,10 +107,14 @@ def test_pass_end_callbacks_run_before_each_poll_and_a_failing_one_is_logged(
     assert "pass-end callback failed" in caplog.text
 
 
-def _run_early_wake(names: tuple[str, str], outstanding: int) -> tuple[list[int], int]:
-    """Block the loop, wake it with no record (a worker's early wake), then push a record
-    with no wake at all 2 ms later and a woken one 0.3 s later; returns what the loop got
-    by 0.2 s and its early polls."""
+def _run_early_wake(
+    names: tuple[str, str], outstanding: int, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[int], int]:
+    """Block the loop, wake it with no record (a worker's early wake), push a record with no
+    wake at all once the loop polls (or after 0.3 s), and a woken one 0.2 s later; returns
+    what the loop got before that and its early polls."""
+    # NOTE: a long poll: the test does not depend on how fast this machine schedules.
+    monkeypatch.setattr(polling_loop, "PREWAKE_POLL_S", 2.0)
     ring, fifo = names
     wakeup = Wakeup("fifo", fifo)
     inbox: Inbox[int] = Inbox(wakeup, [ring], int)
@@ -132,7 +137,9 @@ def _run_early_wake(names: tuple[str, str], outstanding: int) -> tuple[list[int]
         def produce() -> None:
             time.sleep(0.05)  # NOTE: the loop blocks meanwhile (no timer but wait_for's)
             sender.wake()  # the loop is blocked and armed: one byte, nothing in the ring
-            time.sleep(0.0002)
+            until = time.monotonic() + 0.3
+            while not selector.early_polls and time.monotonic() < until:
+                time.sleep(0.0001)
             sender.push_quiet(encode(7))  # no byte: only a polling loop sees it
             time.sleep(0.2)
             by_then.extend(got)
@@ -155,19 +162,21 @@ def _run_early_wake(names: tuple[str, str], outstanding: int) -> tuple[list[int]
 
 
 def test_an_early_wake_with_answers_outstanding_polls_for_the_answer(
-    names: tuple[str, str],
+    names: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``PREWAKE_POLL_S``: after a wake that found no record, with answers outstanding, the
     loop polls its rings: a record pushed without a byte right after is taken at once."""
-    by_then, polls = _run_early_wake(names, outstanding=1)
+    by_then, polls = _run_early_wake(names, 1, monkeypatch)
     assert by_then == [7]
     assert polls >= 1
 
 
-def test_an_early_wake_with_nothing_outstanding_does_not_poll(names: tuple[str, str]) -> None:
+def test_an_early_wake_with_nothing_outstanding_does_not_poll(
+    names: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No answer awaited: the loop blocks again at once (the quiet record waits for the
     next byte), so a stray wake never makes an idle frontend poll."""
-    by_then, polls = _run_early_wake(names, outstanding=0)
+    by_then, polls = _run_early_wake(names, 0, monkeypatch)
     assert by_then == []
     assert polls == 0
 
