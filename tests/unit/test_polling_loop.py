@@ -108,13 +108,27 @@ def test_pass_end_callbacks_run_before_each_poll_and_a_failing_one_is_logged(
 
 
 def _run_early_wake(
-    names: tuple[str, str], outstanding: int, monkeypatch: pytest.MonkeyPatch
+    names: tuple[str, str],
+    outstanding: int,
+    monkeypatch: pytest.MonkeyPatch,
+    busy: list[int] | None = None,
 ) -> tuple[list[int], int]:
     """Block the loop, wake it with no record (a worker's early wake), push a record with no
     wake at all once the loop polls (or after 0.3 s), and a woken one 0.2 s later; returns
-    what the loop got before that and its early polls."""
-    # NOTE: a long poll: the test does not depend on how fast this machine schedules.
+    what the loop got before that and its early polls. ``busy``: each yield between two
+    polls takes 1 ms, as when another task wants the vCPU, and is counted there."""
+    # NOTE: a long poll, never cut short by other tasks unless ``busy``: the test does not
+    # depend on how fast or how loaded this machine is.
     monkeypatch.setattr(polling_loop, "PREWAKE_POLL_S", 2.0)
+    monkeypatch.setattr(polling_loop, "BUSY_YIELD_S", 0.0005 if busy is not None else 1.0)
+    if busy is not None:
+        yields = busy
+
+        def slow_yield() -> None:
+            yields.append(1)
+            time.sleep(0.001)
+
+        monkeypatch.setattr(polling_loop.os, "sched_yield", slow_yield)
     ring, fifo = names
     wakeup = Wakeup("fifo", fifo)
     inbox: Inbox[int] = Inbox(wakeup, [ring], int)
@@ -125,8 +139,11 @@ def _run_early_wake(
     by_then: list[int] = []
     done = asyncio.Event()
 
+    drained = threading.Event()  # NOTE: the loop drained its inbox at least once
+
     def on_wakeup() -> None:
         got.extend(inbox.drain())
+        drained.set()
         if 8 in got:
             done.set()
 
@@ -140,6 +157,8 @@ def _run_early_wake(
             until = time.monotonic() + 0.3
             while not selector.early_polls and time.monotonic() < until:
                 time.sleep(0.0001)
+            if busy is not None:
+                drained.wait(2)  # NOTE: the poll was cut short, and the loop drained
             sender.push_quiet(encode(7))  # no byte: only a polling loop sees it
             time.sleep(0.2)
             by_then.extend(got)
@@ -171,6 +190,17 @@ def test_an_early_wake_with_answers_outstanding_polls_for_the_answer(
     assert polls >= 1
 
 
+def test_an_early_wake_poll_stops_when_another_task_wants_the_cpu(
+    names: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``BUSY_YIELD_S``: a yield between two polls that let another task run ends the poll
+    at once, long before ``PREWAKE_POLL_S``."""
+    yields: list[int] = []
+    _by_then, polls = _run_early_wake(names, 1, monkeypatch, busy=yields)
+    assert polls == 1
+    assert len(yields) == 1
+
+
 def test_an_early_wake_with_nothing_outstanding_does_not_poll(
     names: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -182,11 +212,12 @@ def test_an_early_wake_with_nothing_outstanding_does_not_poll(
 
 
 def test_the_loop_polls_after_answers_only_while_the_next_event_follows_at_once(
-    names: tuple[str, str],
+    names: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``frontend.dispatch.linger``: a client that comes back ~0.1 ms after each answer
     makes the loop poll before blocking; one that comes back 5 ms later stops it after one
     poll at most."""
+    monkeypatch.setattr(polling_loop, "BUSY_YIELD_S", 1.0)  # NOTE: however loaded the machine
     ring, fifo = names
     wakeup = Wakeup("fifo", fifo)
     inbox: Inbox[int] = Inbox(wakeup, [ring], int)
@@ -200,11 +231,11 @@ def test_the_loop_polls_after_answers_only_while_the_next_event_follows_at_once(
 
     def on_request() -> None:
         nonlocal requests
-        os.read(rfd, 64)
-        requests += 1
-        if requests in (20, 30):
+        before = requests
+        requests += len(os.read(rfd, 64))  # NOTE: a late loop reads two requests at once
+        if before < 20 <= requests or before < 30 <= requests:
             lingers.append(selector.lingers)
-        if requests == 30:
+        if requests >= 30:
             done.set()
 
     def client(n: int, after_s: float) -> None:

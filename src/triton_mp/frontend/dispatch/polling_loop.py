@@ -16,7 +16,8 @@ an answer is on its way, and the selector polls the rings and its descriptors (y
 CPU between polls) for up to ``PREWAKE_POLL_S`` instead of returning to block again. The
 answer then finds the loop running: the vCPU's wake-up (tens of µs on this VM, measured in
 ``bench/wake_cost.py``) overlapped the worker's ``execute``. The poll only follows such a
-wake, and ends after ``PREWAKE_POLL_S``: an idle frontend never polls.
+wake, and ends after ``PREWAKE_POLL_S``, or as soon as a yield between two polls let
+another task run (the vCPU is wanted: a busy machine): an idle frontend never polls.
 
 After a pass that delivered answers, the loop polls for up to ``linger.LINGER_S`` before
 it blocks, while that pays (``frontend.dispatch.linger``): a client's next request then
@@ -44,10 +45,24 @@ log = logging.getLogger(__name__)
 
 _READ = selectors.EVENT_READ
 
+BUSY_YIELD_S = 15e-6
+"""A ``sched_yield`` that took longer ran another task: a poll stops there (``_displaced``).
+Alone on its vCPU one takes ~1 µs."""
+
 PREWAKE_POLL_S = 300e-6
 """How long the loop polls after an early wake (module docstring): a worker sends it when
 its recent batches took under ``workers.prewake.PREWAKE_MAX_NS`` from start to answers, so
 the answer is due well within this."""
+
+
+def _displaced(clock: Callable[[], float]) -> bool:
+    """Yield the CPU between two polls; True when another task ran meanwhile (the yield
+    took over ``BUSY_YIELD_S``): the vCPU is wanted, and the poll stops, since a poll pays
+    only on a vCPU that would otherwise sit idle (``bench/wake_cost.py``: under load,
+    polling had the worse p90)."""
+    t = clock()
+    os.sched_yield()
+    return clock() - t > BUSY_YIELD_S
 
 
 class PollingSelector(selectors.EpollSelector):
@@ -158,9 +173,8 @@ class PollingSelector(selectors.EpollSelector):
             events = super().select(0)
             if events:
                 return events
-            if clock() >= end:
+            if clock() >= end or _displaced(clock):
                 return None
-            os.sched_yield()
 
     def _poll_early(
         self, events: list[tuple[selectors.SelectorKey, int]], timeout: float | None
@@ -180,7 +194,6 @@ class PollingSelector(selectors.EpollSelector):
             more = [e for e in super().select(0) if e[0].fd != fifo]
             if more:
                 return events + more
-            if clock() >= end:
+            if clock() >= end or _displaced(clock):
                 break
-            os.sched_yield()
         return events
