@@ -652,3 +652,27 @@ def test_the_backends_request_is_the_constructors_for_the_same_arguments() -> No
     assert t.as_numpy() is a
     assert fast.requested_output_names() == ["OUT"]
     assert fast.parameters() == '{"k": 1}'
+
+
+def test_get_input_tensor_by_name_asks_a_request_of_another_class() -> None:
+    """pb_utils' own requests are searched in place; another class's method is called."""
+    a = pb_utils.Tensor("A", np.zeros(2, np.float32))
+    req = pb_utils.InferenceRequest(inputs=[a], requested_output_names=[])
+    assert pb_utils.get_input_tensor_by_name(req, "A") is a
+    assert pb_utils.get_input_tensor_by_name(req, "B") is None
+
+    class Renaming(pb_utils.InferenceRequest):
+        __slots__ = ()
+
+        def get_input_tensor_by_name(self, name: str) -> pb_utils.Tensor | None:
+            return super().get_input_tensor_by_name(name.upper())
+
+    sub = Renaming(inputs=[a], requested_output_names=[])
+    assert pb_utils.get_input_tensor_by_name(sub, "a") is a
+
+
+def test_a_request_built_by_a_model_has_no_sender_and_is_never_cancelled() -> None:
+    req = pb_utils.InferenceRequest(model_name="m", requested_output_names=[])
+    assert req.is_cancelled() is False
+    with pytest.raises(pb_utils.TritonModelException, match="only available"):
+        req.get_response_sender()

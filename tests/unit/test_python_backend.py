@@ -542,3 +542,66 @@ def test_a_rescheduled_request_with_a_response_fails_the_batch(tmp_path: Path) -
         "the execute function return list for reschduled request, found type "
         "'<class 'triton_mp.backends.python.pb_utils.InferenceResponse'>'."
     )
+
+
+PER_REQUEST_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            flag = np.full_like(x, 1.0 if r.is_cancelled() else 0.0)
+            response = pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT0", x), pb_utils.Tensor("OUTPUT1", flag)])
+            if int(x[0, 0]) % 2:
+                r.get_response_sender().send(
+                    response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                out.append(None)
+            else:
+                out.append(response)
+        return out
+"""
+
+
+def test_each_request_asks_its_own_cancellation_and_sender(tmp_path: Path) -> None:
+    """The backend hands every request of a batch the same two callables and the request's
+    own key: ``is_cancelled()`` and ``get_response_sender()`` still answer for that
+    request only (cancelled tokens: requests 1 and 2; odd values answer by their sender)."""
+    b = PythonBackend(_spec(_write(tmp_path, PER_REQUEST_MODEL)), INSTANCE)
+    b.bind_responder(lambda token, result, final: None, lambda token: token in ("t1", "t2"))
+    reqs = [
+        BackendRequest(
+            {"INPUT0": np.full((1, 4), v, np.float32)}, ("OUTPUT0", "OUTPUT1"), 1, token=f"t{v}"
+        )
+        for v in range(4)
+    ]
+    results, _ = b.execute(reqs)
+    for v, res in enumerate(results):
+        assert isinstance(res, dict), res
+        assert res["OUTPUT0"].tolist() == [[float(v)] * 4]
+        assert res["OUTPUT1"].tolist() == [[1.0 if v in (1, 2) else 0.0] * 4]
+    b.close()
+
+
+def test_an_output_tensor_of_a_tensor_subclass_is_written() -> None:
+    """``_result`` takes any ``pb_utils.Tensor`` (a subclass too) and refuses anything else."""
+    b = object.__new__(PythonBackend)
+    b._spec = _spec(Path("/nonexistent/m/1/model.py"))  # noqa: SLF001
+    b._origin = "worker m_0"  # noqa: SLF001
+    b._output_dims = {}  # noqa: SLF001
+    b._batched = True  # noqa: SLF001
+
+    class Mine(pb_utils.Tensor):
+        __slots__ = ()
+
+    x = np.ones((1, 4), np.float32)
+    ok = b._result(_req(1.0), pb_utils.InferenceResponse([Mine("OUTPUT0", x)]))  # noqa: SLF001
+    assert isinstance(ok, dict)
+    assert ok["OUTPUT0"] is x
+    bad = b._result(_req(1.0), pb_utils.InferenceResponse([x]))  # type: ignore[list-item]  # noqa: SLF001
+    assert isinstance(bad, ErrorInfo)
+    assert "put a ndarray among the output tensors" in bad.message

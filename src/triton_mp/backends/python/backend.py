@@ -49,7 +49,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -224,6 +224,12 @@ class PythonBackend:
         self._execute: Callable[[list[pb_utils.InferenceRequest]], Any] = execute
         # NOTE: ``async def execute`` runs on one event loop per instance, made on first use.
         self._loop: asyncio.AbstractEventLoop | None = None
+
+        # NOTE: bound once: each request of a batch gets these, not closures of its own.
+        self._sender_for: Callable[[object], pb_utils.InferenceResponseSender] = (
+            self._new_sender if self._decoupled else self._default_sender
+        )
+        self._request_cancelled: Callable[[object], bool] = self._token_cancelled
 
         self._is_async = inspect.iscoroutinefunction(execute)
         self.has_ready_check = callable(getattr(self._model, "is_ready", None))
@@ -492,21 +498,25 @@ class PythonBackend:
             r.sequence_flags,
             r.timeout_us,
             r.parameters_json,
+            r,
+            self._sender_for,
+            self._request_cancelled,
         )
         trace = getattr(r.token, "trace", None)
         if trace is not None:
             key = (r.token.reply_to, r.token.request_id)  # type: ignore[attr-defined]
             pb_request._trace = pb_utils.InferenceTrace(trace.level, key)  # noqa: SLF001
-        pb_request._cancelled = lambda: self._cancelled(r.token)  # noqa: SLF001
-        if self._decoupled:
-            pb_request._sender_factory = lambda: self._new_sender(r)  # noqa: SLF001
-        else:
-            pb_request._sender_factory = lambda: self._default_sender(r)  # noqa: SLF001
         return pb_request
 
-    def _default_sender(self, r: BackendRequest) -> pb_utils.InferenceResponseSender:
-        """The response sender of one request of a default-mode model: its one response is
-        kept as that request's result when ``execute`` returns (``_returned_results``)."""
+    def _token_cancelled(self, r: object) -> bool:
+        """``is_cancelled()`` of the request whose ``BackendRequest`` is ``r``."""
+        return self._cancelled(cast(BackendRequest, r).token)
+
+    def _default_sender(self, key: object) -> pb_utils.InferenceResponseSender:
+        """The response sender of one request of a default-mode model (``key``: its
+        ``BackendRequest``): its one response is kept as that request's result when
+        ``execute`` returns (``_returned_results``)."""
+        r = cast(BackendRequest, key)
 
         def post(response: pb_utils.InferenceResponse | None, final: bool) -> None:
             if response is not None:
@@ -516,8 +526,10 @@ class PythonBackend:
             post, lambda: self._cancelled(r.token), decoupled=False
         )
 
-    def _new_sender(self, r: BackendRequest) -> pb_utils.InferenceResponseSender:
-        """The response sender of one request of a decoupled model."""
+    def _new_sender(self, key: object) -> pb_utils.InferenceResponseSender:
+        """The response sender of one request of a decoupled model (``key``: its
+        ``BackendRequest``)."""
+        r = cast(BackendRequest, key)
         responder = self._responder
         if responder is None:
             raise pb_utils.TritonModelException(
@@ -545,37 +557,42 @@ class PythonBackend:
                 "InferenceResponse for a request",
                 self._origin,
             )
-        error = response.error()
+        # NOTE: pb_utils' own slots, read without the accessor calls (the hot path: one
+        # response per request).
+        error = response._error  # noqa: SLF001
         if error is not None:
             return ErrorInfo(_error_code(error.code()), error.message(), self._origin)
         outputs: dict[str, np.ndarray] = {}
         wanted = request.outputs
-        for tensor in response.output_tensors():
-            if not isinstance(tensor, pb_utils.Tensor):
+        output_dims = self._output_dims
+        tensor_type = pb_utils.Tensor
+        for tensor in response._output_tensors:  # noqa: SLF001
+            if type(tensor) is not tensor_type and not isinstance(tensor, tensor_type):
                 return ErrorInfo(
                     ErrorCode.INTERNAL,
                     f"model '{self._spec.model}' put a {type(tensor).__name__} among the "
                     "output tensors of a response; expected pb_utils.Tensor",
                     self._origin,
                 )
-            name = tensor.name()
+            name = tensor._name  # noqa: SLF001
             if name not in wanted:
                 continue
-            arr = pb_utils._tensor_data(tensor)  # noqa: SLF001 - BF16 too
-            dims = self._output_dims.get(name)
-            if dims is not None:
-                try:
-                    arr = arr.reshape(((request.batch_size,) if self._batched else ()) + dims)
-                except ValueError:
-                    return ErrorInfo(
-                        ErrorCode.INTERNAL,
-                        f"output '{name}' of model '{self._spec.model}' has shape "
-                        f"{list(arr.shape)}, which does not reshape to its config dims "
-                        f"{list(dims)}",
-                        self._origin,
-                    )
+            arr = tensor._array  # noqa: SLF001 - BF16 too (as pb_utils._tensor_data)
+            if output_dims:
+                dims = output_dims.get(name)
+                if dims is not None:
+                    try:
+                        arr = arr.reshape(((request.batch_size,) if self._batched else ()) + dims)
+                    except ValueError:
+                        return ErrorInfo(
+                            ErrorCode.INTERNAL,
+                            f"output '{name}' of model '{self._spec.model}' has shape "
+                            f"{list(arr.shape)}, which does not reshape to its config dims "
+                            f"{list(dims)}",
+                            self._origin,
+                        )
             outputs[name] = arr
-        parameters = response.parameters()
+        parameters = response._parameters  # noqa: SLF001
         if parameters and parameters != "{}":
             refusal = _parameters_refusal(parameters)
             if refusal is not None:

@@ -372,10 +372,17 @@ def _backend_request(
     flags: int,
     timeout_us: int,
     parameters_json: str,
+    key: object = None,
+    sender_factory: Callable[[object], InferenceResponseSender] | None = None,
+    cancelled: Callable[[object], bool] | None = None,
 ) -> InferenceRequest:
     """An ``InferenceRequest`` as the backend hands it to ``execute``: the constructor's
     result for arguments that are already ``str``, lists and a JSON string, without its
-    conversions (one per request per batch: the hot path)."""
+    conversions (one per request per batch: the hot path). ``sender_factory(key)`` makes the
+    request's response sender when the model first asks for it and ``cancelled(key)``
+    answers ``is_cancelled()``: two callables the backend builds once, and ``key`` its own
+    handle of the request, so that no per-request closure is made for what most models never
+    call."""
     r = InferenceRequest.__new__(InferenceRequest)
     r._trace = None  # noqa: SLF001 - pb_utils' own class
     r._model_name = model_name  # noqa: SLF001
@@ -388,8 +395,9 @@ def _backend_request(
     r._timeout_us = timeout_us  # noqa: SLF001
     r._parameters = parameters_json  # noqa: SLF001
     r._sender = None  # noqa: SLF001
-    r._sender_factory = None  # noqa: SLF001
-    r._cancelled = None  # noqa: SLF001
+    r._key = key  # noqa: SLF001
+    r._sender_factory = sender_factory  # noqa: SLF001
+    r._cancelled = cancelled  # noqa: SLF001
     r._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL  # noqa: SLF001
     return r
 
@@ -463,6 +471,7 @@ class InferenceRequest:
         "_correlation_id",
         "_flags",
         "_inputs",
+        "_key",
         "_model_name",
         "_model_version",
         "_parameters",
@@ -501,8 +510,12 @@ class InferenceRequest:
         self._timeout_us = timeout
         self._parameters = _parameters_json(parameters)
         self._sender: InferenceResponseSender | None = None
-        self._sender_factory: Callable[[], InferenceResponseSender] | None = None
-        self._cancelled: Callable[[], bool] | None = None
+        self._key: object = None
+        """The backend's handle of a request ``execute`` received (None otherwise)."""
+        self._sender_factory: Callable[[object], InferenceResponseSender] | None = None
+        """Makes the response sender from ``_key`` (None: not a request ``execute`` got)."""
+        self._cancelled: Callable[[object], bool] | None = None
+        """Whether the request of ``_key`` is cancelled (None: never)."""
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     def inputs(self) -> list[Tensor]:
@@ -559,7 +572,7 @@ class InferenceRequest:
         (``workers.execution_watch``) and, for a decoupled model, after it returned. An
         HTTP client closing its connection cancels too (Triton's HTTP endpoint does not).
         """
-        return self._cancelled() if self._cancelled is not None else False
+        return self._cancelled(self._key) if self._cancelled is not None else False
 
     def trace(self) -> InferenceTrace:
         """The request's trace: pass it as ``trace=`` to a BLS request to trace that
@@ -594,7 +607,7 @@ class InferenceRequest:
                     "execute() receives",
                     TritonError.UNSUPPORTED,
                 )
-            self._sender = self._sender_factory()
+            self._sender = self._sender_factory(self._key)
         return self._sender
 
     def exec(self, decoupled: bool = False) -> Any:
@@ -902,6 +915,13 @@ class InferenceResponse:
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
     """The input of ``inference_request`` named ``name``, or None."""
+    if type(inference_request) is InferenceRequest:
+        # NOTE: the method's loop, inlined for pb_utils' own class (the hot path; called per
+        # input per request by nearly every model).
+        for t in inference_request._inputs:  # noqa: SLF001
+            if t._name == name:  # noqa: SLF001
+                return t
+        return None
     return inference_request.get_input_tensor_by_name(name)
 
 
