@@ -230,7 +230,6 @@ class PythonBackend:
             self._new_sender if self._decoupled else self._default_sender
         )
         self._request_cancelled: Callable[[object], bool] = self._token_cancelled
-
         self._is_async = inspect.iscoroutinefunction(execute)
         self.has_ready_check = callable(getattr(self._model, "is_ready", None))
         """The model defines ``is_ready()`` (python_be.cc: checked once, after initialize)."""
