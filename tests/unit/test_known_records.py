@@ -3,10 +3,14 @@ template is, byte for byte, the record ``ipc.recordio.request_records.encode_req
 
 from __future__ import annotations
 
+import struct
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triton_mp.frontend.dispatch.known_records import FORMS_KEPT, keep, patched
+from triton_mp.frontend.dispatch.known_records import FORMS_KEPT, keep, patch_in_python
+from triton_mp.frontend.native import record_patch
 from triton_mp.ipc.protocol.messages import BlockRef, InferRequest, ReplyTo, Requester, TensorRef
 from triton_mp.ipc.recordio.quiet_requests import request_bit
 from triton_mp.ipc.recordio.request_records import encode_request
@@ -36,6 +40,7 @@ FORM = st.fixed_dictionaries(
         "outputs": st.lists(st.text(min_size=1, max_size=8), max_size=3).map(tuple),
     }
 )
+NATIVE = record_patch()
 SENT = st.tuples(U64, U64, U64, st.integers(1, 2**32 - 1), st.lists(U64, min_size=4, max_size=4))
 """Per request: id, arrival, block offset, block generation, input offsets."""
 
@@ -70,7 +75,10 @@ def test_a_patched_record_is_the_encoders_record(form: dict, first: tuple, later
     assert template is not None
     desc = request(form, later)
     expected = encode_request(desc)
-    assert patched(template, desc.request_id, desc.arrival_ns, desc.block, desc.inputs) == expected
+    args = (template, desc.request_id, desc.arrival_ns, desc.block, desc.inputs)
+    assert patch_in_python(*args) == expected
+    if NATIVE is not None:
+        assert NATIVE(*args) == expected
     templates: dict[tuple[str, str], tuple[bytes, int]] = {}
     keep(templates, ("/seg", ""), template)
     # NOTE: the kept bit is the one HeldWakes.send would compute for every patched record
@@ -84,3 +92,23 @@ def test_templates_are_kept_per_form_and_cleared_whole_when_full() -> None:
     assert len(templates) == FORMS_KEPT
     keep(templates, ("/seg", "new"), b"new")
     assert templates == {("/seg", "new"): (b"new", 0)}
+
+
+@pytest.mark.skipif(NATIVE is None, reason="native extension not built")
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=400), st.lists(U64, max_size=4))
+def test_the_native_patch_writes_only_inside_the_template(template: bytes, offsets: list) -> None:  # type: ignore[type-arg]
+    """Any bytes as a template: patched as Python patches them, or refused (ValueError, where
+    Python's struct raises) when shorter than the header and the entries."""
+    assert NATIVE is not None
+    block = BlockRef("/seg", 2**64 - 1, 2**32 - 1)
+    refs = [TensorRef("x", "FP32", (1,), "/seg", off, 4) for off in offsets]
+    try:
+        expected = patch_in_python(template, 1, 2, block, refs)
+    except struct.error:
+        with pytest.raises(ValueError, match="shorter"):
+            NATIVE(template, 1, 2, block, refs)
+    else:
+        assert NATIVE(template, 1, 2, block, refs) == expected
+    with pytest.raises(OverflowError):
+        NATIVE(bytes(400), 1, 2, BlockRef("/seg", 0, 2**32), refs)

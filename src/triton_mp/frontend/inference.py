@@ -25,9 +25,10 @@ from typing import cast
 from triton_mp.common.errors import ErrorCode, InvalidRequest, ModelUnavailable, TritonMPError
 from triton_mp.frontend.cache.response import Hit, ResponseCacheStep, cache_enabled, cacheable
 from triton_mp.frontend.classification import Classify, classification
+from triton_mp.frontend.dispatch import known_records
 from triton_mp.frontend.dispatch.direct import DirectRoutes
 from triton_mp.frontend.dispatch.inputs import region_ids, write_inputs
-from triton_mp.frontend.dispatch.known_records import Form, Template, keep, patched
+from triton_mp.frontend.dispatch.known_records import Form, Template, keep
 from triton_mp.frontend.dispatch.known_requests import (
     KnownRequest,
     KnownRequests,
@@ -353,7 +354,7 @@ class Inference:
         # NOTE: ``_enqueue`` and ``_send_request`` for what a known call mostly is.
         pending.copied_bytes["in"] += sum(known.sizes)
         pending.add_request(rid, block, sink, streaming=model.decoupled)
-        data = patched(template[0], rid, self._clock_ns(), block, refs)
+        data = known_records.patched(template[0], rid, self._clock_ns(), block, refs)
         self._push(rid, client_id, valid, data, template[1])
         return rid, model, valid.version
 
@@ -526,7 +527,7 @@ class Inference:
         template = None if templates is None or trace else templates.get(form)
         bit = None if template is None else template[1]
         if template is not None:
-            data = patched(template[0], rid, arrival_ns, block, refs)
+            data = known_records.patched(template[0], rid, arrival_ns, block, refs)
         else:
             desc = self._descriptor(rid, client_id, valid, block, refs, arrival_ns, trace)
             try:

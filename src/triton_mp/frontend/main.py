@@ -39,6 +39,7 @@ from triton_mp.frontend.api import FrontendApi
 from triton_mp.frontend.cache.response import ResponseCacheStep, cache_enabled
 from triton_mp.frontend.dispatch.direct import DirectRoutes
 from triton_mp.frontend.dispatch.inbox import InboxHandler
+from triton_mp.frontend.dispatch.known_records import use_patch
 from triton_mp.frontend.dispatch.pending import PendingTable
 from triton_mp.frontend.dispatch.polling_loop import PollingSelector
 from triton_mp.frontend.dispatch.wakes import HeldWakes
@@ -51,7 +52,7 @@ from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.metrics.endpoint import MetricsEndpoint
 from triton_mp.frontend.metrics.latency import FirstResponseHistograms
 from triton_mp.frontend.model_table import ModelTable
-from triton_mp.frontend.native import UNAVAILABLE, available, input_arena_type
+from triton_mp.frontend.native import UNAVAILABLE, available, input_arena_type, record_patch
 from triton_mp.frontend.native.public_port import NativePort, choose
 from triton_mp.frontend.readiness import ReadinessChecks
 from triton_mp.frontend.shm.cuda import CudaShmRegistry
@@ -133,6 +134,9 @@ def build_api(
         inbox.on_trace_setting = tracer.apply_peer
         inbox.readiness = readiness
         inbox.frontend_restarts = stats.frontend_restarts
+    native_patch = record_patch()
+    if native_patch is not None:
+        use_patch(native_patch)  # NOTE: known requests' records patched in C++
     inference = Inference(
         frontend_id=fid,
         models=models,

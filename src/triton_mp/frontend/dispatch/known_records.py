@@ -19,7 +19,7 @@ parsing the record and hashing the name again (~1.4 µs per request at add_sub_p
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from triton_mp.ipc import BlockRef, TensorRef
 from triton_mp.ipc.recordio.quiet_requests import request_bit
@@ -53,7 +53,7 @@ FORMS_KEPT = 64
 with every request gets no template, and pays the encoder as before)."""
 
 
-def patched(
+def patch_in_python(
     template: bytes, request_id: int, arrival_ns: int, block: BlockRef, refs: Sequence[TensorRef]
 ) -> bytes:
     """``template`` (a REQUEST record of the same form) as the record of this request.
@@ -73,6 +73,21 @@ def patched(
         _U64.pack_into(record, at, ref.offset)
         at += step
     return bytes(record)
+
+
+Patch = Callable[[bytes, int, int, BlockRef, Sequence[TensorRef]], bytes]
+
+patched: Patch = patch_in_python
+"""How this process patches records: ``patch_in_python``, or its C++ twin where the native
+extension is built (``use_patch``; callers read it as ``known_records.patched``)."""
+
+
+def use_patch(patch: Patch) -> None:
+    """Patch records with ``patch`` from now on: ``frontend.main`` hands over the C++ twin
+    (``frontend.native.record_patch``: the same bytes, ~0.5-0.8 µs less per request); the
+    core imports no adapter."""
+    global patched
+    patched = patch
 
 
 def keep(templates: dict[Form, Template], form: Form, record: bytes) -> None:

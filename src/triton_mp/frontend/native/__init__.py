@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
+    from triton_mp.ipc import BlockRef, TensorRef
     from triton_mp.ipc.memory.shm import Segment
     from triton_mp.ipc.tensor_pool import ArenaBlocks
 
@@ -73,6 +74,12 @@ _NATIVE, UNAVAILABLE = _load()
 def available() -> bool:
     """True where the native extension was built and loads."""
     return _NATIVE is not None
+
+
+def record_patch() -> Callable[[bytes, int, int, BlockRef, Sequence[TensorRef]], bytes] | None:
+    """``_native.patch_request`` (``record_patch.h``), the C++ twin of
+    ``dispatch.known_records``' Python patch; None where the extension is absent."""
+    return None if _NATIVE is None else cast("Callable[..., bytes]", _NATIVE.patch_request)
 
 
 def input_arena_type() -> Callable[[Segment], ArenaBlocks] | None:

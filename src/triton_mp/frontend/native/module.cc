@@ -15,6 +15,7 @@
 
 #include "input_arena_type.h"
 #include "native_server.h"
+#include "record_patch_py.h"
 #include "received.h"
 #include "request_split.h"
 
@@ -343,6 +344,7 @@ PyMODINIT_FUNC PyInit__native() {
   if (module != nullptr && (PyModule_AddIntConstant(module, "ABI", 2) != 0 ||
                             !triton_mp::AddReceivedType(module) ||
                             !triton_mp::AddInputArenaType(module) ||
+                            !triton_mp::AddRecordPatch(module) ||
                             PyModule_AddIntConstant(
                                 module, "RECEIVED_MIN_RAW_BYTES",
                                 static_cast<long>(triton_mp::kReceivedMinRawBytes)) != 0)) {
