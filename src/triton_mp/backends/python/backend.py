@@ -229,7 +229,9 @@ class PythonBackend:
         self._sender_for: Callable[[object], pb_utils.InferenceResponseSender] = (
             self._new_sender if self._decoupled else self._default_sender
         )
-        self._request_cancelled: Callable[[object], bool] = self._token_cancelled
+        self._request_cancelled: Callable[[object], bool] = lambda r: self._cancelled(
+            cast(BackendRequest, r).token
+        )
         self._is_async = inspect.iscoroutinefunction(execute)
         self.has_ready_check = callable(getattr(self._model, "is_ready", None))
         """The model defines ``is_ready()`` (python_be.cc: checked once, after initialize)."""
@@ -273,13 +275,7 @@ class PythonBackend:
         null rows are not passed to the model.
         """
         watch = Stopwatch()
-        if sequence is None:
-            pb_requests = [self._pb_request(r) for r in requests]
-        else:
-            pb_requests = [
-                self._pb_request(r, self._controls_of(sequence, s, r.batch_size))
-                for r, s in zip(requests, sequence.slots, strict=True)
-            ]
+        pb_requests = self._pb_requests(requests, sequence)
         t_input = watch.lap()
         try:
             responses = self._execute(pb_requests)
@@ -465,51 +461,55 @@ class PythonBackend:
             pb_utils.Tensor(name, arr[row : row + count]) for name, arr in sequence.controls.items()
         ]
 
-    def _pb_request(
-        self, r: BackendRequest, controls: Sequence[pb_utils.Tensor] = ()
-    ) -> pb_utils.InferenceRequest:
+    def _pb_requests(
+        self, requests: Sequence[BackendRequest], sequence: SequenceBatch | None
+    ) -> list[pb_utils.InferenceRequest]:
+        """The ``InferenceRequest`` of each request, as ``execute`` hands them to the model
+        (one loop per batch, what it reads of the backend read once: the hot path)."""
         tensor = pb_utils._input_tensor  # noqa: SLF001 - the backend builds pb_utils' requests
-        reshapes = self._input_reshape
-        if not self._decoupled and not reshapes:
-            inputs = [tensor(name, arr) for name, arr in r.inputs.items()]  # NOTE: hot path
-        else:
-            inputs = []
-            for name, arr in r.inputs.items():
-                if self._decoupled:
-                    # NOTE: the model's threads may read inputs after execute returned, when
-                    # the frontend may already have reused the shared memory.
-                    arr = arr.copy()
-                if reshapes:
-                    reshape = reshapes.get(name)
-                    if reshape is not None:
-                        arr = to_backend_shape(arr, reshape, self._batched)
-                inputs.append(tensor(name, arr))
-        if controls:
-            inputs.extend(controls)
-        # NOTE: what pb_utils.InferenceRequest(...) makes of these (all str, lists, JSON).
-        pb_request = pb_utils._backend_request(  # noqa: SLF001
-            self._spec.model,
-            list(r.outputs),
-            inputs,
-            r.request_id,
-            r.sequence_id,
-            self._spec.version,
-            r.sequence_flags,
-            r.timeout_us,
-            r.parameters_json,
-            r,
-            self._sender_for,
-            self._request_cancelled,
-        )
-        trace = getattr(r.token, "trace", None)
-        if trace is not None:
-            key = (r.token.reply_to, r.token.request_id)  # type: ignore[attr-defined]
-            pb_request._trace = pb_utils.InferenceTrace(trace.level, key)  # noqa: SLF001
-        return pb_request
+        make = pb_utils._backend_request  # noqa: SLF001
+        model, version = self._spec.model, self._spec.version
+        sender_for, cancelled = self._sender_for, self._request_cancelled
+        plain = not self._decoupled and not self._input_reshape
+        out = []
+        for i, r in enumerate(requests):
+            inputs = [tensor(n, a) for n, a in r.inputs.items()] if plain else self._inputs_of(r)
+            if sequence is not None:
+                inputs.extend(self._controls_of(sequence, sequence.slots[i], r.batch_size))
+            pb_request = make(  # NOTE: as pb_utils.InferenceRequest(...) makes it
+                model,
+                list(r.outputs),
+                inputs,
+                r.request_id,
+                r.sequence_id,
+                version,
+                r.sequence_flags,
+                r.timeout_us,
+                r.parameters_json,
+                r,
+                sender_for,
+                cancelled,
+            )
+            trace = getattr(r.token, "trace", None)
+            if trace is not None:
+                key = (r.token.reply_to, r.token.request_id)  # type: ignore[attr-defined]
+                pb_request._trace = pb_utils.InferenceTrace(trace.level, key)  # noqa: SLF001
+            out.append(pb_request)
+        return out
 
-    def _token_cancelled(self, r: object) -> bool:
-        """``is_cancelled()`` of the request whose ``BackendRequest`` is ``r``."""
-        return self._cancelled(cast(BackendRequest, r).token)
+    def _inputs_of(self, r: BackendRequest) -> list[pb_utils.Tensor]:
+        """A request's inputs, copied for a decoupled model (its threads may read them after
+        ``execute`` returned, the shared memory reused) and reshaped as the config says."""
+        inputs = []
+        reshapes = self._input_reshape
+        for name, arr in r.inputs.items():
+            if self._decoupled:
+                arr = arr.copy()
+            reshape = reshapes.get(name)
+            if reshape is not None:
+                arr = to_backend_shape(arr, reshape, self._batched)
+            inputs.append(pb_utils._input_tensor(name, arr))  # noqa: SLF001
+        return inputs
 
     def _default_sender(self, key: object) -> pb_utils.InferenceResponseSender:
         """The response sender of one request of a default-mode model (``key``: its

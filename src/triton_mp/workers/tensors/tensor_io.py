@@ -260,7 +260,7 @@ def wire_tensor(name: str, arr: np.ndarray) -> WireTensor:
     if datatype is not None and arr.flags.c_contiguous:
         # NOTE: the hot path: copying from the array's own buffer is ~1 us cheaper per
         # tensor than through a uint8 memoryview of it.
-        return name, datatype, arr.shape, arr, arr.size * arr.itemsize
+        return name, datatype, arr.shape, arr, arr.nbytes
     datatype, data = tensor_wire_bytes(arr)
     return name, datatype, arr.shape, data, len(data)
 
