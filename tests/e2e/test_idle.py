@@ -1,6 +1,7 @@
 """An idle server costs nothing: after traffic stops, its whole process tree uses less than
-1% of a core. Whatever polls or spins on the request path (the frontend's ring polling, the
-scheduler's and workers' bounded spins before sleeping) must stop when the work does.
+1% of a core. Whatever polls or spins on the request path (the frontend's ring polling and
+its poll after a worker's early wake, the scheduler's and workers' bounded spins before
+sleeping) must stop when the work does.
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ def test_an_idle_server_uses_under_one_percent_of_a_core(
         # and must still stop once it is idle.
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda c: _infer(c, 200), clients))
+        # Then one at a time: each short batch wakes the frontend early, and the frontend
+        # polls for its answer (workers.prewake); that poll too must end with the work.
+        _infer(clients[0], 200)
         time.sleep(1.0)
         c0, t0 = _tree_cpu_s(server.pid), time.monotonic()
         time.sleep(5.0)

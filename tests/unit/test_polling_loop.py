@@ -11,8 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from triton_mp.frontend.dispatch import polling_loop
 from triton_mp.frontend.dispatch.polling_loop import PollingSelector
-from triton_mp.ipc import Inbox, Sender
+from triton_mp.ipc import Inbox, Sender, encode
 from triton_mp.ipc.memory.notify import Wakeup, create_wakeup
 from triton_mp.ipc.memory.ring import Ring
 from triton_mp.ipc.memory.shm import unlink_quietly
@@ -104,3 +105,166 @@ def test_pass_end_callbacks_run_before_each_poll_and_a_failing_one_is_logged(
     assert (1, 2) in seen
     assert seen.index((1,)) < seen.index((1, 2))
     assert "pass-end callback failed" in caplog.text
+
+
+def _run_early_wake(
+    names: tuple[str, str],
+    outstanding: int,
+    monkeypatch: pytest.MonkeyPatch,
+    busy: list[int] | None = None,
+) -> tuple[list[int], int]:
+    """Block the loop, wake it with no record (a worker's early wake), push a record with no
+    wake at all once the loop polls (or after 0.3 s), and a woken one 0.2 s later; returns
+    what the loop got before that and its early polls. ``busy``: each yield between two
+    polls takes 1 ms, as when another task wants the vCPU, and is counted there."""
+    # NOTE: a long poll, never cut short by other tasks unless ``busy``: the test does not
+    # depend on how fast or how loaded this machine is.
+    monkeypatch.setattr(polling_loop, "PREWAKE_POLL_S", 2.0)
+    monkeypatch.setattr(polling_loop, "BUSY_YIELD_S", 0.0005 if busy is not None else 1.0)
+    if busy is not None:
+        yields = busy
+
+        def slow_yield() -> None:
+            yields.append(1)
+            time.sleep(0.001)
+
+        monkeypatch.setattr(polling_loop.os, "sched_yield", slow_yield)
+    ring, fifo = names
+    wakeup = Wakeup("fifo", fifo)
+    inbox: Inbox[int] = Inbox(wakeup, [ring], int)
+    sender = Sender(ring, wakeup)
+    selector = PollingSelector()
+    loop = asyncio.SelectorEventLoop(selector)
+    got: list[int] = []
+    by_then: list[int] = []
+    done = asyncio.Event()
+
+    drained = threading.Event()  # NOTE: the loop drained its inbox at least once
+
+    def on_wakeup() -> None:
+        got.extend(inbox.drain())
+        drained.set()
+        if 8 in got:
+            done.set()
+
+    async def main() -> None:
+        loop.add_reader(inbox.waiter.fileno(), on_wakeup)
+        selector.watch(inbox, lambda: outstanding)
+
+        def produce() -> None:
+            time.sleep(0.05)  # NOTE: the loop blocks meanwhile (no timer but wait_for's)
+            sender.wake()  # the loop is blocked and armed: one byte, nothing in the ring
+            until = time.monotonic() + 0.3
+            while not selector.early_polls and time.monotonic() < until:
+                time.sleep(0.0001)
+            if busy is not None:
+                drained.wait(2)  # NOTE: the poll was cut short, and the loop drained
+            sender.push_quiet(encode(7))  # no byte: only a polling loop sees it
+            time.sleep(0.2)
+            by_then.extend(got)
+            sender.send(8)
+
+        producer = threading.Thread(target=produce)
+        producer.start()
+        await asyncio.wait_for(done.wait(), 5)
+        producer.join()
+        selector.watch(None)
+        loop.remove_reader(inbox.waiter.fileno())
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+        sender.close()
+        inbox.close()
+    return by_then, selector.early_polls
+
+
+def test_an_early_wake_with_answers_outstanding_polls_for_the_answer(
+    names: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``PREWAKE_POLL_S``: after a wake that found no record, with answers outstanding, the
+    loop polls its rings: a record pushed without a byte right after is taken at once."""
+    by_then, polls = _run_early_wake(names, 1, monkeypatch)
+    assert by_then == [7]
+    assert polls >= 1
+
+
+def test_an_early_wake_poll_stops_when_another_task_wants_the_cpu(
+    names: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``BUSY_YIELD_S``: a yield between two polls that let another task run ends the poll
+    at once, long before ``PREWAKE_POLL_S``."""
+    yields: list[int] = []
+    _by_then, polls = _run_early_wake(names, 1, monkeypatch, busy=yields)
+    assert polls == 1
+    assert len(yields) == 1
+
+
+def test_an_early_wake_with_nothing_outstanding_does_not_poll(
+    names: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No answer awaited: the loop blocks again at once (the quiet record waits for the
+    next byte), so a stray wake never makes an idle frontend poll."""
+    by_then, polls = _run_early_wake(names, 0, monkeypatch)
+    assert by_then == []
+    assert polls == 0
+
+
+def test_the_loop_polls_after_answers_only_while_the_next_event_follows_at_once(
+    names: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``frontend.dispatch.linger``: a client that comes back ~0.1 ms after each answer
+    makes the loop poll before blocking; one that comes back 5 ms later stops it after one
+    poll at most."""
+    monkeypatch.setattr(polling_loop, "BUSY_YIELD_S", 1.0)  # NOTE: however loaded the machine
+    ring, fifo = names
+    wakeup = Wakeup("fifo", fifo)
+    inbox: Inbox[int] = Inbox(wakeup, [ring], int)
+    sender = Sender(ring, wakeup)
+    selector = PollingSelector()
+    loop = asyncio.SelectorEventLoop(selector)
+    rfd, wfd = os.pipe()
+    requests = 0
+    done = asyncio.Event()
+    lingers: list[int] = []
+
+    def on_request() -> None:
+        nonlocal requests
+        before = requests
+        requests += len(os.read(rfd, 64))  # NOTE: a late loop reads two requests at once
+        if before < 20 <= requests or before < 30 <= requests:
+            lingers.append(selector.lingers)
+        if requests >= 30:
+            done.set()
+
+    def client(n: int, after_s: float) -> None:
+        for _ in range(n):
+            time.sleep(0.002)
+            sender.send(1)  # an answer
+            time.sleep(after_s)
+            os.write(wfd, b"r")  # the client's next request
+
+    async def main() -> None:
+        loop.add_reader(inbox.waiter.fileno(), inbox.drain)
+        loop.add_reader(rfd, on_request)
+        selector.watch(inbox)
+        producer = threading.Thread(target=lambda: (client(20, 0.0001), client(10, 0.005)))
+        producer.start()
+        await asyncio.wait_for(done.wait(), 10)
+        producer.join()
+        selector.watch(None)
+        loop.remove_reader(inbox.waiter.fileno())
+        loop.remove_reader(rfd)
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+        sender.close()
+        inbox.close()
+        os.close(rfd)
+        os.close(wfd)
+    fast, slow = lingers
+    assert fast >= 3
+    assert slow - fast <= 1

@@ -530,7 +530,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
         await _stop_grpc_now(server, native)
         return 1
     loop.add_reader(inbox.waiter.fileno(), handler.on_wakeup)
-    selector.watch(inbox)
+    selector.watch(inbox, pending.__len__)
     view = None if store is None else _CacheView(models, store)
     metrics = await _start_metrics(
         spec, pending, to_scheduler.send_bytes, view, api.stats.frontend_restarts, models

@@ -91,6 +91,11 @@ class Sender:
         self._waker.wake()
         return True
 
+    def wake(self) -> None:
+        """Wake the consumer with nothing new pushed (``Waker.wake``: on a FIFO, only when
+        it is blocked and armed): the early wake of ``workers.prewake``."""
+        self._waker.wake()
+
     def _push(self, data: bytes) -> None:
         """Push, waiting for room in a full ring (waking the consumer meanwhile)."""
         try:

@@ -155,6 +155,14 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     return 0
 
 
+def _wake_frontend(to_frontends: dict[int, Sender], frontend_id: int) -> None:
+    """Wake one frontend early (``workers.prewake``); an unknown id is skipped (its
+    request's answer reports the error)."""
+    sender = to_frontends.get(frontend_id)
+    if sender is not None:
+        sender.wake()
+
+
 def _leave_arena(arena: ArenaAllocator, readers_s: float) -> None:
     """Unlink this worker's arenas, after waiting up to ``readers_s`` seconds for its last
     answers to be read (``Shutdown.readers_s``: a retired version's worker)."""
@@ -402,6 +410,7 @@ def _load(
             lambda to, msg: replies[to.kind][to.id].send_bytes(encode(msg)),
             lambda msg: to_scheduler.send_bytes(encode(msg)),
             lambda msg: to_scheduler.send_lazy(encode(msg)),
+            lambda frontend_id: _wake_frontend(replies[Requester.FRONTEND], frontend_id),
         )
     except BaseException:
         backend.close()

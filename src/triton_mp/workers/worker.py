@@ -62,6 +62,7 @@ from triton_mp.ipc.protocol.ready_messages import InstanceReadiness, ReadyCheck
 from triton_mp.ipc.protocol.specs import WorkerSpec
 from triton_mp.ipc.recordio.records import decoded_batch
 from triton_mp.workers.execution_watch import ExecutionWatch
+from triton_mp.workers.prewake import EarlyWakes
 from triton_mp.workers.readiness import ReadinessRunner
 from triton_mp.workers.sequence_state import SequenceStates, sequence_batch
 from triton_mp.workers.tensors.answer_batch import write_answer_batch
@@ -99,6 +100,8 @@ class Worker:
         send_done: how a ``BatchDone`` whose requests the model all answered goes to the
             scheduler (``channel.Sender.send_lazy``: no wake-up when the scheduler does not
             ask for one); default ``send_scheduler``.
+        wake_frontend: wakes frontend ``id`` before a short batch's answers
+            (``workers.prewake``); None: never early.
 
     Raises (from the constructor):
         ConfigError: the model's initial implicit state cannot be made (an unreadable or
@@ -114,6 +117,7 @@ class Worker:
         send_reply: Callable[[ReplyTo, object], None],
         send_scheduler: Callable[[object], None],
         send_done: Callable[[object], object] | None = None,
+        wake_frontend: Callable[[int], None] | None = None,
     ) -> None:
         self._spec = spec
         self._backend = backend
@@ -127,6 +131,9 @@ class Worker:
         self._sequence = spec.model.sequence
         self._states = SequenceStates.for_model(spec.model)
         self._decoupled = spec.model.decoupled
+        self._early = (
+            None if wake_frontend is None or self._decoupled else EarlyWakes(wake_frontend)
+        )
         self._post_lock = threading.RLock()
         self.post_lock = self._post_lock
         """Serialises this process's arena allocations and ring pushes (BLS shares it)."""
@@ -278,6 +285,9 @@ class Worker:
         start_ns = time.monotonic_ns()
         batch = decoded_batch(batch)
         reqs = cast(tuple[InferRequest, ...], batch.requests)
+        early = self._early
+        if early is not None:
+            early.batch_starts([(r.reply_to.kind, r.reply_to.id) for r in reqs])
         if log.isEnabledFor(logging.DEBUG):
             log.debug("batch %d started: %d requests", batch.batch_id, len(reqs))
         if self._states is not None and batch.released:
@@ -314,6 +324,8 @@ class Worker:
             else ()
         )
         t_output = time.perf_counter_ns() - t0
+        if early is not None:
+            early.batch_ended(time.monotonic_ns() - start_ns)
         # NOTE: a rescheduled request must be queued again at once: that BatchDone wakes.
         send = self._send_scheduler if rescheduled else self._send_done
         # NOTE: under the lock: response threads of decoupled models share the ring.

@@ -10,6 +10,19 @@ rings) does it arm the FIFO (``ipc.memory.notify.Waiter.arm``), recheck the ring
 the wait it disarms. While the frontend is busy, workers and the scheduler therefore answer
 it without a syscall and without waking it; one wake-up serves a whole burst of answers.
 
+A worker about to answer wakes the frontend early (``workers.prewake``): when the loop
+blocked and a FIFO byte woke it with no record in the rings while answers are outstanding,
+an answer is on its way, and the selector polls the rings and its descriptors (yielding the
+CPU between polls) for up to ``PREWAKE_POLL_S`` instead of returning to block again. The
+answer then finds the loop running: the vCPU's wake-up (tens of µs on this VM, measured in
+``bench/wake_cost.py``) overlapped the worker's ``execute``. The poll only follows such a
+wake, and ends after ``PREWAKE_POLL_S``, or as soon as a yield between two polls let
+another task run (the vCPU is wanted: a busy machine): an idle frontend never polls.
+
+After a pass that delivered answers, the loop polls for up to ``linger.LINGER_S`` before
+it blocks, while that pays (``frontend.dispatch.linger``): a client's next request then
+finds it running.
+
 ``at_pass_end(callback)``: the callback runs at the start of every ``select``, that is once
 the loop ran every callback of its last pass and before it polls or waits again (the
 native handoff's kick, ``native.handoff.Handoff``: the answers of a pass leave together,
@@ -19,22 +32,45 @@ without a pass of their own).
 from __future__ import annotations
 
 import logging
+import os
 import selectors
+import time
 from collections.abc import Callable
 from typing import Any
 
+from triton_mp.frontend.dispatch.linger import Linger
 from triton_mp.ipc import Inbox
 
 log = logging.getLogger(__name__)
 
 _READ = selectors.EVENT_READ
 
+BUSY_YIELD_S = 15e-6
+"""A ``sched_yield`` that took longer ran another task: a poll stops there (``_displaced``).
+Alone on its vCPU one takes ~1 µs."""
+
+PREWAKE_POLL_S = 300e-6
+"""How long the loop polls after an early wake (module docstring): a worker sends it when
+its recent batches took under ``workers.prewake.PREWAKE_MAX_NS`` from start to answers, so
+the answer is due well within this."""
+
+
+def _displaced(clock: Callable[[], float]) -> bool:
+    """Yield the CPU between two polls; True when another task ran meanwhile (the yield
+    took over ``BUSY_YIELD_S``): the vCPU is wanted, and the poll stops, since a poll pays
+    only on a vCPU that would otherwise sit idle (``bench/wake_cost.py``: under load,
+    polling had the worse p90)."""
+    t = clock()
+    os.sched_yield()
+    return clock() - t > BUSY_YIELD_S
+
 
 class PollingSelector(selectors.EpollSelector):
     """An ``EpollSelector`` that polls ``inbox`` before each wait (module docstring).
 
-    ``watch(inbox)`` names the inbox once its FIFO is registered with the loop
-    (``loop.add_reader``); until then it is a plain epoll selector.
+    ``watch(inbox, outstanding)`` names the inbox once its FIFO is registered with the loop
+    (``loop.add_reader``); until then it is a plain epoll selector. ``outstanding()`` is
+    the number of requests and queries waiting for an answer (``len(PendingTable)``).
     """
 
     def __init__(self) -> None:
@@ -42,6 +78,12 @@ class PollingSelector(selectors.EpollSelector):
         self._inbox: Inbox[Any] | None = None
         self._fd = -1
         self._pass_end: list[Callable[[], None]] = []
+        self._outstanding: Callable[[], int] = lambda: 0
+        self.early_polls = 0
+        """Early wakes that made the loop poll (tests and debugging)."""
+        self._linger = Linger()
+        self.lingers = 0
+        """Polls after answers before blocking (``frontend.dispatch.linger``)."""
 
     def at_pass_end(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` at the start of every ``select`` (module docstring)."""
@@ -54,27 +96,50 @@ class PollingSelector(selectors.EpollSelector):
             except Exception:  # noqa: BLE001 - as the loop's handler of a callback's error
                 log.exception("pass-end callback failed")
 
-    def watch(self, inbox: Inbox[Any] | None) -> None:
-        """Poll ``inbox`` (its FIFO registered already), or stop polling (None)."""
+    def watch(self, inbox: Inbox[Any] | None, outstanding: Callable[[], int] | None = None) -> None:
+        """Poll ``inbox`` (its FIFO registered already), or stop polling (None);
+        ``outstanding``: the count of answers awaited (none: early wakes never poll)."""
         self._inbox = inbox
         self._fd = -1 if inbox is None else inbox.waiter.fileno()
+        self._outstanding = outstanding or (lambda: 0)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         """``EpollSelector.select``, with the inbox's FIFO reported readable whenever its
         rings hold records, and the FIFO armed only around a blocking wait."""
         if self._pass_end:
             self._end_pass()
-        inbox = self._inbox
-        if inbox is None:
+        if self._inbox is None:
             return super().select(timeout)
+        t0 = time.perf_counter()
+        events = self._select_inbox(self._inbox, timeout)
+        linger = self._linger
+        linger.ended(time.perf_counter() - t0, bool(events))
+        fifo = self._fd
+        for key, _mask in events:
+            if key.fd == fifo:
+                linger.answered()
+                break
+        return events
+
+    def _select_inbox(
+        self, inbox: Inbox[Any], timeout: float | None
+    ) -> list[tuple[selectors.SelectorKey, int]]:
         waiter = inbox.waiter
         ready = inbox.has_pending()
         blocking = not ready and (timeout is None or timeout > 0)
+        polled = None
+        if blocking:
+            budget = self._linger.budget_s()
+            if budget:
+                # NOTE: right after answers: the client's next request is near (linger).
+                polled = self._poll(budget if timeout is None else min(budget, timeout))
+                if polled is not None:
+                    ready, blocking = inbox.has_pending(), False
         if blocking:
             waiter.arm()
             if inbox.has_pending():  # published before the arm: nobody will announce it
                 ready, blocking = True, False
-        events = super().select(timeout if blocking else 0)
+        events = polled if polled is not None else super().select(timeout if blocking else 0)
         if blocking:
             waiter.disarm()
         fifo = self._fd
@@ -85,8 +150,50 @@ class PollingSelector(selectors.EpollSelector):
                 break
         if woken:
             waiter.clear()
+            if blocking and len(events) == 1 and not inbox.has_pending() and self._outstanding():
+                # NOTE: an early wake (module docstring): the answer is on its way.
+                return self._poll_early(events, timeout)
         elif ready or (blocking and inbox.has_pending()):
-            key = self.get_map().get(fifo)
-            if key is not None:
-                events.append((key, _READ))
+            fifo_key = self.get_map().get(fifo)
+            if fifo_key is not None:
+                events.append((fifo_key, _READ))
+        return events
+
+    def _poll(self, limit_s: float) -> list[tuple[selectors.SelectorKey, int]] | None:
+        """Poll the rings and the descriptors, yielding the CPU between polls, for up to
+        ``limit_s``: the events found (empty: a ring record), or None when nothing came."""
+        self.lingers += 1
+        inbox = self._inbox
+        assert inbox is not None
+        clock = time.perf_counter
+        end = clock() + limit_s
+        while True:
+            if inbox.has_pending():
+                return []
+            events = super().select(0)
+            if events:
+                return events
+            if clock() >= end or _displaced(clock):
+                return None
+
+    def _poll_early(
+        self, events: list[tuple[selectors.SelectorKey, int]], timeout: float | None
+    ) -> list[tuple[selectors.SelectorKey, int]]:
+        """After an early wake (module docstring): poll the rings and the other descriptors
+        until a record or an event arrives, ``PREWAKE_POLL_S`` or ``timeout`` pass; returns
+        ``events`` (the FIFO's, already read) plus what arrived."""
+        self.early_polls += 1
+        inbox = self._inbox
+        assert inbox is not None
+        fifo = self._fd
+        clock = time.perf_counter
+        end = clock() + (PREWAKE_POLL_S if timeout is None else min(PREWAKE_POLL_S, timeout))
+        while True:
+            if inbox.has_pending():
+                break  # NOTE: the FIFO's event (in ``events``) makes the loop drain
+            more = [e for e in super().select(0) if e[0].fd != fifo]
+            if more:
+                return events + more
+            if clock() >= end or _displaced(clock):
+                break
         return events

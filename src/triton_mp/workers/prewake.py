@@ -1,0 +1,60 @@
+"""Waking a batch's frontends before their answers are written, when the batch is short.
+
+Imported by ``workers.worker``. A frontend blocked in its event loop takes tens of µs to run
+again after a worker's FIFO byte (the vCPU's wake-up on this VM, ``bench/wake_cost.py``).
+When a batch starts, the worker wakes the frontends whose requests it holds
+(``ipc.memory.notify.Waker.wake``: a byte only to a frontend that is blocked and armed,
+nothing but a fence and a load for a busy one), so that wake-up overlaps the batch's
+``execute``; the woken frontend finds no record yet and polls its rings for the answer
+(``frontend.dispatch.polling_loop``, ``PREWAKE_POLL_S``). The answer's own wake then costs
+nothing.
+
+Only for batches that end soon: the worker keeps the time its last batch took from its start
+to the last answer posted, and wakes early only while that is under ``PREWAKE_MAX_NS``, since
+the frontend polls for at most ``PREWAKE_POLL_S``; for a slow model the wake-up is a small
+part of the latency and the poll would be CPU spent for nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from triton_mp.ipc.protocol.messages import Requester
+
+PREWAKE_MAX_NS = 200_000
+"""A batch wakes its frontends early only while the last batch took less than this from its
+start to its last answer (ns); below the frontend's ``PREWAKE_POLL_S`` (300 µs) with room
+for the decode and the wake-up itself."""
+
+
+class EarlyWakes:
+    """Decides, per batch, whether to wake its frontends before answering (module docstring).
+
+    Args:
+        wake: wakes frontend ``frontend_id`` (``channel.Sender.wake`` of its answer ring).
+    """
+
+    __slots__ = ("_wake", "last_ns")
+
+    def __init__(self, wake: Callable[[int], None]) -> None:
+        self._wake = wake
+        self.last_ns: int | None = None
+        """How long the last batch took from its start to its last answer (ns); None
+        before the first: the first batch wakes nobody early."""
+
+    def batch_starts(self, reply_to: Iterable[tuple[Requester, int]]) -> int:
+        """A batch whose requests answer ``reply_to`` (kind, id) starts: wake each of its
+        frontends once when the last batch was short. Returns the number woken."""
+        last = self.last_ns
+        if last is None or last >= PREWAKE_MAX_NS:
+            return 0
+        woken: set[int] = set()
+        for kind, ident in reply_to:
+            if kind is Requester.FRONTEND and ident not in woken:
+                woken.add(ident)
+                self._wake(ident)
+        return len(woken)
+
+    def batch_ended(self, took_ns: int) -> None:
+        """The batch's answers are posted ``took_ns`` after it started."""
+        self.last_ns = took_ns
