@@ -97,6 +97,22 @@ def test_summarise_takes_medians_and_per_round_ratios() -> None:
     assert row["vs"]["triton-mp/floor"] == {"ratios": [], "ratio": None}
 
 
+def test_ratios_to_raw_onnxruntime_divide_by_its_best_figure_of_the_run() -> None:
+    (shipped, two_core) = [w for w in WORKLOADS if w.model.startswith("ocr_cls")]
+    ort = "onnxruntime"
+    rounds = [
+        {"round": 1, "runs": [_rec("triton-mp", shipped.key, 1, 1000.0, 9e3),
+                              _rec(ort, shipped.key, 1, 1250.0, 9e3),
+                              _rec("triton-mp", two_core.key, 1, 1400.0, 9e3),
+                              _rec(ort, two_core.key, 1, 2000.0, 9e3)]},
+        {"round": 2, "runs": [_rec("triton-mp", shipped.key, 2, 1100.0, 9e3),
+                              _rec(ort, shipped.key, 2, 1000.0, 9e3)]},
+    ]  # fmt: skip
+    rows = {r["workload"]: r for r in summarise(rounds, [shipped, two_core])}
+    assert rows[shipped.key]["vs"]["triton-mp/onnxruntime"]["ratios"] == [0.5, 0.55]
+    assert rows[two_core.key]["vs"]["triton-mp/onnxruntime"]["ratios"] == [0.7]
+
+
 def test_unclean_stops_names_servers_that_left_something_but_not_ones_never_started() -> None:
     rounds = [
         {
