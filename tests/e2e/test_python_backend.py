@@ -21,7 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers.repos import write_python_model
+from tests.helpers.repos import BYTES_PY_CONFIG, BYTES_PY_MODEL, write_python_model
 from tests.helpers.server import REPO_ROOT, ServerProcess, server_factory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -104,36 +104,6 @@ class TritonPythonModel:
             x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x + 1)]))
         return out
-"""
-
-BYTES_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "TEXT" data_type: TYPE_STRING dims: [ -1 ] } ]
-output [
-  { name: "UPPER" data_type: TYPE_STRING dims: [ -1 ] },
-  { name: "LENGTH" data_type: TYPE_INT32 dims: [ -1 ] }
-]
-"""
-BYTES_MODEL = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            text = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
-            assert text.dtype == np.object_
-            upper = np.array([t.upper() for t in text], dtype=np.object_)
-            length = np.array([len(t) for t in text], dtype=np.int32)
-            responses.append(
-                pb_utils.InferenceResponse(
-                    [pb_utils.Tensor("UPPER", upper), pb_utils.Tensor("LENGTH", length)]
-                )
-            )
-        return responses
 """
 
 SIMPLE_CONFIG = """
@@ -230,7 +200,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         )
     write_python_model(repo, "errors_py", ERRORS_CONFIG, ERRORS_MODEL)
     write_python_model(repo, "auto_py", None, AUTO_MODEL)
-    write_python_model(repo, "bytes_py", BYTES_CONFIG, BYTES_MODEL)
+    write_python_model(repo, "bytes_py", BYTES_PY_CONFIG, BYTES_PY_MODEL)
     write_python_model(repo, "init_fails_py", SIMPLE_CONFIG, INIT_FAILS_MODEL)
     write_python_model(
         repo, "auto_fails_py", 'backend: "python"\nmax_batch_size: 8\n', AUTO_FAILS_MODEL

@@ -22,37 +22,12 @@ import tritonclient.http as httpclient
 from google.protobuf import json_format
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers.repos import copy_models, write_python_model
+from tests.helpers.repos import BYTES_PY_CONFIG, BYTES_PY_MODEL, copy_models, write_python_model
 from tests.helpers.server import (
     PROJECT_REPOSITORY,
     ServerProcess,
 )
 
-BYTES_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "TEXT" data_type: TYPE_STRING dims: [ -1 ] } ]
-output [
-  { name: "UPPER" data_type: TYPE_STRING dims: [ -1 ] },
-  { name: "LENGTH" data_type: TYPE_INT32 dims: [ -1 ] }
-]
-"""
-BYTES_MODEL = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            text = pb_utils.get_input_tensor_by_name(r, "TEXT").as_numpy()
-            upper = np.array([t.upper() for t in text], dtype=np.object_)
-            length = np.array([len(t) for t in text], dtype=np.int32)
-            out.append(pb_utils.InferenceResponse(
-                [pb_utils.Tensor("UPPER", upper), pb_utils.Tensor("LENGTH", length)]))
-        return out
-"""
 SLEEP_CONFIG = """
 backend: "python"
 max_batch_size: 0
@@ -85,7 +60,7 @@ def sleep_repo(repo: Path) -> Path:
 def http_repository(root: Path) -> Path:
     """The modules' model repository, written under ``root``."""
     repo = copy_models(root, "add_sub")
-    write_python_model(repo, "bytes_py", BYTES_CONFIG, BYTES_MODEL)
+    write_python_model(repo, "bytes_py", BYTES_PY_CONFIG, BYTES_PY_MODEL)
     sleep_repo(repo)
     shutil.copytree(PROJECT_REPOSITORY / "add_sub", repo / "decoupled_add_sub")
     cfg = (repo / "decoupled_add_sub" / "config.pbtxt").read_text()

@@ -56,6 +56,37 @@ def copy_models(dest: Path, *names: str) -> Path:
     return dest
 
 
+BYTES_PY_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "TEXT" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [
+  { name: "UPPER" data_type: TYPE_STRING dims: [ -1 ] },
+  { name: "LENGTH" data_type: TYPE_INT32 dims: [ -1 ] }
+]
+"""
+BYTES_PY_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            text = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
+            assert text.dtype == np.object_
+            upper = np.array([t.upper() for t in text], dtype=np.object_)
+            length = np.array([len(t) for t in text], dtype=np.int32)
+            responses.append(
+                pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("UPPER", upper), pb_utils.Tensor("LENGTH", length)]
+                )
+            )
+        return responses
+"""
+"""bytes_py: BYTES in (TEXT) and out (UPPER, its strings upper-cased; LENGTH, INT32 lengths)."""
+
 IDENTITY_PY = """
 import triton_python_backend_utils as pb_utils
 
