@@ -7,7 +7,8 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
 
 import pytest
 
@@ -30,13 +31,35 @@ def names() -> Iterator[tuple[str, str]]:
     unlink_quietly(fifo)
 
 
-def test_records_reach_the_reader_with_and_without_blocking(names: tuple[str, str]) -> None:
+def _polled_inbox(
+    names: tuple[str, str],
+) -> tuple[Inbox[int], Sender, PollingSelector, asyncio.SelectorEventLoop]:
+    """An inbox on the ``names`` ring and FIFO, its sender, and a loop on a PollingSelector."""
     ring, fifo = names
     wakeup = Wakeup("fifo", fifo)
     inbox: Inbox[int] = Inbox(wakeup, [ring], int)
     sender = Sender(ring, wakeup)
     selector = PollingSelector()
-    loop = asyncio.SelectorEventLoop(selector)
+    return inbox, sender, selector, asyncio.SelectorEventLoop(selector)
+
+
+def _run(
+    loop: asyncio.AbstractEventLoop,
+    main: Callable[[], Coroutine[Any, Any, None]],
+    *closers: Callable[[], None],
+) -> None:
+    """``main()`` on ``loop``; then the loop and ``closers`` are closed, in order, whatever
+    happened."""
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+        for close in closers:
+            close()
+
+
+def test_records_reach_the_reader_with_and_without_blocking(names: tuple[str, str]) -> None:
+    inbox, sender, selector, loop = _polled_inbox(names)
     got: list[int] = []
     done = asyncio.Event()
 
@@ -66,12 +89,7 @@ def test_records_reach_the_reader_with_and_without_blocking(names: tuple[str, st
         selector.watch(None)
         loop.remove_reader(inbox.waiter.fileno())
 
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
-        sender.close()
-        inbox.close()
+    _run(loop, main, sender.close, inbox.close)
 
 
 def test_pass_end_callbacks_run_before_each_poll_and_a_failing_one_is_logged(
@@ -129,12 +147,7 @@ def _run_early_wake(
             time.sleep(0.001)
 
         monkeypatch.setattr(polling_loop.os, "sched_yield", slow_yield)
-    ring, fifo = names
-    wakeup = Wakeup("fifo", fifo)
-    inbox: Inbox[int] = Inbox(wakeup, [ring], int)
-    sender = Sender(ring, wakeup)
-    selector = PollingSelector()
-    loop = asyncio.SelectorEventLoop(selector)
+    inbox, sender, selector, loop = _polled_inbox(names)
     got: list[int] = []
     by_then: list[int] = []
     done = asyncio.Event()
@@ -171,12 +184,7 @@ def _run_early_wake(
         selector.watch(None)
         loop.remove_reader(inbox.waiter.fileno())
 
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
-        sender.close()
-        inbox.close()
+    _run(loop, main, sender.close, inbox.close)
     return by_then, selector.early_polls
 
 
@@ -218,12 +226,7 @@ def test_the_loop_polls_after_answers_only_while_the_next_event_follows_at_once(
     makes the loop poll before blocking; one that comes back 5 ms later stops it after one
     poll at most."""
     monkeypatch.setattr(polling_loop, "BUSY_YIELD_S", 1.0)  # NOTE: however loaded the machine
-    ring, fifo = names
-    wakeup = Wakeup("fifo", fifo)
-    inbox: Inbox[int] = Inbox(wakeup, [ring], int)
-    sender = Sender(ring, wakeup)
-    selector = PollingSelector()
-    loop = asyncio.SelectorEventLoop(selector)
+    inbox, sender, selector, loop = _polled_inbox(names)
     rfd, wfd = os.pipe()
     requests = 0
     done = asyncio.Event()
@@ -257,14 +260,7 @@ def test_the_loop_polls_after_answers_only_while_the_next_event_follows_at_once(
         loop.remove_reader(inbox.waiter.fileno())
         loop.remove_reader(rfd)
 
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
-        sender.close()
-        inbox.close()
-        os.close(rfd)
-        os.close(wfd)
+    _run(loop, main, sender.close, inbox.close, lambda: os.close(rfd), lambda: os.close(wfd))
     fast, slow = lingers
     assert fast >= 3
     assert slow - fast <= 1
