@@ -139,6 +139,16 @@ class ManagedServer:
         self.pid = self.proc.pid
         return t0
 
+    def ready(self, models: list[str], t0: float) -> dict[str, str]:
+        """After the start at ``t0`` (self.pid set): wait for ``models`` and record the start;
+        returns {model: why it is not ready} for models that failed."""
+        assert self.pid is not None
+        self.pid_start = start_ticks(self.pid)
+        self.model_errors = self.wait_models(models, t0)
+        self.started(t0)
+        self.info["model_errors"] = self.model_errors
+        return self.model_errors
+
     def started(self, t0: float) -> None:
         assert self.pid is not None
         self.pid_start = start_ticks(self.pid)
@@ -289,11 +299,7 @@ class TritonMP(ManagedServer):
     def start(self, models: list[str]) -> dict[str, str]:
         """Start and wait; returns {model: why it is not ready} for models that failed."""
         t0 = self.spawn(self.env)
-        self.pid_start = start_ticks(self.pid)
-        self.model_errors = self.wait_models(models, t0)
-        self.started(t0)
-        self.info["model_errors"] = self.model_errors
-        return self.model_errors
+        return self.ready(models, t0)
 
 
 class Triton(ManagedServer):
@@ -349,11 +355,7 @@ class Triton(ManagedServer):
                 f"{err.strip()[-1500:]}\n{self.log_tail()}"
             )
         self.pid = int(pid)
-        self.pid_start = start_ticks(self.pid)
-        self.model_errors = self.wait_models(models, t0)
-        self.started(t0)
-        self.info["model_errors"] = self.model_errors
-        return self.model_errors
+        return self.ready(models, t0)
 
 
 class Floor(ManagedServer):
