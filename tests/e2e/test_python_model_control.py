@@ -1,6 +1,7 @@
 """End to end: model control from a python model (``pb_utils.load_model`` / ``unload_model``
 / ``is_model_ready``), through tritonclient against triton-mp and, where ``.peers/`` has it,
-the real Triton 2.51 on the same repository (``tests.helpers.python_api_models.CONTROL_MODELS``).
+the real Triton 2.51 on the same repository
+(``tests.helpers.python_control_models.CONTROL_MODELS``).
 
 ``ctl_py`` makes the call its inputs name and answers its result or the exception's text, so
 each case compares that text between the servers. Upstream (python_backend model_loader.cc,
@@ -22,7 +23,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers.python_api_models import CONTROL_MODELS, TARGET_MODEL, write_api_models
+from tests.helpers.python_api_models import write_api_models
+from tests.helpers.python_control_models import CONTROL_MODELS, TARGET_MODEL
 from tests.helpers.server import server_factory
 from tests.helpers.triton_peer import start_triton
 
