@@ -150,7 +150,9 @@ def charts(
     fig, ax = plt.subplots(figsize=(9, 5.5))
     for name, rs in by_variant.items():
         rs = sorted(rs, key=lambda r: r.point.concurrency)
-        style = {"color": "black", "linewidth": 2.5} if rs[0].point.variant.shipped else {}
+        style: dict[str, Any] = (
+            {"color": "black", "linewidth": 2.5} if rs[0].point.variant.shipped else {}
+        )
         ax.plot(
             [r.measurement.p99_us / 1000 for r in rs],
             [r.measurement.throughput_per_s for r in rs],

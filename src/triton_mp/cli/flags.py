@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 NOT_YET = "not acted on yet"
 """``Flag.unused`` of a flag whose meaning triton-mp will implement but does not yet."""
@@ -289,7 +290,7 @@ def parse(argv: list[str], flags: Iterable[Flag], prog: str = "tritonserver") ->
     parsed = Parsed(values={f.dest: f.default for f in table.values() if f.dest})
     for f in table.values():
         if f.dest and f.repeat:
-            parsed.values[f.dest] = tuple(f.default or ())  # type: ignore[call-overload]
+            parsed.values[f.dest] = tuple(cast("Iterable[object]", f.default or ()))
     for flag, text in _tokens(prog, argv, table):
         if flag.name == "help":
             parsed.help = True

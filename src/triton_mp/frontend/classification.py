@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -43,8 +43,8 @@ _TYPES = {
 _U32 = struct.Struct("<I")
 
 
-def _text(value: object, floating: bool) -> str:
-    return f"{float(value):f}" if floating else str(int(value))  # type: ignore[call-overload]
+def _text(value: float, floating: bool) -> str:
+    return f"{float(value):f}" if floating else str(int(value))
 
 
 def top_k(
@@ -109,7 +109,7 @@ def classification(request: InferenceRequest, model: Model) -> Classify | None:
     """The request's ``classification`` outputs (already checked: a positive int64), or
     None when it asks for none."""
     counts = {
-        o.name: int(o.parameters["classification"].value)
+        o.name: int(cast(int, o.parameters["classification"].value))
         for o in request.outputs
         if "classification" in o.parameters
     }

@@ -70,10 +70,6 @@ class Sender:
         """
         self._push(data)
 
-    def wake(self) -> None:
-        """Post the consumer's wake-up (one post announces every record pushed before it)."""
-        self._waker.wake()
-
     def send_lazy(self, data: bytes) -> bool:
         """Push already-encoded bytes and wake the consumer only when it asked for wake-ups
         on this ring (``Ring.set_quiet``: the scheduler, for a ``BatchDone`` that changes no
@@ -92,8 +88,10 @@ class Sender:
         return True
 
     def wake(self) -> None:
-        """Wake the consumer with nothing new pushed (``Waker.wake``: on a FIFO, only when
-        it is blocked and armed): the early wake of ``workers.prewake``."""
+        """Post the consumer's wake-up: one post announces every record pushed before it
+        (``Waker.wake``: on a FIFO, only when it is blocked and armed). The scheduler's
+        ``Router.flush`` posts after its pass's pushes; ``workers.prewake`` with nothing
+        new pushed, as an early wake."""
         self._waker.wake()
 
     def _push(self, data: bytes) -> None:

@@ -294,9 +294,9 @@ def validate_ensemble_config(
     for t in config.input:
         dims = t.reshape.shape if t.HasField("reshape") else t.dims
         tensors[t.name] = _node(name, batching, t.data_type, dims)
-    for t in config.output:
-        dims = t.reshape.shape if t.HasField("reshape") else t.dims
-        tensors.setdefault(t.name, _node(name, batching, t.data_type, dims))
+    for o in config.output:
+        dims = o.reshape.shape if o.HasField("reshape") else o.dims
+        tensors.setdefault(o.name, _node(name, batching, o.data_type, dims))
     for step in config.ensemble_scheduling.step:
         model = composing[step.model_name]
         if model.max_batch_size != 0 and model.max_batch_size < config.max_batch_size:
@@ -326,14 +326,14 @@ def _check_step_mapping(
                 f"{model_input} in model {step_id}"
             )
     for t in model.input:
-        tensor = step.input_map.get(t.name)
-        if tensor is None:
+        if t.name not in step.input_map:
             if t.optional:
                 continue
             raise ConfigError(
                 f"in ensemble {name}, input {t.name} in model {step_id} is not mapped to any "
                 "ensemble tensors"
             )
+        tensor = step.input_map[t.name]
         node = _node(step_id, batching, t.data_type, t.dims)
         if tensor in tensors:
             _consistent(tensors[tensor], node, f"in ensemble {name}, ensemble tensor {tensor}: ")
@@ -348,8 +348,8 @@ def _check_step_mapping(
             )
     sibling = _Tensor(step_id)
     for model_output, tensor in step.output_map.items():
-        t = outputs[model_output]
-        node = _node(step_id, batching, t.data_type, t.dims)
+        out = outputs[model_output]
+        node = _node(step_id, batching, out.data_type, out.dims)
         if tensor in tensors:
             _consistent(tensors[tensor], node, f"in ensemble {name}, ensemble tensor {tensor}: ")
         else:

@@ -366,7 +366,7 @@ def _validate_batch_io(config: model_config_pb2.ModelConfig) -> None:
                 f"batch input kind '{kind_name}' expects 1 source input, got "
                 f"{len(batch_input.source_input)}"
             )
-        if batch_input.data_type not in (DataType.INT32, DataType.FP32):
+        if int(batch_input.data_type) not in (DataType.INT32, DataType.FP32):
             raise ConfigError("batch input data type must be TYPE_INT32 or TYPE_FP32")
         for source in batch_input.source_input:
             if source not in input_names:

@@ -188,7 +188,9 @@ class TorchBackend:
         _apply_parameters(self._params, model.model, instance.name)
         with torch.inference_mode(self._params.inference_mode):
             try:
-                self._module = torch.jit.load(model.model_file, map_location=self._device)
+                self._module = torch.jit.load(  # type: ignore[no-untyped-call]
+                    model.model_file, map_location=self._device
+                )
             except Exception as e:  # noqa: BLE001 - torch raises RuntimeError and others
                 raise ConfigError(
                     f"failed to load model '{model.model}': {e}", ErrorCode.INTERNAL

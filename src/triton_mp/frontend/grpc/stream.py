@@ -40,7 +40,7 @@ from triton_mp.frontend.grpc.messages import (
     stream_refusal,
     stream_response,
 )
-from triton_mp.frontend.grpc.wire import MALFORMED
+from triton_mp.frontend.grpc.wire import Malformed
 from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.request import InferenceRequest, ParameterType
 from triton_mp.frontend.tracing.tracer import Trace, Tracer
@@ -113,7 +113,8 @@ class StreamSession:
 
     Args:
         inference: the frontend's submit path.
-        requests: the client's ``ModelInferRequest`` stream.
+        requests: the client's ``ModelInferRequest`` stream (``wire.MALFORMED`` for a message
+            that does not parse: the stream stops reading there).
         tracer: samples the stream's requests; each traced response is stamped
             GRPC_SEND_START when queued and GRPC_SEND_END once written.
         parent_context: the call's W3C ``traceparent`` ("" when absent).
@@ -125,7 +126,7 @@ class StreamSession:
     def __init__(
         self,
         inference: Inference,
-        requests: AsyncIterable[pb.ModelInferRequest],
+        requests: AsyncIterable[pb.ModelInferRequest | Malformed],
         tracer: Tracer | None = None,
         parent_context: str = "",
         headers: Sequence[tuple[str, str]] = (),
@@ -181,7 +182,7 @@ class StreamSession:
 
     async def _read(self) -> None:
         async for message in self._requests:
-            if message is MALFORMED:
+            if isinstance(message, Malformed):
                 break  # NOTE: Triton stops reading at a message that does not parse
             read_ns = time.monotonic_ns() if self._tracer.active else 0
             self._submit(message, read_ns)

@@ -120,7 +120,7 @@ def json_string(obj: dict[str, Any], key: str, context: str | None = None) -> st
 
 
 _ACCESSOR = {"f": "double", "i": "int", "u": "uint", "b": "bool"}
-_TYPES = {"f": {int, float}, "i": {int}, "u": {int}, "b": {bool}}
+_TYPES: dict[str, set[type]] = {"f": {int, float}, "i": {int}, "u": {int}, "b": {bool}}
 """What Python types (as msgspec decodes JSON) each kind's TritonJson accessor takes."""
 _INT64_MIN = -(2**63)
 _DOUBLE_LIMIT = 2**1024
@@ -242,7 +242,7 @@ def json_tensor_bytes(name: str, datatype: str, data: object, count: int) -> byt
     flat = data
     if any(isinstance(item, list) for item in data):
         flat = list(_elements(data, _DATA_TOO_DEEP))
-    arr = None
+    arr: np.ndarray[Any, Any] | None = None
     if len(flat) == count and set(map(type, flat)) <= _TYPES[kind]:
         wide = {"b": np.bool_, "u": np.uint64, "i": np.int64, "f": np.float64}[kind]
         try:

@@ -490,8 +490,8 @@ class HttpFrontend:
         req, plan = parse_infer_body(
             target.model, version, body, request.headers.get(HEADER_LENGTH)
         )
-        if self._forward.active and (headers := self._forward.select(_raw_headers(request))):
-            req = replace(req, headers=headers)
+        if self._forward.active and (forwarded := self._forward.select(_raw_headers(request))):
+            req = replace(req, headers=forwarded)
         trace = None
         if recv_ns:
             trace = tracer.sample(req.model_name, req.id, parent_context=_traceparent(request))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -111,7 +112,7 @@ def typed_contents(t: InputTensor, datatype: str) -> bytes:
     values = t.contents[field]
     if field == "bytes_contents":
         return b"".join(len(v).to_bytes(4, "little") + v for v in values)  # type: ignore[arg-type, operator]
-    arr = np.asarray(values, dtype=_SOURCE[field])
+    arr: np.ndarray[Any, Any] = np.asarray(values, dtype=_SOURCE[field])
     return arr.astype(NUMPY_DTYPES[datatype], copy=False).tobytes()
 
 

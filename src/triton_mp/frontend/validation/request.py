@@ -109,7 +109,8 @@ def validate_request(
         parameters_json = merge_forwarded(parameters_json, req.headers)
     if known is not None:
         inputs = read_known_inputs(req, model, known.shapes, known.counts, rid)
-        batch_size, outputs, regions = known.batch_size, known.outputs, ()
+        regions: tuple[OutputRegion | None, ...] = ()
+        batch_size, outputs = known.batch_size, known.outputs
     else:
         check_frontend_tensors(req, shm)
         check_output_names(req, model)

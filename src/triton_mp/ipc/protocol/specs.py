@@ -315,13 +315,18 @@ class LogSpec(msgspec.Struct, frozen=True, array_like=True):
         return (self.info, self.warning, self.error)
 
 
+_LOG_FORMATS: dict[str, Literal["console", "json", "ISO8601"]] = {
+    "json": "json",
+    "ISO8601": "ISO8601",
+}
+"""``--log-format`` values a child takes as they are (anything else logs as the console)."""
+
+
 def current_log_spec() -> LogSpec:
     """The ``LogSpec`` of a child started now: this process's settings (the supervisor's are
     the start-up flags until a client changes them, then the client's: ``logging``)."""
     s = current_log_settings()
-    fmt: Literal["console", "json", "ISO8601"] = (
-        s.format if s.format in ("json", "ISO8601") else "console"
-    )
+    fmt = _LOG_FORMATS.get(s.format, "console")
     return LogSpec(s.verbose, fmt, s.info, s.warning, s.error, s.file)
 
 
