@@ -28,14 +28,9 @@ from triton_mp.frontend.classification import Classify, classification
 from triton_mp.frontend.dispatch import known_records
 from triton_mp.frontend.dispatch.direct import DirectRoutes
 from triton_mp.frontend.dispatch.inputs import region_ids, write_inputs
+from triton_mp.frontend.dispatch.known_lane import KnownLane, patched_record
 from triton_mp.frontend.dispatch.known_records import Form, Template, keep
-from triton_mp.frontend.dispatch.known_requests import (
-    KnownRequest,
-    KnownRequests,
-    Raw,
-    known_request,
-    write_known,
-)
+from triton_mp.frontend.dispatch.known_requests import Raw, write_known
 from triton_mp.frontend.dispatch.pending import Answer, PendingTable, holding_sink
 from triton_mp.frontend.dispatch.ticket import Ticket
 from triton_mp.frontend.dispatch.wakes import HeldWakes
@@ -143,7 +138,7 @@ class Inference:
         self._direct = direct
         self._signatures = SignatureCache()
         """Request signatures that passed validation (keyed by the ``Model`` object)."""
-        self._known = KnownRequests()
+        self._lane = KnownLane(models, shm)
         """Requests that passed, by their transport's key (``submit_known``)."""
         self.draining = False
 
@@ -257,28 +252,13 @@ class Inference:
         held = region_ids(valid)
         self._enqueue(ticket.request_id, request.id, valid, block, refs, sink, trace, held)
         if known_key is not None and trace is None and miss is None:
-            self._remember(known_key, request, valid, classify, held)
+            self._lane.remember(known_key, request, valid, classify, held)
         return ticket
-
-    def _remember(
-        self,
-        key: Hashable,
-        request: InferenceRequest,
-        valid: ValidRequest,
-        classify: Classify | None,
-        held: tuple[int, ...],
-    ) -> None:
-        """Keep a request that passed as known (``frontend.dispatch.known_requests``) if it
-        qualifies: no classification, and ``known_request``'s rules."""
-        if classify is None and key not in self._known:
-            known = known_request(request, valid, held, self._shm.generation)
-            if known is not None:
-                self._known.put(key, known)
 
     @property
     def known_keys(self) -> Container[Hashable]:
         """The keys ``submit_known`` may take requests for (it may still decline one)."""
-        return self._known
+        return self._lane.keys
 
     def submit_known(
         self,
@@ -309,7 +289,7 @@ class Inference:
             TritonMPError: UNAVAILABLE when the arena or the ring to the scheduler is
                 full; INVALID_ARG for a descriptor over the ring's record limit.
         """
-        known = self._known_entry(key, raw, in_task)
+        known = self._lane.entry(key, raw, in_task, self.draining)
         if known is None:
             return None
         valid = known.valid
@@ -338,7 +318,7 @@ class Inference:
         Raises:
             TritonMPError: as ``submit_known``.
         """
-        known = self._known_entry(key, raw, False)
+        known = self._lane.entry(key, raw, False, self.draining)
         if known is None:
             return None
         valid = known.valid
@@ -346,16 +326,17 @@ class Inference:
         pending = self._pending
         rid = pending.new_id()
         model = known.model
-        template = known.templates.get((block.segment, client_id))
-        if template is None or known.held or not self._plain(model, valid.version):
+        record = None
+        if self._plain(model, valid.version):
+            record = patched_record(known, rid, client_id, self._clock_ns(), block, refs)
+        if record is None:
             args = (rid, client_id, valid, block, refs, sink, None, known.held, known.templates)
             self._enqueue(*args)
             return rid, model, valid.version
         # NOTE: ``_enqueue`` and ``_send_request`` for what a known call mostly is.
         pending.copied_bytes["in"] += sum(known.sizes)
         pending.add_request(rid, block, sink, streaming=model.decoupled)
-        data = known_records.patched(template[0], rid, self._clock_ns(), block, refs)
-        self._push(rid, client_id, valid, data, template[1])
+        self._push(rid, client_id, valid, *record)
         return rid, model, valid.version
 
     def _plain(self, model: Model, version: int) -> bool:
@@ -363,21 +344,6 @@ class Inference:
         to feed and no idle instance to be handed to (``submit_known_to``'s fast lane)."""
         direct = self._direct
         return self._latency is None and (direct is None or not direct.serves(model.name, version))
-
-    def _known_entry(self, key: Hashable, raw: Raw, in_task: bool) -> KnownRequest | None:
-        """The known request ``key`` names, if ``raw`` may take its path now (``submit_known``)."""
-        known = self._known.get(key)
-        if known is None or self.draining or not in_task and known.model.preserve_ordering:
-            return None
-        if not self._models.is_current(known.model):
-            self._known.drop(key)
-            return None
-        if known.held and known.generation != self._shm.generation:
-            self._known.drop(key)  # NOTE: a region it names may have changed
-            return None
-        if not known.matches(raw):
-            return None
-        return known
 
     def _validate(
         self, request: InferenceRequest, decoupled_message: str | None, target: Target | None
