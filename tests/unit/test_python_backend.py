@@ -16,7 +16,7 @@ import pytest
 from triton_mp.backends.base import RESCHEDULED, RESPONDED, BackendRequest
 from triton_mp.backends.python import pb_utils
 from triton_mp.backends.python.autocomplete import may_auto_complete
-from triton_mp.backends.python.backend import PythonBackend, returned_list_refusal
+from triton_mp.backends.python.backend import PythonBackend
 from triton_mp.backends.python.model_module import PB_UTILS_MODULE
 from triton_mp.backends.registry import BACKENDS, load_backend
 from triton_mp.common.errors import ErrorCode, TritonMPError
@@ -210,21 +210,6 @@ def test_an_entry_that_is_no_response_fails_the_whole_batch(backend: PythonBacke
             )
         ]
         * 3
-    )
-
-
-def test_a_returned_value_must_be_a_list_of_one_entry_per_request() -> None:
-    # python_backend pb_stub.cc ProcessReturnedResponses (2.51): a tuple is no list.
-    assert returned_list_refusal([None, None], 2) is None
-    assert returned_list_refusal((None,), 1) == (
-        "Expected a list in the execute return, found type '<class 'tuple'>'."
-    )
-    assert returned_list_refusal({}, 1) == (
-        "Expected a list in the execute return, found type '<class 'dict'>'."
-    )
-    assert returned_list_refusal([], 3) == (
-        "Number of InferenceResponse objects do not match the number of InferenceRequest "
-        "objects. InferenceRequest(s) size is:3, and InferenceResponse(s) size is:0\n"
     )
 
 
@@ -425,27 +410,6 @@ def test_which_sources_need_the_auto_complete_child(
     assert may_auto_complete(path) is expected
 
 
-def test_response_parameters_travel_with_the_outputs() -> None:
-    """Parameters become ``Outputs.parameters_json``; a JSON string whose values are of
-    another type is refused with upstream's "Unsupported value type on parameters"."""
-    from triton_mp.backends.base import Outputs, response_parameters
-    from triton_mp.backends.python.backend import _parameters_refusal
-
-    outs = Outputs({"A": np.zeros(1)}, '{"k": 1}')
-    assert isinstance(outs, dict)
-    assert response_parameters(outs) == '{"k": 1}'
-    assert response_parameters({"A": np.zeros(1)}) == ""
-    assert _parameters_refusal('{"k": 1, "b": true, "s": "x"}') is None
-    assert _parameters_refusal('{"k": 1.5}') == "Unsupported value type on parameters"
-    assert _parameters_refusal("[1]") is not None
-    assert _parameters_refusal("{") is not None
-    for edge in (2**63 - 1, -(2**63)):
-        assert _parameters_refusal(json.dumps({"k": edge})) is None
-    for outside in (2**63, -(2**63) - 1, 2**64):
-        refusal = _parameters_refusal(json.dumps({"k": outside}))
-        assert refusal == "Unsupported value type on parameters"
-
-
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
@@ -585,23 +549,3 @@ def test_each_request_asks_its_own_cancellation_and_sender(tmp_path: Path) -> No
         assert res["OUTPUT0"].tolist() == [[float(v)] * 4]
         assert res["OUTPUT1"].tolist() == [[1.0 if v in (1, 2) else 0.0] * 4]
     b.close()
-
-
-def test_an_output_tensor_of_a_tensor_subclass_is_written() -> None:
-    """``_result`` takes any ``pb_utils.Tensor`` (a subclass too) and refuses anything else."""
-    b = object.__new__(PythonBackend)
-    b._spec = _spec(Path("/nonexistent/m/1/model.py"))  # noqa: SLF001
-    b._origin = "worker m_0"  # noqa: SLF001
-    b._output_dims = {}  # noqa: SLF001
-    b._batched = True  # noqa: SLF001
-
-    class Mine(pb_utils.Tensor):
-        __slots__ = ()
-
-    x = np.ones((1, 4), np.float32)
-    ok = b._result(_req(1.0), pb_utils.InferenceResponse([Mine("OUTPUT0", x)]))  # noqa: SLF001
-    assert isinstance(ok, dict)
-    assert ok["OUTPUT0"] is x
-    bad = b._result(_req(1.0), pb_utils.InferenceResponse([x]))  # type: ignore[list-item]  # noqa: SLF001
-    assert isinstance(bad, ErrorInfo)
-    assert "put a ndarray among the output tensors" in bad.message
