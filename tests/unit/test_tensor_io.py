@@ -318,3 +318,71 @@ def test_a_request_without_regions_gets_one_block_and_none_without_outputs(
     empty = write_outputs(arena, regions, _request(()), outs)
     assert (empty.block, empty.outputs) == (None, ())
     assert arena.live_blocks() == 0
+
+
+def _counting_fstat(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count ``os.fstat`` calls made by ``tensor_io`` (the size checks of client objects)."""
+    from triton_mp.workers.tensors import tensor_io
+
+    calls: list[int] = []
+    real = os.fstat
+
+    def fstat(fd: int) -> os.stat_result:
+        calls.append(fd)
+        return real(fd)
+
+    monkeypatch.setattr(tensor_io.os, "fstat", fstat)
+    return calls
+
+
+def test_a_batch_checks_each_client_object_once_and_the_next_batch_again(
+    regions: ClientRegions, client_object: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside a batch an object's size is checked on its first use only (its mapping's
+    fstat counts); after ``batch_ends`` a truncation is refused on the next use."""
+    regions.window(client_object, 1, False, 0, 64, "input 'A'")  # mapped outside a batch
+    calls = _counting_fstat(monkeypatch)
+    regions.window(client_object, 1, False, 0, 64, "input 'A'")
+    regions.window(client_object, 1, False, 0, 64, "input 'A'")
+    assert len(calls) == 2  # outside a batch: every use checks
+
+    calls.clear()
+    regions.batch_begins()
+    for _ in range(5):
+        regions.window(client_object, 1, False, 128, 64, "input 'A'")
+        regions.window(client_object, 1, True, 256, 64, "output 'B'")  # a mapping of its own
+    # NOTE: one check of the read-only mapping; the writable one is mapped in the batch and
+    # its mapping's own fstat gives its size: ten uses, two fstat calls.
+    assert len(calls) == 2
+    with pytest.raises(TritonMPError, match="smaller than the registered window"):
+        regions.window(client_object, 1, False, 4064, 64, "input 'A'")  # the checked size
+    regions.batch_ends()
+
+    obj = posix_ipc.SharedMemory(client_object)
+    os.ftruncate(obj.fd, 128)  # the client shrinks its object between two batches
+    obj.close_fd()
+    regions.batch_begins()
+    with pytest.raises(TritonMPError, match="is 128 bytes now") as e:
+        regions.window(client_object, 1, False, 128, 64, "input 'A'")
+    assert e.value.code == ErrorCode.INVALID_ARG
+    regions.batch_ends()
+
+
+def test_a_fixed_size_input_in_a_client_region_is_a_view_of_it(
+    cache: SegmentCache, regions: ClientRegions, client_object: str
+) -> None:
+    obj = posix_ipc.SharedMemory(client_object)
+    data = np.arange(8, dtype=np.float32).reshape(2, 4)
+    os.pwrite(obj.fd, data.tobytes(), 64)
+    ref = TensorRef("A", "FP32", (2, 4), client_object, 64, 32, region_id=1)
+    got = view_tensor(cache, ref, regions)
+    assert got.dtype == np.float32
+    assert got.shape == (2, 4)
+    assert not got.flags.writeable
+    np.testing.assert_array_equal(got, data)
+    os.pwrite(obj.fd, np.float32(-1).tobytes(), 64)
+    obj.close_fd()
+    assert got[0, 0] == -1  # a view of the client's memory, not a copy
+    past = TensorRef("A", "FP32", (2, 4), client_object, 4080, 32, region_id=1)
+    with pytest.raises(TritonMPError, match="smaller than the registered window"):
+        view_tensor(cache, past, regions)

@@ -300,6 +300,8 @@ class Worker:
         watch = self.watch
         if watch is not None:
             watch.begin()
+        regions = self._regions
+        regions.batch_begins()
         try:
             results, t_input, t_infer = self._execute(batch)
         finally:
@@ -317,7 +319,10 @@ class Worker:
             exec_end = time.monotonic_ns()
             self._traces.computed(traced, exec_end - t_infer, exec_end)
         t0 = time.perf_counter_ns()
-        failed = self._answer(reqs, results)
+        try:
+            failed = self._answer(reqs, results)
+        finally:
+            regions.batch_ends()
         rescheduled = (
             tuple(i for i, r in enumerate(results) if r is RESCHEDULED)
             if RESCHEDULED in results  # NOTE: the one Rescheduled value (backends.base)

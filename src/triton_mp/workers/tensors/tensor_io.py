@@ -47,9 +47,11 @@ class ClientRegions:
     read-write. At most ``capacity`` objects stay mapped (least recently used go first).
 
     NOTE: touching a mapping beyond the end of an object the client has since truncated
-    raises SIGBUS, which no Python code can catch. Every use re-checks the object's current
-    size (``fstat`` on a descriptor kept open) and fails that request instead; a truncation
-    racing with a running batch can still kill the worker, which the supervisor restarts.
+    raises SIGBUS, which no Python code can catch. Each batch re-checks the current size of
+    every object it uses (``fstat`` on a descriptor kept open, once per object and batch
+    between ``batch_begins`` and ``batch_ends``; on every use outside a batch: a decoupled
+    model's later responses) and fails the request instead; a truncation racing with a
+    running batch can still kill the worker, which the supervisor restarts.
     """
 
     def __init__(self, capacity: int = 64) -> None:
@@ -57,6 +59,18 @@ class ClientRegions:
             collections.OrderedDict()
         )
         self._capacity = capacity
+        self._sizes: dict[tuple[str, int, bool], int] | None = None
+        """Inside a batch: each object's size in bytes as this batch checked it (keyed as
+        ``_maps``); None outside a batch (every use checks)."""
+
+    def batch_begins(self) -> None:
+        """A batch starts: an object's size is checked on its first use in the batch only."""
+        self._sizes = {}
+
+    def batch_ends(self) -> None:
+        """The batch's answers are written: later uses check again (the client may truncate
+        or replace its object before the next request)."""
+        self._sizes = None
 
     def window(
         self, key: str, region_id: int, writable: bool, offset: int, nbytes: int, what: str
@@ -69,16 +83,24 @@ class ClientRegions:
         """
         k = (key, region_id, writable)
         entry = self._maps.get(k)
+        sizes = self._sizes
         if entry is None:
-            entry = self._map(key, writable)
+            entry, size = self._map(key, writable)
             self._maps[k] = entry
             while len(self._maps) > self._capacity:
                 _, (old_buf, old_fd) = self._maps.popitem(last=False)
                 _close(old_buf, old_fd)
+            if sizes is not None:
+                sizes[k] = size
         else:
             self._maps.move_to_end(k)
-        buf, fd = entry
-        size = os.fstat(fd).st_size
+            checked = None if sizes is None else sizes.get(k)
+            if checked is None:
+                checked = os.fstat(entry[1]).st_size
+                if sizes is not None:
+                    sizes[k] = checked
+            size = checked
+        buf = entry[0]
         if offset + nbytes > min(size, len(buf)):
             raise TritonMPError(
                 f"{what}: shared memory object '{key}' is {size} bytes now, smaller than the "
@@ -88,7 +110,8 @@ class ClientRegions:
         return buf
 
     @staticmethod
-    def _map(key: str, writable: bool) -> tuple[mmap.mmap, int]:
+    def _map(key: str, writable: bool) -> tuple[tuple[mmap.mmap, int], int]:
+        """``((mapping, descriptor), object size in bytes)`` of the client's object now."""
         try:
             obj = posix_ipc.SharedMemory(key, read_only=not writable)
         except (posix_ipc.ExistentialError, posix_ipc.PermissionsError, ValueError) as e:
@@ -111,7 +134,7 @@ class ClientRegions:
                 )
             size = st.st_size
             prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
-            return mmap.mmap(fd, size, prot=prot), fd
+            return (mmap.mmap(fd, size, prot=prot), fd), size
         except (OSError, ValueError) as e:
             os.close(fd)
             raise TritonMPError(
@@ -164,6 +187,9 @@ def view_tensor(
         buf = regions.window(
             ref.segment, ref.region_id, False, ref.offset, ref.nbytes, f"input '{ref.name}'"
         )
+        if fixed is not None:
+            # NOTE: a fixed-size tensor in a client's region: one call, as for an arena.
+            return np.ndarray(ref.shape, fixed, buf, ref.offset)
     else:
         buf = cache.get(ref.segment).buf
     datatype = DataType.from_wire(ref.datatype)
