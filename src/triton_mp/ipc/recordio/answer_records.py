@@ -2,6 +2,11 @@
 frontend (its requests' answers) and one per response of a decoupled model; the frontend reads it.
 
 Imported by ``ipc.recordio.records``, which re-exports what the roles use.
+
+Workers send msgpack ``AnswerBatch`` / ``InferResponse`` instead (91adbad): both ends are
+Python, and there the record costs 4.5-4.7x msgpack's encode + decode of the same answers (2 to
+8 responses per batch, ``bench/answer_codec_cost.py``, 2026-12-06). Frontends still read both
+forms (``codec.Decoder``); the record is for a native writer or reader.
 """
 
 from __future__ import annotations
