@@ -11,12 +11,21 @@
 //
 // Why: a worker decodes every request of its batch; in Python that was 19% of its CPU
 // (bench/README.md, issue 34), in C it costs what building the objects costs.
+//
+// read_header() is the scheduler's half: the header fields batching reads, into a
+// RequestRecord (Python twin: HeaderReader.read in request_records.py, which calls this
+// first and reads itself what this declines). The record's slots are filled in place, at
+// the offsets of the class's own member descriptors (configure_header), so the class stays
+// the one Python definition. Why: it runs once per request on the scheduler's drain.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <unordered_map>
 
 #include "../records.h"
 
@@ -203,6 +212,130 @@ PyObject* Decode(const uint8_t* data, size_t size) {
   return Call(g_types.infer_request, args, 0, g_types.kwnames);
 }
 
+// RequestRecord's slots, in the order read_header fills them (request_records.py names them).
+constexpr const char* kHeadSlots[] = {
+    "raw",        "request_id",  "reply_to",   "model",       "version",        "batch_size",
+    "arrival_ns", "priority",    "timeout_us", "sequence_id", "sequence_flags", "_full",
+};
+constexpr size_t kNumHeadSlots = sizeof(kHeadSlots) / sizeof(kHeadSlots[0]);
+constexpr size_t kModelsKept = 4096;  // as HeaderReader's cache of model names
+
+// The RequestRecord class and what repeats from one request to the next; the cached objects
+// are owned references, kept for the process.
+struct Head {
+  PyTypeObject* record = nullptr;
+  Py_ssize_t offsets[kNumHeadSlots] = {};
+  std::unordered_map<std::string, PyObject*> models;
+  std::unordered_map<uint64_t, PyObject*> replies;  // (reply_kind << 32 | reply_id)
+};
+Head g_head;
+
+// The model name as a str (decoded once per name), or nullptr with the error set.
+PyObject* ModelName(const uint8_t* data, uint16_t len) {
+  std::string key(reinterpret_cast<const char*>(data), len);
+  auto it = g_head.models.find(key);
+  if (it != g_head.models.end()) return Py_NewRef(it->second);
+  PyObject* name = PyUnicode_DecodeUTF8(key.data(), static_cast<Py_ssize_t>(len), "strict");
+  if (name != nullptr && g_head.models.size() < kModelsKept) {
+    g_head.models.emplace(std::move(key), Py_NewRef(name));
+  }
+  return name;
+}
+
+// The ReplyTo of (kind, id), built once by the Python reply_to and kept.
+PyObject* ReplyOf(uint8_t kind, uint32_t id) {
+  const uint64_t key = (uint64_t{kind} << 32) | id;
+  auto it = g_head.replies.find(key);
+  if (it != g_head.replies.end()) return Py_NewRef(it->second);
+  Ref kind_obj(PyLong_FromLong(kind));
+  Ref id_obj(PyLong_FromUnsignedLong(id));
+  if (!kind_obj || !id_obj) return nullptr;
+  PyObject* args[] = {kind_obj.get(), id_obj.get()};
+  PyObject* reply = Call(g_types.reply_to, args, 2);
+  if (reply != nullptr) g_head.replies.emplace(key, Py_NewRef(reply));
+  return reply;
+}
+
+PyObject* ReadHeader(const uint8_t* data, size_t size) {
+  rec::RequestHeader h;
+  if (size < sizeof h) return Malformed("shorter than its header");
+  std::memcpy(&h, data, sizeof h);
+  if (h.marker != rec::kRecordMarker || h.kind != rec::kKindRequest ||
+      h.version != rec::kRecordVersion || h.tail_len != 0 ||
+      (h.flags & (rec::kReqTraceMask | rec::kReqSeqString)) != 0 ||
+      h.model_off > size || h.model_len > size - h.model_off) {
+    Py_RETURN_NONE;  // NOTE: the rare forms (and a bad one): HeaderReader reads them
+  }
+  Ref model(ModelName(data + h.model_off, h.model_len));
+  if (!model) return nullptr;
+  Ref reply(ReplyOf(h.reply_kind, h.reply_id));
+  if (!reply) return nullptr;
+  PyObject* values[kNumHeadSlots] = {
+      PyBytes_FromStringAndSize(reinterpret_cast<const char*>(data),
+                                static_cast<Py_ssize_t>(size)),
+      PyLong_FromUnsignedLongLong(h.request_id),
+      reply.release(),
+      model.release(),
+      PyLong_FromLongLong(h.model_version),
+      PyLong_FromUnsignedLong(h.batch_size),
+      PyLong_FromUnsignedLongLong(h.arrival_ns),
+      PyLong_FromUnsignedLong(h.priority),
+      PyLong_FromUnsignedLong(h.timeout_us),
+      PyLong_FromUnsignedLongLong(h.sequence_id),
+      PyLong_FromLong(h.flags & (rec::kReqSeqStart | rec::kReqSeqEnd)),
+      Py_NewRef(Py_None),
+  };
+  // NOTE: the record owns every value from here on (a NULL slot reads as unset).
+  Ref out(g_head.record->tp_alloc(g_head.record, 0));
+  bool ok = static_cast<bool>(out);
+  for (size_t i = 0; i < kNumHeadSlots; ++i) {
+    ok = ok && values[i] != nullptr;
+    if (out) {
+      *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(out.get()) + g_head.offsets[i]) =
+          values[i];
+    } else {
+      Py_XDECREF(values[i]);
+    }
+  }
+  return ok ? out.release() : nullptr;
+}
+
+PyObject* ReadHeaderCall(PyObject* /*module*/, PyObject* buf) {
+  if (g_head.record == nullptr || g_types.reply_to == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "configure_header() was not called");
+    return nullptr;
+  }
+  View view(buf);
+  if (!view.ok()) return nullptr;
+  return ReadHeader(view.data(), view.size());
+}
+
+// configure_header(RequestRecord): the class read_header builds, whose slots (kHeadSlots)
+// must be object slots of its own.
+PyObject* ConfigureHeader(PyObject* /*module*/, PyObject* cls) {
+  if (!PyType_Check(cls)) return PyErr_Format(PyExc_TypeError, "configure_header: a class");
+  Py_ssize_t offsets[kNumHeadSlots];
+  for (size_t i = 0; i < kNumHeadSlots; ++i) {
+    Ref descr(PyObject_GetAttrString(cls, kHeadSlots[i]));
+    if (!descr) return nullptr;
+    if (!Py_IS_TYPE(descr.get(), &PyMemberDescr_Type)) {
+      return PyErr_Format(PyExc_TypeError, "configure_header: %s is not a slot", kHeadSlots[i]);
+    }
+    const PyMemberDef* member = reinterpret_cast<PyMemberDescrObject*>(descr.get())->d_member;
+    if (member->type != T_OBJECT_EX ||
+        reinterpret_cast<PyDescrObject*>(descr.get())->d_type != reinterpret_cast<PyTypeObject*>(cls)) {
+      return PyErr_Format(PyExc_TypeError, "configure_header: %s is not its object slot",
+                          kHeadSlots[i]);
+    }
+    offsets[i] = member->offset;
+  }
+  PyObject* old = reinterpret_cast<PyObject*>(g_head.record);
+  g_head.record = reinterpret_cast<PyTypeObject*>(Py_NewRef(cls));
+  Py_XDECREF(old);
+  std::memcpy(g_head.offsets, offsets, sizeof offsets);
+  Py_RETURN_NONE;
+}
+
 PyObject* DecodeRequest(PyObject* /*module*/, PyObject* buf) {
   if (g_types.infer_request == nullptr) {
     PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
@@ -245,6 +378,10 @@ PyMethodDef kMethods[] = {
      "configure(InferRequest, TensorRef, BlockRef, reply_to, wire): the types to build."},
     {"decode", DecodeRequest, METH_O,
      "decode(buffer) -> InferRequest | None (None: a tail or a trace level; decode in Python)."},
+    {"configure_header", ConfigureHeader, METH_O,
+     "configure_header(RequestRecord): the class read_header builds."},
+    {"read_header", ReadHeaderCall, METH_O,
+     "read_header(buffer) -> RequestRecord | None (None: a rare form; read in Python)."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -388,15 +388,32 @@ model name length and offset, tail length."""
 assert _BATCHING_FIELDS.size == REQUEST_HEADER.size
 
 
-class HeaderReader:
-    """Reads a REQUEST record's header into a ``RequestRecord`` (``record_decoder``)."""
+if native_decoder is not None:
+    native_decoder.configure_header(RequestRecord)
 
-    def __init__(self) -> None:
+
+class HeaderReader:
+    """Reads a REQUEST record's header into a ``RequestRecord`` (``record_decoder``): in C
+    when the extension is built (``read_header`` in ``ipc/native/request_decoder.cc``; it
+    declines the rare forms, which are read here), else here.
+
+    Args:
+        native: use the C reader when it is built (False: the Python one, for tests).
+    """
+
+    def __init__(self, native: bool = True) -> None:
         self._models: dict[bytes, str] = {}
         self._reply: dict[tuple[int, int], ReplyTo] = {}
         self._full = RequestDecoder()
+        self._native = (
+            native_decoder.read_header if native and native_decoder is not None else None
+        )
 
     def read(self, buf: Any) -> Request:
+        if self._native is not None:
+            got = self._native(buf)
+            if got is not None:
+                return got  # type: ignore[no-any-return]
         data = bytes(buf)
         (
             marker, kind, version, request_id, arrival_ns, seq, model_version, reply_id,
