@@ -66,6 +66,7 @@ BATCHING_CORE = sorted(
 SCHEDULER_IPC_MODULES = {
     "main.py",
     "core.py",
+    "batch_end.py",  # NOTE: the core's BatchDone handler, moved out of core.py
     "direct.py",
     "ensembles.py",
     "lifecycle.py",

@@ -36,7 +36,6 @@ from triton_mp.ipc.protocol.messages import (
     InstancesRetired,
     QueueQuery,
     ReadyQuery,
-    Requester,
     SequenceFlags,
     Shutdown,
     StatsQuery,
@@ -55,6 +54,7 @@ from triton_mp.ipc.recordio.records import (
     decode_request,
     wire_form,
 )
+from triton_mp.scheduler.batch_end import BatchEnds
 from triton_mp.scheduler.direct import Handoffs
 from triton_mp.scheduler.done_wakeups import quiet_instances
 from triton_mp.scheduler.ensembles import Ensembles
@@ -67,7 +67,7 @@ from triton_mp.scheduler.lifecycle import STOPPING_MESSAGE, Lifecycle
 from triton_mp.scheduler.limits.rate_gate import RateGate
 from triton_mp.scheduler.limits.rate_limiter import Limits, RateLimiter
 from triton_mp.scheduler.outbox import Outbound, Outbox, ToInstance
-from triton_mp.scheduler.policies.policy import QUEUE_FULL, TIMED_OUT, Batch, IterativeSteps, Queued
+from triton_mp.scheduler.policies.policy import QUEUE_FULL, TIMED_OUT, Batch, Queued
 from triton_mp.scheduler.queries import answer_queue_query, answer_ready_query, answer_stats_query
 from triton_mp.scheduler.request_wakeups import quiet_request_mask
 from triton_mp.scheduler.rules.admission import queue_start_ns, request_label, unknown_version
@@ -136,6 +136,11 @@ class SchedulerCore:
             self._out, self.stats, self._on_request, self._on_cancel, self._latest, life.active.get
         )
         """The ensemble requests running (``scheduler.ensembles``)."""
+        self._ends = BatchEnds(
+            life.instances, self.handoffs, self.stats, self.ensembles, self._out,
+            self._release, self._offer, lambda: self.stopping,
+        )  # fmt: skip
+        """What a ``BatchDone`` moves on (``scheduler.batch_end``)."""
         self.handlers: dict[type, Callable[[Any, int], None]] = {
             InferRequest: self._on_request,
             RequestRecord: self._on_request,
@@ -147,7 +152,7 @@ class SchedulerCore:
             QueueQuery: self._on_queue_query,
             WorkerReady: life.on_ready,
             ReadyQuery: self._on_ready_query,
-            BatchDone: self._on_batch_done,
+            BatchDone: self._ends.on_done,
             DecoupledDone: self._on_decoupled_done,
             WorkerDied: self._on_died,
             Shutdown: self._on_shutdown,
@@ -253,7 +258,7 @@ class SchedulerCore:
     def _on_direct(self, msg: DirectSent, now_ns: int) -> None:
         done = self.handoffs.on_direct(msg, now_ns)
         if done is not None:
-            self._on_batch_done(done, now_ns)
+            self._ends.on_done(done, now_ns)
 
     def _on_cancel(self, msg: CancelRequest, now_ns: int) -> None:
         """Drop a request whose client went away, if it has not been dispatched yet."""
@@ -288,75 +293,6 @@ class SchedulerCore:
 
     def _on_queue_query(self, msg: QueueQuery, now_ns: int) -> None:
         answer_queue_query(msg, self.queue_status(msg.model, now_ns), self._out)
-
-    def _on_batch_done(self, msg: BatchDone, now_ns: int) -> None:
-        inst = self.lifecycle.instances.get(msg.instance_id)
-        if inst is None or inst.batch is None or inst.batch.batch_id != msg.batch_id:
-            if inst is not None:
-                # NOTE: a direct batch whose DirectSent this pass has not read yet.
-                self.handoffs.early_done(msg)
-            return
-        flight, inst.batch = inst.batch, None
-        reqs = flight.requests
-        failed, again = msg.failed, msg.rescheduled
-        if failed or again:
-            gone = {*failed, *again}
-            ok: Sequence[Request] = [r for i, r in enumerate(reqs) if i not in gone]
-        else:
-            ok = reqs  # NOTE: the common case: no per-request work but the sums below.
-        # NOTE: per batch: C-level sums over the requests, no Python loop per request.
-        arrivals = sum(map(_ARRIVAL, ok))
-        inferences = sum(map(_BATCH_SIZE, ok))
-        inst.executions += 1
-        self._release(msg.instance_id, now_ns)
-        self.handoffs.touch(inst.generation)
-        self.stats.record_execution(
-            *inst.key,
-            requests=len(ok),
-            arrivals_ns=arrivals,
-            dispatch_ns=flight.dispatch_ns,
-            inferences=inferences,
-            total_batch_size=flight.total_batch_size,
-            compute_input_ns=msg.compute_input_ns,
-            compute_infer_ns=msg.compute_infer_ns,
-            compute_output_ns=msg.compute_output_ns,
-            end_ns=msg.end_ns,
-        )
-        for i in set(failed):
-            r = reqs[i]
-            self.stats.record_failure(r.model, r.version, r.arrival_ns, msg.end_ns, "BACKEND")
-        if self.ensembles.counting():
-            # NOTE: only an ensemble's step requests answer to the ensemble scheduler.
-            compute = (msg.compute_input_ns, msg.compute_infer_ns, msg.compute_output_ns)
-            for r in reqs:
-                if r.reply_to.kind is Requester.ENSEMBLE:
-                    self.ensembles.on_executed(r.request_id, compute, now_ns)
-        gen = inst.generation
-        if gen is not None and gen.policy.iterative_steps is not None:
-            self._release_iterative(gen, gen.policy.iterative_steps, reqs, set(again), now_ns)
-        if not self.stopping and gen is not None:
-            gen.policy.instance_idle(msg.instance_id, now_ns)
-
-    def _release_iterative(
-        self,
-        gen: Generation,
-        steps: IterativeSteps,
-        reqs: Sequence[Request],
-        again: set[int],
-        now_ns: int,
-    ) -> None:
-        """After a batch of an iterative sequence model: each request the model released
-        with ``RELEASE_RESCHEDULE`` is queued again first in its sequence with no flags
-        (core ``IterativeSequencer::RescheduleRequest``; while stopping it fails as queued
-        requests do); every other one ends its sequence."""
-        for i, r in enumerate(reqs):
-            if i not in again:
-                steps.finish(r.sequence_id, now_ns)
-            elif self.stopping:
-                self._out.fail(r, ErrorCode.UNAVAILABLE, STOPPING_MESSAGE, now_ns)
-            else:
-                again_req = msgspec.structs.replace(as_request(r), sequence_flags=0)
-                self._offer(gen, again_req, now_ns, again=True)
 
     # ------------------------------------------------------------- rate limiter
     def _on_activated(self, msg: VersionsActivated, now_ns: int) -> None:
