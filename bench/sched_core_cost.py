@@ -9,7 +9,8 @@ dispatch pass that finds nothing ready, the next deadline); per batch, the pass 
 deadline that forms it (``BatchAssign`` encoded as for the ring), and the pass that takes the
 worker's ``BatchDone``. Each pass also asks what the process loop asks before it waits
 (``next_deadline_ns``, ``quiet_requests``, ``quiet_done``). ``--per-pass`` 0 takes a whole
-batch's requests in one pass (a drain that found them all). Prints CPU µs per request
+batch's requests in one pass (a drain that found them all, handled as the loop does:
+``handle_all``). Prints CPU µs per request
 (``time.process_time``), best of ``--repeat``. What this leaves out is the cost of waiting:
 spins, polls, sleeps and wake-ups (measure those with pa_run.py's per-role CPU).
 """
@@ -96,9 +97,8 @@ def run(batch: int, batches: int, per_pass: bool) -> float:
                 deliver(core, core.dispatch(now), send, now)
                 end_pass()
         else:
-            for rec in records:
-                msg = decode(memoryview(rec))
-                deliver(core, core.handle(msg, now), send, now)
+            msgs = [decode(memoryview(rec)) for rec in records]
+            deliver(core, core.handle_all(msgs, now), send, now)
             deliver(core, core.dispatch(now), send, now)
             end_pass()
         now = h.clock.advance_us(600)
@@ -117,7 +117,7 @@ def run(batch: int, batches: int, per_pass: bool) -> float:
             end_ns=now,
         )
         msg = decode(memoryview(encode(done)))
-        deliver(core, core.handle(msg, now), send, now)
+        deliver(core, core.handle_all((msg,), now), send, now)
         deliver(core, core.dispatch(now), send, now)
         end_pass()
     return (time.process_time() - t0) / (batch * batches) * 1e6

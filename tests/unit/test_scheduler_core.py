@@ -4,8 +4,11 @@ TensorRefs that nothing ever maps."""
 
 from __future__ import annotations
 
+from itertools import count
+
 import msgspec
 import pytest
+from msgspec.structs import replace
 
 from tests.unit.scheduler_harness import US, Harness
 from triton_mp.common.errors import ErrorCode
@@ -13,11 +16,17 @@ from triton_mp.ipc.memory.ring import RecordTooLarge
 from triton_mp.ipc.protocol.messages import (
     BatchAssign,
     BatchDone,
+    ModelAvailability,
     ReplyTo,
     Requester,
     RequestFailed,
+    StatsQuery,
+    StatsReply,
+    ToScheduler,
     WorkerDied,
 )
+from triton_mp.ipc.recordio.codec import Decoder
+from triton_mp.ipc.recordio.records import RequestRecord, encode_request
 from triton_mp.scheduler.rules.admission import queue_start_ns
 
 
@@ -275,3 +284,53 @@ def test_a_batch_too_large_for_the_worker_ring_fails_alone(h: Harness) -> None:
     h.clock.advance_us(200)
     ((_, batch),) = h.dispatch()
     assert batch.requests == tuple(small)
+
+
+# --------------------------------------------------------------------------- one drain
+
+
+def _drain(h: Harness, first: BatchAssign) -> list[object]:
+    """One drain's messages as the rings give them: request records (one for a model
+    nobody serves), the first batch's ``BatchDone``, a statistics query, a worker's death."""
+    decode = Decoder(ToScheduler).decode_buffer
+    maker = Harness(ids=count(100))  # NOTE: builds the requests; its own core is not used
+    reqs = [maker.request(m) for m in ("add_sub", "add_sub", "nope", "add_sub")]
+    records: list[object] = [
+        decode(memoryview(encode_request(replace(r, arrival_ns=h.now)) or b"")) for r in reqs
+    ]
+    done = BatchDone(
+        instance_id=0, batch_id=first.batch_id, start_ns=h.now, compute_input_ns=1,
+        compute_infer_ns=1, compute_output_ns=1, end_ns=h.now,
+    )  # fmt: skip
+    return [*records[:2], done, records[2], StatsQuery(query_id=1, frontend_id=0), *records[3:]]
+
+
+def _no_wall_clock(msg: object) -> object:
+    """A ``StatsReply`` without its wall-clock field (``last_inference_ms``)."""
+    if not isinstance(msg, StatsReply):
+        return msg
+    return replace(msg, stats=tuple(replace(s, last_inference_ms=0) for s in msg.stats))
+
+
+def test_a_drain_handled_at_once_sends_what_each_message_in_turn_sends() -> None:
+    outcomes = []
+    for at_once in (False, True):
+        h = Harness()
+        h.ready(0, 1)
+        h.request()
+        h.clock.advance_us(600)
+        ((_, first),) = h.dispatch()
+        msgs = _drain(h, first)
+        assert sum(type(m) is RequestRecord for m in msgs) == 4
+        if at_once:
+            h.deliver(list(h.core.handle_all(msgs, h.now)))
+        else:
+            for m in msgs:
+                h.handle(m)
+        h.handle(WorkerDied(instance_id=1, exitcode=-9))
+        h.clock.advance_us(600)
+        sent = [(f, _no_wall_clock(m)) for f, m in h.to_frontends]
+        outcomes.append((sent, h.to_workers, h.dispatch(), h.core.idle()))
+    assert outcomes[0] == outcomes[1]
+    to_frontends = outcomes[1][0]
+    assert [type(m) for _, m in to_frontends] == [ModelAvailability, RequestFailed, StatsReply]

@@ -174,6 +174,24 @@ class SchedulerCore:
         self.handlers[kind](msg, now_ns)
         return self._out.take()
 
+    def handle_all(self, msgs: Iterable[ToScheduler | Request], now_ns: int) -> Sequence[Outbound]:
+        """``handle`` each of ``msgs`` in order (one drain of the rings), at ``now_ns``;
+        returns what to send, in order. A request record goes straight to its handler:
+        per request, no dispatch-table lookup and no ``take`` (no handler sends a batch,
+        so nothing a later message does depends on what the earlier ones sent)."""
+        self.ensembles.now_ns = now_ns
+        handlers = self.handlers
+        on_request = self._on_request
+        for msg in msgs:
+            if type(msg) is RequestRecord:
+                on_request(msg, now_ns)
+                continue
+            kind = type(msg)
+            if kind in _CHANGES:
+                self.handoffs.stale = True
+            handlers[kind](msg, now_ns)
+        return self._out.take()
+
     def _on_log_settings(self, msg: LogSettingsUpdate, now_ns: int) -> None:
         """A client changed the log settings at a frontend: log by them here and pass them on
         to every worker (``Lifecycle.on_ready`` sends them to workers that start later)."""

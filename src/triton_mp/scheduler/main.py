@@ -263,13 +263,11 @@ def _serve(core: SchedulerCore, inbox: Inbox[ToScheduler], router: Router, clock
             inbox.poll(max(0.0, (deadline - clock.now_ns()) / 1e9))
         msgs = done_first(inbox.drain())
         now = clock.now_ns()
-        for msg in msgs:
-            deliver(core, core.handle(msg, now), router.send, now)
+        deliver(core, core.handle_all(msgs, now), router.send, now)
         if core.deferred:
             # NOTE: a request for a version the scheduler does not know yet may have been
             # sent right after its activation, which this drain missed; drain once more.
-            for msg in inbox.drain():
-                deliver(core, core.handle(msg, now), router.send, now)
+            deliver(core, core.handle_all(inbox.drain(), now), router.send, now)
             deliver(core, core.retry_deferred(now), router.send, now)
         if core.stopping:
             router.flush()
