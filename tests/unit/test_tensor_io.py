@@ -320,18 +320,22 @@ def test_a_request_without_regions_gets_one_block_and_none_without_outputs(
     assert arena.live_blocks() == 0
 
 
-def _counting_fstat(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Count ``os.fstat`` calls made by ``tensor_io`` (the size checks of client objects)."""
-    from triton_mp.workers.tensors import tensor_io
-
+def _counting_size_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the size checks of client objects (``os.fstat`` when mapping, ``os.lseek`` to
+    the end after)."""
     calls: list[int] = []
-    real = os.fstat
+    real_fstat, real_lseek = os.fstat, os.lseek
 
     def fstat(fd: int) -> os.stat_result:
         calls.append(fd)
-        return real(fd)
+        return real_fstat(fd)
 
-    monkeypatch.setattr(tensor_io.os, "fstat", fstat)
+    def lseek(fd: int, pos: int, how: int) -> int:
+        calls.append(fd)
+        return real_lseek(fd, pos, how)
+
+    monkeypatch.setattr(os, "fstat", fstat)
+    monkeypatch.setattr(os, "lseek", lseek)
     return calls
 
 
@@ -341,7 +345,7 @@ def test_a_batch_checks_each_client_object_once_and_the_next_batch_again(
     """Inside a batch an object's size is checked on its first use only (its mapping's
     fstat counts); after ``batch_ends`` a truncation is refused on the next use."""
     regions.window(client_object, 1, False, 0, 64, "input 'A'")  # mapped outside a batch
-    calls = _counting_fstat(monkeypatch)
+    calls = _counting_size_checks(monkeypatch)
     regions.window(client_object, 1, False, 0, 64, "input 'A'")
     regions.window(client_object, 1, False, 0, 64, "input 'A'")
     assert len(calls) == 2  # outside a batch: every use checks
@@ -352,7 +356,7 @@ def test_a_batch_checks_each_client_object_once_and_the_next_batch_again(
         regions.window(client_object, 1, False, 128, 64, "input 'A'")
         regions.window(client_object, 1, True, 256, 64, "output 'B'")  # a mapping of its own
     # NOTE: one check of the read-only mapping; the writable one is mapped in the batch and
-    # its mapping's own fstat gives its size: ten uses, two fstat calls.
+    # its mapping's own fstat gives its size: ten uses, two checks.
     assert len(calls) == 2
     with pytest.raises(TritonMPError, match="smaller than the registered window"):
         regions.window(client_object, 1, False, 4064, 64, "input 'A'")  # the checked size
