@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from triton_mp.frontend.dispatch import polling_loop
+from triton_mp.frontend.dispatch import linger, polling_loop
 from triton_mp.frontend.dispatch.polling_loop import PollingSelector
 from triton_mp.ipc import Inbox, Sender, encode
 from triton_mp.ipc.memory.notify import Wakeup, create_wakeup
@@ -139,6 +139,7 @@ def _run_early_wake(
     # depend on how fast or how loaded this machine is.
     monkeypatch.setattr(polling_loop, "PREWAKE_POLL_S", 2.0)
     monkeypatch.setattr(polling_loop, "BUSY_YIELD_S", 0.0005 if busy is not None else 1.0)
+    monkeypatch.setattr(linger, "DUE_POLL_S", 0.0)  # NOTE: the early wake's poll alone
     if busy is not None:
         yields = busy
 
@@ -264,3 +265,90 @@ def test_the_loop_polls_after_answers_only_while_the_next_event_follows_at_once(
     fast, slow = lingers
     assert fast >= 3
     assert slow - fast <= 1
+
+
+def test_an_awaited_answer_is_polled_for_while_answers_come_soon(
+    names: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``linger.AnswerDue``: with an answer outstanding the loop polls before it blocks, so
+    an answer pushed without a byte is taken; after an answer that came later than
+    ``DUE_POLL_S`` it blocks at once (the next quiet record waits for a byte)."""
+    monkeypatch.setattr(polling_loop, "BUSY_YIELD_S", 1.0)  # NOTE: however loaded the machine
+    monkeypatch.setattr(linger, "DUE_POLL_S", 0.5)
+    inbox, sender, selector, loop = _polled_inbox(names)
+    got: list[int] = []
+    seen: dict[str, list[int]] = {}
+    done = asyncio.Event()
+
+    def on_wakeup() -> None:
+        got.extend(inbox.drain())
+        if 4 in got:
+            done.set()
+
+    def produce() -> None:
+        time.sleep(0.05)
+        sender.push_quiet(encode(1))  # no byte: only a polling loop sees it
+        time.sleep(0.3)
+        seen["polled"] = list(got)
+        time.sleep(0.5)  # NOTE: 0.85 s after the loop began to wait: past DUE_POLL_S
+        sender.send(2)
+        time.sleep(0.05)
+        sender.push_quiet(encode(3))
+        time.sleep(0.3)
+        seen["blocked"] = list(got)
+        sender.send(4)
+
+    async def main() -> None:
+        loop.add_reader(inbox.waiter.fileno(), on_wakeup)
+        selector.watch(inbox, lambda: 1)
+        producer = threading.Thread(target=produce)
+        producer.start()
+        await asyncio.wait_for(done.wait(), 5)
+        producer.join()
+        selector.watch(None)
+        loop.remove_reader(inbox.waiter.fileno())
+
+    _run(loop, main, sender.close, inbox.close)
+    assert seen["polled"] == [1]
+    assert seen["blocked"] == [1, 2]
+    assert got == [1, 2, 3, 4]
+
+
+def test_nothing_outstanding_no_poll_for_answers(
+    names: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle loop (no answer awaited) blocks at once: a record pushed without a byte
+    waits for the next byte."""
+    monkeypatch.setattr(polling_loop, "BUSY_YIELD_S", 1.0)
+    monkeypatch.setattr(linger, "DUE_POLL_S", 0.5)
+    inbox, sender, selector, loop = _polled_inbox(names)
+    got: list[int] = []
+    seen: list[int] = []
+    done = asyncio.Event()
+
+    def on_wakeup() -> None:
+        got.extend(inbox.drain())
+        if 2 in got:
+            done.set()
+
+    def produce() -> None:
+        time.sleep(0.05)
+        sender.push_quiet(encode(1))
+        time.sleep(0.3)
+        seen.extend(got)
+        sender.send(2)
+
+    async def main() -> None:
+        loop.add_reader(inbox.waiter.fileno(), on_wakeup)
+        selector.watch(inbox, lambda: 0)
+        producer = threading.Thread(target=produce)
+        producer.start()
+        await asyncio.wait_for(done.wait(), 5)
+        producer.join()
+        selector.watch(None)
+        loop.remove_reader(inbox.waiter.fileno())
+
+    _run(loop, main, sender.close, inbox.close)
+    assert seen == []
+    assert selector.due_polls == 0
+    assert got == [1, 2]

@@ -21,7 +21,9 @@ another task run (the vCPU is wanted: a busy machine): an idle frontend never po
 
 After a pass that delivered answers, the loop polls for up to ``linger.LINGER_S`` before
 it blocks, while that pays (``frontend.dispatch.linger``): a client's next request then
-finds it running.
+finds it running. With answers outstanding, it polls for up to ``linger.DUE_POLL_S`` while
+answers have been coming that soon (``linger.AnswerDue``: a request handed straight to an
+idle worker, whose answer comes an ``execute`` later, while the early wake came too soon).
 
 ``at_pass_end(callback)``: the callback runs at the start of every ``select``, that is once
 the loop ran every callback of its last pass and before it polls or waits again (the
@@ -38,7 +40,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from triton_mp.frontend.dispatch.linger import Linger
+from triton_mp.frontend.dispatch.linger import AnswerDue, Linger
 from triton_mp.ipc import Inbox
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,11 @@ class PollingSelector(selectors.EpollSelector):
         self._linger = Linger()
         self.lingers = 0
         """Polls after answers before blocking (``frontend.dispatch.linger``)."""
+        self._due = AnswerDue()
+        self.due_polls = 0
+        """Polls for an awaited answer before blocking (``linger.AnswerDue``)."""
+        self._awaited = False
+        """The last ``_select_inbox`` would have blocked with answers outstanding."""
 
     def at_pass_end(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` at the start of every ``select`` (module docstring)."""
@@ -112,13 +119,18 @@ class PollingSelector(selectors.EpollSelector):
             return super().select(timeout)
         t0 = time.perf_counter()
         events = self._select_inbox(self._inbox, timeout)
+        gap = time.perf_counter() - t0
         linger = self._linger
-        linger.ended(time.perf_counter() - t0, bool(events))
+        linger.ended(gap, bool(events))
         fifo = self._fd
+        answer = False
         for key, _mask in events:
             if key.fd == fifo:
                 linger.answered()
+                answer = True
                 break
+        if self._awaited:
+            self._due.ended(gap, answer)
         return events
 
     def _select_inbox(
@@ -128,10 +140,15 @@ class PollingSelector(selectors.EpollSelector):
         ready = inbox.has_pending()
         blocking = not ready and (timeout is None or timeout > 0)
         polled = None
+        self._awaited = awaited = blocking and self._outstanding() > 0
         if blocking:
             budget = self._linger.budget_s()
+            if awaited and self._due.pays:
+                # NOTE: an answer is due soon: poll for it rather than pay a wake-up.
+                self.due_polls += 1
+                budget = max(budget, self._due.budget_s())
             if budget:
-                # NOTE: right after answers: the client's next request is near (linger).
+                # NOTE: the client's next request (linger) or an awaited answer is near.
                 polled = self._poll(budget if timeout is None else min(budget, timeout))
                 if polled is not None:
                     ready, blocking = inbox.has_pending(), False
