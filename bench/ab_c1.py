@@ -83,12 +83,16 @@ def main() -> int:
         "--commits", required=True, help="comma-separated revisions, the base last (HEAD,main)"
     )
     ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument(
+        "--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}"
+    )
     ap.add_argument("--window-ms", type=int, default=2000)
     ap.add_argument("--peers-env", type=Path, default=ROOT / ".peers" / "peers.env")
     ap.add_argument("--pa-run", type=Path, default=ROOT / "bench" / "pa_run.py")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     args.commits = [c.strip() for c in args.commits.split(",") if c.strip()]
+    models = [m for m in MODELS if m in args.models.split(",")]
     sides = ["Triton", *args.commits]
     # NOTE: a background run ignores SIGINT: SIGTERM stops the servers too (finally).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
@@ -103,7 +107,7 @@ def main() -> int:
         for i in range(args.rounds):
             k = i % len(sides)
             order = sides[k:] + sides[:k]
-            for model in MODELS:
+            for model in models:
                 for side in order:
                     pa = ["-m", model, "--concurrency-range", "1", "-s", "100", "--max-trials", "3"]
                     rec = run_pa(
