@@ -87,6 +87,12 @@ def main() -> int:
         "--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}"
     )
     ap.add_argument("--window-ms", type=int, default=2000)
+    ap.add_argument(
+        "--rate",
+        type=int,
+        help="requests per second (perf_analyzer --request-rate-range) instead of c=1: "
+        "the slow c=1 case, e.g. 200 (one request every 5 ms)",
+    )
     ap.add_argument("--peers-env", type=Path, default=ROOT / ".peers" / "peers.env")
     ap.add_argument("--pa-run", type=Path, default=ROOT / "bench" / "pa_run.py")
     ap.add_argument("--json", type=Path)
@@ -109,7 +115,12 @@ def main() -> int:
             order = sides[k:] + sides[:k]
             for model in models:
                 for side in order:
-                    pa = ["-m", model, "--concurrency-range", "1", "-s", "100", "--max-trials", "3"]
+                    load = (
+                        ["--concurrency-range", "1"]
+                        if args.rate is None
+                        else ["--request-rate-range", str(args.rate)]
+                    )
+                    pa = ["-m", model, *load, "-s", "100", "--max-trials", "3"]
                     rec = run_pa(
                         args.pa_run,
                         env,

@@ -7,6 +7,7 @@ sleeping) must stop when the work does.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -48,7 +49,7 @@ def _tree_cpu_s(root: int) -> float:
     return total / TICK
 
 
-def _infer(client: grpcclient.InferenceServerClient, n: int) -> None:
+def _infer(client: grpcclient.InferenceServerClient, n: int, model: str = "add_sub_py") -> None:
     a = np.ones((1, 16), np.float32)
     inputs = []
     for name in ("INPUT0", "INPUT1"):
@@ -56,7 +57,7 @@ def _infer(client: grpcclient.InferenceServerClient, n: int) -> None:
         i.set_data_from_numpy(a)
         inputs.append(i)
     for _ in range(n):
-        out = client.infer("add_sub_py", inputs).as_numpy("OUTPUT0")
+        out = client.infer(model, inputs).as_numpy("OUTPUT0")
         assert out is not None
         assert float(out[0, 0]) == 2.0
 
@@ -66,11 +67,20 @@ def test_an_idle_server_uses_under_one_percent_of_a_core(
 ) -> None:
     repo = tmp_path / "repo"
     shutil.copytree(BENCH_REPOSITORY, repo)
+    # NOTE: and without a batching delay: its requests are handed straight to the worker,
+    # and the frontend polls for the answer (``linger.AnswerDue``).
+    nodelay = repo / "add_sub_py_nodelay"
+    shutil.copytree(repo / "add_sub_py", nodelay)
+    cfg = nodelay / "config.pbtxt"
+    text = re.sub(r"dynamic_batching\s*\{[^}]*\}", "dynamic_batching { }", cfg.read_text())
+    cfg.write_text(text.replace('name: "add_sub_py"', 'name: "add_sub_py_nodelay"'))
+    assert "dynamic_batching { }" in cfg.read_text()
+    assert "add_sub_py_nodelay" in cfg.read_text()
     server = start_server(repo)
     clients = [server.client() for _ in range(8)]
     try:
         deadline = time.monotonic() + 120
-        while not clients[0].is_model_ready("add_sub_py"):
+        while not all(clients[0].is_model_ready(m) for m in ("add_sub_py", "add_sub_py_nodelay")):
             assert time.monotonic() < deadline, server.log()
             time.sleep(0.1)
         # Traffic first, from 8 threads at once: the spins and polls adapt to a busy server
@@ -80,6 +90,7 @@ def test_an_idle_server_uses_under_one_percent_of_a_core(
         # Then one at a time: each short batch wakes the frontend early, and the frontend
         # polls for its answer (workers.prewake); that poll too must end with the work.
         _infer(clients[0], 200)
+        _infer(clients[0], 300, "add_sub_py_nodelay")
         time.sleep(1.0)
         c0, t0 = _tree_cpu_s(server.pid), time.monotonic()
         time.sleep(5.0)

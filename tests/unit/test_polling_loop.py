@@ -276,6 +276,7 @@ def test_an_awaited_answer_is_polled_for_while_answers_come_soon(
     monkeypatch.setattr(polling_loop, "BUSY_YIELD_S", 1.0)  # NOTE: however loaded the machine
     monkeypatch.setattr(linger, "DUE_POLL_S", 0.5)
     inbox, sender, selector, loop = _polled_inbox(names)
+    selector.linger.pays = True  # NOTE: as after a client that came back at once
     got: list[int] = []
     seen: dict[str, list[int]] = {}
     done = asyncio.Event()
@@ -314,14 +315,17 @@ def test_an_awaited_answer_is_polled_for_while_answers_come_soon(
     assert got == [1, 2, 3, 4]
 
 
-def test_nothing_outstanding_no_poll_for_answers(
-    names: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("outstanding", "dense"), [(0, True), (1, False)])
+def test_no_poll_for_answers_when_idle_or_when_the_client_pauses(
+    names: tuple[str, str], monkeypatch: pytest.MonkeyPatch, outstanding: int, dense: bool
 ) -> None:
-    """An idle loop (no answer awaited) blocks at once: a record pushed without a byte
-    waits for the next byte."""
+    """An idle loop (no answer awaited), or one whose client does not come back at once
+    (``Linger.pays`` False), blocks at once: a record pushed without a byte waits for the
+    next byte."""
     monkeypatch.setattr(polling_loop, "BUSY_YIELD_S", 1.0)
     monkeypatch.setattr(linger, "DUE_POLL_S", 0.5)
     inbox, sender, selector, loop = _polled_inbox(names)
+    selector.linger.pays = dense
     got: list[int] = []
     seen: list[int] = []
     done = asyncio.Event()
@@ -340,7 +344,7 @@ def test_nothing_outstanding_no_poll_for_answers(
 
     async def main() -> None:
         loop.add_reader(inbox.waiter.fileno(), on_wakeup)
-        selector.watch(inbox, lambda: 0)
+        selector.watch(inbox, lambda: outstanding)
         producer = threading.Thread(target=produce)
         producer.start()
         await asyncio.wait_for(done.wait(), 5)

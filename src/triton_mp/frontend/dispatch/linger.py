@@ -68,7 +68,9 @@ class AnswerDue:
     So when the loop would block with answers outstanding, it polls for up to
     ``DUE_POLL_S`` while that pays: the last such wait ended with an answer within
     ``DUE_POLL_S``. A slow model (or a batching delay) ends that after one wait; an idle loop
-    (nothing outstanding) never polls.
+    (nothing outstanding) never polls, nor does one whose clients pause between requests
+    (the selector asks ``Linger.pays`` too: one request every few ms finds every process
+    asleep, and a poll would add CPU to each without making it faster than the other hops).
 
     ``budget_s()`` when the next wait would block with answers outstanding;
     ``ended(gap_s, answer)`` when that wait ends, ``gap_s`` seconds after it began, by an

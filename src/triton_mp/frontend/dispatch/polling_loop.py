@@ -22,8 +22,10 @@ another task run (the vCPU is wanted: a busy machine): an idle frontend never po
 After a pass that delivered answers, the loop polls for up to ``linger.LINGER_S`` before
 it blocks, while that pays (``frontend.dispatch.linger``): a client's next request then
 finds it running. With answers outstanding, it polls for up to ``linger.DUE_POLL_S`` while
-answers have been coming that soon (``linger.AnswerDue``: a request handed straight to an
-idle worker, whose answer comes an ``execute`` later, while the early wake came too soon).
+answers have been coming that soon and such lingers pay (``linger.AnswerDue``: a request
+handed straight to an idle worker, whose answer comes an ``execute`` later, while the early
+wake came too soon). A client that pauses between requests (its requests find the pipeline
+asleep anyway) makes neither poll: its requests cost no more CPU than before.
 
 ``at_pass_end(callback)``: the callback runs at the start of every ``select``, that is once
 the loop ran every callback of its last pass and before it polls or waits again (the
@@ -83,7 +85,8 @@ class PollingSelector(selectors.EpollSelector):
         self._outstanding: Callable[[], int] = lambda: 0
         self.early_polls = 0
         """Early wakes that made the loop poll (tests and debugging)."""
-        self._linger = Linger()
+        self.linger = Linger()
+        """Whether to poll after answers (``frontend.dispatch.linger``)."""
         self.lingers = 0
         """Polls after answers before blocking (``frontend.dispatch.linger``)."""
         self._due = AnswerDue()
@@ -120,7 +123,7 @@ class PollingSelector(selectors.EpollSelector):
         t0 = time.perf_counter()
         events = self._select_inbox(self._inbox, timeout)
         gap = time.perf_counter() - t0
-        linger = self._linger
+        linger = self.linger
         linger.ended(gap, bool(events))
         fifo = self._fd
         answer = False
@@ -142,8 +145,8 @@ class PollingSelector(selectors.EpollSelector):
         polled = None
         self._awaited = awaited = blocking and self._outstanding() > 0
         if blocking:
-            budget = self._linger.budget_s()
-            if awaited and self._due.pays:
+            budget = self.linger.budget_s()
+            if awaited and self._due.pays and self.linger.pays:
                 # NOTE: an answer is due soon: poll for it rather than pay a wake-up.
                 self.due_polls += 1
                 budget = max(budget, self._due.budget_s())
