@@ -128,3 +128,13 @@ def test_only_a_class_with_the_slots_is_configured() -> None:
         native.configure_header(1)
     native.configure_header(RequestRecord)
     assert type(native.read_header(_record(4))) is RequestRecord
+
+
+def test_every_slot_of_the_class_is_filled() -> None:
+    """A slot added to ``RequestRecord`` must be added to ``kHeadSlots`` in C too: a slot
+    the C reader leaves unset would raise AttributeError at its first read."""
+    got = native.read_header(_record(5))
+    for name in RequestRecord.__slots__:
+        getattr(got, name)
+    assert len(RequestRecord.__slots__) == len(SLOTS) + 1  # NOTE: and _full, None until read
+    assert got._full is None
