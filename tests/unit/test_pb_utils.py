@@ -11,8 +11,6 @@ import numpy as np
 import pytest
 
 from triton_mp.backends.python import pb_utils
-from triton_mp.backends.python.dlpack import import_bf16
-from triton_mp.common.datatypes import BF16_DTYPE
 from triton_mp.common.errors import ErrorCode
 
 
@@ -40,89 +38,6 @@ def test_triton_model_exception_is_an_exception() -> None:
         raise pb_utils.TritonModelException("bad input")
     assert str(e.value) == "bad input"
     assert e.value.message() == "bad input"
-
-
-def test_tensor_basics() -> None:
-    arr = np.arange(6, dtype=np.float32).reshape(2, 3)
-    t = pb_utils.Tensor("OUT", arr)
-    assert t.name() == "OUT"
-    assert t.as_numpy() is arr, "no copy"
-    assert t.shape() == [2, 3]
-    assert t.triton_dtype() == pb_utils.TRITONSERVER_TYPE_FP32
-    assert t.is_cpu()
-    with pytest.raises(pb_utils.TritonModelException, match="numpy array"):
-        pb_utils.Tensor("X", [1, 2, 3])  # type: ignore[arg-type]
-
-
-def test_tensor_dlpack_round_trip_shares_memory() -> None:
-    arr = np.arange(8, dtype=np.int64)
-    t = pb_utils.Tensor("A", arr)
-    back = pb_utils.Tensor.from_dlpack("B", t.to_dlpack())
-    assert back.name() == "B"
-    np.testing.assert_array_equal(back.as_numpy(), arr)
-    assert np.shares_memory(back.as_numpy(), arr)
-    # an object with __dlpack__ (our Tensor itself, or a numpy array) works too
-    np.testing.assert_array_equal(np.from_dlpack(t), arr)
-    np.testing.assert_array_equal(pb_utils.Tensor.from_dlpack("C", arr).as_numpy(), arr)
-
-
-BF16_REFUSAL = (
-    "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and from_dlpack() "
-    "instead."
-)
-"""python_backend pb_tensor.cc AsNumpy."""
-
-
-def _bf16(words: list[int]) -> np.ndarray:
-    return np.array(words, "<u2").view(BF16_DTYPE)
-
-
-def test_a_bf16_tensor_has_no_numpy_form_and_round_trips_through_dlpack() -> None:
-    arr = _bf16([0x3F80, 0xC000, 0x7FC0])
-    t = pb_utils.Tensor("A", arr)
-    assert t.triton_dtype() == pb_utils.TRITONSERVER_TYPE_BF16
-    assert t.shape() == [3]
-    with pytest.raises(pb_utils.TritonModelException) as e:
-        t.as_numpy()
-    assert str(e.value) == BF16_REFUSAL
-    back = pb_utils.Tensor.from_dlpack("B", t.to_dlpack())
-    assert back.triton_dtype() == pb_utils.TRITONSERVER_TYPE_BF16
-    assert pb_utils._tensor_data(back).tobytes() == arr.tobytes()  # noqa: SLF001
-    assert np.shares_memory(pb_utils._tensor_data(back), arr)  # noqa: SLF001
-    # Our Tensor as a producer, and a read-only array (copied: legacy DLPack has no flag).
-    assert pb_utils._tensor_data(pb_utils.Tensor.from_dlpack("C", t)).tobytes() == arr.tobytes()  # noqa: SLF001
-    frozen = arr.copy()
-    frozen.flags.writeable = False
-    again = pb_utils.Tensor.from_dlpack("D", pb_utils.Tensor("F", frozen).to_dlpack())
-    assert pb_utils._tensor_data(again).tobytes() == arr.tobytes()  # noqa: SLF001
-
-
-def test_a_bf16_capsule_is_kdlbfloat_as_torch_reads_it() -> None:
-    torch = pytest.importorskip("torch")
-    t = pb_utils.Tensor("A", _bf16([0x3F80, 0xC000]))
-    as_torch = torch.utils.dlpack.from_dlpack(t.to_dlpack())
-    assert as_torch.dtype == torch.bfloat16
-    assert as_torch.tolist() == [1.0, -2.0]
-    doubled = as_torch * 2
-    for source in (torch.utils.dlpack.to_dlpack(doubled), doubled):
-        out = pb_utils.Tensor.from_dlpack("B", source)
-        assert out.triton_dtype() == pb_utils.TRITONSERVER_TYPE_BF16
-        assert pb_utils._tensor_data(out).view("<u2").tolist() == [0x4000, 0xC080]  # noqa: SLF001
-
-
-def test_capsules_of_other_types_are_left_to_numpy() -> None:
-    assert import_bf16(np.arange(3, dtype=np.uint16).__dlpack__()) is None
-    assert import_bf16("not a capsule") is None
-    words = np.arange(3, dtype=np.uint16)
-    back = pb_utils.Tensor.from_dlpack("U", words.__dlpack__())
-    assert back.triton_dtype() == pb_utils.TRITONSERVER_TYPE_UINT16
-
-
-def test_bytes_tensor_has_no_dlpack_form() -> None:
-    t = pb_utils.Tensor("S", np.array([b"a"], dtype=np.object_))
-    assert t.triton_dtype() == pb_utils.TRITONSERVER_TYPE_BYTES
-    with pytest.raises(pb_utils.TritonModelException):
-        t.to_dlpack()
 
 
 def test_request_as_a_model_receives_it() -> None:
@@ -235,91 +150,6 @@ def test_logger_goes_to_logging(caplog: pytest.LogCaptureFixture) -> None:
         (logging.DEBUG, "v"),
         (logging.ERROR, "x"),
     ]
-
-
-# --- ModelConfig (auto_complete_config) ---------------------------------------------
-
-
-def _empty() -> pb_utils.ModelConfig:
-    return pb_utils.ModelConfig({"name": "m", "max_batch_size": 0, "input": [], "output": []})
-
-
-def test_model_config_completes_an_empty_config() -> None:
-    mc = _empty()
-    mc.set_max_batch_size(4)
-    mc.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [3], "optional": True})
-    mc.add_output({"name": "OUT", "data_type": "TYPE_INT32", "dims": (np.int64(2),)})
-    mc.set_dynamic_batching()
-    mc.set_model_transaction_policy({"decoupled": False})
-    d = mc.as_dict()
-    assert mc.max_batch_size() == 4
-    assert d["input"] == [{"name": "IN", "data_type": "TYPE_FP32", "dims": [3], "optional": True}]
-    assert d["output"] == [{"name": "OUT", "data_type": "TYPE_INT32", "dims": [2]}]
-    assert d["dynamic_batching"] == {}
-    assert d["model_transaction_policy"] == {"decoupled": False}
-    json.dumps(d)  # plain JSON types only
-
-
-def test_model_config_accepts_a_json_string() -> None:
-    mc = pb_utils.ModelConfig(json.dumps({"name": "m", "max_batch_size": 2}))
-    assert mc.max_batch_size() == 2
-
-
-def test_set_max_batch_size_rules() -> None:
-    mc = pb_utils.ModelConfig({"name": "m", "max_batch_size": 8})
-    with pytest.raises(ValueError, match="max_batch_size 8"):
-        mc.set_max_batch_size(4)
-    mc.set_max_batch_size(16)
-    assert mc.max_batch_size() == 8, "a config may ask for less than the model allows"
-    with pytest.raises(ValueError, match="non-negative"):
-        _empty().set_max_batch_size(-1)
-    with pytest.raises(ValueError, match="must be an int"):
-        _empty().set_max_batch_size("4")  # type: ignore[arg-type]
-
-
-def test_set_dynamic_batching_conflicts_with_sequence_batching() -> None:
-    mc = pb_utils.ModelConfig({"name": "m", "sequence_batching": {}})
-    with pytest.raises(ValueError, match="sequence_batching"):
-        mc.set_dynamic_batching()
-    kept = pb_utils.ModelConfig(
-        {"name": "m", "dynamic_batching": {"max_queue_delay_microseconds": 5}}
-    )
-    kept.set_dynamic_batching()
-    assert kept.as_dict()["dynamic_batching"] == {"max_queue_delay_microseconds": 5}
-
-
-def test_add_input_checks_keys_and_conflicts() -> None:
-    mc = pb_utils.ModelConfig(
-        {
-            "name": "m",
-            "input": [{"name": "IN", "data_type": "TYPE_FP32", "dims": [3]}],
-            "output": [{"name": "OUT", "data_type": "TYPE_INVALID", "dims": []}],
-        }
-    )
-    with pytest.raises(ValueError, match="unexpected properties"):
-        mc.add_input({"name": "X", "data_type": "TYPE_FP32", "dims": [1], "format": "x"})
-    with pytest.raises(ValueError, match="missing property 'dims'"):
-        mc.add_input({"name": "X", "data_type": "TYPE_FP32"})
-    with pytest.raises(ValueError, match="data_type"):
-        mc.add_input({"name": "IN", "data_type": "TYPE_INT8", "dims": [3]})
-    with pytest.raises(ValueError, match="dims"):
-        mc.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [4]})
-    with pytest.raises(ValueError, match="unexpected properties"):
-        mc.add_output({"name": "OUT", "data_type": "TYPE_FP32", "dims": [1], "optional": True})
-    mc.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [3]})  # same: no change
-    mc.add_output({"name": "OUT", "data_type": "TYPE_FP32", "dims": [5]})  # fills the blanks
-    d = mc.as_dict()
-    assert len(d["input"]) == 1
-    assert d["output"] == [{"name": "OUT", "data_type": "TYPE_FP32", "dims": [5]}]
-
-
-def test_set_model_transaction_policy_conflict() -> None:
-    mc = pb_utils.ModelConfig({"name": "m", "model_transaction_policy": {"decoupled": True}})
-    with pytest.raises(ValueError, match="decoupled"):
-        mc.set_model_transaction_policy({"decoupled": False})
-    with pytest.raises(ValueError, match="unexpected properties"):
-        mc.set_model_transaction_policy({"decoupled": True, "other": 1})
-    mc.set_model_transaction_policy({"decoupled": True})
 
 
 def test_response_sender_rules() -> None:
