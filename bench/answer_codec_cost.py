@@ -4,13 +4,14 @@
 
     PYTHONPATH=src python bench/answer_codec_cost.py --rounds 5
 
-Builds, for 2, 4 and 8 requests per batch (the worker groups 2 or more), an ``AnswerBatch`` as ``workers.tensors.answer_batch``
-writes it for add_sub_py (two FP32 [1, 16] outputs per request, one shared block and its
-``Handoff``), checks that both forms decode to the same message (``codec.Decoder`` takes both,
-as the frontend's inbox does), then times encode and decode of each form in process CPU time,
-the two forms alternating round by round; prints the best round of each in µs per batch and
-the ratio record / msgpack of encode + decode. This is why the workers send msgpack: in
-Python the record is dearer at both ends; a native reader and writer would be another matter.
+Builds, for 2, 4 and 8 requests per batch (the worker groups 2 or more), an ``AnswerBatch``
+as ``workers.tensors.answer_batch`` writes it for add_sub_py (two FP32 [1, 16] outputs per
+request, one shared block and its ``Handoff``), checks that both forms decode to the same
+message (``codec.Decoder`` takes both, as the frontend's inbox does), then times encode and
+decode of each form in process CPU time, the two forms alternating round by round; prints the
+best round of each in µs per batch and the ratio record / msgpack of encode + decode. This is
+why the workers send msgpack: in Python the record is dearer at both ends; a native reader
+and writer would be another matter.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from functools import partial
 
 from triton_mp.ipc.protocol.messages import (
     AnswerBatch,
@@ -68,15 +70,15 @@ def main() -> None:
         assert record is not None
         assert decoder.decode(packed) == msg
         assert decoder.decode(record) == msg  # the same message from both forms
-        forms = {
-            "msgpack": (lambda msg=msg: encode(msg), packed),
-            "record": (lambda msg=msg: encode_answer(msg), record),
+        forms: dict[str, tuple[Callable[[], object], bytes]] = {
+            "msgpack": (partial(encode, msg), packed),
+            "record": (partial(encode_answer, msg), record),
         }
         best: dict[str, list[float]] = {k: [1e9, 1e9] for k in forms}
         for _ in range(args.rounds):
             for name, (enc, data) in forms.items():
                 e = cpu_us(enc, args.loops)
-                d = cpu_us(lambda data=data: decoder.decode(data), args.loops)
+                d = cpu_us(partial(decoder.decode, data), args.loops)
                 best[name] = [min(best[name][0], e), min(best[name][1], d)]
         mp, rec = best["msgpack"], best["record"]
         print(
