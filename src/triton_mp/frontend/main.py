@@ -52,7 +52,13 @@ from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.metrics.endpoint import MetricsEndpoint
 from triton_mp.frontend.metrics.latency import FirstResponseHistograms
 from triton_mp.frontend.model_table import ModelTable
-from triton_mp.frontend.native import UNAVAILABLE, available, input_arena_type, record_patch
+from triton_mp.frontend.native import (
+    UNAVAILABLE,
+    available,
+    input_arena_type,
+    record_patch,
+    shared_ring_attach,
+)
 from triton_mp.frontend.native.public_port import NativePort, choose
 from triton_mp.frontend.readiness import ReadinessChecks
 from triton_mp.frontend.shm.cuda import CudaShmRegistry
@@ -62,6 +68,7 @@ from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender
 from triton_mp.ipc.handshake import report_ready, report_start_failed
 from triton_mp.ipc.memory.notify import Waker
 from triton_mp.ipc.memory.response_cache import CacheStats, SharedResponseCache
+from triton_mp.ipc.memory.ring import Ring
 from triton_mp.ipc.memory.topology import process_arena_prefix
 from triton_mp.ipc.protocol.messages import ToFrontend
 from triton_mp.ipc.recordio.codec import Decoder
@@ -455,6 +462,13 @@ def _input_arena(spec: FrontendSpec, cache: SegmentCache) -> ArenaAllocator:
     return ArenaAllocator(owner, spec.arena_bytes, spec.arena_budget_bytes, cache, twin)
 
 
+def _to_scheduler(spec: FrontendSpec) -> Sender:
+    """The ring to the scheduler, its pushes in C++ under the lock the gRPC thread shares
+    where the extension is built (``frontend.native.shared_ring``)."""
+    attach = shared_ring_attach() or Ring.attach
+    return Sender(spec.to_scheduler.ring, spec.to_scheduler.wakeup, attach=attach)
+
+
 def _broadcast(to_peers: dict[int, Sender]) -> Callable[[bytes], None]:
     """Pushes encoded bytes to every other frontend."""
 
@@ -484,7 +498,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     loop = asyncio.get_running_loop()
     name = str(spec.frontend_id)
     inbox: Inbox[ToFrontend] = Inbox(spec.inbox.wakeup, spec.inbox.rings, ToFrontend)
-    to_scheduler = Sender(spec.to_scheduler.ring, spec.to_scheduler.wakeup)
+    to_scheduler = _to_scheduler(spec)
     peers = {j: Sender(c.ring, c.wakeup) for j, c in sorted(spec.to_peers.items())}
     cache = SegmentCache()
     arena = _input_arena(spec, cache)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
@@ -40,10 +40,18 @@ class Sender:
         ring_name: the POSIX name of a ring created by the supervisor.
         wakeup: the consumer's wake-up object.
         full_timeout_s: how long ``send`` waits for room in a full ring.
+        attach: maps the ring by name (``Ring.attach``; a frontend's ring to the scheduler:
+            ``frontend.native.shared_ring``, whose pushes the gRPC thread shares).
     """
 
-    def __init__(self, ring_name: str, wakeup: Wakeup, full_timeout_s: float = 10.0) -> None:
-        self._ring = Ring.attach(ring_name)
+    def __init__(
+        self,
+        ring_name: str,
+        wakeup: Wakeup,
+        full_timeout_s: float = 10.0,
+        attach: Callable[[str], Ring] = Ring.attach,
+    ) -> None:
+        self._ring = attach(ring_name)
         self._waker = Waker(wakeup)
         self._full_timeout_s = full_timeout_s
 

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from triton_mp.ipc import BlockRef, TensorRef
+    from triton_mp.ipc.memory.ring import Ring
     from triton_mp.ipc.memory.shm import Segment
     from triton_mp.ipc.tensor_pool import ArenaBlocks
 
@@ -87,6 +88,17 @@ def input_arena_type() -> Callable[[Segment], ArenaBlocks] | None:
     for this frontend's input arenas, which the gRPC thread can allocate with too; None where
     the extension is absent (the Python allocator serves)."""
     return None if _NATIVE is None else cast("Callable[[Segment], ArenaBlocks]", _NATIVE.InputArena)
+
+
+def shared_ring_attach() -> Callable[[str], Ring] | None:
+    """``Ring.attach`` for the frontend's ring to the scheduler with its pushes in C++ under
+    the lock the gRPC thread shares (``shared_ring.SharedRing``); None where the extension is
+    absent (``Ring.attach`` serves)."""
+    if _NATIVE is None:
+        return None
+    from triton_mp.frontend.native.shared_ring import attach_shared
+
+    return attach_shared(_NATIVE.RingProducer)
 
 
 class NativeServer:

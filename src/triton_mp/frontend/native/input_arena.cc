@@ -21,6 +21,7 @@ void ArenaBlocks::Reclaim(const unsigned char* base) {
 }
 
 int64_t ArenaBlocks::TryAlloc(unsigned char* base, uint64_t block_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
   Reclaim(base);
   const uint64_t start_of_blocks = kArenaHeaderBytes;
   const uint64_t end = start_of_blocks + capacity_;
@@ -55,11 +56,13 @@ int64_t ArenaBlocks::TryAlloc(unsigned char* base, uint64_t block_bytes) {
 }
 
 size_t ArenaBlocks::LiveBlocks(const unsigned char* base) {
+  std::lock_guard<std::mutex> lock(mu_);
   Reclaim(base);
   return live_.size();
 }
 
 size_t ArenaBlocks::UnfreedBlocks(const unsigned char* base) {
+  std::lock_guard<std::mutex> lock(mu_);
   Reclaim(base);
   size_t n = 0;
   for (const auto& block : live_) n += LoadState(base, block.first) != kBlockFree;

@@ -10,13 +10,15 @@
 // included), payload at +64. The owner writes generation and size, then LIVE with one aligned
 // 4-byte store; the block's last reader (another process) writes FREE the same way.
 //
-// Not thread-safe: one thread allocates at a time (the caller's lock, when there are two).
+// Thread-safe: every public call holds the allocator's mutex, so the Python thread and the gRPC
+// thread can both allocate from one arena (the object is shared_ptr-owned by both).
 #ifndef TRITON_MP_FRONTEND_NATIVE_INPUT_ARENA_H_
 #define TRITON_MP_FRONTEND_NATIVE_INPUT_ARENA_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <mutex>
 #include <utility>
 
 namespace triton_mp {
@@ -39,14 +41,21 @@ class ArenaBlocks {
   size_t UnfreedBlocks(const unsigned char* base);
 
   uint64_t capacity() const { return capacity_; }
-  uint32_t generation() const { return generation_; }
-  void set_generation(uint32_t generation) { generation_ = generation; }
+  uint32_t generation() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return generation_;
+  }
+  void set_generation(uint32_t generation) {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation_ = generation;
+  }
 
  private:
-  // Drop the freed blocks at the front (oldest first; one unfreed block stops it).
+  // Drop the freed blocks at the front (oldest first; one unfreed block stops it). Under mu_.
   void Reclaim(const unsigned char* base);
 
-  uint64_t capacity_;
+  mutable std::mutex mu_;
+  const uint64_t capacity_;
   std::deque<std::pair<uint64_t, uint64_t>> live_;  // (offset, block_bytes), oldest first
   uint32_t generation_ = 0;                          // the newest block's; 0: none yet
 };

@@ -4,6 +4,7 @@
 #include "input_arena_type.h"
 
 #include <cstdint>
+#include <memory>
 #include <new>
 
 #include "input_arena.h"
@@ -15,8 +16,8 @@ namespace {
 struct InputArenaObject {
   PyObject_HEAD
   PyObject* segment;    // owned reference
-  ArenaBlocks* blocks;  // owned (placement-built in tp_alloc's memory would need a destructor
-                        // call as well: a plain owning pointer is simpler)
+  std::shared_ptr<ArenaBlocks> blocks;  // placement-built in tp_alloc's memory; shared, so
+                                        // the gRPC thread can allocate with it too
 };
 
 // The arena's writable mapping, at least header + capacity bytes. False: a Python error set.
@@ -51,8 +52,10 @@ PyObject* InputArenaNew(PyTypeObject* type, PyObject* args, PyObject* kwds) {
   }
   auto* self = reinterpret_cast<InputArenaObject*>(type->tp_alloc(type, 0));
   if (self == nullptr) return nullptr;
-  self->blocks = new (std::nothrow) ArenaBlocks(bytes - kArenaHeaderBytes);
-  if (self->blocks == nullptr) {
+  new (&self->blocks) std::shared_ptr<ArenaBlocks>();
+  try {
+    self->blocks = std::make_shared<ArenaBlocks>(bytes - kArenaHeaderBytes);
+  } catch (const std::bad_alloc&) {
     Py_DECREF(self);
     return PyErr_NoMemory();
   }
@@ -63,7 +66,7 @@ PyObject* InputArenaNew(PyTypeObject* type, PyObject* args, PyObject* kwds) {
 
 void InputArenaDealloc(PyObject* obj) {
   auto* self = reinterpret_cast<InputArenaObject*>(obj);
-  delete self->blocks;
+  self->blocks.~shared_ptr();
   Py_XDECREF(self->segment);
   PyTypeObject* type = Py_TYPE(obj);
   type->tp_free(obj);

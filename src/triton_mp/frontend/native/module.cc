@@ -17,6 +17,7 @@
 #include "native_server.h"
 #include "record_patch_py.h"
 #include "received.h"
+#include "ring_producer_type.h"
 #include "request_split.h"
 
 namespace {
@@ -345,6 +346,7 @@ PyMODINIT_FUNC PyInit__native() {
                             !triton_mp::AddReceivedType(module) ||
                             !triton_mp::AddInputArenaType(module) ||
                             !triton_mp::AddRecordPatch(module) ||
+                            !triton_mp::AddRingProducerType(module) ||
                             PyModule_AddIntConstant(
                                 module, "RECEIVED_MIN_RAW_BYTES",
                                 static_cast<long>(triton_mp::kReceivedMinRawBytes)) != 0)) {

@@ -1,6 +1,8 @@
 """Single-producer/single-consumer byte ring over a shared-memory segment.
 
-Imported by ``ipc.channel``; knows nothing of messages. One process pushes, one pops.
+Imported by ``ipc.channel``; knows nothing of messages. One process pushes, one pops. (A
+frontend's ring to the scheduler is pushed by two threads, each push under one lock, in C++:
+``frontend.native.shared_ring``, this layout's twin.)
 
 Layout (all integers little-endian, offsets in bytes)::
 
