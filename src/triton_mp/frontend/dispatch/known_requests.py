@@ -198,7 +198,7 @@ def write_known(
         entries = iter(raw)
     places = []
     for spec in known.inputs:
-        if type(spec) is not tuple:
+        if isinstance(spec, TensorRef):  # NOTE: a window in a client's region
             refs.append(spec)
             continue
         tensor, datatype, shape, n = spec
