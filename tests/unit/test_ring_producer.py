@@ -1,7 +1,7 @@
 """``_native.RingProducer`` (``frontend/native/ring_producer.h``) and ``SharedRing``
 (``frontend.native.shared_ring``), the frontend's ring to the scheduler with its pushes in C++
 under a lock: the same pushes on a ``Ring`` and on a ``SharedRing`` over two copies of one
-ring leave the same bytes and raise the same errors; two producers (one pushing without the
+ring leave the same bytes and raise the same errors; three producers (two pushing without the
 GIL, as the gRPC thread does) lose, tear or reorder no record; ``close`` lets go of the mapping.
 
 Every ring a test creates in shared memory is named ``/triton_mp_<pid>_test_rp<n>`` and unlinked
@@ -138,27 +138,30 @@ def _record(producer: int, seq: int) -> bytes:
     return struct.pack("<II", producer, seq) + bytes([producer * 50 + seq % 50]) * (n - 8)
 
 
-def test_two_producers_lose_tear_and_reorder_nothing() -> None:
-    """One producer pushes from C++ without the GIL (``push_all``, as the gRPC thread will),
-    the other from Python (``SharedRing.push``), into a ring small enough to fill again and
+def test_three_producers_lose_tear_and_reorder_nothing() -> None:
+    """Two producers push from C++ without the GIL (``push_all``, as the gRPC thread will),
+    the third from Python (``SharedRing.push``), into a ring small enough to fill again and
     again, while a consumer thread pops: every record arrives whole, and each producer's in
-    its order."""
-    count = 4000
+    its order. (Without the producer's lock the two C++ loops race on the tail.)"""
+    count = 3000
     seg = FakeSegment(4096)
     ring = SharedRing(seg, _producer_type())  # type: ignore[arg-type]
     consumer = Ring(seg)  # type: ignore[arg-type]
     got: list[bytes] = []
     done = threading.Event()
+    pushed: dict[int, int] = {}
 
     def consume() -> None:
         while not done.is_set() or consumer.has_records():
             got.extend(consumer.pop_all())
             time.sleep(0)
 
-    def from_cxx() -> None:
-        assert ring.producer.push_all([_record(1, i) for i in range(count)], 30.0) == count
+    def from_cxx(producer: int) -> None:
+        records = [_record(producer, i) for i in range(count)]
+        pushed[producer] = ring.producer.push_all(records, 30.0)
 
-    threads = [threading.Thread(target=consume), threading.Thread(target=from_cxx)]
+    threads = [threading.Thread(target=consume)]
+    threads += [threading.Thread(target=from_cxx, args=(p,)) for p in (1, 3)]
     for t in threads:
         t.start()
     for i in range(count):
@@ -171,17 +174,19 @@ def test_two_producers_lose_tear_and_reorder_nothing() -> None:
             except RingFull:
                 assert time.monotonic() < deadline
                 time.sleep(0)
-    threads[1].join()
+    for t in threads[1:]:
+        t.join()
     done.set()
     threads[0].join()
     ring.close()
-    seen = {1: 0, 2: 0}
+    assert pushed == {1: count, 3: count}
+    seen = {1: 0, 2: 0, 3: 0}
     for record in got:
         producer, seq = struct.unpack_from("<II", record)
         assert record == _record(producer, seq), "a record arrives whole"
         assert seq == seen[producer], "each producer's records in its order"
         seen[producer] += 1
-    assert seen == {1: count, 2: count}
+    assert seen == {1: count, 2: count, 3: count}
 
 
 def test_a_sender_over_the_shared_ring_sends_as_over_a_ring() -> None:
