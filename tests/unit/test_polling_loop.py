@@ -356,3 +356,49 @@ def test_no_poll_for_answers_when_idle_or_when_the_client_pauses(
     assert seen == []
     assert selector.due_polls == 0
     assert got == [1, 2]
+
+
+def test_the_wait_after_an_early_wake_does_not_teach_that_answers_come_soon(
+    names: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batching delay: the first wait after a request is long (no poll for answers after
+    it), the worker's early wake comes late in the batch, its poll runs out, and the answer
+    follows a short wait; that wait must not turn the polls for answers back on (each
+    request would then poll ``DUE_POLL_S`` for nothing)."""
+    monkeypatch.setattr(polling_loop, "BUSY_YIELD_S", 1.0)
+    monkeypatch.setattr(polling_loop, "PREWAKE_POLL_S", 0.01)
+    monkeypatch.setattr(linger, "DUE_POLL_S", 0.1)
+    inbox, sender, selector, loop = _polled_inbox(names)
+    selector.linger.pays = True
+    done = asyncio.Event()
+    got: list[int] = []
+
+    def on_wakeup() -> None:
+        got.extend(inbox.drain())
+        if got:
+            done.set()
+
+    def produce() -> None:
+        time.sleep(0.3)  # NOTE: past DUE_POLL_S: the loop blocked
+        sender.wake()  # the early wake: a byte, no record
+        until = time.monotonic() + 1.0
+        while not selector.early_polls and time.monotonic() < until:
+            time.sleep(0.0001)
+        time.sleep(0.03)  # NOTE: the early poll (10 ms) ran out; the loop blocked again
+        sender.send(1)
+
+    async def main() -> None:
+        loop.add_reader(inbox.waiter.fileno(), on_wakeup)
+        selector.watch(inbox, lambda: 1)
+        producer = threading.Thread(target=produce)
+        producer.start()
+        await asyncio.wait_for(done.wait(), 5)
+        producer.join()
+        await asyncio.sleep(0)  # NOTE: the select after the answer's ran
+        selector.watch(None)
+        loop.remove_reader(inbox.waiter.fileno())
+
+    _run(loop, main, sender.close, inbox.close)
+    assert got == [1]
+    assert selector.early_polls == 1
+    assert not selector.due.pays

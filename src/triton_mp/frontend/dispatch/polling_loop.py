@@ -89,11 +89,14 @@ class PollingSelector(selectors.EpollSelector):
         """Whether to poll after answers (``frontend.dispatch.linger``)."""
         self.lingers = 0
         """Polls after answers before blocking (``frontend.dispatch.linger``)."""
-        self._due = AnswerDue()
+        self.due = AnswerDue()
+        """Whether to poll for an awaited answer (``linger.AnswerDue``)."""
         self.due_polls = 0
         """Polls for an awaited answer before blocking (``linger.AnswerDue``)."""
         self._awaited = False
         """The last ``_select_inbox`` would have blocked with answers outstanding."""
+        self._after_early = False
+        """The last ``select`` polled after an early wake (``_poll_early``)."""
 
     def at_pass_end(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` at the start of every ``select`` (module docstring)."""
@@ -121,6 +124,7 @@ class PollingSelector(selectors.EpollSelector):
         if self._inbox is None:
             return super().select(timeout)
         t0 = time.perf_counter()
+        early = self.early_polls
         events = self._select_inbox(self._inbox, timeout)
         gap = time.perf_counter() - t0
         linger = self.linger
@@ -132,8 +136,11 @@ class PollingSelector(selectors.EpollSelector):
                 linger.answered()
                 answer = True
                 break
-        if self._awaited:
-            self._due.ended(gap, answer)
+        if self._awaited and not self._after_early:
+            self.due.ended(gap, answer)
+        # NOTE: the wait after an early wake's poll (cut short, or run out) began late in
+        # the batch: its short gap says nothing of how soon answers come after a request.
+        self._after_early = self.early_polls != early
         return events
 
     def _select_inbox(
@@ -146,10 +153,10 @@ class PollingSelector(selectors.EpollSelector):
         self._awaited = awaited = blocking and self._outstanding() > 0
         if blocking:
             budget = self.linger.budget_s()
-            if awaited and self._due.pays and self.linger.pays:
+            if awaited and self.due.pays and self.linger.pays:
                 # NOTE: an answer is due soon: poll for it rather than pay a wake-up.
                 self.due_polls += 1
-                budget = max(budget, self._due.budget_s())
+                budget = max(budget, self.due.budget_s())
             if budget:
                 # NOTE: the client's next request (linger) or an awaited answer is near.
                 polled = self._poll(budget if timeout is None else min(budget, timeout))
