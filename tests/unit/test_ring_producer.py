@@ -208,3 +208,26 @@ def test_a_sender_over_the_shared_ring_sends_as_over_a_ring() -> None:
         owner.close()
         unlink_quietly(name)
         unlink_quietly(wakeup.name)
+
+
+def test_the_frontend_sends_to_the_scheduler_over_a_shared_ring() -> None:
+    """``frontend.main`` builds its Sender to the scheduler over a ``SharedRing`` where the
+    extension is built (every other test passes over a plain ``Ring`` too: this one would not)."""
+    from types import SimpleNamespace
+
+    from triton_mp.frontend.main import _to_scheduler
+
+    name = f"/triton_mp_{os.getpid()}_test_rp{next(_names)}"
+    owner = Ring.create(name, 4096)
+    wakeup = create_wakeup("semaphore", f"/triton_mp_{os.getpid()}_test_rpw{next(_names)}")
+    try:
+        spec = SimpleNamespace(to_scheduler=SimpleNamespace(ring=name, wakeup=wakeup))
+        sender = _to_scheduler(spec)  # type: ignore[arg-type]
+        assert isinstance(sender._ring, SharedRing)
+        sender.send_bytes(b"request")
+        assert owner.pop_all() == [b"request"]
+        sender.close()
+    finally:
+        owner.close()
+        unlink_quietly(name)
+        unlink_quietly(wakeup.name)
