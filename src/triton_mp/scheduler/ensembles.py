@@ -55,13 +55,21 @@ from triton_mp.ipc.protocol.messages import (
     Requester,
     RequestFailed,
     TensorRef,
+    TensorTrace,
     TraceContext,
     TraceRecord,
 )
 from triton_mp.ipc.tensor_pool import SharedBlocks, response_blocks
 from triton_mp.scheduler.instances import Generation
 from triton_mp.scheduler.outbox import Outbox
-from triton_mp.scheduler.policies.ensemble import Call, Complete, EnsembleScheduler, Fail, Release
+from triton_mp.scheduler.policies.ensemble import (
+    Action,
+    Call,
+    Complete,
+    EnsembleScheduler,
+    Fail,
+    Release,
+)
 from triton_mp.scheduler.rules.step_inputs import StepInput, apply_reshape, check_step, reshape_dims
 from triton_mp.scheduler.stats import StatsBook
 
@@ -225,8 +233,8 @@ class Ensembles:
         """A worker answered a composing request."""
         child = self._children.get(msg.request_id)
         if child is None:
-            for block in response_blocks(msg):
-                self._out.free(block)
+            for ref in response_blocks(msg):
+                self._out.free(ref)
             return
         policy = cast(EnsembleScheduler, child.parent.gen.policy)
         error = (msg.error.code, msg.error.message) if msg.error is not None else None
@@ -261,8 +269,8 @@ class Ensembles:
         """A traced step answered: take its events; with the final answer its trace is a
         child trace of the ensemble's (``parent_id`` in the file)."""
         assert child.stamps is not None
-        tensors: tuple = ()
-        children: tuple = ()
+        tensors: tuple[TensorTrace, ...] = ()
+        children: tuple[ChildTrace, ...] = ()
         if record is not None:
             child.stamps.extend(record.stamps)
             tensors, children = record.tensors, record.children
@@ -324,7 +332,7 @@ class Ensembles:
         return bool(self._children)
 
     # ----------------------------------------------------------------- actions
-    def _act(self, policy: EnsembleScheduler, actions: list, now_ns: int) -> None:
+    def _act(self, policy: EnsembleScheduler, actions: list[Action], now_ns: int) -> None:
         for action in actions:
             if isinstance(action, Call):
                 self._call(policy, action, now_ns)

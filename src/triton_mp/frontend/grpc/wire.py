@@ -201,7 +201,7 @@ def _scan(
     return raw, rest, ids, id_view
 
 
-def split_infer_request(data: bytes, known: Container[bytes] = ()) -> WireInferRequest:
+def split_infer_request(data: bytes, known: Container[object] = ()) -> WireInferRequest:
     """gRPC request deserializer for ModelInfer: raw tensor bytes as views, no copies.
 
     Args:
@@ -241,7 +241,7 @@ length) in the message."""
 
 
 def split_native(
-    data: bytes, split: Split | None, known: Container[bytes] = ()
+    data: bytes, split: Split | None, known: Container[object] = ()
 ) -> WireInferRequest:
     """``split_infer_request`` from the native server's split of ``data`` (None: it declined,
     or there is none: ``split_infer_request`` scans it here).
@@ -261,7 +261,7 @@ def _assembled(
     head: bytes,
     key: bytes,
     id_value: bytes | memoryview | None,
-    known: Container[bytes],
+    known: Container[object],
 ) -> WireInferRequest:
     """The request from its scanned pieces: ``key`` is known only with a UTF-8 id."""
     wire_key: bytes | None = key

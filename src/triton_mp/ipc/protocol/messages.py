@@ -36,12 +36,10 @@ from triton_mp.ipc.protocol.bls_messages import BlsInboxUpdate as BlsInboxUpdate
 from triton_mp.ipc.protocol.bls_messages import BlsModel as BlsModel
 from triton_mp.ipc.protocol.bls_messages import BlsWorkerUpdate as BlsWorkerUpdate
 from triton_mp.ipc.protocol.log_messages import LogSettingsUpdate as LogSettingsUpdate
-from triton_mp.ipc.protocol.ready_messages import (
-    InstanceReadiness,
-    ReadyCheck,
-    ReadyFanout,
-    ReadyQuery,
-)
+from triton_mp.ipc.protocol.ready_messages import InstanceReadiness as InstanceReadiness
+from triton_mp.ipc.protocol.ready_messages import ReadyCheck as ReadyCheck
+from triton_mp.ipc.protocol.ready_messages import ReadyFanout as ReadyFanout
+from triton_mp.ipc.protocol.ready_messages import ReadyQuery as ReadyQuery
 from triton_mp.ipc.protocol.reports import ModelQueueStatus, ModelStats
 from triton_mp.ipc.protocol.trace_messages import ChildTrace as ChildTrace
 from triton_mp.ipc.protocol.trace_messages import TensorTrace as TensorTrace
