@@ -405,9 +405,7 @@ class HeaderReader:
         self._models: dict[bytes, str] = {}
         self._reply: dict[tuple[int, int], ReplyTo] = {}
         self._full = RequestDecoder()
-        self._native = (
-            native_decoder.read_header if native and native_decoder is not None else None
-        )
+        self._native = native_decoder.read_header if native and native_decoder is not None else None
 
     def read(self, buf: Any) -> Request:
         if self._native is not None:
