@@ -51,6 +51,8 @@ PROBE_DIR = ROOT / "bench" / "c1_probe"
 START = "frontend:Handoff.on_wakeup>#1"
 """The stamp that starts a request (module docstring)."""
 _REC = struct.Struct("<qq")
+CPU_ID = 1_000_000
+"""``c1_probe``'s offset of a timed stage's CPU records."""
 
 
 def load_stamps(directory: Path) -> tuple[list[tuple[int, str]], dict[int, str]]:
@@ -75,6 +77,35 @@ def load_stamps(directory: Path) -> tuple[list[tuple[int, str]], dict[int, str]]
             out.append((t, f"{role}:{table.get(sid, sid)}"))
     out.sort()
     return out, roles
+
+
+def load_cpu(directory: Path) -> dict[str, tuple[float, float, int]]:
+    """Per timed stage (``c1_probe``'s ``_TIMED``): median wall and thread-CPU µs per call,
+    and the number of calls, over the whole run."""
+    wall: dict[str, list[int]] = defaultdict(list)
+    cpu: dict[str, list[int]] = defaultdict(list)
+    for names in directory.glob("*.names"):
+        pid = int(names.stem)
+        table = {}
+        for line in names.read_text().splitlines():
+            key, _, val = line.partition("\t")
+            if key != "#":
+                table[int(key)] = val.rstrip(">")
+        path = directory / f"{pid}.cpu"
+        if not path.exists():
+            continue
+        for sid, ns in _REC.iter_unpack(path.read_bytes()):
+            if sid == 0:
+                break
+            if sid >= CPU_ID:
+                cpu[table.get(sid - CPU_ID, str(sid))].append(ns)
+            else:
+                wall[table.get(sid, str(sid))].append(ns)
+    return {
+        k: (statistics.median(wall[k]) / 1e3, statistics.median(cpu[k]) / 1e3, len(wall[k]))
+        for k in wall
+        if cpu.get(k)
+    }
 
 
 def _role(cmdline: str) -> str:
@@ -235,6 +266,11 @@ def main() -> int:
         }
         print(json.dumps(summary))
         report["models"][model] = {"timeline": rows, "requests": len(reqs), **summary}
+    timed = load_cpu(stamps)
+    print("\nper call, median µs (whole run): stage, wall, thread CPU, calls")
+    for k, (w, c, n) in sorted(timed.items()):
+        print(f"  {k:40s} {w:8.1f} {c:8.1f} {n:8d}")
+    report["timed"] = {k: {"wall_us": w, "cpu_us": c, "calls": n} for k, (w, c, n) in timed.items()}
     if args.json:
         args.json.write_text(json.dumps({"report": report, "runs": runs}, indent=1))
     shutil.rmtree(tmp, ignore_errors=True)

@@ -13,7 +13,9 @@ record of zeros ends the file. ``<dir>/<pid>.names`` holds one line per stage id
 ``id<TAB>label``, written at its first use, and a first line ``#<TAB>command line``. A
 label is ``Class.method>`` (entry) or ``Class.method<`` (return); a ``Sender``'s methods add
 the ring's name (``Sender.send_bytes[r_w0_f0]>``). A full file (``CAPACITY`` stamps) stops
-stamping.
+stamping. The calls of ``_TIMED`` also leave, in ``<dir>/<pid>.cpu``, two ``<qq`` records
+each: (stage id of its entry, wall ns) and (that id + ``CPU_ID``, the thread's CPU ns), so
+a stage that waits (a lock, a preempted vCPU) is told from one that works.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ _STAGES = (
     ("triton_mp.workers.prewake", "EarlyWakes", ("batch_starts",)),
     ("triton_mp.scheduler.main", "Router", ("flush",)),
 )
+_TIMED = ("Handoff._kick", "Handoff.on_wakeup", "InboxHandler.on_wakeup", "DirectRoutes.hand")
+"""Stages whose calls also record their wall and thread CPU time (module docstring)."""
+CPU_ID = 1_000_000
 _SENDER = ("send_bytes", "push_bytes", "send_lazy", "push_quiet", "wake")
 
 
@@ -63,7 +68,11 @@ class _Probe:
         os.ftruncate(fd, CAPACITY * 16)
         self.mm = mmap.mmap(fd, CAPACITY * 16)
         os.close(fd)
-        self.n = 0
+        fd = os.open(path[: -len(".stamps")] + ".cpu", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.ftruncate(fd, CAPACITY * 16)
+        self.cpu = mmap.mmap(fd, CAPACITY * 16)
+        os.close(fd)
+        self.n = self.n_cpu = 0
         self.pack = struct.Struct("<qq").pack_into
         self.names_fd = os.open(
             os.path.join(self.dir, f"{self.pid}.names"),
@@ -105,9 +114,31 @@ def _install(directory: str) -> None:
             probe.pack(probe.mm, n * 16, sid, clock())
             probe.n = n + 1
 
+    thread_ns = time.thread_time_ns
+
     def wrap(cls: type, name: str, label: str) -> None:
         f = getattr(cls, name)
         s_in, s_out = probe.sid(label + ">"), probe.sid(label + "<")
+        if label in _TIMED:
+
+            def timed(*a: object, **k: object) -> object:
+                stamp(s_in)
+                w0, c0 = clock(), thread_ns()
+                try:
+                    return f(*a, **k)
+                finally:
+                    c1, w1 = thread_ns(), clock()
+                    stamp(s_out)
+                    n = probe.n_cpu
+                    if n + 1 < CAPACITY:
+                        probe.pack(probe.cpu, n * 16, s_in, w1 - w0)
+                        probe.pack(probe.cpu, n * 16 + 16, s_in + CPU_ID, c1 - c0)
+                        probe.n_cpu = n + 2
+
+            timed.__name__ = f.__name__
+            timed.__doc__ = f.__doc__
+            setattr(cls, name, timed)
+            return
 
         def stamped(*a: object, **k: object) -> object:
             stamp(s_in)
