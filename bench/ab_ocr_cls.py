@@ -33,6 +33,7 @@ import common  # bench/common.py: bench/ is on sys.path when this runs as a scri
 from bench_ocr_cls import export_commit, unbatched_repository
 from common import ROOT, BenchError, TritonMP, descendants
 from ocr_cls_ort import INPUT_NAME, INPUT_SHAPE, MODEL, locate_model
+from vs_triton_workloads import OCR_2CORE_MODEL, ocr_2core_config
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -59,6 +60,7 @@ def role_cpu_seconds(pids: list[int]) -> dict[int, tuple[str, float]]:
 
 def run_with_roles(
     server: TritonMP,
+    model: str,
     label: str,
     concurrency: int,
     pa_run: Path,
@@ -68,15 +70,15 @@ def run_with_roles(
     jsonl: Path,
     extra: tuple[str, ...] = (),
 ) -> tuple[dict[str, Any], dict[int, tuple[str, float]]]:
-    """One perf_analyzer run of ocr_cls against ``server`` (through pa_run.py, ``extra``
-    appended to its arguments); returns its record and, per process of the server's tree
-    alive at both ends, (role, cores it used over the run)."""
+    """One perf_analyzer run of ``model`` (ocr_cls or its 2-core twin) against ``server``
+    (through pa_run.py, ``extra`` appended to its arguments); returns its record and, per
+    process of the server's tree alive at both ends, (role, cores it used over the run)."""
     assert server.pid is not None
     pids = [server.pid] + [p for p, _ in descendants(server.pid)]
     c0, t0 = role_cpu_seconds(pids), time.monotonic()
     pa_args = [
         "-m",
-        MODEL,
+        model,
         "--concurrency-range",
         str(concurrency),
         "--shape",
@@ -95,6 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--scheduler", choices=("dynamic", "none"), default="dynamic")
+    ap.add_argument(
+        "--config",
+        choices=("shipped", "2core"),
+        default="shipped",
+        help="2core: ocr_cls as vs_triton_workloads.ocr_2core_config rewrites it (served as "
+        "ocr_cls_2core, issue 33's goal); shipped: the repository's config as it is",
+    )
     ap.add_argument("--window-ms", type=int, default=2000, help="perf_analyzer -p")
     ap.add_argument(
         "--repository",
@@ -110,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     if any(len(v) != 2 for v in variants) or len({n for n, _ in variants}) != len(variants):
         ap.error("variants are NAME=REV with distinct names")
 
+    if args.config == "2core" and args.scheduler == "none":
+        ap.error("--config 2core keeps the dynamic batcher: it cannot go with --scheduler none")
+    model = OCR_2CORE_MODEL if args.config == "2core" else MODEL
     peers_env = common.load_peers_env(args.peers_env)
     temp: list[Path] = []
     servers: dict[str, TritonMP] = {}
@@ -124,9 +136,12 @@ def main(argv: list[str] | None = None) -> int:
             temp.append(src_repo)
             shutil.copytree(src_repo / MODEL, repo / MODEL)
         else:
-            (repo / MODEL / "1").mkdir(parents=True)
-            shutil.copyfile(args.repository / MODEL / "config.pbtxt", repo / MODEL / "config.pbtxt")
-            shutil.copyfile(onnx, repo / MODEL / "1" / "model.onnx")
+            (repo / model / "1").mkdir(parents=True)
+            text = (args.repository / MODEL / "config.pbtxt").read_text()
+            if args.config == "2core":
+                text = ocr_2core_config(text)
+            (repo / model / "config.pbtxt").write_text(text)
+            shutil.copyfile(onnx, repo / model / "1" / "model.onnx")
         extra = ["--disable-auto-complete-config"] if args.scheduler == "none" else []
         log_dir = Path(tempfile.mkdtemp(prefix="ab_ocr_cls."))
         for name, rev in variants:
@@ -136,9 +151,9 @@ def main(argv: list[str] | None = None) -> int:
                 repo, log_dir / f"{name}.log", None, 120.0, 30.0, src=src, extra_args=extra
             )
             servers[name] = server
-            failed = server.start([MODEL])
+            failed = server.start([model])
             if failed:
-                raise BenchError(f"{name}: {MODEL} not ready: {failed[MODEL]}")
+                raise BenchError(f"{name}: {model} not ready: {failed[model]}")
         print(
             "idle cores per server:", {n: s.idle_cores(1.0) for n, s in servers.items()}, flush=True
         )
@@ -147,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in names if r % 2 == 0 else names[::-1]:
                 rec, cores = run_with_roles(
                     servers[name],
+                    model,
                     name,
                     args.concurrency,
                     args.pa_run,
@@ -188,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
 
     first = variants[0][0]
     print(
-        f"\nocr_cls ({args.scheduler} scheduler), perf_analyzer c={args.concurrency}, "
+        f"\n{model} ({args.scheduler} scheduler), perf_analyzer c={args.concurrency}, "
         f"{args.rounds} rounds; rel = infer/s / {first}'s in the same round (median)"
     )
     summary = []

@@ -135,6 +135,7 @@ def main() -> int:
             for name in names if r % 2 == 0 else names[::-1]:
                 rec, cores = run_with_roles(
                     servers[name],
+                    MODEL,
                     name,
                     args.concurrency,
                     ROOT / "bench" / "pa_run.py",
