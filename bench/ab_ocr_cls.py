@@ -91,6 +91,17 @@ def run_with_roles(
     return rec, cores
 
 
+def per_image_line(rec: dict[str, Any]) -> str:
+    """``; CPU us/image: role N ...`` from a run's role cores and throughput (images/s), or
+    "" when the run measured no throughput."""
+    rate = rec.get("throughput")
+    if not rate:
+        return ""
+    cores = dict(sorted(rec["role_cores"].items()))
+    cores["perf_analyzer"] = rec.get("client_cores") or 0.0
+    return "; CPU us/image: " + " ".join(f"{k} {v / rate * 1e6:.0f}" for k, v in cores.items())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("variants", nargs="+", metavar="NAME=REV")
@@ -187,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"batch {common.fmt(rec.get('avg_batch'), '5.2f')}, cores: "
                     + " ".join(f"{k} {v:.2f}" for k, v in sorted(rec["role_cores"].items()))
                     + f" perf_analyzer {rec.get('client_cores')} other "
-                    f"{common.other_cores(rec)}",
+                    f"{common.other_cores(rec)}" + per_image_line(rec),
                     flush=True,
                 )
     except BenchError as e:
