@@ -8,7 +8,7 @@ Variants (``VARIANTS``; each rewrites model_repository/ocr_cls/config.pbtxt): ``
 is; ``t2`` ``intra_op_thread_count`` 2; ``spin`` adds
 ``session.intra_op.allow_spinning`` 1; ``c2``/``c3`` ``count`` 2/3 (one intra-op thread
 each); ``p816``/``p16`` ``preferred_batch_size``; ``d2k`` ``max_queue_delay_microseconds``
-2000; ``b16`` ``max_batch_size`` 16.
+2000; ``b16``/``b8`` ``max_batch_size`` 16/8 (``b8``: preferred [8]).
 
 Every variant's server (this checkout's src/) is started at once on its own repository; per
 round perf_analyzer (gRPC, c=32 by default, through bench/pa_run.py) runs against each in
@@ -81,6 +81,8 @@ VARIANTS: dict[str, Callable[[str], str]] = {
     "c2b16d0": lambda t: two_core(t, batch=16, us=0),
     "c2b16d2k": lambda t: two_core(t, batch=16),
     "c2b16d5k": lambda t: two_core(t, batch=16, us=5000),
+    "c2b8d2k": lambda t: preferred(two_core(t, batch=8), "8"),
+    "c2b16p816d2k": lambda t: preferred(two_core(t, batch=16), "8, 16"),
 }
 """Variant name -> its rewrite of the shipped config.pbtxt text."""
 
