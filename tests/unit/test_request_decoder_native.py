@@ -63,6 +63,25 @@ def _random_request(rnd: random.Random) -> InferRequest:
     )
 
 
+RARE_FORMS = pytest.mark.parametrize(
+    "rare",
+    [
+        {"parameters_json": '{"p": 1}'},
+        {"sequence_id": "corr-7"},
+        {"trace": TraceContext(4)},
+    ],
+    ids=["tail", "string sequence id", "trace"],
+)
+"""The forms the native readers leave to Python: a tail, a string sequence id, a trace level
+(also ``test_request_header_native``)."""
+
+
+def _rare_request(rare: dict[str, object]) -> InferRequest:
+    """A random request with ``rare``'s fields set (one of ``RARE_FORMS``)."""
+    req = _random_request(random.Random(1))
+    return InferRequest(**{**{f: getattr(req, f) for f in req.__struct_fields__}, **rare})
+
+
 def test_every_record_decodes_as_in_python() -> None:
     rnd = random.Random(34)
     python = RequestDecoder(native=False)
@@ -76,18 +95,9 @@ def test_every_record_decodes_as_in_python() -> None:
         assert native.decode(memoryview(rec)) == req  # a ring record is read in place
 
 
-@pytest.mark.parametrize(
-    "rare",
-    [
-        {"parameters_json": '{"p": 1}'},
-        {"sequence_id": "corr-7"},
-        {"trace": TraceContext(4)},
-    ],
-    ids=["tail", "string sequence id", "trace"],
-)
+@RARE_FORMS
 def test_the_rare_forms_are_left_to_python(rare: dict[str, object]) -> None:
-    req = _random_request(random.Random(1))
-    req = InferRequest(**{**{f: getattr(req, f) for f in req.__struct_fields__}, **rare})
+    req = _rare_request(rare)
     rec = encode_request(req)
     assert rec is not None
     assert native.decode(rec) is None

@@ -11,8 +11,8 @@ import struct
 
 import pytest
 
-from tests.unit.test_request_decoder_native import _random_request
-from triton_mp.ipc.protocol.messages import InferRequest, TraceContext
+from tests.unit.test_request_decoder_native import RARE_FORMS, _random_request, _rare_request
+from triton_mp.ipc.protocol.messages import InferRequest
 from triton_mp.ipc.recordio import request_records
 from triton_mp.ipc.recordio.request_records import HeaderReader, RequestRecord, encode_request
 
@@ -55,19 +55,9 @@ def test_the_record_owns_a_copy_of_the_ring_bytes() -> None:
     assert got.raw == _record(3)
 
 
-@pytest.mark.parametrize(
-    "rare",
-    [
-        {"parameters_json": '{"p": 1}'},
-        {"sequence_id": "corr-7"},
-        {"trace": TraceContext(4)},
-    ],
-    ids=["tail", "string sequence id", "trace"],
-)
+@RARE_FORMS
 def test_the_rare_forms_are_left_to_python(rare: dict[str, object]) -> None:
-    req = _random_request(random.Random(1))
-    req = InferRequest(**{**{f: getattr(req, f) for f in req.__struct_fields__}, **rare})
-    rec = encode_request(req)
+    rec = encode_request(_rare_request(rare))
     assert rec is not None
     assert native.read_header(rec) is None
     got = HeaderReader().read(rec)
