@@ -58,6 +58,37 @@ def _run(
             close()
 
 
+def _serve_until(
+    loop: asyncio.AbstractEventLoop,
+    inbox: Inbox[int],
+    sender: Sender,
+    selector: PollingSelector,
+    on_wakeup: Callable[[], None],
+    outstanding: int,
+    produce: Callable[[], None],
+    done: asyncio.Event,
+    settle: bool = False,
+) -> None:
+    """Run ``loop`` reading ``inbox`` (``on_wakeup`` per wake-up), watched with ``outstanding``
+    answers awaited, while ``produce`` runs on a plain thread (not the loop's executor, whose
+    completion would wake the loop itself), until ``done`` (5 s at most); ``settle``: one more
+    pass before the watch ends. Then the loop, ``sender`` and ``inbox`` are closed."""
+
+    async def main() -> None:
+        loop.add_reader(inbox.waiter.fileno(), on_wakeup)
+        selector.watch(inbox, lambda: outstanding)
+        producer = threading.Thread(target=produce)
+        producer.start()
+        await asyncio.wait_for(done.wait(), 5)
+        producer.join()
+        if settle:
+            await asyncio.sleep(0)  # NOTE: the select after the last record's ran
+        selector.watch(None)
+        loop.remove_reader(inbox.waiter.fileno())
+
+    _run(loop, main, sender.close, inbox.close)
+
+
 def test_records_reach_the_reader_with_and_without_blocking(names: tuple[str, str]) -> None:
     inbox, sender, selector, loop = _polled_inbox(names)
     got: list[int] = []
@@ -161,31 +192,20 @@ def _run_early_wake(
         if 8 in got:
             done.set()
 
-    async def main() -> None:
-        loop.add_reader(inbox.waiter.fileno(), on_wakeup)
-        selector.watch(inbox, lambda: outstanding)
+    def produce() -> None:
+        time.sleep(0.05)  # NOTE: the loop blocks meanwhile (no timer but wait_for's)
+        sender.wake()  # the loop is blocked and armed: one byte, nothing in the ring
+        until = time.monotonic() + 0.3
+        while not selector.early_polls and time.monotonic() < until:
+            time.sleep(0.0001)
+        if busy is not None:
+            drained.wait(2)  # NOTE: the poll was cut short, and the loop drained
+        sender.push_quiet(encode(7))  # no byte: only a polling loop sees it
+        time.sleep(0.2)
+        by_then.extend(got)
+        sender.send(8)
 
-        def produce() -> None:
-            time.sleep(0.05)  # NOTE: the loop blocks meanwhile (no timer but wait_for's)
-            sender.wake()  # the loop is blocked and armed: one byte, nothing in the ring
-            until = time.monotonic() + 0.3
-            while not selector.early_polls and time.monotonic() < until:
-                time.sleep(0.0001)
-            if busy is not None:
-                drained.wait(2)  # NOTE: the poll was cut short, and the loop drained
-            sender.push_quiet(encode(7))  # no byte: only a polling loop sees it
-            time.sleep(0.2)
-            by_then.extend(got)
-            sender.send(8)
-
-        producer = threading.Thread(target=produce)
-        producer.start()
-        await asyncio.wait_for(done.wait(), 5)
-        producer.join()
-        selector.watch(None)
-        loop.remove_reader(inbox.waiter.fileno())
-
-    _run(loop, main, sender.close, inbox.close)
+    _serve_until(loop, inbox, sender, selector, on_wakeup, outstanding, produce, done)
     return by_then, selector.early_polls
 
 
@@ -299,17 +319,7 @@ def test_an_awaited_answer_is_polled_for_while_answers_come_soon(
         seen["blocked"] = list(got)
         sender.send(4)
 
-    async def main() -> None:
-        loop.add_reader(inbox.waiter.fileno(), on_wakeup)
-        selector.watch(inbox, lambda: 1)
-        producer = threading.Thread(target=produce)
-        producer.start()
-        await asyncio.wait_for(done.wait(), 5)
-        producer.join()
-        selector.watch(None)
-        loop.remove_reader(inbox.waiter.fileno())
-
-    _run(loop, main, sender.close, inbox.close)
+    _serve_until(loop, inbox, sender, selector, on_wakeup, 1, produce, done)
     assert seen["polled"] == [1]
     assert seen["blocked"] == [1, 2]
     assert got == [1, 2, 3, 4]
@@ -342,17 +352,7 @@ def test_no_poll_for_answers_when_idle_or_when_the_client_pauses(
         seen.extend(got)
         sender.send(2)
 
-    async def main() -> None:
-        loop.add_reader(inbox.waiter.fileno(), on_wakeup)
-        selector.watch(inbox, lambda: outstanding)
-        producer = threading.Thread(target=produce)
-        producer.start()
-        await asyncio.wait_for(done.wait(), 5)
-        producer.join()
-        selector.watch(None)
-        loop.remove_reader(inbox.waiter.fileno())
-
-    _run(loop, main, sender.close, inbox.close)
+    _serve_until(loop, inbox, sender, selector, on_wakeup, outstanding, produce, done)
     assert seen == []
     assert selector.due_polls == 0
     assert got == [1, 2]
@@ -387,18 +387,7 @@ def test_the_wait_after_an_early_wake_does_not_teach_that_answers_come_soon(
         time.sleep(0.03)  # NOTE: the early poll (10 ms) ran out; the loop blocked again
         sender.send(1)
 
-    async def main() -> None:
-        loop.add_reader(inbox.waiter.fileno(), on_wakeup)
-        selector.watch(inbox, lambda: 1)
-        producer = threading.Thread(target=produce)
-        producer.start()
-        await asyncio.wait_for(done.wait(), 5)
-        producer.join()
-        await asyncio.sleep(0)  # NOTE: the select after the answer's ran
-        selector.watch(None)
-        loop.remove_reader(inbox.waiter.fileno())
-
-    _run(loop, main, sender.close, inbox.close)
+    _serve_until(loop, inbox, sender, selector, on_wakeup, 1, produce, done, settle=True)
     assert got == [1]
     assert selector.early_polls == 1
     assert not selector.due.pays
