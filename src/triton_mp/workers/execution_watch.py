@@ -29,7 +29,7 @@ from typing import Generic, Protocol, TypeVar
 T = TypeVar("T")
 
 
-class Drainable(Protocol[T]):  # type: ignore[misc]
+class Drainable(Protocol[T]):
     """The part of ``ipc.channel.Inbox`` the watch uses."""
 
     def has_pending(self) -> bool: ...

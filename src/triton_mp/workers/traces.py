@@ -15,6 +15,7 @@ import numpy as np
 
 from triton_mp.common.trace_config import TraceLevel
 from triton_mp.ipc.protocol.messages import (
+    ChildTrace,
     InferRequest,
     InferResponse,
     ReplyTo,
@@ -42,7 +43,7 @@ class Traces:
         """The compute stamps of traced requests whose final response has not been sent
         (it carries them)."""
         self._inputs: dict[Key, list[TensorTrace]] = {}
-        self.children: dict[Key, list[object]] = {}
+        self.children: dict[Key, list[ChildTrace]] = {}
         """Traced requests in execution: their BLS child traces (``workers.bls.bls_client``)."""
 
     def begin(self, traced: Iterable[InferRequest], start_ns: int) -> None:
@@ -97,6 +98,6 @@ class Traces:
         record = TraceRecord(
             stamps=(("QUEUE_START", req.trace.queue_ns), *stamps),
             tensors=tensors,
-            children=children,  # type: ignore[arg-type]
+            children=children,
         )
         return msgspec.structs.replace(msg, trace=record)

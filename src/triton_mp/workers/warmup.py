@@ -140,7 +140,7 @@ def _array(inp: WarmupInputSpec, shape: tuple[int, ...], rng: np.random.Generato
     raw = rng.bytes(n * dtype.itemsize)
     arr = np.frombuffer(raw, dtype=np.uint8).reshape(-1)
     if dtype == np.bool_:
-        return (arr != 0).reshape(shape)
+        return arr.astype(np.bool_).reshape(shape)
     return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
 
 

@@ -266,9 +266,10 @@ class PythonBackend:
                 self._origin,
             )
             return [info] * len(requests)
+        returned = cast("Sequence[object]", responses)  # NOTE: a list of len(requests), checked
         try:
             iterative = self._iterative
-            for pb, resp in zip(pb_requests, responses, strict=True):
+            for pb, resp in zip(pb_requests, returned, strict=True):
                 # NOTE: _check_returned has nothing to check for a response returned for a
                 # request without a sender outside iterative sequences (the hot path: one
                 # call per request saved).
@@ -287,7 +288,7 @@ class PythonBackend:
             return [info] * len(requests)
         results: list[Result] = []
         reschedule = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
-        for r, pb, resp in zip(requests, pb_requests, responses, strict=True):
+        for r, pb, resp in zip(requests, pb_requests, returned, strict=True):
             # NOTE: _rescheduling's first test, inlined (the hot path).
             if pb._release_flags != reschedule or not self._rescheduling(pb):  # noqa: SLF001
                 results.append(self._result(r, captured.get(id(r), resp) if captured else resp))

@@ -53,6 +53,7 @@ from triton_mp.ipc.protocol.messages import (
     Requester,
     RequestFailed,
     SequenceFlags,
+    TensorTrace,
     ToBlsClient,
     TraceContext,
 )
@@ -98,7 +99,7 @@ class BlsClient:
         cache: SegmentCache,
         send_scheduler: Callable[[object], None],
         lock: threading.RLock,
-        child_traces: dict[object, list[object]] | None = None,
+        child_traces: dict[tuple[ReplyTo, int], list[ChildTrace]] | None = None,
     ) -> None:
         self._spec = spec
         self._reply_to = ReplyTo(Requester.BLS, instance_id)
@@ -401,15 +402,20 @@ class _OpenChild:
     __slots__ = ("children", "model", "parent", "request_id", "stamps", "tensors", "version")
 
     def __init__(
-        self, parent: object, model: str, version: int, request_id: str, start_ns: int
+        self,
+        parent: tuple[ReplyTo, int],
+        model: str,
+        version: int,
+        request_id: str,
+        start_ns: int,
     ) -> None:
         self.parent = parent
         self.model = model
         self.version = version
         self.request_id = request_id
         self.stamps: list[tuple[str, int]] = [("REQUEST_START", start_ns)]
-        self.tensors: list[object] = []
-        self.children: list[object] = []
+        self.tensors: list[TensorTrace] = []
+        self.children: list[ChildTrace] = []
 
 
 def _error_response(message: str, code: int) -> pb_utils.InferenceResponse:

@@ -96,7 +96,7 @@ def write_answer_batch(
             refs = []
             for name, datatype, shape, data, n in to_arena:
                 if n:
-                    buf[pos : pos + n] = data  # type: ignore[index]
+                    buf[pos : pos + n] = data  # type: ignore[index, assignment]  # NOTE: numpy's stubs give ndarray the buffer protocol only from Python 3.12
                 refs.append(TensorRef(name, datatype, shape, segment, pos, n))
                 pos += (n + ALIGN - 1) & ~(ALIGN - 1)  # NOTE: tensor_pool.align, inlined
         else:
@@ -105,7 +105,7 @@ def write_answer_batch(
                 if ref is None:
                     name, datatype, shape, data, n = next(it)
                     if n:
-                        buf[pos : pos + n] = data  # type: ignore[index]
+                        buf[pos : pos + n] = data  # type: ignore[index, assignment]  # NOTE: numpy's stubs give ndarray the buffer protocol only from Python 3.12
                     refs[j] = TensorRef(name, datatype, shape, segment, pos, n)
                     pos += (n + ALIGN - 1) & ~(ALIGN - 1)
         names_block = bool(to_arena)

@@ -316,7 +316,7 @@ def write_block(
     refs = []
     for name, datatype, shape, data, n in tensors:
         if n:
-            buf[pos : pos + n] = data
+            buf[pos : pos + n] = data  # type: ignore[assignment]  # NOTE: ndarray is a Buffer in numpy's stubs only from Python 3.12
         refs.append(TensorRef(name, datatype, shape, segment, pos, n))
         pos += (n + ALIGN - 1) & ~(ALIGN - 1)  # NOTE: tensor_pool.align, inlined
     return block_ref(seg, block), tuple(refs)
@@ -441,5 +441,5 @@ def write_region(regions: ClientRegions, tensor: WireTensor, region: OutputRegio
         f"output '{name}' (region '{region.region_name}')",
     )
     if n:
-        dest[region.offset : region.offset + n] = data
+        dest[region.offset : region.offset + n] = data  # type: ignore[assignment]  # NOTE: as above (Python 3.12 stubs)
     return TensorRef(name, datatype, shape, region.key, region.offset, n, region.region_id)
