@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from triton_mp._proto import admin_pb2_grpc, health_pb2_grpc
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import StartupError, TritonMPError
 from triton_mp.common.process.log import configure_logging
@@ -43,9 +42,12 @@ from triton_mp.frontend.dispatch.known_records import use_patch
 from triton_mp.frontend.dispatch.pending import PendingTable
 from triton_mp.frontend.dispatch.polling_loop import PollingSelector
 from triton_mp.frontend.dispatch.wakes import HeldWakes
-from triton_mp.frontend.grpc.admin_service import AdminServicer
-from triton_mp.frontend.grpc.interceptor import RestrictedProtocolInterceptor
-from triton_mp.frontend.grpc.servicer import HealthServicer, InferenceServicer, add_to_server
+from triton_mp.frontend.grpc.server_setup import (
+    grpc_server,
+    native_port,
+    start_grpc,
+    stop_grpc_now,
+)
 from triton_mp.frontend.header_forward import HeaderForward
 from triton_mp.frontend.http.routes import HttpFrontend
 from triton_mp.frontend.inference import Inference
@@ -53,13 +55,11 @@ from triton_mp.frontend.metrics.endpoint import MetricsEndpoint
 from triton_mp.frontend.metrics.latency import FirstResponseHistograms
 from triton_mp.frontend.model_table import ModelTable
 from triton_mp.frontend.native import (
-    UNAVAILABLE,
-    available,
     input_arena_type,
     record_patch,
     shared_ring_attach,
 )
-from triton_mp.frontend.native.public_port import NativePort, choose
+from triton_mp.frontend.native.public_port import NativePort
 from triton_mp.frontend.readiness import ReadinessChecks
 from triton_mp.frontend.shm.cuda import CudaShmRegistry
 from triton_mp.frontend.shm.system import DISABLED_MESSAGE, ClientShmApi, SystemShmRegistry
@@ -82,8 +82,6 @@ log = logging.getLogger(__name__)
 DRAIN_LINGER_S = 1.0
 """After the last in-flight request of a drain is answered, how long the frontend keeps its
 connections before it closes them (within ``--exit-timeout-secs``)."""
-MAX_MESSAGE_BYTES = 2**31 - 1
-"""gRPC send/receive limit, as Triton's (INT32_MAX)."""
 
 
 def _client_shm(spec: FrontendSpec) -> SystemShmRegistry:
@@ -197,124 +195,6 @@ def build_tracer(spec: FrontendSpec, send_peers: Callable[[bytes], None] | None 
         exporter=exporter,
         send_peers=send_peers if spec.to_peers else None,
     )
-
-
-COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
-"""``--grpc-infer-response-compression-level`` -> grpc core's ``grpc_compression_level``."""
-
-
-def grpc_options(spec: FrontendSpec) -> list[tuple[str, int]]:
-    """The grpc core channel arguments of the server: message limits, port sharing,
-    the keepalive flags, the response compression level."""
-    options = [
-        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.so_reuseport", 1),
-        *sorted(spec.grpc_channel_args.items()),
-    ]
-    level = COMPRESSION_LEVELS[spec.grpc_compression_level]
-    if level:
-        options.append(("grpc.default_compression_level", level))
-    return options
-
-
-def bind_grpc(server: grpc.aio.Server, spec: FrontendSpec) -> int:
-    """Bind the gRPC port, over TLS when ``spec.grpc_tls`` says so. Returns the port (0: the
-    bind failed).
-
-    Raises:
-        OSError: a certificate or key file cannot be read.
-    """
-    address = f"{spec.grpc_address}:{spec.grpc_port}"
-    tls = spec.grpc_tls
-    if tls is None:
-        return int(server.add_insecure_port(address))
-    with open(tls.server_key, "rb") as k, open(tls.server_cert, "rb") as c:
-        pair = (k.read(), c.read())
-    root = None
-    if tls.root_cert:
-        with open(tls.root_cert, "rb") as r:
-            root = r.read()
-    credentials = grpc.ssl_server_credentials(
-        [pair], root_certificates=root, require_client_auth=tls.mutual
-    )
-    return int(server.add_secure_port(address, credentials))
-
-
-def _bind_grpc_if_allowed(server: grpc.aio.Server, spec: FrontendSpec, address: str) -> str:
-    """Bind the gRPC port unless ``--allow-grpc=false``; the start-up error's text or ""."""
-    if not spec.allow_grpc:
-        return ""
-    try:
-        bound = bind_grpc(server, spec)
-    except OSError as e:
-        return f"gRPC TLS: {e}"
-    return "" if bound else f"failed to bind gRPC address {address}"
-
-
-def _native_port(spec: FrontendSpec, servicer: InferenceServicer) -> NativePort | None:
-    """The native server for the public port when ``--grpc-frontend native`` can have it
-    (logs the one line that says why not otherwise); None: the Python server owns it."""
-    if not spec.allow_grpc:
-        return None
-    use, why_not = choose(
-        spec.grpc_frontend,
-        tls=spec.grpc_tls is not None,
-        built=available(),
-        why_not_built=UNAVAILABLE,
-    )
-    if why_not:
-        log.warning("%s", why_not)
-    if not use:
-        return None
-    # NOTE: grpc.aio's interceptor checks the restricted-protocol headers: with it, ModelInfer
-    # and ModelStreamInfer are relayed to the Python server like every other call.
-    handoff = None if spec.grpc_restricted else servicer
-    return NativePort(f"{spec.grpc_address}:{spec.grpc_port}", grpc_options(spec), handoff)
-
-
-async def _start_grpc(server: grpc.aio.Server, spec: FrontendSpec, port: NativePort | None) -> str:
-    """Bind and start the gRPC server(s); the start-up error's text or ""."""
-    address = f"{spec.grpc_address}:{spec.grpc_port}"
-    if port is None:
-        failed = _bind_grpc_if_allowed(server, spec, address)
-        if not failed:
-            # NOTE: started even with no port (--allow-grpc=false): the drain stops it.
-            await server.start()
-        return failed
-    if not port.bind_private(server):
-        port.close()
-        return f"failed to bind gRPC address {port.backend}"
-    await server.start()
-    if not port.start():
-        port.close()
-        await server.stop(None)
-        return f"failed to bind gRPC address {address}"
-    return ""
-
-
-def grpc_server(spec: FrontendSpec, api: FrontendApi) -> tuple[grpc.aio.Server, InferenceServicer]:
-    """The grpc.aio server with every service: inference, health, admin (not bound yet),
-    and its inference servicer."""
-    server = grpc.aio.server(
-        interceptors=[RestrictedProtocolInterceptor(spec.grpc_restricted)]
-        if spec.grpc_restricted
-        else None,
-        options=grpc_options(spec),
-    )
-    forward = HeaderForward(spec.grpc_header_forward_pattern)
-    servicer = InferenceServicer(api, forward)
-    add_to_server(servicer, server)
-    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(api), server)
-    admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(api.stats), server)
-    return server, servicer
-
-
-async def _stop_grpc_now(server: grpc.aio.Server, native: NativePort | None) -> None:
-    """Stop the gRPC server(s) without a grace period (a failed start)."""
-    if native is not None:
-        await native.stop(0)
-    await server.stop(None)
 
 
 async def _start_http(spec: FrontendSpec, api: FrontendApi) -> HttpFrontend | str | None:
@@ -533,15 +413,15 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
         wakes=wakes,
     )
     server, servicer = grpc_server(spec, api)
-    native = _native_port(spec, servicer)
-    failed = await _start_grpc(server, spec, native)
+    native = native_port(spec, servicer)
+    failed = await start_grpc(server, spec, native)
     if failed:
         report_start_failed(ready, "frontend", name, failed)
         return 1
     http = await _start_http(spec, api)
     if isinstance(http, str):
         report_start_failed(ready, "frontend", name, http)
-        await _stop_grpc_now(server, native)
+        await stop_grpc_now(server, native)
         return 1
     loop.add_reader(inbox.waiter.fileno(), handler.on_wakeup)
     selector.watch(inbox, pending.__len__)
@@ -551,7 +431,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     )
     if isinstance(metrics, str):
         report_start_failed(ready, "frontend", name, metrics)
-        await _stop_grpc_now(server, native)
+        await stop_grpc_now(server, native)
         return 1
     stopping = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stopping.set)

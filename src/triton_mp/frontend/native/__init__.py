@@ -108,7 +108,7 @@ class NativeServer:
         address: the public ``host:port`` (port 0: any free port).
         backend: the Python server's target, ``unix:/path``.
         channel_args: grpc core channel arguments of the public port (int values only), the
-            Python server's own (``frontend.main.grpc_options``).
+            Python server's own (``frontend.grpc.server_setup.grpc_options``).
         handoff: ModelInfer and ModelStreamInfer calls go to this process's event loop
             (``handoff.Handoff``) rather than through the private socket.
     """

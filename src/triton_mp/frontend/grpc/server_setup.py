@@ -1,0 +1,143 @@
+"""The frontend's gRPC server set-up: its channel options, its port (TLS or not), the native
+server for the public port where ``--grpc-frontend native`` can have it, and starting and
+stopping both.
+
+Imported by ``frontend.main`` (the process shell) only.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+
+from triton_mp._proto import admin_pb2_grpc, health_pb2_grpc
+from triton_mp.frontend.api import FrontendApi
+from triton_mp.frontend.grpc.admin_service import AdminServicer
+from triton_mp.frontend.grpc.interceptor import RestrictedProtocolInterceptor
+from triton_mp.frontend.grpc.servicer import HealthServicer, InferenceServicer, add_to_server
+from triton_mp.frontend.header_forward import HeaderForward
+from triton_mp.frontend.native import UNAVAILABLE, available
+from triton_mp.frontend.native.public_port import NativePort, choose
+from triton_mp.ipc.protocol.specs import FrontendSpec
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 2**31 - 1
+"""gRPC send/receive limit, as Triton's (INT32_MAX)."""
+COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
+"""``--grpc-infer-response-compression-level`` -> grpc core's ``grpc_compression_level``."""
+
+
+def grpc_options(spec: FrontendSpec) -> list[tuple[str, int]]:
+    """The grpc core channel arguments of the server: message limits, port sharing,
+    the keepalive flags, the response compression level."""
+    options = [
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.so_reuseport", 1),
+        *sorted(spec.grpc_channel_args.items()),
+    ]
+    level = COMPRESSION_LEVELS[spec.grpc_compression_level]
+    if level:
+        options.append(("grpc.default_compression_level", level))
+    return options
+
+
+def bind_grpc(server: grpc.aio.Server, spec: FrontendSpec) -> int:
+    """Bind the gRPC port, over TLS when ``spec.grpc_tls`` says so. Returns the port (0: the
+    bind failed).
+
+    Raises:
+        OSError: a certificate or key file cannot be read.
+    """
+    address = f"{spec.grpc_address}:{spec.grpc_port}"
+    tls = spec.grpc_tls
+    if tls is None:
+        return int(server.add_insecure_port(address))
+    with open(tls.server_key, "rb") as k, open(tls.server_cert, "rb") as c:
+        pair = (k.read(), c.read())
+    root = None
+    if tls.root_cert:
+        with open(tls.root_cert, "rb") as r:
+            root = r.read()
+    credentials = grpc.ssl_server_credentials(
+        [pair], root_certificates=root, require_client_auth=tls.mutual
+    )
+    return int(server.add_secure_port(address, credentials))
+
+
+def bind_grpc_if_allowed(server: grpc.aio.Server, spec: FrontendSpec, address: str) -> str:
+    """Bind the gRPC port unless ``--allow-grpc=false``; the start-up error's text or ""."""
+    if not spec.allow_grpc:
+        return ""
+    try:
+        bound = bind_grpc(server, spec)
+    except OSError as e:
+        return f"gRPC TLS: {e}"
+    return "" if bound else f"failed to bind gRPC address {address}"
+
+
+def native_port(spec: FrontendSpec, servicer: InferenceServicer) -> NativePort | None:
+    """The native server for the public port when ``--grpc-frontend native`` can have it
+    (logs the one line that says why not otherwise); None: the Python server owns it."""
+    if not spec.allow_grpc:
+        return None
+    use, why_not = choose(
+        spec.grpc_frontend,
+        tls=spec.grpc_tls is not None,
+        built=available(),
+        why_not_built=UNAVAILABLE,
+    )
+    if why_not:
+        log.warning("%s", why_not)
+    if not use:
+        return None
+    # NOTE: grpc.aio's interceptor checks the restricted-protocol headers: with it, ModelInfer
+    # and ModelStreamInfer are relayed to the Python server like every other call.
+    handoff = None if spec.grpc_restricted else servicer
+    return NativePort(f"{spec.grpc_address}:{spec.grpc_port}", grpc_options(spec), handoff)
+
+
+async def start_grpc(server: grpc.aio.Server, spec: FrontendSpec, port: NativePort | None) -> str:
+    """Bind and start the gRPC server(s); the start-up error's text or ""."""
+    address = f"{spec.grpc_address}:{spec.grpc_port}"
+    if port is None:
+        failed = bind_grpc_if_allowed(server, spec, address)
+        if not failed:
+            # NOTE: started even with no port (--allow-grpc=false): the drain stops it.
+            await server.start()
+        return failed
+    if not port.bind_private(server):
+        port.close()
+        return f"failed to bind gRPC address {port.backend}"
+    await server.start()
+    if not port.start():
+        port.close()
+        await server.stop(None)
+        return f"failed to bind gRPC address {address}"
+    return ""
+
+
+def grpc_server(spec: FrontendSpec, api: FrontendApi) -> tuple[grpc.aio.Server, InferenceServicer]:
+    """The grpc.aio server with every service: inference, health, admin (not bound yet),
+    and its inference servicer."""
+    server = grpc.aio.server(
+        interceptors=[RestrictedProtocolInterceptor(spec.grpc_restricted)]
+        if spec.grpc_restricted
+        else None,
+        options=grpc_options(spec),
+    )
+    forward = HeaderForward(spec.grpc_header_forward_pattern)
+    servicer = InferenceServicer(api, forward)
+    add_to_server(servicer, server)
+    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(api), server)
+    admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(api.stats), server)
+    return server, servicer
+
+
+async def stop_grpc_now(server: grpc.aio.Server, native: NativePort | None) -> None:
+    """Stop the gRPC server(s) without a grace period (a failed start)."""
+    if native is not None:
+        await native.stop(0)
+    await server.stop(None)
