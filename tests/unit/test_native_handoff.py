@@ -369,6 +369,10 @@ class FakeKnownCalls:
         self.reply = reply
         self.taken: list[int] = []
         self.cancelled: list[int] = []
+        self.pending = type("Pending", (), {"on_unknown": None})()
+
+    def register(self, items: list[Any]) -> int:
+        return 0
 
     def submit(self, call_id: int, data: bytes, split: Any) -> bool:
         if data == b"fast:full":

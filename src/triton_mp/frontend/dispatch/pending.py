@@ -96,6 +96,12 @@ class PendingTable:
         self._idle.set()
         self.shared = SharedBlocks()
         """Blocks several responses of an ensemble request share (``release``)."""
+        self.on_unknown: Callable[[], bool] | None = None
+        """Called when an answer names a request id not registered: registers what another
+        producer submitted and has not registered yet (the native known path: the gRPC
+        thread sends a request and queues its registration, which the event loop may not
+        have taken when the answer is read, ``frontend.native.handoff``); True when it
+        registered some (the lookup is tried again). None: such an answer is an orphan."""
         self.copied_bytes = {"in": 0, "out": 0}
         """Tensor bytes this frontend copied into its arena (``in``) and out of arenas into
         answers (``out``): ``triton_mp_frontend_tensor_bytes_total``. An ensemble's
@@ -107,6 +113,16 @@ class PendingTable:
     def new_id(self) -> int:
         """A fresh request or query id (unique within this frontend)."""
         return next(self._ids)
+
+    def reserve(self, n: int) -> int:
+        """``n`` consecutive fresh ids for a producer that registers its requests later
+        (``add_request``, or ``on_unknown`` before an answer): the first of them.
+        ``new_id`` and ``new_query`` never give any of ``first .. first + n - 1``."""
+        if n < 1:
+            raise ValueError(f"reserve needs n >= 1, got {n}")
+        first = next(self._ids)
+        self._ids = itertools.count(first + n)
+        return first
 
     def add_request(
         self,
@@ -233,6 +249,8 @@ class PendingTable:
 
     def _resolve(self, msg: Answer) -> None:
         entry = self._pop(msg.request_id)
+        if entry is None and self.on_unknown is not None and self.on_unknown():
+            entry = self._pop(msg.request_id)
         if entry is None:
             # NOTE: an answer for a request already failed (e.g. worker restart race), or
             # for a request of the dead frontend this one replaced: its blocks are freed.

@@ -60,17 +60,17 @@ from triton_mp.frontend.grpc.wire import MALFORMED, Split, WireInferRequest, tol
 from triton_mp.frontend.native.known_calls import KnownCalls, Reply
 from triton_mp.frontend.native.reply_status import code_of, failed, unexpected
 
-CALL, OPEN, MESSAGE, END, GONE = range(5)
+CALL, OPEN, MESSAGE, END, GONE, KNOWN = range(6)
 """What a taken entry is (``handoff.h`` ItemKind): a unary call (data, metadata), a stream's
 opening (metadata), its next request message (data), its half-close, a call gone before
-Python ended it."""
+Python ended it, a known call the native side submitted itself (data: ``KnownSent``)."""
 
 
 class Native(Protocol):
     """The extension's handoff functions (``module.cc``)."""
 
     def handoff_fd(self) -> int: ...
-    def take(self) -> list[tuple[int, int, bytes | Received | None, Any, Split | None]]: ...
+    def take(self) -> list[tuple[int, int, Any, Any, Split | None]]: ...
     def reply(
         self, call_id: int, code: int, details: str, data: bytes | Sequence[bytes | memoryview]
     ) -> bool: ...
@@ -189,6 +189,9 @@ class Handoff:
         self._unary: dict[int, Ticket] = {}
         """Calls submitted without a task (``_call``), by id, until their answer."""
         self._streams: dict[int, _Requests] = {}
+        self._stash: list[tuple[int, int, Any, Any, Split | None]] = []
+        """Entries ``pull_known`` took and left for the next ``on_wakeup`` (every kind but
+        KNOWN, in order)."""
         self._fd = -1
         self._loop: asyncio.AbstractEventLoop | None = None
         self._kick_due = False
@@ -200,6 +203,9 @@ class Handoff:
         kick at the end of each pass when its selector offers it (``_answered``)."""
         self._fd = self._native.handoff_fd()
         self._loop = loop
+        if self._known is not None:
+            # NOTE: an answer read before its call was taken (``pull_known``).
+            self._known.pending.on_unknown = self.pull_known
         loop.add_reader(self._fd, self.on_wakeup)
         # NOTE: the frontend's loop (frontend.main) is a SelectorEventLoop on a PollingSelector.
         selector = getattr(loop, "_selector", None)
@@ -211,6 +217,8 @@ class Handoff:
         """Stop watching (after the native server stopped: nothing more is queued)."""
         if self._loop is not None and self._fd >= 0:
             self._loop.remove_reader(self._fd)
+        if self._known is not None:
+            self._known.pending.on_unknown = None
         self._fd = -1
 
     def _answered(self) -> None:
@@ -240,20 +248,47 @@ class Handoff:
         if not self._kick_due:  # NOTE: ``_answered``, inlined: once per known call
             self._answered()
 
+    def pull_known(self) -> bool:
+        """Register the known calls the native side submitted and queued since the last
+        take (``PendingTable.on_unknown``: an answer can be read before ``on_wakeup`` took
+        its call); the other entries wait for ``on_wakeup``, in order. True when some were
+        registered.
+
+        NOTE: the eventfd stays readable for what is left: the first entry taken here was
+        queued on an empty queue, which wrote the eventfd after the last take, and only
+        ``on_wakeup`` reads it, taking right after."""
+        items = self._native.take()
+        if not items or self._known is None:
+            self._stash.extend(items)
+            return False
+        registered = self._known.register(items)
+        self._stash.extend(item for item in items if item[1] != KNOWN)
+        return registered > 0
+
     def on_wakeup(self) -> None:
-        """Take every queued entry, in order: serve, start, feed or cancel the calls."""
+        """Take every queued entry, in order: register the known calls the native side
+        submitted (first: an answer of this pass may be theirs), then serve, start, feed or
+        cancel the calls."""
         with contextlib.suppress(BlockingIOError):
             os.read(self._fd, 8)
         assert self._loop is not None
+        items = self._native.take()
+        if self._stash:
+            items = self._stash + items
+            self._stash = []
+        if self._known is not None:
+            self._known.register(items)
         # NOTE: the requests taken at once wake the scheduler once, after the last.
         with self._servicer.wakes_held():
-            for call_id, kind, data, metadata, split in self._native.take():
-                if kind == CALL:  # NOTE: nearly every entry at add_sub c=16: tested first
-                    self._call(call_id, data, metadata, split)  # type: ignore[arg-type]
+            for call_id, kind, data, metadata, split in items:
+                if kind == KNOWN:  # NOTE: registered above; nearly every entry at c=16
+                    continue
+                if kind == CALL:
+                    self._call(call_id, data, metadata, split)
                 elif kind == MESSAGE:
                     stream = self._streams.get(call_id)
                     if stream is not None:
-                        stream.put(data)  # type: ignore[arg-type]
+                        stream.put(data)
                 elif kind == OPEN:
                     requests = self._streams[call_id] = _Requests(self._parse_stream)
                     coro = self.serve_stream(call_id, requests, metadata)

@@ -17,12 +17,17 @@ answer that still arrives is freed.
 Anything else (an unknown key, a declined request: a byte size that differs, a changed
 model or region, draining, a model that preserves ordering) is left to the caller, which
 serves it as before (``Handoff._call``).
+
+A known call the native side submitted itself (``KNOWN``: its request already in the
+scheduler's ring) is only registered here (``register``), from the ``Lesson`` it was
+submitted by: the pending table's entry and its ``KnownCall``, answered and cancelled as
+the others.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple, Protocol
 
 from triton_mp.common.errors import TritonMPError
 from triton_mp.frontend.dispatch.known_requests import InBuffers, Raw, Received
@@ -31,12 +36,39 @@ from triton_mp.frontend.grpc.messages import ResponseHeads
 from triton_mp.frontend.grpc.wire import Split, infer_response_parts
 from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.native.reply_status import failed, unexpected
-from triton_mp.ipc import SegmentCache
+from triton_mp.ipc import BlockRef, SegmentCache
 from triton_mp.ipc.protocol.messages import InferResponse
 
 Reply = Callable[[int, int, str, "bytes | Sequence[bytes | memoryview]"], None]
 """Ends call ``call_id`` with (status code, details, serialized response: bytes, or the
 parts of it, concatenated and copied before the reply returns)."""
+
+
+KNOWN_KIND = 5
+"""``handoff.h`` ItemKind::kKnown (``handoff.KNOWN``): a call the native side submitted."""
+LESSONS_KEPT = 4096
+"""Lessons kept for registration (the oldest go first: a call queued by a lesson is taken
+within one event-loop pass, long before 4096 newer lessons were taught)."""
+
+KnownSent = tuple[int, int, int, int]
+"""What the native side sent for a KNOWN call: (request id, lesson id, input block offset,
+block generation)."""
+
+
+class Lesson(NamedTuple):
+    """What the native side was taught to submit, as the call's registration needs it.
+
+    Attributes:
+        model, version: where its requests go; ``client_id``: the request ``id`` the
+            record template was made for; ``segment``: the input arena its blocks are in;
+        copied: raw input bytes copied per request (``PendingTable.copied_bytes["in"]``).
+    """
+
+    model: str
+    version: int
+    client_id: str
+    segment: str
+    copied: int
 
 
 class Gate(Protocol):
@@ -106,6 +138,40 @@ class KnownCalls:
         self._known = inference.known_keys
         self.calls: dict[int, KnownCall] = {}
         """Calls submitted and not answered, by call id (``cancel``)."""
+        self._lessons: dict[int, Lesson] = {}
+        self._next_lesson = 1
+
+    def learn(self, lesson: Lesson) -> int:
+        """Keep ``lesson`` for the registration of the calls the native side submits by it:
+        its id (never 0)."""
+        lesson_id = self._next_lesson
+        self._next_lesson += 1
+        lessons = self._lessons
+        if len(lessons) >= LESSONS_KEPT:
+            del lessons[next(iter(lessons))]
+        lessons[lesson_id] = lesson
+        return lesson_id
+
+    def register(self, items: Iterable[tuple[int, int, Any, Any, Any]]) -> int:
+        """Register every KNOWN entry of ``items`` (``_native.take``'s): its request in the
+        pending table (its sink a ``KnownCall``, its input block freed after its answer) and
+        its call. Returns how many."""
+        n = 0
+        pending = self.pending
+        for call_id, kind, sent, _metadata, _split in items:
+            if kind != KNOWN_KIND:
+                continue
+            rid, lesson_id, offset, generation = sent
+            lesson = self._lessons[lesson_id]
+            call = KnownCall(self, call_id, lesson.client_id)
+            call.request_id = rid
+            call.model = lesson.model
+            call.version = lesson.version
+            pending.copied_bytes["in"] += lesson.copied
+            pending.add_request(rid, BlockRef(lesson.segment, offset, generation), call)
+            self.calls[call_id] = call
+            n += 1
+        return n
 
     def submit(self, call_id: int, data: bytes | Received, split: Split | None) -> bool:
         """Submit call ``call_id`` (``data``: its request, bytes or as received; ``split``:
