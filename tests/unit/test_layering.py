@@ -77,6 +77,7 @@ SCHEDULER_IPC_MODULES = {
     "registry.py",
     "queries.py",
     "request_wakeups.py",  # NOTE: the frontend rings' quiet word: its bits are ipc's
+    "forming.py",  # NOTE: the frontend rings' forming words: their buckets are ipc's
 }
 
 

@@ -131,6 +131,11 @@ class Sender:
         fence()
         return self._ring.quiet_word()
 
+    def forming(self) -> tuple[int, int, int]:
+        """The ring's forming words (mask, allowance, floor_ns: ``Ring.forming``); call it
+        right after ``quiet_word``, whose fence it relies on."""
+        return self._ring.forming()
+
     def push_quiet(self, data: bytes) -> bool:
         """Push already-encoded bytes without waking the consumer, which reads them on its
         next pass (a note that may wait: ``ipc.direct``'s ``DirectSent``); False when the
@@ -277,12 +282,15 @@ class Inbox(Generic[T]):
         For a consumer that knows work is due within ``timeout_s`` (a batching deadline, a
         ``BatchDue``): a record that arrives meanwhile costs its producer's ``sem_post`` no
         syscall and this process no wake-up, which on a VM whose idle vCPUs halt is the
-        larger part of a cross-process hop.
+        larger part of a cross-process hop. With ``spin_on_posts`` it watches posts, as the
+        spin does: a record pushed without one (a request joining a forming batch,
+        ``scheduler.forming``) does not end the poll; the caller drains at its end.
         """
         clock = time.perf_counter
         end = clock() + timeout_s
+        found = self._spin_found if self.spin_on_posts else self.has_pending
         while True:
-            if self._woken or self.has_pending():
+            if self._woken or found():
                 self._woken = False
                 self.waiter.consume_all()
                 return True
@@ -323,6 +331,14 @@ class Inbox(Generic[T]):
             ring = self._by_name.get(name.lstrip("/"))
             if ring is not None:
                 ring.set_quiet_word(word)
+
+    def set_forming(self, ring_names: Sequence[str], mask: int, allowance: int, floor: int) -> None:
+        """Store the forming words into each of ``ring_names`` that is attached
+        (``Ring.set_forming``)."""
+        for name in ring_names:
+            ring = self._by_name.get(name.lstrip("/"))
+            if ring is not None:
+                ring.set_forming(mask, allowance, floor)
 
     def has_pending(self) -> bool:
         """Whether any ring holds a record (a poll: no syscall, nothing decoded)."""

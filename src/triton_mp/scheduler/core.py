@@ -58,6 +58,7 @@ from triton_mp.scheduler.batch_end import BatchEnds
 from triton_mp.scheduler.direct import Handoffs
 from triton_mp.scheduler.done_wakeups import quiet_instances
 from triton_mp.scheduler.ensembles import Ensembles
+from triton_mp.scheduler.forming import NOT_FORMING, Forming, forming_state
 from triton_mp.scheduler.instances import (
     Generation,
     InFlight,
@@ -516,6 +517,14 @@ class SchedulerCore:
             return 0
         life = self.lifecycle
         return quiet_request_mask(life.instances, life.generations(), self.handoffs.eligible)
+
+    def forming(self, frontends: int) -> Forming:
+        """The forming words for the frontends' rings (``frontends`` of them): the requests
+        that may join a batch waiting for its delay without a wake-up
+        (``scheduler.forming``)."""
+        if self.stopping or self.deferred or self.limiter is not None:
+            return NOT_FORMING
+        return forming_state(self.lifecycle.generations(), self.handoffs.eligible, frontends)
 
     def idle(self) -> bool:
         """Nothing queued and nothing running."""

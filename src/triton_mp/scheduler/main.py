@@ -38,8 +38,10 @@ from triton_mp.ipc.protocol.messages import (
 )
 from triton_mp.ipc.protocol.specs import SchedulerSpec
 from triton_mp.ipc.recordio.codec import Decoder
+from triton_mp.ipc.recordio.quiet_requests import allowance_word
 from triton_mp.ipc.tensor_pool import SegmentCache, free_block
 from triton_mp.scheduler.core import SchedulerCore, deliver
+from triton_mp.scheduler.forming import NOT_FORMING, Forming
 from triton_mp.scheduler.limits.rate_limiter import RateLimiter
 from triton_mp.scheduler.outbox import (
     Attach,
@@ -97,6 +99,10 @@ class Router:
         supervisor never reads it). Workers' rings join later (``Attach``)."""
         self._request_mask = 0
         """The quiet word last stored into ``_request_rings``."""
+        self._forming = NOT_FORMING
+        """The forming words last stored into ``_request_rings`` (``forming``)."""
+        self._epoch = 0
+        """The allowance's epoch last stored (``scheduler.forming``)."""
         self._due: dict[int, Sender] = {}
         """The senders ``send`` pushed to and ``flush`` has not woken yet, by ``id``."""
         # NOTE: every request wakes until this scheduler says otherwise.
@@ -135,6 +141,30 @@ class Router:
             fence()
             return True
         return False
+
+    @property
+    def frontends(self) -> int:
+        """How many frontends push requests (``SchedulerCore.forming``)."""
+        return len(self._frontends)
+
+    def forming(self, forming: Forming) -> bool:
+        """Store ``forming`` (``SchedulerCore.forming``) as the forming words of every
+        frontend's ring, under a new epoch. True when they changed: the caller then
+        rechecks the rings before it sleeps (a frontend that read the old words, or counted
+        under the old epoch, pushed its request without a post: ``scheduler.forming``);
+        the fence is done here."""
+        if forming == self._forming:
+            return False
+        self._epoch = (self._epoch + 1) & 0xFFFFFFFF
+        self._inbox.set_forming(
+            self._request_rings,
+            forming.mask,
+            allowance_word(self._epoch, forming.rows),
+            forming.floor_ns,
+        )
+        self._forming = forming
+        fence()
+        return True
 
     def offer(self, instance_id: int) -> None:
         """Post an instance's lease (``scheduler.direct.Leases``)."""
@@ -249,7 +279,9 @@ def _serve(core: SchedulerCore, inbox: Inbox[ToScheduler], router: Router, clock
         # NOTE: the BatchDone of a model whose requests may wait unread wakes the
         # scheduler before a frontend can see its bit set (scheduler.request_wakeups).
         asked = router.quiet_done(core.quiet_done(requests))
-        if (router.quiet_requests(requests) or asked) and inbox.has_pending():
+        asked = router.quiet_requests(requests) or asked
+        asked = router.forming(core.forming(router.frontends)) or asked
+        if asked and inbox.has_pending():
             # NOTE: a BatchDone or a request pushed quietly before its flag or its bit was
             # cleared: no sleep.
             sleep_s, poll_s = 0.0, 0.0

@@ -15,6 +15,12 @@ the bits: ``ipc.recordio.quiet_requests``) is pushed with no wake at all: the sc
 reads it when a ``BatchDone`` wakes it. The word is read after the push, behind a fence
 (``Sender.quiet_word``), so a scheduler that clears the bit later rechecks its rings and
 finds the record (Dekker's protocol, ``ipc.memory.notify``).
+
+With ``forming`` given too, a request whose model's bit is set in the ring's forming mask (a
+batch waiting for its delay that more rows cannot complete: ``scheduler.forming``), stamped
+no earlier than the floor, goes without a wake while the rows pushed so since the
+allowance's epoch changed stay within it (``Allowance``); the words are read after the quiet
+word, behind its fence.
 """
 
 from __future__ import annotations
@@ -23,7 +29,44 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from triton_mp.ipc.channel import Sender
-from triton_mp.ipc.recordio.quiet_requests import request_bit
+from triton_mp.ipc.recordio.quiet_requests import (
+    EPOCH_SHIFT,
+    ROWS_MASK,
+    request_bit,
+    request_rows_arrival,
+)
+
+
+class Allowance:
+    """A producer's count of the rows it pushed into a forming batch without a wake-up
+    (``scheduler.forming``; pure: the caller reads the words)."""
+
+    __slots__ = ("epoch", "used")
+
+    def __init__(self) -> None:
+        self.epoch = -1
+        """The epoch the count is for (the allowance word's high half; -1: none seen)."""
+        self.used = 0
+        """Rows pushed quietly in that epoch."""
+
+    def join(self, bits: int, rows: int, first_ns: int, words: tuple[int, int, int]) -> bool:
+        """Whether requests of model buckets ``bits``, ``rows`` rows in all, the earliest
+        stamped ``first_ns``, may go without a wake-up under the forming words ``words``
+        (mask, allowance word, floor ns); counts their rows when they may."""
+        mask, allowance, floor = words
+        if not bits or bits & ~mask or first_ns < floor:
+            return False
+        epoch = allowance >> EPOCH_SHIFT
+        if epoch != self.epoch:
+            # NOTE: the first epoch this producer sees counts as spent: a frontend that
+            # replaced a dead one on this ring cannot know what that one pushed under it.
+            self.used = 0 if self.epoch >= 0 else allowance & ROWS_MASK
+            self.epoch = epoch
+        used = self.used + rows
+        if used > allowance & ROWS_MASK:
+            return False
+        self.used = used
+        return True
 
 
 class HeldWakes:
@@ -36,9 +79,23 @@ class HeldWakes:
         wake: wakes the scheduler (``ipc.memory.notify.Waker.wake``).
         quiet_word: fences and reads the ring's quiet word (``Sender.quiet_word``); None:
             every request wakes (or owes a wake).
+        forming: reads the ring's forming words (``Sender.forming``) right after
+            ``quiet_word``; None: no request joins a forming batch unread.
     """
 
-    __slots__ = ("_bits", "_depth", "_owed", "_push_quiet", "_quiet_word", "_send_bytes", "_wake")
+    __slots__ = (
+        "_allowance",
+        "_bits",
+        "_depth",
+        "_first_ns",
+        "_forming",
+        "_owed",
+        "_push_quiet",
+        "_quiet_word",
+        "_rows",
+        "_send_bytes",
+        "_wake",
+    )
 
     def __init__(
         self,
@@ -46,6 +103,7 @@ class HeldWakes:
         send_bytes: Callable[[bytes], None],
         wake: Callable[[], None],
         quiet_word: Callable[[], int] | None = None,
+        forming: Callable[[], tuple[int, int, int]] | None = None,
     ) -> None:
         self._push_quiet = push_quiet
         self._send_bytes = send_bytes
@@ -58,12 +116,18 @@ class HeldWakes:
         self._bits = 0
         """The quiet-word bits of the requests pushed without a wake since the outermost
         ``held`` began: a wake is owed unless the scheduler set them all."""
+        self._forming = forming if quiet_word is not None else None
+        self._allowance = Allowance()
+        self._rows = 0
+        """The rows of those requests (``scheduler.forming``)."""
+        self._first_ns = 0
+        """The earliest arrival stamp of those requests (0: none yet)."""
 
     @classmethod
     def over(cls, sender: Sender, wake: Callable[[], None]) -> HeldWakes:
         """Sends over ``sender`` (the frontend's ring to the scheduler) that read its quiet
         word."""
-        return cls(sender.push_quiet, sender.send_bytes, wake, sender.quiet_word)
+        return cls(sender.push_quiet, sender.send_bytes, wake, sender.quiet_word, sender.forming)
 
     def send(self, data: bytes, bit: int | None = None) -> None:
         """Push ``data`` to the scheduler; wake it now, when ``held`` ends, or not at all
@@ -85,11 +149,16 @@ class HeldWakes:
             bit = request_bit(data)
         if (self._depth or bit) and self._push_quiet(data):
             if self._depth:
-                if bit:
-                    self._bits |= bit
-                else:
+                if not bit:
                     self._owed = True
-            elif word is None or not bit & word():
+                    return
+                self._bits |= bit
+                if self._forming is not None:
+                    rows, at = request_rows_arrival(data)
+                    self._rows += rows
+                    if not self._first_ns or at < self._first_ns:
+                        self._first_ns = at
+            elif word is None or not (bit & word() or self._joins(bit, data)):
                 self._wake()
             return
         # NOTE: a full ring: send_bytes wakes the scheduler while it waits for room, which
@@ -109,9 +178,29 @@ class HeldWakes:
             if not self._depth:
                 self._end_held()
 
+    def _joins(self, bit: int, data: bytes) -> bool:
+        """Whether one request pushed outside ``held`` joins a forming batch unread."""
+        forming = self._forming
+        if forming is None:
+            return False
+        rows, at = request_rows_arrival(data)
+        return self._allowance.join(bit, rows, at, forming())
+
     def _end_held(self) -> None:
         owed, bits, word = self._owed, self._bits, self._quiet_word
+        rows, first, forming = self._rows, self._first_ns, self._forming
         self._owed = False
         self._bits = 0
-        if owed or (bits and (word is None or bits & ~word())):
+        self._rows = self._first_ns = 0
+        if not (owed or bits):
+            return
+        if owed or word is None:
+            self._wake()
+            return
+        rest = bits & ~word()
+        if not rest:
+            return
+        # NOTE: the rows of requests the busy bits spared count too: an over-count only
+        # costs a wake-up.
+        if forming is None or not self._allowance.join(rest, rows, first, forming()):
             self._wake()

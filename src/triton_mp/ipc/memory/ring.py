@@ -18,6 +18,14 @@ Layout (all integers little-endian, offsets in bytes)::
                        requests may go without one (``set_quiet_word``;
                        ``ipc.recordio.quiet_requests``). The consumer reads what came
                        quietly on its next pass.
+    144 u64  forming   A frontend's ring only, written by the consumer, read by the
+                       producer (``set_forming``, ``forming``): the model buckets whose
+                       batch is forming within its batching delay and may take more
+                       rows unread (``scheduler.forming``).
+    152 u64  allowance The rows (low 32 bits) a producer may push quietly for those
+                       buckets while the epoch (high 32 bits) stays the same.
+    160 u64  floor     The earliest arrival stamp (CLOCK_MONOTONIC ns) such a request
+                       may carry: an earlier one would move the batch's deadline.
     192 ...  data area, ``capacity`` bytes
 
 A record is ``u32 length`` + payload, padded to 8 bytes. A record never wraps: when it does
@@ -48,6 +56,8 @@ _U32 = struct.Struct("<I")
 TAIL_OFFSET = 64
 HEAD_OFFSET = 128
 QUIET_OFFSET = 136
+FORMING_OFFSET = 144
+"""The three forming words (mask, allowance, floor), one u64 each."""
 DATA_OFFSET = 192
 WRAP = 0xFFFFFFFF
 
@@ -66,7 +76,7 @@ class Ring:
     Use ``Ring.create`` in the owning process (it unlinks) and ``Ring.attach`` elsewhere.
     """
 
-    __slots__ = ("segment", "capacity", "_buf", "_mv", "_tail", "_head", "_quiet")
+    __slots__ = ("segment", "capacity", "_buf", "_mv", "_tail", "_head", "_quiet", "_forming")
 
     def __init__(self, segment: Segment) -> None:
         magic, _version, capacity = _HEADER.unpack_from(segment.buf, 0)
@@ -81,6 +91,7 @@ class Ring:
         self._tail = self._mv[TAIL_OFFSET : TAIL_OFFSET + 8].cast("Q")
         self._head = self._mv[HEAD_OFFSET : HEAD_OFFSET + 8].cast("Q")
         self._quiet = self._mv[QUIET_OFFSET : QUIET_OFFSET + 8].cast("Q")
+        self._forming = self._mv[FORMING_OFFSET : FORMING_OFFSET + 24].cast("Q")
 
     @classmethod
     def create(cls, name: str, capacity_bytes: int) -> Ring:
@@ -127,7 +138,7 @@ class Ring:
 
     def fits(self, n: int) -> bool:
         """Whether a record of ``n`` bytes can ever be pushed (``RecordTooLarge`` otherwise)."""
-        return (4 + n + 7) & ~7 <= self.capacity // 2
+        return (4 + n + 7) & ~7 <= int(self.capacity) // 2
 
     def pop_all(self) -> list[bytes]:
         """Take every record published so far (consumer only), oldest first, each copied
@@ -191,6 +202,22 @@ class Ring:
         """The quiet word as stored (producer: after its record and a fence; one load)."""
         return int(self._quiet[0])
 
+    def set_forming(self, mask: int, allowance: int, floor_ns: int) -> None:
+        """Consumer only: store the forming words (module docstring; each an aligned 8-byte
+        store, the mask last). After any change the consumer fences and rechecks its rings
+        before it sleeps: a producer that read the words mid-change pushed its record
+        before its read, so the recheck finds it (``scheduler.forming``)."""
+        words = self._forming
+        words[1] = allowance
+        words[2] = floor_ns
+        words[0] = mask
+
+    def forming(self) -> tuple[int, int, int]:
+        """(mask, allowance, floor_ns) as stored (producer: after its record and a fence,
+        ``quiet_word``; three loads)."""
+        words = self._forming
+        return words[0], words[1], words[2]
+
     def pending_bytes(self) -> int:
         """Bytes published and not yet consumed (for stats and tests)."""
         return int(self._tail[0] - self._head[0])
@@ -200,5 +227,6 @@ class Ring:
         self._tail.release()
         self._head.release()
         self._quiet.release()
+        self._forming.release()
         self._mv.release()
         self.segment.close()

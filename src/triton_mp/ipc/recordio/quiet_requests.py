@@ -13,6 +13,10 @@ What always wakes (``request_bit`` returns 0): anything but a REQUEST record of 
 version (msgpack messages: cancellations, queries, requests the record cannot carry), and
 a request with its own queue timeout (REQUEST ``timeout_us``, Triton's ``timeout``
 parameter): the scheduler times it out on its own deadline, which it cannot do unread.
+
+The forming words (``ipc.memory.ring`` offsets 144-167, ``scheduler.forming``) use the same
+buckets: a mask, an allowance word (``allowance_word``: an epoch and a count of rows) and a
+floor on arrival stamps; ``request_rows_arrival`` reads what a producer counts against them.
 """
 
 from __future__ import annotations
@@ -30,6 +34,15 @@ _REQUEST = (MARKER, KIND_REQUEST, VERSION)
 _TIMEOUT = struct.Struct("<I")
 _TIMEOUT_OFF = 56
 """REQUEST ``timeout_us`` (u32, microseconds, 0 = none)."""
+_ARRIVAL = struct.Struct("<Q")
+_ARRIVAL_OFF = 16
+"""REQUEST ``arrival_ns`` (u64, CLOCK_MONOTONIC)."""
+_ROWS = struct.Struct("<I")
+_ROWS_OFF = 52
+"""REQUEST ``batch_size`` (u32: the rows the request adds to a batch)."""
+EPOCH_SHIFT = 32
+ROWS_MASK = 0xFFFFFFFF
+"""The allowance word: epoch (u32) << 32 | rows (u32)."""
 _MODEL = struct.Struct("<HI")
 _MODEL_OFF = 70
 """REQUEST ``model_len`` (u16) then ``model_off`` (u32)."""
@@ -55,3 +68,14 @@ def request_bit(data: bytes | memoryview) -> int:
         return 0
     n, at = _MODEL.unpack_from(data, _MODEL_OFF)
     return 1 << (zlib.crc32(data[at : at + n]) % BUCKETS)
+
+
+def request_rows_arrival(data: bytes | memoryview) -> tuple[int, int]:
+    """(batch size, arrival ns) of a REQUEST record (one whose ``request_bit`` is not 0)."""
+    return _ROWS.unpack_from(data, _ROWS_OFF)[0], _ARRIVAL.unpack_from(data, _ARRIVAL_OFF)[0]
+
+
+def allowance_word(epoch: int, rows: int) -> int:
+    """The forming allowance word (ring offset 152): ``epoch`` (u32) in the high half,
+    ``rows`` (u32, clamped) in the low."""
+    return ((epoch & ROWS_MASK) << EPOCH_SHIFT) | min(rows, ROWS_MASK)

@@ -134,6 +134,13 @@ class DynamicBatcher(QueuedInstances):
             return None  # NOTE: due now: the next dispatch pass sends it.
         return self._idle[0], w.oldest_ns + self.max_queue_delay_ns
 
+    def forming_room(self) -> tuple[int, int] | None:
+        if self._queue.priority_levels > 1 or self.due_batch() is None:
+            return None
+        w = self._walk()
+        rows = room_before_cut(w.total, self.preferred, self.max_preferred, self.max_batch_size)
+        return (rows, w.oldest_ns) if rows > 0 else None
+
 
 def walk(
     items: Iterable[Queued],
@@ -174,6 +181,20 @@ def walk(
             stop = CloseReason.MAX
             break
     return Walk(count, total, cut, stop, oldest)
+
+
+def room_before_cut(
+    total: int, preferred: frozenset[int], max_preferred: int, max_batch_size: int
+) -> int:
+    """The rows that may join a walk of ``total`` rows that found no cut and no stop while
+    it still finds none: the sums on the way stay below the smallest preferred size above
+    ``total``, ``max_preferred`` and ``max_batch_size`` (``walk``: reaching any of them
+    cuts or stops it; passing ``max_preferred`` cuts it). 0 when none may."""
+    limit = min(max_preferred, max_batch_size)
+    for p in preferred:
+        if total < p < limit:
+            limit = p
+    return max(0, limit - 1 - total)
 
 
 def decide(

@@ -580,6 +580,9 @@ class EnsembleScheduler:
     def due_batch(self) -> tuple[int, int] | None:
         return None
 
+    def forming_room(self) -> tuple[int, int] | None:
+        return None
+
     def drain_queue(self) -> list[Queued]:
         return []
 

@@ -176,6 +176,12 @@ class Policy(Protocol):
         scheduler's ``BatchDue`` notice); None when no such batch waits."""
         ...
 
+    def forming_room(self) -> tuple[int, int] | None:
+        """(rows, oldest arrival ns) while a batch waits for its delay and requests with
+        up to ``rows`` rows in all, none arrived before the oldest, would change no decision
+        if read only when it runs out (``scheduler.forming``); None when any request may."""
+        ...
+
     def drain_queue(self) -> list[Queued]:
         """Remove and return every queued request (shutdown, model unload)."""
         ...

@@ -270,6 +270,9 @@ class QueuedInstances:
     def due_batch(self) -> tuple[int, int] | None:
         return None  # NOTE: no batching delay: a queued request goes out at once.
 
+    def forming_room(self) -> tuple[int, int] | None:
+        return None
+
     def drain_queue(self) -> list[Queued]:
         return self._queue.clear()
 

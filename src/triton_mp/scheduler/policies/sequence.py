@@ -316,6 +316,10 @@ class SequenceBatcher:
         batcher, whose delay is the common case)."""
         return None
 
+    def forming_room(self) -> tuple[int, int] | None:
+        """None: a sequence's requests are always read at once."""
+        return None
+
     # ----------------------------------------------------------------- batches
     def pop_ready(self, now_ns: int) -> list[Batch]:
         """At most one batch per idle instance."""
