@@ -270,9 +270,12 @@ def done_first(msgs: list[ToScheduler]) -> list[ToScheduler]:
     return done + [m for m in msgs if type(m) is not BatchDone]
 
 
-def _serve(core: SchedulerCore, inbox: Inbox[ToScheduler], router: Router, clock: Clock) -> None:
-    """The loop (module docstring) until a ``Shutdown``."""
+def _serve(core: SchedulerCore, inbox: Inbox[ToScheduler], router: Router, clock: Clock) -> int:
+    """The loop (module docstring) until a ``Shutdown``; returns how many passes it made
+    (logged at the stop: ``bench/ab_interleaved.py`` divides them by the batches)."""
+    passes = 0
     while True:
+        passes += 1
         deadline = core.next_deadline_ns()
         sleep_s, poll_s = wait_plan(clock.now_ns(), deadline)
         requests = core.quiet_requests()
@@ -303,7 +306,7 @@ def _serve(core: SchedulerCore, inbox: Inbox[ToScheduler], router: Router, clock
             deliver(core, core.retry_deferred(now), router.send, now)
         if core.stopping:
             router.flush()
-            return
+            return passes
         now = clock.now_ns()
         deliver(core, core.dispatch(now), router.send, now)
         # NOTE: every post of the pass, last (Router.flush).
@@ -344,8 +347,8 @@ def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
     set_timer_slack_ns(SCHEDULER_TIMER_SLACK_NS)
     report_ready(ready, "scheduler", "scheduler")
     log.info("scheduler ready: %d model versions", len(spec.models))
-    _serve(core, inbox, router, MonotonicClock())
+    passes = _serve(core, inbox, router, MonotonicClock())
     router.stop_workers()
-    log.info("scheduler stopped")
+    log.info("scheduler stopped after %d passes", passes)
     inbox.close()
     return 0
