@@ -8,9 +8,10 @@ minus the waits: per request, one pass of the loop (decode the ring record, hand
 dispatch pass that finds nothing ready, the next deadline); per batch, the pass at the
 deadline that forms it (``BatchAssign`` encoded as for the ring), and the pass that takes the
 worker's ``BatchDone``. Each pass also asks what the process loop asks before it waits
-(``next_deadline_ns``, ``quiet_requests``, ``quiet_done``). ``--per-pass`` 0 takes a whole
-batch's requests in one pass (a drain that found them all, handled as the loop does:
-``handle_all``). Prints CPU µs per request
+(``next_deadline_ns``, ``quiet_requests``, ``quiet_done`` and, where the core has it,
+``forming``: run a ``git archive`` of another commit's tree to compare). ``--per-pass`` 0
+takes a whole batch's requests in one pass (a drain that found them all, handled as the loop
+does: ``handle_all``). Prints CPU µs per request
 (``time.process_time``), best of ``--repeat``. What this leaves out is the cost of waiting:
 spins, polls, sleeps and wake-ups (measure those with pa_run.py's per-role CPU).
 """
@@ -82,10 +83,14 @@ def run(batch: int, batches: int, per_pass: bool) -> float:
         )
         records.append(encode_request(req) or encode(req))
 
+    forming = getattr(core, "forming", None)  # NOTE: absent before scheduler.forming
+
     def end_pass() -> None:
         """What ``scheduler.main._serve`` asks the core before each wait."""
         core.next_deadline_ns()
         core.quiet_done(core.quiet_requests())
+        if forming is not None:
+            forming(1)
 
     t0 = time.process_time()
     for _ in range(batches):
