@@ -18,6 +18,7 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
@@ -77,9 +78,20 @@ def test_requests_without_a_delay_are_handed_to_idle_instances_and_counted(
     for i in range(20):
         assert _infer(client, "echo_py", i) == i
     assert server.log().count(HANDED) >= 15, "most went straight to an instance"
+    # NOTE: the worker re-offers its lease after each batch (ipc.direct.worker_reoffers):
+    # the scheduler sleeps through c=1 traffic, and counts it when a query wakes it.
+    scheduler = psutil.Process(_pid(server, "triton-mp: scheduler"))
+    slept = scheduler.num_ctx_switches().voluntary
+    for i in range(40):
+        assert _infer(client, "echo_py", i) == i
+    woken = scheduler.num_ctx_switches().voluntary - slept
+    assert woken < 10, f"the scheduler slept and woke {woken} times for 40 requests"
     # NOTE: a batch is counted when its BatchDone reaches the scheduler, after the answer
-    stats = counted(lambda: _stats(client, "echo_py"), lambda s: s[0] >= 20, "20 counted")
-    assert stats == (20, 20, 0)
+    stats = counted(lambda: _stats(client, "echo_py"), lambda s: s[0] >= 60, "60 counted")
+    assert stats == (60, 60, 0)
+    (st,) = client.get_inference_statistics("echo_py").model_stats
+    assert (st.inference_stats.success.count, st.inference_stats.queue.count) == (60, 60)
+    assert sum(b.compute_infer.count for b in st.batch_stats) == 60
     handed = server.log().count(HANDED)
     for i in range(5):
         res = client.infer("delay_py", [_batched(i)])

@@ -504,3 +504,41 @@ def test_a_rescheduled_request_gets_no_answer_and_one_without_a_result_fails(
         np.testing.assert_array_equal(frontend.read(resp.outputs[0]), a + b)
         frontend.release(resp, req)
     assert worker_arena.live_blocks() == 0
+
+
+@pytest.mark.parametrize("reoffers", [True, False])
+def test_a_worker_reoffers_its_lease_after_its_answers_and_says_so(
+    ort_backend: OnnxRuntimeBackend,
+    frontend: Frontend,
+    worker_arena: ArenaAllocator,
+    worker_cache: SegmentCache,
+    reoffers: bool,
+) -> None:
+    """``ipc.direct.worker_reoffers``: the lease goes up once every answer is posted; the
+    ``BatchDone`` that says so goes lazily, and one after a refused re-offer wakes."""
+    sent = Sent(frontend.shared)
+    lazy: list[BatchDone] = []
+    asked: list[tuple[bool, int]] = []
+
+    def reoffer(rescheduled: bool) -> bool:
+        asked.append((rescheduled, len(sent.responses)))
+        return reoffers
+
+    worker = Worker(
+        SPEC,
+        ort_backend,
+        worker_arena,
+        worker_cache,
+        sent.to_frontend,
+        sent.to_scheduler,
+        send_done=lambda msg: lazy.append(msg),  # type: ignore[arg-type]
+        reoffer=reoffer,
+    )
+    reqs = [frontend.request(1) for _ in range(2)]
+    worker.run_batch(BatchAssign(batch_id=-3, requests=tuple(r for r, _, _ in reqs), dispatch_ns=0))
+    assert asked == [(False, 2)]  # after both answers
+    (ended,) = lazy if reoffers else sent.done
+    assert len(lazy) + len(sent.done) == 1
+    assert ended.reoffered is reoffers
+    for req, _, _ in reqs:
+        frontend.release(sent.response_of(req), req)

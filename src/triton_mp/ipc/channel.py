@@ -95,6 +95,16 @@ class Sender:
         self._waker.wake()
         return True
 
+    def consumer_quiet(self) -> bool:
+        """Whether the consumer lets lazy pushes on this ring go without a wake-up now
+        (``Ring.set_quiet``; one load: ``send_lazy`` fences before its own read)."""
+        return self._ring.quiet()
+
+    def consumer_woken(self) -> bool:
+        """Whether a post of the consumer's wake-up is pending (a semaphore consumer: it
+        will drain its rings; ``Waker.posted``, no system call)."""
+        return self._waker.posted()
+
     def wake(self) -> None:
         """Post the consumer's wake-up: one post announces every record pushed before it
         (``Waker.wake``: on a FIFO, only when it is blocked and armed). The scheduler's

@@ -15,11 +15,21 @@ the instance's next batch: the scheduler, before it dispatches a queued batch to
 or a frontend, which then leaves a ``DirectSent`` on its ring to the scheduler (without
 waking it) and pushes the ``BatchAssign`` onto its own ring into the worker's inbox. The
 worker runs it as any batch and reports ``BatchDone``, from which the scheduler counts it.
+
+After a batch, the worker posts its own lease when the scheduler would have offered it on
+reading the ``BatchDone`` (``worker_reoffers``: the scheduler said, through the quiet flag of
+the worker's ring, that nothing waits for the instance and nothing is for it to decide), and
+sends ``BatchDone(reoffered=True)`` without waking it; the scheduler counts the lease as
+offered when it reads the message on a later pass. Otherwise the ``BatchDone`` wakes the
+scheduler, which decides. So at c=1 a request crosses the frontend and the worker only: the
+scheduler sleeps, and reads the ``DirectSent`` and ``BatchDone`` records (statistics, the
+batch log) when something else wakes it (a query, a request it must queue, a full ring).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 import posix_ipc
 
@@ -43,6 +53,32 @@ def handoff_eligible(spec: ModelVersionSpec, rate_limited: bool) -> bool:
     return (
         not rate_limited and not spec.decoupled and spec.sequence is None and spec.ensemble is None
     )
+
+
+def worker_reoffers(quiet: bool, scheduler_woken: bool, rescheduled: bool) -> bool:
+    """Whether a worker whose version is handoff-eligible (it holds a lease) posts its lease
+    itself after a batch, instead of waking the scheduler to offer it.
+
+    Args:
+        quiet: the quiet flag of the worker's ring to the scheduler, read after its answers
+            went out: set, at the end of the scheduler's last pass, only while no request
+            is queued for the version, the version is active (not retiring: no unload or
+            reload under way), and, server-wide, the scheduler is not stopping, holds no
+            deferred request, runs no ensemble request and rate-limits nothing
+            (``scheduler.done_wakeups``; ``SchedulerCore.quiet_done``). Sequence,
+            decoupled, ensemble and rate-limited versions hold no lease at all.
+        scheduler_woken: a post of the scheduler's wake-up is pending (a request, a query,
+            a death or a model change is on its way into a pass, whose end may clear the
+            flag): it decides then.
+        rescheduled: the model released requests with ``RELEASE_RESCHEDULE``: they are
+            queued again, so the scheduler decides (that ``BatchDone`` always wakes).
+
+    Returns:
+        True: post the lease, then send ``BatchDone(reoffered=True)`` without a wake-up.
+        False: send ``BatchDone`` with a wake-up; the scheduler offers the lease or
+        dispatches queued work.
+    """
+    return quiet and not scheduler_woken and not rescheduled
 
 
 def create_lease(name: str) -> str:
@@ -81,3 +117,42 @@ class Lease:
         """Close the handle."""
         with contextlib.suppress(posix_ipc.Error):
             self._sem.close()
+
+
+class SelfOffer:
+    """A worker's side of ``worker_reoffers``: its lease, and the two reads the rule needs.
+
+    Args:
+        lease: the instance's lease name (``WorkerSpec.lease``).
+        quiet: reads the quiet flag of the worker's ring to the scheduler
+            (``channel.Sender.consumer_quiet``).
+        scheduler_woken: whether a post of the scheduler's wake-up is pending
+            (``channel.Sender.consumer_woken``).
+    """
+
+    __slots__ = ("_lease", "_quiet", "_woken", "reoffered")
+
+    def __init__(
+        self, lease: str, quiet: Callable[[], bool], scheduler_woken: Callable[[], bool]
+    ) -> None:
+        self._lease = Lease(lease)
+        self._quiet = quiet
+        self._woken = scheduler_woken
+        self.reoffered = 0
+        """Batches after which this worker posted its lease (tests, logs)."""
+
+    def after_batch(self, rescheduled: bool) -> bool:
+        """Post the lease when ``worker_reoffers`` says so; returns whether it did. Call it
+        after the batch's answers are posted and before its ``BatchDone`` is pushed: a
+        frontend may take the lease (and push its ``DirectSent``) before the scheduler
+        reads that ``BatchDone``, which ``scheduler.direct`` allows for; the other order
+        could let the scheduler try to take back a lease not posted yet."""
+        if not worker_reoffers(self._quiet(), self._woken(), rescheduled):
+            return False
+        self._lease.offer()
+        self.reoffered += 1
+        return True
+
+    def close(self) -> None:
+        """Close the lease's handle."""
+        self._lease.close()

@@ -19,7 +19,7 @@ from triton_mp.ipc.protocol.messages import BatchDone, Requester
 from triton_mp.ipc.recordio.records import Request, as_request
 from triton_mp.scheduler.direct import Handoffs
 from triton_mp.scheduler.ensembles import Ensembles
-from triton_mp.scheduler.instances import Generation, InstanceTable
+from triton_mp.scheduler.instances import Generation, InFlight, Instance, InstanceTable
 from triton_mp.scheduler.lifecycle import STOPPING_MESSAGE
 from triton_mp.scheduler.outbox import Outbox
 from triton_mp.scheduler.policies.policy import IterativeSteps
@@ -62,14 +62,24 @@ class BatchEnds:
 
     def on_done(self, msg: BatchDone, now_ns: int) -> None:
         """An instance ended its batch ``msg.batch_id`` (a stale one is ignored, or kept for
-        the direct handoff's batch whose ``DirectSent`` was not read yet)."""
-        inst = self._instances.get(msg.instance_id)
-        if inst is None or inst.batch is None or inst.batch.batch_id != msg.batch_id:
-            if inst is not None:
-                # NOTE: a direct batch whose DirectSent this pass has not read yet.
-                self.handoffs.early_done(msg)
-            return
-        flight, inst.batch = inst.batch, None
+        the direct handoff's batch whose ``DirectSent`` was not read yet); a direct batch
+        that waited for it starts (``Handoffs.batch_ended``), and ends too when its own
+        ``BatchDone`` was read first."""
+        done: BatchDone | None = msg
+        while done is not None:
+            inst = self._instances.get(done.instance_id)
+            flight = None if inst is None else inst.batch
+            if inst is None or flight is None or flight.batch_id != done.batch_id:
+                if inst is not None:
+                    # NOTE: a direct batch whose DirectSent this pass has not read yet.
+                    self.handoffs.early_done(done)
+                return
+            inst.batch = None
+            self._end(inst, flight, done, now_ns)
+            done = self.handoffs.batch_ended(inst, done.reoffered, now_ns)
+
+    def _end(self, inst: Instance, flight: InFlight, msg: BatchDone, now_ns: int) -> None:
+        """``inst``'s batch ``flight`` ended with ``msg``: statistics, resources, steps."""
         reqs = flight.requests
         failed, again = msg.failed, msg.rescheduled
         if failed or again:

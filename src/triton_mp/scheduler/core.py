@@ -329,7 +329,7 @@ class SchedulerCore:
         )
 
     def _on_died(self, msg: WorkerDied, now_ns: int) -> None:
-        self.handoffs.on_died(msg)
+        self.handoffs.on_died(msg, now_ns)
         self._gate.forget(msg.instance_id)
         self.lifecycle.on_died(msg, now_ns)
         if msg.segments:
@@ -508,7 +508,9 @@ class SchedulerCore:
             or self.ensembles.in_flight()
         ):
             return _NONE_QUIET
-        return quiet_instances(self.lifecycle.instances, self.handoffs.eligible, loud_bits)
+        # NOTE: a leased version's BatchDone may be quiet too: its worker re-offers the
+        # lease itself under that flag, or wakes the scheduler (ipc.direct.worker_reoffers).
+        return quiet_instances(self.lifecycle.instances, _never_leased, loud_bits)
 
     def quiet_requests(self) -> int:
         """The frontends' rings' quiet word: the model buckets whose requests need not wake
@@ -535,6 +537,14 @@ class SchedulerCore:
             and not lc.retiring
             and all(g.policy.queue_depth() == 0 for g in lc.active.values())
         )
+
+
+def _never_leased(gen: Generation) -> bool:
+    """``done_wakeups``'s ``leased`` for ``BatchDone`` s: no version's ``BatchDone`` must
+    wake the scheduler to offer a lease, since a leased version's worker posts the lease
+    itself while its ring is quiet, and wakes the scheduler when it does not
+    (``ipc.direct.worker_reoffers``)."""
+    return False
 
 
 def _limits(rate_limits: Sequence[RateLimitSpec], i: int) -> Limits:

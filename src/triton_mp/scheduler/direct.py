@@ -10,11 +10,19 @@ Before the policy of a version with queued requests forms batches (``before_disp
 offers are taken back, so it never hands a batch to an instance a frontend holds: a take
 that fails means a frontend won the lease, and the instance is busy until its ``DirectSent``
 (read on a later pass) and then its ``BatchDone``.
+
+A worker may post its own lease after a batch (``ipc.direct.worker_reoffers``: only while
+the quiet flag of its ring says the scheduler has nothing to decide for it) and say so in
+its ``BatchDone`` (``reoffered``), which then reaches the scheduler without a wake-up
+(``batch_ended``: the lease counts as offered, as if this pass had posted it). A frontend can
+take that lease before the scheduler reads the ``BatchDone``, so a ``DirectSent`` may name an
+instance still running a batch here: it waits (``_after``) and starts when that batch ends.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from typing import Protocol
 
 from triton_mp.common.close_reason import CloseReason
@@ -87,6 +95,9 @@ class Handoffs:
         """Per generation (``id``, with the generation itself: an id is reused once its
         object is gone, and a reloaded version's new generation may get the old one's):
         ``handoff_eligible`` of its spec."""
+        self._after: dict[int, deque[DirectSent]] = {}
+        """Per instance: the ``DirectSent`` s read while it ran a batch whose worker
+        re-offered its lease (its ``BatchDone`` not read yet), in the order read."""
         self._deaths: dict[int, WorkerDied] = {}
         """Per instance: how its last worker died (a request handed to it before, read
         after, fails with the same words as the batch it ran)."""
@@ -192,9 +203,21 @@ class Handoffs:
                 inst.generation.policy.instance_idle(iid, now_ns)
 
     # ------------------------------------------------------------ messages
-    def on_died(self, msg: WorkerDied) -> None:
-        """A worker died: remember how, for its direct requests read later."""
-        self._deaths[msg.instance_id] = msg
+    def on_died(self, msg: WorkerDied, now_ns: int) -> None:
+        """A worker died: remember how, for its direct requests read later; fail those
+        waiting for its batch to end, and take back a lease it may have posted after a
+        batch whose ``BatchDone`` is lost with it (a frontend that took it first hands a
+        request that fails in ``on_direct``)."""
+        iid = msg.instance_id
+        self._deaths[iid] = msg
+        waiting = self._after.pop(iid, ())
+        inst = self._instances.get(iid)
+        for sent in waiting:
+            label = inst.label if inst is not None else str(iid)
+            text = died_running(label, sent.request.model, msg)
+            self._out.fail(sent.request, ErrorCode.UNAVAILABLE, text, now_ns)
+        if self.leases is not None and iid not in self.offered:
+            self.leases.take(iid)
 
     def on_direct(self, msg: DirectSent, now_ns: int) -> BatchDone | None:
         """A frontend handed ``msg.request`` to ``msg.instance_id``: the instance runs it as
@@ -205,7 +228,6 @@ class Handoffs:
         self.stale = True
         self.offered.discard(iid)
         self.claimed.pop(iid, None)
-        done = self._early.pop((iid, msg.batch_id), None)
         inst = self._instances.get(iid)
         if inst is not None:
             inst.leased = False
@@ -215,13 +237,23 @@ class Handoffs:
             if inst is not None and inst.health is Health.DEAD and death is not None:
                 text = died_running(inst.label, req.model, death)
             else:
-                text = f"model instance {iid} of '{req.model}' stopped before it ran the request"
+                text = _stopped(iid, req.model)
             self._out.fail(req, ErrorCode.UNAVAILABLE, text, now_ns)
             return None
         if inst.batch is not None:
-            # NOTE: cannot happen while only the lease's holder hands the instance a batch.
-            log.error("instance %s got direct batch %d while busy", inst.label, msg.batch_id)
+            # NOTE: its worker re-offered the lease after that batch (ipc.direct
+            # worker_reoffers), whose BatchDone this scheduler has not read yet.
+            self._after.setdefault(iid, deque()).append(msg)
             return None
+        return self._start(inst, gen, msg, now_ns)
+
+    def _start(
+        self, inst: Instance, gen: Generation, msg: DirectSent, now_ns: int
+    ) -> BatchDone | None:
+        """``inst`` runs ``msg``'s request as its batch: in flight, gone from its policy,
+        in the batch log; returns its ``BatchDone`` when it was read first."""
+        iid, req = inst.instance_id, msg.request
+        done = self._early.pop((iid, msg.batch_id), None)
         size = max(1, req.batch_size)
         inst.batch = InFlight(msg.batch_id, (req,), msg.dispatch_ns, size)
         gen.policy.instance_gone(iid)
@@ -229,6 +261,29 @@ class Handoffs:
         queued = Queued((req.reply_to, req.request_id), size, (), req.arrival_ns, req)
         self._logs.get(gen.key).record(Batch(iid, (queued,), size, reason), inst.label, now_ns)
         return done
+
+    def batch_ended(self, inst: Instance, reoffered: bool, now_ns: int) -> BatchDone | None:
+        """``inst`` ended a batch (its ``BatchDone`` is applied): start the first direct
+        batch waiting for it, returning that batch's ``BatchDone`` when it was read first
+        (the caller applies it too); else, when its worker posted the lease itself
+        (``BatchDone.reoffered``), count the lease as offered (``after_dispatch`` takes it
+        back if the pass finds work or a change)."""
+        iid = inst.instance_id
+        waiting = self._after.get(iid)
+        if waiting:
+            sent = waiting.popleft()
+            if not waiting:
+                del self._after[iid]
+            gen = inst.generation
+            if gen is None or inst.health is not Health.READY:
+                text = _stopped(iid, sent.request.model)
+                self._out.fail(sent.request, ErrorCode.UNAVAILABLE, text, now_ns)
+                return None
+            return self._start(inst, gen, sent, now_ns)
+        if reoffered and self.leases is not None:
+            self.offered.add(iid)
+            self.stale = True
+        return None
 
     def early_done(self, msg: BatchDone) -> bool:
         """Keep the ``BatchDone`` of a direct batch whose ``DirectSent`` was not read yet
@@ -238,6 +293,11 @@ class Handoffs:
         self.stale = True
         self._early[(msg.instance_id, msg.batch_id)] = msg
         return True
+
+
+def _stopped(instance_id: int, model: str) -> str:
+    """Why a request handed to an instance that stopped (not died) failed."""
+    return f"model instance {instance_id} of '{model}' stopped before it ran the request"
 
 
 def _idle(inst: Instance, gen: Generation) -> bool:

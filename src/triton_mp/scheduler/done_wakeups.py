@@ -8,9 +8,12 @@ shell turns the answer into each worker ring's quiet flag (``ipc.memory.ring.Rin
 a worker pushes its ``BatchDone`` with ``channel.Sender.send_lazy``: one sleep and one wake-up
 of the scheduler fewer per such batch (a third of its wake-ups at c=1).
 
+A version whose idle instances are leased to the frontends (the direct handoff) may be
+quiet too: its worker then posts the lease itself, and wakes the scheduler when it does not
+(``ipc.direct.worker_reoffers``; the core passes ``leased`` as never).
+
 Never quiet, so the message is read at once as before: while anything is queued for the
-version; a version whose idle instances are leased to the frontends (the direct handoff
-offers the lease on ``BatchDone``), a sequence, iterative, decoupled or ensemble model; a
+version; a sequence, iterative, decoupled or ensemble model; a
 retiring version; a version whose requests may reach the scheduler without a wake-up
 (``scheduler.request_wakeups``: its ``BatchDone`` is what reads them); and, server-wide,
 while the scheduler stops, holds deferred requests, runs ensemble requests (their steps'

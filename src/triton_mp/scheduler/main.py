@@ -31,6 +31,7 @@ from triton_mp.ipc.handshake import report_ready
 from triton_mp.ipc.memory.notify import fence
 from triton_mp.ipc.protocol.messages import (
     BatchDone,
+    DirectSent,
     InstanceWiring,
     Requester,
     Shutdown,
@@ -257,17 +258,19 @@ class Router:
 
 
 def done_first(msgs: list[ToScheduler]) -> list[ToScheduler]:
-    """One drain in the order the core handles it: the ``BatchDone`` s first, the rest in
-    their order. A quiet ``BatchDone`` (``scheduler.done_wakeups``) may have waited in its
-    ring since before the messages drained with it were sent: a statistics query, a
-    worker's death, a request. Each of those sees the batch ended, as it would have had
-    the message woken the scheduler."""
+    """One drain in the order the core handles it: the ``BatchDone`` s first, then the
+    direct handoff's ``DirectSent`` notes, the rest in their order. A quiet ``BatchDone``
+    (``scheduler.done_wakeups``) or a ``DirectSent`` (pushed without a wake-up, from any
+    frontend's ring) may have waited since before the messages drained with it were sent:
+    a statistics query, a worker's death, a request. Each of those sees the batch ended,
+    as it would have had the message woken the scheduler."""
     if len(msgs) < 2:
         return msgs
-    done = [m for m in msgs if type(m) is BatchDone]
-    if not done or len(done) == len(msgs):
+    first: list[ToScheduler] = [m for m in msgs if type(m) is BatchDone]
+    first += [m for m in msgs if type(m) is DirectSent]
+    if not first or len(first) == len(msgs):
         return msgs
-    return done + [m for m in msgs if type(m) is not BatchDone]
+    return first + [m for m in msgs if type(m) is not BatchDone and type(m) is not DirectSent]
 
 
 def _serve(core: SchedulerCore, inbox: Inbox[ToScheduler], router: Router, clock: Clock) -> int:

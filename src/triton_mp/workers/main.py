@@ -27,6 +27,7 @@ from triton_mp.common.errors import TritonMPError, flatten_exception
 from triton_mp.common.process.log import configure_logging
 from triton_mp.common.process.platform import bind_memory_to_node, lower_priority, pin_process
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender, encode
+from triton_mp.ipc.direct import SelfOffer
 from triton_mp.ipc.handshake import report_ready, report_start_failed
 from triton_mp.ipc.memory.topology import process_arena_prefix
 from triton_mp.ipc.protocol.log_messages import LogSettingsUpdate, apply_update
@@ -411,11 +412,21 @@ def _load(
             lambda msg: to_scheduler.send_bytes(encode(msg)),
             lambda msg: to_scheduler.send_lazy(encode(msg)),
             lambda frontend_id: _wake_frontend(replies[Requester.FRONTEND], frontend_id),
+            _self_offer(spec, to_scheduler),
         )
     except BaseException:
         backend.close()
         raise
     return backend, worker
+
+
+def _self_offer(spec: WorkerSpec, to_scheduler: Sender) -> Callable[[bool], bool] | None:
+    """The worker's re-offer of its lease after a batch (``ipc.direct.SelfOffer``); None
+    when its version holds none. The handle lives as long as the process."""
+    if not spec.lease:
+        return None
+    offer = SelfOffer(spec.lease, to_scheduler.consumer_quiet, to_scheduler.consumer_woken)
+    return offer.after_batch
 
 
 def _bls_rewiring(

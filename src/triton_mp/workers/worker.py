@@ -102,6 +102,9 @@ class Worker:
             ask for one); default ``send_scheduler``.
         wake_frontend: wakes frontend ``id`` before a short batch's answers
             (``workers.prewake``); None: never early.
+        reoffer: posts this instance's lease after a batch when the scheduler would
+            (``ipc.direct.SelfOffer.after_batch``, given whether requests were
+            rescheduled; True when posted); None: the version holds no lease.
 
     Raises (from the constructor):
         ConfigError: the model's initial implicit state cannot be made (an unreadable or
@@ -118,6 +121,7 @@ class Worker:
         send_scheduler: Callable[[object], None],
         send_done: Callable[[object], object] | None = None,
         wake_frontend: Callable[[int], None] | None = None,
+        reoffer: Callable[[bool], bool] | None = None,
     ) -> None:
         self._spec = spec
         self._backend = backend
@@ -126,6 +130,7 @@ class Worker:
         self._send_reply = send_reply
         self._send_scheduler = send_scheduler
         self._send_done = send_done or send_scheduler
+        self._reoffer = reoffer
         self._origin = f"worker {spec.instance.name}"
         self._regions = ClientRegions()
         self._sequence = spec.model.sequence
@@ -331,8 +336,7 @@ class Worker:
         t_output = time.perf_counter_ns() - t0
         if early is not None:
             early.batch_ended(time.monotonic_ns() - start_ns)
-        # NOTE: a rescheduled request must be queued again at once: that BatchDone wakes.
-        send = self._send_scheduler if rescheduled else self._send_done
+        send, reoffered = self._done_route(bool(rescheduled))
         # NOTE: under the lock: response threads of decoupled models share the ring.
         with self._post_lock:
             send(
@@ -346,8 +350,21 @@ class Worker:
                     end_ns=time.monotonic_ns(),
                     failed=failed,
                     rescheduled=rescheduled,
+                    reoffered=reoffered,
                 )
             )
+
+    def _done_route(self, rescheduled: bool) -> tuple[Callable[[object], object], bool]:
+        """How this batch's ``BatchDone`` goes, and whether this worker re-offered its
+        lease first (``ipc.direct.worker_reoffers``): a rescheduled request must be queued
+        again at once, and a lease the worker did not post is the scheduler's to offer,
+        so both wake it; otherwise lazily (``scheduler.done_wakeups``)."""
+        reoffer = self._reoffer
+        if reoffer is not None:
+            if reoffer(rescheduled):
+                return self._send_done, True
+            return self._send_scheduler, False
+        return (self._send_scheduler if rescheduled else self._send_done), False
 
     def _execute(self, batch: BatchAssign) -> tuple[list[Result | None], int, int]:
         """Run the batch's readable requests on the backend.

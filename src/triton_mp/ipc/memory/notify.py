@@ -116,6 +116,11 @@ class Waker:
         with contextlib.suppress(BlockingIOError):
             os.write(self._fd, b"\0")
 
+    def posted(self) -> bool:
+        """Whether a post is pending (semaphore; one ``sem_getvalue``, no system call):
+        the consumer's, or a producer's view of it (``channel.Sender.consumer_woken``)."""
+        return self._sem is not None and self._sem.value > 0
+
     def close(self) -> None:
         """Close the handle."""
         if self._sem is not None:
@@ -162,10 +167,6 @@ class Waiter(Waker):
             with contextlib.suppress(posix_ipc.BusyError):
                 while sem.value:
                     sem.acquire(0)
-
-    def posted(self) -> bool:
-        """Whether a post is pending (semaphore; one ``sem_getvalue``, no system call)."""
-        return self._sem is not None and self._sem.value > 0
 
     def fileno(self) -> int:
         """The FIFO's descriptor, readable when woken (fifo waiters only)."""

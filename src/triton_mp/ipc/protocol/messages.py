@@ -272,6 +272,9 @@ class BatchDone(msgspec.Struct, frozen=True, kw_only=True, tag="batch_done", arr
     rescheduled: tuple[int, ...] = ()
     """Indices of requests the model released with ``RELEASE_RESCHEDULE`` (iterative
     sequence batching): no response went out; the scheduler queues each again."""
+    reoffered: bool = False
+    """The worker posted its instance's lease before this message (``ipc.direct``,
+    ``worker_reoffers``): the scheduler counts the lease as offered instead of offering it."""
 
 
 class DecoupledDone(

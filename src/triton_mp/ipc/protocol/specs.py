@@ -381,6 +381,10 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
     (answers to ``ReplyTo(Requester.BLS, id)``)."""
     bls: BlsSpec | None = None
     """Python workers only: their BLS client."""
+    lease: str = ""
+    """The instance's lease (``ipc.direct``) when its version's requests may be handed
+    straight to it (``handoff_eligible``): the worker re-offers it after a batch when the
+    scheduler would (``ipc.direct.worker_reoffers``); empty: never."""
 
 
 class MetricsSpec(msgspec.Struct, frozen=True, kw_only=True, array_like=True):

@@ -159,6 +159,11 @@ class Instances:
             r for i in instance_ids for r in self._routes.get(i, ()) if r.frontend_id == frontend_id
         )
 
+    def _worker_lease(self, model: ModelVersionSpec, ch: InstanceChannels) -> str:
+        """The lease a worker re-offers after its batches (``WorkerSpec.lease``): its
+        instance's, when the direct handoff serves its version."""
+        return ch.lease if handoff_eligible(model, self._cfg.rate_limit != "off") else ""
+
     def _plan_routes(self, spec: WorkerSpec, ch: InstanceChannels) -> tuple[DirectRoute, ...]:
         """The routes of a new instance, one per frontend; none when its version's requests
         are never handed straight to it (``ipc.direct.handoff_eligible``)."""
@@ -213,6 +218,7 @@ class Instances:
                     arena_budget_bytes=self._cfg.arena_budget_bytes,
                     log=current_log_spec(),
                     bls=bls.clients.get(iid),
+                    lease=self._worker_lease(by_version[w.version], ch),
                 )
                 env = worker_env(w.kind, w.gpu_id, self._devices)
                 children[iid] = Child.worker(spec, env)
