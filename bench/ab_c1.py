@@ -12,9 +12,9 @@ same repository (``add_sub_py`` with its 500 µs delay and ``add_sub_py_nodelay`
 ``dynamic_batching { }``) from three servers started once; each round runs one
 perf_analyzer window (``pa_run.py``: c=1, one window) per side and model, the sides'
 order rotating from round to round. Prints each run (p50, p99, server CPU µs per
-inference per role, wake-ups per inference), then per model and side the median p50 and
-CPU per inference, and the medians of the per-round ratios of each commit to Triton and
-to the last commit given (the base).
+inference per role, wake-ups per inference), then per model and side the median p50, CPU
+per inference and each role's CPU µs and wake-ups per inference, and the medians of the
+per-round ratios of each commit to Triton and to the last commit given (the base).
 """
 
 from __future__ import annotations
@@ -70,10 +70,24 @@ def _summary(runs: dict[str, dict[str, list[dict[str, Any]]]], sides: list[str])
                 s: statistics.median(per[s][i].get("cpu_us_per_infer") or 0 for i in ok)
                 for s in sides
             },
+            "roles": {s: _roles([per[s][i] for i in ok]) for s in sides[1:]},
             "to Triton": {s: ratio(s, "Triton") for s in sides[1:]},
             "to base": {s: ratio(s, base) for s in sides[1:-1]},
             "rounds": len(ok),
         }
+    return out
+
+
+def _roles(recs: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per role of a triton-mp side: median [CPU µs, wake-ups] per inference over its runs."""
+    names = sorted({k for r in recs for k in r.get("roles", {})})
+    out = {}
+    for name in names:
+        got = [r["roles"][name] for r in recs if name in r.get("roles", {})]
+        out[name] = [
+            round(statistics.median(g.get(key) or 0 for g in got), 2)
+            for key in ("cpu_us", "wakeups")
+        ]
     return out
 
 
