@@ -39,6 +39,7 @@ _STAGES = (
     ("triton_mp.ipc.channel", "Inbox", ("wait", "poll", "drain")),
     ("triton_mp.workers.worker", "Worker", ("run_batch", "_execute", "_post")),
     ("triton_mp.workers.prewake", "EarlyWakes", ("batch_starts",)),
+    ("triton_mp.ipc.direct", "SelfOffer", ("after_batch",)),
     ("triton_mp.scheduler.main", "Router", ("flush",)),
 )
 _TIMED = ("Handoff._kick", "Handoff.on_wakeup", "InboxHandler.on_wakeup", "DirectRoutes.hand")
