@@ -94,10 +94,16 @@ def _profile(tmp_path: Path, mode_lines: str) -> tuple[subprocess.CompletedProce
         checkpoint_directory: {out / "ckpt"}
         perf_analyzer_path: {env["PERF_ANALYZER"]}
         perf_analyzer_flags:
-          measurement-interval: 500
+          # NOTE: time windows: Model Analyzer's default (count_windows) makes each of
+          # perf_analyzer's three windows last a second whatever the interval says
+          measurement-mode: time_windows
+          measurement-interval: 250
           # NOTE: any spread counts as stable: on shared CI cores perf_analyzer otherwise
           # fails to settle within its trials and Model Analyzer drops the configuration.
           stability-percentage: 1000
+        # NOTE: its metrics sampled every 0.2 s (default 1 s), server-only metrics for 1 s (3)
+        monitoring_interval: 0.2
+        duration_seconds: 1
         run_config_search_disable: true
         inference_output_fields: [model_name, model_config_path, instance_group,
                                   perf_throughput, perf_latency_p99, cpu_used_ram]
