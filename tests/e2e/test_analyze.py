@@ -142,7 +142,7 @@ def test_analyze_add_sub_on_a_server_it_starts(
     proc = _analyze(
         "--model", "add_sub", "--model-repository", str(repo), "--output", str(out),
         "--instance-counts", "1,2", "--max-batch-sizes", "8", "--max-queue-delays-us", "0",
-        "--dynamic-batching", "on,off", "--concurrency", "2", "--measurement-interval-ms", "500",
+        "--dynamic-batching", "on,off", "--concurrency", "2", "--measurement-interval-ms", "250",
         "--latency-budget-ms", "40", "--top", "3",
     )  # fmt: skip
     assert not _leftover(str(repo)), "the analyzer left its server running"
@@ -196,7 +196,7 @@ def test_analyze_ocr_cls_on_a_running_server(
         "--model", "ocr_cls", "--url", server.http_url, "--grpc-url", server.url,
         "--metrics-url", f"127.0.0.1:{server.metrics_port}", "--output", str(out),
         "--instance-counts", "1,2", "--max-batch-sizes", "8", "--max-queue-delays-us", "500",
-        "--dynamic-batching", "on", "--concurrency", "1,4", "--measurement-interval-ms", "800",
+        "--dynamic-batching", "on", "--concurrency", "1,4", "--measurement-interval-ms", "400",
         "--latency-budget-ms", "400", "--top", "2",
     )  # fmt: skip
     recs = _check_outputs(out, 400, proc)
@@ -274,7 +274,7 @@ def test_analyze_resumes_from_its_checkpoint_after_ctrl_c(tmp_path: Path) -> Non
     args = [
         "--model", "add_sub", "--model-repository", str(repo), "--output", str(out),
         "--instance-counts", "1,2", "--max-batch-sizes", "8", "--max-queue-delays-us", "0",
-        "--dynamic-batching", "on", "--concurrency", "1,2", "--measurement-interval-ms", "500",
+        "--dynamic-batching", "on", "--concurrency", "1,2", "--measurement-interval-ms", "250",
     ]  # fmt: skip
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
@@ -325,7 +325,7 @@ def test_quick_search_with_the_builtin_load_generator(tmp_path: Path) -> None:
         "--model", "add_sub", "--model-repository", str(repo), "--output", str(out),
         "--search", "quick", "--max-points", "4", "--load-generator", "builtin",
         "--instance-counts", "1,2", "--max-batch-sizes", "1,8", "--max-queue-delays-us", "0",
-        "--concurrency", "1,2", "--measurement-interval-ms", "500",
+        "--concurrency", "1,2", "--measurement-interval-ms", "250",
         "--min-throughput", "20", "--max-memory", "2GiB",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
