@@ -18,6 +18,7 @@ from tests.helpers.server import (
     ServerProcess,
     server_factory,
 )
+from tests.helpers.triton_peer import wait_stopped
 from triton_mp.ipc.memory.shm import list_objects, remove_entry
 
 
@@ -64,6 +65,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _nothing_left_after_the_session() -> Iterator[None]:
     before = set(list_objects())
     yield
+    wait_stopped()  # the real Tritons stopped in the background
     # NOTE: objects of servers still running belong to other sessions on this machine.
     left = sorted(n for n in set(list_objects()) - before if _ours(n) and not _owner_alive(n))
     _unlink_all(left)

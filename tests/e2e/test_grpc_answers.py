@@ -168,9 +168,9 @@ def _servers(
             urls["triton"] = theirs.url
         yield urls
     finally:
-        ours.stop()
         if theirs is not None:
-            theirs.stop()
+            theirs.stop(wait=False)
+        ours.stop()
 
 
 @pytest.fixture(scope="module")

@@ -84,9 +84,9 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tupl
             urls["triton"] = (theirs.url, theirs.http_url)
         yield urls
     finally:
-        ours.stop()
         if theirs is not None:
-            theirs.stop()
+            theirs.stop(wait=False)
+        ours.stop()
 
 
 def _client(urls: tuple[str, str], over: str) -> Any:

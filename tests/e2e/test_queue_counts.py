@@ -114,9 +114,9 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
             found["triton"] = Server(theirs.url, theirs.metrics_port)
         yield found
     finally:
-        ours.stop()
         if theirs is not None:
-            theirs.stop()
+            theirs.stop(wait=False)
+        ours.stop()
 
 
 def _behind_a_blocker(url: str, model: str, n: int) -> list[str]:

@@ -368,9 +368,9 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
             urls["triton"] = theirs.url
         yield urls
     finally:
-        ours.stop()
         if theirs is not None:
-            theirs.stop()
+            theirs.stop(wait=False)
+        ours.stop()
 
 
 def call(url: str, method: str, request: Message | bytes) -> tuple[grpc.StatusCode, str]:

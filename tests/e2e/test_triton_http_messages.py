@@ -67,9 +67,9 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
             urls["triton"] = theirs.http_url
         yield urls
     finally:
-        ours.stop()
         if theirs is not None:
-            theirs.stop()
+            theirs.stop(wait=False)
+        ours.stop()
 
 
 def call(url: str, case: Case) -> tuple[int, str]:

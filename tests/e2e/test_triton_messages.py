@@ -169,9 +169,9 @@ def servers(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
             urls["triton"] = theirs.url
         yield urls
     finally:
-        ours.stop()
         if theirs is not None:
-            theirs.stop()
+            theirs.stop(wait=False)
+        ours.stop()
 
 
 def _answer(url: str, req: pb.ModelInferRequest) -> tuple[grpc.StatusCode, str]:
@@ -354,6 +354,6 @@ def test_a_replaced_version_is_unavailable_as_in_triton(tmp_path: Path) -> None:
         if "triton" in got:
             assert got["triton"] == got["triton-mp"]
     finally:
-        ours.stop()
         if theirs is not None:
-            theirs.stop()
+            theirs.stop(wait=False)
+        ours.stop()

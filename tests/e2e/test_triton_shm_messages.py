@@ -109,7 +109,7 @@ def servers(ours: ServerProcess, repo: Path) -> Iterator[dict[str, tuple[str, st
         yield urls
     finally:
         if theirs is not None:
-            theirs.stop()
+            theirs.stop(wait=False)
 
 
 class Client:

@@ -206,7 +206,7 @@ def triton_factory(tmp_path: Path) -> Iterator[Callable[..., RealTriton]]:
 
     yield start
     for t in started:
-        t.stop()
+        t.stop(wait=False)
 
 
 @pytest.mark.parametrize("strict", [True, False])

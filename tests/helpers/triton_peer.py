@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -113,7 +114,7 @@ class RealTriton:
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        self.stop()
+        self.stop(wait=False)
 
     def log(self) -> str:
         """Everything tritonserver printed so far."""
@@ -144,27 +145,55 @@ class RealTriton:
         self.stop()
         pytest.skip(f"the real Triton was not ready after {timeout_s:.0f} s: {self.log()[-800:]}")
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
         """SIGTERM, then SIGKILL after 30 s; then unlink the python backend's regions this
         server mapped (seen when it came up and now), which a Triton that died or was killed
-        leaves in /dev/shm."""
+        leaves in /dev/shm.
+
+        ``wait=False`` returns after the SIGTERM and leaves the rest to a thread that
+        ``wait_stopped()`` joins: a teardown that needs nothing more of this server does not
+        wait for its exit (2.51 checks its models once a second while it shuts down: 2-3 s
+        for one python model)."""
         self._regions |= _mapped_stub_regions(self.proc.pid)
         if self.proc.poll() is None:
             self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        for path in self._regions:
-            Path(path).unlink(missing_ok=True)
-        self._regions.clear()
+        regions, self._regions = self._regions, set()
+        if wait:
+            _finish_stop(self.proc, regions)
+            return
+        reaper = threading.Thread(
+            target=_finish_stop, args=(self.proc, regions), name="triton-stop", daemon=True
+        )
+        reaper.start()
+        _STOPPING.append(reaper)
+
+
+_STOPPING: list[threading.Thread] = []
+"""The threads finishing ``RealTriton.stop(wait=False)`` calls."""
+
+
+def _finish_stop(proc: subprocess.Popen[bytes], regions: set[str]) -> None:
+    """Wait for a SIGTERMed tritonserver (SIGKILL after 30 s), then unlink ``regions``."""
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+    for path in regions:
+        Path(path).unlink(missing_ok=True)
+
+
+def wait_stopped() -> None:
+    """Wait until every real Triton stopped with ``wait=False`` has exited and its regions
+    are gone (the test session's end)."""
+    while _STOPPING:
+        _STOPPING.pop().join()
 
 
 def start_triton(repository: Path, log_path: Path, *flags: str) -> RealTriton:
     """Start tritonserver on ``repository`` with ``flags`` and wait until it is ready; skips
     the test when it cannot run here. ``with start_triton(...) as peer:`` stops it (by PID)
-    when the block ends."""
+    when the block ends, without waiting for its exit."""
     env = require_peers()
     caches = Path(env["TRITON_BACKENDS"]).parent / "caches"
     peer = RealTriton(
