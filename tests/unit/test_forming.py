@@ -178,6 +178,11 @@ class Replay:
     words: tuple[int, int, int] = (0, 0, 0)
     epoch: int = 0
     running: dict[int, tuple[int, BatchAssign]] = field(default_factory=dict)
+    busy_mask: int = 0
+    """The quiet word stored at the last pass (``scheduler.request_wakeups``)."""
+    quiet: frozenset[int] = frozenset()
+    """The instances whose ``BatchDone`` goes without a wake-up (``scheduler.done_wakeups``)."""
+    unread_done: list[BatchDone] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.h = Harness(models=(self.spec,), frontend_ids=tuple(range(self.rings)))
@@ -188,6 +193,9 @@ class Replay:
 
     def push(self, ring: int, req: InferRequest) -> None:
         bit = model_bit(req.model)
+        if self.lazy and bit & self.busy_mask:
+            self.unread[ring].append(req)
+            return
         if self.lazy and self.counts[ring].join(bit, req.batch_size, req.arrival_ns, self.words):
             self.unread[ring].append(req)
             return
@@ -199,7 +207,8 @@ class Replay:
         ring), handle, dispatch, publish the forming words."""
         h, now = self.h, self.h.now
         self.passes += 1
-        msgs: list[object] = list(done or [])
+        msgs: list[object] = [*self.unread_done, *(done or [])]
+        self.unread_done.clear()
         for ring in self.unread:
             msgs += ring
             ring.clear()
@@ -208,6 +217,9 @@ class Replay:
             ids = tuple(r.request_id for r in _requests(batch))
             self.batches.append((now, iid, ids))
             self.running[iid] = (now + COMPUTE_US * US, batch)
+        if self.lazy:
+            self.busy_mask = h.core.quiet_requests()
+            self.quiet = h.core.quiet_done(self.busy_mask)
         forming = h.core.forming(self.rings)
         if forming != self.published:
             self.epoch += 1
@@ -227,7 +239,11 @@ class Replay:
             self.h.clock._now_ns = max(self.h.now, t)
             ended = [iid for iid, (end, _) in self.running.items() if end <= self.h.now]
             done = [_done(iid, self.running.pop(iid)[1], self.h.now) for iid in ended]
-            self.run_pass(done)
+            loud = [d for d in done if d.instance_id not in self.quiet]
+            self.unread_done += [d for d in done if d.instance_id in self.quiet]
+            deadline = self.h.core.next_deadline_ns()
+            if loud or (deadline is not None and deadline <= self.h.now):
+                self.run_pass(loud)
         self.h.clock._now_ns = max(self.h.now, t_ns)
 
 
@@ -286,6 +302,12 @@ SPECS = {
     "preferred4": _dynamic(),
     "no_preferred": _dynamic(preferred_batch_sizes=(), max_batch_size=16, max_queue_delay_us=500),
     "preferred2_6": _dynamic(preferred_batch_sizes=(2, 6), max_queue_delay_us=300),
+    # NOTE: never quiet requests (a queue timeout): a BatchDone read late must still be
+    # read at once while requests wait for its instance.
+    "timeout": _dynamic(
+        max_queue_delay_us=300,
+        default_queue_policy=QueuePolicySpec(default_timeout_us=100_000),
+    ),
 }
 
 

@@ -174,7 +174,9 @@ def test_an_instance_is_quiet_only_while_nothing_waits_for_its_version() -> None
         h.request()
     ((iid, batch),) = h.dispatch()  # a preferred batch of 4 left at once
     assert {0, 1} <= h.core.quiet_done()
-    h.request()  # queued: the other instance takes it after the delay, or this one earlier
+    h.request()  # queued: a batch forms for the other instance (scheduler.forming)
+    assert iid in h.core.quiet_done()  # its BatchDone would only queue one more idle one
+    h.request(batch_size=2)  # 3 rows: one more completes the preferred batch of 4
     assert not {0, 1} & h.core.quiet_done()
     h.clock.advance_us(200)
     h.dispatch()

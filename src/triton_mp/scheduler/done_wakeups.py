@@ -13,7 +13,11 @@ quiet too: its worker then posts the lease itself, and wakes the scheduler when 
 (``ipc.direct.worker_reoffers``; the core passes ``leased`` as never).
 
 Never quiet, so the message is read at once as before: while anything is queued for the
-version; a sequence, iterative, decoupled or ensemble model; a
+version, unless a batch of it waits for its batching delay with another instance idle and
+more rows cannot complete it (``Policy.forming_room``: the batch goes to that instance when
+the delay runs out, and the pass that sends it reads this message first, ``done_first``;
+reading it sooner would only queue one more idle instance behind it); a sequence, iterative,
+decoupled or ensemble model; a
 retiring version; a version whose requests may reach the scheduler without a wake-up
 (``scheduler.request_wakeups``: its ``BatchDone`` is what reads them); and, server-wide,
 while the scheduler stops, holds deferred requests, runs ensemble requests (their steps'
@@ -51,7 +55,9 @@ def quiet_instances(
     out = []
     for inst in instances:
         gen = inst.generation
-        if gen is None or gen.retiring or gen.policy.queue_depth():
+        if gen is None or gen.retiring:
+            continue
+        if gen.policy.queue_depth() and gen.policy.forming_room() is None:
             continue
         if gen.request_bit & loud_bits:
             continue
