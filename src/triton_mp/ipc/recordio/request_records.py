@@ -49,9 +49,10 @@ class RequestTail(msgspec.Struct, frozen=True, array_like=True):
 
 
 try:
-    from triton_mp.ipc import _request_decoder as native_decoder
+    # NOTE: mypy sees the extension only where it is built: either ignore may be unused.
+    from triton_mp.ipc import _request_decoder as native_decoder  # type: ignore[attr-defined,unused-ignore]
 except ImportError:  # NOTE: not built (setup.py): RequestDecoder decodes in Python
-    native_decoder = None  # type: ignore[assignment]
+    native_decoder = None  # type: ignore[assignment,unused-ignore]
 
 _tail_encoder = msgspec.msgpack.Encoder()
 _tail_decoder = msgspec.msgpack.Decoder(RequestTail)
