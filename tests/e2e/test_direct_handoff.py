@@ -92,6 +92,12 @@ def test_requests_without_a_delay_are_handed_to_idle_instances_and_counted(
     (st,) = client.get_inference_statistics("echo_py").model_stats
     assert (st.inference_stats.success.count, st.inference_stats.queue.count) == (60, 60)
     assert sum(b.compute_infer.count for b in st.batch_stats) == 60
+    # NOTE: 4 clients on 2 instances: re-offered leases, queued requests and records read
+    # out of order race; every request is answered and counted once.
+    answers = _from_clients(server, "echo_py", clients=4, each=30)
+    assert answers == [[float(i) for i in range(30)]] * 4
+    stats = counted(lambda: _stats(client, "echo_py"), lambda s: s[0] >= 180, "180 counted")
+    assert stats == (180, 180, 0)
     handed = server.log().count(HANDED)
     for i in range(5):
         res = client.infer("delay_py", [_batched(i)])
@@ -100,6 +106,26 @@ def test_requests_without_a_delay_are_handed_to_idle_instances_and_counted(
     assert _stats(client, "delay_py") == (5, 5, 0)
     assert _in_flight(server, "echo_py") == 0
     client.close()
+
+
+def _from_clients(server: ServerProcess, model: str, clients: int, each: int) -> list[list[float]]:
+    """``clients`` threads, each with its own client, each sending ``each`` requests in turn
+    (values 0 .. each-1); the answers per client."""
+    out: list[list[float]] = [[] for _ in range(clients)]
+
+    def run(k: int) -> None:
+        c = server.client()
+        try:
+            out[k] = [_infer(c, model, i) for i in range(each)]
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return out
 
 
 def _batched(value: float) -> grpcclient.InferInput:
