@@ -10,8 +10,10 @@ away mid-stream, and the fallback where the extension is absent. Streams side by
 from __future__ import annotations
 
 import queue
+import re
 import shutil
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -212,6 +214,67 @@ def test_a_known_request_past_its_deadline_is_cancelled(servers: dict[str, Serve
     log = servers["native"].log()
     assert "Traceback" not in log
     assert "refused to free" not in log
+
+
+_KNOWN_SAMPLE = re.compile(
+    r'^triton_mp_frontend_native_known_calls_total\{outcome="(\w+)"\} (\S+)$', re.M
+)
+
+
+def _known_counts(server: ServerProcess) -> dict[str, float]:
+    """The native gRPC thread's known calls by outcome (``GET /metrics``)."""
+    url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        text = resp.read().decode()
+    return {m[1]: float(m[2]) for m in _KNOWN_SAMPLE.finditer(text)}
+
+
+def test_known_calls_are_sent_natively_until_an_event_unteaches_them(
+    servers: dict[str, ServerProcess],
+) -> None:
+    """From the fourth call of a key and id on, the gRPC thread submits the call itself
+    (``known_submit.h``: counted as sent), each answer still its own request's; a trace
+    settings update un-teaches it: the next call goes the Python way (which teaches it
+    again), the one after is sent natively again. Another id, or another byte size, is
+    Python's."""
+    server = servers["native"]
+    client = grpcclient.InferenceServerClient(server.url)
+
+    def infer(value: float, rid: str = "nk") -> None:
+        inputs = []
+        for tensor, v in (("INPUT0", value), ("INPUT1", 1.0)):
+            inp = grpcclient.InferInput(tensor, [1, 16], "FP32")
+            inp.set_data_from_numpy(np.full((1, 16), v, np.float32))
+            inputs.append(inp)
+        result = client.infer("add_sub_py", inputs, request_id=rid)
+        assert result.get_response().id == rid
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((1, 16), value + 1))
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.full((1, 16), value - 1))
+
+    try:
+        # NOTE: the full way (its key is kept), the Python lane (its record template is
+        # kept), the Python lane patching the template (taught), then natively.
+        for i in range(3):
+            infer(i)
+        before = _known_counts(server)
+        for i in range(3, 13):
+            infer(i)
+        after = _known_counts(server)
+        assert after["sent"] - before["sent"] == 10
+        infer(13, rid="other")  # NOTE: another id: no lesson for it yet
+        assert _known_counts(server)["sent"] == after["sent"]
+        client.update_trace_settings(model_name="add_sub_py", settings={"trace_rate": "1000"})
+        mid = _known_counts(server)
+        assert mid["cleared"] > after["cleared"]
+        infer(20)
+        assert _known_counts(server)["sent"] == mid["sent"]
+        infer(21)
+        assert _known_counts(server)["sent"] == mid["sent"] + 1
+    finally:
+        client.close()
+    short = _add_sub_request(count=15)  # NOTE: the known key with the wrong byte size
+    assert _call(server.url, short) == _call(servers["python"].url, short)
+    assert "Traceback" not in server.log()
 
 
 def _repeat_inputs(values: list[int], delay_ms: int) -> list[grpcclient.InferInput]:

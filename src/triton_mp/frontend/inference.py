@@ -30,7 +30,7 @@ from triton_mp.frontend.dispatch.direct import DirectRoutes
 from triton_mp.frontend.dispatch.inputs import region_ids, write_inputs
 from triton_mp.frontend.dispatch.known_lane import KnownLane, patched_record
 from triton_mp.frontend.dispatch.known_records import Form, Template, keep
-from triton_mp.frontend.dispatch.known_requests import Raw, write_known
+from triton_mp.frontend.dispatch.known_requests import KnownRequest, Raw, write_known
 from triton_mp.frontend.dispatch.pending import Answer, PendingTable, holding_sink
 from triton_mp.frontend.dispatch.ticket import Ticket
 from triton_mp.frontend.dispatch.wakes import HeldWakes
@@ -52,6 +52,10 @@ from triton_mp.ipc.protocol.messages import (
 from triton_mp.ipc.recordio.records import encode_request
 
 log = logging.getLogger(__name__)
+
+KnownSent = Callable[[Hashable, KnownRequest, str, str], None]
+"""Told of a known request sent on the patched lane: (key, known request, client id, the
+input block's segment) (``Inference.teach_with``)."""
 
 STOPPING_MESSAGE = (
     "Server is stopping, scheduler for model has stopped accepting new inference requests"
@@ -140,7 +144,18 @@ class Inference:
         """Request signatures that passed validation (keyed by the ``Model`` object)."""
         self._lane = KnownLane(models, shm)
         """Requests that passed, by their transport's key (``submit_known``)."""
+        self._known_sent: KnownSent | None = None
+        self._unteach: Callable[[], None] | None = None
         self.draining = False
+
+    def teach_with(self, sent: KnownSent, unteach: Callable[[], None]) -> None:
+        """A producer that submits known calls itself learns from this path
+        (``frontend.native.known_teach``): ``sent`` gets every known request sent on the
+        patched lane (key, known request, client id, input block's segment); ``unteach``
+        is called when the drain starts or a known key is dropped."""
+        self._known_sent = sent
+        self._unteach = unteach
+        self._lane.on_forget(unteach)
 
     @property
     def pending(self) -> PendingTable:
@@ -337,6 +352,8 @@ class Inference:
         pending.copied_bytes["in"] += sum(known.sizes)
         pending.add_request(rid, block, sink, streaming=model.decoupled)
         self._push(rid, client_id, valid, *record)
+        if self._known_sent is not None:
+            self._known_sent(key, known, client_id, block.segment)
         return rid, model, valid.version
 
     def _plain(self, model: Model, version: int) -> bool:
@@ -550,6 +567,8 @@ class Inference:
     def start_draining(self) -> None:
         """Refuse new requests from now on (accepted ones are still answered)."""
         self.draining = True
+        if self._unteach is not None:
+            self._unteach()
 
     async def wait_drained(self, timeout_s: float) -> bool:
         """Wait until every accepted request has been answered, up to ``timeout_s``.

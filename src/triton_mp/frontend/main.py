@@ -59,6 +59,7 @@ from triton_mp.frontend.native import (
     record_patch,
     shared_ring_attach,
 )
+from triton_mp.frontend.native.known_teach import Wiring
 from triton_mp.frontend.native.public_port import NativePort
 from triton_mp.frontend.readiness import ReadinessChecks
 from triton_mp.frontend.shm.cuda import CudaShmRegistry
@@ -252,8 +253,10 @@ async def _start_metrics(
     cache: _CacheView | None = None,
     frontend_restarts: dict[int, int] | None = None,
     models: ModelTable | None = None,
+    native: NativePort | None = None,
 ) -> MetricsEndpoint | str | None:
-    """The metrics endpoint, serving; None when disabled; the startup error's text."""
+    """The metrics endpoint, serving; None when disabled; the startup error's text
+    (``native``: the native server, whose gRPC thread's known-call counters it shows)."""
     if spec.metrics is None:
         return None
 
@@ -272,6 +275,7 @@ async def _start_metrics(
         cache=cache,
         frontend_restarts=frontend_restarts,
         latency_configs=config_of if spec.latency_histograms else None,
+        native_known=None if native is None or native.teacher is None else native.teacher.stats,
     )
     try:
         await metrics.start()
@@ -349,6 +353,21 @@ def _to_scheduler(spec: FrontendSpec) -> Sender:
     return Sender(spec.to_scheduler.ring, spec.to_scheduler.wakeup, attach=attach)
 
 
+def _known_wiring(
+    spec: FrontendSpec,
+    to_scheduler: Sender,
+    arena: ArenaAllocator,
+    api: FrontendApi,
+    inbox: InboxHandler,
+) -> Wiring | None:
+    """What the native gRPC thread submits known calls with: the C++ producer of the ring
+    to the scheduler and its wake-up semaphore (None where either is not there)."""
+    producer = getattr(to_scheduler.ring, "producer", None)
+    if producer is None or spec.to_scheduler.wakeup.kind != "semaphore":
+        return None
+    return Wiring(producer, spec.to_scheduler.wakeup.name, arena, api.tracer, inbox)
+
+
 def _broadcast(to_peers: dict[int, Sender]) -> Callable[[bytes], None]:
     """Pushes encoded bytes to every other frontend."""
 
@@ -413,7 +432,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
         wakes=wakes,
     )
     server, servicer = grpc_server(spec, api)
-    native = native_port(spec, servicer)
+    native = native_port(spec, servicer, _known_wiring(spec, to_scheduler, arena, api, handler))
     failed = await start_grpc(server, spec, native)
     if failed:
         report_start_failed(ready, "frontend", name, failed)
@@ -427,7 +446,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     selector.watch(inbox, pending.__len__)
     view = None if store is None else _CacheView(models, store)
     metrics = await _start_metrics(
-        spec, pending, to_scheduler.send_bytes, view, api.stats.frontend_restarts, models
+        spec, pending, to_scheduler.send_bytes, view, api.stats.frontend_restarts, models, native
     )
     if isinstance(metrics, str):
         report_start_failed(ready, "frontend", name, metrics)

@@ -55,6 +55,11 @@ class Sender:
         self._waker = Waker(wakeup)
         self._full_timeout_s = full_timeout_s
 
+    @property
+    def ring(self) -> Ring:
+        """The ring pushed to (a frontend's ``SharedRing``: its producer is shared)."""
+        return self._ring
+
     def send(self, msg: Any) -> None:
         """Encode and push ``msg``, then wake the consumer.
 

@@ -209,6 +209,9 @@ class ArenaAllocator:
         self._max_total_bytes = max_total_bytes
         self._arenas: list[ArenaBlocks] = []
         self._total_bytes = 0
+        self.on_new_arena: Callable[[ArenaBlocks], None] | None = None
+        """Called with each new arena once it is the newest (the native known path
+        allocates in the newest one: ``frontend.native.known_teach``)."""
 
     def alloc(self, payload_bytes: int) -> tuple[Segment, int]:
         """Allocate a LIVE block with room for ``payload_bytes``.
@@ -251,7 +254,14 @@ class ArenaAllocator:
         self._total_bytes += size
         off = arena.try_alloc(block_bytes)
         assert off is not None
+        if self.on_new_arena is not None:
+            self.on_new_arena(arena)
         return seg, off
+
+    @property
+    def newest(self) -> ArenaBlocks | None:
+        """The arena ``alloc`` tries first (the last made); None before the first."""
+        return self._arenas[-1] if self._arenas else None
 
     def live_blocks(self) -> int:
         """Blocks not yet freed (for tests and stats)."""

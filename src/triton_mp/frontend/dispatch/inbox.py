@@ -77,6 +77,9 @@ class InboxHandler:
         """Sends every registered client region to one other frontend (``frontend.main``)."""
         self.frontend_restarts: dict[int, int] = {}
         """The frontends' restart counts, updated in place (``StatsApi.frontend_restarts``)."""
+        self.on_table_change: Callable[[], None] | None = None
+        """Called before a model table update applies (models, versions, direct routes):
+        the native known path un-learns (``frontend.native.known_teach``)."""
 
     def on_wakeup(self) -> None:
         """The inbox has records (the loop's ``PollingSelector`` saw them, and read the FIFO
@@ -106,6 +109,8 @@ class InboxHandler:
 
     def on_table_update(self, update: ModelTableUpdate) -> None:
         """Apply a supervisor's model change between two requests (loop thread)."""
+        if self.on_table_change is not None:
+            self.on_table_change()
         for ring in update.add_rings:
             self._inbox.add_ring(ring)
         if self._direct is not None and (update.add_routes or update.remove_routes):

@@ -11,7 +11,7 @@ that serves known calls itself must be taught and un-taught here, on these same 
 
 from __future__ import annotations
 
-from collections.abc import Container, Hashable
+from collections.abc import Callable, Container, Hashable
 
 from triton_mp.frontend.classification import Classify
 from triton_mp.frontend.dispatch import known_records
@@ -42,6 +42,11 @@ class KnownLane:
         self._models = models
         self._shm = shm
         self._known = KnownRequests()
+
+    def on_forget(self, forget: Callable[[], None]) -> None:
+        """``forget`` is called whenever a key is dropped or the table cleared (a producer
+        taught from this lane un-learns: ``Inference.teach_with``)."""
+        self._known.on_forget = forget
 
     @property
     def keys(self) -> Container[Hashable]:

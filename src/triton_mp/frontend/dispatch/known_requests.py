@@ -16,7 +16,7 @@ failing check, goes the full way, which answers with Triton's errors.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -221,6 +221,8 @@ class KnownRequests:
     def __init__(self, capacity: int = 512) -> None:
         self._entries: dict[Hashable, KnownRequest] = {}
         self._capacity = capacity
+        self.on_forget: Callable[[], None] | None = None
+        """Called when a key is dropped or the table cleared (``KnownLane.on_forget``)."""
 
     def __contains__(self, key: object) -> bool:
         return key in self._entries
@@ -236,8 +238,12 @@ class KnownRequests:
         """Remember a request that passed every check."""
         if len(self._entries) >= self._capacity:
             self._entries.clear()
+            if self.on_forget is not None:
+                self.on_forget()
         self._entries[key] = entry
 
     def drop(self, key: Hashable) -> None:
         """Forget ``key`` (its model was reloaded or changed)."""
         self._entries.pop(key, None)
+        if self.on_forget is not None:
+            self.on_forget()

@@ -18,6 +18,7 @@ from triton_mp.frontend.grpc.interceptor import RestrictedProtocolInterceptor
 from triton_mp.frontend.grpc.servicer import HealthServicer, InferenceServicer, add_to_server
 from triton_mp.frontend.header_forward import HeaderForward
 from triton_mp.frontend.native import UNAVAILABLE, available
+from triton_mp.frontend.native.known_teach import Wiring
 from triton_mp.frontend.native.public_port import NativePort, choose
 from triton_mp.ipc.protocol.specs import FrontendSpec
 
@@ -78,7 +79,9 @@ def bind_grpc_if_allowed(server: grpc.aio.Server, spec: FrontendSpec, address: s
     return "" if bound else f"failed to bind gRPC address {address}"
 
 
-def native_port(spec: FrontendSpec, servicer: InferenceServicer) -> NativePort | None:
+def native_port(
+    spec: FrontendSpec, servicer: InferenceServicer, wiring: Wiring | None = None
+) -> NativePort | None:
     """The native server for the public port when ``--grpc-frontend native`` can have it
     (logs the one line that says why not otherwise); None: the Python server owns it."""
     if not spec.allow_grpc:
@@ -96,7 +99,8 @@ def native_port(spec: FrontendSpec, servicer: InferenceServicer) -> NativePort |
     # NOTE: grpc.aio's interceptor checks the restricted-protocol headers: with it, ModelInfer
     # and ModelStreamInfer are relayed to the Python server like every other call.
     handoff = None if spec.grpc_restricted else servicer
-    return NativePort(f"{spec.grpc_address}:{spec.grpc_port}", grpc_options(spec), handoff)
+    address = f"{spec.grpc_address}:{spec.grpc_port}"
+    return NativePort(address, grpc_options(spec), handoff, None if handoff is None else wiring)
 
 
 async def start_grpc(server: grpc.aio.Server, spec: FrontendSpec, port: NativePort | None) -> str:

@@ -91,6 +91,8 @@ class MetricsEndpoint:
             kept up to date by the inbox handler).
         latency_configs: a model's config by name, when ``histogram_latencies`` is on
             (``latency_metrics.loaded_series``: every loaded version has its series).
+        native_known: the native gRPC thread's known-call counters
+            (``frontend.native.known_teach.NativeKnown.stats``); None: none.
     """
 
     def __init__(
@@ -105,8 +107,10 @@ class MetricsEndpoint:
         cache: CacheView | None = None,
         frontend_restarts: dict[int, int] | None = None,
         latency_configs: Callable[[str], mc.ModelConfig | None] | None = None,
+        native_known: Callable[[], dict[str, int]] | None = None,
     ) -> None:
         self._spec = spec
+        self._native_known = native_known
         self._latency_configs = latency_configs
         self._fid = frontend_id
         self._pending = pending
@@ -221,6 +225,7 @@ class MetricsEndpoint:
             cache=self._cache.stats() if self._cache is not None else None,
             tensor_bytes=dict(self._pending.copied_bytes),
             frontend_restarts=dict(self._restarts),
+            native_known=None if self._native_known is None else self._native_known(),
             refused_frees=stray_frees(),
         )
 

@@ -88,6 +88,9 @@ class MetricsSnapshot:
     frontend_restarts: dict[int, int] | None = None
     """Per frontend id, the supervisor's restarts of it
     (``supervisor.processes.frontend_restart``)."""
+    native_known: dict[str, int] | None = None
+    """The native gRPC thread's known calls by outcome (``frontend.native.known_teach``:
+    sent, declined, ..., and ``cleared``: times it was un-taught); None: no such thread."""
     refused_frees: int | None = None
     """Arena block frees the frontend that serves the metrics refused
     (``ipc.tensor_pool.stray_frees``); None where not known."""
@@ -293,6 +296,16 @@ class SnapshotCollector:
             for fid, n in sorted(self._snap.frontend_restarts.items()):
                 restarts.add_metric((str(fid),), n)
             yield restarts
+        if self._snap.native_known is not None:
+            known = CounterMetricFamily(
+                "triton_mp_frontend_native_known_calls",
+                "Known unary ModelInfer calls the native gRPC thread took, by outcome (sent: "
+                "submitted without Python; the others were left to Python; cleared: un-teachings)",
+                labels=("outcome",),
+            )
+            for outcome, n in sorted(self._snap.native_known.items()):
+                known.add_metric((outcome,), n)
+            yield known
         if self._snap.refused_frees is not None:
             yield CounterMetricFamily(
                 "triton_mp_frontend_refused_frees",

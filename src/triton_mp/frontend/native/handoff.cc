@@ -4,7 +4,11 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include <algorithm>
+
+#include "request_split.h"
 
 namespace triton_mp {
 
@@ -36,6 +40,33 @@ uint64_t Handoff::Submit(Awaiting* call, grpc::ByteBuffer data,
   item.metadata = std::move(metadata);
   PushLocked(std::move(item));
   return id;
+}
+
+bool Handoff::SubmitKnown(Awaiting* call, const grpc::ByteBuffer& data, uint64_t* id) {
+  KnownSubmit& known = TheKnownSubmit();
+  if (!known.taught()) return false;
+  std::vector<grpc::Slice> slices;
+  if (!data.Valid() || !data.Dump(&slices).ok()) return false;
+  Chunks message;
+  for (const auto& slice : slices) message.Add(slice.begin(), slice.size());
+  RequestSplit split;
+  if (!SplitInferRequest(message, &split)) return false;
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);  // NOTE: Python's time.monotonic_ns
+  const uint64_t arrival_ns =
+      static_cast<uint64_t>(now.tv_sec) * 1000000000ULL + static_cast<uint64_t>(now.tv_nsec);
+  HandoffItem item;
+  item.kind = ItemKind::kKnown;
+  // NOTE: the queue's lock is held from before the push until the call is queued: its answer
+  // can be read as soon as the record is in the ring, and Python's take (PendingTable.
+  // on_unknown pulls this queue on an answer it does not know) must then find the call,
+  // even when this thread is preempted in between. A cancel of the call is queued behind it.
+  std::lock_guard<std::mutex> lock(mu_);
+  if (known.Submit(message, split, arrival_ns, &item.known) != KnownResult::kSent) return false;
+  item.id = *id = next_id_++;
+  waiting_.emplace(item.id, call);
+  PushLocked(std::move(item));
+  return true;
 }
 
 uint64_t Handoff::Open(Awaiting* call,

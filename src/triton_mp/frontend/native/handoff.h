@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cq_tag.h"
+#include "known_submit.h"
 
 namespace triton_mp {
 
@@ -46,6 +47,7 @@ enum class ItemKind : int {
   kStreamMessage = 2,  // a stream's next request message: data
   kStreamEnd = 3,      // the client half-closed the stream (or stopped sending)
   kCancelled = 4,      // the call is gone before Python ended it: Python cancels its handler
+  kKnown = 5,          // a unary call submitted here (known_submit.h): Python registers it
 };
 
 // One entry Python takes.
@@ -54,6 +56,7 @@ struct HandoffItem {
   ItemKind kind = ItemKind::kCall;
   grpc::ByteBuffer data;
   std::vector<std::pair<std::string, std::string>> metadata;
+  KnownSent known;  // kKnown: what was sent
 };
 
 class Handoff {
@@ -73,6 +76,10 @@ class Handoff {
   // Completion-queue thread: queue a unary call; returns its id.
   uint64_t Submit(Awaiting* call, grpc::ByteBuffer data,
                   std::vector<std::pair<std::string, std::string>> metadata);
+  // Completion-queue thread: submit a unary call whose request matches a lesson of
+  // TheKnownSubmit() and queue it as kKnown (its id in *id); false: nothing was done (the
+  // caller Submits it).
+  bool SubmitKnown(Awaiting* call, const grpc::ByteBuffer& data, uint64_t* id);
   // Completion-queue thread: a stream begins; returns its id.
   uint64_t Open(Awaiting* call, std::vector<std::pair<std::string, std::string>> metadata);
   // Completion-queue thread: a stream's next request message, and its half-close.

@@ -170,17 +170,30 @@ PyType_Spec kSpec = {
     kSlots,
 };
 
+PyObject* g_type = nullptr;  // borrowed: the module holds it (one module per process)
+
 }  // namespace
 
 bool AddInputArenaType(PyObject* module) {
   PyObject* type = PyType_FromSpec(&kSpec);
   if (type == nullptr) return false;
+  g_type = type;
   if (PyModule_AddObjectRef(module, "InputArena", type) != 0) {
     Py_DECREF(type);
     return false;
   }
   Py_DECREF(type);  // NOTE: the module holds it
   return true;
+}
+
+std::shared_ptr<ArenaBlocks> ArenaBlocksOf(PyObject* obj, PyObject** segment) {
+  if (g_type == nullptr || !PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(g_type))) {
+    PyErr_SetString(PyExc_TypeError, "an _native.InputArena is needed");
+    return nullptr;
+  }
+  auto* self = reinterpret_cast<InputArenaObject*>(obj);
+  *segment = self->segment;
+  return self->blocks;
 }
 
 }  // namespace triton_mp

@@ -8,10 +8,18 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <memory>
+
+#include "input_arena.h"
+
 namespace triton_mp {
 
 // Adds the InputArena type to the module (at its init). False: a Python error is set.
 bool AddInputArenaType(PyObject* module);
+
+// The ArenaBlocks of an _native.InputArena, and its segment (borrowed) in *segment; nullptr
+// (TypeError set) for any other object.
+std::shared_ptr<ArenaBlocks> ArenaBlocksOf(PyObject* obj, PyObject** segment);
 
 }  // namespace triton_mp
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "input_arena_type.h"
+#include "known_submit_py.h"
 #include "native_server.h"
 #include "record_patch_py.h"
 #include "received.h"
@@ -162,7 +163,8 @@ PyObject* CallRequest(PyObject*, PyObject* args) {
 // take() -> list of (id, kind, request bytes or None, metadata ((key, value), ...) or None,
 // split or None): kind is handoff.h's ItemKind (data for kCall and kStreamMessage, metadata
 // for kCall and kStreamOpen); a unary call's request comes as received.h CallRequestOf
-// makes it (its bytes or a Received, and its split).
+// makes it (its bytes or a Received, and its split); a kKnown's data is what was sent,
+// (request id, lesson id, block offset, block generation).
 PyObject* Take(PyObject*, PyObject*) {
   triton_mp::Handoff* h = CurrentHandoff();
   std::vector<triton_mp::HandoffItem> items;
@@ -180,6 +182,12 @@ PyObject* Take(PyObject*, PyObject*) {
     PyObject* split = nullptr;
     if (item.kind == triton_mp::ItemKind::kCall) {
       if (!triton_mp::CallRequestOf(item.data, &data, &split)) data = nullptr;
+    } else if (item.kind == triton_mp::ItemKind::kKnown) {
+      const triton_mp::KnownSent& k = item.known;
+      data = Py_BuildValue("(KKKk)", static_cast<unsigned long long>(k.request_id),
+                           static_cast<unsigned long long>(k.lesson_id),
+                           static_cast<unsigned long long>(k.offset),
+                           static_cast<unsigned long>(k.generation));
     } else if (has_data) {
       data = BytesOf(item.data);
     } else {
@@ -338,15 +346,16 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_native", "The native gRPC server
 
 }  // namespace
 
-// ABI: what this build's functions take, checked by native/__init__.py (_ABI, its twin): 2,
-// reply() takes a response's parts.
+// ABI: what this build's functions take, checked by native/__init__.py (_ABI, its twin): 3,
+// reply() takes a response's parts, take() gives kKnown entries, known_* teach the gRPC thread.
 PyMODINIT_FUNC PyInit__native() {
   PyObject* module = PyModule_Create(&kModule);
-  if (module != nullptr && (PyModule_AddIntConstant(module, "ABI", 2) != 0 ||
+  if (module != nullptr && (PyModule_AddIntConstant(module, "ABI", 3) != 0 ||
                             !triton_mp::AddReceivedType(module) ||
                             !triton_mp::AddInputArenaType(module) ||
                             !triton_mp::AddRecordPatch(module) ||
                             !triton_mp::AddRingProducerType(module) ||
+                            !triton_mp::AddKnownSubmit(module) ||
                             PyModule_AddIntConstant(
                                 module, "RECEIVED_MIN_RAW_BYTES",
                                 static_cast<long>(triton_mp::kReceivedMinRawBytes)) != 0)) {

@@ -56,6 +56,12 @@ void ProxyCall::OnRequestRead(bool ok) {
     StartBackend();
     return;
   }
+  uint64_t id;
+  if (target_.handoff->SubmitKnown(this, up_, &id)) {
+    ++pending_;  // the reply, reserved, as below
+    handoff_id_ = id;
+    return;
+  }
   std::vector<std::pair<std::string, std::string>> metadata;
   CopyMetadata(server_ctx_.client_metadata(),
                [&metadata](const std::string& k, const std::string& v) {

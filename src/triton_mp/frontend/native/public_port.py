@@ -17,6 +17,7 @@ from triton_mp.frontend import native
 from triton_mp.frontend.grpc.servicer import InferenceServicer
 from triton_mp.frontend.native.handoff import Handoff
 from triton_mp.frontend.native.known_calls import KnownCalls
+from triton_mp.frontend.native.known_teach import NativeKnown, Wiring
 
 
 class _Bindable(Protocol):
@@ -55,10 +56,16 @@ class NativePort:
         channel_args: the Python server's grpc core channel arguments, applied to the port.
         servicer: the InferenceServicer that serves ModelInfer and ModelStreamInfer in
             process (``handoff``); None: they are relayed to the Python server like the rest.
+        wiring: what the gRPC thread submits known calls with (``known_teach``); None: it
+            hands every call to Python.
     """
 
     def __init__(
-        self, address: str, channel_args: list[tuple[str, int]], servicer: InferenceServicer | None
+        self,
+        address: str,
+        channel_args: list[tuple[str, int]],
+        servicer: InferenceServicer | None,
+        wiring: Wiring | None = None,
     ) -> None:
         self.address = address
         # NOTE: named by this process's pid: the supervisor removes it if we die unclean.
@@ -68,9 +75,19 @@ class NativePort:
             address, self.backend, channel_args, handoff=servicer is not None
         )
         self._handoff = None
+        self._teacher: NativeKnown | None = None
         if servicer is not None:
             known = partial(KnownCalls, servicer.inference, servicer.heads, servicer)
             self._handoff = Handoff(self._server.module, servicer, known)
+            calls = self._handoff.known_calls
+            if wiring is not None and calls is not None:
+                self._teacher = NativeKnown(self._server.module, calls, servicer)
+                self._wire = partial(self._teacher.wire, wiring, servicer.inference)
+
+    @property
+    def teacher(self) -> NativeKnown | None:
+        """The gRPC thread's lessons (None: it submits nothing itself)."""
+        return self._teacher
 
     def bind_private(self, server: _Bindable) -> bool:
         """Bind the Python server to the private socket. False: it could not be bound."""
@@ -82,6 +99,8 @@ class NativePort:
         port = self._server.start()
         if port and self._handoff is not None:
             self._handoff.start(asyncio.get_running_loop())
+            if self._teacher is not None:
+                self._wire()
         return port
 
     async def stop(self, grace_s: float) -> None:
@@ -89,6 +108,8 @@ class NativePort:
         until every relayed call is over), then remove the socket's directory."""
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self._server.stop, grace_s)
+        if self._teacher is not None:
+            self._teacher.close()  # NOTE: before the arenas close (the mapping's export)
         if self._handoff is not None:
             self._handoff.stop()
         self.close()

@@ -182,17 +182,28 @@ PyType_Spec kSpec = {
     kSlots,
 };
 
+PyObject* g_type = nullptr;  // borrowed: the module holds it (one module per process)
+
 }  // namespace
 
 bool AddRingProducerType(PyObject* module) {
   PyObject* type = PyType_FromSpec(&kSpec);
   if (type == nullptr) return false;
+  g_type = type;
   if (PyModule_AddObjectRef(module, "RingProducer", type) != 0) {
     Py_DECREF(type);
     return false;
   }
   Py_DECREF(type);  // NOTE: the module holds it
   return true;
+}
+
+std::shared_ptr<RingProducer> RingProducerOf(PyObject* obj) {
+  if (g_type == nullptr || !PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(g_type))) {
+    PyErr_SetString(PyExc_TypeError, "an _native.RingProducer is needed");
+    return nullptr;
+  }
+  return Self(obj)->producer;
 }
 
 }  // namespace triton_mp

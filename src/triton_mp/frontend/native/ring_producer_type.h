@@ -7,10 +7,17 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <memory>
+
+#include "ring_producer.h"
+
 namespace triton_mp {
 
 // Adds the RingProducer type to the module (at its init). False: a Python error is set.
 bool AddRingProducerType(PyObject* module);
+
+// The RingProducer of an _native.RingProducer; nullptr (TypeError set) for any other object.
+std::shared_ptr<RingProducer> RingProducerOf(PyObject* obj);
 
 }  // namespace triton_mp
 

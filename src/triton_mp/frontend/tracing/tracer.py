@@ -175,6 +175,9 @@ class Tracer:
         self._next = 0
         self.exporter = exporter
         self.active = self.settings.active
+        self.on_refresh: Callable[[], None] | None = None
+        """Called after every settings update (the native known path un-learns:
+        ``frontend.native.known_teach``)."""
 
     @classmethod
     def off(cls) -> Tracer:
@@ -242,6 +245,8 @@ class Tracer:
     def refresh(self) -> None:
         """Recompute ``active`` after a settings update."""
         self.active = self.settings.active
+        if self.on_refresh is not None:
+            self.on_refresh()
 
     def finish(self, trace: Trace) -> None:
         """The request's last response left: write the trace (or export its spans)."""

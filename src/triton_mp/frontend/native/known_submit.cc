@@ -1,0 +1,174 @@
+// KnownSubmit (known_submit.h).
+#include "known_submit.h"
+
+#include <cstring>
+#include <utility>
+
+#include "record_patch.h"
+
+namespace triton_mp {
+
+namespace {
+
+// The lessons' map key: the request's key, the id's bytes, the id's length (u32 LE).
+void LessonKey(const std::string& key, const char* id, size_t id_len, std::string* out) {
+  out->assign(key);
+  out->append(id, id_len);
+  const uint32_t n = static_cast<uint32_t>(id_len);
+  out->append(reinterpret_cast<const char*>(&n), sizeof n);
+}
+
+}  // namespace
+
+KnownSubmit::~KnownSubmit() = default;
+
+KnownSubmit& TheKnownSubmit() {
+  static KnownSubmit known;
+  return known;
+}
+
+void KnownSubmit::ForgetLocked() {
+  lessons_.clear();
+  taught_.store(false, std::memory_order_relaxed);
+  ++stats_.cleared;
+}
+
+void KnownSubmit::SetArena(std::shared_ptr<ArenaBlocks> arena, unsigned char* base,
+                           uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  arena_ = std::move(arena);
+  base_ = base;
+  bytes_ = bytes;
+  ForgetLocked();  // NOTE: a lesson's template names the arena's segment
+}
+
+void KnownSubmit::SetRing(std::shared_ptr<RingProducer> ring, sem_t* wake) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ring_ = std::move(ring);
+  wake_ = wake;
+}
+
+void KnownSubmit::AddIds(uint64_t first, uint64_t n) {
+  if (n == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  ids_.emplace_back(first, first + n);
+}
+
+uint64_t KnownSubmit::ids_left() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t n = 0;
+  for (const auto& r : ids_) n += r.second - r.first;
+  return n;
+}
+
+bool KnownSubmit::Teach(const std::string& key, KnownLesson lesson) {
+  if (lesson.id == 0 || lesson.sizes.size() != lesson.at.size()) return false;
+  if (lesson.record.size() < PatchedRecordMinBytes(lesson.sizes.size())) return false;
+  if (lesson.block_bytes < kArenaHeaderBytes || lesson.block_bytes % 64 != 0) return false;
+  for (size_t i = 0; i < lesson.sizes.size(); ++i) {
+    // NOTE: each input lies inside the block's payload (no overflow: both are below 2**63)
+    if (lesson.at[i] > (1ULL << 62) || lesson.sizes[i] > (1ULL << 62) ||
+        kArenaHeaderBytes + lesson.at[i] + lesson.sizes[i] > lesson.block_bytes) {
+      return false;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!arena_ || lesson.block_bytes > arena_->capacity()) return false;
+  if (lessons_.size() >= kKnownLessonsKept) ForgetLocked();
+  std::string full;
+  LessonKey(key, lesson.client_id.data(), lesson.client_id.size(), &full);
+  lessons_[std::move(full)] = std::move(lesson);
+  taught_.store(true, std::memory_order_relaxed);
+  return true;
+}
+
+void KnownSubmit::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ForgetLocked();
+}
+
+void KnownSubmit::Detach() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ForgetLocked();
+  arena_.reset();
+  base_ = nullptr;
+  bytes_ = 0;
+  ring_.reset();
+  wake_ = nullptr;
+  ids_.clear();
+}
+
+KnownStats KnownSubmit::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+KnownResult KnownSubmit::Submit(const Chunks& message, const RequestSplit& split,
+                                uint64_t arrival_ns, KnownSent* sent) {
+  std::lock_guard<std::mutex> lock(mu_);
+  KnownResult result = SubmitLocked(message, split, arrival_ns, sent);
+  switch (result) {
+    case KnownResult::kSent: ++stats_.sent; break;
+    case KnownResult::kUnknown: ++stats_.unknown; break;
+    case KnownResult::kDeclined: ++stats_.declined; break;
+    case KnownResult::kNoIds: ++stats_.no_ids; break;
+    case KnownResult::kNoRoom: ++stats_.no_room; break;
+    case KnownResult::kFull: ++stats_.full; break;
+  }
+  return result;
+}
+
+KnownResult KnownSubmit::SubmitLocked(const Chunks& message, const RequestSplit& split,
+                                      uint64_t arrival_ns, KnownSent* sent) {
+  if (!arena_ || !ring_ || base_ == nullptr) return KnownResult::kUnknown;
+  // NOTE: a template is made for one id ("" when the request has none): KnownCalls.submit
+  std::string id;
+  if (split.has_id && split.id.second != 0) message.Append(split.id.first, split.id.second, &id);
+  LessonKey(split.key, id.data(), id.size(), &lookup_);
+  auto it = lessons_.find(lookup_);
+  if (it == lessons_.end()) return KnownResult::kUnknown;
+  const KnownLesson& lesson = it->second;
+  const size_t n = lesson.sizes.size();
+  if (split.raw.size() < n) return KnownResult::kDeclined;  // surplus entries are ignored
+  for (size_t i = 0; i < n; ++i) {
+    if (split.raw[i].second != lesson.sizes[i]) return KnownResult::kDeclined;
+  }
+  while (!ids_.empty() && ids_.front().first == ids_.front().second) ids_.erase(ids_.begin());
+  if (ids_.empty()) return KnownResult::kNoIds;
+  const int64_t offset = arena_->TryAlloc(base_, lesson.block_bytes);
+  if (offset < 0) return KnownResult::kNoRoom;
+  const uint64_t block = static_cast<uint64_t>(offset);
+  uint32_t generation;
+  std::memcpy(&generation, base_ + block + 4, sizeof generation);
+  unsigned char* payload = base_ + block + kArenaHeaderBytes;
+  entries_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    // NOTE: within the block (Teach checked); the split found the entry in the message
+    if (!message.Copy(split.raw[i].first, lesson.sizes[i], payload + lesson.at[i])) {
+      __atomic_store_n(reinterpret_cast<uint32_t*>(base_ + block), kBlockFree, __ATOMIC_RELEASE);
+      return KnownResult::kDeclined;
+    }
+    entries_[i] = block + kArenaHeaderBytes + lesson.at[i];
+  }
+  const uint64_t rid = ids_.front().first;
+  record_.assign(lesson.record);
+  RecordPatch patch{rid, arrival_ns, block, generation, entries_.data(), n};
+  PatchRecord(reinterpret_cast<unsigned char*>(&record_[0]), record_.size(), patch);
+  if (ring_->Push(record_.data(), record_.size()) != PushResult::kPushed) {
+    // NOTE: ours alone until pushed: freed as its reader would (one aligned 4-byte store)
+    __atomic_store_n(reinterpret_cast<uint32_t*>(base_ + block), kBlockFree, __ATOMIC_RELEASE);
+    return KnownResult::kFull;
+  }
+  ++ids_.front().first;
+  if (wake_ != nullptr && !(lesson.bit & ring_->QuietWord())) {
+    sem_post(wake_);
+    ++stats_.wakes;
+  }
+  sent->request_id = rid;
+  sent->lesson_id = lesson.id;
+  sent->offset = block;
+  sent->generation = generation;
+  return KnownResult::kSent;
+}
+
+}  // namespace triton_mp

@@ -1,0 +1,137 @@
+// A known unary ModelInfer submitted without Python: the request's key (request_split.h) looked
+// up in the lessons Python taught, its id and raw entry sizes checked against the lesson, a
+// block taken in the newest input arena (ArenaBlocks, shared with Python's ArenaAllocator),
+// the raw bytes copied in, the lesson's REQUEST record template patched (record_patch.h) and
+// pushed into the scheduler's ring (RingProducer, shared with Python's pushes), then the
+// scheduler woken unless the lesson's quiet-word bit is set in the ring's quiet word (read
+// after a fence: HeldWakes' rule in frontend/dispatch/wakes.py). Anything that does not match
+// a lesson, or finds no id, no room or a full ring, is left to Python (nothing was done).
+//
+// Python twins (every decision is Python's, taught here; nothing is decided twice):
+// frontend/dispatch/known_lane.py (KnownLane.entry: the byte sizes), known_requests.py
+// (write_known: the block's layout, each raw input 64-byte aligned from the payload start,
+// the payload at block + 64), known_records.py (the template of a form: segment + client id),
+// dispatch/pending.py (PendingTable.reserve: the request ids handed out in bulk).
+// Thread-safe: every call holds the object's mutex (the gRPC thread submits, the Python
+// thread teaches and clears).
+#ifndef TRITON_MP_FRONTEND_NATIVE_KNOWN_SUBMIT_H_
+#define TRITON_MP_FRONTEND_NATIVE_KNOWN_SUBMIT_H_
+
+#include <semaphore.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "input_arena.h"
+#include "request_split.h"
+#include "ring_producer.h"
+
+namespace triton_mp {
+
+// What Python taught for one key (a form: the newest arena's segment + the client id).
+struct KnownLesson {
+  uint64_t id = 0;                 // Python's lesson id (never 0): the registration's
+  std::string client_id;           // the request id's bytes the template was made for
+  std::vector<uint64_t> sizes;     // each raw input's byte size, in order
+  std::vector<uint64_t> at;        // each raw input's offset from the block's payload start
+  uint64_t block_bytes = 0;        // the block, its 64-byte header included
+  std::string record;              // the REQUEST record template of the form
+  uint64_t bit = 0;                // its quiet-word bit (0: always wake)
+};
+
+// What was sent for one submitted call (Python registers it: handoff.py KNOWN).
+struct KnownSent {
+  uint64_t request_id = 0;
+  uint64_t lesson_id = 0;
+  uint64_t offset = 0;      // the input block's offset in the arena segment
+  uint32_t generation = 0;  // its generation
+};
+
+enum class KnownResult : int {
+  kSent = 0,
+  kUnknown = 1,   // no lesson for the key (or nothing to submit with)
+  kDeclined = 2,  // the id or a byte size differs from the lesson's
+  kNoIds = 3,     // no request id left: Python hands more
+  kNoRoom = 4,    // the newest arena has no room now: Python allocates (and grows)
+  kFull = 5,      // the ring is full now (the block was freed)
+};
+
+struct KnownStats {
+  uint64_t sent = 0;
+  uint64_t unknown = 0;
+  uint64_t declined = 0;
+  uint64_t no_ids = 0;
+  uint64_t no_room = 0;
+  uint64_t full = 0;
+  uint64_t wakes = 0;
+  uint64_t cleared = 0;  // Clear() calls
+};
+
+inline constexpr size_t kKnownLessonsKept = 256;  // cleared whole when full (KnownRequests)
+
+class KnownSubmit {
+ public:
+  KnownSubmit() = default;
+  ~KnownSubmit();
+  KnownSubmit(const KnownSubmit&) = delete;
+  KnownSubmit& operator=(const KnownSubmit&) = delete;
+
+  // Python thread. The arena calls are allocated in (its mapping at base, of `bytes`, kept
+  // mapped until the next SetArena or Detach); changing it clears every lesson.
+  void SetArena(std::shared_ptr<ArenaBlocks> arena, unsigned char* base, uint64_t bytes);
+  // The ring to the scheduler, and its wake-up semaphore (nullptr: never woken here).
+  void SetRing(std::shared_ptr<RingProducer> ring, sem_t* wake);
+  // Request ids [first, first + n) may be used (added to what is left).
+  void AddIds(uint64_t first, uint64_t n);
+  uint64_t ids_left() const;
+  // Teach `key` for requests whose id is lesson.client_id. False: the lesson does not fit the
+  // arena or its record (nothing kept).
+  bool Teach(const std::string& key, KnownLesson lesson);
+  // Whether any lesson is kept (a cheap check before a call is split for Submit).
+  bool taught() const { return taught_.load(std::memory_order_relaxed); }
+  // Forget every lesson (un-teach).
+  void Clear();
+  // Forget the arena, the ring and the ids left: nothing is submitted any more (their owners
+  // may unmap).
+  void Detach();
+  KnownStats stats() const;
+
+  // Any thread: submit the call whose request is `message`, split as `split`, arrived at
+  // `arrival_ns` (CLOCK_MONOTONIC). kSent fills `sent`.
+  KnownResult Submit(const Chunks& message, const RequestSplit& split, uint64_t arrival_ns,
+                     KnownSent* sent);
+
+ private:
+  KnownResult SubmitLocked(const Chunks& message, const RequestSplit& split,
+                           uint64_t arrival_ns, KnownSent* sent);
+
+  void ForgetLocked();
+
+  mutable std::mutex mu_;
+  std::atomic<bool> taught_{false};
+  // by the request's key, then its id's bytes, then the id's length (u32, little-endian)
+  std::unordered_map<std::string, KnownLesson> lessons_;
+  std::string lookup_;  // the key being looked up (reused)
+  std::shared_ptr<ArenaBlocks> arena_;
+  unsigned char* base_ = nullptr;
+  uint64_t bytes_ = 0;
+  std::shared_ptr<RingProducer> ring_;
+  sem_t* wake_ = nullptr;
+  std::vector<std::pair<uint64_t, uint64_t>> ids_;  // [first, end) ranges, oldest first
+  std::string record_;  // the record being patched (reused)
+  std::vector<uint64_t> entries_;
+  KnownStats stats_;
+};
+
+// The process's one KnownSubmit (the native server's handoff submits with it; Python teaches
+// it through _native.known_*).
+KnownSubmit& TheKnownSubmit();
+
+}  // namespace triton_mp
+
+#endif  // TRITON_MP_FRONTEND_NATIVE_KNOWN_SUBMIT_H_

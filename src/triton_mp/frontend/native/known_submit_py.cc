@@ -1,0 +1,204 @@
+// _native.known_* (known_submit_py.h). Every function runs with the GIL held; the arena's
+// mapping is kept exported (so it stays put while the gRPC thread copies into it) from
+// known_set_arena until the next known_set_arena or known_detach, which its owner calls
+// before it closes the segment (mmap refuses to close while exported).
+#include "known_submit_py.h"
+
+#include <fcntl.h>
+#include <semaphore.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "input_arena_type.h"
+#include "known_submit.h"
+#include "ring_producer_type.h"
+
+namespace triton_mp {
+
+namespace {
+
+Py_buffer g_view;          // the arena's mapping, while g_exported
+bool g_exported = false;
+sem_t* g_wake = nullptr;   // the scheduler's wake-up, while opened
+
+void ReleaseArena() {
+  if (!g_exported) return;
+  g_exported = false;
+  PyBuffer_Release(&g_view);
+}
+
+void CloseWake() {
+  if (g_wake != nullptr) sem_close(g_wake);
+  g_wake = nullptr;
+}
+
+// known_set_arena(arena: InputArena): calls are allocated in this arena from now on (every
+// lesson is forgotten: its template names the arena it was made in).
+PyObject* SetArena(PyObject*, PyObject* arena) {
+  PyObject* segment = nullptr;
+  std::shared_ptr<ArenaBlocks> blocks = ArenaBlocksOf(arena, &segment);
+  if (!blocks) return nullptr;
+  PyObject* buf = PyObject_GetAttrString(segment, "buf");
+  if (buf == nullptr) return nullptr;
+  Py_buffer view;
+  int rc = PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE);
+  Py_DECREF(buf);
+  if (rc != 0) return nullptr;
+  if (static_cast<uint64_t>(view.len) < kArenaHeaderBytes + blocks->capacity()) {
+    PyBuffer_Release(&view);
+    PyErr_SetString(PyExc_ValueError, "the arena's mapping is smaller than its capacity");
+    return nullptr;
+  }
+  TheKnownSubmit().SetArena(std::move(blocks), static_cast<unsigned char*>(view.buf),
+                            static_cast<uint64_t>(view.len));
+  ReleaseArena();  // NOTE: after SetArena: the gRPC thread no longer uses the old one
+  g_view = view;
+  g_exported = true;
+  Py_RETURN_NONE;
+}
+
+// known_set_ring(producer: RingProducer, wake: str | None): the ring to the scheduler, and
+// the POSIX semaphore that wakes it (None: never woken from here).
+PyObject* SetRing(PyObject*, PyObject* args) {
+  PyObject* producer;
+  const char* wake_name = nullptr;
+  if (!PyArg_ParseTuple(args, "Oz", &producer, &wake_name)) return nullptr;
+  std::shared_ptr<RingProducer> ring = RingProducerOf(producer);
+  if (!ring) return nullptr;
+  sem_t* wake = nullptr;
+  if (wake_name != nullptr) {
+    wake = sem_open(wake_name, 0);
+    if (wake == SEM_FAILED) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, wake_name);
+  }
+  TheKnownSubmit().SetRing(std::move(ring), wake);
+  CloseWake();  // NOTE: after SetRing: the gRPC thread no longer posts the old one
+  g_wake = wake;
+  Py_RETURN_NONE;
+}
+
+// known_add_ids(first, n): request ids first .. first + n - 1 are the native side's to use.
+PyObject* AddIds(PyObject*, PyObject* args) {
+  unsigned long long first, n;
+  if (!PyArg_ParseTuple(args, "KK", &first, &n)) return nullptr;
+  TheKnownSubmit().AddIds(first, n);
+  Py_RETURN_NONE;
+}
+
+// known_ids_left() -> int
+PyObject* IdsLeft(PyObject*, PyObject*) {
+  return PyLong_FromUnsignedLongLong(TheKnownSubmit().ids_left());
+}
+
+// The u64 values of a sequence of ints. False: a Python error is set.
+bool U64s(PyObject* obj, std::vector<uint64_t>* out) {
+  PyObject* seq = PySequence_Fast(obj, "a sequence of ints is needed");
+  if (seq == nullptr) return false;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); ++i) {
+    unsigned long long v = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
+    if (PyErr_Occurred()) {
+      Py_DECREF(seq);
+      return false;
+    }
+    out->push_back(v);
+  }
+  Py_DECREF(seq);
+  return true;
+}
+
+// known_teach(key, client_id, lesson_id, sizes, at, block_bytes, record, bit) -> bool: a
+// request whose split key is `key` and id `client_id` (bytes) is submitted natively from now
+// on (known_submit.h KnownLesson). False: the lesson does not fit (nothing kept).
+PyObject* Teach(PyObject*, PyObject* args) {
+  Py_buffer key, client_id, record;
+  unsigned long long lesson_id, block_bytes, bit;
+  PyObject* sizes;
+  PyObject* at;
+  if (!PyArg_ParseTuple(args, "y*y*KOOKy*K", &key, &client_id, &lesson_id, &sizes, &at,
+                        &block_bytes, &record, &bit)) {
+    return nullptr;
+  }
+  KnownLesson lesson;
+  lesson.id = lesson_id;
+  lesson.client_id.assign(static_cast<const char*>(client_id.buf),
+                          static_cast<size_t>(client_id.len));
+  lesson.block_bytes = block_bytes;
+  lesson.record.assign(static_cast<const char*>(record.buf), static_cast<size_t>(record.len));
+  lesson.bit = bit;
+  std::string k(static_cast<const char*>(key.buf), static_cast<size_t>(key.len));
+  PyBuffer_Release(&key);
+  PyBuffer_Release(&client_id);
+  PyBuffer_Release(&record);
+  if (!U64s(sizes, &lesson.sizes) || !U64s(at, &lesson.at)) return nullptr;
+  return PyBool_FromLong(TheKnownSubmit().Teach(k, std::move(lesson)));
+}
+
+// known_clear(): forget every lesson (un-teach).
+PyObject* Clear(PyObject*, PyObject*) {
+  TheKnownSubmit().Clear();
+  Py_RETURN_NONE;
+}
+
+// known_detach(): forget the lessons, the arena (its export ends) and the ring.
+PyObject* Detach(PyObject*, PyObject*) {
+  TheKnownSubmit().Detach();
+  ReleaseArena();
+  CloseWake();
+  Py_RETURN_NONE;
+}
+
+// known_stats() -> dict of counters (known_submit.h KnownStats).
+PyObject* Stats(PyObject*, PyObject*) {
+  KnownStats s = TheKnownSubmit().stats();
+  return Py_BuildValue("{sKsKsKsKsKsKsKsK}", "sent", (unsigned long long)s.sent, "unknown",
+                       (unsigned long long)s.unknown, "declined", (unsigned long long)s.declined,
+                       "no_ids", (unsigned long long)s.no_ids, "no_room",
+                       (unsigned long long)s.no_room, "full", (unsigned long long)s.full,
+                       "wakes", (unsigned long long)s.wakes, "cleared",
+                       (unsigned long long)s.cleared);
+}
+
+// known_submit(message, arrival_ns) -> (request id, lesson id, offset, generation) or the
+// KnownResult (int) that left it to Python: what the gRPC thread does with a call's request
+// (tests; the GIL is released around it, as on the gRPC thread).
+PyObject* Submit(PyObject*, PyObject* args) {
+  Py_buffer message;
+  unsigned long long arrival_ns;
+  if (!PyArg_ParseTuple(args, "y*K", &message, &arrival_ns)) return nullptr;
+  KnownSent sent;
+  KnownResult result = KnownResult::kUnknown;
+  Py_BEGIN_ALLOW_THREADS
+  Chunks chunks;
+  chunks.Add(static_cast<const unsigned char*>(message.buf), static_cast<size_t>(message.len));
+  RequestSplit split;
+  if (SplitInferRequest(chunks, &split)) {
+    result = TheKnownSubmit().Submit(chunks, split, arrival_ns, &sent);
+  }
+  Py_END_ALLOW_THREADS
+  PyBuffer_Release(&message);
+  if (result != KnownResult::kSent) return PyLong_FromLong(static_cast<long>(result));
+  return Py_BuildValue("(KKKk)", (unsigned long long)sent.request_id,
+                       (unsigned long long)sent.lesson_id, (unsigned long long)sent.offset,
+                       (unsigned long)sent.generation);
+}
+
+PyMethodDef kFunctions[] = {
+    {"known_set_arena", SetArena, METH_O, "Allocate known calls in this InputArena."},
+    {"known_set_ring", SetRing, METH_VARARGS, "(RingProducer, wake semaphore name or None)."},
+    {"known_add_ids", AddIds, METH_VARARGS, "(first, n): request ids the native side uses."},
+    {"known_ids_left", IdsLeft, METH_NOARGS, "Request ids the native side has left."},
+    {"known_teach", Teach, METH_VARARGS, "Teach one key (known_submit.h KnownLesson)."},
+    {"known_clear", Clear, METH_NOARGS, "Forget every lesson."},
+    {"known_detach", Detach, METH_NOARGS, "Forget the lessons, the arena and the ring."},
+    {"known_stats", Stats, METH_NOARGS, "The known submitter's counters."},
+    {"known_submit", Submit, METH_VARARGS, "Submit one request as the gRPC thread does."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+}  // namespace
+
+bool AddKnownSubmit(PyObject* module) { return PyModule_AddFunctions(module, kFunctions) == 0; }
+
+}  // namespace triton_mp

@@ -1,0 +1,195 @@
+"""Teaching the native server's gRPC thread the known unary calls it submits itself
+(``known_submit.h``), and un-teaching it.
+
+Imported by ``frontend.native.public_port``. A known call Python sent on the patched lane
+(``Inference.submit_known_to``: a known key, byte sizes that match, a record template for
+its form, no client region, no histogram, no direct route; the handoff's gate: no tracing,
+no forwarded headers) is offered here (``offer``); its key, id, byte sizes, input
+positions in the block and record template are taught to C++ (``_native.known_teach``)
+with a ``Lesson`` (``KnownCalls.learn``: what registers the calls C++ sends by it). The
+next call with that key and id is then submitted by the gRPC thread without Python: its
+arena block, its bytes, its record, its push and its wake; Python only registers it
+(``KnownCalls.register``) and answers it as before. Anything that does not match a lesson
+goes to Python as it always did, so every Triton rule and word stays here.
+
+Every lesson is forgotten (``forget``, C++ ``Clear``) on each event after which Python's
+decision could differ: a model table update (models, versions, direct routes), the drain,
+a trace settings change, a known key dropped or the known table cleared; a new newest
+input arena re-points C++ at it (``arena_changed``, which forgets too: a template names
+its arena). Never taught: a form whose block is not in the newest arena, a decoupled model
+(the known lane of ModelInfer never has one), and whatever the patched lane already
+refuses (held regions, ``preserve_ordering``, latency histograms, a response-cache miss).
+
+Request ids are handed to C++ in bulk (``PendingTable.reserve``); when it runs out, a call
+goes the Python way, whose ``offer`` hands more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Protocol
+
+from triton_mp.frontend.dispatch.known_requests import KnownRequest
+from triton_mp.frontend.dispatch.pending import PendingTable
+from triton_mp.frontend.inference import Inference
+from triton_mp.frontend.native.known_calls import KnownCalls, Lesson
+from triton_mp.ipc import ArenaAllocator
+from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, ArenaBlocks, align
+
+IDS_LOW = 256
+"""Fewer request ids left in C++ than this: ``offer`` hands it ``IDS_BULK`` more."""
+IDS_BULK = 4096
+
+
+class Native(Protocol):
+    """The extension's ``known_*`` functions (``known_submit_py.cc``)."""
+
+    def known_set_arena(self, arena: object, /) -> None: ...
+    def known_set_ring(self, producer: object, wake: str | None, /) -> None: ...
+    def known_add_ids(self, first: int, n: int, /) -> None: ...
+    def known_ids_left(self) -> int: ...
+    def known_teach(
+        self,
+        key: bytes,
+        client_id: bytes,
+        lesson_id: int,
+        sizes: tuple[int, ...],
+        at: tuple[int, ...],
+        block_bytes: int,
+        record: bytes,
+        bit: int,
+        /,
+    ) -> bool: ...
+    def known_clear(self) -> None: ...
+    def known_detach(self) -> None: ...
+    def known_stats(self) -> dict[str, int]: ...
+
+
+class Gate(Protocol):
+    """``InferenceServicer.known_allowed``: no tracing, no forwarded headers."""
+
+    def known_allowed(self) -> bool: ...
+
+
+class Refreshes(Protocol):
+    """``Tracer``: ``on_refresh`` is called after every trace settings update."""
+
+    on_refresh: Callable[[], None] | None
+
+
+class TableChanges(Protocol):
+    """``InboxHandler``: ``on_table_change`` is called before a model table update."""
+
+    on_table_change: Callable[[], None] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Wiring:
+    """What the gRPC thread submits with, and the events that un-teach it.
+
+    Attributes:
+        producer: the ``_native.RingProducer`` of the ring to the scheduler
+            (``shared_ring.SharedRing.producer``); ``wake``: the scheduler's wake-up
+            semaphore's name.
+        arena: the frontend's input arenas (C++ allocates in the newest).
+        tracer, inbox: their trace settings and model table updates un-teach.
+    """
+
+    producer: object
+    wake: str
+    arena: ArenaAllocator
+    tracer: Refreshes
+    inbox: TableChanges
+
+
+class NativeKnown:
+    """The gRPC thread's lessons (module docstring).
+
+    Args:
+        native: the extension module.
+        calls: the handoff's known calls (lessons for registration).
+        gate: whether a known call may skip the handler now.
+    """
+
+    def __init__(self, native: Native, calls: KnownCalls, gate: Gate) -> None:
+        self._native = native
+        self._calls = calls
+        self._pending: PendingTable = calls.pending
+        self._gate = gate
+        self._segment = ""
+        """The arena C++ allocates in (``arena_changed``); "": none, nothing is taught."""
+        self._taught: set[tuple[Hashable, str]] = set()
+        self._closed = False
+
+    def wire(self, wiring: Wiring, inference: Inference) -> None:
+        """Give C++ the ring to the scheduler, its wake-up and the newest input arena, and
+        hook the teaching and every un-teaching event (module docstring)."""
+        self._native.known_set_ring(wiring.producer, wiring.wake)
+        newest = wiring.arena.newest
+        if newest is not None:
+            self.arena_changed(newest)
+        wiring.arena.on_new_arena = self.arena_changed
+        inference.teach_with(self.offer, self.forget)
+        wiring.tracer.on_refresh = self.forget
+        wiring.inbox.on_table_change = self.forget
+
+    def arena_changed(self, arena: ArenaBlocks) -> None:
+        """A new newest input arena (``ArenaAllocator.on_new_arena``; a
+        ``_native.InputArena``): C++ allocates in it from now on, and forgets every
+        lesson."""
+        if self._closed:
+            return
+        self._native.known_set_arena(arena)
+        self._segment = arena.segment.name
+        self._taught.clear()
+
+    def forget(self) -> None:
+        """Un-teach every lesson (module docstring: the events)."""
+        self._native.known_clear()
+        self._taught.clear()
+
+    def close(self) -> None:
+        """Nothing is submitted natively any more; the arena's mapping is let go (before
+        the arena is closed)."""
+        self._closed = True
+        self._native.known_detach()
+        self._segment = ""
+        self._taught.clear()
+
+    def stats(self) -> dict[str, int]:
+        """C++'s counters (``known_submit.h`` KnownStats): sent, declined, cleared, ..."""
+        return self._native.known_stats()
+
+    def offer(self, key: Hashable, known: KnownRequest, client_id: str, segment: str) -> None:
+        """Python sent a known call on the patched lane (``Inference.submit_known_to``):
+        teach its key and id if they qualify (module docstring)."""
+        native = self._native
+        if self._closed:
+            return
+        if native.known_ids_left() < IDS_LOW:
+            native.known_add_ids(self._pending.reserve(IDS_BULK), IDS_BULK)
+        form = (key, client_id)
+        if segment != self._segment or form in self._taught or not isinstance(key, bytes):
+            return
+        model = known.model
+        template = known.templates.get((segment, client_id))
+        if template is None or known.held or model.decoupled or model.preserve_ordering:
+            return
+        if not self._gate.known_allowed():
+            return
+        at = []
+        pos = 0
+        for spec in known.inputs:
+            if type(spec) is not tuple:
+                return  # NOTE: a window in a client's region (held, never here)
+            at.append(pos)
+            pos += align(spec[3])
+        lesson = Lesson(model.name, known.valid.version, client_id, segment, sum(known.sizes))
+        lesson_id = self._calls.learn(lesson)
+        block_bytes = BLOCK_HEADER_BYTES + align(max(known.block_bytes, 1))
+        record, bit = template
+        if native.known_teach(
+            key, client_id.encode(), lesson_id, known.sizes, tuple(at), block_bytes, record, bit
+        ):
+            self._taught.add(form)
