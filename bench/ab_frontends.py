@@ -7,6 +7,7 @@ another checkout's native frontend as a fourth, in the same rounds.
 
     python bench/ab_frontends.py --pairs 4 --window 8 --pa-args=--streaming
     python bench/ab_frontends.py -c 16 --floor --base-src /tmp/main/src
+    python bench/ab_frontends.py -c 16 --floor --base-src /tmp/main/src --no-python
 
 Both servers run this checkout's ``src/`` as it is on disk, with the native extension built
 in place (``python setup.py build_ext --inplace``): a committed tree (``git archive``) has
@@ -106,7 +107,7 @@ def one_window(
 
 def _servers(args: argparse.Namespace, logs: Path) -> dict[str, ManagedServer]:
     servers: dict[str, ManagedServer] = {}
-    for side in SIDES:
+    for side in SIDES[:1] if args.no_python else SIDES:
         log = logs / f"ab_frontends_{os.getpid()}_{side}.log"
         servers[side] = TritonMP(args.repository, log, extra_args=["--grpc-frontend", side])
     if args.base_src is not None:
@@ -134,6 +135,9 @@ def main() -> int:
     add_run_arguments(ap, pairs=4, window_s=8.0)
     ap.add_argument("--floor", action="store_true", help="the native floor as a peer")
     ap.add_argument("--base-src", type=Path, help="another checkout's src/ (native frontend)")
+    ap.add_argument(
+        "--no-python", action="store_true", help="no --grpc-frontend python side (fewer servers)"
+    )
     args = ap.parse_args()
     env = load_peers_env(args.peers_env)
     logs = Path(os.environ.get("TMPDIR", "/tmp"))
