@@ -221,3 +221,17 @@ def test_a_death_fails_the_running_and_the_waiting_direct_batches(h: Harness) ->
     h.ready(0)  # restarted: offered once
     h.dispatch()
     assert leases(h).value == {0: 1}
+
+
+def test_a_leased_instance_is_never_quiet_while_its_version_has_queued_requests(
+    h: Harness,
+) -> None:
+    """The rule's premise: a quiet flag tells a leased version's worker that nothing is
+    queued for it (``done_wakeups``: such a version never forms a batch for its delay)."""
+    _only_0(h)
+    assert leases(h).frontend_take(0)
+    h.handle(direct(h, 0, _req(h, 900)))
+    assert 0 in h.core.quiet_done()
+    h.request("nodelay")
+    assert h.dispatch() == []  # instance 0 runs the direct batch
+    assert 0 not in h.core.quiet_done()
