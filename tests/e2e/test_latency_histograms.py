@@ -76,13 +76,16 @@ def servers(
 ) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     """(with histogram_latencies=true and two frontends, without the setting)."""
     with server_factory(tmp_path_factory.mktemp("logs")) as start:
+        # NOTE: the two start side by side
         on = start(
             repo,
             "--metrics-config=histogram_latencies=true",
             "--frontend-processes=2",
+            wait=False,
         )
-        off = start(repo)
+        off = start(repo, wait=False)
         for srv in (on, off):
+            srv.wait_live()
             client = grpcclient.InferenceServerClient(srv.url)
             wait_for(lambda c=client: c.is_model_ready("pipe3"), 120, "pipe3 ready")
             client.close()

@@ -54,10 +54,11 @@ def servers(
     repo: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, ServerProcess]]:
     with server_factory(tmp_path_factory.mktemp("logs")) as start:
-        yield {
-            "native": start(repo, "--grpc-frontend", "native"),
-            "python": start(repo, "--grpc-frontend", "python"),
-        }
+        # NOTE: the two start side by side
+        both = {f: start(repo, "--grpc-frontend", f, wait=False) for f in ("native", "python")}
+        for server in both.values():
+            server.wait_live()
+        yield both
 
 
 def _add_sub_request(**changes: Any) -> bytes:

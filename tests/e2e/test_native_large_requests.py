@@ -63,10 +63,11 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
     repo = tmp_path_factory.mktemp("large") / "repo"
     write_python_model(repo, "pair_py", PAIR_CONFIG, PAIR_MODEL)
     with server_factory(tmp_path_factory.mktemp("logs")) as start:
-        yield {
-            "native": start(repo, "--grpc-frontend", "native"),
-            "python": start(repo, "--grpc-frontend", "python"),
-        }
+        # NOTE: the two start side by side
+        both = {f: start(repo, "--grpc-frontend", f, wait=False) for f in ("native", "python")}
+        for server in both.values():
+            server.wait_live()
+        yield both
 
 
 def _inputs(seed: int) -> tuple[np.ndarray, np.ndarray]:
