@@ -81,6 +81,8 @@ class DynamicBatcher(QueuedInstances):
         """The last walk and the queue ``version`` it walked: ``pop_ready`` and
         ``next_deadline_ns`` run on every pass of the scheduler's loop, and the queue
         changes far less often than that."""
+        self._room: tuple[Walk | None, tuple[int, int] | None] = (None, None)
+        """The last walk ``forming_room`` saw and its answer (it runs on every pass too)."""
 
     def pop_ready(self, now_ns: int) -> list[Batch]:
         out = []
@@ -135,9 +137,21 @@ class DynamicBatcher(QueuedInstances):
         return self._idle[0], w.oldest_ns + self.max_queue_delay_ns
 
     def forming_room(self) -> tuple[int, int] | None:
-        if self._queue.priority_levels > 1 or self.due_batch() is None:
+        queue = self._queue
+        if not (queue and self._idle and self.max_queue_delay_ns and self.max_batch_size):
+            return None
+        if queue.priority_levels > 1:
             return None
         w = self._walk()
+        room = self._room
+        if room[0] is not w:
+            room = self._room = (w, self._room_after(w))
+        return room[1]
+
+    def _room_after(self, w: Walk) -> tuple[int, int] | None:
+        """``forming_room`` of walk ``w`` (an idle instance, a delay, one level)."""
+        if w.cut or w.stop or w.total >= self.max_preferred:
+            return None  # NOTE: due now, as in due_batch
         rows = room_before_cut(w.total, self.preferred, self.max_preferred, self.max_batch_size)
         return (rows, w.oldest_ns) if rows > 0 else None
 
