@@ -4,7 +4,8 @@
 // the raw bytes copied in, the lesson's REQUEST record template patched (record_patch.h) and
 // pushed into the scheduler's ring (RingProducer, shared with Python's pushes), then the
 // scheduler woken unless the lesson's quiet-word bit is set in the ring's quiet word (read
-// after a fence: HeldWakes' rule in frontend/dispatch/wakes.py). Anything that does not match
+// after a fence: HeldWakes' rule in frontend/dispatch/wakes.py) or a post of its wake-up is
+// still pending (it announces this record too). Anything that does not match
 // a lesson, or finds no id, no room or a full ring, is left to Python (nothing was done).
 //
 // Python twins (every decision is Python's, taught here; nothing is decided twice):
