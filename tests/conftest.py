@@ -67,10 +67,18 @@ E2E = Path(__file__).resolve().parent / "e2e"
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test under tests/e2e/ is marked ``e2e`` (it starts servers), so
-    ``python -m pytest -m "not e2e"`` is the fast tier whatever a file's own marks say."""
+    ``python -m pytest -m "not e2e"`` is the fast tier whatever a file's own marks say.
+
+    tests/e2e/test_container.py's tests run last: their image builds in the background
+    from the first e2e test on (tests/e2e/conftest.py), in the time the others leave idle.
+    """
     for item in items:
         if E2E in item.path.parents:
             item.add_marker(pytest.mark.e2e)
+    container = [item for item in items if item.path == E2E / "test_container.py"]
+    if container:
+        items[:] = [item for item in items if item.path != E2E / "test_container.py"]
+        items.extend(container)
 
 
 @pytest.fixture(scope="session", autouse=True)

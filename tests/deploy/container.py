@@ -21,10 +21,14 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.deploy.manifests import DEPLOY, by_kind, render
 
@@ -174,22 +178,34 @@ never finds them, and they are 0.7 to 1.3 GB each), and the Dockerfile's native 
 stages side by side, as BuildKit runs them."""
 
 
-def build_image(podman: Podman, base: str, tag: str, log: Path) -> Built:
-    """``podman build`` of the checkout's Dockerfile on ``base``, its output in ``log``.
-    The caller removes the image by ``Built.image_id``."""
+def build_image(
+    podman: Podman,
+    base: str,
+    tag: str,
+    log: Path,
+    running: Callable[[subprocess.Popen[bytes]], None] = lambda _proc: None,
+) -> Built:
+    """``podman build`` of the checkout's Dockerfile on ``base``, its output in ``log``;
+    ``running`` gets the build's process (to stop it). The caller removes the image by
+    ``Built.image_id``."""
     t0 = time.monotonic()
     with log.open("w") as f:
-        out = subprocess.run(
+        proc = subprocess.Popen(
             ["nice", "-n", "10", "podman", "build", *BUILD_ARGS]
             + ["--build-arg", f"BASE_IMAGE={base}", "-t", tag, str(ROOT)],
             env=podman.env,
             stdout=f,
             stderr=subprocess.STDOUT,
-            timeout=1200,
-            check=False,
         )
+        running(proc)
+        try:
+            proc.wait(timeout=1200)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     build_s = time.monotonic() - t0
-    assert out.returncode == 0, f"podman build failed:\n{log.read_text()[-4000:]}"
+    assert proc.returncode == 0, f"podman build failed:\n{log.read_text()[-4000:]}"
 
     def inspect(image: str, field: str) -> str:
         return podman("image", "inspect", "--format", f"{{{{.{field}}}}}", image).stdout.strip()
@@ -202,6 +218,78 @@ def build_image(podman: Podman, base: str, tag: str, log: Path) -> Built:
         int(inspect(tag, "Size")),
         int(inspect(base, "Size")),
     )
+
+
+class ImageBuild:
+    """The tools, the base and the image of tests/e2e/test_container.py, made on a thread
+    of their own from the test session's first e2e test on (the build is ``nice``: it takes
+    the cores the other tests leave idle), while those tests run first.
+
+    ``result()`` waits for it: the podman and the image, or the test's skip (the tools
+    cannot be installed, podman cannot run a container here); ``close()`` stops a build
+    still running and removes the image.
+    """
+
+    def __init__(self, work: Path) -> None:
+        self._work = work
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stop = False
+        self.podman: Podman | None = None
+        self.built: Built | None = None
+        self.skip: str | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="image-build", daemon=True)
+        self._thread.start()
+
+    def _running(self, proc: subprocess.Popen[bytes]) -> None:
+        self._proc = proc
+        if self._stop:
+            proc.kill()
+
+    def _run(self) -> None:
+        try:
+            self.skip = install_tools()
+            if self.skip is not None:
+                return
+            tool = podman_for(self._work)
+            info = tool("info", check=False)
+            if info.returncode != 0:
+                self.skip = f"podman cannot run here: {info.stderr.strip()[-400:]}"
+                return
+            self.podman = tool
+            base = base_image(tool)
+            probe = tool("run", "--rm", base, "true", check=False)
+            if probe.returncode != 0:
+                self.skip = f"podman cannot run a container here: {probe.stderr.strip()[-400:]}"
+                return
+            tag = f"localhost/triton-mp:e2e-{os.getpid()}"
+            self.built = build_image(tool, base, tag, self._work / "build.log", self._running)
+        except BaseException as e:  # noqa: BLE001 - handed to the test that needs the image
+            self.error = e
+
+    def result(self) -> tuple[Podman, Built]:
+        """The podman and the built image, once the build ends.
+
+        Raises:
+            pytest's Skipped: no podman here (the reason), or the build's own error.
+        """
+        self._thread.join()
+        if self.skip is not None:
+            pytest.skip(self.skip)
+        if self.error is not None:
+            raise self.error
+        assert self.podman is not None
+        assert self.built is not None
+        return self.podman, self.built
+
+    def close(self) -> None:
+        """Stop a build still running, wait for the thread, remove the image (by id)."""
+        self._stop = True
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+        self._thread.join()
+        if self.podman is not None and self.built is not None:
+            self.podman("rmi", "-f", self.built.image_id, check=False)
 
 
 def deployment() -> tuple[dict[str, Any], dict[str, Any]]:

@@ -46,12 +46,9 @@ import tritonclient.http as httpclient
 
 from tests.deploy.container import (
     Built,
+    ImageBuild,
     Podman,
-    base_image,
-    build_image,
     deployment,
-    install_tools,
-    podman_for,
     run_argv,
 )
 from tests.helpers import ocr_images
@@ -106,27 +103,29 @@ def _ready(url: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def podman(tmp_path_factory: pytest.TempPathFactory) -> Podman:
-    reason = install_tools()
-    if reason is not None:
-        pytest.skip(reason)
-    tool = podman_for(tmp_path_factory.mktemp("podman"))
-    info = tool("info", check=False)
-    if info.returncode != 0:
-        pytest.skip(f"podman cannot run here: {info.stderr.strip()[-400:]}")
-    return tool
+def built(
+    container_image_build: ImageBuild | None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Podman, Built]]:
+    """The image the session built while the other tests ran (tests/e2e/conftest.py; the
+    session removes it), else one built here; the test skips where podman cannot run."""
+    if container_image_build is not None:
+        yield container_image_build.result()
+        return
+    build = ImageBuild(tmp_path_factory.mktemp("podman"))
+    try:
+        yield build.result()
+    finally:
+        build.close()
 
 
 @pytest.fixture(scope="module")
-def image(podman: Podman, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
-    base = base_image(podman)
-    probe = podman("run", "--rm", base, "true", check=False)
-    if probe.returncode != 0:
-        pytest.skip(f"podman cannot run a container here: {probe.stderr.strip()[-400:]}")
-    tag = f"localhost/triton-mp:e2e-{os.getpid()}"
-    built = build_image(podman, base, tag, tmp_path_factory.mktemp("build") / "build.log")
-    yield built
-    podman("rmi", "-f", built.image_id, check=False)
+def podman(built: tuple[Podman, Built]) -> Podman:
+    return built[0]
+
+
+@pytest.fixture(scope="module")
+def image(built: tuple[Podman, Built]) -> Built:
+    return built[1]
 
 
 @pytest.fixture(scope="module")
