@@ -20,6 +20,7 @@ with a timeout, which asyncio cannot await without a thread hop per wake-up.
 from __future__ import annotations
 
 import logging
+import operator
 import signal
 from multiprocessing.connection import Connection
 
@@ -257,18 +258,30 @@ class Router:
             sender.send_bytes(encode(Shutdown()))
 
 
+_DISPATCH_NS = operator.attrgetter("dispatch_ns")
+
+
 def done_first(msgs: list[ToScheduler]) -> list[ToScheduler]:
     """One drain in the order the core handles it: the ``BatchDone`` s first, then the
     direct handoff's ``DirectSent`` notes, the rest in their order. A quiet ``BatchDone``
     (``scheduler.done_wakeups``) or a ``DirectSent`` (pushed without a wake-up, from any
     frontend's ring) may have waited since before the messages drained with it were sent:
     a statistics query, a worker's death, a request. Each of those sees the batch ended,
-    as it would have had the message woken the scheduler."""
+    as it would have had the message woken the scheduler.
+
+    The ``DirectSent`` s go in the order their batches were handed (``dispatch_ns``, one
+    monotonic clock for every process), not of the rings read: two frontends can hand the
+    same instance a batch each while the scheduler sleeps (the second took the lease its
+    worker re-offered after the first), and ``scheduler.direct`` learns which batch ended
+    last, and so who holds the lease, from that order."""
     if len(msgs) < 2:
         return msgs
     first: list[ToScheduler] = [m for m in msgs if type(m) is BatchDone]
-    first += [m for m in msgs if type(m) is DirectSent]
-    if not first or len(first) == len(msgs):
+    sent = [m for m in msgs if type(m) is DirectSent]
+    if len(sent) > 1:
+        sent.sort(key=_DISPATCH_NS)
+    first += sent
+    if not first or (len(first) == len(msgs) and len(sent) < 2):
         return msgs
     return first + [m for m in msgs if type(m) is not BatchDone and type(m) is not DirectSent]
 

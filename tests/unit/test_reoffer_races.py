@@ -1,0 +1,64 @@
+"""Adversarial interleavings of the worker's lease re-offer (``ipc.direct.worker_reoffers``)
+and the scheduler's bookkeeping of it (``scheduler.direct``), process-free on the recording
+harness with ``test_direct_handoff``'s fake leases (a second post of a posted lease fails).
+
+The worker's real order of an instance's batches is strict: a frontend can take the lease
+only after the worker posted it at the end of the previous batch. The scheduler sees that
+order only through its drains, which read the rings one after another (``Inbox.drain``):
+with two frontend processes, one drain may hold both frontends' ``DirectSent`` notes for
+the same instance in the order of their rings, not of their batches.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from tests.unit.scheduler_harness import Harness
+from tests.unit.test_direct_handoff import direct, done, h, leases  # noqa: F401
+from tests.unit.test_worker_reoffer import _drain, _only_0, _reoffered, _req
+from triton_mp.ipc.protocol.messages import DirectSent, direct_batch_id
+
+
+def _from_frontend(sent: DirectSent, frontend_id: int) -> DirectSent:
+    """``sent`` as frontend ``frontend_id`` would have numbered its batch."""
+    return msgspec.structs.replace(
+        sent, batch_id=direct_batch_id(frontend_id, sent.request.request_id)
+    )
+
+
+@pytest.mark.parametrize("b_ends", ["in_the_drain", "after_the_drain"])
+def test_two_frontends_batches_read_in_ring_order_leave_the_lease_to_the_last_batch(
+    h: Harness,  # noqa: F811
+    b_ends: str,
+) -> None:
+    """Frontend 1 hands batch A; its worker re-offers; frontend 0 takes the lease and
+    hands batch B; a third request reaches the scheduler meanwhile (no lease was on
+    offer), so B's ``BatchDone`` wakes it without a re-offer. The drain reads frontend 0's
+    ring first: B's ``DirectSent`` before A's. The lease is nobody's now (the worker did
+    not post it after B), so the queued request must go to the instance at once, not wait
+    for a claim to expire (``CLAIM_TIMEOUT_NS``, 1 s). Before ``done_first`` ordered the
+    ``DirectSent`` s by ``dispatch_ns`` the scheduler applied A's re-offer last, counted the
+    lease as offered, and the request waited that second."""
+    _only_0(h)
+    assert leases(h).frontend_take(0)
+    sent_a = _from_frontend(direct(h, 0, _req(h, 900)), 1)
+    end_a = _reoffered(h, sent_a)  # the worker posted the lease, then pushed this
+    h.clock.advance_us(50)
+    assert leases(h).frontend_take(0)
+    sent_b = _from_frontend(direct(h, 0, _req(h, 901)), 0)
+    end_b = done(h, 0, sent_b.batch_id)  # the scheduler was woken: no re-offer
+    if b_ends == "in_the_drain":
+        _drain(h, sent_b, sent_a, end_a, end_b)  # frontend 0's ring, 1's, the worker's
+        queued = h.request("nodelay")
+    else:
+        _drain(h, sent_b, sent_a, end_a)
+        queued = h.request("nodelay")
+        assert h.dispatch() == []  # instance 0 runs B
+        _drain(h, end_b)
+    assert leases(h).value == {0: 0}
+    ((instance, batch),) = h.dispatch()
+    assert (instance, batch.requests) == (0, (queued,))
+    st = h.stats("nodelay")
+    assert (st.inference_count, st.execution_count) == (2, 2)
+
