@@ -134,9 +134,17 @@ class Inference:
         self.sent, self.unteach = sent, unteach
 
 
+pulls: list[int] = []
+
+
 def wired() -> tuple[NativeKnown, FakeNative, Allocator, Hooks, Inference, Gate, Calls]:
     native, calls, gate = FakeNative(), Calls(), Gate()
-    teacher = NativeKnown(native, calls, gate)  # type: ignore[arg-type]
+
+    def pull() -> bool:
+        pulls.append(native.cleared)  # NOTE: how many clears came before the pull
+        return False
+
+    teacher = NativeKnown(native, calls, gate, pull)  # type: ignore[arg-type]
     allocator = Allocator(Arena(Segment("/a0")))
     hooks = Hooks()
     inference = Inference()
@@ -195,9 +203,12 @@ def test_each_event_unteaches_and_the_next_call_is_taught_again() -> None:
         inference.sent(b"key", known(), "r", "/a0")
         assert len(native.taught) == 1
         before = native.cleared
+        pulls.clear()
         event()
         assert native.cleared == before + 1
         assert native.taught == []
+        # NOTE: what C++ sent before is registered after the clear (the drain counts it)
+        assert pulls == [before + 1]
     # NOTE: a new newest arena: C++ allocates there and forgets; a form of the old one is
     # not taught any more, one of the new one is
     inference.sent(b"key", known(), "r", "/a0")

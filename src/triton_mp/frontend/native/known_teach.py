@@ -110,10 +110,15 @@ class NativeKnown:
         native: the extension module.
         calls: the handoff's known calls (lessons for registration).
         gate: whether a known call may skip the handler now.
+        pull: registers the calls C++ submitted and queued so far (``Handoff.pull_known``);
+            ``forget`` calls it after un-teaching, so the drain counts every call C++ sent.
     """
 
-    def __init__(self, native: Native, calls: KnownCalls, gate: Gate) -> None:
+    def __init__(
+        self, native: Native, calls: KnownCalls, gate: Gate, pull: Callable[[], bool] | None = None
+    ) -> None:
         self._native = native
+        self._pull = pull
         self._calls = calls
         self._pending: PendingTable = calls.pending
         self._gate = gate
@@ -145,9 +150,12 @@ class NativeKnown:
         self._taught.clear()
 
     def forget(self) -> None:
-        """Un-teach every lesson (module docstring: the events)."""
+        """Un-teach every lesson (module docstring: the events), then register what C++ sent
+        before (``pull``: the drain's ``wait_drained`` counts the pending table)."""
         self._native.known_clear()
         self._taught.clear()
+        if self._pull is not None:
+            self._pull()
 
     def close(self) -> None:
         """Nothing is submitted natively any more; the arena's mapping is let go (before
