@@ -261,7 +261,7 @@ class Inference:
         block, refs = write_inputs(self._arena, valid)
         classify = classification(request, model)
         ticket = self._ticket(model, target.version, request.id, trace, classify)
-        sink = ticket.deliver
+        sink: Callable[[Answer], None] = ticket.deliver
         if miss is not None and step is not None:
             sink = step.inserting_sink(sink, valid, *miss)
         held = region_ids(valid)

@@ -29,7 +29,7 @@ import logging
 import struct
 import time
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import msgspec
 
@@ -38,6 +38,9 @@ from triton_mp.frontend.validation.inputs import ValidInput
 from triton_mp.frontend.validation.request import ValidRequest
 from triton_mp.ipc import SegmentCache, TensorRef, encode
 from triton_mp.ipc.protocol.messages import CacheOutcome, InferResponse
+
+_Answer = TypeVar("_Answer")
+"""What a request's sink takes (``dispatch.pending.Answer``: a response or a failure)."""
 
 log = logging.getLogger(__name__)
 
@@ -207,15 +210,15 @@ class ResponseCacheStep:
 
     def inserting_sink(
         self,
-        sink: Callable[[InferResponse | object], None],
+        sink: Callable[[_Answer], None],
         valid: ValidRequest,
         key: bytes,
         lookup_ns: int,
-    ) -> Callable[[object], None]:
+    ) -> Callable[[_Answer], None]:
         """``sink`` that first stores a successful final response under ``key`` (before
         the transport frees its block) and reports the miss."""
 
-        def deliver(answer: object) -> None:
+        def deliver(answer: _Answer) -> None:
             if (
                 isinstance(answer, InferResponse)
                 and answer.error is None
