@@ -17,7 +17,7 @@ import pytest
 from tests.unit.scheduler_harness import Harness
 from tests.unit.test_direct_handoff import direct, done, h, leases  # noqa: F401
 from tests.unit.test_worker_reoffer import _drain, _only_0, _reoffered, _req
-from triton_mp.ipc.protocol.messages import DirectSent, direct_batch_id
+from triton_mp.ipc.protocol.messages import CancelRequest, DirectSent, direct_batch_id
 
 
 def _from_frontend(sent: DirectSent, frontend_id: int) -> DirectSent:
@@ -62,3 +62,31 @@ def test_two_frontends_batches_read_in_ring_order_leave_the_lease_to_the_last_ba
     st = h.stats("nodelay")
     assert (st.inference_count, st.execution_count) == (2, 2)
 
+
+def test_a_cancel_reaches_the_worker_of_a_direct_batch_that_waits_for_the_reoffering_one(
+    h: Harness,  # noqa: F811
+) -> None:
+    """A frontend took the lease the worker re-offered after batch A and handed it B; the
+    scheduler read B's ``DirectSent`` before A's ``BatchDone`` (B waits, ``Handoffs._after``).
+    The client of B goes away: its cancel must reach the instance, which runs or is about
+    to run B (the model's ``is_cancelled()``), as it does for any running request."""
+    _only_0(h)
+    assert leases(h).frontend_take(0)
+    first = direct(h, 0, _req(h, 900))
+    h.handle(first)
+    end_a = _reoffered(h, first)
+    assert leases(h).frontend_take(0)
+    second = direct(h, 0, _req(h, 901))
+    h.handle(second)
+    req = second.request
+    cancel = CancelRequest(
+        request_id=req.request_id, reply_to=req.reply_to, model=req.model, version=req.version
+    )
+    h.handle(cancel)
+    assert h.to_workers[-1:] == [(0, cancel)]
+    assert h.failures() == []
+    h.handle(end_a)  # B starts; its worker answers it as the model decides
+    inst = h.core.lifecycle.instances.get(0)
+    assert inst is not None
+    assert inst.batch is not None
+    assert inst.batch.batch_id == second.batch_id

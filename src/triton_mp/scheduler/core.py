@@ -298,6 +298,8 @@ class SchedulerCore:
         # still open): its model may stop early when it sees ``is_cancelled()``; the
         # worker answers it as the model decides.
         instance_id = running_instance(self.lifecycle.instances, rkey)
+        if instance_id is None:
+            instance_id = self.handoffs.waiting_instance(rkey)
         if instance_id is not None:
             self._out.to_instance(instance_id, msg)
 

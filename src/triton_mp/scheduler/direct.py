@@ -28,7 +28,7 @@ from typing import Protocol
 from triton_mp.common.close_reason import CloseReason
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.direct import handoff_eligible
-from triton_mp.ipc.protocol.messages import BatchDone, DirectSent, WorkerDied
+from triton_mp.ipc.protocol.messages import BatchDone, DirectSent, ReplyTo, WorkerDied
 from triton_mp.scheduler.instances import (
     Generation,
     Health,
@@ -283,6 +283,17 @@ class Handoffs:
         if reoffered and self.leases is not None:
             self.offered.add(iid)
             self.stale = True
+        return None
+
+    def waiting_instance(self, key: tuple[ReplyTo, int]) -> int | None:
+        """The instance a direct request ``key`` (reply address, request id) was handed to
+        while it waits here for the batch its worker re-offered after (``_after``): it runs
+        there next, so a cancellation goes to it as to a running request's."""
+        for iid, waiting in self._after.items():
+            for sent in waiting:
+                req = sent.request
+                if req.request_id == key[1] and req.reply_to == key[0]:
+                    return iid
         return None
 
     def early_done(self, msg: BatchDone) -> bool:
