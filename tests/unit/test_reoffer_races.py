@@ -17,7 +17,13 @@ import pytest
 from tests.unit.scheduler_harness import Harness
 from tests.unit.test_direct_handoff import direct, done, h, leases  # noqa: F401
 from tests.unit.test_worker_reoffer import _drain, _only_0, _reoffered, _req
-from triton_mp.ipc.protocol.messages import CancelRequest, DirectSent, direct_batch_id
+from triton_mp.ipc.protocol.messages import (
+    CancelRequest,
+    DirectSent,
+    InstancesRetired,
+    Shutdown,
+    direct_batch_id,
+)
 
 
 def _from_frontend(sent: DirectSent, frontend_id: int) -> DirectSent:
@@ -90,3 +96,42 @@ def test_a_cancel_reaches_the_worker_of_a_direct_batch_that_waits_for_the_reoffe
     assert inst is not None
     assert inst.batch is not None
     assert inst.batch.batch_id == second.batch_id
+
+
+@pytest.mark.parametrize("taken", [False, True])
+def test_a_lease_reoffered_under_a_stale_quiet_flag_during_a_retirement_is_taken_back(
+    h: Harness,  # noqa: F811
+    taken: bool,
+) -> None:
+    """The worker read its quiet flag before the pass that retired its instance cleared
+    it, and posted the lease after its batch. The scheduler learns of that post only from
+    the ``BatchDone``: the pass that reads it takes the lease back, or, when a frontend took
+    it first, waits for that frontend's batch before it stops the instance; never a stop
+    while a handed request is on its way, never a lease left posted for a stopped one."""
+    _only_0(h)
+    assert leases(h).frontend_take(0)
+    sent_a = direct(h, 0, _req(h, 900))
+    h.handle(sent_a)
+    h.handle(InstancesRetired(instance_ids=(0, 1)))
+    h.dispatch()
+    end_a = _reoffered(h, sent_a)
+    if taken:
+        assert leases(h).frontend_take(0)
+        sent_b = direct(h, 0, _req(h, 901))
+    h.handle(end_a)
+    h.dispatch()
+    assert leases(h).value == {0: 0}
+    if taken:
+        assert _stopped(h) == set()  # the frontend's batch is on its way
+        h.handle(sent_b)
+        h.dispatch()
+        assert _stopped(h) == set()
+        h.handle(done(h, 0, sent_b.batch_id))
+        h.dispatch()
+    assert 0 in _stopped(h)
+    assert leases(h).value == {0: 0}
+    assert h.failures() == []
+
+
+def _stopped(harness: Harness) -> set[int]:
+    return {i for i, m in harness.to_workers if isinstance(m, Shutdown)}
