@@ -55,6 +55,16 @@ def handoff_eligible(spec: ModelVersionSpec, rate_limited: bool) -> bool:
     )
 
 
+WORKER_REOFFERS = False
+"""Whether workers re-offer their leases at all (``worker_reoffers``). Off: with it on,
+identity_py 1 MiB at c=4 over system shared memory (bench_vs_triton.py's ``id1m_shm``) stopped
+serving at all on 2026-12-06 (perf_analyzer: "No valid requests recorded"; the scheduler
+logged "a frontend took its lease and sent nothing" during ``id1m`` just before), and did
+not at 793485d, the commit before 2f2011a. Off, the supervisor gives no worker its lease and
+every leased version's ``BatchDone`` wakes the scheduler, which offers the lease: the
+behaviour before 2f2011a."""
+
+
 def worker_reoffers(quiet: bool, scheduler_woken: bool, rescheduled: bool) -> bool:
     """Whether a worker whose version is handoff-eligible (it holds a lease) posts its lease
     itself after a batch, instead of waking the scheduler to offer it.
