@@ -24,6 +24,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
+from tests.e2e.test_dynamic_batch_timing import MODEL as COUNT_MODEL  # the batch size as COUNT
 from tests.helpers.repos import write_python_model
 from tests.helpers.server import ServerProcess, server_factory
 from tests.helpers.spaced_requests import send_spaced
@@ -68,20 +69,6 @@ input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] }} ]
 output [ {{ name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 dynamic_batching {{ max_queue_delay_microseconds: {int(FORMING_DELAY_S * 1e6)} }}
-"""
-
-COUNT_MODEL = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        n = len(requests)
-        return [
-            pb_utils.InferenceResponse([pb_utils.Tensor("COUNT", np.full((1, 1), n, np.int32))])
-            for _ in requests
-        ]
 """
 
 
