@@ -242,3 +242,31 @@ def test_a_leased_instance_is_never_quiet_while_its_version_has_queued_requests(
     h.request("nodelay")
     assert h.dispatch() == []  # instance 0 runs the direct batch
     assert 0 not in h.core.quiet_done()
+
+
+def test_a_reoffer_the_scheduler_took_back_is_not_counted_again_when_its_batch_done_is_read(
+    h: Harness,
+) -> None:
+    """The live hang of id1m / id1m_shm (2026-12-06, /work/notes/reoffer-hang-debug.log):
+    the scheduler takes back a post whose BatchDone it has not read yet, then counts that
+    post as on offer when it reads the BatchDone, and a later take back fails (a 1 s claim)."""
+    _only_0(h)
+    assert leases(h).frontend_take(0)
+    a = direct(h, 0, _req(h, 900))
+    h.handle(a)
+    _drain(h, _reoffered(h, a))  # A's re-offer read: counted as on offer
+    assert h.core.handoffs.offered == {0}
+    assert leases(h).frontend_take(0)  # a frontend takes A's post for B
+    b = direct(h, 0, _req(h, 901))
+    end_b = _reoffered(h, b)  # B ran; its worker posted again
+    assert leases(h).frontend_take(0)  # ... taken for C
+    c = direct(h, 0, _req(h, 902))
+    end_c = _reoffered(h, c)  # C ran; posted again: on offer, unread
+    queued = h.request("nodelay")  # the pass takes the lease back: C's post
+    ((inst, batch),) = h.dispatch()
+    assert (inst, batch.requests) == (0, (queued,))
+    assert leases(h).value == {0: 0}
+    _drain(h, b, c, end_b, end_c)  # read late: they wait for the scheduler's batch
+    _drain(h, done(h, 0, batch.batch_id))  # it ends: B and C start, and end at once
+    assert leases(h).value == {0: 0}
+    assert 0 not in h.core.handoffs.offered, "C's post was taken back, yet counted on offer"

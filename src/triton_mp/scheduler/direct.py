@@ -85,7 +85,14 @@ class Handoffs:
         self._out = out
         self._rate_limited = rate_limited
         self.offered: set[int] = set()
-        """Instances whose lease is posted (as far as this scheduler knows)."""
+        """Instances whose lease is posted (as far as this scheduler knows): ``_posts`` > 0,
+        unless a take back failed (``claimed``)."""
+        self._posts: dict[int, int] = {}
+        """Per instance: the posts of its lease this scheduler has read (its own offers, its
+        worker's re-offers, ``BatchDone.reoffered``) less the takes it has read (frontends'
+        ``DirectSent`` s, its own take backs). Below 0 while a re-offering ``BatchDone`` is
+        unread after the ``DirectSent`` that took its post; a set would count a post twice
+        once this scheduler took back a post whose ``BatchDone`` it had not read."""
         self.claimed: dict[int, int] = {}
         """Instance -> when a take back failed: a frontend holds the lease, its
         ``DirectSent`` not read yet."""
@@ -151,6 +158,7 @@ class Handoffs:
             inst = self._instances.get(iid)
             if inst is None:
                 self.offered.discard(iid)
+                self._posts.pop(iid, None)
             else:
                 self._take_back(inst, now_ns)
         if self.claimed:
@@ -165,6 +173,9 @@ class Handoffs:
                 if iid in self.offered or iid in self.claimed or not _idle(inst, gen):
                     continue
                 leases.offer(iid)
+                # NOTE: idle, so no re-offering BatchDone is unread: a count below 0 came
+                # from a DirectSent read after its claim expired.
+                self._posts[iid] = 1
                 self.offered.add(iid)
 
     def _may_offer(
@@ -183,6 +194,7 @@ class Handoffs:
         self.offered.discard(iid)
         assert self.leases is not None
         if self.leases.take(iid):
+            self._count(iid, -1)
             return
         self.claimed[iid] = now_ns
         inst.leased = True
@@ -194,6 +206,7 @@ class Handoffs:
             if now_ns - since < CLAIM_TIMEOUT_NS:
                 continue
             del self.claimed[iid]
+            self._posts.pop(iid, None)
             self.stale = True
             inst = self._instances.get(iid)
             if inst is not None:
@@ -226,6 +239,7 @@ class Handoffs:
         fails here (its worker never answers it)."""
         iid, req = msg.instance_id, msg.request
         self.stale = True
+        self._count(iid, -1)
         self.offered.discard(iid)
         self.claimed.pop(iid, None)
         inst = self._instances.get(iid)
@@ -265,10 +279,14 @@ class Handoffs:
     def batch_ended(self, inst: Instance, reoffered: bool, now_ns: int) -> BatchDone | None:
         """``inst`` ended a batch (its ``BatchDone`` is applied): start the first direct
         batch waiting for it, returning that batch's ``BatchDone`` when it was read first
-        (the caller applies it too); else, when its worker posted the lease itself
-        (``BatchDone.reoffered``), count the lease as offered (``after_dispatch`` takes it
-        back if the pass finds work or a change)."""
+        (the caller applies it too). A post by its worker (``BatchDone.reoffered``) is
+        counted first (``_posts``): a waiting batch's ``DirectSent`` already counted the take
+        of it; else the lease counts as offered (``after_dispatch`` takes it back if the pass
+        finds work or a change)."""
         iid = inst.instance_id
+        if reoffered and self.leases is not None:
+            self._count(iid, 1)
+            self.stale = True
         waiting = self._after.get(iid)
         if waiting:
             sent = waiting.popleft()
@@ -280,10 +298,19 @@ class Handoffs:
                 self._out.fail(sent.request, ErrorCode.UNAVAILABLE, text, now_ns)
                 return None
             return self._start(inst, gen, sent, now_ns)
-        if reoffered and self.leases is not None:
-            self.offered.add(iid)
-            self.stale = True
         return None
+
+    def _count(self, iid: int, change: int) -> None:
+        """``_posts[iid]`` += ``change``; ``iid`` is offered while it is above 0."""
+        n = self._posts.get(iid, 0) + change
+        if n:
+            self._posts[iid] = n
+        else:
+            del self._posts[iid]
+        if n > 0:
+            self.offered.add(iid)
+        else:
+            self.offered.discard(iid)
 
     def waiting_instance(self, key: tuple[ReplyTo, int]) -> int | None:
         """The instance a direct request ``key`` (reply address, request id) was handed to
