@@ -27,7 +27,6 @@ from tests.e2e.test_faults import _infer, _inputs, _instance, _pid
 from tests.helpers.fault_models import write_faulty_model
 from tests.helpers.server import ServerProcess, counted, wait_for
 from triton_mp._proto import admin_pb2, admin_pb2_grpc
-from triton_mp.ipc import direct as ipc_direct
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -79,18 +78,14 @@ def test_requests_without_a_delay_are_handed_to_idle_instances_and_counted(
     for i in range(20):
         assert _infer(client, "echo_py", i) == i
     assert server.log().count(HANDED) >= 15, "most went straight to an instance"
-    # NOTE: where the worker re-offers its lease after each batch (ipc.direct
-    # worker_reoffers), the scheduler sleeps through c=1 traffic, and counts it when a query
-    # wakes it; where it does not (WORKER_REOFFERS off), each BatchDone wakes it to offer.
+    # NOTE: the worker re-offers its lease after each batch (ipc.direct.worker_reoffers):
+    # the scheduler sleeps through c=1 traffic, and counts it when a query wakes it.
     scheduler = psutil.Process(_pid(server, "triton-mp: scheduler"))
     slept = scheduler.num_ctx_switches().voluntary
     for i in range(40):
         assert _infer(client, "echo_py", i) == i
     woken = scheduler.num_ctx_switches().voluntary - slept
-    if ipc_direct.WORKER_REOFFERS:
-        assert woken < 10, f"the scheduler slept and woke {woken} times for 40 requests"
-    else:
-        assert woken >= 30, f"the scheduler woke only {woken} times for 40 requests"
+    assert woken < 10, f"the scheduler slept and woke {woken} times for 40 requests"
     # NOTE: a batch is counted when its BatchDone reaches the scheduler, after the answer
     stats = counted(lambda: _stats(client, "echo_py"), lambda s: s[0] >= 60, "60 counted")
     assert stats == (60, 60, 0)

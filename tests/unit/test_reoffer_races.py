@@ -17,7 +17,6 @@ import pytest
 from tests.unit.scheduler_harness import Harness
 from tests.unit.test_direct_handoff import direct, done, h, leases  # noqa: F401
 from tests.unit.test_worker_reoffer import _drain, _only_0, _reoffered, _req
-from triton_mp.ipc import direct as ipc_direct
 from triton_mp.ipc.protocol.messages import (
     CancelRequest,
     DirectSent,
@@ -25,12 +24,6 @@ from triton_mp.ipc.protocol.messages import (
     Shutdown,
     direct_batch_id,
 )
-
-
-@pytest.fixture(autouse=True)
-def _workers_reoffer(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests cover the re-offer mode, which ships off (``ipc.direct.WORKER_REOFFERS``)."""
-    monkeypatch.setattr(ipc_direct, "WORKER_REOFFERS", True)
 
 
 def _from_frontend(sent: DirectSent, frontend_id: int) -> DirectSent:

@@ -20,16 +20,9 @@ import pytest
 from tests.unit.scheduler_harness import Harness
 from tests.unit.test_direct_handoff import DELAYED, NODELAY, FakeLeases, direct, done, leases
 from triton_mp.common.errors import ErrorCode
-from triton_mp.ipc import direct as ipc_direct
 from triton_mp.ipc.direct import Lease, SelfOffer, create_lease, worker_reoffers
 from triton_mp.ipc.protocol.messages import BatchDone, DirectSent, InferRequest, WorkerDied
 from triton_mp.scheduler.main import done_first
-
-
-@pytest.fixture(autouse=True)
-def _workers_reoffer(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests cover the re-offer mode, which ships off (``ipc.direct.WORKER_REOFFERS``)."""
-    monkeypatch.setattr(ipc_direct, "WORKER_REOFFERS", True)
 
 
 @pytest.fixture

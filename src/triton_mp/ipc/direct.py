@@ -55,16 +55,6 @@ def handoff_eligible(spec: ModelVersionSpec, rate_limited: bool) -> bool:
     )
 
 
-WORKER_REOFFERS = True
-"""Whether workers re-offer their leases at all (``worker_reoffers``). Off, the supervisor
-gives no worker its lease and every leased version's ``BatchDone`` wakes the scheduler, which
-offers the lease: the behaviour before 2f2011a. It was off for a few hours on 2026-12-06:
-identity_py 1 MiB at c=4 (bench_vs_triton.py's ``id1m``, ``id1m_shm``) stalled for a second at
-a time or stopped serving, because ``scheduler.direct`` kept the offered leases as a set and
-counted a post twice once it had taken back a post whose ``BatchDone`` it had not read yet
-(``Handoffs._posts`` counts them now)."""
-
-
 def worker_reoffers(quiet: bool, scheduler_woken: bool, rescheduled: bool) -> bool:
     """Whether a worker whose version is handoff-eligible (it holds a lease) posts its lease
     itself after a batch, instead of waking the scheduler to offer it.

@@ -19,7 +19,6 @@ from typing import Any, cast
 import msgspec
 
 from triton_mp.common.errors import ErrorCode
-from triton_mp.ipc import direct as ipc_direct
 from triton_mp.ipc.memory.ring import RecordTooLarge
 from triton_mp.ipc.protocol.log_messages import LogSettingsUpdate, apply_update
 from triton_mp.ipc.protocol.messages import (
@@ -513,8 +512,7 @@ class SchedulerCore:
             return _NONE_QUIET
         # NOTE: a leased version's BatchDone may be quiet too: its worker re-offers the
         # lease itself under that flag, or wakes the scheduler (ipc.direct.worker_reoffers).
-        leased = _never_leased if ipc_direct.WORKER_REOFFERS else self.handoffs.eligible
-        return quiet_instances(self.lifecycle.instances, leased, loud_bits)
+        return quiet_instances(self.lifecycle.instances, _never_leased, loud_bits)
 
     def quiet_requests(self) -> int:
         """The frontends' rings' quiet word: the model buckets whose requests need not wake

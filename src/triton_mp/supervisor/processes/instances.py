@@ -26,7 +26,6 @@ import msgspec
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.process.gpus import Devices, worker_env
 from triton_mp.ipc import ChannelTimeout, Sender, encode
-from triton_mp.ipc import direct as ipc_direct
 from triton_mp.ipc.direct import DirectRoute, handoff_eligible
 from triton_mp.ipc.memory.notify import Wakeup
 from triton_mp.ipc.memory.ring import RecordTooLarge
@@ -163,10 +162,6 @@ class Instances:
     def _worker_lease(self, model: ModelVersionSpec, ch: InstanceChannels) -> str:
         """The lease a worker re-offers after its batches (``WorkerSpec.lease``): its
         instance's, when the direct handoff serves its version."""
-        # NOTE: off until the identity_py 1 MiB shm c=4 hang is understood (see
-        # WORKER_REOFFERS): the scheduler offers every lease, as before 2f2011a.
-        if not ipc_direct.WORKER_REOFFERS:
-            return ""
         return ch.lease if handoff_eligible(model, self._cfg.rate_limit != "off") else ""
 
     def _plan_routes(self, spec: WorkerSpec, ch: InstanceChannels) -> tuple[DirectRoute, ...]:
