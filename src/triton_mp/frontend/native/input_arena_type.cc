@@ -186,13 +186,13 @@ bool AddInputArenaType(PyObject* module) {
   return true;
 }
 
-std::shared_ptr<ArenaBlocks> ArenaBlocksOf(PyObject* obj, PyObject** segment) {
+std::shared_ptr<ArenaBlocks> ArenaBlocksOf(PyObject* obj, Py_buffer* view) {
   if (g_type == nullptr || !PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(g_type))) {
     PyErr_SetString(PyExc_TypeError, "an _native.InputArena is needed");
     return nullptr;
   }
   auto* self = reinterpret_cast<InputArenaObject*>(obj);
-  *segment = self->segment;
+  if (!MapOf(self, view)) return nullptr;
   return self->blocks;
 }
 

@@ -17,9 +17,10 @@ namespace triton_mp {
 // Adds the InputArena type to the module (at its init). False: a Python error is set.
 bool AddInputArenaType(PyObject* module);
 
-// The ArenaBlocks of an _native.InputArena, and its segment (borrowed) in *segment; nullptr
-// (TypeError set) for any other object.
-std::shared_ptr<ArenaBlocks> ArenaBlocksOf(PyObject* obj, PyObject** segment);
+// The ArenaBlocks of an _native.InputArena, with its segment's writable mapping exported
+// into *view (at least header + capacity bytes; the caller releases it); nullptr with a
+// Python error set (TypeError for any other object).
+std::shared_ptr<ArenaBlocks> ArenaBlocksOf(PyObject* obj, Py_buffer* view);
 
 }  // namespace triton_mp
 

@@ -38,20 +38,9 @@ void CloseWake() {
 // known_set_arena(arena: InputArena): calls are allocated in this arena from now on (every
 // lesson is forgotten: its template names the arena it was made in).
 PyObject* SetArena(PyObject*, PyObject* arena) {
-  PyObject* segment = nullptr;
-  std::shared_ptr<ArenaBlocks> blocks = ArenaBlocksOf(arena, &segment);
-  if (!blocks) return nullptr;
-  PyObject* buf = PyObject_GetAttrString(segment, "buf");
-  if (buf == nullptr) return nullptr;
   Py_buffer view;
-  int rc = PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE);
-  Py_DECREF(buf);
-  if (rc != 0) return nullptr;
-  if (static_cast<uint64_t>(view.len) < kArenaHeaderBytes + blocks->capacity()) {
-    PyBuffer_Release(&view);
-    PyErr_SetString(PyExc_ValueError, "the arena's mapping is smaller than its capacity");
-    return nullptr;
-  }
+  std::shared_ptr<ArenaBlocks> blocks = ArenaBlocksOf(arena, &view);
+  if (!blocks) return nullptr;
   TheKnownSubmit().SetArena(std::move(blocks), static_cast<unsigned char*>(view.buf),
                             static_cast<uint64_t>(view.len));
   ReleaseArena();  // NOTE: after SetArena: the gRPC thread no longer uses the old one
