@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -34,11 +35,31 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+_PORTS_BELOW_EPHEMERAL = (20000, 32768)
+"""Where ``free_port`` draws from: under Linux's default ``ip_local_port_range``
+(32768-60999), from which every outgoing connection of the test run (clients,
+perf_analyzer, the servers' own channels) takes its local port. A port bound to 0 comes
+from that range too, and CI once lost a test to a client's connection taking the metrics
+port between ``free_port`` and the server's bind."""
+
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 that was free a moment ago, never handed out before in this
+    test run, drawn from under the ephemeral range (``_PORTS_BELOW_EPHEMERAL``)."""
+    low, high = _PORTS_BELOW_EPHEMERAL
+    while True:
+        port = random.randrange(low, high)
+        if port in _handed_out:
+            continue
+        _handed_out.add(port)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
 
 
 def group_alive(pgid: int) -> bool:
