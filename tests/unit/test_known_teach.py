@@ -83,6 +83,7 @@ class Pending:
 class Calls:
     pending: Pending = field(default_factory=Pending)
     lessons: list[Any] = field(default_factory=list)
+    on_registered: Any = None
 
     def learn(self, lesson: Any) -> int:
         self.lessons.append(lesson)
@@ -233,3 +234,22 @@ def test_ids_are_handed_in_bulk_when_few_are_left_and_nothing_after_close() -> N
     native.taught.clear()
     inference.sent(b"third", known(), "r", "/a0")
     assert native.taught == []
+
+
+def test_ids_are_refilled_after_a_pass_registered_calls_c_sent() -> None:
+    """Not only the Python path's ``offer`` refills: a pass that registered calls C++ sent
+    (``KnownCalls.on_registered``) does too, so a run of native calls does not run dry."""
+    teacher, native, _, _, _, _, calls = wired()
+    assert calls.on_registered == teacher.refill
+    native.left = IDS_LOW
+    calls.on_registered()
+    assert native.ids == []
+    native.left = IDS_LOW - 1
+    calls.on_registered()
+    assert native.ids == [(50, IDS_BULK)]
+    calls.on_registered()
+    assert native.ids == [(50, IDS_BULK)]
+    teacher.close()
+    native.left = 0
+    calls.on_registered()
+    assert native.ids == [(50, IDS_BULK)]

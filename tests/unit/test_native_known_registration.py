@@ -223,3 +223,24 @@ def test_an_answer_nobody_submitted_is_still_an_orphan() -> None:
     rig = asyncio.run(go())
     assert rig.native.replies == []
     assert rig.pending.on_unknown is None  # NOTE: stop unhooks it
+
+
+def test_a_pass_that_registered_known_calls_says_so_once() -> None:
+    """``KnownCalls.on_registered`` (the teacher's id refill) runs once per ``register``
+    that registered some, never for a pass of other entries only."""
+
+    async def go() -> tuple[Rig, list[int]]:
+        rig = Rig(asyncio.get_running_loop())
+        told: list[int] = []
+        rig.known.on_registered = lambda: told.append(len(rig.pending))
+        rid = rig.pending.reserve(3)
+        rig.native.queue(rig.sent(1, rid), rig.sent(2, rid + 1))
+        await settle()
+        rig.native.queue((3, CALL, b"plain", ()))
+        await settle()
+        rig.handoff.stop()
+        return rig, told
+
+    rig, told = asyncio.run(go())
+    assert told == [2]
+    assert rig.servicer.handled == [b"plain"]

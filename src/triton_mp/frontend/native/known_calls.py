@@ -140,6 +140,9 @@ class KnownCalls:
         """Calls submitted and not answered, by call id (``cancel``)."""
         self._lessons: dict[int, Lesson] = {}
         self._next_lesson = 1
+        self.on_registered: Callable[[], None] | None = None
+        """Called after ``register`` registered some: the native side may be short of
+        request ids (``known_teach.NativeKnown.refill``)."""
 
     def learn(self, lesson: Lesson) -> int:
         """Keep ``lesson`` for the registration of the calls the native side submits by it:
@@ -171,6 +174,8 @@ class KnownCalls:
             pending.add_request(rid, BlockRef(lesson.segment, offset, generation), call)
             self.calls[call_id] = call
             n += 1
+        if n and self.on_registered is not None:
+            self.on_registered()
         return n
 
     def submit(self, call_id: int, data: bytes | Received, split: Split | None) -> bool:

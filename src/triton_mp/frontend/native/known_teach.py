@@ -20,8 +20,9 @@ its arena). Never taught: a form whose block is not in the newest arena, a decou
 (the known lane of ModelInfer never has one), and whatever the patched lane already
 refuses (held regions, ``preserve_ordering``, latency histograms, a response-cache miss).
 
-Request ids are handed to C++ in bulk (``PendingTable.reserve``); when it runs out, a call
-goes the Python way, whose ``offer`` hands more.
+Request ids are handed to C++ in bulk (``PendingTable.reserve``) when few are left: after
+each pass that registered calls C++ sent (``KnownCalls.on_registered``), and on each
+``offer``; a call that finds none left goes the Python way.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ class NativeKnown:
         """The arena C++ allocates in (``arena_changed``); "": none, nothing is taught."""
         self._taught: set[tuple[Hashable, str]] = set()
         self._closed = False
+        calls.on_registered = self.refill
 
     def wire(self, wiring: Wiring, inference: Inference) -> None:
         """Give C++ the ring to the scheduler, its wake-up and the newest input arena, and
@@ -169,14 +171,20 @@ class NativeKnown:
         """C++'s counters (``known_submit.h`` KnownStats): sent, declined, cleared, ..."""
         return self._native.known_stats()
 
+    def refill(self) -> None:
+        """Hand C++ ``IDS_BULK`` more request ids when fewer than ``IDS_LOW`` are left
+        (nothing once closed)."""
+        native = self._native
+        if not self._closed and native.known_ids_left() < IDS_LOW:
+            native.known_add_ids(self._pending.reserve(IDS_BULK), IDS_BULK)
+
     def offer(self, key: Hashable, known: KnownRequest, client_id: str, segment: str) -> None:
         """Python sent a known call on the patched lane (``Inference.submit_known_to``):
         teach its key and id if they qualify (module docstring)."""
         native = self._native
         if self._closed:
             return
-        if native.known_ids_left() < IDS_LOW:
-            native.known_add_ids(self._pending.reserve(IDS_BULK), IDS_BULK)
+        self.refill()
         form = (key, client_id)
         if segment != self._segment or form in self._taught or not isinstance(key, bytes):
             return
