@@ -172,11 +172,30 @@ def timeline(reqs: list[dict[str, int]]) -> list[dict[str, Any]]:
     return rows
 
 
-def print_table(model: str, rows: list[dict[str, Any]], n: int) -> None:
-    print(f"\n{model}: {n} requests; median µs after the take, and from the row before")
-    print(f"{'stage':58s} {'share':>5s} {'at':>8s} {'gap':>8s}")
+def from_anchor(reqs: list[dict[str, int]], rows: list[dict[str, Any]], anchor: str) -> None:
+    """Add ``from_us`` to each row: the median over the requests that have both of the
+    stage's offset from ``anchor`` (a stage name, e.g. the deadline's
+    ``scheduler:SchedulerCore.next_deadline_ns=#1``), µs; each request's own difference,
+    so it does not mix the spread of the two medians as ``at`` minus ``at`` would."""
     for row in rows:
-        print(f"{row['stage']:58s} {row['share']:5.2f} {row['at_us']:8.1f} {row['gap_us']:8.1f}")
+        k = row["stage"]
+        diffs = [r[k] - r[anchor] for r in reqs if k in r and anchor in r]
+        row["from_us"] = round(statistics.median(diffs) / 1e3, 1) if diffs else None
+
+
+def print_table(model: str, rows: list[dict[str, Any]], n: int, anchor: str | None) -> None:
+    print(f"\n{model}: {n} requests; median µs after the take, and from the row before")
+    if anchor:
+        print(f"(from: median µs after {anchor} in the same request)")
+    print(
+        f"{'stage':58s} {'share':>5s} {'at':>8s} {'gap':>8s}" + (f" {'from':>8s}" if anchor else "")
+    )
+    for row in rows:
+        line = f"{row['stage']:58s} {row['share']:5.2f} {row['at_us']:8.1f} {row['gap_us']:8.1f}"
+        if anchor:
+            f = row.get("from_us")
+            line += f" {f:8.1f}" if f is not None else f" {'-':>8s}"
+        print(line)
 
 
 def _servers(args: argparse.Namespace, repo: Path, tmp: Path, stamps: Path) -> list[TritonMP]:
@@ -197,6 +216,12 @@ def main() -> int:
     ap.add_argument("--peers-env", type=Path, default=ROOT / ".peers" / "peers.env")
     ap.add_argument("--pa-run", type=Path, default=ROOT / "bench" / "pa_run.py")
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--anchor",
+        help="a stage; each row also gives its median µs after it, per request (e.g. "
+        "'scheduler:SchedulerCore.next_deadline_ns=#1': the batching deadline)",
+    )
+    ap.add_argument("--keep", type=Path, help="copy the raw stamp files into this directory")
     args = ap.parse_args()
     models = args.model or [NODELAY_MODEL]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
@@ -256,7 +281,9 @@ def main() -> int:
     for model in models:
         reqs = [r for a, b in spans[model] for r in requests(all_stamps, a, b)]
         rows = timeline(reqs) if reqs else []
-        print_table(model, rows, len(reqs))
+        if args.anchor:
+            from_anchor(reqs, rows, args.anchor)
+        print_table(model, rows, len(reqs), args.anchor)
         plain, probed = runs[model]["plain"], runs[model]["probed"]
         summary = {
             "p50_us plain": _median([r.get("p50_us") for r in plain]),
@@ -273,6 +300,8 @@ def main() -> int:
     report["timed"] = {k: {"wall_us": w, "cpu_us": c, "calls": n} for k, (w, c, n) in timed.items()}
     if args.json:
         args.json.write_text(json.dumps({"report": report, "runs": runs}, indent=1))
+    if args.keep:
+        shutil.copytree(stamps, args.keep, dirs_exist_ok=True)
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

@@ -41,7 +41,11 @@ _STAGES = (
     ("triton_mp.workers.prewake", "EarlyWakes", ("batch_starts",)),
     ("triton_mp.ipc.direct", "SelfOffer", ("after_batch",)),
     ("triton_mp.scheduler.main", "Router", ("flush",)),
+    ("triton_mp.scheduler.core", "SchedulerCore", ("dispatch", "due_notices", "handle_all")),
 )
+_DEADLINES = (("triton_mp.scheduler.core", "SchedulerCore", "next_deadline_ns"),)
+"""Methods returning a CLOCK_MONOTONIC deadline (ns): each new value they return is stamped
+as ``Class.method=`` at that time, so the timeline shows where the deadline falls."""
 _TIMED = ("Handoff._kick", "Handoff.on_wakeup", "InboxHandler.on_wakeup", "DirectRoutes.hand")
 """Stages whose calls also record their wall and thread CPU time (module docstring)."""
 CPU_ID = 1_000_000
@@ -183,6 +187,30 @@ def _install(directory: str) -> None:
         for m in methods:
             if hasattr(cls, m):
                 wrap(cls, m, f"{cls_name}.{m}")
+
+    def wrap_deadline(cls: type, name: str) -> None:
+        f = getattr(cls, name)
+        sid = probe.sid(f"{cls.__name__}.{name}=")
+        last = [None]
+
+        def stamped(*a: object, **k: object) -> object:
+            value = f(*a, **k)
+            if value is not None and value != last[0]:
+                last[0] = value
+                if probe.mm is None:
+                    probe.open()
+                if probe.n < CAPACITY:
+                    probe.pack(probe.mm, probe.n * 16, sid, value)
+                    probe.n += 1
+            return value
+
+        setattr(cls, name, stamped)
+
+    for module, cls_name, method in _DEADLINES:
+        try:
+            wrap_deadline(getattr(importlib.import_module(module), cls_name), method)
+        except Exception as e:  # noqa: BLE001 - a commit without it: probe the rest
+            os.write(2, f"c1_probe: {module}.{cls_name}.{method}: {e}\n".encode())
     from triton_mp.ipc.channel import Sender
 
     for m in _SENDER:
