@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+import random
 import time
 from collections.abc import Iterator
 
@@ -17,7 +18,17 @@ from triton_mp.ipc.memory.notify import Wakeup, create_wakeup
 from triton_mp.ipc.memory.ring import Ring
 from triton_mp.ipc.memory.shm import unlink_quietly
 from triton_mp.ipc.protocol.messages import BatchAssign, BatchDue
-from triton_mp.scheduler.policies.clock import DUE_LEAD_NS, wait_plan
+from triton_mp.scheduler.main import _sleep_to_lead
+from triton_mp.scheduler.policies.clock import (
+    DUE_LEAD_NS,
+    LATE_QUANTILE,
+    MAX_LEAD_NS,
+    MIN_LEAD_NS,
+    NOTICE_NS,
+    FakeClock,
+    WakeLead,
+    wait_plan,
+)
 from triton_mp.scheduler.policies.default import DefaultScheduler
 from triton_mp.scheduler.policies.dynamic import DynamicBatcher
 from triton_mp.scheduler.policies.policy import Queued
@@ -50,6 +61,76 @@ def test_a_deadline_due_or_past_does_not_wait() -> None:
 
 def test_the_default_lead_is_a_few_tens_of_microseconds() -> None:
     assert 20 * US <= DUE_LEAD_NS <= 200 * US
+
+
+# ------------------------------------------------------------------ WakeLead
+
+
+def test_the_lead_starts_at_the_default() -> None:
+    assert WakeLead().lead_ns == DUE_LEAD_NS
+
+
+def _feed(lead: WakeLead, samples: list[int]) -> None:
+    for late in samples:
+        lead.slept(late)
+
+
+def test_the_lead_follows_the_late_quantile_of_the_sleeps_plus_the_notice() -> None:
+    # sleeps that end 20-80 µs late, evenly: the 0.9 quantile is ~74 µs
+    rng = random.Random(34)
+    samples = [rng.randrange(20 * US, 80 * US) for _ in range(6000)]
+    lead = WakeLead()
+    _feed(lead, samples)
+    want = sorted(samples)[int(len(samples) * LATE_QUANTILE)]
+    assert abs(lead.late_ns - want) < 8 * US
+    assert lead.lead_ns == lead.late_ns + NOTICE_NS
+
+
+def test_punctual_sleeps_bring_the_lead_down_to_the_notice() -> None:
+    lead = WakeLead()
+    _feed(lead, [2 * US] * 2000)
+    assert lead.late_ns < 5 * US
+    assert lead.lead_ns < DUE_LEAD_NS - 50 * US
+    _feed(lead, [-10 * US] * 2000)  # early: never below the notice's own time
+    assert lead.lead_ns == MIN_LEAD_NS
+
+
+def test_a_burst_of_very_late_sleeps_is_capped_and_forgotten() -> None:
+    lead = WakeLead()
+    _feed(lead, [3_000 * US] * 1000)  # milliseconds late under load: not chased
+    assert lead.lead_ns == MAX_LEAD_NS
+    _feed(lead, [30 * US] * 2000)  # the load goes: back within a few thousand sleeps
+    assert lead.lead_ns < DUE_LEAD_NS
+
+
+class _Inbox:
+    """``Inbox.wait`` as the loop sees it: ``woken`` or a timeout, the clock moved."""
+
+    def __init__(self, clock: FakeClock, woken: bool, took_us: int) -> None:
+        self.clock, self.woken, self.took_us = clock, woken, took_us
+
+    def wait(self, timeout_s: float | None) -> bool:
+        self.clock.advance_us(self.took_us)
+        return self.woken
+
+
+def test_a_timed_out_sleep_reports_its_lateness_from_the_planned_time() -> None:
+    clock = FakeClock()
+    planned = clock.now_ns()
+    clock.advance_us(10)  # the wait began 10 µs after the plan: late by that too
+    lead = WakeLead(late_ns=0)
+    # 395 µs from its own start is early, but 5 µs late against the plan
+    inbox = _Inbox(clock, woken=False, took_us=395)
+    assert _sleep_to_lead(inbox, 400e-6, planned, clock, lead) is False  # type: ignore[arg-type]
+    assert lead.late_ns > 0
+
+
+def test_a_sleep_a_message_ended_is_no_sample() -> None:
+    clock = FakeClock()
+    lead = WakeLead(late_ns=50 * US)
+    inbox = _Inbox(clock, woken=True, took_us=900)
+    assert _sleep_to_lead(inbox, 400e-6, clock.now_ns(), clock, lead) is True  # type: ignore[arg-type]
+    assert lead.late_ns == 50 * US
 
 
 # ------------------------------------------------------------ Policy.due_batch

@@ -59,6 +59,7 @@ from triton_mp.scheduler.policies.clock import (
     SCHEDULER_TIMER_SLACK_NS,
     Clock,
     MonotonicClock,
+    WakeLead,
     wait_plan,
 )
 
@@ -286,27 +287,45 @@ def done_first(msgs: list[ToScheduler]) -> list[ToScheduler]:
     return first + [m for m in msgs if type(m) is not BatchDone and type(m) is not DirectSent]
 
 
+def _sleep_to_lead(
+    inbox: Inbox[ToScheduler], sleep_s: float, now_ns: int, clock: Clock, lead: WakeLead
+) -> bool:
+    """Sleep on the inbox for ``sleep_s`` from ``now_ns`` (the lead before a deadline,
+    ``wait_plan``); True when a message ended it. A sleep that timed out tells ``lead`` how
+    late it ended."""
+    if inbox.wait(sleep_s):
+        return True
+    lead.slept(clock.now_ns() - now_ns - round(sleep_s * 1e9))
+    return False
+
+
 def _serve(core: SchedulerCore, inbox: Inbox[ToScheduler], router: Router, clock: Clock) -> int:
     """The loop (module docstring) until a ``Shutdown``; returns how many passes it made
     (logged at the stop: ``bench/ab_interleaved.py`` divides them by the batches)."""
     passes = 0
+    lead = WakeLead()
     while True:
         passes += 1
         deadline = core.next_deadline_ns()
-        sleep_s, poll_s = wait_plan(clock.now_ns(), deadline)
         requests = core.quiet_requests()
         # NOTE: the BatchDone of a model whose requests may wait unread wakes the
         # scheduler before a frontend can see its bit set (scheduler.request_wakeups).
         asked = router.quiet_done(core.quiet_done(requests))
         asked = router.quiet_requests(requests) or asked
         asked = router.forming(core.forming(router.frontends)) or asked
+        # NOTE: planned after the pass's bookkeeping: a timeout measured from the pass's
+        # start would end the sleep that much later than planned.
+        now = clock.now_ns()
+        sleep_s, poll_s = wait_plan(now, deadline, lead.lead_ns)
         if asked and inbox.has_pending():
             # NOTE: a BatchDone or a request pushed quietly before its flag or its bit was
             # cleared: no sleep.
             sleep_s, poll_s = 0.0, 0.0
         if not poll_s:
             inbox.wait(sleep_s)
-        elif not (sleep_s and inbox.wait(sleep_s)) and deadline is not None:
+        elif deadline is not None and not (
+            sleep_s and _sleep_to_lead(inbox, sleep_s, now, clock, lead)
+        ):
             # NOTE: the lead before a deadline began without a message: the workers whose
             # batch is due poll for it from now on, and so does this loop, to the deadline.
             deliver(core, core.due_notices(deadline), router.send, clock.now_ns())
