@@ -60,6 +60,7 @@ from triton_mp.frontend.native import (
     shared_ring_attach,
 )
 from triton_mp.frontend.native.known_teach import Wiring
+from triton_mp.frontend.native.known_wake import shared_allowance
 from triton_mp.frontend.native.public_port import NativePort
 from triton_mp.frontend.readiness import ReadinessChecks
 from triton_mp.frontend.shm.cuda import CudaShmRegistry
@@ -407,7 +408,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     direct = DirectRoutes(spec.frontend_id, to_scheduler.push_quiet, to_scheduler.send_bytes)
     direct.update(spec.direct_routes)
     scheduler_waker = Waker(spec.to_scheduler.wakeup)
-    wakes = HeldWakes.over(to_scheduler, scheduler_waker.wake)
+    wakes = HeldWakes.over(to_scheduler, scheduler_waker.wake, shared_allowance())
     handler = InboxHandler(inbox, pending, shm, models, cache, direct)
     handler.resend_shm = _resend_shm(spec.frontend_id, shm, peers)
     link = SupervisorLink(ready, handler.on_table_update)

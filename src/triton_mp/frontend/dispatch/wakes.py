@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Protocol
 
 from triton_mp.ipc.channel import Sender
 from triton_mp.ipc.recordio.quiet_requests import (
@@ -39,7 +40,11 @@ from triton_mp.ipc.recordio.quiet_requests import (
 
 class Allowance:
     """A producer's count of the rows it pushed into a forming batch without a wake-up
-    (``scheduler.forming``; pure: the caller reads the words)."""
+    (``scheduler.forming``; pure: the caller reads the words).
+
+    C++ twin: ``FormingAllowance`` in ``frontend/native/known_wake.h``, where the native
+    frontend's gRPC thread counts; ``tests/unit/test_known_wake.py`` replays the same drawn
+    cases through both."""
 
     __slots__ = ("epoch", "used")
 
@@ -58,6 +63,10 @@ class Allowance:
             return False
         epoch = allowance >> EPOCH_SHIFT
         if epoch != self.epoch:
+            if self.epoch >= 0 and (self.epoch - epoch) & ROWS_MASK < 1 << 31:
+                # NOTE: older than the epoch counted (u32 serial order): two threads that
+                # share one count (frontend.native.known_wake) read the words in either order.
+                return False
             # NOTE: the first epoch this producer sees counts as spent: a frontend that
             # replaced a dead one on this ring cannot know what that one pushed under it.
             self.used = 0 if self.epoch >= 0 else allowance & ROWS_MASK
@@ -67,6 +76,12 @@ class Allowance:
             return False
         self.used = used
         return True
+
+
+class Joins(Protocol):
+    """``Allowance.join``: what ``HeldWakes`` counts forming rows with."""
+
+    def join(self, bits: int, rows: int, first_ns: int, words: tuple[int, int, int]) -> bool: ...
 
 
 class HeldWakes:
@@ -81,6 +96,10 @@ class HeldWakes:
             every request wakes (or owes a wake).
         forming: reads the ring's forming words (``Sender.forming``) right after
             ``quiet_word``; None: no request joins a forming batch unread.
+        allowance: counts the rows pushed into forming batches (``Allowance.join``'s
+            signature); None: this producer's own ``Allowance``. The native frontend passes
+            the count its gRPC thread shares (``frontend.native.known_wake``): the two push
+            into one ring, whose allowance is for both together.
     """
 
     __slots__ = (
@@ -104,6 +123,7 @@ class HeldWakes:
         wake: Callable[[], None],
         quiet_word: Callable[[], int] | None = None,
         forming: Callable[[], tuple[int, int, int]] | None = None,
+        allowance: Joins | None = None,
     ) -> None:
         self._push_quiet = push_quiet
         self._send_bytes = send_bytes
@@ -117,17 +137,21 @@ class HeldWakes:
         """The quiet-word bits of the requests pushed without a wake since the outermost
         ``held`` began: a wake is owed unless the scheduler set them all."""
         self._forming = forming if quiet_word is not None else None
-        self._allowance = Allowance()
+        self._allowance: Joins = Allowance() if allowance is None else allowance
         self._rows = 0
         """The rows of those requests (``scheduler.forming``)."""
         self._first_ns = 0
         """The earliest arrival stamp of those requests (0: none yet)."""
 
     @classmethod
-    def over(cls, sender: Sender, wake: Callable[[], None]) -> HeldWakes:
+    def over(
+        cls, sender: Sender, wake: Callable[[], None], allowance: Joins | None = None
+    ) -> HeldWakes:
         """Sends over ``sender`` (the frontend's ring to the scheduler) that read its quiet
-        word."""
-        return cls(sender.push_quiet, sender.send_bytes, wake, sender.quiet_word, sender.forming)
+        word (``allowance``: as ``HeldWakes``')."""
+        return cls(
+            sender.push_quiet, sender.send_bytes, wake, sender.quiet_word, sender.forming, allowance
+        )
 
     def send(self, data: bytes, bit: int | None = None) -> None:
         """Push ``data`` to the scheduler; wake it now, when ``held`` ends, or not at all

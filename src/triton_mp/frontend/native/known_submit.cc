@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "known_wake.h"
 #include "record_patch.h"
 
 namespace triton_mp {
@@ -46,6 +47,7 @@ void KnownSubmit::SetRing(std::shared_ptr<RingProducer> ring, sem_t* wake) {
   std::lock_guard<std::mutex> lock(mu_);
   ring_ = std::move(ring);
   wake_ = wake;
+  TheKnownWake().SetRing(ring_, wake);  // NOTE: flushes what it held for the old ones
 }
 
 void KnownSubmit::AddIds(uint64_t first, uint64_t n) {
@@ -95,12 +97,15 @@ void KnownSubmit::Detach() {
   bytes_ = 0;
   ring_.reset();
   wake_ = nullptr;
+  TheKnownWake().SetRing(nullptr, nullptr);
   ids_.clear();
 }
 
 KnownStats KnownSubmit::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  KnownStats s = stats_;
+  s.wakes = TheKnownWake().posts();
+  return s;
 }
 
 KnownResult KnownSubmit::Submit(const Chunks& message, const RequestSplit& split,
@@ -160,18 +165,7 @@ KnownResult KnownSubmit::SubmitLocked(const Chunks& message, const RequestSplit&
     return KnownResult::kFull;
   }
   ++ids_.front().first;
-  if (wake_ != nullptr && !(lesson.bit & ring_->QuietWord())) {
-    // NOTE: QuietWord fenced after the push. A post still pending (the value a plain load,
-    // no system call) announces this record too: the scheduler takes its posts with atomic
-    // decrements and then reads its rings (ipc.channel.Inbox.wait), so the post read here
-    // is taken after this push and the rings read after that (Waker.wake's rule for an
-    // armed FIFO, notify.py). Every call posting was ~1 post per request at c=16.
-    int pending = 0;
-    if (sem_getvalue(wake_, &pending) != 0 || pending <= 0) {
-      sem_post(wake_);
-      ++stats_.wakes;
-    }
-  }
+  TheKnownWake().Pushed(lesson.bit, record_.data(), record_.size());  // known_wake.h
   sent->request_id = rid;
   sent->lesson_id = lesson.id;
   sent->offset = block;

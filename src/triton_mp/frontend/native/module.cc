@@ -15,6 +15,7 @@
 
 #include "input_arena_type.h"
 #include "known_submit_py.h"
+#include "known_wake_py.h"
 #include "native_server.h"
 #include "record_patch_py.h"
 #include "received.h"
@@ -356,6 +357,7 @@ PyMODINIT_FUNC PyInit__native() {
                             !triton_mp::AddRecordPatch(module) ||
                             !triton_mp::AddRingProducerType(module) ||
                             !triton_mp::AddKnownSubmit(module) ||
+                            !triton_mp::AddKnownWake(module) ||
                             PyModule_AddIntConstant(
                                 module, "RECEIVED_MIN_RAW_BYTES",
                                 static_cast<long>(triton_mp::kReceivedMinRawBytes)) != 0)) {

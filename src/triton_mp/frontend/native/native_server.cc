@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "cq_tag.h"
+#include "known_wake.h"
 #include "proxy_call.h"
 
 namespace triton_mp {
@@ -47,7 +48,7 @@ std::unique_ptr<NativeServer> NativeServer::Start(const NativeServerOptions& opt
 void NativeServer::Poll() {
   void* tag;
   bool ok;
-  while (cq_->Next(&tag, &ok)) {
+  while (NextHoldingWakes(cq_.get(), &tag, &ok)) {  // NOTE: known_wake.h
     std::lock_guard<std::mutex> serial(serial_);
     static_cast<Tag*>(tag)->Proceed(ok);
   }

@@ -58,6 +58,18 @@ uint64_t RingProducer::QuietWord() {
   return __atomic_load_n(Word(base_, kRingQuietAt), __ATOMIC_ACQUIRE);
 }
 
+uint64_t RingProducer::QuietAndForming(uint64_t* mask, uint64_t* allowance, uint64_t* floor_ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  *mask = *allowance = *floor_ns = 0;
+  if (base_ == nullptr) return 0;
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);  // NOTE: QuietWord's, and the forming words after it
+  const uint64_t quiet = __atomic_load_n(Word(base_, kRingQuietAt), __ATOMIC_ACQUIRE);
+  *mask = __atomic_load_n(Word(base_, kRingFormingAt), __ATOMIC_ACQUIRE);
+  *allowance = __atomic_load_n(Word(base_, kRingFormingAt + 8), __ATOMIC_ACQUIRE);
+  *floor_ns = __atomic_load_n(Word(base_, kRingFormingAt + 16), __ATOMIC_ACQUIRE);
+  return quiet;
+}
+
 void RingProducer::Detach() {
   std::lock_guard<std::mutex> lock(mu_);
   base_ = nullptr;

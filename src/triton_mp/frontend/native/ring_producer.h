@@ -6,10 +6,11 @@
 // layout (little-endian): 0 u32 magic RING_MAGIC, 4 u32 version, 8 u64 capacity (data bytes,
 // a multiple of 8); 64 u64 tail (bytes ever written, producer only), 128 u64 head (bytes ever
 // consumed, consumer only), 136 u64 quiet word (consumer writes, producer reads after a
-// fence); 192 the data area. A record is u32 length + payload, padded to 8 bytes; it never
-// wraps: when it does not fit before the end, WRAP is written as the length (when at least 4
-// bytes remain) and the record starts at the data area's start. A record of more than half
-// the capacity never fits. tests/unit/test_ring_producer.py compares every byte with Ring.push.
+// fence), 144 u64 x3 forming words (likewise: known_wake.h); 192 the data area. A record is
+// u32 length + payload, padded to 8 bytes; it never wraps: when it does not fit before the
+// end, WRAP is written as the length (when at least 4 bytes remain) and the record starts at
+// the data area's start. A record of more than half the capacity never fits.
+// tests/unit/test_ring_producer.py compares every byte with Ring.push.
 #ifndef TRITON_MP_FRONTEND_NATIVE_RING_PRODUCER_H_
 #define TRITON_MP_FRONTEND_NATIVE_RING_PRODUCER_H_
 
@@ -23,6 +24,7 @@ inline constexpr uint32_t kRingMagic = 0x54524E47;  // "TRNG"
 inline constexpr uint64_t kRingTailAt = 64;
 inline constexpr uint64_t kRingHeadAt = 128;
 inline constexpr uint64_t kRingQuietAt = 136;
+inline constexpr uint64_t kRingFormingAt = 144;  // mask, allowance word, floor ns (known_wake.h)
 inline constexpr uint64_t kRingDataAt = 192;
 inline constexpr uint32_t kRingWrap = 0xFFFFFFFF;
 
@@ -45,6 +47,9 @@ class RingProducer {
   // A full barrier, then the quiet word (HeldWakes' rule: read after the push); 0 once
   // detached.
   uint64_t QuietWord();
+  // QuietWord, then the three forming words (Ring.forming: mask, allowance word, floor ns;
+  // zeros once detached).
+  uint64_t QuietAndForming(uint64_t* mask, uint64_t* allowance, uint64_t* floor_ns);
   // From now on Push answers kDetached and the mapping is never touched again (its owner
   // may unmap it once this returns).
   void Detach();
