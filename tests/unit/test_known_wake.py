@@ -13,8 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from triton_mp.frontend import native
-from triton_mp.frontend.dispatch.wakes import Allowance, HeldWakes
-from triton_mp.frontend.native.known_wake import shared_allowance
+from triton_mp.frontend.dispatch.wakes import Allowance, HeldWakes, SharedAllowance
 from triton_mp.ipc.recordio.quiet_requests import allowance_word
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=native.UNAVAILABLE)
@@ -141,9 +140,8 @@ def test_an_older_epoch_is_refused_and_a_newer_one_counts_from_zero() -> None:
 
 
 def test_the_python_thread_counts_in_the_gRPC_threads_allowance() -> None:
-    shared = shared_allowance()
-    assert shared is not None
     n = _native()
+    shared = SharedAllowance(n.known_wake_join)
     # NOTE: the process's one allowance: start past any epoch another test showed it.
     base = 1 << 30
     shared.join(0b1, 1, 5, (0b1, allowance_word(base, 0), 0))

@@ -16,6 +16,7 @@ refused, and the process waits until the accepted ones are answered (at most
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 import signal
@@ -41,7 +42,7 @@ from triton_mp.frontend.dispatch.inbox import InboxHandler
 from triton_mp.frontend.dispatch.known_records import use_patch
 from triton_mp.frontend.dispatch.pending import PendingTable
 from triton_mp.frontend.dispatch.polling_loop import PollingSelector
-from triton_mp.frontend.dispatch.wakes import HeldWakes
+from triton_mp.frontend.dispatch.wakes import HeldWakes, SharedAllowance
 from triton_mp.frontend.grpc.server_setup import (
     grpc_server,
     native_port,
@@ -60,7 +61,6 @@ from triton_mp.frontend.native import (
     shared_ring_attach,
 )
 from triton_mp.frontend.native.known_teach import Wiring
-from triton_mp.frontend.native.known_wake import shared_allowance
 from triton_mp.frontend.native.public_port import NativePort
 from triton_mp.frontend.readiness import ReadinessChecks
 from triton_mp.frontend.shm.cuda import CudaShmRegistry
@@ -354,6 +354,16 @@ def _to_scheduler(spec: FrontendSpec) -> Sender:
     return Sender(spec.to_scheduler.ring, spec.to_scheduler.wakeup, attach=attach)
 
 
+def _shared_allowance(to_scheduler: Sender) -> SharedAllowance | None:
+    """The forming allowance of the C++ producer of the ring to the scheduler, where there is
+    one (the gRPC thread counts its known calls in it too: ``dispatch.wakes``'
+    ``SharedAllowance``); None: ``HeldWakes`` keeps its own."""
+    if getattr(to_scheduler.ring, "producer", None) is None:
+        return None
+    module = importlib.import_module("triton_mp.frontend.native._native")
+    return SharedAllowance(module.known_wake_join)
+
+
 def _known_wiring(
     spec: FrontendSpec,
     to_scheduler: Sender,
@@ -408,7 +418,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     direct = DirectRoutes(spec.frontend_id, to_scheduler.push_quiet, to_scheduler.send_bytes)
     direct.update(spec.direct_routes)
     scheduler_waker = Waker(spec.to_scheduler.wakeup)
-    wakes = HeldWakes.over(to_scheduler, scheduler_waker.wake, shared_allowance())
+    wakes = HeldWakes.over(to_scheduler, scheduler_waker.wake, _shared_allowance(to_scheduler))
     handler = InboxHandler(inbox, pending, shm, models, cache, direct)
     handler.resend_shm = _resend_shm(spec.frontend_id, shm, peers)
     link = SupervisorLink(ready, handler.on_table_update)

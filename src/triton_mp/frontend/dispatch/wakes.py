@@ -65,7 +65,7 @@ class Allowance:
         if epoch != self.epoch:
             if self.epoch >= 0 and (self.epoch - epoch) & ROWS_MASK < 1 << 31:
                 # NOTE: older than the epoch counted (u32 serial order): two threads that
-                # share one count (frontend.native.known_wake) read the words in either order.
+                # share one count (SharedAllowance) read the words in either order.
                 return False
             # NOTE: the first epoch this producer sees counts as spent: a frontend that
             # replaced a dead one on this ring cannot know what that one pushed under it.
@@ -84,6 +84,27 @@ class Joins(Protocol):
     def join(self, bits: int, rows: int, first_ns: int, words: tuple[int, int, int]) -> bool: ...
 
 
+class SharedAllowance:
+    """``Allowance`` counted elsewhere: on the native frontend, in the C++ allowance the gRPC
+    thread counts its known calls in (``frontend/native/known_wake.h``, ``KnownWake::Join``,
+    under its lock), since the two push into one ring whose allowance is for both together.
+
+    Args:
+        join: ``_native.known_wake_join(bits, rows, first_ns, mask, allowance, floor_ns)``.
+    """
+
+    __slots__ = ("_join",)
+
+    def __init__(self, join: Callable[[int, int, int, int, int, int], bool]) -> None:
+        self._join = join
+
+    def join(self, bits: int, rows: int, first_ns: int, words: tuple[int, int, int]) -> bool:
+        """``Allowance.join`` (its arguments: buckets, rows, earliest stamp in
+        CLOCK_MONOTONIC ns, and the forming words mask, allowance word, floor ns)."""
+        mask, allowance, floor = words
+        return self._join(bits, rows, first_ns, mask, allowance, floor)
+
+
 class HeldWakes:
     """One producer's sends to the scheduler, with wakes that can be held or spared.
 
@@ -98,8 +119,7 @@ class HeldWakes:
             ``quiet_word``; None: no request joins a forming batch unread.
         allowance: counts the rows pushed into forming batches (``Allowance.join``'s
             signature); None: this producer's own ``Allowance``. The native frontend passes
-            the count its gRPC thread shares (``frontend.native.known_wake``): the two push
-            into one ring, whose allowance is for both together.
+            the count its gRPC thread shares (``SharedAllowance``).
     """
 
     __slots__ = (

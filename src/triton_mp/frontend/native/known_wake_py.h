@@ -1,6 +1,6 @@
 // _native.known_wake_*: the Python binding of the process's KnownWake (known_wake.h): the
-// forming allowance Python's own pushes count in (frontend/native/known_wake.py, the twin
-// HeldWakes uses on the native frontend), and a replay of HeldWakes' rule for the tests that
+// forming allowance Python's own pushes count in on the native frontend (HeldWakes with a
+// SharedAllowance, frontend/dispatch/wakes.py), and a replay of HeldWakes' rule for the tests that
 // check the C++ rule against Python's (tests/unit/test_known_wake.py).
 #ifndef TRITON_MP_FRONTEND_NATIVE_KNOWN_WAKE_PY_H_
 #define TRITON_MP_FRONTEND_NATIVE_KNOWN_WAKE_PY_H_
