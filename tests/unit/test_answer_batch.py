@@ -265,3 +265,39 @@ def test_a_decoded_batch_frees_the_same_block(arena: ArenaAllocator, cache: Segm
         assert _state(cache, block) == FREE
 
     asyncio.run(main())
+
+
+def test_outputs_written_from_their_wire_form_and_one_unwritable_member_fail_alone(
+    arena: ArenaAllocator, cache: SegmentCache
+) -> None:
+    # NOTE: the inlined hot path of _place_all: a non-contiguous array and a BYTES tensor go
+    # through their wire form, an output nobody asked for is left out, and an output of a
+    # dtype Triton has no type for fails its request only; the block holds exactly the
+    # others' aligned bytes (the failed member's bytes, counted first, are taken back).
+    strided = np.arange(10, dtype=np.float32).reshape(1, 10)[:, ::2]
+    words = np.array([[b"ab", b"", b"xyz"]], dtype=object)
+    odd = {"OUT0": np.zeros((1, 100), np.float32), "OUT1": np.zeros((1, 2), np.complex64)}
+    members = [
+        (_req(1), {"OUT0": strided, "EXTRA": np.zeros(4, np.int8)}),
+        (_req(2), odd),
+        (_req(3, ("OUT0",)), {"OUT0": words}),
+    ]
+    msg, block, failed = write_answer_batch(arena, ClientRegions(), members, ORIGIN)
+    assert failed == [1]
+    assert block is not None
+    first, bad, third = msg.responses
+    assert bad.error is not None
+    assert bad.error.code == ErrorCode.INTERNAL
+    assert (bad.outputs, bad.shared_blocks) == ((), ())
+    assert [(o.name, o.datatype, o.shape) for o in first.outputs] == [("OUT0", "FP32", (1, 5))]
+    np.testing.assert_array_equal(_read(cache, first, 0, np.float32), strided)
+    (ref,) = third.outputs
+    assert (ref.datatype, ref.shape, ref.nbytes) == ("BYTES", (1, 3), 3 * 4 + 5)
+    raw = bytes(cache.get(ref.segment).buf[ref.offset : ref.offset + ref.nbytes])
+    assert raw == b"\x02\x00\x00\x00ab\x00\x00\x00\x00\x03\x00\x00\x00xyz"
+    assert msg.handoffs[0].uses == 2
+    # NOTE: 64 bytes for the 20 of OUT0 and 64 for the 17 of the BYTES output: none of
+    # the failed member's 400 + 16 bytes are in the block.
+    assert ref.offset - first.outputs[0].offset == 64
+    block_bytes = np.frombuffer(cache.get(block.segment).buf, np.uint64, 1, block.offset + 8)[0]
+    assert int(block_bytes) == 64 + 64 + 64  # the header, then the two outputs

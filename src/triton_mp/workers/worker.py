@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -60,17 +60,16 @@ from triton_mp.ipc.protocol.messages import (
 )
 from triton_mp.ipc.protocol.ready_messages import InstanceReadiness, ReadyCheck
 from triton_mp.ipc.protocol.specs import WorkerSpec
-from triton_mp.ipc.recordio.records import decoded_batch
 from triton_mp.workers.execution_watch import ExecutionWatch
 from triton_mp.workers.prewake import EarlyWakes
 from triton_mp.workers.readiness import ReadinessRunner
 from triton_mp.workers.sequence_state import SequenceStates, sequence_batch
 from triton_mp.workers.tensors.answer_batch import write_answer_batch
 from triton_mp.workers.tensors.answer_size import fit_answer
+from triton_mp.workers.tensors.batch_requests import BatchRequests
 from triton_mp.workers.tensors.tensor_io import (
     ClientRegions,
     free_own_block,
-    request_inputs,
     view_tensor,
     write_outputs,
 )
@@ -135,6 +134,7 @@ class Worker:
         self._regions = ClientRegions()
         self._sequence = spec.model.sequence
         self._states = SequenceStates.for_model(spec.model)
+        self._gather = BatchRequests(cache, self._regions, self._states, self._origin)
         self._decoupled = spec.model.decoupled
         self._early = (
             None if wake_frontend is None or self._decoupled else EarlyWakes(wake_frontend)
@@ -288,8 +288,7 @@ class Worker:
         """Execute one batch, answer every request in it, then report ``BatchDone``
         (phase times in ns: ``compute_output_ns`` covers writing and posting responses)."""
         start_ns = time.monotonic_ns()
-        batch = decoded_batch(batch)
-        reqs = cast(tuple[InferRequest, ...], batch.requests)
+        reqs = self._gather.decoded(batch.requests)
         early = self._early
         if early is not None:
             early.batch_starts([(r.reply_to.kind, r.reply_to.id) for r in reqs])
@@ -308,7 +307,7 @@ class Worker:
         regions = self._regions
         regions.batch_begins()
         try:
-            results, t_input, t_infer = self._execute(batch)
+            results, t_input, t_infer = self._execute(batch, reqs)
         finally:
             if watch is not None:
                 watch.end()
@@ -366,26 +365,18 @@ class Worker:
             return self._send_scheduler, False
         return (self._send_scheduler if rescheduled else self._send_done), False
 
-    def _execute(self, batch: BatchAssign) -> tuple[list[Result | None], int, int]:
-        """Run the batch's readable requests on the backend.
+    def _execute(
+        self, batch: BatchAssign, reqs: tuple[InferRequest, ...]
+    ) -> tuple[list[Result | None], int, int]:
+        """Run the batch's readable requests (``reqs``: ``batch``'s, decoded) on the backend.
 
         Returns:
             ``(results, compute_input_ns, compute_infer_ns)``: one result per request (an
             ``ErrorInfo`` for a request whose inputs could not be read, and for every request
             when the backend raised or miscounted its results).
         """
-        reqs = cast(tuple[InferRequest, ...], batch.requests)
         results: list[Result | None] = [None] * len(reqs)
-        runnable: list[int] = []
-        backend_reqs: list[BackendRequest] = []
-        for i, r in enumerate(reqs):
-            try:
-                backend_reqs.append(self._backend_request(r))
-                runnable.append(i)
-            except TritonMPError as e:
-                # NOTE: one request's unreadable input (e.g. a vanished client region)
-                # fails that request only.
-                results[i] = ErrorInfo(e.code, e.message, self._origin)
+        runnable, backend_reqs = self._gather.backend_requests(reqs, results)
         t_input = t_infer = 0
         if not backend_reqs:
             return results, t_input, t_infer
@@ -549,22 +540,3 @@ class Worker:
                     self._states.update(req.sequence_id, res)
                 except TritonMPError as e:
                     results[i] = ErrorInfo(e.code, e.message, self._origin)
-
-    def _backend_request(self, req: InferRequest) -> BackendRequest:
-        inputs = request_inputs(self._cache, req, self._regions)
-        outputs = req.outputs
-        if self._states is not None:
-            inputs.update(self._states.inputs(req.sequence_id, req.sequence_flags))
-            outputs += tuple(n for n in self._states.output_names if n not in outputs)
-        # NOTE: positional arguments (BackendRequest's field order): the per-request hot path.
-        return BackendRequest(
-            inputs,
-            outputs,
-            req.batch_size,
-            req.client_id,
-            req.timeout_us,
-            req.parameters_json,
-            req.sequence_id,
-            req.sequence_flags,
-            req,
-        )

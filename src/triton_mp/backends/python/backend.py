@@ -398,14 +398,24 @@ class PythonBackend:
     ) -> list[pb_utils.InferenceRequest]:
         """The ``InferenceRequest`` of each request, as ``execute`` hands them to the model
         (one loop per batch, what it reads of the backend read once: the hot path)."""
-        tensor = pb_utils._input_tensor  # noqa: SLF001 - the backend builds pb_utils' requests
-        make = pb_utils._backend_request  # noqa: SLF001
+        make = pb_utils._backend_request  # noqa: SLF001 - the backend builds pb_utils' requests
+        new_tensor = pb_utils.Tensor.__new__
+        tensor_type = pb_utils.Tensor
         model, version = self._spec.model, self._spec.version
         sender_for, cancelled = self._sender_for, self._request_cancelled
         plain = not self._decoupled and not self._input_reshape
         out = []
         for i, r in enumerate(requests):
-            inputs = [tensor(n, a) for n, a in r.inputs.items()] if plain else self._inputs_of(r)
+            if plain:
+                inputs = []
+                for name, arr in r.inputs.items():
+                    # NOTE: pb_utils._input_tensor, inlined (one call per input saved).
+                    t = new_tensor(tensor_type)
+                    t._name = name  # noqa: SLF001
+                    t._array = arr  # noqa: SLF001
+                    inputs.append(t)
+            else:
+                inputs = self._inputs_of(r)
             if sequence is not None:
                 inputs.extend(self._controls_of(sequence, sequence.slots[i], r.batch_size))
             pb_request = make(  # NOTE: as pb_utils.InferenceRequest(...) makes it

@@ -37,10 +37,12 @@ from triton_mp.ipc.protocol.messages import (
 )
 from triton_mp.ipc.tensor_pool import ALIGN, BLOCK_HEADER_BYTES, block_ref
 from triton_mp.workers.tensors.tensor_io import (
+    WIRE_OF,
     ClientRegions,
     WireTensor,
     arena_tensors,
     output_parts,
+    wire_tensor,
     write_region,
 )
 
@@ -116,7 +118,9 @@ def write_answer_batch(
                 request_id=req.request_id,
                 version=req.version,
                 outputs=tuple(refs),  # type: ignore[arg-type]
-                parameters_json=response_parameters(res),
+                # NOTE: a plain dict carries no parameters (response_parameters' test, the
+                # common case without the call).
+                parameters_json="" if type(res) is dict else response_parameters(res),
                 shared_blocks=shared if names_block else (),
             )
         )
@@ -137,14 +141,39 @@ def _place_all(
     failed: list[int] = []
     placed: list[Placed] = []
     total = 0
+    wire_of = WIRE_OF
     for i, (req, res) in enumerate(members):
-        if isinstance(res, dict):
+        if isinstance(res, dict) and not req.output_regions:
+            # NOTE: the hot path (every output to the arena): _place, arena_tensors and
+            # wire_tensor inlined, the arena bytes summed in the same loop.
+            wanted = req.outputs
+            to_arena: list[WireTensor] = []
+            try:
+                for name, arr in res.items():
+                    if name not in wanted:
+                        continue
+                    datatype = wire_of.get(arr.dtype)
+                    if datatype is not None and arr.flags.c_contiguous:
+                        n = arr.nbytes
+                        to_arena.append((name, datatype, arr.shape, arr, n))
+                    else:
+                        t = wire_tensor(name, arr)
+                        n = t[4]
+                        to_arena.append(t)
+                    total += (n + ALIGN - 1) & ~(ALIGN - 1)
+            except Exception as exc:  # noqa: BLE001 - as below: fails this request only
+                # NOTE: what the loop added for this request is taken back.
+                for t in to_arena:
+                    total -= (t[4] + ALIGN - 1) & ~(ALIGN - 1)
+                res = _error_of(exc, origin)
+            else:
+                placed.append((None, to_arena))
+                continue
+        elif isinstance(res, dict):
             try:
                 refs, to_arena = _place(regions, req, res)
-            except TritonMPError as exc:
-                res = ErrorInfo(exc.code, exc.message, origin)
             except Exception as exc:  # noqa: BLE001 - one request's fault fails that request
-                res = ErrorInfo(ErrorCode.INTERNAL, flatten_exception(exc), origin)
+                res = _error_of(exc, origin)
             else:
                 for t in to_arena:
                     total += (t[4] + ALIGN - 1) & ~(ALIGN - 1)
@@ -153,6 +182,14 @@ def _place_all(
         failed.append(i)
         placed.append(res)
     return placed, total, failed
+
+
+def _error_of(exc: Exception, origin: str) -> ErrorInfo:
+    """A request's failure to be placed as its error: a ``TritonMPError``'s code and words,
+    INTERNAL with the flattened exception for anything else."""
+    if isinstance(exc, TritonMPError):
+        return ErrorInfo(exc.code, exc.message, origin)
+    return ErrorInfo(ErrorCode.INTERNAL, flatten_exception(exc), origin)
 
 
 def _place(
@@ -167,7 +204,7 @@ def _place(
             request goes to the arena then).
     """
     if not req.output_regions:
-        return None, arena_tensors(req, outputs)  # NOTE: the hot path: no region to write
+        return None, arena_tensors(req, outputs)  # NOTE: _place_all inlines this case
     parts = output_parts(req, outputs)
     refs: list[TensorRef | None] = []
     to_arena: list[WireTensor] = []

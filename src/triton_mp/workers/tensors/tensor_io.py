@@ -177,7 +177,7 @@ def view_tensor(
         TritonMPError: a client region is gone, or smaller than the tensor (INVALID_ARG); a
             datatype with no numpy type (UNSUPPORTED). BF16 is viewed as ``BF16_DTYPE``.
     """
-    fixed = _FIXED_DTYPES.get(ref.datatype)
+    fixed = FIXED_DTYPES.get(ref.datatype)
     if fixed is not None and not ref.region_id:
         # NOTE: the hot path (a fixed-size tensor in an arena): no lookups beyond the two.
         # NOTE: np.ndarray over the buffer is one call (frombuffer then reshape is two, and
@@ -222,7 +222,7 @@ def request_inputs(
     inputs = {}
     get = cache.get
     for ref in req.inputs:
-        fixed = _FIXED_DTYPES.get(ref.datatype)
+        fixed = FIXED_DTYPES.get(ref.datatype)
         if fixed is not None and not ref.region_id:
             # NOTE: view_tensor's hot path, inlined (one call per input saved).
             inputs[ref.name] = np.ndarray(ref.shape, fixed, get(ref.segment).buf, ref.offset)
@@ -261,7 +261,7 @@ def overlapping_inputs(req: InferRequest) -> list[str]:
     return out
 
 
-_FIXED_DTYPES: dict[str, np.dtype] = {
+FIXED_DTYPES: dict[str, np.dtype] = {
     t.wire: t.storage for t in DataType if t.storage is not None and t is not DataType.STRING
 }
 """Protocol datatype -> numpy dtype of the fixed-size types ``view_tensor`` views in place."""
@@ -272,7 +272,7 @@ WireTensor = tuple[str, str, tuple[int, ...], "np.ndarray | memoryview", int]
 shared memory by its buffer, in native order), its wire bytes otherwise (a BYTES tensor's
 length-prefixed form, a contiguous copy)."""
 
-_WIRE_OF: dict[np.dtype, str] = {
+WIRE_OF: dict[np.dtype, str] = {
     t.storage: t.wire for t in DataType if t.storage is not None and t is not DataType.STRING
 }
 """Native-order numpy dtype -> protocol datatype of the types written straight from the array."""
@@ -285,7 +285,7 @@ def wire_tensor(name: str, arr: np.ndarray) -> WireTensor:
         ValueError: a dtype with no Triton datatype.
     """
     # NOTE: numpy shapes are tuples of Python ints already.
-    datatype = _WIRE_OF.get(arr.dtype)
+    datatype = WIRE_OF.get(arr.dtype)
     if datatype is not None and arr.flags.c_contiguous:
         # NOTE: the hot path: copying from the array's own buffer is ~1 us cheaper per
         # tensor than through a uint8 memoryview of it.
