@@ -239,8 +239,9 @@ class Handoffs:
         fails here (its worker never answers it)."""
         iid, req = msg.instance_id, msg.request
         self.stale = True
+        # NOTE: the count alone says whether a post is left: it is never above 1 here
+        # (tests/unit/test_reoffer_interleavings.py), so the lease this batch took was it.
         self._count(iid, -1)
-        self.offered.discard(iid)
         self.claimed.pop(iid, None)
         inst = self._instances.get(iid)
         if inst is not None:
