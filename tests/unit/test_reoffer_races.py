@@ -14,8 +14,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from tests.unit import test_direct_handoff
 from tests.unit.scheduler_harness import Harness
-from tests.unit.test_direct_handoff import direct, done, h, leases  # noqa: F401
+from tests.unit.test_direct_handoff import direct, done, leases
 from tests.unit.test_worker_reoffer import _drain, _only_0, _reoffered, _req
 from triton_mp.ipc.protocol.messages import (
     CancelRequest,
@@ -24,6 +25,9 @@ from triton_mp.ipc.protocol.messages import (
     Shutdown,
     direct_batch_id,
 )
+
+h = test_direct_handoff.h
+"""The harness with fake leases (``test_direct_handoff``'s fixture)."""
 
 
 def _from_frontend(sent: DirectSent, frontend_id: int) -> DirectSent:
@@ -35,7 +39,7 @@ def _from_frontend(sent: DirectSent, frontend_id: int) -> DirectSent:
 
 @pytest.mark.parametrize("b_ends", ["in_the_drain", "after_the_drain"])
 def test_two_frontends_batches_read_in_ring_order_leave_the_lease_to_the_last_batch(
-    h: Harness,  # noqa: F811
+    h: Harness,
     b_ends: str,
 ) -> None:
     """Frontend 1 hands batch A; its worker re-offers; frontend 0 takes the lease and
@@ -70,7 +74,7 @@ def test_two_frontends_batches_read_in_ring_order_leave_the_lease_to_the_last_ba
 
 
 def test_a_cancel_reaches_the_worker_of_a_direct_batch_that_waits_for_the_reoffering_one(
-    h: Harness,  # noqa: F811
+    h: Harness,
 ) -> None:
     """A frontend took the lease the worker re-offered after batch A and handed it B; the
     scheduler read B's ``DirectSent`` before A's ``BatchDone`` (B waits, ``Handoffs._after``).
@@ -100,7 +104,7 @@ def test_a_cancel_reaches_the_worker_of_a_direct_batch_that_waits_for_the_reoffe
 
 @pytest.mark.parametrize("taken", [False, True])
 def test_a_lease_reoffered_under_a_stale_quiet_flag_during_a_retirement_is_taken_back(
-    h: Harness,  # noqa: F811
+    h: Harness,
     taken: bool,
 ) -> None:
     """The worker read its quiet flag before the pass that retired its instance cleared

@@ -17,20 +17,17 @@ import msgspec
 import posix_ipc
 import pytest
 
+from tests.unit import test_direct_handoff
 from tests.unit.scheduler_harness import Harness
-from tests.unit.test_direct_handoff import DELAYED, NODELAY, FakeLeases, direct, done, leases
+from tests.unit.test_direct_handoff import direct, done, leases
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.direct import Lease, SelfOffer, create_lease, worker_reoffers
 from triton_mp.ipc.protocol.messages import BatchDone, DirectSent, InferRequest, WorkerDied
 from triton_mp.scheduler.main import done_first
 
-
-@pytest.fixture
-def h() -> Harness:
-    h = Harness(models=(NODELAY, DELAYED))
-    h.leases = FakeLeases()  # type: ignore[attr-defined]
-    h.core.handoffs.leases = h.leases  # type: ignore[attr-defined]
-    return h
+h = test_direct_handoff.h
+"""The harness with fake leases: ``test_direct_handoff``'s fixture, shared by name (an
+import of it would shadow every test's ``h`` parameter)."""
 
 
 def _req(h: Harness, request_id: int) -> InferRequest:
