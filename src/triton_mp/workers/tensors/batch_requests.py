@@ -12,6 +12,8 @@ through ``tensor_io``. A model with implicit state also gets its state inputs an
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from triton_mp.backends.base import BackendRequest, Result
@@ -96,9 +98,11 @@ class BatchRequests:
                     results[i] = ErrorInfo(e.code, e.message, self._origin)
             return runnable, backend_reqs
         cache, regions = self._cache, self._regions
-        get = cache.get
         fixed_of = FIXED_DTYPES
         ndarray = np.ndarray
+        # NOTE: segment name -> its mapping, for this batch: SegmentCache.get once per
+        # segment (a batch's inputs lie in a few arenas), not once per input.
+        bufs: dict[str, Any] = {}
         for i, r in enumerate(reqs):
             try:
                 if r.output_regions:
@@ -109,9 +113,10 @@ class BatchRequests:
                         fixed = fixed_of.get(ref.datatype)
                         if fixed is not None and not ref.region_id:
                             # NOTE: view_tensor's hot path: one call, no copy.
-                            inputs[ref.name] = ndarray(
-                                ref.shape, fixed, get(ref.segment).buf, ref.offset
-                            )
+                            buf = bufs.get(ref.segment)
+                            if buf is None:
+                                buf = bufs[ref.segment] = cache.get(ref.segment).buf
+                            inputs[ref.name] = ndarray(ref.shape, fixed, buf, ref.offset)
                         else:
                             inputs[ref.name] = view_tensor(cache, ref, regions)
             except TritonMPError as e:
