@@ -10,8 +10,10 @@ perf_analyzer (``--concurrency-range C``, gRPC) in the background, and after a w
 records the scheduler and the first worker with ``py-spy record --format raw`` (collapsed
 stacks, ``--nonblocking`` so the target is not paused, ``--gil``: only the thread holding
 the GIL, so a thread blocked in ``sem_timedwait`` is not sampled, which py-spy's own idle
-detection misses) for ``--seconds``. Prints, per role, the functions with the most samples
-(self, then inclusive), as shares of that role's samples, and writes the raw stacks under
+detection misses) for ``--seconds``. Prints the CPU µs per inference of each role over that
+window (``/proc`` ticks of all its processes: both workers together, as #34's goal counts
+them) and the average batch, then, per profiled process, the functions with the most samples
+(self, then inclusive), as shares of that process's samples, and writes the raw stacks under
 ``--out``. A spin (``sched_yield`` keeps the GIL) counts as CPU, as it is.
 """
 
@@ -26,8 +28,22 @@ import sys
 import time
 from pathlib import Path
 
+from ab_interleaved import ROLES, TICK_US, counts, role_ticks
 from bench_vs_triton import export_commit  # bench/ is on sys.path when this runs as a script
 from common import BENCH, TritonMP, descendants, load_peers_env
+
+
+def cpu_line(
+    c1: dict[str, int], c0: dict[str, int], n1: tuple[float, float], n0: tuple[float, float]
+) -> str:
+    """CPU µs per inference per role (/proc ticks, every process of the role: both workers)
+    and the average batch over one window, from the ticks and the (inferences, executions)
+    counts at its two ends."""
+    inferences, executions = n1[0] - n0[0], n1[1] - n0[1]
+    parts = [f"{inferences:.0f} inferences, batch {inferences / max(executions, 1):.2f}"]
+    for role in ROLES:
+        parts.append(f"{role} {(c1[role] - c0[role]) * TICK_US / max(inferences, 1):.1f}")
+    return "; ".join(parts) + " CPU µs per inference (py-spy sampling included)"
 
 
 def role_pids(root: int) -> dict[str, list[int]]:
@@ -138,14 +154,19 @@ def main() -> int:
             )
             for role, pid in targets.items()
         }
+        pids = [p for p, _ in descendants(server.pid)]
+        c0, n0 = role_ticks(pids), counts(server, "add_sub_py")
         for role, p in spies.items():
             _, err = p.communicate(timeout=args.seconds + 60)
             if p.returncode != 0:
                 print(f"py-spy {role}: {err.decode()[-400:]}", file=sys.stderr)
+        c1, n1 = role_ticks(pids), counts(server, "add_sub_py")
+        cpu = cpu_line(c1, c0, n1, n0)
     finally:
         pa.kill()
         pa.wait()
         server.stop()
+    print(f"over the profiled window ({args.commit or 'worktree'}, c={args.c}): {cpu}")
     for role in ("scheduler", "worker"):
         raw = args.out / f"{role}.txt"
         if raw.exists():
