@@ -16,7 +16,9 @@ one interleaving:
 - ``read``: the scheduler's next step of its loop (``scheduler.main._serve``): the read of one
   ring, in ``Inbox.drain``'s order (frontend 0's, frontend 1's, the worker's), so the others
   may run between two reads of one drain; then the drain handled (``done_first``,
-  ``handle_all``); then the pass (``dispatch``: take backs and offers).
+  ``handle_all``); then the pass (``dispatch``: take backs and offers);
+- ``wait``: the clock moves on by ``CLAIM_TIMEOUT_NS``, as when a frontend stalls between its
+  take and its ``DirectSent``, or the scheduler between a drain's read and its pass.
 
 ``finish`` runs what is left to the end, the scheduler reading whole drains; ``check`` says
 what went wrong. Each error is a string; an empty list is a correct run.
@@ -24,13 +26,16 @@ what went wrong. Each error is a string; an empty list is a correct run.
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from dataclasses import dataclass, field
 
 import msgspec
+import posix_ipc
 
 from tests.unit.scheduler_harness import US, Harness, fe
-from tests.unit.test_direct_handoff import DELAYED, NODELAY, FakeLeases
+from tests.unit.test_direct_handoff import DELAYED, NODELAY
+from triton_mp.ipc.direct import Lease, SelfOffer, create_lease
 from triton_mp.ipc.protocol.messages import (
     BatchAssign,
     BatchDone,
@@ -44,6 +49,55 @@ from triton_mp.scheduler.main import done_first
 
 IID = 0
 """The instance (``nodelay``'s instance 1 never starts)."""
+_TEMPLATE = msgspec.structs.replace(Harness(models=(DELAYED,)).request("delayed"), model="nodelay")
+"""A request of ``nodelay`` (made by a harness of another model, where it is queued)."""
+
+
+class _Lease:
+    """Instance ``IID``'s lease: a real one (``ipc.direct.Lease``, a POSIX semaphore of this
+    process, unlinked at once), as the scheduler's ``Leases``, a frontend's take and the
+    worker's re-offer (``SelfOffer``: always quiet, never woken) see it. One per process,
+    taken to 0 for each new ``World`` (the last one created owns it)."""
+
+    _one: _Lease | None = None
+
+    def __init__(self) -> None:
+        name = create_lease(f"/triton_mp_test_world_{os.getpid()}")
+        try:
+            self._lease = Lease(name)
+            self.worker = SelfOffer(name, lambda: True, lambda: False)
+        finally:
+            posix_ipc.unlink_semaphore(name)
+        self.reposts = 0
+        """The scheduler's posts that found the lease posted (``Lease.offer`` makes none)."""
+        self.owner: object = None
+
+    @classmethod
+    def fresh(cls, owner: object) -> _Lease:
+        """The process's lease, not posted, owned by ``owner`` from now on."""
+        if cls._one is None:
+            cls._one = _Lease()
+        one = cls._one
+        while one.take(IID):
+            pass
+        one.reposts, one.owner = 0, owner
+        return one
+
+    @property
+    def value(self) -> dict[int, int]:
+        return {IID: self._lease._sem.value}
+
+    def offer(self, instance_id: int) -> None:
+        assert instance_id == IID
+        if self._lease.offered():
+            self.reposts += 1
+        self._lease.offer()
+
+    def take(self, instance_id: int) -> bool:
+        assert instance_id == IID
+        return self._lease.take()
+
+    frontend_take = take
 
 
 @dataclass
@@ -73,6 +127,9 @@ class World:
     drain: list[object] | None = None
     next_ring: int = 0
     handled: bool = False
+    waited: bool = False
+    """A ``wait`` ran: a claim may have expired, and two batches may be handed to the
+    instance by design (the scheduler took the frontend that held it for dead)."""
     total: int = field(init=False)
     errors: list[str] = field(default_factory=list)
     taken: list[int] = field(default_factory=list)
@@ -81,8 +138,8 @@ class World:
     """Per drain the scheduler handled: the direct batches whose ``DirectSent`` it read."""
 
     def __post_init__(self) -> None:
-        self.h = Harness(models=(NODELAY, DELAYED), frontend_ids=(0, 1))
-        self.lease = FakeLeases()
+        self.h = Harness(models=(NODELAY,), frontend_ids=(0, 1))
+        self.lease = _Lease.fresh(self)
         self.h.core.handoffs.leases = self.lease
         self.h.send_worker = self._to_worker
         self.frontends = [_Frontend(i, n) for i, n in enumerate(self.requests)]
@@ -90,9 +147,6 @@ class World:
         self.inbox = deque()
         self.total = sum(self.requests)
         self.ids = 1000
-        # NOTE: a request of another model, queued and answered there, as the template.
-        self._template = msgspec.structs.replace(self.h.request("delayed"), model="nodelay")
-        self.h.to_frontends.clear()
         self.h.handle(WorkerReady(instance_id=IID, pid=1000))
         self.h.dispatch()
         assert self.lease.value == {IID: 1}
@@ -106,7 +160,7 @@ class World:
 
     def _assign(self, batch: BatchAssign) -> None:
         held = batch.batch_id >= 0 and any(f.state in ("took", "sent") for f in self.frontends)
-        if self.inbox or held:
+        if (self.inbox or held) and not self.waited:
             self.errors.append(f"batch {batch.batch_id} handed to an instance already handed one")
         self.inbox.append(batch)
 
@@ -145,7 +199,7 @@ class World:
     def _request(self, fid: int) -> InferRequest:
         """A request of ``nodelay`` from frontend ``fid``."""
         return msgspec.structs.replace(
-            self._template, request_id=self.ids, reply_to=fe(fid), arrival_ns=self.h.now
+            _TEMPLATE, request_id=self.ids, reply_to=fe(fid), arrival_ns=self.h.now
         )
 
     def _run(self, post: bool) -> bool:
@@ -153,9 +207,11 @@ class World:
             return False
         batch = self.inbox.popleft()
         if post:
-            if self.lease.value.get(IID, 0):
-                self.errors.append(f"the worker posted a posted lease after {batch.batch_id}")
-            self.lease.value[IID] = 1
+            posted = self.lease.value[IID]
+            post = self.lease.worker.after_batch(False)
+            if posted and not self.waited:
+                self.errors.append(f"the worker found the lease posted after {batch.batch_id}")
+        self._lease_once()
         h = self.h
         self.ran = BatchDone(
             instance_id=IID,
@@ -194,15 +250,21 @@ class World:
             h.deliver(h.core.handle_all(done_first(self.drain), h.now))  # type: ignore[arg-type]
             self.handled = True
         else:
-            before = self.lease.value.get(IID, 0)
-            try:
-                h.dispatch()
-            except AssertionError as e:  # FakeLeases: the scheduler posted a posted lease
-                self.errors.append(f"pass: {e} (lease was {before})")
+            reposts = self.lease.reposts
+            h.dispatch()
+            self._lease_once()
+            if self.lease.reposts != reposts and not self.waited:
+                self.errors.append("the scheduler posted a posted lease")
             self.drain, self.handled = None, False
+
+    def _lease_once(self) -> None:
+        posted = self.lease.value[IID]
+        if posted > 1:
+            self.errors.append(f"the lease is posted {posted} times")
 
     def step(self, name: str) -> bool:
         """Run one step; False when it cannot run now (nothing changed)."""
+        assert self.lease.owner is self, "a World created later owns the lease"
         self.h.clock.advance_us(1)
         if name in ("f0", "f1"):
             return self._frontend(self.frontends[int(name[1])])
@@ -210,6 +272,10 @@ class World:
             return self._run(name == "run+")
         if name == "done":
             return self._done()
+        if name == "wait":
+            self.waited = True
+            self.h.clock.advance_us(CLAIM_TIMEOUT_NS // 1000)
+            return True
         assert name == "read", name
         return self._read()
 
@@ -284,7 +350,7 @@ class World:
         assert inst is not None
         assert inst.generation is not None
         return (
-            self.lease.value.get(IID, 0),
+            self.lease.value[IID],
             tuple(
                 (f.state, f.left, rank.get(f.stamp_ns) if f.state != "idle" else None)
                 for f in self.frontends
@@ -331,7 +397,7 @@ class World:
         inst = h.core.lifecycle.instances.get(IID)
         if inst is None or inst.batch is not None or inst.leased:
             out.append("the instance is not idle at the end")
-        posted = self.lease.value.get(IID, 0)
+        posted = self.lease.value[IID]
         if (IID in handoffs.offered) != bool(posted):
             out.append(f"lease {posted}, offered {handoffs.offered}")
         return out

@@ -110,3 +110,32 @@ def test_every_interleaving_of_one_request_per_frontend() -> None:
         frontier = nxt
     assert len(seen) > 3000
     assert settled
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        # NOTE: the worker's re-offer after the request's batch finds the late batch's post.
+        "f1 f1 f1 f0 f1 f0 run+ read done read read f0 read f0 read read wait "
+        "read f0 f0 run+ done read read read read read read read read run+ done",
+        # NOTE: the scheduler's offer after the late batch finds its worker's post.
+        "f1 f0 f1 f1 f0 read f1 read run+ done read f0 read f0 read read f0 f0 wait "
+        "run- read done read read read read read read read read run+ done",
+    ],
+)
+def test_a_claim_that_expires_before_its_direct_sent_is_read_leaves_the_lease_posted_once(
+    schedule: str,
+) -> None:
+    """The scheduler took the lease back for a queued request and found a frontend held it
+    (a claim); its next pass ran ``CLAIM_TIMEOUT_NS`` later (``wait``: the scheduler or that
+    frontend stalled), gave the instance to its policy and forgot the post the frontend had
+    taken (``Handoffs._expire_claims``), and the frontend's ``DirectSent``, read after, took
+    it off the count again. With the count one short, a post was made on a posted lease: a
+    value of 2, two frontends could each hand the instance a batch. ``ipc.direct.Lease.offer``
+    posts only a lease that is not posted, and ``SelfOffer`` then sends a ``BatchDone`` that
+    wakes the scheduler and counts no post."""
+    w = _run(World(requests=(2, 1)), schedule)
+    w.finish()
+    assert w.check() == []
+    assert w.lease.value == {0: 1}
+    assert 0 in w.h.core.handoffs.offered

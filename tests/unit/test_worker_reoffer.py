@@ -95,6 +95,28 @@ def test_self_offer_posts_the_lease_when_the_rule_says_so(lease_name: str) -> No
         offer.close()
 
 
+def test_a_lease_is_never_posted_twice(lease_name: str) -> None:
+    """A lease is 0 or 1 (``Lease.offer``): a post on a posted lease, by the scheduler after a
+    claim expired or by the worker after a batch, makes none; the worker's re-offer then says
+    it did not post (its ``BatchDone`` wakes the scheduler and counts no post)."""
+    scheduler, frontend = Lease(lease_name), Lease(lease_name)
+    offer = SelfOffer(lease_name, lambda: True, lambda: False)
+    try:
+        assert scheduler.offer()
+        assert not scheduler.offer()
+        assert not offer.after_batch(False)
+        assert offer.reoffered == 0
+        assert frontend.take()
+        assert not frontend.take(), "posted once"
+        assert offer.after_batch(False)
+        assert not scheduler.offer()
+        assert frontend.take()
+        assert not frontend.take()
+    finally:
+        for handle in (scheduler, frontend, offer):
+            handle.close()
+
+
 # ------------------------------------------------------------------ the scheduler's count
 
 

@@ -95,9 +95,17 @@ class Lease:
     def __init__(self, name: str) -> None:
         self._sem = posix_ipc.Semaphore(name)
 
-    def offer(self) -> None:
-        """Make the instance's next batch anyone's (scheduler only; from 0)."""
+    def offer(self) -> bool:
+        """Make the instance's next batch anyone's: post the lease, unless it is posted
+        (False). A lease is 0 or 1: after a claim expired (``scheduler.direct``'s
+        ``CLAIM_TIMEOUT_NS``) the scheduler's count of posts may miss one that is up (the
+        late ``DirectSent`` of the claim took one off twice), and a second post would let two
+        frontends hand the instance a batch each. The read and the post are two steps: its
+        two posters, the scheduler and the instance's worker, post at once only then."""
+        if self._sem.value:
+            return False
         self._sem.release()
+        return True
 
     def offered(self) -> bool:
         """Whether the lease is up for taking (a read: no syscall)."""
@@ -149,7 +157,8 @@ class SelfOffer:
         could let the scheduler try to take back a lease not posted yet."""
         if not worker_reoffers(self._quiet(), self._woken(), rescheduled):
             return False
-        self._lease.offer()
+        if not self._lease.offer():
+            return False  # NOTE: posted already: the scheduler must count no second post
         self.reoffered += 1
         return True
 

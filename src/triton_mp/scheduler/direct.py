@@ -54,7 +54,8 @@ class Leases(Protocol):
     """The instances' lease semaphores (``ipc.direct.Lease``), by instance id."""
 
     def offer(self, instance_id: int) -> None:
-        """Post the lease (it is 0)."""
+        """Post the lease, unless it is posted (``ipc.direct.Lease.offer``: after a claim
+        expired, the count of posts may miss one)."""
         ...
 
     def take(self, instance_id: int) -> bool:
@@ -174,7 +175,8 @@ class Handoffs:
                     continue
                 leases.offer(iid)
                 # NOTE: idle, so no re-offering BatchDone is unread: a count below 0 came
-                # from a DirectSent read after its claim expired.
+                # from a DirectSent read after its claim expired, and then the lease may be
+                # up already (Lease.offer leaves it so): either way, one post is up now.
                 self._posts[iid] = 1
                 self.offered.add(iid)
 
