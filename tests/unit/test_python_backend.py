@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from triton_mp.backends.base import RESCHEDULED, RESPONDED, BackendRequest
+from triton_mp.backends.base import RESCHEDULED, RESPONDED, BackendRequest, Outputs
 from triton_mp.backends.python import pb_utils
 from triton_mp.backends.python.autocomplete import may_auto_complete
 from triton_mp.backends.python.backend import PythonBackend
@@ -548,4 +548,48 @@ def test_each_request_asks_its_own_cancellation_and_sender(tmp_path: Path) -> No
         assert isinstance(res, dict), res
         assert res["OUTPUT0"].tolist() == [[float(v)] * 4]
         assert res["OUTPUT1"].tolist() == [[1.0 if v in (1, 2) else 0.0] * 4]
+    b.close()
+
+
+SHAPED_RESPONSES = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+class Mine(pb_utils.Tensor):
+    pass
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            if x[0, 0] == 1:
+                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)],
+                                                      parameters={"k": 1}))
+            elif x[0, 0] == 2:
+                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x), -x]))
+            elif x[0, 0] == 3:
+                out.append(pb_utils.InferenceResponse([Mine("OUTPUT1", -x)]))
+            else:
+                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
+        return out
+"""
+
+
+def test_responses_with_parameters_strangers_or_tensor_subclasses_read_as_before(
+    tmp_path: Path,
+) -> None:
+    # NOTE: the backend reads a plain response itself (_returned_results); anything else
+    # goes to ResponseReader as before: parameters, a non-Tensor entry, a Tensor subclass.
+    b = PythonBackend(_spec(_write(tmp_path, SHAPED_RESPONSES)), INSTANCE)
+    results, _ = b.execute([_req(1), _req(2), _req(3), _req(4)])
+    with_parameters, stranger, subclass, plain = results
+    assert isinstance(with_parameters, Outputs)
+    assert json.loads(with_parameters.parameters_json) == {"k": 1}
+    assert list(with_parameters) == ["OUTPUT0"]
+    assert isinstance(stranger, ErrorInfo)
+    assert stranger.code == ErrorCode.INTERNAL
+    assert "ndarray among the output tensors" in stranger.message
+    assert type(subclass) is dict
+    np.testing.assert_array_equal(subclass["OUTPUT1"], np.full((1, 4), -3, np.float32))
+    assert type(plain) is dict
+    assert list(plain) == ["OUTPUT0"]
     b.close()

@@ -86,6 +86,20 @@ CANCELLED_KEPT = 4096
 """Most cancelled request keys a worker keeps (a bound for those that raced their end)."""
 
 
+def _one_frontend(reqs: tuple[InferRequest, ...], final: list[Result]) -> int | None:
+    """The frontend of a batch whose requests all answer it (the same ``ReplyTo`` object:
+    the record decoder interns them), untraced, each with outputs to write (a plain
+    ``dict``), so that one ``AnswerBatch`` answers them all: the common batch, told
+    without ``Worker._answer_groups``' grouping; None for any other batch."""
+    to = reqs[0].reply_to
+    if to.kind is not Requester.FRONTEND:
+        return None
+    for r, res in zip(reqs, final, strict=True):
+        if r.reply_to is not to or r.trace is not None or type(res) is not dict:
+            return None
+    return to.id
+
+
 class Worker:
     """Runs batches on one backend and writes responses (process-agnostic logic).
 
@@ -423,23 +437,36 @@ class Worker:
             final = [missing if r is None else r for r in results]
         single: range | list[int] = range(len(reqs))
         if len(reqs) > 1 and not self._decoupled:
-            groups: dict[int, list[int]] = {}
-            for i, req in enumerate(reqs):
-                if (
-                    req.reply_to.kind is Requester.FRONTEND
-                    and req.trace is None
-                    and not isinstance(final[i], _NOT_ANSWERED)
-                ):
-                    groups.setdefault(req.reply_to.id, []).append(i)
-            grouped = set()
-            for frontend_id, idx in groups.items():
-                if len(idx) > 1 and self._answer_group(frontend_id, reqs, final, idx, failed):
-                    grouped.update(idx)
-            if grouped:
-                single = [i for i in single if i not in grouped]
+            one = _one_frontend(reqs, final)
+            if one is not None:
+                if self._answer_group(one, reqs, final, list(single), failed):
+                    return tuple(sorted(failed))
+            else:
+                grouped = self._answer_groups(reqs, final, failed)
+                if grouped:
+                    single = [i for i in single if i not in grouped]
         for i in single:
             self._answer_one(i, reqs[i], final[i], failed)
         return tuple(sorted(failed))
+
+    def _answer_groups(
+        self, reqs: tuple[InferRequest, ...], final: list[Result], failed: list[int]
+    ) -> set[int]:
+        """Answer each frontend's untraced requests of the batch (two or more) in one
+        ``AnswerBatch`` each; returns the indices answered so."""
+        groups: dict[int, list[int]] = {}
+        for i, req in enumerate(reqs):
+            if (
+                req.reply_to.kind is Requester.FRONTEND
+                and req.trace is None
+                and not isinstance(final[i], _NOT_ANSWERED)
+            ):
+                groups.setdefault(req.reply_to.id, []).append(i)
+        grouped: set[int] = set()
+        for frontend_id, idx in groups.items():
+            if len(idx) > 1 and self._answer_group(frontend_id, reqs, final, idx, failed):
+                grouped.update(idx)
+        return grouped
 
     def _answer_group(
         self,

@@ -117,6 +117,9 @@ class PythonBackend:
         """Default mode: responses sent through requests' senders during ``execute``."""
         self._input_reshape = {t.name: t.reshape for t in model.inputs if t.reshape is not None}
         self._result = ResponseReader(model, self._origin).result
+        self._plain_result = not any(t.reshape is not None for t in model.outputs)
+        """No output of the model is reshaped: ``_returned_results`` reads a plain response
+        (outputs only) itself."""
         install_pb_utils()
         model_file = Path(model.model_file)
         try:
@@ -288,10 +291,32 @@ class PythonBackend:
             return [info] * len(requests)
         results: list[Result] = []
         reschedule = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+        plain = self._plain_result
+        response_type, tensor_type = pb_utils.InferenceResponse, pb_utils.Tensor
         for r, pb, resp in zip(requests, pb_requests, returned, strict=True):
             # NOTE: _rescheduling's first test, inlined (the hot path).
             if pb._release_flags != reschedule or not self._rescheduling(pb):  # noqa: SLF001
-                results.append(self._result(r, captured.get(id(r), resp) if captured else resp))
+                if captured:
+                    resp = captured.get(id(r), resp)
+                if (
+                    plain
+                    and type(resp) is response_type
+                    and resp._error is None  # noqa: SLF001
+                    and resp._parameters == "{}"  # noqa: SLF001
+                ):
+                    # NOTE: ResponseReader.result's plain case, inlined (one call per
+                    # request saved): pb_utils.Tensor outputs, no reshape, no parameters.
+                    outputs: dict[str, Any] = {}
+                    wanted = r.outputs
+                    for t in resp._output_tensors:  # noqa: SLF001
+                        if type(t) is not tensor_type:
+                            break  # NOTE: a subclass or no tensor: ResponseReader decides
+                        if t._name in wanted:  # noqa: SLF001
+                            outputs[t._name] = t._array  # noqa: SLF001
+                    else:
+                        results.append(outputs)
+                        continue
+                results.append(self._result(r, resp))
             elif self._iterative:
                 results.append(RESCHEDULED)
             else:
