@@ -278,6 +278,61 @@ def test_known_calls_are_sent_natively_until_an_event_unteaches_them(
     assert "Traceback" not in server.log()
 
 
+_BYTES_SAMPLE = re.compile(
+    r'^triton_mp_frontend_tensor_bytes_total\{direction="(\w+)"\} (\S+)$', re.M
+)
+
+
+def _tensor_bytes(server: ServerProcess) -> dict[str, float]:
+    """The frontend's copied tensor bytes by direction (``GET /metrics``)."""
+    url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        text = resp.read().decode()
+    return {m[1]: float(m[2]) for m in _BYTES_SAMPLE.finditer(text)}
+
+
+def test_known_answers_are_served_natively_with_exact_counts(
+    servers: dict[str, ServerProcess],
+) -> None:
+    """The answers of the calls the gRPC thread submitted are served by C++
+    (``known_answers``): the first has no response head yet and goes to Python (declined,
+    the owned calls released), which teaches it; every later one is answered natively,
+    each its own request's bytes, and the tensor bytes copied are counted exactly as the
+    Python path counts them (64 + 64 in, 64 + 64 out per call)."""
+    server = servers["native"]
+    client = grpcclient.InferenceServerClient(server.url)
+
+    def infer(value: float) -> None:
+        inputs = []
+        for tensor, v in (("INPUT0", value), ("INPUT1", 2.0)):
+            inp = grpcclient.InferInput(tensor, [1, 16], "FP32")
+            inp.set_data_from_numpy(np.full((1, 16), v, np.float32))
+            inputs.append(inp)
+        result = client.infer("add_sub_py", inputs, request_id="na")
+        assert result.get_response().id == "na"
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((1, 16), value + 2))
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.full((1, 16), value - 2))
+
+    before, bytes_before = _known_counts(server), _tensor_bytes(server)
+    try:
+        # NOTE: the first calls go the Python way (the full way or the Python lane) until
+        # the key and id are taught; the rest are sent natively
+        for i in range(13):
+            infer(i)
+    finally:
+        client.close()
+    after, bytes_after = _known_counts(server), _tensor_bytes(server)
+    sent = after["sent"] - before["sent"]
+    assert sent >= 10, (before, after)
+    assert after["answer_declined"] - before["answer_declined"] == 1, (before, after)
+    assert after["released"] - before["released"] >= 1
+    assert after["answered"] - before["answered"] == sent - 1
+    # NOTE: every call counted once, whichever way it went
+    assert bytes_after["in"] - bytes_before["in"] == 13 * 128
+    assert bytes_after["out"] - bytes_before["out"] == 13 * 128
+    assert "Traceback" not in server.log()
+
+
 def _repeat_inputs(values: list[int], delay_ms: int) -> list[grpcclient.InferInput]:
     arrays = {
         "IN": np.array(values, np.int32),

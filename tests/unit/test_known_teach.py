@@ -22,6 +22,7 @@ class FakeNative:
         self.left = 0
         self.ring: Any = None
         self.detached = False
+        self.answers_forgotten = 0
 
     def known_set_arena(self, arena: Any) -> None:
         self.arenas.append(arena)
@@ -51,6 +52,12 @@ class FakeNative:
 
     def known_stats(self) -> dict[str, int]:
         return {"sent": 0}
+
+    def known_answer_forget(self) -> None:
+        self.answers_forgotten += 1
+
+    def known_answer_stats(self) -> dict[str, int]:
+        return {"answered": 0}
 
 
 @dataclass

@@ -363,10 +363,18 @@ class Inbox(Generic[T]):
                 return True
         return False
 
-    def drain(self) -> list[T]:
-        """Every message pending in every ring, decoded (per-ring order kept)."""
+    @property
+    def decode_buffer(self) -> Callable[[Any], T]:
+        """This inbox's decoder of one record (``codec.Decoder.decode_buffer``)."""
+        return self._decoder.decode_buffer
+
+    def drain(self, read: Callable[[memoryview], Any] | None = None) -> list[T]:
+        """Every message pending in every ring, decoded (per-ring order kept). ``read``:
+        what reads each record instead of the decoder (a view valid during the call; e.g.
+        the native answer side's reader, which serves some records itself and gives None
+        for them, ``frontend.native.known_answers``)."""
         out: list[T] = []
-        dec = self._decoder.decode_buffer
+        dec = self._decoder.decode_buffer if read is None else read
         for ring in self._rings:
             if ring.has_records():
                 out += ring.pop_each(dec)

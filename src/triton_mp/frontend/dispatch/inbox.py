@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 from triton_mp.frontend.dispatch.direct import DirectRoutes
 from triton_mp.frontend.dispatch.pending import PendingTable
@@ -80,14 +82,31 @@ class InboxHandler:
         self.on_table_change: Callable[[], None] | None = None
         """Called before a model table update applies (models, versions, direct routes):
         the native known path un-learns (``frontend.native.known_teach``)."""
+        self._read: Callable[[memoryview], Any] | None = None
+        self._settle: Callable[[], None] = lambda: None
+
+    def serve_answers_with(
+        self,
+        serve: Callable[[Callable[[Any], Any], memoryview], Any] | None,
+        settle: Callable[[], None] = lambda: None,
+    ) -> None:
+        """Let ``serve(decode, record)`` read every record of a drain first (the native
+        answer side, ``frontend.native.known_answers``): it serves the answers of the calls
+        it owns and gives None for those, or returns ``decode(record)``; ``settle`` runs
+        after a drain in which it served some. None: the decoder reads every record."""
+        self._read = None if serve is None else partial(serve, self._inbox.decode_buffer)
+        self._settle = settle
 
     def on_wakeup(self) -> None:
         """The inbox has records (the loop's ``PollingSelector`` saw them, and read the FIFO
         when it was woken): drain every ring (loop thread)."""
         answers: list[InferResponse | AnswerBatch | RequestFailed | StatsReply | QueueReply] = []
-        for msg in self._inbox.drain():
+        served = False
+        for msg in self._inbox.drain(self._read):
             if isinstance(msg, _ANSWERS):  # NOTE: nearly every record: tested first
                 answers.append(msg)
+            elif msg is None:  # NOTE: served natively (serve_answers_with)
+                served = True
             elif isinstance(msg, ShmRegistered):
                 for r in msg.regions:
                     self._shm.add(Region(r.name, r.key, r.offset, r.byte_size, r.region_id))
@@ -104,6 +123,8 @@ class InboxHandler:
                     self.readiness.deliver(msg)
             else:
                 log.warning("unexpected inbox record %s", type(msg).__name__)
+        if served:
+            self._settle()
         if answers:
             self._pending.deliver(answers)
 

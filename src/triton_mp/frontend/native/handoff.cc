@@ -65,7 +65,69 @@ bool Handoff::SubmitKnown(Awaiting* call, const grpc::ByteBuffer& data, uint64_t
   if (known.Submit(message, split, arrival_ns, &item.known) != KnownResult::kSent) return false;
   item.id = *id = next_id_++;
   waiting_.emplace(item.id, call);
+  if (own_known_) {
+    // NOTE: kept, not queued: its answer is served here (AnswerOwned) unless Python takes it
+    owned_call_.emplace(item.id, item.known.request_id);
+    owned_.emplace(item.known.request_id, Owned{item.id, item.known});
+    return true;
+  }
   PushLocked(std::move(item));
+  return true;
+}
+
+void Handoff::ReleaseLocked(uint64_t rid) {
+  auto it = owned_.find(rid);
+  if (it == owned_.end()) return;
+  HandoffItem item;
+  item.id = it->second.call_id;
+  item.kind = ItemKind::kKnown;
+  item.known = it->second.sent;
+  owned_call_.erase(item.id);
+  owned_.erase(it);
+  PushLocked(std::move(item));
+}
+
+void Handoff::OwnKnown(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  own_known_ = on;
+}
+
+size_t Handoff::ReleaseOwned() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<uint64_t, uint64_t>> calls(owned_call_.begin(), owned_call_.end());
+  std::sort(calls.begin(), calls.end());  // NOTE: in the order they were submitted
+  for (const auto& [call_id, rid] : calls) ReleaseLocked(rid);
+  return calls.size();
+}
+
+bool Handoff::FindOwned(const AnswerRead& read, std::vector<KnownSent>* calls) {
+  std::lock_guard<std::mutex> lock(mu_);
+  calls->clear();
+  for (const auto& r : read.responses) {
+    auto it = owned_.find(r.request_id);
+    if (it == owned_.end()) return false;
+    calls->push_back(it->second.sent);
+  }
+  return !calls->empty();
+}
+
+bool Handoff::AnswerOwned(const AnswerRead& read, std::vector<grpc::Slice>* responses) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_ || responses->size() != read.responses.size()) return false;
+  for (const auto& r : read.responses) {
+    if (owned_.find(r.request_id) == owned_.end()) return false;
+  }
+  for (size_t i = 0; i < read.responses.size(); ++i) {
+    auto it = owned_.find(read.responses[i].request_id);
+    const uint64_t call_id = it->second.call_id;
+    owned_call_.erase(call_id);
+    owned_.erase(it);
+    auto w = waiting_.find(call_id);
+    if (w == waiting_.end()) continue;  // NOTE: owned calls are withdrawn through ReleaseLocked
+    answers_.push_back(Answer{w->second, grpc::Status::OK,
+                              grpc::ByteBuffer(&(*responses)[i], 1), true});
+    waiting_.erase(w);
+  }
   return true;
 }
 
@@ -105,6 +167,8 @@ bool Handoff::Withdraw(uint64_t id) {
   if (it == waiting_.end()) return false;
   Awaiting* call = it->second;
   waiting_.erase(it);
+  auto owned = owned_call_.find(id);
+  if (owned != owned_call_.end()) ReleaseLocked(owned->second);  // NOTE: Python cancels it
   // NOTE: a stream's messages queued for the next flush would reach a call that is gone.
   answers_.erase(std::remove_if(answers_.begin(), answers_.end(),
                                 [call](const Answer& a) { return a.call == call; }),

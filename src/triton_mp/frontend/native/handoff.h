@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "answer_reader.h"
 #include "cq_tag.h"
 #include "known_submit.h"
 
@@ -105,6 +106,27 @@ class Handoff {
   // waiting has been cancelled by the server's shutdown and is withdrawn).
   void Close();
 
+  // Owned known calls (the answer in C++, known_answer.h). Python thread: from now on
+  // (`on`) a call SubmitKnown sends is kept here, by request id, instead of queued as
+  // kKnown; its answer is served by AnswerOwned, or the call is handed to Python as the
+  // kKnown entry it would have been (ReleaseOwned; Withdraw queues it before its kCancelled).
+  void OwnKnown(bool on);
+  // Python thread: queue every owned call as kKnown, oldest call first (Python registers
+  // them: an answer it reads for one of them, the drain, an un-teaching); how many.
+  size_t ReleaseOwned();
+  // Python thread: the owned calls answered by `read`, one per response, in order, into
+  // `calls` (their KnownSent), when every response is one; false: nothing (some response is
+  // not an owned call's).
+  bool FindOwned(const AnswerRead& read, std::vector<KnownSent>* calls);
+  // Python thread: end the owned calls of `read` (FindOwned's, in order) with `responses`
+  // (OK), delivered after the next Kick. False (nothing done): one of them is no longer
+  // owned (withdrawn meanwhile: Python registers and cancels it).
+  bool AnswerOwned(const AnswerRead& read, std::vector<grpc::Slice>* responses);
+  size_t owned() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return owned_.size();
+  }
+
  private:
   struct Answer {
     Awaiting* call;
@@ -113,12 +135,22 @@ class Handoff {
     bool final;
   };
   void PushLocked(HandoffItem item);
+  // Queues owned call `rid` as kKnown and forgets it.
+  void ReleaseLocked(uint64_t rid);
+
+  struct Owned {
+    uint64_t call_id;
+    KnownSent sent;
+  };
 
   std::mutex mu_;
   std::deque<HandoffItem> queue_;
   std::unordered_map<uint64_t, Awaiting*> waiting_;
   std::vector<Answer> answers_;  // replied, not yet delivered
   bool closed_ = false;          // Close(): replies are dropped
+  bool own_known_ = false;       // OwnKnown
+  std::unordered_map<uint64_t, Owned> owned_;          // by request id
+  std::unordered_map<uint64_t, uint64_t> owned_call_;  // call id -> request id
   std::mutex* serial_ = nullptr;
   uint64_t next_id_ = 1;
   int fd_ = -1;

@@ -197,6 +197,9 @@ class Handoff:
         self._kick_due = False
         self._at_pass_end = False
         """The loop's selector kicks at each pass end (``start``)."""
+        self.release_owned: Callable[[], int] | None = None
+        """Queues the calls the native side kept (``known_answers.NativeAnswers.release``):
+        ``pull_known`` calls it first."""
 
     @property
     def known_calls(self) -> KnownCalls | None:
@@ -225,6 +228,11 @@ class Handoff:
         if self._known is not None:
             self._known.pending.on_unknown = None
         self._fd = -1
+
+    def answered(self) -> None:
+        """Answers were queued outside ``_reply`` (natively): kick at the pass end."""
+        if not self._kick_due:
+            self._answered()
 
     def _answered(self) -> None:
         """An answer was queued: kick the native side once, at the end of this pass (the
@@ -262,6 +270,8 @@ class Handoff:
         NOTE: the eventfd stays readable for what is left: the first entry taken here was
         queued on an empty queue, which wrote the eventfd after the last take, and only
         ``on_wakeup`` reads it, taking right after."""
+        if self.release_owned is not None:
+            self.release_owned()
         items = self._native.take()
         if not items or self._known is None:
             self._stash.extend(items)

@@ -85,7 +85,9 @@ class KnownCall:
         request_id: the frontend's id of the request; ``model``, ``version``: where it went.
     """
 
-    __slots__ = ("_calls", "call_id", "client_id", "closed", "model", "request_id", "version")
+    __slots__ = (
+        "_calls", "call_id", "client_id", "closed", "lesson_id", "model", "request_id", "version"
+    )  # fmt: skip
 
     def __init__(self, calls: KnownCalls, call_id: int, client_id: str) -> None:
         self._calls = calls
@@ -94,6 +96,8 @@ class KnownCall:
         self.request_id = 0
         self.model = ""
         self.version = 0
+        self.lesson_id = 0
+        """The lesson the native side submitted it by (0: submitted by Python)."""
         self.closed = False
         """Answered or cancelled: an answer that arrives is freed."""
 
@@ -140,6 +144,9 @@ class KnownCalls:
         """Calls submitted and not answered, by call id (``cancel``)."""
         self._lessons: dict[int, Lesson] = {}
         self._next_lesson = 1
+        self.on_head: Callable[[int, InferResponse, bytes], None] | None = None
+        """Called with (lesson id, answer, head) after a call the native side submitted was
+        answered here (``known_answers.NativeAnswers.teach``)."""
         self.on_registered: Callable[[], None] | None = None
         """Called after ``register`` registered some: the native side may be short of
         request ids (``known_teach.NativeKnown.refill``)."""
@@ -168,6 +175,7 @@ class KnownCalls:
             lesson = self._lessons[lesson_id]
             call = KnownCall(self, call_id, lesson.client_id)
             call.request_id = rid
+            call.lesson_id = lesson_id
             call.model = lesson.model
             call.version = lesson.version
             pending.copied_bytes["in"] += lesson.copied
@@ -241,6 +249,8 @@ class KnownCalls:
             else:
                 # NOTE: the reply copies the parts (views of the answer's blocks) at once.
                 self._reply(call_id, 0, "", parts)
+                if call.lesson_id and self.on_head is not None:
+                    self.on_head(call.lesson_id, answer, bytes(parts[0]))
         finally:
             self.pending.release(answer)
 

@@ -38,6 +38,7 @@ void KnownSubmit::SetArena(std::shared_ptr<ArenaBlocks> arena, unsigned char* ba
                            uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   arena_ = std::move(arena);
+  ++epoch_;
   base_ = base;
   bytes_ = bytes;
   ForgetLocked();  // NOTE: a lesson's template names the arena's segment
@@ -93,12 +94,27 @@ void KnownSubmit::Detach() {
   std::lock_guard<std::mutex> lock(mu_);
   ForgetLocked();
   arena_.reset();
+  ++epoch_;
   base_ = nullptr;
   bytes_ = 0;
   ring_.reset();
   wake_ = nullptr;
   TheKnownWake().SetRing(nullptr, nullptr);
   ids_.clear();
+}
+
+bool KnownSubmit::FreeInput(uint64_t epoch, uint64_t offset, uint32_t generation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (epoch != epoch_ || base_ == nullptr || offset % 4 != 0 || offset > bytes_ ||
+      bytes_ - offset < kArenaHeaderBytes) {
+    return false;
+  }
+  uint32_t* state = reinterpret_cast<uint32_t*>(base_ + offset);
+  uint32_t gen;
+  std::memcpy(&gen, base_ + offset + 4, sizeof gen);
+  if (__atomic_load_n(state, __ATOMIC_ACQUIRE) != kBlockLive || gen != generation) return false;
+  __atomic_store_n(state, kBlockFree, __ATOMIC_RELEASE);
+  return true;
 }
 
 KnownStats KnownSubmit::stats() const {
@@ -170,6 +186,9 @@ KnownResult KnownSubmit::SubmitLocked(const Chunks& message, const RequestSplit&
   sent->lesson_id = lesson.id;
   sent->offset = block;
   sent->generation = generation;
+  sent->epoch = epoch_;
+  sent->copied = 0;
+  for (uint64_t size : lesson.sizes) sent->copied += size;
   return KnownResult::kSent;
 }
 

@@ -50,6 +50,8 @@ struct KnownSent {
   uint64_t lesson_id = 0;
   uint64_t offset = 0;      // the input block's offset in the arena segment
   uint32_t generation = 0;  // its generation
+  uint64_t epoch = 0;       // the arena's (KnownSubmit::FreeInput)
+  uint64_t copied = 0;      // raw input bytes copied into the block
 };
 
 enum class KnownResult : int {
@@ -100,6 +102,15 @@ class KnownSubmit {
   // may unmap).
   void Detach();
   KnownStats stats() const;
+  // Python thread: marks the input block of a call sent in arena epoch `epoch` FREE (its
+  // answer was served: tensor_pool.free_block's rule, one aligned 4-byte store). False:
+  // nothing written (the arena changed since, or the header holds another state or
+  // generation).
+  bool FreeInput(uint64_t epoch, uint64_t offset, uint32_t generation);
+  uint64_t epoch() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return epoch_;
+  }
 
   // Any thread: submit the call whose request is `message`, split as `split`, arrived at
   // `arrival_ns` (CLOCK_MONOTONIC). kSent fills `sent`.
@@ -118,6 +129,7 @@ class KnownSubmit {
   std::unordered_map<std::string, KnownLesson> lessons_;
   std::string lookup_;  // the key being looked up (reused)
   std::shared_ptr<ArenaBlocks> arena_;
+  uint64_t epoch_ = 0;  // SetArena and Detach count it: a block of another epoch is not ours
   unsigned char* base_ = nullptr;
   uint64_t bytes_ = 0;
   std::shared_ptr<RingProducer> ring_;

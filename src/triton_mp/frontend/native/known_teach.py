@@ -12,13 +12,15 @@ arena block, its bytes, its record, its push and its wake; Python only registers
 (``KnownCalls.register``) and answers it as before. Anything that does not match a lesson
 goes to Python as it always did, so every Triton rule and word stays here.
 
-Every lesson is forgotten (``forget``, C++ ``Clear``) on each event after which Python's
-decision could differ: a model table update (models, versions, direct routes), the drain,
-a trace settings change, a known key dropped or the known table cleared; a new newest
-input arena re-points C++ at it (``arena_changed``, which forgets too: a template names
-its arena). Never taught: a form whose block is not in the newest arena, a decoupled model
-(the known lane of ModelInfer never has one), and whatever the patched lane already
-refuses (held regions, ``preserve_ordering``, latency histograms, a response-cache miss).
+Every lesson is forgotten (``forget``, C++ ``Clear``; the response heads of the answer side
+too, ``known_answers``, whose owned calls ``pull`` then hands to Python) on each event after
+which Python's decision could differ: a model table update (models, versions, direct
+routes), the drain, a trace settings change, a known key dropped or the known table cleared;
+a new newest input arena re-points C++ at it (``arena_changed``, which forgets too: a
+template names its arena). Never taught: a form whose block is not in the newest arena, a
+decoupled model (the known lane of ModelInfer never has one), and whatever the patched lane
+already refuses (held regions, ``preserve_ordering``, latency histograms, a response-cache
+miss).
 
 Request ids are handed to C++ in bulk (``PendingTable.reserve``) when few are left: after
 each pass that registered calls C++ sent (``KnownCalls.on_registered``), and on each
@@ -65,6 +67,8 @@ class Native(Protocol):
     def known_clear(self) -> None: ...
     def known_detach(self) -> None: ...
     def known_stats(self) -> dict[str, int]: ...
+    def known_answer_forget(self) -> None: ...
+    def known_answer_stats(self) -> dict[str, int]: ...
 
 
 class Gate(Protocol):
@@ -155,6 +159,7 @@ class NativeKnown:
         """Un-teach every lesson (module docstring: the events), then register what C++ sent
         before (``pull``: the drain's ``wait_drained`` counts the pending table)."""
         self._native.known_clear()
+        self._native.known_answer_forget()  # NOTE: the heads taught, the workers' arenas
         self._taught.clear()
         if self._pull is not None:
             self._pull()
@@ -168,8 +173,11 @@ class NativeKnown:
         self._taught.clear()
 
     def stats(self) -> dict[str, int]:
-        """C++'s counters (``known_submit.h`` KnownStats): sent, declined, cleared, ..."""
-        return self._native.known_stats()
+        """C++'s counters (``known_submit.h`` KnownStats: sent, declined, cleared, ...;
+        ``known_answer_py.cc``: answered, released, ...)."""
+        stats = self._native.known_stats()
+        stats.update(self._native.known_answer_stats())
+        return stats
 
     def refill(self) -> None:
         """Hand C++ ``IDS_BULK`` more request ids when fewer than ``IDS_LOW`` are left

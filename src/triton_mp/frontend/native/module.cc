@@ -13,7 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "answer_reader_py.h"
 #include "input_arena_type.h"
+#include "known_answer_py.h"
 #include "known_submit_py.h"
 #include "known_wake_py.h"
 #include "native_server.h"
@@ -347,6 +349,10 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_native", "The native gRPC server
 
 }  // namespace
 
+namespace triton_mp {
+Handoff* ServerHandoff() { return CurrentHandoff(); }
+}  // namespace triton_mp
+
 // ABI: what this build's functions take, checked by native/__init__.py (_ABI, its twin): 3,
 // reply() takes a response's parts, take() gives kKnown entries, known_* teach the gRPC thread.
 PyMODINIT_FUNC PyInit__native() {
@@ -358,6 +364,8 @@ PyMODINIT_FUNC PyInit__native() {
                             !triton_mp::AddRingProducerType(module) ||
                             !triton_mp::AddKnownSubmit(module) ||
                             !triton_mp::AddKnownWake(module) ||
+                            !triton_mp::AddAnswerReader(module) ||
+                            !triton_mp::AddKnownAnswer(module) ||
                             PyModule_AddIntConstant(
                                 module, "RECEIVED_MIN_RAW_BYTES",
                                 static_cast<long>(triton_mp::kReceivedMinRawBytes)) != 0)) {

@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import shutil
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 from triton_mp.common.process import process_dirs
 from triton_mp.frontend import native
 from triton_mp.frontend.grpc.servicer import InferenceServicer
 from triton_mp.frontend.native.handoff import Handoff
+from triton_mp.frontend.native.known_answers import NativeAnswers
 from triton_mp.frontend.native.known_calls import KnownCalls
 from triton_mp.frontend.native.known_teach import NativeKnown, Wiring
 
@@ -76,6 +77,8 @@ class NativePort:
         )
         self._handoff = None
         self._teacher: NativeKnown | None = None
+        self._answers: NativeAnswers | None = None
+        self._answers_inbox: Any = None
         if servicer is not None:
             known = partial(KnownCalls, servicer.inference, servicer.heads, servicer)
             self._handoff = Handoff(self._server.module, servicer, known)
@@ -84,6 +87,11 @@ class NativePort:
                 pull = self._handoff.pull_known
                 self._teacher = NativeKnown(self._server.module, calls, servicer, pull)
                 self._wire = partial(self._teacher.wire, wiring, servicer.inference)
+                self._answers = NativeAnswers(
+                    self._server.module, calls.pending, self._handoff.answered,
+                    self._teacher.refill,
+                )  # fmt: skip
+                self._answers_inbox = wiring.inbox
 
     @property
     def teacher(self) -> NativeKnown | None:
@@ -102,12 +110,18 @@ class NativePort:
             self._handoff.start(asyncio.get_running_loop())
             if self._teacher is not None:
                 self._wire()
+            if self._answers is not None and self._answers.start(self._answers_inbox):
+                assert self._handoff.known_calls is not None
+                self._handoff.release_owned = self._answers.release
+                self._handoff.known_calls.on_head = self._answers.teach
         return port
 
     async def stop(self, grace_s: float) -> None:
         """Stop the native server (off the event loop, which keeps serving the Python side
         until every relayed call is over), then remove the socket's directory."""
         loop = asyncio.get_running_loop()
+        if self._answers is not None:
+            self._answers.stop()  # NOTE: owned calls go to Python, which the drain counts
         await loop.run_in_executor(None, self._server.stop, grace_s)
         if self._teacher is not None:
             self._teacher.close()  # NOTE: before the arenas close (the mapping's export)

@@ -1,0 +1,78 @@
+// The answer of a known unary call the native side submitted (known_submit.h) and kept
+// (Handoff's owned calls), built without Python: the worker's answer (answer_reader.h) is
+// served here only when nothing in it asks for a Triton rule (below); the response is the
+// head Python taught for the call's lesson and the answer's form (version, parameters, each
+// output's name, datatype and shape: frontend/grpc/messages.py ResponseHeads.head, the
+// serialized ModelInferResponse without its raw_output_contents) followed by each output's
+// raw_output_contents field (frontend/grpc/wire.py infer_response_parts: tag 0x32, the
+// length as a varint, the bytes copied once out of the worker's arena).
+//
+// Served here: a plain InferResponse, or an AnswerBatch whose responses are all plain and
+// whose one block (if any) every response names and the batch hands over with exactly that
+// many uses. Plain: no error, final and not empty, no trace, no extra blocks, no handoffs of
+// its own, every output in an arena (no client region), and a head taught for its form.
+// Anything else is left to Python whole (nothing read is changed or freed).
+//
+// Python twins: frontend/native/known_calls.py (KnownCalls.answer / _response_parts: the
+// same bytes), dispatch/pending.py (deliver: the block handed over by the batch, freed after
+// its uses). Python thread only (the inbox pass); not thread-safe.
+#ifndef TRITON_MP_FRONTEND_NATIVE_KNOWN_ANSWER_H_
+#define TRITON_MP_FRONTEND_NATIVE_KNOWN_ANSWER_H_
+
+#include <grpcpp/support/slice.h>
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "answer_reader.h"
+#include "output_segments.h"
+
+namespace triton_mp {
+
+// One output's form, as the head holds it.
+struct OutputForm {
+  std::string name;
+  std::string datatype;
+  std::vector<int64_t> shape;
+};
+
+// A response head Python taught for one lesson and one answer form.
+struct AnswerHead {
+  int64_t version = 0;
+  std::string parameters_json;
+  std::vector<OutputForm> outputs;
+  std::string head;  // the serialized ModelInferResponse without raw_output_contents
+};
+
+inline constexpr size_t kHeadsPerLesson = 4;     // the oldest goes first
+inline constexpr size_t kAnswerLessonsKept = 4096;  // cleared whole when full
+
+class KnownAnswers {
+ public:
+  // Keeps `head` for answers of calls submitted by lesson `lesson_id` (a form already kept
+  // is replaced).
+  void Teach(uint64_t lesson_id, AnswerHead head);
+  void Clear() { heads_.clear(); }
+  size_t lessons() const { return heads_.size(); }
+
+  // Whether `read` can be served here (header comment), response i being a call of lesson
+  // `lessons[i]`: then `out` holds each response's serialized ModelInferResponse and
+  // `bytes_out` the output bytes copied. False: nothing built.
+  bool Build(const AnswerRead& read, const std::vector<uint64_t>& lessons,
+             OutputSegments* segments, std::vector<grpc::Slice>* out,
+             uint64_t* bytes_out) const;
+  // Frees the output blocks of `read` (served whole); returns how many frees were refused
+  // (tensor_pool's stray frees).
+  size_t FreeOutputs(const AnswerRead& read, OutputSegments* segments) const;
+
+ private:
+  const AnswerHead* HeadOf(uint64_t lesson_id, const AnswerResponse& r) const;
+
+  std::unordered_map<uint64_t, std::vector<AnswerHead>> heads_;
+};
+
+}  // namespace triton_mp
+
+#endif  // TRITON_MP_FRONTEND_NATIVE_KNOWN_ANSWER_H_

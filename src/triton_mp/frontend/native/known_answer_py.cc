@@ -1,0 +1,254 @@
+// _native.known_answer* (known_answer_py.h). Every function is called on the Python thread
+// that runs the event loop, GIL held; known_answer releases it while it reads the record and
+// builds the responses (the copies), not while it touches the handoff (the server is
+// destroyed with the GIL held).
+#include "known_answer_py.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "answer_reader.h"
+#include "handoff.h"
+#include "known_answer.h"
+#include "known_submit.h"
+#include "output_segments.h"
+
+namespace triton_mp {
+
+namespace {
+
+KnownAnswers g_answers;
+OutputSegments g_segments;
+
+struct Counters {
+  uint64_t answered = 0;         // calls ended here
+  uint64_t answer_records = 0;   // records served whole
+  uint64_t answer_declined = 0;  // answer records of owned calls left to Python
+  uint64_t released = 0;         // owned calls handed to Python (ReleaseOwned)
+  uint64_t stray_frees = 0;      // frees refused (tensor_pool's stray frees)
+  uint64_t bytes_in = 0;         // raw input bytes of the calls ended here, not yet taken
+  uint64_t bytes_out = 0;        // output bytes copied here, not yet taken
+};
+Counters g_counters;
+
+// The lesson of each call, for Build.
+std::vector<uint64_t> LessonsOf(const std::vector<KnownSent>& calls) {
+  std::vector<uint64_t> out;
+  out.reserve(calls.size());
+  for (const auto& c : calls) out.push_back(c.lesson_id);
+  return out;
+}
+
+// Serves `data` if it answers owned calls only and can be served here; true when it was.
+bool Serve(Handoff* h, const unsigned char* data, size_t size) {
+  AnswerRead read;
+  std::vector<grpc::Slice> responses;
+  uint64_t bytes_out = 0;
+  std::vector<KnownSent> calls;
+  bool built = false;
+  Py_BEGIN_ALLOW_THREADS
+  ReadAnswer(data, size, &read);
+  Py_END_ALLOW_THREADS
+  if (read.kind == AnswerKind::kOther || !h->FindOwned(read, &calls)) return false;
+  const std::vector<uint64_t> lessons = LessonsOf(calls);
+  KnownSubmit& known = TheKnownSubmit();
+  for (const auto& c : calls) {
+    if (c.epoch != known.epoch()) {
+      ++g_counters.answer_declined;
+      return false;  // NOTE: its block is in an arena C++ no longer holds: Python frees it
+    }
+  }
+  Py_BEGIN_ALLOW_THREADS
+  built = g_answers.Build(read, lessons, &g_segments, &responses, &bytes_out);
+  Py_END_ALLOW_THREADS
+  if (!built || !h->AnswerOwned(read, &responses)) {
+    ++g_counters.answer_declined;
+    return false;
+  }
+  for (const auto& c : calls) {
+    if (!known.FreeInput(c.epoch, c.offset, c.generation)) ++g_counters.stray_frees;
+    g_counters.bytes_in += c.copied;
+  }
+  g_counters.stray_frees += g_answers.FreeOutputs(read, &g_segments);
+  g_counters.answered += calls.size();
+  ++g_counters.answer_records;
+  g_counters.bytes_out += bytes_out;
+  return true;
+}
+
+// known_answer(decode, record) -> None (served here: the calls end at the next kick()) or
+// decode(record) (anything else: Python's decoder). record: a ring record's view.
+PyObject* Answer(PyObject*, PyObject* args) {
+  PyObject* decode;
+  PyObject* record;
+  if (!PyArg_ParseTuple(args, "OO", &decode, &record)) return nullptr;
+  Handoff* h = ServerHandoff();
+  if (h != nullptr) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(record, &view, PyBUF_SIMPLE) != 0) return nullptr;
+    const bool served =
+        Serve(h, static_cast<const unsigned char*>(view.buf), static_cast<size_t>(view.len));
+    PyBuffer_Release(&view);
+    if (served) Py_RETURN_NONE;
+  }
+  return PyObject_CallOneArg(decode, record);
+}
+
+// Reads (name, datatype, shape) triples.
+bool FormsOf(PyObject* outputs, std::vector<OutputForm>* out) {
+  PyObject* seq = PySequence_Fast(outputs, "outputs must be a sequence");
+  if (seq == nullptr) return false;
+  bool ok = true;
+  for (Py_ssize_t i = 0; ok && i < PySequence_Fast_GET_SIZE(seq); ++i) {
+    const char* name;
+    const char* datatype;
+    Py_ssize_t name_len, datatype_len;
+    PyObject* shape;
+    ok = PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "s#s#O", &name, &name_len,
+                          &datatype, &datatype_len, &shape);
+    if (!ok) break;
+    OutputForm form{std::string(name, static_cast<size_t>(name_len)),
+                    std::string(datatype, static_cast<size_t>(datatype_len)), {}};
+    PyObject* dims = PySequence_Fast(shape, "shape must be a sequence of ints");
+    ok = dims != nullptr;
+    for (Py_ssize_t d = 0; ok && d < PySequence_Fast_GET_SIZE(dims); ++d) {
+      long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(dims, d));
+      ok = !(v == -1 && PyErr_Occurred());
+      form.shape.push_back(v);
+    }
+    Py_XDECREF(dims);
+    out->push_back(std::move(form));
+  }
+  Py_DECREF(seq);
+  return ok;
+}
+
+// known_answer_teach(lesson_id, version, parameters_json, outputs, head): answers of the
+// lesson's calls with this form (outputs: (name, datatype, shape) each) get `head`.
+PyObject* Teach(PyObject*, PyObject* args) {
+  unsigned long long lesson_id;
+  long long version;
+  const char* params;
+  Py_ssize_t params_len;
+  PyObject* outputs;
+  Py_buffer head;
+  if (!PyArg_ParseTuple(args, "KLs#Oy*", &lesson_id, &version, &params, &params_len, &outputs,
+                        &head)) {
+    return nullptr;
+  }
+  AnswerHead taught;
+  taught.version = version;
+  taught.parameters_json.assign(params, static_cast<size_t>(params_len));
+  taught.head.assign(static_cast<const char*>(head.buf), static_cast<size_t>(head.len));
+  PyBuffer_Release(&head);
+  if (!FormsOf(outputs, &taught.outputs)) return nullptr;
+  g_answers.Teach(lesson_id, std::move(taught));
+  Py_RETURN_NONE;
+}
+
+// known_answer_own(on) -> bool: the server's handoff keeps the calls it submits (False: no
+// server).
+PyObject* Own(PyObject*, PyObject* on) {
+  Handoff* h = ServerHandoff();
+  if (h != nullptr) h->OwnKnown(PyObject_IsTrue(on) == 1);
+  return PyBool_FromLong(h != nullptr);
+}
+
+// known_release() -> int: every owned call queued for Python as kKnown.
+PyObject* Release(PyObject*, PyObject*) {
+  Handoff* h = ServerHandoff();
+  const size_t n = h != nullptr ? h->ReleaseOwned() : 0;
+  g_counters.released += n;
+  return PyLong_FromSize_t(n);
+}
+
+// known_answer_forget(): forget the heads and unmap the workers' arenas (an un-teaching).
+PyObject* Forget(PyObject*, PyObject*) {
+  g_answers.Clear();
+  g_segments.Drop();
+  Py_RETURN_NONE;
+}
+
+// known_answer_take_bytes() -> (in, out): the tensor bytes of calls ended here since the
+// last call (PendingTable.copied_bytes).
+PyObject* TakeBytes(PyObject*, PyObject*) {
+  PyObject* out = Py_BuildValue("(KK)", (unsigned long long)g_counters.bytes_in,
+                                (unsigned long long)g_counters.bytes_out);
+  g_counters.bytes_in = g_counters.bytes_out = 0;
+  return out;
+}
+
+// known_answer_stats() -> dict: the counters (Counters).
+PyObject* Stats(PyObject*, PyObject*) {
+  return Py_BuildValue("{sKsKsKsKsK}", "answered", (unsigned long long)g_counters.answered,
+                       "answer_records", (unsigned long long)g_counters.answer_records,
+                       "answer_declined", (unsigned long long)g_counters.answer_declined,
+                       "released", (unsigned long long)g_counters.released, "stray_frees",
+                       (unsigned long long)g_counters.stray_frees);
+}
+
+// known_answer_build(record, lessons) -> tuple of bytes, or None: the responses this side
+// builds for `record` whose response i is a call of lessons[i], without a server (tests);
+// with free=True its output blocks are then freed (returns (responses, refused frees)).
+PyObject* Build(PyObject*, PyObject* args) {
+  Py_buffer record;
+  PyObject* lessons_obj;
+  int free_blocks = 0;
+  if (!PyArg_ParseTuple(args, "y*O|p", &record, &lessons_obj, &free_blocks)) return nullptr;
+  std::vector<uint64_t> lessons;
+  PyObject* seq = PySequence_Fast(lessons_obj, "lessons must be a sequence of ints");
+  if (seq == nullptr) {
+    PyBuffer_Release(&record);
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); ++i) {
+    lessons.push_back(PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i)));
+  }
+  Py_DECREF(seq);
+  if (PyErr_Occurred()) {
+    PyBuffer_Release(&record);
+    return nullptr;
+  }
+  AnswerRead read;
+  ReadAnswer(static_cast<const unsigned char*>(record.buf), static_cast<size_t>(record.len),
+             &read);
+  std::vector<grpc::Slice> responses;
+  uint64_t bytes_out = 0;
+  const bool built = g_answers.Build(read, lessons, &g_segments, &responses, &bytes_out);
+  size_t refused = 0;
+  if (built && free_blocks) refused = g_answers.FreeOutputs(read, &g_segments);
+  PyBuffer_Release(&record);
+  if (!built) Py_RETURN_NONE;
+  PyObject* out = PyTuple_New(static_cast<Py_ssize_t>(responses.size()));
+  if (out == nullptr) return nullptr;
+  for (size_t i = 0; i < responses.size(); ++i) {
+    PyObject* b = PyBytes_FromStringAndSize(reinterpret_cast<const char*>(responses[i].begin()),
+                                            static_cast<Py_ssize_t>(responses[i].size()));
+    if (b == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(out, static_cast<Py_ssize_t>(i), b);
+  }
+  if (!free_blocks) return out;
+  return Py_BuildValue("(Nn)", out, static_cast<Py_ssize_t>(refused));
+}
+
+PyMethodDef kFunctions[] = {
+    {"known_answer", Answer, METH_VARARGS, "(decode, record): serve an owned call's answer."},
+    {"known_answer_teach", Teach, METH_VARARGS, "Teach a response head for a lesson's form."},
+    {"known_answer_own", Own, METH_O, "Keep the calls submitted natively (answered here)."},
+    {"known_release", Release, METH_NOARGS, "Queue every owned call for Python (kKnown)."},
+    {"known_answer_forget", Forget, METH_NOARGS, "Forget the heads; unmap workers' arenas."},
+    {"known_answer_take_bytes", TakeBytes, METH_NOARGS, "(in, out) bytes since last taken."},
+    {"known_answer_stats", Stats, METH_NOARGS, "The answer side's counters."},
+    {"known_answer_build", Build, METH_VARARGS, "(record, lessons[, free]): responses built."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+}  // namespace
+
+bool AddKnownAnswer(PyObject* module) { return PyModule_AddFunctions(module, kFunctions) == 0; }
+
+}  // namespace triton_mp
