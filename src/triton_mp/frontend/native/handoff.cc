@@ -84,6 +84,7 @@ void Handoff::ReleaseLocked(uint64_t rid) {
   item.known = it->second.sent;
   owned_call_.erase(item.id);
   owned_.erase(it);
+  ++released_;
   PushLocked(std::move(item));
 }
 

@@ -122,9 +122,10 @@ class Handoff {
   // (OK), delivered after the next Kick. False (nothing done): one of them is no longer
   // owned (withdrawn meanwhile: Python registers and cancels it).
   bool AnswerOwned(const AnswerRead& read, std::vector<grpc::Slice>* responses);
-  size_t owned() {
+  // Owned calls handed to Python so far (ReleaseOwned and Withdraw).
+  uint64_t released() {
     std::lock_guard<std::mutex> lock(mu_);
-    return owned_.size();
+    return released_;
   }
 
  private:
@@ -151,6 +152,7 @@ class Handoff {
   bool own_known_ = false;       // OwnKnown
   std::unordered_map<uint64_t, Owned> owned_;          // by request id
   std::unordered_map<uint64_t, uint64_t> owned_call_;  // call id -> request id
+  uint64_t released_ = 0;
   std::mutex* serial_ = nullptr;
   uint64_t next_id_ = 1;
   int fd_ = -1;

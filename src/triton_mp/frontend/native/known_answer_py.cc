@@ -25,7 +25,6 @@ struct Counters {
   uint64_t answered = 0;         // calls ended here
   uint64_t answer_records = 0;   // records served whole
   uint64_t answer_declined = 0;  // answer records of owned calls left to Python
-  uint64_t released = 0;         // owned calls handed to Python (ReleaseOwned)
   uint64_t stray_frees = 0;      // frees refused (tensor_pool's stray frees)
   uint64_t bytes_in = 0;         // raw input bytes of the calls ended here, not yet taken
   uint64_t bytes_out = 0;        // output bytes copied here, not yet taken
@@ -41,7 +40,9 @@ std::vector<uint64_t> LessonsOf(const std::vector<KnownSent>& calls) {
 }
 
 // Serves `data` if it answers owned calls only and can be served here; true when it was.
-bool Serve(Handoff* h, const unsigned char* data, size_t size) {
+// NOTE: the handoff is looked up each time the GIL is held again (the server is destroyed
+// with the GIL held, never while it is).
+bool Serve(const unsigned char* data, size_t size) {
   AnswerRead read;
   std::vector<grpc::Slice> responses;
   uint64_t bytes_out = 0;
@@ -50,7 +51,10 @@ bool Serve(Handoff* h, const unsigned char* data, size_t size) {
   Py_BEGIN_ALLOW_THREADS
   ReadAnswer(data, size, &read);
   Py_END_ALLOW_THREADS
-  if (read.kind == AnswerKind::kOther || !h->FindOwned(read, &calls)) return false;
+  Handoff* h = ServerHandoff();
+  if (read.kind == AnswerKind::kOther || h == nullptr || !h->FindOwned(read, &calls)) {
+    return false;
+  }
   const std::vector<uint64_t> lessons = LessonsOf(calls);
   KnownSubmit& known = TheKnownSubmit();
   for (const auto& c : calls) {
@@ -62,7 +66,8 @@ bool Serve(Handoff* h, const unsigned char* data, size_t size) {
   Py_BEGIN_ALLOW_THREADS
   built = g_answers.Build(read, lessons, &g_segments, &responses, &bytes_out);
   Py_END_ALLOW_THREADS
-  if (!built || !h->AnswerOwned(read, &responses)) {
+  h = ServerHandoff();
+  if (!built || h == nullptr || !h->AnswerOwned(read, &responses)) {
     ++g_counters.answer_declined;
     return false;
   }
@@ -83,12 +88,11 @@ PyObject* Answer(PyObject*, PyObject* args) {
   PyObject* decode;
   PyObject* record;
   if (!PyArg_ParseTuple(args, "OO", &decode, &record)) return nullptr;
-  Handoff* h = ServerHandoff();
-  if (h != nullptr) {
+  if (ServerHandoff() != nullptr) {
     Py_buffer view;
     if (PyObject_GetBuffer(record, &view, PyBUF_SIMPLE) != 0) return nullptr;
     const bool served =
-        Serve(h, static_cast<const unsigned char*>(view.buf), static_cast<size_t>(view.len));
+        Serve(static_cast<const unsigned char*>(view.buf), static_cast<size_t>(view.len));
     PyBuffer_Release(&view);
     if (served) Py_RETURN_NONE;
   }
@@ -158,9 +162,7 @@ PyObject* Own(PyObject*, PyObject* on) {
 // known_release() -> int: every owned call queued for Python as kKnown.
 PyObject* Release(PyObject*, PyObject*) {
   Handoff* h = ServerHandoff();
-  const size_t n = h != nullptr ? h->ReleaseOwned() : 0;
-  g_counters.released += n;
-  return PyLong_FromSize_t(n);
+  return PyLong_FromSize_t(h != nullptr ? h->ReleaseOwned() : 0);
 }
 
 // known_answer_forget(): forget the heads and unmap the workers' arenas (an un-teaching).
@@ -179,12 +181,15 @@ PyObject* TakeBytes(PyObject*, PyObject*) {
   return out;
 }
 
-// known_answer_stats() -> dict: the counters (Counters).
+// known_answer_stats() -> dict: the counters (Counters), and the owned calls the handoff
+// handed to Python (released).
 PyObject* Stats(PyObject*, PyObject*) {
+  Handoff* h = ServerHandoff();
+  const uint64_t released = h != nullptr ? h->released() : 0;
   return Py_BuildValue("{sKsKsKsKsK}", "answered", (unsigned long long)g_counters.answered,
                        "answer_records", (unsigned long long)g_counters.answer_records,
                        "answer_declined", (unsigned long long)g_counters.answer_declined,
-                       "released", (unsigned long long)g_counters.released, "stray_frees",
+                       "released", (unsigned long long)released, "stray_frees",
                        (unsigned long long)g_counters.stray_frees);
 }
 
