@@ -11,12 +11,18 @@ polling consumer, the producer only stores the stamp, and the consumer polls the
 ``ipc.channel.Inbox.poll``). Prints p50 / p90 / p99 in µs for each and the consumer's CPU
 per sample.
 
+Third, the timed sleep that ends the scheduler's wait before a batching deadline
+(``scheduler.policies.clock.WakeLead``): one process sleeps on a POSIX semaphore for a random
+300-600 µs with the scheduler's timer slack (``SCHEDULER_TIMER_SLACK_NS``), between random
+pauses, and prints how late the sleep ended (p50 / p90 / p99).
+
     python bench/wake_cost.py [--samples 2000]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import mmap
 import os
 import random
@@ -86,6 +92,34 @@ def _run(samples: int, polling: bool) -> tuple[list[int], int]:
     return sorted(lat), cpu
 
 
+def _timed_sleep_lateness(samples: int) -> list[int]:
+    """How late (ns) ``samples`` timed semaphore waits of 300-600 µs ended, sorted."""
+    import sys
+    from pathlib import Path
+
+    import posix_ipc
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+    from triton_mp.common.process.platform import set_timer_slack_ns
+    from triton_mp.scheduler.policies.clock import SCHEDULER_TIMER_SLACK_NS
+
+    set_timer_slack_ns(SCHEDULER_TIMER_SLACK_NS)
+    sem = posix_ipc.Semaphore(None, posix_ipc.O_CREX)
+    late: list[int] = []
+    try:
+        for _ in range(samples):
+            timeout_ns = random.randrange(300_000, 600_000)
+            t0 = time.monotonic_ns()
+            with contextlib.suppress(posix_ipc.BusyError):
+                sem.acquire(timeout_ns / 1e9)
+            late.append(time.monotonic_ns() - t0 - timeout_ns)
+            time.sleep(random.uniform(0.0002, 0.001))
+    finally:
+        sem.unlink()
+    return sorted(late)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--samples", type=int, default=2000)
@@ -98,6 +132,13 @@ def main() -> None:
             f"{name:28s} wake-up latency p50 {p[0]:6.1f} µs  p90 {p[1]:6.1f}  p99 {p[2]:7.1f};"
             f" consumer CPU {cpu / a.samples / 1e3:7.1f} µs per sample ({n} wake-ups)"
         )
+    late = _timed_sleep_lateness(a.samples)
+    n = len(late)
+    p = [late[int(n * q)] / 1e3 for q in (0.5, 0.9, 0.99)]
+    print(
+        f"{'timed semaphore sleep':28s} ends late by  p50 {p[0]:6.1f} µs  p90 {p[1]:6.1f}"
+        f"  p99 {p[2]:7.1f} (the scheduler's timer slack; WakeLead's samples)"
+    )
 
 
 if __name__ == "__main__":
