@@ -31,9 +31,14 @@ MIN_LEAD_NS = NOTICE_NS
 """The shortest lead ``WakeLead`` gives: a sleep that is never late still leaves the
 worker time to wake up."""
 
-MAX_LEAD_NS = 250_000
+MAX_LEAD_NS = 150_000
 """The longest lead ``WakeLead`` gives: under heavy load a timed sleep can end milliseconds
-late, which no lead should chase (the poll that follows costs CPU for its whole length)."""
+late, which no lead should chase (the poll that follows costs CPU for its whole length).
+Measured at load 12 with a cap of 250 µs (``bench/ab_c1.py``, 4 rounds): p50 0.97x the fixed
+100 µs lead, but the scheduler's CPU per inference +37 µs and the worker's +22: the lead sat
+at the cap, polling past the median sleep's lateness (53 µs at that load, p90 405 µs:
+``bench/wake_cost.py``) for a tail it rarely caught; at 150 µs it still covers the median
+sleep and the notice twice over."""
 
 LATE_QUANTILE = 0.9
 """Which quantile of its timed sleeps' lateness ``WakeLead`` tracks."""
