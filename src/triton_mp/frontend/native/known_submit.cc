@@ -48,7 +48,7 @@ void KnownSubmit::SetRing(std::shared_ptr<RingProducer> ring, sem_t* wake) {
   std::lock_guard<std::mutex> lock(mu_);
   ring_ = std::move(ring);
   wake_ = wake;
-  TheKnownWake().SetRing(ring_, wake);  // NOTE: flushes what it held for the old ones
+  TheKnownWake().SetRing(ring_, wake);
 }
 
 void KnownSubmit::AddIds(uint64_t first, uint64_t n) {

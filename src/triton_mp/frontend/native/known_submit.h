@@ -2,9 +2,9 @@
 // up in the lessons Python taught, its id and raw entry sizes checked against the lesson, a
 // block taken in the newest input arena (ArenaBlocks, shared with Python's ArenaAllocator),
 // the raw bytes copied in, the lesson's REQUEST record template patched (record_patch.h) and
-// pushed into the scheduler's ring (RingProducer, shared with Python's pushes), its wake-up
-// held for the completion-queue batch and decided at its end (known_wake.h: HeldWakes' rule,
-// the forming allowance, no post while one is pending). Anything that does not match
+// pushed into the scheduler's ring (RingProducer, shared with Python's pushes), then the
+// scheduler woken as known_wake.h decides (HeldWakes' rule: the quiet word, the forming
+// allowance, no post while one is pending). Anything that does not match
 // a lesson, or finds no id, no room or a full ring, is left to Python (nothing was done).
 //
 // Python twins (every decision is Python's, taught here; nothing is decided twice):

@@ -14,7 +14,6 @@
 
 #include "input_arena_type.h"
 #include "known_submit.h"
-#include "known_wake.h"
 #include "ring_producer_type.h"
 
 namespace triton_mp {
@@ -166,7 +165,6 @@ PyObject* Submit(PyObject*, PyObject* args) {
   if (SplitInferRequest(chunks, &split)) {
     result = TheKnownSubmit().Submit(chunks, split, arrival_ns, &sent);
   }
-  TheKnownWake().Flush();  // NOTE: a completion-queue batch of this one call (known_wake.h)
   Py_END_ALLOW_THREADS
   PyBuffer_Release(&message);
   if (result != KnownResult::kSent) return PyLong_FromLong(static_cast<long>(result));

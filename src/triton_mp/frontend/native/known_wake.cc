@@ -1,8 +1,6 @@
 // KnownWake (known_wake.h): HeldWakes' rule for the gRPC thread's pushes.
 #include "known_wake.h"
 
-#include <grpc/support/time.h>
-
 #include <cstring>
 #include <utility>
 
@@ -55,12 +53,12 @@ KnownWake& TheKnownWake() {
 
 void KnownWake::SetRing(std::shared_ptr<RingProducer> ring, sem_t* wake) {
   std::lock_guard<std::mutex> lock(mu_);
-  DecideLocked();
   ring_ = std::move(ring);
   wake_ = wake;
 }
 
 void KnownWake::Pushed(uint64_t bit, const void* record, size_t n) {
+  HeldPushes one;
   uint64_t arrival_ns = 0;
   uint32_t rows = 0;
   if (bit != 0 && n >= kRecordRowsAt + sizeof rows) {
@@ -70,28 +68,13 @@ void KnownWake::Pushed(uint64_t bit, const void* record, size_t n) {
   } else {
     bit = 0;  // NOTE: not a REQUEST record this rule can read: it wakes
   }
+  one.Add(bit, rows, arrival_ns);
   std::lock_guard<std::mutex> lock(mu_);
-  held_.Add(bit, rows, arrival_ns);
-  if (!open_.load(std::memory_order_relaxed)) {
-    // NOTE: the first call of a batch is decided now, before the handoff wakes Python's
-    // thread for it: posting after that cost ~0.5 ms a call at c=1 on a loaded machine (the
-    // woken thread ran first). The batch's later calls are held to its end.
-    DecideLocked();
-    open_.store(true, std::memory_order_relaxed);
-  }
+  DecideLocked(one);
 }
 
-void KnownWake::Flush() {
-  std::lock_guard<std::mutex> lock(mu_);
-  DecideLocked();
-  open_.store(false, std::memory_order_relaxed);
-}
-
-void KnownWake::DecideLocked() {
-  if (held_.empty()) return;
-  const HeldPushes held = held_;
-  held_ = HeldPushes();
-  if (!ring_ || wake_ == nullptr) return;
+void KnownWake::DecideLocked(const HeldPushes& held) {
+  if (held.empty() || !ring_ || wake_ == nullptr) return;
   FormingWords words;
   const uint64_t quiet = ring_->QuietAndForming(&words.mask, &words.allowance, &words.floor_ns);
   if (!HeldNeedsWake(held, quiet, words, &allowance_)) return;
@@ -114,23 +97,6 @@ bool KnownWake::Join(uint64_t bits, uint64_t rows, uint64_t first_ns, const Form
 uint64_t KnownWake::posts() const {
   std::lock_guard<std::mutex> lock(mu_);
   return posts_;
-}
-
-bool NextHoldingWakes(grpc::ServerCompletionQueue* cq, void** tag, bool* ok) {
-  KnownWake& wake = TheKnownWake();
-  if (wake.open()) {
-    switch (cq->AsyncNext(tag, ok, gpr_time_0(GPR_CLOCK_MONOTONIC))) {
-      case grpc::CompletionQueue::GOT_EVENT:
-        return true;
-      case grpc::CompletionQueue::SHUTDOWN:
-        wake.Flush();
-        return false;
-      case grpc::CompletionQueue::TIMEOUT:
-        wake.Flush();
-        break;
-    }
-  }
-  return cq->Next(tag, ok);
 }
 
 }  // namespace triton_mp

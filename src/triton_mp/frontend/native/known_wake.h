@@ -1,6 +1,5 @@
-// The scheduler's wake-up after the known calls the gRPC thread pushed (known_submit.h): held
-// for one completion-queue batch and decided once at its end, by HeldWakes' rule, with the
-// rows counted against the scheduler's forming allowance.
+// The scheduler's wake-up after a known call the gRPC thread pushed (known_submit.h), decided
+// by HeldWakes' rule with the call's rows counted against the scheduler's forming allowance.
 //
 // Python twins (one rule, two languages; tests/unit/test_known_wake.py draws the same cases for
 // both and asserts they agree): frontend/dispatch/wakes.py (HeldWakes: `held` ends with
@@ -15,18 +14,18 @@
 // the earliest arrival a quiet request may carry). A REQUEST record's fields read here
 // (ipc/recordio/record_layout.py): arrival_ns u64 at 16, batch_size u32 at 52.
 //
-// One KnownWake per process (TheKnownWake): the first known call of a completion-queue batch is
-// decided at once, the later ones are held and NextHoldingWakes decides them together when its
-// completion queue has no event ready (at most two posts a batch, one at c=1); Python's own
-// pushes on the same ring count their forming rows in the same allowance (known_wake_join), so
-// the two producers together never push more rows quietly than the scheduler allowed.
+// One KnownWake per process (TheKnownWake): each known call is decided as it is pushed (a held
+// batch of one: HeldPushes / HeldNeedsWake keep the batch form of the rule, which the tests
+// replay). Holding a completion-queue batch's calls to its end was tried and is not done: the
+// end of a batch is only seen by polling the queue (AsyncNext with a past deadline), which cost
+// c=1 ~17% of its throughput. Python's own pushes on the same ring count their forming rows in
+// the same allowance (known_wake_join), so the two producers together never push more rows
+// quietly than the scheduler allowed.
 #ifndef TRITON_MP_FRONTEND_NATIVE_KNOWN_WAKE_H_
 #define TRITON_MP_FRONTEND_NATIVE_KNOWN_WAKE_H_
 
-#include <grpcpp/grpcpp.h>
 #include <semaphore.h>
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -86,39 +85,28 @@ class KnownWake {
   KnownWake(const KnownWake&) = delete;
   KnownWake& operator=(const KnownWake&) = delete;
 
-  // The ring to the scheduler and its semaphore (nullptr: never posted); what is held for the
-  // old ones is flushed to them first (the caller closes the old semaphore after this).
+  // The ring to the scheduler and its semaphore (nullptr: never posted; the caller closes the
+  // old semaphore after this).
   void SetRing(std::shared_ptr<RingProducer> ring, sem_t* wake);
-  // One REQUEST record of `n` bytes was pushed (its bucket `bit`; 0: it must wake): the first
-  // of a batch is decided at once (a batch of one: the latency of c=1), the later ones held.
+  // One REQUEST record of `n` bytes was pushed (its bucket `bit`; 0: it must wake): post the
+  // semaphore when HeldNeedsWake says so and no post is pending.
   void Pushed(uint64_t bit, const void* record, size_t n);
-  // Whether a batch is open (a cheap check before the completion queue is polled).
-  bool open() const { return open_.load(std::memory_order_relaxed); }
-  // End the batch: post the semaphore when HeldNeedsWake says the held calls need it and no
-  // post is pending.
-  void Flush();
   // A Python push's forming rows (HeldWakes' join), counted in the same allowance.
   bool Join(uint64_t bits, uint64_t rows, uint64_t first_ns, const FormingWords& words);
   uint64_t posts() const;
 
  private:
-  void DecideLocked();  // HeldNeedsWake on what is held (then nothing is), and the post
+  void DecideLocked(const HeldPushes& held);  // HeldNeedsWake, and the post
 
   mutable std::mutex mu_;
   std::shared_ptr<RingProducer> ring_;
   sem_t* wake_ = nullptr;
-  HeldPushes held_;
   FormingAllowance allowance_;
-  std::atomic<bool> open_{false};  // a batch's first call was decided, its end not yet
   uint64_t posts_ = 0;
 };
 
 // The process's one KnownWake (its one ring to the scheduler).
 KnownWake& TheKnownWake();
-
-// cq->Next, except that while a batch is open and no event is ready now it flushes first: the
-// known calls of one completion-queue batch after its first wake the scheduler once.
-bool NextHoldingWakes(grpc::ServerCompletionQueue* cq, void** tag, bool* ok);
 
 }  // namespace triton_mp
 

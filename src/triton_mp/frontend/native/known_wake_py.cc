@@ -24,13 +24,6 @@ PyObject* Join(PyObject*, PyObject* args) {
   return PyBool_FromLong(TheKnownWake().Join(bits, rows, first_ns, words));
 }
 
-// known_wake_flush(): end the held batch now (what the gRPC thread does when its completion
-// queue has no event ready).
-PyObject* Flush(PyObject*, PyObject*) {
-  TheKnownWake().Flush();
-  Py_RETURN_NONE;
-}
-
 // known_wake_posts() -> int: the scheduler's wake-ups posted by the process's KnownWake.
 PyObject* Posts(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(TheKnownWake().posts());
@@ -97,7 +90,6 @@ PyObject* Replay(PyObject*, PyObject* steps) {
 
 PyMethodDef kFunctions[] = {
     {"known_wake_join", Join, METH_VARARGS, "Allowance.join in the process's allowance."},
-    {"known_wake_flush", Flush, METH_NOARGS, "End the held batch: post its wake if owed."},
     {"known_wake_posts", Posts, METH_NOARGS, "The wake-ups posted so far."},
     {"known_wake_replay", Replay, METH_O, "HeldWakes' rule on a fresh allowance (tests)."},
     {nullptr, nullptr, 0, nullptr},

@@ -4,7 +4,6 @@
 #include <chrono>
 
 #include "cq_tag.h"
-#include "known_wake.h"
 #include "proxy_call.h"
 
 namespace triton_mp {
@@ -48,7 +47,7 @@ std::unique_ptr<NativeServer> NativeServer::Start(const NativeServerOptions& opt
 void NativeServer::Poll() {
   void* tag;
   bool ok;
-  while (NextHoldingWakes(cq_.get(), &tag, &ok)) {  // NOTE: known_wake.h
+  while (cq_->Next(&tag, &ok)) {
     std::lock_guard<std::mutex> serial(serial_);
     static_cast<Tag*>(tag)->Proceed(ok);
   }
