@@ -259,6 +259,52 @@ def test_the_wake_is_posted_unless_the_lessons_bit_is_quiet_or_a_post_is_pending
         unlink_quietly(name)
 
 
+def test_a_call_joining_a_forming_batch_counts_in_the_allowance_python_shares(rig: Rig) -> None:
+    """known_wake.h: a call whose bucket's batch forms goes without a post while the rows of
+    this epoch stay within the allowance, counted with the Python thread's (SharedAllowance)."""
+    import posix_ipc
+
+    from tests.unit.test_known_wake import fresh_epoch
+    from triton_mp.frontend.dispatch.wakes import SharedAllowance
+    from triton_mp.ipc.memory.ring import FORMING_OFFSET
+    from triton_mp.ipc.recordio.quiet_requests import allowance_word
+
+    n = native()
+    name = f"/triton_mp_{os.getpid()}_test_ks{next(_names)}"
+    create_wakeup("semaphore", name)
+    sem = posix_ipc.Semaphore(name)
+    shared = SharedAllowance(n.known_wake_join)
+    epoch = fresh_epoch()
+
+    def forming(epoch: int, rows: int) -> tuple[int, int, int]:
+        words = (0b100, allowance_word(epoch, rows), 5)  # NOTE: the floor: 5 ns
+        struct.pack_into("<3Q", rig.ring_seg.buf, FORMING_OFFSET, *words)
+        return words
+
+    try:
+        n.known_set_ring(rig.producer, name)
+        rig.teach([4], bit=0b100)
+        body = message([b"abcd"])
+        forming(epoch, 2)
+        assert isinstance(n.known_submit(body, 10), tuple)
+        assert sem.value == 1  # NOTE: the first epoch seen counts as spent
+        sem.acquire(0)
+        words = forming(epoch + 1, 2)
+        assert isinstance(n.known_submit(body, 4), tuple)
+        assert sem.value == 1  # NOTE: stamped before the floor: it wakes
+        sem.acquire(0)
+        assert isinstance(n.known_submit(body, 10), tuple)
+        assert sem.value == 0  # NOTE: joined: 1 row of 2
+        assert shared.join(0b100, 1, 10, words)  # NOTE: Python's push: 2 of 2
+        assert isinstance(n.known_submit(body, 10), tuple)
+        assert sem.value == 1  # NOTE: 3 rows > 2: it wakes
+        assert n.known_stats()["sent"] >= 4
+    finally:
+        n.known_set_ring(rig.producer, None)
+        sem.close()
+        unlink_quietly(name)
+
+
 def test_a_lesson_that_does_not_fit_is_refused(rig: Rig) -> None:
     n = native()
     key = n.split_infer(message([b"\0" * 8]))[1]

@@ -6,6 +6,7 @@ Python thread counts in on the native frontend is the C++ one (``KnownWake``).""
 from __future__ import annotations
 
 import struct
+import time
 from contextlib import nullcontext
 
 import pytest
@@ -40,6 +41,13 @@ def _native():  # type: ignore[no-untyped-def]
     import importlib
 
     return importlib.import_module("triton_mp.frontend.native._native")
+
+
+def fresh_epoch() -> int:
+    """An epoch newer (u32 serial order) than any an earlier test of this run showed the
+    process's one allowance (``KnownWake``), which refuses older ones: microseconds since
+    boot, mod 2**31."""
+    return (time.monotonic_ns() // 1000) & 0x7FFFFFFF
 
 
 def record(rows: int, arrival_ns: int) -> bytes:
@@ -142,8 +150,7 @@ def test_an_older_epoch_is_refused_and_a_newer_one_counts_from_zero() -> None:
 def test_the_python_thread_counts_in_the_gRPC_threads_allowance() -> None:
     n = _native()
     shared = SharedAllowance(n.known_wake_join)
-    # NOTE: the process's one allowance: start past any epoch another test showed it.
-    base = 1 << 30
+    base = fresh_epoch()
     shared.join(0b1, 1, 5, (0b1, allowance_word(base, 0), 0))
     assert shared.join(0b1, 2, 5, (0b1, allowance_word(base + 1, 3), 0))
     assert n.known_wake_join(0b1, 1, 5, 0b1, allowance_word(base + 1, 3), 0)
