@@ -45,6 +45,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # NOTE: the models test_fuzz's requests name (infer_requests draws add_sub, echo_py, bytes_py)
     write_fuzz_models(repo)
     write_python_model(repo, "slow_py", SLOW_CONFIG, SLOW_MODEL)
+    write_python_model(repo, "slow_batched_py", SLOW_BATCHED_CONFIG, SLOW_BATCHED_MODEL)
     shutil.copytree(REPO_ROOT / "bench" / "model_repository" / "identity_py", repo / "identity_py")
     return repo
 
@@ -398,6 +399,54 @@ class TritonPythonModel:
             for r in requests
         ]
 """
+
+
+SLOW_BATCHED_CONFIG = """
+backend: "python"
+max_batch_size: 4
+input [{ name: "IN", data_type: TYPE_INT32, dims: [ 1 ] }]
+output [{ name: "OUT", data_type: TYPE_INT32, dims: [ 1 ] }]
+dynamic_batching { max_queue_delay_microseconds: 100 }
+instance_group [{ count: 1, kind: KIND_CPU }]
+"""
+"""A slow model the frontends never hand straight to an instance (its batching delay): its
+known calls are submitted by the gRPC thread."""
+SLOW_BATCHED_MODEL = SLOW_MODEL.replace("time.sleep(1.0)", "time.sleep(0.4)")
+
+
+def test_an_owned_call_past_its_deadline_is_cancelled_by_python(
+    servers: dict[str, ServerProcess],
+) -> None:
+    """A slow request answered in time until the gRPC thread submits and keeps it
+    (``known_answers``); then one past its deadline: the call is handed to Python (released
+    before its cancel, ``handoff.cc`` Withdraw), which cancels it as any known call, and its
+    late answer is freed."""
+    server = servers["native"]
+    req = pb.ModelInferRequest(model_name="slow_batched_py", id="owned")
+    req.inputs.add(name="IN", datatype="INT32", shape=[1, 1])
+    req.raw_input_contents.append(np.ones(1, np.int32).tobytes())
+    body = req.SerializeToString()
+    before = _known_counts(server)
+    with grpc.insecure_channel(server.url) as channel:
+        infer = channel.unary_unary(INFER)
+        for _ in range(6):  # NOTE: at most: until one was sent natively
+            infer(body, timeout=10)
+            if _known_counts(server)["sent"] > before["sent"]:
+                break
+        sent = _known_counts(server)
+        assert sent["sent"] > before["sent"]
+        with pytest.raises(grpc.RpcError) as late:
+            infer(body, timeout=0.2)
+        assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    time.sleep(0.6)  # NOTE: its late answer arrives and is freed
+    after = _known_counts(server)
+    assert after["sent"] == sent["sent"] + 1
+    assert after["released"] > sent["released"]
+    assert after["answered"] == sent["answered"]
+    assert _call(server.url, _add_sub_request())[0] == "OK"
+    log = server.log()
+    assert "Traceback" not in log
+    assert "refused to free" not in log
 
 
 def test_a_stop_answers_the_calls_in_flight(tmp_path: Path) -> None:
