@@ -118,9 +118,13 @@ def _role(cmdline: str) -> str:
     return "supervisor"
 
 
-def requests(stamps: list[tuple[int, str]], t_from: int, t_to: int) -> list[dict[str, int]]:
-    """The stamps between ``t_from`` and ``t_to`` cut into requests (module docstring):
-    per request, {'role:label#k': ns after its start}, plus 'next take'."""
+def requests(
+    stamps: list[tuple[int, str]], t_from: int, t_to: int, first: str = START
+) -> list[dict[str, int]]:
+    """The stamps between ``t_from`` and ``t_to`` cut into requests (module docstring) at
+    each ``first`` stage: per request, {'role:label#k': ns after its start}, plus
+    'next take' (the gap to the next request's start)."""
+    cut = first.rsplit("#", 1)[0]
     out: list[dict[str, int]] = []
     cur: dict[str, int] | None = None
     seen: dict[str, int] = defaultdict(int)
@@ -128,7 +132,7 @@ def requests(stamps: list[tuple[int, str]], t_from: int, t_to: int) -> list[dict
     for t, name in stamps:
         if t < t_from or t > t_to:
             continue
-        if name == START[:-2]:
+        if name == cut:
             if cur is not None:
                 cur["next take"] = t - start
                 out.append(cur)
@@ -222,6 +226,13 @@ def main() -> int:
         "'scheduler:SchedulerCore.next_deadline_ns=#1': the batching deadline)",
     )
     ap.add_argument("--keep", type=Path, help="copy the raw stamp files into this directory")
+    ap.add_argument(
+        "--start",
+        default=START,
+        help="the stage that starts a request (default: the Python frontend's take; a call "
+        "the native frontend serves end to end never reaches it: give e.g. "
+        "'scheduler:SchedulerCore.next_deadline_ns=#1' to cut at each batching deadline)",
+    )
     args = ap.parse_args()
     models = args.model or [NODELAY_MODEL]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
@@ -279,7 +290,7 @@ def main() -> int:
     all_stamps, _roles = load_stamps(stamps)
     report: dict[str, Any] = {"commit": args.commit or "working tree", "models": {}}
     for model in models:
-        reqs = [r for a, b in spans[model] for r in requests(all_stamps, a, b)]
+        reqs = [r for a, b in spans[model] for r in requests(all_stamps, a, b, args.start)]
         rows = timeline(reqs) if reqs else []
         if args.anchor:
             from_anchor(reqs, rows, args.anchor)
