@@ -12,19 +12,21 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.unit.scheduler_harness import US, Harness
+from tests.unit.scheduler_harness import US, Harness, model_spec
 from triton_mp.ipc import Inbox
 from triton_mp.ipc.memory.notify import Wakeup, create_wakeup
 from triton_mp.ipc.memory.ring import Ring
 from triton_mp.ipc.memory.shm import unlink_quietly
-from triton_mp.ipc.protocol.messages import BatchAssign, BatchDue
-from triton_mp.scheduler.main import _sleep_to_lead
+from triton_mp.ipc.protocol.messages import BatchAssign, BatchDue, Shutdown
+from triton_mp.ipc.protocol.specs import BatchingSpec
+from triton_mp.scheduler.main import _serve
+from triton_mp.scheduler.outbox import Outbound, ToInstance
 from triton_mp.scheduler.policies.clock import (
     DUE_LEAD_NS,
     LATE_QUANTILE,
+    LEAD_MARGIN_NS,
     MAX_LEAD_NS,
     MIN_LEAD_NS,
-    NOTICE_NS,
     FakeClock,
     WakeLead,
     wait_plan,
@@ -83,7 +85,7 @@ def test_the_lead_follows_the_late_quantile_of_the_sleeps_plus_the_notice() -> N
     _feed(lead, samples)
     want = sorted(samples)[int(len(samples) * LATE_QUANTILE)]
     assert abs(lead.late_ns - want) < 8 * US
-    assert lead.lead_ns == lead.late_ns + NOTICE_NS
+    assert lead.lead_ns == lead.late_ns + LEAD_MARGIN_NS
 
 
 def test_punctual_sleeps_bring_the_lead_down_to_the_notice() -> None:
@@ -103,34 +105,103 @@ def test_a_burst_of_very_late_sleeps_is_capped_and_forgotten() -> None:
     assert lead.lead_ns < DUE_LEAD_NS
 
 
-class _Inbox:
-    """``Inbox.wait`` as the loop sees it: ``woken`` or a timeout, the clock moved."""
+# ------------------------------------------------------------------ the loop
 
-    def __init__(self, clock: FakeClock, woken: bool, took_us: int) -> None:
-        self.clock, self.woken, self.took_us = clock, woken, took_us
+
+class _LoopInbox:
+    """The scheduler's inbox as ``_serve`` uses it, on a fake clock: a timed sleep ends
+    ``late_us`` late, the poll runs to its end, the drains give ``msgs`` in turn."""
+
+    def __init__(self, clock: FakeClock, events: list[tuple[str, object]], late_us: int) -> None:
+        self.clock, self.events, self.late_us = clock, events, late_us
+        self.drains: list[list[object]] = [[], [Shutdown()]]
 
     def wait(self, timeout_s: float | None) -> bool:
-        self.clock.advance_us(self.took_us)
-        return self.woken
+        self.events.append(("wait", timeout_s))
+        if timeout_s is None:
+            return True  # the Shutdown's post
+        self.clock.advance_us(round(timeout_s * 1e6) + self.late_us)
+        return False
+
+    def poll(self, timeout_s: float) -> bool:
+        self.events.append(("poll", self.clock.now_ns()))
+        self.clock.advance_us(round(timeout_s * 1e6))
+        return False
+
+    def drain(self) -> list[object]:
+        return self.drains.pop(0)
+
+    def has_pending(self) -> bool:
+        return False
 
 
-def test_a_timed_out_sleep_reports_its_lateness_from_the_planned_time() -> None:
-    clock = FakeClock()
-    planned = clock.now_ns()
-    clock.advance_us(10)  # the wait began 10 µs after the plan: late by that too
-    lead = WakeLead(late_ns=0)
-    # 395 µs from its own start is early, but 5 µs late against the plan
-    inbox = _Inbox(clock, woken=False, took_us=395)
-    assert _sleep_to_lead(inbox, 400e-6, planned, clock, lead) is False  # type: ignore[arg-type]
-    assert lead.late_ns > 0
+class _LoopRouter:
+    """The router as ``_serve`` uses it: what it sends and when it flushes."""
+
+    frontends = 1
+
+    def __init__(self, clock: FakeClock, events: list[tuple[str, object]], flush_us: int) -> None:
+        self.clock, self.events, self.flush_us = clock, events, flush_us
+
+    def quiet_done(self, quiet: frozenset[int]) -> bool:
+        return False
+
+    def quiet_requests(self, mask: int) -> bool:
+        return False
+
+    def forming(self, forming: object) -> bool:
+        return False
+
+    def send(self, item: Outbound) -> None:
+        assert isinstance(item, ToInstance)
+        self.events.append((type(item.msg).__name__, self.clock.now_ns()))
+
+    def flush(self) -> None:
+        self.events.append(("flush", None))
+        self.clock.advance_us(self.flush_us)
 
 
-def test_a_sleep_a_message_ended_is_no_sample() -> None:
-    clock = FakeClock()
-    lead = WakeLead(late_ns=50 * US)
-    inbox = _Inbox(clock, woken=True, took_us=900)
-    assert _sleep_to_lead(inbox, 400e-6, clock.now_ns(), clock, lead) is True  # type: ignore[arg-type]
-    assert lead.late_ns == 50 * US
+def test_the_loop_notices_the_worker_before_the_deadline_and_learns_how_late_it_polled() -> None:
+    spec = model_spec(
+        "add_sub",
+        (0, 1),
+        batching=BatchingSpec(kind="dynamic", max_batch_size=8, max_queue_delay_us=500),
+    )
+    h = Harness(models=(spec,))
+    h.ready(0, 1)
+    h.request()
+    deadline = h.core.next_deadline_ns()
+    assert deadline is not None
+    start = h.now
+    events: list[tuple[str, object]] = []
+    inbox = _LoopInbox(h.clock, events, late_us=30)
+    # the notice's post costs 60 µs (a woken worker takes this vCPU)
+    router = _LoopRouter(h.clock, events, flush_us=60)
+    lead = WakeLead()
+    before = lead.late_ns
+    _serve(h.core, inbox, router, h.clock, lead)  # type: ignore[arg-type]
+    kinds = [k for k, _ in events]
+    assert kinds == [
+        "wait",  # the timed sleep to the lead
+        "BatchDue",
+        "flush",
+        "poll",  # to the deadline
+        "BatchAssign",
+        "flush",
+        "wait",  # no deadline: until a message (the Shutdown)
+        "flush",
+    ]
+    sleep_s = events[0][1]
+    assert isinstance(sleep_s, float)
+    # planned after the pass's bookkeeping (no time passes on this clock)
+    assert sleep_s == pytest.approx((deadline - start - DUE_LEAD_NS) / 1e9)
+    due_at, polled_at, assign_at = events[1][1], events[3][1], events[4][1]
+    assert due_at == deadline - DUE_LEAD_NS + 30 * US  # the sleep ended 30 µs late
+    assert polled_at == deadline - DUE_LEAD_NS + 90 * US  # and the notice took 60
+    assert assign_at == deadline
+    # 90 µs late is over the estimate (80 µs at first): the next lead is longer; the
+    # sleep's 30 µs alone would have brought it down
+    assert lead.late_ns > before
 
 
 # ------------------------------------------------------------ Policy.due_batch

@@ -287,23 +287,18 @@ def done_first(msgs: list[ToScheduler]) -> list[ToScheduler]:
     return first + [m for m in msgs if type(m) is not BatchDone and type(m) is not DirectSent]
 
 
-def _sleep_to_lead(
-    inbox: Inbox[ToScheduler], sleep_s: float, now_ns: int, clock: Clock, lead: WakeLead
-) -> bool:
-    """Sleep on the inbox for ``sleep_s`` from ``now_ns`` (the lead before a deadline,
-    ``wait_plan``); True when a message ended it. A sleep that timed out tells ``lead`` how
-    late it ended."""
-    if inbox.wait(sleep_s):
-        return True
-    lead.slept(clock.now_ns() - now_ns - round(sleep_s * 1e9))
-    return False
-
-
-def _serve(core: SchedulerCore, inbox: Inbox[ToScheduler], router: Router, clock: Clock) -> int:
+def _serve(
+    core: SchedulerCore,
+    inbox: Inbox[ToScheduler],
+    router: Router,
+    clock: Clock,
+    lead: WakeLead | None = None,
+) -> int:
     """The loop (module docstring) until a ``Shutdown``; returns how many passes it made
-    (logged at the stop: ``bench/ab_interleaved.py`` divides them by the batches)."""
+    (logged at the stop: ``bench/ab_interleaved.py`` divides them by the batches). ``lead``:
+    how early it wakes before a batching deadline (a new ``WakeLead`` by default)."""
     passes = 0
-    lead = WakeLead()
+    lead = lead or WakeLead()
     while True:
         passes += 1
         deadline = core.next_deadline_ns()
@@ -323,14 +318,17 @@ def _serve(core: SchedulerCore, inbox: Inbox[ToScheduler], router: Router, clock
             sleep_s, poll_s = 0.0, 0.0
         if not poll_s:
             inbox.wait(sleep_s)
-        elif deadline is not None and not (
-            sleep_s and _sleep_to_lead(inbox, sleep_s, now, clock, lead)
-        ):
+        elif deadline is not None and not (sleep_s and inbox.wait(sleep_s)):
             # NOTE: the lead before a deadline began without a message: the workers whose
             # batch is due poll for it from now on, and so does this loop, to the deadline.
             deliver(core, core.due_notices(deadline), router.send, clock.now_ns())
             router.flush()
-            inbox.poll(max(0.0, (deadline - clock.now_ns()) / 1e9))
+            polls_ns = clock.now_ns()
+            if sleep_s:
+                # NOTE: how late the poll starts against the plan: the sleep's lateness and
+                # the notices' cost, which the next lead covers (WakeLead).
+                lead.slept(polls_ns - now - round(sleep_s * 1e9))
+            inbox.poll(max(0.0, (deadline - polls_ns) / 1e9))
         msgs = done_first(inbox.drain())
         now = clock.now_ns()
         deliver(core, core.handle_all(msgs, now), router.send, now)

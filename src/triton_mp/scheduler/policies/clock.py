@@ -22,14 +22,15 @@ median and ~100 µs at p90 under load, and a cold worker's wake-up costs as much
 polling for this long instead costs at most that much CPU per delayed batch, in each of the
 two processes."""
 
-NOTICE_NS = 40_000
-"""What ``WakeLead`` adds to the lateness of a timed sleep: from the scheduler's wake-up to
-the worker polling for its batch (the ``BatchDue``'s encode, push and post, ~15 µs, and a
-sleeping worker's wake-up, 20-30 µs on this VM: ``bench/wake_cost.py``)."""
+LEAD_MARGIN_NS = 20_000
+"""What ``WakeLead`` adds to how late the scheduler's poll before a deadline started: its
+timed sleep's lateness and the cost of the notices (the ``BatchDue``'s encode, push and post,
+which on a busy machine hands the vCPU to the woken worker: 38 µs at the median at load 7,
+against ~15 µs alone), both measured. The worker's own wake-up after the notice overlaps the
+scheduler's dispatch at the deadline (~25 µs); the margin keeps the poll's start before it."""
 
-MIN_LEAD_NS = NOTICE_NS
-"""The shortest lead ``WakeLead`` gives: a sleep that is never late still leaves the
-worker time to wake up."""
+MIN_LEAD_NS = LEAD_MARGIN_NS
+"""The shortest lead ``WakeLead`` gives."""
 
 MAX_LEAD_NS = 150_000
 """The longest lead ``WakeLead`` gives: under heavy load a timed sleep can end milliseconds
@@ -52,8 +53,9 @@ of 20 µs in the lateness is followed within ~11 later sleeps, a fall within ~10
 
 class WakeLead:
     """How early the scheduler ends a timed sleep before a batching deadline
-    (``wait_plan``'s ``lead_ns``): the ``LATE_QUANTILE`` of how late its timed sleeps ended,
-    plus ``NOTICE_NS``, within [``MIN_LEAD_NS``, ``MAX_LEAD_NS``].
+    (``wait_plan``'s ``lead_ns``): the ``LATE_QUANTILE`` of how late its poll before the
+    deadline started against the sleep's planned end (the sleep's own lateness, then the
+    notices), plus ``LEAD_MARGIN_NS``, within [``MIN_LEAD_NS``, ``MAX_LEAD_NS``].
 
     A sleep that ends late makes the scheduler reach its poll after the deadline: the batch
     leaves late by that much, and so does the worker's notice (measured under load: sleeps
@@ -65,14 +67,14 @@ class WakeLead:
 
     __slots__ = ("_late_ns",)
 
-    def __init__(self, late_ns: int = DUE_LEAD_NS - NOTICE_NS) -> None:
+    def __init__(self, late_ns: int = DUE_LEAD_NS - LEAD_MARGIN_NS) -> None:
         self._late_ns = float(late_ns)
-        """The running ``LATE_QUANTILE`` estimate of a timed sleep's lateness (ns)."""
+        """The running ``LATE_QUANTILE`` estimate of the poll's lateness (ns)."""
 
     @property
     def lead_ns(self) -> int:
         """The lead to plan the next sleep with (ns)."""
-        return int(min(MAX_LEAD_NS, max(MIN_LEAD_NS, self._late_ns + NOTICE_NS)))
+        return int(min(MAX_LEAD_NS, max(MIN_LEAD_NS, self._late_ns + LEAD_MARGIN_NS)))
 
     @property
     def late_ns(self) -> int:
@@ -80,13 +82,14 @@ class WakeLead:
         return int(self._late_ns)
 
     def slept(self, late_ns: int) -> None:
-        """A timed sleep that no message ended returned ``late_ns`` after the time it was
-        planned to end (CLOCK_MONOTONIC ns; negative when early)."""
+        """After a timed sleep that no message ended and the notices it sent, the poll to
+        the deadline started ``late_ns`` after the sleep's planned end (CLOCK_MONOTONIC ns;
+        negative when early)."""
         if late_ns > self._late_ns:
             # NOTE: capped where the lead is: a burst of very late sleeps must not leave an
             # estimate that takes thousands of sleeps to come back down.
             self._late_ns = min(
-                MAX_LEAD_NS - NOTICE_NS, self._late_ns + LATE_STEP_NS * LATE_QUANTILE
+                MAX_LEAD_NS - LEAD_MARGIN_NS, self._late_ns + LATE_STEP_NS * LATE_QUANTILE
             )
         else:
             self._late_ns = max(0.0, self._late_ns - LATE_STEP_NS * (1 - LATE_QUANTILE))
