@@ -42,10 +42,19 @@ def _start(args: argparse.Namespace, repo: Path, logs: Path) -> dict[str, Manage
     servers["Triton"] = Triton(repo, logs / "triton.log", args.peers_env)
     for i, rev in enumerate(args.commits):
         servers[rev] = TritonMP(repo, logs / f"mp{i}.log", src=export_commit(rev))
-    for name, server in servers.items():
-        errors = server.start(list(MODELS))
-        if errors:
-            raise SystemExit(f"{name}: models not ready: {errors}")
+    started: list[ManagedServer] = []
+    try:
+        for name, server in servers.items():
+            started.append(server)
+            errors = server.start(list(MODELS))
+            if errors:
+                raise SystemExit(f"{name}: models not ready: {errors}")
+    except BaseException:
+        # NOTE: the caller never gets the servers to stop: a Triton started before a side
+        # that failed to start was left running (found 30 minutes later, its stubs with it).
+        for server in started:
+            server.stop()
+        raise
     return servers
 
 
