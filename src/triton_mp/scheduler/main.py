@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import os
 import signal
 from multiprocessing.connection import Connection
 
@@ -316,9 +317,11 @@ def _serve(
             # NOTE: a BatchDone or a request pushed quietly before its flag or its bit was
             # cleared: no sleep.
             sleep_s, poll_s = 0.0, 0.0
+        due = False
         if not poll_s:
             inbox.wait(sleep_s)
         elif deadline is not None and not (sleep_s and inbox.wait(sleep_s)):
+            due = True
             # NOTE: the lead before a deadline began without a message: the workers whose
             # batch is due poll for it from now on, and so does this loop, to the deadline.
             deliver(core, core.due_notices(deadline), router.send, clock.now_ns())
@@ -344,6 +347,11 @@ def _serve(
         deliver(core, core.dispatch(now), router.send, now)
         # NOTE: every post of the pass, last (Router.flush).
         router.flush()
+        if due:
+            # NOTE: the worker polling for the batch just sent may share this vCPU: it runs
+            # now, not after the rest of this pass and the inbox's spin (measured at load 2:
+            # the batch seen 30 µs after its push).
+            os.sched_yield()
 
 
 def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
