@@ -15,6 +15,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import subprocess
 import sys
@@ -31,8 +32,10 @@ EXPORTED = ("src", "setup.py", "protos", "pyproject.toml")
 
 def export_commit(rev: str) -> Path:
     """``src/`` as committed at ``rev``, with its native extensions, in a new temporary
-    folder; returns that ``src/`` (for ``TritonMP(src=...)``)."""
+    folder, removed when the benchmark exits; returns that ``src/`` (for
+    ``TritonMP(src=...)``)."""
     dest = Path(tempfile.mkdtemp(prefix="triton_mp_export."))
+    atexit.register(shutil.rmtree, dest, True)
     archive = subprocess.run(
         ["git", "-C", str(ROOT), "archive", rev, *EXPORTED], capture_output=True, check=False
     )
