@@ -58,9 +58,11 @@ def role_ticks(pids: list[int]) -> dict[str, int]:
     return out
 
 
-def role_wakes(pids: list[int]) -> dict[str, int]:
+def role_wakes(pids: list[int], field: str = "voluntary") -> dict[str, int]:
     """Role -> voluntary context switches of the server's processes (each one a sleep the
-    process was woken from: a wake-up), every thread of every process."""
+    process was woken from: a wake-up), every thread of every process; ``field``
+    "nonvoluntary": the switches away from a runnable thread instead (a preemption, or a
+    ``sched_yield`` that ran another task)."""
     out = dict.fromkeys(ROLES, 0)
     for pid in pids:
         try:
@@ -78,7 +80,7 @@ def role_wakes(pids: list[int]) -> dict[str, int]:
                     text = f.read()
             except OSError:
                 continue
-            m = re.search(r"^voluntary_ctxt_switches:\s+(\d+)", text, re.M)
+            m = re.search(rf"^{field}_ctxt_switches:\s+(\d+)", text, re.M)
             out[role] += int(m.group(1)) if m else 0
     return out
 
@@ -105,10 +107,10 @@ def one_run(server: TritonMP, args: argparse.Namespace, env: dict[str, str]) -> 
         time.sleep(1.0)
         pids = [p for p, _ in descendants(server.pid or 0)]
         t0, c0, n0 = time.monotonic(), role_ticks(pids), counts(server, args.model)
-        w0 = role_wakes(pids)
+        w0, s0 = role_wakes(pids), role_wakes(pids, "nonvoluntary")
         time.sleep(args.window - 0.5)
         t1, c1, n1 = time.monotonic(), role_ticks(pids), counts(server, args.model)
-        w1 = role_wakes(pids)
+        w1, s1 = role_wakes(pids), role_wakes(pids, "nonvoluntary")
     finally:
         proc.wait()
     inferences, executions = n1[0] - n0[0], n1[1] - n0[1]
@@ -120,6 +122,8 @@ def one_run(server: TritonMP, args: argparse.Namespace, env: dict[str, str]) -> 
         rec[role] = round((c1[role] - c0[role]) * TICK_US / max(inferences, 1), 1)
     for role in ROLES:
         rec[f"{role}_wakes"] = round((w1[role] - w0[role]) / max(inferences, 1), 3)
+    rec["worker_preempts"] = round((s1["worker"] - s0["worker"]) / max(inferences, 1), 3)
+    rec["load1"] = round(os.getloadavg()[0], 2)
     return rec
 
 
