@@ -10,8 +10,11 @@ away mid-stream, and the fallback where the extension is absent. Streams side by
 from __future__ import annotations
 
 import queue
+import random
 import re
 import shutil
+import struct
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -20,13 +23,15 @@ from typing import Any
 
 import grpc
 import numpy as np
+import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 from hypothesis import given
+from tritonclient.utils import InferenceServerException
 
 from tests.e2e.test_fuzz import FUZZ_SETTINGS, infer_requests, write_fuzz_models
 from tests.helpers.repos import copy_models, write_python_model
-from tests.helpers.server import REPO_ROOT, ServerProcess, server_factory
+from tests.helpers.server import REPO_ROOT, ServerProcess, server_factory, wait_for
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp.frontend.native import available
 
@@ -447,6 +452,85 @@ def test_an_owned_call_past_its_deadline_is_cancelled_by_python(
     log = server.log()
     assert "Traceback" not in log
     assert "refused to free" not in log
+
+
+def _live_output_blocks(server: ServerProcess, instance: str) -> int:
+    """LIVE block headers (tensor_pool: u32 state 1, u32 generation != 0, u64 size, at 64-byte
+    steps) in the arenas of worker ``instance`` (its outputs: float payloads never look like
+    one)."""
+    pids = [
+        p.pid
+        for p in psutil.Process(server.pid).children(recursive=True)
+        if p.cmdline() and p.cmdline()[0] == f"triton-mp: worker {instance}"
+    ]
+    assert len(pids) == 1, pids
+    live = 0
+    for path in Path("/dev/shm").glob(f"triton_mp_{server.pid}_w*p{pids[0]}_a*"):
+        data = path.read_bytes()
+        for off in range(64, len(data) - 16, 64):
+            state, generation, size = struct.unpack_from("<IIQ", data, off)
+            live += state == 1 and generation != 0 and size % 64 == 0 and 0 < size <= len(data)
+    return live
+
+
+def test_deadlines_of_16_clients_leave_no_owned_call_and_no_block(
+    servers: dict[str, ServerProcess],
+) -> None:
+    """16 clients at once, a third of their calls with a 1-3 ms deadline, so that calls end
+    while the gRPC thread owns them, while C++ builds their answers and after it queued them
+    (handoff.cc Withdraw, known_answer_py.cc Serve): every answer that comes is its own
+    request's, every call sent natively is then either answered there or handed to Python
+    (sent = answered + released), no free is refused, and every output block of add_sub_py's
+    worker is freed."""
+    server = servers["native"]
+    before = _known_counts(server)
+    outcomes: list[str] = []
+
+    def client(i: int) -> None:
+        rng = random.Random(i)
+        c = grpcclient.InferenceServerClient(
+            server.url, channel_args=[("grpc.use_local_subchannel_pool", 1)]
+        )
+        inputs = [grpcclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
+        try:
+            for k in range(40):
+                value = float(i * 1000 + k) + 0.5
+                inputs[0].set_data_from_numpy(np.full((1, 16), value, np.float32))
+                inputs[1].set_data_from_numpy(np.full((1, 16), 2.0, np.float32))
+                timeout = rng.choice([30.0, 30.0, 0.001, 0.003])
+                try:
+                    result = c.infer(
+                        "add_sub_py", inputs, request_id=f"dl{i}", client_timeout=timeout
+                    )
+                except InferenceServerException as e:
+                    outcomes.append(str(e.status()))
+                    continue
+                good = np.array_equal(result.as_numpy("OUTPUT0"), np.full((1, 16), value + 2))
+                outcomes.append("OK" if good else f"wrong answer for {value}")
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert set(outcomes) <= {"OK", "StatusCode.DEADLINE_EXCEEDED"}, set(outcomes)
+    assert outcomes.count("OK") > 100
+    assert "StatusCode.DEADLINE_EXCEEDED" in outcomes
+
+    def settled() -> bool:
+        now = _known_counts(server)
+        owned = (now["sent"] - before["sent"]) - (now["answered"] - before["answered"])
+        return owned == now["released"] - before["released"]
+
+    wait_for(settled, 10, "every call sent natively to be answered or released")
+    after = _known_counts(server)
+    assert after["answered"] > before["answered"]
+    assert after["released"] > before["released"]
+    assert after["stray_frees"] == before["stray_frees"]
+    wait_for(lambda: _live_output_blocks(server, "add_sub_py_0_0") == 0, 10, "the blocks freed")
+    assert "refused to free" not in server.log()
 
 
 def test_a_stop_answers_the_calls_in_flight(tmp_path: Path) -> None:
