@@ -52,12 +52,11 @@ def child(per_batch: int, batches: int) -> None:
         BLOCK_HEADER_BYTES,
         ArenaAllocator,
         SegmentCache,
-        free_block,
     )
     from triton_mp.workers.worker import Worker
 
     sys.path.insert(0, str(BENCH))
-    from worker_hot import _spec
+    from worker_hot import _spec, free_answers
 
     pid = os.getpid()
     model, inst, spec = _spec()
@@ -99,18 +98,7 @@ def child(per_batch: int, batches: int) -> None:
             c0 = __import__("time").process_time_ns()
             for _ in range(batches):
                 worker.run_batch(to_worker.decode(raw))
-                for data in sent:
-                    msg = answers.decode(data)
-                    blocks = (
-                        [h.block for h in msg.handoffs]
-                        if isinstance(msg, AnswerBatch)
-                        else [msg.block]
-                        if msg.block is not None
-                        else []
-                    )
-                    for b in blocks:
-                        free_block(cache.get(b.segment), b)
-                sent.clear()
+                free_answers(sent, answers, cache)
             ns = __import__("time").process_time_ns() - c0
             print(ns / (batches * per_batch), flush=True)
     finally:

@@ -89,6 +89,25 @@ def _spec() -> tuple[ModelVersionSpec, InstanceSpec, WorkerSpec]:
     return model, inst, spec
 
 
+def free_answers(
+    sent: list[bytes], answers: Decoder[AnswerBatch | InferResponse], cache: SegmentCache
+) -> None:
+    """Free the output blocks of the answers the worker ``sent`` (encoded ``AnswerBatch`` or
+    ``InferResponse``), as a frontend would after replying, and empty ``sent``."""
+    for data in sent:
+        msg = answers.decode(data)
+        blocks = (
+            [h.block for h in msg.handoffs]
+            if isinstance(msg, AnswerBatch)
+            else [msg.block]
+            if msg.block is not None
+            else []
+        )
+        for b in blocks:
+            free_block(cache.get(b.segment), b)
+    sent.clear()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--per-batch", type=int, default=3, help="requests per batch")
@@ -147,18 +166,7 @@ def main() -> None:
             for k in range(args.batches):
                 raw = encode(BatchAssign(batch_id=k, requests=tuple(reqs), dispatch_ns=0))
                 worker.run_batch(to_worker.decode(raw))
-                for data in sent:
-                    msg = answers.decode(data)
-                    blocks = (
-                        [h.block for h in msg.handoffs]
-                        if isinstance(msg, AnswerBatch)
-                        else [msg.block]
-                        if msg.block is not None
-                        else []
-                    )
-                    for b in blocks:
-                        free_block(cache.get(b.segment), b)
-                sent.clear()
+                free_answers(sent, answers, cache)
             n = args.batches * args.per_batch
             total, model_us = (time.process_time_ns() - c0) / n / 1e3, inside[0] / n / 1e3
             if best is None or total < best[0]:
