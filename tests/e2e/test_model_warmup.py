@@ -12,10 +12,12 @@ same messages (those tests skip where the peers are absent).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import struct
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -232,9 +234,12 @@ def _expected_warmup() -> list[tuple]:
     ]
 
 
-def _run_scenario(root: Path, url: str, http_url: str) -> dict:
-    """Load every model, one at a time, and serve one request on the good ones; returns
-    what was observed (records, readiness, load errors)."""
+def _run_scenario(
+    root: Path, url: str, http_url: str, bad: tuple[str, ...] = tuple(BAD_SAMPLES)
+) -> dict:
+    """Load every model (of ``BAD_SAMPLES``, those named in ``bad``), one at a time, and
+    serve one request on the good ones; returns what was observed (records, readiness, load
+    errors)."""
     (root / "url.txt").write_text(http_url)
     client = grpcclient.InferenceServerClient(url)
     seen: dict = {"errors": {}}
@@ -244,7 +249,7 @@ def _run_scenario(root: Path, url: str, http_url: str) -> dict:
             client.load_model(model)
             assert client.is_model_ready(model)
             seen[model + "_warmup"] = _records(root, model)
-        for model in BAD_SAMPLES:
+        for model in bad:
             with pytest.raises(InferenceServerException) as info:
                 client.load_model(model)
             seen["errors"][model] = info.value.message()
@@ -260,8 +265,8 @@ def _run_scenario(root: Path, url: str, http_url: str) -> dict:
     return seen
 
 
-def _check(seen: dict) -> None:
-    """The observations both servers must give."""
+def _check(seen: dict, bad: tuple[str, ...] = tuple(BAD_SAMPLES)) -> None:
+    """The observations both servers must give (of ``BAD_SAMPLES``, for those in ``bad``)."""
     for model in ("recorder", "recorder_decoupled"):
         warm = seen[model + "_warmup"]
         assert len(warm) == 4, warm
@@ -276,9 +281,11 @@ def _check(seen: dict) -> None:
         assert len(after) == 5
         assert after[4]["values"] == [[[7.0, 8.0, 9.0]]]
         assert after[4]["ready"] == 200
-    for model, (_, message) in BAD_SAMPLES.items():
+    for model in bad:
+        message = BAD_SAMPLES[model][1]
         assert message in seen["errors"][model], (model, seen["errors"][model])
-    assert len(seen["bad_response"]) == 1  # the first failing sample ends the warmup
+    if "bad_response" in bad:
+        assert len(seen["bad_response"]) == 1  # the first failing sample ends the warmup
 
 
 @pytest.fixture(scope="module")
@@ -357,8 +364,50 @@ def triton(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tup
 
 
 def test_the_real_triton_warms_up_the_same_way(root: Path, triton: tuple[str, str]) -> None:
-    seen = _run_scenario(root / "triton", *triton)
-    _check(seen)
+    # NOTE: "bad_response" has its own test below: 2.51 crashes on it now and then.
+    bad = tuple(m for m in BAD_SAMPLES if m != "bad_response")
+    seen = _run_scenario(root / "triton", *triton, bad=bad)
+    _check(seen, bad=bad)
+
+
+TRIES = 6
+"""Loads of bad_response on a fresh real Triton before the test gives up."""
+TRITON_CRASH = "Signal (11) received."
+"""What the real Triton 2.51 prints when it segfaults: it does so in about one load in five
+(seen here: 1 of 5 with the model alone, 2 of 4 after the scenario's other loads) while it
+warms up a python model whose sample gets an error response. Its own bug, not a difference."""
+
+
+def test_the_real_triton_fails_a_warmup_whose_response_is_an_error(
+    root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """``bad_response`` alone on a fresh Triton, tried again only when 2.51 segfaulted (its
+    log says so); any other outcome is checked as the scenario checks it."""
+    work = root / "triton_bad_response"
+    work.mkdir()
+    repo = _repository(work)
+    for _ in range(TRIES):
+        (work / "bad_response.jsonl").unlink(missing_ok=True)
+        log = tmp_path_factory.mktemp("triton_bad") / "triton.log"
+        with start_triton(repo, log, "--model-control-mode=explicit") as peer:
+            (work / "url.txt").write_text(peer.http_url)
+            client = grpcclient.InferenceServerClient(peer.url)
+            try:
+                with pytest.raises(InferenceServerException) as info:
+                    client.load_model("bad_response")
+                if BAD_SAMPLES["bad_response"][1] not in info.value.message():
+                    # NOTE: a crash cuts the connection before the process has exited
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        peer.proc.wait(timeout=10)
+                    if peer.proc.poll() is not None and TRITON_CRASH in peer.log():
+                        continue
+                assert not client.is_model_ready("bad_response")
+            finally:
+                client.close()
+        assert BAD_SAMPLES["bad_response"][1] in info.value.message()
+        assert len(_records(work, "bad_response")) == 1  # the first failing sample ends it
+        return
+    pytest.fail(f"the real Triton segfaulted on all {TRIES} tries")
 
 
 BLS_CONFIG = """
