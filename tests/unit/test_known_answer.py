@@ -4,8 +4,9 @@ arena (a shared-memory segment with LIVE blocks), for hypothesis-drawn answers t
 equal the Python path's (``KnownCalls._response_parts``: ``ResponseHeads.head`` then
 ``infer_response_parts`` joined); the output blocks are freed by tensor_pool's rule (not a
 block of another generation); and everything that asks for a Triton rule (an error, a
-trace, a client region, a form with no head, blocks not handed over whole) is left to
-Python with nothing built or freed."""
+trace, a form with no head, blocks not handed over whole) is left to Python with nothing
+built or freed; an output the worker wrote in a client's region is an empty entry, as the
+Python path's."""
 
 from __future__ import annotations
 
@@ -179,12 +180,10 @@ def test_what_asks_for_a_triton_rule_is_left_to_python(arena: Segment) -> None:
     teach(1, plain, "")
     assert native().known_answer_build(encode(plain), [1]) is not None
     error = ErrorInfo(ErrorCode.INTERNAL, "boom")
-    region = TensorRef("OUT", "FP32", (1, 1), "/client", 0, 4, region_id=3)
     other_shape = TensorRef("OUT", "FP32", (1, 2), arena.name, block.offset + 64, 8)
     cases = {
         "error": InferResponse(request_id=1, version=2, outputs=(t,), block=block, error=error),
         "not final": InferResponse(request_id=1, version=2, outputs=(t,), block=block, final=False),
-        "a client region": InferResponse(request_id=1, version=2, outputs=(region,)),
         "another shape": InferResponse(request_id=1, version=2, outputs=(other_shape,)),
         "another version": InferResponse(request_id=1, version=3, outputs=(t,), block=block),
         "parameters": InferResponse(
@@ -211,6 +210,25 @@ def test_what_asks_for_a_triton_rule_is_left_to_python(arena: Segment) -> None:
         assert native().known_answer_build(encode(r), [1], True) is None, why
         assert state(arena, block) == LIVE, why
     assert native().known_answer_build(encode(plain), [1, 1]) is None  # NOTE: lessons' count
+
+
+def test_an_output_in_a_client_region_is_an_empty_entry_as_pythons(arena: Segment) -> None:
+    """The worker wrote OUT0 in the client's region (no bytes in the answer): the response
+    is the taught head, OUT0's empty raw_output_contents entry and OUT1's bytes, as
+    ``KnownCalls._response_parts`` gives them; OUT1's block is freed."""
+    block = live(arena, 2, 5)
+    arena.buf[block.offset + 64 : block.offset + 72] = b"abcdefgh"
+    region = TensorRef("OUT0", "FP32", (1, 4), "/client", 128, 16, region_id=3)
+    t = TensorRef("OUT1", "UINT8", (8,), arena.name, block.offset + 64, 8)
+    r = InferResponse(request_id=1, version=2, outputs=(region, t), block=block)
+    teach(4, r, "cid")
+    built, refused = native().known_answer_build(encode(r), [4], True)
+    head = ResponseHeads().head("m", 2, "cid", "{}", r.outputs)
+    view = memoryview(arena.buf)[t.offset : t.offset + 8]
+    expected = b"".join(bytes(p) for p in infer_response_parts(head, [None, view]))
+    assert built == (expected,)
+    assert refused == 0
+    assert state(arena, block) == FREE
 
 
 def test_a_block_of_another_generation_is_not_freed(arena: Segment) -> None:

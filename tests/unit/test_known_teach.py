@@ -1,9 +1,11 @@
 """``frontend.native.known_teach.NativeKnown``, without a server: a fake extension records
 what is taught and cleared. A call sent on the patched lane is taught once per key and id,
-only when it qualifies (its block in the newest arena, no client region, not decoupled, no
-ordering, nothing traced or forwarded); every un-teaching event the wiring hooks (a model
-table update, a trace settings update, the drain, a known key dropped, a new arena) clears
-what C++ was taught; request ids are handed in bulk when few are left."""
+only when it qualifies (its block in the newest arena, not decoupled, no ordering, nothing
+traced or forwarded), a call naming client regions with its windows, holds and the
+registrations' generation; every un-teaching event the wiring hooks (a model table update,
+a trace settings update, the drain, a known key dropped, a new arena, a region registered
+or unregistered) clears what C++ was taught; request ids are handed in bulk when few are
+left."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from triton_mp.frontend.native.known_teach import IDS_BULK, IDS_LOW, NativeKnown, Wiring
+from triton_mp.ipc import TensorRef
 
 
 class FakeNative:
@@ -23,6 +26,10 @@ class FakeNative:
         self.ring: Any = None
         self.detached = False
         self.answers_forgotten = 0
+        self.regions_changed = 0
+        self.generation = 40
+        self.uses: dict[int, int] = {}
+        self.released: list[tuple[int, ...]] = []
 
     def known_set_arena(self, arena: Any) -> None:
         self.arenas.append(arena)
@@ -59,6 +66,20 @@ class FakeNative:
     def known_answer_stats(self) -> dict[str, int]:
         return {"answered": 0}
 
+    def known_regions_changed(self) -> None:
+        self.regions_changed += 1
+        self.generation += 1
+        self.known_clear()
+
+    def known_regions_generation(self) -> int:
+        return self.generation
+
+    def known_regions_uses(self, region_id: int) -> int:
+        return self.uses.get(region_id, 0)
+
+    def known_regions_release(self, held: tuple[int, ...]) -> None:
+        self.released.append(held)
+
 
 @dataclass
 class Segment:
@@ -91,6 +112,7 @@ class Calls:
     pending: Pending = field(default_factory=Pending)
     lessons: list[Any] = field(default_factory=list)
     on_registered: Any = None
+    release_held: Any = None
 
     def learn(self, lesson: Any) -> int:
         self.lessons.append(lesson)
@@ -131,6 +153,7 @@ class Gate:
 class Hooks:
     on_refresh: Any = None
     on_table_change: Any = None
+    shm: Any = None
 
 
 class Inference:
@@ -156,9 +179,16 @@ def wired() -> tuple[NativeKnown, FakeNative, Allocator, Hooks, Inference, Gate,
     allocator = Allocator(Arena(Segment("/a0")))
     hooks = Hooks()
     inference = Inference()
-    wiring = Wiring("producer", "/wake", allocator, hooks, hooks)  # type: ignore[arg-type]
+    wiring = Wiring("producer", "/wake", allocator, hooks, hooks, Registry())  # type: ignore[arg-type]
     teacher.wire(wiring, inference)  # type: ignore[arg-type]
+    hooks.shm = wiring.shm
     return teacher, native, allocator, hooks, inference, gate, calls
+
+
+class Registry:
+    """``SystemShmRegistry``'s ``watch`` attribute."""
+
+    watch: Any = None
 
 
 def known(client_id: str = "r", segment: str = "/a0") -> Known:
@@ -185,12 +215,9 @@ def test_what_does_not_qualify_is_never_taught() -> None:
     inference.sent(b"key", known(segment="/old"), "r", "/old")  # not the newest arena
     inference.sent(b"key", known(), "x", "/a0")  # no template for this id
     inference.sent(("not", "bytes"), known(), "r", "/a0")
-    for change in ("held", "decoupled", "preserve_ordering"):
+    for change in ("decoupled", "preserve_ordering"):
         k = known()
-        if change == "held":
-            k.held = (3,)
-        else:
-            setattr(k.model, change, True)
+        setattr(k.model, change, True)
         inference.sent(b"key", k, "r", "/a0")
     gate.allowed = False
     inference.sent(b"key", known(), "r", "/a0")
@@ -198,6 +225,41 @@ def test_what_does_not_qualify_is_never_taught() -> None:
     gate.allowed = True
     inference.sent(b"key", known(), "r", "/a0")
     assert len(native.taught) == 1
+
+
+def test_a_call_naming_client_regions_is_taught_with_its_windows_and_holds() -> None:
+    """An input in a client's region is named by its window's offset (``None``: a raw
+    entry, copied), the call's held region ids and the generation C++ has now go with the
+    lesson, and the lesson keeps the holds for the registration of the calls C++ sends."""
+    teacher, native, _, _, inference, _, calls = wired()
+    k = known()
+    window = TensorRef("W", "FP32", (1, 4), "/client", 4096, 16, 7)
+    k.inputs = (("A", "FP32", (1, 3), 12), window, ("B", "FP32", (1, 30), 120))
+    k.held = (7, 9)
+    inference.sent(b"key", k, "r", "/a0")
+    lesson = (b"key", b"r", 1, (12, 120), (0, 64), 64 + 192, b"T" * 200, 4)
+    assert native.taught == [(*lesson, (None, 4096, None), (7, 9), 40)]
+    assert calls.lessons[0].held == (7, 9)
+    assert calls.release_held == native.known_regions_release
+
+
+def test_the_registry_watch_unteaches_before_a_change_and_counts_cs_uses() -> None:
+    """``SystemShmRegistry.watch``: ``changing`` moves C++'s generation and forgets every
+    lesson (then registers what C++ sent: its holds become Python's); ``uses`` is C++'s
+    count for the region."""
+    teacher, native, _, hooks, inference, _, _ = wired()
+    assert hooks.shm.watch is teacher
+    inference.sent(b"key", known(), "r", "/a0")
+    pulls.clear()
+    before = native.cleared
+    hooks.shm.watch.changing()
+    assert native.regions_changed == 1
+    assert native.taught == []
+    assert pulls
+    assert pulls[0] > before
+    native.uses[7] = 2
+    assert hooks.shm.watch.uses(7) == 2
+    assert hooks.shm.watch.uses(8) == 0
 
 
 def test_each_event_unteaches_and_the_next_call_is_taught_again() -> None:

@@ -244,3 +244,47 @@ def test_a_pass_that_registered_known_calls_says_so_once() -> None:
     rig, told = asyncio.run(go())
     assert told == [2]
     assert rig.servicer.handled == [b"plain"]
+
+
+class Registry:
+    """``SystemShmRegistry``'s ``hold`` / ``release``: the uses of each region id."""
+
+    def __init__(self) -> None:
+        self.uses: dict[int, int] = {}
+
+    def hold(self, ids: Any) -> None:
+        for i in ids:
+            self.uses[i] = self.uses.get(i, 0) + 1
+
+    def release(self, ids: Any) -> None:
+        for i in ids:
+            self.uses[i] -= 1
+
+
+def test_a_known_call_naming_regions_moves_its_holds_to_the_registry_until_answered() -> None:
+    """A lesson whose calls name client regions: registering a call the native side sent
+    holds them in the registry, then ends the native side's holds (``release_held``), in
+    the same pass; the registry's holds end with the call's answer."""
+    released: list[tuple[int, ...]] = []
+
+    async def go() -> tuple[Rig, Registry, list[dict[int, int]]]:
+        rig = Rig(asyncio.get_running_loop())
+        shm = Registry()
+        rig.inference.shm = shm  # type: ignore[attr-defined]
+        rig.known.release_held = released.append
+        rig.lesson = rig.known.learn(Lesson("m", 3, "r1", "/arena", 0, (11, 12)))
+        rid = rig.pending.reserve(4)
+        seen = []
+        rig.native.queue(rig.sent(2, rid))
+        await settle()
+        seen.append(dict(shm.uses))
+        rig.pending.deliver([failed(rid)])
+        await settle()
+        seen.append(dict(shm.uses))
+        rig.handoff.stop()
+        return rig, shm, seen
+
+    rig, shm, seen = asyncio.run(go())
+    assert seen == [{11: 1, 12: 1}, {11: 0, 12: 0}]
+    assert released == [(11, 12)]
+    assert (2, UNAVAILABLE, "no instance", b"") in rig.native.replies

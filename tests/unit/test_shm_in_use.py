@@ -154,3 +154,51 @@ def test_a_key_without_its_slash_is_kept_as_given_and_opens_the_same_object(key:
     assert bare.object_name == slashed.object_name == key
     window = registry.window("bare", 0, 256)
     assert window.object_name == key
+
+
+class Watch:
+    """A native producer's ``RegionWatch``: counts each ``changing``; ``native_uses`` are the
+    calls it sent that still hold a region."""
+
+    def __init__(self) -> None:
+        self.native_uses: dict[int, int] = {}
+        self.changes = 0
+
+    def changing(self) -> None:
+        self.changes += 1
+
+    def uses(self, region_id: int) -> int:
+        return self.native_uses.get(region_id, 0)
+
+
+def test_a_watch_is_told_before_every_change_and_its_uses_keep_a_region(key: str) -> None:
+    """``SystemShmRegistry.watch``: register, unregister (one, all), a peer's add and drop
+    tell it first; a region only the watch's calls use is in use, and refused in Triton's
+    words, until the watch's uses end."""
+    registry = SystemShmRegistry(0)
+    watch = Watch()
+    registry.watch = watch
+    registry.register("in", key, 0, 256)
+    registry.register("out", key, 0, 256)
+    assert watch.changes == 2
+    watch.native_uses[_id(registry, "in")] = 1
+    assert registry.in_use("in")
+    assert not registry.in_use("out")
+    names, refusal = registry.unregister("in")
+    assert watch.changes == 3
+    assert names == []
+    assert refusal is not None
+    assert refusal.message == "Cannot unregister shared memory region 'in', it is currently in use."
+    names, refusal = registry.unregister("")
+    assert watch.changes == 4
+    assert names == ["out"]
+    assert refusal is not None
+    assert (
+        refusal.message == "Failed to unregister the following system shared memory regions: in ,"
+    )
+    watch.native_uses.clear()
+    assert registry.unregister("in") == (["in"], None)
+    region = registry.register("again", key, 0, 256)
+    registry.drop(["again"])
+    registry.add(region)
+    assert watch.changes == 8

@@ -148,6 +148,11 @@ class Inference:
         self._unteach: Callable[[], None] | None = None
         self.draining = False
 
+    @property
+    def shm(self) -> SystemShmRegistry:
+        """The client regions requests name (``hold`` / ``release`` their uses)."""
+        return self._shm
+
     def teach_with(self, sent: KnownSent, unteach: Callable[[], None]) -> None:
         """A producer that submits known calls itself learns from this path
         (``frontend.native.known_teach``): ``sent`` gets every known request sent on the
@@ -342,11 +347,15 @@ class Inference:
         rid = pending.new_id()
         model = known.model
         record = None
-        if self._plain(model, valid.version):
+        plain = self._plain(model, valid.version)
+        if plain:
             record = patched_record(known, rid, client_id, self._clock_ns(), block, refs)
         if record is None:
             args = (rid, client_id, valid, block, refs, sink, None, known.held, known.templates)
             self._enqueue(*args)
+            if plain and known.held and self._known_sent is not None:
+                # NOTE: a request naming client regions (held here) is taught too
+                self._known_sent(key, known, client_id, block.segment)
             return rid, model, valid.version
         # NOTE: ``_enqueue`` and ``_send_request`` for what a known call mostly is.
         pending.copied_bytes["in"] += sum(known.sizes)

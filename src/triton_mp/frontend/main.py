@@ -376,7 +376,9 @@ def _known_wiring(
     producer = getattr(to_scheduler.ring, "producer", None)
     if producer is None or spec.to_scheduler.wakeup.kind != "semaphore":
         return None
-    return Wiring(producer, spec.to_scheduler.wakeup.name, arena, api.tracer, inbox)
+    return Wiring(
+        producer, spec.to_scheduler.wakeup.name, arena, api.tracer, inbox, api.shm.registry
+    )
 
 
 def _broadcast(to_peers: dict[int, Sender]) -> Callable[[bytes], None]:

@@ -10,7 +10,8 @@
 // Served here: a plain InferResponse, or an AnswerBatch whose responses are all plain and
 // whose one block (if any) every response names and the batch hands over with exactly that
 // many uses. Plain: no error, final and not empty, no trace, no extra blocks, no handoffs of
-// its own, every output in an arena (no client region), and a head taught for its form.
+// its own, and a head taught for its form. An output in a client's region (the worker wrote
+// it there) gets an empty raw_output_contents entry, as Python's (infer_response_parts).
 // Anything else is left to Python whole (nothing read is changed or freed).
 //
 // Python twins: frontend/native/known_calls.py (KnownCalls.answer / _response_parts: the

@@ -11,6 +11,7 @@
 #include "answer_reader.h"
 #include "handoff.h"
 #include "known_answer.h"
+#include "known_regions.h"
 #include "known_submit.h"
 #include "output_segments.h"
 
@@ -72,6 +73,7 @@ bool Serve(const unsigned char* data, size_t size) {
     return false;
   }
   for (const auto& c : calls) {
+    if (c.held) TheKnownRegions().Release(*c.held);  // NOTE: its final answer (holding_sink)
     if (!known.FreeInput(c.epoch, c.offset, c.generation)) ++g_counters.stray_frees;
     g_counters.bytes_in += c.copied;
   }

@@ -21,7 +21,10 @@ serves it as before (``Handoff._call``).
 A known call the native side submitted itself (``KNOWN``: its request already in the
 scheduler's ring) is only registered here (``register``), from the ``Lesson`` it was
 submitted by: the pending table's entry and its ``KnownCall``, answered and cancelled as
-the others.
+the others. A lesson's call that names client regions (``Lesson.held``) was counted in use
+by C++ (``known_regions.h``) from its submission; registering it moves its holds to the
+registry (``SystemShmRegistry.hold``, released at its answer as ``Inference._enqueue``'s
+are), then ends C++'s (``release_held``), with no event-loop pass in between.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Any, NamedTuple, Protocol
 
 from triton_mp.common.errors import TritonMPError
 from triton_mp.frontend.dispatch.known_requests import InBuffers, Raw, Received
-from triton_mp.frontend.dispatch.pending import Answer, PendingTable
+from triton_mp.frontend.dispatch.pending import Answer, PendingTable, holding_sink
 from triton_mp.frontend.grpc.messages import ResponseHeads
 from triton_mp.frontend.grpc.wire import Split, infer_response_parts
 from triton_mp.frontend.inference import Inference
@@ -61,7 +64,8 @@ class Lesson(NamedTuple):
     Attributes:
         model, version: where its requests go; ``client_id``: the request ``id`` the
             record template was made for; ``segment``: the input arena its blocks are in;
-        copied: raw input bytes copied per request (``PendingTable.copied_bytes["in"]``).
+        copied: raw input bytes copied per request (``PendingTable.copied_bytes["in"]``);
+        held: the client regions each call names (``dispatch.inputs.region_ids``).
     """
 
     model: str
@@ -69,6 +73,7 @@ class Lesson(NamedTuple):
     client_id: str
     segment: str
     copied: int
+    held: tuple[int, ...] = ()
 
 
 class Gate(Protocol):
@@ -150,6 +155,9 @@ class KnownCalls:
         self.on_registered: Callable[[], None] | None = None
         """Called after ``register`` registered some: the native side may be short of
         request ids (``known_teach.NativeKnown.refill``)."""
+        self.release_held: Callable[[tuple[int, ...]], None] | None = None
+        """Ends the native side's holds of a call it sent (``_native.known_regions_release``),
+        once ``register`` moved them to the registry."""
 
     def learn(self, lesson: Lesson) -> int:
         """Keep ``lesson`` for the registration of the calls the native side submits by it:
@@ -179,12 +187,25 @@ class KnownCalls:
             call.model = lesson.model
             call.version = lesson.version
             pending.copied_bytes["in"] += lesson.copied
-            pending.add_request(rid, BlockRef(lesson.segment, offset, generation), call)
+            block = BlockRef(lesson.segment, offset, generation)
+            if lesson.held:
+                pending.add_request(rid, block, self._holding(call, lesson.held))
+            else:
+                pending.add_request(rid, block, call)
             self.calls[call_id] = call
             n += 1
         if n and self.on_registered is not None:
             self.on_registered()
         return n
+
+    def _holding(self, call: KnownCall, held: tuple[int, ...]) -> Callable[[Answer], None]:
+        """``call`` as the sink of a request holding ``held``: the holds move from the
+        native side to the registry now, and end at its answer."""
+        shm = self.inference.shm
+        shm.hold(held)
+        if self.release_held is not None:
+            self.release_held(held)
+        return holding_sink(call, lambda: shm.release(held), False)
 
     def submit(self, call_id: int, data: bytes | Received, split: Split | None) -> bool:
         """Submit call ``call_id`` (``data``: its request, bytes or as received; ``split``:

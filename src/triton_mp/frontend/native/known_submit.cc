@@ -66,7 +66,11 @@ uint64_t KnownSubmit::ids_left() const {
 
 bool KnownSubmit::Teach(const std::string& key, KnownLesson lesson) {
   if (lesson.id == 0 || lesson.sizes.size() != lesson.at.size()) return false;
-  if (lesson.record.size() < PatchedRecordMinBytes(lesson.sizes.size())) return false;
+  std::vector<uint64_t> entries;  // NOTE: the windows name exactly the raw inputs between
+  if (!KnownRegions::Entries(lesson.regions, lesson.at.data(), lesson.at.size(), &entries) ||
+      lesson.record.size() < PatchedRecordMinBytes(entries.size())) {
+    return false;
+  }
   if (lesson.block_bytes < kArenaHeaderBytes || lesson.block_bytes % 64 != 0) return false;
   for (size_t i = 0; i < lesson.sizes.size(); ++i) {
     // NOTE: each input lies inside the block's payload (no overflow: both are below 2**63)
@@ -135,6 +139,7 @@ KnownResult KnownSubmit::Submit(const Chunks& message, const RequestSplit& split
     case KnownResult::kNoIds: ++stats_.no_ids; break;
     case KnownResult::kNoRoom: ++stats_.no_room; break;
     case KnownResult::kFull: ++stats_.full; break;
+    case KnownResult::kStale: ++stats_.stale; break;
   }
   return result;
 }
@@ -149,6 +154,7 @@ KnownResult KnownSubmit::SubmitLocked(const Chunks& message, const RequestSplit&
   auto it = lessons_.find(lookup_);
   if (it == lessons_.end()) return KnownResult::kUnknown;
   const KnownLesson& lesson = it->second;
+  if (!TheKnownRegions().Admit(lesson.regions)) return KnownResult::kStale;
   const size_t n = lesson.sizes.size();
   if (split.raw.size() < n) return KnownResult::kDeclined;  // surplus entries are ignored
   for (size_t i = 0; i < n; ++i) {
@@ -173,7 +179,12 @@ KnownResult KnownSubmit::SubmitLocked(const Chunks& message, const RequestSplit&
   }
   const uint64_t rid = ids_.front().first;
   record_.assign(lesson.record);
-  RecordPatch patch{rid, arrival_ns, block, generation, entries_.data(), n};
+  // NOTE: with windows in clients' regions among the inputs, every entry in record order
+  if (!KnownRegions::Entries(lesson.regions, entries_.data(), n, &windows_)) {
+    __atomic_store_n(reinterpret_cast<uint32_t*>(base_ + block), kBlockFree, __ATOMIC_RELEASE);
+    return KnownResult::kDeclined;  // NOTE: never (Teach checked it)
+  }
+  RecordPatch patch{rid, arrival_ns, block, generation, windows_.data(), windows_.size()};
   PatchRecord(reinterpret_cast<unsigned char*>(&record_[0]), record_.size(), patch);
   if (ring_->Push(record_.data(), record_.size()) != PushResult::kPushed) {
     // NOTE: ours alone until pushed: freed as its reader would (one aligned 4-byte store)
@@ -182,6 +193,8 @@ KnownResult KnownSubmit::SubmitLocked(const Chunks& message, const RequestSplit&
   }
   ++ids_.front().first;
   TheKnownWake().Pushed(lesson.bit, record_.data(), record_.size());  // known_wake.h
+  TheKnownRegions().Hold(lesson.regions.held);  // NOTE: before Clear can return (the lock)
+  sent->held = lesson.regions.held;
   sent->request_id = rid;
   sent->lesson_id = lesson.id;
   sent->offset = block;

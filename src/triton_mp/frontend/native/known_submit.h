@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "input_arena.h"
+#include "known_regions.h"
 #include "request_split.h"
 #include "ring_producer.h"
 
@@ -42,6 +43,7 @@ struct KnownLesson {
   uint64_t block_bytes = 0;        // the block, its 64-byte header included
   std::string record;              // the REQUEST record template of the form
   uint64_t bit = 0;                // its quiet-word bit (0: always wake)
+  LessonRegions regions;           // its windows in clients' regions (known_regions.h)
 };
 
 // What was sent for one submitted call (Python registers it: handoff.py KNOWN).
@@ -52,6 +54,7 @@ struct KnownSent {
   uint32_t generation = 0;  // its generation
   uint64_t epoch = 0;       // the arena's (KnownSubmit::FreeInput)
   uint64_t copied = 0;      // raw input bytes copied into the block
+  HeldRegions held;         // the client regions it holds (TheKnownRegions; null: none)
 };
 
 enum class KnownResult : int {
@@ -61,6 +64,7 @@ enum class KnownResult : int {
   kNoIds = 3,     // no request id left: Python hands more
   kNoRoom = 4,    // the newest arena has no room now: Python allocates (and grows)
   kFull = 5,      // the ring is full now (the block was freed)
+  kStale = 6,     // the lesson names a client region and the registrations changed since
 };
 
 struct KnownStats {
@@ -70,6 +74,7 @@ struct KnownStats {
   uint64_t no_ids = 0;
   uint64_t no_room = 0;
   uint64_t full = 0;
+  uint64_t stale = 0;
   uint64_t wakes = 0;
   uint64_t cleared = 0;  // Clear() calls
 };
@@ -137,6 +142,7 @@ class KnownSubmit {
   std::vector<std::pair<uint64_t, uint64_t>> ids_;  // [first, end) ranges, oldest first
   std::string record_;  // the record being patched (reused)
   std::vector<uint64_t> entries_;
+  std::vector<uint64_t> windows_;  // every entry's offset, windows included (reused)
   KnownStats stats_;
 };
 

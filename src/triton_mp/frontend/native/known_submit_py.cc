@@ -8,11 +8,13 @@
 #include <semaphore.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "input_arena_type.h"
+#include "known_regions.h"
 #include "known_submit.h"
 #include "ring_producer_type.h"
 
@@ -97,16 +99,46 @@ bool U64s(PyObject* obj, std::vector<uint64_t>* out) {
   return true;
 }
 
-// known_teach(key, client_id, lesson_id, sizes, at, block_bytes, record, bit) -> bool: a
-// request whose split key is `key` and id `client_id` (bytes) is submitted natively from now
-// on (known_submit.h KnownLesson). False: the lesson does not fit (nothing kept).
+// A lesson's client regions (known_regions.h): `entries` (None or a sequence of int or None:
+// kRawEntry) and `held` (None or a sequence of region ids). False: a Python error is set.
+bool RegionsOf(PyObject* entries, PyObject* held, uint64_t generation, LessonRegions* out) {
+  out->generation = generation;
+  if (entries != nullptr && entries != Py_None) {
+    PyObject* seq = PySequence_Fast(entries, "entries must be a sequence of int or None");
+    if (seq == nullptr) return false;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); ++i) {
+      PyObject* e = PySequence_Fast_GET_ITEM(seq, i);
+      const uint64_t v = e == Py_None ? kRawEntry : PyLong_AsUnsignedLongLong(e);
+      if (PyErr_Occurred()) {
+        Py_DECREF(seq);
+        return false;
+      }
+      out->entries.push_back(v);
+    }
+    Py_DECREF(seq);
+  }
+  if (held != nullptr && held != Py_None) {
+    std::vector<uint64_t> ids;
+    if (!U64s(held, &ids)) return false;
+    if (!ids.empty()) out->held = std::make_shared<const std::vector<uint64_t>>(std::move(ids));
+  }
+  return true;
+}
+
+// known_teach(key, client_id, lesson_id, sizes, at, block_bytes, record, bit[, entries,
+// held, generation]) -> bool: a request whose split key is `key` and id `client_id` (bytes)
+// is submitted natively from now on (known_submit.h KnownLesson; entries, held, generation:
+// its client regions, known_regions.h LessonRegions, entries' None being kRawEntry). False:
+// the lesson does not fit (nothing kept).
 PyObject* Teach(PyObject*, PyObject* args) {
   Py_buffer key, client_id, record;
-  unsigned long long lesson_id, block_bytes, bit;
+  unsigned long long lesson_id, block_bytes, bit, generation = 0;
   PyObject* sizes;
   PyObject* at;
-  if (!PyArg_ParseTuple(args, "y*y*KOOKy*K", &key, &client_id, &lesson_id, &sizes, &at,
-                        &block_bytes, &record, &bit)) {
+  PyObject* entries = nullptr;
+  PyObject* held = nullptr;
+  if (!PyArg_ParseTuple(args, "y*y*KOOKy*K|OOK", &key, &client_id, &lesson_id, &sizes, &at,
+                        &block_bytes, &record, &bit, &entries, &held, &generation)) {
     return nullptr;
   }
   KnownLesson lesson;
@@ -121,6 +153,7 @@ PyObject* Teach(PyObject*, PyObject* args) {
   PyBuffer_Release(&client_id);
   PyBuffer_Release(&record);
   if (!U64s(sizes, &lesson.sizes) || !U64s(at, &lesson.at)) return nullptr;
+  if (!RegionsOf(entries, held, generation, &lesson.regions)) return nullptr;
   return PyBool_FromLong(TheKnownSubmit().Teach(k, std::move(lesson)));
 }
 
@@ -141,12 +174,12 @@ PyObject* Detach(PyObject*, PyObject*) {
 // known_stats() -> dict of counters (known_submit.h KnownStats).
 PyObject* Stats(PyObject*, PyObject*) {
   KnownStats s = TheKnownSubmit().stats();
-  return Py_BuildValue("{sKsKsKsKsKsKsKsK}", "sent", (unsigned long long)s.sent, "unknown",
+  return Py_BuildValue("{sKsKsKsKsKsKsKsKsK}", "sent", (unsigned long long)s.sent, "unknown",
                        (unsigned long long)s.unknown, "declined", (unsigned long long)s.declined,
                        "no_ids", (unsigned long long)s.no_ids, "no_room",
                        (unsigned long long)s.no_room, "full", (unsigned long long)s.full,
                        "wakes", (unsigned long long)s.wakes, "cleared",
-                       (unsigned long long)s.cleared);
+                       (unsigned long long)s.cleared, "stale", (unsigned long long)s.stale);
 }
 
 // known_submit(message, arrival_ns) -> (request id, lesson id, offset, generation) or the

@@ -3,24 +3,34 @@
 
 Imported by ``frontend.native.public_port``. A known call Python sent on the patched lane
 (``Inference.submit_known_to``: a known key, byte sizes that match, a record template for
-its form, no client region, no histogram, no direct route; the handoff's gate: no tracing,
-no forwarded headers) is offered here (``offer``); its key, id, byte sizes, input
-positions in the block and record template are taught to C++ (``_native.known_teach``)
-with a ``Lesson`` (``KnownCalls.learn``: what registers the calls C++ sends by it). The
-next call with that key and id is then submitted by the gRPC thread without Python: its
-arena block, its bytes, its record, its push and its wake; Python only registers it
-(``KnownCalls.register``) and answers it as before. Anything that does not match a lesson
-goes to Python as it always did, so every Triton rule and word stays here.
+its form, no histogram, no direct route; the handoff's gate: no tracing, no forwarded
+headers) is offered here (``offer``); its key, id, byte sizes, input positions in the block
+and record template are taught to C++ (``_native.known_teach``) with a ``Lesson``
+(``KnownCalls.learn``: what registers the calls C++ sends by it). The next call with that
+key and id is then submitted by the gRPC thread without Python: its arena block, its bytes,
+its record, its push and its wake; Python only registers it (``KnownCalls.register``) and
+answers it as before. Anything that does not match a lesson goes to Python as it always
+did, so every Triton rule and word stays here.
+
+A call naming windows in clients' system shared-memory regions (``known.held``) is taught
+with them (``known_regions.h``): each input entry's window offset (named, never copied:
+``write_known``), the region ids it holds and the registrations' generation. The key names
+each window (region name, offset, byte size: ``grpc.wire``), so every call of the lesson
+names the windows Python checked; C++ refuses the lesson once the registrations changed
+(``changing``, which the registry calls before every registration change:
+``SystemShmRegistry.watch``), and counts the uses of each call it sent until its answer or
+its hand-over to Python (``uses``, added to Python's ``in_use``: an unregistration while
+one is in flight is refused in Python's words).
 
 Every lesson is forgotten (``forget``, C++ ``Clear``; the response heads of the answer side
 too, ``known_answers``, whose owned calls ``pull`` then hands to Python) on each event after
 which Python's decision could differ: a model table update (models, versions, direct
-routes), the drain, a trace settings change, a known key dropped or the known table cleared;
-a new newest input arena re-points C++ at it (``arena_changed``, which forgets too: a
-template names its arena). Never taught: a form whose block is not in the newest arena, a
-decoupled model (the known lane of ModelInfer never has one), and whatever the patched lane
-already refuses (held regions, ``preserve_ordering``, latency histograms, a response-cache
-miss).
+routes), the drain, a trace settings change, a known key dropped or the known table
+cleared, a client region registered or unregistered (here or by a peer); a new newest input
+arena re-points C++ at it (``arena_changed``, which forgets too: a template names its
+arena). Never taught: a form whose block is not in the newest arena, a decoupled model (the
+known lane of ModelInfer never has one), and whatever the patched lane already refuses
+(``preserve_ordering``, latency histograms, a response-cache miss).
 
 Request ids are handed to C++ in bulk (``PendingTable.reserve``) when few are left: after
 each pass that registered calls C++ sent (``KnownCalls.on_registered``), and on each
@@ -37,7 +47,8 @@ from triton_mp.frontend.dispatch.known_requests import KnownRequest
 from triton_mp.frontend.dispatch.pending import PendingTable
 from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.native.known_calls import KnownCalls, Lesson
-from triton_mp.ipc import ArenaAllocator
+from triton_mp.frontend.shm.system import SystemShmRegistry
+from triton_mp.ipc import ArenaAllocator, TensorRef
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, ArenaBlocks, align
 
 IDS_LOW = 256
@@ -62,9 +73,16 @@ class Native(Protocol):
         block_bytes: int,
         record: bytes,
         bit: int,
+        entries: tuple[int | None, ...] | None = None,
+        held: tuple[int, ...] | None = None,
+        generation: int = 0,
         /,
     ) -> bool: ...
     def known_clear(self) -> None: ...
+    def known_regions_changed(self) -> None: ...
+    def known_regions_generation(self) -> int: ...
+    def known_regions_uses(self, region_id: int, /) -> int: ...
+    def known_regions_release(self, held: tuple[int, ...], /) -> None: ...
     def known_detach(self) -> None: ...
     def known_stats(self) -> dict[str, int]: ...
     def known_answer_forget(self) -> None: ...
@@ -99,6 +117,7 @@ class Wiring:
             semaphore's name.
         arena: the frontend's input arenas (C++ allocates in the newest).
         tracer, inbox: their trace settings and model table updates un-teach.
+        shm: the client regions (every registration change un-teaches; ``watch``).
     """
 
     producer: object
@@ -106,6 +125,7 @@ class Wiring:
     arena: ArenaAllocator
     tracer: Refreshes
     inbox: TableChanges
+    shm: SystemShmRegistry | None = None
 
 
 class NativeKnown:
@@ -132,6 +152,7 @@ class NativeKnown:
         self._taught: set[tuple[Hashable, str]] = set()
         self._closed = False
         calls.on_registered = self.refill
+        calls.release_held = native.known_regions_release
 
     def wire(self, wiring: Wiring, inference: Inference) -> None:
         """Give C++ the ring to the scheduler, its wake-up and the newest input arena, and
@@ -144,6 +165,20 @@ class NativeKnown:
         inference.teach_with(self.offer, self.forget)
         wiring.tracer.on_refresh = self.forget
         wiring.inbox.on_table_change = self.forget
+        if wiring.shm is not None:
+            wiring.shm.watch = self
+
+    def changing(self) -> None:
+        """A client region is about to be registered or unregistered
+        (``SystemShmRegistry.watch``): C++ refuses every lesson taught before (once this
+        returns, it sends none by them), and every lesson is forgotten."""
+        self._native.known_regions_changed()
+        self.forget()
+
+    def uses(self, region_id: int) -> int:
+        """Calls C++ sent naming ``region_id`` that Python has not taken over
+        (``SystemShmRegistry.in_use`` adds them)."""
+        return self._native.known_regions_uses(region_id)
 
     def arena_changed(self, arena: ArenaBlocks) -> None:
         """A new newest input arena (``ArenaAllocator.on_new_arena``; a
@@ -198,22 +233,31 @@ class NativeKnown:
             return
         model = known.model
         template = known.templates.get((segment, client_id))
-        if template is None or known.held or model.decoupled or model.preserve_ordering:
+        if template is None or model.decoupled or model.preserve_ordering:
             return
         if not self._gate.known_allowed():
             return
-        at = []
+        at: list[int] = []
+        entries: list[int | None] = []
         pos = 0
         for spec in known.inputs:
-            if type(spec) is not tuple:
-                return  # NOTE: a window in a client's region (held, never here)
+            if isinstance(spec, TensorRef):
+                entries.append(spec.offset)  # NOTE: a window in a client's region
+                continue
+            entries.append(None)
             at.append(pos)
             pos += align(spec[3])
-        lesson = Lesson(model.name, known.valid.version, client_id, segment, sum(known.sizes))
+        held = known.held
+        lesson = Lesson(model.name, known.valid.version, client_id, segment, sum(known.sizes), held)
         lesson_id = self._calls.learn(lesson)
         block_bytes = BLOCK_HEADER_BYTES + align(max(known.block_bytes, 1))
         record, bit = template
-        if native.known_teach(
-            key, client_id.encode(), lesson_id, known.sizes, tuple(at), block_bytes, record, bit
-        ):
+        args = (key, client_id.encode(), lesson_id, known.sizes, tuple(at), block_bytes)
+        if held:
+            taught = native.known_teach(
+                *args, record, bit, tuple(entries), held, native.known_regions_generation()
+            )
+        else:
+            taught = native.known_teach(*args, record, bit)
+        if taught:
             self._taught.add(form)

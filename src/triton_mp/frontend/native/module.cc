@@ -16,6 +16,7 @@
 #include "answer_reader_py.h"
 #include "input_arena_type.h"
 #include "known_answer_py.h"
+#include "known_regions_py.h"
 #include "known_submit_py.h"
 #include "known_wake_py.h"
 #include "native_server.h"
@@ -363,6 +364,7 @@ PyMODINIT_FUNC PyInit__native() {
                             !triton_mp::AddRecordPatch(module) ||
                             !triton_mp::AddRingProducerType(module) ||
                             !triton_mp::AddKnownSubmit(module) ||
+                            !triton_mp::AddKnownRegions(module) ||
                             !triton_mp::AddKnownWake(module) ||
                             !triton_mp::AddAnswerReader(module) ||
                             !triton_mp::AddKnownAnswer(module) ||

@@ -22,7 +22,9 @@ that request's final answer reaches the frontend (``hold`` / ``release``, counte
 registration). As in Triton 2.51, unregistering a region in use fails (INTERNAL) and keeps it;
 unregistering all removes the regions not in use and fails naming the others. The count is
 this frontend's: with ``--frontend-processes`` > 1 a request accepted by another frontend does
-not hold the region here.
+not hold the region here. A native producer that submits requests naming regions itself
+(``frontend.native.known_teach``) watches the registry (``RegionWatch``): it is told before
+every registration change, and the requests it sent and still holds count as uses.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import mmap
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 import posix_ipc
 
@@ -74,6 +77,20 @@ class Region:
         return "/" + self.key.lstrip("/")
 
 
+class RegionWatch(Protocol):
+    """A producer that sends requests naming regions without this registry's ``hold``
+    (``frontend.native.known_teach.NativeKnown``)."""
+
+    def changing(self) -> None:
+        """A registration is about to change (register, unregister, a peer's): once this
+        returns, the producer sends nothing it decided from the registrations before."""
+        ...
+
+    def uses(self, region_id: int) -> int:
+        """Requests the producer sent naming ``region_id`` and not yet released."""
+        ...
+
+
 class SystemShmRegistry:
     """The regions registered with one frontend.
 
@@ -108,6 +125,12 @@ class SystemShmRegistry:
         self.generation = 0
         """Counts the changes to the registered regions: a request validated against its
         regions is valid again while this stays (``frontend.dispatch.known_requests``)."""
+        self.watch: RegionWatch | None = None
+        """Told before every change; its uses count in ``in_use`` (module docstring)."""
+
+    def _changing(self) -> None:
+        if self.watch is not None:
+            self.watch.changing()
 
     def _check_enabled(self) -> None:
         if not self.enabled:
@@ -159,12 +182,14 @@ class SystemShmRegistry:
                 "address spaceInvalid argument"
             )
         region = Region(name, key, offset, byte_size, next(self._ids) * 256 + self._frontend_id)
+        self._changing()
         self._regions[name] = region
         self.generation += 1
         return region
 
     def add(self, region: Region) -> None:
         """Adopt a registration another frontend made (broadcast through the scheduler)."""
+        self._changing()
         self._regions[region.name] = region
         self.generation += 1
 
@@ -185,7 +210,11 @@ class SystemShmRegistry:
     def in_use(self, name: str) -> bool:
         """Whether an accepted, unanswered request of this frontend names region ``name``."""
         region = self._regions.get(name)
-        return region is not None and self._uses[region.region_id] > 0
+        if region is None:
+            return False
+        if self._uses[region.region_id] > 0:
+            return True
+        return self.watch is not None and self.watch.uses(region.region_id) > 0
 
     def unregister(self, name: str) -> tuple[list[str], TritonMPError | None]:
         """Forget ``name`` (or every region not in use when ``name`` is empty).
@@ -201,6 +230,7 @@ class SystemShmRegistry:
         and the worker keeps its own mapping.
         """
         self._check_enabled()
+        self._changing()  # NOTE: first: nothing is sent naming a region after the check
         if not name:
             kept = sorted(n for n in self._regions if self.in_use(n))
             names = [n for n in self._regions if n not in kept]
@@ -225,6 +255,7 @@ class SystemShmRegistry:
 
     def drop(self, names: list[str]) -> None:
         """Forget regions another frontend unregistered."""
+        self._changing()
         for n in names:
             self._regions.pop(n, None)
         self.generation += 1
