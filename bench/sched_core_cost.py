@@ -84,9 +84,13 @@ def run(batch: int, batches: int, per_pass: bool) -> float:
         records.append(encode_request(req) or encode(req))
 
     forming = getattr(core, "forming", None)  # NOTE: absent before scheduler.forming
+    pass_words = getattr(core, "pass_words", None)  # NOTE: absent before scheduler.pass_words
 
     def end_pass() -> None:
         """What ``scheduler.main._serve`` asks the core before each wait."""
+        if pass_words is not None:
+            pass_words(1)
+            return
         core.next_deadline_ns()
         core.quiet_done(core.quiet_requests())
         if forming is not None:

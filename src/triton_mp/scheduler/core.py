@@ -68,6 +68,7 @@ from triton_mp.scheduler.lifecycle import STOPPING_MESSAGE, Lifecycle
 from triton_mp.scheduler.limits.rate_gate import RateGate
 from triton_mp.scheduler.limits.rate_limiter import Limits, RateLimiter
 from triton_mp.scheduler.outbox import Outbound, Outbox, ToInstance
+from triton_mp.scheduler.pass_words import PassWords
 from triton_mp.scheduler.policies.policy import QUEUE_FULL, TIMED_OUT, Batch, Queued
 from triton_mp.scheduler.queries import answer_queue_query, answer_ready_query, answer_stats_query
 from triton_mp.scheduler.request_wakeups import quiet_request_mask
@@ -489,26 +490,33 @@ class SchedulerCore:
     def next_deadline_ns(self) -> int | None:
         """The nearest time a batch may become ready, or a queue timeout expire, without a
         message."""
-        gens = self.lifecycle.generations()
-        deadlines = [d for g in gens if (d := g.policy.next_deadline_ns()) is not None]
+        return self._deadline(self.lifecycle.generations())
+
+    def _deadline(self, gens: list[Generation]) -> int | None:
+        deadline = None
+        for g in gens:
+            d = g.policy.next_deadline_ns()
+            if d is not None and (deadline is None or d < deadline):
+                deadline = d
         if self.handoffs.claimed:
-            deadlines.append(self.handoffs.next_deadline_ns() or 0)
+            d = self.handoffs.next_deadline_ns() or 0
+            deadline = d if deadline is None else min(deadline, d)
         if self.lifecycle.retiring and self.lifecycle.retirement_due():
             # NOTE: a retirement may end on the next pass without any message arriving.
-            deadlines.append(0)
-        return min(deadlines, default=None)
+            deadline = 0 if deadline is None else min(deadline, 0)
+        return deadline
 
     def quiet_done(self, loud_bits: int = 0) -> frozenset[int]:
         """The instances whose ``BatchDone`` need not wake the scheduler now
         (``scheduler.done_wakeups``); ``loud_bits``: ``quiet_requests``'s mask, whose
         models' ``BatchDone`` always wakes."""
-        if (
-            self.stopping
-            or self.deferred
-            or self.limiter is not None
-            or self.lifecycle.retiring
-            or self.ensembles.in_flight()
-        ):
+        if self.stopping or self.deferred or self.limiter is not None:
+            return _NONE_QUIET
+        return self._quiet_done(loud_bits)
+
+    def _quiet_done(self, loud_bits: int) -> frozenset[int]:
+        """``quiet_done`` past the conditions ``quiet_requests`` shares."""
+        if self.lifecycle.retiring or self.ensembles.in_flight():
             return _NONE_QUIET
         # NOTE: a leased version's BatchDone may be quiet too: its worker re-offers the
         # lease itself under that flag, or wakes the scheduler (ipc.direct.worker_reoffers).
@@ -529,6 +537,24 @@ class SchedulerCore:
         if self.stopping or self.deferred or self.limiter is not None:
             return NOT_FORMING
         return forming_state(self.lifecycle.generations(), self.handoffs.eligible, frontends)
+
+    def pass_words(self, frontends: int) -> PassWords:
+        """``next_deadline_ns``, ``quiet_requests``, ``quiet_done`` (of that mask) and
+        ``forming`` (``frontends`` rings) at once, the same answers for one walk's cost
+        (``scheduler.pass_words``)."""
+        life = self.lifecycle
+        gens = life.generations()
+        deadline = self._deadline(gens)
+        if self.stopping or self.deferred or self.limiter is not None:
+            return PassWords(deadline, 0, _NONE_QUIET, NOT_FORMING)
+        eligible = self.handoffs.eligible
+        requests = quiet_request_mask(life.instances, gens, eligible)
+        return PassWords(
+            deadline,
+            requests,
+            self._quiet_done(requests),
+            forming_state(gens, eligible, frontends),
+        )
 
     def idle(self) -> bool:
         """Nothing queued and nothing running."""

@@ -302,13 +302,12 @@ def _serve(
     lead = lead or WakeLead()
     while True:
         passes += 1
-        deadline = core.next_deadline_ns()
-        requests = core.quiet_requests()
+        deadline, requests, quiet, forming = core.pass_words(router.frontends)
         # NOTE: the BatchDone of a model whose requests may wait unread wakes the
         # scheduler before a frontend can see its bit set (scheduler.request_wakeups).
-        asked = router.quiet_done(core.quiet_done(requests))
+        asked = router.quiet_done(quiet)
         asked = router.quiet_requests(requests) or asked
-        asked = router.forming(core.forming(router.frontends)) or asked
+        asked = router.forming(forming) or asked
         # NOTE: planned after the pass's bookkeeping: a timeout measured from the pass's
         # start would end the sleep that much later than planned.
         now = clock.now_ns()
