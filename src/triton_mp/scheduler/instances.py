@@ -142,7 +142,10 @@ class Instance:
     @property
     def live(self) -> bool:
         """Ready and serving (or finishing) its version's requests."""
-        return self.health is Health.READY and self.state in _SERVING
+        # NOTE: identity tests, not ``in`` a set: an Enum's __hash__ is Python code, and
+        # this runs per instance on every pass of the loop (request_wakeups).
+        state = self.state
+        return self.health is _READY and (state is _ACTIVE or state is _RETIRING)
 
     @property
     def busy(self) -> bool:
@@ -151,7 +154,9 @@ class Instance:
         return self.batch is not None or bool(self.open) or self.leased
 
 
-_SERVING = frozenset((InstanceState.ACTIVE, InstanceState.RETIRING))
+_READY = Health.READY
+_ACTIVE = InstanceState.ACTIVE
+_RETIRING = InstanceState.RETIRING
 
 
 class InstanceTable:

@@ -68,9 +68,11 @@ def quiet_request_mask(
         gen = inst.generation
         if gen is None:
             continue
-        if inst.batch is not None and not inst.staged:
-            running.add(id(gen))
-        elif inst.live and not inst.busy:
+        if inst.batch is not None:
+            if not inst.staged:
+                running.add(id(gen))
+        elif not inst.open and not inst.leased and inst.live:
+            # NOTE: ``not inst.busy`` with its batch known to be None, tested first.
             idle.add(id(gen))
     quiet = blocked = 0
     for gen in generations:
