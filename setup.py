@@ -148,7 +148,7 @@ def _extensions() -> list[Extension]:
     if os.environ.get("TRITON_MP_NATIVE") == "0":
         return []
     sources = sorted(str(p) for p in NATIVE.glob("*.cc"))
-    decoder = ["src/triton_mp/ipc/native/request_decoder.cc"]
+    decoder = ["src/triton_mp/ipc/native/request_decoder.cc", "src/triton_mp/ipc/native/ring_records.cc"]
     return [
         Extension("triton_mp.frontend.native._native", sources, language="c++"),
         Extension(DECODER, decoder, language="c++"),

@@ -21,7 +21,18 @@ from triton_mp.ipc.memory.notify import Waiter, Waker, Wakeup, fence
 from triton_mp.ipc.memory.ring import Ring, RingFull
 from triton_mp.ipc.recordio.codec import Decoder, encode
 
+try:
+    # NOTE: mypy sees the extension only where it is built: either ignore may be unused.
+    # Imported after codec, whose request_records configures the classes it builds.
+    from triton_mp.ipc import _request_decoder as native_decoder  # type: ignore[attr-defined,unused-ignore]
+except ImportError:  # NOTE: not built (setup.py): the rings are read in Python
+    native_decoder = None  # type: ignore[assignment,unused-ignore]
+
 T = TypeVar("T")
+
+_POP_RECORDS: Any = getattr(native_decoder, "pop_records", None)
+"""``ring_records.cc``'s ``pop_records`` (None where the extension is not built, or built
+before it)."""
 
 SPIN_STEP_S = 5e-6
 """The smallest spin budget ``Inbox.wait`` keeps; below it, it does not spin at all."""
@@ -191,8 +202,12 @@ class Inbox(Generic[T]):
         msg_type: Any,
         spin_max_s: float = 0.0,
         spin_on_posts: bool = False,
+        native_records: bool = False,
     ) -> None:
         self.waiter = Waiter(wakeup)
+        self._pop = _POP_RECORDS if native_records else None
+        """The compiled drain of one ring (``Ring.pop_native``), where built and asked for:
+        the scheduler's inbox, which reads every request of every batch."""
         self.spin_on_posts = spin_on_posts
         """The spin watches the wake-up's posts, not the rings: a record pushed without a
         post (a quiet ``BatchDone``, a request for a busy model, a ``DirectSent`` note)
@@ -375,9 +390,10 @@ class Inbox(Generic[T]):
         for them, ``frontend.native.known_answers``)."""
         out: list[T] = []
         dec = self._decoder.decode_buffer if read is None else read
+        pop = self._pop if read is None else None
         for ring in self._rings:
             if ring.has_records():
-                out += ring.pop_each(dec)
+                out += ring.pop_each(dec) if pop is None else ring.pop_native(pop, dec)
         return out
 
     def close(self) -> None:

@@ -375,6 +375,7 @@ def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
         ToScheduler,
         spin_max_s=INBOX_SPIN_S,
         spin_on_posts=True,
+        native_records=True,
     )
     router = Router(spec, inbox)
     limiter = None

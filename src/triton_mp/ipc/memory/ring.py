@@ -176,6 +176,16 @@ class Ring:
             self._head[0] = head
         return out
 
+    def pop_native(
+        self,
+        pop: Callable[[memoryview, int, Callable[[memoryview], T]], list[T]],
+        fn: Callable[[memoryview], T],
+    ) -> list[T]:
+        """``pop_each(fn)`` by its compiled twin ``pop`` (``pop_records`` of
+        ``ipc/native/ring_records.cc``: it reads REQUEST records itself and hands every
+        other record to ``fn``; the same list, the same head, the same error)."""
+        return pop(self._mv, self.capacity, fn)
+
     def has_records(self) -> bool:
         """Whether records are published and not yet consumed (two loads, no copy)."""
         return self._tail[0] != self._head[0]

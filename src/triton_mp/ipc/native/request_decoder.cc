@@ -28,6 +28,8 @@
 #include <unordered_map>
 
 #include "../records.h"
+#include "request_header.h"
+#include "ring_records.h"
 
 namespace {
 
@@ -256,50 +258,6 @@ PyObject* ReplyOf(uint8_t kind, uint32_t id) {
   return reply;
 }
 
-PyObject* ReadHeader(const uint8_t* data, size_t size) {
-  rec::RequestHeader h;
-  if (size < sizeof h) return Malformed("shorter than its header");
-  std::memcpy(&h, data, sizeof h);
-  if (h.marker != rec::kRecordMarker || h.kind != rec::kKindRequest ||
-      h.version != rec::kRecordVersion || h.tail_len != 0 ||
-      (h.flags & (rec::kReqTraceMask | rec::kReqSeqString)) != 0 ||
-      h.model_off > size || h.model_len > size - h.model_off) {
-    Py_RETURN_NONE;  // NOTE: the rare forms (and a bad one): HeaderReader reads them
-  }
-  Ref model(ModelName(data + h.model_off, h.model_len));
-  if (!model) return nullptr;
-  Ref reply(ReplyOf(h.reply_kind, h.reply_id));
-  if (!reply) return nullptr;
-  PyObject* values[kNumHeadSlots] = {
-      PyBytes_FromStringAndSize(reinterpret_cast<const char*>(data),
-                                static_cast<Py_ssize_t>(size)),
-      PyLong_FromUnsignedLongLong(h.request_id),
-      reply.release(),
-      model.release(),
-      PyLong_FromLongLong(h.model_version),
-      PyLong_FromUnsignedLong(h.batch_size),
-      PyLong_FromUnsignedLongLong(h.arrival_ns),
-      PyLong_FromUnsignedLong(h.priority),
-      PyLong_FromUnsignedLong(h.timeout_us),
-      PyLong_FromUnsignedLongLong(h.sequence_id),
-      PyLong_FromLong(h.flags & (rec::kReqSeqStart | rec::kReqSeqEnd)),
-      Py_NewRef(Py_None),
-  };
-  // NOTE: the record owns every value from here on (a NULL slot reads as unset).
-  Ref out(g_head.record->tp_alloc(g_head.record, 0));
-  bool ok = static_cast<bool>(out);
-  for (size_t i = 0; i < kNumHeadSlots; ++i) {
-    ok = ok && values[i] != nullptr;
-    if (out) {
-      *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(out.get()) + g_head.offsets[i]) =
-          values[i];
-    } else {
-      Py_XDECREF(values[i]);
-    }
-  }
-  return ok ? out.release() : nullptr;
-}
-
 PyObject* ReadHeaderCall(PyObject* /*module*/, PyObject* buf) {
   if (g_head.record == nullptr || g_types.reply_to == nullptr) {
     PyErr_SetString(PyExc_RuntimeError, "configure_header() was not called");
@@ -307,7 +265,7 @@ PyObject* ReadHeaderCall(PyObject* /*module*/, PyObject* buf) {
   }
   View view(buf);
   if (!view.ok()) return nullptr;
-  return ReadHeader(view.data(), view.size());
+  return triton_mp::decoder::ReadRequestHeader(view.data(), view.size());
 }
 
 // configure_header(RequestRecord): the class read_header builds, whose slots (kHeadSlots)
@@ -382,6 +340,10 @@ PyMethodDef kMethods[] = {
      "configure_header(RequestRecord): the class read_header builds."},
     {"read_header", ReadHeaderCall, METH_O,
      "read_header(buffer) -> RequestRecord | None (None: a rare form; read in Python)."},
+    {"pop_records", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(triton_mp::decoder::PopRecords)),
+     METH_FASTCALL,
+     "pop_records(ring, capacity, fallback) -> list: every record published in the ring "
+     "(ring_records.cc)."},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -391,5 +353,55 @@ PyModuleDef kModule = {
 };
 
 }  // namespace
+
+namespace triton_mp::decoder {
+
+bool HeaderConfigured() { return g_head.record != nullptr && g_types.reply_to != nullptr; }
+
+PyObject* ReadRequestHeader(const uint8_t* data, size_t size) {
+  rec::RequestHeader h;
+  if (size < sizeof h) return Malformed("shorter than its header");
+  std::memcpy(&h, data, sizeof h);
+  if (h.marker != rec::kRecordMarker || h.kind != rec::kKindRequest ||
+      h.version != rec::kRecordVersion || h.tail_len != 0 ||
+      (h.flags & (rec::kReqTraceMask | rec::kReqSeqString)) != 0 ||
+      h.model_off > size || h.model_len > size - h.model_off) {
+    Py_RETURN_NONE;  // NOTE: the rare forms (and a bad one): HeaderReader reads them
+  }
+  Ref model(ModelName(data + h.model_off, h.model_len));
+  if (!model) return nullptr;
+  Ref reply(ReplyOf(h.reply_kind, h.reply_id));
+  if (!reply) return nullptr;
+  PyObject* values[kNumHeadSlots] = {
+      PyBytes_FromStringAndSize(reinterpret_cast<const char*>(data),
+                                static_cast<Py_ssize_t>(size)),
+      PyLong_FromUnsignedLongLong(h.request_id),
+      reply.release(),
+      model.release(),
+      PyLong_FromLongLong(h.model_version),
+      PyLong_FromUnsignedLong(h.batch_size),
+      PyLong_FromUnsignedLongLong(h.arrival_ns),
+      PyLong_FromUnsignedLong(h.priority),
+      PyLong_FromUnsignedLong(h.timeout_us),
+      PyLong_FromUnsignedLongLong(h.sequence_id),
+      PyLong_FromLong(h.flags & (rec::kReqSeqStart | rec::kReqSeqEnd)),
+      Py_NewRef(Py_None),
+  };
+  // NOTE: the record owns every value from here on (a NULL slot reads as unset).
+  Ref out(g_head.record->tp_alloc(g_head.record, 0));
+  bool ok = static_cast<bool>(out);
+  for (size_t i = 0; i < kNumHeadSlots; ++i) {
+    ok = ok && values[i] != nullptr;
+    if (out) {
+      *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(out.get()) + g_head.offsets[i]) =
+          values[i];
+    } else {
+      Py_XDECREF(values[i]);
+    }
+  }
+  return ok ? out.release() : nullptr;
+}
+
+}  // namespace triton_mp::decoder
 
 PyMODINIT_FUNC PyInit__request_decoder() { return PyModule_Create(&kModule); }
