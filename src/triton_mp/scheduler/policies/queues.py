@@ -115,13 +115,19 @@ class PriorityQueue:
         Returns:
             False when the level already holds ``max_queue_size`` requests (nothing queued).
         """
-        level = self._levels[self.level_of(item.priority)]
+        number = self.level_of(item.priority)
+        level = self._levels[number]
         cap = level.policy.max_queue_size
         if cap and level.size() >= cap:
             level.rejected += 1
             return False
-        item.level = self.level_of(item.priority)
-        item.deadline_ns = level.policy.deadline_ns(item.enqueue_ns, item.timeout_us)
+        item.level = number
+        # NOTE: without a default timeout on any level no request times out (deadline_ns:
+        # a request's own timeout only shortens the default); per request, skip the call.
+        if self._timeouts:
+            item.deadline_ns = level.policy.deadline_ns(item.enqueue_ns, item.timeout_us)
+        else:
+            item.deadline_ns = 0
         level.waiting.append(item)
         self._count += 1
         self.version += 1
