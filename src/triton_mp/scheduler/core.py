@@ -493,18 +493,13 @@ class SchedulerCore:
         return self._deadline(self.lifecycle.generations())
 
     def _deadline(self, gens: list[Generation]) -> int | None:
-        deadline = None
-        for g in gens:
-            d = g.policy.next_deadline_ns()
-            if d is not None and (deadline is None or d < deadline):
-                deadline = d
+        deadlines = [d for g in gens if (d := g.policy.next_deadline_ns()) is not None]
         if self.handoffs.claimed:
-            d = self.handoffs.next_deadline_ns() or 0
-            deadline = d if deadline is None else min(deadline, d)
+            deadlines.append(self.handoffs.next_deadline_ns() or 0)
         if self.lifecycle.retiring and self.lifecycle.retirement_due():
             # NOTE: a retirement may end on the next pass without any message arriving.
-            deadline = 0 if deadline is None else min(deadline, 0)
-        return deadline
+            deadlines.append(0)
+        return min(deadlines, default=None)
 
     def quiet_done(self, loud_bits: int = 0) -> frozenset[int]:
         """The instances whose ``BatchDone`` need not wake the scheduler now
