@@ -111,6 +111,13 @@ def main() -> int:
     )
     ap.add_argument("--window-ms", type=int, default=2000)
     ap.add_argument(
+        "--max-trials",
+        type=int,
+        default=3,
+        help="perf_analyzer windows per run before it gives up on a stable one (raise it "
+        "under load: at load 10 most c=1 runs found no 3 stable windows)",
+    )
+    ap.add_argument(
         "--rate",
         type=int,
         help="requests per second (perf_analyzer --request-rate-range) instead of c=1: "
@@ -143,7 +150,7 @@ def main() -> int:
                         if args.rate is None
                         else ["--request-rate-range", str(args.rate)]
                     )
-                    pa = ["-m", model, *load, "-s", "100", "--max-trials", "3"]
+                    pa = ["-m", model, *load, "-s", "100", "--max-trials", str(args.max_trials)]
                     rec = run_pa(
                         args.pa_run,
                         env,
