@@ -1,8 +1,10 @@
 """The direct handoff end to end (``ipc.direct``): a frontend hands a request of a version
-without a batching delay straight to an idle instance, and everything the scheduler keeps
-stays right: statistics, ``triton-mp stat``'s view, a worker killed while it runs a direct
-request (its client gets the error), an unload while one runs, and a model with a delay,
-whose requests always go through the scheduler.
+without a batching delay straight to an idle instance (its Python side, and the native gRPC
+thread for the known calls it submits itself, ``native/direct_handoff.h``), and everything
+the scheduler keeps stays right: statistics, ``triton-mp stat``'s view, a worker killed
+while it runs a direct request (its client gets the error), an unload while one runs, and a
+model with a delay, whose requests always go through the scheduler; perf_analyzer at c=1 on
+a model without a delay, most of its calls handed by the native thread.
 
 The models are ``tests/helpers/fault_models`` (python backend, the default scheduler: eligible).
 """
@@ -10,9 +12,12 @@ The models are ``tests/helpers/fault_models`` (python backend, the default sched
 from __future__ import annotations
 
 import os
+import re
 import signal
+import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,13 +30,34 @@ from tritonclient.utils import InferenceServerException
 
 from tests.e2e.test_faults import _infer, _inputs, _instance, _pid
 from tests.helpers.fault_models import write_faulty_model
-from tests.helpers.server import ServerProcess, counted, wait_for
+from tests.helpers.repos import copy_models
+from tests.helpers.server import ServerProcess, counted, server_factory, wait_for
+from tests.helpers.triton_peer import require_peers
 from triton_mp._proto import admin_pb2, admin_pb2_grpc
+from triton_mp.frontend.native import available
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 HANDED = "handed to instance"
-"""The frontend's debug line for each request it hands to an instance itself."""
+"""The frontend's debug line for each request its Python side hands to an instance."""
+
+_NATIVE_HANDED = re.compile(
+    r'^triton_mp_frontend_native_known_calls_total\{outcome="direct_handed"\} (\S+)$', re.M
+)
+
+
+def _native_handed(server: ServerProcess) -> int:
+    """Known calls the native gRPC thread handed to an instance itself (``GET /metrics``;
+    0 where the native frontend does not serve)."""
+    url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        m = _NATIVE_HANDED.search(resp.read().decode())
+    return 0 if m is None else int(float(m[1]))
+
+
+def _handed(server: ServerProcess) -> int:
+    """Requests handed to an instance by this server's frontend, either side."""
+    return server.log().count(HANDED) + _native_handed(server)
 
 
 def _in_flight(server: ServerProcess, model: str) -> int:
@@ -77,7 +103,10 @@ def test_requests_without_a_delay_are_handed_to_idle_instances_and_counted(
     client = server.client()
     for i in range(20):
         assert _infer(client, "echo_py", i) == i
-    assert server.log().count(HANDED) >= 15, "most went straight to an instance"
+    assert _handed(server) >= 15, "most went straight to an instance"
+    if available():
+        # NOTE: from its fourth call on, the call is known: the gRPC thread hands it itself
+        assert _native_handed(server) >= 10, "the native thread handed the known calls"
     # NOTE: the worker re-offers its lease after each batch (ipc.direct.worker_reoffers):
     # the scheduler sleeps through c=1 traffic, and counts it when a query wakes it.
     scheduler = psutil.Process(_pid(server, "triton-mp: scheduler"))
@@ -98,11 +127,11 @@ def test_requests_without_a_delay_are_handed_to_idle_instances_and_counted(
     assert answers == [[float(i) for i in range(30)]] * 4
     stats = counted(lambda: _stats(client, "echo_py"), lambda s: s[0] >= 180, "180 counted")
     assert stats == (180, 180, 0)
-    handed = server.log().count(HANDED)
+    handed = _handed(server)
     for i in range(5):
         res = client.infer("delay_py", [_batched(i)])
         assert float(res.as_numpy("OUTPUT0")[0, 0]) == i
-    assert server.log().count(HANDED) == handed, "a model with a delay is always batched"
+    assert _handed(server) == handed, "a model with a delay is always batched"
     assert _stats(client, "delay_py") == (5, 5, 0)
     assert _in_flight(server, "echo_py") == 0
     client.close()
@@ -159,9 +188,9 @@ def test_a_worker_killed_during_a_direct_request_fails_it_and_comes_back(
         "the killed instance to be restarted",
     )
     assert _stats(client, "slow_py")[2] == 1, "the failure is counted"
-    before = server.log().count(HANDED)
+    before = _handed(server)
     assert _infer(client, "slow_py", 3) == 3
-    assert server.log().count(HANDED) == before + 1, "the restarted instance is offered again"
+    assert _handed(server) == before + 1, "the restarted instance is offered again"
     assert client.is_server_ready()
     client.close()
 
@@ -191,3 +220,38 @@ def test_an_unload_waits_for_a_direct_request_then_refuses_new_ones(
     assert _infer(client, "slow_py", 2) == 2
     assert client.is_server_ready()
     client.close()
+
+
+def test_perf_analyzer_c1_without_a_delay_is_handed_by_the_native_thread(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """perf_analyzer at c=1 on add_sub_py with ``dynamic_batching { }`` (no delay, the
+    c=1 goal's model): no errors, the server-side statistics count every call, and nearly
+    every call after the first few was handed to an idle instance by the native gRPC
+    thread (none by Python's side once the call is known)."""
+    if not available():
+        pytest.skip("the native extension is not built")
+    env = require_peers("PERF_ANALYZER")
+    repo = copy_models(tmp_path_factory.mktemp("repo"), "add_sub_py")
+    cfg = repo / "add_sub_py" / "config.pbtxt"
+    text = re.sub(r"dynamic_batching\s*\{[^}]*\}", "dynamic_batching { }", cfg.read_text())
+    assert "dynamic_batching { }" in text
+    cfg.write_text(text)
+    with server_factory(tmp_path_factory.mktemp("logs")) as start:
+        server = start(repo, "--log-verbose=1")
+        cmd = [env["PERF_ANALYZER"], "-i", "grpc", "-u", server.url, "-m", "add_sub_py"]
+        # NOTE: other tests share two cores; stability is not what this checks
+        cmd += ["--concurrency-range", "1", "-p", "1000", "-s", "100", "--max-trials", "3"]
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+        assert "Server:" in run.stdout, run.stdout + run.stderr
+        m = re.search(r"Request count: (\d+)", run.stdout)
+        assert m is not None, run.stdout
+        client = server.client()
+        (st,) = client.get_inference_statistics("add_sub_py").model_stats
+        assert st.inference_stats.fail.count == 0
+        calls = st.inference_stats.success.count
+        native = _native_handed(server)
+        python = server.log().count(HANDED)
+        assert native >= 0.5 * calls, (native, python, calls)
+        assert python <= 10, "once known, the native thread hands every call itself"
+        client.close()

@@ -43,6 +43,7 @@ from triton_mp.ipc.protocol.messages import (
 )
 from triton_mp.ipc.protocol.specs import BatchingSpec, SequenceSpec
 from triton_mp.ipc.recordio.codec import Decoder
+from triton_mp.ipc.recordio.records import decode_request
 from triton_mp.scheduler.direct import CLAIM_TIMEOUT_NS
 
 NODELAY = model_spec("nodelay", (0, 1), batching=BatchingSpec(kind="dynamic", max_batch_size=8))
@@ -334,6 +335,10 @@ def route() -> tuple[DirectRoute, Ring, posix_ipc.Semaphore]:
             posix_ipc.unlink_semaphore(name)
 
 
+def _hand(routes: DirectRoutes, desc: InferRequest) -> bool:
+    return routes.hand(desc.model, desc.version, desc.request_id, desc)
+
+
 def _desc(request_id: int = 7, model: str = "m", params: str = "") -> InferRequest:
     h = Harness(models=())
     req = h.request("m")
@@ -347,9 +352,9 @@ def test_hand_takes_an_offered_lease_and_pushes_the_batch(route) -> None:  # typ
     routes.update([r, msgspec.structs.replace(r, frontend_id=1, instance_id=5)])
     desc = _desc()
     lease = Lease(r.lease)
-    assert not routes.hand(desc)  # nothing offered
+    assert not _hand(routes, desc)  # nothing offered
     lease.offer()
-    assert routes.hand(desc)
+    assert _hand(routes, desc)
     assert not lease.offered()  # taken
     assert wake.value == 1  # the worker was woken
     (note,) = notes
@@ -359,11 +364,11 @@ def test_hand_takes_an_offered_lease_and_pushes_the_batch(route) -> None:  # typ
     assign = Decoder(BatchAssign).decode(record)
     assert assign.batch_id == sent.batch_id == direct_batch_id(0, 7) < 0
     assert assign.requests == (desc,)
-    assert not routes.hand(_desc(8))  # taken: the next one goes to the scheduler
-    assert not routes.hand(_desc(9, model="other"))  # no route for that model
+    assert not _hand(routes, _desc(8))  # taken: the next one goes to the scheduler
+    assert not _hand(routes, _desc(9, model="other"))  # no route for that model
     routes.update([], remove=[4])
     lease.offer()
-    assert not routes.hand(_desc(10))  # the route is gone
+    assert not _hand(routes, _desc(10))  # the route is gone
     lease.close()
     routes.close()
 
@@ -374,7 +379,7 @@ def test_hand_leaves_the_lease_for_a_record_too_large_for_the_ring(route) -> Non
     routes.update([r])
     lease = Lease(r.lease)
     lease.offer()
-    assert not routes.hand(_desc(params='{"p": "' + "x" * 4000 + '"}'))
+    assert not _hand(routes, _desc(params='{"p": "' + "x" * 4000 + '"}'))
     assert lease.offered()  # untouched: the scheduler still offers it
     assert ring.pop_all() == []
     lease.close()
@@ -388,7 +393,7 @@ def test_a_full_scheduler_ring_sends_the_note_with_a_wake_up(route) -> None:  # 
     routes.update([r])
     lease = Lease(r.lease)
     lease.offer()
-    assert routes.hand(_desc())
+    assert _hand(routes, _desc())
     assert len(woke) == 1
     assert len(ring.pop_all()) == 1
     lease.close()
@@ -408,7 +413,9 @@ class FakeDirect:
     def serves(self, model: str, version: int) -> bool:
         return True
 
-    def hand(self, desc: InferRequest) -> bool:
+    def hand(self, model: str, version: int, request_id: int, wire: InferRequest | bytes) -> bool:
+        desc = decode_request(wire)
+        assert (desc.model, desc.version, desc.request_id) == (model, version, request_id)
         self.offered.append(desc)
         return self.takes
 
@@ -468,5 +475,5 @@ def test_known_requests_of_a_version_with_routes_are_offered_every_time() -> Non
     raw = [np.array([5, 6], np.float32).tobytes()]
     for _ in range(3):
         assert f.inference.submit_known(b"key", "k", raw) is not None
-    assert len(fake.offered) == 4  # NOTE: the record template is not used: the handoff needs
-    assert len(f.scheduler.requests()) == 4  # the descriptor
+    assert len(fake.offered) == 4
+    assert len(f.scheduler.requests()) == 4

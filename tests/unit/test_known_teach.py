@@ -30,6 +30,7 @@ class FakeNative:
         self.generation = 40
         self.uses: dict[int, int] = {}
         self.released: list[tuple[int, ...]] = []
+        self.routes: list[tuple[Any, ...]] = []
 
     def known_set_arena(self, arena: Any) -> None:
         self.arenas.append(arena)
@@ -49,6 +50,13 @@ class FakeNative:
     def known_teach(self, *args: Any) -> bool:
         self.taught.append(args)
         return True
+
+    def known_teach_route(self, *args: Any) -> bool:
+        self.routes.append(args)
+        return True
+
+    def direct_stats(self) -> dict[str, int]:
+        return {"handed": 3, "not_offered": 1, "lost": 0, "routes": 2}
 
     def known_clear(self) -> None:
         self.cleared += 1
@@ -204,10 +212,13 @@ def test_a_qualifying_call_is_taught_once_with_its_positions_and_lesson() -> Non
     inference.sent(b"key", known(), "r", "/a0")
     inference.sent(b"key", known(), "r", "/a0")
     assert native.taught == [(b"key", b"r", 1, (12, 120), (0, 64), 64 + 192, b"T" * 200, 4)]
+    assert native.routes == [(b"key", b"r", "m", 2)]  # NOTE: its version's direct routes
     lesson = calls.lessons[0]
     assert (lesson.model, lesson.version, lesson.client_id, lesson.segment) == ("m", 2, "r", "/a0")
     assert lesson.copied == 132
     assert native.ids == [(50, IDS_BULK)]  # NOTE: ids handed with the first offer
+    stats = {"sent": 0, "answered": 0, "direct_handed": 3, "direct_not_offered": 1}
+    assert teacher.stats() == {**stats, "direct_lost": 0}  # NOTE: the metrics' outcomes
 
 
 def test_what_does_not_qualify_is_never_taught() -> None:

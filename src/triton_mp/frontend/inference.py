@@ -347,7 +347,7 @@ class Inference:
         rid = pending.new_id()
         model = known.model
         record = None
-        plain = self._plain(model, valid.version)
+        plain = self._latency is None  # NOTE: no histogram to feed
         if plain:
             record = patched_record(known, rid, client_id, self._clock_ns(), block, refs)
         if record is None:
@@ -360,16 +360,25 @@ class Inference:
         # NOTE: ``_enqueue`` and ``_send_request`` for what a known call mostly is.
         pending.copied_bytes["in"] += sum(known.sizes)
         pending.add_request(rid, block, sink, streaming=model.decoupled)
-        self._push(rid, client_id, valid, *record)
+        if not self._hand(rid, valid, record[0]):
+            self._push(rid, client_id, valid, *record)
         if self._known_sent is not None:
             self._known_sent(key, known, client_id, block.segment)
         return rid, model, valid.version
 
-    def _plain(self, model: Model, version: int) -> bool:
-        """Whether a request of ``model`` ``version`` goes as a record with no histogram
-        to feed and no idle instance to be handed to (``submit_known_to``'s fast lane)."""
+    def _hand(self, rid: int, valid: ValidRequest, wire: InferRequest | bytes) -> bool:
+        """Hand request ``rid`` (``wire``: its REQUEST record or its message) to an idle
+        instance of its version when the scheduler offers one (``dispatch.direct``); False:
+        the caller sends it to the scheduler. Raises TritonMPError (a ring stayed full) after
+        forgetting the request."""
         direct = self._direct
-        return self._latency is None and (direct is None or not direct.serves(model.name, version))
+        if direct is None:
+            return False
+        try:
+            return direct.hand(valid.model.name, valid.version, rid, wire)
+        except TritonMPError:
+            self._pending.forget_request(rid)
+            raise
 
     def _validate(
         self, request: InferenceRequest, decoupled_message: str | None, target: Target | None
@@ -508,31 +517,24 @@ class Inference:
             templates: a known request's record templates (``dispatch.known_records``):
                 its record is patched from its form's, or kept as its form's.
         """
-        model = valid.model
         arrival_ns = self._clock_ns()
         if trace is not None:
             _start_trace(trace, valid, arrival_ns)
-        direct = self._direct
-        if direct is not None and direct.serves(model.name, valid.version):
-            templates = None  # NOTE: the handoff needs the descriptor
         form = (block.segment, client_id)
         template = None if templates is None or trace else templates.get(form)
         bit = None if template is None else template[1]
+        wire: InferRequest | bytes
         if template is not None:
-            data = known_records.patched(template[0], rid, arrival_ns, block, refs)
+            data = wire = known_records.patched(template[0], rid, arrival_ns, block, refs)
         else:
             desc = self._descriptor(rid, client_id, valid, block, refs, arrival_ns, trace)
-            try:
-                if direct is not None and trace is None and direct.hand(desc):
-                    # NOTE: handed to an idle instance of its version (``dispatch.direct``).
-                    return
-            except TritonMPError:
-                self._pending.forget_request(rid)
-                raise
             record = encode_request(desc)
             if record is not None and templates is not None and trace is None:
                 keep(templates, form, record)
             data = record or encode(desc)
+            wire = record or desc
+        if trace is None and self._hand(rid, valid, wire):
+            return  # NOTE: handed to an idle instance of its version (``dispatch.direct``)
         self._push(rid, client_id, valid, data, bit)
 
     def _push(

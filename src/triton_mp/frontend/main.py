@@ -364,18 +364,33 @@ def _shared_allowance(to_scheduler: Sender) -> SharedAllowance | None:
     return SharedAllowance(module.known_wake_join)
 
 
+def _direct_routes(spec: FrontendSpec, to_scheduler: Sender) -> DirectRoutes:
+    """This frontend's routes to idle instances (``dispatch.direct``), each ring into a
+    worker's inbox with its pushes in C++ where the extension is built (the gRPC thread
+    hands its known calls over them too: ``_known_wiring``)."""
+    attach = shared_ring_attach() or Ring.attach
+    direct = DirectRoutes(
+        spec.frontend_id, to_scheduler.push_quiet, to_scheduler.send_bytes, attach=attach
+    )
+    direct.update(spec.direct_routes)
+    return direct
+
+
 def _known_wiring(
     spec: FrontendSpec,
     to_scheduler: Sender,
     arena: ArenaAllocator,
     api: FrontendApi,
     inbox: InboxHandler,
+    direct: DirectRoutes,
 ) -> Wiring | None:
     """What the native gRPC thread submits known calls with: the C++ producer of the ring
-    to the scheduler and its wake-up semaphore (None where either is not there)."""
+    to the scheduler and its wake-up semaphore (None where either is not there), and the
+    direct routes, opened in C++ too (``DirectRoutes.mirror``)."""
     producer = getattr(to_scheduler.ring, "producer", None)
     if producer is None or spec.to_scheduler.wakeup.kind != "semaphore":
         return None
+    direct.mirror(importlib.import_module("triton_mp.frontend.native._native"))
     return Wiring(
         producer, spec.to_scheduler.wakeup.name, arena, api.tracer, inbox, api.shm.registry
     )
@@ -417,8 +432,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     pending = PendingTable(cache, spec.first_request_id)
     models = ModelTable(spec.models)
     shm = _client_shm(spec)
-    direct = DirectRoutes(spec.frontend_id, to_scheduler.push_quiet, to_scheduler.send_bytes)
-    direct.update(spec.direct_routes)
+    direct = _direct_routes(spec, to_scheduler)
     scheduler_waker = Waker(spec.to_scheduler.wakeup)
     wakes = HeldWakes.over(to_scheduler, scheduler_waker.wake, _shared_allowance(to_scheduler))
     handler = InboxHandler(inbox, pending, shm, models, cache, direct)
@@ -445,7 +459,8 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
         wakes=wakes,
     )
     server, servicer = grpc_server(spec, api)
-    native = native_port(spec, servicer, _known_wiring(spec, to_scheduler, arena, api, handler))
+    wiring = _known_wiring(spec, to_scheduler, arena, api, handler, direct)
+    native = native_port(spec, servicer, wiring)
     failed = await start_grpc(server, spec, native)
     if failed:
         report_start_failed(ready, "frontend", name, failed)

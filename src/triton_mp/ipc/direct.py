@@ -15,6 +15,10 @@ the instance's next batch: the scheduler, before it dispatches a queued batch to
 or a frontend, which then leaves a ``DirectSent`` on its ring to the scheduler (without
 waking it) and pushes the ``BatchAssign`` onto its own ring into the worker's inbox. The
 worker runs it as any batch and reports ``BatchDone``, from which the scheduler counts it.
+A frontend's Python side hands the requests it submits (``frontend.dispatch.direct``), its
+native gRPC thread the known calls it submits itself (``frontend/native/direct_handoff.h``,
+by the same rules, as their REQUEST records): at c=1 such a call crosses the gRPC thread and
+the worker only, with no Python on its way in.
 
 After a batch, the worker posts its own lease when the scheduler would have offered it on
 reading the ``BatchDone`` (``worker_reoffers``: the scheduler said, through the quiet flag of

@@ -25,10 +25,19 @@ import logging
 from collections import deque
 from typing import Protocol
 
+import msgspec
+
 from triton_mp.common.close_reason import CloseReason
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.direct import handoff_eligible
-from triton_mp.ipc.protocol.messages import BatchDone, DirectSent, ReplyTo, WorkerDied
+from triton_mp.ipc.protocol.messages import (
+    BatchDone,
+    DirectSent,
+    InferRequest,
+    ReplyTo,
+    WorkerDied,
+)
+from triton_mp.ipc.recordio.records import decode_request
 from triton_mp.scheduler.instances import (
     Generation,
     Health,
@@ -229,8 +238,8 @@ class Handoffs:
         inst = self._instances.get(iid)
         for sent in waiting:
             label = inst.label if inst is not None else str(iid)
-            text = died_running(label, sent.request.model, msg)
-            self._out.fail(sent.request, ErrorCode.UNAVAILABLE, text, now_ns)
+            text = died_running(label, _request(sent).model, msg)
+            self._out.fail(_request(sent), ErrorCode.UNAVAILABLE, text, now_ns)
         if self.leases is not None and iid not in self.offered:
             self.leases.take(iid)
 
@@ -239,7 +248,9 @@ class Handoffs:
         its batch from ``msg.dispatch_ns``. Returns the batch's ``BatchDone`` when it was
         read first (the caller applies it now). A request whose instance is gone or dead
         fails here (its worker never answers it)."""
-        iid, req = msg.instance_id, msg.request
+        if type(msg.request) is bytes:
+            msg = msgspec.structs.replace(msg, request=decode_request(msg.request))
+        iid, req = msg.instance_id, _request(msg)
         self.stale = True
         # NOTE: the count alone says whether a post is left: it is never above 1 here
         # (tests/unit/test_reoffer_interleavings.py), so the lease this batch took was it.
@@ -269,7 +280,7 @@ class Handoffs:
     ) -> BatchDone | None:
         """``inst`` runs ``msg``'s request as its batch: in flight, gone from its policy,
         in the batch log; returns its ``BatchDone`` when it was read first."""
-        iid, req = inst.instance_id, msg.request
+        iid, req = inst.instance_id, _request(msg)
         done = self._early.pop((iid, msg.batch_id), None)
         size = max(1, req.batch_size)
         inst.batch = InFlight(msg.batch_id, (req,), msg.dispatch_ns, size)
@@ -297,8 +308,8 @@ class Handoffs:
                 del self._after[iid]
             gen = inst.generation
             if gen is None or inst.health is not Health.READY:
-                text = _stopped(iid, sent.request.model)
-                self._out.fail(sent.request, ErrorCode.UNAVAILABLE, text, now_ns)
+                text = _stopped(iid, _request(sent).model)
+                self._out.fail(_request(sent), ErrorCode.UNAVAILABLE, text, now_ns)
                 return None
             return self._start(inst, gen, sent, now_ns)
         return None
@@ -321,7 +332,7 @@ class Handoffs:
         there next, so a cancellation goes to it as to a running request's."""
         for iid, waiting in self._after.items():
             for sent in waiting:
-                req = sent.request
+                req = _request(sent)
                 if req.request_id == key[1] and req.reply_to == key[0]:
                     return iid
         return None
@@ -334,6 +345,13 @@ class Handoffs:
         self.stale = True
         self._early[(msg.instance_id, msg.batch_id)] = msg
         return True
+
+
+def _request(msg: DirectSent) -> InferRequest:
+    """``msg``'s request, decoded by ``on_direct`` (every ``DirectSent`` kept here is)."""
+    req = msg.request
+    assert not isinstance(req, bytes)
+    return req
 
 
 def _stopped(instance_id: int, model: str) -> str:

@@ -300,7 +300,8 @@ class SnapshotCollector:
             known = CounterMetricFamily(
                 "triton_mp_frontend_native_known_calls",
                 "Known unary ModelInfer calls the native gRPC thread took, by outcome (sent: "
-                "submitted without Python; the others were left to Python; cleared: un-teachings)",
+                "submitted without Python, direct_handed of them straight to an idle instance; "
+                "the others were left to Python; cleared: un-teachings)",
                 labels=("outcome",),
             )
             for outcome, n in sorted(self._snap.native_known.items()):

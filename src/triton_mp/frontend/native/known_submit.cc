@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "direct_handoff.h"
 #include "known_wake.h"
 #include "record_patch.h"
 
@@ -86,6 +87,17 @@ bool KnownSubmit::Teach(const std::string& key, KnownLesson lesson) {
   LessonKey(key, lesson.client_id.data(), lesson.client_id.size(), &full);
   lessons_[std::move(full)] = std::move(lesson);
   taught_.store(true, std::memory_order_relaxed);
+  return true;
+}
+
+bool KnownSubmit::SetRoute(const std::string& key, const std::string& client_id,
+                           const std::string& route) {
+  std::string full;
+  LessonKey(key, client_id.data(), client_id.size(), &full);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = lessons_.find(full);
+  if (it == lessons_.end()) return false;
+  it->second.route = route;
   return true;
 }
 
@@ -186,13 +198,28 @@ KnownResult KnownSubmit::SubmitLocked(const Chunks& message, const RequestSplit&
   }
   RecordPatch patch{rid, arrival_ns, block, generation, windows_.data(), windows_.size()};
   PatchRecord(reinterpret_cast<unsigned char*>(&record_[0]), record_.size(), patch);
-  if (ring_->Push(record_.data(), record_.size()) != PushResult::kPushed) {
+  HandResult hand = HandResult::kNotHanded;
+  if (!lesson.route.empty()) {
+    // NOTE: Inference._send_request's order: an idle instance first, else the scheduler
+    hand = TheDirectHandoff().Hand(lesson.route, rid, record_, ring_.get(), wake_);
+    if (hand == HandResult::kLost) {
+      // NOTE: its id may be in a DirectSent pushed already: never used again
+      ++ids_.front().first;
+      __atomic_store_n(reinterpret_cast<uint32_t*>(base_ + block), kBlockFree, __ATOMIC_RELEASE);
+      return KnownResult::kFull;
+    }
+  }
+  // NOTE: a call handed goes without a scheduler wake (its DirectSent waits for a pass)
+  if (hand != HandResult::kHanded &&
+      ring_->Push(record_.data(), record_.size()) != PushResult::kPushed) {
     // NOTE: ours alone until pushed: freed as its reader would (one aligned 4-byte store)
     __atomic_store_n(reinterpret_cast<uint32_t*>(base_ + block), kBlockFree, __ATOMIC_RELEASE);
     return KnownResult::kFull;
   }
   ++ids_.front().first;
-  TheKnownWake().Pushed(lesson.bit, record_.data(), record_.size());  // known_wake.h
+  if (hand != HandResult::kHanded) {
+    TheKnownWake().Pushed(lesson.bit, record_.data(), record_.size());  // known_wake.h
+  }
   TheKnownRegions().Hold(lesson.regions.held);  // NOTE: before Clear can return (the lock)
   sent->held = lesson.regions.held;
   sent->request_id = rid;

@@ -1,8 +1,10 @@
 // A known unary ModelInfer submitted without Python: the request's key (request_split.h) looked
 // up in the lessons Python taught, its id and raw entry sizes checked against the lesson, a
 // block taken in the newest input arena (ArenaBlocks, shared with Python's ArenaAllocator),
-// the raw bytes copied in, the lesson's REQUEST record template patched (record_patch.h) and
-// pushed into the scheduler's ring (RingProducer, shared with Python's pushes), then the
+// the raw bytes copied in, the lesson's REQUEST record template patched (record_patch.h), then
+// handed straight to an idle instance of its version when the scheduler offers one and the
+// lesson names its version's routes (direct_handoff.h, dispatch/direct.py's rules), else
+// pushed into the scheduler's ring (RingProducer, shared with Python's pushes) and the
 // scheduler woken as known_wake.h decides (HeldWakes' rule: the quiet word, the forming
 // allowance, no post while one is pending). Anything that does not match
 // a lesson, or finds no id, no room or a full ring, is left to Python (nothing was done).
@@ -44,6 +46,7 @@ struct KnownLesson {
   std::string record;              // the REQUEST record template of the form
   uint64_t bit = 0;                // its quiet-word bit (0: always wake)
   LessonRegions regions;           // its windows in clients' regions (known_regions.h)
+  std::string route;               // its version's direct routes (direct_handoff.h), or ""
 };
 
 // What was sent for one submitted call (Python registers it: handoff.py KNOWN).
@@ -99,6 +102,9 @@ class KnownSubmit {
   // Teach `key` for requests whose id is lesson.client_id. False: the lesson does not fit the
   // arena or its record (nothing kept).
   bool Teach(const std::string& key, KnownLesson lesson);
+  // The lesson of `key` and `client_id` hands its calls to an idle instance of the version
+  // whose routes are `route` (DirectRouteKey) when one is offered. False: no such lesson.
+  bool SetRoute(const std::string& key, const std::string& client_id, const std::string& route);
   // Whether any lesson is kept (a cheap check before a call is split for Submit).
   bool taught() const { return taught_.load(std::memory_order_relaxed); }
   // Forget every lesson (un-teach).

@@ -3,14 +3,16 @@
 
 Imported by ``frontend.native.public_port``. A known call Python sent on the patched lane
 (``Inference.submit_known_to``: a known key, byte sizes that match, a record template for
-its form, no histogram, no direct route; the handoff's gate: no tracing, no forwarded
-headers) is offered here (``offer``); its key, id, byte sizes, input positions in the block
-and record template are taught to C++ (``_native.known_teach``) with a ``Lesson``
-(``KnownCalls.learn``: what registers the calls C++ sends by it). The next call with that
-key and id is then submitted by the gRPC thread without Python: its arena block, its bytes,
-its record, its push and its wake; Python only registers it (``KnownCalls.register``) and
-answers it as before. Anything that does not match a lesson goes to Python as it always
-did, so every Triton rule and word stays here.
+its form, no histogram; the handoff's gate: no tracing, no forwarded headers) is offered
+here (``offer``); its key, id, byte sizes, input positions in the block, record template and
+version (``known_teach_route``: the direct handoff's routes, ``direct_handoff.h``) are taught
+to C++ (``_native.known_teach``) with a ``Lesson`` (``KnownCalls.learn``: what registers
+the calls C++ sends by it). The next call with that key and id is then submitted by the
+gRPC thread without Python: its arena block, its bytes, its record, and its handoff to an
+idle instance of its version when the scheduler offers one (``dispatch.direct``'s rules),
+else its push and its wake; Python only registers it (``KnownCalls.register``) and answers
+it as before. Anything that does not match a lesson goes to Python as it always did, so
+every Triton rule and word stays here.
 
 A call naming windows in clients' system shared-memory regions (``known.held``) is taught
 with them (``known_regions.h``): each input entry's window offset (named, never copied:
@@ -78,6 +80,9 @@ class Native(Protocol):
         generation: int = 0,
         /,
     ) -> bool: ...
+    def known_teach_route(
+        self, key: bytes, client_id: bytes, model: str, version: int, /
+    ) -> bool: ...
     def known_clear(self) -> None: ...
     def known_regions_changed(self) -> None: ...
     def known_regions_generation(self) -> int: ...
@@ -87,6 +92,7 @@ class Native(Protocol):
     def known_stats(self) -> dict[str, int]: ...
     def known_answer_forget(self) -> None: ...
     def known_answer_stats(self) -> dict[str, int]: ...
+    def direct_stats(self) -> dict[str, int]: ...
 
 
 class Gate(Protocol):
@@ -209,9 +215,14 @@ class NativeKnown:
 
     def stats(self) -> dict[str, int]:
         """C++'s counters (``known_submit.h`` KnownStats: sent, declined, cleared, ...;
-        ``known_answer_py.cc``: answered, released, ...)."""
+        ``known_answer_py.cc``: answered, released, ...; ``direct_handoff.h`` DirectStats:
+        direct_handed, the sent calls handed to an idle instance, direct_not_offered and
+        direct_lost, those of a version with routes that went to the scheduler)."""
         stats = self._native.known_stats()
         stats.update(self._native.known_answer_stats())
+        direct = self._native.direct_stats()  # NOTE: direct_handoff.h DirectStats
+        for outcome in ("handed", "not_offered", "lost"):
+            stats[f"direct_{outcome}"] = direct[outcome]
         return stats
 
     def refill(self) -> None:
@@ -252,7 +263,8 @@ class NativeKnown:
         lesson_id = self._calls.learn(lesson)
         block_bytes = BLOCK_HEADER_BYTES + align(max(known.block_bytes, 1))
         record, bit = template
-        args = (key, client_id.encode(), lesson_id, known.sizes, tuple(at), block_bytes)
+        cid = client_id.encode()
+        args = (key, cid, lesson_id, known.sizes, tuple(at), block_bytes)
         if held:
             taught = native.known_teach(
                 *args, record, bit, tuple(entries), held, native.known_regions_generation()
@@ -260,4 +272,5 @@ class NativeKnown:
         else:
             taught = native.known_teach(*args, record, bit)
         if taught:
+            native.known_teach_route(key, cid, model.name, known.valid.version)
             self._taught.add(form)

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "answer_reader_py.h"
+#include "direct_handoff_py.h"
 #include "input_arena_type.h"
 #include "known_answer_py.h"
 #include "known_regions_py.h"
@@ -354,17 +355,19 @@ namespace triton_mp {
 Handoff* ServerHandoff() { return CurrentHandoff(); }
 }  // namespace triton_mp
 
-// ABI: what this build's functions take, checked by native/__init__.py (_ABI, its twin): 3,
-// reply() takes a response's parts, take() gives kKnown entries, known_* teach the gRPC thread.
+// ABI: what this build's functions take, checked by native/__init__.py (_ABI, its twin): 4,
+// reply() takes a response's parts, take() gives kKnown entries, known_* teach the gRPC thread,
+// direct_* open the direct handoff's routes.
 PyMODINIT_FUNC PyInit__native() {
   PyObject* module = PyModule_Create(&kModule);
-  if (module != nullptr && (PyModule_AddIntConstant(module, "ABI", 3) != 0 ||
+  if (module != nullptr && (PyModule_AddIntConstant(module, "ABI", 4) != 0 ||
                             !triton_mp::AddReceivedType(module) ||
                             !triton_mp::AddInputArenaType(module) ||
                             !triton_mp::AddRecordPatch(module) ||
                             !triton_mp::AddRingProducerType(module) ||
                             !triton_mp::AddKnownSubmit(module) ||
                             !triton_mp::AddKnownRegions(module) ||
+                            !triton_mp::AddDirectHandoff(module) ||
                             !triton_mp::AddKnownWake(module) ||
                             !triton_mp::AddAnswerReader(module) ||
                             !triton_mp::AddKnownAnswer(module) ||

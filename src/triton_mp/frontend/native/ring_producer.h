@@ -44,6 +44,10 @@ class RingProducer {
 
   // Append one record of n bytes (Ring.push), under the lock.
   PushResult Push(const void* data, size_t n);
+  // Whether a record of n bytes can ever be pushed (Ring.fits: at most half the capacity).
+  bool Fits(size_t n) const {
+    return ((4 + static_cast<uint64_t>(n) + 7) & ~uint64_t{7}) <= capacity_ / 2;
+  }
   // A full barrier, then the quiet word (HeldWakes' rule: read after the push); 0 once
   // detached.
   uint64_t QuietWord();

@@ -431,7 +431,9 @@ class DirectSent(msgspec.Struct, frozen=True, kw_only=True, tag="direct_sent", a
     instance_id: int
     batch_id: int
     dispatch_ns: int
-    request: InferRequest
+    request: InferRequest | bytes
+    """As the batch carries it: a REQUEST record verbatim (``ipc.recordio.records``; the
+    native gRPC thread's, ``direct_handoff.h``) or the message."""
 
 
 def direct_batch_id(frontend_id: int, request_id: int) -> int:
