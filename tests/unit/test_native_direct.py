@@ -257,3 +257,30 @@ def test_an_untaught_route_leaves_every_call_to_the_scheduler(
     assert a.lease.offered()
     routes.close()
 
+
+class _Port:
+    """``NativePort.owned``: the known calls the gRPC thread keeps."""
+
+    def __init__(self, owned: int) -> None:
+        self.kept = owned
+
+    def owned(self) -> int:
+        return self.kept
+
+
+def test_the_loop_awaits_the_answers_of_the_calls_cpp_keeps() -> None:
+    """A call the gRPC thread handed to an instance is kept in C++ (its answer served there),
+    not in the pending table; the frontend loop still awaits its answer (its early-wake and
+    answer-due polls, ``polling_loop``), or it would block just before the answer comes."""
+    from triton_mp.frontend.dispatch.pending import PendingTable
+    from triton_mp.frontend.main import _outstanding
+    from triton_mp.ipc import SegmentCache
+
+    pending = PendingTable(SegmentCache(), 1)
+    port = _Port(2)
+    outstanding = _outstanding(pending, port)  # type: ignore[arg-type]
+    assert outstanding() == 2
+    port.kept = 0
+    assert outstanding() == 0
+    assert _outstanding(pending, None)() == 0
+    assert native().owned() == 0  # NOTE: no server in this process

@@ -364,6 +364,15 @@ def _shared_allowance(to_scheduler: Sender) -> SharedAllowance | None:
     return SharedAllowance(module.known_wake_join)
 
 
+def _outstanding(pending: PendingTable, native: NativePort | None) -> Callable[[], int]:
+    """The answers this process awaits (``PollingSelector.watch``: its early-wake and
+    answer-due polls): the pending table's, and the known calls the native gRPC thread keeps,
+    whose answers reach C++ only through this loop's inbox pass."""
+    if native is None:
+        return pending.__len__
+    return lambda: len(pending) + native.owned()
+
+
 def _direct_routes(spec: FrontendSpec, to_scheduler: Sender) -> DirectRoutes:
     """This frontend's routes to idle instances (``dispatch.direct``), each ring into a
     worker's inbox with its pushes in C++ where the extension is built (the gRPC thread
@@ -471,7 +480,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
         await stop_grpc_now(server, native)
         return 1
     loop.add_reader(inbox.waiter.fileno(), handler.on_wakeup)
-    selector.watch(inbox, pending.__len__)
+    selector.watch(inbox, _outstanding(pending, native))
     view = None if store is None else _CacheView(models, store)
     metrics = await _start_metrics(
         spec, pending, to_scheduler.send_bytes, view, api.stats.frontend_restarts, models, native

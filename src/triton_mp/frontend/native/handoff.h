@@ -122,6 +122,12 @@ class Handoff {
   // (OK), delivered after the next Kick. False (nothing done): one of them is no longer
   // owned (withdrawn meanwhile: Python registers and cancels it).
   bool AnswerOwned(const AnswerRead& read, std::vector<grpc::Slice>* responses);
+  // Owned known calls now (submitted, not answered nor handed to Python): answers the
+  // Python thread awaits that its pending table does not count (polling_loop.py outstanding).
+  size_t owned() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return owned_.size();
+  }
   // Owned calls handed to Python so far (ReleaseOwned and Withdraw).
   uint64_t released() {
     std::lock_guard<std::mutex> lock(mu_);

@@ -333,6 +333,13 @@ PyObject* Kick(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
+// owned() -> int: the known calls the gRPC thread submitted and keeps now (handoff.h owned),
+// whose answers C++ serves: 0 without a server.
+PyObject* Owned(PyObject*, PyObject*) {
+  triton_mp::Handoff* h = CurrentHandoff();
+  return PyLong_FromSize_t(h != nullptr ? h->owned() : 0);
+}
+
 PyMethodDef kMethods[] = {
     {"start", Start, METH_VARARGS, "Bind the public port and serve; returns the port or 0."},
     {"stop", Stop, METH_VARARGS, "Stop serving (grace in seconds) and join the thread."},
@@ -341,6 +348,7 @@ PyMethodDef kMethods[] = {
     {"reply", Reply, METH_VARARGS, "End a handed-off call: (id, code, details, bytes)."},
     {"write", Write, METH_VARARGS, "A handed-off stream's next message: (id, bytes)."},
     {"kick", Kick, METH_NOARGS, "Deliver the answers queued by reply() and write() so far."},
+    {"owned", Owned, METH_NOARGS, "The known calls kept now, their answers served in C++."},
     {"split_infer", SplitInfer, METH_VARARGS, "Split a ModelInferRequest (request_split.h)."},
     {"call_request", CallRequest, METH_VARARGS, "take()'s (data, split) of a call in slices."},
     {nullptr, nullptr, 0, nullptr},

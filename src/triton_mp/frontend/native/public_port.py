@@ -93,6 +93,12 @@ class NativePort:
                 )  # fmt: skip
                 self._answers_inbox = wiring.inbox
 
+    def owned(self) -> int:
+        """Answers this process awaits that its pending table does not count: the known
+        calls the gRPC thread submitted and keeps, whose answers C++ serves (``handoff.h``
+        owned; 0 while it keeps none)."""
+        return int(self._server.module.owned()) if self._answers is not None else 0
+
     @property
     def teacher(self) -> NativeKnown | None:
         """The gRPC thread's lessons (None: it submits nothing itself)."""
