@@ -34,8 +34,8 @@ class FakeNative:
     def known_answer_teach(self, *args: Any) -> None:
         self.taught.append(args)
 
-    def known_answer_take_bytes(self) -> tuple[int, int]:
-        out, self.bytes = self.bytes, (0, 0)
+    def known_answer_take_bytes(self) -> tuple[int, int, int]:
+        out, self.bytes = self.bytes, (0, 0, 0)
         return out
 
 
@@ -56,7 +56,7 @@ class FakeInbox:
 
 class Pending:
     def __init__(self) -> None:
-        self.copied_bytes = {"in": 0, "out": 0}
+        self.copied_bytes = {"in": 0, "out": 0, "out_in_place": 0}
         self.delivered: list[Any] = []
 
     def deliver(self, msgs: Any) -> None:
@@ -77,9 +77,9 @@ def test_a_drain_that_served_answers_counts_kicks_and_refills_once() -> None:
     assert answers.start(handler)
     assert native.own == [True]
     inbox.records = [b"native 1", b"native 2"]
-    native.bytes = (256, 128)
+    native.bytes = (256, 128, 1 << 20)
     handler.on_wakeup()
-    assert pending.copied_bytes == {"in": 256, "out": 128}
+    assert pending.copied_bytes == {"in": 256, "out": 128, "out_in_place": 1 << 20}
     assert events == ["kick", "refill"]
     assert pending.delivered == []
     events.clear()

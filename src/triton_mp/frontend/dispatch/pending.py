@@ -102,10 +102,12 @@ class PendingTable:
         thread sends a request and queues its registration, which the event loop may not
         have taken when the answer is read, ``frontend.native.handoff``); True when it
         registered some (the lookup is tried again). None: such an answer is an orphan."""
-        self.copied_bytes = {"in": 0, "out": 0}
+        self.copied_bytes = {"in": 0, "out": 0, "out_in_place": 0}
         """Tensor bytes this frontend copied into its arena (``in``) and out of arenas into
-        answers (``out``): ``triton_mp_frontend_tensor_bytes_total``. An ensemble's
-        intermediate tensors never count here."""
+        answers (``out``), and output bytes its native answers sent from the workers' arenas
+        without a copy (``out_in_place``, ``frontend/native/held_block.h``):
+        ``triton_mp_frontend_tensor_bytes_total``. An ensemble's intermediate tensors never
+        count here."""
 
     def __len__(self) -> int:
         return len(self._requests)

@@ -281,7 +281,8 @@ class SnapshotCollector:
         if self._snap.tensor_bytes is not None:
             copied = CounterMetricFamily(
                 "triton_mp_frontend_tensor_bytes",
-                "Tensor bytes this frontend copied: into its arena (in), out to answers (out)",
+                "Tensor bytes this frontend copied: into its arena (in), out to answers (out); "
+                "out_in_place: output bytes its answers sent from the workers' arenas uncopied",
                 labels=("direction",),
             )
             for direction, n in self._snap.tensor_bytes.items():

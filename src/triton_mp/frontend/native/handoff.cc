@@ -112,7 +112,7 @@ bool Handoff::FindOwned(const AnswerRead& read, std::vector<KnownSent>* calls) {
   return !calls->empty();
 }
 
-bool Handoff::AnswerOwned(const AnswerRead& read, std::vector<grpc::Slice>* responses) {
+bool Handoff::AnswerOwned(const AnswerRead& read, std::vector<grpc::ByteBuffer>* responses) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_ || responses->size() != read.responses.size()) return false;
   for (const auto& r : read.responses) {
@@ -125,8 +125,7 @@ bool Handoff::AnswerOwned(const AnswerRead& read, std::vector<grpc::Slice>* resp
     owned_.erase(it);
     auto w = waiting_.find(call_id);
     if (w == waiting_.end()) continue;  // NOTE: owned calls are withdrawn through ReleaseLocked
-    answers_.push_back(Answer{w->second, grpc::Status::OK,
-                              grpc::ByteBuffer(&(*responses)[i], 1), true});
+    answers_.push_back(Answer{w->second, grpc::Status::OK, std::move((*responses)[i]), true});
     waiting_.erase(w);
   }
   return true;

@@ -121,7 +121,7 @@ class Handoff {
   // Python thread: end the owned calls of `read` (FindOwned's, in order) with `responses`
   // (OK), delivered after the next Kick. False (nothing done): one of them is no longer
   // owned (withdrawn meanwhile: Python registers and cancels it).
-  bool AnswerOwned(const AnswerRead& read, std::vector<grpc::Slice>* responses);
+  bool AnswerOwned(const AnswerRead& read, std::vector<grpc::ByteBuffer>* responses);
   // Owned known calls now (submitted, not answered nor handed to Python): answers the
   // Python thread awaits that its pending table does not count (polling_loop.py outstanding).
   size_t owned() {

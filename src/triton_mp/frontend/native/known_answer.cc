@@ -4,7 +4,10 @@
 #include <grpc/slice.h>
 
 #include <cstring>
+#include <memory>
 #include <utility>
+
+#include "input_arena.h"
 
 namespace triton_mp {
 
@@ -103,68 +106,166 @@ const AnswerHead* KnownAnswers::HeadOf(uint64_t lesson_id, const AnswerResponse&
   return nullptr;
 }
 
+namespace {
+
+// The hold of the block of `read` that holds `o`'s bytes whole (a response's own block, or a
+// block the batch hands over), made (unarmed) into `holds` on first use; nullptr: none does.
+std::shared_ptr<HeldBlock> HoldOf(const AnswerRead& read, const AnswerResponse& r,
+                                  const AnswerOutput& o, OutputSegments* segments,
+                                  std::vector<std::shared_ptr<HeldBlock>>* holds) {
+  std::vector<const AnswerBlock*> blocks;
+  if (r.has_block) blocks.push_back(&r.block);
+  for (const auto& h : read.handoffs) blocks.push_back(&h.block);
+  for (const AnswerBlock* b : blocks) {
+    if (b->segment != o.segment) continue;
+    const auto& mapping = segments->Get(b->segment);
+    if (!mapping) return nullptr;
+    const uint64_t payload = mapping->BlockPayload(b->offset);
+    const uint64_t start = b->offset + kArenaHeaderBytes;
+    if (payload == 0 || o.offset < start || o.offset - start > payload ||
+        o.nbytes > payload - (o.offset - start)) {
+      continue;
+    }
+    for (const auto& h : *holds) {
+      if (&h->mapping() == mapping.get() && h->offset() == b->offset) return h;
+    }
+    holds->push_back(std::make_shared<HeldBlock>(mapping, b->offset, b->generation));
+    return holds->back();
+  }
+  return nullptr;
+}
+
+// Writes one response's slices: runs of copied bytes, each in one slice, between the
+// outputs sent in place.
+class ResponseWriter {
+ public:
+  explicit ResponseWriter(std::vector<grpc::Slice>* slices) : slices_(slices) {}
+  ResponseWriter(const ResponseWriter&) = delete;
+  ResponseWriter& operator=(const ResponseWriter&) = delete;
+  ~ResponseWriter() { grpc_slice_unref(run_); }
+
+  // Starts a run of `n` bytes (the previous one must be full).
+  void Begin(size_t n) {
+    grpc_slice_unref(run_);
+    run_ = grpc_slice_malloc(n);
+    p_ = GRPC_SLICE_START_PTR(run_);
+  }
+  void Put(const void* data, size_t n) {
+    if (n != 0) std::memcpy(p_, data, n);
+    p_ += n;
+  }
+  void Tag(uint64_t nbytes) {
+    *p_++ = kRawOutputTag;
+    p_ = PutVarint(p_, nbytes);
+  }
+  // Ends the run (kept when not empty).
+  void End() {
+    if (GRPC_SLICE_LENGTH(run_) != 0) {
+      slices_->emplace_back(run_, grpc::Slice::STEAL_REF);
+      run_ = grpc_empty_slice();
+    }
+  }
+  void Add(grpc::Slice slice) { slices_->push_back(std::move(slice)); }
+
+ private:
+  std::vector<grpc::Slice>* slices_;
+  grpc_slice run_ = grpc_empty_slice();
+  unsigned char* p_ = nullptr;
+};
+
+}  // namespace
+
 bool KnownAnswers::Build(const AnswerRead& read, const std::vector<uint64_t>& lessons,
-                         OutputSegments* segments, std::vector<grpc::Slice>* out,
-                         uint64_t* bytes_out) const {
+                         OutputSegments* segments, std::vector<grpc::ByteBuffer>* out,
+                         BuiltBytes* bytes, std::vector<std::shared_ptr<HeldBlock>>* holds) const {
   out->clear();
-  *bytes_out = 0;
+  *bytes = BuiltBytes{};
+  if (holds != nullptr) holds->clear();
   if (read.kind == AnswerKind::kOther || lessons.size() != read.responses.size() ||
       !OwnBlocks(read)) {
     return false;
   }
   std::vector<const AnswerHead*> heads(read.responses.size());
   std::vector<const unsigned char*> views;
+  std::vector<std::shared_ptr<HeldBlock>> held;  // per output: its hold when sent in place
   for (size_t i = 0; i < read.responses.size(); ++i) {
     const AnswerResponse& r = read.responses[i];
     if (!Plain(r) || (heads[i] = HeadOf(lessons[i], r)) == nullptr) return false;
     for (const auto& o : r.outputs) {
       if (o.region_id != 0) {
         views.push_back(nullptr);  // NOTE: written in the client's region: no bytes here
+        held.push_back(nullptr);
         continue;
       }
       const unsigned char* v = segments->View(o.segment, o.offset, o.nbytes);
       if (v == nullptr) return false;
       views.push_back(v);
+      held.push_back(holds != nullptr && o.nbytes >= kInPlaceMinBytes
+                         ? HoldOf(read, r, o, segments, holds)
+                         : nullptr);
     }
   }
   size_t at = 0;
+  std::vector<grpc::Slice> slices;
   for (size_t i = 0; i < read.responses.size(); ++i) {
     const AnswerResponse& r = read.responses[i];
-    size_t total = heads[i]->head.size();
-    for (const auto& o : r.outputs) {
-      total += o.region_id != 0 ? 2 : 1 + VarintBytes(o.nbytes) + o.nbytes;
+    // NOTE: the runs' sizes first: the head, then each output's tag and length, and its
+    // bytes unless sent in place (which ends a run); an output in a client's region is an
+    // empty entry
+    std::vector<size_t> runs(1, heads[i]->head.size());
+    for (size_t k = 0; k < r.outputs.size(); ++k) {
+      const uint64_t n = r.outputs[k].region_id != 0 ? 0 : r.outputs[k].nbytes;
+      runs.back() += 1 + VarintBytes(n);
+      if (held[at + k]) {
+        runs.push_back(0);
+      } else {
+        runs.back() += n;
+      }
     }
-    grpc_slice slice = grpc_slice_malloc(total);
-    unsigned char* p = GRPC_SLICE_START_PTR(slice);
-    std::memcpy(p, heads[i]->head.data(), heads[i]->head.size());
-    p += heads[i]->head.size();
+    slices.clear();
+    ResponseWriter w(&slices);
+    size_t run = 0;
+    w.Begin(runs[run]);
+    w.Put(heads[i]->head.data(), heads[i]->head.size());
     for (const auto& o : r.outputs) {
-      *p++ = kRawOutputTag;
       if (o.region_id != 0) {
-        *p++ = 0;  // NOTE: an empty entry, as infer_response_parts writes for a region
+        w.Tag(0);  // NOTE: an empty entry, as infer_response_parts writes for a region
         ++at;
         continue;
       }
-      p = PutVarint(p, o.nbytes);
-      if (o.nbytes != 0) std::memcpy(p, views[at], o.nbytes);
-      p += o.nbytes;
+      w.Tag(o.nbytes);
+      if (held[at]) {
+        w.End();
+        w.Add(HeldBlock::SliceOf(held[at], views[at], o.nbytes));
+        w.Begin(runs[++run]);
+        bytes->in_place += o.nbytes;
+      } else {
+        w.Put(views[at], o.nbytes);
+        bytes->copied += o.nbytes;
+      }
       ++at;
-      *bytes_out += o.nbytes;
     }
-    out->emplace_back(slice, grpc::Slice::STEAL_REF);
+    w.End();
+    out->emplace_back(slices.data(), slices.size());
   }
   return true;
 }
 
-size_t KnownAnswers::FreeOutputs(const AnswerRead& read, OutputSegments* segments) const {
+size_t KnownAnswers::FreeOutputs(const AnswerRead& read, OutputSegments* segments,
+                                 const std::vector<std::shared_ptr<HeldBlock>>& holds) const {
+  auto free = [&](const AnswerBlock& b) {
+    const auto& mapping = segments->Get(b.segment);
+    for (const auto& h : holds) {
+      if (mapping && &h->mapping() == mapping.get() && h->offset() == b.offset) return true;
+    }
+    return mapping && mapping->Free(b.offset, b.generation);
+  };
   size_t refused = 0;
   for (const auto& r : read.responses) {
-    if (r.has_block && !segments->Free(r.block.segment, r.block.offset, r.block.generation)) {
-      ++refused;
-    }
+    if (r.has_block && !free(r.block)) ++refused;
   }
   for (const auto& h : read.handoffs) {
-    if (!segments->Free(h.block.segment, h.block.offset, h.block.generation)) ++refused;
+    if (!free(h.block)) ++refused;
   }
   return refused;
 }

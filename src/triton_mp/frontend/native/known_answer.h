@@ -5,7 +5,10 @@
 // output's name, datatype and shape: frontend/grpc/messages.py ResponseHeads.head, the
 // serialized ModelInferResponse without its raw_output_contents) followed by each output's
 // raw_output_contents field (frontend/grpc/wire.py infer_response_parts: tag 0x32, the
-// length as a varint, the bytes copied once out of the worker's arena).
+// length as a varint, the bytes copied once out of the worker's arena). An output of
+// kInPlaceMinBytes or more that lies inside a block the answer hands over is not copied:
+// the response references it in the arena (held_block.h: a slice that holds the block,
+// freed when gRPC has sent it), so the bytes on the wire are the same.
 //
 // Served here: a plain InferResponse, or an AnswerBatch whose responses are all plain and
 // whose one block (if any) every response names and the batch hands over with exactly that
@@ -20,14 +23,17 @@
 #ifndef TRITON_MP_FRONTEND_NATIVE_KNOWN_ANSWER_H_
 #define TRITON_MP_FRONTEND_NATIVE_KNOWN_ANSWER_H_
 
+#include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "answer_reader.h"
+#include "held_block.h"
 #include "output_segments.h"
 
 namespace triton_mp {
@@ -49,6 +55,14 @@ struct AnswerHead {
 
 inline constexpr size_t kHeadsPerLesson = 4;     // the oldest goes first
 inline constexpr size_t kAnswerLessonsKept = 4096;  // cleared whole when full
+// An output this large is sent in place (header comment) when Build is given holds.
+inline constexpr uint64_t kInPlaceMinBytes = 64 * 1024;
+
+// The output bytes of what Build built.
+struct BuiltBytes {
+  uint64_t copied = 0;    // copied into the responses
+  uint64_t in_place = 0;  // referenced in the workers' arenas
+};
 
 class KnownAnswers {
  public:
@@ -60,13 +74,16 @@ class KnownAnswers {
 
   // Whether `read` can be served here (header comment), response i being a call of lesson
   // `lessons[i]`: then `out` holds each response's serialized ModelInferResponse and
-  // `bytes_out` the output bytes copied. False: nothing built.
+  // `bytes` its output bytes. With `holds`, large outputs are sent in place and `holds` gets
+  // the blocks they hold (unarmed: the caller arms them once the answer is committed;
+  // dropped unarmed, they free nothing); without, every byte is copied. False: nothing built.
   bool Build(const AnswerRead& read, const std::vector<uint64_t>& lessons,
-             OutputSegments* segments, std::vector<grpc::Slice>* out,
-             uint64_t* bytes_out) const;
-  // Frees the output blocks of `read` (served whole); returns how many frees were refused
-  // (tensor_pool's stray frees).
-  size_t FreeOutputs(const AnswerRead& read, OutputSegments* segments) const;
+             OutputSegments* segments, std::vector<grpc::ByteBuffer>* out, BuiltBytes* bytes,
+             std::vector<std::shared_ptr<HeldBlock>>* holds = nullptr) const;
+  // Frees the output blocks of `read` (served whole) but those in `holds` (freed when sent);
+  // returns how many frees were refused (tensor_pool's stray frees).
+  size_t FreeOutputs(const AnswerRead& read, OutputSegments* segments,
+                     const std::vector<std::shared_ptr<HeldBlock>>& holds = {}) const;
 
  private:
   const AnswerHead* HeadOf(uint64_t lesson_id, const AnswerResponse& r) const;

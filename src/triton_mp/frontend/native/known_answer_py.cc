@@ -4,12 +4,15 @@
 // destroyed with the GIL held).
 #include "known_answer_py.h"
 
+#include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "answer_reader.h"
 #include "handoff.h"
+#include "held_block.h"
 #include "known_answer.h"
 #include "known_regions.h"
 #include "known_submit.h"
@@ -29,6 +32,7 @@ struct Counters {
   uint64_t stray_frees = 0;      // frees refused (tensor_pool's stray frees)
   uint64_t bytes_in = 0;         // raw input bytes of the calls ended here, not yet taken
   uint64_t bytes_out = 0;        // output bytes copied here, not yet taken
+  uint64_t bytes_in_place = 0;   // output bytes sent in place (held_block.h), not yet taken
 };
 Counters g_counters;
 
@@ -45,8 +49,9 @@ std::vector<uint64_t> LessonsOf(const std::vector<KnownSent>& calls) {
 // with the GIL held, never while it is).
 bool Serve(const unsigned char* data, size_t size) {
   AnswerRead read;
-  std::vector<grpc::Slice> responses;
-  uint64_t bytes_out = 0;
+  std::vector<grpc::ByteBuffer> responses;
+  BuiltBytes bytes;
+  std::vector<std::shared_ptr<HeldBlock>> holds;  // NOTE: armed once the calls are answered
   std::vector<KnownSent> calls;
   bool built = false;
   Py_BEGIN_ALLOW_THREADS
@@ -65,22 +70,24 @@ bool Serve(const unsigned char* data, size_t size) {
     }
   }
   Py_BEGIN_ALLOW_THREADS
-  built = g_answers.Build(read, lessons, &g_segments, &responses, &bytes_out);
+  built = g_answers.Build(read, lessons, &g_segments, &responses, &bytes, &holds);
   Py_END_ALLOW_THREADS
   h = ServerHandoff();
   if (!built || h == nullptr || !h->AnswerOwned(read, &responses)) {
     ++g_counters.answer_declined;
-    return false;
+    return false;  // NOTE: the holds go unarmed: Python reads and frees the blocks
   }
+  for (const auto& hold : holds) hold->Arm();
   for (const auto& c : calls) {
     if (c.held) TheKnownRegions().Release(*c.held);  // NOTE: its final answer (holding_sink)
     if (!known.FreeInput(c.epoch, c.offset, c.generation)) ++g_counters.stray_frees;
     g_counters.bytes_in += c.copied;
   }
-  g_counters.stray_frees += g_answers.FreeOutputs(read, &g_segments);
+  g_counters.stray_frees += g_answers.FreeOutputs(read, &g_segments, holds);
   g_counters.answered += calls.size();
   ++g_counters.answer_records;
-  g_counters.bytes_out += bytes_out;
+  g_counters.bytes_out += bytes.copied;
+  g_counters.bytes_in_place += bytes.in_place;
   return true;
 }
 
@@ -174,17 +181,18 @@ PyObject* Forget(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
-// known_answer_take_bytes() -> (in, out): the tensor bytes of calls ended here since the
-// last call (PendingTable.copied_bytes).
+// known_answer_take_bytes() -> (in, out, out_in_place): the tensor bytes of calls ended
+// here since the last call (PendingTable.copied_bytes).
 PyObject* TakeBytes(PyObject*, PyObject*) {
-  PyObject* out = Py_BuildValue("(KK)", (unsigned long long)g_counters.bytes_in,
-                                (unsigned long long)g_counters.bytes_out);
-  g_counters.bytes_in = g_counters.bytes_out = 0;
+  PyObject* out = Py_BuildValue("(KKK)", (unsigned long long)g_counters.bytes_in,
+                                (unsigned long long)g_counters.bytes_out,
+                                (unsigned long long)g_counters.bytes_in_place);
+  g_counters.bytes_in = g_counters.bytes_out = g_counters.bytes_in_place = 0;
   return out;
 }
 
-// known_answer_stats() -> dict: the counters (Counters), and the owned calls the handoff
-// handed to Python (released).
+// known_answer_stats() -> dict: the counters (Counters; stray_frees with the refused frees
+// of blocks sent in place), and the owned calls the handoff handed to Python (released).
 PyObject* Stats(PyObject*, PyObject*) {
   Handoff* h = ServerHandoff();
   const uint64_t released = h != nullptr ? h->released() : 0;
@@ -192,17 +200,39 @@ PyObject* Stats(PyObject*, PyObject*) {
                        "answer_records", (unsigned long long)g_counters.answer_records,
                        "answer_declined", (unsigned long long)g_counters.answer_declined,
                        "released", (unsigned long long)released, "stray_frees",
-                       (unsigned long long)g_counters.stray_frees);
+                       (unsigned long long)(g_counters.stray_frees + HeldBlock::refused()));
 }
 
-// known_answer_build(record, lessons) -> tuple of bytes, or None: the responses this side
-// builds for `record` whose response i is a call of lessons[i], without a server (tests);
-// with free=True its output blocks are then freed (returns (responses, refused frees)).
+// The bytes of a built response (its slices joined).
+PyObject* BytesOf(const grpc::ByteBuffer& response) {
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) slices.clear();
+  size_t n = 0;
+  for (const auto& slice : slices) n += slice.size();
+  PyObject* b = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(n));
+  if (b == nullptr) return nullptr;
+  char* p = PyBytes_AS_STRING(b);
+  for (const auto& slice : slices) {
+    if (slice.size() != 0) std::memcpy(p, slice.begin(), slice.size());
+    p += slice.size();
+  }
+  return b;
+}
+
+// known_answer_build(record, lessons[, free[, in_place]]) -> tuple of bytes, or None: the
+// responses this side builds for `record` whose response i is a call of lessons[i], without
+// a server (tests); with free=True its output blocks are then freed (returns (responses,
+// refused frees)); with in_place=True large outputs are sent in place as Serve sends them
+// (returns (responses, refused frees, bytes in place); with free, their holds are armed and
+// free their blocks when the responses are let go, before this returns).
 PyObject* Build(PyObject*, PyObject* args) {
   Py_buffer record;
   PyObject* lessons_obj;
   int free_blocks = 0;
-  if (!PyArg_ParseTuple(args, "y*O|p", &record, &lessons_obj, &free_blocks)) return nullptr;
+  int in_place = 0;
+  if (!PyArg_ParseTuple(args, "y*O|pp", &record, &lessons_obj, &free_blocks, &in_place)) {
+    return nullptr;
+  }
   std::vector<uint64_t> lessons;
   PyObject* seq = PySequence_Fast(lessons_obj, "lessons must be a sequence of ints");
   if (seq == nullptr) {
@@ -220,23 +250,34 @@ PyObject* Build(PyObject*, PyObject* args) {
   AnswerRead read;
   ReadAnswer(static_cast<const unsigned char*>(record.buf), static_cast<size_t>(record.len),
              &read);
-  std::vector<grpc::Slice> responses;
-  uint64_t bytes_out = 0;
-  const bool built = g_answers.Build(read, lessons, &g_segments, &responses, &bytes_out);
+  const uint64_t refused_before = HeldBlock::refused();
   size_t refused = 0;
-  if (built && free_blocks) refused = g_answers.FreeOutputs(read, &g_segments);
+  BuiltBytes bytes;
+  PyObject* out = nullptr;
+  bool built;
+  {
+    std::vector<grpc::ByteBuffer> responses;
+    std::vector<std::shared_ptr<HeldBlock>> holds;
+    built = g_answers.Build(read, lessons, &g_segments, &responses, &bytes,
+                            in_place ? &holds : nullptr);
+    if (built && free_blocks) {
+      for (const auto& hold : holds) hold->Arm();
+      refused = g_answers.FreeOutputs(read, &g_segments, holds);
+    }
+    if (built) out = PyTuple_New(static_cast<Py_ssize_t>(responses.size()));
+    for (size_t i = 0; out != nullptr && i < responses.size(); ++i) {
+      PyObject* b = BytesOf(responses[i]);
+      if (b == nullptr) Py_CLEAR(out);
+      if (out != nullptr) PyTuple_SET_ITEM(out, static_cast<Py_ssize_t>(i), b);
+    }
+  }  // NOTE: the responses let go of their holds here (armed ones free their blocks)
   PyBuffer_Release(&record);
   if (!built) Py_RETURN_NONE;
-  PyObject* out = PyTuple_New(static_cast<Py_ssize_t>(responses.size()));
   if (out == nullptr) return nullptr;
-  for (size_t i = 0; i < responses.size(); ++i) {
-    PyObject* b = PyBytes_FromStringAndSize(reinterpret_cast<const char*>(responses[i].begin()),
-                                            static_cast<Py_ssize_t>(responses[i].size()));
-    if (b == nullptr) {
-      Py_DECREF(out);
-      return nullptr;
-    }
-    PyTuple_SET_ITEM(out, static_cast<Py_ssize_t>(i), b);
+  refused += static_cast<size_t>(HeldBlock::refused() - refused_before);
+  if (in_place) {
+    return Py_BuildValue("(NnK)", out, static_cast<Py_ssize_t>(refused),
+                         (unsigned long long)bytes.in_place);
   }
   if (!free_blocks) return out;
   return Py_BuildValue("(Nn)", out, static_cast<Py_ssize_t>(refused));
@@ -248,7 +289,7 @@ PyMethodDef kFunctions[] = {
     {"known_answer_own", Own, METH_O, "Keep the calls submitted natively (answered here)."},
     {"known_release", Release, METH_NOARGS, "Queue every owned call for Python (kKnown)."},
     {"known_answer_forget", Forget, METH_NOARGS, "Forget the heads; unmap workers' arenas."},
-    {"known_answer_take_bytes", TakeBytes, METH_NOARGS, "(in, out) bytes since last taken."},
+    {"known_answer_take_bytes", TakeBytes, METH_NOARGS, "(in, out, out_in_place) bytes since last taken."},
     {"known_answer_stats", Stats, METH_NOARGS, "The answer side's counters."},
     {"known_answer_build", Build, METH_VARARGS, "(record, lessons[, free]): responses built."},
     {nullptr, nullptr, 0, nullptr},

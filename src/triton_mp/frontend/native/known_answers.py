@@ -47,7 +47,7 @@ class Native(Protocol):
         head: bytes,
         /,
     ) -> None: ...
-    def known_answer_take_bytes(self) -> tuple[int, int]: ...
+    def known_answer_take_bytes(self) -> tuple[int, int, int]: ...
 
 
 class Inbox(Protocol):
@@ -107,10 +107,11 @@ class NativeAnswers:
     def settle(self) -> None:
         """After a drain that served answers natively: count their tensor bytes, kick at
         the pass end, and refill the request ids C++ took."""
-        bytes_in, bytes_out = self._native.known_answer_take_bytes()
+        bytes_in, bytes_out, in_place = self._native.known_answer_take_bytes()
         copied = self._copied
         copied["in"] += bytes_in
         copied["out"] += bytes_out
+        copied["out_in_place"] += in_place
         self._answered()
         self._refill()
 

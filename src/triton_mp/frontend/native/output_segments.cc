@@ -12,23 +12,10 @@
 
 namespace triton_mp {
 
-OutputSegments::~OutputSegments() { Drop(); }
-
-void OutputSegments::Drop() {
-  for (auto& [name, m] : segments_) {
-    if (m.base != nullptr) munmap(const_cast<unsigned char*>(m.base), m.bytes);
-    if (m.fd >= 0) close(m.fd);
-  }
-  segments_.clear();
-}
-
-OutputSegments::Mapped* OutputSegments::Get(std::string_view name) {
-  name_.assign(name);
-  auto it = segments_.find(name_);
-  if (it != segments_.end()) return &it->second;
+std::shared_ptr<const SegmentMapping> SegmentMapping::Open(const std::string& name) {
   // NOTE: O_RDWR for the descriptor's frees; the mapping is read-only (tensor_pool's rule:
   // a stray store into another process's arena faults here, not there)
-  const int fd = shm_open(name_.c_str(), O_RDWR | O_CLOEXEC, 0);
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) return nullptr;
   struct stat st;
   if (fstat(fd, &st) != 0 || st.st_size <= 0) {
@@ -41,32 +28,57 @@ OutputSegments::Mapped* OutputSegments::Get(std::string_view name) {
     close(fd);
     return nullptr;
   }
-  Mapped& m = segments_[name_];
-  m.fd = fd;
-  m.base = static_cast<const unsigned char*>(base);
-  m.bytes = bytes;
-  return &m;
+  return std::make_shared<const SegmentMapping>(Opened{}, fd,
+                                                static_cast<const unsigned char*>(base), bytes);
+}
+
+SegmentMapping::~SegmentMapping() {
+  munmap(const_cast<unsigned char*>(base_), bytes_);
+  close(fd_);
+}
+
+const unsigned char* SegmentMapping::View(uint64_t offset, uint64_t n) const {
+  if (offset > bytes_ || n > bytes_ - offset) return nullptr;
+  return base_ + offset;
+}
+
+uint64_t SegmentMapping::BlockPayload(uint64_t offset) const {
+  if (offset % 8 != 0 || offset > bytes_ || bytes_ - offset < kArenaHeaderBytes) return 0;
+  uint64_t block_bytes;
+  std::memcpy(&block_bytes, base_ + offset + 8, sizeof block_bytes);
+  if (block_bytes < kArenaHeaderBytes || block_bytes > bytes_ - offset) return 0;
+  return block_bytes - kArenaHeaderBytes;
+}
+
+bool SegmentMapping::Free(uint64_t offset, uint64_t generation) const {
+  if (offset % 4 != 0 || offset > bytes_ || bytes_ - offset < 8) return false;
+  const uint32_t state =
+      __atomic_load_n(reinterpret_cast<const uint32_t*>(base_ + offset), __ATOMIC_ACQUIRE);
+  uint32_t gen;
+  std::memcpy(&gen, base_ + offset + 4, sizeof gen);
+  if (state != kBlockLive || (generation != 0 && gen != generation)) return false;
+  const uint32_t free_state = kBlockFree;
+  return pwrite(fd_, &free_state, sizeof free_state, static_cast<off_t>(offset)) ==
+         static_cast<ssize_t>(sizeof free_state);
+}
+
+const std::shared_ptr<const SegmentMapping>& OutputSegments::Get(std::string_view name) {
+  name_.assign(name);
+  auto it = segments_.find(name_);
+  if (it != segments_.end()) return it->second;
+  std::shared_ptr<const SegmentMapping> m = SegmentMapping::Open(name_);
+  if (!m) return none_;
+  return segments_.emplace(name_, std::move(m)).first->second;
 }
 
 const unsigned char* OutputSegments::View(std::string_view name, uint64_t offset, uint64_t n) {
-  Mapped* m = Get(name);
-  if (m == nullptr || offset > m->bytes || n > m->bytes - offset) return nullptr;
-  return m->base + offset;
+  const auto& m = Get(name);
+  return m ? m->View(offset, n) : nullptr;
 }
 
 bool OutputSegments::Free(std::string_view name, uint64_t offset, uint64_t generation) {
-  Mapped* m = Get(name);
-  if (m == nullptr || offset % 4 != 0 || offset > m->bytes || m->bytes - offset < 8) {
-    return false;
-  }
-  const uint32_t state = __atomic_load_n(reinterpret_cast<const uint32_t*>(m->base + offset),
-                                         __ATOMIC_ACQUIRE);
-  uint32_t gen;
-  std::memcpy(&gen, m->base + offset + 4, sizeof gen);
-  if (state != kBlockLive || (generation != 0 && gen != generation)) return false;
-  const uint32_t free_state = kBlockFree;
-  return pwrite(m->fd, &free_state, sizeof free_state, static_cast<off_t>(offset)) ==
-         static_cast<ssize_t>(sizeof free_state);
+  const auto& m = Get(name);
+  return m && m->Free(offset, generation);
 }
 
 }  // namespace triton_mp

@@ -1,0 +1,43 @@
+// See held_block.h.
+#include "held_block.h"
+
+#include <grpc/slice.h>
+
+namespace triton_mp {
+
+namespace {
+
+std::atomic<uint64_t> g_freed{0};
+std::atomic<uint64_t> g_refused{0};
+
+// grpc_slice_new_with_user_data's destroy callback: drops the slice's hold.
+void Release(void* user_data) {
+  std::unique_ptr<std::shared_ptr<HeldBlock>> hold(
+      static_cast<std::shared_ptr<HeldBlock>*>(user_data));
+}
+
+}  // namespace
+
+HeldBlock::~HeldBlock() {
+  if (!armed_.load(std::memory_order_acquire)) return;
+  if (mapping_->Free(offset_, generation_)) {
+    g_freed.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    g_refused.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+grpc::Slice HeldBlock::SliceOf(const std::shared_ptr<HeldBlock>& hold, const unsigned char* data,
+                               size_t n) {
+  // NOTE: the C API takes the hold as a void*: owned by the slice until its destroy callback
+  auto owned = std::make_unique<std::shared_ptr<HeldBlock>>(hold);
+  grpc_slice slice = grpc_slice_new_with_user_data(
+      const_cast<unsigned char*>(data), n, Release, owned.get());  // NOTE: gRPC never writes
+  owned.release();
+  return grpc::Slice(slice, grpc::Slice::STEAL_REF);
+}
+
+uint64_t HeldBlock::freed() { return g_freed.load(std::memory_order_relaxed); }
+uint64_t HeldBlock::refused() { return g_refused.load(std::memory_order_relaxed); }
+
+}  // namespace triton_mp

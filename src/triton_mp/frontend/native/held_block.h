@@ -1,0 +1,55 @@
+// An output block of a worker's arena whose bytes a native reply sends in place: the reply's
+// slices reference the block's bytes (no copy) and hold the block; the block is freed
+// (SegmentMapping::Free, tensor_pool.free_block's rule) when the last of them lets go, on
+// whatever thread gRPC drops it, but only once armed: the answer was committed to its calls
+// (known_answer_py.cc Serve, after Handoff::AnswerOwned). A hold never armed (the answer went
+// to Python, which reads and frees the block itself) frees nothing. Python twin of the rule:
+// dispatch/pending.py (the block freed after its answer was sent), known_calls.py (the
+// Python path, which copies instead).
+#ifndef TRITON_MP_FRONTEND_NATIVE_HELD_BLOCK_H_
+#define TRITON_MP_FRONTEND_NATIVE_HELD_BLOCK_H_
+
+#include <grpcpp/support/slice.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "output_segments.h"
+
+namespace triton_mp {
+
+class HeldBlock {
+ public:
+  HeldBlock(std::shared_ptr<const SegmentMapping> mapping, uint64_t offset, uint64_t generation)
+      : mapping_(std::move(mapping)), offset_(offset), generation_(generation) {}
+  ~HeldBlock();
+  HeldBlock(const HeldBlock&) = delete;
+  HeldBlock& operator=(const HeldBlock&) = delete;
+
+  // The block is freed with its last holder from now on.
+  void Arm() { armed_.store(true, std::memory_order_release); }
+  uint64_t offset() const { return offset_; }
+  const SegmentMapping& mapping() const { return *mapping_; }
+
+  // A slice of the `n` bytes at `data` (inside the block) that holds `hold` until gRPC lets
+  // go of it.
+  static grpc::Slice SliceOf(const std::shared_ptr<HeldBlock>& hold, const unsigned char* data,
+                             size_t n);
+
+  // Frees done and refused (another state or generation: tensor_pool's stray frees) by
+  // armed holds so far, process-wide.
+  static uint64_t freed();
+  static uint64_t refused();
+
+ private:
+  std::shared_ptr<const SegmentMapping> mapping_;
+  uint64_t offset_;
+  uint64_t generation_;
+  std::atomic<bool> armed_{false};
+};
+
+}  // namespace triton_mp
+
+#endif  // TRITON_MP_FRONTEND_NATIVE_HELD_BLOCK_H_
