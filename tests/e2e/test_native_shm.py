@@ -236,6 +236,51 @@ def test_a_region_unregistered_between_native_calls_gets_pythons_error(
     assert after["cleared"] > before["cleared"]
 
 
+def test_a_region_registered_again_under_its_name_is_read_and_written_at_its_new_window(
+    servers: dict[str, ServerProcess], regions: Regions
+) -> None:
+    """The key of a call names a region by name, offset and byte size only, so the same
+    request bytes name another window once the region is registered again under its name
+    (the same object at another offset, or another object): the lessons taught before are
+    never used again, and the natively sent calls read and write the new windows."""
+    server = servers["native"]
+    client = grpcclient.InferenceServerClient(server.url)
+    size = 2 * N * 4  # NOTE: two windows, the second at a page-aligned offset
+    objects = {tag: regions.make(f"rw_{tag}", size) for tag in ("a", "b", "oa", "ob")}
+    shm.set_shared_memory_region(objects["a"], [np.full(2 * N, 1, np.float32)])
+    shm.set_shared_memory_region(objects["b"], [np.full(2 * N, 3, np.float32)])
+    shm.set_shared_memory_region(objects["a"], [np.full(N, 2, np.float32)], offset=N * 4)
+    # (input object, offset, output object, offset, value read)
+    phases = [("a", 0, "oa", 0, 1), ("a", N * 4, "oa", N * 4, 2), ("b", 0, "ob", 0, 3)]
+    sent = []
+    try:
+        for in_obj, in_at, out_obj, out_at, value in phases:
+            client.unregister_system_shared_memory()
+            client.register_system_shared_memory(
+                "rw_in", regions.key(objects[in_obj]), N * 4, in_at
+            )
+            client.register_system_shared_memory(
+                "rw_out", regions.key(objects[out_obj]), N * 4, out_at
+            )
+            before = _known_counts(server)["sent"]
+            for _ in range(5):
+                for o in ("oa", "ob"):
+                    shm.set_shared_memory_region(objects[o], [np.zeros(2 * N, np.float32)])
+                _identity_call(client, "rw_in", "rw_out")
+                for o in ("oa", "ob"):
+                    got = shm.get_contents_as_numpy(objects[o], np.float32, [2, N])
+                    for at in (0, 1):
+                        want = value if (o, at * N * 4) == (out_obj, out_at) else 0
+                        assert (got[at] == want).all(), (in_obj, in_at, o, at, got[at][:2])
+            sent.append(_known_counts(server)["sent"] - before)
+    finally:
+        client.unregister_system_shared_memory()
+        client.close()
+    # NOTE: each phase: the full way, the Python lane that teaches, then native calls
+    assert min(sent) >= 2, sent
+    assert "Traceback" not in server.log()
+
+
 def _slow_call(
     client: grpcclient.InferenceServerClient, name: str, value: int
 ) -> grpcclient.InferResult:
