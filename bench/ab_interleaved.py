@@ -146,7 +146,13 @@ def add_run_arguments(ap: argparse.ArgumentParser, *, pairs: int, window_s: floa
     ap.add_argument("-c", type=int, default=16, help="perf_analyzer concurrency")
     ap.add_argument("--pairs", type=int, default=pairs)
     ap.add_argument("--window", type=float, default=window_s, help="seconds per run")
-    ap.add_argument("--pa-args", nargs="*", default=[], help="more perf_analyzer flags")
+    ap.add_argument(
+        "--pa-args",
+        action="extend",
+        nargs="*",
+        default=[],
+        help="more perf_analyzer flags, one per --pa-args=FLAG (they add up)",
+    )
     ap.add_argument("--peers-env", type=Path, default=ROOT / ".peers" / "peers.env")
     ap.add_argument("--json", type=Path)
 
