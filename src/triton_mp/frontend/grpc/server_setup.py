@@ -28,6 +28,28 @@ MAX_MESSAGE_BYTES = 2**31 - 1
 """gRPC send/receive limit, as Triton's (INT32_MAX)."""
 COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
 """``--grpc-infer-response-compression-level`` -> grpc core's ``grpc_compression_level``."""
+GRPC_AIO_LOGGER = "grpc._cython.cygrpc"
+"""The logger grpc.aio's server reports its handlers' exceptions on (``_handle_exceptions``)."""
+CALL_ENDED = "ExecuteBatchError raised in core by servicer method"
+"""How grpc.aio logs a reply whose call grpc core had already ended (its deadline expired or
+the client cancelled, before grpc.aio marked the call closed: grpc/grpc#32551), at ERROR with a
+traceback. Nothing was lost: the client got its DEADLINE_EXCEEDED or CANCELLED from the core,
+and Triton logs nothing in that case."""
+
+
+class CallEndedFilter(logging.Filter):
+    """Turns grpc.aio's report of a reply to a call that had already ended (``CALL_ENDED``)
+    into one DEBUG line without the traceback, shown only at ``--log-verbose`` >= 1, as
+    Triton's frontend is silent there; every other record passes unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not (record.levelno >= logging.ERROR and str(record.msg).startswith(CALL_ENDED)):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        record.exc_info, record.exc_text = None, None
+        record.msg = f"a reply to a call that had already ended: {record.getMessage()}"
+        record.args = None
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
 
 
 def grpc_options(spec: FrontendSpec) -> list[tuple[str, int]]:
@@ -126,6 +148,9 @@ async def start_grpc(server: grpc.aio.Server, spec: FrontendSpec, port: NativePo
 def grpc_server(spec: FrontendSpec, api: FrontendApi) -> tuple[grpc.aio.Server, InferenceServicer]:
     """The grpc.aio server with every service: inference, health, admin (not bound yet),
     and its inference servicer."""
+    aio_log = logging.getLogger(GRPC_AIO_LOGGER)
+    if not any(isinstance(f, CallEndedFilter) for f in aio_log.filters):
+        aio_log.addFilter(CallEndedFilter())
     server = grpc.aio.server(
         interceptors=[RestrictedProtocolInterceptor(spec.grpc_restricted)]
         if spec.grpc_restricted
