@@ -258,6 +258,36 @@ def test_an_untaught_route_leaves_every_call_to_the_scheduler(
     routes.close()
 
 
+def test_a_lease_taken_then_a_full_ring_to_the_scheduler_loses_the_call(
+    rig: Rig, instances: list[Instance]
+) -> None:
+    """C++ takes the offered lease, then the ring to the scheduler stays full past the full
+    timeout: the call is lost (KnownResult kLost, 7: Python fails it UNAVAILABLE, as its own
+    hand raises ChannelTimeout then), not handed back as a new call (kFull, 5), which would
+    wait for the same ring again; the worker gets nothing and the lease stays taken (the
+    scheduler frees the instance after its claim timeout)."""
+    _, b = instances
+    twins = Twins(rig, instances)
+    filler = b"x" * 1000
+    while rig.producer.push(filler) == 0:
+        pass  # NOTE: the ring to the scheduler is full now; nothing drains it
+    before = native().direct_stats()
+    b.lease.offer()
+    native().direct_full_timeout(0.02)
+    try:
+        result = twins.submit()
+    finally:
+        native().direct_full_timeout(10.0)
+    assert result == 7
+    assert not b.lease.offered()
+    assert b.ring.pop_all() == []
+    assert b.woken() == 0
+    assert all(r == filler for r in rig.ring_seg.records())
+    stats = native().direct_stats()
+    assert (stats["lost"], stats["handed"]) == (before["lost"] + 1, before["handed"])
+    twins.close()
+
+
 class _Port:
     """``NativePort.owned``: the known calls the gRPC thread keeps."""
 

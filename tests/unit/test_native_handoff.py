@@ -18,7 +18,8 @@ from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.frontend.dispatch.polling_loop import PollingSelector
 from triton_mp.frontend.grpc.wire import MALFORMED, WireInferRequest
-from triton_mp.frontend.native.handoff import CALL, END, GONE, MESSAGE, OPEN, Handoff
+from triton_mp.frontend.native.handoff import CALL, END, GONE, LOST, MESSAGE, OPEN, Handoff
+from triton_mp.ipc import ChannelTimeout
 
 
 class FakeNative:
@@ -351,6 +352,26 @@ def test_a_known_call_that_submit_refuses_gets_its_status_and_a_declined_one_the
         ("reply", 3, grpc.StatusCode.UNAVAILABLE.value[0], "the arena is full", b""),
         ("reply", 4, 0, "", b"handler:known:no"),
     ]
+
+
+def test_a_lost_known_call_fails_unavailable_in_the_words_of_a_full_ring() -> None:
+    """A known call whose direct handoff C++ lost (a lease taken, then the ring to the
+    scheduler full past its timeout) fails as Python's hand fails it: UNAVAILABLE with the
+    ring's ``ChannelTimeout`` words; the handler never sees it."""
+    native, servicer = FakeNative(), FakeServicer()
+    words = "ring /triton_mp_fe0_sched full for 10.0s"
+
+    async def go() -> None:
+        handoff = Handoff(native, servicer)
+        handoff.lost = lambda: ChannelTimeout(words)
+        handoff.start(asyncio.get_running_loop())
+        native.queue((6, LOST, None, None))
+        await settle()
+        handoff.stop()
+
+    asyncio.run(go())
+    assert native.answers == [("reply", 6, grpc.StatusCode.UNAVAILABLE.value[0], words, b"")]
+    assert servicer.log == ["held", "wake"]
 
 
 def test_a_gone_known_call_cancels_its_ticket_and_replies_nothing() -> None:

@@ -399,9 +399,17 @@ def _known_wiring(
     producer = getattr(to_scheduler.ring, "producer", None)
     if producer is None or spec.to_scheduler.wakeup.kind != "semaphore":
         return None
-    direct.mirror(importlib.import_module("triton_mp.frontend.native._native"))
+    native = importlib.import_module("triton_mp.frontend.native._native")
+    native.direct_full_timeout(to_scheduler.full_timeout_s)
+    direct.mirror(native)
     return Wiring(
-        producer, spec.to_scheduler.wakeup.name, arena, api.tracer, inbox, api.shm.registry
+        producer,
+        spec.to_scheduler.wakeup.name,
+        arena,
+        api.tracer,
+        inbox,
+        api.shm.registry,
+        to_scheduler.full_error,
     )
 
 

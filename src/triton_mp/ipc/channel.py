@@ -145,9 +145,17 @@ class Sender:
                     break
                 except RingFull:
                     if time.monotonic() > deadline:
-                        raise ChannelTimeout(
-                            f"ring {self._ring.segment.name} full for {self._full_timeout_s}s"
-                        ) from None
+                        raise self.full_error() from None
+
+    @property
+    def full_timeout_s(self) -> float:
+        """How long a send waits for room in a full ring (seconds)."""
+        return self._full_timeout_s
+
+    def full_error(self) -> ChannelTimeout:
+        """The error of a send whose ring stayed full for ``full_timeout_s`` (UNAVAILABLE;
+        the native gRPC thread's lost direct handoffs fail with it too)."""
+        return ChannelTimeout(f"ring {self._ring.segment.name} full for {self._full_timeout_s}s")
 
     def quiet_word(self) -> int:
         """Fence, then read the ring's quiet word (a frontend's ring to the scheduler: the

@@ -12,8 +12,6 @@ namespace triton_mp {
 
 namespace {
 
-constexpr uint64_t kFullTimeoutNs = 10ULL * 1000000000ULL;  // channel.Sender's full_timeout_s
-
 uint64_t MonotonicNs() {
   timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);  // NOTE: Python's time.monotonic_ns
@@ -85,15 +83,16 @@ void PutBin(std::string* out, const std::string& bytes) {
 }
 
 // channel.Sender._push: push, and while the ring is full post its consumer's wake-up and
-// retry, pausing 20 µs doubling to 5 ms, for kFullTimeoutNs at most. False: still full.
+// retry, pausing 20 µs doubling to 5 ms, for timeout_ns at most. False: still full.
 // *waited: the first push found the ring full.
-bool PushWaiting(RingProducer* ring, const std::string& data, sem_t* wake, bool* waited) {
+bool PushWaiting(RingProducer* ring, const std::string& data, sem_t* wake, uint64_t timeout_ns,
+                 bool* waited) {
   *waited = false;
   PushResult r = ring->Push(data.data(), data.size());
   if (r == PushResult::kPushed) return true;
   if (r != PushResult::kFull) return false;
   *waited = true;
-  const uint64_t deadline = MonotonicNs() + kFullTimeoutNs;
+  const uint64_t deadline = MonotonicNs() + timeout_ns;
   uint64_t pause_ns = 20000;
   for (;;) {
     if (wake != nullptr) sem_post(wake);
@@ -182,6 +181,11 @@ DirectStats DirectHandoff::stats() const {
   return s;
 }
 
+void DirectHandoff::SetFullTimeout(uint64_t ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  full_timeout_ns_ = ns;
+}
+
 HandResult DirectHandoff::Hand(const std::string& key, uint64_t request_id,
                                const std::string& record, RingProducer* scheduler,
                                sem_t* scheduler_wake) {
@@ -221,12 +225,12 @@ HandResult DirectHandoff::Hand(const std::string& key, uint64_t request_id,
     // NOTE: before the batch, without a wake-up (Sender.push_quiet; a full ring: send,
     // which posts after its push)
     bool waited = false;
-    if (!PushWaiting(scheduler, sent_, scheduler_wake, &waited)) {
+    if (!PushWaiting(scheduler, sent_, scheduler_wake, full_timeout_ns_, &waited)) {
       ++stats_.lost;
       return HandResult::kLost;
     }
     if (waited && scheduler_wake != nullptr) sem_post(scheduler_wake);
-    if (!PushWaiting(route.ring.get(), assign_, route.wake, &waited)) {
+    if (!PushWaiting(route.ring.get(), assign_, route.wake, full_timeout_ns_, &waited)) {
       ++stats_.lost;
       return HandResult::kLost;
     }

@@ -38,8 +38,9 @@ namespace triton_mp {
 enum class HandResult : int {
   kNotHanded = 0,  // no route, no lease up, too large, or the lease lost: send to the scheduler
   kHanded = 1,     // the worker runs it; nothing goes to the scheduler but the DirectSent
-  kLost = 2,       // the lease is taken but the ring to the scheduler stayed full: nothing
-                   // was sent (the scheduler frees the instance after its claim timeout)
+  kLost = 2,       // the lease is taken but a ring stayed full (full_timeout): the call
+                   // fails UNAVAILABLE, as Python's hand raises ChannelTimeout then (the
+                   // scheduler frees the instance after its claim timeout)
 };
 
 struct DirectStats {
@@ -71,6 +72,9 @@ class DirectHandoff {
   // Python thread: close every route.
   void Clear();
   DirectStats stats() const;
+  // Python thread: how long a push waits for room in a full ring before the hand is lost
+  // (the ring to the scheduler's Sender.full_timeout_s; 10 s until set).
+  void SetFullTimeout(uint64_t ns);
 
   // gRPC thread: hand `record` (request `request_id`'s REQUEST record) to an idle instance of
   // version `key`; `scheduler` and `scheduler_wake`: the ring to the scheduler and its
@@ -94,6 +98,7 @@ class DirectHandoff {
   std::string sent_;           // the DirectSent being encoded (reused)
   std::string assign_;         // the BatchAssign being encoded (reused)
   DirectStats stats_;
+  uint64_t full_timeout_ns_ = 10ULL * 1000000000ULL;  // channel.Sender's full_timeout_s
 };
 
 // The process's one DirectHandoff (KnownSubmit hands with it; Python opens its routes).

@@ -59,6 +59,19 @@ PyObject* Stats(PyObject*, PyObject*) {
                        "routes", (unsigned long long)s.routes);
 }
 
+// direct_full_timeout(seconds): how long a hand waits for room in a full ring before the
+// call fails (DirectHandoff::SetFullTimeout; the ring to the scheduler's Sender.full_timeout_s).
+PyObject* FullTimeout(PyObject*, PyObject* arg) {
+  const double seconds = PyFloat_AsDouble(arg);
+  if (PyErr_Occurred()) return nullptr;
+  if (!(seconds >= 0)) {
+    PyErr_SetString(PyExc_ValueError, "direct_full_timeout: seconds must be >= 0");
+    return nullptr;
+  }
+  TheDirectHandoff().SetFullTimeout(static_cast<uint64_t>(seconds * 1e9));
+  Py_RETURN_NONE;
+}
+
 // known_teach_route(key, client_id, model, version) -> bool: the lesson of key and client_id
 // (bytes) hands its calls to an idle instance of that version when one is offered
 // (KnownSubmit::SetRoute). False: no such lesson.
@@ -78,6 +91,7 @@ PyMethodDef kFunctions[] = {
     {"direct_route_add", RouteAdd, METH_VARARGS, "Open an instance's direct route."},
     {"direct_route_remove", RouteRemove, METH_O, "Close an instance's direct route."},
     {"direct_route_clear", RouteClear, METH_NOARGS, "Close every direct route."},
+    {"direct_full_timeout", FullTimeout, METH_O, "A full ring's wait before a hand is lost."},
     {"direct_stats", Stats, METH_NOARGS, "The direct handoff's counters."},
     {"known_teach_route", TeachRoute, METH_VARARGS, "A lesson's version routes."},
     {nullptr, nullptr, 0, nullptr},

@@ -62,7 +62,17 @@ bool Handoff::SubmitKnown(Awaiting* call, const grpc::ByteBuffer& data, uint64_t
   // on_unknown pulls this queue on an answer it does not know) must then find the call,
   // even when this thread is preempted in between. A cancel of the call is queued behind it.
   std::lock_guard<std::mutex> lock(mu_);
-  if (known.Submit(message, split, arrival_ns, &item.known) != KnownResult::kSent) return false;
+  const KnownResult result = known.Submit(message, split, arrival_ns, &item.known);
+  if (result == KnownResult::kLost) {
+    // NOTE: sent as a new call, Python's hand would wait for the full ring again and
+    // succeed later; its own hand fails the call now (UNAVAILABLE): so does this one
+    item.kind = ItemKind::kLost;
+    item.id = *id = next_id_++;
+    waiting_.emplace(item.id, call);
+    PushLocked(std::move(item));
+    return true;
+  }
+  if (result != KnownResult::kSent) return false;
   item.id = *id = next_id_++;
   waiting_.emplace(item.id, call);
   if (own_known_) {

@@ -49,6 +49,9 @@ enum class ItemKind : int {
   kStreamEnd = 3,      // the client half-closed the stream (or stopped sending)
   kCancelled = 4,      // the call is gone before Python ended it: Python cancels its handler
   kKnown = 5,          // a unary call submitted here (known_submit.h): Python registers it
+  kLost = 6,           // a unary call whose direct handoff took a lease, then found a ring
+                       // full past its timeout (known_submit.h kLost): Python fails it
+                       // UNAVAILABLE in the words of its own hand's ChannelTimeout
 };
 
 // One entry Python takes.
@@ -78,8 +81,8 @@ class Handoff {
   uint64_t Submit(Awaiting* call, grpc::ByteBuffer data,
                   std::vector<std::pair<std::string, std::string>> metadata);
   // Completion-queue thread: submit a unary call whose request matches a lesson of
-  // TheKnownSubmit() and queue it as kKnown (its id in *id); false: nothing was done (the
-  // caller Submits it).
+  // TheKnownSubmit() and queue it as kKnown (its id in *id), or as kLost when its direct
+  // handoff was lost; false: nothing was done (the caller Submits it).
   bool SubmitKnown(Awaiting* call, const grpc::ByteBuffer& data, uint64_t* id);
   // Completion-queue thread: a stream begins; returns its id.
   uint64_t Open(Awaiting* call, std::vector<std::pair<std::string, std::string>> metadata);

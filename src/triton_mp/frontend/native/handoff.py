@@ -60,10 +60,12 @@ from triton_mp.frontend.grpc.wire import MALFORMED, Split, WireInferRequest, tol
 from triton_mp.frontend.native.known_calls import KnownCalls, Reply
 from triton_mp.frontend.native.reply_status import code_of, failed, unexpected
 
-CALL, OPEN, MESSAGE, END, GONE, KNOWN = range(6)
+CALL, OPEN, MESSAGE, END, GONE, KNOWN, LOST = range(7)
 """What a taken entry is (``handoff.h`` ItemKind): a unary call (data, metadata), a stream's
 opening (metadata), its next request message (data), its half-close, a call gone before
-Python ended it, a known call the native side submitted itself (data: ``KnownSent``)."""
+Python ended it, a known call the native side submitted itself (data: ``KnownSent``), a
+known call whose direct handoff took a lease and then found a ring full past its timeout
+(neither: it fails as ``DirectRoutes.hand``'s ``ChannelTimeout`` fails Python's)."""
 
 
 class Native(Protocol):
@@ -197,6 +199,9 @@ class Handoff:
         self._kick_due = False
         self._at_pass_end = False
         """The loop's selector kicks at each pass end (``start``)."""
+        self.lost: Callable[[], TritonMPError] | None = None
+        """The error a LOST call fails with (``Sender.full_error`` of the ring to the
+        scheduler: UNAVAILABLE, the words of Python's own hand when that ring stays full)."""
         self.release_owned: Callable[[], int] | None = None
         """Queues the calls the native side kept (``known_answers.NativeAnswers.release``):
         ``pull_known`` calls it first."""
@@ -312,8 +317,18 @@ class Handoff:
                     stream = self._streams.get(call_id)
                     if stream is not None:
                         stream.end()
+                elif kind == LOST:
+                    self._lost(call_id)
                 else:  # GONE
                     self._gone(call_id)
+
+    def _lost(self, call_id: int) -> None:
+        """A LOST call: failed as Python's hand fails it when a ring stays full."""
+        lost = self.lost
+        if lost is None:  # NOTE: never: C++ submits known calls only where it is set
+            self._reply(call_id, *unexpected(RuntimeError("a direct handoff was lost")), b"")
+            return
+        self._reply(call_id, *failed(lost()), b"")
 
     def _gone(self, call_id: int) -> None:
         """The client abandoned the call: cancel its ticket or its task."""

@@ -152,6 +152,7 @@ KnownResult KnownSubmit::Submit(const Chunks& message, const RequestSplit& split
     case KnownResult::kNoRoom: ++stats_.no_room; break;
     case KnownResult::kFull: ++stats_.full; break;
     case KnownResult::kStale: ++stats_.stale; break;
+    case KnownResult::kLost: ++stats_.full; break;
   }
   return result;
 }
@@ -206,7 +207,7 @@ KnownResult KnownSubmit::SubmitLocked(const Chunks& message, const RequestSplit&
       // NOTE: its id may be in a DirectSent pushed already: never used again
       ++ids_.front().first;
       __atomic_store_n(reinterpret_cast<uint32_t*>(base_ + block), kBlockFree, __ATOMIC_RELEASE);
-      return KnownResult::kFull;
+      return KnownResult::kLost;
     }
   }
   // NOTE: a call handed goes without a scheduler wake (its DirectSent waits for a pass)

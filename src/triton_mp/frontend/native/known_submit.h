@@ -68,6 +68,9 @@ enum class KnownResult : int {
   kNoRoom = 4,    // the newest arena has no room now: Python allocates (and grows)
   kFull = 5,      // the ring is full now (the block was freed)
   kStale = 6,     // the lesson names a client region and the registrations changed since
+  kLost = 7,      // the direct handoff took a lease, then a ring stayed full (direct_handoff.h
+                  // kLost; the block was freed): the call fails UNAVAILABLE, as Python's
+                  // hand's ChannelTimeout (handoff.h kLost)
 };
 
 struct KnownStats {

@@ -45,6 +45,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Protocol
 
+from triton_mp.common.errors import TritonMPError
 from triton_mp.frontend.dispatch.known_requests import KnownRequest
 from triton_mp.frontend.dispatch.pending import PendingTable
 from triton_mp.frontend.inference import Inference
@@ -124,6 +125,8 @@ class Wiring:
         arena: the frontend's input arenas (C++ allocates in the newest).
         tracer, inbox: their trace settings and model table updates un-teach.
         shm: the client regions (every registration change un-teaches; ``watch``).
+        lost: the error a known call whose direct handoff was lost fails with (the ring to
+            the scheduler's ``Sender.full_error``; ``handoff.Handoff.lost``).
     """
 
     producer: object
@@ -132,6 +135,7 @@ class Wiring:
     tracer: Refreshes
     inbox: TableChanges
     shm: SystemShmRegistry | None = None
+    lost: Callable[[], TritonMPError] | None = None
 
 
 class NativeKnown:

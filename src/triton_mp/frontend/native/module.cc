@@ -169,7 +169,7 @@ PyObject* CallRequest(PyObject*, PyObject* args) {
 // split or None): kind is handoff.h's ItemKind (data for kCall and kStreamMessage, metadata
 // for kCall and kStreamOpen); a unary call's request comes as received.h CallRequestOf
 // makes it (its bytes or a Received, and its split); a kKnown's data is what was sent,
-// (request id, lesson id, block offset, block generation).
+// (request id, lesson id, block offset, block generation); a kLost has neither.
 PyObject* Take(PyObject*, PyObject*) {
   triton_mp::Handoff* h = CurrentHandoff();
   std::vector<triton_mp::HandoffItem> items;

@@ -84,6 +84,7 @@ class NativePort:
             self._handoff = Handoff(self._server.module, servicer, known)
             calls = self._handoff.known_calls
             if wiring is not None and calls is not None:
+                self._handoff.lost = wiring.lost
                 pull = self._handoff.pull_known
                 self._teacher = NativeKnown(self._server.module, calls, servicer, pull)
                 self._wire = partial(self._teacher.wire, wiring, servicer.inference)
