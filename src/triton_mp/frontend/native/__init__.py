@@ -47,11 +47,11 @@ if TYPE_CHECKING:
     from triton_mp.ipc.memory.shm import Segment
     from triton_mp.ipc.tensor_pool import ArenaBlocks
 
-_ABI = 4
-"""What the Python side passes the extension (``module.cc``'s ``ABI``, its twin): 4,
-``reply`` takes a response's parts, ``take`` gives KNOWN entries, ``known_*`` teach the
-gRPC thread (``known_teach``), ``direct_*`` open the direct handoff's routes
-(``dispatch.direct``). A build older than its sources is treated as absent."""
+_ABI = 5
+"""What the Python side passes the extension (``module.cc``'s ``ABI``, its twin): 5,
+``reply`` takes a response's parts, ``take`` gives KNOWN and LOST entries, ``known_*`` teach
+the gRPC thread (``known_teach``), ``direct_*`` open the direct handoff's routes
+(``dispatch.direct``) and set its full ring's wait (``direct_full_timeout``). A build older than its sources is treated as absent."""
 
 
 def _load() -> tuple[ModuleType | None, str]:

@@ -363,12 +363,12 @@ namespace triton_mp {
 Handoff* ServerHandoff() { return CurrentHandoff(); }
 }  // namespace triton_mp
 
-// ABI: what this build's functions take, checked by native/__init__.py (_ABI, its twin): 4,
-// reply() takes a response's parts, take() gives kKnown entries, known_* teach the gRPC thread,
-// direct_* open the direct handoff's routes.
+// ABI: what this build's functions take, checked by native/__init__.py (_ABI, its twin): 5,
+// reply() takes a response's parts, take() gives kKnown and kLost entries, known_* teach the
+// gRPC thread, direct_* open the direct handoff's routes and set its full ring's wait.
 PyMODINIT_FUNC PyInit__native() {
   PyObject* module = PyModule_Create(&kModule);
-  if (module != nullptr && (PyModule_AddIntConstant(module, "ABI", 4) != 0 ||
+  if (module != nullptr && (PyModule_AddIntConstant(module, "ABI", 5) != 0 ||
                             !triton_mp::AddReceivedType(module) ||
                             !triton_mp::AddInputArenaType(module) ||
                             !triton_mp::AddRecordPatch(module) ||
