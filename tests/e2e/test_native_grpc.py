@@ -553,6 +553,29 @@ def test_a_stop_answers_the_calls_in_flight(tmp_path: Path) -> None:
     assert sorted(int(a.as_numpy("OUT")[0]) for a in answers) == [0, 1, 2], answers
 
 
+def test_calls_cancelled_before_their_request_is_read_leave_a_stop_nothing_to_wait_for(
+    tmp_path: Path,
+) -> None:
+    """Clients that cancel a ModelInfer before sending its request: when the call's end
+    (AsyncNotifyWhenDone) reaches the gRPC thread before its failed read, the call it then
+    relays to the Python side is cancelled too. Before, nothing cancelled that relayed call,
+    which waited for a message that never came: the stop then waited out the exit timeout
+    and the supervisor killed the frontend ("frontend 0 did not stop")."""
+    repo = tmp_path / "repo"
+    write_python_model(repo, "slow_py", SLOW_CONFIG, SLOW_MODEL)
+    request = pb.ModelInferRequest(model_name="slow_py")
+    with server_factory(tmp_path) as start:
+        server = start(repo, "--grpc-frontend", "native", "--exit-timeout-secs", "2")
+        with grpc.insecure_channel(server.url) as channel:
+            call = channel.unary_unary(
+                INFER, request_serializer=pb.ModelInferRequest.SerializeToString
+            )
+            for _ in range(200):
+                call.future(request).cancel()  # NOTE: the cancel chases the request
+        assert server.stop() == 0
+        assert "did not stop" not in server.log()
+
+
 def test_absent_extension_falls_back_to_python(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

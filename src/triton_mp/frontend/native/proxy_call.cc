@@ -100,6 +100,10 @@ void ProxyCall::StartBackend() {
   client_stream_ = target_.stub->PrepareCall(&client_ctx_, server_ctx_.method(), target_.cq);
   Start(&started_op_);
   client_stream_->StartCall(&started_op_);
+  // NOTE: a client that cancelled before its request was read: OnDone ran with no backend
+  // call to cancel, and the Python side would wait for a message that never comes (without
+  // a deadline, until the server stops: a drain then waits out its whole grace)
+  if (done_ && server_ctx_.IsCancelled()) client_ctx_.TryCancel();
 }
 
 void ProxyCall::OnStarted(bool ok) {
@@ -192,6 +196,7 @@ void ProxyCall::OnBackendFinished(bool) {
 void ProxyCall::OnClientFinished(bool) {}
 
 void ProxyCall::OnDone(bool) {
+  done_ = true;
   if (handoff_id_ != 0) {
     // NOTE: handed to Python and not answered: the call is over (cancelled, deadline,
     // shutdown). Withdrawn before Python replied, no reply comes: release its reservation.

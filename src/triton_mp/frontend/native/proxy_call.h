@@ -129,6 +129,7 @@ class ProxyCall final : public Awaiting {
 
   int pending_ = 0;           // ops handed to the completion queue and not yet back
   bool started_ = false;      // a client call arrived (RequestCall completed ok)
+  bool done_ = false;         // OnDone ran: gRPC ended the call (answered or cancelled)
   bool up_writing_ = false;   // a backend Write or WritesDone is pending
   bool down_eof_ = false;     // the backend has no more messages
   bool backend_finishing_ = false;  // backend Finish called: nothing more goes up
