@@ -51,7 +51,8 @@ _ABI = 5
 """What the Python side passes the extension (``module.cc``'s ``ABI``, its twin): 5,
 ``reply`` takes a response's parts, ``take`` gives KNOWN and LOST entries, ``known_*`` teach
 the gRPC thread (``known_teach``), ``direct_*`` open the direct handoff's routes
-(``dispatch.direct``) and set its full ring's wait (``direct_full_timeout``). A build older than its sources is treated as absent."""
+(``dispatch.direct``) and set its full ring's wait (``direct_full_timeout``). A build older
+than its sources is treated as absent."""
 
 
 def _load() -> tuple[ModuleType | None, str]:
