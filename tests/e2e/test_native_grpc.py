@@ -13,7 +13,6 @@ import queue
 import random
 import re
 import shutil
-import struct
 import threading
 import time
 import urllib.request
@@ -32,6 +31,7 @@ from tritonclient.utils import InferenceServerException
 from tests.e2e.test_fuzz import FUZZ_SETTINGS, infer_requests, write_fuzz_models
 from tests.helpers.repos import copy_models, write_python_model
 from tests.helpers.server import REPO_ROOT, ServerProcess, server_factory, wait_for
+from tests.helpers.worker_arenas import live_output_blocks
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp.frontend.native import available
 
@@ -464,13 +464,7 @@ def _live_output_blocks(server: ServerProcess, instance: str) -> int:
         if p.cmdline() and p.cmdline()[0] == f"triton-mp: worker {instance}"
     ]
     assert len(pids) == 1, pids
-    live = 0
-    for path in Path("/dev/shm").glob(f"triton_mp_{server.pid}_w*p{pids[0]}_a*"):
-        data = path.read_bytes()
-        for off in range(64, len(data) - 16, 64):
-            state, generation, size = struct.unpack_from("<IIQ", data, off)
-            live += state == 1 and generation != 0 and size % 64 == 0 and 0 < size <= len(data)
-    return live
+    return live_output_blocks(server.pid, pids[0])
 
 
 def test_deadlines_of_16_clients_leave_no_owned_call_and_no_block(

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import re
 import shutil
-import struct
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import psutil
@@ -27,6 +25,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.helpers.repos import write_python_model
 from tests.helpers.server import REPO_ROOT, ServerProcess, server_factory, wait_for
+from tests.helpers.worker_arenas import live_output_blocks
 from triton_mp.frontend.native import available
 
 pytestmark = [
@@ -94,13 +93,7 @@ def _live_output_blocks(server: ServerProcess, model: str = MODEL_NAME) -> int:
         if p.cmdline() and p.cmdline()[0].startswith(f"triton-mp: worker {model}")
     ]
     assert len(pids) == 1, pids
-    live = 0
-    for path in Path("/dev/shm").glob(f"triton_mp_{server.pid}_w*p{pids[0]}_a*"):
-        data = path.read_bytes()
-        for off in range(64, len(data) - 16, 64):
-            state, generation, size = struct.unpack_from("<IIQ", data, off)
-            live += state == 1 and generation != 0 and size % 64 == 0 and 0 < size <= len(data)
-    return live
+    return live_output_blocks(server.pid, pids[0])
 
 
 def _infer(

@@ -10,9 +10,6 @@ Python path's."""
 
 from __future__ import annotations
 
-import itertools
-import os
-import struct
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,11 +17,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.known_answer_arena import (
+    make_live,
+    native,
+    output_arena,
+    python_bytes,
+    state,
+    teach,
+)
 from triton_mp.common.errors import ErrorCode
 from triton_mp.frontend.grpc.messages import ResponseHeads
 from triton_mp.frontend.grpc.wire import infer_response_parts
 from triton_mp.frontend.native import input_arena_type
-from triton_mp.ipc.memory.shm import Segment, unlink_quietly
+from triton_mp.ipc.memory.shm import Segment
 from triton_mp.ipc.protocol.messages import (
     AnswerBatch,
     BlockRef,
@@ -38,40 +43,20 @@ from triton_mp.ipc.tensor_pool import FREE, LIVE
 
 pytestmark = pytest.mark.skipif(input_arena_type() is None, reason="native extension not built")
 
-_names = itertools.count()
-_HEADER = struct.Struct("<IIQ")
 BLOCK = 4096
 """Each test block's room, its 64-byte header included."""
-
-
-def native() -> Any:
-    from triton_mp.frontend.native import _native  # type: ignore[attr-defined]
-
-    return _native
 
 
 @pytest.fixture
 def arena() -> Iterator[Segment]:
     """A worker-like output arena of 8 blocks; C++ forgets its mappings after."""
-    name = f"/tmk_{os.getpid()}_{next(_names)}"
-    seg = Segment.create(name, 8 * BLOCK)
-    native().known_answer_forget()
-    try:
+    with output_arena("tmk", 8, BLOCK) as seg:
         yield seg
-    finally:
-        native().known_answer_forget()
-        seg.close()
-        unlink_quietly(name)
 
 
 def live(seg: Segment, i: int, generation: int) -> BlockRef:
     """Block ``i`` of ``seg`` made LIVE with ``generation``."""
-    _HEADER.pack_into(seg.buf, i * BLOCK, LIVE, generation, BLOCK)
-    return BlockRef(seg.name, i * BLOCK, generation)
-
-
-def state(seg: Segment, b: BlockRef) -> int:
-    return int(_HEADER.unpack_from(seg.buf, b.offset)[0])
+    return make_live(seg, i, generation, BLOCK)
 
 
 dtypes = st.sampled_from([("FP32", 4), ("INT64", 8), ("UINT8", 1), ("BOOL", 1)])
@@ -98,28 +83,12 @@ def outputs_in(
     return tuple(out)
 
 
-def python_bytes(r: InferResponse, seg: Segment, client_id: str) -> bytes:
-    """What ``KnownCalls`` replies with for ``r`` (the parts joined)."""
-    head = ResponseHeads().head("m", r.version, client_id, r.parameters_json, r.outputs)
-    views = [memoryview(seg.buf)[t.offset : t.offset + t.nbytes] for t in r.outputs]
-    return b"".join(bytes(p) for p in infer_response_parts(head, views))
-
-
-def teach(lesson: int, r: InferResponse, client_id: str) -> None:
-    head = ResponseHeads().head("m", r.version, client_id, r.parameters_json, r.outputs)
-    forms = tuple((t.name, t.datatype, t.shape) for t in r.outputs)
-    native().known_answer_teach(lesson, r.version, r.parameters_json, forms, head)
-
-
 @settings(max_examples=60, deadline=None)
 @given(forms, st.text(max_size=10), st.sampled_from(["", '{"a": 1}']), st.data())
 def test_one_answer_is_the_python_paths_bytes_and_frees_its_block(
     drawn: Any, client_id: str, params: str, data: st.DataObject
 ) -> None:
-    name = f"/tmk_{os.getpid()}_{next(_names)}"
-    seg = Segment.create(name, 8 * BLOCK)
-    native().known_answer_forget()
-    try:
+    with output_arena("tmk", 8, BLOCK) as seg:
         block = live(seg, 1, 7)
         r = InferResponse(
             request_id=5, version=3, outputs=outputs_in(seg, block, drawn, data),
@@ -133,10 +102,6 @@ def test_one_answer_is_the_python_paths_bytes_and_frees_its_block(
         assert built == (expected,)
         assert refused == 0
         assert state(seg, block) == FREE
-    finally:
-        native().known_answer_forget()
-        seg.close()
-        unlink_quietly(name)
 
 
 @settings(max_examples=30, deadline=None)
@@ -144,10 +109,7 @@ def test_one_answer_is_the_python_paths_bytes_and_frees_its_block(
 def test_a_batch_is_built_in_order_and_its_shared_block_freed_once(
     n: int, data: st.DataObject
 ) -> None:
-    name = f"/tmk_{os.getpid()}_{next(_names)}"
-    seg = Segment.create(name, 8 * BLOCK)
-    native().known_answer_forget()
-    try:
+    with output_arena("tmk", 8, BLOCK) as seg:
         block = live(seg, 2, 9)
         responses = []
         for i in range(n):
@@ -167,10 +129,6 @@ def test_a_batch_is_built_in_order_and_its_shared_block_freed_once(
         # NOTE: the block is used by an answer still to come: Python's (SharedBlocks)
         assert native().known_answer_build(encode(short), [4] * n, True) is None
         assert state(seg, block) == LIVE
-    finally:
-        native().known_answer_forget()
-        seg.close()
-        unlink_quietly(name)
 
 
 def test_what_asks_for_a_triton_rule_is_left_to_python(arena: Segment) -> None:

@@ -9,81 +9,50 @@ responses are let go, and a hold never armed (the answer left to Python) frees n
 
 from __future__ import annotations
 
-import itertools
-import os
-import struct
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triton_mp.frontend.grpc.messages import ResponseHeads
-from triton_mp.frontend.grpc.wire import infer_response_parts
+from tests.helpers.known_answer_arena import (
+    make_live,
+    native,
+    output_arena,
+    python_bytes,
+    state,
+    teach,
+)
 from triton_mp.frontend.native import input_arena_type
-from triton_mp.ipc.memory.shm import Segment, unlink_quietly
+from triton_mp.ipc.memory.shm import Segment
 from triton_mp.ipc.protocol.messages import AnswerBatch, BlockRef, Handoff, InferResponse, TensorRef
 from triton_mp.ipc.recordio.codec import encode
 from triton_mp.ipc.tensor_pool import FREE, LIVE
 
 pytestmark = pytest.mark.skipif(input_arena_type() is None, reason="native extension not built")
 
-_names = itertools.count()
-_HEADER = struct.Struct("<IIQ")
 BLOCK = 1 << 20
 """Each test block's room, its 64-byte header included."""
 LARGE = 64 * 1024
 """known_answer.h kInPlaceMinBytes."""
 
 
-def native() -> Any:
-    from triton_mp.frontend.native import _native  # type: ignore[attr-defined]
-
-    return _native
-
-
 @pytest.fixture
 def arena() -> Iterator[Segment]:
     """A worker-like output arena of 4 blocks; C++ forgets its mappings after."""
-    name = f"/tmkp_{os.getpid()}_{next(_names)}"
-    seg = Segment.create(name, 4 * BLOCK)
-    native().known_answer_forget()
-    try:
+    with output_arena("tmkp", 4, BLOCK) as seg:
         yield seg
-    finally:
-        native().known_answer_forget()
-        seg.close()
-        unlink_quietly(name)
 
 
 def live(seg: Segment, i: int, generation: int) -> BlockRef:
     """Block ``i`` of ``seg`` made LIVE with ``generation``."""
-    _HEADER.pack_into(seg.buf, i * BLOCK, LIVE, generation, BLOCK)
-    return BlockRef(seg.name, i * BLOCK, generation)
-
-
-def state(seg: Segment, b: BlockRef) -> int:
-    return int(_HEADER.unpack_from(seg.buf, b.offset)[0])
+    return make_live(seg, i, generation, BLOCK)
 
 
 def tensor(seg: Segment, name: str, at: int, n: int, fill: int) -> TensorRef:
     """A UINT8 tensor of ``n`` bytes written at ``at`` (bytes ``fill`` + position, mod 251)."""
     seg.buf[at : at + n] = bytes((fill + i) % 251 for i in range(n))
     return TensorRef(name, "UINT8", (n,), seg.name, at, n)
-
-
-def python_bytes(r: InferResponse, seg: Segment, client_id: str) -> bytes:
-    """What ``KnownCalls`` replies with for ``r`` (the parts joined)."""
-    head = ResponseHeads().head("m", r.version, client_id, r.parameters_json, r.outputs)
-    views = [memoryview(seg.buf)[t.offset : t.offset + t.nbytes] for t in r.outputs]
-    return b"".join(bytes(p) for p in infer_response_parts(head, views))
-
-
-def teach(lesson: int, r: InferResponse, client_id: str) -> None:
-    head = ResponseHeads().head("m", r.version, client_id, r.parameters_json, r.outputs)
-    forms = tuple((t.name, t.datatype, t.shape) for t in r.outputs)
-    native().known_answer_teach(lesson, r.version, r.parameters_json, forms, head)
 
 
 sizes = st.lists(
@@ -98,10 +67,7 @@ sizes = st.lists(
 def test_large_outputs_go_in_place_with_the_python_paths_bytes(
     drawn: list[int], client_id: str, commit: bool
 ) -> None:
-    name = f"/tmkp_{os.getpid()}_{next(_names)}"
-    seg = Segment.create(name, 4 * BLOCK)
-    native().known_answer_forget()
-    try:
+    with output_arena("tmkp", 4, BLOCK) as seg:
         block = live(seg, 1, 7)
         outputs, at = [], block.offset + 64
         for k, n in enumerate(drawn):
@@ -115,10 +81,6 @@ def test_large_outputs_go_in_place_with_the_python_paths_bytes(
         assert refused == 0
         # NOTE: armed (committed): freed once the responses were let go; else Python's to free
         assert state(seg, block) == (FREE if commit else LIVE)
-    finally:
-        native().known_answer_forget()
-        seg.close()
-        unlink_quietly(name)
 
 
 def test_a_batchs_handed_over_block_is_held_once_and_freed_after_every_response(

@@ -63,19 +63,14 @@ bool Handoff::SubmitKnown(Awaiting* call, const grpc::ByteBuffer& data, uint64_t
   // even when this thread is preempted in between. A cancel of the call is queued behind it.
   std::lock_guard<std::mutex> lock(mu_);
   const KnownResult result = known.Submit(message, split, arrival_ns, &item.known);
+  if (result != KnownResult::kSent && result != KnownResult::kLost) return false;
+  item.id = *id = next_id_++;
+  waiting_.emplace(item.id, call);
   if (result == KnownResult::kLost) {
     // NOTE: sent as a new call, Python's hand would wait for the full ring again and
     // succeed later; its own hand fails the call now (UNAVAILABLE): so does this one
     item.kind = ItemKind::kLost;
-    item.id = *id = next_id_++;
-    waiting_.emplace(item.id, call);
-    PushLocked(std::move(item));
-    return true;
-  }
-  if (result != KnownResult::kSent) return false;
-  item.id = *id = next_id_++;
-  waiting_.emplace(item.id, call);
-  if (own_known_) {
+  } else if (own_known_) {
     // NOTE: kept, not queued: its answer is served here (AnswerOwned) unless Python takes it
     owned_call_.emplace(item.id, item.known.request_id);
     owned_.emplace(item.known.request_id, Owned{item.id, item.known});
