@@ -187,3 +187,17 @@ def test_a_damaged_batch_is_read_within_bounds_or_left(b: AnswerBatch, data: st.
     except UnicodeDecodeError:
         return  # NOTE: a name's bytes damaged into invalid UTF-8: only the test's view fails
     assert got is None or got[0] in (RESPONSE, BATCH)
+
+
+def test_two_strings_of_invalid_utf8_raise_the_first_ones_error() -> None:
+    """The test view stops at the first string it cannot decode (found by the damaged-batch
+    fuzz: decoding a second string with the first one's error still set made CPython raise
+    SystemError instead)."""
+    r = InferResponse(request_id=1, version=1, outputs=(TensorRef("zz", "FP32", (1,), "/s", 0, 4),))
+    raw = encode(r)
+    damaged = raw.replace(b"\xa2zz", b"\xa2\x80\x80", 1).replace(
+        b"\xa4FP32", b"\xa4\x80\x80\x80\x80", 1
+    )
+    assert damaged.count(b"\x80") == 6
+    with pytest.raises(UnicodeDecodeError):
+        read(damaged)

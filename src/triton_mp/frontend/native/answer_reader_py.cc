@@ -37,14 +37,14 @@ PyObject* TupleOf(const std::vector<T>& items, F make) {
 PyObject* Output(const AnswerOutput& o) {
   PyObject* shape = TupleOf(o.shape, [](int64_t d) { return PyLong_FromLongLong(d); });
   if (shape == nullptr) return nullptr;
+  // NOTE: each made only once the one before it was: no Python call with an error set
   PyObject* name = Text(o.name);
-  PyObject* datatype = Text(o.datatype);
-  PyObject* segment = Text(o.segment);
-  if (name == nullptr || datatype == nullptr || segment == nullptr) {
+  PyObject* datatype = name == nullptr ? nullptr : Text(o.datatype);
+  PyObject* segment = datatype == nullptr ? nullptr : Text(o.segment);
+  if (segment == nullptr) {
     Py_DECREF(shape);
     Py_XDECREF(name);
     Py_XDECREF(datatype);
-    Py_XDECREF(segment);
     return nullptr;
   }
   return Py_BuildValue("(NNNNKKK)", name, datatype, shape, segment,
@@ -53,21 +53,21 @@ PyObject* Output(const AnswerOutput& o) {
 }
 
 PyObject* Response(const AnswerResponse& r) {
+  // NOTE: each made only once the one before it was: no Python call with an error set
   PyObject* outputs = TupleOf(r.outputs, Output);
   PyObject* block = nullptr;
-  if (r.has_block) {
+  if (outputs != nullptr && r.has_block) {
     block = Block(r.block);
-  } else {
+  } else if (outputs != nullptr) {
     block = Py_None;
     Py_INCREF(block);
   }
-  PyObject* params = Text(r.parameters_json);
-  PyObject* shared = TupleOf(r.shared_blocks, Block);
-  if (outputs == nullptr || block == nullptr || params == nullptr || shared == nullptr) {
+  PyObject* params = block == nullptr ? nullptr : Text(r.parameters_json);
+  PyObject* shared = params == nullptr ? nullptr : TupleOf(r.shared_blocks, Block);
+  if (shared == nullptr) {
     Py_XDECREF(outputs);
     Py_XDECREF(block);
     Py_XDECREF(params);
-    Py_XDECREF(shared);
     return nullptr;
   }
   return Py_BuildValue("(KLNNOOOOnNNn)", (unsigned long long)r.request_id, (long long)r.version,
