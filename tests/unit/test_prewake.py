@@ -3,16 +3,30 @@ batch, once per frontend, never for BLS or ensemble requesters."""
 
 from __future__ import annotations
 
-from triton_mp.ipc.protocol.messages import Requester
+from dataclasses import dataclass
+
+from triton_mp.ipc.protocol.messages import ReplyTo, Requester
 from triton_mp.workers.prewake import PREWAKE_MAX_NS, EarlyWakes
 
 F, B, E = Requester.FRONTEND, Requester.BLS, Requester.ENSEMBLE
 
 
+@dataclass(frozen=True)
+class _Req:
+    """What ``EarlyWakes`` reads of a request."""
+
+    reply_to: ReplyTo
+
+
+def reqs(*to: tuple[Requester, int]) -> list[_Req]:
+    """Requests answering ``(kind, id)`` each, in order."""
+    return [_Req(ReplyTo(kind, ident)) for kind, ident in to]
+
+
 def test_the_first_batch_wakes_nobody_early() -> None:
     woken: list[int] = []
     early = EarlyWakes(woken.append)
-    assert early.batch_starts([(F, 0)]) == 0
+    assert early.batch_starts(reqs((F, 0))) == 0
     assert woken == []
 
 
@@ -20,7 +34,7 @@ def test_after_a_short_batch_each_frontend_is_woken_once() -> None:
     woken: list[int] = []
     early = EarlyWakes(woken.append)
     early.batch_ended(PREWAKE_MAX_NS - 1)
-    assert early.batch_starts([(F, 1), (B, 1), (F, 0), (F, 1), (E, 0)]) == 2
+    assert early.batch_starts(reqs((F, 1), (B, 1), (F, 0), (F, 1), (E, 0))) == 2
     assert woken == [1, 0]
 
 
@@ -28,7 +42,7 @@ def test_after_a_long_batch_nobody_is_woken_until_a_short_one() -> None:
     woken: list[int] = []
     early = EarlyWakes(woken.append)
     early.batch_ended(PREWAKE_MAX_NS)
-    assert early.batch_starts([(F, 0)]) == 0
+    assert early.batch_starts(reqs((F, 0))) == 0
     early.batch_ended(50_000)
-    assert early.batch_starts([(F, 0)]) == 1
+    assert early.batch_starts(reqs((F, 0))) == 1
     assert woken == [0]

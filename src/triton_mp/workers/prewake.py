@@ -18,13 +18,21 @@ part of the latency and the poll would be CPU spent for nothing.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
-from triton_mp.ipc.protocol.messages import Requester
+from triton_mp.ipc.protocol.messages import ReplyTo, Requester
 
 PREWAKE_MAX_NS = 200_000
 """A batch wakes its frontends early only while the last batch took less than this from its
 start to its last answer (ns); below the frontend's ``PREWAKE_POLL_S`` (300 µs) with room
 for the decode and the wake-up itself."""
+
+
+class Answered(Protocol):
+    """A request as ``EarlyWakes`` reads it: where its answer goes (``InferRequest``)."""
+
+    @property
+    def reply_to(self) -> ReplyTo: ...
 
 
 class EarlyWakes:
@@ -42,17 +50,19 @@ class EarlyWakes:
         """How long the last batch took from its start to its last answer (ns); None
         before the first: the first batch wakes nobody early."""
 
-    def batch_starts(self, reply_to: Iterable[tuple[Requester, int]]) -> int:
-        """A batch whose requests answer ``reply_to`` (kind, id) starts: wake each of its
-        frontends once when the last batch was short. Returns the number woken."""
+    def batch_starts(self, requests: Iterable[Answered]) -> int:
+        """A batch of ``requests`` starts: wake each frontend they answer once when the last
+        batch was short. Returns the number woken. After a long batch (the common case
+        under load) nothing is read: the requests are only walked when a wake may follow."""
         last = self.last_ns
         if last is None or last >= PREWAKE_MAX_NS:
             return 0
         woken: set[int] = set()
-        for kind, ident in reply_to:
-            if kind is Requester.FRONTEND and ident not in woken:
-                woken.add(ident)
-                self._wake(ident)
+        for r in requests:
+            to = r.reply_to
+            if to.kind is Requester.FRONTEND and to.id not in woken:
+                woken.add(to.id)
+                self._wake(to.id)
         return len(woken)
 
     def batch_ended(self, took_ns: int) -> None:

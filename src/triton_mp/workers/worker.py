@@ -305,7 +305,7 @@ class Worker:
         reqs = self._gather.decoded(batch.requests)
         early = self._early
         if early is not None:
-            early.batch_starts([(r.reply_to.kind, r.reply_to.id) for r in reqs])
+            early.batch_starts(reqs)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("batch %d started: %d requests", batch.batch_id, len(reqs))
         if self._states is not None and batch.released:
@@ -407,8 +407,13 @@ class Worker:
                     f"backend returned {len(ran)} results for a batch of "
                     f"{len(backend_reqs)} requests"
                 )
-            for i, res in zip(runnable, ran, strict=True):
-                results[i] = res
+            if len(runnable) == len(results):
+                # NOTE: every request reached the backend (the common batch): its results
+                # in batch order, one copy, no loop.
+                results = list(ran)
+            else:
+                for i, res in zip(runnable, ran, strict=True):
+                    results[i] = res
         except Exception as exc:  # noqa: BLE001 - one failed batch must not stop the worker
             if isinstance(exc, TritonMPError):
                 # NOTE: the backend's own words and status (e.g. "PyTorch execute failure:

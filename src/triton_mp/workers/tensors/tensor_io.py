@@ -356,7 +356,8 @@ def write_outputs(
             outputs=refs,
             block=block,
             final=final,
-            parameters_json=response_parameters(outputs),
+            # NOTE: a plain dict carries no parameters (response_parameters' test, inlined).
+            parameters_json="" if type(outputs) is dict else response_parameters(outputs),
         )
     parts = output_parts(req, outputs)
     placed: dict[int, TensorRef] = {}
@@ -384,7 +385,17 @@ def arena_tensors(req: InferRequest, outputs: dict[str, np.ndarray]) -> list[Wir
     client region (all go to the arena): ``output_parts`` without the region checks (in the
     backend's order; an output the model did not produce is left out, as there)."""
     wanted = req.outputs
-    return [wire_tensor(name, arr) for name, arr in outputs.items() if name in wanted]
+    wire_of = WIRE_OF
+    out: list[WireTensor] = []
+    for name, arr in outputs.items():
+        if name in wanted:
+            # NOTE: wire_tensor's hot path inlined (one call per output saved).
+            datatype = wire_of.get(arr.dtype)
+            if datatype is not None and arr.flags.c_contiguous:
+                out.append((name, datatype, arr.shape, arr, arr.nbytes))
+            else:
+                out.append(wire_tensor(name, arr))
+    return out
 
 
 def output_parts(
