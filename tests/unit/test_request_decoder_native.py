@@ -1,17 +1,20 @@
 """The C decoder of REQUEST records (``ipc/native/request_decoder.cc``) against the Python
 one (``RequestDecoder(native=False)``): the same ``InferRequest`` for every record the
-frontend writes, the rare forms left to Python, and random corruptions either decoded alike,
-declined, or refused with ValueError (never a crash: run once under ASan/UBSan)."""
+frontend writes (tails included: parameters, client output regions, a string correlation
+id), a trace level left to Python, and random corruptions either decoded alike, declined, or
+refused with ValueError (never a crash: run once under ASan/UBSan)."""
 
 from __future__ import annotations
 
 import random
 
+import msgspec
 import pytest
 
 from triton_mp.ipc.protocol.messages import (
     BlockRef,
     InferRequest,
+    OutputRegion,
     ReplyTo,
     Requester,
     TensorRef,
@@ -63,6 +66,25 @@ def _random_request(rnd: random.Random) -> InferRequest:
     )
 
 
+def _random_tailed_request(rnd: random.Random) -> InferRequest:
+    """A random request with a tail: parameters, client output regions (some outputs to the
+    arena: None) or a string correlation id, alone or together."""
+    req = _random_request(rnd)
+    regions = tuple(
+        rnd.choice((None, OutputRegion("/client_out", rnd.randint(1, 2**63), 64 * i, 4096, "ö")))
+        for i in range(len(req.outputs))
+    )
+    tail: dict[str, object] = {}
+    while not tail:
+        if regions and rnd.random() < 0.6:
+            tail["output_regions"] = regions
+        if rnd.random() < 0.4:
+            tail["parameters_json"] = rnd.choice(('{"p": 1}', '{"ï": "x"}'))
+        if rnd.random() < 0.3:
+            tail["sequence_id"] = rnd.choice(("corr-ï", "7"))
+    return InferRequest(**{**{f: getattr(req, f) for f in req.__struct_fields__}, **tail})
+
+
 RARE_FORMS = pytest.mark.parametrize(
     "rare",
     [
@@ -72,8 +94,20 @@ RARE_FORMS = pytest.mark.parametrize(
     ],
     ids=["tail", "string sequence id", "trace"],
 )
-"""The forms the native readers leave to Python: a tail, a string sequence id, a trace level
-(also ``test_request_header_native``)."""
+"""The forms the scheduler's header reader leaves to Python: a tail, a string sequence id, a
+trace level (``test_request_header_native``)."""
+
+TAIL_FORMS = pytest.mark.parametrize(
+    "rare",
+    [
+        {"parameters_json": '{"p": 1}'},
+        {"sequence_id": "corr-7"},
+        {"output_regions": (OutputRegion("/client_out", 3, 0, 1 << 20, "out"), None)},
+    ],
+    ids=["parameters", "string sequence id", "client output regions"],
+)
+"""The forms with a tail (msgpack ``RequestTail``), which the C decoder reads through the
+Python ``tail_of``."""
 
 
 def _rare_request(rare: dict[str, object]) -> InferRequest:
@@ -95,9 +129,20 @@ def test_every_record_decodes_as_in_python() -> None:
         assert native.decode(memoryview(rec)) == req  # a ring record is read in place
 
 
-@RARE_FORMS
-def test_the_rare_forms_are_left_to_python(rare: dict[str, object]) -> None:
+@TAIL_FORMS
+def test_the_forms_with_a_tail_decode_in_c_as_in_python(rare: dict[str, object]) -> None:
     req = _rare_request(rare)
+    rec = encode_request(req)
+    assert rec is not None
+    got = native.decode(rec)
+    assert got is not None
+    assert got == req
+    assert got == RequestDecoder(native=False).decode(rec)
+    assert native.decode(rec) == got  # NOTE: the second one takes the kept tail
+
+
+def test_a_trace_level_is_left_to_python() -> None:
+    req = _rare_request({"trace": TraceContext(4)})
     rec = encode_request(req)
     assert rec is not None
     assert native.decode(rec) is None
@@ -106,11 +151,36 @@ def test_the_rare_forms_are_left_to_python(rare: dict[str, object]) -> None:
     assert got.inputs == req.inputs
 
 
-def test_corrupted_records_decode_alike_or_are_refused() -> None:
+def test_a_tail_that_is_no_request_tail_is_refused() -> None:
+    req = _rare_request({"parameters_json": '{"p": 1}'})
+    rec = bytearray(encode_request(req) or b"")
+    rec[-1] ^= 0xFF  # NOTE: the tail is the record's last bytes
+    with pytest.raises(msgspec.DecodeError):  # NOTE: a ValueError
+        native.decode(bytes(rec))
+    with pytest.raises(msgspec.DecodeError):
+        RequestDecoder(native=False).decode(bytes(rec))
+
+
+def test_every_record_with_a_tail_decodes_as_in_python() -> None:
+    rnd = random.Random(37)
+    python = RequestDecoder(native=False)
+    for _ in range(500):
+        req = _random_tailed_request(rnd)
+        rec = encode_request(req)
+        assert rec is not None
+        got = native.decode(rec)
+        assert got == req
+        assert python.decode(rec) == got
+        assert native.decode(memoryview(rec)) == req
+
+
+@pytest.mark.parametrize("tailed", [False, True], ids=["no tail", "tail"])
+def test_corrupted_records_decode_alike_or_are_refused(tailed: bool) -> None:
     rnd = random.Random(35)
+    make = _random_tailed_request if tailed else _random_request
     decoded = refused = 0
     for _ in range(3000):
-        rec = bytearray(encode_request(_random_request(rnd)) or b"")
+        rec = bytearray(encode_request(make(rnd)) or b"")
         for _ in range(rnd.randint(1, 4)):
             at = rnd.randrange(len(rec))
             rec[at] = rnd.randrange(256)

@@ -2,8 +2,13 @@
 // decoded into the Python InferRequest that ipc/recordio/request_records.py's RequestDecoder builds.
 //
 // Python twin: RequestDecoder.decode in src/triton_mp/ipc/recordio/request_records.py, which calls
-// this first and decodes itself what this declines (returns None): a record with a tail
-// (rare fields, msgpack) or a trace level. Only the parsing is here: the message types are
+// this first and decodes itself what this declines (returns None): a record with a trace
+// level (and, before configure_tail, one with a tail). A tail (the rare fields, msgpack of
+// RequestTail: parameters, client output regions, a string correlation id) is not parsed
+// here: its bytes go to the Python tail_of given to configure_tail, which keeps one
+// RequestTail per distinct tail, and its fields join the request (a client system-shm call
+// names its output regions there on every request: id1m_shm's worker ran this Python
+// decoder per request, 4 against 1 us). Only the parsing is here: the message types are
 // the Python ones, handed over once by configure(), and every rule about what a request may
 // hold stays in Python. A record that is not a well-formed REQUEST (wrong marker, kind or
 // version, a count, a string or a rank out of the record's bounds, a datatype unknown, a
@@ -43,6 +48,9 @@ struct Types {
   PyObject* reply_to = nullptr;       // callable (kind, id) -> ReplyTo (cached in Python)
   PyObject* wire = nullptr;           // tuple: dtype code -> protocol datatype string
   PyObject* kwnames = nullptr;        // InferRequest's keyword names, in kRequestArgs order
+  PyObject* tail_of = nullptr;        // callable (tail bytes) -> RequestTail; None: declined
+  PyObject* kwnames_tail = nullptr;   // kwnames, then kTailArgs
+  PyObject* seq_text = nullptr;       // interned "sequence_id" (RequestTail's attribute)
 };
 Types g_types;
 
@@ -51,6 +59,9 @@ constexpr const char* kRequestArgs[] = {
     "block",      "arrival_ns", "priority", "timeout_us", "client_id", "sequence_id", "sequence_flags",
 };
 constexpr Py_ssize_t kNumRequestArgs = sizeof(kRequestArgs) / sizeof(kRequestArgs[0]);
+// The tail's fields InferRequest takes as they are (RequestTail's attributes of those names).
+constexpr const char* kTailArgs[] = {"parameters_json", "output_regions"};
+constexpr Py_ssize_t kNumTailArgs = sizeof(kTailArgs) / sizeof(kTailArgs[0]);
 
 // Owns one reference (RAII); release() hands it over.
 class Ref {
@@ -60,6 +71,10 @@ class Ref {
   Ref& operator=(const Ref&) = delete;
   ~Ref() { Py_XDECREF(obj_); }
   PyObject* get() const { return obj_; }
+  void reset(PyObject* obj) {
+    Py_XDECREF(obj_);
+    obj_ = obj;
+  }
   PyObject* release() {
     PyObject* out = obj_;
     obj_ = nullptr;
@@ -157,6 +172,18 @@ PyObject* Outputs(const uint8_t* data, size_t size, size_t at, uint16_t n) {
   return out.release();
 }
 
+// The record's RequestTail (tail_of's), or nullptr with the error set.
+PyObject* Tail(const uint8_t* data, size_t size, const rec::RequestHeader& h) {
+  if (h.tail_off > size || h.tail_len > size - h.tail_off) {
+    return Malformed("its tail lies outside the record");
+  }
+  Ref raw(PyBytes_FromStringAndSize(reinterpret_cast<const char*>(data + h.tail_off),
+                                    static_cast<Py_ssize_t>(h.tail_len)));
+  if (!raw) return nullptr;
+  PyObject* args[] = {raw.get()};
+  return Call(g_types.tail_of, args, 1);
+}
+
 PyObject* Decode(const uint8_t* data, size_t size) {
   rec::RequestHeader h;
   if (size < sizeof h) return Malformed("shorter than its header");
@@ -165,9 +192,14 @@ PyObject* Decode(const uint8_t* data, size_t size) {
       h.version != rec::kRecordVersion) {
     return Malformed("not a REQUEST record of this version");
   }
-  if (h.tail_len != 0 || (h.flags & (rec::kReqTraceMask | rec::kReqSeqString)) != 0) {
-    Py_RETURN_NONE;  // NOTE: the rare fields: the Python decoder reads them
+  const bool seq_text = (h.flags & rec::kReqSeqString) != 0;
+  if ((h.flags & rec::kReqTraceMask) != 0 ||
+      ((h.tail_len != 0 || seq_text) && g_types.tail_of == nullptr) ||
+      (seq_text && h.tail_len == 0)) {
+    Py_RETURN_NONE;  // NOTE: a trace level (and the forms above): the Python decoder reads them
   }
+  Ref tail(h.tail_len != 0 ? Tail(data, size, h) : nullptr);
+  if (h.tail_len != 0 && !tail) return nullptr;
   const size_t entries = sizeof h + size_t{h.n_inputs} * sizeof(rec::TensorEntry);
   if (entries + size_t{h.n_outputs} * sizeof(rec::OutputEntry) > size) {
     return Malformed("its entries pass its end");
@@ -200,18 +232,27 @@ PyObject* Decode(const uint8_t* data, size_t size) {
   Ref arrival(PyLong_FromUnsignedLongLong(h.arrival_ns));
   Ref priority(PyLong_FromUnsignedLong(h.priority));
   Ref timeout(PyLong_FromUnsignedLong(h.timeout_us));
-  Ref sequence_id(PyLong_FromUnsignedLongLong(h.sequence_id));
+  Ref sequence_id(seq_text ? PyObject_GetAttr(tail.get(), g_types.seq_text)
+                           : PyLong_FromUnsignedLongLong(h.sequence_id));
   Ref flags(PyLong_FromLong(h.flags & (rec::kReqSeqStart | rec::kReqSeqEnd)));
   if (!request_id || !version || !batch_size || !arrival || !priority || !timeout ||
       !sequence_id || !flags) {
     return nullptr;
   }
-  PyObject* args[] = {request_id.get(), reply.get(),     model.get(),    version.get(),
-                      batch_size.get(), inputs.get(),    outputs.get(),  block.get(),
-                      arrival.get(),    priority.get(),  timeout.get(),  client_id.get(),
-                      sequence_id.get(), flags.get()};
-  static_assert(sizeof(args) / sizeof(args[0]) == kNumRequestArgs);
-  return Call(g_types.infer_request, args, 0, g_types.kwnames);
+  PyObject* args[kNumRequestArgs + kNumTailArgs] = {
+      request_id.get(), reply.get(),    model.get(),   version.get(),     batch_size.get(),
+      inputs.get(),     outputs.get(),  block.get(),   arrival.get(),     priority.get(),
+      timeout.get(),    client_id.get(), sequence_id.get(), flags.get()};
+  if (!tail) return Call(g_types.infer_request, args, 0, g_types.kwnames);
+  Ref extra[kNumTailArgs];
+  for (Py_ssize_t i = 0; i < kNumTailArgs; ++i) {
+    PyObject* value = PyObject_GetAttr(
+        tail.get(), PyTuple_GET_ITEM(g_types.kwnames_tail, kNumRequestArgs + i));
+    if (value == nullptr) return nullptr;
+    extra[i].reset(value);
+    args[kNumRequestArgs + i] = value;
+  }
+  return Call(g_types.infer_request, args, 0, g_types.kwnames_tail);
 }
 
 // RequestRecord's slots, in the order read_header fills them (request_records.py names them).
@@ -331,11 +372,37 @@ PyObject* Configure(PyObject* /*module*/, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// configure_tail(tail_of): the callable (tail bytes) -> RequestTail that lets decode() read
+// records with a tail (after configure()).
+PyObject* ConfigureTail(PyObject* /*module*/, PyObject* tail_of) {
+  if (g_types.kwnames == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+    return nullptr;
+  }
+  if (!PyCallable_Check(tail_of)) return PyErr_Format(PyExc_TypeError, "configure_tail: a callable");
+  Ref kwnames(PyTuple_New(kNumRequestArgs + kNumTailArgs));
+  if (!kwnames) return nullptr;
+  for (Py_ssize_t i = 0; i < kNumRequestArgs + kNumTailArgs; ++i) {
+    PyObject* name = i < kNumRequestArgs ? Py_NewRef(PyTuple_GET_ITEM(g_types.kwnames, i))
+                                         : PyUnicode_InternFromString(kTailArgs[i - kNumRequestArgs]);
+    if (name == nullptr) return nullptr;
+    PyTuple_SET_ITEM(kwnames.get(), i, name);
+  }
+  PyObject* seq = PyUnicode_InternFromString("sequence_id");
+  if (seq == nullptr) return nullptr;
+  Py_XSETREF(g_types.seq_text, seq);
+  Keep(&g_types.tail_of, tail_of);
+  Py_XSETREF(g_types.kwnames_tail, kwnames.release());
+  Py_RETURN_NONE;
+}
+
 PyMethodDef kMethods[] = {
     {"configure", Configure, METH_VARARGS,
      "configure(InferRequest, TensorRef, BlockRef, reply_to, wire): the types to build."},
+    {"configure_tail", ConfigureTail, METH_O,
+     "configure_tail(tail_of): tail bytes -> RequestTail, so that decode() reads tails."},
     {"decode", DecodeRequest, METH_O,
-     "decode(buffer) -> InferRequest | None (None: a tail or a trace level; decode in Python)."},
+     "decode(buffer) -> InferRequest | None (None: a trace level; decode in Python)."},
     {"configure_header", ConfigureHeader, METH_O,
      "configure_header(RequestRecord): the class read_header builds."},
     {"read_header", ReadHeaderCall, METH_O,

@@ -163,13 +163,41 @@ def reply_to(kind: int, reply_id: int) -> ReplyTo:
     return reply
 
 
+TAILS_KEPT = 1024
+"""Most distinct tails ``tail_of`` keeps decoded (then it starts over)."""
+
+_tails: dict[bytes, RequestTail] = {}
+
+
+def tail_of(raw: bytes) -> RequestTail:
+    """The ``RequestTail`` of a record's tail bytes, decoded once per distinct tail: the C
+    decoder's callback (``configure_tail``). A client's system-shm calls repeat the same
+    tail (its output regions) on every request.
+
+    Raises:
+        msgspec.DecodeError: the bytes are no ``RequestTail`` (a ``ValueError``).
+    """
+    tail = _tails.get(raw)
+    if tail is None:
+        tail = _tail_decoder.decode(raw)
+        if len(_tails) >= TAILS_KEPT:
+            _tails.clear()
+        _tails[raw] = tail
+    return tail
+
+
 if native_decoder is not None:
     native_decoder.configure(InferRequest, TensorRef, BlockRef, reply_to, WIRE)
+    # NOTE: an extension built before configure_tail declines every tail, as before.
+    _configure_tail = getattr(native_decoder, "configure_tail", None)
+    if _configure_tail is not None:
+        _configure_tail(tail_of)
 
 
 class RequestDecoder:
     """Decodes REQUEST records into ``InferRequest`` s: in C when the extension is built
-    (``ipc/native/request_decoder.cc``; it declines records with a tail or a trace level),
+    (``ipc/native/request_decoder.cc``; it declines records with a trace level, and reads a
+    tail through ``tail_of``),
     else here. What repeats from one request to the next (the strings, the tail, the
     pointers to them: everything but ids, times, offsets, sizes and shapes) is decoded once
     per form and kept (``FORMS_KEPT`` forms)."""
