@@ -75,8 +75,10 @@ def raw_ort_record(args: argparse.Namespace, seconds: float) -> dict[str, Any]:
     ``throughput`` the best images/s, p50/p99 of that configuration's ``session.run`` calls
     (per batch, µs), CPU per image (this process's CPU time / images); ``one_thread_cpu_us``:
     batch size -> CPU µs per image of one session with one intra-op thread alone, what the
-    model itself costs a worker (one thread); ``ort_rows``: every configuration's figures
-    (``sessions``, ``threads``: 0 for ORT's default, ``batch``)."""
+    model itself costs a worker (one thread); ``two_session_cpu_us``: the same for two such
+    sessions at once (what it costs each of the 2-core config's two workers); ``ort_rows``:
+    every configuration's figures (``sessions``, ``threads``: 0 for ORT's default,
+    ``batch``)."""
     import numpy as np
     import ocr_cls_ort
 
@@ -121,22 +123,30 @@ def raw_ort_record(args: argparse.Namespace, seconds: float) -> dict[str, Any]:
             for r in rows
             if r["threads"] == 1 and r["sessions"] == 1
         },
+        "two_session_cpu_us": {
+            r["batch"]: r["cpu_us_per_infer"]
+            for r in rows
+            if r["threads"] == 1 and r["sessions"] == 2
+        },
         "ort_rows": rows,
     }
 
 
 def outside_ort(
-    by_round: dict[int, dict[str, dict[str, Any]]], sides: tuple[str, ...]
+    by_round: dict[int, dict[str, dict[str, Any]]], sides: tuple[str, ...], sessions: int = 1
 ) -> dict[str, dict[str, Any]]:
     """ocr_cls: each triton-mp side's CPU µs per image outside onnxruntime, per round and
-    median: its whole tree's figure less the model's own (raw ORT with one intra-op thread,
-    as a worker runs it, at the batch size nearest the server's average batch)."""
+    median: its whole tree's figure less the model's own, raw ORT with one intra-op thread
+    (as a worker runs it) at the batch size nearest the server's average batch. ``sessions``
+    2 (the 2-core config's two instances): less the figure of two such sessions running at
+    once (``two_session_cpu_us``), since two instances share L3 and memory bandwidth and
+    each pays more per image than one alone; a record without it falls back to one alone."""
     out: dict[str, dict[str, Any]] = {}
     for side in (x for x in sides if x.startswith("triton-mp")):
         vals = []
         for i in sorted(by_round):
             rec, raw = by_round[i].get(side, {}), by_round[i].get("onnxruntime", {})
-            one = raw.get("one_thread_cpu_us") or {}
+            one = (sessions == 2 and raw.get("two_session_cpu_us")) or raw.get("one_thread_cpu_us")
             if rec.get("cpu_us_per_infer") is None or not one:
                 continue
             batch = rec.get("avg_batch") or max(one)

@@ -113,6 +113,26 @@ def test_ratios_to_raw_onnxruntime_divide_by_its_best_figure_of_the_run() -> Non
     assert rows[two_core.key]["vs"]["triton-mp/onnxruntime"]["ratios"] == [0.7]
 
 
+def test_cpu_outside_onnxruntime_of_the_2core_config_is_less_two_sessions_at_once() -> None:
+    (shipped, two_core) = [w for w in WORKLOADS if w.model.startswith("ocr_cls")]
+    raw = {"one_thread_cpu_us": {8: 800.0, 16: 810.0}, "two_session_cpu_us": {8: 850.0, 16: 870.0}}
+    rounds = []
+    for w in (shipped, two_core):
+        mp = {**_rec("triton-mp", w.key, 1, 1000.0, 9e3), "avg_batch": 15.0}
+        rounds.append(mp)
+        rounds.append({**_rec("onnxruntime", w.key, 1, 2000.0, 9e3), **raw})
+    rows = {
+        r["workload"]: r for r in summarise([{"round": 1, "runs": rounds}], [shipped, two_core])
+    }
+    # 1e6 / 1000 images/s = 1000 us per image; batch 15 is nearest 16
+    assert rows[shipped.key]["outside_ort_us"]["triton-mp"]["per_round"] == [190.0]
+    assert rows[two_core.key]["outside_ort_us"]["triton-mp"]["per_round"] == [130.0]
+    # a record from before the two-session figure: one session alone
+    del rounds[3]["two_session_cpu_us"]
+    rows = {r["workload"]: r for r in summarise([{"round": 1, "runs": rounds}], [two_core])}
+    assert rows[two_core.key]["outside_ort_us"]["triton-mp"]["per_round"] == [190.0]
+
+
 def test_unclean_stops_names_servers_that_left_something_but_not_ones_never_started() -> None:
     rounds = [
         {
