@@ -130,7 +130,6 @@ class SchedulerCore:
         self.limiter = rate_limiter
         self._gate: RateGate[BatchAssign] = RateGate(rate_limiter)
         """Batches formed but held until the rate limiter grants their resources."""
-        """Per instance: its batch that waits for resources (not sent yet)."""
         self._noticed: dict[int, int] = {}
         """Per instance: the due time its last ``BatchDue`` named (``due_notices``)."""
         life = self.lifecycle
@@ -392,7 +391,8 @@ class SchedulerCore:
                 batch_log = self._logs.get(gen.key)
                 for batch in batches:
                     self._assign(gen, batch, batch_log, now_ns)
-        self._grant(now_ns)
+        if self.limiter is not None:
+            self._grant(now_ns)
         self.handoffs.after_dispatch(self.lifecycle.active, now_ns, self.stopping)
         if self.lifecycle.retiring:
             self.lifecycle.finish_retirements(now_ns)
@@ -403,7 +403,7 @@ class SchedulerCore:
         inst = self.lifecycle.instances.get(batch.instance_id)
         assert inst is not None, f"a policy formed a batch for unknown {batch.instance_id}"
         batch_log.record(batch, inst.label, now_ns)
-        reqs = tuple(cast(Request, q.payload) for q in batch.requests)
+        reqs = cast(tuple[Request, ...], tuple([q.payload for q in batch.requests]))
         batch_id = self._next_batch_id
         self._next_batch_id += 1
         if log.isEnabledFor(logging.DEBUG):

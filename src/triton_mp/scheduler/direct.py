@@ -48,7 +48,6 @@ from triton_mp.scheduler.instances import (
 )
 from triton_mp.scheduler.lifecycle import died_running
 from triton_mp.scheduler.outbox import Outbox
-from triton_mp.scheduler.policies.policy import Batch, Queued
 from triton_mp.scheduler.status import BatchLogs
 
 log = logging.getLogger(__name__)
@@ -248,9 +247,10 @@ class Handoffs:
         its batch from ``msg.dispatch_ns``. Returns the batch's ``BatchDone`` when it was
         read first (the caller applies it now). A request whose instance is gone or dead
         fails here (its worker never answers it)."""
-        if type(msg.request) is bytes:
-            msg = msgspec.structs.replace(msg, request=decode_request(msg.request))
-        iid, req = msg.instance_id, _request(msg)
+        wire = msg.request
+        req = decode_request(wire) if type(wire) is bytes else wire
+        assert not isinstance(req, bytes)
+        iid = msg.instance_id
         self.stale = True
         # NOTE: the count alone says whether a post is left: it is never above 1 here
         # (tests/unit/test_reoffer_interleavings.py), so the lease this batch took was it.
@@ -271,23 +271,24 @@ class Handoffs:
         if inst.batch is not None:
             # NOTE: its worker re-offered the lease after that batch (ipc.direct
             # worker_reoffers), whose BatchDone this scheduler has not read yet.
+            if req is not wire:
+                msg = msgspec.structs.replace(msg, request=req)
             self._after.setdefault(iid, deque()).append(msg)
             return None
-        return self._start(inst, gen, msg, now_ns)
+        return self._start(inst, gen, msg, req, now_ns)
 
     def _start(
-        self, inst: Instance, gen: Generation, msg: DirectSent, now_ns: int
+        self, inst: Instance, gen: Generation, msg: DirectSent, req: InferRequest, now_ns: int
     ) -> BatchDone | None:
-        """``inst`` runs ``msg``'s request as its batch: in flight, gone from its policy,
-        in the batch log; returns its ``BatchDone`` when it was read first."""
-        iid, req = inst.instance_id, _request(msg)
+        """``inst`` runs ``req`` (``msg``'s request, decoded) as its batch: in flight, gone
+        from its policy, in the batch log; returns its ``BatchDone`` when it was read first."""
+        iid = inst.instance_id
         done = self._early.pop((iid, msg.batch_id), None)
         size = max(1, req.batch_size)
         inst.batch = InFlight(msg.batch_id, (req,), msg.dispatch_ns, size)
         gen.policy.instance_gone(iid)
         reason = CloseReason.SINGLE if gen.spec.batching.kind == "default" else CloseReason.IDLE
-        queued = Queued((req.reply_to, req.request_id), size, (), req.arrival_ns, req)
-        self._logs.get(gen.key).record(Batch(iid, (queued,), size, reason), inst.label, now_ns)
+        self._logs.get(gen.key).record_sizes(size, 1, reason, inst.label, now_ns)
         return done
 
     def batch_ended(self, inst: Instance, reoffered: bool, now_ns: int) -> BatchDone | None:
@@ -311,7 +312,7 @@ class Handoffs:
                 text = _stopped(iid, _request(sent).model)
                 self._out.fail(_request(sent), ErrorCode.UNAVAILABLE, text, now_ns)
                 return None
-            return self._start(inst, gen, sent, now_ns)
+            return self._start(inst, gen, sent, _request(sent), now_ns)
         return None
 
     def _count(self, iid: int, change: int) -> None:

@@ -47,6 +47,16 @@ class BatchLog:
             (now_ns, batch.total_batch_size, len(batch.requests), batch.reason, instance)
         )
 
+    def record_sizes(
+        self, total: int, requests: int, reason: CloseReason, instance: str, now_ns: int
+    ) -> None:
+        """``record`` of a batch by its figures, no ``Batch`` built: ``total`` batch size,
+        ``requests`` in it (a frontend's direct batch, which no policy formed,
+        ``scheduler.direct``)."""
+        self.sizes[total] += 1
+        self.reasons[reason] += 1
+        self.recent.append((now_ns, total, requests, reason, instance))
+
 
 class BatchLogs:
     """A ``BatchLog`` per served model version (kept across reloads, dropped on unload)."""
