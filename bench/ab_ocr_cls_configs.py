@@ -12,8 +12,9 @@ each); ``p816``/``p16`` ``preferred_batch_size``; ``d2k`` ``max_queue_delay_micr
 
 Every variant's server (this checkout's src/) is started at once on its own repository; per
 round perf_analyzer (gRPC, c=32 by default, through bench/pa_run.py) runs against each in
-turn (order reversed every other round), each followed by 6 s of raw onnxruntime (default
-session options, batch 32, in this process; the servers idle). Printed per run: images/s, its
+turn (order reversed every other round), each followed by raw onnxruntime in this process
+(the servers idle): 3 s of one session with default options at batch 32 and 3 s of two
+1-thread sessions at once at batch 8, the better of the two. Printed per run: images/s, its
 ratio to that raw ORT figure, average batch size, p50, and cores per role (frontend, scheduler,
 each worker; perf_analyzer; the machine), from /proc.
 
@@ -29,11 +30,11 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import common  # bench/common.py: bench/ is on sys.path when this runs as a script
+import ocr_cls_ort
 from ab_ocr_cls import run_with_roles
 from common import ROOT, TritonMP
 from ocr_cls_ort import INPUT_SHAPE, MODEL, locate_model
@@ -87,24 +88,24 @@ VARIANTS: dict[str, Callable[[str], str]] = {
 """Variant name -> its rewrite of the shipped config.pbtxt text."""
 
 
-def raw_ort(onnx: Path, seconds: float, batch: int = 32) -> tuple[float, float]:
+def raw_ort(onnx: Path, seconds: float) -> tuple[float, float]:
+    """Raw onnxruntime's images/s and cores, the better of one session with its default
+    settings at batch 32 and two 1-thread sessions at once at batch 8 (the 2-core configs'
+    shape; the default's spinning threads collapse when anything else runs), ``seconds``
+    each."""
     import numpy as np
-    import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
-    feed = {
-        sess.get_inputs()[0].name: np.random.default_rng(0).random(
-            (batch, *INPUT_SHAPE), np.float32
-        )
-    }
-    for _ in range(3):
-        sess.run(None, feed)
-    n, c0, t0 = 0, time.process_time(), time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        sess.run(None, feed)
-        n += batch
-    wall = time.perf_counter() - t0
-    return n / wall, (time.process_time() - c0) / wall
+    best = (0.0, 0.0)
+    for count, threads, batch in ((1, None, 32), (2, 1, 8)):
+        group = ocr_cls_ort.sessions(str(onnx), count, threads)
+        feed = {
+            group[0].get_inputs()[0].name: np.random.default_rng(0).random(
+                (batch, *INPUT_SHAPE), np.float32
+            )
+        }
+        wall, cpu, lat = ocr_cls_ort.run_sessions(group, feed, seconds)
+        best = max(best, (len(lat) * batch / wall, cpu / wall))
+    return best
 
 
 def main() -> int:
@@ -152,7 +153,7 @@ def main() -> int:
                     for _, (role, used) in sorted(cores.items())
                     if used > 0.005
                 ]
-                ort_ips, ort_cores = raw_ort(onnx, 6.0)
+                ort_ips, ort_cores = raw_ort(onnx, 3.0)
                 tp = rec.get("throughput") or 0.0
                 print(
                     f"r{r + 1} {name:>8}: {tp:7.1f} img/s ({tp / ort_ips:.2f}x raw ORT "

@@ -5,6 +5,8 @@
   rapidocr-onnxruntime wheel.
 - ``measure_ort``: images/s of one InferenceSession per thread setting and batch size, in this
   process (nothing else should run meanwhile).
+- ``sessions`` / ``run_sessions``: several sessions run at once, one Python thread each
+  (onnxruntime releases the GIL in ``run``), as a server's instances run side by side.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import statistics
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -104,3 +107,50 @@ def measure_ort(
         )
     del sess
     return rows, signature
+
+
+def sessions(model: str, count: int, threads: int | None) -> list[Any]:
+    """``count`` InferenceSessions on CPU, each with ``threads`` intra-op threads (None:
+    onnxruntime's default, one spinning thread per core)."""
+    import onnxruntime as ort  # type: ignore[import-untyped]
+
+    out = []
+    for _ in range(count):
+        so = ort.SessionOptions()
+        if threads is not None:
+            so.intra_op_num_threads = threads
+        out.append(ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]))
+    return out
+
+
+def run_sessions(
+    group: list[Any], feed: dict[str, Any], seconds: float
+) -> tuple[float, float, list[float]]:
+    """Back-to-back ``run`` calls of each session of ``group`` in its own thread for
+    ``seconds`` (at least 5 each): wall seconds, this process's CPU seconds, and the latency
+    of every call (seconds, sorted)."""
+    lats: list[list[float]] = [[] for _ in group]
+
+    def loop(i: int, t0: float) -> None:
+        lat = lats[i]
+        t = t0
+        while t - t0 < seconds or len(lat) < 5:
+            s0 = time.perf_counter()
+            group[i].run(None, feed)
+            t = time.perf_counter()
+            lat.append(t - s0)
+
+    for sess in group:
+        for _ in range(3):
+            sess.run(None, feed)
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    if len(group) == 1:
+        loop(0, t0)
+    else:
+        pool = [threading.Thread(target=loop, args=(i, t0)) for i in range(len(group))]
+        for th in pool:
+            th.start()
+        for th in pool:
+            th.join()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    return wall, cpu, sorted(x for one in lats for x in one)

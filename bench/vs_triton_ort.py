@@ -5,8 +5,6 @@
 from __future__ import annotations
 
 import argparse
-import threading
-import time
 from typing import Any
 
 from common import (
@@ -24,51 +22,6 @@ session's spinning threads collapse when anything else runs on the machine (650 
 throughput then, and on a quiet machine they are a best of their own, not a lesser figure."""
 
 
-def _ort_sessions(model: str, sessions: int, threads: int | None) -> list[Any]:
-    import onnxruntime as ort  # type: ignore[import-untyped]
-
-    out = []
-    for _ in range(sessions):
-        so = ort.SessionOptions()
-        if threads is not None:
-            so.intra_op_num_threads = threads
-        out.append(ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]))
-    return out
-
-
-def _ort_run(
-    sessions: list[Any], feed: dict[str, Any], seconds: float
-) -> tuple[float, float, list[float]]:
-    """Back-to-back ``run`` calls of each session in its own thread for ``seconds`` (at least
-    5 each): wall seconds, this process's CPU seconds, and the latency of every call
-    (seconds, sorted)."""
-    lats: list[list[float]] = [[] for _ in sessions]
-
-    def loop(i: int, t0: float) -> None:
-        lat = lats[i]
-        t = t0
-        while t - t0 < seconds or len(lat) < 5:
-            s0 = time.perf_counter()
-            sessions[i].run(None, feed)
-            t = time.perf_counter()
-            lat.append(t - s0)
-
-    for sess in sessions:
-        for _ in range(3):
-            sess.run(None, feed)
-    cpu0, t0 = time.process_time(), time.perf_counter()
-    if len(sessions) == 1:
-        loop(0, t0)
-    else:
-        pool = [threading.Thread(target=loop, args=(i, t0)) for i in range(len(sessions))]
-        for th in pool:
-            th.start()
-        for th in pool:
-            th.join()
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    return wall, cpu, sorted(x for one in lats for x in one)
-
-
 def raw_ort_record(args: argparse.Namespace, seconds: float) -> dict[str, Any]:
     """Raw onnxruntime on ocr_cls's ONNX file, in this process (the servers idle): each of
     ``RAW_ORT_CONFIGS`` at batch sizes ``ORT_BATCHES``. A pa_run-shaped record:
@@ -84,12 +37,12 @@ def raw_ort_record(args: argparse.Namespace, seconds: float) -> dict[str, Any]:
 
     rows: list[dict[str, Any]] = []
     for n_sessions, threads in RAW_ORT_CONFIGS:
-        sessions = _ort_sessions(str(args.ort_model), n_sessions, threads)
-        name = sessions[0].get_inputs()[0].name
+        group = ocr_cls_ort.sessions(str(args.ort_model), n_sessions, threads)
+        name = group[0].get_inputs()[0].name
         for b in ORT_BATCHES:
             shape = (b, *ocr_cls_ort.INPUT_SHAPE)
             feed = {name: np.random.default_rng(0).random(shape, np.float32)}
-            wall, cpu, lat = _ort_run(sessions, feed, seconds)
+            wall, cpu, lat = ocr_cls_ort.run_sessions(group, feed, seconds)
             images = len(lat) * b
             rows.append(
                 {
@@ -103,7 +56,7 @@ def raw_ort_record(args: argparse.Namespace, seconds: float) -> dict[str, Any]:
                     "cores": round(cpu / wall, 2),
                 }
             )
-        del sessions
+        del group
     best = max(rows, key=lambda r: r["throughput"])
     return {
         "throughput": best["throughput"],
