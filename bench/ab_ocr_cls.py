@@ -58,6 +58,21 @@ def role_cpu_seconds(pids: list[int]) -> dict[int, tuple[str, float]]:
     return out
 
 
+def main_thread_ns(pids: list[int]) -> dict[int, tuple[int, int]]:
+    """pid -> (ns on a CPU, ns runnable but waiting for one) of the process's main thread so
+    far (``/proc/PID/schedstat``; the kernel keeps it per thread). A worker's main thread
+    runs every batch, so the rest of its wall time is sleep: waiting for a batch."""
+    out = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/schedstat") as f:
+                run, wait, _ = f.read().split()
+        except (OSError, ValueError):
+            continue
+        out[pid] = (int(run), int(wait))
+    return out
+
+
 def run_with_roles(
     server: TritonMP,
     model: str,
@@ -72,10 +87,14 @@ def run_with_roles(
 ) -> tuple[dict[str, Any], dict[int, tuple[str, float]]]:
     """One perf_analyzer run of ``model`` (ocr_cls or its 2-core twin) against ``server``
     (through pa_run.py, ``extra`` appended to its arguments); returns its record and, per
-    process of the server's tree alive at both ends, (role, cores it used over the run)."""
+    process of the server's tree alive at both ends, (role, cores it used over the run).
+    The record's ``instance_shares`` gives each worker's main thread's shares of the run's
+    wall time: ``run`` (on a CPU), ``runqueue`` (runnable, waiting for a CPU) and ``sleep``
+    (the rest: waiting for a batch), as fractions."""
     assert server.pid is not None
     pids = [server.pid] + [p for p, _ in descendants(server.pid)]
     c0, t0 = role_cpu_seconds(pids), time.monotonic()
+    s0 = main_thread_ns(pids)
     pa_args = [
         "-m",
         model,
@@ -86,8 +105,18 @@ def run_with_roles(
         *extra,
     ]
     rec = common.run_pa(pa_run, peers_env, server, label, pa_args, window_ms, attempts, jsonl)
-    c1, dt = role_cpu_seconds(pids), time.monotonic() - t0
+    c1, s1, dt = role_cpu_seconds(pids), main_thread_ns(pids), time.monotonic() - t0
     cores = {pid: (role, (cpu - c0[pid][1]) / dt) for pid, (role, cpu) in c1.items() if pid in c0}
+    shares = {}
+    for pid, (role, _) in c1.items():
+        if role == "worker" and pid in s0 and pid in s1:
+            run, wait = ((s1[pid][k] - s0[pid][k]) / 1e9 / dt for k in (0, 1))
+            shares[pid] = {
+                "run": round(run, 3),
+                "runqueue": round(wait, 3),
+                "sleep": round(max(0.0, 1.0 - run - wait), 3),
+            }
+    rec["instance_shares"] = shares
     return rec, cores
 
 

@@ -160,7 +160,11 @@ def main() -> int:
                     f"{ort_ips:.0f} @ {ort_cores:.2f} cores), batch {rec.get('avg_batch')}, "
                     f"p50 {(rec.get('p50_us') or 0) / 1000:.1f} ms, server "
                     f"{rec.get('server_cores')} pa {rec.get('client_cores')} busy "
-                    f"{rec.get('machine_cores_busy')} | {' '.join(roles)}"
+                    f"{rec.get('machine_cores_busy')} | {' '.join(roles)} | instances "
+                    + " ".join(
+                        f"run {v['run']:.2f} rq {v['runqueue']:.2f} sleep {v['sleep']:.2f};"
+                        for v in rec.get("instance_shares", {}).values()
+                    )
                     + (f" ERR {rec.get('error')}" if rec.get("error") else ""),
                     flush=True,
                 )
