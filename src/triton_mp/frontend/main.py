@@ -487,8 +487,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
         report_start_failed(ready, "frontend", name, http)
         await stop_grpc_now(server, native)
         return 1
-    loop.add_reader(inbox.waiter.fileno(), handler.on_wakeup)
-    selector.watch(inbox, _outstanding(pending, native))
+    handler.watch(loop, selector, _outstanding(pending, native))
     view = None if store is None else _CacheView(models, store)
     metrics = await _start_metrics(
         spec, pending, to_scheduler.send_bytes, view, api.stats.frontend_restarts, models, native
@@ -508,8 +507,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     api.tracer.close()
     if metrics is not None:
         await metrics.stop()
-    selector.watch(None)
-    loop.remove_reader(inbox.waiter.fileno())
+    handler.unwatch()
     link.stop(loop)
     arena.close_and_unlink()
     scheduler_waker.close()

@@ -213,6 +213,9 @@ class Inbox(Generic[T]):
         native_records: bool = False,
     ) -> None:
         self.waiter = Waiter(wakeup)
+        self.wakeup = wakeup
+        """The wake-up's name and kind (the native answer thread opens a FIFO one,
+        ``frontend.native.answer_thread``)."""
         self._pop = _POP_RECORDS if native_records else None
         """The compiled drain of one ring (``Ring.pop_native``), where built and asked for:
         the scheduler's inbox, which reads every request of every batch."""
@@ -242,6 +245,10 @@ class Inbox(Generic[T]):
             ring = Ring.attach(ring_name)
             self._rings.append(ring)
             self._by_name[ring_name.lstrip("/")] = ring
+
+    def ring_names(self) -> tuple[str, ...]:
+        """The names of the rings attached, in drain order."""
+        return tuple(r.segment.name for r in self._rings)
 
     def has_ring(self, ring_name: str) -> bool:
         """Whether ``ring_name`` is one of this inbox's rings."""

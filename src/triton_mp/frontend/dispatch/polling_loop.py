@@ -40,10 +40,9 @@ import os
 import selectors
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol
 
 from triton_mp.frontend.dispatch.linger import AnswerDue, Linger
-from triton_mp.ipc import Inbox
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +56,25 @@ PREWAKE_POLL_S = 300e-6
 """How long the loop polls after an early wake (module docstring): a worker sends it when
 its recent batches took under ``workers.prewake.PREWAKE_MAX_NS`` from start to answers, so
 the answer is due well within this."""
+
+
+class WatchedWaiter(Protocol):
+    """A watched inbox's wake-up (``ipc.memory.notify.Waiter``'s FIFO side, or the native
+    answer thread's eventfd, ``frontend.native.answer_thread.QueueWaiter``)."""
+
+    def fileno(self) -> int: ...
+    def arm(self) -> None: ...
+    def disarm(self) -> bool: ...
+    def clear(self) -> None: ...
+
+
+class Watched(Protocol):
+    """What the selector polls: the inbox (``ipc.channel.Inbox``), or the native answer
+    thread's queue of the records it did not serve (``frontend.native.answer_thread``)."""
+
+    @property
+    def waiter(self) -> WatchedWaiter: ...
+    def has_pending(self) -> bool: ...
 
 
 def _displaced(clock: Callable[[], float]) -> bool:
@@ -79,7 +97,7 @@ class PollingSelector(selectors.EpollSelector):
 
     def __init__(self) -> None:
         super().__init__()
-        self._inbox: Inbox[Any] | None = None
+        self._inbox: Watched | None = None
         self._fd = -1
         self._pass_end: list[Callable[[], None]] = []
         self._outstanding: Callable[[], int] = lambda: 0
@@ -109,7 +127,7 @@ class PollingSelector(selectors.EpollSelector):
             except Exception:  # noqa: BLE001 - as the loop's handler of a callback's error
                 log.exception("pass-end callback failed")
 
-    def watch(self, inbox: Inbox[Any] | None, outstanding: Callable[[], int] | None = None) -> None:
+    def watch(self, inbox: Watched | None, outstanding: Callable[[], int] | None = None) -> None:
         """Poll ``inbox`` (its FIFO registered already), or stop polling (None);
         ``outstanding``: the count of answers awaited (none: early wakes never poll)."""
         self._inbox = inbox
@@ -144,7 +162,7 @@ class PollingSelector(selectors.EpollSelector):
         return events
 
     def _select_inbox(
-        self, inbox: Inbox[Any], timeout: float | None
+        self, inbox: Watched, timeout: float | None
     ) -> list[tuple[selectors.SelectorKey, int]]:
         waiter = inbox.waiter
         ready = inbox.has_pending()

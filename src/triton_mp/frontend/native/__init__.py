@@ -47,12 +47,13 @@ if TYPE_CHECKING:
     from triton_mp.ipc.memory.shm import Segment
     from triton_mp.ipc.tensor_pool import ArenaBlocks
 
-_ABI = 5
-"""What the Python side passes the extension (``module.cc``'s ``ABI``, its twin): 5,
+_ABI = 6
+"""What the Python side passes the extension (``module.cc``'s ``ABI``, its twin): 6,
 ``reply`` takes a response's parts, ``take`` gives KNOWN and LOST entries, ``known_*`` teach
 the gRPC thread (``known_teach``), ``direct_*`` open the direct handoff's routes
-(``dispatch.direct``) and set its full ring's wait (``direct_full_timeout``). A build older
-than its sources is treated as absent."""
+(``dispatch.direct``) and set its full ring's wait (``direct_full_timeout``),
+``answer_thread_*`` read the inbox in C++ (``answer_thread``). A build older than its sources
+is treated as absent."""
 
 
 def _load() -> tuple[ModuleType | None, str]:

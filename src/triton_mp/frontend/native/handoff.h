@@ -102,17 +102,20 @@ class Handoff {
   // Python thread: one response message of stream `id`, sent before its end. False when the
   // call is gone or the queue closed (dropped). Delivered after the next Kick.
   bool Write(uint64_t id, grpc::ByteBuffer response);
-  // Python thread (GIL held, so the server outlives it): deliver every answer queued so
-  // far, under the serial lock.
+  // Python thread (GIL held, so the server outlives it), or the answer thread after the
+  // owned calls' answers it served (answer_thread.h; stopped before the server is): deliver
+  // every answer queued so far, under the serial lock.
   void Kick();
   // Before the completion queue shuts down: nothing is delivered any more (every call still
   // waiting has been cancelled by the server's shutdown and is withdrawn).
   void Close();
 
-  // Owned known calls (the answer in C++, known_answer.h). Python thread: from now on
-  // (`on`) a call SubmitKnown sends is kept here, by request id, instead of queued as
-  // kKnown; its answer is served by AnswerOwned, or the call is handed to Python as the
-  // kKnown entry it would have been (ReleaseOwned; Withdraw queues it before its kCancelled).
+  // Owned known calls (the answer in C++, known_answer.h). FindOwned and AnswerOwned run on
+  // the answer thread (answer_thread.h) or, where none runs, the Python thread. Python
+  // thread: from now on (`on`) a call SubmitKnown sends is kept here, by request id, instead
+  // of queued as kKnown; its answer is served by AnswerOwned, or the call is handed to
+  // Python as the kKnown entry it would have been (ReleaseOwned; Withdraw queues it before
+  // its kCancelled).
   void OwnKnown(bool on);
   // Python thread: queue every owned call as kKnown, oldest call first (Python registers
   // them: an answer it reads for one of them, the drain, an un-teaching); how many.

@@ -19,7 +19,8 @@
 //
 // Python twins: frontend/native/known_calls.py (KnownCalls.answer / _response_parts: the
 // same bytes), dispatch/pending.py (deliver: the block handed over by the batch, freed after
-// its uses). Python thread only (the inbox pass); not thread-safe.
+// its uses). Not thread-safe: used under known_answer_py.cc's lock, by the answer thread
+// (answer_thread.h) or, where none runs, the Python thread's inbox pass.
 #ifndef TRITON_MP_FRONTEND_NATIVE_KNOWN_ANSWER_H_
 #define TRITON_MP_FRONTEND_NATIVE_KNOWN_ANSWER_H_
 

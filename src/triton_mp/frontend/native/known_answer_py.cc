@@ -1,11 +1,13 @@
-// _native.known_answer* (known_answer_py.h). Every function is called on the Python thread
-// that runs the event loop, GIL held; known_answer releases it while it reads the record and
-// builds the responses (the copies), not while it touches the handoff (the server is
-// destroyed with the GIL held).
+// _native.known_answer* (known_answer_py.h). The functions are called on the Python thread
+// that runs the event loop, GIL held; ServeKnownAnswer on the answer thread
+// (answer_thread.h), which holds no GIL. The heads, the workers' arenas' mappings and the
+// counters are shared by both under one lock (g_serve_mu), taken after the GIL and never
+// before it (the answer thread never takes the GIL).
 #include "known_answer_py.h"
 
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +24,8 @@ namespace triton_mp {
 
 namespace {
 
+// NOTE: guards g_answers, g_segments and g_counters (file comment)
+std::mutex g_serve_mu;
 KnownAnswers g_answers;
 OutputSegments g_segments;
 
@@ -44,23 +48,16 @@ std::vector<uint64_t> LessonsOf(const std::vector<KnownSent>& calls) {
   return out;
 }
 
-// Serves `data` if it answers owned calls only and can be served here; true when it was.
-// NOTE: the handoff is looked up each time the GIL is held again (the server is destroyed
-// with the GIL held, never while it is).
-bool Serve(const unsigned char* data, size_t size) {
+// Serves `data` if it answers owned calls only and can be served here; true when it was
+// (g_serve_mu held; `h` alive).
+bool ServeLocked(Handoff* h, const unsigned char* data, size_t size) {
   AnswerRead read;
   std::vector<grpc::ByteBuffer> responses;
   BuiltBytes bytes;
   std::vector<std::shared_ptr<HeldBlock>> holds;  // NOTE: armed once the calls are answered
   std::vector<KnownSent> calls;
-  bool built = false;
-  Py_BEGIN_ALLOW_THREADS
   ReadAnswer(data, size, &read);
-  Py_END_ALLOW_THREADS
-  Handoff* h = ServerHandoff();
-  if (read.kind == AnswerKind::kOther || h == nullptr || !h->FindOwned(read, &calls)) {
-    return false;
-  }
+  if (read.kind == AnswerKind::kOther || !h->FindOwned(read, &calls)) return false;
   const std::vector<uint64_t> lessons = LessonsOf(calls);
   KnownSubmit& known = TheKnownSubmit();
   for (const auto& c : calls) {
@@ -69,11 +66,8 @@ bool Serve(const unsigned char* data, size_t size) {
       return false;  // NOTE: its block is in an arena C++ no longer holds: Python frees it
     }
   }
-  Py_BEGIN_ALLOW_THREADS
-  built = g_answers.Build(read, lessons, &g_segments, &responses, &bytes, &holds);
-  Py_END_ALLOW_THREADS
-  h = ServerHandoff();
-  if (!built || h == nullptr || !h->AnswerOwned(read, &responses)) {
+  if (!g_answers.Build(read, lessons, &g_segments, &responses, &bytes, &holds) ||
+      !h->AnswerOwned(read, &responses)) {
     ++g_counters.answer_declined;
     return false;  // NOTE: the holds go unarmed: Python reads and frees the blocks
   }
@@ -97,11 +91,14 @@ PyObject* Answer(PyObject*, PyObject* args) {
   PyObject* decode;
   PyObject* record;
   if (!PyArg_ParseTuple(args, "OO", &decode, &record)) return nullptr;
-  if (ServerHandoff() != nullptr) {
+  Handoff* h = ServerHandoff();
+  if (h != nullptr) {
     Py_buffer view;
     if (PyObject_GetBuffer(record, &view, PyBUF_SIMPLE) != 0) return nullptr;
-    const bool served =
-        Serve(static_cast<const unsigned char*>(view.buf), static_cast<size_t>(view.len));
+    // NOTE: the GIL stays held (the server is destroyed with it held): the Python thread
+    // serves only where no answer thread runs (known_answers.py)
+    const bool served = ServeKnownAnswer(
+        h, static_cast<const unsigned char*>(view.buf), static_cast<size_t>(view.len));
     PyBuffer_Release(&view);
     if (served) Py_RETURN_NONE;
   }
@@ -156,6 +153,7 @@ PyObject* Teach(PyObject*, PyObject* args) {
   taught.head.assign(static_cast<const char*>(head.buf), static_cast<size_t>(head.len));
   PyBuffer_Release(&head);
   if (!FormsOf(outputs, &taught.outputs)) return nullptr;
+  std::lock_guard<std::mutex> lock(g_serve_mu);
   g_answers.Teach(lesson_id, std::move(taught));
   Py_RETURN_NONE;
 }
@@ -176,6 +174,7 @@ PyObject* Release(PyObject*, PyObject*) {
 
 // known_answer_forget(): forget the heads and unmap the workers' arenas (an un-teaching).
 PyObject* Forget(PyObject*, PyObject*) {
+  std::lock_guard<std::mutex> lock(g_serve_mu);
   g_answers.Clear();
   g_segments.Drop();
   Py_RETURN_NONE;
@@ -184,6 +183,7 @@ PyObject* Forget(PyObject*, PyObject*) {
 // known_answer_take_bytes() -> (in, out, out_in_place): the tensor bytes of calls ended
 // here since the last call (PendingTable.copied_bytes).
 PyObject* TakeBytes(PyObject*, PyObject*) {
+  std::lock_guard<std::mutex> lock(g_serve_mu);
   PyObject* out = Py_BuildValue("(KKK)", (unsigned long long)g_counters.bytes_in,
                                 (unsigned long long)g_counters.bytes_out,
                                 (unsigned long long)g_counters.bytes_in_place);
@@ -196,6 +196,7 @@ PyObject* TakeBytes(PyObject*, PyObject*) {
 PyObject* Stats(PyObject*, PyObject*) {
   Handoff* h = ServerHandoff();
   const uint64_t released = h != nullptr ? h->released() : 0;
+  std::lock_guard<std::mutex> lock(g_serve_mu);
   return Py_BuildValue("{sKsKsKsKsK}", "answered", (unsigned long long)g_counters.answered,
                        "answer_records", (unsigned long long)g_counters.answer_records,
                        "answer_declined", (unsigned long long)g_counters.answer_declined,
@@ -250,6 +251,7 @@ PyObject* Build(PyObject*, PyObject* args) {
   AnswerRead read;
   ReadAnswer(static_cast<const unsigned char*>(record.buf), static_cast<size_t>(record.len),
              &read);
+  std::lock_guard<std::mutex> lock(g_serve_mu);
   const uint64_t refused_before = HeldBlock::refused();
   size_t refused = 0;
   BuiltBytes bytes;
@@ -296,6 +298,11 @@ PyMethodDef kFunctions[] = {
 };
 
 }  // namespace
+
+bool ServeKnownAnswer(Handoff* h, const unsigned char* data, size_t size) {
+  std::lock_guard<std::mutex> lock(g_serve_mu);
+  return ServeLocked(h, data, size);
+}
 
 bool AddKnownAnswer(PyObject* module) { return PyModule_AddFunctions(module, kFunctions) == 0; }
 

@@ -221,12 +221,19 @@ class NativeKnown:
         """C++'s counters (``known_submit.h`` KnownStats: sent, declined, cleared, ...;
         ``known_answer_py.cc``: answered, released, ...; ``direct_handoff.h`` DirectStats:
         direct_handed, the sent calls handed to an idle instance, direct_not_offered and
-        direct_lost, those of a version with routes that went to the scheduler)."""
+        direct_lost, those of a version with routes that went to the scheduler; while the
+        answer thread runs, answer_thread.h: thread_served, the inbox records it served,
+        thread_to_python, those it queued for Python)."""
         stats = self._native.known_stats()
         stats.update(self._native.known_answer_stats())
         direct = self._native.direct_stats()  # NOTE: direct_handoff.h DirectStats
         for outcome in ("handed", "not_offered", "lost"):
             stats[f"direct_{outcome}"] = direct[outcome]
+        thread = getattr(self._native, "answer_thread_stats", None)
+        read = None if thread is None else thread()  # NOTE: answer_thread.h AnswerThreadStats
+        if read is not None:
+            stats["thread_served"] = read["served"]
+            stats["thread_to_python"] = read["to_python"]
         return stats
 
     def refill(self) -> None:

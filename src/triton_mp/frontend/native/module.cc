@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "answer_reader_py.h"
+#include "answer_thread_py.h"
 #include "direct_handoff_py.h"
 #include "input_arena_type.h"
 #include "known_answer_py.h"
@@ -78,6 +79,7 @@ PyObject* Stop(PyObject*, PyObject* args) {
   if (!PyArg_ParseTuple(args, "d", &grace_s)) return nullptr;
   triton_mp::NativeServer* server = g_server.get();
   if (server) {
+    triton_mp::StopAnswerThread();  // NOTE: it delivers through this server's handoff
     Py_BEGIN_ALLOW_THREADS
     server->Stop(grace_s);
     Py_END_ALLOW_THREADS
@@ -363,12 +365,13 @@ namespace triton_mp {
 Handoff* ServerHandoff() { return CurrentHandoff(); }
 }  // namespace triton_mp
 
-// ABI: what this build's functions take, checked by native/__init__.py (_ABI, its twin): 5,
+// ABI: what this build's functions take, checked by native/__init__.py (_ABI, its twin): 6,
 // reply() takes a response's parts, take() gives kKnown and kLost entries, known_* teach the
-// gRPC thread, direct_* open the direct handoff's routes and set its full ring's wait.
+// gRPC thread, direct_* open the direct handoff's routes and set its full ring's wait,
+// answer_thread_* read the inbox in C++.
 PyMODINIT_FUNC PyInit__native() {
   PyObject* module = PyModule_Create(&kModule);
-  if (module != nullptr && (PyModule_AddIntConstant(module, "ABI", 5) != 0 ||
+  if (module != nullptr && (PyModule_AddIntConstant(module, "ABI", 6) != 0 ||
                             !triton_mp::AddReceivedType(module) ||
                             !triton_mp::AddInputArenaType(module) ||
                             !triton_mp::AddRecordPatch(module) ||
@@ -379,6 +382,7 @@ PyMODINIT_FUNC PyInit__native() {
                             !triton_mp::AddKnownWake(module) ||
                             !triton_mp::AddAnswerReader(module) ||
                             !triton_mp::AddKnownAnswer(module) ||
+                            !triton_mp::AddAnswerThread(module) ||
                             PyModule_AddIntConstant(
                                 module, "RECEIVED_MIN_RAW_BYTES",
                                 static_cast<long>(triton_mp::kReceivedMinRawBytes)) != 0)) {
