@@ -11,8 +11,8 @@ import struct
 
 import pytest
 
-from tests.unit.test_request_decoder_native import RARE_FORMS, _random_request, _rare_request
-from triton_mp.ipc.protocol.messages import InferRequest
+from tests.unit.test_request_decoder_native import _random_request, _rare_request
+from triton_mp.ipc.protocol.messages import InferRequest, OutputRegion, TraceContext
 from triton_mp.ipc.recordio import request_records
 from triton_mp.ipc.recordio.request_records import HeaderReader, RequestRecord, encode_request
 
@@ -55,7 +55,11 @@ def test_the_record_owns_a_copy_of_the_ring_bytes() -> None:
     assert got.raw == _record(3)
 
 
-@RARE_FORMS
+@pytest.mark.parametrize(
+    "rare",
+    [{"sequence_id": "corr-7"}, {"trace": TraceContext(4)}],
+    ids=["string sequence id", "trace"],
+)
 def test_the_rare_forms_are_left_to_python(rare: dict[str, object]) -> None:
     rec = encode_request(_rare_request(rare))
     assert rec is not None
@@ -63,6 +67,40 @@ def test_the_rare_forms_are_left_to_python(rare: dict[str, object]) -> None:
     got = HeaderReader().read(rec)
     assert type(got) is InferRequest
     assert got == HeaderReader(native=False).read(rec)
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        {"parameters_json": '{"p": 1}'},
+        {"output_regions": (OutputRegion("/client_out", 3, 0, 1 << 20, "out"), None)},
+    ],
+    ids=["parameters", "client output regions"],
+)
+def test_a_tail_stays_in_the_record_bytes(tail: dict[str, object]) -> None:
+    """A tail schedules nothing: its record reads as a header (in C and in Python alike),
+    and the whole request, tail included, is the record's own on first use."""
+    req = _rare_request(tail)
+    rec = encode_request(req)
+    assert rec is not None
+    got = native.read_header(rec)
+    assert type(got) is RequestRecord
+    assert _slots(got) == _slots(HeaderReader(native=False).read(rec))
+    assert got.raw == rec
+    assert got.full() == req
+
+
+def test_a_tail_outside_its_record_is_refused_alike() -> None:
+    rec = encode_request(_rare_request({"parameters_json": '{"p": 1}'}))
+    assert rec is not None
+    (tail_off,) = struct.unpack_from("<I", rec, 88)
+    for off, length in ((len(rec) + 1, 4), (tail_off, len(rec))):
+        bad = bytearray(rec)
+        struct.pack_into("<II", bad, 88, off, length)
+        assert native.read_header(bytes(bad)) is None
+        for read in (HeaderReader().read, HeaderReader(native=False).read):
+            with pytest.raises(ValueError, match="its tail lies outside the record"):
+                read(bytes(bad))
 
 
 def _outcome(read: object, data: bytes) -> object:

@@ -429,10 +429,15 @@ PyObject* ReadRequestHeader(const uint8_t* data, size_t size) {
   rec::RequestHeader h;
   if (size < sizeof h) return Malformed("shorter than its header");
   std::memcpy(&h, data, sizeof h);
+  // NOTE: a tail (parameters, client output regions) is no scheduling field: it stays in
+  // the record's bytes, read on first use (RequestRecord.full) or by the worker. A string
+  // sequence id (in the tail) and a trace level are, and go to HeaderReader's full decode,
+  // as does a tail outside the record (which it refuses).
   if (h.marker != rec::kRecordMarker || h.kind != rec::kKindRequest ||
-      h.version != rec::kRecordVersion || h.tail_len != 0 ||
+      h.version != rec::kRecordVersion ||
       (h.flags & (rec::kReqTraceMask | rec::kReqSeqString)) != 0 ||
-      h.model_off > size || h.model_len > size - h.model_off) {
+      h.model_off > size || h.model_len > size - h.model_off ||
+      (h.tail_len != 0 && (h.tail_off > size || h.tail_len > size - h.tail_off))) {
     Py_RETURN_NONE;  // NOTE: the rare forms (and a bad one): HeaderReader reads them
   }
   Ref model(ModelName(data + h.model_off, h.model_len));

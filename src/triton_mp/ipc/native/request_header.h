@@ -17,7 +17,8 @@ namespace triton_mp::decoder {
 bool HeaderConfigured();
 
 // The RequestRecord of a REQUEST record of `size` bytes at `data`: a new reference; None (a
-// new reference) for a form Python reads (a tail, a trace level, another version or kind);
+// new reference) for a form Python reads (a string sequence id, a trace level, a tail outside
+// the record, another version or kind; a tail inside it stays in the record's bytes);
 // nullptr with a Python error set for a malformed record or a failed allocation.
 PyObject* ReadRequestHeader(const uint8_t* data, size_t size);
 

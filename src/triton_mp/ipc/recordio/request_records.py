@@ -310,8 +310,10 @@ class RequestRecord:
     unpacked at once; the record's bytes, which go on to the worker verbatim in the batch's
     ``BatchAssign``; everything else decoded on first use (``full``). The attribute names
     are ``InferRequest``'s, so the scheduler reads either alike. Only a record without a
-    tail and without a trace level becomes one (``record_decoder``): ``sequence_id`` is the
-    uint64 and ``trace`` None."""
+    trace level and without a string sequence id becomes one (``record_decoder``):
+    ``sequence_id`` is the uint64 and ``trace`` None. A tail (parameters, client output
+    regions) schedules nothing: it stays in ``raw`` (every client system-shm call has one,
+    which the scheduler used to decode whole, and re-encode into the ``BatchAssign``)."""
 
     __slots__ = (
         "raw", "request_id", "reply_to", "model", "version", "batch_size", "arrival_ns",
@@ -409,11 +411,11 @@ def decoded_batch(batch: BatchAssign) -> BatchAssign:
     return msgspec.structs.replace(batch, requests=tuple(map(decode_request, batch.requests)))
 
 
-_BATCHING_FIELDS = struct.Struct("<BBH4xQQQq8xIIIIBB4xHI16xI8x")
+_BATCHING_FIELDS = struct.Struct("<BBH4xQQQq8xIIIIBB4xHI12xII8x")
 """``REQUEST_HEADER`` with only what ``HeaderReader`` reads unpacked (the rest skipped as
-padding: 16 objects per request, not 27): marker, kind, version, request_id, arrival_ns,
+padding: 17 objects per request, not 27): marker, kind, version, request_id, arrival_ns,
 sequence id, model_version, reply id, batch_size, timeout_us, priority, reply kind, flags,
-model name length and offset, tail length."""
+model name length and offset, tail offset and length."""
 assert _BATCHING_FIELDS.size == REQUEST_HEADER.size
 
 
@@ -444,10 +446,17 @@ class HeaderReader:
         data = bytes(buf)
         (
             marker, kind, version, request_id, arrival_ns, seq, model_version, reply_id,
-            batch_size, timeout_us, priority, reply_kind, flags, model_len, model_off, tail_len,
+            batch_size, timeout_us, priority, reply_kind, flags, model_len, model_off,
+            tail_off, tail_len,
         ) = _BATCHING_FIELDS.unpack_from(data, 0)  # fmt: skip
-        if tail_len or flags & (TRACE_MASK | SEQ_STRING) or version != VERSION:
-            return self._full.decode(data)  # NOTE: the rare fields: decoded whole at once
+        if (
+            flags & (TRACE_MASK | SEQ_STRING)
+            or version != VERSION
+            or (tail_len and (tail_off > len(data) or tail_len > len(data) - tail_off))
+        ):
+            # NOTE: the fields that schedule it are not all in the header (a string
+            # sequence id, a trace level), or it is malformed: decoded whole at once.
+            return self._full.decode(data)
         raw = data[model_off : model_off + model_len]
         model = self._models.get(raw)
         if model is None:
