@@ -33,6 +33,7 @@ import common  # bench/common.py: bench/ is on sys.path when this runs as a scri
 from bench_ocr_cls import export_commit, unbatched_repository
 from common import ROOT, BenchError, TritonMP, descendants
 from ocr_cls_ort import INPUT_NAME, INPUT_SHAPE, MODEL, locate_model
+from procs import main_thread_ns, sleep_shares
 from vs_triton_workloads import OCR_2CORE_MODEL, ocr_2core_config
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -55,21 +56,6 @@ def role_cpu_seconds(pids: list[int]) -> dict[int, tuple[str, float]]:
             else "supervisor"
         )
         out[pid] = (role, (int(fields[11]) + int(fields[12])) / TICK)
-    return out
-
-
-def main_thread_ns(pids: list[int]) -> dict[int, tuple[int, int]]:
-    """pid -> (ns on a CPU, ns runnable but waiting for one) of the process's main thread so
-    far (``/proc/PID/schedstat``; the kernel keeps it per thread). A worker's main thread
-    runs every batch, so the rest of its wall time is sleep: waiting for a batch."""
-    out = {}
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/schedstat") as f:
-                run, wait, _ = f.read().split()
-        except (OSError, ValueError):
-            continue
-        out[pid] = (int(run), int(wait))
     return out
 
 
@@ -107,16 +93,10 @@ def run_with_roles(
     rec = common.run_pa(pa_run, peers_env, server, label, pa_args, window_ms, attempts, jsonl)
     c1, s1, dt = role_cpu_seconds(pids), main_thread_ns(pids), time.monotonic() - t0
     cores = {pid: (role, (cpu - c0[pid][1]) / dt) for pid, (role, cpu) in c1.items() if pid in c0}
-    shares = {}
-    for pid, (role, _) in c1.items():
-        if role == "worker" and pid in s0 and pid in s1:
-            run, wait = ((s1[pid][k] - s0[pid][k]) / 1e9 / dt for k in (0, 1))
-            shares[pid] = {
-                "run": round(run, 3),
-                "runqueue": round(wait, 3),
-                "sleep": round(max(0.0, 1.0 - run - wait), 3),
-            }
-    rec["instance_shares"] = shares
+    workers = [pid for pid, (role, _) in c1.items() if role == "worker"]
+    rec["instance_shares"] = sleep_shares(
+        {p: s0[p] for p in workers if p in s0}, {p: s1[p] for p in workers if p in s1}, dt
+    )
     return rec, cores
 
 

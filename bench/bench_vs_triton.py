@@ -63,7 +63,7 @@ from common import (
 from exports import export_commit
 from native_floor import NativeFloor
 from vs_triton_chart import write_chart
-from vs_triton_ort import raw_ort_record
+from vs_triton_ort import instance_waits, raw_ort_record
 from vs_triton_report import print_report, summarise
 from vs_triton_workloads import (
     FLOOR_IDENTITY,
@@ -240,17 +240,24 @@ class _Round:
         if m in self.model_errors.get(side, {}):
             return {"error": f"{m} not ready: {self.model_errors[side][m]}"}
         extra = [] if args.stability_percentage is None else ["-s", str(args.stability_percentage)]
-        return run_pa(
+        server = self.servers[side]
+        waits = None
+        if "onnxruntime" in w.sides and server.pid is not None:
+            waits = instance_waits(server.pid, m)
+        rec = run_pa(
             w,
             args.pa_run,
             self.peers_env,
-            self.servers[side],
+            server,
             f"{side} {w.label} {w.protocol} round {self.i}",
             w.args(side) + extra,
             args.window_ms,
             args.attempts,
             self.jsonl,
         )
+        if waits is not None:
+            rec["instance_shares"] = waits()
+        return rec
 
     def record(self, w: Workload, side: str, rec: dict[str, Any]) -> None:
         """Keep and print one record."""
@@ -269,7 +276,12 @@ class _Round:
             f"infer/s, p50 "
             f"{rec['p50_us'] / 1000:7.2f} ms, p99 {rec['p99_us'] / 1000:7.2f} ms; "
             f"cores: server {rec['server_cores']:.2f}, perf_analyzer "
-            f"{rec['client_cores']:.2f}, others {common.other_cores(rec):.2f}",
+            f"{rec['client_cores']:.2f}, others {common.other_cores(rec):.2f}"
+            + "".join(
+                f"; instance {pid} sleeps {v['sleep']:.2f} (runs {v['run']:.2f}, "
+                f"runqueue {v['runqueue']:.2f})"
+                for pid, v in sorted(rec.get("instance_shares", {}).items())
+            ),
             flush=True,
         )
 

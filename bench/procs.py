@@ -5,6 +5,8 @@
   (the start time guards against PID reuse).
 - ``shm_names`` / ``shm_in_use``: /dev/shm entries a server owns or still maps.
 - ``free_ports``: ports for a server to listen on.
+- ``main_thread_ns`` / ``sleep_shares``: how a process's main thread spent a stretch of wall
+  time (on a CPU, runnable but waiting for one, asleep), from /proc/PID/schedstat.
 
 Standard library only.
 """
@@ -90,6 +92,39 @@ def cmdline(pid: int) -> str:
             return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return "?"
+
+
+def main_thread_ns(pids: list[int]) -> dict[int, tuple[int, int]]:
+    """pid -> (ns on a CPU, ns runnable but waiting for one) of the process's main thread so
+    far (``/proc/PID/schedstat``, kept per thread); processes gone or unreadable are left
+    out."""
+    out = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/schedstat") as f:
+                run, wait, _ = f.read().split()
+        except (OSError, ValueError):
+            continue
+        out[pid] = (int(run), int(wait))
+    return out
+
+
+def sleep_shares(
+    before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]], seconds: float
+) -> dict[int, dict[str, float]]:
+    """pid -> shares of ``seconds`` of wall time between two ``main_thread_ns`` readings:
+    ``run`` (on a CPU), ``runqueue`` (runnable, waiting for a CPU), ``sleep`` (the rest). A
+    triton-mp worker's main thread runs every batch, so its sleep is time spent waiting for
+    a batch."""
+    out = {}
+    for pid in before.keys() & after.keys():
+        run, wait = ((after[pid][k] - before[pid][k]) / 1e9 / seconds for k in (0, 1))
+        out[pid] = {
+            "run": round(run, 3),
+            "runqueue": round(wait, 3),
+            "sleep": round(max(0.0, 1.0 - run - wait), 3),
+        }
+    return out
 
 
 def shm_names(marker: str) -> set[str]:

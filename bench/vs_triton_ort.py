@@ -1,15 +1,19 @@
 """bench_vs_triton.py's raw onnxruntime side of ocr_cls: the measurement in this process
-(``raw_ort_record``) and each triton-mp side's CPU per image outside onnxruntime
-(``outside_ort``)."""
+(``raw_ort_record``), each triton-mp side's CPU per image outside onnxruntime
+(``outside_ort``), and how long its instances wait for batches (``instance_waits``)."""
 
 from __future__ import annotations
 
 import argparse
+import re
+import time
+from collections.abc import Callable
 from typing import Any
 
 from common import (
     med,
 )
+from procs import cmdline, descendants, main_thread_ns, sleep_shares
 from vs_triton_workloads import ORT_BATCHES
 
 RAW_ORT_CONFIGS: tuple[tuple[int, int | None], ...] = ((1, None), (1, 1), (2, 1))
@@ -107,3 +111,15 @@ def outside_ort(
             vals.append(round(rec["cpu_us_per_infer"] - one[near], 1))
         out[side] = {"per_round": vals, "median": med(vals) if vals else None}
     return out
+
+
+def instance_waits(server_pid: int, model: str) -> Callable[[], dict[int, dict[str, float]]]:
+    """Starts watching the main threads of ``model``'s workers in the triton-mp tree of
+    ``server_pid`` (``triton-mp: worker <model>_<group>_<index>``); the returned function
+    gives, per worker pid, its ``run`` / ``runqueue`` / ``sleep`` shares of the wall time
+    since (``procs.sleep_shares``: sleep is time waiting for a batch). Issue 33's question:
+    do the instances wait while the cores idle?"""
+    name = re.compile(rf"^triton-mp: worker {re.escape(model)}_\d+_\d+$")
+    pids = [p for p, _ in descendants(server_pid) if name.match(cmdline(p))]
+    before, t0 = main_thread_ns(pids), time.monotonic()
+    return lambda: sleep_shares(before, main_thread_ns(pids), time.monotonic() - t0)
