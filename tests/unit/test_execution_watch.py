@@ -111,3 +111,19 @@ def test_an_empty_take_drains_nothing_and_kept_messages_come_first() -> None:
     assert watch.take() == ["batch-1"]  # NOTE: kept, the rings empty
     inbox.push("batch-2")
     assert watch.take() == ["batch-2"]
+
+
+def test_a_take_after_a_wait_drains_without_looking_first() -> None:
+    """The loop's wait returned on a record: ``take(pending=True)`` drains at once (no poll
+    of the rings before it), kept messages still first."""
+    inbox = FakeInbox()
+    watch = ExecutionWatch(inbox, _cancels([]))
+    watch.begin()
+    inbox.push("batch-1")
+    watch.poll()
+    watch.end()
+    inbox.push("batch-2")
+    polls = inbox.polls
+    assert watch.take(pending=True) == ["batch-1", "batch-2"]
+    assert inbox.polls == polls
+    assert inbox.drains == 2

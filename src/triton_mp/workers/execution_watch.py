@@ -63,10 +63,11 @@ class ExecutionWatch(Generic[T]):
         with self._lock:
             self._active = False
 
-    def take(self) -> list[T]:
+    def take(self, pending: bool = False) -> list[T]:
         """The messages kept during batches (in arrival order), then what is pending (the
-        loop's thread, between batches)."""
-        if not self._kept and not self._inbox.has_pending():
+        loop's thread, between batches). ``pending``: the caller has just seen a record in
+        the inbox (its wait returned), so it is not looked for first."""
+        if not pending and not self._kept and not self._inbox.has_pending():
             # NOTE: no lock needed: outside a batch nothing appends to _kept (``poll`` keeps
             # only while active, and ``end`` cleared that under the lock).
             return []

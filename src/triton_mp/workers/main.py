@@ -285,7 +285,7 @@ def serve(
             msgs = watch.take()
             if not msgs:
                 _wait(inbox, due)
-                msgs = watch.take()
+                msgs = watch.take(pending=True)
         stop: Shutdown | None = None
         for msg in control_first(msgs):
             if type(msg) is BatchAssign:

@@ -260,7 +260,9 @@ class PythonBackend:
         them: None (every response went through a response sender) or one entry per request,
         None for a request answered through its sender or rescheduled; a response returned
         for a request already answered, or for a rescheduled one, fails the whole batch."""
-        captured, self._captured = self._captured, {}
+        captured = self._captured
+        if captured:  # NOTE: an empty one serves the next batch as it is
+            self._captured = {}
         if responses is None:
             responses = [None] * len(requests)
         refused = returned_list_refusal(responses, len(requests))
