@@ -21,3 +21,17 @@ def live_output_blocks(server_pid: int, worker_pid: int) -> int:
             state, generation, size = _HEADER.unpack_from(data, off)
             live += state == 1 and generation != 0 and size % 64 == 0 and 0 < size <= len(data)
     return live
+
+
+def live_output_holders(server_pid: int, worker_pid: int) -> list[int]:
+    """The holder word (``ipc.output_holds``: u32 at +16, the pid of the frontend process
+    whose reply holds the block in place; 0: none) of each LIVE block
+    ``live_output_blocks`` counts, in arena order."""
+    holders = []
+    for path in sorted(Path("/dev/shm").glob(f"triton_mp_{server_pid}_w*p{worker_pid}_a*")):
+        data = path.read_bytes()
+        for off in range(64, len(data) - 24, 64):
+            state, generation, size = _HEADER.unpack_from(data, off)
+            if state == 1 and generation != 0 and size % 64 == 0 and 0 < size <= len(data):
+                holders.append(int.from_bytes(data[off + 16 : off + 20], "little"))
+    return holders

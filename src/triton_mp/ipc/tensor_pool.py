@@ -46,7 +46,9 @@ Ownership rules (the only place they are written down):
 Arena layout: a 64-byte header (``u32 magic, u32 version, u64 capacity``), then blocks.
 Block layout: ``u32 state`` (``LIVE``/``FREE``), ``u32 generation`` (``BlockRef.generation``;
 this field was a reserved 0 before generations), ``u64 block_bytes`` (header included),
-then the payload at +64 (64-byte aligned, so numpy views are aligned). The state word is
+``u32 holder`` and ``u32 flags`` (a worker's output blocks: who holds the block in place,
+and whether it may be held, ``ipc.output_holds``; 0 when allocated), then the payload at +64
+(64-byte aligned, so numpy views are aligned). The state word is
 the hand-over between two processes, so each change of it is one aligned 4-byte store
 (``Segment.store_u32``), made once: the owner writes the generation and size first, then
 ``LIVE``; the last reader writes ``FREE``.
@@ -78,7 +80,7 @@ ARENA_MAGIC = 0x54415245  # "TARE"
 _ARENA_HEADER = struct.Struct("<IIQ")
 _STATE = struct.Struct("<I")
 _STATE_GEN = struct.Struct("<II")
-_GEN_SIZE = struct.Struct("<IQ")
+_GEN_SIZE = struct.Struct("<IQII")  # NOTE: at +4: generation, size, holder 0, flags 0
 ARENA_HEADER_BYTES = 64
 BLOCK_HEADER_BYTES = 64
 ALIGN = 64
@@ -126,6 +128,9 @@ class _Arena:
         self.segment = segment
         self.capacity = segment.size_bytes - ARENA_HEADER_BYTES
         self.live: collections.deque[tuple[int, int]] = collections.deque()  # (offset, bytes)
+        self.used_bytes = 0
+        """Bytes of the blocks in ``live`` (freed ones behind the oldest unfreed one too:
+        their room is not reusable yet), as of the last ``_reclaim``."""
         self.generation = 0
         """The generation of the newest block (``BlockRef.generation``)."""
 
@@ -133,7 +138,7 @@ class _Arena:
         buf = self.segment.buf
         live = self.live
         while live and _STATE.unpack_from(buf, live[0][0])[0] == FREE:
-            live.popleft()
+            self.used_bytes -= live.popleft()[1]
 
     def try_alloc(self, block_bytes: int) -> int | None:
         """Offset (from segment start) of a new LIVE block, or None when it does not fit."""
@@ -163,14 +168,20 @@ class _Arena:
         # NOTE: generation and size first, then LIVE in one store (``Segment.store_u32``):
         # a reader checking the header (``free_block``) never sees LIVE beside the room's
         # previous generation.
-        _GEN_SIZE.pack_into(self.segment.buf, start + 4, gen, block_bytes)
+        _GEN_SIZE.pack_into(self.segment.buf, start + 4, gen, block_bytes, 0, 0)
         self.segment.store_u32(start, LIVE)
         live.append((start, block_bytes))
+        self.used_bytes += block_bytes
         return start
 
     def live_blocks(self) -> int:
         self._reclaim()
         return len(self.live)
+
+    def used(self) -> int:
+        """Bytes of this arena no allocation can take now (``used_bytes``, reclaimed now)."""
+        self._reclaim()
+        return self.used_bytes
 
     def unfreed_blocks(self) -> int:
         """Blocks whose reader has not written ``FREE`` yet (``live_blocks`` also counts

@@ -374,12 +374,15 @@ class Supervisor:
 
     def _on_frontend_gone(self, frontend_id: int, pid: int) -> None:
         """Free a dead frontend process's input arenas (unlink them, and every worker unmaps
-        them) and remove its temporary directories (model control's change thread:
+        them), the workers' output blocks its replies held (``ipc.output_holds``) and its
+        temporary directories (model control's change thread:
         ``supervisor.processes.frontend_restart``)."""
         process_dirs.remove(process_dirs.NATIVE_GRPC, pid)
         self.wiring.remove_frontend_process(frontend_id, pid)
         if self._instances is not None:
-            self._instances.drop_segments(self.topology.frontend_process_segments(frontend_id, pid))
+            self._instances.drop_segments(
+                self.topology.frontend_process_segments(frontend_id, pid), holder=pid
+            )
 
     # ------------------------------------------------------------- shutdown
     def _stop_all(self) -> None:

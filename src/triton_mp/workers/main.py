@@ -31,6 +31,7 @@ from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender, encode
 from triton_mp.ipc.direct import SelfOffer
 from triton_mp.ipc.handshake import report_ready, report_start_failed
 from triton_mp.ipc.memory.topology import process_arena_prefix
+from triton_mp.ipc.output_holds import OutputArenas
 from triton_mp.ipc.protocol.log_messages import LogSettingsUpdate, apply_update
 from triton_mp.ipc.protocol.messages import (
     BatchAssign,
@@ -108,7 +109,7 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
         Requester.ENSEMBLE: {0: to_scheduler},
     }
     owner_prefix = process_arena_prefix(spec.arena_prefix, os.getpid())
-    arena = ArenaAllocator(owner_prefix, spec.arena_bytes, spec.arena_budget_bytes)
+    arena = OutputArenas(owner_prefix, spec.arena_bytes, spec.arena_budget_bytes)
     custom_metrics = None
     if spec.model.capabilities.custom_metrics:
         from triton_mp.backends.python import metrics as python_metrics
@@ -256,7 +257,7 @@ def handle(msg: ToWorker, worker: Worker, rewire: Callable[[BlsWorkerUpdate], No
     elif isinstance(msg, LogSettingsUpdate):
         apply_update(msg)
     elif isinstance(msg, DropSegments):
-        worker.drop_segments(msg.prefixes)
+        worker.drop_segments(msg.prefixes, msg.holder)
     return False
 
 

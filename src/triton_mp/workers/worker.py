@@ -46,6 +46,7 @@ from triton_mp.backends.base import (
 from triton_mp.common.errors import ErrorCode, TritonMPError, flatten_exception
 from triton_mp.ipc import ArenaAllocator, SegmentCache
 from triton_mp.ipc.memory.ring import RecordTooLarge
+from triton_mp.ipc.output_holds import OutputArenas
 from triton_mp.ipc.protocol.messages import (
     BatchAssign,
     BatchDone,
@@ -534,10 +535,16 @@ class Worker:
         """Unmap the clients' regions."""
         self._regions.close()
 
-    def drop_segments(self, prefixes: tuple[str, ...]) -> None:
-        """Unmap the input arenas of a frontend process that died (``DropSegments``)."""
+    def drop_segments(self, prefixes: tuple[str, ...], holder: int = 0) -> None:
+        """Unmap the input arenas of a frontend process that died and free the output
+        blocks its replies held in place (``DropSegments``; ``ipc.output_holds``)."""
         for prefix in prefixes:
             self._cache.drop(prefix)
+        if holder and isinstance(self._arena, OutputArenas):
+            with self._post_lock:
+                freed = self._arena.free_held_by(holder)
+            if freed:
+                log.info("freed %d output blocks held by frontend process %d", freed, holder)
 
     def _sequence_batch(
         self, batch: BatchAssign, runnable: list[int], backend_reqs: list[BackendRequest]

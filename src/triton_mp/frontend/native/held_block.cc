@@ -2,6 +2,7 @@
 #include "held_block.h"
 
 #include <grpc/slice.h>
+#include <unistd.h>
 
 namespace triton_mp {
 
@@ -17,6 +18,12 @@ void Release(void* user_data) {
 }
 
 }  // namespace
+
+void HeldBlock::Arm() {
+  // NOTE: before armed_: the free (the last holder's, after Arm returns) comes after it
+  mapping_->Hold(offset_, generation_, static_cast<uint32_t>(getpid()));
+  armed_.store(true, std::memory_order_release);
+}
 
 HeldBlock::~HeldBlock() {
   if (!armed_.load(std::memory_order_acquire)) return;

@@ -3,7 +3,9 @@
 // (SegmentMapping::Free, tensor_pool.free_block's rule) when the last of them lets go, on
 // whatever thread gRPC drops it, but only once armed: the answer was committed to its calls
 // (known_answer_py.cc Serve, after Handoff::AnswerOwned). A hold never armed (the answer went
-// to Python, which reads and frees the block itself) frees nothing. Python twin of the rule:
+// to Python, which reads and frees the block itself) frees nothing. Armed, the block's header
+// names this process (its pid: ipc/output_holds.py, the worker frees a dead holder's blocks).
+// Python twin of the rule:
 // dispatch/pending.py (the block freed after its answer was sent), known_calls.py (the
 // Python path, which copies instead).
 #ifndef TRITON_MP_FRONTEND_NATIVE_HELD_BLOCK_H_
@@ -28,8 +30,9 @@ class HeldBlock {
   HeldBlock(const HeldBlock&) = delete;
   HeldBlock& operator=(const HeldBlock&) = delete;
 
-  // The block is freed with its last holder from now on.
-  void Arm() { armed_.store(true, std::memory_order_release); }
+  // The block is freed with its last holder from now on; its header names this process as
+  // its holder (SegmentMapping::Hold), so the worker frees it if this process dies first.
+  void Arm();
   uint64_t offset() const { return offset_; }
   const SegmentMapping& mapping() const { return *mapping_; }
 

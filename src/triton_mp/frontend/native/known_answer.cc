@@ -126,6 +126,7 @@ std::shared_ptr<HeldBlock> HoldOf(const AnswerRead& read, const AnswerResponse& 
         o.nbytes > payload - (o.offset - start)) {
       continue;
     }
+    if (!mapping->MayHold(b->offset)) return nullptr;  // NOTE: its worker's arenas are full
     for (const auto& h : *holds) {
       if (&h->mapping() == mapping.get() && h->offset() == b->offset) return h;
     }

@@ -12,6 +12,13 @@
 
 namespace triton_mp {
 
+namespace {
+
+constexpr uint64_t kHolderOffset = 16;  // u32 holder, then u32 flags (ipc/output_holds.py)
+constexpr uint32_t kBlockCopy = 1;      // flags: copy, never hold (output_holds.COPY)
+
+}  // namespace
+
 std::shared_ptr<const SegmentMapping> SegmentMapping::Open(const std::string& name) {
   // NOTE: O_RDWR for the descriptor's frees; the mapping is read-only (tensor_pool's rule:
   // a stray store into another process's arena faults here, not there)
@@ -60,6 +67,24 @@ bool SegmentMapping::Free(uint64_t offset, uint64_t generation) const {
   const uint32_t free_state = kBlockFree;
   return pwrite(fd_, &free_state, sizeof free_state, static_cast<off_t>(offset)) ==
          static_cast<ssize_t>(sizeof free_state);
+}
+
+bool SegmentMapping::Hold(uint64_t offset, uint64_t generation, uint32_t holder) const {
+  if (offset % 8 != 0 || offset > bytes_ || bytes_ - offset < kArenaHeaderBytes) return false;
+  const uint32_t state =
+      __atomic_load_n(reinterpret_cast<const uint32_t*>(base_ + offset), __ATOMIC_ACQUIRE);
+  uint32_t gen;
+  std::memcpy(&gen, base_ + offset + 4, sizeof gen);
+  if (state != kBlockLive || gen != generation) return false;
+  return pwrite(fd_, &holder, sizeof holder, static_cast<off_t>(offset + kHolderOffset)) ==
+         static_cast<ssize_t>(sizeof holder);
+}
+
+bool SegmentMapping::MayHold(uint64_t offset) const {
+  if (offset % 8 != 0 || offset > bytes_ || bytes_ - offset < kArenaHeaderBytes) return false;
+  uint32_t flags;
+  std::memcpy(&flags, base_ + offset + kHolderOffset + 4, sizeof flags);
+  return (flags & kBlockCopy) == 0;
 }
 
 const std::shared_ptr<const SegmentMapping>& OutputSegments::Get(std::string_view name) {

@@ -6,7 +6,8 @@
 // (held_block.h) keeps the segment mapped and its descriptor open until gRPC lets go of
 // them, after a Drop too.
 // Python twins: ipc/tensor_pool.py (SegmentCache: read-only attachments; free_block: the
-// rule and the header `u32 state, u32 generation, u64 block_bytes`), ipc/memory/shm.py
+// rule and the header `u32 state, u32 generation, u64 block_bytes`), ipc/output_holds.py
+// (the output block's `u32 holder, u32 flags` at +16), ipc/memory/shm.py
 // (Segment.store_u32 through the descriptor). OutputSegments is used by the Python thread
 // only (the inbox pass); not thread-safe. A SegmentMapping is immutable once made: any
 // thread may read through it and free with it.
@@ -44,6 +45,14 @@ class SegmentMapping {
   // Marks the block whose header is at `offset` FREE (tensor_pool.free_block's rule). False:
   // nothing written (past the end, not LIVE, another generation; generation 0: any).
   bool Free(uint64_t offset, uint64_t generation) const;
+  // Records `holder` (this process's pid) as the holder of the block at `offset`: a pwrite
+  // of its u32 holder word (+16), only while the header holds LIVE and `generation`; the
+  // worker frees the blocks a dead process held (ipc/output_holds.py: hold_block,
+  // OutputArenas.free_held_by). False: nothing written.
+  bool Hold(uint64_t offset, uint64_t generation, uint32_t holder) const;
+  // Whether the block at `offset` may be held in place: its owner did not flag it COPY
+  // (u32 flags at +20: its arenas were past their fill mark, ipc/output_holds.py).
+  bool MayHold(uint64_t offset) const;
 
  private:
   int fd_;

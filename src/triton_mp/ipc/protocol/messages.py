@@ -495,6 +495,9 @@ class DropSegments(msgspec.Struct, frozen=True, tag="drop_segments", array_like=
     (``Topology.frontend_process_segments``). A request that still names them fails."""
 
     prefixes: tuple[str, ...]
+    holder: int = 0
+    """The dead process's pid: free the output blocks its replies held in place
+    (``ipc.output_holds``); 0: none."""
 
 
 ToWorker = (

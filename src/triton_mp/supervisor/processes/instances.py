@@ -344,12 +344,14 @@ class Instances:
             x.respec(msgspec.structs.replace(x.spec, bls=bls))
             self._send_bls([(i, BlsWorkerUpdate(instance_id=i, seq=self._bls_seq, models=table))])
 
-    def drop_segments(self, prefix: str) -> None:
+    def drop_segments(self, prefix: str, holder: int = 0) -> None:
         """Tell every running worker to unmap the arenas named ``prefix...`` (a dead
-        frontend's, unlinked already), on the supervisor's control ring into its inbox."""
+        frontend's, unlinked already) and to free the output blocks the dead process
+        ``holder`` (its pid) held in place (``ipc.output_holds``), on the supervisor's
+        control ring into its inbox."""
         for instance_id, x in list(self._wired.items()):
             try:
-                x.control.send(DropSegments(prefixes=(prefix,)))
+                x.control.send(DropSegments(prefixes=(prefix,), holder=holder))
             except (ChannelTimeout, RecordTooLarge):
                 # NOTE: a stuck worker keeps the mapping; the memory goes when it exits.
                 log.warning("instance %d did not take the dead frontend's arenas", instance_id)
