@@ -29,6 +29,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -97,23 +98,40 @@ def counts(server: TritonMP, model: str) -> tuple[float, float]:
     return total("nv_inference_count"), total("nv_inference_exec_count")
 
 
+class RunFailed(RuntimeError):
+    """A perf_analyzer window measured nothing: perf_analyzer failed, or the server
+    counted no inference of the model over it."""
+
+
 def one_run(server: TritonMP, args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
-    """One perf_analyzer window against ``server``; CPU per inference per role over it."""
+    """One perf_analyzer window against ``server``; CPU per inference per role over it.
+
+    Raises:
+        RunFailed: perf_analyzer exited non-zero or no inference was counted (with its
+            exit status and the tail of what it wrote)."""
     pa = [env["PERF_ANALYZER"], "-m", args.model, "-u", server.url, "-i", "grpc"]
     pa += ["--concurrency-range", str(args.c), "-p", str(int(args.window * 1000))]
     pa += ["-s", "100", "--max-trials", "1", *args.pa_args]
-    proc = subprocess.Popen(pa, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(1.0)
-        pids = [p for p, _ in descendants(server.pid or 0)]
-        t0, c0, n0 = time.monotonic(), role_ticks(pids), counts(server, args.model)
-        w0, s0 = role_wakes(pids), role_wakes(pids, "nonvoluntary")
-        time.sleep(args.window - 0.5)
-        t1, c1, n1 = time.monotonic(), role_ticks(pids), counts(server, args.model)
-        w1, s1 = role_wakes(pids), role_wakes(pids, "nonvoluntary")
-    finally:
-        proc.wait()
-    inferences, executions = n1[0] - n0[0], n1[1] - n0[1]
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(pa, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            time.sleep(1.0)
+            pids = [p for p, _ in descendants(server.pid or 0)]
+            t0, c0, n0 = time.monotonic(), role_ticks(pids), counts(server, args.model)
+            w0, s0 = role_wakes(pids), role_wakes(pids, "nonvoluntary")
+            time.sleep(args.window - 0.5)
+            t1, c1, n1 = time.monotonic(), role_ticks(pids), counts(server, args.model)
+            w1, s1 = role_wakes(pids), role_wakes(pids, "nonvoluntary")
+        finally:
+            code = proc.wait()
+        inferences, executions = n1[0] - n0[0], n1[1] - n0[1]
+        if code != 0 or inferences <= 0 or executions <= 0:
+            out.seek(0)
+            tail = out.read().decode(errors="replace").strip().splitlines()[-8:]
+            raise RunFailed(
+                f"perf_analyzer exit status {code}, {inferences:.0f} inferences in "
+                f"{executions:.0f} executions of {args.model} counted: " + " | ".join(tail)
+            )
     rec: dict[str, Any] = {
         "infer_per_s": round(inferences / (t1 - t0), 1),
         "batch": round(inferences / max(executions, 1), 2),
@@ -177,6 +195,9 @@ def main() -> int:
                 rec = one_run(servers[side], args, env)
                 runs[side].append(rec)
                 print(side, rec, flush=True)
+    except RunFailed as e:
+        print(f"{side} ({args.a if side == 'A' else args.b}): {e}", file=sys.stderr, flush=True)
+        return 1
     finally:
         for s in servers.values():
             s.stop()
