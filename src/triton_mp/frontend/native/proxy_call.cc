@@ -56,6 +56,15 @@ void ProxyCall::OnRequestRead(bool ok) {
     StartBackend();
     return;
   }
+  if (done_ && server_ctx_.IsCancelled()) {
+    // NOTE: the client cancelled before its request was read (OnDone came first): nothing
+    // runs it, as in Triton (infer_handler.cc Process: a call cancelled at step START is
+    // finished, never executed); the status reaches no one
+    finishing_ = true;
+    Start(&client_finished_op_);
+    server_stream_.Finish(grpc::Status::CANCELLED, &client_finished_op_);
+    return;
+  }
   uint64_t id;
   if (target_.handoff->SubmitKnown(this, up_, &id)) {
     ++pending_;  // the reply, reserved, as below
