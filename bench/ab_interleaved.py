@@ -99,16 +99,16 @@ def counts(server: TritonMP, model: str) -> tuple[float, float]:
 
 
 class RunFailed(RuntimeError):
-    """A perf_analyzer window measured nothing: perf_analyzer failed, or the server
-    counted no inference of the model over it."""
+    """A perf_analyzer window measured nothing: the server counted no inference of the
+    model over it (perf_analyzer could not start, reach the server or the model)."""
 
 
 def one_run(server: TritonMP, args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
     """One perf_analyzer window against ``server``; CPU per inference per role over it.
 
     Raises:
-        RunFailed: perf_analyzer exited non-zero or no inference was counted (with its
-            exit status and the tail of what it wrote)."""
+        RunFailed: no inference was counted (with perf_analyzer's exit status and the
+            tail of what it wrote)."""
     pa = [env["PERF_ANALYZER"], "-m", args.model, "-u", server.url, "-i", "grpc"]
     pa += ["--concurrency-range", str(args.c), "-p", str(int(args.window * 1000))]
     pa += ["-s", "100", "--max-trials", "1", *args.pa_args]
@@ -125,7 +125,9 @@ def one_run(server: TritonMP, args: argparse.Namespace, env: dict[str, str]) -> 
         finally:
             code = proc.wait()
         inferences, executions = n1[0] - n0[0], n1[1] - n0[1]
-        if code != 0 or inferences <= 0 or executions <= 0:
+        # NOTE: a non-zero exit alone is no failure: with --max-trials 1 perf_analyzer exits
+        # 2 on "Failed to obtain stable measurement", and the server's counts still hold
+        if inferences <= 0 or executions <= 0:
             out.seek(0)
             tail = out.read().decode(errors="replace").strip().splitlines()[-8:]
             raise RunFailed(
