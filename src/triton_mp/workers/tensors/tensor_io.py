@@ -359,24 +359,27 @@ def write_outputs(
             # NOTE: a plain dict carries no parameters (response_parameters' test, inlined).
             parameters_json="" if type(outputs) is dict else response_parameters(outputs),
         )
-    parts = output_parts(req, outputs)
-    placed: dict[int, TensorRef] = {}
     # NOTE: client regions first: a region that fails its check leaves no arena block taken.
-    for i, (tensor, region) in enumerate(parts):
-        if region is not None:
-            placed[i] = write_region(regions, tensor, region)
-    in_arena = [i for i, (_, region) in enumerate(parts) if region is None]
+    placed: list[TensorRef | None] = []
+    to_arena: list[WireTensor] = []
+    for tensor, region in output_parts(req, outputs):
+        if region is None:
+            placed.append(None)
+            to_arena.append(tensor)
+        else:
+            placed.append(write_region(regions, tensor, region))
     block_ref = None
-    if in_arena:
-        block_ref, refs = write_block(arena, [parts[i][0] for i in in_arena])
-        placed.update(zip(in_arena, refs, strict=True))
+    if to_arena:
+        block_ref, refs = write_block(arena, to_arena)
+        it = iter(refs)
+        placed = [ref if ref is not None else next(it) for ref in placed]
     return InferResponse(
         request_id=req.request_id,
         version=req.version,
-        outputs=tuple(placed[i] for i in range(len(parts))),
+        outputs=tuple(placed),  # type: ignore[arg-type]  # NOTE: every None replaced above
         block=block_ref,
         final=final,
-        parameters_json=response_parameters(outputs),
+        parameters_json="" if type(outputs) is dict else response_parameters(outputs),
     )
 
 
@@ -417,11 +420,14 @@ def output_parts(
         TritonMPError: an output larger than its region (INTERNAL, the allocator's code).
     """
     parts = []
-    regions = dict(zip(req.outputs, req.output_regions or (None,) * len(req.outputs), strict=True))
+    names, regions = req.outputs, req.output_regions
+    if regions and len(regions) != len(names):
+        raise ValueError(f"{len(regions)} output regions for {len(names)} outputs")
     for name, arr in outputs.items():
-        if name not in regions:
+        if name not in names:
             continue
-        region = regions[name]
+        # NOTE: the name's region by its index (no name -> region dict per request).
+        region = regions[names.index(name)] if regions else None
         tensor = wire_tensor(name, arr)
         size = tensor[4]
         if region is not None and size > region.byte_size:
