@@ -83,11 +83,22 @@ def outputs_in(
     return tuple(out)
 
 
+ids = st.one_of(
+    st.just(""),
+    st.text(max_size=10),
+    st.text(min_size=100, max_size=400),  # NOTE: a two-byte length varint
+    st.sampled_from(["0", "é", "请求-42", "\U0001f600" * 40]),
+)
+"""Request ids: empty, short, long, UTF-8 of 2-4 bytes a character."""
+
+
 @settings(max_examples=60, deadline=None)
-@given(forms, st.text(max_size=10), st.sampled_from(["", '{"a": 1}']), st.data())
+@given(forms, ids, ids, st.sampled_from(["", '{"a": 1}']), st.data())
 def test_one_answer_is_the_python_paths_bytes_and_frees_its_block(
-    drawn: Any, client_id: str, params: str, data: st.DataObject
+    drawn: Any, taught_id: str, client_id: str, params: str, data: st.DataObject
 ) -> None:
+    """The head is taught from a call with one id and serves a call with any other: the
+    call's own id is written where Python's serializer writes it."""
     with output_arena("tmk", 8, BLOCK) as seg:
         block = live(seg, 1, 7)
         r = InferResponse(
@@ -95,10 +106,11 @@ def test_one_answer_is_the_python_paths_bytes_and_frees_its_block(
             block=block, parameters_json=params,
         )  # fmt: skip
         expected = python_bytes(r, seg, client_id)
-        assert native().known_answer_build(encode(r), [11]) is None  # NOTE: no head yet
-        teach(11, r, client_id)
-        assert native().known_answer_build(encode(r), [12]) is None  # NOTE: another lesson
-        built, refused = native().known_answer_build(encode(r), [11], True)
+        cid = client_id.encode()
+        assert native().known_answer_build(encode(r), [11], False, False, [cid]) is None
+        teach(11, r, taught_id)
+        assert native().known_answer_build(encode(r), [12], False, False, [cid]) is None
+        built, refused = native().known_answer_build(encode(r), [11], True, False, [cid])
         assert built == (expected,)
         assert refused == 0
         assert state(seg, block) == FREE
@@ -120,8 +132,13 @@ def test_a_batch_is_built_in_order_and_its_shared_block_freed_once(
             )
         batch = AnswerBatch(responses=tuple(responses), handoffs=(Handoff(block, n),))
         teach(4, responses[0], "id")
-        built, refused = native().known_answer_build(encode(batch), [4] * n, True)
-        assert built == tuple(python_bytes(r, seg, "id") for r in responses)
+        call_ids = [f"call-{i}" * i for i in range(n)]  # NOTE: each call's own; the first ""
+        built, refused = native().known_answer_build(
+            encode(batch), [4] * n, True, False, [c.encode() for c in call_ids]
+        )
+        assert built == tuple(
+            python_bytes(r, seg, c) for r, c in zip(responses, call_ids, strict=True)
+        )
         assert refused == 0
         assert state(seg, block) == FREE
         short = AnswerBatch(responses=tuple(responses), handoffs=(Handoff(block, n + 1),))
@@ -180,7 +197,7 @@ def test_an_output_in_a_client_region_is_an_empty_entry_as_pythons(arena: Segmen
     t = TensorRef("OUT1", "UINT8", (8,), arena.name, block.offset + 64, 8)
     r = InferResponse(request_id=1, version=2, outputs=(region, t), block=block)
     teach(4, r, "cid")
-    built, refused = native().known_answer_build(encode(r), [4], True)
+    built, refused = native().known_answer_build(encode(r), [4], True, False, [b"cid"])
     head = ResponseHeads().head("m", 2, "cid", "{}", r.outputs)
     view = memoryview(arena.buf)[t.offset : t.offset + 8]
     expected = b"".join(bytes(p) for p in infer_response_parts(head, [None, view]))

@@ -75,7 +75,9 @@ def test_large_outputs_go_in_place_with_the_python_paths_bytes(
             at += (n + 63) // 64 * 64
         r = InferResponse(request_id=5, version=3, outputs=tuple(outputs), block=block)
         teach(11, r, client_id)
-        built, refused, in_place = native().known_answer_build(encode(r), [11], commit, True)
+        built, refused, in_place = native().known_answer_build(
+            encode(r), [11], commit, True, [client_id.encode()]
+        )
         assert built == (python_bytes(r, seg, client_id),)
         assert in_place == sum(n for n in drawn if n >= LARGE)
         assert refused == 0
@@ -97,7 +99,9 @@ def test_a_batchs_handed_over_block_is_held_once_and_freed_after_every_response(
     teach(4, responses[1], "id")
     teach(4, responses[2], "id")
     batch = AnswerBatch(responses=tuple(responses), handoffs=(Handoff(block, 3),))
-    built, refused, in_place = native().known_answer_build(encode(batch), [4] * 3, True, True)
+    built, refused, in_place = native().known_answer_build(
+        encode(batch), [4] * 3, True, True, [b"id"] * 3
+    )
     assert built == tuple(python_bytes(r, arena, "id") for r in responses)
     assert in_place == 3 * LARGE + 3
     assert refused == 0

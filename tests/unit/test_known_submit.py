@@ -142,28 +142,42 @@ def rig() -> Iterator[Rig]:
         r.close()
 
 
+ids = st.one_of(
+    st.just(""),
+    st.text(max_size=6),
+    st.text(min_size=100, max_size=300),
+    st.sampled_from(["é", "请求-42", "\U0001f600" * 40]),
+)
+"""Request ids: empty, short, long, UTF-8 of 2-4 bytes a character."""
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     sizes=st.lists(st.integers(0, 300), min_size=1, max_size=3),
-    client_id=st.text(max_size=6),
+    client_id=ids,
+    call_ids=st.lists(ids, min_size=4, max_size=4),
     calls=st.integers(1, 4),
     seed=st.integers(0, 2**31),
 )
 def test_a_sent_call_is_what_the_python_lane_writes(
-    sizes: list[int], client_id: str, calls: int, seed: int
+    sizes: list[int], client_id: str, call_ids: list[str], calls: int, seed: int
 ) -> None:
+    """Taught from a call with one id, the lesson sends calls with any id: each record is
+    the one Python encodes for that call (its own id in it)."""
     r = Rig()
     try:
-        template = r.teach(sizes, client_id)
+        r.teach(sizes, client_id)
         rng = np.random.default_rng(seed)
         for k in range(calls):
+            cid = call_ids[k]
             raws = [rng.integers(0, 256, n, np.uint8).tobytes() for n in sizes]
-            sent = native().known_submit(message(raws, client_id), 1000 + k)
+            sent = native().known_submit(message(raws, cid), 1000 + k)
             assert isinstance(sent, tuple), sent
             rid, lesson, offset, generation = sent
             assert (rid, lesson) == (100 + k, 7)
             block = BlockRef("/arena", offset, generation)
-            desc = descriptor(sizes, client_id, rid, 1000 + k, offset, generation)
+            desc = descriptor(sizes, cid, rid, 1000 + k, offset, generation)
+            template = encode_request(descriptor(sizes, cid, 1, 5, 0, 1))
             expected = patch_in_python(template, rid, 1000 + k, block, desc.inputs)
             assert r.ring_seg.records()[k] == expected == encode_request(desc)
             for ref, raw in zip(desc.inputs, raws, strict=True):
@@ -180,13 +194,20 @@ def test_what_does_not_match_the_lesson_is_left_with_nothing_done(rig: Rig) -> N
     rig.teach([8, 4], "c")
     n = native()
     stats = n.known_stats()
-    assert n.known_submit(message([b"a" * 8, b"b" * 4], "d"), 1) == UNKNOWN  # another id
     short = message([b"a" * 8, b"b" * 3], "c", shapes=[8, 4])
     assert n.known_submit(short, 1) == DECLINED  # a byte size
     assert n.known_submit(message([b"a" * 8], "c"), 1) == UNKNOWN  # another key
     assert n.known_submit(b"\x0a\x05ab", 1) == UNKNOWN  # not a message
+    # NOTE: an id that is not UTF-8 (protobuf refuses it in Python), or over 4 KiB
+    bad = message([b"a" * 8, b"b" * 4], "c").replace(b"\x1a\x01c", b"\x1a\x02\xc3\x28")
+    assert n.split_infer(bad)[1] == n.split_infer(message([b"a" * 8, b"b" * 4], "c"))[1]
+    assert n.known_submit(bad, 1) == DECLINED
+    assert n.known_submit(message([b"a" * 8, b"b" * 4], "x" * 4097), 1) == DECLINED
     assert rig.ring_seg.records() == []
-    assert n.known_stats()["declined"] == stats["declined"] + 1
+    assert n.known_stats()["declined"] == stats["declined"] + 3
+    # NOTE: another id is the same form: sent, with its own id (4 KiB is still sent)
+    assert isinstance(n.known_submit(message([b"a" * 8, b"b" * 4], "d"), 1), tuple)
+    assert isinstance(n.known_submit(message([b"a" * 8, b"b" * 4], "y" * 4096), 1), tuple)
     # NOTE: surplus raw entries are ignored (Triton does), as by KnownRequest.matches
     req = pb.ModelInferRequest.FromString(message([b"a" * 8, b"b" * 4], "c"))
     req.raw_input_contents.append(b"surplus")
@@ -325,7 +346,8 @@ def test_a_lesson_that_does_not_fit_is_refused(rig: Rig) -> None:
 def test_any_message_is_sent_or_left_never_misread(data: st.DataObject) -> None:
     """Broken and altered forms of a taught request (truncated, bytes flipped, random):
     the submit never reads out of bounds (ASan builds check), and sends only a message
-    whose key, id and sizes are the lesson's."""
+    whose key and sizes are the lesson's and whose id protobuf accepts, with that id in
+    its record."""
     r = Rig()
     try:
         r.teach([16, 4], "c")
@@ -340,9 +362,12 @@ def test_any_message_is_sent_or_left_never_misread(data: st.DataObject) -> None:
             body = data.draw(st.binary(max_size=80))
         got = native().known_submit(body, 1)
         if isinstance(got, tuple):
-            req = pb.ModelInferRequest.FromString(body)
-            assert req.id == "c"
+            req = pb.ModelInferRequest.FromString(body)  # NOTE: its id is UTF-8
             assert [len(x) for x in req.raw_input_contents][:2] == [16, 4]
+            record = r.ring_seg.records()[0]
+            (cid_len,) = struct.unpack_from("<H", record, 78)
+            (cid_off,) = struct.unpack_from("<I", record, 84)
+            assert record[cid_off : cid_off + cid_len].decode() == req.id  # NOTE: its own id
         else:
             assert got in (UNKNOWN, DECLINED)
     finally:

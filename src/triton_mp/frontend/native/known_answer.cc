@@ -71,9 +71,60 @@ bool OwnBlocks(const AnswerRead& read) {
   return read.handoffs.empty() || read.handoffs[0].uses == naming;
 }
 
+// A varint at head[*at] (moved past it). False: it runs past the end or over 10 bytes.
+bool ReadVarint(const std::string& head, size_t* at, uint64_t* value) {
+  *value = 0;
+  for (int shift = 0; shift < 70; shift += 7) {
+    if (*at >= head.size()) return false;
+    const auto byte = static_cast<unsigned char>(head[(*at)++]);
+    if (shift < 64) *value |= static_cast<uint64_t>(byte & 0x7F) << shift;
+    if (byte < 0x80) return true;
+  }
+  return false;
+}
+
+constexpr uint64_t kResponseIdField = 3;  // ModelInferResponse.id
+constexpr unsigned char kResponseIdTag = (kResponseIdField << 3) | 2;
+
 }  // namespace
 
-void KnownAnswers::Teach(uint64_t lesson_id, AnswerHead head) {
+bool HeadWithoutId(const std::string& head, std::string* out, size_t* id_at) {
+  out->clear();
+  bool placed = false;
+  size_t at = 0;
+  while (at < head.size()) {
+    const size_t start = at;
+    uint64_t key;
+    uint64_t value;
+    if (!ReadVarint(head, &at, &key)) return false;
+    const uint64_t wire = key & 7;
+    if (wire == 0) {
+      if (!ReadVarint(head, &at, &value)) return false;
+    } else if (wire == 2) {
+      if (!ReadVarint(head, &at, &value) || value > head.size() - at) return false;
+      at += value;
+    } else if (wire == 1 || wire == 5) {
+      const size_t n = wire == 1 ? 8 : 4;
+      if (n > head.size() - at) return false;
+      at += n;
+    } else {
+      return false;
+    }
+    const uint64_t field = key >> 3;
+    if (!placed && field >= kResponseIdField) {
+      *id_at = out->size();
+      placed = true;
+    }
+    if (field != kResponseIdField) out->append(head, start, at - start);
+  }
+  if (!placed) *id_at = out->size();
+  return true;
+}
+
+bool KnownAnswers::Teach(uint64_t lesson_id, AnswerHead head) {
+  std::string bare;
+  if (!HeadWithoutId(head.head, &bare, &head.id_at)) return false;
+  head.head = std::move(bare);
   if (heads_.size() >= kAnswerLessonsKept && heads_.find(lesson_id) == heads_.end()) {
     heads_.clear();
   }
@@ -89,12 +140,13 @@ void KnownAnswers::Teach(uint64_t lesson_id, AnswerHead head) {
       }
       if (same) {
         h = std::move(head);
-        return;
+        return true;
       }
     }
   }
   if (kept.size() >= kHeadsPerLesson) kept.erase(kept.begin());
   kept.push_back(std::move(head));
+  return true;
 }
 
 const AnswerHead* KnownAnswers::HeadOf(uint64_t lesson_id, const AnswerResponse& r) const {
@@ -155,6 +207,11 @@ class ResponseWriter {
     if (n != 0) std::memcpy(p_, data, n);
     p_ += n;
   }
+  void Id(const std::string& id) {
+    *p_++ = kResponseIdTag;
+    p_ = PutVarint(p_, id.size());
+    Put(id.data(), id.size());
+  }
   void Tag(uint64_t nbytes) {
     *p_++ = kRawOutputTag;
     p_ = PutVarint(p_, nbytes);
@@ -177,13 +234,14 @@ class ResponseWriter {
 }  // namespace
 
 bool KnownAnswers::Build(const AnswerRead& read, const std::vector<uint64_t>& lessons,
+                         const std::vector<std::string>* ids,
                          OutputSegments* segments, std::vector<grpc::ByteBuffer>* out,
                          BuiltBytes* bytes, std::vector<std::shared_ptr<HeldBlock>>* holds) const {
   out->clear();
   *bytes = BuiltBytes{};
   if (holds != nullptr) holds->clear();
   if (read.kind == AnswerKind::kOther || lessons.size() != read.responses.size() ||
-      !OwnBlocks(read)) {
+      (ids != nullptr && ids->size() != lessons.size()) || !OwnBlocks(read)) {
     return false;
   }
   std::vector<const AnswerHead*> heads(read.responses.size());
@@ -213,7 +271,11 @@ bool KnownAnswers::Build(const AnswerRead& read, const std::vector<uint64_t>& le
     // NOTE: the runs' sizes first: the head, then each output's tag and length, and its
     // bytes unless sent in place (which ends a run); an output in a client's region is an
     // empty entry
-    std::vector<size_t> runs(1, heads[i]->head.size());
+    const AnswerHead& head = *heads[i];
+    static const std::string kNoId;
+    const std::string& id = ids != nullptr ? (*ids)[i] : kNoId;
+    const size_t id_field = id.empty() ? 0 : 1 + VarintBytes(id.size()) + id.size();
+    std::vector<size_t> runs(1, head.head.size() + id_field);
     for (size_t k = 0; k < r.outputs.size(); ++k) {
       const uint64_t n = r.outputs[k].region_id != 0 ? 0 : r.outputs[k].nbytes;
       runs.back() += 1 + VarintBytes(n);
@@ -227,7 +289,9 @@ bool KnownAnswers::Build(const AnswerRead& read, const std::vector<uint64_t>& le
     ResponseWriter w(&slices);
     size_t run = 0;
     w.Begin(runs[run]);
-    w.Put(heads[i]->head.data(), heads[i]->head.size());
+    w.Put(head.head.data(), head.id_at);
+    if (!id.empty()) w.Id(id);  // NOTE: where Python's serializer writes it (field order)
+    w.Put(head.head.data() + head.id_at, head.head.size() - head.id_at);
     for (const auto& o : r.outputs) {
       if (o.region_id != 0) {
         w.Tag(0);  // NOTE: an empty entry, as infer_response_parts writes for a region

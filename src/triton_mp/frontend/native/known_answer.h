@@ -51,8 +51,15 @@ struct AnswerHead {
   int64_t version = 0;
   std::string parameters_json;
   std::vector<OutputForm> outputs;
-  std::string head;  // the serialized ModelInferResponse without raw_output_contents
+  std::string head;  // the serialized ModelInferResponse without raw_output_contents and
+                    // without its id (field 3): each call's own id is written in at id_at
+  size_t id_at = 0;  // where Python's serializer writes the id: after fields 1-2
 };
+
+// `head` (a serialized ModelInferResponse head, as taught) without its id fields, and where
+// the id goes (before the first field numbered over 3, or at the end). False: not a message
+// this reads (nothing is kept).
+bool HeadWithoutId(const std::string& head, std::string* out, size_t* id_at);
 
 inline constexpr size_t kHeadsPerLesson = 4;     // the oldest goes first
 inline constexpr size_t kAnswerLessonsKept = 4096;  // cleared whole when full
@@ -68,18 +75,20 @@ struct BuiltBytes {
 class KnownAnswers {
  public:
   // Keeps `head` for answers of calls submitted by lesson `lesson_id` (a form already kept
-  // is replaced).
-  void Teach(uint64_t lesson_id, AnswerHead head);
+  // is replaced); its id is taken out (HeadWithoutId). False: the head does not parse.
+  bool Teach(uint64_t lesson_id, AnswerHead head);
   void Clear() { heads_.clear(); }
   size_t lessons() const { return heads_.size(); }
 
   // Whether `read` can be served here (header comment), response i being a call of lesson
-  // `lessons[i]`: then `out` holds each response's serialized ModelInferResponse and
+  // `lessons[i]` with the request id `(*ids)[i]` (UTF-8; ids null: every id empty): then
+  // `out` holds each response's serialized ModelInferResponse and
   // `bytes` its output bytes. With `holds`, large outputs are sent in place and `holds` gets
   // the blocks they hold (unarmed: the caller arms them once the answer is committed;
   // dropped unarmed, they free nothing); without, every byte is copied. False: nothing built.
   bool Build(const AnswerRead& read, const std::vector<uint64_t>& lessons,
-             OutputSegments* segments, std::vector<grpc::ByteBuffer>* out, BuiltBytes* bytes,
+             const std::vector<std::string>* ids, OutputSegments* segments,
+             std::vector<grpc::ByteBuffer>* out, BuiltBytes* bytes,
              std::vector<std::shared_ptr<HeldBlock>>* holds = nullptr) const;
   // Frees the output blocks of `read` (served whole) but those in `holds` (freed when sent);
   // returns how many frees were refused (tensor_pool's stray frees).

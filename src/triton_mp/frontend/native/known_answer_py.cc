@@ -40,12 +40,15 @@ struct Counters {
 };
 Counters g_counters;
 
-// The lesson of each call, for Build.
-std::vector<uint64_t> LessonsOf(const std::vector<KnownSent>& calls) {
-  std::vector<uint64_t> out;
-  out.reserve(calls.size());
-  for (const auto& c : calls) out.push_back(c.lesson_id);
-  return out;
+// The lesson and the request id of each call, for Build.
+void LessonsOf(const std::vector<KnownSent>& calls, std::vector<uint64_t>* lessons,
+               std::vector<std::string>* ids) {
+  lessons->reserve(calls.size());
+  ids->reserve(calls.size());
+  for (const auto& c : calls) {
+    lessons->push_back(c.lesson_id);
+    ids->push_back(c.client_id);
+  }
 }
 
 // Serves `data` if it answers owned calls only and can be served here; true when it was
@@ -58,7 +61,9 @@ bool ServeLocked(Handoff* h, const unsigned char* data, size_t size) {
   std::vector<KnownSent> calls;
   ReadAnswer(data, size, &read);
   if (read.kind == AnswerKind::kOther || !h->FindOwned(read, &calls)) return false;
-  const std::vector<uint64_t> lessons = LessonsOf(calls);
+  std::vector<uint64_t> lessons;
+  std::vector<std::string> ids;
+  LessonsOf(calls, &lessons, &ids);
   KnownSubmit& known = TheKnownSubmit();
   for (const auto& c : calls) {
     if (c.epoch != known.epoch()) {
@@ -66,7 +71,7 @@ bool ServeLocked(Handoff* h, const unsigned char* data, size_t size) {
       return false;  // NOTE: its block is in an arena C++ no longer holds: Python frees it
     }
   }
-  if (!g_answers.Build(read, lessons, &g_segments, &responses, &bytes, &holds) ||
+  if (!g_answers.Build(read, lessons, &ids, &g_segments, &responses, &bytes, &holds) ||
       !h->AnswerOwned(read, &responses)) {
     ++g_counters.answer_declined;
     return false;  // NOTE: the holds go unarmed: Python reads and frees the blocks
@@ -134,8 +139,9 @@ bool FormsOf(PyObject* outputs, std::vector<OutputForm>* out) {
   return ok;
 }
 
-// known_answer_teach(lesson_id, version, parameters_json, outputs, head): answers of the
-// lesson's calls with this form (outputs: (name, datatype, shape) each) get `head`.
+// known_answer_teach(lesson_id, version, parameters_json, outputs, head) -> bool: answers of
+// the lesson's calls with this form (outputs: (name, datatype, shape) each) get `head`, its
+// id replaced by each call's own (False: the head does not parse; nothing kept).
 PyObject* Teach(PyObject*, PyObject* args) {
   unsigned long long lesson_id;
   long long version;
@@ -154,8 +160,7 @@ PyObject* Teach(PyObject*, PyObject* args) {
   PyBuffer_Release(&head);
   if (!FormsOf(outputs, &taught.outputs)) return nullptr;
   std::lock_guard<std::mutex> lock(g_serve_mu);
-  g_answers.Teach(lesson_id, std::move(taught));
-  Py_RETURN_NONE;
+  return PyBool_FromLong(g_answers.Teach(lesson_id, std::move(taught)) ? 1 : 0);
 }
 
 // known_answer_own(on) -> bool: the server's handoff keeps the calls it submits (False: no
@@ -220,8 +225,9 @@ PyObject* BytesOf(const grpc::ByteBuffer& response) {
   return b;
 }
 
-// known_answer_build(record, lessons[, free[, in_place]]) -> tuple of bytes, or None: the
-// responses this side builds for `record` whose response i is a call of lessons[i], without
+// known_answer_build(record, lessons[, free[, in_place[, ids]]]) -> tuple of bytes, or None:
+// the responses this side builds for `record` whose response i is a call of lessons[i] (with
+// the request id ids[i], bytes; no ids: every id empty), without
 // a server (tests); with free=True its output blocks are then freed (returns (responses,
 // refused frees)); with in_place=True large outputs are sent in place as Serve sends them
 // (returns (responses, refused frees, bytes in place); with free, their holds are armed and
@@ -231,8 +237,29 @@ PyObject* Build(PyObject*, PyObject* args) {
   PyObject* lessons_obj;
   int free_blocks = 0;
   int in_place = 0;
-  if (!PyArg_ParseTuple(args, "y*O|pp", &record, &lessons_obj, &free_blocks, &in_place)) {
+  PyObject* ids_obj = Py_None;
+  if (!PyArg_ParseTuple(args, "y*O|ppO", &record, &lessons_obj, &free_blocks, &in_place,
+                        &ids_obj)) {
     return nullptr;
+  }
+  std::vector<std::string> ids;
+  if (ids_obj != Py_None) {
+    PyObject* ids_seq = PySequence_Fast(ids_obj, "ids must be a sequence of bytes");
+    if (ids_seq == nullptr) {
+      PyBuffer_Release(&record);
+      return nullptr;
+    }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(ids_seq); ++i) {
+      char* data;
+      Py_ssize_t len;
+      if (PyBytes_AsStringAndSize(PySequence_Fast_GET_ITEM(ids_seq, i), &data, &len) != 0) {
+        Py_DECREF(ids_seq);
+        PyBuffer_Release(&record);
+        return nullptr;
+      }
+      ids.emplace_back(data, static_cast<size_t>(len));
+    }
+    Py_DECREF(ids_seq);
   }
   std::vector<uint64_t> lessons;
   PyObject* seq = PySequence_Fast(lessons_obj, "lessons must be a sequence of ints");
@@ -260,7 +287,8 @@ PyObject* Build(PyObject*, PyObject* args) {
   {
     std::vector<grpc::ByteBuffer> responses;
     std::vector<std::shared_ptr<HeldBlock>> holds;
-    built = g_answers.Build(read, lessons, &g_segments, &responses, &bytes,
+    built = g_answers.Build(read, lessons, ids_obj == Py_None ? nullptr : &ids, &g_segments,
+                            &responses, &bytes,
                             in_place ? &holds : nullptr);
     if (built && free_blocks) {
       for (const auto& hold : holds) hold->Arm();

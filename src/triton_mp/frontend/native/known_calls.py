@@ -63,7 +63,8 @@ class Lesson(NamedTuple):
 
     Attributes:
         model, version: where its requests go; ``client_id``: the request ``id`` the
-            record template was made for; ``segment``: the input arena its blocks are in;
+            record template was made for (C++ serves the lesson's calls with any id, each
+            registered with its own: ``register``); ``segment``: the input arena its blocks are in;
         copied: raw input bytes copied per request (``PendingTable.copied_bytes["in"]``);
         held: the client regions each call names (``dispatch.inputs.region_ids``).
     """
@@ -171,17 +172,18 @@ class KnownCalls:
         return lesson_id
 
     def register(self, items: Iterable[tuple[int, int, Any, Any, Any]]) -> int:
-        """Register every KNOWN entry of ``items`` (``_native.take``'s): its request in the
+        """Register every KNOWN entry of ``items`` (``_native.take``'s; its last item the
+        call's request id, str or None: a lesson serves any id): its request in the
         pending table (its sink a ``KnownCall``, its input block freed after its answer) and
         its call. Returns how many."""
         n = 0
         pending = self.pending
-        for call_id, kind, sent, _metadata, _split in items:
+        for call_id, kind, sent, _metadata, client_id in items:
             if kind != KNOWN_KIND:
                 continue
             rid, lesson_id, offset, generation = sent
             lesson = self._lessons[lesson_id]
-            call = KnownCall(self, call_id, lesson.client_id)
+            call = KnownCall(self, call_id, client_id or "")  # NOTE: the call's own id
             call.request_id = rid
             call.lesson_id = lesson_id
             call.model = lesson.model

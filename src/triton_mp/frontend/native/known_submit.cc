@@ -12,12 +12,41 @@ namespace triton_mp {
 
 namespace {
 
-// The lessons' map key: the request's key, the id's bytes, the id's length (u32 LE).
-void LessonKey(const std::string& key, const char* id, size_t id_len, std::string* out) {
-  out->assign(key);
-  out->append(id, id_len);
-  const uint32_t n = static_cast<uint32_t>(id_len);
-  out->append(reinterpret_cast<const char*>(&n), sizeof n);
+// Whether `s` is well-formed UTF-8 (Python's strict decode, protobuf's string check: no
+// overlong form, no surrogate, nothing past U+10FFFF).
+bool Utf8(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = p[i];
+    size_t more;
+    unsigned char lo = 0x80;
+    unsigned char hi = 0xBF;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      more = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      more = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      more = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return false;
+    }
+    if (n - i - 1 < more) return false;
+    if (p[i + 1] < lo || p[i + 1] > hi) return false;
+    for (size_t k = 2; k <= more; ++k) {
+      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return false;
+    }
+    i += more + 1;
+  }
+  return true;
 }
 
 }  // namespace
@@ -80,22 +109,21 @@ bool KnownSubmit::Teach(const std::string& key, KnownLesson lesson) {
       return false;
     }
   }
+  std::string bare;  // NOTE: the template without its id (each call's is written in)
+  if (!WithClientId(lesson.record, "", 0, &bare)) return false;
+  lesson.record = std::move(bare);
   std::lock_guard<std::mutex> lock(mu_);
   if (!arena_ || lesson.block_bytes > arena_->capacity()) return false;
   if (lessons_.size() >= kKnownLessonsKept) ForgetLocked();
-  std::string full;
-  LessonKey(key, lesson.client_id.data(), lesson.client_id.size(), &full);
-  lessons_[std::move(full)] = std::move(lesson);
+  lessons_[key] = std::move(lesson);
   taught_.store(true, std::memory_order_relaxed);
   return true;
 }
 
-bool KnownSubmit::SetRoute(const std::string& key, const std::string& client_id,
+bool KnownSubmit::SetRoute(const std::string& key, const std::string& /*client_id*/,
                            const std::string& route) {
-  std::string full;
-  LessonKey(key, client_id.data(), client_id.size(), &full);
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = lessons_.find(full);
+  auto it = lessons_.find(key);
   if (it == lessons_.end()) return false;
   it->second.route = route;
   return true;
@@ -160,13 +188,16 @@ KnownResult KnownSubmit::Submit(const Chunks& message, const RequestSplit& split
 KnownResult KnownSubmit::SubmitLocked(const Chunks& message, const RequestSplit& split,
                                       uint64_t arrival_ns, KnownSent* sent) {
   if (!arena_ || !ring_ || base_ == nullptr) return KnownResult::kUnknown;
-  // NOTE: a template is made for one id ("" when the request has none): KnownCalls.submit
-  std::string id;
-  if (split.has_id && split.id.second != 0) message.Append(split.id.first, split.id.second, &id);
-  LessonKey(split.key, id.data(), id.size(), &lookup_);
-  auto it = lessons_.find(lookup_);
+  auto it = lessons_.find(split.key);
   if (it == lessons_.end()) return KnownResult::kUnknown;
   const KnownLesson& lesson = it->second;
+  // NOTE: any id: written into the record and the response (KnownCalls.submit's rules)
+  std::string id;
+  if (split.has_id && split.id.second != 0) {
+    if (split.id.second > kKnownIdMaxBytes) return KnownResult::kDeclined;
+    message.Append(split.id.first, split.id.second, &id);
+    if (!Utf8(id)) return KnownResult::kDeclined;  // NOTE: protobuf refuses it in Python
+  }
   if (!TheKnownRegions().Admit(lesson.regions)) return KnownResult::kStale;
   const size_t n = lesson.sizes.size();
   if (split.raw.size() < n) return KnownResult::kDeclined;  // surplus entries are ignored
@@ -191,7 +222,10 @@ KnownResult KnownSubmit::SubmitLocked(const Chunks& message, const RequestSplit&
     entries_[i] = block + kArenaHeaderBytes + lesson.at[i];
   }
   const uint64_t rid = ids_.front().first;
-  record_.assign(lesson.record);
+  if (!WithClientId(lesson.record, id.data(), id.size(), &record_)) {
+    __atomic_store_n(reinterpret_cast<uint32_t*>(base_ + block), kBlockFree, __ATOMIC_RELEASE);
+    return KnownResult::kDeclined;  // NOTE: never (Teach checked its layout)
+  }
   // NOTE: with windows in clients' regions among the inputs, every entry in record order
   if (!KnownRegions::Entries(lesson.regions, entries_.data(), n, &windows_)) {
     __atomic_store_n(reinterpret_cast<uint32_t*>(base_ + block), kBlockFree, __ATOMIC_RELEASE);
@@ -229,6 +263,7 @@ KnownResult KnownSubmit::SubmitLocked(const Chunks& message, const RequestSplit&
   sent->generation = generation;
   sent->epoch = epoch_;
   sent->copied = 0;
+  sent->client_id = std::move(id);
   for (uint64_t size : lesson.sizes) sent->copied += size;
   return KnownResult::kSent;
 }

@@ -36,7 +36,9 @@
 
 namespace triton_mp {
 
-// What Python taught for one key (a form: the newest arena's segment + the client id).
+// What Python taught for one key (a form: the newest arena's segment; any request id: the
+// template is kept without its client id, and each call's own id is written in,
+// record_patch.h WithClientId).
 struct KnownLesson {
   uint64_t id = 0;                 // Python's lesson id (never 0): the registration's
   std::string client_id;           // the request id's bytes the template was made for
@@ -58,12 +60,17 @@ struct KnownSent {
   uint64_t epoch = 0;       // the arena's (KnownSubmit::FreeInput)
   uint64_t copied = 0;      // raw input bytes copied into the block
   HeldRegions held;         // the client regions it holds (TheKnownRegions; null: none)
+  std::string client_id;    // the call's request id (ModelInferRequest.id, UTF-8; "": none)
 };
+
+// A request id longer than this goes to Python (a record holds it whole).
+inline constexpr size_t kKnownIdMaxBytes = 4096;
 
 enum class KnownResult : int {
   kSent = 0,
   kUnknown = 1,   // no lesson for the key (or nothing to submit with)
-  kDeclined = 2,  // the id or a byte size differs from the lesson's
+  kDeclined = 2,  // a byte size differs from the lesson's, or the id is not UTF-8 or is
+                  // over kKnownIdMaxBytes (Python refuses or takes it)
   kNoIds = 3,     // no request id left: Python hands more
   kNoRoom = 4,    // the newest arena has no room now: Python allocates (and grows)
   kFull = 5,      // the ring is full now (the block was freed)
@@ -102,10 +109,11 @@ class KnownSubmit {
   // Request ids [first, first + n) may be used (added to what is left).
   void AddIds(uint64_t first, uint64_t n);
   uint64_t ids_left() const;
-  // Teach `key` for requests whose id is lesson.client_id. False: the lesson does not fit the
-  // arena or its record (nothing kept).
+  // Teach `key` for requests with any id (lesson.client_id: the id its record template was
+  // made for; the template is kept without it). False: the lesson does not fit the arena or
+  // its record (nothing kept).
   bool Teach(const std::string& key, KnownLesson lesson);
-  // The lesson of `key` and `client_id` hands its calls to an idle instance of the version
+  // The lesson of `key` (any `client_id`) hands its calls to an idle instance of the version
   // whose routes are `route` (DirectRouteKey) when one is offered. False: no such lesson.
   bool SetRoute(const std::string& key, const std::string& client_id, const std::string& route);
   // Whether any lesson is kept (a cheap check before a call is split for Submit).
@@ -139,9 +147,8 @@ class KnownSubmit {
 
   mutable std::mutex mu_;
   std::atomic<bool> taught_{false};
-  // by the request's key, then its id's bytes, then the id's length (u32, little-endian)
+  // by the request's key (request_split.h: without its id)
   std::unordered_map<std::string, KnownLesson> lessons_;
-  std::string lookup_;  // the key being looked up (reused)
   std::shared_ptr<ArenaBlocks> arena_;
   uint64_t epoch_ = 0;  // SetArena and Detach count it: a block of another epoch is not ours
   unsigned char* base_ = nullptr;

@@ -4,10 +4,11 @@
 Imported by ``frontend.native.public_port``. A known call Python sent on the patched lane
 (``Inference.submit_known_to``: a known key, byte sizes that match, a record template for
 its form, no histogram; the handoff's gate: no tracing, no forwarded headers) is offered
-here (``offer``); its key, id, byte sizes, input positions in the block, record template and
+here (``offer``); its key, byte sizes, input positions in the block, record template and
 version (``known_teach_route``: the direct handoff's routes, ``direct_handoff.h``) are taught
 to C++ (``_native.known_teach``) with a ``Lesson`` (``KnownCalls.learn``: what registers
-the calls C++ sends by it). The next call with that key and id is then submitted by the
+the calls C++ sends by it). The next call with that key, whatever its request id (written
+into its record by C++, ``record_patch.h`` WithClientId), is then submitted by the
 gRPC thread without Python: its arena block, its bytes, its record, and its handoff to an
 idle instance of its version when the scheduler offers one (``dispatch.direct``'s rules),
 else its push and its wake; Python only registers it (``KnownCalls.register``) and answers
@@ -159,7 +160,9 @@ class NativeKnown:
         self._gate = gate
         self._segment = ""
         """The arena C++ allocates in (``arena_changed``); "": none, nothing is taught."""
-        self._taught: set[tuple[Hashable, str]] = set()
+        self._taught: set[Hashable] = set()
+        """The keys taught: a lesson serves calls with any request id (C++ writes each
+        call's id into its record and its response)."""
         self._closed = False
         calls.on_registered = self.refill
         calls.release_held = native.known_regions_release
@@ -250,8 +253,7 @@ class NativeKnown:
         if self._closed:
             return
         self.refill()
-        form = (key, client_id)
-        if segment != self._segment or form in self._taught or not isinstance(key, bytes):
+        if segment != self._segment or key in self._taught or not isinstance(key, bytes):
             return
         model = known.model
         template = known.templates.get((segment, client_id))
@@ -284,4 +286,4 @@ class NativeKnown:
             taught = native.known_teach(*args, record, bit)
         if taught:
             native.known_teach_route(key, cid, model.name, known.valid.version)
-            self._taught.add(form)
+            self._taught.add(key)  # NOTE: C++ serves it with any request id

@@ -171,7 +171,8 @@ PyObject* CallRequest(PyObject*, PyObject* args) {
 // split or None): kind is handoff.h's ItemKind (data for kCall and kStreamMessage, metadata
 // for kCall and kStreamOpen); a unary call's request comes as received.h CallRequestOf
 // makes it (its bytes or a Received, and its split); a kKnown's data is what was sent,
-// (request id, lesson id, block offset, block generation); a kLost has neither.
+// (request id, lesson id, block offset, block generation), its split the call's request id
+// (str; None: none); a kLost has neither.
 PyObject* Take(PyObject*, PyObject*) {
   triton_mp::Handoff* h = CurrentHandoff();
   std::vector<triton_mp::HandoffItem> items;
@@ -195,6 +196,11 @@ PyObject* Take(PyObject*, PyObject*) {
                            static_cast<unsigned long long>(k.lesson_id),
                            static_cast<unsigned long long>(k.offset),
                            static_cast<unsigned long>(k.generation));
+      if (data != nullptr && !k.client_id.empty()) {  // NOTE: UTF-8 (KnownSubmit checked)
+        split = PyUnicode_DecodeUTF8(k.client_id.data(),
+                                     static_cast<Py_ssize_t>(k.client_id.size()), "strict");
+        if (split == nullptr) Py_CLEAR(data);
+      }
     } else if (has_data) {
       data = BytesOf(item.data);
     } else {
@@ -365,13 +371,14 @@ namespace triton_mp {
 Handoff* ServerHandoff() { return CurrentHandoff(); }
 }  // namespace triton_mp
 
-// ABI: what this build's functions take, checked by native/__init__.py (_ABI, its twin): 6,
-// reply() takes a response's parts, take() gives kKnown and kLost entries, known_* teach the
+// ABI: what this build's functions take, checked by native/__init__.py (_ABI, its twin): 7,
+// reply() takes a response's parts, take() gives kKnown (with the call's request id) and kLost
+// entries, a known lesson serves calls with any request id, known_* teach the
 // gRPC thread, direct_* open the direct handoff's routes and set its full ring's wait,
 // answer_thread_* read the inbox in C++.
 PyMODINIT_FUNC PyInit__native() {
   PyObject* module = PyModule_Create(&kModule);
-  if (module != nullptr && (PyModule_AddIntConstant(module, "ABI", 6) != 0 ||
+  if (module != nullptr && (PyModule_AddIntConstant(module, "ABI", 7) != 0 ||
                             !triton_mp::AddReceivedType(module) ||
                             !triton_mp::AddInputArenaType(module) ||
                             !triton_mp::AddRecordPatch(module) ||

@@ -5,6 +5,7 @@
 #include "record_patch.h"
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "../../ipc/records.h"
@@ -32,6 +33,54 @@ bool PatchRecord(unsigned char* record, size_t len, const RecordPatch& patch) {
   for (size_t i = 0; i < patch.n_entries; ++i, entry += sizeof(rec::TensorEntry)) {
     std::memcpy(entry, &patch.entry_offsets[i], 8);
   }
+  return true;
+}
+
+namespace {
+
+uint32_t U32At(const std::string& r, size_t at) {
+  uint32_t v;
+  std::memcpy(&v, r.data() + at, 4);
+  return v;
+}
+
+uint16_t U16At(const std::string& r, size_t at) {
+  uint16_t v;
+  std::memcpy(&v, r.data() + at, 2);
+  return v;
+}
+
+}  // namespace
+
+bool WithClientId(const std::string& record, const char* id, size_t id_len, std::string* out) {
+  using H = rec::RequestHeader;
+  if (record.size() < sizeof(H) || id_len > 0xFFFF) return false;
+  const size_t size = U32At(record, offsetof(H, size));
+  const size_t cid_len = U16At(record, offsetof(H, client_id_len));
+  const size_t cid_off = U32At(record, offsetof(H, client_id_off));
+  const size_t tail_off = U32At(record, offsetof(H, tail_off));
+  const size_t tail_len = U32At(record, offsetof(H, tail_len));
+  if (size != record.size()) return false;
+  // NOTE: encode_request: the id is the last string; the tail (if any) ends the record
+  if (tail_len != 0 && (tail_off < sizeof(H) || tail_off > size || tail_len != size - tail_off)) {
+    return false;
+  }
+  const size_t strings_end = tail_len != 0 ? tail_off : size;
+  const size_t at = cid_len != 0 ? cid_off : strings_end;
+  if (at < sizeof(H) || at > strings_end || cid_len != strings_end - at) return false;
+  const size_t new_size = size - cid_len + id_len;
+  if (new_size > 0xFFFFFFFFu) return false;
+  out->assign(record, 0, at);
+  out->append(id, id_len);
+  out->append(record, strings_end, std::string::npos);
+  const uint32_t size32 = static_cast<uint32_t>(new_size);
+  const uint16_t len16 = static_cast<uint16_t>(id_len);
+  const uint32_t off32 = id_len != 0 ? static_cast<uint32_t>(at) : 0;
+  const uint32_t tail32 = tail_len != 0 ? static_cast<uint32_t>(at + id_len) : 0;
+  std::memcpy(&(*out)[offsetof(H, size)], &size32, 4);
+  std::memcpy(&(*out)[offsetof(H, client_id_len)], &len16, 2);
+  std::memcpy(&(*out)[offsetof(H, client_id_off)], &off32, 4);
+  std::memcpy(&(*out)[offsetof(H, tail_off)], &tail32, 4);
   return true;
 }
 
@@ -89,7 +138,24 @@ PyObject* PatchRequest(PyObject*, PyObject* args) {
   return out;
 }
 
+// record_with_client_id(record, id) -> bytes or None (WithClientId declined)
+PyObject* RecordWithClientId(PyObject*, PyObject* args) {
+  const char* record;
+  Py_ssize_t record_len;
+  const char* id;
+  Py_ssize_t id_len;
+  if (!PyArg_ParseTuple(args, "y#y#", &record, &record_len, &id, &id_len)) return nullptr;
+  std::string out;
+  if (!WithClientId(std::string(record, static_cast<size_t>(record_len)), id,
+                    static_cast<size_t>(id_len), &out)) {
+    Py_RETURN_NONE;
+  }
+  return PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
+}
+
 PyMethodDef kMethods[] = {
+    {"record_with_client_id", RecordWithClientId, METH_VARARGS,
+     "A REQUEST record with another client id (record_patch.h WithClientId)."},
     {"patch_request", PatchRequest, METH_VARARGS,
      "A known request's record from its template (known_records.patched)."},
     {nullptr, nullptr, 0, nullptr},

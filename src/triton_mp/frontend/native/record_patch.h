@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace triton_mp {
 
@@ -29,6 +30,13 @@ size_t PatchedRecordMinBytes(size_t n_entries);
 // Writes `patch` into `record` (a template's copy of `len` bytes). False, writing nothing,
 // when the record is shorter than PatchedRecordMinBytes(patch.n_entries).
 bool PatchRecord(unsigned char* record, size_t len, const RecordPatch& patch);
+
+// `record` (a REQUEST record as encode_request writes it: the client id the last string,
+// right before the tail, or at the end) with the client id `id` (`id_len` bytes; 0: none)
+// in its place, into `out`: the bytes encode_request writes for the same request with that
+// id (client_id_len/off, tail_off and size moved with it). False (out unspecified): the
+// record is not laid out so, or the id does not fit its u16 length.
+bool WithClientId(const std::string& record, const char* id, size_t id_len, std::string* out);
 
 }  // namespace triton_mp
 
