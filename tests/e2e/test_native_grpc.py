@@ -242,8 +242,8 @@ def test_known_calls_are_sent_natively_until_an_event_unteaches_them(
     """From the fourth call of a key and id on, the gRPC thread submits the call itself
     (``known_submit.h``: counted as sent), each answer still its own request's; a trace
     settings update un-teaches it: the next call goes the Python way (which teaches it
-    again), the one after is sent natively again. Another id, or another byte size, is
-    Python's."""
+    again), the one after is sent natively again. Another id (or none) is the same lesson,
+    sent natively with its own id; another byte size is Python's."""
     server = servers["native"]
     client = grpcclient.InferenceServerClient(server.url)
 
@@ -268,8 +268,9 @@ def test_known_calls_are_sent_natively_until_an_event_unteaches_them(
             infer(i)
         after = _known_counts(server)
         assert after["sent"] - before["sent"] == 10
-        infer(13, rid="other")  # NOTE: another id: no lesson for it yet
-        assert _known_counts(server)["sent"] == after["sent"]
+        infer(13, rid="other")  # NOTE: another id: the same lesson, its own id written in
+        infer(14, rid="")
+        assert _known_counts(server)["sent"] == after["sent"] + 2
         client.update_trace_settings(model_name="add_sub_py", settings={"trace_rate": "1000"})
         mid = _known_counts(server)
         assert mid["cleared"] > after["cleared"]
@@ -319,6 +320,8 @@ def test_known_answers_are_served_natively_with_exact_counts(
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((1, 16), value + 2))
         np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.full((1, 16), value - 2))
 
+    # NOTE: un-teach what an earlier test taught (a lesson serves any request id)
+    client.update_trace_settings(model_name="add_sub_py", settings={"trace_rate": "999"})
     before, bytes_before = _known_counts(server), _tensor_bytes(server)
     try:
         # NOTE: the first calls go the Python way (the full way or the Python lane) until

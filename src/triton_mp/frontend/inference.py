@@ -353,8 +353,10 @@ class Inference:
         if record is None:
             args = (rid, client_id, valid, block, refs, sink, None, known.held, known.templates)
             self._enqueue(*args)
-            if plain and known.held and self._known_sent is not None:
-                # NOTE: a request naming client regions (held here) is taught too
+            if plain and self._known_sent is not None:
+                # NOTE: taught from this call's template, just kept: a native lesson serves
+                # any id, so a client with a new id on every call is taught too (and a
+                # request naming client regions, held here)
                 self._known_sent(key, known, client_id, block.segment)
             return rid, model, valid.version
         # NOTE: ``_enqueue`` and ``_send_request`` for what a known call mostly is.
