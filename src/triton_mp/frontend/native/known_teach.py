@@ -248,7 +248,7 @@ class NativeKnown:
 
     def offer(self, key: Hashable, known: KnownRequest, client_id: str, segment: str) -> None:
         """Python sent a known call on the patched lane (``Inference.submit_known_to``):
-        teach its key and id if they qualify (module docstring)."""
+        teach its key (for any request id) if it qualifies (module docstring)."""
         native = self._native
         if self._closed:
             return
