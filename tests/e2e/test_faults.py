@@ -240,6 +240,13 @@ def test_a_leaking_model_killed_by_the_oom_killer_is_restarted_with_its_memory_b
         assert error.status() == "StatusCode.UNAVAILABLE"
         assert "leak_py_0_0" in error.message()
         assert "exit code -9" in error.message()
+    # NOTE: killed between two requests, the model reads ready until the supervisor has seen
+    # the death, so wait for the new process itself, then for readiness.
+    wait_for(
+        lambda: _titles(server).get("triton-mp: worker leak_py_0_0", pid) != pid,
+        60,
+        "a new leak_py_0_0 process",
+    )
     wait_for(lambda: client.is_model_ready("leak_py"), 60, "leak_py to be ready again")
     fresh = psutil.Process(_pid(server, "triton-mp: worker leak_py_0_0"))
     assert fresh.pid != pid
