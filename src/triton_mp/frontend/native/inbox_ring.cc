@@ -10,10 +10,6 @@
 
 namespace triton_mp {
 
-namespace {
-constexpr uint32_t kRingMagic = 0x54524E47;  // ring.py RING_MAGIC
-}  // namespace
-
 std::unique_ptr<InboxRing> InboxRing::Attach(const std::string& name) {
   const std::string bare = name.empty() || name[0] != '/' ? name : name.substr(1);
   const std::string posix = "/" + bare;
@@ -21,7 +17,7 @@ std::unique_ptr<InboxRing> InboxRing::Attach(const std::string& name) {
   if (fd < 0) return nullptr;
   struct stat st;
   void* base = MAP_FAILED;
-  if (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) >= kInboxData) {
+  if (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) >= kRingDataAt) {
     base = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED,
                 fd, 0);
   }
@@ -35,7 +31,7 @@ std::unique_ptr<InboxRing> InboxRing::Attach(const std::string& name) {
   std::memcpy(&magic, ring->base_, 4);
   std::memcpy(&ring->capacity_, ring->base_ + 8, 8);
   if (magic != kRingMagic || ring->capacity_ == 0 ||
-      ring->capacity_ > ring->size_ - kInboxData) {
+      ring->capacity_ > ring->size_ - kRingDataAt) {
     return nullptr;  // NOTE: the destructor unmaps it
   }
   return ring;
@@ -46,8 +42,8 @@ InboxRing::~InboxRing() {
 }
 
 bool InboxRing::has_records() const {
-  return __atomic_load_n(word(kInboxTail), __ATOMIC_ACQUIRE) !=
-         __atomic_load_n(word(kInboxHead), __ATOMIC_RELAXED);
+  return __atomic_load_n(word(kRingTailAt), __ATOMIC_ACQUIRE) !=
+         __atomic_load_n(word(kRingHeadAt), __ATOMIC_RELAXED);
 }
 
 }  // namespace triton_mp

@@ -18,6 +18,8 @@
 #include <memory>
 #include <string>
 
+#include "ring_layout.h"
+
 namespace triton_mp {
 
 class InboxRing {
@@ -48,15 +50,11 @@ class InboxRing {
   uint64_t capacity_ = 0;
 };
 
-inline constexpr size_t kInboxTail = 64;
-inline constexpr size_t kInboxHead = 128;
-inline constexpr size_t kInboxData = 192;
-inline constexpr uint32_t kInboxWrap = 0xFFFFFFFFu;
 
 template <typename Fn>
 size_t InboxRing::PopEach(Fn&& fn) {
-  const uint64_t tail = __atomic_load_n(word(kInboxTail), __ATOMIC_ACQUIRE);
-  uint64_t head = __atomic_load_n(word(kInboxHead), __ATOMIC_RELAXED);
+  const uint64_t tail = __atomic_load_n(word(kRingTailAt), __ATOMIC_ACQUIRE);
+  uint64_t head = __atomic_load_n(word(kRingHeadAt), __ATOMIC_RELAXED);
   size_t n = 0;
   while (head < tail) {
     const uint64_t pos = head % capacity_;
@@ -66,17 +64,17 @@ size_t InboxRing::PopEach(Fn&& fn) {
       continue;
     }
     uint32_t len;
-    __builtin_memcpy(&len, base_ + kInboxData + pos, 4);
-    if (len == kInboxWrap) {
+    __builtin_memcpy(&len, base_ + kRingDataAt + pos, 4);
+    if (len == kRingWrap) {
       head += room_to_end;
       continue;
     }
     if (len > room_to_end - 4) break;  // NOTE: a damaged ring: stop, never read past its end
-    fn(base_ + kInboxData + pos + 4, static_cast<size_t>(len));
+    fn(base_ + kRingDataAt + pos + 4, static_cast<size_t>(len));
     head += (4 + static_cast<uint64_t>(len) + 7) & ~uint64_t{7};
     ++n;
   }
-  __atomic_store_n(word(kInboxHead), head, __ATOMIC_RELEASE);
+  __atomic_store_n(word(kRingHeadAt), head, __ATOMIC_RELEASE);
   return n;
 }
 

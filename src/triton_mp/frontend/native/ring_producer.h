@@ -18,15 +18,9 @@
 #include <cstdint>
 #include <mutex>
 
-namespace triton_mp {
+#include "ring_layout.h"
 
-inline constexpr uint32_t kRingMagic = 0x54524E47;  // "TRNG"
-inline constexpr uint64_t kRingTailAt = 64;
-inline constexpr uint64_t kRingHeadAt = 128;
-inline constexpr uint64_t kRingQuietAt = 136;
-inline constexpr uint64_t kRingFormingAt = 144;  // mask, allowance word, floor ns (known_wake.h)
-inline constexpr uint64_t kRingDataAt = 192;
-inline constexpr uint32_t kRingWrap = 0xFFFFFFFF;
+namespace triton_mp {
 
 enum class PushResult : int { kPushed = 0, kFull = 1, kTooLarge = 2, kDetached = 3 };
 
