@@ -11,6 +11,7 @@ steps are checked with too.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ from triton_mp.common.input_checks import (
     shape_problem,
     unknown_input_message,
 )
+from triton_mp.common.unordered import iteration_order
 from triton_mp.frontend.model_table import IOSpec, Model
 from triton_mp.frontend.request import InferenceRequest, InputTensor
 from triton_mp.frontend.shm.system import SystemShmRegistry
@@ -68,13 +70,13 @@ def check_repeated_inputs(req: InferenceRequest, rid: str) -> None:
 
 
 def check_input_names(req: InferenceRequest, model: Model, rid: str) -> None:
-    """The number of inputs is the model's, each is the model's, in Triton's order
-    (``ValidateRequestInputs``, then ``GetInput``); ``check_repeated_inputs`` ran first.
+    """The number of inputs is the model's (core ``ValidateRequestInputs``);
+    ``check_repeated_inputs`` ran first. An input the model lacks is refused by
+    ``read_inputs``, where core Normalize's walks meet it (``Model::GetInput``).
 
     Raises:
-        InvalidRequest: with Triton's message for the first problem.
+        InvalidRequest: Triton's "expected N inputs but got M inputs ..." message.
     """
-    name = model.name
     required = [n for n, s in model.inputs.items() if not s.optional]
     if not len(required) <= len(req.inputs) <= len(model.inputs):
         raise InvalidRequest(
@@ -82,9 +84,6 @@ def check_input_names(req: InferenceRequest, model: Model, rid: str) -> None:
                 rid, model.name, (t.name for t in req.inputs), required, len(model.inputs)
             )
         )
-    for t in req.inputs:
-        if t.name not in model.inputs:
-            raise InvalidRequest(unknown_input_message(t.name, name))
     # NOTE: a request with the right number of inputs but a required one absent (an optional
     # one in its place) goes on to the backend, as Triton's core lets it.
 
@@ -117,8 +116,9 @@ def typed_contents(t: InputTensor, datatype: str) -> bytes:
 
 
 class _InputReader:
-    """Reads a request's inputs in order: ``raw_inputs`` are taken one by one, and the
-    batch size is the first input's leading dimension (batching models)."""
+    """Reads a request's inputs: each input that sends its bytes in the request takes the
+    next ``raw_inputs`` entry in request order; the batch size is the leading dimension of
+    the first input checked (batching models)."""
 
     def __init__(
         self, req: InferenceRequest, model: Model, shm: SystemShmRegistry | None, rid: str
@@ -126,8 +126,6 @@ class _InputReader:
         self._model = model
         self._shm = shm
         self._rid = rid
-        self._raw = req.raw_inputs
-        self._raw_index = 0
         self.batch_size = -1
         """-1 while unset: 0 is a real (invalid) batch size."""
         # NOTE: raw_inputs holds one entry per input that sends its bytes in the request
@@ -136,11 +134,31 @@ class _InputReader:
         # core's checks (check_frontend_tensors does so on the full path; a known
         # signature skips it, so the count is checked here too).
         takers = [t for t in req.inputs if not t.contents and not uses_shm(t.parameters)]
-        if len(self._raw) < len(takers):
-            raise InvalidRequest(no_data_message(takers[len(self._raw)].name, model.name))
+        raw = req.raw_inputs
+        if len(raw) < len(takers):
+            raise InvalidRequest(no_data_message(takers[len(raw)].name, model.name))
+        self._raw = {t.name: raw[i] for i, t in enumerate(takers)}
+        """Each taker's ``raw_inputs`` entry, by input name (names are unique by now)."""
+
+    def first_walk(self, t: InputTensor) -> None:
+        """Core Normalize's first walk over the inputs: the input is the model's
+        (``Model::GetInput``); for a batching model it has a leading dimension, and that
+        dimension is the batch size of the inputs walked before it."""
+        rid, name = self._rid, self._model.name
+        if t.name not in self._model.inputs:
+            raise InvalidRequest(unknown_input_message(t.name, name))
+        if self._model.max_batch_size <= 0:
+            return
+        if not t.shape:
+            raise InvalidRequest(no_batch_dim_message(rid, t.name, name))
+        if self.batch_size < 0:
+            self.batch_size = int(t.shape[0])
+        elif t.shape[0] != self.batch_size:
+            raise InvalidRequest(batch_mismatch_message(rid, t.name, name))
 
     def read(self, t: InputTensor) -> ValidInput:
-        """One input, checked; its bytes located."""
+        """One input, checked (datatype, shape, byte size: core Normalize's second walk,
+        after ``first_walk`` over every input); its bytes located."""
         spec = self._model.inputs[t.name]
         shape = self._shape(t, spec)
         count = element_count(shape)
@@ -167,15 +185,7 @@ class _InputReader:
             got = t.datatype if known else "<invalid>"
             raise InvalidRequest(datatype_message(rid, t.name, got, name, spec.datatype))
         shape = tuple(int(d) for d in t.shape)
-        item_shape = shape
-        if mbs > 0:
-            if not shape:
-                raise InvalidRequest(no_batch_dim_message(rid, t.name, name))
-            if self.batch_size < 0:
-                self.batch_size = shape[0]
-            elif shape[0] != self.batch_size:
-                raise InvalidRequest(batch_mismatch_message(rid, t.name, name))
-            item_shape = shape[1:]
+        item_shape = shape[1:] if mbs > 0 else shape
         problem = shape_problem(rid, t.name, name, spec.dims, item_shape, shape, mbs > 0)
         if problem is not None:
             raise InvalidRequest(problem)
@@ -199,9 +209,7 @@ class _InputReader:
         constructor checked there is one)."""
         if t.contents:
             return typed_contents(t, spec.datatype)
-        data = self._raw[self._raw_index]
-        self._raw_index += 1
-        return data
+        return self._raw[t.name]
 
     def _check_byte_size(
         self, t: InputTensor, spec: IOSpec, count: int, data: bytes | memoryview
@@ -264,18 +272,26 @@ def read_inputs(
         every input when the model batches (``max_batch_size`` > 0), else 1.
 
     Raises:
-        InvalidRequest: (INVALID_ARG) too few ``raw_inputs``, a wrong datatype or shape,
-            mismatched batch sizes, a batch over ``max_batch_size`` or of 0, a wrong byte
-            size, missing data, typed contents together with raw bytes or shared memory.
+        InvalidRequest: (INVALID_ARG) too few ``raw_inputs``, an input the model lacks, a
+            wrong datatype or shape, mismatched batch sizes, a batch over ``max_batch_size``
+            or of 0, a wrong byte size, missing data, typed contents together with raw bytes
+            or shared memory; with two problems, the one Triton's walks meet first.
         TritonMPError: a shared-memory window that does not resolve (``shm_window``).
     """
     reader = _InputReader(req, model, shm, rid)
-    inputs = tuple(reader.read(t) for t in req.inputs)
+    # NOTE: the core keeps the inputs in an unordered_map and walks it twice (Normalize):
+    # names and batch dimensions of all, the batch size, then datatype, shape and byte size
+    # of each; a request with two bad inputs is told about the one Triton meets first.
+    order = triton_order(req.inputs)
+    for t in order:
+        reader.first_walk(t)
     mbs = model.max_batch_size
+    if mbs > 0 and reader.batch_size > mbs:
+        raise InvalidRequest(batch_too_big_message(rid, mbs, model.name))
+    read = {t.name: reader.read(t) for t in order}
+    inputs = tuple(read[t.name] for t in req.inputs)
     if mbs <= 0:
         return inputs, 1
-    if reader.batch_size > mbs:
-        raise InvalidRequest(batch_too_big_message(rid, mbs, model.name))
     if reader.batch_size == 0:
         raise InvalidRequest(f"{rid}inference request batch-size must be >= 1 for '{model.name}'")
     return inputs, max(reader.batch_size, 1)
@@ -299,7 +315,23 @@ def read_known_inputs(
         InvalidRequest: as ``read_inputs``' data checks.
     """
     reader = _InputReader(req, model, None, rid)
-    return tuple(
-        reader.read_known(t, shape, count)
-        for t, shape, count in zip(req.inputs, shapes, counts, strict=True)
-    )
+    forms = {
+        t.name: (shape, count) for t, shape, count in zip(req.inputs, shapes, counts, strict=True)
+    }
+    read = {t.name: reader.read_known(t, *forms[t.name]) for t in triton_order(req.inputs)}
+    return tuple(read[t.name] for t in req.inputs)
+
+
+@functools.lru_cache(maxsize=1024)
+def _order_of(names: tuple[str, ...]) -> tuple[int, ...]:
+    """The positions of ``names`` in the order core's ``original_inputs_`` yields them."""
+    where = {name: i for i, name in enumerate(names)}
+    return tuple(where[name] for name in iteration_order(names))
+
+
+def triton_order(inputs: Sequence[InputTensor]) -> list[InputTensor]:
+    """``inputs`` (distinct names) in the order Triton's core walks them (libstdc++
+    ``unordered_map`` iteration, ``common.unordered``); cached per name tuple."""
+    if len(inputs) < 2:
+        return list(inputs)
+    return [inputs[i] for i in _order_of(tuple(t.name for t in inputs))]
