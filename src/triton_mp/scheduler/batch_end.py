@@ -93,17 +93,19 @@ class BatchEnds:
         inst.executions += 1
         self._release(msg.instance_id, now_ns)
         self.handoffs.touch(inst.generation)
+        # NOTE: positional (StatsBook.record_execution's order: key, requests, arrivals,
+        # dispatch, inferences, batch size, the three compute phases, end).
         self.stats.record_execution(
-            *inst.key,
-            requests=len(ok),
-            arrivals_ns=arrivals,
-            dispatch_ns=flight.dispatch_ns,
-            inferences=inferences,
-            total_batch_size=flight.total_batch_size,
-            compute_input_ns=msg.compute_input_ns,
-            compute_infer_ns=msg.compute_infer_ns,
-            compute_output_ns=msg.compute_output_ns,
-            end_ns=msg.end_ns,
+            inst.key,
+            len(ok),
+            arrivals,
+            flight.dispatch_ns,
+            inferences,
+            flight.total_batch_size,
+            msg.compute_input_ns,
+            msg.compute_infer_ns,
+            msg.compute_output_ns,
+            msg.end_ns,
         )
         for i in set(failed):
             r = reqs[i]

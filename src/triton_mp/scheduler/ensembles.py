@@ -549,17 +549,16 @@ class Ensembles:
             return
         c_in, c_infer, c_out = parent.compute
         self._stats.record_execution(
-            model,
-            version,
-            requests=1,
-            arrivals_ns=req.arrival_ns,
-            dispatch_ns=parent.start_ns,
-            inferences=req.batch_size,
-            total_batch_size=max(1, req.batch_size),
-            compute_input_ns=c_in,
-            compute_infer_ns=c_infer,
-            compute_output_ns=c_out,
-            end_ns=parent.end_ns,
+            (model, version),
+            1,
+            req.arrival_ns,
+            parent.start_ns,
+            req.batch_size,
+            max(1, req.batch_size),
+            c_in,
+            c_infer,
+            c_out,
+            parent.end_ns,
         )
 
     # --------------------------------------------------------------- loopback
