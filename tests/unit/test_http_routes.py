@@ -54,7 +54,7 @@ class FakeCore:
     async def model_ready_checked(self, name: str, version: str) -> bool:
         return self.model_ready(name, version)
 
-    def unregister(self, name: str) -> None:
+    async def unregister(self, name: str) -> None:
         self.calls.append(("shm_unregister", name))
 
 

@@ -296,7 +296,7 @@ def _in_region(**kw: object) -> InferenceRequest:
 
 def test_a_request_in_shared_memory_holds_its_regions_until_answered() -> None:
     async def body(f: Frontend) -> None:
-        f.shm.add(Region("r", "/client_r", 0, 4096, 77))
+        f.shm.add([Region("r", "/client_r", 0, 4096, 77)])
         f.inference.submit(_in_region(), known_key=KEY)
         full = f.scheduler.requests()[-1]
         assert KEY in f.inference.known_keys
@@ -320,12 +320,12 @@ def test_a_request_in_shared_memory_holds_its_regions_until_answered() -> None:
 
 def test_a_registration_or_unregistration_makes_requests_in_regions_unknown_again() -> None:
     async def body(f: Frontend) -> None:
-        f.shm.add(Region("r", "/client_r", 0, 4096, 77))
+        f.shm.add([Region("r", "/client_r", 0, 4096, 77)])
         f.inference.submit(_in_region(), known_key=KEY)
         f.inference.submit(_request(), known_key=b"raw only")
         f.pending.deliver([f.worker.answer(r, {"OUT": b"\0" * 8}) for r in f.scheduler.requests()])
         f.shm.drop(["r"])
-        f.shm.add(Region("r", "/client_r", 0, 4096, 78))
+        f.shm.add([Region("r", "/client_r", 0, 4096, 78)])
         assert f.inference.submit_known(KEY, "", [_raw(5, 6)]) is None
         assert len(f.inference.known_keys) == 1
         assert f.inference.submit_known(b"raw only", "", [_raw(1, 2), _raw(3, 4)]) is not None

@@ -41,6 +41,14 @@ SHM_REGISTERED = m.ShmRegistered(
     frontend_id=1, regions=(m.ShmRegion("in0", "/client_in", 64, 1024, 257),)
 )
 SHM_UNREGISTERED = m.ShmUnregistered(frontend_id=1, names=("in0", "out0"))
+SHM_REGISTERED_AWAITED = m.ShmRegistered(
+    frontend_id=0,
+    regions=(),
+    cuda=(m.CudaShmRegion("g", b"\1" * 64, 0, 1024, 3),),
+    op=7,
+)
+SHM_UNREGISTERED_AWAITED = m.ShmUnregistered(frontend_id=2, names=("in0",), cuda_names=("g",), op=8)
+SHM_APPLIED = m.ShmApplied(frontend_id=1, op=8, in_use=("in0",))
 REQUEST_WITH_SHM = m.InferRequest(
     request_id=9,
     reply_to=m.ReplyTo(m.Requester.FRONTEND, 0),
@@ -291,6 +299,9 @@ EXAMPLES: dict[str, list[object]] = {
         ),
         SHM_REGISTERED,
         SHM_UNREGISTERED,
+        SHM_REGISTERED_AWAITED,
+        SHM_UNREGISTERED_AWAITED,
+        SHM_APPLIED,
         m.ModelAvailability(model="add_sub", version=1, ready=False),
         m.TraceSettingUpdate(frontend_id=1, model="add_sub", rate=5, clear_count=True),
         m.InferResponse(

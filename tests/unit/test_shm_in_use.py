@@ -2,7 +2,9 @@
 
 ``SystemShmRegistry.hold`` / ``release`` count the requests that name a region;
 ``frontend.inference.region_ids`` and ``holding_sink`` are where a request takes and gives
-back its regions. No server, no processes (the side-by-side run against 2.51 is
+back its regions; ``unregister_refusal`` words Triton's answer (the other frontends' uses
+join this frontend's in ``frontend.shm.api``: tests/unit/test_shm_peers.py). No server, no
+processes (the side-by-side run against 2.51 is
 ``tests/e2e/test_triton_shm_messages.py``).
 """
 
@@ -14,9 +16,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from triton_mp.common.errors import ErrorCode, TritonMPError
+from triton_mp.common.errors import ErrorCode
 from triton_mp.frontend.inference import holding_sink
-from triton_mp.frontend.shm.system import ClientShmApi, SystemShmRegistry
+from triton_mp.frontend.shm.system import SystemShmRegistry, unregister_refusal
 from triton_mp.ipc.protocol.messages import ErrorInfo, InferResponse, RequestFailed
 
 
@@ -45,8 +47,9 @@ def test_a_region_held_by_a_request_stays_and_the_refusal_is_tritons(key: str) -
     registry = _registry(key, "in", "out")
     held = (_id(registry, "in"), _id(registry, "out"))
     registry.hold(held)
-    names, refusal = registry.unregister("out")
-    assert names == []
+    removed, kept = registry.unregister("out")
+    assert (removed, kept) == ([], ["out"])
+    refusal = unregister_refusal("out", kept)
     assert refusal is not None
     assert (refusal.code, refusal.message) == (
         ErrorCode.INTERNAL,
@@ -54,7 +57,9 @@ def test_a_region_held_by_a_request_stays_and_the_refusal_is_tritons(key: str) -
     )
     assert registry.has("out")
     registry.release(held)
-    assert registry.unregister("out") == (["out"], None)
+    removed, kept = registry.unregister("out")
+    assert ([r.name for r in removed], kept) == (["out"], [])
+    assert unregister_refusal("out", kept) is None
     assert not registry.has("out")
 
 
@@ -67,14 +72,16 @@ def test_every_request_must_end_before_the_region_is_free(key: str) -> None:
     assert registry.in_use("r")
     registry.release((rid, rid))
     assert not registry.in_use("r")
-    assert registry.unregister("r") == (["r"], None)
+    removed, kept = registry.unregister("r")
+    assert ([r.name for r in removed], kept) == (["r"], [])
 
 
 def test_unregister_all_removes_the_free_ones_and_names_the_others_sorted(key: str) -> None:
     registry = _registry(key, "zeta", "free", "alpha")
     registry.hold((_id(registry, "zeta"), _id(registry, "alpha")))
-    names, refusal = registry.unregister("")
-    assert names == ["free"]
+    removed, kept = registry.unregister("")
+    assert [r.name for r in removed] == ["free"]
+    refusal = unregister_refusal("", kept)
     assert refusal is not None
     assert (refusal.code, refusal.message) == (
         ErrorCode.INTERNAL,
@@ -83,30 +90,33 @@ def test_unregister_all_removes_the_free_ones_and_names_the_others_sorted(key: s
     assert [r.name for r in registry.status()] == ["zeta", "alpha"]
 
 
+def test_a_peers_unregister_keeps_what_a_request_here_holds(key: str) -> None:
+    registry = _registry(key, "r", "free")
+    old = _id(registry, "r")
+    registry.hold((old,))
+    assert registry.drop(["r", "free"]) == ["r"]  # another frontend's unregister
+    assert registry.has("r")
+    assert not registry.has("free")
+    registry.release((old,))
+    assert registry.drop(["r"]) == []
+    assert not registry.has("r")
+
+
 def test_a_new_registration_under_the_name_is_not_held_by_the_old_one(key: str) -> None:
     registry = _registry(key, "r")
     old = _id(registry, "r")
     registry.hold((old,))
-    registry.drop(["r"])  # another frontend unregistered it (it saw no use)
+    registry.release((old,))
+    registry.hold((old,))  # a request of the old registration, still unanswered
+    registry.unregister("r")
+    assert registry.has("r")
+    registry.release((old,))
+    registry.unregister("r")
     registry.register("r", key, 0, 256)
+    assert _id(registry, "r") != old
+    registry.hold((old,))
     assert not registry.in_use("r")
     registry.release((old,))
-
-
-def test_the_api_tells_the_peers_what_went_and_raises_for_what_stays(key: str) -> None:
-    registry = _registry(key, "busy", "idle")
-    registry.hold((_id(registry, "busy"),))
-    sent: list[bytes] = []
-    api = ClientShmApi(registry, frontend_id=0, send_peers=sent.append)
-    with pytest.raises(TritonMPError) as e:
-        api.unregister("")
-    assert e.value.code == ErrorCode.INTERNAL
-    assert len(sent) == 1
-    assert b"idle" in sent[0]
-    assert b"busy" not in sent[0]
-    with pytest.raises(TritonMPError):
-        api.unregister("busy")
-    assert len(sent) == 1
 
 
 def _response(final: bool) -> InferResponse:
@@ -184,21 +194,16 @@ def test_a_watch_is_told_before_every_change_and_its_uses_keep_a_region(key: str
     watch.native_uses[_id(registry, "in")] = 1
     assert registry.in_use("in")
     assert not registry.in_use("out")
-    names, refusal = registry.unregister("in")
+    removed, kept = registry.unregister("in")
     assert watch.changes == 3
-    assert names == []
-    assert refusal is not None
-    assert refusal.message == "Cannot unregister shared memory region 'in', it is currently in use."
-    names, refusal = registry.unregister("")
+    assert (removed, kept) == ([], ["in"])
+    removed, kept = registry.unregister("")
     assert watch.changes == 4
-    assert names == ["out"]
-    assert refusal is not None
-    assert (
-        refusal.message == "Failed to unregister the following system shared memory regions: in ,"
-    )
+    assert ([r.name for r in removed], kept) == (["out"], ["in"])
     watch.native_uses.clear()
-    assert registry.unregister("in") == (["in"], None)
+    removed, kept = registry.unregister("in")
+    assert ([r.name for r in removed], kept) == (["in"], [])
     region = registry.register("again", key, 0, 256)
     registry.drop(["again"])
-    registry.add(region)
+    registry.add([region])
     assert watch.changes == 8

@@ -15,7 +15,7 @@ from triton_mp.frontend.admin.repository import RepositoryApi
 from triton_mp.frontend.admin.server import ServerApi
 from triton_mp.frontend.admin.stats import StatsApi
 from triton_mp.frontend.inference import Inference
-from triton_mp.frontend.shm.system import ClientShmApi
+from triton_mp.frontend.shm.api import ClientShmApi
 from triton_mp.frontend.tracing.tracer import Tracer
 
 

@@ -63,8 +63,10 @@ from triton_mp.frontend.native import (
 from triton_mp.frontend.native.known_teach import Wiring
 from triton_mp.frontend.native.public_port import NativePort
 from triton_mp.frontend.readiness import ReadinessChecks
+from triton_mp.frontend.shm.api import ClientShmApi
 from triton_mp.frontend.shm.cuda import CudaShmRegistry
-from triton_mp.frontend.shm.system import DISABLED_MESSAGE, ClientShmApi, SystemShmRegistry
+from triton_mp.frontend.shm.peers import ShmPeers
+from triton_mp.frontend.shm.system import DISABLED_MESSAGE, SystemShmRegistry
 from triton_mp.frontend.tracing.tracer import Tracer
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender
 from triton_mp.ipc.handshake import report_ready, report_start_failed
@@ -86,8 +88,9 @@ DRAIN_LINGER_S = 1.0
 connections before it closes them (within ``--exit-timeout-secs``)."""
 
 
-def _client_shm(spec: FrontendSpec) -> SystemShmRegistry:
-    """This frontend's system shared-memory regions, with its CUDA regions beside them."""
+def _client_shm(spec: FrontendSpec, peers: dict[int, Sender]) -> ShmPeers:
+    """This frontend's system shared-memory regions, with its CUDA regions beside them, and
+    its end of the changes every frontend applies (``frontend.shm.peers``)."""
     shm = SystemShmRegistry(
         spec.frontend_id,
         enabled=spec.allow_client_shm,
@@ -100,14 +103,14 @@ def _client_shm(spec: FrontendSpec) -> SystemShmRegistry:
         taken=shm.has,
         disabled_message=DISABLED_MESSAGE,
     )
-    return shm
+    return ShmPeers(spec.frontend_id, shm, {j: p.send_bytes for j, p in peers.items()})
 
 
 def build_api(
     spec: FrontendSpec,
     *,
     models: ModelTable,
-    shm: SystemShmRegistry,
+    shm: ShmPeers,
     arena: ArenaAllocator,
     cache: SegmentCache,
     pending: PendingTable,
@@ -122,9 +125,10 @@ def build_api(
     """The transport-free core of one frontend, over its parts.
 
     Args:
+        shm: the client shared-memory regions, with the other frontends' end of their
+            changes (``frontend.shm.peers``).
         send_scheduler: pushes encoded bytes to the scheduler.
-        send_peers: pushes encoded bytes to every other frontend (client shared-memory
-            registrations, so that any frontend can serve a request naming a region).
+        send_peers: pushes encoded bytes to every other frontend (trace and log settings).
         response_cache: the response cache step; None without a cache.
         inbox: the inbox handler; the other frontends' trace settings updates it receives
             go to this frontend's tracer.
@@ -147,7 +151,7 @@ def build_api(
     inference = Inference(
         frontend_id=fid,
         models=models,
-        shm=shm,
+        shm=shm.registry,
         arena=arena,
         cache=cache,
         pending=pending,
@@ -176,7 +180,7 @@ def build_api(
             repository=spec.repository,
         ),
         stats=stats,
-        shm=ClientShmApi(shm, frontend_id=fid, send_peers=send_peers),
+        shm=ClientShmApi(shm),
         tracer=tracer,
         logs=LogControl(fid, send_scheduler, send_peers if spec.to_peers else None, link.notify),
     )
@@ -423,20 +427,6 @@ def _broadcast(to_peers: dict[int, Sender]) -> Callable[[bytes], None]:
     return send_peers
 
 
-def _resend_shm(
-    frontend_id: int, shm: SystemShmRegistry, to_peers: dict[int, Sender]
-) -> Callable[[int], None]:
-    """Sends every client region this frontend knows to one other frontend (a frontend
-    restarted in a dead one's place: ``ModelTableUpdate.resend_shm_to``)."""
-
-    def resend(peer: int) -> None:
-        msg = shm.shared(frontend_id)
-        if msg is not None and peer in to_peers:
-            to_peers[peer].send(msg)
-
-    return resend
-
-
 async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector) -> int:
     """Serve until SIGTERM, then drain. Returns the exit status."""
     loop = asyncio.get_running_loop()
@@ -448,12 +438,12 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     arena = _input_arena(spec, cache)
     pending = PendingTable(cache, spec.first_request_id)
     models = ModelTable(spec.models)
-    shm = _client_shm(spec)
+    shm = _client_shm(spec, peers)
     direct = _direct_routes(spec, to_scheduler)
     scheduler_waker = Waker(spec.to_scheduler.wakeup)
     wakes = HeldWakes.over(to_scheduler, scheduler_waker.wake, _shared_allowance(to_scheduler))
-    handler = InboxHandler(inbox, pending, shm, models, cache, direct)
-    handler.resend_shm = _resend_shm(spec.frontend_id, shm, peers)
+    handler = InboxHandler(inbox, pending, shm.on_record, models, cache, direct)
+    handler.resend_shm = shm.resend
     link = SupervisorLink(ready, handler.on_table_update)
     store = _open_cache(spec)
     if isinstance(store, str):
@@ -475,6 +465,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
         direct=direct,
         wakes=wakes,
     )
+    handler.on_wakeup()  # NOTE: a restarted frontend's resent shm regions, before it serves
     server, servicer = grpc_server(spec, api)
     wiring = _known_wiring(spec, to_scheduler, arena, api, handler, direct)
     native = native_port(spec, servicer, wiring)

@@ -2,10 +2,10 @@
 
 Imported by ``frontend.main``. The inbox's rings carry answers (``InferResponse``,
 ``AnswerBatch``, ``RequestFailed``, ``StatsReply``, ``QueueReply``) for the pending table, plus the
-scheduler's news: another frontend's client shared-memory registrations and whether a model
-version has a live instance. The supervisor's ``ModelTableUpdate`` (over the control pipe)
-adds and removes rings, replaces model entries and drops the arenas of stopped workers.
-Both run on the event loop thread, between two requests.
+other frontends' client shared-memory changes and answers (``frontend.shm.peers``) and the
+scheduler's news: whether a model version has a live instance. The supervisor's
+``ModelTableUpdate`` (over the control pipe) adds and removes rings, replaces model entries
+and drops the arenas of stopped workers. Both run on the event loop thread, between two requests.
 
 Where the native answer thread runs (``frontend.native.answer_thread``), it reads the rings
 instead of this loop: it serves the known calls' plain answers in C++, and every other record
@@ -25,7 +25,6 @@ from triton_mp.frontend.dispatch.pending import PendingTable
 from triton_mp.frontend.dispatch.polling_loop import PollingSelector, Watched, WatchedWaiter
 from triton_mp.frontend.model_table import ModelTable
 from triton_mp.frontend.readiness import ReadinessChecks
-from triton_mp.frontend.shm.system import Region, SystemShmRegistry
 from triton_mp.ipc import Inbox, SegmentCache
 from triton_mp.ipc.protocol.control_messages import ModelTableUpdate
 from triton_mp.ipc.protocol.log_messages import LogSettingsUpdate, apply_update
@@ -35,6 +34,7 @@ from triton_mp.ipc.protocol.messages import (
     ModelAvailability,
     QueueReply,
     RequestFailed,
+    ShmApplied,
     ShmRegistered,
     ShmUnregistered,
     StatsReply,
@@ -75,7 +75,8 @@ class InboxHandler:
     Args:
         inbox: the frontend's inbox (its rings and its wakeup FIFO).
         pending: where answers go.
-        shm: the registered client shared-memory regions.
+        on_shm: applies the other frontends' client shared-memory records
+            (``frontend.shm.peers.ShmPeers.on_record``).
         models: the model table.
         cache: attached arenas (a stopped worker's are dropped).
         direct: the routes to idle instances (``frontend.dispatch.direct``), which the supervisor's
@@ -86,7 +87,7 @@ class InboxHandler:
         self,
         inbox: Inbox[ToFrontend],
         pending: PendingTable,
-        shm: SystemShmRegistry,
+        on_shm: Callable[[ShmRegistered | ShmUnregistered | ShmApplied], None],
         models: ModelTable,
         cache: SegmentCache,
         direct: DirectRoutes | None = None,
@@ -94,7 +95,7 @@ class InboxHandler:
         self._inbox = inbox
         self._direct = direct
         self._pending = pending
-        self._shm = shm
+        self._on_shm = on_shm
         self._models = models
         self._cache = cache
         self.on_trace_setting: Callable[[TraceSettingUpdate], None] = lambda _msg: None
@@ -183,11 +184,8 @@ class InboxHandler:
                 answers.append(msg)
             elif msg is None:  # NOTE: served natively (serve_answers_with)
                 served = True
-            elif isinstance(msg, ShmRegistered):
-                for r in msg.regions:
-                    self._shm.add(Region(r.name, r.key, r.offset, r.byte_size, r.region_id))
-            elif isinstance(msg, ShmUnregistered):
-                self._shm.drop(list(msg.names))
+            elif isinstance(msg, ShmRegistered | ShmUnregistered | ShmApplied):
+                self._on_shm(msg)
             elif isinstance(msg, ModelAvailability):
                 self._models.set_available(msg.model, msg.version, msg.ready)
             elif isinstance(msg, TraceSettingUpdate):

@@ -429,7 +429,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
     async def SystemSharedMemoryRegister(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton SystemSharedMemoryRegister: name a window of a client's POSIX shm object."""
         try:
-            self._api.shm.register(request.name, request.key, request.offset, request.byte_size)
+            await self._api.shm.register(
+                request.name, request.key, request.offset, request.byte_size
+            )
         except TritonMPError as e:
             await abort(context, e.code, e.message)
         return pb.SystemSharedMemoryRegisterResponse()
@@ -452,7 +454,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
     async def SystemSharedMemoryUnregister(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton SystemSharedMemoryUnregister: one region, or all when the name is empty."""
         try:
-            self._api.shm.unregister(request.name)
+            await self._api.shm.unregister(request.name)
         except TritonMPError as e:
             await abort(context, e.code, e.message)
         return pb.SystemSharedMemoryUnregisterResponse()
@@ -460,7 +462,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
     async def CudaSharedMemoryRegister(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton CudaSharedMemoryRegister: a client's CUDA IPC handle on ``device_id``."""
         try:
-            self._api.shm.cuda_register(
+            await self._api.shm.cuda_register(
                 request.name, request.raw_handle, request.device_id, request.byte_size
             )
         except TritonMPError as e:
@@ -485,7 +487,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
     async def CudaSharedMemoryUnregister(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         """Triton CudaSharedMemoryUnregister: one region, or all when the name is empty."""
         try:
-            self._api.shm.cuda_unregister(request.name)
+            await self._api.shm.cuda_unregister(request.name)
         except TritonMPError as e:
             await abort(context, e.code, e.message)
         return pb.CudaSharedMemoryUnregisterResponse()

@@ -409,9 +409,9 @@ class HttpFrontend:
             offset = json_uint(body, "offset", "") if "offset" in body else 0
             if "byte_size" not in body:
                 raise InvalidRequest("Shared memory register request has no 'byte_size' field")
-            self._api.shm.register(region, key, offset, json_uint(body, "byte_size", ""))
+            await self._api.shm.register(region, key, offset, json_uint(body, "byte_size", ""))
         else:
-            self._api.shm.unregister(region)
+            await self._api.shm.unregister(region)
         return web.Response(status=200, content_type=JSON_TYPE)
 
     async def _cuda_shm(self, request: web.Request) -> web.Response:
@@ -434,9 +434,9 @@ class HttpFrontend:
                 )
             body = await self._body_json(request, parse_empty=True)
             handle, byte_size, device_id = cuda_register_body(body, CUDA_IPC_HANDLE_BYTES)
-            self._api.shm.cuda_register(region, handle, device_id, byte_size)
+            await self._api.shm.cuda_register(region, handle, device_id, byte_size)
         else:
-            self._api.shm.cuda_unregister(region)
+            await self._api.shm.cuda_unregister(region)
         return web.Response(status=200, content_type=JSON_TYPE)
 
     # ------------------------------------------------------------------- trace

@@ -24,7 +24,7 @@ is in docs/architecture.md ("GPU tensors"); the worker side that opens a handle 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
@@ -47,7 +47,7 @@ class CudaRegion:
         raw_handle: the client's ``cudaIpcMemHandle_t`` (64 bytes).
         device_id: the CUDA ordinal (as the server numbers GPUs) the memory lives on.
         byte_size: length of the region in bytes.
-        region_id: this frontend's id of the registration.
+        region_id: the id of the registration (of the frontend that took it).
     """
 
     name: str
@@ -58,7 +58,8 @@ class CudaRegion:
 
 
 class CudaShmRegistry:
-    """The CUDA regions registered with one frontend.
+    """One frontend's copy of the server's CUDA regions (``frontend.shm.peers`` keeps the
+    copies equal).
 
     Args:
         gpu_ids: the server's GPUs (CUDA ordinals); empty on a CPU host.
@@ -144,6 +145,21 @@ class CudaShmRegistry:
         for n in names:
             del self._regions[n]
         return names
+
+    def add(self, regions: Iterable[CudaRegion]) -> None:
+        """Adopt registrations another frontend made (``frontend.shm.peers``)."""
+        for r in regions:
+            self._regions[r.name] = r
+
+    def drop(self, names: Iterable[str]) -> None:
+        """Forget regions another frontend unregistered (no request uses a CUDA region:
+        ``refuse_in_request``)."""
+        for n in names:
+            self._regions.pop(n, None)
+
+    def regions(self) -> list[CudaRegion]:
+        """Every region."""
+        return list(self._regions.values())
 
     def refuse_in_request(self, name: str, what: str) -> None:
         """An inference tensor names a CUDA region: refused until workers use device memory.

@@ -1,10 +1,8 @@
 """Triton's system shared memory extension: the regions clients register.
 
-Imported by the frontend only. ``SystemShmRegistry`` holds one frontend's regions;
-``ClientShmApi`` serves SystemSharedMemoryRegister / Status / Unregister over it (and tells the
-other frontends, on this frontend's rings to them) and CudaSharedMemoryRegister / Status /
-Unregister over a ``frontend.shm.cuda.CudaShmRegistry`` (one table of names for both kinds, as
-Triton keeps). A
+Imported by the frontend only. ``SystemShmRegistry`` holds one frontend's copy of the server's
+regions (every frontend knows every region: ``frontend.shm.peers`` applies the other
+frontends' changes before their calls return; ``frontend.shm.api`` serves Triton's calls). A
 client creates a POSIX shared-memory object (``key``), registers a window of it (``offset``,
 ``byte_size``) under a ``name``, and then names that region in tensor parameters
 (``shared_memory_region``, ``shared_memory_offset``, ``shared_memory_byte_size``) instead of
@@ -20,9 +18,9 @@ Messages follow Triton's (server ``shared_memory_manager.cc``, triton.md §1.6).
 A region is *in use* from the moment a request naming it (input or output) is accepted until
 that request's final answer reaches the frontend (``hold`` / ``release``, counted per
 registration). As in Triton 2.51, unregistering a region in use fails (INTERNAL) and keeps it;
-unregistering all removes the regions not in use and fails naming the others. The count is
-this frontend's: with ``--frontend-processes`` > 1 a request accepted by another frontend does
-not hold the region here. A native producer that submits requests naming regions itself
+unregistering all removes the regions not in use and fails naming the others. The count here
+is this frontend's; ``frontend.shm.api`` asks every other frontend for its own (``drop``), so
+the rule holds server-wide. A native producer that submits requests naming regions itself
 (``frontend.native.known_teach``) watches the registry (``RegionWatch``): it is told before
 every registration change, and the requests it sent and still holds count as uses.
 """
@@ -33,17 +31,15 @@ import collections
 import itertools
 import mmap
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 import posix_ipc
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
-from triton_mp.frontend.shm.cuda import CudaRegion, CudaShmRegistry
-from triton_mp.ipc import encode
+from triton_mp.frontend.shm.cuda import CudaShmRegistry
 from triton_mp.ipc.memory.shm import client_object_refusal
-from triton_mp.ipc.protocol.messages import ShmRegion, ShmRegistered, ShmUnregistered
 
 DISABLED_MESSAGE = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
@@ -187,10 +183,12 @@ class SystemShmRegistry:
         self.generation += 1
         return region
 
-    def add(self, region: Region) -> None:
-        """Adopt a registration another frontend made (broadcast through the scheduler)."""
+    def add(self, regions: Iterable[Region]) -> None:
+        """Adopt registrations another frontend made (``frontend.shm.peers``), or take back
+        ones an unregister kept."""
         self._changing()
-        self._regions[region.name] = region
+        for r in regions:
+            self._regions[r.name] = r
         self.generation += 1
 
     def hold(self, region_ids: Iterable[int]) -> None:
@@ -216,61 +214,43 @@ class SystemShmRegistry:
             return True
         return self.watch is not None and self.watch.uses(region.region_id) > 0
 
-    def unregister(self, name: str) -> tuple[list[str], TritonMPError | None]:
+    def unregister(self, name: str) -> tuple[list[Region], list[str]]:
         """Forget ``name`` (or every region not in use when ``name`` is empty).
 
         Returns:
-            The names removed, and Triton's refusal when a region stays because a request
-            uses it (INTERNAL; server ``shared_memory_manager.cc`` 2.51): "Cannot unregister
-            shared memory region '<n>', it is currently in use." for one name, "Failed to
-            unregister the following system shared memory regions: <n> ,<m> ," for all
-            (names in Triton's map order: sorted).
+            The regions removed, and the names kept because a request of this frontend uses
+            them (``unregister_refusal`` words Triton's answer; an unknown name is neither,
+            as Triton answers success for it).
 
         Requests in flight keep working either way: they carry the region's key and id,
         and the worker keeps its own mapping.
+
+        Raises:
+            TritonMPError: UNSUPPORTED when client shared memory is disabled.
         """
         self._check_enabled()
         self._changing()  # NOTE: first: nothing is sent naming a region after the check
-        if not name:
-            kept = sorted(n for n in self._regions if self.in_use(n))
-            names = [n for n in self._regions if n not in kept]
-            for n in names:
-                del self._regions[n]
-            self.generation += 1
-            if not kept:
-                return names, None
-            listed = "".join(f"{n} ," for n in kept)
-            return names, TritonMPError(
-                f"Failed to unregister the following system shared memory regions: {listed}",
-                ErrorCode.INTERNAL,
-            )
-        if self.in_use(name):
-            return [], TritonMPError(
-                f"Cannot unregister shared memory region '{name}', it is currently in use.",
-                ErrorCode.INTERNAL,
-            )
-        # NOTE: Triton answers success for a name it does not know.
+        names = list(self._regions) if not name else [name] if name in self._regions else []
+        kept = [n for n in names if self.in_use(n)]
+        removed = [self._regions.pop(n) for n in names if n not in kept]
         self.generation += 1
-        return ([name] if self._regions.pop(name, None) is not None else []), None
+        return removed, kept
 
-    def drop(self, names: list[str]) -> None:
-        """Forget regions another frontend unregistered."""
+    def drop(self, names: Iterable[str]) -> list[str]:
+        """Forget the regions another frontend unregistered, but those a request of this
+        frontend uses. Returns the names kept (that frontend then keeps them everywhere)."""
         self._changing()
+        names = list(names)
+        kept = [n for n in names if self.in_use(n)]
         for n in names:
-            self._regions.pop(n, None)
+            if n not in kept:
+                self._regions.pop(n, None)
         self.generation += 1
+        return kept
 
-    def shared(self, frontend_id: int) -> ShmRegistered | None:
-        """Every region this frontend knows, as one frontend's registrations for another
-        (a frontend restarted in a dead one's place: ``ModelTableUpdate.resend_shm_to``);
-        None when there is none."""
-        if not self._regions:
-            return None
-        regions = tuple(
-            ShmRegion(r.name, r.key, r.offset, r.byte_size, r.region_id)
-            for r in self._regions.values()
-        )
-        return ShmRegistered(frontend_id=frontend_id, regions=regions)
+    def regions(self) -> list[Region]:
+        """Every region (also when client shared memory is disabled: none then)."""
+        return list(self._regions.values())
 
     def status(self, name: str = "") -> list[Region]:
         """Every region, or the one called ``name``.
@@ -335,6 +315,34 @@ RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"
 """Keys Triton keeps for its own regions (server ``common.h``)."""
 
 
+def unregister_refusal(name: str, kept: Iterable[str]) -> TritonMPError | None:
+    """Triton's answer to an unregister that kept regions in use (INTERNAL; server
+    ``shared_memory_manager.cc`` 2.51); None when none was kept.
+
+    Args:
+        name: the region the call named; empty: the call unregistered all.
+        kept: the names kept, from every frontend.
+
+    Returns:
+        "Cannot unregister shared memory region '<n>', it is currently in use." for one
+        name, "Failed to unregister the following system shared memory regions: <n> ,<m> ,"
+        for all (names in Triton's map order: sorted).
+    """
+    names = sorted(set(kept))
+    if not names:
+        return None
+    if name:
+        return TritonMPError(
+            f"Cannot unregister shared memory region '{name}', it is currently in use.",
+            ErrorCode.INTERNAL,
+        )
+    listed = "".join(f"{n} ," for n in names)
+    return TritonMPError(
+        f"Failed to unregister the following system shared memory regions: {listed}",
+        ErrorCode.INTERNAL,
+    )
+
+
 def check_shm_key(name: str, key: str) -> None:
     """A system shared-memory key as server ``common.cc`` ValidateSharedMemoryKey checks it
     (upstream main, 2025; 2.51 has no such check): not only slashes, not Triton's prefix.
@@ -353,99 +361,3 @@ def check_shm_key(name: str, key: str) -> None:
             f"cannot register shared memory region '{name}' with key '{key}' as the key "
             f"contains the reserved prefix '{RESERVED_KEY_PREFIX}'"
         )
-
-
-class ClientShmApi:
-    """Triton's system (and CUDA) shared memory calls of one frontend.
-
-    Args:
-        registry: this frontend's regions.
-        frontend_id: this frontend's index.
-        send_peers: pushes encoded bytes to every other frontend (registrations of client
-            shared memory, so that any frontend can serve a request naming a region).
-    """
-
-    def __init__(
-        self,
-        registry: SystemShmRegistry,
-        *,
-        frontend_id: int,
-        send_peers: Callable[[bytes], None],
-    ) -> None:
-        self.registry = registry
-        self._fid = frontend_id
-        self._send_peers = send_peers
-
-    def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        """Triton SystemSharedMemoryRegister: name a window of a client's POSIX shm object
-        and tell the other frontends (on this frontend's rings to them).
-
-        Raises:
-            TritonMPError: as ``SystemShmRegistry.register``.
-        """
-        r = self.registry.register(name, key, offset, byte_size)
-        self._send_peers(
-            encode(
-                ShmRegistered(
-                    frontend_id=self._fid,
-                    regions=(ShmRegion(r.name, r.key, r.offset, r.byte_size, r.region_id),),
-                )
-            )
-        )
-
-    def status(self, name: str) -> list[Region]:
-        """Triton SystemSharedMemoryStatus: every region, or the one named.
-
-        Raises:
-            TritonMPError: as ``SystemShmRegistry.status``.
-        """
-        return self.registry.status(name)
-
-    def unregister(self, name: str) -> None:
-        """Triton SystemSharedMemoryUnregister: one region, or all when ``name`` is empty.
-
-        Raises:
-            TritonMPError: UNSUPPORTED when client shared memory is disabled; INTERNAL for a
-                region a request uses (``SystemShmRegistry.unregister``: the others named
-                are unregistered, and the peers told, first).
-        """
-        names, refusal = self.registry.unregister(name)
-        if names:
-            self._send_peers(encode(ShmUnregistered(frontend_id=self._fid, names=tuple(names))))
-        if refusal is not None:
-            raise refusal
-
-    def require_enabled(self) -> None:
-        """Raises Triton's UNSUPPORTED answer when client shared memory is disabled."""
-        if not self.registry.enabled:
-            raise TritonMPError(DISABLED_MESSAGE, ErrorCode.UNSUPPORTED)
-
-    def _cuda_registry(self) -> CudaShmRegistry:
-        cuda = self.registry.cuda
-        if cuda is None:
-            raise TritonMPError(DISABLED_MESSAGE, ErrorCode.UNSUPPORTED)
-        return cuda
-
-    def cuda_register(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
-        """Triton CudaSharedMemoryRegister (``frontend.shm.cuda``).
-
-        Raises:
-            TritonMPError: as ``CudaShmRegistry.register``.
-        """
-        self._cuda_registry().register(name, raw_handle, device_id, byte_size)
-
-    def cuda_status(self, name: str) -> list[CudaRegion]:
-        """Triton CudaSharedMemoryStatus: every CUDA region, or the one named.
-
-        Raises:
-            TritonMPError: as ``CudaShmRegistry.status``.
-        """
-        return self._cuda_registry().status(name, self.registry.has)
-
-    def cuda_unregister(self, name: str) -> None:
-        """Triton CudaSharedMemoryUnregister: one region, or all when ``name`` is empty.
-
-        Raises:
-            TritonMPError: UNSUPPORTED when client shared memory is disabled.
-        """
-        self._cuda_registry().unregister(name)

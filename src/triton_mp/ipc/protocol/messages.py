@@ -16,7 +16,8 @@ Channels (producer -> consumer):
   and, on its own control ring, the supervisor (``BlsWorkerUpdate``).
 - ``ToFrontend``: workers (``InferResponse``, ``AnswerBatch``), the scheduler
   (``RequestFailed``, ``StatsReply``, ``QueueReply``, ``ModelAvailability``) and the other
-  frontends (``ShmRegistered``, ``ShmUnregistered``, ``TraceSettingUpdate``).
+  frontends (``ShmRegistered``, ``ShmUnregistered``, ``ShmApplied``: ``ipc.protocol.shm_messages``;
+  ``TraceSettingUpdate``).
 - ``ToBlsClient``: a python worker's BLS client: answers from workers and the scheduler, and
   on its own control ring the supervisor's ``BlsInboxUpdate``.
 - ``ToSupervisor`` / ``FromSupervisor``: each frontend's control pipe to the supervisor, in
@@ -41,6 +42,11 @@ from triton_mp.ipc.protocol.ready_messages import ReadyCheck as ReadyCheck
 from triton_mp.ipc.protocol.ready_messages import ReadyFanout as ReadyFanout
 from triton_mp.ipc.protocol.ready_messages import ReadyQuery as ReadyQuery
 from triton_mp.ipc.protocol.reports import ModelQueueStatus, ModelStats
+from triton_mp.ipc.protocol.shm_messages import CudaShmRegion as CudaShmRegion
+from triton_mp.ipc.protocol.shm_messages import ShmApplied as ShmApplied
+from triton_mp.ipc.protocol.shm_messages import ShmRegion as ShmRegion
+from triton_mp.ipc.protocol.shm_messages import ShmRegistered as ShmRegistered
+from triton_mp.ipc.protocol.shm_messages import ShmUnregistered as ShmUnregistered
 from triton_mp.ipc.protocol.trace_messages import ChildTrace as ChildTrace
 from triton_mp.ipc.protocol.trace_messages import TensorTrace as TensorTrace
 from triton_mp.ipc.protocol.trace_messages import TraceContext as TraceContext
@@ -105,16 +111,6 @@ class OutputRegion(msgspec.Struct, frozen=True, array_like=True):
     """Room the client gave for the output, in bytes."""
     region_name: str
     """The name the client registered (for error messages)."""
-
-
-class ShmRegion(msgspec.Struct, frozen=True, array_like=True):
-    """A client's system shared-memory registration, as frontends share it."""
-
-    name: str
-    key: str
-    offset: int
-    byte_size: int
-    region_id: int
 
 
 class SequenceFlags(IntFlag):
@@ -183,21 +179,6 @@ class InferRequest(msgspec.Struct, frozen=True, kw_only=True, tag="infer", array
     """``SEQUENCE_START`` (1) | ``SEQUENCE_END`` (2), from ``sequence_start``/``sequence_end``."""
     trace: TraceContext | None = None
     """Set only for a sampled request (``frontend.tracing.tracer``)."""
-
-
-class ShmRegistered(msgspec.Struct, frozen=True, kw_only=True, tag="shm_reg", array_like=True):
-    """A frontend registered client regions: sent to every other frontend, on its own ring to
-    each (the supervisor wires one between every pair of frontends)."""
-
-    frontend_id: int
-    regions: tuple[ShmRegion, ...]
-
-
-class ShmUnregistered(msgspec.Struct, frozen=True, kw_only=True, tag="shm_unreg", array_like=True):
-    """A frontend unregistered client regions; sent like ``ShmRegistered``."""
-
-    frontend_id: int
-    names: tuple[str, ...]
 
 
 class CancelRequest(msgspec.Struct, frozen=True, kw_only=True, tag="cancel", array_like=True):
@@ -555,6 +536,7 @@ ToFrontend = (
     | QueueReply
     | ShmRegistered
     | ShmUnregistered
+    | ShmApplied
     | ModelAvailability
     | TraceSettingUpdate
     | LogSettingsUpdate
