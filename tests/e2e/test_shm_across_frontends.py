@@ -6,15 +6,18 @@ connection (2.51: INTERNAL, and the region stays). Here each frontend keeps its 
 the regions (``frontend.shm.peers``). The tests hold one connection on each frontend (which
 frontend a connection reached is read from the server side, with psutil) and cross them: a
 region registered through one is used at once through the other, many times; an unregister
-through one while the other's request uses the region gets Triton's refusal.
+through one while the other's request uses the region gets Triton's refusal. A register
+while a frontend restarts returns, and the restarted process has the region.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -137,14 +140,17 @@ def _one_on_each(server: ServerProcess, make: Callable[[], Client]) -> dict[int,
     return found
 
 
+def _own_grpc(server: ServerProcess) -> Client:
+    """A gRPC client on a connection of its own (grpc otherwise shares one connection
+    between channels to the same target)."""
+    return grpcclient.InferenceServerClient(
+        server.url, channel_args=[("grpc.use_local_subchannel_pool", 1)]
+    )
+
+
 @pytest.fixture
 def grpc_on(server: ServerProcess) -> Iterator[dict[int, Client]]:
-    clients = _one_on_each(
-        server,
-        lambda: grpcclient.InferenceServerClient(
-            server.url, channel_args=[("grpc.use_local_subchannel_pool", 1)]
-        ),
-    )
+    clients = _one_on_each(server, lambda: _own_grpc(server))
     yield clients
     clients[0].unregister_system_shared_memory()
     for c in clients.values():
@@ -249,3 +255,33 @@ def test_a_region_another_frontends_request_uses_cannot_be_unregistered(
     np.testing.assert_array_equal(got, [-2 * SLOW_S, 10.0, 12.0, 14.0])
     assert _unregister(via, "out") == ("OK", "")
     assert [_regions(grpc_on[f]) for f in (0, 1)] == [["in"], ["in"]]
+
+
+def test_a_register_while_a_frontend_restarts_returns_and_its_successor_has_it(
+    tmp_path: Path, start_server: Callable[..., ServerProcess], objects: dict[str, Any]
+) -> None:
+    """Frontend 1 is SIGKILLed; a register through frontend 0 still returns (a peer that
+    does not answer is not waited for past ``frontend.shm.peers.APPLY_TIMEOUT_S``), and the
+    process restarted in 1's place knows the region before it serves."""
+    repo = tmp_path / "repo"
+    write_python_model(repo, "twice_py", CONFIG, MODEL)
+    server = start_server(
+        repo, "--allow-client-shm=true", "--frontend-processes", "2", "--frontend-spare=true"
+    )
+    wait_for(lambda: "triton-mp serving" in server.log(), 60, "both frontends to listen")
+    on = _one_on_each(server, lambda: _own_grpc(server))
+    restarts = server.log().count("restarted (restart")
+    os.kill(_frontend_pids(server)[1], signal.SIGKILL)
+    on[1].close()
+    for name in ("in", "out"):
+        on[0].register_system_shared_memory(name, _key(name), REGION_BYTES)
+    wait_for(lambda: server.log().count("restarted (restart") > restarts, 60, "the restart")
+    fresh = _one_on_each(server, lambda: _own_grpc(server))
+    try:
+        assert _regions(fresh[1]) == ["in", "out"]
+        assert _infer(fresh[1]) == ("OK", "")
+        assert _unregister(fresh[1]) == ("OK", "")
+        assert _regions(on[0]) == []
+    finally:
+        for c in (on[0], *fresh.values()):
+            c.close()
