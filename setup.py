@@ -1,10 +1,11 @@
 """Builds the native gRPC data path, ``triton_mp.frontend.native._native`` (C++17 on the
 system's libgrpc++ and libprotobuf, found with pkg-config; the message classes generated from
 ``protos/`` with protoc at build time, when a native source includes one), and the REQUEST
-record decoder, ``triton_mp.ipc._request_decoder`` (C++17 on the Python headers only;
-without it the workers decode records in Python). Everything else is in pyproject.toml.
+record decoder, ``triton_mp.ipc._request_decoder``, and the workers' answer writer,
+``triton_mp.workers._answer_writer`` (both C++17 on the Python headers only; without them the
+workers decode records and write answers in Python). Everything else is in pyproject.toml.
 
-Both extensions are optional: where the toolchain or the libraries are missing, or the build
+Every extension is optional: where the toolchain or the libraries are missing, or the build
 fails, the build prints one line and goes on, and the server's Python frontend serves every
 gRPC call (``frontend.native`` logs that at start). ``TRITON_MP_NATIVE=0`` skips it;
 ``TRITON_MP_NATIVE_SANITIZE=1`` builds it with ASan and UBSan (tests only).
@@ -25,6 +26,9 @@ from setuptools.command.build_ext import build_ext
 HERE = Path(__file__).resolve().parent
 NATIVE = Path("src/triton_mp/frontend/native")
 DECODER = "triton_mp.ipc._request_decoder"
+ANSWER_WRITER = "triton_mp.workers._answer_writer"
+PLAIN = (DECODER, ANSWER_WRITER)
+"""The extensions on the Python headers alone (built by build_ext as they are)."""
 PROTOS = ("grpc_service.proto", "model_config.proto")
 FLAGS = ["-std=c++17", "-O2", "-g0", "-fvisibility=hidden"]
 WARNINGS = ["-Wall", "-Wextra", "-Werror"]
@@ -67,7 +71,7 @@ class BuildNative(build_ext):
 
     def build_extension(self, ext: Extension) -> None:
         try:
-            if ext.name == DECODER:
+            if ext.name in PLAIN:
                 ext.extra_compile_args = FLAGS + WARNINGS + _sanitize()
                 ext.extra_link_args = _sanitize()
                 super().build_extension(ext)
@@ -152,6 +156,9 @@ def _extensions() -> list[Extension]:
     return [
         Extension("triton_mp.frontend.native._native", sources, language="c++"),
         Extension(DECODER, decoder, language="c++"),
+        Extension(
+            ANSWER_WRITER, ["src/triton_mp/workers/native/answer_writer.cc"], language="c++"
+        ),
     ]
 
 

@@ -422,6 +422,7 @@ def _load(
             lambda msg: to_scheduler.send_lazy(enc(msg)),
             lambda frontend_id: _wake_frontend(replies[Requester.FRONTEND], frontend_id),
             _self_offer(spec, to_scheduler),
+            lambda frontend_id, data: replies[Requester.FRONTEND][frontend_id].send_bytes(data),
         )
     except BaseException:
         backend.close()

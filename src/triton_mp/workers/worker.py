@@ -119,6 +119,9 @@ class Worker:
         reoffer: posts this instance's lease after a batch when the scheduler would
             (``ipc.direct.SelfOffer.after_batch``, given whether requests were
             rescheduled; True when posted); None: the version holds no lease.
+        send_answer: ``send_answer(frontend_id, data)``: an ``AnswerBatch`` already encoded
+            (``workers.tensors.answer_batch``'s C writer); None: every answer goes to
+            ``send_reply`` as a message.
 
     Raises (from the constructor):
         ConfigError: the model's initial implicit state cannot be made (an unreadable or
@@ -136,12 +139,14 @@ class Worker:
         send_done: Callable[[object], object] | None = None,
         wake_frontend: Callable[[int], None] | None = None,
         reoffer: Callable[[bool], bool] | None = None,
+        send_answer: Callable[[int, bytes], None] | None = None,
     ) -> None:
         self._spec = spec
         self._backend = backend
         self._arena = arena
         self._cache = cache
         self._send_reply = send_reply
+        self._send_answer = send_answer
         self._send_scheduler = send_scheduler
         self._send_done = send_done or send_scheduler
         self._reoffer = reoffer
@@ -486,6 +491,7 @@ class Worker:
         could not be written or was too large for a ring record (nothing was sent: the
         caller answers them one by one)."""
         members = [(reqs[i], final[i]) for i in idx]
+        send_answer = self._send_answer
         with self._post_lock:
             try:
                 msg, block, errors = write_answer_batch(
@@ -493,11 +499,16 @@ class Worker:
                     self._regions,
                     members,  # type: ignore[arg-type]
                     self._origin,
+                    send_answer is not None,
                 )
             except TritonMPError:
                 return False  # NOTE: e.g. no room for one block; per-request blocks may fit
             try:
-                self._send_reply(ReplyTo(Requester.FRONTEND, frontend_id), msg)
+                if isinstance(msg, bytes):
+                    assert send_answer is not None
+                    send_answer(frontend_id, msg)
+                else:
+                    self._send_reply(ReplyTo(Requester.FRONTEND, frontend_id), msg)
             except RecordTooLarge:
                 if block is not None:
                     free_own_block(self._arena, block)

@@ -20,6 +20,7 @@ requests (their trace records travel one per response).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -46,13 +47,23 @@ from triton_mp.workers.tensors.tensor_io import (
     write_region,
 )
 
+try:
+    # NOTE: mypy sees the extension only where it is built: either ignore may be unused.
+    from triton_mp.workers import _answer_writer as native_writer  # type: ignore[attr-defined,unused-ignore]
+except ImportError:  # NOTE: not built (setup.py): the Python loop below writes every answer
+    native_writer = None  # type: ignore[assignment,unused-ignore]
+
 Member = tuple[InferRequest, dict[str, np.ndarray] | ErrorInfo]
 """One request of the group and its backend result (outputs, or its error)."""
 
 
 def write_answer_batch(
-    arena: ArenaAllocator, regions: ClientRegions, members: Sequence[Member], origin: str
-) -> tuple[AnswerBatch, BlockRef | None, list[int]]:
+    arena: ArenaAllocator,
+    regions: ClientRegions,
+    members: Sequence[Member],
+    origin: str,
+    encoded: bool = False,
+) -> tuple[AnswerBatch | bytes, BlockRef | None, list[int]]:
     """Write the outputs of ``members`` (one frontend's requests of a batch) and build their
     answer.
 
@@ -61,9 +72,12 @@ def write_answer_batch(
         regions: the clients' mapped regions (outputs the request asked to go there).
         members: each request with its result, in batch order.
         origin: the ``ErrorInfo.origin`` of errors raised here (``worker <instance>``).
+        encoded: the answer may come as its msgpack bytes (the C writer's, where it is
+            built and every member goes wholly to the arena).
 
     Returns:
-        ``(answer, block, failed)``: the message (responses in ``members`` order), the one
+        ``(answer, block, failed)``: the message (responses in ``members`` order; or its
+        msgpack bytes, as ``ipc.recordio.codec.encode`` writes them), the one
         block its responses name (None when no output went to the arena; the caller frees it
         if the message cannot be sent), and the indices of ``members`` whose response is an
         error.
@@ -73,16 +87,51 @@ def write_answer_batch(
             the budget); nothing is left allocated, and client regions already written are
             written again by a per-request retry.
     """
-    placed, total, failed = _place_all(regions, members, origin)
+    placed, total, failed, plain = _place_all(regions, members, origin)
     block: BlockRef | None = None
     buf = None
-    segment = ""
     pos = 0
     if total:
         seg, offset = arena.alloc(total)
-        buf, segment = seg.buf, seg.name
+        buf = seg.buf
         block = block_ref(seg, offset)
         pos = offset + BLOCK_HEADER_BYTES
+    if plain and encoded and native_writer is not None:
+        return _encoded(members, placed, block, buf, pos), block, failed
+    return _answer(members, placed, block, buf, pos), block, failed
+
+
+def _encoded(
+    members: Sequence[Member], placed: list[Placed], block: BlockRef | None, buf: Any, pos: int
+) -> bytes:
+    """The answer of members that all go wholly to the arena, written by the C writer:
+    their outputs copied into ``buf`` from ``pos`` on, and the ``AnswerBatch``'s msgpack
+    bytes (what ``_answer`` builds, as ``ipc.recordio.codec.encode`` writes it)."""
+    data: bytes = native_writer.write_answer_batch(
+        buf,
+        block.segment if block is not None else "",
+        block.offset if block is not None else 0,
+        block.generation if block is not None else 0,
+        pos,
+        [
+            (
+                req.request_id,
+                req.version,
+                "" if type(res) is dict else response_parameters(res),  # type: ignore[arg-type]
+                entry[1],  # type: ignore[index]
+            )
+            for (req, res), entry in zip(members, placed, strict=True)
+        ],
+    )
+    return data
+
+
+def _answer(
+    members: Sequence[Member], placed: list[Placed], block: BlockRef | None, buf: Any, pos: int
+) -> AnswerBatch:
+    """The members' ``AnswerBatch``, their arena-bound outputs copied into ``buf`` (the
+    block's segment) from ``pos`` on, each at a 64-byte aligned offset."""
+    segment = block.segment if block is not None else ""
     shared = (block,) if block is not None else ()
     uses = 0
     responses = []
@@ -98,7 +147,7 @@ def write_answer_batch(
             refs = []
             for name, datatype, shape, data, n in to_arena:
                 if n:
-                    buf[pos : pos + n] = data  # type: ignore[index, assignment]  # NOTE: numpy's stubs give ndarray the buffer protocol only from Python 3.12
+                    buf[pos : pos + n] = data
                 refs.append(TensorRef(name, datatype, shape, segment, pos, n))
                 pos += (n + ALIGN - 1) & ~(ALIGN - 1)  # NOTE: tensor_pool.align, inlined
         else:
@@ -107,7 +156,7 @@ def write_answer_batch(
                 if ref is None:
                     name, datatype, shape, data, n = next(it)
                     if n:
-                        buf[pos : pos + n] = data  # type: ignore[index, assignment]  # NOTE: numpy's stubs give ndarray the buffer protocol only from Python 3.12
+                        buf[pos : pos + n] = data
                     refs[j] = TensorRef(name, datatype, shape, segment, pos, n)
                     pos += (n + ALIGN - 1) & ~(ALIGN - 1)
         names_block = bool(to_arena)
@@ -125,7 +174,7 @@ def write_answer_batch(
             )
         )
     handoffs = (Handoff(block, uses),) if block is not None else ()
-    return AnswerBatch(responses=tuple(responses), handoffs=handoffs), block, failed
+    return AnswerBatch(responses=tuple(responses), handoffs=handoffs)
 
 
 Placed = tuple[list[TensorRef | None] | None, list[WireTensor]] | ErrorInfo
@@ -135,9 +184,11 @@ list None when every output goes to the arena), or its error."""
 
 def _place_all(
     regions: ClientRegions, members: Sequence[Member], origin: str
-) -> tuple[list[Placed], int, list[int]]:
+) -> tuple[list[Placed], int, list[int], bool]:
     """Every member placed (``_place``), the arena bytes they need in all (64-byte aligned
-    each), and the indices of the members that failed."""
+    each), the indices of the members that failed, and whether every member's outputs all go
+    to the arena (none failed, none asked for a client region)."""
+    plain = True
     failed: list[int] = []
     placed: list[Placed] = []
     total = 0
@@ -170,6 +221,7 @@ def _place_all(
                 placed.append((None, to_arena))
                 continue
         elif isinstance(res, dict):
+            plain = False
             try:
                 refs, to_arena = _place(regions, req, res)
             except Exception as exc:  # noqa: BLE001 - one request's fault fails that request
@@ -181,7 +233,7 @@ def _place_all(
                 continue
         failed.append(i)
         placed.append(res)
-    return placed, total, failed
+    return placed, total, failed, plain and not failed
 
 
 def _error_of(exc: Exception, origin: str) -> ErrorInfo:
