@@ -23,7 +23,9 @@ triton.md §4.5):
 - A START for an unknown sequence takes a free slot (slot 0 of every instance first, then
   slot 1, ...), or waits in a FIFO backlog of sequences. A START for a live sequence
   restarts it in its slot. A request without START for a sequence that is not live is refused:
-  "must specify the START flag on the first request of the sequence".
+  "must specify the START flag on the first request of the sequence"; a sequence whose END
+  request is queued is not live any more (core ``SequenceBatchScheduler::Enqueue`` forgets the
+  ID when it queues the END), though its slot stays bound until the END is handed out.
 - The slot is released when the END request is handed to its instance (the instance runs its
   batches in order, so the next sequence's first request runs after it), or when the sequence
   has had no request for ``max_sequence_idle_microseconds``; the oldest backlogged sequence
@@ -63,6 +65,11 @@ from triton_mp.scheduler.policies.policy import (
 
 MAX_STRING_CORRID = 128
 """Longest string correlation ID, in characters."""
+
+
+def _ended(queue: collections.deque[Queued]) -> bool:
+    """The sequence's last queued request has END."""
+    return bool(queue) and queue[-1].ends
 
 
 @dataclass(slots=True)
@@ -156,13 +163,14 @@ class SequenceBatcher:
             # NOTE: core SequenceBatchScheduler::Enqueue words these without LogRequest().
             return Rejection(ErrorCode.INVALID_ARG, invalid, "OTHER", prefixed=False)
         slot = self._active.get(corrid)
-        if slot is not None:
-            slot.queue.append(item)
-            slot.last_ns = now_ns
-            return None
         backlog = self._backlog.get(corrid)
-        if backlog is not None:
-            backlog.append(item)
+        queued = slot.queue if slot is not None else backlog
+        # NOTE: a sequence whose END is queued is over for new requests (core Enqueue drops
+        # the ID from its maps when it queues the END); a START then follows the END.
+        if queued is not None and (item.starts or not _ended(queued)):
+            queued.append(item)
+            if slot is not None:
+                slot.last_ns = now_ns
             return None
         if not item.starts:
             return Rejection(
