@@ -7,11 +7,14 @@ the regions (``frontend.shm.peers``). The tests hold one connection on each fron
 frontend a connection reached is read from the server side, with psutil) and cross them: a
 region registered through one is used at once through the other, many times; an unregister
 through one while the other's request uses the region gets Triton's refusal. A register
-while a frontend restarts returns, and the restarted process has the region.
+while a frontend restarts returns, and the restarted process has the region. CUDA regions
+(on the test-only fake GPU) travel the same way.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import signal
 import threading
@@ -30,6 +33,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.helpers.repos import write_python_model
 from tests.helpers.server import ServerProcess, server_factory, wait_for
+from triton_mp.common.process.gpus import FAKE_GPUS_ENV
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -284,4 +288,39 @@ def test_a_register_while_a_frontend_restarts_returns_and_its_successor_has_it(
         assert _regions(on[0]) == []
     finally:
         for c in (on[0], *fresh.values()):
+            c.close()
+
+
+def test_cuda_regions_registered_through_one_frontend_are_on_the_other_at_once(
+    tmp_path: Path, start_server: Callable[..., ServerProcess], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the test-only fake GPU: a CUDA region registered through frontend a (gRPC or
+    HTTP, in turn) is listed, and its name taken, through frontend b at once; unregistered
+    through a, b lists nothing."""
+    monkeypatch.setenv(FAKE_GPUS_ENV, json.dumps([{"uuid": "GPU-12345678-aaaa"}]))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    repo = tmp_path / "repo"
+    write_python_model(repo, "twice_py", CONFIG, MODEL)
+    server = start_server(repo, "--allow-client-shm=true", "--frontend-processes", "2")
+    wait_for(lambda: "triton-mp serving" in server.log(), 60, "both frontends to listen")
+    grpc_at = _one_on_each(server, lambda: _own_grpc(server))
+    http_at = _one_on_each(server, lambda: httpclient.InferenceServerClient(server.http_url))
+    handle = base64.b64encode(bytes(range(64)))
+    taken = ("StatusCode.ALREADY_EXISTS", "shared memory region 'g' already in manager")
+    try:
+        for k in range(20):
+            a = k % 2
+            via = (grpc_at if k % 4 < 2 else http_at)[a]
+            via.register_cuda_shared_memory("g", handle, 0, 128)
+            assert list(grpc_at[1 - a].get_cuda_shared_memory_status().regions) == ["g"], k
+            try:
+                grpc_at[1 - a].register_system_shared_memory("g", _key("in"), REGION_BYTES)
+                got = ("OK", "")
+            except InferenceServerException as e:
+                got = (str(e.status()), e.message() or "")
+            assert got == taken, k
+            via.unregister_cuda_shared_memory("g" if k % 3 else "")
+            assert list(grpc_at[1 - a].get_cuda_shared_memory_status().regions) == [], k
+    finally:
+        for c in (*grpc_at.values(), *http_at.values()):
             c.close()
