@@ -38,6 +38,8 @@ class BatchEnds:
         offer: queues a request in its generation's policy ``(gen, req, now_ns, again)``
             (``again``: first in its iterative sequence).
         stopping: whether a ``Shutdown`` arrived (rescheduled requests fail then).
+        promote: runs an instance's staged batch once its batch ended; False when none was
+            staged (``scheduler.staging.Stager.promote``).
     """
 
     def __init__(
@@ -50,6 +52,7 @@ class BatchEnds:
         release: Callable[[int, int], None],
         offer: Callable[[Generation, Request, int, bool], None],
         stopping: Callable[[], bool],
+        promote: Callable[[Instance], bool],
     ) -> None:
         self._instances = instances
         self.handoffs = handoffs
@@ -59,6 +62,7 @@ class BatchEnds:
         self._release = release
         self._offer = offer
         self._stopping = stopping
+        self._promote = promote
 
     def on_done(self, msg: BatchDone, now_ns: int) -> None:
         """An instance ended its batch ``msg.batch_id`` (a stale one is ignored, or kept for
@@ -76,7 +80,9 @@ class BatchEnds:
                 return
             inst.batch = None
             self._end(inst, flight, done, now_ns)
-            done = self.handoffs.batch_ended(inst, done.reoffered, now_ns)
+            # NOTE: a batch staged behind it runs now; a direct batch waits for it too.
+            staged = self._promote(inst)
+            done = self.handoffs.batch_ended(inst, done.reoffered, now_ns, not staged)
 
     def _end(self, inst: Instance, flight: InFlight, msg: BatchDone, now_ns: int) -> None:
         """``inst``'s batch ``flight`` ended with ``msg``: statistics, resources, steps."""
@@ -99,7 +105,8 @@ class BatchEnds:
             inst.key,
             len(ok),
             arrivals,
-            flight.dispatch_ns,
+            # NOTE: a staged batch was queued until its worker started it (scheduler.staging).
+            max(flight.dispatch_ns, msg.start_ns) if flight.staged else flight.dispatch_ns,
             inferences,
             flight.total_batch_size,
             msg.compute_input_ns,
@@ -119,7 +126,7 @@ class BatchEnds:
         gen = inst.generation
         if gen is not None and gen.policy.iterative_steps is not None:
             self._release_iterative(gen, gen.policy.iterative_steps, reqs, set(again), now_ns)
-        if not self._stopping() and gen is not None:
+        if not self._stopping() and gen is not None and inst.behind is None:
             gen.policy.instance_idle(msg.instance_id, now_ns)
 
     def _release_iterative(

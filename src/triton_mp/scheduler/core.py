@@ -59,11 +59,7 @@ from triton_mp.scheduler.direct import Handoffs
 from triton_mp.scheduler.done_wakeups import quiet_instances
 from triton_mp.scheduler.ensembles import Ensembles
 from triton_mp.scheduler.forming import NOT_FORMING, Forming, forming_state
-from triton_mp.scheduler.instances import (
-    Generation,
-    InFlight,
-    running_instance,
-)
+from triton_mp.scheduler.instances import Generation, InFlight, running_instance
 from triton_mp.scheduler.lifecycle import STOPPING_MESSAGE, Lifecycle
 from triton_mp.scheduler.limits.rate_gate import RateGate
 from triton_mp.scheduler.limits.rate_limiter import Limits, RateLimiter
@@ -73,6 +69,7 @@ from triton_mp.scheduler.policies.policy import QUEUE_FULL, TIMED_OUT, Batch, Qu
 from triton_mp.scheduler.queries import answer_queue_query, answer_ready_query, answer_stats_query
 from triton_mp.scheduler.request_wakeups import quiet_request_mask
 from triton_mp.scheduler.rules.admission import queue_start_ns, request_label, unknown_version
+from triton_mp.scheduler.staging import Stager
 from triton_mp.scheduler.stats import StatsBook
 from triton_mp.scheduler.status import BatchLog, BatchLogs, queue_status
 
@@ -123,6 +120,7 @@ class SchedulerCore:
             self.lifecycle.instances, self._logs, self._out, bool(rate_limiter)
         )
         """The leases of idle instances a frontend may hand a request to (``scheduler.direct``)."""
+        self._stager = Stager(self.lifecycle.instances, self.handoffs, bool(rate_limiter))
         self._next_batch_id = 1
         self.stopping = False
         self.defer_unknown = False
@@ -139,7 +137,7 @@ class SchedulerCore:
         """The ensemble requests running (``scheduler.ensembles``)."""
         self._ends = BatchEnds(
             life.instances, self.handoffs, self.stats, self.ensembles, self._out,
-            self._release, self._offer, lambda: self.stopping,
+            self._release, self._offer, lambda: self.stopping, self._stager.promote,
         )  # fmt: skip
         """What a ``BatchDone`` moves on (``scheduler.batch_end``)."""
         self.handlers: dict[type, Callable[[Any, int], None]] = {
@@ -332,6 +330,7 @@ class SchedulerCore:
 
     def _on_died(self, msg: WorkerDied, now_ns: int) -> None:
         self.handoffs.on_died(msg, now_ns)
+        self._stager.on_died(msg.instance_id, now_ns)
         self._gate.forget(msg.instance_id)
         self.lifecycle.on_died(msg, now_ns)
         if msg.segments:
@@ -386,11 +385,13 @@ class SchedulerCore:
                 self._out.fail(req, why.code, message, now_ns, why.reason)
             if self.handoffs.offered and gen.policy.queue_depth():
                 self.handoffs.before_dispatch(gen, now_ns)
-            batches = gen.policy.pop_ready(now_ns)
-            if batches:
+            # NOTE: then one staged behind a running batch (scheduler.staging).
+            batches = gen.policy.pop_ready(now_ns) or self._stager.pop(gen, now_ns)
+            while batches:
                 batch_log = self._logs.get(gen.key)
                 for batch in batches:
                     self._assign(gen, batch, batch_log, now_ns)
+                batches = self._stager.pop(gen, now_ns)
         if self.limiter is not None:
             self._grant(now_ns)
         self.handoffs.after_dispatch(self.lifecycle.active, now_ns, self.stopping)
@@ -416,7 +417,7 @@ class SchedulerCore:
                 batch.reason,
                 extra={"model": gen.key[0]},
             )
-        inst.batch = InFlight(batch_id, reqs, now_ns, batch.total_batch_size)
+        self._stager.place(inst, InFlight(batch_id, reqs, now_ns, batch.total_batch_size))
         if gen.spec.decoupled:
             for r in reqs:
                 inst.open[(r.reply_to, r.request_id)] = r
@@ -456,6 +457,7 @@ class SchedulerCore:
         assert isinstance(item.msg, BatchAssign)
         batch_id = item.msg.batch_id
         inst = self.lifecycle.instances.get(item.instance_id)
+        staged = inst is not None and self._stager.refused(inst, batch_id)
         if inst is not None and inst.batch is not None and inst.batch.batch_id == batch_id:
             inst.batch = None
         requests = [decode_request(r) for r in item.msg.requests]
@@ -472,7 +474,7 @@ class SchedulerCore:
             )
         log.warning("batch %d refused: %s", batch_id, why)
         self._release(item.instance_id, now_ns)
-        if not self.stopping and inst is not None and inst.generation is not None:
+        if not self.stopping and not staged and inst is not None and inst.generation is not None:
             inst.generation.policy.instance_idle(item.instance_id, now_ns)
         return self._out.take()
 

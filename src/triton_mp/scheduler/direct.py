@@ -291,19 +291,22 @@ class Handoffs:
         self._logs.get(gen.key).record_sizes(size, 1, reason, inst.label, now_ns)
         return done
 
-    def batch_ended(self, inst: Instance, reoffered: bool, now_ns: int) -> BatchDone | None:
+    def batch_ended(
+        self, inst: Instance, reoffered: bool, now_ns: int, start_waiting: bool = True
+    ) -> BatchDone | None:
         """``inst`` ended a batch (its ``BatchDone`` is applied): start the first direct
         batch waiting for it, returning that batch's ``BatchDone`` when it was read first
         (the caller applies it too). A post by its worker (``BatchDone.reoffered``) is
         counted first (``_posts``): a waiting batch's ``DirectSent`` already counted the take
         of it; else the lease counts as offered (``after_dispatch`` takes it back if the pass
-        finds work or a change)."""
+        finds work or a change). ``start_waiting`` False: a staged batch runs next
+        (``scheduler.staging``), so a waiting direct batch waits for that one to end."""
         iid = inst.instance_id
         if reoffered and self.leases is not None:
             self._count(iid, 1)
             self.stale = True
         waiting = self._after.get(iid)
-        if waiting:
+        if waiting and start_waiting:
             sent = waiting.popleft()
             if not waiting:
                 del self._after[iid]
@@ -326,6 +329,14 @@ class Handoffs:
             self.offered.add(iid)
         else:
             self.offered.discard(iid)
+
+    def holds(self, instance_id: int) -> bool:
+        """Whether a frontend holds or may take ``instance_id``'s next batch: its lease is
+        offered or claimed, or a ``DirectSent`` read while it ran waits for it
+        (``scheduler.staging`` stages nothing then)."""
+        return (
+            instance_id in self.offered or instance_id in self.claimed or instance_id in self._after
+        )
 
     def waiting_instance(self, key: tuple[ReplyTo, int]) -> int | None:
         """The instance a direct request ``key`` (reply address, request id) was handed to

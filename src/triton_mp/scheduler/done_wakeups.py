@@ -55,7 +55,9 @@ def quiet_instances(
     out = []
     for inst in instances:
         gen = inst.generation
-        if gen is None or gen.retiring:
+        if gen is None or gen.retiring or inst.behind is not None:
+            # NOTE: a staged batch (scheduler.staging): its worker must not re-offer the
+            # lease, and its BatchDone may let the scheduler stage the next.
             continue
         if gen.policy.queue_depth() and gen.policy.forming_room() is None:
             continue

@@ -52,12 +52,16 @@ class Health(Enum):
 
 
 class InFlight(NamedTuple):
-    """The batch an instance runs (at most one)."""
+    """A batch an instance runs (``Instance.batch``) or holds staged behind it
+    (``Instance.behind``, ``scheduler.staging``)."""
 
     batch_id: int
     requests: tuple[Request, ...]
     dispatch_ns: int
     total_batch_size: int
+    staged: bool = False
+    """Sent behind a running batch: its queue time ends when its worker starts it
+    (``BatchDone.start_ns``), not at ``dispatch_ns``."""
 
 
 @dataclass(slots=True, eq=False)
@@ -119,6 +123,9 @@ class Instance:
     generation: Generation | None = None
     """The generation whose policy hands it batches (None while staged)."""
     batch: InFlight | None = None
+    behind: InFlight | None = None
+    """A batch sent behind ``batch``, which its worker starts when ``batch`` ends
+    (``scheduler.staging``)."""
     open: dict[tuple[ReplyTo, int], Request] = field(default_factory=dict)
     """Requests of a decoupled model dispatched here whose final response the worker has
     not reported yet (``DecoupledDone``), by (reply address, request id)."""
@@ -199,16 +206,16 @@ class InstanceTable:
 
 def running_instance(instances: Iterable[Instance], key: tuple[ReplyTo, int]) -> int | None:
     """The instance running the request ``key`` (reply address, request id): in the batch
-    it executes (or holds for the rate limiter), or open on it (decoupled). None when no
-    instance has it (not dispatched yet, or answered)."""
+    it executes (or holds for the rate limiter, or staged behind it), or open on it
+    (decoupled). None when no instance has it (not dispatched yet, or answered)."""
     for inst in instances:
         if key in inst.open:
             return inst.instance_id
-        batch = inst.batch
-        if batch is not None and any(
-            r.request_id == key[1] and r.reply_to == key[0] for r in batch.requests
-        ):
-            return inst.instance_id
+        for batch in (inst.batch, inst.behind):
+            if batch is not None and any(
+                r.request_id == key[1] and r.reply_to == key[0] for r in batch.requests
+            ):
+                return inst.instance_id
     return None
 
 

@@ -103,19 +103,24 @@ def _instances(gen: Generation, table: InstanceTable) -> tuple[InstanceStatus, .
     for i in gen.spec.instance_ids:
         inst = table.get(i)
         flight = inst.batch if inst is not None else None
+        behind = inst.behind if inst is not None else None
+        # NOTE: a staged batch (scheduler.staging) is in flight and waiting, as a batch
+        # held for the rate limiter is.
+        held = [b for b in (flight, behind) if b is not None]
+        waiting = len(behind.requests) if behind is not None else 0
+        if flight is not None and inst is not None and inst.staged:
+            waiting += len(flight.requests)
         out.append(
             InstanceStatus(
                 instance_id=i,
                 name=inst.label if inst is not None else str(i),
                 live=inst is not None and inst.live,
-                batches_in_flight=int(flight is not None),
-                requests_in_flight=len(flight.requests) if flight else 0,
-                batch_size_in_flight=flight.total_batch_size if flight else 0,
+                batches_in_flight=len(held),
+                requests_in_flight=sum(len(b.requests) for b in held),
+                batch_size_in_flight=sum(b.total_batch_size for b in held),
                 executions=inst.executions if inst is not None else 0,
                 restarts=inst.restarts if inst is not None else 0,
-                waiting_requests=len(flight.requests)
-                if flight is not None and inst is not None and inst.staged
-                else 0,
+                waiting_requests=waiting,
             )
         )
     return tuple(out)

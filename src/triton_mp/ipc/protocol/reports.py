@@ -86,7 +86,8 @@ class InstanceStatus(msgspec.Struct, frozen=True, kw_only=True, array_like=True)
     live: bool
     """The worker reported ready and has not died since."""
     batches_in_flight: int
-    """Batches handed to the instance and not yet done (0 or 1)."""
+    """Batches handed to the instance and not yet done (0 or 1; 2 with a batch staged
+    behind the running one, ``scheduler.staging``, which counts as waiting too)."""
     requests_in_flight: int
     batch_size_in_flight: int
     """Sum of the request batch sizes of the batch in flight."""
@@ -95,8 +96,9 @@ class InstanceStatus(msgspec.Struct, frozen=True, kw_only=True, array_like=True)
     restarts: int = 0
     """Times the worker process came back after it died (cumulative)."""
     waiting_requests: int = 0
-    """Requests of its batch that waits for the rate limiter's resources (counted in
-    ``batches_in_flight`` and ``requests_in_flight`` too, and pending in the metrics)."""
+    """Requests of its batch that waits for the rate limiter's resources, or of the batch
+    staged behind its running one (counted in ``batches_in_flight`` and
+    ``requests_in_flight`` too, and pending in the metrics)."""
 
 
 class BatchRecord(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
