@@ -104,10 +104,12 @@ def test_identity_py_c4_over_system_shm_is_served_staged_and_exact(
     client.close()
 
 
-def _staged_behind_running(server: ServerProcess, client: grpcclient.InferenceServerClient) -> list:
-    """Three calls of ``slow_py`` (values 5, 6, 7; 1 would trigger its fault): A handed to the idle instance by the frontend, B and C
-    queued behind it; when A ends, B runs and C is staged behind B. Returns the three
-    background calls' (thread, result list)."""
+def _staged_behind_running(
+    server: ServerProcess, client: grpcclient.InferenceServerClient
+) -> list[tuple[threading.Thread, list[object]]]:
+    """Three calls of ``slow_py`` (values 5, 6, 7; 1 would trigger its fault): A handed to
+    the idle instance by the frontend, B and C queued behind it; when A ends, B runs and C is
+    staged behind B. Returns the three background calls' (thread, result list)."""
     calls = [_in_background(lambda: client.infer("slow_py", _inputs(5), client_timeout=120))]
     wait_for(lambda: HANDED in server.log(), 30, "A to be handed to the instance")
     for v in (6, 7):
