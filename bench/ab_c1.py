@@ -14,7 +14,9 @@ perf_analyzer window (``pa_run.py``: c=1, one window) per side and model, the si
 order rotating from round to round. Prints each run (p50, p99, server CPU µs per
 inference per role, wake-ups per inference), then per model and side the median p50, CPU
 per inference and each role's CPU µs and wake-ups per inference, and the medians of the
-per-round ratios of each commit to Triton and to the last commit given (the base).
+per-round ratios of each commit to Triton and to the last commit given (the base). A
+commit whose native gRPC frontend is unavailable (its extension missing or stale) is
+refused before any server starts (``native_check``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 
 from bench_vs_triton import export_commit  # bench/ is on sys.path when this runs as a script
 from common import ROOT, ManagedServer, Triton, TritonMP, load_peers_env, run_pa
+from native_check import NativeUnavailable, require_native
 from vs_triton_workloads import NODELAY_MODEL, _copy_repository
 
 MODELS = ("add_sub_py", NODELAY_MODEL)
@@ -39,9 +42,12 @@ MODELS = ("add_sub_py", NODELAY_MODEL)
 
 def _start(args: argparse.Namespace, repo: Path, logs: Path) -> dict[str, ManagedServer]:
     servers: dict[str, ManagedServer] = {}
+    srcs = {rev: export_commit(rev) for rev in args.commits}
+    for rev, src in srcs.items():
+        require_native(src, rev)  # NOTE: before any server starts
     servers["Triton"] = Triton(repo, logs / "triton.log", args.peers_env)
-    for i, rev in enumerate(args.commits):
-        servers[rev] = TritonMP(repo, logs / f"mp{i}.log", src=export_commit(rev))
+    for i, (rev, src) in enumerate(srcs.items()):
+        servers[rev] = TritonMP(repo, logs / f"mp{i}.log", src=src)
     started: list[ManagedServer] = []
     try:
         for name, server in servers.items():
@@ -173,6 +179,9 @@ def main() -> int:
                         f"{' ERROR ' + str(rec.get('error')) if rec.get('error') else ''}",
                         flush=True,
                     )
+    except NativeUnavailable as e:
+        print(e, file=sys.stderr, flush=True)
+        return 2
     finally:
         for s in servers.values():
             s.stop()

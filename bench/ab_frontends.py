@@ -14,7 +14,8 @@ in place (``python setup.py build_ext --inplace``): a committed tree (``git arch
 no extension (for ``--base-src``, copy the built ``.so`` files into it). The native floor
 (``native_floor.py``, built on first use) counts its inferences in ModelStatistics; its
 "frontend" is its whole process. Prints each run, then the medians per side and their
-ratios (native / python, and native / floor).
+ratios (native / python, and native / floor). It refuses to start when the native side
+would not serve natively (``native_check``: an extension missing or older than its sources).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from ab_interleaved import (  # bench/ is on sys.path when this runs as a script
     counts,
     role_ticks,
 )
-from common import ManagedServer, TritonMP, descendants, load_peers_env
+from common import ROOT, ManagedServer, TritonMP, descendants, load_peers_env
+from native_check import NativeUnavailable, require_native
 from native_floor import NativeFloor
 
 SIDES = ("native", "python")
@@ -139,6 +141,13 @@ def main() -> int:
         "--no-python", action="store_true", help="no --grpc-frontend python side (fewer servers)"
     )
     args = ap.parse_args()
+    try:
+        require_native(ROOT / "src", "--grpc-frontend native")
+        if args.base_src is not None:
+            require_native(args.base_src, "--base-src")
+    except NativeUnavailable as e:
+        print(e, file=sys.stderr, flush=True)
+        return 2
     env = load_peers_env(args.peers_env)
     logs = Path(os.environ.get("TMPDIR", "/tmp"))
     servers = _servers(args, logs)

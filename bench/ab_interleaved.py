@@ -17,7 +17,9 @@ every process whose title names the role), both over the same interval, after a 
 Prints each run, then the medians per commit and, per pair, the worker's A - B. The average
 batch size moves from window to window and the worker's CPU per inference with it (a batch's
 fixed cost is shared by fewer requests), so a least-squares fit of per-request + per-batch
-cost per commit is printed too, with both evaluated at 3 requests per batch.
+cost per commit is printed too, with both evaluated at 3 requests per batch. Both commits
+serve gRPC natively: a commit whose native frontend is unavailable (its extension missing or
+stale) is refused before any server starts (``native_check``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import Any
 
 from bench_vs_triton import export_commit  # bench/ is on sys.path when this runs as a script
 from common import ROOT, TritonMP, descendants, load_peers_env
+from native_check import NativeUnavailable, require_native
 
 ROLES = ("worker", "scheduler", "frontend")
 TICK_US = 1e6 / os.sysconf("SC_CLK_TCK")
@@ -188,15 +191,21 @@ def main() -> int:
     servers: dict[str, TritonMP] = {}
     runs: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
     try:
-        for side, rev in (("A", args.a), ("B", args.b)):
+        srcs = {side: export_commit(rev) for side, rev in (("A", args.a), ("B", args.b))}
+        for side, src in srcs.items():
+            require_native(src, f"{side} ({args.a if side == 'A' else args.b})")
+        for side, src in srcs.items():
             log = logs / f"ab_interleaved_{os.getpid()}_{side}.log"
-            servers[side] = TritonMP(args.repository, log, src=export_commit(rev))
+            servers[side] = TritonMP(args.repository, log, src=src)
             servers[side].start([args.model])
         for i in range(args.pairs):
             for side in ("A", "B") if i % 2 == 0 else ("B", "A"):
                 rec = one_run(servers[side], args, env)
                 runs[side].append(rec)
                 print(side, rec, flush=True)
+    except NativeUnavailable as e:
+        print(e, file=sys.stderr, flush=True)
+        return 2
     except RunFailed as e:
         print(f"{side} ({args.a if side == 'A' else args.b}): {e}", file=sys.stderr, flush=True)
         return 1

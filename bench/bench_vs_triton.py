@@ -29,7 +29,9 @@ with its infer/s, p50 and p99 latency (medians over rounds), the cores used by t
 perf_analyzer and by everything else on the machine, its throughput over Triton's and over the
 floor's, and (triton-mp) its p50 over Triton's (medians of the per-round ratios, which are
 listed too). It writes a PNG of throughput and
-p99 latency (``--png``) and, with ``--json``, every record.
+p99 latency (``--png``; by default beside ``--json``, with its stem) and, with ``--json``,
+every record. It refuses to start when a triton-mp side that serves gRPC natively would run
+without its native frontend (``native_check``: a stale or missing build).
 
 Exit status 0 when every measurement ran and every stop was clean; 1 otherwise (for instance
 while triton-mp cannot load python models): the table still shows what was measured, and the
@@ -61,6 +63,7 @@ from common import (
     TritonMP,
 )
 from exports import export_commit
+from native_check import require_native
 from native_floor import NativeFloor
 from vs_triton_chart import write_chart
 from vs_triton_ort import instance_waits, raw_ort_record
@@ -425,6 +428,21 @@ def _result_header(args: argparse.Namespace, started: datetime.datetime) -> dict
     }
 
 
+def native_sources(args: argparse.Namespace) -> dict[str, Path]:
+    """Per side, the ``src/`` whose native gRPC frontend the chosen workloads measure:
+    this triton-mp's for "triton-mp" and "triton-mp fp2" (none with ``--server-cmd``, a
+    build of its own), the ``--baseline``'s for "triton-mp base"; "triton-mp python" (its
+    gRPC frontend is Python's) needs none (``native_check``)."""
+    sides = {s for w in args.workloads for s in w.sides}
+    out = {}
+    for side in ("triton-mp", "triton-mp fp2"):
+        if side in sides and not args.server_cmd:
+            out[side] = args.mp_src
+    if "triton-mp base" in sides and args.base_src is not None:
+        out["triton-mp base"] = args.base_src
+    return out
+
+
 def _run_rounds(args: argparse.Namespace, result: dict[str, Any], stand_in: bool) -> bool:
     """Every round, each appended to ``result["rounds"]``; whether all ran cleanly. The
     temporary repositories and exported commits are removed at the end."""
@@ -440,6 +458,8 @@ def _run_rounds(args: argparse.Namespace, result: dict[str, Any], stand_in: bool
         if args.baseline:
             args.base_src = export_commit(args.baseline)
             result["triton_mp_base"] = f"commit {args.baseline}"
+        for side, src in native_sources(args).items():
+            require_native(src, side)
         common.ensure_peers(args.peers_env)
         peers_env = common.load_peers_env(args.peers_env)
         if not args.pa_run.is_file():

@@ -61,8 +61,8 @@ def _add_run_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--png",
         type=Path,
-        default=DEFAULT_PNG,
-        help="chart of throughput and p99 latency (default: %(default)s)",
+        help="chart of throughput and p99 latency (default: beside --json, with its stem "
+        f"and .png; without --json {DEFAULT_PNG})",
     )
     ap.add_argument("--no-png", action="store_true", help="do not write the chart")
 
@@ -133,6 +133,8 @@ def _finish_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> argparse
     a.attempts = 1 if a.quick else 3
     if a.stability_percentage is None and a.quick:
         a.stability_percentage = 50
+    if a.png is None:
+        a.png = a.json.with_suffix(".png") if a.json else DEFAULT_PNG
     a.repository = a.repository.resolve()
     a.mp_repository = (a.mp_repository or a.repository).resolve()
     a.peers_env = a.peers_env.resolve()
