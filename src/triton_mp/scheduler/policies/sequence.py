@@ -153,15 +153,16 @@ class SequenceBatcher:
         """Queue a request of a sequence (``item.corrid``, ``item.starts``, ``item.ends``).
 
         Returns:
-            A Rejection (INVALID_ARG) for a request of batch size above 1, without a
-            correlation ID, with an ID of the wrong type or too long, or without START for a
-            sequence that is not live; else None.
+            A Rejection (INVALID_ARG, counted in no statistic) for a request of batch size
+            above 1, without a correlation ID, with an ID of the wrong type or too long, or
+            without START for a sequence that is not live; else None.
         """
         corrid = item.corrid
         invalid = self._check(item)
         if invalid is not None:
-            # NOTE: core SequenceBatchScheduler::Enqueue words these without LogRequest().
-            return Rejection(ErrorCode.INVALID_ARG, invalid, "OTHER", prefixed=False)
+            # NOTE: core SequenceBatchScheduler::Enqueue words these without LogRequest(), and
+            # returns them before the request is queued: 2.51 counts them nowhere (reason None).
+            return Rejection(ErrorCode.INVALID_ARG, invalid, None, prefixed=False)
         slot = self._active.get(corrid)
         backlog = self._backlog.get(corrid)
         queued = slot.queue if slot is not None else backlog
@@ -177,7 +178,7 @@ class SequenceBatcher:
                 ErrorCode.INVALID_ARG,
                 f"inference request for sequence {corrid} to model '{self.model}' must "
                 "specify the START flag on the first request of the sequence",
-                "OTHER",
+                None,
                 prefixed=False,
             )
         slot = self._free_slot()
