@@ -35,7 +35,8 @@ struct ProxyTarget {
 //   -> (backend Finish) FINISHING -> (client Finish) COMPLETE.
 // A unary ModelInfer with a handoff takes another way instead of STARTING:
 //   ARMED -> (new call) READING -> (request read) HANDED (Python has it, the reply op is
-//   reserved) -> (reply: Deliver) FINISHING -> COMPLETE; or HANDED -> (client gone)
+//   reserved) -> (reply: Deliver, under the serial lock) FINISHING, its reservation now the
+//   client's finish op -> (Send, without the lock) COMPLETE; or HANDED -> (client gone)
 //   withdrawn.
 // So does a ModelStreamInfer with a handoff (stream_call.cc):
 //   ARMED -> (new call) OPEN (Python has it, its end is reserved):
@@ -57,7 +58,8 @@ class ProxyCall final : public Awaiting {
   ProxyCall(const ProxyCall&) = delete;
   ProxyCall& operator=(const ProxyCall&) = delete;
 
-  void Deliver(grpc::Status status, grpc::ByteBuffer response, bool final) override;
+  bool Deliver(grpc::Status status, grpc::ByteBuffer response, bool final) override;
+  void Send() override;
 
  private:
   explicit ProxyCall(const ProxyTarget& target);
@@ -65,7 +67,6 @@ class ProxyCall final : public Awaiting {
 
   void StartBackend();
   void OnRequestRead(bool ok);
-  void OnReply(bool ok);
 
   // The handed-off stream (stream_call.cc).
   void OpenStream();
