@@ -55,6 +55,12 @@ bool Handoff::SubmitKnown(Awaiting* call, const grpc::ByteBuffer& data, uint64_t
   clock_gettime(CLOCK_MONOTONIC, &now);  // NOTE: Python's time.monotonic_ns
   const uint64_t arrival_ns =
       static_cast<uint64_t>(now.tv_sec) * 1000000000ULL + static_cast<uint64_t>(now.tv_nsec);
+  // NOTE: two steps outside the queue's lock (known_submit.h): the lesson and a block
+  // reserved, the raw bytes copied (1 MiB at id1m: the answer thread's FindOwned and
+  // Python's take must not wait for it)
+  KnownReservation reserved;
+  if (known.Reserve(message, split, &reserved) != KnownResult::kSent) return false;
+  if (!known.CopyInputs(message, split, &reserved)) return false;
   HandoffItem item;
   item.kind = ItemKind::kKnown;
   // NOTE: the queue's lock is held from before the push until the call is queued: its answer
@@ -62,7 +68,7 @@ bool Handoff::SubmitKnown(Awaiting* call, const grpc::ByteBuffer& data, uint64_t
   // on_unknown pulls this queue on an answer it does not know) must then find the call,
   // even when this thread is preempted in between. A cancel of the call is queued behind it.
   std::lock_guard<std::mutex> lock(mu_);
-  const KnownResult result = known.Submit(message, split, arrival_ns, &item.known);
+  const KnownResult result = known.Finish(&reserved, split, arrival_ns, &item.known);
   if (result != KnownResult::kSent && result != KnownResult::kLost) return false;
   item.id = *id = next_id_++;
   waiting_.emplace(item.id, call);

@@ -60,18 +60,26 @@ KnownSubmit& TheKnownSubmit() {
 
 void KnownSubmit::ForgetLocked() {
   lessons_.clear();
+  ++lessons_version_;
   taught_.store(false, std::memory_order_relaxed);
   ++stats_.cleared;
 }
 
+void KnownSubmit::AwaitReservations(std::unique_lock<std::mutex>* lock) {
+  ended_.wait(*lock, [this] { return reserved_ == 0; });
+}
+
 void KnownSubmit::SetArena(std::shared_ptr<ArenaBlocks> arena, unsigned char* base,
                            uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   arena_ = std::move(arena);
   ++epoch_;
   base_ = base;
   bytes_ = bytes;
   ForgetLocked();  // NOTE: a lesson's template names the arena's segment
+  // NOTE: its caller lets the old mapping go on return: no copy may still write into it
+  // (and none starts before a lesson is taught again, on the caller's thread)
+  AwaitReservations(&lock);
 }
 
 void KnownSubmit::SetRing(std::shared_ptr<RingProducer> ring, sem_t* wake) {
@@ -115,7 +123,8 @@ bool KnownSubmit::Teach(const std::string& key, KnownLesson lesson) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!arena_ || lesson.block_bytes > arena_->capacity()) return false;
   if (lessons_.size() >= kKnownLessonsKept) ForgetLocked();
-  lessons_[key] = std::move(lesson);
+  lessons_[key] = std::make_shared<const KnownLesson>(std::move(lesson));
+  ++lessons_version_;
   taught_.store(true, std::memory_order_relaxed);
   return true;
 }
@@ -125,7 +134,11 @@ bool KnownSubmit::SetRoute(const std::string& key, const std::string& /*client_i
   std::lock_guard<std::mutex> lock(mu_);
   auto it = lessons_.find(key);
   if (it == lessons_.end()) return false;
-  it->second.route = route;
+  // NOTE: replaced, not changed: a reservation may be reading the old one
+  auto changed = std::make_shared<KnownLesson>(*it->second);
+  changed->route = route;
+  it->second = std::move(changed);
+  ++lessons_version_;
   return true;
 }
 
@@ -135,16 +148,19 @@ void KnownSubmit::Clear() {
 }
 
 void KnownSubmit::Detach() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   ForgetLocked();
   arena_.reset();
-  ++epoch_;
+  ++epoch_;  // NOTE: a reservation in flight finds it moved (kUnknown) once its copy ends
   base_ = nullptr;
   bytes_ = 0;
   ring_.reset();
   wake_ = nullptr;
   TheKnownWake().SetRing(nullptr, nullptr);
   ids_.clear();
+  // NOTE: its caller unmaps the arena on return: no copy may still write into it (and no
+  // new one starts: nothing is reserved without an arena)
+  AwaitReservations(&lock);
 }
 
 bool KnownSubmit::FreeInput(uint64_t epoch, uint64_t offset, uint32_t generation) {
@@ -168,10 +184,26 @@ KnownStats KnownSubmit::stats() const {
   return s;
 }
 
-KnownResult KnownSubmit::Submit(const Chunks& message, const RequestSplit& split,
-                                uint64_t arrival_ns, KnownSent* sent) {
-  std::lock_guard<std::mutex> lock(mu_);
-  KnownResult result = SubmitLocked(message, split, arrival_ns, sent);
+KnownReservation::~KnownReservation() {
+  if (owner_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(owner_->mu_);
+  owner_->EndLocked(this, false);
+}
+
+void KnownSubmit::EndLocked(KnownReservation* r, bool keep) {
+  if (r->owner_ == nullptr) return;
+  if (!keep) {
+    // NOTE: ours alone until pushed: freed as its reader would (one aligned 4-byte store);
+    // still mapped, as Detach and SetArena wait for this under mu_
+    __atomic_store_n(reinterpret_cast<uint32_t*>(r->base_ + r->block_), kBlockFree,
+                     __ATOMIC_RELEASE);
+  }
+  r->owner_ = nullptr;
+  r->lesson_.reset();
+  if (--reserved_ == 0) ended_.notify_all();
+}
+
+void KnownSubmit::Count(KnownResult result) {
   switch (result) {
     case KnownResult::kSent: ++stats_.sent; break;
     case KnownResult::kUnknown: ++stats_.unknown; break;
@@ -182,21 +214,37 @@ KnownResult KnownSubmit::Submit(const Chunks& message, const RequestSplit& split
     case KnownResult::kStale: ++stats_.stale; break;
     case KnownResult::kLost: ++stats_.full; break;
   }
+}
+
+KnownResult KnownSubmit::Submit(const Chunks& message, const RequestSplit& split,
+                                uint64_t arrival_ns, KnownSent* sent) {
+  KnownReservation r;
+  KnownResult result = Reserve(message, split, &r);
+  if (result != KnownResult::kSent) return result;
+  if (!CopyInputs(message, split, &r)) return KnownResult::kDeclined;
+  return Finish(&r, split, arrival_ns, sent);
+}
+
+KnownResult KnownSubmit::Reserve(const Chunks& message, const RequestSplit& split,
+                                 KnownReservation* r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  KnownResult result = ReserveLocked(message, split, r);
+  if (result != KnownResult::kSent) Count(result);
   return result;
 }
 
-KnownResult KnownSubmit::SubmitLocked(const Chunks& message, const RequestSplit& split,
-                                      uint64_t arrival_ns, KnownSent* sent) {
+KnownResult KnownSubmit::ReserveLocked(const Chunks& message, const RequestSplit& split,
+                                       KnownReservation* r) {
   if (!arena_ || !ring_ || base_ == nullptr) return KnownResult::kUnknown;
   auto it = lessons_.find(split.key);
   if (it == lessons_.end()) return KnownResult::kUnknown;
-  const KnownLesson& lesson = it->second;
+  const KnownLesson& lesson = *it->second;
   // NOTE: any id: written into the record and the response (KnownCalls.submit's rules)
-  std::string id;
+  r->id_.clear();
   if (split.has_id && split.id.second != 0) {
     if (split.id.second > kKnownIdMaxBytes) return KnownResult::kDeclined;
-    message.Append(split.id.first, split.id.second, &id);
-    if (!Utf8(id)) return KnownResult::kDeclined;  // NOTE: protobuf refuses it in Python
+    message.Append(split.id.first, split.id.second, &r->id_);
+    if (!Utf8(r->id_)) return KnownResult::kDeclined;  // NOTE: protobuf refuses it in Python
   }
   if (!TheKnownRegions().Admit(lesson.regions)) return KnownResult::kStale;
   const size_t n = lesson.sizes.size();
@@ -208,48 +256,84 @@ KnownResult KnownSubmit::SubmitLocked(const Chunks& message, const RequestSplit&
   if (ids_.empty()) return KnownResult::kNoIds;
   const int64_t offset = arena_->TryAlloc(base_, lesson.block_bytes);
   if (offset < 0) return KnownResult::kNoRoom;
-  const uint64_t block = static_cast<uint64_t>(offset);
-  uint32_t generation;
-  std::memcpy(&generation, base_ + block + 4, sizeof generation);
-  unsigned char* payload = base_ + block + kArenaHeaderBytes;
-  entries_.resize(n);
-  for (size_t i = 0; i < n; ++i) {
+  r->owner_ = this;
+  ++reserved_;
+  r->lesson_ = it->second;
+  r->base_ = base_;
+  r->block_ = static_cast<uint64_t>(offset);
+  std::memcpy(&r->generation_, base_ + r->block_ + 4, sizeof r->generation_);
+  r->epoch_ = epoch_;
+  r->lessons_version_ = lessons_version_;
+  return KnownResult::kSent;
+}
+
+bool KnownSubmit::CopyInputs(const Chunks& message, const RequestSplit& split,
+                             KnownReservation* r) {
+  const KnownLesson& lesson = *r->lesson_;
+  unsigned char* payload = r->base_ + r->block_ + kArenaHeaderBytes;
+  for (size_t i = 0; i < lesson.sizes.size(); ++i) {
     // NOTE: within the block (Teach checked); the split found the entry in the message
     if (!message.Copy(split.raw[i].first, lesson.sizes[i], payload + lesson.at[i])) {
-      __atomic_store_n(reinterpret_cast<uint32_t*>(base_ + block), kBlockFree, __ATOMIC_RELEASE);
-      return KnownResult::kDeclined;
+      std::lock_guard<std::mutex> lock(mu_);
+      EndLocked(r, false);
+      Count(KnownResult::kDeclined);
+      return false;
     }
-    entries_[i] = block + kArenaHeaderBytes + lesson.at[i];
   }
+  return true;
+}
+
+KnownResult KnownSubmit::Finish(KnownReservation* r, const RequestSplit& split,
+                                uint64_t arrival_ns, KnownSent* sent) {
+  std::lock_guard<std::mutex> lock(mu_);
+  KnownResult result = FinishLocked(r, split, arrival_ns, sent);
+  EndLocked(r, result == KnownResult::kSent);
+  Count(result);
+  return result;
+}
+
+KnownResult KnownSubmit::FinishLocked(KnownReservation* r, const RequestSplit& split,
+                                      uint64_t arrival_ns, KnownSent* sent) {
+  // NOTE: Detach or SetArena since Reserve: the arena is going, with its lessons
+  if (r->epoch_ != epoch_ || !ring_) return KnownResult::kUnknown;
+  if (r->lessons_version_ != lessons_version_) {
+    // NOTE: taught or forgotten since: sent only by the lesson its key has now
+    auto it = lessons_.find(split.key);
+    if (it == lessons_.end() || it->second != r->lesson_) return KnownResult::kUnknown;
+  }
+  const KnownLesson& lesson = *r->lesson_;
+  if (!TheKnownRegions().Admit(lesson.regions)) return KnownResult::kStale;
+  while (!ids_.empty() && ids_.front().first == ids_.front().second) ids_.erase(ids_.begin());
+  if (ids_.empty()) return KnownResult::kNoIds;
+  const size_t n = lesson.sizes.size();
+  const uint64_t block = r->block_;
+  entries_.resize(n);
+  for (size_t i = 0; i < n; ++i) entries_[i] = block + kArenaHeaderBytes + lesson.at[i];
   const uint64_t rid = ids_.front().first;
-  if (!WithClientId(lesson.record, id.data(), id.size(), &record_)) {
-    __atomic_store_n(reinterpret_cast<uint32_t*>(base_ + block), kBlockFree, __ATOMIC_RELEASE);
+  if (!WithClientId(lesson.record, r->id_.data(), r->id_.size(), &record_)) {
     return KnownResult::kDeclined;  // NOTE: never (Teach checked its layout)
   }
   // NOTE: with windows in clients' regions among the inputs, every entry in record order
   if (!KnownRegions::Entries(lesson.regions, entries_.data(), n, &windows_)) {
-    __atomic_store_n(reinterpret_cast<uint32_t*>(base_ + block), kBlockFree, __ATOMIC_RELEASE);
     return KnownResult::kDeclined;  // NOTE: never (Teach checked it)
   }
-  RecordPatch patch{rid, arrival_ns, block, generation, windows_.data(), windows_.size()};
+  RecordPatch patch{rid, arrival_ns, block, r->generation_, windows_.data(), windows_.size()};
   PatchRecord(reinterpret_cast<unsigned char*>(&record_[0]), record_.size(), patch);
   HandResult hand = HandResult::kNotHanded;
   if (!lesson.route.empty()) {
     // NOTE: Inference._send_request's order: an idle instance first, else the scheduler
     hand = TheDirectHandoff().Hand(lesson.route, rid, record_, ring_.get(), wake_);
     if (hand == HandResult::kLost) {
-      // NOTE: its id may be in a DirectSent pushed already: never used again
+      // NOTE: its id may be in a DirectSent pushed already: never used again (the block
+      // is freed by EndLocked)
       ++ids_.front().first;
-      __atomic_store_n(reinterpret_cast<uint32_t*>(base_ + block), kBlockFree, __ATOMIC_RELEASE);
       return KnownResult::kLost;
     }
   }
   // NOTE: a call handed goes without a scheduler wake (its DirectSent waits for a pass)
   if (hand != HandResult::kHanded &&
       ring_->Push(record_.data(), record_.size()) != PushResult::kPushed) {
-    // NOTE: ours alone until pushed: freed as its reader would (one aligned 4-byte store)
-    __atomic_store_n(reinterpret_cast<uint32_t*>(base_ + block), kBlockFree, __ATOMIC_RELEASE);
-    return KnownResult::kFull;
+    return KnownResult::kFull;  // NOTE: the block is freed by EndLocked
   }
   ++ids_.front().first;
   if (hand != HandResult::kHanded) {
@@ -260,10 +344,10 @@ KnownResult KnownSubmit::SubmitLocked(const Chunks& message, const RequestSplit&
   sent->request_id = rid;
   sent->lesson_id = lesson.id;
   sent->offset = block;
-  sent->generation = generation;
+  sent->generation = r->generation_;
   sent->epoch = epoch_;
   sent->copied = 0;
-  sent->client_id = std::move(id);
+  sent->client_id = std::move(r->id_);
   for (uint64_t size : lesson.sizes) sent->copied += size;
   return KnownResult::kSent;
 }

@@ -15,13 +15,16 @@
 // the payload at block + 64), known_records.py (the template of a form: segment + client id),
 // dispatch/pending.py (PendingTable.reserve: the request ids handed out in bulk).
 // Thread-safe: every call holds the object's mutex (the gRPC thread submits, the Python
-// thread teaches and clears).
+// thread teaches and clears), except a submit's copy of the raw bytes (Reserve, CopyInputs,
+// Finish), which runs without it: so a 1 MiB copy never holds up the Python thread nor
+// the answer thread, and Detach and SetArena wait for the copies in flight.
 #ifndef TRITON_MP_FRONTEND_NATIVE_KNOWN_SUBMIT_H_
 #define TRITON_MP_FRONTEND_NATIVE_KNOWN_SUBMIT_H_
 
 #include <semaphore.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -94,6 +97,33 @@ struct KnownStats {
 
 inline constexpr size_t kKnownLessonsKept = 256;  // cleared whole when full (KnownRequests)
 
+class KnownSubmit;
+
+// One call between KnownSubmit::Reserve and Finish: its lesson, its input block (LIVE, this
+// call's alone until pushed) and the arena's mapping the block lies in, which Detach and
+// SetArena keep mapped until the reservation ends (Finish, or this object's end, which
+// frees the block).
+class KnownReservation {
+ public:
+  KnownReservation() = default;
+  ~KnownReservation();
+  KnownReservation(const KnownReservation&) = delete;
+  KnownReservation& operator=(const KnownReservation&) = delete;
+
+  bool held() const { return owner_ != nullptr; }
+
+ private:
+  friend class KnownSubmit;
+  KnownSubmit* owner_ = nullptr;  // non-null: reserved, not yet ended
+  std::shared_ptr<const KnownLesson> lesson_;
+  unsigned char* base_ = nullptr;  // the arena's mapping when reserved
+  uint64_t block_ = 0;
+  uint32_t generation_ = 0;
+  uint64_t epoch_ = 0;
+  uint64_t lessons_version_ = 0;  // KnownSubmit::lessons_version_ when reserved
+  std::string id_;  // the call's request id (UTF-8 checked)
+};
+
 class KnownSubmit {
  public:
   KnownSubmit() = default;
@@ -135,20 +165,51 @@ class KnownSubmit {
   }
 
   // Any thread: submit the call whose request is `message`, split as `split`, arrived at
-  // `arrival_ns` (CLOCK_MONOTONIC). kSent fills `sent`.
+  // `arrival_ns` (CLOCK_MONOTONIC). kSent fills `sent`. Reserve, CopyInputs, Finish.
   KnownResult Submit(const Chunks& message, const RequestSplit& split, uint64_t arrival_ns,
                      KnownSent* sent);
 
+  // A submit in three steps (a caller holding its own lock across the push, Handoff::
+  // SubmitKnown, holds it for Finish only). Reserve, under the object's lock: the lesson of
+  // the request's key, its id and byte sizes checked, a block taken (kSent: `r` holds them;
+  // else nothing was done). CopyInputs, with no lock held: the raw inputs copied into the
+  // block (false: a range runs past the message, never after SplitInferRequest; `r` ended,
+  // kDeclined). Finish,
+  // under the lock: the record patched and handed or pushed (kSent fills `sent`); when the
+  // arena or the lesson changed since Reserve the block is freed and the call is kUnknown.
+  // `r` ends in Finish either way.
+  KnownResult Reserve(const Chunks& message, const RequestSplit& split, KnownReservation* r);
+  bool CopyInputs(const Chunks& message, const RequestSplit& split, KnownReservation* r);
+  KnownResult Finish(KnownReservation* r, const RequestSplit& split, uint64_t arrival_ns,
+                     KnownSent* sent);
+  // Reservations not yet ended (copies in flight).
+  size_t reserved() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reserved_;
+  }
+
  private:
-  KnownResult SubmitLocked(const Chunks& message, const RequestSplit& split,
-                           uint64_t arrival_ns, KnownSent* sent);
+  friend class KnownReservation;
+  KnownResult ReserveLocked(const Chunks& message, const RequestSplit& split,
+                            KnownReservation* r);
+  KnownResult FinishLocked(KnownReservation* r, const RequestSplit& split, uint64_t arrival_ns,
+                           KnownSent* sent);
+  // Ends `r` (under mu_): its block freed unless `keep` (pushed), the waiters told.
+  void EndLocked(KnownReservation* r, bool keep);
+  // Waits (under `lock`, on mu_) until no reservation is in flight.
+  void AwaitReservations(std::unique_lock<std::mutex>* lock);
+  void Count(KnownResult result);
 
   void ForgetLocked();
 
   mutable std::mutex mu_;
+  std::condition_variable ended_;  // a reservation ended (reserved_ fell)
+  size_t reserved_ = 0;
   std::atomic<bool> taught_{false};
-  // by the request's key (request_split.h: without its id)
-  std::unordered_map<std::string, KnownLesson> lessons_;
+  // by the request's key (request_split.h: without its id); shared with the reservations
+  // that use them (a lesson is replaced, never changed in place)
+  std::unordered_map<std::string, std::shared_ptr<const KnownLesson>> lessons_;
+  uint64_t lessons_version_ = 0;  // counts every change of lessons_
   std::shared_ptr<ArenaBlocks> arena_;
   uint64_t epoch_ = 0;  // SetArena and Detach count it: a block of another epoch is not ours
   unsigned char* base_ = nullptr;

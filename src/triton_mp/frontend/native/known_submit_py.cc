@@ -7,8 +7,10 @@
 #include <fcntl.h>
 #include <semaphore.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,8 +45,11 @@ PyObject* SetArena(PyObject*, PyObject* arena) {
   Py_buffer view;
   std::shared_ptr<ArenaBlocks> blocks = ArenaBlocksOf(arena, &view);
   if (!blocks) return nullptr;
+  // NOTE: without the GIL: it waits for the gRPC thread's copies in flight
+  Py_BEGIN_ALLOW_THREADS
   TheKnownSubmit().SetArena(std::move(blocks), static_cast<unsigned char*>(view.buf),
                             static_cast<uint64_t>(view.len));
+  Py_END_ALLOW_THREADS
   ReleaseArena();  // NOTE: after SetArena: the gRPC thread no longer uses the old one
   g_view = view;
   g_exported = true;
@@ -165,7 +170,10 @@ PyObject* Clear(PyObject*, PyObject*) {
 
 // known_detach(): forget the lessons, the arena (its export ends) and the ring.
 PyObject* Detach(PyObject*, PyObject*) {
+  // NOTE: without the GIL: it waits for the gRPC thread's copies in flight
+  Py_BEGIN_ALLOW_THREADS
   TheKnownSubmit().Detach();
+  Py_END_ALLOW_THREADS
   ReleaseArena();
   CloseWake();
   Py_RETURN_NONE;
@@ -182,21 +190,45 @@ PyObject* Stats(PyObject*, PyObject*) {
                        (unsigned long long)s.cleared, "stale", (unsigned long long)s.stale);
 }
 
-// known_submit(message, arrival_ns) -> (request id, lesson id, offset, generation) or the
-// KnownResult (int) that left it to Python: what the gRPC thread does with a call's request
-// (tests; the GIL is released around it, as on the gRPC thread).
+// Held submits (tests): known_submit(..., hold=True) stops between its copy's reservation
+// and the copy until known_release_held().
+std::mutex g_hold_mu;
+std::condition_variable g_hold_cv;
+uint64_t g_hold_releases = 0;
+
+// known_submit(message, arrival_ns, hold=False) -> (request id, lesson id, offset,
+// generation) or the KnownResult (int) that left it to Python: what the gRPC thread does
+// with a call's request (tests; the GIL is released around it, as on the gRPC thread).
+// hold: wait after the reservation (a copy in flight: known_reserved() counts it) until
+// known_release_held().
 PyObject* Submit(PyObject*, PyObject* args) {
   Py_buffer message;
   unsigned long long arrival_ns;
-  if (!PyArg_ParseTuple(args, "y*K", &message, &arrival_ns)) return nullptr;
+  int hold = 0;
+  if (!PyArg_ParseTuple(args, "y*K|p", &message, &arrival_ns, &hold)) return nullptr;
   KnownSent sent;
   KnownResult result = KnownResult::kUnknown;
   Py_BEGIN_ALLOW_THREADS
   Chunks chunks;
   chunks.Add(static_cast<const unsigned char*>(message.buf), static_cast<size_t>(message.len));
   RequestSplit split;
+  KnownSubmit& known = TheKnownSubmit();
   if (SplitInferRequest(chunks, &split)) {
-    result = TheKnownSubmit().Submit(chunks, split, arrival_ns, &sent);
+    uint64_t seen;
+    {
+      std::lock_guard<std::mutex> lock(g_hold_mu);
+      seen = g_hold_releases;  // NOTE: before the reservation known_reserved() shows
+    }
+    KnownReservation r;
+    result = known.Reserve(chunks, split, &r);
+    if (result == KnownResult::kSent && hold) {
+      std::unique_lock<std::mutex> lock(g_hold_mu);
+      g_hold_cv.wait(lock, [seen] { return g_hold_releases != seen; });
+    }
+    if (result == KnownResult::kSent) {
+      result = known.CopyInputs(chunks, split, &r) ? known.Finish(&r, split, arrival_ns, &sent)
+                                                   : KnownResult::kDeclined;
+    }
   }
   Py_END_ALLOW_THREADS
   PyBuffer_Release(&message);
@@ -204,6 +236,21 @@ PyObject* Submit(PyObject*, PyObject* args) {
   return Py_BuildValue("(KKKk)", (unsigned long long)sent.request_id,
                        (unsigned long long)sent.lesson_id, (unsigned long long)sent.offset,
                        (unsigned long)sent.generation);
+}
+
+// known_release_held(): every held known_submit goes on.
+PyObject* ReleaseHeld(PyObject*, PyObject*) {
+  {
+    std::lock_guard<std::mutex> lock(g_hold_mu);
+    ++g_hold_releases;
+  }
+  g_hold_cv.notify_all();
+  Py_RETURN_NONE;
+}
+
+// known_reserved() -> int: submits between their reservation and its end (copies in flight).
+PyObject* Reserved(PyObject*, PyObject*) {
+  return PyLong_FromSize_t(TheKnownSubmit().reserved());
 }
 
 PyMethodDef kFunctions[] = {
@@ -216,6 +263,8 @@ PyMethodDef kFunctions[] = {
     {"known_detach", Detach, METH_NOARGS, "Forget the lessons, the arena and the ring."},
     {"known_stats", Stats, METH_NOARGS, "The known submitter's counters."},
     {"known_submit", Submit, METH_VARARGS, "Submit one request as the gRPC thread does."},
+    {"known_release_held", ReleaseHeld, METH_NOARGS, "Let every held known_submit go on."},
+    {"known_reserved", Reserved, METH_NOARGS, "Submits with a copy in flight."},
     {nullptr, nullptr, 0, nullptr},
 };
 

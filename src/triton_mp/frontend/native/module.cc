@@ -371,14 +371,15 @@ namespace triton_mp {
 Handoff* ServerHandoff() { return CurrentHandoff(); }
 }  // namespace triton_mp
 
-// ABI: what this build's functions take, checked by native/__init__.py (_ABI, its twin): 7,
+// ABI: what this build's functions take, checked by native/__init__.py (_ABI, its twin): 8,
 // reply() takes a response's parts, take() gives kKnown (with the call's request id) and kLost
 // entries, a known lesson serves calls with any request id, known_* teach the
 // gRPC thread, direct_* open the direct handoff's routes and set its full ring's wait,
-// answer_thread_* read the inbox in C++.
+// answer_thread_* read the inbox in C++, known_submit can hold a copy in flight
+// (known_release_held, known_reserved).
 PyMODINIT_FUNC PyInit__native() {
   PyObject* module = PyModule_Create(&kModule);
-  if (module != nullptr && (PyModule_AddIntConstant(module, "ABI", 7) != 0 ||
+  if (module != nullptr && (PyModule_AddIntConstant(module, "ABI", 8) != 0 ||
                             !triton_mp::AddReceivedType(module) ||
                             !triton_mp::AddInputArenaType(module) ||
                             !triton_mp::AddRecordPatch(module) ||
