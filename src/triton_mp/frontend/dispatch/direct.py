@@ -193,6 +193,8 @@ class DirectRoutes:
             # NOTE: before the batch: the worker's BatchDone is never read before it is sent.
             if not self._push(sent):
                 self._send(sent)
+            # NOTE: does not find the ring full: only the lease holder pushes into it and
+            # ``fits`` saw its room (native/direct_handoff.cc Hand: why, and the one way past)
             route.sender.send_bytes(assign)
             self.handed += 1
             if log.isEnabledFor(logging.DEBUG):

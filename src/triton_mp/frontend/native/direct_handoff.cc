@@ -230,6 +230,19 @@ HandResult DirectHandoff::Hand(const std::string& key, uint64_t request_id,
       return HandResult::kLost;
     }
     if (waited && scheduler_wake != nullptr) sem_post(scheduler_wake);
+    // NOTE: the scheduler now holds the instance busy with this batch, with no timeout for
+    // one its worker never gets (the second kLost); this push does not fail, so it needs
+    // none. The ring is this frontend's own into that worker's inbox, and only a lease
+    // holder pushes into it (this hand, or dispatch/direct.py's under the same lease), so
+    // from the trywait above to the worker's BatchDone no push but this one: Fits' room
+    // holds (a batch pushed between Fits and the trywait was popped before its BatchDone
+    // could re-offer the lease), Fits bounds the size, and a route's ring is detached only
+    // after Python removed the route, under mu_, held here. The one way past it: a hand
+    // whose DirectSent waited over scheduler/direct.py's CLAIM_TIMEOUT_NS (1 s) in a full
+    // ring to the scheduler, its lease given back meanwhile, pushing its batch beside a
+    // later holder's; a record is a few hundred bytes, so even then the ring is full only
+    // while the worker reads nothing for the whole full_timeout_ns_ (10 s): a worker that
+    // hung, which keeps its instance busy whatever the scheduler believes.
     if (!PushWaiting(route.ring.get(), assign_, route.wake, full_timeout_ns_, &waited)) {
       ++stats_.lost;
       return HandResult::kLost;
