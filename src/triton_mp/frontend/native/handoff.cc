@@ -200,27 +200,16 @@ std::vector<HandoffItem> Handoff::Take() {
 }
 
 void Handoff::Kick() {
-  std::vector<Awaiting*> sends;
+  std::lock_guard<std::mutex> serial(*serial_);
+  std::vector<Answer> answers;
   {
-    std::lock_guard<std::mutex> serial(*serial_);
-    std::vector<Answer> answers;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (closed_ || answers_.empty()) return;
-      answers.swap(answers_);
-      ++sending_;  // NOTE: before the serial lock is let go: Close waits for these sends
-    }
-    for (auto& a : answers) {
-      if (a.call->Deliver(std::move(a.status), std::move(a.response), a.final)) {
-        sends.push_back(a.call);
-      }
-    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    answers.swap(answers_);
   }
-  // NOTE: each call's end is decided and its reply reserved (it cannot be deleted before
-  // its send completes); the completion-queue thread runs other calls' steps meanwhile
-  for (Awaiting* call : sends) call->Send();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (--sending_ == 0) sent_.notify_all();
+  for (auto& a : answers) {
+    a.call->Deliver(std::move(a.status), std::move(a.response), a.final);
+  }
 }
 
 bool Handoff::Reply(uint64_t id, grpc::Status status, grpc::ByteBuffer response) {
@@ -244,11 +233,9 @@ bool Handoff::Write(uint64_t id, grpc::ByteBuffer response) {
 
 void Handoff::Close() {
   std::lock_guard<std::mutex> serial(*serial_);
-  std::unique_lock<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
   answers_.clear();
-  // NOTE: the completion queue shuts down next: every send a Kick took must have started
-  sent_.wait(lock, [this] { return sending_ == 0; });
 }
 
 }  // namespace triton_mp

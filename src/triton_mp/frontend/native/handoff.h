@@ -10,9 +10,6 @@
 // it takes the server's serial lock, which the completion-queue thread holds while it runs
 // any step, so no two steps of a call ever run at once (a grpc::Alarm to wake the
 // completion-queue thread cost more than building a response, and one more thread hop).
-// A unary call's last operation (its write and finish: the sendmsg of a 1 MiB answer) is
-// started after the serial lock is released (Awaiting::Send), so the completion-queue
-// thread reads other calls meanwhile; Close waits for those sends.
 // The completion-queue thread never takes the GIL: it only locks this queue's mutex, which
 // the Python side holds for a few pointer moves.
 #ifndef TRITON_MP_NATIVE_HANDOFF_H_
@@ -20,7 +17,6 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <mutex>
@@ -39,15 +35,10 @@ namespace triton_mp {
 class Awaiting {
  public:
   virtual ~Awaiting() = default;
-  // Python's answer, under the server's serial lock: a stream's message (final false:
-  // `response` only), or the call's end (final true: `status`, and for a unary call its
-  // response). True: the call's end is decided and its send is left for Send.
-  virtual bool Deliver(grpc::Status status, grpc::ByteBuffer response, bool final) = 0;
-  // After a Deliver that returned true, once the serial lock is released: starts the call's
-  // last gRPC operation (a unary answer's write and finish, whose sendmsg of a large answer
-  // runs inline on this thread). No step of the call runs meanwhile but its done-notice,
-  // and the call may be gone as soon as this returns.
-  virtual void Send() = 0;
+  // Python's answer, on the completion-queue thread (no lock held): a stream's message
+  // (final false: `response` only), or the call's end (final true: `status`, and for a
+  // unary call its response).
+  virtual void Deliver(grpc::Status status, grpc::ByteBuffer response, bool final) = 0;
 };
 
 // What an entry Python takes is. Python twin: handoff.py (CALL, OPEN, MESSAGE, END, GONE).
@@ -113,12 +104,10 @@ class Handoff {
   bool Write(uint64_t id, grpc::ByteBuffer response);
   // Python thread (GIL held, so the server outlives it), or the answer thread after the
   // owned calls' answers it served (answer_thread.h; stopped before the server is): deliver
-  // every answer queued so far, under the serial lock, then start the unary calls' sends
-  // without it (Awaiting::Send), in the same order.
+  // every answer queued so far, under the serial lock.
   void Kick();
   // Before the completion queue shuts down: nothing is delivered any more (every call still
-  // waiting has been cancelled by the server's shutdown and is withdrawn), and the sends a
-  // Kick started without the serial lock have been started (so none reaches a shut queue).
+  // waiting has been cancelled by the server's shutdown and is withdrawn).
   void Close();
 
   // Owned known calls (the answer in C++, known_answer.h). FindOwned and AnswerOwned run on
@@ -168,8 +157,6 @@ class Handoff {
   };
 
   std::mutex mu_;
-  std::condition_variable sent_;  // a Kick's sends were all started (sending_ fell)
-  int sending_ = 0;               // Kicks starting sends outside the serial lock
   std::deque<HandoffItem> queue_;
   std::unordered_map<uint64_t, Awaiting*> waiting_;
   std::vector<Answer> answers_;  // replied, not yet delivered

@@ -80,35 +80,27 @@ void ProxyCall::OnRequestRead(bool ok) {
   handoff_id_ = target_.handoff->Submit(this, std::move(up_), std::move(metadata));
 }
 
-bool ProxyCall::Deliver(grpc::Status status, grpc::ByteBuffer response, bool final) {
+void ProxyCall::Deliver(grpc::Status status, grpc::ByteBuffer response, bool final) {
   if (!final) {  // a stream's message
     QueueStreamMessage(std::move(response));
-    return false;
+    return;
   }
   reply_status_ = std::move(status);
   reply_ = std::move(response);
-  if (stream_) {
-    Complete(&ProxyCall::OnStreamEnded, true);  // the reserved end op completes here
-    return false;
-  }
-  // NOTE: the reserved reply op becomes the client's finish op, started by Send: pending_
-  // keeps counting it, so the call outlives the send (OnDone, the only other op pending,
-  // cannot delete it), and OnDone finds it finishing (no Withdraw, no TryCancel)
-  handoff_id_ = 0;
-  finishing_ = true;
-  return true;
+  // the reserved reply op completes here
+  Complete(stream_ ? &ProxyCall::OnStreamEnded : &ProxyCall::OnReply, true);
 }
 
-void ProxyCall::Send() {
-  // NOTE: without the serial lock: reads only what Deliver wrote, and gRPC allows this
-  // call's one write in flight (no other is ever started on a unary handed call)
+void ProxyCall::OnReply(bool) {
+  handoff_id_ = 0;
+  finishing_ = true;
+  Start(&client_finished_op_);
   if (reply_status_.ok()) {
     server_stream_.WriteAndFinish(reply_, grpc::WriteOptions(), grpc::Status::OK,
                                   &client_finished_op_);
   } else {
     server_stream_.Finish(reply_status_, &client_finished_op_);
   }
-  // NOTE: `this` may be deleted from here on (the completion-queue thread)
 }
 
 void ProxyCall::StartBackend() {

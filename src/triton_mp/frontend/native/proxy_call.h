@@ -35,8 +35,7 @@ struct ProxyTarget {
 //   -> (backend Finish) FINISHING -> (client Finish) COMPLETE.
 // A unary ModelInfer with a handoff takes another way instead of STARTING:
 //   ARMED -> (new call) READING -> (request read) HANDED (Python has it, the reply op is
-//   reserved) -> (reply: Deliver, under the serial lock) FINISHING, its reservation now the
-//   client's finish op -> (Send, without the lock) COMPLETE; or HANDED -> (client gone)
+//   reserved) -> (reply: Deliver) FINISHING -> COMPLETE; or HANDED -> (client gone)
 //   withdrawn.
 // So does a ModelStreamInfer with a handoff (stream_call.cc):
 //   ARMED -> (new call) OPEN (Python has it, its end is reserved):
@@ -58,8 +57,7 @@ class ProxyCall final : public Awaiting {
   ProxyCall(const ProxyCall&) = delete;
   ProxyCall& operator=(const ProxyCall&) = delete;
 
-  bool Deliver(grpc::Status status, grpc::ByteBuffer response, bool final) override;
-  void Send() override;
+  void Deliver(grpc::Status status, grpc::ByteBuffer response, bool final) override;
 
  private:
   explicit ProxyCall(const ProxyTarget& target);
@@ -67,6 +65,7 @@ class ProxyCall final : public Awaiting {
 
   void StartBackend();
   void OnRequestRead(bool ok);
+  void OnReply(bool ok);
 
   // The handed-off stream (stream_call.cc).
   void OpenStream();
