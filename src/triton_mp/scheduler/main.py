@@ -298,9 +298,9 @@ def _serve(
     """The loop (module docstring) until a ``Shutdown``; returns how many passes it made
     (logged at the stop: ``bench/ab_interleaved.py`` divides them by the batches). ``lead``:
     how early it wakes before a batching deadline (a new ``WakeLead`` by default)."""
+    recheck = False
     passes = 0
     lead = lead or WakeLead()
-    recheck = False
     while True:
         passes += 1
         deadline, requests, quiet, forming = core.pass_words(router.frontends)
