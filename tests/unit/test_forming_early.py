@@ -85,6 +85,9 @@ class _Inbox:
     def has_pending(self) -> bool:
         return self.pending.pop(0) if self.pending else False
 
+    def found(self) -> None:
+        self.events.append("found")
+
 
 class _Router:
     frontends = 1
@@ -158,8 +161,8 @@ def test_a_request_pushed_while_the_first_is_handled_is_read_in_the_same_pass(
     first = events.index("drain")
     # the racing request is read before the pass's dispatch and the words are stored
     # before it: the loop's next wait is the timed sleep to the delay's lead
-    assert events[first : first + 4] == ["drain", "consume", "drain", "forming 5"]
-    assert events[first + 4 : first + 6] == ["flush", "sleep True"]
+    assert events[first : first + 5] == ["drain", "consume", "found", "drain", "forming 5"]
+    assert events[first + 5 : first + 7] == ["flush", "sleep True"]
     (sent_at, assign), *_ = router.assigns
     assert [decode_request(r).request_id for r in assign.requests] == [1, 2]
     assert sent_at >= start + 500 * US
@@ -173,6 +176,6 @@ def test_words_changed_with_a_record_pending_after_the_fence_recheck_before_the_
     # may have been counted under the old words): the loop must not sleep before a drain.
     events, router, passes, _ = _loop([True, True, True], monkeypatch)
     first = events.index("drain")
-    assert events[first : first + 4] == ["drain", "consume", "drain", "forming 5"]
-    assert events[first + 4 : first + 6] == ["flush", "sleep False"]  # no sleep: a pass
+    assert events[first : first + 5] == ["drain", "consume", "found", "drain", "forming 5"]
+    assert events[first + 5 : first + 7] == ["flush", "sleep False"]  # no sleep: a pass
     assert passes == 4

@@ -378,6 +378,7 @@ def _forming_early(
     """
     if inbox.has_pending():
         inbox.waiter.consume_all()
+        inbox.found()
         more = done_first(inbox.drain())
         now = clock.now_ns()
         deliver(core, core.handle_all(more, now), router.send, now)
