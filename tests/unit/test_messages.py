@@ -47,8 +47,10 @@ SHM_REGISTERED_AWAITED = m.ShmRegistered(
     cuda=(m.CudaShmRegion("g", b"\1" * 64, 0, 1024, 3),),
     op=7,
 )
-SHM_UNREGISTERED_AWAITED = m.ShmUnregistered(frontend_id=2, names=("in0",), cuda_names=("g",), op=8)
-SHM_APPLIED = m.ShmApplied(frontend_id=1, op=8, in_use=("in0",))
+SHM_UNREGISTERED_AWAITED = m.ShmUnregistered(
+    frontend_id=2, names=("in0",), cuda_names=("g",), op=8, region_ids=(513, 258)
+)
+SHM_APPLIED = m.ShmApplied(frontend_id=1, op=8, in_use=("in0",), taken=("g",))
 REQUEST_WITH_SHM = m.InferRequest(
     request_id=9,
     reply_to=m.ReplyTo(m.Requester.FRONTEND, 0),

@@ -21,7 +21,7 @@ import pytest
 from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.frontend.shm.api import ClientShmApi
 from triton_mp.frontend.shm.cuda import CUDA_IPC_HANDLE_BYTES, CudaShmRegistry
-from triton_mp.frontend.shm.peers import PeerRounds, ShmPeers
+from triton_mp.frontend.shm.peers import Outcome, PeerRounds, ShmPeers
 from triton_mp.frontend.shm.system import DISABLED_MESSAGE, SystemShmRegistry
 from triton_mp.ipc.protocol.messages import ToFrontend
 from triton_mp.ipc.recordio.codec import Decoder
@@ -35,22 +35,22 @@ def test_a_change_awaits_every_peer_and_gathers_what_they_keep() -> None:
     assert awaits
     assert not rounds.applied(1, op, ["a"])
     assert not rounds.applied(1, op, ["b"])  # NOTE: a second answer counts once
-    assert rounds.applied(2, op, ["c"])
-    assert rounds.finish(op) == (frozenset({"a", "c"}), frozenset())
+    assert rounds.applied(2, op, ["c"], ["t"])
+    assert rounds.finish(op) == Outcome(frozenset({"a", "c"}), frozenset({"t"}), frozenset())
 
 
 def test_a_server_of_one_frontend_awaits_nothing() -> None:
     rounds = PeerRounds([])
     op, awaits = rounds.start()
     assert not awaits
-    assert rounds.finish(op) == (frozenset(), frozenset())
+    assert rounds.finish(op) == Outcome(frozenset(), frozenset(), frozenset())
 
 
 def test_a_peer_that_times_out_is_not_awaited_until_it_answers_again() -> None:
     rounds = PeerRounds([1, 2])
     first, _ = rounds.start()
     rounds.applied(1, first, [])
-    assert rounds.finish(first) == (frozenset(), frozenset({2}))
+    assert rounds.finish(first).missing == {2}
     assert rounds.silent == {2}
     second, _ = rounds.start()
     assert rounds.applied(1, second, []), "the silent peer is not awaited"
@@ -68,7 +68,7 @@ def test_only_peers_awaited_count() -> None:
     op, _ = rounds.start()
     assert not rounds.applied(7, op, ["x"])
     assert rounds.applied(1, op, [])
-    assert rounds.finish(op) == (frozenset(), frozenset())
+    assert rounds.finish(op) == Outcome(frozenset(), frozenset(), frozenset())
 
 
 # ----------------------------------------------------------------- three frontends
@@ -240,5 +240,45 @@ def test_a_restarted_frontend_is_sent_every_region_and_answers_nothing(key: str)
         assert fresh.registry.cuda is not None
         assert [r.name for r in fresh.registry.cuda.regions()] == ["gpu"]
         assert answers == []
+
+    asyncio.run(body())
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_one_name_registered_through_two_frontends_at_once_never_splits_the_tables(
+    key: str, cuda: bool
+) -> None:
+    """Triton serializes two registers of one name: the second finds it taken. Here each
+    origin's peers may hold the other's registration, so both calls may answer Triton's
+    ALREADY_EXISTS (never both succeed), each takes its own back, and every frontend ends
+    with the same table, in which the name is free again."""
+
+    async def body() -> None:
+        s = Server(3)
+
+        async def register(i: int) -> None:
+            if cuda:
+                await s.apis[i].cuda_register("x", bytes([i]) * CUDA_IPC_HANDLE_BYTES, 0, 64)
+            else:
+                await s.apis[i].register("x", key, 0, 4096)
+
+        got = await asyncio.gather(register(0), register(1), return_exceptions=True)
+        assert got.count(None) <= 1, got
+        for e in got:
+            if e is not None:
+                assert isinstance(e, TritonMPError)
+                assert (e.code, e.message) == (
+                    ErrorCode.ALREADY_EXISTS,
+                    "shared memory region 'x' already in manager",
+                )
+        tables = [
+            sorted((r.name, r.region_id) for r in s.registry(i).regions())
+            + sorted((r.name, r.region_id) for r in s.apis[i].cuda_status(""))
+            for i in range(3)
+        ]
+        assert tables[0] == tables[1] == tables[2], tables
+        if got.count(None) == 0:
+            await register(2)
+            assert [len(s.names(i)) + len(s.apis[i].cuda_status("")) for i in range(3)] == [1] * 3
 
     asyncio.run(body())

@@ -102,6 +102,7 @@ def _client_shm(spec: FrontendSpec, peers: dict[int, Sender]) -> ShmPeers:
         enabled=spec.allow_client_shm,
         taken=shm.has,
         disabled_message=DISABLED_MESSAGE,
+        frontend_id=spec.frontend_id,
     )
     return ShmPeers(spec.frontend_id, shm, {j: p.send_bytes for j, p in peers.items()})
 

@@ -11,12 +11,17 @@ and asks its peers to do the same; the regions a peer kept are taken back here a
 on every peer before the call answers Triton's INTERNAL error (``unregister_refusal``). While
 the call waits for its peers, the regions it removes are already gone here, so a request
 naming one fails NOT_FOUND even when a peer's use then keeps it.
+
+Two frontends that register one name at the same moment each find it taken on some peer
+(``ShmApplied.taken``): each takes its own registration back everywhere and answers Triton's
+ALREADY_EXISTS. Triton, serializing the two, would let the first succeed; here both may fail,
+but never both succeed, and every frontend ends with the same table.
 """
 
 from __future__ import annotations
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
-from triton_mp.frontend.shm.cuda import CudaRegion, CudaShmRegistry
+from triton_mp.frontend.shm.cuda import CudaRegion, CudaShmRegistry, already_in_manager
 from triton_mp.frontend.shm.peers import ShmPeers, shared, shared_cuda
 from triton_mp.frontend.shm.system import (
     DISABLED_MESSAGE,
@@ -45,12 +50,17 @@ class ClientShmApi:
         returns once every live frontend has it.
 
         Raises:
-            TritonMPError: as ``SystemShmRegistry.register``.
+            TritonMPError: as ``SystemShmRegistry.register``; ALREADY_EXISTS also when another
+                frontend registered the name at the same moment (module docstring).
         """
         r = self.registry.register(name, key, offset, byte_size)
-        await self._peers.change(
+        out = await self._peers.change(
             lambda op: ShmRegistered(frontend_id=self._fid, regions=(shared(r),), op=op)
         )
+        if out.taken:
+            self.registry.take_back([name], [r.region_id])
+            await self._take_back((name,), (), r.region_id)
+            raise already_in_manager(name)
 
     def status(self, name: str) -> list[Region]:
         """Triton SystemSharedMemoryStatus: every region, or the one named.
@@ -72,10 +82,10 @@ class ClientShmApi:
         removed, kept = self.registry.unregister(name)
         if removed:
             names = tuple(r.name for r in removed)
-            in_use = await self._peers.change(
+            out = await self._peers.change(
                 lambda op: ShmUnregistered(frontend_id=self._fid, names=names, op=op)
             )
-            back = [r for r in removed if r.name in in_use]
+            back = [r for r in removed if r.name in out.in_use]
             if back:
                 await self._restore(back)
                 kept += [r.name for r in back]
@@ -98,6 +108,15 @@ class ClientShmApi:
             lambda op: ShmRegistered(frontend_id=self._fid, regions=kept, op=op)
         )
 
+    async def _take_back(self, names: tuple[str, ...], cuda: tuple[str, ...], rid: int) -> None:
+        """Take a register back on every peer: another frontend registered the name at the
+        same moment (``ShmApplied.taken``); in Triton one of the two calls found it taken."""
+        await self._peers.change(
+            lambda op: ShmUnregistered(
+                frontend_id=self._fid, names=names, cuda_names=cuda, op=op, region_ids=(rid,)
+            )
+        )
+
     def require_enabled(self) -> None:
         """Raises Triton's UNSUPPORTED answer when client shared memory is disabled."""
         if not self.registry.enabled:
@@ -116,14 +135,20 @@ class ClientShmApi:
         frontend has it.
 
         Raises:
-            TritonMPError: as ``CudaShmRegistry.register``.
+            TritonMPError: as ``CudaShmRegistry.register``; ALREADY_EXISTS also when another
+                frontend registered the name at the same moment (module docstring).
         """
-        r = self._cuda_registry().register(name, raw_handle, device_id, byte_size)
-        await self._peers.change(
+        cuda = self._cuda_registry()
+        r = cuda.register(name, raw_handle, device_id, byte_size)
+        out = await self._peers.change(
             lambda op: ShmRegistered(
                 frontend_id=self._fid, regions=(), cuda=(shared_cuda(r),), op=op
             )
         )
+        if out.taken:
+            cuda.take_back([name], [r.region_id])
+            await self._take_back((), (name,), r.region_id)
+            raise already_in_manager(name)
 
     def cuda_status(self, name: str) -> list[CudaRegion]:
         """Triton CudaSharedMemoryStatus: every CUDA region, or the one named.

@@ -29,13 +29,27 @@ from dataclasses import dataclass
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
 
-__all__ = ["CUDA_IPC_HANDLE_BYTES", "CudaRegion", "CudaShmRegistry", "INVALID_ARGS"]
+__all__ = [
+    "CUDA_IPC_HANDLE_BYTES",
+    "CudaRegion",
+    "CudaShmRegistry",
+    "INVALID_ARGS",
+    "already_in_manager",
+]
 
 CUDA_IPC_HANDLE_BYTES = 64
 """``sizeof(cudaIpcMemHandle_t)``."""
 
 INVALID_ARGS = "failed to register shared memory region: invalid args"
 """Triton's answer when the handle cannot be opened on ``device_id``."""
+
+
+def already_in_manager(name: str) -> TritonMPError:
+    """Triton's ALREADY_EXISTS for a name registered already, of either kind (server
+    ``shared_memory_manager.cc``)."""
+    return TritonMPError(
+        f"shared memory region '{name}' already in manager", ErrorCode.ALREADY_EXISTS
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +81,7 @@ class CudaShmRegistry:
         taken: whether a name is registered as system shared memory (Triton keeps one
             table of names for both kinds).
         disabled_message: the answer when disabled (the system registry's).
+        frontend_id: mixed into ``region_id`` so ids are unique across frontends.
     """
 
     def __init__(
@@ -76,6 +91,7 @@ class CudaShmRegistry:
         enabled: bool,
         taken: Callable[[str], bool],
         disabled_message: str,
+        frontend_id: int = 0,
     ) -> None:
         self._gpu_ids = frozenset(gpu_ids)
         self._enabled = enabled
@@ -83,6 +99,7 @@ class CudaShmRegistry:
         self._disabled = disabled_message
         self._regions: dict[str, CudaRegion] = {}
         self._ids = itertools.count(1)
+        self._frontend_id = frontend_id
 
     def has(self, name: str) -> bool:
         """Whether ``name`` is a registered CUDA region."""
@@ -102,12 +119,11 @@ class CudaShmRegistry:
         """
         self._check_enabled()
         if name in self._regions or self._taken(name):
-            raise TritonMPError(
-                f"shared memory region '{name}' already in manager", ErrorCode.ALREADY_EXISTS
-            )
+            raise already_in_manager(name)
         if len(raw_handle) != CUDA_IPC_HANDLE_BYTES or device_id not in self._gpu_ids:
             raise TritonMPError(INVALID_ARGS, ErrorCode.INVALID_ARG)
-        region = CudaRegion(name, bytes(raw_handle), device_id, byte_size, next(self._ids))
+        rid = next(self._ids) * 256 + self._frontend_id
+        region = CudaRegion(name, bytes(raw_handle), device_id, byte_size, rid)
         self._regions[name] = region
         return region
 
@@ -147,9 +163,29 @@ class CudaShmRegistry:
         return names
 
     def add(self, regions: Iterable[CudaRegion]) -> None:
-        """Adopt registrations another frontend made (``frontend.shm.peers``)."""
+        """Take registrations as they are (a resend to a restarted frontend)."""
         for r in regions:
             self._regions[r.name] = r
+
+    def adopt(self, regions: Iterable[CudaRegion]) -> list[str]:
+        """Add another frontend's registrations (``frontend.shm.peers``), but a name held here
+        under another registration (of either kind) stays. Returns those names."""
+        taken = []
+        for r in regions:
+            mine = self._regions.get(r.name)
+            if (mine is not None and mine != r) or self._taken(r.name):
+                taken.append(r.name)
+            else:
+                self._regions[r.name] = r
+        return taken
+
+    def take_back(self, names: Iterable[str], region_ids: Iterable[int]) -> None:
+        """Forget each name while it is that registration (a register another frontend took
+        back: ``adopt`` found its name taken somewhere)."""
+        for n, rid in zip(names, region_ids, strict=True):
+            r = self._regions.get(n)
+            if r is not None and r.region_id == rid:
+                del self._regions[n]
 
     def drop(self, names: Iterable[str]) -> None:
         """Forget regions another frontend unregistered (no request uses a CUDA region:

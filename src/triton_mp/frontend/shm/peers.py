@@ -50,7 +50,19 @@ class _Round:
     waiting: set[int]
     """Peers whose ``ShmApplied`` has not come."""
     in_use: set[str] = field(default_factory=set)
-    """Regions some peer kept because a request of its own uses them."""
+    taken: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the peers answered to one change."""
+
+    in_use: frozenset[str]
+    """Of an unregister: regions some peer kept because a request of its own uses them."""
+    taken: frozenset[str]
+    """Of a register: names some peer holds under another registration (it kept its own)."""
+    missing: frozenset[int]
+    """Peers that did not answer in time (silent from now on)."""
 
 
 class PeerRounds:
@@ -75,7 +87,9 @@ class PeerRounds:
         self._rounds[op] = _Round(waiting)
         return op, bool(waiting)
 
-    def applied(self, peer: int, op: int, in_use: Iterable[str]) -> bool:
+    def applied(
+        self, peer: int, op: int, in_use: Iterable[str] = (), taken: Iterable[str] = ()
+    ) -> bool:
         """``peer`` applied change ``op`` (it is not silent any more). Returns whether the
         change now awaits no peer; False also for a change already finished (an answer
         that came after its timeout, or a restarted peer's to its predecessor's record)."""
@@ -85,14 +99,15 @@ class PeerRounds:
             return False
         r.waiting.discard(peer)
         r.in_use.update(in_use)
+        r.taken.update(taken)
         return not r.waiting
 
-    def finish(self, op: int) -> tuple[frozenset[str], frozenset[int]]:
-        """End change ``op``. Returns the regions some peer kept in use, and the peers that
-        did not answer (silent from now on)."""
+    def finish(self, op: int) -> Outcome:
+        """End change ``op``: what its peers answered; the ones that did not answer are
+        silent from now on."""
         r = self._rounds.pop(op)
         self.silent |= r.waiting
-        return frozenset(r.in_use), frozenset(r.waiting)
+        return Outcome(frozenset(r.in_use), frozenset(r.taken), frozenset(r.waiting))
 
 
 def shared(r: Region) -> ShmRegion:
@@ -129,12 +144,9 @@ class ShmPeers:
         self.rounds = PeerRounds(self._send_to)
         self._done: dict[int, asyncio.Future[None]] = {}
 
-    async def change(
-        self, record: Callable[[int], ShmRegistered | ShmUnregistered]
-    ) -> frozenset[str]:
+    async def change(self, record: Callable[[int], ShmRegistered | ShmUnregistered]) -> Outcome:
         """Send ``record(op)`` to every peer (silent ones too: their rings keep it) and wait
-        until each live one applied it, or ``timeout_s``. Returns the regions some peer kept
-        because a request of its own uses them (an unregister's)."""
+        until each live one applied it, or ``timeout_s``. Returns what they answered."""
         op, awaits = self.rounds.start()
         data = encode(record(op))
         for send in self._send_to.values():
@@ -148,42 +160,63 @@ class ShmPeers:
                 pass
             finally:
                 self._done.pop(op, None)
-        in_use, missing = self.rounds.finish(op)
-        for peer in sorted(missing):
+        outcome = self.rounds.finish(op)
+        for peer in sorted(outcome.missing):
             log.warning(
                 "frontend %d did not apply a shared-memory change within %.1f s; answering "
                 "without it (it applies the change when it serves again)",
                 peer,
                 self._timeout_s,
             )
-        return in_use
+        return outcome
 
     def on_record(self, msg: ShmRecord) -> None:
         """Apply a peer's change and answer it, or take a peer's answer (inbox, loop thread)."""
         if isinstance(msg, ShmApplied):
-            if self.rounds.applied(msg.frontend_id, msg.op, msg.in_use):
+            if self.rounds.applied(msg.frontend_id, msg.op, msg.in_use, msg.taken):
                 done = self._done.get(msg.op)
                 if done is not None and not done.done():
                     done.set_result(None)
             return
-        registry, cuda = self.registry, self.registry.cuda
-        kept: list[str] = []
-        if isinstance(msg, ShmRegistered):
-            registry.add(
-                Region(r.name, r.key, r.offset, r.byte_size, r.region_id) for r in msg.regions
-            )
-            if cuda is not None:
-                cuda.add(
-                    CudaRegion(c.name, c.raw_handle, c.device_id, c.byte_size, c.region_id)
-                    for c in msg.cuda
-                )
-        else:
-            kept = registry.drop(msg.names)
-            if cuda is not None:
-                cuda.drop(msg.cuda_names)
+        kept, taken = self._apply(msg)
         send = self._send_to.get(msg.frontend_id)
         if msg.op and send is not None:
-            send(encode(ShmApplied(frontend_id=self.frontend_id, op=msg.op, in_use=tuple(kept))))
+            answer = ShmApplied(
+                frontend_id=self.frontend_id, op=msg.op, in_use=tuple(kept), taken=tuple(taken)
+            )
+            send(encode(answer))
+
+    def _apply(self, msg: ShmRegistered | ShmUnregistered) -> tuple[list[str], list[str]]:
+        """Apply a peer's change here. Returns the names kept in use (an unregister's) and the
+        names held under another registration (a register's)."""
+        registry, cuda = self.registry, self.registry.cuda
+        if isinstance(msg, ShmRegistered):
+            regions = [
+                Region(r.name, r.key, r.offset, r.byte_size, r.region_id) for r in msg.regions
+            ]
+            cudas = [
+                CudaRegion(c.name, c.raw_handle, c.device_id, c.byte_size, c.region_id)
+                for c in msg.cuda
+            ]
+            if not msg.op:  # NOTE: a resend to this restarted frontend: as it is
+                registry.add(regions)
+                if cuda is not None:
+                    cuda.add(cudas)
+                return [], []
+            taken = registry.adopt(regions)
+            if cuda is not None:
+                taken += cuda.adopt(cudas)
+            return [], taken
+        if msg.region_ids:  # NOTE: a register taken back
+            ids = msg.region_ids
+            registry.take_back(msg.names, ids[: len(msg.names)])
+            if cuda is not None:
+                cuda.take_back(msg.cuda_names, ids[len(msg.names) :])
+            return [], []
+        kept = registry.drop(msg.names)
+        if cuda is not None:
+            cuda.drop(msg.cuda_names)
+        return kept, []
 
     def resend(self, peer: int) -> None:
         """Send every region this frontend knows to ``peer`` (a frontend restarted in a dead

@@ -38,7 +38,7 @@ from typing import Protocol
 import posix_ipc
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
-from triton_mp.frontend.shm.cuda import CudaShmRegistry
+from triton_mp.frontend.shm.cuda import CudaShmRegistry, already_in_manager
 from triton_mp.ipc.memory.shm import client_object_refusal
 
 DISABLED_MESSAGE = (
@@ -147,9 +147,7 @@ class SystemShmRegistry:
         # refuses one in Triton's words).
         check_shm_key(name, key)
         if name in self._regions or (self.cuda is not None and self.cuda.has(name)):
-            raise TritonMPError(
-                f"shared memory region '{name}' already in manager", ErrorCode.ALREADY_EXISTS
-            )
+            raise already_in_manager(name)
         try:
             obj = posix_ipc.SharedMemory("/" + key.lstrip("/"), read_only=True)
         except (posix_ipc.ExistentialError, posix_ipc.PermissionsError, ValueError):
@@ -184,11 +182,38 @@ class SystemShmRegistry:
         return region
 
     def add(self, regions: Iterable[Region]) -> None:
-        """Adopt registrations another frontend made (``frontend.shm.peers``), or take back
-        ones an unregister kept."""
+        """Take registrations as they are (ones an unregister kept, a resend to a restarted
+        frontend)."""
         self._changing()
         for r in regions:
             self._regions[r.name] = r
+        self.generation += 1
+
+    def adopt(self, regions: Iterable[Region]) -> list[str]:
+        """Add another frontend's registrations (``frontend.shm.peers``), but a name held here
+        under another registration (of either kind) stays. Returns those names."""
+        self._changing()
+        taken = []
+        for r in regions:
+            mine = self._regions.get(r.name)
+            if (mine is not None and mine != r) or (
+                self.cuda is not None and self.cuda.has(r.name)
+            ):
+                taken.append(r.name)
+            else:
+                self._regions[r.name] = r
+        self.generation += 1
+        return taken
+
+    def take_back(self, names: Iterable[str], region_ids: Iterable[int]) -> None:
+        """Forget each name while it is that registration, used or not (a register its
+        frontend took back because ``adopt`` found the name taken somewhere: in Triton it
+        never happened; requests in flight keep working, as after any unregister)."""
+        self._changing()
+        for n, rid in zip(names, region_ids, strict=True):
+            r = self._regions.get(n)
+            if r is not None and r.region_id == rid:
+                del self._regions[n]
         self.generation += 1
 
     def hold(self, region_ids: Iterable[int]) -> None:

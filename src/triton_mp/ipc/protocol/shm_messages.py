@@ -8,7 +8,10 @@ register or unregister call sends the change to every other frontend on its own 
 only once each live peer has sent back ``ShmApplied`` for it (``frontend.shm.peers``): Triton
 is one process, so once its call returns every connection sees the change. A peer's
 ``ShmApplied`` to an unregister names the regions a request it accepted still uses; the
-origin then keeps them everywhere and answers Triton's "in use" error.
+origin then keeps them everywhere and answers Triton's "in use" error. Its ``ShmApplied`` to
+a register names the names it holds under another registration (two frontends registered one
+name at once); the origin then takes its registration back everywhere and answers Triton's
+ALREADY_EXISTS.
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ class ShmUnregistered(msgspec.Struct, frozen=True, kw_only=True, tag="shm_unreg"
     cuda_names: tuple[str, ...] = ()
     op: int = 0
     """Nonzero: the sender awaits ``ShmApplied(op)``."""
+    region_ids: tuple[int, ...] = ()
+    """Given (one per name of ``names`` and then of ``cuda_names``): a register taken back;
+    each name is dropped only while it is that registration, used or not."""
 
 
 class ShmApplied(msgspec.Struct, frozen=True, kw_only=True, tag="shm_applied", array_like=True):
@@ -73,4 +79,7 @@ class ShmApplied(msgspec.Struct, frozen=True, kw_only=True, tag="shm_applied", a
     op: int
     in_use: tuple[str, ...] = ()
     """Of an unregister's system regions: those a request this frontend accepted still uses
+    (kept here)."""
+    taken: tuple[str, ...] = ()
+    """Of a register's regions: the names this frontend holds under another registration
     (kept here)."""
