@@ -36,10 +36,17 @@ def _src_copy(tmp_path: Path) -> Path:
     return dest
 
 
-@pytest.mark.skipif(not BUILT, reason="the native extension is not built in this checkout")
-def test_a_current_build_is_accepted() -> None:
-    assert native_unavailable(ROOT / "src") == ""
-    require_native(ROOT / "src", "triton-mp")
+def test_the_probe_gives_the_frontends_own_decision() -> None:
+    """What a server of this checkout would decide, as this process's import decided it:
+    "" for a current build; the reason for a missing or stale one (then it is refused)."""
+    from triton_mp.frontend import native
+
+    assert native_unavailable(ROOT / "src") == native.UNAVAILABLE
+    if native.UNAVAILABLE:
+        with pytest.raises(NativeUnavailable):
+            require_native(ROOT / "src", "triton-mp")
+    else:
+        require_native(ROOT / "src", "triton-mp")
 
 
 @pytest.mark.skipif(not BUILT, reason="the native extension is not built in this checkout")
