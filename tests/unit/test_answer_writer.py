@@ -5,7 +5,9 @@ For random groups (request ids and versions over the whole int range msgspec tak
 output names of every length class, shapes whose dims need every msgpack int form, fixed-size,
 non-contiguous and BYTES outputs, empty outputs, response parameters, a segment name past 31
 bytes) the C writer's bytes must be ``codec.encode`` of the message the Python loop builds
-over the same block, and the block's bytes the same. No processes: arenas in this process,
+over the same block, and the block's bytes the same; a group the writer declines (one with
+a BYTES or strided output) must be one off the hot path, declined before anything is
+allocated. No processes: arenas in this process,
 named ``/triton_mp_<pid>_test_aw...`` and unlinked by the fixture.
 """
 
@@ -21,13 +23,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from triton_mp.backends.base import Outputs
-from triton_mp.common.errors import ErrorCode
+from triton_mp.backends.base import Outputs, response_parameters
+from triton_mp.common.errors import ErrorCode, TritonMPError
 from triton_mp.ipc.memory.shm import Segment
 from triton_mp.ipc.protocol.messages import (
     AnswerBatch,
+    BlockRef,
     ErrorInfo,
     InferRequest,
+    OutputRegion,
     ReplyTo,
     Requester,
 )
@@ -35,7 +39,7 @@ from triton_mp.ipc.recordio import codec
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, ArenaAllocator, free_block
 from triton_mp.workers.tensors import answer_batch
 from triton_mp.workers.tensors.answer_batch import write_answer_batch
-from triton_mp.workers.tensors.tensor_io import ClientRegions
+from triton_mp.workers.tensors.tensor_io import WIRE_OF, ClientRegions
 
 native = pytest.importorskip("triton_mp.workers._answer_writer")
 
@@ -64,12 +68,14 @@ class Recording:
         self.last: tuple[Segment, int] | None = None
         self.payload = 0
         self.replay = False
+        self.allocs = 0
 
     def alloc(self, payload_bytes: int) -> tuple[Segment, int]:
         if self.replay:
             assert self.last is not None
             assert payload_bytes == self.payload
             return self.last
+        self.allocs += 1
         self.last = seg, offset = self.arena.alloc(payload_bytes)
         self.payload = payload_bytes
         start = offset + BLOCK_HEADER_BYTES
@@ -77,7 +83,9 @@ class Recording:
         return self.last
 
 
-def _req(rid: int, version: int, outputs: tuple[str, ...]) -> InferRequest:
+def _req(
+    rid: int, version: int, outputs: tuple[str, ...], regions: tuple[OutputRegion, ...] = ()
+) -> InferRequest:
     return InferRequest(
         request_id=rid,
         reply_to=ReplyTo(Requester.FRONTEND, 0),
@@ -88,6 +96,7 @@ def _req(rid: int, version: int, outputs: tuple[str, ...]) -> InferRequest:
         outputs=outputs,
         block=None,
         arrival_ns=0,
+        output_regions=regions,
     )
 
 
@@ -102,14 +111,14 @@ DTYPES = [np.float32, np.int64, np.uint8, np.bool_, np.float16, np.int8, np.floa
 
 
 @st.composite
-def arrays(draw: st.DrawFn) -> np.ndarray:
+def arrays(draw: st.DrawFn, odd: bool) -> np.ndarray:
     """A small array of any kind the hot path meets: fixed-size (contiguous or a strided
     view, which goes through its wire bytes), or BYTES; dims from every msgpack int class
     (the product kept under ~600 KB)."""
     shape = tuple(draw(st.lists(DIMS, max_size=4)))
     if int(np.prod(shape, dtype=np.int64)) > 70000:
         shape = tuple(d if d <= 3 else 3 for d in shape)
-    kind = draw(st.sampled_from(["fixed", "strided", "bytes"]))
+    kind = draw(st.sampled_from(["fixed", "strided", "bytes"])) if odd else "fixed"
     if kind == "bytes":
         n = int(np.prod(shape, dtype=np.int64))
         items = [draw(st.binary(max_size=6)) for _ in range(min(n, 4))] or [b""]
@@ -132,8 +141,9 @@ NAMES = st.one_of(
 def members(draw: st.DrawFn) -> list[tuple[InferRequest, dict[str, np.ndarray]]]:
     """A group of one frontend's requests whose every output goes to the arena."""
     out = []
+    odd = draw(st.integers(0, 3)) == 0  # NOTE: a quarter of the groups may be declined
     for _ in range(draw(st.integers(1, 12))):
-        results = draw(st.dictionaries(NAMES, arrays(), max_size=3))
+        results = draw(st.dictionaries(NAMES, arrays(odd), max_size=3))
         names = list(results)
         wanted = tuple(n for n in names if draw(st.booleans())) + tuple(
             draw(st.lists(NAMES, max_size=1))
@@ -146,12 +156,30 @@ def members(draw: st.DrawFn) -> list[tuple[InferRequest, dict[str, np.ndarray]]]
     return out
 
 
-def _both(arena: ArenaAllocator, group: Any) -> tuple[bytes, bytes, bytes, bytes]:
+def _plain(group: Any) -> bool:
+    """Whether every requested output of the group takes _place_all's hot path (an array of
+    a WIRE_OF dtype, C-contiguous): the groups the C writer takes."""
+    return all(
+        isinstance(arr, np.ndarray) and arr.dtype in WIRE_OF and arr.flags.c_contiguous
+        for req, res in group
+        for name, arr in res.items()
+        if name in req.outputs
+    )
+
+
+def _both(arena: ArenaAllocator, group: Any) -> tuple[bytes, bytes, bytes, bytes] | None:
     """(C bytes, its block's payload, msgspec's bytes of the Python twin, its payload),
-    the twin written over the same block after it was zeroed."""
+    the twin written over the same block after it was zeroed; None when the C writer
+    declined the group (then it must not be plain, and nothing was allocated first)."""
     rec = Recording(arena)
     data, block, failed = write_answer_batch(rec, ClientRegions(), group, ORIGIN, True)  # type: ignore[arg-type]
-    assert isinstance(data, bytes)
+    if not isinstance(data, bytes):
+        assert not _plain(group)
+        assert rec.allocs == int(block is not None)
+        if block is not None:
+            free_block(rec.last[0], block)  # type: ignore[index]
+        return None
+    assert _plain(group)
     assert failed == []
     if block is None:
         rec.replay = True  # NOTE: no alloc happens then
@@ -174,15 +202,17 @@ def _both(arena: ArenaAllocator, group: Any) -> tuple[bytes, bytes, bytes, bytes
     return data, c_payload, codec.encode(msg), py_payload
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
           HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])  # fmt: skip
 @given(group=members())
 def test_random_groups_are_msgspecs_bytes_and_the_same_block(
     arena: ArenaAllocator, group: list[tuple[InferRequest, dict[str, np.ndarray]]]
 ) -> None:
-    data, c_payload, expected, py_payload = _both(arena, group)
-    assert data == expected
-    assert c_payload == py_payload
+    both = _both(arena, group)
+    if both is not None:
+        data, c_payload, expected, py_payload = both
+        assert data == expected
+        assert c_payload == py_payload
 
 
 def test_a_group_of_empty_outputs_takes_no_block(arena: ArenaAllocator) -> None:
@@ -190,20 +220,53 @@ def test_a_group_of_empty_outputs_takes_no_block(arena: ArenaAllocator) -> None:
         (_req(1, 1, ("A", "B")), {"A": np.zeros((0, 4), np.float32), "B": np.zeros(0, np.int8)}),
         (_req(2, 1, ("A",)), {"A": np.zeros((1, 0), np.float32)}),
     ]
-    data, _, expected, _ = _both(arena, group)
-    assert data == expected
-    assert codec.Decoder(AnswerBatch).decode(data).handoffs == ()
+    both = _both(arena, group)
+    assert both is not None
+    assert both[0] == both[2]
+    assert codec.Decoder(AnswerBatch).decode(both[0]).handoffs == ()
 
 
-def test_a_member_with_a_client_region_or_an_error_is_built_in_python(
-    arena: ArenaAllocator,
+REGION = OutputRegion("/client", 1, 0, 64, "r")
+
+
+@pytest.mark.parametrize(
+    "member",
+    [
+        (_req(2, 1, ("A",)), ErrorInfo(ErrorCode.INTERNAL, "no", ORIGIN)),  # an error
+        (_req(2, 1, ("A",), (REGION,)), {"A": np.ones(4, np.float32)}),  # a client region
+        (_req(2, 1, ("A",)), {"A": np.array([b"x"], dtype=np.object_)}),  # BYTES
+        (_req(2, 1, ("A",)), {"A": np.ones(8, np.float32)[::2]}),  # strided
+        (_req(2, 1, ("A",)), {"A": np.ones(4, ">f4")}),  # not in native order
+        (_req(2, 1, ("A",)), {"A": [1.0, 2.0]}),  # no array
+        (_req(2, 1, ("A",)), {"A": np.ones(4, np.complex64)}),  # no Triton datatype
+    ],
+)
+def test_a_group_with_a_member_off_the_hot_path_is_declined_before_any_allocation(
+    member: Any,
 ) -> None:
+    calls: list[int] = []
+
+    def alloc(arena: object, total: int) -> tuple[bytearray, int, None]:
+        calls.append(total)
+        return bytearray(total + 64), 64, None
+
     ok = (_req(1, 1, ("A",)), {"A": np.ones(4, np.float32)})
-    bad = (_req(2, 1, ("A",)), ErrorInfo(ErrorCode.INTERNAL, "no", ORIGIN))
-    msg, block, failed = write_answer_batch(arena, ClientRegions(), [ok, bad], ORIGIN, True)  # type: ignore[list-item]
-    assert isinstance(msg, AnswerBatch)
-    assert failed == [1]
-    assert block is not None  # NOTE: left allocated; the fixture unlinks the arena
+    assert native.write_plain([ok, member], WIRE_OF, response_parameters, alloc, None) is None
+    assert calls == []
+
+
+def test_the_allocators_and_the_parameters_errors_propagate() -> None:
+    def alloc(arena: object, total: int) -> tuple[bytearray, int, None]:
+        raise TritonMPError("arena exhausted", ErrorCode.UNAVAILABLE)
+
+    def params_of(res: object) -> str:
+        raise RuntimeError("params")
+
+    ok = (_req(1, 1, ("A",)), {"A": np.ones(4, np.float32)})
+    with pytest.raises(TritonMPError, match="exhausted"):
+        native.write_plain([ok], WIRE_OF, response_parameters, alloc, None)
+    with pytest.raises(RuntimeError, match="params"):
+        native.write_plain([(ok[0], Outputs(ok[1], "{}"))], WIRE_OF, params_of, alloc, None)
 
 
 def test_without_the_extension_the_message_is_built(
@@ -216,28 +279,13 @@ def test_without_the_extension_the_message_is_built(
     assert block is not None
 
 
-@pytest.mark.parametrize(
-    "member",
-    [
-        (1, 1, ""),  # not a 4-tuple
-        (1, 1, "", ("A",)),  # outputs not a list
-        (1, 1, "", [("A", "FP32", (1,), np.ones(1, np.float32))]),  # output not a 5-tuple
-        (1, 1, "", [("A", "FP32", [1], np.ones(1, np.float32), 4)]),  # shape not a tuple
-        (1, 1, "", [("A", "FP32", (1,), np.ones(1, np.float32), 8)]),  # nbytes not its size
-        (1, 1, "", [("A", "FP32", (1,), object(), 4)]),  # no buffer
-        (1, 1, 3, [("A", "FP32", (1,), np.ones(1, np.float32), 4)]),  # parameters not a str
-        (-(2**64), 1, "", []),  # an int msgspec cannot say
-    ],
-)
-def test_a_member_of_the_wrong_shape_is_refused(member: Any) -> None:
-    buf = bytearray(256)
-    with pytest.raises((TypeError, ValueError, OverflowError)):
-        native.write_answer_batch(buf, "/seg", 0, 1, 64, [member])
-
-
-def test_outputs_past_the_end_of_the_segment_are_refused() -> None:
+def test_outputs_past_the_end_of_the_block_are_refused() -> None:
     buf = bytearray(128)
-    member = (1, 1, "", [("A", "UINT8", (100,), np.ones(100, np.uint8), 100)])
+
+    def alloc(arena: object, total: int) -> tuple[bytearray, int, BlockRef]:
+        return buf, 64, BlockRef("/seg", 0, 1)
+
+    member = (_req(1, 1, ("A",)), {"A": np.ones(100, np.uint8)})
     with pytest.raises(ValueError, match="past the end"):
-        native.write_answer_batch(buf, "/seg", 0, 1, 64, [member])
+        native.write_plain([member], WIRE_OF, response_parameters, alloc, None)
     assert bytes(buf) == bytes(128)

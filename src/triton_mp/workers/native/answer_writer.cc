@@ -1,28 +1,34 @@
 // triton_mp.workers._answer_writer: one frontend's answers to a batch, written in one call:
-// every output copied into the batch's one arena block and the AnswerBatch message encoded.
+// the outputs placed, copied into the batch's one arena block, and the AnswerBatch encoded.
 //
-// Python twin: write_answer_batch in src/triton_mp/workers/tensors/answer_batch.py (the
-// loop after _place_all) followed by msgspec's msgpack encoding of the AnswerBatch it builds
-// (src/triton_mp/ipc/protocol/messages.py: AnswerBatch, InferResponse, TensorRef, BlockRef,
-// Handoff; array_like structs, a tagged one's array starts with its tag, every field is
-// written in declaration order, defaults included). The bytes are msgspec's own, byte for
-// byte (tests/unit/test_answer_writer.py compares them on random batches), so the readers
+// Python twin: write_answer_batch in src/triton_mp/workers/tensors/answer_batch.py, for a
+// group whose every member takes _place_all's hot path (a dict of outputs, no client region,
+// each requested output an array of a tensor_io.WIRE_OF dtype, C-contiguous): the outputs
+// are those _place_all places, in its order; their bytes go where _answer copies them
+// (64-byte aligned from the block's payload on); the bytes returned are msgspec's msgpack of
+// the AnswerBatch _answer builds (src/triton_mp/ipc/protocol/messages.py: AnswerBatch,
+// InferResponse, TensorRef, BlockRef, Handoff; array_like structs, a tagged one's array
+// starts with its tag, every field in declaration order, defaults included), byte for byte
+// (tests/unit/test_answer_writer.py compares them on random groups), so the readers
 // (ipc/recordio/codec.py's Decoder, frontend/native/answer_reader.cc) see no difference.
 //
-// Only the layout is here: which outputs a request gets, their datatypes, shapes, sizes and
-// every error are decided in Python (_place_all) before this runs; a member that is not the
-// shape this takes (a tuple of the wrong length, a size that is not its buffer's) raises
-// TypeError / ValueError and the caller frees the block.
+// It decides nothing: any member that is not that plain (an error, a client region, a BYTES
+// or strided or odd-typed output, a missing attribute) makes it return None before anything
+// is allocated, and Python places, words and writes the whole group as before. The
+// parameters of a dict subclass come from Python (params_of), the block from Python's
+// allocator (alloc), whose errors (an exhausted arena) propagate.
 //
-// Why: at add_sub_py c=16 (about 9 requests a batch, 2 outputs each) the Python loop built a
-// TensorRef per output, an InferResponse per request and the AnswerBatch, then msgspec
-// walked them again: ~12% of the worker's samples (py-spy, issue 34).
+// Why: at add_sub_py c=16 (about 9 requests a batch, 2 outputs each) the Python placement
+// loop, the TensorRef / InferResponse / AnswerBatch objects and msgspec's walk over them
+// were ~20% of the worker's samples (py-spy, issue 34).
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <string>
+#include <utility>
 
 namespace {
 
@@ -162,159 +168,255 @@ bool PackStr(Packer& p, PyObject* obj) {
   return true;
 }
 
-// The batch's one block (BlockRef), when it has one.
-struct Block {
-  bool present = false;
-  PyObject* segment = nullptr;  // borrowed str
-  PyObject* offset = nullptr;   // borrowed int
-  PyObject* generation = nullptr;
-
-  bool Pack(Packer& p) const {  // BlockRef: [segment, offset, generation]
-    p.Array(3);
-    return PackStr(p, segment) && PackInt(p, offset) && PackInt(p, generation);
+// Owns one reference (RAII).
+class Ref {
+ public:
+  explicit Ref(PyObject* obj = nullptr) : obj_(obj) {}
+  Ref(const Ref&) = delete;
+  Ref& operator=(const Ref&) = delete;
+  ~Ref() { Py_XDECREF(obj_); }
+  PyObject* get() const { return obj_; }
+  void reset(PyObject* obj) {
+    Py_XDECREF(obj_);
+    obj_ = obj;
   }
+
+ private:
+  PyObject* obj_;
 };
 
-// One output: (name, datatype, shape, data, nbytes) (tensor_io.WireTensor), copied to
-// `*pos` in `dst` and packed as its TensorRef:
-// [name, datatype, shape, segment, offset, nbytes, region_id].
-bool PackTensor(Packer& p, PyObject* t, const Block& block, const View& dst, uint64_t* pos) {
-  if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 5) {
-    PyErr_SetString(PyExc_TypeError, "an output is a 5-tuple");
-    return false;
+// Interned attribute names, made once.
+struct Names {
+  PyObject* request_id = nullptr;
+  PyObject* version = nullptr;
+  PyObject* outputs = nullptr;
+  PyObject* output_regions = nullptr;
+  PyObject* dtype = nullptr;
+  PyObject* shape = nullptr;
+  PyObject* segment = nullptr;
+  PyObject* offset = nullptr;
+  PyObject* generation = nullptr;
+};
+Names g_names;
+
+// One output planned: its name and datatype (borrowed: the result dict and the wire table
+// hold them), its shape, and its bytes (a C-contiguous buffer of the array).
+struct Planned {
+  PyObject* name = nullptr;
+  PyObject* datatype = nullptr;
+  Ref shape;
+  View data;
+};
+
+// One member planned: (request_id, version, parameters_json) and its outputs
+// [first, first + count) of the plan's outputs.
+struct Member {
+  Ref request_id;
+  Ref version;
+  Ref parameters;
+  size_t first = 0;
+  size_t count = 0;
+};
+
+// Whether an exception is one a declined plan clears (the Python path then meets it again,
+// as the Python hot loop would, and fails that request with its own words).
+enum class Step { kOk, kDecline, kError };
+
+// A member (req, res) planned as _place_all's hot loop places it: every output of `res`
+// whose name is in req.outputs, in the dict's order, of a datatype of `wire_of`
+// (tensor_io.WIRE_OF: a native-order numpy dtype -> protocol datatype) and C-contiguous.
+// kDecline for anything else (a result that is no dict, a client region, another dtype, a
+// strided array, an attribute missing): the Python path then places the whole group.
+Step PlanMember(PyObject* m, PyObject* wire_of, PyObject* params_of, std::deque<Planned>& outs,
+                Member& member, uint64_t* total) {
+  if (!PyTuple_Check(m) || PyTuple_GET_SIZE(m) != 2) return Step::kDecline;
+  PyObject* req = PyTuple_GET_ITEM(m, 0);
+  PyObject* res = PyTuple_GET_ITEM(m, 1);
+  if (!PyDict_Check(res)) return Step::kDecline;
+  Ref regions(PyObject_GetAttr(req, g_names.output_regions));
+  if (regions.get() == nullptr) return Step::kDecline;
+  int has_regions = PyObject_IsTrue(regions.get());
+  if (has_regions != 0) return Step::kDecline;  // NOTE: -1 too: the error is cleared
+  Ref wanted(PyObject_GetAttr(req, g_names.outputs));
+  member.request_id.reset(PyObject_GetAttr(req, g_names.request_id));
+  member.version.reset(PyObject_GetAttr(req, g_names.version));
+  if (wanted.get() == nullptr || member.request_id.get() == nullptr ||
+      member.version.get() == nullptr) {
+    return Step::kDecline;
   }
-  PyObject* shape = PyTuple_GET_ITEM(t, 2);
-  if (!PyTuple_Check(shape)) {
-    PyErr_SetString(PyExc_TypeError, "an output's shape is a tuple");
-    return false;
-  }
-  unsigned long long n = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(t, 4));
-  if (n == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return false;
-  if (n != 0) {
-    if (!block.present) {
-      PyErr_SetString(PyExc_ValueError, "output bytes with no block");
-      return false;
-    }
-    View src;
-    if (!src.Get(PyTuple_GET_ITEM(t, 3), PyBUF_C_CONTIGUOUS)) return false;
-    if (static_cast<unsigned long long>(src.size()) != n) {
-      PyErr_SetString(PyExc_ValueError, "an output's nbytes is not its buffer's size");
-      return false;
-    }
-    if (*pos > static_cast<uint64_t>(dst.size()) ||
-        n > static_cast<uint64_t>(dst.size()) - *pos) {
-      PyErr_SetString(PyExc_ValueError, "outputs past the end of the segment");
-      return false;
-    }
-    std::memcpy(dst.data() + *pos, src.data(), n);
-  }
-  p.Array(7);
-  if (!PackStr(p, PyTuple_GET_ITEM(t, 0)) || !PackStr(p, PyTuple_GET_ITEM(t, 1))) return false;
-  Py_ssize_t rank = PyTuple_GET_SIZE(shape);
-  p.Array(static_cast<size_t>(rank));
-  for (Py_ssize_t d = 0; d < rank; ++d) {
-    if (!PackInt(p, PyTuple_GET_ITEM(shape, d))) return false;
-  }
-  if (block.present) {
-    if (!PackStr(p, block.segment)) return false;
-    p.Uint(*pos);
+  if (PyDict_CheckExact(res)) {
+    member.parameters.reset(PyUnicode_FromStringAndSize("", 0));
   } else {
-    p.Str("", 0);  // NOTE: no block: write_answer_batch's empty segment at offset 0
-    p.Uint(0);
+    // NOTE: a dict subclass (backends.base.Outputs) carries parameters: Python's words.
+    member.parameters.reset(PyObject_CallOneArg(params_of, res));
+    if (member.parameters.get() == nullptr) return Step::kError;
   }
-  p.Uint(n);
-  p.Uint(0);  // region_id: an arena
-  *pos += (n + kAlign - 1) & ~(kAlign - 1);
-  return true;
+  member.first = outs.size();
+  Py_ssize_t it = 0;
+  PyObject* name = nullptr;
+  PyObject* arr = nullptr;
+  while (PyDict_Next(res, &it, &name, &arr)) {
+    int in = PySequence_Contains(wanted.get(), name);
+    if (in < 0) return Step::kDecline;
+    if (in == 0) continue;
+    Ref dtype(PyObject_GetAttr(arr, g_names.dtype));
+    if (dtype.get() == nullptr) return Step::kDecline;
+    PyObject* datatype = PyDict_GetItemWithError(wire_of, dtype.get());
+    if (datatype == nullptr) return Step::kDecline;
+    Planned& t = outs.emplace_back();
+    t.name = name;
+    t.datatype = datatype;
+    t.shape.reset(PyObject_GetAttr(arr, g_names.shape));
+    if (t.shape.get() == nullptr || !PyTuple_Check(t.shape.get())) return Step::kDecline;
+    if (!t.data.Get(arr, PyBUF_C_CONTIGUOUS)) return Step::kDecline;
+    *total += (static_cast<uint64_t>(t.data.size()) + kAlign - 1) & ~(kAlign - 1);
+  }
+  member.count = outs.size() - member.first;
+  return Step::kOk;
 }
 
-// One member: (request_id, version, parameters_json, outputs) as its InferResponse:
+// The block's BlockRef: [segment, offset, generation].
+bool PackBlock(Packer& p, PyObject* block, const Ref& segment) {
+  Ref offset(PyObject_GetAttr(block, g_names.offset));
+  Ref generation(PyObject_GetAttr(block, g_names.generation));
+  if (offset.get() == nullptr || generation.get() == nullptr) return false;
+  p.Array(3);
+  return PackStr(p, segment.get()) && PackInt(p, offset.get()) && PackInt(p, generation.get());
+}
+
+// The AnswerBatch of the planned members, their outputs copied into `dst` from `pos` on
+// (`block` None: no block, every output empty). InferResponse:
 // [tag, request_id, version, outputs, block, error, final, empty, trace, extra_blocks,
-//  parameters_json, shared_blocks, handoffs].
-bool PackResponse(Packer& p, PyObject* m, const Block& block, const View& dst, uint64_t* pos,
-                  uint64_t* uses) {
-  if (!PyTuple_Check(m) || PyTuple_GET_SIZE(m) != 4 || !PyList_Check(PyTuple_GET_ITEM(m, 3))) {
-    PyErr_SetString(PyExc_TypeError, "a member is (request_id, version, parameters, outputs)");
-    return false;
+//  parameters_json, shared_blocks, handoffs]; TensorRef:
+// [name, datatype, shape, segment, offset, nbytes, region_id].
+bool Pack(Packer& p, const std::deque<Member>& members, std::deque<Planned>& outs,
+          PyObject* block, const View& dst, uint64_t pos) {
+  const bool has_block = block != Py_None;
+  Ref segment(has_block ? PyObject_GetAttr(block, g_names.segment)
+                        : PyUnicode_FromStringAndSize("", 0));
+  if (segment.get() == nullptr) return false;
+  std::string block_ref;  // the BlockRef's bytes, written once, copied per response
+  if (has_block) {
+    Packer b;
+    if (!PackBlock(b, block, segment)) return false;
+    block_ref = std::move(b.out);
   }
-  PyObject* outputs = PyTuple_GET_ITEM(m, 3);
-  p.Array(13);
-  p.Str("response", 8);
-  if (!PackInt(p, PyTuple_GET_ITEM(m, 0)) || !PackInt(p, PyTuple_GET_ITEM(m, 1))) return false;
-  Py_ssize_t n = PyList_GET_SIZE(outputs);
-  p.Array(static_cast<size_t>(n));
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    if (!PackTensor(p, PyList_GET_ITEM(outputs, i), block, dst, pos)) return false;
-  }
-  p.Nil();        // block: the batch's is shared
-  p.Nil();        // error
-  p.Bool(true);   // final
-  p.Bool(false);  // empty
-  p.Nil();        // trace
-  p.Array(0);     // extra_blocks
-  if (!PackStr(p, PyTuple_GET_ITEM(m, 2))) return false;
-  const bool names_block = n > 0;
-  *uses += names_block;
-  if (names_block && block.present) {
-    p.Array(1);
-    if (!block.Pack(p)) return false;
-  } else {
-    p.Array(0);
-  }
-  p.Array(0);  // handoffs: the batch's
-  return true;
-}
-
-PyObject* WriteAnswerBatch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 6) {
-    PyErr_SetString(PyExc_TypeError,
-                    "write_answer_batch(buf, segment, block_offset, generation, pos, members)");
-    return nullptr;
-  }
-  PyObject* members = args[5];
-  if (!PyList_Check(members)) {
-    PyErr_SetString(PyExc_TypeError, "members is a list");
-    return nullptr;
-  }
-  Block block;
-  View dst;
-  uint64_t pos = 0;
-  if (args[0] != Py_None) {
-    if (!dst.Get(args[0], PyBUF_WRITABLE)) return nullptr;
-    block.present = true;
-    block.segment = args[1];
-    block.offset = args[2];
-    block.generation = args[3];
-    pos = PyLong_AsUnsignedLongLong(args[4]);
-    if (pos == static_cast<uint64_t>(-1) && PyErr_Occurred()) return nullptr;
-  }
-  Packer p;
-  Py_ssize_t count = PyList_GET_SIZE(members);
-  p.out.reserve(64 + 160 * static_cast<size_t>(count));
+  p.out.reserve(64 + 200 * members.size());
   p.Array(3);  // AnswerBatch: [tag, responses, handoffs]
   p.Str("answers", 7);
-  p.Array(static_cast<size_t>(count));
+  p.Array(members.size());
   uint64_t uses = 0;
-  for (Py_ssize_t i = 0; i < count; ++i) {
-    if (!PackResponse(p, PyList_GET_ITEM(members, i), block, dst, &pos, &uses)) return nullptr;
+  for (const Member& m : members) {
+    p.Array(13);
+    p.Str("response", 8);
+    if (!PackInt(p, m.request_id.get()) || !PackInt(p, m.version.get())) return false;
+    p.Array(m.count);
+    for (size_t i = m.first; i < m.first + m.count; ++i) {
+      Planned& t = outs[i];
+      const uint64_t n = static_cast<uint64_t>(t.data.size());
+      if (n != 0) {
+        if (!has_block || pos > static_cast<uint64_t>(dst.size()) ||
+            n > static_cast<uint64_t>(dst.size()) - pos) {
+          PyErr_SetString(PyExc_ValueError, "outputs past the end of the block's segment");
+          return false;
+        }
+        std::memcpy(dst.data() + pos, t.data.data(), n);
+      }
+      p.Array(7);
+      if (!PackStr(p, t.name) || !PackStr(p, t.datatype)) return false;
+      PyObject* shape = t.shape.get();
+      const Py_ssize_t rank = PyTuple_GET_SIZE(shape);
+      p.Array(static_cast<size_t>(rank));
+      for (Py_ssize_t d = 0; d < rank; ++d) {
+        if (!PackInt(p, PyTuple_GET_ITEM(shape, d))) return false;
+      }
+      if (!PackStr(p, segment.get())) return false;
+      p.Uint(has_block ? pos : 0);  // NOTE: no block: the empty segment at offset 0
+      p.Uint(n);
+      p.Uint(0);  // region_id: an arena
+      pos += (n + kAlign - 1) & ~(kAlign - 1);
+    }
+    p.Nil();        // block: the batch's is shared
+    p.Nil();        // error
+    p.Bool(true);   // final
+    p.Bool(false);  // empty
+    p.Nil();        // trace
+    p.Array(0);     // extra_blocks
+    if (!PackStr(p, m.parameters.get())) return false;
+    uses += m.count > 0;
+    if (m.count > 0 && has_block) {
+      p.Array(1);
+      p.out += block_ref;
+    } else {
+      p.Array(0);
+    }
+    p.Array(0);  // handoffs: the batch's
   }
-  if (block.present) {
+  if (has_block) {
     p.Array(1);  // Handoff: [block, uses]
     p.Array(2);
-    if (!block.Pack(p)) return nullptr;
+    p.out += block_ref;
     p.Uint(uses);
   } else {
     p.Array(0);
   }
-  return PyBytes_FromStringAndSize(p.out.data(), static_cast<Py_ssize_t>(p.out.size()));
+  return true;
+}
+
+// write_plain(members, wire_of, params_of, alloc, arena) -> (bytes, block) | None.
+PyObject* WritePlain(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 5 || !PyList_Check(args[0]) || !PyDict_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError,
+                    "write_plain(members: list, wire_of: dict, params_of, alloc, arena)");
+    return nullptr;
+  }
+  PyObject* list = args[0];
+  std::deque<Planned> outs;
+  std::deque<Member> members;
+  uint64_t total = 0;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i) {
+    Step step = PlanMember(PyList_GET_ITEM(list, i), args[1], args[2], outs,
+                           members.emplace_back(), &total);
+    if (step == Step::kError) return nullptr;
+    if (step == Step::kDecline) {
+      PyErr_Clear();
+      Py_RETURN_NONE;
+    }
+  }
+  Ref block(Py_NewRef(Py_None));
+  View dst;
+  uint64_t pos = 0;
+  if (total != 0) {
+    Ref total_obj(PyLong_FromUnsignedLongLong(total));
+    if (total_obj.get() == nullptr) return nullptr;
+    PyObject* call[2] = {args[4], total_obj.get()};
+    Ref got(PyObject_Vectorcall(args[3], call, 2, nullptr));  // (buf, pos, block) or raises
+    if (got.get() == nullptr) return nullptr;
+    if (!PyTuple_Check(got.get()) || PyTuple_GET_SIZE(got.get()) != 3) {
+      PyErr_SetString(PyExc_TypeError, "alloc returns (buf, pos, block)");
+      return nullptr;
+    }
+    if (!dst.Get(PyTuple_GET_ITEM(got.get(), 0), PyBUF_WRITABLE)) return nullptr;
+    pos = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(got.get(), 1));
+    if (pos == static_cast<uint64_t>(-1) && PyErr_Occurred()) return nullptr;
+    block.reset(Py_NewRef(PyTuple_GET_ITEM(got.get(), 2)));
+  }
+  Packer p;
+  if (!Pack(p, members, outs, block.get(), dst, pos)) return nullptr;
+  Ref data(PyBytes_FromStringAndSize(p.out.data(), static_cast<Py_ssize_t>(p.out.size())));
+  if (data.get() == nullptr) return nullptr;
+  return PyTuple_Pack(2, data.get(), block.get());
 }
 
 PyMethodDef kMethods[] = {
-    {"write_answer_batch", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(WriteAnswerBatch)),
+    {"write_plain", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(WritePlain)),
      METH_FASTCALL,
-     "write_answer_batch(buf, segment, block_offset, generation, pos, members) -> bytes: copy "
-     "each member's outputs into buf from pos on (64-byte aligned) and return the msgpack "
-     "AnswerBatch naming them (buf None: no block, every output empty)."},
+     "write_plain(members, wire_of, params_of, alloc, arena) -> (bytes, block) | None: "
+     "members [(InferRequest, outputs dict)] placed as answer_batch._place_all's hot loop "
+     "places them; None (nothing allocated) when one is not that plain. Otherwise "
+     "alloc(arena, total) -> (buf, pos, BlockRef) is called when any output has bytes, "
+     "they are copied into buf from pos on (64-byte aligned) and the msgpack AnswerBatch "
+     "naming them is returned with the block (None: no block)."},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -326,4 +428,15 @@ PyModuleDef kModule = {
 
 }  // namespace
 
-PyMODINIT_FUNC PyInit__answer_writer() { return PyModule_Create(&kModule); }
+PyMODINIT_FUNC PyInit__answer_writer() {
+  const char* names[] = {"request_id", "version", "outputs", "output_regions", "dtype",
+                         "shape", "segment", "offset", "generation"};
+  PyObject** slots[] = {&g_names.request_id, &g_names.version, &g_names.outputs,
+                        &g_names.output_regions, &g_names.dtype, &g_names.shape,
+                        &g_names.segment, &g_names.offset, &g_names.generation};
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
+    *slots[i] = PyUnicode_InternFromString(names[i]);
+    if (*slots[i] == nullptr) return nullptr;
+  }
+  return PyModule_Create(&kModule);
+}

@@ -87,43 +87,34 @@ def write_answer_batch(
             the budget); nothing is left allocated, and client regions already written are
             written again by a per-request retry.
     """
-    placed, total, failed, plain = _place_all(regions, members, origin)
+    if encoded and native_writer is not None:
+        done = native_writer.write_plain(
+            members if type(members) is list else list(members),
+            WIRE_OF,
+            response_parameters,
+            _alloc_block,
+            arena,
+        )
+        if done is not None:
+            return done[0], done[1], []
+    placed, total, failed = _place_all(regions, members, origin)
     block: BlockRef | None = None
     buf = None
     pos = 0
     if total:
-        seg, offset = arena.alloc(total)
-        buf = seg.buf
-        block = block_ref(seg, offset)
-        pos = offset + BLOCK_HEADER_BYTES
-    if plain and encoded and native_writer is not None:
-        return _encoded(members, placed, block, buf, pos), block, failed
+        buf, pos, block = _alloc_block(arena, total)
     return _answer(members, placed, block, buf, pos), block, failed
 
 
-def _encoded(
-    members: Sequence[Member], placed: list[Placed], block: BlockRef | None, buf: Any, pos: int
-) -> bytes:
-    """The answer of members that all go wholly to the arena, written by the C writer:
-    their outputs copied into ``buf`` from ``pos`` on, and the ``AnswerBatch``'s msgpack
-    bytes (what ``_answer`` builds, as ``ipc.recordio.codec.encode`` writes it)."""
-    data: bytes = native_writer.write_answer_batch(
-        buf,
-        block.segment if block is not None else "",
-        block.offset if block is not None else 0,
-        block.generation if block is not None else 0,
-        pos,
-        [
-            (
-                req.request_id,
-                req.version,
-                "" if type(res) is dict else response_parameters(res),  # type: ignore[arg-type]
-                entry[1],  # type: ignore[index]
-            )
-            for (req, res), entry in zip(members, placed, strict=True)
-        ],
-    )
-    return data
+def _alloc_block(arena: ArenaAllocator, total: int) -> tuple[Any, int, BlockRef]:
+    """The group's one block for ``total`` payload bytes: (its segment's buffer, where the
+    payload starts in it, its reference).
+
+    Raises:
+        TritonMPError: no room (``ArenaAllocator.alloc``).
+    """
+    seg, offset = arena.alloc(total)
+    return seg.buf, offset + BLOCK_HEADER_BYTES, block_ref(seg, offset)
 
 
 def _answer(
@@ -184,11 +175,9 @@ list None when every output goes to the arena), or its error."""
 
 def _place_all(
     regions: ClientRegions, members: Sequence[Member], origin: str
-) -> tuple[list[Placed], int, list[int], bool]:
+) -> tuple[list[Placed], int, list[int]]:
     """Every member placed (``_place``), the arena bytes they need in all (64-byte aligned
-    each), the indices of the members that failed, and whether every member's outputs all go
-    to the arena (none failed, none asked for a client region)."""
-    plain = True
+    each), and the indices of the members that failed."""
     failed: list[int] = []
     placed: list[Placed] = []
     total = 0
@@ -221,7 +210,6 @@ def _place_all(
                 placed.append((None, to_arena))
                 continue
         elif isinstance(res, dict):
-            plain = False
             try:
                 refs, to_arena = _place(regions, req, res)
             except Exception as exc:  # noqa: BLE001 - one request's fault fails that request
@@ -233,7 +221,7 @@ def _place_all(
                 continue
         failed.append(i)
         placed.append(res)
-    return placed, total, failed, plain and not failed
+    return placed, total, failed
 
 
 def _error_of(exc: Exception, origin: str) -> ErrorInfo:
