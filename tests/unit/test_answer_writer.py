@@ -14,6 +14,7 @@ named ``/triton_mp_<pid>_test_aw...`` and unlinked by the fixture.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -116,15 +117,15 @@ def arrays(draw: st.DrawFn, odd: bool) -> np.ndarray:
     view, which goes through its wire bytes), or BYTES; dims from every msgpack int class
     (the product kept under ~600 KB)."""
     shape = tuple(draw(st.lists(DIMS, max_size=4)))
-    if int(np.prod(shape, dtype=np.int64)) > 70000:
+    if math.prod(shape) > 70000:  # NOTE: Python ints: np.prod wraps past 2**63
         shape = tuple(d if d <= 3 else 3 for d in shape)
     kind = draw(st.sampled_from(["fixed", "strided", "bytes"])) if odd else "fixed"
     if kind == "bytes":
-        n = int(np.prod(shape, dtype=np.int64))
+        n = math.prod(shape)
         items = [draw(st.binary(max_size=6)) for _ in range(min(n, 4))] or [b""]
         return np.array([items[i % len(items)] for i in range(n)], dtype=np.object_).reshape(shape)
     dtype = draw(st.sampled_from(DTYPES))
-    arr = (np.arange(int(np.prod(shape, dtype=np.int64)) * 2) % 100).astype(dtype)
+    arr = (np.arange(math.prod(shape) * 2) % 100).astype(dtype)
     if kind == "strided":
         return arr[::2].reshape(shape) if shape else arr[:1].reshape(())
     return arr[: arr.size // 2].reshape(shape)
