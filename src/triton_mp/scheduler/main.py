@@ -335,7 +335,8 @@ def _serve(
         msgs = done_first(inbox.drain())
         now = clock.now_ns()
         deliver(core, core.handle_all(msgs, now), router.send, now)
-        recheck = bool(msgs) and not due and _forming_early(core, inbox, router, clock)
+        early = bool(msgs) and not due and not core.stopping
+        recheck = early and _forming_early(core, inbox, router, clock)
         if core.deferred:
             # NOTE: a request for a version the scheduler does not know yet may have been
             # sent right after its activation, which this drain missed; drain once more.
@@ -369,7 +370,8 @@ def _forming_early(
     here would have ended the next wait at once (its post is taken before the drain, as
     ``Inbox.wait`` takes it); it joins the queue before the dispatch as it would have
     had it come before the pass's drain. The loop handles what follows from this drain as
-    from its own: deferred requests, a ``Shutdown``.
+    from its own: deferred requests, a ``Shutdown``. Not after a ``Shutdown``: the loop
+    ends at this pass, and what the rings hold then stays unread as before.
 
     Returns:
         True when the words changed and a ring holds a record after the fence
