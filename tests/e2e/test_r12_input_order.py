@@ -197,3 +197,18 @@ def test_good_requests_are_served_after_the_refusals(
     for server, proc in servers.items():
         assert _grpc(proc.url, good) == "served", server
         assert _http(proc.http_url, good) == "served", server
+
+
+def test_a_batch_of_zero_is_refused_in_triton_mps_own_words(
+    servers: dict[str, ServerProcess | RealTriton],
+) -> None:
+    """2.51 answers "input byte size mismatch ... Expected 64, got 0" here (its batch size 0
+    means none); triton-mp names the batch size (docs/differences.md)."""
+    case = Case(
+        A,
+        [("INPUT0", f32(0, 16)), ("INPUT1", f32(0, 16))],
+        f"{RID}inference request batch-size must be >= 1 for '{A}'",
+    )
+    ours = servers["triton-mp"]
+    assert _grpc(ours.url, case) == f"StatusCode.INVALID_ARGUMENT: {case.message}"
+    assert _http(ours.http_url, case) == f"400: {case.message}"
