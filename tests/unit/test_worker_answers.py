@@ -1,5 +1,6 @@
-"""How a worker answers a batch (``workers.worker.Worker._answer``): which requests share one
-``AnswerBatch`` and which get an ``InferResponse`` each.
+"""How a worker answers a batch (``workers.answering.Answers.answer``, from
+``Worker.run_batch``): which requests share one ``AnswerBatch`` and which get an
+``InferResponse`` each.
 
 No process: a fake backend echoes each request's input as its output, the worker's arena and
 the "frontend's" input arena are arenas of this test process (``/triton_mp_<pid>_test_wa*``,

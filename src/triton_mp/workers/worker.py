@@ -4,9 +4,9 @@
 constructible in-process with any ``Backend`` (tests). Per batch: view each request's inputs
 in the frontend's arena (no copy), let the backend gather/run/scatter, write each request's
 outputs into this worker's arena (one copy; ``workers.tensors.tensor_io``), post the answers
-straight to each request's frontend and a ``BatchDone`` to the scheduler. Several requests of one
-frontend get one ``AnswerBatch`` with one output block (``workers.tensors.answer_batch``); the
-others one ``InferResponse`` and one block each.
+straight to each request's frontend (``workers.answering``: several requests of one frontend
+in one ``AnswerBatch`` with one output block, the others one ``InferResponse`` each) and a
+``BatchDone`` to the scheduler.
 
 Sequence models (``model.sequence`` set; see ``workers.sequence_state``): the backend also
 gets a ``SequenceBatch`` (the batch rows of the Direct strategy, with null rows, and the
@@ -38,20 +38,16 @@ from triton_mp.backends.base import (
     RESCHEDULED,
     Backend,
     BackendRequest,
-    Rescheduled,
-    Responded,
     Result,
     SequenceBatch,
 )
 from triton_mp.common.errors import ErrorCode, TritonMPError, flatten_exception
 from triton_mp.ipc import ArenaAllocator, SegmentCache
-from triton_mp.ipc.memory.ring import RecordTooLarge
 from triton_mp.ipc.output_holds import OutputArenas
 from triton_mp.ipc.protocol.messages import (
     BatchAssign,
     BatchDone,
     CancelRequest,
-    DecoupledDone,
     ErrorInfo,
     InferRequest,
     InferResponse,
@@ -61,16 +57,14 @@ from triton_mp.ipc.protocol.messages import (
 )
 from triton_mp.ipc.protocol.ready_messages import InstanceReadiness, ReadyCheck
 from triton_mp.ipc.protocol.specs import WorkerSpec
+from triton_mp.workers.answering import Answers
 from triton_mp.workers.execution_watch import ExecutionWatch
 from triton_mp.workers.prewake import EarlyWakes
 from triton_mp.workers.readiness import ReadinessRunner
 from triton_mp.workers.sequence_state import SequenceStates, sequence_batch
-from triton_mp.workers.tensors.answer_batch import write_answer_batch
-from triton_mp.workers.tensors.answer_size import fit_answer
 from triton_mp.workers.tensors.batch_requests import BatchRequests
 from triton_mp.workers.tensors.tensor_io import (
     ClientRegions,
-    free_own_block,
     view_tensor,
     write_outputs,
 )
@@ -79,26 +73,8 @@ from triton_mp.workers.warmup import WarmupToken
 
 log = logging.getLogger(__name__)
 
-_NOT_ANSWERED = (Responded, Rescheduled)
-"""Results the worker sends no answer for after the batch (a tuple: ``isinstance`` takes a
-tuple faster than a union)."""
-
 CANCELLED_KEPT = 4096
 """Most cancelled request keys a worker keeps (a bound for those that raced their end)."""
-
-
-def _one_frontend(reqs: tuple[InferRequest, ...], final: list[Result]) -> int | None:
-    """The frontend of a batch whose requests all answer it (the same ``ReplyTo`` object:
-    the record decoder interns them), untraced, each with outputs to write (a plain
-    ``dict``), so that one ``AnswerBatch`` answers them all: the common batch, told
-    without ``Worker._answer_groups``' grouping; None for any other batch."""
-    to = reqs[0].reply_to
-    if to.kind is not Requester.FRONTEND:
-        return None
-    for r, res in zip(reqs, final, strict=True):
-        if r.reply_to is not to or r.trace is not None or type(res) is not dict:
-            return None
-    return to.id
 
 
 class Worker:
@@ -146,7 +122,6 @@ class Worker:
         self._arena = arena
         self._cache = cache
         self._send_reply = send_reply
-        self._send_answer = send_answer
         self._send_scheduler = send_scheduler
         self._send_done = send_done or send_scheduler
         self._reoffer = reoffer
@@ -163,11 +138,24 @@ class Worker:
         self.post_lock = self._post_lock
         """Serialises this process's arena allocations and ring pushes (BLS shares it)."""
         self._traces = Traces(self._decoupled, lambda ref: view_tensor(cache, ref, self._regions))
-        self.child_traces = self._traces.children
-        """Traced requests in execution: their BLS child traces (``workers.bls.bls_client``)."""
         self._cancelled: set[tuple[ReplyTo, int]] = set()
         """(reply address, request id) of running or open (decoupled) requests whose client
         went away; also written by a model thread polling the execution watch."""
+        self._answers = Answers(
+            spec.instance.instance_id,
+            arena,
+            self._regions,
+            self._origin,
+            self._decoupled,
+            self._post_lock,
+            self._traces,
+            self._cancelled,
+            send_reply,
+            send_scheduler,
+            send_answer,
+        )
+        self.child_traces = self._traces.children
+        """Traced requests in execution: their BLS child traces (``workers.bls.bls_client``)."""
         self.readiness: ReadinessRunner | None = None
         """Runs the model's own readiness check (python ``is_ready()``; ``workers.main``)."""
         self.watch: ExecutionWatch[Any] | None = None
@@ -211,7 +199,7 @@ class Worker:
                 stamps = self._traces.open.pop((req.reply_to, req.request_id), [])
                 outputs = result if isinstance(result, dict) else None
                 msg = self._traces.record(msg, req, stamps, outputs)
-            self._post(req, msg)
+            self._answers.post(req, msg)
 
     def is_cancelled(self, token: object) -> bool:
         """Whether the client of a running or open decoupled request cancelled it (cheap;
@@ -260,50 +248,6 @@ class Worker:
             self._cancelled.clear()
         self._cancelled.add((msg.reply_to, msg.request_id))
 
-    def _post(self, req: InferRequest, msg: InferResponse) -> bool:
-        """Send a response to its frontend (lock held); False when it could not be sent
-        (its output block is freed then)."""
-        ok = True
-        try:
-            try:
-                self._send_reply(req.reply_to, msg)
-            except RecordTooLarge:
-                # NOTE: an answer record must fit half the answer ring; a huge error text or
-                # parameters would otherwise leave the client without any answer.
-                small = fit_answer(msg, self._origin)
-                if msg.block is not None and small.block is None:
-                    free_own_block(self._arena, msg.block)
-                msg = small
-                try:
-                    self._send_reply(req.reply_to, msg)
-                except RecordTooLarge:  # a small --answer-ring-bytes: 512 bytes fit any
-                    msg = fit_answer(msg, self._origin, 512)
-                    self._send_reply(req.reply_to, msg)
-        except Exception:  # noqa: BLE001 - one unreachable frontend must not stall the others
-            log.exception(
-                "could not answer request %d of %s %d",
-                req.request_id,
-                req.reply_to.kind.name.lower(),
-                req.reply_to.id,
-            )
-            if msg.block is not None:
-                free_own_block(self._arena, msg.block)
-            ok = False
-        if self._decoupled and msg.final:
-            key = (req.reply_to, req.request_id)
-            self._cancelled.discard(key)
-            try:
-                self._send_scheduler(
-                    DecoupledDone(
-                        instance_id=self._spec.instance.instance_id,
-                        reply_to=key[0],
-                        request_id=key[1],
-                    )
-                )
-            except Exception:  # noqa: BLE001 - the scheduler's death stops the server anyway
-                log.exception("could not report the end of request %d", req.request_id)
-        return ok
-
     def run_batch(self, batch: BatchAssign) -> None:
         """Execute one batch, answer every request in it, then report ``BatchDone``
         (phase times in ns: ``compute_output_ns`` covers writing and posting responses)."""
@@ -344,7 +288,7 @@ class Worker:
             self._traces.computed(traced, exec_end - t_infer, exec_end)
         t0 = time.perf_counter_ns()
         try:
-            failed = self._answer(reqs, results)
+            failed = self._answers.answer(reqs, results)
         finally:
             regions.batch_ends()
         rescheduled = (
@@ -432,115 +376,6 @@ class Worker:
             for i in runnable:
                 results[i] = info
         return results, t_input, t_infer
-
-    def _answer(
-        self, reqs: tuple[InferRequest, ...], results: list[Result | None]
-    ) -> tuple[int, ...]:
-        """Write and post each request's response (those the backend answered itself,
-        ``Responded``, and those it rescheduled, ``Rescheduled``, are skipped); returns the
-        indices of the requests that failed. Several untraced requests of one frontend get
-        one ``AnswerBatch`` (``workers.tensors.answer_batch``); the others one ``InferResponse``
-        each."""
-        failed: list[int] = []
-        final: list[Result] = results  # type: ignore[assignment]
-        if None in results:
-            missing = ErrorInfo(ErrorCode.INTERNAL, "no result for the request", self._origin)
-            final = [missing if r is None else r for r in results]
-        single: range | list[int] = range(len(reqs))
-        if len(reqs) > 1 and not self._decoupled:
-            one = _one_frontend(reqs, final)
-            if one is not None:
-                if self._answer_group(one, reqs, final, list(single), failed):
-                    return tuple(sorted(failed))
-            else:
-                grouped = self._answer_groups(reqs, final, failed)
-                if grouped:
-                    single = [i for i in single if i not in grouped]
-        for i in single:
-            self._answer_one(i, reqs[i], final[i], failed)
-        return tuple(sorted(failed))
-
-    def _answer_groups(
-        self, reqs: tuple[InferRequest, ...], final: list[Result], failed: list[int]
-    ) -> set[int]:
-        """Answer each frontend's untraced requests of the batch (two or more) in one
-        ``AnswerBatch`` each; returns the indices answered so."""
-        groups: dict[int, list[int]] = {}
-        for i, req in enumerate(reqs):
-            if (
-                req.reply_to.kind is Requester.FRONTEND
-                and req.trace is None
-                and not isinstance(final[i], _NOT_ANSWERED)
-            ):
-                groups.setdefault(req.reply_to.id, []).append(i)
-        grouped: set[int] = set()
-        for frontend_id, idx in groups.items():
-            if len(idx) > 1 and self._answer_group(frontend_id, reqs, final, idx, failed):
-                grouped.update(idx)
-        return grouped
-
-    def _answer_group(
-        self,
-        frontend_id: int,
-        reqs: tuple[InferRequest, ...],
-        final: list[Result],
-        idx: list[int],
-        failed: list[int],
-    ) -> bool:
-        """Answer the requests ``idx`` of one frontend in one ``AnswerBatch``; False when it
-        could not be written or was too large for a ring record (nothing was sent: the
-        caller answers them one by one)."""
-        members = [(reqs[i], final[i]) for i in idx]
-        send_answer = self._send_answer
-        with self._post_lock:
-            try:
-                msg, block, errors = write_answer_batch(
-                    self._arena,
-                    self._regions,
-                    members,  # type: ignore[arg-type]
-                    self._origin,
-                    send_answer is not None,
-                )
-            except TritonMPError:
-                return False  # NOTE: e.g. no room for one block; per-request blocks may fit
-            try:
-                if isinstance(msg, bytes):
-                    assert send_answer is not None
-                    send_answer(frontend_id, msg)
-                else:
-                    self._send_reply(ReplyTo(Requester.FRONTEND, frontend_id), msg)
-            except RecordTooLarge:
-                if block is not None:
-                    free_own_block(self._arena, block)
-                return False
-            except Exception:  # noqa: BLE001 - one unreachable frontend must not stall the others
-                log.exception("could not answer %d requests of frontend %d", len(idx), frontend_id)
-                if block is not None:
-                    free_own_block(self._arena, block)
-                failed.extend(idx)
-                return True
-        failed.extend(idx[k] for k in errors)
-        return True
-
-    def _answer_one(self, i: int, req: InferRequest, res: Result, failed: list[int]) -> None:
-        """Write and post the response of request ``i`` of the batch on its own."""
-        if isinstance(res, _NOT_ANSWERED):
-            return
-        with self._post_lock:
-            if isinstance(res, dict):
-                try:
-                    msg = write_outputs(self._arena, self._regions, req, res)
-                except TritonMPError as exc:
-                    res = ErrorInfo(exc.code, exc.message, self._origin)
-                except Exception as exc:  # noqa: BLE001
-                    res = ErrorInfo(ErrorCode.INTERNAL, flatten_exception(exc), self._origin)
-            if not isinstance(res, dict):
-                failed.append(i)
-                msg = InferResponse(request_id=req.request_id, version=req.version, error=res)
-            if req.trace is not None:
-                msg = self._traces.record(msg, req, [], res if isinstance(res, dict) else None)
-            if not self._post(req, msg) and i not in failed:
-                failed.append(i)
 
     def close(self) -> None:
         """Unmap the clients' regions."""
