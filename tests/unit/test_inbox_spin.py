@@ -124,25 +124,3 @@ def test_a_spin_on_posts_lets_an_unannounced_record_wait_and_ends_on_a_post(
         sender.close()
         ring.close()
         inbox.close()
-
-
-def test_work_found_outside_a_wait_grows_the_budget_as_a_spin_that_found_it(
-    channel: tuple[str, Wakeup],
-) -> None:
-    ring_name, wakeup = channel
-    inbox: Inbox[int] = Inbox(wakeup, [ring_name], int, spin_max_s=4 * SPIN_STEP_S)
-    plain: Inbox[int] = Inbox(wakeup, [ring_name], int)
-    try:
-        for _ in range(8):
-            assert not inbox.wait(0.001)
-        assert inbox._spin_s == 0.0
-        inbox.found()
-        assert inbox._spin_s == SPIN_STEP_S
-        for _ in range(4):
-            inbox.found()
-        assert inbox._spin_s == 4 * SPIN_STEP_S  # at most spin_max_s
-        plain.found()
-        assert plain._spin_s == 0.0  # no spin configured: none starts
-    finally:
-        inbox.close()
-        plain.close()

@@ -306,14 +306,6 @@ class Inbox(Generic[T]):
                 self._spin_s = budget / 2 if budget / 2 >= SPIN_STEP_S else 0.0
         return woken
 
-    def found(self) -> None:
-        """A drain outside ``wait`` found records whose posts would have ended the next wait
-        at once (the scheduler's ``_forming_early``): the spin budget grows as it does when
-        a spin finds work, so the waits' budget follows the work as it did when a wait
-        found them."""
-        if self.spin_max_s > 0.0:
-            self._spin_s = min(self.spin_max_s, max(2 * self._spin_s, SPIN_STEP_S))
-
     def _spin_found(self) -> bool:
         """One poll of the spin: a record (or, ``spin_on_posts``, a post whose record is
         pending) was found; its posts are taken (``Waiter.consume_all``)."""

@@ -298,7 +298,6 @@ def _serve(
     """The loop (module docstring) until a ``Shutdown``; returns how many passes it made
     (logged at the stop: ``bench/ab_interleaved.py`` divides them by the batches). ``lead``:
     how early it wakes before a batching deadline (a new ``WakeLead`` by default)."""
-    recheck = False
     passes = 0
     lead = lead or WakeLead()
     while True:
@@ -306,7 +305,7 @@ def _serve(
         deadline, requests, quiet, forming = core.pass_words(router.frontends)
         # NOTE: the BatchDone of a model whose requests may wait unread wakes the
         # scheduler before a frontend can see its bit set (scheduler.request_wakeups).
-        asked = router.quiet_done(quiet) or recheck
+        asked = router.quiet_done(quiet)
         asked = router.quiet_requests(requests) or asked
         asked = router.forming(forming) or asked
         # NOTE: planned after the pass's bookkeeping: a timeout measured from the pass's
@@ -335,8 +334,6 @@ def _serve(
         msgs = done_first(inbox.drain())
         now = clock.now_ns()
         deliver(core, core.handle_all(msgs, now), router.send, now)
-        early = bool(msgs) and not due and not core.stopping
-        recheck = early and _forming_early(core, inbox, router, clock)
         if core.deferred:
             # NOTE: a request for a version the scheduler does not know yet may have been
             # sent right after its activation, which this drain missed; drain once more.
@@ -354,37 +351,6 @@ def _serve(
             # now, not after the rest of this pass and the inbox's spin (measured at load 2:
             # the batch seen 30 µs after its push).
             os.sched_yield()
-
-
-def _forming_early(
-    core: SchedulerCore, inbox: Inbox[ToScheduler], router: Router, clock: Clock
-) -> bool:
-    """Before a pass's dispatch: read what its frontends pushed while it handled its drain,
-    then store the forming words (``scheduler.forming``) at once, not after the dispatch.
-
-    The first request into an empty queue wakes the pass that starts its batch's delay;
-    the requests pushed while that pass runs saw no batch forming and posted, and each
-    such post cost a pass of its own before the sleep to the deadline (0.27 passes per
-    batch at add_sub_py c=16, #34). Read here they cost a drain, and words stored before
-    the dispatch shorten the window in which a request sees the old ones. A record read
-    here would have ended the next wait at once (its post is taken before the drain, as
-    ``Inbox.wait`` takes it); it joins the queue before the dispatch as it would have
-    had it come before the pass's drain. The loop handles what follows from this drain as
-    from its own: deferred requests, a ``Shutdown``. Not after a ``Shutdown``: the loop
-    ends at this pass, and what the rings hold then stays unread as before.
-
-    Returns:
-        True when the words changed and a ring holds a record after the fence
-        (``Router.forming``): the loop then rechecks before it sleeps, as it does for the
-        words it stores itself; False when that recheck was done here and found none.
-    """
-    if inbox.has_pending():
-        inbox.waiter.consume_all()
-        inbox.found()
-        more = done_first(inbox.drain())
-        now = clock.now_ns()
-        deliver(core, core.handle_all(more, now), router.send, now)
-    return router.forming(core.forming(router.frontends)) and inbox.has_pending()
 
 
 def run_scheduler(spec_bytes: bytes, ready: Connection) -> int:
