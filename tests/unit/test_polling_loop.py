@@ -244,9 +244,12 @@ def test_the_loop_polls_after_answers_only_while_the_next_event_follows_at_once(
     names: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``frontend.dispatch.linger``: a client that comes back ~0.1 ms after each answer
-    makes the loop poll before blocking; one that comes back 5 ms later stops it after one
-    poll at most."""
+    makes the loop poll before blocking; one that comes back 10x ``LINGER_S`` later stops it
+    after one poll at most."""
     monkeypatch.setattr(polling_loop, "BUSY_YIELD_S", 1.0)  # NOTE: however loaded the machine
+    # NOTE: a 20 ms window against clients back after 0.1 ms and 200 ms: the verdict cannot
+    # turn on this machine's load (at 250 us it failed once at load 9)
+    monkeypatch.setattr(linger, "LINGER_S", 0.02)
     inbox, sender, selector, loop = _polled_inbox(names)
     rfd, wfd = os.pipe()
     requests = 0
@@ -273,7 +276,7 @@ def test_the_loop_polls_after_answers_only_while_the_next_event_follows_at_once(
         loop.add_reader(inbox.waiter.fileno(), inbox.drain)
         loop.add_reader(rfd, on_request)
         selector.watch(inbox)
-        producer = threading.Thread(target=lambda: (client(20, 0.0001), client(10, 0.005)))
+        producer = threading.Thread(target=lambda: (client(20, 0.0001), client(10, 0.2)))
         producer.start()
         await asyncio.wait_for(done.wait(), 10)
         producer.join()
