@@ -194,7 +194,9 @@ def test_errors_have_tritons_status_and_message(client: grpcclient.InferenceServ
     err = _bad(client, "add_sub", _inputs(a.astype(np.float64), a.astype(np.float64), "FP64"))
     assert err.status() == "StatusCode.INVALID_ARGUMENT"
     assert (
-        "inference input 'INPUT0' data-type is 'FP64', but model 'add_sub' expects 'FP32'"
+        # NOTE: both inputs are FP64; Triton's core meets INPUT1 first (its unordered_map's
+        # order, frontend.validation.inputs): 2.51 names INPUT1 for add_sub_py the same way
+        "inference input 'INPUT1' data-type is 'FP64', but model 'add_sub' expects 'FP32'"
         in err.message()
     )
 
@@ -202,7 +204,8 @@ def test_errors_have_tritons_status_and_message(client: grpcclient.InferenceServ
     err = _bad(client, "add_sub", _inputs(short, short))
     assert err.status() == "StatusCode.INVALID_ARGUMENT"
     assert (
-        "unexpected shape for input 'INPUT0' for model 'add_sub'. Expected [-1,16], got [1,15]"
+        # NOTE: both inputs short: INPUT1 first, as above (tests/e2e/test_r12_input_order.py)
+        "unexpected shape for input 'INPUT1' for model 'add_sub'. Expected [-1,16], got [1,15]"
         in err.message()
     )
 
@@ -231,7 +234,8 @@ def test_errors_have_tritons_status_and_message(client: grpcclient.InferenceServ
 
     two = np.ones((2, 16), np.float32)
     err = _bad(client, "add_sub", [_inputs(a, a)[0], _inputs(two, two)[1]])
-    assert "input 'INPUT1' batch size does not match other inputs for 'add_sub'" in err.message()
+    # NOTE: Triton takes the batch size from INPUT1 (met first) and finds INPUT0 off it
+    assert "input 'INPUT0' batch size does not match other inputs for 'add_sub'" in err.message()
 
 
 def test_byte_size_and_data_errors(stub: service_pb2_grpc.GRPCInferenceServiceStub) -> None:
