@@ -20,8 +20,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers.repos import write_python_model
-from tests.helpers.server import ServerProcess
-from tests.helpers.triton_peer import RealTriton, peers_env
+from tests.helpers.triton_peer import side_by_side
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -73,22 +72,8 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     repo = tmp_path_factory.mktemp("sequence_end") / "repo"
     write_python_model(repo, "slow_sum", CONFIG, MODEL)
     logs = tmp_path_factory.mktemp("logs")
-    ours = ServerProcess(repo, logs / "ours.log")
-    theirs: RealTriton | None = None
-    env = peers_env()
-    try:
-        if env is not None:  # NOTE: started before ours is live: side by side
-            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}")
-        ours.wait_live()
-        urls = {"triton-mp": ours.url}
-        if theirs is not None:
-            theirs.wait_live()
-            urls["triton"] = theirs.url
-        yield urls
-    finally:
-        if theirs is not None:
-            theirs.stop(wait=False)
-        ours.stop()
+    with side_by_side(repo, logs) as found:
+        yield {name: server.url for name, server in found.items()}
 
 
 def _value(v: int) -> list[grpcclient.InferInput]:

@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.helpers.repos import write_python_model
 from tests.helpers.server import ServerProcess
-from tests.helpers.triton_peer import RealTriton, peers_env
+from tests.helpers.triton_peer import RealTriton, side_by_side
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -54,22 +54,8 @@ def servers(
     repo = tmp_path_factory.mktemp("sequence_stats") / "repo"
     write_python_model(repo, "seq_echo", CONFIG, MODEL)
     logs = tmp_path_factory.mktemp("logs")
-    ours = ServerProcess(repo, logs / "ours.log")
-    theirs: RealTriton | None = None
-    env = peers_env()
-    try:
-        if env is not None:  # NOTE: started before ours is live: side by side
-            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}")
-        ours.wait_live()
-        found: dict[str, ServerProcess | RealTriton] = {"triton-mp": ours}
-        if theirs is not None:
-            theirs.wait_live()
-            found["triton"] = theirs
+    with side_by_side(repo, logs) as found:
         yield found
-    finally:
-        if theirs is not None:
-            theirs.stop(wait=False)
-        ours.stop()
 
 
 def _counts(server: ServerProcess | RealTriton) -> tuple[int, int, float, float]:

@@ -15,11 +15,13 @@ import subprocess
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.server import REPO_ROOT, free_port, wait_grpc_live
+from tests.helpers.server import REPO_ROOT, ServerProcess, free_port, wait_grpc_live
 
 PEERS_ENV = Path(os.environ.get("PEERS_ENV", REPO_ROOT / ".peers" / "peers.env"))
 """The env file ``bench/peers/install-peers.sh`` writes (the real Triton 2.51)."""
@@ -201,3 +203,26 @@ def start_triton(repository: Path, log_path: Path, *flags: str) -> RealTriton:
     )
     peer.wait_ready_or_skip()
     return peer
+
+
+@contextmanager
+def side_by_side(repository: Path, logs: Path) -> Iterator[dict[str, ServerProcess | RealTriton]]:
+    """``triton-mp`` always, ``triton`` when the real Triton is installed, both serving
+    ``repository`` (logs ``ours.log`` / ``triton.log`` in ``logs``); Triton is started before
+    ours is live, so they come up side by side. Both are stopped (by PID) when the block ends."""
+    ours = ServerProcess(repository, logs / "ours.log")
+    theirs: RealTriton | None = None
+    env = peers_env()
+    try:
+        if env is not None:
+            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repository}")
+        ours.wait_live()
+        found: dict[str, ServerProcess | RealTriton] = {"triton-mp": ours}
+        if theirs is not None:
+            theirs.wait_live()
+            found["triton"] = theirs
+        yield found
+    finally:
+        if theirs is not None:
+            theirs.stop(wait=False)
+        ours.stop()
