@@ -33,12 +33,14 @@
 #include <unordered_map>
 
 #include "../records.h"
+#include "py_ref.h"
 #include "request_header.h"
 #include "ring_records.h"
 
 namespace {
 
 namespace rec = triton_mp::records;
+using triton_mp::Ref;
 
 // The Python types and tables, from configure(); owned references, kept for the process.
 struct Types {
@@ -62,29 +64,6 @@ constexpr Py_ssize_t kNumRequestArgs = sizeof(kRequestArgs) / sizeof(kRequestArg
 // The tail's fields InferRequest takes as they are (RequestTail's attributes of those names).
 constexpr const char* kTailArgs[] = {"parameters_json", "output_regions"};
 constexpr Py_ssize_t kNumTailArgs = sizeof(kTailArgs) / sizeof(kTailArgs[0]);
-
-// Owns one reference (RAII); release() hands it over.
-class Ref {
- public:
-  explicit Ref(PyObject* obj = nullptr) : obj_(obj) {}
-  Ref(const Ref&) = delete;
-  Ref& operator=(const Ref&) = delete;
-  ~Ref() { Py_XDECREF(obj_); }
-  PyObject* get() const { return obj_; }
-  void reset(PyObject* obj) {
-    Py_XDECREF(obj_);
-    obj_ = obj;
-  }
-  PyObject* release() {
-    PyObject* out = obj_;
-    obj_ = nullptr;
-    return out;
-  }
-  explicit operator bool() const { return obj_ != nullptr; }
-
- private:
-  PyObject* obj_;
-};
 
 // Holds a buffer view for the call (RAII).
 class View {

@@ -30,7 +30,10 @@
 #include <string>
 #include <utility>
 
+#include "../../ipc/native/py_ref.h"
+
 namespace {
+using triton_mp::Ref;
 
 constexpr uint64_t kAlign = 64;  // ipc/tensor_pool.py ALIGN
 
@@ -167,23 +170,6 @@ bool PackStr(Packer& p, PyObject* obj) {
   p.Str(s, static_cast<size_t>(n));
   return true;
 }
-
-// Owns one reference (RAII).
-class Ref {
- public:
-  explicit Ref(PyObject* obj = nullptr) : obj_(obj) {}
-  Ref(const Ref&) = delete;
-  Ref& operator=(const Ref&) = delete;
-  ~Ref() { Py_XDECREF(obj_); }
-  PyObject* get() const { return obj_; }
-  void reset(PyObject* obj) {
-    Py_XDECREF(obj_);
-    obj_ = obj;
-  }
-
- private:
-  PyObject* obj_;
-};
 
 // Interned attribute names, made once.
 struct Names {
