@@ -123,13 +123,31 @@ class RealTriton:
         return self.log_path.read_text(errors="replace")
 
     def wait_live(self, timeout_s: float = 120.0) -> None:
-        """Wait until ServerLive answers over gRPC.
+        """Wait until ServerLive answers over gRPC and then ``/v2/health/live`` over HTTP.
+
+        2.51 starts its gRPC endpoint before its HTTP one, so a live gRPC port does not mean
+        the HTTP port listens yet (CI at 76cdb493: a test's first HTTP call was refused).
 
         Raises:
             RuntimeError: it exited or did not come up in time (with its log).
         """
+        deadline = time.monotonic() + timeout_s
         wait_grpc_live(self.url, self.proc, self.log, timeout_s, "tritonserver")
+        while not self._http_live():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tritonserver exited with {self.proc.returncode}:\n{self.log()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"tritonserver HTTP not live after {timeout_s}s:\n{self.log()}")
+            time.sleep(0.1)
         self._regions |= _mapped_stub_regions(self.proc.pid)
+
+    def _http_live(self) -> bool:
+        """Whether ``/v2/health/live`` answers 200 now."""
+        try:
+            with urllib.request.urlopen(f"http://{self.http_url}/v2/health/live", timeout=1) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
 
     def wait_ready_or_skip(self, timeout_s: float = 120.0) -> None:
         """Wait until ``/v2/health/ready`` answers 200; skip the calling test (after stopping
