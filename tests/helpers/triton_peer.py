@@ -135,7 +135,9 @@ class RealTriton:
         wait_grpc_live(self.url, self.proc, self.log, timeout_s, "tritonserver")
         while not self._http_live():
             if self.proc.poll() is not None:
-                raise RuntimeError(f"tritonserver exited with {self.proc.returncode}:\n{self.log()}")
+                raise RuntimeError(
+                    f"tritonserver exited with {self.proc.returncode}:\n{self.log()}"
+                )
             if time.monotonic() > deadline:
                 raise RuntimeError(f"tritonserver HTTP not live after {timeout_s}s:\n{self.log()}")
             time.sleep(0.1)
