@@ -411,21 +411,36 @@ WHERE = "for inference input 'S' for model 'text'"
             _el(b"a") + _el(b"b"),
             f"unexpected number of string elements 2 {WHERE}, expecting 1",
         ),
+        # an element cut off by the buffer's end ends core's walk: the count is checked first
         (
-            (1,),
-            _el(b"abc")[:-1],
-            f"incomplete string data {WHERE}, expecting 3 bytes but only 2 bytes available",
+            (3,),
+            _el(b"a") + (99).to_bytes(4, "little") + b"xyz",
+            f"expected 3 string elements {WHERE}, got 2",
         ),
     ],
 )
 def test_a_malformed_bytes_tensor_gets_tritons_message(
     shape: tuple[int, ...], raw: bytes, message: str
 ) -> None:
-    # core infer_request.cc ValidateBytesInputs (the cut-off last element is triton-mp's own)
+    # core infer_request.cc ValidateBytesInputs
     req = InferenceRequest(
         model_name="text", id="r", inputs=(InputTensor("S", "BYTES", shape),), raw_inputs=(raw,)
     )
     assert _error(req) == (ErrorCode.INVALID_ARG, RID + message)
+
+
+def test_a_cut_off_last_bytes_element_gets_the_backends_message() -> None:
+    # the count matches, so core passes it; the backend refuses it (backend_common
+    # SetStringInputTensor, the python backend's words: no request id, no model name)
+    raw = _el(b"a") + (99).to_bytes(4, "little") + b"xyz"
+    req = InferenceRequest(
+        model_name="text", id="r", inputs=(InputTensor("S", "BYTES", (2,)),), raw_inputs=(raw,)
+    )
+    assert _error(req) == (
+        ErrorCode.INVALID_ARG,
+        "incomplete string data for inference input 'S', expecting string of length 99 but "
+        "only 3 bytes available",
+    )
 
 
 # ------------------------------------------------------------------------ outputs and shm

@@ -229,14 +229,19 @@ def check_bytes_elements(
     """A BYTES input's serialised elements (4-byte little-endian length, then the bytes)
     against the ``count`` its shape names, in core ``ValidateBytesInputs``' order and words.
 
+    Core counts an element whose length runs past the buffer and ends its walk there, so the
+    element count is checked first; the backend then refuses the cut element (python
+    backend, backend_common ``SetStringInputTensor``: no request id, no model name).
+
     Raises:
         InvalidRequest: "incomplete string length indicator ...", "unexpected number of
-            string elements ...", "expected N string elements ..., got M", or (where Triton
-            would hand the backend a cut-off last element) "incomplete string data ...".
+            string elements ...", "expected N string elements ..., got M", or (a count that
+            matches, the last element cut off) "incomplete string data for inference input
+            '<name>', expecting string of length <n> but only <m> bytes available".
     """
     where = f"for inference input '{input_name}' for model '{model_name}'"
     view = memoryview(data).cast("B")
-    pos, end, checked = 0, len(view), 0
+    pos, end, checked, length = 0, len(view), 0, 0
     while pos < end:
         if end - pos < 4:
             raise InvalidRequest(
@@ -251,15 +256,16 @@ def check_bytes_elements(
                 f"{rid}unexpected number of string elements {checked} {where}, expecting {count}"
             )
         pos += 4 + length
-        if pos > end:
-            # NOTE: Triton accepts this (the element ends past the buffer) and leaves it to
-            # the backend; triton-mp refuses it here rather than hand a model a cut string.
-            raise InvalidRequest(
-                f"{rid}incomplete string data {where}, expecting {length} bytes but only "
-                f"{length - (pos - end)} bytes available"
-            )
     if checked != count:
         raise InvalidRequest(f"{rid}expected {count} string elements {where}, got {checked}")
+    if pos > end:
+        # NOTE: core passes this (the walk ends inside the last element); the backend then
+        # refuses it. triton-mp refuses it here, in the backend's words, rather than hand a
+        # model a cut string.
+        raise InvalidRequest(
+            f"incomplete string data for inference input '{input_name}', expecting string of "
+            f"length {length} but only {length - (pos - end)} bytes available"
+        )
 
 
 def read_inputs(
