@@ -10,8 +10,10 @@ frontends their specs, waiting for each child's start handshake (``ipc.handshake
 fails its in-flight requests with UNAVAILABLE) and restarted with backoff; a dead frontend
 is restarted in its place while the others serve (``supervisor.processes.frontend_restart``);
 a dead scheduler stops the server. SIGINT/SIGTERM
-drain: frontends finish accepted requests within ``--exit-timeout-secs``, then the scheduler
-and the workers stop, then every shared-memory object of this server is unlinked.
+drain: frontends finish accepted requests, then the scheduler and the workers stop, all within
+``--exit-timeout-secs`` of the signal (one budget, as tritonserver's: what still runs then is
+killed, and the server exits 1 as 2.51 does), then every shared-memory object of this server
+is unlinked.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import os
 import signal
 import socket
 import threading
+import time
 
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import StartupError
@@ -50,8 +53,16 @@ from triton_mp.supervisor.processes.wiring import ServerChannels, Wiring
 
 log = logging.getLogger(__name__)
 
-STOP_TIMEOUT_S = 10.0
-"""How long the scheduler and workers get to stop after ``Shutdown`` before they are killed."""
+STOP_GRACE_S = 1.0
+"""How long the scheduler and workers get to stop after ``Shutdown`` when the exit deadline
+(``--exit-timeout-secs`` after the signal) has passed already; before it, they have until it.
+Those still running then are killed."""
+
+EXIT_TIMEOUT_EXPIRED = (
+    "failed to stop server: Internal - Exit timeout expired. Exiting immediately."
+)
+"""tritonserver 2.51's words (main.cc, from core's ``InferenceServer::Stop``) when its exit
+timeout ran out with requests in flight or models not unloaded; it then exits with 1."""
 
 
 def probe_port(service: str, address: str, port: int) -> None:
@@ -104,6 +115,9 @@ class Supervisor:
         self._scheduler_lock = threading.Lock()
         self._to_scheduler: Sender | None = None
         self._drain_frontends = True
+        self._stop_deadline: float | None = None
+        """``time.monotonic()`` by which everything has stopped (the signal plus
+        ``--exit-timeout-secs``); None until a signal."""
         self.models: ModelControl | None = None
         self._instances: Instances | None = None
         self.devices = Devices(min_compute_capability=config.min_compute_capability)
@@ -124,17 +138,19 @@ class Supervisor:
             # NOTE: the supervisor keeps no handle: remove_all unlinks it with the rest.
             self.wiring.create_response_cache(cache.size_bytes).close()
         try:
-            return self._run()
+            status = self._run()
         finally:
-            self._stop_all()
+            expired = self._stop_all()
             self.wiring.remove_all()
             stop_resource_tracker()
             log.info("server stopped; shared memory removed")
+        return 1 if expired else status
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         if self.children.stopping:
             return
         self.children.stopping = True
+        self._stop_deadline = time.monotonic() + self.config.exit_timeout_s
         log.info("received %s: draining", signal.Signals(signum).name)
         self.children.wake()
 
@@ -385,9 +401,14 @@ class Supervisor:
             )
 
     # ------------------------------------------------------------- shutdown
-    def _stop_all(self) -> None:
-        """Drain frontends, then stop the scheduler and workers; kill what lingers."""
-        self.children.stop_frontends(self._drain_frontends, self.config.exit_timeout_s)
+    def _stop_all(self) -> bool:
+        """Drain frontends, then stop the scheduler and workers, by the exit deadline; kill
+        what lingers. Returns whether the deadline expired with a child still running (then
+        logged in tritonserver's words)."""
+        deadline = self._stop_deadline
+        if deadline is None:  # NOTE: no signal: a dead scheduler, a failed start
+            deadline = time.monotonic() + self.config.exit_timeout_s
+        expired = self.children.stop_frontends(self._drain_frontends, deadline)
         for c in self.children.children("frontend"):
             if c.process is not None and c.process.pid:
                 # NOTE: one killed at the exit timeout (or before) never removed its own.
@@ -408,7 +429,12 @@ class Supervisor:
                 self.send_scheduler(Shutdown())
             except Exception:  # noqa: BLE001 - the scheduler may be dead already
                 log.warning("could not tell the scheduler to stop")
-        self.children.join_all(STOP_TIMEOUT_S)
+        # NOTE: a worker still executing at the deadline never reads its Shutdown; tritonserver
+        # exits then too (core InferenceServer::Stop), not after a further wait.
+        expired |= self.children.join_all(max(deadline, time.monotonic() + STOP_GRACE_S))
+        if expired:
+            log.error(EXIT_TIMEOUT_EXPIRED)
+        return expired
 
 
 def _grpc_tls(cfg: ServerConfig) -> GrpcTls | None:

@@ -39,6 +39,10 @@ RESTART_BACKOFF_S = (0.1, 10.0)
 """A worker's n-th consecutive restart waits ``min(0.1 * 2**n, 10)`` seconds."""
 JOIN_TIMEOUT_S = 5.0
 """How long to wait for the exit status of a child whose sentinel fired (or that was killed)."""
+FRONTEND_STOP_MARGIN_S = 2.0
+"""How long past the server's exit deadline a draining frontend is waited for before it is
+killed: at its own deadline it still closes its transports (``frontend.main._drain``: up to
+0.5 s each) and exits."""
 
 
 @dataclass(eq=False)
@@ -435,9 +439,11 @@ class ChildTable:
             c.process.kill()
 
     # ------------------------------------------------------------- shutdown
-    def stop_frontends(self, drain: bool, exit_timeout_s: float) -> None:
-        """SIGTERM every frontend (it drains; SIGKILL when ``drain`` is False) and wait up to
-        ``exit_timeout_s`` (+5 s) for each."""
+    def stop_frontends(self, drain: bool, deadline: float) -> bool:
+        """SIGTERM every frontend (it drains until its own exit timeout; SIGKILL when
+        ``drain`` is False), wait for them until ``deadline`` (``time.monotonic()``) plus
+        ``FRONTEND_STOP_MARGIN_S``, and kill those still running then. Returns whether one
+        had to be killed."""
         frontends = self.children("frontend")
         for c in frontends:
             if c.process is not None and c.process.is_alive():
@@ -445,24 +451,29 @@ class ChildTable:
                     c.process.terminate()
                 else:
                     c.process.kill()
-        for c in frontends:
-            if c.process is not None:
-                c.process.join(timeout=exit_timeout_s + 5)
+        return self._join_until(frontends, deadline + FRONTEND_STOP_MARGIN_S)
 
     def kill_workers(self) -> None:
         """SIGKILL every worker (nothing else can stop them once the scheduler is dead)."""
         for c in self.children("worker"):
             self.kill(c)
 
-    def join_all(self, timeout_s: float) -> None:
-        """Wait up to ``timeout_s`` in all for every child to exit; kill what lingers."""
-        deadline = time.monotonic() + timeout_s
-        for c in self.children():
-            if c.process is not None:
-                c.process.join(timeout=max(0.1, deadline - time.monotonic()))
-                if c.process.is_alive():
-                    log.warning("%s %s did not stop; killing it", c.role, c.name)
-                    self.kill(c)
+    def join_all(self, deadline: float) -> bool:
+        """Wait until ``deadline`` (``time.monotonic()``) for every child to exit; kill what
+        lingers. Returns whether one had to be killed."""
+        return self._join_until(self.children(), deadline)
+
+    def _join_until(self, children: list[Child], deadline: float) -> bool:
+        killed = False
+        for c in children:
+            if c.process is None:
+                continue
+            c.process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if c.process.is_alive():
+                log.warning("%s %s did not stop; killing it", c.role, c.name)
+                self.kill(c)
+                killed = True
+        return killed
 
 
 def stop_resource_tracker() -> None:
