@@ -12,6 +12,7 @@ import dataclasses
 from pathlib import Path
 
 from common import DEFAULT_PA_RUN, DEFAULT_PEERS_ENV, ROOT
+from vs_triton_rerun import DEFAULT_ROUND_TRIES
 from vs_triton_workloads import DEFAULT_PNG, DEFAULT_REPOSITORY, SIDES, WORKLOADS
 
 
@@ -51,6 +52,13 @@ def _add_run_options(ap: argparse.ArgumentParser) -> None:
         type=int,
         help="perf_analyzer's -s, the same for both servers (default: "
         "perf_analyzer's 10; 50 with --quick)",
+    )
+    ap.add_argument(
+        "--round-tries",
+        type=int,
+        default=DEFAULT_ROUND_TRIES,
+        help="measure a workload's round at most this often while perf_analyzer finds no "
+        "stable measurement for one of its sides (default %(default)s: one rerun)",
     )
     ap.add_argument(
         "--workloads",
@@ -143,6 +151,8 @@ def _finish_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> argparse
     a.ort_model = None
     if a.mp_commit and a.server_cmd:
         ap.error("--mp-commit and --server-cmd exclude each other")
+    if a.round_tries < 1:
+        ap.error("--round-tries: at least 1")
     return a
 
 

@@ -14,6 +14,7 @@ from common import (
     med,
 )
 from vs_triton_ort import outside_ort
+from vs_triton_rerun import rerun_summary
 from vs_triton_workloads import FLOORS, OCR_2CORE_MODEL, PAIR, RATIOS, Workload
 
 
@@ -280,7 +281,8 @@ def print_report(
     stand_in: bool,
 ) -> None:
     """Print the run's tables: throughput and latency per side, CPU per inference per role,
-    the frontend over the native floor, ocr_cls's CPU outside onnxruntime, unclean stops."""
+    the frontend over the native floor, ocr_cls's CPU outside onnxruntime, the workload rounds
+    that were rerun, unclean stops."""
     n, cpus = len(result["rounds"]), result["host"]["cpus_usable"]
     print(
         f"\nperf_analyzer -i <proto> -p {args.window_ms}, {n} round(s), medians over rounds; "
@@ -314,6 +316,8 @@ def print_report(
                 "image less raw ORT's own with one intra-op thread at its average batch"
                 + (" (two such sessions at once)" if r.get("outside_ort_sessions") == 2 else "")
             )
+    for line in rerun_summary(result["rounds"]):
+        print(line)
     for line in unclean_stops(result["rounds"]):
         print(line)
 

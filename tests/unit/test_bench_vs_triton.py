@@ -4,6 +4,7 @@ bench runs servers; these run none."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -173,3 +174,111 @@ def test_unknown_workloads_and_sides_are_refused() -> None:
         bench_vs_triton.parse_args(["--workloads", "nope"])
     with pytest.raises(SystemExit):
         bench_vs_triton.parse_args(["--skip-sides", "nobody"])
+
+
+# ------------------------------------------------------- rerunning an unstable workload round
+UNSTABLE_ERROR = (
+    "Request concurrency: 16\nFailed to obtain stable measurement within 10 measurement "
+    "windows for concurrency 16. Please try to increase the --measurement-interval.\n"
+    "Failed to obtain stable measurement."
+)
+
+
+def _unstable(side: str) -> dict[str, Any]:
+    return {"label": side, "rc": 1, "attempts": 3, "error": UNSTABLE_ERROR}
+
+
+class _FakeRound:
+    """What ``measure_workload`` uses of a round: its order, number, record and a ``measure``
+    that answers from a script of records per try (no server, no perf_analyzer)."""
+
+    def __init__(self, script: list[dict[str, dict[str, Any]]]) -> None:
+        self.order = ["Triton", "triton-mp"]
+        self.i = 2
+        self.rnd: dict[str, Any] = {"round": 2, "runs": []}
+        self.script = script
+        self.measured: list[str] = []
+        self.recorded: list[tuple[str, dict[str, Any]]] = []
+
+    def measure(self, w: Any, side: str) -> dict[str, Any]:
+        tries = sum(1 for s in self.measured if s == side)
+        self.measured.append(side)
+        return dict(self.script[min(tries, len(self.script) - 1)][side])
+
+    def record(self, w: Any, side: str, rec: dict[str, Any]) -> None:
+        self.recorded.append((side, rec))
+
+
+def _pair_workload() -> Any:
+    (w,) = [w for w in WORKLOADS if w.key == "id1m"]
+    return dataclasses.replace(w, sides=("Triton", "triton-mp"))
+
+
+def test_only_a_run_without_a_stable_measurement_asks_for_a_rerun() -> None:
+    from vs_triton_rerun import rerun_round, unstable_sides  # noqa: PLC0415
+
+    good = _rec("triton-mp", "id1m", 1, 900.0, 4000.0)
+    not_ready = {"error": "identity_py not ready: UNAVAILABLE: failed to load"}
+    timed_out = {"error": "no result after 150 s"}
+    recs = {"Triton": _unstable("Triton"), "triton-mp": good}
+    assert unstable_sides(recs) == ["Triton"]
+    assert rerun_round(recs, tries=1, max_tries=2)
+    assert not rerun_round(recs, tries=2, max_tries=2), "bounded: the last try stands"
+    assert not rerun_round(recs, tries=1, max_tries=1)
+    for other in (not_ready, timed_out):
+        assert unstable_sides({"Triton": other, "triton-mp": good}) == []
+        assert not rerun_round({"Triton": other, "triton-mp": good}, 1, 3)
+    # NOTE: a record with a figure is never unstable, whatever perf_analyzer printed before
+    assert unstable_sides({"Triton": {**good, "error": UNSTABLE_ERROR}}) == []
+
+
+def test_an_unstable_side_reruns_every_side_of_the_workload_round_and_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    w = _pair_workload()
+    first = {"Triton": _unstable("Triton"), "triton-mp": _rec("triton-mp", w.key, 2, 900, 4e3)}
+    second = {
+        "Triton": _rec("Triton", w.key, 2, 600.0, 6e3),
+        "triton-mp": _rec("triton-mp", w.key, 2, 880.0, 4e3),
+    }
+    r = _FakeRound([first, second])
+    bench_vs_triton.measure_workload(r, w, max_tries=2)  # type: ignore[arg-type]
+    assert r.measured == ["Triton", "triton-mp", "Triton", "triton-mp"]
+    assert [(s, rec["throughput"], rec["tries"]) for s, rec in r.recorded] == [
+        ("Triton", 600.0, 2),
+        ("triton-mp", 880.0, 2),
+    ]
+    (rerun,) = r.rnd["reruns"]
+    assert (rerun["workload"], rerun["try"], rerun["unstable"]) == (w.key, 1, ["Triton"])
+    out = capsys.readouterr().out
+    assert (
+        "no stable measurement for Triton; rerunning round 2 of this workload (try 2 of 2)" in out
+    )
+    from vs_triton_rerun import rerun_summary  # noqa: PLC0415
+
+    assert rerun_summary([r.rnd]) == [
+        f"round 2: {w.key} rerun after try 1 (no stable measurement for Triton)"
+    ]
+
+
+def test_a_side_that_stays_unstable_ends_the_round_after_the_last_try() -> None:
+    w = _pair_workload()
+    always = {"Triton": _unstable("Triton"), "triton-mp": _unstable("triton-mp")}
+    r = _FakeRound([always])
+    bench_vs_triton.measure_workload(r, w, max_tries=3)  # type: ignore[arg-type]
+    assert len(r.measured) == 6
+    assert len(r.rnd["reruns"]) == 2
+    assert [(s, rec.get("throughput"), rec["tries"]) for s, rec in r.recorded] == [
+        ("Triton", None, 3),
+        ("triton-mp", None, 3),
+    ]
+
+
+def test_a_round_whose_failure_is_not_instability_is_not_rerun() -> None:
+    w = _pair_workload()
+    r = _FakeRound(
+        [{"Triton": {"error": "Triton did not start: boom"}, "triton-mp": {"error": "x"}}]
+    )
+    bench_vs_triton.measure_workload(r, w, max_tries=3)  # type: ignore[arg-type]
+    assert len(r.measured) == 2
+    assert "reruns" not in r.rnd
