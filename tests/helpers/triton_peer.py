@@ -226,16 +226,21 @@ def start_triton(repository: Path, log_path: Path, *flags: str) -> RealTriton:
 
 
 @contextmanager
-def side_by_side(repository: Path, logs: Path) -> Iterator[dict[str, ServerProcess | RealTriton]]:
+def side_by_side(
+    repository: Path, logs: Path, *flags: str
+) -> Iterator[dict[str, ServerProcess | RealTriton]]:
     """``triton-mp`` always, ``triton`` when the real Triton is installed, both serving
-    ``repository`` (logs ``ours.log`` / ``triton.log`` in ``logs``); Triton is started before
-    ours is live, so they come up side by side. Both are stopped (by PID) when the block ends."""
-    ours = ServerProcess(repository, logs / "ours.log")
+    ``repository`` with ``flags`` (tritonserver's, which both take; logs ``ours.log`` /
+    ``triton.log`` in ``logs``); Triton is started before ours is live, so they come up side
+    by side. Both are stopped (by PID) when the block ends."""
+    ours = ServerProcess(repository, logs / "ours.log", *flags)
     theirs: RealTriton | None = None
     env = peers_env()
     try:
         if env is not None:
-            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repository}")
+            theirs = RealTriton(
+                env, logs / "triton.log", f"--model-repository={repository}", *flags
+            )
         ours.wait_live()
         found: dict[str, ServerProcess | RealTriton] = {"triton-mp": ours}
         if theirs is not None:

@@ -24,6 +24,7 @@ from triton_mp.frontend.http.infer_codec import (
     build_infer_request,
     build_raw_request,
     header_length_value,
+    header_size,
     parse_infer_body,
 )
 from triton_mp.frontend.model_table import Model, ModelTable
@@ -60,7 +61,7 @@ def _build(header: dict[str, Any], tail: bytes = b"") -> Any:
 
 def _parse(model: Model, version: str, body: bytes, header_length: str | None) -> Any:
     """(request, its raw input bytes, plan) of a whole body."""
-    req, plan = parse_infer_body(model, version, body, header_length)
+    req, plan = parse_infer_body(model, version, body, header_size(len(body), header_length))
     return req, list(req.raw_inputs), plan
 
 
@@ -464,7 +465,7 @@ def test_the_header_length_splits_json_and_tail() -> None:
 )
 def test_bad_header_lengths_are_refused(value: str, message: str) -> None:
     with pytest.raises(InvalidRequest) as e:
-        parse_infer_body(ONE_FP32, "", b'{"inputs":[]}'[:12], value)
+        header_size(12, value)
     assert e.value.message == message
 
 
@@ -477,7 +478,7 @@ def test_the_header_length_is_read_as_stoi_reads_it(text: str, value: int) -> No
 
 def test_malformed_json_is_refused() -> None:
     with pytest.raises(TritonMPError) as e:
-        parse_infer_body(ONE_FP32, "", b'{"inputs": [', None)
+        parse_infer_body(ONE_FP32, "", b'{"inputs": [', 12)
     assert e.value.message == "failed to parse the request JSON buffer: Invalid value. at 12"
 
 

@@ -330,14 +330,16 @@ def test_endpoint_serves_what_the_scheduler_answers() -> None:
         try:
             status, ctype, body = await _get(endpoint.port)
             assert status == 200
-            assert ctype == "text/plain; version=0.0.4; charset=utf-8"
+            assert ctype == "text/plain; charset=utf-8"
             lines = body.splitlines()
             assert _value(lines, f"nv_inference_request_success{{{CLS}}}") == 120
             assert _value(lines, f'triton_mp_queue_depth{{level="2",{CLS}}}') == 40
             await asyncio.sleep(0.2)  # a few CPU samples
             _, _, body = await _get(endpoint.port)
             assert 0.0 <= _value(body.splitlines(), "nv_cpu_utilization") <= 1.0
-            assert (await _get(endpoint.port, "/"))[0] == 404
+            # NOTE: 2.51 answers any other path 200 with no body.
+            assert (await _get(endpoint.port, "/")) == (200, "text/plain; charset=utf-8", "")
+            assert (await _get(endpoint.port, "/metrics?x=1"))[2] != ""
         finally:
             await endpoint.stop()
 

@@ -37,6 +37,7 @@ from triton_mp._proto import (
     health_pb2_grpc,
     model_config_pb2,
 )
+from triton_mp.common.json_form import config_to_json
 
 tc_service = pytest.importorskip("tritonclient.grpc.service_pb2")
 tc_config = pytest.importorskip("tritonclient.grpc.model_config_pb2")
@@ -546,3 +547,36 @@ def test_module_surface_matches_tritonclient() -> None:
     """Public names (message classes, enum wrappers, enum values) are the same as tritonclient's."""
     assert _module_names(tc_config) <= _module_names(model_config_pb2)
     assert _module_names(tc_service) <= _module_names(grpc_service_pb2)
+
+
+def _members_in_upstream_order(descriptor: Any, obj: object, path: str) -> list[str]:
+    """The paths of ``obj``'s dicts (a config's JSON) whose members are not in the order
+    upstream's ``model_config.proto`` declares them."""
+    if isinstance(obj, list):
+        return [
+            p for i, v in enumerate(obj) for p in _members_in_upstream_order(descriptor, v, path)
+        ]
+    if not isinstance(obj, dict) or descriptor is None:
+        return []
+    names = [f.name for f in descriptor.fields if f.name in obj]
+    wrong = [path] if list(obj) != names else []
+    for f in descriptor.fields:
+        if f.name not in obj or f.message_type is None:
+            continue
+        if f.message_type.GetOptions().map_entry:
+            value = f.message_type.fields_by_name["value"].message_type
+            for k, v in obj[f.name].items():
+                wrong += _members_in_upstream_order(value, v, f"{path}.{f.name}[{k}]")
+        else:
+            wrong += _members_in_upstream_order(f.message_type, obj[f.name], f"{path}.{f.name}")
+    return wrong
+
+
+@pytest.mark.parametrize("scheduler", list(CONFIG_SCHEDULERS))
+def test_config_json_lists_members_in_upstream_declaration_order(scheduler: str) -> None:
+    """Triton 2.51's ``GET .../config`` is protobuf's C++ JSON printer, which writes members
+    in upstream's declaration order; ours declares a few messages in field-number order, so
+    ``config_to_json`` must order them as upstream does (json_form._TRITON_ORDER)."""
+    text = CONFIG_COMMON + CONFIG_SCHEDULERS[scheduler]
+    config = config_to_json(text_format.Parse(text, model_config_pb2.ModelConfig()))
+    assert _members_in_upstream_order(tc_config.ModelConfig.DESCRIPTOR, config, "") == []

@@ -26,6 +26,32 @@ _INT64_FIELD_TYPES = frozenset(
     }
 )
 
+_TRITON_ORDER = {
+    "inference.ModelInstanceGroup": (
+        "name", "kind", "count", "rate_limiter", "gpus", "secondary_devices", "profile",
+        "passive", "host_policy",
+    ),
+    "inference.ModelOutput": (
+        "name", "data_type", "dims", "reshape", "label_filename", "is_shape_tensor",
+        "is_non_linear_format_io",
+    ),
+    "inference.ModelSequenceBatching": (
+        "direct", "oldest", "max_sequence_idle_microseconds", "control_input", "state",
+        "iterative_sequence",
+    ),
+    "inference.ModelSequenceBatching.Control": (
+        "kind", "int32_false_true", "fp32_false_true", "bool_false_true", "data_type",
+    ),
+    "inference.ModelStatistics": (
+        "name", "version", "last_inference", "inference_count", "execution_count",
+        "inference_stats", "response_stats", "batch_stats", "memory_usage",
+    ),
+}  # fmt: skip
+"""Member order where Triton's differs from ``protos/``' declaration order: upstream
+``model_config.proto`` declares these fields in another order than ours (which follows the
+field numbers), and core writes ModelStatistics' JSON by hand (``response_stats`` before
+``batch_stats``)."""
+
 
 def config_to_json(config: Message) -> dict[str, Any]:
     """Return Triton's JSON form of a ``ModelConfig`` (or any message) as a ``dict``.
@@ -35,36 +61,42 @@ def config_to_json(config: Message) -> dict[str, Any]:
     turned back from JSON strings into numbers (core ModelConfigToJson). Map keys stay
     strings, as JSON requires. Unlike Triton, which fixes a hand-written list of fields (and
     misses e.g. ``sequence_batching.state.initial_state.dims``), every 64-bit field is fixed.
+    Members come in the ``.proto``'s declaration order, as protobuf's C++ printer writes them
+    (2.51's ``GET .../config``: ``name``, ``platform``, ``backend``, ``runtime``,
+    ``version_policy``, ...; Python's printer puts set fields first).
     """
     raw: dict[str, Any] = json_format.MessageToDict(
         config,
         preserving_proto_field_name=True,
         always_print_fields_with_no_presence=True,
     )
-    _ints_from_strings(config.DESCRIPTOR, raw)
-    return raw
+    return _in_proto_order(config.DESCRIPTOR, raw)
 
 
-def _ints_from_strings(descriptor: Any, obj: dict[str, Any]) -> None:
-    """Rewrite, in place, the 64-bit integer strings of a MessageToDict result as ints."""
-    for key, value in obj.items():
-        field = descriptor.fields_by_name.get(key)
-        if field is None:
+def _in_proto_order(descriptor: Any, obj: dict[str, Any]) -> dict[str, Any]:
+    """A MessageToDict result with its members in declaration order and its 64-bit integer
+    strings as ints, nested messages too."""
+    out: dict[str, Any] = {}
+    order = _TRITON_ORDER.get(descriptor.full_name)
+    fields = descriptor.fields if order is None else [descriptor.fields_by_name[n] for n in order]
+    for field in fields:
+        if field.name not in obj:
             continue
+        value = obj[field.name]
         if _is_map(field):
             value_field = field.message_type.fields_by_name["value"]
-            for map_key, item in value.items():
-                value[map_key] = _fix_value(value_field, item)
+            value = {k: _fix_value(value_field, item) for k, item in value.items()}
         elif field.is_repeated:
-            obj[key] = [_fix_value(field, item) for item in value]
+            value = [_fix_value(field, item) for item in value]
         else:
-            obj[key] = _fix_value(field, value)
+            value = _fix_value(field, value)
+        out[field.name] = value
+    return out
 
 
 def _fix_value(field: FieldDescriptor, value: Any) -> Any:
     if field.type == FieldDescriptor.TYPE_MESSAGE and isinstance(value, dict):
-        _ints_from_strings(field.message_type, value)
-        return value
+        return _in_proto_order(field.message_type, value)
     if field.type in _INT64_FIELD_TYPES and isinstance(value, str):
         return int(value)
     return value

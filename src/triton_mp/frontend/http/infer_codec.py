@@ -430,8 +430,29 @@ def header_length_value(text: str) -> int:
     return value
 
 
+def header_size(body_bytes: int, header_length: str | None) -> int:
+    """The byte size of an inference body's JSON header.
+
+    Args:
+        body_bytes: the (decompressed) body's byte size.
+        header_length: the ``Inference-Header-Content-Length`` header, None when absent
+            (then the whole body is the JSON header); "0" makes a raw binary request.
+
+    Raises:
+        InvalidRequest: a malformed header length, or one outside [0, ``body_bytes``].
+    """
+    if header_length is None:
+        return body_bytes
+    header_len = header_length_value(header_length)
+    if header_len < 0 or header_len > body_bytes:
+        raise InvalidRequest(
+            f"inference header size should be in range (0, {body_bytes}), got: {header_length}"
+        )
+    return header_len
+
+
 def parse_infer_body(
-    model: Model, version: str, body: bytes, header_length: str | None
+    model: Model, version: str, body: bytes, header_len: int
 ) -> tuple[InferenceRequest, InferPlan]:
     """A (decompressed) inference request body as the request the core validates.
 
@@ -439,24 +460,17 @@ def parse_infer_body(
         model: the model the URL names (resolved).
         version: the version the URL names ("" for none).
         body: the whole request body.
-        header_length: the ``Inference-Header-Content-Length`` header, None when absent
-            (then the whole body is the JSON header); "0" makes a raw binary request.
+        header_len: its JSON header's byte size (``header_size``): 0 makes a raw binary
+            request.
 
     Returns:
         The request (with the raw bytes of each input that carries them) and the output
         plan.
 
     Raises:
-        InvalidRequest: a malformed header length, JSON or tensor (see
-            ``build_infer_request``, ``build_raw_request``).
+        InvalidRequest: malformed JSON or tensor (see ``build_infer_request``,
+            ``build_raw_request``).
     """
-    header_len = len(body)
-    if header_length is not None:
-        header_len = header_length_value(header_length)
-        if header_len < 0 or header_len > len(body):
-            raise InvalidRequest(
-                f"inference header size should be in range (0, {len(body)}), got: {header_length}"
-            )
     if header_len == 0:
         req = build_raw_request(model, version, body)
         data = body

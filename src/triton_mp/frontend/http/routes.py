@@ -11,7 +11,14 @@ the same asyncio loop as its grpc.aio server, on ``--http-port`` shared through
   Triton's JSON form of ModelConfig), statistics, repository index / load / unload, system
   shared memory status / register / unregister; CUDA shared memory, trace and log settings
   answer UNSUPPORTED as the gRPC RPCs do. Unmatched paths: 404 ``{"error":"Not Found"}``;
-  a known path with another verb: 405 ``{"error":"Method Not Allowed"}``.
+  a known path with another verb: 405 ``{"error":"Method Not Allowed"}`` (after the
+  ``--http-restricted-api`` check, as Triton's dispatch does).
+- ``Content-Type`` as 2.51 sends it: every body is JSON, but libevhtp labels an answer
+  ``text/plain`` unless the handler named a type. Triton's JSON handlers (metadata, config,
+  statistics, repository, shared memory, trace, logging) name ``application/json`` before
+  anything can fail; health, model readiness, unmatched paths, restricted-API refusals and
+  an inference refused before its body is parsed (405, unknown model or version, decoupled,
+  unsupported compression, header length) do not (``_PLAIN_PATHS``, ``_ERROR_TYPE``).
 - ``POST .../infer``: ``frontend.http.infer_codec`` turns the body into the transport-free
   request the core validates and the answer back into JSON or binary data;
   ``Inference.submit`` does the rest. ``Content-Encoding`` and ``Accept-Encoding``
@@ -48,6 +55,7 @@ from triton_mp.frontend.http.infer_codec import (
     HEADER_LENGTH,
     JSON_TYPE,
     MAX_INPUT_BYTES,
+    header_size,
     parse_infer_body,
     render_infer_response,
 )
@@ -72,6 +80,17 @@ HTTP_STATUS = {
     ErrorCode.UNSUPPORTED: 501,
 }
 """Triton error code -> HTTP status; every other code is 400 (``HttpCodeFromError``)."""
+
+PLAIN_TYPE = "text/plain"
+"""libevhtp's ``Content-Type`` for an answer whose handler named none."""
+
+_ERROR_TYPE = web.RequestKey("error_type", str)
+"""The request's key for the ``Content-Type`` its error answer takes (JSON_TYPE when unset):
+PLAIN_TYPE while a handler that names no type (health, readiness, inference before its
+body is parsed) runs."""
+
+_PLAIN_PATHS = ("/health/live", "/health/ready", "/ready", "/infer")
+"""Ends of the routes whose handlers name no ``Content-Type`` (their 405s are text/plain)."""
 
 DECOUPLED_MESSAGE = "HTTP end point doesn't support models with decoupled transaction policy"
 """Triton's UNSUPPORTED answer to an inference on a decoupled model."""
@@ -128,10 +147,16 @@ def _raw_headers(request: web.Request) -> Iterator[tuple[str, str]]:
         yield name.decode("utf-8", "replace"), value.decode("utf-8", "replace")
 
 
-def _error_response(status: int, message: str) -> web.Response:
+def _error_response(status: int, message: str, content_type: str = JSON_TYPE) -> web.Response:
     return web.Response(
-        status=status, body=msgspec.json.encode({"error": message}), content_type=JSON_TYPE
+        status=status, body=msgspec.json.encode({"error": message}), content_type=content_type
     )
+
+
+def _plain(request: web.Request, status: int = 200) -> web.Response:
+    """An empty answer of a handler that names no type; its errors are text/plain too."""
+    request[_ERROR_TYPE] = PLAIN_TYPE
+    return web.Response(status=status, content_type=PLAIN_TYPE)
 
 
 def _json_response(value: object) -> web.Response:
@@ -160,15 +185,18 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except TooManyChunks as e:
         # NOTE: as Triton: answer, stop reading and close the connection.
-        response = _error_response(400, e.message)
+        response = _error_response(400, e.message, request.get(_ERROR_TYPE, JSON_TYPE))
         response.force_close()
         return response
     except TritonMPError as e:
-        return _error_response(HTTP_STATUS.get(e.code, 400), e.message)
+        status = HTTP_STATUS.get(e.code, 400)
+        return _error_response(status, e.message, request.get(_ERROR_TYPE, JSON_TYPE))
     except web.HTTPNotFound:
-        return _error_response(404, "Not Found")
+        return _error_response(404, "Not Found", PLAIN_TYPE)
     except web.HTTPMethodNotAllowed:
-        return _error_response(405, "Method Not Allowed")
+        # NOTE: every known path has its own 405 route (HttpFrontend._routes); this is
+        # aiohttp's answer for anything else.
+        return _error_response(405, "Method Not Allowed", PLAIN_TYPE)
     except web.HTTPException as e:
         return _error_response(e.status, e.text or e.reason)
     except ConnectionError:
@@ -176,6 +204,16 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except Exception as e:  # noqa: BLE001 - one failed request must not cost the server
         log.exception("HTTP %s %s failed", request.method, request.path)
         return _error_response(500, flatten_exception(e))
+
+
+def _not_allowed(content_type: str) -> Handler:
+    """The handler of a known path asked with a verb it does not serve: 405, text/plain on
+    the paths whose Triton handler names no type, else JSON."""
+
+    async def not_allowed(request: web.Request) -> web.StreamResponse:
+        return _error_response(405, "Method Not Allowed", content_type)
+
+    return not_allowed
 
 
 # ------------------------------------------------------------------------------ server
@@ -220,7 +258,8 @@ class HttpFrontend:
 
         async def guarded(request: web.Request) -> web.StreamResponse:
             if request.headers.get(key) != value:
-                return _error_response(403, message)
+                # NOTE: Triton's RespondIfRestricted names no Content-Type.
+                return _error_response(403, message, PLAIN_TYPE)
             return await handler(request)
 
         return guarded
@@ -245,8 +284,11 @@ class HttpFrontend:
             self._cuda_shm: "shared-memory",
         }
 
+        paths: dict[str, str] = {}
+
         def add(method: str, path: str, handler: Handler) -> None:
             self.app.router.add_route(method, path, self._guard(categories[handler], handler))
+            paths[path] = categories[handler]
 
         add("GET", "/v2", self._server_metadata)
         add("GET", "/v2/health/live", self._live)
@@ -278,6 +320,11 @@ class HttpFrontend:
                 add("GET", base + "/status", handler)
                 add("POST", base + "/register", handler)
                 add("POST", base + "/unregister", handler)
+        # NOTE: Triton checks the restriction, then the handler the verb: a 405 route per
+        # path, after its own (aiohttp tries a path's routes in the order they were added).
+        for path, category in paths.items():
+            kind = PLAIN_TYPE if path.endswith(_PLAIN_PATHS) else JSON_TYPE
+            self.app.router.add_route("*", path, self._guard(category, _not_allowed(kind)))
 
     async def start(self, address: str, port: int) -> None:
         """Listen on ``address:port`` with SO_REUSEPORT (shared by every frontend).
@@ -311,16 +358,18 @@ class HttpFrontend:
 
     # ------------------------------------------------------------------ health
     async def _live(self, request: web.Request) -> web.Response:
-        return web.Response(status=200)
+        return _plain(request)
 
     async def _ready(self, request: web.Request) -> web.Response:
-        return web.Response(status=200 if await self._api.server.ready_checked() else 400)
+        request[_ERROR_TYPE] = PLAIN_TYPE
+        return _plain(request, 200 if await self._api.server.ready_checked() else 400)
 
     async def _model_ready(self, request: web.Request) -> web.Response:
+        request[_ERROR_TYPE] = PLAIN_TYPE
         m = request.match_info
         if not await self._api.server.model_ready_checked(_model(request), m.get("version", "")):
-            return _error_response(400, "Model version not ready")
-        return web.Response(status=200)
+            return _error_response(400, "Model version not ready", PLAIN_TYPE)
+        return _plain(request)
 
     # ---------------------------------------------------------------- metadata
     async def _server_metadata(self, request: web.Request) -> web.Response:
@@ -377,13 +426,13 @@ class HttpFrontend:
         check_repository_name(request.match_info.get("repository", ""))
         params = load_parameters(await self._body_json(request))
         await self._api.repository.load(_model(request), params)
-        return web.Response(status=200)
+        return web.Response(status=200, content_type=JSON_TYPE)
 
     async def _repository_unload(self, request: web.Request) -> web.Response:
         check_repository_name(request.match_info.get("repository", ""))
         dependents = unload_dependents(await self._body_json(request))
         await self._api.repository.unload(_model(request), dependents)
-        return web.Response(status=200)
+        return web.Response(status=200, content_type=JSON_TYPE)
 
     # ----------------------------------------------------------- shared memory
     async def _system_shm(self, request: web.Request) -> web.Response:
@@ -475,11 +524,13 @@ class HttpFrontend:
         """KServe v2 ``POST .../infer`` with Triton's binary tensor data extension."""
         inference = self._api.inference
         version = request.match_info.get("version", "")
+        # NOTE: Triton's HandleInfer names application/json only once it parses the body.
+        request[_ERROR_TYPE] = PLAIN_TYPE
         # NOTE: refused before the body is read, as Triton does; submit does not repeat it.
         target = inference.admit(_model(request), version, decoupled_message=DECOUPLED_MESSAGE)
         encoding = request.headers.get("Content-Encoding", "")
         if encoding not in ("", "identity", "gzip", "deflate"):
-            response = _error_response(501, "Unsupported compression type")
+            response = _error_response(501, "Unsupported compression type", PLAIN_TYPE)
             response.headers["Accept-Encoding"] = "gzip, deflate"
             return response
         tracer = self._api.tracer
@@ -487,9 +538,9 @@ class HttpFrontend:
         body = await read_body(request, self._max_input_bytes)
         if encoding in ("gzip", "deflate"):
             body = inflate(body, self._max_input_bytes)
-        req, plan = parse_infer_body(
-            target.model, version, body, request.headers.get(HEADER_LENGTH)
-        )
+        header_len = header_size(len(body), request.headers.get(HEADER_LENGTH))
+        request[_ERROR_TYPE] = JSON_TYPE
+        req, plan = parse_infer_body(target.model, version, body, header_len)
         if self._forward.active and (forwarded := self._forward.select(_raw_headers(request))):
             req = replace(req, headers=forwarded)
         trace = None

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Protocol
 
 import psutil
 from aiohttp import web
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import StartupError
@@ -51,6 +50,9 @@ log = logging.getLogger(__name__)
 
 SCHEDULER_REPLY_TIMEOUT_S = 5.0
 """How long a scrape waits for the scheduler before answering 503."""
+
+CONTENT_TYPE = "text/plain; charset=utf-8"
+"""2.51's metrics port's ``Content-Type`` (on a 405: libevhtp's ``text/plain``)."""
 
 
 class CacheView(Protocol):
@@ -135,7 +137,8 @@ class MetricsEndpoint:
                 Triton's ``failed to start Metrics service: ...``.
         """
         app = web.Application()
-        app.router.add_get("/metrics", self._handle)
+        # NOTE: one handler for every path and verb, as Triton's HTTPMetricsServer::Handle.
+        app.router.add_route("*", "/{path:.*}", self._handle)
         # NOTE: no access log: a scrape every few seconds would drown the server's log.
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -230,6 +233,14 @@ class MetricsEndpoint:
         )
 
     async def _handle(self, request: web.Request) -> web.Response:
+        """2.51's answers: 405 (a JSON error labelled text/plain) to any verb but GET, the
+        metrics on ``/metrics`` (a query string allowed), 200 with no body on other paths."""
+        if request.method != "GET":
+            body = b'{"error":"Method Not Allowed"}'
+            return web.Response(status=405, body=body, content_type="text/plain")
+        headers = {"Content-Type": CONTENT_TYPE}
+        if request.raw_path.split("?", 1)[0] != "/metrics":
+            return web.Response(headers=headers)
         try:
             snap = await self.snapshot()
         except TimeoutError:
@@ -237,4 +248,4 @@ class MetricsEndpoint:
                 status=503,
                 text=f"the scheduler did not answer within {self._timeout_s:g} s\n",
             )
-        return web.Response(body=render(snap), headers={"Content-Type": CONTENT_TYPE_PLAIN_0_0_4})
+        return web.Response(body=render(snap), headers=headers)
