@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <time.h>
@@ -223,6 +224,7 @@ void AnswerThread::PollEarly() {
 }
 
 void AnswerThread::Run() {
+  pthread_setname_np(pthread_self(), "tmp-answers");  // NOTE: as native_server.cc's
   while (!stop_.load()) {
     if (Pass()) continue;
     if (!Sleep() || stop_.load()) continue;

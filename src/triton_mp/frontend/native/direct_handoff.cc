@@ -123,8 +123,8 @@ DirectHandoff& TheDirectHandoff() {
 
 void DirectHandoff::CloseRoute(Route* route) {
   if (route->lease != nullptr) sem_close(route->lease);
-  if (route->wake != nullptr) sem_close(route->wake);
-  route->lease = route->wake = nullptr;
+  route->lease = nullptr;
+  route->wake.reset();
   route->ring.reset();
 }
 
@@ -146,9 +146,8 @@ bool DirectHandoff::Add(uint64_t frontend_id, uint64_t instance_id, const std::s
     route.lease = nullptr;
     return false;
   }
-  route.wake = sem_open(wake, 0);
-  if (route.wake == SEM_FAILED) {
-    route.wake = nullptr;
+  route.wake = OpenSemRef(wake);
+  if (!route.wake) {
     CloseRoute(&route);
     return false;
   }
@@ -188,7 +187,7 @@ void DirectHandoff::SetFullTimeout(uint64_t ns) {
 
 HandResult DirectHandoff::Hand(const std::string& key, uint64_t request_id,
                                const std::string& record, RingProducer* scheduler,
-                               sem_t* scheduler_wake) {
+                               sem_t* scheduler_wake, DeferredPost* post) {
   std::lock_guard<std::mutex> lock(mu_);
   bool any = false;
   for (Route& route : routes_) {
@@ -243,11 +242,16 @@ HandResult DirectHandoff::Hand(const std::string& key, uint64_t request_id,
     // later holder's; a record is a few hundred bytes, so even then the ring is full only
     // while the worker reads nothing for the whole full_timeout_ns_ (10 s): a worker that
     // hung, which keeps its instance busy whatever the scheduler believes.
-    if (!PushWaiting(route.ring.get(), assign_, route.wake, full_timeout_ns_, &waited)) {
+    if (!PushWaiting(route.ring.get(), assign_, route.wake.get(), full_timeout_ns_, &waited)) {
       ++stats_.lost;
       return HandResult::kLost;
     }
-    sem_post(route.wake);  // NOTE: Sender.send_bytes' wake (a semaphore: always posted)
+    // NOTE: Sender.send_bytes' wake (a semaphore: always posted), after the caller's locks
+    if (post != nullptr) {
+      post->Defer(route.wake);
+    } else {
+      sem_post(route.wake.get());
+    }
     ++stats_.handed;
     return HandResult::kHanded;
   }

@@ -31,6 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "deferred_post.h"
 #include "ring_producer.h"
 
 namespace triton_mp {
@@ -78,9 +79,10 @@ class DirectHandoff {
 
   // gRPC thread: hand `record` (request `request_id`'s REQUEST record) to an idle instance of
   // version `key`; `scheduler` and `scheduler_wake`: the ring to the scheduler and its
-  // wake-up (posted only while that ring is full).
+  // wake-up (posted only while that ring is full). kHanded: the worker's semaphore is left
+  // in `post` (deferred_post.h: posted once the caller's locks are released; nullptr: now).
   HandResult Hand(const std::string& key, uint64_t request_id, const std::string& record,
-                  RingProducer* scheduler, sem_t* scheduler_wake);
+                  RingProducer* scheduler, sem_t* scheduler_wake, DeferredPost* post = nullptr);
 
  private:
   struct Route {
@@ -89,7 +91,7 @@ class DirectHandoff {
     std::string key;
     sem_t* lease = nullptr;
     std::shared_ptr<RingProducer> ring;
-    sem_t* wake = nullptr;
+    SemRef wake;  // NOTE: by reference: a deferred post may outlive the route
   };
   static void CloseRoute(Route* route);
 

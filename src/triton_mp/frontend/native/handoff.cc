@@ -67,8 +67,12 @@ bool Handoff::SubmitKnown(Awaiting* call, const grpc::ByteBuffer& data, uint64_t
   // can be read as soon as the record is in the ring, and Python's take (PendingTable.
   // on_unknown pulls this queue on an answer it does not know) must then find the call,
   // even when this thread is preempted in between. A cancel of the call is queued behind it.
+  // NOTE: the worker's wake-up of a call handed to it waits for PostAfterStep, after this
+  // lock and the serial lock are released: a worker woken under them could answer, and wake
+  // the answer thread, before this thread lets go (deferred_post.h)
   std::lock_guard<std::mutex> lock(mu_);
-  const KnownResult result = known.Finish(&reserved, split, arrival_ns, &item.known);
+  const KnownResult result =
+      known.Finish(&reserved, split, arrival_ns, &item.known, &step_post_);
   if (result != KnownResult::kSent && result != KnownResult::kLost) return false;
   item.id = *id = next_id_++;
   waiting_.emplace(item.id, call);

@@ -27,6 +27,7 @@
 
 #include "answer_reader.h"
 #include "cq_tag.h"
+#include "deferred_post.h"
 #include "known_submit.h"
 
 namespace triton_mp {
@@ -83,7 +84,12 @@ class Handoff {
   // Completion-queue thread: submit a unary call whose request matches a lesson of
   // TheKnownSubmit() and queue it as kKnown (its id in *id), or as kLost when its direct
   // handoff was lost; false: nothing was done (the caller Submits it).
+  // A call handed to a worker (direct_handoff.h) leaves the worker's wake-up pending until
+  // PostAfterStep.
   bool SubmitKnown(Awaiting* call, const grpc::ByteBuffer& data, uint64_t* id);
+  // Completion-queue thread, after each step, once the serial lock is released: post the
+  // wake-up SubmitKnown left pending (deferred_post.h), if any.
+  void PostAfterStep() { step_post_.Post(); }
   // Completion-queue thread: a stream begins; returns its id.
   uint64_t Open(Awaiting* call, std::vector<std::pair<std::string, std::string>> metadata);
   // Completion-queue thread: a stream's next request message, and its half-close.
@@ -166,6 +172,7 @@ class Handoff {
   std::unordered_map<uint64_t, uint64_t> owned_call_;  // call id -> request id
   uint64_t released_ = 0;
   std::mutex* serial_ = nullptr;
+  DeferredPost step_post_;  // the completion-queue thread's alone (SubmitKnown, PostAfterStep)
   uint64_t next_id_ = 1;
   int fd_ = -1;
 };

@@ -284,16 +284,18 @@ bool KnownSubmit::CopyInputs(const Chunks& message, const RequestSplit& split,
 }
 
 KnownResult KnownSubmit::Finish(KnownReservation* r, const RequestSplit& split,
-                                uint64_t arrival_ns, KnownSent* sent) {
+                                uint64_t arrival_ns, KnownSent* sent, DeferredPost* post) {
+  DeferredPost own;  // NOTE: declared before the lock: posted after it is released
   std::lock_guard<std::mutex> lock(mu_);
-  KnownResult result = FinishLocked(r, split, arrival_ns, sent);
+  KnownResult result = FinishLocked(r, split, arrival_ns, sent, post != nullptr ? post : &own);
   EndLocked(r, result == KnownResult::kSent);
   Count(result);
   return result;
 }
 
 KnownResult KnownSubmit::FinishLocked(KnownReservation* r, const RequestSplit& split,
-                                      uint64_t arrival_ns, KnownSent* sent) {
+                                      uint64_t arrival_ns, KnownSent* sent,
+                                      DeferredPost* post) {
   // NOTE: Detach or SetArena since Reserve: the arena is going, with its lessons
   if (r->epoch_ != epoch_ || !ring_) return KnownResult::kUnknown;
   if (r->lessons_version_ != lessons_version_) {
@@ -322,7 +324,7 @@ KnownResult KnownSubmit::FinishLocked(KnownReservation* r, const RequestSplit& s
   HandResult hand = HandResult::kNotHanded;
   if (!lesson.route.empty()) {
     // NOTE: Inference._send_request's order: an idle instance first, else the scheduler
-    hand = TheDirectHandoff().Hand(lesson.route, rid, record_, ring_.get(), wake_);
+    hand = TheDirectHandoff().Hand(lesson.route, rid, record_, ring_.get(), wake_, post);
     if (hand == HandResult::kLost) {
       // NOTE: its id may be in a DirectSent pushed already: never used again (the block
       // is freed by EndLocked)

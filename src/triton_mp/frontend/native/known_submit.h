@@ -32,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "deferred_post.h"
 #include "input_arena.h"
 #include "known_regions.h"
 #include "request_split.h"
@@ -180,8 +181,10 @@ class KnownSubmit {
   // `r` ends in Finish either way.
   KnownResult Reserve(const Chunks& message, const RequestSplit& split, KnownReservation* r);
   bool CopyInputs(const Chunks& message, const RequestSplit& split, KnownReservation* r);
+  // A call handed to a worker leaves the worker's wake-up in `post`, posted when the caller
+  // lets it go (after its own locks); without `post`, when Finish returns.
   KnownResult Finish(KnownReservation* r, const RequestSplit& split, uint64_t arrival_ns,
-                     KnownSent* sent);
+                     KnownSent* sent, DeferredPost* post = nullptr);
   // Reservations not yet ended (copies in flight).
   size_t reserved() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -193,7 +196,7 @@ class KnownSubmit {
   KnownResult ReserveLocked(const Chunks& message, const RequestSplit& split,
                             KnownReservation* r);
   KnownResult FinishLocked(KnownReservation* r, const RequestSplit& split, uint64_t arrival_ns,
-                           KnownSent* sent);
+                           KnownSent* sent, DeferredPost* post);
   // Ends `r` (under mu_): its block freed unless `keep` (pushed), the waiters told.
   void EndLocked(KnownReservation* r, bool keep);
   // Waits (under `lock`, on mu_) until no reservation is in flight.

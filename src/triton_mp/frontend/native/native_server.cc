@@ -2,6 +2,7 @@
 #include "native_server.h"
 
 #include <absl/synchronization/mutex.h>
+#include <pthread.h>
 
 #include <chrono>
 
@@ -54,11 +55,18 @@ std::unique_ptr<NativeServer> NativeServer::Start(const NativeServerOptions& opt
 }
 
 void NativeServer::Poll() {
+  // NOTE: a name for top -H, perf and /proc/<pid>/task (bench/README.md: wake-ups per thread)
+  pthread_setname_np(pthread_self(), "tmp-grpc-cq");
   void* tag;
   bool ok;
   while (cq_->Next(&tag, &ok)) {
-    std::lock_guard<std::mutex> serial(serial_);
-    static_cast<Tag*>(tag)->Proceed(ok);
+    {
+      std::lock_guard<std::mutex> serial(serial_);
+      static_cast<Tag*>(tag)->Proceed(ok);
+    }
+    // NOTE: a worker woken under the serial lock could answer before this thread lets go
+    // of it, and the answer thread's Kick would wait for it (handoff.h PostAfterStep)
+    if (handoff_) handoff_->PostAfterStep();
   }
 }
 
