@@ -78,6 +78,7 @@ SCHEDULER_IPC_MODULES = {
     "queries.py",
     "request_wakeups.py",  # NOTE: the frontend rings' quiet word: its bits are ipc's
     "forming.py",  # NOTE: the frontend rings' forming words: their buckets are ipc's
+    "pass_words.py",  # NOTE: both words above in one walk (walk_words)
 }
 
 

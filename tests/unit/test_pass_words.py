@@ -8,8 +8,14 @@ words (stopping, deferred requests, a rate limiter, an ensemble in flight is qui
 
 from __future__ import annotations
 
-from tests.unit.scheduler_harness import DYNAMIC, PLAIN, Harness, model_spec
-from triton_mp.ipc.protocol.messages import Shutdown
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.unit.scheduler_harness import DYNAMIC, PLAIN, RAGGED, Harness, model_spec
+from triton_mp.ipc.protocol.messages import BatchAssign, InstancesRetired, Shutdown, WorkerDied
+from triton_mp.ipc.protocol.specs import BatchingSpec, QueuePolicySpec
 from triton_mp.scheduler.core import SchedulerCore
 from triton_mp.scheduler.forming import NOT_FORMING
 from triton_mp.scheduler.limits.rate_limiter import RateLimiter
@@ -91,3 +97,65 @@ def test_pass_words_with_a_rate_limiter_are_silent_but_keep_the_deadline() -> No
     limited = _agree(h)
     assert limited.deadline_ns is not None
     assert (limited.requests, limited.quiet, limited.forming) == (0, frozenset(), NOT_FORMING)
+
+
+BIG = model_spec(
+    "add_sub_py",
+    (6, 7),
+    max_batch_size=64,
+    batching=BatchingSpec(kind="dynamic", max_batch_size=64, max_queue_delay_us=500),
+)
+TIMED = model_spec(
+    "timed",
+    (8,),
+    batching=BatchingSpec(
+        kind="dynamic",
+        max_batch_size=8,
+        max_queue_delay_us=100,
+        default_queue_policy=QueuePolicySpec(default_timeout_us=300),
+    ),
+)
+_MODELS = (DYNAMIC, PLAIN, RAGGED, BIG, TIMED)
+_IIDS = (0, 1, 2, 3, 6, 7, 8)
+_STEP = st.one_of(
+    st.tuples(st.just("request"), st.sampled_from(_MODELS), st.integers(1, 3)),
+    st.tuples(st.just("dispatch"), st.just(None), st.just(0)),
+    st.tuples(st.just("done"), st.just(None), st.integers(0, 6)),
+    st.tuples(st.just("advance"), st.just(None), st.integers(1, 600)),
+    st.tuples(st.just("died"), st.just(None), st.sampled_from(_IIDS)),
+    st.tuples(st.just("ready"), st.just(None), st.sampled_from(_IIDS)),
+    st.tuples(st.just("retire"), st.sampled_from(_MODELS), st.just(0)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_STEP, max_size=40))
+def test_pass_words_say_what_the_four_say_over_random_histories(
+    steps: list[tuple[str, Any, int]],
+) -> None:
+    """Every word of the one-walk ``pass_words`` (``scheduler.pass_words.walk_words``) equals
+    the four questions' answers asked one by one, after every step of a random history over
+    dynamic batchers (with and without preferred sizes, a queue timeout, shapes enforced),
+    a default scheduler, batches running and ending, instances dying, coming back and
+    retiring, with one frontend ring and with two."""
+    h = Harness(models=_MODELS)
+    h.ready(*_IIDS)
+    running: list[tuple[int, BatchAssign]] = []
+    for kind, spec, n in steps:
+        if kind == "request":
+            h.request(spec.model, batch_size=n if spec.max_batch_size else 1)
+        elif kind == "dispatch":
+            running += h.dispatch()
+        elif kind == "done" and running:
+            h.done(*running.pop(n % len(running)))
+        elif kind == "advance":
+            h.clock.advance_us(n)
+        elif kind == "died":
+            running = [(i, b) for i, b in running if i != n]
+            h.handle(WorkerDied(instance_id=n, exitcode=1))
+        elif kind == "ready":
+            h.ready(n)
+        elif kind == "retire":
+            h.handle(InstancesRetired(instance_ids=spec.instance_ids))
+        _agree(h)
+        _agree(h, frontends=2)

@@ -64,7 +64,7 @@ from triton_mp.scheduler.lifecycle import STOPPING_MESSAGE, Lifecycle
 from triton_mp.scheduler.limits.rate_gate import RateGate
 from triton_mp.scheduler.limits.rate_limiter import Limits, RateLimiter
 from triton_mp.scheduler.outbox import Outbound, Outbox, ToInstance
-from triton_mp.scheduler.pass_words import PassWords
+from triton_mp.scheduler.pass_words import PassWords, never_leased, walk_words
 from triton_mp.scheduler.policies.policy import QUEUE_FULL, TIMED_OUT, Batch, Queued
 from triton_mp.scheduler.queries import answer_queue_query, answer_ready_query, answer_stats_query
 from triton_mp.scheduler.request_wakeups import quiet_request_mask
@@ -496,6 +496,14 @@ class SchedulerCore:
 
     def _deadline(self, gens: list[Generation]) -> int | None:
         deadlines = [d for g in gens if (d := g.policy.next_deadline_ns()) is not None]
+        return self._beyond_policies(min(deadlines, default=None))
+
+    def _beyond_policies(self, deadline: int | None) -> int | None:
+        """The nearest of ``deadline`` (the policies') and the deadlines outside them: a
+        direct handoff's claim running out, a retirement that may end."""
+        if not self.handoffs.claimed and not self.lifecycle.retiring:
+            return deadline
+        deadlines = [] if deadline is None else [deadline]
         if self.handoffs.claimed:
             deadlines.append(self.handoffs.next_deadline_ns() or 0)
         if self.lifecycle.retiring and self.lifecycle.retirement_due():
@@ -517,7 +525,7 @@ class SchedulerCore:
             return _NONE_QUIET
         # NOTE: a leased version's BatchDone may be quiet too: its worker re-offers the
         # lease itself under that flag, or wakes the scheduler (ipc.direct.worker_reoffers).
-        return quiet_instances(self.lifecycle.instances, _never_leased, loud_bits)
+        return quiet_instances(self.lifecycle.instances, never_leased, loud_bits)
 
     def quiet_requests(self) -> int:
         """The frontends' rings' quiet word: the model buckets whose requests need not wake
@@ -541,17 +549,14 @@ class SchedulerCore:
         (``scheduler.pass_words``)."""
         life = self.lifecycle
         gens = life.generations()
-        deadline = self._deadline(gens)
         if self.stopping or self.deferred or self.limiter is not None:
-            return PassWords(deadline, 0, _NONE_QUIET, NOT_FORMING)
-        eligible = self.handoffs.eligible
-        requests = quiet_request_mask(life.instances, gens, eligible)
-        return PassWords(
-            deadline,
-            requests,
-            self._quiet_done(requests),
-            forming_state(gens, eligible, frontends),
+            return PassWords(self._deadline(gens), 0, _NONE_QUIET, NOT_FORMING)
+        done_may_be_quiet = not (life.retiring or self.ensembles.in_flight())
+        deadline, requests, quiet, forming = walk_words(
+            life.instances, gens, self.handoffs.eligible, frontends, done_may_be_quiet
         )
+        # NOTE: tuple.__new__: a NamedTuple's own constructor costs more, every pass.
+        return tuple.__new__(PassWords, (self._beyond_policies(deadline), requests, quiet, forming))
 
     def idle(self) -> bool:
         """Nothing queued and nothing running."""
@@ -562,14 +567,6 @@ class SchedulerCore:
             and not lc.retiring
             and all(g.policy.queue_depth() == 0 for g in lc.active.values())
         )
-
-
-def _never_leased(gen: Generation) -> bool:
-    """``done_wakeups``'s ``leased`` for ``BatchDone`` s: no version's ``BatchDone`` must
-    wake the scheduler to offer a lease, since a leased version's worker posts the lease
-    itself while its ring is quiet, and wakes the scheduler when it does not
-    (``ipc.direct.worker_reoffers``)."""
-    return False
 
 
 def _limits(rate_limits: Sequence[RateLimitSpec], i: int) -> Limits:
