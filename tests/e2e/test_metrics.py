@@ -1,7 +1,7 @@
 """End to end: ``GET /metrics`` of a running server after known traffic through tritonclient.
 
 One server for the module serves add_sub (ONNX, batching) and python models written here:
-``picky_py`` fails each request whose input is negative (BACKEND), ``bounded_py`` sleeps for
+``picky_py`` raises for a negative input (BACKEND), ``bounded_py`` sleeps for
 its input's seconds behind ``max_queue_size: 2`` (REJECTED, CANCELED) and ``victim_py`` has
 its worker killed mid-request (OTHER, a restart). Every count is checked exactly, per model
 and reason, and against the ModelStatistics RPC the same scheduler answers. The flags
@@ -45,14 +45,11 @@ class TritonPythonModel:
     def execute(self, requests):
         xs = [pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() for r in requests]
         time.sleep(max(0.0, max(float(x.flat[0]) for x in xs)))
-        responses = []
-        for x in xs:
-            if (x < 0).any():
-                error = pb_utils.TritonError("negative values are not allowed")
-                responses.append(pb_utils.InferenceResponse(error=error))
-            else:
-                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x * 2)]))
-        return responses
+        # NOTE: raised, not returned: python_be.cc counts a returned error response as a
+        # success and only a failed execute as a BACKEND failure (test_r13_error_stats.py)
+        if any((x < 0).any() for x in xs):
+            raise ValueError("negative values are not allowed")
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x * 2)]) for x in xs]
 """
 
 CONFIG = """

@@ -13,7 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from triton_mp.backends.base import RESCHEDULED, RESPONDED, BackendRequest, Outputs
+from triton_mp.backends.base import (
+    RESCHEDULED,
+    RESPONDED,
+    BackendRequest,
+    Outputs,
+    ReturnedError,
+)
 from triton_mp.backends.python import pb_utils
 from triton_mp.backends.python.autocomplete import may_auto_complete
 from triton_mp.backends.python.backend import PythonBackend
@@ -161,7 +167,8 @@ def test_each_request_gets_its_own_response(backend: PythonBackend) -> None:
     results, times = backend.execute([_req(1), _req(9), _req(2, ("OUTPUT1",)), _req(5)])
     assert isinstance(results[0], dict)
     np.testing.assert_array_equal(results[0]["OUTPUT0"], np.full((1, 4), 2, np.float32))
-    assert results[1] == ErrorInfo(ErrorCode.INVALID_ARG, "no nines", "worker m_0")
+    # the model's own error: answered as any error, counted as executed
+    assert results[1] == ReturnedError(ErrorCode.INVALID_ARG, "no nines", "worker m_0")
     assert isinstance(results[2], dict)
     assert list(results[2]) == ["OUTPUT1"], "only requested outputs"
     assert isinstance(results[3], ErrorInfo)

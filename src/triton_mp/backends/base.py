@@ -138,6 +138,15 @@ def response_parameters(outputs: dict[str, np.ndarray]) -> str:
     return outputs.parameters_json if isinstance(outputs, Outputs) else ""
 
 
+class ReturnedError(ErrorInfo, frozen=True, array_like=True):
+    """An error the model itself returned as a request's response (the python backend's
+    ``InferenceResponse(error=...)``), not a failed execution: answered as any error, but the
+    request counts as executed (statistics ``success``, ``nv_inference_request_success``), as
+    python_be.cc reports it (its ``PbMetricReporter`` marks a request failed only when
+    ``ProcessRequests`` itself fails: ``execute`` raised, an input could not be read).
+    Crosses processes as a plain ``ErrorInfo`` (no field of its own)."""
+
+
 Result = dict[str, np.ndarray] | ErrorInfo | Responded | Rescheduled
 
 

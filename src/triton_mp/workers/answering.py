@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from triton_mp.backends.base import Rescheduled, Responded, Result
+from triton_mp.backends.base import Rescheduled, Responded, Result, ReturnedError
 from triton_mp.common.errors import ErrorCode, TritonMPError, flatten_exception
 from triton_mp.ipc import ArenaAllocator
 from triton_mp.ipc.memory.ring import RecordTooLarge
@@ -148,9 +148,10 @@ class Answers:
     ) -> tuple[int, ...]:
         """Write and post each request's response (those the backend answered itself,
         ``Responded``, and those it rescheduled, ``Rescheduled``, are skipped); returns the
-        indices of the requests that failed. Several untraced requests of one frontend get
-        one ``AnswerBatch`` (``workers.tensors.answer_batch``); the others one ``InferResponse``
-        each."""
+        indices of the requests that failed (not those the model answered with its own
+        error, a ``ReturnedError``: executed, as python_be.cc counts them). Several untraced
+        requests of one frontend get one ``AnswerBatch`` (``workers.tensors.answer_batch``);
+        the others one ``InferResponse`` each."""
         failed: list[int] = []
         final: list[Result] = results  # type: ignore[assignment]
         if None in results:
@@ -161,14 +162,14 @@ class Answers:
             one = _one_frontend(reqs, final)
             if one is not None:
                 if self._answer_group(one, reqs, final, list(single), failed):
-                    return tuple(sorted(failed))
+                    return _executed_failures(failed, final)
             else:
                 grouped = self._answer_groups(reqs, final, failed)
                 if grouped:
                     single = [i for i in single if i not in grouped]
         for i in single:
             self._answer_one(i, reqs[i], final[i], failed)
-        return tuple(sorted(failed))
+        return _executed_failures(failed, final)
 
     def _answer_groups(
         self, reqs: tuple[InferRequest, ...], final: list[Result], failed: list[int]
@@ -251,3 +252,11 @@ class Answers:
                 msg = self._traces.record(msg, req, [], res if isinstance(res, dict) else None)
             if not self.post(req, msg) and i not in failed:
                 failed.append(i)
+
+
+def _executed_failures(failed: list[int], final: list[Result]) -> tuple[int, ...]:
+    """The indices of ``failed`` whose request failed to execute, sorted: a request answered
+    with the model's own error (``ReturnedError``) is not one of them."""
+    if not failed:
+        return ()
+    return tuple(sorted(i for i in failed if type(final[i]) is not ReturnedError))

@@ -14,7 +14,7 @@ import json
 
 import numpy as np
 
-from triton_mp.backends.base import BackendRequest, Outputs
+from triton_mp.backends.base import BackendRequest, Outputs, ReturnedError
 from triton_mp.backends.python import pb_utils
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.protocol.messages import ErrorInfo
@@ -112,8 +112,8 @@ class ResponseReader:
         self, request: BackendRequest, response: object
     ) -> dict[str, np.ndarray] | ErrorInfo:
         """One request's outputs (name -> array, only those ``request.outputs`` asks for;
-        an ``Outputs`` when the response has parameters), or the ErrorInfo its response
-        carries or its malformation earns (INTERNAL)."""
+        an ``Outputs`` when the response has parameters), or the error its response carries
+        (a ``ReturnedError``) or its malformation earns (an INTERNAL ``ErrorInfo``)."""
         if not isinstance(response, pb_utils.InferenceResponse):
             return ErrorInfo(
                 ErrorCode.INTERNAL,
@@ -125,7 +125,7 @@ class ResponseReader:
         # response per request).
         error = response._error  # noqa: SLF001
         if error is not None:
-            return ErrorInfo(error_code(error.code()), error.message(), self._origin)
+            return ReturnedError(error_code(error.code()), error.message(), self._origin)
         outputs: dict[str, np.ndarray] = {}
         wanted = request.outputs
         output_dims = self._output_dims

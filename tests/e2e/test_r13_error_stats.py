@@ -1,0 +1,161 @@
+"""How a python model's errors are counted, side by side with the real Triton 2.51.
+
+python_be.cc reports every request of a batch as a success (``PbMetricReporter``) unless
+``ProcessRequests`` itself failed: an error the model *returns* as a request's response
+(``InferenceResponse(error=...)``) is answered as an error but counted as executed
+(``success``, ``inference_count``, ``nv_inference_request_success``); an ``execute`` that
+*raises* fails the whole batch (``fail``, ``nv_inference_request_failure``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import re
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import ServerProcess
+from tests.helpers.triton_peer import RealTriton, side_by_side
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+CONFIG = """
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 300000 preferred_batch_size: [ 2 ] }
+"""
+MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            if int(x.reshape(-1)[0]) == -2:
+                raise RuntimeError("boom")
+            if int(x.reshape(-1)[0]) < 0:
+                out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("negative")))
+            else:
+                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
+        return out
+"""
+"""err_py: answers INPUT0, a returned error for a negative one, raises for -2. It batches
+two requests sent together (a 300 ms delay, preferred batch size 2)."""
+
+
+@pytest.fixture(scope="module")
+def servers(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, ServerProcess | RealTriton]]:
+    """``triton-mp`` always, ``triton`` when the real Triton is installed."""
+    repo = tmp_path_factory.mktemp("error_stats") / "repo"
+    write_python_model(repo, "err_py", CONFIG, MODEL)
+    with side_by_side(repo, tmp_path_factory.mktemp("logs")) as found:
+        yield found
+
+
+FAMILIES = ("nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count")
+
+
+def _counts(server: ServerProcess | RealTriton) -> dict[str, float]:
+    """err_py's statistics counts (success, fail, queue, compute_infer, inference_count,
+    execution_count) and the sums of its ``FAMILIES`` series."""
+    with urllib.request.urlopen(f"http://{server.http_url}/v2/models/err_py/stats") as r:
+        stats = json.load(r)["model_stats"][0]
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as r:
+        text = r.read().decode()
+    found: dict[str, float] = {
+        k: stats["inference_stats"][k].get("count", 0)
+        for k in ("success", "fail", "queue", "compute_infer")
+    }
+    found["inference_count"] = stats["inference_count"]
+    found["execution_count"] = stats["execution_count"]
+    for family in FAMILIES:
+        pattern = rf'^{family}\{{[^}}]*model="err_py"[^}}]*\}} (\S+)$'
+        found[family] = sum(float(v) for v in re.findall(pattern, text, re.MULTILINE))
+    return found
+
+
+def _send(server: ServerProcess | RealTriton, values: list[int]) -> list[str]:
+    """One call per value, all at once (so a batch holds them): each answer or error."""
+
+    def one(v: int) -> str:
+        t = grpcclient.InferInput("INPUT0", [1, 1], "INT32")
+        t.set_data_from_numpy(np.array([[v]], np.int32))
+        with grpcclient.InferenceServerClient(server.url) as c:
+            try:
+                return str(c.infer("err_py", [t]).as_numpy("OUTPUT0").tolist())
+            except InferenceServerException as e:
+                return f"{e.status()}: {e.message().splitlines()[0]}"
+
+    with concurrent.futures.ThreadPoolExecutor(len(values)) as pool:
+        return list(pool.map(one, values))
+
+
+def _delta(server: ServerProcess | RealTriton, values: list[int]) -> tuple[list[str], dict]:
+    """The answers to ``values`` and what they changed in ``_counts`` (only what changed)."""
+    before = _counts(server)
+    answers = _send(server, values)
+    # NOTE: both report a batch's statistics after its answers are sent
+    deadline = time.monotonic() + 5
+    after = _counts(server)
+    while after["success"] + after["fail"] < before["success"] + before["fail"] + len(values):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+        after = _counts(server)
+    return answers, {k: after[k] - before[k] for k in after if after[k] != before[k]}
+
+
+RETURNED = {
+    "success": 1,
+    "queue": 1,
+    "compute_infer": 1,
+    "inference_count": 1,
+    "execution_count": 1,
+    "nv_inference_request_success": 1.0,
+    "nv_inference_count": 1.0,
+}
+
+
+def test_a_returned_error_counts_as_executed(
+    servers: dict[str, ServerProcess | RealTriton],
+) -> None:
+    for name, server in servers.items():
+        assert _delta(server, [-1]) == (["StatusCode.INTERNAL: negative"], RETURNED), name
+
+
+def test_a_returned_error_in_a_batch_counts_as_executed(
+    servers: dict[str, ServerProcess | RealTriton],
+) -> None:
+    expected = {k: 2 * v for k, v in RETURNED.items()}
+    expected["execution_count"] = 1
+    for name, server in servers.items():
+        assert _delta(server, [-1, 5]) == (["StatusCode.INTERNAL: negative", "[[5]]"], expected), (
+            name
+        )
+
+
+def test_an_execute_that_raises_counts_as_failed(
+    servers: dict[str, ServerProcess | RealTriton],
+) -> None:
+    expected = {"fail": 1, "execution_count": 1, "nv_inference_request_failure": 1.0}
+    for name, server in servers.items():
+        answers, delta = _delta(server, [-2])
+        assert answers == [
+            "StatusCode.INTERNAL: Failed to process the request(s) for model 'err_py_0', "
+            "message: RuntimeError: boom"
+        ], name
+        assert delta == expected, name
