@@ -38,13 +38,17 @@ MODEL = """
 import triton_python_backend_utils as pb_utils
 
 
+def check(x):
+    if int(x.reshape(-1)[0]) == -2:
+        raise RuntimeError("boom")
+
+
 class TritonPythonModel:
     def execute(self, requests):
         out = []
         for r in requests:
             x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-            if int(x.reshape(-1)[0]) == -2:
-                raise RuntimeError("boom")
+            check(x)
             if int(x.reshape(-1)[0]) < 0:
                 out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("negative")))
             else:
@@ -159,3 +163,39 @@ def test_an_execute_that_raises_counts_as_failed(
             "message: RuntimeError: boom"
         ], name
         assert delta == expected, name
+
+
+def _raised(server: ServerProcess | RealTriton, model: str) -> str:
+    """The whole message of a call to ``model`` with INPUT0 -2 (its execute raises)."""
+    t = grpcclient.InferInput("INPUT0", [1, 1], "INT32")
+    t.set_data_from_numpy(np.array([[-2]], np.int32))
+    with (
+        grpcclient.InferenceServerClient(server.url) as c,
+        pytest.raises(InferenceServerException) as e,
+    ):
+        c.infer(model, [t])
+    return e.value.message()
+
+
+def _line(text: str) -> int:
+    """The line of err_py's model.py that is ``text`` (indentation aside)."""
+    return next(i for i, src in enumerate(MODEL.splitlines(), 1) if src.strip() == text)
+
+
+def test_an_execute_that_raises_names_the_models_frames(
+    servers: dict[str, ServerProcess | RealTriton],
+) -> None:
+    # the stub's words (pybind11's error_already_set::what()): "\n\nAt:\n", then one line
+    # per frame of the model's code, the innermost first, up to execute
+    raised, called = _line('raise RuntimeError("boom")'), _line("check(x)")
+    frames = [f"err_py/1/model.py({raised}): check\n", f"err_py/1/model.py({called}): execute\n"]
+    for name, server in servers.items():
+        first, at = _raised(server, "err_py").split("\n\nAt:\n")
+        assert first == (
+            "Failed to process the request(s) for model 'err_py_0', message: RuntimeError: boom"
+        ), name
+        lines = at.split("  ")[1:]
+        assert [line.endswith(f) for line, f in zip(lines, frames, strict=True)] == [True] * 2, (
+            name,
+            at,
+        )

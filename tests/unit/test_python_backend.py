@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import sys
 import textwrap
 import threading
@@ -183,9 +184,13 @@ def test_execute_raising_fails_the_whole_batch(backend: PythonBackend) -> None:
     for r in results:
         assert isinstance(r, ErrorInfo)
         assert r.code == ErrorCode.INTERNAL
-        assert r.message == (
+        # the stub's words (pybind11's error_already_set::what()): the model's frames,
+        # the innermost first, up to execute
+        first, at = r.message.split("\n\nAt:\n")
+        assert first == (
             "Failed to process the request(s) for model 'm_0', message: ValueError: ninety-nine"
         )
+        assert re.fullmatch(r"  \S+/model\.py\(\d+\): execute\n", at), at
     ok, _ = backend.execute([_req(1)])
     assert isinstance(ok[0], dict), "the instance goes on"
 

@@ -67,6 +67,7 @@ from triton_mp.backends.python import pb_utils
 from triton_mp.backends.python.model_module import (
     MODEL_CLASS,
     describe_exception,
+    describe_execute_failure,
     import_model_module,
     install_pb_utils,
     model_class,
@@ -223,7 +224,7 @@ class PythonBackend:
             info = ErrorInfo(
                 ErrorCode.INTERNAL,
                 f"Failed to process the request(s) for model '{self._instance_name}', "
-                f"message: {describe_exception(exc)}",
+                f"message: {describe_execute_failure(exc)}",
                 self._origin,
             )
             if self._decoupled:

@@ -12,6 +12,7 @@ import importlib.util
 import itertools
 import re
 import sys
+import sysconfig
 import types
 from pathlib import Path
 
@@ -37,6 +38,35 @@ def describe_exception(exc: BaseException) -> str:
     """``"Class: message"`` for an exception raised by user code (no module path)."""
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+_PACKAGE = str(Path(__file__).resolve().parents[2])
+"""triton-mp's package directory."""
+_CALLERS = (_PACKAGE, sysconfig.get_paths()["stdlib"])
+"""Where the frames that call a model's method live: triton-mp and the standard library."""
+
+
+def describe_execute_failure(exc: BaseException) -> str:
+    """An exception ``execute`` raised, as the python backend's stub words it (pybind11's
+    ``error_already_set::what()``): ``describe_exception``'s text, then, when the model's own
+    code is on the traceback, "\n\nAt:\n" and one "  <file>(<line>): <function>\n" per
+    frame, the innermost first, from the model's code up to the frame triton-mp called. Left
+    out: the callers (ours or the standard library's: the stub has none) and triton-mp's
+    frames the model called last (``pb_utils``, C++ in Triton: no frames there)."""
+    frames: list[tuple[str, int, str]] = []
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_CALLERS):
+        tb = tb.tb_next
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        frames.append((code.co_filename, tb.tb_lineno, code.co_name))
+        tb = tb.tb_next
+    while frames and frames[-1][0].startswith(_PACKAGE):
+        frames.pop()
+    text = describe_exception(exc)
+    if not frames:
+        return text
+    return text + "\n\nAt:\n" + "".join(f"  {f}({n}): {name}\n" for f, n, name in reversed(frames))
 
 
 def import_model_module(model_file: str | Path, model_name: str) -> types.ModuleType:
