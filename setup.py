@@ -2,8 +2,10 @@
 system's libgrpc++ and libprotobuf, found with pkg-config; the message classes generated from
 ``protos/`` with protoc at build time, when a native source includes one), and the REQUEST
 record decoder, ``triton_mp.ipc._request_decoder``, and the workers' answer writer,
-``triton_mp.workers._answer_writer`` (both C++17 on the Python headers only; without them the
-workers decode records and write answers in Python). Everything else is in pyproject.toml.
+``triton_mp.workers._answer_writer`` (both C++17 on the Python headers only), and the
+workers' batch gather, ``triton_mp.workers._batch_gather`` (on numpy's headers too); without
+them the workers decode records, build requests and write answers in Python. Everything else
+is in pyproject.toml.
 
 Every extension is optional: where the toolchain or the libraries are missing, or the build
 fails, the build prints one line and goes on, and the server's Python frontend serves every
@@ -13,6 +15,7 @@ gRPC call (``frontend.native`` logs that at start). ``TRITON_MP_NATIVE=0`` skips
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 import subprocess
@@ -27,8 +30,13 @@ HERE = Path(__file__).resolve().parent
 NATIVE = Path("src/triton_mp/frontend/native")
 DECODER = "triton_mp.ipc._request_decoder"
 ANSWER_WRITER = "triton_mp.workers._answer_writer"
+BATCH_GATHER = "triton_mp.workers._batch_gather"
 PLAIN = (DECODER, ANSWER_WRITER)
 """The extensions on the Python headers alone (built by build_ext as they are)."""
+WITH_NUMPY = (BATCH_GATHER,)
+"""The extensions on the Python and numpy headers (numpy: a build requirement in
+pyproject.toml, so that pip's isolated build has its headers; without numpy the extension
+is not built and the workers build the batch's views in Python)."""
 PROTOS = ("grpc_service.proto", "model_config.proto")
 FLAGS = ["-std=c++17", "-O2", "-g0", "-fvisibility=hidden"]
 WARNINGS = ["-Wall", "-Wextra", "-Werror"]
@@ -71,7 +79,11 @@ class BuildNative(build_ext):
 
     def build_extension(self, ext: Extension) -> None:
         try:
-            if ext.name in PLAIN:
+            if ext.name in WITH_NUMPY:
+                import numpy  # noqa: PLC0415 (only this extension needs it, at build time)
+
+                ext.include_dirs = [numpy.get_include()]
+            if ext.name in PLAIN or ext.name in WITH_NUMPY:
                 ext.extra_compile_args = FLAGS + WARNINGS + _sanitize()
                 ext.extra_link_args = _sanitize()
                 super().build_extension(ext)
@@ -159,7 +171,11 @@ def _extensions() -> list[Extension]:
         Extension(
             ANSWER_WRITER, ["src/triton_mp/workers/native/answer_writer.cc"], language="c++"
         ),
-    ]
+    ] + (
+        [Extension(BATCH_GATHER, ["src/triton_mp/workers/native/batch_gather.cc"], language="c++")]
+        if importlib.util.find_spec("numpy") is not None
+        else []  # NOTE: no numpy headers here: the workers build the batch's views in Python
+    )
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildNative})

@@ -6,8 +6,10 @@ a worker): a REQUEST record (bytes, as the scheduler hands the frontend's record
 decoded by the C decoder where it is built (``ipc/native/request_decoder.cc``) and takes it,
 else by ``ipc.recordio.request_records.RequestDecoder``; an input of a fixed-size type in an
 arena is a numpy view made here (``tensor_io.request_inputs``' hot path), anything else goes
-through ``tensor_io``. A model with implicit state also gets its state inputs and outputs
-(``workers.sequence_state``).
+through ``tensor_io``. A batch whose every request is that plain (no client output region)
+gets its views and ``BackendRequest`` s in one call of the C twin of that loop where it is
+built (``workers/native/batch_gather.cc``), which declines every other batch. A model with
+implicit state also gets its state inputs and outputs (``workers.sequence_state``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 from triton_mp.backends.base import BackendRequest, Result
 from triton_mp.common.errors import TritonMPError
 from triton_mp.ipc import SegmentCache
-from triton_mp.ipc.protocol.messages import ErrorInfo, InferRequest
+from triton_mp.ipc.protocol.messages import ErrorInfo, InferRequest, TensorRef
 from triton_mp.ipc.recordio.request_records import RequestDecoder
 from triton_mp.workers.sequence_state import SequenceStates
 from triton_mp.workers.tensors.tensor_io import (
@@ -35,6 +37,14 @@ try:
     from triton_mp.ipc import _request_decoder as native_decoder  # type: ignore[attr-defined,unused-ignore]
 except ImportError:  # NOTE: not built (setup.py): RequestDecoder decodes in Python
     native_decoder = None  # type: ignore[assignment,unused-ignore]
+try:
+    # NOTE: the C twin of backend_requests' loop (workers/native/batch_gather.cc; built on
+    # numpy's headers); either ignore may be unused, as above.
+    from triton_mp.workers import _batch_gather as native_gather  # type: ignore[attr-defined,unused-ignore]
+except ImportError:  # NOTE: not built (setup.py): the loop below builds every batch
+    native_gather = None  # type: ignore[assignment,unused-ignore]
+else:
+    native_gather.configure(InferRequest, TensorRef, BackendRequest, FIXED_DTYPES)
 
 
 class BatchRequests:
@@ -45,9 +55,20 @@ class BatchRequests:
         regions: the clients' mapped regions (inputs a request reads from there).
         states: the model's implicit state (None: the model has none).
         origin: the ``ErrorInfo.origin`` of an unreadable input's error.
+        native: build plain batches in C where the extension is built (False: the Python
+            loop, the twin; tests).
     """
 
-    __slots__ = ("_cache", "_decoder", "_native", "_origin", "_regions", "_states")
+    __slots__ = (
+        "_buf_of",
+        "_cache",
+        "_decoder",
+        "_gather",
+        "_native",
+        "_origin",
+        "_regions",
+        "_states",
+    )
 
     def __init__(
         self,
@@ -55,6 +76,7 @@ class BatchRequests:
         regions: ClientRegions,
         states: SequenceStates | None,
         origin: str,
+        native: bool = True,
     ) -> None:
         self._cache = cache
         self._regions = regions
@@ -62,6 +84,10 @@ class BatchRequests:
         self._origin = origin
         self._decoder = RequestDecoder()
         self._native = native_decoder.decode if native_decoder is not None else None
+        self._gather = (
+            native_gather.backend_requests if native_gather is not None and native else None
+        )
+        self._buf_of = lambda segment: cache.get(segment).buf
 
     def decoded(self, entries: tuple[InferRequest | bytes, ...]) -> tuple[InferRequest, ...]:
         """A ``BatchAssign``'s requests, each an ``InferRequest`` (what
@@ -97,6 +123,12 @@ class BatchRequests:
                 except TritonMPError as e:
                     results[i] = ErrorInfo(e.code, e.message, self._origin)
             return runnable, backend_reqs
+        if self._gather is not None:
+            # NOTE: a batch of plain requests (arena inputs of fixed-size types, no client
+            # output region) in one C call; None: one is not, and the loop below builds all.
+            built = self._gather(reqs, self._buf_of)
+            if built is not None:
+                return list(range(len(reqs))), built
         cache, regions = self._cache, self._regions
         fixed_of = FIXED_DTYPES
         ndarray = np.ndarray
