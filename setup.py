@@ -1,8 +1,9 @@
 """Builds the native gRPC data path, ``triton_mp.frontend.native._native`` (C++17 on the
 system's libgrpc++ and libprotobuf, found with pkg-config; the message classes generated from
 ``protos/`` with protoc at build time, when a native source includes one), and the REQUEST
-record decoder, ``triton_mp.ipc._request_decoder``, and the workers' answer writer,
-``triton_mp.workers._answer_writer`` (both C++17 on the Python headers only), and the
+record decoder, ``triton_mp.ipc._request_decoder``, the workers' answer writer,
+``triton_mp.workers._answer_writer`` and the python backend's request builder,
+``triton_mp.backends.python._pb_requests`` (C++17 on the Python headers only), and the
 workers' batch gather, ``triton_mp.workers._batch_gather`` (on numpy's headers too); without
 them the workers decode records, build requests and write answers in Python. Everything else
 is in pyproject.toml.
@@ -30,8 +31,9 @@ HERE = Path(__file__).resolve().parent
 NATIVE = Path("src/triton_mp/frontend/native")
 DECODER = "triton_mp.ipc._request_decoder"
 ANSWER_WRITER = "triton_mp.workers._answer_writer"
+PB_REQUESTS = "triton_mp.backends.python._pb_requests"
 BATCH_GATHER = "triton_mp.workers._batch_gather"
-PLAIN = (DECODER, ANSWER_WRITER)
+PLAIN = (DECODER, ANSWER_WRITER, PB_REQUESTS)
 """The extensions on the Python headers alone (built by build_ext as they are)."""
 WITH_NUMPY = (BATCH_GATHER,)
 """The extensions on the Python and numpy headers (numpy: a build requirement in
@@ -170,6 +172,9 @@ def _extensions() -> list[Extension]:
         Extension(DECODER, decoder, language="c++"),
         Extension(
             ANSWER_WRITER, ["src/triton_mp/workers/native/answer_writer.cc"], language="c++"
+        ),
+        Extension(
+            PB_REQUESTS, ["src/triton_mp/backends/python/native/pb_requests.cc"], language="c++"
         ),
     ] + (
         [Extension(BATCH_GATHER, ["src/triton_mp/workers/native/batch_gather.cc"], language="c++")]

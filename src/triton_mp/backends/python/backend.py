@@ -78,8 +78,23 @@ from triton_mp.backends.python.responses import (
     returned_list_refusal,
 )
 from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
-from triton_mp.ipc.protocol.messages import ErrorInfo
+from triton_mp.ipc.protocol.messages import ErrorInfo, InferRequest
 from triton_mp.ipc.protocol.specs import InstanceSpec, ModelVersionSpec
+
+try:
+    # NOTE: the C twin of _pb_requests' plain case (backends/python/native/pb_requests.cc);
+    # mypy sees the extension only where it is built: either ignore may be unused.
+    from triton_mp.backends.python import _pb_requests as native_requests  # type: ignore[attr-defined,unused-ignore]
+except ImportError:  # NOTE: not built (setup.py): _pb_requests builds every batch
+    native_requests = None  # type: ignore[assignment,unused-ignore]
+else:
+    native_requests.configure(
+        pb_utils.Tensor,
+        pb_utils.InferenceRequest,
+        BackendRequest,
+        InferRequest,
+        pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL,
+    )
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +183,8 @@ class PythonBackend:
             cast(BackendRequest, r).token
         )
         self._is_async = inspect.iscoroutinefunction(execute)
+        self._native_requests = native_requests.build if native_requests is not None else None
+        """``_pb_requests``' C twin (None: not built; tests set it to None for the twin)."""
         self.has_ready_check = callable(getattr(self._model, "is_ready", None))
         """The model defines ``is_ready()`` (python_be.cc: checked once, after initialize)."""
         log.info("python model %s initialized", model_file)
@@ -429,12 +446,24 @@ class PythonBackend:
     ) -> list[pb_utils.InferenceRequest]:
         """The ``InferenceRequest`` of each request, as ``execute`` hands them to the model
         (one loop per batch, what it reads of the backend read once: the hot path)."""
-        make = pb_utils._backend_request  # noqa: SLF001 - the backend builds pb_utils' requests
-        new_tensor = pb_utils.Tensor.__new__
-        tensor_type = pb_utils.Tensor
         model, version = self._spec.model, self._spec.version
         sender_for, cancelled = self._sender_for, self._request_cancelled
         plain = not self._decoupled and not self._input_reshape
+        if plain and sequence is None and self._native_requests is not None:
+            # NOTE: the batch's requests in one C call (untraced BackendRequests of
+            # InferRequests); None: one is not, and the loop below builds all.
+            built = self._native_requests(
+                requests if type(requests) is list else list(requests),
+                model,
+                version,
+                sender_for,
+                cancelled,
+            )
+            if built is not None:
+                return built  # type: ignore[no-any-return]
+        make = pb_utils._backend_request  # noqa: SLF001 - the backend builds pb_utils' requests
+        new_tensor = pb_utils.Tensor.__new__
+        tensor_type = pb_utils.Tensor
         out = []
         for i, r in enumerate(requests):
             if plain:
