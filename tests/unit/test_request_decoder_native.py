@@ -10,6 +10,8 @@ import random
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from triton_mp.ipc.protocol.messages import (
     BlockRef,
@@ -211,3 +213,91 @@ def test_not_a_request_record_is_refused() -> None:
     ):
         with pytest.raises(ValueError, match="malformed request record"):
             native.decode(bad)
+
+
+def test_decode_all_is_the_loop_over_the_batch() -> None:
+    """``decode_all`` (``BatchRequests.decoded``'s C twin): records decoded, messages as they
+    are, a traced record through the fallback only, in batch order."""
+    rnd = random.Random(38)
+    python = RequestDecoder(native=False)
+    fallen: list[bytes] = []
+
+    def fallback(rec: bytes) -> InferRequest:
+        fallen.append(rec)
+        return python.decode(rec)
+
+    for _ in range(200):
+        reqs = [
+            rnd.choice((_random_request, _random_tailed_request))(rnd)
+            for _ in range(rnd.randint(0, 6))
+        ]
+        traced = {i for i in range(len(reqs)) if rnd.random() < 0.15}
+        reqs = [
+            msgspec.structs.replace(r, trace=TraceContext(4)) if i in traced else r
+            for i, r in enumerate(reqs)
+        ]
+        entries = tuple(r if rnd.random() < 0.2 else encode_request(r) for r in reqs)
+        fallen.clear()
+        got = native.decode_all(entries, fallback)
+        assert type(got) is tuple
+        assert got == tuple(reqs)
+        for e, g in zip(entries, got, strict=True):
+            if not isinstance(e, bytes):
+                assert g is e
+        assert fallen == [e for i, e in enumerate(entries) if i in traced and isinstance(e, bytes)]
+
+
+def test_decode_all_refuses_a_malformed_record() -> None:
+    rec = encode_request(_random_request(random.Random(3)))
+    assert rec is not None
+    with pytest.raises(ValueError, match="malformed request record"):
+        native.decode_all((rec, rec[:50]), RequestDecoder(native=False).decode)
+
+
+_SITE_STRINGS = st.sampled_from(("INPUT0", "INPUT1", "INPUT", "é", "ab", "", "a" * 40, "\x00"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            _SITE_STRINGS,
+            _SITE_STRINGS,
+            _SITE_STRINGS,
+            st.lists(st.integers(-2, 2**63 - 1), max_size=9),
+            st.integers(0, 9),
+        ),
+        min_size=2,
+        max_size=12,
+    )
+)
+def test_strings_and_shapes_kept_from_the_last_record_are_never_stale(
+    forms: list[tuple[str, str, str, list[int], int]],
+) -> None:
+    """Consecutive records with the same or nearly the same names, segments and shapes at
+    each place (the decoder keeps the last ones and reuses them when the bytes match):
+    each decodes as the Python decoder decodes it."""
+    python = RequestDecoder(native=False)
+    for name, segment, other, dims, n in forms:
+        shape = tuple(dims[:8])
+        inputs = tuple(
+            TensorRef(name if i % 2 else other, "FP32", shape[: 8 - i % 3], segment, i, 4)
+            for i in range(n)
+        )
+        req = InferRequest(
+            request_id=1,
+            reply_to=ReplyTo(Requester.FRONTEND, 0),
+            model=other,
+            version=1,
+            batch_size=1,
+            inputs=inputs,
+            outputs=tuple(name + str(i % 2) for i in range(n)),
+            block=BlockRef(segment, 0),
+            arrival_ns=1,
+            client_id=name,
+        )
+        rec = encode_request(req)
+        assert rec is not None
+        got = native.decode(rec)
+        assert got == req
+        assert got == python.decode(rec)

@@ -15,7 +15,12 @@
 // string not UTF-8) raises ValueError, as the Python decoder does.
 //
 // Why: a worker decodes every request of its batch; in Python that was 19% of its CPU
-// (bench/README.md, issue 34), in C it costs what building the objects costs.
+// (bench/README.md, issue 34), in C it costs what building the objects costs. So decode_all
+// takes a whole BatchAssign's entries in one call (BatchRequests.decoded's loop), and the
+// objects that repeat from one request to the next are made once: the last ASCII string at
+// each place of a record (model, client id, block segment, the first 8 inputs' names and
+// segments and outputs' names: StringSite) and each input's last shape tuple (ShapeSite)
+// are reused while the record's bytes match, and the ReplyTo is read_header's kept one.
 //
 // read_header() is the scheduler's half: the header fields batching reads, into a
 // RequestRecord (Python twin: HeaderReader.read in request_records.py, which calls this
@@ -95,27 +100,99 @@ PyObject* String(const uint8_t* data, size_t size, uint64_t off, uint64_t len) {
                               static_cast<Py_ssize_t>(len), "strict");
 }
 
+// The last ASCII string decoded at one place of a record (the model name, an input's name,
+// ...): consecutive requests repeat them, so the str is made once and shared (str is
+// immutable; the twin's _Form shares its names the same way).
+class StringSite {
+ public:
+  // The string at [off, off + len) of the record (a new reference), or nullptr with
+  // ValueError set.
+  PyObject* Get(const uint8_t* data, size_t size, uint64_t off, uint64_t len) {
+    if (off > size || len > size - off) return Malformed("a string lies outside the record");
+    PyObject* last = last_;
+    if (last != nullptr && static_cast<uint64_t>(PyUnicode_GET_LENGTH(last)) == len &&
+        std::memcmp(PyUnicode_DATA(last), data + off, len) == 0) {
+      return Py_NewRef(last);  // NOTE: ASCII only is kept: its characters are its bytes
+    }
+    PyObject* made = String(data, size, off, len);
+    if (made != nullptr && PyUnicode_IS_COMPACT_ASCII(made)) Py_XSETREF(last_, Py_NewRef(made));
+    return made;
+  }
+
+ private:
+  PyObject* last_ = nullptr;  // NOTE: owned, kept for the process (no destructor at exit)
+};
+
+// The last shape tuple made for one input of a record (same reuse as StringSite).
+class ShapeSite {
+ public:
+  // The tuple of the first `ndim` dims (a new reference), or nullptr with the error set.
+  PyObject* Get(const int64_t* dims, uint8_t ndim) {
+    if (last_ != nullptr && ndim == ndim_ && std::memcmp(dims, dims_, ndim * sizeof(int64_t)) == 0) {
+      return Py_NewRef(last_);
+    }
+    Ref shape(PyTuple_New(ndim));
+    if (!shape) return nullptr;
+    for (uint8_t d = 0; d < ndim; ++d) {
+      PyObject* dim = PyLong_FromLongLong(dims[d]);
+      if (dim == nullptr) return nullptr;
+      PyTuple_SET_ITEM(shape.get(), d, dim);
+    }
+    std::memcpy(dims_, dims, ndim * sizeof(int64_t));
+    ndim_ = ndim;
+    Py_XSETREF(last_, Py_NewRef(shape.get()));
+    return shape.release();
+  }
+
+ private:
+  PyObject* last_ = nullptr;  // NOTE: owned, kept for the process (as StringSite's)
+  uint8_t ndim_ = 0;
+  int64_t dims_[rec::kMaxDims] = {};
+};
+
+constexpr size_t kSitesKept = 8;  // the first 8 inputs and outputs of a record have sites
+
+// Every place of a record with a site; kept for the process (a worker serves one model).
+struct Sites {
+  StringSite model, client_id, block_segment;
+  StringSite input_name[kSitesKept], input_segment[kSitesKept], output[kSitesKept];
+  ShapeSite shape[kSitesKept];
+};
+Sites g_sites;
+
+PyObject* ReplyOf(uint8_t kind, uint32_t id);  // below, with read_header's caches
+
+// A string at a site when there is one (i < kSitesKept), else decoded.
+PyObject* StringAt(StringSite* sites, size_t i, const uint8_t* data, size_t size, uint64_t off,
+                   uint64_t len) {
+  return i < kSitesKept ? sites[i].Get(data, size, off, len) : String(data, size, off, len);
+}
+
 PyObject* Call(PyObject* fn, PyObject* const* args, size_t nargs, PyObject* kwnames = nullptr) {
   return PyObject_Vectorcall(fn, args, nargs, kwnames);
 }
 
-// One input: TensorRef(name, datatype, shape, segment, offset, nbytes, region_id).
-PyObject* Input(const uint8_t* data, size_t size, size_t at) {
+// Input i: TensorRef(name, datatype, shape, segment, offset, nbytes, region_id).
+PyObject* Input(const uint8_t* data, size_t size, size_t at, uint16_t i) {
   rec::TensorEntry e;
   std::memcpy(&e, data + at, sizeof e);
   if (e.ndim > rec::kMaxDims) return Malformed("an input has more than 8 dims");
   if (e.dtype >= PyTuple_GET_SIZE(g_types.wire)) return Malformed("unknown datatype");
-  Ref name(String(data, size, e.name_off, e.name_len));
+  Ref name(StringAt(g_sites.input_name, i, data, size, e.name_off, e.name_len));
   if (!name) return nullptr;
-  Ref segment(String(data, size, e.segment_off, e.segment_len));
+  Ref segment(StringAt(g_sites.input_segment, i, data, size, e.segment_off, e.segment_len));
   if (!segment) return nullptr;
-  Ref shape(PyTuple_New(e.ndim));
-  if (!shape) return nullptr;
-  for (uint8_t d = 0; d < e.ndim; ++d) {
-    PyObject* dim = PyLong_FromLongLong(e.shape[d]);
-    if (dim == nullptr) return nullptr;
-    PyTuple_SET_ITEM(shape.get(), d, dim);
+  Ref shape(i < kSitesKept ? g_sites.shape[i].Get(e.shape, e.ndim) : nullptr);
+  if (i >= kSitesKept) {
+    shape.reset(PyTuple_New(e.ndim));
+    if (!shape) return nullptr;
+    for (uint8_t d = 0; d < e.ndim; ++d) {
+      PyObject* dim = PyLong_FromLongLong(e.shape[d]);
+      if (dim == nullptr) return nullptr;
+      PyTuple_SET_ITEM(shape.get(), d, dim);
+    }
   }
+  if (!shape) return nullptr;
   Ref offset(PyLong_FromUnsignedLongLong(e.offset));
   Ref nbytes(PyLong_FromUnsignedLongLong(e.nbytes));
   Ref region(PyLong_FromUnsignedLongLong(e.region_id));
@@ -131,7 +208,8 @@ PyObject* Inputs(const uint8_t* data, size_t size, uint16_t n) {
   Ref out(PyTuple_New(n));
   if (!out) return nullptr;
   for (uint16_t i = 0; i < n; ++i) {
-    PyObject* t = Input(data, size, sizeof(rec::RequestHeader) + i * sizeof(rec::TensorEntry));
+    PyObject* t =
+        Input(data, size, sizeof(rec::RequestHeader) + i * sizeof(rec::TensorEntry), i);
     if (t == nullptr) return nullptr;
     PyTuple_SET_ITEM(out.get(), i, t);
   }
@@ -144,7 +222,7 @@ PyObject* Outputs(const uint8_t* data, size_t size, size_t at, uint16_t n) {
   for (uint16_t i = 0; i < n; ++i, at += sizeof(rec::OutputEntry)) {
     rec::OutputEntry e;
     std::memcpy(&e, data + at, sizeof e);
-    PyObject* name = String(data, size, e.name_off, e.name_len);
+    PyObject* name = StringAt(g_sites.output, i, data, size, e.name_off, e.name_len);
     if (name == nullptr) return nullptr;
     PyTuple_SET_ITEM(out.get(), i, name);
   }
@@ -187,11 +265,11 @@ PyObject* Decode(const uint8_t* data, size_t size) {
   if (!inputs) return nullptr;
   Ref outputs(Outputs(data, size, entries, h.n_outputs));
   if (!outputs) return nullptr;
-  Ref model(String(data, size, h.model_off, h.model_len));
+  Ref model(g_sites.model.Get(data, size, h.model_off, h.model_len));
   if (!model) return nullptr;
-  Ref client_id(String(data, size, h.client_id_off, h.client_id_len));
+  Ref client_id(g_sites.client_id.Get(data, size, h.client_id_off, h.client_id_len));
   if (!client_id) return nullptr;
-  Ref segment(String(data, size, h.block_seg_off, h.block_seg_len));
+  Ref segment(g_sites.block_segment.Get(data, size, h.block_seg_off, h.block_seg_len));
   if (!segment) return nullptr;
   Ref block_offset(PyLong_FromUnsignedLongLong(h.block_offset));
   Ref generation(PyLong_FromUnsignedLong(h.block_generation));
@@ -199,11 +277,7 @@ PyObject* Decode(const uint8_t* data, size_t size) {
   PyObject* block_args[] = {segment.get(), block_offset.get(), generation.get()};
   Ref block(Call(g_types.block_ref, block_args, 3));
   if (!block) return nullptr;
-  Ref kind(PyLong_FromLong(h.reply_kind));
-  Ref reply_id(PyLong_FromUnsignedLong(h.reply_id));
-  if (!kind || !reply_id) return nullptr;
-  PyObject* reply_args[] = {kind.get(), reply_id.get()};
-  Ref reply(Call(g_types.reply_to, reply_args, 2));
+  Ref reply(ReplyOf(h.reply_kind, h.reply_id));  // NOTE: reply_to's object, kept
   if (!reply) return nullptr;
   Ref request_id(PyLong_FromUnsignedLongLong(h.request_id));
   Ref version(PyLong_FromLongLong(h.model_version));
@@ -324,6 +398,42 @@ PyObject* DecodeRequest(PyObject* /*module*/, PyObject* buf) {
   return Decode(view.data(), view.size());
 }
 
+// decode_all(entries, fallback) -> tuple: BatchRequests.decoded's loop (its Python twin,
+// workers/tensors/batch_requests.py): each bytes entry decoded, one this declines by
+// fallback(entry) (the Python decoder), any other entry as it is.
+PyObject* DecodeAll(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyTuple_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "decode_all(entries: tuple, fallback)");
+    return nullptr;
+  }
+  if (g_types.infer_request == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+    return nullptr;
+  }
+  PyObject* entries = args[0];
+  const Py_ssize_t n = PyTuple_GET_SIZE(entries);
+  Ref out(PyTuple_New(n));
+  if (!out) return nullptr;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* e = PyTuple_GET_ITEM(entries, i);
+    PyObject* req;
+    if (!PyBytes_CheckExact(e)) {
+      req = Py_NewRef(e);
+    } else {
+      req = Decode(reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(e)),
+                   static_cast<size_t>(PyBytes_GET_SIZE(e)));
+      if (req == Py_None) {
+        Py_DECREF(req);
+        PyObject* fallback_args[] = {e};
+        req = PyObject_Vectorcall(args[1], fallback_args, 1, nullptr);
+      }
+    }
+    if (req == nullptr) return nullptr;
+    PyTuple_SET_ITEM(out.get(), i, req);
+  }
+  return out.release();
+}
+
 void Keep(PyObject** slot, PyObject* value) {
   Py_INCREF(value);
   Py_XSETREF(*slot, value);
@@ -382,6 +492,10 @@ PyMethodDef kMethods[] = {
      "configure_tail(tail_of): tail bytes -> RequestTail, so that decode() reads tails."},
     {"decode", DecodeRequest, METH_O,
      "decode(buffer) -> InferRequest | None (None: a trace level; decode in Python)."},
+    {"decode_all", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(DecodeAll)),
+     METH_FASTCALL,
+     "decode_all(entries, fallback) -> tuple: each bytes entry decoded (fallback(entry) where "
+     "decode declines), any other as it is."},
     {"configure_header", ConfigureHeader, METH_O,
      "configure_header(RequestRecord): the class read_header builds."},
     {"read_header", ReadHeaderCall, METH_O,

@@ -4,7 +4,8 @@ request's inputs viewed in shared memory, one ``BackendRequest`` each.
 Imported by ``workers.worker``. One loop per batch for each step (the per-request hot path of
 a worker): a REQUEST record (bytes, as the scheduler hands the frontend's record on) is
 decoded by the C decoder where it is built (``ipc/native/request_decoder.cc``) and takes it,
-else by ``ipc.recordio.request_records.RequestDecoder``; an input of a fixed-size type in an
+else by ``ipc.recordio.request_records.RequestDecoder`` (the whole batch's in one call of
+the C decoder's ``decode_all`` where it is built); an input of a fixed-size type in an
 arena is a numpy view made here (``tensor_io.request_inputs``' hot path), anything else goes
 through ``tensor_io``. A batch whose every request is that plain (no client output region)
 gets its views and ``BackendRequest`` s in one call of the C twin of that loop where it is
@@ -55,13 +56,14 @@ class BatchRequests:
         regions: the clients' mapped regions (inputs a request reads from there).
         states: the model's implicit state (None: the model has none).
         origin: the ``ErrorInfo.origin`` of an unreadable input's error.
-        native: build plain batches in C where the extension is built (False: the Python
-            loop, the twin; tests).
+        native: decode a batch's records in one C call and build plain batches in C where
+            the extensions are built (False: the Python loops, the twins; tests).
     """
 
     __slots__ = (
         "_buf_of",
         "_cache",
+        "_decode_all",
         "_decoder",
         "_gather",
         "_native",
@@ -84,6 +86,12 @@ class BatchRequests:
         self._origin = origin
         self._decoder = RequestDecoder()
         self._native = native_decoder.decode if native_decoder is not None else None
+        # NOTE: an extension built before decode_all has none: the loop decodes.
+        self._decode_all = (
+            getattr(native_decoder, "decode_all", None)
+            if native_decoder is not None and native
+            else None
+        )
         self._gather = (
             native_gather.backend_requests if native_gather is not None and native else None
         )
@@ -96,6 +104,9 @@ class BatchRequests:
         Raises:
             ValueError: an entry is bytes but no version-2 REQUEST record.
         """
+        if self._decode_all is not None:
+            # NOTE: the loop below in one C call (ipc/native/request_decoder.cc, decode_all).
+            return self._decode_all(entries, self._decoder.decode)  # type: ignore[no-any-return]
         native = self._native
         out = []
         for e in entries:
