@@ -117,10 +117,20 @@ def test_every_trace_names_orders_and_times_its_events(repo: Path, tmp_path: Pat
         ins[1].set_data_from_numpy(np.array([1, 1, 1], np.uint32))
         ins[2].set_data_from_numpy(np.array([0], np.uint32))
         t0 = time.monotonic_ns()
-        g.async_stream_infer("repeat_int32", ins, request_id="decoupled0")
-        for _ in range(3):
+        # NOTE: the window closes at the final flag, not at the third response: the request
+        # ends (REQUEST_END) when its final flag is in, which may follow the last response
+        g.async_stream_infer(
+            "repeat_int32", ins, request_id="decoupled0", enable_empty_final_response=True
+        )
+        responses = 0
+        while True:
             r, e = results.get(timeout=30)
             assert e is None
+            final = r.get_response().parameters["triton_final_response"].bool_param
+            responses += not final or bool(r.get_response().outputs)
+            if final:
+                break
+        assert responses == 3
         windows["decoupled0"] = (t0, time.monotonic_ns())
         g.stop_stream()
         g.close()
@@ -145,7 +155,8 @@ def test_every_trace_names_orders_and_times_its_events(repo: Path, tmp_path: Pat
             assert header["model_name"] == "repeat_int32"
             names = [n for n, _ in t["stamps"]]
             assert names.count("INFER_RESPONSE_COMPLETE") == 3
-            assert names.count("GRPC_SEND_START") == names.count("GRPC_SEND_END") == 3
+            # three responses and the empty final one the client asked for
+            assert names.count("GRPC_SEND_START") == names.count("GRPC_SEND_END") == 4
             at = dict(t["stamps"])
             order = ["GRPC_WAITREAD_END", "REQUEST_START", "QUEUE_START", "COMPUTE_START"]
             assert [at[n] for n in order] == sorted(at[n] for n in order)
