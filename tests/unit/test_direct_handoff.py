@@ -41,13 +41,14 @@ from triton_mp.ipc.protocol.messages import (
     WorkerDied,
     direct_batch_id,
 )
-from triton_mp.ipc.protocol.specs import BatchingSpec, SequenceSpec
+from triton_mp.ipc.protocol.specs import BatchingSpec, QueuePolicySpec, SequenceSpec
 from triton_mp.ipc.recordio.codec import Decoder
 from triton_mp.ipc.recordio.records import decode_request
 from triton_mp.scheduler.direct import CLAIM_TIMEOUT_NS
 
 NODELAY = model_spec("nodelay", (0, 1), batching=BatchingSpec(kind="dynamic", max_batch_size=8))
 DELAYED = model_spec("delayed", (2,))  # dynamic batching, 100 µs delay
+TIMED = QueuePolicySpec(default_timeout_us=10_000_000, allow_timeout_override=True)
 
 
 class FakeLeases:
@@ -117,6 +118,35 @@ def done(h: Harness, instance_id: int, batch_id: int) -> BatchDone:
         (BatchingSpec(kind="dynamic", max_batch_size=8), {"decoupled": True}, False, False),
         (BatchingSpec(kind="sequence"), {"sequence": SequenceSpec()}, False, False),
         (BatchingSpec(kind="ensemble"), {}, False, False),
+        # a queue timeout on any level: applied when the batch is formed (r13's F9)
+        (
+            BatchingSpec(kind="dynamic", max_batch_size=8, default_queue_policy=TIMED),
+            {},
+            False,
+            False,
+        ),
+        (
+            BatchingSpec(
+                kind="dynamic",
+                max_batch_size=8,
+                priority_levels=2,
+                priority_queue_policy={2: TIMED},
+            ),
+            {},
+            False,
+            False,
+        ),
+        # a policy without a timeout (a queue bound only) keeps the handoff
+        (
+            BatchingSpec(
+                kind="dynamic",
+                max_batch_size=8,
+                default_queue_policy=QueuePolicySpec(max_queue_size=4),
+            ),
+            {},
+            False,
+            True,
+        ),
     ],
 )
 def test_only_versions_the_scheduler_would_dispatch_at_once_are_eligible(

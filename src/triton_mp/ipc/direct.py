@@ -47,10 +47,16 @@ def handoff_eligible(spec: ModelVersionSpec, rate_limited: bool) -> bool:
     scheduler would dispatch such a request alone and at once (Triton's default scheduler,
     or a dynamic batcher with ``max_queue_delay_microseconds`` 0, the queue empty); not a
     sequence, ensemble or decoupled model, no ``preserve_ordering``, no rate limiter
-    (``--rate-limit execution_count``: batches wait for resources)."""
+    (``--rate-limit execution_count``: batches wait for resources), no queue policy with a
+    ``default_timeout_microseconds`` on any level: Triton applies the timeout when it forms
+    the batch (core ``PriorityQueue::ApplyPolicyAtCursor``), so a request whose timeout ran
+    out on its way to an idle instance is refused, which only the scheduler's pass checks."""
     b = spec.batching
     if b.kind == "dynamic":
         if b.max_queue_delay_us or b.preserve_ordering:
+            return False
+        levels = [b.default_queue_policy, *b.priority_queue_policy.values()]
+        if any(level.default_timeout_us for level in levels):
             return False
     elif b.kind != "default":
         return False
