@@ -38,7 +38,10 @@ RUN if ! python3 -c 'import ensurepip' >/dev/null 2>&1; then \
 # against the distribution's libgrpc++ and libprotobuf: a C++ compiler, pkg-config, protoc and
 # their -dev packages (the list of the README's set-up command), and Python's
 # headers where the base has none (a distribution's python3; the slim Python image has
-# them); the REQUEST record decoder (ipc/native) needs only Python's. Only setup.py, protos/
+# them); the REQUEST record decoder (ipc/native), the workers' answer writer and batch gather
+# (workers/native; the gather also numpy's headers, which pip's isolated build brings from
+# pyproject's build requirements) and the python backend's request objects
+# (backends/python/native) need only Python's. Only setup.py, protos/
 # and the extensions' own sources come in, so a change elsewhere in src/ does not compile
 # them again. The project's build makes a wheel of the extensions alone (README.md is
 # metadata only); their modules go into /native/site, laid out as the venv's site-packages,
@@ -60,11 +63,13 @@ COPY protos ./protos
 COPY src/triton_mp/frontend/native ./src/triton_mp/frontend/native
 COPY src/triton_mp/ipc/native ./src/triton_mp/ipc/native
 COPY src/triton_mp/ipc/records.h ./src/triton_mp/ipc/records.h
+COPY src/triton_mp/workers/native ./src/triton_mp/workers/native
+COPY src/triton_mp/backends/python/native ./src/triton_mp/backends/python/native
 RUN touch README.md \
     && python3 -m venv /native/venv \
     && /native/venv/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /native/wheel . \
     && /native/venv/bin/python -m zipfile --extract "$(echo /native/wheel/triton_mp-*.whl)" /native/tree \
-    && modules=(/native/tree/triton_mp/frontend/native/_native*.so /native/tree/triton_mp/ipc/_request_decoder*.so) \
+    && modules=(/native/tree/triton_mp/frontend/native/_native*.so /native/tree/triton_mp/ipc/_request_decoder*.so /native/tree/triton_mp/workers/_answer_writer*.so /native/tree/triton_mp/workers/_batch_gather*.so /native/tree/triton_mp/backends/python/_pb_requests*.so) \
     && site="/native/site$(python3 -c 'import sys; print(f"/opt/triton-mp/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages")')" \
     && for module in "${modules[@]}"; do \
          test -f "$module" || exit 1; \
@@ -129,6 +134,7 @@ ENV PATH=/opt/triton-mp/bin:$PATH \
 # The build fails unless the extensions load beside the venv's code on the runtime libraries.
 RUN python3 -c 'from triton_mp.frontend import native; assert native.available(), native.UNAVAILABLE' \
     && python3 -c 'from triton_mp.ipc import _request_decoder'
+RUN python3 -c 'from triton_mp.workers import _answer_writer, _batch_gather; from triton_mp.backends.python import _pb_requests'
 USER 1000:1000
 WORKDIR /tmp
 EXPOSE 8000 8001 8002

@@ -153,10 +153,12 @@ def test_the_project_is_installed_from_its_wheel() -> None:
     assert "[${EXTRAS}]" in installs[0]
     assert not any(" -e " in c or "install ." in c for c in commands), "no source install"
     runtime = stages()[-1]
-    assert runtime.commands()[-2:] == [
+    assert runtime.commands()[-3:] == [
         "python3 -c 'from triton_mp.frontend import native;"
         " assert native.available(), native.UNAVAILABLE'",
         "python3 -c 'from triton_mp.ipc import _request_decoder'",
+        "python3 -c 'from triton_mp.workers import _answer_writer, _batch_gather;"
+        " from triton_mp.backends.python import _pb_requests'",
     ]
     order = [i for i, _ in runtime.instructions if i in ("COPY", "RUN")]
     assert order[-1] == "RUN", "the check runs after the venv and the extension are in"
@@ -172,7 +174,17 @@ def test_the_native_layer_copies_what_setup_py_builds_the_extension_from() -> No
         "src/triton_mp/frontend/native ./src/triton_mp/frontend/native",
         "src/triton_mp/ipc/native ./src/triton_mp/ipc/native",
         "src/triton_mp/ipc/records.h ./src/triton_mp/ipc/records.h",
+        "src/triton_mp/workers/native ./src/triton_mp/workers/native",
+        "src/triton_mp/backends/python/native ./src/triton_mp/backends/python/native",
     ]
+    copied = [c.split()[0] for c in stage("native").values("COPY")]
+    # every extension's sources come in (session 11's answer writer did not, and the image
+    # served its Python twin): each source setup.py names lies under a COPY
+    for source in re.findall(r'"(src/triton_mp/[^"]+\.cc)"', (ROOT / "setup.py").read_text()):
+        assert any(source.startswith(c) for c in copied), source
+    modules = next(c for c in stage("native").commands() if "modules=(" in c)
+    for name in ("_native", "_request_decoder", "_answer_writer", "_batch_gather", "_pb_requests"):
+        assert f"/{name}*.so" in modules, name
     setup_py = (ROOT / "setup.py").read_text()
     assert 'NATIVE = Path("src/triton_mp/frontend/native")' in setup_py
     assert '"src/triton_mp/ipc/native/request_decoder.cc"' in setup_py
