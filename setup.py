@@ -2,8 +2,9 @@
 system's libgrpc++ and libprotobuf, found with pkg-config; the message classes generated from
 ``protos/`` with protoc at build time, when a native source includes one), and the REQUEST
 record decoder, ``triton_mp.ipc._request_decoder``, the workers' answer writer,
-``triton_mp.workers._answer_writer`` and the python backend's request builder,
-``triton_mp.backends.python._pb_requests`` (C++17 on the Python headers only), and the
+``triton_mp.workers._answer_writer`` and the python backend's request builder and result
+reader, ``triton_mp.backends.python._pb_requests`` and ``_pb_results`` (C++17 on the Python
+headers only), and the
 workers' batch gather, ``triton_mp.workers._batch_gather`` (on numpy's headers too); without
 them the workers decode records, build requests and write answers in Python. Everything else
 is in pyproject.toml.
@@ -32,8 +33,9 @@ NATIVE = Path("src/triton_mp/frontend/native")
 DECODER = "triton_mp.ipc._request_decoder"
 ANSWER_WRITER = "triton_mp.workers._answer_writer"
 PB_REQUESTS = "triton_mp.backends.python._pb_requests"
+PB_RESULTS = "triton_mp.backends.python._pb_results"
 BATCH_GATHER = "triton_mp.workers._batch_gather"
-PLAIN = (DECODER, ANSWER_WRITER, PB_REQUESTS)
+PLAIN = (DECODER, ANSWER_WRITER, PB_REQUESTS, PB_RESULTS)
 """The extensions on the Python headers alone (built by build_ext as they are)."""
 WITH_NUMPY = (BATCH_GATHER,)
 """The extensions on the Python and numpy headers (numpy: a build requirement in
@@ -166,15 +168,19 @@ def _extensions() -> list[Extension]:
     if os.environ.get("TRITON_MP_NATIVE") == "0":
         return []
     sources = sorted(str(p) for p in NATIVE.glob("*.cc"))
-    decoder = ["src/triton_mp/ipc/native/request_decoder.cc", "src/triton_mp/ipc/native/ring_records.cc"]
+    decoder = [
+        "src/triton_mp/ipc/native/request_decoder.cc",
+        "src/triton_mp/ipc/native/ring_records.cc",
+    ]
     return [
         Extension("triton_mp.frontend.native._native", sources, language="c++"),
         Extension(DECODER, decoder, language="c++"),
-        Extension(
-            ANSWER_WRITER, ["src/triton_mp/workers/native/answer_writer.cc"], language="c++"
-        ),
+        Extension(ANSWER_WRITER, ["src/triton_mp/workers/native/answer_writer.cc"], language="c++"),
         Extension(
             PB_REQUESTS, ["src/triton_mp/backends/python/native/pb_requests.cc"], language="c++"
+        ),
+        Extension(
+            PB_RESULTS, ["src/triton_mp/backends/python/native/pb_results.cc"], language="c++"
         ),
     ] + (
         [Extension(BATCH_GATHER, ["src/triton_mp/workers/native/batch_gather.cc"], language="c++")]

@@ -96,6 +96,21 @@ else:
         pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL,
     )
 
+try:
+    # NOTE: the C twin of _returned_results' plain case (backends/python/native/pb_results.cc);
+    # either ignore may be unused, as above.
+    from triton_mp.backends.python import _pb_results as native_results  # type: ignore[attr-defined,unused-ignore]
+except ImportError:  # NOTE: not built (setup.py): _returned_results reads every batch
+    native_results = None  # type: ignore[assignment,unused-ignore]
+else:
+    native_results.configure(
+        pb_utils.InferenceRequest,
+        pb_utils.InferenceResponse,
+        pb_utils.Tensor,
+        BackendRequest,
+        pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
+    )
+
 log = logging.getLogger(__name__)
 
 _INSTANCE_KINDS = {"KIND_CPU": "CPU", "KIND_GPU": "GPU", "KIND_MODEL": "MODEL"}
@@ -183,11 +198,21 @@ class PythonBackend:
             cast(BackendRequest, r).token
         )
         self._is_async = inspect.iscoroutinefunction(execute)
-        self._native_requests = native_requests.build if native_requests is not None else None
-        """``_pb_requests``' C twin (None: not built; tests set it to None for the twin)."""
+        self._bind_native()
         self.has_ready_check = callable(getattr(self._model, "is_ready", None))
         """The model defines ``is_ready()`` (python_be.cc: checked once, after initialize)."""
         log.info("python model %s initialized", model_file)
+
+    def _bind_native(self) -> None:
+        """The C twins of ``_pb_requests`` and ``_returned_results`` where they are built,
+        the result reader only for a model with no reshaped output that is not iterative
+        (None: the Python loops; tests set them to None for the twins)."""
+        self._native_requests = native_requests.build if native_requests is not None else None
+        self._native_results = (
+            native_results.results
+            if native_results is not None and self._plain_result and not self._iterative
+            else None
+        )
 
     def check_ready(self) -> tuple[bool, str]:
         """Call the model's ``is_ready()`` (``async def`` too, on a loop of its own) as
@@ -285,14 +310,14 @@ class PythonBackend:
             responses = [None] * len(requests)
         refused = returned_list_refusal(responses, len(requests))
         if refused is not None:
-            info = ErrorInfo(
-                ErrorCode.INTERNAL,
-                f"Failed to process the request(s) for model '{self._instance_name}', "
-                f"message: {refused}",
-                self._origin,
-            )
-            return [info] * len(requests)
+            return self._failed_batch(refused, len(requests))
         returned = cast("Sequence[object]", responses)  # NOTE: a list of len(requests), checked
+        if self._native_results is not None and not captured:
+            # NOTE: both loops below in one C call for a batch of plain responses
+            # (backends/python/native/pb_results.cc); None: one is not, and they read it.
+            read = self._native_results(requests, pb_requests, returned)
+            if read is not None:
+                return read  # type: ignore[no-any-return]
         try:
             iterative = self._iterative
             for pb, resp in zip(pb_requests, returned, strict=True):
@@ -306,12 +331,7 @@ class PythonBackend:
                 ):
                     self._check_returned(pb, resp)
         except pb_utils.TritonModelException as e:
-            info = ErrorInfo(
-                ErrorCode.INTERNAL,
-                f"Failed to process the request(s) for model '{self._instance_name}', message: {e}",
-                self._origin,
-            )
-            return [info] * len(requests)
+            return self._failed_batch(str(e), len(requests))
         results: list[Result] = []
         reschedule = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
         plain = self._plain_result
@@ -348,6 +368,17 @@ class PythonBackend:
                 # without an answer; here it gets the core's refusal instead.
                 results.append(ErrorInfo(ErrorCode.INVALID_ARG, NOT_RESCHEDULABLE, self._origin))
         return results
+
+    def _failed_batch(self, message: str, n: int) -> list[Result]:
+        """``n`` results of one INTERNAL error, in upstream's words for a batch whose
+        returned responses it refuses (``message``: why)."""
+        info = ErrorInfo(
+            ErrorCode.INTERNAL,
+            f"Failed to process the request(s) for model '{self._instance_name}', "
+            f"message: {message}",
+            self._origin,
+        )
+        return [info] * n
 
     def _check_returned(self, request: pb_utils.InferenceRequest, response: object) -> None:
         """pb_stub.cc's checks of one returned entry (its messages; the typo kept).
