@@ -8,7 +8,8 @@ frontend a connection reached is read from the server side, with psutil) and cro
 region registered through one is used at once through the other, many times; an unregister
 through one while the other's request uses the region gets Triton's refusal. A register
 while a frontend restarts returns, and the restarted process has the region. CUDA regions
-(on the test-only fake GPU) travel the same way.
+(on the test-only fake GPU) travel the same way. One name registered through both frontends
+at the same moment lets exactly one call through, as Triton's one process does.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -222,6 +224,48 @@ def test_a_region_registered_through_one_frontend_serves_the_other_at_once(
     np.testing.assert_array_equal(
         shm.get_contents_as_numpy(objects["out"], np.float32, [4]), [0.0, 2.0, 4.0, 6.0]
     )
+
+
+RACES = 60
+"""Rounds of one name registered through both frontends at once."""
+
+
+def _register(c: Client, name: str, key: str, start: threading.Barrier) -> tuple[str, str]:
+    start.wait()
+    try:
+        c.register_system_shared_memory(name, key, REGION_BYTES)
+    except InferenceServerException as e:
+        return str(e.status()), e.message() or ""
+    return "OK", ""
+
+
+def test_one_name_registered_through_both_frontends_at_once_lets_exactly_one_through(
+    grpc_on: dict[int, Client], objects: dict[str, Any]
+) -> None:
+    """Each round, frontend 0 registers the name on the ``in`` object and frontend 1 on
+    ``out``, released together: one call succeeds, the other gets Triton's ALREADY_EXISTS,
+    and both frontends list the winner's object under the name (before the fix both calls
+    failed whenever they overlapped)."""
+    keys = {0: _key("in"), 1: _key("out")}
+    wrong: list[tuple[int, object]] = []
+    pool = ThreadPoolExecutor(2)
+    for k in range(RACES):
+        name = f"race{k}"
+        start = threading.Barrier(2)
+        calls = {f: pool.submit(_register, grpc_on[f], name, keys[f], start) for f in (0, 1)}
+        got = {f: call.result() for f, call in calls.items()}
+        taken = ("StatusCode.ALREADY_EXISTS", f"shared memory region '{name}' already in manager")
+        winners = [f for f in (0, 1) if got[f] == ("OK", "")]
+        if len(winners) != 1 or got[1 - winners[0]] != taken:
+            wrong.append((k, got))
+            continue
+        for f in (0, 1):
+            status = grpc_on[f].get_system_shared_memory_status(name, as_json=True)
+            if status["regions"][name]["key"] != keys[winners[0]]:
+                wrong.append((k, f, status))
+        grpc_on[0].unregister_system_shared_memory(name)
+    pool.shutdown()
+    assert wrong == []
 
 
 @pytest.mark.parametrize("over", ["grpc", "http"])

@@ -101,7 +101,11 @@ class Server:
         for i in range(self.n):
             registry = SystemShmRegistry(i)
             registry.cuda = CudaShmRegistry(
-                (0,), enabled=True, taken=registry.has, disabled_message=DISABLED_MESSAGE
+                (0,),
+                enabled=True,
+                taken=registry.has,
+                disabled_message=DISABLED_MESSAGE,
+                frontend_id=i,
             )
             sends = {j: self._sender(j) for j in range(self.n) if j != i}
             self.peers.append(ShmPeers(i, registry, sends, self.timeout_s))
@@ -244,17 +248,15 @@ def test_a_restarted_frontend_is_sent_every_region_and_answers_nothing(key: str)
     asyncio.run(body())
 
 
-@pytest.mark.parametrize("cuda", [False, True])
-def test_one_name_registered_through_two_frontends_at_once_never_splits_the_tables(
-    key: str, cuda: bool
-) -> None:
-    """Triton serializes two registers of one name: the second finds it taken. Here each
-    origin's peers may hold the other's registration, so both calls may answer Triton's
-    ALREADY_EXISTS (never both succeed), each takes its own back, and every frontend ends
-    with the same table, in which the name is free again."""
+ALREADY = (ErrorCode.ALREADY_EXISTS, "shared memory region 'x' already in manager")
 
-    async def body() -> None:
-        s = Server(3)
+
+def _race(n: int, cuda: bool, key: str, first: int) -> tuple[list[object], list[list[object]]]:
+    """Frontends 0 and 1 of ``n`` register "x" at once (``first`` starts first): what each
+    call returned, and every frontend's table (names and region ids, system then CUDA)."""
+
+    async def body() -> tuple[list[object], list[list[object]]]:
+        s = Server(n)
 
         async def register(i: int) -> None:
             if cuda:
@@ -262,23 +264,42 @@ def test_one_name_registered_through_two_frontends_at_once_never_splits_the_tabl
             else:
                 await s.apis[i].register("x", key, 0, 4096)
 
-        got = await asyncio.gather(register(0), register(1), return_exceptions=True)
-        assert got.count(None) <= 1, got
-        for e in got:
-            if e is not None:
-                assert isinstance(e, TritonMPError)
-                assert (e.code, e.message) == (
-                    ErrorCode.ALREADY_EXISTS,
-                    "shared memory region 'x' already in manager",
-                )
+        got = await asyncio.gather(register(first), register(1 - first), return_exceptions=True)
+        if first:
+            got.reverse()
         tables = [
             sorted((r.name, r.region_id) for r in s.registry(i).regions())
             + sorted((r.name, r.region_id) for r in s.apis[i].cuda_status(""))
-            for i in range(3)
+            for i in range(n)
         ]
-        assert tables[0] == tables[1] == tables[2], tables
-        if got.count(None) == 0:
-            await register(2)
-            assert [len(s.names(i)) + len(s.apis[i].cuda_status("")) for i in range(3)] == [1] * 3
+        return [None if e is None else (e.code, e.message) for e in got], tables  # type: ignore[union-attr]
 
-    asyncio.run(body())
+    return asyncio.run(body())
+
+
+@pytest.mark.parametrize("first", [0, 1])
+@pytest.mark.parametrize("cuda", [False, True])
+def test_one_name_registered_through_two_frontends_at_once_lets_exactly_one_through(
+    key: str, cuda: bool, first: int
+) -> None:
+    """Triton serializes two registers of one name: one succeeds, the other finds it taken.
+    With two frontends the register of the lower region id (frontend 0's here, whichever
+    started first) succeeds everywhere and the other answers ALREADY_EXISTS."""
+    got, tables = _race(2, cuda, key, first)
+    assert got == [None, ALREADY]
+    assert tables[0] == tables[1] == [("x", 256)], tables
+
+
+@pytest.mark.parametrize("first", [0, 1])
+@pytest.mark.parametrize("cuda", [False, True])
+def test_with_three_frontends_at_most_one_gets_through_and_the_tables_agree(
+    key: str, cuda: bool, first: int
+) -> None:
+    """A third frontend cannot tell the loser's register is still in flight: when it got the
+    loser's first, it answers the winner ``taken`` and both calls fail (never both succeed);
+    every frontend ends with the same table."""
+    got, tables = _race(3, cuda, key, first)
+    assert got.count(None) <= 1, got
+    assert all(g is None or g == ALREADY for g in got), got
+    assert tables[0] == tables[1] == tables[2], tables
+    assert tables[0] == ([("x", 256)] if got[0] is None else []), (got, tables)

@@ -12,10 +12,16 @@ on every peer before the call answers Triton's INTERNAL error (``unregister_refu
 the call waits for its peers, the regions it removes are already gone here, so a request
 naming one fails NOT_FOUND even when a peer's use then keeps it.
 
-Two frontends that register one name at the same moment each find it taken on some peer
-(``ShmApplied.taken``): each takes its own registration back everywhere and answers Triton's
-ALREADY_EXISTS. Triton, serializing the two, would let the first succeed; here both may fail,
-but never both succeed, and every frontend ends with the same table.
+Two frontends that register one name at the same moment: Triton, serializing the two, lets
+one succeed and answers the other ALREADY_EXISTS. Here the one whose ``region_id`` is lower
+wins: each origin marks its register ``pending`` while it awaits its peers, and a frontend
+whose own pending register meets a lower one gives the name up to it (``adopt``), while the
+lower one's origin keeps its own and answers ``taken``. The loser takes its registration back
+everywhere (by id: where the winner's holds the name it stays) and answers ALREADY_EXISTS.
+With two frontends exactly one call succeeds. With three or more, a third frontend that got
+the loser's register first answers the winner ``taken`` too (it cannot know the loser's call
+is still in flight), so both may fail there; never both succeed, and every frontend ends with
+the same table.
 """
 
 from __future__ import annotations
@@ -54,10 +60,16 @@ class ClientShmApi:
                 frontend registered the name at the same moment (module docstring).
         """
         r = self.registry.register(name, key, offset, byte_size)
-        out = await self._peers.change(
-            lambda op: ShmRegistered(frontend_id=self._fid, regions=(shared(r),), op=op)
-        )
-        if out.taken:
+        self.registry.pending.add(r.region_id)
+        try:
+            out = await self._peers.change(
+                lambda op: ShmRegistered(frontend_id=self._fid, regions=(shared(r),), op=op)
+            )
+        finally:
+            self.registry.pending.discard(r.region_id)
+        # NOTE: a register given up here (yields) lost even if the winner's answer did not
+        # come in time.
+        if out.taken or not self.registry.holds(r):
             self.registry.take_back([name], [r.region_id])
             await self._take_back((name,), (), r.region_id)
             raise already_in_manager(name)
@@ -140,12 +152,16 @@ class ClientShmApi:
         """
         cuda = self._cuda_registry()
         r = cuda.register(name, raw_handle, device_id, byte_size)
-        out = await self._peers.change(
-            lambda op: ShmRegistered(
-                frontend_id=self._fid, regions=(), cuda=(shared_cuda(r),), op=op
+        cuda.pending.add(r.region_id)
+        try:
+            out = await self._peers.change(
+                lambda op: ShmRegistered(
+                    frontend_id=self._fid, regions=(), cuda=(shared_cuda(r),), op=op
+                )
             )
-        )
-        if out.taken:
+        finally:
+            cuda.pending.discard(r.region_id)
+        if out.taken or not cuda.holds(r):
             cuda.take_back([name], [r.region_id])
             await self._take_back((), (name,), r.region_id)
             raise already_in_manager(name)

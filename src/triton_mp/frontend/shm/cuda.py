@@ -100,10 +100,18 @@ class CudaShmRegistry:
         self._regions: dict[str, CudaRegion] = {}
         self._ids = itertools.count(1)
         self._frontend_id = frontend_id
+        self.pending: set[int] = set()
+        """``region_id``s of this frontend's registers still awaiting their peers (as
+        ``SystemShmRegistry.pending``)."""
 
     def has(self, name: str) -> bool:
         """Whether ``name`` is a registered CUDA region."""
         return name in self._regions
+
+    def holds(self, region: CudaRegion) -> bool:
+        """Whether ``region``'s name is still that registration (``adopt`` may have given
+        it up)."""
+        return self._regions.get(region.name) == region
 
     def _check_enabled(self) -> None:
         if not self._enabled:
@@ -169,11 +177,16 @@ class CudaShmRegistry:
 
     def adopt(self, regions: Iterable[CudaRegion]) -> list[str]:
         """Add another frontend's registrations (``frontend.shm.peers``), but a name held here
-        under another registration (of either kind) stays. Returns those names."""
+        under another registration (of either kind) stays, unless it is this frontend's
+        register in flight and the other's id is lower (``SystemShmRegistry.yields``; no
+        request uses a CUDA region). Returns the names that stayed."""
         taken = []
         for r in regions:
             mine = self._regions.get(r.name)
-            if (mine is not None and mine != r) or self._taken(r.name):
+            held = mine is not None and mine != r
+            if held and mine is not None and mine.region_id in self.pending:
+                held = not r.region_id < mine.region_id
+            if held or self._taken(r.name):
                 taken.append(r.name)
             else:
                 self._regions[r.name] = r

@@ -123,6 +123,10 @@ class SystemShmRegistry:
         regions is valid again while this stays (``frontend.dispatch.known_requests``)."""
         self.watch: RegionWatch | None = None
         """Told before every change; its uses count in ``in_use`` (module docstring)."""
+        self.pending: set[int] = set()
+        """``region_id``s of this frontend's registers still awaiting their peers
+        (``frontend.shm.api``): ``adopt`` gives such a name up to a concurrent register of
+        a lower id."""
 
     def _changing(self) -> None:
         if self.watch is not None:
@@ -191,19 +195,31 @@ class SystemShmRegistry:
 
     def adopt(self, regions: Iterable[Region]) -> list[str]:
         """Add another frontend's registrations (``frontend.shm.peers``), but a name held here
-        under another registration (of either kind) stays. Returns those names."""
+        under another registration (of either kind) stays, unless ``yields`` lets it go.
+        Returns the names that stayed."""
         self._changing()
         taken = []
         for r in regions:
             mine = self._regions.get(r.name)
-            if (mine is not None and mine != r) or (
-                self.cuda is not None and self.cuda.has(r.name)
-            ):
+            held = mine is not None and mine != r and not self.yields(mine, r.region_id)
+            if held or (self.cuda is not None and self.cuda.has(r.name)):
                 taken.append(r.name)
             else:
                 self._regions[r.name] = r
         self.generation += 1
         return taken
+
+    def yields(self, mine: Region, other_id: int) -> bool:
+        """Whether this frontend's register of ``mine`` gives its name up to another
+        frontend's register of the same name, ``other_id``: both calls are in flight (the
+        other's arrived before ours returned), the lower id wins everywhere (the other
+        frontend keeps its own and answers ``taken``, so exactly one call succeeds, as in
+        Triton's one process), and no request of ours uses ``mine`` yet."""
+        return (
+            mine.region_id in self.pending
+            and other_id < mine.region_id
+            and not self.in_use(mine.name)
+        )
 
     def take_back(self, names: Iterable[str], region_ids: Iterable[int]) -> None:
         """Forget each name while it is that registration, used or not (a register its
@@ -302,6 +318,11 @@ class SystemShmRegistry:
     def has(self, name: str) -> bool:
         """Whether ``name`` is a registered system region."""
         return name in self._regions
+
+    def holds(self, region: Region) -> bool:
+        """Whether ``region``'s name is still that registration (``yields`` may have given
+        it up)."""
+        return self._regions.get(region.name) == region
 
     def window(self, name: str, offset: int, byte_size: int) -> Region:
         """The region a tensor names, checked against ``offset`` + ``byte_size``.
