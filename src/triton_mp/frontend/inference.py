@@ -4,7 +4,8 @@ Imported by the frontend only; no transport. ``Inference.submit`` takes a transp
 ``InferenceRequest`` (gRPC ModelInfer, a gRPC stream, HTTP), resolves its model, validates it
 (``frontend.validation``), copies the inputs into one block of the frontend's arena (the one
 host copy of the request path), registers it with the pending table and sends its
-``InferRequest`` descriptor to the scheduler; the returned ``Ticket`` yields the answers, for
+``InferRequest`` descriptor to the scheduler (``frontend.request_sender``: or to an idle
+instance); the returned ``Ticket`` yields the answers, for
 unary and decoupled models alike. Requests submitted one after another reach the scheduler
 in that order (what a stream of sequence requests relies on).
 
@@ -16,20 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import Callable, Container, Hashable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from triton_mp.common.errors import ErrorCode, InvalidRequest, ModelUnavailable, TritonMPError
+from triton_mp.common.errors import ErrorCode, InvalidRequest, ModelUnavailable
 from triton_mp.frontend.cache.response import Hit, ResponseCacheStep, cache_enabled, cacheable
 from triton_mp.frontend.classification import Classify, classification
-from triton_mp.frontend.dispatch import known_records
 from triton_mp.frontend.dispatch.direct import DirectRoutes
 from triton_mp.frontend.dispatch.inputs import region_ids, write_inputs
 from triton_mp.frontend.dispatch.known_lane import KnownLane, patched_record
-from triton_mp.frontend.dispatch.known_records import Form, Template, keep
+from triton_mp.frontend.dispatch.known_records import Form, Template
 from triton_mp.frontend.dispatch.known_requests import KnownRequest, Raw, write_known
 from triton_mp.frontend.dispatch.pending import Answer, PendingTable, holding_sink
 from triton_mp.frontend.dispatch.ticket import Ticket
@@ -37,21 +36,16 @@ from triton_mp.frontend.dispatch.wakes import HeldWakes
 from triton_mp.frontend.metrics.latency import FirstResponseHistograms, first_response_sink
 from triton_mp.frontend.model_table import Model, ModelTable
 from triton_mp.frontend.request import InferenceRequest
+from triton_mp.frontend.request_sender import RequestSender
 from triton_mp.frontend.shm.system import SystemShmRegistry
 from triton_mp.frontend.tracing.tracer import Trace
-from triton_mp.frontend.validation.request import ValidRequest, request_prefix, validate_request
+from triton_mp.frontend.validation.request import ValidRequest, validate_request
 from triton_mp.frontend.validation.signature import SignatureCache
-from triton_mp.ipc import ArenaAllocator, BlockRef, SegmentCache, TensorRef, encode
-from triton_mp.ipc.memory.ring import RecordTooLarge
+from triton_mp.ipc import ArenaAllocator, BlockRef, SegmentCache, TensorRef
 from triton_mp.ipc.protocol.messages import (
-    CancelRequest,
-    InferRequest,
     ReplyTo,
     Requester,
 )
-from triton_mp.ipc.recordio.records import encode_request
-
-log = logging.getLogger(__name__)
 
 KnownSent = Callable[[Hashable, KnownRequest, str, str], None]
 """Told of a known request sent on the patched lane: (key, known request, client id, the
@@ -69,21 +63,6 @@ class Target:
 
     model: Model
     version: int
-
-
-def _start_trace(trace: Trace, valid: ValidRequest, arrival_ns: int) -> None:
-    """REQUEST_START (the request is accepted) and, at the TENSORS level, every input as
-    it entered the server (TENSOR_QUEUE_INPUT)."""
-    trace.version = valid.version
-    trace.stamp("REQUEST_START", arrival_ns)
-    if trace.tensors_level:
-        from triton_mp.ipc.trace_tensors import trace_bytes
-
-        for i in valid.inputs:
-            if i.window is None:
-                trace.tensors.append(
-                    trace_bytes("TENSOR_QUEUE_INPUT", i.name, i.datatype, i.shape, i.data)
-                )
 
 
 class Inference:
@@ -128,18 +107,18 @@ class Inference:
         latency: FirstResponseHistograms | None = None,
         wakes: HeldWakes | None = None,
     ) -> None:
-        self._reply_to = ReplyTo(Requester.FRONTEND, frontend_id)
         self._latency = latency
         self._models = models
         self._shm = shm
         self._arena = arena
         self._cache = cache
         self._pending = pending
-        self._send = (lambda data, _bit: send_scheduler(data)) if wakes is None else wakes.send
+        send = (lambda data, _bit: send_scheduler(data)) if wakes is None else wakes.send
+        reply_to = ReplyTo(Requester.FRONTEND, frontend_id)
+        self._sender = RequestSender(reply_to, pending, send, clock_ns, direct)
         self._wakes = wakes
         self._clock_ns = clock_ns
         self._response_cache = response_cache
-        self._direct = direct
         self._signatures = SignatureCache()
         """Request signatures that passed validation (keyed by the ``Model`` object)."""
         self._lane = KnownLane(models, shm)
@@ -359,28 +338,14 @@ class Inference:
                 # request naming client regions, held here)
                 self._known_sent(key, known, client_id, block.segment)
             return rid, model, valid.version
-        # NOTE: ``_enqueue`` and ``_send_request`` for what a known call mostly is.
+        # NOTE: ``_enqueue`` and ``RequestSender.send`` for what a known call mostly is.
         pending.copied_bytes["in"] += sum(known.sizes)
         pending.add_request(rid, block, sink, streaming=model.decoupled)
-        if not self._hand(rid, valid, record[0]):
-            self._push(rid, client_id, valid, *record)
+        if not self._sender.hand(rid, valid, record[0]):
+            self._sender.push(rid, client_id, valid, *record)
         if self._known_sent is not None:
             self._known_sent(key, known, client_id, block.segment)
         return rid, model, valid.version
-
-    def _hand(self, rid: int, valid: ValidRequest, wire: InferRequest | bytes) -> bool:
-        """Hand request ``rid`` (``wire``: its REQUEST record or its message) to an idle
-        instance of its version when the scheduler offers one (``dispatch.direct``); False:
-        the caller sends it to the scheduler. Raises TritonMPError (a ring stayed full) after
-        forgetting the request."""
-        direct = self._direct
-        if direct is None:
-            return False
-        try:
-            return direct.hand(valid.model.name, valid.version, rid, wire)
-        except TritonMPError:
-            self._pending.forget_request(rid)
-            raise
 
     def _validate(
         self, request: InferenceRequest, decoupled_message: str | None, target: Target | None
@@ -436,7 +401,7 @@ class Inference:
         """Hold the client regions the request names (``held``: their ``region_id`` s),
         register it with the pending table and send its descriptor (the input block is
         freed and the regions released when the send fails); ``templates``: a known
-        request's records (``_send_request``)."""
+        request's records (``RequestSender.send``)."""
         model = valid.model
         if self._latency is not None:
             sink = first_response_sink(sink, self._latency, model.config, valid.version)
@@ -450,7 +415,7 @@ class Inference:
         order = (model.name, valid.version) if model.preserve_ordering else None
         try:
             pending.add_request(rid, block, sink, order=order, streaming=model.decoupled)
-            self._send_request(rid, client_id, valid, block, refs, trace, templates)
+            self._sender.send(rid, client_id, valid, block, refs, trace, templates)
         except BaseException:
             if held:
                 self._shm.release(held)
@@ -472,109 +437,9 @@ class Inference:
         ticket.deliver(hit.response)
         return ticket
 
-    def _descriptor(
-        self,
-        rid: int,
-        client_id: str,
-        valid: ValidRequest,
-        block: BlockRef,
-        refs: tuple[TensorRef, ...],
-        arrival_ns: int,
-        trace: Trace | None,
-    ) -> InferRequest:
-        """The request's descriptor for the scheduler and the worker."""
-        return InferRequest(
-            request_id=rid,
-            reply_to=self._reply_to,
-            model=valid.model.name,
-            version=valid.version,
-            batch_size=valid.batch_size,
-            inputs=refs,
-            outputs=valid.outputs,
-            block=block,
-            arrival_ns=arrival_ns,
-            priority=valid.priority,
-            timeout_us=valid.timeout_us,
-            client_id=client_id,
-            output_regions=valid.output_regions,
-            parameters_json=valid.parameters_json,
-            sequence_id=valid.sequence_id,
-            sequence_flags=valid.sequence_flags,
-            trace=None if trace is None else trace.context(),
-        )
-
-    def _send_request(
-        self,
-        rid: int,
-        client_id: str,
-        valid: ValidRequest,
-        block: BlockRef,
-        refs: tuple[TensorRef, ...],
-        trace: Trace | None = None,
-        templates: dict[Form, Template] | None = None,
-    ) -> None:
-        """Send the request's descriptor to the scheduler (or hand it to an idle instance).
-
-        Args:
-            templates: a known request's record templates (``dispatch.known_records``):
-                its record is patched from its form's, or kept as its form's.
-        """
-        arrival_ns = self._clock_ns()
-        if trace is not None:
-            _start_trace(trace, valid, arrival_ns)
-        form = (block.segment, client_id)
-        template = None if templates is None or trace else templates.get(form)
-        bit = None if template is None else template[1]
-        wire: InferRequest | bytes
-        if template is not None:
-            data = wire = known_records.patched(template[0], rid, arrival_ns, block, refs)
-        else:
-            desc = self._descriptor(rid, client_id, valid, block, refs, arrival_ns, trace)
-            record = encode_request(desc)
-            if record is not None and templates is not None and trace is None:
-                keep(templates, form, record)
-            data = record or encode(desc)
-            wire = record or desc
-        if trace is None and self._hand(rid, valid, wire):
-            return  # NOTE: handed to an idle instance of its version (``dispatch.direct``)
-        self._push(rid, client_id, valid, data, bit)
-
-    def _push(
-        self, rid: int, client_id: str, valid: ValidRequest, data: bytes, bit: int | None
-    ) -> None:
-        """Send request ``rid``'s record (``data``; ``bit``: its quiet-word bit when known,
-        ``HeldWakes.send``) to the scheduler; forget the request when that fails. Raises
-        TritonMPError: UNAVAILABLE when the ring stays full, INVALID_ARG for a record over
-        the ring's limit (``RecordTooLarge``)."""
-        try:
-            self._send(data, bit)
-        except TritonMPError:
-            self._pending.forget_request(rid)
-            raise
-        except RecordTooLarge:
-            self._pending.forget_request(rid)
-            raise InvalidRequest(
-                f"{request_prefix(client_id)}request of {len(data)} bytes "
-                "without its tensors (its id and parameters) exceeds the server's limit for "
-                f"model '{valid.model.name}' (half of --ring-bytes); send large data as input "
-                "tensors"
-            ) from None
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "request %d accepted for '%s' version %d (batch size %d)",
-                rid,
-                valid.model.name,
-                valid.version,
-                valid.batch_size,
-            )
-
     def cancel(self, rid: int, model: str, version: int) -> None:
         """Tell the scheduler to drop request ``rid`` (a queued one is never run)."""
-        cancel = CancelRequest(
-            request_id=rid, reply_to=self._reply_to, model=model, version=version
-        )
-        with contextlib.suppress(TritonMPError):
-            self._send(encode(cancel), None)
+        self._sender.cancel(rid, model, version)
 
     # ----------------------------------------------------------------------- drain
     def start_draining(self) -> None:
