@@ -34,7 +34,9 @@ is freed by exactly one party, after everyone is done with it.
 
 ``max_inflight_requests`` bounds the composing requests in flight per step over all the
 ensemble's requests; a step over the bound waits in that step's FIFO (back-pressure; nothing
-is dropped). Pure: no ipc, no clock (``tests/unit/test_layering.py``).
+is dropped). Pure: no ipc, no clock (``tests/unit/test_layering.py``). The steps and
+actions are ``policies.ensemble_actions`` (re-exported here); which steps a request that asks
+for some outputs leaves out, ``policies.ensemble_graph``.
 """
 
 from __future__ import annotations
@@ -45,6 +47,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from triton_mp.common.errors import ErrorCode
+from triton_mp.scheduler.policies.ensemble_actions import (
+    Action,
+    Call,
+    Complete,
+    Fail,
+    Release,
+    Step,
+)
+from triton_mp.scheduler.policies.ensemble_graph import StepGraph
 from triton_mp.scheduler.policies.policy import (
     Batch,
     IterativeSteps,
@@ -53,78 +64,7 @@ from triton_mp.scheduler.policies.policy import (
     Rejection,
 )
 
-__all__ = ["Call", "Complete", "EnsembleScheduler", "Fail", "Release", "Step"]
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One ``ensemble_scheduling.step``.
-
-    Attributes:
-        model: ``model_name``; ``version``: ``model_version`` (-1: latest, resolved per call).
-        inputs: ``input_map`` as (composing input, ensemble tensor) pairs.
-        outputs: ``output_map`` as (composing output, ensemble tensor) pairs.
-        decoupled: the composing model is decoupled (each response forks the context).
-    """
-
-    model: str
-    version: int
-    inputs: tuple[tuple[str, str], ...]
-    outputs: tuple[tuple[str, str], ...]
-    decoupled: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """Send a composing request: ``inputs`` as (composing input name, value)."""
-
-    call_id: int
-    request: Hashable
-    step: int
-    inputs: tuple[tuple[str, Any], ...]
-    outputs: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Release:
-    """Free this block (no consumer is left)."""
-
-    block: Hashable
-
-
-@dataclass(frozen=True, slots=True)
-class Complete:
-    """One response of an ensemble request: ensemble output name -> value.
-
-    Attributes:
-        blocks: blocks holding its outputs that now belong to it alone (the requester frees
-            them when it releases this response).
-        shared: blocks holding its outputs that other holders share (a decoupled step's
-            sibling responses, steps still to run); releasing this response is one use.
-        handoffs: (shared block, uses in all): blocks the requester now owns, to free once
-            it has released that many responses naming them in ``shared``.
-    """
-
-    request: Hashable
-    outputs: dict[str, Any]
-    blocks: tuple[Hashable, ...]
-    final: bool
-    shared: tuple[Hashable, ...] = ()
-    handoffs: tuple[tuple[Hashable, int], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Fail:
-    """The ensemble request failed (message already prefixed); ``handoffs`` as in
-    ``Complete`` (shared blocks of responses it sent before)."""
-
-    request: Hashable
-    code: ErrorCode
-    message: str
-    handoffs: tuple[tuple[Hashable, int], ...] = ()
-
-
-Action = Call | Release | Complete | Fail
+__all__ = ["Action", "Call", "Complete", "EnsembleScheduler", "Fail", "Release", "Step"]
 
 
 @dataclass(eq=False)
@@ -184,13 +124,8 @@ class EnsembleScheduler:
         self.outputs = tuple(outputs)
         self.decoupled = decoupled
         self.max_inflight = max_inflight_requests
-        self._consumers: dict[str, tuple[int, ...]] = {}
-        self._producer: dict[str, int] = {}
-        for i, step in enumerate(self.steps):
-            for _, tensor in step.inputs:
-                self._consumers[tensor] = (*self._consumers.get(tensor, ()), i)
-            for _, tensor in step.outputs:
-                self._producer[tensor] = i
+        self._graph = StepGraph(self.steps, self.outputs)
+        self._consumers = self._graph.consumers
         self._requests: dict[Hashable, _Request] = {}
         self._calls: dict[int, tuple[_Request, _Context, int]] = {}
         self._refs: dict[Hashable, int] = {}
@@ -288,55 +223,9 @@ class EnsembleScheduler:
 
     # ----------------------------------------------------------------- queries
     def pruned(self, wanted: set[str]) -> frozenset[int]:
-        """The steps a request asking only for ``wanted`` outputs never calls: core's
-        backward traversal from the outputs not asked for (a step none of whose outputs is
-        wanted is pruned; then so are the tensors only pruned steps read), less every step
-        a wanted output depends on (``_needed``).
-
-        NOTE: Triton's ensemble docs promise that only steps no requested output depends on
-        are skipped; core's traversal (2.51 and upstream main) breaks that promise in two
-        mirror-image ways, both answered "unexpected deadlock" there and served here
-        (pinned side by side in tests/e2e/test_ensemble_checks.py): it prunes the maker of
-        a requested output that only pruned steps read (``ens_tap`` asked for MID), and the
-        maker of an unrequested output that a kept step reads (``ens_tap`` asked for Y).
-        """
-        ignored = set(self.outputs) - wanted
-        if not ignored:
-            return frozenset()  # NOTE: the common case (every output asked for): no copy
-        readers = {tensor: set(steps) for tensor, steps in self._consumers.items()}
-        outputs_left: dict[int, int] = {}
-        pruned: set[int] = set()
-        while ignored:
-            next_ignored: set[str] = set()
-            for tensor in ignored:
-                index = self._producer.get(tensor)
-                if index is None:
-                    continue  # NOTE: an ensemble input: no step made it
-                step = self.steps[index]
-                left = outputs_left.get(index, len(step.outputs)) - 1
-                outputs_left[index] = left
-                if left:
-                    continue
-                pruned.add(index)
-                for _, source in step.inputs:
-                    readers[source].discard(index)
-                    if not readers[source]:
-                        next_ignored.add(source)
-            ignored = next_ignored
-        return frozenset(pruned - self._needed(wanted))
-
-    def _needed(self, wanted: set[str]) -> set[int]:
-        """The steps the ``wanted`` tensors depend on: their makers, the makers of those
-        steps' inputs, and so on (a tensor no step makes is an ensemble input)."""
-        needed: set[int] = set()
-        todo = list(wanted)
-        while todo:
-            index = self._producer.get(todo.pop())
-            if index is None or index in needed:
-                continue
-            needed.add(index)
-            todo.extend(tensor for _, tensor in self.steps[index].inputs)
-        return needed
+        """The steps a request asking only for ``wanted`` outputs never calls
+        (``StepGraph.pruned``)."""
+        return self._graph.pruned(wanted)
 
     def request_count(self) -> int:
         """Ensemble requests not finished."""
