@@ -69,6 +69,7 @@ SCHEDULER_IPC_MODULES = {
     "batch_end.py",  # NOTE: the core's BatchDone handler, moved out of core.py
     "direct.py",
     "ensembles.py",
+    "ensemble_tensors.py",  # NOTE: ensembles.py's tensors and blocks as messages, moved out
     "lifecycle.py",
     "outbox.py",
     "instances.py",

@@ -34,7 +34,6 @@ over its steps, plus one execution of the request's batch size.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
@@ -42,12 +41,9 @@ from typing import cast
 import msgspec
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest
-from triton_mp.common.unordered import iteration_order
 from triton_mp.ipc.protocol.messages import (
-    BlockRef,
     CancelRequest,
     ChildTrace,
-    Handoff,
     InferRequest,
     InferResponse,
     OutputRegion,
@@ -60,6 +56,17 @@ from triton_mp.ipc.protocol.messages import (
     TraceRecord,
 )
 from triton_mp.ipc.tensor_pool import SharedBlocks, response_blocks
+from triton_mp.scheduler.ensemble_tensors import (
+    Blocks,
+    Value,
+    ensemble_outputs,
+    flat,
+    handoffs_of,
+    output_regions,
+    refs_of,
+    reshaped_input,
+    step_inputs,
+)
 from triton_mp.scheduler.instances import Generation
 from triton_mp.scheduler.outbox import Outbox
 from triton_mp.scheduler.policies.ensemble import (
@@ -70,23 +77,13 @@ from triton_mp.scheduler.policies.ensemble import (
     Fail,
     Release,
 )
-from triton_mp.scheduler.rules.step_inputs import StepInput, apply_reshape, check_step, reshape_dims
+from triton_mp.scheduler.rules.step_inputs import StepInput, check_step
 from triton_mp.scheduler.stats import StatsBook
 
 ENSEMBLE_REPLY = ReplyTo(Requester.ENSEMBLE, 0)
 """Where the workers answer composing requests: the scheduler itself."""
 
 RequestKey = tuple[ReplyTo, int]
-
-
-@dataclass(frozen=True, slots=True)
-class _Value:
-    """One ensemble tensor (the policy's opaque value): where it lies, and the batch size of
-    the request that made it, 0 when that model (or the ensemble) does not batch (core
-    ``TensorData::batch_size_``)."""
-
-    ref: TensorRef
-    batch: int
 
 
 @dataclass(eq=False)
@@ -118,7 +115,7 @@ class _Child:
     call_id: int
     req: InferRequest
     batch: int
-    """Its batch size, 0 when its model does not batch (its outputs' ``_Value.batch``)."""
+    """Its batch size, 0 when its model does not batch (its outputs' ``Value.batch``)."""
     answered: bool = False
     """Its final response (or failure) arrived."""
     accounted: bool = False
@@ -126,34 +123,6 @@ class _Child:
     stamps: list[tuple[str, int]] | None = None
     """A traced ensemble's step: its trace's timestamps so far (REQUEST_START here, the
     worker's QUEUE_START and COMPUTE_* from its answer, REQUEST_END here); else None."""
-
-
-@dataclass(frozen=True, eq=False)
-class _Blocks:
-    """The blocks of a nested ensemble's response (its steps' blocks), one opaque block of
-    the outer ensemble's policy."""
-
-    refs: tuple[BlockRef, ...]
-
-
-def _refs(block: object) -> tuple[BlockRef, ...]:
-    """The arena blocks behind one of the policy's opaque blocks."""
-    return block.refs if isinstance(block, _Blocks) else (cast(BlockRef, block),)
-
-
-def _flat(blocks: tuple[object, ...]) -> tuple[BlockRef, ...]:
-    return tuple(ref for block in blocks for ref in _refs(block))
-
-
-@functools.lru_cache(maxsize=256)
-def _output_order(names: tuple[str, ...]) -> tuple[str, ...]:
-    """An ensemble's outputs in its ``unordered_map``'s order (once per set of names)."""
-    return tuple(iteration_order(names))
-
-
-def _handoffs(pairs: tuple[tuple[object, int], ...]) -> tuple[Handoff, ...]:
-    """The policy's (block, uses) handoffs as messages."""
-    return tuple(Handoff(ref, uses) for block, uses in pairs for ref in _refs(block))
 
 
 class Ensembles:
@@ -209,25 +178,13 @@ class Ensembles:
         key = (req.reply_to, req.request_id)
         self._parents[key] = _Parent(req, gen, now_ns, label)
         batch = req.batch_size if gen.spec.max_batch_size > 0 else 0
-        values: dict[str, _Value | None] = {
-            t.name: _Value(self._reshaped(gen, t), batch) for t in req.inputs
+        values: dict[str, Value | None] = {
+            t.name: Value(reshaped_input(gen.spec, t), batch) for t in req.inputs
         }
         for t in gen.spec.inputs:
             if t.optional and t.name not in values:
                 values[t.name] = None  # NOTE: core's placeholder for an optional input
         self._act(policy, policy.start(key, values, label, req.outputs), now_ns)
-
-    @staticmethod
-    def _reshaped(gen: Generation, ref: TensorRef) -> TensorRef:
-        """An ensemble input as its steps get it: with the ensemble's config ``reshape``
-        applied (core hands them the normalized shape, batch dimension kept)."""
-        config = next((t for t in gen.spec.inputs if t.name == ref.name), None)
-        if config is None or config.reshape is None:
-            return ref
-        batched = gen.spec.max_batch_size > 0
-        head, item = (ref.shape[:1], ref.shape[1:]) if batched else ((), ref.shape)
-        shape = head + apply_reshape(config.dims, config.reshape, item)
-        return msgspec.structs.replace(ref, shape=shape)
 
     def on_response(self, msg: InferResponse, now_ns: int) -> None:
         """A worker answered a composing request."""
@@ -239,12 +196,12 @@ class Ensembles:
         policy = cast(EnsembleScheduler, child.parent.gen.policy)
         error = (msg.error.code, msg.error.message) if msg.error is not None else None
         outputs = (
-            None if msg.empty or error else {t.name: _Value(t, child.batch) for t in msg.outputs}
+            None if msg.empty or error else {t.name: Value(t, child.batch) for t in msg.outputs}
         )
         block: object = msg.block
         if msg.extra_blocks:
             # NOTE: a nested ensemble's answer: its outputs lie in all of its blocks.
-            block = _Blocks(response_blocks(msg))
+            block = Blocks(response_blocks(msg))
         if msg.shared_blocks or msg.handoffs:
             # NOTE: a nested ensemble that forks shares blocks among its responses; the
             # scheduler cannot hand such a block on: the request fails instead.
@@ -337,7 +294,7 @@ class Ensembles:
             if isinstance(action, Call):
                 self._call(policy, action, now_ns)
             elif isinstance(action, Release):
-                for ref in _refs(action.block):
+                for ref in refs_of(action.block):
                     self._out.free(ref)
             elif isinstance(action, Complete):
                 self._complete(action, now_ns)
@@ -406,7 +363,7 @@ class Ensembles:
             self._act(policy, policy.respond(call.call_id, None, None, True, error), now_ns)
             return
         assert version is not None
-        inputs = self._step_inputs(gen, call)
+        inputs = step_inputs(gen.spec, call)
         batched = gen.spec.max_batch_size > 0
         try:
             spec = gen.spec
@@ -418,7 +375,7 @@ class Ensembles:
             error = (e.code, e.message)
             self._act(policy, policy.respond(call.call_id, None, None, True, error), now_ns)
             return
-        regions = self._regions(parent.req, step.output_map, call.outputs)
+        regions = output_regions(parent.req, step.output_map, call.outputs)
         creq = self.composing_request(
             parent.req,
             inputs,
@@ -436,38 +393,11 @@ class Ensembles:
         parent.unaccounted += 1
         self._submit(creq, now_ns)
 
-    @staticmethod
-    def _step_inputs(gen: Generation, call: Call) -> tuple[TensorRef, ...]:
-        """A step's inputs as core ``InitStep`` sets them: a placeholder (an output not
-        produced) is no input; each tensor gains or loses a batch dimension of 1 between a
-        model that batches and one that does not (``reshape_dims``)."""
-        dims = {t.name: t.dims for t in gen.spec.inputs}
-        batched = gen.spec.max_batch_size > 0
-        inputs = []
-        for name, value in call.inputs:
-            if value is None:
-                continue
-            ref = cast(_Value, value).ref
-            shape = reshape_dims(dims.get(name, ()), batched, value.batch, ref.shape)
-            inputs.append(msgspec.structs.replace(ref, name=name, shape=shape))
-        return tuple(inputs)
-
-    @staticmethod
-    def _regions(
-        req: InferRequest, output_map: dict[str, str], outputs: tuple[str, ...]
-    ) -> tuple[OutputRegion | None, ...]:
-        """The client's shared-memory region of each step output that is a requested
-        ensemble output (the worker writes it there once)."""
-        if not req.output_regions:
-            return ()
-        wanted = dict(zip(req.outputs, req.output_regions, strict=True))
-        return tuple(wanted.get(output_map.get(name, "")) for name in outputs)
-
     def _complete(self, action: Complete, now_ns: int) -> None:
         parent = self._parents[cast(RequestKey, action.request)]
         req = parent.req
-        blocks = _flat(action.blocks)
-        handoffs = _handoffs(action.handoffs)
+        blocks = flat(action.blocks)
+        handoffs = handoffs_of(action.handoffs)
         if not action.outputs:
             msg = InferResponse(
                 request_id=req.request_id,
@@ -477,7 +407,7 @@ class Ensembles:
                 handoffs=handoffs,
             )
         else:
-            outputs = self._outputs(parent, action.outputs)
+            outputs = ensemble_outputs(parent.gen.spec, parent.req.outputs, action.outputs)
             msg = InferResponse(
                 request_id=req.request_id,
                 version=req.version,
@@ -485,7 +415,7 @@ class Ensembles:
                 block=blocks[0] if blocks else None,
                 extra_blocks=blocks[1:],
                 final=action.final,
-                shared_blocks=_flat(action.shared),
+                shared_blocks=flat(action.shared),
                 handoffs=handoffs,
             )
         if action.final and req.trace is not None:
@@ -506,29 +436,9 @@ class Ensembles:
         if action.final:
             self._end(parent, now_ns, failed=False)
 
-    @staticmethod
-    def _outputs(parent: _Parent, values: dict[str, object]) -> tuple[TensorRef, ...]:
-        """An ensemble response's outputs as core ``CheckAndSetEnsembleOutput`` adds them:
-        the requested ones (all when none was named) in the order of its ``unordered_map``
-        of the config's outputs, whatever order the request named them in; one no step
-        produced is left out ("Composing models did not output tensor"); each gains or loses
-        a batch dimension of 1 against the output's ``reshape`` (else ``dims``)."""
-        spec = parent.gen.spec
-        shapes = {t.name: t.dims if t.reshape is None else t.reshape for t in spec.outputs}
-        wanted = set(parent.req.outputs or values)
-        batched = spec.max_batch_size > 0
-        out = []
-        for name in _output_order(tuple(shapes)):
-            value = cast(_Value | None, values.get(name))
-            if value is None or name not in wanted:
-                continue
-            shape = reshape_dims(shapes[name], batched, value.batch, value.ref.shape)
-            out.append(msgspec.structs.replace(value.ref, name=name, shape=shape))
-        return tuple(out)
-
     def _fail(self, action: Fail, now_ns: int) -> None:
         parent = self._parents[cast(RequestKey, action.request)]
-        self._out.end(parent.req, action.code, action.message, _handoffs(action.handoffs))
+        self._out.end(parent.req, action.code, action.message, handoffs_of(action.handoffs))
         self._end(parent, now_ns, failed=True)
 
     def _end(self, parent: _Parent, now_ns: int, failed: bool) -> None:
