@@ -5,7 +5,8 @@ identity_py (the id1m_shm goal's model: python, the default scheduler, one insta
 concurrent clients over system shared memory: every answer exact, the statistics Triton's,
 and requests served staged (the scheduler's debug line per staged batch). Then the faults:
 a worker killed while a batch is staged behind its running one (the running request fails,
-the staged one runs on the restarted instance, as a queued one would), and an unload with a
+the staged one runs on the restarted instance, as a queued one would, and ``triton-mp stat``
+counts it once), and an unload with a
 staged batch (both finish, then the model is gone).
 """
 
@@ -26,6 +27,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.e2e.test_direct_handoff import HANDED, _in_background, _in_flight, _stats
 from tests.e2e.test_faults import _infer, _inputs, _pid
+from tests.e2e.test_stat import _stat_json
 from tests.helpers.fault_models import write_faulty_model
 from tests.helpers.server import REPO_ROOT, ServerProcess, counted, wait_for
 
@@ -149,6 +151,11 @@ def test_a_worker_killed_with_a_staged_batch_fails_the_running_one_and_runs_the_
     assert stats == (2, 2, 1)
     assert _infer(client, "slow_py", 8) == 8
     client.close()
+    # NOTE: triton-mp stat's histogram counts each batch once, as Triton's statistics: A, B
+    # (failed by the death), C (staged, given back, formed again) and the last call. C counted
+    # twice before.
+    (model,) = _stat_json(server, "--model", "slow_py")["models"]  # type: ignore[index]
+    assert sum(model["batch_sizes"].values()) == 4, model["batch_sizes"]
 
 
 def test_an_unload_with_a_staged_batch_finishes_both_then_refuses(

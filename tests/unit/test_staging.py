@@ -238,6 +238,27 @@ def test_a_worker_dead_before_its_staged_batch_gives_it_back_to_the_queue_front(
     assert _ids(h.dispatch()) == [[b.request_id], [c.request_id]], "B first, as if queued"
 
 
+def test_a_staged_batch_given_back_by_a_death_counts_once_in_stat_s_batch_log(
+    h: Harness,
+) -> None:
+    """``triton-mp stat``'s histogram counts formed batches: B, staged when A's worker died,
+    never ran; formed again on the restarted instance, it counts once (before: twice, while
+    Triton's statistics count each batch once)."""
+    _req(h)
+    b, c = _req(h), _req(h)
+    h.dispatch()
+    h.handle(WorkerDied(instance_id=IID, exitcode=-9))
+    (m,) = h.core.queue_status("solo", h.now)
+    assert m.batch_sizes == {1: 1}, "A ran (and failed); B is queued again"
+    assert [r.requests for r in m.recent_batches] == [1]
+    h.ready(IID)
+    assert _ids(h.dispatch()) == [[b.request_id], [c.request_id]]
+    (m,) = h.core.queue_status("solo", h.now)
+    assert m.batch_sizes == {1: 3}, "A, B and C, once each"
+    assert sum(m.close_reasons.values()) == 3
+    assert len(m.recent_batches) == 3
+
+
 def test_a_worker_dead_in_a_promoted_batch_fails_it_as_running(h: Harness) -> None:
     _req(h)
     b = _req(h)

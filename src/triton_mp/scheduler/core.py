@@ -330,7 +330,7 @@ class SchedulerCore:
 
     def _on_died(self, msg: WorkerDied, now_ns: int) -> None:
         self.handoffs.on_died(msg, now_ns)
-        self._stager.on_died(msg.instance_id, now_ns)
+        self._stager.on_died(msg.instance_id, now_ns, self._logs)
         self._gate.forget(msg.instance_id)
         self.lifecycle.on_died(msg, now_ns)
         if msg.segments:

@@ -40,7 +40,9 @@ queue):
   promoted;
 - a cancellation is forwarded to its worker like a running request's (``running_instance``);
 - a worker that dies before it starts it: the staged batch goes back to the front of the
-  queue (``on_died``) and runs on the restarted instance, as a queued request would;
+  queue (``on_died``) and runs on the restarted instance, as a queued request would; its
+  record in ``triton-mp stat``'s batch log is taken back (``BatchLog.unrecord``), so the
+  batch formed again counts once;
 - a batch refused for its ring (``core.deliver``'s ``RecordTooLarge``) leaves the running
   one alone (``refused``).
 A worker may have re-offered its lease after the running batch (it read its ring's quiet flag
@@ -63,6 +65,7 @@ from triton_mp.scheduler.instances import (
     InstanceTable,
 )
 from triton_mp.scheduler.policies.policy import Batch
+from triton_mp.scheduler.status import BatchLogs
 
 log = logging.getLogger(__name__)
 
@@ -190,18 +193,21 @@ class Stager:
         self._popped.pop(inst.instance_id, None)
         return True
 
-    def on_died(self, instance_id: int, now_ns: int) -> None:
+    def on_died(self, instance_id: int, now_ns: int, logs: BatchLogs) -> None:
         """``instance_id``'s worker died: a batch staged on it never started (a started one
         was promoted by its predecessor's ``BatchDone``, read first): its requests go back
-        to the front of the queue, in order, as if never staged."""
+        to the front of the queue, in order, as if never staged, and its record leaves
+        ``logs`` (``triton-mp stat``'s; the batch is recorded when it is formed again)."""
         inst = self._instances.get(instance_id)
         batch = self._popped.pop(instance_id, None)
         if inst is None or inst.behind is None:
             return
+        formed_ns = inst.behind.dispatch_ns
         inst.behind = None
         gen = inst.generation
         if gen is None or batch is None:
             return
+        logs.get(gen.key).unrecord(batch, inst.label, formed_ns)
         policy = gen.policy
         rest = policy.drain_queue()
         for item in (*batch.requests, *rest):

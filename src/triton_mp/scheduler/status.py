@@ -9,8 +9,10 @@ generations' policies (per priority level) and the instance table. No I/O.
 from __future__ import annotations
 
 import collections
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from triton_mp.common.close_reason import CloseReason
 from triton_mp.ipc.protocol.reports import (
@@ -26,6 +28,8 @@ from triton_mp.scheduler.policies.policy import Batch, LevelSnapshot
 
 RECENT_BATCHES = 32
 """Formed batches kept per model for ``triton-mp stat``."""
+
+_K = TypeVar("_K")
 
 
 @dataclass(slots=True)
@@ -56,6 +60,23 @@ class BatchLog:
         self.sizes[total] += 1
         self.reasons[reason] += 1
         self.recent.append((now_ns, total, requests, reason, instance))
+
+    def unrecord(self, batch: Batch, instance: str, formed_ns: int) -> None:
+        """Take back ``record(batch, instance, formed_ns)``: a staged batch that never started
+        went back to the queue (``scheduler.staging``' ``on_died``) and is recorded again when
+        it is formed again, so each batch counts once, as in Triton's statistics."""
+        total = batch.total_batch_size
+        _take(self.sizes, total)
+        _take(self.reasons, batch.reason)
+        with contextlib.suppress(ValueError):
+            self.recent.remove((formed_ns, total, len(batch.requests), batch.reason, instance))
+
+
+def _take(counter: collections.Counter[_K], key: _K) -> None:
+    """One less ``key`` in ``counter`` (gone at 0: ``triton-mp stat`` lists what it holds)."""
+    counter[key] -= 1
+    if counter[key] <= 0:
+        del counter[key]
 
 
 class BatchLogs:
