@@ -43,6 +43,9 @@ class FakeNative:
     def handoff_fd(self) -> int:
         return self.fd
 
+    def known_log(self, on: bool) -> bool:
+        return True
+
     def take(self) -> list[tuple[int, int, bytes | None, Any, Any]]:
         out, self.items = self.items, []
         return [(*item, None) for item in out]  # NOTE: no native split: Python scans

@@ -8,15 +8,19 @@ its call was taken is not freed as an orphan (``PendingTable.on_unknown`` pulls 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from typing import Any
 
 import grpc
+import msgspec
+import pytest
 
 from triton_mp.common.errors import ErrorCode
+from triton_mp.common.process.log import apply_log_settings, current_log_settings
 from triton_mp.frontend.dispatch.pending import PendingTable
 from triton_mp.frontend.grpc.messages import ResponseHeads
-from triton_mp.frontend.native.handoff import CALL, GONE, KNOWN, Handoff
+from triton_mp.frontend.native.handoff import ACCEPTED, CALL, GONE, KNOWN, Handoff
 from triton_mp.frontend.native.known_calls import KnownCalls, Lesson
 from triton_mp.ipc.protocol.messages import ErrorInfo, InferResponse, RequestFailed
 from triton_mp.ipc.tensor_pool import SegmentGone
@@ -42,6 +46,8 @@ class FakeNative:
         self.fd = os.eventfd(0, os.EFD_NONBLOCK)
         self.items: list[tuple[int, int, Any, Any, Any]] = []
         self.replies: list[tuple[int, int, str, bytes]] = []
+        self.logging: list[bool] = []
+        """Each ``known_log`` call's flag, in order."""
 
     def queue(self, *items: tuple[int, int, Any, Any]) -> None:
         if not self.items:
@@ -50,6 +56,10 @@ class FakeNative:
 
     def handoff_fd(self) -> int:
         return self.fd
+
+    def known_log(self, on: bool) -> bool:
+        self.logging.append(on)
+        return True
 
     def take(self) -> list[tuple[int, int, Any, Any, Any]]:
         out, self.items = self.items, []
@@ -288,3 +298,37 @@ def test_a_known_call_naming_regions_moves_its_holds_to_the_registry_until_answe
     assert seen == [{11: 1, 12: 1}, {11: 0, 12: 0}]
     assert released == [(11, 12)]
     assert (2, UNAVAILABLE, "no instance", b"") in rig.native.replies
+
+
+def test_accepted_entries_word_the_per_request_debug_line_while_debug_is_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """--log-verbose 1 on the native path: the native side queues an ACCEPTED entry for each
+    call it submitted while its flag is on; the flag follows DEBUG (set at start and at each
+    change of the log settings, off again after the handoff stops), and Python words the line
+    ``Inference`` writes for the calls it accepts itself, from the call's lesson."""
+    quiet, root_level = current_log_settings(), logging.getLogger().level
+    rigs: list[Rig] = []
+
+    async def go() -> None:
+        rig = Rig(asyncio.get_running_loop())
+        rigs.append(rig)
+        lesson = rig.known.learn(Lesson("m", 3, "r1", "/arena", 16, (), 4))
+        apply_log_settings(msgspec.structs.replace(quiet, verbose=1))
+        rid = rig.pending.reserve(2)
+        rig.native.queue((9, ACCEPTED, (rid, lesson, 128, 7), None))
+        await settle()
+        assert len(rig.pending) == 0, "an ACCEPTED entry registers nothing"
+        rig.handoff.stop()
+        apply_log_settings(msgspec.structs.replace(quiet, verbose=0))
+
+    try:
+        asyncio.run(go())
+    finally:
+        apply_log_settings(quiet)
+        logging.getLogger().setLevel(root_level)
+    (rig,) = rigs
+    assert rig.native.logging == [False, True], "off at start, on with DEBUG, then unwatched"
+    lines = [r.getMessage() for r in caplog.records if "accepted for" in r.getMessage()]
+    rid = lines and int(lines[0].split()[1])
+    assert lines == [f"request {rid} accepted for 'm' version 3 (batch size 4)"]

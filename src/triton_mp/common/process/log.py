@@ -14,11 +14,12 @@ per-request and per-batch detail at DEBUG.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import traceback
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import msgspec
@@ -92,6 +93,36 @@ class _LevelSwitch(logging.Filter):
         return True
 
 
+_debug_watchers: list[Callable[[bool], object]] = []
+"""``watch_debug``'s callbacks, told when DEBUG (``--log-verbose`` > 0) turns on or off."""
+
+
+def watch_debug(callback: Callable[[bool], object]) -> Callable[[], None]:
+    """Call ``callback(on)`` now, with whether this process logs DEBUG (``--log-verbose`` >
+    0), and again whenever that changes (``apply_log_settings``, ``configure_logging``): what
+    logs per request outside Python (the native gRPC thread's accepted calls,
+    ``frontend.native.handoff``) follows the level. Returns what stops the watching."""
+    _debug_watchers.append(callback)
+    callback(logging.getLogger().isEnabledFor(logging.DEBUG))
+
+    def unwatch() -> None:
+        with contextlib.suppress(ValueError):
+            _debug_watchers.remove(callback)
+
+    return unwatch
+
+
+def _set_root_level(verbose: int) -> None:
+    """The root logger's level for ``verbose``; the watchers told when DEBUG turned."""
+    root = logging.getLogger()
+    was = root.isEnabledFor(logging.DEBUG)
+    root.setLevel(_verbosity_level(verbose))
+    now = root.isEnabledFor(logging.DEBUG)
+    if now != was:
+        for callback in list(_debug_watchers):
+            callback(now)
+
+
 def current_log_settings() -> LogSettings:
     """The settings this process logs by now."""
     return _current
@@ -105,7 +136,7 @@ def apply_log_settings(settings: LogSettings) -> None:
     old = _current
     _current = settings
     root = logging.getLogger()
-    root.setLevel(_verbosity_level(settings.verbose))
+    _set_root_level(settings.verbose)
     if (old.format == "json") != (settings.format == "json") and _process:
         for handler in root.handlers:
             handler.setFormatter(_formatter(settings.format, **_process))
@@ -148,7 +179,7 @@ def configure_logging(
         error=error,
         file=file,
     )
-    root.setLevel(_verbosity_level(verbose))
+    _set_root_level(verbose)
     # NOTE: grpc's and onnxruntime's own loggers are chatty at DEBUG.
     logging.getLogger("grpc").setLevel(logging.WARNING)
 

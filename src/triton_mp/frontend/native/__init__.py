@@ -47,11 +47,11 @@ if TYPE_CHECKING:
     from triton_mp.ipc.memory.shm import Segment
     from triton_mp.ipc.tensor_pool import ArenaBlocks
 
-_ABI = 8
-"""What the Python side passes the extension (``module.cc``'s ``ABI``, its twin): 8,
-``reply`` takes a response's parts, ``take`` gives KNOWN (with the call's request id) and
-LOST entries, a known lesson serves calls with any request id, ``known_*`` teach
-the gRPC thread (``known_teach``), ``direct_*`` open the direct handoff's routes
+_ABI = 9
+"""What the Python side passes the extension (``module.cc``'s ``ABI``, its twin): 9,
+``reply`` takes a response's parts, ``take`` gives KNOWN (with the call's request id), LOST
+and ACCEPTED entries (``known_log``), a known lesson serves calls with any request id,
+``known_*`` teach the gRPC thread (``known_teach``), ``direct_*`` open the direct handoff's routes
 (``dispatch.direct``) and set its full ring's wait (``direct_full_timeout``),
 ``answer_thread_*`` read the inbox in C++ (``answer_thread``), ``known_submit`` can hold a
 copy in flight (``known_release_held``, ``known_reserved``). A build older than its sources

@@ -76,6 +76,13 @@ bool Handoff::SubmitKnown(Awaiting* call, const grpc::ByteBuffer& data, uint64_t
   if (result != KnownResult::kSent && result != KnownResult::kLost) return false;
   item.id = *id = next_id_++;
   waiting_.emplace(item.id, call);
+  if (log_accepted_ && result == KnownResult::kSent) {
+    HandoffItem accepted;
+    accepted.id = item.id;
+    accepted.kind = ItemKind::kAccepted;
+    accepted.known = item.known;
+    PushLocked(std::move(accepted));
+  }
   if (result == KnownResult::kLost) {
     // NOTE: sent as a new call, Python's hand would wait for the full ring again and
     // succeed later; its own hand fails the call now (UNAVAILABLE): so does this one
@@ -106,6 +113,11 @@ void Handoff::ReleaseLocked(uint64_t rid) {
 void Handoff::OwnKnown(bool on) {
   std::lock_guard<std::mutex> lock(mu_);
   own_known_ = on;
+}
+
+void Handoff::LogAccepted(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  log_accepted_ = on;
 }
 
 size_t Handoff::ReleaseOwned() {

@@ -53,6 +53,8 @@ enum class ItemKind : int {
   kLost = 6,           // a unary call whose direct handoff took a lease, then found a ring
                        // full past its timeout (known_submit.h kLost): Python fails it
                        // UNAVAILABLE in the words of its own hand's ChannelTimeout
+  kAccepted = 7,       // a unary call submitted here (kKnown's known), queued only while
+                       // LogAccepted is on: Python words its per-request DEBUG line
 };
 
 // One entry Python takes.
@@ -61,7 +63,7 @@ struct HandoffItem {
   ItemKind kind = ItemKind::kCall;
   grpc::ByteBuffer data;
   std::vector<std::pair<std::string, std::string>> metadata;
-  KnownSent known;  // kKnown: what was sent
+  KnownSent known;  // kKnown, kAccepted: what was sent
 };
 
 class Handoff {
@@ -123,6 +125,10 @@ class Handoff {
   // Python as the kKnown entry it would have been (ReleaseOwned; Withdraw queues it before
   // its kCancelled).
   void OwnKnown(bool on);
+  // Python thread: from now on (`on`) every call SubmitKnown sends is also queued as a
+  // kAccepted entry (owned or not), for Python's per-request DEBUG line (--log-verbose 1);
+  // off, nothing is queued for it.
+  void LogAccepted(bool on);
   // Python thread: queue every owned call as kKnown, oldest call first (Python registers
   // them: an answer it reads for one of them, the drain, an un-teaching); how many.
   size_t ReleaseOwned();
@@ -168,6 +174,7 @@ class Handoff {
   std::vector<Answer> answers_;  // replied, not yet delivered
   bool closed_ = false;          // Close(): replies are dropped
   bool own_known_ = false;       // OwnKnown
+  bool log_accepted_ = false;    // LogAccepted
   std::unordered_map<uint64_t, Owned> owned_;          // by request id
   std::unordered_map<uint64_t, uint64_t> owned_call_;  // call id -> request id
   uint64_t released_ = 0;

@@ -53,6 +53,7 @@ from google.protobuf.message import DecodeError
 
 from triton_mp._proto import grpc_service_pb2 as pb
 from triton_mp.common.errors import TritonMPError
+from triton_mp.common.process.log import watch_debug
 from triton_mp.frontend.dispatch.known_requests import Received
 from triton_mp.frontend.dispatch.polling_loop import PollingSelector
 from triton_mp.frontend.dispatch.ticket import InferResult, Ticket
@@ -60,12 +61,14 @@ from triton_mp.frontend.grpc.wire import MALFORMED, Split, WireInferRequest, tol
 from triton_mp.frontend.native.known_calls import KnownCalls, Reply
 from triton_mp.frontend.native.reply_status import code_of, failed, unexpected
 
-CALL, OPEN, MESSAGE, END, GONE, KNOWN, LOST = range(7)
+CALL, OPEN, MESSAGE, END, GONE, KNOWN, LOST, ACCEPTED = range(8)
 """What a taken entry is (``handoff.h`` ItemKind): a unary call (data, metadata), a stream's
 opening (metadata), its next request message (data), its half-close, a call gone before
 Python ended it, a known call the native side submitted itself (data: ``KnownSent``), a
 known call whose direct handoff took a lease and then found a ring full past its timeout
-(neither: it fails as ``DirectRoutes.hand``'s ``ChannelTimeout`` fails Python's)."""
+(neither: it fails as ``DirectRoutes.hand``'s ``ChannelTimeout`` fails Python's), and, while
+DEBUG is on (``known_log``), a known call the native side submitted (data: ``KnownSent``,
+owned or not): only its per-request DEBUG line (``KnownCalls.log_accepted``)."""
 
 
 class Native(Protocol):
@@ -78,6 +81,7 @@ class Native(Protocol):
     ) -> bool: ...
     def write(self, call_id: int, data: bytes) -> bool: ...
     def kick(self) -> None: ...
+    def known_log(self, on: bool, /) -> bool: ...
 
 
 class Servicer(Protocol):
@@ -202,6 +206,8 @@ class Handoff:
         self.lost: Callable[[], TritonMPError] | None = None
         """The error a LOST call fails with (``Sender.full_error`` of the ring to the
         scheduler: UNAVAILABLE, the words of Python's own hand when that ring stays full)."""
+        self._unwatch: Callable[[], None] | None = None
+        """Stops ``watch_debug``'s calls of ``known_log`` (``start``)."""
         self.release_owned: Callable[[], int] | None = None
         """Queues the calls the native side kept (``known_answers.NativeAnswers.release``):
         ``pull_known`` calls it first."""
@@ -219,6 +225,8 @@ class Handoff:
         if self._known is not None:
             # NOTE: an answer read before its call was taken (``pull_known``).
             self._known.pending.on_unknown = self.pull_known
+            # NOTE: the known calls' per-request DEBUG line (ACCEPTED) while DEBUG is on.
+            self._unwatch = watch_debug(self._native.known_log)
         loop.add_reader(self._fd, self.on_wakeup)
         # NOTE: the frontend's loop (frontend.main) is a SelectorEventLoop on a PollingSelector.
         selector = getattr(loop, "_selector", None)
@@ -232,6 +240,9 @@ class Handoff:
             self._loop.remove_reader(self._fd)
         if self._known is not None:
             self._known.pending.on_unknown = None
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
         self._fd = -1
 
     def answered(self) -> None:
@@ -302,6 +313,10 @@ class Handoff:
         with self._servicer.wakes_held():
             for call_id, kind, data, metadata, split in items:
                 if kind == KNOWN:  # NOTE: registered above; nearly every entry at c=16
+                    continue
+                if kind == ACCEPTED:
+                    if self._known is not None:
+                        self._known.log_accepted(data)
                     continue
                 if kind == CALL:
                     self._call(call_id, data, metadata, split)

@@ -171,6 +171,14 @@ PyObject* Own(PyObject*, PyObject* on) {
   return PyBool_FromLong(h != nullptr);
 }
 
+// known_log(on) -> bool: the server's handoff queues a kAccepted entry for each call it
+// submits (Python's per-request DEBUG line) while on (False: no server).
+PyObject* Log(PyObject*, PyObject* on) {
+  Handoff* h = ServerHandoff();
+  if (h != nullptr) h->LogAccepted(PyObject_IsTrue(on) == 1);
+  return PyBool_FromLong(h != nullptr);
+}
+
 // known_release() -> int: every owned call queued for Python as kKnown.
 PyObject* Release(PyObject*, PyObject*) {
   Handoff* h = ServerHandoff();
@@ -318,6 +326,7 @@ PyMethodDef kFunctions[] = {
     {"known_answer_teach", Teach, METH_VARARGS, "Teach a response head for a lesson's form."},
     {"known_answer_own", Own, METH_O, "Keep the calls submitted natively (answered here)."},
     {"known_release", Release, METH_NOARGS, "Queue every owned call for Python (kKnown)."},
+    {"known_log", Log, METH_O, "Queue kAccepted for each call submitted natively (DEBUG)."},
     {"known_answer_forget", Forget, METH_NOARGS, "Forget the heads; unmap workers' arenas."},
     {"known_answer_take_bytes", TakeBytes, METH_NOARGS, "(in, out, out_in_place) bytes since last taken."},
     {"known_answer_stats", Stats, METH_NOARGS, "The answer side's counters."},

@@ -29,6 +29,7 @@ are), then ends C++'s (``release_held``), with no event-loop pass in between.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -41,6 +42,12 @@ from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.native.reply_status import failed, unexpected
 from triton_mp.ipc import BlockRef, SegmentCache
 from triton_mp.ipc.protocol.messages import InferResponse
+
+log = logging.getLogger(__name__)
+
+ACCEPTED_LINE = "request %d accepted for '%s' version %d (batch size %d)"
+"""The DEBUG line of each request accepted (``--log-verbose 1``): ``Inference._push``'s words,
+for the calls the native side submitted (request id, model, version, batch size)."""
 
 Reply = Callable[[int, int, str, "bytes | Sequence[bytes | memoryview]"], None]
 """Ends call ``call_id`` with (status code, details, serialized response: bytes, or the
@@ -75,6 +82,8 @@ class Lesson(NamedTuple):
     segment: str
     copied: int
     held: tuple[int, ...] = ()
+    batch_size: int = 1
+    """The request's batch size (its form's: every call of the lesson has it)."""
 
 
 class Gate(Protocol):
@@ -199,6 +208,15 @@ class KnownCalls:
         if n and self.on_registered is not None:
             self.on_registered()
         return n
+
+    def log_accepted(self, sent: KnownSent) -> None:
+        """An ACCEPTED entry (``sent``: what the native side sent for the call): the DEBUG line
+        ``Inference`` writes for each request it accepts, in its words, from the call's
+        lesson (one forgotten since, a call thousands of lessons old, goes unlogged)."""
+        rid, lesson_id = sent[0], sent[1]
+        lesson = self._lessons.get(lesson_id)
+        if lesson is not None:
+            log.debug(ACCEPTED_LINE, rid, lesson.model, lesson.version, lesson.batch_size)
 
     def _holding(self, call: KnownCall, held: tuple[int, ...]) -> Callable[[Answer], None]:
         """``call`` as the sink of a request holding ``held``: the holds move from the

@@ -272,7 +272,15 @@ class NativeKnown:
             at.append(pos)
             pos += align(spec[3])
         held = known.held
-        lesson = Lesson(model.name, known.valid.version, client_id, segment, sum(known.sizes), held)
+        lesson = Lesson(
+            model.name,
+            known.valid.version,
+            client_id,
+            segment,
+            sum(known.sizes),
+            held,
+            known.valid.batch_size,
+        )
         lesson_id = self._calls.learn(lesson)
         block_bytes = BLOCK_HEADER_BYTES + align(max(known.block_bytes, 1))
         record, bit = template

@@ -172,7 +172,7 @@ PyObject* CallRequest(PyObject*, PyObject* args) {
 // for kCall and kStreamOpen); a unary call's request comes as received.h CallRequestOf
 // makes it (its bytes or a Received, and its split); a kKnown's data is what was sent,
 // (request id, lesson id, block offset, block generation), its split the call's request id
-// (str; None: none); a kLost has neither.
+// (str; None: none), and so are a kAccepted's; a kLost has neither.
 PyObject* Take(PyObject*, PyObject*) {
   triton_mp::Handoff* h = CurrentHandoff();
   std::vector<triton_mp::HandoffItem> items;
@@ -190,7 +190,8 @@ PyObject* Take(PyObject*, PyObject*) {
     PyObject* split = nullptr;
     if (item.kind == triton_mp::ItemKind::kCall) {
       if (!triton_mp::CallRequestOf(item.data, &data, &split)) data = nullptr;
-    } else if (item.kind == triton_mp::ItemKind::kKnown) {
+    } else if (item.kind == triton_mp::ItemKind::kKnown ||
+               item.kind == triton_mp::ItemKind::kAccepted) {
       const triton_mp::KnownSent& k = item.known;
       data = Py_BuildValue("(KKKk)", static_cast<unsigned long long>(k.request_id),
                            static_cast<unsigned long long>(k.lesson_id),
@@ -371,15 +372,15 @@ namespace triton_mp {
 Handoff* ServerHandoff() { return CurrentHandoff(); }
 }  // namespace triton_mp
 
-// ABI: what this build's functions take, checked by native/__init__.py (_ABI, its twin): 8,
-// reply() takes a response's parts, take() gives kKnown (with the call's request id) and kLost
-// entries, a known lesson serves calls with any request id, known_* teach the
+// ABI: what this build's functions take, checked by native/__init__.py (_ABI, its twin): 9,
+// reply() takes a response's parts, take() gives kKnown (with the call's request id), kLost
+// and kAccepted entries (known_log), a known lesson serves calls with any request id, known_* teach the
 // gRPC thread, direct_* open the direct handoff's routes and set its full ring's wait,
 // answer_thread_* read the inbox in C++, known_submit can hold a copy in flight
 // (known_release_held, known_reserved).
 PyMODINIT_FUNC PyInit__native() {
   PyObject* module = PyModule_Create(&kModule);
-  if (module != nullptr && (PyModule_AddIntConstant(module, "ABI", 8) != 0 ||
+  if (module != nullptr && (PyModule_AddIntConstant(module, "ABI", 9) != 0 ||
                             !triton_mp::AddReceivedType(module) ||
                             !triton_mp::AddInputArenaType(module) ||
                             !triton_mp::AddRecordPatch(module) ||
