@@ -137,6 +137,7 @@ class Model:
 @dataclass
 class Valid:
     version: int = 2
+    batch_size: int = 1
 
 
 @dataclass
