@@ -134,13 +134,15 @@ def test_a_failing_step_fails_the_request_and_counts_as_triton_does(server: Serv
     delta = {m: tuple(x - y for x, y in zip(after[m], before[m], strict=True)) for m in after}
     # NOTE: each composing request counts on its own model; the ensemble one per request.
     assert delta["pipe3"] == (1, 1, 1)
-    assert delta["add_py"][:2] == (1, 1)
+    # NOTE: add_py answered the bad step with its own error response: a success of add_py,
+    # as 2.51's python backend counts it (7b425e7a); the ensemble request failed.
+    assert delta["add_py"][:2] == (2, 0)
     assert delta["scale_py"][:2] == (3, 0)
     metrics = _metrics(server)
     assert re.search(
         r'nv_inference_request_failure\{model="pipe3",reason="OTHER",version="1"\} [1-9]', metrics
     )
-    assert re.search(
+    assert not re.search(
         r'nv_inference_request_failure\{model="add_py",reason="BACKEND",version="1"\} [1-9]',
         metrics,
     )
@@ -426,8 +428,8 @@ def test_same_answers_errors_and_counts_as_triton(server: ServerProcess, triton_
     # NOTE: two failure counts differ on purpose, pinned here with Triton 2.51's numbers:
     # Triton counts a failed ensemble request twice (RespondIfError and the request
     # tracker's ReportStatistics both count it), triton-mp once (issue 16: one failure per
-    # request); and Triton counts a python model's per-request error response as a success
-    # of that model, where triton-mp counts a failure (reason BACKEND) for every python model.
+    # request). A python model's own error response counts as a success of that model in
+    # both (7b425e7a; python_be.cc's PbMetricReporter).
     assert {m: c[1] for m, c in ours[1].items() if m in ENSEMBLES} == {
         "pipe3": 1,
         "branches": 1,
@@ -438,7 +440,7 @@ def test_same_answers_errors_and_counts_as_triton(server: ServerProcess, triton_
         "branches": 2,
         "slow_ens": 0,
     }
-    assert (ours[1]["add_py"], theirs[1]["add_py"]) == ((3, 2), (5, 0))
+    assert (ours[1]["add_py"], theirs[1]["add_py"]) == ((5, 0), (5, 0))
 
 
 def _copied(server: ServerProcess) -> dict[str, int]:
