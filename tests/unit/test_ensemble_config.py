@@ -10,6 +10,7 @@ from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import ConfigError, ErrorCode
 from triton_mp.model_config.ensemble import validate_ensemble_config
 from triton_mp.supervisor.models.ensemble_deps import (
+    broken_dependents,
     check_ensembles,
     composing_failure,
     composing_to_load,
@@ -188,6 +189,32 @@ def test_dependents_are_found_through_nested_ensembles() -> None:
     assert dependents(["add"], served) == ["ens", "outer"]
     assert dependents(["ens"], served) == ["outer"]
     assert dependents(["outer"], served) == []
+
+
+def test_a_reload_that_no_longer_fits_a_served_ensemble_breaks_it_and_its_outer_one() -> None:
+    """2.51 checks the served ensembles that call a loaded model again and unloads those that
+    fail (r13's F2: ident_py reloaded with max_batch_size 4 under an ensemble of 8)."""
+    outer = _cfg(
+        'name: "outer" platform: "ensemble" max_batch_size: 8 '
+        'input [ { name: "I0" data_type: TYPE_FP32 dims: [ 4 ] }, '
+        '{ name: "I1" data_type: TYPE_FP32 dims: [ 4 ] } ] '
+        'output [ { name: "O" data_type: TYPE_FP32 dims: [ 4 ] } ] '
+        'ensemble_scheduling { step [ { model_name: "ens" input_map { key: "I0" value: "I0" } '
+        'input_map { key: "I1" value: "I1" } output_map { key: "O" value: "O" } } ] }'
+    )
+    smaller = mc.ModelConfig()
+    smaller.CopyFrom(ADD)
+    smaller.max_batch_size = 4
+    fits = {"add": ADD, "ens": _ensemble(_add()), "outer": outer}
+    assert broken_dependents(["add"], fits) == {}
+    broken = broken_dependents(["add"], {**fits, "add": smaller})
+    assert broken == {
+        "ens": "ensemble ens allows maximum batch size 8, but it contains model add which "
+        "only allows maximum batch size to be 4",
+        "outer": "ensemble 'outer' depends on 'ens' which is not valid. Model 'ens' failed "
+        "with error: ensemble ens allows maximum batch size 8, but it contains model add "
+        "which only allows maximum batch size to be 4",
+    }
 
 
 def test_a_step_s_model_or_version_that_did_not_come_up_fails_the_ensemble() -> None:

@@ -128,6 +128,23 @@ def dependents(names: Iterable[str], served: Mapping[str, mc.ModelConfig]) -> li
     return sorted(out)
 
 
+def broken_dependents(
+    loaded: Iterable[str], served: Mapping[str, mc.ModelConfig]
+) -> dict[str, str]:
+    """The served ensembles that call a model of ``loaded`` (directly or through other
+    ensembles) and no longer validate against what serves now, with why (Triton's messages):
+    after a load, 2.51's repository manager checks the loaded models' dependents again
+    (``ValidateEnsembleConfig``) and unloads those that fail. ``served`` holds the configs
+    that serve now (the loaded ones' new configs among them); those of the dependents are
+    changed (``check_ensembles`` sets their ``decoupled``)."""
+    names = set(loaded)
+    deps = [d for d in dependents(names, served) if d not in names]
+    if not deps:
+        return {}
+    staged = {d: served[d] for d in deps}
+    return check_ensembles(staged, {}, {n: c for n, c in served.items() if n not in staged})
+
+
 def reloadable(orphans: Mapping[str, Iterable[str]], serving: Iterable[str]) -> list[str]:
     """The ensembles a composing model's unload took down whose composing models all serve
     again (sorted): Triton 2.51's dependency graph loads such an ensemble again when the

@@ -55,6 +55,7 @@ from triton_mp.model_config.plan import ModelPlan, plan_models
 from triton_mp.supervisor.models.bls_control import BlsControl, Reply
 from triton_mp.supervisor.models.change_effects import Effects, apply_plan
 from triton_mp.supervisor.models.ensemble_deps import (
+    broken_dependents,
     check_ensembles,
     composing_failure,
     composing_to_load,
@@ -269,7 +270,28 @@ class ModelControl:
         for r in requests:
             self._orphans.pop(r.name, None)
         self._load_now(requests)
+        self._unload_broken_dependents(requests)
         self._reload_orphans()
+
+    def _unload_broken_dependents(self, requests: list[LoadRequest]) -> None:
+        """The served ensembles a load made invalid (a composing model reloaded with a
+        smaller max_batch_size, renamed inputs...) stop serving, "unloaded", and wait for a
+        later load to make them valid again (``_reload_orphans``), as 2.51's repository
+        manager does (``ensemble_deps.broken_dependents``; its reason goes to the log)."""
+        loaded = [
+            r.name
+            for r in requests
+            if r.result is None and r.name in self._models and self._models[r.name].versions
+        ]
+        if not loaded:
+            return
+        served = self._served_configs()
+        for name, why in broken_dependents(loaded, served).items():
+            if not self._models[name].versions:
+                continue
+            log.error("Invalid argument: %s", why, extra={"model": name})
+            self._unload([name], reason="unloaded")
+            self._orphans[name] = tuple(steps_of(served[name]))
 
     def _load_now(self, requests: list[LoadRequest]) -> None:
         staged = self._with_ensembles(
