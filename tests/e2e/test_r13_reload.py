@@ -184,11 +184,6 @@ def _ens(server: Server, rows: int) -> str:
             return f"{e.status()}: {e.message()}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s12ops: a load of a served composing model does not check the ensembles that "
-    "call it again (2.51 unloads those that no longer validate)",
-)
 def test_an_ensemble_that_a_composing_reload_breaks_is_unloaded(
     servers: dict[str, Server],
 ) -> None:
