@@ -69,7 +69,7 @@ RUN touch README.md \
     && python3 -m venv /native/venv \
     && /native/venv/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /native/wheel . \
     && /native/venv/bin/python -m zipfile --extract "$(echo /native/wheel/triton_mp-*.whl)" /native/tree \
-    && modules=(/native/tree/triton_mp/frontend/native/_native*.so /native/tree/triton_mp/ipc/_request_decoder*.so /native/tree/triton_mp/workers/_answer_writer*.so /native/tree/triton_mp/workers/_batch_gather*.so /native/tree/triton_mp/backends/python/_pb_requests*.so) \
+    && modules=(/native/tree/triton_mp/frontend/native/_native*.so /native/tree/triton_mp/ipc/_request_decoder*.so /native/tree/triton_mp/workers/_answer_writer*.so /native/tree/triton_mp/workers/_batch_gather*.so /native/tree/triton_mp/backends/python/_pb_requests*.so /native/tree/triton_mp/backends/python/_pb_results*.so) \
     && site="/native/site$(python3 -c 'import sys; print(f"/opt/triton-mp/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages")')" \
     && for module in "${modules[@]}"; do \
          test -f "$module" || exit 1; \
@@ -134,7 +134,7 @@ ENV PATH=/opt/triton-mp/bin:$PATH \
 # The build fails unless the extensions load beside the venv's code on the runtime libraries.
 RUN python3 -c 'from triton_mp.frontend import native; assert native.available(), native.UNAVAILABLE' \
     && python3 -c 'from triton_mp.ipc import _request_decoder'
-RUN python3 -c 'from triton_mp.workers import _answer_writer, _batch_gather; from triton_mp.backends.python import _pb_requests'
+RUN python3 -c 'from triton_mp.workers import _answer_writer, _batch_gather; from triton_mp.backends.python import _pb_requests, _pb_results'
 USER 1000:1000
 WORKDIR /tmp
 EXPOSE 8000 8001 8002
