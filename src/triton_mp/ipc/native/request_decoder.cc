@@ -45,6 +45,7 @@
 namespace {
 
 namespace rec = triton_mp::records;
+using triton_mp::Keep;
 using triton_mp::Ref;
 
 // The Python types and tables, from configure(); owned references, kept for the process.
@@ -432,11 +433,6 @@ PyObject* DecodeAll(PyObject* /*module*/, PyObject* const* args, Py_ssize_t narg
     PyTuple_SET_ITEM(out.get(), i, req);
   }
   return out.release();
-}
-
-void Keep(PyObject** slot, PyObject* value) {
-  Py_INCREF(value);
-  Py_XSETREF(*slot, value);
 }
 
 PyObject* Configure(PyObject* /*module*/, PyObject* args) {

@@ -34,6 +34,7 @@
 #include "../../ipc/native/slots.h"
 
 namespace {
+using triton_mp::Keep;
 using triton_mp::Ref;
 using triton_mp::SlotGet;
 
@@ -234,8 +235,6 @@ PyObject* BackendRequests(PyObject* /*module*/, PyObject* const* args, Py_ssize_
   }
   return out.release();
 }
-
-void Keep(PyObject** slot, PyObject* value) { Py_XSETREF(*slot, Py_NewRef(value)); }
 
 // configure(InferRequest, TensorRef, BackendRequest, FIXED_DTYPES)
 PyObject* Configure(PyObject* /*module*/, PyObject* args) {

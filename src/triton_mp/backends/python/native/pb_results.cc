@@ -26,6 +26,7 @@
 #include "../../../ipc/native/slots.h"
 
 namespace {
+using triton_mp::Keep;
 using triton_mp::Ref;
 using triton_mp::SlotGet;
 
@@ -116,12 +117,6 @@ PyObject* Results(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs)
     PyList_SET_ITEM(out.get(), i, made);
   }
   return out.release();
-}
-
-void Keep(PyTypeObject** slot, PyObject* cls) {
-  PyTypeObject* old = *slot;
-  *slot = reinterpret_cast<PyTypeObject*>(Py_NewRef(cls));
-  Py_XDECREF(reinterpret_cast<PyObject*>(old));
 }
 
 // configure(InferenceRequest, InferenceResponse, Tensor, BackendRequest, RELEASE_RESCHEDULE)
