@@ -1,0 +1,298 @@
+"""What a python model's inputs are, side by side with the real Triton 2.51 (``.peers/``;
+where it is not installed, triton-mp alone is held to 2.51's answers, pinned here).
+
+2.51's python backend copies every input into the stub's own shared memory, so a model may
+write its inputs in place (``x /= 255``, ``x += 1``) without anyone else seeing it:
+
+1. An ensemble tensor that two steps read (the ensemble's input, or a step's output) is each
+   step's own: a step that writes its input in place changes neither the other step's input
+   nor the tensor the client gets back.
+2. An input read from a client's registered system shared memory is writable, and the
+   client's region stays as the client wrote it.
+
+And a batch's edges:
+
+3. Two requests batched together whose outputs are all empty (BYTES of shape [1, 0]) are both
+   served.
+4. A request without any input to a batching python model (its inputs all optional) is
+   refused by the python backend, which reads the batch size from input 0
+   (``python_be.cc`` ProcessRequests: "out of bounds index 0: request has 0 inputs"), and
+   counted as a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.utils.shared_memory as shm
+from tritonclient.utils import InferenceServerException
+
+from tests.helpers.repos import write_python_model
+from tests.helpers.server import ServerProcess
+from tests.helpers.triton_peer import RealTriton, peers_env
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+INC_CONFIG = """
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "W" data_type: TYPE_STRING dims: [ 1 ] }
+]
+"""
+INC_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            try:
+                x += 1
+                how = "in place"
+            except ValueError as e:
+                x = x + 1
+                how = str(e)
+            w = np.array([[how.encode()]] * x.shape[0], dtype=np.object_)
+            out.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT0", x), pb_utils.Tensor("W", w)]))
+        return out
+"""
+"""inc_py: OUTPUT0 = INPUT0 + 1, written into INPUT0 in place where it can be; W says how."""
+
+AFTER_CONFIG = """
+backend: "python"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "AFTER" data_type: TYPE_FP32 dims: [ -1 ] }
+]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+AFTER_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy().copy())])
+            for r in requests]
+"""
+"""after_py: a copy of INPUT0, read once AFTER is there (the ensemble runs it after the
+step that makes AFTER)."""
+
+ENS_CONFIG = """
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [
+  { name: "A" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "B" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "C" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "D" data_type: TYPE_FP32 dims: [ -1 ] }
+]
+ensemble_scheduling { step [
+  { model_name: "inc_py" model_version: -1
+    input_map { key: "INPUT0" value: "INPUT0" } output_map { key: "OUTPUT0" value: "A" } },
+  { model_name: "after_py" model_version: -1
+    input_map { key: "INPUT0" value: "INPUT0" } input_map { key: "AFTER" value: "A" }
+    output_map { key: "OUTPUT0" value: "B" } },
+  { model_name: "inc_py" model_version: -1
+    input_map { key: "INPUT0" value: "B" } output_map { key: "OUTPUT0" value: "C" } },
+  { model_name: "after_py" model_version: -1
+    input_map { key: "INPUT0" value: "B" } input_map { key: "AFTER" value: "C" }
+    output_map { key: "OUTPUT0" value: "D" } }
+] }
+"""
+"""inc_ens: the ensemble's INPUT0 read by inc_py (A) and then by after_py (B); B, an output
+the client gets, read by inc_py (C) and then by after_py (D)."""
+
+BYTES_CONFIG = """
+backend: "python"
+max_batch_size: 8
+dynamic_batching { preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 1000000 }
+input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] optional: true } ]
+output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+"""
+BYTES_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            t = pb_utils.get_input_tensor_by_name(r, "INPUT0")
+            x = np.zeros((1, 0), dtype=np.object_) if t is None else t.as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
+        return out
+"""
+"""bytes_py: a BYTES identity whose batches close at two requests (or after 1 s); its one
+input is optional."""
+
+MODELS = {
+    "inc_py": (INC_CONFIG, INC_MODEL),
+    "after_py": (AFTER_CONFIG, AFTER_MODEL),
+    "inc_ens": (ENS_CONFIG, None),
+    "bytes_py": (BYTES_CONFIG, BYTES_MODEL),
+}
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerProcess]]:
+    """``triton-mp`` always, ``triton`` when the real Triton is installed, on one repository
+    with ``MODELS`` (client shared memory on, as 2.51's default)."""
+    repo = tmp_path_factory.mktemp("r14_inputs") / "repo"
+    for name, (config, source) in MODELS.items():
+        if source is None:
+            (repo / name / "1").mkdir(parents=True)
+            (repo / name / "config.pbtxt").write_text(config)
+        else:
+            write_python_model(repo, name, config, source)
+    logs = tmp_path_factory.mktemp("logs")
+    ours = ServerProcess(repo, logs / "ours.log", "--allow-client-shm=true")
+    theirs: RealTriton | None = None
+    try:
+        env = peers_env()
+        if env is not None:  # NOTE: started before ours is live: side by side
+            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}")
+        ours.wait_live()
+        found: dict[str, ServerProcess] = {"triton-mp": ours}
+        if theirs is not None:
+            theirs.wait_live()
+            found["triton"] = theirs  # type: ignore[assignment]  # NOTE: same url fields
+        yield found
+    finally:
+        if theirs is not None:
+            theirs.stop(wait=False)
+        ours.stop()
+
+
+def _ordered(servers: dict[str, ServerProcess]) -> list[tuple[str, ServerProcess]]:
+    """Triton first: where only triton-mp differs, Triton's half passes before it fails."""
+    return sorted(servers.items(), key=lambda kv: kv[0] != "triton")
+
+
+X = np.arange(4, dtype=np.float32)[None]
+"""[[0, 1, 2, 3]]"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="r14 F2: an ensemble tensor read by two steps is one block in the frontend's arena; "
+    "a step writing its input in place changes the other step's input and the client's output",
+)
+def test_an_ensemble_step_writing_its_input_in_place_changes_no_other_tensor(
+    servers: dict[str, ServerProcess],
+) -> None:
+    for name, server in _ordered(servers):
+        with grpcclient.InferenceServerClient(server.url) as client:
+            inp = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+            inp.set_data_from_numpy(X)
+            r = client.infer("inc_ens", [inp])
+        got = {k: r.as_numpy(k).tolist() for k in "ABCD"}
+        assert got == {"A": [[1, 2, 3, 4]], "B": [[0, 1, 2, 3]], "C": [[1, 2, 3, 4]],
+                       "D": [[0, 1, 2, 3]]}, name  # fmt: skip
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="r14 F1: the worker maps a client's shared-memory input read-only and hands the "
+    "model a view of it; 2.51 hands the model its own writable copy",
+)
+def test_an_input_from_client_shared_memory_is_the_models_to_write(
+    servers: dict[str, ServerProcess],
+) -> None:
+    for name, server in _ordered(servers):
+        key = f"/r14_inplace_{os.getpid()}_{server.url.rsplit(':', 1)[1]}"
+        region = shm.create_shared_memory_region("r14_in", key, X.nbytes)
+        try:
+            shm.set_shared_memory_region(region, [X])
+            with grpcclient.InferenceServerClient(server.url) as client:
+                client.register_system_shared_memory("r14_in", key, X.nbytes)
+                try:
+                    inp = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+                    inp.set_shared_memory("r14_in", X.nbytes)
+                    r = client.infer("inc_py", [inp])
+                finally:
+                    client.unregister_system_shared_memory("r14_in")
+            seen = shm.get_contents_as_numpy(region, np.float32, [1, 4]).tolist()
+        finally:
+            shm.destroy_shared_memory_region(region)
+        assert (r.as_numpy("OUTPUT0").tolist(), r.as_numpy("W").tolist(), seen) == (
+            [[1, 2, 3, 4]],
+            [[b"in place"]],
+            [[0, 1, 2, 3]],
+        ), name
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="r14 F3: a batch whose outputs are all empty is answered with segment '' "
+    "(workers/tensors/answer_batch.py), which the frontend cannot attach",
+)
+def test_a_batch_of_empty_outputs_is_served(servers: dict[str, ServerProcess]) -> None:
+    empty = np.zeros((1, 0), dtype=np.object_)
+
+    def one(url: str) -> list[int] | str:
+        with grpcclient.InferenceServerClient(url) as client:
+            inp = grpcclient.InferInput("INPUT0", [1, 0], "BYTES")
+            inp.set_data_from_numpy(empty)
+            try:
+                return list(client.infer("bytes_py", [inp]).as_numpy("OUTPUT0").shape)
+            except InferenceServerException as e:
+                return f"{e.status()}: {e.message()}"
+
+    for name, server in _ordered(servers):
+        # NOTE: preferred_batch_size 2 and a 1 s delay: the two form one batch
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(one, [server.url] * 2))
+        assert answers == [[1, 0], [1, 0]], name
+
+
+def _fail_count(server: ServerProcess) -> int:
+    url = f"http://{server.http_url}/v2/models/bytes_py/stats"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        stats = json.load(r)["model_stats"][0]["inference_stats"]
+    return int(stats["fail"].get("count", 0))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="r14 F4: triton-mp runs a request without inputs; 2.51's python backend refuses it "
+    "when the model batches (it reads the batch size from input 0)",
+)
+def test_a_request_without_inputs_to_a_batching_python_model_is_refused(
+    servers: dict[str, ServerProcess],
+) -> None:
+    for name, server in _ordered(servers):
+        before = _fail_count(server)
+        with (
+            grpcclient.InferenceServerClient(server.url) as client,
+            pytest.raises(InferenceServerException) as e,
+        ):
+            client.infer("bytes_py", [])
+        assert (e.value.status(), e.value.message()) == (
+            "StatusCode.INVALID_ARGUMENT",
+            "[request id: <id_unknown>] out of bounds index 0: request has 0 inputs",
+        ), name
+        # NOTE: the python backend reports a request's statistics after its answer is sent
+        deadline = time.monotonic() + 5
+        while _fail_count(server) == before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _fail_count(server) - before == 1, name
