@@ -85,11 +85,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _nothing_left_after_the_session() -> Iterator[None]:
     before = set(list_objects())
     yield
-    wait_stopped()  # the real Tritons stopped in the background
+    regions = wait_stopped()  # the real Tritons stopped in the background
     # NOTE: objects of servers still running belong to other sessions on this machine.
     left = sorted(n for n in set(list_objects()) - before if _ours(n) and not _owner_alive(n))
     _unlink_all(left)
     assert not left, f"the test session left shared-memory objects behind: {left}"
+    assert not regions, f"a real Triton of the session left python-backend regions: {regions}"
 
 
 @pytest.fixture(autouse=True)

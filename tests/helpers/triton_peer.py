@@ -4,23 +4,27 @@ One place reads ``peers.env`` (``peers_env``, or ``require_peers`` to skip witho
 one class runs ``tritonserver`` with any flags on free ports (``RealTriton``, stopped by PID).
 ``start_triton`` starts one on a repository and waits until it is ready, skipping the
 calling test when the peers are not installed (``bash bench/peers/install-peers.sh .peers``)
-or Triton does not come up.
+or Triton does not come up. ``side_by_side`` starts triton-mp and the real Triton on one
+repository; ``serve_models`` writes that repository from python models first.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
-import re
+import shutil
 import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
+from tests.helpers.repos import IDENTITY_PY, write_python_model
 from tests.helpers.server import REPO_ROOT, ServerProcess, free_port, wait_grpc_live
 
 PEERS_ENV = Path(os.environ.get("PEERS_ENV", REPO_ROOT / ".peers" / "peers.env"))
@@ -28,17 +32,20 @@ PEERS_ENV = Path(os.environ.get("PEERS_ENV", REPO_ROOT / ".peers" / "peers.env")
 
 _INSTALL = "run: bash bench/peers/install-peers.sh .peers"
 
-_STUB_REGION = re.compile(r"/dev/shm/triton_python_backend_shm_region_[0-9a-f-]+")
-"""The shared memory the python backend creates for each stub (one per model instance)."""
+STUB_REGIONS = f"triton_python_backend_shm_region_t{os.getpid()}_"
+"""The start of the name of every /dev/shm region the python backend of a real Triton this
+test process starts creates (one per model instance, then the region's uuid): each
+``RealTriton`` names its own prefix under it (``region_prefix``, given as the python
+backend's ``shm-region-prefix-name``), so its regions can be told from another test run's
+and removed once it exited, however it ended. It starts with 2.51's default prefix, which
+both servers reserve (a client cannot register a key that starts with it)."""
+
+_NEXT_PEER = itertools.count()
 
 
-def _mapped_stub_regions(pid: int) -> set[str]:
-    """The python-backend regions process ``pid`` maps now (none once it is gone)."""
-    try:
-        maps = Path(f"/proc/{pid}/maps").read_text()
-    except OSError:
-        return set()
-    return set(_STUB_REGION.findall(maps))
+def left_regions(prefix: str = STUB_REGIONS) -> list[Path]:
+    """The /dev/shm regions whose names start with ``prefix``."""
+    return sorted(Path("/dev/shm").glob(f"{prefix}*"))
 
 
 def _sourced() -> dict[str, str] | None:
@@ -85,8 +92,8 @@ class RealTriton:
         self.url = f"127.0.0.1:{self.grpc_port}"
         self.http_url = f"127.0.0.1:{self.http_port}"
         self.log_path = log_path
-        self._regions: set[str] = set()
-        """The python backend's /dev/shm regions seen mapped by this server (``stop``)."""
+        self.region_prefix = f"{STUB_REGIONS}{next(_NEXT_PEER)}_"
+        """The start of this server's python-backend regions' names (``stop`` removes them)."""
         # NOTE: the stub's env first on PATH: the python models' interpreter finds numpy there.
         run_env = {**os.environ, **env}
         run_env["PATH"] = f"{env['TRITON_STUB_ENV']}/bin:{os.environ.get('PATH', '')}"
@@ -104,6 +111,7 @@ class RealTriton:
                     # NOTE: 2.51 can wait its whole 30 s exit timeout for a decoupled stream's
                     # state at SIGTERM (seen in two tests' teardowns); a test's own flag wins
                     "--exit-timeout-secs=5",
+                    f"--backend-config=python,shm-region-prefix-name={self.region_prefix}",
                     *argv,
                 ],
                 stdout=log,
@@ -141,7 +149,6 @@ class RealTriton:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"tritonserver HTTP not live after {timeout_s}s:\n{self.log()}")
             time.sleep(0.1)
-        self._regions |= _mapped_stub_regions(self.proc.pid)
 
     def _http_live(self) -> bool:
         """Whether ``/v2/health/live`` answers 200 now."""
@@ -160,7 +167,6 @@ class RealTriton:
                 pytest.skip(f"the real Triton exited during start-up: {self.log()[-800:]}")
             try:
                 urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=1)
-                self._regions |= _mapped_stub_regions(self.proc.pid)
                 return
             except OSError:
                 time.sleep(0.2)
@@ -168,23 +174,24 @@ class RealTriton:
         pytest.skip(f"the real Triton was not ready after {timeout_s:.0f} s: {self.log()[-800:]}")
 
     def stop(self, wait: bool = True) -> None:
-        """SIGTERM, then SIGKILL after 30 s; then unlink the python backend's regions this
-        server mapped (seen when it came up and now), which a Triton that died or was killed
-        leaves in /dev/shm.
+        """SIGTERM, then SIGKILL after 30 s; then unlink the python backend's regions of this
+        server (named from ``region_prefix``), which a Triton that died or was killed leaves
+        in /dev/shm, whenever that happened.
 
         ``wait=False`` returns after the SIGTERM and leaves the rest to a thread that
         ``wait_stopped()`` joins: a teardown that needs nothing more of this server does not
         wait for its exit (2.51 checks its models once a second while it shuts down: 2-3 s
         for one python model)."""
-        self._regions |= _mapped_stub_regions(self.proc.pid)
         if self.proc.poll() is None:
             self.proc.terminate()
-        regions, self._regions = self._regions, set()
         if wait:
-            _finish_stop(self.proc, regions)
+            _finish_stop(self.proc, self.region_prefix)
             return
         reaper = threading.Thread(
-            target=_finish_stop, args=(self.proc, regions), name="triton-stop", daemon=True
+            target=_finish_stop,
+            args=(self.proc, self.region_prefix),
+            name="triton-stop",
+            daemon=True,
         )
         reaper.start()
         _STOPPING.append(reaper)
@@ -194,22 +201,29 @@ _STOPPING: list[threading.Thread] = []
 """The threads finishing ``RealTriton.stop(wait=False)`` calls."""
 
 
-def _finish_stop(proc: subprocess.Popen[bytes], regions: set[str]) -> None:
-    """Wait for a SIGTERMed tritonserver (SIGKILL after 30 s), then unlink ``regions``."""
+def _finish_stop(proc: subprocess.Popen[bytes], region_prefix: str) -> None:
+    """Wait for a SIGTERMed tritonserver (SIGKILL after 30 s), then unlink its python
+    backend's regions (those whose names start with ``region_prefix``; a stub that still
+    maps one for a moment keeps its memory until it exits)."""
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=10)
-    for path in regions:
-        Path(path).unlink(missing_ok=True)
+    for path in left_regions(region_prefix):
+        path.unlink(missing_ok=True)
 
 
-def wait_stopped() -> None:
+def wait_stopped() -> list[Path]:
     """Wait until every real Triton stopped with ``wait=False`` has exited and its regions
-    are gone (the test session's end)."""
+    are gone (the test session's end); returns the python-backend regions of this test
+    process's Tritons that are still there (of one never stopped), after unlinking them."""
     while _STOPPING:
         _STOPPING.pop().join()
+    left = left_regions()
+    for path in left:
+        path.unlink(missing_ok=True)
+    return left
 
 
 def start_triton(repository: Path, log_path: Path, *flags: str) -> RealTriton:
@@ -251,3 +265,37 @@ def side_by_side(
         if theirs is not None:
             theirs.stop(wait=False)
         ours.stop()
+
+
+class PythonModel(NamedTuple):
+    """A python-backend model of a side-by-side repository: its ``config.pbtxt`` and
+    ``1/model.py`` (both dedented; ``IDENTITY_PY``, INPUT0 answered as OUTPUT0, unless
+    named)."""
+
+    config: str
+    source: str = IDENTITY_PY
+
+
+Models = Mapping[str, PythonModel | Path]
+"""A repository's models by name: written from source, or a model directory copied."""
+
+
+def write_models(repository: Path, models: Models) -> Path:
+    """Write ``models`` into ``repository`` (created); returns it."""
+    repository.mkdir(parents=True, exist_ok=True)
+    for name, model in models.items():
+        if isinstance(model, Path):
+            shutil.copytree(model, repository / name)
+        else:
+            write_python_model(repository, name, model.config, model.source)
+    return repository
+
+
+@contextmanager
+def serve_models(
+    models: Models, work: Path, *flags: str
+) -> Iterator[dict[str, ServerProcess | RealTriton]]:
+    """``side_by_side`` on a repository of ``models`` written in ``work`` (``work/repo``;
+    the logs beside it)."""
+    with side_by_side(write_models(work / "repo", models), work, *flags) as found:
+        yield found
