@@ -6,11 +6,15 @@
 - ``hc`` / ``gc``: tritonclient HTTP and gRPC clients of the requesting module's ``server``.
 - ``container_image_build``: test_container.py's image, built from the session's first e2e
   test on while the other tests run (tests/conftest.py runs test_container.py last).
+- ``shared_side_by_side``: one triton-mp and one real Triton 2.51 for the whole session,
+  serving every model the session's modules list in ``SIDE_BY_SIDE_MODELS``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 import tritonclient.grpc as grpcclient
@@ -19,6 +23,7 @@ import tritonclient.http as httpclient
 from tests.deploy.container import ImageBuild
 from tests.helpers.http_repo import http_repository
 from tests.helpers.server import ServerProcess, server_factory
+from tests.helpers.triton_peer import Models, PythonModel, RealTriton, serve_models
 
 CONTAINER_TESTS = "test_container.py"
 
@@ -39,6 +44,44 @@ def container_image_build(
         yield build
     finally:
         build.close()
+
+
+SHARED_MODELS = "SIDE_BY_SIDE_MODELS"
+"""A test module's ``Models`` that ``shared_side_by_side`` serves (names unique in the session,
+or the same model)."""
+
+
+def _shared_models(modules: list[ModuleType]) -> Models:
+    """Every model the ``modules`` list in ``SHARED_MODELS``.
+
+    Raises:
+        ValueError: two modules give one name to different models.
+    """
+    models: dict[str, PythonModel | Path] = {}
+    for module in modules:
+        listed: Models = getattr(module, SHARED_MODELS, {})
+        for name, model in listed.items():
+            if models.setdefault(name, model) != model:
+                raise ValueError(f"{module.__name__} redefines side-by-side model {name!r}")
+    return models
+
+
+@pytest.fixture(scope="session")
+def shared_side_by_side(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, ServerProcess | RealTriton]]:
+    """``triton-mp`` always, ``triton`` when the real Triton 2.51 is installed, with their
+    default flags (a polled repository), serving the models of every module of the session
+    that lists them in ``SIDE_BY_SIDE_MODELS``: one pair started for all (each pair's start
+    and stop is 5-15 s of a 2-core machine), kept until the session ends.
+
+    A module shares it when its tests ask each model only about itself (its answers, its
+    statistics, its metric series): a module that reloads, restarts or stops a server, needs
+    other flags, or counts the whole server starts its own (``serve_models``)."""
+    modules = {id(i.module): i.module for i in request.session.items if i.module is not None}
+    models = _shared_models(list(modules.values()))
+    with serve_models(models, tmp_path_factory.mktemp("side_by_side")) as found:
+        yield found
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,6 @@ triton-mp and, when ``.peers/`` has it, the real Triton; each must give the stat
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
 from typing import NamedTuple
 
 import numpy as np
@@ -21,9 +19,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from tests.helpers.repos import FP32_PAIR_CONFIG, IDENTITY_PY, write_python_model
+from tests.helpers.repos import FP32_PAIR_CONFIG
 from tests.helpers.server import PROJECT_REPOSITORY, ServerProcess
-from tests.helpers.triton_peer import RealTriton, side_by_side
+from tests.helpers.triton_peer import PythonModel, RealTriton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -63,6 +61,9 @@ def f64(*dims: int) -> np.ndarray:
 
 A = "add_sub_py"
 """INPUT0, INPUT1 FP32 [16], max_batch_size 8 (the project's repository)."""
+SIDE_BY_SIDE_MODELS = {A: PROJECT_REPOSITORY / A, "m": PythonModel(FP32_PAIR_CONFIG)}
+"""The project's add_sub_py and an identity ``m`` that does not batch (tests/e2e/conftest.py's
+``shared_side_by_side`` serves them)."""
 CASES = {
     "two wrong datatypes: the later one": Case(
         A, [("INPUT0", f64(1, 16)), ("INPUT1", f64(1, 16))], dtype("INPUT1", "FP64", A)
@@ -123,20 +124,6 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def servers(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, ServerProcess | RealTriton]]:
-    """``triton-mp`` always, ``triton`` when the real Triton 2.51 is installed: the same
-    repository (the project's add_sub_py and an identity model ``m`` that does not batch)."""
-    repo = tmp_path_factory.mktemp("input_order") / "repo"
-    shutil.copytree(PROJECT_REPOSITORY / A, repo / A)
-    write_python_model(repo, "m", FP32_PAIR_CONFIG, IDENTITY_PY)
-    logs = tmp_path_factory.mktemp("logs")
-    with side_by_side(repo, logs) as found:
-        yield found
-
-
 def _grpc(url: str, case: Case) -> str:
     tensors = []
     for name, data in case.inputs:
@@ -167,26 +154,26 @@ def _http(url: str, case: Case) -> str:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_the_refusal_names_the_input_triton_meets_first(
-    servers: dict[str, ServerProcess | RealTriton], name: str
+    shared_side_by_side: dict[str, ServerProcess | RealTriton], name: str
 ) -> None:
     case = CASES[name]
-    for server, proc in servers.items():
+    for server, proc in shared_side_by_side.items():
         want = f"StatusCode.INVALID_ARGUMENT: {case.message}"
         assert _grpc(proc.url, case) == want, f"{server} gRPC"
         assert _http(proc.http_url, case) == f"400: {case.message}", f"{server} HTTP"
 
 
 def test_good_requests_are_served_after_the_refusals(
-    servers: dict[str, ServerProcess | RealTriton],
+    shared_side_by_side: dict[str, ServerProcess | RealTriton],
 ) -> None:
     good = Case(A, [("INPUT1", f32(2, 16)), ("INPUT0", f32(2, 16))], "served")
-    for server, proc in servers.items():
+    for server, proc in shared_side_by_side.items():
         assert _grpc(proc.url, good) == "served", server
         assert _http(proc.http_url, good) == "served", server
 
 
 def test_a_batch_of_zero_is_refused_in_triton_mps_own_words(
-    servers: dict[str, ServerProcess | RealTriton],
+    shared_side_by_side: dict[str, ServerProcess | RealTriton],
 ) -> None:
     """2.51 answers "input byte size mismatch ... Expected 64, got 0" here (its batch size 0
     means none); triton-mp names the batch size (docs/differences.md)."""
@@ -195,6 +182,6 @@ def test_a_batch_of_zero_is_refused_in_triton_mps_own_words(
         [("INPUT0", f32(0, 16)), ("INPUT1", f32(0, 16))],
         f"{RID}inference request batch-size must be >= 1 for '{A}'",
     )
-    ours = servers["triton-mp"]
+    ours = shared_side_by_side["triton-mp"]
     assert _grpc(ours.url, case) == f"StatusCode.INVALID_ARGUMENT: {case.message}"
     assert _http(ours.http_url, case) == f"400: {case.message}"

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import queue
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers.repos import write_python_model
-from tests.helpers.triton_peer import side_by_side
+from tests.helpers.server import ServerProcess
+from tests.helpers.triton_peer import PythonModel, RealTriton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -58,22 +58,14 @@ class TritonPythonModel:
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", total)]))
         return out
 """
-"""slow_sum: one request a second; OUTPUT0 is the running sum of the sequence's INPUT0s."""
+SIDE_BY_SIDE_MODELS = {"slow_sum": PythonModel(CONFIG, MODEL)}
+"""slow_sum: one request a second; OUTPUT0 is the running sum of the sequence's INPUT0s
+(tests/e2e/conftest.py's ``shared_side_by_side`` serves it)."""
 
 REFUSAL = (
     "inference request for sequence {} to model 'slow_sum' must specify the START flag on "
     "the first request of the sequence"
 )
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """gRPC addresses: ``triton-mp`` always, ``triton`` when the real Triton is installed."""
-    repo = tmp_path_factory.mktemp("sequence_end") / "repo"
-    write_python_model(repo, "slow_sum", CONFIG, MODEL)
-    logs = tmp_path_factory.mktemp("logs")
-    with side_by_side(repo, logs) as found:
-        yield {name: server.url for name, server in found.items()}
 
 
 def _value(v: int) -> list[grpcclient.InferInput]:
@@ -109,10 +101,12 @@ def _collect(answers: Answers, n: int) -> dict[str, object]:
     return got
 
 
-def test_a_request_after_a_queued_end_is_refused_on_a_stream(servers: dict[str, str]) -> None:
-    for server, url in servers.items():
+def test_a_request_after_a_queued_end_is_refused_on_a_stream(
+    shared_side_by_side: dict[str, ServerProcess | RealTriton],
+) -> None:
+    for server, proc in shared_side_by_side.items():
         answers: queue.Queue[tuple[str, object]] = queue.Queue()
-        with grpcclient.InferenceServerClient(url) as client:
+        with grpcclient.InferenceServerClient(proc.url) as client:
             client.start_stream(callback=_record(answers))
             send = client.async_stream_infer
             send("slow_sum", _value(1), request_id="start", sequence_id=41, sequence_start=True)
@@ -125,10 +119,12 @@ def test_a_request_after_a_queued_end_is_refused_on_a_stream(servers: dict[str, 
         assert got == {"start": 1, "end": 3, "error": refused}, server
 
 
-def test_a_unary_request_after_a_queued_end_is_refused(servers: dict[str, str]) -> None:
-    for server, url in servers.items():
+def test_a_unary_request_after_a_queued_end_is_refused(
+    shared_side_by_side: dict[str, ServerProcess | RealTriton],
+) -> None:
+    for server, proc in shared_side_by_side.items():
         answers: queue.Queue[tuple[str, object]] = queue.Queue()
-        with grpcclient.InferenceServerClient(url) as client:
+        with grpcclient.InferenceServerClient(proc.url) as client:
             client.async_infer(
                 "slow_sum",
                 _value(1),

@@ -11,16 +11,14 @@ from __future__ import annotations
 import json
 import re
 import urllib.request
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers.repos import write_python_model
 from tests.helpers.server import ServerProcess
-from tests.helpers.triton_peer import RealTriton, side_by_side
+from tests.helpers.triton_peer import PythonModel, RealTriton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -31,31 +29,9 @@ input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
 sequence_batching { max_sequence_idle_microseconds: 30000000 }
 """
-MODEL = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
-        return out
-"""
-"""seq_echo: a sequence model that answers INPUT0 as OUTPUT0."""
-
-
-@pytest.fixture(scope="module")
-def servers(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, ServerProcess | RealTriton]]:
-    """``triton-mp`` always, ``triton`` when the real Triton is installed."""
-    repo = tmp_path_factory.mktemp("sequence_stats") / "repo"
-    write_python_model(repo, "seq_echo", CONFIG, MODEL)
-    logs = tmp_path_factory.mktemp("logs")
-    with side_by_side(repo, logs) as found:
-        yield found
+SIDE_BY_SIDE_MODELS = {"seq_echo": PythonModel(CONFIG)}
+"""seq_echo: a sequence model that answers INPUT0 as OUTPUT0 (tests/e2e/conftest.py's
+``shared_side_by_side`` serves it)."""
 
 
 def _counts(server: ServerProcess | RealTriton) -> tuple[int, int, float, float]:
@@ -93,9 +69,9 @@ REFUSED = "StatusCode.INVALID_ARGUMENT: inference request "
 
 
 def test_sequence_refusals_are_not_counted_as_failures(
-    servers: dict[str, ServerProcess | RealTriton],
+    shared_side_by_side: dict[str, ServerProcess | RealTriton],
 ) -> None:
-    for name, server in servers.items():
+    for name, server in shared_side_by_side.items():
         before = _counts(server)
         with grpcclient.InferenceServerClient(server.url) as client:
             assert _send(client, 1, sequence_id=5).startswith(REFUSED), name

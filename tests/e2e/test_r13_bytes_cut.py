@@ -16,15 +16,13 @@ import re
 import struct
 import time
 import urllib.request
-from collections.abc import Iterator
 
 import grpc
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from tests.helpers.repos import write_python_model
 from tests.helpers.server import ServerProcess
-from tests.helpers.triton_peer import RealTriton, side_by_side
+from tests.helpers.triton_peer import PythonModel, RealTriton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -34,30 +32,8 @@ max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
 """
-MODEL = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
-        return out
-"""
-"""bytes_py: a BYTES identity."""
-
-
-@pytest.fixture(scope="module")
-def servers(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, ServerProcess | RealTriton]]:
-    """``triton-mp`` always, ``triton`` when the real Triton is installed."""
-    repo = tmp_path_factory.mktemp("bytes_cut") / "repo"
-    write_python_model(repo, "bytes_py", CONFIG, MODEL)
-    with side_by_side(repo, tmp_path_factory.mktemp("logs")) as found:
-        yield found
+SIDE_BY_SIDE_MODELS = {"bytes_py": PythonModel(CONFIG)}
+"""bytes_py: a BYTES identity (tests/e2e/conftest.py's ``shared_side_by_side`` serves it)."""
 
 
 def _el(text: bytes) -> bytes:
@@ -101,10 +77,10 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_cut_bytes_element_is_refused_as_triton_does(
-    servers: dict[str, ServerProcess | RealTriton], case: str
+    shared_side_by_side: dict[str, ServerProcess | RealTriton], case: str
 ) -> None:
     raw, shape, expected = CASES[case]
-    for name, server in servers.items():
+    for name, server in shared_side_by_side.items():
         assert _infer(server, raw, shape) == expected, name
 
 
@@ -127,10 +103,10 @@ def _fail_counts(server: ServerProcess | RealTriton) -> tuple[int, float]:
     "backend fails the request and counts it (fail +1, nv_inference_request_failure +1)",
 )
 def test_a_cut_last_element_counts_as_a_failure(
-    servers: dict[str, ServerProcess | RealTriton],
+    shared_side_by_side: dict[str, ServerProcess | RealTriton],
 ) -> None:
     raw, shape, _ = CASES["cut last element"]
-    for name, server in sorted(servers.items()):  # Triton first: its half passes
+    for name, server in sorted(shared_side_by_side.items()):  # Triton first: its half passes
         before = _fail_counts(server)
         _infer(server, raw, shape)
         # NOTE: the python backend reports a request's statistics after its answer is sent

@@ -14,16 +14,14 @@ import json
 import re
 import time
 import urllib.request
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers.repos import write_python_model
 from tests.helpers.server import ServerProcess
-from tests.helpers.triton_peer import RealTriton, side_by_side
+from tests.helpers.triton_peer import PythonModel, RealTriton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -55,19 +53,10 @@ class TritonPythonModel:
                 out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
         return out
 """
+SIDE_BY_SIDE_MODELS = {"err_py": PythonModel(CONFIG, MODEL)}
 """err_py: answers INPUT0, a returned error for a negative one, raises for -2. It batches
-two requests sent together (a 300 ms delay, preferred batch size 2)."""
-
-
-@pytest.fixture(scope="module")
-def servers(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, ServerProcess | RealTriton]]:
-    """``triton-mp`` always, ``triton`` when the real Triton is installed."""
-    repo = tmp_path_factory.mktemp("error_stats") / "repo"
-    write_python_model(repo, "err_py", CONFIG, MODEL)
-    with side_by_side(repo, tmp_path_factory.mktemp("logs")) as found:
-        yield found
+two requests sent together (a 300 ms delay, preferred batch size 2). tests/e2e/conftest.py's
+``shared_side_by_side`` serves it."""
 
 
 FAMILIES = ("nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count")
@@ -135,28 +124,28 @@ RETURNED = {
 
 
 def test_a_returned_error_counts_as_executed(
-    servers: dict[str, ServerProcess | RealTriton],
+    shared_side_by_side: dict[str, ServerProcess | RealTriton],
 ) -> None:
-    for name, server in servers.items():
+    for name, server in shared_side_by_side.items():
         assert _delta(server, [-1]) == (["StatusCode.INTERNAL: negative"], RETURNED), name
 
 
 def test_a_returned_error_in_a_batch_counts_as_executed(
-    servers: dict[str, ServerProcess | RealTriton],
+    shared_side_by_side: dict[str, ServerProcess | RealTriton],
 ) -> None:
     expected = {k: 2 * v for k, v in RETURNED.items()}
     expected["execution_count"] = 1
-    for name, server in servers.items():
+    for name, server in shared_side_by_side.items():
         assert _delta(server, [-1, 5]) == (["StatusCode.INTERNAL: negative", "[[5]]"], expected), (
             name
         )
 
 
 def test_an_execute_that_raises_counts_as_failed(
-    servers: dict[str, ServerProcess | RealTriton],
+    shared_side_by_side: dict[str, ServerProcess | RealTriton],
 ) -> None:
     expected = {"fail": 1, "execution_count": 1, "nv_inference_request_failure": 1.0}
-    for name, server in servers.items():
+    for name, server in shared_side_by_side.items():
         answers, delta = _delta(server, [-2])
         assert answers == [
             "StatusCode.INTERNAL: Failed to process the request(s) for model 'err_py_0', "
@@ -183,13 +172,13 @@ def _line(text: str) -> int:
 
 
 def test_an_execute_that_raises_names_the_models_frames(
-    servers: dict[str, ServerProcess | RealTriton],
+    shared_side_by_side: dict[str, ServerProcess | RealTriton],
 ) -> None:
     # the stub's words (pybind11's error_already_set::what()): "\n\nAt:\n", then one line
     # per frame of the model's code, the innermost first, up to execute
     raised, called = _line('raise RuntimeError("boom")'), _line("check(x)")
     frames = [f"err_py/1/model.py({raised}): check\n", f"err_py/1/model.py({called}): execute\n"]
-    for name, server in servers.items():
+    for name, server in shared_side_by_side.items():
         first, at = _raised(server, "err_py").split("\n\nAt:\n")
         assert first == (
             "Failed to process the request(s) for model 'err_py_0', message: RuntimeError: boom"

@@ -9,16 +9,13 @@ request, "Request timeout expired" (UNAVAILABLE). Longer timeouts are served as 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers.repos import write_python_model
 from tests.helpers.server import ServerProcess
-from tests.helpers.triton_peer import RealTriton, side_by_side
+from tests.helpers.triton_peer import PythonModel, RealTriton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -36,30 +33,9 @@ dynamic_batching {
   }
 }
 """
-MODEL = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
-        return out
-"""
-"""timed_py: an identity behind a REJECT queue policy whose timeout requests may override."""
-
-
-@pytest.fixture(scope="module")
-def servers(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, ServerProcess | RealTriton]]:
-    """``triton-mp`` always, ``triton`` when the real Triton is installed."""
-    repo = tmp_path_factory.mktemp("queue_timeout") / "repo"
-    write_python_model(repo, "timed_py", CONFIG, MODEL)
-    with side_by_side(repo, tmp_path_factory.mktemp("logs")) as found:
-        yield found
+SIDE_BY_SIDE_MODELS = {"timed_py": PythonModel(CONFIG)}
+"""timed_py: an identity behind a REJECT queue policy whose timeout requests may override
+(tests/e2e/conftest.py's ``shared_side_by_side`` serves it)."""
 
 
 def _answers(server: ServerProcess | RealTriton, timeout_us: int, n: int = 5) -> list[str]:
@@ -77,14 +53,16 @@ def _answers(server: ServerProcess | RealTriton, timeout_us: int, n: int = 5) ->
     return out
 
 
-def test_a_long_timeout_is_served(servers: dict[str, ServerProcess | RealTriton]) -> None:
-    for name, server in servers.items():
+def test_a_long_timeout_is_served(
+    shared_side_by_side: dict[str, ServerProcess | RealTriton],
+) -> None:
+    for name, server in shared_side_by_side.items():
         assert _answers(server, 5_000_000) == ["served"] * 5, name
 
 
 def test_a_timeout_that_runs_out_before_the_batch_is_formed_is_refused(
-    servers: dict[str, ServerProcess | RealTriton],
+    shared_side_by_side: dict[str, ServerProcess | RealTriton],
 ) -> None:
     expired = "StatusCode.UNAVAILABLE: Request timeout expired"
-    for name, server in servers.items():
+    for name, server in shared_side_by_side.items():
         assert _answers(server, 1) == [expired] * 5, name

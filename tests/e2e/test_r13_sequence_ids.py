@@ -10,16 +10,13 @@ gives the same answer on both.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers.repos import write_python_model
 from tests.helpers.server import ServerProcess
-from tests.helpers.triton_peer import RealTriton, side_by_side
+from tests.helpers.triton_peer import PythonModel, RealTriton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -34,31 +31,12 @@ sequence_batching {
   ]
 }
 """
-MODEL = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
-        return out
-"""
-
-
-@pytest.fixture(scope="module")
-def servers(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, ServerProcess | RealTriton]]:
-    """``triton-mp`` always, ``triton`` when the real Triton is installed; seq_text (a
-    TYPE_STRING CORRID) and seq_number (TYPE_UINT64)."""
-    repo = tmp_path_factory.mktemp("sequence_ids") / "repo"
-    write_python_model(repo, "seq_text", CONFIG % "TYPE_STRING", MODEL)
-    write_python_model(repo, "seq_number", CONFIG % "TYPE_UINT64", MODEL)
-    with side_by_side(repo, tmp_path_factory.mktemp("logs")) as found:
-        yield found
+SIDE_BY_SIDE_MODELS = {
+    "seq_text": PythonModel(CONFIG % "TYPE_STRING"),
+    "seq_number": PythonModel(CONFIG % "TYPE_UINT64"),
+}
+"""Identities with a TYPE_STRING CORRID and a TYPE_UINT64 one (tests/e2e/conftest.py's
+``shared_side_by_side`` serves them)."""
 
 
 def _without_id(server: ServerProcess | RealTriton, model: str) -> str:
@@ -77,19 +55,19 @@ MISSING += "or non-empty correlation ID"
 
 
 def test_no_correlation_id_for_a_string_corrid(
-    servers: dict[str, ServerProcess | RealTriton],
+    shared_side_by_side: dict[str, ServerProcess | RealTriton],
 ) -> None:
     expected = {
         "triton": MISSING % "seq_text",
         "triton-mp": "StatusCode.INVALID_ARGUMENT: [request id: <id_unknown>] sequence batching "
         "control 'CORRID' data-type is 'UINT64', but model 'seq_text' expects 'BYTES'",
     }
-    for name, server in servers.items():
+    for name, server in shared_side_by_side.items():
         assert _without_id(server, "seq_text") == expected[name], name
 
 
 def test_no_correlation_id_for_a_numeric_corrid(
-    servers: dict[str, ServerProcess | RealTriton],
+    shared_side_by_side: dict[str, ServerProcess | RealTriton],
 ) -> None:
-    for name, server in servers.items():
+    for name, server in shared_side_by_side.items():
         assert _without_id(server, "seq_number") == MISSING % "seq_number", name
