@@ -241,11 +241,6 @@ def test_an_input_from_client_shared_memory_is_the_models_to_write(
         ), name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="r14 F3: a batch whose outputs are all empty is answered with segment '' "
-    "(workers/tensors/answer_batch.py), which the frontend cannot attach",
-)
 def test_a_batch_of_empty_outputs_is_served(servers: dict[str, ServerProcess]) -> None:
     empty = np.zeros((1, 0), dtype=np.object_)
 

@@ -235,7 +235,10 @@ class ResponseCacheStep:
         if any(ref.region_id for ref in r.outputs):
             return
         tensors = [
+            # NOTE: an empty output may name no block (segment "": answer_batch)
             (ref, self._segments.get(ref.segment).buf[ref.offset : ref.offset + ref.nbytes])
+            if ref.nbytes
+            else (ref, b"")
             for ref in r.outputs
         ]
         self._store.insert(key, encode_entry(tensors))

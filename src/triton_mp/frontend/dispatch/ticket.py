@@ -106,6 +106,11 @@ class InferResult:
         self.outputs = tuple(outputs)
 
     def _bytes(self, ref: TensorRef) -> memoryview:
+        if not ref.nbytes:
+            # NOTE: a group whose outputs are all empty names no block (segment "",
+            # workers.tensors.answer_batch): nothing to attach. A new view each time: a
+            # caller may release it.
+            return memoryview(b"")
         return memoryview(self._cache.get(ref.segment).buf)[ref.offset : ref.offset + ref.nbytes]
 
     def view(self, ref: TensorRef) -> memoryview | None:
@@ -125,6 +130,8 @@ class InferResult:
             return b""
         if ref.segment == _LOCAL:
             return self._local[ref.name]
+        if not ref.nbytes:
+            return b""  # NOTE: no block may be named (_bytes)
         self._pending.copied_bytes["out"] += ref.nbytes
         return self._cache.get(ref.segment).buf[ref.offset : ref.offset + ref.nbytes]
 

@@ -310,6 +310,9 @@ class KnownCalls:
             if ref.region_id:
                 views.append(None)
                 continue
+            if not ref.nbytes:  # NOTE: an all-empty group names no block (segment "")
+                views.append(memoryview(b""))
+                continue
             at = ref.offset
             views.append(memoryview(cache.get(ref.segment).buf)[at : at + ref.nbytes])
             copied += ref.nbytes
