@@ -132,12 +132,12 @@ def test_gpu_instances_each_see_only_their_device(
         answer = client.infer("where", [inp]).as_numpy("VISIBLE")[0].decode()
         assert answer in UUIDS
         assert "FAKE GPUs" in server.log()
-    metrics = _metrics(server)
+    metrics = _metrics(server).splitlines()
     assert f'nv_gpu_utilization{{gpu_uuid="{UUIDS[0]}"}} 0.25' in metrics
-    assert f'nv_gpu_memory_used_bytes{{gpu_uuid="{UUIDS[0]}"}} 1.073741824e+09' in metrics
+    assert f'nv_gpu_memory_used_bytes{{gpu_uuid="{UUIDS[0]}"}} 1073741824' in metrics
     assert f'nv_gpu_power_usage{{gpu_uuid="{UUIDS[0]}"}} 90.5' in metrics
-    assert f'nv_gpu_power_limit{{gpu_uuid="{UUIDS[1]}"}} 0.0' in metrics
-    assert f'nv_energy_consumption{{gpu_uuid="{UUIDS[1]}"}} 0.0' in metrics
+    assert f'nv_gpu_power_limit{{gpu_uuid="{UUIDS[1]}"}} 0' in metrics
+    assert f'nv_energy_consumption{{gpu_uuid="{UUIDS[1]}"}} 0' in metrics
 
 
 def test_min_compute_capability_and_no_gpu_refusals(

@@ -42,6 +42,13 @@ def check(x):
 
 
 class TritonPythonModel:
+    def initialize(self, args):
+        self.numbers = pb_utils.MetricFamily(
+            name="r13_err_numbers", description="n", kind=pb_utils.MetricFamily.GAUGE
+        )
+        for i, v in enumerate([5.0, 100000.0, 0.1 + 0.2, 1e16, 2.0**60, 1 / 3, 1e-5]):
+            self.numbers.Metric(labels={"i": str(i)}).set(v)
+
     def execute(self, requests):
         out = []
         for r in requests:
@@ -55,8 +62,9 @@ class TritonPythonModel:
 """
 SIDE_BY_SIDE_MODELS = {"err_py": PythonModel(CONFIG, MODEL)}
 """err_py: answers INPUT0, a returned error for a negative one, raises for -2. It batches
-two requests sent together (a 300 ms delay, preferred batch size 2). tests/e2e/conftest.py's
-``shared_side_by_side`` serves it."""
+two requests sent together (a 300 ms delay, preferred batch size 2). Its custom gauge family
+``r13_err_numbers`` holds a few values whose text forms differ between number formats.
+tests/e2e/conftest.py's ``shared_side_by_side`` serves it."""
 
 
 FAMILIES = ("nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count")
@@ -188,3 +196,18 @@ def test_an_execute_that_raises_names_the_models_frames(
             name,
             at,
         )
+
+
+def test_metric_values_are_written_as_triton_writes_them(
+    shared_side_by_side: dict[str, ServerProcess | RealTriton],
+) -> None:
+    """prometheus-cpp in 2.51 writes a value with ``%.16g``: whole numbers without ``.0``,
+    no exponent below 1e16, 16 significant digits."""
+    numbers = ("5", "100000", "0.3", "1e+16", "1.152921504606847e+18", "0.3333333333333333")
+    expected = {f'r13_err_numbers{{i="{i}"}} {v}' for i, v in enumerate((*numbers, "1e-05"))}
+    expected.add('nv_inference_request_failure{model="err_py",reason="REJECTED",version="1"} 0')
+    for name, server in sorted(shared_side_by_side.items()):  # Triton first: its half passes
+        url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            lines = set(r.read().decode().splitlines())
+        assert expected - lines == set(), name

@@ -254,7 +254,7 @@ def test_output_parses_as_prometheus_text() -> None:
 def test_label_values_are_escaped() -> None:
     odd = ModelStats(name='we"ird\\name', version=3)
     text = render(MetricsSnapshot(stats=(odd,), queues=())).decode()
-    assert 'nv_inference_count{model="we\\"ird\\\\name",version="3"} 0.0' in text.splitlines()
+    assert 'nv_inference_count{model="we\\"ird\\\\name",version="3"} 0' in text.splitlines()
 
 
 class _Times(NamedTuple):

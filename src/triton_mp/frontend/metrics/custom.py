@@ -36,7 +36,6 @@ import math
 from collections.abc import Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from decimal import Decimal
 
 import posix_ipc
 
@@ -232,31 +231,15 @@ def _merge_histogram(
 
 
 def format_value(value: float) -> str:
-    """A number as prometheus-cpp writes it (``std::to_chars``: the shortest form that
-    reads back the same, fixed notation unless scientific is shorter): ``3``, ``0.05``,
-    ``1e+20``; ``Nan``, ``+Inf``, ``-Inf``."""
+    """A number as Triton 2.51's prometheus-cpp writes it: ``snprintf("%.*g",
+    max_digits10 - 1)``, i.e. ``%.16g`` (its text serializer's branch for a library without
+    floating-point ``std::to_chars``; checked against 2.51): ``3``, ``100000``, ``0.05``,
+    ``0.3`` for 0.1 + 0.2, ``1e+16``, ``1e-05``; ``Nan``, ``+Inf``, ``-Inf``."""
     if math.isnan(value):
         return "Nan"
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
-    if value == 0:
-        return "-0" if math.copysign(1.0, value) < 0 else "0"
-    sign, digits, exponent = Decimal(repr(value)).as_tuple()
-    assert isinstance(exponent, int)
-    text = "".join(map(str, digits)).rstrip("0") or "0"
-    exponent += len(digits) - len(text)  # value = text * 10**exponent
-    point = len(text) + exponent  # digits before the decimal point
-    if exponent >= 0:
-        fixed = text + "0" * exponent
-    elif point > 0:
-        fixed = f"{text[:point]}.{text[point:]}"
-    else:
-        fixed = "0." + "0" * -point + text
-    sci_exp = point - 1
-    mantissa = text[0] + (f".{text[1:]}" if len(text) > 1 else "")
-    scientific = f"{mantissa}e{'-' if sci_exp < 0 else '+'}{abs(sci_exp):02d}"
-    best = fixed if len(fixed) <= len(scientific) else scientific
-    return ("-" if sign else "") + best
+    return "%.16g" % value
 
 
 def _escape_label(value: str) -> str:
@@ -267,7 +250,9 @@ def _escape_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-def _sample(name: str, labels: Iterable[tuple[str, str]], value: str) -> str:
+def sample_line(name: str, labels: Iterable[tuple[str, str]], value: str) -> str:
+    """One sample line of the text format: ``name{k="v",...} value`` and a newline, label
+    values escaped (backslash, newline, double quote)."""
     pairs = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels)
     return f"{name}{{{pairs}}} {value}\n" if pairs else f"{name} {value}\n"
 
@@ -301,13 +286,13 @@ def _render(families: Iterable[Family], taken: AbstractSet[str]) -> Iterator[str
         for labels in sorted(fam.series):
             s = fam.series[labels]
             if fam.kind != "histogram":
-                yield _sample(fam.name, labels, format_value(s.value))
+                yield sample_line(fam.name, labels, format_value(s.value))
                 continue
             total = sum(s.counts)
-            yield _sample(f"{fam.name}_count", labels, format_value(total))
-            yield _sample(f"{fam.name}_sum", labels, format_value(s.value))
+            yield sample_line(f"{fam.name}_count", labels, format_value(total))
+            yield sample_line(f"{fam.name}_sum", labels, format_value(s.value))
             cumulative = 0.0
             for bound, n in zip((*s.buckets, math.inf), s.counts, strict=True):
                 cumulative += n
                 le = (*labels, ("le", format_value(bound)))
-                yield _sample(f"{fam.name}_bucket", le, format_value(cumulative))
+                yield sample_line(f"{fam.name}_bucket", le, format_value(cumulative))

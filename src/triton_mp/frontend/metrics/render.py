@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -318,32 +317,30 @@ class SnapshotCollector:
 
 
 def render(snapshot: MetricsSnapshot) -> bytes:
-    """The snapshot in Prometheus text format 0.0.4 (what ``GET /metrics`` answers).
-
-    A fresh registry per call: it holds only this snapshot's collector, so concurrent
-    scrapes never see each other's numbers and no process-wide registry is touched.
-    """
+    """The snapshot in Prometheus text format 0.0.4 (what ``GET /metrics`` answers)."""
     families = list(SnapshotCollector(snapshot).collect())
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(families))
-    text = generate_latest(registry).decode()
-    # NOTE: prometheus-client names a counter family ``<name>_total`` in HELP and TYPE (the
-    # OpenMetrics rule) whatever its samples are called. Triton's counters have no _total,
-    # and dashboards query Triton's names, so those two header lines get Triton's name back.
-    for name in (*TRITON_COUNTERS, *cache_metrics.MODEL_COUNTERS, *GPU_COUNTERS):
-        text = text.replace(f"# HELP {name}_total ", f"# HELP {name} ", 1)
-        text = text.replace(f"# TYPE {name}_total counter", f"# TYPE {name} counter", 1)
+    text = "".join(map(_family_text, families))
     if snapshot.custom:
         taken = {f.name for f in families} | {s.name for f in families for s in f.samples}
         text += custom_metrics.render(snapshot.custom, taken)
     return text.encode()
 
 
-class _Families:
-    """A collector over families collected already (``render`` needs their names too)."""
+_TRITON_NAMED = frozenset((*TRITON_COUNTERS, *cache_metrics.MODEL_COUNTERS, *GPU_COUNTERS))
+"""Counter families named as Triton names them: no ``_total`` (dashboards query these)."""
 
-    def __init__(self, families: list[Metric]) -> None:
-        self._families = families
 
-    def collect(self) -> Iterator[Metric]:
-        return iter(self._families)
+def _family_text(family: Metric) -> str:
+    """One family as prometheus-client's ``generate_latest`` lays it out (a counter is
+    ``<name>_total`` in HELP and TYPE unless Triton names it; labels in name order), with
+    values written as Triton's prometheus-cpp writes them (``custom.format_value``: ``5``,
+    not prometheus-client's ``5.0``)."""
+    name = family.name
+    if family.type == "counter" and name not in _TRITON_NAMED:
+        name += "_total"
+    help_text = family.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+    lines = [f"# HELP {name} {help_text}\n", f"# TYPE {name} {family.type}\n"]
+    for s in family.samples:
+        value = custom_metrics.format_value(s.value)
+        lines.append(custom_metrics.sample_line(s.name, sorted(s.labels.items()), value))
+    return "".join(lines)
