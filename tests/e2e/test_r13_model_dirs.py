@@ -53,11 +53,6 @@ def _load(server: ServerProcess | RealTriton, model: str) -> tuple[int, str]:
         return e.code, json.loads(e.read())["error"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s12ops: a model without versions is refused \"failed to load '<m>', no version is "
-    "available\" (core's words for another case)",
-)
 def test_a_model_without_versions_is_refused_in_tritons_words(
     servers: dict[str, ServerProcess | RealTriton],
 ) -> None:

@@ -290,11 +290,6 @@ def test_an_instance_count_change_keeps_live_sequences(servers: dict[str, Server
             _load(server, "seq_sum")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s12ops (documented): RepositoryIndex lists a model loaded only from overrides, "
-    "which 2.51 serves but leaves out of its index (the repository's directories)",
-)
 def test_the_index_lists_the_repositorys_models_only(servers: dict[str, Server]) -> None:
     for name, server in sorted(servers.items()):  # Triton first: its half passes
         try:

@@ -130,12 +130,14 @@ def test_specific_policy_logs_missing_versions(
 def test_specific_policy_with_no_present_version_fails(tmp_path: Path) -> None:
     config = 'backend: "python" version_policy: { specific { versions: 9 } }'
     d = python_model(tmp_path, "m", config, versions=(1,))
-    assert load_err(d) == "failed to load 'm', no version is available"
+    expected = "at least one version must be available under the version policy of model 'm'"
+    assert load_err(d) == expected
 
 
 def test_no_version_directory_fails(tmp_path: Path) -> None:
     d = python_model(tmp_path, "m", 'backend: "python"', versions=())
-    assert load_err(d) == "failed to load 'm', no version is available"
+    expected = "at least one version must be available under the version policy of model 'm'"
+    assert load_err(d) == expected
 
 
 def test_bad_version_names_are_ignored_with_warnings(

@@ -112,6 +112,9 @@ class RepositoryModel:
 
 
 TEXT_PROTO_ERROR = "failed to read text proto from"
+NO_VERSION_ERROR = "at least one version must be available under the version policy of model"
+"""Core ``ModelLifeCycle::AsyncLoad``'s INVALID_ARG when the version policy picks no version
+directory (none exists, or none of the ``specific`` ones): this, then `` '<m>'``."""
 """How ``read_config_pbtxt``'s errors begin (core ``ReadTextProto``'s words)."""
 
 
@@ -396,6 +399,8 @@ class _ModelLoader:
         chosen = choose_versions(
             config.version_policy, _existing_versions(self.directory), self.name
         )
+        if not chosen:
+            raise ConfigError(f"{NO_VERSION_ERROR} '{self.name}'")
         model_filename = config.default_model_filename
         info = BACKENDS.get(config.backend)
         if not model_filename and info is not None:

@@ -162,8 +162,9 @@ class RepositoryApi:
         ones UNAVAILABLE with their reason; a model being loaded is LOADING, an unloaded one
         UNAVAILABLE ("unloaded"; each version it served, as Triton lists them, and each
         version that had failed to load with its reason), and a
-        model of the repository never loaded appears with its name only. Sorted by name,
-        then version.
+        model of the repository never loaded appears with its name only. Only the
+        repository's directories are listed (a model loaded from ``file:`` overrides alone is
+        not). Sorted by name, then version.
 
         Args:
             ready_only: list READY versions only (the request's ``ready`` flag).
@@ -189,8 +190,13 @@ class RepositoryApi:
                 )
                 if not served and not failed:
                     out.append((name, -1, IndexEntry(name, state="UNAVAILABLE", reason=reason)))
-            for name in self._repository_names() - seen:
-                out.append((name, -1, IndexEntry(name)))
+        if self._repository is not None:
+            # NOTE: core lists the repository's directories only (RepositoryIndex walks
+            # them): a model loaded from overrides alone serves but is not listed.
+            on_disk = self._repository_names()
+            out = [t for t in out if t[0] in on_disk]
+            if not ready_only:
+                out.extend((name, -1, IndexEntry(name)) for name in on_disk - seen)
         out.sort(key=lambda t: (t[0], t[1]))
         return [t[2] for t in out]
 

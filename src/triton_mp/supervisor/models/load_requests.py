@@ -26,6 +26,7 @@ from triton_mp.common.errors import ConfigError, ErrorCode, StartupError
 from triton_mp.ipc.protocol.messages import ErrorInfo
 from triton_mp.model_config.loader import (
     CONFIG_FILENAME,
+    NO_VERSION_ERROR,
     TEXT_PROTO_ERROR,
     RepositoryModel,
     directory_fingerprint,
@@ -113,9 +114,13 @@ def load_failure(name: str, failed: dict[int, str]) -> ErrorInfo:
 def load_answer(req: LoadRequest, rm: RepositoryModel) -> ErrorInfo | None:
     """The answer to a load whose model read badly: ``req.result`` as it stands, but
     INTERNAL "failed to poll from model repository" when ``config.pbtxt`` does not parse
-    (Triton's poll fails there; only its log carries the parser's words)."""
+    (Triton's poll fails there; only its log carries the parser's words), and a model the
+    version policy finds no version of as core's repository manager words an ``AsyncLoad``
+    refusal: "load failed for model '<m>': <why>" and a newline."""
     if rm.config is None and (rm.error or "").startswith(TEXT_PROTO_ERROR):
         return ErrorInfo(ErrorCode.INTERNAL, POLL_FAILED_MESSAGE.format(req.name))
+    if (rm.error or "").startswith(NO_VERSION_ERROR):
+        return ErrorInfo(ErrorCode.INVALID_ARG, f"load failed for model '{req.name}': {rm.error}\n")
     return req.result
 
 
