@@ -23,7 +23,7 @@ import tritonclient.http as httpclient
 from tests.deploy.container import ImageBuild
 from tests.helpers.http_repo import http_repository
 from tests.helpers.server import ServerProcess, server_factory
-from tests.helpers.triton_peer import Models, PythonModel, RealTriton, serve_models
+from tests.helpers.triton_peer import Ensemble, Models, PythonModel, RealTriton, serve_models
 
 CONTAINER_TESTS = "test_container.py"
 
@@ -57,7 +57,7 @@ def _shared_models(modules: list[ModuleType]) -> Models:
     Raises:
         ValueError: two modules give one name to different models.
     """
-    models: dict[str, PythonModel | Path] = {}
+    models: dict[str, PythonModel | Ensemble | Path] = {}
     for module in modules:
         listed: Models = getattr(module, SHARED_MODELS, {})
         for name, model in listed.items():

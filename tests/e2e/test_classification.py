@@ -5,18 +5,14 @@ output's ``label_filename``; an output whose datatype has no classes is refused.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers.repos import write_python_model
-from tests.helpers.server import server_factory
-from tests.helpers.triton_peer import start_triton
+from tests.helpers.server import ServerProcess
+from tests.helpers.triton_peer import PythonModel, RealTriton, urls_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -50,29 +46,14 @@ MODELS = {
 }
 
 
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    repo = tmp_path_factory.mktemp("classification")
-    for name, (mbs, dtype, labelled) in MODELS.items():
-        labels = ', label_filename: "labels.txt"' if labelled else ""
-        config = CONFIG.format(name=name, mbs=mbs, dtype=dtype, labels=labels)
-        model_dir = write_python_model(repo, name, config, MODEL)
-        if labelled:
-            (model_dir / "labels.txt").write_text(LABELS)
-    return repo
+def _model(name: str, mbs: int, dtype: str, labelled: bool) -> PythonModel:
+    labels = ', label_filename: "labels.txt"' if labelled else ""
+    config = CONFIG.format(name=name, mbs=mbs, dtype=dtype, labels=labels)
+    return PythonModel(config, MODEL, (("labels.txt", LABELS),) if labelled else ())
 
 
-@pytest.fixture(scope="module")
-def ours(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    with server_factory(tmp_path_factory.mktemp("logs")) as start:
-        server = start(repo)
-        yield server.url, server.http_url
-
-
-@pytest.fixture(scope="module")
-def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    with start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log") as peer:
-        yield peer.url, peer.http_url
+SIDE_BY_SIDE_MODELS = {name: _model(name, *spec) for name, spec in MODELS.items()}
+"""tests/e2e/conftest.py's ``shared_side_by_side`` serves them."""
 
 
 def _ask(module: object, url: str, model: str, x: np.ndarray, k: int) -> object:
@@ -96,9 +77,9 @@ SCORES = np.array([[0.1, 0.7, 0.05, 0.9, 0.15], [0.5, 0.25, 0.75, 0.0, 1.5]], np
 @pytest.mark.parametrize("which", ["triton-mp", "triton"])
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_top_k_classes_as_triton_writes_them(
-    which: str, protocol: str, request: pytest.FixtureRequest
+    which: str, protocol: str, shared_side_by_side: dict[str, ServerProcess | RealTriton]
 ) -> None:
-    urls = request.getfixturevalue("ours" if which == "triton-mp" else "triton")
+    urls = urls_of(shared_side_by_side, which)
     module, url = (grpcclient, urls[0]) if protocol == "grpc" else (httpclient, urls[1])
     # A batch of two: each entry its own top 3; labels where the file has one.
     assert _ask(module, url, "scores", SCORES, 3) == [

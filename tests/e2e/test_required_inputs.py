@@ -13,17 +13,14 @@ optional inputs share a dynamic batch only when they give the same inputs.
 from __future__ import annotations
 
 import queue
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.helpers.repos import write_python_model
-from tests.helpers.server import server_factory
-from tests.helpers.triton_peer import start_triton
+from tests.helpers.server import ServerProcess
+from tests.helpers.triton_peer import PythonModel, RealTriton, urls_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -79,32 +76,14 @@ class TritonPythonModel:
         n = np.array([[len(requests)]], np.int32)
         return [pb_utils.InferenceResponse([pb_utils.Tensor("N", n)]) for _ in requests]
 """
-MODELS = {
-    "plain": CONFIG.format(name="plain", mbs=0, batching=""),
-    "batched": CONFIG.format(name="batched", mbs=4, batching="dynamic_batching { }"),
+SIDE_BY_SIDE_MODELS = {
+    "opt_plain": PythonModel(CONFIG.format(name="opt_plain", mbs=0, batching=""), MODEL),
+    "opt_batched": PythonModel(
+        CONFIG.format(name="opt_batched", mbs=4, batching="dynamic_batching { }"), MODEL
+    ),
+    "counted": PythonModel(COUNTED_CONFIG, COUNTED_MODEL),
 }
-
-
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    repo = tmp_path_factory.mktemp("required_inputs")
-    for name, config in MODELS.items():
-        write_python_model(repo, name, config, MODEL)
-    write_python_model(repo, "counted", COUNTED_CONFIG, COUNTED_MODEL)
-    return repo
-
-
-@pytest.fixture(scope="module")
-def ours(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    with server_factory(tmp_path_factory.mktemp("logs")) as start:
-        server = start(repo)
-        yield server.url, server.http_url
-
-
-@pytest.fixture(scope="module")
-def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    with start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log") as peer:
-        yield peer.url, peer.http_url
+"""tests/e2e/conftest.py's ``shared_side_by_side`` serves them."""
 
 
 def _inputs(module: object, names: tuple[str, ...], batched: bool) -> list[object]:
@@ -118,12 +97,12 @@ def _inputs(module: object, names: tuple[str, ...], batched: bool) -> list[objec
 
 
 @pytest.mark.parametrize("which", ["triton-mp", "triton"])
-@pytest.mark.parametrize("model", ["plain", "batched"])
+@pytest.mark.parametrize("model", ["opt_plain", "opt_batched"])
 def test_an_optional_input_in_place_of_a_required_one_reaches_the_model(
-    which: str, model: str, request: pytest.FixtureRequest
+    which: str, model: str, shared_side_by_side: dict[str, ServerProcess | RealTriton]
 ) -> None:
-    grpc_url, http_url = request.getfixturevalue("ours" if which == "triton-mp" else "triton")
-    batched = model == "batched"
+    grpc_url, http_url = urls_of(shared_side_by_side, which)
+    batched = model == "opt_batched"
     g = grpcclient.InferenceServerClient(grpc_url)
     h = httpclient.InferenceServerClient(http_url)
     try:
@@ -138,9 +117,9 @@ def test_an_optional_input_in_place_of_a_required_one_reaches_the_model(
 
 @pytest.mark.parametrize("which", ["triton-mp", "triton"])
 def test_requests_batch_together_only_with_the_same_inputs(
-    which: str, request: pytest.FixtureRequest
+    which: str, shared_side_by_side: dict[str, ServerProcess | RealTriton]
 ) -> None:
-    grpc_url, _ = request.getfixturevalue("ours" if which == "triton-mp" else "triton")
+    grpc_url, _ = urls_of(shared_side_by_side, which)
     g = grpcclient.InferenceServerClient(grpc_url)
     try:
         for first, second, together in (

@@ -15,9 +15,6 @@ among the bad ones, and each server must answer the same on a repeated request.
 from __future__ import annotations
 
 import re
-import textwrap
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,7 +22,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers.server import ServerProcess, wait_for
-from tests.helpers.triton_peer import RealTriton, side_by_side
+from tests.helpers.triton_peer import Ensemble, PythonModel, RealTriton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -50,15 +47,13 @@ class TritonPythonModel:
 """
 
 
-def _write(repo: Path, step: str, names: list[str]) -> None:
+def _models(step: str, names: list[str]) -> dict[str, PythonModel | Ensemble]:
     """``step``: a python model that batches (``max_batch_size`` 8), FP32 inputs ``names``
     of dims [4]; ``e_<step>``: an ensemble that does not batch, passing its inputs X, Y, ...
     (dims [-1, -1]: any full shape) to them."""
     tensors = [chr(ord("X") + i) if i < 3 else f"T{i}" for i in range(len(names))]
     ins = ", ".join(f'{{ name: "{n}" data_type: TYPE_FP32 dims: [ 4 ] }}' for n in names)
-    (repo / step / "1").mkdir(parents=True)
-    (repo / step / "1" / "model.py").write_text(textwrap.dedent(MODEL_PY))
-    (repo / step / "config.pbtxt").write_text(
+    config = (
         f'name: "{step}"\nbackend: "python"\nmax_batch_size: 8\ninput [ {ins} ]\n'
         'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
         "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
@@ -68,31 +63,31 @@ def _write(repo: Path, step: str, names: list[str]) -> None:
     maps = " ".join(
         f'input_map {{ key: "{n}" value: "{t}" }}' for n, t in zip(names, tensors, strict=True)
     )
-    (repo / ens / "1").mkdir(parents=True)
-    (repo / ens / "config.pbtxt").write_text(
+    ensemble = (
         f'name: "{ens}"\nplatform: "ensemble"\nmax_batch_size: 0\ninput [ {eins} ]\n'
         'output [ { name: "R" data_type: TYPE_FP32 dims: [ -1, 4 ] } ]\n'
         f'ensemble_scheduling {{ step [ {{ model_name: "{step}" model_version: -1 {maps} '
         'output_map { key: "OUT" value: "R" } } ] }\n'
     )
+    return {step: PythonModel(config, MODEL_PY), ens: Ensemble(ensemble)}
 
+
+SIDE_BY_SIDE_MODELS = {**_models("pair", ["INPUT0", "INPUT1"]), **_models("trio", ["A", "B", "C"])}
+"""tests/e2e/conftest.py's ``shared_side_by_side`` serves them."""
 
 MODELS = ("pair", "e_pair", "trio", "e_trio")
 
 
 @pytest.fixture(scope="module")
 def servers(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, ServerProcess | RealTriton]]:
-    repo = tmp_path_factory.mktemp("step_order") / "repo"
-    _write(repo, "pair", ["INPUT0", "INPUT1"])
-    _write(repo, "trio", ["A", "B", "C"])
-    with side_by_side(repo, tmp_path_factory.mktemp("logs")) as found:
-        for proc in found.values():
-            client = grpcclient.InferenceServerClient(proc.url)
-            wait_for(lambda c=client: all(c.is_model_ready(n) for n in MODELS), 120, "ready")
-            client.close()
-        yield found
+    shared_side_by_side: dict[str, ServerProcess | RealTriton],
+) -> dict[str, ServerProcess | RealTriton]:
+    """``shared_side_by_side`` once both have the ensembles and their steps ready."""
+    for proc in shared_side_by_side.values():
+        client = grpcclient.InferenceServerClient(proc.url)
+        wait_for(lambda c=client: all(c.is_model_ready(n) for n in MODELS), 120, "ready")
+        client.close()
+    return shared_side_by_side
 
 
 def _ask(url: str, model: str, shapes: dict[str, list[int]]) -> str:

@@ -270,14 +270,22 @@ def side_by_side(
 class PythonModel(NamedTuple):
     """A python-backend model of a side-by-side repository: its ``config.pbtxt`` and
     ``1/model.py`` (both dedented; ``IDENTITY_PY``, INPUT0 answered as OUTPUT0, unless
-    named)."""
+    named), and ``files``: more files of the model's directory, (relative path, text) each
+    (a label file)."""
 
     config: str
     source: str = IDENTITY_PY
+    files: tuple[tuple[str, str], ...] = ()
 
 
-Models = Mapping[str, PythonModel | Path]
-"""A repository's models by name: written from source, or a model directory copied."""
+class Ensemble(NamedTuple):
+    """An ensemble of a side-by-side repository: its ``config.pbtxt`` (an empty ``1/``)."""
+
+    config: str
+
+
+Models = Mapping[str, PythonModel | Ensemble | Path]
+"""A repository's models by name: written from their files, or a model directory copied."""
 
 
 def write_models(repository: Path, models: Models) -> Path:
@@ -286,8 +294,13 @@ def write_models(repository: Path, models: Models) -> Path:
     for name, model in models.items():
         if isinstance(model, Path):
             shutil.copytree(model, repository / name)
+        elif isinstance(model, Ensemble):
+            (repository / name / "1").mkdir(parents=True)
+            (repository / name / "config.pbtxt").write_text(model.config)
         else:
-            write_python_model(repository, name, model.config, model.source)
+            folder = write_python_model(repository, name, model.config, model.source)
+            for relative, text in model.files:
+                (folder / relative).write_text(text)
     return repository
 
 
@@ -299,3 +312,11 @@ def serve_models(
     the logs beside it)."""
     with side_by_side(write_models(work / "repo", models), work, *flags) as found:
         yield found
+
+
+def urls_of(servers: Mapping[str, ServerProcess | RealTriton], which: str) -> tuple[str, str]:
+    """The gRPC and HTTP ``host:port`` of ``servers[which]`` (``triton-mp`` or ``triton``);
+    skips the calling test when ``which`` is not there (the real Triton is not installed)."""
+    if which not in servers:
+        pytest.skip(f"the real Triton is not installed ({_INSTALL})")
+    return servers[which].url, servers[which].http_url
