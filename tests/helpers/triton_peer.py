@@ -10,9 +10,11 @@ repository; ``serve_models`` writes that repository from python models first.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -118,6 +120,7 @@ class RealTriton:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=run_env,
+                start_new_session=True,  # NOTE: its stubs too, for ``stop`` (process group)
             )
 
     def __enter__(self) -> RealTriton:
@@ -202,14 +205,17 @@ _STOPPING: list[threading.Thread] = []
 
 
 def _finish_stop(proc: subprocess.Popen[bytes], region_prefix: str) -> None:
-    """Wait for a SIGTERMed tritonserver (SIGKILL after 30 s), then unlink its python
-    backend's regions (those whose names start with ``region_prefix``; a stub that still
-    maps one for a moment keeps its memory until it exits)."""
+    """Wait for a SIGTERMed tritonserver (SIGKILL after 30 s), SIGKILL what is left of its
+    process group (a python model's stub outlives a server stopped while it loads models:
+    seen running 20 minutes later), then unlink its python backend's regions (those whose
+    names start with ``region_prefix``)."""
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=10)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
     for path in left_regions(region_prefix):
         path.unlink(missing_ok=True)
 
