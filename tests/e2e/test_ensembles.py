@@ -350,9 +350,16 @@ BAD_ENSEMBLES = [
 ]
 
 
+@pytest.fixture(scope="module")
+def refusing(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One explicit-mode server for ``BAD_ENSEMBLES``' loads: each is refused, nothing loads."""
+    with server_factory(tmp_path_factory.mktemp("refusing")) as start:
+        yield start(repo, "--model-control-mode=explicit")
+
+
 @pytest.mark.parametrize(("steps", "max_batch_size", "message"), BAD_ENSEMBLES)
 def test_an_ensemble_that_does_not_fit_its_models_fails_to_load_with_triton_s_message(
-    explicit: ServerProcess, steps: str, max_batch_size: int, message: str
+    refusing: ServerProcess, steps: str, max_batch_size: int, message: str
 ) -> None:
     import json
 
@@ -368,9 +375,10 @@ def test_an_ensemble_that_does_not_fit_its_models_fails_to_load_with_triton_s_me
         f"ensemble_scheduling {{ {steps} }}"
     )
     config = json.dumps(json_format.MessageToDict(text_format.Parse(text, mc.ModelConfig())))
-    client = explicit.client()
+    client = refusing.client()
     err = _error(lambda: client.load_model("pipe3", config=config))
     assert message in err.message()
+    assert not client.is_model_ready("pipe3")
 
 
 # ---------------------------------------------------------------------------- vs Triton

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,42 +26,25 @@ from tests.helpers.python_api_models import (
     DEFAULT_SENDER_MODELS,
     RESCHEDULE_MODELS,
     STATEFUL_BLS_MODELS,
-    write_api_models,
 )
-from tests.helpers.server import ServerProcess, server_factory
-from tests.helpers.triton_peer import start_triton
+from tests.helpers.server import ServerProcess
+from tests.helpers.triton_peer import PythonModel, RealTriton, urls_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 SERVERS = pytest.mark.parametrize("which", ["triton-mp", "triton"])
 
 
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("resched") / "repo"
-    root.mkdir()
-    return write_api_models(
-        root, {**RESCHEDULE_MODELS, **STATEFUL_BLS_MODELS, **DEFAULT_SENDER_MODELS}
-    )
-
-
-@pytest.fixture(scope="module")
-def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with server_factory(tmp_path_factory.mktemp("logs")) as start:
-        yield start(repo)
-
-
-@pytest.fixture(scope="module")
-def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    with start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log") as peer:
-        yield peer.url, peer.http_url
-
-
-def _urls(which: str, server: ServerProcess, request: pytest.FixtureRequest) -> tuple[str, str]:
-    if which == "triton-mp":
-        return server.url, server.http_url
-    urls: tuple[str, str] = request.getfixturevalue("triton")
-    return urls
+SIDE_BY_SIDE_MODELS = {
+    name: PythonModel(config, source)
+    for name, (config, source) in {
+        **RESCHEDULE_MODELS,
+        **STATEFUL_BLS_MODELS,
+        **DEFAULT_SENDER_MODELS,
+    }.items()
+}
+"""tests/e2e/conftest.py's ``shared_side_by_side`` serves them."""
+Servers = dict[str, ServerProcess | RealTriton]
 
 
 def _in(n: int, module: object = grpcclient) -> object:
@@ -74,12 +55,12 @@ def _in(n: int, module: object = grpcclient) -> object:
 
 @SERVERS
 def test_a_rescheduled_request_runs_again_with_its_flags_cleared(
-    which: str, server: ServerProcess, request: pytest.FixtureRequest
+    which: str, shared_side_by_side: Servers
 ) -> None:
     """A request without a correlation ID runs IN times: the first execution sees START (the
     sequencer's), the rescheduled ones no flags; it had a correlation ID all along. Three
     at once share the one slot in turn (each keeps it until it is released for good)."""
-    grpc_url, http_url = _urls(which, server, request)
+    grpc_url, http_url = urls_of(shared_side_by_side, which)
     g = grpcclient.InferenceServerClient(grpc_url)
     h = httpclient.InferenceServerClient(http_url)
     try:
@@ -107,11 +88,11 @@ def test_a_rescheduled_request_runs_again_with_its_flags_cleared(
 
 @SERVERS
 def test_a_decoupled_model_reschedules_until_its_final_response(
-    which: str, server: ServerProcess, request: pytest.FixtureRequest
+    which: str, shared_side_by_side: Servers
 ) -> None:
     """The README's decoupled example: one response per execution (responses left), then
     the final one."""
-    grpc_url, _ = _urls(which, server, request)
+    grpc_url, _ = urls_of(shared_side_by_side, which)
     answers: queue.Queue[object] = queue.Queue()
     g = grpcclient.InferenceServerClient(grpc_url)
     try:
@@ -130,14 +111,14 @@ def test_a_decoupled_model_reschedules_until_its_final_response(
 
 @SERVERS
 def test_reschedule_without_iterative_sequence_is_refused_by_the_core(
-    which: str, server: ServerProcess, request: pytest.FixtureRequest
+    which: str, shared_side_by_side: Servers
 ) -> None:
     """Without ``iterative_sequence`` the core refuses the flag (infer_request.cc: "Request
     is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not
     configured to handle such a flag."); python_be.cc logs it and releases the request.
     Triton leaves the client without any answer (the response was dropped): its deadline
     passes. triton-mp answers the core's refusal (INVALID_ARG) instead of never answering."""
-    grpc_url, _ = _urls(which, server, request)
+    grpc_url, _ = urls_of(shared_side_by_side, which)
     g = grpcclient.InferenceServerClient(grpc_url)
     try:
         with pytest.raises(InferenceServerException) as err:
@@ -150,7 +131,10 @@ def test_reschedule_without_iterative_sequence_is_refused_by_the_core(
                 "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the "
                 "model is not configured to handle such a flag."
             )
-            assert "Failed to release request: Request is released with" in server.log()
+            assert (
+                "Failed to release request: Request is released with"
+                in shared_side_by_side["triton-mp"].log()
+            )
         # the model serves on; its table still holds the first request's execution (flags
         # 0: no sequence batcher, correlation ID 0), so IN=1 answers both and then 0
         assert g.infer("resched_plain_py", [_in(1)]).as_numpy("OUT").tolist() == [0, 0, 0]
@@ -160,11 +144,11 @@ def test_reschedule_without_iterative_sequence_is_refused_by_the_core(
 
 @SERVERS
 def test_bls_requests_carry_a_sequence_to_a_stateful_model(
-    which: str, server: ServerProcess, request: pytest.FixtureRequest
+    which: str, shared_side_by_side: Servers
 ) -> None:
     """``InferenceRequest(correlation_id=4, flags=START / 0 / END)`` through ``exec()``: the
     sequence batcher sees one sequence; the model sees the ID and the flags as sent."""
-    grpc_url, _ = _urls(which, server, request)
+    grpc_url, _ = urls_of(shared_side_by_side, which)
     g = grpcclient.InferenceServerClient(grpc_url)
     try:
         inp = grpcclient.InferInput("X", [3], "INT32")
@@ -177,12 +161,12 @@ def test_bls_requests_carry_a_sequence_to_a_stateful_model(
 
 @SERVERS
 def test_a_default_mode_model_answers_through_its_response_sender(
-    which: str, server: ServerProcess, request: pytest.FixtureRequest
+    which: str, shared_side_by_side: Servers
 ) -> None:
     """response_sender.cc / pb_stub.cc ProcessReturnedResponses for a non-decoupled model:
     one response through the sender (execute returns None); one sent and one returned fails
     the batch; the final flag before any response is refused."""
-    grpc_url, _ = _urls(which, server, request)
+    grpc_url, _ = urls_of(shared_side_by_side, which)
     g = grpcclient.InferenceServerClient(grpc_url)
 
     def mode(value: int) -> list[object]:
