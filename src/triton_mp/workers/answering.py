@@ -13,11 +13,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from triton_mp.backends.base import Rescheduled, Responded, Result, ReturnedError
+from triton_mp.backends.base import (
+    Rescheduled,
+    Responded,
+    Result,
+    ReturnedError,
+    response_parameters,
+)
 from triton_mp.common.errors import ErrorCode, TritonMPError, flatten_exception
-from triton_mp.ipc import ArenaAllocator
+from triton_mp.ipc import ArenaAllocator, Sender
 from triton_mp.ipc.memory.ring import RecordTooLarge
 from triton_mp.ipc.protocol.messages import (
     DecoupledDone,
@@ -27,10 +34,21 @@ from triton_mp.ipc.protocol.messages import (
     ReplyTo,
     Requester,
 )
-from triton_mp.workers.tensors.answer_batch import write_answer_batch
+from triton_mp.workers.tensors.answer_batch import alloc_block, write_answer_batch
 from triton_mp.workers.tensors.answer_size import fit_answer
-from triton_mp.workers.tensors.tensor_io import ClientRegions, free_own_block, write_outputs
+from triton_mp.workers.tensors.tensor_io import (
+    WIRE_OF,
+    ClientRegions,
+    free_own_block,
+    write_outputs,
+)
 from triton_mp.workers.traces import Traces
+
+try:
+    # NOTE: mypy sees the extension only where it is built: either ignore may be unused.
+    from triton_mp.workers import _answer_writer as native_writer  # type: ignore[attr-defined,unused-ignore]
+except ImportError:  # NOTE: not built (setup.py): the Python path answers every batch
+    native_writer = None  # type: ignore[assignment,unused-ignore]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +89,9 @@ class Answers:
         send_scheduler: ``send_scheduler(message)``.
         send_answer: ``send_answer(frontend_id, data)``: an ``AnswerBatch`` already encoded;
             None: every answer goes to ``send_reply`` as a message.
+        frontends: the senders to each frontend (by id), with ``send_answer``: a batch of
+            one frontend's plain requests is then written and pushed into its ring in one C
+            call (``_answer_writer.answer_plain``), and only the wake-up is posted here.
     """
 
     def __init__(
@@ -86,6 +107,7 @@ class Answers:
         send_reply: Callable[[ReplyTo, object], None],
         send_scheduler: Callable[[object], None],
         send_answer: Callable[[int, bytes], None] | None,
+        frontends: Mapping[int, Sender] | None = None,
     ) -> None:
         self._instance_id = instance_id
         self._arena = arena
@@ -98,6 +120,13 @@ class Answers:
         self._send_reply = send_reply
         self._send_scheduler = send_scheduler
         self._send_answer = send_answer
+        self._rings: dict[int, Any] | None = None
+        """frontend id -> its answer ring's writable mapping (``answer_plain`` pushes there);
+        None: no native path."""
+        self._wakes: dict[int, Callable[[], None]] = {}
+        if frontends and send_answer is not None and native_writer is not None:
+            self._rings = {i: s.ring.segment.buf for i, s in frontends.items()}
+            self._wakes = {i: s.wake for i, s in frontends.items()}
 
     def post(self, req: InferRequest, msg: InferResponse) -> bool:
         """Send a response to its frontend (lock held); False when it could not be sent
@@ -159,6 +188,10 @@ class Answers:
             final = [missing if r is None else r for r in results]
         single: range | list[int] = range(len(reqs))
         if len(reqs) > 1 and not self._decoupled:
+            if self._rings is not None and type(reqs) is tuple and type(final) is list:
+                plain = self._answer_plain(reqs, final)
+                if plain is not None:
+                    return plain
             one = _one_frontend(reqs, final)
             if one is not None:
                 if self._answer_group(one, reqs, final, list(single), failed):
@@ -170,6 +203,51 @@ class Answers:
         for i in single:
             self._answer_one(i, reqs[i], final[i], failed)
         return _executed_failures(failed, final)
+
+    def _answer_plain(
+        self, reqs: tuple[InferRequest, ...], final: list[Result]
+    ) -> tuple[int, ...] | None:
+        """A batch of one frontend's plain requests (``_one_frontend``'s) written, encoded
+        and pushed into the frontend's ring in one C call, then its wake-up posted; returns
+        the failed indices (none, or every one when the send failed), or None when the C
+        call declined the batch or could not answer it (nothing sent: ``answer`` goes on as
+        before, and meets the same condition there: no room for the block, a record too
+        large for the ring)."""
+        assert self._rings is not None
+        assert self._send_answer is not None
+        with self._post_lock:
+            try:
+                got = native_writer.answer_plain(
+                    reqs,
+                    final,
+                    Requester.FRONTEND,
+                    self._rings,
+                    WIRE_OF,
+                    response_parameters,
+                    alloc_block,
+                    self._arena,
+                )
+            except TritonMPError:
+                return None  # NOTE: e.g. no room for one block; per-request blocks may fit
+            if got is None:
+                return None
+            frontend_id, data, block = got
+            if data is None:
+                self._wakes[frontend_id]()
+                return ()
+            try:
+                # NOTE: a full ring (Sender's wait) or a record too large for it.
+                self._send_answer(frontend_id, data)
+            except RecordTooLarge:
+                if block is not None:
+                    free_own_block(self._arena, block)
+                return None
+            except Exception:  # noqa: BLE001 - one unreachable frontend must not stall the others
+                log.exception("could not answer %d requests of frontend %d", len(reqs), frontend_id)
+                if block is not None:
+                    free_own_block(self._arena, block)
+                return tuple(range(len(reqs)))
+        return ()
 
     def _answer_groups(
         self, reqs: tuple[InferRequest, ...], final: list[Result], failed: list[int]

@@ -423,6 +423,7 @@ def _load(
             lambda frontend_id: _wake_frontend(replies[Requester.FRONTEND], frontend_id),
             _self_offer(spec, to_scheduler),
             lambda frontend_id, data: replies[Requester.FRONTEND][frontend_id].send_bytes(data),
+            replies[Requester.FRONTEND],
         )
     except BaseException:
         backend.close()

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -42,7 +42,7 @@ from triton_mp.backends.base import (
     SequenceBatch,
 )
 from triton_mp.common.errors import ErrorCode, TritonMPError, flatten_exception
-from triton_mp.ipc import ArenaAllocator, SegmentCache
+from triton_mp.ipc import ArenaAllocator, SegmentCache, Sender
 from triton_mp.ipc.output_holds import OutputArenas
 from triton_mp.ipc.protocol.messages import (
     BatchAssign,
@@ -98,6 +98,9 @@ class Worker:
         send_answer: ``send_answer(frontend_id, data)``: an ``AnswerBatch`` already encoded
             (``workers.tensors.answer_batch``'s C writer); None: every answer goes to
             ``send_reply`` as a message.
+        frontends: the senders to each frontend, by id: one frontend's plain batch is
+            pushed into its ring by the C writer itself (``workers.answering``); None: by
+            ``send_answer``.
 
     Raises (from the constructor):
         ConfigError: the model's initial implicit state cannot be made (an unreadable or
@@ -116,6 +119,7 @@ class Worker:
         wake_frontend: Callable[[int], None] | None = None,
         reoffer: Callable[[bool], bool] | None = None,
         send_answer: Callable[[int, bytes], None] | None = None,
+        frontends: Mapping[int, Sender] | None = None,
     ) -> None:
         self._spec = spec
         self._backend = backend
@@ -153,6 +157,7 @@ class Worker:
             send_reply,
             send_scheduler,
             send_answer,
+            frontends,
         )
         self.child_traces = self._traces.children
         """Traced requests in execution: their BLS child traces (``workers.bls.bls_client``)."""

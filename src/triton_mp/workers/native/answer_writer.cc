@@ -21,6 +21,14 @@
 // Why: at add_sub_py c=16 (about 9 requests a batch, 2 outputs each) the Python placement
 // loop, the TensorRef / InferResponse / AnswerBatch objects and msgspec's walk over them
 // were ~20% of the worker's samples (py-spy, issue 34).
+//
+// answer_plain does the same for a whole batch of one frontend, and also what Python did
+// around it: the test of workers/answering.py _one_frontend (every request answers the same
+// ReplyTo object of kind FRONTEND, untraced, with a plain dict of outputs; anything else
+// declines before anything is allocated), and the push of the encoded AnswerBatch into that
+// frontend's ring (ring_push.h, Ring.push's twin), so Python only posts the wake-up. A ring
+// that is full, or a record too large for it, is left to Python's send (its wait, its
+// RecordTooLarge), with the bytes.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -31,9 +39,12 @@
 #include <utility>
 
 #include "../../ipc/native/py_ref.h"
+#include "ring_push.h"
 
 namespace {
+using triton_mp::PushRecord;
 using triton_mp::Ref;
+using triton_mp::RingPush;
 
 constexpr uint64_t kAlign = 64;  // ipc/tensor_pool.py ALIGN
 
@@ -182,6 +193,10 @@ struct Names {
   PyObject* segment = nullptr;
   PyObject* offset = nullptr;
   PyObject* generation = nullptr;
+  PyObject* reply_to = nullptr;
+  PyObject* kind = nullptr;
+  PyObject* trace = nullptr;
+  PyObject* id = nullptr;
 };
 Names g_names;
 
@@ -213,11 +228,8 @@ enum class Step { kOk, kDecline, kError };
 // (tensor_io.WIRE_OF: a native-order numpy dtype -> protocol datatype) and C-contiguous.
 // kDecline for anything else (a result that is no dict, a client region, another dtype, a
 // strided array, an attribute missing): the Python path then places the whole group.
-Step PlanMember(PyObject* m, PyObject* wire_of, PyObject* params_of, std::deque<Planned>& outs,
-                Member& member, uint64_t* total) {
-  if (!PyTuple_Check(m) || PyTuple_GET_SIZE(m) != 2) return Step::kDecline;
-  PyObject* req = PyTuple_GET_ITEM(m, 0);
-  PyObject* res = PyTuple_GET_ITEM(m, 1);
+Step PlanMember(PyObject* req, PyObject* res, PyObject* wire_of, PyObject* params_of,
+                std::deque<Planned>& outs, Member& member, uint64_t* total) {
   if (!PyDict_Check(res)) return Step::kDecline;
   Ref regions(PyObject_GetAttr(req, g_names.output_regions));
   if (regions.get() == nullptr) return Step::kDecline;
@@ -349,6 +361,32 @@ bool Pack(Packer& p, const std::deque<Member>& members, std::deque<Planned>& out
   return true;
 }
 
+// The planned members' block allocated (alloc(arena, total) when any output has bytes),
+// their outputs copied into it and their AnswerBatch encoded into p; the block (None: none)
+// in *block. False with an exception set (the allocator's own, e.g. an exhausted arena).
+bool AllocAndPack(Packer& p, const std::deque<Member>& members, std::deque<Planned>& outs,
+                  uint64_t total, PyObject* alloc, PyObject* arena, Ref* block) {
+  block->reset(Py_NewRef(Py_None));
+  View dst;
+  uint64_t pos = 0;
+  if (total != 0) {
+    Ref total_obj(PyLong_FromUnsignedLongLong(total));
+    if (total_obj.get() == nullptr) return false;
+    PyObject* call[2] = {arena, total_obj.get()};
+    Ref got(PyObject_Vectorcall(alloc, call, 2, nullptr));  // (buf, pos, block) or raises
+    if (got.get() == nullptr) return false;
+    if (!PyTuple_Check(got.get()) || PyTuple_GET_SIZE(got.get()) != 3) {
+      PyErr_SetString(PyExc_TypeError, "alloc returns (buf, pos, block)");
+      return false;
+    }
+    if (!dst.Get(PyTuple_GET_ITEM(got.get(), 0), PyBUF_WRITABLE)) return false;
+    pos = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(got.get(), 1));
+    if (pos == static_cast<uint64_t>(-1) && PyErr_Occurred()) return false;
+    block->reset(Py_NewRef(PyTuple_GET_ITEM(got.get(), 2)));
+  }
+  return Pack(p, members, outs, block->get(), dst, pos);
+}
+
 // write_plain(members, wire_of, params_of, alloc, arena) -> (bytes, block) | None.
 PyObject* WritePlain(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 5 || !PyList_Check(args[0]) || !PyDict_Check(args[1])) {
@@ -361,40 +399,130 @@ PyObject* WritePlain(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   std::deque<Member> members;
   uint64_t total = 0;
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i) {
-    Step step = PlanMember(PyList_GET_ITEM(list, i), args[1], args[2], outs,
-                           members.emplace_back(), &total);
+    PyObject* m = PyList_GET_ITEM(list, i);
+    Step step = Step::kDecline;
+    if (PyTuple_Check(m) && PyTuple_GET_SIZE(m) == 2) {
+      step = PlanMember(PyTuple_GET_ITEM(m, 0), PyTuple_GET_ITEM(m, 1), args[1], args[2], outs,
+                        members.emplace_back(), &total);
+    }
     if (step == Step::kError) return nullptr;
     if (step == Step::kDecline) {
       PyErr_Clear();
       Py_RETURN_NONE;
     }
   }
-  Ref block(Py_NewRef(Py_None));
-  View dst;
-  uint64_t pos = 0;
-  if (total != 0) {
-    Ref total_obj(PyLong_FromUnsignedLongLong(total));
-    if (total_obj.get() == nullptr) return nullptr;
-    PyObject* call[2] = {args[4], total_obj.get()};
-    Ref got(PyObject_Vectorcall(args[3], call, 2, nullptr));  // (buf, pos, block) or raises
-    if (got.get() == nullptr) return nullptr;
-    if (!PyTuple_Check(got.get()) || PyTuple_GET_SIZE(got.get()) != 3) {
-      PyErr_SetString(PyExc_TypeError, "alloc returns (buf, pos, block)");
-      return nullptr;
-    }
-    if (!dst.Get(PyTuple_GET_ITEM(got.get(), 0), PyBUF_WRITABLE)) return nullptr;
-    pos = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(got.get(), 1));
-    if (pos == static_cast<uint64_t>(-1) && PyErr_Occurred()) return nullptr;
-    block.reset(Py_NewRef(PyTuple_GET_ITEM(got.get(), 2)));
-  }
+  Ref block;
   Packer p;
-  if (!Pack(p, members, outs, block.get(), dst, pos)) return nullptr;
+  if (!AllocAndPack(p, members, outs, total, args[3], args[4], &block)) return nullptr;
   Ref data(PyBytes_FromStringAndSize(p.out.data(), static_cast<Py_ssize_t>(p.out.size())));
   if (data.get() == nullptr) return nullptr;
   return PyTuple_Pack(2, data.get(), block.get());
 }
 
+// The ReplyTo every request of `reqs` answers (borrowed from the first request), when the
+// batch is one frontend's plain batch as answering._one_frontend tells it: every request's
+// reply_to the same object, of kind `frontend_kind`, trace None, and its result exactly a
+// dict. nullptr (no exception) for any other batch, or a missing attribute.
+PyObject* OneFrontend(PyObject* reqs, PyObject* results, PyObject* frontend_kind) {
+  const Py_ssize_t n = PyTuple_GET_SIZE(reqs);
+  PyObject* to = nullptr;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* req = PyTuple_GET_ITEM(reqs, i);
+    if (!PyDict_CheckExact(PyList_GET_ITEM(results, i))) return nullptr;
+    Ref reply_to(PyObject_GetAttr(req, g_names.reply_to));
+    Ref trace(PyObject_GetAttr(req, g_names.trace));
+    if (reply_to.get() == nullptr || trace.get() == nullptr || trace.get() != Py_None) {
+      return nullptr;
+    }
+    if (to == nullptr) {
+      Ref kind(PyObject_GetAttr(reply_to.get(), g_names.kind));
+      if (kind.get() != frontend_kind) return nullptr;
+      to = reply_to.get();  // NOTE: borrowed: the first request keeps it
+    } else if (reply_to.get() != to) {
+      return nullptr;
+    }
+  }
+  return to;
+}
+
+// answer_plain(reqs, results, frontend_kind, rings, wire_of, params_of, alloc, arena)
+//   -> (frontend_id, bytes | None, block) | None.
+PyObject* AnswerPlain(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 8 || !PyTuple_Check(args[0]) || !PyList_Check(args[1]) ||
+      !PyDict_Check(args[3]) || !PyDict_Check(args[4])) {
+    PyErr_SetString(PyExc_TypeError,
+                    "answer_plain(reqs: tuple, results: list, frontend_kind, rings: dict, "
+                    "wire_of: dict, params_of, alloc, arena)");
+    return nullptr;
+  }
+  PyObject* reqs = args[0];
+  PyObject* results = args[1];
+  const Py_ssize_t n = PyTuple_GET_SIZE(reqs);
+  if (n == 0 || PyList_GET_SIZE(results) != n) Py_RETURN_NONE;
+  PyObject* to = OneFrontend(reqs, results, args[2]);
+  if (to == nullptr) {
+    PyErr_Clear();
+    Py_RETURN_NONE;
+  }
+  Ref frontend_id(PyObject_GetAttr(to, g_names.id));
+  if (frontend_id.get() == nullptr) {
+    PyErr_Clear();
+    Py_RETURN_NONE;
+  }
+  std::deque<Planned> outs;
+  std::deque<Member> members;
+  uint64_t total = 0;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    Step step = PlanMember(PyTuple_GET_ITEM(reqs, i), PyList_GET_ITEM(results, i), args[4],
+                           args[5], outs, members.emplace_back(), &total);
+    if (step == Step::kError) return nullptr;
+    if (step == Step::kDecline) {
+      PyErr_Clear();
+      Py_RETURN_NONE;
+    }
+  }
+  Ref block;
+  Packer p;
+  if (!AllocAndPack(p, members, outs, total, args[6], args[7], &block)) return nullptr;
+  PyObject* ring = PyDict_GetItemWithError(args[3], frontend_id.get());  // borrowed
+  if (ring == nullptr && PyErr_Occurred()) return nullptr;
+  if (ring != nullptr) {
+    View mapped;
+    if (!mapped.Get(ring, PyBUF_WRITABLE)) return nullptr;
+    RingPush pushed =
+        PushRecord(reinterpret_cast<unsigned char*>(mapped.data()),
+                   static_cast<uint64_t>(mapped.size()), p.out.data(), p.out.size());
+    if (pushed == RingPush::kPushed) {
+      return PyTuple_Pack(3, frontend_id.get(), Py_None, block.get());
+    }
+  }
+  // NOTE: no ring given for it, or a full ring, or a record too large: Python's send.
+  Ref data(PyBytes_FromStringAndSize(p.out.data(), static_cast<Py_ssize_t>(p.out.size())));
+  if (data.get() == nullptr) return nullptr;
+  return PyTuple_Pack(3, frontend_id.get(), data.get(), block.get());
+}
+
+// push_record(ring, data) -> int: RingPush's code (0 pushed, 1 full, 2 too large, 3 no ring).
+PyObject* PushRecordPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "push_record(ring, data)");
+    return nullptr;
+  }
+  View mapped;
+  View data;
+  if (!mapped.Get(args[0], PyBUF_WRITABLE) || !data.Get(args[1], PyBUF_SIMPLE)) return nullptr;
+  RingPush got = PushRecord(reinterpret_cast<unsigned char*>(mapped.data()),
+                            static_cast<uint64_t>(mapped.size()), data.data(),
+                            static_cast<size_t>(data.size()));
+  return PyLong_FromLong(static_cast<long>(got));
+}
+
 PyMethodDef kMethods[] = {
+    {"push_record", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(PushRecordPy)),
+     METH_FASTCALL,
+     "push_record(ring, data) -> int: append one record to the ring mapped by `ring` (a "
+     "writable buffer) as Ring.push does: 0 pushed, 1 full, 2 too large (RecordTooLarge), "
+     "3 not a ring; nothing is written unless 0 (ring_push.h)."},
     {"write_plain", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(WritePlain)),
      METH_FASTCALL,
      "write_plain(members, wire_of, params_of, alloc, arena) -> (bytes, block) | None: "
@@ -403,6 +531,14 @@ PyMethodDef kMethods[] = {
      "alloc(arena, total) -> (buf, pos, BlockRef) is called when any output has bytes, "
      "they are copied into buf from pos on (64-byte aligned) and the msgpack AnswerBatch "
      "naming them is returned with the block (None: no block)."},
+    {"answer_plain", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(AnswerPlain)),
+     METH_FASTCALL,
+     "answer_plain(reqs, results, frontend_kind, rings, wire_of, params_of, alloc, arena) -> "
+     "(frontend_id, bytes | None, block) | None: a batch whose every request answers one "
+     "ReplyTo of kind frontend_kind, untraced, with a plain dict of outputs (else None, "
+     "nothing allocated), written as write_plain writes its members, and its AnswerBatch "
+     "pushed into rings[frontend_id] (a writable ring mapping): bytes None. The bytes come "
+     "back unpushed when no ring is given for it, the ring is full or the record too large."},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -415,11 +551,15 @@ PyModuleDef kModule = {
 }  // namespace
 
 PyMODINIT_FUNC PyInit__answer_writer() {
-  const char* names[] = {"request_id", "version", "outputs", "output_regions", "dtype",
-                         "shape", "segment", "offset", "generation"};
-  PyObject** slots[] = {&g_names.request_id, &g_names.version, &g_names.outputs,
-                        &g_names.output_regions, &g_names.dtype, &g_names.shape,
-                        &g_names.segment, &g_names.offset, &g_names.generation};
+  const char* names[] = {"request_id", "version", "outputs",  "output_regions",
+                         "dtype",      "shape",   "segment",  "offset",
+                         "generation", "reply_to", "kind",    "trace",
+                         "id"};
+  PyObject** slots[] = {&g_names.request_id, &g_names.version,    &g_names.outputs,
+                        &g_names.output_regions, &g_names.dtype,  &g_names.shape,
+                        &g_names.segment,    &g_names.offset,     &g_names.generation,
+                        &g_names.reply_to,   &g_names.kind,       &g_names.trace,
+                        &g_names.id};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
     *slots[i] = PyUnicode_InternFromString(names[i]);
     if (*slots[i] == nullptr) return nullptr;

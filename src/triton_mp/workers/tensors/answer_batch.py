@@ -92,7 +92,7 @@ def write_answer_batch(
             members if type(members) is list else list(members),
             WIRE_OF,
             response_parameters,
-            _alloc_block,
+            alloc_block,
             arena,
         )
         if done is not None:
@@ -102,11 +102,11 @@ def write_answer_batch(
     buf = None
     pos = 0
     if total:
-        buf, pos, block = _alloc_block(arena, total)
+        buf, pos, block = alloc_block(arena, total)
     return _answer(members, placed, block, buf, pos), block, failed
 
 
-def _alloc_block(arena: ArenaAllocator, total: int) -> tuple[Any, int, BlockRef]:
+def alloc_block(arena: ArenaAllocator, total: int) -> tuple[Any, int, BlockRef]:
     """The group's one block for ``total`` payload bytes: (its segment's buffer, where the
     payload starts in it, its reference).
 
