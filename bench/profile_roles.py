@@ -5,9 +5,10 @@
     python bench/profile_roles.py --commit f326293 -c 16 --out /tmp/before
 
 Starts ``triton-mp start`` (the commit's src/, exported with git archive, or this checkout's
-working tree without ``--commit``) on bench/model_repository, drives ``add_sub_py`` with
-perf_analyzer (``--concurrency-range C``, gRPC) in the background, and after a warm-up
-records the scheduler and the first worker with ``py-spy record --format raw`` (collapsed
+working tree without ``--commit``) on bench/model_repository, drives ``add_sub_py`` (or
+``--model``, with ``--pa-args`` for perf_analyzer) with perf_analyzer
+(``--concurrency-range C``, gRPC) in the background, and after a warm-up records the
+scheduler and the first worker of the model with ``py-spy record --format raw`` (collapsed
 stacks, ``--nonblocking`` so the target is not paused, ``--gil``: only the thread holding
 the GIL, so a thread blocked in ``sem_timedwait`` is not sampled, which py-spy's own idle
 detection misses) for ``--seconds``. Prints the CPU µs per inference of each role over that
@@ -59,6 +60,20 @@ def role_pids(root: int) -> dict[str, list[int]]:
     return out
 
 
+def model_worker(roles: dict[str, list[int]], model: str) -> int:
+    """The first worker process (lowest pid) of ``model`` (its title names the instance,
+    ``<model>_<group>_<index>``); the repository's other models run workers too."""
+    for pid in sorted(roles["worker"]):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        words = title.split()
+        if len(words) > 2 and words[2].rsplit("_", 2)[0] == model:
+            return pid
+    return sorted(roles["worker"])[0]
+
+
 def summarize(raw: Path, top: int) -> str:
     """The top functions by self and inclusive samples of one py-spy raw file."""
     self_n: collections.Counter[str] = collections.Counter()
@@ -96,6 +111,13 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--out", type=Path, default=Path("/tmp/profile_roles"))
+    ap.add_argument("--model", default="add_sub_py", help="a model of bench/model_repository")
+    ap.add_argument(
+        "--pa-args",
+        action="append",
+        default=[],
+        help="one more perf_analyzer argument (repeat), e.g. --pa-args=--shape=INPUT0:262144",
+    )
     args = ap.parse_args()
     peers = load_peers_env(BENCH.parent / ".peers" / "peers.env")
     pyspy = shutil.which("py-spy")
@@ -105,7 +127,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     src = export_commit(args.commit) if args.commit else BENCH.parent / "src"
     server = TritonMP(BENCH / "model_repository", args.out / "server.log", src=src)
-    server.start(["add_sub_py"])
+    server.start([args.model])
     assert server.pid is not None
     pa = subprocess.Popen(
         [
@@ -115,9 +137,10 @@ def main() -> int:
             "-u",
             server.url,
             "-m",
-            "add_sub_py",
+            args.model,
             "--concurrency-range",
             str(args.c),
+            *args.pa_args,
             "-p",
             str(int((args.seconds + args.warmup + 4) * 1000)),
             "--max-trials",
@@ -130,7 +153,7 @@ def main() -> int:
     try:
         time.sleep(args.warmup)
         roles = role_pids(server.pid)
-        targets = {"scheduler": roles["scheduler"][0], "worker": sorted(roles["worker"])[0]}
+        targets = {"scheduler": roles["scheduler"][0], "worker": model_worker(roles, args.model)}
         spies = {
             role: subprocess.Popen(
                 [
@@ -155,12 +178,12 @@ def main() -> int:
             for role, pid in targets.items()
         }
         pids = [p for p, _ in descendants(server.pid)]
-        c0, n0 = role_ticks(pids), counts(server, "add_sub_py")
+        c0, n0 = role_ticks(pids), counts(server, args.model)
         for role, p in spies.items():
             _, err = p.communicate(timeout=args.seconds + 60)
             if p.returncode != 0:
                 print(f"py-spy {role}: {err.decode()[-400:]}", file=sys.stderr)
-        c1, n1 = role_ticks(pids), counts(server, "add_sub_py")
+        c1, n1 = role_ticks(pids), counts(server, args.model)
         cpu = cpu_line(c1, c0, n1, n0)
     finally:
         pa.kill()

@@ -134,6 +134,17 @@ def free_answers(sent: list[bytes], answers: Any, cache: Any) -> None:
     sent.clear()
 
 
+class _RingSender:
+    """A frontend's sender as ``workers.answering`` reads it: the ring, a wake-up that posts
+    nothing (no consumer here; a live wake-up costs both trees alike)."""
+
+    def __init__(self, ring: Any) -> None:
+        self.ring = ring
+
+    def wake(self) -> None:
+        pass
+
+
 def _time_execute(backend: Any) -> list[int]:
     """Wrap the python backend's call of the model's ``execute`` so that its process CPU time
     adds up in the returned one-item list (ns; the caller resets it)."""
@@ -253,6 +264,7 @@ def child(workload: str, per_batch: int, batches: int, elements: int, timed: boo
     """Serve rounds on stdin ("round" -> CPU ns per request on stdout) until EOF."""
     from triton_mp.backends.python.backend import PythonBackend
     from triton_mp.ipc import encode
+    from triton_mp.ipc.memory.ring import Ring
     from triton_mp.ipc.protocol.messages import AnswerBatch, BatchAssign, InferResponse, ToWorker
     from triton_mp.ipc.recordio.codec import Decoder
     from triton_mp.ipc.recordio.request_records import encode_request
@@ -267,10 +279,16 @@ def child(workload: str, per_batch: int, batches: int, elements: int, timed: boo
     backend = PythonBackend(model, inst)
     sent: list[bytes] = []
     extra: dict[str, Any] = {}
+    ring = Ring.create(f"/triton_mp_{pid}_ab_r", 1 << 20)
     if "send_answer" in inspect.signature(Worker).parameters:
         # NOTE: a tree whose worker sends encoded answers (the C answer writer), as
-        # workers.main wires it; an older tree's takes every answer as a message.
-        extra["send_answer"] = lambda _frontend_id, data: sent.append(data)
+        # workers.main wires it; an older tree's takes every answer as a message. Encoded
+        # answers go through a ring (as Sender.send_bytes pushes them, less the wake-up),
+        # read back before the blocks are freed.
+        extra["send_answer"] = lambda _frontend_id, data: ring.push(data)
+    if "frontends" in inspect.signature(Worker).parameters:
+        # NOTE: a tree that pushes one frontend's batch from C (workers.answering).
+        extra["frontends"] = {0: _RingSender(ring)}
     worker = Worker(
         spec, backend, outputs, cache, lambda _to, m: sent.append(encode(m)), encode, **extra
     )
@@ -297,6 +315,7 @@ def child(workload: str, per_batch: int, batches: int, elements: int, timed: boo
             c0 = time.process_time_ns()
             for i in range(batches):
                 worker.run_batch(to_worker.decode(raws[i % len(raws)]))
+                sent += ring.pop_all()
                 free_answers(sent, answers, cache)
             ns = time.process_time_ns() - c0
             print(ns / (batches * per_batch), inside[0] / (batches * per_batch), flush=True)
@@ -308,6 +327,9 @@ def child(workload: str, per_batch: int, batches: int, elements: int, timed: boo
         for obj in objects:
             obj.unlink()
             obj.close()
+        seg = ring.segment
+        ring.close()
+        seg.unlink()
 
 
 def main() -> int:
