@@ -192,11 +192,6 @@ X = np.arange(4, dtype=np.float32)[None]
 """[[0, 1, 2, 3]]"""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="r14 F2: an ensemble tensor read by two steps is one block in the frontend's arena; "
-    "a step writing its input in place changes the other step's input and the client's output",
-)
 def test_an_ensemble_step_writing_its_input_in_place_changes_no_other_tensor(
     servers: dict[str, ServerProcess],
 ) -> None:
