@@ -17,7 +17,7 @@ And a batch's edges:
 4. A request without any input to a batching python model (its inputs all optional) is
    refused by the python backend, which reads the batch size from input 0
    (``python_be.cc`` ProcessRequests: "out of bounds index 0: request has 0 inputs"), and
-   counted as a failure.
+   counted as a failure; the request batched with it runs.
 """
 
 from __future__ import annotations
@@ -262,25 +262,32 @@ def _fail_count(server: ServerProcess) -> int:
     return int(stats["fail"].get("count", 0))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="r14 F4: triton-mp runs a request without inputs; 2.51's python backend refuses it "
-    "when the model batches (it reads the batch size from input 0)",
-)
 def test_a_request_without_inputs_to_a_batching_python_model_is_refused(
     servers: dict[str, ServerProcess],
 ) -> None:
+    data = np.array([[b"x"]], dtype=np.object_)
+
+    def one(url: str, with_input: bool) -> list[list[bytes]] | str:
+        inputs = []
+        if with_input:
+            inputs = [grpcclient.InferInput("INPUT0", [1, 1], "BYTES")]
+            inputs[0].set_data_from_numpy(data)
+        with grpcclient.InferenceServerClient(url) as client:
+            try:
+                return client.infer("bytes_py", inputs).as_numpy("OUTPUT0").tolist()  # type: ignore[no-any-return]
+            except InferenceServerException as e:
+                return f"{e.status()}: {e.message()}"
+
     for name, server in _ordered(servers):
         before = _fail_count(server)
-        with (
-            grpcclient.InferenceServerClient(server.url) as client,
-            pytest.raises(InferenceServerException) as e,
-        ):
-            client.infer("bytes_py", [])
-        assert (e.value.status(), e.value.message()) == (
-            "StatusCode.INVALID_ARGUMENT",
-            "[request id: <id_unknown>] out of bounds index 0: request has 0 inputs",
-        ), name
+        # NOTE: preferred_batch_size 2: the two form one batch, where the other one runs
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(one, [server.url] * 2, [False, True]))
+        assert answers == [
+            "StatusCode.INVALID_ARGUMENT: [request id: <id_unknown>] out of bounds index 0: "
+            "request has 0 inputs",
+            [[b"x"]],
+        ], name
         # NOTE: the python backend reports a request's statistics after its answer is sent
         deadline = time.monotonic() + 5
         while _fail_count(server) == before and time.monotonic() < deadline:

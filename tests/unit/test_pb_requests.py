@@ -3,7 +3,9 @@ its Python twin, ``PythonBackend._pb_requests``' loop (``_native_requests`` set 
 random batches every slot of every ``pb_utils.InferenceRequest`` and of its input
 ``pb_utils.Tensor`` s holds the same object (or an equal new list); the C code builds exactly
 the batches of untraced requests and declines the others (a traced request, another token,
-inputs that are no dict), which the twin then builds, ``InferenceTrace`` included. A model
+inputs that are no dict or none at all), which the twin then builds, ``InferenceTrace``
+included (a request without inputs to this batching model: the twin refuses the batch's
+requests without inputs, ``request_rules.WithoutInputs``). A model
 then runs on what either built alike. In process, no shared memory.
 """
 
@@ -23,6 +25,7 @@ from triton_mp.backends.base import BackendRequest
 from triton_mp.backends.python import backend as python_backend
 from triton_mp.backends.python import pb_utils
 from triton_mp.backends.python.backend import PythonBackend
+from triton_mp.backends.python.request_rules import WithoutInputs
 from triton_mp.ipc.protocol.messages import (
     BlockRef,
     InferRequest,
@@ -120,7 +123,7 @@ def _takes(r: BackendRequest) -> bool:
     """Whether the C builder takes ``r`` (the module docstring), told independently."""
     token = r.token
     untraced = token is None or (type(token) is InferRequest and token.trace is None)
-    return untraced and type(r.inputs) is dict
+    return untraced and type(r.inputs) is dict and len(r.inputs) > 0
 
 
 def _slots(pb: pb_utils.InferenceRequest) -> dict[str, Any]:
@@ -162,6 +165,11 @@ def test_random_batches_are_built_as_the_python_loop_builds_them(
     assert (direct is not None) == all(_takes(r) for r in reqs)
     if not all(type(r.inputs) is dict for r in reqs):
         return  # NOTE: the twin reads .items() of a dict; nothing to compare
+    if not all(r.inputs for r in reqs):
+        with pytest.raises(WithoutInputs) as e:
+            backend._pb_requests(reqs, None)  # noqa: SLF001
+        assert e.value.indices == [i for i, r in enumerate(reqs) if not r.inputs]
+        return
     got = backend._pb_requests(reqs, None)  # noqa: SLF001
     saved = backend._native_requests  # noqa: SLF001
     backend._native_requests = None  # noqa: SLF001

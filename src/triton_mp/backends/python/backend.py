@@ -72,13 +72,19 @@ from triton_mp.backends.python.model_module import (
     install_pb_utils,
     model_class,
 )
+from triton_mp.backends.python.request_rules import (
+    WithoutInputs,
+    check_inputs,
+    own_step_inputs,
+    refuse_without_inputs,
+)
 from triton_mp.backends.python.responses import (
     NOT_RESCHEDULABLE,
     ResponseReader,
     returned_list_refusal,
 )
 from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
-from triton_mp.ipc.protocol.messages import ErrorInfo, InferRequest, Requester
+from triton_mp.ipc.protocol.messages import ErrorInfo, InferRequest
 from triton_mp.ipc.protocol.specs import InstanceSpec, ModelVersionSpec
 
 try:
@@ -253,7 +259,10 @@ class PythonBackend:
         """
         clock = time.perf_counter_ns  # NOTE: as Stopwatch's laps, without the object
         t0 = clock()
-        pb_requests = self._pb_requests(requests, sequence)
+        try:
+            pb_requests = self._pb_requests(requests, sequence)
+        except WithoutInputs as e:
+            return refuse_without_inputs(requests, e.indices, self.execute, self._origin)
         t1 = clock()
         t_input = t1 - t0
         try:
@@ -491,7 +500,9 @@ class PythonBackend:
                 cancelled,
             )
             if built is not None:
-                return _own_step_inputs(requests, built)
+                return own_step_inputs(requests, built)
+        if self._batched and sequence is None:
+            check_inputs(requests)  # NOTE: the C twin declines a request without inputs
         make = pb_utils._backend_request  # noqa: SLF001 - the backend builds pb_utils' requests
         new_tensor = pb_utils.Tensor.__new__
         tensor_type = pb_utils.Tensor
@@ -528,7 +539,7 @@ class PythonBackend:
                 key = (r.token.reply_to, r.token.request_id)  # type: ignore[attr-defined]
                 pb_request._trace = pb_utils.InferenceTrace(trace.level, key)  # noqa: SLF001
             out.append(pb_request)
-        return _own_step_inputs(requests, out)
+        return own_step_inputs(requests, out)
 
     def _inputs_of(self, r: BackendRequest) -> list[pb_utils.Tensor]:
         """A request's inputs, copied for a decoupled model (its threads may read them after
@@ -577,18 +588,3 @@ class PythonBackend:
                 raise pb_utils.TritonModelException(e.message, int(e.code)) from None
 
         return pb_utils.InferenceResponseSender(post, lambda: self._cancelled(r.token))
-
-
-def _own_step_inputs(
-    requests: Sequence[BackendRequest], built: list[pb_utils.InferenceRequest]
-) -> list[pb_utils.InferenceRequest]:
-    """``built``, with each ensemble step's inputs copied (r14 F2). An ensemble tensor is one
-    block that other steps may read and the client may get as an output, where 2.51's stub
-    copies every input, so a model writing its input in place (``x /= 255``) changes nothing
-    but its copy. A frontend's request owns its block: its inputs stay views."""
-    for r, pb_request in zip(requests, built, strict=True):
-        token = r.token
-        if type(token) is InferRequest and token.reply_to.kind == Requester.ENSEMBLE:
-            for t in pb_request._inputs:  # noqa: SLF001 - the backend builds pb_utils' requests
-                t._array = t._array.copy()  # noqa: SLF001
-    return built

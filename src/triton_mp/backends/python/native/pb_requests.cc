@@ -65,8 +65,10 @@ Config g;
 PyObject* New(PyTypeObject* cls) { return cls->tp_alloc(cls, 0); }
 
 // One request's input tensors, or nullptr: declined (no error set) or failed (error set).
+// A request without inputs is declined: the twin refuses it for a batching model (2.51's
+// python_be.cc reads the batch size from input 0; backends/python/request_rules.py).
 PyObject* Tensors(PyObject* inputs) {
-  if (!PyDict_CheckExact(inputs)) return nullptr;
+  if (!PyDict_CheckExact(inputs) || PyDict_GET_SIZE(inputs) == 0) return nullptr;
   Ref out(PyList_New(PyDict_GET_SIZE(inputs)));
   if (!out) return nullptr;
   PyObject *name, *array;
