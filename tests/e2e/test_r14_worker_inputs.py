@@ -10,7 +10,7 @@ write its inputs in place (``x /= 255``, ``x += 1``) without anyone else seeing 
 2. An input read from a client's registered system shared memory is writable, and the
    client's region stays as the client wrote it.
 
-And a batch's edges:
+And a batch's edges, and one control call:
 
 3. Two requests batched together whose outputs are all empty (BYTES of shape [1, 0]) are both
    served.
@@ -18,6 +18,9 @@ And a batch's edges:
    refused by the python backend, which reads the batch size from input 0
    (``python_be.cc`` ProcessRequests: "out of bounds index 0: request has 0 inputs"), and
    counted as a failure; the request batched with it runs.
+5. An HTTP unload whose body is not JSON unloads the model (2.51's HandleRepositoryControl
+   overwrites the parse error with the unload's own answer, as it does for a non-boolean
+   ``unload_dependents``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +39,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers.repos import write_python_model
+from tests.helpers.repos import IDENTITY_PY, write_python_model
 from tests.helpers.server import ServerProcess
 from tests.helpers.triton_peer import RealTriton, peers_env
 
@@ -145,7 +149,16 @@ class TritonPythonModel:
 """bytes_py: a BYTES identity whose batches close at two requests (or after 1 s); its one
 input is optional."""
 
+GONE_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+"""gone_py: an identity that one test unloads (no other test uses it)."""
+
 MODELS = {
+    "gone_py": (GONE_CONFIG, IDENTITY_PY),
     "inc_py": (INC_CONFIG, INC_MODEL),
     "after_py": (AFTER_CONFIG, AFTER_MODEL),
     "inc_ens": (ENS_CONFIG, None),
@@ -156,7 +169,8 @@ MODELS = {
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerProcess]]:
     """``triton-mp`` always, ``triton`` when the real Triton is installed, on one repository
-    with ``MODELS`` (client shared memory on, as 2.51's default)."""
+    with ``MODELS`` (client shared memory on, as 2.51's default; explicit model control, every
+    model loaded)."""
     repo = tmp_path_factory.mktemp("r14_inputs") / "repo"
     for name, (config, source) in MODELS.items():
         if source is None:
@@ -165,12 +179,13 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
         else:
             write_python_model(repo, name, config, source)
     logs = tmp_path_factory.mktemp("logs")
-    ours = ServerProcess(repo, logs / "ours.log", "--allow-client-shm=true")
+    explicit = ["--model-control-mode=explicit", "--load-model=*"]
+    ours = ServerProcess(repo, logs / "ours.log", "--allow-client-shm=true", *explicit)
     theirs: RealTriton | None = None
     try:
         env = peers_env()
         if env is not None:  # NOTE: started before ours is live: side by side
-            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}")
+            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}", *explicit)
         ours.wait_live()
         found: dict[str, ServerProcess] = {"triton-mp": ours}
         if theirs is not None:
@@ -293,3 +308,17 @@ def test_a_request_without_inputs_to_a_batching_python_model_is_refused(
         while _fail_count(server) == before and time.monotonic() < deadline:
             time.sleep(0.05)
         assert _fail_count(server) - before == 1, name
+
+
+def test_an_unload_whose_body_is_not_json_unloads_the_model(
+    servers: dict[str, ServerProcess],
+) -> None:
+    for name, server in _ordered(servers):
+        url = f"http://{server.http_url}/v2/repository/models/gone_py/unload"
+        request = urllib.request.Request(url, data=b"{", method="POST")
+        with urllib.request.urlopen(request, timeout=30) as r:
+            assert (r.status, r.read()) == (200, b""), name
+        ready = f"http://{server.http_url}/v2/models/gone_py/ready"
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(ready, timeout=10)
+        assert e.value.code == 400, name
