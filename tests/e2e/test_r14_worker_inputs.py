@@ -18,7 +18,10 @@ And a batch's edges, and one control call:
    refused by the python backend, which reads the batch size from input 0
    (``python_be.cc`` ProcessRequests: "out of bounds index 0: request has 0 inputs"), and
    counted as a failure; the request batched with it runs.
-5. An HTTP unload whose body is not JSON unloads the model (2.51's HandleRepositoryControl
+5. A shared-memory window of 0 bytes at offset 0: 2.51 refuses it (its unsigned
+   ``offset + byte_size - 1`` wraps), triton-mp takes it as upstream main does (a documented
+   difference); at offset 8 both take it.
+6. An HTTP unload whose body is not JSON unloads the model (2.51's HandleRepositoryControl
    overwrites the parse error with the unload's own answer, as it does for a non-boolean
    ``unload_dependents``).
 """
@@ -322,3 +325,34 @@ def test_an_unload_whose_body_is_not_json_unloads_the_model(
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(ready, timeout=10)
         assert e.value.code == 400, name
+
+
+def test_an_empty_window_at_offset_0_is_refused_by_251_only(
+    servers: dict[str, ServerProcess],
+) -> None:
+    expected = {
+        "triton": "StatusCode.INVALID_ARGUMENT: Invalid offset + byte size for shared memory "
+        "region: 'r14_empty'",
+        "triton-mp": [1, 0],
+    }
+    for name, server in _ordered(servers):
+        key = f"/r14_empty_{os.getpid()}_{server.url.rsplit(':', 1)[1]}"
+        region = shm.create_shared_memory_region("r14_empty", key, 16)
+        answers: list[list[int] | str] = []
+        try:
+            with grpcclient.InferenceServerClient(server.url) as client:
+                client.register_system_shared_memory("r14_empty", key, 16)
+                try:
+                    for offset in (0, 8):
+                        inp = grpcclient.InferInput("INPUT0", [1, 0], "FP32")
+                        inp.set_shared_memory("r14_empty", 0, offset=offset)
+                        try:
+                            r = client.infer("inc_py", [inp])
+                            answers.append(list(r.as_numpy("OUTPUT0").shape))
+                        except InferenceServerException as e:
+                            answers.append(f"{e.status()}: {e.message()}")
+                finally:
+                    client.unregister_system_shared_memory("r14_empty")
+        finally:
+            shm.destroy_shared_memory_region(region)
+        assert answers == [expected[name], [1, 0]], name
