@@ -64,14 +64,21 @@ def refuse_without_inputs(
     return out, times
 
 
+_ENSEMBLE = int(Requester.ENSEMBLE)
+"""``Requester.ENSEMBLE`` as an int: an enum member's lookup costs ~3x the loop's test."""
+
+
 def own_step_inputs(
     requests: Sequence[BackendRequest], built: list[pb_utils.InferenceRequest]
 ) -> list[pb_utils.InferenceRequest]:
     """``built``, with each ensemble step's inputs copied (a model writing its input in place,
-    ``x /= 255``, then changes nothing but its copy). A frontend's request keeps its views."""
-    for r, pb_request in zip(requests, built, strict=True):
+    ``x /= 255``, then changes nothing but its copy). A frontend's request keeps its views.
+
+    NOTE: on the hot path: one type and one int test per request (a batch without a step
+    request, the common case, returns after the loop)."""
+    for i, r in enumerate(requests):
         token = r.token
-        if type(token) is InferRequest and token.reply_to.kind == Requester.ENSEMBLE:
-            for t in pb_request._inputs:  # noqa: SLF001 - the backend builds pb_utils' requests
+        if type(token) is InferRequest and token.reply_to.kind == _ENSEMBLE:
+            for t in built[i]._inputs:  # noqa: SLF001 - the backend builds pb_utils' requests
                 t._array = t._array.copy()  # noqa: SLF001
     return built
