@@ -21,7 +21,10 @@ And a batch's edges, and one control call:
 5. A shared-memory window of 0 bytes at offset 0: 2.51 refuses it (its unsigned
    ``offset + byte_size - 1`` wraps), triton-mp takes it as upstream main does (a documented
    difference); at offset 8 both take it.
-6. An HTTP unload whose body is not JSON unloads the model (2.51's HandleRepositoryControl
+6. A response whose output has 0 bytes: 2.51's response cache fails to insert it ("Response
+   buffer from output was nullptr" in its log), so each such request runs and misses;
+   triton-mp stores it and answers the next one from the cache (a documented difference).
+7. An HTTP unload whose body is not JSON unloads the model (2.51's HandleRepositoryControl
    overwrites the parse error with the unload's own answer, as it does for a non-boolean
    ``unload_dependents``).
 """
@@ -35,6 +38,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -160,7 +164,17 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
 """
 """gone_py: an identity that one test unloads (no other test uses it)."""
 
+CACHED_CONFIG = """
+backend: "python"
+max_batch_size: 0
+response_cache { enable: true }
+input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+"""
+"""cached_py: a BYTES identity whose responses the response cache keeps."""
+
 MODELS = {
+    "cached_py": (CACHED_CONFIG, IDENTITY_PY),
     "gone_py": (GONE_CONFIG, IDENTITY_PY),
     "inc_py": (INC_CONFIG, INC_MODEL),
     "after_py": (AFTER_CONFIG, AFTER_MODEL),
@@ -173,7 +187,7 @@ MODELS = {
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerProcess]]:
     """``triton-mp`` always, ``triton`` when the real Triton is installed, on one repository
     with ``MODELS`` (client shared memory on, as 2.51's default; explicit model control, every
-    model loaded)."""
+    model loaded; a local response cache)."""
     repo = tmp_path_factory.mktemp("r14_inputs") / "repo"
     for name, (config, source) in MODELS.items():
         if source is None:
@@ -182,13 +196,24 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
         else:
             write_python_model(repo, name, config, source)
     logs = tmp_path_factory.mktemp("logs")
-    explicit = ["--model-control-mode=explicit", "--load-model=*"]
+    explicit = [
+        "--model-control-mode=explicit",
+        "--load-model=*",
+        "--cache-config=local,size=1048576",
+    ]
     ours = ServerProcess(repo, logs / "ours.log", "--allow-client-shm=true", *explicit)
     theirs: RealTriton | None = None
     try:
         env = peers_env()
         if env is not None:  # NOTE: started before ours is live: side by side
-            theirs = RealTriton(env, logs / "triton.log", f"--model-repository={repo}", *explicit)
+            caches = Path(env["TRITON_BACKENDS"]).parent / "caches"  # NOTE: as start_triton
+            theirs = RealTriton(
+                env,
+                logs / "triton.log",
+                f"--model-repository={repo}",
+                f"--cache-directory={caches}",
+                *explicit,
+            )
         ours.wait_live()
         found: dict[str, ServerProcess] = {"triton-mp": ours}
         if theirs is not None:
@@ -356,3 +381,22 @@ def test_an_empty_window_at_offset_0_is_refused_by_251_only(
         finally:
             shm.destroy_shared_memory_region(region)
         assert answers == [expected[name], [1, 0]], name
+
+
+def test_a_response_of_no_bytes_is_cached_by_triton_mp_only(
+    servers: dict[str, ServerProcess],
+) -> None:
+    def hits(server: ServerProcess) -> int:
+        url = f"http://{server.http_url}/v2/models/cached_py/stats"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            stats = json.load(r)["model_stats"][0]["inference_stats"]
+        return int(stats["cache_hit"].get("count", 0))
+
+    for name, server in _ordered(servers):
+        before = hits(server)
+        with grpcclient.InferenceServerClient(server.url) as client:
+            for _ in range(3):
+                inp = grpcclient.InferInput("INPUT0", [0], "BYTES")
+                inp.set_data_from_numpy(np.zeros(0, dtype=np.object_))
+                assert client.infer("cached_py", [inp]).as_numpy("OUTPUT0").shape == (0,)
+        assert hits(server) - before == {"triton": 0, "triton-mp": 2}[name], name
