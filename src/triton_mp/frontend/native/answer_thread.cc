@@ -65,6 +65,10 @@ AnswerThread::~AnswerThread() {
 void AnswerThread::Stop() {
   if (!thread_.joinable()) return;
   stop_.store(true);
+  {
+    // NOTE: a borrower's pass under way ends first; the next sees stop_ under this lock
+    std::lock_guard<std::mutex> lock(rings_mu_);
+  }
   Wake();
   thread_.join();
 }
@@ -163,14 +167,22 @@ bool AnswerThread::AnyRecords() {
   return false;
 }
 
-bool AnswerThread::Pass() {
+bool AnswerThread::Pass(bool lent) {
   bool served = false;
   size_t n = 0;
+  uint64_t lent_served = 0;
   {
     std::lock_guard<std::mutex> lock(rings_mu_);
+    // NOTE: after Stop, Python reads the rings (answer_thread.py): one consumer at a time
+    if (lent && stop_.load()) return false;
     for (const auto& r : rings_) {
       if (!r->has_records()) continue;
-      n += r->PopEach([&](const unsigned char* d, size_t size) { Read(d, size, &served); });
+      n += r->PopEach([&](const unsigned char* d, size_t size) {
+        bool one = false;
+        Read(d, size, &one);
+        served = served || one;
+        lent_served += lent && one ? 1 : 0;
+      });
     }
   }
   if (served) {
@@ -183,8 +195,30 @@ bool AnswerThread::Pass() {
   if (n != 0) {
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.passes;
+    stats_.lent_served += lent_served;
   }
   return n != 0;
+}
+
+bool AnswerThread::BeginBorrow() {
+  if (stop_.load() || sem_trywait(arm_) != 0) return false;
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.borrows;
+  return true;
+}
+
+size_t AnswerThread::PassBorrowed() {
+  Pass(true);
+  return hooks_.awaited();
+}
+
+void AnswerThread::EndBorrow() {
+  // NOTE: as Sleep arms: only a consumer posts, and only from 0. After Stop the arm is
+  // Python's loop's (notify.Waiter arms it before it blocks)
+  int value = 0;
+  if (!stop_.load() && sem_getvalue(arm_, &value) == 0 && value == 0) sem_post(arm_);
+  // NOTE: a record published before the post took no arm: no byte announces it
+  Pass(true);
 }
 
 bool AnswerThread::Sleep() {

@@ -23,6 +23,9 @@
 // After such an early wake this thread polls the rings, yielding the CPU between polls, for
 // up to kEarlyPollNs while `awaited` calls are owned (polling_loop.py's early poll, its twin):
 // an idle frontend never polls.
+//
+// It also lends its place to the gRPC thread (AnswerLender, answer_lender.h): while the gRPC
+// thread holds the inbox's arm, it runs the passes (PassBorrowed) and this thread sleeps on.
 #ifndef TRITON_MP_FRONTEND_NATIVE_ANSWER_THREAD_H_
 #define TRITON_MP_FRONTEND_NATIVE_ANSWER_THREAD_H_
 
@@ -38,6 +41,7 @@
 #include <thread>
 #include <vector>
 
+#include "answer_lender.h"
 #include "inbox_ring.h"
 
 namespace triton_mp {
@@ -61,24 +65,27 @@ struct AnswerThreadStats {
   uint64_t sleeps = 0;       // blocking waits on the FIFO
   uint64_t early_polls = 0;  // polls after an early wake
   uint64_t python_wakes = 0; // eventfd writes
+  uint64_t borrows = 0;      // BeginBorrow that took the arm
+  uint64_t lent_served = 0;  // records served by a borrower's passes (answer_lender.h)
 };
 
 inline constexpr int64_t kEarlyPollNs = 300000;  // polling_loop.py PREWAKE_POLL_S
 inline constexpr int64_t kBusyYieldNs = 15000;   // polling_loop.py BUSY_YIELD_S
 
-class AnswerThread {
+class AnswerThread final : public AnswerLender {
  public:
   // Opens the inbox's wake-up `wakeup_name` (its FIFO in /dev/shm and its arm semaphore) and
   // `rings`, and starts reading. nullptr (with `error`): one could not be opened.
   static std::unique_ptr<AnswerThread> Start(const std::string& wakeup_name,
                                              const std::vector<std::string>& rings,
                                              AnswerThreadHooks hooks, std::string* error);
-  ~AnswerThread();
+  ~AnswerThread() override;
   AnswerThread(const AnswerThread&) = delete;
   AnswerThread& operator=(const AnswerThread&) = delete;
 
-  // Ends the thread after its pass (joined); idempotent. Records not read stay in the rings;
-  // what it queued stays for Take.
+  // Ends the thread after its pass (joined), and a borrower's pass under way; idempotent.
+  // Records not read stay in the rings (a borrower reads none after it); what it queued
+  // stays for Take.
   void Stop();
   bool stopped() const { return !thread_.joinable(); }
   // Another producer's ring (a model instance started at run time); false: not a ring.
@@ -104,10 +111,16 @@ class AnswerThread {
   void Clear();
   AnswerThreadStats stats() const;
 
+  // AnswerLender (answer_lender.h), on the gRPC thread.
+  bool BeginBorrow() override;
+  size_t PassBorrowed() override;
+  void EndBorrow() override;
+
  private:
   AnswerThread() = default;
   void Run();
-  bool Pass();  // true: records were read
+  // True: records were read. A borrower's pass (`lent`) reads nothing once Stop began.
+  bool Pass(bool lent = false);
   bool AnyRecords();
   // Arms the FIFO, rechecks, blocks, disarms, clears. True: a byte came (false: a record
   // was found on the recheck).

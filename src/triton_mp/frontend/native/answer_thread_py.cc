@@ -18,7 +18,8 @@ namespace triton_mp {
 
 namespace {
 
-std::unique_ptr<AnswerThread> g_thread;
+// NOTE: shared with the server's handoff while it runs (its lender, answer_lender.h)
+std::shared_ptr<AnswerThread> g_thread;
 
 // The hooks of a thread serving `h`'s owned calls (answer_thread.h AnswerThreadHooks);
 // `ids_low`: a settle is due when C++ holds fewer request ids (known_teach.py IDS_LOW).
@@ -64,12 +65,13 @@ PyObject* StartThread(PyObject*, PyObject* args) {
   Py_DECREF(seq);
   g_thread.reset();  // NOTE: a stopped one, its queue taken
   std::string error;
-  auto hooks = HooksFor(serve ? ServerHandoff() : nullptr, ids_low);
-  g_thread = AnswerThread::Start(wakeup, rings, std::move(hooks), &error);
+  Handoff* handoff = serve ? ServerHandoff() : nullptr;
+  g_thread = AnswerThread::Start(wakeup, rings, HooksFor(handoff, ids_low), &error);
   if (!g_thread) {
     PyErr_SetString(PyExc_OSError, error.c_str());
     return nullptr;
   }
+  if (handoff != nullptr) handoff->SetLender(g_thread);
   Py_RETURN_TRUE;
 }
 
@@ -144,11 +146,13 @@ PyObject* Clear(PyObject*, PyObject*) {
 PyObject* Stats(PyObject*, PyObject*) {
   if (!g_thread || g_thread->stopped()) Py_RETURN_NONE;
   const AnswerThreadStats s = g_thread->stats();
-  return Py_BuildValue("{sKsKsKsKsKsK}", "passes", (unsigned long long)s.passes, "served",
+  return Py_BuildValue("{sKsKsKsKsKsKsKsK}", "passes", (unsigned long long)s.passes, "served",
                        (unsigned long long)s.served, "to_python", (unsigned long long)s.to_python,
                        "sleeps", (unsigned long long)s.sleeps, "early_polls",
                        (unsigned long long)s.early_polls, "python_wakes",
-                       (unsigned long long)s.python_wakes);
+                       (unsigned long long)s.python_wakes, "borrows",
+                       (unsigned long long)s.borrows, "lent_served",
+                       (unsigned long long)s.lent_served);
 }
 
 PyMethodDef kFunctions[] = {
@@ -171,6 +175,8 @@ PyMethodDef kFunctions[] = {
 
 void StopAnswerThread() {
   if (!g_thread) return;
+  // NOTE: the gRPC thread borrows no more; one borrowing now ends with Stop's pass lock
+  if (Handoff* h = ServerHandoff()) h->SetLender(nullptr);
   // NOTE: kept (not reset): what it queued is Python's last take (answer_thread_take)
   Py_BEGIN_ALLOW_THREADS
   g_thread->Stop();

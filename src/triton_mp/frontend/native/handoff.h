@@ -19,12 +19,14 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "answer_lender.h"
 #include "answer_reader.h"
 #include "cq_tag.h"
 #include "deferred_post.h"
@@ -92,6 +94,21 @@ class Handoff {
   // Completion-queue thread, after each step, once the serial lock is released: post the
   // wake-up SubmitKnown left pending (deferred_post.h), if any.
   void PostAfterStep() { step_post_.Post(); }
+  // Completion-queue thread: whether the step handed a call to a worker whose wake-up
+  // PostAfterStep will post (a direct handoff).
+  bool post_pending() const { return step_post_.pending(); }
+  // The answer thread's place as the inbox's reader, lent to the completion-queue thread
+  // (answer_lender.h); nullptr while none runs. answer_thread_py.cc sets it when the thread
+  // starts and clears it before it stops; the completion-queue thread holds a copy while
+  // it borrows.
+  void SetLender(std::shared_ptr<AnswerLender> lender) {
+    std::lock_guard<std::mutex> lock(lender_mu_);
+    lender_ = std::move(lender);
+  }
+  std::shared_ptr<AnswerLender> lender() {
+    std::lock_guard<std::mutex> lock(lender_mu_);
+    return lender_;
+  }
   // Completion-queue thread: a stream begins; returns its id.
   uint64_t Open(Awaiting* call, std::vector<std::pair<std::string, std::string>> metadata);
   // Completion-queue thread: a stream's next request message, and its half-close.
@@ -180,6 +197,8 @@ class Handoff {
   uint64_t released_ = 0;
   std::mutex* serial_ = nullptr;
   DeferredPost step_post_;  // the completion-queue thread's alone (SubmitKnown, PostAfterStep)
+  std::mutex lender_mu_;
+  std::shared_ptr<AnswerLender> lender_;
   uint64_t next_id_ = 1;
   int fd_ = -1;
 };

@@ -226,7 +226,8 @@ class NativeKnown:
         direct_handed, the sent calls handed to an idle instance, direct_not_offered and
         direct_lost, those of a version with routes that went to the scheduler; while the
         answer thread runs, answer_thread.h: thread_served, the inbox records it served,
-        thread_to_python, those it queued for Python)."""
+        thread_to_python, those it queued for Python, thread_lent, those of them the gRPC
+        thread served itself while it waited for a call it had just handed, answer_borrow.h)."""
         stats = self._native.known_stats()
         stats.update(self._native.known_answer_stats())
         direct = self._native.direct_stats()  # NOTE: direct_handoff.h DirectStats
@@ -237,6 +238,7 @@ class NativeKnown:
         if read is not None:
             stats["thread_served"] = read["served"]
             stats["thread_to_python"] = read["to_python"]
+            stats["thread_lent"] = read["lent_served"]
         return stats
 
     def refill(self) -> None:

@@ -6,6 +6,7 @@
 
 #include <chrono>
 
+#include "answer_borrow.h"
 #include "cq_tag.h"
 #include "proxy_call.h"
 
@@ -48,8 +49,9 @@ std::unique_ptr<NativeServer> NativeServer::Start(const NativeServerOptions& opt
     s->stopped_ = true;
     return nullptr;
   }
-  ProxyTarget target{&s->service_, s->cq_.get(), s->stub_.get(), s->handoff_.get()};
-  for (int i = 0; i < options.pending_calls; ++i) ProxyCall::Arm(target);
+  s->target_ = ProxyTarget{&s->service_, s->cq_.get(), s->stub_.get(), s->handoff_.get(),
+                          &s->rearm_};
+  for (int i = 0; i < options.pending_calls; ++i) ProxyCall::Arm(s->target_);
   s->thread_ = std::thread([raw = s.get()] { raw->Poll(); });
   return s;
 }
@@ -57,16 +59,35 @@ std::unique_ptr<NativeServer> NativeServer::Start(const NativeServerOptions& opt
 void NativeServer::Poll() {
   // NOTE: a name for top -H, perf and /proc/<pid>/task (bench/README.md: wake-ups per thread)
   pthread_setname_np(pthread_self(), "tmp-grpc-cq");
+  AnswerBorrow borrow;  // NOTE: given back before the loop ends (its destructor)
   void* tag;
   bool ok;
-  while (cq_->Next(&tag, &ok)) {
-    {
-      std::lock_guard<std::mutex> serial(serial_);
-      static_cast<Tag*>(tag)->Proceed(ok);
+  while (true) {
+    grpc::CompletionQueue::NextStatus next;
+    if (borrow.active()) {
+      // NOTE: waiting for an answer here (answer_borrow.h): the queue is polled, not slept on
+      next = cq_->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
+    } else {
+      next = cq_->Next(&tag, &ok) ? grpc::CompletionQueue::GOT_EVENT
+                                  : grpc::CompletionQueue::SHUTDOWN;
     }
-    // NOTE: a worker woken under the serial lock could answer before this thread lets go
-    // of it, and the answer thread's Kick would wait for it (handoff.h PostAfterStep)
-    if (handoff_) handoff_->PostAfterStep();
+    if (next == grpc::CompletionQueue::SHUTDOWN) break;
+    if (next == grpc::CompletionQueue::GOT_EVENT) {
+      {
+        std::lock_guard<std::mutex> serial(serial_);
+        static_cast<Tag*>(tag)->Proceed(ok);
+      }
+      // NOTE: a worker woken under the serial lock could answer before this thread lets go
+      // of it, and the answer thread's Kick would wait for it (handoff.h PostAfterStep)
+      if (handoff_) {
+        borrow.AfterStep(handoff_.get());
+        handoff_->PostAfterStep();
+      }
+      // NOTE: after the worker's wake-up: a new call object and its RequestCall are not on
+      // the request's path (pending_calls are armed ahead)
+      for (; rearm_ > 0; --rearm_) ProxyCall::Arm(target_);
+    }
+    borrow.Poll();
   }
 }
 

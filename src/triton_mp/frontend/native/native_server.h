@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "handoff.h"
+#include "proxy_call.h"
 
 namespace triton_mp {
 
@@ -60,6 +61,8 @@ class NativeServer {
   std::unique_ptr<grpc::ServerCompletionQueue> cq_;
   std::unique_ptr<grpc::Server> server_;
   std::thread thread_;
+  ProxyTarget target_{};
+  int rearm_ = 0;  // calls to arm after the current step (ProxyTarget::rearm)
   int port_ = 0;
   bool stopped_ = false;
 };

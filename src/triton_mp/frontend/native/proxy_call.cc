@@ -38,7 +38,7 @@ void ProxyCall::OnNew(bool ok) {
   if (!ok) return;  // the server is shutting down: never started, deleted by Complete
   started_ = true;
   Start(&done_op_);
-  Arm(target_);
+  ++*target_.rearm;  // NOTE: the next call is armed after this step (ProxyTarget)
   if (target_.handoff != nullptr && server_ctx_.method() == kModelInfer) {
     Start(&request_read_op_);
     server_stream_.Read(&up_, &request_read_op_);

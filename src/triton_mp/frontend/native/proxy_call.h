@@ -19,13 +19,16 @@
 namespace triton_mp {
 
 // What every call shares: the public port's generic service, the completion queue that
-// drives both sides, the stub of the Python server and, when Python takes unary ModelInfer
-// calls in process, the handoff (else nullptr). Outlives every call.
+// drives both sides, the stub of the Python server, when Python takes unary ModelInfer
+// calls in process the handoff (else nullptr), and the count of calls to arm once the
+// current step is over (the completion-queue thread's: native_server.cc Poll arms them after
+// a handed call's worker is woken, off the request's path). Outlives every call.
 struct ProxyTarget {
   grpc::AsyncGenericService* service;
   grpc::ServerCompletionQueue* cq;
   grpc::GenericStub* stub;
   Handoff* handoff;
+  int* rearm;
 };
 
 // Steps (each an Op; several may be pending at once, one per direction):
