@@ -15,6 +15,7 @@ from triton_mp.frontend.http.control_bodies import (
     cuda_register_body,
     libb64_decode,
     load_parameters,
+    unload_body_dependents,
     unload_dependents,
 )
 from triton_mp.frontend.model_table import version_number
@@ -68,6 +69,12 @@ def test_unload_dependents_other_than_a_boolean_unload_the_model_alone() -> None
     assert unload_dependents({"parameters": {"unload_dependents": "yes"}}) is False
     assert unload_dependents({"parameters": 3}) is False
     assert unload_dependents({}) is False
+
+
+def test_an_unload_body_that_does_not_parse_unloads_the_model_alone() -> None:
+    assert unload_body_dependents(b'{"parameters": {"unload_dependents": true}}') is True
+    for raw in (b"", b"{", b"[1]", b"not json", b'{"parameters": {"unload_dependents": 1}}'):
+        assert unload_body_dependents(raw) is False, raw
 
 
 @pytest.mark.parametrize(

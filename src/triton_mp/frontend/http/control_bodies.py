@@ -17,7 +17,12 @@ from typing import Any
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
 from triton_mp.frontend.admin.repository import FILE_PREFIX
-from triton_mp.frontend.http.json_tensors import access_error, json_string, json_uint
+from triton_mp.frontend.http.json_tensors import (
+    access_error,
+    decode_json,
+    json_string,
+    json_uint,
+)
 
 _NOT_B64 = re.compile(rb"[^A-Za-z0-9+/]")
 
@@ -76,6 +81,20 @@ def unload_dependents(body: dict[str, Any]) -> bool:
         return False
     value = params.get("unload_dependents", False)
     return value if isinstance(value, bool) else False
+
+
+def unload_body_dependents(raw: bytes | memoryview) -> bool:
+    """``unload_dependents`` of a RepositoryModelUnload body as it came: False also for an
+    empty body and for one that is not JSON. Triton's HandleRepositoryControl overwrites the
+    parse error with the unload's own answer, so such a body unloads the model alone (2.51:
+    200, checked side by side)."""
+    if not raw:
+        return False
+    try:
+        body = as_object(decode_json(raw))
+    except TritonMPError:
+        return False
+    return unload_dependents(body)
 
 
 def cuda_register_body(body: dict[str, Any], handle_bytes: int) -> tuple[bytes, int, int]:

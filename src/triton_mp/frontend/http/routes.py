@@ -49,7 +49,7 @@ from triton_mp.frontend.http.control_bodies import (
     as_object,
     cuda_register_body,
     load_parameters,
-    unload_dependents,
+    unload_body_dependents,
 )
 from triton_mp.frontend.http.infer_codec import (
     HEADER_LENGTH,
@@ -430,7 +430,7 @@ class HttpFrontend:
 
     async def _repository_unload(self, request: web.Request) -> web.Response:
         check_repository_name(request.match_info.get("repository", ""))
-        dependents = unload_dependents(await self._body_json(request))
+        dependents = unload_body_dependents(await read_body(request, self._max_input_bytes))
         await self._api.repository.unload(_model(request), dependents)
         return web.Response(status=200, content_type=JSON_TYPE)
 
