@@ -244,11 +244,6 @@ def test_an_instance_count_change_keeps_the_statistics(servers: dict[str, Server
             _load(server, "plain_py")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s12sch: a reload keeps the version's statistics (2.51 starts them again, its "
-    "Prometheus counters going on; /metrics renders from the same books here)",
-)
 def test_statistics_start_again_at_a_real_reload(servers: dict[str, Server]) -> None:
     changed = {**IDENT_CONFIG, "parameters": {"note": {"string_value": "changed"}}}
     for name, server in sorted(servers.items()):  # Triton first: its half passes

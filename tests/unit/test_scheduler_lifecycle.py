@@ -261,3 +261,28 @@ def test_a_dead_or_removed_worker_s_arenas_are_unmapped_in_the_scheduler(h: Harn
     h.handle(InstancesRemoved(instance_ids=(10, 11), segments=("/x_w10p", "/x_w11p")))
     unmapped = [w.prefix for w in h.wiring if isinstance(w, Unmap)]
     assert unmapped == ["/x_w10p123_", "/x_w10p", "/x_w11p"]
+
+
+def test_a_reload_as_a_new_model_starts_the_statistics_again(h: Harness) -> None:
+    """Core ``AsyncLoad``: an ``instance_group`` change updates the model in place (its
+    statistics go on); any other change makes a new model (they start at 0); the totals,
+    which the metrics report, go on either way (``scheduler.model_reloads``)."""
+    config = {"name": "m", "max_batch_size": 8, "instance_group": [{"count": 2}]}
+
+    def spec(ids: tuple[int, ...], **changes: object) -> ModelVersionSpec:
+        cfg = msgspec.json.encode({**config, **changes}).decode()
+        return msgspec.structs.replace(model_spec("m", ids), config_json=cfg)
+
+    def counted(since_load: bool) -> int:
+        (st,) = h.core.stats.snapshot("m", 1, since_load=since_load)
+        return st.execution_count
+
+    _load(h, spec((10, 11)))
+    [h.request("m") for _ in range(4)]
+    ((instance, batch),) = h.dispatch()
+    h.done(instance, batch)
+    assert (counted(True), counted(False)) == (1, 1)
+    _load(h, spec((20, 21, 22), instance_group=[{"count": 3}]))
+    assert (counted(True), counted(False)) == (1, 1)
+    _load(h, spec((30, 31), max_batch_size=4))
+    assert (counted(True), counted(False)) == (0, 1)

@@ -50,6 +50,7 @@ from triton_mp.scheduler.instances import (
     InstanceTable,
     VersionKey,
 )
+from triton_mp.scheduler.model_reloads import is_new_model
 from triton_mp.scheduler.outbox import Outbox
 from triton_mp.scheduler.registry import make_policy
 from triton_mp.scheduler.stats import StatsBook
@@ -147,6 +148,8 @@ class Lifecycle:
             spec = self._decoder.decode(raw)
             old = self.active.get((spec.model, spec.version))
             gen = self._start_generation(spec)
+            if old is not None and is_new_model(old.spec.config_json, spec.config_json):
+                self._stats.restart(*gen.key)
             if old is not None:
                 self._retire(old)
                 for member in self.instances:

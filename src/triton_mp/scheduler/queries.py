@@ -42,7 +42,7 @@ def answer_ready_query(msg: ReadyQuery, lifecycle: Lifecycle, out: Outbox) -> No
 
 def answer_stats_query(msg: StatsQuery, stats: StatsBook, out: Outbox) -> None:
     """The statistics of one model version (all when the query names none)."""
-    snapshot = stats.snapshot(msg.model, msg.version)
+    snapshot = stats.snapshot(msg.model, msg.version, since_load=msg.since_load)
     to = ReplyTo(Requester.FRONTEND, msg.frontend_id)
     out.reply(to, StatsReply(query_id=msg.query_id, stats=snapshot))
 

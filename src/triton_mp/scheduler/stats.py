@@ -24,7 +24,7 @@ from operator import mul
 import msgspec
 
 from triton_mp.ipc.protocol.messages import CacheOutcome
-from triton_mp.ipc.protocol.reports import BatchStats, ModelStats
+from triton_mp.ipc.protocol.reports import BatchStats, ModelStats, StatDuration
 
 FOLD_EVERY = 256
 """How many batches ``StatsBook.record_execution`` keeps unfolded at most (a bound on the
@@ -60,6 +60,8 @@ class StatsBook:
         }
         self._pending: list[_Execution] = []
         self._fold_every = max(1, fold_every)
+        self._baselines: dict[tuple[str, int], ModelStats] = {}
+        """Per version reloaded as a new model: its totals when that model took over."""
 
     def add(self, model: str, version: int) -> None:
         """Start the books of a version loaded at run time (kept when it is reloaded)."""
@@ -70,6 +72,15 @@ class StatsBook:
         """Drop the books of an unloaded version (its batches not folded yet are dropped at
         the fold: ``add`` folds before it starts the books again)."""
         self._stats.pop((model, version), None)
+        self._baselines.pop((model, version), None)
+
+    def restart(self, model: str, version: int) -> None:
+        """The version was reloaded as a new model (``scheduler.model_reloads``): Triton's
+        statistics extension counts from 0 again, the totals (Prometheus counters) go on."""
+        self.fold()
+        st = self._stats.get((model, version))
+        if st is not None:
+            self._baselines[(model, version)] = _copy(st)
 
     def record_execution(
         self,
@@ -169,11 +180,20 @@ class StatsBook:
             st.success.ns += outcome.cache_ns
             st.cache_miss.add(outcome.cache_ns)
 
-    def snapshot(self, model: str = "", version: int = -1) -> tuple[ModelStats, ...]:
-        """Copies of the stats of one model (all versions when ``version`` < 0) or of all."""
+    def snapshot(
+        self, model: str = "", version: int = -1, *, since_load: bool = False
+    ) -> tuple[ModelStats, ...]:
+        """Copies of the stats of one model (all versions when ``version`` < 0) or of all.
+
+        Args:
+            since_load: count from when each version's current model loaded (Triton's
+                statistics extension: a reload as a new model starts again at 0), not from
+                when the version was first loaded (the Prometheus counters).
+        """
         self.fold()
+        base = self._baselines if since_load else {}
         return tuple(
-            _copy(st)
+            _copy(st) if (m, v) not in base else _since(st, base[(m, v)])
             for (m, v), st in sorted(self._stats.items())
             if (not model or m == model) and (version < 0 or v == version)
         )
@@ -219,3 +239,42 @@ def _fold_into(st: ModelStats, runs: list[_Execution]) -> None:
 def _copy(st: ModelStats) -> ModelStats:
     """A deep copy, so a reply never changes after it was taken."""
     return msgspec.msgpack.decode(msgspec.msgpack.encode(st), type=ModelStats)
+
+
+def _minus(a: StatDuration, b: StatDuration) -> StatDuration:
+    return StatDuration(a.count - b.count, a.ns - b.ns)
+
+
+def _since(st: ModelStats, base: ModelStats) -> ModelStats:
+    """What ``st`` counted after ``base`` was taken from it (``last_inference_ms`` 0 when
+    nothing ran and no cache hit was answered since; batch sizes and failure reasons not
+    seen since left out)."""
+    batches = {}
+    for size, bs in st.batch_stats.items():
+        was = base.batch_stats.get(size, BatchStats(batch_size=size))
+        if bs.compute_infer.count > was.compute_infer.count:
+            batches[size] = BatchStats(
+                size,
+                _minus(bs.compute_input, was.compute_input),
+                _minus(bs.compute_infer, was.compute_infer),
+                _minus(bs.compute_output, was.compute_output),
+            )
+    ran = st.execution_count > base.execution_count or st.cache_hit.count > base.cache_hit.count
+    reasons = {r: n - base.fail_reasons.get(r, 0) for r, n in st.fail_reasons.items()}
+    return ModelStats(
+        name=st.name,
+        version=st.version,
+        last_inference_ms=st.last_inference_ms if ran else 0,
+        inference_count=st.inference_count - base.inference_count,
+        execution_count=st.execution_count - base.execution_count,
+        success=_minus(st.success, base.success),
+        fail=_minus(st.fail, base.fail),
+        queue=_minus(st.queue, base.queue),
+        compute_input=_minus(st.compute_input, base.compute_input),
+        compute_infer=_minus(st.compute_infer, base.compute_infer),
+        compute_output=_minus(st.compute_output, base.compute_output),
+        batch_stats=batches,
+        fail_reasons={r: n for r, n in reasons.items() if n},
+        cache_hit=_minus(st.cache_hit, base.cache_hit),
+        cache_miss=_minus(st.cache_miss, base.cache_miss),
+    )

@@ -111,7 +111,9 @@ class StatsApi:
             # ServerModelStatistics ignores a version without a model (every model's stats).
             version_number(version)
         reply = await self.ask(
-            lambda q: StatsQuery(query_id=q, frontend_id=self._fid, model=name, version=v)
+            lambda q: StatsQuery(
+                query_id=q, frontend_id=self._fid, model=name, version=v, since_load=True
+            )
         )
         assert isinstance(reply, StatsReply)
         return reply.stats

@@ -218,6 +218,9 @@ class StatsQuery(msgspec.Struct, frozen=True, kw_only=True, tag="stats_query", a
     frontend_id: int
     model: str = ""
     version: int = -1
+    since_load: bool = False
+    """Count from when each version's current model loaded (the statistics extension: a
+    reload as a new model starts again at 0), not from its first load (the metrics)."""
 
 
 class QueueQuery(msgspec.Struct, frozen=True, kw_only=True, tag="queue_query", array_like=True):
