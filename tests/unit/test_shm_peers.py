@@ -251,12 +251,17 @@ def test_a_restarted_frontend_is_sent_every_region_and_answers_nothing(key: str)
 ALREADY = (ErrorCode.ALREADY_EXISTS, "shared memory region 'x' already in manager")
 
 
-def _race(n: int, cuda: bool, key: str, first: int) -> tuple[list[object], list[list[object]]]:
-    """Frontends 0 and 1 of ``n`` register "x" at once (``first`` starts first): what each
-    call returned, and every frontend's table (names and region ids, system then CUDA)."""
+def _race(
+    n: int, cuda: bool, key: str, first: int, later_first: bool = False
+) -> tuple[list[object], list[list[object]]]:
+    """Frontends 0 and 1 of ``n`` register "x" at once (``first`` is accepted first): what
+    each call returned, and every frontend's table (names and region ids, system then CUDA).
+    ``later_first``: every other frontend hears of the later register before the earlier."""
 
     async def body() -> tuple[list[object], list[list[object]]]:
         s = Server(n)
+        others = set(range(2, n))
+        s.down |= others
 
         async def register(i: int) -> None:
             if cuda:
@@ -264,7 +269,13 @@ def _race(n: int, cuda: bool, key: str, first: int) -> tuple[list[object], list[
             else:
                 await s.apis[i].register("x", key, 0, 4096)
 
-        got = await asyncio.gather(register(first), register(1 - first), return_exceptions=True)
+        calls = [asyncio.ensure_future(register(i)) for i in (first, 1 - first)]
+        await asyncio.sleep(0.01)  # NOTE: both are accepted, both await their peers
+        for i in sorted(others):
+            if later_first:
+                s.held[i].reverse()
+            s.up(i)
+        got = list(await asyncio.gather(*calls, return_exceptions=True))
         if first:
             got.reverse()
         tables = [
@@ -283,23 +294,21 @@ def test_one_name_registered_through_two_frontends_at_once_lets_exactly_one_thro
     key: str, cuda: bool, first: int
 ) -> None:
     """Triton serializes two registers of one name: one succeeds, the other finds it taken.
-    With two frontends the register of the lower region id (frontend 0's here, whichever
-    started first) succeeds everywhere and the other answers ALREADY_EXISTS."""
+    The register accepted first succeeds everywhere and the other answers ALREADY_EXISTS."""
     got, tables = _race(2, cuda, key, first)
-    assert got == [None, ALREADY]
-    assert tables[0] == tables[1] == [("x", 256)], tables
+    assert got == ([None, ALREADY] if first == 0 else [ALREADY, None])
+    assert tables[0] == tables[1] == [("x", 256 + first)], tables
 
 
+@pytest.mark.parametrize("later_first", [False, True])
 @pytest.mark.parametrize("first", [0, 1])
 @pytest.mark.parametrize("cuda", [False, True])
-def test_with_three_frontends_at_most_one_gets_through_and_the_tables_agree(
-    key: str, cuda: bool, first: int
+def test_with_four_frontends_exactly_one_gets_through_and_the_tables_agree(
+    key: str, cuda: bool, first: int, later_first: bool
 ) -> None:
-    """A third frontend cannot tell the loser's register is still in flight: when it got the
-    loser's first, it answers the winner ``taken`` and both calls fail (never both succeed);
-    every frontend ends with the same table."""
-    got, tables = _race(3, cuda, key, first)
-    assert got.count(None) <= 1, got
-    assert all(g is None or g == ALREADY for g in got), got
-    assert tables[0] == tables[1] == tables[2], tables
-    assert tables[0] == ([("x", 256)] if got[0] is None else []), (got, tables)
+    """The frontends that register neither name pick the same winner in whatever order the
+    two registers reach them (``later_first``: the loser's first), so exactly one call
+    succeeds, as in Triton, and every frontend ends with the winner's registration."""
+    got, tables = _race(4, cuda, key, first, later_first)
+    assert got == ([None, ALREADY] if first == 0 else [ALREADY, None])
+    assert tables[0] == tables[1] == tables[2] == tables[3] == [("x", 256 + first)], tables

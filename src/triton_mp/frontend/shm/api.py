@@ -12,16 +12,18 @@ on every peer before the call answers Triton's INTERNAL error (``unregister_refu
 the call waits for its peers, the regions it removes are already gone here, so a request
 naming one fails NOT_FOUND even when a peer's use then keeps it.
 
-Two frontends that register one name at the same moment: Triton, serializing the two, lets
-one succeed and answers the other ALREADY_EXISTS. Here the one whose ``region_id`` is lower
-wins: each origin marks its register ``pending`` while it awaits its peers, and a frontend
-whose own pending register meets a lower one gives the name up to it (``adopt``), while the
-lower one's origin keeps its own and answers ``taken``. The loser takes its registration back
-everywhere (by id: where the winner's holds the name it stays) and answers ALREADY_EXISTS.
-With two frontends exactly one call succeeds. With three or more, a third frontend that got
-the loser's register first answers the winner ``taken`` too (it cannot know the loser's call
-is still in flight), so both may fail there; never both succeed, and every frontend ends with
-the same table.
+Frontends that register one name at the same moment: Triton, serializing the calls, lets
+one succeed and answers the others ALREADY_EXISTS. Here the register accepted first wins
+(``Region.registered_ns``, CLOCK_MONOTONIC, which every process shares): every frontend that
+holds the name under a later register gives it up to the earlier one (``adopt``:
+``SystemShmRegistry.gives_way``), and one that holds it under the earlier one keeps it and
+answers ``taken``. So every frontend, in whatever order the registers reach it, picks the
+same winner, whose call succeeds; each loser takes its registration back everywhere (by id:
+where the winner's holds the name it stays) and answers ALREADY_EXISTS. A register whose call
+returned is on every frontend, so a later one is refused where it is made and never meets it
+elsewhere. Only a request already using the later registration on some frontend keeps it
+there (that frontend answers the earlier one ``taken``): then every call may fail, never two
+succeed.
 """
 
 from __future__ import annotations
@@ -60,13 +62,9 @@ class ClientShmApi:
                 frontend registered the name at the same moment (module docstring).
         """
         r = self.registry.register(name, key, offset, byte_size)
-        self.registry.pending.add(r.region_id)
-        try:
-            out = await self._peers.change(
-                lambda op: ShmRegistered(frontend_id=self._fid, regions=(shared(r),), op=op)
-            )
-        finally:
-            self.registry.pending.discard(r.region_id)
+        out = await self._peers.change(
+            lambda op: ShmRegistered(frontend_id=self._fid, regions=(shared(r),), op=op)
+        )
         # NOTE: a register given up here (yields) lost even if the winner's answer did not
         # come in time.
         if out.taken or not self.registry.holds(r):
@@ -152,15 +150,11 @@ class ClientShmApi:
         """
         cuda = self._cuda_registry()
         r = cuda.register(name, raw_handle, device_id, byte_size)
-        cuda.pending.add(r.region_id)
-        try:
-            out = await self._peers.change(
-                lambda op: ShmRegistered(
-                    frontend_id=self._fid, regions=(), cuda=(shared_cuda(r),), op=op
-                )
+        out = await self._peers.change(
+            lambda op: ShmRegistered(
+                frontend_id=self._fid, regions=(), cuda=(shared_cuda(r),), op=op
             )
-        finally:
-            cuda.pending.discard(r.region_id)
+        )
         if out.taken or not cuda.holds(r):
             cuda.take_back([name], [r.region_id])
             await self._take_back((), (name,), r.region_id)

@@ -24,6 +24,7 @@ is in docs/architecture.md ("GPU tensors"); the worker side that opens a handle 
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -62,6 +63,7 @@ class CudaRegion:
         device_id: the CUDA ordinal (as the server numbers GPUs) the memory lives on.
         byte_size: length of the region in bytes.
         region_id: the id of the registration (of the frontend that took it).
+        registered_ns: as ``system.Region.registered_ns``.
     """
 
     name: str
@@ -69,6 +71,7 @@ class CudaRegion:
     device_id: int
     byte_size: int
     region_id: int
+    registered_ns: int = 0
 
 
 class CudaShmRegistry:
@@ -100,9 +103,6 @@ class CudaShmRegistry:
         self._regions: dict[str, CudaRegion] = {}
         self._ids = itertools.count(1)
         self._frontend_id = frontend_id
-        self.pending: set[int] = set()
-        """``region_id``s of this frontend's registers still awaiting their peers (as
-        ``SystemShmRegistry.pending``)."""
 
     def has(self, name: str) -> bool:
         """Whether ``name`` is a registered CUDA region."""
@@ -131,7 +131,7 @@ class CudaShmRegistry:
         if len(raw_handle) != CUDA_IPC_HANDLE_BYTES or device_id not in self._gpu_ids:
             raise TritonMPError(INVALID_ARGS, ErrorCode.INVALID_ARG)
         rid = next(self._ids) * 256 + self._frontend_id
-        region = CudaRegion(name, bytes(raw_handle), device_id, byte_size, rid)
+        region = CudaRegion(name, bytes(raw_handle), device_id, byte_size, rid, time.monotonic_ns())
         self._regions[name] = region
         return region
 
@@ -177,15 +177,15 @@ class CudaShmRegistry:
 
     def adopt(self, regions: Iterable[CudaRegion]) -> list[str]:
         """Add another frontend's registrations (``frontend.shm.peers``), but a name held here
-        under another registration (of either kind) stays, unless it is this frontend's
-        register in flight and the other's id is lower (``SystemShmRegistry.yields``; no
-        request uses a CUDA region). Returns the names that stayed."""
+        under another registration (of either kind) stays, unless the other was accepted
+        earlier (``SystemShmRegistry.gives_way``; no request uses a CUDA region). Returns
+        the names that stayed."""
         taken = []
         for r in regions:
             mine = self._regions.get(r.name)
             held = mine is not None and mine != r
-            if held and mine is not None and mine.region_id in self.pending:
-                held = not r.region_id < mine.region_id
+            if held and mine is not None:
+                held = (mine.registered_ns, mine.region_id) <= (r.registered_ns, r.region_id)
             if held or self._taken(r.name):
                 taken.append(r.name)
             else:

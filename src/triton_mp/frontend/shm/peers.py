@@ -112,12 +112,14 @@ class PeerRounds:
 
 def shared(r: Region) -> ShmRegion:
     """A system region as frontends share it."""
-    return ShmRegion(r.name, r.key, r.offset, r.byte_size, r.region_id)
+    return ShmRegion(r.name, r.key, r.offset, r.byte_size, r.region_id, r.registered_ns)
 
 
 def shared_cuda(r: CudaRegion) -> CudaShmRegion:
     """A CUDA region as frontends share it."""
-    return CudaShmRegion(r.name, r.raw_handle, r.device_id, r.byte_size, r.region_id)
+    return CudaShmRegion(
+        r.name, r.raw_handle, r.device_id, r.byte_size, r.region_id, r.registered_ns
+    )
 
 
 class ShmPeers:
@@ -192,10 +194,13 @@ class ShmPeers:
         registry, cuda = self.registry, self.registry.cuda
         if isinstance(msg, ShmRegistered):
             regions = [
-                Region(r.name, r.key, r.offset, r.byte_size, r.region_id) for r in msg.regions
+                Region(r.name, r.key, r.offset, r.byte_size, r.region_id, r.registered_ns)
+                for r in msg.regions
             ]
             cudas = [
-                CudaRegion(c.name, c.raw_handle, c.device_id, c.byte_size, c.region_id)
+                CudaRegion(
+                    c.name, c.raw_handle, c.device_id, c.byte_size, c.region_id, c.registered_ns
+                )
                 for c in msg.cuda
             ]
             if not msg.op:  # NOTE: a resend to this restarted frontend: as it is

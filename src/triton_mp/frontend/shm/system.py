@@ -31,6 +31,7 @@ import collections
 import itertools
 import mmap
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -58,6 +59,9 @@ class Region:
         offset: start of the region within the object, in bytes.
         byte_size: length of the region in bytes.
         region_id: server-wide unique id of this registration.
+        registered_ns: CLOCK_MONOTONIC (which every process shares) when its frontend
+            accepted the register; of two registers of one name in flight at once, the
+            earlier wins everywhere (``gives_way``).
     """
 
     name: str
@@ -65,6 +69,7 @@ class Region:
     offset: int
     byte_size: int
     region_id: int
+    registered_ns: int = 0
 
     @property
     def object_name(self) -> str:
@@ -123,10 +128,6 @@ class SystemShmRegistry:
         regions is valid again while this stays (``frontend.dispatch.known_requests``)."""
         self.watch: RegionWatch | None = None
         """Told before every change; its uses count in ``in_use`` (module docstring)."""
-        self.pending: set[int] = set()
-        """``region_id``s of this frontend's registers still awaiting their peers
-        (``frontend.shm.api``): ``adopt`` gives such a name up to a concurrent register of
-        a lower id."""
 
     def _changing(self) -> None:
         if self.watch is not None:
@@ -179,7 +180,8 @@ class SystemShmRegistry:
                 f"failed to register shared memory region '{name}': unable to process "
                 "address spaceInvalid argument"
             )
-        region = Region(name, key, offset, byte_size, next(self._ids) * 256 + self._frontend_id)
+        rid = next(self._ids) * 256 + self._frontend_id
+        region = Region(name, key, offset, byte_size, rid, time.monotonic_ns())
         self._changing()
         self._regions[name] = region
         self.generation += 1
@@ -195,13 +197,13 @@ class SystemShmRegistry:
 
     def adopt(self, regions: Iterable[Region]) -> list[str]:
         """Add another frontend's registrations (``frontend.shm.peers``), but a name held here
-        under another registration (of either kind) stays, unless ``yields`` lets it go.
+        under another registration (of either kind) stays, unless it ``gives_way``.
         Returns the names that stayed."""
         self._changing()
         taken = []
         for r in regions:
             mine = self._regions.get(r.name)
-            held = mine is not None and mine != r and not self.yields(mine, r.region_id)
+            held = mine is not None and mine != r and not self.gives_way(mine, r)
             if held or (self.cuda is not None and self.cuda.has(r.name)):
                 taken.append(r.name)
             else:
@@ -209,17 +211,24 @@ class SystemShmRegistry:
         self.generation += 1
         return taken
 
-    def yields(self, mine: Region, other_id: int) -> bool:
-        """Whether this frontend's register of ``mine`` gives its name up to another
-        frontend's register of the same name, ``other_id``: both calls are in flight (the
-        other's arrived before ours returned), the lower id wins everywhere (the other
-        frontend keeps its own and answers ``taken``, so exactly one call succeeds, as in
-        Triton's one process), and no request of ours uses ``mine`` yet."""
-        return (
-            mine.region_id in self.pending
-            and other_id < mine.region_id
-            and not self.in_use(mine.name)
-        )
+    def gives_way(self, mine: Region, other: Region) -> bool:
+        """Whether the registration of ``mine`` held here gives its name up to another
+        frontend's register of the same name, ``other``: ``other`` was accepted earlier
+        (``registered_ns``, then ``region_id``) and no request of this frontend uses
+        ``mine`` yet.
+
+        Two registers of one name reach a frontend only while both calls are in flight: a
+        register whose call returned is on every frontend, so a later one is refused where
+        it is made. Every frontend then picks the earlier one, the one that kept its name
+        answers ``taken`` to the other, and exactly one call succeeds, as in Triton's one
+        process, however many frontends there are and in whatever order they hear of the
+        two (the lower ``region_id`` alone could not be used so: a frontend restarted in a
+        dead one's place counts its ids again from its first one).
+        """
+        return (other.registered_ns, other.region_id) < (
+            mine.registered_ns,
+            mine.region_id,
+        ) and not self.in_use(mine.name)
 
     def take_back(self, names: Iterable[str], region_ids: Iterable[int]) -> None:
         """Forget each name while it is that registration, used or not (a register its
@@ -320,7 +329,7 @@ class SystemShmRegistry:
         return name in self._regions
 
     def holds(self, region: Region) -> bool:
-        """Whether ``region``'s name is still that registration (``yields`` may have given
+        """Whether ``region``'s name is still that registration (``gives_way`` may have given
         it up)."""
         return self._regions.get(region.name) == region
 

@@ -28,6 +28,9 @@ class ShmRegion(msgspec.Struct, frozen=True, array_like=True):
     offset: int
     byte_size: int
     region_id: int
+    registered_ns: int = 0
+    """CLOCK_MONOTONIC when its frontend accepted the register (the earlier of two
+    registers of one name wins: ``frontend.shm.system.Region.registered_ns``)."""
 
 
 class CudaShmRegion(msgspec.Struct, frozen=True, array_like=True):
@@ -40,6 +43,8 @@ class CudaShmRegion(msgspec.Struct, frozen=True, array_like=True):
     device_id: int
     byte_size: int
     region_id: int
+    registered_ns: int = 0
+    """As ``ShmRegion.registered_ns``."""
 
 
 class ShmRegistered(msgspec.Struct, frozen=True, kw_only=True, tag="shm_reg", array_like=True):
