@@ -97,11 +97,6 @@ def _fail_counts(server: ServerProcess | RealTriton) -> tuple[int, float]:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="triton-mp refuses the cut element in its frontend, before any statistics; 2.51's "
-    "backend fails the request and counts it (fail +1, nv_inference_request_failure +1)",
-)
 def test_a_cut_last_element_counts_as_a_failure(
     shared_side_by_side: dict[str, ServerProcess | RealTriton],
 ) -> None:

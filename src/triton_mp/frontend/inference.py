@@ -39,12 +39,14 @@ from triton_mp.frontend.request import InferenceRequest
 from triton_mp.frontend.request_sender import RequestSender
 from triton_mp.frontend.shm.system import SystemShmRegistry
 from triton_mp.frontend.tracing.tracer import Trace
+from triton_mp.frontend.validation.inputs import RefusedByBackend
 from triton_mp.frontend.validation.request import ValidRequest, validate_request
 from triton_mp.frontend.validation.signature import SignatureCache
-from triton_mp.ipc import ArenaAllocator, BlockRef, SegmentCache, TensorRef
+from triton_mp.ipc import ArenaAllocator, BlockRef, SegmentCache, TensorRef, encode
 from triton_mp.ipc.protocol.messages import (
     ReplyTo,
     Requester,
+    RequestRefused,
 )
 
 KnownSent = Callable[[Hashable, KnownRequest, str, str], None]
@@ -117,6 +119,7 @@ class Inference:
         reply_to = ReplyTo(Requester.FRONTEND, frontend_id)
         self._sender = RequestSender(reply_to, pending, send, clock_ns, direct)
         self._wakes = wakes
+        self._send_scheduler = send_scheduler
         self._clock_ns = clock_ns
         self._response_cache = response_cache
         self._signatures = SignatureCache()
@@ -354,14 +357,27 @@ class Inference:
         self.check_accepting()
         if target is None or not self._models.is_current(target.model):
             target = self.admit(request.model_name, request.model_version)
-            valid = validate_request(
-                request, target.model, target.version, self._shm, self._signatures
-            )
+            valid = self._checked(request, target)
             if decoupled_message is not None:
                 self._refuse_decoupled(target.model, decoupled_message)
             return target, valid
-        valid = validate_request(request, target.model, target.version, self._shm, self._signatures)
-        return target, valid
+        return target, self._checked(request, target)
+
+    def _checked(self, request: InferenceRequest, target: Target) -> ValidRequest:
+        """``validate_request``; a refusal Triton's backend would have made is counted as
+        the model's failure (``RefusedByBackend``)."""
+        start_ns = self._clock_ns()
+        try:
+            return validate_request(
+                request, target.model, target.version, self._shm, self._signatures
+            )
+        except RefusedByBackend:
+            took = self._clock_ns() - start_ns
+            refused = RequestRefused(
+                model=target.model.name, version=target.version, request_ns=took
+            )
+            self._send_scheduler(encode(refused))
+            raise
 
     def _ticket(
         self,

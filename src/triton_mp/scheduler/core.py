@@ -36,6 +36,7 @@ from triton_mp.ipc.protocol.messages import (
     InstancesRetired,
     QueueQuery,
     ReadyQuery,
+    RequestRefused,
     SequenceFlags,
     Shutdown,
     StatsQuery,
@@ -147,6 +148,9 @@ class SchedulerCore:
             InferResponse: self.ensembles.on_response,
             CancelRequest: self._on_cancel,
             CacheOutcome: self._on_cache_outcome,
+            RequestRefused: lambda m, _: self.stats.record_failure(
+                m.model, m.version, 0, m.request_ns, "BACKEND"
+            ),
             StatsQuery: self._on_stats_query,
             QueueQuery: self._on_queue_query,
             WorkerReady: life.on_ready,

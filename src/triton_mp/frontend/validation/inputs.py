@@ -43,6 +43,12 @@ from triton_mp.frontend.validation.frontend_tensors import no_data_message
 from triton_mp.frontend.validation.shared_memory import ShmWindow, shm_window, uses_shm
 
 
+class RefusedByBackend(InvalidRequest):
+    """A refusal Triton's core lets through and its backend makes: 2.51 counts the request
+    as failed (``fail``, ``nv_inference_request_failure`` reason BACKEND), so the frontend
+    that refuses it tells the scheduler (``ipc.protocol.messages.RequestRefused``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ValidInput:
     """One validated input: its name, datatype, full shape and bytes."""
@@ -236,8 +242,9 @@ def check_bytes_elements(
     Raises:
         InvalidRequest: "incomplete string length indicator ...", "unexpected number of
             string elements ...", "expected N string elements ..., got M", or (a count that
-            matches, the last element cut off) "incomplete string data for inference input
-            '<name>', expecting string of length <n> but only <m> bytes available".
+            matches, the last element cut off; ``RefusedByBackend``) "incomplete string data
+            for inference input '<name>', expecting string of length <n> but only <m> bytes
+            available".
     """
     where = f"for inference input '{input_name}' for model '{model_name}'"
     view = memoryview(data).cast("B")
@@ -260,9 +267,9 @@ def check_bytes_elements(
         raise InvalidRequest(f"{rid}expected {count} string elements {where}, got {checked}")
     if pos > end:
         # NOTE: core passes this (the walk ends inside the last element); the backend then
-        # refuses it. triton-mp refuses it here, in the backend's words, rather than hand a
-        # model a cut string.
-        raise InvalidRequest(
+        # refuses it and counts a failure. triton-mp refuses it here, in the backend's
+        # words, rather than hand a model a cut string, and counts it as the backend would.
+        raise RefusedByBackend(
             f"incomplete string data for inference input '{input_name}', expecting string of "
             f"length {length} but only {length - (pos - end)} bytes available"
         )

@@ -211,6 +211,18 @@ class CacheOutcome(msgspec.Struct, frozen=True, kw_only=True, tag="cache", array
     """Hit only: from arrival to the start of the lookup (Triton's queue duration)."""
 
 
+class RequestRefused(msgspec.Struct, frozen=True, kw_only=True, tag="req_refused", array_like=True):
+    """A frontend refused a request that Triton's backend would have taken and failed: it
+    counts as a failed request of the model (``fail``, ``nv_inference_request_failure``
+    reason BACKEND), as the backend's report would (``frontend.validation.inputs``'s
+    ``RefusedByBackend``)."""
+
+    model: str
+    version: int
+    request_ns: int
+    """From the request's arrival to its refusal, in nanoseconds."""
+
+
 class StatsQuery(msgspec.Struct, frozen=True, kw_only=True, tag="stats_query", array_like=True):
     """Frontend asks the scheduler for ModelStatistics (empty model = all models)."""
 
@@ -432,6 +444,7 @@ ToScheduler = (
     | InferResponse
     | CancelRequest
     | CacheOutcome
+    | RequestRefused
     | StatsQuery
     | QueueQuery
     | ReadyQuery
