@@ -38,13 +38,13 @@ REQUEST = m.InferRequest(
 
 
 SHM_REGISTERED = m.ShmRegistered(
-    frontend_id=1, regions=(m.ShmRegion("in0", "/client_in", 64, 1024, 257),)
+    frontend_id=1, regions=(m.ShmRegion("in0", "/client_in", 64, 1024, 257, 123456789),)
 )
 SHM_UNREGISTERED = m.ShmUnregistered(frontend_id=1, names=("in0", "out0"))
 SHM_REGISTERED_AWAITED = m.ShmRegistered(
     frontend_id=0,
     regions=(),
-    cuda=(m.CudaShmRegion("g", b"\1" * 64, 0, 1024, 3),),
+    cuda=(m.CudaShmRegion("g", b"\1" * 64, 0, 1024, 3, 987654321),),
     op=7,
 )
 SHM_UNREGISTERED_AWAITED = m.ShmUnregistered(
@@ -168,8 +168,9 @@ EXAMPLES: dict[str, list[object]] = {
             model="add_sub", version=1, hit=True, cache_ns=900, request_ns=2000, queue_ns=100
         ),
         m.CacheOutcome(model="add_sub", version=1, hit=False, cache_ns=1500),
+        m.RequestRefused(model="bytes_py", version=1, request_ns=1200),
         m.StatsQuery(query_id=3, frontend_id=1),
-        m.StatsQuery(query_id=4, frontend_id=0, model="add_sub", version=1),
+        m.StatsQuery(query_id=4, frontend_id=0, model="add_sub", version=1, since_load=True),
         m.QueueQuery(query_id=5, frontend_id=1),
         m.QueueQuery(query_id=6, frontend_id=0, model="ocr_cls"),
         m.WorkerReady(instance_id=2, pid=4242),
