@@ -65,11 +65,12 @@ COPY src/triton_mp/ipc/native ./src/triton_mp/ipc/native
 COPY src/triton_mp/ipc/records.h ./src/triton_mp/ipc/records.h
 COPY src/triton_mp/workers/native ./src/triton_mp/workers/native
 COPY src/triton_mp/backends/python/native ./src/triton_mp/backends/python/native
+COPY src/triton_mp/scheduler/native ./src/triton_mp/scheduler/native
 RUN touch README.md \
     && python3 -m venv /native/venv \
     && /native/venv/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /native/wheel . \
     && /native/venv/bin/python -m zipfile --extract "$(echo /native/wheel/triton_mp-*.whl)" /native/tree \
-    && modules=(/native/tree/triton_mp/frontend/native/_native*.so /native/tree/triton_mp/ipc/_request_decoder*.so /native/tree/triton_mp/workers/_answer_writer*.so /native/tree/triton_mp/workers/_batch_gather*.so /native/tree/triton_mp/backends/python/_pb_requests*.so /native/tree/triton_mp/backends/python/_pb_results*.so) \
+    && modules=(/native/tree/triton_mp/frontend/native/_native*.so /native/tree/triton_mp/ipc/_request_decoder*.so /native/tree/triton_mp/workers/_answer_writer*.so /native/tree/triton_mp/workers/_batch_gather*.so /native/tree/triton_mp/backends/python/_pb_requests*.so /native/tree/triton_mp/backends/python/_pb_results*.so /native/tree/triton_mp/scheduler/_queue_records*.so) \
     && site="/native/site$(python3 -c 'import sys; print(f"/opt/triton-mp/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages")')" \
     && for module in "${modules[@]}"; do \
          test -f "$module" || exit 1; \
@@ -133,7 +134,7 @@ ENV PATH=/opt/triton-mp/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1
 # The build fails unless the extensions load beside the venv's code on the runtime libraries.
 RUN python3 -c 'from triton_mp.frontend import native; assert native.available(), native.UNAVAILABLE' \
-    && python3 -c 'from triton_mp.ipc import _request_decoder'
+    && python3 -c 'from triton_mp.ipc import _request_decoder; from triton_mp.scheduler import _queue_records'
 RUN python3 -c 'from triton_mp.workers import _answer_writer, _batch_gather; from triton_mp.backends.python import _pb_requests, _pb_results'
 USER 1000:1000
 WORKDIR /tmp

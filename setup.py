@@ -2,7 +2,8 @@
 system's libgrpc++ and libprotobuf, found with pkg-config; the message classes generated from
 ``protos/`` with protoc at build time, when a native source includes one), and the REQUEST
 record decoder, ``triton_mp.ipc._request_decoder``, the workers' answer writer,
-``triton_mp.workers._answer_writer`` and the python backend's request builder and result
+``triton_mp.workers._answer_writer``, the scheduler's plain request queueing,
+``triton_mp.scheduler._queue_records``, and the python backend's request builder and result
 reader, ``triton_mp.backends.python._pb_requests`` and ``_pb_results`` (C++17 on the Python
 headers only), and the
 workers' batch gather, ``triton_mp.workers._batch_gather`` (on numpy's headers too); without
@@ -35,7 +36,8 @@ ANSWER_WRITER = "triton_mp.workers._answer_writer"
 PB_REQUESTS = "triton_mp.backends.python._pb_requests"
 PB_RESULTS = "triton_mp.backends.python._pb_results"
 BATCH_GATHER = "triton_mp.workers._batch_gather"
-PLAIN = (DECODER, ANSWER_WRITER, PB_REQUESTS, PB_RESULTS)
+QUEUE_RECORDS = "triton_mp.scheduler._queue_records"
+PLAIN = (DECODER, ANSWER_WRITER, PB_REQUESTS, PB_RESULTS, QUEUE_RECORDS)
 """The extensions on the Python headers alone (built by build_ext as they are)."""
 WITH_NUMPY = (BATCH_GATHER,)
 """The extensions on the Python and numpy headers (numpy: a build requirement in
@@ -181,6 +183,9 @@ def _extensions() -> list[Extension]:
         ),
         Extension(
             PB_RESULTS, ["src/triton_mp/backends/python/native/pb_results.cc"], language="c++"
+        ),
+        Extension(
+            QUEUE_RECORDS, ["src/triton_mp/scheduler/native/queue_records.cc"], language="c++"
         ),
     ] + (
         [Extension(BATCH_GATHER, ["src/triton_mp/workers/native/batch_gather.cc"], language="c++")]

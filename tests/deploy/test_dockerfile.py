@@ -156,7 +156,8 @@ def test_the_project_is_installed_from_its_wheel() -> None:
     assert runtime.commands()[-3:] == [
         "python3 -c 'from triton_mp.frontend import native;"
         " assert native.available(), native.UNAVAILABLE'",
-        "python3 -c 'from triton_mp.ipc import _request_decoder'",
+        "python3 -c 'from triton_mp.ipc import _request_decoder;"
+        " from triton_mp.scheduler import _queue_records'",
         "python3 -c 'from triton_mp.workers import _answer_writer, _batch_gather;"
         " from triton_mp.backends.python import _pb_requests, _pb_results'",
     ]
@@ -176,6 +177,7 @@ def test_the_native_layer_copies_what_setup_py_builds_the_extension_from() -> No
         "src/triton_mp/ipc/records.h ./src/triton_mp/ipc/records.h",
         "src/triton_mp/workers/native ./src/triton_mp/workers/native",
         "src/triton_mp/backends/python/native ./src/triton_mp/backends/python/native",
+        "src/triton_mp/scheduler/native ./src/triton_mp/scheduler/native",
     ]
     copied = [c.split()[0] for c in stage("native").values("COPY")]
     # every extension's sources come in (session 11's answer writer did not, and the image

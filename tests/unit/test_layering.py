@@ -80,6 +80,8 @@ SCHEDULER_IPC_MODULES = {
     "request_wakeups.py",  # NOTE: the frontend rings' quiet word: its bits are ipc's
     "forming.py",  # NOTE: the frontend rings' forming words: their buckets are ipc's
     "pass_words.py",  # NOTE: both words above in one walk (walk_words)
+    "plain_requests.py",  # NOTE: queues request records (ipc.recordio.records) as they are
+    "cancels.py",  # NOTE: the core's CancelRequest handler, moved out of core.py
 }
 
 

@@ -47,7 +47,7 @@ from triton_mp.ipc.protocol.messages import (
     WorkerReady,
 )
 from triton_mp.ipc.protocol.reports import ModelQueueStatus
-from triton_mp.ipc.protocol.specs import ModelVersionSpec, RateLimitSpec
+from triton_mp.ipc.protocol.specs import ModelVersionSpec
 from triton_mp.ipc.recordio.records import (
     Request,
     RequestRecord,
@@ -56,18 +56,21 @@ from triton_mp.ipc.recordio.records import (
     wire_form,
 )
 from triton_mp.scheduler.batch_end import BatchEnds
+from triton_mp.scheduler.cancels import cancel_request
 from triton_mp.scheduler.direct import Handoffs
 from triton_mp.scheduler.done_wakeups import quiet_instances
 from triton_mp.scheduler.ensembles import Ensembles
 from triton_mp.scheduler.forming import NOT_FORMING, Forming, forming_state
-from triton_mp.scheduler.instances import Generation, InFlight, running_instance
+from triton_mp.scheduler.instances import Generation, InFlight
 from triton_mp.scheduler.lifecycle import STOPPING_MESSAGE, Lifecycle
 from triton_mp.scheduler.limits.rate_gate import RateGate
-from triton_mp.scheduler.limits.rate_limiter import Limits, RateLimiter
+from triton_mp.scheduler.limits.rate_limiter import RateLimiter
 from triton_mp.scheduler.outbox import Outbound, Outbox, ToInstance
 from triton_mp.scheduler.pass_words import PassWords, never_leased, walk_words
+from triton_mp.scheduler.plain_requests import queue_records
 from triton_mp.scheduler.policies.policy import QUEUE_FULL, TIMED_OUT, Batch, Queued
 from triton_mp.scheduler.queries import answer_queue_query, answer_ready_query, answer_stats_query
+from triton_mp.scheduler.registry import instance_limits
 from triton_mp.scheduler.request_wakeups import quiet_request_mask
 from triton_mp.scheduler.rules.admission import queue_start_ns, request_label, unknown_version
 from triton_mp.scheduler.staging import Stager
@@ -78,7 +81,6 @@ log = logging.getLogger(__name__)
 
 QUEUE_FULL_MESSAGE = QUEUE_FULL.message
 TIMEOUT_MESSAGE = TIMED_OUT.message
-CANCELLED_MESSAGE = "Request was cancelled before it was scheduled"
 _CHANGES = frozenset(
     (WorkerReady, WorkerDied, Shutdown, InstancesAdded, VersionsActivated, InstancesRetired)
     + (InstancesRemoved,)
@@ -178,14 +180,25 @@ class SchedulerCore:
         return self._out.take()
 
     def handle_all(self, msgs: Iterable[ToScheduler | Request], now_ns: int) -> Sequence[Outbound]:
-        """``handle`` each of ``msgs`` in order (one drain of the rings), at ``now_ns``;
-        returns what to send, in order. A request record goes straight to its handler:
-        per request, no dispatch-table lookup and no ``take`` (no handler sends a batch,
-        so nothing a later message does depends on what the earlier ones sent)."""
+        """``handle`` each of ``msgs`` in order (one drain), at ``now_ns``; returns what to
+        send, in order. Runs of plain generations' request records are queued in one call
+        (``scheduler.plain_requests``), any other record goes straight to its handler: no
+        table lookup and no ``take`` per request (no handler sends a batch, so nothing a
+        later message does depends on what the earlier ones sent)."""
         self.ensembles.now_ns = now_ns
         handlers = self.handlers
         on_request = self._on_request
-        for msg in msgs:
+        msgs = msgs if type(msgs) is list else list(msgs)
+        active = self.lifecycle.active
+        plain = None if self.stopping else queue_records
+        i, n = 0, len(msgs)
+        while i < n:
+            if plain is not None:
+                i = plain(msgs, i, active, now_ns)
+                if i == n:
+                    break
+            msg = msgs[i]
+            i += 1
             if type(msg) is RequestRecord:
                 on_request(msg, now_ns)
                 continue
@@ -193,6 +206,8 @@ class SchedulerCore:
             if kind in _CHANGES:
                 self.handoffs.stale = True
             handlers[kind](msg, now_ns)
+            if self.stopping:
+                plain = None
         return self._out.take()
 
     def _on_log_settings(self, msg: LogSettingsUpdate, now_ns: int) -> None:
@@ -282,28 +297,7 @@ class SchedulerCore:
             self._ends.on_done(done, now_ns)
 
     def _on_cancel(self, msg: CancelRequest, now_ns: int) -> None:
-        """Drop a request whose client went away, if it has not been dispatched yet."""
-        key = (msg.model, msg.version)
-        rkey = (msg.reply_to, msg.request_id)
-        ensemble = self.lifecycle.generation_for(key)
-        if ensemble is not None and ensemble.spec.ensemble is not None:
-            self.ensembles.cancel(ensemble, msg, now_ns)
-            return
-        for gen in self.lifecycle.generations():
-            item = gen.policy.cancel(rkey) if gen.key == key else None
-            if item is not None:
-                # NOTE: the answer lets the frontend free the request's input block.
-                req = cast(Request, item.payload)
-                self._out.fail(req, ErrorCode.CANCELLED, CANCELLED_MESSAGE, now_ns, "CANCELED")
-                return
-        # NOTE: a request already running (in an instance's batch, or a decoupled one
-        # still open): its model may stop early when it sees ``is_cancelled()``; the
-        # worker answers it as the model decides.
-        instance_id = running_instance(self.lifecycle.instances, rkey)
-        if instance_id is None:
-            instance_id = self.handoffs.waiting_instance(rkey)
-        if instance_id is not None:
-            self._out.to_instance(instance_id, msg)
+        cancel_request(msg, now_ns, self.lifecycle, self.ensembles, self.handoffs, self._out)
 
     def _on_ready_query(self, msg: ReadyQuery, now_ns: int) -> None:
         answer_ready_query(msg, self.lifecycle, self._out)
@@ -327,7 +321,7 @@ class SchedulerCore:
         if self.limiter is None:
             return
         self._gate.register(
-            (iid, _limits(gen.spec.rate_limits, i))
+            (iid, instance_limits(gen.spec.rate_limits, i))
             for gen in self.lifecycle.active.values()
             for i, iid in enumerate(gen.spec.instance_ids)
         )
@@ -571,15 +565,6 @@ class SchedulerCore:
             and not lc.retiring
             and all(g.policy.queue_depth() == 0 for g in lc.active.values())
         )
-
-
-def _limits(rate_limits: Sequence[RateLimitSpec], i: int) -> Limits:
-    """The limits of a version's instance ``i`` (none configured: no limits)."""
-    spec = rate_limits[i] if i < len(rate_limits) else None
-    if spec is None:
-        return Limits()
-    resources = tuple((r.name, r.global_, r.count) for r in spec.resources)
-    return Limits(resources, spec.priority, spec.device)
 
 
 def deliver(

@@ -11,6 +11,7 @@ retires (finishes its queue on its own instances) beside it.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -19,7 +20,8 @@ from typing import NamedTuple
 from triton_mp.ipc.protocol.messages import ReplyTo, TensorRef
 from triton_mp.ipc.protocol.specs import ModelVersionSpec
 from triton_mp.ipc.recordio.records import Request
-from triton_mp.scheduler.policies.policy import Policy
+from triton_mp.scheduler.policies.policy import Policy, Queued
+from triton_mp.scheduler.policies.queues import PriorityQueue
 
 VersionKey = tuple[str, int]
 """(model name, version)."""
@@ -65,6 +67,21 @@ class InFlight(NamedTuple):
 
 
 @dataclass(slots=True, eq=False)
+class PlainQueue:
+    """Where a plain generation's request records go (``scheduler.plain_requests``).
+
+    Attributes:
+        waiting: the queue's one FIFO (``PriorityQueue``'s level 0 ``waiting``), ``Queued``
+            items in arrival order.
+        queue: the ``PriorityQueue`` it belongs to (``PriorityQueue.pushed`` counts what
+            ``queue_records`` appended).
+    """
+
+    waiting: collections.deque[Queued]
+    queue: PriorityQueue
+
+
+@dataclass(slots=True, eq=False)
 class Generation:
     """One activation of a model version (see the module docstring)."""
 
@@ -87,6 +104,10 @@ class Generation:
     request_bit: int = 0
     """Its model's bit in a frontend ring's quiet word (``ipc.recordio.quiet_requests``;
     0 until first asked)."""
+    plain: PlainQueue | None = None
+    """Where its request records go in one call per drain (``scheduler.plain_requests``,
+    set by ``scheduler.lifecycle`` as it starts the generation); None: through
+    ``SchedulerCore._on_request``."""
 
     def batch_key(self, inputs: Sequence[TensorRef]) -> Hashable:
         """What must be equal for two requests to share a batch (core

@@ -52,6 +52,7 @@ from triton_mp.scheduler.instances import (
 )
 from triton_mp.scheduler.model_reloads import is_new_model
 from triton_mp.scheduler.outbox import Outbox
+from triton_mp.scheduler.plain_requests import plain_queue
 from triton_mp.scheduler.registry import make_policy
 from triton_mp.scheduler.stats import StatsBook
 from triton_mp.scheduler.status import BatchLogs
@@ -294,6 +295,7 @@ class Lifecycle:
 
     def _start_generation(self, spec: ModelVersionSpec) -> Generation:
         gen = Generation(spec, make_policy(spec), spec.enforced_inputs, spec.has_optional_inputs)
+        gen.plain = plain_queue(gen)
         self.active[gen.key] = gen
         self._stats.add(*gen.key)
         self._logs.add(gen.key)

@@ -9,9 +9,10 @@ module in ``scheduler/policies/`` plus one entry here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from triton_mp.ipc.protocol.specs import ModelVersionSpec, QueuePolicySpec
+from triton_mp.ipc.protocol.specs import ModelVersionSpec, QueuePolicySpec, RateLimitSpec
+from triton_mp.scheduler.limits.rate_limiter import Limits
 from triton_mp.scheduler.policies.default import DefaultScheduler
 from triton_mp.scheduler.policies.dynamic import DynamicBatcher
 from triton_mp.scheduler.policies.ensemble import EnsembleScheduler, Step
@@ -108,3 +109,13 @@ idle yet)."""
 def make_policy(spec: ModelVersionSpec) -> Policy:
     """The batching policy of one model version's generation (``POLICIES``)."""
     return POLICIES[spec.batching.kind](spec)
+
+
+def instance_limits(rate_limits: Sequence[RateLimitSpec], i: int) -> Limits:
+    """The rate limiter's limits of a version's instance ``i`` (``rate_limits``: the
+    version's ``instance_group[].rate_limiter`` per instance; none configured: no limits)."""
+    spec = rate_limits[i] if i < len(rate_limits) else None
+    if spec is None:
+        return Limits()
+    resources = tuple((r.name, r.global_, r.count) for r in spec.resources)
+    return Limits(resources, spec.priority, spec.device)

@@ -137,6 +137,20 @@ class PriorityQueue:
             self._next_timeout_ns = item.deadline_ns
         return True
 
+    def plain_waiting(self) -> collections.deque[Queued] | None:
+        """The one FIFO a request is appended to as it is (``push``: one level, no
+        ``max_queue_size``, no timeout), for ``scheduler.plain_requests``; None when ``push``
+        does more."""
+        if self.priority_levels or self._timeouts:
+            return None
+        level = self._levels[0]
+        return None if level.policy.max_queue_size else level.waiting
+
+    def pushed(self, n: int) -> None:
+        """``n`` requests were appended to ``plain_waiting`` (``push``'s count and version)."""
+        self._count += n
+        self.version += n
+
     def __len__(self) -> int:
         return self._count
 
@@ -251,6 +265,11 @@ class QueuedInstances:
         self._queue = queue if queue is not None else PriorityQueue()
         self._idle: collections.deque[int] = collections.deque(instance_ids)
         self._idle_since: dict[int, int] = {}
+
+    @property
+    def queue(self) -> PriorityQueue:
+        """Its priority queue (``scheduler.plain_requests`` appends to a plain one)."""
+        return self._queue
 
     def offer(self, item: Queued, now_ns: int) -> Rejection | None:
         return None if self._queue.push(item) else QUEUE_FULL
