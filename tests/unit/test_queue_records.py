@@ -15,10 +15,12 @@ from hypothesis import strategies as st
 
 from tests.unit.scheduler_harness import US, Harness, fe, model_spec
 from triton_mp.ipc.protocol.messages import (
+    BatchDone,
     BlockRef,
     InferRequest,
     ReplyTo,
     Requester,
+    Shutdown,
     TensorRef,
 )
 from triton_mp.ipc.protocol.specs import BatchingSpec, ModelVersionSpec, QueuePolicySpec
@@ -166,3 +168,100 @@ def test_the_core_queues_plain_records_as_its_handlers_do() -> None:
     h.clock.advance_us(100 * US // 1000)
     batches = h.dispatch()
     assert [[r for r in b.requests] for _, b in batches] == [[_RAW]]
+
+
+_STEPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("drain"),
+            st.lists(
+                st.tuples(
+                    st.sampled_from(["add_sub", "add_sub", "plain", "ragged", "nope"]),
+                    st.sampled_from([1, 1, 2]),
+                    st.integers(0, 2),
+                    st.integers(0, 3),
+                    st.booleans(),
+                ),
+                max_size=8,
+            ),
+        ),
+        st.tuples(st.just("advance"), st.integers(1, 150)),
+        st.tuples(st.just("dispatch"), st.just(0)),
+        st.tuples(st.just("done"), st.integers(0, 3)),
+        st.tuples(st.just("stop"), st.just(0)),
+    ),
+    max_size=25,
+)
+
+
+def _lane_off(msgs: list[Any], start: int, active: Any, now_ns: int) -> int:
+    return start
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps=_STEPS)
+def test_the_core_sends_the_same_with_the_lane_as_without_it(steps: list[Any]) -> None:
+    """Random drains of request records (plain and not, unknown versions, a ``BatchDone``
+    or a ``Shutdown`` among them), clock steps and dispatch passes through two cores, one
+    queueing plain records through ``queue_records`` (C where built), one through
+    ``_on_request`` only: every message either sends is the same, in the same order."""
+    import triton_mp.scheduler.core as core_module  # noqa: PLC0415 (the lane's global)
+
+    lane = core_module.queue_records
+    sides = [Harness(), Harness()]
+    for h in sides:
+        h.ready(0, 1, 2, 3)
+    ids = iter(range(1, 10_000))
+    for kind, arg in steps:
+        if kind == "drain":
+            msgs: list[Any] = []
+            for model, size, age, flags, done_first in arg:
+                now = sides[0].now
+                if done_first:
+                    msgs.append("done")
+                msgs.append((model, size, now - age * 50 * US, flags, next(ids)))
+        for i, h in enumerate(sides):
+            core_module.queue_records = lane if i == 0 else _lane_off
+            try:
+                _step(h, kind, arg, msgs if kind == "drain" else [])
+            finally:
+                core_module.queue_records = lane
+    assert sides[0].to_workers == sides[1].to_workers
+    assert sides[0].to_frontends == sides[1].to_frontends
+
+
+def _step(h: Harness, kind: str, arg: Any, msgs: list[Any]) -> None:
+    if kind == "advance":
+        h.clock.advance_us(arg)
+    elif kind == "dispatch":
+        h.dispatch()
+    elif kind == "done":
+        running = h.core.lifecycle.instances.get(arg)
+        if running is not None and running.batch is not None:
+            h.handle(_done(h, arg, running.batch.batch_id))
+    elif kind == "stop":
+        h.handle(Shutdown())
+    else:
+        drained: list[Any] = []
+        for m in msgs:
+            if m == "done":
+                busy = [i for i in h.core.lifecycle.instances if i.batch is not None]
+                if busy:
+                    inst = min(busy, key=lambda i: i.instance_id)
+                    drained.append(_done(h, inst.instance_id, inst.batch.batch_id))
+                continue
+            model, size, arrival, flags, rid = m
+            drained.append(RequestRecord(_RAW, rid, fe(0), model, 1, size, arrival, 0, 0, 0, flags))
+        h.deliver(list(h.core.handle_all(drained, h.now)))
+
+
+def _done(h: Harness, instance_id: int, batch_id: int) -> BatchDone:
+    return BatchDone(
+        instance_id=instance_id,
+        batch_id=batch_id,
+        start_ns=h.now,
+        compute_input_ns=US,
+        compute_infer_ns=US,
+        compute_output_ns=US,
+        end_ns=h.now + 3 * US,
+    )
