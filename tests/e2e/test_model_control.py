@@ -209,7 +209,10 @@ def test_config_override_and_files(repo: Path, start_server: Callable[..., Serve
     http.load_model("add_sub_upload", config=json.dumps(copy), files={"file:1/model.onnx": onnx})
     assert _infer(client, "add_sub_upload") == "1"
     client.load_model("add_sub_upload", config=json.dumps(copy), files={"file:3/model.onnx": onnx})
-    wait_for(lambda: ("add_sub_upload", "3") in _index(client), 30, "version 3 of the upload")
+    wait_for(lambda: client.is_model_ready("add_sub_upload", "3"), 30, "version 3 of the upload")
+    # NOTE: a model brought by files= alone has no directory in the repository: 2.51's
+    # RepositoryIndex leaves it out (d5b28f24, r13's F4)
+    assert not any(name == "add_sub_upload" for name, _ in _index(client))
     assert _infer(client, "add_sub_upload") == "3"
     client.unload_model("add_sub_upload")
     client.unload_model("add_sub")
