@@ -138,14 +138,14 @@ def main() -> int:
     sides = ["Triton", *args.commits]
     # NOTE: a background run ignores SIGINT: SIGTERM stops the servers too (finally).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    env = load_peers_env(args.peers_env)
     tmp = Path(tempfile.mkdtemp(prefix="ab_c1."))
     repo = tmp / "repo"
     _copy_repository(ROOT / "bench" / "model_repository", repo, nodelay=True)
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {m: {s: [] for s in sides} for m in MODELS}
     servers: dict[str, ManagedServer] = {}
     try:
-        servers = _start(args, repo, tmp)
+        servers = _start(args, repo, tmp)  # NOTE: refuses a stale build before any peer is read
+        env = load_peers_env(args.peers_env)
         for i in range(args.rounds):
             k = i % len(sides)
             order = sides[k:] + sides[:k]

@@ -186,7 +186,6 @@ def main() -> int:
     ap.add_argument("--b", required=True, help="commit B (e.g. main)")
     add_run_arguments(ap, pairs=8, window_s=5.0)
     args = ap.parse_args()
-    env = load_peers_env(args.peers_env)
     logs = Path(os.environ.get("TMPDIR", "/tmp"))
     servers: dict[str, TritonMP] = {}
     runs: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
@@ -194,6 +193,7 @@ def main() -> int:
         srcs = {side: export_commit(rev) for side, rev in (("A", args.a), ("B", args.b))}
         for side, src in srcs.items():
             require_native(src, f"{side} ({args.a if side == 'A' else args.b})")
+        env = load_peers_env(args.peers_env)  # NOTE: after the native check, which needs no peer
         for side, src in srcs.items():
             log = logs / f"ab_interleaved_{os.getpid()}_{side}.log"
             servers[side] = TritonMP(args.repository, log, src=src)
