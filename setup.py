@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -162,6 +163,27 @@ class BuildNative(build_ext):
             return [o for objects in pool.map(one, units) for o in objects]
 
 
+def _local_headers(sources: list[str]) -> list[str]:
+    """The project's headers that ``sources`` include (``#include "..."``), directly or
+    through another header: an extension's ``depends``, so that a change to a header alone
+    rebuilds every extension that includes it (without it build_ext kept the stale build).
+    Generated headers (``grpc_service.pb.h``) are not files here and are left out."""
+    seen: set[Path] = set()
+    todo = [Path(s) for s in sources]
+    while todo:
+        path = todo.pop()
+        for name in re.findall(r'^#include "([^"]+)"', path.read_text(), re.MULTILINE):
+            header = (path.parent / name).resolve()
+            if header.is_file() and header not in seen:
+                seen.add(header)
+                todo.append(header)
+    return sorted(os.path.relpath(h, HERE) for h in seen)
+
+
+def _extension(name: str, sources: list[str]) -> Extension:
+    return Extension(name, sources, depends=_local_headers(sources), language="c++")
+
+
 def _sanitize() -> list[str]:
     return SANITIZE if os.environ.get("TRITON_MP_NATIVE_SANITIZE") == "1" else []
 
@@ -175,23 +197,20 @@ def _extensions() -> list[Extension]:
         "src/triton_mp/ipc/native/ring_records.cc",
     ]
     return [
-        Extension("triton_mp.frontend.native._native", sources, language="c++"),
-        Extension(DECODER, decoder, language="c++"),
-        Extension(ANSWER_WRITER, ["src/triton_mp/workers/native/answer_writer.cc"], language="c++"),
-        Extension(
-            PB_REQUESTS, ["src/triton_mp/backends/python/native/pb_requests.cc"], language="c++"
-        ),
-        Extension(
-            PB_RESULTS, ["src/triton_mp/backends/python/native/pb_results.cc"], language="c++"
-        ),
-        Extension(
-            QUEUE_RECORDS, ["src/triton_mp/scheduler/native/queue_records.cc"], language="c++"
-        ),
+        _extension("triton_mp.frontend.native._native", sources),
+        _extension(DECODER, decoder),
+        _extension(ANSWER_WRITER, ["src/triton_mp/workers/native/answer_writer.cc"]),
+        _extension(PB_REQUESTS, ["src/triton_mp/backends/python/native/pb_requests.cc"]),
+        _extension(PB_RESULTS, ["src/triton_mp/backends/python/native/pb_results.cc"]),
+        _extension(QUEUE_RECORDS, ["src/triton_mp/scheduler/native/queue_records.cc"]),
     ] + (
-        [Extension(BATCH_GATHER, ["src/triton_mp/workers/native/batch_gather.cc"], language="c++")]
+        [_extension(BATCH_GATHER, ["src/triton_mp/workers/native/batch_gather.cc"])]
         if importlib.util.find_spec("numpy") is not None
         else []  # NOTE: no numpy headers here: the workers build the batch's views in Python
     )
 
 
-setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildNative})
+# NOTE: pip's build backend and `python setup.py` both run this file as __main__; the
+# unit tests import it for _extensions() alone
+if __name__ == "__main__":
+    setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildNative})
