@@ -1,6 +1,6 @@
 """One frontend's plain batch answered in one C call (``_answer_writer.answer_plain``: the
 test of ``answering._one_frontend``, the writer, the push into the frontend's ring) and its
-ring push (``push_record``, ``workers/native/ring_push.h``), against their Python twins.
+ring push (``push_record``, ``ipc/native/ring_push.h``), against their Python twins.
 
 - ``push_record`` against ``Ring.push``: random pushes (every size class, some too large for
   the ring) and pops on two rings of one capacity leave both segments byte for byte the same,

@@ -1,5 +1,5 @@
 // The layout of one ipc ring, shared by its C++ producer (ring_producer.h) and consumer
-// (inbox_ring.h). Python twin: src/triton_mp/ipc/memory/ring.py, whose module docstring is the
+// (inbox_ring.h); the words every ring has, and the push itself, are ipc/native/ring_push.h's. Python twin: src/triton_mp/ipc/memory/ring.py, whose module docstring is the
 // layout (little-endian): 0 u32 magic RING_MAGIC, 4 u32 version, 8 u64 capacity (data bytes);
 // 64 u64 tail (producer), 128 u64 head (consumer), 136 u64 quiet word, 144 u64 x3 forming
 // words (known_wake.h); 192 the data area of u32-length records padded to 8 bytes, WRAP as a
@@ -9,15 +9,12 @@
 
 #include <cstdint>
 
+#include "../../ipc/native/ring_push.h"  // kRingMagic, kRingTailAt, kRingHeadAt, kRingDataAt, kRingWrap
+
 namespace triton_mp {
 
-inline constexpr uint32_t kRingMagic = 0x54524E47;  // "TRNG"
-inline constexpr uint64_t kRingTailAt = 64;
-inline constexpr uint64_t kRingHeadAt = 128;
 inline constexpr uint64_t kRingQuietAt = 136;
 inline constexpr uint64_t kRingFormingAt = 144;  // mask, allowance word, floor ns (known_wake.h)
-inline constexpr uint64_t kRingDataAt = 192;
-inline constexpr uint32_t kRingWrap = 0xFFFFFFFF;
 
 }  // namespace triton_mp
 

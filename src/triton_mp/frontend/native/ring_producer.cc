@@ -14,39 +14,16 @@ uint64_t* Word(unsigned char* base, uint64_t at) {
 }  // namespace
 
 bool RingProducer::Check(const unsigned char* base, uint64_t bytes, uint64_t* capacity) {
-  if (bytes < kRingDataAt) return false;
-  uint32_t magic;
-  std::memcpy(&magic, base, sizeof magic);
-  std::memcpy(capacity, base + 8, sizeof *capacity);
-  return magic == kRingMagic && *capacity % 8 == 0 && *capacity <= bytes - kRingDataAt;
+  return RingCapacity(base, bytes, capacity);
 }
 
 PushResult RingProducer::Push(const void* data, size_t n) {
-  const uint64_t need = (4 + static_cast<uint64_t>(n) + 7) & ~uint64_t{7};
-  const uint64_t cap = capacity_;
-  if (need > cap / 2) return PushResult::kTooLarge;
+  if (!Fits(n)) return PushResult::kTooLarge;
   std::lock_guard<std::mutex> lock(mu_);
-  unsigned char* base = base_;
-  if (base == nullptr) return PushResult::kDetached;
+  if (base_ == nullptr) return PushResult::kDetached;
   // NOTE: tail is ours (every producer pushes under mu_); head is the consumer's, read once.
-  uint64_t tail = __atomic_load_n(Word(base, kRingTailAt), __ATOMIC_RELAXED);
-  const uint64_t head = __atomic_load_n(Word(base, kRingHeadAt), __ATOMIC_ACQUIRE);
-  uint64_t pos = tail % cap;
-  const uint64_t room_to_end = cap - pos;
-  const uint64_t skip = need > room_to_end ? room_to_end : 0;
-  if ((tail - head) + skip + need > cap) return PushResult::kFull;
-  if (skip != 0) {
-    if (room_to_end >= 4) std::memcpy(base + kRingDataAt + pos, &kRingWrap, 4);
-    tail += skip;
-    pos = 0;
-  }
-  unsigned char* at = base + kRingDataAt + pos;
-  const uint32_t length = static_cast<uint32_t>(n);
-  std::memcpy(at, &length, 4);
-  if (n != 0) std::memcpy(at + 4, data, n);
-  // NOTE: the record before tail (release): the consumer that reads tail sees it whole.
-  __atomic_store_n(Word(base, kRingTailAt), tail + need, __ATOMIC_RELEASE);
-  return PushResult::kPushed;
+  return AppendRecord(base_, capacity_, data, n) == RingPush::kPushed ? PushResult::kPushed
+                                                                        : PushResult::kFull;
 }
 
 uint64_t RingProducer::QuietWord() {

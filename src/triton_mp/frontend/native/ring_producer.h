@@ -10,7 +10,8 @@
 // u32 length + payload, padded to 8 bytes; it never wraps: when it does not fit before the
 // end, WRAP is written as the length (when at least 4 bytes remain) and the record starts at
 // the data area's start. A record of more than half the capacity never fits.
-// tests/unit/test_ring_producer.py compares every byte with Ring.push.
+// The push itself is ipc/native/ring_push.h's AppendRecord (the worker's answer writer pushes
+// through it too). tests/unit/test_ring_producer.py compares every byte with Ring.push.
 #ifndef TRITON_MP_FRONTEND_NATIVE_RING_PRODUCER_H_
 #define TRITON_MP_FRONTEND_NATIVE_RING_PRODUCER_H_
 
@@ -39,9 +40,7 @@ class RingProducer {
   // Append one record of n bytes (Ring.push), under the lock.
   PushResult Push(const void* data, size_t n);
   // Whether a record of n bytes can ever be pushed (Ring.fits: at most half the capacity).
-  bool Fits(size_t n) const {
-    return ((4 + static_cast<uint64_t>(n) + 7) & ~uint64_t{7}) <= capacity_ / 2;
-  }
+  bool Fits(size_t n) const { return RingRecordBytes(n) <= capacity_ / 2; }
   // A full barrier, then the quiet word (HeldWakes' rule: read after the push); 0 once
   // detached.
   uint64_t QuietWord();

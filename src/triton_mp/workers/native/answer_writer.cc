@@ -26,9 +26,9 @@
 // around it: the test of workers/answering.py _one_frontend (every request answers the same
 // ReplyTo object of kind FRONTEND, untraced, with a plain dict of outputs; anything else
 // declines before anything is allocated), and the push of the encoded AnswerBatch into that
-// frontend's ring (ring_push.h, Ring.push's twin), so Python only posts the wake-up. A ring
-// that is full, or a record too large for it, is left to Python's send (its wait, its
-// RecordTooLarge), with the bytes.
+// frontend's ring (ipc/native/ring_push.h, Ring.push's twin), so Python only posts the
+// wake-up. A ring that is full, or a record too large for it, is left to Python's send (its
+// wait, its RecordTooLarge), with the bytes.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -39,7 +39,7 @@
 #include <utility>
 
 #include "../../ipc/native/py_ref.h"
-#include "ring_push.h"
+#include "../../ipc/native/ring_push.h"
 
 namespace {
 using triton_mp::PushRecord;
