@@ -238,9 +238,9 @@ WIRE_CASES.update(
         "an unload whose unload_dependents is not a boolean": Case(
             "POST", UNLOAD, {"parameters": {"unload_dependents": "x"}}, 200, ""
         ),
-        "an unload body that is not JSON": Case(
-            "POST", UNLOAD, b"{", 500, PARSE + "Missing a name for object member. at 1"
-        ),
+        # NOTE: 2.51 overwrites the parse error with the unload's answer (6dabb879, r14's F6);
+        # upstream main refuses it
+        "an unload body that is not JSON": Case("POST", UNLOAD, b"{", 200, ""),
         # common.cc ValidateSharedMemoryKey (upstream main)
         # CheckClassificationOutput: 0 classes is no classification
         "a classification of 0": Case(
@@ -283,7 +283,6 @@ MAIN_ONLY: set[str] = {
     "a header length beyond int32",
     "data nested 100 deep",
     "ready not a boolean",
-    "an unload body that is not JSON",
     "a system register with a key of slashes",
     "a system register with Triton's reserved key prefix",
 }
@@ -291,4 +290,4 @@ MAIN_ONLY: set[str] = {
 (2.51 reads the header length with ``std::atoi``: "abc" is 0, a raw request; main's
 ``std::stoi`` refuses it. Main's ReadDataFromJson (PR #8676) bounds the nesting of ``data``;
 2.51 takes any depth. Main's index refuses a ``ready`` that is no boolean in its
-own words, its unload parses its body, and it checks shared-memory keys)."""
+own words, and it checks shared-memory keys)."""
