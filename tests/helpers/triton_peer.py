@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
+import psutil
 import pytest
 
 from tests.helpers.repos import IDENTITY_PY, write_python_model
@@ -216,8 +217,22 @@ def _finish_stop(proc: subprocess.Popen[bytes], region_prefix: str) -> None:
         proc.wait(timeout=10)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
+    # NOTE: the SIGKILL is delivered, not yet acted on: a stub could still be listed as
+    # running right after (test_triton_peer_regions saw it in CI)
+    deadline = time.monotonic() + 10
+    while _group_running(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
     for path in left_regions(region_prefix):
         path.unlink(missing_ok=True)
+
+
+def _group_running(pgid: int) -> bool:
+    """Whether a process of process group ``pgid`` is still running (a zombie is not)."""
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                return True
+    return False
 
 
 def wait_stopped() -> list[Path]:
