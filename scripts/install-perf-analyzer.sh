@@ -19,7 +19,13 @@ PY=${PYTHON:-python}
 mkdir -p "${1:-.peers}"
 DEST=$(cd "${1:-.peers}" && pwd)
 
-if ! ldconfig -p 2>/dev/null | grep -q 'libb64\.so\.0d'; then
+# Read ldconfig's whole list before matching: `grep -q` stops at the first match, ldconfig then
+# dies of SIGPIPE on a machine whose list passes the pipe's 64 KiB, and pipefail reports that as
+# "missing" (a clean CI machine with the README's apt packages did exactly this). ldconfig is in
+# /sbin, off a non-root PATH; Debian's multiarch folders are looked at as well.
+LIBS=$( (ldconfig -p || /sbin/ldconfig -p) 2>/dev/null || true)
+if ! grep -q 'libb64\.so\.0d' <<<"$LIBS" \
+    && ! compgen -G '/usr/lib/*/libb64.so.0d' >/dev/null && ! compgen -G '/lib/*/libb64.so.0d' >/dev/null; then
   echo "install-perf-analyzer: libb64.so.0d is missing: apt-get install -y libb64-0d" >&2
   exit 1
 fi
