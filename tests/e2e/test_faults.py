@@ -13,7 +13,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers.fault_models import write_faulty_model
-from tests.helpers.server import ServerProcess, group_alive, wait_for
+from tests.helpers.server import ServerProcess, group_alive, server_factory, wait_for
 from triton_mp._proto import admin_pb2, admin_pb2_grpc
 from triton_mp.ipc.memory.shm import list_objects
 from triton_mp.scheduler.policies.clock import SCHEDULER_TIMER_SLACK_NS
@@ -145,14 +145,33 @@ def test_a_segfaulting_model_fails_only_its_request_and_is_restarted(
     client.close()
 
 
-def test_a_worker_hung_in_c_code_is_killed_but_a_slow_one_is_not(
-    tmp_path: Path, start_server: Callable[..., ServerProcess]
-) -> None:
-    repo = tmp_path / "repo"
+@pytest.fixture(scope="module")
+def heartbeat_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server with 2 s heartbeat timeouts for the two heartbeat tests (a start each
+    before): ``hang_py``, ``slow_py`` and ``echo_py`` for the hung-in-C test, ``stopped_py``
+    for the SIGSTOP test. Each test asks only about its own models and hung-kill lines."""
+    repo = tmp_path_factory.mktemp("heartbeat_repo")
     write_faulty_model(repo, "hang_py", "hang_in_c")
     write_faulty_model(repo, "slow_py", "sleep", sleep_ms=6000)
     write_faulty_model(repo, "echo_py", "none")
-    server = start_server(repo, "--heartbeat-timeout-secs", "2")
+    write_faulty_model(repo, "stopped_py", "none")
+    with server_factory(tmp_path_factory.mktemp("heartbeat_logs")) as start:
+        yield start(repo, "--heartbeat-timeout-secs", "2")
+
+
+def _hung_kills(server: ServerProcess, *models: str) -> list[str]:
+    """The supervisor's "it is hung; killing it" log lines about workers of ``models``."""
+    return [
+        line
+        for line in server.log().splitlines()
+        if "it is hung; killing it" in line and any(f"worker {m}_" in line for m in models)
+    ]
+
+
+def test_a_worker_hung_in_c_code_is_killed_but_a_slow_one_is_not(
+    heartbeat_server: ServerProcess,
+) -> None:
+    server = heartbeat_server
     client = server.client()
     assert _infer(client, "hang_py", 2) == 2
     with ThreadPoolExecutor(2) as pool:
@@ -167,7 +186,8 @@ def test_a_worker_hung_in_c_code_is_killed_but_a_slow_one_is_not(
         assert _infer(client, "echo_py", 4) == 4
         assert slow.result(timeout=120) == 1
     assert "no heartbeat for" in message
-    hung = [line for line in server.log().splitlines() if "it is hung; killing it" in line]
+    # NOTE: stopped_py is the other heartbeat test's, killed as hung on purpose.
+    hung = _hung_kills(server, "hang_py", "slow_py", "echo_py")
     assert len(hung) == 1, hung
     assert "worker hang_py_0_0" in hung[0]
     wait_for(lambda: client.is_model_ready("hang_py"), 60, "hang_py to be ready again")
@@ -177,21 +197,20 @@ def test_a_worker_hung_in_c_code_is_killed_but_a_slow_one_is_not(
 
 
 def test_a_stopped_worker_is_detected_by_its_missing_heartbeat(
-    tmp_path: Path, start_server: Callable[..., ServerProcess]
+    heartbeat_server: ServerProcess,
 ) -> None:
-    repo = tmp_path / "repo"
-    write_faulty_model(repo, "echo_py", "none")
-    server = start_server(repo, "--heartbeat-timeout-secs", "2")
+    server = heartbeat_server
     client = server.client()
-    assert _infer(client, "echo_py", 2) == 2
+    assert _infer(client, "stopped_py", 2) == 2
     # NOTE: a worker answers the frontend before it tells the scheduler it is free; stopped
     # in between, the next request would wait in the queue for the restarted worker (and be
     # served) instead of going to the stopped one, which is what this test is about.
-    wait_for(lambda: _idle(server, "echo_py", "echo_py_0_0"), 30, "echo_py_0_0 to be idle")
-    os.kill(_pid(server, "triton-mp: worker echo_py_0_0"), signal.SIGSTOP)
-    _expect_unavailable(lambda: _infer(client, "echo_py", 5), "echo_py_0_0", "unresponsive")
-    wait_for(lambda: client.is_model_ready("echo_py"), 60, "echo_py to be ready again")
-    assert _infer(client, "echo_py", 6) == 6
+    wait_for(lambda: _idle(server, "stopped_py", "stopped_py_0_0"), 30, "stopped_py_0_0 to be idle")
+    os.kill(_pid(server, "triton-mp: worker stopped_py_0_0"), signal.SIGSTOP)
+    _expect_unavailable(lambda: _infer(client, "stopped_py", 5), "stopped_py_0_0", "unresponsive")
+    wait_for(lambda: client.is_model_ready("stopped_py"), 60, "stopped_py to be ready again")
+    assert _infer(client, "stopped_py", 6) == 6
+    assert len(_hung_kills(server, "stopped_py")) == 1
     client.close()
 
 
