@@ -11,7 +11,7 @@ import re
 import signal
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,7 +21,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers.repos import copy_models, write_python_model
-from tests.helpers.server import ServerProcess, group_alive, wait_for
+from tests.helpers.server import ServerProcess, group_alive, server_factory, wait_for
 from triton_mp.common.process import process_dirs
 from triton_mp.ipc.memory.shm import list_objects
 
@@ -207,11 +207,20 @@ def test_dead_worker_fails_its_requests_and_is_restarted(
     client.close()
 
 
+@pytest.fixture(scope="module")
+def add_sub_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """add_sub and add_sub_py with the default flags, for the tests that only look at a
+    running server (a start each before): the port clash and the scheduler's mappings."""
+    repo = copy_models(tmp_path_factory.mktemp("repo"), "add_sub", "add_sub_py")
+    with server_factory(tmp_path_factory.mktemp("logs")) as start:
+        yield start(repo)
+
+
 def test_a_second_server_on_a_port_in_use_refuses_to_start(
-    tmp_path: Path, start_server: Callable[..., ServerProcess]
+    tmp_path: Path, add_sub_server: ServerProcess
 ) -> None:
+    first = add_sub_server
     repo = copy_models(tmp_path / "repo", "add_sub")
-    first = start_server(repo)
     # NOTE: frontends bind with SO_REUSEPORT; a second server must not share the port.
     clash = ServerProcess(repo, tmp_path / "clash.log", "--grpc-port", str(first.grpc_port))
     try:
@@ -356,13 +365,12 @@ def _mapped_files(pid: int) -> set[str]:
 
 
 def test_the_scheduler_process_loads_no_numpy_onnxruntime_or_model_loader(
-    tmp_path: Path, start_server: Callable[..., ServerProcess]
+    add_sub_server: ServerProcess,
 ) -> None:
     """The scheduler's spawn target imports only its entry point (supervisor.processes.child_entry):
     none of the extension modules of numpy, onnxruntime, grpc or protobuf (which the
     repository loader needs) is mapped into it, while a worker of the same server has them."""
-    repo = copy_models(tmp_path / "repo", "add_sub", "add_sub_py")
-    server = start_server(repo)
+    server = add_sub_server
     server.client().infer("add_sub", _add_sub_inputs())
     scheduler = _pid_of(server, r"started scheduler scheduler \(pid (\d+)\)")
     worker = _pid_of(server, r"started worker add_sub_0_0 \(pid (\d+)\)")
