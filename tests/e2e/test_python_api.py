@@ -1,7 +1,8 @@
 """End to end: the recent python-backend API, through tritonclient gRPC and HTTP.
 
-One repository of python models written here, served by triton-mp and, where the peers
-are installed (``.peers/``), by the real Triton 2.51 in the same test; the answers are
+Python models written here, served by the session's shared triton-mp and, where the peers
+are installed (``.peers/``), the shared real Triton 2.51 (tests/e2e/conftest.py's
+``shared_side_by_side``); the answers are
 compared where 2.51 has the feature (each test says). Covered: response parameters
 (``InferenceResponse(parameters=...)``) reaching the client over gRPC, HTTP and a decoupled
 stream, upstream's validation messages, and a BLS response's ``parameters()`` from the
@@ -29,7 +30,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.helpers.python_api_models import API_MODELS, write_api_models
 from tests.helpers.server import ServerProcess, server_factory, wait_for, wait_queued
-from tests.helpers.triton_peer import start_triton
+from tests.helpers.triton_peer import PythonModel, RealTriton, urls_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -37,28 +38,28 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 EXPECTED_PARAMS = {"flag": True, "count": 7, "name": "ok", "off": False}
 
 
-def _repository(root: Path) -> Path:
-    repo = root / "repo"
-    repo.mkdir()
-    return write_api_models(repo)
+SIDE_BY_SIDE_MODELS = {name: PythonModel(*model) for name, model in API_MODELS.items()}
+"""tests/e2e/conftest.py's ``shared_side_by_side`` serves them."""
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _repository(tmp_path_factory.mktemp("pyapi"))
+def server(shared_side_by_side: dict[str, ServerProcess | RealTriton]) -> ServerProcess:
+    ours = shared_side_by_side["triton-mp"]
+    assert isinstance(ours, ServerProcess)
+    return ours
 
 
 @pytest.fixture(scope="module")
-def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with server_factory(tmp_path_factory.mktemp("logs")) as start:
-        yield start(repo)
+def repo(server: ServerProcess) -> Path:
+    """The shared repository: the models write there what they saw, the tests put their
+    flag files there."""
+    return server.repository
 
 
 @pytest.fixture(scope="module")
-def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """The real Triton on the same repository: (gRPC url, HTTP url), or a skip."""
-    with start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log") as peer:
-        yield peer.url, peer.http_url
+def triton(shared_side_by_side: dict[str, ServerProcess | RealTriton]) -> tuple[str, str]:
+    """The shared real Triton: (gRPC url, HTTP url), or a skip."""
+    return urls_of(shared_side_by_side, "triton")
 
 
 def _urls(server: ServerProcess, request: pytest.FixtureRequest, which: str) -> tuple[str, str]:
@@ -415,7 +416,8 @@ def test_is_ready_raising_is_logged_in_cores_words_at_verbose_1_only(
     with _flag(repo, "ready_py", "raise"):
         assert not _readiness(server, "ready_py")[0]
     time.sleep(0.5)
-    assert "is not ready" not in server.log()
+    # NOTE: the shared server's log: its lines about this model only.
+    assert line.split(":")[0] not in server.log()
     verbose_repo = write_api_models(tmp_path / "repo", {"ready_py": API_MODELS["ready_py"]})
     with server_factory(tmp_path) as start:
         verbose = start(verbose_repo, "--log-verbose=1")

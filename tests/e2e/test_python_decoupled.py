@@ -1,33 +1,30 @@
 """End to end: decoupled python models through gRPC ``ModelStreamInfer`` (tritonclient).
 
-One triton-mp server for the module, serving the project's ``repeat_int32`` (Triton's
+The session's shared triton-mp (tests/e2e/conftest.py's ``shared_side_by_side``), serving
+the project's ``repeat_int32`` (Triton's
 decoupled "repeat" example interface), ``modes_py`` (a decoupled model written here whose
 ``MODE`` input picks one way of using the response sender: many responses, the last one
 final, an error mid-stream, execute raising, execute returning a list, no sender at all,
 responses from a thread after execute returned, a second send after the final one) and the
 ordinary ``add_sub_py``. Where the peers are installed (``.peers/``, see
-bench/README.md) the same directory also runs under the real Triton and the answers
-are compared; those tests skip cleanly otherwise.
+bench/README.md) the shared real Triton serves the same models and the answers are
+compared; those tests skip cleanly otherwise.
 """
 
 from __future__ import annotations
 
 import collections
 import queue
-import shutil
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers.repos import write_python_model
-from tests.helpers.server import PROJECT_REPOSITORY, ServerProcess, server_factory
-from tests.helpers.triton_peer import start_triton
+from tests.helpers.server import PROJECT_REPOSITORY, ServerProcess
+from tests.helpers.triton_peer import PythonModel, RealTriton, urls_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -130,34 +127,26 @@ Outcome = dict[str, list[tuple[int | None, bool]]]
 """Per request id: (OUT value or None for an empty response, triton_final_response)."""
 
 
-def _repository(root: Path) -> Path:
-    repo = root / "repo"
-    repo.mkdir()
-    for name in ("repeat_int32", "add_sub_py"):
-        shutil.copytree(
-            PROJECT_REPOSITORY / name, repo / name, ignore=shutil.ignore_patterns("__pycache__")
-        )
-    write_python_model(repo, "modes_py", MODES_CONFIG, MODES_MODEL)
-    write_python_model(repo, "sleep_py", SLEEP_CONFIG, SLEEP_MODEL)
-    return repo
+SIDE_BY_SIDE_MODELS = {
+    "repeat_int32": PROJECT_REPOSITORY / "repeat_int32",
+    "add_sub_py": PROJECT_REPOSITORY / "add_sub_py",
+    "modes_py": PythonModel(MODES_CONFIG, MODES_MODEL),
+    "sleep_py": PythonModel(SLEEP_CONFIG, SLEEP_MODEL),
+}
+"""tests/e2e/conftest.py's ``shared_side_by_side`` serves them."""
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _repository(tmp_path_factory.mktemp("decoupled"))
+def server(shared_side_by_side: dict[str, ServerProcess | RealTriton]) -> ServerProcess:
+    ours = shared_side_by_side["triton-mp"]
+    assert isinstance(ours, ServerProcess)
+    return ours
 
 
 @pytest.fixture(scope="module")
-def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with server_factory(tmp_path_factory.mktemp("logs")) as start:
-        yield start(repo)
-
-
-@pytest.fixture(scope="module")
-def triton_url(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The real Triton (python backend) on the same repository, or a skip."""
-    with start_triton(repo, tmp_path_factory.mktemp("triton") / "triton.log") as peer:
-        yield peer.url
+def triton_url(shared_side_by_side: dict[str, ServerProcess | RealTriton]) -> str:
+    """The real Triton (python backend) serving the same models, or a skip."""
+    return urls_of(shared_side_by_side, "triton")[0]
 
 
 def _repeat_inputs(values: list[int], delays: list[int], wait: int) -> list[grpcclient.InferInput]:

@@ -150,6 +150,7 @@ class ServerProcess:
         pid: the supervisor's pid (also the process group id).
         metrics_port: the free port given as ``--metrics-port`` (``GET /metrics``).
         log_path: where the server's stdout and stderr go.
+        repository: the model repository it serves (files a test's models read sit there).
     """
 
     def __init__(
@@ -166,6 +167,7 @@ class ServerProcess:
         self.url = f"127.0.0.1:{self.grpc_port}"
         self.http_url = f"127.0.0.1:{self.http_port}"
         self.log_path = log_path
+        self.repository = repository
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         cmd = [
             sys.executable,
