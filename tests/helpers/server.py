@@ -108,18 +108,23 @@ of the test process itself: other sessions' servers on the machine come and go).
 
 
 _QUICK_RECONNECT = [
-    ("grpc.initial_reconnect_backoff_ms", 50),
-    ("grpc.max_reconnect_backoff_ms", 100),
+    ("grpc.initial_reconnect_backoff_ms", 10),
+    ("grpc.max_reconnect_backoff_ms", 20),
 ]
 """Channel arguments of a client that polls a port nobody listens on yet: gRPC's reconnect
 backoff (1 s, then x1.6 with jitter) otherwise fails every poll fast until it expires, and
 the server was seen live 0.4 to 2.9 s after its frontend listened; with these, 10-30 ms."""
 
+LIVE_POLL_S = 0.02
+"""How often ``wait_grpc_live`` asks: every server start of the suite (some 300) waited
+half a poll on average, 50 ms at the 0.1 s this was (a failed connect costs well under
+a millisecond of the test process)."""
+
 
 def wait_grpc_live(
     url: str, proc: subprocess.Popen[bytes], log: Callable[[], str], timeout_s: float, what: str
 ) -> None:
-    """Poll ServerLive over gRPC at ``url`` every 0.1 s until it answers true.
+    """Poll ServerLive over gRPC at ``url`` every ``LIVE_POLL_S`` until it answers true.
 
     Raises:
         RuntimeError: ``proc`` exited or ``timeout_s`` passed, with ``log()`` appended.
@@ -135,7 +140,7 @@ def wait_grpc_live(
                     return
             except Exception:  # noqa: BLE001 - not listening yet
                 pass
-            time.sleep(0.1)
+            time.sleep(LIVE_POLL_S)
     finally:
         client.close()
     raise RuntimeError(f"{what} not live after {timeout_s}s:\n{log()}")

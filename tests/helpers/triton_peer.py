@@ -28,7 +28,7 @@ import psutil
 import pytest
 
 from tests.helpers.repos import IDENTITY_PY, write_python_model
-from tests.helpers.server import REPO_ROOT, ServerProcess, free_port, wait_grpc_live
+from tests.helpers.server import LIVE_POLL_S, REPO_ROOT, ServerProcess, free_port, wait_grpc_live
 
 PEERS_ENV = Path(os.environ.get("PEERS_ENV", REPO_ROOT / ".peers" / "peers.env"))
 """The env file ``bench/peers/install-peers.sh`` writes (the real Triton 2.51)."""
@@ -152,7 +152,7 @@ class RealTriton:
                 )
             if time.monotonic() > deadline:
                 raise RuntimeError(f"tritonserver HTTP not live after {timeout_s}s:\n{self.log()}")
-            time.sleep(0.1)
+            time.sleep(LIVE_POLL_S)
 
     def _http_live(self) -> bool:
         """Whether ``/v2/health/live`` answers 200 now."""
