@@ -34,6 +34,28 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
+SLOWEST_FILES = 20
+"""How many test files ``pytest_terminal_summary`` lists."""
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The slowest test files of the run (setup, call and teardown summed; a module's or the
+    session's shared servers count where their first test sets them up): CI's test command
+    has 20 minutes, and ``--durations`` names single tests only."""
+    per_file: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                path = report.nodeid.split("::", 1)[0]
+                per_file[path] = per_file.get(path, 0.0) + report.duration
+    if not per_file:
+        return
+    terminalreporter.write_sep("=", f"slowest {SLOWEST_FILES} test files")
+    for path, seconds in sorted(per_file.items(), key=lambda kv: -kv[1])[:SLOWEST_FILES]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {path}")
+    terminalreporter.write_line(f"{sum(per_file.values()):8.1f}s in all {len(per_file)} files")
+
+
 def _owner(name: str) -> int:
     return int(name.removeprefix("sem.").removeprefix("triton_mp_").split("_", 1)[0])
 
