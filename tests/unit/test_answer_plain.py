@@ -180,6 +180,7 @@ def test_answer_plain_answers_what_the_twins_answer(
             response_parameters,
             alloc_block,
             rec,
+            None,
         )
         taken = _one_frontend(reqs, results) is not None and _plain(group)
         event("declined" if got is None else "pushed" if got[1] is None else "too large")
@@ -248,7 +249,7 @@ def test_a_full_ring_or_no_ring_gives_the_bytes_back(arena: ArenaAllocator) -> N
         for rings in ({TO.id: ring.segment.buf}, {}):
             got = native.answer_plain(
                 reqs, results, Requester.FRONTEND, rings, WIRE_OF, response_parameters,
-                alloc_block, arena,
+                alloc_block, arena, None,
             )  # fmt: skip
             assert got is not None
             frontend_id, data, block = got

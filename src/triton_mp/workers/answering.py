@@ -27,6 +27,7 @@ from triton_mp.common.errors import ErrorCode, TritonMPError, flatten_exception
 from triton_mp.ipc import ArenaAllocator, Sender
 from triton_mp.ipc.memory.ring import RecordTooLarge
 from triton_mp.ipc.protocol.messages import (
+    BlockRef,
     DecoupledDone,
     ErrorInfo,
     InferRequest,
@@ -120,6 +121,7 @@ class Answers:
         self._send_reply = send_reply
         self._send_scheduler = send_scheduler
         self._send_answer = send_answer
+        self._window = regions.window
         self._rings: dict[int, Any] | None = None
         """frontend id -> its answer ring's writable mapping (``answer_plain`` pushes there);
         None: no native path."""
@@ -187,19 +189,23 @@ class Answers:
             missing = ErrorInfo(ErrorCode.INTERNAL, "no result for the request", self._origin)
             final = [missing if r is None else r for r in results]
         single: range | list[int] = range(len(reqs))
-        if len(reqs) > 1 and not self._decoupled:
+        if not self._decoupled:
             if self._rings is not None and type(reqs) is tuple and type(final) is list:
+                # NOTE: a single request too (an AnswerBatch of one), and one answered into
+                # a client's region: at identity_py 1 MiB c=4 with shm, the Python path
+                # (write_outputs, post) was most of the worker's time besides the copy.
                 plain = self._answer_plain(reqs, final)
                 if plain is not None:
                     return plain
-            one = _one_frontend(reqs, final)
-            if one is not None:
-                if self._answer_group(one, reqs, final, list(single), failed):
-                    return _executed_failures(failed, final)
-            else:
-                grouped = self._answer_groups(reqs, final, failed)
-                if grouped:
-                    single = [i for i in single if i not in grouped]
+            if len(reqs) > 1:
+                one = _one_frontend(reqs, final)
+                if one is not None:
+                    if self._answer_group(one, reqs, final, list(single), failed):
+                        return _executed_failures(failed, final)
+                else:
+                    grouped = self._answer_groups(reqs, final, failed)
+                    if grouped:
+                        single = [i for i in single if i not in grouped]
         for i in single:
             self._answer_one(i, reqs[i], final[i], failed)
         return _executed_failures(failed, final)
@@ -207,7 +213,8 @@ class Answers:
     def _answer_plain(
         self, reqs: tuple[InferRequest, ...], final: list[Result]
     ) -> tuple[int, ...] | None:
-        """A batch of one frontend's plain requests (``_one_frontend``'s) written, encoded
+        """A batch of one frontend's plain requests (``_one_frontend``'s; outputs asked into
+        client regions are copied there, as ``write_region`` copies them) written, encoded
         and pushed into the frontend's ring in one C call, then its wake-up posted; returns
         the failed indices (none, or every one when the send failed), or None when the C
         call declined the batch or could not answer it (nothing sent: ``answer`` goes on as
@@ -226,6 +233,7 @@ class Answers:
                     response_parameters,
                     alloc_block,
                     self._arena,
+                    self._window,
                 )
             except TritonMPError:
                 return None  # NOTE: e.g. no room for one block; per-request blocks may fit
@@ -235,19 +243,11 @@ class Answers:
             if data is None:
                 self._wakes[frontend_id]()
                 return ()
-            try:
-                # NOTE: a full ring (Sender's wait) or a record too large for it.
-                self._send_answer(frontend_id, data)
-            except RecordTooLarge:
-                if block is not None:
-                    free_own_block(self._arena, block)
-                return None
-            except Exception:  # noqa: BLE001 - one unreachable frontend must not stall the others
-                log.exception("could not answer %d requests of frontend %d", len(reqs), frontend_id)
-                if block is not None:
-                    free_own_block(self._arena, block)
-                return tuple(range(len(reqs)))
-        return ()
+            # NOTE: a full ring (Sender's wait) or a record too large for it.
+            sent = self._post_or_free(self._send_answer, frontend_id, data, block, len(reqs))
+        if sent is None:
+            return None
+        return () if sent else tuple(range(len(reqs)))
 
     def _answer_groups(
         self, reqs: tuple[InferRequest, ...], final: list[Result], failed: list[int]
@@ -292,23 +292,37 @@ class Answers:
                 )
             except TritonMPError:
                 return False  # NOTE: e.g. no room for one block; per-request blocks may fit
-            try:
-                if isinstance(msg, bytes):
-                    assert send_answer is not None
-                    send_answer(frontend_id, msg)
-                else:
-                    self._send_reply(ReplyTo(Requester.FRONTEND, frontend_id), msg)
-            except RecordTooLarge:
-                if block is not None:
-                    free_own_block(self._arena, block)
-                return False
-            except Exception:  # noqa: BLE001 - one unreachable frontend must not stall the others
-                log.exception("could not answer %d requests of frontend %d", len(idx), frontend_id)
-                if block is not None:
-                    free_own_block(self._arena, block)
-                failed.extend(idx)
-                return True
-        failed.extend(idx[k] for k in errors)
+            if isinstance(msg, bytes):
+                assert send_answer is not None
+                sent = self._post_or_free(send_answer, frontend_id, msg, block, len(idx))
+            else:
+                to = ReplyTo(Requester.FRONTEND, frontend_id)
+                sent = self._post_or_free(self._send_reply, to, msg, block, len(idx))
+        if sent is None:
+            return False
+        failed.extend(idx if not sent else (idx[k] for k in errors))
+        return True
+
+    def _post_or_free(
+        self, send: Callable[[Any, Any], None], to: Any, msg: Any, block: BlockRef | None, n: int
+    ) -> bool | None:
+        """``send(to, msg)``: one frontend's answer to ``n`` requests, naming ``block`` (this
+        worker's, None: none). Returns True when sent; None when the record is too large
+        for the ring (``RecordTooLarge``: the block is freed, nothing was sent, the caller
+        answers another way); False when the send failed otherwise (logged, the block freed:
+        the requests failed)."""
+        try:
+            send(to, msg)
+        except RecordTooLarge:
+            if block is not None:
+                free_own_block(self._arena, block)
+            return None
+        except Exception:  # noqa: BLE001 - one unreachable frontend must not stall the others
+            frontend_id = to.id if isinstance(to, ReplyTo) else to
+            log.exception("could not answer %d requests of frontend %d", n, frontend_id)
+            if block is not None:
+                free_own_block(self._arena, block)
+            return False
         return True
 
     def _answer_one(self, i: int, req: InferRequest, res: Result, failed: list[int]) -> None:

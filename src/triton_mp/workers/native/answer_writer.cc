@@ -29,6 +29,15 @@
 // frontend's ring (ipc/native/ring_push.h, Ring.push's twin), so Python only posts the
 // wake-up. A ring that is full, or a record too large for it, is left to Python's send (its
 // wait, its RecordTooLarge), with the bytes.
+//
+// Given ClientRegions.window, answer_plain also takes requests that asked outputs into a
+// client's registered region (Triton's output shared_memory_region): each such output is
+// checked (its room, the object's size now, by window itself) and copied there as
+// tensor_io.write_region copies it; a check that fails declines the batch, and Python's path
+// fails that request in its words. Why: at identity_py 1 MiB c=4 with client shared memory
+// every request is answered alone into a client region, and the Python around that copy
+// (write_outputs, output_parts, the InferResponse, its encoding and the send) was most of
+// the worker's time besides the copy (issue 34, s13wrk's profile).
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -197,50 +206,105 @@ struct Names {
   PyObject* kind = nullptr;
   PyObject* trace = nullptr;
   PyObject* id = nullptr;
+  PyObject* key = nullptr;
+  PyObject* region_id = nullptr;
+  PyObject* byte_size = nullptr;
 };
 Names g_names;
 
 // One output planned: its name and datatype (borrowed: the result dict and the wire table
-// hold them), its shape, and its bytes (a C-contiguous buffer of the array).
+// hold them), its shape, and its bytes (a C-contiguous buffer of the array). An output the
+// request asked into a client's region (OutputRegion) also holds that region's key, offset
+// and region_id (borrowed: the request holds them) and the writable mapping the window
+// callable gave for it (`dest`, checked to hold [offset, offset + nbytes)).
 struct Planned {
   PyObject* name = nullptr;
   PyObject* datatype = nullptr;
   Ref shape;
   View data;
+  Ref key;  // nullptr: to the batch's arena block
+  Ref region_offset;
+  Ref region_id;
+  uint64_t offset = 0;
+  View dest;
 };
 
 // One member planned: (request_id, version, parameters_json) and its outputs
-// [first, first + count) of the plan's outputs.
+// [first, first + count) of the plan's outputs, `to_arena` of them bound for the block.
 struct Member {
   Ref request_id;
   Ref version;
   Ref parameters;
   size_t first = 0;
   size_t count = 0;
+  size_t to_arena = 0;
 };
 
 // Whether an exception is one a declined plan clears (the Python path then meets it again,
 // as the Python hot loop would, and fails that request with its own words).
 enum class Step { kOk, kDecline, kError };
 
+// Output `t` (its bytes planned) placed in `region` (an OutputRegion) as
+// tensor_io.output_parts and write_region place it: no larger than the room the client gave
+// (byte_size), and inside the mapping `window` gives for it (ClientRegions.window(key,
+// region_id, True, offset, nbytes, what), which checks the object's size now and raises
+// otherwise). kDecline for anything else: Python's path then fails that request in its own
+// words (the `what` passed here is the output's name; its message is never shown).
+Step PlanRegion(PyObject* region, PyObject* window, Planned& t) {
+  Ref byte_size(PyObject_GetAttr(region, g_names.byte_size));
+  t.key.reset(PyObject_GetAttr(region, g_names.key));
+  t.region_id.reset(PyObject_GetAttr(region, g_names.region_id));
+  t.region_offset.reset(PyObject_GetAttr(region, g_names.offset));
+  if (byte_size.get() == nullptr || t.key.get() == nullptr || t.region_id.get() == nullptr ||
+      t.region_offset.get() == nullptr || !PyLong_Check(byte_size.get()) ||
+      !PyLong_Check(t.region_offset.get())) {
+    return Step::kDecline;
+  }
+  const unsigned long long room = PyLong_AsUnsignedLongLong(byte_size.get());
+  const unsigned long long offset = PyLong_AsUnsignedLongLong(t.region_offset.get());
+  if (PyErr_Occurred()) return Step::kDecline;
+  const uint64_t n = static_cast<uint64_t>(t.data.size());
+  if (n > room) return Step::kDecline;
+  Ref nbytes(PyLong_FromUnsignedLongLong(n));
+  if (nbytes.get() == nullptr) return Step::kError;
+  PyObject* call[6] = {t.key.get(), t.region_id.get(), Py_True, t.region_offset.get(),
+                       nbytes.get(), t.name};
+  Ref mapped(PyObject_Vectorcall(window, call, 6, nullptr));
+  if (mapped.get() == nullptr || !t.dest.Get(mapped.get(), PyBUF_WRITABLE)) {
+    return Step::kDecline;
+  }
+  const uint64_t size = static_cast<uint64_t>(t.dest.size());
+  if (offset > size || n > size - offset) return Step::kDecline;
+  t.offset = offset;
+  return Step::kOk;
+}
+
 // A member (req, res) planned as _place_all's hot loop places it: every output of `res`
 // whose name is in req.outputs, in the dict's order, of a datatype of `wire_of`
 // (tensor_io.WIRE_OF: a native-order numpy dtype -> protocol datatype) and C-contiguous.
-// kDecline for anything else (a result that is no dict, a client region, another dtype, a
-// strided array, an attribute missing): the Python path then places the whole group.
+// With `window` (not nullptr) a request that names client regions (req.output_regions, one
+// per name of req.outputs, None: the arena) is planned as answer_batch._place places it:
+// each output whose name's region is set goes there (PlanRegion). kDecline for anything else
+// (a result that is no dict, a client region without `window`, another dtype, a strided
+// array, an attribute missing): the Python path then places the whole group.
 Step PlanMember(PyObject* req, PyObject* res, PyObject* wire_of, PyObject* params_of,
-                std::deque<Planned>& outs, Member& member, uint64_t* total) {
+                PyObject* window, std::deque<Planned>& outs, Member& member, uint64_t* total) {
   if (!PyDict_Check(res)) return Step::kDecline;
   Ref regions(PyObject_GetAttr(req, g_names.output_regions));
   if (regions.get() == nullptr) return Step::kDecline;
   int has_regions = PyObject_IsTrue(regions.get());
-  if (has_regions != 0) return Step::kDecline;  // NOTE: -1 too: the error is cleared
+  if (has_regions < 0 || (has_regions != 0 && window == nullptr)) return Step::kDecline;
   Ref wanted(PyObject_GetAttr(req, g_names.outputs));
   member.request_id.reset(PyObject_GetAttr(req, g_names.request_id));
   member.version.reset(PyObject_GetAttr(req, g_names.version));
   if (wanted.get() == nullptr || member.request_id.get() == nullptr ||
       member.version.get() == nullptr) {
     return Step::kDecline;
+  }
+  if (has_regions != 0 &&
+      (!PyTuple_Check(regions.get()) || !PyTuple_Check(wanted.get()) ||
+       PyTuple_GET_SIZE(regions.get()) != PyTuple_GET_SIZE(wanted.get()))) {
+    return Step::kDecline;  // NOTE: output_parts' ValueError
   }
   if (PyDict_CheckExact(res)) {
     member.parameters.reset(PyUnicode_FromStringAndSize("", 0));
@@ -267,10 +331,32 @@ Step PlanMember(PyObject* req, PyObject* res, PyObject* wire_of, PyObject* param
     t.shape.reset(PyObject_GetAttr(arr, g_names.shape));
     if (t.shape.get() == nullptr || !PyTuple_Check(t.shape.get())) return Step::kDecline;
     if (!t.data.Get(arr, PyBUF_C_CONTIGUOUS)) return Step::kDecline;
+    if (has_regions != 0) {
+      // NOTE: the name's region by its first index in req.outputs (output_parts' names.index).
+      const Py_ssize_t at = PySequence_Index(wanted.get(), name);
+      if (at < 0) return Step::kDecline;
+      PyObject* region = PyTuple_GET_ITEM(regions.get(), at);
+      if (region != Py_None) {
+        const Step placed = PlanRegion(region, window, t);
+        if (placed != Step::kOk) return placed;
+        continue;
+      }
+    }
+    ++member.to_arena;
     *total += (static_cast<uint64_t>(t.data.size()) + kAlign - 1) & ~(kAlign - 1);
   }
   member.count = outs.size() - member.first;
   return Step::kOk;
+}
+
+// A shape tuple as msgpack: an array of its ints.
+bool PackShape(Packer& p, PyObject* shape) {
+  const Py_ssize_t rank = PyTuple_GET_SIZE(shape);
+  p.Array(static_cast<size_t>(rank));
+  for (Py_ssize_t d = 0; d < rank; ++d) {
+    if (!PackInt(p, PyTuple_GET_ITEM(shape, d))) return false;
+  }
+  return true;
 }
 
 // The block's BlockRef: [segment, offset, generation].
@@ -283,7 +369,9 @@ bool PackBlock(Packer& p, PyObject* block, const Ref& segment) {
 }
 
 // The AnswerBatch of the planned members, their outputs copied into `dst` from `pos` on
-// (`block` None: no block, every output empty). InferResponse:
+// (`block` None: no block, every output empty) or into their client regions (a TensorRef
+// [name, datatype, shape, region key, region offset, nbytes, region_id], as write_region
+// names it). InferResponse:
 // [tag, request_id, version, outputs, block, error, final, empty, trace, extra_blocks,
 //  parameters_json, shared_blocks, handoffs]; TensorRef:
 // [name, datatype, shape, segment, offset, nbytes, region_id].
@@ -312,6 +400,19 @@ bool Pack(Packer& p, const std::deque<Member>& members, std::deque<Planned>& out
     for (size_t i = m.first; i < m.first + m.count; ++i) {
       Planned& t = outs[i];
       const uint64_t n = static_cast<uint64_t>(t.data.size());
+      if (t.key.get() != nullptr) {
+        // NOTE: PlanRegion checked [offset, offset + n) lies in the mapping; memmove: a
+        // model's output may be a view of the same pages through another mapping.
+        if (n != 0) std::memmove(t.dest.data() + t.offset, t.data.data(), n);
+        p.Array(7);
+        if (!PackStr(p, t.name) || !PackStr(p, t.datatype) || !PackShape(p, t.shape.get()) ||
+            !PackStr(p, t.key.get()) || !PackInt(p, t.region_offset.get())) {
+          return false;
+        }
+        p.Uint(n);
+        if (!PackInt(p, t.region_id.get())) return false;
+        continue;
+      }
       if (n != 0) {
         if (!has_block || pos > static_cast<uint64_t>(dst.size()) ||
             n > static_cast<uint64_t>(dst.size()) - pos) {
@@ -321,14 +422,10 @@ bool Pack(Packer& p, const std::deque<Member>& members, std::deque<Planned>& out
         std::memcpy(dst.data() + pos, t.data.data(), n);
       }
       p.Array(7);
-      if (!PackStr(p, t.name) || !PackStr(p, t.datatype)) return false;
-      PyObject* shape = t.shape.get();
-      const Py_ssize_t rank = PyTuple_GET_SIZE(shape);
-      p.Array(static_cast<size_t>(rank));
-      for (Py_ssize_t d = 0; d < rank; ++d) {
-        if (!PackInt(p, PyTuple_GET_ITEM(shape, d))) return false;
+      if (!PackStr(p, t.name) || !PackStr(p, t.datatype) || !PackShape(p, t.shape.get()) ||
+          !PackStr(p, segment.get())) {
+        return false;
       }
-      if (!PackStr(p, segment.get())) return false;
       p.Uint(has_block ? pos : 0);  // NOTE: no block: the empty segment at offset 0
       p.Uint(n);
       p.Uint(0);  // region_id: an arena
@@ -341,8 +438,8 @@ bool Pack(Packer& p, const std::deque<Member>& members, std::deque<Planned>& out
     p.Nil();        // trace
     p.Array(0);     // extra_blocks
     if (!PackStr(p, m.parameters.get())) return false;
-    uses += m.count > 0;
-    if (m.count > 0 && has_block) {
+    uses += m.to_arena > 0;
+    if (m.to_arena > 0 && has_block) {
       p.Array(1);
       p.out += block_ref;
     } else {
@@ -402,8 +499,8 @@ PyObject* WritePlain(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyObject* m = PyList_GET_ITEM(list, i);
     Step step = Step::kDecline;
     if (PyTuple_Check(m) && PyTuple_GET_SIZE(m) == 2) {
-      step = PlanMember(PyTuple_GET_ITEM(m, 0), PyTuple_GET_ITEM(m, 1), args[1], args[2], outs,
-                        members.emplace_back(), &total);
+      step = PlanMember(PyTuple_GET_ITEM(m, 0), PyTuple_GET_ITEM(m, 1), args[1], args[2],
+                        nullptr, outs, members.emplace_back(), &total);
     }
     if (step == Step::kError) return nullptr;
     if (step == Step::kDecline) {
@@ -445,16 +542,17 @@ PyObject* OneFrontend(PyObject* reqs, PyObject* results, PyObject* frontend_kind
   return to;
 }
 
-// answer_plain(reqs, results, frontend_kind, rings, wire_of, params_of, alloc, arena)
+// answer_plain(reqs, results, frontend_kind, rings, wire_of, params_of, alloc, arena, window)
 //   -> (frontend_id, bytes | None, block) | None.
 PyObject* AnswerPlain(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 8 || !PyTuple_Check(args[0]) || !PyList_Check(args[1]) ||
+  if (nargs != 9 || !PyTuple_Check(args[0]) || !PyList_Check(args[1]) ||
       !PyDict_Check(args[3]) || !PyDict_Check(args[4])) {
     PyErr_SetString(PyExc_TypeError,
                     "answer_plain(reqs: tuple, results: list, frontend_kind, rings: dict, "
-                    "wire_of: dict, params_of, alloc, arena)");
+                    "wire_of: dict, params_of, alloc, arena, window)");
     return nullptr;
   }
+  PyObject* window = args[8] == Py_None ? nullptr : args[8];
   PyObject* reqs = args[0];
   PyObject* results = args[1];
   const Py_ssize_t n = PyTuple_GET_SIZE(reqs);
@@ -474,7 +572,7 @@ PyObject* AnswerPlain(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   uint64_t total = 0;
   for (Py_ssize_t i = 0; i < n; ++i) {
     Step step = PlanMember(PyTuple_GET_ITEM(reqs, i), PyList_GET_ITEM(results, i), args[4],
-                           args[5], outs, members.emplace_back(), &total);
+                           args[5], window, outs, members.emplace_back(), &total);
     if (step == Step::kError) return nullptr;
     if (step == Step::kDecline) {
       PyErr_Clear();
@@ -533,10 +631,12 @@ PyMethodDef kMethods[] = {
      "naming them is returned with the block (None: no block)."},
     {"answer_plain", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(AnswerPlain)),
      METH_FASTCALL,
-     "answer_plain(reqs, results, frontend_kind, rings, wire_of, params_of, alloc, arena) -> "
-     "(frontend_id, bytes | None, block) | None: a batch whose every request answers one "
-     "ReplyTo of kind frontend_kind, untraced, with a plain dict of outputs (else None, "
-     "nothing allocated), written as write_plain writes its members, and its AnswerBatch "
+     "answer_plain(reqs, results, frontend_kind, rings, wire_of, params_of, alloc, arena, "
+     "window) -> (frontend_id, bytes | None, block) | None: a batch whose every request "
+     "answers one ReplyTo of kind frontend_kind, untraced, with a plain dict of outputs (else "
+     "None, nothing allocated), written as write_plain writes its members (outputs a request "
+     "asked into a client region, too, where window is ClientRegions.window, not None: "
+     "copied there as write_region copies them), and its AnswerBatch "
      "pushed into rings[frontend_id] (a writable ring mapping): bytes None. The bytes come "
      "back unpushed when no ring is given for it, the ring is full or the record too large."},
     {nullptr, nullptr, 0, nullptr},
@@ -551,15 +651,16 @@ PyModuleDef kModule = {
 }  // namespace
 
 PyMODINIT_FUNC PyInit__answer_writer() {
-  const char* names[] = {"request_id", "version", "outputs",  "output_regions",
-                         "dtype",      "shape",   "segment",  "offset",
-                         "generation", "reply_to", "kind",    "trace",
-                         "id"};
-  PyObject** slots[] = {&g_names.request_id, &g_names.version,    &g_names.outputs,
-                        &g_names.output_regions, &g_names.dtype,  &g_names.shape,
-                        &g_names.segment,    &g_names.offset,     &g_names.generation,
-                        &g_names.reply_to,   &g_names.kind,       &g_names.trace,
-                        &g_names.id};
+  const char* names[] = {"request_id", "version",  "outputs",   "output_regions", "dtype",
+                         "shape",      "segment",  "offset",    "generation",     "reply_to",
+                         "kind",       "trace",    "id",        "key",            "region_id",
+                         "byte_size"};
+  PyObject** slots[] = {&g_names.request_id, &g_names.version,   &g_names.outputs,
+                        &g_names.output_regions, &g_names.dtype, &g_names.shape,
+                        &g_names.segment,    &g_names.offset,    &g_names.generation,
+                        &g_names.reply_to,   &g_names.kind,      &g_names.trace,
+                        &g_names.id,         &g_names.key,       &g_names.region_id,
+                        &g_names.byte_size};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
     *slots[i] = PyUnicode_InternFromString(names[i]);
     if (*slots[i] == nullptr) return nullptr;
