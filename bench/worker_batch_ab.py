@@ -289,8 +289,11 @@ def child(workload: str, per_batch: int, batches: int, elements: int, timed: boo
     if "frontends" in inspect.signature(Worker).parameters:
         # NOTE: a tree that pushes one frontend's batch from C (workers.answering).
         extra["frontends"] = {0: _RingSender(ring)}
+    # NOTE: every message answer goes through the ring too (as Sender.send pushes it, less
+    # the wake-up), so a tree answering a single request from C (an AnswerBatch pushed into
+    # the ring) and one answering it in Python (an InferResponse) pay the same push and pop.
     worker = Worker(
-        spec, backend, outputs, cache, lambda _to, m: sent.append(encode(m)), encode, **extra
+        spec, backend, outputs, cache, lambda _to, m: ring.push(encode(m)), encode, **extra
     )
     objects: list[Any] = []
     if workload == "add_sub":
