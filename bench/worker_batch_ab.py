@@ -274,7 +274,11 @@ def child(workload: str, per_batch: int, batches: int, elements: int, timed: boo
     pid = os.getpid()
     model, inst, spec = _spec(workload)
     inputs = ArenaAllocator(f"/triton_mp_{pid}_ab_f", 16 << 20, 1 << 26)
-    outputs = ArenaAllocator(spec.arena_prefix, spec.arena_bytes, spec.arena_budget_bytes)
+    try:  # NOTE: the worker's own output allocator (workers.main), where the tree has it
+        from triton_mp.ipc.output_holds import OutputArenas as outputs_type
+    except ImportError:
+        outputs_type = ArenaAllocator  # type: ignore[assignment,misc,unused-ignore]
+    outputs = outputs_type(spec.arena_prefix, spec.arena_bytes, spec.arena_budget_bytes)
     cache = SegmentCache()
     backend = PythonBackend(model, inst)
     sent: list[bytes] = []

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from triton_mp.ipc.memory.shm import Segment
 from triton_mp.ipc.output_holds import COPY, OutputArenas, hold_block, hold_of
+from triton_mp.ipc.protocol.messages import BlockRef
 from triton_mp.ipc.tensor_pool import FREE, LIVE, block_ref, free_block, stray_frees
 
 _prefixes = itertools.count()
@@ -142,3 +143,55 @@ def test_freeing_a_dead_holders_blocks_matches_a_model(drawn: list[tuple[str, in
         assert stray_frees() == strays
     finally:
         alloc.close_and_unlink()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["alloc", "alloc", "free"]), st.integers(0, 300)), max_size=50
+    ),
+    st.sampled_from([0.05, 0.5, 1.0]),
+)
+def test_alloc_block_makes_the_block_alloc_and_block_ref_make(
+    drawn: list[tuple[str, int]], mark: float
+) -> None:
+    """``OutputArenas.alloc_block`` (the answer writer's allocator) against its twin,
+    ``answer_batch.alloc_block`` (``alloc`` then ``block_ref``), on two allocators given the
+    same random allocations (some too large for an arena or the budget) and frees: the same
+    payload offset, block reference (its arena by index), outcome, and every arena's bytes
+    (headers, COPY flags) the same after each step."""
+    from triton_mp.workers.tensors.answer_batch import alloc_block  # noqa: PLC0415
+
+    pair = [
+        OutputArenas(f"/triton_mp_{os.getpid()}_test_oh{next(_prefixes)}", 64 * KIB, 1 << 20, mark)
+        for _ in range(2)
+    ]
+    live: list[tuple[BlockRef, BlockRef]] = []
+    try:
+        for op, n in drawn:
+            if op == "free":
+                if live:
+                    blocks = live.pop(n % len(live))
+                    for alloc, block in zip(pair, blocks, strict=True):
+                        seg = next(s for s in alloc.segments() if s.name == block.segment)
+                        assert free_block(seg, block)
+                continue
+            got = []
+            for alloc, fn in zip(pair, (alloc_block, OutputArenas.alloc_block), strict=True):
+                try:
+                    buf, pos, block = fn(alloc, n * n * 13)
+                except Exception as e:  # noqa: BLE001 - both must refuse alike
+                    got.append((type(e), str(e)))
+                    continue
+                seg = next(s for s in alloc.segments() if s.name == block.segment)
+                assert buf is seg.buf
+                index = [s.name for s in alloc.segments()].index(block.segment)
+                got.append((pos, block.offset, block.generation, index, block))
+            assert got[0][:4] == got[1][:4]
+            if len(got[0]) == 5:
+                live.append((got[0][4], got[1][4]))  # type: ignore[misc]
+            a, b = ([bytes(s.buf) for s in alloc.segments()] for alloc in pair)
+            assert a == b
+    finally:
+        for alloc in pair:
+            alloc.close_and_unlink()

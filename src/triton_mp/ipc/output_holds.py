@@ -35,11 +35,19 @@ as long as the client takes to read the answer. Two words of the block header, a
 
 from __future__ import annotations
 
+import mmap
 import struct
 
 from triton_mp.ipc.memory.shm import Segment
 from triton_mp.ipc.protocol.messages import BlockRef
-from triton_mp.ipc.tensor_pool import FREE, LIVE, ArenaAllocator, _Arena
+from triton_mp.ipc.tensor_pool import (
+    BLOCK_HEADER_BYTES,
+    FREE,
+    LIVE,
+    ArenaAllocator,
+    _Arena,
+    block_ref,
+)
 
 HOLDER_OFFSET = 16
 """Byte offset of ``u32 holder`` in a block header (``u32 flags`` follows it)."""
@@ -102,6 +110,32 @@ class OutputArenas(ArenaAllocator):
         if self._total_bytes > self._mark_bytes and self.used() > self._mark_bytes:
             seg.store_u32(off + HOLDER_OFFSET + 4, COPY)
         return seg, off
+
+    def alloc_block(self, payload_bytes: int) -> tuple[mmap.mmap, int, BlockRef]:
+        """``alloc`` and ``block_ref`` in one, for the answer writer (``_answer_writer``
+        calls it as its ``alloc(arena, total)``: ``answer_batch.alloc_block``'s twin, the
+        same block, header and reference): ``(the block's segment buffer, the byte offset
+        of its payload there, its BlockRef)``.
+
+        NOTE: the hot path (the newest arena has room, as nearly always) in three frames,
+        not six: ``alloc``'s first try inlined, the generation read from the arena rather
+        than from the header. Anything else goes through ``alloc``.
+
+        Raises:
+            ArenaExhausted / TritonMPError: as ``alloc``.
+        """
+        arenas = self._outputs
+        if arenas:
+            arena = arenas[-1]
+            # NOTE: ArenaAllocator.alloc's block size, inlined (tensor_pool.align).
+            off = arena.try_alloc(BLOCK_HEADER_BYTES + ((max(payload_bytes, 1) + 63) & ~63))
+            if off is not None:
+                seg = arena.segment
+                if self._total_bytes > self._mark_bytes and self.used() > self._mark_bytes:
+                    seg.store_u32(off + HOLDER_OFFSET + 4, COPY)
+                return seg.buf, off + BLOCK_HEADER_BYTES, BlockRef(seg.name, off, arena.generation)
+        seg, off = self.alloc(payload_bytes)
+        return seg.buf, off + BLOCK_HEADER_BYTES, block_ref(seg, off)
 
     def used(self) -> int:
         """Bytes of every arena no allocation can take now (tests and stats)."""

@@ -26,6 +26,7 @@ from triton_mp.backends.base import (
 from triton_mp.common.errors import ErrorCode, TritonMPError, flatten_exception
 from triton_mp.ipc import ArenaAllocator, Sender
 from triton_mp.ipc.memory.ring import RecordTooLarge
+from triton_mp.ipc.output_holds import OutputArenas
 from triton_mp.ipc.protocol.messages import (
     BlockRef,
     DecoupledDone,
@@ -122,6 +123,11 @@ class Answers:
         self._send_scheduler = send_scheduler
         self._send_answer = send_answer
         self._window = regions.window
+        self._alloc: Callable[[Any, int], tuple[Any, int, BlockRef]] = (
+            OutputArenas.alloc_block if isinstance(arena, OutputArenas) else alloc_block
+        )
+        """What ``answer_plain`` allocates the batch's block with (``alloc(arena, total)``):
+        a worker's ``OutputArenas``' own fast path, ``alloc_block`` for any other arena."""
         self._rings: dict[int, Any] | None = None
         """frontend id -> its answer ring's writable mapping (``answer_plain`` pushes there);
         None: no native path."""
@@ -231,7 +237,7 @@ class Answers:
                     self._rings,
                     WIRE_OF,
                     response_parameters,
-                    alloc_block,
+                    self._alloc,
                     self._arena,
                     self._window,
                 )
