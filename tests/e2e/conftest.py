@@ -51,6 +51,16 @@ SHARED_MODELS = "SIDE_BY_SIDE_MODELS"
 or the same model)."""
 
 
+SHARED_FLAGS = (
+    "--model-control-mode=explicit",
+    "--load-model=*",
+    "--cache-config=local,size=1048576",
+)
+"""Both servers of ``shared_side_by_side``: every model loaded, explicit model control (a
+module may unload a model of its own), a 1 MiB local response cache (for the models that
+enable it in their config)."""
+
+
 def _shared_models(modules: list[ModuleType]) -> Models:
     """Every model the ``modules`` list in ``SHARED_MODELS``.
 
@@ -70,17 +80,25 @@ def _shared_models(modules: list[ModuleType]) -> Models:
 def shared_side_by_side(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, ServerProcess | RealTriton]]:
-    """``triton-mp`` always, ``triton`` when the real Triton 2.51 is installed, with their
-    default flags (a polled repository), serving the models of every module of the session
-    that lists them in ``SIDE_BY_SIDE_MODELS``: one pair started for all (each pair's start
-    and stop is 5-15 s of a 2-core machine), kept until the session ends.
+    """``triton-mp`` always, ``triton`` when the real Triton 2.51 is installed, with
+    ``SHARED_FLAGS`` (and ours with client shared memory on, as 2.51's default), serving the
+    models of every module of the session that lists them in ``SIDE_BY_SIDE_MODELS``: one
+    pair started for all (each pair's start and stop is 5-15 s of a 2-core machine), kept
+    until the session ends.
 
     A module shares it when its tests ask each model only about itself (its answers, its
-    statistics, its metric series): a module that reloads, restarts or stops a server, needs
-    other flags, or counts the whole server starts its own (``serve_models``)."""
+    statistics, its metric series, unloading a model of its own): a module that reloads,
+    restarts or stops a server, needs other flags, or counts the whole server starts its own
+    (``serve_models``)."""
     modules = {id(i.module): i.module for i in request.session.items if i.module is not None}
     models = _shared_models(list(modules.values()))
-    with serve_models(models, tmp_path_factory.mktemp("side_by_side")) as found:
+    with serve_models(
+        models,
+        tmp_path_factory.mktemp("side_by_side"),
+        *SHARED_FLAGS,
+        ours_only=("--allow-client-shm=true",),
+        with_cache=True,
+    ) as found:
         yield found
 
 

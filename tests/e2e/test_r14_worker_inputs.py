@@ -36,9 +36,7 @@ import os
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -46,9 +44,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers.repos import IDENTITY_PY, write_python_model
 from tests.helpers.server import ServerProcess
-from tests.helpers.triton_peer import RealTriton, peers_env
+from tests.helpers.triton_peer import Ensemble, Models, PythonModel, RealTriton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -153,7 +150,7 @@ class TritonPythonModel:
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
         return out
 """
-"""bytes_py: a BYTES identity whose batches close at two requests (or after 1 s); its one
+"""opt_bytes_py: a BYTES identity whose batches close at two requests (or after 1 s); its one
 input is optional."""
 
 GONE_CONFIG = """
@@ -173,57 +170,24 @@ output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
 """
 """cached_py: a BYTES identity whose responses the response cache keeps."""
 
-MODELS = {
-    "cached_py": (CACHED_CONFIG, IDENTITY_PY),
-    "gone_py": (GONE_CONFIG, IDENTITY_PY),
-    "inc_py": (INC_CONFIG, INC_MODEL),
-    "after_py": (AFTER_CONFIG, AFTER_MODEL),
-    "inc_ens": (ENS_CONFIG, None),
-    "bytes_py": (BYTES_CONFIG, BYTES_MODEL),
+SIDE_BY_SIDE_MODELS: Models = {
+    "cached_py": PythonModel(CACHED_CONFIG),
+    "gone_py": PythonModel(GONE_CONFIG),
+    "inc_py": PythonModel(INC_CONFIG, INC_MODEL),
+    "after_py": PythonModel(AFTER_CONFIG, AFTER_MODEL),
+    "inc_ens": Ensemble(ENS_CONFIG),
+    "opt_bytes_py": PythonModel(BYTES_CONFIG, BYTES_MODEL),
 }
+"""tests/e2e/conftest.py's ``shared_side_by_side`` serves them (client shared memory on, as
+2.51's default; explicit model control, every model loaded; a local response cache)."""
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerProcess]]:
-    """``triton-mp`` always, ``triton`` when the real Triton is installed, on one repository
-    with ``MODELS`` (client shared memory on, as 2.51's default; explicit model control, every
-    model loaded; a local response cache)."""
-    repo = tmp_path_factory.mktemp("r14_inputs") / "repo"
-    for name, (config, source) in MODELS.items():
-        if source is None:
-            (repo / name / "1").mkdir(parents=True)
-            (repo / name / "config.pbtxt").write_text(config)
-        else:
-            write_python_model(repo, name, config, source)
-    logs = tmp_path_factory.mktemp("logs")
-    explicit = [
-        "--model-control-mode=explicit",
-        "--load-model=*",
-        "--cache-config=local,size=1048576",
-    ]
-    ours = ServerProcess(repo, logs / "ours.log", "--allow-client-shm=true", *explicit)
-    theirs: RealTriton | None = None
-    try:
-        env = peers_env()
-        if env is not None:  # NOTE: started before ours is live: side by side
-            caches = Path(env["TRITON_BACKENDS"]).parent / "caches"  # NOTE: as start_triton
-            theirs = RealTriton(
-                env,
-                logs / "triton.log",
-                f"--model-repository={repo}",
-                f"--cache-directory={caches}",
-                *explicit,
-            )
-        ours.wait_live()
-        found: dict[str, ServerProcess] = {"triton-mp": ours}
-        if theirs is not None:
-            theirs.wait_live()
-            found["triton"] = theirs  # type: ignore[assignment]  # NOTE: same url fields
-        yield found
-    finally:
-        if theirs is not None:
-            theirs.stop(wait=False)
-        ours.stop()
+def servers(
+    shared_side_by_side: dict[str, ServerProcess | RealTriton],
+) -> dict[str, ServerProcess]:
+    """``triton-mp`` always, ``triton`` when the real Triton is installed."""
+    return shared_side_by_side  # type: ignore[return-value]  # NOTE: same url fields
 
 
 def _ordered(servers: dict[str, ServerProcess]) -> list[tuple[str, ServerProcess]]:
@@ -287,7 +251,7 @@ def test_a_batch_of_empty_outputs_is_served(servers: dict[str, ServerProcess]) -
             inp = grpcclient.InferInput("INPUT0", [1, 0], "BYTES")
             inp.set_data_from_numpy(empty)
             try:
-                return list(client.infer("bytes_py", [inp]).as_numpy("OUTPUT0").shape)
+                return list(client.infer("opt_bytes_py", [inp]).as_numpy("OUTPUT0").shape)
             except InferenceServerException as e:
                 return f"{e.status()}: {e.message()}"
 
@@ -299,7 +263,7 @@ def test_a_batch_of_empty_outputs_is_served(servers: dict[str, ServerProcess]) -
 
 
 def _fail_count(server: ServerProcess) -> int:
-    url = f"http://{server.http_url}/v2/models/bytes_py/stats"
+    url = f"http://{server.http_url}/v2/models/opt_bytes_py/stats"
     with urllib.request.urlopen(url, timeout=10) as r:
         stats = json.load(r)["model_stats"][0]["inference_stats"]
     return int(stats["fail"].get("count", 0))
@@ -317,7 +281,7 @@ def test_a_request_without_inputs_to_a_batching_python_model_is_refused(
             inputs[0].set_data_from_numpy(data)
         with grpcclient.InferenceServerClient(url) as client:
             try:
-                return client.infer("bytes_py", inputs).as_numpy("OUTPUT0").tolist()  # type: ignore[no-any-return]
+                return client.infer("opt_bytes_py", inputs).as_numpy("OUTPUT0").tolist()  # type: ignore[no-any-return]
             except InferenceServerException as e:
                 return f"{e.status()}: {e.message()}"
 

@@ -262,19 +262,30 @@ def start_triton(repository: Path, log_path: Path, *flags: str) -> RealTriton:
 
 @contextmanager
 def side_by_side(
-    repository: Path, logs: Path, *flags: str
+    repository: Path,
+    logs: Path,
+    *flags: str,
+    ours_only: tuple[str, ...] = (),
+    with_cache: bool = False,
 ) -> Iterator[dict[str, ServerProcess | RealTriton]]:
     """``triton-mp`` always, ``triton`` when the real Triton is installed, both serving
     ``repository`` with ``flags`` (tritonserver's, which both take; logs ``ours.log`` /
-    ``triton.log`` in ``logs``); Triton is started before ours is live, so they come up side
-    by side. Both are stopped (by PID) when the block ends."""
-    ours = ServerProcess(repository, logs / "ours.log", *flags)
+    ``triton.log`` in ``logs``), and triton-mp ``ours_only`` too; ``with_cache``: Triton
+    finds its response cache libraries (``--cache-directory``, as ``start_triton``). Triton
+    is started before ours is live, so they come up side by side. Both are stopped (by PID)
+    when the block ends."""
+    ours = ServerProcess(repository, logs / "ours.log", *flags, *ours_only)
     theirs: RealTriton | None = None
     env = peers_env()
     try:
         if env is not None:
+            caches = Path(env["TRITON_BACKENDS"]).parent / "caches"
             theirs = RealTriton(
-                env, logs / "triton.log", f"--model-repository={repository}", *flags
+                env,
+                logs / "triton.log",
+                f"--model-repository={repository}",
+                *([f"--cache-directory={caches}"] if with_cache else []),
+                *flags,
             )
         ours.wait_live()
         found: dict[str, ServerProcess | RealTriton] = {"triton-mp": ours}
@@ -327,11 +338,18 @@ def write_models(repository: Path, models: Models) -> Path:
 
 @contextmanager
 def serve_models(
-    models: Models, work: Path, *flags: str
+    models: Models,
+    work: Path,
+    *flags: str,
+    ours_only: tuple[str, ...] = (),
+    with_cache: bool = False,
 ) -> Iterator[dict[str, ServerProcess | RealTriton]]:
     """``side_by_side`` on a repository of ``models`` written in ``work`` (``work/repo``;
     the logs beside it)."""
-    with side_by_side(write_models(work / "repo", models), work, *flags) as found:
+    repository = write_models(work / "repo", models)
+    with side_by_side(
+        repository, work, *flags, ours_only=ours_only, with_cache=with_cache
+    ) as found:
         yield found
 
 
