@@ -3,7 +3,7 @@ system's libgrpc++ and libprotobuf, found with pkg-config; the message classes g
 ``protos/`` with protoc at build time, when a native source includes one), and the REQUEST
 record decoder, ``triton_mp.ipc._request_decoder``, the workers' answer writer,
 ``triton_mp.workers._answer_writer``, the scheduler's plain request queueing,
-``triton_mp.scheduler._queue_records``, and the python backend's request builder and result
+``triton_mp.scheduler._queue_records`` (and its plain batches' ``BatchAssign`` writer), and the python backend's request builder and result
 reader, ``triton_mp.backends.python._pb_requests`` and ``_pb_results`` (C++17 on the Python
 headers only), and the
 workers' batch gather, ``triton_mp.workers._batch_gather`` (on numpy's headers too); without
@@ -202,7 +202,13 @@ def _extensions() -> list[Extension]:
         _extension(ANSWER_WRITER, ["src/triton_mp/workers/native/answer_writer.cc"]),
         _extension(PB_REQUESTS, ["src/triton_mp/backends/python/native/pb_requests.cc"]),
         _extension(PB_RESULTS, ["src/triton_mp/backends/python/native/pb_results.cc"]),
-        _extension(QUEUE_RECORDS, ["src/triton_mp/scheduler/native/queue_records.cc"]),
+        _extension(
+            QUEUE_RECORDS,
+            [
+                "src/triton_mp/scheduler/native/queue_records.cc",
+                "src/triton_mp/scheduler/native/assign_push.cc",
+            ],
+        ),
     ] + (
         [_extension(BATCH_GATHER, ["src/triton_mp/workers/native/batch_gather.cc"])]
         if importlib.util.find_spec("numpy") is not None

@@ -53,8 +53,8 @@ from triton_mp.ipc.recordio.records import (
     RequestRecord,
     as_request,
     decode_request,
-    wire_form,
 )
+from triton_mp.scheduler.assign_push import batch_forms
 from triton_mp.scheduler.batch_end import BatchEnds
 from triton_mp.scheduler.cancels import cancel_request
 from triton_mp.scheduler.direct import Handoffs
@@ -402,7 +402,7 @@ class SchedulerCore:
         inst = self.lifecycle.instances.get(batch.instance_id)
         assert inst is not None, f"a policy formed a batch for unknown {batch.instance_id}"
         batch_log.record(batch, inst.label, now_ns)
-        reqs = cast(tuple[Request, ...], tuple([q.payload for q in batch.requests]))
+        reqs, wires = batch_forms(batch.requests)
         batch_id = self._next_batch_id
         self._next_batch_id += 1
         if log.isEnabledFor(logging.DEBUG):
@@ -421,7 +421,7 @@ class SchedulerCore:
                 inst.open[(r.reply_to, r.request_id)] = r
         assign = BatchAssign(
             batch_id=batch_id,
-            requests=tuple(map(wire_form, reqs)),
+            requests=wires,
             dispatch_ns=now_ns,
             rows=batch.rows,
             slots=batch.slots,

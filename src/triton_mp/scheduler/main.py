@@ -32,6 +32,7 @@ from triton_mp.ipc.direct import Lease
 from triton_mp.ipc.handshake import report_ready
 from triton_mp.ipc.memory.notify import fence
 from triton_mp.ipc.protocol.messages import (
+    BatchAssign,
     BatchDone,
     DirectSent,
     InstanceWiring,
@@ -43,6 +44,7 @@ from triton_mp.ipc.protocol.specs import SchedulerSpec
 from triton_mp.ipc.recordio.codec import Decoder
 from triton_mp.ipc.recordio.quiet_requests import allowance_word
 from triton_mp.ipc.tensor_pool import SegmentCache, free_block
+from triton_mp.scheduler.assign_push import push_assign
 from triton_mp.scheduler.core import SchedulerCore, deliver
 from triton_mp.scheduler.forming import NOT_FORMING, Forming
 from triton_mp.scheduler.limits.rate_limiter import RateLimiter
@@ -190,7 +192,11 @@ class Router:
         if isinstance(item, ToInstance):
             sender = self._workers.get(item.instance_id)
             if sender is not None:
-                sender.push_bytes(encode(item.msg))
+                msg = item.msg
+                # NOTE: a plain batch is written into the ring in one C call
+                # (scheduler.assign_push); anything else, or a full ring, as before.
+                if type(msg) is not BatchAssign or not push_assign(sender.ring, msg):
+                    sender.push_bytes(encode(msg))
                 self._due[id(sender)] = sender
         elif isinstance(item, Reply):
             sender = self._replies[item.to.kind].get(item.to.id)

@@ -17,8 +17,7 @@
 //
 // Why: per request the Python path (_on_request, _offer, Queued's __init__, offer, push) was
 // ~1.5 µs hot and 4-6 µs live at c=16, the scheduler's handle phase (issue 34).
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "assign_push.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -306,12 +305,26 @@ PyMethodDef kMethods[] = {
      METH_FASTCALL,
      "queue_records(msgs, start, active, now_ns) -> int: plain request records queued from "
      "msgs[start] on; the index of the first message not taken (plain_requests.py)."},
+    {"configure_assign",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(TritonMpConfigureAssign)),
+     METH_FASTCALL,
+     "configure_assign(BatchAssign, tag, Queued, RequestRecord): the classes batch_forms reads "
+     "and push_assign writes."},
+    {"batch_forms", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(TritonMpBatchForms)),
+     METH_FASTCALL,
+     "batch_forms(items) -> (requests, wire forms) | None: a batch's payloads and their wire "
+     "forms (assign_push.py)."},
+    {"push_assign", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(TritonMpPushAssign)),
+     METH_FASTCALL,
+     "push_assign(ring_buf, assign) -> bool: a plain BatchAssign written into the ring as "
+     "msgspec encodes it; False: nothing written (assign_push.py)."},
     {nullptr, nullptr, 0, nullptr},
 };
 
 PyModuleDef kModule = {
     PyModuleDef_HEAD_INIT, "_queue_records",
-    "Plain request records queued in C (scheduler/plain_requests.py).", -1, kMethods,
+    "Plain request records queued, and plain batches written, in C (scheduler/plain_requests.py, "
+    "scheduler/assign_push.py).", -1, kMethods,
     nullptr, nullptr, nullptr, nullptr,
 };
 
