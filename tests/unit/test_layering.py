@@ -82,6 +82,7 @@ SCHEDULER_IPC_MODULES = {
     "pass_words.py",  # NOTE: both words above in one walk (walk_words)
     "plain_requests.py",  # NOTE: queues request records (ipc.recordio.records) as they are
     "cancels.py",  # NOTE: the core's CancelRequest handler, moved out of core.py
+    "assign_push.py",  # NOTE: the shell's send of a BatchAssign into its worker's Ring, in C
 }
 
 
