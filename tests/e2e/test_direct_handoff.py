@@ -18,7 +18,7 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -91,10 +91,12 @@ def _in_background(fn: Callable[[], object]) -> tuple[threading.Thread, list[obj
     return t, out
 
 
-def test_requests_without_a_delay_are_handed_to_idle_instances_and_counted(
-    tmp_path: Path, start_server: Callable[..., ServerProcess]
-) -> None:
-    repo = tmp_path / "repo"
+@pytest.fixture(scope="module")
+def verbose_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One ``--log-verbose=1`` server for the first two tests (a start each before):
+    ``echo_py`` (two instances) and ``delay_py`` (a queue delay) for the hand-off test,
+    ``slow_py`` for the kill test. Each counts hand-offs from where its test began."""
+    repo = tmp_path_factory.mktemp("handoff_repo")
     write_faulty_model(repo, "echo_py", "none", count=2)
     delayed = write_faulty_model(repo, "delay_py", "none")
     cfg = delayed / "config.pbtxt"
@@ -102,14 +104,25 @@ def test_requests_without_a_delay_are_handed_to_idle_instances_and_counted(
         cfg.read_text().replace("max_batch_size: 0", "max_batch_size: 8")
         + "dynamic_batching { max_queue_delay_microseconds: 500 }\n"
     )
-    server = start_server(repo, "--log-verbose=1")
+    write_faulty_model(repo, "slow_py", "none", sleep_ms=4000)
+    with server_factory(tmp_path_factory.mktemp("handoff_logs")) as start:
+        yield start(repo, "--log-verbose=1")
+
+
+def test_requests_without_a_delay_are_handed_to_idle_instances_and_counted(
+    verbose_server: ServerProcess,
+) -> None:
+    server = verbose_server
     client = server.client()
+    handed_before, native_before = _handed(server), _native_handed(server)
     for i in range(20):
         assert _infer(client, "echo_py", i) == i
-    assert _handed(server) >= 15, "most went straight to an instance"
+    assert _handed(server) - handed_before >= 15, "most went straight to an instance"
     if available():
         # NOTE: from its fourth call on, the call is known: the gRPC thread hands it itself
-        assert _native_handed(server) >= 10, "the native thread handed the known calls"
+        assert _native_handed(server) - native_before >= 10, (
+            "the native thread handed the known calls"
+        )
     # NOTE: the worker re-offers its lease after each batch (ipc.direct.worker_reoffers):
     # the scheduler sleeps through c=1 traffic, and counts it when a query wakes it.
     scheduler = psutil.Process(_pid(server, "triton-mp: scheduler"))
@@ -167,15 +180,14 @@ def _batched(value: float) -> grpcclient.InferInput:
 
 
 def test_a_worker_killed_during_a_direct_request_fails_it_and_comes_back(
-    tmp_path: Path, start_server: Callable[..., ServerProcess]
+    verbose_server: ServerProcess,
 ) -> None:
-    repo = tmp_path / "repo"
-    write_faulty_model(repo, "slow_py", "none", sleep_ms=4000)
-    server = start_server(repo, "--log-verbose=1")
+    server = verbose_server
     client = server.client()
     victim = _pid(server, "triton-mp: worker slow_py_0_0")
+    handed = _handed(server)
     t, out = _in_background(lambda: client.infer("slow_py", _inputs(2), client_timeout=120))
-    wait_for(lambda: HANDED in server.log(), 30, "the request to be handed over")
+    wait_for(lambda: _handed(server) > handed, 30, "the request to be handed over")
     wait_for(lambda: _in_flight(server, "slow_py") == 1, 30, "stat to show it running")
     os.kill(victim, signal.SIGKILL)
     t.join(60)
