@@ -1,15 +1,15 @@
 """What a load leaves of a served model's config and statistics, side by side with the real
 Triton 2.51 (python backend, explicit model control). Found by r15 asking both servers the same
-loads; each case is 2.51's behaviour, which triton-mp does not follow yet (xfail, strict: 2.51's
-half runs first and passes):
+loads; each case is 2.51's behaviour (its half runs first):
 
 1. A load of a composing model that reloads it (a config change beyond ``instance_group``)
    reloads the ensembles that call it too (core ``ModelRepositoryManager`` loads a model's
-   dependents after it): the ensemble's statistics start again at 0. triton-mp keeps them.
+   dependents after it): the ensemble's statistics start again at 0, in triton-mp too
+   (``scheduler.lifecycle``).
 2. A load without ``config`` after a load with a ``config`` override does not reload the
    model when its files did not change: the override's config keeps serving (its
    ``parameters`` are still in ModelConfig) and the statistics go on. triton-mp reloads it
-   from the repository's ``config.pbtxt``.
+   from the repository's ``config.pbtxt`` (xfail, strict: handed over).
 
 Each test unloads and loads its models again at its end, the one way back to the repository's
 config on both servers.
@@ -113,11 +113,6 @@ def _parameters(server: Server, model: str) -> list[str]:
         return sorted(json.loads(r.read()).get("parameters", {}))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="r15: triton-mp keeps an ensemble's statistics when a model it calls is reloaded; "
-    "2.51 reloads the ensemble after its composing model, and its statistics start again",
-)
 def test_an_ensembles_statistics_start_again_when_a_model_it_calls_is_reloaded(
     servers: dict[str, Server],
 ) -> None:

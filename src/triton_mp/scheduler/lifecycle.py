@@ -142,6 +142,22 @@ class Lifecycle:
             self._out.attach(w)
             self.instances.add(Instance(w.instance_id, w.name, (w.model, w.version)))
 
+    def _restart_callers(self, model: str) -> None:
+        """``model`` was reloaded as a new model: the statistics of every active ensemble
+        that calls it, directly or through another ensemble, start again too (2.51's
+        repository manager reloads a loaded model's dependents after it)."""
+        called, restarted = [model], set()
+        while called:
+            name = called.pop()
+            for key, gen in self.active.items():
+                ensemble = gen.spec.ensemble
+                if key in restarted or ensemble is None:
+                    continue
+                if any(step.model == name for step in ensemble.steps):
+                    restarted.add(key)
+                    self._stats.restart(*key)
+                    called.append(key[0])
+
     def on_activated(self, msg: VersionsActivated, now_ns: int) -> None:
         """New versions (or new generations of loaded ones) take the version's requests
         from now on; a generation they replace finishes its queue, then stops."""
@@ -151,6 +167,7 @@ class Lifecycle:
             gen = self._start_generation(spec)
             if old is not None and is_new_model(old.spec.config_json, spec.config_json):
                 self._stats.restart(*gen.key)
+                self._restart_callers(spec.model)
             if old is not None:
                 self._retire(old)
                 for member in self.instances:
