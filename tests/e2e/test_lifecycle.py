@@ -178,18 +178,29 @@ def test_restart_after_kill_9_of_the_whole_tree_removes_stale_shared_memory(
     client.close()
 
 
+@pytest.fixture(scope="module")
+def verbose_det_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """ocr_det and add_sub at ``--log-verbose 1``, for the dead-worker test and the
+    given-up-client test (a start each before); each counts batches from where it began."""
+    repo = copy_models(tmp_path_factory.mktemp("repo"), "ocr_det", "add_sub")
+    with server_factory(tmp_path_factory.mktemp("logs")) as start:
+        yield start(repo, "--log-verbose", "1")
+
+
 def test_dead_worker_fails_its_requests_and_is_restarted(
-    tmp_path: Path, start_server: Callable[..., ServerProcess]
+    verbose_det_server: ServerProcess,
 ) -> None:
-    repo = copy_models(tmp_path / "repo", "ocr_det", "add_sub")
-    server = start_server(repo, "--log-verbose", "1")
+    server = verbose_det_server
     client = server.client()
     client.infer("ocr_det", _det_input(64))
-    det_pid = _pid_of(server, r"instance ready\s.*?instance=ocr_det_0_0 .*?pid=(\d+)")
+    ready = re.findall(r"instance ready\s.*?instance=ocr_det_0_0 .*?pid=(\d+)", server.log())
+    assert ready, f"no instance ready line for ocr_det_0_0:\n{server.log()}"
+    det_pid = int(ready[-1])
+    batches = _batches_started(server)
     with ThreadPoolExecutor(1) as pool:
         fut = pool.submit(client.infer, "ocr_det", _det_input(1600))
         # NOTE: kill the worker while it runs the batch (a 1600x1600 pass takes seconds).
-        wait_for(lambda: _batches_started(server) >= 2, 60, "the batch to start")
+        wait_for(lambda: _batches_started(server) > batches, 60, "the batch to start")
         os.kill(det_pid, signal.SIGKILL)
         with pytest.raises(InferenceServerException) as e:
             fut.result(timeout=60)
@@ -274,24 +285,32 @@ def test_draining_server_answers_not_ready_and_refuses_new_work(
 
 
 def test_requests_whose_client_gave_up_are_not_run(
-    tmp_path: Path, start_server: Callable[..., ServerProcess]
+    verbose_det_server: ServerProcess,
 ) -> None:
-    repo = copy_models(tmp_path / "repo", "ocr_det")
-    server = start_server(repo, "--log-verbose", "1")
+    server = verbose_det_server
     client = server.client()
-    client.infer("ocr_det", _det_input(64))
 
     def count() -> int:
         st = client.get_inference_statistics("ocr_det", as_json=True)["model_stats"][0]
         return int(st.get("inference_count", 0))
 
+    # NOTE: this test counts from here, once the other test's last request (answered just
+    # before it ended) is counted: two reads 0.3 s apart agree.
+    start, deadline = count(), time.monotonic() + 10
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        start, settled = count(), start
+        if start == settled:
+            break
+    client.infer("ocr_det", _det_input(64))
     # NOTE: the scheduler books a request when the worker's BatchDone reaches it, which can
     # be a moment after the client has its answer: wait for the warm-up to be counted.
-    wait_for(lambda: count() == 1, 30, "the warm-up to be counted")
+    wait_for(lambda: count() == start + 1, 30, "the warm-up to be counted")
     before = count()
+    batches = _batches_started(server)
     with ThreadPoolExecutor(5) as pool:
         long = pool.submit(client.infer, "ocr_det", _det_input(1600))
-        wait_for(lambda: _batches_started(server) >= 2, 60, "the long request to run")
+        wait_for(lambda: _batches_started(server) > batches, 60, "the long request to run")
         # These queue behind it and time out on the client side long before it ends.
         quitters = [
             pool.submit(client.infer, "ocr_det", _det_input(320), client_timeout=0.3)
