@@ -8,8 +8,9 @@ loads; each case is 2.51's behaviour (its half runs first):
    (``scheduler.lifecycle``).
 2. A load without ``config`` after a load with a ``config`` override does not reload the
    model when its files did not change: the override's config keeps serving (its
-   ``parameters`` are still in ModelConfig) and the statistics go on. triton-mp reloads it
-   from the repository's ``config.pbtxt`` (xfail, strict: handed over).
+   ``parameters`` are still in ModelConfig) and the statistics go on, in triton-mp too
+   (``supervisor.models.model_control``'s ``_keep_override``); once a file changed, the
+   next load reloads it from ``config.pbtxt`` on both.
 
 Each test unloads and loads its models again at its end, the one way back to the repository's
 config on both servers.
@@ -18,9 +19,11 @@ config on both servers.
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -108,6 +111,11 @@ def _reset(server: Server, *models: str) -> None:
             c.load_model(model)
 
 
+def _repository(servers: dict[str, Server]) -> Path:
+    """The repository both servers serve (``serve_models`` writes one)."""
+    return next(s.repository for s in servers.values() if isinstance(s, ServerProcess))
+
+
 def _parameters(server: Server, model: str) -> list[str]:
     with urllib.request.urlopen(f"http://{server.http_url}/v2/models/{model}/config") as r:
         return sorted(json.loads(r.read()).get("parameters", {}))
@@ -129,11 +137,6 @@ def test_an_ensembles_statistics_start_again_when_a_model_it_calls_is_reloaded(
             _reset(server, "step_ens", "step_py")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="r15: a load without config after a config override reloads the model from the "
-    "repository in triton-mp; 2.51 keeps the override's config (its files did not change)",
-)
 def test_a_load_without_config_keeps_the_overrides_config(servers: dict[str, Server]) -> None:
     for name, server in sorted(servers.items()):  # Triton first: its half passes
         try:
@@ -143,5 +146,11 @@ def test_a_load_without_config_keeps_the_overrides_config(servers: dict[str, Ser
             _load(server, "over_py")
             assert _parameters(server, "over_py") == ["note"], name
             assert _success(server, "over_py") == 1, name
+            model_py = _repository(servers) / "over_py" / "1" / "model.py"
+            later = model_py.stat().st_mtime + 10
+            os.utime(model_py, (later, later))  # a file changed: the next load reloads
+            _load(server, "over_py")
+            assert _parameters(server, "over_py") == [], name
+            assert _success(server, "over_py") == 0, name
         finally:
             _reset(server, "over_py")

@@ -269,9 +269,40 @@ class ModelControl:
         waiting for them (``_reload_orphans``)."""
         for r in requests:
             self._orphans.pop(r.name, None)
+            self._keep_override(r)
         self._load_now(requests)
+        self._remember_overrides(requests)
         self._unload_broken_dependents(requests)
         self._reload_orphans()
+
+    def _keep_override(self, req: LoadRequest) -> None:
+        """A load without ``config`` after one with a ``config`` override, the model's
+        directory untouched since, keeps the override's config serving and its statistics
+        going, as 2.51 does: core reloads a loaded model only when its files changed
+        (``ModelRepositoryManager``'s modification check), and only an unload returns it to
+        ``config.pbtxt``. The override is applied again, which ``plan_change`` finds
+        unchanged."""
+        model = self._models.get(req.name)
+        if req.config_json is not None or req.files or model is None or not model.versions:
+            return
+        if model.override is None:
+            return
+        config_json, fingerprint = model.override
+        if directory_fingerprint(self._cfg.repository_path / req.name) == fingerprint:
+            req.config_json = config_json
+
+    def _remember_overrides(self, requests: list[LoadRequest]) -> None:
+        """Each served model's ``config`` override, with its directory's fingerprint at the
+        load (``_keep_override``); a load without one forgets it."""
+        for r in requests:
+            model = self._models.get(r.name)
+            if r.result is not None or model is None or not model.versions:
+                continue
+            seen = self._seen.get(r.name)
+            if r.config_json is not None and not r.files and seen is not None:
+                model.override = (r.config_json, seen)
+            else:
+                model.override = None
 
     def _unload_broken_dependents(self, requests: list[LoadRequest]) -> None:
         """The served ensembles a load made invalid (a composing model reloaded with a

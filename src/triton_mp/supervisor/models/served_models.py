@@ -48,6 +48,9 @@ class ServedModel:
     unloaded: bool = False
     temp_dir: Path | None = None
     """Where ``file:`` contents of the load that is served were written."""
+    override: tuple[str, str] | None = None
+    """``(config JSON, model directory fingerprint)`` of the ``config`` override the served
+    versions were loaded with (RepositoryModelLoad's ``config`` parameter), else None."""
 
     def served(self) -> Served:
         """The planner's view of this model."""
