@@ -169,10 +169,12 @@ class Loop:
         return Result(point=point, measurement=m)
 
     def restore(self) -> None:
-        """Give a ``--url`` server the model's own config back (reload from its repository)."""
+        """Give a ``--url`` server the model's own config back: the config it served when the
+        search began, as the load's ``config``. A load without one would keep the last
+        variant's override serving (2.51 reloads only a model whose files changed)."""
         if self.settings.url and self.loaded != shipped_variant(self.base):
             try:
-                self.client.load(self.settings.model)
+                self.client.load(self.settings.model, self.base)
             except ServerError as e:
                 log.warning("could not restore '%s': %s", self.settings.model, e)
 
