@@ -19,7 +19,8 @@ from tests.helpers.server import (
     server_factory,
 )
 from tests.helpers.triton_peer import wait_stopped
-from triton_mp.ipc.memory.shm import list_objects, remove_entry
+from triton_mp.ipc.memory.shm import DEV_SHM, list_objects, remove_entry
+from triton_mp.ipc.memory.topology import server_of
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -122,11 +123,20 @@ def _no_leaked_shared_memory() -> Iterator[None]:
     Objects of a server that still runs (a module-scoped fixture's) are not leaks yet; the
     session-wide check above catches them if that server never cleans up.
     """
-    before = set(list_objects())
+    before = _entries()
     yield
-    leaked = sorted(n for n in set(list_objects()) - before if _ours(n) and not _owner_alive(n))
+    new = (n for n in _entries() - before if server_of(n) is not None)
+    leaked = sorted(n for n in new if _ours(n) and not _owner_alive(n))
     _unlink_all(leaked)
     assert not leaked, f"test leaked shared-memory objects: {leaked}"
+
+
+def _entries() -> set[str]:
+    """Every name in ``/dev/shm`` (``list_objects``' own test, ``server_of``, runs only on the
+    names a test added): the session's shared pair alone keeps some 3,200 objects there while
+    it runs, and ``list_objects`` over them twice per test was 10-30 ms of every test after it
+    starts (tests/unit/test_structure.py: 810 tests, 1.6 s alone, 25.8 s in CI)."""
+    return set(os.listdir(DEV_SHM))
 
 
 @pytest.fixture
