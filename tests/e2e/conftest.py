@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from types import ModuleType
 
@@ -76,6 +77,9 @@ def _shared_models(modules: list[ModuleType]) -> Models:
     return models
 
 
+_SHARED = "shared_side_by_side"
+
+
 @pytest.fixture(scope="session")
 def shared_side_by_side(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -84,7 +88,7 @@ def shared_side_by_side(
     ``SHARED_FLAGS`` (and ours with client shared memory on, as 2.51's default), serving the
     models of every module of the session that lists them in ``SIDE_BY_SIDE_MODELS``: one
     pair started for all (each pair's start and stop is 5-15 s of a 2-core machine), kept
-    until the session ends.
+    until the last test that uses it is torn down (``pytest_runtest_teardown``).
 
     A module shares it when its tests ask each model only about itself (its answers, its
     statistics, its metric series, unloading a model of its own): a module that reloads,
@@ -92,14 +96,38 @@ def shared_side_by_side(
     (``serve_models``)."""
     modules = {id(i.module): i.module for i in request.session.items if i.module is not None}
     models = _shared_models(list(modules.values()))
-    with serve_models(
-        models,
-        tmp_path_factory.mktemp("side_by_side"),
-        *SHARED_FLAGS,
-        ours_only=("--allow-client-shm=true",),
-        with_cache=True,
-    ) as found:
-        yield found
+    with ExitStack() as pair:
+        found = pair.enter_context(
+            serve_models(
+                models,
+                tmp_path_factory.mktemp("side_by_side"),
+                *SHARED_FLAGS,
+                ours_only=("--allow-client-shm=true",),
+                with_cache=True,
+            )
+        )
+        users = [i for i in request.session.items if _SHARED in getattr(i, "fixturenames", ())]
+        _SHARED_PAIR[users[-1].nodeid] = pair
+        try:
+            yield found
+        finally:
+            _SHARED_PAIR.clear()
+
+
+_SHARED_PAIR: dict[str, ExitStack] = {}
+"""The running ``shared_side_by_side`` pair's stop, by the node id of the session's last test
+that uses it (at most one)."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    """Stop the shared pair as soon as the last test that uses it is torn down, not at the
+    session's end: its ~90 processes and ~3,200 shared-memory objects stay out of the tests
+    after it (every unit test, and the e2e files after test_s12_ensemble_step_order)."""
+    yield
+    pair = _SHARED_PAIR.pop(item.nodeid, None)
+    if pair is not None:
+        pair.close()
 
 
 @pytest.fixture(scope="module")
