@@ -157,10 +157,10 @@ def test_min_compute_capability_and_no_gpu_refusals(
     with server.client() as client:
         index = {m.name: m for m in client.get_model_repository_index().models}
         assert index["old_gpu"].state == "UNAVAILABLE"
-        assert index["old_gpu"].reason == (
-            "instance group old_gpu_0 of model old_gpu specifies invalid or unsupported gpu id "
-            "1. GPUs with at least the minimum required CUDA compute compatibility of "
-            "8.000000 are: 0"
+        assert index["old_gpu"].reason == (  # 2.51: a per-version check (Model::Init)
+            "Invalid argument: instance group old_gpu_0 of model old_gpu specifies invalid or "
+            "unsupported gpu id 1. GPUs with at least the minimum required CUDA compute "
+            "compatibility of 8.000000 are: 0"
         )
         assert client.is_model_ready("any_gpu")
     assert [r["visible"] for r in _reports(reports / "any")] == [UUIDS[0]]
@@ -182,9 +182,9 @@ def test_cpu_host_refuses_kind_gpu_and_runs_kind_auto_on_cpu(
     server = start_server(repo)
     with server.client() as client:
         index = {m.name: m for m in client.get_model_repository_index().models}
-        assert index["gpu_only"].reason == (
-            "instance group gpu_only_0 of model gpu_only has kind KIND_GPU but no GPUs are "
-            "available"
+        assert index["gpu_only"].reason == (  # 2.51: a per-version check (Model::Init)
+            "Invalid argument: instance group gpu_only_0 of model gpu_only has kind KIND_GPU but "
+            "no GPUs are available"
         )
         assert client.is_model_ready("auto")
     assert [(r["name"], r["kind"]) for r in _reports(reports / "auto")] == [

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "CONFIG_FILENAME",
     "DEFAULT_MAX_BATCH_SIZE",
+    "VERSION_CHECK_PREFIX",
     "choose_versions",
     "ModelVersion",
     "RepositoryModel",
@@ -109,6 +110,17 @@ class RepositoryModel:
     error: str | None
     labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Output name -> its classification labels (``model_config.labels``)."""
+    failed_versions: tuple[int, ...] = ()
+    """With ``error``: the versions the policy chose when a check that Triton makes while
+    creating each version failed (the backend's auto-complete, the inputs and outputs, the
+    instance groups: core ``Model::Init`` and ``TritonModel::Create``, after the poll), so
+    the load fails per version (``VERSION_CHECK_PREFIX``); empty when the model failed as
+    a whole (the poll's checks)."""
+
+
+VERSION_CHECK_PREFIX = "Invalid argument: "
+"""How a version's reason starts when its config failed a check made while creating the
+version: core's ``Status::AsString`` of an INVALID_ARG (state_reason_ in model_lifecycle.cc)."""
 
 
 TEXT_PROTO_ERROR = "failed to read text proto from"
@@ -305,7 +317,8 @@ def load_model(
         versions = loader.run()
     except ConfigError as exc:
         log.error("model '%s' is unavailable: %s", name, exc.message)
-        return RepositoryModel(name, directory, loader.config, (), exc.message)
+        chosen = tuple(v.version for v in loader.versions)
+        return RepositoryModel(name, directory, loader.config, (), exc.message, {}, chosen)
     except Exception as exc:  # NOTE: one broken model must never stop the repository load.
         log.exception("unexpected error loading model '%s'", name)
         reason = f"failed to load '{name}': {flatten_exception(exc)}"
@@ -341,6 +354,9 @@ class _ModelLoader:
         self.gpu_ids = gpu_ids
         self.min_compute_capability = min_compute_capability
         self.config: model_config_pb2.ModelConfig | None = None
+        self.versions: tuple[ModelVersion, ...] = ()
+        """The versions chosen once the poll's checks passed (the later checks are per
+        version in Triton)."""
 
     def run(self) -> tuple[ModelVersion, ...]:
         if not self.directory.is_dir():
@@ -372,11 +388,13 @@ class _ModelLoader:
             # newest loadable version's artifact decides.
             options = AutoCompleteOptions(default_max_batch_size=self.default_max_batch_size)
             hook(config, versions[-1].model_file, options)
+        self.versions = versions  # NOTE: Triton makes these checks per version (Model::Init)
         normalize_model_config(config)
         validate_model_io_config(config)
         validate_model_config(config)
         normalize_instance_group(config, self.gpu_ids)
         validate_instance_group(config, self.gpu_ids, self.min_compute_capability)
+        self.versions = ()
         self.labels = read_labels(self.directory, config)
         return versions
 

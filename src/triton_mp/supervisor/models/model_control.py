@@ -50,7 +50,7 @@ from triton_mp.ipc.protocol.control_messages import (
     ModelUnloadCall,
 )
 from triton_mp.ipc.protocol.messages import ErrorInfo, InstancesRetired, VersionsActivated
-from triton_mp.model_config.loader import directory_fingerprint
+from triton_mp.model_config.loader import VERSION_CHECK_PREFIX, directory_fingerprint
 from triton_mp.model_config.plan import ModelPlan, plan_models
 from triton_mp.supervisor.models.bls_control import BlsControl, Reply
 from triton_mp.supervisor.models.change_effects import Effects, apply_plan
@@ -68,6 +68,7 @@ from triton_mp.supervisor.models.load_requests import (
     LoadRequest,
     Staged,
     load_answer,
+    load_failure,
     read_request,
     remove_temp_dir,
     version_dirs,
@@ -398,15 +399,26 @@ class ModelControl:
             return None
         self._models.setdefault(req.name, ServedModel(req.name))
         if rm.error is not None or rm.config is None:
-            self._refuse(req, rm.directory, temp_dir, rm.error or "failed to load")
+            failed = {v: VERSION_CHECK_PREFIX + (rm.error or "") for v in rm.failed_versions}
+            why = load_failure(req.name, failed).message if failed else rm.error
+            self._refuse(req, rm.directory, temp_dir, why or "failed to load", failed)
             req.result = load_answer(req, rm)
             return None
         config = rm.config.SerializeToString(deterministic=True)
         fps = {v.version: version_fingerprint(rm.directory, config, v.version) for v in rm.versions}
         return Staged(req, rm, temp_dir, fps)
 
-    def _refuse(self, req: LoadRequest, directory: Path, temp_dir: Path | None, why: str) -> None:
-        """A model that read (or checked) badly: what serves keeps serving, the rest fails."""
+    def _refuse(
+        self,
+        req: LoadRequest,
+        directory: Path,
+        temp_dir: Path | None,
+        why: str,
+        failed: dict[int, str] | None = None,
+    ) -> None:
+        """A model that read (or checked) badly: what serves keeps serving, the rest fails.
+        ``failed``: the versions that failed a check Triton makes per version, and why (each
+        listed UNAVAILABLE with it, as 2.51's RepositoryIndex does)."""
         model = self._models[req.name]
         req.result = ErrorInfo(ErrorCode.INVALID_ARG, why)
         remove_temp_dir(temp_dir)
@@ -414,10 +426,11 @@ class ModelControl:
             model.unloaded = False
             model.reason = req.result.message
             model.config = b""
+            if failed:
+                model.failed = dict(failed)
         else:
-            model.failed = failed_by_invalid_config(
-                model.served(), version_dirs(directory), req.result.message
-            )
+            reason = next(iter(failed.values())) if failed else req.result.message
+            model.failed = failed_by_invalid_config(model.served(), version_dirs(directory), reason)
         log.error("failed to load model '%s': %s", req.name, req.result.message)
         self._link.update(ModelTableUpdate(models=(model.entry(),)), ack=False)
 

@@ -1,0 +1,105 @@
+"""A load whose config fails a check Triton makes per version, side by side with the real
+Triton 2.51 (python backend) on the session's shared pair.
+
+2.51 checks a model's config twice: while polling the repository (the model-level rules: a
+failure there is INTERNAL "failed to poll from model repository", a documented difference)
+and again while creating each version (core ``Model::Init``: the inputs and outputs, the
+instance groups). A failure of the second kind fails each version the policy chose: the load
+answers INVALID_ARG (HTTP 400) "load failed for model '<m>': version <v> is at UNAVAILABLE
+state: Invalid argument: <why>;" and a newline, and RepositoryIndex lists each such version
+UNAVAILABLE with the reason "Invalid argument: <why>". A model that serves keeps serving.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.helpers.server import ServerProcess
+from tests.helpers.triton_peer import PythonModel, RealTriton
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+CONFIG = """
+backend: "python"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+SIDE_BY_SIDE_MODELS = {"r16_checked": PythonModel(CONFIG)}
+"""r16_checked: INPUT0 FP32 [4] answered as OUTPUT0, no batching (tests/e2e/conftest.py's
+``shared_side_by_side`` serves it)."""
+
+Server = ServerProcess | RealTriton
+WHY = (
+    "model input 'INPUT0' dimension must be integer >= 1, or -1 to indicate a variable-size "
+    "dimension for r16_checked"
+)
+"""core ValidateModelInput's words for a dimension of 0."""
+ANSWER = (
+    f"load failed for model 'r16_checked': version 1 is at UNAVAILABLE state: "
+    f"Invalid argument: {WHY};\n"
+)
+
+
+def _bad_config() -> str:
+    return json.dumps(
+        {
+            "name": "r16_checked",
+            "backend": "python",
+            "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [0]}],
+            "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
+        }
+    )
+
+
+def _post(server: Server, path: str, body: object) -> tuple[int, object]:
+    req = urllib.request.Request(
+        f"http://{server.http_url}{path}", json.dumps(body).encode(), method="POST"
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            text = r.read()
+            return r.status, json.loads(text) if text else None
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def _load(server: Server, config: str | None = None) -> tuple[int, object]:
+    body = {"parameters": {"config": config}} if config is not None else {}
+    return _post(server, "/v2/repository/models/r16_checked/load", body)
+
+
+def _rows(server: Server) -> list[dict[str, str]]:
+    status, rows = _post(server, "/v2/repository/index", {})
+    assert status == 200
+    assert isinstance(rows, list)
+    return [r for r in rows if r["name"] == "r16_checked"]
+
+
+def test_a_config_failing_a_version_check_fails_each_version(
+    shared_side_by_side: dict[str, Server],
+) -> None:
+    for name, server in sorted(shared_side_by_side.items()):  # Triton first
+        try:
+            # Served: the load fails, version 1 goes on serving.
+            assert _load(server, _bad_config()) == (400, {"error": ANSWER}), name
+            assert _rows(server) == [{"name": "r16_checked", "version": "1", "state": "READY"}], (
+                name
+            )
+            # Not served: version 1 is listed UNAVAILABLE with Triton's reason.
+            assert _post(server, "/v2/repository/models/r16_checked/unload", {})[0] == 200
+            assert _load(server, _bad_config()) == (400, {"error": ANSWER}), name
+            assert _rows(server) == [
+                {
+                    "name": "r16_checked",
+                    "version": "1",
+                    "state": "UNAVAILABLE",
+                    "reason": f"Invalid argument: {WHY}",
+                }
+            ], name
+        finally:
+            assert _load(server) == (200, None), name
+        assert _rows(server) == [{"name": "r16_checked", "version": "1", "state": "READY"}], name
