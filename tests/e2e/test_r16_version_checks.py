@@ -103,3 +103,22 @@ def test_a_config_failing_a_version_check_fails_each_version(
         finally:
             assert _load(server) == (200, None), name
         assert _rows(server) == [{"name": "r16_checked", "version": "1", "state": "READY"}], name
+
+
+def test_a_config_naming_an_input_twice_is_refused(
+    shared_side_by_side: dict[str, Server],
+) -> None:
+    """2.51 loads such a config (docs/differences.md): asked of triton-mp alone, since a
+    load that 2.51 takes would leave the shared 2.51 serving it."""
+    ours = shared_side_by_side["triton-mp"]
+    twice = json.loads(_bad_config())
+    twice["input"] = [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}] * 2
+    why = "model input 'INPUT0' is specified more than once for r16_checked"
+    assert _load(ours, json.dumps(twice)) == (
+        400,
+        {
+            "error": "load failed for model 'r16_checked': version 1 is at UNAVAILABLE state: "
+            f"Invalid argument: {why};\n"
+        },
+    )
+    assert _rows(ours) == [{"name": "r16_checked", "version": "1", "state": "READY"}]
