@@ -1,4 +1,5 @@
-"""Per-process logging set-up: stdlib ``logging`` rendered by structlog.
+"""Per-process logging set-up: stdlib ``logging`` rendered by structlog (plain console
+lines by ``log_lines``, the same bytes without importing it).
 
 Imported by every role's ``main`` and by the CLI. Modules log with
 ``logging.getLogger(__name__)`` and %-style arguments; ``configure_logging`` adds the
@@ -23,7 +24,8 @@ from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import msgspec
-import structlog
+
+from triton_mp.common.process.log_lines import ConsoleLines
 
 LONG_EXCEPTION_CHARS = 2000
 """An exception whose message is longer than this is logged as plain text with each line
@@ -207,8 +209,26 @@ def log_to_file(path: str) -> str:
 
 def _formatter(fmt: str, role: str, instance: str, model: str) -> logging.Formatter:
     """The formatter of ``configure_logging``: console text or JSON, with the process's
-    fields."""
+    fields. Console lines without an exception are written by ``ConsoleLines`` (the same
+    bytes), so a process imports structlog only to log JSON or an exception."""
     pid = os.getpid()
+    if fmt == "json":
+        return _structlog_formatter(fmt, role, instance, model, pid)
+    fields: dict[str, object] = {"role": role}
+    if model:
+        fields["model"] = model
+    if instance:
+        fields["instance"] = instance
+    fields["pid"] = pid
+    return ConsoleLines(fields, lambda: _structlog_formatter(fmt, role, instance, model, pid))
+
+
+def _structlog_formatter(
+    fmt: str, role: str, instance: str, model: str, pid: int
+) -> logging.Formatter:
+    """structlog's formatter of ``_formatter``'s lines (all of them for JSON; for console
+    text, those ``ConsoleLines`` leaves to it)."""
+    import structlog  # NOTE: ~100 ms of CPU with rich and asyncio; most processes never need it
 
     def add_process(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
         event.setdefault("role", role)
