@@ -35,7 +35,7 @@ from triton_mp.scheduler.policies.clock import (
 from triton_mp.scheduler.policies.default import DefaultScheduler
 from triton_mp.scheduler.policies.dynamic import DynamicBatcher
 from triton_mp.scheduler.policies.policy import Queued
-from triton_mp.workers.due import MAX_POLL_NS, POLL_GRACE_NS, DueBatch
+from triton_mp.workers.due import MAX_POLL_NS, POLL_GRACE_NS, POLL_MAX_REQUESTS, DueBatch
 
 # ------------------------------------------------------------------ wait_plan
 
@@ -287,8 +287,19 @@ def test_a_batch_ends_the_poll_and_an_early_notice_is_capped() -> None:
     due = DueBatch()
     due.expect(50_000_000, 0)  # 50 ms ahead: polls MAX_POLL_NS at most
     assert due.poll_s(0) == pytest.approx(MAX_POLL_NS / 1e9)
-    due.arrived()
+    due.arrived(1)
     assert due.poll_s(1) == 0.0
+
+
+def test_after_a_large_batch_a_notice_is_slept_through_until_a_small_batch() -> None:
+    due = DueBatch()
+    due.arrived(POLL_MAX_REQUESTS + 1)
+    due.expect(80 * US, 0)
+    assert due.poll_s(0) == 0.0  # a loaded instance sleeps until the batch's post
+    assert due.at_ns is None
+    due.arrived(POLL_MAX_REQUESTS)
+    due.expect(80 * US, 0)
+    assert due.poll_s(0) == pytest.approx((80 * US + POLL_GRACE_NS) / 1e9)
 
 
 # ------------------------------------------------------------------ Inbox.poll

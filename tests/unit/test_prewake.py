@@ -1,12 +1,13 @@
 """The worker's early wake of a batch's frontends (``workers.prewake``): only after a short
-batch, once per frontend, never for BLS or ensemble requesters."""
+batch, once per frontend, never for BLS or ensemble requesters; at the batch's start after a
+very short one, after ``execute`` after a longer one."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from triton_mp.ipc.protocol.messages import ReplyTo, Requester
-from triton_mp.workers.prewake import PREWAKE_MAX_NS, EarlyWakes
+from triton_mp.workers.prewake import PREWAKE_MAX_NS, PREWAKE_START_MAX_NS, EarlyWakes
 
 F, B, E = Requester.FRONTEND, Requester.BLS, Requester.ENSEMBLE
 
@@ -33,8 +34,9 @@ def test_the_first_batch_wakes_nobody_early() -> None:
 def test_after_a_short_batch_each_frontend_is_woken_once() -> None:
     woken: list[int] = []
     early = EarlyWakes(woken.append)
-    early.batch_ended(PREWAKE_MAX_NS - 1)
+    early.batch_ended(PREWAKE_START_MAX_NS - 1)
     assert early.batch_starts(reqs((F, 1), (B, 1), (F, 0), (F, 1), (E, 0))) == 2
+    assert early.batch_executed(reqs((F, 1), (F, 0))) == 0  # woken at the start already
     assert woken == [1, 0]
 
 
@@ -46,3 +48,18 @@ def test_after_a_long_batch_nobody_is_woken_until_a_short_one() -> None:
     early.batch_ended(50_000)
     assert early.batch_starts(reqs((F, 0))) == 1
     assert woken == [0]
+
+
+def test_after_a_longer_batch_the_frontends_are_woken_after_execute_only() -> None:
+    woken: list[int] = []
+    early = EarlyWakes(woken.append)
+    early.batch_ended(PREWAKE_START_MAX_NS)
+    assert early.batch_starts(reqs((F, 0), (F, 2))) == 0
+    assert early.batch_executed(reqs((F, 0), (B, 3), (F, 2), (F, 0))) == 2
+    assert woken == [0, 2]
+    early.batch_ended(PREWAKE_MAX_NS - 1)
+    assert early.batch_executed(reqs((F, 1))) == 1
+    early.batch_ended(PREWAKE_MAX_NS)
+    assert early.batch_starts(reqs((F, 1))) == 0
+    assert early.batch_executed(reqs((F, 1))) == 0
+    assert woken == [0, 2, 1]

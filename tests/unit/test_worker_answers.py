@@ -42,6 +42,7 @@ from triton_mp.ipc.protocol.specs import (
 )
 from triton_mp.ipc.recordio.request_records import encode_request
 from triton_mp.ipc.tensor_pool import ArenaAllocator, SegmentCache
+from triton_mp.workers import prewake
 from triton_mp.workers.tensors.tensor_io import wire_tensor, write_block
 from triton_mp.workers.worker import Worker
 
@@ -50,9 +51,14 @@ _names = itertools.count()
 
 
 class Echo:
-    """OUT = IN for each request; a request whose IN holds a negative number fails."""
+    """OUT = IN for each request; a request whose IN holds a negative number fails. Each
+    execute is noted in ``events`` as ``(None, "execute")``, among the answers sent."""
+
+    def __init__(self, events: list[tuple[ReplyTo | None, Any]]) -> None:
+        self._events = events
 
     def execute(self, requests: Sequence[BackendRequest]) -> tuple[list[Result], PhaseTimes]:
+        self._events.append((None, "execute"))
         out: list[Result] = []
         for r in requests:
             arr = r.inputs["IN"]
@@ -67,7 +73,7 @@ class Echo:
 
 
 @pytest.fixture
-def world() -> Iterator[tuple[Worker, ArenaAllocator, list[tuple[ReplyTo, Any]]]]:
+def world() -> Iterator[tuple[Worker, ArenaAllocator, list[tuple[ReplyTo | None, Any]]]]:
     n = next(_names)
     t = TensorSpec(name="IN", datatype="FP32", dims=(4,))
     model = ModelVersionSpec(
@@ -96,10 +102,18 @@ def world() -> Iterator[tuple[Worker, ArenaAllocator, list[tuple[ReplyTo, Any]]]
     inputs = ArenaAllocator(f"/triton_mp_{PID}_test_wa{n}f", 1 << 16, 1 << 20)
     outputs = ArenaAllocator(spec.arena_prefix, spec.arena_bytes, spec.arena_budget_bytes)
     cache = SegmentCache()
-    sent: list[tuple[ReplyTo, Any]] = []
-    backend: Any = Echo()
+    sent: list[tuple[ReplyTo | None, Any]] = []
+    backend: Any = Echo(sent)
     done: list[object] = []
-    worker = Worker(spec, backend, outputs, cache, lambda to, m: sent.append((to, m)), done.append)
+    worker = Worker(
+        spec,
+        backend,
+        outputs,
+        cache,
+        lambda to, m: sent.append((to, m)),
+        done.append,
+        wake_frontend=lambda i: sent.append((ReplyTo(Requester.FRONTEND, i), "wake")),
+    )
     try:
         yield worker, inputs, sent
     finally:
@@ -127,10 +141,14 @@ def _request(
     )
 
 
-def _answers(sent: list[tuple[ReplyTo, Any]]) -> list[tuple[int, str, tuple[int, ...]]]:
-    """(frontend, message kind, request ids) of each message sent."""
+def _answers(sent: list[tuple[ReplyTo | None, Any]]) -> list[tuple[int, str, tuple[int, ...]]]:
+    """(frontend, message kind, request ids) of each message sent (executes and early wakes
+    left out)."""
     out = []
     for to, msg in sent:
+        if isinstance(msg, str):
+            continue
+        assert to is not None
         if isinstance(msg, AnswerBatch):
             out.append((to.id, "batch", tuple(r.request_id for r in msg.responses)))
         else:
@@ -145,7 +163,7 @@ def test_a_batch_of_one_frontends_records_is_one_answer_batch(world: Any) -> Non
     records = tuple(encode_request(r) for r in reqs)
     worker.run_batch(BatchAssign(batch_id=1, requests=records, dispatch_ns=0))
     assert _answers(sent) == [(0, "batch", (1, 2, 3))]
-    ((_, msg),) = sent
+    ((_, msg),) = [e for e in sent if not isinstance(e[1], str)]
     assert [r.error for r in msg.responses] == [None, None, None]
     assert msg.handoffs[0].uses == 3
 
@@ -155,7 +173,7 @@ def test_an_error_among_them_stays_in_the_one_answer_batch(world: Any) -> None:
     reqs = tuple(_request(inputs, i, 0, v) for i, v in ((1, 1.0), (2, -1.0), (3, 3.0)))
     worker.run_batch(BatchAssign(batch_id=1, requests=reqs, dispatch_ns=0))
     assert _answers(sent) == [(0, "batch", (1, 2, 3))]
-    ((_, msg),) = sent
+    ((_, msg),) = [e for e in sent if not isinstance(e[1], str)]
     assert [r.error is not None for r in msg.responses] == [False, True, False]
     assert msg.handoffs[0].uses == 2
 
@@ -184,3 +202,32 @@ def test_records_of_two_frontends_get_one_answer_batch_each(world: Any) -> None:
     records = tuple(encode_request(r) for r in reqs)
     worker.run_batch(BatchAssign(batch_id=1, requests=records, dispatch_ns=0))
     assert sorted(_answers(sent)) == [(0, "batch", (2, 4)), (1, "batch", (1, 3))]
+
+
+def _events(sent: list[tuple[ReplyTo | None, Any]]) -> list[tuple[int, str]]:
+    """(frontend or -1, "execute" / "wake" / "answer") of each event, in order."""
+    return [
+        (-1 if to is None else to.id, msg if isinstance(msg, str) else "answer") for to, msg in sent
+    ]
+
+
+@pytest.mark.parametrize("at_start", [True, False])
+def test_the_frontends_are_woken_early_at_the_start_or_after_execute(
+    world: Any, monkeypatch: pytest.MonkeyPatch, at_start: bool
+) -> None:
+    # NOTE: the bounds moved so that the in-process batch's duration, whatever it is, picks
+    # the branch: every batch counts as very short, or as longer but short.
+    monkeypatch.setattr(prewake, "PREWAKE_MAX_NS", 10**15)
+    monkeypatch.setattr(prewake, "PREWAKE_START_MAX_NS", 10**14 if at_start else 0)
+    worker, inputs, sent = world
+    worker.run_batch(
+        BatchAssign(batch_id=1, requests=(_request(inputs, 1, 0, 1.0),), dispatch_ns=0)
+    )
+    assert _events(sent) == [(-1, "execute"), (0, "answer")]  # the first batch: no wake
+    sent.clear()
+    reqs = (_request(inputs, 2, 0, 2.0), _request(inputs, 3, 1, 3.0), _request(inputs, 4, 0, 4.0))
+    worker.run_batch(BatchAssign(batch_id=2, requests=reqs, dispatch_ns=0))
+    events = _events(sent)
+    wakes = [(0, "wake"), (1, "wake")]
+    assert events[:3] == ([*wakes, (-1, "execute")] if at_start else [(-1, "execute"), *wakes])
+    assert sorted(events[3:]) == [(0, "answer"), (1, "answer")]

@@ -285,6 +285,8 @@ class Worker:
                 self._cancelled.discard((r.reply_to, r.request_id))
         if self._states is not None:
             self._keep_states(reqs, results)
+        if early is not None:
+            early.batch_executed(reqs)
         if traced:
             # NOTE: anchored where execute returned (absolute, this process's clock): the
             # infer phase ended there after t_infer; what came before is the input phase
