@@ -122,3 +122,50 @@ def test_a_config_naming_an_input_twice_is_refused(
         },
     )
     assert _rows(ours) == [{"name": "r16_checked", "version": "1", "state": "READY"}]
+
+
+def test_a_warmup_sample_without_a_required_input_fails_the_load(
+    shared_side_by_side: dict[str, Server],
+) -> None:
+    """core PrepareForInference checks each warmup request as a client's: an input the
+    config does not list is no original input, so the required one is missing."""
+    config = json.loads(_bad_config())
+    config["input"][0]["dims"] = [4]
+    zeros = {"data_type": "TYPE_FP32", "dims": [4], "zero_data": True}
+    config["model_warmup"] = [{"name": "w", "batch_size": 1, "inputs": {"NOPE": zeros}}]
+    why = (
+        "[request id: <id_unknown>] expected 1 inputs but got 0 inputs for model "
+        "'r16_checked'. Got input(s) [], but missing required input(s) ['INPUT0']. Please "
+        "provide all required input(s)."
+    )
+    for name, server in sorted(shared_side_by_side.items()):  # Triton first
+        assert _load(server, json.dumps(config)) == (
+            400,
+            {
+                "error": "load failed for model 'r16_checked': version 1 is at UNAVAILABLE "
+                f"state: Invalid argument: {why};\n"
+            },
+        ), name
+        assert _rows(server) == [{"name": "r16_checked", "version": "1", "state": "READY"}], name
+
+
+def test_a_failed_in_place_update_leaves_the_version_ready(
+    shared_side_by_side: dict[str, Server],
+) -> None:
+    """A config that differs from the served one only in ``instance_group`` is an update in
+    place to core: when it fails, the version it was updating is still READY."""
+    config = json.loads(_bad_config())
+    config["input"][0]["dims"] = [4]
+    config["instance_group"] = [{"kind": "KIND_CPU", "gpus": [0]}]
+    why = "instance group r16_checked_0 of model r16_checked has kind KIND_CPU but specifies "
+    for name, server in sorted(shared_side_by_side.items()):  # Triton first
+        assert _load(server, json.dumps(config)) == (
+            400,
+            {
+                "error": "load failed for model 'r16_checked': version 1 is at READY state: "
+                f"Invalid argument: {why}one or more GPUs;\n"
+            },
+        ), name
+        # NOTE: 2.51 also gives that READY row the failure as its reason; triton-mp lists
+        # a ready version without one.
+        assert [(r["version"], r["state"]) for r in _rows(server)] == [("1", "READY")], name

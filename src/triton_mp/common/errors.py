@@ -29,6 +29,23 @@ class ErrorCode(IntEnum):
     RESOURCE_EXHAUSTED = 9
 
 
+_CODE_STRINGS = {
+    ErrorCode.UNKNOWN: "Unknown",
+    ErrorCode.INTERNAL: "Internal",
+    ErrorCode.NOT_FOUND: "Not found",
+    ErrorCode.INVALID_ARG: "Invalid argument",
+    ErrorCode.UNAVAILABLE: "Unavailable",
+    ErrorCode.UNSUPPORTED: "Unsupported",
+    ErrorCode.ALREADY_EXISTS: "Already exists",
+}
+
+
+def status_text(code: ErrorCode, message: str) -> str:
+    """Triton's ``Status::AsString`` (common ``error.cc``): "<code's words>: <message>", as
+    core words a version's load failure (model_lifecycle.cc ``state_reason_``)."""
+    return f"{_CODE_STRINGS.get(code, '<invalid code>')}: {message}"
+
+
 class TritonMPError(Exception):
     """Root of every error triton-mp raises on purpose.
 

@@ -24,7 +24,7 @@ import posix_ipc
 
 from triton_mp.backends.base import Backend
 from triton_mp.backends.registry import load_backend
-from triton_mp.common.errors import TritonMPError, flatten_exception
+from triton_mp.common.errors import ErrorCode, TritonMPError, flatten_exception, status_text
 from triton_mp.common.process.log import configure_logging
 from triton_mp.common.process.platform import bind_memory_to_node, lower_priority, pin_process
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender, encode
@@ -78,6 +78,15 @@ def _apply_bls_update(msg: BlsWorkerUpdate, senders: dict[int, Sender]) -> None:
             sender.close()
 
 
+def _start_failure(exc: BaseException) -> str:
+    """Why an instance did not start, as core words a version's load failure
+    (``Status::AsString``): "Internal: <why>" for a model that raised, "Invalid argument:
+    <why>" for a refused warmup sample."""
+    if isinstance(exc, TritonMPError):
+        return status_text(exc.code, exc.message)
+    return status_text(ErrorCode.INTERNAL, flatten_exception(exc))
+
+
 def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     """Process entry of a worker.
 
@@ -121,7 +130,7 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
         apply_host_policy(spec.instance)
         backend, worker, rewire = _start(spec, arena, cache, to_scheduler, replies, rewiring)
     except Exception as exc:  # noqa: BLE001 - reported to the supervisor, which marks the model
-        text = exc.message if isinstance(exc, TritonMPError) else flatten_exception(exc)
+        text = _start_failure(exc)
         log.error("failed to load model '%s': %s", spec.model.model, text)
         report_start_failed(ready, "worker", spec.instance.name, text)
         cache.close()

@@ -15,8 +15,9 @@ ready until every sample ran; a restarted instance warms up again). Triton's
   (the file's raw bytes, little-endian and row-major; STRING elements length-prefixed). A
   file shorter than the tensor fails ("warmup setting expects N bytes, but the data
   provided from Fonly has M bytes": Triton's text, missing space included);
-- inputs the config lists must match its data type and dims (Triton's normalisation
-  messages);
+- a request needs the config's required inputs ("expected 1 inputs but got 0 inputs for
+  model '<m>'. Got input(s) [], but missing required input(s) ['<i>']. ..."), and the inputs
+  the config lists must match its data type and dims (Triton's normalisation messages);
   sequence control inputs (``sequence_batching.control_input`` names) may be given too and
   reach the backend as the batch's control tensors;
 - decoupled models: a request ends with its final response, whichever thread sends it;
@@ -39,6 +40,7 @@ import numpy as np
 from triton_mp.backends.base import Backend, BackendRequest, Responded, Result, SequenceBatch
 from triton_mp.common.datatypes import DataType, deserialize_bytes_tensor, element_count
 from triton_mp.common.errors import ErrorCode, TritonMPError, flatten_exception
+from triton_mp.common.input_checks import count_message
 from triton_mp.ipc.protocol.messages import ErrorInfo
 from triton_mp.ipc.protocol.specs import ModelVersionSpec, WarmupInputSpec
 
@@ -183,6 +185,28 @@ def _check_input(model: ModelVersionSpec, inp: WarmupInputSpec) -> None:
             )
 
 
+def _check_request(
+    model: ModelVersionSpec, inputs: Sequence[WarmupInputSpec], feeds: dict[str, np.ndarray]
+) -> None:
+    """Core ``PrepareForInference`` of one warmup request, whose original inputs are the
+    sample's inputs the config lists (the others reach the backend as override inputs):
+    first the input count (``ValidateRequestInputs``), then each input's data type and dims.
+
+    Raises:
+        TritonMPError (INVALID_ARG): Triton's words.
+    """
+    given = [n for n in feeds if any(t.name == n for t in model.inputs)]
+    required = [t.name for t in model.inputs if not t.optional]
+    if len(given) > len(model.inputs) or len(given) < len(required):
+        raise TritonMPError(
+            count_message(_LOG_REQUEST, model.model, given, required, len(model.inputs)),
+            ErrorCode.INVALID_ARG,
+        )
+    for inp in inputs:
+        if inp.name in given:
+            _check_input(model, inp)
+
+
 def build_samples(model: ModelVersionSpec, seed: int | None = None) -> list[WarmupSample]:
     """The data of every sample of ``model.warmup`` with a non-zero ``batch_size``.
 
@@ -227,10 +251,8 @@ def build_samples(model: ModelVersionSpec, seed: int | None = None) -> list[Warm
                 if inp.name in controls and not original:
                     ctl[inp.name] = _array(inp, ((1,) if batched else ()) + inp.dims, rng)
                     continue
-                arr = _array(inp, shape, rng)
-                if original:
-                    _check_input(model, inp)
-                feeds[inp.name] = arr
+                feeds[inp.name] = _array(inp, shape, rng)
+            _check_request(model, sample.inputs, feeds)
             requests.append(feeds)
             control_rows.append(ctl)
         out.append(WarmupSample(sample.name, max(1, sample.count), requests, control_rows))

@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -101,14 +102,29 @@ def version_dirs(directory: Path) -> set[int]:
         return set()
 
 
-def load_failure(name: str, failed: dict[int, str]) -> ErrorInfo:
+def load_failure(name: str, failed: dict[int, str], ready: Collection[int] = ()) -> ErrorInfo:
     """Triton's answer when versions fail to load: INVALID_ARG (HTTP 400), one line per
     model (core model_lifecycle.cc OnLoadComplete, model_repository_manager.cc
-    LoadUnloadModel)."""
+    LoadUnloadModel). ``ready``: failed versions that core was updating in place
+    (``updated_in_place``), which stay READY."""
     detail = "".join(
-        f"version {v} is at UNAVAILABLE state: {r};" for v, r in sorted(failed.items())
+        f"version {v} is at {'READY' if v in ready else 'UNAVAILABLE'} state: {r};"
+        for v, r in sorted(failed.items())
     )
     return ErrorInfo(ErrorCode.INVALID_ARG, f"load failed for model '{name}': {detail}\n")
+
+
+def updated_in_place(served: bytes, config: mc.ModelConfig) -> bool:
+    """Whether core would update a served version to ``config`` in place rather than load
+    it anew: its ``ConfigChangeRequiresReload`` is false, the configs differing at most in
+    ``instance_group`` and ``version_policy``. ``served``: the served effective config
+    (serialized ``ModelConfig``)."""
+    old, new = mc.ModelConfig.FromString(served), mc.ModelConfig()
+    new.CopyFrom(config)
+    for c in (old, new):
+        c.ClearField("instance_group")
+        c.ClearField("version_policy")
+    return old == new
 
 
 def load_answer(req: LoadRequest, rm: RepositoryModel) -> ErrorInfo | None:

@@ -71,6 +71,7 @@ from triton_mp.supervisor.models.load_requests import (
     load_failure,
     read_request,
     remove_temp_dir,
+    updated_in_place,
     version_dirs,
     version_fingerprint,
 )
@@ -400,7 +401,11 @@ class ModelControl:
         self._models.setdefault(req.name, ServedModel(req.name))
         if rm.error is not None or rm.config is None:
             failed = {v: VERSION_CHECK_PREFIX + (rm.error or "") for v in rm.failed_versions}
-            why = load_failure(req.name, failed).message if failed else rm.error
+            model = self._models[req.name]
+            ready = (
+                model.versions if rm.config and updated_in_place(model.config, rm.config) else ()
+            )
+            why = load_failure(req.name, failed, ready).message if failed else rm.error
             self._refuse(req, rm.directory, temp_dir, why or "failed to load", failed)
             req.result = load_answer(req, rm)
             return None
