@@ -7,7 +7,9 @@ server moves onto a private unix socket of this process. Every call on the publi
 to ``NativeServer``'s single completion-queue thread (it never takes the GIL):
 
 - **ModelInfer and ModelStreamInfer, in process** (``handoff.cc`` / ``handoff.py``,
-  ``stream_call.cc``): a unary call's request bytes and metadata, and a stream's opening
+  ``infer_call.cc``, ``stream_call.cc``): ModelInfer is a registered raw method of the port
+  (``infer_service.h``), so a call reaches the thread with its request bytes in one
+  completion; a unary call's request bytes and metadata, and a stream's opening
   metadata, each request message as it is read and its half-close, are queued for this
   process's event loop, woken through an eventfd, which runs the Python handler on them (no
   grpc.aio call); a stream's response messages are written to the client in the order the

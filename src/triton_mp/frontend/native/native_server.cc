@@ -34,6 +34,8 @@ std::unique_ptr<NativeServer> NativeServer::Start(const NativeServerOptions& opt
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &s->port_);
+  // NOTE: a registered method is matched before the generic service sees a call
+  if (s->handoff_) builder.RegisterService(&s->infer_service_);
   builder.RegisterAsyncGenericService(&s->service_);
   for (const auto& kv : options.channel_args) builder.AddChannelArgument(kv.first, kv.second);
   s->cq_ = builder.AddCompletionQueue();
@@ -52,6 +54,11 @@ std::unique_ptr<NativeServer> NativeServer::Start(const NativeServerOptions& opt
   s->target_ = ProxyTarget{&s->service_, s->cq_.get(), s->stub_.get(), s->handoff_.get(),
                           &s->rearm_};
   for (int i = 0; i < options.pending_calls; ++i) ProxyCall::Arm(s->target_);
+  if (s->handoff_) {
+    s->infer_target_ = InferTarget{&s->infer_service_, s->cq_.get(), s->handoff_.get(),
+                                   &s->infer_rearm_};
+    for (int i = 0; i < options.pending_calls; ++i) InferCall::Arm(s->infer_target_);
+  }
   s->thread_ = std::thread([raw = s.get()] { raw->Poll(); });
   return s;
 }
@@ -86,6 +93,7 @@ void NativeServer::Poll() {
       // NOTE: after the worker's wake-up: a new call object and its RequestCall are not on
       // the request's path (pending_calls are armed ahead)
       for (; rearm_ > 0; --rearm_) ProxyCall::Arm(target_);
+      for (; infer_rearm_ > 0; --infer_rearm_) InferCall::Arm(infer_target_);
     }
     borrow.Poll();
   }

@@ -1,6 +1,6 @@
 // The native gRPC server of one frontend process: owns the public gRPC port, hands
-// ModelInfer and ModelStreamInfer calls to the Python frontend in process (Handoff) and
-// relays every other call
+// ModelInfer (its registered method, InferCall) and ModelStreamInfer calls to the Python
+// frontend in process (Handoff) and relays every other call
 // to the Python grpc.aio server on a private unix socket (ProxyCall), and runs one
 // completion-queue thread that never takes the GIL.
 #ifndef TRITON_MP_NATIVE_NATIVE_SERVER_H_
@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "handoff.h"
+#include "infer_call.h"
+#include "infer_service.h"
 #include "proxy_call.h"
 
 namespace triton_mp {
@@ -52,6 +54,8 @@ class NativeServer {
   void Poll();
 
   grpc::AsyncGenericService service_;
+  // ModelInfer's registered method, with a handoff (infer_service.h)
+  InferService infer_service_;
   // Held while a step runs: on the completion-queue thread, or on the Python thread when
   // the handoff delivers Python's answers (Handoff::Kick).
   std::mutex serial_;
@@ -63,6 +67,8 @@ class NativeServer {
   std::thread thread_;
   ProxyTarget target_{};
   int rearm_ = 0;  // calls to arm after the current step (ProxyTarget::rearm)
+  InferTarget infer_target_{};
+  int infer_rearm_ = 0;  // ModelInfer calls to arm after the current step (InferTarget)
   int port_ = 0;
   bool stopped_ = false;
 };

@@ -30,7 +30,6 @@ void ProxyCall::Complete(void (ProxyCall::*step)(bool), bool ok) {
 }
 
 namespace {
-const char kModelInfer[] = "/inference.GRPCInferenceService/ModelInfer";
 const char kModelStreamInfer[] = "/inference.GRPCInferenceService/ModelStreamInfer";
 }  // namespace
 
@@ -39,45 +38,12 @@ void ProxyCall::OnNew(bool ok) {
   started_ = true;
   Start(&done_op_);
   ++*target_.rearm;  // NOTE: the next call is armed after this step (ProxyTarget)
-  if (target_.handoff != nullptr && server_ctx_.method() == kModelInfer) {
-    Start(&request_read_op_);
-    server_stream_.Read(&up_, &request_read_op_);
-    return;
-  }
+  // NOTE: with a handoff, ModelInfer is the registered method's (infer_call.h), never here
   if (target_.handoff != nullptr && server_ctx_.method() == kModelStreamInfer) {
     OpenStream();
     return;
   }
   StartBackend();
-}
-
-void ProxyCall::OnRequestRead(bool ok) {
-  if (!ok) {  // no request message (the client went away): the Python server answers
-    StartBackend();
-    return;
-  }
-  if (done_ && server_ctx_.IsCancelled()) {
-    // NOTE: the client cancelled before its request was read (OnDone came first): nothing
-    // runs it, as in Triton (infer_handler.cc Process: a call cancelled at step START is
-    // finished, never executed); the status reaches no one
-    finishing_ = true;
-    Start(&client_finished_op_);
-    server_stream_.Finish(grpc::Status::CANCELLED, &client_finished_op_);
-    return;
-  }
-  uint64_t id;
-  if (target_.handoff->SubmitKnown(this, up_, &id)) {
-    ++pending_;  // the reply, reserved, as below
-    handoff_id_ = id;
-    return;
-  }
-  std::vector<std::pair<std::string, std::string>> metadata;
-  CopyMetadata(server_ctx_.client_metadata(),
-               [&metadata](const std::string& k, const std::string& v) {
-                 metadata.emplace_back(k, v);
-               });
-  ++pending_;  // the reply, reserved: Deliver completes it, or Withdraw releases it
-  handoff_id_ = target_.handoff->Submit(this, std::move(up_), std::move(metadata));
 }
 
 void ProxyCall::Deliver(grpc::Status status, grpc::ByteBuffer response, bool final) {
@@ -86,21 +52,9 @@ void ProxyCall::Deliver(grpc::Status status, grpc::ByteBuffer response, bool fin
     return;
   }
   reply_status_ = std::move(status);
-  reply_ = std::move(response);
-  // the reserved reply op completes here
-  Complete(stream_ ? &ProxyCall::OnStreamEnded : &ProxyCall::OnReply, true);
-}
-
-void ProxyCall::OnReply(bool) {
-  handoff_id_ = 0;
-  finishing_ = true;
-  Start(&client_finished_op_);
-  if (reply_status_.ok()) {
-    server_stream_.WriteAndFinish(reply_, grpc::WriteOptions(), grpc::Status::OK,
-                                  &client_finished_op_);
-  } else {
-    server_stream_.Finish(reply_status_, &client_finished_op_);
-  }
+  // the reserved end op completes here (only streams are handed: unary ModelInfer is
+  // InferCall's)
+  Complete(&ProxyCall::OnStreamEnded, true);
 }
 
 void ProxyCall::StartBackend() {

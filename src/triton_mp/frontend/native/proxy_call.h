@@ -19,7 +19,7 @@
 namespace triton_mp {
 
 // What every call shares: the public port's generic service, the completion queue that
-// drives both sides, the stub of the Python server, when Python takes unary ModelInfer
+// drives both sides, the stub of the Python server, when Python takes ModelStreamInfer
 // calls in process the handoff (else nullptr), and the count of calls to arm once the
 // current step is over (the completion-queue thread's: native_server.cc Poll arms them after
 // a handed call's worker is woken, off the request's path). Outlives every call.
@@ -36,11 +36,8 @@ struct ProxyTarget {
 //   RELAYING: up   = client Read -> backend Write -> client Read ... -> backend WritesDone
 //             down = backend Read -> client Write -> backend Read ... -> backend Finish
 //   -> (backend Finish) FINISHING -> (client Finish) COMPLETE.
-// A unary ModelInfer with a handoff takes another way instead of STARTING:
-//   ARMED -> (new call) READING -> (request read) HANDED (Python has it, the reply op is
-//   reserved) -> (reply: Deliver) FINISHING -> COMPLETE; or HANDED -> (client gone)
-//   withdrawn.
-// So does a ModelStreamInfer with a handoff (stream_call.cc):
+// A unary ModelInfer with a handoff never comes here: it is the registered method's
+// (infer_call.h). A ModelStreamInfer with a handoff takes another way (stream_call.cc):
 //   ARMED -> (new call) OPEN (Python has it, its end is reserved):
 //     up   = client Read -> Push to Python -> client Read ... -> (half-close) HalfClose
 //     down = (Python's message: Deliver) queued -> client Write -> next queued ...
@@ -67,8 +64,6 @@ class ProxyCall final : public Awaiting {
   ~ProxyCall() override = default;
 
   void StartBackend();
-  void OnRequestRead(bool ok);
-  void OnReply(bool ok);
 
   // The handed-off stream (stream_call.cc).
   void OpenStream();
@@ -114,13 +109,11 @@ class ProxyCall final : public Awaiting {
   Op<ProxyCall> backend_finished_op_{this, &ProxyCall::OnBackendFinished};
   Op<ProxyCall> client_finished_op_{this, &ProxyCall::OnClientFinished};
   Op<ProxyCall> done_op_{this, &ProxyCall::OnDone};
-  Op<ProxyCall> request_read_op_{this, &ProxyCall::OnRequestRead};
   Op<ProxyCall> stream_read_op_{this, &ProxyCall::OnStreamRead};
   Op<ProxyCall> stream_written_op_{this, &ProxyCall::OnStreamWritten};
 
-  // The handoff's reply (Deliver).
+  // The handed stream's end status (Deliver final).
   grpc::Status reply_status_;
-  grpc::ByteBuffer reply_;
   uint64_t handoff_id_ = 0;   // nonzero: handed to Python, reply not yet delivered
 
   // The handed-off stream: Python's messages not yet written (the front one is being
