@@ -11,8 +11,10 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -330,30 +332,42 @@ def test_exit_on_error_stops_a_server_whose_model_failed(
 ) -> None:
     """tritonserver's default (and ``--exit-on-error=true``): a model that fails to load at
     start stops the server, after the others unload, with status 1 and its words."""
-    ours = _ours(*_serve_args(readiness_repo), *flag)
-    assert ours.returncode == 1, ours.stderr[-2000:]
-    assert "creating server: Internal - failed to load all models" in ours.stderr
-    _triton_exits_failing(readiness_repo, *flag)
+    with _triton_beside(readiness_repo, *flag):
+        ours = _ours(*_serve_args(readiness_repo), *flag)
+        assert ours.returncode == 1, ours.stderr[-2000:]
+        assert "creating server: Internal - failed to load all models" in ours.stderr
 
 
-def _triton_exits_failing(repo: Path, *flags: str) -> None:
-    """The real tritonserver (when installed) on ``repo`` with ``flags`` exits 1 with its
-    "failed to load all models"."""
+@contextmanager
+def _triton_beside(repo: Path, *flags: str) -> Iterator[None]:
+    """The real tritonserver (when installed) on ``repo`` with ``flags``, run beside the
+    block (each start is seconds of a 2-core machine), must exit 1 with its "failed to load
+    all models" once the block is done; killed if the block fails."""
     env = peers_env()
     if env is None:
+        yield
         return
-    theirs = subprocess.run(
-        [env["TRITONSERVER"], f"--backend-directory={env['TRITON_BACKENDS']}"]
-        + _serve_args(repo)
-        + list(flags),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=dict(os.environ, PATH=f"{env['TRITON_STUB_ENV']}/bin:{os.environ['PATH']}"),
-    )
+    with tempfile.TemporaryFile("w+") as log:
+        theirs = subprocess.Popen(
+            [env["TRITONSERVER"], f"--backend-directory={env['TRITON_BACKENDS']}"]
+            + _serve_args(repo)
+            + list(flags),
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            text=True,
+            env=dict(os.environ, PATH=f"{env['TRITON_STUB_ENV']}/bin:{os.environ['PATH']}"),
+        )
+        try:
+            yield
+            theirs.wait(timeout=120)
+        finally:
+            if theirs.poll() is None:
+                theirs.kill()
+                theirs.wait()
+        log.seek(0)
+        stderr = log.read()
     assert theirs.returncode == 1
-    assert "error: creating server: Internal - failed to load all models" in theirs.stderr
+    assert "error: creating server: Internal - failed to load all models" in stderr
 
 
 @pytest.mark.parametrize(("entry", "flag"), [(TRITONSERVER, "--exit-on-error=false"), (None, None)])
@@ -379,7 +393,7 @@ def test_exit_on_error_counts_a_load_model_the_repository_lacks(readiness_repo: 
     """``--load-model=nosuch`` in explicit mode: tritonserver exits 1 as for a failed load
     (found by a new-user check; triton-mp kept serving 0 models)."""
     argv = ["--model-control-mode=explicit", "--load-model=nosuch"]
-    ours = _ours(*_serve_args(readiness_repo), *argv)
-    assert ours.returncode == 1, ours.stderr[-2000:]
-    assert "creating server: Internal - failed to load all models" in ours.stderr
-    _triton_exits_failing(readiness_repo, *argv)
+    with _triton_beside(readiness_repo, *argv):
+        ours = _ours(*_serve_args(readiness_repo), *argv)
+        assert ours.returncode == 1, ours.stderr[-2000:]
+        assert "creating server: Internal - failed to load all models" in ours.stderr
