@@ -169,3 +169,23 @@ def test_a_failed_in_place_update_leaves_the_version_ready(
         # NOTE: 2.51 also gives that READY row the failure as its reason; triton-mp lists
         # a ready version without one.
         assert [(r["version"], r["state"]) for r in _rows(server)] == [("1", "READY")], name
+
+
+def test_model_files_without_a_config_are_refused(
+    shared_side_by_side: dict[str, Server],
+) -> None:
+    """2.51 fails such a load as a poll failure over HTTP (and over gRPC gives no answer at
+    all: docs/differences.md); triton-mp says what is missing."""
+    body = {"parameters": {"file:1/model.py": "eA=="}}  # "x", base64 as HTTP carries bytes
+    answers = {
+        "triton": (500, "failed to load 'r16_checked', failed to poll from model repository"),
+        "triton-mp": (
+            400,
+            "failed to load 'r16_checked': the 'config' parameter is required when model "
+            "files are provided",
+        ),
+    }
+    for name, server in sorted(shared_side_by_side.items()):
+        status, error = _post(server, "/v2/repository/models/r16_checked/load", body)
+        assert (status, error) == (answers[name][0], {"error": answers[name][1]}), name
+        assert [(r["version"], r["state"]) for r in _rows(server)] == [("1", "READY")], name
