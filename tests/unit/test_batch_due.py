@@ -35,7 +35,13 @@ from triton_mp.scheduler.policies.clock import (
 from triton_mp.scheduler.policies.default import DefaultScheduler
 from triton_mp.scheduler.policies.dynamic import DynamicBatcher
 from triton_mp.scheduler.policies.policy import Queued
-from triton_mp.workers.due import MAX_POLL_NS, POLL_GRACE_NS, POLL_MAX_REQUESTS, DueBatch
+from triton_mp.workers.due import (
+    MAX_POLL_NS,
+    POLL_GRACE_NS,
+    POLL_MAX_REQUESTS,
+    SIZE_WEIGHT,
+    DueBatch,
+)
 
 # ------------------------------------------------------------------ wait_plan
 
@@ -291,15 +297,30 @@ def test_a_batch_ends_the_poll_and_an_early_notice_is_capped() -> None:
     assert due.poll_s(1) == 0.0
 
 
-def test_after_a_large_batch_a_notice_is_slept_through_until_a_small_batch() -> None:
+def test_while_batches_are_large_a_notice_is_slept_through() -> None:
     due = DueBatch()
-    due.arrived(POLL_MAX_REQUESTS + 1)
+    for _ in range(3):
+        due.arrived(20)  # loaded: the mean is over the bound
+    assert due.mean_requests > POLL_MAX_REQUESTS
     due.expect(80 * US, 0)
-    assert due.poll_s(0) == 0.0  # a loaded instance sleeps until the batch's post
+    assert due.poll_s(0) == 0.0  # sleeps until the batch's post
     assert due.at_ns is None
-    due.arrived(POLL_MAX_REQUESTS)
+    due.arrived(1)  # one small batch among large ones: still loaded
+    due.expect(80 * US, 0)
+    assert due.poll_s(0) == 0.0
+    while due.mean_requests > POLL_MAX_REQUESTS:
+        due.arrived(1)
     due.expect(80 * US, 0)
     assert due.poll_s(0) == pytest.approx((80 * US + POLL_GRACE_NS) / 1e9)
+
+
+def test_the_mean_follows_the_batch_sizes() -> None:
+    due = DueBatch()
+    assert due.mean_requests == 0.0
+    due.arrived(8)
+    assert due.mean_requests == pytest.approx(8 * SIZE_WEIGHT)
+    due.arrived(8)
+    assert due.mean_requests == pytest.approx(8 * (1 - (1 - SIZE_WEIGHT) ** 2))
 
 
 # ------------------------------------------------------------------ Inbox.poll
