@@ -46,8 +46,6 @@ class Walk:
     stop: CloseReason | None
     """Why the walk stopped early (``MAX``: full or the next does not fit, ``SHAPE``)."""
     oldest_ns: int
-    key: Hashable = None
-    """The first request's ``shape_key`` (a walk that goes on compares the next with it)."""
 
 
 class DynamicBatcher(QueuedInstances):
@@ -83,9 +81,6 @@ class DynamicBatcher(QueuedInstances):
         """The last walk and the queue ``version`` it walked: ``pop_ready`` and
         ``next_deadline_ns`` run on every pass of the scheduler's loop, and the queue
         changes far less often than that."""
-        self._walked_order = -1
-        """The queue's ``reorders`` when the last walk began from its head: while it is the
-        same, requests were only appended since, and the walk goes on over them."""
         self._room: tuple[Walk | None, tuple[int, int] | None] = (None, None)
         """The last walk ``forming_room`` saw and its answer (it runs on every pass too)."""
 
@@ -103,23 +98,10 @@ class DynamicBatcher(QueuedInstances):
 
     def _walk(self) -> Walk:
         queue = self._queue
-        w = self._walked
-        if w is not None and self._walked_at == queue.version:
-            return w
-        if w is not None and self._walked_order == queue.reorders:
-            # NOTE: requests were only appended: a walk that stopped is what it was, one
-            # that ran out goes on over the new ones (at c=16 the pass that forms a batch
-            # walked again the requests the passes before it had walked; #34).
-            if w.stop is None:
-                w = walk(
-                    queue.tail(w.count), self.max_batch_size, self.preferred, self.max_preferred, w
-                )
-        else:
-            w = walk(queue, self.max_batch_size, self.preferred, self.max_preferred)
-            self._walked_order = queue.reorders
-        self._walked = w
-        self._walked_at = queue.version
-        return w
+        if self._walked is None or self._walked_at != queue.version:
+            self._walked = walk(queue, self.max_batch_size, self.preferred, self.max_preferred)
+            self._walked_at = queue.version
+        return self._walked
 
     def _form(self, now_ns: int) -> tuple[int, int, CloseReason] | None:
         """(request count, total batch size, reason) of the batch to send now, or None."""
@@ -179,20 +161,14 @@ def walk(
     max_batch_size: int,
     preferred: frozenset[int],
     max_preferred: int,
-    start: Walk | None = None,
 ) -> Walk:
-    """Walk ``items`` (in service order) as far as one batch can reach (module docstring).
-    ``start``: a walk that ran out (no ``stop``) over the requests before ``items``; this
-    one goes on from it, and finds what one walk over all of them finds."""
+    """Walk ``items`` (in service order) as far as one batch can reach (module docstring)."""
+    total = 0
+    count = 0
+    cut: tuple[int, int] | None = None
     stop: CloseReason | None = None
-    if start is None:
-        total = count = oldest = 0
-        cut: tuple[int, int] | None = None
-        key: Hashable = None
-    else:
-        total, count, cut, key, oldest = (
-            start.total, start.count, start.cut, start.key, start.oldest_ns
-        )  # fmt: skip
+    key: Hashable = None
+    oldest = 0
     for item in items:
         if count == 0:
             key = item.shape_key
@@ -218,7 +194,7 @@ def walk(
         if total >= max_batch_size:
             stop = CloseReason.MAX
             break
-    return Walk(count, total, cut, stop, oldest, key)
+    return Walk(count, total, cut, stop, oldest)
 
 
 def room_before_cut(

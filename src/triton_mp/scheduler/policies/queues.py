@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import itertools
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -103,11 +102,6 @@ class PriorityQueue:
         self.version = 0
         """Bumped by every change of the queue's contents or order, so a caller can keep
         what it computed from the queue until it changes (the dynamic batcher's walk)."""
-        self.reorders = 0
-        """Bumped by every change but a request appended last in service order (to a
-        one-level queue with nothing delayed): while it stays, the queue as a caller saw it
-        is still its head, and only ``tail`` is new (the dynamic batcher's walk goes on
-        from where it ended instead of walking the whole queue again)."""
 
     def level_of(self, priority: int) -> int:
         """The level a request with this ``priority`` parameter queues at."""
@@ -137,8 +131,6 @@ class PriorityQueue:
         level.waiting.append(item)
         self._count += 1
         self.version += 1
-        if self.priority_levels or level.delayed:
-            self.reorders += 1
         if item.deadline_ns and (
             self._next_timeout_ns is None or item.deadline_ns < self._next_timeout_ns
         ):
@@ -155,18 +147,9 @@ class PriorityQueue:
         return None if level.policy.max_queue_size else level.waiting
 
     def pushed(self, n: int) -> None:
-        """``n`` requests were appended to ``plain_waiting`` (``push``'s count and version;
-        last in service order: ``reorders`` stays)."""
+        """``n`` requests were appended to ``plain_waiting`` (``push``'s count and version)."""
         self._count += n
         self.version += n
-
-    def tail(self, start: int) -> Iterator[Queued]:
-        """The queued requests in service order from the ``start``-th (0-based) on."""
-        if not self.priority_levels:
-            level = self._levels[0]
-            if not level.delayed:
-                return itertools.islice(level.waiting, start, None)
-        return itertools.islice(iter(self), start, None)
 
     def __len__(self) -> int:
         return self._count
@@ -188,7 +171,6 @@ class PriorityQueue:
                 got = tuple([pop() for _ in range(n)])
                 self._count -= n
                 self.version += 1
-                self.reorders += 1
                 return got
         out: list[Queued] = []
         for level in self._levels.values():
@@ -199,7 +181,6 @@ class PriorityQueue:
                 break
         self._count -= len(out)
         self.version += 1
-        self.reorders += 1
         return tuple(out)
 
     def expire(self, now_ns: int) -> list[Queued]:
@@ -233,7 +214,6 @@ class PriorityQueue:
         self._count -= len(rejected)
         self._next_timeout_ns = nearest
         self.version += 1
-        self.reorders += 1
         return rejected
 
     def next_timeout_ns(self) -> int | None:
@@ -249,7 +229,6 @@ class PriorityQueue:
                         dq.remove(item)
                         self._count -= 1
                         self.version += 1
-                        self.reorders += 1
                         return item
         return None
 
@@ -262,7 +241,6 @@ class PriorityQueue:
         self._count = 0
         self._next_timeout_ns = None
         self.version += 1
-        self.reorders += 1
         return items
 
     def snapshot(self) -> list[LevelSnapshot]:
