@@ -16,7 +16,10 @@ import json
 import urllib.error
 import urllib.request
 
+import grpc
 import pytest
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc as pbg
 
 from tests.helpers.server import ServerProcess
 from tests.helpers.triton_peer import PythonModel, RealTriton
@@ -25,11 +28,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 CONFIG = """
 backend: "python"
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
 """
 SIDE_BY_SIDE_MODELS = {"r16_checked": PythonModel(CONFIG)}
-"""r16_checked: INPUT0 FP32 [4] answered as OUTPUT0, no batching (tests/e2e/conftest.py's
+"""r16_checked: INPUT0 FP32 [-1] answered as OUTPUT0, no batching (tests/e2e/conftest.py's
 ``shared_side_by_side`` serves it)."""
 
 Server = ServerProcess | RealTriton
@@ -50,7 +53,7 @@ def _bad_config() -> str:
             "name": "r16_checked",
             "backend": "python",
             "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [0]}],
-            "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
+            "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
         }
     )
 
@@ -155,7 +158,7 @@ def test_a_failed_in_place_update_leaves_the_version_ready(
     """A config that differs from the served one only in ``instance_group`` is an update in
     place to core: when it fails, the version it was updating is still READY."""
     config = json.loads(_bad_config())
-    config["input"][0]["dims"] = [4]
+    config["input"][0]["dims"] = [-1]
     config["instance_group"] = [{"kind": "KIND_CPU", "gpus": [0]}]
     why = "instance group r16_checked_0 of model r16_checked has kind KIND_CPU but specifies "
     for name, server in sorted(shared_side_by_side.items()):  # Triton first
@@ -189,3 +192,21 @@ def test_model_files_without_a_config_are_refused(
         status, error = _post(server, "/v2/repository/models/r16_checked/load", body)
         assert (status, error) == (answers[name][0], {"error": answers[name][1]}), name
         assert [(r["version"], r["state"]) for r in _rows(server)] == [("1", "READY")], name
+
+
+def test_a_byte_size_past_int64_is_worded_as_core_wraps_it(
+    shared_side_by_side: dict[str, Server],
+) -> None:
+    """core's GetByteSize multiplies in int64: [2**61] FP32 elements are -2**63 bytes."""
+    request = pb.ModelInferRequest(model_name="r16_checked")
+    tensor = request.inputs.add(name="INPUT0", datatype="FP32", shape=[2**61])
+    assert tensor.name == "INPUT0"
+    request.raw_input_contents.append(b"")
+    for name, server in sorted(shared_side_by_side.items()):
+        with grpc.insecure_channel(server.url) as channel, pytest.raises(grpc.RpcError) as e:
+            pbg.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
+        assert (e.value.code(), e.value.details()) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "[request id: <id_unknown>] input byte size mismatch for input 'INPUT0' for model "
+            "'r16_checked'. Expected -9223372036854775808, got 0",
+        ), name

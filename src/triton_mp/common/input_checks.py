@@ -136,8 +136,11 @@ def shape_problem(
 
 
 def byte_size_message(rid: str, name: str, model: str, expected: int, got: int) -> str:
-    """An input whose bytes are not its shape's."""
+    """An input whose bytes are not its shape's. ``expected`` is worded as core's int64
+    ``GetByteSize`` holds it: a size of 2**63 bytes or more wraps (``[2**61]`` FP32 elements
+    read "-9223372036854775808")."""
+    wrapped = (expected + 2**63) % 2**64 - 2**63
     return (
         f"{rid}input byte size mismatch for input '{name}' for model '{model}'. "
-        f"Expected {expected}, got {got}"
+        f"Expected {wrapped}, got {got}"
     )
