@@ -12,11 +12,16 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
-from triton_mp.frontend.admin.control import SupervisorLink
 from triton_mp.frontend.model_table import Model, ModelTable
 from triton_mp.ipc.protocol.control_messages import ModelLoadCall, ModelUnloadCall
+
+if TYPE_CHECKING:
+    # Annotations only: the supervisor imports this module (bls_control) and would otherwise
+    # import asyncio through SupervisorLink (~30 ms CPU per server start).
+    from triton_mp.frontend.admin.control import SupervisorLink
 
 CONTROL_DISABLED_MESSAGE = "explicit model load / unload is not allowed if polling is enabled"
 """Triton's UNAVAILABLE answer to load/unload outside ``--model-control-mode=explicit``."""
