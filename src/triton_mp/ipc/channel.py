@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from triton_mp.common.errors import ErrorCode, TritonMPError
@@ -384,16 +384,6 @@ class Inbox(Generic[T]):
             ring = self._by_name.get(name.lstrip("/"))
             if ring is not None:
                 ring.set_forming(mask, allowance, floor)
-
-    def has_pending_in(self, ring_names: Iterable[str]) -> bool:
-        """Whether any of ``ring_names`` that is attached holds a record (``has_pending``
-        over those rings only: the recheck after their flags or words were cleared)."""
-        by_name = self._by_name
-        for name in ring_names:
-            ring = by_name.get(name.lstrip("/"))
-            if ring is not None and ring.has_records():
-                return True
-        return False
 
     def has_pending(self) -> bool:
         """Whether any ring holds a record (a poll: no syscall, nothing decoded)."""

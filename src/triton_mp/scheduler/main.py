@@ -111,10 +111,6 @@ class Router:
         """The allowance's epoch last stored (``scheduler.forming``)."""
         self._due: dict[int, Sender] = {}
         """The senders ``send`` pushed to and ``flush`` has not woken yet, by ``id``."""
-        self._cleared: list[str] = []
-        """The rings whose quiet flag, quiet word or forming words were cleared or changed
-        since the last ``recheck``: only these may hold a record pushed without a post
-        that the words now in force say should have woken the scheduler."""
         # NOTE: every request wakes until this scheduler says otherwise.
         inbox.set_quiet_word(self._request_rings, 0)
 
@@ -131,9 +127,7 @@ class Router:
             now = iid in quiet
             if now != (iid in was):
                 self._inbox.set_quiet(ring, now)
-                if not now:
-                    asked = True
-                    self._cleared.append(ring)
+                asked = asked or not now
         self._quiet = quiet
         if asked:
             fence()
@@ -151,7 +145,6 @@ class Router:
         self._request_mask = mask
         if was & ~mask:
             fence()
-            self._cleared += self._request_rings
             return True
         return False
 
@@ -177,19 +170,7 @@ class Router:
         )
         self._forming = forming
         fence()
-        self._cleared += self._request_rings
         return True
-
-    def recheck(self) -> bool:
-        """After ``quiet_done``, ``quiet_requests`` or ``forming`` said True (and fenced):
-        whether a ring they cleared or changed holds a record, which may have been pushed
-        without a post under the words before. A record in any other ring was pushed
-        without a post under words still in force (a quiet ``BatchDone`` of an instance
-        still quiet): it waits for the next post, as it would had it come during the sleep,
-        rather than costing a pass of its own (#34: at c=16 a third of the batches paid
-        one, a ``BatchDone`` read just after the batch for the other instance left)."""
-        cleared, self._cleared = self._cleared, []
-        return self._inbox.has_pending_in(cleared)
 
     def offer(self, instance_id: int) -> None:
         """Post an instance's lease (``scheduler.direct.Leases``)."""
@@ -337,7 +318,7 @@ def _serve(
         # start would end the sleep that much later than planned.
         now = clock.now_ns()
         sleep_s, poll_s = wait_plan(now, deadline, lead.lead_ns)
-        if asked and router.recheck():
+        if asked and inbox.has_pending():
             # NOTE: a BatchDone or a request pushed quietly before its flag or its bit was
             # cleared: no sleep.
             sleep_s, poll_s = 0.0, 0.0
