@@ -189,6 +189,14 @@ ERRORS = [
     ),
     (
         "POST",
+        "/v2/models/add_sub/infer",
+        _json_infer(GOOD),
+        {"Inference-Header-Content-Length": "999999"},
+        400,
+        f"inference header size should be in range (0, {len(_json_infer(GOOD))}), got: 999999",
+    ),
+    (
+        "POST",
         "/v2/models/add_sub/generate",
         "{}",
         {},
