@@ -135,6 +135,9 @@ class InferenceRequest:
             contents nor shared memory), in input order (``raw_input_contents``); views into
             the received message where the transport can, so they are copied only once,
             into the frontend's arena.
+        raw_name: the name core keys a raw binary request's one input by (HTTP
+            ``Inference-Header-Content-Length: 0``: "raw_input", which Normalize's checks
+            after its rename still print); "" for every other request.
     """
 
     model_name: str
@@ -145,3 +148,4 @@ class InferenceRequest:
     outputs: Sequence[RequestedOutput] = ()
     raw_inputs: Sequence[bytes | memoryview] = ()
     headers: Sequence[tuple[str, str]] = ()
+    raw_name: str = ""

@@ -143,6 +143,12 @@ class InferResult:
             self._pending.release(answer)
 
 
+class ResponseError(TritonMPError):
+    """An error a response carries: the one the model's backend made for this request
+    (``InferResponse.error``). Triton's HTTP frontend answers it from ``FinalizeResponse``,
+    before it names a ``Content-Type`` (``frontend.http.routes``: text/plain)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Response:
     """One response of a ticket: outputs, an error, or (decoupled) the bare end.
@@ -288,7 +294,7 @@ class Ticket:
         final = answer.final or not self.decoupled
         if answer.error is not None:
             self._pending.release(answer)
-            error = TritonMPError(answer.error.message, answer.error.code)
+            error = ResponseError(answer.error.message, answer.error.code)
             return Response(final=final, version=answer.version, error=error)
         if answer.empty and self.decoupled:
             self._pending.release(answer)

@@ -334,6 +334,11 @@ def build_infer_request(
     return request, plan
 
 
+RAW_INPUT_NAME = "raw_input"
+"""The name Triton's HTTP frontend adds a raw binary request's input by
+(``EVBufferToRawInput``): core's later input checks print it."""
+
+
 def build_raw_request(model: Model, version: str, body: bytes) -> InferenceRequest:
     """Triton's raw binary request (``Inference-Header-Content-Length: 0``): the whole body
     is the model's only input, batch 1 when the model batches, every output binary.
@@ -379,6 +384,7 @@ def build_raw_request(model: Model, version: str, body: bytes) -> InferenceReque
         model_name=model.name,
         model_version=version,
         inputs=(InputTensor(spec.name, spec.datatype, tuple(shape)),),
+        raw_name=RAW_INPUT_NAME,
     )
 
 

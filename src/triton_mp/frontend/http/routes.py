@@ -18,7 +18,9 @@ the same asyncio loop as its grpc.aio server, on ``--http-port`` shared through
   statistics, repository, shared memory, trace, logging) name ``application/json`` before
   anything can fail; health, model readiness, unmatched paths, restricted-API refusals and
   an inference refused before its body is parsed (405, unknown model or version, decoupled,
-  unsupported compression, header length) do not (``_PLAIN_PATHS``, ``_ERROR_TYPE``).
+  unsupported compression, header length) do not (``_PLAIN_PATHS``, ``_ERROR_TYPE``);
+  nor does the error an inference's response carries (the backend's: ``ResponseError``,
+  ``RefusedByBackend``), which Triton's ``FinalizeResponse`` returns before naming one.
 - ``POST .../infer``: ``frontend.http.infer_codec`` turns the body into the transport-free
   request the core validates and the answer back into JSON or binary data;
   ``Inference.submit`` does the rest. ``Content-Encoding`` and ``Accept-Encoding``
@@ -43,6 +45,7 @@ from triton_mp.common.json_form import config_to_json
 from triton_mp.frontend import kserve
 from triton_mp.frontend.admin.repository import check_repository_name
 from triton_mp.frontend.api import FrontendApi
+from triton_mp.frontend.dispatch.ticket import ResponseError
 from triton_mp.frontend.header_forward import HeaderForward
 from triton_mp.frontend.http.body import TooManyChunks, inflate, read_body
 from triton_mp.frontend.http.control_bodies import (
@@ -68,6 +71,7 @@ from triton_mp.frontend.restricted import Restrictions, http_refusal
 from triton_mp.frontend.shm.cuda import CUDA_IPC_HANDLE_BYTES
 from triton_mp.frontend.tracing.settings import new_setting_from_json
 from triton_mp.frontend.tracing.tracer import Trace, Tracer
+from triton_mp.frontend.validation.inputs import RefusedByBackend
 from triton_mp.frontend.validation.log_settings import settings_json, update_from_json
 
 log = logging.getLogger(__name__)
@@ -554,6 +558,13 @@ class HttpFrontend:
                 req, decoupled_message=DECOUPLED_MESSAGE, target=target, trace=trace
             )
             result = await ticket.result()
+        except (RefusedByBackend, ResponseError):
+            # NOTE: 2.51 gets a backend's error or refusal in the response, whose error
+            # FinalizeResponse returns before HandleInfer names application/json.
+            request[_ERROR_TYPE] = PLAIN_TYPE
+            if trace is not None:
+                tracer.finish(trace)
+            raise
         except TritonMPError:
             if trace is not None:
                 tracer.finish(trace)

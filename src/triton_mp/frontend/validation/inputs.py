@@ -132,6 +132,7 @@ class _InputReader:
         self._model = model
         self._shm = shm
         self._rid = rid
+        self._raw_name = req.raw_name
         self.batch_size = -1
         """-1 while unset: 0 is a real (invalid) batch size."""
         # NOTE: raw_inputs holds one entry per input that sends its bytes in the request
@@ -221,12 +222,14 @@ class _InputReader:
         self, t: InputTensor, spec: IOSpec, count: int, data: bytes | memoryview
     ) -> None:
         rid, name = self._rid, self._model.name
+        # NOTE: core keys a raw request's input by its raw name; these checks print the key.
+        label = self._raw_name or t.name
         if spec.datatype == "BYTES":
-            check_bytes_elements(data, count, t.name, name, rid)
+            check_bytes_elements(data, count, label, name, rid)
             return
         expected_bytes = count * ELEMENT_BYTES[spec.datatype]
         if len(data) != expected_bytes:
-            raise InvalidRequest(byte_size_message(rid, t.name, name, expected_bytes, len(data)))
+            raise InvalidRequest(byte_size_message(rid, label, name, expected_bytes, len(data)))
 
 
 def check_bytes_elements(
