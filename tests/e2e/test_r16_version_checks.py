@@ -169,9 +169,16 @@ def test_a_failed_in_place_update_leaves_the_version_ready(
                 f"Invalid argument: {why}one or more GPUs;\n"
             },
         ), name
-        # NOTE: 2.51 also gives that READY row the failure as its reason; triton-mp lists
-        # a ready version without one.
-        assert [(r["version"], r["state"]) for r in _rows(server)] == [("1", "READY")], name
+        # 2.51 lists that READY row with the failure as its reason, and keeps it through a
+        # load that changes nothing, until the version is loaded anew.
+        row = {"name": "r16_checked", "version": "1", "state": "READY"}
+        failed = {**row, "reason": f"Invalid argument: {why}one or more GPUs"}
+        assert _rows(server) == [failed], name
+        assert _load(server) == (200, None), name
+        assert _rows(server) == [failed], name
+        assert _post(server, "/v2/repository/models/r16_checked/unload", {})[0] == 200
+        assert _load(server) == (200, None), name
+        assert _rows(server) == [row], name
 
 
 def test_model_files_without_a_config_are_refused(

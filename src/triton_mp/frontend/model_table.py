@@ -42,6 +42,8 @@ class Model:
     """``LOADING`` / ``UNLOADING`` while the supervisor changes the model."""
     version_reasons: dict[int, str] | None = None
     """Why each failed version failed (``reason`` when absent)."""
+    ready_reasons: dict[int, str] | None = None
+    """Why an update in place of a ready version failed (its READY row's reason)."""
     decoupled: bool = False
     """``model_transaction_policy.decoupled``: zero or more responses per request."""
     retired_versions: tuple[int, ...] = ()
@@ -127,6 +129,7 @@ class ModelTable:
                 outputs={t.name: _io(t, False) for t in cfg.output},
                 transition=e.transition,
                 version_reasons=dict(e.version_reasons),
+                ready_reasons=dict(e.ready_reasons) or None,
                 retired_versions=tuple(sorted(e.retired_versions)),
                 unloading_versions=tuple(sorted(e.unloading_versions)),
                 decoupled=bool(cfg.model_transaction_policy.decoupled),

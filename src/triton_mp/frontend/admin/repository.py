@@ -115,9 +115,10 @@ def check_repository_name(repository: str) -> None:
 def _model_rows(m: Model, ready_only: bool) -> Iterator[tuple[int, IndexEntry]]:
     """(version for sorting, row) of one model in the table."""
     ready_state = "UNLOADING" if m.transition == "UNLOADING" else "READY"
+    reasons = (m.ready_reasons or {}) if ready_state == "READY" else {}
     for v in m.ready_versions:
         if not ready_only or ready_state == "READY":
-            yield v, IndexEntry(m.name, str(v), ready_state)
+            yield v, IndexEntry(m.name, str(v), ready_state, reasons.get(v, ""))
     if ready_only:
         return
     for v in m.failed_versions:

@@ -35,6 +35,9 @@ class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):
     """``LOADING`` or ``UNLOADING`` while the supervisor changes the model (index only)."""
     version_reasons: dict[int, str] = {}
     """Per failed version, why (RepositoryIndex); ``reason`` when absent."""
+    ready_reasons: dict[int, str] = {}
+    """Per ready version whose update in place failed, why (RepositoryIndex lists it READY
+    with that reason, as 2.51 does)."""
     retired_versions: tuple[int, ...] = ()
     """Versions once served that a later change stopped (version policy): Triton keeps them
     as UNAVAILABLE "unloaded" (a request naming one: "... is not at ready state")."""

@@ -34,7 +34,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -406,7 +406,7 @@ class ModelControl:
                 model.versions if rm.config and updated_in_place(model.config, rm.config) else ()
             )
             why = load_failure(req.name, failed, ready).message if failed else rm.error
-            self._refuse(req, rm.directory, temp_dir, why or "failed to load", failed)
+            self._refuse(req, rm.directory, temp_dir, why or "failed to load", failed, ready)
             req.result = load_answer(req, rm)
             return None
         config = rm.config.SerializeToString(deterministic=True)
@@ -420,10 +420,13 @@ class ModelControl:
         temp_dir: Path | None,
         why: str,
         failed: dict[int, str] | None = None,
+        ready: Iterable[int] = (),
     ) -> None:
         """A model that read (or checked) badly: what serves keeps serving, the rest fails.
         ``failed``: the versions that failed a check Triton makes per version, and why (each
-        listed UNAVAILABLE with it, as 2.51's RepositoryIndex does)."""
+        listed UNAVAILABLE with it, as 2.51's RepositoryIndex does); ``ready``: the served
+        versions the config would have updated in place (listed READY with the reason of a
+        per-version failure)."""
         model = self._models[req.name]
         req.result = ErrorInfo(ErrorCode.INVALID_ARG, why)
         remove_temp_dir(temp_dir)
@@ -436,6 +439,8 @@ class ModelControl:
         else:
             reason = next(iter(failed.values())) if failed else req.result.message
             model.failed = failed_by_invalid_config(model.served(), version_dirs(directory), reason)
+            for v in ready if failed else ():
+                model.versions[v].reason = reason
         log.error("failed to load model '%s': %s", req.name, req.result.message)
         self._link.update(ModelTableUpdate(models=(model.entry(),)), ack=False)
 

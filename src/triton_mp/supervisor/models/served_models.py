@@ -24,6 +24,9 @@ class ServedVersion:
     spec: ModelVersionSpec
     children: list[Child]
     fingerprint: str
+    reason: str = ""
+    """Why an update of this version in place failed (2.51 keeps it READY with that reason
+    in RepositoryIndex until the version is loaded anew)."""
 
 
 @dataclass
@@ -79,6 +82,7 @@ class ServedModel:
             failed_versions=tuple(sorted(v for v in self.failed if v not in self.versions)),
             reason=reason, transition=transition, version_reasons=dict(self.failed),
             retired_versions=retired, unloading_versions=tuple(sorted(self.unloading)),
+            ready_reasons={v: x.reason for v, x in self.versions.items() if x.reason},
             labels=self.labels,
             readiness_hook=any(
                 v.spec.capabilities.readiness_hook for v in self.versions.values()
