@@ -154,3 +154,23 @@ def test_a_raw_request_names_its_input_raw_input(
         ), name
         status, kind, answer = _post(server, "r16_fixed", bytes(16), 0)
         assert (status, kind) == (200, "application/octet-stream"), (name, answer)
+
+
+def test_a_key_given_twice_in_an_input_takes_its_last_value(
+    shared_side_by_side: dict[str, Server],
+) -> None:
+    """rapidjson keeps a repeated key's first value (2.51 serves this request); triton-mp's
+    JSON decoder keeps the last (docs/differences.md)."""
+    body = json.dumps(
+        {"inputs": [{"name": "INPUT0", "shape": [4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+    ).encode()
+    body = body.replace(b'"name": "INPUT0"', b'"name": "INPUT0", "name": "X"')
+    ours = shared_side_by_side["triton-mp"]
+    assert _infer(ours, "r16_fixed", body, len(body)) == (
+        400,
+        "application/json",
+        {"error": "unexpected inference input 'X' for model 'r16_fixed'"},
+    )
+    if "triton" in shared_side_by_side:
+        theirs = _post(shared_side_by_side["triton"], "r16_fixed", body, len(body))
+        assert theirs[:2] == (200, "application/json")
