@@ -20,7 +20,6 @@ from triton_mp.ipc.memory.shm import unlink_quietly
 from triton_mp.ipc.protocol.messages import BatchAssign, BatchDue, Shutdown
 from triton_mp.ipc.protocol.specs import BatchingSpec
 from triton_mp.scheduler import main as scheduler_main
-from triton_mp.scheduler.due_sizes import POLL_MAX_REQUESTS, SIZE_WEIGHT, BatchSizes
 from triton_mp.scheduler.main import _serve
 from triton_mp.scheduler.outbox import Outbound, ToInstance
 from triton_mp.scheduler.policies.clock import (
@@ -36,7 +35,13 @@ from triton_mp.scheduler.policies.clock import (
 from triton_mp.scheduler.policies.default import DefaultScheduler
 from triton_mp.scheduler.policies.dynamic import DynamicBatcher
 from triton_mp.scheduler.policies.policy import Queued
-from triton_mp.workers.due import MAX_POLL_NS, POLL_GRACE_NS, DueBatch
+from triton_mp.workers.due import (
+    MAX_POLL_NS,
+    POLL_GRACE_NS,
+    POLL_MAX_REQUESTS,
+    SIZE_WEIGHT,
+    DueBatch,
+)
 
 # ------------------------------------------------------------------ wait_plan
 
@@ -288,77 +293,34 @@ def test_a_batch_ends_the_poll_and_an_early_notice_is_capped() -> None:
     due = DueBatch()
     due.expect(50_000_000, 0)  # 50 ms ahead: polls MAX_POLL_NS at most
     assert due.poll_s(0) == pytest.approx(MAX_POLL_NS / 1e9)
-    due.arrived()
+    due.arrived(1)
     assert due.poll_s(1) == 0.0
 
 
-def test_the_worker_polls_after_every_notice_it_gets() -> None:
+def test_while_batches_are_large_a_notice_is_slept_through() -> None:
     due = DueBatch()
-    for _ in range(5):
-        due.arrived()  # whatever the batches held: the scheduler chose to notice it
+    for _ in range(3):
+        due.arrived(20)  # loaded: the mean is over the bound
+    assert due.mean_requests > POLL_MAX_REQUESTS
+    due.expect(80 * US, 0)
+    assert due.poll_s(0) == 0.0  # sleeps until the batch's post
+    assert due.at_ns is None
+    due.arrived(1)  # one small batch among large ones: still loaded
+    due.expect(80 * US, 0)
+    assert due.poll_s(0) == 0.0
+    while due.mean_requests > POLL_MAX_REQUESTS:
+        due.arrived(1)
     due.expect(80 * US, 0)
     assert due.poll_s(0) == pytest.approx((80 * US + POLL_GRACE_NS) / 1e9)
 
 
-# ------------------------------------------------------------ scheduler.due_sizes
-
-_BIG = model_spec(
-    "big",
-    (0,),
-    max_batch_size=16,
-    batching=BatchingSpec(kind="dynamic", max_batch_size=16, max_queue_delay_us=100),
-)
-
-
-def _batch_of(h: Harness, requests: int) -> None:
-    """``requests`` requests for ``big`` sent as one batch at the delay's end, then done."""
-    for _ in range(requests):
-        h.request("big")
-    h.clock.advance_us(100)
-    ((instance, batch),) = h.dispatch()
-    assert len(batch.requests) == requests
-    h.done(instance, batch)
-
-
-def _noticed(h: Harness) -> bool:
-    """Whether one new request's delay brings its idle instance a ``BatchDue``."""
-    h.request("big")
-    notices = list(h.core.due_notices(h.now + 1_000 * US))
-    h.deliver(notices)
-    h.clock.advance_us(100)
-    ((instance, batch),) = h.dispatch()
-    h.done(instance, batch)
-    return bool(notices)
-
-
-def test_an_instance_whose_batches_were_large_gets_no_notice() -> None:
-    h = Harness(models=(_BIG,))
-    h.ready(0)
-    assert _noticed(h)  # a lone request: the worker polls for it (c=1's latency)
-    for _ in range(3):
-        _batch_of(h, 12)  # loaded: the mean is over the bound
-    assert h.core._sizes.mean(0) > POLL_MAX_REQUESTS
-    assert not _noticed(h)  # nothing encoded, pushed or posted
-    assert not _noticed(h)  # two small batches among large ones: still loaded
-    noticed = [_noticed(h) for _ in range(8)]
-    assert noticed[-1]  # the load went: the notices come back
-
-
-def test_the_mean_follows_the_batch_sizes_per_instance() -> None:
-    sizes = BatchSizes()
-    assert sizes.mean(3) == 0.0
-    assert sizes.polls(3)
-    sizes.sent(3, 8)
-    assert sizes.mean(3) == pytest.approx(8 * SIZE_WEIGHT)
-    sizes.sent(3, 8)
-    assert sizes.mean(3) == pytest.approx(8 * (1 - (1 - SIZE_WEIGHT) ** 2))
-    assert sizes.mean(4) == 0.0  # per instance
-    for _ in range(10):
-        sizes.sent(3, POLL_MAX_REQUESTS + 1)
-    assert not sizes.polls(3)
-    assert sizes.polls(4)
-    sizes.forget(3)
-    assert sizes.polls(3)
+def test_the_mean_follows_the_batch_sizes() -> None:
+    due = DueBatch()
+    assert due.mean_requests == 0.0
+    due.arrived(8)
+    assert due.mean_requests == pytest.approx(8 * SIZE_WEIGHT)
+    due.arrived(8)
+    assert due.mean_requests == pytest.approx(8 * (1 - (1 - SIZE_WEIGHT) ** 2))
 
 
 # ------------------------------------------------------------------ Inbox.poll

@@ -59,7 +59,6 @@ from triton_mp.scheduler.batch_end import BatchEnds
 from triton_mp.scheduler.cancels import cancel_request
 from triton_mp.scheduler.direct import Handoffs
 from triton_mp.scheduler.done_wakeups import quiet_instances
-from triton_mp.scheduler.due_sizes import BatchSizes
 from triton_mp.scheduler.ensembles import Ensembles
 from triton_mp.scheduler.forming import NOT_FORMING, Forming, forming_state
 from triton_mp.scheduler.instances import Generation, InFlight
@@ -134,8 +133,6 @@ class SchedulerCore:
         """Batches formed but held until the rate limiter grants their resources."""
         self._noticed: dict[int, int] = {}
         """Per instance: the due time its last ``BatchDue`` named (``due_notices``)."""
-        self._sizes = BatchSizes()
-        """Per instance: the mean size of the batches it was handed (``scheduler.due_sizes``)."""
         life = self.lifecycle
         self.ensembles = Ensembles(
             self._out, self.stats, self._on_request, self._on_cancel, self._latest, life.active.get
@@ -295,7 +292,6 @@ class SchedulerCore:
         return self._out.take()
 
     def _on_direct(self, msg: DirectSent, now_ns: int) -> None:
-        self._sizes.sent(msg.instance_id, 1)  # its worker read a batch of one
         done = self.handoffs.on_direct(msg, now_ns)
         if done is not None:
             self._ends.on_done(done, now_ns)
@@ -334,7 +330,6 @@ class SchedulerCore:
         self.handoffs.on_died(msg, now_ns)
         self._stager.on_died(msg.instance_id, now_ns, self._logs)
         self._gate.forget(msg.instance_id)
-        self._sizes.forget(msg.instance_id)
         self.lifecycle.on_died(msg, now_ns)
         if msg.segments:
             # NOTE: the supervisor unlinked them; our mapping alone would keep the pages.
@@ -342,8 +337,6 @@ class SchedulerCore:
 
     def _on_removed(self, msg: InstancesRemoved, now_ns: int) -> None:
         self._gate.remove(msg.instance_ids)
-        for iid in msg.instance_ids:
-            self._sizes.forget(iid)
         self.lifecycle.on_removed(msg, now_ns)
         for prefix in msg.segments:
             self._out.unmap(prefix)
@@ -410,7 +403,6 @@ class SchedulerCore:
         assert inst is not None, f"a policy formed a batch for unknown {batch.instance_id}"
         batch_log.record(batch, inst.label, now_ns)
         reqs, wires = batch_forms(batch.requests)
-        self._sizes.sent(batch.instance_id, len(wires))
         batch_id = self._next_batch_id
         self._next_batch_id += 1
         if log.isEnabledFor(logging.DEBUG):
@@ -445,15 +437,12 @@ class SchedulerCore:
 
     def due_notices(self, horizon_ns: int) -> Sequence[Outbound]:
         """``BatchDue`` for every idle instance whose batch a batching delay will send by
-        ``horizon_ns`` (``Policy.due_batch``), once per due time, while that instance's
-        recent batches were small (``scheduler.due_sizes``): the process loop sends them
-        when it wakes shortly before a deadline, so that the worker polls for the batch
-        rather than sleeps (``workers.due``)."""
+        ``horizon_ns`` (``Policy.due_batch``), once per due time: the process loop sends
+        them when it wakes shortly before a deadline, so that the worker polls for the
+        batch rather than sleeps (``workers.due``)."""
         for gen in self.lifecycle.generations():
             due = gen.policy.due_batch()
             if due is None or due[1] > horizon_ns or self._noticed.get(due[0]) == due[1]:
-                continue
-            if not self._sizes.polls(due[0]):
                 continue
             self._noticed[due[0]] = due[1]
             self._out.to_instance(due[0], BatchDue(at_ns=due[1]))

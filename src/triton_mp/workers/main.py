@@ -301,7 +301,7 @@ def serve(
             if type(msg) is BatchAssign:
                 # NOTE: the hot path (one batch per drain under load): ``handle``'s first
                 # two tests and its call saved.
-                due.arrived()
+                due.arrived(len(msg.requests))
                 worker.run_batch(msg)
                 continue
             if isinstance(msg, BatchDue):
