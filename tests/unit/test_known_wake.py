@@ -46,8 +46,11 @@ def _native():  # type: ignore[no-untyped-def]
 def fresh_epoch() -> int:
     """An epoch newer (u32 serial order) than any an earlier test of this run showed the
     process's one allowance (``KnownWake``), which refuses older ones: microseconds since
-    boot, mod 2**31."""
-    return (time.monotonic_ns() // 1000) & 0x7FFFFFFF
+    boot, mod 2**32. Mod 2**32, not 2**31: the allowance compares epochs in u32 serial order,
+    where 2**32 - 1 -> 0 is one step on, but 2**31 - 1 -> 0 is a step back; with 2**31 every
+    35.8 minutes of uptime a test's epoch read older than the one before it and was refused
+    (a land.sh run failed so at 08:32 on 2026-12-07, the wrap's minute)."""
+    return (time.monotonic_ns() // 1000) & 0xFFFFFFFF
 
 
 def record(rows: int, arrival_ns: int) -> bytes:
