@@ -70,7 +70,6 @@ void InferCall::OnReply(bool) {
 void InferCall::OnFinished(bool) {}
 
 void InferCall::OnDone(bool) {
-  done_ = true;
   if (handoff_id_ == 0) return;
   // NOTE: handed over and not answered: the call is over (cancelled, deadline, shutdown).
   // Withdrawn before the reply, no reply comes: release its reservation.

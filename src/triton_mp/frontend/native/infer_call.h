@@ -69,7 +69,6 @@ class InferCall final : public Awaiting {
 
   int pending_ = 0;         // ops handed to the completion queue (or reserved) and not back
   bool started_ = false;    // a client call arrived (RequestInfer completed ok)
-  bool done_ = false;       // OnDone ran: gRPC ended the call (answered or cancelled)
   bool finishing_ = false;  // Finish called: the call is over
 };
 

@@ -119,7 +119,6 @@ class ProxyCall final : public Awaiting {
   // The handed-off stream: Python's messages not yet written (the front one is being
   // written while stream_writing_), and whether Python ended it (reply_status_ says how).
   std::deque<grpc::ByteBuffer> outbox_;
-  bool stream_ = false;
   bool stream_writing_ = false;
   bool stream_ended_ = false;
 

@@ -20,7 +20,6 @@ void ProxyCall::OpenStream() {
                [&metadata](const std::string& k, const std::string& v) {
                  metadata.emplace_back(k, v);
                });
-  stream_ = true;
   ++pending_;  // Python's end, reserved: Deliver(final) completes it, or Withdraw releases it
   handoff_id_ = target_.handoff->Open(this, std::move(metadata));
   ReadStream();
