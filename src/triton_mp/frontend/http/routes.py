@@ -558,14 +558,11 @@ class HttpFrontend:
                 req, decoupled_message=DECOUPLED_MESSAGE, target=target, trace=trace
             )
             result = await ticket.result()
-        except (RefusedByBackend, ResponseError):
-            # NOTE: 2.51 gets a backend's error or refusal in the response, whose error
-            # FinalizeResponse returns before HandleInfer names application/json.
-            request[_ERROR_TYPE] = PLAIN_TYPE
-            if trace is not None:
-                tracer.finish(trace)
-            raise
-        except TritonMPError:
+        except TritonMPError as e:
+            if isinstance(e, (RefusedByBackend, ResponseError)):
+                # NOTE: 2.51 gets a backend's error or refusal in the response, whose error
+                # FinalizeResponse returns before HandleInfer names application/json.
+                request[_ERROR_TYPE] = PLAIN_TYPE
             if trace is not None:
                 tracer.finish(trace)
             raise
