@@ -42,7 +42,6 @@ log = logging.getLogger(__name__)
 __all__ = [
     "CONFIG_FILENAME",
     "DEFAULT_MAX_BATCH_SIZE",
-    "VERSION_CHECK_PREFIX",
     "choose_versions",
     "ModelVersion",
     "RepositoryModel",
@@ -114,13 +113,9 @@ class RepositoryModel:
     """With ``error``: the versions the policy chose when a check that Triton makes while
     creating each version failed (the backend's auto-complete, the inputs and outputs, the
     instance groups: core ``Model::Init`` and ``TritonModel::Create``, after the poll), so
-    the load fails per version (``VERSION_CHECK_PREFIX``); empty when the model failed as
-    a whole (the poll's checks)."""
-
-
-VERSION_CHECK_PREFIX = "Invalid argument: "
-"""How a version's reason starts when its config failed a check made while creating the
-version: core's ``Status::AsString`` of an INVALID_ARG (state_reason_ in model_lifecycle.cc)."""
+    the load fails per version (each reason core's ``Status::AsString`` of an INVALID_ARG:
+    ``common.errors.status_text``); empty when the model failed as a whole (the poll's
+    checks)."""
 
 
 TEXT_PROTO_ERROR = "failed to read text proto from"

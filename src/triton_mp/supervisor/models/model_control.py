@@ -40,7 +40,7 @@ from pathlib import Path
 
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.config import ServerConfig
-from triton_mp.common.errors import ErrorCode
+from triton_mp.common.errors import ErrorCode, status_text
 from triton_mp.ipc import encode
 from triton_mp.ipc.protocol.control_messages import (
     DirectRoute,
@@ -50,7 +50,7 @@ from triton_mp.ipc.protocol.control_messages import (
     ModelUnloadCall,
 )
 from triton_mp.ipc.protocol.messages import ErrorInfo, InstancesRetired, VersionsActivated
-from triton_mp.model_config.loader import VERSION_CHECK_PREFIX, directory_fingerprint
+from triton_mp.model_config.loader import directory_fingerprint
 from triton_mp.model_config.plan import ModelPlan, plan_models
 from triton_mp.supervisor.models.bls_control import BlsControl, Reply
 from triton_mp.supervisor.models.change_effects import Effects, apply_plan
@@ -400,7 +400,9 @@ class ModelControl:
             return None
         self._models.setdefault(req.name, ServedModel(req.name))
         if rm.error is not None or rm.config is None:
-            failed = {v: VERSION_CHECK_PREFIX + (rm.error or "") for v in rm.failed_versions}
+            failed = {
+                v: status_text(ErrorCode.INVALID_ARG, rm.error or "") for v in rm.failed_versions
+            }
             model = self._models[req.name]
             ready = (
                 model.versions if rm.config and updated_in_place(model.config, rm.config) else ()
