@@ -10,6 +10,11 @@ word again later, over the block the worker had put there meanwhile: the next fr
 block was refused ("state 0"), in about one run of the recipe in three. Three rounds on one
 server; every process logs its first refusal, and the serving frontend counts them in
 ``/metrics``.
+
+The dead frontend's requests are cancelled (its clients' connections went with it): the
+model's ``is_cancelled()`` turns true and the server stops at once on SIGINT. They were not,
+and the model went on answering into rings nobody read once the frontends stopped, so each
+shutdown after such a kill waited out its exit timeout (30 s) and exited 1.
 """
 
 from __future__ import annotations
@@ -51,16 +56,27 @@ def _frontend_on(server: ServerProcess) -> int | None:
     return None
 
 
-def _inputs() -> list[grpcclient.InferInput]:
+def _inputs(n: int = 50, delay_ms: int = 100) -> list[grpcclient.InferInput]:
+    """``repeat_int32``'s inputs: ``n`` responses, ``delay_ms`` apart."""
     ins = [
-        grpcclient.InferInput("IN", [50], "INT32"),
-        grpcclient.InferInput("DELAY", [50], "UINT32"),
+        grpcclient.InferInput("IN", [n], "INT32"),
+        grpcclient.InferInput("DELAY", [n], "UINT32"),
         grpcclient.InferInput("WAIT", [1], "UINT32"),
     ]
-    ins[0].set_data_from_numpy(np.arange(50, dtype=np.int32))
-    ins[1].set_data_from_numpy(np.full(50, 100, dtype=np.uint32))
+    ins[0].set_data_from_numpy(np.arange(n, dtype=np.int32))
+    ins[1].set_data_from_numpy(np.full(n, delay_ms, dtype=np.uint32))
     ins[2].set_data_from_numpy(np.zeros(1, dtype=np.uint32))
     return ins
+
+
+def _repeat_repository(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    shutil.copytree(
+        PROJECT_REPOSITORY / "repeat_int32",
+        repo / "repeat_int32",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    return repo
 
 
 def _round(server: ServerProcess) -> None:
@@ -101,12 +117,7 @@ def _round(server: ServerProcess) -> None:
 def test_frees_racing_the_owners_reuse_never_refuse(
     tmp_path: Path, start_server: Callable[..., ServerProcess]
 ) -> None:
-    repo = tmp_path / "repo"
-    shutil.copytree(
-        PROJECT_REPOSITORY / "repeat_int32",
-        repo / "repeat_int32",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
+    repo = _repeat_repository(tmp_path)
     # NOTE: frontends are killed here: the spare takes their place, as in a deployment
     server = start_server(repo, "--frontend-processes", "2", "--frontend-spare=true")
     wait_for(lambda: server.log().count("triton-mp serving") >= 1, 60, "the frontends")
@@ -117,3 +128,50 @@ def test_frees_racing_the_owners_reuse_never_refuse(
     with urllib.request.urlopen(url, timeout=10) as r:
         text = r.read().decode()
     assert "triton_mp_frontend_refused_frees_total 0" in text.splitlines()
+
+
+LONG_REQUESTS = 4
+LONG_RESPONSES = 60
+"""Each of ``LONG_REQUESTS`` answers 60 times, 250 ms apart: 15 s, far beyond the waits."""
+EXIT_TIMEOUT_S = 10
+
+
+def test_a_dead_frontends_requests_are_cancelled_and_the_server_stops_at_once(
+    tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    server = start_server(
+        _repeat_repository(tmp_path),
+        "--frontend-processes",
+        "2",
+        "--frontend-spare=true",
+        f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
+    )
+    answered = threading.Event()
+    client = grpcclient.InferenceServerClient(
+        server.url, channel_args=[("grpc.use_local_subchannel_pool", 1)]
+    )
+    try:
+        client.start_stream(callback=lambda result, error: answered.set())
+        for i in range(LONG_REQUESTS):
+            client.async_stream_infer(
+                "repeat_int32", _inputs(LONG_RESPONSES, 250), request_id=f"long{i}"
+            )
+        wait_for(answered.is_set, 30, "the first answer")
+        victim = _frontend_on(server)
+        assert victim is not None, "no frontend holds the stream"
+        os.kill(victim, signal.SIGKILL)
+        # NOTE: the model logs each request it finds cancelled (repeat_int32's respond);
+        # one response period after the supervisor told the workers, not after 15 s.
+        wait_for(
+            lambda: server.log().count("cancelled after") == LONG_REQUESTS,
+            10,
+            "the dead frontend's requests to be cancelled",
+        )
+        # NOTE: a stop in the middle of the frontend's restart is a case of its own (the
+        # stop and the restart both reap the new process); this test is about the requests.
+        wait_for(lambda: "restarted (restart 1)" in server.log(), 30, "the frontend back")
+    finally:
+        client.close()
+    t0 = time.monotonic()
+    assert server.stop() == 0, server.log()[-3000:]
+    assert time.monotonic() - t0 < EXIT_TIMEOUT_S

@@ -105,7 +105,7 @@ class _Link:
 
 
 def _restarts(
-    table: _Table, link: _Link, gone: list[tuple[int, int]], spare: bool = True
+    table: _Table, link: _Link, gone: list[tuple[int, int, int]], spare: bool = True
 ) -> tuple[FrontendRestarts, list[Callable[[], None]]]:
     queued: list[Callable[[], None]] = []
     r = FrontendRestarts(
@@ -113,7 +113,7 @@ def _restarts(
         link,  # type: ignore[arg-type]
         queued.append,
         lambda i, first, counts: f"{i}:{first}:{sorted(counts.items())}".encode(),
-        lambda fid, pid: gone.append((fid, pid)),
+        lambda fid, pid, below: gone.append((fid, pid, below)),
         5.0,
         frontends=2,
         spare=spare,
@@ -133,7 +133,7 @@ def test_each_start_of_a_frontend_counts_request_ids_from_its_own_range() -> Non
     # The last id of start 8190 still makes a direct batch id that fits an int64.
     assert -direct_batch_id(1023, first_request_id(8190) + FRONTEND_ID_RANGE - 1) < 2**63
     table, link = _Table(), _Link()
-    gone: list[tuple[int, int]] = []
+    gone: list[tuple[int, int, int]] = []
     r, _ = _restarts(table, link, gone)
     assert r.spec(1) == b"1:1:[(0, 0), (1, 0)]"
     assert r.spec(1) == f"1:{FRONTEND_ID_RANGE + 1}:[(0, 0), (1, 0)]".encode()
@@ -145,8 +145,9 @@ def test_a_dead_frontend_is_freed_then_replaced_by_the_spare_then_counted(
 ) -> None:
     monkeypatch.setattr(fr, "with_current_log", lambda role, spec: spec)
     table, link = _Table(), _Link()
-    gone: list[tuple[int, int]] = []
+    gone: list[tuple[int, int, int]] = []
     r, queued = _restarts(table, link, gone)
+    assert r.spec(1).startswith(b"1:1:")  # the first process of frontend 1, at start
     r.keep_spare()
     assert table.events == ["spawn spare"]
     spare_pid = table.children[0].process.pid  # type: ignore[union-attr]
@@ -158,12 +159,13 @@ def test_a_dead_frontend_is_freed_then_replaced_by_the_spare_then_counted(
     assert not gone
     (job,) = queued
     job()
-    assert gone == [(1, 77)]  # its arenas first
+    # Its arenas first, and its requests cancelled: every id below the new process's first.
+    assert gone == [(1, 77, FRONTEND_ID_RANGE + 1)]
     assert dead.process is not None
     assert dead.process.pid == spare_pid
     name, spec = dead.ready_conn.sent  # type: ignore[union-attr]
     assert name == b"1"
-    assert spec.startswith(b"1:")
+    assert spec.startswith(f"1:{FRONTEND_ID_RANGE + 1}:".encode())
     # Frontend 0 sent its client regions to the new 1 before 1 could serve.
     assert link.events == ["detach 1", "1 to 0", "attach 1"]
     assert not dead.managed
@@ -179,7 +181,7 @@ def test_without_a_spare_a_dead_frontend_is_started_from_scratch(
     """``--frontend-spare=false``: no spare waits, before or after the restart."""
     monkeypatch.setattr(fr, "with_current_log", lambda role, spec: spec)
     table, link = _Table(), _Link()
-    gone: list[tuple[int, int]] = []
+    gone: list[tuple[int, int, int]] = []
     r, queued = _restarts(table, link, gone, spare=False)
     r.keep_spare()
     assert table.events == []
@@ -187,7 +189,7 @@ def test_without_a_spare_a_dead_frontend_is_started_from_scratch(
     r.died(dead)
     (job,) = queued
     job()
-    assert gone == [(1, 77)]
+    assert gone == [(1, 77, 1)]  # no process of frontend 1 started here before
     assert table.events == ["spawn 1", "release"]
     assert r.counts == {0: 0, 1: 1}
 
@@ -196,7 +198,7 @@ def test_a_frontend_that_keeps_failing_to_start_stops_the_server(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     table, link = _Table(fail_starts=MAX_RESTARTS), _Link()
-    gone: list[tuple[int, int]] = []
+    gone: list[tuple[int, int, int]] = []
     r, queued = _restarts(table, link, gone)
     dead = _dead("0", 5)
     r.died(dead)
@@ -208,3 +210,4 @@ def test_a_frontend_that_keeps_failing_to_start_stops_the_server(
     assert len(slept) == MAX_RESTARTS - 1
     assert slept == sorted(slept)
     assert "attach 0" not in link.events
+

@@ -208,6 +208,9 @@ EXAMPLES: dict[str, list[object]] = {
         m.BatchAssign(batch_id=10, requests=(), dispatch_ns=0),
         m.BatchDue(at_ns=123_456_789),
         m.DropSegments(prefixes=("/triton_mp_1_f0p77_",)),
+        m.DropSegments(
+            prefixes=("/triton_mp_1_f1p78_",), holder=78, frontend_id=1, requests_below=2**41 + 1
+        ),
         m.CancelRequest(
             request_id=7, reply_to=m.ReplyTo(m.Requester.BLS, 3), model="repeat_int32", version=1
         ),

@@ -3,19 +3,25 @@ message does, and when the loop stops. No process, ring or backend: fakes stand 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from triton_mp.ipc.protocol.messages import (
     BatchAssign,
+    BlockRef,
     BlsClientWiring,
     BlsWorkerUpdate,
     CancelRequest,
+    DropSegments,
+    InferRequest,
     ReplyTo,
     Requester,
     Shutdown,
     ToWorker,
 )
-from triton_mp.workers.main import handle, replayed_on_start, serve
+from triton_mp.ipc.protocol.specs import FRONTEND_ID_RANGE
+from triton_mp.workers.main import cancel_now, handle, replayed_on_start, serve
+from triton_mp.workers.worker import Worker
 
 
 class FakeWorker:
@@ -27,6 +33,12 @@ class FakeWorker:
 
     def cancel(self, msg: CancelRequest) -> None:
         self.did.append(("cancel", msg.request_id))
+
+    def frontend_gone(self, msg: DropSegments) -> None:
+        self.did.append(("gone", msg.frontend_id))
+
+    def drop_segments(self, prefixes: tuple[str, ...], holder: int = 0) -> None:
+        self.did.append(("drop", holder))
 
 
 class FakeInbox:
@@ -108,3 +120,54 @@ def test_the_loop_returns_how_long_a_retired_instance_waits_for_its_readers() ->
     w: Any = FakeWorker()
     i: Any = inbox
     assert serve(i, w, lambda u: None) == 10.0
+
+
+def _dead(frontend_id: int, below: int) -> DropSegments:
+    return DropSegments(prefixes=("/p",), holder=77, frontend_id=frontend_id, requests_below=below)
+
+
+def test_a_dead_frontend_cancels_at_once_and_its_arenas_go_in_the_loop() -> None:
+    """During a batch the watch applies the cancellation and keeps the message; the loop
+    then applies both (again: idempotent) and unmaps."""
+    worker = FakeWorker()
+    w: Any = worker
+    assert not cancel_now(w)(_dead(1, 5))
+    assert worker.did == [("gone", 1)]
+    assert not handle(_dead(1, 5), w, lambda u: None)
+    assert worker.did == [("gone", 1), ("gone", 1), ("drop", 77)]
+
+
+def _request(frontend_id: int, request_id: int, kind: Requester = Requester.FRONTEND) -> Any:
+    return InferRequest(
+        request_id=request_id,
+        reply_to=ReplyTo(kind, frontend_id),
+        model="m",
+        version=1,
+        batch_size=1,
+        inputs=(),
+        outputs=(),
+        block=BlockRef("/a", 0),
+        arrival_ns=0,
+    )
+
+
+def test_a_dead_frontends_requests_count_as_cancelled_and_no_others() -> None:
+    """``Worker.is_cancelled`` after ``frontend_gone``: the requests of frontend 1 with ids
+    below its next process's first; not its new process's, not frontend 0's, not a BLS
+    client 1's; an older (smaller) bound arriving late lowers nothing."""
+    worker: Any = SimpleNamespace(watch=None, _cancelled=set(), _gone_below={})
+    second = FRONTEND_ID_RANGE + 1
+    old, new = _request(1, 5), _request(1, second)
+    assert not Worker.is_cancelled(worker, old)
+    Worker.frontend_gone(worker, _dead(1, second))
+    assert Worker.is_cancelled(worker, old)
+    assert Worker.is_cancelled(worker, _request(1, second - 1))
+    assert not Worker.is_cancelled(worker, new)
+    assert not Worker.is_cancelled(worker, _request(0, 5))
+    assert not Worker.is_cancelled(worker, _request(1, 5, Requester.BLS))
+    Worker.frontend_gone(worker, _dead(1, 1))
+    assert Worker.is_cancelled(worker, old)
+    Worker.frontend_gone(worker, _dead(-1, 2 * second))
+    assert not Worker.is_cancelled(worker, new)
+    Worker.frontend_gone(worker, _dead(1, 2 * FRONTEND_ID_RANGE + 1))
+    assert Worker.is_cancelled(worker, new)

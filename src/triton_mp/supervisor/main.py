@@ -388,16 +388,20 @@ class Supervisor:
             )
         )
 
-    def _on_frontend_gone(self, frontend_id: int, pid: int) -> None:
+    def _on_frontend_gone(self, frontend_id: int, pid: int, requests_below: int) -> None:
         """Free a dead frontend process's input arenas (unlink them, and every worker unmaps
         them), the workers' output blocks its replies held (``ipc.output_holds``) and its
-        temporary directories (model control's change thread:
+        temporary directories, and have the workers cancel its requests (those of
+        ``frontend_id`` with ids below ``requests_below``) (model control's change thread:
         ``supervisor.processes.frontend_restart``)."""
         process_dirs.remove(process_dirs.NATIVE_GRPC, pid)
         self.wiring.remove_frontend_process(frontend_id, pid)
         if self._instances is not None:
             self._instances.drop_segments(
-                self.topology.frontend_process_segments(frontend_id, pid), holder=pid
+                self.topology.frontend_process_segments(frontend_id, pid),
+                holder=pid,
+                frontend_id=frontend_id,
+                requests_below=requests_below,
             )
 
     # ------------------------------------------------------------- shutdown

@@ -266,6 +266,7 @@ def handle(msg: ToWorker, worker: Worker, rewire: Callable[[BlsWorkerUpdate], No
     elif isinstance(msg, LogSettingsUpdate):
         apply_update(msg)
     elif isinstance(msg, DropSegments):
+        worker.frontend_gone(msg)
         worker.drop_segments(msg.prefixes, msg.holder)
     return False
 
@@ -322,13 +323,17 @@ def _wait(inbox: Inbox[ToWorker], due: DueBatch) -> None:
 
 
 def cancel_now(worker: Worker) -> Callable[[ToWorker], bool]:
-    """What the execution watch applies during a batch: cancellations and readiness checks
-    (the rest waits for the loop)."""
+    """What the execution watch applies during a batch: cancellations (a dead frontend's
+    too: its arenas are unmapped by the loop) and readiness checks (the rest waits for the
+    loop)."""
 
     def apply(msg: ToWorker) -> bool:
         if isinstance(msg, CancelRequest):
             worker.cancel(msg)
             return True
+        if isinstance(msg, DropSegments):
+            worker.frontend_gone(msg)
+            return False
         if isinstance(msg, ReadyCheck):
             worker.check_ready(msg)
             return True

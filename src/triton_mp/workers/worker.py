@@ -48,6 +48,7 @@ from triton_mp.ipc.protocol.messages import (
     BatchAssign,
     BatchDone,
     CancelRequest,
+    DropSegments,
     ErrorInfo,
     InferRequest,
     InferResponse,
@@ -145,6 +146,9 @@ class Worker:
         self._cancelled: set[tuple[ReplyTo, int]] = set()
         """(reply address, request id) of running or open (decoupled) requests whose client
         went away; also written by a model thread polling the execution watch."""
+        self._gone_below: dict[int, int] = {}
+        """Frontend id -> request ids below this came from its dead processes: their
+        requests count as cancelled (``frontend_gone``)."""
         self._answers = Answers(
             spec.instance.instance_id,
             arena,
@@ -218,7 +222,14 @@ class Worker:
         watch = self.watch
         if watch is not None:
             watch.poll()
-        return (req.reply_to, req.request_id) in self._cancelled
+        if (req.reply_to, req.request_id) in self._cancelled:
+            return True
+        gone = self._gone_below
+        return (
+            bool(gone)
+            and req.reply_to.kind == Requester.FRONTEND
+            and req.request_id < gone.get(req.reply_to.id, 0)
+        )
 
     def check_ready(self, msg: ReadyCheck) -> None:
         """Answer a readiness check: through the model's ``is_ready()`` (off this thread),
@@ -252,6 +263,15 @@ class Worker:
             # NOTE: a cancellation that raced its request's end is never discarded.
             self._cancelled.clear()
         self._cancelled.add((msg.reply_to, msg.request_id))
+
+    def frontend_gone(self, msg: DropSegments) -> None:
+        """A frontend process died (``DropSegments``): from now on every request of frontend
+        ``msg.frontend_id`` with an id below ``msg.requests_below`` counts as cancelled,
+        running or still to come (its client's connection went with the process; without
+        this a decoupled model went on answering into a ring nobody would read once the
+        frontends stopped, and held the server's shutdown until its exit timeout)."""
+        if msg.frontend_id >= 0 and msg.requests_below > self._gone_below.get(msg.frontend_id, 0):
+            self._gone_below[msg.frontend_id] = msg.requests_below
 
     def run_batch(self, batch: BatchAssign) -> None:
         """Execute one batch, answer every request in it, then report ``BatchDone``

@@ -495,6 +495,14 @@ class DropSegments(msgspec.Struct, frozen=True, tag="drop_segments", array_like=
     holder: int = 0
     """The dead process's pid: free the output blocks its replies held in place
     (``ipc.output_holds``); 0: none."""
+    frontend_id: int = -1
+    """The dead process's frontend id (``ReplyTo.id``); -1: no requests to cancel."""
+    requests_below: int = 0
+    """Every request of frontend ``frontend_id`` whose id is below this came from the dead
+    process or an earlier one of that frontend (``FrontendSpec.first_request_id`` of the next):
+    their clients' connections dropped with it, so the worker counts them cancelled
+    (``request.is_cancelled()``), as Triton's gRPC frontend cancels a call whose client went
+    away."""
 
 
 ToWorker = (

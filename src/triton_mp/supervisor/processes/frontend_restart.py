@@ -4,9 +4,11 @@ Imported by ``supervisor.main``. The watch loop (``supervisor.processes.children
 frontend to ``FrontendRestarts.died`` instead of stopping the server. What the dead process
 had is reclaimed there: its control pipe is detached (``supervisor.processes.frontend_link``: model
 changes stop sending to it and stop waiting for it), its input arenas are unlinked and every
-worker unmaps them (``on_gone``). Its clients saw their connections drop; requests it had
-sent on still run, and their answers land in its rings, where the new process frees their
-output blocks (their ids are below its ``FrontendSpec.first_request_id``). A lease it took
+worker unmaps them (``on_gone``). Its clients saw their connections drop, so the workers
+count the requests it had sent on cancelled (``DropSegments.requests_below``: their ids are
+below the new process's ``FrontendSpec.first_request_id``), as Triton cancels the calls of
+a client that went away; what they still answer lands in its rings, where the new process
+frees their output blocks. A lease it took
 and never used is freed by the scheduler's claim timeout (``scheduler.direct``).
 
 The new process is a *spare*: a frontend process started ahead (``keep_spare``) that has
@@ -44,6 +46,9 @@ log = logging.getLogger(__name__)
 
 BuildSpec = Callable[[int, int, dict[int, int]], bytes]
 """Frontend id, first request id, restart counts -> the encoded ``FrontendSpec``."""
+OnGone = Callable[[int, int, int], None]
+"""Frontend id, the dead process's pid, the bound below which every request id of that
+frontend is a dead process's (the next process's first request id)."""
 
 
 def first_request_id(start: int) -> int:
@@ -59,7 +64,8 @@ class FrontendRestarts:
         link: the frontends' control pipes.
         on_change_thread: runs a function on model control's change thread.
         build_spec: a frontend's spec as the server is now.
-        on_gone: frees what a dead frontend process had (frontend id, pid).
+        on_gone: frees what a dead frontend process had and cancels its requests
+            (``OnGone``).
         startup_timeout_s: how long a new frontend may take to report ready.
         frontends: how many frontends the server runs (``--frontend-processes``).
         spare: whether to keep a spare (``--frontend-spare``); without one, ``keep_spare``
@@ -72,7 +78,7 @@ class FrontendRestarts:
         link: FrontendLink,
         on_change_thread: Callable[[Callable[[], None]], None],
         build_spec: BuildSpec,
-        on_gone: Callable[[int, int], None],
+        on_gone: OnGone,
         startup_timeout_s: float,
         frontends: int = 1,
         spare: bool = True,
@@ -134,6 +140,11 @@ class FrontendRestarts:
         self._starts[frontend_id] = start + 1
         return self._build_spec(frontend_id, first_request_id(start), dict(self.counts))
 
+    def _gone(self, fid: int, pid: int) -> None:
+        """``on_gone`` for process ``pid`` of frontend ``fid``: every id that frontend's
+        processes took so far is below the next one's first."""
+        self._on_gone(fid, pid, first_request_id(self._starts.get(fid, 0)))
+
     def died(self, c: Child) -> None:
         """The watch loop saw frontend ``c`` exit (watch thread): reclaim what it had and
         queue its restart. The child stays ``managed`` until its successor serves."""
@@ -159,7 +170,7 @@ class FrontendRestarts:
         """Free what the dead process had, start ``c`` again and join it to the control
         pipes (change thread: the supervisor's rings into the workers have one writer)."""
         fid = int(c.name)
-        self._on_gone(fid, dead_pid)
+        self._gone(fid, dead_pid)
         # NOTE: client shared-memory registrations live in the frontends: one that serves
         # puts all it knows into its ring to the new one, before the new one can serve.
         peers = sorted(self._link.attached() - {fid})
@@ -183,7 +194,7 @@ class FrontendRestarts:
             log.error("frontend %s did not restart: %s", c.name, "; ".join(errors.values()))
             if c.process is not None:
                 self._table.kill(c)
-                self._on_gone(fid, pid or 0)
+                self._gone(fid, pid or 0)
             c.process = None
             if c.restarts >= MAX_RESTARTS:
                 log.error("frontend %s failed %d times; stopping the server", c.name, c.restarts)

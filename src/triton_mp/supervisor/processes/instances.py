@@ -344,14 +344,23 @@ class Instances:
             x.respec(msgspec.structs.replace(x.spec, bls=bls))
             self._send_bls([(i, BlsWorkerUpdate(instance_id=i, seq=self._bls_seq, models=table))])
 
-    def drop_segments(self, prefix: str, holder: int = 0) -> None:
+    def drop_segments(
+        self, prefix: str, holder: int = 0, frontend_id: int = -1, requests_below: int = 0
+    ) -> None:
         """Tell every running worker to unmap the arenas named ``prefix...`` (a dead
-        frontend's, unlinked already) and to free the output blocks the dead process
-        ``holder`` (its pid) held in place (``ipc.output_holds``), on the supervisor's
-        control ring into its inbox."""
+        frontend's, unlinked already), to free the output blocks the dead process
+        ``holder`` (its pid) held in place (``ipc.output_holds``) and to count the requests
+        of ``frontend_id`` with ids below ``requests_below`` cancelled, on the supervisor's
+        control ring into its inbox (``DropSegments``)."""
+        msg = DropSegments(
+            prefixes=(prefix,),
+            holder=holder,
+            frontend_id=frontend_id,
+            requests_below=requests_below,
+        )
         for instance_id, x in list(self._wired.items()):
             try:
-                x.control.send(DropSegments(prefixes=(prefix,), holder=holder))
+                x.control.send(msg)
             except (ChannelTimeout, RecordTooLarge):
                 # NOTE: a stuck worker keeps the mapping; the memory goes when it exits.
                 log.warning("instance %d did not take the dead frontend's arenas", instance_id)
