@@ -79,3 +79,33 @@ def test_a_spare_whose_pipe_closed_is_killed_and_the_frontend_spawned() -> None:
     assert proc.killed  # type: ignore[union-attr]
     assert fe.process is None
     assert fe.ready_conn is None
+
+
+class _ProcessTakenAway(_Process):
+    """A process whose ``join`` lets the change thread give up its frontend's restart
+    (``FrontendRestarts._restart`` sets ``Child.process`` to None) while the stop waits."""
+
+    def __init__(self, child: Child, pid: int) -> None:
+        super().__init__(pid)
+        self.child = child
+        self.terminated = False
+
+    def terminate(self) -> None:
+        self.terminated = True
+
+    def join(self, timeout: float | None = None) -> None:
+        self.child.process = None
+        self.alive = False
+
+
+def test_the_stop_joins_the_process_it_saw_when_a_restart_drops_it_meanwhile() -> None:
+    """A SIGINT during a frontend's restart: the supervisor's stop raised AttributeError
+    ('NoneType' has no 'is_alive') and left the server's shared memory behind."""
+    table = ChildTable()
+    c = Child("frontend", "0", b"")
+    p = _ProcessTakenAway(c, 41)
+    c.process = p  # type: ignore[assignment]
+    table.add([c])
+    assert not table.stop_frontends(drain=True, deadline=0.0)
+    assert p.terminated
+    assert c.process is None

@@ -211,3 +211,25 @@ def test_a_frontend_that_keeps_failing_to_start_stops_the_server(
     assert slept == sorted(slept)
     assert "attach 0" not in link.events
 
+
+class _StoppedWhileStarting(_Table):
+    """The server's stop arrives while the new frontend starts, and ends it."""
+
+    def await_ready(self, children: list[Child], timeout_s: float) -> dict[str, str]:
+        self.stopping = True
+        return {children[0].name: "exited with code -15 before ready"}
+
+
+def test_a_restart_the_servers_stop_ended_is_no_failure(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(fr, "with_current_log", lambda role, spec: spec)
+    table, link = _StoppedWhileStarting(), _Link()
+    gone: list[tuple[int, int, int]] = []
+    r, queued = _restarts(table, link, gone, spare=False)
+    dead = _dead("0", 5)
+    r.died(dead)
+    queued[0]()
+    assert table.events == ["spawn 0"]  # not killed, not started again: the stop joins it
+    assert dead.restarts == 0
+    assert "did not restart" not in caplog.text

@@ -280,9 +280,10 @@ class ChildTable:
 
     def kill(self, c: Child) -> None:
         """SIGKILL a child and reap it."""
-        if c.process is not None and c.process.is_alive():
-            c.process.kill()
-            c.process.join(timeout=JOIN_TIMEOUT_S)
+        p = c.process
+        if p is not None and p.is_alive():
+            p.kill()
+            p.join(timeout=JOIN_TIMEOUT_S)
 
     def await_exit(self, children: list[Child], timeout_s: float) -> None:
         """Wait up to ``timeout_s`` for children told to stop (claimed: an expected exit) to
@@ -446,11 +447,12 @@ class ChildTable:
         had to be killed."""
         frontends = self.children("frontend")
         for c in frontends:
-            if c.process is not None and c.process.is_alive():
+            p = c.process  # NOTE: a restart on the change thread may set it to None meanwhile
+            if p is not None and p.is_alive():
                 if drain:
-                    c.process.terminate()
+                    p.terminate()
                 else:
-                    c.process.kill()
+                    p.kill()
         return self._join_until(frontends, deadline + FRONTEND_STOP_MARGIN_S)
 
     def kill_workers(self) -> None:
@@ -466,10 +468,13 @@ class ChildTable:
     def _join_until(self, children: list[Child], deadline: float) -> bool:
         killed = False
         for c in children:
-            if c.process is None:
+            p = c.process
+            if p is None:
                 continue
-            c.process.join(timeout=max(0.0, deadline - time.monotonic()))
-            if c.process.is_alive():
+            # NOTE: the process seen, not ``c.process`` again: a frontend's restart (change
+            # thread) that the stop failed sets it to None at any time.
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
                 log.warning("%s %s did not stop; killing it", c.role, c.name)
                 self.kill(c)
                 killed = True

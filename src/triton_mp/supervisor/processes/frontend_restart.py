@@ -189,6 +189,8 @@ class FrontendRestarts:
                 self._link.update(ModelTableUpdate(frontend_restarts=dict(self.counts)), ack=False)
                 self.keep_spare()
                 return
+            if self._table.stopping:
+                return  # NOTE: the server's stop ended the new process; nothing failed
             c.restarts += 1
             pid = c.process.pid if c.process is not None else 0
             log.error("frontend %s did not restart: %s", c.name, "; ".join(errors.values()))
