@@ -85,13 +85,20 @@ def _feed(lead: WakeLead, samples: list[int]) -> None:
 
 
 def test_the_lead_follows_the_late_quantile_of_the_sleeps_plus_the_notice() -> None:
-    # sleeps that end 20-80 µs late, evenly: the 0.9 quantile is ~74 µs
+    # sleeps that end 20-80 µs late, evenly: the 0.75 quantile is ~65 µs
     rng = random.Random(34)
     samples = [rng.randrange(20 * US, 80 * US) for _ in range(6000)]
     lead = WakeLead()
-    _feed(lead, samples)
+    _feed(lead, samples[:3000])
+    # NOTE: a streaming estimate wanders around the quantile (a few µs): its mean over
+    # the second half sits on it.
+    seen = []
+    for late in samples[3000:]:
+        lead.slept(late)
+        seen.append(lead.late_ns)
     want = sorted(samples)[int(len(samples) * LATE_QUANTILE)]
-    assert abs(lead.late_ns - want) < 8 * US
+    assert abs(sum(seen) / len(seen) - want) < 3 * US
+    assert abs(lead.late_ns - want) < 12 * US
     assert lead.lead_ns == lead.late_ns + LEAD_MARGIN_NS
 
 
@@ -183,9 +190,9 @@ def test_the_loop_notices_the_worker_before_the_deadline_and_learns_how_late_it_
     assert deadline is not None
     start = h.now
     events: list[tuple[str, object]] = []
-    inbox = _LoopInbox(h.clock, events, late_us=30)
-    # the notice's post costs 60 µs (a woken worker takes this vCPU)
-    router = _LoopRouter(h.clock, events, flush_us=60)
+    inbox = _LoopInbox(h.clock, events, late_us=40)
+    # the notice's post costs 58 µs (a woken worker takes this vCPU)
+    router = _LoopRouter(h.clock, events, flush_us=58)
     lead = WakeLead()
     before = lead.late_ns
     monkeypatch.setattr(scheduler_main.os, "sched_yield", lambda: events.append(("yield", None)))
@@ -207,11 +214,12 @@ def test_the_loop_notices_the_worker_before_the_deadline_and_learns_how_late_it_
     # planned after the pass's bookkeeping (no time passes on this clock)
     assert sleep_s == pytest.approx((deadline - start - DUE_LEAD_NS) / 1e9)
     due_at, polled_at, assign_at = events[1][1], events[3][1], events[4][1]
-    assert due_at == deadline - DUE_LEAD_NS + 30 * US  # the sleep ended 30 µs late
-    assert polled_at == deadline - DUE_LEAD_NS + 90 * US  # and the notice took 60
+    assert due_at == deadline - DUE_LEAD_NS + 40 * US  # the sleep ended 40 µs late
+    assert polled_at == deadline - DUE_LEAD_NS + 98 * US  # and the notice took 58
     assert assign_at == deadline
-    # 90 µs late is over the estimate (80 µs at first): the next lead is longer; the
-    # sleep's 30 µs alone would have brought it down
+    # 98 µs late is over the estimate (95 µs at first): the next lead is longer; the
+    # sleep's 40 µs alone would have brought it down
+    assert before == DUE_LEAD_NS - LEAD_MARGIN_NS
     assert lead.late_ns > before
 
 

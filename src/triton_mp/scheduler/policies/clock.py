@@ -22,15 +22,23 @@ median and ~100 µs at p90 under load, and a cold worker's wake-up costs as much
 polling for this long instead costs at most that much CPU per delayed batch, in each of the
 two processes."""
 
-LEAD_MARGIN_NS = 20_000
+LEAD_MARGIN_NS = 5_000
 """What ``WakeLead`` adds to how late the scheduler's poll before a deadline started: its
 timed sleep's lateness and the cost of the notices (the ``BatchDue``'s encode, push and post,
 which on a busy machine hands the vCPU to the woken worker: 38 µs at the median at load 7,
-against ~15 µs alone), both measured. The worker's own wake-up after the notice overlaps the
-scheduler's dispatch at the deadline (~25 µs); the margin keeps the poll's start before it."""
+against ~15 µs alone), both measured. The poll from its start to the deadline is spin, the
+scheduler's CPU for its whole length, once per delayed batch: at add_sub_py c=16 it never
+ended early (every request joins the forming batch without a post) and lasted the lead less
+the poll's lateness, ~42 µs of wall and ~35 µs of CPU per batch with a 20 µs margin and the
+0.9 quantile (late p10/p50/p90 47/57/76 µs, lead 84/93/113). With 5 µs and the 0.75
+quantile (s16sch, 2026-12-07, load 7-10): the due wait 66-75 against 87-92 µs per batch
+(``bench/sched_phases.py``), scheduler CPU per inference lower in 6 of 8 interleaved pairs
+(``ab_interleaved.py`` c=16, medians 18.7 against 22.4 µs, infer/s higher in 5 of 8) and at
+c=1 (``ab_c1.py``, 5 rounds: 184 against 193 µs, lower in 4 of 5), c=1 p50 803 against 785 µs
+(0.80x Triton either way: a batch whose poll starts late leaves late by a few µs)."""
 
-MIN_LEAD_NS = LEAD_MARGIN_NS
-"""The shortest lead ``WakeLead`` gives."""
+MIN_LEAD_NS = 20_000
+"""The shortest lead ``WakeLead`` gives (the notices' own cost alone, ~15-20 µs)."""
 
 MAX_LEAD_NS = 150_000
 """The longest lead ``WakeLead`` gives: under heavy load a timed sleep can end milliseconds
@@ -41,14 +49,15 @@ at the cap, polling past the median sleep's lateness (53 µs at that load, p90 4
 ``bench/wake_cost.py``) for a tail it rarely caught; at 150 µs it still covers the median
 sleep and the notice twice over."""
 
-LATE_QUANTILE = 0.9
-"""Which quantile of its timed sleeps' lateness ``WakeLead`` tracks."""
+LATE_QUANTILE = 0.75
+"""Which quantile of its timed sleeps' lateness ``WakeLead`` tracks (``LEAD_MARGIN_NS`` says
+why not 0.9: a higher quantile is a longer poll on every batch for the few late ones)."""
 
 LATE_STEP_NS = 2_000
 """How far one late sleep moves ``WakeLead``'s quantile estimate (ns): up by
 ``LATE_STEP_NS * LATE_QUANTILE`` when the sleep was later than the estimate, down by
-``LATE_STEP_NS * (1 - LATE_QUANTILE)`` otherwise, so ~10% of samples stay above it; a jump
-of 20 µs in the lateness is followed within ~11 later sleeps, a fall within ~100."""
+``LATE_STEP_NS * (1 - LATE_QUANTILE)`` otherwise, so ~25% of samples stay above it; a jump
+of 20 µs in the lateness is followed within ~14 later sleeps, a fall within ~40."""
 
 
 class WakeLead:
