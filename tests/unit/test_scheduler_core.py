@@ -14,6 +14,7 @@ from tests.unit.scheduler_harness import US, Harness
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.memory.ring import RecordTooLarge
 from triton_mp.ipc.protocol.messages import (
+    QUEUED_ORIGIN,
     BatchAssign,
     BatchDone,
     ModelAvailability,
@@ -226,7 +227,7 @@ def test_worker_died_fails_its_in_flight_requests(h: Harness) -> None:
         assert m.error.code == ErrorCode.UNAVAILABLE
         assert "'add_sub'" in m.error.message
         assert "exit code -9" in m.error.message
-        assert m.error.origin == "scheduler"
+        assert m.error.origin == QUEUED_ORIGIN  # NOTE: answered in the response, as Triton
     st = h.stats("add_sub")
     assert (st.fail.count, st.success.count, st.execution_count) == (4, 0, 0)
     assert h.core.idle()

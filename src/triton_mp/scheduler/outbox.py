@@ -19,6 +19,7 @@ from typing import NamedTuple
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.protocol.log_messages import LogSettingsUpdate
 from triton_mp.ipc.protocol.messages import (
+    QUEUED_ORIGIN,
     BatchAssign,
     BatchDue,
     BlockRef,
@@ -152,12 +153,17 @@ class Outbox:
         self._items.append(Detach(instance_id))
 
     def end(
-        self, req: Request, code: ErrorCode, message: str, handoffs: tuple[Handoff, ...] = ()
+        self,
+        req: Request,
+        code: ErrorCode,
+        message: str,
+        handoffs: tuple[Handoff, ...] = (),
+        origin: str = "scheduler",
     ) -> None:
         """End a request with an error (``RequestFailed`` from the scheduler) without
         counting it: its failure was counted already (an open decoupled request, an
-        ensemble request, whose ``handoffs`` go with it)."""
-        error = ErrorInfo(code=code, message=message, origin="scheduler")
+        ensemble request, whose ``handoffs`` go with it). ``origin``: ``ErrorInfo.origin``."""
+        error = ErrorInfo(code=code, message=message, origin=origin)
         failed = RequestFailed(request_id=req.request_id, error=error, handoffs=handoffs)
         self.reply(req.reply_to, failed)
 
@@ -173,8 +179,12 @@ class Outbox:
 
         Args:
             reason: Triton's failure reason (``nv_inference_request_failure``): REJECTED,
-                CANCELED, BACKEND or OTHER; None: counted nowhere (a full queue's refusal).
+                CANCELED, BACKEND or OTHER; None: counted nowhere (a refusal Triton's
+                enqueue call returns: a full queue, a sequence's missing START). A counted
+                failure goes as Triton's response error (``QUEUED_ORIGIN``).
         """
-        if reason is not None:
-            self._stats.record_failure(req.model, req.version, req.arrival_ns, now_ns, reason)
-        self.end(req, code, message)
+        if reason is None:
+            self.end(req, code, message)
+            return
+        self._stats.record_failure(req.model, req.version, req.arrival_ns, now_ns, reason)
+        self.end(req, code, message, origin=QUEUED_ORIGIN)

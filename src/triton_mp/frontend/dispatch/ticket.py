@@ -27,7 +27,7 @@ from triton_mp.frontend.classification import Classify, top_k
 from triton_mp.frontend.dispatch.pending import Answer, PendingTable
 from triton_mp.frontend.tracing.tracer import Trace
 from triton_mp.ipc import SegmentCache, TensorRef
-from triton_mp.ipc.protocol.messages import InferResponse, RequestFailed
+from triton_mp.ipc.protocol.messages import QUEUED_ORIGIN, InferResponse, RequestFailed
 
 _LOCAL = "<frontend>"
 """The segment name of an output made in the frontend (no arena has it: a "/" begins those,
@@ -145,8 +145,10 @@ class InferResult:
 
 class ResponseError(TritonMPError):
     """An error a response carries: the one the model's backend made for this request
-    (``InferResponse.error``). Triton's HTTP frontend answers it from ``FinalizeResponse``,
-    before it names a ``Content-Type`` (``frontend.http.routes``: text/plain)."""
+    (``InferResponse.error``), or the scheduler's failure of a queued request (its
+    ``QUEUED_ORIGIN``: a queue timeout, a dead instance). Triton's HTTP frontend answers it
+    from ``FinalizeResponse``, before it names a ``Content-Type`` (``frontend.http.routes``:
+    text/plain)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,8 +291,11 @@ class Ticket:
 
     def _response(self, answer: Answer) -> Response:
         if isinstance(answer, RequestFailed):
-            error = TritonMPError(answer.error.message, answer.error.code)
-            return Response(final=True, version=self.version, error=error)
+            failure = answer.error
+            kind = ResponseError if failure.origin == QUEUED_ORIGIN else TritonMPError
+            return Response(
+                final=True, version=self.version, error=kind(failure.message, failure.code)
+            )
         final = answer.final or not self.decoupled
         if answer.error is not None:
             self._pending.release(answer)

@@ -60,7 +60,16 @@ class ErrorInfo(msgspec.Struct, frozen=True, array_like=True):
     code: ErrorCode
     message: str
     origin: str = ""
-    """Role and instance that raised it, e.g. ``worker ocr_cls_0``."""
+    """Role and instance that raised it, e.g. ``worker ocr_cls_0``; the scheduler's are
+    ``"scheduler"`` (refused as it arrived: Triton's enqueue call returns those) or
+    ``QUEUED_ORIGIN`` (failed after it was queued: Triton answers those in the response)."""
+
+
+QUEUED_ORIGIN = "scheduler queue"
+"""``ErrorInfo.origin`` of a request the scheduler failed after queueing it (its queue
+timeout expired, its instance died, the server stopped): Triton's core sends these in the
+request's response, whose error its HTTP frontend answers as text/plain
+(``frontend.dispatch.ticket.ResponseError``)."""
 
 
 class BlockRef(msgspec.Struct, frozen=True, array_like=True):

@@ -1,0 +1,88 @@
+"""HTTP answers side by side with the real Triton 2.51 on the session's shared pair: a queue
+timeout's ``Content-Type``, and a request with many header fields.
+
+2.51 answers a request its dynamic batcher's queue policy timed out in the request's response
+(core ``PriorityQueue`` rejects it with "Request timeout expired"); HandleInfer's
+``FinalizeResponse`` returns that error before anything names a type, so libevhtp labels it
+``text/plain``, as a backend's error (tests/e2e/test_r16_http_answers.py). libevhtp takes any
+number of header fields (each line up to 8190 bytes, as aiohttp's default), so a request with
+hundreds of them is read and answered as any other.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+
+import pytest
+
+from tests.e2e.test_r13_queue_timeout import SIDE_BY_SIDE_MODELS as TIMED_MODELS
+from tests.helpers.server import ServerProcess
+from tests.helpers.triton_peer import RealTriton
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+SIDE_BY_SIDE_MODELS = TIMED_MODELS
+"""timed_py: an INT32 [1] identity behind a REJECT queue policy whose timeout a request may
+override (tests/e2e/test_r13_queue_timeout.py; the shared pair serves it once)."""
+
+Server = ServerProcess | RealTriton
+
+
+def _post(
+    server: Server, path: str, body: object, headers: dict[str, str] | None = None
+) -> tuple[int, str, object]:
+    """POST ``body`` as JSON to ``path``: (status, Content-Type, the answer's JSON)."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=60)
+    try:
+        conn.request("POST", path, body=json.dumps(body).encode(), headers=headers or {})
+        r = conn.getresponse()
+        return r.status, r.getheader("Content-Type", ""), json.loads(r.read())
+    finally:
+        conn.close()
+
+
+def _timed(timeout_us: int) -> dict[str, object]:
+    """An inference of timed_py whose queue timeout is ``timeout_us``."""
+    tensor = {"name": "INPUT0", "shape": [1, 1], "datatype": "INT32", "data": [3]}
+    return {"inputs": [tensor], "parameters": {"timeout": timeout_us}}
+
+
+def test_a_queue_timeout_is_answered_text_plain(
+    shared_side_by_side: dict[str, Server],
+) -> None:
+    for name, server in shared_side_by_side.items():
+        answer = _post(server, "/v2/models/timed_py/infer", _timed(1))
+        assert answer == (503, "text/plain", {"error": "Request timeout expired"}), name
+        status, kind, _ = _post(server, "/v2/models/timed_py/infer", _timed(5_000_000))
+        assert (status, kind) == (200, "application/json"), name
+
+
+def test_hundreds_of_header_fields_are_read(
+    shared_side_by_side: dict[str, Server],
+) -> None:
+    headers = {f"X-Field-{i}": "v" * 100 for i in range(600)}
+    for name, server in shared_side_by_side.items():
+        status, kind, answer = _post(
+            server, "/v2/models/timed_py/infer", _timed(5_000_000), headers
+        )
+        assert (status, kind) == (200, "application/json"), (name, answer)
+        assert answer["outputs"][0]["data"] == [3], name  # type: ignore[index]
+
+
+def test_a_header_line_over_8190_bytes_is_refused_without_a_traceback(
+    shared_side_by_side: dict[str, Server],
+) -> None:
+    ours = shared_side_by_side["triton-mp"]
+    assert isinstance(ours, ServerProcess)
+    conn = http.client.HTTPConnection("127.0.0.1", ours.http_port, timeout=60)
+    try:
+        conn.request("POST", "/v2/models/timed_py/infer", body=b"{}", headers={"X-Big": "v" * 9000})
+        r = conn.getresponse()
+        assert (r.status, r.read()[:23]) == (400, b"Got more than 8190 byte")
+    finally:
+        conn.close()
+    status, _, _ = _post(ours, "/v2/models/timed_py/infer", _timed(5_000_000))
+    assert status == 200
+    assert "Error handling request" not in ours.log()
+    assert "LineTooLong" not in ours.log()
