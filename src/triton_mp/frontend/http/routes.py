@@ -37,7 +37,6 @@ from typing import Any
 
 import msgspec
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
@@ -68,6 +67,7 @@ from triton_mp.frontend.http.json_tensors import (
     json_string,
     json_uint,
 )
+from triton_mp.frontend.http.limits import MAX_HEADER_FIELDS, SERVER_LOG
 from triton_mp.frontend.restricted import Restrictions, http_refusal
 from triton_mp.frontend.shm.cuda import CUDA_IPC_HANDLE_BYTES
 from triton_mp.frontend.tracing.settings import new_setting_from_json
@@ -104,34 +104,6 @@ SHUTDOWN_TIMEOUT_S = 1.0
 """How long ``stop`` lets handlers still running finish. The frontend stops HTTP only after
 its in-flight inferences were answered or ``--exit-timeout-secs`` ran out, so what is left
 is answers being written (fast) or requests the drain gave up on."""
-
-MAX_HEADER_FIELDS = 2**31 - 1
-"""How many header fields a request may have: libevhtp (2.51's HTTP server) counts none, where
-aiohttp refuses a 129th by default ("Too many headers received"). A field's line is capped at
-8190 bytes by both (larger: 2.51 closes the connection, aiohttp answers 400)."""
-
-
-class _MalformedRequestFilter(logging.Filter):
-    """Turns aiohttp's ERROR and traceback for a request its parser refused (``LineTooLong``,
-    ``BadStatusLine``, ...: ``HttpProcessingError``, answered 400 by aiohttp) into one DEBUG
-    line, shown with ``--log-verbose 1``: a client's malformed bytes are no server error, and
-    2.51 logs nothing for them."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        if not isinstance(exc, HttpProcessingError):
-            return True
-        if not log.isEnabledFor(logging.DEBUG):
-            return False
-        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        record.msg, record.args = "malformed HTTP request from %s: %s", (*record.args, exc)  # type: ignore[misc]
-        record.exc_info = record.exc_text = None
-        return True
-
-
-_SERVER_LOG = logging.getLogger("aiohttp.server")
-"""aiohttp's logger of request handling errors (its default), with ``_MalformedRequestFilter``."""
-_SERVER_LOG.addFilter(_MalformedRequestFilter())
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -374,7 +346,7 @@ class HttpFrontend:
             auto_decompress=False,  # NOTE: inference bodies are inflated as Triton does
             shutdown_timeout=SHUTDOWN_TIMEOUT_S,
             max_headers=MAX_HEADER_FIELDS,
-            logger=_SERVER_LOG,
+            logger=SERVER_LOG,
         )
         await runner.setup()
         try:
