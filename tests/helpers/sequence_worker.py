@@ -20,7 +20,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from triton_mp.backends.onnxruntime.backend import OnnxRuntimeBackend
-from triton_mp.common.datatypes import NUMPY_DTYPES, deserialize_bytes_tensor
+from triton_mp.common.numpy_tensors import NUMPY_DTYPES, deserialize_bytes_tensor
 from triton_mp.ipc.protocol.messages import (
     AnswerBatch,
     BatchAssign,

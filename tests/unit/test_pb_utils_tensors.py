@@ -8,7 +8,7 @@ import pytest
 
 from triton_mp.backends.python import pb_utils
 from triton_mp.backends.python.dlpack import import_bf16
-from triton_mp.common.datatypes import BF16_DTYPE
+from triton_mp.common.numpy_tensors import BF16_DTYPE
 
 
 def test_tensor_basics() -> None:

@@ -20,8 +20,8 @@ import pytest
 
 from triton_mp.backends.base import BackendRequest, SequenceBatch, gather_rows, scatter
 from triton_mp.backends.python.backend import PythonBackend
-from triton_mp.common.datatypes import serialize_bytes_tensor
 from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
+from triton_mp.common.numpy_tensors import serialize_bytes_tensor
 from triton_mp.ipc.protocol.messages import SequenceFlags
 from triton_mp.ipc.protocol.specs import (
     BatchingSpec,

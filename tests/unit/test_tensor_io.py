@@ -17,8 +17,8 @@ import numpy as np
 import posix_ipc
 import pytest
 
-from triton_mp.common.datatypes import BF16_DTYPE, tensor_wire_bytes
 from triton_mp.common.errors import ErrorCode, TritonMPError
+from triton_mp.common.numpy_tensors import BF16_DTYPE, tensor_wire_bytes
 from triton_mp.ipc.protocol.messages import (
     BlockRef,
     InferRequest,

@@ -16,8 +16,8 @@ from google.protobuf import text_format
 
 from triton_mp._proto import model_config_pb2 as pb
 from triton_mp.backends.base import RESPONDED, BackendRequest, PhaseTimes, Result, SequenceBatch
-from triton_mp.common.datatypes import serialize_bytes_tensor
 from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
+from triton_mp.common.numpy_tensors import serialize_bytes_tensor
 from triton_mp.ipc.protocol.messages import ErrorInfo
 from triton_mp.ipc.protocol.specs import (
     BatchingSpec,

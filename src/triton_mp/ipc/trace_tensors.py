@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from triton_mp.common.datatypes import NUMPY_DTYPES, deserialize_bytes_tensor, protocol_of
+from triton_mp.common.numpy_tensors import NUMPY_DTYPES, deserialize_bytes_tensor, protocol_of
 from triton_mp.ipc.protocol.messages import TensorTrace
 
 

@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from triton_mp.backends.base import BackendRequest, SequenceBatch
-from triton_mp.common.datatypes import DataType, bytes_tensor_elements, deserialize_bytes_tensor
+from triton_mp.common.datatypes import DataType, bytes_tensor_elements
 from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
+from triton_mp.common.numpy_tensors import deserialize_bytes_tensor
 from triton_mp.ipc.protocol.messages import SequenceFlags
 from triton_mp.ipc.protocol.specs import ControlSpec, ModelVersionSpec, StateSpec
 

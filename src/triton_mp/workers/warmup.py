@@ -38,9 +38,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from triton_mp.backends.base import Backend, BackendRequest, Responded, Result, SequenceBatch
-from triton_mp.common.datatypes import DataType, deserialize_bytes_tensor, element_count
+from triton_mp.common.datatypes import DataType, element_count
 from triton_mp.common.errors import ErrorCode, TritonMPError, flatten_exception
 from triton_mp.common.input_checks import count_message
+from triton_mp.common.numpy_tensors import deserialize_bytes_tensor
 from triton_mp.ipc.protocol.messages import ErrorInfo
 from triton_mp.ipc.protocol.specs import ModelVersionSpec, WarmupInputSpec
 

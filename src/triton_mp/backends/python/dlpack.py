@@ -1,7 +1,7 @@
 """BF16 tensors through DLPack, as Triton's python backend hands them to models.
 
 Imported by ``backends.python.pb_utils``. numpy has no bfloat16: triton-mp holds BF16
-tensors as ``common.datatypes.BF16_DTYPE`` arrays, and python_backend's ``pb_tensor.cc``
+tensors as ``common.numpy_tensors.BF16_DTYPE`` arrays, and python_backend's ``pb_tensor.cc``
 gives a model no numpy form of one either (``as_numpy`` refuses it); the model reaches the
 data through ``to_dlpack`` / ``from_dlpack`` (python_backend's ``identity_bf16`` test model:
 torch in between). DLPack names the type ``kDLBfloat``, 16 bits, 1 lane
@@ -23,7 +23,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from triton_mp.common.datatypes import BF16_DTYPE
+from triton_mp.common.numpy_tensors import BF16_DTYPE
 
 KDL_UINT = 1
 """``DLDataTypeCode.kDLUInt``: numpy's code for the 16-bit words."""

@@ -64,11 +64,11 @@ from triton_mp.backends.python.dlpack import Capsule as _DLCapsule
 from triton_mp.backends.python.dlpack import export_bf16 as _export_bf16
 from triton_mp.backends.python.dlpack import import_bf16 as _import_bf16
 from triton_mp.backends.python.dlpack import is_bf16 as _is_bf16
-from triton_mp.common.datatypes import BF16_DTYPE as _BF16_DTYPE
 from triton_mp.common.datatypes import DataType
-from triton_mp.common.datatypes import deserialize_bytes_tensor as _deserialize
-from triton_mp.common.datatypes import serialize_bytes_tensor as _serialize
 from triton_mp.common.errors import ErrorCode
+from triton_mp.common.numpy_tensors import BF16_DTYPE as _BF16_DTYPE
+from triton_mp.common.numpy_tensors import deserialize_bytes_tensor as _deserialize
+from triton_mp.common.numpy_tensors import serialize_bytes_tensor as _serialize
 from triton_mp.ipc.protocol.messages import SequenceFlags
 
 _log = logging.getLogger("triton_mp.model")

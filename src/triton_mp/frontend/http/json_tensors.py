@@ -20,8 +20,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from triton_mp.common.datatypes import ELEMENT_BYTES, NUMPY_DTYPES, DataType, element_count
+from triton_mp.common.datatypes import ELEMENT_BYTES, DataType, element_count
 from triton_mp.common.errors import ErrorCode, InvalidRequest, TritonMPError
+from triton_mp.common.numpy_tensors import NUMPY_DTYPES
 from triton_mp.frontend.http.json_errors import rapidjson_decode, rapidjson_error
 
 _U32 = struct.Struct("<I")

@@ -18,12 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from triton_mp.common.datatypes import (
-    ELEMENT_BYTES,
-    NUMPY_DTYPES,
-    DataType,
-    element_count,
-)
+from triton_mp.common.datatypes import ELEMENT_BYTES, DataType, element_count
 from triton_mp.common.errors import InvalidRequest
 from triton_mp.common.input_checks import (
     batch_mismatch_message,
@@ -35,6 +30,7 @@ from triton_mp.common.input_checks import (
     shape_problem,
     unknown_input_message,
 )
+from triton_mp.common.numpy_tensors import NUMPY_DTYPES
 from triton_mp.common.unordered import iteration_order
 from triton_mp.frontend.model_table import IOSpec, Model
 from triton_mp.frontend.request import InferenceRequest, InputTensor

@@ -10,16 +10,19 @@ worker processes and, at exit, everything left of the server.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from triton_mp.common.config import ServerConfig
 from triton_mp.ipc import Ring, sweep_stale
 from triton_mp.ipc.direct import create_lease
 from triton_mp.ipc.memory.heartbeat import HeartbeatBoard
 from triton_mp.ipc.memory.notify import Wakeup, create_wakeup
-from triton_mp.ipc.memory.response_cache import SharedResponseCache
 from triton_mp.ipc.memory.shm import claim_server_id, list_objects, remove_entry
 from triton_mp.ipc.memory.topology import Topology
 from triton_mp.ipc.protocol.specs import ChannelSpec
+
+if TYPE_CHECKING:
+    from triton_mp.ipc.memory.response_cache import SharedResponseCache
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,10 @@ class Wiring:
         return HeartbeatBoard.create(self.topology.heartbeat(), slots)
 
     def create_response_cache(self, capacity_bytes: int) -> SharedResponseCache:
-        """The local response cache (``--cache-config local,size=N``), empty."""
+        """The local response cache (``--cache-config local,size=N``), empty. Its module
+        (numpy) is imported here: only a server with the cache on loads numpy for it."""
+        from triton_mp.ipc.memory.response_cache import SharedResponseCache  # noqa: PLC0415
+
         return SharedResponseCache.create(self.topology.response_cache(), capacity_bytes)
 
     def create_server(self, n_frontends: int) -> ServerChannels:

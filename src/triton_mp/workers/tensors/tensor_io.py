@@ -20,13 +20,9 @@ import numpy as np
 import posix_ipc
 
 from triton_mp.backends.base import response_parameters
-from triton_mp.common.datatypes import (
-    DataType,
-    deserialize_bytes_tensor,
-    element_count,
-    tensor_wire_bytes,
-)
+from triton_mp.common.datatypes import DataType, element_count
 from triton_mp.common.errors import ErrorCode, TritonMPError
+from triton_mp.common.numpy_tensors import deserialize_bytes_tensor, tensor_wire_bytes
 from triton_mp.ipc import ArenaAllocator, SegmentCache, free_block
 from triton_mp.ipc.memory.shm import client_object_refusal
 from triton_mp.ipc.protocol.messages import (
@@ -279,7 +275,7 @@ WIRE_OF: dict[np.dtype, str] = {
 
 
 def wire_tensor(name: str, arr: np.ndarray) -> WireTensor:
-    """An array as written to shared memory (``common.datatypes.tensor_wire_bytes``).
+    """An array as written to shared memory (``common.numpy_tensors.tensor_wire_bytes``).
 
     Raises:
         ValueError: a dtype with no Triton datatype.
