@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from triton_mp.common.errors import ConfigError
+from triton_mp.common.onnx_file import OnnxFileError, read_metadata
 
 log = logging.getLogger(__name__)
 
@@ -362,7 +363,8 @@ REC_DICT_METADATA_KEY = "character"
 def rec_characters_from_onnx(path: Path) -> list[str]:
     """The recogniser's dictionary, read from an ONNX file's ``character`` metadata.
 
-    The file is parsed with ``onnx`` (weights included; no inference session is built).
+    Only the model's ``metadata_props`` are decoded (``common.onnx_file``: no ``onnx``
+    import, the graph skipped), on every start of the project's repository.
 
     Args:
         path: a PP-OCR recogniser exported by RapidOCR (``ch_PP-OCRv4_rec_infer.onnx``).
@@ -372,12 +374,15 @@ def rec_characters_from_onnx(path: Path) -> list[str]:
         blank and the last class a space, neither of which is in the list).
 
     Raises:
-        OcrModelsMissing: the file has no ``character`` metadata.
+        OcrModelsMissing: the file has no ``character`` metadata, or is no ONNX file.
     """
-    import onnx  # NOTE: imported here: only the dictionary needs it, not every CLI start
-
-    model = onnx.load(str(path), load_external_data=False)
-    meta = {p.key: p.value for p in model.metadata_props}
+    try:
+        meta = read_metadata(path)
+    except OnnxFileError as exc:
+        raise OcrModelsMissing(
+            f"{path}: not a readable ONNX file ({exc}); reinstall the package with: "
+            f"{RAPIDOCR_PIP_COMMAND}"
+        ) from exc
     if REC_DICT_METADATA_KEY not in meta:
         raise OcrModelsMissing(
             f"{path}: the ONNX metadata has no '{REC_DICT_METADATA_KEY}' entry, so it holds "

@@ -2,7 +2,8 @@
 
 Reproduces onnxruntime_backend ``ModelState::AutoCompleteConfig`` (shared/reference/triton.md
 §4.3). Run by the model-config loader in the supervisor through the backend registry's hook;
-it reads the graph with ``onnx`` (imported lazily), never with onnxruntime.
+it reads the graph's declared inputs and outputs by field number (``common.onnx_file``),
+never with ``onnx`` or onnxruntime.
 
 Differences from Triton, on purpose: it also completes inputs/outputs the config lists
 partially and adds those it leaves out (Triton only fills an empty list), and it keeps
@@ -20,7 +21,8 @@ from typing import Any
 from triton_mp._proto import model_config_pb2
 from triton_mp.backends.registry import AutoCompleteOptions
 from triton_mp.common.datatypes import DataType
-from triton_mp.common.errors import ConfigError, flatten_exception
+from triton_mp.common.errors import ConfigError
+from triton_mp.common.onnx_file import GraphIO, OnnxFileError, elem_type_name, read_signature
 
 log = logging.getLogger(__name__)
 
@@ -96,48 +98,41 @@ def auto_complete(
 
 
 def read_onnx_signature(path: Path, model_name: str) -> tuple[list[GraphTensor], list[GraphTensor]]:
-    """Read the graph inputs (minus initializers) and outputs of an ONNX file.
+    """Read the graph inputs (minus initializers) and outputs of an ONNX file, by field
+    number (``common.onnx_file``: no ``onnx`` import, the weights skipped).
 
     Raises:
         ConfigError: the file cannot be read or a tensor has a type the config cannot express.
     """
-    import onnx  # NOTE: imported lazily; only ONNX auto-complete needs it.
-
     if path.is_dir():  # a directory model.onnx/ holds model.onnx plus external data
         path = path / ONNX_FILENAME
     try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:
+        signature = read_signature(path)
+    except OnnxFileError as exc:
         raise ConfigError(
             f"unable to load model '{model_name}': failed to read ONNX model '{path}' for "
-            f"auto-complete: {flatten_exception(exc)}"
+            f"auto-complete: {exc}"
         ) from exc
-    if not model.HasField("graph"):
+    if not signature.has_graph:
         raise ConfigError(
             f"unable to load model '{model_name}': ONNX model '{path}' holds no graph"
         )
-    graph = model.graph
-    initializers = {init.name for init in graph.initializer}
 
-    def convert(value_info: Any, io_kind: str) -> GraphTensor:
-        where = f"{io_kind} '{value_info.name}' of model '{model_name}'"
-        if value_info.type.WhichOneof("value") != "tensor_type":
+    def convert(io: GraphIO, io_kind: str) -> GraphTensor:
+        where = f"{io_kind} '{io.name}' of model '{model_name}'"
+        if io.elem_type is None:
             raise ConfigError(f"autofill failed for model '{model_name}': {where} is not a tensor")
-        tensor_type = value_info.type.tensor_type
-        data_type = _ONNX_TO_CONFIG_DTYPE.get(tensor_type.elem_type)
+        data_type = _ONNX_TO_CONFIG_DTYPE.get(io.elem_type)
         if data_type is None:
-            type_name = onnx.TensorProto.DataType.Name(tensor_type.elem_type)
             raise ConfigError(
                 f"autofill failed for model '{model_name}': unsupported ONNX data type "
-                f"{type_name} for {where}"
+                f"{elem_type_name(io.elem_type)} for {where}"
             )
-        dims = tuple(
-            d.dim_value if d.HasField("dim_value") else _WILDCARD_DIM for d in tensor_type.shape.dim
-        )
-        return GraphTensor(value_info.name, int(data_type), dims)
+        dims = tuple(_WILDCARD_DIM if d is None else d for d in io.dims)
+        return GraphTensor(io.name, int(data_type), dims)
 
-    inputs = [convert(v, "input") for v in graph.input if v.name not in initializers]
-    outputs = [convert(v, "output") for v in graph.output]
+    inputs = [convert(v, "input") for v in signature.inputs]
+    outputs = [convert(v, "output") for v in signature.outputs]
     return inputs, outputs
 
 
