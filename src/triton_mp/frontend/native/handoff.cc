@@ -12,6 +12,22 @@
 
 namespace triton_mp {
 
+namespace {
+
+int64_t NowNs() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<int64_t>(t.tv_sec) * 1000000000LL + t.tv_nsec;
+}
+
+void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
 Handoff::Handoff() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
 Handoff::~Handoff() {
@@ -216,16 +232,55 @@ std::vector<HandoffItem> Handoff::Take() {
 }
 
 void Handoff::Kick() {
-  std::lock_guard<std::mutex> serial(*serial_);
+  due_.store(true);
+  // NOTE: whoever holds the serial lock reads due_ after letting go (this loop, DeliverDue),
+  // and due_ is published before the try: a Kick that fails leaves its answers to the holder
+  while (due_.load() && serial_->try_lock()) {
+    due_.store(false);
+    const bool handed = DeliverLocked();
+    serial_->unlock();
+    if (handed) return;  // NOTE: the waiting step delivers the rest (DeliverDue)
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+}
+
+void Handoff::LockStep() {
+  if (serial_->try_lock()) return;
+  step_waits_.store(true);
+  // NOTE: a Kick under way lets go after its current answer (one reply sent, a few µs):
+  // wait that long on the lock word rather than in the kernel, whose sleep costs this
+  // thread a wake-up and every later unlock of the lock a futex call
+  const int64_t until = NowNs() + kStepSpinNs;
+  bool locked = false;
+  for (int i = 1; !(locked = serial_->try_lock()); ++i) {
+    CpuRelax();
+    if (i % 64 == 0 && NowNs() > until) break;
+  }
+  if (!locked) serial_->lock();
+  step_waits_.store(false);
+}
+
+bool Handoff::DeliverLocked() {
   std::vector<Answer> answers;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) return;
+    if (closed_) return false;
     answers.swap(answers_);
   }
-  for (auto& a : answers) {
+  for (size_t i = 0; i < answers.size(); ++i) {
+    if (i > 0 && step_waits_.load(std::memory_order_relaxed)) {
+      // NOTE: the rest go back ahead of any queued since (order kept); closed_ cannot change
+      // while the serial lock is held (Close takes it)
+      std::lock_guard<std::mutex> lock(mu_);
+      answers_.insert(answers_.begin(), std::make_move_iterator(answers.begin() + i),
+                      std::make_move_iterator(answers.end()));
+      due_.store(true);
+      return true;
+    }
+    Answer& a = answers[i];
     a.call->Deliver(std::move(a.status), std::move(a.response), a.final);
   }
+  return false;
 }
 
 bool Handoff::Reply(uint64_t id, grpc::Status status, grpc::ByteBuffer response) {

@@ -6,10 +6,16 @@
 // handoff.py, its twin), runs the Python ModelInfer / ModelStreamInfer handler on them and
 // answers: a stream's messages one by one (Write), then every call's end, the serialized
 // response (unary) or the status (Reply). Python queues the answers of one event-loop pass,
-// then Kick delivers them all, in the order Python gave them, from the Python thread itself:
-// it takes the server's serial lock, which the completion-queue thread holds while it runs
-// any step, so no two steps of a call ever run at once (a grpc::Alarm to wake the
-// completion-queue thread cost more than building a response, and one more thread hop).
+// then Kick delivers them all, in the order Python gave them, under the server's serial lock,
+// which the completion-queue thread holds while it runs any step, so no two steps of a call
+// ever run at once (a grpc::Alarm to wake the completion-queue thread cost more than building
+// a response, and one more thread hop). Kick never waits for that lock: when it is free, the
+// kicking thread (Python's, or the answer thread's) delivers; when a step holds it, the
+// completion-queue thread delivers after its step (DeliverDue); and while a Kick delivers,
+// a step that wants the lock (LockStep) takes the answers not yet delivered with it. So the
+// completion-queue thread, woken by the first answer's completion while a batch's answers
+// are being sent, no longer sleeps on the lock until the last is out (a futex sleep and
+// wake per batch at c=16), and what it came for waits one answer at most.
 // The completion-queue thread never takes the GIL: it only locks this queue's mutex, which
 // the Python side holds for a few pointer moves.
 #ifndef TRITON_MP_NATIVE_HANDOFF_H_
@@ -17,6 +23,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -67,6 +74,9 @@ struct HandoffItem {
   std::vector<std::pair<std::string, std::string>> metadata;
   KnownSent known;  // kKnown, kAccepted: what was sent
 };
+
+// How long LockStep waits for a delivering Kick on the lock word before it sleeps on the lock.
+inline constexpr int64_t kStepSpinNs = 30000;
 
 class Handoff {
  public:
@@ -127,10 +137,23 @@ class Handoff {
   // Python thread: one response message of stream `id`, sent before its end. False when the
   // call is gone or the queue closed (dropped). Delivered after the next Kick.
   bool Write(uint64_t id, grpc::ByteBuffer response);
-  // Python thread (GIL held, so the server outlives it), or the answer thread after the
-  // owned calls' answers it served (answer_thread.h; stopped before the server is): deliver
-  // every answer queued so far, under the serial lock.
+  // Python thread (GIL held, so the server outlives it), the answer thread after the owned
+  // calls' answers it served (answer_thread.h; stopped before the server is), or the
+  // completion-queue thread (a borrower's pass, answer_borrow.h): deliver every answer queued
+  // so far, under the serial lock, now when it is free, else by the completion-queue thread
+  // once its step let go of it (DeliverDue). Never waits for the lock.
   void Kick();
+  // Completion-queue thread, before a step: takes the serial lock (the caller unlocks it).
+  // While it waits, a Kick delivering stops after its current answer and leaves the rest to
+  // DeliverDue.
+  void LockStep();
+  // Completion-queue thread, after a step, the serial lock released: deliver what a Kick left
+  // (a load when nothing did).
+  void DeliverDue() {
+    // NOTE: Dekker with Kick: a Kick that found the lock held had published due_ first
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (due_.load()) Kick();
+  }
   // Before the completion queue shuts down: nothing is delivered any more (every call still
   // waiting has been cancelled by the server's shutdown and is withdrawn).
   void Close();
@@ -177,6 +200,9 @@ class Handoff {
     bool final;
   };
   void PushLocked(HandoffItem item);
+  // Serial lock held: deliver what is queued, in order. True: stopped early for a waiting
+  // step (the rest queued again, ahead, and due_ set).
+  bool DeliverLocked();
   // Queues owned call `rid` as kKnown and forgets it.
   void ReleaseLocked(uint64_t rid);
 
@@ -196,6 +222,8 @@ class Handoff {
   std::unordered_map<uint64_t, uint64_t> owned_call_;  // call id -> request id
   uint64_t released_ = 0;
   std::mutex* serial_ = nullptr;
+  std::atomic<bool> due_{false};         // answers queued that no Kick delivered yet
+  std::atomic<bool> step_waits_{false};  // the completion-queue thread waits in LockStep
   DeferredPost step_post_;  // the completion-queue thread's alone (SubmitKnown, PostAfterStep)
   std::mutex lender_mu_;
   std::shared_ptr<AnswerLender> lender_;

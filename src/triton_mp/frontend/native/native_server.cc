@@ -81,14 +81,22 @@ void NativeServer::Poll() {
     if (next == grpc::CompletionQueue::SHUTDOWN) break;
     if (next == grpc::CompletionQueue::GOT_EVENT) {
       {
-        std::lock_guard<std::mutex> serial(serial_);
+        // NOTE: a Kick delivering answers hands the rest to this thread (handoff.h LockStep)
+        if (handoff_) {
+          handoff_->LockStep();
+        } else {
+          serial_.lock();
+        }
+        std::lock_guard<std::mutex> serial(serial_, std::adopt_lock);
         static_cast<Tag*>(tag)->Proceed(ok);
       }
       // NOTE: a worker woken under the serial lock could answer before this thread lets go
-      // of it, and the answer thread's Kick would wait for it (handoff.h PostAfterStep)
+      // of it (handoff.h PostAfterStep); the answers a Kick left during the step go after
+      // that wake-up
       if (handoff_) {
         borrow.AfterStep(handoff_.get());
         handoff_->PostAfterStep();
+        handoff_->DeliverDue();
       }
       // NOTE: after the worker's wake-up: a new call object and its RequestCall are not on
       // the request's path (pending_calls are armed ahead)
