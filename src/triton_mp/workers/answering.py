@@ -94,6 +94,12 @@ class Answers:
         frontends: the senders to each frontend (by id), with ``send_answer``: a batch of
             one frontend's plain requests is then written and pushed into its ring in one C
             call (``_answer_writer.answer_plain``), and only the wake-up is posted here.
+        input_buf: ``input_buf(segment)``: this worker's mapping of a frontend's input arena
+            (``SegmentCache.get(segment).buf``); given, ``answer_plain`` answers an output of
+            64 KiB or more that lies inside its request's own input (a model that returns
+            its input, or a view of it) from the input block, without copying it
+            (``TensorRef``'s rule in ``ipc.protocol.messages``). None: every output is
+            copied into this worker's arena.
     """
 
     def __init__(
@@ -110,8 +116,10 @@ class Answers:
         send_scheduler: Callable[[object], None],
         send_answer: Callable[[int, bytes], None] | None,
         frontends: Mapping[int, Sender] | None = None,
+        input_buf: Callable[[str], Any] | None = None,
     ) -> None:
         self._instance_id = instance_id
+        self._input_buf = input_buf
         self._arena = arena
         self._regions = regions
         self._origin = origin
@@ -240,6 +248,7 @@ class Answers:
                     self._alloc,
                     self._arena,
                     self._window,
+                    self._input_buf,
                 )
             except TritonMPError:
                 return None  # NOTE: e.g. no room for one block; per-request blocks may fit

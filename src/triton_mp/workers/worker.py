@@ -162,6 +162,7 @@ class Worker:
             send_scheduler,
             send_answer,
             frontends,
+            lambda segment: cache.get(segment).buf,
         )
         self.child_traces = self._traces.children
         """Traced requests in execution: their BLS child traces (``workers.bls.bls_client``)."""

@@ -4,7 +4,10 @@ Imported by the frontend only. The event loop drains the inbox when its FIFO wak
 calls ``deliver`` with everything drained, on the loop thread. Each request has a *sink*
 (its ``Ticket``'s ``deliver``) that gets its answers; the frontend frees its own input block
 when a request's last answer arrives (by then the worker has stopped reading it), and frees
-a worker's output block at once when nobody waits for it any more.
+a worker's output block at once when nobody waits for it any more. An answer whose output
+names the request's own input block (the worker answered it from there without a copy:
+``TensorRef``'s rule in ``ipc.protocol.messages``) keeps that block until the response is
+released (``release``), as its output block would be.
 
 A unary request gets one answer. ``preserve_ordering`` (``dynamic_batching.preserve_ordering``):
 a unary request registered with an ``order`` key joins that key's stream; its response is
@@ -94,6 +97,9 @@ class PendingTable:
         """Responses waiting for an earlier request of their stream."""
         self._idle = asyncio.Event()
         self._idle.set()
+        self._inputs_held: dict[int, BlockRef] = {}
+        """request id -> its input block, which its answer's outputs name (``_free_input``):
+        freed when that response is released."""
         self.shared = SharedBlocks()
         """Blocks several responses of an ensemble request share (``release``)."""
         self.on_unknown: Callable[[], bool] | None = None
@@ -186,9 +192,27 @@ class PendingTable:
     def release(self, msg: InferResponse) -> None:
         """Free a response's blocks: we are done with it (copied out, failed, dropped).
         Call once per response; a block it shares with other responses is freed after the
-        last of them and its handoff (``ipc.tensor_pool.SharedBlocks``)."""
+        last of them and its handoff (``ipc.tensor_pool.SharedBlocks``); an input block
+        its outputs name (``_free_input``) with it."""
         for b in self.shared.released(msg):
             self._free_one(b)
+        if self._inputs_held:
+            block = self._inputs_held.pop(msg.request_id, None)
+            if block is not None:
+                self._free_one(block)
+
+    def _free_input(self, block: BlockRef | None, msg: Answer) -> None:
+        """Free a request's input ``block`` as its (last) answer ``msg`` arrives, or, when an
+        output of ``msg`` names the block's segment (the worker answered it from the
+        request's own input block: only that request's block of this process's arena can
+        be named there), when ``msg`` is released (``release``)."""
+        if block is not None and type(msg) is InferResponse:
+            segment = block.segment
+            for ref in msg.outputs:
+                if ref.segment == segment and not ref.region_id:
+                    self._inputs_held[msg.request_id] = block
+                    return
+        self.free(block)
 
     async def wait_idle(self) -> None:
         """Return once no request is pending (at once when none is)."""
@@ -214,7 +238,7 @@ class PendingTable:
             if entry is not None and entry.streaming:
                 if isinstance(msg, RequestFailed) or msg.final:
                     self._pop(msg.request_id)
-                    self.free(entry.block)
+                    self._free_input(entry.block, msg)
                 self._hand(entry.sink, msg)
                 continue
             self._deliver_unary(msg)
@@ -259,7 +283,7 @@ class PendingTable:
             if isinstance(msg, InferResponse):
                 self.release(msg)
             return
-        self.free(entry.block)
+        self._free_input(entry.block, msg)
         self._hand(entry.sink, msg)
 
     def _hand(self, sink: Sink, msg: Answer) -> None:

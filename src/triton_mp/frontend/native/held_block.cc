@@ -21,7 +21,7 @@ void Release(void* user_data) {
 
 void HeldBlock::Arm() {
   // NOTE: before armed_: the free (the last holder's, after Arm returns) comes after it
-  mapping_->Hold(offset_, generation_, static_cast<uint32_t>(getpid()));
+  if (!input_) mapping_->Hold(offset_, generation_, static_cast<uint32_t>(getpid()));
   armed_.store(true, std::memory_order_release);
 }
 

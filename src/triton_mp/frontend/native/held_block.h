@@ -5,9 +5,14 @@
 // (known_answer_py.cc Serve, after Handoff::AnswerOwned). A hold never armed (the answer went
 // to Python, which reads and frees the block itself) frees nothing. Armed, the block's header
 // names this process (its pid: ipc/output_holds.py, the worker frees a dead holder's blocks).
+// An input block (`input`: a block of this process's own input arena whose bytes the worker
+// named as a call's output, workers/native/answer_writer.cc PlanAlias) is held the same way
+// in place of the call's FreeInput: freed (the same rule) when gRPC has sent it, with no
+// holder recorded (the arena is this process's: it goes with it).
 // Python twin of the rule:
-// dispatch/pending.py (the block freed after its answer was sent), known_calls.py (the
-// Python path, which copies instead).
+// dispatch/pending.py (the block freed after its answer was sent; an input block named by
+// an output, after the response is released), known_calls.py (the Python path, which copies
+// instead).
 #ifndef TRITON_MP_FRONTEND_NATIVE_HELD_BLOCK_H_
 #define TRITON_MP_FRONTEND_NATIVE_HELD_BLOCK_H_
 
@@ -24,16 +29,19 @@ namespace triton_mp {
 
 class HeldBlock {
  public:
-  HeldBlock(std::shared_ptr<const SegmentMapping> mapping, uint64_t offset, uint64_t generation)
-      : mapping_(std::move(mapping)), offset_(offset), generation_(generation) {}
+  HeldBlock(std::shared_ptr<const SegmentMapping> mapping, uint64_t offset, uint64_t generation,
+            bool input = false)
+      : mapping_(std::move(mapping)), offset_(offset), generation_(generation), input_(input) {}
   ~HeldBlock();
   HeldBlock(const HeldBlock&) = delete;
   HeldBlock& operator=(const HeldBlock&) = delete;
 
-  // The block is freed with its last holder from now on; its header names this process as
-  // its holder (SegmentMapping::Hold), so the worker frees it if this process dies first.
+  // The block is freed with its last holder from now on; an output block's header names
+  // this process as its holder (SegmentMapping::Hold), so the worker frees it if this
+  // process dies first.
   void Arm();
   uint64_t offset() const { return offset_; }
+  bool input() const { return input_; }
   const SegmentMapping& mapping() const { return *mapping_; }
 
   // A slice of the `n` bytes at `data` (inside the block) that holds `hold` until gRPC lets
@@ -50,6 +58,7 @@ class HeldBlock {
   std::shared_ptr<const SegmentMapping> mapping_;
   uint64_t offset_;
   uint64_t generation_;
+  bool input_;  // a block of this process's input arena (class comment)
   std::atomic<bool> armed_{false};
 };
 

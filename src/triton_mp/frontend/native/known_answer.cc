@@ -160,11 +160,39 @@ const AnswerHead* KnownAnswers::HeadOf(uint64_t lesson_id, const AnswerResponse&
 
 namespace {
 
+// The hold of `block` (its header at `offset` of `mapping`), made (unarmed) into `holds` on
+// first use, when `o`'s bytes lie wholly in its payload; nullptr: they do not.
+std::shared_ptr<HeldBlock> HoldIn(const std::shared_ptr<const SegmentMapping>& mapping,
+                                  uint64_t offset, uint64_t generation, bool input,
+                                  const AnswerOutput& o,
+                                  std::vector<std::shared_ptr<HeldBlock>>* holds) {
+  const uint64_t payload = mapping->BlockPayload(offset);
+  const uint64_t start = offset + kArenaHeaderBytes;
+  if (payload == 0 || o.offset < start || o.offset - start > payload ||
+      o.nbytes > payload - (o.offset - start)) {
+    return nullptr;
+  }
+  for (const auto& h : *holds) {
+    if (&h->mapping() == mapping.get() && h->offset() == offset) return h;
+  }
+  holds->push_back(std::make_shared<HeldBlock>(mapping, offset, generation, input));
+  return holds->back();
+}
+
 // The hold of the block of `read` that holds `o`'s bytes whole (a response's own block, or a
-// block the batch hands over), made (unarmed) into `holds` on first use; nullptr: none does.
+// block the batch hands over; or `input`, the call's input block, when not null), made
+// (unarmed) into `holds` on first use; nullptr: none does.
 std::shared_ptr<HeldBlock> HoldOf(const AnswerRead& read, const AnswerResponse& r,
                                   const AnswerOutput& o, OutputSegments* segments,
-                                  std::vector<std::shared_ptr<HeldBlock>>* holds) {
+                                  std::vector<std::shared_ptr<HeldBlock>>* holds,
+                                  const InputBlock* input) {
+  if (input != nullptr && !input->segment.empty() && o.segment == input->segment) {
+    // NOTE: answered from the call's input block (answer_writer.cc PlanAlias); no output
+    // block of a worker lies in this process's input arena
+    const auto& mapping = segments->Get(o.segment);
+    if (!mapping) return nullptr;
+    return HoldIn(mapping, input->offset, input->generation, true, o, holds);
+  }
   std::vector<const AnswerBlock*> blocks;
   if (r.has_block) blocks.push_back(&r.block);
   for (const auto& h : read.handoffs) blocks.push_back(&h.block);
@@ -179,11 +207,7 @@ std::shared_ptr<HeldBlock> HoldOf(const AnswerRead& read, const AnswerResponse& 
       continue;
     }
     if (!mapping->MayHold(b->offset)) return nullptr;  // NOTE: its worker's arenas are full
-    for (const auto& h : *holds) {
-      if (&h->mapping() == mapping.get() && h->offset() == b->offset) return h;
-    }
-    holds->push_back(std::make_shared<HeldBlock>(mapping, b->offset, b->generation));
-    return holds->back();
+    return HoldIn(mapping, b->offset, b->generation, false, o, holds);
   }
   return nullptr;
 }
@@ -236,12 +260,14 @@ class ResponseWriter {
 bool KnownAnswers::Build(const AnswerRead& read, const std::vector<uint64_t>& lessons,
                          const std::vector<std::string>* ids,
                          OutputSegments* segments, std::vector<grpc::ByteBuffer>* out,
-                         BuiltBytes* bytes, std::vector<std::shared_ptr<HeldBlock>>* holds) const {
+                         BuiltBytes* bytes, std::vector<std::shared_ptr<HeldBlock>>* holds,
+                         const std::vector<InputBlock>* inputs) const {
   out->clear();
   *bytes = BuiltBytes{};
   if (holds != nullptr) holds->clear();
   if (read.kind == AnswerKind::kOther || lessons.size() != read.responses.size() ||
-      (ids != nullptr && ids->size() != lessons.size()) || !OwnBlocks(read)) {
+      (ids != nullptr && ids->size() != lessons.size()) ||
+      (inputs != nullptr && inputs->size() != lessons.size()) || !OwnBlocks(read)) {
     return false;
   }
   std::vector<const AnswerHead*> heads(read.responses.size());
@@ -260,7 +286,8 @@ bool KnownAnswers::Build(const AnswerRead& read, const std::vector<uint64_t>& le
       if (v == nullptr) return false;
       views.push_back(v);
       held.push_back(holds != nullptr && o.nbytes >= kInPlaceMinBytes
-                         ? HoldOf(read, r, o, segments, holds)
+                         ? HoldOf(read, r, o, segments, holds,
+                                  inputs != nullptr ? &(*inputs)[i] : nullptr)
                          : nullptr);
     }
   }

@@ -10,6 +10,13 @@
 // the response references it in the arena (held_block.h: a slice that holds the block,
 // freed when gRPC has sent it), so the bytes on the wire are the same.
 //
+// An output the worker answered from the call's own input block (workers/native/
+// answer_writer.cc PlanAlias: its TensorRef names the input arena's segment, inside the
+// call's block) is read there: given the call's InputBlock, such an output of
+// kInPlaceMinBytes or more is sent in place holding the input block (held_block.h, input:
+// freed when sent, instead of the caller's FreeInput), a smaller one copied (before the
+// caller frees the block). Without its InputBlock it is copied out of the segment as any.
+//
 // Served here: a plain InferResponse, or an AnswerBatch whose responses are all plain and
 // whose one block (if any) every response names and the batch hands over with exactly that
 // many uses. Plain: no error, final and not empty, no trace, no extra blocks, no handoffs of
@@ -66,6 +73,14 @@ inline constexpr size_t kAnswerLessonsKept = 4096;  // cleared whole when full
 // An output this large is sent in place (header comment) when Build is given holds.
 inline constexpr uint64_t kInPlaceMinBytes = 64 * 1024;
 
+// A call's input block, from which the worker may have answered an output (header comment):
+// its arena's segment (POSIX name; "": none known), the block's header offset and generation.
+struct InputBlock {
+  std::string segment;
+  uint64_t offset = 0;
+  uint64_t generation = 0;
+};
+
 // The output bytes of what Build built.
 struct BuiltBytes {
   uint64_t copied = 0;    // copied into the responses
@@ -85,11 +100,15 @@ class KnownAnswers {
   // `out` holds each response's serialized ModelInferResponse and
   // `bytes` its output bytes. With `holds`, large outputs are sent in place and `holds` gets
   // the blocks they hold (unarmed: the caller arms them once the answer is committed;
-  // dropped unarmed, they free nothing); without, every byte is copied. False: nothing built.
+  // dropped unarmed, they free nothing); without, every byte is copied. With `inputs`
+  // (response i's call's input block: (*inputs)[i]), an output answered from it is read
+  // there, and with `holds` a large one is sent in place holding it (an input hold: the
+  // caller then does not free that call's input block). False: nothing built.
   bool Build(const AnswerRead& read, const std::vector<uint64_t>& lessons,
              const std::vector<std::string>* ids, OutputSegments* segments,
              std::vector<grpc::ByteBuffer>* out, BuiltBytes* bytes,
-             std::vector<std::shared_ptr<HeldBlock>>* holds = nullptr) const;
+             std::vector<std::shared_ptr<HeldBlock>>* holds = nullptr,
+             const std::vector<InputBlock>* inputs = nullptr) const;
   // Frees the output blocks of `read` (served whole) but those in `holds` (freed when sent);
   // returns how many frees were refused (tensor_pool's stray frees).
   size_t FreeOutputs(const AnswerRead& read, OutputSegments* segments,

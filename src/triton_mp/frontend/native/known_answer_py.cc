@@ -39,6 +39,19 @@ struct Counters {
   uint64_t bytes_in_place = 0;   // output bytes sent in place (held_block.h), not yet taken
 };
 Counters g_counters;
+// The input arena the known calls are allocated in (known_answer_input_arena): its segment's
+// name, for the arena epoch it was named in (KnownSubmit::epoch; a call of another epoch
+// gets no InputBlock: an output of its input block is copied, never held).
+uint64_t g_input_epoch = 0;
+std::string g_input_segment;
+
+// Whether `holds` holds the input block at `offset` (then it frees it when sent).
+bool InputHeld(const std::vector<std::shared_ptr<HeldBlock>>& holds, uint64_t offset) {
+  for (const auto& h : holds) {
+    if (h->input() && h->offset() == offset) return true;
+  }
+  return false;
+}
 
 // The lesson and the request id of each call, for Build.
 void LessonsOf(const std::vector<KnownSent>& calls, std::vector<uint64_t>* lessons,
@@ -65,13 +78,19 @@ bool ServeLocked(Handoff* h, const unsigned char* data, size_t size) {
   std::vector<std::string> ids;
   LessonsOf(calls, &lessons, &ids);
   KnownSubmit& known = TheKnownSubmit();
+  std::vector<InputBlock> inputs;
+  inputs.reserve(calls.size());
   for (const auto& c : calls) {
     if (c.epoch != known.epoch()) {
       ++g_counters.answer_declined;
       return false;  // NOTE: its block is in an arena C++ no longer holds: Python frees it
     }
+    inputs.push_back(c.epoch == g_input_epoch
+                         ? InputBlock{g_input_segment, c.offset, c.generation}
+                         : InputBlock{});
   }
-  if (!g_answers.Build(read, lessons, &ids, &g_segments, &responses, &bytes, &holds) ||
+  if (!g_answers.Build(read, lessons, &ids, &g_segments, &responses, &bytes, &holds,
+                       &inputs) ||
       !h->AnswerOwned(read, &responses)) {
     ++g_counters.answer_declined;
     return false;  // NOTE: the holds go unarmed: Python reads and frees the blocks
@@ -79,7 +98,10 @@ bool ServeLocked(Handoff* h, const unsigned char* data, size_t size) {
   for (const auto& hold : holds) hold->Arm();
   for (const auto& c : calls) {
     if (c.held) TheKnownRegions().Release(*c.held);  // NOTE: its final answer (holding_sink)
-    if (!known.FreeInput(c.epoch, c.offset, c.generation)) ++g_counters.stray_frees;
+    // NOTE: an input block the response sends from is freed by its hold, once sent
+    if (!InputHeld(holds, c.offset) && !known.FreeInput(c.epoch, c.offset, c.generation)) {
+      ++g_counters.stray_frees;
+    }
     g_counters.bytes_in += c.copied;
   }
   g_counters.stray_frees += g_answers.FreeOutputs(read, &g_segments, holds);
@@ -185,6 +207,20 @@ PyObject* Release(PyObject*, PyObject*) {
   return PyLong_FromSize_t(h != nullptr ? h->ReleaseOwned() : 0);
 }
 
+// known_answer_input_arena(name): the known calls' input arena (known_set_arena's, called
+// just before) is the segment `name`: an output a worker answered from a call's input block
+// there is sent from it (known_answer.h InputBlock). "" : none.
+PyObject* InputArena(PyObject*, PyObject* name) {
+  Py_ssize_t n = 0;
+  const char* s = PyUnicode_AsUTF8AndSize(name, &n);
+  if (s == nullptr) return nullptr;
+  const uint64_t epoch = TheKnownSubmit().epoch();
+  std::lock_guard<std::mutex> lock(g_serve_mu);
+  g_input_epoch = epoch;
+  g_input_segment.assign(s, static_cast<size_t>(n));
+  Py_RETURN_NONE;
+}
+
 // known_answer_forget(): forget the heads and unmap the workers' arenas (an un-teaching).
 PyObject* Forget(PyObject*, PyObject*) {
   std::lock_guard<std::mutex> lock(g_serve_mu);
@@ -233,7 +269,49 @@ PyObject* BytesOf(const grpc::ByteBuffer& response) {
   return b;
 }
 
-// known_answer_build(record, lessons[, free[, in_place[, ids]]]) -> tuple of bytes, or None:
+// The request ids of `obj` (None: none; else a sequence of bytes). False: a Python error.
+bool IdsOf(PyObject* obj, std::vector<std::string>* out) {
+  if (obj == Py_None) return true;
+  PyObject* seq = PySequence_Fast(obj, "ids must be a sequence of bytes");
+  if (seq == nullptr) return false;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); ++i) {
+    char* data;
+    Py_ssize_t len;
+    if (PyBytes_AsStringAndSize(PySequence_Fast_GET_ITEM(seq, i), &data, &len) != 0) {
+      Py_DECREF(seq);
+      return false;
+    }
+    out->emplace_back(data, static_cast<size_t>(len));
+  }
+  Py_DECREF(seq);
+  return true;
+}
+
+// The InputBlocks of `obj` (None: none, *out untouched and `given` false; else a sequence of
+// (segment, offset, generation) or None per response). False: a Python error is set.
+bool InputsOf(PyObject* obj, std::vector<InputBlock>* out, bool* given) {
+  *given = obj != Py_None;
+  if (!*given) return true;
+  PyObject* seq = PySequence_Fast(obj, "inputs must be a sequence");
+  if (seq == nullptr) return false;
+  bool ok = true;
+  for (Py_ssize_t i = 0; ok && i < PySequence_Fast_GET_SIZE(seq); ++i) {
+    PyObject* item = PySequence_Fast_GET_ITEM(seq, i);
+    InputBlock& in = out->emplace_back();
+    if (item == Py_None) continue;
+    const char* segment;
+    Py_ssize_t n;
+    unsigned long long offset, generation;
+    ok = PyArg_ParseTuple(item, "s#KK", &segment, &n, &offset, &generation);
+    if (ok) in = InputBlock{std::string(segment, static_cast<size_t>(n)), offset, generation};
+  }
+  Py_DECREF(seq);
+  return ok;
+}
+
+// known_answer_build(record, lessons[, free[, in_place[, ids[, inputs]]]]) -> tuple of bytes,
+// or None (inputs: each response's call's input block, (segment, offset, generation) or
+// None, known_answer.h InputBlock; with free, an input block held is freed when sent):
 // the responses this side builds for `record` whose response i is a call of lessons[i] (with
 // the request id ids[i], bytes; no ids: every id empty), without
 // a server (tests); with free=True its output blocks are then freed (returns (responses,
@@ -246,28 +324,21 @@ PyObject* Build(PyObject*, PyObject* args) {
   int free_blocks = 0;
   int in_place = 0;
   PyObject* ids_obj = Py_None;
-  if (!PyArg_ParseTuple(args, "y*O|ppO", &record, &lessons_obj, &free_blocks, &in_place,
-                        &ids_obj)) {
+  PyObject* inputs_obj = Py_None;
+  if (!PyArg_ParseTuple(args, "y*O|ppOO", &record, &lessons_obj, &free_blocks, &in_place,
+                        &ids_obj, &inputs_obj)) {
+    return nullptr;
+  }
+  std::vector<InputBlock> inputs;
+  bool inputs_given = false;
+  if (!InputsOf(inputs_obj, &inputs, &inputs_given)) {
+    PyBuffer_Release(&record);
     return nullptr;
   }
   std::vector<std::string> ids;
-  if (ids_obj != Py_None) {
-    PyObject* ids_seq = PySequence_Fast(ids_obj, "ids must be a sequence of bytes");
-    if (ids_seq == nullptr) {
-      PyBuffer_Release(&record);
-      return nullptr;
-    }
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(ids_seq); ++i) {
-      char* data;
-      Py_ssize_t len;
-      if (PyBytes_AsStringAndSize(PySequence_Fast_GET_ITEM(ids_seq, i), &data, &len) != 0) {
-        Py_DECREF(ids_seq);
-        PyBuffer_Release(&record);
-        return nullptr;
-      }
-      ids.emplace_back(data, static_cast<size_t>(len));
-    }
-    Py_DECREF(ids_seq);
+  if (!IdsOf(ids_obj, &ids)) {
+    PyBuffer_Release(&record);
+    return nullptr;
   }
   std::vector<uint64_t> lessons;
   PyObject* seq = PySequence_Fast(lessons_obj, "lessons must be a sequence of ints");
@@ -296,8 +367,8 @@ PyObject* Build(PyObject*, PyObject* args) {
     std::vector<grpc::ByteBuffer> responses;
     std::vector<std::shared_ptr<HeldBlock>> holds;
     built = g_answers.Build(read, lessons, ids_obj == Py_None ? nullptr : &ids, &g_segments,
-                            &responses, &bytes,
-                            in_place ? &holds : nullptr);
+                            &responses, &bytes, in_place ? &holds : nullptr,
+                            inputs_given ? &inputs : nullptr);
     if (built && free_blocks) {
       for (const auto& hold : holds) hold->Arm();
       refused = g_answers.FreeOutputs(read, &g_segments, holds);
@@ -328,6 +399,7 @@ PyMethodDef kFunctions[] = {
     {"known_release", Release, METH_NOARGS, "Queue every owned call for Python (kKnown)."},
     {"known_log", Log, METH_O, "Queue kAccepted for each call submitted natively (DEBUG)."},
     {"known_answer_forget", Forget, METH_NOARGS, "Forget the heads; unmap workers' arenas."},
+    {"known_answer_input_arena", InputArena, METH_O, "The known calls' input arena's name."},
     {"known_answer_take_bytes", TakeBytes, METH_NOARGS, "(in, out, out_in_place) bytes since last taken."},
     {"known_answer_stats", Stats, METH_NOARGS, "The answer side's counters."},
     {"known_answer_build", Build, METH_VARARGS, "(record, lessons[, free]): responses built."},

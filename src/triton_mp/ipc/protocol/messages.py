@@ -105,7 +105,15 @@ class TensorRef(msgspec.Struct, frozen=True, array_like=True):
     nbytes: int
     region_id: int = 0
     """0: ``segment`` is a triton-mp arena. Otherwise ``segment`` is the key of a client's
-    registered system shared-memory object and this is the registration's unique id."""
+    registered system shared-memory object and this is the registration's unique id.
+
+    An output of a frontend's request (``Requester.FRONTEND``) may name the request's own
+    input block: ``segment`` is then the segment of the request's ``block`` and the bytes
+    lie inside one of its arena inputs (the model returned its input, or a view of it; the
+    worker's C answer writer names it instead of copying it, ``workers/native/
+    answer_writer.cc`` PlanAlias). The frontend reads such an output before it frees the
+    input block, or frees the block when the response is released or sent
+    (``frontend.dispatch.pending``, ``frontend/native/known_answer.h`` InputBlock)."""
 
 
 class OutputRegion(msgspec.Struct, frozen=True, array_like=True):

@@ -38,6 +38,19 @@
 // every request is answered alone into a client region, and the Python around that copy
 // (write_outputs, output_parts, the InferResponse, its encoding and the send) was most of
 // the worker's time besides the copy (issue 34, s13wrk's profile).
+//
+// Given input_buf (segment name -> this worker's mapping of a frontend's input arena,
+// SegmentCache.get(name).buf), answer_plain also answers an output from its request's own
+// input block: an arena-bound output of kAliasMinBytes or more whose bytes lie wholly inside
+// one of the request's arena inputs (the model returned a view of its input, as identity
+// models do) is not copied; its TensorRef names the input's segment and the output's offset
+// in it (the same bytes, the same segment offsets in every mapping), and takes no room in
+// the block. The frontend reads it there before it frees the input block, or frees the
+// block only when the output is sent (ipc/protocol/messages.py TensorRef, the Python twin of
+// the rule: frontend/dispatch/pending.py, frontend/native/known_answer.h). An output that is
+// a modified copy lies outside every input and is copied as before. Why: at identity_py
+// 1 MiB c=4 without client shared memory that copy was a quarter of the worker's CPU
+// (perf: __memmove 25% of ~207 us per inference, s16id).
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -56,6 +69,10 @@ using triton_mp::Ref;
 using triton_mp::RingPush;
 
 constexpr uint64_t kAlign = 64;  // ipc/tensor_pool.py ALIGN
+// An output at least this large may be answered from its request's input block (header
+// comment): below it the copy costs less than looking for the input (frontend/native/
+// known_answer.h kInPlaceMinBytes: the native frontend sends such outputs in place).
+constexpr uint64_t kAliasMinBytes = 64 * 1024;
 
 // Owns one buffer view (RAII).
 class View {
@@ -209,6 +226,8 @@ struct Names {
   PyObject* key = nullptr;
   PyObject* region_id = nullptr;
   PyObject* byte_size = nullptr;
+  PyObject* inputs = nullptr;
+  PyObject* nbytes = nullptr;
 };
 Names g_names;
 
@@ -227,6 +246,8 @@ struct Planned {
   Ref region_id;
   uint64_t offset = 0;
   View dest;
+  Ref alias;  // not nullptr: answered from the request's input block, in this segment
+  uint64_t alias_offset = 0;  // at this offset of it
 };
 
 // One member planned: (request_id, version, parameters_json) and its outputs
@@ -279,6 +300,54 @@ Step PlanRegion(PyObject* region, PyObject* window, Planned& t) {
   return Step::kOk;
 }
 
+// Whether output `t` (arena-bound, its bytes planned) lies wholly inside one of the arena
+// inputs of `req` (req.inputs: TensorRefs, region_id 0) as this worker maps them
+// (input_buf(segment): SegmentCache.get(segment).buf): then t.alias and t.alias_offset name
+// its bytes there (header comment). Anything that does not read as expected (an attribute
+// missing, a segment gone, a range past the mapping) is no alias: the output is copied.
+bool PlanAlias(PyObject* req, PyObject* input_buf, Planned& t) {
+  Ref inputs(PyObject_GetAttr(req, g_names.inputs));
+  if (inputs.get() == nullptr || !PyTuple_Check(inputs.get())) {
+    PyErr_Clear();
+    return false;
+  }
+  const auto p = reinterpret_cast<uintptr_t>(t.data.data());
+  const auto n = static_cast<uint64_t>(t.data.size());
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(inputs.get()); ++i) {
+    PyObject* ref = PyTuple_GET_ITEM(inputs.get(), i);
+    Ref region_id(PyObject_GetAttr(ref, g_names.region_id));
+    Ref segment(PyObject_GetAttr(ref, g_names.segment));
+    Ref offset_obj(PyObject_GetAttr(ref, g_names.offset));
+    Ref nbytes_obj(PyObject_GetAttr(ref, g_names.nbytes));
+    if (region_id.get() == nullptr || segment.get() == nullptr || offset_obj.get() == nullptr ||
+        nbytes_obj.get() == nullptr || !PyUnicode_Check(segment.get())) {
+      PyErr_Clear();
+      continue;
+    }
+    const int in_region = PyObject_IsTrue(region_id.get());
+    const unsigned long long offset = PyLong_AsUnsignedLongLong(offset_obj.get());
+    const unsigned long long nbytes = PyLong_AsUnsignedLongLong(nbytes_obj.get());
+    if (in_region != 0 || PyErr_Occurred() || nbytes < n) {
+      PyErr_Clear();
+      continue;
+    }
+    Ref buf(PyObject_CallOneArg(input_buf, segment.get()));
+    View mapped;
+    if (buf.get() == nullptr || !mapped.Get(buf.get(), PyBUF_SIMPLE)) {
+      PyErr_Clear();
+      continue;
+    }
+    const auto size = static_cast<uint64_t>(mapped.size());
+    if (offset > size || nbytes > size - offset) continue;
+    const uintptr_t start = reinterpret_cast<uintptr_t>(mapped.data()) + offset;
+    if (p < start || p - start > nbytes || n > nbytes - (p - start)) continue;
+    t.alias.reset(segment.release());
+    t.alias_offset = offset + (p - start);
+    return true;
+  }
+  return false;
+}
+
 // A member (req, res) planned as _place_all's hot loop places it: every output of `res`
 // whose name is in req.outputs, in the dict's order, of a datatype of `wire_of`
 // (tensor_io.WIRE_OF: a native-order numpy dtype -> protocol datatype) and C-contiguous.
@@ -286,9 +355,12 @@ Step PlanRegion(PyObject* region, PyObject* window, Planned& t) {
 // per name of req.outputs, None: the arena) is planned as answer_batch._place places it:
 // each output whose name's region is set goes there (PlanRegion). kDecline for anything else
 // (a result that is no dict, a client region without `window`, another dtype, a strided
-// array, an attribute missing): the Python path then places the whole group.
+// array, an attribute missing): the Python path then places the whole group. With
+// `input_buf` (not nullptr) an arena-bound output of kAliasMinBytes or more that lies in an
+// input of `req` is answered from there (PlanAlias) and takes no room in the block.
 Step PlanMember(PyObject* req, PyObject* res, PyObject* wire_of, PyObject* params_of,
-                PyObject* window, std::deque<Planned>& outs, Member& member, uint64_t* total) {
+                PyObject* window, PyObject* input_buf, std::deque<Planned>& outs,
+                Member& member, uint64_t* total) {
   if (!PyDict_Check(res)) return Step::kDecline;
   Ref regions(PyObject_GetAttr(req, g_names.output_regions));
   if (regions.get() == nullptr) return Step::kDecline;
@@ -341,6 +413,10 @@ Step PlanMember(PyObject* req, PyObject* res, PyObject* wire_of, PyObject* param
         if (placed != Step::kOk) return placed;
         continue;
       }
+    }
+    if (input_buf != nullptr && static_cast<uint64_t>(t.data.size()) >= kAliasMinBytes &&
+        PlanAlias(req, input_buf, t)) {
+      continue;
     }
     ++member.to_arena;
     *total += (static_cast<uint64_t>(t.data.size()) + kAlign - 1) & ~(kAlign - 1);
@@ -411,6 +487,18 @@ bool Pack(Packer& p, const std::deque<Member>& members, std::deque<Planned>& out
         }
         p.Uint(n);
         if (!PackInt(p, t.region_id.get())) return false;
+        continue;
+      }
+      if (t.alias.get() != nullptr) {
+        // NOTE: the bytes stay in the request's input block (PlanAlias): no copy
+        p.Array(7);
+        if (!PackStr(p, t.name) || !PackStr(p, t.datatype) || !PackShape(p, t.shape.get()) ||
+            !PackStr(p, t.alias.get())) {
+          return false;
+        }
+        p.Uint(t.alias_offset);
+        p.Uint(n);
+        p.Uint(0);  // region_id: an arena (the frontend's own)
         continue;
       }
       if (n != 0) {
@@ -500,7 +588,7 @@ PyObject* WritePlain(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     Step step = Step::kDecline;
     if (PyTuple_Check(m) && PyTuple_GET_SIZE(m) == 2) {
       step = PlanMember(PyTuple_GET_ITEM(m, 0), PyTuple_GET_ITEM(m, 1), args[1], args[2],
-                        nullptr, outs, members.emplace_back(), &total);
+                        nullptr, nullptr, outs, members.emplace_back(), &total);
     }
     if (step == Step::kError) return nullptr;
     if (step == Step::kDecline) {
@@ -542,17 +630,18 @@ PyObject* OneFrontend(PyObject* reqs, PyObject* results, PyObject* frontend_kind
   return to;
 }
 
-// answer_plain(reqs, results, frontend_kind, rings, wire_of, params_of, alloc, arena, window)
-//   -> (frontend_id, bytes | None, block) | None.
+// answer_plain(reqs, results, frontend_kind, rings, wire_of, params_of, alloc, arena, window
+//   [, input_buf]) -> (frontend_id, bytes | None, block) | None.
 PyObject* AnswerPlain(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 9 || !PyTuple_Check(args[0]) || !PyList_Check(args[1]) ||
+  if ((nargs != 9 && nargs != 10) || !PyTuple_Check(args[0]) || !PyList_Check(args[1]) ||
       !PyDict_Check(args[3]) || !PyDict_Check(args[4])) {
     PyErr_SetString(PyExc_TypeError,
                     "answer_plain(reqs: tuple, results: list, frontend_kind, rings: dict, "
-                    "wire_of: dict, params_of, alloc, arena, window)");
+                    "wire_of: dict, params_of, alloc, arena, window[, input_buf])");
     return nullptr;
   }
   PyObject* window = args[8] == Py_None ? nullptr : args[8];
+  PyObject* input_buf = nargs < 10 || args[9] == Py_None ? nullptr : args[9];
   PyObject* reqs = args[0];
   PyObject* results = args[1];
   const Py_ssize_t n = PyTuple_GET_SIZE(reqs);
@@ -572,7 +661,7 @@ PyObject* AnswerPlain(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   uint64_t total = 0;
   for (Py_ssize_t i = 0; i < n; ++i) {
     Step step = PlanMember(PyTuple_GET_ITEM(reqs, i), PyList_GET_ITEM(results, i), args[4],
-                           args[5], window, outs, members.emplace_back(), &total);
+                           args[5], window, input_buf, outs, members.emplace_back(), &total);
     if (step == Step::kError) return nullptr;
     if (step == Step::kDecline) {
       PyErr_Clear();
@@ -638,7 +727,10 @@ PyMethodDef kMethods[] = {
      "asked into a client region, too, where window is ClientRegions.window, not None: "
      "copied there as write_region copies them), and its AnswerBatch "
      "pushed into rings[frontend_id] (a writable ring mapping): bytes None. The bytes come "
-     "back unpushed when no ring is given for it, the ring is full or the record too large."},
+     "back unpushed when no ring is given for it, the ring is full or the record too large. "
+     "With input_buf (segment name -> this process's mapping of a frontend's input arena), "
+     "an output of 64 KiB or more lying inside one of its request's arena inputs is named "
+     "there (TensorRef segment and offset of the input arena) instead of copied."},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -654,13 +746,13 @@ PyMODINIT_FUNC PyInit__answer_writer() {
   const char* names[] = {"request_id", "version",  "outputs",   "output_regions", "dtype",
                          "shape",      "segment",  "offset",    "generation",     "reply_to",
                          "kind",       "trace",    "id",        "key",            "region_id",
-                         "byte_size"};
+                         "byte_size",  "inputs",   "nbytes"};
   PyObject** slots[] = {&g_names.request_id, &g_names.version,   &g_names.outputs,
                         &g_names.output_regions, &g_names.dtype, &g_names.shape,
                         &g_names.segment,    &g_names.offset,    &g_names.generation,
                         &g_names.reply_to,   &g_names.kind,      &g_names.trace,
                         &g_names.id,         &g_names.key,       &g_names.region_id,
-                        &g_names.byte_size};
+                        &g_names.byte_size,  &g_names.inputs,    &g_names.nbytes};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
     *slots[i] = PyUnicode_InternFromString(names[i]);
     if (*slots[i] == nullptr) return nullptr;
