@@ -31,7 +31,7 @@ class FakeNative:
         self.uses: dict[int, int] = {}
         self.released: list[tuple[int, ...]] = []
         self.routes: list[tuple[Any, ...]] = []
-        self.input_arenas: list[str] = []
+        self.input_arenas: list[tuple[str, int]] = []
 
     def known_set_arena(self, arena: Any) -> None:
         self.arenas.append(arena)
@@ -72,8 +72,8 @@ class FakeNative:
     def known_answer_forget(self) -> None:
         self.answers_forgotten += 1
 
-    def known_answer_input_arena(self, name: str) -> None:
-        self.input_arenas.append(name)
+    def known_answer_input_arena(self, name: str, hold_limit: int) -> None:
+        self.input_arenas.append((name, hold_limit))
 
     def known_answer_stats(self) -> dict[str, int]:
         return {"answered": 0}
@@ -96,6 +96,7 @@ class FakeNative:
 @dataclass
 class Segment:
     name: str
+    size_bytes: int = 1 << 20
 
 
 @dataclass
@@ -214,7 +215,8 @@ def test_a_qualifying_call_is_taught_once_with_its_positions_and_lesson() -> Non
     teacher, native, allocator, _, inference, _, calls = wired()
     assert native.ring == ("producer", "/wake")
     assert native.arenas == [allocator.newest]
-    assert native.input_arenas == [allocator.newest.segment.name]  # NOTE: its InputBlocks
+    newest = allocator.newest.segment
+    assert native.input_arenas == [(newest.name, newest.size_bytes // 2)]  # NOTE: InputBlock
     inference.sent(b"key", known(), "r", "/a0")
     inference.sent(b"key", known(), "r", "/a0")
     assert native.taught == [(b"key", b"r", 1, (12, 120), (0, 64), 64 + 192, b"T" * 200, 4)]

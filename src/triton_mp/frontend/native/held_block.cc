@@ -10,6 +10,7 @@ namespace {
 
 std::atomic<uint64_t> g_freed{0};
 std::atomic<uint64_t> g_refused{0};
+std::atomic<uint64_t> g_input_held{0};
 
 // grpc_slice_new_with_user_data's destroy callback: drops the slice's hold.
 void Release(void* user_data) {
@@ -21,12 +22,17 @@ void Release(void* user_data) {
 
 void HeldBlock::Arm() {
   // NOTE: before armed_: the free (the last holder's, after Arm returns) comes after it
-  if (!input_) mapping_->Hold(offset_, generation_, static_cast<uint32_t>(getpid()));
+  if (input_bytes_ == 0) {
+    mapping_->Hold(offset_, generation_, static_cast<uint32_t>(getpid()));
+  } else {
+    g_input_held.fetch_add(input_bytes_, std::memory_order_relaxed);
+  }
   armed_.store(true, std::memory_order_release);
 }
 
 HeldBlock::~HeldBlock() {
   if (!armed_.load(std::memory_order_acquire)) return;
+  if (input_bytes_ != 0) g_input_held.fetch_sub(input_bytes_, std::memory_order_relaxed);
   if (mapping_->Free(offset_, generation_)) {
     g_freed.fetch_add(1, std::memory_order_relaxed);
   } else {
@@ -46,5 +52,6 @@ grpc::Slice HeldBlock::SliceOf(const std::shared_ptr<HeldBlock>& hold, const uns
 
 uint64_t HeldBlock::freed() { return g_freed.load(std::memory_order_relaxed); }
 uint64_t HeldBlock::refused() { return g_refused.load(std::memory_order_relaxed); }
+uint64_t HeldBlock::input_bytes_held() { return g_input_held.load(std::memory_order_relaxed); }
 
 }  // namespace triton_mp

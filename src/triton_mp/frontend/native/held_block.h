@@ -5,10 +5,14 @@
 // (known_answer_py.cc Serve, after Handoff::AnswerOwned). A hold never armed (the answer went
 // to Python, which reads and frees the block itself) frees nothing. Armed, the block's header
 // names this process (its pid: ipc/output_holds.py, the worker frees a dead holder's blocks).
-// An input block (`input`: a block of this process's own input arena whose bytes the worker
-// named as a call's output, workers/native/answer_writer.cc PlanAlias) is held the same way
-// in place of the call's FreeInput: freed (the same rule) when gRPC has sent it, with no
-// holder recorded (the arena is this process's: it goes with it).
+// An input block (`input_bytes` not 0: a block of this process's own input arena, of that
+// many bytes, whose bytes the worker named as a call's output, workers/native/
+// answer_writer.cc PlanAlias) is held the same way in place of the call's FreeInput: freed
+// (the same rule) when gRPC has sent it, with no holder recorded (the arena is this
+// process's: it goes with it). The bytes of input blocks armed and not yet freed are counted
+// (input_bytes_held): a reply holds one only below a mark (known_answer.h InputBlock), so
+// clients that do not read their answers cannot hold the whole input arena (the output
+// blocks' twin: their COPY flag, ipc/output_holds.py).
 // Python twin of the rule:
 // dispatch/pending.py (the block freed after its answer was sent; an input block named by
 // an output, after the response is released), known_calls.py (the Python path, which copies
@@ -30,8 +34,11 @@ namespace triton_mp {
 class HeldBlock {
  public:
   HeldBlock(std::shared_ptr<const SegmentMapping> mapping, uint64_t offset, uint64_t generation,
-            bool input = false)
-      : mapping_(std::move(mapping)), offset_(offset), generation_(generation), input_(input) {}
+            uint64_t input_bytes = 0)
+      : mapping_(std::move(mapping)),
+        offset_(offset),
+        generation_(generation),
+        input_bytes_(input_bytes) {}
   ~HeldBlock();
   HeldBlock(const HeldBlock&) = delete;
   HeldBlock& operator=(const HeldBlock&) = delete;
@@ -41,7 +48,7 @@ class HeldBlock {
   // process dies first.
   void Arm();
   uint64_t offset() const { return offset_; }
-  bool input() const { return input_; }
+  bool input() const { return input_bytes_ != 0; }
   const SegmentMapping& mapping() const { return *mapping_; }
 
   // A slice of the `n` bytes at `data` (inside the block) that holds `hold` until gRPC lets
@@ -53,12 +60,14 @@ class HeldBlock {
   // armed holds so far, process-wide.
   static uint64_t freed();
   static uint64_t refused();
+  // The bytes of the input blocks armed and not yet freed, process-wide (class comment).
+  static uint64_t input_bytes_held();
 
  private:
   std::shared_ptr<const SegmentMapping> mapping_;
   uint64_t offset_;
   uint64_t generation_;
-  bool input_;  // a block of this process's input arena (class comment)
+  uint64_t input_bytes_;  // not 0: a block of this process's input arena (class comment)
   std::atomic<bool> armed_{false};
 };
 

@@ -162,8 +162,10 @@ namespace {
 
 // The hold of `block` (its header at `offset` of `mapping`), made (unarmed) into `holds` on
 // first use, when `o`'s bytes lie wholly in its payload; nullptr: they do not.
+// An input block's hold (HeldBlock input_bytes) when `limit` is not 0, which the input
+// blocks held with it must stay under (known_answer.h InputBlock hold_limit).
 std::shared_ptr<HeldBlock> HoldIn(const std::shared_ptr<const SegmentMapping>& mapping,
-                                  uint64_t offset, uint64_t generation, bool input,
+                                  uint64_t offset, uint64_t generation, uint64_t limit,
                                   const AnswerOutput& o,
                                   std::vector<std::shared_ptr<HeldBlock>>* holds) {
   const uint64_t payload = mapping->BlockPayload(offset);
@@ -175,7 +177,15 @@ std::shared_ptr<HeldBlock> HoldIn(const std::shared_ptr<const SegmentMapping>& m
   for (const auto& h : *holds) {
     if (&h->mapping() == mapping.get() && h->offset() == offset) return h;
   }
-  holds->push_back(std::make_shared<HeldBlock>(mapping, offset, generation, input));
+  const uint64_t input_bytes = limit == 0 ? 0 : payload + kArenaHeaderBytes;
+  if (limit != 0) {
+    uint64_t held = HeldBlock::input_bytes_held() + input_bytes;
+    for (const auto& h : *holds) {
+      if (h->input()) held += h->mapping().BlockPayload(h->offset()) + kArenaHeaderBytes;
+    }
+    if (held > limit) return nullptr;  // NOTE: unread replies hold enough: copied
+  }
+  holds->push_back(std::make_shared<HeldBlock>(mapping, offset, generation, input_bytes));
   return holds->back();
 }
 
@@ -190,8 +200,8 @@ std::shared_ptr<HeldBlock> HoldOf(const AnswerRead& read, const AnswerResponse& 
     // NOTE: answered from the call's input block (answer_writer.cc PlanAlias); no output
     // block of a worker lies in this process's input arena
     const auto& mapping = segments->Get(o.segment);
-    if (!mapping) return nullptr;
-    return HoldIn(mapping, input->offset, input->generation, true, o, holds);
+    if (!mapping || input->hold_limit == 0) return nullptr;
+    return HoldIn(mapping, input->offset, input->generation, input->hold_limit, o, holds);
   }
   std::vector<const AnswerBlock*> blocks;
   if (r.has_block) blocks.push_back(&r.block);
@@ -207,7 +217,7 @@ std::shared_ptr<HeldBlock> HoldOf(const AnswerRead& read, const AnswerResponse& 
       continue;
     }
     if (!mapping->MayHold(b->offset)) return nullptr;  // NOTE: its worker's arenas are full
-    return HoldIn(mapping, b->offset, b->generation, false, o, holds);
+    return HoldIn(mapping, b->offset, b->generation, 0, o, holds);
   }
   return nullptr;
 }

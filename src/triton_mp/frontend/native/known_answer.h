@@ -14,8 +14,9 @@
 // answer_writer.cc PlanAlias: its TensorRef names the input arena's segment, inside the
 // call's block) is read there: given the call's InputBlock, such an output of
 // kInPlaceMinBytes or more is sent in place holding the input block (held_block.h, input:
-// freed when sent, instead of the caller's FreeInput), a smaller one copied (before the
-// caller frees the block). Without its InputBlock it is copied out of the segment as any.
+// freed when sent, instead of the caller's FreeInput) while the input blocks held so far
+// stay under the InputBlock's hold_limit; otherwise, or when smaller, it is copied (before
+// the caller frees the block). Without its InputBlock it is copied out of the segment as any.
 //
 // Served here: a plain InferResponse, or an AnswerBatch whose responses are all plain and
 // whose one block (if any) every response names and the batch hands over with exactly that
@@ -74,11 +75,14 @@ inline constexpr size_t kAnswerLessonsKept = 4096;  // cleared whole when full
 inline constexpr uint64_t kInPlaceMinBytes = 64 * 1024;
 
 // A call's input block, from which the worker may have answered an output (header comment):
-// its arena's segment (POSIX name; "": none known), the block's header offset and generation.
+// its arena's segment (POSIX name; "": none known), the block's header offset and
+// generation, and the most bytes of input blocks replies may hold at once (with this one:
+// HeldBlock::input_bytes_held; 0: none is held, its outputs are copied).
 struct InputBlock {
   std::string segment;
   uint64_t offset = 0;
   uint64_t generation = 0;
+  uint64_t hold_limit = 0;
 };
 
 // The output bytes of what Build built.

@@ -44,6 +44,7 @@ Counters g_counters;
 // gets no InputBlock: an output of its input block is copied, never held).
 uint64_t g_input_epoch = 0;
 std::string g_input_segment;
+uint64_t g_input_hold_limit = 0;  // InputBlock hold_limit
 
 // Whether `holds` holds the input block at `offset` (then it frees it when sent).
 bool InputHeld(const std::vector<std::shared_ptr<HeldBlock>>& holds, uint64_t offset) {
@@ -86,7 +87,8 @@ bool ServeLocked(Handoff* h, const unsigned char* data, size_t size) {
       return false;  // NOTE: its block is in an arena C++ no longer holds: Python frees it
     }
     inputs.push_back(c.epoch == g_input_epoch
-                         ? InputBlock{g_input_segment, c.offset, c.generation}
+                         ? InputBlock{g_input_segment, c.offset, c.generation,
+                                      g_input_hold_limit}
                          : InputBlock{});
   }
   if (!g_answers.Build(read, lessons, &ids, &g_segments, &responses, &bytes, &holds,
@@ -207,17 +209,20 @@ PyObject* Release(PyObject*, PyObject*) {
   return PyLong_FromSize_t(h != nullptr ? h->ReleaseOwned() : 0);
 }
 
-// known_answer_input_arena(name): the known calls' input arena (known_set_arena's, called
-// just before) is the segment `name`: an output a worker answered from a call's input block
-// there is sent from it (known_answer.h InputBlock). "" : none.
-PyObject* InputArena(PyObject*, PyObject* name) {
+// known_answer_input_arena(name, hold_limit): the known calls' input arena
+// (known_set_arena's, called just before) is the segment `name`: an output a worker answered
+// from a call's input block there is sent from it while replies hold at most `hold_limit`
+// bytes of input blocks (known_answer.h InputBlock).
+PyObject* InputArena(PyObject*, PyObject* args) {
+  const char* s;
   Py_ssize_t n = 0;
-  const char* s = PyUnicode_AsUTF8AndSize(name, &n);
-  if (s == nullptr) return nullptr;
+  unsigned long long limit = 0;
+  if (!PyArg_ParseTuple(args, "s#K", &s, &n, &limit)) return nullptr;
   const uint64_t epoch = TheKnownSubmit().epoch();
   std::lock_guard<std::mutex> lock(g_serve_mu);
   g_input_epoch = epoch;
   g_input_segment.assign(s, static_cast<size_t>(n));
+  g_input_hold_limit = limit;
   Py_RETURN_NONE;
 }
 
@@ -288,7 +293,8 @@ bool IdsOf(PyObject* obj, std::vector<std::string>* out) {
 }
 
 // The InputBlocks of `obj` (None: none, *out untouched and `given` false; else a sequence of
-// (segment, offset, generation) or None per response). False: a Python error is set.
+// (segment, offset, generation[, hold_limit: no limit when left out]) or None per response).
+// False: a Python error is set.
 bool InputsOf(PyObject* obj, std::vector<InputBlock>* out, bool* given) {
   *given = obj != Py_None;
   if (!*given) return true;
@@ -301,9 +307,11 @@ bool InputsOf(PyObject* obj, std::vector<InputBlock>* out, bool* given) {
     if (item == Py_None) continue;
     const char* segment;
     Py_ssize_t n;
-    unsigned long long offset, generation;
-    ok = PyArg_ParseTuple(item, "s#KK", &segment, &n, &offset, &generation);
-    if (ok) in = InputBlock{std::string(segment, static_cast<size_t>(n)), offset, generation};
+    unsigned long long offset, generation, limit = ~0ULL;
+    ok = PyArg_ParseTuple(item, "s#KK|K", &segment, &n, &offset, &generation, &limit);
+    if (ok) {
+      in = InputBlock{std::string(segment, static_cast<size_t>(n)), offset, generation, limit};
+    }
   }
   Py_DECREF(seq);
   return ok;
@@ -399,7 +407,8 @@ PyMethodDef kFunctions[] = {
     {"known_release", Release, METH_NOARGS, "Queue every owned call for Python (kKnown)."},
     {"known_log", Log, METH_O, "Queue kAccepted for each call submitted natively (DEBUG)."},
     {"known_answer_forget", Forget, METH_NOARGS, "Forget the heads; unmap workers' arenas."},
-    {"known_answer_input_arena", InputArena, METH_O, "The known calls' input arena's name."},
+    {"known_answer_input_arena", InputArena, METH_VARARGS,
+     "(name, hold_limit): the known calls' input arena, and the input bytes replies may hold."},
     {"known_answer_take_bytes", TakeBytes, METH_NOARGS, "(in, out, out_in_place) bytes since last taken."},
     {"known_answer_stats", Stats, METH_NOARGS, "The answer side's counters."},
     {"known_answer_build", Build, METH_VARARGS, "(record, lessons[, free]): responses built."},

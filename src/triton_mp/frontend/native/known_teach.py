@@ -53,6 +53,7 @@ from triton_mp.frontend.inference import Inference
 from triton_mp.frontend.native.known_calls import KnownCalls, Lesson
 from triton_mp.frontend.shm.system import SystemShmRegistry
 from triton_mp.ipc import ArenaAllocator, TensorRef
+from triton_mp.ipc.output_holds import COPY_MARK
 from triton_mp.ipc.tensor_pool import BLOCK_HEADER_BYTES, ArenaBlocks, align
 
 IDS_LOW = 256
@@ -93,7 +94,7 @@ class Native(Protocol):
     def known_detach(self) -> None: ...
     def known_stats(self) -> dict[str, int]: ...
     def known_answer_forget(self) -> None: ...
-    def known_answer_input_arena(self, name: str, /) -> None: ...
+    def known_answer_input_arena(self, name: str, hold_limit: int, /) -> None: ...
     def known_answer_stats(self) -> dict[str, int]: ...
     def direct_stats(self) -> dict[str, int]: ...
 
@@ -203,8 +204,10 @@ class NativeKnown:
         self._native.known_set_arena(arena)
         self._segment = arena.segment.name
         # NOTE: an output a worker answered from a call's input block is sent from there
-        # (known_answer.h InputBlock); no call of the new arena is sent before a lesson is
-        self._native.known_answer_input_arena(self._segment)
+        # (known_answer.h InputBlock) while unread replies hold under the output arenas'
+        # copy mark of this arena; no call of the new arena is sent before a lesson is
+        limit = int(arena.segment.size_bytes * COPY_MARK)
+        self._native.known_answer_input_arena(self._segment, limit)
         self._taught.clear()
 
     def forget(self) -> None:
