@@ -1,13 +1,15 @@
 """Large answers served by the native gRPC thread (``frontend/native/known_answer.h``,
 ``held_block.h``): a known call's output of 64 KiB or more is sent from the worker's output
 arena in place (no copy), its block freed once gRPC has sent it. With tritonclient, 1 to
-16 MiB tensors (odd sizes too) through a python identity model with a batching delay (so
-the gRPC thread submits its calls and serves their answers): every answer is its request's
-bytes, the calls after the first few of a form are sent and answered natively (also
-those of a model whose requests may be handed to an idle instance directly), their
-outputs counted as sent in place (``triton_mp_frontend_tensor_bytes_total{direction=
-"out_in_place"}``) and not as copied, no free is refused, and the worker's output blocks
-are all freed afterwards, also after clients whose deadlines end their calls mid-answer."""
+16 MiB tensors (odd sizes too) through a python model with a batching delay that returns a
+copy of its input (so the gRPC thread submits its calls and serves their answers, and the
+output is the worker's: an output that is its input is answered from the input block,
+test_answer_from_input.py): every answer is its request's bytes, the calls after the first
+few of a form are sent and answered natively (also those of a model whose requests may be
+handed to an idle instance directly), their outputs counted as sent in place
+(``triton_mp_frontend_tensor_bytes_total{direction="out_in_place"}``) and not as copied, no
+free is refused, and the worker's output blocks are all freed afterwards, also after
+clients whose deadlines end their calls mid-answer."""
 
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ class TritonPythonModel:
         out = []
         for r in requests:
             x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x.copy())]))
         return out
 """
 MODEL_NAME = "big_py"
@@ -169,7 +171,8 @@ def test_a_model_with_direct_routes_is_served_natively_for_large_calls(
 ) -> None:
     """identity_py (the bench's id1m model: no batching, so its requests may be handed to an
     idle instance directly, which the gRPC thread does itself, ``direct_handoff.h``): its
-    1 MiB calls are sent and answered natively, outputs in place."""
+    1 MiB calls are sent and answered natively, outputs in place (from the input block:
+    identity_py returns its input)."""
     client = grpcclient.InferenceServerClient(server.url)
     rng = np.random.default_rng(5)
     before, bytes_before = _known(server), _tensor_bytes(server)
