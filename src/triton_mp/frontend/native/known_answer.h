@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -75,11 +76,12 @@ inline constexpr size_t kAnswerLessonsKept = 4096;  // cleared whole when full
 inline constexpr uint64_t kInPlaceMinBytes = 64 * 1024;
 
 // A call's input block, from which the worker may have answered an output (header comment):
-// its arena's segment (POSIX name; "": none known), the block's header offset and
-// generation, and the most bytes of input blocks replies may hold at once (with this one:
-// HeldBlock::input_bytes_held; 0: none is held, its outputs are copied).
+// its arena's segment (POSIX name, viewed: it outlives the Build; "": none known), the
+// block's header offset and generation, and the most bytes of input blocks replies may hold
+// at once (with this one: HeldBlock::input_bytes_held; 0: none is held, its outputs are
+// copied).
 struct InputBlock {
-  std::string segment;
+  std::string_view segment;
   uint64_t offset = 0;
   uint64_t generation = 0;
   uint64_t hold_limit = 0;

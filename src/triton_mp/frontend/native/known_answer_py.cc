@@ -6,6 +6,7 @@
 #include "known_answer_py.h"
 
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -293,9 +294,10 @@ bool IdsOf(PyObject* obj, std::vector<std::string>* out) {
 }
 
 // The InputBlocks of `obj` (None: none, *out untouched and `given` false; else a sequence of
-// (segment, offset, generation[, hold_limit: no limit when left out]) or None per response).
-// False: a Python error is set.
-bool InputsOf(PyObject* obj, std::vector<InputBlock>* out, bool* given) {
+// (segment, offset, generation[, hold_limit: no limit when left out]) or None per response),
+// their segments' names kept in `names`. False: a Python error is set.
+bool InputsOf(PyObject* obj, std::vector<InputBlock>* out, std::deque<std::string>* names,
+              bool* given) {
   *given = obj != Py_None;
   if (!*given) return true;
   PyObject* seq = PySequence_Fast(obj, "inputs must be a sequence");
@@ -310,7 +312,8 @@ bool InputsOf(PyObject* obj, std::vector<InputBlock>* out, bool* given) {
     unsigned long long offset, generation, limit = ~0ULL;
     ok = PyArg_ParseTuple(item, "s#KK|K", &segment, &n, &offset, &generation, &limit);
     if (ok) {
-      in = InputBlock{std::string(segment, static_cast<size_t>(n)), offset, generation, limit};
+      const std::string& name = names->emplace_back(segment, static_cast<size_t>(n));
+      in = InputBlock{name, offset, generation, limit};
     }
   }
   Py_DECREF(seq);
@@ -338,8 +341,9 @@ PyObject* Build(PyObject*, PyObject* args) {
     return nullptr;
   }
   std::vector<InputBlock> inputs;
+  std::deque<std::string> input_names;  // NOTE: deque: the views into it stay valid
   bool inputs_given = false;
-  if (!InputsOf(inputs_obj, &inputs, &inputs_given)) {
+  if (!InputsOf(inputs_obj, &inputs, &input_names, &inputs_given)) {
     PyBuffer_Release(&record);
     return nullptr;
   }
