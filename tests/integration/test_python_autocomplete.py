@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from triton_mp.backends.python.autocomplete import run_auto_complete
-from triton_mp.common.errors import ConfigError
+from triton_mp.common.errors import ConfigError, ErrorCode
 from triton_mp.common.json_form import config_to_json
 from triton_mp.model_config.loader import load_model
 
@@ -113,7 +113,7 @@ def test_auto_complete_off_never_runs_the_model(tmp_path: Path) -> None:
                 def auto_complete_config(c):
                     return None
             """,
-            "must return the pb_utils.ModelConfig",
+            "auto_complete_config function in model 'm' must return a valid pb.ModelConfig object.",
         ),
         (
             """
@@ -140,9 +140,13 @@ def test_failures_make_the_model_unavailable_with_the_reason(
 ) -> None:
     model = load_model(_model(tmp_path, source))
     assert model.error is not None
-    assert "failed to load 'm'" in model.error
     assert reason in model.error
     assert model.versions == ()
+    if "returned an invalid model configuration" in reason:
+        assert "failed to load 'm'" in model.error
+        assert model.failed_versions == ()
+    else:  # NOTE: the model's code failed: 2.51's stub fails the version, INTERNAL
+        assert (model.failed_versions, model.error_code) == ((1,), ErrorCode.INTERNAL)
 
 
 def test_a_hanging_model_times_out(tmp_path: Path) -> None:

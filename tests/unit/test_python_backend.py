@@ -383,14 +383,13 @@ def test_decoupled_execute_raising_ends_open_requests(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("source", "message"),
     [
-        ("x = 1\n", "does not define class 'TritonPythonModel'"),
+        ("x = 1\n", "AttributeError: module '1.model' has no attribute 'TritonPythonModel'"),
         ("import no_such_module_here\n", "ModuleNotFoundError"),
         (
             "class TritonPythonModel:\n    def initialize(self, args):\n"
             "        raise KeyError('weights')\n    def execute(self, r):\n        return []\n",
-            "failed to initialize model 'm': KeyError: 'weights'",
+            "KeyError: 'weights'\n\nAt:\n  ",
         ),
-        ("class TritonPythonModel:\n    pass\n", "does not define execute()"),
     ],
 )
 def test_load_failures_say_why(tmp_path: Path, source: str, message: str) -> None:
@@ -604,4 +603,18 @@ def test_responses_with_parameters_strangers_or_tensor_subclasses_read_as_before
     np.testing.assert_array_equal(subclass["OUTPUT1"], np.full((1, 4), -3, np.float32))
     assert type(plain) is dict
     assert list(plain) == ["OUTPUT0"]
+    b.close()
+
+
+def test_a_model_without_execute_loads_and_fails_each_batch(tmp_path: Path) -> None:
+    """2.51 loads it; pb_stub fails every batch with its words."""
+    model_file = _write(tmp_path, "class TritonPythonModel:\n    pass\n")
+    b = PythonBackend(_spec(model_file), INSTANCE)
+    req = BackendRequest({"INPUT0": np.zeros((1, 4), np.float32)}, ("OUTPUT0",), 1)
+    results, _ = b.execute([req, req])
+    expected = (
+        "Failed to process the request(s) for model 'm_0', message: Python model "
+        f"{model_file} does not implement `execute` method."
+    )
+    assert [(r.code, r.message) for r in results] == [(ErrorCode.INTERNAL, expected)] * 2  # type: ignore[union-attr]
     b.close()

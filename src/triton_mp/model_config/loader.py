@@ -25,7 +25,7 @@ from google.protobuf import json_format, text_format
 
 from triton_mp._proto import model_config_pb2
 from triton_mp.backends.registry import BACKENDS, AutoCompleteOptions
-from triton_mp.common.errors import ConfigError, flatten_exception
+from triton_mp.common.errors import ConfigError, ErrorCode, flatten_exception
 from triton_mp.common.process.gpus import MIN_COMPUTE_CAPABILITY
 from triton_mp.model_config.autocomplete import auto_complete_backend_fields
 from triton_mp.model_config.ensemble import ENSEMBLE_PLATFORM, ensemble_failures
@@ -116,6 +116,9 @@ class RepositoryModel:
     the load fails per version (each reason core's ``Status::AsString`` of an INVALID_ARG:
     ``common.errors.status_text``); empty when the model failed as a whole (the poll's
     checks)."""
+    error_code: ErrorCode = ErrorCode.INVALID_ARG
+    """With ``failed_versions``: the code of each version's failure (INTERNAL: the python
+    model's own code failed in its ``auto_complete_config`` child, as in 2.51's stub)."""
 
 
 TEXT_PROTO_ERROR = "failed to read text proto from"
@@ -313,7 +316,9 @@ def load_model(
     except ConfigError as exc:
         log.error("model '%s' is unavailable: %s", name, exc.message)
         chosen = tuple(v.version for v in loader.versions)
-        return RepositoryModel(name, directory, loader.config, (), exc.message, {}, chosen)
+        return RepositoryModel(
+            name, directory, loader.config, (), exc.message, {}, chosen, error_code=exc.code
+        )
     except Exception as exc:  # NOTE: one broken model must never stop the repository load.
         log.exception("unexpected error loading model '%s'", name)
         reason = f"failed to load '{name}': {flatten_exception(exc)}"
@@ -382,7 +387,14 @@ class _ModelLoader:
             # NOTE: Triton auto-completes per version; one config per model here, so the
             # newest loadable version's artifact decides.
             options = AutoCompleteOptions(default_max_batch_size=self.default_max_batch_size)
-            hook(config, versions[-1].model_file, options)
+            try:
+                hook(config, versions[-1].model_file, options)
+            except ConfigError as exc:
+                if exc.code == ErrorCode.INTERNAL:
+                    self.versions = (
+                        versions  # NOTE: the model's code failed: the stub's, per version
+                    )
+                raise
         self.versions = versions  # NOTE: Triton makes these checks per version (Model::Init)
         normalize_model_config(config)
         validate_model_io_config(config)

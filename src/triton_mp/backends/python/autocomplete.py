@@ -30,7 +30,7 @@ from google.protobuf import json_format
 
 from triton_mp._proto import model_config_pb2
 from triton_mp.backends.registry import AutoCompleteOptions
-from triton_mp.common.errors import ConfigError
+from triton_mp.common.errors import ConfigError, ErrorCode
 from triton_mp.common.json_form import config_to_json
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 AUTO_COMPLETE_TIMEOUT_S = 30.0
 """How long a model's import plus ``auto_complete_config`` may take (Triton's default
 ``stub-timeout-seconds``)."""
+
+RETURN_CHECK = "auto_complete_config function in model"
+"""python_be.cc's refusal of what ``auto_complete_config`` returned begins so; then
+`` '<m>' must return a valid pb.ModelConfig object.``"""
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
 """The directory holding the ``triton_mp`` package this process runs."""
@@ -98,8 +102,9 @@ def run_auto_complete(
         ``auto_complete_config``.
 
     Raises:
-        ConfigError: the model's code raised, returned something else than the
-            ``ModelConfig``, or did not finish in time; the child's output is logged.
+        ConfigError: the model's code raised or returned something else than the
+            ``ModelConfig`` (INTERNAL, in the stub's words: a version's load failure), or did
+            not finish in time; the child's output is logged.
     """
     env = dict(os.environ)
     # NOTE: the child must import this same triton_mp, whichever copy pip installed.
@@ -131,7 +136,8 @@ def run_auto_complete(
             "see the server log"
         )
     if "error" in answer:
-        raise ConfigError(f"failed to load '{model_name}': {where}: {answer['error']}")
+        # NOTE: as the stub's failure of a version's load: core words it "Internal: <why>".
+        raise ConfigError(answer["error"], ErrorCode.INTERNAL)
     completed = answer.get("config")
     if completed is not None and not isinstance(completed, dict):
         raise ConfigError(f"failed to load '{model_name}': {where} returned no config")
@@ -190,11 +196,12 @@ def _complete(model_file: str, model_name: str, config: dict[str, Any]) -> dict[
 
     from triton_mp.backends.python import pb_utils
     from triton_mp.backends.python.model_module import (
-        describe_exception,
+        describe_load_failure,
         import_model_module,
         install_pb_utils,
         model_class,
     )
+    from triton_mp.common.errors import TritonMPError
 
     install_pb_utils()
     try:
@@ -205,13 +212,14 @@ def _complete(model_file: str, model_name: str, config: dict[str, Any]) -> dict[
             return {"config": None}
         given = pb_utils.ModelConfig(config)
         returned = hook(given)
+    except TritonMPError as exc:
+        return {"error": exc.message}
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         traceback.print_exc(file=sys.stderr)
-        return {"error": describe_exception(exc)}
+        return {"error": describe_load_failure(exc)}
     if not isinstance(returned, pb_utils.ModelConfig):
         return {
-            "error": f"auto_complete_config must return the pb_utils.ModelConfig it was given, "
-            f"got {type(returned).__name__}"
+            "error": f"{RETURN_CHECK} '{model_name}' must return a valid pb.ModelConfig object."
         }
     return {"config": returned.as_dict()}
 

@@ -65,11 +65,12 @@ from triton_mp.backends.base import (
 )
 from triton_mp.backends.python import pb_utils
 from triton_mp.backends.python.model_module import (
-    MODEL_CLASS,
     describe_exception,
     describe_execute_failure,
+    describe_load_failure,
     import_model_module,
     install_pb_utils,
+    missing_execute,
     model_class,
 )
 from triton_mp.backends.python.request_rules import (
@@ -163,9 +164,7 @@ class PythonBackend:
             module = import_model_module(model_file, model.model)
         except Exception as exc:
             log.exception("importing %s failed", model_file)
-            raise TritonMPError(
-                f"failed to import {model_file}: {describe_exception(exc)}"
-            ) from None
+            raise TritonMPError(describe_load_failure(exc)) from None
         cls = model_class(module, model_file)
         args = {
             "model_config": model.config_json,
@@ -183,15 +182,10 @@ class PythonBackend:
                 initialize(args)
         except Exception as exc:
             log.exception("initialize of model '%s' failed", model.model)
-            raise TritonMPError(
-                f"failed to initialize model '{model.model}': {describe_exception(exc)}"
-            ) from None
+            raise TritonMPError(describe_load_failure(exc)) from None
         execute = getattr(self._model, "execute", None)
         if execute is None:
-            raise TritonMPError(
-                f"{model_file}: class '{MODEL_CLASS}' does not define execute()",
-                ErrorCode.INVALID_ARG,
-            )
+            execute = missing_execute(model.model_file)  # NOTE: 2.51 loads it, fails batches
         self._execute: Callable[[list[pb_utils.InferenceRequest]], Any] = execute
         # NOTE: ``async def execute`` runs on one event loop per instance, made on first use.
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -7,6 +7,7 @@ Imported by ``backends.python.backend`` (worker processes) and the auto-complete
 
 from __future__ import annotations
 
+import importlib.abc
 import importlib.machinery
 import importlib.util
 import itertools
@@ -14,7 +15,9 @@ import re
 import sys
 import sysconfig
 import types
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from triton_mp.backends.python import pb_utils
 from triton_mp.common.errors import ErrorCode, TritonMPError
@@ -53,6 +56,8 @@ def describe_execute_failure(exc: BaseException) -> str:
     frame, the innermost first, from the model's code up to the frame triton-mp called. Left
     out: the callers (ours or the standard library's: the stub has none) and triton-mp's
     frames the model called last (``pb_utils``, C++ in Triton: no frames there)."""
+    if isinstance(exc, MissingExecute):
+        return str(exc)
     frames: list[tuple[str, int, str]] = []
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_CALLERS):
@@ -67,6 +72,50 @@ def describe_execute_failure(exc: BaseException) -> str:
     if not frames:
         return text
     return text + "\n\nAt:\n" + "".join(f"  {f}({n}): {name}\n" for f, n, name in reversed(frames))
+
+
+class MissingExecute(Exception):
+    """What a model without ``execute`` raises for each batch; ``describe_execute_failure``
+    gives its text alone, the stub's: "Python model <file> does not implement `execute`
+    method." (2.51 loads such a model and fails each of its batches so)."""
+
+
+def missing_execute(model_file: str | Path) -> Callable[[list[Any]], Any]:
+    """The ``execute`` of a model that defines none: raises ``MissingExecute``."""
+    why = f"Python model {model_file} does not implement `execute` method."
+
+    def execute(requests: list[Any]) -> Any:
+        raise MissingExecute(why)
+
+    return execute
+
+
+def describe_load_failure(exc: BaseException) -> str:
+    """An exception importing the model's file, constructing ``TritonPythonModel``, or in
+    ``initialize`` or ``auto_complete_config`` raised, as the stub words it (pybind11's
+    ``error_already_set::what()``, which a load failure carries: "Internal: <this>"):
+    ``describe_exception``'s text, then, when the innermost frame of its traceback is not
+    triton-mp's, "\n\nAt:\n" and one "  <file>(<line>): <function>\n" per frame from that
+    frame outwards (``f_back``) up to the frame triton-mp called (an import's frames are the
+    import system's: "<frozen importlib._bootstrap>(N): _find_and_load" and its callees; a
+    SyntaxError, raised before the file runs, has none)."""
+    text = describe_exception(exc)
+    innermost: types.TracebackType | None = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_CALLERS):
+            innermost = tb  # NOTE: triton-mp's frames the model called are C++ in the stub
+        tb = tb.tb_next
+    if innermost is None:
+        return text
+    lines: list[str] = []
+    frame: types.FrameType | None = innermost.tb_frame
+    lineno = innermost.tb_lineno
+    while frame is not None and not frame.f_code.co_filename.startswith(_CALLERS):
+        lines.append(f"  {frame.f_code.co_filename}({lineno}): {frame.f_code.co_name}\n")
+        frame = frame.f_back
+        lineno = frame.f_lineno if frame is not None else 0
+    return text + "\n\nAt:\n" + "".join(lines)
 
 
 def import_model_module(model_file: str | Path, model_name: str) -> types.ModuleType:
@@ -95,25 +144,43 @@ def import_model_module(model_file: str | Path, model_name: str) -> types.Module
     loader = importlib.machinery.SourceFileLoader(name, str(path))
     spec = importlib.util.spec_from_loader(name, loader)
     assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    # NOTE: imported through ``__import__`` (the stub's PyImport_ImportModule), so a failure's
+    # frames are those ``describe_load_failure`` shows in the stub's words.
+    finder = _OneSpec(spec)
+    sys.meta_path.insert(0, finder)
     try:
-        loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
+        __import__(name)
+    finally:
+        sys.meta_path.remove(finder)
+    return sys.modules[name]
 
 
-def model_class(module: types.ModuleType, model_file: str | Path) -> type:
-    """The module's ``TritonPythonModel`` class.
+class _OneSpec(importlib.abc.MetaPathFinder):
+    """Finds one module: ``spec``'s."""
+
+    def __init__(self, spec: importlib.machinery.ModuleSpec) -> None:
+        self.spec = spec
+
+    def find_spec(
+        self, fullname: str, path: object, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        return self.spec if fullname == self.spec.name else None
+
+
+def model_class(module: types.ModuleType, model_file: str | Path) -> Any:
+    """The module's ``TritonPythonModel`` (a class, or whatever the file bound to the name:
+    calling something else fails as it fails in the stub, a ``TypeError``).
 
     Raises:
-        TritonMPError (INVALID_ARG): the file defines no such class.
+        TritonMPError (INTERNAL): the file binds no such name, in the stub's words:
+            "AttributeError: module '<version>.<file stem>' has no attribute
+            'TritonPythonModel'" (it imports the file as that module).
     """
-    cls = getattr(module, MODEL_CLASS, None)
-    if not isinstance(cls, type):
+    if not hasattr(module, MODEL_CLASS):
+        path = Path(model_file)
+        stub_name = f"{path.parent.name}.{path.stem}"
         raise TritonMPError(
-            f"{model_file} does not define class '{MODEL_CLASS}'", ErrorCode.INVALID_ARG
+            f"AttributeError: module '{stub_name}' has no attribute '{MODEL_CLASS}'",
+            ErrorCode.INTERNAL,
         )
-    return cls
+    return getattr(module, MODEL_CLASS)

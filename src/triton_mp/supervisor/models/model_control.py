@@ -400,9 +400,7 @@ class ModelControl:
             return None
         self._models.setdefault(req.name, ServedModel(req.name))
         if rm.error is not None or rm.config is None:
-            failed = {
-                v: status_text(ErrorCode.INVALID_ARG, rm.error or "") for v in rm.failed_versions
-            }
+            failed = {v: status_text(rm.error_code, rm.error or "") for v in rm.failed_versions}
             model = self._models[req.name]
             ready = (
                 model.versions if rm.config and updated_in_place(model.config, rm.config) else ()
