@@ -85,7 +85,7 @@ def _feed(lead: WakeLead, samples: list[int]) -> None:
 
 
 def test_the_lead_follows_the_late_quantile_of_the_sleeps_plus_the_notice() -> None:
-    # sleeps that end 20-80 µs late, evenly: the 0.75 quantile is ~65 µs
+    # sleeps that end 20-80 µs late, evenly: the median is ~50 µs
     rng = random.Random(34)
     samples = [rng.randrange(20 * US, 80 * US) for _ in range(6000)]
     lead = WakeLead()
@@ -190,11 +190,11 @@ def test_the_loop_notices_the_worker_before_the_deadline_and_learns_how_late_it_
     assert deadline is not None
     start = h.now
     events: list[tuple[str, object]] = []
-    inbox = _LoopInbox(h.clock, events, late_us=40)
-    # the notice's post costs 58 µs (a woken worker takes this vCPU)
-    router = _LoopRouter(h.clock, events, flush_us=58)
-    lead = WakeLead()
-    before = lead.late_ns
+    inbox = _LoopInbox(h.clock, events, late_us=30)
+    # the notice's post costs 60 µs (a woken worker takes this vCPU)
+    router = _LoopRouter(h.clock, events, flush_us=60)
+    lead = WakeLead(late_ns=80 * US)
+    before, lead_ns = lead.late_ns, lead.lead_ns
     monkeypatch.setattr(scheduler_main.os, "sched_yield", lambda: events.append(("yield", None)))
     _serve(h.core, inbox, router, h.clock, lead)  # type: ignore[arg-type]
     kinds = [k for k, _ in events]
@@ -212,14 +212,15 @@ def test_the_loop_notices_the_worker_before_the_deadline_and_learns_how_late_it_
     sleep_s = events[0][1]
     assert isinstance(sleep_s, float)
     # planned after the pass's bookkeeping (no time passes on this clock)
-    assert sleep_s == pytest.approx((deadline - start - DUE_LEAD_NS) / 1e9)
+    assert sleep_s == pytest.approx((deadline - start - lead_ns) / 1e9)
     due_at, polled_at, assign_at = events[1][1], events[3][1], events[4][1]
-    assert due_at == deadline - DUE_LEAD_NS + 40 * US  # the sleep ended 40 µs late
-    assert polled_at == deadline - DUE_LEAD_NS + 98 * US  # and the notice took 58
-    assert assign_at == deadline
-    # 98 µs late is over the estimate (95 µs at first): the next lead is longer; the
-    # sleep's 40 µs alone would have brought it down
-    assert before == DUE_LEAD_NS - LEAD_MARGIN_NS
+    assert due_at == deadline - lead_ns + 30 * US  # the sleep ended 30 µs late
+    assert polled_at == deadline - lead_ns + 90 * US  # and the notice took 60
+    # 90 µs late is over the lead (80 µs, no margin): the poll starts after the deadline and
+    # the batch leaves at once; the next lead is longer (the sleep's 30 µs alone would have
+    # brought it down)
+    assert lead_ns == 80 * US
+    assert assign_at == polled_at == deadline + 10 * US
     assert lead.late_ns > before
 
 

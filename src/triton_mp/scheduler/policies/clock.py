@@ -22,20 +22,22 @@ median and ~100 µs at p90 under load, and a cold worker's wake-up costs as much
 polling for this long instead costs at most that much CPU per delayed batch, in each of the
 two processes."""
 
-LEAD_MARGIN_NS = 5_000
+LEAD_MARGIN_NS = 0
 """What ``WakeLead`` adds to how late the scheduler's poll before a deadline started: its
 timed sleep's lateness and the cost of the notices (the ``BatchDue``'s encode, push and post,
 which on a busy machine hands the vCPU to the woken worker: 38 µs at the median at load 7,
-against ~15 µs alone), both measured. The poll from its start to the deadline is spin, the
-scheduler's CPU for its whole length, once per delayed batch: at add_sub_py c=16 it never
-ended early (every request joins the forming batch without a post) and lasted the lead less
-the poll's lateness, ~42 µs of wall and ~35 µs of CPU per batch with a 20 µs margin and the
-0.9 quantile (late p10/p50/p90 47/57/76 µs, lead 84/93/113). With 5 µs and the 0.75
-quantile (s16sch, 2026-12-07, load 7-10): the due wait 66-75 against 87-92 µs per batch
-(``bench/sched_phases.py``), scheduler CPU per inference lower in 6 of 8 interleaved pairs
-(``ab_interleaved.py`` c=16, medians 18.7 against 22.4 µs, infer/s higher in 5 of 8) and at
-c=1 (``ab_c1.py``, 5 rounds: 184 against 193 µs, lower in 4 of 5), c=1 p50 803 against 785 µs
-(0.80x Triton either way: a batch whose poll starts late leaves late by a few µs)."""
+against ~15 µs alone), both measured. None: the poll from its start to the deadline is spin,
+the scheduler's CPU for its whole length, once per delayed batch, and at add_sub_py c=16 it
+never ended early (every request joins the forming batch without a post). With a 20 µs
+margin on the 0.9 quantile it lasted ~42 µs of wall and ~35 µs of CPU per batch (late
+p10/p50/p90 47/57/76 µs, lead 84/93/113); a poll that starts late sends its batch late by
+that much, a few µs at the median. Measured (s16sch, 2026-12-07, ``ab_interleaved.py`` c=16
+8 pairs, ``ab_c1.py`` 5 rounds, load 7-16): 5 µs on the 0.75 quantile against 20 on the 0.9,
+scheduler CPU per inference lower in 6 of 8 pairs (medians 18.7 against 22.4), infer/s higher
+in 5 of 8, c=1 p50 803 against 785 µs; then none on the median against that, lower in 15 of
+16 pairs (medians 16.2 against 19.3 and 15.0 against 17.3), infer/s higher in 9 of 16
+(medians 8,691 against 7,047 and 9,908 against 8,689), c=1 p50 782 against 808 µs (0.80x
+Triton), its scheduler CPU 172 against 183 µs per inference."""
 
 MIN_LEAD_NS = 20_000
 """The shortest lead ``WakeLead`` gives (the notices' own cost alone, ~15-20 µs)."""
@@ -49,15 +51,15 @@ at the cap, polling past the median sleep's lateness (53 µs at that load, p90 4
 ``bench/wake_cost.py``) for a tail it rarely caught; at 150 µs it still covers the median
 sleep and the notice twice over."""
 
-LATE_QUANTILE = 0.75
+LATE_QUANTILE = 0.5
 """Which quantile of its timed sleeps' lateness ``WakeLead`` tracks (``LEAD_MARGIN_NS`` says
 why not 0.9: a higher quantile is a longer poll on every batch for the few late ones)."""
 
 LATE_STEP_NS = 2_000
 """How far one late sleep moves ``WakeLead``'s quantile estimate (ns): up by
 ``LATE_STEP_NS * LATE_QUANTILE`` when the sleep was later than the estimate, down by
-``LATE_STEP_NS * (1 - LATE_QUANTILE)`` otherwise, so ~25% of samples stay above it; a jump
-of 20 µs in the lateness is followed within ~14 later sleeps, a fall within ~40."""
+``LATE_STEP_NS * (1 - LATE_QUANTILE)`` otherwise, so about half the samples stay above it; a
+jump or a fall of 20 µs in the lateness is followed within ~20 later sleeps."""
 
 
 class WakeLead:
