@@ -21,6 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+import triton_mp
 from tests.e2e.test_r13_queue_timeout import SIDE_BY_SIDE_MODELS as TIMED_MODELS
 from tests.helpers.server import ServerProcess
 from tests.helpers.triton_peer import RealTriton
@@ -115,3 +116,22 @@ def test_grpc_metadata_of_7_kib_is_served_and_ours_refuses_9_kib(
     refused = _grpc_answer(shared_side_by_side["triton-mp"], 9000)
     status = grpc.StatusCode.RESOURCE_EXHAUSTED
     assert refused == f"{status}: received initial metadata size exceeds limit"
+
+
+def test_server_metadata_differs_in_version_and_the_cuda_extension_only(
+    shared_side_by_side: dict[str, Server],
+) -> None:
+    if "triton" not in shared_side_by_side:
+        pytest.skip("the real Triton is not installed")
+    answers = {}
+    for name, server in shared_side_by_side.items():
+        conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=60)
+        try:
+            conn.request("GET", "/v2")
+            answers[name] = json.loads(conn.getresponse().read())
+        finally:
+            conn.close()
+    theirs, ours = answers["triton"], answers["triton-mp"]
+    assert (theirs["name"], theirs["version"]) == ("triton", "2.51.0")
+    assert (ours["name"], ours["version"]) == ("triton", triton_mp.__version__)
+    assert [e for e in theirs["extensions"] if e != "cuda_shared_memory"] == ours["extensions"]
