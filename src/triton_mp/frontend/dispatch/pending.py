@@ -110,8 +110,9 @@ class PendingTable:
         registered some (the lookup is tried again). None: such an answer is an orphan."""
         self.copied_bytes = {"in": 0, "out": 0, "out_in_place": 0}
         """Tensor bytes this frontend copied into its arena (``in``) and out of arenas into
-        answers (``out``), and output bytes its native answers sent from the workers' arenas
-        without a copy (``out_in_place``, ``frontend/native/held_block.h``):
+        answers (``out``), and output bytes its native answers sent from the workers' arenas,
+        or from the request's own input block, without a copy (``out_in_place``,
+        ``frontend/native/held_block.h``):
         ``triton_mp_frontend_tensor_bytes_total``. An ensemble's intermediate tensors never
         count here."""
 

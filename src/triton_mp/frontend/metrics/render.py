@@ -281,7 +281,8 @@ class SnapshotCollector:
             copied = CounterMetricFamily(
                 "triton_mp_frontend_tensor_bytes",
                 "Tensor bytes this frontend copied: into its arena (in), out to answers (out); "
-                "out_in_place: output bytes its answers sent from the workers' arenas uncopied",
+                "out_in_place: output bytes its answers sent uncopied from the workers' arenas "
+                "or the request's own input block",
                 labels=("direction",),
             )
             for direction, n in self._snap.tensor_bytes.items():
