@@ -95,6 +95,9 @@ def child_main(
     os.environ.update(env)
     tune_malloc()
     if role == "frontend":
+        from triton_mp.frontend.http.aiohttp_import import import_aiohttp_without_client_tls
+
+        import_aiohttp_without_client_tls()  # NOTE: first: the frontend's modules import it
         from triton_mp.frontend.main import run_frontend as run
 
         if not spec_bytes:
