@@ -5,6 +5,8 @@ whose pipe is closed, leaves the frontend to be spawned."""
 
 from __future__ import annotations
 
+import os
+import time
 from multiprocessing import Pipe
 
 import pytest
@@ -14,10 +16,27 @@ from triton_mp.supervisor.processes.children import Child, ChildTable
 
 
 class _Process:
+    """A child process: its sentinel (a pipe's read end) is readable once it is not alive."""
+
     def __init__(self, pid: int, alive: bool = True) -> None:
         self.pid = pid
+        self._r, self._w = os.pipe()
         self.alive = alive
         self.killed = False
+
+    @property
+    def alive(self) -> bool:
+        return self._w >= 0
+
+    @alive.setter
+    def alive(self, alive: bool) -> None:
+        if not alive and self._w >= 0:
+            os.close(self._w)
+            self._w = -1
+
+    @property
+    def sentinel(self) -> int:
+        return self._r
 
     def is_alive(self) -> bool:
         return self.alive
@@ -27,6 +46,10 @@ class _Process:
 
     def join(self, timeout: float | None = None) -> None:
         pass
+
+    def __del__(self) -> None:
+        self.alive = False
+        os.close(self._r)
 
 
 @pytest.fixture(autouse=True)
@@ -93,9 +116,11 @@ class _ProcessTakenAway(_Process):
     def terminate(self) -> None:
         self.terminated = True
 
-    def join(self, timeout: float | None = None) -> None:
+    @property
+    def sentinel(self) -> int:
         self.child.process = None
         self.alive = False
+        return self._r
 
 
 def test_the_stop_joins_the_process_it_saw_when_a_restart_drops_it_meanwhile() -> None:
@@ -109,3 +134,27 @@ def test_the_stop_joins_the_process_it_saw_when_a_restart_drops_it_meanwhile() -
     assert not table.stop_frontends(drain=True, deadline=0.0)
     assert p.terminated
     assert c.process is None
+
+
+class _ReapedElsewhere(_Process):
+    """A process that exited and that another thread reaped: ``is_alive()`` stays True
+    (multiprocessing's waitpid lost the race), its sentinel is readable (end of file)."""
+
+    def is_alive(self) -> bool:
+        return True
+
+
+def test_a_child_reaped_by_another_thread_counts_as_stopped_not_killed() -> None:
+    """Ctrl-C during a frontend's restart: the restart's handshake reaped the new process
+    while the stop waited for it; the stop killed a process that was gone and exited 1."""
+    table = ChildTable()
+    gone, stuck = Child("frontend", "0", b""), Child("frontend", "1", b"")
+    pg = _ReapedElsewhere(41, alive=False)
+    ps = _Process(42)
+    gone.process, stuck.process = pg, ps  # type: ignore[assignment]
+    table.add([gone])
+    assert not table.join_all(time.monotonic() + 5)
+    assert not pg.killed
+    table.add([stuck])
+    assert table.join_all(time.monotonic() + 0.05)
+    assert ps.killed

@@ -281,9 +281,8 @@ class ChildTable:
     def kill(self, c: Child) -> None:
         """SIGKILL a child and reap it."""
         p = c.process
-        if p is not None and p.is_alive():
-            p.kill()
-            p.join(timeout=JOIN_TIMEOUT_S)
+        if p is not None:
+            _kill(p)
 
     def await_exit(self, children: list[Child], timeout_s: float) -> None:
         """Wait up to ``timeout_s`` for children told to stop (claimed: an expected exit) to
@@ -472,13 +471,25 @@ class ChildTable:
             if p is None:
                 continue
             # NOTE: the process seen, not ``c.process`` again: a frontend's restart (change
-            # thread) that the stop failed sets it to None at any time.
-            p.join(timeout=max(0.0, deadline - time.monotonic()))
-            if p.is_alive():
-                log.warning("%s %s did not stop; killing it", c.role, c.name)
-                self.kill(c)
-                killed = True
+            # thread) that the stop failed sets it to None at any time. And its sentinel
+            # says whether it exited, not ``is_alive()``: that restart may reap the same
+            # process meanwhile (``_handshake``), and the thread that loses the waitpid
+            # race sees no exit code, so is_alive() stayed True for a process already gone
+            # and a Ctrl-C during a frontend's restart "killed" it and exited 1.
+            if wait([p.sentinel], timeout=max(0.0, deadline - time.monotonic())):
+                p.join(timeout=JOIN_TIMEOUT_S)
+                continue
+            log.warning("%s %s did not stop; killing it", c.role, c.name)
+            _kill(p)
+            killed = True
         return killed
+
+
+def _kill(p: BaseProcess) -> None:
+    """SIGKILL ``p`` unless it exited, and reap it."""
+    if p.is_alive() and not wait([p.sentinel], timeout=0):
+        p.kill()
+        p.join(timeout=JOIN_TIMEOUT_S)
 
 
 def stop_resource_tracker() -> None:
