@@ -108,14 +108,21 @@ def _grpc_answer(server: Server, metadata_bytes: int) -> str:
     return "served"
 
 
-def test_grpc_metadata_of_7_kib_is_served_and_ours_refuses_9_kib(
+def test_grpc_metadata_up_to_16_kib_is_served_and_more_refused(
     shared_side_by_side: dict[str, Server],
 ) -> None:
+    """2.51 serves 8-16 KiB at random (a soft limit ramping to a hard one): ours always."""
     for name, server in shared_side_by_side.items():
         assert _grpc_answer(server, 7000) == "served", name
-    refused = _grpc_answer(shared_side_by_side["triton-mp"], 9000)
+        refused = _grpc_answer(server, 20000)
+        assert refused.startswith(f"{grpc.StatusCode.RESOURCE_EXHAUSTED}: received "), name
+    ours = shared_side_by_side["triton-mp"]
+    assert [_grpc_answer(ours, n) for n in (9000, 15500)] == ["served", "served"]
     status = grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert refused == f"{status}: received initial metadata size exceeds limit"
+    assert _grpc_answer(ours, 16500) == f"{status}: received initial metadata size exceeds limit"
+    if "triton" in shared_side_by_side:
+        theirs = _grpc_answer(shared_side_by_side["triton"], 16500)
+        assert theirs.startswith(f"{status}: received metadata size exceeds hard limit (")
 
 
 def test_server_metadata_differs_in_version_and_the_cuda_extension_only(

@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 2**31 - 1
 """gRPC send/receive limit, as Triton's (INT32_MAX)."""
+MAX_METADATA_BYTES = 16384
+"""The request metadata (headers) a call may carry, as 2.51's hard limit: its grpc serves
+8-16 KiB with a rising chance of refusal (a soft limit of 8 KiB ramping to this one); the
+system's grpc 1.51 has a single limit (8 KiB by default), set here to the hard one."""
 COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
 """``--grpc-infer-response-compression-level`` -> grpc core's ``grpc_compression_level``."""
 GRPC_AIO_LOGGER = "grpc._cython.cygrpc"
@@ -53,11 +57,12 @@ class CallEndedFilter(logging.Filter):
 
 
 def grpc_options(spec: FrontendSpec) -> list[tuple[str, int]]:
-    """The grpc core channel arguments of the server: message limits, port sharing,
+    """The grpc core channel arguments of the server: message and metadata limits, port sharing,
     the keepalive flags, the response compression level."""
     options = [
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_metadata_size", MAX_METADATA_BYTES),
         ("grpc.so_reuseport", 1),
         *sorted(spec.grpc_channel_args.items()),
     ]
