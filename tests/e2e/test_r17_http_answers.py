@@ -24,13 +24,42 @@ from tritonclient.utils import InferenceServerException
 import triton_mp
 from tests.e2e.test_r13_queue_timeout import SIDE_BY_SIDE_MODELS as TIMED_MODELS
 from tests.helpers.server import ServerProcess
-from tests.helpers.triton_peer import RealTriton
+from tests.helpers.triton_peer import Ensemble, PythonModel, RealTriton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-SIDE_BY_SIDE_MODELS = TIMED_MODELS
+SIDE_BY_SIDE_MODELS = {
+    **TIMED_MODELS,
+    "r17_refuser": PythonModel(
+        """
+        backend: "python"
+        max_batch_size: 4
+        input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+        output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+        """,
+        """
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                error = pb_utils.TritonError("r17_refuser refuses every request")
+                return [pb_utils.InferenceResponse(error=error) for _ in requests]
+        """,
+    ),
+    "r17_refuser_ens": Ensemble(
+        """
+        platform: "ensemble"
+        max_batch_size: 4
+        input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
+        output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+        ensemble_scheduling { step [ { model_name: "r17_refuser" model_version: -1
+          input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "OUT" } } ] }
+        """
+    ),
+}
 """timed_py: an INT32 [1] identity behind a REJECT queue policy whose timeout a request may
-override (tests/e2e/test_r13_queue_timeout.py; the shared pair serves it once)."""
+override (tests/e2e/test_r13_queue_timeout.py; the shared pair serves it once);
+r17_refuser_ens: an ensemble whose one step, r17_refuser, answers every request an error."""
 
 Server = ServerProcess | RealTriton
 
@@ -62,6 +91,16 @@ def test_a_queue_timeout_is_answered_text_plain(
         assert answer == (503, "text/plain", {"error": "Request timeout expired"}), name
         status, kind, _ = _post(server, "/v2/models/timed_py/infer", _timed(5_000_000))
         assert (status, kind) == (200, "application/json"), name
+
+
+def test_an_ensemble_steps_error_is_answered_text_plain(
+    shared_side_by_side: dict[str, Server],
+) -> None:
+    tensor = {"name": "IN", "shape": [1, 4], "datatype": "FP32", "data": [0, 1, 2, 3]}
+    for name, server in shared_side_by_side.items():
+        answer = _post(server, "/v2/models/r17_refuser_ens/infer", {"inputs": [tensor]})
+        why = "in ensemble 'r17_refuser_ens', r17_refuser refuses every request"
+        assert answer == (500, "text/plain", {"error": why}), name
 
 
 def test_hundreds_of_header_fields_are_read(

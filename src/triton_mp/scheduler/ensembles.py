@@ -42,6 +42,7 @@ import msgspec
 
 from triton_mp.common.errors import ErrorCode, InvalidRequest
 from triton_mp.ipc.protocol.messages import (
+    QUEUED_ORIGIN,
     CancelRequest,
     ChildTrace,
     InferRequest,
@@ -438,7 +439,9 @@ class Ensembles:
 
     def _fail(self, action: Fail, now_ns: int) -> None:
         parent = self._parents[cast(RequestKey, action.request)]
-        self._out.end(parent.req, action.code, action.message, handoffs_of(action.handoffs))
+        # NOTE: a started ensemble's failure is its response's error in Triton (QUEUED_ORIGIN).
+        handoffs = handoffs_of(action.handoffs)
+        self._out.end(parent.req, action.code, action.message, handoffs, QUEUED_ORIGIN)
         self._end(parent, now_ns, failed=True)
 
     def _end(self, parent: _Parent, now_ns: int, failed: bool) -> None:
