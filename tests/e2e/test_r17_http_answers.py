@@ -46,6 +46,24 @@ SIDE_BY_SIDE_MODELS = {
                 return [pb_utils.InferenceResponse(error=error) for _ in requests]
         """,
     ),
+    "r17_pass": PythonModel(
+        """
+        backend: "python"
+        max_batch_size: 4
+        input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+        output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+        """
+    ),
+    "r17_pass_ens": Ensemble(
+        """
+        platform: "ensemble"
+        max_batch_size: 4
+        input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
+        output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+        ensemble_scheduling { step [ { model_name: "r17_pass" model_version: -1
+          input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "OUT" } } ] }
+        """
+    ),
     "r17_refuser_ens": Ensemble(
         """
         platform: "ensemble"
@@ -59,7 +77,8 @@ SIDE_BY_SIDE_MODELS = {
 }
 """timed_py: an INT32 [1] identity behind a REJECT queue policy whose timeout a request may
 override (tests/e2e/test_r13_queue_timeout.py; the shared pair serves it once);
-r17_refuser_ens: an ensemble whose one step, r17_refuser, answers every request an error."""
+r17_refuser_ens: an ensemble whose one step, r17_refuser, answers every request an error;
+r17_pass_ens: an ensemble of one identity step."""
 
 Server = ServerProcess | RealTriton
 
@@ -101,6 +120,30 @@ def test_an_ensemble_steps_error_is_answered_text_plain(
         answer = _post(server, "/v2/models/r17_refuser_ens/infer", {"inputs": [tensor]})
         why = "in ensemble 'r17_refuser_ens', r17_refuser refuses every request"
         assert answer == (500, "text/plain", {"error": why}), name
+
+
+def test_an_ensembles_response_carries_its_requests_sequence_parameters(
+    shared_side_by_side: dict[str, Server],
+) -> None:
+    tensor = {"name": "IN", "shape": [1, 4], "datatype": "FP32", "data": [0, 1, 2, 3]}
+    x = grpcclient.InferInput("IN", [1, 4], "FP32")
+    x.set_data_from_numpy(np.zeros((1, 4), np.float32))
+    for name, server in shared_side_by_side.items():
+        _, _, answer = _post(server, "/v2/models/r17_pass_ens/infer", {"inputs": [tensor]})
+        assert answer["parameters"] == {  # type: ignore[index]
+            "sequence_id": 0,
+            "sequence_start": False,
+            "sequence_end": False,
+        }, name
+        with grpcclient.InferenceServerClient(server.url) as c:
+            got = c.infer("r17_pass_ens", [x], sequence_id=7, sequence_start=True)
+        params = got.get_response().parameters
+        assert (
+            params["sequence_id"].int64_param,
+            params["sequence_start"].bool_param,
+            params["sequence_end"].bool_param,
+            len(params),
+        ) == (7, True, False, 3), name
 
 
 def test_hundreds_of_header_fields_are_read(

@@ -51,6 +51,7 @@ from triton_mp.ipc.protocol.messages import (
     ReplyTo,
     Requester,
     RequestFailed,
+    SequenceFlags,
     TensorRef,
     TensorTrace,
     TraceContext,
@@ -85,6 +86,19 @@ ENSEMBLE_REPLY = ReplyTo(Requester.ENSEMBLE, 0)
 """Where the workers answer composing requests: the scheduler itself."""
 
 RequestKey = tuple[ReplyTo, int]
+
+
+def _sequence_parameters(req: InferRequest) -> str:
+    """An ensemble response's parameters as 2.51 sends them: its request's correlation ID and
+    START / END flags (``sequence_id`` 0, false, false for a request without them)."""
+    flags = req.sequence_flags
+    return msgspec.json.encode(
+        {
+            "sequence_id": req.sequence_id,
+            "sequence_start": bool(flags & SequenceFlags.START),
+            "sequence_end": bool(flags & SequenceFlags.END),
+        }
+    ).decode()
 
 
 @dataclass(eq=False)
@@ -418,6 +432,7 @@ class Ensembles:
                 final=action.final,
                 shared_blocks=flat(action.shared),
                 handoffs=handoffs,
+                parameters_json=_sequence_parameters(req),
             )
         if action.final and req.trace is not None:
             record = TraceRecord(
