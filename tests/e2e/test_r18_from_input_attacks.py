@@ -9,13 +9,16 @@ byte against numpy:
   input of the same batch (each answer must be one whole client tensor), a BYTES input;
 - a decoupled model that sends its input back twice;
 - the response cache on (a cached answer read again after other calls reused the arena);
-- an ensemble whose steps echo.
+- an ensemble whose steps echo;
+- system shared memory: the input there, the output there, both at the same offset, the
+  output overlapping the input forwards and backwards, apart.
 
 Afterwards no input block stays LIVE and the log holds no traceback.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,6 +27,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
 
 from tests.e2e.test_answer_from_input import live_input_blocks
 from tests.helpers.repos import write_python_model
@@ -184,7 +188,13 @@ def server(
     (repo / "chain" / "1").mkdir(parents=True)
     (repo / "chain" / "config.pbtxt").write_text(ENSEMBLE_CONFIG)
     with server_factory(tmp_path_factory.mktemp("logs")) as start:
-        yield start(repo, "--grpc-frontend", request.param, "--cache-config=local,size=16777216")
+        yield start(
+            repo,
+            "--grpc-frontend",
+            request.param,
+            "--cache-config=local,size=16777216",
+            "--allow-client-shm=true",
+        )
 
 
 def _x(client: int, call: int) -> np.ndarray:
@@ -314,5 +324,52 @@ def test_bytes_decoupled_cache_and_ensemble_answer_their_inputs(server: ServerPr
     finally:
         g.close()
         h.close()
+    wait_for(lambda: live_input_blocks(server) == 0, 10, "the input blocks freed")
+    assert "Traceback" not in server.log()
+
+
+SHM_CASES = {
+    "same": (0, 0),
+    "output_overlaps_forwards": (0, 2 * N),
+    "output_overlaps_backwards": (2 * N, 0),
+    "apart": (0, 4 * N),
+    "input_only": (0, None),
+    "output_only": (None, 0),
+}
+"""case -> (input offset, output offset) in a region of 12 N bytes; None: not in it."""
+
+
+def test_client_shared_memory_inputs_and_outputs(server: ServerProcess) -> None:
+    size = 4 * N
+    key = f"/r18_from_input_{os.getpid()}"
+    region = shm.create_shared_memory_region("r18", key, 3 * size)
+    g = grpcclient.InferenceServerClient(server.url)
+    h = httpclient.InferenceServerClient(server.http_url)
+    try:
+        for c, mod in ((g, grpcclient), (h, httpclient)):
+            c.register_system_shared_memory("r18", key, 3 * size)
+            for case, (in_off, out_off) in SHM_CASES.items():
+                for call in range(5):
+                    x = _x(9, call)
+                    inp = mod.InferInput("INPUT0", [N], "FP32")
+                    if in_off is None:
+                        inp.set_data_from_numpy(x)
+                    else:
+                        shm.set_shared_memory_region(region, [x], offset=in_off)
+                        inp.set_shared_memory("r18", size, offset=in_off)
+                    out = mod.InferRequestedOutput("OUTPUT0")
+                    if out_off is not None:
+                        out.set_shared_memory("r18", size, offset=out_off)
+                    got = c.infer("echo0", [inp], outputs=[out])
+                    if out_off is None:
+                        value = got.as_numpy("OUTPUT0")
+                    else:
+                        value = shm.get_contents_as_numpy(region, np.float32, [N], offset=out_off)
+                    np.testing.assert_array_equal(value, x, err_msg=f"{mod.__name__} {case}")
+            c.unregister_system_shared_memory("r18")
+    finally:
+        g.close()
+        h.close()
+        shm.destroy_shared_memory_region(region)
     wait_for(lambda: live_input_blocks(server) == 0, 10, "the input blocks freed")
     assert "Traceback" not in server.log()
