@@ -1,5 +1,6 @@
 """The native frontend's serial lock (``Handoff``: a Kick never waits for it, the holder sends
-what is due) attacked through tritonclient with many callers at once (r18):
+what is due) attacked through tritonclient with many callers at once (r18); the same against
+``--grpc-frontend python``:
 
 - streams of a batched echo, 1 KiB to 512 KiB answers, each checked in its stream's order
   and byte for byte; streams of a decoupled model (two instances) answering three times
@@ -78,14 +79,14 @@ class TritonPythonModel:
 REPEATS = 3
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
+@pytest.fixture(params=["native", "python"])
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServerProcess]:
     repo = tmp_path / "repo"
     write_python_model(repo, "echo", ECHO_CONFIG, ECHO_MODEL)
     write_python_model(repo, "repeat", REPEAT_CONFIG, REPEAT_MODEL)
     (tmp_path / "logs").mkdir()
     with server_factory(tmp_path / "logs") as start:
-        yield start(repo, "--grpc-frontend", "native")
+        yield start(repo, "--grpc-frontend", request.param)
 
 
 def _x(k: int, call: int) -> np.ndarray:
