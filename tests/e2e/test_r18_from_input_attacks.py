@@ -13,7 +13,9 @@ byte against numpy:
 - system shared memory: the input there, the output there, both at the same offset, the
   output overlapping the input forwards and backwards, apart;
 - unsent answers (clients with a small flow-control window) of which every other one is
-  cancelled: the cancelled ones let go of their input blocks, the others read their bytes.
+  cancelled: the cancelled ones let go of their input blocks, the others read their bytes;
+- a cached model that adds 1 to its input in place: the cache keys the request's bytes as
+  sent (a key taken after the model ran would answer x + 1 for x + 1 from the cache).
 
 Afterwards no input block stays LIVE and the log holds no traceback.
 """
@@ -172,6 +174,21 @@ class TritonPythonModel:
             for r in requests]
 """
 
+MUTATE_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            y = np.add(x, 1, out=x) if x.flags.writeable else x + 1
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", y)]))
+        return out
+"""
+"""Adds 1 to its input in place (the input is writable here) and returns it."""
+
 
 @pytest.fixture(scope="module", params=["native", "python"])
 def server(
@@ -190,6 +207,7 @@ def server(
     write_python_model(repo, "decoupled", DECOUPLED_CONFIG, DECOUPLED_MODEL)
     write_python_model(repo, "cached", CACHED_CONFIG, ECHO0_MODEL)
     write_python_model(repo, "echo0", ECHO0_CONFIG, ECHO0_MODEL)
+    write_python_model(repo, "mutate_cached", CACHED_CONFIG, MUTATE_MODEL)
     (repo / "chain" / "1").mkdir(parents=True)
     (repo / "chain" / "config.pbtxt").write_text(ENSEMBLE_CONFIG)
     with server_factory(tmp_path_factory.mktemp("logs")) as start:
@@ -451,4 +469,23 @@ def test_cancelled_unsent_answers_free_their_input_blocks(server: ServerProcess)
         if held[0] == STUCK:
             assert held[1] == STUCK // 2, held
     wait_for(lambda: live_input_blocks(server) == 0, 20, "the input blocks freed")
+    assert "Traceback" not in server.log()
+
+
+def test_an_input_changed_in_place_keeps_its_cache_key(server: ServerProcess) -> None:
+    g = grpcclient.InferenceServerClient(server.url)
+    h = httpclient.InferenceServerClient(server.http_url)
+    try:
+        for size in (16, N):
+            for seed, (c, infer) in enumerate(((g, _infer_grpc), (h, _infer_http))):
+                base = np.arange(size, dtype=np.float32) + np.float32(10_000 * seed + size)
+                for x in (base, base, base + 1, base + 1, base):  # NOTE: misses, then hits
+                    got = infer(c, "mutate_cached", x, ["OUTPUT0"])["OUTPUT0"]
+                    np.testing.assert_array_equal(got, x + 1)
+        stats = g.get_inference_statistics("mutate_cached", as_json=True)
+        hits = int(stats["model_stats"][0]["inference_stats"]["cache_hit"].get("count", 0))
+        assert hits == 3 * 2 * 2, stats  # NOTE: the 2nd, 4th and 5th call of each series
+    finally:
+        g.close()
+        h.close()
     assert "Traceback" not in server.log()
