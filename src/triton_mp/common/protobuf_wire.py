@@ -26,11 +26,16 @@ class WireError(ValueError):
     """The bytes are not a well-formed protobuf message."""
 
 
-def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
-    """The varint at ``pos`` and the position after it."""
+def read_varint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
+    """The base-128 varint at ``pos`` of ``buf`` (read no further than ``end``) and the
+    position after it. Also the Python gRPC frontend's ModelInfer scanner's
+    (``frontend.grpc.wire``).
+
+    Raises:
+        WireError: the varint runs past ``end`` or over 10 bytes.
+    """
     result = 0
     shift = 0
-    end = len(buf)
     while True:
         if pos >= end:
             raise WireError("truncated varint")
@@ -55,13 +60,13 @@ def fields(buf: memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
     pos = 0
     end = len(buf)
     while pos < end:
-        tag, pos = _varint(buf, pos)
+        tag, pos = read_varint(buf, pos, end)
         number, wire = tag >> 3, tag & 7
         value: int | memoryview
         if wire == VARINT:
-            value, pos = _varint(buf, pos)
+            value, pos = read_varint(buf, pos, end)
         elif wire == LENGTH_DELIMITED:
-            n, pos = _varint(buf, pos)
+            n, pos = read_varint(buf, pos, end)
             if pos + n > end:
                 raise WireError(f"field {number}: {n} bytes past the end of the message")
             value = buf[pos : pos + n]

@@ -25,6 +25,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from triton_mp._proto import grpc_service_pb2 as pb
+from triton_mp.common.protobuf_wire import read_varint
 
 _RAW_INPUT_FIELD = 7
 """``ModelInferRequest.raw_input_contents`` (grpc_service.proto)."""
@@ -107,25 +108,6 @@ class WireInferRequest:
         return self._request
 
 
-def _varint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
-    """Decode a base-128 varint at ``pos``: (value, position after it).
-
-    Raises:
-        ValueError: the varint runs past ``end`` or over 10 bytes.
-    """
-    value = 0
-    shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise ValueError("truncated varint")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-
-
 def _encode_varint(value: int) -> bytes:
     out = bytearray()
     while value >= 0x80:
@@ -164,14 +146,14 @@ def _scan(
         if key < 0x80:
             pos += 1
         else:
-            key, pos = _varint(buf, pos, end)
+            key, pos = read_varint(buf, pos, end)
         wire_type = key & 7
         if wire_type == 2:
             size = data[pos]
             if size < 0x80:
                 pos += 1
             else:
-                size, pos = _varint(buf, pos, end)
+                size, pos = read_varint(buf, pos, end)
             field = key >> 3
             if field in (_RAW_INPUT_FIELD, _ID_FIELD):
                 if pos + size > end:
@@ -187,7 +169,7 @@ def _scan(
                 kept_from = pos + size
             pos += size
         elif wire_type == 0:
-            _, pos = _varint(buf, pos, end)
+            _, pos = read_varint(buf, pos, end)
         elif wire_type == 1:
             pos += 8
         elif wire_type == 5:
