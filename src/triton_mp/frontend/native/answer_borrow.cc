@@ -2,19 +2,10 @@
 #include "answer_borrow.h"
 
 #include <sched.h>
-#include <time.h>
+
+#include "monotonic_ns.h"
 
 namespace triton_mp {
-
-namespace {
-
-int64_t NowNs() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<int64_t>(t.tv_sec) * 1000000000LL + t.tv_nsec;
-}
-
-}  // namespace
 
 void AnswerBorrow::AfterStep(Handoff* handoff) {
   if (active() || !handoff->post_pending()) return;

@@ -7,20 +7,15 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <utility>
 
+#include "monotonic_ns.h"
+
 namespace triton_mp {
 
 namespace {
-
-int64_t NowNs() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<int64_t>(t.tv_sec) * 1000000000LL + t.tv_nsec;
-}
 
 std::string Bare(const std::string& name) {
   return !name.empty() && name[0] == '/' ? name.substr(1) : name;

@@ -2,21 +2,16 @@
 #include "direct_handoff.h"
 
 #include <fcntl.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cstring>
 #include <utility>
 
+#include "monotonic_ns.h"
+
 namespace triton_mp {
 
 namespace {
-
-uint64_t MonotonicNs() {
-  timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);  // NOTE: Python's time.monotonic_ns
-  return static_cast<uint64_t>(now.tv_sec) * 1000000000ULL + static_cast<uint64_t>(now.tv_nsec);
-}
 
 void PutBig(std::string* out, uint64_t v, int bytes) {
   for (int i = bytes - 1; i >= 0; --i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));

@@ -4,21 +4,14 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include <time.h>
-
 #include <algorithm>
 
+#include "monotonic_ns.h"
 #include "request_split.h"
 
 namespace triton_mp {
 
 namespace {
-
-int64_t NowNs() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<int64_t>(t.tv_sec) * 1000000000LL + t.tv_nsec;
-}
 
 void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -67,10 +60,7 @@ bool Handoff::SubmitKnown(Awaiting* call, const grpc::ByteBuffer& data, uint64_t
   for (const auto& slice : slices) message.Add(slice.begin(), slice.size());
   RequestSplit split;
   if (!SplitInferRequest(message, &split)) return false;
-  timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);  // NOTE: Python's time.monotonic_ns
-  const uint64_t arrival_ns =
-      static_cast<uint64_t>(now.tv_sec) * 1000000000ULL + static_cast<uint64_t>(now.tv_nsec);
+  const uint64_t arrival_ns = MonotonicNs();
   // NOTE: two steps outside the queue's lock (known_submit.h): the lesson and a block
   // reserved, the raw bytes copied (1 MiB at id1m: the answer thread's FindOwned and
   // Python's take must not wait for it)
