@@ -68,10 +68,17 @@ def describe_execute_failure(exc: BaseException) -> str:
         tb = tb.tb_next
     while frames and frames[-1][0].startswith(_PACKAGE):
         frames.pop()
+    return _stub_words(exc, frames[::-1])
+
+
+def _stub_words(exc: BaseException, frames: list[tuple[str, int, str]]) -> str:
+    """pybind11's ``error_already_set::what()`` as the stub gives it: ``describe_exception``'s
+    text, then, when ``frames`` (file, line, function; the innermost first) has any,
+    "\n\nAt:\n" and one "  <file>(<line>): <function>\n" per frame."""
     text = describe_exception(exc)
     if not frames:
         return text
-    return text + "\n\nAt:\n" + "".join(f"  {f}({n}): {name}\n" for f, n, name in reversed(frames))
+    return text + "\n\nAt:\n" + "".join(f"  {f}({n}): {name}\n" for f, n, name in frames)
 
 
 class MissingExecute(Exception):
@@ -99,7 +106,6 @@ def describe_load_failure(exc: BaseException) -> str:
     frame outwards (``f_back``) up to the frame triton-mp called (an import's frames are the
     import system's: "<frozen importlib._bootstrap>(N): _find_and_load" and its callees; a
     SyntaxError, raised before the file runs, has none)."""
-    text = describe_exception(exc)
     innermost: types.TracebackType | None = None
     tb = exc.__traceback__
     while tb is not None:
@@ -107,15 +113,15 @@ def describe_load_failure(exc: BaseException) -> str:
             innermost = tb  # NOTE: triton-mp's frames the model called are C++ in the stub
         tb = tb.tb_next
     if innermost is None:
-        return text
-    lines: list[str] = []
+        return describe_exception(exc)
+    frames: list[tuple[str, int, str]] = []
     frame: types.FrameType | None = innermost.tb_frame
     lineno = innermost.tb_lineno
     while frame is not None and not frame.f_code.co_filename.startswith(_CALLERS):
-        lines.append(f"  {frame.f_code.co_filename}({lineno}): {frame.f_code.co_name}\n")
+        frames.append((frame.f_code.co_filename, lineno, frame.f_code.co_name))
         frame = frame.f_back
         lineno = frame.f_lineno if frame is not None else 0
-    return text + "\n\nAt:\n" + "".join(lines)
+    return _stub_words(exc, frames)
 
 
 def import_model_module(model_file: str | Path, model_name: str) -> types.ModuleType:
