@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from triton_mp.common.protobuf_wire import WireError, fields, string, submessages, varint
+from triton_mp.common.protobuf_wire import WireError, string, submessages, varint
 
 T = TypeVar("T")
 
@@ -173,11 +173,10 @@ def read_signature(path: Path) -> GraphSignature:
 
 
 def _metadata(buf: memoryview) -> dict[str, str]:
-    out = {}
-    for n, _wire, value in fields(buf):
-        if n == MODEL_METADATA_PROPS and isinstance(value, memoryview):
-            out[string(value, ENTRY_KEY)] = string(value, ENTRY_VALUE)
-    return out
+    return {
+        string(entry, ENTRY_KEY): string(entry, ENTRY_VALUE)
+        for entry in submessages(buf, MODEL_METADATA_PROPS)
+    }
 
 
 def read_metadata(path: Path) -> dict[str, str]:
