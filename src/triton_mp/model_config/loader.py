@@ -390,10 +390,8 @@ class _ModelLoader:
             try:
                 hook(config, versions[-1].model_file, options)
             except ConfigError as exc:
-                if exc.code == ErrorCode.INTERNAL:
-                    self.versions = (
-                        versions  # NOTE: the model's code failed: the stub's, per version
-                    )
+                if exc.code == ErrorCode.INTERNAL:  # NOTE: the model's code: per version
+                    self.versions = versions
                 raise
         self.versions = versions  # NOTE: Triton makes these checks per version (Model::Init)
         normalize_model_config(config)
