@@ -84,13 +84,7 @@ _PATCHES = (
 
 def instrument(src: Path) -> None:
     """Patch ``src``'s ``scheduler/main.py`` (module docstring)."""
-    path = src / "triton_mp" / "scheduler" / "main.py"
-    text = path.read_text()
-    for old, new in _PATCHES:
-        if text.count(old) != 1:
-            raise SystemExit(f"{path}: _serve differs from what sched_passkinds patches: {old!r}")
-        text = text.replace(old, new)
-    path.write_text(text)
+    sched_phases.patch_serve(src, _PATCHES, "sched_passkinds")
 
 
 def report(label: str, log_text: str) -> str:
@@ -118,18 +112,11 @@ def report(label: str, log_text: str) -> str:
 def one_run(src: Path, label: str, args: object, peers: dict[str, str]) -> str:
     """``sched_phases.one_run`` with the kinds read from the server's log before it goes."""
     found: list[str] = []
-    unlink = Path.unlink
-
-    def keep(self: Path, missing_ok: bool = False) -> None:
-        if self.name.startswith("sched_phases_") and self.exists():
-            found.append(report(label, self.read_text()))
-        unlink(self, missing_ok=missing_ok)
-
-    Path.unlink = keep  # type: ignore[method-assign]
+    sched_phases.on_log = lambda text: found.append(report(label, text))
     try:
         _run(src, label, args, peers)
     finally:
-        Path.unlink = unlink  # type: ignore[method-assign]
+        sched_phases.on_log = None
     return "\n".join(found) or f"  {label}: no log"
 
 

@@ -28,6 +28,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ab_interleaved import counts
@@ -75,15 +76,25 @@ _PATCHES = (
 )
 
 
-def instrument(src: Path) -> None:
-    """Patch ``src``'s ``scheduler/main.py`` (module docstring)."""
+def patch_serve(src: Path, patches: tuple[tuple[str, str], ...], tool: str) -> None:
+    """Replace each ``(old, new)`` of ``patches`` in ``src``'s ``scheduler/main.py``; exit
+    naming ``tool`` when a commit's loop does not hold an ``old`` exactly once."""
     path = src / "triton_mp" / "scheduler" / "main.py"
     text = path.read_text()
-    for old, new in _PATCHES:
+    for old, new in patches:
         if text.count(old) != 1:
-            raise SystemExit(f"{path}: _serve differs from what sched_phases patches: {old!r}")
+            raise SystemExit(f"{path}: _serve differs from what {tool} patches: {old!r}")
         text = text.replace(old, new)
     path.write_text(text)
+
+
+def instrument(src: Path) -> None:
+    """Patch ``src``'s ``scheduler/main.py`` (module docstring)."""
+    patch_serve(src, _PATCHES, "sched_phases")
+
+
+on_log: Callable[[str], None] | None = None
+"""Called with each server's log text before ``one_run`` deletes it (``sched_passkinds``)."""
 
 
 def one_run(src: Path, label: str, args: argparse.Namespace, peers: dict[str, str]) -> str:
@@ -115,8 +126,11 @@ def one_run(src: Path, label: str, args: argparse.Namespace, peers: dict[str, st
         proc.kill()
         proc.wait()
         server.stop()
-    found = re.findall(r"sched_phases (\S+(?: \S+)*)", log.read_text())
+    log_text = log.read_text()
     log.unlink(missing_ok=True)
+    if on_log is not None:
+        on_log(log_text)
+    found = re.findall(r"sched_phases (\S+(?: \S+)*)", log_text)
     if not found:
         return f"{label}: no phases logged"
     *acc, msgs, empty, due, passes = (int(v) for v in found[-1].split()[: len(PHASES) + 4])
