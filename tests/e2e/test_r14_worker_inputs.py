@@ -8,7 +8,9 @@ write its inputs in place (``x /= 255``, ``x += 1``) without anyone else seeing 
    step's own: a step that writes its input in place changes neither the other step's input
    nor the tensor the client gets back.
 2. An input read from a client's registered system shared memory is writable, and the
-   client's region stays as the client wrote it.
+   client's region stays as the client wrote it: the next request reading it sees the
+   client's bytes, also where a decoupled model's thread wrote its input after ``execute``
+   returned; two requests of one batch reading one window each write their own.
 
 And a batch's edges, and one control call:
 
@@ -33,10 +35,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pytest
@@ -80,6 +84,14 @@ class TritonPythonModel:
         return out
 """
 """inc_py: OUTPUT0 = INPUT0 + 1, written into INPUT0 in place where it can be; W says how."""
+
+PAIR_CONFIG = (
+    INC_CONFIG
+    + """
+dynamic_batching { preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 1000000 }
+"""
+)
+"""inc_pair_py: inc_py whose batches close at two requests (or after 1 s)."""
 
 AFTER_CONFIG = """
 backend: "python"
@@ -153,6 +165,39 @@ class TritonPythonModel:
 """opt_bytes_py: a BYTES identity whose batches close at two requests (or after 1 s); its one
 input is optional."""
 
+LATER_CONFIG = """
+backend: "python"
+max_batch_size: 8
+model_transaction_policy { decoupled: true }
+instance_group [ { count: 1 kind: KIND_CPU } ]
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+LATER_MODEL = """
+import threading
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            seen = x.copy()
+            threading.Thread(target=self._later, args=(r, x, seen)).start()
+        return None
+
+    def _later(self, request, x, seen):
+        sender = request.get_response_sender()
+        time.sleep(0.3)
+        x += 1
+        sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", seen)]),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+"""
+"""inc_later_py: decoupled; answers INPUT0 as ``execute`` read it, after a thread started
+there added 1 to it in place 0.3 s after ``execute`` returned."""
+
 GONE_CONFIG = """
 backend: "python"
 max_batch_size: 0
@@ -174,6 +219,8 @@ SIDE_BY_SIDE_MODELS: Models = {
     "cached_py": PythonModel(CACHED_CONFIG),
     "gone_py": PythonModel(GONE_CONFIG),
     "inc_py": PythonModel(INC_CONFIG, INC_MODEL),
+    "inc_later_py": PythonModel(LATER_CONFIG, LATER_MODEL),
+    "inc_pair_py": PythonModel(PAIR_CONFIG, INC_MODEL),
     "after_py": PythonModel(AFTER_CONFIG, AFTER_MODEL),
     "inc_ens": Ensemble(ENS_CONFIG),
     "opt_bytes_py": PythonModel(BYTES_CONFIG, BYTES_MODEL),
@@ -212,17 +259,15 @@ def test_an_ensemble_step_writing_its_input_in_place_changes_no_other_tensor(
                        "D": [[0, 1, 2, 3]]}, name  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="r14 F1: the worker maps a client's shared-memory input read-only and hands the "
-    "model a view of it; 2.51 hands the model its own writable copy",
-)
 def test_an_input_from_client_shared_memory_is_the_models_to_write(
     servers: dict[str, ServerProcess],
 ) -> None:
+    """Each call's model writes its input in place; the next call reading the same window
+    sees the client's bytes, not the last write, and the client's later write too."""
     for name, server in _ordered(servers):
         key = f"/r14_inplace_{os.getpid()}_{server.url.rsplit(':', 1)[1]}"
         region = shm.create_shared_memory_region("r14_in", key, X.nbytes)
+        answers = []
         try:
             shm.set_shared_memory_region(region, [X])
             with grpcclient.InferenceServerClient(server.url) as client:
@@ -230,17 +275,89 @@ def test_an_input_from_client_shared_memory_is_the_models_to_write(
                 try:
                     inp = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
                     inp.set_shared_memory("r14_in", X.nbytes)
-                    r = client.infer("inc_py", [inp])
+                    for data in (X, X, X * 10):
+                        shm.set_shared_memory_region(region, [data])
+                        r = client.infer("inc_py", [inp])
+                        answers.append((r.as_numpy("OUTPUT0").tolist(), r.as_numpy("W").tolist()))
                 finally:
                     client.unregister_system_shared_memory("r14_in")
             seen = shm.get_contents_as_numpy(region, np.float32, [1, 4]).tolist()
         finally:
             shm.destroy_shared_memory_region(region)
-        assert (r.as_numpy("OUTPUT0").tolist(), r.as_numpy("W").tolist(), seen) == (
-            [[1, 2, 3, 4]],
-            [[b"in place"]],
+        assert (answers, seen) == (
+            [
+                ([[1, 2, 3, 4]], [[b"in place"]]),
+                ([[1, 2, 3, 4]], [[b"in place"]]),
+                ([[1, 11, 21, 31]], [[b"in place"]]),
+            ],
+            [[0, 10, 20, 30]],
+        ), name
+
+
+def test_two_requests_of_a_batch_on_one_shm_window_each_write_their_own(
+    servers: dict[str, ServerProcess],
+) -> None:
+    def one(url: str) -> tuple[list[list[float]], list[list[bytes]]]:
+        with grpcclient.InferenceServerClient(url) as client:
+            inp = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+            inp.set_shared_memory("r14_pair", X.nbytes)
+            r = client.infer("inc_pair_py", [inp])
+            return r.as_numpy("OUTPUT0").tolist(), r.as_numpy("W").tolist()
+
+    for name, server in _ordered(servers):
+        key = f"/r14_pair_{os.getpid()}_{server.url.rsplit(':', 1)[1]}"
+        region = shm.create_shared_memory_region("r14_pair", key, X.nbytes)
+        try:
+            shm.set_shared_memory_region(region, [X])
+            with grpcclient.InferenceServerClient(server.url) as client:
+                client.register_system_shared_memory("r14_pair", key, X.nbytes)
+                try:
+                    # NOTE: preferred_batch_size 2 and a 1 s delay: the two form one batch
+                    with ThreadPoolExecutor(2) as pool:
+                        answers = list(pool.map(one, [server.url] * 2))
+                finally:
+                    client.unregister_system_shared_memory("r14_pair")
+            seen = shm.get_contents_as_numpy(region, np.float32, [1, 4]).tolist()
+        finally:
+            shm.destroy_shared_memory_region(region)
+        assert (answers, seen) == (
+            [([[1, 2, 3, 4]], [[b"in place"]])] * 2,
             [[0, 1, 2, 3]],
         ), name
+
+
+def test_a_decoupled_models_later_write_into_its_shm_input_stays_its_own(
+    servers: dict[str, ServerProcess],
+) -> None:
+    for name, server in _ordered(servers):
+        key = f"/r14_later_{os.getpid()}_{server.url.rsplit(':', 1)[1]}"
+        region = shm.create_shared_memory_region("r14_later", key, X.nbytes)
+        answers = []
+        try:
+            shm.set_shared_memory_region(region, [X])
+            with grpcclient.InferenceServerClient(server.url) as client:
+                client.register_system_shared_memory("r14_later", key, X.nbytes)
+                try:
+                    inp = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+                    inp.set_shared_memory("r14_later", X.nbytes)
+                    got: queue.Queue[tuple[Any, Any]] = queue.Queue()
+                    for _ in range(2):
+                        client.start_stream(
+                            callback=lambda result, error, q=got: q.put((result, error))
+                        )
+                        try:
+                            client.async_stream_infer("inc_later_py", [inp])
+                            result, error = got.get(timeout=30)
+                        finally:
+                            client.stop_stream()
+                        assert error is None, name
+                        answers.append(result.as_numpy("OUTPUT0").tolist())
+                finally:
+                    client.unregister_system_shared_memory("r14_later")
+            seen = shm.get_contents_as_numpy(region, np.float32, [1, 4]).tolist()
+        finally:
+            shm.destroy_shared_memory_region(region)
+        assert (answers, seen) == ([[[0, 1, 2, 3]], [[0, 1, 2, 3]]], [[0, 1, 2, 3]]), name
 
 
 def test_a_batch_of_empty_outputs_is_served(servers: dict[str, ServerProcess]) -> None:

@@ -35,6 +35,8 @@ from triton_mp.ipc.tensor_pool import (
     block_ref,
     free_block,
 )
+from triton_mp.workers.tensors import private_pages, tensor_io
+from triton_mp.workers.tensors.private_pages import PrivatePages, map_private
 from triton_mp.workers.tensors.tensor_io import (
     ClientRegions,
     free_own_block,
@@ -382,7 +384,7 @@ def test_a_fixed_size_input_in_a_client_region_is_a_view_of_it(
     got = view_tensor(cache, ref, regions)
     assert got.dtype == np.float32
     assert got.shape == (2, 4)
-    assert not got.flags.writeable
+    assert got.flags.writeable  # NOTE: the model's to write (the next test)
     np.testing.assert_array_equal(got, data)
     os.pwrite(obj.fd, np.float32(-1).tobytes(), 64)
     obj.close_fd()
@@ -390,3 +392,114 @@ def test_a_fixed_size_input_in_a_client_region_is_a_view_of_it(
     past = TensorRef("A", "FP32", (2, 4), client_object, 4080, 32, region_id=1)
     with pytest.raises(TritonMPError, match="smaller than the registered window"):
         view_tensor(cache, past, regions)
+
+
+@pytest.mark.parametrize("pagemap", [True, False], ids=["pagemap", "no-pagemap"])
+def test_a_model_writing_its_region_input_keeps_the_write_until_the_batch_ends(
+    cache: SegmentCache, client_object: str, pagemap: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Triton 2.51 gives a python model its own copy of a shared-memory input: a write in
+    place neither fails nor reaches the client's object. Here the page written is a private
+    copy until ``batch_ends``, which gives it back: the next batch reads the client's bytes
+    (and sees the client's later writes again). Without pagemap every window is given back."""
+    if not pagemap:
+        monkeypatch.setattr(tensor_io, "PrivatePages", lambda: PrivatePages(None))
+    regions = ClientRegions()
+    obj = posix_ipc.SharedMemory(client_object)
+    try:
+        os.pwrite(obj.fd, np.arange(4, dtype=np.float32).tobytes(), 64)
+        ref = TensorRef("A", "FP32", (4,), client_object, 64, 16, region_id=1)
+        regions.batch_begins()
+        x = view_tensor(cache, ref, regions)
+        x += 1
+        assert x.tolist() == [1, 2, 3, 4]
+        assert np.frombuffer(os.pread(obj.fd, 16, 64), np.float32).tolist() == [0, 1, 2, 3]
+        regions.batch_ends()
+        assert x.tolist() == [0, 1, 2, 3]  # the page given back: the client's bytes
+
+        os.pwrite(obj.fd, np.float32(9).tobytes(), 64)
+        assert x[0] == 9  # shared with the client's object again
+        regions.batch_begins()
+        y = view_tensor(cache, ref, regions)
+        assert y.tolist() == [9, 1, 2, 3]
+        regions.batch_ends()
+        os.pwrite(obj.fd, np.float32(5).tobytes(), 64)
+        assert y[0] == 5
+        del x, y
+    finally:
+        obj.close_fd()
+        regions.close()
+
+
+def test_pagemap_tells_a_written_page_from_one_only_read(client_object: str) -> None:
+    """``PrivatePages.written`` is False for pages only read and True once one is written;
+    ``drop_written`` gives nothing back then and the written page back now."""
+    obj = posix_ipc.SharedMemory(client_object)
+    pages = PrivatePages()
+    buf, address = map_private(obj.fd, 4096)
+    obj.close_fd()
+    try:
+        assert buf[100] == 0  # read: the page cache's page, mapped
+        assert not pages.written(address, 0, 4096)
+        assert not pages.drop_written(buf, address, 96, 8)
+        buf[100] = 7
+        assert pages.written(address, 96, 8)
+        assert pages.drop_written(buf, address, 96, 8)
+        assert buf[100] == 0
+        assert not pages.written(address, 0, 4096)
+    finally:
+        buf.close()
+        pages.close()
+
+
+def test_give_back_asks_pagemap_only_after_a_page_fault(
+    client_object: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A written page is a copy-on-write fault: with the fault count unchanged since the last
+    give-back nothing is looked at (a write here is left alone to show it), and once the
+    count moves the written window is given back."""
+    faults = [0]
+    monkeypatch.setattr(private_pages, "minor_faults", lambda: faults[0])
+    obj = posix_ipc.SharedMemory(client_object)
+    pages = PrivatePages()
+    buf, address = map_private(obj.fd, 4096)
+    obj.close_fd()
+    try:
+        buf[8] = 3
+        pages.give_back([(buf, address, 0, 16)])
+        assert buf[8] == 3  # no fault counted: not looked at
+        faults[0] += 1
+        pages.give_back([(buf, address, 0, 16)])
+        assert buf[8] == 0
+        assert not pages.written(address, 0, 4096)
+    finally:
+        buf.close()
+        pages.close()
+
+
+def test_two_inputs_of_a_batch_on_one_window_are_not_each_others(
+    cache: SegmentCache, regions: ClientRegions, client_object: str
+) -> None:
+    """Two requests of one batch reading one window (perf_analyzer's requests all name the
+    same region): Triton gives each model request its own copy, so a write through one is
+    not seen through the other. The later overlapping view is a copy; a window apart is
+    not, nor is one viewed again in the next batch."""
+    obj = posix_ipc.SharedMemory(client_object)
+    os.pwrite(obj.fd, np.arange(8, dtype=np.float32).tobytes(), 0)
+    obj.close_fd()
+    first = TensorRef("A", "FP32", (4,), client_object, 0, 16, region_id=1)
+    overlapping = TensorRef("A", "FP32", (2,), client_object, 8, 8, region_id=1)
+    apart = TensorRef("A", "FP32", (4,), client_object, 16, 16, region_id=1)
+    regions.batch_begins()
+    a = view_tensor(cache, first, regions)
+    b = view_tensor(cache, overlapping, regions)
+    c = view_tensor(cache, apart, regions)
+    a += 10
+    assert b.tolist() == [2, 3]
+    assert b.flags.owndata
+    assert not c.flags.owndata
+    regions.batch_ends()
+    regions.batch_begins()
+    assert not view_tensor(cache, overlapping, regions).flags.owndata
+    regions.batch_ends()
+    del a, c

@@ -1,7 +1,8 @@
 """Tensor I/O of a worker: views over request inputs, writing outputs, client regions.
 
 Imported by ``workers.worker``. Inputs are read in place: a numpy view over the frontend's
-arena or the client's registered system shared memory (no copy for fixed-size types).
+arena or over a copy-on-write mapping of the client's registered system shared memory (no
+copy for fixed-size types; a model's write stays its own, ``ClientRegions``).
 Outputs are written once: into the client's registered region where the request asked for
 it (``InferRequest.output_regions``, Triton's ``shared_memory_region`` output parameter),
 the rest into one block of this worker's arena (``ipc.tensor_pool``), which the frontend
@@ -33,14 +34,22 @@ from triton_mp.ipc.protocol.messages import (
     TensorRef,
 )
 from triton_mp.ipc.tensor_pool import ALIGN, BLOCK_HEADER_BYTES, block_ref
+from triton_mp.workers.tensors.private_pages import PrivatePages, map_private
 
 
 class ClientRegions:
     """The worker's mappings of clients' registered system shared memory.
 
     Keyed by (key, registration id), so a client that re-creates an object under the same key
-    and registers it again gets a fresh mapping. Inputs are mapped read-only, outputs
-    read-write. At most ``capacity`` objects stay mapped (least recently used go first).
+    and registers it again gets a fresh mapping. Outputs are mapped shared and writable,
+    inputs copy-on-write (``private_pages``): a model may write its input in place, as in
+    Triton 2.51, and the client's object stays as the client wrote it; the pages a batch
+    wrote are given back in ``batch_ends``. Inside a batch, an input whose bytes overlap
+    an input viewed before it (two requests of one batch reading one window, as
+    perf_analyzer's do) is a copy (``input_window``), so neither sees the other's writes. A
+    decoupled python model, whose threads may write an input after ``execute`` returned,
+    gets copies from its backend (``backends.python.backend``). At most ``capacity``
+    objects stay mapped (least recently used go first).
 
     NOTE: touching a mapping beyond the end of an object the client has since truncated
     raises SIGBUS, which no Python code can catch. Each batch re-checks the current size of
@@ -51,10 +60,15 @@ class ClientRegions:
     """
 
     def __init__(self, capacity: int = 64) -> None:
-        self._maps: collections.OrderedDict[tuple[str, int, bool], tuple[mmap.mmap, int]] = (
+        self._maps: collections.OrderedDict[tuple[str, int, bool], tuple[mmap.mmap, int, int]] = (
             collections.OrderedDict()
         )
+        """(key, registration id, writable) -> (mapping, descriptor, start address)."""
         self._capacity = capacity
+        self._private = PrivatePages()
+        self._viewed: list[tuple[mmap.mmap, int, int, int]] = []
+        """Inside a batch: each input window viewed, ``(mapping, start address, offset,
+        nbytes)``, whose written pages ``batch_ends`` gives back."""
         self._sizes: dict[tuple[str, int, bool], int] | None = None
         """Inside a batch: each object's size in bytes as this batch checked it (keyed as
         ``_maps``); None outside a batch (every use checks)."""
@@ -64,9 +78,14 @@ class ClientRegions:
         self._sizes = {}
 
     def batch_ends(self) -> None:
-        """The batch's answers are written: later uses check again (the client may truncate
-        or replace its object before the next request)."""
+        """The batch's answers are written: the pages its models wrote in their inputs go
+        back to the client's contents, and later uses check sizes again (the client may
+        truncate or replace its object before the next request)."""
         self._sizes = None
+        viewed = self._viewed
+        if viewed:
+            self._private.give_back(viewed)
+            viewed.clear()
 
     def window(
         self, key: str, region_id: int, writable: bool, offset: int, nbytes: int, what: str
@@ -84,7 +103,7 @@ class ClientRegions:
             entry, size = self._map(key, writable)
             self._maps[k] = entry
             while len(self._maps) > self._capacity:
-                _, (old_buf, old_fd) = self._maps.popitem(last=False)
+                _, (old_buf, old_fd, _) = self._maps.popitem(last=False)
                 _close(old_buf, old_fd)
             if sizes is not None:
                 sizes[k] = size
@@ -108,9 +127,30 @@ class ClientRegions:
             )
         return buf
 
+    def input_window(
+        self, key: str, region_id: int, offset: int, nbytes: int, what: str
+    ) -> tuple[mmap.mmap, bool]:
+        """``window`` of an input: the copy-on-write mapping, and whether the input must be
+        copied (inside a batch, its bytes overlap an input viewed before in the batch).
+
+        Raises:
+            TritonMPError (INVALID_ARG): as ``window``.
+        """
+        buf = self.window(key, region_id, False, offset, nbytes, what)
+        if self._sizes is None:
+            return buf, False
+        end = offset + nbytes
+        for seen, _, seen_offset, seen_nbytes in self._viewed:
+            if seen is buf and seen_offset < end and offset < seen_offset + seen_nbytes:
+                return buf, True
+        self._viewed.append((buf, self._maps[(key, region_id, False)][2], offset, nbytes))
+        return buf, False
+
     @staticmethod
-    def _map(key: str, writable: bool) -> tuple[tuple[mmap.mmap, int], int]:
-        """``((mapping, descriptor), object size in bytes)`` of the client's object now."""
+    def _map(key: str, writable: bool) -> tuple[tuple[mmap.mmap, int, int], int]:
+        """``((mapping, descriptor, start address), object size in bytes)`` of the client's
+        object now: shared for an output, copy-on-write for an input (start address 0 for
+        an output: nothing asks it)."""
         try:
             obj = posix_ipc.SharedMemory(key, read_only=not writable)
         except (posix_ipc.ExistentialError, posix_ipc.PermissionsError, ValueError) as e:
@@ -132,8 +172,10 @@ class ClientRegions:
                     ErrorCode.INVALID_ARG,
                 )
             size = st.st_size
-            prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
-            return (mmap.mmap(fd, size, prot=prot), fd), size
+            if not writable:
+                buf, address = map_private(fd, size)
+                return (buf, fd, address), size
+            return (mmap.mmap(fd, size, prot=mmap.PROT_READ | mmap.PROT_WRITE), fd, 0), size
         except (OSError, ValueError) as e:
             os.close(fd)
             raise TritonMPError(
@@ -143,9 +185,11 @@ class ClientRegions:
 
     def close(self) -> None:
         """Unmap everything."""
-        for buf, fd in self._maps.values():
+        for buf, fd, _ in self._maps.values():
             _close(buf, fd)
         self._maps.clear()
+        self._viewed.clear()
+        self._private.close()
 
 
 def _close(buf: mmap.mmap, fd: int) -> None:
@@ -166,8 +210,9 @@ def view_tensor(
         regions: the client regions mapped (for ``ref.region_id`` > 0).
 
     Returns:
-        A view for fixed-size types (valid while the block is); a new object array of
-        ``bytes`` for BYTES.
+        A view for fixed-size types (valid while the block is; a copy where a client
+        region's window overlaps an input viewed before in the batch,
+        ``ClientRegions.input_window``); a new object array of ``bytes`` for BYTES.
 
     Raises:
         TritonMPError: a client region is gone, or smaller than the tensor (INVALID_ARG); a
@@ -180,15 +225,17 @@ def view_tensor(
         # the element count a third); it refuses a window past the buffer's end as well.
         return np.ndarray(ref.shape, fixed, cache.get(ref.segment).buf, ref.offset)
     buf: mmap.mmap
+    shared = False
     if ref.region_id:
         if regions is None:
             raise TritonMPError(f"input '{ref.name}' is in a client region, which none maps here")
-        buf = regions.window(
-            ref.segment, ref.region_id, False, ref.offset, ref.nbytes, f"input '{ref.name}'"
+        buf, shared = regions.input_window(
+            ref.segment, ref.region_id, ref.offset, ref.nbytes, f"input '{ref.name}'"
         )
         if fixed is not None:
             # NOTE: a fixed-size tensor in a client's region: one call, as for an arena.
-            return np.ndarray(ref.shape, fixed, buf, ref.offset)
+            arr = np.ndarray(ref.shape, fixed, buf, ref.offset)
+            return arr.copy() if shared else arr
     else:
         buf = cache.get(ref.segment).buf
     datatype = DataType.from_wire(ref.datatype)
@@ -203,7 +250,8 @@ def view_tensor(
             ErrorCode.UNSUPPORTED,
         )
     count = element_count(ref.shape)
-    return np.frombuffer(buf, dtype=dtype, count=count, offset=ref.offset).reshape(ref.shape)
+    arr = np.frombuffer(buf, dtype=dtype, count=count, offset=ref.offset).reshape(ref.shape)
+    return arr.copy() if shared else arr
 
 
 def request_inputs(
