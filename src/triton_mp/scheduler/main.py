@@ -34,6 +34,7 @@ from triton_mp.ipc.memory.notify import fence
 from triton_mp.ipc.protocol.messages import (
     BatchAssign,
     BatchDone,
+    BatchDue,
     DirectSent,
     InstanceWiring,
     Requester,
@@ -193,6 +194,10 @@ class Router:
             sender = self._workers.get(item.instance_id)
             if sender is not None:
                 msg = item.msg
+                if type(msg) is BatchDue and sender.consumer_quiet():
+                    # NOTE: the worker polls for no due batch now (its batches are large,
+                    # workers.due): the notice would only wake it for nothing.
+                    return
                 # NOTE: a plain batch is written into the ring in one C call
                 # (scheduler.assign_push); anything else, or a full ring, as before.
                 if type(msg) is not BatchAssign or not push_assign(sender.ring, msg):

@@ -11,9 +11,17 @@ Only while this instance's batches are small (``POLL_MAX_REQUESTS``): the poll y
 CPU between looks but, on a quiet machine, spends a core for its whole length, once per
 batch; it pays where latency is the goal (a lone request waits for the wake-up), not under
 load, where a batch's requests share one wake-up and the 2 cores are what limits.
+
+While it would ignore them, the worker asks the scheduler for no notices at all (``ask``:
+the quiet flag of the scheduler's ring to it, ``ipc.memory.ring.Ring.set_quiet``, which
+``scheduler.main.Router.send`` reads before it sends a ``BatchDue``): a notice is pushed with
+a post, and at c=16 (batches of ~10) the ignored ones woke each worker 0.85 times per batch for
+nothing. A notice dropped while the flag changes only costs the poll it would have started.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 POLL_GRACE_NS = 100_000
 """How long after the due time the worker goes on polling: the scheduler polls up to the
@@ -38,14 +46,26 @@ followed one of at most 4 requests and polled ~116 µs each (instrumented, load 
 
 
 class DueBatch:
-    """The due time of the batch announced to this instance, if any (module docstring)."""
+    """The due time of the batch announced to this instance, if any (module docstring).
 
-    def __init__(self) -> None:
+    Args:
+        ask: ``ask(wanted)`` tells the scheduler whether to send notices at all (True: send;
+            ``workers.main``); called here with True, then whenever the mean crosses
+            ``POLL_MAX_REQUESTS``. None: notices always come.
+    """
+
+    def __init__(self, ask: Callable[[bool], None] | None = None) -> None:
         self.at_ns: int | None = None
         self._until_ns = 0
         self.mean_requests = 0.0
         """The running mean of this instance's batch sizes (``SIZE_WEIGHT``; 0 before the
         first batch)."""
+        self._ask = ask
+        self._asked = True
+        """What ``ask`` was last told."""
+        if ask is not None:
+            # NOTE: a restarted instance's ring may keep its predecessor's flag.
+            ask(True)
 
     def expect(self, at_ns: int, now_ns: int) -> None:
         """A ``BatchDue`` arrived at ``now_ns`` (CLOCK_MONOTONIC ns) for ``at_ns``; ignored
@@ -56,9 +76,14 @@ class DueBatch:
         self._until_ns = min(at_ns + POLL_GRACE_NS, now_ns + MAX_POLL_NS)
 
     def arrived(self, requests: int) -> None:
-        """A batch of ``requests`` arrived: nothing is due any more; it joins the mean."""
+        """A batch of ``requests`` arrived: nothing is due any more; it joins the mean (and
+        the scheduler is asked for notices, or for none, when the mean crossed the bound)."""
         self.at_ns = None
-        self.mean_requests += SIZE_WEIGHT * (requests - self.mean_requests)
+        mean = self.mean_requests + SIZE_WEIGHT * (requests - self.mean_requests)
+        self.mean_requests = mean
+        if self._ask is not None and (mean <= POLL_MAX_REQUESTS) is not self._asked:
+            self._asked = not self._asked
+            self._ask(self._asked)
 
     def poll_s(self, now_ns: int) -> float:
         """Seconds to poll the inbox before sleeping on it (0: sleep at once). A notice

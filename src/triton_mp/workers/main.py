@@ -155,7 +155,7 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
             poll_periodically(watch.poll)
     readers_s = 0.0
     try:
-        readers_s = serve(inbox, worker, rewire, watch)
+        readers_s = serve(inbox, worker, rewire, watch, _ask_notices(inbox, spec))
     finally:
         backend.close()
         worker.close()
@@ -165,6 +165,14 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
             custom_metrics.close()
     log.info("instance stopped")
     return 0
+
+
+def _ask_notices(inbox: Inbox[ToWorker], spec: WorkerSpec) -> Callable[[bool], None]:
+    """``DueBatch``'s ``ask``: the quiet flag of the scheduler's ring to this worker, set
+    while it wants no ``BatchDue`` (``scheduler.main.Router.send`` drops them then). The
+    scheduler's ring comes first in the inbox (``supervisor.processes.instances``)."""
+    ring = spec.inbox.rings[0]
+    return lambda wanted: inbox.set_quiet(ring, not wanted)
 
 
 def _wake_frontend(to_frontends: dict[int, Sender], frontend_id: int) -> None:
@@ -276,6 +284,7 @@ def serve(
     worker: Worker,
     rewire: Callable[[BlsWorkerUpdate], None],
     watch: ExecutionWatch[ToWorker] | None = None,
+    ask_notices: Callable[[bool], None] | None = None,
 ) -> float:
     """The worker's loop: handle every message until a ``Shutdown``, each drain in the order
     of ``control_first``; the messages drained with the ``Shutdown`` are still handled.
@@ -285,9 +294,10 @@ def serve(
     With ``watch`` (python models), the inbox is also read while a batch executes
     (``workers.execution_watch``): cancellations reach the model at once, the rest is
     handled here after the batch. After a ``BatchDue`` the loop polls the inbox for the
-    batch rather than sleeping (``workers.due``).
+    batch rather than sleeping (``workers.due``); ``ask_notices`` tells the scheduler whether
+    this instance wants such notices (``DueBatch``'s ``ask``).
     """
-    due = DueBatch()
+    due = DueBatch(ask_notices)
     while True:
         if watch is None:
             _wait(inbox, due)
