@@ -9,18 +9,26 @@ import os
 import random
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 
 import pytest
 
+from tests.helpers.ring_channel import ring_channel
 from tests.unit.scheduler_harness import US, Harness, model_spec
 from triton_mp.ipc import Inbox
 from triton_mp.ipc.memory.notify import Wakeup, create_wakeup
 from triton_mp.ipc.memory.ring import Ring
 from triton_mp.ipc.memory.shm import unlink_quietly
-from triton_mp.ipc.protocol.messages import BatchAssign, BatchDue, Shutdown
-from triton_mp.ipc.protocol.specs import BatchingSpec
+from triton_mp.ipc.protocol.messages import BatchAssign, BatchDue, Shutdown, ToScheduler, ToWorker
+from triton_mp.ipc.protocol.specs import (
+    BatchingSpec,
+    ChannelSpec,
+    InboxSpec,
+    LogSpec,
+    SchedulerSpec,
+)
 from triton_mp.scheduler import main as scheduler_main
-from triton_mp.scheduler.main import _serve
+from triton_mp.scheduler.main import Router, _serve
 from triton_mp.scheduler.outbox import Outbound, ToInstance
 from triton_mp.scheduler.policies.clock import (
     DUE_LEAD_NS,
@@ -330,6 +338,66 @@ def test_the_mean_follows_the_batch_sizes() -> None:
     assert due.mean_requests == pytest.approx(8 * SIZE_WEIGHT)
     due.arrived(8)
     assert due.mean_requests == pytest.approx(8 * (1 - (1 - SIZE_WEIGHT) ** 2))
+
+
+def test_the_worker_asks_for_notices_only_while_it_would_poll() -> None:
+    asked: list[bool] = []
+    due = DueBatch(asked.append)
+    assert asked == [True]  # at start: a restarted instance's ring may say otherwise
+    due.arrived(1)
+    assert asked == [True]  # unchanged: not asked again
+    while due.mean_requests <= POLL_MAX_REQUESTS:
+        due.arrived(20)
+    assert asked == [True, False]
+    due.arrived(20)
+    assert asked == [True, False]
+    while due.mean_requests > POLL_MAX_REQUESTS:
+        due.arrived(1)
+    assert asked == [True, False, True]
+
+
+def test_a_worker_that_wants_no_notices_gets_none_and_batches_still_come() -> None:
+    """The worker's side (``DueBatch``'s ask on the quiet flag of the scheduler's ring to it,
+    as ``workers.main`` wires it) and the scheduler's (``Router.send``) on a real ring."""
+    with ExitStack() as stack:
+        inbox_ring, inbox_wakeup = stack.enter_context(ring_channel("due_in", 1 << 14))
+        to_worker, worker_wakeup = stack.enter_context(ring_channel("due_w0", 1 << 14))
+        spec = SchedulerSpec(
+            models=(),
+            inbox=InboxSpec(inbox_wakeup, (inbox_ring,)),
+            to_workers={0: ChannelSpec(to_worker, worker_wakeup)},
+            to_frontends={},
+            log=LogSpec(),
+        )
+        sched_inbox: Inbox[ToScheduler] = Inbox(inbox_wakeup, [inbox_ring], ToScheduler)
+        stack.callback(sched_inbox.close)
+        router = Router(spec, sched_inbox)
+        worker_inbox: Inbox[ToWorker] = Inbox(worker_wakeup, [to_worker], ToWorker)
+        stack.callback(worker_inbox.close)
+        due = DueBatch(lambda wanted: worker_inbox.set_quiet(to_worker, not wanted))
+        notice = ToInstance(0, BatchDue(at_ns=5))
+        batch = ToInstance(0, BatchAssign(batch_id=1, requests=(), dispatch_ns=0))
+
+        router.send(notice)  # small batches so far: the worker polls on a notice
+        router.flush()
+        assert worker_inbox.wait(0.0)
+        assert worker_inbox.drain() == [BatchDue(at_ns=5)]
+        while due.mean_requests <= POLL_MAX_REQUESTS:
+            due.arrived(20)
+        router.send(notice)  # large batches: dropped, nothing pushed or posted
+        router.flush()
+        assert not worker_inbox.waiter.posted()
+        assert not worker_inbox.has_pending()
+        router.send(batch)  # a batch still comes, with its post
+        router.flush()
+        assert worker_inbox.wait(0.0)
+        assert [type(m) for m in worker_inbox.drain()] == [BatchAssign]
+        while due.mean_requests > POLL_MAX_REQUESTS:
+            due.arrived(1)
+        router.send(notice)  # small again: notices come again
+        router.flush()
+        assert worker_inbox.wait(0.0)
+        assert worker_inbox.drain() == [BatchDue(at_ns=5)]
 
 
 # ------------------------------------------------------------------ Inbox.poll
