@@ -283,6 +283,9 @@ class Inbox(Generic[T]):
         pushes) does not end the wait: each drain is one pass of the consumer's loop, and
         an empty one would cost a pass, and a spin, for nothing.
         """
+        if timeout_s is None and self.spin_max_s <= 0.0:
+            # NOTE: no spin and no deadline (a worker's loop): no clock to read.
+            return self._sleep(None, 0.0)
         budget = self._spin_s
         clock = time.perf_counter
         t0 = clock()

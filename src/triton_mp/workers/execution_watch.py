@@ -67,13 +67,14 @@ class ExecutionWatch(Generic[T]):
         """The messages kept during batches (in arrival order), then what is pending (the
         loop's thread, between batches). ``pending``: the caller has just seen a record in
         the inbox (its wait returned), so it is not looked for first."""
-        if not pending and not self._kept and not self._inbox.has_pending():
-            # NOTE: no lock needed: outside a batch nothing appends to _kept (``poll`` keeps
-            # only while active, and ``end`` cleared that under the lock).
-            return []
+        kept = self._kept
+        if not kept:
+            # NOTE: no lock needed: outside a batch nothing appends to _kept or reads the
+            # rings (``poll`` acts only while active, and ``end`` cleared that under the lock).
+            return self._inbox.drain() if pending or self._inbox.has_pending() else []
         with self._lock:
             kept, self._kept = self._kept, []
-            return kept + self._inbox.drain() if kept else self._inbox.drain()
+            return kept + self._inbox.drain()
 
     def poll(self) -> None:
         """One look at the inbox if a batch is executing (``is_cancelled()``; any thread)."""
