@@ -12,6 +12,7 @@ may call (``workers.bls.bls_client``), and ``Shutdown`` stops the loop after its
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -444,7 +445,8 @@ def _load(
             lambda to, msg: replies[to.kind][to.id].send_bytes(enc(msg)),
             lambda msg: to_scheduler.send_bytes(enc(msg)),
             lambda msg: to_scheduler.send_lazy(enc(msg)),
-            lambda frontend_id: _wake_frontend(replies[Requester.FRONTEND], frontend_id),
+            # NOTE: a partial, not a lambda: no frame and no enum lookup per early wake.
+            functools.partial(_wake_frontend, replies[Requester.FRONTEND]),
             _self_offer(spec, to_scheduler),
             lambda frontend_id, data: replies[Requester.FRONTEND][frontend_id].send_bytes(data),
             replies[Requester.FRONTEND],
