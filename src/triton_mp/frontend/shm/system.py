@@ -7,9 +7,9 @@ client creates a POSIX shared-memory object (``key``), registers a window of it 
 ``byte_size``) under a ``name``, and then names that region in tensor parameters
 (``shared_memory_region``, ``shared_memory_offset``, ``shared_memory_byte_size``) instead of
 sending bytes. The frontend only checks names and bounds; the worker that runs the request maps
-the client's object itself (read-only for inputs, read-write for outputs), so registered inputs
-reach the backend with no host copy and registered outputs are written once, into the client's
-memory (see DESIGN.md "Copies").
+the client's object itself (copy-on-write for inputs, read-write for outputs), so registered
+inputs reach the backend with no host copy and registered outputs are written once, into the
+client's memory (see DESIGN.md "Copies").
 
 Every registration gets a server-wide unique ``region_id``; descriptors carry it, so a worker
 never confuses a region with a later one registered under the same key.
