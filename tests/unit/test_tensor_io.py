@@ -395,13 +395,14 @@ def test_a_fixed_size_input_in_a_client_region_is_a_view_of_it(
 
 
 @pytest.mark.parametrize("pagemap", [True, False], ids=["pagemap", "no-pagemap"])
-def test_a_model_writing_its_region_input_keeps_the_write_until_the_batch_ends(
+def test_a_model_writing_its_region_input_keeps_the_write_until_the_next_batch_reads(
     cache: SegmentCache, client_object: str, pagemap: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Triton 2.51 gives a python model its own copy of a shared-memory input: a write in
     place neither fails nor reaches the client's object. Here the page written is a private
-    copy until ``batch_ends``, which gives it back: the next batch reads the client's bytes
-    (and sees the client's later writes again). Without pagemap every window is given back."""
+    copy until the next batch's first input, which gives it back: that batch reads the
+    client's bytes (and sees the client's later writes again). Without pagemap every window
+    is given back."""
     if not pagemap:
         monkeypatch.setattr(tensor_io, "PrivatePages", lambda: PrivatePages(None))
     regions = ClientRegions()
@@ -415,13 +416,13 @@ def test_a_model_writing_its_region_input_keeps_the_write_until_the_batch_ends(
         assert x.tolist() == [1, 2, 3, 4]
         assert np.frombuffer(os.pread(obj.fd, 16, 64), np.float32).tolist() == [0, 1, 2, 3]
         regions.batch_ends()
-        assert x.tolist() == [0, 1, 2, 3]  # the page given back: the client's bytes
+        assert x.tolist() == [1, 2, 3, 4]  # the model's page until an input is read again
 
         os.pwrite(obj.fd, np.float32(9).tobytes(), 64)
-        assert x[0] == 9  # shared with the client's object again
         regions.batch_begins()
         y = view_tensor(cache, ref, regions)
         assert y.tolist() == [9, 1, 2, 3]
+        assert x[0] == 9  # the page given back: shared with the client's object again
         regions.batch_ends()
         os.pwrite(obj.fd, np.float32(5).tobytes(), 64)
         assert y[0] == 5
@@ -429,6 +430,30 @@ def test_a_model_writing_its_region_input_keeps_the_write_until_the_batch_ends(
     finally:
         obj.close_fd()
         regions.close()
+
+
+def test_a_write_through_an_input_kept_past_its_batch_is_given_back(
+    cache: SegmentCache, regions: ClientRegions, client_object: str
+) -> None:
+    """A model keeping its input's array and writing it while a later batch reads another
+    mapping (here one registration of the object against another): the batch after that,
+    reading the first again, sees the client's bytes, as each request's own copy in 2.51."""
+    obj = posix_ipc.SharedMemory(client_object)
+    os.pwrite(obj.fd, np.arange(4, dtype=np.float32).tobytes(), 0)
+    obj.close_fd()
+    first = TensorRef("A", "FP32", (4,), client_object, 0, 16, region_id=1)
+    other = TensorRef("A", "FP32", (4,), client_object, 0, 16, region_id=2)
+    regions.batch_begins()
+    kept = view_tensor(cache, first, regions)
+    regions.batch_ends()
+    regions.batch_begins()
+    view_tensor(cache, other, regions)
+    kept[...] = -1
+    regions.batch_ends()
+    regions.batch_begins()
+    assert view_tensor(cache, first, regions).tolist() == [0, 1, 2, 3]
+    regions.batch_ends()
+    del kept
 
 
 def test_pagemap_tells_a_written_page_from_one_only_read(client_object: str) -> None:

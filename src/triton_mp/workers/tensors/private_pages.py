@@ -1,5 +1,5 @@
 """A client's input as the model's own: a copy-on-write mapping whose written pages are
-dropped after the batch.
+dropped before the next batch reads an input.
 
 Imported by ``workers.tensors.tensor_io`` (``ClientRegions``). Triton 2.51's python backend
 copies every input into the stub's shared memory, so a model may write its inputs in place
@@ -10,15 +10,17 @@ shows what the client writes there later, as Linux maps a private file mapping's
 pages from the page cache), and a model's write lands in a private copy of that one page
 (the kernel's copy-on-write), never in the client's object.
 
-After the batch a page the model wrote must go back to the client's contents, or the next
-request reading the same window would see the old write. ``PrivatePages.give_back`` does it in
-two steps, each skipped when the one before says nothing was written:
+Before the next batch reads an input, a page a model wrote (in its batch, or later through an
+array it kept or from its thread) must go back to the client's contents, or the next request
+reading that window would see the write; ``ClientRegions`` asks for every window viewed so far.
+``PrivatePages.give_back`` does it in two steps, each skipped when the one before says nothing
+was written:
 
 1. The process's minor page faults (``getrusage``, every thread's): a write to a page of a
    private mapping that is still the client's is a copy-on-write fault, so when the count is
-   the one after the last batch's give-back, no page was written (about 1.7 us per batch).
+   the one at the last give-back, no page was written (about 1.7 us per batch).
 2. ``/proc/self/pagemap``: whether any page of a window is this process's own (an anonymous
-   page: present without the file flag, or swapped); only then are the window's pages given
+   page: present without the file flag, or swapped); only then are those pages given
    back with ``madvise(MADV_DONTNEED)`` (the next read maps the client's pages again). Reading
    pagemap costs ~32 ns per page (8 us for a 1 MiB window, against ~20 us to copy it).
 
@@ -36,7 +38,8 @@ import ctypes
 import mmap
 import os
 import resource
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 PAGE_BYTES = mmap.PAGESIZE
 """The kernel's page size in bytes (pagemap has one 8-byte entry per page)."""
@@ -78,29 +81,49 @@ class PrivatePages:
     def written(self, address: int, offset: int, nbytes: int) -> bool:
         """Whether a page holding any of the ``nbytes`` bytes at ``address + offset`` is this
         process's own copy (True too where pagemap cannot tell)."""
+        own = self._own(address, offset, nbytes)
+        return own is None or 1 in own
+
+    def drop_written(self, buf: mmap.mmap, address: int, offset: int, nbytes: int) -> bool:
+        """Give back the pages of ``buf`` under ``[offset, offset + nbytes)`` that the model
+        wrote (each run of them, one ``madvise``; all of them where pagemap cannot tell);
+        True when there was one. A closed mapping (evicted, with no view left) holds nothing
+        to give back."""
+        if not nbytes or buf.closed:
+            return False
+        start = offset - offset % PAGE_BYTES
+        end = min(offset + nbytes, len(buf))
+        own = self._own(address, start, end - start)
+        if own is None:
+            buf.madvise(mmap.MADV_DONTNEED, start, end - start)
+            return True
+        first = own.find(1)
+        if first < 0:
+            return False
+        while first >= 0:
+            after = own.find(0, first)
+            if after < 0:
+                after = len(own)
+            run = start + first * PAGE_BYTES
+            buf.madvise(mmap.MADV_DONTNEED, run, min(after * PAGE_BYTES + start, end) - run)
+            first = own.find(1, after)
+        return True
+
+    def _own(self, address: int, offset: int, nbytes: int) -> bytes | None:
+        """One byte per page under ``[address + offset, + nbytes)``: 1 where it is this
+        process's own copy; None where pagemap cannot tell."""
         fd = self._fd
         if fd is None:
-            return True
+            return None
         first = (address + offset) // PAGE_BYTES
         count = (address + offset + nbytes - 1) // PAGE_BYTES - first + 1
         try:
             entries = os.pread(fd, 8 * count, 8 * first)
         except OSError:
-            return True
-        # NOTE: little-endian entries: each one's top byte (bits 56-63) is its 8th.
-        return 1 in entries[7::8].translate(_OWN)
+            return None
+        return entries[7::8].translate(_OWN)
 
-    def drop_written(self, buf: mmap.mmap, address: int, offset: int, nbytes: int) -> bool:
-        """Give back the pages of ``buf`` under ``[offset, offset + nbytes)`` when the model
-        wrote one of them; True when it did. A closed mapping (evicted in the batch, with
-        no view left) holds nothing to give back."""
-        if not nbytes or buf.closed or not self.written(address, offset, nbytes):
-            return False
-        start = offset - offset % PAGE_BYTES
-        buf.madvise(mmap.MADV_DONTNEED, start, offset + nbytes - start)
-        return True
-
-    def give_back(self, windows: Iterable[tuple[mmap.mmap, int, int, int]]) -> None:
+    def give_back(self, windows: Iterable[Sequence[Any]]) -> None:
         """Give back the pages written in ``windows`` (``(mapping, start address, offset,
         nbytes)`` each, as ``drop_written`` takes them), when a fault since the last call
         says one may have been."""

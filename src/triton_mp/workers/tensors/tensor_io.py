@@ -16,6 +16,7 @@ import contextlib
 import mmap
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import posix_ipc
@@ -43,13 +44,13 @@ class ClientRegions:
     Keyed by (key, registration id), so a client that re-creates an object under the same key
     and registers it again gets a fresh mapping. Outputs are mapped shared and writable,
     inputs copy-on-write (``private_pages``): a model may write its input in place, as in
-    Triton 2.51, and the client's object stays as the client wrote it; the pages a batch
-    wrote are given back in ``batch_ends``. Inside a batch, an input whose bytes overlap
-    an input viewed before it (two requests of one batch reading one window, as
-    perf_analyzer's do) is a copy (``input_window``), so neither sees the other's writes. A
-    decoupled python model, whose threads may write an input after ``execute`` returned,
-    gets copies from its backend (``backends.python.backend``). At most ``capacity``
-    objects stay mapped (least recently used go first).
+    Triton 2.51, and the client's object stays as the client wrote it; the pages models
+    wrote are given back before the next batch's first input (``_give_back``). Inside a
+    batch, an input whose bytes overlap an input viewed before it (two requests of one batch
+    reading one window, as perf_analyzer's do) is a copy (``input_window``), so neither
+    sees the other's writes. A decoupled python model, whose threads may write an input
+    after ``execute`` returned, gets copies from its backend (``backends.python.backend``).
+    At most ``capacity`` objects stay mapped (least recently used go first).
 
     NOTE: touching a mapping beyond the end of an object the client has since truncated
     raises SIGBUS, which no Python code can catch. Each batch re-checks the current size of
@@ -66,26 +67,45 @@ class ClientRegions:
         """(key, registration id, writable) -> (mapping, descriptor, start address)."""
         self._capacity = capacity
         self._private = PrivatePages()
-        self._viewed: list[tuple[mmap.mmap, int, int, int]] = []
-        """Inside a batch: each input window viewed, ``(mapping, start address, offset,
-        nbytes)``, whose written pages ``batch_ends`` gives back."""
+        self._viewed: list[tuple[mmap.mmap, int, int]] = []
+        """Inside a batch: each input window viewed, ``(mapping, offset, nbytes)`` (a later
+        input overlapping one is a copy, ``input_window``)."""
+        self._touched: dict[tuple[str, int, bool], list[Any]] = {}
+        """Per input mapping (keyed as ``_maps``): ``[mapping, start address, offset, nbytes]``
+        spanning every input window viewed in it so far, where a model may have written (in
+        its batch, or later through an array it kept or from a thread): the first input of
+        each batch gives their written pages back (``_give_back``)."""
+        self._checked = False
+        """Inside a batch: its written pages were given back (at its first input)."""
         self._sizes: dict[tuple[str, int, bool], int] | None = None
         """Inside a batch: each object's size in bytes as this batch checked it (keyed as
         ``_maps``); None outside a batch (every use checks)."""
 
     def batch_begins(self) -> None:
-        """A batch starts: an object's size is checked on its first use in the batch only."""
+        """A batch starts: an object's size is checked on its first use in the batch only,
+        and the pages models wrote in inputs are given back at its first input."""
         self._sizes = {}
+        self._checked = False
 
     def batch_ends(self) -> None:
-        """The batch's answers are written: the pages its models wrote in their inputs go
-        back to the client's contents, and later uses check sizes again (the client may
+        """The batch's answers are written: later uses check sizes again (the client may
         truncate or replace its object before the next request)."""
         self._sizes = None
-        viewed = self._viewed
-        if viewed:
-            self._private.give_back(viewed)
-            viewed.clear()
+        self._viewed.clear()
+
+    def _give_back(self) -> None:
+        """Give back the pages written in any input window viewed so far (their mappings'
+        ``_touched`` spans), so the input about to be viewed reads the client's bytes.
+
+        Done before a batch's first input, not after each batch: a model's write outside
+        its batch (an array it kept, written in a later batch that reads another window; its
+        thread writing after ``execute`` returned) is found as its own batch's writes are.
+        Triton 2.51 gives each request its own copy, so neither reaches the next request.
+        NOTE: a write through a kept array inside the batch that views the same window
+        again, after its view was made, is seen through that view (one mapping)."""
+        self._checked = self._sizes is not None
+        if self._touched:
+            self._private.give_back(self._touched.values())
 
     def window(
         self, key: str, region_id: int, writable: bool, offset: int, nbytes: int, what: str
@@ -103,7 +123,10 @@ class ClientRegions:
             entry, size = self._map(key, writable)
             self._maps[k] = entry
             while len(self._maps) > self._capacity:
-                _, (old_buf, old_fd, _) = self._maps.popitem(last=False)
+                old, (old_buf, old_fd, _) = self._maps.popitem(last=False)
+                # NOTE: a mapping of the same object made later is another private one: a
+                # page written in this one is never read through it.
+                self._touched.pop(old, None)
                 _close(old_buf, old_fd)
             if sizes is not None:
                 sizes[k] = size
@@ -137,13 +160,23 @@ class ClientRegions:
             TritonMPError (INVALID_ARG): as ``window``.
         """
         buf = self.window(key, region_id, False, offset, nbytes, what)
+        if not self._checked:
+            self._give_back()
+        k = (key, region_id, False)
+        end = offset + nbytes
+        span = self._touched.get(k)
+        if span is None:
+            self._touched[k] = [buf, self._maps[k][2], offset, nbytes]
+        elif offset < span[2] or end > span[2] + span[3]:
+            start = min(span[2], offset)
+            span[3] = max(span[2] + span[3], end) - start
+            span[2] = start
         if self._sizes is None:
             return buf, False
-        end = offset + nbytes
-        for seen, _, seen_offset, seen_nbytes in self._viewed:
+        for seen, seen_offset, seen_nbytes in self._viewed:
             if seen is buf and seen_offset < end and offset < seen_offset + seen_nbytes:
                 return buf, True
-        self._viewed.append((buf, self._maps[(key, region_id, False)][2], offset, nbytes))
+        self._viewed.append((buf, offset, nbytes))
         return buf, False
 
     @staticmethod
@@ -189,6 +222,7 @@ class ClientRegions:
             _close(buf, fd)
         self._maps.clear()
         self._viewed.clear()
+        self._touched.clear()
         self._private.close()
 
 
