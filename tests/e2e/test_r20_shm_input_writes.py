@@ -16,6 +16,13 @@ places a batch's own end does not see:
 3. Many clients of a batching model writing 1 MiB inputs in place, at offsets inside their
    regions that are not page-aligned, some sharing one region: every answer is its input + 1
    and every region stays as its client wrote it.
+4. A cached model writing its input in place: the cache keys the client's bytes. A BLS
+   caller passing its shm input on to a callee that writes it: each callee and the caller
+   read the client's bytes.
+
+And one documented difference: a model keeping its input's array and writing it while the
+next request reads the same window sees its write in that request's input (one mapping per
+registration here; 2.51: each request's own copy).
 """
 
 from __future__ import annotations
@@ -109,7 +116,57 @@ class TritonPythonModel:
 """
 """r20_inc_batch_py: INPUT0 + 1, written into INPUT0 in place; batches of up to 8."""
 
+CACHED_INC_CONFIG = """
+backend: "python"
+max_batch_size: 0
+response_cache { enable: true }
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+"""r20_cached_inc_py: INPUT0 + 1 written into INPUT0 in place; the response cache keeps it."""
+
+BLS_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            t = pb_utils.get_input_tensor_by_name(r, "INPUT0")
+            a = pb_utils.InferenceRequest(
+                model_name="r20_one_inc_py", requested_output_names=["OUTPUT0"], inputs=[t]
+            ).exec()
+            b = pb_utils.InferenceRequest(
+                model_name="r20_one_inc_py", requested_output_names=["OUTPUT0"], inputs=[t]
+            ).exec()
+            x = t.as_numpy()
+            got = [pb_utils.get_output_tensor_by_name(c, "OUTPUT0").as_numpy() for c in (a, b)]
+            out.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT0", x.copy()),
+                pb_utils.Tensor("A", got[0]),
+                pb_utils.Tensor("B", got[1]),
+            ]))
+        return out
+"""
+"""r20_bls_py: passes its INPUT0 tensor on to r20_one_inc_py twice (BLS), answers its own
+INPUT0 as read after both calls, and both callees' outputs."""
+
+BLS_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "A" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "B" data_type: TYPE_FP32 dims: [ -1 ] }
+]
+"""
+
 SIDE_BY_SIDE_MODELS: Models = {
+    "r20_cached_inc_py": PythonModel(CACHED_INC_CONFIG, INC_MODEL),
+    "r20_one_inc_py": PythonModel(ONE_CONFIG, INC_MODEL),
+    "r20_bls_py": PythonModel(BLS_CONFIG, BLS_MODEL),
     "r20_keep_py": PythonModel(ONE_CONFIG, KEEP_MODEL),
     "r20_thread_py": PythonModel(ONE_CONFIG, THREAD_MODEL),
     "r20_inc_batch_py": PythonModel(INC_BATCH_CONFIG, INC_MODEL),
@@ -170,6 +227,19 @@ def test_an_input_kept_and_written_at_the_next_request_leaves_the_client_bytes(
                 shm.destroy_shared_memory_region(region)
         a, b = X.tolist(), (X * 10).tolist()
         assert (answers, seen) == ([a, b, a, b, a], [a, b]), name
+
+
+def test_an_input_kept_and_written_while_the_next_request_reads_its_window_differs(
+    servers: dict[str, ServerProcess],
+) -> None:
+    """docs/differences.md: the kept array and the next request's input are one mapping's
+    pages here, so each later request on the window reads the -1s the model wrote into the
+    kept array at its start (after the previous write was given back); the client's region
+    stays as written."""
+    expected = {"triton": [X.tolist()] * 3, "triton-mp": [X.tolist(), [-1.0] * 4, [-1.0] * 4]}
+    for name, server in _ordered(servers):
+        answers, seen = _one_region(server, "alias", "r20_keep_py", [X, X, X], ("OUTPUT0",))
+        assert ([a[0] for a in answers], seen) == (expected[name], X.tolist()), name
 
 
 def test_an_input_written_by_a_thread_after_execute_leaves_the_client_bytes(
@@ -265,3 +335,58 @@ def test_many_clients_of_a_batching_model_writing_1mib_inputs_in_place(
             for _, _, region in regions:
                 shm.destroy_shared_memory_region(region)
         assert bad == [], name
+
+
+def _one_region(
+    server: ServerProcess, what: str, model: str, datas: list[np.ndarray], outputs: tuple[str, ...]
+) -> tuple[list[list[list[float]]], list[float]]:
+    """Each of ``datas`` written into one registered region and ``model`` called on it:
+    the ``outputs`` of each call, and the region's bytes at the end."""
+    key = _key(what, server)
+    region = shm.create_shared_memory_region(f"r20_{what}", key, X.nbytes)
+    answers = []
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            client.register_system_shared_memory(f"r20_{what}", key, X.nbytes)
+            try:
+                for data in datas:
+                    shm.set_shared_memory_region(region, [data])
+                    inp = grpcclient.InferInput("INPUT0", [4], "FP32")
+                    inp.set_shared_memory(f"r20_{what}", X.nbytes)
+                    r = client.infer(model, [inp])
+                    answers.append([r.as_numpy(o).tolist() for o in outputs])
+            finally:
+                client.unregister_system_shared_memory(f"r20_{what}")
+        seen = shm.get_contents_as_numpy(region, np.float32, [4]).tolist()
+    finally:
+        shm.destroy_shared_memory_region(region)
+    return answers, seen
+
+
+def test_a_cached_model_writing_its_shm_input_caches_the_clients_bytes(
+    servers: dict[str, ServerProcess],
+) -> None:
+    """The cache key is the client's input, not the model's write: X twice (the second from
+    the cache), then X + 1 (a miss, not X's answer), then X again (a hit)."""
+    for name, server in _ordered(servers):
+        answers, seen = _one_region(
+            server, "cached", "r20_cached_inc_py", [X, X, X + 1, X], ("OUTPUT0",)
+        )
+        one, two = (X + 1).tolist(), (X + 2).tolist()
+        assert (answers, seen) == ([[one], [one], [two], [one]], X.tolist()), name
+
+
+def test_an_shm_input_passed_on_by_bls_is_each_callees_own(
+    servers: dict[str, ServerProcess],
+) -> None:
+    """A BLS caller passes its shm input on to a callee that writes it in place, twice: each
+    callee reads the client's bytes, and the caller's input stays as the client wrote it."""
+    for name, server in _ordered(servers):
+        answers, seen = _one_region(server, "bls", "r20_bls_py", [X, X * 10], ("OUTPUT0", "A", "B"))
+        assert (answers, seen) == (
+            [
+                [X.tolist(), (X + 1).tolist(), (X + 1).tolist()],
+                [(X * 10).tolist(), (X * 10 + 1).tolist(), (X * 10 + 1).tolist()],
+            ],
+            (X * 10).tolist(),
+        ), name
