@@ -5,15 +5,20 @@ At 16 clients a worker's batches are large and it asks the scheduler for no ``Ba
 notices (``workers.due``, the quiet flag of the scheduler's ring to it); at 1 client its
 batches are of one request again and it must ask for them back. Whatever the flag says, no
 request may wait past its ``max_queue_delay`` plus the machine's slack: each swing's lone
-requests are answered within a bound, with the right numbers, over both priority levels.
+requests are answered within a bound, with the right numbers, over both priority levels;
+also after the instance's worker is killed (SIGKILL) right after a burst, while its flag is
+set, and restarted (triton-mp only: 2.51 has no worker process per instance to kill).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
 import numpy as np
+import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 
@@ -109,3 +114,41 @@ def test_lone_requests_after_bursts_of_16_clients_wait_no_longer_than_the_delay(
                     worst = max(worst, time.monotonic() - t0)
         assert bad == [], name
         assert worst < DELAY_S + SLACK_S, (name, worst)
+
+
+def _worker_pid(server: ServerProcess) -> int | None:
+    """The pid of r20_swing_py's one worker (its process title), or None."""
+    for p in psutil.Process(server.pid).children(recursive=True):
+        try:
+            if " ".join(p.cmdline()).strip() == "triton-mp: worker r20_swing_py_0_0":
+                return p.pid
+        except psutil.Error:
+            continue
+    return None
+
+
+def test_a_worker_killed_after_a_burst_is_restarted_and_lone_requests_still_come_back(
+    servers: dict[str, ServerProcess],
+) -> None:
+    server = servers["triton-mp"]
+    assert _burst(server.url, 1.5) == []
+    pid = _worker_pid(server)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    with grpcclient.InferenceServerClient(server.url) as client:
+        while _worker_pid(server) in (None, pid) or not client.is_model_ready("r20_swing_py"):
+            assert time.monotonic() < deadline, "r20_swing_py's worker was not restarted"
+            time.sleep(0.1)
+        worst = 0.0
+        for n in range(12):
+            t0 = time.monotonic()
+            assert _call(client, float(n), 1 + n % 2)
+            worst = max(worst, time.monotonic() - t0)
+    assert _burst(server.url, 1.5) == []
+    with grpcclient.InferenceServerClient(server.url) as client:
+        for n in range(12):
+            t0 = time.monotonic()
+            assert _call(client, float(n), 1 + n % 2)
+            worst = max(worst, time.monotonic() - t0)
+    assert worst < DELAY_S + SLACK_S, worst
