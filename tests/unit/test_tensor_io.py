@@ -35,7 +35,7 @@ from triton_mp.ipc.tensor_pool import (
     block_ref,
     free_block,
 )
-from triton_mp.workers.tensors import private_pages, tensor_io
+from triton_mp.workers.tensors import tensor_io
 from triton_mp.workers.tensors.private_pages import PrivatePages, map_private
 from triton_mp.workers.tensors.tensor_io import (
     ClientRegions,
@@ -400,7 +400,7 @@ def test_a_model_writing_its_region_input_keeps_the_write_until_the_next_batch_r
 ) -> None:
     """Triton 2.51 gives a python model its own copy of a shared-memory input: a write in
     place neither fails nor reaches the client's object. Here the page written is a private
-    copy until the next batch's first input, which gives it back: that batch reads the
+    copy until the window is viewed again, which gives it back first: that batch reads the
     client's bytes (and sees the client's later writes again). Without pagemap every window
     is given back."""
     if not pagemap:
@@ -477,29 +477,27 @@ def test_pagemap_tells_a_written_page_from_one_only_read(client_object: str) -> 
         pages.close()
 
 
-def test_give_back_asks_pagemap_only_after_a_page_fault(
-    client_object: str, monkeypatch: pytest.MonkeyPatch
+def test_a_window_is_looked_at_again_only_after_a_page_fault(
+    cache: SegmentCache, regions: ClientRegions, client_object: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A written page is a copy-on-write fault: with the fault count unchanged since the last
-    give-back nothing is looked at (a write here is left alone to show it), and once the
-    count moves the written window is given back."""
+    """A written page is a copy-on-write fault: with the fault count unchanged since the
+    window was last given back, its next view looks at nothing (a write here without a
+    fault counted is left alone to show it); once the count moves it is given back."""
     faults = [0]
-    monkeypatch.setattr(private_pages, "minor_faults", lambda: faults[0])
-    obj = posix_ipc.SharedMemory(client_object)
-    pages = PrivatePages()
-    buf, address = map_private(obj.fd, 4096)
-    obj.close_fd()
-    try:
-        buf[8] = 3
-        pages.give_back([(buf, address, 0, 16)])
-        assert buf[8] == 3  # no fault counted: not looked at
-        faults[0] += 1
-        pages.give_back([(buf, address, 0, 16)])
-        assert buf[8] == 0
-        assert not pages.written(address, 0, 4096)
-    finally:
-        buf.close()
-        pages.close()
+    monkeypatch.setattr(tensor_io, "minor_faults", lambda: faults[0])
+    ref = TensorRef("A", "FP32", (4,), client_object, 0, 16, region_id=1)
+    regions.batch_begins()
+    x = view_tensor(cache, ref, regions)
+    regions.batch_ends()
+    x[0] = 3
+    regions.batch_begins()
+    assert view_tensor(cache, ref, regions).tolist() == [3, 0, 0, 0]  # not looked at
+    regions.batch_ends()
+    faults[0] += 1
+    regions.batch_begins()
+    assert view_tensor(cache, ref, regions).tolist() == [0, 0, 0, 0]
+    regions.batch_ends()
+    del x
 
 
 def test_two_inputs_of_a_batch_on_one_window_are_not_each_others(

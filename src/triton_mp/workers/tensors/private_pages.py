@@ -1,5 +1,5 @@
 """A client's input as the model's own: a copy-on-write mapping whose written pages are
-dropped before the next batch reads an input.
+dropped before the window is read again.
 
 Imported by ``workers.tensors.tensor_io`` (``ClientRegions``). Triton 2.51's python backend
 copies every input into the stub's shared memory, so a model may write its inputs in place
@@ -10,26 +10,27 @@ shows what the client writes there later, as Linux maps a private file mapping's
 pages from the page cache), and a model's write lands in a private copy of that one page
 (the kernel's copy-on-write), never in the client's object.
 
-Before the next batch reads an input, a page a model wrote (in its batch, or later through an
+Before a window is read again, a page a model wrote there (in its batch, or later through an
 array it kept or from its thread) must go back to the client's contents, or the next request
-reading that window would see the write; ``ClientRegions`` asks for every window viewed so far.
-``PrivatePages.give_back`` does it in two steps, each skipped when the one before says nothing
-was written:
+reading it would see the write. ``ClientRegions.input_window`` does it in two steps, each
+skipped when the one before says nothing was written:
 
-1. The process's minor page faults (``getrusage``, every thread's): a write to a page of a
-   private mapping that is still the client's is a copy-on-write fault, so when the count is
-   the one at the last give-back, no page was written (about 1.7 us per batch).
-2. ``/proc/self/pagemap``: whether any page of a window is this process's own (an anonymous
-   page: present without the file flag, or swapped); only then are those pages given
-   back with ``madvise(MADV_DONTNEED)`` (the next read maps the client's pages again). Reading
-   pagemap costs ~32 ns per page (8 us for a 1 MiB window, against ~20 us to copy it).
+1. The process's minor page faults (``minor_faults``, ``getrusage``, every thread's; read once
+   per batch): a write to a page of a private mapping that is still the client's is a
+   copy-on-write fault, so when the count is the one at the window's last give-back, none of
+   its pages was written since (about 1.7 us per batch).
+2. ``/proc/self/pagemap`` (``PrivatePages.drop_written``): which pages of the window are this
+   process's own (an anonymous page: present without the file flag, or swapped); those are
+   given back with ``madvise(MADV_DONTNEED)`` (the next read maps the client's pages again).
+   Reading pagemap costs ~32 ns per page (8 us for a 1 MiB window, against ~20 us to copy it).
 
 ``MADV_DONTNEED`` on every batch would cost the next batch its page faults again (~150 us per
-MiB measured). Where pagemap cannot be read, every window is given back whenever a fault was
+MiB measured). Where pagemap cannot be read, the window is given back whenever a fault was
 counted (correct, slower).
 
 NOTE: a write the kernel makes for the model through ``get_user_pages`` (an ``O_DIRECT`` read
-into an input) counts no fault for the process; such a write would outlive the batch.
+into an input) counts no fault for the process; such a write would be read by the next
+request on that window.
 """
 
 from __future__ import annotations
@@ -38,8 +39,6 @@ import ctypes
 import mmap
 import os
 import resource
-from collections.abc import Iterable, Sequence
-from typing import Any
 
 PAGE_BYTES = mmap.PAGESIZE
 """The kernel's page size in bytes (pagemap has one 8-byte entry per page)."""
@@ -69,8 +68,6 @@ class PrivatePages:
     def __init__(self, pagemap: str | None = "/proc/self/pagemap") -> None:
         """``pagemap``: the file to ask which pages are private (None: ask nothing and give
         every window back, as where it cannot be opened)."""
-        self._faults = minor_faults()
-        """The process's minor faults when every window given back so far was clean."""
         self._fd: int | None = None
         if pagemap is not None:
             try:
@@ -122,19 +119,6 @@ class PrivatePages:
         except OSError:
             return None
         return entries[7::8].translate(_OWN)
-
-    def give_back(self, windows: Iterable[Sequence[Any]]) -> None:
-        """Give back the pages written in ``windows`` (``(mapping, start address, offset,
-        nbytes)`` each, as ``drop_written`` takes them), when a fault since the last call
-        says one may have been."""
-        now = minor_faults()
-        if now == self._faults:
-            return
-        drop = self.drop_written
-        for buf, address, offset, nbytes in windows:
-            drop(buf, address, offset, nbytes)
-        # NOTE: a fault after ``now`` (another thread's write) is seen by the next call.
-        self._faults = now
 
     def close(self) -> None:
         """Close pagemap."""

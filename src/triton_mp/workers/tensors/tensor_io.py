@@ -16,7 +16,6 @@ import contextlib
 import mmap
 import os
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import posix_ipc
@@ -35,7 +34,10 @@ from triton_mp.ipc.protocol.messages import (
     TensorRef,
 )
 from triton_mp.ipc.tensor_pool import ALIGN, BLOCK_HEADER_BYTES, block_ref
-from triton_mp.workers.tensors.private_pages import PrivatePages, map_private
+from triton_mp.workers.tensors.private_pages import PrivatePages, map_private, minor_faults
+
+CLEAN_WINDOWS = 4096
+"""At most this many input windows' last give-back counts are kept (``ClientRegions``)."""
 
 
 class ClientRegions:
@@ -45,7 +47,7 @@ class ClientRegions:
     and registers it again gets a fresh mapping. Outputs are mapped shared and writable,
     inputs copy-on-write (``private_pages``): a model may write its input in place, as in
     Triton 2.51, and the client's object stays as the client wrote it; the pages models
-    wrote are given back before the next batch's first input (``_give_back``). Inside a
+    wrote are given back before a window is viewed again (``input_window``). Inside a
     batch, an input whose bytes overlap an input viewed before it (two requests of one batch
     reading one window, as perf_analyzer's do) is a copy (``input_window``), so neither
     sees the other's writes. A decoupled python model, whose threads may write an input
@@ -70,42 +72,28 @@ class ClientRegions:
         self._viewed: list[tuple[mmap.mmap, int, int]] = []
         """Inside a batch: each input window viewed, ``(mapping, offset, nbytes)`` (a later
         input overlapping one is a copy, ``input_window``)."""
-        self._touched: dict[tuple[str, int, bool], list[Any]] = {}
-        """Per input mapping (keyed as ``_maps``): ``[mapping, start address, offset, nbytes]``
-        spanning every input window viewed in it so far, where a model may have written (in
-        its batch, or later through an array it kept or from a thread): the first input of
-        each batch gives their written pages back (``_give_back``)."""
-        self._checked = False
-        """Inside a batch: its written pages were given back (at its first input)."""
+        self._clean_at: dict[tuple[str, int, int, int], int] = {}
+        """(key, registration id, offset, nbytes) of an input window -> the process's minor
+        fault count when its written pages were last given back (``input_window``). A window
+        not listed is looked at on its next view, so the dict is cleared when it grows past
+        ``CLEAN_WINDOWS``."""
+        self._faults: int | None = None
+        """Inside a batch: the minor fault count read at its first input."""
         self._sizes: dict[tuple[str, int, bool], int] | None = None
         """Inside a batch: each object's size in bytes as this batch checked it (keyed as
         ``_maps``); None outside a batch (every use checks)."""
 
     def batch_begins(self) -> None:
-        """A batch starts: an object's size is checked on its first use in the batch only,
-        and the pages models wrote in inputs are given back at its first input."""
+        """A batch starts: an object's size is checked on its first use in the batch only."""
         self._sizes = {}
-        self._checked = False
+        self._faults = None
 
     def batch_ends(self) -> None:
         """The batch's answers are written: later uses check sizes again (the client may
         truncate or replace its object before the next request)."""
         self._sizes = None
+        self._faults = None
         self._viewed.clear()
-
-    def _give_back(self) -> None:
-        """Give back the pages written in any input window viewed so far (their mappings'
-        ``_touched`` spans), so the input about to be viewed reads the client's bytes.
-
-        Done before a batch's first input, not after each batch: a model's write outside
-        its batch (an array it kept, written in a later batch that reads another window; its
-        thread writing after ``execute`` returned) is found as its own batch's writes are.
-        Triton 2.51 gives each request its own copy, so neither reaches the next request.
-        NOTE: a write through a kept array inside the batch that views the same window
-        again, after its view was made, is seen through that view (one mapping)."""
-        self._checked = self._sizes is not None
-        if self._touched:
-            self._private.give_back(self._touched.values())
 
     def window(
         self, key: str, region_id: int, writable: bool, offset: int, nbytes: int, what: str
@@ -123,10 +111,7 @@ class ClientRegions:
             entry, size = self._map(key, writable)
             self._maps[k] = entry
             while len(self._maps) > self._capacity:
-                old, (old_buf, old_fd, _) = self._maps.popitem(last=False)
-                # NOTE: a mapping of the same object made later is another private one: a
-                # page written in this one is never read through it.
-                self._touched.pop(old, None)
+                _, (old_buf, old_fd, _) = self._maps.popitem(last=False)
                 _close(old_buf, old_fd)
             if sizes is not None:
                 sizes[k] = size
@@ -160,17 +145,22 @@ class ClientRegions:
             TritonMPError (INVALID_ARG): as ``window``.
         """
         buf = self.window(key, region_id, False, offset, nbytes, what)
-        if not self._checked:
-            self._give_back()
-        k = (key, region_id, False)
+        faults = self._faults
+        if faults is None:
+            faults = minor_faults()
+            if self._sizes is not None:
+                self._faults = faults
+        w = (key, region_id, offset, nbytes)
+        clean = self._clean_at
+        if clean.get(w) != faults:
+            # NOTE: a page written since this window was last given back (in its batch, or
+            # later through an array the model kept, or by its thread after execute) made a
+            # copy-on-write fault, so the count moved; given back before this view is made.
+            self._private.drop_written(buf, self._maps[(key, region_id, False)][2], offset, nbytes)
+            if len(clean) >= CLEAN_WINDOWS:
+                clean.clear()
+            clean[w] = faults
         end = offset + nbytes
-        span = self._touched.get(k)
-        if span is None:
-            self._touched[k] = [buf, self._maps[k][2], offset, nbytes]
-        elif offset < span[2] or end > span[2] + span[3]:
-            start = min(span[2], offset)
-            span[3] = max(span[2] + span[3], end) - start
-            span[2] = start
         if self._sizes is None:
             return buf, False
         for seen, seen_offset, seen_nbytes in self._viewed:
@@ -222,7 +212,7 @@ class ClientRegions:
             _close(buf, fd)
         self._maps.clear()
         self._viewed.clear()
-        self._touched.clear()
+        self._clean_at.clear()
         self._private.close()
 
 
