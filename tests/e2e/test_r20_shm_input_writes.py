@@ -163,7 +163,37 @@ output [
 ]
 """
 
+TWO_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ -1 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ -1 ] }
+]
+"""
+TWO_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            y = pb_utils.get_input_tensor_by_name(r, "INPUT1").as_numpy()
+            x += 1
+            out.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT0", x), pb_utils.Tensor("OUTPUT1", y.copy())]))
+        return out
+"""
+"""r20_two_py: OUTPUT0 = INPUT0 + 1 (written into INPUT0 in place), OUTPUT1 = INPUT1."""
+
 SIDE_BY_SIDE_MODELS: Models = {
+    "r20_two_py": PythonModel(TWO_CONFIG, TWO_MODEL),
     "r20_cached_inc_py": PythonModel(CACHED_INC_CONFIG, INC_MODEL),
     "r20_one_inc_py": PythonModel(ONE_CONFIG, INC_MODEL),
     "r20_bls_py": PythonModel(BLS_CONFIG, BLS_MODEL),
@@ -389,4 +419,40 @@ def test_an_shm_input_passed_on_by_bls_is_each_callees_own(
                 [(X * 10).tolist(), (X * 10 + 1).tolist(), (X * 10 + 1).tolist()],
             ],
             (X * 10).tolist(),
+        ), name
+
+
+def test_two_inputs_in_one_page_of_one_region_one_written_in_place(
+    servers: dict[str, ServerProcess],
+) -> None:
+    """INPUT0 at byte 8 and INPUT1 at byte 40 of one region (one page): the model writes
+    INPUT0 in place; INPUT1 reads the client's bytes, and each call (the client rewriting
+    both first) reads the client's current bytes in both."""
+    for name, server in _ordered(servers):
+        key = _key("two", server)
+        region = shm.create_shared_memory_region("r20_two", key, 64)
+        answers = []
+        try:
+            with grpcclient.InferenceServerClient(server.url) as client:
+                client.register_system_shared_memory("r20_two", key, 64)
+                try:
+                    for n in range(3):
+                        shm.set_shared_memory_region(region, [X + n], offset=8)
+                        shm.set_shared_memory_region(region, [X * 10 + n], offset=40)
+                        inputs = [grpcclient.InferInput(f"INPUT{i}", [4], "FP32") for i in (0, 1)]
+                        inputs[0].set_shared_memory("r20_two", X.nbytes, offset=8)
+                        inputs[1].set_shared_memory("r20_two", X.nbytes, offset=40)
+                        r = client.infer("r20_two_py", inputs)
+                        answers.append([r.as_numpy(f"OUTPUT{i}").tolist() for i in (0, 1)])
+                finally:
+                    client.unregister_system_shared_memory("r20_two")
+            seen = [
+                shm.get_contents_as_numpy(region, np.float32, [4], offset=o).tolist()
+                for o in (8, 40)
+            ]
+        finally:
+            shm.destroy_shared_memory_region(region)
+        assert (answers, seen) == (
+            [[(X + n + 1).tolist(), (X * 10 + n).tolist()] for n in range(3)],
+            [(X + 2).tolist(), (X * 10 + 2).tolist()],
         ), name
