@@ -16,6 +16,7 @@ import os
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import psutil
@@ -52,7 +53,46 @@ class TritonPythonModel:
 """r20_swing_py: OUTPUT0 = 2 * INPUT0; batches of up to 16 within 20 ms; two priority
 levels."""
 
-SIDE_BY_SIDE_MODELS: Models = {"r20_swing_py": PythonModel(SWING_CONFIG, SWING_MODEL)}
+SEQ_CONFIG = """
+backend: "python"
+max_batch_size: 16
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+sequence_batching {
+  max_sequence_idle_microseconds: 5000000
+  oldest { max_candidate_sequences: 16 max_queue_delay_microseconds: 20000 }
+}
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+SEQ_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.sums = {}
+
+    def execute(self, requests):
+        responses = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT").as_numpy()
+            cid = r.correlation_id()
+            if r.flags() & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START:
+                self.sums[cid] = np.zeros_like(x)
+            self.sums[cid] = self.sums[cid] + x
+            out = pb_utils.Tensor("OUTPUT", self.sums[cid])
+            responses.append(pb_utils.InferenceResponse([out]))
+            if r.flags() & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
+                del self.sums[cid]
+        return responses
+"""
+"""r20_seq_py: a running sum per sequence; the oldest strategy, 16 candidates, 20 ms delay."""
+
+SIDE_BY_SIDE_MODELS: Models = {
+    "r20_swing_py": PythonModel(SWING_CONFIG, SWING_MODEL),
+    "r20_seq_py": PythonModel(SEQ_CONFIG, SEQ_MODEL),
+}
 """tests/e2e/conftest.py's ``shared_side_by_side`` serves it."""
 
 DELAY_S = 0.02
@@ -152,3 +192,42 @@ def test_a_worker_killed_after_a_burst_is_restarted_and_lone_requests_still_come
             assert _call(client, float(n), 1 + n % 2)
             worst = max(worst, time.monotonic() - t0)
     assert worst < DELAY_S + SLACK_S, worst
+
+
+def _sequence(url: str, cid: int, steps: int) -> tuple[list[float], float]:
+    """One sequence of ``steps`` requests (INPUT k at step k): its running sums and its
+    slowest request in seconds."""
+    sums, worst = [], 0.0
+    with grpcclient.InferenceServerClient(url) as client:
+        for k in range(steps):
+            inp = grpcclient.InferInput("INPUT", [1, 1], "FP32")
+            inp.set_data_from_numpy(np.full((1, 1), k, dtype=np.float32))
+            t0 = time.monotonic()
+            r = client.infer(
+                "r20_seq_py", [inp], sequence_id=cid, sequence_start=k == 0,
+                sequence_end=k == steps - 1, client_timeout=30,
+            )  # fmt: skip
+            worst = max(worst, time.monotonic() - t0)
+            sums.append(float(r.as_numpy("OUTPUT")[0, 0]))
+    return sums, worst
+
+
+def test_sequences_swinging_from_16_to_1_keep_their_sums_and_the_delay(
+    servers: dict[str, ServerProcess],
+) -> None:
+    """16 sequences at once, then one alone, twice, with the oldest strategy: every running
+    sum right, and the lone sequence's requests within the delay plus slack."""
+    steps = 20
+    want = [float(k * (k + 1) // 2) for k in range(steps)]
+    for name, server in servers.items():
+        lone_worst = 0.0
+        for swing in range(2):
+            base = 1000 * (swing + 1) + (0 if name == "triton" else 500)
+            with ThreadPoolExecutor(16) as pool:
+                got = list(pool.map(lambda c, u=server.url: _sequence(u, c, steps),
+                                    range(base, base + 16)))  # fmt: skip
+            assert [sums for sums, _ in got] == [want] * 16, name
+            sums, worst = _sequence(server.url, base + 100, steps)
+            assert sums == want, name
+            lone_worst = max(lone_worst, worst)
+        assert lone_worst < DELAY_S + SLACK_S, (name, lone_worst)
