@@ -8,6 +8,7 @@ shared-memory object of this process for a client's registered region. Objects a
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 from collections.abc import Iterator
@@ -475,6 +476,29 @@ def test_pagemap_tells_a_written_page_from_one_only_read(client_object: str) -> 
     finally:
         buf.close()
         pages.close()
+
+
+def test_pagemap_is_opened_on_the_first_question_and_closed_with_its_owner() -> None:
+    """``PrivatePages`` holds no descriptor until asked, and one dropped without ``close``
+    closes it when collected: the unit suite makes a ClientRegions per call, and one open
+    pagemap each had run the process past select()'s 1024 descriptors (test_notify)."""
+
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = fds()
+    pages = PrivatePages()
+    assert fds() == before
+    buf, address = map_private(-1, 4096)  # anonymous: its pages are the process's own
+    try:
+        buf[0] = 1
+        assert pages.written(address, 0, 4096)
+        assert fds() == before + 1
+        del pages
+        gc.collect()
+        assert fds() == before
+    finally:
+        buf.close()
 
 
 def test_a_window_is_looked_at_again_only_after_a_page_fault(

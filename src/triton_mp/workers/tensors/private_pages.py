@@ -39,6 +39,7 @@ import ctypes
 import mmap
 import os
 import resource
+import weakref
 
 PAGE_BYTES = mmap.PAGESIZE
 """The kernel's page size in bytes (pagemap has one 8-byte entry per page)."""
@@ -67,13 +68,11 @@ class PrivatePages:
 
     def __init__(self, pagemap: str | None = "/proc/self/pagemap") -> None:
         """``pagemap``: the file to ask which pages are private (None: ask nothing and give
-        every window back, as where it cannot be opened)."""
+        every window back, as where it cannot be opened). It is opened on the first question
+        (most workers never see a write) and closed by ``close`` or with this object."""
+        self._path = pagemap
         self._fd: int | None = None
-        if pagemap is not None:
-            try:
-                self._fd = os.open(pagemap, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                self._fd = None
+        self._closer: weakref.finalize[[int], PrivatePages] | None = None
 
     def written(self, address: int, offset: int, nbytes: int) -> bool:
         """Whether a page holding any of the ``nbytes`` bytes at ``address + offset`` is this
@@ -109,7 +108,7 @@ class PrivatePages:
     def _own(self, address: int, offset: int, nbytes: int) -> bytes | None:
         """One byte per page under ``[address + offset, + nbytes)``: 1 where it is this
         process's own copy; None where pagemap cannot tell."""
-        fd = self._fd
+        fd = self._fd if self._fd is not None else self._open()
         if fd is None:
             return None
         first = (address + offset) // PAGE_BYTES
@@ -120,11 +119,25 @@ class PrivatePages:
             return None
         return entries[7::8].translate(_OWN)
 
+    def _open(self) -> int | None:
+        """Open pagemap (once; None for good where it cannot be opened). An object dropped
+        without ``close`` closes it when collected: tests make many."""
+        path, self._path = self._path, None
+        if path is None:
+            return None
+        try:
+            self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        self._closer = weakref.finalize(self, os.close, self._fd)
+        return self._fd
+
     def close(self) -> None:
-        """Close pagemap."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        """Close pagemap (nothing is asked after this)."""
+        self._path = None
+        self._fd = None
+        if self._closer is not None:
+            self._closer()
 
 
 def minor_faults() -> int:
