@@ -26,7 +26,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers.repos import write_python_model
+from tests.helpers.repos import IDENTITY_PY, write_python_model
 from tests.helpers.server import ServerProcess, server_factory, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -41,15 +41,6 @@ dynamic_batching { max_queue_delay_microseconds: 1000 }
 input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
 output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
 instance_group [{ count: 1, kind: KIND_CPU }]
-"""
-ECHO_MODEL = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor(
-            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
-            for r in requests]
 """
 SEQ_CONFIG = """
 backend: "python"
@@ -88,7 +79,7 @@ SEQ_STEPS = 5
 @pytest.fixture(params=["native", "python"])
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServerProcess]:
     repo = tmp_path / "repo"
-    write_python_model(repo, "echo", ECHO_CONFIG, ECHO_MODEL)
+    write_python_model(repo, "echo", ECHO_CONFIG, IDENTITY_PY)
     write_python_model(repo, "acc", SEQ_CONFIG, SEQ_MODEL)
     (tmp_path / "logs").mkdir()
     with server_factory(tmp_path / "logs") as start:

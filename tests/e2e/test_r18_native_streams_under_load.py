@@ -27,7 +27,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.test_answer_from_input import live_input_blocks
-from tests.helpers.repos import write_python_model
+from tests.helpers.repos import IDENTITY_PY, write_python_model
 from tests.helpers.server import ServerProcess, server_factory, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -45,15 +45,6 @@ dynamic_batching { max_queue_delay_microseconds: 500 }
 input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
 output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
 instance_group [{ count: 2, kind: KIND_CPU }]
-"""
-ECHO_MODEL = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor(
-            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
-            for r in requests]
 """
 REPEAT_CONFIG = """
 backend: "python"
@@ -82,7 +73,7 @@ REPEATS = 3
 @pytest.fixture(params=["native", "python"])
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServerProcess]:
     repo = tmp_path / "repo"
-    write_python_model(repo, "echo", ECHO_CONFIG, ECHO_MODEL)
+    write_python_model(repo, "echo", ECHO_CONFIG, IDENTITY_PY)
     write_python_model(repo, "repeat", REPEAT_CONFIG, REPEAT_MODEL)
     (tmp_path / "logs").mkdir()
     with server_factory(tmp_path / "logs") as start:
