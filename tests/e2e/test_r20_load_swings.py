@@ -23,6 +23,7 @@ import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 
+from tests.e2e.test_sequences import PY_MODEL as SUM_MODEL
 from tests.helpers.server import ServerProcess
 from tests.helpers.triton_peer import Models, PythonModel, RealTriton
 
@@ -64,34 +65,12 @@ sequence_batching {
 }
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """
-SEQ_MODEL = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.sums = {}
-
-    def execute(self, requests):
-        responses = []
-        for r in requests:
-            x = pb_utils.get_input_tensor_by_name(r, "INPUT").as_numpy()
-            cid = r.correlation_id()
-            if r.flags() & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START:
-                self.sums[cid] = np.zeros_like(x)
-            self.sums[cid] = self.sums[cid] + x
-            out = pb_utils.Tensor("OUTPUT", self.sums[cid])
-            responses.append(pb_utils.InferenceResponse([out]))
-            if r.flags() & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
-                del self.sums[cid]
-        return responses
-"""
-"""r20_seq_py: a running sum per sequence; the oldest strategy, 16 candidates, 20 ms delay."""
+"""r20_seq_py (``SUM_MODEL``, a running sum per sequence): the oldest strategy, 16
+candidates, 20 ms delay."""
 
 SIDE_BY_SIDE_MODELS: Models = {
     "r20_swing_py": PythonModel(SWING_CONFIG, SWING_MODEL),
-    "r20_seq_py": PythonModel(SEQ_CONFIG, SEQ_MODEL),
+    "r20_seq_py": PythonModel(SEQ_CONFIG, SUM_MODEL),
 }
 """tests/e2e/conftest.py's ``shared_side_by_side`` serves it."""
 
