@@ -10,6 +10,9 @@ compare the native path with the Python one. So an export gets its extensions on
 - they differ: ``python setup.py build_ext --inplace`` runs in the export (``nice``, a minute
   or two on 2 cores). When that build fails, the export runs without them, and says so.
 
+``patch_source`` edits an export for the tools that instrument one (``sched_phases``,
+``worker_phases``).
+
 Standard library only.
 """
 
@@ -20,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from peers_env import ROOT, BenchError
@@ -85,3 +89,15 @@ def build_extensions(rev: str, tree: Path) -> bool:
         print(f"  {rev}: the build failed, its src/ runs without extensions: {tail}")
         return False
     return True
+
+
+def patch_source(path: Path, patches: Iterable[tuple[str, str]], tool: str) -> None:
+    """Replace each ``(old, new)`` of ``patches`` in the file at ``path`` (an exported
+    source); exit naming ``tool`` when the commit's file does not hold an ``old`` exactly
+    once (its code differs from what the tool was written against)."""
+    text = path.read_text()
+    for old, new in patches:
+        if text.count(old) != 1:
+            raise SystemExit(f"{path}: differs from what {tool} patches: {old!r}")
+        text = text.replace(old, new)
+    path.write_text(text)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ab_interleaved import counts
 from common import BENCH, TritonMP, load_peers_env
-from exports import export_commit
+from exports import export_commit, patch_source
 from profile_roles import role_pids
 
 PHASES = ("pre", "wait", "duewait", "drain", "handle", "dispatch", "flush")
@@ -79,13 +79,7 @@ _PATCHES = (
 def patch_serve(src: Path, patches: tuple[tuple[str, str], ...], tool: str) -> None:
     """Replace each ``(old, new)`` of ``patches`` in ``src``'s ``scheduler/main.py``; exit
     naming ``tool`` when a commit's loop does not hold an ``old`` exactly once."""
-    path = src / "triton_mp" / "scheduler" / "main.py"
-    text = path.read_text()
-    for old, new in patches:
-        if text.count(old) != 1:
-            raise SystemExit(f"{path}: _serve differs from what {tool} patches: {old!r}")
-        text = text.replace(old, new)
-    path.write_text(text)
+    patch_source(src / "triton_mp" / "scheduler" / "main.py", patches, tool)
 
 
 def instrument(src: Path) -> None:

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from ab_interleaved import TICK_US, counts, role_ticks
 from common import BENCH, TritonMP, descendants, load_peers_env
-from exports import export_commit
+from exports import export_commit, patch_source
 
 PHASES = (
     "wait",
@@ -193,11 +193,7 @@ def instrument(src: Path, out: Path) -> None:
     pkg = src / "triton_mp"
     (pkg / "_wp.py").write_text(_MODULE.format(phases=PHASES, out=str(out)))
     for rel, old, new in _PATCHES:
-        path = pkg / rel
-        text = path.read_text()
-        if text.count(old) != 1:
-            raise SystemExit(f"{path}: differs from what worker_phases patches: {old!r}")
-        path.write_text(text.replace(old, new))
+        patch_source(pkg / rel, [(old, new)], "worker_phases")
 
 
 def one_run(
