@@ -82,6 +82,14 @@ onnxruntime backend); ``prepare_repositories`` adds it to triton-mp's repository
 OCR_2CORE_MODEL = "ocr_cls_2core"
 """ocr_cls as a user would configure it for this machine's 2 cores (issue 33's ocr_cls goal):
 ``ocr_2core_config``, written by ``prepare_repositories`` next to the shipped ocr_cls."""
+OCR_SHM_ARGS = ("--shared-memory", "system")
+"""ocr_cls's images through system shared memory, as a client on the server's host sends them:
+perf_analyzer 2.51 writes its input data once into one region per input (``/x_0_0``, 110,592
+bytes a request) and names it in every request; its output region is the output's fixed
+batch-1 size (8 bytes), one region that every request names (``InferDataManagerShm``), so
+``--output-shared-memory-size`` (for outputs of unknown size only) is not needed. The gRPC
+messages then carry no tensor bytes: the serving CPU left is the call, the batching and the
+worker's copy of each image out of the client's region."""
 ORT_BATCHES = (8, 16, 32)
 """Batch sizes of the raw onnxruntime measurement (its best is the ocr_cls bound)."""
 
@@ -156,6 +164,14 @@ WORKLOADS = [
         "ocr_cls c=32 2-core config",
         OCR_2CORE_MODEL,
         32,
+        sides=("triton-mp", "onnxruntime"),
+    ),
+    Workload(
+        "ocr_cls_c32_2core_shm",
+        "ocr_cls c=32 2-core config shm",
+        OCR_2CORE_MODEL,
+        32,
+        OCR_SHM_ARGS,
         sides=("triton-mp", "onnxruntime"),
     ),
 ]

@@ -22,6 +22,7 @@ from vs_triton_workloads import (  # noqa: E402
     NODELAY_MODEL,
     OCR_2CORE_MODEL,
     WORKLOADS,
+    Workload,
     nodelay_config,
     ocr_2core_config,
 )
@@ -37,6 +38,37 @@ def _rec(side: str, workload: str, rnd: int, infer_s: float, p50_us: float) -> d
         "p99_us": 2 * p50_us,
         "cpu_us_per_infer": 1e6 / infer_s,
     }
+
+
+def _workload(key: str) -> Workload:
+    (w,) = [w for w in WORKLOADS if w.key == key]
+    return w
+
+
+def test_ocr_shm_workload_is_the_2core_config_through_system_shared_memory() -> None:
+    plain, shm = _workload("ocr_cls_c32_2core"), _workload("ocr_cls_c32_2core_shm")
+    assert shm.model == plain.model == OCR_2CORE_MODEL
+    assert shm.sides == plain.sides == ("triton-mp", "onnxruntime")
+    assert shm.args("triton-mp") == [*plain.args("triton-mp"), "--shared-memory", "system"]
+    assert shm.label != plain.label
+
+
+def test_ocr_shm_workload_ratio_and_cpu_outside_ort_use_the_runs_raw_ort() -> None:
+    plain, shm = _workload("ocr_cls_c32_2core"), _workload("ocr_cls_c32_2core_shm")
+    raw = {"one_thread_cpu_us": {16: 810.0}, "two_session_cpu_us": {16: 870.0}}
+    runs = [
+        {**_rec("triton-mp", plain.key, 1, 2000.0, 9e3), "avg_batch": 16.0},
+        {**_rec("onnxruntime", plain.key, 1, 4000.0, 9e3), **raw},
+        {**_rec("triton-mp", shm.key, 1, 3200.0, 9e3), "avg_batch": 16.0, "cpu_us_per_infer": 1e3},
+        {**_rec("onnxruntime", shm.key, 1, 3000.0, 9e3), **raw},
+    ]
+    rows = {r["workload"]: r for r in summarise([{"round": 1, "runs": runs}], [plain, shm])}
+    assert rows[shm.key]["vs"]["triton-mp/onnxruntime"]["ratios"] == [0.8]
+    # the best raw figure of the run (4000/s, the plain workload's) is the bound of both
+    assert rows[plain.key]["vs"]["triton-mp/onnxruntime"]["ratios"] == [0.5]
+    # 1000 us per image less two one-thread sessions at once at batch 16
+    assert rows[shm.key]["outside_ort_sessions"] == 2
+    assert rows[shm.key]["outside_ort_us"]["triton-mp"]["per_round"] == [130.0]
 
 
 def test_nodelay_config_renames_the_model_and_empties_its_batcher() -> None:
@@ -99,7 +131,7 @@ def test_summarise_takes_medians_and_per_round_ratios() -> None:
 
 
 def test_ratios_to_raw_onnxruntime_divide_by_its_best_figure_of_the_run() -> None:
-    (shipped, two_core) = [w for w in WORKLOADS if w.model.startswith("ocr_cls")]
+    shipped, two_core = _workload("ocr_cls_c32"), _workload("ocr_cls_c32_2core")
     ort = "onnxruntime"
     rounds = [
         {"round": 1, "runs": [_rec("triton-mp", shipped.key, 1, 1000.0, 9e3),
@@ -115,7 +147,7 @@ def test_ratios_to_raw_onnxruntime_divide_by_its_best_figure_of_the_run() -> Non
 
 
 def test_cpu_outside_onnxruntime_of_the_2core_config_is_less_two_sessions_at_once() -> None:
-    (shipped, two_core) = [w for w in WORKLOADS if w.model.startswith("ocr_cls")]
+    shipped, two_core = _workload("ocr_cls_c32"), _workload("ocr_cls_c32_2core")
     raw = {"one_thread_cpu_us": {8: 800.0, 16: 810.0}, "two_session_cpu_us": {8: 850.0, 16: 870.0}}
     rounds = []
     for w in (shipped, two_core):
