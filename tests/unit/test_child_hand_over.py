@@ -20,6 +20,7 @@ class _Process:
 
     def __init__(self, pid: int, alive: bool = True) -> None:
         self.pid = pid
+        self.exitcode: int | None = None
         self._r, self._w = os.pipe()
         self.alive = alive
         self.killed = False

@@ -47,6 +47,7 @@ from triton_mp.frontend.grpc.server_setup import (
     grpc_server,
     native_port,
     start_grpc,
+    stop_grpc,
     stop_grpc_now,
 )
 from triton_mp.frontend.header_forward import HeaderForward
@@ -69,7 +70,7 @@ from triton_mp.frontend.shm.peers import ShmPeers
 from triton_mp.frontend.shm.system import DISABLED_MESSAGE, SystemShmRegistry
 from triton_mp.frontend.tracing.tracer import Tracer
 from triton_mp.ipc import ArenaAllocator, Inbox, SegmentCache, Sender
-from triton_mp.ipc.handshake import report_ready, report_start_failed
+from triton_mp.ipc.handshake import CALLS_CUT_EXIT, report_ready, report_start_failed
 from triton_mp.ipc.memory.notify import Waker
 from triton_mp.ipc.memory.response_cache import CacheStats, SharedResponseCache
 from triton_mp.ipc.memory.ring import Ring
@@ -318,9 +319,11 @@ async def _drain(
     server: grpc.aio.Server,
     http: HttpFrontend | None,
     native: NativePort | None,
-) -> None:
+) -> bool:
     """Refuse new requests, await the accepted ones (up to ``exit_timeout_s``), then stop
-    the transports (and unlink the latency histograms' board)."""
+    the transports (and unlink the latency histograms' board). Returns whether the gRPC stop
+    had to cancel calls still running at the end of the budget (answers not produced, or
+    produced and not sent: a client that does not read)."""
     loop = asyncio.get_running_loop()
     # NOTE: as Triton does, keep listening while draining: health answers not-ready and new
     # inferences get UNAVAILABLE "Server is stopping..." until in-flight ones are answered.
@@ -336,10 +339,14 @@ async def _drain(
         await asyncio.sleep(max(0.0, min(DRAIN_LINGER_S, deadline - loop.time())))
     if http is not None:
         await http.stop()
+    cut = False
     if native is not None:
-        await native.stop(max(0.5, deadline - loop.time()))
-    await server.stop(grace=max(0.5, deadline - loop.time()))
+        cut = await native.stop(max(0.5, deadline - loop.time()))
+    cut = await stop_grpc(server, max(0.5, deadline - loop.time())) or cut
     inference.close()
+    if cut:
+        log.warning("exit timeout: cancelled gRPC calls whose answers were not sent")
+    return cut
 
 
 def _input_arena(spec: FrontendSpec, cache: SegmentCache) -> ArenaAllocator:
@@ -429,7 +436,7 @@ def _broadcast(to_peers: dict[int, Sender]) -> Callable[[bytes], None]:
 
 
 async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector) -> int:
-    """Serve until SIGTERM, then drain. Returns the exit status."""
+    """Serve until SIGTERM, then drain. Returns the exit status (``run_frontend``)."""
     loop = asyncio.get_running_loop()
     name = str(spec.frontend_id)
     inbox: Inbox[ToFrontend] = Inbox(spec.inbox.wakeup, spec.inbox.rings, ToFrontend)
@@ -495,7 +502,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     link.start(loop)
     _log_listening(spec, http, native is not None)
     await stopping.wait()
-    await _drain(spec, api.inference, pending, server, http, native)
+    cut = await _drain(spec, api.inference, pending, server, http, native)
     api.tracer.close()
     if metrics is not None:
         await metrics.stop()
@@ -506,7 +513,7 @@ async def serve(spec: FrontendSpec, ready: Connection, selector: PollingSelector
     if store is not None:
         store.close()
     log.info("frontend stopped")
-    return 0
+    return CALLS_CUT_EXIT if cut else 0
 
 
 def run_frontend(spec_bytes: bytes, ready: Connection) -> int:
@@ -518,7 +525,8 @@ def run_frontend(spec_bytes: bytes, ready: Connection) -> int:
             the control pipe.
 
     Returns:
-        The exit status (0 after a clean drain).
+        The exit status: 0 after a clean drain, ``CALLS_CUT_EXIT`` when the drain's budget
+        ran out with gRPC calls unfinished, 1 when the start failed.
     """
     spec: FrontendSpec = Decoder(FrontendSpec).decode(spec_bytes)
     lg = spec.log

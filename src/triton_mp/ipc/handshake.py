@@ -22,6 +22,12 @@ from triton_mp.ipc.recordio.codec import Decoder, encode
 Role = Literal["frontend", "scheduler", "worker"]
 """The process roles the supervisor starts."""
 
+CALLS_CUT_EXIT = 3
+"""A frontend's exit status when its stop had to cancel calls whose answers were not sent
+within ``--exit-timeout-secs`` (``frontend.main._drain``); the supervisor then logs 2.51's
+"Exit timeout expired" and exits 1, as tritonserver does (``supervisor.main._stop_all``).
+A clean drain exits 0; 1 is a failed start."""
+
 
 class Ready(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):
     """The child serves: its backend is loaded, its ports are bound, its rings attached."""

@@ -12,8 +12,9 @@ is restarted in its place while the others serve (``supervisor.processes.fronten
 a dead scheduler stops the server. SIGINT/SIGTERM
 drain: frontends finish accepted requests, then the scheduler and the workers stop, all within
 ``--exit-timeout-secs`` of the signal (one budget, as tritonserver's: what still runs then is
-killed, and the server exits 1 as 2.51 does), then every shared-memory object of this server
-is unlinked.
+killed, and the server exits 1 as 2.51 does; so does a frontend's stop that had to cancel gRPC
+calls, answers not sent by then: ``ipc.handshake.CALLS_CUT_EXIT``), then every shared-memory
+object of this server is unlinked.
 """
 
 from __future__ import annotations
@@ -407,8 +408,8 @@ class Supervisor:
     # ------------------------------------------------------------- shutdown
     def _stop_all(self) -> bool:
         """Drain frontends, then stop the scheduler and workers, by the exit deadline; kill
-        what lingers. Returns whether the deadline expired with a child still running (then
-        logged in tritonserver's words)."""
+        what lingers. Returns whether the deadline expired with a child still running or a
+        frontend's calls unfinished (then logged in tritonserver's words)."""
         deadline = self._stop_deadline
         if deadline is None:  # NOTE: no signal: a dead scheduler, a failed start
             deadline = time.monotonic() + self.config.exit_timeout_s

@@ -7,6 +7,7 @@ Imported by ``frontend.main`` (the process shell) only.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import grpc
@@ -168,6 +169,20 @@ def grpc_server(spec: FrontendSpec, api: FrontendApi) -> tuple[grpc.aio.Server, 
     health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(api), server)
     admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(api.stats), server)
     return server, servicer
+
+
+async def stop_grpc(server: grpc.aio.Server, grace_s: float) -> bool:
+    """``server.stop(grace_s)``, and whether it cut calls: True when calls were still running
+    ``grace_s`` seconds in, which it then cancels (their clients get UNAVAILABLE), as the
+    native server's stop reports for the public port (``frontend.native.public_port``)."""
+    stopping = asyncio.ensure_future(server.stop(grace_s))
+    # NOTE: this timer starts before stop's own (the task has not run yet), so it decides:
+    # not terminated by then means calls were running at the end of the grace period
+    cut = bool(await server.wait_for_termination(grace_s))
+    if cut:
+        await server.stop(None)  # NOTE: cancels them now (a second stop may only shorten)
+    await stopping
+    return cut
 
 
 async def stop_grpc_now(server: grpc.aio.Server, native: NativePort | None) -> None:

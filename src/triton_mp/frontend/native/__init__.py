@@ -150,9 +150,11 @@ class NativeServer:
         self._running = port != 0
         return port
 
-    def stop(self, grace_s: float) -> None:
+    def stop(self, grace_s: float) -> bool:
         """Stop accepting, cancel calls still running after ``grace_s`` seconds, and join the
-        server's thread (blocks: call it off the event loop)."""
+        server's thread (blocks: call it off the event loop). Returns whether it cancelled a
+        call still running then (``stop_cut.h``; False when it was not running)."""
         if self._running and _NATIVE is not None:
             self._running = False
-            _NATIVE.stop(grace_s)
+            return bool(_NATIVE.stop(grace_s))
+        return False

@@ -70,6 +70,7 @@ void InferCall::OnReply(bool) {
 void InferCall::OnFinished(bool) {}
 
 void InferCall::OnDone(bool) {
+  target_.stop_cut->OnDone(ctx_);
   if (handoff_id_ == 0) return;
   // NOTE: handed over and not answered: the call is over (cancelled, deadline, shutdown).
   // Withdrawn before the reply, no reply comes: release its reservation.

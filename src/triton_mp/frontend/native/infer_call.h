@@ -17,17 +17,19 @@
 #include "cq_tag.h"
 #include "handoff.h"
 #include "infer_service.h"
+#include "stop_cut.h"
 
 namespace triton_mp {
 
 // What every InferCall shares (outlives them): the registered service, the completion queue,
-// the handoff, and the count of calls to arm after the current step (native_server.cc Poll,
-// as ProxyTarget::rearm).
+// the handoff, the count of calls to arm after the current step (native_server.cc Poll,
+// as ProxyTarget::rearm), and what the server's stop learns from each call's end.
 struct InferTarget {
   InferService* service;
   grpc::ServerCompletionQueue* cq;
   Handoff* handoff;
   int* rearm;
+  StopCut* stop_cut;
 };
 
 class InferCall final : public Awaiting {

@@ -71,21 +71,23 @@ PyObject* Start(PyObject*, PyObject* args) {
   return PyLong_FromLong(port);
 }
 
-// stop(grace_s): stops accepting, cancels what still runs after grace_s, joins the thread.
+// stop(grace_s) -> bool: stops accepting, cancels what still runs after grace_s, joins the
+// thread. True: it cancelled a call still running then (stop_cut.h).
 // NOTE: the event loop keeps calling take/reply meanwhile (this runs in an executor): the
 // server is destroyed only after Stop, with the GIL held, which those calls hold too.
 PyObject* Stop(PyObject*, PyObject* args) {
   double grace_s;
   if (!PyArg_ParseTuple(args, "d", &grace_s)) return nullptr;
   triton_mp::NativeServer* server = g_server.get();
+  bool cut = false;
   if (server) {
     triton_mp::StopAnswerThread();  // NOTE: it delivers through this server's handoff
     Py_BEGIN_ALLOW_THREADS
-    server->Stop(grace_s);
+    cut = server->Stop(grace_s);
     Py_END_ALLOW_THREADS
     g_server.reset();
   }
-  Py_RETURN_NONE;
+  return PyBool_FromLong(cut);
 }
 
 triton_mp::Handoff* CurrentHandoff() { return g_server ? g_server->handoff() : nullptr; }
@@ -351,7 +353,8 @@ PyObject* Owned(PyObject*, PyObject*) {
 
 PyMethodDef kMethods[] = {
     {"start", Start, METH_VARARGS, "Bind the public port and serve; returns the port or 0."},
-    {"stop", Stop, METH_VARARGS, "Stop serving (grace in seconds) and join the thread."},
+    {"stop", Stop, METH_VARARGS,
+     "Stop serving (grace in seconds) and join the thread; True if it cut calls."},
     {"handoff_fd", HandoffFd, METH_NOARGS, "The eventfd readable when take() has items."},
     {"take", Take, METH_NOARGS, "The handed-off calls and cancellations queued so far."},
     {"reply", Reply, METH_VARARGS, "End a handed-off call: (id, code, details, bytes)."},

@@ -4,8 +4,6 @@
 #include <absl/synchronization/mutex.h>
 #include <pthread.h>
 
-#include <chrono>
-
 #include "answer_borrow.h"
 #include "cq_tag.h"
 #include "proxy_call.h"
@@ -52,11 +50,11 @@ std::unique_ptr<NativeServer> NativeServer::Start(const NativeServerOptions& opt
     return nullptr;
   }
   s->target_ = ProxyTarget{&s->service_, s->cq_.get(), s->stub_.get(), s->handoff_.get(),
-                          &s->rearm_};
+                          &s->rearm_, &s->stop_cut_};
   for (int i = 0; i < options.pending_calls; ++i) ProxyCall::Arm(s->target_);
   if (s->handoff_) {
     s->infer_target_ = InferTarget{&s->infer_service_, s->cq_.get(), s->handoff_.get(),
-                                   &s->infer_rearm_};
+                                   &s->infer_rearm_, &s->stop_cut_};
     for (int i = 0; i < options.pending_calls; ++i) InferCall::Arm(s->infer_target_);
   }
   s->thread_ = std::thread([raw = s.get()] { raw->Poll(); });
@@ -107,15 +105,14 @@ void NativeServer::Poll() {
   }
 }
 
-void NativeServer::Stop(double grace_s) {
-  if (stopped_) return;
+bool NativeServer::Stop(double grace_s) {
+  if (stopped_) return false;
   stopped_ = true;
-  auto deadline = std::chrono::system_clock::now() +
-                  std::chrono::microseconds(static_cast<int64_t>(grace_s * 1e6));
-  server_->Shutdown(deadline);
+  server_->Shutdown(stop_cut_.Arm(grace_s));
   if (handoff_) handoff_->Close();
   cq_->Shutdown();
   if (thread_.joinable()) thread_.join();
+  return stop_cut_.cut();  // NOTE: after the join: every call's OnDone has run
 }
 
 NativeServer::~NativeServer() { Stop(0); }

@@ -21,6 +21,7 @@
 #include "infer_call.h"
 #include "infer_service.h"
 #include "proxy_call.h"
+#include "stop_cut.h"
 
 namespace triton_mp {
 
@@ -47,7 +48,9 @@ class NativeServer {
   // The in-process handoff, or nullptr when ModelInfer is relayed like every other call.
   Handoff* handoff() { return handoff_.get(); }
   // Stops accepting, cancels calls still running after grace_s, drains the queue, joins.
-  void Stop(double grace_s);
+  // Returns whether it cancelled a call that was still running then (stop_cut.h); false when
+  // stopped already.
+  bool Stop(double grace_s);
 
  private:
   NativeServer() = default;
@@ -69,6 +72,7 @@ class NativeServer {
   int rearm_ = 0;  // calls to arm after the current step (ProxyTarget::rearm)
   InferTarget infer_target_{};
   int infer_rearm_ = 0;  // ModelInfer calls to arm after the current step (InferTarget)
+  StopCut stop_cut_;     // whether Stop cut calls (every call's OnDone tells it)
   int port_ = 0;
   bool stopped_ = false;
 };

@@ -160,6 +160,7 @@ void ProxyCall::OnClientFinished(bool) {}
 
 void ProxyCall::OnDone(bool) {
   done_ = true;
+  target_.stop_cut->OnDone(server_ctx_);
   if (handoff_id_ != 0) {
     // NOTE: handed to Python and not answered: the call is over (cancelled, deadline,
     // shutdown). Withdrawn before Python replied, no reply comes: release its reservation.

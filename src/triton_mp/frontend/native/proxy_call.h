@@ -15,6 +15,7 @@
 
 #include "cq_tag.h"
 #include "handoff.h"
+#include "stop_cut.h"
 
 namespace triton_mp {
 
@@ -22,13 +23,15 @@ namespace triton_mp {
 // drives both sides, the stub of the Python server, when Python takes ModelStreamInfer
 // calls in process the handoff (else nullptr), and the count of calls to arm once the
 // current step is over (the completion-queue thread's: native_server.cc Poll arms them after
-// a handed call's worker is woken, off the request's path). Outlives every call.
+// a handed call's worker is woken, off the request's path), and what the server's stop learns
+// from each call's end (stop_cut.h). Outlives every call.
 struct ProxyTarget {
   grpc::AsyncGenericService* service;
   grpc::ServerCompletionQueue* cq;
   grpc::GenericStub* stub;
   Handoff* handoff;
   int* rearm;
+  StopCut* stop_cut;
 };
 
 // Steps (each an Op; several may be pending at once, one per direction):

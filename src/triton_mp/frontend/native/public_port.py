@@ -123,18 +123,20 @@ class NativePort:
                 self._handoff.known_calls.on_head = self._answers.teach
         return port
 
-    async def stop(self, grace_s: float) -> None:
+    async def stop(self, grace_s: float) -> bool:
         """Stop the native server (off the event loop, which keeps serving the Python side
-        until every relayed call is over), then remove the socket's directory."""
+        until every relayed call is over), then remove the socket's directory. Returns
+        whether calls still running after ``grace_s`` seconds were cancelled."""
         loop = asyncio.get_running_loop()
         if self._answers is not None:
             self._answers.stop()  # NOTE: owned calls go to Python, which the drain counts
-        await loop.run_in_executor(None, self._server.stop, grace_s)
+        cut = await loop.run_in_executor(None, self._server.stop, grace_s)
         if self._teacher is not None:
             self._teacher.close()  # NOTE: before the arenas close (the mapping's export)
         if self._handoff is not None:
             self._handoff.stop()
         self.close()
+        return cut
 
     def close(self) -> None:
         """Remove the private socket's directory (idempotent)."""

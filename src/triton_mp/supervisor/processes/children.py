@@ -26,7 +26,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 
 from triton_mp.ipc import encode
-from triton_mp.ipc.handshake import Ready, Role, StartFailed, read_handshake
+from triton_mp.ipc.handshake import CALLS_CUT_EXIT, Ready, Role, StartFailed, read_handshake
 from triton_mp.ipc.protocol.specs import WorkerSpec, with_current_log
 from triton_mp.supervisor.processes.child_entry import child_main
 from triton_mp.supervisor.processes.health import Health
@@ -443,16 +443,23 @@ class ChildTable:
         """SIGTERM every frontend (it drains until its own exit timeout; SIGKILL when
         ``drain`` is False), wait for them until ``deadline`` (``time.monotonic()``) plus
         ``FRONTEND_STOP_MARGIN_S``, and kill those still running then. Returns whether one
-        had to be killed."""
+        had to be killed or cut calls at its exit timeout (exited ``CALLS_CUT_EXIT``)."""
         frontends = self.children("frontend")
+        seen: list[BaseProcess] = []
         for c in frontends:
             p = c.process  # NOTE: a restart on the change thread may set it to None meanwhile
-            if p is not None and p.is_alive():
-                if drain:
-                    p.terminate()
-                else:
-                    p.kill()
-        return self._join_until(frontends, deadline + FRONTEND_STOP_MARGIN_S)
+            if p is not None:
+                seen.append(p)
+                if p.is_alive():
+                    if drain:
+                        p.terminate()
+                    else:
+                        p.kill()
+        killed = self._join_until(frontends, deadline + FRONTEND_STOP_MARGIN_S)
+        cut = [p.pid for p in seen if p.exitcode == CALLS_CUT_EXIT]
+        if cut:
+            log.warning("frontend pid(s) %s cancelled calls at the exit timeout", cut)
+        return killed or bool(cut)
 
     def kill_workers(self) -> None:
         """SIGKILL every worker (nothing else can stop them once the scheduler is dead)."""
