@@ -108,13 +108,32 @@ def raw_ort(onnx: Path, seconds: float) -> tuple[float, float]:
     return best
 
 
+def per_role_us(cores: dict[int, tuple[str, float]], images_per_s: float) -> dict[str, float]:
+    """CPU µs per image of each role (every process of that role together) from the cores
+    each process used over a run of ``images_per_s``; empty when nothing was served."""
+    if images_per_s <= 0:
+        return {}
+    out: dict[str, float] = {}
+    for role, used in cores.values():
+        out[role] = out.get(role, 0.0) + used * 1e6 / images_per_s
+    return {role: us for role, us in sorted(out.items()) if us >= 0.5}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--variants", default="shipped,t2,c2,c2p16d2k,c2b16d2k")
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--window-ms", type=int, default=1500)
+    ap.add_argument(
+        "--shm",
+        action="store_true",
+        help="perf_analyzer sends the images through system shared memory (--shared-memory "
+        "system; run it in a private /dev/shm: `unshare --mount` and a tmpfs, as "
+        "bench_vs_triton.py does, when others may run shm benchmarks)",
+    )
     args = ap.parse_args()
+    pa_extra = ("-s", "30", *(("--shared-memory", "system") if args.shm else ()))
     peers_env = common.load_peers_env(ROOT / ".peers" / "peers.env")
     repo0 = ROOT / "model_repository"
     onnx, _ = locate_model(repo0.resolve(), None)
@@ -146,21 +165,24 @@ def main() -> int:
                     args.window_ms,
                     1,
                     tmp / "pa.jsonl",
-                    ("-s", "30"),
+                    pa_extra,
                 )
                 roles = [
                     f"{role}:{used:.2f}"
                     for _, (role, used) in sorted(cores.items())
                     if used > 0.005
                 ]
-                ort_ips, ort_cores = raw_ort(onnx, 3.0)
                 tp = rec.get("throughput") or 0.0
+                per_image = per_role_us(cores, tp)
+                ort_ips, ort_cores = raw_ort(onnx, 3.0)
                 print(
                     f"r{r + 1} {name:>8}: {tp:7.1f} img/s ({tp / ort_ips:.2f}x raw ORT "
                     f"{ort_ips:.0f} @ {ort_cores:.2f} cores), batch {rec.get('avg_batch')}, "
                     f"p50 {(rec.get('p50_us') or 0) / 1000:.1f} ms, server "
                     f"{rec.get('server_cores')} pa {rec.get('client_cores')} busy "
-                    f"{rec.get('machine_cores_busy')} | {' '.join(roles)} | instances "
+                    f"{rec.get('machine_cores_busy')} | {' '.join(roles)} | us/img "
+                    + " ".join(f"{role} {us:.0f}" for role, us in per_image.items())
+                    + " | instances "
                     + " ".join(
                         f"run {v['run']:.2f} rq {v['runqueue']:.2f} sleep {v['sleep']:.2f};"
                         for v in rec.get("instance_shares", {}).values()
