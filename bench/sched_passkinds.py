@@ -109,20 +109,5 @@ def report(label: str, log_text: str) -> str:
     return "\n".join(rows)
 
 
-def one_run(src: Path, label: str, args: object, peers: dict[str, str]) -> str:
-    """``sched_phases.one_run`` with the kinds read from the server's log before it goes."""
-    found: list[str] = []
-    sched_phases.on_log = lambda text: found.append(report(label, text))
-    try:
-        _run(src, label, args, peers)
-    finally:
-        sched_phases.on_log = None
-    return "\n".join(found) or f"  {label}: no log"
-
-
-_run = sched_phases.one_run
-sched_phases.instrument = instrument
-sched_phases.one_run = one_run
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(instrument, report, __doc__))

@@ -25,15 +25,15 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ab_interleaved import counts
-from common import BENCH, TritonMP, load_peers_env
+from common import BENCH, load_peers_env
 from exports import export_commit, patch_source
+from pa_window import alternating, perf_window, window_parser
 from profile_roles import role_pids
 
 PHASES = ("pre", "wait", "duewait", "drain", "handle", "dispatch", "flush")
@@ -87,25 +87,18 @@ def instrument(src: Path) -> None:
     patch_serve(src, _PATCHES, "sched_phases")
 
 
-on_log: Callable[[str], None] | None = None
-"""Called with each server's log text before ``one_run`` deletes it (``sched_passkinds``)."""
+Report = Callable[[str, str], str]
+"""``report(label, log text)``: a tool's lines from one server's log (``sched_formwords``,
+``sched_passkinds``), in place of the phases."""
 
 
-def one_run(src: Path, label: str, args: argparse.Namespace, peers: dict[str, str]) -> str:
-    """One server of ``src`` under perf_analyzer; its line of figures."""
+def one_run(
+    src: Path, label: str, args: argparse.Namespace, peers: dict[str, str], report: Report | None
+) -> str:
+    """One server of ``src`` under perf_analyzer; its line of figures (``report``'s lines
+    instead, where given)."""
     log = Path(f"/tmp/sched_phases_{os.getpid()}.log")
-    server = TritonMP(BENCH / "model_repository", log, src=src)
-    server.start([args.model])
-    pa = [peers["PERF_ANALYZER"], "-i", "grpc", "-u", server.url, "-m", args.model]
-    pa += ["--concurrency-range", str(args.c), "-p", str(int((args.seconds + 8) * 1000))]
-    proc = subprocess.Popen(
-        [*pa, "--max-trials", "1"],
-        env={**os.environ, **peers},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        time.sleep(args.warmup)
+    with perf_window(src, log, args, peers) as server:
         pid = role_pids(server.pid or 0)["scheduler"][0]
         tick = 1e6 / os.sysconf("SC_CLK_TCK")
 
@@ -116,14 +109,10 @@ def one_run(src: Path, label: str, args: argparse.Namespace, peers: dict[str, st
         c0, n0 = cpu(), counts(server, args.model)
         time.sleep(args.seconds)
         c1, n1 = cpu(), counts(server, args.model)
-    finally:
-        proc.kill()
-        proc.wait()
-        server.stop()
     log_text = log.read_text()
     log.unlink(missing_ok=True)
-    if on_log is not None:
-        on_log(log_text)
+    if report is not None:
+        return report(label, log_text)
     found = re.findall(r"sched_phases (\S+(?: \S+)*)", log_text)
     if not found:
         return f"{label}: no phases logged"
@@ -144,23 +133,18 @@ def one_run(src: Path, label: str, args: argparse.Namespace, peers: dict[str, st
     return "\n".join([head, *rows])
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--commits", nargs="+", required=True, help="revs, e.g. main HEAD")
-    ap.add_argument("--model", default="add_sub_py")
-    ap.add_argument("-c", type=int, default=16)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--warmup", type=float, default=3.0)
-    args = ap.parse_args()
+def main(
+    patch: Callable[[Path], None] = instrument, report: Report | None = None, doc: str = __doc__
+) -> int:
+    """Run a tool (``doc``: its module docstring): ``patch`` each commit's exported src/, then
+    the rounds (the lines of ``report`` per server, where given, else the phases)."""
+    args = window_parser(doc.split("\n\n")[0]).parse_args()
     peers = load_peers_env(BENCH.parent / ".peers" / "peers.env")
     trees = {rev: export_commit(rev) for rev in args.commits}
     for src in trees.values():
-        instrument(src)
-    for r in range(args.rounds):
-        order = list(trees.items()) if r % 2 == 0 else list(reversed(trees.items()))
-        for rev, src in order:
-            print(one_run(src, f"round {r + 1} {rev}", args, peers), flush=True)
+        patch(src)
+    for r, rev, src in alternating(trees, args.rounds):
+        print(one_run(src, f"round {r} {rev}", args, peers, report), flush=True)
     return 0
 
 

@@ -40,14 +40,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from ab_interleaved import TICK_US, counts, role_ticks
-from common import BENCH, TritonMP, descendants, load_peers_env
+from common import BENCH, descendants, load_peers_env
 from exports import export_commit, patch_source
+from pa_window import alternating, perf_window, window_parser
 
 PHASES = (
     "wait",
@@ -202,26 +202,11 @@ def one_run(
     """One server of ``src`` under perf_analyzer; its lines of figures."""
     for old in out.glob("phases_*.txt"):
         old.unlink()
-    server = TritonMP(BENCH / "model_repository", out / "server.log", src=src)
-    server.start([args.model])
-    pa = [peers["PERF_ANALYZER"], "-i", "grpc", "-u", server.url, "-m", args.model]
-    pa += ["--concurrency-range", str(args.c), "-p", str(int((args.seconds + 8) * 1000))]
-    proc = subprocess.Popen(
-        [*pa, "--max-trials", "1"],
-        env={**os.environ, **peers},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        time.sleep(args.warmup)
+    with perf_window(src, out / "server.log", args, peers) as server:
         pids = [p for p, _ in descendants(server.pid or 0)]
         c0, n0 = role_ticks(pids), counts(server, args.model)
         time.sleep(args.seconds)
         c1, n1 = role_ticks(pids), counts(server, args.model)
-    finally:
-        proc.kill()
-        proc.wait()
-        server.stop()
     inf, ex = n1[0] - n0[0], max(n1[1] - n0[1], 1)
     head = f"{label}: {inf / args.seconds:,.0f} infer/s, batch {inf / ex:.2f}, workers "
     head += f"{(c1['worker'] - c0['worker']) * TICK_US / max(inf, 1):.1f} CPU µs/inference, "
@@ -241,13 +226,7 @@ def one_run(
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--commits", nargs="+", required=True, help="revs, e.g. main HEAD")
-    ap.add_argument("--model", default="add_sub_py", help="a python model (its backend is patched)")
-    ap.add_argument("-c", type=int, default=16)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--warmup", type=float, default=3.0)
+    ap = window_parser(__doc__.split("\n\n")[0], "a python model (its backend is patched)")
     args = ap.parse_args()
     peers = load_peers_env(BENCH.parent / ".peers" / "peers.env")
     trees: dict[str, tuple[Path, Path]] = {}
@@ -257,10 +236,8 @@ def main() -> int:
         out.mkdir(exist_ok=True)
         instrument(src, out)
         trees[rev] = (src, out)
-    for rnd in range(args.rounds):
-        order = list(trees.items()) if rnd % 2 == 0 else list(reversed(trees.items()))
-        for rev, (src, out) in order:
-            print(one_run(src, out, f"round {rnd + 1} {rev}", args, peers), flush=True)
+    for rnd, rev, (src, out) in alternating(trees, args.rounds):
+        print(one_run(src, out, f"round {rnd} {rev}", args, peers), flush=True)
     return 0
 
 
