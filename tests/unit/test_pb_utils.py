@@ -53,7 +53,7 @@ def test_request_as_a_model_receives_it() -> None:
         parameters={"temperature": 1, "mode": "fast", "ok": True},
     )
     assert req.inputs() == [a, b]
-    assert req.requested_output_names() == ["OUTPUT0"]
+    assert req.requested_output_names() == {"OUTPUT0"}
     assert req.request_id() == "r1"
     assert req.correlation_id() == 42
     assert req.flags() == 1
@@ -278,7 +278,7 @@ def test_string_arguments_may_be_bytes_as_pybind_takes_them() -> None:
         request_id=b"r1",
     )
     assert req.model_name() == "add_sub"
-    assert req.requested_output_names() == ["OUTPUT0", "OUTPUT1", "OUTPUT2"]
+    assert req.requested_output_names() == {"OUTPUT0", "OUTPUT1", "OUTPUT2"}
     assert req.request_id() == "r1"
     assert pb_utils.Tensor(b"T", np.zeros(1)).name() == "T"
     assert pb_utils.TritonError(b"bad").message() == "bad"
@@ -480,7 +480,7 @@ def test_the_backends_request_is_the_constructors_for_the_same_arguments() -> No
     assert fast.get_input_tensor_by_name("IN") is t
     assert t.name() == "IN"
     assert t.as_numpy() is a
-    assert fast.requested_output_names() == ["OUT"]
+    assert fast.requested_output_names() == {"OUT"}
     assert fast.parameters() == '{"k": 1}'
 
 

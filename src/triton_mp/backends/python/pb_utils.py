@@ -241,7 +241,10 @@ class Tensor:
             arrays are accepted too).
 
     Raises:
-        TritonModelException: ``data`` is not a numpy array.
+        TritonModelException: ``data`` is not a numpy array, or its dtype has no Triton
+            datatype: complex, datetime, ``str`` (``U``), a byte order that is not the
+            host's (``>f4``), ... (2.51's words: its ``numpy_to_triton_type`` gives None for
+            them and pb_stub's ``PbTensor`` refuses the tensor when it is made).
     """
 
     __slots__ = ("_array", "_name")
@@ -251,6 +254,9 @@ class Tensor:
             raise TritonModelException(
                 f"tensor '{name}': data must be a numpy array, got {type(data).__name__}"
             )
+        dtype = data.dtype
+        if dtype not in _TRITON_OF_NUMPY and dtype.kind != "S":
+            raise TritonModelException("NumPy dtype is not supported.")
         # NOTE: a str name (nearly always) needs none of _text's conversions.
         self._name = name if type(name) is str else _text(name)
         self._array = data
@@ -529,9 +535,11 @@ class InferenceRequest:
                 return t
         return None
 
-    def requested_output_names(self) -> list[str]:
-        """The outputs the client asked for (all outputs when it named none)."""
-        return self._requested_output_names
+    def requested_output_names(self) -> set[str]:
+        """The outputs the client asked for (all outputs when it named none): a new ``set``
+        at each call, as 2.51's (pybind's form of pb_stub's ``std::set<std::string>``), so
+        set operations work on it."""
+        return set(self._requested_output_names)
 
     def request_id(self) -> str:
         """The client's request id ("" when it gave none)."""

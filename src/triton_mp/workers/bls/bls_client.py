@@ -176,7 +176,8 @@ class BlsClient:
         version = request.model_version()
         if version < 0:
             version = max(model.versions)
-        outputs = tuple(request.requested_output_names()) or model.outputs
+        # NOTE: the list as the model named them (requested_output_names() is a set, as 2.51's)
+        outputs = tuple(request._requested_output_names) or model.outputs  # noqa: SLF001
         arrays = [(t.name(), pb_utils._tensor_data(t)) for t in request.inputs()]  # noqa: SLF001
         batch = 1
         if model.max_batch_size > 0 and arrays and arrays[0][1].ndim > 0:
@@ -274,7 +275,7 @@ class BlsClient:
                     pb_utils.TritonError.INVALID_ARG,
                     f"BLS inputs must be pb_utils.Tensor, got {type(t).__name__}",
                 )
-        for out in request.requested_output_names():
+        for out in request._requested_output_names:  # noqa: SLF001 - in the model's order
             if out not in model.outputs:
                 # NOTE: core Model::GetOutput, from InferenceRequest::Normalize.
                 return (
