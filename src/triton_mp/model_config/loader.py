@@ -399,8 +399,10 @@ class _ModelLoader:
         validate_model_config(config)
         normalize_instance_group(config, self.gpu_ids)
         validate_instance_group(config, self.gpu_ids, self.min_compute_capability)
-        self.versions = ()
+        # NOTE: core reads the label files in Model::Init too: a file that cannot be used
+        # fails each version (2.51 side by side: tests/e2e/test_r22_load_checks.py)
         self.labels = read_labels(self.directory, config)
+        self.versions = ()
         return versions
 
     def _read_config(self) -> model_config_pb2.ModelConfig:
