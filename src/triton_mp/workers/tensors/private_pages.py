@@ -74,12 +74,6 @@ class PrivatePages:
         self._fd: int | None = None
         self._closer: weakref.finalize[[int], PrivatePages] | None = None
 
-    def written(self, address: int, offset: int, nbytes: int) -> bool:
-        """Whether a page holding any of the ``nbytes`` bytes at ``address + offset`` is this
-        process's own copy (True too where pagemap cannot tell)."""
-        own = self._own(address, offset, nbytes)
-        return own is None or 1 in own
-
     def drop_written(self, buf: mmap.mmap, address: int, offset: int, nbytes: int) -> bool:
         """Give back the pages of ``buf`` under ``[offset, offset + nbytes)`` that the model
         wrote (each run of them, one ``madvise``; all of them where pagemap cannot tell);

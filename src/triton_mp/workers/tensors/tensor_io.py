@@ -104,6 +104,12 @@ class ClientRegions:
             TritonMPError (INVALID_ARG): the client's object is gone, inaccessible, or
                 smaller than the window (``what`` names the tensor in the message).
         """
+        return self._checked(key, region_id, writable, offset, nbytes, what)[0]
+
+    def _checked(
+        self, key: str, region_id: int, writable: bool, offset: int, nbytes: int, what: str
+    ) -> tuple[mmap.mmap, int, int]:
+        """``window``'s work: the object's entry ``(mapping, descriptor, start address)``."""
         k = (key, region_id, writable)
         entry = self._maps.get(k)
         sizes = self._sizes
@@ -126,14 +132,13 @@ class ClientRegions:
                 if sizes is not None:
                     sizes[k] = checked
             size = checked
-        buf = entry[0]
-        if offset + nbytes > min(size, len(buf)):
+        if offset + nbytes > min(size, len(entry[0])):
             raise TritonMPError(
                 f"{what}: shared memory object '{key}' is {size} bytes now, smaller than the "
                 f"registered window ending at byte {offset + nbytes}",
                 ErrorCode.INVALID_ARG,
             )
-        return buf
+        return entry
 
     def input_window(
         self, key: str, region_id: int, offset: int, nbytes: int, what: str
@@ -144,7 +149,7 @@ class ClientRegions:
         Raises:
             TritonMPError (INVALID_ARG): as ``window``.
         """
-        buf = self.window(key, region_id, False, offset, nbytes, what)
+        buf, _, address = self._checked(key, region_id, False, offset, nbytes, what)
         faults = self._faults
         if faults is None:
             faults = minor_faults()
@@ -156,7 +161,7 @@ class ClientRegions:
             # NOTE: a page written since this window was last given back (in its batch, or
             # later through an array the model kept, or by its thread after execute) made a
             # copy-on-write fault, so the count moved; given back before this view is made.
-            self._private.drop_written(buf, self._maps[(key, region_id, False)][2], offset, nbytes)
+            self._private.drop_written(buf, address, offset, nbytes)
             if len(clean) >= CLEAN_WINDOWS:
                 clean.clear()
             clean[w] = faults
