@@ -89,15 +89,15 @@ def test_ocr_2core_config_is_a_valid_two_instance_config_of_ocr_cls(tmp_path: Pa
     (tmp_path / "config.pbtxt").write_text(ocr_2core_config(shipped))
     cfg = read_config_pbtxt(tmp_path / "config.pbtxt")
     assert cfg.name == OCR_2CORE_MODEL
-    assert cfg.max_batch_size == 16
-    assert list(cfg.dynamic_batching.preferred_batch_size) == [16]
+    assert cfg.max_batch_size == 8
+    assert list(cfg.dynamic_batching.preferred_batch_size) == [8]
     assert cfg.dynamic_batching.max_queue_delay_microseconds == 2000
     assert [g.count for g in cfg.instance_group] == [2]
 
 
 def test_ocr_2core_config_refuses_a_config_it_cannot_rewrite() -> None:
     with pytest.raises(bench_vs_triton.BenchError):
-        ocr_2core_config('name: "ocr_cls"\nmax_batch_size: 8\n')
+        ocr_2core_config('name: "ocr_cls"\nmax_batch_size: 32\n')
 
 
 def test_summarise_takes_medians_and_per_round_ratios() -> None:
