@@ -20,6 +20,9 @@ And a difference kept (docs/differences.md), pinned:
    ``inputs_`` map (an ``unordered_map``) filled by walking ``original_inputs_`` (another
    one, filled in the order the client sent them), so names that share a hash bucket are
    regrouped (``common.unordered.iteration_order`` twice). triton-mp lists them as sent.
+4. ``request.parameters()`` is the same JSON object in both, written differently: 2.51's
+   TritonJson is compact with UTF-8 as is (``{"a":1,"é":"ü"}``), triton-mp's is Python's
+   ``json.dumps`` (``{"a": 1, "\\u00e9": "\\u00fc"}``); ``json.loads`` reads both alike.
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ class TritonPythonModel:
             except TypeError as e:
                 but_seen = str(e)
             seen = {
+                "parameters": r.parameters(),
                 "outputs type": type(names).__name__,
                 "outputs": sorted(names),
                 "outputs but SEEN": but_seen,
@@ -219,3 +223,24 @@ def test_a_python_request_lists_its_inputs_as_sent_not_in_cores_map_order(
     cores = iteration_order(iteration_order(SENT))
     assert cores == ["IN_I8", "IN_BYTES", "IN_U64", "IN_BOOL", "IN_FP16"]
     assert seen["inputs"] == (cores if which == "triton" else list(SENT))
+
+
+@SERVERS
+def test_request_parameters_are_one_json_object_written_two_ways(
+    which: str, urls: Callable[[str], tuple[str, str]]
+) -> None:
+    """Over HTTP, whose JSON keeps the client's order (gRPC's map does not)."""
+    client = httpclient.InferenceServerClient(urls(which)[1])
+    try:
+        inp = httpclient.InferInput("IN_I8", [1], "INT8")
+        inp.set_data_from_numpy(np.array([1], np.int8))
+        sent = {"a": 1, "é": "ü", "b": True}
+        seen = _seen(client.infer("r22_seen", [inp], parameters=sent))
+    finally:
+        client.close()
+    assert json.loads(str(seen["parameters"])) == sent
+    written = {
+        "triton": '{"a":1,"é":"ü","b":true}',
+        "triton-mp": '{"a": 1, "\\u00e9": "\\u00fc", "b": true}',
+    }
+    assert seen["parameters"] == written[which]
