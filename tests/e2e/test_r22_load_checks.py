@@ -9,6 +9,9 @@ Internal: failed to open text file for read <path>: <strerror>;" and a newline, 
 RepositoryIndex lists the version UNAVAILABLE with the reason "Internal: ...". triton-mp
 failed the load before choosing versions: the bare message, and the index listed the model
 without a version. A path outside the model directory is refused the same way, UNSUPPORTED.
+
+And a difference kept: a python model version without its ``model.py`` (2.51 never answers
+the load).
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from tests.helpers.server import ServerProcess
-from tests.helpers.triton_peer import PythonModel, RealTriton
+from tests.helpers.triton_peer import PythonModel, RealTriton, serve_models
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -54,12 +58,12 @@ def _config(label_filename: str) -> str:
     )
 
 
-def _post(server: Server, path: str, body: object) -> tuple[int, object]:
+def _post(server: Server, path: str, body: object, timeout_s: float = 120) -> tuple[int, object]:
     req = urllib.request.Request(
         f"http://{server.http_url}{path}", json.dumps(body).encode(), method="POST"
     )
     try:
-        with urllib.request.urlopen(req, timeout=120) as r:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
             text = r.read()
             return r.status, json.loads(text) if text else None
     except urllib.error.HTTPError as e:
@@ -71,11 +75,15 @@ def _load(server: Server, config: str | None = None) -> tuple[int, object]:
     return _post(server, "/v2/repository/models/r22_labels/load", body)
 
 
-def _rows(server: Server) -> list[dict[str, str]]:
+def _rows_of(server: Server, model: str) -> list[dict[str, str]]:
     status, rows = _post(server, "/v2/repository/index", {})
     assert status == 200
     assert isinstance(rows, list)
-    return [r for r in rows if r["name"] == "r22_labels"]
+    return [r for r in rows if r["name"] == model]
+
+
+def _rows(server: Server) -> list[dict[str, str]]:
+    return _rows_of(server, "r22_labels")
 
 
 @pytest.mark.parametrize(
@@ -122,3 +130,46 @@ def test_a_label_file_that_cannot_be_used_fails_each_version(
         finally:
             assert _load(server) == (200, None), name
         assert _rows(server) == ready, name
+
+
+NO_FILE_CONFIG = """
+backend: "python"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+
+
+def test_a_python_version_without_its_model_file(tmp_path: Path) -> None:
+    """docs/differences.md: 2.51's load of a python model whose version directory has no
+    ``model.py`` never answers (its stub fails to preinitialize and the version stays
+    LOADING); triton-mp refuses it, naming the missing file, and lists it UNAVAILABLE. Its
+    own pair: the shared 2.51 would keep the hung load."""
+    with serve_models(
+        {"r22_other": PythonModel(CONFIG)}, tmp_path, "--model-control-mode=explicit"
+    ) as servers:
+        ours = servers["triton-mp"]
+        assert isinstance(ours, ServerProcess)
+        folder = ours.repository / "r22_nofile"
+        (folder / "1").mkdir(parents=True)
+        (folder / "config.pbtxt").write_text(NO_FILE_CONFIG)
+        why = (
+            "failed to load 'r22_nofile', no version is available: version 1: unable to find "
+            f"'{folder / '1' / 'model.py'}'"
+        )
+        assert _post(ours, "/v2/repository/models/r22_nofile/load", {}) == (400, {"error": why})
+        assert _rows_of(ours, "r22_nofile") == [
+            {"name": "r22_nofile", "state": "UNAVAILABLE", "reason": why}
+        ]
+        theirs = servers.get("triton")
+        if theirs is None:
+            return
+        assert isinstance(theirs, RealTriton)
+        with pytest.raises(TimeoutError):
+            _post(theirs, "/v2/repository/models/r22_nofile/load", {}, timeout_s=3)
+        assert _rows_of(theirs, "r22_nofile") == [
+            {"name": "r22_nofile", "version": "1", "state": "LOADING"}
+        ]
+        assert (
+            "Failed to preinitialize Python stub: Python model file not found in "
+            f"'{folder / '1' / 'model.py'}'"
+        ) in theirs.log()
