@@ -1,12 +1,12 @@
 """Builds the native gRPC data path, ``triton_mp.frontend.native._native`` (C++17 on the
 system's libgrpc++ and libprotobuf, found with pkg-config; the message classes generated from
 ``protos/`` with protoc at build time, when a native source includes one), and the REQUEST
-record decoder, ``triton_mp.ipc._request_decoder``, the workers' answer writer,
-``triton_mp.workers._answer_writer``, the scheduler's plain request queueing,
-``triton_mp.scheduler._queue_records`` (and its plain batches' ``BatchAssign`` writer), and the python backend's request builder and result
-reader, ``triton_mp.backends.python._pb_requests`` and ``_pb_results`` (C++17 on the Python
-headers only), and the
-workers' batch gather, ``triton_mp.workers._batch_gather`` (on numpy's headers too); without
+record decoder, ``triton_mp.ipc._request_decoder``, the scheduler's plain request queueing,
+``triton_mp.scheduler._queue_records`` (and its plain batches' ``BatchAssign`` writer), and
+the python backend's request builder and result reader,
+``triton_mp.backends.python._pb_requests`` and ``_pb_results`` (C++17 on the Python
+headers only), and the workers' answer writer and batch gather,
+``triton_mp.workers._answer_writer`` and ``_batch_gather`` (on numpy's headers too); without
 them the workers decode records, build requests and write answers in Python. Everything else
 is in pyproject.toml.
 
@@ -38,12 +38,12 @@ PB_REQUESTS = "triton_mp.backends.python._pb_requests"
 PB_RESULTS = "triton_mp.backends.python._pb_results"
 BATCH_GATHER = "triton_mp.workers._batch_gather"
 QUEUE_RECORDS = "triton_mp.scheduler._queue_records"
-PLAIN = (DECODER, ANSWER_WRITER, PB_REQUESTS, PB_RESULTS, QUEUE_RECORDS)
+PLAIN = (DECODER, PB_REQUESTS, PB_RESULTS, QUEUE_RECORDS)
 """The extensions on the Python headers alone (built by build_ext as they are)."""
-WITH_NUMPY = (BATCH_GATHER,)
+WITH_NUMPY = (ANSWER_WRITER, BATCH_GATHER)
 """The extensions on the Python and numpy headers (numpy: a build requirement in
-pyproject.toml, so that pip's isolated build has its headers; without numpy the extension
-is not built and the workers build the batch's views in Python)."""
+pyproject.toml, so that pip's isolated build has its headers; without numpy they are not
+built and the workers build the batch's views and write its answers in Python)."""
 PROTOS = ("grpc_service.proto", "model_config.proto")
 FLAGS = ["-std=c++17", "-O2", "-g0", "-fvisibility=hidden"]
 WARNINGS = ["-Wall", "-Wextra", "-Werror"]
@@ -199,7 +199,6 @@ def _extensions() -> list[Extension]:
     return [
         _extension("triton_mp.frontend.native._native", sources),
         _extension(DECODER, decoder),
-        _extension(ANSWER_WRITER, ["src/triton_mp/workers/native/answer_writer.cc"]),
         _extension(PB_REQUESTS, ["src/triton_mp/backends/python/native/pb_requests.cc"]),
         _extension(PB_RESULTS, ["src/triton_mp/backends/python/native/pb_results.cc"]),
         _extension(
@@ -210,9 +209,13 @@ def _extensions() -> list[Extension]:
             ],
         ),
     ] + (
-        [_extension(BATCH_GATHER, ["src/triton_mp/workers/native/batch_gather.cc"])]
+        [
+            _extension(ANSWER_WRITER, ["src/triton_mp/workers/native/answer_writer.cc"]),
+            _extension(BATCH_GATHER, ["src/triton_mp/workers/native/batch_gather.cc"]),
+        ]
         if importlib.util.find_spec("numpy") is not None
-        else []  # NOTE: no numpy headers here: the workers build the batch's views in Python
+        else []  # NOTE: no numpy headers here: the workers build the batch's views and
+        # write its answers in Python
     )
 
 

@@ -290,3 +290,64 @@ def test_outputs_past_the_end_of_the_block_are_refused() -> None:
     with pytest.raises(ValueError, match="past the end"):
         native.write_plain([member], WIRE_OF, response_parameters, alloc, None)
     assert bytes(buf) == bytes(128)
+
+
+class Sub(np.ndarray):
+    """An ndarray subclass: the writer reads it through Python (getattr, the buffer)."""
+
+
+@pytest.mark.parametrize(
+    "arr",
+    [
+        np.arange(6, dtype=np.float32).reshape(2, 3).view(Sub),  # not exactly an ndarray
+        np.arange(512, dtype=np.int16).reshape((2,) * 9),  # more dims than numpy's C path
+        np.arange(300, dtype=np.uint8).reshape(3, 100),  # the C path, beside them
+    ],
+)
+def test_outputs_read_through_python_or_numpy_are_msgspecs_bytes(
+    arena: ArenaAllocator, arr: np.ndarray
+) -> None:
+    group = [(_req(7, 3, ("A", "B")), {"A": arr, "B": np.ones((1, 16), np.float32)})]
+    both = _both(arena, group)
+    assert both is not None
+    data, c_payload, expected, py_payload = both
+    assert data == expected
+    assert c_payload == py_payload
+
+
+class Fields:
+    """A request that is no InferRequest: the writer reads its fields with getattr."""
+
+    def __init__(self, req: InferRequest) -> None:
+        for name in ("request_id", "version", "outputs", "output_regions", "reply_to", "trace"):
+            setattr(self, name, getattr(req, name))
+        self.inputs = req.inputs
+
+
+def test_a_request_of_another_class_is_read_with_getattr() -> None:
+    def alloc(arena: object, total: int) -> tuple[bytearray, int, BlockRef]:
+        return bytearray(total + 64), 64, BlockRef("/seg", 0, 1)
+
+    req = _req(2**40, -5, ("A",))
+    outputs = {"A": np.arange(4, dtype=np.float32)}
+    slots = native.write_plain([(req, outputs)], WIRE_OF, response_parameters, alloc, None)
+    attrs = native.write_plain([(Fields(req), outputs)], WIRE_OF, response_parameters, alloc, None)
+    assert slots is not None
+    assert attrs is not None
+    assert slots[0] == attrs[0]
+
+
+def test_configure_refuses_a_class_without_the_fields() -> None:
+    class Computed:
+        """Every field a property: no slot to read."""
+
+        request_id = version = outputs = output_regions = property(lambda self: 0)
+        reply_to = trace = inputs = kind = id = property(lambda self: 0)
+
+    with pytest.raises(AttributeError):
+        native.configure(dict, ReplyTo)
+    with pytest.raises(TypeError, match="not an object slot"):
+        native.configure(Computed, ReplyTo)
+    with pytest.raises(TypeError, match="not an object slot"):
+        native.configure(InferRequest, Computed)
+    test_a_request_of_another_class_is_read_with_getattr()  # NOTE: the configured ones kept

@@ -51,9 +51,23 @@
 // a modified copy lies outside every input and is copied as before. Why: at identity_py
 // 1 MiB c=4 without client shared memory that copy was a quarter of the worker's CPU
 // (perf: __memmove 25% of ~207 us per inference, s16id).
+//
+// What it reads, it reads directly where it can: an output that is exactly a numpy.ndarray
+// (as a model's outputs nearly always are) through numpy's C API (its dtype object, its data,
+// size, dims and C-contiguous flag: what arr.dtype, arr.shape and the C-contiguous buffer
+// export give, without the shape tuple and the buffer's format and shape info that numpy
+// builds for each new array), anything else through Python (getattr, the buffer protocol);
+// the fields of an InferRequest and its ReplyTo at their slots (ipc/native/slots.h, the
+// classes from configure()), anything else through getattr. Why: at add_sub_py c=16 the
+// answer was the largest step of the live batch after the model's execute (~1.6 us per
+// request, bench/worker_phases.py), and these reads were most of its hot cost.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_23_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL triton_mp_answer_writer_ARRAY_API
+#include <numpy/arrayobject.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -62,11 +76,14 @@
 
 #include "../../ipc/native/py_ref.h"
 #include "../../ipc/native/ring_push.h"
+#include "../../ipc/native/slots.h"
 
 namespace {
+using triton_mp::Keep;
 using triton_mp::PushRecord;
 using triton_mp::Ref;
 using triton_mp::RingPush;
+using triton_mp::SlotGet;
 
 constexpr uint64_t kAlign = 64;  // ipc/tensor_pool.py ALIGN
 // An output at least this large may be answered from its request's input block (header
@@ -231,16 +248,58 @@ struct Names {
 };
 Names g_names;
 
+// InferRequest's fields read here (ipc/protocol/messages.py), and its ReplyTo's.
+constexpr const char* kRequestFields[] = {"request_id", "version",  "outputs", "output_regions",
+                                          "reply_to",   "trace",    "inputs"};
+enum RequestField { kRequestId, kVersion, kOutputs, kOutputRegions, kReplyTo, kTrace, kInputs,
+                    kNumRequestFields };
+constexpr const char* kReplyFields[] = {"kind", "id"};
+enum ReplyField { kKind, kId, kNumReplyFields };
+
+// The classes from configure() (owned references, kept for the process) and their slots;
+// nullptr before it: every field is read with getattr.
+struct Config {
+  PyTypeObject* infer_request = nullptr;  // ipc.protocol.messages.InferRequest
+  PyTypeObject* reply_to = nullptr;       // ipc.protocol.messages.ReplyTo
+  Py_ssize_t request[kNumRequestFields] = {};
+  Py_ssize_t reply[kNumReplyFields] = {};
+};
+Config g;
+
+// Field `field` of request `req` (a new reference): read at its slot when `req` is exactly
+// the configured InferRequest, else getattr(req, name). nullptr when missing (with getattr's
+// exception set; none for an unset slot): the caller declines.
+PyObject* OfRequest(PyObject* req, RequestField field, PyObject* name) {
+  if (Py_TYPE(req) == g.infer_request) return Py_XNewRef(SlotGet(req, g.request[field]));
+  return PyObject_GetAttr(req, name);
+}
+
+// The same for a ReplyTo.
+PyObject* OfReply(PyObject* to, ReplyField field, PyObject* name) {
+  if (Py_TYPE(to) == g.reply_to) return Py_XNewRef(SlotGet(to, g.reply[field]));
+  return PyObject_GetAttr(to, name);
+}
+
+// The most dims an output read through numpy's C API may have (more: read through Python).
+constexpr int kArrayDims = 8;
+
 // One output planned: its name and datatype (borrowed: the result dict and the wire table
-// hold them), its shape, and its bytes (a C-contiguous buffer of the array). An output the
+// hold them), its shape, and its bytes (`bytes`, `nbytes`: a C-contiguous array's data),
+// read from an exact ndarray through numpy's C API (`array` holds it, `dims` its shape) or
+// from any other object through Python (`shape` its shape tuple, `data` its buffer). An output the
 // request asked into a client's region (OutputRegion) also holds that region's key, offset
 // and region_id (borrowed: the request holds them) and the writable mapping the window
 // callable gave for it (`dest`, checked to hold [offset, offset + nbytes)).
 struct Planned {
   PyObject* name = nullptr;
   PyObject* datatype = nullptr;
-  Ref shape;
+  Ref shape;  // nullptr: read through numpy's C API, its shape in `dims`
   View data;
+  Ref array;
+  int ndim = 0;
+  npy_intp dims[kArrayDims] = {};
+  const char* bytes = nullptr;
+  uint64_t nbytes = 0;
   Ref key;  // nullptr: to the batch's arena block
   Ref region_offset;
   Ref region_id;
@@ -284,7 +343,7 @@ Step PlanRegion(PyObject* region, PyObject* window, Planned& t) {
   const unsigned long long room = PyLong_AsUnsignedLongLong(byte_size.get());
   const unsigned long long offset = PyLong_AsUnsignedLongLong(t.region_offset.get());
   if (PyErr_Occurred()) return Step::kDecline;
-  const uint64_t n = static_cast<uint64_t>(t.data.size());
+  const uint64_t n = t.nbytes;
   if (n > room) return Step::kDecline;
   Ref nbytes(PyLong_FromUnsignedLongLong(n));
   if (nbytes.get() == nullptr) return Step::kError;
@@ -306,13 +365,13 @@ Step PlanRegion(PyObject* region, PyObject* window, Planned& t) {
 // its bytes there (header comment). Anything that does not read as expected (an attribute
 // missing, a segment gone, a range past the mapping) is no alias: the output is copied.
 bool PlanAlias(PyObject* req, PyObject* input_buf, Planned& t) {
-  Ref inputs(PyObject_GetAttr(req, g_names.inputs));
+  Ref inputs(OfRequest(req, kInputs, g_names.inputs));
   if (inputs.get() == nullptr || !PyTuple_Check(inputs.get())) {
     PyErr_Clear();
     return false;
   }
-  const auto p = reinterpret_cast<uintptr_t>(t.data.data());
-  const auto n = static_cast<uint64_t>(t.data.size());
+  const auto p = reinterpret_cast<uintptr_t>(t.bytes);
+  const auto n = t.nbytes;
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(inputs.get()); ++i) {
     PyObject* ref = PyTuple_GET_ITEM(inputs.get(), i);
     Ref region_id(PyObject_GetAttr(ref, g_names.region_id));
@@ -348,6 +407,38 @@ bool PlanAlias(PyObject* req, PyObject* input_buf, Planned& t) {
   return false;
 }
 
+// Output `t` read from `arr`, an exact ndarray of at most kArrayDims dims, through numpy's C
+// API: its datatype (wire_of[arr.dtype]), dims and bytes, as ReadObject reads them (arr.dtype
+// is the array's descr object; numpy exports a C-contiguous buffer of its data and nbytes
+// exactly when NPY_ARRAY_C_CONTIGUOUS is set, for every dtype of wire_of). False (declined)
+// for a dtype not in wire_of or a strided array.
+bool ReadArray(PyObject* arr, PyObject* wire_of, Planned& t) {
+  auto* a = reinterpret_cast<PyArrayObject*>(arr);
+  t.datatype = PyDict_GetItemWithError(wire_of, reinterpret_cast<PyObject*>(PyArray_DESCR(a)));
+  if (t.datatype == nullptr || !PyArray_IS_C_CONTIGUOUS(a)) return false;
+  t.array.reset(Py_NewRef(arr));  // NOTE: Python runs later (window, alloc): keep its data
+  t.ndim = PyArray_NDIM(a);
+  std::copy(PyArray_DIMS(a), PyArray_DIMS(a) + t.ndim, t.dims);
+  t.bytes = PyArray_BYTES(a);
+  t.nbytes = static_cast<uint64_t>(PyArray_NBYTES(a));
+  return true;
+}
+
+// Output `t` read from any other object through Python: wire_of[arr.dtype], arr.shape (a
+// tuple) and its C-contiguous buffer. False (declined) when one is missing or refused.
+bool ReadObject(PyObject* arr, PyObject* wire_of, Planned& t) {
+  Ref dtype(PyObject_GetAttr(arr, g_names.dtype));
+  if (dtype.get() == nullptr) return false;
+  t.datatype = PyDict_GetItemWithError(wire_of, dtype.get());
+  if (t.datatype == nullptr) return false;
+  t.shape.reset(PyObject_GetAttr(arr, g_names.shape));
+  if (t.shape.get() == nullptr || !PyTuple_Check(t.shape.get())) return false;
+  if (!t.data.Get(arr, PyBUF_C_CONTIGUOUS)) return false;
+  t.bytes = t.data.data();
+  t.nbytes = static_cast<uint64_t>(t.data.size());
+  return true;
+}
+
 // A member (req, res) planned as _place_all's hot loop places it: every output of `res`
 // whose name is in req.outputs, in the dict's order, of a datatype of `wire_of`
 // (tensor_io.WIRE_OF: a native-order numpy dtype -> protocol datatype) and C-contiguous.
@@ -362,13 +453,13 @@ Step PlanMember(PyObject* req, PyObject* res, PyObject* wire_of, PyObject* param
                 PyObject* window, PyObject* input_buf, std::deque<Planned>& outs,
                 Member& member, uint64_t* total) {
   if (!PyDict_Check(res)) return Step::kDecline;
-  Ref regions(PyObject_GetAttr(req, g_names.output_regions));
+  Ref regions(OfRequest(req, kOutputRegions, g_names.output_regions));
   if (regions.get() == nullptr) return Step::kDecline;
   int has_regions = PyObject_IsTrue(regions.get());
   if (has_regions < 0 || (has_regions != 0 && window == nullptr)) return Step::kDecline;
-  Ref wanted(PyObject_GetAttr(req, g_names.outputs));
-  member.request_id.reset(PyObject_GetAttr(req, g_names.request_id));
-  member.version.reset(PyObject_GetAttr(req, g_names.version));
+  Ref wanted(OfRequest(req, kOutputs, g_names.outputs));
+  member.request_id.reset(OfRequest(req, kRequestId, g_names.request_id));
+  member.version.reset(OfRequest(req, kVersion, g_names.version));
   if (wanted.get() == nullptr || member.request_id.get() == nullptr ||
       member.version.get() == nullptr) {
     return Step::kDecline;
@@ -393,16 +484,13 @@ Step PlanMember(PyObject* req, PyObject* res, PyObject* wire_of, PyObject* param
     int in = PySequence_Contains(wanted.get(), name);
     if (in < 0) return Step::kDecline;
     if (in == 0) continue;
-    Ref dtype(PyObject_GetAttr(arr, g_names.dtype));
-    if (dtype.get() == nullptr) return Step::kDecline;
-    PyObject* datatype = PyDict_GetItemWithError(wire_of, dtype.get());
-    if (datatype == nullptr) return Step::kDecline;
     Planned& t = outs.emplace_back();
     t.name = name;
-    t.datatype = datatype;
-    t.shape.reset(PyObject_GetAttr(arr, g_names.shape));
-    if (t.shape.get() == nullptr || !PyTuple_Check(t.shape.get())) return Step::kDecline;
-    if (!t.data.Get(arr, PyBUF_C_CONTIGUOUS)) return Step::kDecline;
+    const bool array = PyArray_CheckExact(arr) &&
+                       PyArray_NDIM(reinterpret_cast<PyArrayObject*>(arr)) <= kArrayDims;
+    if (!(array ? ReadArray(arr, wire_of, t) : ReadObject(arr, wire_of, t))) {
+      return Step::kDecline;
+    }
     if (has_regions != 0) {
       // NOTE: the name's region by its first index in req.outputs (output_parts' names.index).
       const Py_ssize_t at = PySequence_Index(wanted.get(), name);
@@ -414,19 +502,25 @@ Step PlanMember(PyObject* req, PyObject* res, PyObject* wire_of, PyObject* param
         continue;
       }
     }
-    if (input_buf != nullptr && static_cast<uint64_t>(t.data.size()) >= kAliasMinBytes &&
+    if (input_buf != nullptr && t.nbytes >= kAliasMinBytes &&
         PlanAlias(req, input_buf, t)) {
       continue;
     }
     ++member.to_arena;
-    *total += (static_cast<uint64_t>(t.data.size()) + kAlign - 1) & ~(kAlign - 1);
+    *total += (t.nbytes + kAlign - 1) & ~(kAlign - 1);
   }
   member.count = outs.size() - member.first;
   return Step::kOk;
 }
 
-// A shape tuple as msgpack: an array of its ints.
-bool PackShape(Packer& p, PyObject* shape) {
+// An output's shape as msgpack: an array of its ints (its dims, or its shape tuple's).
+bool PackShape(Packer& p, const Planned& t) {
+  if (t.shape.get() == nullptr) {
+    p.Array(static_cast<size_t>(t.ndim));
+    for (int d = 0; d < t.ndim; ++d) p.Int(static_cast<int64_t>(t.dims[d]));
+    return true;
+  }
+  PyObject* shape = t.shape.get();
   const Py_ssize_t rank = PyTuple_GET_SIZE(shape);
   p.Array(static_cast<size_t>(rank));
   for (Py_ssize_t d = 0; d < rank; ++d) {
@@ -475,13 +569,13 @@ bool Pack(Packer& p, const std::deque<Member>& members, std::deque<Planned>& out
     p.Array(m.count);
     for (size_t i = m.first; i < m.first + m.count; ++i) {
       Planned& t = outs[i];
-      const uint64_t n = static_cast<uint64_t>(t.data.size());
+      const uint64_t n = t.nbytes;
       if (t.key.get() != nullptr) {
         // NOTE: PlanRegion checked [offset, offset + n) lies in the mapping; memmove: a
         // model's output may be a view of the same pages through another mapping.
-        if (n != 0) std::memmove(t.dest.data() + t.offset, t.data.data(), n);
+        if (n != 0) std::memmove(t.dest.data() + t.offset, t.bytes, n);
         p.Array(7);
-        if (!PackStr(p, t.name) || !PackStr(p, t.datatype) || !PackShape(p, t.shape.get()) ||
+        if (!PackStr(p, t.name) || !PackStr(p, t.datatype) || !PackShape(p, t) ||
             !PackStr(p, t.key.get()) || !PackInt(p, t.region_offset.get())) {
           return false;
         }
@@ -492,7 +586,7 @@ bool Pack(Packer& p, const std::deque<Member>& members, std::deque<Planned>& out
       if (t.alias.get() != nullptr) {
         // NOTE: the bytes stay in the request's input block (PlanAlias): no copy
         p.Array(7);
-        if (!PackStr(p, t.name) || !PackStr(p, t.datatype) || !PackShape(p, t.shape.get()) ||
+        if (!PackStr(p, t.name) || !PackStr(p, t.datatype) || !PackShape(p, t) ||
             !PackStr(p, t.alias.get())) {
           return false;
         }
@@ -507,10 +601,10 @@ bool Pack(Packer& p, const std::deque<Member>& members, std::deque<Planned>& out
           PyErr_SetString(PyExc_ValueError, "outputs past the end of the block's segment");
           return false;
         }
-        std::memcpy(dst.data() + pos, t.data.data(), n);
+        std::memcpy(dst.data() + pos, t.bytes, n);
       }
       p.Array(7);
-      if (!PackStr(p, t.name) || !PackStr(p, t.datatype) || !PackShape(p, t.shape.get()) ||
+      if (!PackStr(p, t.name) || !PackStr(p, t.datatype) || !PackShape(p, t) ||
           !PackStr(p, segment.get())) {
         return false;
       }
@@ -614,13 +708,13 @@ PyObject* OneFrontend(PyObject* reqs, PyObject* results, PyObject* frontend_kind
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* req = PyTuple_GET_ITEM(reqs, i);
     if (!PyDict_CheckExact(PyList_GET_ITEM(results, i))) return nullptr;
-    Ref reply_to(PyObject_GetAttr(req, g_names.reply_to));
-    Ref trace(PyObject_GetAttr(req, g_names.trace));
+    Ref reply_to(OfRequest(req, kReplyTo, g_names.reply_to));
+    Ref trace(OfRequest(req, kTrace, g_names.trace));
     if (reply_to.get() == nullptr || trace.get() == nullptr || trace.get() != Py_None) {
       return nullptr;
     }
     if (to == nullptr) {
-      Ref kind(PyObject_GetAttr(reply_to.get(), g_names.kind));
+      Ref kind(OfReply(reply_to.get(), kKind, g_names.kind));
       if (kind.get() != frontend_kind) return nullptr;
       to = reply_to.get();  // NOTE: borrowed: the first request keeps it
     } else if (reply_to.get() != to) {
@@ -651,7 +745,7 @@ PyObject* AnswerPlain(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_Clear();
     Py_RETURN_NONE;
   }
-  Ref frontend_id(PyObject_GetAttr(to, g_names.id));
+  Ref frontend_id(OfReply(to, kId, g_names.id));
   if (frontend_id.get() == nullptr) {
     PyErr_Clear();
     Py_RETURN_NONE;
@@ -704,7 +798,26 @@ PyObject* PushRecordPy(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return PyLong_FromLong(static_cast<long>(got));
 }
 
+// configure(InferRequest, ReplyTo): the classes whose fields are read at their slots.
+PyObject* Configure(PyObject*, PyObject* args) {
+  PyObject *infer_request, *reply_to;
+  if (!PyArg_ParseTuple(args, "OO:configure", &infer_request, &reply_to)) return nullptr;
+  Py_ssize_t request[kNumRequestFields], reply[kNumReplyFields];
+  if (!triton_mp::SlotOffsets(infer_request, kRequestFields, kNumRequestFields, request) ||
+      !triton_mp::SlotOffsets(reply_to, kReplyFields, kNumReplyFields, reply)) {
+    return nullptr;
+  }
+  Keep(&g.infer_request, infer_request);
+  Keep(&g.reply_to, reply_to);
+  std::copy(request, request + kNumRequestFields, g.request);
+  std::copy(reply, reply + kNumReplyFields, g.reply);
+  Py_RETURN_NONE;
+}
+
 PyMethodDef kMethods[] = {
+    {"configure", Configure, METH_VARARGS,
+     "configure(InferRequest, ReplyTo): read these classes' fields at their slots (before: "
+     "with getattr, as for any other object)."},
     {"push_record", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(PushRecordPy)),
      METH_FASTCALL,
      "push_record(ring, data) -> int: append one record to the ring mapped by `ring` (a "
@@ -743,6 +856,7 @@ PyModuleDef kModule = {
 }  // namespace
 
 PyMODINIT_FUNC PyInit__answer_writer() {
+  import_array();  // NOTE: returns nullptr with the error set when numpy cannot be imported
   const char* names[] = {"request_id", "version",  "outputs",   "output_regions", "dtype",
                          "shape",      "segment",  "offset",    "generation",     "reply_to",
                          "kind",       "trace",    "id",        "key",            "region_id",

@@ -34,6 +34,7 @@ from triton_mp.ipc.protocol.messages import (
     Handoff,
     InferRequest,
     InferResponse,
+    ReplyTo,
     TensorRef,
 )
 from triton_mp.ipc.tensor_pool import ALIGN, BLOCK_HEADER_BYTES, block_ref
@@ -52,6 +53,9 @@ try:
     from triton_mp.workers import _answer_writer as native_writer  # type: ignore[attr-defined,unused-ignore]
 except ImportError:  # NOTE: not built (setup.py): the Python loop below writes every answer
     native_writer = None  # type: ignore[assignment,unused-ignore]
+else:
+    # NOTE: the writer reads these classes' fields at their slots (answer_writer.cc).
+    native_writer.configure(InferRequest, ReplyTo)
 
 Member = tuple[InferRequest, dict[str, np.ndarray] | ErrorInfo]
 """One request of the group and its backend result (outputs, or its error)."""
