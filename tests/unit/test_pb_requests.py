@@ -5,7 +5,8 @@ random batches every slot of every ``pb_utils.InferenceRequest`` and of its inpu
 the batches of untraced requests and declines the others (a traced request, another token,
 inputs that are no dict or none at all), which the twin then builds, ``InferenceTrace``
 included (a request without inputs to this batching model: the twin refuses the batch's
-requests without inputs, ``request_rules.WithoutInputs``). A model
+requests without inputs, ``request_rules.WithoutInputs``). A request an ensemble's step sent
+gets its inputs' copies from both (``request_rules.own_step_inputs``). A model
 then runs on what either built alike. In process, no shared memory.
 """
 
@@ -88,7 +89,7 @@ def _token(kind: str) -> object:
         return WarmupToken()
     return InferRequest(
         request_id=5,
-        reply_to=ReplyTo(Requester.FRONTEND, 1),
+        reply_to=ReplyTo(Requester.ENSEMBLE if kind == "step" else Requester.FRONTEND, 1),
         model="m",
         version=3,
         batch_size=1,
@@ -115,7 +116,7 @@ def _request(draw: st.DrawFn) -> BackendRequest:
         draw(st.sampled_from(("{}", '{"k": 1}'))),
         draw(st.sampled_from((0, 7, 2**64 - 1, "corr"))),
         draw(st.integers(0, 3)),
-        _token(draw(st.sampled_from(("none", "plain", "plain", "traced", "warmup")))),
+        _token(draw(st.sampled_from(("none", "plain", "plain", "traced", "warmup", "step")))),
     )
 
 
@@ -130,7 +131,13 @@ def _slots(pb: pb_utils.InferenceRequest) -> dict[str, Any]:
     return {name: getattr(pb, name) for name in pb_utils.InferenceRequest.__slots__}
 
 
-def _same(got: pb_utils.InferenceRequest, want: pb_utils.InferenceRequest) -> None:
+def _from_step(r: BackendRequest) -> bool:
+    return type(r.token) is InferRequest and r.token.reply_to.kind == Requester.ENSEMBLE
+
+
+def _same(
+    got: pb_utils.InferenceRequest, want: pb_utils.InferenceRequest, r: BackendRequest
+) -> None:
     assert type(got) is type(want) is pb_utils.InferenceRequest
     g, w = _slots(got), _slots(want)
     for name in pb_utils.InferenceRequest.__slots__:
@@ -139,7 +146,14 @@ def _same(got: pb_utils.InferenceRequest, want: pb_utils.InferenceRequest) -> No
             for a, b in zip(g[name], w[name], strict=True):
                 assert type(a) is type(b) is pb_utils.Tensor
                 assert a._name is b._name  # noqa: SLF001
-                assert a._array is b._array  # noqa: SLF001
+                if _from_step(r):  # NOTE: copies, each its own
+                    assert a._array is not b._array  # noqa: SLF001
+                    assert a._array is not r.inputs[a._name]  # noqa: SLF001
+                    assert a._array.dtype == r.inputs[a._name].dtype  # noqa: SLF001
+                    assert np.array_equal(a._array, r.inputs[a._name])  # noqa: SLF001
+                    assert a._array.flags.owndata  # noqa: SLF001
+                else:
+                    assert a._array is b._array  # noqa: SLF001
         elif name == "_requested_output_names":
             assert type(g[name]) is type(w[name]) is list
             assert g[name] == w[name]
@@ -178,11 +192,11 @@ def test_random_batches_are_built_as_the_python_loop_builds_them(
     finally:
         backend._native_requests = saved  # noqa: SLF001
     assert len(got) == len(want) == len(reqs)
-    for g, w in zip(got, want, strict=True):
-        _same(g, w)
+    for g, w, r in zip(got, want, reqs, strict=True):
+        _same(g, w, r)
     if direct is not None:
-        for g, w in zip(direct, want, strict=True):
-            _same(g, w)
+        for g, w, r in zip(direct, want, reqs, strict=True):
+            _same(g, w, r)
 
 
 def test_the_model_runs_alike_on_either(backend: PythonBackend) -> None:

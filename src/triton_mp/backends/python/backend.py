@@ -85,7 +85,7 @@ from triton_mp.backends.python.responses import (
     returned_list_refusal,
 )
 from triton_mp.common.errors import ConfigError, ErrorCode, TritonMPError
-from triton_mp.ipc.protocol.messages import ErrorInfo, InferRequest
+from triton_mp.ipc.protocol.messages import ErrorInfo, InferRequest, ReplyTo, Requester
 from triton_mp.ipc.protocol.specs import InstanceSpec, ModelVersionSpec
 
 try:
@@ -101,6 +101,8 @@ else:
         BackendRequest,
         InferRequest,
         pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL,
+        ReplyTo,
+        int(Requester.ENSEMBLE),  # NOTE: its requests' inputs are copied (own_step_inputs)
     )
 
 try:
@@ -485,7 +487,8 @@ class PythonBackend:
         plain = not self._decoupled and not self._input_reshape
         if plain and sequence is None and self._native_requests is not None:
             # NOTE: the batch's requests in one C call (untraced BackendRequests of
-            # InferRequests); None: one is not, and the loop below builds all.
+            # InferRequests), an ensemble step's inputs copied as own_step_inputs copies
+            # them; None: one is not, and the loop below builds all.
             built = self._native_requests(
                 requests if type(requests) is list else list(requests),
                 model,
@@ -494,7 +497,7 @@ class PythonBackend:
                 cancelled,
             )
             if built is not None:
-                return own_step_inputs(requests, built)
+                return built  # type: ignore[no-any-return]
         if self._batched and sequence is None:
             check_inputs(requests)  # NOTE: the C twin declines a request without inputs
         make = pb_utils._backend_request  # noqa: SLF001 - the backend builds pb_utils' requests

@@ -5,7 +5,8 @@ without any input is refused.
 Imported by ``backends.python.backend``. 2.51's stub copies every input into its own shared
 memory; here a request's inputs are views of its requester's block. A frontend's request owns
 its block, but an ensemble tensor is one block that other steps may read and the client may
-get as an output (r14 F2), so a step's inputs are copied (``own_step_inputs``).
+get as an output (r14 F2), so a step's inputs are copied (``own_step_inputs``; for a batch
+``backend.PythonBackend._pb_requests`` builds in C, ``pb_requests.cc`` copies them itself).
 ``python_be.cc`` ProcessRequests reads a batching model's batch size from input 0 of each
 request (``TRITONBACKEND_RequestInputByIndex``): a request without inputs fails there, is
 counted as a failure, and the batch's other requests run (``refuse_without_inputs``; r14 F4).
