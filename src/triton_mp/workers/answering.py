@@ -199,27 +199,32 @@ class Answers:
         the others one ``InferResponse`` each."""
         failed: list[int] = []
         final: list[Result] = results  # type: ignore[assignment]
+        if (
+            not self._decoupled
+            and self._rings is not None
+            and type(reqs) is tuple
+            and type(final) is list
+        ):
+            # NOTE: a single request too (an AnswerBatch of one), and one answered into
+            # a client's region: at identity_py 1 MiB c=4 with shm, the Python path
+            # (write_outputs, post) was most of the worker's time besides the copy. Before
+            # the scan for a missing result: a batch the C call takes has a dict for each.
+            plain = self._answer_plain(reqs, final)
+            if plain is not None:
+                return plain
         if None in results:
             missing = ErrorInfo(ErrorCode.INTERNAL, "no result for the request", self._origin)
             final = [missing if r is None else r for r in results]
         single: range | list[int] = range(len(reqs))
-        if not self._decoupled:
-            if self._rings is not None and type(reqs) is tuple and type(final) is list:
-                # NOTE: a single request too (an AnswerBatch of one), and one answered into
-                # a client's region: at identity_py 1 MiB c=4 with shm, the Python path
-                # (write_outputs, post) was most of the worker's time besides the copy.
-                plain = self._answer_plain(reqs, final)
-                if plain is not None:
-                    return plain
-            if len(reqs) > 1:
-                one = _one_frontend(reqs, final)
-                if one is not None:
-                    if self._answer_group(one, reqs, final, list(single), failed):
-                        return _executed_failures(failed, final)
-                else:
-                    grouped = self._answer_groups(reqs, final, failed)
-                    if grouped:
-                        single = [i for i in single if i not in grouped]
+        if not self._decoupled and len(reqs) > 1:
+            one = _one_frontend(reqs, final)
+            if one is not None:
+                if self._answer_group(one, reqs, final, list(single), failed):
+                    return _executed_failures(failed, final)
+            else:
+                grouped = self._answer_groups(reqs, final, failed)
+                if grouped:
+                    single = [i for i in single if i not in grouped]
         for i in single:
             self._answer_one(i, reqs[i], final[i], failed)
         return _executed_failures(failed, final)
