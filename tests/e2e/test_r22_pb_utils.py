@@ -23,6 +23,9 @@ And a difference kept (docs/differences.md), pinned:
 4. ``request.parameters()`` is the same JSON object in both, written differently: 2.51's
    TritonJson is compact with UTF-8 as is (``{"a":1,"é":"ü"}``), triton-mp's is Python's
    ``json.dumps`` (``{"a": 1, "\\u00e9": "\\u00fc"}``); ``json.loads`` reads both alike.
+5. A response whose ``output_tensors`` name one output twice: 2.51 answers both tensors
+   under that name (over gRPC tritonclient then fails to read it); triton-mp answers the
+   last one alone.
 """
 
 from __future__ import annotations
@@ -117,9 +120,32 @@ SEEN_CONFIG = (
     + '  { name: "OTHER", data_type: TYPE_INT8, dims: [ 1 ] }\n]\n'
 )
 
+TWICE_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUT", np.arange(3, dtype=np.int8)),
+                pb_utils.Tensor("OUT", np.arange(4, dtype=np.int8)),
+            ])
+            for _ in requests
+        ]
+"""
+TWICE_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [{ name: "IN_I8", data_type: TYPE_INT8, dims: [ 1 ] }]
+output [{ name: "OUT", data_type: TYPE_INT8, dims: [ -1 ] }]
+"""
+
 SIDE_BY_SIDE_MODELS = {
     "r22_dtypes": PythonModel(DTYPES_CONFIG, DTYPES_MODEL),
     "r22_seen": PythonModel(SEEN_CONFIG, SEEN_MODEL),
+    "r22_twice": PythonModel(TWICE_CONFIG, TWICE_MODEL),
 }
 """tests/e2e/conftest.py's ``shared_side_by_side`` serves them."""
 
@@ -244,3 +270,21 @@ def test_request_parameters_are_one_json_object_written_two_ways(
         "triton-mp": '{"a": 1, "\\u00e9": "\\u00fc", "b": true}',
     }
     assert seen["parameters"] == written[which]
+
+
+@SERVERS
+def test_an_output_named_twice_in_a_response(
+    which: str, urls: Callable[[str], tuple[str, str]]
+) -> None:
+    """Over HTTP JSON, where both of 2.51's tensors can be read."""
+    client = httpclient.InferenceServerClient(urls(which)[1])
+    try:
+        inp = httpclient.InferInput("IN_I8", [1], "INT8")
+        inp.set_data_from_numpy(np.array([1], np.int8), binary_data=False)
+        out = httpclient.InferRequestedOutput("OUT", binary_data=False)
+        body = client.infer("r22_twice", [inp], outputs=[out]).get_response()
+    finally:
+        client.close()
+    answered = [(o["name"], o["shape"], o["data"]) for o in body["outputs"]]
+    both = [("OUT", [3], [0, 1, 2]), ("OUT", [4], [0, 1, 2, 3])]
+    assert answered == (both if which == "triton" else both[1:])
