@@ -206,10 +206,23 @@ class MetricsEndpoint:
         Raises:
             TimeoutError: the scheduler did not answer within ``reply_timeout_s``.
         """
-        stats, queues = await asyncio.gather(
-            self._ask(lambda q: StatsQuery(query_id=q, frontend_id=self._fid)),
-            self._ask(lambda q: QueueQuery(query_id=q, frontend_id=self._fid)),
-        )
+        asks = [
+            asyncio.ensure_future(
+                self._ask(lambda q: StatsQuery(query_id=q, frontend_id=self._fid))
+            ),
+            asyncio.ensure_future(
+                self._ask(lambda q: QueueQuery(query_id=q, frontend_id=self._fid))
+            ),
+        ]
+        try:
+            stats, queues = await asyncio.gather(*asks)
+        except BaseException:
+            # NOTE: gather leaves the other ask waiting: cancelled here, it forgets its query
+            # before the 503 goes out, not at its own timeout (a loaded machine saw it left)
+            for ask in asks:
+                ask.cancel()
+            await asyncio.gather(*asks, return_exceptions=True)
+            raise
         assert isinstance(stats, StatsReply)
         assert isinstance(queues, QueueReply)
         merged = [] if self._boards is None else custom_metrics.merge(self._boards.read())
