@@ -50,6 +50,8 @@ EXIT_TIMEOUT_EXPIRED = (
 """2.51's line when its stop ran out of budget (server main.cc, core ``InferenceServer::Stop``)."""
 
 Server = ServerProcess | RealTriton
+StartServer = Callable[[str], Server]
+"""The ``start`` fixture: ``start(name)``."""
 
 
 @pytest.fixture(scope="module")

@@ -321,9 +321,9 @@ async def _drain(
     native: NativePort | None,
 ) -> bool:
     """Refuse new requests, await the accepted ones (up to ``exit_timeout_s``), then stop
-    the transports (and unlink the latency histograms' board). Returns whether the gRPC stop
-    had to cancel calls still running at the end of the budget (answers not produced, or
-    produced and not sent: a client that does not read)."""
+    the transports (and unlink the latency histograms' board). Returns whether a transport's
+    stop had to cut calls still running at the end of the budget (gRPC answers not produced,
+    or produced and not sent; HTTP answers not sent: a client that does not read)."""
     loop = asyncio.get_running_loop()
     # NOTE: as Triton does, keep listening while draining: health answers not-ready and new
     # inferences get UNAVAILABLE "Server is stopping..." until in-flight ones are answered.
@@ -337,15 +337,15 @@ async def _drain(
         # the last bytes to the socket, the client has not read them): closing the
         # connection now can reset it and lose the response's tail. Give clients a moment.
         await asyncio.sleep(max(0.0, min(DRAIN_LINGER_S, deadline - loop.time())))
-    if http is not None:
-        await http.stop()
     cut = False
+    if http is not None:
+        cut = await http.stop(max(0.0, deadline - loop.time()))
     if native is not None:
-        cut = await native.stop(max(0.5, deadline - loop.time()))
+        cut = await native.stop(max(0.5, deadline - loop.time())) or cut
     cut = await stop_grpc(server, max(0.5, deadline - loop.time())) or cut
     inference.close()
     if cut:
-        log.warning("exit timeout: cancelled gRPC calls whose answers were not sent")
+        log.warning("exit timeout: cut calls whose answers were not sent")
     return cut
 
 

@@ -68,6 +68,7 @@ from triton_mp.frontend.http.json_tensors import (
     json_uint,
 )
 from triton_mp.frontend.http.limits import MAX_HEADER_FIELDS, SERVER_LOG
+from triton_mp.frontend.http.stop import stop_runner
 from triton_mp.frontend.restricted import Restrictions, http_refusal
 from triton_mp.frontend.shm.cuda import CUDA_IPC_HANDLE_BYTES
 from triton_mp.frontend.tracing.settings import new_setting_from_json
@@ -101,9 +102,10 @@ DECOUPLED_MESSAGE = "HTTP end point doesn't support models with decoupled transa
 """Triton's UNSUPPORTED answer to an inference on a decoupled model."""
 
 SHUTDOWN_TIMEOUT_S = 1.0
-"""How long ``stop`` lets handlers still running finish. The frontend stops HTTP only after
-its in-flight inferences were answered or ``--exit-timeout-secs`` ran out, so what is left
-is answers being written (fast) or requests the drain gave up on."""
+"""How long ``stop`` lets handlers still running finish once it closes the connections. The
+frontend stops HTTP only after its in-flight inferences were answered or
+``--exit-timeout-secs`` ran out, and answers still being written had the rest of the budget
+(``frontend.http.stop``), so what is left is requests the drain gave up on."""
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -357,11 +359,11 @@ class HttpFrontend:
             raise
         self._runner = runner
 
-    async def stop(self) -> None:
-        """Stop listening and close connections (inferences were drained before)."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+    async def stop(self, grace_s: float = 0.0) -> bool:
+        """Stop listening, give answers still being written up to ``grace_s`` seconds, close
+        connections (inferences were drained before). True: an answer was cut (``stop``)."""
+        runner, self._runner = self._runner, None
+        return runner is not None and await stop_runner(runner, grace_s)
 
     # ------------------------------------------------------------------ health
     async def _live(self, request: web.Request) -> web.Response:

@@ -458,7 +458,7 @@ class ChildTable:
         killed = self._join_until(frontends, deadline + FRONTEND_STOP_MARGIN_S)
         cut = [p.pid for p in seen if p.exitcode == CALLS_CUT_EXIT]
         if cut:
-            log.warning("frontend pid(s) %s cancelled calls at the exit timeout", cut)
+            log.warning("frontend pid(s) %s cut calls at the exit timeout", cut)
         return killed or bool(cut)
 
     def kill_workers(self) -> None:
