@@ -15,6 +15,8 @@ of ``EXIT_TIMEOUT_S``:
    connections close), leaving no process and no shared memory behind
    (docs/differences.md). Held for the native gRPC server and the Python one
    (``--grpc-frontend=python``): each stop says it cut calls (``ipc.handshake.CALLS_CUT_EXIT``).
+3. A ModelStreamInfer stream open with nothing in flight: the same as 2 (2.51 waits for its
+   client to close it; triton-mp ends it at the budget), exit 1 in both.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 
 from tests.e2e.test_native_held_blocks import _Stuck
 from tests.e2e.test_native_large_answers import CONFIG, MODEL, MODEL_NAME
@@ -151,3 +155,40 @@ def test_answers_unread_past_the_exit_budget(start: Callable[[str], Server], nam
     assert stuck.read() == ["UNAVAILABLE"] * CLIENTS
     assert not group_alive(server.pid)
     assert list_objects(str(server.pid)) == []
+
+
+@pytest.mark.parametrize("name", ["triton", "triton-mp"])
+def test_an_idle_open_stream_at_the_signal(start: Callable[[str], Server], name: str) -> None:
+    """A ModelStreamInfer stream with nothing in flight (one request answered) still open at
+    the signal: 2.51 logs "Exit timeout expired" at the budget and waits for the stream,
+    with no bound, exiting 1 once its client closes it; triton-mp ends the stream at the
+    budget (UNAVAILABLE) and exits 1 with the same line."""
+    server = start(name)
+    got: list[object] = []
+    client = grpcclient.InferenceServerClient(server.url)
+    try:
+        client.start_stream(callback=lambda result, error: got.append(error))
+        x = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+        x.set_data_from_numpy(np.ones((1, 4), np.float32))
+        client.async_stream_infer(MODEL_NAME, [x])
+        deadline = time.monotonic() + 60
+        while not got:
+            assert time.monotonic() < deadline, "no answer on the stream"
+            time.sleep(0.05)
+        assert got == [None]
+        server.proc.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        code, took = _exit_after(server, t0, LATE_READ_S)
+        if name == "triton":
+            assert code is None, took  # NOTE: it waits for the stream's client
+            client.stop_stream()
+            code, took = _exit_after(server, t0, LATE_READ_S + GRACE_S)
+        else:
+            assert EXIT_TIMEOUT_S - 0.5 < took < EXIT_TIMEOUT_S + GRACE_S
+            client.stop_stream()
+            assert len(got) == 2, got
+            assert "UNAVAILABLE" in str(got[1]), got
+        assert code == 1, took
+        assert EXIT_TIMEOUT_EXPIRED in server.log()
+    finally:
+        client.close()
