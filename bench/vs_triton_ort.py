@@ -123,3 +123,66 @@ def instance_waits(server_pid: int, model: str) -> Callable[[], dict[int, dict[s
     pids = [p for p, _ in descendants(server_pid) if name.match(cmdline(p))]
     before, t0 = main_thread_ns(pids), time.monotonic()
     return lambda: sleep_shares(before, main_thread_ns(pids), time.monotonic() - t0)
+
+
+OCR_GOAL = 0.8
+"""Issue 33's ocr_cls goal: triton-mp's images/s at least this share of raw onnxruntime's
+best images/s of the run."""
+
+
+def goal_budget(
+    by_round: dict[int, dict[str, dict[str, Any]]],
+    best_ort: float | None,
+    cpus: int,
+    goal: float = OCR_GOAL,
+) -> dict[str, Any] | None:
+    """What serving ``goal`` x raw onnxruntime's best (``best_ort`` images/s) leaves the
+    workers on ``cpus`` cores: at that rate the machine gives ``cpus`` x 1e6 / rate CPU µs
+    per image to everything on it; less what perf_analyzer (its cores / the server's
+    images/s) and triton-mp's roles other than its workers (frontend, scheduler, ...) spent
+    per image in each round, the rest is what the workers may spend per image (and, times
+    the rate, the cores they may use), with no core idle. Beside it the workers' own figure
+    and raw onnxruntime's CPU per image at its best. Medians over the rounds where the
+    triton-mp side measured; None when it never did or there is no raw figure."""
+    if not best_ort:
+        return None
+    rate = goal * best_ort
+    budget = cpus * 1e6 / rate
+    pa, rest, workers, raw = [], [], [], []
+    for i in sorted(by_round):
+        rec, ort = by_round[i].get("triton-mp", {}), by_round[i].get("onnxruntime", {})
+        roles = rec.get("roles") or {}
+        if not rec.get("throughput") or (roles.get("worker") or {}).get("cpu_us") is None:
+            continue
+        pa.append((rec.get("client_cores") or 0.0) * 1e6 / rec["throughput"])
+        rest.append(sum(v["cpu_us"] or 0.0 for k, v in roles.items() if k != "worker"))
+        workers.append(roles["worker"]["cpu_us"])
+        if ort.get("cpu_us_per_infer"):
+            raw.append(ort["cpu_us_per_infer"])
+    if not workers:
+        return None
+    allowed = budget - med(pa) - med(rest)
+    return {
+        "goal": goal,
+        "rate": round(rate, 1),
+        "budget_us": round(budget, 1),
+        "pa_us": round(med(pa), 1),
+        "others_us": round(med(rest), 1),
+        "workers_allowed_us": round(allowed, 1),
+        "workers_allowed_cores": round(allowed * rate / 1e6, 2),
+        "workers_us": round(med(workers), 1),
+        "raw_ort_us": round(med(raw), 1) if raw else None,
+    }
+
+
+def goal_budget_line(label: str, b: dict[str, Any], cpus: int) -> str:
+    """The printed sentence of a ``goal_budget`` record."""
+    raw = "-" if b["raw_ort_us"] is None else f"{b['raw_ort_us']:.0f}"
+    return (
+        f"{label}: at {b['goal']}x raw ORT's best ({b['rate']:.0f} img/s) {cpus} cores give "
+        f"{b['budget_us']:.0f} us per image; perf_analyzer {b['pa_us']:.0f} + triton-mp's "
+        f"roles but its workers {b['others_us']:.0f} leave the workers "
+        f"{b['workers_allowed_us']:.0f} us per image ({b['workers_allowed_cores']:.2f} cores, "
+        f"no core idle); they spent {b['workers_us']:.0f}, raw ORT at its best {raw} "
+        "(medians over rounds)"
+    )

@@ -13,7 +13,7 @@ from common import (
     fmt,
     med,
 )
-from vs_triton_ort import outside_ort
+from vs_triton_ort import goal_budget, goal_budget_line, outside_ort
 from vs_triton_rerun import rerun_summary
 from vs_triton_workloads import FLOORS, OCR_2CORE_MODEL, PAIR, RATIOS, Workload
 
@@ -33,7 +33,9 @@ def best_raw_ort(rounds: list[dict[str, Any]]) -> float | None:
     return max(figures) if figures else None
 
 
-def summarise(rounds: list[dict[str, Any]], workloads: list[Workload]) -> list[dict[str, Any]]:
+def summarise(
+    rounds: list[dict[str, Any]], workloads: list[Workload], cpus: int | None = None
+) -> list[dict[str, Any]]:
     """One row per workload: per side (those the workload ran on) medians over rounds, and the
     throughput ratios of RATIOS per round and their median. ``ratio``/``ratios`` (triton-mp /
     Triton) stay at the top level for the chart and older readers; ``vs`` holds every ratio;
@@ -42,7 +44,9 @@ def summarise(rounds: list[dict[str, Any]], workloads: list[Workload]) -> list[d
     Raw onnxruntime is one yardstick per run: every ratio to it divides by its best
     throughput of the whole run (``best_raw_ort``), not by its figure of the same round. The
     same measurement moved 740-2,370 images/s within one run (its spinning intra-op threads
-    collapse next to any other process), and issue 33's goal is against its best."""
+    collapse next to any other process), and issue 33's goal is against its best. With
+    ``cpus`` (the machine's usable cores) an ocr_cls row also gets ``goal_budget``: what the
+    goal's rate leaves its workers (``vs_triton_ort.goal_budget``)."""
     rows = []
     best_ort = best_raw_ort(rounds)
     for w in workloads:
@@ -102,6 +106,8 @@ def summarise(rounds: list[dict[str, Any]], workloads: list[Workload]) -> list[d
             sessions = 2 if w.model == OCR_2CORE_MODEL else 1
             row["outside_ort_us"] = outside_ort(by_round, w.sides, sessions)
             row["outside_ort_sessions"] = sessions
+            if cpus:
+                row["goal_budget"] = goal_budget(by_round, best_ort, cpus)
         # NOTE: PAIR lists the sides as (Triton, triton-mp); the ratio is triton-mp/Triton.
         pair = vs.get(ratio_key(PAIR[1], PAIR[0]), {"ratios": [], "ratio": None})
         row["ratios"], row["ratio"] = pair["ratios"], pair["ratio"]
@@ -316,6 +322,9 @@ def print_report(
                 "image less raw ORT's own with one intra-op thread at its average batch"
                 + (" (two such sessions at once)" if r.get("outside_ort_sessions") == 2 else "")
             )
+    for r in rows:
+        if r.get("goal_budget"):
+            print(goal_budget_line(r["label"], r["goal_budget"], cpus))
     for line in rerun_summary(result["rounds"]):
         print(line)
     for line in unclean_stops(result["rounds"]):

@@ -314,3 +314,36 @@ def test_a_round_whose_failure_is_not_instability_is_not_rerun() -> None:
     bench_vs_triton.measure_workload(r, w, max_tries=3)  # type: ignore[arg-type]
     assert len(r.measured) == 2
     assert "reruns" not in r.rnd
+
+
+def test_goal_budget_is_what_the_goal_rate_leaves_the_workers() -> None:
+    w = _workload("ocr_cls_c32_2core_shm")
+
+    def mp(rnd: int, pa_cores: float, fe: float, worker: float) -> dict[str, Any]:
+        roles = {"frontend": {"cpu_us": fe}, "scheduler": {"cpu_us": 20.0}}
+        roles["worker"] = {"cpu_us": worker}
+        return {**_rec("triton-mp", w.key, rnd, 2000.0, 9e3), "client_cores": pa_cores,
+                "roles": roles}  # fmt: skip
+
+    def ort(rnd: int, infer_s: float) -> dict[str, Any]:
+        return {**_rec("onnxruntime", w.key, rnd, infer_s, 9e3), "cpu_us_per_infer": 500.0}
+
+    rounds = [
+        {"round": 1, "runs": [mp(1, 0.12, 40.0, 600.0), ort(1, 4000.0)]},
+        {"round": 2, "runs": [mp(2, 0.16, 60.0, 620.0), ort(2, 3000.0)]},
+        {"round": 3, "runs": [{"side": "triton-mp", "workload": w.key, "round": 3,
+                               "error": "no stable measurement"}, ort(3, 3500.0)]},
+    ]  # fmt: skip
+    (row,) = summarise(rounds, [w], cpus=2)
+    b = row["goal_budget"]
+    # 0.8 x the run's best raw figure (4000/s): 3200/s, 2 cores -> 625 us per image
+    assert (b["rate"], b["budget_us"]) == (3200.0, 625.0)
+    # perf_analyzer 0.12 and 0.16 cores at 2000/s: 60 and 80 us, median 70; frontend +
+    # scheduler 60 and 80, median 70: the workers may spend 625 - 140 = 485 (1.55 cores)
+    assert (b["pa_us"], b["others_us"]) == (70.0, 70.0)
+    assert (b["workers_allowed_us"], b["workers_allowed_cores"]) == (485.0, 1.55)
+    assert (b["workers_us"], b["raw_ort_us"]) == (610.0, 500.0)
+    # no usable-core count, no budget; a run where triton-mp never measured: None
+    assert "goal_budget" not in summarise(rounds, [w])[0]
+    (row,) = summarise([{"round": 3, "runs": rounds[2]["runs"]}], [w], cpus=2)
+    assert row["goal_budget"] is None
