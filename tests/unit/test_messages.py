@@ -146,6 +146,7 @@ EXAMPLES: dict[str, list[object]] = {
         m.InstancesAdded(instances=(WIRING,)),
         m.VersionsActivated(specs=(b"\x91\x01",)),
         m.InstancesRetired(instance_ids=(1, 2)),
+        m.InstancesRegrouped(spec=b"\x90"),
         m.InstancesRemoved(instance_ids=(1,)),
         REQUEST,
         REQUEST_WITH_SHM,

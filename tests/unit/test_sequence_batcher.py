@@ -508,3 +508,51 @@ def test_iterative_a_reschedule_for_a_lost_sequence_starts_it_again() -> None:
     (batch,) = f.pop()
     assert batch.requests[0].key == 99
     assert batch.requests[0].starts
+
+
+# --------------------------------------------------------------------------- regroup
+
+
+def test_a_leaving_instance_keeps_its_live_sequences_and_takes_no_new_one() -> None:
+    """Core ``SequenceBatchScheduler::Update``: a removed instance's slots wait in
+    ``pending_removal_seq_slots_`` until their sequences end."""
+    f = oldest(mbs=2, instances=(0, 1))
+    f.send(11, START)
+    f.send(12, START)
+    first = f.pop()
+    assert sorted((b.instance_id, _corrids(b)[0]) for b in first) == [(0, 11), (1, 12)]
+    f.done(0, 1)
+    f.sched.regroup((), (0,))
+    assert f.sched.holds(0)
+    f.send(11)
+    f.send(13, START)  # a new sequence: instance 1 only
+    batches = f.pop()
+    assert sorted((b.instance_id, _corrids(b)) for b in batches) == [(0, [11]), (1, [13])]
+    f.done(0, 1)
+    f.send(11, END)
+    ((b,),) = [f.pop()]
+    assert (b.instance_id, _corrids(b)) == (0, [11])
+    assert not f.sched.holds(0)
+    f.done(0)
+    f.send(14, START)  # instance 0's free slots are not used again; 12 and 13 hold 1's
+    assert f.pop() == []
+    assert f.sched.queue_depth() == 1
+    f.send(12, END)
+    (b,) = f.pop()
+    assert (b.instance_id, _corrids(b)) == (1, [12])  # 12's slot then goes to 14
+    f.done(1)
+    (b,) = f.pop()
+    assert (b.instance_id, _corrids(b)) == (1, [14])
+
+
+def test_an_added_instance_gets_slots_and_new_sequences() -> None:
+    f = direct(mbs=1, instances=(0,))
+    f.send(1, START)
+    f.send(2, START)  # backlogged: one slot only
+    (b,) = f.pop()
+    assert _corrids(b) == [1]
+    f.sched.regroup((5,), ())
+    f.done(5)  # the added instance became ready: the backlogged sequence takes its slot
+    (b,) = f.pop()
+    assert (b.instance_id, _corrids(b)) == (5, [2])
+    assert f.sched.holds(5)

@@ -32,6 +32,7 @@ from triton_mp.ipc.protocol.messages import (
     InferRequest,
     InferResponse,
     InstancesAdded,
+    InstancesRegrouped,
     InstancesRemoved,
     InstancesRetired,
     QueueQuery,
@@ -83,7 +84,7 @@ QUEUE_FULL_MESSAGE = QUEUE_FULL.message
 TIMEOUT_MESSAGE = TIMED_OUT.message
 _CHANGES = frozenset(
     (WorkerReady, WorkerDied, Shutdown, InstancesAdded, VersionsActivated, InstancesRetired)
-    + (InstancesRemoved,)
+    + (InstancesRegrouped, InstancesRemoved)
 )
 """Messages that may change which instances the direct handoff may offer."""
 _NONE_QUIET: frozenset[int] = frozenset()
@@ -164,6 +165,7 @@ class SchedulerCore:
             InstancesAdded: life.on_added,
             VersionsActivated: self._on_activated,
             InstancesRetired: life.on_retired,
+            InstancesRegrouped: self._on_regrouped,
             InstancesRemoved: self._on_removed,
             LogSettingsUpdate: self._on_log_settings,
         }
@@ -316,6 +318,10 @@ class SchedulerCore:
         self.lifecycle.on_activated(msg, now_ns)
         self._register_limits()
 
+    def _on_regrouped(self, msg: InstancesRegrouped, now_ns: int) -> None:
+        self.lifecycle.on_regrouped(msg, now_ns)
+        self._register_limits()
+
     def _register_limits(self) -> None:
         """Tell the rate limiter every active instance's ``rate_limiter``."""
         if self.limiter is None:
@@ -393,7 +399,7 @@ class SchedulerCore:
         if self.limiter is not None:
             self._grant(now_ns)
         self.handoffs.after_dispatch(self.lifecycle.active, now_ns, self.stopping)
-        if self.lifecycle.retiring:
+        if self.lifecycle.retiring or self.lifecycle.leaving:
             self.lifecycle.finish_retirements(now_ns)
         return self._out.take()
 
@@ -499,12 +505,12 @@ class SchedulerCore:
     def _beyond_policies(self, deadline: int | None) -> int | None:
         """The nearest of ``deadline`` (the policies') and the deadlines outside them: a
         direct handoff's claim running out, a retirement that may end."""
-        if not self.handoffs.claimed and not self.lifecycle.retiring:
+        if not self.handoffs.claimed and not self.lifecycle.retiring and not self.lifecycle.leaving:
             return deadline
         deadlines = [] if deadline is None else [deadline]
         if self.handoffs.claimed:
             deadlines.append(self.handoffs.next_deadline_ns() or 0)
-        if self.lifecycle.retiring and self.lifecycle.retirement_due():
+        if (self.lifecycle.retiring or self.lifecycle.leaving) and self.lifecycle.retirement_due():
             # NOTE: a retirement may end on the next pass without any message arriving.
             deadlines.append(0)
         return min(deadlines, default=None)
@@ -519,11 +525,12 @@ class SchedulerCore:
 
     def _quiet_done(self, loud_bits: int) -> frozenset[int]:
         """``quiet_done`` past the conditions ``quiet_requests`` shares."""
-        if self.lifecycle.retiring or self.ensembles.in_flight():
+        life = self.lifecycle
+        if life.retiring or life.leaving or self.ensembles.in_flight():
             return _NONE_QUIET
         # NOTE: a leased version's BatchDone may be quiet too: its worker re-offers the
         # lease itself under that flag, or wakes the scheduler (ipc.direct.worker_reoffers).
-        return quiet_instances(self.lifecycle.instances, never_leased, loud_bits)
+        return quiet_instances(life.instances, never_leased, loud_bits)
 
     def quiet_requests(self) -> int:
         """The frontends' rings' quiet word: the model buckets whose requests need not wake

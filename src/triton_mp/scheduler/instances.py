@@ -29,7 +29,7 @@ VersionKey = tuple[str, int]
 
 class InstanceState(Enum):
     """Where an instance is in its lifecycle (``scheduler.lifecycle``): staged -> active ->
-    retiring -> stopping -> removed (removed instances leave the table)."""
+    retiring (or leaving) -> stopping -> removed (removed instances leave the table)."""
 
     STAGED = "staged"
     """Added (``InstancesAdded``), its version not active yet: it takes no work."""
@@ -38,6 +38,9 @@ class InstanceState(Enum):
     RETIRING = "retiring"
     """Its generation takes no new requests (``InstancesRetired``, or replaced by a reload):
     it finishes what is queued and running."""
+    LEAVING = "leaving"
+    """A regroup removed it from its version's instance group (``InstancesRegrouped``): it
+    takes no new request or sequence; its live sequences run to their end."""
     STOPPING = "stopping"
     """Its retirement ended: told to shut down, gone until ``InstancesRemoved``."""
 
@@ -173,7 +176,9 @@ class Instance:
         # NOTE: identity tests, not ``in`` a set: an Enum's __hash__ is Python code, and
         # this runs per instance on every pass of the loop (request_wakeups).
         state = self.state
-        return self.health is _READY and (state is _ACTIVE or state is _RETIRING)
+        return self.health is _READY and (
+            state is _ACTIVE or state is _RETIRING or state is _LEAVING
+        )
 
     @property
     def busy(self) -> bool:
@@ -185,6 +190,7 @@ class Instance:
 _READY = Health.READY
 _ACTIVE = InstanceState.ACTIVE
 _RETIRING = InstanceState.RETIRING
+_LEAVING = InstanceState.LEAVING
 
 
 class InstanceTable:

@@ -11,6 +11,10 @@ order a model change takes (``supervisor`` model control):
   instances become *active*, the ready ones idle. A generation it replaces (a reload)
   *retires*.
 - ``InstancesRetired``: their generation takes no new requests (the version was unloaded).
+- ``InstancesRegrouped``: an active version's instance group changed in place (core
+  ``TritonModel::UpdateInstanceGroup``): its generation goes on with the new spec; added
+  instances join it, removed ones are *leaving*: they take no new request or sequence,
+  finish their batch and their live sequences (``Policy.holds``), then get ``Shutdown``.
 - A retiring generation finishes its queue and its running batches, then (one dispatch pass
   after it retired at the earliest) its instances get ``Shutdown`` (*stopping*).
 - ``InstancesRemoved``: the processes are gone; their rings are detached and the instances
@@ -31,6 +35,7 @@ from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.protocol.log_messages import LogSettingsUpdate
 from triton_mp.ipc.protocol.messages import (
     InstancesAdded,
+    InstancesRegrouped,
     InstancesRemoved,
     InstancesRetired,
     ModelAvailability,
@@ -91,6 +96,7 @@ class Lifecycle:
         instances: every known instance.
         active: the generation that takes each version's new requests.
         retiring: generations finishing their queues, oldest first.
+        leaving: instances a regroup removed, until they stop.
     """
 
     def __init__(
@@ -103,6 +109,7 @@ class Lifecycle:
         self.instances = InstanceTable()
         self.active: dict[VersionKey, Generation] = {}
         self.retiring: list[Generation] = []
+        self.leaving: list[Instance] = []
         self.log_settings: LogSettingsUpdate | None = None
         """The log settings a client set (None: the start-up ones); a worker that becomes
         ready gets them, as it started from the supervisor's spec."""
@@ -133,7 +140,7 @@ class Lifecycle:
         return any(
             not g.policy.queue_depth() and not any(i.busy for i in self.instances.members(g))
             for g in self.retiring
-        )
+        ) or any(self._may_leave(i) for i in self.leaving)
 
     # ------------------------------------------------------------- model changes
     def on_added(self, msg: InstancesAdded, now_ns: int) -> None:
@@ -192,6 +199,36 @@ class Lifecycle:
             self._retire(inst.generation)
             inst.state = InstanceState.RETIRING
 
+    def on_regrouped(self, msg: InstancesRegrouped, now_ns: int) -> None:
+        """The version's generation goes on with ``msg.spec``'s instances (see the module
+        docstring): no new generation, its statistics and queue stay."""
+        spec = self._decoder.decode(msg.spec)
+        gen = self.active.get((spec.model, spec.version))
+        if gen is None:
+            log.warning("regroup of '%s' version %d: not active", spec.model, spec.version)
+            return
+        before, after = set(gen.spec.instance_ids), set(spec.instance_ids)
+        added = [i for i in spec.instance_ids if i not in before]
+        gone = [i for i in gen.spec.instance_ids if i not in after]
+        gen.spec = spec
+        gen.policy.regroup(added, gone)
+        for i in gone:
+            inst = self.instances.get(i)
+            if inst is not None and inst.state is InstanceState.ACTIVE:
+                inst.state = InstanceState.LEAVING
+                self.leaving.append(inst)
+        for i, name in self._names(spec):
+            if i in added:
+                self._join(gen, i, name, now_ns)
+        log.info(
+            "model '%s' version %d: instances regrouped in place (%d added, %d leaving)",
+            spec.model,
+            spec.version,
+            len(added),
+            len(gone),
+            extra={"model": spec.model},
+        )
+
     def on_removed(self, msg: InstancesRemoved, now_ns: int) -> None:
         """The processes are gone: forget the instances, detach their rings."""
         for i in msg.instance_ids:
@@ -202,7 +239,9 @@ class Lifecycle:
 
     def finish_retirements(self, now_ns: int) -> None:
         """Stop the instances of retired generations whose queues ran dry (see
-        ``Generation.armed``)."""
+        ``Generation.armed``), and the leaving instances that hold nothing any more."""
+        if self.leaving:
+            self._finish_leaving()
         keep = []
         for gen in self.retiring:
             members = self.instances.members(gen)
@@ -232,6 +271,35 @@ class Lifecycle:
                 extra={"model": gen.key[0]},
             )
         self.retiring = keep
+
+    def _may_leave(self, inst: Instance) -> bool:
+        """Whether a leaving instance runs nothing and holds no live sequence (one of a
+        generation that retired since gets no more requests: it holds nothing)."""
+        gen = inst.generation
+        held = gen is not None and not gen.retiring and gen.policy.holds(inst.instance_id)
+        return not inst.busy and inst.behind is None and not inst.staged and not held
+
+    def _finish_leaving(self) -> None:
+        """Send ``Shutdown`` to the leaving instances that may leave now."""
+        keep = []
+        for inst in self.leaving:
+            if inst.state is InstanceState.STOPPING:
+                continue
+            if not self._may_leave(inst):
+                keep.append(inst)
+                continue
+            if inst.generation is not None:
+                inst.generation.policy.instance_gone(inst.instance_id)
+            inst.state = InstanceState.STOPPING
+            if inst.health is not Health.DEAD:
+                self._out.to_instance(inst.instance_id, Shutdown(readers_s=READERS_S))
+            log.info(
+                "instance %s of model '%s' left its instance group: stopping",
+                inst.label,
+                inst.key[0],
+                extra={"model": inst.key[0], "instance": inst.label},
+            )
+        self.leaving = keep
 
     # ------------------------------------------------------------------ workers
     def on_ready(self, msg: WorkerReady, now_ns: int) -> None:

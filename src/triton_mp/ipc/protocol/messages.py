@@ -10,8 +10,8 @@ Channels (producer -> consumer):
 - ``ToScheduler``: frontends (``InferRequest``, ``CancelRequest``, ``StatsQuery``,
   ``QueueQuery``), python workers' BLS clients (``InferRequest``, ``CancelRequest``),
   workers (``WorkerReady``, ``BatchDone``, ``DecoupledDone``, ``InferResponse``: ensembles)
-  and the supervisor (``WorkerDied``, ``Shutdown``, and the model changes
-  ``InstancesAdded``, ``VersionsActivated``, ``InstancesRetired``, ``InstancesRemoved``).
+  and the supervisor (``WorkerDied``, ``Shutdown``, the model changes ``InstancesAdded``,
+  ``VersionsActivated``, ``InstancesRetired``, ``InstancesRegrouped``, ``InstancesRemoved``).
 - ``ToWorker``: the scheduler (``BatchAssign``, ``BatchDue``, ``CancelRequest``, ``Shutdown``)
   and, on its own control ring, the supervisor (``BlsWorkerUpdate``).
 - ``ToFrontend``: workers (``InferResponse``, ``AnswerBatch``), the scheduler
@@ -374,6 +374,14 @@ class InstancesRetired(
     instance_ids: tuple[int, ...]
 
 
+class InstancesRegrouped(
+    msgspec.Struct, frozen=True, kw_only=True, tag="inst_regrouped", array_like=True
+):
+    """A version goes on with ``spec`` (as ``VersionsActivated``'s): ``scheduler.lifecycle``."""
+
+    spec: bytes
+
+
 class InstancesRemoved(
     msgspec.Struct, frozen=True, kw_only=True, tag="inst_removed", array_like=True
 ):
@@ -473,6 +481,7 @@ ToScheduler = (
     | InstancesAdded
     | VersionsActivated
     | InstancesRetired
+    | InstancesRegrouped
     | InstancesRemoved
     | LogSettingsUpdate
 )

@@ -42,7 +42,7 @@ for some outputs leaves out, ``policies.ensemble_graph``.
 from __future__ import annotations
 
 import collections
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -456,6 +456,12 @@ class EnsembleScheduler:
 
     def instance_gone(self, instance_id: int) -> None:
         return None
+
+    def regroup(self, added: Sequence[int], leaving: Sequence[int]) -> None:
+        return None
+
+    def holds(self, instance_id: int) -> bool:
+        return False
 
     def expire(self, now_ns: int) -> list[tuple[Queued, Rejection]]:
         return []

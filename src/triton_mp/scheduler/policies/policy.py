@@ -11,7 +11,7 @@ requests it refuses or fails, and per-level ``LevelSnapshot`` s for ``triton-mp 
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -156,6 +156,18 @@ class Policy(Protocol):
 
     def instance_gone(self, instance_id: int) -> None:
         """An instance died or stopped: never hand it work until ``instance_idle``."""
+        ...
+
+    def regroup(self, added: Sequence[int], leaving: Sequence[int]) -> None:
+        """The version's instance group changed in place (core
+        ``TritonModel::UpdateInstanceGroup``): ``added`` instances join (idle once
+        ``instance_idle`` says so); ``leaving`` ones take no new request or sequence, only
+        what they hold (``holds``), and an ``instance_idle`` of one adds it to nothing else."""
+        ...
+
+    def holds(self, instance_id: int) -> bool:
+        """Whether a leaving instance still has work of its own: a sequence batcher's live
+        sequences bound to it (core ``pending_removal_seq_slots_``); False for the others."""
         ...
 
     def expire(self, now_ns: int) -> list[tuple[Queued, Rejection]]:

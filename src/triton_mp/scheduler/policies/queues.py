@@ -275,6 +275,8 @@ class QueuedInstances:
         self._queue = queue if queue is not None else PriorityQueue()
         self._idle: collections.deque[int] = collections.deque(instance_ids)
         self._idle_since: dict[int, int] = {}
+        self._leaving: set[int] = set()
+        """Instances a regroup removed: never idle here again."""
 
     @property
     def queue(self) -> PriorityQueue:
@@ -285,13 +287,21 @@ class QueuedInstances:
         return None if self._queue.push(item) else QUEUE_FULL
 
     def instance_idle(self, instance_id: int, now_ns: int = 0) -> None:
-        if instance_id not in self._idle:
+        if instance_id not in self._idle and instance_id not in self._leaving:
             self._idle.append(instance_id)
             self._idle_since[instance_id] = now_ns
 
     def instance_gone(self, instance_id: int) -> None:
         with contextlib.suppress(ValueError):
             self._idle.remove(instance_id)
+
+    def regroup(self, added: Sequence[int], leaving: Sequence[int]) -> None:
+        for instance_id in leaving:
+            self._leaving.add(instance_id)
+            self.instance_gone(instance_id)
+
+    def holds(self, instance_id: int) -> bool:
+        return False  # NOTE: a leaving instance holds nothing but its running batch.
 
     def expire(self, now_ns: int) -> list[tuple[Queued, Rejection]]:
         due = self._queue.next_timeout_ns()

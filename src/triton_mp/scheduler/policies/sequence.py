@@ -144,6 +144,8 @@ class SequenceBatcher:
         self._idle: collections.deque[int] = collections.deque()
         self._idle_since: dict[int, int] = {}
         self._live: set[int] = set()
+        self._leaving: set[int] = set()
+        """Instances a regroup removed: they keep their live sequences, take no new one."""
         self._released: dict[int, list[Hashable]] = collections.defaultdict(list)
         self._failed: list[tuple[Queued, Rejection]] = []
         self._next_sequence_id = 0
@@ -279,6 +281,21 @@ class SequenceBatcher:
             self._unbind(slot)
         self._released.pop(instance_id, None)
         # NOTE: the freed slots stay unused until the instance is live again.
+
+    def regroup(self, added: Sequence[int], leaving: Sequence[int]) -> None:
+        """``added`` instances get their slots (free until they are live); ``leaving`` ones
+        keep their bound sequences to their end (a slot freed there is not used again),
+        as core ``SequenceBatchScheduler::Update`` keeps them in
+        ``pending_removal_seq_slots_``."""
+        for instance_id in added:
+            self._slots.setdefault(
+                instance_id, [_Slot(instance_id, s) for s in range(self.slots_per_instance)]
+            )
+        self._leaving.update(leaving)
+
+    def holds(self, instance_id: int) -> bool:
+        """Whether a sequence is bound to one of the instance's slots."""
+        return any(s.corrid is not None for s in self._slots.get(instance_id, ()))
 
     # ----------------------------------------------------------------- time
     def expire(self, now_ns: int) -> list[tuple[Queued, Rejection]]:
@@ -453,7 +470,8 @@ class SequenceBatcher:
         """Slot 0 of every live instance first, then slot 1, ... (spreads sequences)."""
         for index in range(self.slots_per_instance):
             for instance_id, slots in self._slots.items():
-                if instance_id in self._live and slots[index].corrid is None:
+                usable = instance_id in self._live and instance_id not in self._leaving
+                if usable and slots[index].corrid is None:
                     return slots[index]
         return None
 
@@ -469,7 +487,9 @@ class SequenceBatcher:
         slot.queue.clear()
 
     def _fill_from_backlog(self, slot: _Slot, now_ns: int) -> None:
-        if slot.instance_id not in self._live or not self._backlog:
+        if slot.instance_id not in self._live or slot.instance_id in self._leaving:
+            return
+        if not self._backlog:
             return
         corrid, queue = self._backlog.popitem(last=False)
         self._bind(slot, corrid, now_ns)
