@@ -268,11 +268,6 @@ def _seq(server: Server, value: int, **flags: object) -> str:
             return f"{e.status()}: {e.message()}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s12ops: an instance_group-only change replaces the version (new processes: live "
-    "sequences and their state are gone); 2.51 updates its instances in place",
-)
 def test_an_instance_count_change_keeps_live_sequences(servers: dict[str, Server]) -> None:
     more = {**SEQ_CONFIG, "instance_group": [{"count": 2, "kind": "KIND_CPU"}]}
     for name, server in sorted(servers.items()):  # Triton first: its half passes

@@ -128,3 +128,23 @@ def test_an_invalid_config_fails_only_the_versions_newer_than_those_served() -> 
         5: "bad",
     }
     assert failed_by_invalid_config(NOTHING, {1, 2}, "bad") == {}
+
+
+def test_a_version_regrouped_in_place_is_neither_replaced_nor_activated_anew() -> None:
+    served = Served(versions={1: "a", 2: "b"})
+    plan = plan_change(served, {1: "A", 2: "B", 3: "c"}, {1, 2, 3}, {}, regrouped={1})
+    assert plan.outcome is Outcome.CHANGED
+    assert plan.regroup == {1}
+    assert plan.replace == {2}
+    assert plan.activate == {2, 3}
+    assert plan.served == {1, 2, 3}
+    assert not (plan.keep | plan.retire | plan.discard)
+
+
+def test_a_regroup_whose_added_instance_failed_keeps_everything_served() -> None:
+    served = Served(versions={1: "a"})
+    plan = plan_change(served, {1: "A"}, {1}, {1: "boom"}, regrouped={1})
+    assert plan.outcome is Outcome.FAILED_RELOAD
+    assert plan.keep == {1}
+    assert plan.discard == {1}  # its added instances only (change_effects.apply_plan)
+    assert plan.regroup == frozenset()

@@ -13,6 +13,7 @@ no process.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +41,10 @@ class Effects:
     """Old instances of reloaded versions (the scheduler stops them once activated)."""
     rollback: list[Child] = field(default_factory=list)
     retire: list[Child] = field(default_factory=list)
+    regroup: list[ModelVersionSpec] = field(default_factory=list)
+    """Versions updated in place (``InstancesRegrouped``): their new instance lists."""
+    leaving: list[Child] = field(default_factory=list)
+    """Instances a regroup removed (the scheduler stops each once its sequences end)."""
     changed: list[ServedModel] = field(default_factory=list)
 
 
@@ -50,21 +55,30 @@ def apply_plan(
     children: dict[int, Child],
     errors: dict[str, str],
     effects: Effects,
+    kept: Mapping[int, Child] | None = None,
 ) -> None:
-    """Step 3 for one model: decide its change and record it in ``effects``."""
+    """Step 3 for one model: decide its change and record it in ``effects``. ``children``:
+    the instances the change started; ``kept``: the running ones regrouped versions keep
+    (``supervisor.models.regroups``), by instance id."""
     req = s.req
     if plan.error:
         _fail_whole(model, req, s.temp_dir)
         effects.changed.append(model)
         return
-    kids = {v.version: [children[i] for i in v.instance_ids] for v in plan.versions}
+    kept = kept or {}
+    kids = {
+        v.version: [children[i] if i in children else kept[i] for i in v.instance_ids]
+        for v in plan.versions
+    }
     start_errors = {}
     for version, vkids in kids.items():
         err = next((errors[c.name] for c in vkids if c.name in errors), None)
         if err is not None:
             start_errors[version] = err
-    cp = plan_change(model.served(), s.fingerprints, set(kids), start_errors)
-    effects.rollback.extend(c for v in sorted(cp.discard) for c in kids[v])
+    cp = plan_change(model.served(), s.fingerprints, set(kids), start_errors, s.regrouped)
+    effects.rollback.extend(
+        c for v in sorted(cp.discard) for c in kids[v] if c.instance_id in children
+    )
     if cp.outcome is Outcome.FAILED_RELOAD:
         model.failed, model.failed_fingerprints = dict(cp.failed), dict(cp.failed_fingerprints)
         _log_failures(model, start_errors)
@@ -96,11 +110,18 @@ def _apply_changed(
     """Versions start and stop serving: the ``Outcome.CHANGED`` branch of ``apply_plan``."""
     req = s.req
     new = {
-        v.version: ServedVersion(v, kids[v.version], s.fingerprints[v.version])
+        v.version: ServedVersion(
+            v, kids[v.version], s.fingerprints[v.version], s.files.get(v.version, "")
+        )
         for v in plan.versions
-        if v.version in cp.activate
+        if v.version in cp.activate or v.version in cp.regroup
     }
-    effects.activate.extend(v.spec for v in new.values())
+    effects.activate.extend(x.spec for v, x in new.items() if v in cp.activate)
+    for v in sorted(cp.regroup):
+        spec = new[v].spec
+        effects.regroup.append(spec)
+        stay = set(spec.instance_ids)
+        effects.leaving.extend(c for c in model.versions[v].children if c.instance_id not in stay)
     for v, old in list(model.versions.items()):
         if v in cp.retire:
             effects.retire.extend(old.children)
@@ -120,8 +141,11 @@ def _apply_changed(
         req.result = load_failure(req.name, dict(cp.answer_failures))
     model.reason = "" if model.versions else (req.result.message if req.result else "")
     if model.temp_dir is not None and model.temp_dir != s.temp_dir:
-        remove_temp_dir(model.temp_dir)
-    model.temp_dir = s.temp_dir
+        if cp.regroup:
+            model.older_dirs.append(model.temp_dir)  # NOTE: kept instances read there
+        else:
+            remove_temp_dirs(model)
+    model.temp_dir, model.directory = s.temp_dir, s.rm.directory
     effects.changed.append(model)
     if model.versions:
         log.info(
@@ -132,6 +156,13 @@ def _apply_changed(
         )
     else:
         log.warning("model '%s' has no ready version", model.name, extra={"model": model.name})
+
+
+def remove_temp_dirs(model: ServedModel) -> None:
+    """Remove the model's temporary directories (``temp_dir``, ``older_dirs``)."""
+    for d in (model.temp_dir, *model.older_dirs):
+        remove_temp_dir(d)
+    model.temp_dir, model.older_dirs = None, []
 
 
 def _log_failures(model: ServedModel, failed: dict[int, str]) -> None:

@@ -75,6 +75,10 @@ class Staged:
     temp_dir: Path | None
     fingerprints: dict[int, str]
     """Version on disk -> its fingerprint."""
+    files: dict[int, str] = field(default_factory=dict)
+    """Version on disk -> its ``files_fingerprint``."""
+    regrouped: set[int] = field(default_factory=set)
+    """Served versions this load updates in place (``supervisor.models.regroups``)."""
 
 
 def remove_temp_dir(temp_dir: Path | None) -> None:
@@ -88,10 +92,17 @@ def version_fingerprint(model_dir: Path, config: bytes, version: int) -> str:
     version directory and the model directory's other files (``config.pbtxt`` counts only
     through the effective config, so a comment never reloads a model)."""
     digest = hashlib.sha256(config)
-    digest.update(directory_fingerprint(model_dir / str(version)).encode())
-    others = {p.name for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()}
-    digest.update(directory_fingerprint(model_dir, skip={CONFIG_FILENAME, *others}).encode())
+    digest.update(files_fingerprint(model_dir, version).encode())
     return digest.hexdigest()
+
+
+def files_fingerprint(model_dir: Path, version: int) -> str:
+    """The files part of ``version_fingerprint``: the version directory and the model
+    directory's other files (not ``config.pbtxt``, not other versions), by path, size and
+    mtime."""
+    others = {p.name for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()}
+    rest = directory_fingerprint(model_dir, skip={CONFIG_FILENAME, *others})
+    return directory_fingerprint(model_dir / str(version)) + rest
 
 
 def version_dirs(directory: Path) -> set[int]:

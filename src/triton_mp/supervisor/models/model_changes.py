@@ -11,7 +11,9 @@ decides in two steps, as Triton's model_lifecycle.cc does:
    repository poll would retry it forever); it is *carried over* as failed.
 2. ``plan_change``: once the new instances reported ready or failed, what becomes of each
    version: ``activate`` (the new instances serve it), ``keep`` (served, unchanged),
-   ``replace`` (served; its old instances stop once the new ones serve), ``retire`` (served,
+   ``replace`` (served; its old instances stop once the new ones serve), ``regroup`` (served,
+   its config changed only in ``instance_group``: updated in place, ``supervisor.models.
+   regroups``: kept instances go on, added ones join, removed ones stop), ``retire`` (served,
    gone from disk: its instances stop), ``discard`` (newly started, never to serve: kill).
    A reload in which any version failed while the model serves keeps every served version
    as it was (``Outcome.FAILED_RELOAD``).
@@ -82,6 +84,8 @@ class ChangePlan:
     """Served versions that keep their instances."""
     replace: frozenset[int] = frozenset()
     """Served versions restarted with new instances: the old ones stop."""
+    regroup: frozenset[int] = frozenset()
+    """Served versions updated in place: their instance group changes."""
     retire: frozenset[int] = frozenset()
     """Served versions no longer on disk: their instances stop."""
     discard: frozenset[int] = frozenset()
@@ -95,7 +99,7 @@ class ChangePlan:
     @property
     def served(self) -> frozenset[int]:
         """The versions served after the change."""
-        return self.keep | self.activate
+        return self.keep | self.activate | self.regroup
 
 
 def plan_change(
@@ -103,6 +107,7 @@ def plan_change(
     on_disk: Mapping[int, str],
     started: Set[int],
     start_errors: Mapping[int, str],
+    regrouped: Set[int] = frozenset(),
 ) -> ChangePlan:
     """Decide what one model's load does (step 2 of the module docstring).
 
@@ -110,7 +115,10 @@ def plan_change(
         served: the model before the change.
         on_disk: every version the load found -> its fingerprint.
         started: the versions started for it (``versions_to_start``).
-        start_errors: started version -> the first failure among its instances.
+        start_errors: started version -> the first failure among its instances (for a
+            regrouped one, among its added instances).
+        regrouped: the started versions that are served and updated in place
+            (``regroups.in_place``).
     """
     failed = {v: start_errors[v] for v in started if v in start_errors}
     new = frozenset(v for v in started if v not in failed)
@@ -145,12 +153,14 @@ def plan_change(
             answer_failures=carry,
         )
     gone = frozenset(v for v in served.versions if v not in wanted)
-    replaced = frozenset(v for v in served.versions if v in new)
+    regroup = frozenset(v for v in served.versions if v in new and v in regrouped)
+    replaced = frozenset(v for v in served.versions if v in new) - regroup
     return ChangePlan(
         Outcome.CHANGED,
-        activate=new,
-        keep=frozenset(served.versions) - gone - replaced,
+        activate=new - regroup,
+        keep=frozenset(served.versions) - gone - replaced - regroup,
         replace=replaced,
+        regroup=regroup,
         retire=gone,
         discard=frozenset(failed),
         failed={**carry, **failed},

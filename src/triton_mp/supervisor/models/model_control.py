@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import queue
 import threading
 import time
@@ -49,11 +50,16 @@ from triton_mp.ipc.protocol.control_messages import (
     ModelTableUpdate,
     ModelUnloadCall,
 )
-from triton_mp.ipc.protocol.messages import ErrorInfo, InstancesRetired, VersionsActivated
+from triton_mp.ipc.protocol.messages import (
+    ErrorInfo,
+    InstancesRegrouped,
+    InstancesRetired,
+    VersionsActivated,
+)
 from triton_mp.model_config.loader import directory_fingerprint
 from triton_mp.model_config.plan import ModelPlan, plan_models
 from triton_mp.supervisor.models.bls_control import BlsControl, Reply
-from triton_mp.supervisor.models.change_effects import Effects, apply_plan
+from triton_mp.supervisor.models.change_effects import Effects, apply_plan, remove_temp_dirs
 from triton_mp.supervisor.models.ensemble_deps import (
     broken_dependents,
     check_ensembles,
@@ -67,6 +73,7 @@ from triton_mp.supervisor.models.ensemble_deps import (
 from triton_mp.supervisor.models.load_requests import (
     LoadRequest,
     Staged,
+    files_fingerprint,
     load_answer,
     load_failure,
     read_request,
@@ -76,6 +83,7 @@ from triton_mp.supervisor.models.load_requests import (
     version_fingerprint,
 )
 from triton_mp.supervisor.models.model_changes import failed_by_invalid_config, versions_to_start
+from triton_mp.supervisor.models.regroups import find_regroups, plan_regroups
 from triton_mp.supervisor.models.served_models import ServedModel
 from triton_mp.supervisor.processes.children import Child, ChildTable
 from triton_mp.supervisor.processes.frontend_link import Call, FrontendLink
@@ -183,7 +191,7 @@ class ModelControl:
         self._bls.close()
         self._work.put(None)
         for m in self._models.values():
-            remove_temp_dir(m.temp_dir)
+            remove_temp_dirs(m)
 
     # ---------------------------------------------------------------- changes
     def _run(self) -> None:
@@ -334,6 +342,8 @@ class ModelControl:
             s.req.name: set(versions_to_start(self._models[s.req.name].served(), s.fingerprints))
             for s in staged
         }
+        for s in staged:
+            find_regroups(self._models[s.req.name], s, start[s.req.name])
         plans, instances = plan_models(
             [s.rm for s in staged],
             first_instance_id=self._next_id,
@@ -343,9 +353,12 @@ class ModelControl:
         )
         self._next_id += len(instances)
         plan_of = {p.repo.name: p for p in plans}
+        kept: dict[int, Child] = {}
         for s in staged:
             if plan_of[s.req.name].error:
                 s.req.result = ErrorInfo(ErrorCode.INVALID_ARG, plan_of[s.req.name].error)
+            else:
+                kept.update(plan_regroups(self._models[s.req.name], s, plan_of[s.req.name]))
         # NOTE: unserved models show LOADING while starting; served ones stay READY.
         loading = [
             ModelEntry(name=s.req.name, config=b"", ready_versions=(), transition="LOADING")
@@ -354,7 +367,7 @@ class ModelControl:
         ]
         if loading:
             self._link.update(ModelTableUpdate(models=tuple(loading)), ack=False)
-        children = self._instances.start(plans) if instances else {}
+        children = self._instances.start(plans) if any(p.instances for p in plans) else {}
         self._loading |= {s.req.name for s in staged}
         try:
             errors = self._table.await_ready(
@@ -367,7 +380,8 @@ class ModelControl:
         effects = Effects()
         for s in staged:
             self._check_composing(s, plan_of[s.req.name])
-            apply_plan(self._models[s.req.name], s, plan_of[s.req.name], children, errors, effects)
+            model = self._models[s.req.name]
+            apply_plan(model, s, plan_of[s.req.name], children, errors, effects, kept)
         self._commit(effects)
 
     def _reload_orphans(self) -> None:
@@ -411,7 +425,8 @@ class ModelControl:
             return None
         config = rm.config.SerializeToString(deterministic=True)
         fps = {v.version: version_fingerprint(rm.directory, config, v.version) for v in rm.versions}
-        return Staged(req, rm, temp_dir, fps)
+        files = {v.version: files_fingerprint(rm.directory, v.version) for v in rm.versions}
+        return Staged(req, rm, temp_dir, fps, files)
 
     def _refuse(
         self,
@@ -492,9 +507,12 @@ class ModelControl:
             self._instances.discard(fx.rollback)
         # NOTE: the scheduler stops replaced instances on its own once activated; they must
         # not look like deaths to the watch loop.
-        self._table.claim(fx.retire + fx.to_stop)
+        self._table.claim(fx.retire + fx.to_stop + fx.leaving)
         if fx.activate:
             self._send(VersionsActivated(specs=tuple(encode(s) for s in fx.activate)))
+        for spec in fx.regroup:
+            self._send(InstancesRegrouped(spec=encode(spec)))
+        if fx.activate or fx.regroup:
             self._table.release(
                 c for m in fx.changed for v in m.versions.values() for c in v.children
             )
@@ -506,6 +524,8 @@ class ModelControl:
             self._link.update(ModelTableUpdate(models=entries), ack=True)
         if fx.retire:
             self._send(InstancesRetired(instance_ids=tuple(c.instance_id for c in fx.retire)))
+        if fx.leaving:
+            self._free_when_gone(fx.leaving)
         if fx.retire or fx.to_stop:
             self._instances.await_stopped(fx.retire + fx.to_stop)
         # NOTE: a retired version is UNLOADING while its workers finish what they had (as
@@ -515,6 +535,16 @@ class ModelControl:
             m.unloading.clear()
         if drained:
             self._link.update(ModelTableUpdate(models=tuple(m.entry() for m in drained)), ack=True)
+
+    def _free_when_gone(self, children: list[Child]) -> None:
+        """Free what instances a regroup removed had once they exit (the scheduler stops
+        each when its live sequences end, maybe long after the load answered, as 2.51)."""
+
+        def wait() -> None:
+            self._table.await_exit(children, math.inf)
+            self.on_change_thread(lambda: self._instances.await_stopped(children))
+
+        threading.Thread(target=wait, name="regroup-leavers", daemon=True).start()
 
     def _push_bls_table(self) -> None:
         self._instances.push_bls_table(
@@ -564,8 +594,7 @@ class ModelControl:
             m.failed, m.failed_fingerprints = kept[m.name], {}
             m.retired |= set(versions[m.name])
             m.reason, m.unloaded, m.config = reason, True, b""
-            remove_temp_dir(m.temp_dir)
-            m.temp_dir = None
+            remove_temp_dirs(m)
             log.info("model '%s' unloaded (versions %s)", m.name, versions[m.name],
                      extra={"model": m.name})  # fmt: skip
         self._link.update(ModelTableUpdate(models=tuple(m.entry() for m in models)), ack=True)

@@ -24,6 +24,8 @@ class ServedVersion:
     spec: ModelVersionSpec
     children: list[Child]
     fingerprint: str
+    files: str = ""
+    """Its files' ``load_requests.files_fingerprint`` when it was loaded (``regroups``)."""
     reason: str = ""
     """Why an update of this version in place failed (2.51 keeps it READY with that reason
     in RepositoryIndex until the version is loaded anew)."""
@@ -51,6 +53,11 @@ class ServedModel:
     unloaded: bool = False
     temp_dir: Path | None = None
     """Where ``file:`` contents of the load that is served were written."""
+    older_dirs: list[Path] = field(default_factory=list)
+    """Temporary directories of earlier loads whose instances a regroup kept (a restart
+    of one reads its files there): removed with ``temp_dir`` at an unload or replace."""
+    directory: Path | None = None
+    """The model directory the served versions were read from (``regroups.in_place``)."""
     override: tuple[str, str] | None = None
     """``(config JSON, model directory fingerprint)`` of the ``config`` override the served
     versions were loaded with (RepositoryModelLoad's ``config`` parameter), else None."""
