@@ -300,7 +300,7 @@ class Sub(np.ndarray):
     "arr",
     [
         np.arange(6, dtype=np.float32).reshape(2, 3).view(Sub),  # not exactly an ndarray
-        np.arange(512, dtype=np.int16).reshape((2,) * 9),  # more dims than numpy's C path
+        np.arange(512, dtype=np.int16).reshape((2,) * 9),  # nine dims
         np.arange(300, dtype=np.uint8).reshape(3, 100),  # the C path, beside them
     ],
 )

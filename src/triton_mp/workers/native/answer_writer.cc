@@ -280,26 +280,20 @@ PyObject* OfReply(PyObject* to, ReplyField field, PyObject* name) {
   return PyObject_GetAttr(to, name);
 }
 
-// The most dims an output read through numpy's C API may have (more: read through Python).
-constexpr int kArrayDims = 8;
-
 // One output planned: its name and datatype (borrowed: the result dict and the wire table
-// hold them), its shape, and its bytes (`bytes`, `nbytes`: a C-contiguous array's data),
-// read from an exact ndarray through numpy's C API (`array` holds it, `dims` its shape) or
-// from any other object through Python (`shape` its shape tuple, `data` its buffer). An output the
+// hold them), its shape, and its bytes (bytes(), nbytes(): a C-contiguous array's data),
+// read from an exact ndarray through numpy's C API (`array` holds it: its dims and data) or
+// from any other object through Python (`shape` its shape tuple, `data` its buffer). 256
+// bytes: libstdc++'s deque keeps two in one 512-byte node. An output the
 // request asked into a client's region (OutputRegion) also holds that region's key, offset
 // and region_id (borrowed: the request holds them) and the writable mapping the window
 // callable gave for it (`dest`, checked to hold [offset, offset + nbytes)).
 struct Planned {
   PyObject* name = nullptr;
   PyObject* datatype = nullptr;
-  Ref shape;  // nullptr: read through numpy's C API, its shape in `dims`
+  Ref shape;  // nullptr: read through numpy's C API (`array`)
   View data;
   Ref array;
-  int ndim = 0;
-  npy_intp dims[kArrayDims] = {};
-  const char* bytes = nullptr;
-  uint64_t nbytes = 0;
   Ref key;  // nullptr: to the batch's arena block
   Ref region_offset;
   Ref region_id;
@@ -307,7 +301,14 @@ struct Planned {
   View dest;
   Ref alias;  // not nullptr: answered from the request's input block, in this segment
   uint64_t alias_offset = 0;  // at this offset of it
+
+  PyArrayObject* Array() const { return reinterpret_cast<PyArrayObject*>(array.get()); }
+  const char* bytes() const { return array ? PyArray_BYTES(Array()) : data.data(); }
+  uint64_t nbytes() const {
+    return static_cast<uint64_t>(array ? PyArray_NBYTES(Array()) : data.size());
+  }
 };
+static_assert(sizeof(Planned) <= 256, "two Planned in one of libstdc++'s 512-byte deque nodes");
 
 // One member planned: (request_id, version, parameters_json) and its outputs
 // [first, first + count) of the plan's outputs, `to_arena` of them bound for the block.
@@ -343,7 +344,7 @@ Step PlanRegion(PyObject* region, PyObject* window, Planned& t) {
   const unsigned long long room = PyLong_AsUnsignedLongLong(byte_size.get());
   const unsigned long long offset = PyLong_AsUnsignedLongLong(t.region_offset.get());
   if (PyErr_Occurred()) return Step::kDecline;
-  const uint64_t n = t.nbytes;
+  const uint64_t n = t.nbytes();
   if (n > room) return Step::kDecline;
   Ref nbytes(PyLong_FromUnsignedLongLong(n));
   if (nbytes.get() == nullptr) return Step::kError;
@@ -370,8 +371,8 @@ bool PlanAlias(PyObject* req, PyObject* input_buf, Planned& t) {
     PyErr_Clear();
     return false;
   }
-  const auto p = reinterpret_cast<uintptr_t>(t.bytes);
-  const auto n = t.nbytes;
+  const auto p = reinterpret_cast<uintptr_t>(t.bytes());
+  const auto n = t.nbytes();
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(inputs.get()); ++i) {
     PyObject* ref = PyTuple_GET_ITEM(inputs.get(), i);
     Ref region_id(PyObject_GetAttr(ref, g_names.region_id));
@@ -407,8 +408,8 @@ bool PlanAlias(PyObject* req, PyObject* input_buf, Planned& t) {
   return false;
 }
 
-// Output `t` read from `arr`, an exact ndarray of at most kArrayDims dims, through numpy's C
-// API: its datatype (wire_of[arr.dtype]), dims and bytes, as ReadObject reads them (arr.dtype
+// Output `t` read from `arr`, an exact ndarray, through numpy's C API: its datatype
+// (wire_of[arr.dtype]), dims and bytes, as ReadObject reads them (arr.dtype
 // is the array's descr object; numpy exports a C-contiguous buffer of its data and nbytes
 // exactly when NPY_ARRAY_C_CONTIGUOUS is set, for every dtype of wire_of). False (declined)
 // for a dtype not in wire_of or a strided array.
@@ -416,11 +417,9 @@ bool ReadArray(PyObject* arr, PyObject* wire_of, Planned& t) {
   auto* a = reinterpret_cast<PyArrayObject*>(arr);
   t.datatype = PyDict_GetItemWithError(wire_of, reinterpret_cast<PyObject*>(PyArray_DESCR(a)));
   if (t.datatype == nullptr || !PyArray_IS_C_CONTIGUOUS(a)) return false;
-  t.array.reset(Py_NewRef(arr));  // NOTE: Python runs later (window, alloc): keep its data
-  t.ndim = PyArray_NDIM(a);
-  std::copy(PyArray_DIMS(a), PyArray_DIMS(a) + t.ndim, t.dims);
-  t.bytes = PyArray_BYTES(a);
-  t.nbytes = static_cast<uint64_t>(PyArray_NBYTES(a));
+  // NOTE: held: Python runs later (window, alloc), and the array we hold can be neither
+  // resized nor given other data (its shape may be reset in place: the same nbytes).
+  t.array.reset(Py_NewRef(arr));
   return true;
 }
 
@@ -433,10 +432,7 @@ bool ReadObject(PyObject* arr, PyObject* wire_of, Planned& t) {
   if (t.datatype == nullptr) return false;
   t.shape.reset(PyObject_GetAttr(arr, g_names.shape));
   if (t.shape.get() == nullptr || !PyTuple_Check(t.shape.get())) return false;
-  if (!t.data.Get(arr, PyBUF_C_CONTIGUOUS)) return false;
-  t.bytes = t.data.data();
-  t.nbytes = static_cast<uint64_t>(t.data.size());
-  return true;
+  return t.data.Get(arr, PyBUF_C_CONTIGUOUS);
 }
 
 // A member (req, res) planned as _place_all's hot loop places it: every output of `res`
@@ -486,9 +482,7 @@ Step PlanMember(PyObject* req, PyObject* res, PyObject* wire_of, PyObject* param
     if (in == 0) continue;
     Planned& t = outs.emplace_back();
     t.name = name;
-    const bool array = PyArray_CheckExact(arr) &&
-                       PyArray_NDIM(reinterpret_cast<PyArrayObject*>(arr)) <= kArrayDims;
-    if (!(array ? ReadArray(arr, wire_of, t) : ReadObject(arr, wire_of, t))) {
+    if (!(PyArray_CheckExact(arr) ? ReadArray(arr, wire_of, t) : ReadObject(arr, wire_of, t))) {
       return Step::kDecline;
     }
     if (has_regions != 0) {
@@ -502,22 +496,24 @@ Step PlanMember(PyObject* req, PyObject* res, PyObject* wire_of, PyObject* param
         continue;
       }
     }
-    if (input_buf != nullptr && t.nbytes >= kAliasMinBytes &&
+    if (input_buf != nullptr && t.nbytes() >= kAliasMinBytes &&
         PlanAlias(req, input_buf, t)) {
       continue;
     }
     ++member.to_arena;
-    *total += (t.nbytes + kAlign - 1) & ~(kAlign - 1);
+    *total += (t.nbytes() + kAlign - 1) & ~(kAlign - 1);
   }
   member.count = outs.size() - member.first;
   return Step::kOk;
 }
 
-// An output's shape as msgpack: an array of its ints (its dims, or its shape tuple's).
+// An output's shape as msgpack: an array of its ints (its array's dims, or its shape tuple's).
 bool PackShape(Packer& p, const Planned& t) {
   if (t.shape.get() == nullptr) {
-    p.Array(static_cast<size_t>(t.ndim));
-    for (int d = 0; d < t.ndim; ++d) p.Int(static_cast<int64_t>(t.dims[d]));
+    const int rank = PyArray_NDIM(t.Array());
+    const npy_intp* dims = PyArray_DIMS(t.Array());
+    p.Array(static_cast<size_t>(rank));
+    for (int d = 0; d < rank; ++d) p.Int(static_cast<int64_t>(dims[d]));
     return true;
   }
   PyObject* shape = t.shape.get();
@@ -569,11 +565,12 @@ bool Pack(Packer& p, const std::deque<Member>& members, std::deque<Planned>& out
     p.Array(m.count);
     for (size_t i = m.first; i < m.first + m.count; ++i) {
       Planned& t = outs[i];
-      const uint64_t n = t.nbytes;
+      const uint64_t n = t.nbytes();
+      const char* bytes = t.bytes();
       if (t.key.get() != nullptr) {
         // NOTE: PlanRegion checked [offset, offset + n) lies in the mapping; memmove: a
         // model's output may be a view of the same pages through another mapping.
-        if (n != 0) std::memmove(t.dest.data() + t.offset, t.bytes, n);
+        if (n != 0) std::memmove(t.dest.data() + t.offset, bytes, n);
         p.Array(7);
         if (!PackStr(p, t.name) || !PackStr(p, t.datatype) || !PackShape(p, t) ||
             !PackStr(p, t.key.get()) || !PackInt(p, t.region_offset.get())) {
@@ -601,7 +598,7 @@ bool Pack(Packer& p, const std::deque<Member>& members, std::deque<Planned>& out
           PyErr_SetString(PyExc_ValueError, "outputs past the end of the block's segment");
           return false;
         }
-        std::memcpy(dst.data() + pos, t.bytes, n);
+        std::memcpy(dst.data() + pos, bytes, n);
       }
       p.Array(7);
       if (!PackStr(p, t.name) || !PackStr(p, t.datatype) || !PackShape(p, t) ||
