@@ -8,6 +8,7 @@ from __future__ import annotations
 import msgspec
 
 from tests.unit.scheduler_harness import Harness, model_spec
+from tests.unit.test_direct_handoff import DELAYED, NODELAY, FakeLeases, direct, done
 from triton_mp.ipc.memory.notify import Wakeup
 from triton_mp.ipc.protocol.messages import (
     InstancesAdded,
@@ -29,11 +30,11 @@ SEQ = msgspec.structs.replace(
 )
 
 
-def _wiring(instance_id: int) -> InstanceWiring:
+def _wiring(instance_id: int, model: str = "m") -> InstanceWiring:
     return InstanceWiring(
         instance_id=instance_id,
-        name=f"m_{instance_id}",
-        model="m",
+        name=f"{model}_{instance_id}",
+        model=model,
         version=1,
         to_worker_ring=f"/r_s_w{instance_id}",
         to_worker_wakeup=Wakeup("semaphore", f"/w{instance_id}_sem"),
@@ -51,7 +52,7 @@ def _regroup(h: Harness, spec: ModelVersionSpec, ids: tuple[int, ...]) -> None:
     """What the supervisor sends: the added instances, then the version's new list."""
     added = [i for i in ids if i not in spec.instance_ids]
     if added:
-        h.handle(InstancesAdded(instances=tuple(_wiring(i) for i in added)))
+        h.handle(InstancesAdded(instances=tuple(_wiring(i, spec.model) for i in added)))
         h.ready(*added)
     new = msgspec.structs.replace(spec, instance_ids=ids)
     h.handle(InstancesRegrouped(spec=encode(new)))
@@ -124,3 +125,28 @@ def test_an_added_instance_takes_new_sequences() -> None:
     h.request("m", sequence_id=1)
     assert sorted((i, b.requests[0].sequence_id) for i, b in h.dispatch()) == [(10, 1), (20, 2)]
     assert _shutdowns(h) == []
+
+
+def test_a_leaving_instance_s_lease_is_taken_back_and_never_offered_again() -> None:
+    """Only live members of the version are handed requests directly: a frontend that won
+    the leaving instance's lease before the regroup still runs its request there."""
+    h = Harness(models=(NODELAY, DELAYED))
+    leases = FakeLeases()
+    h.core.handoffs.leases = leases
+    h.ready(0, 1)
+    h.dispatch()
+    assert leases.value == {0: 1, 1: 1}
+    assert leases.frontend_take(0)
+    _regroup(h, NODELAY, (1, 5))
+    h.dispatch()
+    assert leases.value == {0: 0, 1: 1, 5: 1}
+    assert _shutdowns(h) == []  # a frontend's batch is on its way to 0
+    req = msgspec.structs.replace(h.request("delayed"), model="nodelay")
+    sent = direct(h, 0, req)
+    h.handle(sent)
+    h.dispatch()
+    assert _shutdowns(h) == []
+    h.handle(done(h, 0, sent.batch_id))
+    h.dispatch()
+    assert _shutdowns(h) == [0]
+    assert leases.value[0] == 0
