@@ -56,22 +56,31 @@ class TritonPythonModel:
                 [pb_utils.Tensor("SUM", np.array([[self.sums[cid]]], np.float32))]))
         return out
 """
-SIDE_BY_SIDE_MODELS = {"r22_seq_sum": PythonModel(CONFIG, MODEL)}
+COUNTED = (
+    CONFIG.replace("r22_seq_sum", "r22_seq_sum_n")
+    + "instance_group [ { count: %d kind: KIND_CPU } ]\n"
+)
+SIDE_BY_SIDE_MODELS = {
+    "r22_seq_sum": PythonModel(CONFIG, MODEL),
+    "r22_seq_sum_n": PythonModel(COUNTED % 1, MODEL),
+}
 """A running sum per sequence, loaded from its config.pbtxt (tests/e2e/conftest.py's
 ``shared_side_by_side`` serves it)."""
 
 START_FIRST = (
-    "inference request for sequence {} to model 'r22_seq_sum' must specify the START flag on "
-    "the first request of the sequence"
+    "inference request for sequence {} to model '{}' must specify the START flag on the first "
+    "request of the sequence"
 )
 
 
-def _step(url: str, sequence_id: int, start: bool = False) -> float | str:
+def _step(
+    url: str, sequence_id: int, start: bool = False, model: str = "r22_seq_sum"
+) -> float | str:
     client = grpcclient.InferenceServerClient(url)
     try:
         inp = grpcclient.InferInput("X", [1, 1], "FP32")
         inp.set_data_from_numpy(np.ones((1, 1), np.float32))
-        result = client.infer("r22_seq_sum", [inp], sequence_id=sequence_id, sequence_start=start)
+        result = client.infer(model, [inp], sequence_id=sequence_id, sequence_start=start)
         return float(result.as_numpy("SUM")[0, 0])
     except InferenceServerException as e:
         return str(e.message())
@@ -79,13 +88,13 @@ def _step(url: str, sequence_id: int, start: bool = False) -> float | str:
         client.close()
 
 
-def _load_config(http_url: str, config: str) -> int:
+def _load_config(http_url: str, config: str, model: str = "r22_seq_sum") -> int:
     as_json = json_format.MessageToJson(
         text_format.Parse(textwrap.dedent(config), model_config_pb2.ModelConfig())
     )
     body = json.dumps({"parameters": {"config": as_json}}).encode()
     req = urllib.request.Request(
-        f"http://{http_url}/v2/repository/models/r22_seq_sum/load", body, method="POST"
+        f"http://{http_url}/v2/repository/models/{model}/load", body, method="POST"
     )
     with urllib.request.urlopen(req, timeout=120) as r:
         return int(r.status)
@@ -103,4 +112,26 @@ def test_a_config_parameter_equal_to_the_file_reloads_only_in_triton(
     assert _step(server.url, sequence_id) == 2.0
     assert _load_config(server.http_url, CONFIG) == 200
     after = _step(server.url, sequence_id)
-    assert after == (START_FIRST.format(sequence_id) if which == "triton" else 3.0)
+    refused = START_FIRST.format(sequence_id, "r22_seq_sum")
+    assert after == (refused if which == "triton" else 3.0)
+
+
+@pytest.mark.parametrize("which", ["triton-mp", "triton"])
+def test_an_instance_count_change_is_in_place_once_the_config_is_a_parameter(
+    shared_side_by_side: dict[str, ServerProcess | RealTriton], which: str
+) -> None:
+    """The first count change through a ``config`` parameter is a source switch too: 2.51
+    reloads the version (the sequence ends); triton-mp updates it in place. From then on both
+    update in place (core ``UpdateInstanceGroup``): a sequence goes on across 2 -> 1."""
+    if which not in shared_side_by_side:
+        pytest.skip("the real Triton 2.51 is not installed (.peers/)")
+    server = shared_side_by_side[which]
+    model = "r22_seq_sum_n"
+    first, second = (2211, 2212) if which == "triton" else (2213, 2214)
+    assert _step(server.url, first, True, model) == 1.0
+    assert _load_config(server.http_url, COUNTED % 2, model) == 200
+    after = _step(server.url, first, model=model)
+    assert after == (START_FIRST.format(first, model) if which == "triton" else 2.0)
+    assert _step(server.url, second, True, model) == 1.0
+    assert _load_config(server.http_url, COUNTED % 1, model) == 200
+    assert _step(server.url, second, model=model) == 2.0
