@@ -6,9 +6,13 @@ CORRID control is TYPE_STRING, whatever the ID: "unexpected number of string ele
 inference input 'CORRID', expecting 1" (the control tensor it builds for the batch slot holds
 two elements). triton-mp gives the model its ID, as 2.51 does for a model without batching
 (tests/e2e/test_r13_sequence_ids.py's ``seq_text``).
+
+And a sequence model with a ``passive`` instance group: 2.51 dies placing a sequence on it.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +21,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers.server import ServerProcess
-from tests.helpers.triton_peer import PythonModel, RealTriton, urls_of
+from tests.helpers.triton_peer import PythonModel, RealTriton, serve_models, urls_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -79,3 +83,49 @@ def test_a_string_corrid_on_a_batching_sequence_model(
         assert result.as_numpy("OUTPUT0").tolist() == [[f"{corrid}|{corrid}".encode()]]
     finally:
         c.close()
+
+
+PASSIVE_CONFIG = """
+backend: "python"
+max_batch_size: 4
+sequence_batching { direct { } }
+instance_group [ { count: 1 kind: KIND_CPU }, { count: 1 kind: KIND_CPU passive: true } ]
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+
+
+SEQUENCES = (1, 2, 3, 4, 5)
+
+
+def test_a_sequence_model_with_a_passive_instance(tmp_path: Path) -> None:
+    """docs/differences.md: 2.51 dies (SIGSEGV) placing a sequence on a sequence model that
+    has a ``passive`` instance group; triton-mp does not act on ``passive`` (warned at load,
+    docs/models.md): its instances serve like any other. Its own pair: 2.51 dies."""
+    with serve_models({"r22_passive": PythonModel(PASSIVE_CONFIG)}, tmp_path) as servers:
+        answered = {}
+        for name, server in sorted(servers.items()):  # Triton first
+            c = grpcclient.InferenceServerClient(server.url)
+            try:
+                # NOTE: five live sequences: more than the 4 slots (max_batch_size) of the
+                # instance that is not passive, so 2.51 must use a passive one
+                for sequence_id in SEQUENCES:
+                    inp = grpcclient.InferInput("INPUT0", [1, 1], "FP32")
+                    inp.set_data_from_numpy(np.full((1, 1), sequence_id, np.float32))
+                    try:
+                        result = c.infer(
+                            "r22_passive", [inp], sequence_id=sequence_id, sequence_start=True
+                        )
+                        answered[name, sequence_id] = float(result.as_numpy("OUTPUT0")[0, 0])
+                    except InferenceServerException:
+                        answered[name, sequence_id] = None
+            finally:
+                c.close()
+        for sequence_id in SEQUENCES:
+            assert answered["triton-mp", sequence_id] == sequence_id
+        ours = servers["triton-mp"]
+        assert ours.proc.poll() is None
+        if "triton" in servers:
+            theirs = servers["triton"]
+            assert theirs.proc.wait(timeout=30) == -11  # SIGSEGV
+            assert None in [answered["triton", i] for i in SEQUENCES]
