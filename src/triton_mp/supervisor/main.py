@@ -19,12 +19,14 @@ object of this server is unlinked.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import socket
 import threading
 import time
+from typing import NoReturn
 
 from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import StartupError
@@ -50,6 +52,12 @@ from triton_mp.supervisor.processes.frontend_link import FrontendLink
 from triton_mp.supervisor.processes.frontend_restart import FrontendRestarts
 from triton_mp.supervisor.processes.health import HEARTBEAT_SLOTS, Health
 from triton_mp.supervisor.processes.instances import Instances
+from triton_mp.supervisor.processes.start_signal import (
+    StartInterrupted,
+    die_by,
+    kill_children,
+    resource_tracker_pid,
+)
 from triton_mp.supervisor.processes.wiring import ServerChannels, Wiring
 
 log = logging.getLogger(__name__)
@@ -116,6 +124,9 @@ class Supervisor:
         self._scheduler_lock = threading.Lock()
         self._to_scheduler: Sender | None = None
         self._drain_frontends = True
+        self._loading = True
+        """Until the models at start have loaded: a signal then ends the start at once
+        (``_abort_start``)."""
         self._stop_deadline: float | None = None
         """``time.monotonic()`` by which everything has stopped (the signal plus
         ``--exit-timeout-secs``); None until a signal."""
@@ -125,29 +136,75 @@ class Supervisor:
 
     # ------------------------------------------------------------------ run
     def run(self) -> int:
-        """Start everything, serve until a signal, shut down. Returns the exit status."""
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._on_signal)
-        self.wiring.sweep_stale()
-        # NOTE: the socket directories of frontends whose server was killed with -9
-        process_dirs.sweep(process_dirs.NATIVE_GRPC)
-        if self.config.heartbeat_timeout_s > 0:
-            board = self.wiring.create_heartbeat_board(HEARTBEAT_SLOTS)
-            self.children.health = Health(board, self.config.heartbeat_timeout_s)
-        cache = self.config.cache
-        if cache is not None and cache.kind == "local":
-            # NOTE: the supervisor keeps no handle: remove_all unlinks it with the rest.
-            self.wiring.create_response_cache(cache.size_bytes).close()
+        """Start everything, serve until a signal, shut down. Returns the exit status; a
+        signal before the models have loaded ends the process by that signal instead
+        (``supervisor.processes.start_signal``)."""
         try:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, self._on_signal)
+            return self._run_and_stop()
+        except StartInterrupted as stop:
+            self._abort_start(stop.signum)
+
+    def _run_and_stop(self) -> int:
+        """``run`` once the handlers are in: the start, serving, the ordered shutdown."""
+        try:
+            self.wiring.sweep_stale()
+            # NOTE: the socket directories of frontends whose server was killed with -9
+            process_dirs.sweep(process_dirs.NATIVE_GRPC)
+            if self.config.heartbeat_timeout_s > 0:
+                board = self.wiring.create_heartbeat_board(HEARTBEAT_SLOTS)
+                self.children.health = Health(board, self.config.heartbeat_timeout_s)
+            cache = self.config.cache
+            if cache is not None and cache.kind == "local":
+                # NOTE: the supervisor keeps no handle: remove_all unlinks it with the rest.
+                self.wiring.create_response_cache(cache.size_bytes).close()
             status = self._run()
-        finally:
-            expired = self._stop_all()
-            self.wiring.remove_all()
-            stop_resource_tracker()
-            log.info("server stopped; shared memory removed")
-        return 1 if expired else status
+        except StartInterrupted:
+            raise  # NOTE: run's _abort_start stops it all, with no drain
+        except BaseException:
+            self._stop_and_clean()
+            raise
+        return 1 if self._stop_and_clean() else status
+
+    def _stop_and_clean(self) -> bool:
+        """The ordered shutdown (``_stop_all``), then unlink this server's shared memory.
+        Returns whether the exit deadline expired."""
+        # NOTE: first: a signal from here on drains (a failed start's shutdown); one before
+        # this line leaves for run's StartInterrupted.
+        self._loading = False
+        expired = self._stop_all()
+        self.wiring.remove_all()
+        stop_resource_tracker()
+        log.info("server stopped; shared memory removed")
+        return expired
+
+    def _abort_start(self, signum: int) -> NoReturn:
+        """A signal before the models loaded: SIGKILL every child (models being loaded
+        included), unlink every shared-memory object and temporary directory of this
+        server, then end by ``signum`` as 2.51 does (``start_signal``)."""
+        log.info("received %s before serving: stopping the start", signal.Signals(signum).name)
+        self.children.stopping = True
+        for c in self.children.children():
+            if c.process is not None and c.process.pid:
+                with contextlib.suppress(OSError):
+                    os.kill(c.process.pid, signal.SIGKILL)
+        tracker = resource_tracker_pid()
+        for pid in kill_children(set() if tracker is None else {tracker}):
+            process_dirs.remove(process_dirs.NATIVE_GRPC, pid)
+        if self.models is not None:
+            self.models.close()
+        self.wiring.remove_all()
+        stop_resource_tracker()
+        die_by(signum)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
+        if self._loading:
+            # NOTE: 2.51 has no handler yet while its models load (start_signal); a second
+            # signal while the start is torn down is ignored.
+            self._loading = False
+            self.children.stopping = True
+            raise StartInterrupted(signum)
         if self.children.stopping:
             return
         self.children.stopping = True
@@ -222,6 +279,9 @@ class Supervisor:
             # NOTE: tritonserver's words (server.cc, exit_on_error); its models unload first
             # too, which _stop_all does.
             raise StartupError("creating server: Internal - failed to load all models")
+        # NOTE: 2.51 installs its signal handler here, before its endpoints start: a signal
+        # from now on drains.
+        self._loading = False
         restarts = FrontendRestarts(
             self.children,
             link,
