@@ -1,7 +1,7 @@
 """A stop signal before the models at start have loaded ends the start by that signal, as
 Triton 2.51 (no handler until its models load: exit status -signum, no drain, no port);
 one after drains within the exit budget as before (``supervisor.processes.start_signal``;
-end to end, side by side with 2.51: tests/e2e/test_r22_signal_at_start.py)."""
+end to end, side by side with 2.51: tests/e2e/test_signal_at_start.py)."""
 
 from __future__ import annotations
 
