@@ -193,7 +193,10 @@ class Supervisor:
         for pid in kill_children(set() if tracker is None else {tracker}):
             process_dirs.remove(process_dirs.NATIVE_GRPC, pid)
         if self.models is not None:
-            self.models.close()
+            try:
+                self.models.close()  # NOTE: its temporary model directories
+            except Exception:  # noqa: BLE001 - the start was cut anywhere: clean up and die
+                log.exception("could not close model control")
         self.wiring.remove_all()
         stop_resource_tracker()
         die_by(signum)
