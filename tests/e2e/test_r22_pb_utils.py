@@ -26,6 +26,8 @@ And a difference kept (docs/differences.md), pinned:
 5. A response whose ``output_tensors`` name one output twice: 2.51 answers both tensors
    under that name (over gRPC tritonclient then fails to read it); triton-mp answers the
    last one alone.
+6. ``pb_utils.Tensor`` of a numpy masked array: 2.51's raises AttributeError ("'numpy.ndarray'
+   object has no attribute 'c_contiguous'"); triton-mp takes its data.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ ARRAYS = {
     "bytes_": lambda: np.array([b"a", b"bc"]),
     "object": lambda: np.array([b"a", b"bc"], dtype=np.object_),
     "bool": lambda: np.array([True, False]),
+    "masked": lambda: np.ma.masked_array(np.arange(3, dtype=np.float32)),
 }
 
 
@@ -72,6 +75,8 @@ class TritonPythonModel:
                 said = "made"
             except pb_utils.TritonModelException as e:
                 said = "refused: " + str(e)
+            except Exception as e:
+                said = f"failed: {type(e).__name__}: {e}"
             out.append(pb_utils.InferenceResponse(
                 [pb_utils.Tensor("SAID", np.array([said.encode()], dtype=np.object_))]))
         return out
@@ -200,6 +205,7 @@ REFUSED = "refused: NumPy dtype is not supported."
         ("bytes_", "made"),
         ("object", "made"),
         ("bool", "made"),
+        ("masked", "made"),
     ],
 )
 def test_a_tensor_of_a_dtype_triton_lacks_is_refused_when_made(
@@ -215,6 +221,9 @@ def test_a_tensor_of_a_dtype_triton_lacks_is_refused_when_made(
         "r22_dtypes",
         {"CASE": np.array([case.encode()], dtype=np.object_)},
     )
+    if case == "masked" and which == "triton":
+        # NOTE: differences.md: 2.51's pb_utils reads a flag numpy's masked arrays lack
+        said = "failed: AttributeError: 'numpy.ndarray' object has no attribute 'c_contiguous'"
     assert result.as_numpy("SAID")[0].decode() == said  # type: ignore[attr-defined]
 
 
