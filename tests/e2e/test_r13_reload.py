@@ -14,7 +14,6 @@ repository on disk, which both servers read, never changes.
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import time
@@ -27,6 +26,13 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from tests.helpers.repo_control import (
+    config_pbtxt,
+    load_with,
+    post,
+    seq_sum_config,
+    seq_sum_source,
+)
 from tests.helpers.repos import write_python_model
 from tests.helpers.server import ServerProcess
 from tests.helpers.triton_peer import RealTriton, side_by_side
@@ -63,60 +69,10 @@ ensemble_scheduling { step [ { model_name: "ident_py" model_version: -1
   input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "OUT" } } ] }
 """
 """ident_ens: one step, ident_py."""
-START = {"kind": "CONTROL_SEQUENCE_START", "fp32_false_true": [0, 1]}
-CORRID = {"kind": "CONTROL_SEQUENCE_CORRID", "data_type": "TYPE_UINT64"}
-SEQ_CONFIG = {
-    "backend": "python",
-    "max_batch_size": 4,
-    "input": [{"name": "INPUT0", "data_type": "TYPE_INT32", "dims": [1]}],
-    "output": [{"name": "OUTPUT0", "data_type": "TYPE_INT32", "dims": [1]}],
-    "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
-    "sequence_batching": {
-        "max_sequence_idle_microseconds": 60000000,
-        "oldest": {"max_candidate_sequences": 4},
-        "control_input": [
-            {"name": "START", "control": [START]},
-            {"name": "CORRID", "control": [CORRID]},
-        ],
-    },
-}
-SEQ = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.sums = {}
-
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = int(pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy().reshape(-1)[0])
-            start = pb_utils.get_input_tensor_by_name(r, "START").as_numpy().reshape(-1)[0]
-            key = int(pb_utils.get_input_tensor_by_name(r, "CORRID").as_numpy().reshape(-1)[0])
-            self.sums[key] = (0 if start else self.sums.get(key, 0)) + x
-            y = np.array([[self.sums[key]]], np.int32)
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", y)]))
-        return out
-"""
+SEQ_CONFIG = seq_sum_config()
+SEQ = seq_sum_source()
 """seq_sum: a sequence model (Oldest, numeric CORRID) that answers each sequence's running sum,
 kept in its instance."""
-
-
-def _pbtxt(config: dict) -> str:
-    """``config`` (Triton's JSON form, the fields used here) as a config.pbtxt."""
-
-    def value(v: object) -> str:
-        if isinstance(v, dict):
-            return "{ " + " ".join(f"{k}: {value(x)}" for k, x in v.items()) + " }"
-        if isinstance(v, list):
-            return "[ " + ", ".join(value(x) for x in v) + " ]"
-        if isinstance(v, str) and (v.startswith(("TYPE_", "KIND_", "CONTROL_"))):
-            return v
-        return json.dumps(v)
-
-    return "\n".join(f"{k}: {value(v)}" for k, v in config.items()) + "\n"
 
 
 @pytest.fixture(scope="module")
@@ -124,9 +80,9 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
     """``triton-mp`` always, ``triton`` when the real Triton is installed, explicit model
     control with every model loaded."""
     repo = tmp_path_factory.mktemp("reload") / "repo"
-    write_python_model(repo, "ident_py", _pbtxt(IDENT_CONFIG), IDENT)
-    write_python_model(repo, "plain_py", _pbtxt(IDENT_CONFIG), IDENT)
-    write_python_model(repo, "seq_sum", _pbtxt(SEQ_CONFIG), SEQ)
+    write_python_model(repo, "ident_py", config_pbtxt(IDENT_CONFIG), IDENT)
+    write_python_model(repo, "plain_py", config_pbtxt(IDENT_CONFIG), IDENT)
+    write_python_model(repo, "seq_sum", config_pbtxt(SEQ_CONFIG), SEQ)
     (repo / "ident_ens" / "1").mkdir(parents=True)
     (repo / "ident_ens" / "config.pbtxt").write_text(ENSEMBLE)
     flags = ("--model-control-mode=explicit", "--load-model=*")
@@ -135,28 +91,14 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
 
 
 def _post(server: Server, path: str, body: dict) -> tuple[int, str]:
-    req = urllib.request.Request(
-        f"http://{server.http_url}{path}", data=json.dumps(body).encode(), method="POST"
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+    status, text = post(server.http_url, path, body)
+    return status, text.decode()
 
 
 def _load(server: Server, model: str, config: dict | None = None, source: str = IDENT) -> int:
     """RepositoryModelLoad of ``model``: from the repository, or with ``config`` and
     ``source`` as its 1/model.py. Returns the HTTP status."""
-    body: dict = {}
-    if config is not None:
-        body = {
-            "parameters": {
-                "config": json.dumps(config),
-                "file:1/model.py": base64.b64encode(source.encode()).decode(),
-            }
-        }
-    return _post(server, f"/v2/repository/models/{model}/load", body)[0]
+    return load_with(server.http_url, model, config, source if config is not None else None)
 
 
 def _get(server: Server, path: str) -> tuple[int, bytes]:

@@ -13,14 +13,13 @@ UNAVAILABLE with the reason "Invalid argument: <why>". A model that serves keeps
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 
 import grpc
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pbg
 
+from tests.helpers.repo_control import post_json
 from tests.helpers.server import ServerProcess
 from tests.helpers.triton_peer import PythonModel, RealTriton
 
@@ -59,15 +58,7 @@ def _bad_config() -> str:
 
 
 def _post(server: Server, path: str, body: object) -> tuple[int, object]:
-    req = urllib.request.Request(
-        f"http://{server.http_url}{path}", json.dumps(body).encode(), method="POST"
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            text = r.read()
-            return r.status, json.loads(text) if text else None
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    return post_json(server.http_url, path, body)
 
 
 def _load(server: Server, config: str | None = None) -> tuple[int, object]:

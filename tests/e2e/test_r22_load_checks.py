@@ -17,12 +17,11 @@ the load).
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.repo_control import post_json
 from tests.helpers.server import ServerProcess
 from tests.helpers.triton_peer import PythonModel, RealTriton, serve_models
 
@@ -59,15 +58,7 @@ def _config(label_filename: str) -> str:
 
 
 def _post(server: Server, path: str, body: object, timeout_s: float = 120) -> tuple[int, object]:
-    req = urllib.request.Request(
-        f"http://{server.http_url}{path}", json.dumps(body).encode(), method="POST"
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
-            text = r.read()
-            return r.status, json.loads(text) if text else None
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    return post_json(server.http_url, path, body, timeout_s)
 
 
 def _load(server: Server, config: str | None = None) -> tuple[int, object]:

@@ -9,7 +9,6 @@ every time), so the repository on disk, which both servers read, never changes.
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
 import time
@@ -22,6 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from tests.helpers.repo_control import config_pbtxt, load_with, seq_sum_config, seq_sum_source
 from tests.helpers.repos import write_python_model
 from tests.helpers.server import ServerProcess
 from tests.helpers.triton_peer import RealTriton, side_by_side
@@ -30,8 +30,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 Server = ServerProcess | RealTriton
 
-START = {"kind": "CONTROL_SEQUENCE_START", "fp32_false_true": [0, 1]}
-CORRID = {"kind": "CONTROL_SEQUENCE_CORRID", "data_type": "TYPE_UINT64"}
 IO = {
     "input": [{"name": "INPUT0", "data_type": "TYPE_INT32", "dims": [1]}],
     "output": [
@@ -39,43 +37,8 @@ IO = {
         {"name": "PID", "data_type": "TYPE_INT32", "dims": [1]},
     ],
 }
-SEQ_CONFIG = {
-    "backend": "python",
-    "max_batch_size": 4,
-    **IO,
-    "instance_group": [{"count": 2, "kind": "KIND_CPU"}],
-    "sequence_batching": {
-        "max_sequence_idle_microseconds": 60000000,
-        "oldest": {"max_candidate_sequences": 4},
-        "control_input": [
-            {"name": "START", "control": [START]},
-            {"name": "CORRID", "control": [CORRID]},
-        ],
-    },
-}
-SEQ = """
-import os
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.sums = {}
-
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = int(pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy().reshape(-1)[0])
-            start = pb_utils.get_input_tensor_by_name(r, "START").as_numpy().reshape(-1)[0]
-            key = int(pb_utils.get_input_tensor_by_name(r, "CORRID").as_numpy().reshape(-1)[0])
-            self.sums[key] = (0 if start else self.sums.get(key, 0)) + x
-            y = np.array([[self.sums[key]]], np.int32)
-            pid = pb_utils.Tensor("PID", np.array([[os.getpid()]], np.int32))
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", y), pid]))
-        return out
-"""
+SEQ_CONFIG = seq_sum_config(("OUTPUT0", "PID"), count=2)
+SEQ = seq_sum_source(with_pid=True)
 """seq_pid: each sequence's running sum, kept in its instance, and the instance's pid."""
 DYN_CONFIG = {
     "backend": "python",
@@ -105,28 +68,13 @@ class TritonPythonModel:
 """dyn_pid: a dynamic batcher model that sleeps INPUT0 ms per request and answers its pid."""
 
 
-def _pbtxt(config: dict) -> str:
-    """``config`` (Triton's JSON form, the fields used here) as a config.pbtxt."""
-
-    def value(v: object) -> str:
-        if isinstance(v, dict):
-            return "{ " + " ".join(f"{k}: {value(x)}" for k, x in v.items()) + " }"
-        if isinstance(v, list):
-            return "[ " + ", ".join(value(x) for x in v) + " ]"
-        if isinstance(v, str) and (v.startswith(("TYPE_", "KIND_", "CONTROL_"))):
-            return v
-        return json.dumps(v)
-
-    return "\n".join(f"{k}: {value(v)}" for k, v in config.items()) + "\n"
-
-
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Server]]:
     """``triton-mp`` always, ``triton`` when the real Triton is installed, explicit model
     control with both models loaded."""
     repo = tmp_path_factory.mktemp("regroup") / "repo"
-    write_python_model(repo, "seq_pid", _pbtxt(SEQ_CONFIG), SEQ)
-    write_python_model(repo, "dyn_pid", _pbtxt(DYN_CONFIG), DYN)
+    write_python_model(repo, "seq_pid", config_pbtxt(SEQ_CONFIG), SEQ)
+    write_python_model(repo, "dyn_pid", config_pbtxt(DYN_CONFIG), DYN)
     flags = ("--model-control-mode=explicit", "--load-model=*")
     with side_by_side(repo, tmp_path_factory.mktemp("logs"), *flags) as found:
         yield found
@@ -134,22 +82,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
 
 def _load(server: Server, model: str, config: dict, source: str) -> int:
     """RepositoryModelLoad of ``model`` with ``config`` and ``source`` as its 1/model.py."""
-    body = {
-        "parameters": {
-            "config": json.dumps(config),
-            "file:1/model.py": base64.b64encode(source.encode()).decode(),
-        }
-    }
-    req = urllib.request.Request(
-        f"http://{server.http_url}/v2/repository/models/{model}/load",
-        data=json.dumps(body).encode(),
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as e:
-        return int(e.code)
+    return load_with(server.http_url, model, config, source)
 
 
 def _count(config: dict, n: int) -> dict:
