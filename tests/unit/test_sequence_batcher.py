@@ -316,6 +316,31 @@ def test_cancel_and_drain_find_requests_in_slots_and_backlog() -> None:
     assert f.sched.drain_queue() == [a]
 
 
+def test_a_cancelled_backlogged_start_leaves_no_empty_backlog_entry() -> None:
+    """r23 (session 18): a backlogged START cancelled by its client's deadline left an empty
+    backlog queue; the next ``expire`` read its first item and the scheduler died."""
+    f = direct(mbs=1)
+    f.send("a", START)
+    b = f.send("b", START, timeout_us=100)
+    assert isinstance(b, Queued)
+    f.pop()
+    assert f.sched.cancel(b.key) is b
+    f.clock.advance_us(200)
+    assert f.sched.next_deadline_ns() is None or f.sched.next_deadline_ns() >= 0
+    assert f.sched.expire(f.clock.now_ns()) == []
+    assert f.sched.queue_depth() == 0
+    # the sequence never started: a later request of it needs START, and one is served
+    assert isinstance(f.send("b"), Rejection)
+    f.send("a", END)
+    f.send("c", START)
+    f.done(0)
+    batches = f.pop()
+    assert [c for batch in batches for c in _corrids(batch)] == ["a"]
+    f.done(0)
+    (batch,) = f.pop()
+    assert _corrids(batch) == ["c"]
+
+
 # --------------------------------------------------------------------------- Oldest
 
 

@@ -218,12 +218,19 @@ class SequenceBatcher:
         return None
 
     def cancel(self, key: Hashable) -> Queued | None:
-        """Remove the queued request ``key``; None when it is not queued."""
-        queues = [s.queue for s in self._active.values()] + list(self._backlog.values())
-        for q in queues:
+        """Remove the queued request ``key``; None when it is not queued. A backlogged
+        sequence left with no request is dropped from the backlog (it never started)."""
+        for s in self._active.values():
+            for item in s.queue:
+                if item.key == key:
+                    s.queue.remove(item)
+                    return item
+        for corrid, q in self._backlog.items():
             for item in q:
                 if item.key == key:
                     q.remove(item)
+                    if not q:
+                        del self._backlog[corrid]
                     return item
         return None
 
