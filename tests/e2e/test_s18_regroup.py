@@ -10,8 +10,6 @@ every time), so the repository on disk, which both servers read, never changes.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import threading
 import time
 import urllib.error
@@ -23,13 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers.repo_control import (
-    config_pbtxt,
-    load_with,
-    post,
-    seq_sum_config,
-    seq_sum_source,
-)
+from tests.helpers.repo_control import config_pbtxt, load_with, seq_sum_config, seq_sum_source
 from tests.helpers.repos import write_python_model
 from tests.helpers.server import ServerProcess
 from tests.helpers.triton_peer import RealTriton, side_by_side
@@ -250,67 +242,3 @@ def test_a_dynamic_batcher_under_load_loses_no_request_across_changes(
             assert _stats(server, "dyn_pid")[0] == before + len(answers), name
         finally:
             _load(server, "dyn_pid", DYN_CONFIG, DYN)
-
-
-CFG = """
-import json
-import os
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        groups = json.loads(args["model_config"])["instance_group"]
-        self.count = sum(g["count"] for g in groups)
-
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-            n = pb_utils.Tensor("OUTPUT0", np.full(x.shape, self.count, np.int32))
-            pid = pb_utils.Tensor("PID", np.full(x.shape, os.getpid(), np.int32))
-            out.append(pb_utils.InferenceResponse([n, pid]))
-        return out
-"""
-"""cfg_pid: the instance count its ``args['model_config']`` gave ``initialize``, and its pid."""
-
-
-def _count_and_pid(server: Server) -> tuple[int, int] | str:
-    t = grpcclient.InferInput("INPUT0", [1, 1], "INT32")
-    t.set_data_from_numpy(np.zeros((1, 1), np.int32))
-    with grpcclient.InferenceServerClient(server.url) as c:
-        try:
-            r = c.infer("cfg_pid", [t], client_timeout=60)
-        except InferenceServerException as e:
-            return f"{e.status()}: {e.message()}"
-    return int(r.as_numpy("OUTPUT0")[0][0]), int(r.as_numpy("PID")[0][0])
-
-
-def test_a_kept_instance_restarted_after_a_change_reads_the_new_config(
-    servers: dict[str, Server],
-) -> None:
-    """triton-mp only (its supervisor restarts a dead worker): a kept instance whose process
-    dies after an in-place change comes back with the config the model is served with now,
-    as every instance started since the change does."""
-    server = servers["triton-mp"]
-    try:
-        assert _load(server, "cfg_pid", _count(DYN_CONFIG, 2), CFG) == 200
-        pids = {_count_and_pid(server) for _ in range(8)}
-        assert {p[0] for p in pids if isinstance(p, tuple)} == {2}, pids
-        assert _load(server, "cfg_pid", _count(DYN_CONFIG, 1), CFG) == 200
-        kept = _count_and_pid(server)
-        assert isinstance(kept, tuple), kept
-        assert kept[0] == 2, kept  # the same process, untouched
-        os.kill(kept[1], signal.SIGKILL)
-        deadline = time.monotonic() + 60
-        while True:
-            got = _count_and_pid(server)
-            if isinstance(got, tuple) and got[1] != kept[1]:
-                break
-            assert time.monotonic() < deadline, got
-            time.sleep(0.2)
-        assert got[0] == 1, got
-    finally:
-        post(server.http_url, "/v2/repository/models/cfg_pid/unload", {})

@@ -511,7 +511,6 @@ class ModelControl:
         if fx.activate:
             self._send(VersionsActivated(specs=tuple(encode(s) for s in fx.activate)))
         for spec in fx.regroup:
-            self._instances.respec_model(spec)
             self._send(InstancesRegrouped(spec=encode(spec)))
         if fx.activate or fx.regroup:
             self._table.release(

@@ -344,15 +344,6 @@ class Instances:
             x.respec(msgspec.structs.replace(x.spec, bls=bls))
             self._send_bls([(i, BlsWorkerUpdate(instance_id=i, seq=self._bls_seq, models=table))])
 
-    def respec_model(self, model: ModelVersionSpec) -> None:
-        """A version's config changed in place (``InstancesRegrouped``): its running
-        instances restart from ``model`` from now on: the config the instances started for
-        the change read (one config per served version, as core keeps one per model)."""
-        for i in model.instance_ids:
-            x = self._wired.get(i)
-            if x is not None:
-                x.respec(msgspec.structs.replace(x.spec, model=model))
-
     def drop_segments(
         self, prefix: str, holder: int = 0, frontend_id: int = -1, requests_below: int = 0
     ) -> None:
