@@ -16,13 +16,10 @@ import pytest
 
 import triton_mp.supervisor.main as supervisor_main
 from triton_mp.cli.main import config_from_flags, parse_flags
+from triton_mp.common.process.proc_tree import direct_children
 from triton_mp.ipc.memory.shm import list_objects
 from triton_mp.supervisor.main import Supervisor
-from triton_mp.supervisor.processes.start_signal import (
-    StartInterrupted,
-    direct_children,
-    kill_children,
-)
+from triton_mp.supervisor.processes.start_signal import StartInterrupted, kill_children
 
 
 class _Died(Exception):

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 import msgspec
 
 from triton_mp.analyze.sweep.results import ProcessMemory
+from triton_mp.common.process.proc_tree import children_by_parent
 
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 TITLE_PREFIX = "triton-mp: "
@@ -66,24 +67,9 @@ def _read(pid: int) -> tuple[int, int, list[str], int] | None:
     return int(fields[1]), int(fields[11]) + int(fields[12]), argv, rss
 
 
-def _children() -> dict[int, list[int]]:
-    """ppid -> pids of every process on the machine."""
-    out: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        out.setdefault(ppid, []).append(int(entry))
-    return out
-
-
 def snapshot(root: int) -> list[ProcessSample]:
     """Every live process of the tree under ``root`` (``root`` first), read once."""
-    children = _children()
+    children = children_by_parent()
     out: list[ProcessSample] = []
     todo = [root]
     while todo:

@@ -19,8 +19,9 @@ import logging
 import os
 import signal
 import sys
-from pathlib import Path
 from typing import NoReturn
+
+from triton_mp.common.process.proc_tree import direct_children
 
 log = logging.getLogger(__name__)
 
@@ -38,26 +39,6 @@ class StartInterrupted(BaseException):  # noqa: N818 - a signal, not an error
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
-
-
-def direct_children(parent: int) -> list[int]:
-    """The PIDs whose parent is ``parent``, from Linux's ``/proc/<pid>/stat`` ([] where
-    there is no ``/proc``)."""
-    pids: list[int] = []
-    with contextlib.suppress(OSError), os.scandir("/proc") as entries:
-        for entry in entries:
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = Path(entry.path, "stat").read_text()
-            except OSError:
-                continue  # NOTE: it exited meanwhile
-            # NOTE: field 2, the command in parentheses, may hold spaces and ')': the fields
-            # after the last ')' are state, ppid, ...
-            fields = stat[stat.rfind(")") + 2 :].split()
-            if len(fields) > 1 and int(fields[1]) == parent:
-                pids.append(int(entry.name))
-    return pids
 
 
 def kill_children(exclude: set[int]) -> list[int]:
