@@ -49,6 +49,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,16 @@ from native_check import require_native
 from native_floor import NativeFloor
 from vs_triton_chart import write_chart
 from vs_triton_ort import instance_waits, raw_ort_record
+from vs_triton_pinned import (
+    CLIENT_CPUS,
+    PINNED_ORT_CONFIGS,
+    PINNED_SIDES,
+    core_shares,
+    cpu_ticks,
+    off_pin,
+    pinned,
+    thread_affinities,
+)
 from vs_triton_report import print_report, summarise
 from vs_triton_rerun import rerun_line, rerun_round, unstable_sides
 from vs_triton_workloads import (
@@ -130,9 +141,18 @@ def start_server(
             args.base_src if side == "triton-mp base" else args.mp_src,
             SIDE_ARGS.get(side),
         )
-    print(f"  {side}: {server.info['cmd']}", flush=True)
+    cpus = PINNED_SIDES.get(side)
+    print(
+        f"  {side}: {server.info['cmd']}" + (f" (pinned to cpus {sorted(cpus)})" if cpus else ""),
+        flush=True,
+    )
     try:
-        failed = server.start(models)
+        if cpus is None:
+            failed = server.start(models)
+        else:
+            with pinned(cpus):  # the server's processes and threads inherit the pin
+                failed = server.start(models)
+            check_pin(server, cpus)
     except BenchError as e:
         print(f"  {side}: ERROR: {e}", flush=True)
         return server, {}, str(e)
@@ -143,6 +163,26 @@ def start_server(
         flush=True,
     )
     return server, failed, None
+
+
+def check_pin(server: ManagedServer, cpus: frozenset[int]) -> None:
+    """Raise BenchError when a thread of the started server's tree may run outside ``cpus``
+    (the supervisor, frontends, scheduler and workers inherit the pin at their start; a host
+    policy or a library that sets its own affinity would escape it)."""
+    assert server.pid is not None
+    affinities = thread_affinities(server.pid)
+    bad = off_pin(affinities, cpus)
+    server.info["pinned_cpus"] = sorted(cpus)
+    server.info["pinned_threads"] = len(affinities)
+    if bad:
+        raise BenchError(
+            f"{len(bad)} of {len(affinities)} threads not on cpus {sorted(cpus)}: "
+            + "; ".join(bad[:5])
+        )
+    print(
+        f"  checked: all {len(affinities)} threads of the server's tree on cpus {sorted(cpus)}",
+        flush=True,
+    )
 
 
 class _Round:
@@ -233,10 +273,30 @@ class _Round:
 
     def measure(self, w: Workload, side: str) -> dict[str, Any]:
         """One side's record for one workload: a perf_analyzer run, raw onnxruntime, or the
-        error that kept it from running."""
+        error that kept it from running. A pinned side (``vs_triton_pinned``) runs raw
+        onnxruntime in this thread on its core, or pa_run.py and perf_analyzer on
+        ``CLIENT_CPUS``; its record gets ``core_shares``, each CPU's busy / idle / steal
+        share while it ran."""
         args = self.args
+        if side not in PINNED_SIDES:
+            if side in SERVERLESS:
+                return raw_ort_record(args, args.window_ms / 2000)
+            return self.run_server(w, side)
+        ticks, cpu0, t0 = cpu_ticks(), time.process_time(), time.monotonic()
         if side in SERVERLESS:
-            return raw_ort_record(args, args.window_ms / 2000)
+            with pinned(PINNED_SIDES[side]):
+                rec = raw_ort_record(args, args.window_ms / 2000, PINNED_ORT_CONFIGS)
+            rec["own_cores"] = round((time.process_time() - cpu0) / (time.monotonic() - t0), 3)
+        else:
+            with pinned(CLIENT_CPUS):
+                rec = self.run_server(w, side)
+        rec["core_shares"] = core_shares(ticks, cpu_ticks())
+        return rec
+
+    def run_server(self, w: Workload, side: str) -> dict[str, Any]:
+        """One perf_analyzer run of ``w`` against ``side``'s server (started again first if
+        it died), with its instances' wait shares on an ocr_cls workload."""
+        args = self.args
         self.restart_if_dead(side, w)
         if side in self.start_errors:
             return {"error": f"{side} did not start: {common.last_line(self.start_errors[side])}"}
@@ -246,7 +306,7 @@ class _Round:
         extra = [] if args.stability_percentage is None else ["-s", str(args.stability_percentage)]
         server = self.servers[side]
         waits = None
-        if "onnxruntime" in w.sides and server.pid is not None:
+        if any(s in SERVERLESS for s in w.sides) and server.pid is not None:
             waits = instance_waits(server.pid, m)
         rec = run_pa(
             w,

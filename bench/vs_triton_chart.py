@@ -23,6 +23,8 @@ COLORS = {
     "native floor": "#555555",
     "identity floor": "#c8c8c8",
     "onnxruntime": "#e0a040",
+    "triton-mp core0": "#4f9fd8",
+    "onnxruntime core0": "#f0c070",
 }
 """Each side's bar colour."""
 
@@ -39,6 +41,8 @@ def side_labels(mp_name: str) -> dict[str, str]:
         "native floor": "native floor (peers/native_floor, C++ libgrpc++)",
         "identity floor": "identity floor (floor_identity.py)",
         "onnxruntime": "raw onnxruntime, best batched (ocr_cls; p99 per batch)",
+        "triton-mp core0": mp_name + " on core 0 (perf_analyzer on core 1)",
+        "onnxruntime core0": "raw onnxruntime on core 0, one thread, best batch",
     }
 
 

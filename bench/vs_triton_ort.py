@@ -26,9 +26,14 @@ session's spinning threads collapse when anything else runs on the machine (650 
 throughput then, and on a quiet machine they are a best of their own, not a lesser figure."""
 
 
-def raw_ort_record(args: argparse.Namespace, seconds: float) -> dict[str, Any]:
+def raw_ort_record(
+    args: argparse.Namespace,
+    seconds: float,
+    configs: tuple[tuple[int, int | None], ...] = RAW_ORT_CONFIGS,
+) -> dict[str, Any]:
     """Raw onnxruntime on ocr_cls's ONNX file, in this process (the servers idle): each of
-    ``RAW_ORT_CONFIGS`` at batch sizes ``ORT_BATCHES``. A pa_run-shaped record:
+    ``configs`` (default ``RAW_ORT_CONFIGS``) at batch sizes ``ORT_BATCHES``. A pa_run-shaped
+    record:
     ``throughput`` the best images/s, p50/p99 of that configuration's ``session.run`` calls
     (per batch, µs), CPU per image (this process's CPU time / images); ``one_thread_cpu_us``:
     batch size -> CPU µs per image of one session with one intra-op thread alone, what the
@@ -40,7 +45,7 @@ def raw_ort_record(args: argparse.Namespace, seconds: float) -> dict[str, Any]:
     import ocr_cls_ort
 
     rows: list[dict[str, Any]] = []
-    for n_sessions, threads in RAW_ORT_CONFIGS:
+    for n_sessions, threads in configs:
         group = ocr_cls_ort.sessions(str(args.ort_model), n_sessions, threads)
         name = group[0].get_inputs()[0].name
         for b in ORT_BATCHES:
@@ -90,19 +95,23 @@ def raw_ort_record(args: argparse.Namespace, seconds: float) -> dict[str, Any]:
 
 
 def outside_ort(
-    by_round: dict[int, dict[str, dict[str, Any]]], sides: tuple[str, ...], sessions: int = 1
+    by_round: dict[int, dict[str, dict[str, Any]]],
+    sides: tuple[str, ...],
+    sessions: int = 1,
+    raw_side: str = "onnxruntime",
 ) -> dict[str, dict[str, Any]]:
     """ocr_cls: each triton-mp side's CPU µs per image outside onnxruntime, per round and
     median: its whole tree's figure less the model's own, raw ORT with one intra-op thread
     (as a worker runs it) at the batch size nearest the server's average batch. ``sessions``
     2 (the 2-core config's two instances): less the figure of two such sessions running at
     once (``two_session_cpu_us``), since two instances share L3 and memory bandwidth and
-    each pays more per image than one alone; a record without it falls back to one alone."""
+    each pays more per image than one alone; a record without it falls back to one alone.
+    ``raw_side``: the side whose records hold raw ORT's figures (the pinned workloads' own)."""
     out: dict[str, dict[str, Any]] = {}
     for side in (x for x in sides if x.startswith("triton-mp")):
         vals = []
         for i in sorted(by_round):
-            rec, raw = by_round[i].get(side, {}), by_round[i].get("onnxruntime", {})
+            rec, raw = by_round[i].get(side, {}), by_round[i].get(raw_side, {})
             one = (sessions == 2 and raw.get("two_session_cpu_us")) or raw.get("one_thread_cpu_us")
             if rec.get("cpu_us_per_infer") is None or not one:
                 continue
@@ -135,6 +144,8 @@ def goal_budget(
     best_ort: float | None,
     cpus: int,
     goal: float = OCR_GOAL,
+    sides: tuple[str, str] = ("triton-mp", "onnxruntime"),
+    client_shares: bool = True,
 ) -> dict[str, Any] | None:
     """What serving ``goal`` x raw onnxruntime's best (``best_ort`` images/s) leaves the
     workers on ``cpus`` cores: at that rate the machine gives ``cpus`` x 1e6 / rate CPU µs
@@ -150,7 +161,7 @@ def goal_budget(
     budget = cpus * 1e6 / rate
     pa, rest, workers, raw = [], [], [], []
     for i in sorted(by_round):
-        rec, ort = by_round[i].get("triton-mp", {}), by_round[i].get("onnxruntime", {})
+        rec, ort = by_round[i].get(sides[0], {}), by_round[i].get(sides[1], {})
         roles = rec.get("roles") or {}
         if not rec.get("throughput") or (roles.get("worker") or {}).get("cpu_us") is None:
             continue
@@ -161,12 +172,13 @@ def goal_budget(
             raw.append(ort["cpu_us_per_infer"])
     if not workers:
         return None
-    allowed = budget - med(pa) - med(rest)
+    pa_us = med(pa) if client_shares else None
+    allowed = budget - (pa_us or 0.0) - med(rest)
     return {
         "goal": goal,
         "rate": round(rate, 1),
         "budget_us": round(budget, 1),
-        "pa_us": round(med(pa), 1),
+        "pa_us": None if pa_us is None else round(pa_us, 1),
         "others_us": round(med(rest), 1),
         "workers_allowed_us": round(allowed, 1),
         "workers_allowed_cores": round(allowed * rate / 1e6, 2),
@@ -178,9 +190,14 @@ def goal_budget(
 def goal_budget_line(label: str, b: dict[str, Any], cpus: int) -> str:
     """The printed sentence of a ``goal_budget`` record."""
     raw = "-" if b["raw_ort_us"] is None else f"{b['raw_ort_us']:.0f}"
+    pa = (
+        "perf_analyzer (on other cores) 0"
+        if b["pa_us"] is None
+        else f"perf_analyzer {b['pa_us']:.0f}"
+    )
     return (
-        f"{label}: at {b['goal']}x raw ORT's best ({b['rate']:.0f} img/s) {cpus} cores give "
-        f"{b['budget_us']:.0f} us per image; perf_analyzer {b['pa_us']:.0f} + triton-mp's "
+        f"{label}: at {b['goal']}x raw ORT's best ({b['rate']:.0f} img/s) {cpus} core(s) give "
+        f"{b['budget_us']:.0f} us per image; {pa} + triton-mp's "
         f"roles but its workers {b['others_us']:.0f} leave the workers "
         f"{b['workers_allowed_us']:.0f} us per image ({b['workers_allowed_cores']:.2f} cores, "
         f"no core idle); they spent {b['workers_us']:.0f}, raw ORT at its best {raw} "

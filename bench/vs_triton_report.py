@@ -13,22 +13,24 @@ from common import (
     fmt,
     med,
 )
-from vs_triton_ort import goal_budget, goal_budget_line, outside_ort
+from vs_triton_ort import OCR_GOAL, goal_budget, goal_budget_line, outside_ort
+from vs_triton_pinned import PINNED_ORT, PINNED_SERVER, SERVER_CPUS, pinned_lines, pinned_rounds
 from vs_triton_rerun import rerun_summary
-from vs_triton_workloads import FLOORS, OCR_2CORE_MODEL, PAIR, RATIOS, Workload
+from vs_triton_workloads import FLOORS, OCR_2CORE_MODEL, PAIR, RATIOS, SERVERLESS, Workload
 
 
 def ratio_key(num: str, den: str) -> str:
     return f"{num}/{den}"
 
 
-def best_raw_ort(rounds: list[dict[str, Any]]) -> float | None:
-    """Raw onnxruntime's best images/s over every round and workload of a run, or None."""
+def best_raw_ort(rounds: list[dict[str, Any]], side: str = "onnxruntime") -> float | None:
+    """Raw onnxruntime's best images/s over every round and workload of a run (``side``: the
+    unpinned one, or the pinned one on core 0), or None."""
     figures = [
         rec["throughput"]
         for r in rounds
         for rec in r["runs"]
-        if rec.get("side") == "onnxruntime" and rec.get("throughput")
+        if rec.get("side") == side and rec.get("throughput")
     ]
     return max(figures) if figures else None
 
@@ -48,7 +50,7 @@ def summarise(
     ``cpus`` (the machine's usable cores) an ocr_cls row also gets ``goal_budget``: what the
     goal's rate leaves its workers (``vs_triton_ort.goal_budget``)."""
     rows = []
-    best_ort = best_raw_ort(rounds)
+    best = {side: best_raw_ort(rounds, side) for side in SERVERLESS}
     for w in workloads:
         row: dict[str, Any] = {
             "workload": w.key,
@@ -94,7 +96,7 @@ def summarise(
             per_round = []
             for i in sorted(by_round):
                 a, b = by_round[i].get(num, {}), by_round[i].get(den, {})
-                bound = best_ort if den == "onnxruntime" else b.get("throughput")
+                bound = best[den] if den in SERVERLESS else b.get("throughput")
                 if bound and a.get("throughput") is not None:
                     per_round.append(round(a["throughput"] / bound, 3))
             vs[ratio_key(num, den)] = {
@@ -102,12 +104,7 @@ def summarise(
                 "ratio": round(statistics.median(per_round), 3) if per_round else None,
             }
         row["vs"] = vs
-        if "onnxruntime" in w.sides:
-            sessions = 2 if w.model == OCR_2CORE_MODEL else 1
-            row["outside_ort_us"] = outside_ort(by_round, w.sides, sessions)
-            row["outside_ort_sessions"] = sessions
-            if cpus:
-                row["goal_budget"] = goal_budget(by_round, best_ort, cpus)
+        row.update(ort_fields(w, by_round, best, cpus))
         # NOTE: PAIR lists the sides as (Triton, triton-mp); the ratio is triton-mp/Triton.
         pair = vs.get(ratio_key(PAIR[1], PAIR[0]), {"ratios": [], "ratio": None})
         row["ratios"], row["ratio"] = pair["ratios"], pair["ratio"]
@@ -125,6 +122,37 @@ def summarise(
         row["p50_vs_triton"] = p50
         rows.append(row)
     return rows
+
+
+def ort_fields(
+    w: Workload,
+    by_round: dict[int, dict[str, dict[str, Any]]],
+    best: dict[str, float | None],
+    cpus: int | None,
+) -> dict[str, Any]:
+    """An ocr_cls row's fields (none for other workloads): each triton-mp side's CPU per
+    image outside onnxruntime, the goal's budget for the workers (on the machine's ``cpus``
+    with perf_analyzer on them; on ``SERVER_CPUS`` without it for the pinned workloads), and
+    for the pinned ones their best raw figure and per-round core shares."""
+    raw = next((s for s in w.sides if s in SERVERLESS), None)
+    if raw is None:
+        return {}
+    sessions = 2 if w.model == OCR_2CORE_MODEL else 1
+    out: dict[str, Any] = {
+        "outside_ort_us": outside_ort(by_round, w.sides, sessions, raw),
+        "outside_ort_sessions": sessions,
+    }
+    if raw == PINNED_ORT:
+        out["pinned_ort_best"] = best[raw]
+        out["pinned_rounds"] = pinned_rounds(by_round)
+        out["goal_budget"] = goal_budget(
+            by_round, best[raw], len(SERVER_CPUS), sides=(PINNED_SERVER, raw), client_shares=False
+        )
+        out["goal_budget_cpus"] = len(SERVER_CPUS)
+    elif cpus:
+        out["goal_budget"] = goal_budget(by_round, best[raw], cpus)
+        out["goal_budget_cpus"] = cpus
+    return out
 
 
 def role_medians(recs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -212,6 +240,8 @@ def side_names(mp_name: str) -> dict[str, str]:
         "native floor": "native floor",
         "identity floor": "identity floor",
         "onnxruntime": "raw onnxruntime",
+        PINNED_SERVER: mp_name + " on core 0",
+        PINNED_ORT: "raw onnxruntime on core 0",
     }
 
 
@@ -324,7 +354,11 @@ def print_report(
             )
     for r in rows:
         if r.get("goal_budget"):
-            print(goal_budget_line(r["label"], r["goal_budget"], cpus))
+            print(goal_budget_line(r["label"], r["goal_budget"], r.get("goal_budget_cpus", cpus)))
+    for r in rows:
+        if PINNED_SERVER in r["sides"]:
+            for line in pinned_lines(r, OCR_GOAL):
+                print(line)
     for line in rerun_summary(result["rounds"]):
         print(line)
     for line in unclean_stops(result["rounds"]):

@@ -29,6 +29,8 @@ SIDES = (
     "native floor",
     "identity floor",
     "onnxruntime",
+    "triton-mp core0",
+    "onnxruntime core0",
 )
 """Every server the bench can run: the real Triton, triton-mp (one frontend process),
 triton-mp with ``--frontend-processes 2``, the Python floor (``floor_server.py``) and the
@@ -36,16 +38,20 @@ large-tensor floor (``bench/floor_identity.py``: identity_py echoed by one grpc.
 with triton-mp's wire handling); "triton-mp base" is triton-mp as committed at ``--baseline
 REV``, run next to this checkout's on every workload triton-mp runs (an A/B in one run);
 "onnxruntime" is no server: raw onnxruntime in this process on ocr_cls's ONNX file, its best
-batched images/s (``raw_ort_record``), the bound of the ocr_cls workload."""
-SERVERLESS = ("onnxruntime",)
+batched images/s (``raw_ort_record``), the bound of the ocr_cls workload. "triton-mp core0"
+and "onnxruntime core0" are the same two on core 0 alone, perf_analyzer on core 1
+(``vs_triton_pinned``)."""
+SERVERLESS = ("onnxruntime", "onnxruntime core0")
 """Sides measured in this process, with nothing to start or stop."""
-FLOORS = ("floor", "native floor", "identity floor", "onnxruntime")
+FLOORS = ("floor", "native floor", "identity floor", "onnxruntime", "onnxruntime core0")
 """The floor sides: the table's "vs floor" column shows a workload's ratio over any of them."""
 FLOOR_IDENTITY = ROOT / "bench" / "floor_identity.py"
 PAIR = ("Triton", "triton-mp")
 """The two sides every workload runs on."""
 ADD_SUB_SIDES = tuple(
-    s for s in SIDES if s not in ("identity floor", "triton-mp base", "onnxruntime")
+    s
+    for s in SIDES
+    if s not in ("identity floor", "triton-mp base", *SERVERLESS) and not s.endswith("core0")
 )
 """add_sub_py over gRPC, the system-shared-memory issue's bench, runs on all four sides that
 serve add_sub_py (the identity floor serves identity_py only)."""
@@ -62,6 +68,7 @@ RATIOS = (
     ("identity floor", "Triton"),
     ("triton-mp", "onnxruntime"),
     ("triton-mp base", "onnxruntime"),
+    ("triton-mp core0", "onnxruntime core0"),
 )
 """Throughput ratios reported per workload (numerator, denominator), when both ran."""
 FP2_ARGS = ["--frontend-processes", "2"]
@@ -90,6 +97,10 @@ batch-1 size (8 bytes), one region that every request names (``InferDataManagerS
 ``--output-shared-memory-size`` (for outputs of unknown size only) is not needed. The gRPC
 messages then carry no tensor bytes: the serving CPU left is the call, the batching and the
 worker's copy of each image out of the client's region."""
+OCR_1CORE_MODEL = "ocr_cls_1core"
+"""ocr_cls as a user would configure it for one core (``ocr_1core_config``), served by
+"triton-mp core0" on core 0 alone (issue 33's ocr_cls goal with the client off the server's
+core)."""
 ORT_BATCHES = (8, 16, 32)
 """Batch sizes of the raw onnxruntime measurement (its best is the ocr_cls bound)."""
 
@@ -174,6 +185,21 @@ WORKLOADS = [
         OCR_SHM_ARGS,
         sides=("triton-mp", "onnxruntime"),
     ),
+    Workload(
+        "ocr_cls_c32_core0",
+        "ocr_cls c=32 1-core config on core 0",
+        OCR_1CORE_MODEL,
+        32,
+        sides=("triton-mp core0", "onnxruntime core0"),
+    ),
+    Workload(
+        "ocr_cls_c32_core0_shm",
+        "ocr_cls c=32 1-core config on core 0 shm",
+        OCR_1CORE_MODEL,
+        32,
+        OCR_SHM_ARGS,
+        sides=("triton-mp core0", "onnxruntime core0"),
+    ),
 ]
 
 
@@ -210,6 +236,36 @@ def ocr_2core_config(text: str) -> str:
     return "# bench_vs_triton.py: ocr_cls configured for 2 cores.\n" + out
 
 
+OCR_1CORE_BATCH = 8
+"""The 1-core config's ``max_batch_size`` and preferred batch size (bench/README.md, *ocr_cls
+on core 0*: the batch measured cheapest per image there)."""
+
+
+def ocr_1core_config(text: str, batch: int = OCR_1CORE_BATCH) -> str:
+    """ocr_cls's config.pbtxt as ``ocr_cls_1core``, what a user would write for one core: one
+    instance with one intra-op thread (``intra_op_thread_count`` 1, said rather than left to
+    the backend's default of the usable cores less one, which is 1 there too), ``batch`` as
+    ``max_batch_size`` and ``preferred_batch_size``, a 2000 µs queue delay. At c=32 one
+    instance always finds a full batch queued, so the delay never runs out."""
+    out = re.sub(r'^name:\s*"ocr_cls"', f'name: "{OCR_1CORE_MODEL}"', text, flags=re.M)
+    out = re.sub(r"max_batch_size:\s*\d+", f"max_batch_size: {batch}", out)
+    out = re.sub(r"preferred_batch_size:\s*\[[^]]*\]", f"preferred_batch_size: [ {batch} ]", out)
+    out = re.sub(r"max_queue_delay_microseconds:\s*\d+", "max_queue_delay_microseconds: 2000", out)
+    out = re.sub(r"count:\s*\d+", "count: 1", out)
+    want = (
+        f'"{OCR_1CORE_MODEL}"',
+        f"max_batch_size: {batch}",
+        f"[ {batch} ]",
+        ": 2000",
+        "count: 1",
+    )
+    for w in want:
+        if w not in out:
+            raise BenchError(f"ocr_cls's config.pbtxt: nothing to rewrite into {w}")
+    threads = 'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n'
+    return "# bench_vs_triton.py: ocr_cls configured for one core.\n" + out + threads
+
+
 def _copy_repository(src: Path, dest: Path, nodelay: bool) -> None:
     shutil.copytree(src, dest, symlinks=False, ignore=shutil.ignore_patterns("__pycache__"))
     if nodelay:
@@ -227,7 +283,7 @@ def prepare_repositories(args: argparse.Namespace) -> Path | None:
     when no copy was needed)."""
     models = {w.model for w in args.workloads}
     nodelay = NODELAY_MODEL in models
-    ocr = [m for m in (OCR_MODEL, OCR_2CORE_MODEL) if m in models]
+    ocr = [m for m in (OCR_MODEL, OCR_2CORE_MODEL, OCR_1CORE_MODEL) if m in models]
     if not nodelay and not ocr:
         return None
     import ocr_cls_ort  # bench/: the model's location
@@ -245,7 +301,11 @@ def prepare_repositories(args: argparse.Namespace) -> Path | None:
         for name in ocr:
             dest = tmp / "mp" / name
             (dest / "1").mkdir(parents=True)
-            text = shipped if name == OCR_MODEL else ocr_2core_config(shipped)
+            text = {
+                OCR_MODEL: shipped,
+                OCR_2CORE_MODEL: ocr_2core_config(shipped),
+                OCR_1CORE_MODEL: ocr_1core_config(shipped),
+            }[name]
             (dest / "config.pbtxt").write_text(text)
             shutil.copy(onnx, dest / "1" / "model.onnx")
         args.ort_model = onnx

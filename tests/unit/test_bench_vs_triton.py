@@ -5,8 +5,11 @@ bench runs servers; these run none."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,13 +20,32 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
 import bench_vs_triton  # noqa: E402
+from common import BenchError  # noqa: E402
+from vs_triton_ort import goal_budget_line  # noqa: E402
+from vs_triton_pinned import (  # noqa: E402
+    CLIENT_CPUS,
+    PINNED_ORT,
+    PINNED_ORT_CONFIGS,
+    PINNED_SERVER,
+    PINNED_SIDES,
+    SERVER_CPUS,
+    core_shares,
+    cpu_ticks,
+    off_pin,
+    parse_cpu_list,
+    pinned,
+    pinned_lines,
+    thread_affinities,
+)
 from vs_triton_report import summarise, unclean_stops  # noqa: E402
 from vs_triton_workloads import (  # noqa: E402
     NODELAY_MODEL,
+    OCR_1CORE_MODEL,
     OCR_2CORE_MODEL,
     WORKLOADS,
     Workload,
     nodelay_config,
+    ocr_1core_config,
     ocr_2core_config,
 )
 
@@ -347,3 +369,159 @@ def test_goal_budget_is_what_the_goal_rate_leaves_the_workers() -> None:
     assert "goal_budget" not in summarise(rounds, [w])[0]
     (row,) = summarise([{"round": 3, "runs": rounds[2]["runs"]}], [w], cpus=2)
     assert row["goal_budget"] is None
+
+
+# --------------------------------------------------------------------------- pinned (core 0)
+
+
+def test_pinned_workloads_serve_the_1core_config_on_core0_against_raw_ort_on_core0() -> None:
+    plain, shm = _workload("ocr_cls_c32_core0"), _workload("ocr_cls_c32_core0_shm")
+    assert plain.model == shm.model == OCR_1CORE_MODEL
+    assert plain.sides == shm.sides == (PINNED_SERVER, PINNED_ORT)
+    assert shm.args(PINNED_SERVER) == [*plain.args(PINNED_SERVER), "--shared-memory", "system"]
+    assert PINNED_SIDES == {PINNED_SERVER: SERVER_CPUS, PINNED_ORT: SERVER_CPUS}
+    assert not SERVER_CPUS & CLIENT_CPUS
+    # the 2-core workloads are unchanged: unpinned sides
+    assert _workload("ocr_cls_c32_2core").sides == ("triton-mp", "onnxruntime")
+    # raw ORT on one core is one session with one intra-op thread (ORT's own pool would pin
+    # its threads to every core)
+    assert PINNED_ORT_CONFIGS == ((1, 1),)
+
+
+def test_ocr_1core_config_is_one_instance_one_thread_batching_8(tmp_path: Path) -> None:
+    shipped = (BENCH.parent / "model_repository" / "ocr_cls" / "config.pbtxt").read_text()
+    (tmp_path / "config.pbtxt").write_text(ocr_1core_config(shipped))
+    cfg = read_config_pbtxt(tmp_path / "config.pbtxt")
+    assert cfg.name == OCR_1CORE_MODEL
+    assert cfg.max_batch_size == 8
+    assert list(cfg.dynamic_batching.preferred_batch_size) == [8]
+    assert cfg.dynamic_batching.max_queue_delay_microseconds == 2000
+    assert [g.count for g in cfg.instance_group] == [1]
+    assert cfg.parameters["intra_op_thread_count"].string_value == "1"
+    assert "max_batch_size: 16" in ocr_1core_config(shipped, 16)
+    with pytest.raises(BenchError):
+        ocr_1core_config('name: "ocr_cls"\n')
+
+
+def test_parse_cpu_list_reads_ranges_and_single_cpus() -> None:
+    assert parse_cpu_list("0\n") == {0}
+    assert parse_cpu_list("0-2,5") == {0, 1, 2, 5}
+    assert parse_cpu_list("") == frozenset()
+
+
+def test_off_pin_names_each_thread_that_may_leave_the_pinned_cpus() -> None:
+    affs = {
+        (10, 10): ("triton-mp: supervisor", frozenset({0})),
+        (11, 12): ("triton-mp: worker ocr_cls_1core_0_0", frozenset({0, 1})),
+    }
+    (line,) = off_pin(affs, frozenset({0}))
+    assert line.startswith("pid 11 tid 12 (triton-mp: worker")
+    assert off_pin(affs, frozenset({0, 1})) == []
+    assert off_pin({}, frozenset({0})) == ["no thread found"]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable CPUs")
+def test_a_process_started_in_pinned_inherits_the_pin_and_one_outside_does_not() -> None:
+    """The bench pins a server by starting it inside ``pinned``; check_pin refuses a tree
+    with a thread that may run elsewhere."""
+    cpu = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    with pinned(frozenset({cpu})):
+        inside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    outside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert os.sched_getaffinity(0) == before
+        affs = thread_affinities(inside.pid)
+        assert affs
+        assert all(cpus == {cpu} for _, cpus in affs.values())
+        bench_vs_triton.check_pin(SimpleNamespace(pid=inside.pid, info={}), frozenset({cpu}))
+        with pytest.raises(BenchError, match="not on cpus"):
+            bench_vs_triton.check_pin(SimpleNamespace(pid=outside.pid, info={}), frozenset({cpu}))
+    finally:
+        for p in (inside, outside):
+            p.kill()
+            p.wait()
+
+
+def test_core_shares_split_each_cpus_ticks_into_busy_idle_and_steal(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal
+    stat.write_text(
+        "cpu  10 0 10 10 0 0 0 0 0 0\ncpu0 5 0 5 5 0 0 0 0 0 0\ncpu1 5 0 5 5 0 0 0 0 0 0\nintr 1\n"
+    )
+    a = cpu_ticks(stat)
+    assert a == {0: (10, 5, 0), 1: (10, 5, 0)}
+    stat.write_text(
+        "cpu  0 0 0 0 0 0 0 0 0 0\ncpu0 65 0 5 15 5 5 5 10 0 0\ncpu1 5 0 5 105 0 0 0 0 0 0\n"
+    )
+    shares = core_shares(a, cpu_ticks(stat))
+    # cpu0: busy 60 + 5 + 5 = 70, idle 10 + 5 = 15, steal 10 -> of 95... busy 0.737
+    assert shares["0"] == {
+        "busy": round(70 / 95, 3),
+        "idle": round(15 / 95, 3),
+        "steal": round(10 / 95, 3),
+    }
+    assert shares["1"] == {"busy": 0.0, "idle": 1.0, "steal": 0.0}
+
+
+def _pinned_rounds() -> list[dict[str, Any]]:
+    w = _workload("ocr_cls_c32_core0")
+    shares = {"0": {"busy": 0.95, "idle": 0.05, "steal": 0.0}, "1": {"busy": 0.4, "idle": 0.6}}
+    runs = []
+    for i, (mp, ort) in enumerate([(1200.0, 1500.0), (1000.0, 1600.0)], start=1):
+        runs.append(
+            {
+                **_rec(PINNED_SERVER, w.key, i, mp, 9e3),
+                "cpu_us_per_infer": 800.0,
+                "avg_batch": 8.0,
+                "client_cores": 0.24,
+                "server_cores": 0.9,
+                "roles": {
+                    "frontend": {"cpu_us": 100.0},
+                    "scheduler": {"cpu_us": 40.0},
+                    "worker": {"cpu_us": 660.0},
+                },
+                "core_shares": shares,
+            }
+        )
+        runs.append(
+            {
+                **_rec(PINNED_ORT, w.key, i, ort, 9e3),
+                "cpu_us_per_infer": 600.0,
+                "own_cores": 0.7,
+                "one_thread_cpu_us": {8: 600.0, 16: 620.0},
+                "core_shares": shares,
+            }
+        )
+    # an unpinned raw ORT figure in the same run, higher: not the pinned workload's bound
+    runs.append(_rec("onnxruntime", "ocr_cls_c32_2core", 1, 4000.0, 9e3))
+    return [{"round": 1, "runs": runs[:2] + runs[4:]}, {"round": 2, "runs": runs[2:4]}]
+
+
+def test_pinned_ratio_divides_by_raw_ort_on_core0_and_the_budget_leaves_out_perf_analyzer() -> None:
+    w = _workload("ocr_cls_c32_core0")
+    (row,) = summarise(_pinned_rounds(), [w], cpus=2)
+    assert row["pinned_ort_best"] == 1600.0
+    assert row["vs"][f"{PINNED_SERVER}/{PINNED_ORT}"]["ratios"] == [0.75, 0.625]
+    b = row["goal_budget"]
+    assert row["goal_budget_cpus"] == 1
+    assert b["rate"] == 1280.0  # 0.8 x 1600
+    assert b["budget_us"] == 781.2  # 1e6 / 1280 on one core
+    assert b["pa_us"] is None  # perf_analyzer runs on core 1
+    assert b["others_us"] == 140.0
+    assert b["workers_allowed_us"] == 641.2
+    assert b["workers_us"] == 660.0
+    assert "perf_analyzer (on other cores) 0" in goal_budget_line("x", b, 1)
+    # 800 us per image less raw ORT's one thread at batch 8
+    assert row["outside_ort_us"][PINNED_SERVER]["per_round"] == [200.0, 200.0]
+    r1 = row["pinned_rounds"][0]
+    assert r1["cpu_ratio"] == 0.75  # 600 / 800
+    assert r1["server_core_idle"] == 0.05
+    assert r1["server_core_background"] == 0.05  # 0.95 busy - 0.9 the server's tree
+    assert r1["ort_core_background"] == 0.25  # 0.95 busy - 0.7 raw ORT's own
+    assert r1["client_core_background"] == 0.16  # 0.4 busy - 0.24 perf_analyzer's
+    lines = pinned_lines(row, 0.8)
+    assert "0.69x raw onnxruntime's best on cpu [0] (1600 img/s" in lines[0]
+    assert "frontend 100 / scheduler 40 / worker 660" in lines[-1]
+    # median of 0.24 cores / 1200 img/s and / 1000 img/s
+    assert "perf_analyzer on core 1: 220" in lines[-1]
