@@ -11,7 +11,8 @@ Channels (producer -> consumer):
   ``QueueQuery``), python workers' BLS clients (``InferRequest``, ``CancelRequest``),
   workers (``WorkerReady``, ``BatchDone``, ``DecoupledDone``, ``InferResponse``: ensembles)
   and the supervisor (``WorkerDied``, ``Shutdown``, the model changes ``InstancesAdded``,
-  ``VersionsActivated``, ``InstancesRetired``, ``InstancesRegrouped``, ``InstancesRemoved``).
+  ``VersionsActivated``, ``InstancesRetired``, ``InstancesRegrouped``, ``InstancesRemoved``:
+  ``ipc.protocol.change_messages``).
 - ``ToWorker``: the scheduler (``BatchAssign``, ``BatchDue``, ``CancelRequest``, ``Shutdown``)
   and, on its own control ring, the supervisor (``BlsWorkerUpdate``).
 - ``ToFrontend``: workers (``InferResponse``, ``AnswerBatch``), the scheduler
@@ -31,11 +32,16 @@ from enum import IntEnum, IntFlag
 import msgspec
 
 from triton_mp.common.errors import ErrorCode
-from triton_mp.ipc.memory.notify import Wakeup
 from triton_mp.ipc.protocol.bls_messages import BlsClientWiring as BlsClientWiring
 from triton_mp.ipc.protocol.bls_messages import BlsInboxUpdate as BlsInboxUpdate
 from triton_mp.ipc.protocol.bls_messages import BlsModel as BlsModel
 from triton_mp.ipc.protocol.bls_messages import BlsWorkerUpdate as BlsWorkerUpdate
+from triton_mp.ipc.protocol.change_messages import InstancesAdded as InstancesAdded
+from triton_mp.ipc.protocol.change_messages import InstancesRegrouped as InstancesRegrouped
+from triton_mp.ipc.protocol.change_messages import InstancesRemoved as InstancesRemoved
+from triton_mp.ipc.protocol.change_messages import InstancesRetired as InstancesRetired
+from triton_mp.ipc.protocol.change_messages import InstanceWiring as InstanceWiring
+from triton_mp.ipc.protocol.change_messages import VersionsActivated as VersionsActivated
 from triton_mp.ipc.protocol.log_messages import LogSettingsUpdate as LogSettingsUpdate
 from triton_mp.ipc.protocol.ready_messages import InstanceReadiness as InstanceReadiness
 from triton_mp.ipc.protocol.ready_messages import ReadyCheck as ReadyCheck
@@ -325,72 +331,6 @@ class Shutdown(msgspec.Struct, frozen=True, tag="shutdown", array_like=True):
     """A worker: how long to wait, in seconds, for the readers of its answers to free their
     blocks before it unlinks its arenas (``ArenaAllocator.await_readers``): set when a
     retired version stops while the server keeps serving; 0 at server shutdown."""
-
-
-class InstanceWiring(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
-    """The channels of one new model instance, as the scheduler attaches them."""
-
-    instance_id: int
-    """Unique over the server's life: ids of stopped instances are never reused."""
-    name: str
-    model: str
-    version: int
-    to_worker_ring: str
-    """The scheduler's ring to the worker."""
-    to_worker_wakeup: Wakeup
-    from_worker_ring: str
-    """The worker's ring to the scheduler (joins the scheduler's inbox)."""
-    bls_client: BlsClientWiring | None = None
-    """A python worker's BLS inbox (``config.BlsSpec``), or None."""
-    lease: str = ""
-    """The instance's lease semaphore (``ipc.direct``); empty: its requests are never
-    handed to it directly."""
-
-
-class InstancesAdded(msgspec.Struct, frozen=True, kw_only=True, tag="inst_added", array_like=True):
-    """The supervisor is starting these instances: attach their rings. They take no work
-    until ``VersionsActivated`` names their version (sent before the worker is spawned)."""
-
-    instances: tuple[InstanceWiring, ...]
-
-
-class VersionsActivated(
-    msgspec.Struct, frozen=True, kw_only=True, tag="versions_active", array_like=True
-):
-    """These model versions now serve on their (ready) instances. A version that was
-    already active keeps finishing its queue on its old instances, which then stop."""
-
-    specs: tuple[bytes, ...]
-    """Each a msgpack-encoded ``config.ModelVersionSpec`` (``config`` imports ``ipc``, so
-    the type cannot appear here)."""
-
-
-class InstancesRetired(
-    msgspec.Struct, frozen=True, kw_only=True, tag="inst_retired", array_like=True
-):
-    """Frontends no longer route to these instances' version: finish what is queued and
-    running, then send each a ``Shutdown`` (model unload, version removed)."""
-
-    instance_ids: tuple[int, ...]
-
-
-class InstancesRegrouped(
-    msgspec.Struct, frozen=True, kw_only=True, tag="inst_regrouped", array_like=True
-):
-    """A version goes on with ``spec`` (as ``VersionsActivated``'s): ``scheduler.lifecycle``."""
-
-    spec: bytes
-
-
-class InstancesRemoved(
-    msgspec.Struct, frozen=True, kw_only=True, tag="inst_removed", array_like=True
-):
-    """These instances' processes are gone for good: detach their rings, forget them."""
-
-    instance_ids: tuple[int, ...]
-    segments: tuple[str, ...] = ()
-    """What the names of their processes' arenas start with (``Topology.worker_segments``):
-    the scheduler unmaps those it attached."""
 
 
 class Handoff(msgspec.Struct, frozen=True, array_like=True):
