@@ -6,9 +6,10 @@ from RepositoryModelLoad/Unload (a frontend forwards the call over its control p
 ``supervisor.processes.frontend_link``), or from a poll of the repository, runs on one thread, one
 change at a time (Triton serialises them too), in this order:
 
-1. read and validate the model (``supervisor.models.load_requests``) and decide which versions need
-   new instances (``supervisor.models.model_changes.versions_to_start``): a version whose
-   effective config and files are unchanged keeps its instances;
+1. read and validate the model (``supervisor.models.staging``, which refuses what does not
+   load) and decide which versions need new instances
+   (``supervisor.models.model_changes.versions_to_start``): a version whose effective config
+   and files are unchanged keeps its instances;
 2. wire and spawn the new instances (``supervisor.processes.instances``: scheduler, frontends and
 BLS
    peers learn their rings first) and wait until each reports ready;
@@ -35,13 +36,11 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from multiprocessing.connection import Connection
-from pathlib import Path
 
-from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.config import ServerConfig
-from triton_mp.common.errors import ErrorCode, status_text
+from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc import encode
 from triton_mp.ipc.protocol.control_messages import (
     DirectRoute,
@@ -62,9 +61,7 @@ from triton_mp.supervisor.models.bls_control import BlsControl, Reply
 from triton_mp.supervisor.models.change_effects import Effects, apply_plan, remove_temp_dirs
 from triton_mp.supervisor.models.ensemble_deps import (
     broken_dependents,
-    check_ensembles,
     composing_failure,
-    composing_to_load,
     dependents,
     ensemble_load_failure,
     reloadable,
@@ -73,18 +70,11 @@ from triton_mp.supervisor.models.ensemble_deps import (
 from triton_mp.supervisor.models.load_requests import (
     LoadRequest,
     Staged,
-    files_fingerprint,
-    load_answer,
-    load_failure,
-    read_request,
-    remove_temp_dir,
-    updated_in_place,
-    version_dirs,
-    version_fingerprint,
 )
-from triton_mp.supervisor.models.model_changes import failed_by_invalid_config, versions_to_start
+from triton_mp.supervisor.models.model_changes import versions_to_start
 from triton_mp.supervisor.models.regroups import find_regroups, plan_regroups
-from triton_mp.supervisor.models.served_models import ServedModel
+from triton_mp.supervisor.models.served_models import ServedModel, served_configs
+from triton_mp.supervisor.models.staging import Stager
 from triton_mp.supervisor.processes.children import Child, ChildTable
 from triton_mp.supervisor.processes.frontend_link import Call, FrontendLink
 from triton_mp.supervisor.processes.instances import Instances
@@ -116,7 +106,6 @@ class ModelControl:
         stopping: Callable[[], bool],
     ) -> None:
         self._cfg = config
-        self._server_id = server_id
         self._table = table
         self._instances = instances
         self._link = link
@@ -139,6 +128,14 @@ class ModelControl:
         # NOTE: a python model's call wakes the change thread (an empty item), which takes it
         # between changes, or during one while the change waits for starting workers (the
         # documented load_model from initialize).
+        self._stager = Stager(
+            config,
+            server_id,
+            self._models,
+            self._seen,
+            instances.devices.supported_ids,
+            lambda update: link.update(update, ack=False),
+        )
         self._bls = BlsControl(config.model_control_mode, lambda: self._work.put(()))
         instances.set_model_control(self._bls.address, self._bls.authkey)
 
@@ -326,7 +323,7 @@ class ModelControl:
         ]
         if not loaded:
             return
-        served = self._served_configs()
+        served = served_configs(self._models.values())
         for name, why in broken_dependents(loaded, served).items():
             if not self._models[name].versions:
                 continue
@@ -335,8 +332,8 @@ class ModelControl:
             self._orphans[name] = tuple(steps_of(served[name]))
 
     def _load_now(self, requests: list[LoadRequest]) -> None:
-        staged = self._with_ensembles(
-            [s for s in map(self._stage, requests) if s is not None], requests
+        staged = self._stager.with_ensembles(
+            [s for s in map(self._stager.stage, requests) if s is not None], requests
         )
         start = {
             s.req.name: set(versions_to_start(self._models[s.req.name].served(), s.fingerprints))
@@ -349,7 +346,7 @@ class ModelControl:
             first_instance_id=self._next_id,
             only_versions=start,
             host_policies=self._cfg.host_policies,
-            configs=self._served_configs(),
+            configs=served_configs(self._models.values()),
         )
         self._next_id += len(instances)
         plan_of = {p.repo.name: p for p in plans}
@@ -404,94 +401,6 @@ class ModelControl:
                 m.reason, m.unloaded = "unloaded", True
         if failed:
             self._link.update(ModelTableUpdate(models=tuple(m.entry() for m in failed)), ack=True)
-
-    def _stage(self, req: LoadRequest) -> Staged | None:
-        """Step 1 for one request; None when it ends here (``req.result`` says why)."""
-        rm, temp_dir = read_request(
-            req, self._cfg, self._server_id, self._seen, self._instances.devices.supported_ids
-        )
-        if rm is None:
-            return None
-        self._models.setdefault(req.name, ServedModel(req.name))
-        if rm.error is not None or rm.config is None:
-            failed = {v: status_text(rm.error_code, rm.error or "") for v in rm.failed_versions}
-            model = self._models[req.name]
-            ready = (
-                model.versions if rm.config and updated_in_place(model.config, rm.config) else ()
-            )
-            why = load_failure(req.name, failed, ready).message if failed else rm.error
-            self._refuse(req, rm.directory, temp_dir, why or "failed to load", failed, ready)
-            req.result = load_answer(req, rm)
-            return None
-        config = rm.config.SerializeToString(deterministic=True)
-        fps = {v.version: version_fingerprint(rm.directory, config, v.version) for v in rm.versions}
-        files = {v.version: files_fingerprint(rm.directory, v.version) for v in rm.versions}
-        return Staged(req, rm, temp_dir, fps, files)
-
-    def _refuse(
-        self,
-        req: LoadRequest,
-        directory: Path,
-        temp_dir: Path | None,
-        why: str,
-        failed: dict[int, str] | None = None,
-        ready: Iterable[int] = (),
-    ) -> None:
-        """A model that read (or checked) badly: what serves keeps serving, the rest fails.
-        ``failed``: the versions that failed a check Triton makes per version, and why (each
-        listed UNAVAILABLE with it, as 2.51's RepositoryIndex does); ``ready``: the served
-        versions the config would have updated in place (listed READY with the reason of a
-        per-version failure)."""
-        model = self._models[req.name]
-        req.result = ErrorInfo(ErrorCode.INVALID_ARG, why)
-        remove_temp_dir(temp_dir)
-        if not model.versions:
-            model.unloaded = False
-            model.reason = req.result.message
-            model.config = b""
-            if failed:
-                model.failed = dict(failed)
-        else:
-            reason = next(iter(failed.values())) if failed else req.result.message
-            model.failed = failed_by_invalid_config(model.served(), version_dirs(directory), reason)
-            for v in ready if failed else ():
-                model.versions[v].reason = reason
-        log.error("failed to load model '%s': %s", req.name, req.result.message)
-        self._link.update(ModelTableUpdate(models=(model.entry(),)), ack=False)
-
-    def _served_configs(self) -> dict[str, mc.ModelConfig]:
-        return {
-            m.name: mc.ModelConfig.FromString(m.config)
-            for m in self._models.values()
-            if m.versions and m.config
-        }
-
-    def _with_ensembles(self, staged: list[Staged], requests: list[LoadRequest]) -> list[Staged]:
-        """Stage the composing models of staged ensembles too (Triton's polling chain),
-        check the ensembles against them (``ensemble_deps.check_ensembles``) and order the
-        staged models so that ensembles come last."""
-        tried = {r.name for r in requests}
-        served = self._served_configs()
-        every = list(requests)
-        while extra := [
-            n
-            for n in composing_to_load({s.req.name: s.rm.config for s in staged}, served)
-            if n not in tried
-        ]:
-            tried.update(extra)
-            more = [LoadRequest(n) for n in extra]
-            every.extend(more)
-            staged.extend(s for s in map(self._stage, more) if s is not None)
-        failed = {r.name: r.result.message for r in every if r.result and r.name in self._models}
-        configs = {s.req.name: s.rm.config for s in staged if s.rm.config is not None}
-        reasons = check_ensembles(configs, failed, served)
-        for s in [s for s in staged if s.req.name in reasons]:
-            staged.remove(s)
-            self._refuse(s.req, s.rm.directory, s.temp_dir, reasons[s.req.name])
-            s.req.result = ensemble_load_failure(s.req.name, reasons[s.req.name])
-        # NOTE: check_ensembles set decoupled in the configs that serve (the fingerprints,
-        # taken before, do not depend on it: it follows from the composing models).
-        return sorted(staged, key=lambda s: bool(steps_of(s.rm.config)))
 
     def _check_composing(self, s: Staged, plan: ModelPlan) -> None:
         """An ensemble whose composing models did not come up does not load either."""
@@ -563,7 +472,7 @@ class ModelControl:
         their composing models to serve again (``_reload_orphans``)."""
         for n in names:
             self._orphans.pop(n, None)
-        served = self._served_configs()
+        served = served_configs(self._models.values())
         deps = [d for d in dependents(names, served) if d not in names]
         for dep in deps:
             if self._models[dep].versions:  # NOTE: not one an ensemble before took down

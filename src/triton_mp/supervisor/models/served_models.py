@@ -8,9 +8,11 @@ from); ``ServedModel.served`` is the planner's (``supervisor.models.model_change
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.ipc.protocol.control_messages import ModelEntry
 from triton_mp.ipc.protocol.specs import ModelVersionSpec
 from triton_mp.supervisor.models.model_changes import Served
@@ -95,3 +97,8 @@ class ServedModel:
                 v.spec.capabilities.readiness_hook for v in self.versions.values()
             ),
         )  # fmt: skip
+
+
+def served_configs(models: Iterable[ServedModel]) -> dict[str, mc.ModelConfig]:
+    """Model name -> the effective config of its served versions, for the models that serve."""
+    return {m.name: mc.ModelConfig.FromString(m.config) for m in models if m.versions and m.config}
