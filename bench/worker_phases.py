@@ -122,10 +122,15 @@ _PATCHES: tuple[tuple[str, str, str], ...] = (
     ),
     (
         _W,
-        "        t0 = time.perf_counter_ns()\n        try:\n"
-        "            failed = self._answers.answer(reqs, results)\n",
-        _m("prewake", 8) + "        t0 = time.perf_counter_ns()\n        try:\n"
-        "            failed = self._answers.answer(reqs, results)\n" + _m("answer", 12),
+        "        t0 = time.perf_counter_ns()\n        try:\n",
+        _m("prewake", 8) + "        t0 = time.perf_counter_ns()\n        try:\n",
+    ),
+    (
+        # NOTE: ``failed = `` until Answers.answer also returned the rescheduled (s19wk),
+        # ``failed, rescheduled = `` since.
+        _W,
+        " = self._answers.answer(reqs, results)\n",
+        " = self._answers.answer(reqs, results)\n" + _m("answer", 12),
     ),
     (
         _W,

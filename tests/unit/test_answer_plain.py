@@ -31,7 +31,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from triton_mp.backends.base import Outputs, response_parameters
+from triton_mp.backends.base import RESCHEDULED, Outputs, response_parameters
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.memory.ring import RecordTooLarge, Ring, RingFull
 from triton_mp.ipc.protocol.messages import (
@@ -300,12 +300,12 @@ def test_answers_pushes_one_frontends_batch_and_posts_one_wake(arena: ArenaAlloc
     try:
         sender = FakeSender(ring)
         via_ring: list[tuple[int, bytes]] = []
-        assert _answers(arena, via_ring, {TO.id: sender}).answer(reqs, list(results)) == ()
+        assert _answers(arena, via_ring, {TO.id: sender}).answer(reqs, list(results)) == ((), ())
         assert via_ring == []
         assert sender.wakes == 1
         (pushed,) = ring.pop_all()
         sent: list[tuple[int, bytes]] = []
-        assert _answers(arena, sent, None).answer(reqs, list(results)) == ()
+        assert _answers(arena, sent, None).answer(reqs, list(results)) == ((), ())
         ((frontend_id, data),) = sent
         assert frontend_id == TO.id
         assert _messages(pushed) == _messages(data)
@@ -318,7 +318,7 @@ def test_answers_pushes_one_frontends_batch_and_posts_one_wake(arena: ArenaAlloc
             while _py_push(ring, bytes(size)) == 0:
                 pass
         sent = []
-        assert _answers(arena, sent, {TO.id: sender}).answer(reqs, list(results)) == ()
+        assert _answers(arena, sent, {TO.id: sender}).answer(reqs, list(results)) == ((), ())
         assert sender.wakes == 1
         ((frontend_id, data),) = sent
         assert _messages(data) == _messages(pushed)
@@ -338,7 +338,7 @@ def test_answers_of_another_batch_take_the_python_path(arena: ArenaAllocator) ->
         sender = FakeSender(ring)
         sent: list[tuple[int, bytes]] = []
         answers = _answers(arena, sent, {TO.id: sender, 4: sender})
-        assert answers.answer(reqs_a + reqs_b, results_a + results_b) == ()
+        assert answers.answer(reqs_a + reqs_b, results_a + results_b) == ((), ())
         assert sender.wakes == 0
         assert ring.pending_bytes() == 0
         assert sorted(f for f, _ in sent) == [3, 4]
@@ -346,5 +346,29 @@ def test_answers_of_another_batch_take_the_python_path(arena: ArenaAllocator) ->
             (handoff,) = codec.Decoder(AnswerBatch).decode(data).handoffs
             seg = next(s for s in arena.segments() if s.name == handoff.block.segment)
             assert free_block(seg, handoff.block)
+    finally:
+        _drop(ring)
+
+
+def test_a_rescheduled_request_is_reported_and_the_others_answered(arena: ArenaAllocator) -> None:
+    # NOTE: the C call declines a batch with a result that is no dict; ``answer`` then
+    # reports the rescheduled index (BatchDone.rescheduled) and answers the others in Python.
+    reqs, results = _plain_batch(3)
+    mixed: list[Any] = list(results)
+    mixed[1] = RESCHEDULED
+    ring = _ring(1 << 16)
+    try:
+        sender = FakeSender(ring)
+        sent: list[tuple[int, bytes]] = []
+        answers = _answers(arena, sent, {TO.id: sender})
+        assert answers.answer(reqs, mixed) == ((), (1,))
+        assert ring.pending_bytes() == 0
+        ((frontend_id, data),) = sent
+        assert frontend_id == TO.id
+        answered = [r.request_id for r in codec.Decoder(AnswerBatch).decode(data).responses]
+        assert answered == [reqs[0].request_id, reqs[2].request_id]
+        (handoff,) = codec.Decoder(AnswerBatch).decode(data).handoffs
+        seg = next(s for s in arena.segments() if s.name == handoff.block.segment)
+        assert free_block(seg, handoff.block)
     finally:
         _drop(ring)

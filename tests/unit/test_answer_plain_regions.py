@@ -247,7 +247,7 @@ def test_a_single_request_into_a_region_is_pushed_with_one_wake(arena: ArenaAllo
             lambda frontend_id, data: pytest.fail("sent by Python"), {TO.id: sender},
         )  # fmt: skip
         out = np.arange(16, dtype=np.float32)
-        assert answers.answer((req,), [{"OUTPUT0": out}]) == ()
+        assert answers.answer((req,), [{"OUTPUT0": out}]) == ((), ())
         assert sender.wakes == 1
         (record,) = ring.pop_all()
         (response,) = codec.Decoder(AnswerBatch).decode(record).responses
@@ -260,7 +260,7 @@ def test_a_single_request_into_a_region_is_pushed_with_one_wake(arena: ArenaAllo
         sent: list[Any] = []
         answers._send_reply = lambda to, msg: sent.append(msg)  # type: ignore[method-assign]
         req2 = msgspec.structs.replace(req, output_regions=(small,))
-        assert answers.answer((req2,), [{"OUTPUT0": out}]) == (0,)
+        assert answers.answer((req2,), [{"OUTPUT0": out}]) == ((0,), ())
         assert sender.wakes == 1
         assert "should be at least 64 bytes" in sent[0].error.message
     finally:

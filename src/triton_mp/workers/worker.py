@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 
 from triton_mp.backends.base import (
-    RESCHEDULED,
     Backend,
     BackendRequest,
     Result,
@@ -316,14 +315,9 @@ class Worker:
             self._traces.computed(traced, exec_end - t_infer, exec_end)
         t0 = time.perf_counter_ns()
         try:
-            failed = self._answers.answer(reqs, results)
+            failed, rescheduled = self._answers.answer(reqs, results)
         finally:
             regions.batch_ends()
-        rescheduled = (
-            tuple(i for i, r in enumerate(results) if r is RESCHEDULED)
-            if RESCHEDULED in results  # NOTE: the one Rescheduled value (backends.base)
-            else ()
-        )
         t_output = time.perf_counter_ns() - t0
         if early is not None:
             early.batch_ended(time.monotonic_ns() - start_ns)
