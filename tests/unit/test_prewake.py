@@ -63,3 +63,18 @@ def test_after_a_longer_batch_the_frontends_are_woken_after_execute_only() -> No
     assert early.batch_starts(reqs((F, 1))) == 0
     assert early.batch_executed(reqs((F, 1))) == 0
     assert woken == [0, 2, 1]
+
+
+def test_a_batch_answering_one_reply_to_object_wakes_its_frontend_once() -> None:
+    # NOTE: the decoder's interned ReplyTo (the common batch) is told by identity; an equal
+    # object of another request, another frontend or a BLS requester take the set of ids.
+    woken: list[int] = []
+    early = EarlyWakes(woken.append)
+    early.batch_ended(PREWAKE_START_MAX_NS)
+    to, bls = ReplyTo(F, 5), ReplyTo(B, 5)
+    assert early.batch_executed([_Req(to)] * 4) == 1
+    assert early.batch_executed([_Req(bls)] * 3) == 0
+    assert early.batch_executed([]) == 0
+    assert early.batch_executed([_Req(to), _Req(to), _Req(ReplyTo(F, 5))]) == 1
+    assert early.batch_executed([_Req(to), _Req(bls), _Req(ReplyTo(F, 6)), _Req(to)]) == 2
+    assert woken == [5, 5, 5, 6]
