@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
+
 from triton_mp._proto import model_config_pb2 as mc
 from triton_mp.common.errors import ErrorCode
 from triton_mp.ipc.protocol.messages import ErrorInfo
@@ -39,7 +41,7 @@ def _child(instance_id: int) -> Child:
 
 def _staged(tmp_path: Path, fingerprints: dict[int, str]) -> Staged:
     temp_dir = tmp_path / "load"
-    temp_dir.mkdir()
+    temp_dir.mkdir(parents=True)
     rm = RepositoryModel("m", tmp_path / "m", mc.ModelConfig(name="m"), (), None)
     return Staged(LoadRequest("m"), rm, temp_dir, fingerprints)
 
@@ -118,3 +120,32 @@ def test_an_unusable_model_fails_whole_and_says_why_when_nothing_serves(tmp_path
     assert not fx.activate
     assert s.temp_dir is not None
     assert not s.temp_dir.exists()
+
+
+def _configured(version: int, config_json: str, *instance_ids: int) -> ModelVersionSpec:
+    return msgspec.structs.replace(_spec(version, *instance_ids), config_json=config_json)
+
+
+def test_a_version_updated_in_place_keeps_the_config_its_instances_read(tmp_path: Path) -> None:
+    """2.51 makes no new backend ModelState for an in-place change (core
+    ``UpdateInstanceGroup``): every instance reads the config of the version's last full
+    load (count 1 here) through any number of regroups, while the spec the scheduler and
+    the frontends get is the new config; a full reload reads its own config again."""
+    kept, added = _child(0), _child(1)
+    model = ServedModel("m", config=b"old")
+    model.versions[1] = ServedVersion(_configured(1, '{"count": 1}', 0), [kept], "a")
+    assert model.versions[1].worker_config() == '{"count": 1}'
+    steps = [('{"count": 3}', (0, 1), "b"), ('{"count": 2}', (1,), "c")]
+    for n, (config, ids, fingerprint) in enumerate(steps):
+        s, fx = _staged(tmp_path / str(n), {1: fingerprint}), Effects()
+        s.regrouped.add(1)
+        plan = ModelPlan(s.rm, versions=[_configured(1, config, *ids)])
+        apply_plan(model, s, plan, {1: added}, {}, fx, {0: kept})
+        assert [v.config_json for v in fx.regroup] == [config]
+        assert model.versions[1].spec.config_json == config
+        assert model.versions[1].worker_config() == '{"count": 1}'
+    s, fx, fresh = _staged(tmp_path / "full", {1: "d"}), Effects(), _child(2)
+    plan = ModelPlan(s.rm, versions=[_configured(1, '{"count": 4}', 2)])
+    apply_plan(model, s, plan, {2: fresh}, {}, fx)
+    assert [v.config_json for v in fx.activate] == ['{"count": 4}']
+    assert model.versions[1].worker_config() == '{"count": 4}'

@@ -111,9 +111,13 @@ def test_files_changed_since_the_version_was_served_are_a_reload(tmp_path: Path)
 
 
 def test_a_regroup_plan_starts_only_the_added_instances() -> None:
-    """1 -> 3 with old instance 7 (``m_0``) kept: the plan starts two; the spec lists 7."""
+    """1 -> 3 with old instance 7 (``m_0``) kept: the plan starts two; the spec lists 7 and
+    keeps the new config, while the started instances read the version's first one (2.51:
+    ``StubLauncher`` hands every stub the ModelState's config, parsed once)."""
     spec = msgspec.structs.replace(
-        model_spec("m", (50, 51, 52)), instance_names=("m_0", "m_1", "m_2")
+        model_spec("m", (50, 51, 52)),
+        instance_names=("m_0", "m_1", "m_2"),
+        config_json='{"count": 3}',
     )
     other = model_spec("m", (53,))
     other = msgspec.structs.replace(other, version=2)
@@ -122,8 +126,11 @@ def test_a_regroup_plan_starts_only_the_added_instances() -> None:
     v2 = InstanceSpec(instance_id=53, name="m_0", model="m", version=2)
     plan = ModelPlan(repo=None, versions=[spec, other], instances=[*planned, v2])  # type: ignore[arg-type]
     rg = match(signatures(_config({**CPU, "count": 1})), signatures(_config({**CPU, "count": 3})))
-    new = regroup_plan(plan, 1, (7,), ("m_0",), rg)
+    new = regroup_plan(plan, 1, (7,), ("m_0",), rg, '{"count": 1}')
     assert new.instance_ids == (7, 51, 52)
     assert new.instance_names == ("m_0", "m_1", "m_2")
+    assert new.config_json == '{"count": 3}'
     assert [w.instance_id for w in plan.instances] == [51, 52, 53]
     assert plan.versions == [new, other]
+    assert plan.worker_model(new) == msgspec.structs.replace(new, config_json='{"count": 1}')
+    assert plan.worker_model(other) is other

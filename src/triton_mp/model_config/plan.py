@@ -85,6 +85,9 @@ class ModelPlan:
         failed_versions: version -> reason, for versions that cannot start (filled by the
             model manager).
         error: why the model cannot be served at all ("" when it can).
+        worker_configs: version -> the ``config_json`` its planned instances read when it is
+            not their version spec's (an in-place change: the version's config at its last
+            full load, ``supervisor.models.regroups``).
     """
 
     repo: RepositoryModel
@@ -92,6 +95,15 @@ class ModelPlan:
     instances: list[InstanceSpec] = field(default_factory=list)
     failed_versions: dict[int, str] = field(default_factory=dict)
     error: str = ""
+    worker_configs: dict[int, str] = field(default_factory=dict)
+
+    def worker_model(self, version: ModelVersionSpec) -> ModelVersionSpec:
+        """The spec a planned instance of ``version`` starts from: ``version`` itself, its
+        ``config_json`` replaced by ``worker_configs``' when that names another."""
+        config = self.worker_configs.get(version.version)
+        if config is None or config == version.config_json:
+            return version
+        return msgspec.structs.replace(version, config_json=config)
 
 
 NO_CAPABILITIES = BackendCapabilities()

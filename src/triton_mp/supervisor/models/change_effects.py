@@ -118,6 +118,8 @@ def _apply_changed(
     }
     effects.activate.extend(x.spec for v, x in new.items() if v in cp.activate)
     for v in sorted(cp.regroup):
+        # NOTE: the version's instances go on reading its config at its last full load.
+        new[v].backend_config = model.versions[v].worker_config()
         spec = new[v].spec
         effects.regroup.append(spec)
         stay = set(spec.instance_ids)

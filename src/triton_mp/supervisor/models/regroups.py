@@ -10,7 +10,10 @@ the new config's (``EquivalentInInstanceConfig``), on the same device; for each 
 new config asks for it takes the *last* matching old one (``PrepareInstances`` pops
 ``existing.back()``), creates the rest and removes the old ones left. Kept instances keep
 their processes, names and state (live sequences); a removed instance's live sequences run
-to their end first (``scheduler.lifecycle``, ``InstancesRegrouped``).
+to their end first (``scheduler.lifecycle``, ``InstancesRegrouped``). Every instance of the
+version, kept, added or restarted after a death, reads in ``args['model_config']`` the config
+the version was last fully loaded with (2.51's backend ModelState is not made anew), while
+the scheduler, the frontends and ModelConfig serve the new one.
 """
 
 from __future__ import annotations
@@ -137,10 +140,15 @@ def regroup_plan(
     old_ids: Sequence[int],
     old_names: Sequence[str],
     rg: Regroup,
+    worker_config: str,
 ) -> ModelVersionSpec:
     """Rewrite ``plan`` (the new config's whole instance group of ``version``, new ids) so
     that only the added instances start: the version's spec lists the kept instances by
-    their old ids and names, in the new order. Returns that spec."""
+    their old ids and names, in the new order. Returns that spec, which keeps the new
+    config (the scheduler's, the frontends'); the added instances read ``worker_config``
+    (``ModelPlan.worker_configs``), the config the version was last fully loaded with, as
+    2.51's do: python_backend's ``StubLauncher::Initialize`` hands every stub, added or
+    restarted, the ModelState's config, parsed once at ``TRITONBACKEND_ModelInitialize``."""
     spec = next(v for v in plan.versions if v.version == version)
     planned = [w for w in plan.instances if w.version == version]
     ids, names = list(spec.instance_ids), list(spec.instance_names)
@@ -150,6 +158,7 @@ def regroup_plan(
     plan.instances = [w for w in plan.instances if w.version != version or w.instance_id in started]
     new = msgspec.structs.replace(spec, instance_ids=tuple(ids), instance_names=tuple(names))
     plan.versions = [new if v.version == version else v for v in plan.versions]
+    plan.worker_configs[version] = worker_config
     return new
 
 
@@ -175,7 +184,7 @@ def plan_regroups(model: ServedModel, s: Staged, plan: ModelPlan) -> dict[int, C
         old = model.versions[v]
         names = [*old.spec.instance_names, *[""] * len(old.spec.instance_ids)]
         rg = match(signatures(old_config), signatures(s.rm.config))
-        spec = regroup_plan(plan, v, old.spec.instance_ids, names, rg)
+        spec = regroup_plan(plan, v, old.spec.instance_ids, names, rg, old.worker_config())
         stay = set(spec.instance_ids)
         kept.update((c.instance_id, c) for c in old.children if c.instance_id in stay)
         log.info(

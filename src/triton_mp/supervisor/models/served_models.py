@@ -31,6 +31,16 @@ class ServedVersion:
     reason: str = ""
     """Why an update of this version in place failed (2.51 keeps it READY with that reason
     in RepositoryIndex until the version is loaded anew)."""
+    backend_config: str = ""
+    """The config its instances' backends read (``args['model_config']``, Triton's JSON form)
+    when it is not ``spec.config_json``: the version's config at its last full load, which an
+    in-place change (``supervisor.models.regroups``) keeps, as 2.51 does (the backend's
+    ModelState parses the config once, at ``TRITONBACKEND_ModelInitialize``, and core's
+    ``UpdateInstanceGroup`` makes no new one); "" when they read ``spec.config_json``."""
+
+    def worker_config(self) -> str:
+        """The config its instances read: ``backend_config``, else ``spec.config_json``."""
+        return self.backend_config or self.spec.config_json
 
 
 @dataclass

@@ -202,7 +202,7 @@ class Instances:
                     rings[f].append(ring)
                 spec = WorkerSpec(
                     instance=w,
-                    model=by_version[w.version],
+                    model=p.worker_model(by_version[w.version]),
                     # NOTE: the scheduler's ring first: a drain then sees every BLS update
                     # written before the batches it sees (workers.main.control_first).
                     inbox=InboxSpec(
