@@ -26,6 +26,7 @@ each variant with the best raw figure of the run, not only its own round's.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import shutil
 import sys
@@ -36,8 +37,10 @@ from pathlib import Path
 import common  # bench/common.py: bench/ is on sys.path when this runs as a script
 import ocr_cls_ort
 from ab_ocr_cls import run_with_roles
+from bench_vs_triton import check_pin
 from common import ROOT, TritonMP
 from ocr_cls_ort import INPUT_SHAPE, MODEL, locate_model
+from vs_triton_pinned import CLIENT_CPUS, SERVER_CPUS, pinned
 
 SPIN = 'parameters { key: "session.intra_op.allow_spinning" value: { string_value: "1" } }\n'
 
@@ -69,6 +72,12 @@ def two_core(t: str, instances: int = 2, batch: int = 32, us: int = 2000) -> str
     return delay(max_batch(preferred(count(t, instances), "16"), batch), us)
 
 
+def one_core(t: str, batch: int) -> str:
+    """One instance of one intra-op thread, ``max_batch_size`` and preferred ``batch``, 2000
+    µs: bench_vs_triton's ``ocr_1core_config`` at ``batch``, under ocr_cls's name."""
+    return preferred(delay(max_batch(count(t, 1), batch), 2000), str(batch)) + threads(1)
+
+
 VARIANTS: dict[str, Callable[[str], str]] = {
     "shipped": lambda t: t,
     "t2": lambda t: t + threads(2),
@@ -84,19 +93,30 @@ VARIANTS: dict[str, Callable[[str], str]] = {
     "c2b16d5k": lambda t: two_core(t, batch=16, us=5000),
     "c2b8d2k": lambda t: preferred(two_core(t, batch=8), "8"),
     "c2b16p816d2k": lambda t: preferred(two_core(t, batch=16), "8, 16"),
+    "c1b8d2k": lambda t: one_core(t, 8),
+    "c1b16d2k": lambda t: one_core(t, 16),
+    "c1b32d2k": lambda t: one_core(t, 32),
 }
 """Variant name -> its rewrite of the shipped config.pbtxt text."""
 
 
-def raw_ort(onnx: Path, seconds: float) -> tuple[float, float]:
-    """Raw onnxruntime's images/s and cores, the better of one session with its default
-    settings at batch 32 and two 1-thread sessions at once at batch 8 (the 2-core configs'
-    shape; the default's spinning threads collapse when anything else runs), ``seconds``
-    each."""
+RAW_2CORE = ((1, None, 32), (2, 1, 8))
+RAW_1CORE = ((1, 1, 8), (1, 1, 16), (1, 1, 32))
+"""Raw onnxruntime's (sessions, intra-op threads, batch) per mode: on the machine, and on
+core 0 alone (``--core0``: one thread; ORT's own pool pins threads to every core)."""
+
+
+def raw_ort(
+    onnx: Path, seconds: float, configs: tuple[tuple[int, int | None, int], ...] = RAW_2CORE
+) -> tuple[float, float]:
+    """Raw onnxruntime's images/s and cores, the best of ``configs``: by default one session
+    with its default settings at batch 32 and two 1-thread sessions at once at batch 8 (the
+    2-core configs' shape; the default's spinning threads collapse when anything else runs),
+    ``seconds`` each."""
     import numpy as np
 
     best = (0.0, 0.0)
-    for count, threads, batch in ((1, None, 32), (2, 1, 8)):
+    for count, threads, batch in configs:
         group = ocr_cls_ort.sessions(str(onnx), count, threads)
         feed = {
             group[0].get_inputs()[0].name: np.random.default_rng(0).random(
@@ -132,7 +152,18 @@ def main() -> int:
         "system; run it in a private /dev/shm: `unshare --mount` and a tmpfs, as "
         "bench_vs_triton.py does, when others may run shm benchmarks)",
     )
+    ap.add_argument(
+        "--core0",
+        action="store_true",
+        help="servers and raw onnxruntime on cpu 0 alone (every server thread checked), "
+        "perf_analyzer on cpu 1, as bench_vs_triton.py's ocr_cls_c32_core0 (variants c1b*)",
+    )
     args = ap.parse_args()
+    server_cpus = SERVER_CPUS if args.core0 else None
+
+    def client() -> contextlib.AbstractContextManager[None]:
+        return pinned(CLIENT_CPUS) if args.core0 else contextlib.nullcontext()
+
     pa_extra = ("-s", "30", *(("--shared-memory", "system") if args.shm else ()))
     peers_env = common.load_peers_env(ROOT / ".peers" / "peers.env")
     repo0 = ROOT / "model_repository"
@@ -149,24 +180,28 @@ def main() -> int:
             shutil.copyfile(onnx, d / "1" / "model.onnx")
             s = TritonMP(tmp / name, tmp / f"{name}.log")
             servers[name] = s
-            failed = s.start([MODEL])
+            with pinned(server_cpus) if server_cpus else contextlib.nullcontext():
+                failed = s.start([MODEL])
+            if server_cpus:
+                check_pin(s, server_cpus)
             if failed:
                 print(f"{name}: not ready: {failed}", flush=True)
                 return 1
         for r in range(args.rounds):
             for name in names if r % 2 == 0 else names[::-1]:
-                rec, cores = run_with_roles(
-                    servers[name],
-                    MODEL,
-                    name,
-                    args.concurrency,
-                    ROOT / "bench" / "pa_run.py",
-                    peers_env,
-                    args.window_ms,
-                    1,
-                    tmp / "pa.jsonl",
-                    pa_extra,
-                )
+                with client():
+                    rec, cores = run_with_roles(
+                        servers[name],
+                        MODEL,
+                        name,
+                        args.concurrency,
+                        ROOT / "bench" / "pa_run.py",
+                        peers_env,
+                        args.window_ms,
+                        1,
+                        tmp / "pa.jsonl",
+                        pa_extra,
+                    )
                 roles = [
                     f"{role}:{used:.2f}"
                     for _, (role, used) in sorted(cores.items())
@@ -174,7 +209,11 @@ def main() -> int:
                 ]
                 tp = rec.get("throughput") or 0.0
                 per_image = per_role_us(cores, tp)
-                ort_ips, ort_cores = raw_ort(onnx, 3.0)
+                if server_cpus:
+                    with pinned(server_cpus):
+                        ort_ips, ort_cores = raw_ort(onnx, 1.0, RAW_1CORE)
+                else:
+                    ort_ips, ort_cores = raw_ort(onnx, 3.0)
                 print(
                     f"r{r + 1} {name:>8}: {tp:7.1f} img/s ({tp / ort_ips:.2f}x raw ORT "
                     f"{ort_ips:.0f} @ {ort_cores:.2f} cores), batch {rec.get('avg_batch')}, "

@@ -285,7 +285,9 @@ class _Round:
         ticks, cpu0, t0 = cpu_ticks(), time.process_time(), time.monotonic()
         if side in SERVERLESS:
             with pinned(PINNED_SIDES[side]):
-                rec = raw_ort_record(args, args.window_ms / 2000, PINNED_ORT_CONFIGS)
+                # NOTE: a window per batch size as long as perf_analyzer's: one configuration
+                # and a shared core, so short windows swing with the background.
+                rec = raw_ort_record(args, args.window_ms / 1000, PINNED_ORT_CONFIGS)
             rec["own_cores"] = round((time.process_time() - cpu0) / (time.monotonic() - t0), 3)
         else:
             with pinned(CLIENT_CPUS):
