@@ -143,14 +143,16 @@ def start_server(
         )
     cpus = PINNED_SIDES.get(side)
     print(
-        f"  {side}: {server.info['cmd']}" + (f" (pinned to cpus {sorted(cpus)})" if cpus else ""),
+        f"  {side}: {server.info['cmd']}"
+        + (f" (pinned to cpus {sorted(cpus)}, nice {args.pinned_nice})" if cpus else ""),
         flush=True,
     )
     try:
         if cpus is None:
             failed = server.start(models)
         else:
-            with pinned(cpus):  # the server's processes and threads inherit the pin
+            # the server's processes and threads inherit the pin and the nice value
+            with pinned(cpus, args.pinned_nice):
                 failed = server.start(models)
             check_pin(server, cpus)
     except BenchError as e:
@@ -284,13 +286,13 @@ class _Round:
             return self.run_server(w, side)
         ticks, cpu0, t0 = cpu_ticks(), time.process_time(), time.monotonic()
         if side in SERVERLESS:
-            with pinned(PINNED_SIDES[side]):
+            with pinned(PINNED_SIDES[side], args.pinned_nice):
                 # NOTE: a window per batch size as long as perf_analyzer's: one configuration
                 # and a shared core, so short windows swing with the background.
                 rec = raw_ort_record(args, args.window_ms / 1000, PINNED_ORT_CONFIGS)
             rec["own_cores"] = round((time.process_time() - cpu0) / (time.monotonic() - t0), 3)
         else:
-            with pinned(CLIENT_CPUS):
+            with pinned(CLIENT_CPUS, args.pinned_nice):
                 rec = self.run_server(w, side)
         rec["core_shares"] = core_shares(ticks, cpu_ticks())
         return rec

@@ -54,6 +54,14 @@ def _add_run_options(ap: argparse.ArgumentParser) -> None:
         "perf_analyzer's 10; 50 with --quick)",
     )
     ap.add_argument(
+        "--pinned-nice",
+        type=int,
+        default=None,
+        help="the nice value of the pinned ocr_cls sides (the server and raw onnxruntime on "
+        "cpu 0, perf_analyzer on cpu 1; e.g. -10 on a machine others load: the three then "
+        "take their cores from the background alike); default: this process's",
+    )
+    ap.add_argument(
         "--round-tries",
         type=int,
         default=DEFAULT_ROUND_TRIES,

@@ -45,15 +45,22 @@ the measurement's core; two sessions on one core only take turns."""
 
 
 @contextlib.contextmanager
-def pinned(cpus: frozenset[int]) -> Iterator[None]:
-    """Runs the ``with`` block with the calling thread on ``cpus`` and restores its affinity
-    after. Linux's ``sched_setaffinity(0, ...)`` sets the calling thread's mask only; a process
-    or thread started inside the block inherits it (and keeps it after the block)."""
+def pinned(cpus: frozenset[int], nice: int | None = None) -> Iterator[None]:
+    """Runs the ``with`` block with the calling thread on ``cpus`` (and at ``nice``, when not
+    None) and restores both after. Linux's ``sched_setaffinity(0, ...)`` and
+    ``setpriority(PRIO_PROCESS, 0, ...)`` set the calling thread's mask and nice value only; a
+    process or thread started inside the block inherits them (and keeps them after it). A
+    nice value below the current one needs privilege (``PermissionError``), and so does the
+    way back from a higher one."""
     before = os.sched_getaffinity(0)
+    nice_before = os.getpriority(os.PRIO_PROCESS, 0)
     os.sched_setaffinity(0, cpus)
     try:
+        if nice is not None:
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
         yield
     finally:
+        os.setpriority(os.PRIO_PROCESS, 0, nice_before)
         os.sched_setaffinity(0, before)
 
 
@@ -178,7 +185,7 @@ def pinned_rounds(by_round: dict[int, dict[str, dict[str, Any]]]) -> list[dict[s
     return out
 
 
-def pinned_lines(row: dict[str, Any], goal: float) -> list[str]:
+def pinned_lines(row: dict[str, Any], goal: float, nice: int | None = None) -> list[str]:
     """The printed summary of one pinned workload's row (``vs_triton_report.summarise``): per
     round the ratio, images/s of both, core 0's idle share and background, core 1's
     perf_analyzer and background; the medians of the server's CPU per image per role and
@@ -188,7 +195,9 @@ def pinned_lines(row: dict[str, Any], goal: float) -> list[str]:
     srv, ort = row.get(PINNED_SERVER) or {}, row.get(PINNED_ORT) or {}
     lines.append(
         f"{row['label']}: server on cpu {sorted(SERVER_CPUS)}, perf_analyzer on cpu "
-        f"{sorted(CLIENT_CPUS)}: {fmt(srv.get('throughput'), '.0f')} img/s = "
+        f"{sorted(CLIENT_CPUS)}"
+        + ("" if nice is None else f", all at nice {nice}")
+        + f": {fmt(srv.get('throughput'), '.0f')} img/s = "
         f"{fmt(v.get('ratio'), '.2f')}x raw onnxruntime's best on cpu {sorted(SERVER_CPUS)} "
         f"({fmt(row.get('pinned_ort_best'), '.0f')} img/s; per round {v.get('ratios')}; goal "
         f"{goal}x); raw ORT's CPU per image over the server's: "

@@ -357,7 +357,7 @@ def print_report(
             print(goal_budget_line(r["label"], r["goal_budget"], r.get("goal_budget_cpus", cpus)))
     for r in rows:
         if PINNED_SERVER in r["sides"]:
-            for line in pinned_lines(r, OCR_GOAL):
+            for line in pinned_lines(r, OCR_GOAL, args.pinned_nice):
                 print(line)
     for line in rerun_summary(result["rounds"]):
         print(line)

@@ -443,6 +443,21 @@ def test_a_process_started_in_pinned_inherits_the_pin_and_one_outside_does_not()
             p.wait()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="restoring a raised nice value needs root")
+def test_pinned_sets_the_nice_value_children_inherit_and_restores_the_threads() -> None:
+    cpu = min(os.sched_getaffinity(0))
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    with pinned(frozenset({cpu}), nice=before + 3):
+        assert os.getpriority(os.PRIO_PROCESS, 0) == before + 3
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == before + 3
+        assert os.getpriority(os.PRIO_PROCESS, 0) == before
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_core_shares_split_each_cpus_ticks_into_busy_idle_and_steal(tmp_path: Path) -> None:
     stat = tmp_path / "stat"
     # user nice system idle iowait irq softirq steal
@@ -520,7 +535,9 @@ def test_pinned_ratio_divides_by_raw_ort_on_core0_and_the_budget_leaves_out_perf
     assert r1["server_core_background"] == 0.05  # 0.95 busy - 0.9 the server's tree
     assert r1["ort_core_background"] == 0.25  # 0.95 busy - 0.7 raw ORT's own
     assert r1["client_core_background"] == 0.16  # 0.4 busy - 0.24 perf_analyzer's
+    assert ", all at nice -10:" in pinned_lines(row, 0.8, -10)[0]
     lines = pinned_lines(row, 0.8)
+    assert "nice" not in lines[0]
     assert "0.69x raw onnxruntime's best on cpu [0] (1600 img/s" in lines[0]
     assert "frontend 100 / scheduler 40 / worker 660" in lines[-1]
     # median of 0.24 cores / 1200 img/s and / 1000 img/s
