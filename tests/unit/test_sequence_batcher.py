@@ -581,3 +581,45 @@ def test_an_added_instance_gets_slots_and_new_sequences() -> None:
     (b,) = f.pop()
     assert (b.instance_id, _corrids(b)) == (5, [2])
     assert f.sched.holds(5)
+
+
+def test_b2_a_dead_leaving_instance_that_comes_back_takes_no_sequence() -> None:
+    """r23's B2 (session 18) at the policy: count 2 -> 1 with a live sequence on each
+    instance, the leaving one dies (its sequence is lost) and its worker comes back ready;
+    then three STARTs on the one slot left: the second and third wait in the backlog, and
+    only an END or an idle release hands the slot on (the next START never overwrites a
+    live sequence)."""
+    f = direct(mbs=1, instances=(0, 1), idle_us=1000)
+    f.send(21, START)
+    f.send(22, START)
+    assert sorted((b.instance_id, _corrids(b)) for b in f.pop()) == [(0, [21]), (1, [22])]
+    f.done(0, 1)
+    f.sched.regroup((), (0,))
+    f.sched.instance_gone(0)
+    f.sched.instance_idle(0, f.clock.now_ns())  # as a restarted worker would report
+    assert not f.sched.holds(0)
+    assert isinstance(f.send(21), Rejection)
+    f.send(22, END)
+    (b,) = f.pop()
+    assert (b.instance_id, _corrids(b)) == (1, [22])
+    f.done(1)
+    for corrid in (30, 31, 32):
+        assert isinstance(f.send(corrid, START), Queued)
+    (b,) = f.pop()
+    assert (b.instance_id, _corrids(b)) == (1, [30])
+    f.done(1)
+    assert f.pop() == []
+    assert f.sched.queue_depth() == 2  # 31 and 32 wait
+    f.send(30, END)
+    (b,) = f.pop()
+    assert (b.instance_id, _corrids(b)) == (1, [30])
+    f.done(1)
+    (b,) = f.pop()
+    assert (b.instance_id, _corrids(b)) == (1, [31])  # 31 took 30's slot after its END
+    f.done(1)
+    f.clock.advance_us(1000)  # 31 idles out: 32 takes the slot, 31 is over
+    assert f.sched.expire(f.clock.now_ns()) == []
+    (b,) = f.pop()
+    assert (b.instance_id, _corrids(b), b.released) == (1, [32], (31,))
+    assert isinstance(f.send(31, END), Rejection)
+    assert f.sched.queue_depth() == 0
