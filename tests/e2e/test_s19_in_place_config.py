@@ -258,3 +258,26 @@ def test_a_version_policy_only_change_keeps_the_served_version_in_place(
             assert "UNAVAILABLE" in str(_calls(server, 1, 0, "1")[0]), name
         finally:
             _from_files(server)
+
+
+def test_a_config_load_after_a_load_from_the_files_is_in_place_in_both(
+    servers: dict[str, Server],
+) -> None:
+    """docs/differences.md's source-switch row holds for a model loaded at start only: once
+    it was unloaded and loaded again from its files, 2.51 too updates it in place when a
+    ``config`` load changes only ``instance_group`` (2 -> 1: one instance stays, and it read
+    the files' count)."""
+    for name, server in sorted(servers.items()):
+        try:
+            _from_files(server)
+            counts, pids = _answers(server, 12, 200)
+            assert (counts, len(pids)) == ({2}, 2), name
+            one = {**CONFIG, "instance_group": [{"count": 1, "kind": "KIND_CPU"}]}
+            assert _load(server, one) == 200, name
+            assert _served_count(server) == 1, name
+            counts, after = _answers(server, 6, 50)
+            assert counts == {2}, (name, counts)
+            assert len(after) == 1, (name, after)
+            assert after < pids, (name, pids, after)
+        finally:
+            _from_files(server)
