@@ -17,6 +17,7 @@ from triton_mp.supervisor.models.ensemble_deps import (
     dependents,
     ensemble_load_failure,
     reloadable,
+    unused_steps,
 )
 
 
@@ -152,11 +153,31 @@ def test_a_decoupled_step_makes_the_ensemble_decoupled_and_two_cannot_meet() -> 
     )
 
 
-def test_the_polling_chain_names_composing_models_not_loaded_yet() -> None:
+def test_the_polling_chain_names_every_composing_model_not_staged() -> None:
+    """Served or not: core's PollModels polls them all again (a changed one reloads)."""
     ens = _ensemble(_add())
-    assert composing_to_load({"ens": ens}, served=[]) == ["add"]
-    assert composing_to_load({"ens": ens}, served=["add"]) == []
-    assert composing_to_load({"ens": ens, "add": ADD}, served=[]) == []
+    assert composing_to_load({"ens": ens}) == ["add"]
+    assert composing_to_load({"ens": ens, "add": ADD}) == []
+
+
+def _calls(*models: str) -> mc.ModelConfig:
+    """An ensemble whose steps call ``models`` (only its steps matter here)."""
+    steps = " ".join(f'step [ {{ model_name: "{m}" model_version: -1 }} ]' for m in models)
+    return _cfg(f'platform: "ensemble" ensemble_scheduling {{ {steps} }}')
+
+
+def test_unload_dependents_takes_the_steps_nothing_else_holds() -> None:
+    """core DependencyGraph::RemoveNodes, cascading: a step goes unless loaded by name or
+    called by an ensemble left (served, or waiting for its steps); nested ones follow."""
+    outer, inner, other = _calls("inner", "a"), _calls("b", "c"), _calls("c")
+    served = {"outer": outer, "inner": inner, "a": ADD, "b": ADD, "c": ADD, "other": other}
+    assert unused_steps({"outer": outer}, served, {}, ()) == ["inner", "a", "b"]
+    assert unused_steps({"outer": outer}, served, {}, ("a", "inner")) == []
+    assert unused_steps({"outer": outer}, served, {"late": ["b"]}, ()) == ["inner", "a"]
+    gone = {n: c for n, c in served.items() if n != "other"}
+    assert unused_steps({"outer": outer}, gone, {}, ()) == ["inner", "a", "b", "c"]
+    assert unused_steps({"other": other}, served, {}, ()) == []
+    assert unused_steps({"a": ADD}, served, {}, ()) == []
 
 
 def test_check_ensembles_sets_decoupled_and_names_what_is_missing_or_invalid() -> None:

@@ -187,6 +187,19 @@ def test_an_unload_answers_what_is_queued_then_stops_and_drops_the_books(h: Harn
     assert h.core.idle()
 
 
+def test_an_unloaded_version_without_instances_drops_its_books(h: Harness) -> None:
+    """An ensemble's version runs on no instance: the unload names it by key
+    (``InstancesRetired.versions``), else its statistics stayed listed after the unload."""
+    bare = model_spec("e", ())
+    h.handle(VersionsActivated(specs=(encode(bare),)))
+    assert [s.name for s in h.core.stats.snapshot("e")] == ["e"]
+    h.handle(InstancesRetired(instance_ids=(), versions=(("e", 1), ("gone", 3))))
+    h.dispatch()
+    h.dispatch()
+    assert h.core.stats.snapshot("e") == ()
+    assert h.core.idle()
+
+
 def test_a_retired_version_whose_instances_all_died_fails_its_queue(h: Harness) -> None:
     _load(h, V1, ready=False)
     queued = h.request("m")

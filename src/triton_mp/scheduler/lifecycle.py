@@ -191,7 +191,12 @@ class Lifecycle:
             )
 
     def on_retired(self, msg: InstancesRetired, now_ns: int) -> None:
-        """Frontends no longer route to these instances' generations: retire them."""
+        """Frontends no longer route to these instances' generations, or to these
+        versions (an ensemble's, which has no instances): retire them."""
+        for key in msg.versions:
+            gen = self.active.get(key)
+            if gen is not None:
+                self._retire(gen)
         for i in msg.instance_ids:
             inst = self.instances.get(i)
             if inst is None or inst.generation is None:

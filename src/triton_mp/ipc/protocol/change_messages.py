@@ -57,9 +57,12 @@ class InstancesRetired(
     msgspec.Struct, frozen=True, kw_only=True, tag="inst_retired", array_like=True
 ):
     """Frontends no longer route to these instances' version: finish what is queued and
-    running, then send each a ``Shutdown`` (model unload, version removed)."""
+    running, then send each a ``Shutdown`` (model unload, version removed); retire
+    ``versions`` too, which run on no instance (an ensemble's)."""
 
     instance_ids: tuple[int, ...]
+    versions: tuple[tuple[str, int], ...] = ()
+    """(model, version) of each retired version without instances."""
 
 
 class InstancesRegrouped(

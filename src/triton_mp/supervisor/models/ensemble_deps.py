@@ -25,17 +25,56 @@ def steps_of(config: mc.ModelConfig | None) -> list[str]:
     return list(dict.fromkeys(s.model_name for s in config.ensemble_scheduling.step))
 
 
-def composing_to_load(
-    staged: Mapping[str, mc.ModelConfig | None], served: Iterable[str]
-) -> list[str]:
-    """The composing models of the staged ensembles that neither are staged nor serve
-    (Triton's polling chain: loading an ensemble loads them too)."""
-    have = set(staged) | set(served)
+def composing_to_load(staged: Mapping[str, mc.ModelConfig | None]) -> list[str]:
+    """The composing models of the staged ensembles that are not staged themselves, served
+    or not (Triton's polling chain, core ``PollModels``: loading an ensemble polls them all
+    again, so a served one whose files changed since is reloaded with it)."""
     out: list[str] = []
     for config in staged.values():
         for name in steps_of(config):
-            if name not in have and name not in out:
+            if name not in staged and name not in out:
                 out.append(name)
+    return out
+
+
+def unused_steps(
+    unloaded: Mapping[str, mc.ModelConfig],
+    served: Mapping[str, mc.ModelConfig],
+    orphans: Mapping[str, Iterable[str]],
+    by_name: Iterable[str],
+) -> list[str]:
+    """RepositoryModelUnload's ``unload_dependents``: the composing models to unload with
+    the ``unloaded`` ensembles, in order (core ``DependencyGraph::RemoveNodes`` with
+    cascading removal: a composing model goes when it was not loaded by name and no
+    ensemble left calls it; then its own composing models are looked at, and so on).
+
+    Args:
+        unloaded: the ensembles unloaded by name, with their configs.
+        served: the completed configs of the models that serve now.
+        orphans: the ensembles waiting for their composing models to serve again (they
+            still call them) -> the models their steps call.
+        by_name: the models loaded by name (RepositoryModelLoad, ``--load-model``) since
+            their last unload: those stay.
+    """
+    callers: dict[str, set[str]] = {}
+    for name, config in served.items():
+        for step in steps_of(config):
+            callers.setdefault(step, set()).add(name)
+    for name, steps in orphans.items():
+        for step in steps:
+            callers.setdefault(step, set()).add(name)
+    kept, gone = set(by_name), set(unloaded)
+    todo = [step for config in unloaded.values() for step in steps_of(config)]
+    out: list[str] = []
+    while todo:
+        name = todo.pop(0)
+        if name in gone or name in kept or name not in served:
+            continue
+        if callers.get(name, set()) - gone:
+            continue
+        gone.add(name)
+        out.append(name)
+        todo.extend(steps_of(served[name]))
     return out
 
 

@@ -66,6 +66,7 @@ from triton_mp.supervisor.models.ensemble_deps import (
     ensemble_load_failure,
     reloadable,
     steps_of,
+    unused_steps,
 )
 from triton_mp.supervisor.models.load_requests import (
     LoadRequest,
@@ -166,7 +167,9 @@ class ModelControl:
     # ------------------------------------------------------------------ start
     def load_at_start(self, names: list[str]) -> None:
         """Load models before any frontend runs (all of them in parallel)."""
-        self._load([LoadRequest(n) for n in names])
+        requests = [LoadRequest(n) for n in names]
+        self._load(requests)
+        self._mark_by_name(requests)
 
     def attach_frontends(self, conns: dict[int, Connection]) -> None:
         """Serve the frontends' control pipes and start the change thread (and, in poll
@@ -242,14 +245,41 @@ class ModelControl:
             # NOTE: a python model's unload_model returns once the unload began, as
             # TRITONSERVER_ServerUnloadModel does (its own execute may be what drains).
             started = (lambda: target(None)) if callable(target) else None
-            # NOTE: unload_dependents changes nothing that 2.51 shows: the ensembles that
-            # call the model are unloaded either way, and come back when it does.
-            self._unload([call.model], reason="unloaded", on_started=started)
+            self._unload_by_name(call.model, call.unload_dependents, started)
             return None
         log.info("load of '%s' requested", call.model, extra={"model": call.model})
         req = LoadRequest(call.model, call.config_json, dict(call.files))
         self._load([req])
+        self._mark_by_name([req])
         return req.result
+
+    def _unload_by_name(
+        self, name: str, with_dependents: bool, started: Callable[[], None] | None
+    ) -> None:
+        """RepositoryModelUnload. The ensembles that call the model are unloaded with it,
+        ``unload_dependents`` or not (and come back when it does, as in 2.51); with it, the
+        composing models of an ensemble that were loaded only for it go too
+        (``ensemble_deps.unused_steps``)."""
+        served = served_configs(self._models.values())
+        self._unload([name], reason="unloaded", on_started=started)
+        steps: list[str] = []
+        if with_dependents and name in served:
+            by_name = [n for n, m in self._models.items() if m.by_name and n != name]
+            steps = unused_steps({name: served[name]}, served, self._orphans, by_name)
+            if steps:
+                log.info("unloading %s with '%s' (unload_dependents)", steps, name)
+                self._unload(steps, reason="unloaded")
+        for n in [name, *steps]:
+            if n in self._models:
+                self._models[n].by_name = False
+
+    def _mark_by_name(self, requests: list[LoadRequest]) -> None:
+        """The models these loads by name serve now stay when an ensemble that calls them
+        is unloaded with ``unload_dependents`` (``ServedModel.by_name``)."""
+        for r in requests:
+            model = self._models.get(r.name)
+            if r.result is None and model is not None and model.versions:
+                model.by_name = True
 
     def poll(self) -> None:
         """Poll mode: load models that are new or changed on disk, unload removed ones."""
@@ -271,32 +301,19 @@ class ModelControl:
                 self._seen.pop(n, None)
 
     # ------------------------------------------------------------------ load
-    def _load(self, requests: list[LoadRequest]) -> None:
+    def _load(self, requests: list[LoadRequest], poll_steps: bool = True) -> None:
         """(Re)load models, all at once (see the module docstring); then the ensembles
-        waiting for them (``_reload_orphans``)."""
+        waiting for them (``_reload_orphans``). ``poll_steps``: the served composing models
+        of the ensembles loaded are read again too (a load from outside; core's
+        ``PollModels``), not only those that do not serve (an ensemble brought back,
+        2.51's ``LoadModelByDependency``)."""
         for r in requests:
             self._orphans.pop(r.name, None)
-            self._keep_override(r)
-        self._load_now(requests)
+            self._stager.keep_override(r)
+        self._load_now(requests, poll_steps)
         self._remember_overrides(requests)
         self._unload_broken_dependents(requests)
         self._reload_orphans()
-
-    def _keep_override(self, req: LoadRequest) -> None:
-        """A load without ``config`` after one with a ``config`` override, the model's
-        directory untouched since, keeps the override's config serving and its statistics
-        going, as 2.51 does: core reloads a loaded model only when its files changed
-        (``ModelRepositoryManager``'s modification check), and only an unload returns it to
-        ``config.pbtxt``. The override is applied again, which ``plan_change`` finds
-        unchanged."""
-        model = self._models.get(req.name)
-        if req.config_json is not None or req.files or model is None or not model.versions:
-            return
-        if model.override is None:
-            return
-        config_json, fingerprint = model.override
-        if directory_fingerprint(self._cfg.repository_path / req.name) == fingerprint:
-            req.config_json = config_json
 
     def _remember_overrides(self, requests: list[LoadRequest]) -> None:
         """Each served model's ``config`` override, with its directory's fingerprint at the
@@ -331,9 +348,9 @@ class ModelControl:
             self._unload([name], reason="unloaded")
             self._orphans[name] = tuple(steps_of(served[name]))
 
-    def _load_now(self, requests: list[LoadRequest]) -> None:
+    def _load_now(self, requests: list[LoadRequest], poll_steps: bool) -> None:
         staged = self._stager.with_ensembles(
-            [s for s in map(self._stager.stage, requests) if s is not None], requests
+            [s for s in map(self._stager.stage, requests) if s is not None], requests, poll_steps
         )
         start = {
             s.req.name: set(versions_to_start(self._models[s.req.name].served(), s.fingerprints))
@@ -393,7 +410,7 @@ class ModelControl:
         waiting = {n: self._orphans[n] for n in names}
         requests = [LoadRequest(n) for n in names]
         log.info("loading ensembles %s again: their composing models serve", names)
-        self._load(requests)  # NOTE: ensembles of these ensembles follow in its own pass
+        self._load(requests, poll_steps=False)  # NOTE: their ensembles follow in its own pass
         failed = [self._models[r.name] for r in requests if r.result is not None]
         for m in failed:
             self._orphans[m.name] = waiting[m.name]
@@ -482,6 +499,8 @@ class ModelControl:
         if not models:
             return
         children = [c for m in models for v in m.versions.values() for c in v.children]
+        # NOTE: an ensemble's versions run on no instance: the scheduler retires them by key
+        bare = tuple((m.name, v) for m in models for v, x in m.versions.items() if not x.children)
         versions = {m.name: sorted(m.versions) for m in models}
         # NOTE: failed versions keep their state through an unload, as in Triton's lifecycle.
         kept = {m.name: {v: r for v, r in m.failed.items() if v not in m.versions} for m in models}
@@ -495,9 +514,10 @@ class ModelControl:
         )
         if on_started is not None:
             on_started()
-        if children:
+        if children or bare:
             self._table.claim(children)
-            self._send(InstancesRetired(instance_ids=tuple(c.instance_id for c in children)))
+            ids = tuple(c.instance_id for c in children)
+            self._send(InstancesRetired(instance_ids=ids, versions=bare))
             self._instances.await_stopped(children)
         for m in models:
             m.failed, m.failed_fingerprints = kept[m.name], {}

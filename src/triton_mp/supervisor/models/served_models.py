@@ -70,6 +70,10 @@ class ServedModel:
     of one reads its files there): removed with ``temp_dir`` at an unload or replace."""
     directory: Path | None = None
     """The model directory the served versions were read from (``regroups.in_place``)."""
+    by_name: bool = False
+    """Loaded by name (RepositoryModelLoad, ``--load-model``, a polled repository) since its
+    last unload, not only as an ensemble's composing model: an unload of the ensemble with
+    ``unload_dependents`` keeps it (core's ``explicitly_load_``)."""
     override: tuple[str, str] | None = None
     """``(config JSON, model directory fingerprint)`` of the ``config`` override the served
     versions were loaded with (RepositoryModelLoad's ``config`` parameter), else None."""

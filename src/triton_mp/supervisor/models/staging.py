@@ -20,6 +20,7 @@ from triton_mp.common.config import ServerConfig
 from triton_mp.common.errors import ErrorCode, status_text
 from triton_mp.ipc.protocol.control_messages import ModelTableUpdate
 from triton_mp.ipc.protocol.messages import ErrorInfo
+from triton_mp.model_config.loader import directory_fingerprint
 from triton_mp.supervisor.models.ensemble_deps import (
     check_ensembles,
     composing_to_load,
@@ -73,6 +74,22 @@ class Stager:
         self._seen = seen
         self._supported_ids = supported_ids
         self._update = update
+
+    def keep_override(self, req: LoadRequest) -> None:
+        """A load without ``config`` after one with a ``config`` override, the model's
+        directory untouched since, keeps the override's config serving and its statistics
+        going, as 2.51 does: core reloads a loaded model only when its files changed
+        (``ModelRepositoryManager``'s modification check), and only an unload returns it to
+        ``config.pbtxt``. The override is applied again, which ``plan_change`` finds
+        unchanged. Each composing model the polling chain brings in gets it too."""
+        model = self._models.get(req.name)
+        if req.config_json is not None or req.files or model is None or not model.versions:
+            return
+        if model.override is None:
+            return
+        config_json, fingerprint = model.override
+        if directory_fingerprint(self._cfg.repository_path / req.name) == fingerprint:
+            req.config_json = config_json
 
     def stage(self, req: LoadRequest) -> Staged | None:
         """Step 1 for one request; None when it ends here (``req.result`` says why)."""
@@ -128,20 +145,25 @@ class Stager:
         log.error("failed to load model '%s': %s", req.name, req.result.message)
         self._update(ModelTableUpdate(models=(model.entry(),)))
 
-    def with_ensembles(self, staged: list[Staged], requests: list[LoadRequest]) -> list[Staged]:
-        """Stage the composing models of staged ensembles too (Triton's polling chain),
-        check the ensembles against them (``ensemble_deps.check_ensembles``) and order the
+    def with_ensembles(
+        self, staged: list[Staged], requests: list[LoadRequest], poll_steps: bool = True
+    ) -> list[Staged]:
+        """Stage the composing models of staged ensembles too (Triton's polling chain:
+        ``poll_steps``, those that serve as well, whose changed files then reload), check
+        the ensembles against them (``ensemble_deps.check_ensembles``) and order the
         staged models so that ensembles come last."""
-        tried = {r.name for r in requests}
         served: dict[str, mc.ModelConfig] = served_configs(self._models.values())
+        tried = {r.name for r in requests} | (set() if poll_steps else set(served))
         every = list(requests)
         while extra := [
             n
-            for n in composing_to_load({s.req.name: s.rm.config for s in staged}, served)
+            for n in composing_to_load({s.req.name: s.rm.config for s in staged})
             if n not in tried
         ]:
             tried.update(extra)
             more = [LoadRequest(n) for n in extra]
+            for r in more:
+                self.keep_override(r)
             every.extend(more)
             staged.extend(s for s in map(self.stage, more) if s is not None)
         failed = {r.name: r.result.message for r in every if r.result and r.name in self._models}
