@@ -6,6 +6,8 @@ Triton 2.51 (session 19, r23's B2 and its note on a killed leaving instance).
   (which drops it) on both servers: nothing overwrites a live sequence. 2.51 then also
   drops the sequence that waited, at once (its idle time counts from its START's arrival,
   core ``SequenceBatchScheduler::ReaperThread``); triton-mp counts from when the slot took it.
+- A count-up while a sequence waits in the backlog: 2.51 leaves the added slots unused until
+  a live sequence is released; triton-mp gives the waiting sequence an added slot at once.
 - A killed model instance: 2.51 never restarts a python stub, so every later request on it
   fails INTERNAL "Stub process '<instance>' is not healthy." (its sequences' slots kept);
   triton-mp restarts a kept instance (a leaving one just stops) and its sequences are lost
@@ -47,14 +49,14 @@ Server = ServerProcess | RealTriton
 SRC = seq_sum_source(with_pid=True)
 
 
-def _direct(count: int, idle_us: int) -> dict:
-    """seq_sum with PID, Direct, two slots per instance (``max_batch_size`` 2), ``count``
-    instances."""
+def _direct(count: int, idle_us: int, slots: int = 2) -> dict:
+    """seq_sum with PID, Direct, ``slots`` slots per instance (``max_batch_size``),
+    ``count`` instances."""
     base = seq_sum_config(("OUTPUT0", "PID"), count=count)
     seq = {k: v for k, v in base["sequence_batching"].items() if k != "oldest"}
     seq["direct"] = {}
     seq["max_sequence_idle_microseconds"] = idle_us
-    return {**base, "max_batch_size": 2, "sequence_batching": seq}
+    return {**base, "max_batch_size": slots, "sequence_batching": seq}
 
 
 IDLE_S = 4.0
@@ -65,6 +67,10 @@ SHORT = _direct(2, int(IDLE_S * 1e6))
 """seq_one after r23's full reload."""
 TWO = _direct(2, 60_000_000)
 """seq_two: the killed instances."""
+UP_IDLE_S = 10.0
+"""seq_up's ``max_sequence_idle_microseconds``, in seconds: well over an instance's start."""
+UP = _direct(1, int(UP_IDLE_S * 1e6), slots=1)
+"""seq_up: one slot, then a count-up while a sequence waits in the backlog."""
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +78,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
     repo = tmp_path_factory.mktemp("s19seq") / "repo"
     write_python_model(repo, "seq_one", config_pbtxt(ONE), SRC)
     write_python_model(repo, "seq_two", config_pbtxt(TWO), SRC)
+    write_python_model(repo, "seq_up", config_pbtxt(UP), SRC)
     flags = ("--model-control-mode=explicit", "--load-model=*")
     with side_by_side(repo, tmp_path_factory.mktemp("logs"), *flags) as found:
         yield found
@@ -276,3 +283,39 @@ def test_a_killed_leaving_instance_with_a_live_sequence(servers: dict[str, Serve
         for sid in (54, 55):
             assert _seq(server, "seq_two", sid, 1, sequence_end=True) == (2, kpid), name
         assert _load(server, "seq_two", TWO) == 200, name
+
+
+def test_a_count_up_gives_a_backlogged_sequence_the_added_slot(
+    servers: dict[str, Server],
+) -> None:
+    """2.51's ``SequenceBatchScheduler::Update`` adds the new instance's slots as ready but
+    fills a slot from the backlog only when one is released: the waiting sequence keeps
+    waiting beside a free slot until the live one idles out (and runs where that one ran).
+    triton-mp hands it the added slot as soon as the instance is ready."""
+    for name, server in sorted(servers.items()):
+        t0 = time.monotonic()
+        live = _seq(server, "seq_up", 1, 1, sequence_start=True)
+        assert isinstance(live, tuple), (name, live)
+        waiting: list[Answer] = []
+        start = threading.Thread(
+            target=_answer_into, args=(waiting, server, "seq_up", 2, 5), daemon=True
+        )
+        start.start()
+        time.sleep(0.5)
+        assert _load(server, "seq_up", _count(UP, 2)) == 200, name
+        start.join(30)
+        waited = time.monotonic() - t0
+        assert len(waiting) == 1, (name, waiting)
+        got = waiting[0]
+        assert isinstance(got, tuple), (name, got)
+        assert got[0] == 5, (name, got)
+        if name == "triton":  # after 1's idle release, on 1's instance; 1 is over
+            assert got[1] == live[1], (name, got, live)
+            assert waited > UP_IDLE_S * 0.8, (name, waited)
+            assert _seq(server, "seq_up", 1, 1) == _needs_start("seq_up", 1)
+        else:  # at once, on the added instance; 1 goes on
+            assert got[1] != live[1], (name, got, live)
+            assert waited < UP_IDLE_S * 0.8, (name, waited)
+            assert _seq(server, "seq_up", 1, 1) == (2, live[1]), name
+        assert _seq(server, "seq_up", 2, 1, sequence_end=True) == (6, got[1]), name
+        assert _load(server, "seq_up", UP) == 200, name
