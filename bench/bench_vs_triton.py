@@ -76,6 +76,7 @@ from vs_triton_pinned import (
     cpu_ticks,
     off_pin,
     pinned,
+    set_autogroup_nice,
     thread_affinities,
 )
 from vs_triton_report import print_report, summarise
@@ -155,6 +156,9 @@ def start_server(
             with pinned(cpus, args.pinned_nice):
                 failed = server.start(models)
             check_pin(server, cpus)
+            if args.pinned_nice is not None and server.pid is not None:
+                # the server runs in a session of its own: its autogroup starts at nice 0
+                set_autogroup_nice(server.pid, args.pinned_nice)
     except BenchError as e:
         print(f"  {side}: ERROR: {e}", flush=True)
         return server, {}, str(e)

@@ -44,22 +44,46 @@ PINNED_ORT_CONFIGS: tuple[tuple[int, int | None], ...] = ((1, 1),)
 the measurement's core; two sessions on one core only take turns."""
 
 
+def autogroup_nice(pid: int, proc: Path = Path("/proc")) -> int | None:
+    """The nice value of ``pid``'s scheduler autogroup (``/proc/PID/autogroup``: ``/autogroup-N
+    nice V``), or None without autogroups. With ``kernel.sched_autogroup_enabled`` the
+    scheduler shares a CPU between sessions first and a thread's own nice value weighs only
+    within its session: a nice value for the pinned sides needs its session's too."""
+    try:
+        return int((proc / str(pid) / "autogroup").read_text().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def set_autogroup_nice(pid: int, nice: int, proc: Path = Path("/proc")) -> bool:
+    """Sets ``pid``'s autogroup (its whole session) to ``nice``; False without autogroups."""
+    if autogroup_nice(pid, proc) is None:
+        return False
+    (proc / str(pid) / "autogroup").write_text(str(nice))
+    return True
+
+
 @contextlib.contextmanager
 def pinned(cpus: frozenset[int], nice: int | None = None) -> Iterator[None]:
     """Runs the ``with`` block with the calling thread on ``cpus`` (and at ``nice``, when not
-    None) and restores both after. Linux's ``sched_setaffinity(0, ...)`` and
-    ``setpriority(PRIO_PROCESS, 0, ...)`` set the calling thread's mask and nice value only; a
-    process or thread started inside the block inherits them (and keeps them after it). A
-    nice value below the current one needs privilege (``PermissionError``), and so does the
-    way back from a higher one."""
+    None: the thread's and this session's autogroup's, ``autogroup_nice``) and restores them
+    after. Linux's ``sched_setaffinity(0, ...)`` and ``setpriority(PRIO_PROCESS, 0, ...)`` set
+    the calling thread's mask and nice value only; a process or thread started inside the
+    block inherits them (and keeps them after it; one that starts a session of its own gets an
+    autogroup at nice 0: ``set_autogroup_nice`` it). A nice value below the current one needs
+    privilege (``PermissionError``), and so does the way back from a higher one."""
     before = os.sched_getaffinity(0)
     nice_before = os.getpriority(os.PRIO_PROCESS, 0)
+    group_before = autogroup_nice(os.getpid())
     os.sched_setaffinity(0, cpus)
     try:
         if nice is not None:
             os.setpriority(os.PRIO_PROCESS, 0, nice)
+            set_autogroup_nice(os.getpid(), nice)
         yield
     finally:
+        if group_before is not None and nice is not None:
+            set_autogroup_nice(os.getpid(), group_before)
         os.setpriority(os.PRIO_PROCESS, 0, nice_before)
         os.sched_setaffinity(0, before)
 

@@ -29,12 +29,14 @@ from vs_triton_pinned import (  # noqa: E402
     PINNED_SERVER,
     PINNED_SIDES,
     SERVER_CPUS,
+    autogroup_nice,
     core_shares,
     cpu_ticks,
     off_pin,
     parse_cpu_list,
     pinned,
     pinned_lines,
+    set_autogroup_nice,
     thread_affinities,
 )
 from vs_triton_report import summarise, unclean_stops  # noqa: E402
@@ -447,15 +449,29 @@ def test_a_process_started_in_pinned_inherits_the_pin_and_one_outside_does_not()
 def test_pinned_sets_the_nice_value_children_inherit_and_restores_the_threads() -> None:
     cpu = min(os.sched_getaffinity(0))
     before = os.getpriority(os.PRIO_PROCESS, 0)
+    group = autogroup_nice(os.getpid())
     with pinned(frozenset({cpu}), nice=before + 3):
         assert os.getpriority(os.PRIO_PROCESS, 0) == before + 3
+        if group is not None:  # the session's autogroup too, else the nice value weighs little
+            assert autogroup_nice(os.getpid()) == before + 3
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         assert os.getpriority(os.PRIO_PROCESS, child.pid) == before + 3
         assert os.getpriority(os.PRIO_PROCESS, 0) == before
+        assert autogroup_nice(os.getpid()) == group
     finally:
         child.kill()
         child.wait()
+
+
+def test_autogroup_nice_reads_and_sets_procs_autogroup_line(tmp_path: Path) -> None:
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "autogroup").write_text("/autogroup-5879 nice 0\n")
+    assert autogroup_nice(7, tmp_path) == 0
+    assert set_autogroup_nice(7, -10, tmp_path)
+    assert (tmp_path / "7" / "autogroup").read_text() == "-10"
+    assert autogroup_nice(8, tmp_path) is None
+    assert not set_autogroup_nice(8, -10, tmp_path)
 
 
 def test_core_shares_split_each_cpus_ticks_into_busy_idle_and_steal(tmp_path: Path) -> None:
