@@ -16,6 +16,7 @@ from triton_mp._proto import admin_pb2_grpc, health_pb2_grpc
 from triton_mp.frontend.api import FrontendApi
 from triton_mp.frontend.grpc.admin_service import AdminServicer
 from triton_mp.frontend.grpc.interceptor import RestrictedProtocolInterceptor
+from triton_mp.frontend.grpc.running_calls import idle, running_calls
 from triton_mp.frontend.grpc.servicer import HealthServicer, InferenceServicer, add_to_server
 from triton_mp.frontend.header_forward import HeaderForward
 from triton_mp.frontend.native import UNAVAILABLE, available
@@ -174,13 +175,19 @@ def grpc_server(spec: FrontendSpec, api: FrontendApi) -> tuple[grpc.aio.Server, 
 async def stop_grpc(server: grpc.aio.Server, grace_s: float) -> bool:
     """``server.stop(grace_s)``, and whether it cut calls: True when calls were still running
     ``grace_s`` seconds in, which it then cancels (their clients get UNAVAILABLE), as the
-    native server's stop reports for the public port (``frontend.native.public_port``)."""
+    native server's stop reports for the public port (``frontend.native.public_port``). Once
+    no call runs, the connections left are closed, not waited for (``running_calls``)."""
     stopping = asyncio.ensure_future(server.stop(grace_s))
+    quiet = asyncio.ensure_future(idle())
     # NOTE: this timer starts before stop's own (the task has not run yet), so it decides:
-    # not terminated by then means calls were running at the end of the grace period
-    cut = bool(await server.wait_for_termination(grace_s))
-    if cut:
-        await server.stop(None)  # NOTE: cancels them now (a second stop may only shorten)
+    # neither stopped nor idle by then means calls were running at the end of the grace
+    done, _ = await asyncio.wait(
+        {stopping, quiet}, timeout=grace_s, return_when=asyncio.FIRST_COMPLETED
+    )
+    quiet.cancel()
+    cut = not done and running_calls() > 0
+    if not stopping.done():
+        await server.stop(None)  # NOTE: cancels what is left now (a second stop may only shorten)
     await stopping
     return cut
 

@@ -151,9 +151,10 @@ class NativeServer:
         return port
 
     def stop(self, grace_s: float) -> bool:
-        """Stop accepting, cancel calls still running after ``grace_s`` seconds, and join the
-        server's thread (blocks: call it off the event loop). Returns whether it cancelled a
-        call still running then (``stop_cut.h``; False when it was not running)."""
+        """Stop accepting, close the connections once no call runs (a client that answers
+        nothing does not hold the stop), cancel calls still running after ``grace_s`` seconds,
+        and join the server's thread (blocks: call it off the event loop). Returns whether it
+        cancelled a call still running then (``stop_cut.h``; False when it was not running)."""
         if self._running and _NATIVE is not None:
             self._running = False
             return bool(_NATIVE.stop(grace_s))

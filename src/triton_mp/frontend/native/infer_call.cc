@@ -28,8 +28,12 @@ void InferCall::Complete(void (InferCall::*step)(bool), bool ok) {
 }
 
 void InferCall::OnNew(bool ok) {
-  if (!ok) return;  // the server is shutting down: never started, deleted by Complete
+  if (!ok) {  // the server is shutting down: never started, deleted by Complete
+    target_.stop_cut->OnRefused();
+    return;
+  }
   started_ = true;
+  target_.stop_cut->OnStart();
   ++pending_;        // done_op_
   ++*target_.rearm;  // NOTE: the next call is armed after this step (InferTarget)
   // NOTE: the request came with the call, and the done notification starts with it (gRPC

@@ -108,7 +108,7 @@ void NativeServer::Poll() {
 bool NativeServer::Stop(double grace_s) {
   if (stopped_) return false;
   stopped_ = true;
-  server_->Shutdown(stop_cut_.Arm(grace_s));
+  server_->Shutdown(stop_cut_.Arm(grace_s, server_->c_server()));
   if (handoff_) handoff_->Close();
   cq_->Shutdown();
   if (thread_.joinable()) thread_.join();

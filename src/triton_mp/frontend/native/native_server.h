@@ -47,9 +47,9 @@ class NativeServer {
   int port() const { return port_; }
   // The in-process handoff, or nullptr when ModelInfer is relayed like every other call.
   Handoff* handoff() { return handoff_.get(); }
-  // Stops accepting, cancels calls still running after grace_s, drains the queue, joins.
-  // Returns whether it cancelled a call that was still running then (stop_cut.h); false when
-  // stopped already.
+  // Stops accepting, closes the connections once no call runs, cancels calls still running
+  // after grace_s, drains the queue, joins. Returns whether it cancelled a call that was
+  // still running then (stop_cut.h); false when stopped already.
   bool Stop(double grace_s);
 
  private:

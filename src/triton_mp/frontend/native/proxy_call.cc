@@ -34,8 +34,12 @@ const char kModelStreamInfer[] = "/inference.GRPCInferenceService/ModelStreamInf
 }  // namespace
 
 void ProxyCall::OnNew(bool ok) {
-  if (!ok) return;  // the server is shutting down: never started, deleted by Complete
+  if (!ok) {  // the server is shutting down: never started, deleted by Complete
+    target_.stop_cut->OnRefused();
+    return;
+  }
   started_ = true;
+  target_.stop_cut->OnStart();
   Start(&done_op_);
   ++*target_.rearm;  // NOTE: the next call is armed after this step (ProxyTarget)
   // NOTE: with a handoff, ModelInfer is the registered method's (infer_call.h), never here
