@@ -24,7 +24,10 @@ InferCall::InferCall(const InferTarget& target) : target_(target), responder_(&c
 void InferCall::Complete(void (InferCall::*step)(bool), bool ok) {
   --pending_;
   (this->*step)(ok);
-  if (pending_ == 0 && (finishing_ || !started_)) delete this;
+  if (pending_ == 0 && (finishing_ || !started_)) {
+    if (started_) target_.stop_cut->OnGone();
+    delete this;
+  }
 }
 
 void InferCall::OnNew(bool ok) {

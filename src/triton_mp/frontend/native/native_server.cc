@@ -109,6 +109,8 @@ bool NativeServer::Stop(double grace_s) {
   if (stopped_) return false;
   stopped_ = true;
   server_->Shutdown(stop_cut_.Arm(grace_s, server_->c_server()));
+  // NOTE: relayed calls start their last ops after their public side is done (stop_cut.h)
+  stop_cut_.AwaitGone();
   if (handoff_) handoff_->Close();
   cq_->Shutdown();
   if (thread_.joinable()) thread_.join();

@@ -26,7 +26,10 @@ void ProxyCall::Start(Op<ProxyCall>*) { ++pending_; }
 void ProxyCall::Complete(void (ProxyCall::*step)(bool), bool ok) {
   --pending_;
   (this->*step)(ok);
-  if (pending_ == 0 && (finishing_ || !started_)) delete this;
+  if (pending_ == 0 && (finishing_ || !started_)) {
+    if (started_) target_.stop_cut->OnGone();
+    delete this;
+  }
 }
 
 namespace {

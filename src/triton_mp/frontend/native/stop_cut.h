@@ -14,9 +14,14 @@
 //   and are not done (OnDone); the shutdown is known to have begun when it refuses a call
 //   armed ahead (OnRefused: its new-call op fails once Shutdown began), which comes after
 //   every call matched before it on the completion queue.
-// Arm runs on Stop's thread, the rest on the completion-queue thread (in its steps, under the
-// server's serial lock): `armed_` is released after the deadline and the server are written;
-// the count and the flags are that thread's alone.
+// - When the completion queue may shut: once every started call object is gone (OnGone, just
+//   before its delete), bounded by kGoneWaitS (AwaitGone). A relayed call outlives its public
+//   side: once that is done (cut at the deadline, say) it cancels its backend call, whose end
+//   then starts the call's last ops on the queue; an op started on a queue already shut down
+//   aborts the process (grpc's "assertion failed: grpc_cq_begin_op").
+// Arm and AwaitGone run on Stop's thread, the rest on the completion-queue thread (in its
+// steps, under the server's serial lock): `armed_` is released after the deadline and the
+// server are written; `gone_` is atomic; the count and the flags are that thread's alone.
 #ifndef TRITON_MP_NATIVE_STOP_CUT_H_
 #define TRITON_MP_NATIVE_STOP_CUT_H_
 
@@ -25,12 +30,19 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <thread>
 
 namespace triton_mp {
 
 class StopCut {
  public:
+  // How long Stop waits for started calls to go before it shuts the queue (AwaitGone): the
+  // cancelled backend calls end in milliseconds; a call still waiting for Python's answer then
+  // is released by the handoff's Close, after this wait.
+  static constexpr double kGoneWaitS = 1.0;
+
   // The stop of `server` begins: returns Shutdown's deadline, grace_s from now on gRPC's
   // monotonic clock (the clock Shutdown waits on, so "at or after" is exact).
   gpr_timespec Arm(double grace_s, grpc_server* server) {
@@ -43,7 +55,25 @@ class StopCut {
   }
 
   // A call started (its new-call op succeeded).
-  void OnStart() { ++running_; }
+  void OnStart() {
+    ++running_;
+    alive_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // A started call's object is deleted now (its last op completed).
+  void OnGone() { alive_.fetch_sub(1, std::memory_order_release); }
+
+  // Waits until every started call object is gone, at most kGoneWaitS (Stop, after Shutdown
+  // returned: no call starts any more). Returns whether they all went.
+  bool AwaitGone() {
+    const auto end = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(kGoneWaitS * 1000));
+    while (alive_.load(std::memory_order_acquire) > 0) {
+      if (std::chrono::steady_clock::now() >= end) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
 
   // A call armed ahead was refused: the server is shutting down.
   void OnRefused() {
@@ -77,6 +107,7 @@ class StopCut {
   gpr_timespec deadline_{};
   std::atomic<bool> armed_{false};
   std::atomic<bool> cut_{false};
+  std::atomic<int64_t> alive_{0};  // call objects started and not deleted
   int64_t running_ = 0;         // calls started and not done
   bool shutting_down_ = false;  // a call armed ahead was refused after Arm
   bool closed_ = false;         // the connections were closed
