@@ -31,7 +31,10 @@ CONFIG = """
 name: "r22_seq_sum"
 backend: "python"
 max_batch_size: 4
-sequence_batching { oldest { max_candidate_sequences: 4 } }
+sequence_batching {
+  max_sequence_idle_microseconds: 60000000
+  oldest { max_candidate_sequences: 4 }
+}
 input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "SUM" data_type: TYPE_FP32 dims: [ 1 ] } ]
 """
