@@ -53,6 +53,11 @@ EXIT_TIMEOUT_EXPIRED = (
 )
 """2.51's line when its stop ran out of budget (server main.cc, core ``InferenceServer::Stop``)."""
 
+RELAYED = "--grpc-restricted-protocol=model-repository:k=v"
+"""With a restricted protocol the native server relays every call to the Python one
+(ProxyCall), ModelInfer too: a cut relayed call's last ops come after its public side is done
+(native ``stop_cut.h``; they aborted the frontend when they found the queue shut)."""
+
 Server = ServerProcess | RealTriton
 StartServer = Callable[[str], Server]
 """The ``start`` fixture: ``start(name)``."""
@@ -67,9 +72,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def start(repo: Path, tmp_path: Path) -> Iterator[Callable[[str], Server]]:
-    """``start(name)``: ``triton-mp``, ``triton-mp-python`` (its Python gRPC server) or
-    ``triton`` (skipped where not installed) on ``repo`` with the exit budget, live; each is
-    stopped (by PID) when the test ends."""
+    """``start(name)``: ``triton-mp``, ``triton-mp-python`` (its Python gRPC server),
+    ``triton-mp-relayed`` (``RELAYED``) or ``triton`` (skipped where not installed) on
+    ``repo`` with the exit budget, live; each is stopped (by PID) when the test ends."""
     started: list[Server] = []
 
     def one(name: str) -> Server:
@@ -82,6 +87,8 @@ def start(repo: Path, tmp_path: Path) -> Iterator[Callable[[str], Server]]:
             server = RealTriton(env, tmp_path / "triton.log", f"--model-repository={repo}", flag)
         elif name == "triton-mp-python":
             server = ServerProcess(repo, tmp_path / "ours.log", flag, "--grpc-frontend=python")
+        elif name == "triton-mp-relayed":
+            server = ServerProcess(repo, tmp_path / "ours.log", flag, RELAYED)
         else:
             server = ServerProcess(repo, tmp_path / "ours.log", flag)
         started.append(server)
@@ -137,7 +144,7 @@ def test_answers_read_within_the_exit_budget_are_handed_over(
     assert code == 0, (name, took)
 
 
-@pytest.mark.parametrize("name", ["triton", "triton-mp", "triton-mp-python"])
+@pytest.mark.parametrize("name", ["triton", "triton-mp", "triton-mp-python", "triton-mp-relayed"])
 def test_answers_unread_past_the_exit_budget(start: Callable[[str], Server], name: str) -> None:
     server = start(name)
     stuck, t0 = _stuck_then_sigint(server)
