@@ -13,7 +13,13 @@ from pathlib import Path
 
 from common import DEFAULT_PA_RUN, DEFAULT_PEERS_ENV, ROOT
 from vs_triton_rerun import DEFAULT_ROUND_TRIES
-from vs_triton_workloads import DEFAULT_PNG, DEFAULT_REPOSITORY, SIDES, WORKLOADS
+from vs_triton_workloads import (
+    DEFAULT_PNG,
+    DEFAULT_REPOSITORY,
+    OCR_1CORE_BATCH,
+    SIDES,
+    WORKLOADS,
+)
 
 
 def _add_run_options(ap: argparse.ArgumentParser) -> None:
@@ -52,6 +58,13 @@ def _add_run_options(ap: argparse.ArgumentParser) -> None:
         type=int,
         help="perf_analyzer's -s, the same for both servers (default: "
         "perf_analyzer's 10; 50 with --quick)",
+    )
+    ap.add_argument(
+        "--core0-batch",
+        type=int,
+        default=OCR_1CORE_BATCH,
+        help="the 1-core ocr_cls config's max_batch_size and preferred batch size "
+        "(default %(default)s: ocr_1core_config)",
     )
     ap.add_argument(
         "--pinned-nice",

@@ -304,7 +304,9 @@ def prepare_repositories(args: argparse.Namespace) -> Path | None:
             text = {
                 OCR_MODEL: shipped,
                 OCR_2CORE_MODEL: ocr_2core_config(shipped),
-                OCR_1CORE_MODEL: ocr_1core_config(shipped),
+                OCR_1CORE_MODEL: ocr_1core_config(
+                    shipped, getattr(args, "core0_batch", OCR_1CORE_BATCH)
+                ),
             }[name]
             (dest / "config.pbtxt").write_text(text)
             shutil.copy(onnx, dest / "1" / "model.onnx")
