@@ -53,11 +53,6 @@ class Sender:
         full_timeout_s: how long ``send`` waits for room in a full ring.
         attach: maps the ring by name (``Ring.attach``; a frontend's ring to the scheduler:
             ``frontend.native.shared_ring``, whose pushes the gRPC thread shares).
-        push_record: ``push_record(buf, data)``: a C push of one record into the ring's
-            writable mapping, ``Ring.push``'s twin (``workers._answer_writer.push_record``,
-            ``ipc/native/ring_push.h``: 0 when pushed, else nothing was written); a record
-            it does not push goes to ``Ring.push`` (which waits for room or refuses it).
-            None: every record goes to ``Ring.push``.
     """
 
     def __init__(
@@ -66,13 +61,10 @@ class Sender:
         wakeup: Wakeup,
         full_timeout_s: float = 10.0,
         attach: Callable[[str], Ring] = Ring.attach,
-        push_record: Callable[[Any, bytes], int] | None = None,
     ) -> None:
         self._ring = attach(ring_name)
         self._waker = Waker(wakeup)
         self._full_timeout_s = full_timeout_s
-        self._push_record = push_record
-        self._buf = self._ring.segment.buf if push_record is not None else None
 
     @property
     def ring(self) -> Ring:
@@ -138,10 +130,6 @@ class Sender:
 
     def _push(self, data: bytes) -> None:
         """Push, waiting for room in a full ring (waking the consumer meanwhile)."""
-        fast = self._push_record
-        # NOTE: ~0.08 against ~0.4 µs hot for a 46-byte BatchDone (a worker's, each batch).
-        if fast is not None and fast(self._buf, data) == 0:
-            return
         try:
             self._ring.push(data)
         except RingFull:
@@ -202,8 +190,6 @@ class Sender:
 
     def close(self) -> None:
         """Unmap the ring and close the wake-up handle."""
-        self._push_record = None
-        self._buf = None
         self._ring.close()
         self._waker.close()
 

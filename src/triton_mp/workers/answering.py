@@ -55,11 +55,6 @@ except ImportError:  # NOTE: not built (setup.py): the Python path answers every
 
 log = logging.getLogger(__name__)
 
-PUSH_RECORD: Callable[[Any, bytes], int] | None = getattr(native_writer, "push_record", None)
-"""The C push of one record into a ring's writable mapping (``Ring.push``'s twin,
-``ipc/native/ring_push.h``), for the worker's ``channel.Sender`` s; None where the
-extension is not built."""
-
 _NOT_ANSWERED = (Responded, Rescheduled)
 """Results the worker sends no answer for after the batch (a tuple: ``isinstance`` takes a
 tuple faster than a union)."""

@@ -46,9 +46,8 @@ from triton_mp.ipc.protocol.messages import (
     ToWorker,
     WorkerReady,
 )
-from triton_mp.ipc.protocol.specs import ChannelSpec, InstanceSpec, WorkerSpec
+from triton_mp.ipc.protocol.specs import InstanceSpec, WorkerSpec
 from triton_mp.ipc.recordio.codec import Decoder
-from triton_mp.workers.answering import PUSH_RECORD
 from triton_mp.workers.due import DueBatch
 from triton_mp.workers.execution_watch import ExecutionWatch
 from triton_mp.workers.readiness import ReadinessRunner, poll_periodically
@@ -62,13 +61,6 @@ INBOX_SPIN_S = 0.0
 all. Measured (py-spy --gil, add_sub_py c=16, 500 µs batching delay): with a 50 µs budget a
 quarter of the worker's CPU went into spins, since the next batch comes a batching delay
 later, and its wake-ups per inference fell only from 0.33 to 0.27."""
-
-
-def _sender(channel: ChannelSpec) -> Sender:
-    """The sender on one of this worker's rings to the scheduler or a frontend, pushing
-    through C where the answer writer is built (``PUSH_RECORD``): each batch's
-    ``BatchDone``, and an answer the C writer did not push itself."""
-    return Sender(channel.ring, channel.wakeup, push_record=PUSH_RECORD)
 
 
 def _apply_bls_update(msg: BlsWorkerUpdate, senders: dict[int, Sender]) -> None:
@@ -116,8 +108,8 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
         spec.inbox.wakeup, spec.inbox.rings, ToWorker, spin_max_s=INBOX_SPIN_S
     )
     rewiring = replayed_on_start(inbox.drain())
-    to_scheduler = _sender(spec.to_scheduler)
-    to_frontends = {i: _sender(c) for i, c in spec.to_frontends.items()}
+    to_scheduler = Sender(spec.to_scheduler.ring, spec.to_scheduler.wakeup)
+    to_frontends = {i: Sender(c.ring, c.wakeup) for i, c in spec.to_frontends.items()}
     to_bls = {i: Sender(c.ring, c.wakeup) for i, c in spec.to_bls_clients.items()}
     # NOTE: an ensemble step's request is answered on the ring to the scheduler, which
     # runs the ensemble (``scheduler.ensembles``).
