@@ -13,6 +13,9 @@ Triton 2.51 (session 19, r23's B2 and its note on a killed leaving instance).
   triton-mp restarts a kept instance (a leaving one just stops) and its sequences are lost
   with their state: their next request needs START. Both listed in docs/differences.md.
 
+- A cancelled queued request ends its sequence on both (Triton's request_cancellation.md);
+  the requests behind it fail CANCELLED.
+
 The models answer their worker's pid. Which instance a count-down keeps is found by a new
 sequence (2.51 keeps either of two equal instances: they start in parallel).
 """
@@ -71,6 +74,15 @@ UP_IDLE_S = 10.0
 """seq_up's ``max_sequence_idle_microseconds``, in seconds: well over an instance's start."""
 UP = _direct(1, int(UP_IDLE_S * 1e6), slots=1)
 """seq_up: one slot, then a count-up while a sequence waits in the backlog."""
+SLOW_SRC = SRC.replace(
+    "        out = []\n",
+    "        out = []\n"
+    "        import time\n"
+    "        for r in requests:\n"
+    "            v = pb_utils.get_input_tensor_by_name(r, 'INPUT0').as_numpy().reshape(-1)[0]\n"
+    "            time.sleep(v / 1000 if v >= 1000 else 0)\n",
+)
+"""seq_slow: SRC, but a request whose INPUT0 is 1000 or more first sleeps that many ms."""
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +91,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
     write_python_model(repo, "seq_one", config_pbtxt(ONE), SRC)
     write_python_model(repo, "seq_two", config_pbtxt(TWO), SRC)
     write_python_model(repo, "seq_up", config_pbtxt(UP), SRC)
+    write_python_model(repo, "seq_slow", config_pbtxt(_direct(1, 60_000_000)), SLOW_SRC)
     flags = ("--model-control-mode=explicit", "--load-model=*")
     with side_by_side(repo, tmp_path_factory.mktemp("logs"), *flags) as found:
         yield found
@@ -99,9 +112,12 @@ def _seq(server: Server, model: str, sid: int, value: int, **flags: object) -> A
     return int(r.as_numpy("OUTPUT0")[0][0]), int(r.as_numpy("PID")[0][0])
 
 
-def _answer_into(into: list[Answer], server: Server, model: str, sid: int, value: int) -> None:
-    """``_seq`` with START, its answer appended to ``into`` (a thread's target)."""
-    into.append(_seq(server, model, sid, value, sequence_start=True))
+def _answer_into(
+    into: list[Answer], server: Server, model: str, sid: int, value: int, start: bool = True
+) -> None:
+    """``_seq`` (with START unless ``start`` is False), its answer appended to ``into`` (a
+    thread's target)."""
+    into.append(_seq(server, model, sid, value, sequence_start=start))
 
 
 def _load(server: Server, model: str, config: dict) -> int:
@@ -319,3 +335,42 @@ def test_a_count_up_gives_a_backlogged_sequence_the_added_slot(
             assert _seq(server, "seq_up", 1, 1) == (2, live[1]), name
         assert _seq(server, "seq_up", 2, 1, sequence_end=True) == (6, got[1]), name
         assert _load(server, "seq_up", UP) == 200, name
+
+
+def test_a_cancelled_request_ends_its_sequence(servers: dict[str, Server]) -> None:
+    """Triton's request_cancellation.md: "If a request is cancelled when using
+    sequence_batching, then all the pending requests in the same sequence will also be
+    cancelled"; 2.51 then forgets the sequence. A request of sequence 1 queued behind a
+    running one is given up by its client's deadline: the one queued behind it fails
+    CANCELLED, the running one is answered, and the next request needs START."""
+    for name, server in sorted(servers.items()):
+        first = _seq(server, "seq_slow", 1, 1, sequence_start=True)
+        assert isinstance(first, tuple), (name, first)
+        running: list[Answer] = []
+        behind: list[Answer] = []
+        slow = threading.Thread(
+            target=_answer_into, args=(running, server, "seq_slow", 1, 2000, False), daemon=True
+        )
+        slow.start()
+        time.sleep(0.3)  # NOTE: the 2 s request runs; the next ones queue behind it
+        timer = threading.Timer(0.1, _answer_into, (behind, server, "seq_slow", 1, 20, False))
+        timer.start()
+        t = grpcclient.InferInput("INPUT0", [1, 1], "INT32")
+        t.set_data_from_numpy(np.array([[10]], np.int32))
+        with (
+            grpcclient.InferenceServerClient(server.url) as c,
+            pytest.raises(InferenceServerException) as gave_up,
+        ):
+            c.infer("seq_slow", [t], sequence_id=1, client_timeout=0.5)
+        assert gave_up.value.status() == "StatusCode.DEADLINE_EXCEEDED", name
+        slow.join(30)
+        timer.join(30)
+        for _ in range(100):  # NOTE: the timer's thread appends after its call returns
+            if behind:
+                break
+            time.sleep(0.05)
+        assert running == [(2001, first[1])], name
+        assert behind == ["StatusCode.CANCELLED: "], name
+        assert _seq(server, "seq_slow", 1, 1, sequence_end=True) == _needs_start("seq_slow", 1)
+        again = _seq(server, "seq_slow", 1, 3, sequence_start=True, sequence_end=True)
+        assert again == (3, first[1]), name

@@ -341,6 +341,75 @@ def test_a_cancelled_backlogged_start_leaves_no_empty_backlog_entry() -> None:
     assert _corrids(batch) == ["c"]
 
 
+def test_a_cancelled_request_ends_its_sequence_and_fails_the_ones_behind_it() -> None:
+    """Triton's request_cancellation.md: "If a request is cancelled when using
+    sequence_batching, then all the pending requests in the same sequence will also be
+    cancelled" (2.51: CANCELLED with no message; the sequence's next request needs START)."""
+    f = direct(mbs=1, idle_us=10_000)
+    f.send("a", START)
+    (b,) = f.pop()  # a's START runs
+    step = f.send("a")
+    behind = [f.send("a"), f.send("a", END)]
+    f.send("b", START)  # backlogged: one slot
+    assert isinstance(step, Queued)
+    assert f.sched.cancel(step.key) is step
+    assert f.sched.next_deadline_ns() == 0
+    failed = f.sched.expire(f.clock.now_ns())
+    assert [q for q, _ in failed] == behind
+    assert {(why.code, why.message, why.reason, why.prefixed) for _, why in failed} == {
+        (ErrorCode.CANCELLED, "", "CANCELED", False)
+    }
+    assert isinstance(f.send("a"), Rejection)  # over: START needed
+    f.done(0)
+    (b,) = f.pop()  # the slot went to b; the instance drops a's state
+    assert (_corrids(b), b.released) == (["b"], ("a",))
+    assert f.sched.queue_depth() == 0
+
+
+def test_a_cancelled_request_behind_queued_ones_ends_its_sequence_after_them() -> None:
+    f = direct(mbs=1, idle_us=10_000)
+    f.send("a", START)
+    f.pop()
+    ahead = f.send("a")
+    cancelled = f.send("a")
+    assert isinstance(cancelled, Queued)
+    assert f.sched.cancel(cancelled.key) is cancelled
+    assert f.sched.expire(f.clock.now_ns()) == []
+    assert isinstance(f.send("a"), Rejection)  # ending: no new request joins it
+    f.send("b", START)
+    f.done(0)
+    (b,) = f.pop()
+    assert b.requests == (ahead,)  # the request ahead still runs, then the slot is freed
+    f.done(0)
+    (b,) = f.pop()
+    assert (_corrids(b), b.released) == (["b"], ("a",))
+    # a START for an ending sequence restarts it in its slot instead
+    f.send("b")
+    c = f.send("b")
+    assert isinstance(c, Queued)
+    f.sched.cancel(c.key)
+    f.send("b", START)
+    f.done(0)
+    assert [_corrids(x) for x in f.pop()] == [["b"]]
+    f.done(0)
+    (b,) = f.pop()
+    assert _corrids(b) == ["b"]
+    assert f.sched.holds(0)
+
+
+def test_a_cancelled_request_of_a_backlogged_sequence_drops_the_whole_sequence() -> None:
+    f = direct(mbs=1, idle_us=10_000)
+    f.send("a", START)
+    start = f.send("b", START)
+    later = f.send("b")
+    assert isinstance(start, Queued)
+    assert f.sched.cancel(start.key) is start
+    failed = f.sched.expire(f.clock.now_ns())
+    assert [(q, why.code) for q, why in failed] == [(later, ErrorCode.CANCELLED)]
+    assert f.sched.queue_depth() == 1  # a's START only
+    assert isinstance(f.send("b"), Rejection)
+
+
 # --------------------------------------------------------------------------- Oldest
 
 

@@ -385,7 +385,8 @@ class SchedulerCore:
         for gen in self.lifecycle.generations():
             for item, why in gen.policy.expire(now_ns):
                 req = cast(Request, item.payload)
-                message = why.message if why is TIMED_OUT else request_label(req) + why.message
+                bare = why is TIMED_OUT or not why.prefixed
+                message = why.message if bare else request_label(req) + why.message
                 self._out.fail(req, why.code, message, now_ns, why.reason)
             if self.handoffs.offered and gen.policy.queue_depth():
                 self.handoffs.before_dispatch(gen, now_ns)

@@ -33,6 +33,12 @@ triton.md §4.5):
   drops their state.
 - A backlogged sequence whose first request's ``timeout`` runs out fails every request it has
   queued: "timeout of the corresponding sequence has been expired".
+- A cancelled queued request (its client's deadline or cancellation) ends its sequence, as
+  Triton's request_cancellation.md says: the requests queued behind it fail CANCELLED, those
+  ahead of it still run, then the slot is released as for an idle sequence (its ID travels
+  with the instance's next batch). 2.51 sees the cancellation when the request reaches the
+  head of its slot's queue; requests that arrive meanwhile are then cancelled too, here they
+  are refused as for any ended sequence.
 - When an instance dies, its sequences are lost (their state lived in it): queued requests
   fail and later requests need a new START.
 - Iterative sequences (``iterative_sequence: true``; core ``IterativeSequencer``): the
@@ -47,6 +53,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -62,6 +69,10 @@ from triton_mp.scheduler.policies.policy import (
     Rejection,
     arrived_ns,
 )
+
+SEQUENCE_CANCELLED = Rejection(ErrorCode.CANCELLED, "", "CANCELED", prefixed=False)
+"""What a request queued behind a cancelled one of its sequence gets (2.51: CANCELLED with
+no message; counted a failure, reason CANCELED)."""
 
 MAX_STRING_CORRID = 128
 """Longest string correlation ID, in characters."""
@@ -83,6 +94,9 @@ class _Slot:
     """Last activity of its sequence: a request arrived or was handed to the instance."""
     running: bool = False
     """An iterative sequence's request runs on the instance (the slot is not idle)."""
+    ending: bool = False
+    """A request of its sequence was cancelled behind requests still queued: the sequence
+    ends when the last of them is handed out, as after an END."""
 
 
 class SequenceBatcher:
@@ -170,10 +184,12 @@ class SequenceBatcher:
         queued = slot.queue if slot is not None else backlog
         # NOTE: a sequence whose END is queued is over for new requests (core Enqueue drops
         # the ID from its maps when it queues the END); a START then follows the END.
-        if queued is not None and (item.starts or not _ended(queued)):
+        live = queued is not None and not (slot is not None and slot.ending)
+        if queued is not None and (item.starts or (live and not _ended(queued))):
             queued.append(item)
             if slot is not None:
                 slot.last_ns = now_ns
+                slot.ending = slot.ending and not item.starts
             return None
         if not item.starts:
             return Rejection(
@@ -218,19 +234,31 @@ class SequenceBatcher:
         return None
 
     def cancel(self, key: Hashable) -> Queued | None:
-        """Remove the queued request ``key``; None when it is not queued. A backlogged
-        sequence left with no request is dropped from the backlog (it never started)."""
-        for s in self._active.values():
-            for item in s.queue:
+        """Remove the queued request ``key``; None when it is not queued.
+
+        Its sequence ends with it (Triton's request_cancellation.md: "all the pending
+        requests in the same sequence will also be cancelled"): the requests queued behind
+        it fail CANCELLED (``expire``), and the slot is released once the requests queued
+        ahead of it are handed out (by the next ``expire`` when none are); a backlogged
+        sequence leaves the backlog with all its requests. Its next request needs START.
+        """
+        for slot in self._active.values():
+            for n, item in enumerate(slot.queue):
                 if item.key == key:
-                    s.queue.remove(item)
+                    ahead = list(itertools.islice(slot.queue, n))
+                    behind = list(itertools.islice(slot.queue, n + 1, None))
+                    self._failed.extend((q, SEQUENCE_CANCELLED) for q in behind)
+                    slot.queue.clear()
+                    slot.queue.extend(ahead)
+                    slot.ending = True
                     return item
         for corrid, q in self._backlog.items():
             for item in q:
                 if item.key == key:
-                    q.remove(item)
-                    if not q:
-                        del self._backlog[corrid]
+                    del self._backlog[corrid]
+                    self._failed.extend(
+                        (other, SEQUENCE_CANCELLED) for other in q if other is not item
+                    )
                     return item
         return None
 
@@ -306,10 +334,13 @@ class SequenceBatcher:
 
     # ----------------------------------------------------------------- time
     def expire(self, now_ns: int) -> list[tuple[Queued, Rejection]]:
-        """Release idle sequences; fail backlogged sequences whose timeout ran out."""
+        """Release idle sequences and cancelled ones (``cancel``); fail backlogged sequences
+        whose timeout ran out, and the requests a cancellation ended."""
         failed, self._failed = self._failed, []
         for slot in list(self._active.values()):
-            if not slot.queue and not slot.running and now_ns - slot.last_ns >= self.idle_ns:
+            if slot.ending and not slot.queue and not slot.running:
+                self._release(slot, now_ns)
+            elif not slot.queue and not slot.running and now_ns - slot.last_ns >= self.idle_ns:
                 self._released[slot.instance_id].append(slot.corrid)
                 self._unbind(slot)
                 self._fill_from_backlog(slot, now_ns)
@@ -336,7 +367,7 @@ class SequenceBatcher:
             for q in self._backlog.values()
             if q[0].timeout_us
         ]
-        if self._failed:
+        if self._failed or any(s.ending and not s.queue for s in self._active.values()):
             times.append(0)
         for instance_id in self._idle:
             ready = self._ready_slots(instance_id)
@@ -382,6 +413,9 @@ class SequenceBatcher:
             reason = CloseReason.DELAY
         else:
             return None
+        # NOTE: released before the takes: one of them may end a cancelled sequence, whose
+        # state the instance drops with its next batch, after this one ran.
+        released = tuple(self._released.pop(instance_id, ()))
         requests = [self._take(slot, now_ns) for slot in ready]
         rows = max(s.index for s in ready) + 1
         return Batch(
@@ -391,7 +425,7 @@ class SequenceBatcher:
             reason,
             rows=rows,
             slots=tuple(s.index for s in ready),
-            released=tuple(self._released.pop(instance_id, ())),
+            released=released,
         )
 
     def _oldest(self, instance_id: int, ready: list[_Slot], now_ns: int) -> Batch | None:
@@ -415,13 +449,14 @@ class SequenceBatcher:
                 return None
             count, _, reason = decision
             chosen = heads[:count]
+        released = tuple(self._released.pop(instance_id, ()))  # NOTE: as in _direct
         requests = [self._take(slot, now_ns) for slot in chosen]
         return Batch(
             instance_id,
             tuple(requests),
             sum(r.batch_size for r in requests),
             reason,
-            released=tuple(self._released.pop(instance_id, ())),
+            released=released,
         )
 
     # ----------------------------------------------------------------- slots
@@ -432,7 +467,9 @@ class SequenceBatcher:
         """Hand the slot's head request to its instance; release the slot after an END."""
         item = slot.queue.popleft()
         slot.last_ns = now_ns
-        if item.ends and not slot.queue:
+        if slot.ending and not slot.queue:
+            self._release(slot, now_ns)
+        elif item.ends and not slot.queue:
             self._unbind(slot)
             self._fill_from_backlog(slot, now_ns)
         elif self.iterative:
@@ -491,7 +528,15 @@ class SequenceBatcher:
         self._active.pop(slot.corrid, None)
         slot.corrid = None
         slot.running = False
+        slot.ending = False
         slot.queue.clear()
+
+    def _release(self, slot: _Slot, now_ns: int) -> None:
+        """End a sequence without an END (cancelled): its ID travels with the instance's
+        next batch so the worker drops its state, as after an idle release."""
+        self._released[slot.instance_id].append(slot.corrid)
+        self._unbind(slot)
+        self._fill_from_backlog(slot, now_ns)
 
     def _fill_from_backlog(self, slot: _Slot, now_ns: int) -> None:
         if slot.instance_id not in self._live or slot.instance_id in self._leaving:
