@@ -105,9 +105,29 @@ def test_a_reload_that_drops_a_version_retires_it_and_replaces_a_changed_one(
     assert fx.retire == [v1]
     assert 1 in model.retired
     assert 1 in model.unloading
+    assert fx.unloading == [(model, 1)]
     assert fx.to_stop == [v2]
     assert [v.version for v in fx.activate] == [2]
     assert s.req.result is None
+    assert model.entry().unloading_versions == (1,)
+
+
+def test_a_version_served_again_while_its_old_workers_drain_is_not_unloading(
+    tmp_path: Path,
+) -> None:
+    """The commit answers before retired workers exit (they drain in the background): a
+    later load that serves the version again takes it out of ``unloading`` at once."""
+    model = _served(2, _child(1), "b")
+    model.retired.add(1)
+    model.unloading.add(1)
+    s, fx, new = _staged(tmp_path, {1: "a", 2: "b"}), Effects(), _child(3)
+    plan = ModelPlan(s.rm, versions=[_spec(1, 3), _spec(2, 1)])
+    apply_plan(model, s, plan, {3: new}, {}, fx, kept={1: model.versions[2].children[0]})
+    assert sorted(model.versions) == [1, 2]
+    assert not model.unloading
+    assert model.entry().unloading_versions == ()
+    assert model.entry().ready_versions == (1, 2)
+    assert not fx.unloading
 
 
 def test_an_unusable_model_fails_whole_and_says_why_when_nothing_serves(tmp_path: Path) -> None:

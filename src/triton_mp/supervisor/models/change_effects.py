@@ -46,6 +46,8 @@ class Effects:
     leaving: list[Child] = field(default_factory=list)
     """Instances a regroup removed (the scheduler stops each once its sequences end)."""
     changed: list[ServedModel] = field(default_factory=list)
+    unloading: list[tuple[ServedModel, int]] = field(default_factory=list)
+    """Versions retired by this change: UNLOADING until their workers exit."""
 
 
 def apply_plan(
@@ -129,11 +131,13 @@ def _apply_changed(
             effects.retire.extend(old.children)
             model.retired.add(v)
             model.unloading.add(v)
+            effects.unloading.append((model, v))
         elif v in cp.replace:
             effects.to_stop.extend(old.children)
         if v in cp.retire or v in cp.replace:
             del model.versions[v]
     model.versions.update(new)
+    model.unloading -= set(new)  # NOTE: served again while its old workers still drain
     assert s.rm.config is not None
     model.config, model.labels = s.rm.config.SerializeToString(), s.rm.labels
     model.failed, model.failed_fingerprints = dict(cp.failed), dict(cp.failed_fingerprints)

@@ -20,7 +20,9 @@ BLS
    model's entry in every frontend's table (acknowledged: from then on no frontend routes to
    removed versions), and retire removed versions (``InstancesRetired``: the scheduler stops
    them once their queued and running requests are answered);
-4. wait for the stopped workers to exit, then free their rings, semaphores and arenas.
+4. answer the change; once the stopped workers exit (in the background: a reloaded
+   sequence model's old instances keep their live sequences), free their rings, semaphores
+   and arenas, and show the retired versions UNAVAILABLE.
 
 A reload that fails leaves the previous versions serving; the reason goes to the log, the
 call's answer and RepositoryIndex (the failed versions are UNAVAILABLE, so ModelReady of
@@ -451,26 +453,47 @@ class ModelControl:
         if fx.retire:
             self._send(InstancesRetired(instance_ids=tuple(c.instance_id for c in fx.retire)))
         if fx.leaving:
-            self._free_when_gone(fx.leaving)
+            self._free_when_gone(fx.leaving, math.inf)
         if fx.retire or fx.to_stop:
-            self._instances.await_stopped(fx.retire + fx.to_stop)
-        # NOTE: a retired version is UNLOADING while its workers finish what they had (as
-        # Triton's lifecycle, until the last reference to it goes), UNAVAILABLE after.
-        drained = [m for m in fx.changed if m.unloading]
-        for m in drained:
-            m.unloading.clear()
-        if drained:
-            self._link.update(ModelTableUpdate(models=tuple(m.entry() for m in drained)), ack=True)
+            # NOTE: the load answers now, as 2.51's does once the new version serves; the old
+            # generation drains behind it (its live sequences up to max_sequence_idle).
+            unloading = list(fx.unloading)
+            self._free_when_gone(
+                fx.retire + fx.to_stop,
+                self._instances.stop_timeout_s,
+                lambda: self._drained(unloading),
+            )
 
-    def _free_when_gone(self, children: list[Child]) -> None:
-        """Free what instances a regroup removed had once they exit (the scheduler stops
-        each when its live sequences end, maybe long after the load answered, as 2.51)."""
+    def _free_when_gone(
+        self, children: list[Child], timeout_s: float, then: Callable[[], None] | None = None
+    ) -> None:
+        """Free what stopping instances (removed by a regroup, replaced or retired by a
+        reload) had once they exit, then call ``then``, on the change thread. The scheduler
+        stops each when its queued requests and live sequences end, maybe long after the
+        load answered, as 2.51 releases an old model once its last request is done; one
+        still running after ``timeout_s`` seconds is killed. A server stop ends the wait:
+        its shutdown stops every process and frees the server's shared memory."""
+
+        def free() -> None:
+            self._instances.await_stopped(children)
+            if then is not None:
+                then()
 
         def wait() -> None:
-            self._table.await_exit(children, math.inf)
-            self.on_change_thread(lambda: self._instances.await_stopped(children))
+            self._table.await_exit(children, timeout_s)
+            self.on_change_thread(free)
 
-        threading.Thread(target=wait, name="regroup-leavers", daemon=True).start()
+        threading.Thread(target=wait, name="stopping-instances", daemon=True).start()
+
+    def _drained(self, versions: list[tuple[ServedModel, int]]) -> None:
+        """Retired versions whose workers have exited: UNLOADING -> UNAVAILABLE (as Triton's
+        lifecycle once the last reference to the old model goes)."""
+        models = {m.name: m for m, v in versions if v in m.unloading}
+        for m, v in versions:
+            m.unloading.discard(v)
+        if models:
+            entries = tuple(m.entry() for m in models.values())
+            self._link.update(ModelTableUpdate(models=entries), ack=True)
 
     def _push_bls_table(self) -> None:
         self._instances.push_bls_table(

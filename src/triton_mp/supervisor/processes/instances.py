@@ -391,10 +391,16 @@ class Instances:
             self._table.kill(c)
         self._cleanup(children)
 
+    @property
+    def stop_timeout_s(self) -> float:
+        """Seconds a retired worker has to exit before it is killed: ``STOP_TIMEOUT_S``, or
+        the server's exit timeout when longer."""
+        return max(STOP_TIMEOUT_S, self._cfg.exit_timeout_s)
+
     def await_stopped(self, children: list[Child]) -> None:
         """Wait for retired workers to exit (the scheduler stops them once their requests
-        are answered; killed after ``STOP_TIMEOUT_S``), then free what they had."""
-        self._table.await_exit(children, max(STOP_TIMEOUT_S, self._cfg.exit_timeout_s))
+        are answered; killed after ``stop_timeout_s``), then free what they had."""
+        self._table.await_exit(children, self.stop_timeout_s)
         self._cleanup(children)
 
     def _cleanup(self, children: list[Child]) -> None:
