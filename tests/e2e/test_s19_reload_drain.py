@@ -3,7 +3,9 @@ START waiting in its backlog), side by side with the real Triton 2.51: Repositor
 answers once the new generation serves, and the old one drains behind it (core's model
 lifecycle releases the old model object when its last sequence ends), not after
 max_sequence_idle. A second reload and an unload during the drain answer as quickly, and a
-server stopped during it leaves nothing behind. The model answers its worker's pid, so each
+server stopped during it leaves nothing behind. A request the old generation answers after
+the reload counts in the version's statistics (2.51 counts it in the old model's, which go
+with it). The model answers its worker's pid, so each
 generation's process is seen from a client.
 """
 
@@ -138,7 +140,11 @@ def test_a_full_reload_answers_before_the_old_generation_drained(
         _wait_gone(old_pid, f"{name}: the old generation's worker to exit")
         th.join(timeout=60)
         print(f"{name}: old pid {old_pid}; the backlogged START got {waited}")
-        print(f"{name}: stats {_stats(s, 'seq_once')}")
+        # NOTE: a difference (docs/differences.md): 2.51's statistics are the new model
+        # object's (sequence 22); the old one's last request (21, answered as it drained)
+        # is counted with it and dropped. triton-mp's statistics start again at the new
+        # generation's activation and count what the old one answers after it too.
+        assert _stats(s, "seq_once") == {"triton": (1, 1), "triton-mp": (2, 2)}[name], name
         assert _index(s, "seq_once") == [("1", "READY")], name
 
 
