@@ -217,3 +217,31 @@ def test_an_unloaded_ensemble_leaves_the_statistics(pair: dict[str, Server]) -> 
     steps = ["r24_a", "r24_b"]
     want = {"http": steps, "grpc": steps, "metrics": steps}
     assert {w: _listed(s) for w, s in pair.items()} == dict.fromkeys(pair, want)
+
+
+def _series_of(server: Server, model: str) -> list[str]:
+    """The ``/metrics`` series (family and labels, no value) of ``model``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30) as r:
+        lines = r.read().decode().splitlines()
+    return sorted(line.rsplit(" ", 1)[0] for line in lines if f'model="{model}"' in line)
+
+
+def test_an_unloaded_model_keeps_only_its_failure_series_in_triton(
+    pair: dict[str, Server],
+) -> None:
+    """A kept difference (docs/differences.md): once r24_a is unloaded, 2.51's ``/metrics``
+    still lists its ``nv_inference_request_failure`` series (one per reason) and nothing
+    else of it; triton-mp lists none of its series."""
+    for server in pair.values():
+        with grpcclient.InferenceServerClient(server.url) as client:
+            client.load_model("r24_a")
+            assert _answer(client, "r24_a") == [1.0, 2.0]
+            client.unload_model("r24_a")
+        _settled(server, {**dict.fromkeys(NAMES, GONE)})
+    seen = {which: _series_of(server, "r24_a") for which, server in pair.items()}
+    assert seen["triton-mp"] == []
+    if "triton" in seen:
+        assert seen["triton"] == [
+            f'nv_inference_request_failure{{model="r24_a",reason="{reason}",version="1"}}'
+            for reason in ("BACKEND", "CANCELED", "OTHER", "REJECTED")
+        ]
