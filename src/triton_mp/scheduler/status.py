@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from triton_mp.common.close_reason import CloseReason
+from triton_mp.common.labels import unique_labels
 from triton_mp.ipc.protocol.reports import (
     BatchRecord,
     InstanceStatus,
@@ -120,9 +121,15 @@ def _levels(levels: list[LevelSnapshot], now_ns: int) -> tuple[LevelStatus, ...]
 
 
 def _instances(gen: Generation, table: InstanceTable) -> tuple[InstanceStatus, ...]:
+    """The version's instances in its spec's order, each named by its unique label
+    (``common.labels``: two instances that 2.51 names alike are ``<name>`` and ``<name>#2``)."""
+    ids = gen.spec.instance_ids
+    found = [table.get(i) for i in ids]
+    labels = unique_labels(
+        inst.label if inst is not None else str(i) for i, inst in zip(ids, found, strict=True)
+    )
     out = []
-    for i in gen.spec.instance_ids:
-        inst = table.get(i)
+    for i, inst, label in zip(ids, found, labels, strict=True):
         flight = inst.batch if inst is not None else None
         behind = inst.behind if inst is not None else None
         # NOTE: a staged batch (scheduler.staging) is in flight and waiting, as a batch
@@ -134,7 +141,7 @@ def _instances(gen: Generation, table: InstanceTable) -> tuple[InstanceStatus, .
         out.append(
             InstanceStatus(
                 instance_id=i,
-                name=inst.label if inst is not None else str(i),
+                name=label,
                 live=inst is not None and inst.live,
                 batches_in_flight=len(held),
                 requests_in_flight=sum(len(b.requests) for b in held),

@@ -15,6 +15,8 @@ from typing import NamedTuple
 import psutil
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
+from triton_mp.common.labels import unique_labels
+
 
 class CpuSample(NamedTuple):
     """The machine's CPU and memory, as Triton's ``nv_cpu_*`` gauges report them."""
@@ -81,15 +83,17 @@ def process_memory(supervisor_pid: int) -> tuple[ProcessMemory, ...]:
     Roles and instances come from the process titles the supervisor sets
     (``triton-mp: worker add_sub_0_0``); multiprocessing's resource tracker is
     ``resource_tracker``, any other child ``other`` with its pid as instance. Processes that
-    exit meanwhile are skipped.
+    exit meanwhile are skipped. Children are listed in pid order, and two of one role and
+    name (the versions of one model, or two instances 2.51 names alike) are told apart by
+    ``common.labels.unique_labels``: ``add_sub_0_0`` and ``add_sub_0_0#2``.
     """
-    out: list[ProcessMemory] = []
     try:
         supervisor = psutil.Process(supervisor_pid)
-        out.append(ProcessMemory("supervisor", "", supervisor.memory_info().rss))
-        children = supervisor.children()
+        head = ProcessMemory("supervisor", "", supervisor.memory_info().rss)
+        children = sorted(supervisor.children(), key=lambda c: c.pid)
     except psutil.Error:
         return ()
+    rows: list[ProcessMemory] = []
     for child in children:
         try:
             cmdline = child.cmdline()
@@ -99,9 +103,21 @@ def process_memory(supervisor_pid: int) -> tuple[ProcessMemory, ...]:
         title = cmdline[0] if cmdline else ""
         if title.startswith("triton-mp: "):
             role, _, instance = title.removeprefix("triton-mp: ").partition(" ")
-            out.append(ProcessMemory(role, instance.strip(), rss))
+            rows.append(ProcessMemory(role, instance.strip(), rss))
         elif any("resource_tracker" in arg for arg in cmdline):
-            out.append(ProcessMemory("resource_tracker", "", rss))
+            rows.append(ProcessMemory("resource_tracker", "", rss))
         else:
-            out.append(ProcessMemory("other", str(child.pid), rss))
-    return tuple(out)
+            rows.append(ProcessMemory("other", str(child.pid), rss))
+    return (head, *_labelled(rows))
+
+
+def _labelled(rows: list[ProcessMemory]) -> list[ProcessMemory]:
+    """``rows`` in order, each ``instance`` unique within its role (``unique_labels``)."""
+    by_role: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        by_role.setdefault(row.role, []).append(i)
+    out = list(rows)
+    for at in by_role.values():
+        for i, label in zip(at, unique_labels(rows[i].instance for i in at), strict=True):
+            out[i] = out[i]._replace(instance=label)
+    return out
