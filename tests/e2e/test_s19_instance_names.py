@@ -131,7 +131,8 @@ def _duplicates(metrics_text: str) -> list[tuple[str, tuple[tuple[str, str], ...
     return [key for key, n in seen.items() if n > 1]
 
 
-def _stat_names(server: ServerProcess) -> list[str]:
+def _stat(server: ServerProcess) -> dict:
+    """``triton-mp stat --json``'s names_py entry."""
     out = subprocess.run(
         [sys.executable, "-m", "triton_mp", "stat", "--url", server.url, "--json"],
         capture_output=True,
@@ -140,8 +141,8 @@ def _stat_names(server: ServerProcess) -> list[str]:
         cwd=REPO_ROOT,
         check=True,
     ).stdout
-    models = json.loads(out)["models"]
-    return [i["name"] for m in models if m["model"] == "names_py" for i in m["instances"]]
+    (model,) = [m for m in json.loads(out)["models"] if m["model"] == "names_py"]
+    return dict(model)
 
 
 def test_a_count_change_back_up_reuses_the_kept_name_as_2_51(
@@ -185,5 +186,8 @@ def test_metrics_and_stat_tell_instances_of_one_name_apart(servers: dict[str, Se
         and s.labels["instance"].startswith("names_py")
     ]
     assert sorted(workers) == ["names_py_0_1", "names_py_0_1#2"], workers
-    names = _stat_names(ours)
+    stat = _stat(ours)
+    names = [i["name"] for i in stat["instances"]]
     assert sorted(names) == ["names_py_0_1", "names_py_0_1#2"], names
+    ran = {b["instance"] for b in stat["recent_batches"]}
+    assert {"names_py_0_1", "names_py_0_1#2"} <= ran, ran

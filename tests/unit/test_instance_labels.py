@@ -1,13 +1,15 @@
 """Unique instance labels (``common.labels``): two live instances 2.51 names alike (an
-in-place count change 2 -> 1 -> 2 leaves two ``<group>_1``) are ``<name>`` and ``<name>#2`` in
-``triton-mp stat``'s instance rows (``scheduler.status.queue_status``) and in the worker rows
-of ``triton_mp_process_resident_memory_bytes`` (``frontend.metrics.host``). No processes."""
+in-place count change 1 -> 2 -> 1 -> 2 leaves two ``<group>_1``) are ``<name>`` and
+``<name>#2`` in ``triton-mp stat``'s instance rows and recent batches
+(``scheduler.status.queue_status``) and in the worker rows of
+``triton_mp_process_resident_memory_bytes`` (``frontend.metrics.host``). No processes."""
 
 from __future__ import annotations
 
 import msgspec
 
 from tests.unit.scheduler_harness import model_spec
+from triton_mp.common.close_reason import CloseReason
 from triton_mp.common.labels import unique_labels
 from triton_mp.frontend.metrics.host import ProcessMemory, _labelled
 from triton_mp.scheduler.instances import Generation, Instance, InstanceTable
@@ -44,12 +46,18 @@ def test_stat_rows_of_two_instances_of_one_name_are_told_apart() -> None:
     table = InstanceTable()
     for i, name in zip(spec.instance_ids, spec.instance_names, strict=True):
         table.add(Instance(i, name, ("m", 1)))
-    (status,) = queue_status({("m", 1): gen}, table, BatchLogs(), "m", 0)
+    logs = BatchLogs()
+    gone = Instance(3, "m_0_0", ("m", 1))  # left the version since it ran its batch
+    for inst, at_ns in ((gone, 1000), (table.get(9), 2000), (table.get(7), 3000)):
+        assert inst is not None
+        logs.get(("m", 1)).record_sizes(1, 1, CloseReason.DELAY, inst, at_ns)
+    (status,) = queue_status({("m", 1): gen}, table, logs, "m", 4000)
     assert [(s.instance_id, s.name) for s in status.instances] == [
         (7, "m_0_1"),
         (9, "m_0_1#2"),
         (4, "m_0_2"),
     ]
+    assert [b.instance for b in status.recent_batches] == ["m_0_1", "m_0_1#2", "m_0_0"]
 
 
 def test_process_rows_are_unique_per_role() -> None:

@@ -408,7 +408,7 @@ class SchedulerCore:
         """Hand ``batch`` to its instance: the instance runs it from now on."""
         inst = self.lifecycle.instances.get(batch.instance_id)
         assert inst is not None, f"a policy formed a batch for unknown {batch.instance_id}"
-        batch_log.record(batch, inst.label, now_ns)
+        batch_log.record(batch, inst, now_ns)
         reqs, wires = batch_forms(batch.requests)
         batch_id = self._next_batch_id
         self._next_batch_id += 1

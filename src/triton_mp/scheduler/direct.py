@@ -288,7 +288,7 @@ class Handoffs:
         inst.batch = InFlight(msg.batch_id, (req,), msg.dispatch_ns, size)
         gen.policy.instance_gone(iid)
         reason = CloseReason.SINGLE if gen.spec.batching.kind == "default" else CloseReason.IDLE
-        self._logs.get(gen.key).record_sizes(size, 1, reason, inst.label, now_ns)
+        self._logs.get(gen.key).record_sizes(size, 1, reason, inst, now_ns)
         return done
 
     def batch_ended(

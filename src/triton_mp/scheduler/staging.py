@@ -207,7 +207,7 @@ class Stager:
         gen = inst.generation
         if gen is None or batch is None:
             return
-        logs.get(gen.key).unrecord(batch, inst.label, formed_ns)
+        logs.get(gen.key).unrecord(batch, inst, formed_ns)
         policy = gen.policy
         rest = policy.drain_queue()
         for item in (*batch.requests, *rest):

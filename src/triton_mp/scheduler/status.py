@@ -23,7 +23,7 @@ from triton_mp.ipc.protocol.reports import (
     ModelQueueStatus,
     StepStatus,
 )
-from triton_mp.scheduler.instances import Generation, InstanceTable, VersionKey
+from triton_mp.scheduler.instances import Generation, Instance, InstanceTable, VersionKey
 from triton_mp.scheduler.policies.ensemble import EnsembleScheduler
 from triton_mp.scheduler.policies.policy import Batch, LevelSnapshot
 
@@ -39,30 +39,38 @@ class BatchLog:
 
     sizes: collections.Counter[int] = field(default_factory=collections.Counter)
     reasons: collections.Counter[CloseReason] = field(default_factory=collections.Counter)
-    recent: collections.deque[tuple[int, int, int, CloseReason, str]] = field(
+    recent: collections.deque[tuple[int, int, int, CloseReason, str, int]] = field(
         default_factory=lambda: collections.deque(maxlen=RECENT_BATCHES)
     )
-    """(formed at ns, total batch size, requests, reason, instance name), oldest first."""
+    """(formed at ns, total batch size, requests, reason, instance name, instance id), oldest
+    first."""
 
-    def record(self, batch: Batch, instance: str, now_ns: int) -> None:
-        """One batch formed at ``now_ns`` for the instance named ``instance``."""
+    def record(self, batch: Batch, instance: Instance, now_ns: int) -> None:
+        """One batch formed at ``now_ns`` for ``instance``."""
         self.sizes[batch.total_batch_size] += 1
         self.reasons[batch.reason] += 1
         self.recent.append(
-            (now_ns, batch.total_batch_size, len(batch.requests), batch.reason, instance)
+            (
+                now_ns,
+                batch.total_batch_size,
+                len(batch.requests),
+                batch.reason,
+                instance.label,
+                instance.instance_id,
+            )
         )
 
     def record_sizes(
-        self, total: int, requests: int, reason: CloseReason, instance: str, now_ns: int
+        self, total: int, requests: int, reason: CloseReason, instance: Instance, now_ns: int
     ) -> None:
         """``record`` of a batch by its figures, no ``Batch`` built: ``total`` batch size,
         ``requests`` in it (a frontend's direct batch, which no policy formed,
         ``scheduler.direct``)."""
         self.sizes[total] += 1
         self.reasons[reason] += 1
-        self.recent.append((now_ns, total, requests, reason, instance))
+        self.recent.append((now_ns, total, requests, reason, instance.label, instance.instance_id))
 
-    def unrecord(self, batch: Batch, instance: str, formed_ns: int) -> None:
+    def unrecord(self, batch: Batch, instance: Instance, formed_ns: int) -> None:
         """Take back ``record(batch, instance, formed_ns)``: a staged batch that never started
         went back to the queue (``scheduler.staging``' ``on_died``) and is recorded again when
         it is formed again, so each batch counts once, as in Triton's statistics."""
@@ -70,7 +78,16 @@ class BatchLog:
         _take(self.sizes, total)
         _take(self.reasons, batch.reason)
         with contextlib.suppress(ValueError):
-            self.recent.remove((formed_ns, total, len(batch.requests), batch.reason, instance))
+            self.recent.remove(
+                (
+                    formed_ns,
+                    total,
+                    len(batch.requests),
+                    batch.reason,
+                    instance.label,
+                    instance.instance_id,
+                )
+            )
 
 
 def _take(counter: collections.Counter[_K], key: _K) -> None:
@@ -154,16 +171,21 @@ def _instances(gen: Generation, table: InstanceTable) -> tuple[InstanceStatus, .
     return tuple(out)
 
 
-def _recent(log: BatchLog, now_ns: int) -> tuple[BatchRecord, ...]:
+def _recent(
+    log: BatchLog, now_ns: int, instances: tuple[InstanceStatus, ...]
+) -> tuple[BatchRecord, ...]:
+    """The log's recent batches, newest first; each instance by its label among
+    ``instances`` (the version's, ``_instances``), or by its name once it left."""
+    labels = {i.instance_id: i.name for i in instances}
     return tuple(
         BatchRecord(
             age_us=max(0, now_ns - at) // 1000,
             batch_size=size,
             requests=n,
             reason=str(reason),
-            instance=inst,
+            instance=labels.get(inst_id, name),
         )
-        for at, size, n, reason, inst in reversed(log.recent)
+        for at, size, n, reason, name, inst_id in reversed(log.recent)
     )
 
 
@@ -182,6 +204,7 @@ def queue_status(
             continue
         spec = gen.spec
         log = logs.get(key)
+        instances = _instances(gen, table)
         out.append(
             ModelQueueStatus(
                 model=key[0],
@@ -191,10 +214,10 @@ def queue_status(
                 preferred_batch_sizes=spec.batching.preferred_batch_sizes,
                 max_queue_delay_us=spec.batching.max_queue_delay_us,
                 levels=_levels(gen.policy.levels(), now_ns),
-                instances=_instances(gen, table),
+                instances=instances,
                 batch_sizes=dict(sorted(log.sizes.items())),
                 close_reasons={str(r): n for r, n in sorted(log.reasons.items())},
-                recent_batches=_recent(log, now_ns),
+                recent_batches=_recent(log, now_ns, instances),
                 steps=_steps(gen),
             )
         )
