@@ -9,6 +9,7 @@ tests/e2e/test_r19_stop_unread.py)."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 
 import grpc
@@ -42,6 +43,31 @@ def test_a_frontend_that_cut_calls_makes_the_stop_an_expired_one(
     clean.process, other.process = _Exited(41, 0), _Exited(42, code)  # type: ignore[assignment]
     table.add([clean, other])
     assert table.stop_frontends(drain=True, deadline=time.monotonic()) is expired
+
+
+@pytest.mark.parametrize(
+    ("code", "crashed"),
+    [
+        (-signal.SIGSEGV, True),
+        (-signal.SIGABRT, True),
+        (-signal.SIGTERM, False),  # the drain's own signal, before its handler was in
+        (-signal.SIGKILL, False),  # the stop's kill at the deadline (counted as expired)
+        (0, False),
+        (CALLS_CUT_EXIT, False),
+        (None, False),
+    ],
+)
+def test_a_frontend_a_signal_ended_while_it_drained_is_a_crash(
+    code: int | None, crashed: bool
+) -> None:
+    """A frontend that died by a signal the stop did not send lost the calls it held: the
+    supervisor logs it and exits 1 (``Supervisor._stop_all``), without tritonserver's "Exit
+    timeout expired" (the budget did not run out)."""
+    table = ChildTable()
+    clean, other = Child("frontend", "0", b""), Child("frontend", "1", b"")
+    clean.process, other.process = _Exited(41, 0), _Exited(42, code)  # type: ignore[assignment]
+    table.add([clean, other])
+    assert table.crashed_frontends() == ([42] if crashed else [])
 
 
 HOLD_S = 30.0

@@ -169,7 +169,8 @@ class Supervisor:
 
     def _stop_and_clean(self) -> bool:
         """The ordered shutdown (``_stop_all``), then unlink this server's shared memory.
-        Returns whether the exit deadline expired."""
+        Returns whether the stop was not clean: the exit deadline expired, or a frontend
+        crashed while it drained (``_stop_all``)."""
         # NOTE: first: a signal from here on drains (a failed start's shutdown); one before
         # this line leaves for run's StartInterrupted.
         self._loading = False
@@ -472,11 +473,16 @@ class Supervisor:
     def _stop_all(self) -> bool:
         """Drain frontends, then stop the scheduler and workers, by the exit deadline; kill
         what lingers. Returns whether the deadline expired with a child still running or a
-        frontend's calls unfinished (then logged in tritonserver's words)."""
+        frontend's calls unfinished (then logged in tritonserver's words), or a frontend
+        crashed while it drained (then logged as that): either makes the exit status 1."""
         deadline = self._stop_deadline
         if deadline is None:  # NOTE: no signal: a dead scheduler, a failed start
             deadline = time.monotonic() + self.config.exit_timeout_s
         expired = self.children.stop_frontends(self._drain_frontends, deadline)
+        crashed = self.children.crashed_frontends()
+        if crashed:
+            log.error("frontend pid(s) %s died by a signal during the stop: the calls they "
+                      "held were not answered", crashed)  # fmt: skip
         for c in self.children.children("frontend"):
             if c.process is not None and c.process.pid:
                 # NOTE: one killed at the exit timeout (or before) never removed its own.
@@ -502,7 +508,7 @@ class Supervisor:
         expired |= self.children.join_all(max(deadline, time.monotonic() + STOP_GRACE_S))
         if expired:
             log.error(EXIT_TIMEOUT_EXPIRED)
-        return expired
+        return expired or bool(crashed)
 
 
 def _grpc_tls(cfg: ServerConfig) -> GrpcTls | None:

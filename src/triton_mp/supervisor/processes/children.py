@@ -17,6 +17,7 @@ import contextlib
 import logging
 import multiprocessing as mp
 import os
+import signal
 import socket
 import threading
 import time
@@ -460,6 +461,20 @@ class ChildTable:
         if cut:
             log.warning("frontend pid(s) %s cut calls at the exit timeout", cut)
         return killed or bool(cut)
+
+    def crashed_frontends(self) -> list[int]:
+        """Pids of frontends that a signal the stop did not send ended (not SIGTERM, its drain,
+        nor SIGKILL, its kill): a crash while draining, whose calls were lost unanswered."""
+        sent = (-signal.SIGTERM, -signal.SIGKILL)
+        return [
+            p.pid
+            for c in self.children("frontend")
+            if (p := c.process) is not None
+            and p.pid is not None
+            and p.exitcode is not None
+            and p.exitcode < 0
+            and p.exitcode not in sent
+        ]
 
     def kill_workers(self) -> None:
         """SIGKILL every worker (nothing else can stop them once the scheduler is dead)."""
