@@ -5,6 +5,7 @@
 #include <pthread.h>
 
 #include "answer_borrow.h"
+#include "connection_cut.h"
 #include "cq_tag.h"
 #include "proxy_call.h"
 
@@ -108,13 +109,22 @@ void NativeServer::Poll() {
 bool NativeServer::Stop(double grace_s) {
   if (stopped_) return false;
   stopped_ = true;
-  server_->Shutdown(stop_cut_.Arm(grace_s, server_->c_server()));
+  const gpr_timespec deadline = stop_cut_.Arm(grace_s, server_->c_server());
+  bool connections_cut = false;
+  {
+    // NOTE: a connection whose client stopped reading holds Shutdown past its deadline
+    // (connection_cut.h); the cut comes only while Shutdown still waits
+    ConnectionCut cut(port_, grace_s);
+    server_->Shutdown(deadline);
+    connections_cut = cut.Done();
+  }
   // NOTE: relayed calls start their last ops after their public side is done (stop_cut.h)
   stop_cut_.AwaitGone();
   if (handoff_) handoff_->Close();
   cq_->Shutdown();
   if (thread_.joinable()) thread_.join();
-  return stop_cut_.cut();  // NOTE: after the join: every call's OnDone has run
+  // NOTE: after the join: every call's OnDone has run
+  return stop_cut_.cut() || connections_cut;
 }
 
 NativeServer::~NativeServer() { Stop(0); }

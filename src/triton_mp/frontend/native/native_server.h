@@ -49,7 +49,8 @@ class NativeServer {
   Handoff* handoff() { return handoff_.get(); }
   // Stops accepting, closes the connections once no call runs, cancels calls still running
   // after grace_s, drains the queue, joins. Returns whether it cancelled a call that was
-  // still running then (stop_cut.h); false when stopped already.
+  // still running then (stop_cut.h) or cut a connection whose answers were stuck unsent
+  // (connection_cut.h); false when stopped already.
   bool Stop(double grace_s);
 
  private:
