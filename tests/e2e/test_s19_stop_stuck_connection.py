@@ -132,13 +132,13 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def start(repo: Path, tmp_path: Path) -> Iterator[Callable[[int], ServerProcess]]:
-    """``start(budget_s)``: triton-mp (its native gRPC server) on ``repo`` with that exit
-    budget, live; each is stopped by PID when the test ends."""
+def start(repo: Path, tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
+    """``start(budget_s, *flags)``: triton-mp on ``repo`` with that exit budget and those
+    flags, live; each is stopped by PID when the test ends."""
     started: list[ServerProcess] = []
 
-    def one(budget_s: int) -> ServerProcess:
-        s = ServerProcess(repo, tmp_path / "ours.log", f"--exit-timeout-secs={budget_s}")
+    def one(budget_s: int, *extra: str) -> ServerProcess:
+        s = ServerProcess(repo, tmp_path / "ours.log", f"--exit-timeout-secs={budget_s}", *extra)
         started.append(s)
         s.wait_live()
         return s
@@ -176,10 +176,11 @@ def _stops_as_cut(server: ServerProcess, t0: float, budget_s: int) -> None:
     assert list_objects(str(server.pid)) == []
 
 
+@pytest.mark.parametrize("frontend", ["native", "python"])
 def test_a_connection_whose_answer_is_stuck_is_cut_at_the_budget(
-    start: Callable[[int], ServerProcess],
+    start: Callable[..., ServerProcess], frontend: str
 ) -> None:
-    server = start(EXIT_TIMEOUT_S)
+    server = start(EXIT_TIMEOUT_S, f"--grpc-frontend={frontend}")
     port = int(server.url.rsplit(":", 1)[1])
     peer = socket.socket()
     try:

@@ -342,7 +342,8 @@ async def _drain(
         cut = await http.stop(max(0.0, deadline - loop.time()))
     if native is not None:
         cut = await native.stop(max(0.5, deadline - loop.time())) or cut
-    cut = await stop_grpc(server, max(0.5, deadline - loop.time())) or cut
+    public = spec.grpc_port if native is None and spec.grpc_port else None
+    cut = await stop_grpc(server, max(0.5, deadline - loop.time()), public) or cut
     inference.close()
     if cut:
         log.warning("exit timeout: cut calls whose answers were not sent")

@@ -15,6 +15,7 @@ import grpc
 from triton_mp._proto import admin_pb2_grpc, health_pb2_grpc
 from triton_mp.frontend.api import FrontendApi
 from triton_mp.frontend.grpc.admin_service import AdminServicer
+from triton_mp.frontend.grpc.connection_cut import CUT_AFTER_S, cut_connections
 from triton_mp.frontend.grpc.interceptor import RestrictedProtocolInterceptor
 from triton_mp.frontend.grpc.running_calls import idle, running_calls
 from triton_mp.frontend.grpc.servicer import HealthServicer, InferenceServicer, add_to_server
@@ -172,11 +173,16 @@ def grpc_server(spec: FrontendSpec, api: FrontendApi) -> tuple[grpc.aio.Server, 
     return server, servicer
 
 
-async def stop_grpc(server: grpc.aio.Server, grace_s: float) -> bool:
+async def stop_grpc(server: grpc.aio.Server, grace_s: float, port: int | None = None) -> bool:
     """``server.stop(grace_s)``, and whether it cut calls: True when calls were still running
     ``grace_s`` seconds in, which it then cancels (their clients get UNAVAILABLE), as the
     native server's stop reports for the public port (``frontend.native.public_port``). Once
-    no call runs, the connections left are closed, not waited for (``running_calls``)."""
+    no call runs, the connections left are closed, not waited for (``running_calls``).
+    ``port``: the public TCP port this server serves (None: a private one); if the stop still
+    waits ``CUT_AFTER_S`` past the grace, its connections are shut down (``connection_cut``),
+    which counts as a cut."""
+    loop = asyncio.get_running_loop()
+    cut_at = loop.time() + grace_s + CUT_AFTER_S
     stopping = asyncio.ensure_future(server.stop(grace_s))
     quiet = asyncio.ensure_future(idle())
     # NOTE: this timer starts before stop's own (the task has not run yet), so it decides:
@@ -187,7 +193,13 @@ async def stop_grpc(server: grpc.aio.Server, grace_s: float) -> bool:
     quiet.cancel()
     cut = not done and running_calls() > 0
     if not stopping.done():
-        await server.stop(None)  # NOTE: cancels what is left now (a second stop may only shorten)
+        # NOTE: cancels what is left now (a second stop may only shorten)
+        cancelling = asyncio.ensure_future(server.stop(None))
+        if port is not None:
+            waited, _ = await asyncio.wait({stopping}, timeout=max(0.0, cut_at - loop.time()))
+            if not waited and cut_connections(port) > 0:
+                cut = True
+        await cancelling
     await stopping
     return cut
 
