@@ -36,7 +36,8 @@ from tests.e2e.test_native_held_blocks import _Stuck
 from tests.e2e.test_native_large_answers import CONFIG, MODEL, MODEL_NAME
 from tests.helpers.repos import write_python_model
 from tests.helpers.server import ServerProcess, group_alive
-from tests.helpers.triton_peer import RealTriton, peers_env
+from tests.helpers.stop_sides import side_starter
+from tests.helpers.triton_peer import RealTriton
 from triton_mp.ipc.memory.shm import list_objects
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -52,11 +53,6 @@ EXIT_TIMEOUT_EXPIRED = (
     "failed to stop server: Internal - Exit timeout expired. Exiting immediately."
 )
 """2.51's line when its stop ran out of budget (server main.cc, core ``InferenceServer::Stop``)."""
-
-RELAYED = "--grpc-restricted-protocol=model-repository:k=v"
-"""With a restricted protocol the native server relays every call to the Python one
-(ProxyCall), ModelInfer too: a cut relayed call's last ops come after its public side is done
-(native ``stop_cut.h``; they aborted the frontend when they found the queue shut)."""
 
 Server = ServerProcess | RealTriton
 StartServer = Callable[[str], Server]
@@ -75,31 +71,8 @@ def start(repo: Path, tmp_path: Path) -> Iterator[Callable[[str], Server]]:
     """``start(name)``: ``triton-mp``, ``triton-mp-python`` (its Python gRPC server),
     ``triton-mp-relayed`` (``RELAYED``) or ``triton`` (skipped where not installed) on
     ``repo`` with the exit budget, live; each is stopped (by PID) when the test ends."""
-    started: list[Server] = []
-
-    def one(name: str) -> Server:
-        flag = f"--exit-timeout-secs={EXIT_TIMEOUT_S}"
-        server: Server
-        if name == "triton":
-            env = peers_env()
-            if env is None:
-                pytest.skip("the real Triton 2.51 is not installed (.peers/)")
-            server = RealTriton(env, tmp_path / "triton.log", f"--model-repository={repo}", flag)
-        elif name == "triton-mp-python":
-            server = ServerProcess(repo, tmp_path / "ours.log", flag, "--grpc-frontend=python")
-        elif name == "triton-mp-relayed":
-            server = ServerProcess(repo, tmp_path / "ours.log", flag, RELAYED)
-        else:
-            server = ServerProcess(repo, tmp_path / "ours.log", flag)
-        started.append(server)
-        server.wait_live()
-        return server
-
-    try:
+    with side_starter(repo, tmp_path, EXIT_TIMEOUT_S) as one:
         yield one
-    finally:
-        for server in started:
-            server.stop()
 
 
 def _answered(server: Server) -> int:
