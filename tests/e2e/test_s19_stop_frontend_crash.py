@@ -21,36 +21,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from tests.e2e.test_r24_drain_refusal import CONFIG, SLOW
 from tests.helpers.repos import write_python_model
 from tests.helpers.server import ServerProcess, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
-
-CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-"""
-SLOW = """
-import os
-import time
-
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        with open(os.path.join(os.path.dirname(__file__), "started"), "w"):
-            pass
-        time.sleep(5.0)
-        out = []
-        for r in requests:
-            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
-        return out
-"""
-"""s19_slow: INPUT0 answered as OUTPUT0 after 5 s; ``1/started`` marks that one runs."""
 
 EXIT_TIMEOUT_S = 30
 CRASHED = "died by a signal during the stop"
@@ -70,7 +45,7 @@ def _frontend_pid(server: ServerProcess) -> int:
 
 def test_a_frontend_crash_during_the_drain_makes_the_exit_status_1(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
-    model = write_python_model(repo, "s19_slow", CONFIG, SLOW)
+    model = write_python_model(repo, "s19_slow", CONFIG, SLOW)  # 3 s per call
     server = ServerProcess(repo, tmp_path / "server.log", f"--exit-timeout-secs={EXIT_TIMEOUT_S}")
     outcome: list[object] = []
 
