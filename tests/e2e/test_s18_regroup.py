@@ -14,6 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Iterator
 
 import numpy as np
@@ -80,6 +81,22 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
         yield found
 
 
+def _sides(servers: dict[str, Server]) -> list[tuple[str, Server]]:
+    """The servers by name, Triton first (its half passes first). A real Triton that died
+    earlier in this module is left out with a warning, so triton-mp's half still runs: 2.51
+    dies (SIGSEGV) now and then around an in-place regroup with sequences live (the note in
+    the first test; one clean-clone CI lost the module's last three tests to it)."""
+    out = []
+    for name, server in sorted(servers.items()):
+        if isinstance(server, RealTriton) and server.proc.poll() is not None:
+            warnings.warn(
+                f"Triton 2.51 died earlier in this module: {name}'s half left out", stacklevel=2
+            )
+            continue
+        out.append((name, server))
+    return out
+
+
 def _load(server: Server, model: str, config: dict, source: str) -> int:
     """RepositoryModelLoad of ``model`` with ``config`` and ``source`` as its 1/model.py."""
     return load_with(server.http_url, model, config, source)
@@ -125,7 +142,7 @@ def _stats(server: Server, model: str) -> tuple[int, int]:
 def test_a_count_down_keeps_live_sequences_and_one_of_the_pids(
     servers: dict[str, Server],
 ) -> None:
-    for name, server in sorted(servers.items()):  # Triton first: its half passes
+    for name, server in _sides(servers):  # Triton first: its half passes
         try:
             assert _load(server, "seq_pid", SEQ_CONFIG, SEQ) == 200, name
             before = _pids_of_new_sequences(server, 100, 8)
@@ -150,7 +167,7 @@ def test_a_count_down_keeps_live_sequences_and_one_of_the_pids(
 
 
 def test_a_count_up_keeps_the_instance_and_its_live_sequence(servers: dict[str, Server]) -> None:
-    for name, server in sorted(servers.items()):  # Triton first: its half passes
+    for name, server in _sides(servers):  # Triton first: its half passes
         try:
             assert _load(server, "seq_pid", _count(SEQ_CONFIG, 1), SEQ) == 200, name
             time.sleep(1)  # NOTE: 2.51's race, as in the test above
@@ -189,7 +206,7 @@ def _keep_calling(
 
 
 def test_requests_running_on_a_removed_instance_are_answered(servers: dict[str, Server]) -> None:
-    for name, server in sorted(servers.items()):
+    for name, server in _sides(servers):
         try:
             assert _load(server, "dyn_pid", _count(DYN_CONFIG, 2), DYN) == 200, name
             answers: list[tuple[int, int] | str] = []
@@ -213,7 +230,7 @@ def test_requests_running_on_a_removed_instance_are_answered(servers: dict[str, 
 def test_a_dynamic_batcher_under_load_loses_no_request_across_changes(
     servers: dict[str, Server],
 ) -> None:
-    for name, server in sorted(servers.items()):
+    for name, server in _sides(servers):
         try:
             assert _load(server, "dyn_pid", DYN_CONFIG, DYN) == 200, name
             before = _stats(server, "dyn_pid")[0]
