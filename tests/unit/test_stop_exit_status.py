@@ -15,6 +15,7 @@ import time
 import grpc
 import pytest
 
+from tests.helpers.echo_server import METHOD, echo_server
 from tests.unit.test_child_hand_over import _Process
 from triton_mp.frontend.grpc.server_setup import stop_grpc
 from triton_mp.ipc.handshake import CALLS_CUT_EXIT
@@ -79,24 +80,11 @@ async def _serve_one_call(handler_s: float, grace_s: float) -> tuple[bool, float
     ``grace_s``. Returns what it said, how long it took, and the call's outcome (its answer
     or its status code)."""
     started = asyncio.Event()
-
-    async def slow(request: bytes, _context: grpc.aio.ServicerContext) -> bytes:
-        started.set()
-        await asyncio.sleep(handler_s)
-        return request
-
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers(
-        [
-            grpc.method_handlers_generic_handler(
-                "t.S", {"Slow": grpc.unary_unary_rpc_method_handler(slow)}
-            )
-        ]
-    )
+    server = echo_server(handler_s, started)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        call = asyncio.ensure_future(channel.unary_unary("/t.S/Slow")(b"x"))
+        call = asyncio.ensure_future(channel.unary_unary(METHOD)(b"x"))
         await asyncio.wait_for(started.wait(), 10)
         t0 = time.monotonic()
         cut = await stop_grpc(server, grace_s)

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 import grpc
 import pytest
 
+from tests.helpers.echo_server import METHOD, echo_server
 from triton_mp.frontend import native
 from triton_mp.frontend.grpc.running_calls import running_calls
 from triton_mp.frontend.grpc.server_setup import stop_grpc
@@ -42,28 +43,8 @@ def _silent_peer(port: int) -> Iterator[socket.socket]:
         yield s
 
 
-def _server(handler_s: float, started: asyncio.Event) -> grpc.aio.Server:
-    """A grpc.aio server with one unary method, ``/t.S/Echo``, that answers after
-    ``handler_s`` (``started`` is set when a call begins)."""
-
-    async def echo(request: bytes, _context: grpc.aio.ServicerContext) -> bytes:
-        started.set()
-        await asyncio.sleep(handler_s)
-        return request
-
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers(
-        [
-            grpc.method_handlers_generic_handler(
-                "t.S", {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
-            )
-        ]
-    )
-    return server
-
-
 async def _python_stop_with_silent_peer() -> tuple[bool, float]:
-    server = _server(0.0, asyncio.Event())
+    server = echo_server(0.0, asyncio.Event())
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     with _silent_peer(port):
@@ -81,12 +62,12 @@ def test_python_server_does_not_wait_for_a_silent_connection() -> None:
 
 async def _count_during_a_call() -> tuple[int, int, int]:
     started = asyncio.Event()
-    server = _server(0.3, started)
+    server = echo_server(0.3, started)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     before = running_calls()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        call = asyncio.ensure_future(channel.unary_unary("/t.S/Echo")(b"x"))
+        call = asyncio.ensure_future(channel.unary_unary(METHOD)(b"x"))
         await asyncio.wait_for(started.wait(), 10)
         during = running_calls()
         assert await call == b"x"
@@ -112,7 +93,7 @@ async def _native_stop(handler_s: float, grace_s: float, silent: bool) -> tuple[
     takes ``handler_s`` runs. Returns what the stop said and how long it took."""
     loop = asyncio.get_running_loop()
     started = asyncio.Event()
-    backend = _server(handler_s, started)
+    backend = echo_server(handler_s, started)
     with tempfile.TemporaryDirectory() as d:
         assert backend.add_insecure_port(f"unix:{d}/py.sock")
         await backend.start()
@@ -121,7 +102,7 @@ async def _native_stop(handler_s: float, grace_s: float, silent: bool) -> tuple[
         assert port
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                call = asyncio.ensure_future(channel.unary_unary("/t.S/Echo")(b"x"))
+                call = asyncio.ensure_future(channel.unary_unary(METHOD)(b"x"))
                 await asyncio.wait_for(started.wait(), 10)
                 if silent:
                     assert await call == b"x"
