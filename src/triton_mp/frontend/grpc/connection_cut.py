@@ -19,6 +19,8 @@ import os
 import socket
 import stat
 
+from triton_mp.common.process.fd_sockets import socket_over
+
 CUT_AFTER_S = 0.5
 """How long after the budget the cut comes, seconds: grpc's own cancel at the budget closes
 every connection whose writes can go on in well under this (the native one's kAfterDeadlineS)."""
@@ -35,13 +37,10 @@ def cut_connections(port: int) -> int:
         try:
             if not stat.S_ISSOCK(os.fstat(int(name)).st_mode):
                 continue
-            dup = os.dup(int(name))
         except OSError:
             continue  # NOTE: closed meanwhile (listdir's own descriptor among them)
-        try:
-            sock = socket.socket(fileno=dup)
-        except OSError:
-            os.close(dup)
+        sock = socket_over(int(name))
+        if sock is None:
             continue
         with sock, contextlib.suppress(OSError):
             if sock.family not in (socket.AF_INET, socket.AF_INET6):

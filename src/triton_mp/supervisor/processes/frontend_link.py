@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import socket
 import threading
 import time
@@ -31,6 +30,7 @@ from multiprocessing.connection import Connection
 
 import msgspec
 
+from triton_mp.common.process.fd_sockets import socket_over
 from triton_mp.ipc import encode
 from triton_mp.ipc.protocol.control_messages import (
     ControlReply,
@@ -200,13 +200,10 @@ def _end_reads(conn: Connection) -> None:
     frontend's side of the socket sees EOF too. A pipe that is not a socket (none is: a
     frontend's pipe is duplex) is left to end when the frontend's side closes."""
     try:
-        fd = os.dup(conn.fileno())
+        sock = socket_over(conn.fileno())
     except OSError:
-        return
-    try:
-        sock = socket.socket(fileno=fd)
-    except OSError:
-        os.close(fd)
+        return  # NOTE: the connection is closed already
+    if sock is None:
         return
     with sock, contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
