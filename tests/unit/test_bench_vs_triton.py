@@ -8,6 +8,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -108,14 +109,23 @@ def test_nodelay_config_refuses_a_config_it_cannot_rewrite() -> None:
         nodelay_config('name: "other"\nmax_batch_size: 8\n')
 
 
-def test_ocr_2core_config_is_a_valid_two_instance_config_of_ocr_cls(tmp_path: Path) -> None:
-    shipped = (BENCH.parent / "model_repository" / "ocr_cls" / "config.pbtxt").read_text()
-    (tmp_path / "config.pbtxt").write_text(ocr_2core_config(shipped))
+SHIPPED_OCR = BENCH.parent / "model_repository" / "ocr_cls" / "config.pbtxt"
+
+
+def _ocr_batching_8(tmp_path: Path, rewrite: Callable[[str], str], name: str) -> Any:
+    """The shipped ocr_cls config as ``rewrite`` makes it, parsed; asserts it is ``name``
+    with batches of 8 and a 2 ms delay (what both bench configs keep)."""
+    (tmp_path / "config.pbtxt").write_text(rewrite(SHIPPED_OCR.read_text()))
     cfg = read_config_pbtxt(tmp_path / "config.pbtxt")
-    assert cfg.name == OCR_2CORE_MODEL
+    assert cfg.name == name
     assert cfg.max_batch_size == 8
     assert list(cfg.dynamic_batching.preferred_batch_size) == [8]
     assert cfg.dynamic_batching.max_queue_delay_microseconds == 2000
+    return cfg
+
+
+def test_ocr_2core_config_is_a_valid_two_instance_config_of_ocr_cls(tmp_path: Path) -> None:
+    cfg = _ocr_batching_8(tmp_path, ocr_2core_config, OCR_2CORE_MODEL)
     assert [g.count for g in cfg.instance_group] == [2]
 
 
@@ -391,16 +401,10 @@ def test_pinned_workloads_serve_the_1core_config_on_core0_against_raw_ort_on_cor
 
 
 def test_ocr_1core_config_is_one_instance_one_thread_batching_8(tmp_path: Path) -> None:
-    shipped = (BENCH.parent / "model_repository" / "ocr_cls" / "config.pbtxt").read_text()
-    (tmp_path / "config.pbtxt").write_text(ocr_1core_config(shipped))
-    cfg = read_config_pbtxt(tmp_path / "config.pbtxt")
-    assert cfg.name == OCR_1CORE_MODEL
-    assert cfg.max_batch_size == 8
-    assert list(cfg.dynamic_batching.preferred_batch_size) == [8]
-    assert cfg.dynamic_batching.max_queue_delay_microseconds == 2000
+    cfg = _ocr_batching_8(tmp_path, ocr_1core_config, OCR_1CORE_MODEL)
     assert [g.count for g in cfg.instance_group] == [1]
     assert cfg.parameters["intra_op_thread_count"].string_value == "1"
-    assert "max_batch_size: 16" in ocr_1core_config(shipped, 16)
+    assert "max_batch_size: 16" in ocr_1core_config(SHIPPED_OCR.read_text(), 16)
     with pytest.raises(BenchError):
         ocr_1core_config('name: "ocr_cls"\n')
 
