@@ -30,7 +30,7 @@ import tritonclient.grpc as grpcclient
 
 from tests.e2e.test_block_handover import _frontend_on, _inputs
 from tests.helpers.server import PROJECT_REPOSITORY, ServerProcess, group_alive, wait_for
-from tests.helpers.triton_peer import RealTriton, peers_env
+from tests.helpers.stop_sides import Server, side_starter
 from triton_mp.ipc.memory.shm import list_objects
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -42,8 +42,6 @@ LONG_REQUESTS = 4
 LONG_RESPONSES = 60
 """60 answers 250 ms apart: 15 s, beyond the budget and the waits."""
 EXPIRED = "failed to stop server: Internal - Exit timeout expired. Exiting immediately."
-
-Server = ServerProcess | RealTriton
 
 
 def _deaf_repository(root: Path) -> Path:
@@ -107,23 +105,12 @@ def _new_call(server: Server) -> list[object]:
     return got
 
 
-@pytest.mark.parametrize("name", ["triton", "triton-mp"])
+@pytest.mark.parametrize("name", ["triton", "triton-mp-spare"])
 def test_a_model_deaf_to_cancellation_after_its_client_went(name: str, tmp_path: Path) -> None:
-    repo = _deaf_repository(tmp_path)
-    flag = f"--exit-timeout-secs={EXIT_TIMEOUT_S}"
-    server: Server
-    if name == "triton":
-        env = peers_env()
-        if env is None:
-            pytest.skip("the real Triton 2.51 is not installed (.peers/)")
-        server = RealTriton(env, tmp_path / "triton.log", f"--model-repository={repo}", flag)
-    else:
-        # NOTE: a frontend is killed here: the spare takes its place, as in a deployment
-        server = ServerProcess(
-            repo, tmp_path / "ours.log", flag, "--frontend-processes", "2", "--frontend-spare=true"
-        )
-    try:
-        server.wait_live()
+    """``triton-mp-spare``: a frontend is killed here; the spare takes its place, as in a
+    deployment."""
+    with side_starter(_deaf_repository(tmp_path), tmp_path, EXIT_TIMEOUT_S) as start:
+        server = start(name)
         _client_goes(server, name)
         assert _new_call(server) == [0, 1, 2], name
         t0 = time.monotonic()
@@ -136,5 +123,3 @@ def test_a_model_deaf_to_cancellation_after_its_client_went(name: str, tmp_path:
         if isinstance(server, ServerProcess):
             wait_for(lambda: not group_alive(server.pid), 10, "every process to exit")
             assert list_objects(str(server.pid)) == []
-    finally:
-        server.stop()

@@ -25,6 +25,7 @@ OURS = {
     "triton-mp": (),
     "triton-mp-python": ("--grpc-frontend=python",),
     "triton-mp-relayed": (RELAYED,),
+    "triton-mp-spare": ("--frontend-processes", "2", "--frontend-spare=true"),
 }
 """triton-mp's sides by name: the flags each adds."""
 
