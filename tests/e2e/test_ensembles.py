@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +24,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers.server import REPO_ROOT, ServerProcess, server_factory, settled_stats, wait_for
+from tests.helpers.stat_cli import stat_models
 from tests.helpers.triton_peer import start_triton
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -361,7 +359,6 @@ def refusing(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
 def test_an_ensemble_that_does_not_fit_its_models_fails_to_load_with_triton_s_message(
     refusing: ServerProcess, steps: str, max_batch_size: int, message: str
 ) -> None:
-    import json
 
     from google.protobuf import json_format, text_format
 
@@ -480,21 +477,8 @@ def test_a_1_mib_intermediate_never_passes_through_the_frontend(server: ServerPr
 def test_triton_mp_stat_shows_an_ensemble_s_requests_in_flight_per_step(
     server: ServerProcess,
 ) -> None:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO_ROOT / "src"), env.get("PYTHONPATH", "")) if p
-    )
-
     def stat() -> dict:
-        out = subprocess.run(
-            [sys.executable, "-m", "triton_mp", "stat", "--url", server.url, "--json"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=env,
-            check=True,
-        )
-        return {m["model"]: m for m in json.loads(out.stdout)["models"]}
+        return stat_models(server.url)
 
     assert stat()["pipe3"]["steps"] == [
         {"model": m, "in_flight": 0, "waiting": 0} for m in ("scale_py", "add_py", "scale_py")

@@ -12,9 +12,6 @@ labels").
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 import urllib.request
 from collections import Counter
@@ -27,7 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.repo_control import SEQ_START, config_pbtxt, load_with
 from tests.helpers.repos import write_python_model
-from tests.helpers.server import REPO_ROOT, ServerProcess
+from tests.helpers.server import ServerProcess
+from tests.helpers.stat_cli import stat_models
 from tests.helpers.triton_peer import RealTriton, side_by_side
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -133,16 +131,7 @@ def _duplicates(metrics_text: str) -> list[tuple[str, tuple[tuple[str, str], ...
 
 def _stat(server: ServerProcess) -> dict:
     """``triton-mp stat --json``'s names_py entry."""
-    out = subprocess.run(
-        [sys.executable, "-m", "triton_mp", "stat", "--url", server.url, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO_ROOT,
-        check=True,
-    ).stdout
-    (model,) = [m for m in json.loads(out)["models"] if m["model"] == "names_py"]
-    return dict(model)
+    return dict(stat_models(server.url)["names_py"])
 
 
 def test_a_count_change_back_up_reuses_the_kept_name_as_2_51(

@@ -37,6 +37,7 @@ from tests.helpers.server import (
     free_port,
     server_factory,
 )
+from tests.helpers.stat_cli import run_stat
 from triton_mp._proto import admin_pb2, admin_pb2_grpc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -77,25 +78,8 @@ class TritonPythonModel:
 """
 
 
-def _stat(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
-    """``python -m triton_mp stat ARGS`` with this checkout's code."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO_ROOT / "src"), env.get("PYTHONPATH", "")) if p
-    )
-    return subprocess.run(
-        [sys.executable, "-m", "triton_mp", "stat", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        env=env,
-        cwd=REPO_ROOT,
-        check=False,
-    )
-
-
 def _stat_json(server: ServerProcess, *args: str) -> dict[str, object]:
-    out = _stat("--url", server.url, "--json", *args)
+    out = run_stat("--url", server.url, "--json", *args)
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""
     snap = json.loads(out.stdout)
@@ -254,7 +238,7 @@ def test_queue_while_instance_busy(server: ServerProcess, gate: Path) -> None:
             1,
             1,
         )
-        table = _stat("--url", server.url, "--model", "held_py")
+        table = run_stat("--url", server.url, "--model", "held_py")
         assert table.returncode == 0, table.stderr
         assert "held_py v1 · dynamic batcher · max batch 4" in table.stdout
         assert "1 (1 req)" in table.stdout  # the holder's batch, running
@@ -284,7 +268,7 @@ def test_queue_while_instance_busy(server: ServerProcess, gate: Path) -> None:
 
 
 def test_unknown_model(server: ServerProcess) -> None:
-    out = _stat("--url", server.url, "--model", "nope", "--json")
+    out = run_stat("--url", server.url, "--model", "nope", "--json")
     assert out.returncode == 1
     assert out.stdout == ""
     assert out.stderr == "triton-mp stat: Request for unknown model: 'nope' is not found\n"
@@ -298,7 +282,7 @@ def test_unknown_model(server: ServerProcess) -> None:
 @pytest.mark.parametrize("mode", [(), ("--json",), ("--watch",)])
 def test_unreachable_server_is_one_line_and_status_1(mode: tuple[str, ...]) -> None:
     url = f"127.0.0.1:{free_port()}"
-    out = _stat("--url", url, *mode)
+    out = run_stat("--url", url, *mode)
     assert out.returncode == 1
     assert out.stdout == ""
     lines = out.stderr.splitlines()
