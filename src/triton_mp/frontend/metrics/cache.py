@@ -5,11 +5,11 @@ whose ``response_cache`` is enabled while the server has a cache, as Triton crea
 ``nv_cache_num_hits_per_model``, ``nv_cache_num_misses_per_model``,
 ``nv_cache_hit_duration_per_model`` and ``nv_cache_miss_duration_per_model`` (microseconds),
 from the scheduler's ModelStatistics. For the local cache, the cache-wide gauges Triton's
-earlier in-core cache reported, read from the shared segment's header
-(``ipc.memory.response_cache``): ``nv_cache_num_entries``, ``nv_cache_num_lookups``,
-``nv_cache_num_hits``, ``nv_cache_num_misses``, ``nv_cache_num_evictions``,
-``nv_cache_entry_lookup_time`` and ``nv_cache_entry_insertion_time`` (microseconds) and
-``nv_cache_util`` (0..1).
+local cache reports, read from the shared segment's header (``ipc.memory.response_cache``),
+in 2.51's order and words: ``nv_cache_util`` (0..1), ``nv_cache_num_entries``,
+``nv_cache_num_hits``, ``nv_cache_num_misses``, ``nv_cache_num_lookups``,
+``nv_cache_num_evictions``, ``nv_cache_lookup_duration`` and ``nv_cache_insertion_duration``
+(microseconds).
 """
 
 from __future__ import annotations
@@ -58,25 +58,25 @@ def cache_families(cache: CacheStats | None) -> Iterator[Metric]:
     if cache is None:
         return
     for name, doc, value in (
+        ("nv_cache_util", "Cache utilization [0.0 - 1.0]", cache.utilization),
         ("nv_cache_num_entries", "Number of responses stored in response cache", cache.entries),
-        ("nv_cache_num_lookups", "Number of cache lookups in response cache", cache.lookups),
         ("nv_cache_num_hits", "Number of cache hits in response cache", cache.hits),
         ("nv_cache_num_misses", "Number of cache misses in response cache", cache.misses),
+        ("nv_cache_num_lookups", "Number of cache lookups in response cache", cache.lookups),
         (
             "nv_cache_num_evictions",
             "Number of cache evictions in response cache",
             cache.evictions,
         ),
         (
-            "nv_cache_entry_lookup_time",
+            "nv_cache_lookup_duration",
             "Total cache lookup duration (hit and miss), in microseconds",
             cache.lookup_ns // 1000,
         ),
         (
-            "nv_cache_entry_insertion_time",
+            "nv_cache_insertion_duration",
             "Total cache insertion duration, in microseconds",
             cache.insert_ns // 1000,
         ),
-        ("nv_cache_util", "Cache utilization [0.0 - 1.0]", cache.utilization),
     ):
         yield GaugeMetricFamily(name, doc, value=value)
