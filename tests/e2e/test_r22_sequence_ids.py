@@ -4,8 +4,8 @@
 2.51's sequence batcher refuses every request to a model with ``max_batch_size`` over 0 whose
 CORRID control is TYPE_STRING, whatever the ID: "unexpected number of string elements 2 for
 inference input 'CORRID', expecting 1" (the control tensor it builds for the batch slot holds
-two elements). triton-mp gives the model its ID, as 2.51 does for a model without batching
-(tests/e2e/test_r13_sequence_ids.py's ``seq_text``).
+two elements). triton-mp gives the model its ID. 2.51 refuses it without batching too
+(tests/e2e/test_r26_string_corrid.py).
 
 And a sequence model with a ``passive`` instance group: 2.51 dies placing a sequence on it.
 """
