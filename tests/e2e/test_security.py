@@ -17,9 +17,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
-from tests.e2e.test_stat import _stat
 from tests.helpers.fault_models import write_faulty_model
 from tests.helpers.server import ServerProcess
+from tests.helpers.stat_cli import run_stat
 from triton_mp.ipc.memory.shm import list_objects
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -78,10 +78,10 @@ def test_restricted_protocols_answer_only_requests_with_the_header(
     client.close()
     # triton-mp stat's queue status falls under `statistics` too; --header passes the key.
     url = server.url
-    refused = _stat("--url", url, "--json")
+    refused = run_stat("--url", url, "--json")
     assert refused.returncode == 1
     assert "triton-grpc-protocol-stats-key" in refused.stderr
-    ok = _stat("--url", url, "--json", "--header", "triton-grpc-protocol-stats-key=s")
+    ok = run_stat("--url", url, "--json", "--header", "triton-grpc-protocol-stats-key=s")
     assert ok.returncode == 0, ok.stderr
     assert "echo_py" in ok.stdout
 
