@@ -495,7 +495,8 @@ def test_a_window_mmap_refuses_gets_tritons_words(clients: dict[str, Client], ov
     status = "StatusCode.INVALID_ARGUMENT" if over == "grpc" else "400"
     for side, c in clients.items():
         # NOTE: one object per registration: 2.51 refuses a key registered already (INTERNAL
-        # "Invalid shared memory region: '<key>'"); upstream main has no such rule.
+        # "Invalid shared memory region: '<key>'"); upstream main has no such rule
+        # (tests/e2e/test_r26_shm_same_key.py).
         keys = [f"/shm_msgs_pages_{os.getpid()}_{side}_{over}_{i}" for i in range(3)]
         for i, key in enumerate(keys):
             c.create(f"pages{i}", key, 2 * page)
