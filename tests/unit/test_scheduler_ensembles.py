@@ -11,7 +11,9 @@ from triton_mp.ipc.protocol.messages import (
     BlockRef,
     CancelRequest,
     InferResponse,
+    InstancesRetired,
     Requester,
+    Shutdown,
     TensorRef,
 )
 from triton_mp.ipc.protocol.specs import (
@@ -106,6 +108,30 @@ def test_a_step_whose_model_is_gone_fails_the_ensemble_request_and_counts_other(
     )
     ens = h2.stats("ens")
     assert (ens.success.count, ens.fail.count, ens.fail_reasons) == (0, 1, {"OTHER": 1})
+
+
+def test_a_step_model_unloaded_mid_request_still_serves_that_request() -> None:
+    """Core ``EnsembleContext`` holds every step's model from the request's start: add_sub
+    retired (unloaded) after step 1 was sent still runs step 2 of that request, and its
+    instances stop only once the ensemble answered."""
+    h = Harness(models=(DYNAMIC, ENS))
+    h.ready(0, 1)
+    req = h.request("ens", client_id="u1")
+    h.clock.advance_us(200)
+    ((i1, b1),) = h.dispatch()
+    h.handle(InstancesRetired(instance_ids=(0, 1)))
+    _answer(h, i1, b1, "/triton_mp_0_w0_a0")
+    h.clock.advance_us(200)
+    ((i2, b2),) = h.dispatch()
+    assert not [m for _, m in h.to_workers if isinstance(m, Shutdown)]
+    _answer(h, i2, b2, "/triton_mp_0_w1_a0")
+    (answer,) = [m for _, m in h.to_frontends if isinstance(m, InferResponse)]
+    assert answer.request_id == req.request_id
+    assert h.failures() == []
+    h.dispatch()  # the first pass that sees the retirement idle only arms it
+    h.dispatch()
+    assert sorted(i for i, m in h.to_workers if isinstance(m, Shutdown)) == [0, 1]
+    assert h.core.idle()
 
 
 def test_a_composing_request_the_scheduler_fails_counts_the_ensemble_failure_once() -> None:

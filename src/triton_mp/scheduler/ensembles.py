@@ -57,6 +57,7 @@ from triton_mp.ipc.protocol.messages import (
     TraceContext,
     TraceRecord,
 )
+from triton_mp.ipc.protocol.specs import EnsembleStepSpec
 from triton_mp.ipc.tensor_pool import SharedBlocks, response_blocks
 from triton_mp.scheduler.ensemble_tensors import (
     Blocks,
@@ -120,6 +121,9 @@ class _Parent:
     end_ns: int = 0
     child_traces: list[ChildTrace] = field(default_factory=list)
     """A traced ensemble request: the finished traces of its composing requests."""
+    steps: tuple[Generation | None, ...] = ()
+    """Per step, the generation its model's version had when the request started (None:
+    none served), pinned until the request ends (``Generation.pins``)."""
 
 
 @dataclass(eq=False)
@@ -191,7 +195,8 @@ class Ensembles:
                 self._out.fail(req, ErrorCode.INVALID_ARG, message, now_ns)
                 return
         key = (req.reply_to, req.request_id)
-        self._parents[key] = _Parent(req, gen, now_ns, label)
+        parent = self._parents[key] = _Parent(req, gen, now_ns, label)
+        parent.steps = self._pin_steps(gen)
         batch = req.batch_size if gen.spec.max_batch_size > 0 else 0
         values: dict[str, Value | None] = {
             t.name: Value(reshaped_input(gen.spec, t), batch) for t in req.inputs
@@ -355,11 +360,31 @@ class Ensembles:
             trace=None if parent.trace is None else TraceContext(parent.trace.level),
         )
 
+    def _step_generation(self, step: EnsembleStepSpec) -> Generation | None:
+        """The generation a step's call goes to now: its version's (``model_version``, or
+        the newest active one for -1); None when none is active."""
+        version = step.version if step.version >= 0 else self._latest(step.model)
+        return self._generation((step.model, version)) if version is not None else None
+
+    def _pin_steps(self, gen: Generation) -> tuple[Generation | None, ...]:
+        """The generations of ``gen``'s steps now, each pinned (core ``EnsembleContext``
+        takes a handle on every step's model when the request starts: a step unloaded
+        while the request runs still serves it)."""
+        steps = tuple(self._step_generation(s) for s in gen.spec.ensemble.steps)  # type: ignore[union-attr]
+        for g in steps:
+            if g is not None:
+                g.pins += 1
+        return steps
+
     def _call(self, policy: EnsembleScheduler, call: Call, now_ns: int) -> None:
         parent = self._parents[cast(RequestKey, call.request)]
         step = parent.gen.spec.ensemble.steps[call.step]  # type: ignore[union-attr]
-        version = step.version if step.version >= 0 else self._latest(step.model)
-        gen = self._generation((step.model, version)) if version is not None else None
+        gen = self._step_generation(step)
+        if gen is None and parent.steps:
+            # NOTE: unloaded since the request started: its pinned generation, retiring,
+            # still serves it (core._on_request finds it), as 2.51's handle on the model.
+            gen = parent.steps[call.step]
+        version = gen.key[1] if gen is not None else None
         if gen is None:
             # NOTE: the frontend's words (core ModelLifeCycle::GetModel) for a step whose
             # model stopped serving the version, or every version, since the ensemble loaded.
@@ -462,6 +487,10 @@ class Ensembles:
     def _end(self, parent: _Parent, now_ns: int, failed: bool) -> None:
         parent.ended, parent.failed, parent.end_ns = True, failed, now_ns
         self._parents.pop((parent.req.reply_to, parent.req.request_id), None)
+        for g in parent.steps:
+            if g is not None:
+                g.pins -= 1
+        parent.steps = ()
         self._maybe_count(parent)
 
     def _maybe_count(self, parent: _Parent) -> None:

@@ -95,6 +95,10 @@ class Generation:
     optional_inputs: bool = False
     """``spec.has_optional_inputs``: requests batch together only with the same inputs."""
     retiring: bool = False
+    pins: int = 0
+    """Running ensemble requests that call this generation's version in a step (core
+    ``EnsembleContext``'s ``handles_``, taken when the request starts): a retiring
+    generation stays until none does, so an unloaded step still serves them."""
     armed: bool = False
     """Set after the first dispatch pass that saw the retirement; a request a frontend sent
     before it dropped the version is drained by the next pass, so only then may it end."""

@@ -15,8 +15,9 @@ order a model change takes (``supervisor`` model control):
   ``TritonModel::UpdateInstanceGroup``): its generation goes on with the new spec; added
   instances join it, removed ones are *leaving*: they take no new request or sequence,
   finish their batch and their live sequences (``Policy.holds``), then get ``Shutdown``.
-- A retiring generation finishes its queue and its running batches, then (one dispatch pass
-  after it retired at the earliest) its instances get ``Shutdown`` (*stopping*).
+- A retiring generation finishes its queue and its running batches, and serves the steps of
+  the ensemble requests that started before it retired (``Generation.pins``), then (one
+  dispatch pass after it retired at the earliest) its instances get ``Shutdown`` (*stopping*).
 - ``InstancesRemoved``: the processes are gone; their rings are detached and the instances
   forgotten (*removed*).
 
@@ -138,7 +139,9 @@ class Lifecycle:
     def retirement_due(self) -> bool:
         """Whether a retirement may end on the next pass without any message arriving."""
         return any(
-            not g.policy.queue_depth() and not any(i.busy for i in self.instances.members(g))
+            not g.policy.queue_depth()
+            and not g.pins
+            and not any(i.busy for i in self.instances.members(g))
             for g in self.retiring
         ) or any(self._may_leave(i) for i in self.leaving)
 
@@ -256,7 +259,7 @@ class Lifecycle:
                 for item in gen.policy.drain_queue():
                     req = cast(Request, item.payload)
                     self._out.fail(req, ErrorCode.UNAVAILABLE, STOPPING_MESSAGE, now_ns)
-            if not gen.armed or busy or gen.policy.queue_depth():
+            if not gen.armed or busy or gen.policy.queue_depth() or gen.pins:
                 gen.armed = True
                 keep.append(gen)
                 continue
