@@ -25,6 +25,7 @@ from triton_mp.ipc.protocol.messages import (
     ToScheduler,
     VersionsActivated,
     WorkerDied,
+    WorkerReady,
 )
 from triton_mp.ipc.protocol.specs import BatchingSpec, ModelVersionSpec, SequenceSpec
 from triton_mp.ipc.recordio.codec import encode
@@ -299,3 +300,27 @@ def test_a_reload_as_a_new_model_starts_the_statistics_again(h: Harness) -> None
     assert (counted(True), counted(False)) == (1, 1)
     _load(h, spec((30, 31), max_batch_size=4))
     assert (counted(True), counted(False)) == (0, 1)
+
+
+def test_warmup_runs_count_in_the_statistics_from_the_activation(h: Harness) -> None:
+    """Core ``WarmUp`` runs count like any execution: a staged instance's runs (reported in
+    its ``WorkerReady``) go into its version's books once the version activates, a ready
+    instance's (a restart) at once."""
+    h.handle(InstancesAdded(instances=tuple(_wiring(i) for i in V1.instance_ids)))
+    h.handle(
+        WorkerReady(instance_id=10, pid=1010, warmup=((1, 100, 5, 40, 200), (2, 300, 5, 50, 400)))
+    )
+    h.handle(WorkerReady(instance_id=11, pid=1011, warmup=((1, 500, 5, 40, 600),)))
+    assert h.core.stats.snapshot("m") == ()  # not counted while staged
+    h.handle(VersionsActivated(specs=(encode(V1),)))
+    (st,) = h.core.stats.snapshot("m")
+    assert (st.inference_count, st.execution_count) == (4, 3)
+    assert (st.success.count, st.success.ns) == (4, 100 + 2 * 100 + 100)
+    assert (st.queue.count, st.queue.ns) == (4, 0)
+    assert (st.compute_infer.count, st.compute_infer.ns) == (4, 40 + 2 * 50 + 40)
+    assert {size: b.compute_infer.count for size, b in st.batch_stats.items()} == {1: 2, 2: 1}
+    assert st.last_inference_ms > 0
+    h.handle(WorkerDied(instance_id=11, exitcode=-9))
+    h.handle(WorkerReady(instance_id=11, pid=1012, warmup=((1, 700, 5, 40, 800),)))
+    (st,) = h.core.stats.snapshot("m")
+    assert (st.inference_count, st.execution_count) == (5, 4)

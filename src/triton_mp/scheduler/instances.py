@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
 
-from triton_mp.ipc.protocol.messages import ReplyTo, TensorRef
+from triton_mp.ipc.protocol.messages import ReplyTo, TensorRef, WarmupRun
 from triton_mp.ipc.protocol.specs import ModelVersionSpec
 from triton_mp.ipc.recordio.records import Request
 from triton_mp.scheduler.policies.policy import Policy, Queued
@@ -168,6 +168,8 @@ class Instance:
     on its way to it (``scheduler.direct``)."""
     ready_check: bool = False
     """Its model checks its own readiness (``WorkerReady.ready_check``: python ``is_ready()``)."""
+    warmup: tuple[WarmupRun, ...] = ()
+    """The warmup executions it reported while staged, counted when its version activates."""
 
     @property
     def label(self) -> str:

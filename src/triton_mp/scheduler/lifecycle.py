@@ -42,6 +42,7 @@ from triton_mp.ipc.protocol.messages import (
     ModelAvailability,
     Shutdown,
     VersionsActivated,
+    WarmupRun,
     WorkerDied,
     WorkerReady,
 )
@@ -321,7 +322,9 @@ class Lifecycle:
             self._out.to_instance(inst.instance_id, self.log_settings)
         if inst.state is InstanceState.STAGED:
             inst.health = Health.READY
+            inst.warmup = msg.warmup  # NOTE: its version's books start at its activation
             return
+        self._count_warmup(inst.key, msg.warmup)
         log.info(
             "instance %s ready (pid %d)",
             inst.label,
@@ -385,6 +388,20 @@ class Lifecycle:
             inst.key, inst.generation, inst.state = gen.key, gen, InstanceState.ACTIVE
             if staged_ready:
                 gen.policy.instance_idle(instance_id, now_ns)
+        if staged_ready:
+            self._count_warmup(gen.key, inst.warmup)
+            inst.warmup = ()
+
+    def _count_warmup(self, key: VersionKey, runs: Iterable[WarmupRun]) -> None:
+        """Count an instance's warmup executions in its version's statistics, as Triton's
+        core counts them (``WarmUp`` stamps each request's start: every request a success
+        that queued for no time, each execution one batch of its requests)."""
+        for requests, start_ns, input_ns, infer_ns, end_ns in runs:
+            # NOTE: positional (StatsBook.record_execution's order).
+            self._stats.record_execution(
+                key, requests, requests * start_ns, start_ns, requests, requests,
+                input_ns, infer_ns, 0, end_ns,
+            )  # fmt: skip
 
     def _start_generation(self, spec: ModelVersionSpec) -> Generation:
         gen = Generation(spec, make_policy(spec), spec.enforced_inputs, spec.has_optional_inputs)

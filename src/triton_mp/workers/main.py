@@ -44,6 +44,7 @@ from triton_mp.ipc.protocol.messages import (
     Requester,
     Shutdown,
     ToWorker,
+    WarmupRun,
     WorkerReady,
 )
 from triton_mp.ipc.protocol.specs import InstanceSpec, WorkerSpec
@@ -129,7 +130,7 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
     cache = SegmentCache(writable=True)
     try:
         apply_host_policy(spec.instance)
-        backend, worker, rewire = _start(spec, arena, cache, to_scheduler, replies, rewiring)
+        backend, worker, rewire, warm = _start(spec, arena, cache, to_scheduler, replies, rewiring)
     except Exception as exc:  # noqa: BLE001 - reported to the supervisor, which marks the model
         text = _start_failure(exc)
         log.error("failed to load model '%s': %s", spec.model.model, text)
@@ -144,6 +145,7 @@ def run_worker(spec_bytes: bytes, ready: Connection) -> int:
             instance_id=spec.instance.instance_id,
             pid=os.getpid(),
             ready_check=_wire_readiness(spec, backend, worker),
+            warmup=warm,
         )
     )
     log.info("instance ready")
@@ -360,10 +362,11 @@ def _start(
     to_scheduler: Sender,
     replies: dict[Requester, dict[int, Sender]],
     rewiring: list[BlsWorkerUpdate],
-) -> tuple[Backend, Worker, Callable[[BlsWorkerUpdate], None]]:
+) -> tuple[Backend, Worker, Callable[[BlsWorkerUpdate], None], tuple[WarmupRun, ...]]:
     """Load the instance, wire its BLS client, then warm it up (``workers.warmup``): a
     python model may call other models from its warmup samples, as in Triton. The backend
-    and the worker are closed again when the warmup fails.
+    and the worker are closed again when the warmup fails. Returns them, the BLS rewiring
+    hook and the warmup's executions (``WorkerReady.warmup``).
 
     Raises:
         Exception: whatever loading or warming up raised (the caller reports it).
@@ -374,14 +377,16 @@ def _start(
         rewire = _bls_rewiring(spec, worker, arena, cache, to_scheduler, replies[Requester.BLS])
         for update in rewiring:
             rewire(update)
+        warmup: tuple[WarmupRun, ...] = ()
         if spec.model.warmup:
             # NOTE: no message reaches the instance before its Ready: warmup runs alone.
-            warm_up(backend, spec.model, spec.instance.name, build_samples(spec.model))
+            samples = build_samples(spec.model)
+            warmup = warm_up(backend, spec.model, spec.instance.name, samples)
     except BaseException:
         backend.close()
         worker.close()
         raise
-    return backend, worker, rewire
+    return backend, worker, rewire, warmup
 
 
 def _early_model_control(spec: WorkerSpec) -> None:

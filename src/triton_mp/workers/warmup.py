@@ -32,17 +32,18 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from triton_mp.backends.base import Backend, BackendRequest, Responded, Result, SequenceBatch
+from triton_mp.backends.base import Backend, BackendRequest, Responded, SequenceBatch
 from triton_mp.common.datatypes import DataType, element_count
 from triton_mp.common.errors import ErrorCode, TritonMPError, flatten_exception
 from triton_mp.common.input_checks import count_message
 from triton_mp.common.numpy_tensors import deserialize_bytes_tensor
-from triton_mp.ipc.protocol.messages import ErrorInfo
+from triton_mp.ipc.protocol.messages import ErrorInfo, WarmupRun
 from triton_mp.ipc.protocol.specs import ModelVersionSpec, WarmupInputSpec
 
 log = logging.getLogger(__name__)
@@ -270,20 +271,22 @@ def _sequence_batch(sample: WarmupSample) -> SequenceBatch:
 
 def _run_once(
     backend: Backend, model: ModelVersionSpec, sample: WarmupSample, outputs: tuple[str, ...]
-) -> list[str]:
-    """One execution of a sample; the error messages of its responses."""
+) -> tuple[list[str], WarmupRun]:
+    """One execution of a sample: the error messages of its responses, and the run as the
+    scheduler counts it (``WarmupRun``)."""
     tokens = [WarmupToken() for _ in sample.requests]
     reqs = [
         BackendRequest(feeds, outputs, 1, token=token)
         for feeds, token in zip(sample.requests, tokens, strict=True)
     ]
+    start = time.monotonic_ns()
     try:
         if model.sequence is None:
-            results: Sequence[Result] = backend.execute(reqs)[0]
+            results, phases = backend.execute(reqs)
         else:
-            results = backend.execute(reqs, _sequence_batch(sample))[0]
+            results, phases = backend.execute(reqs, _sequence_batch(sample))
     except Exception as exc:  # noqa: BLE001 - a failing sample fails the load, with the reason
-        return [flatten_exception(exc)]
+        return [flatten_exception(exc)], (len(reqs), start, 0, 0, time.monotonic_ns())
     errors: list[str] = []
     for token, res in zip(tokens, results, strict=False):
         if isinstance(res, Responded):
@@ -294,7 +297,8 @@ def _run_once(
             errors.append(res.message)
     if len(results) != len(reqs):
         errors.append(f"backend returned {len(results)} results for {len(reqs)} requests")
-    return errors
+    run = (len(reqs), start, phases.compute_input_ns, phases.compute_infer_ns)
+    return errors, (*run, time.monotonic_ns())
 
 
 def warm_up(
@@ -302,14 +306,16 @@ def warm_up(
     model: ModelVersionSpec,
     instance_name: str,
     samples: list[WarmupSample],
-) -> None:
-    """Run every sample on ``backend``, ``count`` times each, in order.
+) -> tuple[WarmupRun, ...]:
+    """Run every sample on ``backend``, ``count`` times each, in order; returns each
+    execution as the scheduler counts it in the model's statistics, as Triton does.
 
     Raises:
         TritonMPError (INVALID_ARG): "failed to run warmup sample '<name>': <errors>" at
             the first sample with an error response; later samples do not run.
     """
     outputs = tuple(t.name for t in model.outputs)
+    runs: list[WarmupRun] = []
     for sample in samples:
         for iteration in range(1, sample.count + 1):
             log.debug(
@@ -319,7 +325,8 @@ def warm_up(
                 sample.name,
                 iteration,
             )
-            errors = _run_once(backend, model, sample, outputs)
+            errors, run = _run_once(backend, model, sample, outputs)
+            runs.append(run)
             if errors:
                 log.debug(
                     "model '%s' instance %s failed to run warmup sample '%s'",
@@ -332,3 +339,4 @@ def warm_up(
                     + "".join(f"{e}; " for e in errors),
                     ErrorCode.INVALID_ARG,
                 )
+    return tuple(runs)

@@ -266,6 +266,12 @@ class QueueQuery(msgspec.Struct, frozen=True, kw_only=True, tag="queue_query", a
     model: str = ""
 
 
+WarmupRun = tuple[int, int, int, int, int]
+"""One warmup execution (``WorkerReady.warmup``): its requests (each of batch 1), when it
+started (monotonic ns), its compute_input and compute_infer durations (ns), and when it
+ended (monotonic ns)."""
+
+
 class WorkerReady(msgspec.Struct, frozen=True, kw_only=True, tag="worker_ready", array_like=True):
     """A worker loaded its backend and will take batches."""
 
@@ -273,6 +279,9 @@ class WorkerReady(msgspec.Struct, frozen=True, kw_only=True, tag="worker_ready",
     pid: int
     ready_check: bool = False
     """The model has a readiness check of its own (python ``is_ready()``: ``ReadyCheck``)."""
+    warmup: tuple[WarmupRun, ...] = ()
+    """Its ``model_warmup`` executions, in order (core ``TritonModelInstance::WarmUp``
+    reports them in the model's statistics like any execution)."""
 
 
 class BatchDone(msgspec.Struct, frozen=True, kw_only=True, tag="batch_done", array_like=True):
