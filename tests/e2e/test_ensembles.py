@@ -232,15 +232,19 @@ def test_loading_an_ensemble_loads_its_composing_models(explicit: ServerProcess)
     client.unload_model("add_py")
     wait_for(lambda: not client.is_model_ready("pipe3"), 60, "pipe3 not ready")
     assert client.is_model_ready("scale_py")
-    index = {m.name: m for m in client.get_model_repository_index().models}
-    assert (index["pipe3"].state, index["pipe3"].reason) == ("UNAVAILABLE", "unloaded")
+
+    def pipe3_state() -> tuple[str, str]:
+        index = {m.name: m for m in client.get_model_repository_index().models}
+        return index["pipe3"].state, index["pipe3"].reason
+
+    # NOTE: the unload answers at once; pipe3 is UNLOADING while add_py's worker stops.
+    wait_for(lambda: pipe3_state() == ("UNAVAILABLE", "unloaded"), 30, "pipe3 UNAVAILABLE")
     client.load_model("pipe3")
     assert client.is_model_ready("pipe3")
     assert client.is_model_ready("add_py")
     client.unload_model("scale_py", unload_dependents=True)
     wait_for(lambda: not client.is_model_ready("pipe3"), 60, "pipe3 not ready")
-    index = {m.name: m for m in client.get_model_repository_index().models}
-    assert index["pipe3"].reason == "unloaded"
+    wait_for(lambda: pipe3_state() == ("UNAVAILABLE", "unloaded"), 30, "pipe3 UNAVAILABLE")
 
 
 def _pipe3_answer(client: grpcclient.InferenceServerClient) -> object:

@@ -128,10 +128,12 @@ def test_explicit_load_unload_reload_leaves_nothing_behind(
 
     client.unload_model("add_sub")
     http.unload_model("add_sub_py")
-    assert _index(client) == {
+    unloaded = {
         ("add_sub", "1"): ("UNAVAILABLE", "unloaded"),  # each version it served, as Triton
         ("add_sub_py", "1"): ("UNAVAILABLE", "unloaded"),
     }
+    # NOTE: an unload answers at once; the versions are UNLOADING until their workers exit.
+    wait_for(lambda: _index(client) == unloaded, 30, "both models UNAVAILABLE")
     with pytest.raises(InferenceServerException, match="Request for unknown model: 'add_sub'"):
         _infer(client, "add_sub")
     assert not client.is_model_ready("add_sub_py")

@@ -39,7 +39,7 @@ class Model:
     inputs: dict[str, IOSpec]
     outputs: dict[str, IOSpec]
     transition: str = ""
-    """``LOADING`` / ``UNLOADING`` while the supervisor changes the model."""
+    """``LOADING`` while the supervisor loads the model (it serves no version yet)."""
     version_reasons: dict[int, str] | None = None
     """Why each failed version failed (``reason`` when absent)."""
     ready_reasons: dict[int, str] | None = None

@@ -114,23 +114,16 @@ def check_repository_name(repository: str) -> None:
 
 def _model_rows(m: Model, ready_only: bool) -> Iterator[tuple[int, IndexEntry]]:
     """(version for sorting, row) of one model in the table."""
-    ready_state = "UNLOADING" if m.transition == "UNLOADING" else "READY"
-    reasons = (m.ready_reasons or {}) if ready_state == "READY" else {}
+    reasons = m.ready_reasons or {}
     for v in m.ready_versions:
-        if not ready_only or ready_state == "READY":
-            yield v, IndexEntry(m.name, str(v), ready_state, reasons.get(v, ""))
+        yield v, IndexEntry(m.name, str(v), "READY", reasons.get(v, ""))
     if ready_only:
         return
     for v in m.failed_versions:
-        if m.transition == "UNLOADING" and m.version_reason(v) == "unloading":
-            # NOTE: a version draining its in-flight requests during an unload: Triton's
-            # lifecycle shows it UNLOADING (no reason) until its instances have stopped.
-            yield v, IndexEntry(m.name, str(v), "UNLOADING")
-            continue
         yield v, IndexEntry(m.name, str(v), "UNAVAILABLE", m.version_reason(v))
     for v in m.unloading_versions:
-        # NOTE: retired by a change and still finishing its requests (Triton: UNLOADING,
-        # no reason, until the version's last in-flight request is done).
+        # NOTE: retired by a change or an unload and still finishing its requests (Triton:
+        # UNLOADING, no reason, until the version's last in-flight request is done).
         yield v, IndexEntry(m.name, str(v), "UNLOADING")
     for v in m.retired_versions:
         yield v, IndexEntry(m.name, str(v), "UNAVAILABLE", "unloaded")
@@ -164,7 +157,7 @@ class RepositoryApi:
     def index(self, ready_only: bool) -> list[IndexEntry]:
         """Triton RepositoryIndex: every model and version with its state and reason.
 
-        Loaded versions are READY (UNLOADING while an unload or reload stops them), failed
+        Loaded versions are READY (UNLOADING while an unload or reload drains them), failed
         ones UNAVAILABLE with their reason; a model being loaded is LOADING, an unloaded one
         UNAVAILABLE ("unloaded"; each version it served, as Triton lists them, and each
         version that had failed to load with its reason), and a

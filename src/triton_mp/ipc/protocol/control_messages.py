@@ -32,7 +32,8 @@ class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):
     """Unloaded (explicit unload, or gone from the repository under polling): listed by
     RepositoryIndex as UNAVAILABLE with ``reason``, otherwise unknown to requests."""
     transition: str = ""
-    """``LOADING`` or ``UNLOADING`` while the supervisor changes the model (index only)."""
+    """``LOADING`` while the supervisor loads a model that serves no version yet (index
+    only)."""
     version_reasons: dict[int, str] = {}
     """Per failed version, why (RepositoryIndex); ``reason`` when absent."""
     ready_reasons: dict[int, str] = {}
@@ -42,7 +43,8 @@ class ModelEntry(msgspec.Struct, frozen=True, kw_only=True):
     """Versions once served that a later change stopped (version policy): Triton keeps them
     as UNAVAILABLE "unloaded" (a request naming one: "... is not at ready state")."""
     unloading_versions: tuple[int, ...] = ()
-    """Versions a change stopped serving whose workers still finish the requests they had:
+    """Versions a change or an unload stopped serving whose workers still finish the
+    requests they had (an unloaded model with such versions is not ``unloaded`` yet):
     Triton's lifecycle shows them UNLOADING (no reason) until then, and a request naming one
     gets "... is not at ready state"; they become ``retired_versions`` afterwards."""
     labels: dict[str, tuple[str, ...]] = {}

@@ -78,6 +78,9 @@ def apply_plan(
         if err is not None:
             start_errors[version] = err
     cp = plan_change(model.served(), s.fingerprints, set(kids), start_errors, s.regrouped)
+    # NOTE: a version this load tried replaces one still draining in the index (2.51's
+    # lifecycle swaps in the new model info and keeps the old one in the background).
+    model.unloading -= set(kids) | set(cp.failed)
     effects.rollback.extend(
         c for v in sorted(cp.discard) for c in kids[v] if c.instance_id in children
     )
@@ -137,7 +140,6 @@ def _apply_changed(
         if v in cp.retire or v in cp.replace:
             del model.versions[v]
     model.versions.update(new)
-    model.unloading -= set(new)  # NOTE: served again while its old workers still drain
     assert s.rm.config is not None
     model.config, model.labels = s.rm.config.SerializeToString(), s.rm.labels
     model.failed, model.failed_fingerprints = dict(cp.failed), dict(cp.failed_fingerprints)

@@ -22,7 +22,9 @@ BLS
    them once their queued and running requests are answered);
 4. answer the change; once the stopped workers exit (in the background: a reloaded
    sequence model's old instances keep their live sequences), free their rings, semaphores
-   and arenas, and show the retired versions UNAVAILABLE.
+   and arenas, and show the retired versions UNAVAILABLE. An unload answers as soon as the
+   frontends dropped the model, as 2.51's does; its versions drain the same way (UNLOADING
+   until then).
 
 A reload that fails leaves the previous versions serving; the reason goes to the log, the
 call's answer and RepositoryIndex (the failed versions are UNAVAILABLE, so ModelReady of
@@ -263,14 +265,14 @@ class ModelControl:
         composing models of an ensemble that were loaded only for it go too
         (``ensemble_deps.unused_steps``)."""
         served = served_configs(self._models.values())
-        self._unload([name], reason="unloaded", on_started=started)
         steps: list[str] = []
         if with_dependents and name in served:
             by_name = [n for n, m in self._models.items() if m.by_name and n != name]
             steps = unused_steps({name: served[name]}, served, self._orphans, by_name)
             if steps:
                 log.info("unloading %s with '%s' (unload_dependents)", steps, name)
-                self._unload(steps, reason="unloaded")
+        # NOTE: in one change, so that the ensemble drains with its steps' instances.
+        self._unload([name, *steps], reason="unloaded", on_started=started)
         for n in [name, *steps]:
             if n in self._models:
                 self._models[n].by_name = False
@@ -505,9 +507,11 @@ class ModelControl:
     def _unload(
         self, names: list[str], reason: str, on_started: Callable[[], None] | None = None
     ) -> None:
-        """Stop serving models: frontends drop them (acknowledged), the scheduler answers
-        what is queued and running, then their workers stop and their memory is freed.
-        The ensembles that call them stop first, ``reason`` too (2.51 says "unloaded"
+        """Stop serving models: frontends drop them (acknowledged), and the unload answers;
+        the scheduler answers what is queued and running, then their workers stop and their
+        memory is freed (``_free_when_gone``); until then the versions are UNLOADING, as in
+        Triton's lifecycle (``ModelInfo::Release``), then UNAVAILABLE ``reason``. The
+        ensembles that call them stop with them, ``reason`` too (2.51 says "unloaded"
         whether or not RepositoryModelUnload asked ``unload_dependents``), and wait for
         their composing models to serve again (``_reload_orphans``)."""
         for n in names:
@@ -515,38 +519,40 @@ class ModelControl:
         served = served_configs(self._models.values())
         deps = [d for d in dependents(names, served) if d not in names]
         for dep in deps:
-            if self._models[dep].versions:  # NOTE: not one an ensemble before took down
-                self._unload([dep], reason)
-                self._orphans[dep] = tuple(steps_of(served[dep]))
-        models = [self._models[n] for n in names if n in self._models]
+            self._orphans[dep] = tuple(steps_of(served[dep]))
+        models = [self._models[n] for n in [*deps, *names] if n in self._models]
         if not models:
             return
         children = [c for m in models for v in m.versions.values() for c in v.children]
         # NOTE: an ensemble's versions run on no instance: the scheduler retires them by key
         bare = tuple((m.name, v) for m in models for v, x in m.versions.items() if not x.children)
-        versions = {m.name: sorted(m.versions) for m in models}
-        # NOTE: failed versions keep their state through an unload, as in Triton's lifecycle.
-        kept = {m.name: {v: r for v, r in m.failed.items() if v not in m.versions} for m in models}
+        # NOTE: an ensemble's in-flight requests run on the instances unloaded with it: it
+        # drains with them (alone, it has nothing to wait for here).
+        draining = [(m, v) for m in models for v in m.versions] if children else []
         for m in models:
-            m.failed = {v: "unloading" for v in m.versions}
+            versions = sorted(m.versions)
+            # NOTE: failed versions keep their state through an unload, as in Triton's lifecycle.
+            m.failed = {v: r for v, r in m.failed.items() if v not in m.versions}
+            m.failed_fingerprints = {}
+            m.retired |= set(versions)
+            m.unloading |= {v for n, v in draining if n is m}
             m.versions = {}
-            m.reason = "unloading"
+            m.reason, m.unloaded, m.config = reason, True, b""
+            remove_temp_dirs(m)
+            log.info("model '%s' unloading (versions %s)", m.name, versions,
+                     extra={"model": m.name})  # fmt: skip
         self._push_bls_table()
-        self._link.update(
-            ModelTableUpdate(models=tuple(m.entry("UNLOADING") for m in models)), ack=True
-        )
+        # NOTE: the frontends route no request to the models any more once acknowledged.
+        self._link.update(ModelTableUpdate(models=tuple(m.entry() for m in models)), ack=True)
         if on_started is not None:
             on_started()
         if children or bare:
             self._table.claim(children)
             ids = tuple(c.instance_id for c in children)
             self._send(InstancesRetired(instance_ids=ids, versions=bare))
-            self._instances.await_stopped(children)
-        for m in models:
-            m.failed, m.failed_fingerprints = kept[m.name], {}
-            m.retired |= set(versions[m.name])
-            m.reason, m.unloaded, m.config = reason, True, b""
-            remove_temp_dirs(m)
-            log.info("model '%s' unloaded (versions %s)", m.name, versions[m.name],
-                     extra={"model": m.name})  # fmt: skip
-        self._link.update(ModelTableUpdate(models=tuple(m.entry() for m in models)), ack=True)
+        if children:
+            # NOTE: the unload answers now, as TRITONSERVER_ServerUnloadModel does: the
+            # versions are UNLOADING until their queued and running requests are answered.
+            self._free_when_gone(
+                children, self._instances.stop_timeout_s, lambda: self._drained(draining)
+            )

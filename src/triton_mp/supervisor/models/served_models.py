@@ -59,7 +59,10 @@ class ServedModel:
     retired: set[int] = field(default_factory=set)
     """Versions once served that a change stopped serving (version policy)."""
     unloading: set[int] = field(default_factory=set)
-    """Retired versions whose workers still drain their requests (UNLOADING)."""
+    """Retired versions whose workers still drain their requests (UNLOADING). An unloaded
+    model with such versions is still in the frontends' table, with no ready version (as
+    2.51's lifecycle keeps an unloading model until its last request is done): requests
+    to it get the unloaded model's answers, and it leaves the table once they drained."""
     reason: str = ""
     """Why the model (as a whole) is unavailable."""
     unloaded: bool = False
@@ -86,12 +89,12 @@ class ServedModel:
             dict(self.failed_fingerprints),
         )
 
-    def entry(self, transition: str = "") -> ModelEntry:
+    def entry(self) -> ModelEntry:
         """The frontends' view of this model."""
         retired = tuple(
             sorted(self.retired - set(self.versions) - set(self.failed) - self.unloading)
         )
-        if self.unloaded:
+        if self.unloaded and not self.unloading:
             return ModelEntry(
                 name=self.name, config=b"", ready_versions=(), reason=self.reason,
                 unloaded=True, retired_versions=retired,
@@ -103,7 +106,7 @@ class ServedModel:
         return ModelEntry(
             name=self.name, config=self.config, ready_versions=tuple(sorted(self.versions)),
             failed_versions=tuple(sorted(v for v in self.failed if v not in self.versions)),
-            reason=reason, transition=transition, version_reasons=dict(self.failed),
+            reason=reason, version_reasons=dict(self.failed),
             retired_versions=retired, unloading_versions=tuple(sorted(self.unloading)),
             ready_reasons={v: x.reason for v, x in self.versions.items() if x.reason},
             labels=self.labels,
