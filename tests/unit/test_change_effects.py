@@ -130,6 +130,36 @@ def test_a_version_served_again_while_its_old_workers_drain_is_not_unloading(
     assert not fx.unloading
 
 
+def test_an_unloaded_model_whose_versions_drain_stays_listed_until_they_drained() -> None:
+    """An unload answers before its workers exit: until then the frontends keep the model,
+    with no ready version and its versions UNLOADING (2.51's lifecycle state), then it is
+    an unloaded model whose versions are UNAVAILABLE "unloaded"."""
+    model = ServedModel("m", retired={1}, unloading={1}, reason="unloaded", unloaded=True)
+    draining = model.entry()
+    assert not draining.unloaded
+    assert draining.ready_versions == ()
+    assert draining.unloading_versions == (1,)
+    assert draining.retired_versions == ()
+    model.unloading.discard(1)
+    gone = model.entry()
+    assert gone.unloaded
+    assert gone.retired_versions == (1,)
+    assert gone.reason == "unloaded"
+
+
+def test_a_version_whose_load_fails_while_it_drains_shows_the_failure(tmp_path: Path) -> None:
+    """A load of an unloaded version that is still draining replaces its UNLOADING row with
+    what the load did (2.51 swaps in the new model info), here a failed start."""
+    model = ServedModel("m", retired={1}, unloading={1}, reason="unloaded", unloaded=True)
+    s, fx, new = _staged(tmp_path, {1: "a"}), Effects(), _child(3)
+    plan = ModelPlan(s.rm, versions=[_spec(1, 3)])
+    apply_plan(model, s, plan, {3: new}, {new.name: "boom"}, fx)
+    assert s.req.result is not None
+    assert not model.unloading
+    assert model.entry().unloading_versions == ()
+    assert 1 in model.failed
+
+
 def test_an_unusable_model_fails_whole_and_says_why_when_nothing_serves(tmp_path: Path) -> None:
     model, s, fx = ServedModel("m"), _staged(tmp_path, {1: "a"}), Effects()
     s.req.result = ErrorInfo(ErrorCode.INVALID_ARG, "no instance group")

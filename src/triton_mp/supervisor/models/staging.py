@@ -137,6 +137,9 @@ class Stager:
             model.config = b""
             if failed:
                 model.failed = dict(failed)
+                # NOTE: a failed version replaces one still draining in the index, as in
+                # ``change_effects.apply_plan``.
+                model.unloading -= set(failed)
         else:
             reason = next(iter(failed.values())) if failed else req.result.message
             model.failed = failed_by_invalid_config(model.served(), version_dirs(directory), reason)
