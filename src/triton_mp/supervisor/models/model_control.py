@@ -127,6 +127,9 @@ class ModelControl:
         self._closed = False
         self._loading: set[str] = set()
         """Models the change in progress loads (a nested load of one is refused)."""
+        self._draining: dict[int, Child] = {}
+        """Instances that stopped serving and still finish their requests and sequences
+        (``_free_when_gone``), by instance id; changed on the change thread only."""
         self._orphans: dict[str, tuple[str, ...]] = {}
         """Ensembles a composing model's unload took down -> the models their steps call:
         loaded again once those all serve (``_reload_orphans``)."""
@@ -153,8 +156,10 @@ class ModelControl:
         return [c for m in self._models.values() for v in m.versions.values() for c in v.children]
 
     def frontend_rings(self, frontend_id: int) -> tuple[str, ...]:
-        """The rings from every running instance to one frontend (its spec at start)."""
-        return self._instances.frontend_rings((c.instance_id for c in self._serving()), frontend_id)
+        """The rings from every running instance to one frontend (its spec at start, or at
+        a restart: the instances that still drain answer there too)."""
+        ids = [*(c.instance_id for c in self._serving()), *self._draining]
+        return self._instances.frontend_rings(ids, frontend_id)
 
     def direct_routes(self, frontend_id: int) -> tuple[DirectRoute, ...]:
         """Every running instance's direct route for one frontend (its spec at start)."""
@@ -478,6 +483,8 @@ class ModelControl:
 
         def free() -> None:
             self._instances.await_stopped(children)
+            for c in children:
+                self._draining.pop(c.instance_id, None)
             if then is not None:
                 then()
 
@@ -485,6 +492,7 @@ class ModelControl:
             self._table.await_exit(children, timeout_s)
             self.on_change_thread(free)
 
+        self._draining.update((c.instance_id, c) for c in children)
         threading.Thread(target=wait, name="stopping-instances", daemon=True).start()
 
     def _drained(self, versions: list[tuple[ServedModel, int]]) -> None:
