@@ -243,6 +243,7 @@ bool ReadResponseBody(Cursor* c, uint32_t fields, AnswerResponse* r) {
     if (!ReadOutput(c, &o)) return false;
   }
   r->has_block = !c->Nil();
+  if (!r->has_block) r->block = AnswerBlock{};
   if (r->has_block && !ReadBlock(c, &r->block)) return false;
   r->has_error = !c->Nil();
   if (r->has_error && !c->Skip()) return false;
@@ -276,15 +277,17 @@ bool ReadBatchBody(Cursor* c, uint32_t fields, AnswerRead* out) {
 }  // namespace
 
 AnswerKind ReadAnswer(const unsigned char* data, size_t size, AnswerRead* out) {
+  // NOTE: `out`'s responses are resized, not cleared, first: every field is read anew (a
+  // block only when present), and an AnswerRead read into again keeps its vectors' buffers
+  // (the answer thread's: no allocation per response once grown)
   out->kind = AnswerKind::kOther;
-  out->responses.clear();
-  out->handoffs.clear();
   Cursor c(data, size);
-  uint32_t fields;
-  if (!c.Array(&fields)) return AnswerKind::kOther;
+  uint32_t fields = 0;  // NOTE: stays 0 (no kind) when the record is not an array
   bool ok = false;
   AnswerKind kind = AnswerKind::kOther;
+  (void)c.Array(&fields);
   if (fields == kResponseFields) {
+    out->handoffs.clear();
     out->responses.resize(1);
     ok = ReadResponseBody(&c, fields, &out->responses[0]);
     kind = AnswerKind::kResponse;

@@ -13,6 +13,29 @@ namespace triton_mp {
 
 namespace {
 
+// SubmitKnown's request views, kept per thread for their buffers (a call allocates none of
+// them once they have grown); the slices are let go when SubmitKnown returns (Use), so the
+// request's bytes are not held past it.
+struct SubmitScratch {
+  std::vector<grpc::Slice> slices;
+  Chunks message;
+  RequestSplit split;
+
+  class Use {
+   public:
+    explicit Use(SubmitScratch* s) : s_(s) {}
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+    ~Use() {
+      s_->message.Clear();
+      s_->slices.clear();
+    }
+
+   private:
+    SubmitScratch* s_;
+  };
+};
+
 void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -42,7 +65,7 @@ uint64_t Handoff::Submit(Awaiting* call, grpc::ByteBuffer data,
                          std::vector<std::pair<std::string, std::string>> metadata) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t id = next_id_++;
-  waiting_.emplace(id, call);
+  waiting_nodes_.Insert(&waiting_, id, call);
   HandoffItem item;
   item.id = id;
   item.data = std::move(data);
@@ -54,11 +77,13 @@ uint64_t Handoff::Submit(Awaiting* call, grpc::ByteBuffer data,
 bool Handoff::SubmitKnown(Awaiting* call, const grpc::ByteBuffer& data, uint64_t* id) {
   KnownSubmit& known = TheKnownSubmit();
   if (!known.taught()) return false;
-  std::vector<grpc::Slice> slices;
+  thread_local SubmitScratch scratch;
+  SubmitScratch::Use use(&scratch);
+  std::vector<grpc::Slice>& slices = scratch.slices;
   if (!data.Valid() || !data.Dump(&slices).ok()) return false;
-  Chunks message;
+  Chunks& message = scratch.message;
   for (const auto& slice : slices) message.Add(slice.begin(), slice.size());
-  RequestSplit split;
+  RequestSplit& split = scratch.split;
   if (!SplitInferRequest(message, &split)) return false;
   const uint64_t arrival_ns = MonotonicNs();
   // NOTE: two steps outside the queue's lock (known_submit.h): the lesson and a block
@@ -81,7 +106,7 @@ bool Handoff::SubmitKnown(Awaiting* call, const grpc::ByteBuffer& data, uint64_t
       known.Finish(&reserved, split, arrival_ns, &item.known, &step_post_);
   if (result != KnownResult::kSent && result != KnownResult::kLost) return false;
   item.id = *id = next_id_++;
-  waiting_.emplace(item.id, call);
+  waiting_nodes_.Insert(&waiting_, item.id, call);
   if (log_accepted_ && result == KnownResult::kSent) {
     HandoffItem accepted;
     accepted.id = item.id;
@@ -95,8 +120,8 @@ bool Handoff::SubmitKnown(Awaiting* call, const grpc::ByteBuffer& data, uint64_t
     item.kind = ItemKind::kLost;
   } else if (own_known_) {
     // NOTE: kept, not queued: its answer is served here (AnswerOwned) unless Python takes it
-    owned_call_.emplace(item.id, item.known.request_id);
-    owned_.emplace(item.known.request_id, Owned{item.id, item.known});
+    owned_call_nodes_.Insert(&owned_call_, item.id, item.known.request_id);
+    owned_nodes_.Insert(&owned_, item.known.request_id, Owned{item.id, item.known});
     return true;
   }
   PushLocked(std::move(item));
@@ -110,8 +135,9 @@ void Handoff::ReleaseLocked(uint64_t rid) {
   item.id = it->second.call_id;
   item.kind = ItemKind::kKnown;
   item.known = it->second.sent;
-  owned_call_.erase(item.id);
-  owned_.erase(it);
+  auto call = owned_call_.find(item.id);
+  if (call != owned_call_.end()) owned_call_nodes_.Erase(&owned_call_, call);
+  owned_nodes_.Erase(&owned_, it);
   ++released_;
   PushLocked(std::move(item));
 }
@@ -151,15 +177,17 @@ bool Handoff::AnswerOwned(const AnswerRead& read, std::vector<grpc::ByteBuffer>*
   for (const auto& r : read.responses) {
     if (owned_.find(r.request_id) == owned_.end()) return false;
   }
+  answers_.reserve(answers_.size() + read.responses.size());
   for (size_t i = 0; i < read.responses.size(); ++i) {
     auto it = owned_.find(read.responses[i].request_id);
     const uint64_t call_id = it->second.call_id;
-    owned_call_.erase(call_id);
-    owned_.erase(it);
+    auto call = owned_call_.find(call_id);
+    if (call != owned_call_.end()) owned_call_nodes_.Erase(&owned_call_, call);
+    owned_nodes_.Erase(&owned_, it);
     auto w = waiting_.find(call_id);
     if (w == waiting_.end()) continue;  // NOTE: owned calls are withdrawn through ReleaseLocked
-    answers_.push_back(Answer{w->second, grpc::Status::OK, std::move((*responses)[i]), true});
-    waiting_.erase(w);
+    answers_.emplace_back(w->second, grpc::Status::OK, &(*responses)[i], true);
+    waiting_nodes_.Erase(&waiting_, w);
   }
   return true;
 }
@@ -168,7 +196,7 @@ uint64_t Handoff::Open(Awaiting* call,
                        std::vector<std::pair<std::string, std::string>> metadata) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t id = next_id_++;
-  waiting_.emplace(id, call);
+  waiting_nodes_.Insert(&waiting_, id, call);
   HandoffItem item;
   item.id = id;
   item.kind = ItemKind::kStreamOpen;
@@ -199,7 +227,7 @@ bool Handoff::Withdraw(uint64_t id) {
   auto it = waiting_.find(id);
   if (it == waiting_.end()) return false;
   Awaiting* call = it->second;
-  waiting_.erase(it);
+  waiting_nodes_.Erase(&waiting_, it);
   auto owned = owned_call_.find(id);
   if (owned != owned_call_.end()) ReleaseLocked(owned->second);  // NOTE: Python cancels it
   // NOTE: a stream's messages queued for the next flush would reach a call that is gone.
@@ -251,7 +279,9 @@ void Handoff::LockStep() {
 }
 
 bool Handoff::DeliverLocked() {
-  std::vector<Answer> answers;
+  // NOTE: the serial lock is held: delivering_ is this call's alone, empty on entry; the
+  // swap leaves answers_ its (empty) buffer, so neither vector allocates once grown
+  std::vector<Answer>& answers = delivering_;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return false;
@@ -264,12 +294,14 @@ bool Handoff::DeliverLocked() {
       std::lock_guard<std::mutex> lock(mu_);
       answers_.insert(answers_.begin(), std::make_move_iterator(answers.begin() + i),
                       std::make_move_iterator(answers.end()));
+      answers.clear();
       due_.store(true);
       return true;
     }
     Answer& a = answers[i];
-    a.call->Deliver(std::move(a.status), std::move(a.response), a.final);
+    a.call->Deliver(std::move(a.status), &a.response, a.final);
   }
+  answers.clear();
   return false;
 }
 
@@ -278,8 +310,8 @@ bool Handoff::Reply(uint64_t id, grpc::Status status, grpc::ByteBuffer response)
   if (closed_) return false;
   auto it = waiting_.find(id);
   if (it == waiting_.end()) return false;
-  answers_.push_back(Answer{it->second, std::move(status), std::move(response), true});
-  waiting_.erase(it);
+  answers_.emplace_back(it->second, std::move(status), &response, true);
+  waiting_nodes_.Erase(&waiting_, it);
   return true;
 }
 
@@ -288,7 +320,7 @@ bool Handoff::Write(uint64_t id, grpc::ByteBuffer response) {
   if (closed_) return false;
   auto it = waiting_.find(id);
   if (it == waiting_.end()) return false;
-  answers_.push_back(Answer{it->second, grpc::Status::OK, std::move(response), false});
+  answers_.emplace_back(it->second, grpc::Status::OK, &response, false);
   return true;
 }
 

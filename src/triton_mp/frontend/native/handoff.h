@@ -38,6 +38,7 @@
 #include "cq_tag.h"
 #include "deferred_post.h"
 #include "known_submit.h"
+#include "node_pool.h"
 
 namespace triton_mp {
 
@@ -47,8 +48,9 @@ class Awaiting {
   virtual ~Awaiting() = default;
   // Python's answer, on the completion-queue thread (no lock held): a stream's message
   // (final false: `response` only), or the call's end (final true: `status`, and for a
-  // unary call its response).
-  virtual void Deliver(grpc::Status status, grpc::ByteBuffer response, bool final) = 0;
+  // unary call its response). `response` is the call's to take (Swap: grpc::ByteBuffer has
+  // no move in gRPC 1.51, a std::move of one copies it).
+  virtual void Deliver(grpc::Status status, grpc::ByteBuffer* response, bool final) = 0;
 };
 
 // What an entry Python takes is. Python twin: handoff.py (CALL, OPEN, MESSAGE, END, GONE).
@@ -193,7 +195,26 @@ class Handoff {
   }
 
  private:
+  // NOTE: moved by Swap (grpc::ByteBuffer's own move is a copy: a new grpc_byte_buffer and
+  // a ref per slice), so a queue of them grows without copying a response
   struct Answer {
+    Answer(Awaiting* c, grpc::Status s, grpc::ByteBuffer* r, bool f)
+        : call(c), status(std::move(s)), final(f) {
+      response.Swap(r);
+    }
+    Answer(Answer&& o) noexcept : call(o.call), status(std::move(o.status)), final(o.final) {
+      response.Swap(&o.response);
+    }
+    Answer& operator=(Answer&& o) noexcept {
+      call = o.call;
+      status = std::move(o.status);
+      response.Swap(&o.response);
+      final = o.final;
+      return *this;
+    }
+    Answer(const Answer&) = delete;
+    Answer& operator=(const Answer&) = delete;
+
     Awaiting* call;
     grpc::Status status;
     grpc::ByteBuffer response;
@@ -213,13 +234,20 @@ class Handoff {
 
   std::mutex mu_;
   std::deque<HandoffItem> queue_;
-  std::unordered_map<uint64_t, Awaiting*> waiting_;
-  std::vector<Answer> answers_;  // replied, not yet delivered
+  using Waiting = std::unordered_map<uint64_t, Awaiting*>;
+  Waiting waiting_;
+  std::vector<Answer> answers_;     // replied, not yet delivered
+  std::vector<Answer> delivering_;  // DeliverLocked's (serial lock held), kept for its capacity
   bool closed_ = false;          // Close(): replies are dropped
   bool own_known_ = false;       // OwnKnown
   bool log_accepted_ = false;    // LogAccepted
-  std::unordered_map<uint64_t, Owned> owned_;          // by request id
-  std::unordered_map<uint64_t, uint64_t> owned_call_;  // call id -> request id
+  using OwnedMap = std::unordered_map<uint64_t, Owned>;
+  using OwnedCalls = std::unordered_map<uint64_t, uint64_t>;
+  OwnedMap owned_;          // by request id
+  OwnedCalls owned_call_;   // call id -> request id
+  NodePool<Waiting> waiting_nodes_;  // the three maps' spare nodes (mu_ held)
+  NodePool<OwnedMap> owned_nodes_;
+  NodePool<OwnedCalls> owned_call_nodes_;
   uint64_t released_ = 0;
   std::mutex* serial_ = nullptr;
   std::atomic<bool> due_{false};         // answers queued that no Kick delivered yet

@@ -56,10 +56,10 @@ void InferCall::OnNew(bool ok) {
   handoff_id_ = target_.handoff->Submit(this, std::move(request_), std::move(metadata));
 }
 
-void InferCall::Deliver(grpc::Status status, grpc::ByteBuffer response, bool) {
+void InferCall::Deliver(grpc::Status status, grpc::ByteBuffer* response, bool) {
   // NOTE: a unary call: every delivery is its end (final)
   reply_status_ = std::move(status);
-  reply_ = std::move(response);
+  reply_.Swap(response);  // NOTE: not a std::move, which copies a grpc::ByteBuffer
   Complete(&InferCall::OnReply, true);  // the reserved reply op completes here
 }
 

@@ -45,7 +45,7 @@ class InferCall final : public Awaiting {
   InferCall(const InferCall&) = delete;
   InferCall& operator=(const InferCall&) = delete;
 
-  void Deliver(grpc::Status status, grpc::ByteBuffer response, bool final) override;
+  void Deliver(grpc::Status status, grpc::ByteBuffer* response, bool final) override;
 
  private:
   explicit InferCall(const InferTarget& target);

@@ -280,9 +280,15 @@ bool KnownAnswers::Build(const AnswerRead& read, const std::vector<uint64_t>& le
       (inputs != nullptr && inputs->size() != lessons.size()) || !OwnBlocks(read)) {
     return false;
   }
+  // NOTE: sized up front: a grpc::ByteBuffer is copied, not moved, when a vector grows
+  out->reserve(read.responses.size());
+  size_t outputs = 0;
+  for (const auto& r : read.responses) outputs += r.outputs.size();
   std::vector<const AnswerHead*> heads(read.responses.size());
   std::vector<const unsigned char*> views;
   std::vector<std::shared_ptr<HeldBlock>> held;  // per output: its hold when sent in place
+  views.reserve(outputs);
+  held.reserve(outputs);
   for (size_t i = 0; i < read.responses.size(); ++i) {
     const AnswerResponse& r = read.responses[i];
     if (!Plain(r) || (heads[i] = HeadOf(lessons[i], r)) == nullptr) return false;
@@ -303,6 +309,7 @@ bool KnownAnswers::Build(const AnswerRead& read, const std::vector<uint64_t>& le
   }
   size_t at = 0;
   std::vector<grpc::Slice> slices;
+  std::vector<size_t> runs;
   for (size_t i = 0; i < read.responses.size(); ++i) {
     const AnswerResponse& r = read.responses[i];
     // NOTE: the runs' sizes first: the head, then each output's tag and length, and its
@@ -312,7 +319,7 @@ bool KnownAnswers::Build(const AnswerRead& read, const std::vector<uint64_t>& le
     static const std::string kNoId;
     const std::string& id = ids != nullptr ? (*ids)[i] : kNoId;
     const size_t id_field = id.empty() ? 0 : 1 + VarintBytes(id.size()) + id.size();
-    std::vector<size_t> runs(1, head.head.size() + id_field);
+    runs.assign(1, head.head.size() + id_field);
     for (size_t k = 0; k < r.outputs.size(); ++k) {
       const uint64_t n = r.outputs[k].region_id != 0 ? 0 : r.outputs[k].nbytes;
       runs.back() += 1 + VarintBytes(n);

@@ -66,21 +66,55 @@ void LessonsOf(const std::vector<KnownSent>& calls, std::vector<uint64_t>* lesso
   }
 }
 
+// ServeLocked's vectors (g_serve_mu held), kept from one answer to the next for their
+// buffers: a batch's answer allocates none of them once they have grown. Emptied when
+// ServeLocked returns (Use), so that nothing they hold (a hold, a client region, a built
+// response) outlives the answer it was for.
+struct ServeScratch {
+  AnswerRead read;  // NOTE: views into the last record only; read anew each time
+  std::vector<grpc::ByteBuffer> responses;
+  std::vector<std::shared_ptr<HeldBlock>> holds;  // NOTE: armed once the calls are answered
+  std::vector<KnownSent> calls;
+  std::vector<uint64_t> lessons;
+  std::vector<std::string> ids;
+  std::vector<InputBlock> inputs;
+
+  class Use {
+   public:
+    explicit Use(ServeScratch* s) : s_(s) {}
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+    ~Use() {
+      s_->responses.clear();
+      s_->holds.clear();
+      s_->calls.clear();
+      s_->lessons.clear();
+      s_->ids.clear();
+      s_->inputs.clear();
+    }
+
+   private:
+    ServeScratch* s_;
+  };
+};
+ServeScratch g_scratch;
+
 // Serves `data` if it answers owned calls only and can be served here; true when it was
 // (g_serve_mu held; `h` alive).
 bool ServeLocked(Handoff* h, const unsigned char* data, size_t size) {
-  AnswerRead read;
-  std::vector<grpc::ByteBuffer> responses;
+  ServeScratch::Use use(&g_scratch);
+  AnswerRead& read = g_scratch.read;
+  std::vector<grpc::ByteBuffer>& responses = g_scratch.responses;
   BuiltBytes bytes;
-  std::vector<std::shared_ptr<HeldBlock>> holds;  // NOTE: armed once the calls are answered
-  std::vector<KnownSent> calls;
+  std::vector<std::shared_ptr<HeldBlock>>& holds = g_scratch.holds;
+  std::vector<KnownSent>& calls = g_scratch.calls;
   ReadAnswer(data, size, &read);
   if (read.kind == AnswerKind::kOther || !h->FindOwned(read, &calls)) return false;
-  std::vector<uint64_t> lessons;
-  std::vector<std::string> ids;
+  std::vector<uint64_t>& lessons = g_scratch.lessons;
+  std::vector<std::string>& ids = g_scratch.ids;
   LessonsOf(calls, &lessons, &ids);
   KnownSubmit& known = TheKnownSubmit();
-  std::vector<InputBlock> inputs;
+  std::vector<InputBlock>& inputs = g_scratch.inputs;
   inputs.reserve(calls.size());
   for (const auto& c : calls) {
     if (c.epoch != known.epoch()) {

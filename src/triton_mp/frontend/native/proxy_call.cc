@@ -53,9 +53,9 @@ void ProxyCall::OnNew(bool ok) {
   StartBackend();
 }
 
-void ProxyCall::Deliver(grpc::Status status, grpc::ByteBuffer response, bool final) {
+void ProxyCall::Deliver(grpc::Status status, grpc::ByteBuffer* response, bool final) {
   if (!final) {  // a stream's message
-    QueueStreamMessage(std::move(response));
+    QueueStreamMessage(response);
     return;
   }
   reply_status_ = std::move(status);

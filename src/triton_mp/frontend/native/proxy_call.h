@@ -60,7 +60,7 @@ class ProxyCall final : public Awaiting {
   ProxyCall(const ProxyCall&) = delete;
   ProxyCall& operator=(const ProxyCall&) = delete;
 
-  void Deliver(grpc::Status status, grpc::ByteBuffer response, bool final) override;
+  void Deliver(grpc::Status status, grpc::ByteBuffer* response, bool final) override;
 
  private:
   explicit ProxyCall(const ProxyTarget& target);
@@ -72,7 +72,7 @@ class ProxyCall final : public Awaiting {
   void OpenStream();
   void ReadStream();
   void OnStreamRead(bool ok);
-  void QueueStreamMessage(grpc::ByteBuffer message);
+  void QueueStreamMessage(grpc::ByteBuffer* message);
   void WriteStreamMessage();
   void OnStreamWritten(bool ok);
   void OnStreamEnded(bool ok);

@@ -154,8 +154,10 @@ bool SplitInferRequest(const Chunks& message, RequestSplit* out) {
   out->key.clear();
   out->raw.clear();
   out->has_id = false;
-  // NOTE: the pieces kept, as (offset, length, is an id field), in order.
-  std::vector<std::pair<std::pair<size_t, size_t>, bool>> kept;
+  // NOTE: the pieces kept, as (offset, length, is an id field), in order; this thread's
+  // vector, whose buffer outlives the call (no allocation per request once grown)
+  thread_local std::vector<std::pair<std::pair<size_t, size_t>, bool>> kept;
+  kept.clear();
   size_t kept_from = 0;
   size_t size = message.size();
   Reader reader(message);

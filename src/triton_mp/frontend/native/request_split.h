@@ -22,6 +22,12 @@ namespace triton_mp {
 class Chunks {
  public:
   void Add(const unsigned char* data, size_t size);
+  // Empty again, its buffers kept (a Chunks reused per message allocates nothing once grown).
+  void Clear() {
+    pieces_.clear();
+    starts_.clear();
+    size_ = 0;
+  }
   size_t size() const { return size_; }
 
   // Copies the message's bytes [offset, offset + n) to `dst`. False (nothing copied): the

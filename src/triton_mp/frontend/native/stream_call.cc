@@ -41,9 +41,10 @@ void ProxyCall::OnStreamRead(bool ok) {
   ReadStream();
 }
 
-void ProxyCall::QueueStreamMessage(grpc::ByteBuffer message) {
+void ProxyCall::QueueStreamMessage(grpc::ByteBuffer* message) {
   if (finishing_) return;  // the client is gone
-  outbox_.push_back(std::move(message));
+  outbox_.emplace_back();
+  outbox_.back().Swap(message);  // NOTE: a std::move would copy a grpc::ByteBuffer
   WriteStreamMessage();
 }
 
