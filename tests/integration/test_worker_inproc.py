@@ -542,3 +542,77 @@ def test_a_worker_reoffers_its_lease_after_its_answers_and_says_so(
     assert ended.reoffered is reoffers
     for req, _, _ in reqs:
         frontend.release(sent.response_of(req), req)
+
+
+class SeeingBackend:
+    """Runs the real backend and keeps the arrays each batch's requests brought; says it
+    writes its inputs unless ``writes_inputs`` is given False (the real one's word)."""
+
+    def __init__(self, real: OnnxRuntimeBackend, writes_inputs: bool | None) -> None:
+        self.real = real
+        if writes_inputs is not None:
+            self.writes_inputs = writes_inputs
+        self.seen: list[np.ndarray] = []
+
+    def execute(self, requests: Sequence[BackendRequest]) -> tuple[list[Result], PhaseTimes]:
+        self.seen += [r.inputs["INPUT0"] for r in requests]
+        return self.real.execute(requests)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("writes_inputs", [None, False])
+def test_requests_of_a_batch_reading_one_client_window_are_copies_only_for_a_writer(
+    ort_backend: OnnxRuntimeBackend,
+    frontend: Frontend,
+    worker_arena: ArenaAllocator,
+    worker_cache: SegmentCache,
+    writes_inputs: bool | None,
+) -> None:
+    """Three requests whose INPUT0 and INPUT1 are the same two windows of one client object
+    (perf_analyzer's shared-memory requests): with the onnxruntime backend's own
+    ``writes_inputs = False`` each sees a view of the one mapping, with a backend that may
+    write its inputs the later ones get copies; the answers are right either way."""
+    import posix_ipc
+
+    assert OnnxRuntimeBackend.writes_inputs is False
+    key = f"/triton_mp_{PID}_test_inproc_client_{writes_inputs}"
+    obj = posix_ipc.SharedMemory(key, posix_ipc.O_CREX, mode=0o600, size=4096)
+    a = np.arange(16, dtype=np.float32)
+    b = np.full(16, 0.5, dtype=np.float32)
+    os.pwrite(obj.fd, a.tobytes() + b.tobytes(), 0)
+    obj.close_fd()
+    try:
+        backend = SeeingBackend(ort_backend, writes_inputs)
+        sent = Sent(frontend.shared)
+        worker = _worker(backend, worker_arena, worker_cache, sent)
+        reqs = []
+        for rid in (1, 2, 3):
+            refs = (
+                TensorRef("INPUT0", "FP32", (1, 16), key, 0, 64, region_id=1),
+                TensorRef("INPUT1", "FP32", (1, 16), key, 64, 64, region_id=1),
+            )
+            seg, block = frontend.arena.alloc(64)
+            reqs.append(
+                InferRequest(
+                    request_id=rid,
+                    reply_to=ReplyTo(Requester.FRONTEND, 0),
+                    model="add_sub",
+                    version=1,
+                    batch_size=1,
+                    inputs=refs,
+                    outputs=("OUTPUT0",),
+                    block=BlockRef(seg.name, block),
+                    arrival_ns=0,
+                )
+            )
+        worker.run_batch(BatchAssign(batch_id=1, requests=tuple(reqs), dispatch_ns=0))
+        for req in reqs:
+            (out,) = sent.response_of(req).outputs
+            np.testing.assert_array_equal(frontend.read(out), (a + b).reshape(1, 16))
+        first, *later = backend.seen
+        assert [np.shares_memory(first, x) for x in later] == [writes_inputs is False] * 2
+        worker.close()
+    finally:
+        posix_ipc.unlink_shared_memory(key)

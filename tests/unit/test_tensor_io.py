@@ -549,3 +549,30 @@ def test_two_inputs_of_a_batch_on_one_window_are_not_each_others(
     assert not view_tensor(cache, overlapping, regions).flags.owndata
     regions.batch_ends()
     del a, c
+
+
+def test_for_a_backend_that_never_writes_its_inputs_one_window_is_viewed_not_copied(
+    cache: SegmentCache, client_object: str
+) -> None:
+    """``copy_overlaps=False`` (``Backend.writes_inputs`` False: onnxruntime): every request
+    of a batch reading one window gets a view of the one mapping, the bytes the client
+    wrote; the default still copies the later overlapping view."""
+    obj = posix_ipc.SharedMemory(client_object)
+    os.pwrite(obj.fd, np.arange(8, dtype=np.float32).tobytes(), 0)
+    obj.close_fd()
+    ref = TensorRef("x", "FP32", (8,), client_object, 0, 32, region_id=1)
+    views = ClientRegions(copy_overlaps=False)
+    copies = ClientRegions()
+    try:
+        for regions, copied in ((views, False), (copies, True)):
+            regions.batch_begins()
+            arrays = [view_tensor(cache, ref, regions) for _ in range(3)]
+            assert [a.tolist() for a in arrays] == [list(range(8))] * 3
+            assert not arrays[0].flags.owndata
+            assert [a.flags.owndata for a in arrays[1:]] == [copied, copied]
+            assert np.shares_memory(arrays[0], arrays[2]) is not copied
+            regions.batch_ends()
+            del arrays
+    finally:
+        views.close()
+        copies.close()

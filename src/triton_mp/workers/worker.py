@@ -130,7 +130,9 @@ class Worker:
         self._send_done = send_done or send_scheduler
         self._reoffer = reoffer
         self._origin = f"worker {spec.instance.name}"
-        self._regions = ClientRegions()
+        # NOTE: a backend that never writes its inputs needs no copy of a window two
+        # requests of one batch read (``ClientRegions``' copy_overlaps).
+        self._regions = ClientRegions(copy_overlaps=getattr(backend, "writes_inputs", True))
         self._sequence = spec.model.sequence
         self._states = SequenceStates.for_model(spec.model)
         self._gather = BatchRequests(cache, self._regions, self._states, self._origin)

@@ -189,6 +189,12 @@ class OnnxRuntimeBackend:
         config's inputs/outputs contradict the model's (see ``check_config_against_model``).
     """
 
+    writes_inputs = False
+    """onnxruntime reads a run's inputs and never writes them (a graph input is not a
+    buffer its planner reuses), and a batch of several requests is gathered into a new
+    array first: the worker views inputs two requests of a batch read from one client
+    window without a copy each (``workers.tensors.tensor_io.ClientRegions``)."""
+
     def __init__(self, model: ModelVersionSpec, instance: InstanceSpec) -> None:
         self._spec = model
         settings = options.session_settings(
