@@ -171,8 +171,12 @@ def test_a_second_reload_and_an_unload_while_it_drains_answer_at_once(
         assert took < QUICK_S, (name, took)
         for pid in (first[1], second[1], third):
             _wait_gone(pid, f"{name}: every generation's worker to exit")
-        print(f"{name}: index after the unload {_index(s, 'seq_twice')}")
-        assert _index(s, "seq_twice") == [("1", "UNAVAILABLE")], name
+        # NOTE: UNLOADING until the unloaded generation's worker exited and was freed
+        wait_for(
+            lambda s=s: _index(s, "seq_twice") == [("1", "UNAVAILABLE")],
+            10,
+            f"{name}: seq_twice UNAVAILABLE",
+        )
         assert load_with(s.http_url, "seq_twice", _config(IDLE_S), SRC) == 200
 
 
