@@ -89,7 +89,7 @@ def _seq_config() -> dict:
     return {**base, "max_batch_size": 1, "sequence_batching": seq}
 
 
-SLOW_MODELS = ("slow", "slow_reload")
+SLOW_MODELS = ("slow", "slow_reload", "slow_twice")
 SEQ_MODELS = ("seq_backlog", "seq_alone")
 
 ENSEMBLE_TEMPLATE = """
@@ -178,10 +178,15 @@ def _in_background(call: Callable[[], Answer]) -> tuple[threading.Thread, list[A
 def _running(
     call: Callable[[int], Answer], values: tuple[int, ...], marks: Path, pid: int
 ) -> list[tuple[threading.Thread, list[Answer]]]:
-    """Send ``values`` to a slow model (on worker ``pid``) from threads: the first one runs
-    (its mark is there) before the others are sent; those queue behind it."""
+    """Send ``values`` to a slow model (on worker ``pid``; 0: any, the first value's marks
+    cleared first) from threads: the first one runs (its mark is there) before the others
+    are sent; those queue behind it."""
+    if not pid:
+        for old in marks.glob(f"{values[0]}-*"):
+            old.unlink()
     first = [_in_background(lambda: call(values[0]))]
-    wait_for(lambda: (marks / f"{values[0]}-{pid}").exists(), 60, "the first request to run")
+    mark = f"{values[0]}-{pid}" if pid else f"{values[0]}-*"
+    wait_for(lambda: any(marks.glob(mark)), 60, "the first request to run")
     rest = [_in_background(lambda v=v: call(v)) for v in values[1:]]  # type: ignore[misc]
     time.sleep(1.0)  # NOTE: they reach the queue (the first runs for SLOW_S)
     return first + rest
@@ -305,6 +310,34 @@ def test_a_load_while_the_unloaded_model_drains_serves_a_new_generation(
         wait_for(lambda pid=warm[1]: not psutil.pid_exists(pid), 30, f"{name}: old worker exit")
         assert _index(s, "slow_reload") == READY, name
         assert _server_ready(s), name
+
+
+def test_a_version_unloaded_again_while_an_older_generation_drains_stays_unloading(
+    servers: dict[str, Server], marks: Path
+) -> None:
+    """Unload, load and unload again while the first generation still drains: the version
+    is UNLOADING until the second generation drained too (2.51: the second model object
+    still lives), not as soon as the first one's worker exits."""
+    for name, s in servers.items():
+        warm = _slow(s.url, "slow_twice", 0)
+        assert isinstance(warm, tuple), (name, warm)
+        old = _running(lambda i, s=s: _slow(s.url, "slow_twice", i), (1, 2, 3, 4), marks, warm[1])
+        assert _timed_unload(s, "slow_twice") < QUICK_S, name
+        status, body = post(s.http_url, "/v2/repository/models/slow_twice/load", {})
+        assert status == 200, body
+        new = _running(lambda i, s=s: _slow(s.url, "slow_twice", i), (11, 12, 13, 14), marks, 0)
+        assert _timed_unload(s, "slow_twice") < QUICK_S, name
+        wait_for(lambda pid=warm[1]: not psutil.pid_exists(pid), 60, f"{name}: first worker exit")
+        while_second = _index(s, "slow_twice")
+        print(f"{name}: first generation gone; index {while_second}")
+        for th, _ in old + new:
+            th.join(timeout=90)
+        answers = [into[0] for _, into in old + new]
+        print(f"{name}: the two generations' requests got {answers}")
+        assert while_second == UNLOADING, name
+        assert answers[:4] == [(v, warm[1]) for v in (1, 2, 3, 4)], name
+        assert [a[0] if isinstance(a, tuple) else a for a in answers[4:]] == [11, 12, 13, 14]
+        _wait_index(s, "slow_twice", UNLOADED, f"{name}: slow_twice UNAVAILABLE")
 
 
 def test_an_unload_with_a_live_sequence_and_a_waiting_start_answers_at_once(

@@ -40,6 +40,7 @@ import math
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 
@@ -127,6 +128,8 @@ class ModelControl:
         self._closed = False
         self._loading: set[str] = set()
         """Models the change in progress loads (a nested load of one is refused)."""
+        self._drains: Counter[tuple[str, int]] = Counter()
+        """(model, version) -> generations of it still draining (``_drain``)."""
         self._draining: dict[int, Child] = {}
         """Instances that stopped serving and still finish their requests and sequences
         (``_free_when_gone``), by instance id; changed on the change thread only."""
@@ -464,12 +467,7 @@ class ModelControl:
         if fx.retire or fx.to_stop:
             # NOTE: the load answers now, as 2.51's does once the new version serves; the old
             # generation drains behind it (its live sequences up to max_sequence_idle).
-            unloading = list(fx.unloading)
-            self._free_when_gone(
-                fx.retire + fx.to_stop,
-                self._instances.stop_timeout_s,
-                lambda: self._drained(unloading),
-            )
+            self._drain(fx.retire + fx.to_stop, list(fx.unloading))
 
     def _free_when_gone(
         self, children: list[Child], timeout_s: float, then: Callable[[], None] | None = None
@@ -495,11 +493,27 @@ class ModelControl:
         self._draining.update((c.instance_id, c) for c in children)
         threading.Thread(target=wait, name="stopping-instances", daemon=True).start()
 
+    def _drain(self, children: list[Child], versions: list[tuple[ServedModel, int]]) -> None:
+        """Free retired or replaced instances once they exit (``_free_when_gone``, killed
+        after ``Instances.stop_timeout_s``); then ``versions`` leave UNLOADING."""
+        for m, v in versions:
+            self._drains[m.name, v] += 1
+        self._free_when_gone(
+            children, self._instances.stop_timeout_s, lambda: self._drained(versions)
+        )
+
     def _drained(self, versions: list[tuple[ServedModel, int]]) -> None:
         """Retired versions whose workers have exited: UNLOADING -> UNAVAILABLE (as Triton's
-        lifecycle once the last reference to the old model goes)."""
-        models = {m.name: m for m, v in versions if v in m.unloading}
+        lifecycle once the last reference to the old model goes), each once no other
+        generation of it still drains (unloaded, loaded and unloaded again meanwhile)."""
+        gone = []
         for m, v in versions:
+            self._drains[m.name, v] -= 1
+            if self._drains[m.name, v] <= 0:
+                del self._drains[m.name, v]
+                gone.append((m, v))
+        models = {m.name: m for m, v in gone if v in m.unloading}
+        for m, v in gone:
             m.unloading.discard(v)
         if models:
             entries = tuple(m.entry() for m in models.values())
@@ -561,6 +575,4 @@ class ModelControl:
         if children:
             # NOTE: the unload answers now, as TRITONSERVER_ServerUnloadModel does: the
             # versions are UNLOADING until their queued and running requests are answered.
-            self._free_when_gone(
-                children, self._instances.stop_timeout_s, lambda: self._drained(draining)
-            )
+            self._drain(children, draining)
