@@ -93,6 +93,22 @@ def test_the_same_level_is_fifo_and_batches_span_levels_in_priority_order() -> N
     assert _keys(batch) == [3, 4, 2, 0, 1]
 
 
+def test_the_largest_priority_levels_make_queues_only_for_levels_in_use() -> None:
+    """Triton's QA config (2^64 - 1 levels, default 2^32 - 1, a policy at 2^32): the queue
+    is made at once and levels sort as ever (one queue per level would never finish)."""
+    top = 2**64 - 1
+    f = batcher(mbs=8, levels=top, default_level=2**32 - 1, instances=(),
+                level_policies={2**32: QueuePolicy(max_queue_size=1)})  # fmt: skip
+    f.offer(1, priority=top)  # 0
+    f.offer(1, priority=0)  # 1: the default level
+    f.offer(1, 1, priority=2**32)  # 2, and 3 refused by its level's policy
+    f.offer(1, priority=7)  # 4
+    assert f.refused == [3]
+    f.sched.instance_idle(0)
+    (batch,) = f.pop()
+    assert _keys(batch) == [4, 1, 2, 0]
+
+
 def test_priority_zero_or_out_of_range_means_the_default_level() -> None:
     q = PriorityQueue(3, 2)
     assert [q.level_of(p) for p in (0, 1, 2, 3, 4, 99)] == [2, 1, 2, 3, 2, 2]

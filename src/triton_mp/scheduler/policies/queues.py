@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -74,6 +74,11 @@ class _Level:
         return len(self.waiting) + len(self.delayed)
 
 
+EAGER_LEVELS = 4096
+"""Up to this many ``priority_levels``, every level's FIFO is made with the queue; above,
+a level's is made when a request first queues there."""
+
+
 class PriorityQueue:
     """Triton's ``PriorityQueue``: one FIFO per priority level, each with its queue policy.
 
@@ -91,17 +96,33 @@ class PriorityQueue:
         default_policy: QueuePolicy = QueuePolicy(),
         level_policies: Mapping[int, QueuePolicy] | None = None,
     ) -> None:
-        policies = level_policies or {}
-        numbers = range(1, priority_levels + 1) if priority_levels > 0 else range(1)
+        policies = dict(level_policies or {})
+        self._policies = policies
+        self._default_policy = default_policy
+        if priority_levels > EAGER_LEVELS:
+            # NOTE: a config may ask for up to 2^64 - 1 levels (Triton's QA does): only the
+            # default level and those with a policy exist until a request needs another.
+            wanted = {default_priority_level, *(n for n in policies if n <= priority_levels)}
+            numbers: Iterable[int] = sorted(n for n in wanted if n >= 1)
+        else:
+            numbers = range(1, priority_levels + 1) if priority_levels > 0 else range(1)
         self._levels = {n: _Level(policies.get(n, default_policy)) for n in numbers}
         self.priority_levels = priority_levels
         self.default_level = default_priority_level if priority_levels > 0 else 0
         self._count = 0
-        self._timeouts = any(lv.policy.default_timeout_us for lv in self._levels.values())
+        self._timeouts = bool(default_policy.default_timeout_us) or any(
+            p.default_timeout_us for n, p in policies.items() if 1 <= n <= priority_levels
+        )
         self._next_timeout_ns: int | None = None
         self.version = 0
         """Bumped by every change of the queue's contents or order, so a caller can keep
         what it computed from the queue until it changes (the dynamic batcher's walk)."""
+
+    def _add_level(self, number: int) -> _Level:
+        """The FIFO of a level not made yet (``EAGER_LEVELS``), kept in level order."""
+        level = _Level(self._policies.get(number, self._default_policy))
+        self._levels = dict(sorted({**self._levels, number: level}.items()))
+        return level
 
     def level_of(self, priority: int) -> int:
         """The level a request with this ``priority`` parameter queues at."""
@@ -116,7 +137,9 @@ class PriorityQueue:
             False when the level already holds ``max_queue_size`` requests (nothing queued).
         """
         number = self.level_of(item.priority)
-        level = self._levels[number]
+        level = self._levels.get(number)
+        if level is None:
+            level = self._add_level(number)
         cap = level.policy.max_queue_size
         if cap and level.size() >= cap:
             level.rejected += 1
