@@ -69,8 +69,7 @@ log = logging.getLogger(__name__)
 READERS_S = 10.0
 """How long a retired instance waits for the frontends (and BLS callers, ensembles) to free
 its last answers' blocks before it unlinks its arenas (``Shutdown.readers_s``): its last
-``BatchDone`` may reach us before a frontend has read the answer; well under the
-supervisor's ``STOP_TIMEOUT_S`` (30 s), after which it kills a retired worker."""
+``BatchDone`` may reach us before a frontend has read the answer."""
 
 STOPPING_MESSAGE = (
     "Server is stopping, scheduler for model has stopped accepting new inference requests"

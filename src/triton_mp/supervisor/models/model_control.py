@@ -494,13 +494,12 @@ class ModelControl:
         threading.Thread(target=wait, name="stopping-instances", daemon=True).start()
 
     def _drain(self, children: list[Child], versions: list[tuple[ServedModel, int]]) -> None:
-        """Free retired or replaced instances once they exit (``_free_when_gone``, killed
-        after ``Instances.stop_timeout_s``); then ``versions`` leave UNLOADING."""
+        """Free retired or replaced instances once they exit (``_free_when_gone``); then
+        ``versions`` leave UNLOADING. No bound, as 2.51's lifecycle keeps an old model until
+        its last request is released: a stop ends them at its exit budget."""
         for m, v in versions:
             self._drains[m.name, v] += 1
-        self._free_when_gone(
-            children, self._instances.stop_timeout_s, lambda: self._drained(versions)
-        )
+        self._free_when_gone(children, math.inf, lambda: self._drained(versions))
 
     def _drained(self, versions: list[tuple[ServedModel, int]]) -> None:
         """Retired versions whose workers have exited: UNLOADING -> UNAVAILABLE (as Triton's
