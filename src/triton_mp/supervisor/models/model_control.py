@@ -476,8 +476,9 @@ class ModelControl:
         reload) had once they exit, then call ``then``, on the change thread. The scheduler
         stops each when its queued requests and live sequences end, maybe long after the
         load answered, as 2.51 releases an old model once its last request is done; one
-        still running after ``timeout_s`` seconds is killed. A server stop ends the wait:
-        its shutdown stops every process and frees the server's shared memory."""
+        still running after ``timeout_s`` seconds is killed. A server stop ends the wait and
+        leaves the ones still running alone: the stop's drain sends their last answers, its
+        shutdown stops every process and frees the server's shared memory."""
 
         def free() -> None:
             self._instances.await_stopped(children)
@@ -488,6 +489,8 @@ class ModelControl:
 
         def wait() -> None:
             self._table.await_exit(children, timeout_s)
+            if self._table.stopping and any(c.process and c.process.is_alive() for c in children):
+                return  # NOTE: the stop's drain has their answers to send: it ends them
             self.on_change_thread(free)
 
         self._draining.update((c.instance_id, c) for c in children)
