@@ -463,22 +463,22 @@ class ModelControl:
         if fx.retire:
             self._send(InstancesRetired(instance_ids=tuple(c.instance_id for c in fx.retire)))
         if fx.leaving:
-            self._free_when_gone(fx.leaving, math.inf)
+            self._free_when_gone(fx.leaving)
         if fx.retire or fx.to_stop:
             # NOTE: the load answers now, as 2.51's does once the new version serves; the old
             # generation drains behind it (its live sequences up to max_sequence_idle).
             self._drain(fx.retire + fx.to_stop, list(fx.unloading))
 
     def _free_when_gone(
-        self, children: list[Child], timeout_s: float, then: Callable[[], None] | None = None
+        self, children: list[Child], then: Callable[[], None] | None = None
     ) -> None:
         """Free what stopping instances (removed by a regroup, replaced or retired by a
         reload) had once they exit, then call ``then``, on the change thread. The scheduler
         stops each when its queued requests and live sequences end, maybe long after the
-        load answered, as 2.51 releases an old model once its last request is done; one
-        still running after ``timeout_s`` seconds is killed. A server stop ends the wait and
-        leaves the ones still running alone: the stop's drain sends their last answers, its
-        shutdown stops every process and frees the server's shared memory."""
+        load answered, as 2.51 releases an old model once its last request is done; none is
+        killed for taking long. A server stop ends the wait and leaves the ones still
+        running alone: the stop's drain sends their last answers, its shutdown stops every
+        process and frees the server's shared memory."""
 
         def free() -> None:
             self._instances.await_stopped(children)
@@ -488,7 +488,7 @@ class ModelControl:
                 then()
 
         def wait() -> None:
-            self._table.await_exit(children, timeout_s)
+            self._table.await_exit(children, math.inf)
             if self._table.stopping and any(c.process and c.process.is_alive() for c in children):
                 return  # NOTE: the stop's drain has their answers to send: it ends them
             self.on_change_thread(free)
@@ -502,7 +502,7 @@ class ModelControl:
         its last request is released: a stop ends them at its exit budget."""
         for m, v in versions:
             self._drains[m.name, v] += 1
-        self._free_when_gone(children, math.inf, lambda: self._drained(versions))
+        self._free_when_gone(children, lambda: self._drained(versions))
 
     def _drained(self, versions: list[tuple[ServedModel, int]]) -> None:
         """Retired versions whose workers have exited: UNLOADING -> UNAVAILABLE (as Triton's
